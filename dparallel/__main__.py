@@ -1,0 +1,5 @@
+"""``python -m dparallel`` runs the command-line interface."""
+
+from dparallel.cli.main import main
+
+raise SystemExit(main())

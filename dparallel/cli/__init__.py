@@ -1,0 +1,1 @@
+"""Thin command-line entry points: parse arguments, call the library, print results."""

@@ -1,0 +1,64 @@
+"""``dparallel`` command: one sub-command per module listed in :data:`COMMANDS`.
+
+Each listed module defines ``add_parser(subparsers) -> argparse.ArgumentParser`` and
+``run(args) -> int``; the parser gets ``func=run`` set here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from dparallel.errors import DParallelError
+
+#: Sub-command modules, in the order ``--help`` lists them.
+COMMANDS: tuple[str, ...] = (
+    "dparallel.cli.ingest",
+    "dparallel.cli.info",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every sub-command."""
+    from dparallel import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="dparallel",
+        description="Featurize atomic structures in parallel into zarr and train potentials.",
+    )
+    parser.add_argument("--version", action="version", version=f"dparallel {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(name)
+        sub_parser = module.add_parser(sub)
+        sub_parser.set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code (2 for dparallel errors)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 1
+    try:
+        return int(args.func(args) or 0)
+    except DParallelError as exc:
+        print(f"dparallel {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dparallel {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

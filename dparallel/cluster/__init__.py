@@ -1,0 +1,1 @@
+"""dparallel.cluster (see docs/)."""

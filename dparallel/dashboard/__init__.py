@@ -1,0 +1,1 @@
+"""dparallel.dashboard (see docs/)."""

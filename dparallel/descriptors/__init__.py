@@ -1,0 +1,1 @@
+"""dparallel.descriptors (see docs/)."""

@@ -1,0 +1,104 @@
+"""One exception hierarchy for every error dparallel raises on purpose.
+
+Each error says what was expected, what came and, where possible, how to fix it.
+Subclasses also inherit the matching built-in (``ValueError``, ``FileNotFoundError``…)
+so that callers who catch the built-ins keep working.
+"""
+
+from __future__ import annotations
+
+from os import PathLike
+
+__all__ = [
+    "DParallelError",
+    "InputError",
+    "InputFormatError",
+    "InvalidStructureError",
+    "SourceNotFoundError",
+    "StoreError",
+    "StoreMismatchError",
+    "StoreIncompleteError",
+    "ConfigError",
+    "DescriptorError",
+    "BackendUnavailableError",
+    "ClusterError",
+    "PartitionFailedError",
+    "TrainingError",
+]
+
+
+class DParallelError(Exception):
+    """Base class of every error raised by dparallel."""
+
+
+class InputError(DParallelError, ValueError):
+    """A structure source is unreadable or holds invalid data."""
+
+
+class InputFormatError(InputError):
+    """A structure file is malformed; names the file and the line or frame."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | PathLike[str] | None = None,
+        line: int | None = None,
+        frame: int | None = None,
+    ) -> None:
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.frame = frame
+        where = []
+        if self.path is not None:
+            where.append(self.path)
+        if line is not None:
+            where.append(f"line {line}")
+        if frame is not None:
+            where.append(f"structure {frame}")
+        self.reason = message
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+class InvalidStructureError(InputFormatError):
+    """A structure parsed but is physically invalid (NaN, singular cell, unknown element…)."""
+
+
+class SourceNotFoundError(InputError, FileNotFoundError):
+    """The input file does not exist."""
+
+
+class StoreError(DParallelError):
+    """A zarr store cannot be created, opened or written."""
+
+
+class StoreMismatchError(StoreError, ValueError):
+    """An existing store was made from another source or config (use --overwrite)."""
+
+
+class StoreIncompleteError(StoreError):
+    """A store is read as complete but some partitions are not done."""
+
+
+class ConfigError(DParallelError, ValueError):
+    """A configuration (workflow, descriptor set, training config) is invalid."""
+
+
+class DescriptorError(DParallelError, ValueError):
+    """A descriptor definition or its input is invalid."""
+
+
+class BackendUnavailableError(DParallelError, RuntimeError):
+    """A requested kernel backend cannot be used on this machine."""
+
+
+class ClusterError(DParallelError, RuntimeError):
+    """A Dask cluster cannot be reached or started."""
+
+
+class PartitionFailedError(DParallelError, RuntimeError):
+    """A partition kept failing (or killing its worker); names it and its structures."""
+
+
+class TrainingError(DParallelError, RuntimeError):
+    """Training cannot start or continue (empty split, missing arrays, bad checkpoint…)."""

@@ -1,0 +1,1 @@
+"""dparallel.io (see docs/)."""

@@ -1,0 +1,1 @@
+"""dparallel.kernels (see docs/)."""

@@ -1,0 +1,1 @@
+"""dparallel.neighbors (see docs/)."""

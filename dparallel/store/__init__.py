@@ -1,0 +1,1 @@
+"""dparallel.store (see docs/)."""

@@ -1,0 +1,1 @@
+"""dparallel.train (see docs/)."""

@@ -1,0 +1,1 @@
+"""dparallel.workflow (see docs/)."""

@@ -1,0 +1,46 @@
+import numpy as np
+import pytest
+from ase.build import bulk, molecule
+from ase.calculators.emt import EMT
+
+from dparallel.types import StructureBatch
+
+
+def _structures():
+    cu = bulk("Cu", "fcc", a=3.6, cubic=True).repeat((2, 1, 1))
+    cu.rattle(0.05, seed=1)
+    cu.calc = EMT()
+    cu.get_forces()
+    water = molecule("H2O")
+    return [cu, water]
+
+
+def test_from_ase_roundtrip_keeps_every_field():
+    structures = _structures()
+    batch = StructureBatch.from_ase(structures)
+    assert batch.n_structures == 2
+    assert batch.n_atoms == len(structures[0]) + 3
+    assert np.isnan(batch.energy[1]) and np.isfinite(batch.energy[0])
+    back = StructureBatch.from_ase(batch.to_ase())
+    assert back.equals(batch)
+    np.testing.assert_array_equal(back.forces[: len(structures[0])], structures[0].get_forces())
+
+
+def test_select_and_concatenate_are_inverse():
+    batch = StructureBatch.from_ase(_structures() * 3)
+    parts = [batch.select(0, 2), batch.select(2, 5), batch.select(5, 6)]
+    assert StructureBatch.concatenate(parts).equals(batch)
+    assert batch.take([1]).equals(batch.select(1, 2))
+
+
+def test_inconsistent_batch_is_refused():
+    with pytest.raises(ValueError, match="offsets end at 4 but there are 3 atoms"):
+        StructureBatch(
+            numbers=[1, 1, 8],
+            positions=np.zeros((3, 3)),
+            cells=np.zeros((1, 3, 3)),
+            pbc=np.zeros((1, 3), bool),
+            energy=[0.0],
+            forces=np.zeros((3, 3)),
+            offsets=[0, 4],
+        )
