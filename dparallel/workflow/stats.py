@@ -1,0 +1,226 @@
+"""Exact, order-independent feature statistics that merge across partitions.
+
+Each partition returns a :class:`FeatureStats` (count, min, max and *exact* sums of values
+and of squared values); the client merges them in any order and gets bit-identical results
+whatever the partitioning or the number of workers. Sums are exact because every float64
+``x = M · 2**(e - 53)`` (integer mantissa ``M``) is accumulated into integer buckets per
+binary exponent ``e``; only the final conversion to float rounds (correctly, once).
+Pure logic: no I/O, no Dask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ExactSum", "FeatureStats", "format_scaling_data"]
+
+_MAX_ROWS = 1 << 25
+_HALF = 26  # mantissas are split in two halves of ≤ 27 bits so int64 sums cannot overflow
+
+
+@dataclass(frozen=True)
+class ExactSum:
+    """Exact sum of float64 values per column, as integer mantissa buckets per exponent.
+
+    ``buckets[c]`` maps a binary exponent ``e`` to an integer ``m`` so that the column sum is
+    ``Σ_e m · 2**(e - 53)`` exactly.
+    """
+
+    buckets: tuple[dict[int, int], ...]
+
+    @staticmethod
+    def of(values: np.ndarray) -> ExactSum:
+        """Exact column sums of ``values`` (n, F) — vectorised, no loop over rows."""
+        x = np.asarray(values, dtype=np.float64)
+        if x.ndim != 2:
+            raise ValueError(f"expected a 2-D array (n, F), got shape {x.shape}")
+        if not np.all(np.isfinite(x)):
+            raise ValueError("cannot sum non-finite values exactly")
+        n_cols = x.shape[1]
+        mantissa, exponent = np.frexp(x)  # x = mantissa · 2**exponent, |mantissa| in [0.5, 1)
+        m = (mantissa * 2.0**53).astype(np.int64)  # exact: 53-bit integer mantissa
+        hi, lo = m >> _HALF, m & ((1 << _HALF) - 1)  # m = hi·2**26 + lo, both exact
+        buckets: list[dict[int, int]] = [{} for _ in range(n_cols)]
+        if x.size == 0:
+            return ExactSum(tuple(buckets))
+        if x.shape[0] > _MAX_ROWS:  # keep every float64 bucket sum below 2**53 (exact)
+            parts = [ExactSum.of(x[a : a + _MAX_ROWS]) for a in range(0, x.shape[0], _MAX_ROWS)]
+            return sum(parts[1:], parts[0])
+        exp_min = int(exponent.min())
+        span = int(exponent.max()) - exp_min + 1
+        keys = (np.arange(n_cols, dtype=np.int64) * span + (exponent - exp_min)).ravel()
+        # |hi|, lo < 2**27 and ≤ 2**25 rows per bucket: float64 bincount sums are exact.
+        hi_sum = np.bincount(keys, weights=hi.ravel(), minlength=n_cols * span)
+        lo_sum = np.bincount(keys, weights=lo.ravel(), minlength=n_cols * span)
+        for key in np.flatnonzero((hi_sum != 0) | (lo_sum != 0)).tolist():
+            total = (int(hi_sum[key]) << _HALF) + int(lo_sum[key])
+            if total:
+                col, offset = divmod(key, span)
+                buckets[col][offset + exp_min] = total
+        return ExactSum(tuple(buckets))
+
+    @staticmethod
+    def zeros(n_cols: int) -> ExactSum:
+        """The exact zero for ``n_cols`` columns."""
+        return ExactSum(tuple({} for _ in range(n_cols)))
+
+    def __add__(self, other: ExactSum) -> ExactSum:
+        if len(self.buckets) != len(other.buckets):
+            raise ValueError(f"column counts differ: {len(self.buckets)} vs {len(other.buckets)}")
+        merged = []
+        for a, b in zip(self.buckets, other.buckets, strict=True):
+            out = dict(a)
+            for exp, m in b.items():
+                out[exp] = out.get(exp, 0) + m
+            merged.append(out)
+        return ExactSum(tuple(merged))
+
+    def fractions(self) -> list[Fraction]:
+        """The exact column sums as fractions."""
+        return [
+            sum((Fraction(m) * Fraction(2) ** (e - 53) for e, m in col.items()), Fraction(0))
+            for col in self.buckets
+        ]
+
+    def to_float(self) -> np.ndarray:
+        """The column sums, correctly rounded to float64."""
+        return np.array([float(f) for f in self.fractions()], dtype=np.float64)
+
+    def to_json(self) -> list[dict[str, str]]:
+        """JSON-safe form (integers as strings: they can exceed 2**63)."""
+        return [{str(e): str(m) for e, m in col.items()} for col in self.buckets]
+
+    @staticmethod
+    def from_json(data: Sequence[dict[str, str]]) -> ExactSum:
+        """Inverse of :meth:`to_json`."""
+        return ExactSum(tuple({int(e): int(m) for e, m in col.items()} for col in data))
+
+
+@dataclass(frozen=True)
+class FeatureStats:
+    """Mergeable statistics of F features: count, min, max, exact Σx and Σx²."""
+
+    count: int
+    minimum: np.ndarray  # (F,)
+    maximum: np.ndarray  # (F,)
+    sum: ExactSum
+    sum_squares: ExactSum
+
+    @staticmethod
+    def of(values: np.ndarray) -> FeatureStats:
+        """Statistics of the rows of ``values`` (n, F)."""
+        x = np.asarray(values, dtype=np.float64)
+        n_features = x.shape[1]
+        if x.shape[0] == 0:
+            return FeatureStats.empty(n_features)
+        return FeatureStats(
+            count=int(x.shape[0]),
+            minimum=x.min(axis=0),
+            maximum=x.max(axis=0),
+            sum=ExactSum.of(x),
+            sum_squares=ExactSum.of(x * x),
+        )
+
+    @staticmethod
+    def empty(n_features: int) -> FeatureStats:
+        """Statistics of no rows (identity of :meth:`merge`)."""
+        return FeatureStats(
+            count=0,
+            minimum=np.full(n_features, np.inf),
+            maximum=np.full(n_features, -np.inf),
+            sum=ExactSum.zeros(n_features),
+            sum_squares=ExactSum.zeros(n_features),
+        )
+
+    @property
+    def n_features(self) -> int:
+        """Number of features F."""
+        return int(self.minimum.shape[0])
+
+    def merge(self, other: FeatureStats) -> FeatureStats:
+        """Statistics of the union of both row sets (commutative, associative, exact)."""
+        return FeatureStats(
+            count=self.count + other.count,
+            minimum=np.minimum(self.minimum, other.minimum),
+            maximum=np.maximum(self.maximum, other.maximum),
+            sum=self.sum + other.sum,
+            sum_squares=self.sum_squares + other.sum_squares,
+        )
+
+    @staticmethod
+    def merge_all(parts: Iterable[FeatureStats], n_features: int) -> FeatureStats:
+        """Merge any number of statistics."""
+        out = FeatureStats.empty(n_features)
+        for part in parts:
+            out = out.merge(part)
+        return out
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Mean per feature (NaN when empty), correctly rounded from exact sums."""
+        if self.count == 0:
+            return np.full(self.n_features, np.nan)
+        return np.array([float(s / self.count) for s in self.sum.fractions()])
+
+    @property
+    def sigma(self) -> np.ndarray:
+        """Standard deviation with n − 1 (n2p2's ``sigma``); 0 for a single row."""
+        if self.count == 0:
+            return np.full(self.n_features, np.nan)
+        if self.count == 1:
+            return np.zeros(self.n_features)
+        n = self.count
+        out = []
+        for s, s2 in zip(self.sum.fractions(), self.sum_squares.fractions(), strict=True):
+            var = (s2 - s * s / n) / (n - 1)
+            out.append(float(max(var, Fraction(0))) ** 0.5)
+        return np.array(out)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-safe form for store attributes and task reports."""
+        return {
+            "count": self.count,
+            "min": self.minimum.tolist(),
+            "max": self.maximum.tolist(),
+            "sum": self.sum.to_json(),
+            "sum_squares": self.sum_squares.to_json(),
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> FeatureStats:
+        """Inverse of :meth:`to_json`."""
+        return FeatureStats(
+            count=int(data["count"]),
+            minimum=np.asarray(data["min"], dtype=np.float64),
+            maximum=np.asarray(data["max"], dtype=np.float64),
+            sum=ExactSum.from_json(data["sum"]),
+            sum_squares=ExactSum.from_json(data["sum_squares"]),
+        )
+
+
+def format_scaling_data(stats_by_element: Sequence[FeatureStats]) -> str:
+    """Render n2p2 ``scaling.data``: one row per (element, function), 1-based indices.
+
+    ``stats_by_element`` is ordered like n2p2's elements (by atomic number).
+    Columns: e_index, sf_index, sf_min, sf_max, sf_mean, sf_sigma.
+    """
+    lines = [
+        "#" * 79,
+        "# Symmetry function scaling data (written by dparallel).",
+        "#" * 79,
+        f"#{'e_index':>9}{'sf_index':>11}{'sf_min':>25}{'sf_max':>25}{'sf_mean':>25}{'sf_sigma':>25}",
+        "#" * 121,
+    ]
+    for e_index, stats in enumerate(stats_by_element, start=1):
+        mean, sigma = stats.mean, stats.sigma
+        for f in range(stats.n_features):
+            lines.append(
+                f"{e_index:>10d}{f + 1:>11d}{stats.minimum[f]:>25.16E}{stats.maximum[f]:>25.16E}"
+                f"{mean[f]:>25.16E}{sigma[f]:>25.16E}"
+            )
+    return "\n".join(lines) + "\n"

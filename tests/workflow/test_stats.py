@@ -1,0 +1,74 @@
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dparallel.workflow.stats import ExactSum, FeatureStats, format_scaling_data
+
+
+def _awkward(rng, n=4000, f=5):
+    """Values spanning many magnitudes and signs, where float summation order matters."""
+    scale = 10.0 ** rng.integers(-12, 12, size=(n, f))
+    return rng.standard_normal((n, f)) * scale
+
+
+def test_exact_sum_equals_fsum_and_fraction_sum(rng):
+    x = _awkward(rng)
+    got = ExactSum.of(x).to_float()
+    for c in range(x.shape[1]):
+        assert got[c] == math.fsum(x[:, c])
+        assert ExactSum.of(x).fractions()[c] == sum(Fraction(v) for v in x[:, c])
+
+
+def test_merge_is_bitwise_independent_of_partitioning_and_order(rng):
+    x = _awkward(rng)
+    whole = FeatureStats.of(x)
+    reference = (whole.mean, whole.sigma, whole.minimum, whole.maximum)
+    for trial in range(5):
+        cuts = np.sort(rng.choice(np.arange(1, len(x)), size=trial * 7 + 1, replace=False))
+        parts = [FeatureStats.of(p) for p in np.split(x, cuts)]
+        rng.shuffle(parts)
+        merged = FeatureStats.merge_all(parts, x.shape[1])
+        assert merged.count == len(x)
+        for a, b in zip(
+            (merged.mean, merged.sigma, merged.minimum, merged.maximum), reference, strict=True
+        ):
+            np.testing.assert_array_equal(a, b)
+    # naive float sums do depend on the order: the exactness is doing real work
+    assert any(np.sum(x[::-1, c]) != np.sum(x[:, c]) for c in range(x.shape[1]))
+
+
+def test_mean_and_sigma_match_numpy(rng):
+    x = rng.uniform(0.0, 3.0, size=(500, 4))
+    stats = FeatureStats.of(x)
+    np.testing.assert_allclose(stats.mean, x.mean(axis=0), rtol=1e-14)
+    np.testing.assert_allclose(stats.sigma, x.std(axis=0, ddof=1), rtol=1e-12)
+
+
+def test_empty_and_json_roundtrip(rng):
+    x = rng.normal(size=(10, 3))
+    empty = FeatureStats.empty(3)
+    assert empty.merge(FeatureStats.of(x)).to_json() == FeatureStats.of(x).to_json()
+    back = FeatureStats.from_json(FeatureStats.of(x).to_json())
+    np.testing.assert_array_equal(back.mean, FeatureStats.of(x).mean)
+    assert np.isnan(empty.mean).all()
+    np.testing.assert_array_equal(FeatureStats.of(x[:1]).sigma, 0.0)
+
+
+def test_non_finite_values_are_refused():
+    with pytest.raises(ValueError, match="non-finite"):
+        ExactSum.of(np.array([[1.0], [np.nan]]))
+
+
+def test_scaling_data_columns_follow_n2p2(rng):
+    a, b = FeatureStats.of(rng.normal(size=(7, 2))), FeatureStats.of(rng.normal(size=(4, 3)))
+    text = format_scaling_data([a, b])
+    rows = [line.split() for line in text.splitlines() if not line.startswith("#")]
+    assert len(rows) == 5
+    assert [r[:2] for r in rows] == [["1", "1"], ["1", "2"], ["2", "1"], ["2", "2"], ["2", "3"]]
+    np.testing.assert_allclose(
+        [float(v) for v in rows[2][2:]],
+        [b.minimum[0], b.maximum[0], b.mean[0], b.sigma[0]],
+        rtol=1e-15,
+    )
