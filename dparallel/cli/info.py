@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     print("arrays")
     for name, a in info["arrays"].items():
         print(
-            f"  {name:28s} {str(tuple(a['shape'])):>18s} {a['dtype']:>10s} chunks {tuple(a['chunks'])}"
+            f"  {name:28s} {str(tuple(a['shape'])):>18s} {a['dtype']:>10s} "
+            f"chunks {tuple(a['chunks'])}"
         )
     return 0

@@ -157,6 +157,7 @@ def _parse_n2p2(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
                         s_rows.append([_num(c) for c in cols[1:4] + cols[7:10]])
                     else:
                         raise ValueError(f"unknown keyword {key!r}")
+                line = int(index.lines[i])  # structure-level checks point at its 'begin'
                 if len(lattice) not in (0, 3):
                     raise ValueError(f"expected 0 or 3 'lattice' lines, found {len(lattice)}")
             except ValueError as exc:

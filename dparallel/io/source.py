@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from ase import units as _units
 
 from dparallel.errors import (
     InputError,
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 UNITS: dict[str, tuple[float, float]] = {
     "ase": (1.0, 1.0),
     "angstrom-ev": (1.0, 1.0),
-    "bohr-hartree": (0.52917721067, 27.211386024367243),
+    "bohr-hartree": (_units.Bohr, _units.Hartree),  # ASE's CODATA values
 }
 _ALIASES = {"xyz": "extxyz", "extxyz": "extxyz", "n2p2": "n2p2", "runner": "n2p2"}
 

@@ -303,7 +303,7 @@ class Store:
         """Arrays written by :meth:`write_partition_arrays` for partition ``p``."""
         g = self._part_group(int(p), create=False)
         if g is not None and group:
-            g = g[group] if group in g else None  # type: ignore[assignment]
+            g = g.get(group, None)  # type: ignore[assignment]
         if g is None:
             return {}
         return {name: a[...] for name, a in g.arrays()}
