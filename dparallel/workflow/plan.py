@@ -120,7 +120,7 @@ def plan_partitions(atom_counts: np.ndarray, target_atoms: int) -> Plan:
         return Plan(empty, empty, empty, target_atoms)
     stops = _greedy_cuts(cum, target_atoms)
     n_parts = len(stops)
-    lo = max(1, math.ceil(int(cum[-1]) / n_parts))
+    lo = min(target_atoms, max(1, math.ceil(int(cum[-1]) / n_parts)))
     hi = target_atoms
     while lo < hi:  # smallest cap giving ≤ n_parts partitions
         mid = (lo + hi) // 2
