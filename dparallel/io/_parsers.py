@@ -80,37 +80,135 @@ def _diagnose_extxyz(text: str, line0: int) -> tuple[int, str] | None:
     return None
 
 
+class _Fallback(Exception):
+    """The fast path does not handle this frame; let ASE (and the diagnosis) do it."""
+
+
+def _props(spec: str) -> tuple[int, dict[str, tuple[str, int, int]]]:
+    """Total columns and ``{name: (kind, first column, width)}`` of a Properties string."""
+    parts = spec.split(":")
+    if len(parts) % 3:
+        raise _Fallback
+    cols: dict[str, tuple[str, int, int]] = {}
+    col = 0
+    for name, kind, width in zip(parts[0::3], parts[1::3], parts[2::3], strict=True):
+        cols[name] = (kind.upper(), col, int(width))
+        col += int(width)
+    return col, cols
+
+
+def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
+    """Parse one frame's comment + atom rows as ASE would, vectorised over atoms."""
+    from ase.io.extxyz import key_val_str_to_dict
+
+    info = key_val_str_to_dict(rows[0].strip()) if rows[0].strip() else {}
+    ncols, cols = _props(str(info.get("Properties", "species:S:1:pos:R:3")))
+    if "species" not in cols or cols.get("pos", ("", 0, 0))[::2] != ("R", 3):
+        raise _Fallback
+    tokens = np.asarray(" ".join(rows[1 : n + 1]).split())
+    if tokens.shape[0] != n * ncols:
+        raise _Fallback
+    table = tokens.reshape(n, ncols)  # (n, ncols) str
+
+    def real(name: str) -> np.ndarray | None:
+        if name not in cols or cols[name][0] != "R" or cols[name][2] != 3:
+            return None
+        _, c, w = cols[name]
+        try:
+            return table[:, c : c + w].astype(np.float64)  # (n, 3)
+        except ValueError:
+            raise _Fallback from None
+
+    species = table[:, cols["species"][1]]
+    uniq, inverse = np.unique(species, return_inverse=True)
+    try:
+        numbers = np.array([z_of[str(u)] for u in uniq], np.int64)[inverse.reshape(-1)]
+    except KeyError:
+        raise _Fallback from None
+    positions = real("pos")
+    forces = real("forces")
+    if forces is None:
+        forces = real("REF_forces")
+    if forces is None:
+        forces = np.full((n, 3), np.nan)
+    if "Lattice" in info:
+        cell = np.asarray(info["Lattice"], np.float64).T  # ASE's cell = transposed Lattice
+        pbc = info.get("pbc", [True, True, True])
+    else:
+        cell = np.zeros((3, 3))
+        pbc = info.get("pbc", [False, False, False])
+    energy = float("nan")
+    for key in ("energy", "REF_energy"):
+        if key in info:
+            energy = float(info[key])
+            break
+    tag = str(info.get("set", info.get("tag", "")))
+    return numbers, positions, forces, cell, np.asarray(pbc, bool).reshape(3), energy, tag
+
+
 def _parse_extxyz(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
+    """Fast vectorised path per frame; ASE (plus a diagnosis) for frames it cannot take."""
     import ase.io
+    from ase.data import atomic_numbers
 
     base = int(index.starts[start])
-    text = _read_bytes(path, base, int(index.ends[stop - 1])).decode("utf-8", errors="replace")
-    good = [i for i in range(start, stop) if i not in index.errors]
+    raw = _read_bytes(path, base, int(index.ends[stop - 1]))
     errors = {i: index.errors[i] for i in range(start, stop) if i in index.errors}
-    if not errors:
-        try:
-            frames = ase.io.read(io.StringIO(text), index=":", format="extxyz")
-            if len(frames) == stop - start:
-                return StructureBatch.from_ase(frames), np.arange(start, stop), {}
-        except Exception:  # noqa: BLE001 - fall back to frame by frame to locate the problem
-            pass
-    atoms_list = []
-    kept = []
-    ascii_text = text.isascii()  # byte offsets index the text only when it is ASCII
-    for i in good:
+    fields: list[tuple] = []
+    kept: list[int] = []
+    for i in range(start, stop):
+        if i in errors:
+            continue
         a, b = int(index.starts[i]) - base, int(index.ends[i]) - base
-        chunk = text[a:b] if ascii_text else _read_bytes(path, a + base, b + base).decode()
+        chunk = raw[a:b].decode("utf-8", errors="replace")
+        n = int(index.counts[i])
+        rows = chunk.split("\n")
+        try:
+            fields.append(_fast_frame(rows[1 : n + 2], n, atomic_numbers))
+            kept.append(i)
+            continue
+        except _Fallback:
+            pass
+        except Exception:  # noqa: BLE001 - any odd comment line: ASE decides below
+            pass
+        where = _diagnose_extxyz(chunk, int(index.lines[i]))
+        if where is not None:  # stricter than ASE, which ignores extra columns
+            errors[i] = where
+            continue
         try:
             frames = ase.io.read(io.StringIO(chunk), index=":", format="extxyz")
             if len(frames) != 1:
                 raise ValueError(f"expected one frame, ASE found {len(frames)}")
         except Exception as exc:  # noqa: BLE001 - reported with file, line and reason
-            where = _diagnose_extxyz(chunk, int(index.lines[i]))
-            errors[i] = where or (int(index.lines[i]), f"cannot parse frame: {exc}")
+            errors[i] = (int(index.lines[i]), f"cannot parse frame: {exc}")
             continue
-        atoms_list.append(frames[0])
+        one = StructureBatch.from_ase(frames)
+        fields.append(
+            (
+                one.numbers,
+                one.positions,
+                one.forces,
+                one.cells[0],
+                one.pbc[0],
+                float(one.energy[0]),
+                str(one.tags[0]),
+            )
+        )
         kept.append(i)
-    return StructureBatch.from_ase(atoms_list), np.asarray(kept, np.int64), errors
+    if not kept:
+        return StructureBatch.empty(), np.zeros(0, np.int64), errors
+    counts = [f[0].shape[0] for f in fields]
+    batch = StructureBatch(
+        numbers=np.concatenate([f[0] for f in fields]),
+        positions=np.concatenate([f[1] for f in fields]),
+        forces=np.concatenate([f[2] for f in fields]),
+        cells=np.stack([f[3] for f in fields]),
+        pbc=np.stack([f[4] for f in fields]),
+        energy=np.asarray([f[5] for f in fields], np.float64),
+        offsets=np.concatenate([[0], np.cumsum(counts)]),
+        tags=np.asarray([f[6] for f in fields], dtype=object),
+    )
+    return batch, np.asarray(kept, np.int64), errors
 
 
 # -------------------------------------------------------------------- n2p2

@@ -9,7 +9,7 @@ import ase.io
 import numpy as np
 import pytest
 
-from dparallel.errors import InputError, SourceNotFoundError
+from dparallel.errors import InputError, InputFormatError, SourceNotFoundError
 from dparallel.io import _index, open_source
 from dparallel.io.synthetic import random_structures
 from dparallel.types import StructureBatch
@@ -124,3 +124,34 @@ def test_read_range_checked(small_xyz):
     with pytest.raises(IndexError, match=r"\[5, 41\) outside \[0, 40\)"):
         src.read(5, 41)
     assert src.read(7, 7).n_structures == 0
+
+
+def test_extxyz_variants_match_ase(tmp_path):
+    """Comment-line variants the fast parser must read exactly as ASE does."""
+    text = (
+        '2\nLattice="4 0 0 0.5 5 0 0 0 6" Properties=species:S:1:pos:R:3:forces:R:3 '
+        'energy=-1.25 pbc="T T F" set=test\n'
+        "O 0.1 0.2 0.3 1 2 3\nH 1.5e-1 -2 3.25 -1 -2 -3\n"
+        "1\nProperties=species:S:1:pos:R:3:charge:R:1:REF_forces:R:3 REF_energy=7.5\n"
+        "Cu 1 2 3 0.5 0.1 0.2 0.3\n"
+        "3\nplain xyz comment\nC 0 0 0\nH 0 0 1.09\nH 1.0 0 0\n"
+        '1\nLattice="3 0 0 0 3 0 0 0 3" Properties=species:S:1:pos:R:3:tags:I:1\n'
+        "Si 0 0 0 7\n"
+    )
+    path = tmp_path / "variants.xyz"
+    path.write_text(text)
+    got = open_source(path).read()
+    ref = StructureBatch.from_ase(ase.io.read(path, ":"))
+    assert got.equals(ref)
+    assert list(got.tags) == ["test", "", "", ""]
+    np.testing.assert_array_equal(got.pbc, [[1, 1, 0], [0, 0, 0], [0, 0, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(got.energy[:2], [-1.25, 7.5])
+    assert np.isnan(got.energy[2:]).all() and np.isnan(got.forces[3:]).all()
+
+
+def test_extra_column_is_an_error(tmp_path):
+    """ASE silently ignores a surplus column; dparallel reports it."""
+    path = tmp_path / "extra.xyz"
+    path.write_text("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 0 1 9\n")
+    with pytest.raises(InputFormatError, match=r"line 4, structure 0: wrong column count"):
+        open_source(path).read()
