@@ -216,8 +216,8 @@ def _parse_n2p2(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
     from ase.data import atomic_numbers
 
     errors = {i: index.errors[i] for i in range(start, stop) if i in index.errors}
-    numbers: list[int] = []
-    rows: list[list[float]] = []  # x y z fx fy fz per atom
+    numbers: list[np.ndarray] = []  # (n,) per structure
+    rows: list[np.ndarray] = []  # (n, 6) per structure: x y z fx fy fz
     cells, pbcs, energies, counts, tags, kept = [], [], [], [], [], []
     with open(path, "rb") as f:
         for i in range(start, stop):
@@ -226,43 +226,44 @@ def _parse_n2p2(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
             f.seek(int(index.starts[i]))
             block = f.read(int(index.ends[i] - index.starts[i])).decode("utf-8", errors="replace")
             line = int(index.lines[i])
-            s_numbers: list[int] = []
-            s_rows: list[list[float]] = []
+            atom_rows: list[tuple[int, str]] = []  # (line, text) of each atom line
             lattice: list[list[float]] = []
             energy = float("nan")
             tag = ""
             try:
                 for k, raw in enumerate(block.splitlines()):
                     line = int(index.lines[i]) + k
-                    cols = raw.split()
-                    if not cols or cols[0] in ("begin", "end", "charge"):
+                    cols = raw.split(None, 1)
+                    key = cols[0] if cols else ""
+                    if key == "atom":
+                        atom_rows.append((line, raw))
+                    elif key in ("", "begin", "end", "charge"):
                         continue
-                    key = cols[0]
-                    if key == "comment":
+                    elif key == "comment":
                         m = re.search(r"\bset\s*=\s*(\w+)", raw)
                         tag = m.group(1) if m else tag
                     elif key == "lattice":
+                        cols = raw.split()
                         _ncols(cols, 4, "lattice x y z")
                         lattice.append([_num(c) for c in cols[1:4]])
                     elif key == "energy":
+                        cols = raw.split()
                         _ncols(cols, 2, "energy E")
                         energy = _num(cols[1])
-                    elif key == "atom":
-                        _ncols(cols, 10, "atom x y z element charge n fx fy fz")
-                        if cols[4] not in atomic_numbers:
-                            raise ValueError(f"unknown element {cols[4]!r}")
-                        s_numbers.append(atomic_numbers[cols[4]])
-                        s_rows.append([_num(c) for c in cols[1:4] + cols[7:10]])
                     else:
                         raise ValueError(f"unknown keyword {key!r}")
                 line = int(index.lines[i])  # structure-level checks point at its 'begin'
                 if len(lattice) not in (0, 3):
                     raise ValueError(f"expected 0 or 3 'lattice' lines, found {len(lattice)}")
+                s_numbers, s_data = _n2p2_atoms(atom_rows, atomic_numbers)
+            except _LineError as exc:
+                errors[i] = (exc.line, str(exc))
+                continue
             except ValueError as exc:
                 errors[i] = (line, str(exc))
                 continue
-            numbers += s_numbers
-            rows += s_rows
+            numbers.append(s_numbers)
+            rows.append(s_data)
             cells.append(lattice if lattice else np.zeros((3, 3)))
             pbcs.append([bool(lattice)] * 3)
             energies.append(energy)
@@ -271,9 +272,9 @@ def _parse_n2p2(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
             kept.append(i)
     if not kept:
         return StructureBatch.empty(), np.zeros(0, np.int64), errors
-    data = np.asarray(rows, dtype=np.float64).reshape(-1, 6)  # (N, 6)
+    data = np.concatenate(rows).reshape(-1, 6)  # (N, 6): x y z fx fy fz
     batch = StructureBatch(
-        numbers=np.asarray(numbers, np.int64),
+        numbers=np.concatenate(numbers),
         positions=data[:, :3],
         cells=np.asarray(cells, np.float64),
         pbc=np.asarray(pbcs, bool),
@@ -283,6 +284,50 @@ def _parse_n2p2(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
         tags=np.asarray(tags, dtype=object),
     )
     return batch, np.asarray(kept, np.int64), errors
+
+
+class _LineError(ValueError):
+    """A parse error at a known line."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+_NUMERIC = np.array([1, 2, 3, 5, 6, 7, 8, 9])  # every number of "atom x y z el q n fx fy fz"
+_KEEP = np.array([0, 1, 2, 5, 6, 7])  # x y z fx fy fz among _NUMERIC
+
+
+def _n2p2_atoms(
+    atom_rows: list[tuple[int, str]], z_of: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Numbers (n,) and x y z fx fy fz (n, 6) of a structure's atom lines, vectorised.
+
+    On any problem, re-checks line by line to report the first bad line.
+    """
+    n = len(atom_rows)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros((0, 6))
+    tokens = np.asarray(" ".join(r for _, r in atom_rows).split())
+    if tokens.shape[0] == 10 * n:
+        table = tokens.reshape(n, 10)  # (n, 10) str
+        try:
+            uniq, inverse = np.unique(table[:, 4], return_inverse=True)
+            numbers = np.array([z_of[str(u)] for u in uniq], np.int64)[inverse.reshape(-1)]
+            return numbers, table[:, _NUMERIC].astype(np.float64)[:, _KEEP]
+        except (KeyError, ValueError):
+            pass
+    for line, raw in atom_rows:  # slow path: locate the first bad line
+        cols = raw.split()
+        try:
+            _ncols(cols, 10, "atom x y z element charge n fx fy fz")
+            if cols[4] not in z_of:
+                raise ValueError(f"unknown element {cols[4]!r}")
+            for c in _NUMERIC:
+                _num(cols[c])
+        except ValueError as exc:
+            raise _LineError(line, str(exc)) from None
+    raise ValueError("cannot parse the atom lines")  # pragma: no cover - slow path finds it
 
 
 def _ncols(cols: list[str], n: int, what: str) -> None:

@@ -231,3 +231,10 @@ def test_skip_keeps_valid_n2p2(tmp_path, case):
     assert re.search(reason, res.skipped[0][1])
     assert list(res.indices) == [i for i in range(len(src)) if i != frame]
     assert (res.batch.energy == -1.0).all()
+
+
+def test_n2p2_non_numeric_charge_column(tmp_path):
+    path = tmp_path / "input.data"
+    path.write_text(_n2p2("atom 0 0 0 H 0 0 0 0 0\natom 0 0 1 H q 0 0 0 0\n"))
+    with pytest.raises(InputFormatError, match=r"line 11, structure 1: non-numeric field 'q'"):
+        open_source(path).read()
