@@ -109,9 +109,14 @@ class StructureSource:
         self.units = units
         self.on_error = on_error
         self.cache_index = cache_index
-        self.skipped: list[tuple[int, str]] = []
+        self._skipped: dict[int, str] = {}
         self._expect_index = _expect_index
         self._index: FileIndex | None = None
+
+    @property
+    def skipped(self) -> list[tuple[int, str]]:
+        """``(index, reason)`` of every structure skipped by reads so far, sorted, no repeats."""
+        return sorted(self._skipped.items())
 
     # ---------------------------------------------------------------- index
     @property
@@ -188,7 +193,7 @@ class StructureSource:
                 [batch.select(k, k + 1) for k in np.flatnonzero(keep)]
             )
             kept = kept[keep]
-        self.skipped.extend(skipped)
+        self._skipped.update(skipped)
         return ReadResult(self._convert(batch), np.asarray(kept, np.int64), skipped)
 
     def _convert(self, batch: StructureBatch) -> StructureBatch:
