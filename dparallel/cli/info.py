@@ -1,0 +1,45 @@
+"""``dparallel info STORE [--json]``: what a store holds and whether it is complete."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from dparallel.store import open_store
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``info`` sub-command."""
+    p = subparsers.add_parser("info", help="summarise a dparallel store")
+    p.add_argument("store", help="store directory")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the store summary (text table or JSON)."""
+    info = open_store(args.store).info()
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+        return 0
+    src = info["source"]
+    print(f"store        {info['path']} (format {info['format_version']})")
+    print(f"source       {src.get('path')} ({src.get('format')}, {src.get('size')} bytes)")
+    print(f"structures   {info['n_structures']}")
+    print(f"atoms        {info['n_atoms']}")
+    print(f"elements     {' '.join(info['elements'])}")
+    state = "complete" if info["complete"] else "INCOMPLETE"
+    print(f"partitions   {info['partitions_done']}/{info['partitions_total']} done ({state})")
+    print(f"skipped      {info['n_skipped']}")
+    for rec in info["skipped"][:20]:
+        print(f"  structure {rec['index']}: {rec['reason']}")
+    if info["n_skipped"] > 20:
+        print(f"  … {info['n_skipped'] - 20} more (see --json)")
+    print("arrays")
+    for name, a in info["arrays"].items():
+        print(
+            f"  {name:28s} {str(tuple(a['shape'])):>18s} {a['dtype']:>10s} "
+            f"chunks {tuple(a['chunks'])}"
+        )
+    return 0

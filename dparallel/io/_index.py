@@ -1,0 +1,282 @@
+"""Per-file index (byte ranges + atom counts per structure), built in one streaming pass.
+
+The index is cached beside the file (``FILE.dpindex.npz``) or, when that directory is
+not writable, in ``$DPARALLEL_CACHE_DIR`` (default ``~/.cache/dparallel``). A cached index
+is used only while the file's size and mtime (ns) match the ones it was built from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dparallel.errors import InputFormatError
+
+__all__ = ["FileIndex", "load_or_build_index", "cache_path_for"]
+
+log = logging.getLogger(__name__)
+
+#: Bump when the index layout or an indexer's behaviour changes.
+INDEX_VERSION = 1
+_SAMPLE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, eq=False)
+class FileIndex:
+    """Where each structure lives in a file.
+
+    ``starts``/``ends`` (S,) int64 byte ranges (empty for formats read through ASE),
+    ``counts`` (S,) int64 atoms, ``lines`` (S,) int64 1-based first line (0 if unknown),
+    ``errors`` {structure: (line, reason)} for structures broken beyond parsing
+    (e.g. truncated frame, ``begin`` without ``end``).
+    """
+
+    format: str
+    size: int
+    mtime_ns: int
+    starts: np.ndarray
+    ends: np.ndarray
+    counts: np.ndarray
+    lines: np.ndarray
+    errors: dict[int, tuple[int, str]] = field(default_factory=dict)
+    sample_sha256: str = ""
+
+    def __len__(self) -> int:
+        return int(self.counts.shape[0])
+
+    @property
+    def sha256(self) -> str:
+        """Hash of the byte ranges and atom counts (identity of the file's structure layout)."""
+        h = hashlib.sha256()
+        for arr in (self.starts, self.ends, self.counts):
+            h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
+        return h.hexdigest()
+
+
+def _sample_hash(path: Path, size: int) -> str:
+    """sha256 of the first and last MiB: a cheap content check on top of size and layout."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(_SAMPLE_BYTES))
+        if size > _SAMPLE_BYTES:
+            f.seek(max(_SAMPLE_BYTES, size - _SAMPLE_BYTES))
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def cache_path_for(path: Path, format: str) -> list[Path]:
+    """Candidate cache files for ``path``: beside it first, then the user cache dir."""
+    beside = path.with_name(f"{path.name}.{format}.dpindex.npz")
+    root = Path(os.environ.get("DPARALLEL_CACHE_DIR", Path.home() / ".cache" / "dparallel"))
+    key = hashlib.sha256(f"{path}:{format}".encode()).hexdigest()[:24]
+    return [beside, root / f"{key}.dpindex.npz"]
+
+
+def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | None:
+    try:
+        with np.load(cache, allow_pickle=False) as z:
+            meta = z["meta"]
+            if (
+                int(meta[0]) != INDEX_VERSION
+                or int(meta[1]) != size
+                or int(meta[2]) != mtime_ns
+                or str(z["format"]) != format
+            ):
+                return None
+            errors = {
+                int(f): (int(ln), str(r))
+                for f, ln, r in zip(z["err_frames"], z["err_lines"], z["err_reasons"], strict=True)
+            }
+            return FileIndex(
+                format=format,
+                size=size,
+                mtime_ns=mtime_ns,
+                starts=z["starts"],
+                ends=z["ends"],
+                counts=z["counts"],
+                lines=z["lines"],
+                errors=errors,
+                sample_sha256=str(z["sample"]),
+            )
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _save(index: FileIndex, candidates: list[Path]) -> None:
+    frames = sorted(index.errors)
+    payload = {
+        "meta": np.array([INDEX_VERSION, index.size, index.mtime_ns], dtype=np.int64),
+        "format": np.array(index.format),
+        "sample": np.array(index.sample_sha256),
+        "starts": index.starts,
+        "ends": index.ends,
+        "counts": index.counts,
+        "lines": index.lines,
+        "err_frames": np.array(frames, dtype=np.int64),
+        "err_lines": np.array([index.errors[f][0] for f in frames], dtype=np.int64),
+        "err_reasons": np.array([index.errors[f][1] for f in frames], dtype=str),
+    }
+    for cache in candidates:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=cache.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **payload)
+            os.replace(tmp, cache)  # atomic: concurrent builders never see half a file
+            return
+        except OSError as exc:
+            log.debug("cannot write index cache %s: %s", cache, exc)
+    log.warning("could not cache the index of %s anywhere", candidates[0])
+
+
+def load_or_build_index(path: Path, format: str, *, cache: bool = True) -> FileIndex:
+    """The index of ``path`` in ``format``, from cache when still valid, else built and cached."""
+    st = path.stat()
+    candidates = cache_path_for(path, format)
+    if cache:
+        for c in candidates:
+            if c.exists():
+                found = _load(c, st.st_size, st.st_mtime_ns, format)
+                if found is not None:
+                    log.debug("using cached index %s", c)
+                    return found
+    builder = {"extxyz": _index_extxyz, "n2p2": _index_n2p2}.get(format, _index_ase)
+    starts, ends, counts, lines, errors = builder(path, format)
+    if not len(counts):
+        raise InputFormatError(f"empty file: no structures found (format {format})", path=path)
+    index = FileIndex(
+        format=format,
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        starts=np.asarray(starts, dtype=np.int64),
+        ends=np.asarray(ends, dtype=np.int64),
+        counts=np.asarray(counts, dtype=np.int64),
+        lines=np.asarray(lines, dtype=np.int64),
+        errors=errors,
+        sample_sha256=_sample_hash(path, st.st_size),
+    )
+    if cache:
+        _save(index, candidates)
+    return index
+
+
+_Built = tuple[list[int], list[int], list[int], list[int], dict[int, tuple[int, str]]]
+
+
+def _index_extxyz(path: Path, format: str) -> _Built:
+    """One pass over an (ext)xyz file: header line = atom count, then comment + atom lines."""
+    starts: list[int] = []
+    ends: list[int] = []
+    counts: list[int] = []
+    lines: list[int] = []
+    errors: dict[int, tuple[int, str]] = {}
+    pos, line = 0, 1
+    with open(path, "rb") as f:
+        while True:
+            head = f.readline()
+            if not head:
+                break
+            if not head.strip():
+                pos += len(head)
+                line += 1
+                continue
+            frame = len(counts)
+            try:
+                n = int(head.split()[0])
+                if n < 0:
+                    raise ValueError
+            except ValueError:
+                raise InputFormatError(
+                    f"expected the number of atoms of a new frame, found {head[:60]!r}",
+                    path=path,
+                    line=line,
+                    frame=frame,
+                ) from None
+            body = list(itertools.islice(f, n + 1))
+            nbytes = len(head) + sum(map(len, body))
+            if len(body) < n + 1:
+                got = max(len(body) - 1, 0)
+                errors[frame] = (
+                    line,
+                    f"truncated frame: expected {n} atom lines, file ends after {got}",
+                )
+            starts.append(pos)
+            ends.append(pos + nbytes)
+            counts.append(n)
+            lines.append(line)
+            pos += nbytes
+            line += 1 + len(body)
+    return starts, ends, counts, lines, errors
+
+
+def _index_n2p2(path: Path, format: str) -> _Built:
+    """One pass over an n2p2 ``input.data``: structures are ``begin`` … ``end`` blocks."""
+    starts: list[int] = []
+    ends: list[int] = []
+    counts: list[int] = []
+    lines: list[int] = []
+    errors: dict[int, tuple[int, str]] = {}
+    pos, line = 0, 0
+    open_at: tuple[int, int] | None = None  # (byte, line) of the open ``begin``
+    n_atoms = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            line += 1
+            key = raw.split(None, 1)[0] if raw.strip() else b""
+            if key == b"begin":
+                if open_at is not None:
+                    errors[len(counts)] = (
+                        open_at[1],
+                        f"'begin' without 'end' (next 'begin' at line {line})",
+                    )
+                    starts.append(open_at[0])
+                    ends.append(pos)
+                    counts.append(n_atoms)
+                    lines.append(open_at[1])
+                open_at, n_atoms = (pos, line), 0
+            elif key == b"end":
+                if open_at is None:
+                    raise InputFormatError("'end' without 'begin'", path=path, line=line)
+                starts.append(open_at[0])
+                ends.append(pos + len(raw))
+                counts.append(n_atoms)
+                lines.append(open_at[1])
+                open_at = None
+            elif key and open_at is None:
+                raise InputFormatError(
+                    f"{key.decode(errors='replace')!r} outside a 'begin' … 'end' block",
+                    path=path,
+                    line=line,
+                )
+            elif key == b"atom":
+                n_atoms += 1
+            pos += len(raw)
+    if open_at is not None:
+        errors[len(counts)] = (open_at[1], "'begin' without 'end' (file ends first)")
+        starts.append(open_at[0])
+        ends.append(pos)
+        counts.append(n_atoms)
+        lines.append(open_at[1])
+    return starts, ends, counts, lines, errors
+
+
+def _index_ase(path: Path, format: str) -> _Built:
+    """Fallback for other ASE formats: read every structure once, keep only atom counts."""
+    import ase.io
+
+    counts: list[int] = []
+    try:
+        for atoms in ase.io.iread(str(path), index=":", format=format):
+            counts.append(len(atoms))
+    except Exception as exc:  # noqa: BLE001 - any parser failure is a format error here
+        raise InputFormatError(
+            f"ASE cannot read it as {format!r}: {exc}", path=path, frame=len(counts)
+        ) from exc
+    return [], [], counts, [0] * len(counts), {}

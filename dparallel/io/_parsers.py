@@ -1,0 +1,357 @@
+"""Parse a byte range of a structure file into a :class:`StructureBatch`.
+
+Each parser returns ``(batch, kept, errors)``: ``batch`` holds the structures that parsed
+(not yet validated), ``kept`` (k,) their file indices, and ``errors`` maps a file index to
+``(line, reason)`` for the ones that did not.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+
+from dparallel.io._index import FileIndex
+from dparallel.types import StructureBatch
+
+__all__ = ["parse_range"]
+
+_Parsed = tuple[StructureBatch, np.ndarray, dict[int, tuple[int, str]]]
+
+
+def _read_bytes(path: Path, start: int, stop: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(stop - start)
+
+
+def parse_range(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
+    """Parse structures ``[start, stop)`` of ``path`` using its ``index``."""
+    if stop <= start:
+        return StructureBatch.empty(), np.zeros(0, np.int64), {}
+    if index.format == "n2p2":
+        return _parse_n2p2(path, index, start, stop)
+    if index.format == "extxyz":
+        return _parse_extxyz(path, index, start, stop)
+    return _parse_ase(path, index, start, stop)
+
+
+# ------------------------------------------------------------------ extxyz
+_PROPS = re.compile(r"Properties=([^\s\"]+|\"[^\"]*\")", re.IGNORECASE)
+
+
+def _diagnose_extxyz(text: str, line0: int) -> tuple[int, str] | None:
+    """Find the first bad line of one extxyz frame; ``None`` when nothing obvious is wrong."""
+    from ase.data import atomic_numbers
+
+    rows = text.splitlines()
+    if len(rows) < 2:
+        return None
+    m = _PROPS.search(rows[1])
+    spec = (m.group(1).strip('"') if m else "species:S:1:pos:R:3").split(":")
+    kinds: list[str] = []
+    names: list[str] = []
+    for name, kind, n in zip(spec[0::3], spec[1::3], spec[2::3], strict=False):
+        kinds += [kind.upper()] * int(n)
+        names += [name] * int(n)
+    for k, row in enumerate(rows[2:]):
+        line = line0 + 2 + k
+        cols = row.split()
+        if len(cols) != len(kinds):
+            return line, (
+                f"wrong column count: expected {len(kinds)} columns "
+                f"({':'.join(spec)}), found {len(cols)}"
+            )
+        for c, (kind, name, value) in enumerate(zip(kinds, names, cols, strict=True)):
+            if kind == "R":
+                try:
+                    float(value)
+                except ValueError:
+                    return line, f"non-numeric field {value!r} in column {c + 1} ({name})"
+            elif kind == "I":
+                try:
+                    int(value)
+                except ValueError:
+                    return line, f"non-integer field {value!r} in column {c + 1} ({name})"
+            elif name == "species" and value not in atomic_numbers:
+                return line, f"unknown element {value!r}"
+    return None
+
+
+class _Fallback(Exception):
+    """The fast path does not handle this frame; let ASE (and the diagnosis) do it."""
+
+
+def _props(spec: str) -> tuple[int, dict[str, tuple[str, int, int]]]:
+    """Total columns and ``{name: (kind, first column, width)}`` of a Properties string."""
+    parts = spec.split(":")
+    if len(parts) % 3:
+        raise _Fallback
+    cols: dict[str, tuple[str, int, int]] = {}
+    col = 0
+    for name, kind, width in zip(parts[0::3], parts[1::3], parts[2::3], strict=True):
+        cols[name] = (kind.upper(), col, int(width))
+        col += int(width)
+    return col, cols
+
+
+def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
+    """Parse one frame's comment + atom rows as ASE would, vectorised over atoms."""
+    from ase.io.extxyz import key_val_str_to_dict
+
+    info = key_val_str_to_dict(rows[0].strip()) if rows[0].strip() else {}
+    ncols, cols = _props(str(info.get("Properties", "species:S:1:pos:R:3")))
+    if "species" not in cols or cols.get("pos", ("", 0, 0))[::2] != ("R", 3):
+        raise _Fallback
+    tokens = np.asarray(" ".join(rows[1 : n + 1]).split())
+    if tokens.shape[0] != n * ncols:
+        raise _Fallback
+    table = tokens.reshape(n, ncols)  # (n, ncols) str
+
+    def real(name: str) -> np.ndarray | None:
+        if name not in cols or cols[name][0] != "R" or cols[name][2] != 3:
+            return None
+        _, c, w = cols[name]
+        try:
+            return table[:, c : c + w].astype(np.float64)  # (n, 3)
+        except ValueError:
+            raise _Fallback from None
+
+    species = table[:, cols["species"][1]]
+    uniq, inverse = np.unique(species, return_inverse=True)
+    try:
+        numbers = np.array([z_of[str(u)] for u in uniq], np.int64)[inverse.reshape(-1)]
+    except KeyError:
+        raise _Fallback from None
+    positions = real("pos")
+    forces = real("forces")
+    if forces is None:
+        forces = real("REF_forces")
+    if forces is None:
+        forces = np.full((n, 3), np.nan)
+    if "Lattice" in info:
+        cell = np.asarray(info["Lattice"], np.float64).T  # ASE's cell = transposed Lattice
+        pbc = info.get("pbc", [True, True, True])
+    else:
+        cell = np.zeros((3, 3))
+        pbc = info.get("pbc", [False, False, False])
+    energy = float("nan")
+    for key in ("energy", "REF_energy"):
+        if key in info:
+            energy = float(info[key])
+            break
+    tag = str(info.get("set", info.get("tag", "")))
+    return numbers, positions, forces, cell, np.asarray(pbc, bool).reshape(3), energy, tag
+
+
+def _parse_extxyz(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
+    """Fast vectorised path per frame; ASE (plus a diagnosis) for frames it cannot take."""
+    import ase.io
+    from ase.data import atomic_numbers
+
+    base = int(index.starts[start])
+    raw = _read_bytes(path, base, int(index.ends[stop - 1]))
+    errors = {i: index.errors[i] for i in range(start, stop) if i in index.errors}
+    fields: list[tuple] = []
+    kept: list[int] = []
+    for i in range(start, stop):
+        if i in errors:
+            continue
+        a, b = int(index.starts[i]) - base, int(index.ends[i]) - base
+        chunk = raw[a:b].decode("utf-8", errors="replace")
+        n = int(index.counts[i])
+        rows = chunk.split("\n")
+        try:
+            fields.append(_fast_frame(rows[1 : n + 2], n, atomic_numbers))
+            kept.append(i)
+            continue
+        except _Fallback:
+            pass
+        except Exception:  # noqa: BLE001 - any odd comment line: ASE decides below
+            pass
+        where = _diagnose_extxyz(chunk, int(index.lines[i]))
+        if where is not None:  # stricter than ASE, which ignores extra columns
+            errors[i] = where
+            continue
+        try:
+            frames = ase.io.read(io.StringIO(chunk), index=":", format="extxyz")
+            if len(frames) != 1:
+                raise ValueError(f"expected one frame, ASE found {len(frames)}")
+        except Exception as exc:  # noqa: BLE001 - reported with file, line and reason
+            errors[i] = (int(index.lines[i]), f"cannot parse frame: {exc}")
+            continue
+        one = StructureBatch.from_ase(frames)
+        fields.append(
+            (
+                one.numbers,
+                one.positions,
+                one.forces,
+                one.cells[0],
+                one.pbc[0],
+                float(one.energy[0]),
+                str(one.tags[0]),
+            )
+        )
+        kept.append(i)
+    if not kept:
+        return StructureBatch.empty(), np.zeros(0, np.int64), errors
+    counts = [f[0].shape[0] for f in fields]
+    batch = StructureBatch(
+        numbers=np.concatenate([f[0] for f in fields]),
+        positions=np.concatenate([f[1] for f in fields]),
+        forces=np.concatenate([f[2] for f in fields]),
+        cells=np.stack([f[3] for f in fields]),
+        pbc=np.stack([f[4] for f in fields]),
+        energy=np.asarray([f[5] for f in fields], np.float64),
+        offsets=np.concatenate([[0], np.cumsum(counts)]),
+        tags=np.asarray([f[6] for f in fields], dtype=object),
+    )
+    return batch, np.asarray(kept, np.int64), errors
+
+
+# -------------------------------------------------------------------- n2p2
+def _parse_n2p2(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
+    from ase.data import atomic_numbers
+
+    errors = {i: index.errors[i] for i in range(start, stop) if i in index.errors}
+    numbers: list[np.ndarray] = []  # (n,) per structure
+    rows: list[np.ndarray] = []  # (n, 6) per structure: x y z fx fy fz
+    cells, pbcs, energies, counts, tags, kept = [], [], [], [], [], []
+    with open(path, "rb") as f:
+        for i in range(start, stop):
+            if i in errors:
+                continue
+            f.seek(int(index.starts[i]))
+            block = f.read(int(index.ends[i] - index.starts[i])).decode("utf-8", errors="replace")
+            line = int(index.lines[i])
+            atom_rows: list[tuple[int, str]] = []  # (line, text) of each atom line
+            lattice: list[list[float]] = []
+            energy = float("nan")
+            tag = ""
+            try:
+                for k, raw in enumerate(block.splitlines()):
+                    line = int(index.lines[i]) + k
+                    cols = raw.split(None, 1)
+                    key = cols[0] if cols else ""
+                    if key == "atom":
+                        atom_rows.append((line, raw))
+                    elif key in ("", "begin", "end", "charge"):
+                        continue
+                    elif key == "comment":
+                        m = re.search(r"\bset\s*=\s*(\w+)", raw)
+                        tag = m.group(1) if m else tag
+                    elif key == "lattice":
+                        cols = raw.split()
+                        _ncols(cols, 4, "lattice x y z")
+                        lattice.append([_num(c) for c in cols[1:4]])
+                    elif key == "energy":
+                        cols = raw.split()
+                        _ncols(cols, 2, "energy E")
+                        energy = _num(cols[1])
+                    else:
+                        raise ValueError(f"unknown keyword {key!r}")
+                line = int(index.lines[i])  # structure-level checks point at its 'begin'
+                if len(lattice) not in (0, 3):
+                    raise ValueError(f"expected 0 or 3 'lattice' lines, found {len(lattice)}")
+                s_numbers, s_data = _n2p2_atoms(atom_rows, atomic_numbers)
+            except _LineError as exc:
+                errors[i] = (exc.line, str(exc))
+                continue
+            except ValueError as exc:
+                errors[i] = (line, str(exc))
+                continue
+            numbers.append(s_numbers)
+            rows.append(s_data)
+            cells.append(lattice if lattice else np.zeros((3, 3)))
+            pbcs.append([bool(lattice)] * 3)
+            energies.append(energy)
+            counts.append(len(s_numbers))
+            tags.append(tag)
+            kept.append(i)
+    if not kept:
+        return StructureBatch.empty(), np.zeros(0, np.int64), errors
+    data = np.concatenate(rows).reshape(-1, 6)  # (N, 6): x y z fx fy fz
+    batch = StructureBatch(
+        numbers=np.concatenate(numbers),
+        positions=data[:, :3],
+        cells=np.asarray(cells, np.float64),
+        pbc=np.asarray(pbcs, bool),
+        energy=np.asarray(energies),
+        forces=data[:, 3:],
+        offsets=np.concatenate([[0], np.cumsum(counts)]),
+        tags=np.asarray(tags, dtype=object),
+    )
+    return batch, np.asarray(kept, np.int64), errors
+
+
+class _LineError(ValueError):
+    """A parse error at a known line."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+_NUMERIC = np.array([1, 2, 3, 5, 6, 7, 8, 9])  # every number of "atom x y z el q n fx fy fz"
+_KEEP = np.array([0, 1, 2, 5, 6, 7])  # x y z fx fy fz among _NUMERIC
+
+
+def _n2p2_atoms(
+    atom_rows: list[tuple[int, str]], z_of: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Numbers (n,) and x y z fx fy fz (n, 6) of a structure's atom lines, vectorised.
+
+    On any problem, re-checks line by line to report the first bad line.
+    """
+    n = len(atom_rows)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros((0, 6))
+    tokens = np.asarray(" ".join(r for _, r in atom_rows).split())
+    if tokens.shape[0] == 10 * n:
+        table = tokens.reshape(n, 10)  # (n, 10) str
+        try:
+            uniq, inverse = np.unique(table[:, 4], return_inverse=True)
+            numbers = np.array([z_of[str(u)] for u in uniq], np.int64)[inverse.reshape(-1)]
+            return numbers, table[:, _NUMERIC].astype(np.float64)[:, _KEEP]
+        except (KeyError, ValueError):
+            pass
+    for line, raw in atom_rows:  # slow path: locate the first bad line
+        cols = raw.split()
+        try:
+            _ncols(cols, 10, "atom x y z element charge n fx fy fz")
+            if cols[4] not in z_of:
+                raise ValueError(f"unknown element {cols[4]!r}")
+            for c in _NUMERIC:
+                _num(cols[c])
+        except ValueError as exc:
+            raise _LineError(line, str(exc)) from None
+    raise ValueError("cannot parse the atom lines")  # pragma: no cover - slow path finds it
+
+
+def _ncols(cols: list[str], n: int, what: str) -> None:
+    if len(cols) != n:
+        raise ValueError(f"wrong column count: expected {n} ({what}), found {len(cols)}")
+
+
+def _num(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"non-numeric field {text!r}") from None
+
+
+# --------------------------------------------------------------------- ASE
+def _parse_ase(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
+    import ase.io
+
+    try:
+        frames = ase.io.read(str(path), index=f"{start}:{stop}", format=index.format)
+    except Exception as exc:  # noqa: BLE001 - reported with file, frame and reason
+        return (
+            StructureBatch.empty(),
+            np.zeros(0, np.int64),
+            {i: (0, f"ASE cannot read it: {exc}") for i in range(start, stop)},
+        )
+    return StructureBatch.from_ase(frames), np.arange(start, stop), {}

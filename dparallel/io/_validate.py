@@ -1,0 +1,69 @@
+"""Shared checks that every reader applies to each structure it returns."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dparallel.types import StructureBatch
+
+__all__ = ["validate_batch"]
+
+#: Largest atomic number accepted (ASE knows elements up to 118).
+MAX_Z = 118
+
+
+def validate_batch(batch: StructureBatch) -> dict[int, str]:
+    """Check each structure of ``batch``; return ``{local index: reason}`` for invalid ones.
+
+    Checks: at least one atom, atomic numbers in 1..118, finite positions, cells and
+    energies (NaN energy means absent), forces either finite or all NaN (absent),
+    and linearly independent cell vectors along every periodic direction.
+    Vectorised over atoms; loops only over the (rare) bad structures.
+    """
+    n = batch.n_structures
+    if n == 0:
+        return {}
+    counts = batch.atom_counts  # (S,)
+    sidx = batch.structure_index  # (N,)
+    bad: dict[int, str] = {}
+
+    def first_bad_atom(flags: np.ndarray) -> dict[int, int]:
+        rows = np.flatnonzero(flags)
+        out: dict[int, int] = {}
+        for r in rows[np.unique(sidx[rows], return_index=True)[1]]:
+            out[int(sidx[r])] = int(r - batch.offsets[sidx[r]])
+        return out
+
+    for s in np.flatnonzero(counts == 0):
+        bad.setdefault(int(s), "structure has no atoms")
+    for s, a in first_bad_atom((batch.numbers < 1) | (batch.numbers > MAX_Z)).items():
+        bad.setdefault(
+            s, f"atom {a}: unknown element (atomic number {batch.numbers[batch.offsets[s] + a]})"
+        )
+    for s, a in first_bad_atom(~np.isfinite(batch.positions).all(axis=1)).items():
+        bad.setdefault(
+            s, f"atom {a}: non-finite coordinates {batch.positions[batch.offsets[s] + a].tolist()}"
+        )
+    finite_f = np.isfinite(batch.forces).all(axis=1)  # (N,)
+    nan_f = np.isnan(batch.forces).all(axis=1)  # (N,)
+    n_finite = np.bincount(sidx, weights=finite_f, minlength=n)
+    n_nan = np.bincount(sidx, weights=nan_f, minlength=n)
+    for s in np.flatnonzero((n_finite != counts) & (n_nan != counts)):
+        row = np.flatnonzero(~finite_f[batch.offsets[s] : batch.offsets[s + 1]])[0]
+        bad.setdefault(int(s), f"atom {row}: non-finite forces (NaN only allowed for all atoms)")
+    for s in np.flatnonzero(np.isinf(batch.energy)):
+        bad.setdefault(int(s), "energy is infinite")
+    for s in np.flatnonzero(~np.isfinite(batch.cells).reshape(n, 9).all(axis=1)):
+        bad.setdefault(int(s), "cell has non-finite entries")
+    periodic = np.flatnonzero(batch.pbc.any(axis=1))
+    for s in periodic:
+        if int(s) in bad:
+            continue
+        vecs = batch.cells[s][batch.pbc[s]]  # (n_periodic, 3)
+        sv = np.linalg.svd(vecs, compute_uv=False)
+        if sv[-1] <= 1e-8 * max(1.0, float(sv[0])):
+            bad[int(s)] = (
+                f"periodic structure (pbc={batch.pbc[s].tolist()}) has a singular cell "
+                f"{batch.cells[s].tolist()}"
+            )
+    return dict(sorted(bad.items()))

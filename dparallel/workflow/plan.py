@@ -1,0 +1,133 @@
+"""Pure partition planning: contiguous structure ranges balanced by atom count. No I/O."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from dparallel.errors import ConfigError
+
+__all__ = ["Plan", "Slots", "plan_partitions"]
+
+
+class Slots(NamedTuple):
+    """Per-partition capacity in a store: ``atoms`` rows and ``structures`` rows."""
+
+    atoms: int
+    structures: int
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """Partitions of structures ``[starts[p], stops[p])`` with ``atoms[p]`` atoms each.
+
+    ``starts``/``stops``/``atoms`` are (P,) int64. ``slots`` is the capacity every
+    partition gets in a store: the largest partition's atoms and structures.
+    """
+
+    starts: np.ndarray
+    stops: np.ndarray
+    atoms: np.ndarray
+    target_atoms: int
+
+    def __post_init__(self) -> None:
+        for name in ("starts", "stops", "atoms"):
+            arr = np.asarray(getattr(self, name), dtype=np.int64).reshape(-1)
+            arr.setflags(write=False)
+            object.__setattr__(self, name, arr)
+
+    @property
+    def n_partitions(self) -> int:
+        """Number of partitions ``P``."""
+        return int(self.starts.shape[0])
+
+    def __len__(self) -> int:
+        return self.n_partitions
+
+    @property
+    def n_structures(self) -> int:
+        """Structures covered by the plan."""
+        return int(self.stops[-1]) if self.n_partitions else 0
+
+    @property
+    def slots(self) -> Slots:
+        """Capacity per partition: ``Slots(atoms=A, structures=K)``."""
+        if not self.n_partitions:
+            return Slots(1, 1)
+        return Slots(int(max(1, self.atoms.max())), int(max(1, (self.stops - self.starts).max())))
+
+    def partition_of(self, structure: int) -> int:
+        """The partition holding structure index ``structure``."""
+        return int(np.searchsorted(self.stops, structure, side="right"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (stored in zarr attributes)."""
+        return {
+            "target_atoms": self.target_atoms,
+            "starts": self.starts.tolist(),
+            "stops": self.stops.tolist(),
+            "atoms": self.atoms.tolist(),
+        }
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Plan:
+        """Inverse of :meth:`to_dict`."""
+        return Plan(
+            starts=np.asarray(d["starts"], np.int64),
+            stops=np.asarray(d["stops"], np.int64),
+            atoms=np.asarray(d["atoms"], np.int64),
+            target_atoms=int(d["target_atoms"]),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Plan) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _greedy_cuts(cum: np.ndarray, cap: int) -> np.ndarray:
+    """Stops of greedy contiguous partitions with ≤ ``cap`` atoms (a bigger structure alone)."""
+    n = cum.shape[0] - 1
+    stops = []
+    s = 0
+    while s < n:
+        e = int(np.searchsorted(cum, cum[s] + cap, side="right")) - 1
+        e = max(e, s + 1)  # one structure larger than cap: alone
+        stops.append(e)
+        s = e
+    return np.asarray(stops, dtype=np.int64)
+
+
+def plan_partitions(atom_counts: np.ndarray, target_atoms: int) -> Plan:
+    """Split structures into contiguous partitions of at most ``target_atoms`` atoms.
+
+    Uses the fewest partitions greedy packing allows, then the smallest per-partition
+    cap that still fits in that many (binary search), so partitions are balanced.
+    A structure with more than ``target_atoms`` atoms gets a partition of its own.
+    Cost O(P log S · log target) with P partitions and S structures.
+    """
+    counts = np.asarray(atom_counts, dtype=np.int64).reshape(-1)  # (S,)
+    if target_atoms < 1:
+        raise ConfigError(f"target_atoms must be ≥ 1, got {target_atoms}")
+    if np.any(counts < 0):
+        raise ConfigError("atom counts must be non-negative")
+    cum = np.concatenate([[0], np.cumsum(counts)])  # (S + 1,)
+    if counts.size == 0:
+        empty = np.zeros(0, np.int64)
+        return Plan(empty, empty, empty, target_atoms)
+    stops = _greedy_cuts(cum, target_atoms)
+    n_parts = len(stops)
+    lo = min(target_atoms, max(1, math.ceil(int(cum[-1]) / n_parts)))
+    hi = target_atoms
+    while lo < hi:  # smallest cap giving ≤ n_parts partitions
+        mid = (lo + hi) // 2
+        if len(_greedy_cuts(cum, mid)) <= n_parts:
+            hi = mid
+        else:
+            lo = mid + 1
+    stops = _greedy_cuts(cum, lo)
+    starts = np.concatenate([[0], stops[:-1]])
+    return Plan(starts, stops, cum[stops] - cum[starts], target_atoms)

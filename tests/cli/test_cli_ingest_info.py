@@ -1,0 +1,103 @@
+"""``dparallel ingest`` / ``dparallel info`` driven as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ase.io
+import pytest
+
+from dparallel.cli.main import main
+from dparallel.io.synthetic import random_structures
+from dparallel.store import open_store
+from dparallel.types import StructureBatch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def xyz(tmp_path, rng):
+    path = tmp_path / "in.xyz"
+    ase.io.write(path, random_structures(25, rng, max_atoms=10), format="extxyz")
+    with open(path, "a") as f:
+        f.write("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nZz 0 0 1\n")
+    return path
+
+
+def test_ingest_skip_info_json_resume(tmp_path, xyz, capsys):
+    out = tmp_path / "s.zarr"
+    args = ["ingest", str(xyz), "-o", str(out), "--on-error", "skip", "--partition-atoms", "30"]
+    assert main([*args, "-q"]) == 0
+    assert "25 structures" in capsys.readouterr().out
+    assert main(["info", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    ref = StructureBatch.from_ase(ase.io.read(xyz, ":25"))
+    assert info["n_structures"] == 25 and info["n_atoms"] == ref.n_atoms
+    assert info["complete"] is True
+    assert info["partitions_done"] == info["partitions_total"] > 1
+    assert info["elements"] == sorted(info["elements"], key=["H", "C", "O", "Si", "Cu"].index)
+    assert (
+        info["skipped"] == [{"index": 25, "reason": info["skipped"][0]["reason"]}]
+        and "unknown element 'Zz'" in info["skipped"][0]["reason"]
+    )
+    assert "structures/positions" in info["arrays"]
+    assert open_store(out).read_structures().equals(ref)
+    # a second run resumes: nothing left to write
+    assert main([*args, "-q"]) == 0
+    assert "(0 written" in capsys.readouterr().out
+    assert main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "complete" in text and "unknown element 'Zz'" in text
+
+
+def test_ingest_errors_exit_2(tmp_path, xyz, capsys):
+    out = tmp_path / "s.zarr"
+    assert main(["ingest", str(xyz), "-o", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"{xyz}, line " in err and "structure 25: unknown element 'Zz'" in err
+    assert main(["ingest", str(xyz), "-o", str(out), "-q", "--on-error", "skip"]) == 2
+    assert "another source or config" in capsys.readouterr().err  # raise-config store exists
+    assert (
+        main(["ingest", str(xyz), "-o", str(out), "-q", "--on-error", "skip", "--overwrite"]) == 0
+    )
+    assert main(["ingest", str(tmp_path / "none.xyz"), "-o", str(out), "-q"]) == 2
+    assert "input file not found" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_python_m_dparallel_subprocess(tmp_path, xyz):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "s.zarr"
+    cmd = [sys.executable, "-m", "dparallel"]
+    subprocess.run(
+        [*cmd, "ingest", str(xyz), "-o", str(out), "--on-error", "skip"],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    res = subprocess.run(
+        [*cmd, "info", str(out), "--json"],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    info = json.loads(res.stdout)
+    for key in (
+        "n_structures",
+        "n_atoms",
+        "elements",
+        "complete",
+        "skipped",
+        "arrays",
+        "partitions_done",
+        "partitions_total",
+    ):
+        assert key in info
+    assert info["n_structures"] == 25

@@ -1,0 +1,240 @@
+"""Malformed input: each case names the file, the line or structure, and what is wrong."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dparallel.errors import InputFormatError, InvalidStructureError
+from dparallel.io import open_source
+
+GOOD_XYZ = """2
+Properties=species:S:1:pos:R:3 energy=-1.5 pbc="F F F"
+H 0.0 0.0 0.0
+H 0.0 0.0 0.74
+"""
+
+
+def _xyz(bad_frame: str) -> str:
+    return GOOD_XYZ + bad_frame + GOOD_XYZ
+
+
+# (name, text, error class, line, structure, reason regex)
+XYZ_CASES = [
+    (
+        "truncated",
+        GOOD_XYZ + "3\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 0 1\n",
+        InputFormatError,
+        5,
+        1,
+        r"truncated frame: expected 3 atom lines, file ends after 2",
+    ),
+    (
+        "columns",
+        _xyz("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 0\n"),
+        InputFormatError,
+        8,
+        1,
+        r"wrong column count: expected 4 columns \(species:S:1:pos:R:3\), found 3",
+    ),
+    (
+        "non_numeric",
+        _xyz("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 abc 1\n"),
+        InputFormatError,
+        8,
+        1,
+        r"non-numeric field 'abc' in column 3 \(pos\)",
+    ),
+    (
+        "unknown_element",
+        _xyz("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nXq 0 0 1\n"),
+        InputFormatError,
+        8,
+        1,
+        r"unknown element 'Xq'",
+    ),
+    (
+        "nan_coordinates",
+        _xyz("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 nan 1\n"),
+        InvalidStructureError,
+        5,
+        1,
+        r"atom 1: non-finite coordinates",
+    ),
+    (
+        "singular_cell",
+        _xyz(
+            '2\nLattice="1 0 0 2 0 0 0 0 1" Properties=species:S:1:pos:R:3 pbc="T T T"\n'
+            "H 0 0 0\nH 0 0 0.7\n"
+        ),
+        InvalidStructureError,
+        5,
+        1,
+        r"periodic structure \(pbc=\[True, True, True\]\) has a singular cell",
+    ),
+    ("empty", "", InputFormatError, None, None, r"empty file: no structures found"),
+    (
+        "bad_count_line",
+        GOOD_XYZ + "two\ncomment\n",
+        InputFormatError,
+        5,
+        1,
+        r"expected the number of atoms of a new frame, found b'two",
+    ),
+]
+
+GOOD_N2P2 = """begin
+comment ok
+atom 0.0 0.0 0.0 H 0.0 0.0 0.0 0.0 0.0
+atom 0.0 0.0 0.74 H 0.0 0.0 0.0 0.0 0.0
+energy -1.0
+charge 0.0
+end
+"""
+
+
+def _n2p2(body: str) -> str:
+    return GOOD_N2P2 + "begin\ncomment bad\n" + body + "energy -1.0\ncharge 0.0\nend\n" + GOOD_N2P2
+
+
+N2P2_CASES = [
+    (
+        "columns",
+        _n2p2("atom 0 0 0 H 0 0 0 0\n"),
+        InputFormatError,
+        10,
+        1,
+        r"wrong column count: expected 10 \(atom x y z element charge n fx fy fz\), found 9",
+    ),
+    (
+        "non_numeric",
+        _n2p2("atom 0 0 1.2.3 H 0 0 0 0 0\n"),
+        InputFormatError,
+        10,
+        1,
+        r"non-numeric field '1.2.3'",
+    ),
+    (
+        "unknown_element",
+        _n2p2("atom 0 0 0 Qq 0 0 0 0 0\n"),
+        InputFormatError,
+        10,
+        1,
+        r"unknown element 'Qq'",
+    ),
+    (
+        "nan",
+        _n2p2("atom 0 0 inf H 0 0 0 0 0\n"),
+        InvalidStructureError,
+        8,
+        1,
+        r"atom 0: non-finite coordinates \[0.0, 0.0, inf\]",
+    ),
+    (
+        "singular_cell",
+        _n2p2("lattice 1 0 0\nlattice 0 1 0\nlattice 2 2 0\natom 0 0 0 H 0 0 0 0 0\n"),
+        InvalidStructureError,
+        8,
+        1,
+        r"has a singular cell",
+    ),
+    (
+        "begin_without_end",
+        GOOD_N2P2 + "begin\ncomment x\natom 0 0 0 H 0 0 0 0 0\n" + GOOD_N2P2,
+        InputFormatError,
+        8,
+        1,
+        r"'begin' without 'end' \(next 'begin' at line 11\)",
+    ),
+    (
+        "begin_without_end_at_eof",
+        GOOD_N2P2 + "begin\ncomment x\natom 0 0 0 H 0 0 0 0 0\n",
+        InputFormatError,
+        8,
+        1,
+        r"'begin' without 'end' \(file ends first\)",
+    ),
+    ("empty", "\n\n", InputFormatError, None, None, r"empty file: no structures found"),
+    ("no_atoms", _n2p2(""), InvalidStructureError, 8, 1, r"structure has no atoms"),
+    (
+        "wrong_lattice",
+        _n2p2("lattice 1 0 0\natom 0 0 0 H 0 0 0 0 0\n"),
+        InputFormatError,
+        8,
+        1,
+        r"expected 0 or 3 'lattice' lines, found 1",
+    ),
+]
+
+
+def _check(path, fmt, cls, line, frame, reason):
+    with pytest.raises(cls) as info:
+        open_source(path, fmt).read()
+    msg = str(info.value)
+    assert type(info.value) is cls, msg
+    assert msg.startswith(str(path.resolve())), msg
+    if line is not None:
+        assert f"line {line}" in msg, msg
+        assert info.value.line == line
+    if frame is not None:
+        assert f"structure {frame}" in msg, msg
+    assert re.search(reason, msg), msg
+
+
+@pytest.mark.parametrize(("name", "text", "cls", "line", "frame", "reason"), XYZ_CASES)
+def test_bad_extxyz(tmp_path, name, text, cls, line, frame, reason):
+    path = tmp_path / f"{name}.xyz"
+    path.write_text(text)
+    _check(path, None, cls, line, frame, reason)
+
+
+@pytest.mark.parametrize(("name", "text", "cls", "line", "frame", "reason"), N2P2_CASES)
+def test_bad_n2p2(tmp_path, name, text, cls, line, frame, reason):
+    path = tmp_path / f"{name}.data"
+    path.write_text(text)
+    _check(path, "n2p2", cls, line, frame, reason)
+
+
+def test_end_without_begin(tmp_path):
+    path = tmp_path / "input.data"
+    path.write_text(GOOD_N2P2 + "end\n")
+    with pytest.raises(InputFormatError, match=r"input.data, line 8: 'end' without 'begin'"):
+        open_source(path)
+
+
+@pytest.mark.parametrize("case", [c for c in XYZ_CASES if c[0] not in ("empty", "bad_count_line")])
+def test_skip_keeps_valid_extxyz(tmp_path, case):
+    name, text, _, _, frame, reason = case
+    path = tmp_path / f"{name}.xyz"
+    path.write_text(text)
+    src = open_source(path, on_error="skip")
+    res = src.read_checked(0, len(src))
+    n_good = len(src) - 1
+    assert res.batch.n_structures == n_good
+    assert [i for i, _ in res.skipped] == [frame]
+    assert re.search(reason, res.skipped[0][1])
+    assert src.skipped == res.skipped
+    assert list(res.indices) == [i for i in range(len(src)) if i != frame]
+    assert (res.batch.positions[:, 2].reshape(-1, 2)[:, 1] == 0.74).all()
+
+
+@pytest.mark.parametrize("case", [c for c in N2P2_CASES if c[0] != "empty"])
+def test_skip_keeps_valid_n2p2(tmp_path, case):
+    name, text, _, _, frame, reason = case
+    path = tmp_path / f"{name}.data"
+    path.write_text(text)
+    src = open_source(path, "n2p2", on_error="skip")
+    res = src.read_checked()
+    assert res.batch.n_structures == len(src) - 1
+    assert [i for i, _ in res.skipped] == [frame]
+    assert re.search(reason, res.skipped[0][1])
+    assert list(res.indices) == [i for i in range(len(src)) if i != frame]
+    assert (res.batch.energy == -1.0).all()
+
+
+def test_n2p2_non_numeric_charge_column(tmp_path):
+    path = tmp_path / "input.data"
+    path.write_text(_n2p2("atom 0 0 0 H 0 0 0 0 0\natom 0 0 1 H q 0 0 0 0\n"))
+    with pytest.raises(InputFormatError, match=r"line 11, structure 1: non-numeric field 'q'"):
+        open_source(path).read()

@@ -1,0 +1,157 @@
+"""extxyz / ASE-format sources: equality with ASE, random access, index cache, pickling."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import ase.io
+import numpy as np
+import pytest
+
+from dparallel.errors import InputError, InputFormatError, SourceNotFoundError
+from dparallel.io import _index, open_source
+from dparallel.io.synthetic import random_structures
+from dparallel.types import StructureBatch
+
+
+@pytest.fixture
+def small_xyz(tmp_path, rng):
+    path = tmp_path / "small.xyz"
+    frames = random_structures(40, rng)
+    frames[3].info["set"] = "test"
+    ase.io.write(path, frames, format="extxyz")
+    return path
+
+
+def test_extxyz_equals_ase(small_xyz):
+    src = open_source(small_xyz)
+    ref = StructureBatch.from_ase(ase.io.read(small_xyz, ":"))
+    assert src.format == "extxyz" and len(src) == 40
+    np.testing.assert_array_equal(src.atom_counts, ref.atom_counts)
+    got = src.read(0, 40)
+    assert got.equals(ref)
+    assert got.tags[3] == "test"
+    assert np.isfinite(got.energy).all() and np.isfinite(got.forces).all()
+    assert got.pbc.any() and not got.pbc.all()
+
+
+def test_ase_fallback_format_matches(tmp_path, rng):
+    path = tmp_path / "frames.traj"
+    frames = random_structures(12, rng)
+    ase.io.write(path, frames)
+    src = open_source(path)
+    assert src.format == "traj"
+    ref = StructureBatch.from_ase(ase.io.read(path, ":"))
+    assert src.read(0, 12).equals(ref)
+    assert src.read(4, 9).equals(ref.select(4, 9))
+
+
+@pytest.mark.slow
+def test_random_access_equals_sequential(tmp_path):
+    rng = np.random.default_rng(7)
+    path = tmp_path / "big.extxyz"
+    ase.io.write(path, random_structures(3000, rng, max_atoms=12), format="extxyz")
+    src = open_source(path)
+    assert len(src) == 3000
+    whole = src.read(0, 3000)
+    ref = StructureBatch.from_ase(ase.io.read(path, ":"))
+    assert whole.equals(ref)
+    for _ in range(25):
+        a = int(rng.integers(0, 3000))
+        b = int(rng.integers(a, min(3000, a + 200) + 1))
+        assert src.read(a, b).equals(whole.select(a, b)), (a, b)
+    # a fresh (pickled) source reading backwards gives the same structures
+    other = pickle.loads(pickle.dumps(src))
+    parts = [other.read(a, min(a + 500, 3000)) for a in range(2500, -1, -500)][::-1]
+    assert StructureBatch.concatenate(parts).equals(whole)
+
+
+def test_index_cache_used_and_invalidated(small_xyz, monkeypatch):
+    src = open_source(small_xyz)
+    cache = _index.cache_path_for(small_xyz.resolve(), "extxyz")[0]
+    assert cache.is_file()
+
+    def boom(*a, **k):
+        raise AssertionError("index rebuilt although the cache is valid")
+
+    monkeypatch.setattr(_index, "_index_extxyz", boom)
+    again = open_source(small_xyz)
+    assert len(again) == len(src)
+    assert again.fingerprint()["index_sha256"] == src.fingerprint()["index_sha256"]
+    monkeypatch.undo()
+
+    # appending a frame changes size and mtime: the index is rebuilt
+    extra = ase.io.read(small_xyz, "0")
+    ase.io.write(small_xyz, extra, format="extxyz", append=True)
+    st = small_xyz.stat()
+    os.utime(small_xyz, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    changed = open_source(small_xyz)
+    assert len(changed) == len(src) + 1
+    assert changed.fingerprint()["index_sha256"] != src.fingerprint()["index_sha256"]
+
+
+def test_index_cache_falls_back_to_user_dir(tmp_path, rng, monkeypatch):
+    path = tmp_path / "a.xyz"
+    ase.io.write(path, random_structures(3, rng), format="extxyz")
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("")  # a file: no cache can be written under it, even as root
+    real = _index.cache_path_for
+    monkeypatch.setattr(_index, "cache_path_for", lambda p, f: [blocker / "x.npz", real(p, f)[1]])
+    monkeypatch.setenv("DPARALLEL_CACHE_DIR", str(tmp_path / "cache"))
+    assert len(open_source(path)) == 3
+    assert len(list((tmp_path / "cache").glob("*.dpindex.npz"))) == 1
+
+
+def test_pickled_source_refuses_changed_file(small_xyz, rng):
+    src = open_source(small_xyz)
+    blob = pickle.dumps(src)
+    ase.io.write(small_xyz, random_structures(5, rng), format="extxyz")
+    st = small_xyz.stat()
+    os.utime(small_xyz, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    other = pickle.loads(blob)
+    with pytest.raises(InputError, match="changed since it was opened"):
+        len(other)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SourceNotFoundError, match="input file not found: .*nope.xyz"):
+        open_source(tmp_path / "nope.xyz")
+
+
+def test_read_range_checked(small_xyz):
+    src = open_source(small_xyz)
+    with pytest.raises(IndexError, match=r"\[5, 41\) outside \[0, 40\)"):
+        src.read(5, 41)
+    assert src.read(7, 7).n_structures == 0
+
+
+def test_extxyz_variants_match_ase(tmp_path):
+    """Comment-line variants the fast parser must read exactly as ASE does."""
+    text = (
+        '2\nLattice="4 0 0 0.5 5 0 0 0 6" Properties=species:S:1:pos:R:3:forces:R:3 '
+        'energy=-1.25 pbc="T T F" set=test\n'
+        "O 0.1 0.2 0.3 1 2 3\nH 1.5e-1 -2 3.25 -1 -2 -3\n"
+        "1\nProperties=species:S:1:pos:R:3:charge:R:1:REF_forces:R:3 REF_energy=7.5\n"
+        "Cu 1 2 3 0.5 0.1 0.2 0.3\n"
+        "3\nplain xyz comment\nC 0 0 0\nH 0 0 1.09\nH 1.0 0 0\n"
+        '1\nLattice="3 0 0 0 3 0 0 0 3" Properties=species:S:1:pos:R:3:tags:I:1\n'
+        "Si 0 0 0 7\n"
+    )
+    path = tmp_path / "variants.xyz"
+    path.write_text(text)
+    got = open_source(path).read()
+    ref = StructureBatch.from_ase(ase.io.read(path, ":"))
+    assert got.equals(ref)
+    assert list(got.tags) == ["test", "", "", ""]
+    np.testing.assert_array_equal(got.pbc, [[1, 1, 0], [0, 0, 0], [0, 0, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(got.energy[:2], [-1.25, 7.5])
+    assert np.isnan(got.energy[2:]).all() and np.isnan(got.forces[3:]).all()
+
+
+def test_extra_column_is_an_error(tmp_path):
+    """ASE silently ignores a surplus column; dparallel reports it."""
+    path = tmp_path / "extra.xyz"
+    path.write_text("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 0 1 9\n")
+    with pytest.raises(InputFormatError, match=r"line 4, structure 0: wrong column count"):
+        open_source(path).read()

@@ -1,0 +1,157 @@
+"""Store layout, reopen/mismatch rules, partition writes and read-back, generic hooks."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import ase.io
+import numpy as np
+import pytest
+import zarr
+
+from dparallel.errors import StoreError, StoreIncompleteError, StoreMismatchError
+from dparallel.io import open_source
+from dparallel.io.synthetic import random_structures
+from dparallel.store import FORMAT_VERSION, create_store, open_store
+from dparallel.types import StructureBatch
+from dparallel.workflow.ingest import ingest, ingest_partition, prepare_ingest
+from dparallel.workflow.plan import plan_partitions
+
+
+@pytest.fixture
+def xyz(tmp_path, rng):
+    path = tmp_path / "data.xyz"
+    frames = random_structures(30, rng, max_atoms=15)
+    frames[2].info["set"] = "test"
+    ase.io.write(path, frames, format="extxyz")
+    return path
+
+
+def _new(tmp_path, src, target=40, config=None, **kw):
+    return create_store(
+        tmp_path / "s.zarr",
+        source_fingerprint=src.fingerprint(),
+        atom_counts=src.atom_counts,
+        plan=plan_partitions(src.atom_counts, target),
+        config=config or {"ingest": {"x": 1}},
+        **kw,
+    )
+
+
+def test_ingest_roundtrip_equals_ase(tmp_path, xyz):
+    result = ingest(xyz, tmp_path / "s.zarr", partition_atoms=40)
+    store = open_store(tmp_path / "s.zarr")
+    ref = StructureBatch.from_ase(ase.io.read(xyz, ":"))
+    assert store.is_complete and store.n_structures == 30 and store.n_atoms == ref.n_atoms
+    assert result.partitions_written == store.n_partitions > 3
+    got = store.read_structures(0, 30)
+    assert got.equals(ref)  # positions, numbers, cell, pbc, energy, forces, tags: exact
+    assert store.read_structures(5, 23).equals(ref.select(5, 23))
+    np.testing.assert_array_equal(store.source_indices(), np.arange(30))
+    assert store.elements == sorted(set(ref.numbers.tolist()))
+    for p in range(store.n_partitions):
+        a, b = store.partition_range(p)
+        assert store.read_partition(p).equals(ref.select(a, b))
+        assert store.report(p)["n_structures"] == b - a
+
+
+def test_layout_attrs_and_chunks(tmp_path, xyz):
+    src = open_source(xyz)
+    store = _new(tmp_path, src, config={"ingest": {"units": "ase"}})
+    A, K = store.atom_slots, store.structure_slots
+    P = store.n_partitions
+    root = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")
+    meta = root.attrs["dparallel"]
+    assert meta["format_version"] == FORMAT_VERSION
+    assert set(meta["versions"]) >= {"dparallel", "torch", "zarr"}
+    assert meta["versions"]["zarr"] == zarr.__version__
+    assert meta["source"] == json.loads(json.dumps(src.fingerprint()))
+    assert meta["config"] == {"ingest": {"units": "ase"}}
+    assert meta["plan"]["stops"][-1] == 30
+    assert root["structures/positions"].shape == (P * A, 3)
+    assert root["structures/positions"].chunks == (A, 3)
+    assert root["structures/energy"].chunks == (K,)
+    assert root["partitions/done"].chunks == (1,)
+    assert not store.is_complete and len(store.pending_partitions()) == P
+    with pytest.raises(StoreIncompleteError, match=f"{P} of {P} partitions are not done"):
+        store.read_structures(0, 1)
+
+
+def test_reopen_same_returns_existing_and_mismatch_refused(tmp_path, xyz, rng):
+    src = open_source(xyz)
+    store = _new(tmp_path, src)
+    ingest_partition(src, store, 0)
+    again = _new(tmp_path, src)
+    np.testing.assert_array_equal(again.done_partitions(), [0])  # kept for resume
+    with pytest.raises(StoreMismatchError, match=r"another source or config: config .*--overwrite"):
+        _new(tmp_path, src, config={"ingest": {"x": 2}})
+    other = tmp_path / "other.xyz"
+    ase.io.write(other, random_structures(30, rng, max_atoms=15), format="extxyz")
+    osrc = open_source(other)
+    with pytest.raises(StoreMismatchError, match=r"source .*data.xyz ≠ .*other.xyz"):
+        _new(tmp_path, osrc)
+    fresh = _new(tmp_path, osrc, overwrite=True)
+    assert len(fresh.done_partitions()) == 0
+    (tmp_path / "junk").mkdir()
+    with pytest.raises(StoreMismatchError, match="not a dparallel store"):
+        create_store(
+            tmp_path / "junk",
+            source_fingerprint=src.fingerprint(),
+            atom_counts=src.atom_counts,
+            plan=plan_partitions(src.atom_counts, 40),
+            config={},
+        )
+
+
+def test_rewrite_is_idempotent_and_readonly_refuses(tmp_path, xyz):
+    src = open_source(xyz)
+    store = prepare_ingest(src, tmp_path / "s.zarr", partition_atoms=40)
+    for p in range(store.n_partitions):
+        ingest_partition(src, store, p)
+    ingest_partition(src, store, 1)  # a retried task rewrites the same chunks
+    ro = open_store(tmp_path / "s.zarr")
+    assert ro.read_structures().equals(src.read())
+    with pytest.raises(StoreError, match="read-only"):
+        ro.mark_done(0)
+    assert pickle.loads(pickle.dumps(ro)).read_structures(3, 4).equals(src.read(3, 4))
+
+
+def test_atom_array_and_partition_array_hooks(tmp_path, xyz):
+    src = open_source(xyz)
+    store = prepare_ingest(src, tmp_path / "s.zarr", partition_atoms=40)
+    store.create_atom_array("g", (4,), np.float32, attributes={"unit": "1"})
+    store.create_atom_array("g", (4,), np.float32)  # same spec: no-op
+    with pytest.raises(StoreMismatchError, match="atoms/g exists"):
+        store.create_atom_array("g", (5,), np.float32)
+    batch = src.read()
+    feats = np.arange(batch.n_atoms * 4, dtype=np.float32).reshape(-1, 4)  # (N, 4)
+    for p in range(store.n_partitions):
+        a, b = store.partition_range(p)
+        ingest_partition(src, store, p)
+        store.write_atom_array("g", p, feats[batch.offsets[a] : batch.offsets[b]])
+        store.write_partition_arrays(p, {"pairs": np.full((p + 2, 2), p)}, group="nbr")
+    np.testing.assert_array_equal(store.read_atom_array("g", 0, 30), feats)
+    np.testing.assert_array_equal(
+        store.read_atom_array("g", 4, 17), feats[batch.offsets[4] : batch.offsets[17]]
+    )
+    got = store.read_partition_arrays(2, group="nbr")
+    np.testing.assert_array_equal(got["pairs"], np.full((4, 2), 2))
+    assert "atoms/g" in store.info()["arrays"]
+
+
+def test_skipped_records_and_info(tmp_path):
+    path = tmp_path / "input.data"
+    good = "begin\natom 0 0 0 H 0 0 0 0 0\natom 0 0 0.7 H 0 0 0 0 0\nenergy -1\nend\n"
+    bad = "begin\natom 0 0 nan H 0 0 0 0 0\nend\n"
+    path.write_text(good * 3 + bad + good * 4 + bad + good)
+    ingest(path, tmp_path / "s.zarr", on_error="skip", partition_atoms=4)
+    store = open_store(tmp_path / "s.zarr")
+    assert store.n_structures == 8 and store.n_atoms == 16
+    assert [i for i, _ in store.skipped()] == [3, 8]
+    assert "line 16: atom 0: non-finite coordinates" in store.skipped()[0][1]
+    np.testing.assert_array_equal(store.source_indices(), [0, 1, 2, 4, 5, 6, 7, 9])
+    info = store.info()
+    assert info["n_skipped"] == 2 and info["skipped"][1]["index"] == 8
+    assert info["complete"] and info["partitions_done"] == info["partitions_total"]
+    assert info["elements"] == ["H"]
