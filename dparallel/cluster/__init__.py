@@ -11,6 +11,7 @@ from dparallel.cluster.threads import (
     TorchThreadsPlugin,
     configured_torch_threads,
     ensure_torch_threads,
+    torch_thread_report,
     torch_threads,
 )
 
@@ -26,5 +27,6 @@ __all__ = [
     "dashboard_link",
     "ensure_torch_threads",
     "security_from_tls",
+    "torch_thread_report",
     "torch_threads",
 ]

@@ -161,11 +161,9 @@ def connect(
         The scheduler cannot be reached within ``spec.connect_timeout`` seconds, a
         certificate or scheduler file is missing, or dask-jobqueue is not installed.
     """
-    explicit_spec = spec is not None
     spec = spec if spec is not None else ClusterSpec()
     if client is not None:
-        if explicit_spec:
-            _register_threads(client, spec)
+        _register_threads(client, spec)
         return ClusterHandle(client, None, "client", owns=False)
     if scheduler is not None:
         return _connect_remote(scheduler, spec, "scheduler")
@@ -210,6 +208,11 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
         )
     try:
         client = Client(address, security=security, timeout=spec.connect_timeout)
+    except TypeError as exc:  # distributed's way of saying "tls:// without certificates"
+        raise ClusterError(
+            f"cannot connect to the Dask scheduler at {address!r}: it needs TLS but no "
+            "certificates are configured; set cluster.tls (ca_file, cert, key)"
+        ) from exc
     except (OSError, TimeoutError) as exc:
         raise ClusterError(
             f"cannot reach the Dask scheduler at {address!r} within "
@@ -223,13 +226,14 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
 
 def _worker_env(spec: ClusterSpec) -> dict[str, str]:
     """Environment for worker processes: the torch/OpenMP/MKL thread budget."""
-    n = str(spec.torch_threads)
+    n = str(spec.torch_threads or 1)
     return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, ENV_TORCH_THREADS: n}
 
 
 def _register_threads(client: Client, spec: ClusterSpec) -> None:
-    """Register the torch-thread plugin on every (current and future) worker."""
-    client.register_plugin(TorchThreadsPlugin(spec.torch_threads))
+    """Register the torch-thread plugin on every worker when the spec sets a budget."""
+    if spec.torch_threads is not None:
+        client.register_plugin(TorchThreadsPlugin(spec.torch_threads))
 
 
 def _start_local(spec: ClusterSpec) -> ClusterHandle:
@@ -278,7 +282,7 @@ def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
             "install the optional extra: pip install 'dparallel[slurm]'"
         ) from None
     slurm = spec.slurm
-    n = spec.torch_threads
+    n = spec.torch_threads or 1
     try:
         cluster = SLURMCluster(
             queue=slurm.queue,

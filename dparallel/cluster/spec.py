@@ -78,8 +78,10 @@ class ClusterSpec(_Frozen):
         Local worker processes; ``None`` means one per core.
     threads_per_worker : int
         Dask threads per worker process (1: tasks run torch code, parallelism is by process).
-    torch_threads : int
-        ``torch.get_num_threads()`` inside each task (also OMP/MKL_NUM_THREADS of workers).
+    torch_threads : int or None
+        ``torch.get_num_threads()`` inside each task (also OMP/MKL_NUM_THREADS of local
+        workers). ``None``: local workers use 1; workers of an existing cluster keep their
+        own ``DPARALLEL_TORCH_THREADS`` (e.g. set in docker-compose), default 1.
     memory_limit : str or None
         Per-worker memory limit for local workers, e.g. ``"2GiB"``; ``None`` = Dask's default.
     address : str or None
@@ -99,7 +101,7 @@ class ClusterSpec(_Frozen):
     kind: Literal["local", "address", "slurm"] = "local"
     n_workers: int | None = Field(None, ge=1)
     threads_per_worker: int = Field(1, ge=1)
-    torch_threads: int = Field(1, ge=1)
+    torch_threads: int | None = Field(None, ge=1)
     memory_limit: str | None = None
     address: str | None = None
     scheduler_file: Path | None = None

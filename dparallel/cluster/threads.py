@@ -23,6 +23,7 @@ __all__ = [
     "TorchThreadsPlugin",
     "configured_torch_threads",
     "ensure_torch_threads",
+    "torch_thread_report",
     "torch_threads",
 ]
 
@@ -58,6 +59,29 @@ def ensure_torch_threads(n: int | None = None) -> int:
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n
+
+
+def torch_thread_report(_: Any = None) -> dict[str, Any]:
+    """Diagnostic task: torch threads of this OS thread before and after the budget.
+
+    Submit it to a cluster (``client.submit(torch_thread_report, pure=False)``) to see what
+    tasks get. Returns ``before``, ``budget``, ``after`` (ints), ``omp_num_threads`` (env,
+    str or None), ``pid`` and ``thread`` (ids).
+    """
+    import threading
+
+    import torch
+
+    before = torch.get_num_threads()
+    budget = ensure_torch_threads()
+    return {
+        "before": before,
+        "budget": budget,
+        "after": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "pid": os.getpid(),
+        "thread": threading.get_ident(),
+    }
 
 
 @contextmanager
