@@ -105,8 +105,8 @@ class DashboardState:
         """Partitions done/total, structures/s, ETA and per-worker throughput (or ``None``).
 
         The rate is structures done over the time since the run's start event (or, without
-        one, since the first partition began); per-worker throughput is structures over the
-        summed task seconds of that worker.
+        one, since the first partition began), at least the longest task; per-worker
+        throughput is structures over the summed task seconds of that worker.
         """
         run = self.progress
         if run is None:
@@ -122,6 +122,8 @@ class DashboardState:
             t0 = None
         t_last = max((p.time for p in parts), default=None)
         elapsed = (t_last - t0) if (t0 is not None and t_last is not None) else 0.0
+        # A partition cannot finish faster than its own task (guards bursts of late reports).
+        elapsed = max(elapsed, max((p.seconds for p in parts), default=0.0))
         rate = done_structures / elapsed if elapsed > 0 else None
         eta = None
         if rate and run.n_structures is not None:
