@@ -41,11 +41,18 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start ``argv`` in its own process group, output to ``log``."""
+def start(
+    argv: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen:
+    """Start ``argv`` in its own process group (in ``cwd``), output to ``log``."""
     fh = open(log, "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
-        argv, stdout=fh, stderr=subprocess.STDOUT, env=env or child_env(), start_new_session=True
+        argv,
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        env=env or child_env(),
+        cwd=cwd,
+        start_new_session=True,
     )
     proc._log_handle = fh  # type: ignore[attr-defined]
     return proc

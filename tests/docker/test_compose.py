@@ -111,7 +111,9 @@ def test_compose_commands_run_as_local_processes(services: dict[str, dict], tmp_
     procs: list[subprocess.Popen] = []
     t_start = time.monotonic()
     try:
-        sched = start(sched_argv, tmp_path / "scheduler.log", _env(sched_svc))
+        data = tmp_path / "data"  # stands for the shared volume, the services' working_dir
+        data.mkdir()
+        sched = start(sched_argv, tmp_path / "scheduler.log", _env(sched_svc), cwd=data)
         procs.append(sched)
         info = wait_scheduler_file(sfile, sched, tmp_path / "scheduler.log")
         address, dashboard_port = info["address"], info["services"]["dashboard"]
@@ -135,7 +137,7 @@ def test_compose_commands_run_as_local_processes(services: dict[str, dict], tmp_
                 *[address if a == SCHEDULER_ADDRESS else a for a in worker_svc["command"][1:]],
             ]
             argv += ["--host", "127.0.0.1"]
-            procs.append(start(argv, tmp_path / f"worker{i}.log", _env(worker_svc)))
+            procs.append(start(argv, tmp_path / f"worker{i}.log", _env(worker_svc), cwd=data))
 
         expected_threads = int(worker_svc["environment"]["DPARALLEL_TORCH_THREADS"])
         with connect(scheduler=address) as handle:
