@@ -4,7 +4,13 @@ Only ``dparallel.cluster``, ``dparallel.dashboard`` and ``dparallel.workflow`` i
 ``distributed``.
 """
 
-from dparallel.cluster.connect import ClusterHandle, connect, dashboard_link, security_from_tls
+from dparallel.cluster.connect import (
+    ClusterHandle,
+    connect,
+    dashboard_link,
+    dashboard_pages,
+    security_from_tls,
+)
 from dparallel.cluster.spec import ClusterSpec, SlurmSpec, TLSSpec
 from dparallel.cluster.threads import (
     ENV_TORCH_THREADS,
@@ -25,6 +31,7 @@ __all__ = [
     "configured_torch_threads",
     "connect",
     "dashboard_link",
+    "dashboard_pages",
     "ensure_torch_threads",
     "security_from_tls",
     "torch_thread_report",

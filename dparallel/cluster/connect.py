@@ -29,7 +29,7 @@ from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.errors import ClusterError
 
-__all__ = ["ClusterHandle", "connect", "dashboard_link", "security_from_tls"]
+__all__ = ["ClusterHandle", "connect", "dashboard_link", "dashboard_pages", "security_from_tls"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,11 @@ class ClusterHandle:
     def dashboard_link(self) -> str | None:
         """URL of the Dask dashboard's status page, or ``None`` if it has none."""
         return dashboard_link(self.client)
+
+    @property
+    def dashboard_pages(self) -> dict[str, str]:
+        """URLs of the Dask status page and the dparallel pages (see :func:`dashboard_pages`)."""
+        return dashboard_pages(self.client)
 
     @property
     def n_workers(self) -> int:
@@ -107,6 +112,24 @@ def dashboard_link(client: Client) -> str | None:
     if "dashboard" not in info.get("services", {}):
         return None
     return str(client.dashboard_link)
+
+
+def dashboard_pages(client: Client) -> dict[str, str]:
+    """URLs of the Dask status page and the dparallel pages (empty without a dashboard).
+
+    Keys: ``"status"``, ``"progress"``, ``"training"``, ``"json"``. The dparallel pages
+    exist only on schedulers started with the ``dparallel.dashboard`` preload.
+    """
+    link = dashboard_link(client)
+    if link is None:
+        return {}
+    base = link.rsplit("/", 1)[0] if link.endswith("/status") else link.rstrip("/")
+    return {
+        "status": link,
+        "progress": f"{base}/individual-dparallel-progress",
+        "training": f"{base}/individual-dparallel-training",
+        "json": f"{base}/dparallel/status.json",
+    }
 
 
 def security_from_tls(tls: TLSSpec | None) -> Security | None:

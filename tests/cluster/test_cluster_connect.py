@@ -102,6 +102,7 @@ def test_command_line_scheduler_via_scheduler_file_and_env(tmp_path: Path, monke
         )
         with connect(scheduler_file=sfile) as handle:
             assert handle.source == "scheduler_file"
+            assert handle.dashboard_link is None and handle.dashboard_pages == {}  # --no-dashboard
             handle.client.wait_for_workers(1, timeout=60)
             r = handle.client.submit(torch_thread_report, 0, pure=False).result(timeout=60)
             # The nanny forces OMP_NUM_THREADS=1; the per-task call applies the budget.

@@ -88,6 +88,10 @@ def local_dashboard() -> Iterator[tuple[Client, str]]:
         assert all(client.gather(futures))  # True: a worker was found and the event sent
         _publish_train(client)
         base = handle.dashboard_link.rsplit("/", 1)[0]
+        pages = handle.dashboard_pages
+        assert pages["progress"] == f"{base}/{PAGE_ROUTES[0]}"
+        assert pages["training"] == f"{base}/{PAGE_ROUTES[1]}"
+        assert pages["json"] == f"{base}/{STATUS_ROUTE}"
         yield client, base
     finally:
         handle.close()
