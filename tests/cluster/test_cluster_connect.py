@@ -76,7 +76,8 @@ def test_command_line_scheduler_via_scheduler_file_and_env(tmp_path: Path, monke
             "127.0.0.1",
             "--port",
             "0",
-            "--no-dashboard",
+            "--dashboard-address",
+            "127.0.0.1:0",
             "--scheduler-file",
             str(sfile),
         ],
@@ -95,14 +96,16 @@ def test_command_line_scheduler_via_scheduler_file_and_env(tmp_path: Path, monke
                 "1",
                 "--host",
                 "127.0.0.1",
-                "--no-dashboard",
+                "--dashboard-address",
+                "127.0.0.1:0",
             ],
             tmp_path / "worker.log",
             env,
         )
         with connect(scheduler_file=sfile) as handle:
             assert handle.source == "scheduler_file"
-            assert handle.dashboard_link is None and handle.dashboard_pages == {}  # --no-dashboard
+            link = handle.dashboard_link  # the HTTP server runs even without bokeh pages
+            assert link is not None and link.startswith("http://127.0.0.1:")
             handle.client.wait_for_workers(1, timeout=60)
             r = handle.client.submit(torch_thread_report, 0, pure=False).result(timeout=60)
             # The nanny forces OMP_NUM_THREADS=1; the per-task call applies the budget.
@@ -189,7 +192,8 @@ def test_tls_scheduler_worker_client(tmp_path: Path) -> None:
             "127.0.0.1",
             "--port",
             "0",
-            "--no-dashboard",
+            "--dashboard-address",
+            "127.0.0.1:0",
             "--scheduler-file",
             str(sfile),
             *tls_args,
@@ -210,7 +214,8 @@ def test_tls_scheduler_worker_client(tmp_path: Path) -> None:
                 "1",
                 "--host",
                 "127.0.0.1",
-                "--no-dashboard",
+                "--dashboard-address",
+                "127.0.0.1:0",
                 *tls_args,
             ],
             tmp_path / "worker.log",
