@@ -1,0 +1,334 @@
+"""Resolve where Dask work runs and return a connected :class:`ClusterHandle`.
+
+Resolution order (first match wins):
+
+1. an explicit ``client=``;
+2. ``scheduler=`` address or ``scheduler_file=`` (the CLI's ``--scheduler`` / ``--scheduler-file``);
+3. the ``DASK_SCHEDULER_ADDRESS`` environment variable;
+4. the spec's ``kind``: ``address`` (``spec.address`` / ``spec.scheduler_file``) or ``slurm``
+   (dask-jobqueue, optional extra ``dparallel[slurm]``);
+5. a local multi-process cluster: processes, ``threads_per_worker`` threads each, one worker
+   per core unless ``n_workers`` says otherwise, dashboard bound to 127.0.0.1, with the
+   dparallel dashboard pages preloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from dask.system import CPU_COUNT
+from distributed import Client, LocalCluster
+from distributed.security import Security
+
+from dparallel.cluster.spec import ClusterSpec, TLSSpec
+from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
+from dparallel.errors import ClusterError
+
+__all__ = ["ClusterHandle", "connect", "dashboard_link", "dashboard_pages", "security_from_tls"]
+
+logger = logging.getLogger(__name__)
+
+#: Scheduler preload that adds the dparallel pages to the Dask dashboard.
+DASHBOARD_PRELOAD = "dparallel.dashboard"
+#: Environment variable that names a running scheduler (read by Dask itself, too).
+ENV_SCHEDULER_ADDRESS = "DASK_SCHEDULER_ADDRESS"
+
+
+class ClusterHandle:
+    """A connected client and, when dparallel started it, the cluster it owns.
+
+    Use as a context manager; :meth:`close` closes the client and any cluster that
+    :func:`connect` started, never a cluster or client the caller passed in.
+
+    Attributes
+    ----------
+    client : distributed.Client
+        The connected client.
+    cluster : object or None
+        The cluster started by :func:`connect` (``LocalCluster``, ``SLURMCluster``) or ``None``.
+    source : str
+        How the cluster was found: ``"client"``, ``"scheduler"``, ``"scheduler_file"``,
+        ``"env"``, ``"address"``, ``"slurm"`` or ``"local"``.
+    """
+
+    def __init__(self, client: Client, cluster: Any | None, source: str, *, owns: bool) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.source = source
+        self._owns = owns
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """URL of the Dask dashboard's status page, or ``None`` if it has none."""
+        return dashboard_link(self.client)
+
+    @property
+    def dashboard_pages(self) -> dict[str, str]:
+        """URLs of the Dask status page and the dparallel pages (see :func:`dashboard_pages`)."""
+        return dashboard_pages(self.client)
+
+    @property
+    def n_workers(self) -> int:
+        """Number of workers currently connected to the scheduler."""
+        return len(self.client.scheduler_info(n_workers=-1).get("workers", {}))
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Close what :func:`connect` opened (idempotent)."""
+        if not self._owns:
+            return
+        self._owns = False
+        try:
+            self.client.close(timeout=timeout)
+        finally:
+            if self.cluster is not None:
+                self.cluster.close(timeout=timeout)
+
+    def __enter__(self) -> ClusterHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ClusterHandle(source={self.source!r}, scheduler={self.client.scheduler.address!r})"
+
+
+def dashboard_link(client: Client) -> str | None:
+    """The dashboard URL of ``client``'s scheduler (what the CLI prints), or ``None``."""
+    try:
+        info = client.scheduler_info(n_workers=0)
+    except Exception:  # noqa: BLE001 - a closed client simply has no link
+        return None
+    if "dashboard" not in info.get("services", {}):
+        return None
+    return str(client.dashboard_link)
+
+
+def dashboard_pages(client: Client) -> dict[str, str]:
+    """URLs of the Dask status page and the dparallel pages (empty without a dashboard).
+
+    Keys: ``"status"``, ``"progress"``, ``"training"``, ``"json"``. The dparallel pages
+    exist only on schedulers started with the ``dparallel.dashboard`` preload.
+    """
+    link = dashboard_link(client)
+    if link is None:
+        return {}
+    base = link.rsplit("/", 1)[0] if link.endswith("/status") else link.rstrip("/")
+    return {
+        "status": link,
+        "progress": f"{base}/individual-dparallel-progress",
+        "training": f"{base}/individual-dparallel-training",
+        "json": f"{base}/dparallel/status.json",
+    }
+
+
+def security_from_tls(tls: TLSSpec | None) -> Security | None:
+    """A client-side :class:`distributed.security.Security` for the certificate files."""
+    if tls is None:
+        return None
+    files = [("ca_file", tls.ca_file), ("cert", tls.cert)]
+    if tls.key is not None:
+        files.append(("key", tls.key))
+    for name, path in files:
+        if not Path(path).is_file():
+            raise ClusterError(
+                f"cluster.tls.{name}: certificate file {str(path)!r} does not exist; "
+                "give the PEM files the scheduler's CA signed"
+            )
+    return Security(
+        tls_ca_file=str(tls.ca_file),
+        tls_client_cert=str(tls.cert),
+        tls_client_key=None if tls.key is None else str(tls.key),
+        require_encryption=True,
+    )
+
+
+def connect(
+    spec: ClusterSpec | None = None,
+    *,
+    client: Client | None = None,
+    scheduler: str | None = None,
+    scheduler_file: str | os.PathLike[str] | None = None,
+) -> ClusterHandle:
+    """Connect to (or start) the cluster a run uses; see the module docstring for the order.
+
+    Parameters
+    ----------
+    spec : ClusterSpec or None
+        The workflow's ``cluster:`` section; ``None`` means ``ClusterSpec()`` (local).
+    client : distributed.Client or None
+        Use this client as is (it is not closed by the handle).
+    scheduler : str or None
+        Scheduler address such as ``tcp://host:8786``; overrides the spec.
+    scheduler_file : path or None
+        Scheduler file written by ``dask scheduler --scheduler-file``; overrides the spec.
+
+    Returns
+    -------
+    ClusterHandle
+        Connected client (and owned cluster); close it or use it as a context manager.
+
+    Raises
+    ------
+    ClusterError
+        The scheduler cannot be reached within ``spec.connect_timeout`` seconds, a
+        certificate or scheduler file is missing, or dask-jobqueue is not installed.
+    """
+    spec = spec if spec is not None else ClusterSpec()
+    if client is not None:
+        _register_threads(client, spec)
+        return ClusterHandle(client, None, "client", owns=False)
+    if scheduler is not None:
+        return _connect_remote(scheduler, spec, "scheduler")
+    if scheduler_file is not None:
+        return _connect_remote(_read_scheduler_file(scheduler_file), spec, "scheduler_file")
+    env_address = os.environ.get(ENV_SCHEDULER_ADDRESS)
+    if env_address:
+        return _connect_remote(env_address, spec, "env")
+    if spec.kind == "address":
+        address = spec.address or _read_scheduler_file(spec.scheduler_file)  # type: ignore[arg-type]
+        return _connect_remote(address, spec, "address")
+    if spec.kind == "slurm":
+        return _start_slurm(spec)
+    return _start_local(spec)
+
+
+def _read_scheduler_file(path: str | os.PathLike[str]) -> str:
+    """Scheduler address from a ``dask scheduler --scheduler-file`` JSON file."""
+    try:
+        with open(path) as f:
+            info = json.load(f)
+    except FileNotFoundError:
+        raise ClusterError(
+            f"scheduler file {str(path)!r} does not exist; start the scheduler with "
+            f"`dask scheduler --scheduler-file {path}` or give --scheduler ADDRESS"
+        ) from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ClusterError(f"scheduler file {str(path)!r} is not readable JSON: {exc}") from exc
+    address = info.get("address") if isinstance(info, dict) else None
+    if not isinstance(address, str):
+        raise ClusterError(f"scheduler file {str(path)!r} has no 'address' entry")
+    return address
+
+
+def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHandle:
+    """Client for a running scheduler, with a bounded connection timeout."""
+    security = security_from_tls(spec.tls)
+    if security is not None and address.startswith("tcp://"):
+        raise ClusterError(
+            f"scheduler address {address!r} is plain tcp:// but TLS certificates are "
+            "configured; use the tls:// address of the scheduler"
+        )
+    try:
+        client = Client(address, security=security, timeout=spec.connect_timeout)
+    except TypeError as exc:  # distributed's way of saying "tls:// without certificates"
+        raise ClusterError(
+            f"cannot connect to the Dask scheduler at {address!r}: it needs TLS but no "
+            "certificates are configured; set cluster.tls (ca_file, cert, key)"
+        ) from exc
+    except (OSError, TimeoutError) as exc:
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at {address!r} within "
+            f"{spec.connect_timeout:g} s ({type(exc).__name__}: {exc}); is it running, "
+            "and is the address (and TLS setting) right?"
+        ) from exc
+    _register_threads(client, spec)
+    logger.info("connected to scheduler %s (%s)", address, source)
+    return ClusterHandle(client, None, source, owns=True)
+
+
+def _worker_env(spec: ClusterSpec) -> dict[str, str]:
+    """Environment for worker processes: the torch/OpenMP/MKL thread budget."""
+    n = str(spec.torch_threads or 1)
+    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, ENV_TORCH_THREADS: n}
+
+
+def _register_threads(client: Client, spec: ClusterSpec) -> None:
+    """Register the torch-thread plugin on every worker when the spec sets a budget."""
+    if spec.torch_threads is not None:
+        client.register_plugin(TorchThreadsPlugin(spec.torch_threads))
+
+
+def _start_local(spec: ClusterSpec) -> ClusterHandle:
+    """Start a multi-process LocalCluster on the loopback interface."""
+    import dparallel.dashboard  # noqa: F401 - registers the pages before the scheduler starts
+
+    n_workers = spec.n_workers or CPU_COUNT
+    kwargs: dict[str, Any] = {}
+    if spec.memory_limit is not None:
+        kwargs["memory_limit"] = spec.memory_limit
+    try:
+        cluster = LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=spec.threads_per_worker,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=spec.dashboard_address,
+            scheduler_kwargs={"preload": [DASHBOARD_PRELOAD]},
+            env=_worker_env(spec),
+            **kwargs,
+        )
+    except Exception as exc:
+        raise ClusterError(
+            f"cannot start a local Dask cluster with {n_workers} workers "
+            f"(dashboard {spec.dashboard_address}): {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        client = Client(cluster, timeout=spec.connect_timeout)
+        _register_threads(client, spec)
+    except BaseException:
+        cluster.close()
+        raise
+    logger.info(
+        "started local cluster: %d workers, dashboard %s", n_workers, dashboard_link(client)
+    )
+    return ClusterHandle(client, cluster, "local", owns=True)
+
+
+def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
+    """Submit workers to SLURM through dask-jobqueue."""
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError:
+        raise ClusterError(
+            "cluster.kind is 'slurm' but dask-jobqueue is not installed; "
+            "install the optional extra: pip install 'dparallel[slurm]'"
+        ) from None
+    slurm = spec.slurm
+    n = spec.torch_threads or 1
+    try:
+        cluster = SLURMCluster(
+            queue=slurm.queue,
+            account=slurm.account,
+            cores=slurm.cores,
+            processes=slurm.cores,
+            memory=slurm.memory,
+            walltime=slurm.walltime,
+            job_extra_directives=list(slurm.job_extra_directives),
+            job_script_prologue=[
+                f"export OMP_NUM_THREADS={n}",
+                f"export MKL_NUM_THREADS={n}",
+                f"export {ENV_TORCH_THREADS}={n}",
+            ],
+            scheduler_options={
+                "dashboard_address": spec.dashboard_address,
+                "preload": [DASHBOARD_PRELOAD],
+            },
+            security=security_from_tls(spec.tls),
+        )
+        cluster.scale(jobs=slurm.jobs)
+    except Exception as exc:
+        raise ClusterError(f"cannot start a SLURM cluster: {type(exc).__name__}: {exc}") from exc
+    client = Client(cluster, timeout=spec.connect_timeout)
+    _register_threads(client, spec)
+    return ClusterHandle(client, cluster, "slurm", owns=True)

@@ -1,0 +1,118 @@
+"""Torch thread budget inside Dask tasks.
+
+The nanny starts workers with ``OMP_NUM_THREADS=MKL_NUM_THREADS=1`` and
+``torch.set_num_threads`` only affects the OS thread that calls it, so the budget must be
+applied inside each task: call :func:`ensure_torch_threads` at the start of a task, or wrap
+the task body in ``with torch_threads(n):``. The budget comes from the
+``DPARALLEL_TORCH_THREADS`` environment variable, which :class:`TorchThreadsPlugin`
+(registered by :func:`dparallel.cluster.connect`) or the worker's environment sets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+__all__ = [
+    "ENV_TORCH_THREADS",
+    "TorchThreadsPlugin",
+    "configured_torch_threads",
+    "ensure_torch_threads",
+    "torch_thread_report",
+    "torch_threads",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable holding the per-task torch thread budget.
+ENV_TORCH_THREADS = "DPARALLEL_TORCH_THREADS"
+
+
+def configured_torch_threads(default: int = 1) -> int:
+    """The torch thread budget of this process (``$DPARALLEL_TORCH_THREADS`` or ``default``)."""
+    raw = os.environ.get(ENV_TORCH_THREADS, "")
+    try:
+        value = int(raw)
+    except ValueError:
+        if raw:
+            logger.warning("ignoring %s=%r: not an integer", ENV_TORCH_THREADS, raw)
+        return default
+    return value if value >= 1 else default
+
+
+def ensure_torch_threads(n: int | None = None) -> int:
+    """Set ``torch.set_num_threads`` for the calling thread if it differs; return the budget.
+
+    Parameters
+    ----------
+    n : int or None
+        Threads to use; ``None`` reads :func:`configured_torch_threads`.
+    """
+    import torch
+
+    n = configured_torch_threads() if n is None else int(n)
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
+def torch_thread_report(_: Any = None) -> dict[str, Any]:
+    """Diagnostic task: torch threads of this OS thread before and after the budget.
+
+    Submit it to a cluster (``client.submit(torch_thread_report, pure=False)``) to see what
+    tasks get. Returns ``before``, ``budget``, ``after`` (ints), ``omp_num_threads`` (env,
+    str or None), ``pid`` and ``thread`` (ids).
+    """
+    import threading
+
+    import torch
+
+    before = torch.get_num_threads()
+    budget = ensure_torch_threads()
+    return {
+        "before": before,
+        "budget": budget,
+        "after": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "pid": os.getpid(),
+        "thread": threading.get_ident(),
+    }
+
+
+@contextmanager
+def torch_threads(n: int | None = None) -> Iterator[int]:
+    """Run a block with ``n`` torch threads in this OS thread, then restore the old value."""
+    import torch
+
+    previous = torch.get_num_threads()
+    try:
+        yield ensure_torch_threads(n)
+    finally:
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)
+
+
+class TorchThreadsPlugin(WorkerPlugin):
+    """Worker plugin that records the torch thread budget in every worker process.
+
+    Sets ``DPARALLEL_TORCH_THREADS`` (read by :func:`ensure_torch_threads`) and the
+    OMP/MKL variables for libraries initialised later in the process.
+    """
+
+    name = "dparallel-torch-threads"
+    idempotent = True
+
+    def __init__(self, n: int) -> None:
+        if int(n) < 1:
+            raise ValueError(f"torch thread budget must be >= 1, got {n}")
+        self.n = int(n)
+
+    def setup(self, worker: Any) -> None:
+        """Record the budget in the worker's environment."""
+        for var in (ENV_TORCH_THREADS, "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(self.n)

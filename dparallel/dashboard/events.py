@@ -1,0 +1,195 @@
+"""Event payloads that featurization and training publish for the dashboard.
+
+Events travel through ``distributed``'s ``log_event`` (Pub/Sub is gone) on two topics.
+Every payload is a flat, msgpack-serialisable ``dict``:
+
+``dparallel-progress`` (:data:`TOPIC_PROGRESS`)
+    ``{"kind": "start", "run": str, "n_partitions": int, "n_structures": int, "n_atoms": int}``
+        once per featurization run (a new start with the same ``run`` resets its progress);
+    ``{"kind": "partition", "run": str, "partition": int, "n_structures": int,
+    "n_atoms": int, "seconds": float, "worker": str}``
+        once per finished partition (a repeat of the same partition replaces the earlier one).
+
+``dparallel-train`` (:data:`TOPIC_TRAIN`)
+    ``{"run": str, "epoch": int, "split": "train" | "validation", "loss": float,
+    "energy_rmse": float | None, "force_rmse": float | None}``
+        once per epoch and split; RMSEs in eV/atom and eV/Å, ``None`` when not computed.
+
+The publish helpers find the target themselves: inside a Dask task the current worker,
+otherwise the default client; with no cluster attached they do nothing and return ``False``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Literal, Protocol
+
+__all__ = [
+    "TOPIC_PROGRESS",
+    "TOPIC_TRAIN",
+    "progress_partition_event",
+    "progress_start_event",
+    "publish_progress",
+    "publish_progress_start",
+    "publish_train_metrics",
+    "train_event",
+]
+
+logger = logging.getLogger(__name__)
+
+TOPIC_PROGRESS = "dparallel-progress"
+TOPIC_TRAIN = "dparallel-train"
+
+
+class _EventTarget(Protocol):
+    def log_event(self, topic: str, msg: Any) -> None: ...
+
+
+def _nonneg_int(name: str, value: Any) -> int:
+    out = int(value)
+    if out < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return out
+
+
+def _metric(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    out = float(value)
+    return None if math.isnan(out) else out
+
+
+def progress_start_event(run: str, n_partitions: int, n_structures: int, n_atoms: int = 0) -> dict:
+    """Payload announcing a featurization run of ``n_partitions`` partitions."""
+    return {
+        "kind": "start",
+        "run": str(run),
+        "n_partitions": _nonneg_int("n_partitions", n_partitions),
+        "n_structures": _nonneg_int("n_structures", n_structures),
+        "n_atoms": _nonneg_int("n_atoms", n_atoms),
+    }
+
+
+def progress_partition_event(
+    run: str,
+    partition: int,
+    n_structures: int,
+    n_atoms: int,
+    seconds: float,
+    worker: str,
+) -> dict:
+    """Payload reporting one finished partition (``seconds`` = its task's wall time)."""
+    return {
+        "kind": "partition",
+        "run": str(run),
+        "partition": _nonneg_int("partition", partition),
+        "n_structures": _nonneg_int("n_structures", n_structures),
+        "n_atoms": _nonneg_int("n_atoms", n_atoms),
+        "seconds": max(float(seconds), 0.0),
+        "worker": str(worker),
+    }
+
+
+def train_event(
+    run: str,
+    epoch: int,
+    split: Literal["train", "validation"],
+    loss: float,
+    energy_rmse: float | None = None,
+    force_rmse: float | None = None,
+) -> dict:
+    """Payload with one epoch's metrics for one split."""
+    if split not in ("train", "validation"):
+        raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
+    return {
+        "run": str(run),
+        "epoch": _nonneg_int("epoch", epoch),
+        "split": split,
+        "loss": _metric("loss", loss),
+        "energy_rmse": _metric("energy_rmse", energy_rmse),
+        "force_rmse": _metric("force_rmse", force_rmse),
+    }
+
+
+def _resolve_target(target: _EventTarget | None) -> tuple[_EventTarget | None, str]:
+    """The worker running this task, else the default client, else ``None``; plus a name."""
+    if target is not None:
+        return target, str(getattr(target, "address", "client"))
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+        return worker, str(worker.address)
+    except (ImportError, ValueError):
+        pass
+    try:
+        from distributed import default_client
+
+        return default_client(), "client"
+    except (ImportError, ValueError):
+        return None, ""
+
+
+def _publish(topic: str, msg: dict, target: _EventTarget | None) -> bool:
+    if target is None:
+        return False
+    try:
+        target.log_event(topic, msg)
+    except Exception:  # noqa: BLE001 - the dashboard must never break a computation
+        logger.debug("could not publish %s event", topic, exc_info=True)
+        return False
+    return True
+
+
+def publish_progress_start(
+    run: str,
+    n_partitions: int,
+    n_structures: int,
+    n_atoms: int = 0,
+    *,
+    target: _EventTarget | None = None,
+) -> bool:
+    """Announce a featurization run; returns whether an event was sent."""
+    resolved, _ = _resolve_target(target)
+    return _publish(
+        TOPIC_PROGRESS, progress_start_event(run, n_partitions, n_structures, n_atoms), resolved
+    )
+
+
+def publish_progress(
+    run: str,
+    partition: int,
+    n_structures: int,
+    n_atoms: int,
+    seconds: float,
+    *,
+    worker: str | None = None,
+    target: _EventTarget | None = None,
+) -> bool:
+    """Report one finished partition; call it inside the task or from the client.
+
+    ``worker`` defaults to the address of the worker running the calling task.
+    Returns whether an event was sent (``False`` when no cluster is attached).
+    """
+    resolved, name = _resolve_target(target)
+    msg = progress_partition_event(
+        run, partition, n_structures, n_atoms, seconds, worker if worker is not None else name
+    )
+    return _publish(TOPIC_PROGRESS, msg, resolved)
+
+
+def publish_train_metrics(
+    run: str,
+    epoch: int,
+    split: Literal["train", "validation"],
+    loss: float,
+    energy_rmse: float | None = None,
+    force_rmse: float | None = None,
+    *,
+    target: _EventTarget | None = None,
+) -> bool:
+    """Publish one epoch's metrics for ``split``; returns whether an event was sent."""
+    resolved, _ = _resolve_target(target)
+    msg = train_event(run, epoch, split, loss, energy_rmse, force_rmse)
+    return _publish(TOPIC_TRAIN, msg, resolved)

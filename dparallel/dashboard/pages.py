@@ -1,0 +1,186 @@
+"""Bokeh documents for the dparallel pages of the Dask dashboard.
+
+Each ``*_doc(scheduler, extra, doc)`` has the signature distributed's dashboard expects for
+entries of ``distributed.dashboard.scheduler.applications`` and refreshes from the
+scheduler's :class:`~dparallel.dashboard.state.DashboardState` in a periodic callback.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from bokeh.layouts import column, row
+from bokeh.models import ColumnDataSource, Div, FactorRange, Legend, Range1d
+from bokeh.plotting import figure
+
+from dparallel.dashboard.plugin import state_of
+from dparallel.dashboard.state import METRICS, SPLITS
+
+__all__ = ["PAGES", "progress_doc", "training_doc"]
+
+#: Update interval of the pages in milliseconds.
+INTERVAL_MS = 500
+
+PROGRESS_TITLE = "dparallel: featurization progress"
+TRAINING_TITLE = "dparallel: training curves"
+
+_METRIC_LABELS = {
+    "loss": "loss",
+    "energy_rmse": "energy RMSE (eV/atom)",
+    "force_rmse": "force RMSE (eV/Å)",
+}
+_SPLIT_COLORS = {"train": "#1f77b4", "validation": "#ff7f0e"}
+
+
+def _fmt(value: float | None, spec: str = ".1f", unit: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{unit}"
+
+
+class _ProgressPage:
+    """Header, a done/total bar and per-worker throughput bars."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.header = Div(text="", sizing_mode="stretch_width")
+        self.bar_source = ColumnDataSource({"y": ["partitions"], "done": [0.0], "total": [1.0]})
+        self.bar = figure(
+            title="Partitions done",
+            y_range=FactorRange(factors=["partitions"]),
+            x_range=Range1d(0, 1),
+            height=120,
+            sizing_mode="stretch_width",
+            toolbar_location=None,
+        )
+        self.bar.hbar(y="y", right="total", height=0.6, color="#dddddd", source=self.bar_source)
+        self.bar.hbar(y="y", right="done", height=0.6, color="#2ca02c", source=self.bar_source)
+        self.worker_source = ColumnDataSource({"worker": [], "rate": [], "structures": []})
+        self.workers = figure(
+            title="Per-worker throughput (structures/s of task time)",
+            x_range=FactorRange(factors=[]),
+            height=320,
+            sizing_mode="stretch_width",
+            toolbar_location=None,
+            tooltips=[("worker", "@worker"), ("structures/s", "@rate"), ("done", "@structures")],
+        )
+        self.workers.vbar(x="worker", top="rate", width=0.7, source=self.worker_source)
+        self.workers.xaxis.major_label_orientation = 0.4
+        self.root = column(self.header, self.bar, self.workers, sizing_mode="stretch_width")
+
+    def update(self) -> None:
+        summary = state_of(self.scheduler).progress_summary()
+        if summary is None:
+            self.header.text = "<h2>Featurization</h2><p>No featurization run reported yet.</p>"
+            return
+        done, total = summary["partitions_done"], summary["partitions_total"]
+        self.header.text = (
+            f"<h2>Featurization: {html.escape(summary['run'])}</h2>"
+            f"<p><b>{done}</b> / {total if total is not None else '?'} partitions &nbsp;·&nbsp; "
+            f"<b>{summary['structures_done']}</b> / "
+            f"{summary['structures_total'] if summary['structures_total'] is not None else '?'}"
+            f" structures &nbsp;·&nbsp; "
+            f"<b>{_fmt(summary['structures_per_second'])}</b> structures/s &nbsp;·&nbsp; "
+            f"ETA {_fmt(summary['eta_seconds'], '.0f', ' s')}"
+            f"{' &nbsp;·&nbsp; <b>complete</b>' if summary['complete'] else ''}</p>"
+        )
+        n_total = float(total if total else max(done, 1))
+        self.bar.x_range.end = n_total
+        self.bar_source.data = {"y": ["partitions"], "done": [float(done)], "total": [n_total]}
+        names = list(summary["workers"])
+        self.workers.x_range.factors = names
+        self.worker_source.data = {
+            "worker": names,
+            "rate": [summary["workers"][w]["structures_per_second"] or 0.0 for w in names],
+            "structures": [summary["workers"][w]["structures"] for w in names],
+        }
+
+
+class _TrainingPage:
+    """Loss, energy RMSE and force RMSE per epoch, train and validation."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.header = Div(text="", sizing_mode="stretch_width")
+        self.sources = {
+            s: ColumnDataSource({"epoch": [], **{m: [] for m in METRICS}}) for s in SPLITS
+        }
+        figs = []
+        for metric in METRICS:
+            fig = figure(
+                title=_METRIC_LABELS[metric],
+                height=300,
+                sizing_mode="stretch_width",
+                x_axis_label="epoch",
+                toolbar_location="above",
+                tools="pan,wheel_zoom,box_zoom,reset",
+            )
+            items = []
+            for split in SPLITS:
+                line = fig.line(
+                    "epoch",
+                    metric,
+                    source=self.sources[split],
+                    color=_SPLIT_COLORS[split],
+                    line_width=2,
+                )
+                dots = fig.scatter(
+                    "epoch",
+                    metric,
+                    source=self.sources[split],
+                    color=_SPLIT_COLORS[split],
+                    size=5,
+                )
+                items.append((split, [line, dots]))
+            fig.add_layout(Legend(items=items, location="top_right"))
+            figs.append(fig)
+        self.root = column(
+            self.header, row(*figs, sizing_mode="stretch_width"), sizing_mode="stretch_width"
+        )
+
+    def update(self) -> None:
+        summary = state_of(self.scheduler).train_summary()
+        if summary is None:
+            self.header.text = "<h2>Training</h2><p>No training run reported yet.</p>"
+            return
+        parts = []
+        for split in SPLITS:
+            cols = summary[split]
+            self.sources[split].data = {
+                k: [float("nan") if v is None else v for v in vals] for k, vals in cols.items()
+            }
+            if cols["epoch"]:
+                parts.append(
+                    f"{split}: epoch {cols['epoch'][-1]}, loss {_fmt(cols['loss'][-1], '.4g')}, "
+                    f"E RMSE {_fmt(cols['energy_rmse'][-1], '.4g')}, "
+                    f"F RMSE {_fmt(cols['force_rmse'][-1], '.4g')}"
+                )
+        self.header.text = (
+            f"<h2>Training: {html.escape(summary['run'])}</h2><p>"
+            + " &nbsp;·&nbsp; ".join(parts)
+            + "</p>"
+        )
+
+
+def _make_doc(page_cls: type, title: str, scheduler: Any, doc: Any) -> None:
+    page = page_cls(scheduler)
+    page.update()
+    doc.title = title
+    doc.add_root(page.root)
+    doc.add_periodic_callback(page.update, INTERVAL_MS)
+
+
+def progress_doc(scheduler: Any, extra: dict, doc: Any) -> None:
+    """Featurization progress page (partitions done/total, structures/s, per worker)."""
+    _make_doc(_ProgressPage, PROGRESS_TITLE, scheduler, doc)
+
+
+def training_doc(scheduler: Any, extra: dict, doc: Any) -> None:
+    """Training curves page (loss, energy and force RMSE; train and validation)."""
+    _make_doc(_TrainingPage, TRAINING_TITLE, scheduler, doc)
+
+
+#: Routes added to the Dask dashboard ("individual-" puts them in the "More" menu).
+PAGES = {
+    "/individual-dparallel-progress": progress_doc,
+    "/individual-dparallel-training": training_doc,
+}

@@ -1,0 +1,182 @@
+"""Pure aggregation of dashboard events into progress and training summaries.
+
+No networking: :class:`DashboardState` is fed ``(time, topic, payload)`` and answers the
+questions the pages and the JSON route ask, so it is unit-tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from dparallel.dashboard.events import TOPIC_PROGRESS, TOPIC_TRAIN
+
+__all__ = ["DashboardState", "METRICS", "SPLITS"]
+
+METRICS = ("loss", "energy_rmse", "force_rmse")
+SPLITS = ("train", "validation")
+
+
+@dataclass
+class _Partition:
+    time: float
+    n_structures: int
+    n_atoms: int
+    seconds: float
+    worker: str
+
+
+@dataclass
+class _Run:
+    run: str
+    started: float | None = None
+    n_partitions: int | None = None
+    n_structures: int | None = None
+    n_atoms: int | None = None
+    partitions: dict[int, _Partition] = field(default_factory=dict)
+
+
+@dataclass
+class _Curves:
+    run: str
+    # split -> epoch -> metric -> value
+    points: dict[str, dict[int, dict[str, float | None]]] = field(
+        default_factory=lambda: {s: {} for s in SPLITS}
+    )
+    updated: float = 0.0
+
+
+class DashboardState:
+    """Latest featurization run's progress and latest training run's curves."""
+
+    def __init__(self) -> None:
+        self.progress: _Run | None = None
+        self.train: _Curves | None = None
+        self.n_events = 0
+
+    def add(self, t: float, topic: str, msg: Any) -> None:
+        """Record one event published at time ``t`` (seconds since the epoch)."""
+        if not isinstance(msg, dict):
+            return
+        if topic == TOPIC_PROGRESS:
+            self._add_progress(t, msg)
+        elif topic == TOPIC_TRAIN:
+            self._add_train(t, msg)
+        else:
+            return
+        self.n_events += 1
+
+    def _add_progress(self, t: float, msg: dict) -> None:
+        run = str(msg.get("run", ""))
+        kind = msg.get("kind")
+        if kind == "start":
+            self.progress = _Run(
+                run=run,
+                started=t,
+                n_partitions=int(msg.get("n_partitions", 0)),
+                n_structures=int(msg.get("n_structures", 0)),
+                n_atoms=int(msg.get("n_atoms", 0)),
+            )
+        elif kind == "partition":
+            if self.progress is None or self.progress.run != run:
+                self.progress = _Run(run=run)
+            self.progress.partitions[int(msg["partition"])] = _Partition(
+                time=t,
+                n_structures=int(msg.get("n_structures", 0)),
+                n_atoms=int(msg.get("n_atoms", 0)),
+                seconds=float(msg.get("seconds", 0.0)),
+                worker=str(msg.get("worker", "")),
+            )
+
+    def _add_train(self, t: float, msg: dict) -> None:
+        run = str(msg.get("run", ""))
+        split = msg.get("split")
+        if split not in SPLITS:
+            return
+        if self.train is None or self.train.run != run:
+            self.train = _Curves(run=run)
+        self.train.points[split][int(msg.get("epoch", 0))] = {
+            m: (None if msg.get(m) is None else float(msg[m])) for m in METRICS
+        }
+        self.train.updated = t
+
+    def progress_summary(self, now: float | None = None) -> dict[str, Any] | None:
+        """Partitions done/total, structures/s, ETA and per-worker throughput (or ``None``).
+
+        The rate is structures done over the time since the run's start event (or, without
+        one, since the first partition began), at least the longest task; per-worker
+        throughput is structures over the summed task seconds of that worker.
+        """
+        run = self.progress
+        if run is None:
+            return None
+        parts = run.partitions.values()
+        done_structures = sum(p.n_structures for p in parts)
+        done_atoms = sum(p.n_atoms for p in parts)
+        if run.started is not None:
+            t0 = run.started
+        elif parts:
+            t0 = min(p.time - p.seconds for p in parts)
+        else:
+            t0 = None
+        t_last = max((p.time for p in parts), default=None)
+        elapsed = (t_last - t0) if (t0 is not None and t_last is not None) else 0.0
+        # A partition cannot finish faster than its own task (guards bursts of late reports).
+        elapsed = max(elapsed, max((p.seconds for p in parts), default=0.0))
+        rate = done_structures / elapsed if elapsed > 0 else None
+        eta = None
+        if rate and run.n_structures is not None:
+            eta = max(run.n_structures - done_structures, 0) / rate
+        workers: dict[str, dict[str, float | int | None]] = {}
+        for p in parts:
+            w = workers.setdefault(p.worker, {"partitions": 0, "structures": 0, "seconds": 0.0})
+            w["partitions"] += 1  # type: ignore[operator]
+            w["structures"] += p.n_structures  # type: ignore[operator]
+            w["seconds"] += p.seconds  # type: ignore[operator]
+        for w in workers.values():
+            sec = float(w["seconds"])  # type: ignore[arg-type]
+            w["structures_per_second"] = float(w["structures"]) / sec if sec > 0 else None  # type: ignore[arg-type]
+        n_total = run.n_partitions
+        return {
+            "run": run.run,
+            "partitions_done": len(run.partitions),
+            "partitions_total": n_total,
+            "structures_done": done_structures,
+            "structures_total": run.n_structures,
+            "atoms_done": done_atoms,
+            "elapsed_seconds": elapsed,
+            "structures_per_second": rate,
+            "eta_seconds": eta,
+            "complete": bool(n_total is not None and len(run.partitions) >= n_total),
+            "workers": dict(sorted(workers.items())),
+        }
+
+    def train_summary(self) -> dict[str, Any] | None:
+        """Per split, columns ``epoch`` and each metric sorted by epoch (or ``None``)."""
+        curves = self.train
+        if curves is None:
+            return None
+        out: dict[str, Any] = {"run": curves.run}
+        for split in SPLITS:
+            epochs = sorted(curves.points[split])
+            cols: dict[str, list] = {"epoch": epochs}
+            for m in METRICS:
+                cols[m] = [curves.points[split][e][m] for e in epochs]
+            out[split] = cols
+        return out
+
+    def to_json(self, now: float | None = None) -> dict[str, Any]:
+        """Everything the JSON route serves (NaN-free, JSON-serialisable)."""
+        return _clean({"progress": self.progress_summary(now), "train": self.train_summary()})
+
+
+def _clean(value: Any) -> Any:
+    """Replace non-finite floats by ``None`` recursively (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value

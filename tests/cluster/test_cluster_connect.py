@@ -1,0 +1,241 @@
+"""connect() against real clusters: LocalCluster, command-line scheduler/workers, TLS."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import time
+from pathlib import Path
+
+import pytest
+from daskprocs import child_env, dask_executable, start, stop, wait_scheduler_file
+from distributed import Client, LocalCluster
+
+from dparallel.cluster import ClusterSpec, TLSSpec, connect, torch_thread_report
+from dparallel.errors import ClusterError
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_local_cluster_torch_threads_inside_tasks(n_threads: int) -> None:
+    spec = ClusterSpec(n_workers=2, torch_threads=n_threads, dashboard_address="127.0.0.1:0")
+    with connect(spec) as handle:
+        assert handle.source == "local"
+        assert handle.n_workers == 2
+        link = handle.dashboard_link
+        assert link is not None and link.startswith("http://127.0.0.1:")
+        results = handle.client.gather(handle.client.map(torch_thread_report, range(6), pure=False))
+        # Processes, one thread each: two worker pids, each task on its worker's single thread.
+        assert len({r["pid"] for r in results}) == 2
+        assert all(r["after"] == n_threads and r["budget"] == n_threads for r in results)
+        # The worker environment (OMP/MKL_NUM_THREADS) already gives n threads per task thread.
+        assert all(r["before"] == n_threads for r in results)
+        workers = handle.client.scheduler_info(n_workers=-1)["workers"]
+        assert all(w["nthreads"] == 1 for w in workers.values())
+        assert all(w["host"] == "127.0.0.1" for w in workers.values())
+    assert handle.client.status == "closed"
+
+
+def test_explicit_client_wins_and_is_not_closed(monkeypatch) -> None:
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")  # would fail if used
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        with connect(client=client, scheduler="tcp://127.0.0.1:1") as handle:
+            assert handle.source == "client" and handle.client is client
+        assert client.status == "running"
+
+
+def test_unreachable_address_is_a_bounded_cluster_error() -> None:
+    spec = ClusterSpec(kind="address", address="tcp://127.0.0.1:9", connect_timeout=2)
+    t0 = time.monotonic()
+    with pytest.raises(
+        ClusterError, match=r"cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"
+    ):
+        connect(spec)
+    assert time.monotonic() - t0 < 20
+
+
+def test_env_address_beats_spec(monkeypatch) -> None:
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:9")
+    spec = ClusterSpec(kind="address", address="tcp://127.0.0.1:7", connect_timeout=1)
+    with pytest.raises(ClusterError, match="127.0.0.1:9"):
+        connect(spec)
+
+
+def test_command_line_scheduler_via_scheduler_file_and_env(tmp_path: Path, monkeypatch) -> None:
+    dask = dask_executable()
+    sfile = tmp_path / "scheduler.json"
+    sched = start(
+        [
+            dask,
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--dashboard-address",
+            "127.0.0.1:0",
+            "--scheduler-file",
+            str(sfile),
+        ],
+        tmp_path / "scheduler.log",
+    )
+    worker = None
+    try:
+        info = wait_scheduler_file(sfile, sched, tmp_path / "scheduler.log")
+        env = child_env({"DPARALLEL_TORCH_THREADS": "2"})
+        worker = start(
+            [
+                dask,
+                "worker",
+                info["address"],
+                "--nthreads",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--dashboard-address",
+                "127.0.0.1:0",
+            ],
+            tmp_path / "worker.log",
+            env,
+        )
+        with connect(scheduler_file=sfile) as handle:
+            assert handle.source == "scheduler_file"
+            link = handle.dashboard_link  # the HTTP server runs even without bokeh pages
+            assert link is not None and link.startswith("http://127.0.0.1:")
+            handle.client.wait_for_workers(1, timeout=60)
+            r = handle.client.submit(torch_thread_report, 0, pure=False).result(timeout=60)
+            # The nanny forces OMP_NUM_THREADS=1; the per-task call applies the budget.
+            assert r["before"] == 1 and r["after"] == 2
+        monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", info["address"])
+        with connect(ClusterSpec(torch_threads=1)) as handle:
+            assert handle.source == "env"
+            assert handle.client.scheduler.address == info["address"]
+            # connect() registered the plugin: the worker's budget is now the spec's.
+            r = handle.client.submit(torch_thread_report, 1, pure=False).result(timeout=60)
+            assert r["after"] == 1
+    finally:
+        if worker is not None:
+            stop(worker)
+        stop(sched)
+
+
+def _write_certs(directory: Path) -> tuple[Path, Path, Path]:
+    """A self-signed CA and a certificate for 127.0.0.1/localhost signed by it."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(name("dparallel test CA"))
+        .issuer_name(name("dparallel test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name("localhost"))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    ca_file, cert_file, key_file = (directory / n for n in ("ca.pem", "cert.pem", "key.pem"))
+    ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return ca_file, cert_file, key_file
+
+
+def test_tls_scheduler_worker_client(tmp_path: Path) -> None:
+    ca, cert, key = _write_certs(tmp_path)
+    tls_args = ["--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key)]
+    dask = dask_executable()
+    sfile = tmp_path / "scheduler.json"
+    sched = start(
+        [
+            dask,
+            "scheduler",
+            "--protocol",
+            "tls",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--dashboard-address",
+            "127.0.0.1:0",
+            "--scheduler-file",
+            str(sfile),
+            *tls_args,
+        ],
+        tmp_path / "scheduler.log",
+    )
+    worker = None
+    try:
+        info = wait_scheduler_file(sfile, sched, tmp_path / "scheduler.log")
+        address = info["address"]
+        assert address.startswith("tls://127.0.0.1:")
+        worker = start(
+            [
+                dask,
+                "worker",
+                address,
+                "--nthreads",
+                "1",
+                "--host",
+                "127.0.0.1",
+                "--dashboard-address",
+                "127.0.0.1:0",
+                *tls_args,
+            ],
+            tmp_path / "worker.log",
+        )
+        spec = ClusterSpec(
+            kind="address", address=address, tls=TLSSpec(ca_file=ca, cert=cert, key=key)
+        )
+        with connect(spec) as handle:
+            handle.client.wait_for_workers(1, timeout=60)
+            assert handle.client.submit(pow, 3, 4, pure=False).result(timeout=60) == 81
+            workers = handle.client.scheduler_info(n_workers=-1)["workers"]
+            assert all(w.startswith("tls://") for w in workers)
+        # Without certificates the TLS scheduler cannot be used.
+        with pytest.raises(ClusterError, match=f"{address}.*needs TLS but no certificates"):
+            connect(ClusterSpec(kind="address", address=address, connect_timeout=2))
+        # With certificates but a tcp:// address: refused before trying.
+        tcp = address.replace("tls://", "tcp://")
+        with pytest.raises(ClusterError, match="plain tcp:// but TLS"):
+            connect(ClusterSpec(kind="address", address=tcp, tls=spec.tls))
+    finally:
+        if worker is not None:
+            stop(worker)
+        stop(sched)

@@ -1,0 +1,119 @@
+"""Pure aggregation of dashboard events, and the event payload helpers."""
+
+from __future__ import annotations
+
+import pytest
+
+from dparallel.dashboard import DashboardState, publish_progress, publish_train_metrics
+from dparallel.dashboard.events import (
+    TOPIC_PROGRESS,
+    TOPIC_TRAIN,
+    progress_partition_event,
+    progress_start_event,
+    train_event,
+)
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict]] = []
+        self.address = "tcp://w:1"
+
+    def log_event(self, topic: str, msg: dict) -> None:
+        self.events.append((topic, msg))
+
+
+def _progress_state() -> DashboardState:
+    s = DashboardState()
+    s.add(100.0, TOPIC_PROGRESS, progress_start_event("run-a", 4, 40, 400))
+    s.add(102.0, TOPIC_PROGRESS, progress_partition_event("run-a", 0, 10, 100, 2.0, "w1"))
+    s.add(103.0, TOPIC_PROGRESS, progress_partition_event("run-a", 1, 12, 120, 3.0, "w2"))
+    s.add(105.0, TOPIC_PROGRESS, progress_partition_event("run-a", 2, 8, 80, 1.0, "w1"))
+    return s
+
+
+def test_progress_summary_by_hand() -> None:
+    p = _progress_state().progress_summary()
+    assert p is not None
+    assert (p["partitions_done"], p["partitions_total"]) == (3, 4)
+    assert (p["structures_done"], p["structures_total"], p["atoms_done"]) == (30, 40, 300)
+    assert p["elapsed_seconds"] == pytest.approx(5.0)
+    assert p["structures_per_second"] == pytest.approx(30 / 5)
+    assert p["eta_seconds"] == pytest.approx(10 / 6)
+    assert p["complete"] is False
+    assert p["workers"]["w1"] == {
+        "partitions": 2,
+        "structures": 18,
+        "seconds": 3.0,
+        "structures_per_second": 6.0,
+    }
+    assert p["workers"]["w2"]["structures_per_second"] == pytest.approx(4.0)
+
+
+def test_repeated_partition_replaces_and_new_start_resets() -> None:
+    s = _progress_state()
+    s.add(106.0, TOPIC_PROGRESS, progress_partition_event("run-a", 2, 8, 80, 1.5, "w2"))
+    p = s.progress_summary()
+    assert p["partitions_done"] == 3 and p["structures_done"] == 30
+    assert p["workers"]["w1"]["partitions"] == 1
+    s.add(107.0, TOPIC_PROGRESS, progress_partition_event("run-a", 3, 10, 100, 1.0, "w1"))
+    assert s.progress_summary()["complete"] is True
+    s.add(200.0, TOPIC_PROGRESS, progress_start_event("run-b", 2, 5))
+    p = s.progress_summary()
+    assert p["run"] == "run-b" and p["partitions_done"] == 0 and p["structures_per_second"] is None
+
+
+def test_partition_without_start_uses_task_time() -> None:
+    s = DashboardState()
+    s.add(10.0, TOPIC_PROGRESS, progress_partition_event("r", 0, 6, 60, 2.0, "w"))
+    p = s.progress_summary()
+    assert p["partitions_total"] is None and p["elapsed_seconds"] == pytest.approx(2.0)
+    assert p["structures_per_second"] == pytest.approx(3.0)
+
+
+def test_train_summary_sorted_by_epoch_and_json_clean() -> None:
+    s = DashboardState()
+    s.add(1.0, TOPIC_TRAIN, train_event("t", 1, "train", 0.5, 0.02, 0.1))
+    s.add(2.0, TOPIC_TRAIN, train_event("t", 0, "train", 1.0, 0.04, float("nan")))
+    s.add(3.0, TOPIC_TRAIN, train_event("t", 0, "validation", 1.2))
+    t = s.train_summary()
+    assert t["train"] == {
+        "epoch": [0, 1],
+        "loss": [1.0, 0.5],
+        "energy_rmse": [0.04, 0.02],
+        "force_rmse": [None, 0.1],
+    }
+    assert t["validation"]["loss"] == [1.2] and t["validation"]["energy_rmse"] == [None]
+    assert s.to_json()["progress"] is None
+    s.add(4.0, TOPIC_TRAIN, train_event("t2", 0, "train", 3.0))
+    assert s.train_summary()["run"] == "t2" and s.train_summary()["train"]["loss"] == [3.0]
+
+
+def test_other_topics_and_bad_payloads_ignored() -> None:
+    s = DashboardState()
+    s.add(1.0, "other", {"x": 1})
+    s.add(1.0, TOPIC_TRAIN, "not a dict")
+    s.add(1.0, TOPIC_TRAIN, {"run": "t", "split": "test", "epoch": 0})
+    assert s.n_events == 1 and s.train_summary() is None
+
+
+def test_payload_validation_messages() -> None:
+    with pytest.raises(ValueError, match="split must be 'train' or 'validation', got 'val'"):
+        train_event("t", 0, "val", 1.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="partition must be >= 0, got -1"):
+        progress_partition_event("r", -1, 1, 1, 1.0, "w")
+
+
+def test_publish_without_cluster_is_a_noop() -> None:
+    assert publish_progress("r", 0, 1, 1, 0.1) is False
+    assert publish_train_metrics("t", 0, "train", 1.0) is False
+
+
+def test_publish_to_explicit_target() -> None:
+    rec = _Recorder()
+    assert publish_progress("r", 3, 5, 50, 0.25, target=rec) is True
+    assert publish_train_metrics("t", 2, "validation", 0.1, 0.01, 0.2, target=rec) is True
+    assert rec.events == [
+        (TOPIC_PROGRESS, progress_partition_event("r", 3, 5, 50, 0.25, "tcp://w:1")),
+        (TOPIC_TRAIN, train_event("t", 2, "validation", 0.1, 0.01, 0.2)),
+    ]
