@@ -215,6 +215,7 @@ def test_numba_respects_torch_thread_budget(rng: np.random.Generator) -> None:
         torch.set_num_threads(1)
         K.envsum(s, z, pf, ps, backend="numba")
         assert numba.get_num_threads() == 1
+        assert torch.get_num_threads() == 1  # numba's OpenMP start-up must not reset it
     finally:
         torch.set_num_threads(before)
 

@@ -12,6 +12,9 @@ Kernels are compiled on first use per dtype and cached on disk (``cache=True``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numba
 import numpy as np
 import torch
@@ -65,9 +68,20 @@ def _featsum_kernel(env, sense, order, starts, first, out):  # pragma: no cover 
                     acc[a] += s * env[i, n, a]
 
 
-def _set_threads() -> None:
-    """Match numba's thread count to torch's budget for this OS thread."""
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+@contextmanager
+def _thread_budget() -> Iterator[None]:
+    """Run numba with torch's thread budget for this OS thread, and keep torch's budget.
+
+    numba's OpenMP threading layer shares the OpenMP runtime with torch and resets its
+    thread count when it starts; torch's count is restored afterwards.
+    """
+    n = torch.get_num_threads()
+    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
 
 
 def _segments(key: Tensor, n_atoms: int) -> tuple[np.ndarray, np.ndarray]:
@@ -89,16 +103,16 @@ def envsum(sense: Tensor, feat: Tensor, pair_first: Tensor, pair_second: Tensor)
     n_atoms, n_feat = feat.shape
     out = torch.zeros((n_atoms, sense.shape[1], n_feat), dtype=feat.dtype)
     order, starts = _segments(pair_first, n_atoms)
-    _set_threads()
-    _envsum_kernel(_np(sense), _np(feat), order, starts, _np(pair_second), out.numpy())
+    with _thread_budget():
+        _envsum_kernel(_np(sense), _np(feat), order, starts, _np(pair_second), out.numpy())
     return out
 
 
 def sensesum(env: Tensor, feat: Tensor, pair_first: Tensor, pair_second: Tensor) -> Tensor:
     """Per-pair sensesum → (P, ν)."""
     out = torch.empty((pair_first.shape[0], env.shape[1]), dtype=env.dtype)
-    _set_threads()
-    _sensesum_kernel(_np(env), _np(feat), _np(pair_first), _np(pair_second), out.numpy())
+    with _thread_budget():
+        _sensesum_kernel(_np(env), _np(feat), _np(pair_first), _np(pair_second), out.numpy())
     return out
 
 
@@ -107,6 +121,6 @@ def featsum(env: Tensor, sense: Tensor, pair_first: Tensor, pair_second: Tensor)
     n_atoms, _, n_feat = env.shape
     out = torch.zeros((n_atoms, n_feat), dtype=env.dtype)
     order, starts = _segments(pair_second, n_atoms)
-    _set_threads()
-    _featsum_kernel(_np(env), _np(sense), order, starts, _np(pair_first), out.numpy())
+    with _thread_budget():
+        _featsum_kernel(_np(env), _np(sense), order, starts, _np(pair_first), out.numpy())
     return out
