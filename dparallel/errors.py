@@ -21,6 +21,7 @@ __all__ = [
     "ConfigError",
     "DescriptorError",
     "BackendUnavailableError",
+    "KernelInputError",
     "ClusterError",
     "PartitionFailedError",
     "TrainingError",
@@ -90,6 +91,10 @@ class DescriptorError(DParallelError, ValueError):
 
 class BackendUnavailableError(DParallelError, RuntimeError):
     """A requested kernel backend cannot be used on this machine."""
+
+
+class KernelInputError(DParallelError, ValueError):
+    """Tensors passed to a kernel have the wrong shape, dtype, device or index range."""
 
 
 class ClusterError(DParallelError, RuntimeError):

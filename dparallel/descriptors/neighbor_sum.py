@@ -1,0 +1,359 @@
+"""NeighborSum: HIP-NN's first interaction-layer input as a fixed per-atom descriptor.
+
+For atom i, sensitivity ν and neighbour species f (one-hot features z),
+
+    G_i[ν, f] = envsum(s(r_ij), z)[i, ν, f] = Σ_{j ∈ N(i), species(j) = f} s_ν(|r_ij|)
+
+with HIP-NN's inverse-distance Gaussians (``kind="inverse"``, hippynn's
+``InverseSensitivityModule``)
+
+    s_ν(r) = exp(−½ σ² (1/r − 1/μ_ν)²) · cos²(π r / (2 r_c)),  μ = 1/linspace(1/r_max, 1/r_min, ν)
+
+or plain Gaussians (``kind="gaussian"``): s_ν(r) = exp(−½ (r − μ_ν)² / σ_ν²) · cos²(…), with
+μ = linspace(r_min, r_max, ν). Feature column k = ν·S + f (S = number of elements), the
+same columns for every central element. See docs/kernels.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dparallel.errors import DescriptorError
+from dparallel.kernels import envsum
+from dparallel.types import StructureBatch
+
+__all__ = ["ElementFeatures", "NeighborSum", "PairDerivatives"]
+
+_KINDS = ("inverse", "gaussian")
+_CUTOFFS = ("cos2",)
+
+
+@dataclass(frozen=True)
+class PairDerivatives:
+    """∂G_i/∂r_ij of one (central element e, neighbour element f) block.
+
+    Only the features that a neighbour of element f can touch are stored.
+    """
+
+    pair_first: np.ndarray  # (P_ef,) int64, centre atom i (row of the batch)
+    pair_second: np.ndarray  # (P_ef,) int64, neighbour atom j (row of the batch)
+    feature_index: np.ndarray  # (F_ef,) int64, columns of G touched by element f
+    dG_dr: np.ndarray  # (P_ef, F_ef, 3) float, 1/Å, ∂G_i[feature_index]/∂r_ij
+
+
+@dataclass(frozen=True)
+class ElementFeatures:
+    """Descriptor values of the atoms of one central element."""
+
+    element: str  # chemical symbol of the central element e
+    atom_index: np.ndarray  # (n_e,) int64, rows of the batch
+    values: np.ndarray  # (n_e, F) float
+    derivatives: dict[str, PairDerivatives] | None  # by neighbour symbol f
+
+
+def _symbol(element: str | int) -> str:
+    """Chemical symbol of a symbol or atomic number."""
+    from ase.data import atomic_numbers, chemical_symbols
+
+    if isinstance(element, str) and element in atomic_numbers:
+        return element
+    if isinstance(element, int | np.integer) and 0 < int(element) < len(chemical_symbols):
+        return chemical_symbols[int(element)]
+    raise DescriptorError(f"unknown element {element!r}; expected a symbol like 'H' or a number")
+
+
+class NeighborSum(torch.nn.Module):
+    """HIP-NN neighbor-sum descriptor G (N, ν·S) built on :func:`dparallel.kernels.envsum`.
+
+    Parameters
+    ----------
+    elements
+        Species (symbols or atomic numbers); their order fixes the one-hot columns.
+    r_cut
+        Hard cutoff r_c in Å (cos² cutoff reaches 0 there).
+    n_sensitivities
+        ν, the number of radial sensitivities.
+    r_min, r_max
+        Soft range of the sensitivity centres μ in Å (``r_max`` defaults to ``r_cut``).
+    kind
+        ``"inverse"`` (HIP-NN) or ``"gaussian"``.
+    cutoff
+        ``"cos2"`` (HIP-NN's cos²(π r / 2 r_c)).
+    sigma
+        Widths σ (scalar). Default: hippynn's 2·r_min·ν for ``"inverse"`` (σ multiplies
+        1/r), the spacing of μ for ``"gaussian"``.
+    """
+
+    def __init__(
+        self,
+        elements: list[str | int] | tuple[str | int, ...],
+        r_cut: float,
+        n_sensitivities: int = 20,
+        r_min: float = 0.8,
+        r_max: float | None = None,
+        kind: str = "inverse",
+        cutoff: str = "cos2",
+        sigma: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.elements = [_symbol(e) for e in elements]
+        if not self.elements or len(set(self.elements)) != len(self.elements):
+            raise DescriptorError(f"elements must be non-empty and unique, got {elements!r}")
+        r_max = float(r_cut if r_max is None else r_max)
+        if kind not in _KINDS:
+            raise DescriptorError(f"kind must be one of {_KINDS}, got {kind!r}")
+        if cutoff not in _CUTOFFS:
+            raise DescriptorError(f"cutoff must be one of {_CUTOFFS}, got {cutoff!r}")
+        if not (0 < r_min < r_max <= r_cut) or n_sensitivities < 1:
+            raise DescriptorError(
+                f"need 0 < r_min < r_max <= r_cut and n_sensitivities >= 1, got r_min={r_min}, "
+                f"r_max={r_max}, r_cut={r_cut}, n_sensitivities={n_sensitivities}"
+            )
+        self.r_cut, self.r_min, self.r_max = float(r_cut), float(r_min), r_max
+        self.n_sensitivities, self.kind, self.cutoff = int(n_sensitivities), kind, cutoff
+        nu = self.n_sensitivities
+        if kind == "inverse":
+            mu = 1.0 / torch.linspace(1.0 / r_max, 1.0 / r_min, nu, dtype=torch.float64)
+            default_sigma = 2.0 * r_min * nu
+        else:
+            mu = torch.linspace(r_min, r_max, nu, dtype=torch.float64)
+            default_sigma = (r_max - r_min) / max(nu - 1, 1)
+        self.sigma = float(default_sigma if sigma is None else sigma)
+        self.register_buffer("mu", mu)  # (ν,) Å
+
+    # ------------------------------------------------------------ metadata
+    @property
+    def n_features(self) -> int:
+        """F = ν · S."""
+        return self.n_sensitivities * len(self.elements)
+
+    def features(self, element: str | int) -> list[dict[str, Any]]:
+        """Metadata of the F columns for central element ``element`` (column k = ν·S + f)."""
+        center = _symbol(element)
+        if center not in self.elements:
+            raise DescriptorError(f"element {center!r} is not one of {self.elements}")
+        return [
+            {
+                "type": "neighbor_sum",
+                "kind": self.kind,
+                "center": center,
+                "neighbor": neighbor,
+                "nu": n,
+                "mu": float(self.mu[n]),
+                "sigma": self.sigma,
+                "r_min": self.r_min,
+                "rc": self.r_cut,
+                "cutoff": self.cutoff,
+            }
+            for n in range(self.n_sensitivities)
+            for neighbor in self.elements
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable definition; inverse of :meth:`from_dict`."""
+        return {
+            "type": "neighbor_sum",
+            "elements": list(self.elements),
+            "r_cut": self.r_cut,
+            "n_sensitivities": self.n_sensitivities,
+            "r_min": self.r_min,
+            "r_max": self.r_max,
+            "kind": self.kind,
+            "cutoff": self.cutoff,
+            "sigma": self.sigma,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NeighborSum:
+        """Rebuild from :meth:`to_dict` output."""
+        data = dict(data)
+        if data.pop("type", "neighbor_sum") != "neighbor_sum":
+            raise DescriptorError(f"not a neighbor_sum definition: {data!r}")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise DescriptorError(f"invalid neighbor_sum definition {data!r}: {exc}") from exc
+
+    # ------------------------------------------------------------ maths
+    def sensitivities(self, r: Tensor, derivative: bool = False) -> tuple[Tensor, Tensor | None]:
+        """s_ν(r) (P, ν) and, if asked, ds_ν/dr (P, ν) for distances r (P,) in Å."""
+        mu = self.mu.to(r.dtype)  # (ν,)
+        d = r.unsqueeze(1)  # (P, 1)
+        inside = (d < self.r_cut).to(r.dtype)
+        arg = math.pi / (2.0 * self.r_cut) * d
+        fc = torch.cos(arg) ** 2 * inside  # (P, 1)
+        if self.kind == "inverse":
+            x = 1.0 / d - 1.0 / mu  # (P, ν)
+            base = torch.exp(-0.5 * self.sigma**2 * x**2)
+            dbase = base * (self.sigma**2 * x / d**2)
+        else:
+            x = d - mu
+            base = torch.exp(-0.5 * x**2 / self.sigma**2)
+            dbase = base * (-x / self.sigma**2)
+        s = base * fc
+        if not derivative:
+            return s, None
+        dfc = -(math.pi / (2.0 * self.r_cut)) * torch.sin(2.0 * arg) * inside  # (P, 1)
+        return s, dbase * fc + base * dfc
+
+    def forward(
+        self, species: Tensor, pair_first: Tensor, pair_second: Tensor, vectors: Tensor
+    ) -> Tensor:
+        """G (N, ν·S), differentiable in ``vectors``.
+
+        Parameters
+        ----------
+        species
+            (N,) int64 index into ``self.elements``.
+        pair_first, pair_second
+            (P,) int64 centre i and neighbour j.
+        vectors
+            (P, 3) r_ij = r_j − r_i (+ image shift) in Å.
+        """
+        onehot = torch.nn.functional.one_hot(species, len(self.elements)).to(vectors.dtype)
+        s, _ = self.sensitivities(torch.linalg.norm(vectors, dim=1))  # (P, ν)
+        env = envsum(s, onehot, pair_first, pair_second)  # (N, ν, S)
+        return env.reshape(species.shape[0], self.n_features)
+
+    # ------------------------------------------------------------ batches
+    def compute(
+        self,
+        structures: StructureBatch | Any,
+        derivatives: bool = False,
+        neighbors: Any = None,
+        dtype: torch.dtype = torch.float64,
+    ) -> dict[str, ElementFeatures]:
+        """Values (and per-pair derivatives) for every central element present.
+
+        Parameters
+        ----------
+        structures
+            A :class:`~dparallel.types.StructureBatch`, an ``ase.Atoms`` or a list of them.
+        derivatives
+            Also return ∂G_i/∂r_ij blocks per (centre, neighbour) element.
+        neighbors
+            Full pair list over the batch rows: ``(pair_first, pair_second, vectors)`` or an
+            object with those attributes (``dparallel.neighbors.Neighbors``). Default:
+            computed with cutoff ``r_cut``.
+        dtype
+            Compute dtype (float64 or float32).
+
+        Returns
+        -------
+        dict
+            Symbol → :class:`ElementFeatures`, for the elements present in the batch.
+        """
+        batch = _as_batch(structures)
+        species = self._species(batch)
+        pf, ps, vec = _unpack(neighbors if neighbors is not None else _neighbors(batch, self.r_cut))
+        vec_t = torch.as_tensor(vec, dtype=dtype)  # (P, 3)
+        r = torch.linalg.norm(vec_t, dim=1)  # (P,)
+        keep = r < self.r_cut
+        if bool((r[keep] <= 0).any()):
+            raise DescriptorError("pair list contains a zero-length pair (self pair or overlap)")
+        pf_t = torch.as_tensor(pf, dtype=torch.int64)[keep]
+        ps_t = torch.as_tensor(ps, dtype=torch.int64)[keep]
+        vec_t, r = vec_t[keep], r[keep]
+        sp = torch.as_tensor(species)
+        s, ds = self.sensitivities(r, derivative=derivatives)  # (P, ν)
+        onehot = torch.nn.functional.one_hot(sp, len(self.elements)).to(dtype)  # (N, S)
+        with torch.no_grad():
+            g = envsum(s, onehot, pf_t, ps_t).reshape(len(species), self.n_features)
+        n_el = len(self.elements)
+        nu_cols = torch.arange(self.n_sensitivities) * n_el  # (ν,)
+        out: dict[str, ElementFeatures] = {}
+        for e, symbol in enumerate(self.elements):
+            atoms = np.flatnonzero(species == e)
+            if atoms.size == 0:
+                continue
+            blocks = None
+            if derivatives:
+                assert ds is not None
+                unit = vec_t / r.unsqueeze(1)  # (P, 3)
+                blocks = {}
+                for f, neighbor in enumerate(self.elements):
+                    sel = torch.nonzero((sp[pf_t] == e) & (sp[ps_t] == f)).squeeze(1)
+                    blocks[neighbor] = PairDerivatives(
+                        pair_first=pf_t[sel].numpy(),
+                        pair_second=ps_t[sel].numpy(),
+                        feature_index=(nu_cols + f).numpy(),
+                        dG_dr=(ds[sel].unsqueeze(2) * unit[sel].unsqueeze(1)).numpy(),
+                    )  # dG_dr: (P_ef, ν, 3)
+            out[symbol] = ElementFeatures(symbol, atoms, g[atoms].numpy(), blocks)
+        return out
+
+    def _species(self, batch: StructureBatch) -> np.ndarray:
+        """(N,) index into self.elements; error names the structure of an unknown element."""
+        from ase.data import atomic_numbers
+
+        table = np.full(max(int(batch.numbers.max(initial=0)), 1) + 1, -1, dtype=np.int64)
+        for k, e in enumerate(self.elements):
+            z = atomic_numbers[e]
+            if z < table.size:
+                table[z] = k
+        species = table[batch.numbers]
+        bad = np.flatnonzero(species < 0)
+        if bad.size:
+            s = int(np.searchsorted(batch.offsets, bad[0], side="right") - 1)
+            raise DescriptorError(
+                f"structure {s}: atom {int(bad[0] - batch.offsets[s])} has atomic number "
+                f"{int(batch.numbers[bad[0]])}, not one of the descriptor's elements "
+                f"{self.elements}"
+            )
+        return species
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items() if k != "type")
+
+
+def _as_batch(structures: Any) -> StructureBatch:
+    """StructureBatch from a batch, an ase.Atoms or a list of them."""
+    if isinstance(structures, StructureBatch):
+        return structures
+    import ase
+
+    if isinstance(structures, ase.Atoms):
+        structures = [structures]
+    return StructureBatch.from_ase(structures)
+
+
+def _unpack(neighbors: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pair_first, pair_second, vectors) from a tuple or a Neighbors-like object."""
+    if hasattr(neighbors, "pair_first"):
+        return neighbors.pair_first, neighbors.pair_second, neighbors.vectors
+    if isinstance(neighbors, tuple | list) and len(neighbors) == 3:
+        return tuple(np.asarray(x) for x in neighbors)  # type: ignore[return-value]
+    raise DescriptorError(
+        "neighbors must be (pair_first, pair_second, vectors) or an object with those "
+        f"attributes, got {type(neighbors).__name__}"
+    )
+
+
+def _neighbors(batch: StructureBatch, cutoff: float) -> Any:
+    """Full pair list of the batch: dparallel.neighbors if present, else ASE per structure."""
+    try:
+        from dparallel.neighbors import neighbor_list  # type: ignore[attr-defined]
+    except ImportError:
+        neighbor_list = None
+    if neighbor_list is not None:
+        return neighbor_list(batch, cutoff)
+    from ase.neighborlist import neighbor_list as ase_neighbor_list
+
+    firsts, seconds, vectors = [], [], []
+    for k, atoms in enumerate(batch.to_ase()):
+        i, j, d = ase_neighbor_list("ijD", atoms, cutoff)
+        firsts.append(i + batch.offsets[k])
+        seconds.append(j + batch.offsets[k])
+        vectors.append(d)
+    cat = lambda xs, shape: np.concatenate(xs) if xs else np.zeros(shape)  # noqa: E731
+    return (
+        cat(firsts, (0,)).astype(np.int64),
+        cat(seconds, (0,)).astype(np.int64),
+        cat(vectors, (0, 3)).astype(np.float64),
+    )

@@ -1,0 +1,406 @@
+"""HIP-NN neighbor sums ``envsum`` / ``sensesum`` / ``featsum`` with autograd and backends.
+
+With P pairs (``pair_first`` = centre i, ``pair_second`` = neighbour j), N atoms, ν
+sensitivities and F features, the three ops are the partial derivatives of
+
+    T(E, s, z) = Σ_p Σ_{ν,a} E[first_p, ν, a] · s[p, ν] · z[second_p, a]
+
+- ``envsum(sense (P,ν), feat (N,F), pair_first, pair_second) → env (N,ν,F)`` = ∂T/∂E
+- ``sensesum(env (N,ν,F), feat (N,F), pair_first, pair_second) → (P,ν)`` = ∂T/∂s
+- ``featsum(env (N,ν,F), sense (P,ν), pair_first, pair_second) → (N,F)`` = ∂T/∂z
+
+so each op's backward is made of the other two, and the set is closed under double
+backward in every backend. Argument order, shapes and meaning are hippynn's.
+
+Backends (one switch: :func:`set_backend`, or ``DPARALLEL_KERNEL_BACKEND``):
+
+- ``"torch"``: dense reference (hippynn's formulas), memory O(P·ν·F);
+- ``"chunked"``: the same formulas on bounded blocks of pairs, O(P·ν + N·ν·F), any device;
+- ``"numba"``: CPU kernels over sorted pair segments, O(P·ν + N·ν·F), fastest on CPU;
+- ``"auto"`` (default): ``numba`` for CPU tensors when numba imports, else ``chunked``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from dparallel.errors import BackendUnavailableError, KernelInputError
+
+__all__ = [
+    "BACKENDS",
+    "ENV_VAR",
+    "available_backends",
+    "envsum",
+    "featsum",
+    "get_backend",
+    "sensesum",
+    "set_backend",
+    "use_backend",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable read on first use when :func:`set_backend` was not called.
+ENV_VAR = "DPARALLEL_KERNEL_BACKEND"
+
+#: Backend name → (implementation module, CPU only?, one-line description).
+BACKENDS: dict[str, tuple[str, bool, str]] = {
+    "torch": ("dparallel.kernels._backends.torch_ref", False, "dense PyTorch reference"),
+    "chunked": ("dparallel.kernels._backends.chunked", False, "blocked PyTorch, lean memory"),
+    "numba": ("dparallel.kernels._backends.numba_cpu", True, "numba CPU kernels, lean memory"),
+}
+_AUTO_ORDER = ("numba", "chunked")
+
+_modules: dict[str, ModuleType] = {}
+_import_errors: dict[str, str] = {}
+_selected: str | None = None  # "auto" or a concrete name; None = not yet read from ENV_VAR
+_fallback_logged = False
+
+
+def _load(name: str) -> ModuleType | None:
+    """Import a backend's module once; remember why it failed."""
+    if name in _modules:
+        return _modules[name]
+    if name in _import_errors:
+        return None
+    try:
+        module = importlib.import_module(BACKENDS[name][0])
+    except ImportError as exc:  # e.g. numba not installed
+        _import_errors[name] = f"{type(exc).__name__}: {exc}"
+        return None
+    _modules[name] = module
+    return module
+
+
+def available_backends() -> list[str]:
+    """Names of the backends that can run here (``"auto"`` not included).
+
+    Returns
+    -------
+    list of str
+        Subset of ``["torch", "chunked", "numba"]``, in that order.
+    """
+    return [name for name in BACKENDS if _load(name) is not None]
+
+
+def _check_name(name: str, source: str) -> str:
+    """Validate a backend name and that it imports; return it lower-cased."""
+    key = name.strip().lower()
+    if key == "auto":
+        return key
+    if key not in BACKENDS:
+        raise BackendUnavailableError(
+            f"unknown kernel backend {name!r} (from {source}); "
+            f"expected one of 'auto', {', '.join(repr(b) for b in BACKENDS)}"
+        )
+    if _load(key) is None:
+        raise BackendUnavailableError(
+            f"kernel backend {key!r} (from {source}) is unavailable: {_import_errors[key]}. "
+            f"Install its dependency or choose one of {available_backends()} or 'auto'."
+        )
+    return key
+
+
+def set_backend(name: str) -> None:
+    """Choose the backend used by :func:`envsum`, :func:`sensesum`, :func:`featsum`.
+
+    Parameters
+    ----------
+    name
+        ``"auto"``, ``"torch"``, ``"chunked"`` or ``"numba"`` (case-insensitive).
+
+    Raises
+    ------
+    BackendUnavailableError
+        If the name is unknown or the backend's dependency does not import.
+    """
+    global _selected
+    _selected = _check_name(name, "set_backend")
+
+
+def _selection() -> str:
+    """The selected name, reading ENV_VAR on first use."""
+    global _selected
+    if _selected is None:
+        value = os.environ.get(ENV_VAR, "auto") or "auto"
+        _selected = _check_name(value, f"environment variable {ENV_VAR}")
+    return _selected
+
+
+def _resolve(name: str | None, device: torch.device) -> str:
+    """Concrete backend for tensors on ``device`` (``name`` overrides the global choice)."""
+    global _fallback_logged
+    choice = _selection() if name is None else _check_name(name, "backend= argument")
+    if choice != "auto":
+        if BACKENDS[choice][1] and device.type != "cpu":
+            raise BackendUnavailableError(
+                f"kernel backend {choice!r} runs on CPU only but the tensors are on "
+                f"{device}; use set_backend('chunked') or 'auto'"
+            )
+        return choice
+    for candidate in _AUTO_ORDER:
+        if BACKENDS[candidate][1] and device.type != "cpu":
+            continue
+        if _load(candidate) is not None:
+            if candidate != _AUTO_ORDER[0] and not _fallback_logged:
+                _fallback_logged = True
+                logger.warning(
+                    "kernel backend 'auto': %r unavailable (%s); falling back to %r",
+                    _AUTO_ORDER[0],
+                    _import_errors.get(_AUTO_ORDER[0], f"tensors on {device}"),
+                    candidate,
+                )
+            return candidate
+    return "torch"  # unreachable in practice: 'chunked' needs only torch
+
+
+def get_backend() -> str:
+    """The concrete backend that CPU tensors use now (``"auto"`` resolved)."""
+    return _resolve(None, torch.device("cpu"))
+
+
+@contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """Context manager that selects a backend temporarily (restores the previous choice)."""
+    global _selected
+    previous = _selection()
+    set_backend(name)
+    try:
+        yield
+    finally:
+        _selected = previous
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _index(t: Tensor, what: str, n_atoms: int) -> Tensor:
+    """Check an index tensor: 1-D integer, in [0, n_atoms); return it as int64."""
+    if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
+        raise KernelInputError(
+            f"{what} must be a 1-D integer tensor (int64), got shape {tuple(t.shape)} "
+            f"and dtype {t.dtype}"
+        )
+    t = t.to(torch.int64)
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n_atoms):
+        raise KernelInputError(
+            f"{what} holds atom indices outside [0, {n_atoms}): "
+            f"min {int(t.min())}, max {int(t.max())}"
+        )
+    return t
+
+
+def _check(
+    op: str,
+    pair_first: Tensor,
+    pair_second: Tensor,
+    n_atoms: int,
+    n_pairs: int | None,
+    *floats: tuple[str, Tensor, int],
+) -> tuple[Tensor, Tensor]:
+    """Validate float operands (name, tensor, ndim) and the pair indices of one op."""
+    dtype = floats[0][1].dtype
+    for what, t, ndim in floats:
+        if t.dim() != ndim:
+            raise KernelInputError(f"{op}: {what} must be {ndim}-D, got shape {tuple(t.shape)}")
+        if t.dtype not in (torch.float32, torch.float64) or t.dtype != dtype:
+            raise KernelInputError(
+                f"{op}: float32 or float64 operands of one dtype expected, got "
+                + ", ".join(f"{w} {x.dtype}" for w, x, _ in floats)
+            )
+    if pair_first.shape != pair_second.shape:
+        raise KernelInputError(
+            f"{op}: pair_first {tuple(pair_first.shape)} and pair_second "
+            f"{tuple(pair_second.shape)} differ in shape"
+        )
+    if n_pairs is not None and pair_first.shape[0] != n_pairs:
+        raise KernelInputError(
+            f"{op}: sense has {n_pairs} rows but there are {pair_first.shape[0]} pairs"
+        )
+    return _index(pair_first, f"{op}: pair_first", n_atoms), _index(
+        pair_second, f"{op}: pair_second", n_atoms
+    )
+
+
+# ---------------------------------------------------------------- autograd wiring
+
+
+def _impl(name: str) -> Any:
+    module = _load(name)
+    assert module is not None  # _resolve only returns importable backends
+    return module
+
+
+class _EnvSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, name: str, sense: Tensor, feat: Tensor, pf: Tensor, ps: Tensor) -> Tensor:
+        ctx.save_for_backward(sense, feat, pf, ps)
+        ctx.backend = name
+        if pf.shape[0] == 0:
+            return feat.new_zeros((feat.shape[0], sense.shape[1], feat.shape[1]))
+        return _impl(name).envsum(sense, feat, pf, ps)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        sense, feat, pf, ps = ctx.saved_tensors
+        _, need_sense, need_feat, _, _ = ctx.needs_input_grad
+        g_sense = _SenseSum.apply(ctx.backend, grad, feat, pf, ps) if need_sense else None
+        g_feat = _FeatSum.apply(ctx.backend, grad, sense, pf, ps) if need_feat else None
+        return None, g_sense, g_feat, None, None
+
+
+class _SenseSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, name: str, env: Tensor, feat: Tensor, pf: Tensor, ps: Tensor) -> Tensor:
+        ctx.save_for_backward(env, feat, pf, ps)
+        ctx.backend = name
+        if pf.shape[0] == 0:
+            return env.new_zeros((0, env.shape[1]))
+        return _impl(name).sensesum(env, feat, pf, ps)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        env, feat, pf, ps = ctx.saved_tensors
+        _, need_env, need_feat, _, _ = ctx.needs_input_grad
+        g_env = _EnvSum.apply(ctx.backend, grad, feat, pf, ps) if need_env else None
+        g_feat = _FeatSum.apply(ctx.backend, env, grad, pf, ps) if need_feat else None
+        return None, g_env, g_feat, None, None
+
+
+class _FeatSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, name: str, env: Tensor, sense: Tensor, pf: Tensor, ps: Tensor) -> Tensor:
+        ctx.save_for_backward(env, sense, pf, ps)
+        ctx.backend = name
+        if pf.shape[0] == 0:
+            return env.new_zeros((env.shape[0], env.shape[2]))
+        return _impl(name).featsum(env, sense, pf, ps)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        env, sense, pf, ps = ctx.saved_tensors
+        _, need_env, need_sense, _, _ = ctx.needs_input_grad
+        g_env = _EnvSum.apply(ctx.backend, sense, grad, pf, ps) if need_env else None
+        g_sense = _SenseSum.apply(ctx.backend, env, grad, pf, ps) if need_sense else None
+        return None, g_env, g_sense, None, None
+
+
+# ---------------------------------------------------------------- public ops
+
+
+def envsum(
+    sense: Tensor,
+    feat: Tensor,
+    pair_first: Tensor,
+    pair_second: Tensor,
+    *,
+    backend: str | None = None,
+) -> Tensor:
+    """Environment sum: env[i,ν,a] = Σ_{p: first_p=i} sense[p,ν]·feat[second_p,a].
+
+    Parameters
+    ----------
+    sense
+        (P, ν) float32/float64 pair sensitivities.
+    feat
+        (N, F) atom features, same dtype.
+    pair_first, pair_second
+        (P,) int64 centre / neighbour atom indices; any order, repeats allowed.
+    backend
+        Override the global backend for this call (and its derivatives).
+
+    Returns
+    -------
+    Tensor
+        (N, ν, F); rows of atoms without pairs are zero.
+    """
+    pf, ps = _check(
+        "envsum", pair_first, pair_second, feat.shape[0] if feat.dim() == 2 else 0,
+        sense.shape[0] if sense.dim() == 2 else None, ("sense", sense, 2), ("feat", feat, 2),
+    )  # fmt: skip
+    return _EnvSum.apply(_resolve(backend, feat.device), sense, feat, pf, ps)
+
+
+def sensesum(
+    env: Tensor,
+    feat: Tensor,
+    pair_first: Tensor,
+    pair_second: Tensor,
+    *,
+    backend: str | None = None,
+) -> Tensor:
+    """Sensitivity sum: sense[p,ν] = Σ_a env[first_p,ν,a]·feat[second_p,a].
+
+    Parameters
+    ----------
+    env
+        (N, ν, F) float32/float64.
+    feat
+        (N, F), same dtype.
+    pair_first, pair_second
+        (P,) int64 centre / neighbour atom indices.
+    backend
+        Override the global backend for this call.
+
+    Returns
+    -------
+    Tensor
+        (P, ν).
+    """
+    n_atoms = env.shape[0] if env.dim() == 3 else 0
+    pf, ps = _check(
+        "sensesum", pair_first, pair_second, n_atoms, None, ("env", env, 3), ("feat", feat, 2)
+    )
+    if feat.shape != (n_atoms, env.shape[2]):
+        raise KernelInputError(
+            f"sensesum: feat must be (N, F) = {(n_atoms, env.shape[2])} to match env "
+            f"{tuple(env.shape)}, got {tuple(feat.shape)}"
+        )
+    return _SenseSum.apply(_resolve(backend, env.device), env, feat, pf, ps)
+
+
+def featsum(
+    env: Tensor,
+    sense: Tensor,
+    pair_first: Tensor,
+    pair_second: Tensor,
+    *,
+    backend: str | None = None,
+) -> Tensor:
+    """Feature sum: feat[j,a] = Σ_{p: second_p=j} Σ_ν sense[p,ν]·env[first_p,ν,a].
+
+    Parameters
+    ----------
+    env
+        (N, ν, F) float32/float64.
+    sense
+        (P, ν), same dtype.
+    pair_first, pair_second
+        (P,) int64 centre / neighbour atom indices.
+    backend
+        Override the global backend for this call.
+
+    Returns
+    -------
+    Tensor
+        (N, F); rows of atoms that are nobody's neighbour are zero.
+    """
+    n_atoms = env.shape[0] if env.dim() == 3 else 0
+    pf, ps = _check(
+        "featsum", pair_first, pair_second, n_atoms,
+        sense.shape[0] if sense.dim() == 2 else None, ("env", env, 3), ("sense", sense, 2),
+    )  # fmt: skip
+    if sense.shape[1] != env.shape[1]:
+        raise KernelInputError(
+            f"featsum: sense has {sense.shape[1]} sensitivities but env has {env.shape[1]}"
+        )
+    return _FeatSum.apply(_resolve(backend, env.device), env, sense, pf, ps)

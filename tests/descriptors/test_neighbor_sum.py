@@ -1,0 +1,182 @@
+"""NeighborSum descriptor: hippynn sensitivities, hand values, derivatives, invariances."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from ase import Atoms
+from ase.neighborlist import neighbor_list as ase_neighbor_list
+
+from dparallel.descriptors import NeighborSum
+from dparallel.errors import DescriptorError
+
+WATER = Atoms("OHH", positions=[(0.0, 0.0, 0.0), (0.9572, 0.0, 0.0), (-0.2399872, 0.9266272, 0.0)])
+
+
+def _periodic(rng: np.random.Generator) -> Atoms:
+    """Small triclinic cell, r_cut > cell length: repeated (i, j) pairs via images."""
+    cell = np.array([[3.1, 0.0, 0.0], [0.4, 2.9, 0.0], [0.3, -0.2, 3.3]])
+    frac = rng.random((5, 3))
+    return Atoms("HHOOC", scaled_positions=frac, cell=cell, pbc=True)
+
+
+def _ase_pairs(atoms: Atoms, cutoff: float):
+    i, j, d = ase_neighbor_list("ijD", atoms, cutoff)
+    return i.astype(np.int64), j.astype(np.int64), d
+
+
+@pytest.mark.parametrize("kind", ["inverse", "gaussian"])
+def test_values_by_hand_on_water(kind: str) -> None:
+    desc = NeighborSum(["H", "O"], r_cut=6.0, n_sensitivities=5, r_min=0.7, kind=kind)
+    res = desc.compute(WATER, neighbors=_ase_pairs(WATER, 6.0))
+    mu, sigma, rc = desc.mu.numpy(), desc.sigma, 6.0
+
+    def s(r: float) -> np.ndarray:
+        base = (
+            np.exp(-0.5 * sigma**2 * (1 / r - 1 / mu) ** 2)
+            if kind == "inverse"
+            else np.exp(-0.5 * (r - mu) ** 2 / sigma**2)
+        )
+        return base * np.cos(np.pi * r / (2 * rc)) ** 2
+
+    r = lambda a, b: float(np.linalg.norm(WATER.positions[a] - WATER.positions[b]))  # noqa: E731
+    g_o = np.zeros((5, 2))
+    g_o[:, 0] = s(r(0, 1)) + s(r(0, 2))  # column k = ν·S + f, H is f = 0
+    np.testing.assert_allclose(res["O"].values[0], g_o.ravel(), rtol=1e-12)
+    g_h1 = np.stack([s(r(1, 2)), s(r(1, 0))], axis=1)
+    np.testing.assert_allclose(res["H"].values[0], g_h1.ravel(), rtol=1e-12)
+    np.testing.assert_array_equal(res["H"].atom_index, [1, 2])
+
+
+def test_inverse_sensitivities_match_hippynn() -> None:
+    sens = pytest.importorskip("hippynn.layers.hiplayers.sensitivity")
+    desc = NeighborSum(["H"], r_cut=6.5, n_sensitivities=12, r_min=0.85, r_max=5.0)
+    theirs = sens.InverseSensitivityModule(12, 0.85, 5.0, 6.5).double()
+    # same initial centres and widths (hippynn builds them in float32)
+    torch.testing.assert_close(theirs.mu[0], desc.mu, rtol=1e-6, atol=0)
+    assert theirs.sigma[0, 0].item() == pytest.approx(desc.sigma)
+    theirs.mu.data = desc.mu.unsqueeze(0).clone()
+    theirs.sigma.data.fill_(desc.sigma)
+    r = torch.linspace(0.9, 7.0, 200, dtype=torch.float64)
+    with torch.no_grad():
+        expected = theirs(r, warn_low_distances=False)
+    ours, _ = desc.sensitivities(r)
+    torch.testing.assert_close(ours, expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["inverse", "gaussian"])
+def test_pair_derivatives_match_autograd(kind: str, rng: np.random.Generator) -> None:
+    atoms = _periodic(rng)
+    desc = NeighborSum(["H", "C", "O"], r_cut=4.0, n_sensitivities=4, r_min=0.8, kind=kind)
+    pf, ps, vec = _ase_pairs(atoms, 4.0)
+    assert len(set(zip(pf.tolist(), ps.tolist(), strict=True))) < len(pf)  # duplicates exist
+    res = desc.compute(atoms, derivatives=True, neighbors=(pf, ps, vec))
+    species = torch.as_tensor([desc.elements.index(s) for s in atoms.get_chemical_symbols()])
+    v = torch.as_tensor(vec).requires_grad_()
+    jac = torch.autograd.functional.jacobian(
+        lambda x: desc(species, torch.as_tensor(pf), torch.as_tensor(ps), x), v
+    )  # (N, F, P, 3)
+    # sum both sides over repeated (i, j) keys (periodic images), then compare per key
+    n_atoms, n_feat = len(atoms), desc.n_features
+    ours = np.zeros((n_atoms, n_atoms, n_feat, 3))
+    for e in res.values():
+        for block in e.derivatives.values():
+            for k in range(len(block.pair_first)):
+                i, j = block.pair_first[k], block.pair_second[k]
+                ours[i, j, block.feature_index] += block.dG_dr[k]
+    theirs = np.zeros_like(ours)
+    for p in range(len(pf)):
+        theirs[pf[p], ps[p]] += jac[pf[p], :, p].numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+    # and each pair only touches its own centre's row of G
+    assert int(torch.count_nonzero(jac.sum(dim=3))) <= len(pf) * desc.n_sensitivities
+
+
+def _energy_and_forces(desc: NeighborSum, atoms: Atoms, w: dict[str, np.ndarray]):
+    """E = Σ_i w_e · G_i and F_k = −∂E/∂r_k assembled from the pair derivative blocks."""
+    res = desc.compute(atoms, derivatives=True, neighbors=_ase_pairs(atoms, desc.r_cut))
+    energy = sum(float((e.values @ w[s]).sum()) for s, e in res.items())
+    forces = np.zeros((len(atoms), 3))
+    for s, e in res.items():
+        for block in e.derivatives.values():
+            de_dr = np.einsum("pfx,f->px", block.dG_dr, w[s][block.feature_index])  # (P_ef, 3)
+            np.add.at(forces, block.pair_second, -de_dr)  # r_ij = r_j − r_i
+            np.add.at(forces, block.pair_first, de_dr)
+    return energy, forces
+
+
+@pytest.mark.parametrize("kind", ["inverse", "gaussian"])
+def test_forces_match_finite_differences(kind: str, rng: np.random.Generator) -> None:
+    atoms = _periodic(rng)
+    desc = NeighborSum(["H", "C", "O"], r_cut=4.0, n_sensitivities=4, r_min=0.8, kind=kind)
+    w = {s: rng.normal(size=desc.n_features) for s in desc.elements}
+    _, forces = _energy_and_forces(desc, atoms, w)
+    assert np.abs(forces.sum(0)).max() < 1e-10  # translation invariance: Σ F = 0
+    h = 1e-5
+    for k in range(len(atoms)):
+        for x in range(3):
+            plus, minus = atoms.copy(), atoms.copy()
+            plus.positions[k, x] += h
+            minus.positions[k, x] -= h
+            fd = -(_energy_and_forces(desc, plus, w)[0] - _energy_and_forces(desc, minus, w)[0])
+            assert forces[k, x] == pytest.approx(fd / (2 * h), rel=1e-6, abs=1e-7)
+
+
+def test_rotation_and_permutation_invariance(rng: np.random.Generator) -> None:
+    atoms = Atoms("CHHHO", positions=rng.normal(size=(5, 3)) * 1.2)
+    desc = NeighborSum(["H", "C", "O"], r_cut=5.0, n_sensitivities=6, r_min=0.5)
+    ref = desc.compute(atoms)
+    q, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+    rotated = atoms.copy()
+    rotated.positions = atoms.positions @ q.T + np.array([0.3, -1.0, 2.0])
+    rot = desc.compute(rotated)
+    perm = rng.permutation(len(atoms))
+    permuted = atoms[perm]
+    per = desc.compute(permuted)
+    for s in ref:
+        np.testing.assert_allclose(rot[s].values, ref[s].values, rtol=1e-10, atol=1e-12)
+        order = np.argsort(perm[per[s].atom_index])  # back to the original atom order
+        np.testing.assert_allclose(per[s].values[order], ref[s].values, rtol=1e-12)
+
+
+def test_default_neighbors_equal_explicit(rng: np.random.Generator) -> None:
+    atoms = _periodic(rng)
+    desc = NeighborSum(["H", "C", "O"], r_cut=4.0, n_sensitivities=3)
+    a = desc.compute(atoms)
+    b = desc.compute(atoms, neighbors=_ase_pairs(atoms, 4.0))
+    for s in a:
+        np.testing.assert_allclose(a[s].values, b[s].values, rtol=1e-12)
+
+
+def test_metadata_and_round_trip() -> None:
+    desc = NeighborSum([1, "O"], r_cut=5.0, n_sensitivities=3, r_min=0.9, kind="gaussian")
+    meta = desc.features("O")
+    assert len(meta) == desc.n_features == 6
+    assert meta[3] == {
+        "type": "neighbor_sum",
+        "kind": "gaussian",
+        "center": "O",
+        "neighbor": "O",
+        "nu": 1,
+        "mu": pytest.approx(desc.mu[1].item()),
+        "sigma": desc.sigma,
+        "r_min": 0.9,
+        "rc": 5.0,
+        "cutoff": "cos2",
+    }
+    again = NeighborSum.from_dict(desc.to_dict())
+    assert again.to_dict() == desc.to_dict()
+    torch.testing.assert_close(again.mu, desc.mu)
+
+
+def test_errors_name_the_problem() -> None:
+    desc = NeighborSum(["H", "O"], r_cut=4.0)
+    with pytest.raises(DescriptorError, match=r"structure 1: atom 0 has atomic number 6"):
+        desc.compute([WATER, Atoms("CH")])
+    with pytest.raises(DescriptorError, match="kind must be one of"):
+        NeighborSum(["H"], r_cut=4.0, kind="bessel")
+    with pytest.raises(DescriptorError, match="r_min < r_max <= r_cut"):
+        NeighborSum(["H"], r_cut=4.0, r_min=5.0)
+    with pytest.raises(DescriptorError, match="not a neighbor_sum"):
+        NeighborSum.from_dict({"type": "acsf"})
