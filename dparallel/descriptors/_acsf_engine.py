@@ -35,6 +35,7 @@ class ElementPlan:
     n_narrow_keys: int = 0
     z_keys: list[tuple[float, float]] = field(default_factory=list)  # (zeta, lambda)
     ang_cols: list[tuple[int, int]] = field(default_factory=list)  # (e_key, z_key) per column
+    outer: bool = False  # ang_cols is the full e-major product e_keys × z_keys
     # value source index: features gathered from cat([rad (n_el*K_r), ang (n_pt*K_a)])
     value_source: list[int] = field(default_factory=list)
     # derivative groups per neighbour element f: (feature positions, source columns)
@@ -80,6 +81,9 @@ def build_plan(features: list[dict], elements: list[str]) -> ElementPlan:
             col = (e_keys.index(item[2]), z_keys.index(item[3]))
             if col not in ang_cols:
                 ang_cols.append(col)
+    outer = len(e_keys) * len(z_keys) <= 2 * len(ang_cols)
+    if outer:  # every (radial part, angular part) combination, e-major: no column gathers
+        ang_cols = [(a, b) for a in range(len(e_keys)) for b in range(len(z_keys))]
     k_r, k_a = len(rad_keys), len(ang_cols)
     value_source: list[int] = []
     groups: dict[int, tuple[list[int], list[int]]] = {g: ([], []) for g in range(n_el)}
@@ -109,6 +113,7 @@ def build_plan(features: list[dict], elements: list[str]) -> ElementPlan:
         n_narrow_keys=len(e_keys_n),
         z_keys=z_keys,
         ang_cols=ang_cols,
+        outer=outer,
         value_source=value_source,
         deriv_groups={g: v for g, v in groups.items() if v[0]},
     )
@@ -185,13 +190,24 @@ def evaluate_element(
         nn = plan.n_narrow_keys
         ecol = torch.tensor([c[0] for c in plan.ang_cols], device=dev)
         zcol = torch.tensor([c[1] for c in plan.ang_cols], device=dev)
+        n_z = len(plan.z_keys)
+
+        def comb(zl: torch.Tensor, el: torch.Tensor) -> torch.Tensor:
+            """(T, K_a) column products zl[:, z(col)] * el[:, e(col)]."""
+            if plan.outer:
+                return (el.unsqueeze(2) * zl.unsqueeze(1)).reshape(el.shape[0], -1)
+            return el.index_select(1, ecol) * zl.index_select(1, zcol)
+
         pt = torch.tensor(_pair_table(n_el), device=dev)  # (n_el, n_el)
         counts = triplet_counts(center, n_centers)
+        if derivatives:
+            coef_p = torch.zeros(n_pairs * n_el, k_a, dtype=dtype, device=dev)
         for start, stop in triplet_blocks(counts, max_triplets):
             tj, tk = triplets(counts, start, stop)  # (T,), (T,)
             if tj.numel() == 0:
                 continue
-            c = (unit[tj] * unit[tk]).sum(1)  # (T,) cos θ_jik
+            uj, uk = unit[tj], unit[tk]  # (T, 3)
+            c = (uj * uk).sum(1)  # (T,) cos θ_jik
             rj, rk2 = r[tj], r[tk]
             aj, ak = a_p[tj], a_p[tk]  # (T, n_E)
             prod = aj * ak
@@ -212,38 +228,38 @@ def evaluate_element(
             zv, dz = angular_factor(
                 c, [z[0] for z in zk], [z[1] for z in zk], derivative=derivatives
             )  # (T, n_Z)
-            z_c = zv.index_select(1, zcol)  # (T, K_a)
-            term = full.index_select(1, ecol) * z_c  # (T, K_a)
             el_j, el_k = neighbor_el[tj], neighbor_el[tk]
-            ang_acc = ang_acc.index_add(0, center[tj] * n_pt + pt[el_j, el_k], term)
-            if derivatives:
-                assert dz is not None and da_p is not None and ang_der is not None
-                alpha1 = dz.index_select(1, zcol) * full.index_select(1, ecol)  # (T, K_a)
-                bj = da_p[tj] * ak
-                bk = aj * da_p[tk]
-                if nn:
-                    assert db is not None
-                    pad = (0, len(ek) - nn)
-                    bfull = torch.nn.functional.pad(b, pad, value=1.0)
-                    bj, bk = bj * bfull, bk * bfull
-                    gam = torch.nn.functional.pad(prod[:, :nn] * db, pad)  # (T, n_E)
-                    gam = gam.index_select(1, ecol) * z_c
-                    ujk = (vectors[tk] - vectors[tj]) / rjk.unsqueeze(1)  # (T, 3)
-                bj = bj.index_select(1, ecol) * z_c
-                bk = bk.index_select(1, ecol) * z_c
-                uj, uk = unit[tj].unsqueeze(1), unit[tk].unsqueeze(1)  # (T, 1, 3)
-                inv_j, inv_k = (1.0 / rj).unsqueeze(1), (1.0 / rk2).unsqueeze(1)
-                cc = c.unsqueeze(1)
-                a_j, a_k = alpha1 * inv_j, alpha1 * inv_k  # (T, K_a)
-                dvj = (bj - a_j * cc).unsqueeze(2) * uj + a_j.unsqueeze(2) * uk  # (T, K_a, 3)
-                dvk = a_k.unsqueeze(2) * uj + (bk - a_k * cc).unsqueeze(2) * uk
-                if nn:
-                    gu = gam.unsqueeze(2) * ujk.unsqueeze(1)
-                    dvj = dvj - gu
-                    dvk = dvk + gu
-                ang_der = ang_der.index_add(0, tj * n_el + el_k, dvj).index_add(
-                    0, tk * n_el + el_j, dvk
-                )
+            ang_acc = ang_acc.index_add(0, center[tj] * n_pt + pt[el_j, el_k], comb(zv, full))
+            if not derivatives:
+                continue
+            assert dz is not None and da_p is not None and ang_der is not None
+            # dG/dv_j = Pj u_j + Qj u_k,  dG/dv_k = Pk u_k + Qk u_j  (see docs/acsf.md)
+            inv_j, inv_k = (1.0 / rj).unsqueeze(1), (1.0 / rk2).unsqueeze(1)  # (T, 1)
+            xj, xk = da_p[tj] * ak, aj * da_p[tk]  # (T, n_E)
+            if nn:
+                pad = (0, len(ek) - nn)
+                bfull = torch.nn.functional.pad(b, pad, value=1.0)
+                xj, xk = xj * bfull, xk * bfull
+                g = torch.nn.functional.pad(prod[:, :nn] * db, pad)  # (T, n_E) Aj Ak dB
+                inv_jk = (1.0 / rjk).unsqueeze(1)
+                gj, gk = g * (rj.unsqueeze(1) * inv_jk), g * (rk2.unsqueeze(1) * inv_jk)
+                xj, xk = xj + gj, xk + gk
+            cc = c.unsqueeze(1)
+            pj = comb(zv, xj) - comb(dz, full * (cc * inv_j))  # (T, K_a)
+            pk = comb(zv, xk) - comb(dz, full * (cc * inv_k))
+            qj = comb(dz, full * inv_j)
+            qk = comb(dz, full * inv_k)
+            if nn:
+                qj = qj - comb(zv, gk)
+                qk = qk - comb(zv, gj)
+            slot_j, slot_k = tj * n_el + el_k, tk * n_el + el_j
+            coef_p = coef_p.index_add(0, slot_j, pj).index_add(0, slot_k, pk)
+            ang_der = ang_der.index_add(0, slot_j, qj.unsqueeze(2) * uk.unsqueeze(1)).index_add(
+                0, slot_k, qk.unsqueeze(2) * uj.unsqueeze(1)
+            )  # (P_e * n_el, K_a, 3)
+        if derivatives:
+            u_rep = unit.repeat_interleave(n_el, 0).unsqueeze(1)  # (P_e * n_el, 1, 3)
+            ang_der = ang_der + coef_p.unsqueeze(2) * u_rep
     src = torch.cat([rad_acc.view(n_centers, n_el * k_r), ang_acc.view(n_centers, n_pt * k_a)], 1)
     values = src.index_select(1, torch.tensor(plan.value_source, dtype=torch.long, device=dev))
     if not derivatives:
