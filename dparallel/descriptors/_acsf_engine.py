@@ -190,7 +190,6 @@ def evaluate_element(
         nn = plan.n_narrow_keys
         ecol = torch.tensor([c[0] for c in plan.ang_cols], device=dev)
         zcol = torch.tensor([c[1] for c in plan.ang_cols], device=dev)
-        n_z = len(plan.z_keys)
 
         def comb(zl: torch.Tensor, el: torch.Tensor) -> torch.Tensor:
             """(T, K_a) column products zl[:, z(col)] * el[:, e(col)]."""
