@@ -66,11 +66,10 @@ def _feature(
         raise DescriptorError(f"symmetry function type {type_} unsupported; use 2, 3 or 9")
     if rc <= 0 or eta < 0:
         raise DescriptorError(f"need rc > 0 and eta >= 0, got rc={rc}, eta={eta}")
-    if type_ != 2:
-        if zeta is None or lambda_ is None or zeta < 1 or abs(lambda_) != 1:
-            raise DescriptorError(
-                f"angular function needs zeta >= 1 and lambda = ±1, got {zeta}, {lambda_}"
-            )
+    if type_ != 2 and (zeta is None or lambda_ is None or zeta < 1 or abs(lambda_) != 1):
+        raise DescriptorError(
+            f"angular function needs zeta >= 1 and lambda = ±1, got {zeta}, {lambda_}"
+        )
     if not 0.0 <= alpha < 1.0:
         raise DescriptorError(f"inner cutoff alpha must be in [0, 1), got {alpha}")
     return {

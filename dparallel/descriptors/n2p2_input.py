@@ -90,7 +90,8 @@ def _parse_symfunction(
         elif type_ in (3, 9):
             if len(w) not in (8, 9):
                 raise fail(
-                    f"type {type_} expects: <ec> {type_} <e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]"
+                    f"type {type_} expects: <ec> {type_} <e1> <e2> <eta> <lambda> <zeta> <rc>"
+                    " [<rs>]"
                 )
             nbs = [w[2], w[3]]
             eta, lam, zeta, rc = float(w[4]), float(w[5]), float(w[6]), float(w[7])

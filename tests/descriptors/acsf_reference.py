@@ -47,7 +47,7 @@ def reference(atoms: ase.Atoms, features: list[dict], center: int) -> np.ndarray
         kind, rc, al, eta, rs = f["cutoff_id"], f["rc"], f["alpha"], f["eta"], f["rs"]
         total = 0.0
         if f["type"] == 2:
-            for jj, v in zip(js, vs):
+            for jj, v in zip(js, vs, strict=False):
                 r = np.linalg.norm(v)
                 if sym[jj] == f["neighbors"][0]:
                     total += math.exp(-eta * (r - rs) ** 2) * fc(r, rc, kind, al)

@@ -148,12 +148,12 @@ def test_design_water_reference_values(dtype: torch.dtype) -> None:
     out = acsf.compute([_water()], dtype=dtype)
     tol = 1e-9 if dtype == torch.float64 else 2e-6  # references carry 10 decimals
     feats = {e: [(f["type"], tuple(f["neighbors"])) for f in acsf.features(e)] for e in "HO"}
-    o = dict(zip(feats["O"], out["O"].values[0].tolist()))
+    o = dict(zip(feats["O"], out["O"].values[0].tolist(), strict=False))
     assert out["O"].values.dtype == dtype
     assert o[(2, ("H",))] == pytest.approx(1.8539625099, rel=tol, abs=1e-10)
     assert o[(3, ("H", "H"))] == pytest.approx(0.4769998019, rel=tol, abs=1e-10)
     assert o[(9, ("H", "H"))] == pytest.approx(0.6285957381, rel=tol, abs=1e-10)
-    h1 = dict(zip(feats["H"], out["H"].values[0].tolist()))
+    h1 = dict(zip(feats["H"], out["H"].values[0].tolist(), strict=False))
     assert out["H"].atom_index.tolist() == [1, 2]
     assert h1[(2, ("H",))] == pytest.approx(0.6595453299, rel=tol, abs=1e-10)
     assert h1[(2, ("O",))] == pytest.approx(0.9269812538, rel=tol, abs=1e-10)

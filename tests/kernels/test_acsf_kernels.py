@@ -86,7 +86,7 @@ def test_triplets_enumerate_all_unordered_pairs_per_centre(block: int) -> None:
     for a, b in triplet_blocks(counts, block):
         tj, tk = triplets(counts, a, b)
         assert tj.numel() <= max(block, int(counts[a:b].max()))
-        got += list(zip(tj.tolist(), tk.tolist()))
+        got += list(zip(tj.tolist(), tk.tolist(), strict=False))
     c = center.tolist()
     expect = [(j, k) for j in range(40) for k in range(j + 1, 40) if c[j] == c[k]]
     assert got == expect

@@ -21,7 +21,8 @@ def _random_atoms(rng: np.random.Generator, n: int, cell: np.ndarray, pbc) -> as
 
 def _as_set(i, j, s, d) -> list:
     return sorted(
-        (int(a), int(b), *map(int, sh), round(float(x), 9)) for a, b, sh, x in zip(i, j, s, d)
+        (int(a), int(b), *map(int, sh), round(float(x), 9))
+        for a, b, sh, x in zip(i, j, s, d, strict=False)
     )
 
 
@@ -67,7 +68,7 @@ def test_cell_smaller_than_cutoff_has_self_images_and_duplicates() -> None:
     self_pairs = nl.pair_first == nl.pair_second
     assert self_pairs.any()
     assert np.all(np.abs(nl.shifts[self_pairs]).sum(1) > 0)
-    pairs = list(zip(nl.pair_first, nl.pair_second))
+    pairs = list(zip(nl.pair_first, nl.pair_second, strict=False))
     assert len(set(pairs)) < len(pairs)
 
 
