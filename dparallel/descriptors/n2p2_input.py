@@ -98,6 +98,8 @@ def _parse_symfunction(
             rs = float(w[8]) if len(w) == 9 else 0.0
         else:
             raise fail(f"symmetry function type {type_} is not supported (2, 3, 9)")
+    except InputFormatError:
+        raise
     except ValueError:
         raise fail("could not read a number") from None
     for e in [center, *nbs]:
