@@ -140,6 +140,7 @@ def evaluate_element(
     n_el: int,
     derivatives: bool,
     max_triplets: int,
+    backend: str = "torch",
 ) -> tuple[torch.Tensor, dict[int, tuple[torch.Tensor, torch.Tensor]] | None]:
     """Values and per-pair derivatives of one central element's features.
 
@@ -182,7 +183,11 @@ def evaluate_element(
         if derivatives and k_a
         else None
     )  # (P_e * n_el, K_a, 3): pair p, partner element slot, column
-    if k_a and n_pairs:
+    if k_a and n_pairs and backend == "numba":
+        ang_acc, ang_der = _angular_numba(
+            plan, unit, r, center, neighbor_el, n_centers, n_el, derivatives
+        )
+    elif k_a and n_pairs:
         ek = plan.e_keys
         a_p, da_p = gaussian_cutoff(
             r, [k[1] for k in ek], [k[2] for k in ek], [k[3:] for k in ek], derivative=derivatives
@@ -275,3 +280,72 @@ def evaluate_element(
         colt = torch.tensor(cols, dtype=torch.long, device=dev)
         groups[f] = (sel, dsrc.index_select(0, sel).index_select(1, colt))
     return values, groups
+
+
+def _angular_numba(
+    plan: ElementPlan,
+    unit: torch.Tensor,
+    r: torch.Tensor,
+    center: torch.Tensor,
+    neighbor_el: torch.Tensor,
+    n_centers: int,
+    n_el: int,
+    derivatives: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Angular sums (n_e * n_pt, K_a) and pair derivatives via the compiled loop (float64)."""
+    import numpy as np
+
+    from dparallel.kernels.acsf_numba import angular_loop
+
+    dtype = unit.dtype
+    ek = plan.e_keys
+    r64 = r.detach().to(torch.float64)
+    a_p, da_p = gaussian_cutoff(
+        r64, [k[1] for k in ek], [k[2] for k in ek], [k[3:] for k in ek], derivative=True
+    )  # (P_e, n_E)
+    n_pairs = r.shape[0]
+    n_pt = n_el * (n_el + 1) // 2
+    k_a = len(plan.ang_cols)
+    seg = np.zeros(n_centers + 1, dtype=np.int64)
+    np.cumsum(np.bincount(center.numpy(), minlength=n_centers), out=seg[1:])
+    ang_acc = np.zeros((n_centers, n_pt, k_a))
+    shape_d = (n_pairs, n_el, k_a) if derivatives else (0, n_el, k_a)
+    coef_p = np.zeros(shape_d)
+    ang_q = np.zeros((*shape_d, 3))
+    zk = plan.z_keys
+    z_int = np.array(
+        [int(round(z)) if abs(z - round(z)) < 1e-12 and 1 <= round(z) <= 64 else -1 for z, _ in zk],
+        dtype=np.int64,
+    )
+    unit64 = unit.detach().to(torch.float64).numpy()
+    angular_loop(
+        np.ascontiguousarray(unit64),
+        r64.numpy(),
+        seg,
+        neighbor_el.numpy().astype(np.int64),
+        a_p.numpy(),
+        da_p.numpy(),  # type: ignore[union-attr]
+        plan.n_narrow_keys,
+        np.array([k[1] for k in ek], dtype=np.float64),
+        np.array([k[2] for k in ek], dtype=np.float64),
+        np.array([k[3] for k in ek], dtype=np.float64),
+        np.array([k[4] for k in ek], dtype=np.int64),
+        np.array([k[5] for k in ek], dtype=np.float64),
+        np.array([z for z, _ in zk], dtype=np.float64),
+        np.array([lam for _, lam in zk], dtype=np.float64),
+        z_int,
+        np.array([c[0] for c in plan.ang_cols], dtype=np.int64),
+        np.array([c[1] for c in plan.ang_cols], dtype=np.int64),
+        np.array(_pair_table(n_el), dtype=np.int64),
+        ang_acc,
+        derivatives,
+        coef_p,
+        ang_q,
+    )
+    acc = torch.from_numpy(ang_acc).view(n_centers * n_pt, k_a).to(dtype)
+    if not derivatives:
+        return acc, None
+    der = torch.from_numpy(ang_q) + torch.from_numpy(coef_p).unsqueeze(3) * torch.from_numpy(
+        unit64
+    ).view(n_pairs, 1, 1, 3)
+    return acc, der.view(n_pairs * n_el, k_a, 3).to(dtype)

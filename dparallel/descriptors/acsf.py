@@ -251,6 +251,7 @@ class ACSF:
         neighbors: Neighbors | None = None,
         positions: torch.Tensor | None = None,
         max_triplets: int = 131072,
+        backend: str = "auto",
     ) -> dict[str, ACSFResult]:
         """Symmetry functions of every atom, grouped by central element.
 
@@ -268,7 +269,11 @@ class ACSF:
             Optional (N, 3) tensor replacing the batch positions; values (and
             derivatives) are differentiable with respect to it (autograd, double backward).
         max_triplets
-            Triplets processed per block (memory bound, see docs/acsf.md).
+            Triplets processed per block by the torch backend (memory bound, docs/acsf.md).
+        backend
+            ``"torch"`` (vectorised, differentiable reference), ``"numba"`` (compiled
+            triplet loop, not differentiable w.r.t. ``positions``) or ``"auto"``: numba
+            when it is installed and ``positions`` does not require grad, else torch.
 
         Returns
         -------
@@ -303,6 +308,7 @@ class ACSF:
         else:
             vec = torch.from_numpy(neighbors.vectors).to(dtype)
             dist = torch.from_numpy(neighbors.distances).to(dtype)
+        backend = self._resolve_backend(backend, positions)
         el_t = torch.from_numpy(el_index)
         n_el = len(self._elements)
         plans = self._get_plans()
@@ -325,6 +331,7 @@ class ACSF:
                 n_el,
                 derivatives,
                 max_triplets,
+                backend,
             )
             pairs = None
             if derivatives:
@@ -348,6 +355,28 @@ class ACSF:
                     )
             out[e] = ACSFResult(values=values, atom_index=atoms, pairs=pairs)
         return out
+
+    @staticmethod
+    def _resolve_backend(backend: str, positions: torch.Tensor | None) -> str:
+        """'torch' or 'numba' from the requested backend."""
+        from dparallel.errors import BackendUnavailableError
+        from dparallel.kernels.acsf_numba import numba_available
+
+        needs_grad = positions is not None and positions.requires_grad and torch.is_grad_enabled()
+        if backend == "auto":
+            return "numba" if numba_available() and not needs_grad else "torch"
+        if backend == "torch":
+            return backend
+        if backend == "numba":
+            if not numba_available():
+                raise BackendUnavailableError("backend='numba' needs numba (pip install numba)")
+            if needs_grad:
+                raise DescriptorError(
+                    "backend='numba' is not differentiable; use backend='torch' with "
+                    "positions that require grad"
+                )
+            return backend
+        raise DescriptorError(f"backend must be 'auto', 'torch' or 'numba', got {backend!r}")
 
     def _element_index(self, batch: StructureBatch) -> np.ndarray:
         """Index into ``elements`` of each atom (N,); error names the structure."""
