@@ -1,5 +1,15 @@
-"""dparallel.descriptors: per-atom descriptors (NeighborSum, ACSF) built from kernels."""
+"""dparallel.descriptors: per-atom descriptors (ACSF, NeighborSum) built from kernels."""
 
-from dparallel.descriptors.neighbor_sum import ElementFeatures, NeighborSum, PairDerivatives
+from dparallel.descriptors.acsf import ACSF, ACSFResult, PairDerivatives
+from dparallel.descriptors.forces import forces_from_derivatives, virial_from_derivatives
+from dparallel.descriptors.neighbor_sum import ElementFeatures, NeighborSum
 
-__all__ = ["ElementFeatures", "NeighborSum", "PairDerivatives"]
+__all__ = [
+    "ACSF",
+    "ACSFResult",
+    "ElementFeatures",
+    "NeighborSum",
+    "PairDerivatives",
+    "forces_from_derivatives",
+    "virial_from_derivatives",
+]

@@ -1,0 +1,396 @@
+"""n2p2-compatible atom-centred symmetry functions (types 2, 3, 9) with analytic derivatives.
+
+See docs/acsf.md for formulas, feature order, metadata and the derivative layout.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from dparallel.descriptors._acsf_engine import ElementPlan, build_plan, evaluate_element
+from dparallel.errors import DescriptorError
+from dparallel.kernels.cutoffs import CUTOFF_TYPES, cutoff_type_id
+from dparallel.neighbors import Neighbors, neighbor_list
+from dparallel.types import StructureBatch
+
+__all__ = ["ACSF", "ACSFResult", "PairDerivatives"]
+
+_FEATURE_KEYS = ("type", "center", "neighbors", "eta", "rs", "zeta", "lambda", "rc", "cutoff")
+
+
+@dataclass
+class PairDerivatives:
+    """∂G_i/∂r_ij for pairs (i, j) with centre element e and neighbour element f.
+
+    Only the features of e that an f neighbour can change are stored
+    (``feature_index``). Every field is a flat tensor (store with ``.numpy()``).
+    """
+
+    pair_first: torch.Tensor  # (P_ef,) int64, global row of centre i
+    pair_second: torch.Tensor  # (P_ef,) int64, global row of neighbour j
+    center: torch.Tensor  # (P_ef,) int64, row of i in ACSFResult.values
+    vectors: torch.Tensor  # (P_ef, 3) r_ij in Å (for the virial)
+    feature_index: torch.Tensor  # (F_ef,) int64, columns of ACSFResult.values
+    dG_dr: torch.Tensor  # (P_ef, F_ef, 3) ∂G_i[feature_index]/∂r_ij, 1/Å
+
+
+@dataclass
+class ACSFResult:
+    """Symmetry functions of the atoms of one central element, rows in batch order."""
+
+    values: torch.Tensor  # (n_e, F_e)
+    atom_index: torch.Tensor  # (n_e,) int64, global row in the batch
+    pairs: dict[str, PairDerivatives] | None = None  # neighbour element → derivatives
+
+
+def _feature(
+    type_: int,
+    center: str,
+    neighbors: Sequence[str],
+    eta: float,
+    rs: float,
+    rc: float,
+    cutoff: str | int,
+    alpha: float,
+    zeta: float | None = None,
+    lambda_: float | None = None,
+) -> dict[str, Any]:
+    cid = cutoff_type_id(cutoff)
+    if type_ not in (2, 3, 9):
+        raise DescriptorError(f"symmetry function type {type_} unsupported; use 2, 3 or 9")
+    if rc <= 0 or eta < 0:
+        raise DescriptorError(f"need rc > 0 and eta >= 0, got rc={rc}, eta={eta}")
+    if type_ != 2 and (zeta is None or lambda_ is None or zeta < 1 or abs(lambda_) != 1):
+        raise DescriptorError(
+            f"angular function needs zeta >= 1 and lambda = ±1, got {zeta}, {lambda_}"
+        )
+    if not 0.0 <= alpha < 1.0:
+        raise DescriptorError(f"inner cutoff alpha must be in [0, 1), got {alpha}")
+    return {
+        "type": int(type_),
+        "center": center,
+        "neighbors": list(neighbors),
+        "eta": float(eta),
+        "rs": float(rs),
+        "zeta": None if type_ == 2 else float(zeta),  # type: ignore[arg-type]
+        "lambda": None if type_ == 2 else float(lambda_),  # type: ignore[arg-type]
+        "rc": float(rc),
+        "cutoff": CUTOFF_TYPES[cid],
+        "cutoff_id": cid,
+        "alpha": float(alpha),
+    }
+
+
+class ACSF:
+    """A set of n2p2 symmetry functions per central element.
+
+    Build with :meth:`uniform`, :meth:`from_n2p2` or :meth:`from_dict`. Picklable;
+    ``to_dict()`` is JSON-able.
+    """
+
+    def __init__(self, elements: Sequence[str], features: dict[str, list[dict]]) -> None:
+        from ase.data import atomic_numbers
+
+        self._elements = [str(e) for e in elements]
+        unknown = [e for e in self._elements if e not in atomic_numbers]
+        if unknown or len(set(self._elements)) != len(self._elements):
+            raise DescriptorError(f"elements must be distinct chemical symbols, got {elements}")
+        self._z = {e: atomic_numbers[e] for e in self._elements}
+        self._features: dict[str, list[dict]] = {}
+        for e in self._elements:
+            feats = []
+            for f in features.get(e, []):
+                nb = [str(x) for x in f["neighbors"]]
+                for x in nb:
+                    if x not in self._z:
+                        raise DescriptorError(f"feature {f} names element {x!r} not in {elements}")
+                if len(nb) == 2:  # canonical order: as in `elements`
+                    nb = sorted(nb, key=self._elements.index)
+                feats.append(
+                    _feature(
+                        int(f["type"]),
+                        e,
+                        nb,
+                        f["eta"],
+                        f.get("rs", 0.0) or 0.0,
+                        f["rc"],
+                        f.get("cutoff", "cos"),
+                        f.get("alpha", 0.0) or 0.0,
+                        f.get("zeta"),
+                        f.get("lambda"),
+                    )
+                )
+            self._features[e] = feats
+        self._plans: dict[str, ElementPlan] | None = None
+
+    # ----------------------------------------------------------- constructors
+    @classmethod
+    def uniform(
+        cls,
+        elements: Sequence[str],
+        r_cut: float = 6.0,
+        cutoff: str | int = "cos",
+        alpha: float = 0.0,
+        radial: Sequence[tuple[float, float]] = (),
+        narrow: Sequence[tuple[float, float, float, float]] = (),
+        wide: Sequence[tuple[float, float, float, float]] = (),
+    ) -> ACSF:
+        """The same functions for every central element and neighbour element (pair).
+
+        Order per centre: radial functions for each neighbour element (in ``elements``
+        order, parameters inner), then for each unordered element pair (a ≤ b in
+        ``elements`` order, a-major) its narrow (type 3) then wide (type 9) functions.
+        ``radial`` holds (η, rs); ``narrow``/``wide`` hold (η, ζ, λ, rs).
+        """
+        elements = list(elements)
+        feats: dict[str, list[dict]] = {}
+        for e in elements:
+            out = []
+            for f in elements:
+                for eta, rs in radial:
+                    out.append(_feature(2, e, [f], eta, rs, r_cut, cutoff, alpha))
+            for ia, a in enumerate(elements):
+                for b in elements[ia:]:
+                    for type_, params in ((3, narrow), (9, wide)):
+                        for eta, zeta, lam, rs in params:
+                            out.append(
+                                _feature(type_, e, [a, b], eta, rs, r_cut, cutoff, alpha, zeta, lam)
+                            )
+            feats[e] = out
+        return cls(elements, feats)
+
+    @classmethod
+    def from_n2p2(cls, path: str, unit: float = 1.0) -> ACSF:
+        """Parse ``symfunction_short``, ``cutoff_type`` and ``elements`` of an n2p2 input.nn.
+
+        Features keep the file's order per central element. ``unit`` multiplies lengths
+        (rc, rs) and divides η by its square, to convert file units to Å.
+        """
+        from dparallel.descriptors.n2p2_input import parse_input_nn
+
+        elements, feats = parse_input_nn(path, unit=unit)
+        return cls(elements, feats)
+
+    @classmethod
+    def from_dict(cls, spec: dict[str, Any]) -> ACSF:
+        """Rebuild from :meth:`to_dict` output."""
+        if not isinstance(spec, dict) or spec.get("kind") != "acsf":
+            raise DescriptorError("ACSF.from_dict: expected a dict with kind='acsf'")
+        return cls(spec["elements"], spec["features"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able spec (kind, elements, features per central element)."""
+        return {
+            "kind": "acsf",
+            "version": 1,
+            "elements": list(self._elements),
+            "features": {e: [self._public(f) for f in fs] for e, fs in self._features.items()},
+        }
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.to_dict()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["elements"], state["features"])  # type: ignore[misc]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ACSF) and json.dumps(self.to_dict()) == json.dumps(other.to_dict())
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{e}: {len(self._features[e])}" for e in self._elements)
+        return f"ACSF(elements={self._elements}, r_cut={self.r_cut}, n_features={{{counts}}})"
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def elements(self) -> list[str]:
+        """Element symbols, in the order used for element pairs."""
+        return list(self._elements)
+
+    @property
+    def r_cut(self) -> float:
+        """Largest cutoff radius of any feature (Å)."""
+        return max((f["rc"] for fs in self._features.values() for f in fs), default=0.0)
+
+    @staticmethod
+    def _public(f: dict) -> dict[str, Any]:
+        d = {k: (list(f[k]) if k == "neighbors" else f[k]) for k in _FEATURE_KEYS}
+        d["alpha"] = f["alpha"]
+        return d
+
+    def features(self, element: str) -> list[dict[str, Any]]:
+        """Metadata of each feature of central ``element``, in column order."""
+        self._check_element(element)
+        return [self._public(f) for f in self._features[element]]
+
+    def n_features(self, element: str) -> int:
+        """Number of features of central ``element``."""
+        self._check_element(element)
+        return len(self._features[element])
+
+    def _check_element(self, element: str) -> None:
+        if element not in self._features:
+            raise DescriptorError(f"element {element!r} not in this ACSF ({self._elements})")
+
+    def _get_plans(self) -> dict[str, ElementPlan]:
+        if self._plans is None:
+            self._plans = {e: build_plan(self._features[e], self._elements) for e in self._elements}
+        return self._plans
+
+    # ----------------------------------------------------------------- compute
+    def compute(
+        self,
+        structures: StructureBatch | Sequence[Any],
+        derivatives: bool = False,
+        dtype: torch.dtype = torch.float64,
+        neighbors: Neighbors | None = None,
+        positions: torch.Tensor | None = None,
+        max_triplets: int = 131072,
+        backend: str = "auto",
+    ) -> dict[str, ACSFResult]:
+        """Symmetry functions of every atom, grouped by central element.
+
+        Parameters
+        ----------
+        structures
+            A :class:`StructureBatch` or a list of ``ase.Atoms``.
+        derivatives
+            Also return analytic ∂G_i/∂r_ij per pair (``ACSFResult.pairs``).
+        dtype
+            torch.float64 or torch.float32.
+        neighbors
+            A precomputed :func:`neighbor_list` of the batch with cutoff ≥ ``r_cut``.
+        positions
+            Optional (N, 3) tensor replacing the batch positions; values (and
+            derivatives) are differentiable with respect to it (autograd, double backward).
+        max_triplets
+            Triplets processed per block by the torch backend (memory bound, docs/acsf.md).
+        backend
+            ``"torch"`` (vectorised, differentiable reference), ``"numba"`` (compiled
+            triplet loop, not differentiable w.r.t. ``positions``) or ``"auto"``: numba
+            when it is installed and ``positions`` does not require grad, else torch.
+
+        Returns
+        -------
+        dict
+            element → :class:`ACSFResult`; elements absent from the batch get 0 rows.
+        """
+        batch = (
+            structures
+            if isinstance(structures, StructureBatch)
+            else StructureBatch.from_ase(structures)
+        )
+        if dtype not in (torch.float32, torch.float64):
+            raise DescriptorError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        el_index = self._element_index(batch)  # (N,)
+        if neighbors is None:
+            neighbors = neighbor_list(batch, self.r_cut)
+        pf = torch.from_numpy(neighbors.pair_first)
+        ps = torch.from_numpy(neighbors.pair_second)
+        if positions is not None:
+            pos = positions.to(dtype)
+            if pos.shape != (batch.n_atoms, 3):
+                raise DescriptorError(
+                    f"positions must have shape ({batch.n_atoms}, 3), got {tuple(pos.shape)}"
+                )
+            cells = torch.from_numpy(batch.cells).to(dtype)
+            struct = torch.from_numpy(batch.structure_index)[pf]
+            shift_vec = torch.einsum(
+                "pa,pab->pb", torch.from_numpy(neighbors.shifts).to(dtype), cells[struct]
+            )
+            vec = pos[ps] - pos[pf] + shift_vec  # (P, 3)
+            dist = vec.norm(dim=1)  # (P,)
+        else:
+            vec = torch.from_numpy(neighbors.vectors).to(dtype)
+            dist = torch.from_numpy(neighbors.distances).to(dtype)
+        backend = self._resolve_backend(backend, positions)
+        el_t = torch.from_numpy(el_index)
+        n_el = len(self._elements)
+        plans = self._get_plans()
+        out: dict[str, ACSFResult] = {}
+        for e_idx, e in enumerate(self._elements):
+            plan = plans[e]
+            atoms = torch.nonzero(el_t == e_idx).squeeze(1)  # (n_e,) sorted
+            n_e = int(atoms.shape[0])
+            local = torch.full((batch.n_atoms,), -1, dtype=torch.long)
+            local[atoms] = torch.arange(n_e)
+            keep = torch.nonzero((el_t[pf] == e_idx) & (dist < plan.r_max)).squeeze(1)  # (P_e,)
+            center = local[pf[keep]]
+            values, groups = evaluate_element(
+                plan,
+                vec[keep],
+                dist[keep],
+                center,
+                el_t[ps[keep]],
+                n_e,
+                n_el,
+                derivatives,
+                max_triplets,
+                backend,
+            )
+            pairs = None
+            if derivatives:
+                assert groups is not None
+                pairs = {}
+                for f_idx, f in enumerate(self._elements):
+                    feat_pos = plan.deriv_groups.get(f_idx, ([], []))[0]
+                    if f_idx in groups:
+                        sel, dg = groups[f_idx]
+                    else:
+                        sel = torch.nonzero(el_t[ps[keep]] == f_idx).squeeze(1)
+                        dg = vec.new_zeros((int(sel.shape[0]), 0, 3))
+                    rows = keep[sel]
+                    pairs[f] = PairDerivatives(
+                        pair_first=pf[rows],
+                        pair_second=ps[rows],
+                        center=center[sel],
+                        vectors=vec[rows],
+                        feature_index=torch.tensor(feat_pos, dtype=torch.long),
+                        dG_dr=dg,
+                    )
+            out[e] = ACSFResult(values=values, atom_index=atoms, pairs=pairs)
+        return out
+
+    @staticmethod
+    def _resolve_backend(backend: str, positions: torch.Tensor | None) -> str:
+        """'torch' or 'numba' from the requested backend."""
+        from dparallel.errors import BackendUnavailableError
+        from dparallel.kernels.acsf_numba import numba_available
+
+        needs_grad = positions is not None and positions.requires_grad and torch.is_grad_enabled()
+        if backend == "auto":
+            return "numba" if numba_available() and not needs_grad else "torch"
+        if backend == "torch":
+            return backend
+        if backend == "numba":
+            if not numba_available():
+                raise BackendUnavailableError("backend='numba' needs numba (pip install numba)")
+            if needs_grad:
+                raise DescriptorError(
+                    "backend='numba' is not differentiable; use backend='torch' with "
+                    "positions that require grad"
+                )
+            return backend
+        raise DescriptorError(f"backend must be 'auto', 'torch' or 'numba', got {backend!r}")
+
+    def _element_index(self, batch: StructureBatch) -> np.ndarray:
+        """Index into ``elements`` of each atom (N,); error names the structure."""
+        lut = np.full(119, -1, dtype=np.int64)
+        for n, e in enumerate(self._elements):
+            lut[self._z[e]] = n
+        nums = batch.numbers
+        bad = (nums < 0) | (nums > 118)
+        idx = np.where(bad, -1, lut[np.clip(nums, 0, 118)])
+        if np.any(idx < 0):
+            row = int(np.nonzero(idx < 0)[0][0])
+            s = int(np.searchsorted(batch.offsets, row, side="right") - 1)
+            raise DescriptorError(
+                f"structure {s}, atom {row - int(batch.offsets[s])}: atomic number "
+                f"{int(nums[row])} is not among the ACSF elements {self._elements}"
+            )
+        return idx

@@ -1,0 +1,159 @@
+"""Building blocks of n2p2 symmetry functions as pure, differentiable torch functions.
+
+- :func:`gaussian_cutoff` — per-distance radial factors a(r) = exp(−η(r − rs)²)·f_c(r)
+  for K parameter columns at once, and da/dr.
+- :func:`angular_factor` — Z(c) = 2^(1−ζ)(1 + λc)^ζ for K columns, and dZ/dc.
+- :func:`triplet_counts` / :func:`triplets` — unordered neighbour pairs (j < k) of each
+  centre from a pair list sorted by centre, by vectorised index arithmetic, in blocks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dparallel.kernels.cutoffs import cutoff_fn_and_derivative
+
+__all__ = ["gaussian_cutoff", "angular_factor", "triplet_counts", "triplet_blocks", "triplets"]
+
+
+def gaussian_cutoff(
+    r: torch.Tensor,
+    eta: list[float],
+    rs: list[float],
+    cutoffs: list[tuple[float, int, float]],
+    derivative: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """a_k(r) = exp(−η_k (r − rs_k)²)·f_c(r; rc_k, type_k, α_k) for every column k.
+
+    Parameters
+    ----------
+    r
+        (M,) distances.
+    eta, rs
+        K values each.
+    cutoffs
+        K tuples (rc, n2p2 cutoff type, α); identical tuples are evaluated once.
+
+    Returns
+    -------
+    (M, K) values and, if ``derivative``, (M, K) da/dr (else None).
+    """
+    k = len(eta)
+    if k == 0:
+        z = r.new_zeros((r.shape[0], 0))
+        return z, (z if derivative else None)
+    uniq = sorted(set(cutoffs))
+    cols = [uniq.index(c) for c in cutoffs]
+    fcs, dfcs = [], []
+    for rc, kind, alpha in uniq:
+        f, df = cutoff_fn_and_derivative(r, rc, kind, alpha)
+        fcs.append(f)
+        dfcs.append(df)
+    fc = torch.stack(fcs, 1)  # (M, n_cut)
+    if len(uniq) > 1 or k > 1:
+        idx = torch.tensor(cols, device=r.device)
+        fc_k = fc.index_select(1, idx)  # (M, K)
+    else:
+        fc_k = fc
+    eta_t = torch.tensor(eta, dtype=r.dtype, device=r.device)
+    rs_t = torch.tensor(rs, dtype=r.dtype, device=r.device)
+    if any(rs):
+        d = r.unsqueeze(1) - rs_t  # (M, K)
+        g = torch.exp(-eta_t * d * d)
+    else:
+        d = r.unsqueeze(1)
+        g = torch.exp(-eta_t * (r * r).unsqueeze(1))
+    a = g * fc_k
+    if not derivative:
+        return a, None
+    dfc = torch.stack(dfcs, 1)
+    dfc_k = dfc.index_select(1, idx) if (len(uniq) > 1 or k > 1) else dfc
+    da = g * (dfc_k - 2.0 * eta_t * d * fc_k)
+    return a, da
+
+
+def angular_factor(
+    c: torch.Tensor, zeta: list[float], lambda_: list[float], derivative: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Z_k(c) = 2^(1−ζ_k)(1 + λ_k c)^ζ_k for every column k; c = cos θ_jik, shape (T,).
+
+    Integer ζ uses repeated multiplication (exact, fast); others use ``pow``.
+    Returns (T, K) Z and, if ``derivative``, (T, K) dZ/dc.
+    """
+    cols, dcols = [], []
+    for z, lam in zip(zeta, lambda_, strict=True):
+        base = 1.0 + lam * c
+        pre = 2.0 ** (1.0 - z)
+        zi = int(round(z))
+        if abs(z - zi) < 1e-12 and 1 <= zi <= 64:
+            pm1 = _int_pow(base, zi - 1)  # base^(ζ−1)
+            val = pm1 * base
+        else:
+            pm1 = base.clamp_min(0.0).pow(z - 1.0)
+            val = base.clamp_min(0.0).pow(z)
+        cols.append(pre * val)
+        if derivative:
+            dcols.append((pre * z * lam) * pm1)
+    if not cols:
+        e = c.new_zeros((c.shape[0], 0))
+        return e, (e if derivative else None)
+    out = torch.stack(cols, 1)
+    return out, (torch.stack(dcols, 1) if derivative else None)
+
+
+def _int_pow(x: torch.Tensor, n: int) -> torch.Tensor:
+    """x**n for a small non-negative integer n by squaring."""
+    if n == 0:
+        return torch.ones_like(x)
+    result: torch.Tensor | None = None
+    base = x
+    while n:
+        if n & 1:
+            result = base if result is None else result * base
+        n >>= 1
+        if n:
+            base = base * base
+    assert result is not None
+    return result
+
+
+def triplet_counts(center: torch.Tensor, n_centers: int) -> torch.Tensor:
+    """For pairs sorted by ``center`` (P,), how many later pairs share each pair's centre.
+
+    Pair p is the first member j of ``counts[p]`` triplets (j = p, k = p+1 … end of its
+    centre's segment). Returns (P,) int64.
+    """
+    n_per = torch.bincount(center, minlength=n_centers)  # (n_centers,)
+    end = torch.cumsum(n_per, 0)  # exclusive end of each centre's segment
+    p = torch.arange(center.shape[0], device=center.device)
+    return end[center] - p - 1
+
+
+def triplet_blocks(counts: torch.Tensor, max_triplets: int) -> list[tuple[int, int]]:
+    """Split pairs [0, P) into ranges whose triplet total is ≤ max_triplets (or one pair)."""
+    n = counts.shape[0]
+    if n == 0:
+        return []
+    csum = torch.cumsum(counts, 0)
+    total = int(csum[-1])
+    if total <= max_triplets:
+        return [(0, n)]
+    bounds = [0]
+    while bounds[-1] < n:
+        before = int(csum[bounds[-1] - 1]) if bounds[-1] > 0 else 0
+        c = int(torch.searchsorted(csum, before + max_triplets, right=True))
+        bounds.append(min(n, max(c, bounds[-1] + 1)))
+    return list(zip(bounds[:-1], bounds[1:], strict=False))
+
+
+def triplets(counts: torch.Tensor, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pair indices (j, k), j < k, same centre, of the triplets led by pairs [start, stop).
+
+    Returns two (T,) int64 tensors of pair indices (global within the pair list).
+    """
+    c = counts[start:stop]  # (B,)
+    first_local = torch.repeat_interleave(torch.arange(stop - start, device=c.device), c)  # (T,)
+    offs = torch.cumsum(c, 0) - c  # (B,) first triplet of each leading pair
+    t = torch.arange(first_local.shape[0], device=c.device)
+    second = first_local + 1 + (t - offs[first_local])
+    return first_local + start, second + start

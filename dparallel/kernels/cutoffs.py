@@ -1,0 +1,119 @@
+"""n2p2 cutoff functions f_c(r) and their derivatives, as pure torch functions.
+
+With inner cutoff r_ci = α·r_c and x = (r − r_ci)/(r_c − r_ci), n2p2 defines
+f_c = 1 for r < r_ci, f(x) for r_ci ≤ r < r_c, 0 for r ≥ r_c. The two tanh types
+ignore α and use r/r_c directly (as n2p2 does).
+
+======  =======  ===========================================
+type    name     f
+======  =======  ===========================================
+0       hard     1
+1       cos      ½[cos(πx) + 1]
+2       tanhu    tanh³(1 − r/r_c)
+3       tanh     tanh³(1 − r/r_c) / tanh³(1)
+4       exp      exp(1 − 1/(1 − x²))
+5       poly1    (2x − 3)x² + 1
+6       poly2    ((15 − 6x)x − 10)x³ + 1
+7       poly3    (x(x(20x − 70) + 84) − 35)x⁴ + 1
+8       poly4    (x(x((315 − 70x)x − 540) + 420) − 126)x⁵ + 1
+======  =======  ===========================================
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dparallel.errors import DescriptorError
+
+__all__ = ["CUTOFF_TYPES", "cutoff_type_id", "cutoff_fn", "cutoff_fn_and_derivative"]
+
+#: n2p2 ``cutoff_type`` number → name.
+CUTOFF_TYPES: dict[int, str] = {
+    0: "hard",
+    1: "cos",
+    2: "tanhu",
+    3: "tanh",
+    4: "exp",
+    5: "poly1",
+    6: "poly2",
+    7: "poly3",
+    8: "poly4",
+}
+_BY_NAME = {v: k for k, v in CUTOFF_TYPES.items()}
+_TANH_NORM = 1.0 / math.tanh(1.0) ** 3
+
+
+def cutoff_type_id(cutoff: str | int) -> int:
+    """n2p2 number of a cutoff given by name (``"cos"``) or number (``1``)."""
+    if isinstance(cutoff, str):
+        key = cutoff.strip().lower()
+        if key.isdigit():
+            return cutoff_type_id(int(key))
+        if key not in _BY_NAME:
+            raise DescriptorError(
+                f"unknown cutoff {cutoff!r}; expected one of {sorted(_BY_NAME)} or 0-8"
+            )
+        return _BY_NAME[key]
+    if int(cutoff) not in CUTOFF_TYPES:
+        raise DescriptorError(f"unknown cutoff type {cutoff!r}; expected 0-8")
+    return int(cutoff)
+
+
+def _core(x: torch.Tensor, kind: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """f(x) and df/dx on the switching region (x in [0, 1))."""
+    if kind == 0:
+        return torch.ones_like(x), torch.zeros_like(x)
+    if kind == 1:
+        px = math.pi * x
+        return 0.5 * (torch.cos(px) + 1.0), -0.5 * math.pi * torch.sin(px)
+    if kind == 4:
+        one_m = (1.0 - x * x).clamp_min(1e-300)
+        f = torch.exp(1.0 - 1.0 / one_m)
+        return f, -2.0 * x * f / (one_m * one_m)
+    if kind == 5:
+        return (2.0 * x - 3.0) * x * x + 1.0, (6.0 * x - 6.0) * x
+    if kind == 6:
+        x2 = x * x
+        return ((15.0 - 6.0 * x) * x - 10.0) * x2 * x + 1.0, x2 * ((60.0 - 30.0 * x) * x - 30.0)
+    if kind == 7:
+        x3 = x * x * x
+        f = (x * (x * (20.0 * x - 70.0) + 84.0) - 35.0) * x3 * x + 1.0
+        return f, x3 * (x * (x * (140.0 * x - 420.0) + 420.0) - 140.0)
+    if kind == 8:
+        x4 = x * x * x * x
+        f = (x * (x * ((315.0 - 70.0 * x) * x - 540.0) + 420.0) - 126.0) * x4 * x + 1.0
+        return f, x4 * (x * (x * ((2520.0 - 630.0 * x) * x - 3780.0) + 2520.0) - 630.0)
+    raise DescriptorError(f"cutoff type {kind} has no x-form")  # pragma: no cover
+
+
+def cutoff_fn_and_derivative(
+    r: torch.Tensor, rc: float, kind: int, alpha: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """f_c(r) and df_c/dr (same shape as ``r``), zero for r ≥ rc; differentiable."""
+    inside = r < rc
+    if kind in (2, 3):
+        t = torch.tanh(1.0 - r / rc)
+        t2 = t * t
+        f = t2 * t
+        df = -3.0 * t2 * (1.0 - t2) / rc
+        if kind == 3:
+            f, df = f * _TANH_NORM, df * _TANH_NORM
+    else:
+        rci = alpha * rc
+        width = rc - rci
+        x = ((r - rci) / width).clamp(0.0, 1.0)
+        f, dfdx = _core(x, kind)
+        df = dfdx / width
+        if alpha > 0.0 and kind != 0:
+            below = r < rci
+            f = torch.where(below, torch.ones_like(f), f)
+            df = torch.where(below, torch.zeros_like(df), df)
+    zero = torch.zeros_like(f)
+    return torch.where(inside, f, zero), torch.where(inside, df, zero)
+
+
+def cutoff_fn(r: torch.Tensor, rc: float, kind: int, alpha: float = 0.0) -> torch.Tensor:
+    """f_c(r) (same shape as ``r``), zero for r ≥ rc."""
+    return cutoff_fn_and_derivative(r, rc, kind, alpha)[0]

@@ -1,0 +1,98 @@
+"""Full neighbor lists for a :class:`~dparallel.types.StructureBatch` (vesin cell lists)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from dparallel.errors import DescriptorError
+from dparallel.types import StructureBatch
+
+__all__ = ["Neighbors", "neighbor_list"]
+
+
+class Neighbors(NamedTuple):
+    """A full pair list over a batch; numpy arrays, sorted by ``pair_first`` (stable).
+
+    ``P`` is the number of pairs. Each unordered pair appears twice (i→j and j→i);
+    in cells smaller than the cutoff the same (i, j) appears once per image shift and
+    an atom may neighbour its own images (i == j, shift ≠ 0).
+    """
+
+    pair_first: np.ndarray  # (P,) int64, centre atom i, global row of the batch
+    pair_second: np.ndarray  # (P,) int64, neighbour atom j, global row of the batch
+    shifts: np.ndarray  # (P, 3) int64, image shift S (in cell vectors)
+    vectors: np.ndarray  # (P, 3) float64, Å, r_ij = r_j − r_i + S·cell
+    distances: np.ndarray  # (P,) float64, Å, |r_ij|
+
+    @property
+    def n_pairs(self) -> int:
+        """Number of pairs ``P``."""
+        return int(self.pair_first.shape[0])
+
+
+def _empty() -> Neighbors:
+    return Neighbors(
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+        np.zeros((0, 3), np.int64),
+        np.zeros((0, 3)),
+        np.zeros(0),
+    )
+
+
+def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
+    """Full neighbor list of every structure in ``batch`` within ``cutoff`` (Å).
+
+    Parameters
+    ----------
+    batch
+        Structures; a cell of zeros (or ``pbc`` all False) means non-periodic. Mixed
+        ``pbc`` and triclinic cells are supported, also cells smaller than ``cutoff``.
+    cutoff
+        Pairs with ``0 < |r_ij| < cutoff`` are returned.
+
+    Returns
+    -------
+    Neighbors
+        numpy arrays; indices are global rows of ``batch``; sorted by ``pair_first``.
+    """
+    import vesin
+
+    if not np.isfinite(cutoff) or cutoff <= 0:
+        raise DescriptorError(f"neighbor_list: cutoff must be a positive number, got {cutoff!r}")
+    parts: list[tuple[np.ndarray, ...]] = []
+    nl = vesin.NeighborList(cutoff=float(cutoff), full_list=True)
+    for s in range(batch.n_structures):
+        a, b = int(batch.offsets[s]), int(batch.offsets[s + 1])
+        if b - a == 0:
+            continue
+        positions = batch.positions[a:b]
+        cell = batch.cells[s]
+        pbc = batch.pbc[s].copy()
+        if np.any(pbc):
+            volume = abs(np.linalg.det(cell))
+            if not np.isfinite(volume) or volume < 1e-10:
+                raise DescriptorError(
+                    f"structure {s}: periodic along {pbc.tolist()} but the cell is singular "
+                    f"(|det| = {volume:.3g}); give three independent cell vectors or pbc=False"
+                )
+        box = cell if np.any(pbc) else np.zeros((3, 3))
+        i, j, shifts, vec, dist = nl.compute(
+            points=positions, box=box, periodic=pbc, quantities="ijSDd", copy=True
+        )
+        i = i.astype(np.int64) + a
+        j = j.astype(np.int64) + a
+        parts.append((i, j, shifts.astype(np.int64), vec, dist))
+    if not parts:
+        return _empty()
+    first = np.concatenate([p[0] for p in parts])
+    order = np.argsort(first, kind="stable")
+    return Neighbors(
+        pair_first=first[order],
+        pair_second=np.concatenate([p[1] for p in parts])[order],
+        shifts=np.concatenate([p[2] for p in parts]).reshape(-1, 3)[order],
+        vectors=np.concatenate([p[3] for p in parts]).reshape(-1, 3)[order],
+        distances=np.concatenate([p[4] for p in parts])[order],
+    )

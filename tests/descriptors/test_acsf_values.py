@@ -1,0 +1,228 @@
+"""ACSF values against DScribe, an independent NumPy loop, and DESIGN.md reference values."""
+
+from __future__ import annotations
+
+import pickle
+
+import ase
+import ase.build
+import numpy as np
+import pytest
+import torch
+from acsf_reference import reference
+from scipy.spatial.transform import Rotation
+
+from dparallel.descriptors import ACSF
+from dparallel.errors import DescriptorError
+from dparallel.types import StructureBatch
+
+G2 = [(0.0, 0.0), (0.5, 0.0), (0.8, 2.1), (0.05, 3.3)]  # DScribe G1 == (eta=0, rs=0)
+G4 = [(0.01, 1.0, 1.0), (0.05, 2.0, -1.0), (0.1, 4.0, 1.0)]
+G5 = [(0.02, 1.0, -1.0), (0.005, 2.0, 1.0)]
+
+
+def _dscribe_pair(species: list[str], r_cut: float) -> tuple[ACSF, object]:
+    from dscribe.descriptors import ACSF as DACSF
+
+    ours = ACSF.uniform(
+        species,
+        r_cut=r_cut,
+        cutoff="cos",
+        radial=G2,
+        narrow=[(e, z, lam, 0.0) for e, z, lam in G4],
+        wide=[(e, z, lam, 0.0) for e, z, lam in G5],
+    )
+    theirs = DACSF(
+        r_cut=r_cut,
+        g2_params=[list(p) for p in G2[1:]],
+        g4_params=[list(p) for p in G4],
+        g5_params=[list(p) for p in G5],
+        species=species,
+        periodic=True,
+    )
+    return ours, theirs
+
+
+def _dscribe_order(acsf: ACSF, element: str) -> list[int]:
+    """Our columns in DScribe's order, from metadata alone.
+
+    DScribe: per neighbour species [G1, G2...], then per species pair in *column-major*
+    order (a, b) = (0,0), (0,1), (1,1), (0,2), (1,2), (2,2)…, each [G4..., G5...].
+    """
+    els = acsf.elements
+    feats = acsf.features(element)
+    order = [n for n, f in enumerate(feats) if f["type"] == 2]
+    for b in range(len(els)):
+        for a in range(b + 1):
+            for t in (3, 9):
+                order += [
+                    n
+                    for n, f in enumerate(feats)
+                    if f["type"] == t and f["neighbors"] == [els[a], els[b]]
+                ]
+    assert sorted(order) == list(range(len(feats)))
+    return order
+
+
+def _check_dscribe(structures: list[ase.Atoms], species: list[str], r_cut: float) -> None:
+    from ase.data import atomic_numbers
+
+    species = sorted(species, key=lambda s: atomic_numbers[s])  # DScribe's order
+    ours, theirs = _dscribe_pair(species, r_cut)
+    out = ours.compute(structures)
+    batch = StructureBatch.from_ase(structures)
+    expect = np.concatenate([np.atleast_2d(theirs.create(a)) for a in structures])
+    assert expect.shape[1] == ours.n_features(species[0])
+    for e, res in out.items():
+        rows = res.atom_index.numpy()
+        assert np.all(batch.numbers[rows] == atomic_numbers[e])
+        ours_in_their_order = res.values.numpy()[:, _dscribe_order(ours, e)]
+        np.testing.assert_allclose(ours_in_their_order, expect[rows], rtol=1e-10, atol=1e-12)
+
+
+def test_dscribe_periodic_cu_bulk() -> None:
+    cu = ase.build.bulk("Cu", "fcc", a=3.61, cubic=True) * (2, 2, 2)
+    cu.rattle(0.08, seed=2)
+    _check_dscribe([cu], ["Cu"], 5.0)
+
+
+def test_dscribe_small_triclinic_cells(rng: np.random.Generator) -> None:
+    structs = []
+    for _ in range(2):
+        cell = np.diag(rng.uniform(2.3, 3.2, 3)) + rng.uniform(-0.6, 0.6, (3, 3)) * (1 - np.eye(3))
+        structs.append(
+            ase.Atoms(
+                numbers=rng.choice([1, 8, 29], 3),
+                scaled_positions=rng.random((3, 3)),
+                cell=cell,
+                pbc=True,
+            )
+        )
+    _check_dscribe(structs, ["H", "O", "Cu"], 4.5)
+
+
+def test_dscribe_multi_element_molecules() -> None:
+    mols = [ase.build.molecule(n) for n in ("CH3CH2OH", "C6H6", "H2O", "CH3CONH2")]
+    for m in mols:
+        m.pbc = False
+    _check_dscribe(mols, ["H", "C", "N", "O"], 6.0)
+
+
+@pytest.mark.parametrize("cutoff", range(9))
+def test_numpy_reference_rs_and_every_cutoff(cutoff: int, rng: np.random.Generator) -> None:
+    alpha = 0.0 if cutoff in (2, 3) else 0.25
+    acsf = ACSF.uniform(
+        ["H", "O"],
+        r_cut=4.0,
+        cutoff=cutoff,
+        alpha=alpha,
+        radial=[(0.7, 0.0), (1.3, 1.5)],
+        narrow=[(0.2, 1.0, -1.0, 0.0), (0.3, 2.0, 1.0, 1.2)],
+        wide=[(0.1, 4.0, 1.0, 0.9), (0.4, 1.0, -1.0, 0.0)],
+    )
+    cell = np.diag([3.4, 3.1, 3.6]) + 0.3 * (1 - np.eye(3))
+    atoms = ase.Atoms("H3O2", scaled_positions=rng.random((5, 3)), cell=cell, pbc=True)
+    out = acsf.compute([atoms])
+    for e, res in out.items():
+        feats = acsf._features[e]
+        for row, atom in enumerate(res.atom_index.tolist()):
+            np.testing.assert_allclose(
+                res.values[row].numpy(), reference(atoms, feats, atom), rtol=1e-11, atol=1e-13
+            )
+
+
+def _water() -> ase.Atoms:
+    return ase.Atoms("OHH", positions=[[0, 0, 0], [0.9572, 0, 0], [-0.2399872, 0.9266272, 0]])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_design_water_reference_values(dtype: torch.dtype) -> None:
+    acsf = ACSF.uniform(
+        ["H", "O"],
+        6.0,
+        "cos",
+        radial=[(0.5, 0.8)],
+        narrow=[(0.05, 2, -1, 0.0)],
+        wide=[(0.05, 2, -1, 0.0)],
+    )
+    out = acsf.compute([_water()], dtype=dtype)
+    tol = 1e-9 if dtype == torch.float64 else 2e-6  # references carry 10 decimals
+    feats = {e: [(f["type"], tuple(f["neighbors"])) for f in acsf.features(e)] for e in "HO"}
+    o = dict(zip(feats["O"], out["O"].values[0].tolist(), strict=False))
+    assert out["O"].values.dtype == dtype
+    assert o[(2, ("H",))] == pytest.approx(1.8539625099, rel=tol, abs=1e-10)
+    assert o[(3, ("H", "H"))] == pytest.approx(0.4769998019, rel=tol, abs=1e-10)
+    assert o[(9, ("H", "H"))] == pytest.approx(0.6285957381, rel=tol, abs=1e-10)
+    h1 = dict(zip(feats["H"], out["H"].values[0].tolist(), strict=False))
+    assert out["H"].atom_index.tolist() == [1, 2]
+    assert h1[(2, ("H",))] == pytest.approx(0.6595453299, rel=tol, abs=1e-10)
+    assert h1[(2, ("O",))] == pytest.approx(0.9269812538, rel=tol, abs=1e-10)
+    assert h1[(3, ("H", "O"))] == pytest.approx(0.0133455875, rel=tol, abs=1e-10)
+    assert h1[(9, ("H", "O"))] == pytest.approx(0.0148866288, rel=tol, abs=1e-10)
+    rs1 = ACSF.uniform(["H", "O"], 6.0, "cos", narrow=[(0.05, 2, -1, 1.0)])
+    assert float(rs1.compute([_water()])["O"].values[0, 0]) == pytest.approx(0.5784465447, rel=1e-9)
+
+
+def test_invariance_rotation_translation_permutation(rng: np.random.Generator) -> None:
+    acsf = ACSF.uniform(
+        ["H", "C", "O"],
+        5.0,
+        radial=[(0.5, 1.0)],
+        narrow=[(0.1, 2, 1, 0.5)],
+        wide=[(0.05, 1, -1, 0.0)],
+    )
+    mol = ase.build.molecule("CH3CH2OH")
+    base = acsf.compute([mol])
+    moved = mol.copy()
+    rot = Rotation.random(random_state=5).as_matrix()
+    moved.set_positions(mol.get_positions() @ rot.T + [3.0, -1.0, 2.0])
+    perm = rng.permutation(len(mol))
+    permuted = moved[perm]
+    out = acsf.compute([permuted])
+    for e in acsf.elements:
+        inv = {int(p): n for n, p in enumerate(perm)}
+        # row of original atom a in the permuted result
+        order = [out[e].atom_index.tolist().index(inv[a]) for a in base[e].atom_index.tolist()]
+        np.testing.assert_allclose(
+            out[e].values[order].numpy(), base[e].values.numpy(), rtol=1e-11, atol=1e-13
+        )
+
+
+def test_blocks_do_not_change_values() -> None:
+    cu = ase.build.bulk("Cu", "fcc", a=3.61) * (3, 3, 3)
+    cu.rattle(0.05, seed=1)
+    acsf = ACSF.uniform(["Cu"], 5.0, narrow=[(0.01, 1, 1, 0.0)], wide=[(0.02, 2, -1, 0.3)])
+    a = acsf.compute([cu])["Cu"].values
+    b = acsf.compute([cu], max_triplets=997)["Cu"].values
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
+
+
+def test_metadata_dict_roundtrip_pickle_and_errors() -> None:
+    acsf = ACSF.uniform(
+        ["H", "O"], 6.0, "poly2", alpha=0.1, radial=[(0.5, 0.8)], narrow=[(0.05, 2, -1, 0.0)]
+    )
+    assert acsf.elements == ["H", "O"] and acsf.r_cut == 6.0
+    f = acsf.features("O")[0]
+    assert f == {
+        "type": 2,
+        "center": "O",
+        "neighbors": ["H"],
+        "eta": 0.5,
+        "rs": 0.8,
+        "zeta": None,
+        "lambda": None,
+        "rc": 6.0,
+        "cutoff": "poly2",
+        "alpha": 0.1,
+    }
+    assert acsf.n_features("O") == 2 + 3
+    import json
+
+    again = ACSF.from_dict(json.loads(json.dumps(acsf.to_dict())))
+    assert again == acsf and pickle.loads(pickle.dumps(acsf)) == acsf
+    with pytest.raises(DescriptorError, match="atomic number 6 is not among"):
+        acsf.compute([ase.build.molecule("CH4")])
+    with pytest.raises(DescriptorError, match="element 'C' not in this ACSF"):
+        acsf.features("C")
+    with pytest.raises(DescriptorError, match="unknown cutoff"):
+        ACSF.uniform(["H"], 6.0, "gauss", radial=[(1.0, 0.0)])

@@ -1,0 +1,104 @@
+"""neighbor_list against ase.neighborlist on random, triclinic, small and mixed-pbc cells."""
+
+from __future__ import annotations
+
+import ase
+import numpy as np
+import pytest
+from ase.neighborlist import neighbor_list as ase_nl
+from scipy.spatial.transform import Rotation
+
+from dparallel.errors import DescriptorError
+from dparallel.neighbors import Neighbors, neighbor_list
+from dparallel.types import StructureBatch
+
+
+def _random_atoms(rng: np.random.Generator, n: int, cell: np.ndarray, pbc) -> ase.Atoms:
+    frac = rng.random((n, 3))
+    numbers = rng.choice([1, 6, 8], size=n)
+    return ase.Atoms(numbers=numbers, scaled_positions=frac, cell=cell, pbc=pbc)
+
+
+def _as_set(i, j, s, d) -> list:
+    return sorted(
+        (int(a), int(b), *map(int, sh), round(float(x), 9))
+        for a, b, sh, x in zip(i, j, s, d, strict=False)
+    )
+
+
+def _compare(atoms_list: list[ase.Atoms], cutoff: float) -> Neighbors:
+    batch = StructureBatch.from_ase(atoms_list)
+    nl = neighbor_list(batch, cutoff)
+    assert np.all(np.diff(nl.pair_first) >= 0), "pairs must be sorted by pair_first"
+    assert nl.pair_first.dtype == np.int64 and nl.shifts.dtype == np.int64
+    for s, atoms in enumerate(atoms_list):
+        a, b = batch.offsets[s], batch.offsets[s + 1]
+        m = (nl.pair_first >= a) & (nl.pair_first < b)
+        i, j, S, d, D = ase_nl("ijSdD", atoms, cutoff)
+        ours = _as_set(nl.pair_first[m] - a, nl.pair_second[m] - a, nl.shifts[m], nl.distances[m])
+        assert ours == _as_set(i, j, S, d)
+        # vectors follow r_j - r_i + S·cell
+        pos = atoms.get_positions()
+        expect = (
+            pos[nl.pair_second[m] - a] - pos[nl.pair_first[m] - a] + nl.shifts[m] @ atoms.cell[:]
+        )
+        np.testing.assert_allclose(nl.vectors[m], expect, atol=1e-10)
+        np.testing.assert_allclose(np.linalg.norm(nl.vectors[m], axis=1), nl.distances[m])
+    return nl
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_triclinic_cells_match_ase(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cells = []
+    for _ in range(3):
+        cell = np.diag(rng.uniform(2.0, 7.0, 3)) + rng.uniform(-1.5, 1.5, (3, 3)) * (1 - np.eye(3))
+        cells.append(_random_atoms(rng, int(rng.integers(1, 9)), cell, True))
+    _compare(cells, cutoff=float(rng.uniform(3.0, 6.0)))
+
+
+def test_cell_smaller_than_cutoff_has_self_images_and_duplicates() -> None:
+    atoms = ase.Atoms(
+        "CuAu",
+        scaled_positions=[[0, 0, 0], [0.5, 0.4, 0.3]],
+        cell=[[2.1, 0, 0], [0.7, 2.0, 0], [0.3, -0.4, 2.2]],
+        pbc=True,
+    )
+    nl = _compare([atoms], cutoff=5.0)
+    self_pairs = nl.pair_first == nl.pair_second
+    assert self_pairs.any()
+    assert np.all(np.abs(nl.shifts[self_pairs]).sum(1) > 0)
+    pairs = list(zip(nl.pair_first, nl.pair_second, strict=False))
+    assert len(set(pairs)) < len(pairs)
+
+
+def test_mixed_pbc_and_non_periodic(rng: np.random.Generator) -> None:
+    slab = _random_atoms(rng, 6, np.diag([4.0, 3.5, 10.0]), [True, True, False])
+    wire = _random_atoms(rng, 5, np.diag([3.0, 9.0, 9.0]), [True, False, False])
+    mol = ase.Atoms("H2O", positions=[[0, 0, 0], [0.96, 0, 0], [-0.24, 0.93, 0]])
+    _compare([slab, wire, mol], cutoff=4.5)
+
+
+def test_invariant_under_rotation_and_translation(rng: np.random.Generator) -> None:
+    cell = np.diag([3.0, 3.5, 4.0]) + 0.4 * rng.standard_normal((3, 3))
+    atoms = _random_atoms(rng, 7, cell, True)
+    moved = atoms.copy()
+    rot = Rotation.random(random_state=3).as_matrix()
+    moved.set_cell(atoms.cell[:] @ rot.T, scale_atoms=False)
+    moved.set_positions(atoms.get_positions() @ rot.T + [1.3, -2.0, 0.7])
+    a = neighbor_list(StructureBatch.from_ase([atoms]), 5.0)
+    b = neighbor_list(StructureBatch.from_ase([moved]), 5.0)
+    assert _as_set(a.pair_first, a.pair_second, a.shifts, a.distances) == _as_set(
+        b.pair_first, b.pair_second, b.shifts, b.distances
+    )
+    _compare([moved], 5.0)
+
+
+def test_empty_batch_and_errors() -> None:
+    nl = neighbor_list(StructureBatch.empty(), 3.0)
+    assert nl.n_pairs == 0 and nl.vectors.shape == (0, 3)
+    bad = ase.Atoms("H2", positions=[[0, 0, 0], [1, 0, 0]], cell=np.zeros((3, 3)), pbc=True)
+    with pytest.raises(DescriptorError, match="structure 0: periodic .* singular"):
+        neighbor_list(StructureBatch.from_ase([bad]), 3.0)
+    with pytest.raises(DescriptorError, match="cutoff must be a positive"):
+        neighbor_list(StructureBatch.empty(), -1.0)
