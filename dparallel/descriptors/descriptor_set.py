@@ -1,0 +1,125 @@
+"""The descriptors a featurization run computes, as one picklable, JSON-able object."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from dparallel.descriptors.acsf import ACSF
+from dparallel.descriptors.neighbor_sum import NeighborSum
+from dparallel.errors import DescriptorError
+from dparallel.neighbors import Neighbors, neighbor_list
+from dparallel.types import StructureBatch
+
+__all__ = ["DescriptorSet", "DESCRIPTOR_NAMES"]
+
+#: Names under which descriptors are stored (``features/<name>/…`` in a store).
+DESCRIPTOR_NAMES = ("acsf", "neighbor_sum")
+
+_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+@dataclass(frozen=True, eq=False)
+class DescriptorSet:
+    """ACSF and/or NeighborSum, whether to compute per-pair derivatives, and the dtype."""
+
+    acsf: ACSF | None = None
+    neighbor_sum: NeighborSum | None = None
+    derivatives: bool = False
+    dtype: Literal["float64", "float32"] = "float64"
+
+    def __post_init__(self) -> None:
+        if self.acsf is None and self.neighbor_sum is None:
+            raise DescriptorError("a descriptor set needs ACSF, NeighborSum or both; got neither")
+        if self.dtype not in _DTYPES:
+            raise DescriptorError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
+
+    @property
+    def r_cut(self) -> float:
+        """Largest cutoff of the set (Å): one neighbor list serves every descriptor."""
+        return max(d.r_cut for d in self.descriptors().values())
+
+    def descriptors(self) -> dict[str, Any]:
+        """Name → descriptor, for those present."""
+        found = {"acsf": self.acsf, "neighbor_sum": self.neighbor_sum}
+        return {name: d for name, d in found.items() if d is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able spec (stored in the zarr attributes; rebuilt in workers)."""
+        return {
+            "acsf": None if self.acsf is None else self.acsf.to_dict(),
+            "neighbor_sum": None if self.neighbor_sum is None else self.neighbor_sum.to_dict(),
+            "derivatives": bool(self.derivatives),
+            "dtype": self.dtype,
+        }
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> DescriptorSet:
+        """Inverse of :meth:`to_dict`."""
+        return DescriptorSet(
+            acsf=None if data.get("acsf") is None else ACSF.from_dict(data["acsf"]),
+            neighbor_sum=(
+                None
+                if data.get("neighbor_sum") is None
+                else NeighborSum.from_dict(data["neighbor_sum"])
+            ),
+            derivatives=bool(data.get("derivatives", False)),
+            dtype=data.get("dtype", "float64"),
+        )
+
+    def compute(
+        self, batch: StructureBatch, neighbors: Neighbors | None = None
+    ) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+        """Flat numpy arrays per descriptor and central element, ready to store.
+
+        Returns ``{name: {element: arrays}}`` where ``arrays`` holds ``values (n_e, F_e)``,
+        ``atom_index (n_e,)`` and, with derivatives, ``d/<F>/{pair_first, pair_second,
+        center, vectors, feature_index, dG_dr}`` for each neighbour element F
+        (docs/store-format.md). One neighbor list (largest cutoff) serves every descriptor.
+        """
+        if neighbors is None:
+            neighbors = neighbor_list(batch, self.r_cut)
+        dtype = _DTYPES[self.dtype]
+        out: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+        for name, descriptor in self.descriptors().items():
+            within = _within(neighbors, descriptor.r_cut)
+            result = descriptor.compute(
+                batch, derivatives=self.derivatives, neighbors=within, dtype=dtype
+            )
+            out[name] = {
+                element: _flatten(element_result) for element, element_result in result.items()
+            }
+        return out
+
+
+def _within(neighbors: Neighbors, r_cut: float) -> Neighbors:
+    """The pairs closer than ``r_cut`` (order kept)."""
+    keep = neighbors.distances < r_cut
+    if bool(keep.all()):
+        return neighbors
+    return Neighbors(*(field[keep] for field in neighbors))
+
+
+def _numpy(x: Any) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def _flatten(result: Any) -> dict[str, np.ndarray]:
+    """Store arrays of one element's :class:`~dparallel.descriptors.ACSFResult`."""
+    arrays = {
+        "values": _numpy(result.values),
+        "atom_index": _numpy(result.atom_index).astype(np.int64),
+    }
+    for neighbor_element, block in (result.pairs or {}).items():
+        prefix = f"d/{neighbor_element}/"
+        arrays[prefix + "pair_first"] = _numpy(block.pair_first).astype(np.int64)
+        arrays[prefix + "pair_second"] = _numpy(block.pair_second).astype(np.int64)
+        arrays[prefix + "center"] = _numpy(block.center).astype(np.int64)
+        arrays[prefix + "vectors"] = _numpy(block.vectors)
+        arrays[prefix + "feature_index"] = _numpy(block.feature_index).astype(np.int64)
+        arrays[prefix + "dG_dr"] = _numpy(block.dG_dr)
+    return arrays
