@@ -51,7 +51,7 @@ def test_local_cluster_torch_threads_inside_tasks(n_threads: int) -> None:
 def test_explicit_client_wins_and_is_not_closed(monkeypatch) -> None:
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")  # would fail if used
     with (
-        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0") as cluster,
         Client(cluster) as client,
     ):
         with connect(client=client, scheduler="tcp://127.0.0.1:1") as handle:
