@@ -264,6 +264,9 @@ def _start_local(spec: ClusterSpec) -> ClusterHandle:
     import dparallel.dashboard  # noqa: F401 - registers the pages before the scheduler starts
 
     n_workers = spec.n_workers or CPU_COUNT
+    dashboard = spec.dashboard_address
+    if dashboard.startswith(":"):  # ":0", ":8787": keep it on the loopback interface
+        dashboard = "127.0.0.1" + dashboard
     kwargs: dict[str, Any] = {}
     if spec.memory_limit is not None:
         kwargs["memory_limit"] = spec.memory_limit
@@ -273,7 +276,7 @@ def _start_local(spec: ClusterSpec) -> ClusterHandle:
             threads_per_worker=spec.threads_per_worker,
             processes=True,
             host="127.0.0.1",
-            dashboard_address=spec.dashboard_address,
+            dashboard_address=dashboard,
             scheduler_kwargs={"preload": [DASHBOARD_PRELOAD]},
             env=_worker_env(spec),
             **kwargs,
@@ -281,7 +284,7 @@ def _start_local(spec: ClusterSpec) -> ClusterHandle:
     except Exception as exc:
         raise ClusterError(
             f"cannot start a local Dask cluster with {n_workers} workers "
-            f"(dashboard {spec.dashboard_address}): {type(exc).__name__}: {exc}"
+            f"(dashboard {dashboard}): {type(exc).__name__}: {exc}"
         ) from exc
     try:
         client = Client(cluster, timeout=spec.connect_timeout)

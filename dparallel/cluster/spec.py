@@ -91,7 +91,8 @@ class ClusterSpec(_Frozen):
     tls : TLSSpec or None
         Certificates; when given, the connection uses TLS (``tls://`` addresses).
     dashboard_address : str
-        Where a local cluster's dashboard listens; ``":0"`` picks a free port.
+        Where a local cluster's dashboard listens; ``":0"`` picks a free port. A bare
+        ``":PORT"`` stays on 127.0.0.1; name a host (``"0.0.0.0:8787"``) to expose it.
     connect_timeout : float
         Seconds to wait for a remote scheduler before raising ``ClusterError``.
     slurm : SlurmSpec

@@ -7,6 +7,7 @@ import ipaddress
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from daskprocs import child_env, dask_executable, start, stop, wait_scheduler_file
 from distributed import Client, LocalCluster
@@ -19,12 +20,22 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 @pytest.mark.parametrize("n_threads", [1, 2])
 def test_local_cluster_torch_threads_inside_tasks(n_threads: int) -> None:
-    spec = ClusterSpec(n_workers=2, torch_threads=n_threads, dashboard_address="127.0.0.1:0")
+    # ":0" (any port) must still bind the loopback interface only.
+    dashboard = ":0" if n_threads == 1 else "127.0.0.1:0"
+    spec = ClusterSpec(n_workers=2, torch_threads=n_threads, dashboard_address=dashboard)
     with connect(spec) as handle:
         assert handle.source == "local"
         assert handle.n_workers == 2
         link = handle.dashboard_link
         assert link is not None and link.startswith("http://127.0.0.1:")
+        # The dashboard socket (in this process: LocalCluster's scheduler) listens on loopback.
+        port = int(link.split(":")[2].split("/")[0])
+        listening = [
+            c.laddr.ip
+            for c in psutil.Process().net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        ]
+        assert listening and set(listening) == {"127.0.0.1"}
         results = handle.client.gather(handle.client.map(torch_thread_report, range(6), pure=False))
         # Processes, one thread each: two worker pids, each task on its worker's single thread.
         assert len({r["pid"] for r in results}) == 2
@@ -40,7 +51,7 @@ def test_local_cluster_torch_threads_inside_tasks(n_threads: int) -> None:
 def test_explicit_client_wins_and_is_not_closed(monkeypatch) -> None:
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")  # would fail if used
     with (
-        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0") as cluster,
         Client(cluster) as client,
     ):
         with connect(client=client, scheduler="tcp://127.0.0.1:1") as handle:

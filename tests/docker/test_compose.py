@@ -5,7 +5,8 @@ smallest substitutions that a single host needs (documented in docs/deploy.md):
 
 * scheduler: ``+ --host 127.0.0.1 --port 0 --dashboard-address 127.0.0.1:0
   --scheduler-file F`` (random loopback ports instead of the container's fixed ones);
-* worker: ``tcp://scheduler:8786`` → the scheduler's real address, ``+ --host 127.0.0.1``;
+* worker: ``tcp://scheduler:8786`` → the scheduler's real address, ``+ --host 127.0.0.1
+  --dashboard-address 127.0.0.1:0``;
 * healthcheck: ``localhost:8787`` → the dashboard's real port;
 * working directory ``/data`` (the shared volume) → one temporary directory for all.
 
@@ -136,7 +137,7 @@ def test_compose_commands_run_as_local_processes(services: dict[str, dict], tmp_
                 dask,
                 *[address if a == SCHEDULER_ADDRESS else a for a in worker_svc["command"][1:]],
             ]
-            argv += ["--host", "127.0.0.1"]
+            argv += ["--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"]
             procs.append(start(argv, tmp_path / f"worker{i}.log", _env(worker_svc), cwd=data))
 
         expected_threads = int(worker_svc["environment"]["DPARALLEL_TORCH_THREADS"])
