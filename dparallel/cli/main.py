@@ -18,6 +18,7 @@ from dparallel.errors import DParallelError
 COMMANDS: tuple[str, ...] = (
     "dparallel.cli.ingest",
     "dparallel.cli.info",
+    "dparallel.cli.featurize",
 )
 
 

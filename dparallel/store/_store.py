@@ -80,6 +80,9 @@ def _jsonable(config: Mapping[str, Any]) -> dict[str, Any]:
         raise StoreError(f"config must be JSON-serialisable: {exc}") from exc
 
 
+_IDENTITY_ATTRS = {"format_version", "versions", "created", "source", "config", "plan", "slots"}
+
+
 class Store:
     """A dparallel zarr store opened for reading (``mode="r"``) or writing (``"r+"``).
 
@@ -119,6 +122,20 @@ class Store:
     def attrs(self) -> dict[str, Any]:
         """The ``dparallel`` root attributes (versions, source, config, plan, slots)."""
         return dict(self._meta)
+
+    def update_attrs(self, values: Mapping[str, Any]) -> None:
+        """Add client-written summaries (e.g. ``statistics``) to the root attributes.
+
+        Only the client writes these (one writer); identity keys cannot be changed.
+        """
+        if self.mode == "r":
+            raise StoreError(f"{self.path} is open read-only")
+        clash = sorted(_IDENTITY_ATTRS & set(values))
+        if clash:
+            raise StoreError(f"attributes {clash} define the store and cannot be updated")
+        meta = {**self._meta, **_jsonable(values)}
+        self._root.attrs["dparallel"] = meta
+        self._meta = meta
 
     @property
     def plan(self) -> Plan:
@@ -597,7 +614,12 @@ def create_store(
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     A, K = plan.slots
     P = plan.n_partitions
-    root = zarr.open_group(str(path), mode="w")
+    # Build beside the target and rename: an interrupted creation never leaves a
+    # half-made store at ``path`` that a resumed run would refuse.
+    building = path.with_name(f"{path.name}.creating-{os.getpid()}")
+    if building.exists():
+        shutil.rmtree(building)
+    root = zarr.open_group(str(building), mode="w")
     for name, (axis, trailing, dtype, fill) in _STRUCTURE_ARRAYS.items():
         cap = A if axis == "atom" else K
         root.create_array(
@@ -631,6 +653,7 @@ def create_store(
         "plan": plan.to_dict(),
         "slots": {"atoms": A, "structures": K},
     }
+    os.replace(building, path)
     log.info("created store %s: %d partitions, slots %s", path, P, plan.slots)
     return Store(path, mode="r+")
 

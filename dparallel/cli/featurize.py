@@ -1,0 +1,99 @@
+"""``dparallel featurize SOURCE -o STORE``: descriptors for every structure, on Dask."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from dparallel.cli._cluster_args import add_cluster_arguments, cluster_kwargs, print_dashboard
+from dparallel.cli._progress import ProgressBar
+from dparallel.io import UNITS
+from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``featurize`` sub-command."""
+    p = subparsers.add_parser(
+        "featurize",
+        help="compute descriptors into a zarr store on a Dask cluster (resumable)",
+        description="Partition SOURCE by atoms and compute neighbor lists, ACSF and/or "
+        "neighbor sums (optionally per-pair derivatives) in Dask worker processes, each "
+        "partition written to its own region of STORE. Re-running computes only partitions "
+        "not yet done.",
+    )
+    p.add_argument("source", help="structure file (extxyz, n2p2 input.data, any ASE format)")
+    p.add_argument("-o", "--output", required=True, help="store directory (e.g. data.zarr)")
+    spec = p.add_mutually_exclusive_group(required=True)
+    spec.add_argument("--descriptors", metavar="FILE", help="descriptors YAML")
+    spec.add_argument("--workflow", metavar="FILE", help="workflow YAML (its descriptors)")
+    p.add_argument("--format", default=None, help="extxyz, n2p2 or an ASE format (default: guess)")
+    p.add_argument("--units", default="ase", choices=sorted(UNITS), help="units of SOURCE")
+    p.add_argument("--on-error", default="raise", choices=["raise", "skip"])
+    p.add_argument(
+        "--partition-atoms",
+        type=int,
+        default=DEFAULT_PARTITION_ATOMS,
+        help=f"target atoms per partition/task (default {DEFAULT_PARTITION_ATOMS})",
+    )
+    p.add_argument(
+        "--derivatives", action="store_true", help="store ∂G_i/∂r_ij (for force training)"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace a mismatching store")
+    p.add_argument("--scaling-data", metavar="PATH", help="also write n2p2 scaling.data")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_cluster_arguments(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Featurize and print a summary."""
+    from dataclasses import replace
+
+    from dparallel.workflow.descriptors_spec import load_descriptors
+    from dparallel.workflow.featurize import featurize, write_scaling_data
+
+    if args.descriptors:
+        descriptors = load_descriptors(args.descriptors)
+    else:
+        descriptors = load_descriptors(args.workflow, section="descriptors")
+    if args.derivatives and not descriptors.derivatives:
+        descriptors = replace(descriptors, derivatives=True)
+    bar: ProgressBar | None = None
+
+    def progress(report: dict[str, Any], done: int, total: int) -> None:
+        nonlocal bar
+        if args.quiet:
+            return
+        if bar is None:
+            bar = ProgressBar(total, label="featurize")
+        bar.update(1, report["n_structures"])
+
+    result = featurize(
+        args.source,
+        args.output,
+        descriptors,
+        format=args.format,
+        units=args.units,
+        on_error=args.on_error,
+        partition_atoms=args.partition_atoms,
+        overwrite=args.overwrite,
+        torch_threads=args.torch_threads,
+        progress=progress,
+        on_connect=print_dashboard,
+        **cluster_kwargs(args),
+    )
+    if bar is not None:
+        bar.close()
+    store = result.store
+    print(
+        f"{store.path}: {store.n_structures} structures, {store.n_atoms} atoms, "
+        f"{store.n_partitions} partitions ({result.partitions_computed} computed, "
+        f"{result.partitions_already_done} already done), {len(store.skipped())} skipped, "
+        f"{result.seconds:.2f} s"
+    )
+    if args.scaling_data:
+        write_scaling_data(store, Path(args.scaling_data))
+        print(f"scaling data: {args.scaling_data}", file=sys.stderr)
+    return 0

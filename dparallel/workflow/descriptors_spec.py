@@ -1,0 +1,153 @@
+"""Validated descriptor definitions (YAML/JSON) → :class:`DescriptorSet`.
+
+Example (``descriptors.yaml``)::
+
+    acsf:                      # Behler-Parrinello symmetry functions (n2p2 types 2, 3, 9)
+      elements: [H, C, O]
+      r_cut: 6.0               # Å
+      cutoff: cos              # n2p2 cutoff type: hard, cos, tanhu, tanh, exp, poly1..poly4
+      alpha: 0.0               # inner cutoff fraction
+      radial: [[0.5, 0.0], [1.0, 1.5]]          # (η [1/Å²], rs [Å])
+      narrow: [[0.01, 1.0, 1.0, 0.0]]           # (η, ζ, λ, rs), type 3
+      wide:   [[0.01, 2.0, -1.0, 0.0]]          # (η, ζ, λ, rs), type 9
+    # or:  acsf: {n2p2: input.nn}  (symfunction_short lines of an n2p2 input.nn)
+    neighbor_sum:              # HIP-NN-style envsum features (optional)
+      elements: [H, C, O]
+      r_cut: 5.0
+      n_sensitivities: 20
+    derivatives: true          # store ∂G_i/∂r_ij per pair (needed for force training)
+    dtype: float64
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dparallel.descriptors import ACSF, NeighborSum
+from dparallel.descriptors.descriptor_set import DescriptorSet
+from dparallel.errors import ConfigError
+
+__all__ = ["ACSFSpec", "NeighborSumSpec", "DescriptorsSpec", "load_descriptors"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ACSFSpec(_Strict):
+    """ACSF: either uniform parameters for every element pair, or an n2p2 ``input.nn``."""
+
+    n2p2: str | None = Field(None, description="path of an n2p2 input.nn (relative to the file)")
+    elements: list[str] | None = None
+    r_cut: float = Field(6.0, gt=0)
+    cutoff: str | int = "cos"
+    alpha: float = Field(0.0, ge=0, lt=1)
+    radial: list[tuple[float, float]] = []
+    narrow: list[tuple[float, float, float, float]] = []
+    wide: list[tuple[float, float, float, float]] = []
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ACSFSpec:
+        if self.n2p2 is None and not self.elements:
+            raise ValueError("give either 'n2p2: input.nn' or 'elements' with parameters")
+        if self.n2p2 is None and not (self.radial or self.narrow or self.wide):
+            raise ValueError("no symmetry functions: give radial, narrow or wide parameters")
+        return self
+
+    def build(self, base: Path | None = None) -> ACSF:
+        """The :class:`ACSF` this spec defines."""
+        if self.n2p2 is not None:
+            path = Path(self.n2p2)
+            if base is not None and not path.is_absolute():
+                path = base / path
+            return ACSF.from_n2p2(str(path))
+        return ACSF.uniform(
+            elements=list(self.elements or []),
+            r_cut=self.r_cut,
+            cutoff=self.cutoff,
+            alpha=self.alpha,
+            radial=self.radial,
+            narrow=self.narrow,
+            wide=self.wide,
+        )
+
+
+class NeighborSumSpec(_Strict):
+    """HIP-NN-style neighbor-sum features (see :class:`dparallel.descriptors.NeighborSum`)."""
+
+    elements: list[str]
+    r_cut: float = Field(5.0, gt=0)
+    n_sensitivities: int = Field(20, ge=1)
+    r_min: float = Field(0.8, gt=0)
+    r_max: float | None = None
+    kind: Literal["inverse", "gaussian"] = "inverse"
+    cutoff: Literal["cos2"] = "cos2"
+    sigma: float | None = None
+
+    def build(self) -> NeighborSum:
+        """The :class:`NeighborSum` this spec defines."""
+        return NeighborSum(**self.model_dump())
+
+
+class DescriptorsSpec(_Strict):
+    """What featurization computes."""
+
+    acsf: ACSFSpec | None = None
+    neighbor_sum: NeighborSumSpec | None = None
+    derivatives: bool = False
+    dtype: Literal["float64", "float32"] = "float64"
+
+    @model_validator(mode="after")
+    def _something(self) -> DescriptorsSpec:
+        if self.acsf is None and self.neighbor_sum is None:
+            raise ValueError("define 'acsf', 'neighbor_sum' or both")
+        return self
+
+    def build(self, base: Path | None = None) -> DescriptorSet:
+        """The :class:`DescriptorSet` (``base``: directory that relative paths start from)."""
+        return DescriptorSet(
+            acsf=None if self.acsf is None else self.acsf.build(base),
+            neighbor_sum=None if self.neighbor_sum is None else self.neighbor_sum.build(),
+            derivatives=self.derivatives,
+            dtype=self.dtype,
+        )
+
+
+def load_descriptors(path: str | Path, section: str | None = None) -> DescriptorSet:
+    """Read and validate a descriptors YAML/JSON file; errors name the file and key path.
+
+    ``section`` picks one top-level key (``"descriptors"`` of a workflow file).
+    """
+    import yaml
+    from pydantic import ValidationError
+
+    path = Path(path)
+    try:
+        data: Any = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if section is not None:
+        if not isinstance(data, dict) or section not in data:
+            raise ConfigError(f"{path}: no '{section}' section")
+        data = data[section]
+    elif isinstance(data, dict) and set(data) == {"descriptors"}:
+        data = data["descriptors"]
+    try:
+        spec = DescriptorsSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: invalid descriptors:\n{_describe(exc)}") from None
+    return spec.build(base=path.parent)
+
+
+def _describe(exc: Any) -> str:
+    """One line per problem: the key path and what is wrong."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)

@@ -1,0 +1,331 @@
+"""Featurization on real multi-process Dask clusters: correctness, determinism, faults, resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from dparallel.descriptors import ACSF
+from dparallel.descriptors.descriptor_set import DescriptorSet
+from dparallel.errors import PartitionFailedError, StoreMismatchError
+from dparallel.io import open_source
+from dparallel.store import open_store
+from dparallel.workflow.featurize import featurize, read_partition_features, write_scaling_data
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HERE = Path(__file__).resolve().parent
+DESCRIPTORS = {
+    "acsf": {
+        "elements": ["Cu"],
+        "r_cut": 4.5,
+        "cutoff": "cos",
+        "radial": [[0.5, 0.0], [1.0, 2.5]],
+        "narrow": [[0.02, 1.0, 1.0, 0.0]],
+        "wide": [[0.02, 2.0, -1.0, 0.0]],
+    },
+    "derivatives": True,
+}
+
+
+def _acsf() -> ACSF:
+    spec = DESCRIPTORS["acsf"]
+    return ACSF.uniform(
+        elements=spec["elements"],
+        r_cut=spec["r_cut"],
+        cutoff=spec["cutoff"],
+        radial=spec["radial"],
+        narrow=spec["narrow"],
+        wide=spec["wide"],
+    )
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    from dparallel.datasets import write_emt_cu
+
+    return write_emt_cu(tmp_path_factory.mktemp("data") / "cu.extxyz", n_structures=40, seed=7)
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+    )
+    client = Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close(timeout=30)
+
+
+def _descriptor_set() -> DescriptorSet:
+    return DescriptorSet(acsf=_acsf(), derivatives=True)
+
+
+def _global_features(store_path: Path) -> dict[str, np.ndarray]:
+    """Every stored array re-indexed to the source's atom order (independent of partitioning)."""
+    store = open_store(store_path)
+    values, rows, derivs = [], [], []
+    offset = 0
+    for p in range(store.n_partitions):
+        feats = read_partition_features(store, p)["Cu"]
+        values.append(feats["values"])
+        rows.append(feats["atom_index"] + offset)
+        key = np.lexsort((feats["d/Cu/pair_second"], feats["d/Cu/pair_first"]))
+        derivs.append((feats["d/Cu/pair_first"][key] + offset, feats["d/Cu/dG_dr"][key]))
+        offset += store.read_partition(p).n_atoms
+    order = np.argsort(np.concatenate(rows))
+    return {
+        "values": np.concatenate(values)[order],
+        "pair_first": np.concatenate([d[0] for d in derivs]),
+        "dG_dr": np.concatenate([d[1] for d in derivs]),
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(dataset, client, tmp_path_factory) -> Path:
+    """An undisturbed run on two workers."""
+    path = tmp_path_factory.mktemp("ref") / "ref.zarr"
+    featurize(dataset, path, _descriptor_set(), partition_atoms=150, client=client)
+    return path
+
+
+def test_values_and_statistics_match_in_process_acsf(dataset, reference):
+    store = open_store(reference)
+    info = store.info()
+    assert info["complete"] and info["partitions_done"] == info["partitions_total"] > 3
+    batch = open_source(dataset).read(0, 40)
+    direct = _acsf().compute(batch, derivatives=True)["Cu"]
+    stored = _global_features(reference)
+    np.testing.assert_allclose(stored["values"], direct.values.numpy(), rtol=1e-12, atol=1e-14)
+    assert stored["pair_first"].shape[0] == direct.pairs["Cu"].pair_first.shape[0]
+    stats = store.attrs["statistics"]["acsf"]["Cu"]
+    x = direct.values.numpy()
+    assert stats["count"] == batch.n_atoms
+    np.testing.assert_allclose(stats["mean"], x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(stats["sigma"], x.std(axis=0, ddof=1), rtol=1e-10)
+    np.testing.assert_array_equal(stats["min"], x.min(axis=0))
+
+
+def test_scaling_data_file(reference, tmp_path):
+    path = tmp_path / "scaling.data"
+    write_scaling_data(open_store(reference), path)
+    rows = np.loadtxt(path, comments="#")
+    stats = open_store(reference).attrs["statistics"]["acsf"]["Cu"]
+    assert rows.shape == (len(stats["mean"]), 6)
+    np.testing.assert_array_equal(rows[:, 1], np.arange(1, len(stats["mean"]) + 1))
+    np.testing.assert_allclose(rows[:, 4], stats["mean"], rtol=1e-15)
+
+
+def test_bitwise_independent_of_workers_and_partition_size(dataset, reference, tmp_path):
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address="127.0.0.1:0") as one,
+        Client(one) as single,
+    ):
+        featurize(
+            dataset, tmp_path / "one.zarr", _descriptor_set(), partition_atoms=400, client=single
+        )
+    a, b = _global_features(reference), _global_features(tmp_path / "one.zarr")
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    sa = open_store(reference).attrs["statistics"]
+    sb = open_store(tmp_path / "one.zarr").attrs["statistics"]
+    assert sa == sb
+    assert open_store(reference).n_partitions != open_store(tmp_path / "one.zarr").n_partitions
+
+
+def test_worker_killed_mid_run_costs_only_a_retry(dataset, reference, client, tmp_path):
+    path = tmp_path / "killed.zarr"
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            featurize(dataset, path, _descriptor_set(), partition_atoms=60, client=client)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if path.exists() and (path / "zarr.json").exists():
+            done = open_store(path).done_partitions()
+            if len(done) >= 1:
+                break
+        time.sleep(0.02)
+    pids = client.run(os.getpid)
+    victim = sorted(pids.values())[0]
+    os.kill(victim, signal.SIGKILL)
+    assert 1 <= n_done < open_store(path).n_partitions, "the kill must land mid-run"
+    thread.join(timeout=240)
+    assert not thread.is_alive() and not errors, errors
+    store = open_store(path)
+    assert store.is_complete
+    a, b = _global_features(reference), _global_features(path)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    assert store.attrs["statistics"] == open_store(reference).attrs["statistics"]
+
+
+def test_partition_that_keeps_killing_workers_is_named_and_others_kept(
+    dataset, tmp_path, monkeypatch
+):
+    import dask
+    from distributed import Client, LocalCluster
+
+    monkeypatch.setenv("DPARALLEL_TEST_POISON_PARTITION", "2")
+    path = tmp_path / "poison.zarr"
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 1}),
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            dashboard_address="127.0.0.1:0",
+            preload=[str(HERE / "_poison_preload.py")],
+        ) as cluster,
+        Client(cluster) as client,
+        pytest.raises(PartitionFailedError) as info,
+    ):
+        featurize(dataset, path, _descriptor_set(), partition_atoms=150, client=client)
+    store = open_store(path)
+    start, stop = store.partition_range(2)
+    message = str(info.value)
+    assert f"partition 2 (structures {start}..{stop - 1})" in message
+    assert "KilledWorker" in message
+    done = set(store.done_partitions().tolist())
+    assert done == set(range(store.n_partitions)) - {2}
+
+
+def _cli(*args: str, **kwargs) -> subprocess.Popen:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parents[1]), env.get("PYTHONPATH", "")])
+    return subprocess.Popen(
+        [sys.executable, "-m", "dparallel", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        **kwargs,
+    )
+
+
+def test_client_killed_mid_run_then_resume(dataset, reference, tmp_path):
+    descriptors = tmp_path / "descriptors.yaml"
+    descriptors.write_text(yaml.safe_dump(DESCRIPTORS))
+    path = tmp_path / "resumed.zarr"
+    args = ["featurize", str(dataset), "-o", str(path), "--descriptors", str(descriptors)]
+    args += ["--local", "1", "--partition-atoms", "30", "-q"]
+    proc = _cli(*args)
+    deadline = time.monotonic() + 180
+    n_done = 0
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (path / "partitions" / "done").exists():
+                n_done = len(open_store(path).done_partitions())
+                if n_done >= 2:
+                    break
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the client and its local cluster, no clean-up
+        proc.wait(30)
+    total = open_store(path).n_partitions
+    assert 2 <= n_done < total, "the run must be interrupted part-way"
+    out = _cli(*args).communicate(timeout=300)[0]
+    assert "already done" in out and " 0 already done" not in out, out
+    store = open_store(path)
+    assert store.is_complete
+    a, b = _global_features(reference), _global_features(path)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_other_config_is_refused_unless_overwrite(dataset, reference):
+    other = DescriptorSet(acsf=_acsf(), derivatives=False)
+    with pytest.raises(StoreMismatchError, match="another source or config"):
+        featurize(dataset, reference, other, partition_atoms=150, client=object())
+
+
+def test_command_line_scheduler_and_workers(dataset, reference, tmp_path):
+    from daskprocs import child_env, dask_executable, start, stop, wait_scheduler_file
+
+    scheduler_file = tmp_path / "scheduler.json"
+    dask = dask_executable()
+    scheduler = start(
+        [
+            dask,
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--dashboard-address",
+            "127.0.0.1:0",
+            "--scheduler-file",
+            str(scheduler_file),
+            "--preload",
+            "dparallel.dashboard",
+        ],
+        tmp_path / "scheduler.log",
+    )
+    workers = []
+    try:
+        address = wait_scheduler_file(scheduler_file, scheduler, tmp_path / "scheduler.log")[
+            "address"
+        ]
+        for k in range(2):
+            workers.append(
+                start(
+                    [
+                        dask,
+                        "worker",
+                        address,
+                        "--nthreads",
+                        "1",
+                        "--host",
+                        "127.0.0.1",
+                        "--dashboard-address",
+                        "127.0.0.1:0",
+                    ],
+                    tmp_path / f"worker{k}.log",
+                    env=child_env(),
+                )
+            )
+        descriptors = tmp_path / "descriptors.yaml"
+        descriptors.write_text(yaml.safe_dump(DESCRIPTORS))
+        out = _cli(
+            "featurize",
+            str(dataset),
+            "-o",
+            str(tmp_path / "cli.zarr"),
+            "--descriptors",
+            str(descriptors),
+            "--scheduler",
+            address,
+            "--partition-atoms",
+            "150",
+            "-q",
+        ).communicate(timeout=300)[0]
+        assert "0 already done" in out, out
+    finally:
+        for proc in workers:
+            stop(proc)
+        stop(scheduler)
+    a, b = _global_features(reference), _global_features(tmp_path / "cli.zarr")
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
