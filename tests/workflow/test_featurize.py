@@ -162,10 +162,11 @@ def test_worker_killed_mid_run_costs_only_a_retry(dataset, reference, client, tm
     thread = threading.Thread(target=run)
     thread.start()
     deadline = time.monotonic() + 120
+    n_done = 0
     while time.monotonic() < deadline:
-        if path.exists() and (path / "zarr.json").exists():
-            done = open_store(path).done_partitions()
-            if len(done) >= 1:
+        if (path / "partitions" / "done").exists():
+            n_done = len(open_store(path).done_partitions())
+            if n_done >= 1:
                 break
         time.sleep(0.02)
     pids = client.run(os.getpid)
