@@ -18,6 +18,9 @@ from dparallel.errors import DParallelError
 COMMANDS: tuple[str, ...] = (
     "dparallel.cli.ingest",
     "dparallel.cli.info",
+    "dparallel.cli.train",
+    "dparallel.cli.export",
+    "dparallel.cli.evaluate",
 )
 
 
