@@ -16,9 +16,16 @@ from dparallel.errors import DParallelError
 
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
+    "dparallel.cli.run",
+    "dparallel.cli.demo",
     "dparallel.cli.ingest",
-    "dparallel.cli.info",
     "dparallel.cli.featurize",
+    "dparallel.cli.train",
+    "dparallel.cli.export",
+    "dparallel.cli.evaluate",
+    "dparallel.cli.info",
+    "dparallel.cli.validate",
+    "dparallel.cli.schema",
 )
 
 

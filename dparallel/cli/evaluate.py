@@ -1,0 +1,77 @@
+"""``dparallel evaluate MODEL_DIR DATA``: energy/force errors of a model on a structure file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``evaluate`` sub-command."""
+    p = subparsers.add_parser(
+        "evaluate",
+        help="energy and force RMSE/MAE of a deployed model on a structure file",
+        description="Predict every structure of DATA with MODEL_DIR/deployed.pt and print "
+        "energy (per atom) and force-component RMSE and MAE.",
+    )
+    p.add_argument("model_dir", help="directory with deployed.pt (`dparallel export`)")
+    p.add_argument("data", help="structure file (extxyz, n2p2, any ASE format)")
+    p.add_argument("--format", default=None, help="format of DATA (default: guess)")
+    p.add_argument("--units", default="ase", help="units of DATA (as for ingest)")
+    p.add_argument("--batch", type=int, default=64, help="structures per prediction batch")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def evaluate_file(
+    model_dir: str, data: str, format: str | None = None, units: str = "ase", batch: int = 64
+) -> dict[str, float]:
+    """Errors of the deployed model on ``data`` (eV/atom, eV/Å)."""
+    from dparallel.io import open_source
+    from dparallel.train.export import load_deployed
+
+    model = load_deployed(model_dir)
+    source = open_source(data, format, units=units)
+    se_e = ae_e = se_f = ae_f = 0.0
+    n_e = n_f = n_s = 0
+    for a in range(0, len(source), batch):
+        b = source.read(a, min(len(source), a + batch))
+        out = model.predict(b, forces=True)
+        de = (out["energy"] - b.energy) / np.maximum(b.atom_counts, 1)
+        ok = np.isfinite(de)
+        se_e += float((de[ok] ** 2).sum())
+        ae_e += float(np.abs(de[ok]).sum())
+        n_e += int(ok.sum())
+        df = out["forces"] - b.forces
+        okf = np.isfinite(df)
+        se_f += float((df[okf] ** 2).sum())
+        ae_f += float(np.abs(df[okf]).sum())
+        n_f += int(okf.sum())
+        n_s += b.n_structures
+    nan = float("nan")
+    return {
+        "n_structures": n_s,
+        "energy_rmse": math.sqrt(se_e / n_e) if n_e else nan,
+        "energy_mae": ae_e / n_e if n_e else nan,
+        "force_rmse": math.sqrt(se_f / n_f) if n_f else nan,
+        "force_mae": ae_f / n_f if n_f else nan,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Evaluate and print a table (or JSON with units eV/atom and eV/Å)."""
+    res = evaluate_file(args.model_dir, args.data, args.format, args.units, args.batch)
+    if args.json:
+        print(json.dumps({**res, "units": {"energy": "eV/atom", "force": "eV/Å"}}))
+        return 0
+    print(f"{res['n_structures']} structures")
+    print(f"{'':8s} {'RMSE':>10s} {'MAE':>10s}")
+    print(
+        f"{'energy':8s} {1e3 * res['energy_rmse']:10.3f} {1e3 * res['energy_mae']:10.3f} meV/atom"
+    )
+    print(f"{'force':8s} {1e3 * res['force_rmse']:10.3f} {1e3 * res['force_mae']:10.3f} meV/Å")
+    return 0

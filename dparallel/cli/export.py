@@ -1,0 +1,36 @@
+"""``dparallel export MODEL_DIR``: write the deployable model next to the trained one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from dparallel.train.export import export_model
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``export`` sub-command."""
+    p = subparsers.add_parser(
+        "export",
+        help="write the deployable model (deployed.pt) for dparallel.ase.Calculator",
+        description="Write MODEL_DIR/deployed.pt (descriptor spec + weights; energy, forces "
+        "and stress from positions) and MODEL_DIR/export.json.",
+    )
+    p.add_argument("model_dir", help="directory written by `dparallel train`")
+    p.add_argument("--float32", action="store_true", help="export in float32")
+    p.add_argument("--no-probe", action="store_true", help="skip the torch.export probe")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export and print the report."""
+    import torch
+
+    report = export_model(
+        args.model_dir,
+        dtype=torch.float32 if args.float32 else torch.float64,
+        try_export=not args.no_probe,
+    )
+    print(json.dumps(report, indent=1))
+    return 0

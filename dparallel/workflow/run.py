@@ -1,0 +1,189 @@
+"""Run a workflow end to end: dataset → featurize → train → export, skipping finished stages.
+
+A stage is skipped when its output is complete and was made from the same inputs:
+the dataset file exists; the store is complete with the workflow's source and config
+(``featurize`` itself refuses a mismatching store unless ``store.overwrite``); the model
+directory holds ``model.pt`` trained with the same training spec; ``deployed.pt`` is newer
+than ``model.pt``. One cluster serves featurization and stays attached during training, so
+the dashboard shows both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dparallel.workflow.spec import WorkflowSpec
+
+__all__ = ["run_workflow", "WorkflowResult"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkflowResult:
+    """What a run produced and which stages it ran or skipped."""
+
+    dataset: Path
+    store: Path
+    model_dir: Path | None
+    stages: dict[str, str] = field(default_factory=dict)  # stage → "ran" | "skipped"
+    metrics: dict[str, Any] = field(default_factory=dict)  # split → error metrics
+    files: dict[str, str] = field(default_factory=dict)  # what → path
+
+
+def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Path, str]:
+    path = Path(spec.dataset.path)
+    if path.exists():
+        return path, "skipped"
+    if spec.dataset.generate is None:
+        from dparallel.errors import SourceNotFoundError
+
+        raise SourceNotFoundError(f"dataset.path {path} does not exist and no 'generate' is set")
+    from dparallel.datasets import write_emt_cu
+
+    gen = spec.dataset.generate
+    say(f"dataset: generating {gen.n_structures} EMT Cu structures → {path}")
+    write_emt_cu(path, n_structures=gen.n_structures, seed=gen.seed)
+    return path, "ran"
+
+
+def _store_complete(spec: WorkflowSpec) -> bool:
+    from dparallel.errors import StoreError
+    from dparallel.store import open_store
+
+    path = Path(spec.store.path)
+    if not path.exists():
+        return False
+    try:
+        store = open_store(path)
+    except StoreError:
+        return False
+    config = store.attrs.get("config", {})
+    return (
+        store.is_complete
+        and config.get("features") == spec.descriptors.build().to_dict()
+        and config.get("ingest", {}).get("partition_atoms") == spec.partitioning.atoms
+        and "statistics" in store.attrs
+    )
+
+
+def _model_current(model_dir: Path, spec: WorkflowSpec) -> bool:
+    """Trained to the end (metrics.json has final errors) with the same training spec."""
+    assert spec.training is not None
+    try:
+        saved = json.loads((model_dir / "spec.json").read_text())
+        metrics = json.loads((model_dir / "metrics.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return (
+        (model_dir / "model.pt").exists()
+        and "final" in metrics
+        and saved == spec.training.to_dict()
+    )
+
+
+def run_workflow(
+    spec: WorkflowSpec,
+    *,
+    client: Any = None,
+    scheduler: str | None = None,
+    scheduler_file: str | None = None,
+    say: Callable[[str], None] = log.info,
+    progress: Callable[[dict[str, Any], int, int], None] | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
+    on_connect: Callable[[Any], None] | None = None,
+) -> WorkflowResult:
+    """Run every stage of ``spec`` that is not already complete; returns what was made."""
+    from dparallel.cluster import connect
+    from dparallel.workflow.featurize import featurize, write_scaling_data
+
+    dataset, dataset_stage = _dataset(spec, say)
+    store_path = Path(spec.store.path)
+    model_dir = Path(spec.output.model_dir) if spec.output is not None else None
+    result = WorkflowResult(dataset=dataset, store=store_path, model_dir=model_dir)
+    result.stages["dataset"] = dataset_stage
+    featurize_needed = spec.store.overwrite or not _store_complete(spec)
+    train_needed = (
+        spec.training is not None
+        and model_dir is not None
+        and (featurize_needed or not _model_current(model_dir, spec))
+    )
+    if not (featurize_needed or train_needed):
+        result.stages.update(featurize="skipped", train="skipped" if spec.training else "off")
+    else:
+        with connect(
+            spec.cluster, client=client, scheduler=scheduler, scheduler_file=scheduler_file
+        ) as handle:
+            if on_connect is not None:
+                on_connect(handle)
+            if featurize_needed:
+                say(f"featurize: {dataset} → {store_path}")
+                featurize(
+                    dataset,
+                    store_path,
+                    spec.descriptors.build(),
+                    format=spec.dataset.format,
+                    units=spec.dataset.units,
+                    on_error=spec.dataset.on_error,
+                    partition_atoms=spec.partitioning.atoms,
+                    overwrite=spec.store.overwrite,
+                    client=handle.client,
+                    torch_threads=spec.cluster.torch_threads,
+                    progress=progress,
+                )
+                result.stages["featurize"] = "ran"
+            else:
+                result.stages["featurize"] = "skipped"
+            if train_needed:
+                from dparallel.train import train
+
+                assert model_dir is not None and spec.training is not None
+                say(f"train: {store_path} → {model_dir}")
+                trained = train(
+                    store_path, model_dir, spec.training, callback=on_epoch, run_name=spec.name
+                )
+                result.metrics = {"validation": trained.validation, "test": trained.test}
+                result.stages["train"] = "ran"
+            else:
+                result.stages["train"] = "skipped" if spec.training else "off"
+    if spec.descriptors.acsf is not None:
+        from dparallel.store import open_store
+
+        scaling = store_path.with_name(store_path.name + ".scaling.data")
+        write_scaling_data(open_store(store_path), scaling)
+        result.files["scaling.data"] = str(scaling)
+    if model_dir is not None and spec.training is not None:
+        _finish_model(spec, model_dir, result, say)
+    result.files["store"] = str(store_path)
+    return result
+
+
+def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, say: Any) -> None:
+    """Export (unless current) and collect metrics and plot paths."""
+    assert spec.output is not None
+    model, deployed = model_dir / "model.pt", model_dir / "deployed.pt"
+    if spec.output.export and spec.training is not None and spec.training.descriptor == "acsf":
+        if deployed.exists() and deployed.stat().st_mtime >= model.stat().st_mtime:
+            result.stages["export"] = "skipped"
+        else:
+            from dparallel.train import export_model
+
+            say(f"export: {model_dir}")
+            export_model(model_dir)
+            result.stages["export"] = "ran"
+    else:
+        result.stages["export"] = "off"
+    if not result.metrics:
+        metrics_file = model_dir / "metrics.json"
+        if metrics_file.exists():
+            data = json.loads(metrics_file.read_text())
+            result.metrics = dict(data.get("final", {}))
+    result.files["model_dir"] = str(model_dir)
+    for name in sorted(p.name for p in model_dir.glob("*")):
+        if name.endswith((".png", ".csv", ".json", ".pt", ".pt2")):
+            result.files[name] = str(model_dir / name)

@@ -1,0 +1,166 @@
+"""The workflow file: one validated YAML document that drives ingest → featurize → train → export.
+
+Every key is documented in ``workflows/quickstart.yaml``. Relative paths are taken from
+the current working directory. Unknown keys and wrong types fail before any work starts,
+with the key path in the message (:func:`load_workflow`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dparallel.cluster import ClusterSpec
+from dparallel.errors import ConfigError
+from dparallel.train.spec import TrainingSpec
+from dparallel.workflow.descriptors_spec import DescriptorsSpec
+from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS
+
+__all__ = [
+    "DatasetSpec",
+    "GenerateSpec",
+    "PartitionSpec",
+    "StoreSpec",
+    "OutputSpec",
+    "WorkflowSpec",
+    "load_workflow",
+    "parse_workflow",
+    "apply_overrides",
+    "workflow_schema",
+    "load_quickstart",
+    "QUICKSTART",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GenerateSpec(_Strict):
+    """Generate the dataset when its file is missing (the embedded default)."""
+
+    kind: Literal["emt_cu"] = "emt_cu"
+    n_structures: int = Field(400, ge=1)
+    seed: int = 0
+
+
+class DatasetSpec(_Strict):
+    """The structure file."""
+
+    path: str
+    format: str | None = Field(None, description="extxyz, n2p2 or any ASE format; None: guess")
+    units: str = Field("ase", description="ase (Å, eV) or bohr-hartree (n2p2 files)")
+    on_error: Literal["raise", "skip"] = "raise"
+    generate: GenerateSpec | None = None
+
+
+class PartitionSpec(_Strict):
+    """How structures are grouped into tasks."""
+
+    atoms: int = Field(DEFAULT_PARTITION_ATOMS, ge=1, description="target atoms per partition")
+
+
+class StoreSpec(_Strict):
+    """The zarr store."""
+
+    path: str
+    overwrite: bool = False
+
+
+class OutputSpec(_Strict):
+    """Where the trained model, metrics and plots go."""
+
+    model_dir: str
+    export: bool = True
+
+
+class WorkflowSpec(_Strict):
+    """A whole run: dataset, descriptors, partitioning, store, cluster, training, export."""
+
+    name: str = "dparallel"
+    dataset: DatasetSpec
+    descriptors: DescriptorsSpec
+    partitioning: PartitionSpec = PartitionSpec()
+    store: StoreSpec
+    cluster: ClusterSpec = ClusterSpec()
+    training: TrainingSpec | None = None
+    output: OutputSpec | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return json.loads(self.model_dump_json())
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides (values in YAML syntax) to a raw workflow dict."""
+    import copy
+
+    import yaml
+
+    out = copy.deepcopy(dict(data))
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key.path=value")
+        node: dict[str, Any] = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: '{part}' is not a section")
+            node = child
+        node[parts[-1]] = yaml.safe_load(text)
+    return out
+
+
+def parse_workflow(
+    data: Mapping[str, Any], overrides: Iterable[str] = (), source: str = "workflow"
+) -> WorkflowSpec:
+    """Validate a raw workflow dict; errors list each bad key path and why."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{source}: a workflow is a mapping of sections, got {type(data).__name__}"
+        )
+    data = apply_overrides(data, overrides)
+    try:
+        return WorkflowSpec.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            lines.append(f"  {where}: {err['msg']}")
+        raise ConfigError(f"{source}: invalid workflow:\n" + "\n".join(lines)) from None
+
+
+def load_workflow(path: str | Path, overrides: Iterable[str] = ()) -> WorkflowSpec:
+    """Read and validate a workflow YAML file (with ``--set`` overrides)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: workflow file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_workflow(data or {}, overrides, source=str(path))
+
+
+def workflow_schema() -> dict[str, Any]:
+    """The JSON schema of a workflow file."""
+    return WorkflowSpec.model_json_schema()
+
+
+#: The embedded default workflow (also at ``workflows/quickstart.yaml``).
+QUICKSTART = Path(__file__).with_name("quickstart.yaml")
+
+
+def load_quickstart(overrides: Iterable[str] = ()) -> WorkflowSpec:
+    """The embedded default workflow, validated."""
+    return load_workflow(QUICKSTART, overrides)
