@@ -171,7 +171,7 @@ def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, s
         if deployed.exists() and deployed.stat().st_mtime >= model.stat().st_mtime:
             result.stages["export"] = "skipped"
         else:
-            from dparallel.train import export_model
+            from dparallel.train.export import export_model
 
             say(f"export: {model_dir}")
             export_model(model_dir)
