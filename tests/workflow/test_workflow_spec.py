@@ -1,0 +1,93 @@
+"""Workflow files: validation messages, overrides, schema, the shipped examples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dparallel.cli.main import main
+from dparallel.errors import ConfigError
+from dparallel.workflow.spec import (
+    QUICKSTART,
+    apply_overrides,
+    load_workflow,
+    parse_workflow,
+    workflow_schema,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _quickstart() -> dict:
+    return yaml.safe_load(QUICKSTART.read_text())
+
+
+def test_every_shipped_workflow_validates():
+    files = sorted((ROOT / "workflows").glob("*.yaml"))
+    assert {f.name for f in files} >= {"quickstart.yaml"}
+    for path in files:
+        load_workflow(path)
+    assert (ROOT / "workflows" / "quickstart.yaml").read_text() == QUICKSTART.read_text()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (["training.epochz=3"], "training.epochz: Extra inputs are not permitted"),
+        (["cluster.n_workers=many"], "cluster.n_workers: Input should be a valid integer"),
+        (
+            ["partitioning.atoms=0"],
+            "partitioning.atoms: Input should be greater than or equal to 1",
+        ),
+        (["descriptors.acsf.radial=[[1.0]]"], "descriptors.acsf.radial.0"),
+        (
+            ["descriptors.acsf=null", "descriptors.neighbor_sum=null"],
+            "define 'acsf', 'neighbor_sum'",
+        ),
+        (["dataset.on_error=ignore"], "dataset.on_error: Input should be 'raise' or 'skip'"),
+    ],
+)
+def test_invalid_workflows_name_the_key_path(change, message):
+    with pytest.raises(ConfigError, match="invalid workflow") as info:
+        parse_workflow(_quickstart(), change, source="quick.yaml")
+    assert message in str(info.value)
+    assert str(info.value).startswith("quick.yaml: ")
+
+
+def test_missing_section_and_bad_yaml(tmp_path):
+    data = _quickstart()
+    del data["store"]
+    with pytest.raises(ConfigError, match="store: Field required"):
+        parse_workflow(data)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("dataset: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load_workflow(bad)
+    with pytest.raises(ConfigError, match="workflow file not found"):
+        load_workflow(tmp_path / "missing.yaml")
+
+
+def test_overrides_reach_nested_keys_with_yaml_values():
+    spec = parse_workflow(
+        _quickstart(),
+        ["training.epochs=7", "training.hidden=[8, 4]", "cluster.n_workers=1", "name=x"],
+    )
+    assert spec.training.epochs == 7 and spec.training.hidden == (8, 4)
+    assert spec.cluster.n_workers == 1 and spec.name == "x"
+    assert apply_overrides({"a": {"b": 1}}, ["a.c.d=true"]) == {"a": {"b": 1, "c": {"d": True}}}
+    with pytest.raises(ConfigError, match="expected key.path=value"):
+        apply_overrides({}, ["novalue"])
+    with pytest.raises(ConfigError, match="'name' is not a section"):
+        apply_overrides({"name": "x"}, ["name.first=y"])
+
+
+def test_schema_and_validate_commands(capsys, tmp_path):
+    schema = workflow_schema()
+    assert set(schema["required"]) == {"dataset", "descriptors", "store"}
+    assert main(["schema"]) == 0
+    assert '"WorkflowSpec"' in capsys.readouterr().out
+    assert main(["validate", str(QUICKSTART)]) == 0
+    assert main(["validate", str(QUICKSTART), "--set", "training.lr=-1"]) == 2
+    assert "training.lr: Input should be greater than 0" in capsys.readouterr().err
