@@ -39,7 +39,7 @@ def test_numba_equals_torch(cutoff: int) -> None:
     for dtype in (torch.float64, torch.float32):
         a = acsf.compute(structs, derivatives=True, backend="torch", dtype=dtype)
         b = acsf.compute(structs, derivatives=True, backend="numba", dtype=dtype)
-        tol = 1e-12 if dtype == torch.float64 else 1e-5
+        tol = 1e-12 if dtype == torch.float64 else 1e-4  # numba accumulates in float64
         for e in a:
             assert b[e].values.dtype == dtype
             np.testing.assert_allclose(b[e].values, a[e].values, rtol=tol, atol=tol)
