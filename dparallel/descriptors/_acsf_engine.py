@@ -317,9 +317,9 @@ def _angular_numba(
         [int(round(z)) if abs(z - round(z)) < 1e-12 and 1 <= round(z) <= 64 else -1 for z, _ in zk],
         dtype=np.int64,
     )
-    unit64 = unit.detach().to(torch.float64).numpy()
+    unit64 = np.ascontiguousarray(unit.detach().to(torch.float64).numpy())
     angular_loop(
-        np.ascontiguousarray(unit64),
+        unit64,
         r64.numpy(),
         seg,
         neighbor_el.numpy().astype(np.int64),
@@ -345,7 +345,5 @@ def _angular_numba(
     acc = torch.from_numpy(ang_acc).view(n_centers * n_pt, k_a).to(dtype)
     if not derivatives:
         return acc, None
-    der = torch.from_numpy(ang_q) + torch.from_numpy(coef_p).unsqueeze(3) * torch.from_numpy(
-        unit64
-    ).view(n_pairs, 1, 1, 3)
+    der = torch.from_numpy(ang_q)  # (P_e, n_el, K_a, 3), P·r̂ part added in the loop
     return acc, der.view(n_pairs * n_el, k_a, 3).to(dtype)

@@ -189,6 +189,14 @@ def _angular_loop(
                         for d3 in range(3):
                             ang_q[j, elk, col, d3] += qj * unit[k, d3]
                             ang_q[k, elj, col, d3] += qk * unit[j, d3]
+    if derivatives:  # ang_q becomes the full ∂G/∂r_ij: add the P·r̂_ij part
+        for p in range(coef_p.shape[0]):
+            for s in range(coef_p.shape[1]):
+                for col in range(k_a):
+                    cp = coef_p[p, s, col]
+                    if cp != 0.0:
+                        for d3 in range(3):
+                            ang_q[p, s, col, d3] += cp * unit[p, d3]
 
 
 if _HAVE_NUMBA:  # pragma: no branch
