@@ -269,16 +269,31 @@ def evaluate_element(
     if not derivatives:
         return values, None
     assert da_r is not None
-    d_rad = da_r.unsqueeze(2) * unit.unsqueeze(1)  # (P_e, K_r, 3)
-    parts = [d_rad]
-    if ang_der is not None:
-        parts.append(ang_der.view(n_pairs, n_el * k_a, 3))
-    dsrc = torch.cat(parts, 1)  # (P_e, K_r + n_el*K_a, 3)
+    ang = ang_der.view(n_pairs, n_el * k_a, 3) if ang_der is not None else None
     groups = {}
     for f, (_, cols) in plan.deriv_groups.items():
-        sel = torch.nonzero(neighbor_el == f).squeeze(1)  # (P_ef,)
-        colt = torch.tensor(cols, dtype=torch.long, device=dev)
-        groups[f] = (sel, dsrc.index_select(0, sel).index_select(1, colt))
+        mask = neighbor_el == f
+        every = bool(mask.all())
+        sel = torch.arange(n_pairs, device=dev) if every else torch.nonzero(mask).squeeze(1)
+        u = unit if every else unit.index_select(0, sel)
+        dr = da_r if every else da_r.index_select(0, sel)
+        rad_cols = [c for c in cols if c < k_r]  # cols follow feature order
+        ang_cols = [c - k_r for c in cols if c >= k_r]
+        parts = []
+        if rad_cols:
+            dr = dr if rad_cols == list(range(k_r)) else dr[:, rad_cols]
+            parts.append(dr.unsqueeze(2) * u.unsqueeze(1))  # (P_ef, F_rad, 3)
+        if ang_cols:
+            assert ang is not None
+            a = ang if every else ang.index_select(0, sel)
+            if ang_cols != list(range(n_el * k_a)):
+                a = a[:, ang_cols]
+            parts.append(a)
+        dg = parts[0] if len(parts) == 1 else torch.cat(parts, 1)  # (P_ef, F_ef, 3)
+        order = sorted(range(len(cols)), key=lambda n: (cols[n] >= k_r, n))
+        if order != list(range(len(cols))):  # back from [radial | angular] to feature order
+            dg = dg[:, torch.argsort(torch.tensor(order))]
+        groups[f] = (sel, dg)
     return values, groups
 
 
