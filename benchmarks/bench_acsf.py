@@ -54,16 +54,29 @@ def datasets(skip_large: bool) -> dict[str, list[ase.Atoms]]:
     return out
 
 
-def best_time(fn: Callable[[], object], min_time: float) -> float:
-    """Best wall time of repeated calls after one warm-up (runs ≥ 2 times, ≥ min_time)."""
-    fn()
-    best, spent, n = float("inf"), 0.0, 0
-    while n < 2 or spent < min_time:
-        t = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - t
-        best, spent, n = min(best, dt), spent + dt, n + 1
-    return best
+def round_robin(fns: list[Callable[[], object] | None], min_time: float) -> list[float | None]:
+    """Best time of each function over interleaved rounds (3 to 10, until each ran min_time).
+
+    Interleaving makes the ratios robust to load that drifts during the run.
+    """
+    for fn in fns:
+        if fn is not None:
+            fn()  # warm-up (numba compile cache, allocator)
+    best: list[float] = [float("inf")] * len(fns)
+    spent = [0.0] * len(fns)
+    rounds = 0
+    active = [s for s, f in zip(spent, fns, strict=True) if f is not None]
+    while rounds < 3 or (rounds < 10 and min(active) < min_time):
+        for n, fn in enumerate(fns):
+            if fn is None:
+                continue
+            t = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t
+            best[n], spent[n] = min(best[n], dt), spent[n] + dt
+        rounds += 1
+        active = [s for s, f in zip(spent, fns, strict=True) if f is not None]
+    return [None if f is None else b for b, f in zip(best, fns, strict=True)]
 
 
 def species_of(structs: list[ase.Atoms]) -> list[str]:
@@ -148,7 +161,7 @@ def torchani_fn(structs):  # noqa: ANN201
 def main() -> None:
     """Print the benchmark table."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--min-time", type=float, default=1.0, help="seconds per measurement")
+    parser.add_argument("--min-time", type=float, default=1.0, help="seconds per method")
     parser.add_argument("--skip-large", action="store_true", help="skip the 4,000-atom bulk")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -160,23 +173,17 @@ def main() -> None:
     print("-" * len(header))
     for name, structs in datasets(args.skip_large).items():
         n_atoms = sum(len(a) for a in structs)
-        rows: list[tuple[str, float | None]] = []
-        rows.append(
-            (
-                "DScribe ACSF (float64, n_jobs=1)",
-                n_atoms / best_time(dscribe_fn(structs), args.min_time),
-            )
-        )
         large = n_atoms > 1000
+        methods: list[tuple[str, Callable[[], object] | None]] = [
+            ("DScribe ACSF (float64, n_jobs=1)", dscribe_fn(structs))
+        ]
         ani = None if large else torchani_fn(structs)
         if ani is not None:
-            rows.append(
-                ("TorchANI AEVComputer (pyaev, float32)", n_atoms / best_time(ani, args.min_time))
-            )
+            methods.append(("TorchANI AEVComputer (pyaev, float32)", ani))
         elif large:
-            rows.append(("TorchANI AEVComputer: skipped (PBC memory, large)", None))
+            methods.append(("TorchANI AEVComputer: skipped (PBC memory, large)", None))
         else:
-            rows.append(("TorchANI AEVComputer: not installed", None))
+            methods.append(("TorchANI AEVComputer: not installed", None))
         for label, deriv, dtype, backend in (
             ("dparallel values float64", False, torch.float64, "auto"),
             ("dparallel values float32", False, torch.float32, "auto"),
@@ -187,8 +194,12 @@ def main() -> None:
         ):
             if large and backend == "torch":
                 continue
-            fn = dparallel_fn(structs, deriv, dtype, backend)
-            rows.append((label, n_atoms / best_time(fn, args.min_time)))
+            methods.append((label, dparallel_fn(structs, deriv, dtype, backend)))
+        times = round_robin([fn for _, fn in methods], args.min_time)
+        rows = [
+            (label, None if t is None else n_atoms / t)
+            for (label, _), t in zip(methods, times, strict=True)
+        ]
         ref_ds = rows[0][1]
         ref_ani = rows[1][1]
         for label, rate in rows:
