@@ -180,7 +180,7 @@ def evaluate_element(
     ang_acc = torch.zeros(n_centers * n_pt, k_a, dtype=dtype, device=dev)
     ang_der = (
         torch.zeros(n_pairs * n_el, k_a, 3, dtype=dtype, device=dev)
-        if derivatives and k_a
+        if derivatives and k_a and not (n_pairs and backend == "numba")
         else None
     )  # (P_e * n_el, K_a, 3): pair p, partner element slot, column
     if k_a and n_pairs and backend == "numba":
