@@ -180,7 +180,7 @@ def evaluate_element(
     ang_acc = torch.zeros(n_centers * n_pt, k_a, dtype=dtype, device=dev)
     ang_der = (
         torch.zeros(n_pairs * n_el, k_a, 3, dtype=dtype, device=dev)
-        if derivatives and k_a
+        if derivatives and k_a and not (n_pairs and backend == "numba")
         else None
     )  # (P_e * n_el, K_a, 3): pair p, partner element slot, column
     if k_a and n_pairs and backend == "numba":
@@ -269,16 +269,31 @@ def evaluate_element(
     if not derivatives:
         return values, None
     assert da_r is not None
-    d_rad = da_r.unsqueeze(2) * unit.unsqueeze(1)  # (P_e, K_r, 3)
-    parts = [d_rad]
-    if ang_der is not None:
-        parts.append(ang_der.view(n_pairs, n_el * k_a, 3))
-    dsrc = torch.cat(parts, 1)  # (P_e, K_r + n_el*K_a, 3)
+    ang = ang_der.view(n_pairs, n_el * k_a, 3) if ang_der is not None else None
     groups = {}
     for f, (_, cols) in plan.deriv_groups.items():
-        sel = torch.nonzero(neighbor_el == f).squeeze(1)  # (P_ef,)
-        colt = torch.tensor(cols, dtype=torch.long, device=dev)
-        groups[f] = (sel, dsrc.index_select(0, sel).index_select(1, colt))
+        mask = neighbor_el == f
+        every = bool(mask.all())
+        sel = torch.arange(n_pairs, device=dev) if every else torch.nonzero(mask).squeeze(1)
+        u = unit if every else unit.index_select(0, sel)
+        dr = da_r if every else da_r.index_select(0, sel)
+        rad_cols = [c for c in cols if c < k_r]  # cols follow feature order
+        ang_cols = [c - k_r for c in cols if c >= k_r]
+        parts = []
+        if rad_cols:
+            dr = dr if rad_cols == list(range(k_r)) else dr[:, rad_cols]
+            parts.append(dr.unsqueeze(2) * u.unsqueeze(1))  # (P_ef, F_rad, 3)
+        if ang_cols:
+            assert ang is not None
+            a = ang if every else ang.index_select(0, sel)
+            if ang_cols != list(range(n_el * k_a)):
+                a = a[:, ang_cols]
+            parts.append(a)
+        dg = parts[0] if len(parts) == 1 else torch.cat(parts, 1)  # (P_ef, F_ef, 3)
+        order = sorted(range(len(cols)), key=lambda n: (cols[n] >= k_r, n))
+        if order != list(range(len(cols))):  # back from [radial | angular] to feature order
+            dg = dg[:, torch.argsort(torch.tensor(order))]
+        groups[f] = (sel, dg)
     return values, groups
 
 
@@ -317,9 +332,9 @@ def _angular_numba(
         [int(round(z)) if abs(z - round(z)) < 1e-12 and 1 <= round(z) <= 64 else -1 for z, _ in zk],
         dtype=np.int64,
     )
-    unit64 = unit.detach().to(torch.float64).numpy()
+    unit64 = np.ascontiguousarray(unit.detach().to(torch.float64).numpy())
     angular_loop(
-        np.ascontiguousarray(unit64),
+        unit64,
         r64.numpy(),
         seg,
         neighbor_el.numpy().astype(np.int64),
@@ -345,7 +360,5 @@ def _angular_numba(
     acc = torch.from_numpy(ang_acc).view(n_centers * n_pt, k_a).to(dtype)
     if not derivatives:
         return acc, None
-    der = torch.from_numpy(ang_q) + torch.from_numpy(coef_p).unsqueeze(3) * torch.from_numpy(
-        unit64
-    ).view(n_pairs, 1, 1, 3)
+    der = torch.from_numpy(ang_q)  # (P_e, n_el, K_a, 3), P·r̂ part added in the loop
     return acc, der.view(n_pairs * n_el, k_a, 3).to(dtype)

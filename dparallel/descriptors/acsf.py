@@ -48,6 +48,32 @@ class ACSFResult:
     atom_index: torch.Tensor  # (n_e,) int64, global row in the batch
     pairs: dict[str, PairDerivatives] | None = None  # neighbour element → derivatives
 
+    _PAIR_FIELDS = ("pair_first", "pair_second", "center", "vectors", "feature_index", "dG_dr")
+
+    def to_numpy(self) -> dict[str, np.ndarray]:
+        """Flat numpy arrays: ``values``, ``atom_index`` and ``{f}/{field}`` per neighbour f."""
+        out = {"values": self.values.detach().numpy(), "atom_index": self.atom_index.numpy()}
+        for f, pd in (self.pairs or {}).items():
+            for name in self._PAIR_FIELDS:
+                out[f"{f}/{name}"] = getattr(pd, name).detach().numpy()
+        return out
+
+    @classmethod
+    def from_numpy(cls, arrays: dict[str, np.ndarray]) -> ACSFResult:
+        """Inverse of :meth:`to_numpy` (e.g. arrays read back from a store)."""
+        neighbours = sorted({k.split("/")[0] for k in arrays if "/" in k})
+        pairs = {
+            f: PairDerivatives(
+                **{n: torch.as_tensor(np.asarray(arrays[f"{f}/{n}"])) for n in cls._PAIR_FIELDS}
+            )
+            for f in neighbours
+        }
+        return cls(
+            values=torch.as_tensor(np.asarray(arrays["values"])),
+            atom_index=torch.as_tensor(np.asarray(arrays["atom_index"])),
+            pairs=pairs or None,
+        )
+
 
 def _feature(
     type_: int,

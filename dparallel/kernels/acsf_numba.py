@@ -189,15 +189,89 @@ def _angular_loop(
                         for d3 in range(3):
                             ang_q[j, elk, col, d3] += qj * unit[k, d3]
                             ang_q[k, elj, col, d3] += qk * unit[j, d3]
+    if derivatives:  # ang_q becomes the full ∂G/∂r_ij: add the P·r̂_ij part
+        for p in range(coef_p.shape[0]):
+            for s in range(coef_p.shape[1]):
+                for col in range(k_a):
+                    cp = coef_p[p, s, col]
+                    if cp != 0.0:
+                        for d3 in range(3):
+                            ang_q[p, s, col, d3] += cp * unit[p, d3]
+
+
+def _angular_values(
+    unit, r, seg, nbr_el, a_p, n_narrow, e_eta, e_rs, e_rc, e_kind, e_alpha,
+    z_zeta, z_lam, z_int, ecol, zcol, pt_table, ang_acc,
+):  # fmt: skip
+    """Values-only specialisation of :func:`_angular_loop` (same arguments, no derivatives)."""
+    n_e = seg.shape[0] - 1
+    n_E = a_p.shape[1]
+    n_Z = z_zeta.shape[0]
+    k_a = ecol.shape[0]
+    full = np.empty(n_E)
+    zv = np.empty(n_Z)
+    pre = np.empty(n_Z)
+    for z in range(n_Z):
+        pre[z] = 2.0 ** (1.0 - z_zeta[z])
+    skip_rc2 = np.inf
+    if n_narrow == n_E:
+        skip_rc2 = 0.0
+        for e in range(n_E):
+            skip_rc2 = max(skip_rc2, e_rc[e] * e_rc[e])
+    for i in range(n_e):
+        s0 = seg[i]
+        s1 = seg[i + 1]
+        for j in range(s0, s1):
+            rj = r[j]
+            elj = nbr_el[j]
+            ux, uy, uz = unit[j, 0], unit[j, 1], unit[j, 2]
+            for k in range(j + 1, s1):
+                rk = r[k]
+                c = ux * unit[k, 0] + uy * unit[k, 1] + uz * unit[k, 2]
+                rjk2 = rj * rj + rk * rk - 2.0 * rj * rk * c
+                if rjk2 >= skip_rc2:
+                    continue
+                rjk = math.sqrt(max(rjk2, 0.0)) if n_narrow > 0 else 0.0
+                fc = 0.0
+                for e in range(n_E):
+                    pr = a_p[j, e] * a_p[k, e]
+                    if e < n_narrow:
+                        if (
+                            e == 0
+                            or e_rc[e] != e_rc[e - 1]
+                            or e_kind[e] != e_kind[e - 1]
+                            or e_alpha[e] != e_alpha[e - 1]
+                        ):
+                            fc = _cutoff(rjk, e_rc[e], e_kind[e], e_alpha[e])[0]
+                        d = rjk - e_rs[e]
+                        pr *= math.exp(-e_eta[e] * d * d) * fc
+                    full[e] = pr
+                for z in range(n_Z):
+                    base = 1.0 + z_lam[z] * c
+                    if z_int[z] >= 1:
+                        val = base
+                        for _ in range(z_int[z] - 1):
+                            val *= base
+                    else:
+                        val = max(base, 0.0) ** z_zeta[z]
+                    zv[z] = pre[z] * val
+                p = pt_table[elj, nbr_el[k]]
+                for col in range(k_a):
+                    ang_acc[i, p, col] += full[ecol[col]] * zv[zcol[col]]
 
 
 if _HAVE_NUMBA:  # pragma: no branch
     _cutoff = numba.njit(cache=True, inline="always")(_cutoff)
     _angular_loop_jit = numba.njit(cache=True, nogil=True)(_angular_loop)
+    _angular_values_jit = numba.njit(cache=True, nogil=True)(_angular_values)
 
 
 def angular_loop(*args) -> None:  # noqa: ANN002
     """Run the compiled triplet loop (arguments as :func:`_angular_loop`)."""
     if not _HAVE_NUMBA:
         raise BackendUnavailableError("backend='numba' needs numba (pip install numba)")
-    _angular_loop_jit(*args)
+    derivatives = args[19]
+    if derivatives:
+        _angular_loop_jit(*args)
+    else:  # drop da_p and the derivative outputs
+        _angular_values_jit(*args[:5], *args[6:19])

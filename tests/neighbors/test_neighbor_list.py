@@ -102,3 +102,9 @@ def test_empty_batch_and_errors() -> None:
         neighbor_list(StructureBatch.from_ase([bad]), 3.0)
     with pytest.raises(DescriptorError, match="cutoff must be a positive"):
         neighbor_list(StructureBatch.empty(), -1.0)
+
+
+def test_large_non_periodic_cluster_uses_vesin_path(rng: np.random.Generator) -> None:
+    cluster = ase.Atoms(numbers=rng.choice([1, 6], 60), positions=rng.uniform(0, 8, (60, 3)))
+    small = ase.Atoms("CH4", positions=rng.normal(size=(5, 3)))
+    _compare([small, cluster, small.copy()], cutoff=3.5)
