@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 def _table(rows: list[dict], args: argparse.Namespace) -> None:
     key = {(r["size"], r["impl"], r["pass"]): r for r in rows}
     print(f"threads={args.threads}, float32, unsorted random pairs; time = best of {args.repeats}")
-    print(f"{'size (N,P,ν,F)':<26}{'pass':<16}{'impl':<16}{'time ms':>10}{'peak MiB':>10}"
+    print(f"{'size (N,P,ν,F)':<31}{'pass':<16}{'impl':<16}{'time ms':>10}{'peak MiB':>10}"
           f"{'t/t_hipnumba':>14}{'mem/mem_torch':>15}")  # fmt: skip
     for r in rows:
         hip = key.get((r["size"], "hippynn-numba", r["pass"]))
@@ -201,7 +201,7 @@ def _table(rows: list[dict], args: argparse.Namespace) -> None:
         t_ratio = f"{r['sec'] / hip['sec']:.2f}" if hip else "-"
         m_ratio = f"{max(r['peak'], 1) / max(ref['peak'], 1):.3f}" if ref else "-"
         size = f"{r['size']} {SIZES[r['size']]}"
-        print(f"{size:<26}{r['pass']:<16}{r['impl']:<16}{r['sec'] * 1e3:>10.1f}"
+        print(f"{size:<31}{r['pass']:<16}{r['impl']:<16}{r['sec'] * 1e3:>10.1f}"
               f"{r['peak'] / 2**20:>10.1f}{t_ratio:>14}{m_ratio:>15}")  # fmt: skip
 
 
