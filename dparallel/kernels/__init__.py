@@ -8,6 +8,7 @@ from dparallel.kernels.neighbor_sums import (
     sensesum,
     set_backend,
     use_backend,
+    warm_up,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "sensesum",
     "set_backend",
     "use_backend",
+    "warm_up",
 ]

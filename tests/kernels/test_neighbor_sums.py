@@ -243,3 +243,8 @@ def test_input_errors_name_the_problem() -> None:
         K.envsum(s, z, pf[:2], pf[:2])
     with pytest.raises(KernelInputError, match="feat must be"):
         K.sensesum(torch.randn(4, 2, 5), torch.randn(4, 6), pf, pf)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_warm_up_runs_every_op(backend: str) -> None:
+    assert K.warm_up(backend) == backend
