@@ -21,6 +21,7 @@ from dparallel.kernels.neighbor_sums import (
     sensesum,
     set_backend,
     use_backend,
+    warm_up,
 )
 
 __all__ = [
@@ -40,4 +41,5 @@ __all__ = [
     "triplet_counts",
     "triplets",
     "use_backend",
+    "warm_up",
 ]

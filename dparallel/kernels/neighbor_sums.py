@@ -45,6 +45,7 @@ __all__ = [
     "sensesum",
     "set_backend",
     "use_backend",
+    "warm_up",
 ]
 
 logger = logging.getLogger(__name__)
@@ -404,3 +405,24 @@ def featsum(
             f"featsum: sense has {sense.shape[1]} sensitivities but env has {env.shape[1]}"
         )
     return _FeatSum.apply(_resolve(backend, env.device), env, sense, pf, ps)
+
+
+def warm_up(
+    backend: str | None = None,
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64),
+) -> str:
+    """Run all three ops and their derivatives once on a tiny problem.
+
+    Compiles (or loads from numba's disk cache) the kernels of the backend, so that the
+    first real task in a fresh worker does not pay for it. Returns the backend used.
+    """
+    name = _resolve(backend, torch.device("cpu"))
+    pf = torch.tensor([0, 0, 1, 2, 2, 2], dtype=torch.int64)
+    ps = torch.tensor([1, 2, 0, 0, 1, 1], dtype=torch.int64)
+    for dtype in dtypes:
+        s = torch.ones(6, 2, dtype=dtype, requires_grad=True)
+        z = torch.ones(3, 4, dtype=dtype, requires_grad=True)
+        env = envsum(s, z, pf, ps, backend=name)
+        (g_s,) = torch.autograd.grad(env.sum(), s, create_graph=True)
+        g_s.sum().backward()
+    return name

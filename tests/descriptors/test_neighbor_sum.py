@@ -180,3 +180,22 @@ def test_errors_name_the_problem() -> None:
         NeighborSum(["H"], r_cut=4.0, r_min=5.0)
     with pytest.raises(DescriptorError, match="not a neighbor_sum"):
         NeighborSum.from_dict({"type": "acsf"})
+
+
+def test_batch_of_structures_equals_one_by_one(rng: np.random.Generator) -> None:
+    from dparallel.types import StructureBatch
+
+    periodic = _periodic(rng)
+    desc = NeighborSum(["H", "C", "O"], r_cut=4.0, n_sensitivities=3)
+    batch = StructureBatch.from_ase([WATER, periodic])
+    both = desc.compute(batch, derivatives=True)
+    alone = [desc.compute(WATER, derivatives=True), desc.compute(periodic, derivatives=True)]
+    for s in both:
+        rows = [a[s].values for a in alone if s in a]
+        np.testing.assert_allclose(both[s].values, np.concatenate(rows), rtol=1e-12)
+    h2 = both["H"].derivatives["O"]
+    n_water = len(alone[0]["H"].derivatives["O"].pair_first)
+    np.testing.assert_array_equal(
+        h2.pair_first[n_water:], alone[1]["H"].derivatives["O"].pair_first + 3
+    )
+    np.testing.assert_allclose(h2.dG_dr[n_water:], alone[1]["H"].derivatives["O"].dG_dr, rtol=1e-12)

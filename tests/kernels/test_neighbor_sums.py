@@ -123,6 +123,7 @@ def test_non_contiguous_and_int32_indices(backend: str, rng: np.random.Generator
     torch.testing.assert_close(got, K.envsum(s, z, pf, ps, backend="torch"))
 
 
+@pytest.mark.slow
 def test_matches_hippynn_pytorch_and_numba(rng: np.random.Generator) -> None:
     env_pytorch = pytest.importorskip("hippynn.custom_kernels.env_pytorch")
     peers = {"hippynn-pytorch": (env_pytorch.envsum, env_pytorch.sensesum, env_pytorch.featsum)}
@@ -216,6 +217,11 @@ def test_numba_respects_torch_thread_budget(rng: np.random.Generator) -> None:
         K.envsum(s, z, pf, ps, backend="numba")
         assert numba.get_num_threads() == 1
         assert torch.get_num_threads() == 1  # numba's OpenMP start-up must not reset it
+        torch.set_num_threads(2)  # featsum: one private accumulator per thread, then summed
+        e = torch.randn(z.shape[0], s.shape[1], z.shape[1], dtype=torch.float64)
+        torch.testing.assert_close(
+            K.featsum(e, s, pf, ps, backend="numba"), K.featsum(e, s, pf, ps, backend="torch")
+        )
     finally:
         torch.set_num_threads(before)
 
@@ -237,3 +243,8 @@ def test_input_errors_name_the_problem() -> None:
         K.envsum(s, z, pf[:2], pf[:2])
     with pytest.raises(KernelInputError, match="feat must be"):
         K.sensesum(torch.randn(4, 2, 5), torch.randn(4, 6), pf, pf)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_warm_up_runs_every_op(backend: str) -> None:
+    assert K.warm_up(backend) == backend
