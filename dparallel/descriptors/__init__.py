@@ -2,12 +2,11 @@
 
 from dparallel.descriptors.acsf import ACSF, ACSFResult, PairDerivatives
 from dparallel.descriptors.forces import forces_from_derivatives, virial_from_derivatives
-from dparallel.descriptors.neighbor_sum import ElementFeatures, NeighborSum
+from dparallel.descriptors.neighbor_sum import NeighborSum
 
 __all__ = [
     "ACSF",
     "ACSFResult",
-    "ElementFeatures",
     "NeighborSum",
     "PairDerivatives",
     "forces_from_derivatives",

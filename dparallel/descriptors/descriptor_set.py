@@ -11,6 +11,7 @@ import torch
 
 from dparallel.descriptors.acsf import ACSF
 from dparallel.descriptors.neighbor_sum import NeighborSum
+from dparallel.descriptors.results import ACSFResult
 from dparallel.errors import DescriptorError
 from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.types import StructureBatch
@@ -104,22 +105,8 @@ def _within(neighbors: Neighbors, r_cut: float) -> Neighbors:
     return Neighbors(*(field[keep] for field in neighbors))
 
 
-def _numpy(x: Any) -> np.ndarray:
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-
-
-def _flatten(result: Any) -> dict[str, np.ndarray]:
-    """Store arrays of one element's :class:`~dparallel.descriptors.ACSFResult`."""
-    arrays = {
-        "values": _numpy(result.values),
-        "atom_index": _numpy(result.atom_index).astype(np.int64),
+def _flatten(result: ACSFResult) -> dict[str, np.ndarray]:
+    """Store arrays of one element's result: derivative blocks go under ``d/<F>/``."""
+    return {
+        (key if "/" not in key else f"d/{key}"): value for key, value in result.to_numpy().items()
     }
-    for neighbor_element, block in (result.pairs or {}).items():
-        prefix = f"d/{neighbor_element}/"
-        arrays[prefix + "pair_first"] = _numpy(block.pair_first).astype(np.int64)
-        arrays[prefix + "pair_second"] = _numpy(block.pair_second).astype(np.int64)
-        arrays[prefix + "center"] = _numpy(block.center).astype(np.int64)
-        arrays[prefix + "vectors"] = _numpy(block.vectors)
-        arrays[prefix + "feature_index"] = _numpy(block.feature_index).astype(np.int64)
-        arrays[prefix + "dG_dr"] = _numpy(block.dG_dr)
-    return arrays

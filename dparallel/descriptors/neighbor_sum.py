@@ -17,44 +17,21 @@ same columns for every central element. See docs/kernels.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from dparallel.descriptors.results import ACSFResult, PairDerivatives
 from dparallel.errors import DescriptorError
 from dparallel.kernels import envsum
 from dparallel.types import StructureBatch
 
-__all__ = ["ElementFeatures", "NeighborSum", "PairDerivatives"]
+__all__ = ["NeighborSum"]
 
 _KINDS = ("inverse", "gaussian")
 _CUTOFFS = ("cos2",)
-
-
-@dataclass(frozen=True)
-class PairDerivatives:
-    """∂G_i/∂r_ij of one (central element e, neighbour element f) block.
-
-    Only the features that a neighbour of element f can touch are stored.
-    """
-
-    pair_first: np.ndarray  # (P_ef,) int64, centre atom i (row of the batch)
-    pair_second: np.ndarray  # (P_ef,) int64, neighbour atom j (row of the batch)
-    feature_index: np.ndarray  # (F_ef,) int64, columns of G touched by element f
-    dG_dr: np.ndarray  # (P_ef, F_ef, 3) float, 1/Å, ∂G_i[feature_index]/∂r_ij
-
-
-@dataclass(frozen=True)
-class ElementFeatures:
-    """Descriptor values of the atoms of one central element."""
-
-    element: str  # chemical symbol of the central element e
-    atom_index: np.ndarray  # (n_e,) int64, rows of the batch
-    values: np.ndarray  # (n_e, F) float
-    derivatives: dict[str, PairDerivatives] | None  # by neighbour symbol f
 
 
 def _symbol(element: str | int) -> str:
@@ -228,7 +205,7 @@ class NeighborSum(torch.nn.Module):
         derivatives: bool = False,
         neighbors: Any = None,
         dtype: torch.dtype = torch.float64,
-    ) -> dict[str, ElementFeatures]:
+    ) -> dict[str, ACSFResult]:
         """Values (and per-pair derivatives) for every central element present.
 
         Parameters
@@ -247,7 +224,8 @@ class NeighborSum(torch.nn.Module):
         Returns
         -------
         dict
-            Symbol → :class:`ElementFeatures`, for the elements present in the batch.
+            Symbol → :class:`~dparallel.descriptors.ACSFResult` (torch tensors; the same
+            layout as ACSF), for the elements present in the batch.
         """
         batch = _as_batch(structures)
         species = self._species(batch)
@@ -267,10 +245,10 @@ class NeighborSum(torch.nn.Module):
             g = envsum(s, onehot, pf_t, ps_t).reshape(len(species), self.n_features)
         n_el = len(self.elements)
         nu_cols = torch.arange(self.n_sensitivities) * n_el  # (ν,)
-        out: dict[str, ElementFeatures] = {}
+        out: dict[str, ACSFResult] = {}
         for e, symbol in enumerate(self.elements):
-            atoms = np.flatnonzero(species == e)
-            if atoms.size == 0:
+            atoms = torch.as_tensor(np.flatnonzero(species == e), dtype=torch.int64)  # (n_e,)
+            if atoms.numel() == 0:
                 continue
             blocks = None
             if derivatives:
@@ -280,12 +258,14 @@ class NeighborSum(torch.nn.Module):
                 for f, neighbor in enumerate(self.elements):
                     sel = torch.nonzero((sp[pf_t] == e) & (sp[ps_t] == f)).squeeze(1)
                     blocks[neighbor] = PairDerivatives(
-                        pair_first=pf_t[sel].numpy(),
-                        pair_second=ps_t[sel].numpy(),
-                        feature_index=(nu_cols + f).numpy(),
-                        dG_dr=(ds[sel].unsqueeze(2) * unit[sel].unsqueeze(1)).numpy(),
-                    )  # dG_dr: (P_ef, ν, 3)
-            out[symbol] = ElementFeatures(symbol, atoms, g[atoms].numpy(), blocks)
+                        pair_first=pf_t[sel],
+                        pair_second=ps_t[sel],
+                        center=torch.searchsorted(atoms, pf_t[sel]),
+                        vectors=vec_t[sel],
+                        feature_index=nu_cols + f,
+                        dG_dr=ds[sel].unsqueeze(2) * unit[sel].unsqueeze(1),  # (P_ef, ν, 3)
+                    )
+            out[symbol] = ACSFResult(values=g[atoms], atom_index=atoms, pairs=blocks)
         return out
 
     def _species(self, batch: StructureBatch) -> np.ndarray:

@@ -81,10 +81,10 @@ def test_pair_derivatives_match_autograd(kind: str, rng: np.random.Generator) ->
     n_atoms, n_feat = len(atoms), desc.n_features
     ours = np.zeros((n_atoms, n_atoms, n_feat, 3))
     for e in res.values():
-        for block in e.derivatives.values():
-            for k in range(len(block.pair_first)):
-                i, j = block.pair_first[k], block.pair_second[k]
-                ours[i, j, block.feature_index] += block.dG_dr[k]
+        for block in e.pairs.values():
+            first, second = block.pair_first.numpy(), block.pair_second.numpy()
+            for k in range(len(first)):
+                ours[first[k], second[k], block.feature_index.numpy()] += block.dG_dr[k].numpy()
     theirs = np.zeros_like(ours)
     for p in range(len(pf)):
         theirs[pf[p], ps[p]] += jac[pf[p], :, p].numpy()
@@ -96,13 +96,14 @@ def test_pair_derivatives_match_autograd(kind: str, rng: np.random.Generator) ->
 def _energy_and_forces(desc: NeighborSum, atoms: Atoms, w: dict[str, np.ndarray]):
     """E = Σ_i w_e · G_i and F_k = −∂E/∂r_k assembled from the pair derivative blocks."""
     res = desc.compute(atoms, derivatives=True, neighbors=_ase_pairs(atoms, desc.r_cut))
-    energy = sum(float((e.values @ w[s]).sum()) for s, e in res.items())
+    energy = sum(float((e.values.numpy() @ w[s]).sum()) for s, e in res.items())
     forces = np.zeros((len(atoms), 3))
     for s, e in res.items():
-        for block in e.derivatives.values():
-            de_dr = np.einsum("pfx,f->px", block.dG_dr, w[s][block.feature_index])  # (P_ef, 3)
-            np.add.at(forces, block.pair_second, -de_dr)  # r_ij = r_j − r_i
-            np.add.at(forces, block.pair_first, de_dr)
+        for block in e.pairs.values():
+            fi = block.feature_index.numpy()
+            de_dr = np.einsum("pfx,f->px", block.dG_dr.numpy(), w[s][fi])  # (P_ef, 3)
+            np.add.at(forces, block.pair_second.numpy(), -de_dr)  # r_ij = r_j − r_i
+            np.add.at(forces, block.pair_first.numpy(), de_dr)
     return energy, forces
 
 
@@ -193,9 +194,7 @@ def test_batch_of_structures_equals_one_by_one(rng: np.random.Generator) -> None
     for s in both:
         rows = [a[s].values for a in alone if s in a]
         np.testing.assert_allclose(both[s].values, np.concatenate(rows), rtol=1e-12)
-    h2 = both["H"].derivatives["O"]
-    n_water = len(alone[0]["H"].derivatives["O"].pair_first)
-    np.testing.assert_array_equal(
-        h2.pair_first[n_water:], alone[1]["H"].derivatives["O"].pair_first + 3
-    )
-    np.testing.assert_allclose(h2.dG_dr[n_water:], alone[1]["H"].derivatives["O"].dG_dr, rtol=1e-12)
+    h2 = both["H"].pairs["O"]
+    n_water = len(alone[0]["H"].pairs["O"].pair_first)
+    np.testing.assert_array_equal(h2.pair_first[n_water:], alone[1]["H"].pairs["O"].pair_first + 3)
+    np.testing.assert_allclose(h2.dG_dr[n_water:], alone[1]["H"].pairs["O"].dG_dr, rtol=1e-12)

@@ -1,0 +1,66 @@
+"""Per-element descriptor results shared by every descriptor (ACSF, NeighborSum).
+
+Rows are atoms of one central element e in batch order; per-pair derivatives are kept
+per neighbour element f, only for the features of e that an f neighbour can change
+(docs/acsf.md, "Derivative layout").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["ACSFResult", "PairDerivatives"]
+
+
+@dataclass
+class PairDerivatives:
+    """∂G_i/∂r_ij for pairs (i, j) with centre element e and neighbour element f.
+
+    Only the features of e that an f neighbour can change are stored
+    (``feature_index``). Every field is a flat tensor (store with ``.numpy()``).
+    """
+
+    pair_first: torch.Tensor  # (P_ef,) int64, global row of centre i
+    pair_second: torch.Tensor  # (P_ef,) int64, global row of neighbour j
+    center: torch.Tensor  # (P_ef,) int64, row of i in ACSFResult.values
+    vectors: torch.Tensor  # (P_ef, 3) r_ij in Å (for the virial)
+    feature_index: torch.Tensor  # (F_ef,) int64, columns of ACSFResult.values
+    dG_dr: torch.Tensor  # (P_ef, F_ef, 3) ∂G_i[feature_index]/∂r_ij, 1/Å
+
+
+@dataclass
+class ACSFResult:
+    """Symmetry functions of the atoms of one central element, rows in batch order."""
+
+    values: torch.Tensor  # (n_e, F_e)
+    atom_index: torch.Tensor  # (n_e,) int64, global row in the batch
+    pairs: dict[str, PairDerivatives] | None = None  # neighbour element → derivatives
+
+    _PAIR_FIELDS = ("pair_first", "pair_second", "center", "vectors", "feature_index", "dG_dr")
+
+    def to_numpy(self) -> dict[str, np.ndarray]:
+        """Flat numpy arrays: ``values``, ``atom_index`` and ``{f}/{field}`` per neighbour f."""
+        out = {"values": self.values.detach().numpy(), "atom_index": self.atom_index.numpy()}
+        for f, pd in (self.pairs or {}).items():
+            for name in self._PAIR_FIELDS:
+                out[f"{f}/{name}"] = getattr(pd, name).detach().numpy()
+        return out
+
+    @classmethod
+    def from_numpy(cls, arrays: dict[str, np.ndarray]) -> ACSFResult:
+        """Inverse of :meth:`to_numpy` (e.g. arrays read back from a store)."""
+        neighbours = sorted({k.split("/")[0] for k in arrays if "/" in k})
+        pairs = {
+            f: PairDerivatives(
+                **{n: torch.as_tensor(np.asarray(arrays[f"{f}/{n}"])) for n in cls._PAIR_FIELDS}
+            )
+            for f in neighbours
+        }
+        return cls(
+            values=torch.as_tensor(np.asarray(arrays["values"])),
+            atom_index=torch.as_tensor(np.asarray(arrays["atom_index"])),
+            pairs=pairs or None,
+        )
