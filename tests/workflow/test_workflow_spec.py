@@ -91,3 +91,16 @@ def test_schema_and_validate_commands(capsys, tmp_path):
     assert main(["validate", str(QUICKSTART)]) == 0
     assert main(["validate", str(QUICKSTART), "--set", "training.lr=-1"]) == 2
     assert "training.lr: Input should be greater than 0" in capsys.readouterr().err
+
+
+def test_n2p2_example_equals_the_quickstart_functions(monkeypatch):
+    """The shipped input.nn spells the quickstart set in n2p2 syntax: same features, same values."""
+    from dparallel.io import open_source
+
+    monkeypatch.chdir(ROOT)
+    n2p2 = load_workflow(ROOT / "workflows" / "n2p2.yaml").descriptors.build().acsf
+    quick = load_workflow(QUICKSTART).descriptors.build().acsf
+    assert n2p2.features("Cu") == quick.features("Cu")
+    batch = open_source(ROOT / "workflows" / "n2p2" / "input.data", "n2p2").read(0, 3)
+    assert list(batch.tags) == ["train", "train", "train"]
+    assert (n2p2.compute(batch)["Cu"].values == quick.compute(batch)["Cu"].values).all()

@@ -1,0 +1,70 @@
+"""``dparallel run`` end to end on a local cluster: stages, skipping, overrides."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dparallel.workflow.spec import QUICKSTART
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = [
+    "--set", "dataset.generate.n_structures=16",
+    "--set", "partitioning.atoms=150",
+    "--set", "training.epochs=2",
+    "--set", "training.hidden=[4]",
+    "--set", "cluster.n_workers=1",
+    "--set", "cluster.dashboard_address=127.0.0.1:0",
+]  # fmt: skip
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env.pop("DASK_SCHEDULER_ADDRESS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "dparallel", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_run_then_rerun_skips_every_finished_stage(tmp_path):
+    first = _run("run", str(QUICKSTART), *SMALL, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "stages: dataset ran, featurize ran, train ran, export ran" in first.stdout
+    for line in ("validation: energy RMSE", "test: energy RMSE", "scaling.data: ", "model_dir: "):
+        assert line in first.stdout
+    assert "dashboard: http://127.0.0.1:" in first.stderr
+    model = tmp_path / "runs" / "quickstart" / "model"
+    for name in ("model.pt", "deployed.pt", "metrics.csv", "learning_curves.png"):
+        assert (model / name).exists(), name
+    second = _run("run", str(QUICKSTART), *SMALL, cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "stages: dataset skipped, featurize skipped, train skipped, export skipped" in (
+        second.stdout
+    )
+    # a changed training key retrains from the same store
+    third = _run("run", str(QUICKSTART), *SMALL, "--set", "training.seed=1", cwd=tmp_path)
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "featurize skipped, train ran, export ran" in third.stdout
+    # a changed descriptor refuses the existing store unless overwrite is set
+    changed = [*SMALL, "--set", "descriptors.acsf.r_cut=4.5"]
+    refused = _run("run", str(QUICKSTART), *changed, cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "another source or config" in refused.stderr
+    again = _run("run", str(QUICKSTART), *changed, "--set", "store.overwrite=true", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "featurize ran, train ran" in again.stdout
+
+
+def test_invalid_workflow_fails_before_any_work(tmp_path):
+    bad = _run("run", str(QUICKSTART), "--set", "training.epochz=2", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "training.epochz: Extra inputs are not permitted" in bad.stderr
+    assert not (tmp_path / "data").exists() and not (tmp_path / "runs").exists()
