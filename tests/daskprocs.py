@@ -97,3 +97,26 @@ def http_get(url: str, timeout: float = 20) -> tuple[int, str]:
 def wait_workers(client, n: int, timeout: float = 60) -> None:
     """Wait until ``n`` workers are connected (bounded)."""
     client.wait_for_workers(n, timeout=timeout)
+
+
+def start_scheduler(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    """``dask scheduler`` on 127.0.0.1 (random ports, ``extra`` options); (process, address)."""
+    sfile = tmp_path / "scheduler.json"
+    log = tmp_path / "scheduler.log"
+    argv = [dask_executable(), "scheduler", "--host", "127.0.0.1", "--port", "0"]
+    argv += ["--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sfile), *extra]
+    proc = start(argv, log)
+    try:
+        return proc, wait_scheduler_file(sfile, proc, log)["address"]
+    except BaseException:
+        stop(proc)
+        raise
+
+
+def start_worker(
+    address: str, log: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """``dask worker ADDRESS`` on 127.0.0.1 with 1 thread (``extra`` options appended)."""
+    argv = [dask_executable(), "worker", address, "--nthreads", "1", "--host", "127.0.0.1"]
+    argv += ["--dashboard-address", "127.0.0.1:0", *extra]
+    return start(argv, log, env=env or child_env())

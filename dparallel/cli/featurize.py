@@ -7,10 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dparallel.cli._cluster_args import add_cluster_arguments, cluster_kwargs, print_dashboard
-from dparallel.cli._progress import ProgressBar
-from dparallel.io import UNITS
-from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS
+from dparallel.cli._options import (
+    add_cluster_arguments,
+    add_source_arguments,
+    cluster_kwargs,
+    partition_progress,
+    print_dashboard,
+)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -23,26 +26,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "partition written to its own region of STORE. Re-running computes only partitions "
         "not yet done.",
     )
-    p.add_argument("source", help="structure file (extxyz, n2p2 input.data, any ASE format)")
-    p.add_argument("-o", "--output", required=True, help="store directory (e.g. data.zarr)")
+    add_source_arguments(p, "source")
     spec = p.add_mutually_exclusive_group(required=True)
     spec.add_argument("--descriptors", metavar="FILE", help="descriptors YAML")
     spec.add_argument("--workflow", metavar="FILE", help="workflow YAML (its descriptors)")
-    p.add_argument("--format", default=None, help="extxyz, n2p2 or an ASE format (default: guess)")
-    p.add_argument("--units", default="ase", choices=sorted(UNITS), help="units of SOURCE")
-    p.add_argument("--on-error", default="raise", choices=["raise", "skip"])
-    p.add_argument(
-        "--partition-atoms",
-        type=int,
-        default=DEFAULT_PARTITION_ATOMS,
-        help=f"target atoms per partition/task (default {DEFAULT_PARTITION_ATOMS})",
-    )
     p.add_argument(
         "--derivatives", action="store_true", help="store ∂G_i/∂r_ij (for force training)"
     )
-    p.add_argument("--overwrite", action="store_true", help="replace a mismatching store")
     p.add_argument("--scaling-data", metavar="PATH", help="also write n2p2 scaling.data")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_cluster_arguments(p)
     return p
 
@@ -60,16 +51,6 @@ def run(args: argparse.Namespace) -> int:
         descriptors = load_descriptors(args.workflow, section="descriptors")
     if args.derivatives and not descriptors.derivatives:
         descriptors = replace(descriptors, derivatives=True)
-    bar: ProgressBar | None = None
-
-    def progress(report: dict[str, Any], done: int, total: int) -> None:
-        nonlocal bar
-        if args.quiet:
-            return
-        if bar is None:
-            bar = ProgressBar(total, label="featurize")
-        bar.update(1, report["n_structures"])
-
     result = featurize(
         args.source,
         args.output,
@@ -80,12 +61,10 @@ def run(args: argparse.Namespace) -> int:
         partition_atoms=args.partition_atoms,
         overwrite=args.overwrite,
         torch_threads=args.torch_threads,
-        progress=progress,
+        progress=partition_progress(args.quiet, "featurize"),
         on_connect=print_dashboard,
         **cluster_kwargs(args),
     )
-    if bar is not None:
-        bar.close()
     store = result.store
     print(
         f"{store.path}: {store.n_structures} structures, {store.n_atoms} atoms, "

@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from dparallel.io import UNITS
-from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest
+from dparallel.cli._options import add_source_arguments
+from dparallel.workflow.ingest import ingest
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -18,19 +18,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Read INPUT (extxyz, n2p2 input.data or any ASE format) partition by "
         "partition into a zarr store. Re-running resumes: only partitions not done are written.",
     )
-    p.add_argument("input", help="structure file")
-    p.add_argument("-o", "--output", required=True, help="store directory (e.g. data.zarr)")
-    p.add_argument("--format", default=None, help="extxyz, n2p2 or an ASE format (default: guess)")
-    p.add_argument("--units", default="ase", choices=sorted(UNITS), help="units of INPUT")
-    p.add_argument("--on-error", default="raise", choices=["raise", "skip"])
-    p.add_argument(
-        "--partition-atoms",
-        type=int,
-        default=DEFAULT_PARTITION_ATOMS,
-        help=f"target atoms per partition (default {DEFAULT_PARTITION_ATOMS})",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace a mismatching store")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    add_source_arguments(p)
     return p
 
 

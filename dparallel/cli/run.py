@@ -7,8 +7,12 @@ import math
 import sys
 from typing import Any
 
-from dparallel.cli._cluster_args import add_cluster_arguments, cluster_kwargs, print_dashboard
-from dparallel.cli._progress import ProgressBar
+from dparallel.cli._options import (
+    add_cluster_arguments,
+    cluster_kwargs,
+    partition_progress,
+    print_dashboard,
+)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -46,21 +50,9 @@ def execute(spec: Any, args: argparse.Namespace) -> int:
     """Run a validated workflow with the CLI's progress output; print a summary."""
     from dparallel.workflow.run import run_workflow
 
-    bar: ProgressBar | None = None
-
     def say(text: str) -> None:
         if not args.quiet:
             print(text, file=sys.stderr, flush=True)
-
-    def progress(report: dict[str, Any], done: int, total: int) -> None:
-        nonlocal bar
-        if args.quiet:
-            return
-        if bar is None:
-            bar = ProgressBar(total, label="featurize")
-        bar.update(1, report["n_structures"])
-        if done == total:
-            bar.close()
 
     def on_epoch(row: dict[str, Any]) -> None:
         if not args.quiet and (row["epoch"] % 10 == 0 or row["epoch"] == 1):
@@ -84,7 +76,7 @@ def execute(spec: Any, args: argparse.Namespace) -> int:
         scheduler=kwargs["scheduler"],
         scheduler_file=kwargs["scheduler_file"],
         say=say,
-        progress=progress,
+        progress=partition_progress(args.quiet, "featurize"),
         on_epoch=on_epoch,
         on_connect=print_dashboard,
     )

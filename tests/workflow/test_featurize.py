@@ -263,65 +263,18 @@ def test_other_config_is_refused_unless_overwrite(dataset, reference):
 
 
 def test_command_line_scheduler_and_workers(dataset, reference, tmp_path):
-    from daskprocs import child_env, dask_executable, start, stop, wait_scheduler_file
+    from daskprocs import start_scheduler, start_worker, stop
 
-    scheduler_file = tmp_path / "scheduler.json"
-    dask = dask_executable()
-    scheduler = start(
-        [
-            dask,
-            "scheduler",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--dashboard-address",
-            "127.0.0.1:0",
-            "--scheduler-file",
-            str(scheduler_file),
-            "--preload",
-            "dparallel.dashboard",
-        ],
-        tmp_path / "scheduler.log",
-    )
+    scheduler, address = start_scheduler(tmp_path, "--preload", "dparallel.dashboard")
     workers = []
     try:
-        address = wait_scheduler_file(scheduler_file, scheduler, tmp_path / "scheduler.log")[
-            "address"
-        ]
-        for k in range(2):
-            workers.append(
-                start(
-                    [
-                        dask,
-                        "worker",
-                        address,
-                        "--nthreads",
-                        "1",
-                        "--host",
-                        "127.0.0.1",
-                        "--dashboard-address",
-                        "127.0.0.1:0",
-                    ],
-                    tmp_path / f"worker{k}.log",
-                    env=child_env(),
-                )
-            )
+        workers = [start_worker(address, tmp_path / f"worker{k}.log") for k in range(2)]
         descriptors = tmp_path / "descriptors.yaml"
         descriptors.write_text(yaml.safe_dump(DESCRIPTORS))
         out = _cli(
-            "featurize",
-            str(dataset),
-            "-o",
-            str(tmp_path / "cli.zarr"),
-            "--descriptors",
-            str(descriptors),
-            "--scheduler",
-            address,
-            "--partition-atoms",
-            "150",
-            "-q",
-        ).communicate(timeout=300)[0]
+            "featurize", str(dataset), "-o", str(tmp_path / "cli.zarr"), "--descriptors",
+            str(descriptors), "--scheduler", address, "--partition-atoms", "150", "-q",
+        ).communicate(timeout=300)[0]  # fmt: skip
         assert "0 already done" in out, out
     finally:
         for proc in workers:

@@ -1,0 +1,82 @@
+"""Options and output helpers shared by several sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options that choose where tasks run."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--scheduler", metavar="ADDR", help="existing Dask scheduler, e.g. tcp://host:8786"
+    )
+    where.add_argument("--scheduler-file", metavar="FILE", help="Dask scheduler file")
+    where.add_argument(
+        "--local", type=int, metavar="N", help="start a local cluster of N worker processes"
+    )
+    parser.add_argument(
+        "--torch-threads", type=int, default=None, help="torch threads per task (default 1)"
+    )
+
+
+def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]:
+    """Keyword arguments for :func:`dparallel.cluster.connect` from the parsed options."""
+    from dparallel.cluster import ClusterSpec
+
+    if args.local is not None:
+        base = spec.model_dump() if spec is not None else {}
+        base.update(kind="local", n_workers=args.local)
+        spec = ClusterSpec(**base)
+    return {"cluster": spec, "scheduler": args.scheduler, "scheduler_file": args.scheduler_file}
+
+
+def print_dashboard(handle: Any) -> None:
+    """Print where the Dask dashboard (and the dparallel page) is."""
+    link = handle.dashboard_link
+    if link:
+        print(f"dashboard: {link}", file=sys.stderr, flush=True)
+
+
+def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -> None:
+    """Positional structure file, ``-o STORE`` and how to read the file and partition it."""
+    from dparallel.io import UNITS
+    from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS
+
+    parser.add_argument(name, help="structure file (extxyz, n2p2 input.data, any ASE format)")
+    parser.add_argument("-o", "--output", required=True, help="store directory (e.g. data.zarr)")
+    parser.add_argument(
+        "--format", default=None, help="extxyz, n2p2 or an ASE format (default: guess)"
+    )
+    parser.add_argument("--units", default="ase", choices=sorted(UNITS), help="units of the file")
+    parser.add_argument("--on-error", default="raise", choices=["raise", "skip"])
+    parser.add_argument(
+        "--partition-atoms",
+        type=int,
+        default=DEFAULT_PARTITION_ATOMS,
+        help=f"target atoms per partition/task (default {DEFAULT_PARTITION_ATOMS})",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace a mismatching store")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def partition_progress(quiet: bool, label: str) -> Callable[[dict[str, Any], int, int], None]:
+    """A ``progress(report, done, total)`` callback drawing a bar (closed at the last one)."""
+    from dparallel.cli._progress import ProgressBar
+
+    bar: ProgressBar | None = None
+
+    def progress(report: dict[str, Any], done: int, total: int) -> None:
+        nonlocal bar
+        if quiet:
+            return
+        if bar is None:
+            bar = ProgressBar(total, label=label)
+        bar.update(1, report["n_structures"])
+        if done == total:
+            bar.close()
+
+    return progress
