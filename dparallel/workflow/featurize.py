@@ -190,7 +190,7 @@ def featurize(
         Some partitions kept failing (or killing their workers); names them and their
         structures. Every other partition is kept, so a rerun computes only those.
     """
-    from distributed import as_completed
+    from distributed import as_completed, wait
 
     from dparallel.cluster import connect
     from dparallel.dashboard import publish_progress_start
@@ -226,8 +226,9 @@ def featurize(
                 ),
                 target=handle.client,
             )
-            futures = {
-                handle.client.submit(
+
+            def submit(p: int) -> Any:
+                return handle.client.submit(
                     featurize_partition,
                     source,
                     os.fspath(store_path),
@@ -238,16 +239,17 @@ def featurize(
                     key=f"dparallel-featurize-{p}-{os.getpid()}-{time.time_ns()}",
                     pure=False,
                     retries=retries,
-                ): p
-                for p in pending
-            }
+                )
+
             done = 0
-            for future in as_completed(futures):
-                p = futures.pop(future)
+
+            def collect(future: Any, p: int) -> None:
+                nonlocal done, n_structures, n_atoms, n_skipped
                 if future.status != "finished":
                     failures[p] = future.exception()
-                    log.error("partition %d failed: %s", p, failures[p])
-                    continue
+                    log.warning("partition %d failed: %s", p, failures[p])
+                    return
+                failures.pop(p, None)
                 report = future.result()
                 done += 1
                 n_structures += report["n_structures"]
@@ -255,6 +257,17 @@ def featurize(
                 n_skipped += report["n_skipped"]
                 if progress is not None:
                     progress(report, done, len(pending))
+
+            futures = {submit(p): p for p in pending}
+            for future in as_completed(futures):
+                collect(future, futures.pop(future))
+            # A worker that dies takes the tasks queued on it down too, and the scheduler
+            # counts them all as suspects. Rerun every KilledWorker partition alone, one at
+            # a time: an innocent one finishes, the one that kills its worker fails again.
+            for p in sorted(p for p, exc in failures.items() if _killed_worker(exc)):
+                future = submit(p)
+                wait(future)
+                collect(future, p)
     store = open_store(store_path, mode="r+")
     statistics = merged_statistics(store)
     store.update_attrs({"statistics": _statistics_json(statistics)})
@@ -342,3 +355,10 @@ def read_partition_features(
             arrays.update({f"d/{neighbor}/{name}": value for name, value in block.items()})
         out[element] = arrays
     return out
+
+
+def _killed_worker(exc: BaseException | None) -> bool:
+    """Whether the scheduler gave up on a task because its workers kept dying."""
+    from distributed.scheduler import KilledWorker
+
+    return isinstance(exc, KilledWorker)

@@ -189,12 +189,19 @@ def test_partition_that_keeps_killing_workers_is_named_and_others_kept(
     import dask
     from distributed import Client, LocalCluster
 
+    # One worker and no scheduler-side queueing: every task waiting on the worker dies with
+    # it and becomes a suspect too; featurize must clear them by rerunning each alone.
     monkeypatch.setenv("DPARALLEL_TEST_POISON_PARTITION", "2")
     path = tmp_path / "poison.zarr"
     with (
-        dask.config.set({"distributed.scheduler.allowed-failures": 1}),
+        dask.config.set(
+            {
+                "distributed.scheduler.allowed-failures": 1,
+                "distributed.scheduler.worker-saturation": "inf",
+            }
+        ),
         LocalCluster(
-            n_workers=2,
+            n_workers=1,
             threads_per_worker=1,
             dashboard_address="127.0.0.1:0",
             preload=[str(HERE / "_poison_preload.py")],
