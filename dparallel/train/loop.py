@@ -314,7 +314,7 @@ def evaluate_split(
         dtype=_dtype(spec),
     ):
         e, f = predict_batch(model, batch, reader.forces)
-        loss = float(_loss(e, f, batch, spec.force_weight))
+        loss = float(_loss(e, f, batch, spec.force_weight).detach())
         m.add(
             e.detach(),
             batch.energy,
@@ -520,7 +520,7 @@ def train(
                 batch.atom_counts,
                 None if f is None else f.detach(),
                 batch.forces if f is not None else None,
-                float(loss),
+                float(loss.detach()),
             )
         model.eval()
         val = evaluate_split(model, train_reader, "validation", spec) if has_val else None
