@@ -113,14 +113,15 @@ def predict_batch(
     """Energies (S,) and, if ``forces``, forces (N, 3) from stored descriptors and derivatives.
 
     Forces use dE/dG by autograd and the stored ∂G/∂r (``forces_from_derivatives``);
-    ``create_graph=True`` keeps the graph so a force loss can be back-propagated.
+    ``create_graph=True`` keeps the graph so a loss can be back-propagated (training);
+    without it and without forces, the energies are computed under ``no_grad``.
     """
     values = {}
     for e, res in batch.features.items():
         v = res.values
         values[e] = v.detach().requires_grad_(True) if forces else v
     atom_index = {e: r.atom_index for e, r in batch.features.items()}
-    with torch.enable_grad() if forces else torch.no_grad():
+    with torch.enable_grad() if forces or create_graph else torch.no_grad():
         energy = model(values, atom_index, batch.structure_index, batch.n_structures)
         if not forces:
             return energy, None

@@ -31,7 +31,7 @@ class TrainingSpec(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     batch_size: int = Field(8, ge=1)
     epochs: int = Field(300, ge=1)
-    force_weight: float = Field(0.05, ge=0)
+    force_weight: float = Field(0.03, ge=0)
     schedule: Literal["plateau", "cosine", "none"] = "cosine"
     lr_min: float = Field(5e-5, ge=0)
     plateau_factor: float = Field(0.5, gt=0, lt=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -83,3 +84,48 @@ def test_store_without_features_is_rejected(tmp_path) -> None:  # noqa: ANN001
     st = ingest(data, tmp_path / "s.zarr").store
     with pytest.raises(TrainingError, match="no 'acsf' features"):
         train_model(st, tmp_path / "m", SPEC)
+
+
+@pytest.mark.integration
+def test_epoch_metrics_reach_the_scheduler_events(store, tmp_path) -> None:  # noqa: ANN001
+    from distributed import Client, LocalCluster
+
+    from dparallel.dashboard import TOPIC_TRAIN
+
+    with (
+        LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        train_model(store, tmp_path / "m", SPEC.model_copy(update={"epochs": 2}), run_name="r1")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            events = [msg for _, msg in client.get_events(TOPIC_TRAIN)]
+            if len(events) >= 4:
+                break
+            time.sleep(0.1)
+    assert len(events) == 4  # train + validation per epoch
+    assert {(e["run"], e["epoch"], e["split"]) for e in events} == {
+        ("r1", ep, sp) for ep in (0, 1) for sp in ("train", "validation")
+    }
+
+
+def test_energy_only_training_and_store_without_derivatives(store, tmp_path) -> None:  # noqa: ANN001
+    import math
+
+    from _store_fixture import build_store, small_acsf
+
+    energy_only = SPEC.model_copy(update={"epochs": 1, "force_weight": 0.0})
+    res = train_model(store, tmp_path / "e", energy_only)
+    row = res.history[0]
+    assert math.isfinite(row["train_energy_rmse"]) and math.isnan(row["train_force_rmse"])
+    nod = build_store(_data(store), tmp_path / "nod.zarr",
+                      small_acsf(), derivatives=False, partition_atoms=150)  # fmt: skip
+    with pytest.raises(TrainingError, match="without derivatives"):
+        train_model(nod, tmp_path / "f", SPEC)
+    ok = train_model(nod, tmp_path / "g", energy_only)
+    assert math.isfinite(ok.test["energy_rmse"])
+
+
+def _data(store):  # noqa: ANN001, ANN202
+    """The structure file a store was ingested from."""
+    return store.attrs["source"]["path"]
