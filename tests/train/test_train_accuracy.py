@@ -1,12 +1,13 @@
 """Accuracy on the EMT Cu dataset (issue 6), in a configuration that fits the test budget.
 
 The full target (held-out energy RMSE ≤ 2 meV/atom, force RMSE ≤ 60 meV/Å with the
-default TrainingSpec, 300 epochs, ~3 min) is printed by benchmarks/bench_train.py. Here the
+default TrainingSpec, 300 epochs, ~2 min: 1.91 meV/atom, 43 meV/Å) is printed by
+benchmarks/bench_train.py. Here the
 same dataset (400 structures), descriptors (``cu_acsf()``) and spec train for 100 epochs
-(cosine schedule over 100 epochs) — a third of the time. Measured: ~3 meV/atom and
-~70 meV/Å; we assert 5 meV/atom and 90 meV/Å, which is 20× (energy) and 8× (forces) better
-than the trivial model (per-element reference energies, zero forces: ~100 meV/atom,
-~700 meV/Å on this dataset), so a broken force path or loader fails it.
+(cosine schedule over 100 epochs) — a third of the time. Measured: 2.8 meV/atom and
+66 meV/Å; we assert 5 meV/atom and 90 meV/Å, which is 20× (energy) and 12× (forces)
+better than the trivial model (per-element reference energies, zero forces: 100 meV/atom,
+1100 meV/Å RMS on this dataset), so a broken force path or loader fails it.
 """
 
 from __future__ import annotations

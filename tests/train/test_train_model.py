@@ -55,7 +55,7 @@ def test_forces_equal_minus_gradient_by_finite_differences(trained) -> None:  # 
         for sgn in (1, -1):
             p = batch.positions.copy()
             p[i, c] += sgn * h
-            e.append(float(model.energy(batch, torch.from_numpy(p), nb)[0]))
+            e.append(float(model.energy(batch, torch.from_numpy(p), nb)[0].detach()))
         assert abs(-(e[0] - e[1]) / (2 * h) - f[i, c]) < 1e-7
 
 
@@ -114,32 +114,45 @@ def test_exported_model_equals_in_training_model(trained) -> None:  # noqa: ANN0
     np.testing.assert_allclose(out["forces"], f_train.detach().numpy(), rtol=0, atol=1e-9)
 
 
-def test_nve_md_conserves_energy(trained) -> None:  # noqa: ANN001
-    """VelocityVerlet on a periodic Cu cell from the EMT dataset, 150 steps of 1 fs.
-
-    Bound: the same trajectory length with ASE's EMT (the reference potential) fluctuates
-    by ~1e-4 eV/atom at 300 K with dt = 1 fs (velocity Verlet's O(dt²) shadow-energy
-    error); a smooth NNP must do comparably. We require max |E_tot(t) − E_tot(0)| below
-    2 meV/atom (fluctuation) and |mean drift over the last 50 steps| below 1 meV/atom.
-    """
+def _nve_total_energies(atoms, calc) -> np.ndarray:  # noqa: ANN001
+    """Total energy per atom at each of 150 velocity-Verlet steps of 1 fs from 300 K."""
     from ase import units
     from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
     from ase.md.verlet import VelocityVerlet
+
+    atoms = atoms.copy()
+    atoms.calc = calc
+    MaxwellBoltzmannDistribution(atoms, temperature_K=300, rng=np.random.default_rng(0))
+    dyn = VelocityVerlet(atoms, timestep=1.0 * units.fs)
+    totals = []
+    dyn.attach(lambda: totals.append(atoms.get_total_energy()), interval=1)
+    dyn.run(150)
+    assert atoms.get_kinetic_energy() > 0.01  # it moved
+    return np.array(totals) / len(atoms)
+
+
+def test_nve_md_conserves_energy(trained) -> None:  # noqa: ANN001
+    """VelocityVerlet on a periodic Cu cell from the EMT dataset, 150 steps of 1 fs.
+
+    Bound: velocity Verlet conserves a shadow energy; the visible fluctuation of E_tot is
+    O(dt²) and set by the curvature of the potential. The reference potential itself
+    (ASE's EMT), integrated identically from the same state, fluctuates by ~4e-5 eV/atom.
+    A smooth NNP of the same physics must do no worse than 3× that, and never more than
+    1e-4 eV/atom; a wrong force (not −∇E) shows up as a drift orders of magnitude larger.
+    """
+    from ase.calculators.emt import EMT
 
     from dparallel.ase import Calculator
     from dparallel.datasets import generate_emt_cu
 
     atoms = generate_emt_cu(1, seed=11)[0]  # strained, rattled periodic bulk
     assert all(atoms.pbc)
+    emt = _nve_total_energies(atoms, EMT())
+    nnp = _nve_total_energies(atoms, Calculator(trained[1]))
+    emt_dev = np.abs(emt - emt[0]).max()
+    nnp_dev = np.abs(nnp - nnp[0]).max()
+    assert nnp_dev < min(3 * emt_dev, 1e-4), (nnp_dev, emt_dev)
+    assert abs(nnp[-50:].mean() - nnp[0]) < 5e-5
     atoms.calc = Calculator(trained[1])
-    MaxwellBoltzmannDistribution(atoms, temperature_K=300, rng=np.random.default_rng(0))
-    dyn = VelocityVerlet(atoms, timestep=1.0 * units.fs)
-    totals = []
-    dyn.attach(lambda: totals.append(atoms.get_total_energy()), interval=1)
-    dyn.run(150)
-    totals = np.array(totals) / len(atoms)
-    assert atoms.get_kinetic_energy() > 0.01  # it moved
-    assert np.abs(totals - totals[0]).max() < 2e-3
-    assert abs(totals[-50:].mean() - totals[0]) < 1e-3
     s = atoms.get_stress()
     assert s.shape == (6,) and np.all(np.isfinite(s))
