@@ -23,7 +23,7 @@ class TrainingSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     descriptor: Literal["acsf", "neighbor_sum"] = "acsf"
-    hidden: tuple[int, ...] = (32, 32)
+    hidden: tuple[int, ...] = (48, 48)
     activation: Literal["tanh", "silu", "softplus", "gelu"] = "tanh"
     scaling: Literal["center_sigma", "minmax", "center", "none"] = "center_sigma"
     optimizer: Literal["adam", "adamw"] = "adam"
