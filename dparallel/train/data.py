@@ -151,7 +151,7 @@ class _ElementArrays:
     pairs: dict[str, _PairArrays] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(eq=False)
 class PartitionData:
     """One partition in memory: labels, features and derivatives (numpy)."""
 

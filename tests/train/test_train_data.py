@@ -101,3 +101,32 @@ def test_training_spec_rejects_unknown_keys_and_bad_values() -> None:
     spec = parse_training_spec(None, ["hidden=[8, 4]", "lr=1e-3", "scaling=minmax"])
     assert spec.hidden == (8, 4) and spec.lr == 1e-3 and spec.scaling == "minmax"
     assert TrainingSpec(**spec.to_dict()) == spec
+
+
+def test_loader_memory_is_bounded_by_buffer_and_prefetch(tmp_path) -> None:  # noqa: ANN001
+    """Without a cache, only O(buffer + prefetch) partitions are alive at any time."""
+    import gc
+    import weakref
+
+    st = small_store(tmp_path, n=24, partition_atoms=60)  # ~2 structures per partition
+    assert st.n_partitions >= 10
+    index = build_split_index(st, 0.0, 0.0, seed=0)
+    reader = PartitionReader(st, "acsf", ["Cu"], index, forces=True, cache_bytes=0)
+    alive: weakref.WeakSet = weakref.WeakSet()
+    get = reader.get
+
+    def tracked(p: int):  # noqa: ANN202
+        data = get(p)
+        alive.add(data)
+        return data
+
+    reader.get = tracked  # type: ignore[method-assign]
+    peak, seen = 0, 0
+    for batch in iterate_batches(reader, "train", 1, shuffle=True, shuffle_buffer=2, prefetch=1):
+        seen += batch.n_structures
+        del batch
+        gc.collect()
+        peak = max(peak, len(alive))
+    assert seen == 24
+    # leftover buffer items (< 2) + current partition + one queued + one being read
+    assert peak <= 4
