@@ -22,7 +22,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     spec = TrainingSpec(epochs=3, hidden=(8, 8), batch_size=4, seed=2, lr=1e-2)
     train_model(store, root / "m", spec)
     report = export_model(root / "m")
-    assert report["files"] == ["deployed.pt"]
+    assert report["files"] == ["deployed.pt", "atomic_energy_Cu.pt2"]
     return store, root / "m"
 
 
@@ -156,3 +156,29 @@ def test_nve_md_conserves_energy(trained) -> None:  # noqa: ANN001
     atoms.calc = Calculator(trained[1])
     s = atoms.get_stress()
     assert s.shape == (6,) and np.all(np.isfinite(s))
+
+
+def test_torch_exported_element_networks_reproduce_energies_and_forces(trained) -> None:  # noqa: ANN001
+    """atomic_energy_<E>.pt2 (torch.export, dynamic atoms) == the in-training model."""
+    from dparallel.descriptors import forces_from_derivatives
+    from dparallel.train.export import load_atomic_energies
+
+    store, model_dir = trained
+    nets = load_atomic_energies(model_dir)
+    assert set(nets) == {"Cu"}
+    hdnnp, _ = load_model(model_dir)
+    index = build_split_index(store, 0.0, 0.0, seed=0)
+    part = load_partition(store, 0, "acsf", ["Cu"], index, True)
+    batch = collate([(part, s) for s in range(part.n_structures)], ["Cu"])
+    e_ref, f_ref = predict_batch(hdnnp, batch, forces=True)
+    res = batch.features["Cu"]
+    values = res.values.clone().requires_grad_(True)
+    atomic = nets["Cu"](values)  # (n,)
+    energy = torch.zeros(batch.n_structures, dtype=atomic.dtype).index_add(
+        0, batch.structure_index[res.atom_index], atomic
+    )
+    (g,) = torch.autograd.grad(energy.sum(), values)
+    forces = forces_from_derivatives({"Cu": g}, batch.features, batch.n_atoms)
+    torch.testing.assert_close(energy.detach(), e_ref.detach(), rtol=0, atol=1e-10)
+    torch.testing.assert_close(forces, f_ref.detach(), rtol=0, atol=1e-10)
+    assert nets["Cu"](values[:1]).shape == (1,) and nets["Cu"](values[:0]).shape == (0,)
