@@ -129,3 +129,14 @@ def test_energy_only_training_and_store_without_derivatives(store, tmp_path) -> 
 def _data(store):  # noqa: ANN001, ANN202
     """The structure file a store was ingested from."""
     return store.attrs["source"]["path"]
+
+
+def test_early_stopping_keeps_the_best_model(store, tmp_path) -> None:  # noqa: ANN001
+    spec = SPEC.model_copy(update={"epochs": 10, "lr": 50.0, "early_stopping": 2,
+                                   "schedule": "none"})  # fmt: skip
+    res = train_model(store, tmp_path / "m", spec)
+    assert len(res.history) < 10  # a diverging run stops early
+    losses = [r["validation_loss"] for r in res.history]
+    best = min(range(len(losses)), key=lambda k: losses[k] if losses[k] == losses[k] else 1e300)
+    assert res.best_epoch == best and len(res.history) == best + 3
+    assert res.validation["loss"] == pytest.approx(losses[best], rel=1e-12)
