@@ -29,6 +29,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="override one config key (repeatable), e.g. --set epochs=50",
     )
     p.add_argument("--resume", action="store_true", help="continue from MODEL_DIR/checkpoint.pt")
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        help="Dask scheduler address: publish per-epoch metrics to its dashboard "
+        "(training itself runs in this process)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no per-epoch lines")
     return p
 
@@ -52,7 +58,13 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    result = train(args.store, args.output, spec, resume=args.resume, callback=show)
+    if args.scheduler:
+        from dparallel.cluster import connect
+
+        with connect(scheduler=args.scheduler):  # its client receives the metric events
+            result = train(args.store, args.output, spec, resume=args.resume, callback=show)
+    else:
+        result = train(args.store, args.output, spec, resume=args.resume, callback=show)
     for split, m in (("validation", result.validation), ("test", result.test)):
         if m:
             print(

@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +21,7 @@ import torch
 from dparallel.descriptors import ACSFResult, PairDerivatives
 from dparallel.errors import TrainingError
 from dparallel.store import Store
+from dparallel.types import StructureBatch
 
 __all__ = [
     "SPLITS",
@@ -96,12 +97,16 @@ class SplitIndex:
 
 
 def build_split_index(
-    store: Store, validation: float, test: float, seed: int, batches: dict | None = None
+    store: Store,
+    validation: float,
+    test: float,
+    seed: int,
+    visit: Callable[[int, StructureBatch, np.ndarray], None] | None = None,
 ) -> SplitIndex:
     """Read structure tags and source indices of every done partition and assign splits.
 
-    ``batches`` (optional dict) receives p → StructureBatch for callers that need a pass
-    over the structures anyway (reference energies).
+    ``visit(p, batch, split)`` is called per partition for callers that need a pass over
+    the structures anyway (reference energies); only one partition is held at a time.
     """
     parts = [int(p) for p in store.done_partitions()]
     if not parts:
@@ -116,8 +121,8 @@ def build_split_index(
         ids[p] = store.source_indices(start, start + n) if store.is_complete else _local_ids(p, n)
         split[p] = assign_splits(ids[p], batch.tags, validation, test, seed)
         start += n
-        if batches is not None:
-            batches[p] = batch
+        if visit is not None:
+            visit(p, batch, split[p])
     return SplitIndex(parts, ids, split)
 
 
@@ -146,7 +151,7 @@ class _ElementArrays:
     pairs: dict[str, _PairArrays] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(eq=False)
 class PartitionData:
     """One partition in memory: labels, features and derivatives (numpy)."""
 

@@ -10,8 +10,10 @@ against finite differences:
   F = −∂E/∂positions by autograd (torch backend, differentiable twice).
 
 :func:`export_model` writes ``MODEL_DIR/deployed.pt`` (weights + descriptor spec, loaded
-with ``torch.load(weights_only=True)``) and reports whether ``torch.export`` and TorchScript
-could capture the module (docs/training.md explains why they cannot today).
+with ``torch.load(weights_only=True)``), ``atomic_energy_<E>.pt2`` (each element's
+network, ``torch.export`` with a dynamic number of atoms) and reports whether
+``torch.export`` and TorchScript could capture the whole positions → energy module
+(docs/training.md explains why they cannot today).
 """
 
 from __future__ import annotations
@@ -32,7 +34,14 @@ from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.train.model import HDNNP
 from dparallel.types import StructureBatch
 
-__all__ = ["DEPLOYED", "DeployedModel", "export_model", "load_deployed"]
+__all__ = [
+    "DEPLOYED",
+    "DeployedModel",
+    "export_atomic_energies",
+    "export_model",
+    "load_atomic_energies",
+    "load_deployed",
+]
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +187,50 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}"
 
 
+class _AtomicEnergy(nn.Module):
+    """One element's descriptor → atomic-energy map (scaling, MLP, scale, reference)."""
+
+    def __init__(self, model: HDNNP, element: str) -> None:
+        super().__init__()
+        self.model = model
+        self.element = element
+
+    def forward(self, values: torch.Tensor) -> torch.Tensor:
+        return self.model.atomic_energies({self.element: values})[self.element]
+
+
+def export_atomic_energies(model: HDNNP, model_dir: Path) -> list[str]:
+    """``torch.export`` each element's network to ``atomic_energy_<E>.pt2``.
+
+    Input: (n, F_e) unscaled descriptors with dynamic n ≥ 0; output: (n,) atomic energies
+    (eV, reference energy included). Differentiable after ``torch.export.load``, so forces
+    follow from dE/dG and the descriptor derivatives.
+    """
+    from torch.export import Dim
+
+    files = []
+    for e in model.elements:
+        example = torch.zeros(3, model.n_features[e], dtype=model.ref_energy.dtype)
+        program = torch.export.export(
+            _AtomicEnergy(model, e), (example,), dynamic_shapes=({0: Dim(f"n_{e}", min=0)},)
+        )
+        name = f"atomic_energy_{e}.pt2"
+        torch.export.save(program, model_dir / name)
+        files.append(name)
+    return files
+
+
+def load_atomic_energies(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Element → callable (n, F_e) → (n,) from the ``atomic_energy_<E>.pt2`` files."""
+    out = {}
+    for path in sorted(Path(model_dir).glob("atomic_energy_*.pt2")):
+        element = path.stem.removeprefix("atomic_energy_")
+        out[element] = torch.export.load(path).module()
+    if not out:
+        raise TrainingError(f"no atomic_energy_*.pt2 in {model_dir}; run `dparallel export`")
+    return out
+
+
 def _try_torch_export(module: DeployedModel) -> str:
     """Attempt torch.export on a positions → energy wrapper; returns 'ok' or the reason."""
     from ase.build import bulk
@@ -224,6 +277,11 @@ def export_model(
     torch.save(deployed.to_file(), tmp)
     tmp.replace(path)
     report: dict[str, Any] = {"files": [DEPLOYED], "format": "state_dict + descriptor spec"}
+    try:
+        report["files"] += export_atomic_energies(deployed.model, model_dir)
+    except Exception as exc:  # noqa: BLE001 - the state_dict route still works
+        log.warning("torch.export of the element networks failed: %s", _reason(exc))
+        report["atomic_energy_export"] = _reason(exc)
     if try_export:
         report["torch_export"] = _try_torch_export(deployed)
         try:

@@ -28,6 +28,7 @@ from dparallel.train.data import Batch, PartitionReader, SplitIndex, build_split
 from dparallel.train.data import iterate_batches as _iterate
 from dparallel.train.model import HDNNP, scaling_from_statistics
 from dparallel.train.spec import TrainingSpec
+from dparallel.types import StructureBatch
 
 __all__ = ["Metrics", "TrainResult", "predict_batch", "train", "load_model", "evaluate_split"]
 
@@ -113,14 +114,15 @@ def predict_batch(
     """Energies (S,) and, if ``forces``, forces (N, 3) from stored descriptors and derivatives.
 
     Forces use dE/dG by autograd and the stored ∂G/∂r (``forces_from_derivatives``);
-    ``create_graph=True`` keeps the graph so a force loss can be back-propagated.
+    ``create_graph=True`` keeps the graph so a loss can be back-propagated (training);
+    without it and without forces, the energies are computed under ``no_grad``.
     """
     values = {}
     for e, res in batch.features.items():
         v = res.values
         values[e] = v.detach().requires_grad_(True) if forces else v
     atom_index = {e: r.atom_index for e, r in batch.features.items()}
-    with torch.enable_grad() if forces else torch.no_grad():
+    with torch.enable_grad() if forces or create_graph else torch.no_grad():
         energy = model(values, atom_index, batch.structure_index, batch.n_structures)
         if not forces:
             return energy, None
@@ -191,35 +193,35 @@ def prepare(store: Store, spec: TrainingSpec) -> _Prepared:
             f"{store.path} was featurized without derivatives: force training needs them "
             "(featurize with derivatives=True) or set force_weight=0"
         )
-    batches: dict = {}
-    index = build_split_index(
-        store, spec.validation_fraction, spec.test_fraction, spec.seed, batches
-    )
-    if index.count("train") == 0:
-        raise TrainingError(f"{store.path}: the training split is empty")
-    # least squares E_s ≈ Σ_e n_{s,e} ref_e over training structures (normal equations)
+    # least squares E_s ≈ Σ_e n_{s,e} ref_e over training structures (normal equations),
+    # accumulated partition by partition during the split pass
     from ase.data import atomic_numbers
 
     zs = np.array([atomic_numbers[e] for e in elements])
     ata = np.zeros((len(elements), len(elements)))
     atb = np.zeros(len(elements))
-    per_atom = []
-    for p, batch in batches.items():
-        sel = np.flatnonzero((index.split[p] == 0) & np.isfinite(batch.energy))
+    per_atom: list[tuple[np.ndarray, np.ndarray]] = []  # (S_train, n_el) counts, (S_train,) E
+
+    def visit(p: int, batch: StructureBatch, split: np.ndarray) -> None:
+        nonlocal ata, atb
+        sel = np.flatnonzero((split == 0) & np.isfinite(batch.energy))
         if sel.size == 0:
-            continue
+            return
         comp = np.stack(
-            [np.add.reduceat((batch.numbers == z).astype(float), batch.offsets[:-1]) for z in zs],
-            1,
-        )  # (S, n_el) atoms of each element
-        comp = np.where(batch.atom_counts[:, None] > 0, comp, 0.0)[sel]
+            [np.bincount(batch.structure_index, batch.numbers == z, batch.n_structures)
+             for z in zs], 1,
+        )[sel]  # fmt: skip
         ata += comp.T @ comp
         atb += comp.T @ batch.energy[sel]
         per_atom.append((comp, batch.energy[sel]))
+
+    index = build_split_index(store, spec.validation_fraction, spec.test_fraction, spec.seed, visit)
+    if index.count("train") == 0:
+        raise TrainingError(f"{store.path}: the training split is empty")
     ref = np.linalg.lstsq(ata, atb, rcond=None)[0]
     resid = np.concatenate([(e - c @ ref) / c.sum(1) for c, e in per_atom])
     energy_scale = float(resid.std()) if resid.size > 1 and resid.std() > 1e-8 else 1.0
-    batches.clear()
+    per_atom.clear()
     stats = store.attrs.get("statistics", {}).get(spec.descriptor)
     reader = PartitionReader(store, spec.descriptor, elements, index, False)
     n_features: dict[str, int] = {}
@@ -314,7 +316,7 @@ def evaluate_split(
         dtype=_dtype(spec),
     ):
         e, f = predict_batch(model, batch, reader.forces)
-        loss = float(_loss(e, f, batch, spec.force_weight))
+        loss = float(_loss(e, f, batch, spec.force_weight).detach())
         m.add(
             e.detach(),
             batch.energy,
@@ -520,7 +522,7 @@ def train(
                 batch.atom_counts,
                 None if f is None else f.detach(),
                 batch.forces if f is not None else None,
-                float(loss),
+                float(loss.detach()),
             )
         model.eval()
         val = evaluate_split(model, train_reader, "validation", spec) if has_val else None

@@ -23,15 +23,15 @@ class TrainingSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     descriptor: Literal["acsf", "neighbor_sum"] = "acsf"
-    hidden: tuple[int, ...] = (24, 24)
+    hidden: tuple[int, ...] = (48, 48)
     activation: Literal["tanh", "silu", "softplus", "gelu"] = "tanh"
     scaling: Literal["center_sigma", "minmax", "center", "none"] = "center_sigma"
     optimizer: Literal["adam", "adamw"] = "adam"
-    lr: float = Field(5e-3, gt=0)
+    lr: float = Field(3e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     batch_size: int = Field(8, ge=1)
-    epochs: int = Field(150, ge=1)
-    force_weight: float = Field(1.0, ge=0)
+    epochs: int = Field(300, ge=1)
+    force_weight: float = Field(0.03, ge=0)
     schedule: Literal["plateau", "cosine", "none"] = "cosine"
     lr_min: float = Field(5e-5, ge=0)
     plateau_factor: float = Field(0.5, gt=0, lt=1)

@@ -83,3 +83,21 @@ def build_store(
     }
     _set_attrs(store, {"config": config, "statistics": {"acsf": stats}})
     return open_store(store.path)
+
+
+def small_acsf(r_cut: float = 4.0) -> ACSF:
+    """A cheap ACSF set for tests: 4 radial + 2 angular functions."""
+    return ACSF.uniform(
+        ["Cu"],
+        r_cut=r_cut,
+        radial=[(0.05, 0.0), (2.0, 2.5), (2.0, 3.0), (2.0, 3.5)],
+        narrow=[(0.01, 1.0, -1.0, 0.0), (0.01, 1.0, 1.0, 0.0)],
+    )
+
+
+def small_store(root: Path, n: int = 24, partition_atoms: int = 150) -> Store:
+    """EMT Cu store with ``n`` structures (several partitions) in ``root``."""
+    from dparallel.datasets import write_emt_cu
+
+    data = write_emt_cu(root / f"cu{n}.xyz", n, seed=3)
+    return build_store(data, root / f"cu{n}.zarr", small_acsf(), partition_atoms=partition_atoms)

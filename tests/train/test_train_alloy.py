@@ -1,0 +1,94 @@
+"""Two elements (EMT Cu/Au alloy): reference energies, element/pair bookkeeping, forces."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from _store_fixture import build_store
+
+from dparallel.descriptors import ACSF
+from dparallel.train import TrainingSpec, build_split_index, collate, load_model, predict_batch
+from dparallel.train import train as train_model
+from dparallel.train.data import load_partition
+from dparallel.train.export import export_model, load_deployed
+
+
+def _alloy(path, n: int = 14):  # noqa: ANN001, ANN202
+    import ase.io
+    from ase.build import bulk
+    from ase.calculators.emt import EMT
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    rng = np.random.default_rng(8)
+    frames = []
+    for k in range(n):
+        atoms = bulk("Cu", "fcc", a=3.8, cubic=True).repeat((2, 2, 2))
+        atoms.numbers[rng.random(len(atoms)) < (k + 1) / (n + 1)] = 79  # Au
+        atoms.positions += rng.normal(scale=0.08, size=atoms.positions.shape)
+        atoms.calc = EMT()
+        e, f = atoms.get_potential_energy(), atoms.get_forces()
+        atoms.calc = SinglePointCalculator(atoms, energy=e, forces=f)
+        frames.append(atoms)
+    ase.io.write(path, frames, format="extxyz")
+    return path
+
+
+@pytest.fixture(scope="module")
+def alloy(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    root = tmp_path_factory.mktemp("alloy")
+    acsf = ACSF.uniform(
+        ["Cu", "Au"], r_cut=4.2, radial=[(0.05, 0.0), (2.0, 2.7), (2.0, 3.6)],
+        narrow=[(0.01, 1.0, 1.0, 0.0)],
+    )  # fmt: skip
+    store = build_store(_alloy(root / "alloy.xyz"), root / "a.zarr", acsf, partition_atoms=100)
+    spec = TrainingSpec(epochs=2, hidden=(6,), batch_size=3, validation_fraction=0.2,
+                        test_fraction=0.2, seed=4)  # fmt: skip
+    train_model(store, root / "m", spec)
+    export_model(root / "m", try_export=False)
+    return store, root / "m", spec
+
+
+def test_reference_energies_are_least_squares_on_the_training_split(alloy) -> None:  # noqa: ANN001
+    store, model_dir, spec = alloy
+    index = build_split_index(store, spec.validation_fraction, spec.test_fraction, spec.seed)
+    rows, energies = [], []
+    for p in index.partitions:
+        b = store.read_partition(p)
+        for s in np.flatnonzero(index.split[p] == 0):
+            nums = b.numbers[b.offsets[s] : b.offsets[s + 1]]
+            rows.append([(nums == 29).sum(), (nums == 79).sum()])
+            energies.append(b.energy[s])
+    ref = np.linalg.lstsq(np.array(rows, float), np.array(energies), rcond=None)[0]
+    doc = json.loads((model_dir / "metrics.json").read_text())
+    got = doc["reference_energies"]
+    np.testing.assert_allclose([got["Cu"], got["Au"]], ref, rtol=1e-10)
+
+
+def test_alloy_forces_training_route_exported_route_and_fd(alloy) -> None:  # noqa: ANN001
+    store, model_dir, _ = alloy
+    hdnnp, _ = load_model(model_dir)
+    index = build_split_index(store, 0.0, 0.0, seed=0)
+    p = index.partitions[-1]
+    part = load_partition(store, p, "acsf", ["Cu", "Au"], index, True)
+    batch = collate([(part, s) for s in range(part.n_structures)], ["Cu", "Au"])
+    assert set(batch.features) == {"Cu", "Au"}
+    e_train, f_train = predict_batch(hdnnp, batch, forces=True)
+    structures = store.read_partition(p)
+    model = load_deployed(model_dir)
+    out = model.predict(structures)
+    np.testing.assert_allclose(out["energy"], e_train.detach().numpy(), atol=1e-9)
+    np.testing.assert_allclose(out["forces"], f_train.detach().numpy(), atol=1e-9)
+    one = structures.select(0, 1)
+    f = model.predict(one)["forces"]
+    nb = model.neighbors(one)
+    h = 1e-4
+    for i, c in ((0, 0), (5, 2), (17, 1)):
+        e = []
+        for sgn in (1, -1):
+            pos = one.positions.copy()
+            pos[i, c] += sgn * h
+            e.append(float(model.energy(one, torch.from_numpy(pos), nb)[0].detach()))
+        assert abs(-(e[0] - e[1]) / (2 * h) - f[i, c]) < 1e-7

@@ -1,0 +1,53 @@
+"""CLI smoke tests: dparallel train → export → evaluate (in-process main())."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from _store_fixture import small_store
+
+from dparallel.cli.main import main
+
+
+@pytest.mark.integration
+def test_train_export_evaluate(tmp_path, capsys) -> None:  # noqa: ANN001
+    store = small_store(tmp_path, n=16)
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("hidden: [6]\nbatch_size: 4\nepochs: 3\n")
+    out = tmp_path / "model"
+    rc = main(["train", str(store.path), "-o", str(out), "--config", str(cfg),
+               "--set", "epochs=2", "--set", "lr=0.01"])  # fmt: skip
+    text = capsys.readouterr().out
+    assert rc == 0 and "epoch    1" in text and "model:" in text
+    assert json.loads((out / "spec.json").read_text())["epochs"] == 2
+    assert main(["export", str(out), "--no-probe"]) == 0
+    assert (out / "deployed.pt").is_file()
+    capsys.readouterr()
+    assert main(["evaluate", str(out), str(tmp_path / "cu16.xyz"), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["n_structures"] == 16
+    # independent check with the ASE calculator on the same file
+    import ase.io
+
+    from dparallel.ase import Calculator
+
+    calc = Calculator(out)
+    errs = []
+    for atoms in ase.io.read(tmp_path / "cu16.xyz", ":"):
+        e_ref = atoms.get_potential_energy()
+        errs.append((calc.get_potential_energy(atoms) - e_ref) / len(atoms))
+    assert res["energy_rmse"] == pytest.approx(float(np.sqrt(np.mean(np.square(errs)))), 1e-9)
+    assert main(["evaluate", str(out), str(tmp_path / "cu16.xyz")]) == 0
+    assert "meV/atom" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_cli_errors_are_reported(tmp_path, capsys) -> None:  # noqa: ANN001
+    assert main(["train", str(tmp_path / "missing.zarr"), "-o", str(tmp_path / "m")]) == 2
+    assert "error" in capsys.readouterr().err
+    assert main(["train", "x.zarr", "-o", "m", "--set", "bogus=1"]) == 2
+    assert "bogus" in capsys.readouterr().err
+    assert main(["export", str(tmp_path)]) == 2
+    assert "dparallel train" in capsys.readouterr().err

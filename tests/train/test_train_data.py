@@ -1,0 +1,132 @@
+"""Splits, streaming loader (exactly once per epoch, determinism) and mini-batch contents."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from _store_fixture import small_acsf, small_store
+
+from dparallel.train import TrainingSpec, build_split_index, collate, iterate_batches
+from dparallel.train.data import PartitionReader, assign_splits, load_partition
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    return small_store(tmp_path_factory.mktemp("data"), n=24)
+
+
+def test_assign_splits_fractions_tags_and_determinism() -> None:
+    ids = np.arange(20_000)
+    tags = np.full(ids.shape, "", dtype=object)
+    s = assign_splits(ids, tags, 0.1, 0.2, seed=5)
+    assert abs((s == 1).mean() - 0.1) < 0.01 and abs((s == 2).mean() - 0.2) < 0.01
+    assert np.array_equal(s, assign_splits(ids, tags, 0.1, 0.2, seed=5))
+    assert not np.array_equal(s, assign_splits(ids, tags, 0.1, 0.2, seed=6))
+    # a structure's split does not depend on which other structures are split with it
+    assert np.array_equal(s[5000:6000], assign_splits(ids[5000:6000], tags[:1000], 0.1, 0.2, 5))
+    tags[:100] = "test"
+    tags[100:200] = "train"
+    t = assign_splits(ids, tags, 0.1, 0.2, seed=5)
+    assert np.all(t[:100] == 2) and np.all(t[100:200] != 2)
+
+
+def test_loader_visits_every_training_structure_exactly_once(store) -> None:  # noqa: ANN001
+    assert store.n_partitions >= 4
+    index = build_split_index(store, 0.2, 0.2, seed=1)
+    reader = PartitionReader(store, "acsf", ["Cu"], index, forces=True)
+    expected = index.ids_of("train")
+    assert 0 < expected.size < 24
+    orders = []
+    for epoch in range(3):
+        seen = [
+            b.ids
+            for b in iterate_batches(
+                reader, "train", 3, shuffle=True, seed=1, epoch=epoch, shuffle_buffer=4
+            )
+        ]
+        got = np.concatenate(seen)
+        assert np.array_equal(np.sort(got), expected)  # each exactly once
+        orders.append(got)
+    assert not np.array_equal(orders[0], orders[1])  # reshuffled per epoch
+    again = np.concatenate(
+        [b.ids for b in iterate_batches(reader, "train", 3, shuffle=True, seed=1, epoch=1,
+                                        shuffle_buffer=4)]
+    )  # fmt: skip
+    assert np.array_equal(again, orders[1])  # same (seed, epoch) → same order
+    for split in ("validation", "test"):
+        got = np.concatenate([b.ids for b in iterate_batches(reader, split, 5, shuffle=False)])
+        assert np.array_equal(np.sort(got), index.ids_of(split))
+
+
+def test_batch_matches_descriptors_computed_directly(store) -> None:  # noqa: ANN001
+    """Re-indexed mini-batch == ACSF computed from scratch on the same structures."""
+    index = build_split_index(store, 0.0, 0.0, seed=0)
+    parts = [load_partition(store, p, "acsf", ["Cu"], index, True) for p in (2, 0)]
+    items = [(parts[0], 1), (parts[1], 0), (parts[0], 0)]
+    batch = collate(items, ["Cu"])
+    order = ((2, 1), (2, 0), (0, 0))  # collate groups items by partition, first-seen order
+    structures = [store.read_partition(p).select(s, s + 1) for p, s in order]
+    assert np.array_equal(batch.ids, [index.ids[p][s] for p, s in order])
+    from dparallel.types import StructureBatch
+
+    ref_batch = StructureBatch.concatenate(structures)
+    ref = small_acsf().compute(ref_batch, derivatives=True)["Cu"]
+    got = batch.features["Cu"]
+    assert torch.allclose(got.values, ref.values, atol=1e-12)
+    assert torch.equal(got.atom_index, ref.atom_index)
+    assert np.allclose(batch.energy.numpy(), ref_batch.energy)
+    assert np.allclose(batch.forces.numpy(), ref_batch.forces)
+    assert np.array_equal(batch.structure_index.numpy(), ref_batch.structure_index)
+
+    def key(pd):  # noqa: ANN001, ANN202
+        order = np.lexsort((pd.vectors[:, 0].numpy(), pd.pair_second.numpy(),
+                            pd.pair_first.numpy()))  # fmt: skip
+        return pd.pair_first[order], pd.pair_second[order], pd.center[order], pd.dG_dr[order]
+
+    for a, b in zip(key(got.pairs["Cu"]), key(ref.pairs["Cu"]), strict=True):
+        assert torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=1e-12)
+
+
+def test_training_spec_rejects_unknown_keys_and_bad_values() -> None:
+    from dparallel.errors import ConfigError
+    from dparallel.train import parse_training_spec
+
+    with pytest.raises(ConfigError, match="learning_rate"):
+        parse_training_spec({"learning_rate": 1e-3})
+    with pytest.raises(ConfigError, match="validation_fraction"):
+        parse_training_spec(None, ["validation_fraction=0.6", "test_fraction=0.5"])
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_training_spec(None, ["epochs"])
+    spec = parse_training_spec(None, ["hidden=[8, 4]", "lr=1e-3", "scaling=minmax"])
+    assert spec.hidden == (8, 4) and spec.lr == 1e-3 and spec.scaling == "minmax"
+    assert TrainingSpec(**spec.to_dict()) == spec
+
+
+def test_loader_memory_is_bounded_by_buffer_and_prefetch(tmp_path) -> None:  # noqa: ANN001
+    """Without a cache, only O(buffer + prefetch) partitions are alive at any time."""
+    import gc
+    import weakref
+
+    st = small_store(tmp_path, n=24, partition_atoms=60)  # ~2 structures per partition
+    assert st.n_partitions >= 10
+    index = build_split_index(st, 0.0, 0.0, seed=0)
+    reader = PartitionReader(st, "acsf", ["Cu"], index, forces=True, cache_bytes=0)
+    alive: weakref.WeakSet = weakref.WeakSet()
+    get = reader.get
+
+    def tracked(p: int):  # noqa: ANN202
+        data = get(p)
+        alive.add(data)
+        return data
+
+    reader.get = tracked  # type: ignore[method-assign]
+    peak, seen = 0, 0
+    for batch in iterate_batches(reader, "train", 1, shuffle=True, shuffle_buffer=2, prefetch=1):
+        seen += batch.n_structures
+        del batch
+        gc.collect(0)  # partitions have no reference cycles; young generation suffices
+        peak = max(peak, len(alive))
+    assert seen == 24
+    # leftover buffer items (< 2) + current partition + one queued + one being read
+    assert peak <= 4

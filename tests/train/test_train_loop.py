@@ -1,0 +1,142 @@
+"""Training loop: resume continues the same trajectory, outputs, errors."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from _store_fixture import small_store
+
+from dparallel.errors import TrainingError
+from dparallel.train import TrainingSpec
+from dparallel.train import train as train_model
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    return small_store(tmp_path_factory.mktemp("loop"), n=24)
+
+
+SPEC = TrainingSpec(epochs=4, hidden=(8,), batch_size=3, seed=7, lr=5e-3, shuffle_buffer=5)
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "plateau"])
+def test_resume_continues_the_same_trajectory(store, tmp_path, schedule) -> None:  # noqa: ANN001
+    spec = SPEC.model_copy(update={"schedule": schedule, "optimizer": "adamw",
+                                   "weight_decay": 1e-3})  # fmt: skip
+    straight = train_model(store, tmp_path / "a", spec)
+    part = train_model(store, tmp_path / "b", spec, stop_after=2)
+    assert len(part.history) == 2 and not part.test
+    resumed = train_model(store, tmp_path / "b", spec, resume=True)
+    assert [r["epoch"] for r in resumed.history] == [0, 1, 2, 3]
+    for ra, rb in zip(straight.history, resumed.history, strict=True):
+        for k in ra:
+            if k != "seconds":
+                assert ra[k] == rb[k], k  # bitwise
+    ca = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)
+    cb = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    for k, v in ca["model"].items():
+        assert torch.equal(v, cb["model"][k]), k
+    assert straight.test == resumed.test
+
+
+def test_outputs_metrics_and_plots(store, tmp_path) -> None:  # noqa: ANN001
+    rows = []
+    res = train_model(store, tmp_path / "m", SPEC.model_copy(update={"epochs": 2}),
+                      callback=rows.append)  # fmt: skip
+    assert [r["epoch"] for r in rows] == [0, 1]
+    d = tmp_path / "m"
+    for name in (
+        "checkpoint.pt",
+        "best.pt",
+        "model.pt",
+        "metrics.csv",
+        "metrics.json",
+        "spec.json",
+        "learning_curves.png",
+        "parity_validation.png",
+        "parity_test.png",
+    ):
+        assert (d / name).is_file(), name  # fmt: skip
+    doc = json.loads((d / "metrics.json").read_text())
+    assert len(doc["epochs"]) == 2 and doc["final"]["test"]["force_rmse"] > 0
+    assert sum(doc["splits"].values()) == 24
+    header = (d / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"epoch", "lr", "train_energy_rmse", "validation_force_mae"} <= set(header)
+    assert res.test["energy_rmse"] == doc["final"]["test"]["energy_rmse"]
+
+
+def test_resume_refuses_another_config(store, tmp_path) -> None:  # noqa: ANN001
+    train_model(store, tmp_path / "m", SPEC, stop_after=1)
+    with pytest.raises(TrainingError, match="lr"):
+        train_model(store, tmp_path / "m", SPEC.model_copy(update={"lr": 1.0}), resume=True)
+    with pytest.raises(TrainingError, match="no checkpoint"):
+        train_model(store, tmp_path / "other", SPEC, resume=True)
+
+
+def test_store_without_features_is_rejected(tmp_path) -> None:  # noqa: ANN001
+    from dparallel.datasets import write_emt_cu
+    from dparallel.workflow.ingest import ingest
+
+    data = write_emt_cu(tmp_path / "cu.xyz", 4)
+    st = ingest(data, tmp_path / "s.zarr").store
+    with pytest.raises(TrainingError, match="no 'acsf' features"):
+        train_model(st, tmp_path / "m", SPEC)
+
+
+@pytest.mark.integration
+def test_epoch_metrics_reach_the_scheduler_events(store, tmp_path) -> None:  # noqa: ANN001
+    from distributed import Client, LocalCluster
+
+    from dparallel.dashboard import TOPIC_TRAIN
+
+    with (
+        LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        train_model(store, tmp_path / "m", SPEC.model_copy(update={"epochs": 2}), run_name="r1")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            events = [msg for _, msg in client.get_events(TOPIC_TRAIN)]
+            if len(events) >= 4:
+                break
+            time.sleep(0.1)
+    assert len(events) == 4  # train + validation per epoch
+    assert {(e["run"], e["epoch"], e["split"]) for e in events} == {
+        ("r1", ep, sp) for ep in (0, 1) for sp in ("train", "validation")
+    }
+
+
+def test_energy_only_training_and_store_without_derivatives(store, tmp_path) -> None:  # noqa: ANN001
+    import math
+
+    from _store_fixture import build_store, small_acsf
+
+    energy_only = SPEC.model_copy(update={"epochs": 1, "force_weight": 0.0})
+    res = train_model(store, tmp_path / "e", energy_only)
+    row = res.history[0]
+    assert math.isfinite(row["train_energy_rmse"]) and math.isnan(row["train_force_rmse"])
+    nod = build_store(_data(store), tmp_path / "nod.zarr",
+                      small_acsf(), derivatives=False, partition_atoms=150)  # fmt: skip
+    with pytest.raises(TrainingError, match="without derivatives"):
+        train_model(nod, tmp_path / "f", SPEC)
+    ok = train_model(nod, tmp_path / "g", energy_only)
+    assert math.isfinite(ok.test["energy_rmse"])
+
+
+def _data(store):  # noqa: ANN001, ANN202
+    """The structure file a store was ingested from."""
+    return store.attrs["source"]["path"]
+
+
+def test_early_stopping_keeps_the_best_model(store, tmp_path) -> None:  # noqa: ANN001
+    spec = SPEC.model_copy(update={"epochs": 10, "lr": 50.0, "early_stopping": 2,
+                                   "schedule": "none"})  # fmt: skip
+    res = train_model(store, tmp_path / "m", spec)
+    assert len(res.history) < 10  # a diverging run stops early
+    losses = [r["validation_loss"] for r in res.history]
+    best = min(range(len(losses)), key=lambda k: losses[k] if losses[k] == losses[k] else 1e300)
+    assert res.best_epoch == best and len(res.history) == best + 3
+    assert res.validation["loss"] == pytest.approx(losses[best], rel=1e-12)
