@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -27,22 +26,13 @@ def _peak_rss_mb() -> float:
 
 
 def _featurize(data: Path, store_path: Path):  # noqa: ANN202
-    from dparallel.store import open_store
+    """Featurize in this process (no Dask): the featurize time row is the kernels' time."""
+    from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.train import cu_acsf
+    from dparallel.workflow.featurize import featurize_in_process
 
-    if (store_path / "zarr.json").exists():
-        st = open_store(store_path)
-        if st.attrs.get("config", {}).get("features"):
-            return st
-    try:
-        from dparallel.workflow.featurize import featurize  # type: ignore[attr-defined]
-
-        return featurize(data, store_path, acsf=cu_acsf(), derivatives=True, overwrite=True)
-    except (ImportError, TypeError):
-        sys.path.insert(0, str(ROOT / "tests" / "train"))
-        from _store_fixture import build_store
-
-        return build_store(data, store_path, cu_acsf(), partition_atoms=2000)
+    descriptors = DescriptorSet(acsf=cu_acsf(), derivatives=True)
+    return featurize_in_process(data, store_path, descriptors, partition_atoms=2000)
 
 
 def main() -> None:

@@ -30,8 +30,11 @@ from dparallel.workflow.stats import FeatureStats
 __all__ = [
     "FeaturizeResult",
     "featurize",
+    "featurize_in_process",
     "featurize_partition",
+    "finish_featurize",
     "merged_statistics",
+    "prepare_featurize",
     "read_partition_features",
     "write_scaling_data",
 ]
@@ -138,6 +141,57 @@ def merged_statistics(store: Store) -> dict[str, dict[str, FeatureStats]]:
     return merged
 
 
+def prepare_featurize(
+    source_path: str | os.PathLike[str],
+    store_path: str | os.PathLike[str],
+    descriptors: DescriptorSet,
+    *,
+    format: str | None = None,
+    units: str = "ase",
+    on_error: Literal["raise", "skip"] = "raise",
+    partition_atoms: int = DEFAULT_PARTITION_ATOMS,
+    overwrite: bool = False,
+) -> tuple[StructureSource, Store]:
+    """Index the source, plan partitions and create (or reopen, to resume) the store."""
+    source = open_source(source_path, format, units=units, on_error=on_error)
+    plan = plan_partitions(source.atom_counts, partition_atoms)
+    store = create_store(
+        store_path,
+        source_fingerprint=source.fingerprint(),
+        atom_counts=source.atom_counts,
+        plan=plan,
+        config=featurize_config(source, descriptors, partition_atoms),
+        overwrite=overwrite,
+    )
+    return source, store
+
+
+def finish_featurize(
+    store_path: str | os.PathLike[str],
+) -> tuple[Store, dict[str, dict[str, FeatureStats]]]:
+    """Merge the done partitions' statistics exactly and record them in the store."""
+    store = open_store(store_path, mode="r+")
+    statistics = merged_statistics(store)
+    store.update_attrs({"statistics": _statistics_json(statistics)})
+    return store, statistics
+
+
+def featurize_in_process(
+    source_path: str | os.PathLike[str],
+    store_path: str | os.PathLike[str],
+    descriptors: DescriptorSet,
+    **options: Any,
+) -> Store:
+    """Featurize in this process, partition by partition, without Dask (same store).
+
+    For small jobs, tests and benchmarks; ``options`` as :func:`prepare_featurize`.
+    """
+    source, store = prepare_featurize(source_path, store_path, descriptors, **options)
+    for p in store.pending_partitions().tolist():
+        featurize_partition(source, os.fspath(store_path), p, descriptors.to_dict())
+    return finish_featurize(store_path)[0]
+
+
 def featurize(
     source_path: str | os.PathLike[str],
     store_path: str | os.PathLike[str],
@@ -196,14 +250,14 @@ def featurize(
     from dparallel.dashboard import publish_progress_start
 
     t0 = time.perf_counter()
-    source = open_source(source_path, format, units=units, on_error=on_error)
-    plan = plan_partitions(source.atom_counts, partition_atoms)
-    store = create_store(
+    source, store = prepare_featurize(
+        source_path,
         store_path,
-        source_fingerprint=source.fingerprint(),
-        atom_counts=source.atom_counts,
-        plan=plan,
-        config=featurize_config(source, descriptors, partition_atoms),
+        descriptors,
+        format=format,
+        units=units,
+        on_error=on_error,
+        partition_atoms=partition_atoms,
         overwrite=overwrite,
     )
     pending = [int(p) for p in store.pending_partitions()]
@@ -268,9 +322,7 @@ def featurize(
                 future = submit(p)
                 wait(future)
                 collect(future, p)
-    store = open_store(store_path, mode="r+")
-    statistics = merged_statistics(store)
-    store.update_attrs({"statistics": _statistics_json(statistics)})
+    store, statistics = finish_featurize(store_path)
     if failures:
         raise PartitionFailedError(_failure_message(store, failures))
     return FeaturizeResult(

@@ -104,3 +104,20 @@ def test_n2p2_example_equals_the_quickstart_functions(monkeypatch):
     batch = open_source(ROOT / "workflows" / "n2p2" / "input.data", "n2p2").read(0, 3)
     assert list(batch.tags) == ["train", "train", "train"]
     assert (n2p2.compute(batch)["Cu"].values == quick.compute(batch)["Cu"].values).all()
+
+
+def test_quickstart_uses_the_tuned_defaults():
+    """The embedded default trains with the settings that reach the EMT Cu target."""
+    from dparallel.train import TrainingSpec, cu_acsf
+
+    spec = load_workflow(QUICKSTART)
+    ours, tuned = spec.descriptors.build().acsf.features("Cu"), cu_acsf().features("Cu")
+    assert len(ours) == len(tuned)
+    for a, b in zip(ours, tuned, strict=True):
+        assert a.keys() == b.keys()
+        for key, value in a.items():
+            if isinstance(value, float):  # the YAML spells cu_acsf's computed values
+                assert value == pytest.approx(b[key], rel=1e-12), key
+            else:
+                assert value == b[key], key
+    assert spec.training == TrainingSpec()
