@@ -247,10 +247,19 @@ def _try_torch_export(module: DeployedModel) -> str:
         def forward(self, positions: torch.Tensor) -> torch.Tensor:
             return self.inner.energy(batch, positions, nb)
 
+    import contextlib
+    import io
+    import logging
+
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)  # a failed export logs the whole traced graph
     try:
-        torch.export.export(_Wrap(), (torch.from_numpy(batch.positions.copy()),), strict=False)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            torch.export.export(_Wrap(), (torch.from_numpy(batch.positions.copy()),), strict=False)
     except Exception as exc:  # noqa: BLE001 - recorded, not raised
         return _reason(exc)
+    finally:
+        logging.disable(previous)
     return "ok (fixed shapes only; not saved)"
 
 
