@@ -7,7 +7,8 @@ ACSF with 8 radial + 8 angular functions at 5 Å, values + per-pair derivatives)
   partition by partition in this process, one torch thread, no Dask and no store;
 * ``featurize`` on a LocalCluster of 1 and 2 worker processes (1 thread each) into zarr;
 * parallel efficiency = t(1 worker) / (2 · t(2 workers));
-* overhead = t(1 worker) / t(in-process) − 1;
+* in-process with store: ``featurize_in_process`` (same tasks and zarr writes, no Dask);
+* Dask overhead = t(1 worker) / t(in-process with store) − 1; store cost is printed too;
 * worker peak RSS (max over workers, from getrusage) for the dataset and one 10× larger.
 
     python benchmarks/bench_scaling.py [--structures 2000] [--no-derivatives]
@@ -82,6 +83,18 @@ def in_process(path: Path, descriptors, partition_atoms: int) -> float:
     return time.perf_counter() - t0
 
 
+def in_process_with_store(path: Path, store: Path, descriptors, partition_atoms: int) -> float:
+    """Seconds for ``featurize_in_process``: the same tasks and zarr writes, no Dask."""
+    import torch
+
+    from dparallel.workflow.featurize import featurize_in_process
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    featurize_in_process(path, store, descriptors, partition_atoms=partition_atoms)
+    return time.perf_counter() - t0
+
+
 def on_dask(path: Path, store: Path, descriptors, partition_atoms: int, workers: int):
     """(seconds, worker peak RSS MiB) of ``featurize`` on a fresh LocalCluster."""
     from distributed import Client, LocalCluster
@@ -112,11 +125,15 @@ def main() -> None:
         small = make_dataset(tmp_path / "cu.extxyz", args.structures)
         large = repeat_file(small, tmp_path / "cu10.extxyz", 10)
         t_ref = in_process(small, descriptors, args.partition_atoms)
+        t_store = in_process_with_store(
+            small, tmp_path / "inproc.zarr", descriptors, args.partition_atoms
+        )
         t1, rss1 = on_dask(small, tmp_path / "w1.zarr", descriptors, args.partition_atoms, 1)
         t2, rss2 = on_dask(small, tmp_path / "w2.zarr", descriptors, args.partition_atoms, 2)
         t10, rss10 = on_dask(large, tmp_path / "w10.zarr", descriptors, args.partition_atoms, 2)
     rows = [
         ("in-process kernels (no Dask)", args.structures, t_ref, float("nan")),
+        ("in-process kernels + zarr writes", args.structures, t_store, float("nan")),
         ("featurize, 1 worker", args.structures, t1, rss1),
         ("featurize, 2 workers", args.structures, t2, rss2),
         ("featurize, 2 workers, 10x data", 10 * args.structures, t10, rss10),
@@ -132,9 +149,13 @@ def main() -> None:
     )
     for name, n, t, rss in rows:
         print(f"{name:34s} {n:>10d} {t:>8.2f} {n / t:>10.0f} {32 * n / t:>10.0f} {rss:>15.0f}")
-    print(f"parallel efficiency (2 workers)  : {t1 / (2 * t2):.1%}")
-    print(f"overhead vs in-process (1 worker): {t1 / t_ref - 1:+.1%}")
-    print(f"worker RSS 10x / 1x              : {rss10 / rss2:.2f}")
+    for label, value in (
+        ("parallel efficiency, 2 workers", f"{t1 / (2 * t2):.1%}"),
+        ("Dask overhead: 1 worker vs in-process + zarr", f"{t1 / t_store - 1:+.1%}"),
+        ("store writes: in-process + zarr vs kernels", f"{t_store / t_ref - 1:+.1%}"),
+        ("worker peak RSS, 10x data / 1x", f"{rss10 / rss2:.2f}"),
+    ):
+        print(f"{label:46s}: {value}")
 
 
 if __name__ == "__main__":
