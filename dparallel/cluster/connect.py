@@ -270,8 +270,9 @@ def _start_local(spec: ClusterSpec) -> ClusterHandle:
     kwargs: dict[str, Any] = {}
     if spec.memory_limit is not None:
         kwargs["memory_limit"] = spec.memory_limit
-    try:
-        cluster = LocalCluster(
+
+    def start() -> LocalCluster:
+        return LocalCluster(
             n_workers=n_workers,
             threads_per_worker=spec.threads_per_worker,
             processes=True,
@@ -281,6 +282,15 @@ def _start_local(spec: ClusterSpec) -> ClusterHandle:
             env=_worker_env(spec),
             **kwargs,
         )
+
+    try:
+        try:
+            cluster = start()
+        except AssertionError:
+            # distributed's LoopRunner asserts when its IO-loop thread has not started
+            # within 10 s (seen on a saturated machine); that is transient: try once more.
+            logger.warning("local cluster's event loop did not start in time; retrying once")
+            cluster = start()
     except Exception as exc:
         raise ClusterError(
             f"cannot start a local Dask cluster with {n_workers} workers "
