@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from daskprocs import child_env, dask_executable, start, stop, wait_scheduler_file
+from daskprocs import child_env, start_scheduler, start_worker, stop
 from distributed import Client, LocalCluster
 
 from dparallel.cluster import ClusterSpec, TLSSpec, connect, torch_thread_report
@@ -77,42 +77,13 @@ def test_env_address_beats_spec(monkeypatch) -> None:
 
 
 def test_command_line_scheduler_via_scheduler_file_and_env(tmp_path: Path, monkeypatch) -> None:
-    dask = dask_executable()
+    sched, address = start_scheduler(tmp_path)
     sfile = tmp_path / "scheduler.json"
-    sched = start(
-        [
-            dask,
-            "scheduler",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--dashboard-address",
-            "127.0.0.1:0",
-            "--scheduler-file",
-            str(sfile),
-        ],
-        tmp_path / "scheduler.log",
-    )
+    info = {"address": address}
     worker = None
     try:
-        info = wait_scheduler_file(sfile, sched, tmp_path / "scheduler.log")
         env = child_env({"DPARALLEL_TORCH_THREADS": "2"})
-        worker = start(
-            [
-                dask,
-                "worker",
-                info["address"],
-                "--nthreads",
-                "1",
-                "--host",
-                "127.0.0.1",
-                "--dashboard-address",
-                "127.0.0.1:0",
-            ],
-            tmp_path / "worker.log",
-            env,
-        )
+        worker = start_worker(address, tmp_path / "worker.log", env=env)
         with connect(scheduler_file=sfile) as handle:
             assert handle.source == "scheduler_file"
             link = handle.dashboard_link  # the HTTP server runs even without bokeh pages
@@ -191,46 +162,11 @@ def _write_certs(directory: Path) -> tuple[Path, Path, Path]:
 def test_tls_scheduler_worker_client(tmp_path: Path) -> None:
     ca, cert, key = _write_certs(tmp_path)
     tls_args = ["--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key)]
-    dask = dask_executable()
-    sfile = tmp_path / "scheduler.json"
-    sched = start(
-        [
-            dask,
-            "scheduler",
-            "--protocol",
-            "tls",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--dashboard-address",
-            "127.0.0.1:0",
-            "--scheduler-file",
-            str(sfile),
-            *tls_args,
-        ],
-        tmp_path / "scheduler.log",
-    )
+    sched, address = start_scheduler(tmp_path, "--protocol", "tls", *tls_args)
     worker = None
     try:
-        info = wait_scheduler_file(sfile, sched, tmp_path / "scheduler.log")
-        address = info["address"]
         assert address.startswith("tls://127.0.0.1:")
-        worker = start(
-            [
-                dask,
-                "worker",
-                address,
-                "--nthreads",
-                "1",
-                "--host",
-                "127.0.0.1",
-                "--dashboard-address",
-                "127.0.0.1:0",
-                *tls_args,
-            ],
-            tmp_path / "worker.log",
-        )
+        worker = start_worker(address, tmp_path / "worker.log", *tls_args)
         spec = ClusterSpec(
             kind="address", address=address, tls=TLSSpec(ca_file=ca, cert=cert, key=key)
         )
