@@ -73,6 +73,6 @@ def run(args: argparse.Namespace) -> int:
         f"{result.seconds:.2f} s"
     )
     if args.scaling_data:
-        write_scaling_data(store, Path(args.scaling_data))
+        write_scaling_data(store, Path(args.scaling_data), statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)
     return 0

@@ -275,9 +275,7 @@ def featurize(
             publish_progress_start(
                 run,
                 len(pending),
-                int(
-                    sum(store.partition_range(p)[1] - store.partition_range(p)[0] for p in pending)
-                ),
+                int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),
                 target=handle.client,
             )
 
@@ -367,14 +365,23 @@ def _failure_message(store: Store, failures: Mapping[int, BaseException]) -> str
 
 
 def write_scaling_data(
-    store: Store, path: str | os.PathLike[str], descriptor: str = "acsf"
+    store: Store,
+    path: str | os.PathLike[str],
+    descriptor: str = "acsf",
+    statistics: Mapping[str, Mapping[str, FeatureStats]] | None = None,
 ) -> None:
-    """Write n2p2 ``scaling.data`` for ``descriptor`` (elements ordered by atomic number)."""
+    """Write n2p2 ``scaling.data`` for ``descriptor`` (elements ordered by atomic number).
+
+    ``statistics`` (e.g. ``FeaturizeResult.statistics``) saves re-reading every
+    partition's report; by default they are merged from the store.
+    """
     from ase.data import atomic_numbers
 
     from dparallel.workflow.stats import format_scaling_data
 
-    merged = merged_statistics(store).get(descriptor)
+    if statistics is None:
+        statistics = merged_statistics(store)
+    merged = statistics.get(descriptor)
     if not merged:
         raise StoreIncompleteError(f"{store.path} has no '{descriptor}' statistics to write")
     elements = sorted(merged, key=lambda symbol: atomic_numbers[symbol])

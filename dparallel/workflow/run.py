@@ -113,6 +113,7 @@ def run_workflow(
         and model_dir is not None
         and (featurize_needed or not _model_current(model_dir, spec))
     )
+    statistics = None  # merged by featurize when it runs; else read back only if needed
     if not (featurize_needed or train_needed):
         result.stages.update(featurize="skipped", train="skipped" if spec.training else "off")
     else:
@@ -123,7 +124,7 @@ def run_workflow(
                 on_connect(handle)
             if featurize_needed:
                 say(f"featurize: {dataset} → {store_path}")
-                featurize(
+                statistics = featurize(
                     dataset,
                     store_path,
                     spec.descriptors.build(),
@@ -135,7 +136,7 @@ def run_workflow(
                     client=handle.client,
                     torch_threads=spec.cluster.torch_threads,
                     progress=progress,
-                )
+                ).statistics
                 result.stages["featurize"] = "ran"
             else:
                 result.stages["featurize"] = "skipped"
@@ -155,7 +156,8 @@ def run_workflow(
         from dparallel.store import open_store
 
         scaling = store_path.with_name(store_path.name + ".scaling.data")
-        write_scaling_data(open_store(store_path), scaling)
+        if statistics is not None or not scaling.exists():
+            write_scaling_data(open_store(store_path), scaling, statistics=statistics)
         result.files["scaling.data"] = str(scaling)
     if model_dir is not None and spec.training is not None:
         _finish_model(spec, model_dir, result, say)
