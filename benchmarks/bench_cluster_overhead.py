@@ -14,7 +14,7 @@ import argparse
 import time
 
 from dparallel.cluster import ClusterSpec, connect, ensure_torch_threads
-from dparallel.dashboard import publish_progress
+from dparallel.cluster.events import publish_progress
 
 
 def _noop(i: int) -> int:

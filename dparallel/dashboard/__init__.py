@@ -9,7 +9,9 @@ Pages (below the dashboard address, also listed under "More"):
 ``/individual-dparallel-progress`` and ``/individual-dparallel-training``.
 
 Tasks and clients publish with :func:`publish_progress_start`, :func:`publish_progress`
-and :func:`publish_train_metrics` (no-ops without a cluster).
+and :func:`publish_train_metrics` (no-ops without a cluster). They live in
+:mod:`dparallel.cluster.events` and are re-exported here: importing this package registers
+the pages, which loads bokeh (0.4 s), so worker tasks import the events module instead.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dparallel.dashboard.events import (
+from dparallel.cluster.events import (
     TOPIC_PROGRESS,
     TOPIC_TRAIN,
     publish_progress,

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dparallel.dashboard.events import TOPIC_PROGRESS, TOPIC_TRAIN
+from dparallel.cluster.events import TOPIC_PROGRESS, TOPIC_TRAIN
 
 __all__ = ["DashboardState", "METRICS", "SPLITS"]
 

@@ -610,7 +610,7 @@ def train(
 def _publish(run: str, row: Mapping[str, Any]) -> None:
     """Send the epoch's metrics to the dashboard (no-op without a cluster)."""
     try:
-        from dparallel.dashboard import publish_train_metrics
+        from dparallel.cluster.events import publish_train_metrics
     except ImportError:  # pragma: no cover
         return
     for split in ("train", "validation"):

@@ -85,7 +85,7 @@ def featurize_partition(
     :meth:`DescriptorSet.to_dict` so nothing but plain data crosses the wire.
     """
     from dparallel.cluster import ensure_torch_threads
-    from dparallel.dashboard import publish_progress
+    from dparallel.cluster.events import publish_progress
 
     threads = ensure_torch_threads(torch_threads)
     t0 = time.perf_counter()
@@ -247,7 +247,7 @@ def featurize(
     from distributed import as_completed, wait
 
     from dparallel.cluster import connect
-    from dparallel.dashboard import publish_progress_start
+    from dparallel.cluster.events import publish_progress_start
 
     t0 = time.perf_counter()
     source, store = prepare_featurize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dparallel.dashboard import DashboardState, publish_progress, publish_train_metrics
-from dparallel.dashboard.events import (
+from dparallel.cluster.events import (
     TOPIC_PROGRESS,
     TOPIC_TRAIN,
     progress_partition_event,
