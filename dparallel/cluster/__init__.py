@@ -4,6 +4,7 @@ Only ``dparallel.cluster``, ``dparallel.dashboard`` and ``dparallel.workflow`` i
 ``distributed``.
 """
 
+from dparallel.cluster.allocator import tune_allocator
 from dparallel.cluster.connect import (
     ClusterHandle,
     connect,
@@ -36,4 +37,5 @@ __all__ = [
     "security_from_tls",
     "torch_thread_report",
     "torch_threads",
+    "tune_allocator",
 ]

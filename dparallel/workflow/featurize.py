@@ -84,10 +84,11 @@ def featurize_partition(
     Runs inside a Dask worker (or in-process). ``descriptors`` is
     :meth:`DescriptorSet.to_dict` so nothing but plain data crosses the wire.
     """
-    from dparallel.cluster import ensure_torch_threads
+    from dparallel.cluster import ensure_torch_threads, tune_allocator
     from dparallel.cluster.events import publish_progress
 
     threads = ensure_torch_threads(torch_threads)
+    tune_allocator()  # Dask workers start with malloc settings that slow array code down
     t0 = time.perf_counter()
     dset = DescriptorSet.from_dict(descriptors)
     store = open_store(store_path, mode="r+")
