@@ -1,24 +1,35 @@
 """Featurization throughput on Dask: 1 vs 2 workers, overhead vs in-process, worker peak RSS.
 
-From one run on the same data and descriptors (rattled, strained 32-atom fcc Cu cells,
-ACSF with 8 radial + 8 angular functions at 5 Å, values + per-pair derivatives):
+On the same data and descriptors (rattled, strained 32-atom fcc Cu cells, ACSF with
+8 radial + 8 angular functions at 5 Å, values + per-pair derivatives), in interleaved
+rounds (medians printed, with the spread):
 
-* in-process baseline: the same kernels (read → neighbor list → ACSF → statistics) called
+* in-process kernels: the same kernels (read → neighbor list → ACSF → statistics) called
   partition by partition in this process, one torch thread, no Dask and no store;
+* in-process + store: ``featurize_in_process`` (the very tasks and zarr writes, no Dask);
 * ``featurize`` on a LocalCluster of 1 and 2 worker processes (1 thread each) into zarr;
 * parallel efficiency = t(1 worker) / (2 · t(2 workers));
-* in-process with store: ``featurize_in_process`` (same tasks and zarr writes, no Dask);
-* Dask overhead = t(1 worker) / t(in-process with store) − 1; store cost is printed too;
+* Dask overhead = t(1 worker) / t(in-process + store) − 1: the same work with and without
+  Dask; the cost of the store itself (in-process + store vs kernels) is printed beside it;
 * worker peak RSS (max over workers, from getrusage) for the dataset and one 10× larger.
 
-    python benchmarks/bench_scaling.py [--structures 2000] [--no-derivatives]
+Every timed run starts from the same state: the previous run's store is deleted and its
+dirty pages flushed (``os.sync``), so no run pays for another's writeback. Kernels are
+warmed identically in-process and in the workers before timing.
+``--no-malloc-tune`` keeps the Dask nanny's ``MALLOC_TRIM_THRESHOLD_`` in effect in the
+workers (see ``dparallel.cluster.allocator``) to show what that setting costs.
+
+    python benchmarks/bench_scaling.py [--structures 2000] [--repeats 3] [--no-derivatives]
+        [--no-malloc-tune]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -105,14 +116,23 @@ def in_process_with_store(path: Path, store: Path, descriptors, partition_atoms:
     return time.perf_counter() - t0
 
 
-def on_dask(path: Path, store: Path, descriptors, partition_atoms: int, workers: int):
+def on_dask(
+    path: Path, store: Path, descriptors, partition_atoms: int, workers: int, malloc_tune: bool
+):
     """(seconds, worker peak RSS MiB) of ``featurize`` on a fresh LocalCluster."""
     from distributed import Client, LocalCluster
 
+    from dparallel.cluster.allocator import ENV_MALLOC_TUNE
     from dparallel.workflow.featurize import featurize
 
+    env = {} if malloc_tune else {ENV_MALLOC_TUNE: "0"}
     with (
-        LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address="127.0.0.1:0") as c,
+        LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            dashboard_address="127.0.0.1:0",
+            env=env,
+        ) as c,
         Client(c) as client,
     ):
         client.run(warm_up, descriptors)  # same warm-up as the in-process runs, not timed
@@ -123,49 +143,94 @@ def on_dask(path: Path, store: Path, descriptors, partition_atoms: int, workers:
     return seconds, max(rss.values()) / 1024
 
 
+def fresh(store: Path) -> None:
+    """Remove the last run's store and flush dirty pages, so no run pays for another's I/O."""
+    shutil.rmtree(store, ignore_errors=True)
+    os.sync()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--structures", type=int, default=2000)
     parser.add_argument("--partition-atoms", type=int, default=4000)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds; medians are printed")
     parser.add_argument("--no-derivatives", action="store_true")
+    parser.add_argument(
+        "--no-malloc-tune",
+        action="store_true",
+        help="keep Dask's MALLOC_TRIM_THRESHOLD_ effect in workers (DPARALLEL_MALLOC_TUNE=0)",
+    )
     args = parser.parse_args()
     descriptors = descriptor_set(not args.no_derivatives)
+    tune = not args.no_malloc_tune
+    times: dict[str, list[float]] = {}
+    rss: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         small = make_dataset(tmp_path / "cu.extxyz", args.structures)
         large = repeat_file(small, tmp_path / "cu10.extxyz", 10)
-        t_ref = in_process(small, descriptors, args.partition_atoms)
-        t_store = in_process_with_store(
-            small, tmp_path / "inproc.zarr", descriptors, args.partition_atoms
-        )
-        t1, rss1 = on_dask(small, tmp_path / "w1.zarr", descriptors, args.partition_atoms, 1)
-        t2, rss2 = on_dask(small, tmp_path / "w2.zarr", descriptors, args.partition_atoms, 2)
-        t10, rss10 = on_dask(large, tmp_path / "w10.zarr", descriptors, args.partition_atoms, 2)
+        part = args.partition_atoms
+        store = tmp_path / "out.zarr"
+        for _ in range(args.repeats):  # interleaved rounds: drift of the machine hits all alike
+            fresh(store)
+            times.setdefault("kernels", []).append(in_process(small, descriptors, part))
+            times.setdefault("store", []).append(
+                in_process_with_store(small, store, descriptors, part)
+            )
+            for workers in (1, 2):
+                fresh(store)
+                seconds, peak = on_dask(small, store, descriptors, part, workers, tune)
+                times.setdefault(f"w{workers}", []).append(seconds)
+                rss[f"w{workers}"] = max(rss.get(f"w{workers}", 0.0), peak)
+        fresh(store)
+        t10, rss10 = on_dask(large, store, descriptors, part, 2, tune)
+    med = {name: statistics.median(values) for name, values in times.items()}
+    n = args.structures
     rows = [
-        ("in-process kernels (no Dask)", args.structures, t_ref, float("nan")),
-        ("in-process kernels + zarr writes", args.structures, t_store, float("nan")),
-        ("featurize, 1 worker", args.structures, t1, rss1),
-        ("featurize, 2 workers", args.structures, t2, rss2),
-        ("featurize, 2 workers, 10x data", 10 * args.structures, t10, rss10),
+        ("in-process kernels (no Dask, no store)", n, "kernels"),
+        ("in-process kernels + zarr writes", n, "store"),
+        ("featurize, 1 worker", n, "w1"),
+        ("featurize, 2 workers", n, "w2"),
     ]
     print(
         f"ACSF {descriptors.acsf.n_features('Cu')} features, "
-        f"derivatives={descriptors.derivatives}, "
-        f"partition_atoms={args.partition_atoms}"
+        f"derivatives={descriptors.derivatives}, partition_atoms={part}, "
+        f"malloc tune={'on' if tune else 'off'}, medians of {args.repeats} rounds"
     )
     print(
-        f"{'run':34s} {'structures':>10s} {'s':>8s} {'struct/s':>10s} {'atoms/s':>10s} "
-        f"{'worker RSS MiB':>15s}"
+        f"{'run':40s} {'structures':>10s} {'s':>8s} {'spread s':>13s} {'struct/s':>9s} "
+        f"{'atoms/s':>9s} {'worker RSS MiB':>15s}"
     )
-    for name, n, t, rss in rows:
-        print(f"{name:34s} {n:>10d} {t:>8.2f} {n / t:>10.0f} {32 * n / t:>10.0f} {rss:>15.0f}")
-    for label, value in (
-        ("parallel efficiency, 2 workers", f"{t1 / (2 * t2):.1%}"),
-        ("Dask overhead: 1 worker vs in-process + zarr", f"{t1 / t_store - 1:+.1%}"),
-        ("store writes: in-process + zarr vs kernels", f"{t_store / t_ref - 1:+.1%}"),
-        ("worker peak RSS, 10x data / 1x", f"{rss10 / rss2:.2f}"),
+
+    def row(name: str, count: int, t: float, spread: str, peak: float) -> None:
+        print(
+            f"{name:40s} {count:>10d} {t:>8.2f} {spread:>13s} {count / t:>9.0f} "
+            f"{32 * count / t:>9.0f} {peak:>15.0f}"
+        )
+
+    for name, count, key in rows:
+        spread = f"{min(times[key]):.2f}-{max(times[key]):.2f}"
+        row(name, count, med[key], spread, rss.get(key, float("nan")))
+    row("featurize, 2 workers, 10x data", 10 * n, t10, "1 run", rss10)
+    efficiency = med["w1"] / (2 * med["w2"])
+    overhead = med["w1"] / med["store"] - 1
+    for label, value, target in (
+        ("parallel efficiency, 2 workers", f"{efficiency:.1%}", efficiency >= 0.90),
+        ("Dask overhead: 1 worker vs in-process, same work", f"{overhead:+.1%}", overhead <= 0.10),
+        (
+            "store writes: in-process + zarr vs kernels",
+            f"{med['store'] / med['kernels'] - 1:+.1%}",
+            None,
+        ),
+        (
+            "1 worker vs in-process kernels without store",
+            f"{med['w1'] / med['kernels'] - 1:+.1%}",
+            None,
+        ),
+        ("worker peak RSS, 10x data / 1x", f"{rss10 / rss['w2']:.2f}", rss10 / rss["w2"] <= 1.1),
     ):
-        print(f"{label:46s}: {value}")
+        verdict = "" if target is None else ("  (target met)" if target else "  (target MISSED)")
+        print(f"{label:50s}: {value}{verdict}")
 
 
 if __name__ == "__main__":
