@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from dparallel.errors import DParallelError
 
+#: Dask's own setting for the level of the ``distributed`` loggers.
+ENV_DASK_LOG_LEVEL = "DASK_LOGGING__DISTRIBUTED"
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
     "dparallel.cli.run",
@@ -47,6 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _dask_log_level(verbose: int) -> None:
+    """Dask logs INFO from the scheduler, nannies and workers by default: only with ``-v``.
+
+    Set through the environment (unless the user set it) so that worker processes started
+    from here inherit it, and on the logger in case ``distributed`` is already imported.
+    """
+    level = os.environ.setdefault(ENV_DASK_LOG_LEVEL, "info" if verbose else "warning")
+    if "distributed" in sys.modules:
+        logging.getLogger("distributed").setLevel(level.upper())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (2 for dparallel errors)."""
     parser = build_parser()
@@ -55,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.WARNING - 10 * min(args.verbose, 2),
         format="%(levelname)s %(name)s: %(message)s",
     )
+    _dask_log_level(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
