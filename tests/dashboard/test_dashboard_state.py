@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from dparallel.dashboard import DashboardState, publish_progress, publish_train_metrics
 from dparallel.cluster.events import (
     TOPIC_PROGRESS,
     TOPIC_TRAIN,
@@ -12,6 +11,7 @@ from dparallel.cluster.events import (
     progress_start_event,
     train_event,
 )
+from dparallel.dashboard import DashboardState, publish_progress, publish_train_metrics
 
 
 class _Recorder:
