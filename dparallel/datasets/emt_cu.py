@@ -50,6 +50,7 @@ def generate_emt_cu(n_structures: int = 400, seed: int = 0) -> list:
         energy = atoms.get_potential_energy()
         forces = atoms.get_forces()
         atoms.calc = SinglePointCalculator(atoms, energy=energy, forces=forces)
+        atoms.info.pop("adsorbate_info", None)  # slab-builder metadata extxyz cannot store
         atoms.info["kind"] = kind
         structures.append(atoms)
     return structures
