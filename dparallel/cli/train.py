@@ -19,14 +19,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("store", help="featurized zarr store")
     p.add_argument("-o", "--output", required=True, help="model directory")
-    p.add_argument("--config", default=None, help="YAML file with TrainingSpec keys")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="YAML file with the training keys, or a workflow file (its 'training:' section)",
+    )
     p.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override one config key (repeatable), e.g. --set epochs=50",
+        help="override one training key (repeatable; YAML values), e.g. --set epochs=50 "
+        "or --set training.epochs=50",
     )
     p.add_argument("--resume", action="store_true", help="continue from MODEL_DIR/checkpoint.pt")
     p.add_argument(

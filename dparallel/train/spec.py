@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from dparallel.config import apply_overrides, describe_validation_error, read_yaml, section
 from dparallel.errors import ConfigError
 
 __all__ = ["TrainingSpec", "parse_training_spec"]
@@ -58,50 +59,59 @@ class TrainingSpec(BaseModel):
         return json.loads(self.model_dump_json())
 
 
-def _coerce(text: str) -> Any:
-    """A ``--set`` value: YAML scalar/list syntax (``1e-3``, ``[32,32]``, ``true``)."""
-    import yaml
+#: Top-level sections of a workflow file (a training config may be a whole workflow).
+_WORKFLOW_SECTIONS = frozenset(
+    {"name", "dataset", "descriptors", "partitioning", "store", "cluster", "output"}
+)
 
-    return yaml.safe_load(text)
+
+def _training_section(data: Any, where: str) -> dict[str, Any]:
+    """The training keys of a config document: its ``training:`` section or the whole file."""
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{where}: expected a mapping of training keys, got {type(data).__name__}"
+        )
+    if "training" in data:
+        return section(data, "training", where)
+    if "train" in data:
+        raise ConfigError(
+            f"{where}: the section is called 'training:' (as in workflow files), not 'train:'"
+        )
+    if _WORKFLOW_SECTIONS & set(data):
+        raise ConfigError(f"{where}: this workflow has no 'training' section")
+    return dict(data)
 
 
 def parse_training_spec(
     source: str | Path | Mapping[str, Any] | None = None,
     overrides: Iterable[str] = (),
 ) -> TrainingSpec:
-    """Build a :class:`TrainingSpec` from a YAML file or mapping plus ``key=value`` overrides.
+    """Build a :class:`TrainingSpec` from a config plus ``--set key=value`` overrides.
+
+    ``source`` is a YAML file or a mapping holding either the training keys themselves or
+    a ``training:`` section (so a workflow file serves as a training config). Overrides
+    use the grammar of every command (:func:`dparallel.config.apply_overrides`); keys may
+    carry the ``training.`` prefix.
 
     Raises
     ------
     ConfigError
         Unknown keys, bad values or a malformed override; the message names them.
     """
-    data: dict[str, Any] = {}
     where = "config"
     if isinstance(source, Mapping):
-        data = dict(source)
+        data = _training_section(source, where)
     elif source is not None:
-        import yaml
-
         where = str(source)
-        try:
-            loaded = yaml.safe_load(Path(source).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"training config {source} not found") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{source}: not valid YAML: {exc}") from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{source}: expected a mapping of options, got {type(loaded)}")
-        data = dict(loaded.get("train", loaded))
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set expects key=value, got {item!r}")
-        data[key.strip()] = _coerce(value)
+        data = _training_section(read_yaml(source, "training config"), where)
+    else:
+        data = {}
+    data = apply_overrides(data, overrides, root="training")
     try:
         return TrainingSpec(**data)
     except ValidationError as exc:
-        lines = [f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError(f"{where}: invalid training config: " + "; ".join(lines)) from None
+        raise ConfigError(
+            f"{where}: invalid training config:\n{describe_validation_error(exc)}"
+        ) from None

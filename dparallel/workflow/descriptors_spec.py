@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from dparallel.config import describe_validation_error, read_yaml, resolve_path
+from dparallel.config import section as config_section
 from dparallel.descriptors import ACSF, NeighborSum
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import ConfigError
@@ -40,7 +42,9 @@ class _Strict(BaseModel):
 class ACSFSpec(_Strict):
     """ACSF: either uniform parameters for every element pair, or an n2p2 ``input.nn``."""
 
-    n2p2: str | None = Field(None, description="path of an n2p2 input.nn (relative to the file)")
+    n2p2: str | None = Field(
+        None, description="path of an n2p2 input.nn (relative to the working directory)"
+    )
     elements: list[str] | None = None
     r_cut: float = Field(6.0, gt=0)
     cutoff: str | int = "cos"
@@ -57,13 +61,10 @@ class ACSFSpec(_Strict):
             raise ValueError("no symmetry functions: give radial, narrow or wide parameters")
         return self
 
-    def build(self, base: Path | None = None) -> ACSF:
-        """The :class:`ACSF` this spec defines."""
+    def build(self) -> ACSF:
+        """The :class:`ACSF` this spec defines (``n2p2`` relative to the working directory)."""
         if self.n2p2 is not None:
-            path = Path(self.n2p2)
-            if base is not None and not path.is_absolute():
-                path = base / path
-            return ACSF.from_n2p2(str(path))
+            return ACSF.from_n2p2(str(resolve_path(self.n2p2)))
         return ACSF.uniform(
             elements=list(self.elements or []),
             r_cut=self.r_cut,
@@ -106,10 +107,10 @@ class DescriptorsSpec(_Strict):
             raise ValueError("define 'acsf', 'neighbor_sum' or both")
         return self
 
-    def build(self, base: Path | None = None) -> DescriptorSet:
-        """The :class:`DescriptorSet` (``base``: directory that relative paths start from)."""
+    def build(self) -> DescriptorSet:
+        """The :class:`DescriptorSet` (relative paths are taken from the working directory)."""
         return DescriptorSet(
-            acsf=None if self.acsf is None else self.acsf.build(base),
+            acsf=None if self.acsf is None else self.acsf.build(),
             neighbor_sum=None if self.neighbor_sum is None else self.neighbor_sum.build(),
             derivatives=self.derivatives,
             dtype=self.dtype,
@@ -119,35 +120,21 @@ class DescriptorsSpec(_Strict):
 def load_descriptors(path: str | Path, section: str | None = None) -> DescriptorSet:
     """Read and validate a descriptors YAML/JSON file; errors name the file and key path.
 
-    ``section`` picks one top-level key (``"descriptors"`` of a workflow file).
+    ``section`` picks one top-level key (``"descriptors"`` of a workflow file); a file
+    whose only key is ``descriptors`` is read as that section. Relative paths inside
+    (``acsf.n2p2``) are taken from the working directory, as in ``dparallel run``.
     """
-    import yaml
     from pydantic import ValidationError
 
-    path = Path(path)
-    try:
-        data: Any = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data: Any = read_yaml(path, "descriptors")
     if section is not None:
-        if not isinstance(data, dict) or section not in data:
-            raise ConfigError(f"{path}: no '{section}' section")
-        data = data[section]
+        data = config_section(data, section, str(path))
     elif isinstance(data, dict) and set(data) == {"descriptors"}:
         data = data["descriptors"]
     try:
         spec = DescriptorsSpec.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{path}: invalid descriptors:\n{_describe(exc)}") from None
-    return spec.build(base=path.parent)
-
-
-def _describe(exc: Any) -> str:
-    """One line per problem: the key path and what is wrong."""
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"  {where}: {err['msg']}")
-    return "\n".join(lines)
+        raise ConfigError(
+            f"{path}: invalid descriptors:\n{describe_validation_error(exc)}"
+        ) from None
+    return spec.build()

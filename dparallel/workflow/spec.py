@@ -1,7 +1,8 @@
 """The workflow file: one validated YAML document that drives ingest → featurize → train → export.
 
 Every key is documented in ``workflows/quickstart.yaml``. Relative paths are taken from
-the current working directory. Unknown keys and wrong types fail before any work starts,
+the current working directory (:func:`dparallel.config.resolve_path`), never from the
+file's folder. Unknown keys and wrong types fail before any work starts,
 with the key path in the message (:func:`load_workflow`).
 """
 
@@ -15,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dparallel.cluster import ClusterSpec
+from dparallel.config import apply_overrides, describe_validation_error, read_yaml
 from dparallel.errors import ConfigError
 from dparallel.train.spec import TrainingSpec
 from dparallel.workflow.descriptors_spec import DescriptorsSpec
@@ -95,30 +97,6 @@ class WorkflowSpec(_Strict):
         return json.loads(self.model_dump_json())
 
 
-def apply_overrides(data: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Apply ``key.path=value`` overrides (values in YAML syntax) to a raw workflow dict."""
-    import copy
-
-    import yaml
-
-    out = copy.deepcopy(dict(data))
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected key.path=value")
-        node: dict[str, Any] = out
-        parts = key.split(".")
-        for part in parts[:-1]:
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {item!r}: '{part}' is not a section")
-            node = child
-        node[parts[-1]] = yaml.safe_load(text)
-    return out
-
-
 def parse_workflow(
     data: Mapping[str, Any], overrides: Iterable[str] = (), source: str = "workflow"
 ) -> WorkflowSpec:
@@ -131,24 +109,14 @@ def parse_workflow(
     try:
         return WorkflowSpec.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            lines.append(f"  {where}: {err['msg']}")
-        raise ConfigError(f"{source}: invalid workflow:\n" + "\n".join(lines)) from None
+        raise ConfigError(
+            f"{source}: invalid workflow:\n{describe_validation_error(exc)}"
+        ) from None
 
 
 def load_workflow(path: str | Path, overrides: Iterable[str] = ()) -> WorkflowSpec:
     """Read and validate a workflow YAML file (with ``--set`` overrides)."""
-    import yaml
-
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: workflow file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = read_yaml(path, "workflow")
     return parse_workflow(data or {}, overrides, source=str(path))
 
 

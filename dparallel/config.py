@@ -1,0 +1,123 @@
+"""Reading configuration: one YAML reader, one ``--set`` grammar, one rule for paths.
+
+Every configuration file dparallel reads (workflow, descriptors, training config) goes
+through :func:`read_yaml`; every ``--set key.path=value`` of every command through
+:func:`apply_overrides` (values in YAML syntax); every relative path in a configuration is
+taken from the current working directory (:func:`resolve_path`), whichever file named it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dparallel.errors import ConfigError
+
+if TYPE_CHECKING:
+    import os
+
+    from pydantic import ValidationError
+
+__all__ = [
+    "apply_overrides",
+    "describe_validation_error",
+    "parse_value",
+    "read_yaml",
+    "resolve_path",
+    "section",
+]
+
+
+def read_yaml(path: str | os.PathLike[str], what: str = "config") -> Any:
+    """The document of a YAML (or JSON) file; ``None`` for an empty file.
+
+    Raises :class:`ConfigError` naming the file for a missing or unreadable file and for
+    YAML errors (``yaml.safe_load``: no tags that build Python objects).
+    """
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the {what} file: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {_one_line(exc)}") from None
+
+
+def parse_value(text: str, where: str) -> Any:
+    """A value in YAML syntax (``1e-3``, ``[32, 32]``, ``true``); errors name ``where``."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: the value is not valid YAML: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def apply_overrides(
+    data: Mapping[str, Any], overrides: Iterable[str], *, root: str | None = None
+) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides (values in YAML syntax) to a copy of ``data``.
+
+    ``root`` names the section a command's document is (``"training"`` for
+    ``dparallel train``): there a key may be written with or without that prefix, so
+    ``--set training.epochs=5`` means the same to ``dparallel train`` and ``dparallel run``.
+    """
+    out = copy.deepcopy(dict(data))
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"--set {item!r}: expected key.path=value")
+        parts = key.split(".")
+        if root is not None and parts[0] == root and len(parts) > 1:
+            parts = parts[1:]
+        node: dict[str, Any] = out
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: '{part}' is not a section")
+            node = child
+        node[parts[-1]] = parse_value(text, f"--set {item!r}")
+    return out
+
+
+def section(data: Any, name: str, source: str) -> dict[str, Any]:
+    """``data[name]`` as a dict (``{}`` when the section is empty); errors name ``source``."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a mapping with a '{name}' section")
+    if name not in data:
+        raise ConfigError(f"{source}: no '{name}' section")
+    value = data[name]
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{source}: '{name}' must be a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One indented line per problem: the key path and what is wrong."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def resolve_path(path: str | os.PathLike[str]) -> Path:
+    """A configured path: ``~`` expanded, relative paths taken from the working directory."""
+    return Path(path).expanduser().absolute()

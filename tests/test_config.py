@@ -1,0 +1,117 @@
+"""One config loader: one YAML reader, one ``--set`` grammar, one rule for relative paths."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dparallel.cli.main import main
+from dparallel.config import apply_overrides, read_yaml, resolve_path
+from dparallel.errors import ConfigError
+from dparallel.train import TrainingSpec, parse_training_spec
+from dparallel.workflow.descriptors_spec import load_descriptors
+from dparallel.workflow.spec import QUICKSTART, load_workflow
+
+ROOT = Path(__file__).resolve().parents[1]
+_EVIL = "!!python/object/apply:os.system ['touch dparallel-pwned']"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["validate", str(QUICKSTART), "--set", f"training.epochs={_EVIL}"],
+        ["train", "x.zarr", "-o", "m", "--set", f"epochs={_EVIL}"],
+        ["run", str(QUICKSTART), "--set", "training.hidden=[1, 2"],
+    ],
+)
+def test_bad_yaml_in_set_is_one_clean_line(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert not (tmp_path / "dparallel-pwned").exists()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"dparallel {argv[0]}: error: --set ")
+    assert "the value is not valid YAML" in err
+    assert "Traceback" not in err
+
+
+def test_one_set_grammar_for_every_command():
+    data = {"a": {"b": 1}}
+    assert apply_overrides(data, ["a.c.d=true"]) == {"a": {"b": 1, "c": {"d": True}}}
+    for bad in ("novalue", "=1", "a..b=1", ".a=1"):
+        with pytest.raises(ConfigError, match=r"expected key\.path=value"):
+            apply_overrides({}, [bad])
+    with pytest.raises(ConfigError, match=r"expected key\.path=value"):
+        parse_training_spec(None, ["epochs"])
+    # train: keys with or without the section prefix mean the same
+    plain = parse_training_spec(None, ["epochs=5", "hidden=[8, 4]"])
+    prefixed = parse_training_spec(None, ["training.epochs=5", "training.hidden=[8, 4]"])
+    assert plain == prefixed
+    assert plain.epochs == 5 and plain.hidden == (8, 4)
+
+
+def test_train_config_accepts_a_workflow_file_and_a_plain_file(tmp_path):
+    workflow = load_workflow(QUICKSTART)
+    from_workflow = parse_training_spec(QUICKSTART)
+    assert from_workflow == workflow.training
+    plain = tmp_path / "train.yaml"
+    plain.write_text(yaml.safe_dump({"epochs": 3, "lr": 1e-3}))
+    assert parse_training_spec(plain) == TrainingSpec(epochs=3, lr=1e-3)
+    section = tmp_path / "section.yaml"
+    section.write_text(yaml.safe_dump({"training": {"epochs": 4}}))
+    assert parse_training_spec(section).epochs == 4
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump({"train": {"epochs": 4}}))
+    with pytest.raises(ConfigError, match="called 'training:'"):
+        parse_training_spec(old)
+    no_training = tmp_path / "wf.yaml"
+    data = yaml.safe_load(QUICKSTART.read_text())
+    del data["training"]
+    no_training.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="no 'training' section"):
+        parse_training_spec(no_training)
+    with pytest.raises(ConfigError, match=r"epochz: Extra inputs"):
+        parse_training_spec(QUICKSTART, ["training.epochz=1"])
+
+
+def test_train_command_reads_the_training_section_of_a_workflow(tmp_path, capsys):
+    """`dparallel train --config workflow.yaml` gets past the config (fails at the store)."""
+    rc = main(["train", str(tmp_path / "no.zarr"), "-o", str(tmp_path / "m"), "--config",
+               str(QUICKSTART)])  # fmt: skip
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "store not found" in err and "invalid training config" not in err
+
+
+def test_read_yaml_errors_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="missing.yaml: workflow file not found"):
+        read_yaml(tmp_path / "missing.yaml", "workflow")
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_yaml(tmp_path, "workflow")  # a directory
+    (tmp_path / "tag.yaml").write_text(f"a: {_EVIL}\n")
+    with pytest.raises(ConfigError, match="tag.yaml: not valid YAML"):
+        read_yaml(tmp_path / "tag.yaml")
+
+
+def test_relative_paths_are_taken_from_the_working_directory(tmp_path, monkeypatch):
+    """`featurize --workflow` and `run` resolve `acsf.n2p2` the same way: from the cwd."""
+    monkeypatch.chdir(ROOT)
+    workflow = ROOT / "workflows" / "n2p2.yaml"
+    via_featurize = load_descriptors(workflow, section="descriptors")
+    via_run = load_workflow(workflow).descriptors.build()
+    assert via_featurize.to_dict() == via_run.to_dict()
+    # A descriptors file in another folder: its relative path still starts at the cwd.
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "nets").mkdir()
+    shutil.copy(ROOT / "workflows" / "n2p2" / "input.nn", tmp_path / "nets" / "input.nn")
+    desc = tmp_path / "conf" / "descriptors.yaml"
+    desc.write_text(yaml.safe_dump({"acsf": {"n2p2": "nets/input.nn"}}))
+    monkeypatch.chdir(tmp_path)
+    assert load_descriptors(desc).acsf.features("Cu") == via_run.acsf.features("Cu")
+    monkeypatch.chdir(tmp_path / "conf")
+    with pytest.raises(Exception, match="nets/input.nn"):
+        load_descriptors(desc)
+    assert resolve_path("x/y") == tmp_path / "conf" / "x" / "y"
