@@ -88,7 +88,7 @@ def in_process(path: Path, descriptors, partition_atoms: int) -> float:
     import torch
 
     from dparallel.io import open_source
-    from dparallel.workflow.plan import plan_partitions
+    from dparallel.store.plan import plan_partitions
     from dparallel.workflow.stats import FeatureStats
 
     torch.set_num_threads(1)

@@ -29,7 +29,7 @@ def partition_arrays(tmp: Path, partition_atoms: int) -> dict[str, np.ndarray]:
     from bench_scaling import descriptor_set, make_dataset
 
     from dparallel.io import open_source
-    from dparallel.workflow.plan import plan_partitions
+    from dparallel.store.plan import plan_partitions
 
     torch.set_num_threads(1)
     source = open_source(make_dataset(tmp / "cu.extxyz", 2 * max(1, partition_atoms // 32)))

@@ -7,24 +7,31 @@ so that callers who catch the built-ins keep working.
 
 from __future__ import annotations
 
-from os import PathLike
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from os import PathLike
 
 __all__ = [
+    "BackendUnavailableError",
+    "ClusterError",
+    "ConfigError",
     "DParallelError",
+    "DescriptorError",
+    "DiskFullError",
     "InputError",
     "InputFormatError",
     "InvalidStructureError",
-    "SourceNotFoundError",
-    "StoreError",
-    "StoreMismatchError",
-    "StoreIncompleteError",
-    "ConfigError",
-    "DescriptorError",
-    "BackendUnavailableError",
     "KernelInputError",
-    "ClusterError",
     "PartitionFailedError",
+    "RunInterruptedError",
+    "SourceNotFoundError",
+    "StoreBusyError",
+    "StoreError",
+    "StoreIncompleteError",
+    "StoreMismatchError",
     "TrainingError",
+    "UnsafePathError",
 ]
 
 
@@ -81,6 +88,14 @@ class StoreIncompleteError(StoreError):
     """A store is read as complete but some partitions are not done."""
 
 
+class StoreBusyError(StoreError):
+    """Another process (this host or another) holds the store's lease: it is writing it."""
+
+
+class UnsafePathError(StoreError, ValueError):
+    """A path that must never be replaced (root, home, working directory, the input…)."""
+
+
 class ConfigError(DParallelError, ValueError):
     """A configuration (workflow, descriptor set, training config) is invalid."""
 
@@ -103,6 +118,14 @@ class ClusterError(DParallelError, RuntimeError):
 
 class PartitionFailedError(DParallelError, RuntimeError):
     """A partition kept failing (or killing its worker); names it and its structures."""
+
+
+class DiskFullError(DParallelError, OSError):
+    """The store's filesystem is full (or over quota); what was done is kept."""
+
+
+class RunInterruptedError(DParallelError):
+    """A run was interrupted (Ctrl-C, SIGTERM); says what is kept and how to resume."""
 
 
 class TrainingError(DParallelError, RuntimeError):

@@ -1,13 +1,32 @@
-"""The zarr store (the only package importing zarr); layout in docs/store-format.md."""
+"""The zarr store (the only package importing zarr); layout in docs/store-format.md.
+
+A store is laid out by its partition :class:`Plan`, created (or resumed, or replaced)
+by :func:`create_store` under the store's lease, and judged by one predicate,
+:func:`store_status`.
+"""
 
 from __future__ import annotations
 
-from dparallel.store._store import (
-    FORMAT_VERSION,
-    SOURCE_IDENTITY_KEYS,
-    Store,
-    create_store,
-    open_store,
-)
+from dparallel.store._create import StoreStatus, create_store, open_store, store_status
+from dparallel.store._lease import StoreLease, held_lease, lease_path
+from dparallel.store._safety import check_replaceable, is_dparallel_store
+from dparallel.store._store import FORMAT_VERSION, SOURCE_IDENTITY_KEYS, Store
+from dparallel.store.plan import Plan, Slots, plan_partitions
 
-__all__ = ["Store", "create_store", "open_store", "FORMAT_VERSION", "SOURCE_IDENTITY_KEYS"]
+__all__ = [
+    "FORMAT_VERSION",
+    "SOURCE_IDENTITY_KEYS",
+    "Plan",
+    "Slots",
+    "Store",
+    "StoreLease",
+    "StoreStatus",
+    "check_replaceable",
+    "create_store",
+    "held_lease",
+    "is_dparallel_store",
+    "lease_path",
+    "open_store",
+    "plan_partitions",
+    "store_status",
+]

@@ -8,13 +8,9 @@ arrays, and the group ``parts/<p>``), so processes write concurrently without lo
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
-import os
-import shutil
-from collections.abc import Mapping, Sequence
-from importlib import metadata
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,12 +19,14 @@ import zarr
 from zarr.codecs import BloscCodec
 
 from dparallel.errors import StoreError, StoreIncompleteError, StoreMismatchError
+from dparallel.store.plan import Plan
 from dparallel.types import StructureBatch
 
-if TYPE_CHECKING:  # pragma: no cover - the store must not import workflow at run time
-    from dparallel.workflow.plan import Plan
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Sequence
 
-__all__ = ["Store", "create_store", "open_store", "FORMAT_VERSION", "SOURCE_IDENTITY_KEYS"]
+__all__ = ["FORMAT_VERSION", "SOURCE_IDENTITY_KEYS", "Store"]
 
 log = logging.getLogger(__name__)
 
@@ -69,21 +67,6 @@ _STRUCTURE_ARRAYS: dict[str, tuple[str, tuple[int, ...], Any, Any]] = {
 }
 
 
-def _versions() -> dict[str, str]:
-    out = {}
-    for pkg in ("dparallel", "torch", "zarr", "numpy", "ase"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            if pkg == "dparallel":
-                from dparallel import __version__
-
-                out[pkg] = __version__
-            else:
-                out[pkg] = "not installed"
-    return out
-
-
 def _jsonable(config: Mapping[str, Any]) -> dict[str, Any]:
     try:
         return json.loads(json.dumps(dict(config), sort_keys=True))
@@ -92,6 +75,18 @@ def _jsonable(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _IDENTITY_ATTRS = {"format_version", "versions", "created", "source", "config", "plan", "slots"}
+
+
+def _records(value: Any) -> list[tuple[Any, Any]]:
+    """``[[index, reason], …]`` attributes as pairs (nothing for anything else)."""
+    if not isinstance(value, list):
+        return []
+    return [(rec[0], rec[1]) for rec in value if isinstance(rec, list) and len(rec) == 2]
+
+
+def _features_group(descriptor: str, element: str) -> str:
+    """Group (below ``parts/<p>``) of one descriptor's arrays for one central element."""
+    return f"features/{descriptor}/{element}"
 
 
 class Store:
@@ -151,8 +146,6 @@ class Store:
     @property
     def plan(self) -> Plan:
         """The partition plan the store was created with."""
-        from dparallel.workflow.plan import Plan  # pure module; imported lazily (layering)
-
         return Plan.from_dict(self._meta["plan"])
 
     @property
@@ -179,16 +172,23 @@ class Store:
         return int(self._meta["slots"]["structures"])
 
     def _array(self, name: str) -> zarr.Array:
-        return self._root[name]  # type: ignore[return-value]
+        node = self._root[name]
+        if not isinstance(node, zarr.Array):
+            raise StoreError(f"{self.path}: {name} is not an array")
+        return node
+
+    def _read(self, name: str, start: int | None = None, stop: int | None = None) -> np.ndarray:
+        """Rows ``[start, stop)`` of array ``name`` as numpy (all of it by default)."""
+        return np.asarray(self._array(name)[start:stop])
 
     # ---------------------------------------------------------- completion
     def done_partitions(self) -> np.ndarray:
         """Indices (int64, sorted) of the partitions marked done."""
-        return np.flatnonzero(self._array("partitions/done")[:]).astype(np.int64)
+        return np.flatnonzero(self._read("partitions/done")).astype(np.int64)
 
     def pending_partitions(self) -> np.ndarray:
         """Indices (int64, sorted) of the partitions not yet done."""
-        return np.flatnonzero(self._array("partitions/done")[:] == 0).astype(np.int64)
+        return np.flatnonzero(self._read("partitions/done") == 0).astype(np.int64)
 
     @property
     def is_complete(self) -> bool:
@@ -272,7 +272,7 @@ class Store:
         for p, recs in by_part.items():
             g = self._part_group(self._check_p(p), create=True)
             assert g is not None
-            old = {int(i): r for i, r in g.attrs.get("skipped", [])}
+            old = {int(i): str(r) for i, r in _records(g.attrs.get("skipped"))}
             old.update(dict(recs))
             g.attrs["skipped"] = [[i, old[i]] for i in sorted(old)]
 
@@ -282,7 +282,7 @@ class Store:
         if "parts" not in self._root:
             return out
         for _, g in self._root["parts"].groups():  # type: ignore[union-attr]
-            out += [(int(i), str(r)) for i, r in g.attrs.get("skipped", [])]
+            out += [(int(i), str(r)) for i, r in _records(g.attrs.get("skipped"))]
         return sorted(out)
 
     def mark_done(self, p: int, report: Mapping[str, Any] | None = None) -> None:
@@ -303,7 +303,8 @@ class Store:
     def report(self, p: int) -> dict[str, Any] | None:
         """The report stored by :meth:`mark_done`, if any."""
         g = self._part_group(int(p), create=False)
-        return None if g is None else g.attrs.get("report")
+        report = None if g is None else g.attrs.get("report")
+        return dict(report) if isinstance(report, Mapping) else None
 
     def write_partition_arrays(
         self, p: int, arrays: Mapping[str, np.ndarray], group: str | None = None
@@ -323,7 +324,7 @@ class Store:
                 name,
                 shape=values.shape,
                 dtype=values.dtype,
-                chunks=tuple(max(1, s) for s in values.shape) or None,
+                chunks=tuple(max(1, s) for s in values.shape),  # one chunk ((), for a scalar)
                 compressors=_compressors(values.dtype),
                 overwrite=True,
             )[...] = values
@@ -335,7 +336,46 @@ class Store:
             g = g.get(group, None)  # type: ignore[assignment]
         if g is None:
             return {}
-        return {name: a[...] for name, a in g.arrays()}
+        return {name: np.asarray(a[...]) for name, a in g.arrays()}
+
+    # ------------------------------------------------------------ features
+    def write_features(
+        self, p: int, features: Mapping[str, Mapping[str, Mapping[str, np.ndarray]]]
+    ) -> None:
+        """Write partition ``p``'s descriptors: ``features[descriptor][element][name]``.
+
+        ``name`` is ``values``, ``atom_index`` or ``d/<F>/<array>`` for the per-pair
+        derivatives with neighbour element F; they go to
+        ``parts/<p>/features/<descriptor>/<element>/<name>`` (docs/store-format.md).
+        """
+        for descriptor, per_element in features.items():
+            for element, arrays in per_element.items():
+                self.write_partition_arrays(p, arrays, group=_features_group(descriptor, element))
+
+    def read_features(
+        self, p: int, descriptor: str, derivatives: bool = True
+    ) -> dict[str, dict[str, np.ndarray]]:
+        """Partition ``p``'s arrays of ``descriptor`` by central element (as written).
+
+        Each element maps to ``values``, ``atom_index`` (local atom rows of the partition)
+        and, if stored and ``derivatives``, ``d/<F>/<name>`` per neighbour element F.
+        Elements without atoms in the partition are absent.
+        """
+        part = self._part_group(int(p), create=False)
+        node = None if part is None else part.get(f"features/{descriptor}")
+        if not isinstance(node, zarr.Group):
+            return {}
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for element, group in sorted(node.groups()):
+            arrays = {name: np.asarray(a[...]) for name, a in group.arrays()}
+            deriv = group.get("d") if derivatives else None
+            if isinstance(deriv, zarr.Group):
+                for neighbor, block in sorted(deriv.groups()):
+                    arrays.update(
+                        {f"d/{neighbor}/{n}": np.asarray(a[...]) for n, a in block.arrays()}
+                    )
+            out[element] = arrays
+        return out
 
     # ---------------------------------------------------- per-atom arrays
     def create_atom_array(
@@ -397,8 +437,8 @@ class Store:
     def _cumulative(self) -> np.ndarray:
         """(P + 1,) first stored-structure index of each partition (done ones only count)."""
         if self._cum is None:
-            n = self._array("partitions/n_structures")[:]
-            done = self._array("partitions/done")[:].astype(bool)
+            n = self._read("partitions/n_structures")
+            done = self._read("partitions/done").astype(bool)
             self._cum = np.concatenate([[0], np.cumsum(np.where(done, n, 0))]).astype(np.int64)
         return self._cum
 
@@ -413,14 +453,14 @@ class Store:
     @property
     def n_atoms(self) -> int:
         """Atoms stored by done partitions."""
-        done = self._array("partitions/done")[:].astype(bool)
-        return int(self._array("partitions/n_atoms")[:][done].sum())
+        done = self._read("partitions/done").astype(bool)
+        return int(self._read("partitions/n_atoms")[done].sum())
 
     @property
     def elements(self) -> list[int]:
         """Sorted atomic numbers present in done partitions."""
-        done = self._array("partitions/done")[:].astype(bool)
-        present = self._array("partitions/elements")[:][done].any(axis=0)
+        done = self._read("partitions/done").astype(bool)
+        present = self._read("partitions/elements")[done].any(axis=0)
         return [int(z) for z in np.flatnonzero(present)]
 
     def _spans(self, start: int, stop: int) -> list[tuple[int, int, int]]:
@@ -464,7 +504,7 @@ class Store:
         sa, sb = p * K + a, p * K + b
 
         def get(name: str, lo: int, hi: int) -> np.ndarray:
-            return self._array(f"structures/{name}")[lo:hi]
+            return self._read(f"structures/{name}", lo, hi)
 
         batch = StructureBatch(
             numbers=get("numbers", ra, rb).astype(np.int64),
@@ -496,9 +536,9 @@ class Store:
     def read_partition(self, p: int) -> StructureBatch:
         """The structures partition ``p`` stored (it must be done)."""
         p = int(p)
-        if not self._array("partitions/done")[p]:
+        if not self._read("partitions/done", p, p + 1)[0]:
             raise StoreIncompleteError(f"{self.path}: partition {p} is not done")
-        n = int(self._array("partitions/n_structures")[p])
+        n = int(self._read("partitions/n_structures", p, p + 1)[0])
         return self._read_local(p, 0, n)[0]
 
     def arrays(self) -> dict[str, dict[str, Any]]:
@@ -535,7 +575,7 @@ class Store:
             "n_atoms": self.n_atoms,
             "elements": [chemical_symbols[z] for z in self.elements],
             "complete": len(done) == self.n_partitions,
-            "partitions_done": int(len(done)),
+            "partitions_done": len(done),
             "partitions_total": self.n_partitions,
             "slots": dict(self._meta["slots"]),
             "skipped": [{"index": i, "reason": r} for i, r in skipped],
@@ -545,137 +585,3 @@ class Store:
             "versions": self._meta["versions"],
             "arrays": self.arrays(),
         }
-
-
-def _identity(fp: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: fp.get(k) for k in SOURCE_IDENTITY_KEYS}
-
-
-def create_store(
-    path: str | os.PathLike[str],
-    *,
-    source_fingerprint: Mapping[str, Any],
-    atom_counts: np.ndarray,
-    plan: Plan,
-    config: Mapping[str, Any],
-    overwrite: bool = False,
-) -> Store:
-    """Create a store with every structure array at final shape, or reopen a matching one.
-
-    Parameters
-    ----------
-    path
-        Directory of the zarr store.
-    source_fingerprint
-        ``StructureSource.fingerprint()``; its identity fields must match on reopen.
-    atom_counts
-        (S,) atoms per source structure; must agree with ``plan``.
-    plan
-        Partitions (``dparallel.workflow.plan_partitions``).
-    config
-        Validated, JSON-serialisable config; must match on reopen.
-    overwrite
-        Replace an existing store made from another source or config.
-
-    Returns
-    -------
-    Store
-        Open for writing (``mode="r+"``). An existing store made from the same source,
-        config and plan is returned as it is, so done partitions are kept (resume).
-
-    Raises
-    ------
-    StoreMismatchError
-        The path holds another store (or something else) and ``overwrite`` is False.
-    """
-    path = Path(path).expanduser().resolve()
-    counts = np.asarray(atom_counts, np.int64).reshape(-1)
-    if plan.n_structures != counts.shape[0] or int(plan.atoms.sum()) != int(counts.sum()):
-        raise StoreError(
-            f"plan covers {plan.n_structures} structures / {int(plan.atoms.sum())} atoms, "
-            f"atom_counts has {counts.shape[0]} / {int(counts.sum())}"
-        )
-    config = _jsonable(config)
-    fingerprint = _jsonable(source_fingerprint)
-    if path.exists():
-        if not overwrite:
-            try:
-                existing = Store(path, mode="r+")
-            except StoreError as exc:
-                raise StoreMismatchError(
-                    f"{path} exists and is not a dparallel store of this version ({exc}); "
-                    "remove it or pass overwrite=True (--overwrite)"
-                ) from None
-            meta = existing.attrs
-            diffs = []
-            if _identity(meta["source"]) != _identity(fingerprint):
-                diffs.append(
-                    f"source {meta['source'].get('path')} ≠ {fingerprint.get('path')} "
-                    "(content differs)"
-                )
-            if meta["config"] != config:
-                diffs.append(f"config {meta['config']} ≠ {config}")
-            if meta["plan"] != _jsonable(plan.to_dict()):
-                diffs.append("partition plan differs")
-            if diffs:
-                raise StoreMismatchError(
-                    f"{path} was made from another source or config: "
-                    + "; ".join(diffs)
-                    + ". Pass overwrite=True (--overwrite) to replace it."
-                )
-            return existing
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    A, K = plan.slots
-    P = plan.n_partitions
-    # Build beside the target and rename: an interrupted creation never leaves a
-    # half-made store at ``path`` that a resumed run would refuse.
-    building = path.with_name(f"{path.name}.creating-{os.getpid()}")
-    if building.exists():
-        shutil.rmtree(building)
-    root = zarr.open_group(str(building), mode="w")
-    for name, (axis, trailing, dtype, fill) in _STRUCTURE_ARRAYS.items():
-        cap = A if axis == "atom" else K
-        root.create_array(
-            f"structures/{name}",
-            shape=(P * cap, *trailing),
-            chunks=(cap, *trailing),
-            dtype=dtype,
-            fill_value=fill,
-            compressors=_compressors(dtype),
-        )
-    for name, trailing, dtype in (
-        ("n_structures", (), np.int64),
-        ("n_atoms", (), np.int64),
-        ("elements", (_N_Z,), np.bool_),
-        ("done", (), np.uint8),
-    ):
-        root.create_array(
-            f"partitions/{name}",
-            shape=(P, *trailing),
-            chunks=(1, *trailing),
-            dtype=dtype,
-            fill_value=0,
-            compressors=_compressors(dtype),
-        )
-    root.create_group("parts")
-    root.create_group("atoms")
-    root.attrs["dparallel"] = {
-        "format_version": FORMAT_VERSION,
-        "versions": _versions(),
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "source": fingerprint,
-        "config": config,
-        "plan": plan.to_dict(),
-        "slots": {"atoms": A, "structures": K},
-    }
-    os.replace(building, path)
-    log.info("created store %s: %d partitions, slots %s", path, P, plan.slots)
-    return Store(path, mode="r+")
-
-
-def open_store(path: str | os.PathLike[str], mode: Literal["r", "r+"] = "r") -> Store:
-    """Open an existing dparallel store (``mode="r"`` read-only, ``"r+"`` to write)."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise StoreError(f"store not found: {p}")
-    return Store(p, mode=mode)

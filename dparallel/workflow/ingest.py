@@ -8,22 +8,23 @@ can submit it per partition unchanged. :func:`ingest` runs every pending one in-
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.io import StructureSource, open_source
-from dparallel.store import Store, create_store
-from dparallel.workflow.plan import plan_partitions
+from dparallel.store import Store, StoreLease, create_store, plan_partitions
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable, Iterable
 
 __all__ = [
+    "DEFAULT_PARTITION_ATOMS",
+    "IngestResult",
     "ingest",
     "ingest_partition",
     "prepare_ingest",
-    "IngestResult",
-    "DEFAULT_PARTITION_ATOMS",
 ]
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ def prepare_ingest(
     *,
     partition_atoms: int = DEFAULT_PARTITION_ATOMS,
     overwrite: bool = False,
+    protect: Iterable[str | os.PathLike[str]] = (),
 ) -> Store:
     """Plan partitions for ``source`` and create (or reopen, for resume) the store."""
     plan = plan_partitions(source.atom_counts, partition_atoms)
@@ -71,6 +73,7 @@ def prepare_ingest(
         plan=plan,
         config=ingest_config(source, partition_atoms),
         overwrite=overwrite,
+        protect=protect,
     )
 
 
@@ -105,6 +108,7 @@ def ingest(
     on_error: Literal["raise", "skip"] = "raise",
     partition_atoms: int = DEFAULT_PARTITION_ATOMS,
     overwrite: bool = False,
+    protect: Iterable[str | os.PathLike[str]] = (),
     progress: Callable[[int, int], None] | None = None,
 ) -> IngestResult:
     """Ingest ``input_path`` into the store at ``store_path`` in this process.
@@ -115,16 +119,24 @@ def ingest(
     """
     t0 = time.perf_counter()
     source = open_source(input_path, format, units=units, on_error=on_error)
-    store = prepare_ingest(source, store_path, partition_atoms=partition_atoms, overwrite=overwrite)
-    pending = store.pending_partitions()
-    already = store.n_partitions - len(pending)
-    if already:
-        log.info("resuming: %d of %d partitions already done", already, store.n_partitions)
-    n_skipped = 0
-    for k, p in enumerate(pending):
-        n_skipped += ingest_partition(source, store, int(p))["n_skipped"]
-        if progress is not None:
-            progress(already + k + 1, store.n_partitions)
+    with StoreLease(store_path, command="dparallel ingest") as lease:
+        store = prepare_ingest(
+            source,
+            store_path,
+            partition_atoms=partition_atoms,
+            overwrite=overwrite,
+            protect=protect,
+        )
+        pending = store.pending_partitions()
+        already = store.n_partitions - len(pending)
+        if already:
+            log.info("resuming: %d of %d partitions already done", already, store.n_partitions)
+        n_skipped = 0
+        for k, p in enumerate(pending):
+            lease.check()
+            n_skipped += ingest_partition(source, store, int(p))["n_skipped"]
+            if progress is not None:
+                progress(already + k + 1, store.n_partitions)
     return IngestResult(
         store=store,
         partitions_written=len(pending),

@@ -14,9 +14,9 @@ from dparallel.errors import StoreError, StoreIncompleteError, StoreMismatchErro
 from dparallel.io import open_source
 from dparallel.io.synthetic import random_structures
 from dparallel.store import FORMAT_VERSION, create_store, open_store
+from dparallel.store.plan import plan_partitions
 from dparallel.types import StructureBatch
 from dparallel.workflow.ingest import ingest, ingest_partition, prepare_ingest
-from dparallel.workflow.plan import plan_partitions
 
 
 @pytest.fixture
@@ -94,6 +94,7 @@ def test_reopen_same_returns_existing_and_mismatch_refused(tmp_path, xyz, rng):
     fresh = _new(tmp_path, osrc, overwrite=True)
     assert len(fresh.done_partitions()) == 0
     (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("mine")
     with pytest.raises(StoreMismatchError, match="not a dparallel store"):
         create_store(
             tmp_path / "junk",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dparallel.errors import ConfigError
-from dparallel.workflow.plan import Plan, Slots, plan_partitions
+from dparallel.store.plan import Plan, Slots, plan_partitions
 
 
 def _check_invariants(counts, plan, target):

@@ -1,0 +1,366 @@
+"""Create, reopen or replace a store, and the one predicate of whether a store is current.
+
+:func:`store_status` compares what is at a path with a source fingerprint, a config and a
+plan; :func:`create_store` (every writer) and ``dparallel run`` (is featurization needed?)
+both decide with it. A new store is built beside its target (``<name>.creating-…``)
+and renamed into place only once complete; when it replaces an old store (``overwrite``),
+the old one stays until that moment and only provably dparallel stores are replaced
+(:func:`~dparallel.store._safety.check_replaceable`). Everything runs under the store's
+lease (:class:`~dparallel.store._lease.StoreLease`), which also makes leftovers of
+interrupted creations safe to remove.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import logging
+import os
+import re
+import secrets
+import shutil
+import socket
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import zarr
+
+from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError
+from dparallel.store._lease import StoreLease
+from dparallel.store._safety import check_replaceable, store_format
+from dparallel.store._store import (
+    _N_Z,
+    _STRUCTURE_ARRAYS,
+    FORMAT_VERSION,
+    SOURCE_IDENTITY_KEYS,
+    Store,
+    _compressors,
+    _jsonable,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from dparallel.store.plan import Plan
+
+__all__ = ["StoreStatus", "create_store", "open_store", "store_status"]
+
+log = logging.getLogger(__name__)
+
+_Kind = Literal["missing", "empty", "foreign", "other_format", "store"]
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for pkg in ("dparallel", "torch", "zarr", "numpy", "ase"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            if pkg == "dparallel":
+                from dparallel import __version__
+
+                out[pkg] = __version__
+            else:
+                out[pkg] = "not installed"
+    return out
+
+
+def _identity(fp: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: fp.get(k) for k in SOURCE_IDENTITY_KEYS}
+
+
+def _changed_keys(old: Any, new: Any, prefix: str = "", depth: int = 3) -> list[str]:
+    """Dotted keys whose values differ (down to ``depth`` levels)."""
+    if old == new:
+        return []
+    if depth == 0 or not (isinstance(old, dict) and isinstance(new, dict)):
+        return [prefix or "(whole value)"]
+    out = []
+    for key in sorted(set(old) | set(new), key=str):
+        out += _changed_keys(old.get(key), new.get(key), f"{prefix}{key}.", depth - 1)
+    return [k.rstrip(".") for k in out]
+
+
+def _differences(
+    meta: Mapping[str, Any], fingerprint: Mapping[str, Any], config: Any, plan: Plan
+) -> list[str]:
+    """Why a store's attributes do not belong to this source, config and plan (empty: they do)."""
+    diffs = []
+    source = meta.get("source", {})
+    if _identity(source) != _identity(fingerprint):
+        fields = ", ".join(_changed_keys(_identity(source), _identity(fingerprint)))
+        diffs.append(
+            f"source {source.get('path')} ≠ {fingerprint.get('path')} (content differs: {fields})"
+        )
+    if meta.get("config") != config:
+        diffs.append("config differs in " + ", ".join(_changed_keys(meta.get("config"), config)))
+    if meta.get("plan") != _jsonable(plan.to_dict()):
+        diffs.append("partition plan differs")
+    return diffs
+
+
+@dataclass(frozen=True)
+class StoreStatus:
+    """What is at a store path, compared with a source, config and plan.
+
+    ``kind``: ``"missing"`` (nothing), ``"empty"`` (an empty directory), ``"foreign"``
+    (a file or a folder that is not a dparallel store), ``"other_format"`` (a dparallel
+    store of another format version) or ``"store"``. ``differences`` says why a store
+    was made from something else; ``complete`` whether all its partitions are done.
+    """
+
+    path: Path
+    kind: _Kind
+    differences: tuple[str, ...] = ()
+    complete: bool = False
+    attrs: dict[str, Any] = field(default_factory=dict, repr=False)
+    format_version: int | None = None
+
+    @property
+    def matches(self) -> bool:
+        """A store made from this source, config and plan (resumable as it is)."""
+        return self.kind == "store" and not self.differences
+
+    @property
+    def current(self) -> bool:
+        """A matching store with every partition done."""
+        return self.matches and self.complete
+
+    def refusal(self) -> str:
+        """Why it cannot be used without replacing it; suggests ``--overwrite`` only for stores."""
+        where = str(self.path)
+        if self.kind == "foreign":
+            return (
+                f"{where} exists and is not a dparallel store; dparallel writes only into a "
+                "new path, an empty directory or its own stores: choose another output path"
+            )
+        if self.kind == "other_format":
+            return (
+                f"{where} is a dparallel store of format {self.format_version}, this dparallel "
+                f"writes format {FORMAT_VERSION}; pass overwrite=True (--overwrite) to replace it"
+            )
+        return (
+            f"{where} was made from another source or config: {'; '.join(self.differences)}. "
+            "Pass overwrite=True (--overwrite) to replace it."
+        )
+
+
+def store_status(
+    path: str | os.PathLike[str],
+    *,
+    source_fingerprint: Mapping[str, Any],
+    config: Mapping[str, Any],
+    plan: Plan,
+) -> StoreStatus:
+    """Compare what is at ``path`` with a source, config and plan (reads metadata only).
+
+    This is the one test of whether a store belongs to a run: :func:`create_store`
+    reopens a store only if it :attr:`~StoreStatus.matches`, and ``dparallel run``
+    skips featurization only if it is :attr:`~StoreStatus.current`.
+    """
+    target = Path(path).expanduser().resolve()
+    if not (target.exists() or target.is_symlink()):
+        return StoreStatus(target, "missing")
+    if target.is_dir() and not any(os.scandir(target)):
+        return StoreStatus(target, "empty")
+    version = store_format(target) if target.is_dir() else None
+    if version is None:
+        return StoreStatus(target, "foreign")
+    if version != FORMAT_VERSION:
+        return StoreStatus(target, "other_format", format_version=version)
+    try:
+        store = Store(target, mode="r")
+    except StoreError:
+        return StoreStatus(target, "foreign")
+    meta = store.attrs
+    diffs = _differences(meta, _jsonable(source_fingerprint), _jsonable(config), plan)
+    return StoreStatus(
+        target,
+        "store",
+        differences=tuple(diffs),
+        complete=store.is_complete,
+        attrs=meta,
+        format_version=version,
+    )
+
+
+_LEFTOVER = r"\.(creating|replaced)-[A-Za-z0-9._-]+"
+
+
+def _remove_leftovers(path: Path) -> None:
+    """Remove what interrupted creations left beside ``path`` (call it holding the lease)."""
+    pattern = re.compile(re.escape(path.name) + _LEFTOVER)
+    try:
+        siblings = list(os.scandir(path.parent))
+    except OSError:
+        return
+    for entry in siblings:
+        if pattern.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
+            log.info("removing %s, left by an interrupted store creation", entry.path)
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _build(building: Path, fingerprint: dict, config: dict, plan: Plan) -> None:
+    """Write an empty store (every array at final shape) at ``building``."""
+    A, K = plan.slots
+    P = plan.n_partitions
+    root = zarr.open_group(str(building), mode="w")
+    for name, (axis, trailing, dtype, fill) in _STRUCTURE_ARRAYS.items():
+        cap = A if axis == "atom" else K
+        root.create_array(
+            f"structures/{name}",
+            shape=(P * cap, *trailing),
+            chunks=(cap, *trailing),
+            dtype=dtype,
+            fill_value=fill,
+            compressors=_compressors(dtype),
+        )
+    for name, trailing, dtype in (
+        ("n_structures", (), np.int64),
+        ("n_atoms", (), np.int64),
+        ("elements", (_N_Z,), np.bool_),
+        ("done", (), np.uint8),
+    ):
+        root.create_array(
+            f"partitions/{name}",
+            shape=(P, *trailing),
+            chunks=(1, *trailing),
+            dtype=dtype,
+            fill_value=0,
+            compressors=_compressors(dtype),
+        )
+    root.create_group("parts")
+    root.create_group("atoms")
+    root.attrs["dparallel"] = {
+        "format_version": FORMAT_VERSION,
+        "versions": _versions(),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "source": fingerprint,
+        "config": config,
+        "plan": plan.to_dict(),
+        "slots": {"atoms": A, "structures": K},
+    }
+
+
+def _swap_in(building: Path, path: Path, token: str, replace: bool) -> None:
+    """Rename the finished ``building`` to ``path``; an old store there goes only then."""
+    if not replace:
+        try:
+            os.rename(building, path)  # also onto an empty directory
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                raise StoreBusyError(
+                    f"{path} appeared while this run was creating it (another run without "
+                    "the lease, or a user); nothing was changed there: rerun to use it"
+                ) from None
+            raise
+        return
+    old = path.with_name(f"{path.name}.replaced-{token}")
+    os.rename(path, old)
+    try:
+        os.rename(building, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def create_store(
+    path: str | os.PathLike[str],
+    *,
+    source_fingerprint: Mapping[str, Any],
+    atom_counts: np.ndarray,
+    plan: Plan,
+    config: Mapping[str, Any],
+    overwrite: bool = False,
+    protect: Iterable[str | os.PathLike[str]] = (),
+) -> Store:
+    """Create a store with every structure array at final shape, or reopen a matching one.
+
+    Parameters
+    ----------
+    path
+        Directory of the zarr store (a new path or an empty directory; with
+        ``overwrite``, also a dparallel store).
+    source_fingerprint
+        ``StructureSource.fingerprint()``; its identity fields must match on reopen, and
+        its ``path`` is never replaced.
+    atom_counts
+        (S,) atoms per source structure; must agree with ``plan``.
+    plan
+        Partitions (:func:`dparallel.store.plan_partitions`).
+    config
+        Validated, JSON-serialisable config; must match on reopen.
+    overwrite
+        Replace a dparallel store made from another source or config (or the same: start
+        over). Never replaces anything else (see :func:`check_replaceable`).
+    protect
+        More files the run reads (workflow, descriptors): ``path`` may not be or hold them.
+
+    Returns
+    -------
+    Store
+        Open for writing (``mode="r+"``). An existing store made from the same source,
+        config and plan is returned as it is, so done partitions are kept (resume).
+
+    Raises
+    ------
+    StoreMismatchError
+        The path holds another store (without ``overwrite``) or something that is not a
+        dparallel store.
+    UnsafePathError
+        ``overwrite`` would replace the root, home or working directory or an input.
+    StoreBusyError
+        Another run holds the store's lease.
+    """
+    path = Path(path).expanduser().resolve()
+    counts = np.asarray(atom_counts, np.int64).reshape(-1)
+    if plan.n_structures != counts.shape[0] or int(plan.atoms.sum()) != int(counts.sum()):
+        raise StoreError(
+            f"plan covers {plan.n_structures} structures / {int(plan.atoms.sum())} atoms, "
+            f"atom_counts has {counts.shape[0]} / {int(counts.sum())}"
+        )
+    config = _jsonable(config)
+    fingerprint = _jsonable(source_fingerprint)
+    protected = [*protect, *([fingerprint["path"]] if fingerprint.get("path") else [])]
+
+    def decide() -> StoreStatus | None:
+        """The status when a new store is to be built at ``path``; ``None``: reopen it."""
+        status = store_status(path, source_fingerprint=fingerprint, config=config, plan=plan)
+        if status.kind in ("missing", "empty") or overwrite:
+            if status.kind != "missing":
+                check_replaceable(path, protected)
+            return status
+        if status.matches:
+            return None
+        raise StoreMismatchError(status.refusal())
+
+    if path.exists() or path.is_symlink():
+        decide()  # refuse early, before even the lock file is made beside ``path``
+    with StoreLease(path, command="create_store"):
+        _remove_leftovers(path)
+        status = decide()  # again: only now, holding the lease, is the answer final
+        if status is None:
+            return Store(path, mode="r+")
+        replace = status.kind != "missing"
+        token = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+        building = path.with_name(f"{path.name}.creating-{token}")
+        try:
+            _build(building, fingerprint, config, plan)
+            _swap_in(building, path, token, replace)
+        finally:
+            if building.exists():
+                shutil.rmtree(building, ignore_errors=True)
+    log.info("created store %s: %d partitions, slots %s", path, plan.n_partitions, plan.slots)
+    return Store(path, mode="r+")
+
+
+def open_store(path: str | os.PathLike[str], mode: Literal["r", "r+"] = "r") -> Store:
+    """Open an existing dparallel store (``mode="r"`` read-only, ``"r+"`` to write)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise StoreError(f"store not found: {p}")
+    return Store(p, mode=mode)

@@ -1,0 +1,317 @@
+"""The store lease: one writing run per store, safe on filesystems shared by several hosts.
+
+A run that creates or fills a store holds ``<store>.lock`` beside it: a small JSON file
+created with ``O_CREAT | O_EXCL`` (atomic on local filesystems and NFS v3+) that names its
+holder (host, pid, process start time, pid namespace, boot id, a random token) and carries
+a heartbeat time that a background thread renews every ``timeout / 6`` seconds.
+
+A second run finds the file and is refused (:class:`~dparallel.errors.StoreBusyError`)
+unless the lease is stale:
+
+* its heartbeat is older than ``timeout`` seconds (any host; the holder hung or died), or
+* the holder ran on this very machine (same host name, boot and pid namespace) and that
+  process no longer exists (pid gone, or reused by a process started later).
+
+A stale lease is broken by renaming it to a unique name and checking that the renamed
+file is the stale one (so two runs breaking it at once cannot both win), then taken
+with ``O_EXCL`` as usual. A holder whose heartbeat finds the file gone or someone else's
+token has lost the lease (``lost`` is set; :meth:`StoreLease.check` raises): a run
+stalled for longer than ``timeout`` stops instead of writing beside its successor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dparallel.errors import StoreBusyError, StoreError
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["DEFAULT_TIMEOUT", "ENV_LEASE_TIMEOUT", "StoreLease", "held_lease", "lease_path"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds without a heartbeat after which a lease counts as abandoned.
+DEFAULT_TIMEOUT = 60.0
+#: Environment variable overriding :data:`DEFAULT_TIMEOUT`.
+ENV_LEASE_TIMEOUT = "DPARALLEL_LEASE_TIMEOUT"
+
+_HELD: dict[Path, StoreLease] = {}  # leases this process holds, by lock file
+_HELD_LOCK = threading.Lock()
+
+
+def lease_path(store: str | os.PathLike[str]) -> Path:
+    """The lock file of the store at ``store``: ``<store>.lock`` beside it."""
+    path = Path(store).expanduser().resolve()
+    return path.with_name(path.name + ".lock")
+
+
+def held_lease(store: str | os.PathLike[str]) -> StoreLease | None:
+    """The lease this process holds on ``store``, if any."""
+    with _HELD_LOCK:
+        return _HELD.get(lease_path(store))
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _identity() -> dict[str, Any]:
+    """Who holds a lease: enough to tell, from this host, whether that process still lives."""
+    import psutil
+
+    pid = os.getpid()
+    try:
+        pidns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pidns = ""
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "started": psutil.Process(pid).create_time(),
+        "pidns": pidns,
+        "boot": _read_text("/proc/sys/kernel/random/boot_id"),
+    }
+
+
+def _process_gone(holder: dict[str, Any]) -> bool:
+    """Whether ``holder`` ran on this machine and its process no longer exists."""
+    import psutil
+
+    mine = _identity()
+    if any(holder.get(k) != mine[k] for k in ("host", "pidns", "boot")):
+        return False  # another machine or container: only the heartbeat can tell
+    try:
+        started = psutil.Process(int(holder["pid"])).create_time()
+    except (psutil.NoSuchProcess, KeyError, TypeError, ValueError):
+        return True
+    except psutil.Error:
+        return False
+    return abs(started - float(holder.get("started", 0.0))) > 1.0  # pid reused since
+
+
+def _describe(holder: dict[str, Any], now: float) -> str:
+    age = now - float(holder.get("heartbeat", now))
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.get("since", now))))
+    return (
+        f"{holder.get('command') or 'a dparallel run'} (pid {holder.get('pid')} on "
+        f"{holder.get('host')}, since {since}, last heartbeat {age:.0f} s ago)"
+    )
+
+
+class StoreLease:
+    """Exclusive right to create or fill the store at ``store``; a context manager.
+
+    Reentrant within a process: acquiring a lease this process already holds returns the
+    same lease (and needs as many releases).
+
+    Parameters
+    ----------
+    store
+        The store's path (it need not exist yet).
+    command
+        What holds it, shown to a refused run (e.g. ``"dparallel featurize"``).
+    timeout
+        Seconds without a heartbeat after which the lease is abandoned (default
+        ``$DPARALLEL_LEASE_TIMEOUT`` or 60).
+    """
+
+    def __init__(
+        self, store: str | os.PathLike[str], command: str = "", timeout: float | None = None
+    ) -> None:
+        self.store = Path(store).expanduser().resolve()
+        self.path = lease_path(self.store)
+        self.command = command
+        if timeout is None:
+            timeout = float(os.environ.get(ENV_LEASE_TIMEOUT, DEFAULT_TIMEOUT))
+        self.timeout = float(timeout)
+        self.token = secrets.token_hex(8)
+        self.lost = threading.Event()
+        self._since = time.time()
+        self._depth = 0
+        self._outer: StoreLease | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- records
+    def _record(self) -> dict[str, Any]:
+        now = time.time()
+        return {
+            **_identity(),
+            "token": self.token,
+            "command": self.command,
+            "store": str(self.store),
+            "since": self._since,
+            "heartbeat": now,
+        }
+
+    def _read(self) -> dict[str, Any] | None:
+        """The current lock file's record (``{}`` if unreadable), ``None`` if there is none."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return {}
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _stale(self, holder: dict[str, Any], now: float) -> bool:
+        if not holder:  # being written right now, or garbage: judge it by the file's age
+            try:
+                return now - self.path.stat().st_mtime > self.timeout
+            except OSError:
+                return False
+        if now - float(holder.get("heartbeat", 0.0)) > self.timeout:
+            return True
+        return _process_gone(holder)
+
+    # ---------------------------------------------------------------- acquire
+    def _create(self) -> bool:
+        """Create the lock file exclusively; ``False`` if it exists."""
+        self._since = time.time()
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as fh:
+            json.dump(self._record(), fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return True
+
+    def _break(self, holder: dict[str, Any]) -> None:
+        """Remove a stale lock file, unless someone replaced it meanwhile."""
+        grave = self.path.with_name(f"{self.path.name}.stale-{secrets.token_hex(6)}")
+        try:
+            os.rename(self.path, grave)
+        except FileNotFoundError:
+            return  # another run broke it first
+        try:
+            taken = json.loads(grave.read_text()) if holder else {}
+        except (OSError, ValueError):
+            taken = {}
+        if holder and taken.get("token") != holder.get("token"):
+            # We renamed a fresh lease (taken between our read and our rename): put it back.
+            with contextlib.suppress(OSError):
+                os.link(grave, self.path)
+        with contextlib.suppress(OSError):
+            grave.unlink()
+
+    def acquire(self) -> StoreLease:
+        """Take the lease (breaking a stale one) or raise :class:`StoreBusyError`."""
+        with _HELD_LOCK:
+            outer = _HELD.get(self.path)
+            if outer is not None:
+                outer._depth += 1
+                self._outer = outer
+                return outer
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(5):
+            if self._create():
+                break
+            holder = self._read()
+            if holder is None:
+                continue  # released between our attempts
+            now = time.time()
+            if not self._stale(holder, now):
+                raise StoreBusyError(
+                    f"{self.store} is being written by {_describe(holder, now)}; wait for it "
+                    f"to finish, or stop it. A lease whose holder died is taken over after "
+                    f"{self.timeout:.0f} s without heartbeat (at once on the same host); "
+                    f"lock file {self.path}"
+                )
+            log.warning("taking over the abandoned lease %s: %s", self.path, _describe(holder, now))
+            self._break(holder)
+        else:
+            raise StoreBusyError(f"cannot take the lease {self.path}: it keeps changing hands")
+        self._depth = 1
+        with _HELD_LOCK:
+            _HELD[self.path] = self
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._beat, name=f"dparallel-lease-{self.store.name}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    # -------------------------------------------------------------- heartbeat
+    def _beat(self) -> None:
+        interval = max(self.timeout / 6.0, 0.05)
+        while not self._stop.wait(interval):
+            try:
+                self.renew()
+            except StoreError as exc:
+                log.error("%s", exc)
+                return
+
+    def renew(self) -> None:
+        """Write a fresh heartbeat; sets :attr:`lost` and raises if the lease is not ours."""
+        current = self._read()
+        if current == {}:
+            return  # unreadable for a moment: judge it at the next beat
+        if current is None or current.get("token") != self.token:
+            self.lost.set()
+            raise StoreError(f"lost the lease {self.path}: another run took the store over")
+        tmp = self.path.with_name(f"{self.path.name}.{self.token}.tmp")
+        try:
+            tmp.write_text(json.dumps(self._record()))
+            os.replace(tmp, self.path)
+        except OSError as exc:  # e.g. a full disk: keep the old heartbeat, try again later
+            log.debug("cannot renew the lease %s: %s", self.path, exc)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def check(self) -> None:
+        """Raise :class:`StoreError` if the lease was lost (see module docstring)."""
+        lease = self._outer or self
+        if lease.lost.is_set():
+            raise StoreError(
+                f"lost the lease {lease.path}: this run stalled for more than "
+                f"{lease.timeout:.0f} s and another run took the store over; stopping"
+            )
+
+    # ---------------------------------------------------------------- release
+    def release(self) -> None:
+        """Give the lease back (removes the lock file if it is still ours)."""
+        lease = self._outer or self
+        with _HELD_LOCK:
+            lease._depth -= 1
+            if lease._depth > 0:
+                return
+            _HELD.pop(lease.path, None)
+        lease._stop.set()
+        if lease._thread is not None:
+            lease._thread.join(timeout=10)
+        current = lease._read()
+        if current and current.get("token") == lease.token:
+            with contextlib.suppress(FileNotFoundError):
+                lease.path.unlink()
+
+    def __enter__(self) -> StoreLease:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

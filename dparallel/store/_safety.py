@@ -1,0 +1,163 @@
+"""What dparallel may replace: only its own stores (or an empty directory), never more.
+
+:func:`check_replaceable` is asked before anything at a store path is replaced
+(``overwrite=True``). It refuses the filesystem root, the home directory, the working
+directory and every folder above them, any path that is or holds a protected file (the
+input, the workflow or descriptors file), anything that is not provably a dparallel store,
+and a store that holds files dparallel did not write. Paths are compared after resolving
+symbolic links, so a link cannot smuggle one of these past the checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dparallel.errors import StoreMismatchError, UnsafePathError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = [
+    "STORE_ENTRIES",
+    "check_not_dangerous",
+    "check_replaceable",
+    "is_dparallel_store",
+    "store_format",
+]
+
+#: Top-level entries of a dparallel store (``zarr.json`` and the groups create_store makes).
+STORE_ENTRIES = frozenset({"zarr.json", "structures", "partitions", "parts", "atoms"})
+
+
+def store_format(path: Path) -> int | None:
+    """The ``format_version`` of the dparallel store at ``path``, or ``None`` if it is none.
+
+    A dparallel store is a directory holding a zarr v3 group whose root attributes carry a
+    ``dparallel`` block with a ``format_version`` (read from ``zarr.json`` directly, so
+    any version, old or new, is recognised).
+    """
+    try:
+        doc = json.loads((path / "zarr.json").read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(doc, dict) or doc.get("node_type") != "group":
+        return None
+    attrs = doc.get("attributes")
+    block = attrs.get("dparallel") if isinstance(attrs, dict) else None
+    version = block.get("format_version") if isinstance(block, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
+
+
+def is_dparallel_store(path: Path) -> bool:
+    """Whether ``path`` is a directory holding a dparallel store (see :func:`store_format`)."""
+    return path.is_dir() and store_format(path) is not None
+
+
+def _homes() -> set[Path]:
+    """The home directory as ``~`` and as ``$HOME`` say it (they may differ), resolved."""
+    out = set()
+    for text in (os.environ.get("HOME"), os.path.expanduser("~")):
+        if text:
+            out.add(Path(text).resolve())
+    return out
+
+
+def _within(inner: Path, outer: Path) -> bool:
+    """``inner`` is ``outer`` or lies below it."""
+    return inner == outer or outer in inner.parents
+
+
+def _danger(target: Path, protect: Iterable[str | os.PathLike[str]]) -> str | None:
+    """Why ``target`` (resolved) must never be replaced, or ``None``."""
+    if target.parent == target:
+        return "it is the filesystem root"
+    for home in _homes():
+        if _within(home, target):
+            return (
+                "it is your home directory"
+                if home == target
+                else (f"it holds your home directory {home}")
+            )
+    cwd = Path.cwd().resolve()
+    if _within(cwd, target):
+        return (
+            "it is the working directory"
+            if cwd == target
+            else (f"it holds the working directory {cwd}")
+        )
+    for item in protect:
+        given = Path(item).expanduser().absolute()
+        for form in {given, given.resolve()}:
+            if _within(form, target):
+                return f"it is or holds {given}, which this run reads"
+    return None
+
+
+def _sample(names: Iterable[str], most: int = 5) -> str:
+    shown = sorted(names)
+    text = ", ".join(shown[:most])
+    return text + (f" and {len(shown) - most} more" if len(shown) > most else "")
+
+
+def check_not_dangerous(
+    path: str | os.PathLike[str], protect: Iterable[str | os.PathLike[str]] = ()
+) -> Path:
+    """Raise :class:`UnsafePathError` if ``path`` must never be written over; returns it resolved.
+
+    Refused: the filesystem root, the home directory (``~`` and ``$HOME``), the working
+    directory, any folder above them, and any path that is or holds a ``protect`` file.
+    """
+    given = Path(path).expanduser()
+    target = given.resolve()
+    reason = _danger(target, protect)
+    if reason is not None:
+        raise UnsafePathError(f"refusing to replace {given}: {reason}")
+    return target
+
+
+def check_replaceable(
+    path: str | os.PathLike[str], protect: Iterable[str | os.PathLike[str]] = ()
+) -> Path:
+    """Raise unless whatever is at ``path`` may be replaced by a new store; returns it resolved.
+
+    Allowed: nothing at ``path``, an empty directory, or a dparallel store (any format
+    version) holding only what dparallel writes. ``protect`` lists files the run reads.
+
+    Raises
+    ------
+    UnsafePathError
+        ``path`` is (or holds) the filesystem root, the home or working directory, or a
+        protected file.
+    StoreMismatchError
+        ``path`` holds something that is not a dparallel store (a file, a folder with other
+        content) or a store with foreign files in it. The message never suggests
+        ``--overwrite``: that flag cannot replace what is not a store.
+    """
+    given = Path(path).expanduser()
+    target = check_not_dangerous(given, protect)
+    if not (target.exists() or target.is_symlink()):
+        return target
+    advice = "choose another output path, or move it away yourself"
+    if not target.is_dir():
+        raise StoreMismatchError(
+            f"{given} is a file, not a dparallel store; dparallel replaces only its own "
+            f"stores: {advice}"
+        )
+    entries = {entry.name for entry in os.scandir(target)}
+    if not entries:
+        return target
+    if store_format(target) is None:
+        raise StoreMismatchError(
+            f"{given} exists and is not a dparallel store (it holds {_sample(entries)}); "
+            f"dparallel replaces only its own stores: {advice}"
+        )
+    foreign = entries - STORE_ENTRIES
+    if foreign:
+        raise StoreMismatchError(
+            f"{given} is a dparallel store but also holds files dparallel did not write "
+            f"({_sample(foreign)}); move them out first"
+        )
+    return target

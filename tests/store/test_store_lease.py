@@ -1,0 +1,117 @@
+"""The store lease: one writer per store; dead or silent holders do not block forever."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import socket
+import time
+
+import pytest
+
+from dparallel.errors import StoreBusyError, StoreError
+from dparallel.store import StoreLease, held_lease, lease_path
+
+
+def _hold(path: str, ready, release) -> None:  # noqa: ANN001 - multiprocessing events
+    with StoreLease(path, command="holder"):
+        ready.set()
+        release.wait(30)
+
+
+def _record(store, **changes) -> None:
+    """Write a lock file as another run would have left it."""
+    now = time.time()
+    record = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": 0.0,
+        "pidns": "",
+        "boot": "",
+        "token": "f" * 16,
+        "command": "dparallel featurize",
+        "store": str(store),
+        "since": now,
+        "heartbeat": now,
+    }
+    record.update(changes)
+    lease_path(store).write_text(json.dumps(record))
+
+
+def test_second_holder_is_refused_while_the_first_lives_then_gets_it(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_hold, args=(str(tmp_path / "s.zarr"), ready, release))
+    proc.start()
+    try:
+        assert ready.wait(60)
+        with pytest.raises(StoreBusyError, match=rf"holder \(pid {proc.pid} on ") as info:
+            StoreLease(tmp_path / "s.zarr").acquire()
+        assert "s.zarr.lock" in str(info.value)
+    finally:
+        release.set()
+        proc.join(30)
+    assert not lease_path(tmp_path / "s.zarr").exists()
+    with StoreLease(tmp_path / "s.zarr"):
+        assert lease_path(tmp_path / "s.zarr").exists()
+
+
+def test_lease_of_a_killed_process_is_taken_over_at_once(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_hold, args=(str(tmp_path / "s.zarr"), ready, release))
+    proc.start()
+    assert ready.wait(60)
+    proc.kill()  # SIGKILL: no clean-up, the lock file stays with a fresh heartbeat
+    proc.join(30)
+    assert lease_path(tmp_path / "s.zarr").exists()
+    t0 = time.monotonic()
+    with StoreLease(tmp_path / "s.zarr", timeout=600) as lease:
+        assert json.loads(lease.path.read_text())["token"] == lease.token
+    assert time.monotonic() - t0 < 5
+
+
+def test_other_hosts_are_judged_by_heartbeat_only(tmp_path):
+    store = tmp_path / "s.zarr"
+    _record(store, host="node-17", pid=1)  # fresh heartbeat on another machine
+    with pytest.raises(StoreBusyError, match="pid 1 on node-17"):
+        StoreLease(store, timeout=30).acquire()
+    _record(store, host="node-17", pid=1, heartbeat=time.time() - 31)
+    with StoreLease(store, timeout=30) as lease:
+        assert json.loads(lease.path.read_text())["token"] == lease.token
+
+
+def test_same_host_pid_reused_by_a_later_process_is_stale(tmp_path):
+    from dparallel.store._lease import _identity
+
+    me = _identity()
+    store = tmp_path / "s.zarr"
+    _record(store, pidns=me["pidns"], boot=me["boot"], started=me["started"])
+    with pytest.raises(StoreBusyError):  # this very process, alive: not stale
+        StoreLease(store, timeout=600).acquire()
+    _record(store, pidns=me["pidns"], boot=me["boot"], started=me["started"] - 1000)
+    with StoreLease(store, timeout=600):  # same pid, but started later than the holder
+        pass
+
+
+def test_reentrant_heartbeat_and_lost_lease(tmp_path):
+    store = tmp_path / "s.zarr"
+    with StoreLease(store, timeout=0.6) as outer:
+        with StoreLease(store) as inner:
+            assert inner is outer and held_lease(store) is outer
+        assert held_lease(store) is outer
+        first = json.loads(outer.path.read_text())["heartbeat"]
+        deadline = time.monotonic() + 10
+        while json.loads(outer.path.read_text())["heartbeat"] == first:
+            assert time.monotonic() < deadline, "no heartbeat"
+            time.sleep(0.05)
+        _record(store, token="e" * 16)  # someone else took it over
+        deadline = time.monotonic() + 10
+        while not outer.lost.is_set():
+            assert time.monotonic() < deadline, "loss not noticed"
+            time.sleep(0.05)
+        with pytest.raises(StoreError, match="lost the lease"):
+            outer.check()
+    assert json.loads(lease_path(store).read_text())["token"] == "e" * 16  # not ours to remove
+    assert held_lease(store) is None
