@@ -12,16 +12,20 @@ import logging
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from dparallel.descriptors import ACSFResult, PairDerivatives
 from dparallel.errors import TrainingError
-from dparallel.store import Store
-from dparallel.types import StructureBatch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+    from dparallel.store import Store
+    from dparallel.types import StructureBatch
 
 __all__ = [
     "SPLITS",
@@ -189,14 +193,15 @@ def load_partition(
     atom_struct = batch.structure_index  # (N,)
     out: dict[str, _ElementArrays] = {}
     nbytes = batch.positions.nbytes * 2
+    stored = store.read_features(p, descriptor, derivatives=forces)
     for e in elements:
         base = f"features/{descriptor}/{e}"
-        arr = store.read_partition_arrays(p, group=base)
-        if not arr:
+        arr = stored.get(e, {})
+        if "values" not in arr:
             if np.any(batch.numbers == _z(e)):
                 raise TrainingError(
                     f"{store.path}: partition {p} has {e} atoms but no {base} arrays; "
-                    "featurize the store (descriptor {descriptor!r})"
+                    f"featurize the store (descriptor {descriptor!r})"
                 )
             continue
         atom_index = arr["atom_index"].astype(np.int64)
@@ -216,7 +221,11 @@ def load_partition(
         nbytes += values.nbytes
         if forces:
             for f in elements:
-                d = store.read_partition_arrays(p, group=f"{base}/d/{f}")
+                d = {
+                    name.split("/", 2)[2]: value
+                    for name, value in arr.items()
+                    if name.startswith(f"d/{f}/")
+                }
                 if not d:
                     if ea.values.shape[0] and np.any(batch.numbers == _z(f)):
                         raise TrainingError(

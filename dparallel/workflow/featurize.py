@@ -1,37 +1,56 @@
-"""Featurize a structure source into a store on a Dask cluster, partition by partition.
+"""Featurize a structure source into a store on a Dask cluster: the client driver.
 
-The unit of work is :func:`featurize_partition`: it reads its own structures from the
-source by path, writes them into its slots, computes neighbor lists and descriptors
-(ACSF and/or neighbor sums, optionally per-pair derivatives), writes them into its own
-``parts/<p>/features/…`` group, marks itself done and returns a small JSON-able report
-with mergeable statistics. :func:`featurize` plans, creates (or reopens, to resume) the
-store, submits every pending partition, merges the statistics exactly and records them.
+The unit of work is :func:`~dparallel.workflow.featurize_task.featurize_partition` (the
+worker side, its own module). :func:`featurize` takes the store's lease, plans, creates
+(or reopens, to resume) the store, submits every pending partition, merges the
+statistics exactly and records them. :func:`featurize_status` is the predicate
+``dparallel run`` uses to decide whether a store is already current.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
-from dparallel.descriptors.descriptor_set import DescriptorSet
-from dparallel.errors import PartitionFailedError, StoreIncompleteError
-from dparallel.io import StructureSource, open_source
-from dparallel.store import Store, create_store, open_store
+from dparallel.errors import (
+    DiskFullError,
+    PartitionFailedError,
+    RunInterruptedError,
+    StoreIncompleteError,
+)
+from dparallel.io import open_source
+from dparallel.store import (
+    Store,
+    StoreLease,
+    StoreStatus,
+    create_store,
+    open_store,
+    plan_partitions,
+    store_status,
+)
+from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
-from dparallel.workflow.plan import plan_partitions
 from dparallel.workflow.stats import FeatureStats
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    import numpy as np
+
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.io import StructureSource
+    from dparallel.store import Plan
 
 __all__ = [
     "FeaturizeResult",
     "featurize",
     "featurize_in_process",
     "featurize_partition",
+    "featurize_status",
     "finish_featurize",
     "merged_statistics",
     "prepare_featurize",
@@ -63,70 +82,11 @@ class FeaturizeResult:
 
 def featurize_config(
     source: StructureSource, descriptors: DescriptorSet, partition_atoms: int
-) -> dict:
+) -> dict[str, Any]:
     """The config recorded in the store: a store is never mixed across configs."""
     config = ingest_config(source, partition_atoms)
     config["features"] = descriptors.to_dict()
     return config
-
-
-def featurize_partition(
-    source: StructureSource,
-    store_path: str,
-    p: int,
-    descriptors: Mapping[str, Any],
-    *,
-    torch_threads: int | None = None,
-    run: str = "",
-) -> dict[str, Any]:
-    """Compute and write partition ``p`` (idempotent; safe to retry); returns its report.
-
-    Runs inside a Dask worker (or in-process). ``descriptors`` is
-    :meth:`DescriptorSet.to_dict` so nothing but plain data crosses the wire.
-    """
-    from dparallel.cluster import ensure_torch_threads, tune_allocator
-    from dparallel.cluster.events import publish_progress
-
-    threads = ensure_torch_threads(torch_threads)
-    tune_allocator()  # Dask workers start with malloc settings that slow array code down
-    t0 = time.perf_counter()
-    dset = DescriptorSet.from_dict(descriptors)
-    store = open_store(store_path, mode="r+")
-    start, stop = store.partition_range(p)
-    checked = source.read_checked(start, stop)
-    batch = checked.batch
-    store.write_structures(p, batch, source_index=checked.indices)
-    if checked.skipped:
-        store.record_skipped(checked.skipped)
-    t_read = time.perf_counter()
-    computed = dset.compute(batch)
-    t_compute = time.perf_counter()
-    stats: dict[str, dict[str, FeatureStats]] = {}
-    for name, per_element in computed.items():
-        for element, arrays in per_element.items():
-            store.write_partition_arrays(p, arrays, group=f"features/{name}/{element}")
-            values = arrays["values"].astype(np.float64, copy=False)
-            stats.setdefault(name, {})[element] = FeatureStats.of(values)
-    seconds = time.perf_counter() - t0
-    report = {
-        "partition": int(p),
-        "n_structures": batch.n_structures,
-        "n_atoms": batch.n_atoms,
-        "n_skipped": len(checked.skipped),
-        "seconds": round(seconds, 6),
-        "seconds_read": round(t_read - t0, 6),
-        "seconds_compute": round(t_compute - t_read, 6),
-        "seconds_write": round(time.perf_counter() - t_compute, 6),
-        "torch_threads": threads,
-        "pid": os.getpid(),
-        "stats": {
-            name: {elem: s.to_json() for elem, s in per_elem.items()}
-            for name, per_elem in stats.items()
-        },
-    }
-    store.mark_done(p, report)  # last write: the partition is complete from here on
-    publish_progress(run, p, batch.n_structures, batch.n_atoms, seconds)
-    return report
 
 
 def merged_statistics(store: Store) -> dict[str, dict[str, FeatureStats]]:
@@ -142,6 +102,44 @@ def merged_statistics(store: Store) -> dict[str, dict[str, FeatureStats]]:
     return merged
 
 
+def _target(
+    source_path: str | os.PathLike[str],
+    descriptors: DescriptorSet,
+    format: str | None,
+    units: str,
+    on_error: Literal["raise", "skip"],
+    partition_atoms: int,
+) -> tuple[StructureSource, Plan, dict[str, Any]]:
+    """The source, plan and config a store for these options is made from."""
+    source = open_source(source_path, format, units=units, on_error=on_error)
+    plan = plan_partitions(source.atom_counts, partition_atoms)
+    return source, plan, featurize_config(source, descriptors, partition_atoms)
+
+
+def featurize_status(
+    source_path: str | os.PathLike[str],
+    store_path: str | os.PathLike[str],
+    descriptors: DescriptorSet,
+    *,
+    format: str | None = None,
+    units: str = "ase",
+    on_error: Literal["raise", "skip"] = "raise",
+    partition_atoms: int = DEFAULT_PARTITION_ATOMS,
+) -> StoreStatus:
+    """What :func:`featurize` with these options would find at ``store_path``.
+
+    The same comparison :func:`~dparallel.store.create_store` makes (source content,
+    units, format, on_error, descriptors, partitioning). ``status.current`` plus the
+    recorded ``statistics`` means a run would have nothing to do.
+    """
+    source, plan, config = _target(
+        source_path, descriptors, format, units, on_error, partition_atoms
+    )
+    return store_status(
+        store_path, source_fingerprint=source.fingerprint(), config=config, plan=plan
+    )
+
+
 def prepare_featurize(
     source_path: str | os.PathLike[str],
     store_path: str | os.PathLike[str],
@@ -152,17 +150,23 @@ def prepare_featurize(
     on_error: Literal["raise", "skip"] = "raise",
     partition_atoms: int = DEFAULT_PARTITION_ATOMS,
     overwrite: bool = False,
+    protect: Iterable[str | os.PathLike[str]] = (),
 ) -> tuple[StructureSource, Store]:
-    """Index the source, plan partitions and create (or reopen, to resume) the store."""
-    source = open_source(source_path, format, units=units, on_error=on_error)
-    plan = plan_partitions(source.atom_counts, partition_atoms)
+    """Index the source, plan partitions and create (or reopen, to resume) the store.
+
+    ``protect``: files besides the source that the store path may not be or hold.
+    """
+    source, plan, config = _target(
+        source_path, descriptors, format, units, on_error, partition_atoms
+    )
     store = create_store(
         store_path,
         source_fingerprint=source.fingerprint(),
         atom_counts=source.atom_counts,
         plan=plan,
-        config=featurize_config(source, descriptors, partition_atoms),
+        config=config,
         overwrite=overwrite,
+        protect=protect,
     )
     return source, store
 
@@ -186,11 +190,20 @@ def featurize_in_process(
     """Featurize in this process, partition by partition, without Dask (same store).
 
     For small jobs, tests and benchmarks; ``options`` as :func:`prepare_featurize`.
+    Raises :class:`PartitionFailedError` like :func:`featurize` (other partitions kept).
     """
-    source, store = prepare_featurize(source_path, store_path, descriptors, **options)
-    for p in store.pending_partitions().tolist():
-        featurize_partition(source, os.fspath(store_path), p, descriptors.to_dict())
-    return finish_featurize(store_path)[0]
+    with StoreLease(store_path, command="featurize (in process)") as lease:
+        source, store = prepare_featurize(source_path, store_path, descriptors, **options)
+        failures: dict[int, BaseException] = {}
+        for p in store.pending_partitions().tolist():
+            lease.check()
+            try:
+                featurize_partition(source, os.fspath(store.path), p, descriptors.to_dict())
+            except Exception as exc:  # noqa: BLE001 - reported with every other failure
+                failures[p] = exc
+        store, _ = finish_featurize(store.path)
+    _raise_failures(store, failures)
+    return store
 
 
 def featurize(
@@ -203,6 +216,7 @@ def featurize(
     on_error: Literal["raise", "skip"] = "raise",
     partition_atoms: int = DEFAULT_PARTITION_ATOMS,
     overwrite: bool = False,
+    protect: Iterable[str | os.PathLike[str]] = (),
     client: Any = None,
     cluster: Any = None,
     scheduler: str | None = None,
@@ -218,6 +232,8 @@ def featurize(
     ----------
     source_path, format, units, on_error
         The structure file, read by :func:`dparallel.io.open_source` inside each task.
+        With ``on_error="skip"``, structures that cannot be read or featurized are
+        skipped and recorded; with ``"raise"`` their partition fails, naming them.
     store_path
         Zarr store to create, or to resume when it was made with the same source and config.
     descriptors
@@ -225,7 +241,11 @@ def featurize(
     partition_atoms
         Atoms per partition (one task each).
     overwrite
-        Replace a store made from another source or config instead of refusing.
+        Replace a dparallel store made from another source or config instead of refusing
+        (never anything that is not a dparallel store).
+    protect
+        Files besides the source that the store path may not be or hold (workflow,
+        descriptors files).
     client, cluster, scheduler, scheduler_file
         Where to run; see :func:`dparallel.cluster.connect` for the resolution order
         (default: a local multi-process cluster).
@@ -244,96 +264,149 @@ def featurize(
     PartitionFailedError
         Some partitions kept failing (or killing their workers); names them and their
         structures. Every other partition is kept, so a rerun computes only those.
+    DiskFullError
+        Partitions could not be written for lack of space (done ones are kept).
+    StoreBusyError
+        Another run holds the store's lease (it is featurizing the same store).
+    RunInterruptedError
+        Interrupted (Ctrl-C): says how many partitions are done and kept.
     """
-    from distributed import as_completed, wait
-
-    from dparallel.cluster import connect
-    from dparallel.cluster.events import publish_progress_start
-
     t0 = time.perf_counter()
-    source, store = prepare_featurize(
-        source_path,
-        store_path,
-        descriptors,
-        format=format,
-        units=units,
-        on_error=on_error,
-        partition_atoms=partition_atoms,
-        overwrite=overwrite,
-    )
-    pending = [int(p) for p in store.pending_partitions()]
-    already = store.n_partitions - len(pending)
-    n_structures = n_atoms = n_skipped = 0
-    failures: dict[int, BaseException] = {}
-    if pending:
-        run = f"featurize:{os.fspath(store_path)}"
-        spec = descriptors.to_dict()
-        with connect(
-            cluster, client=client, scheduler=scheduler, scheduler_file=scheduler_file
-        ) as handle:
-            if on_connect is not None:
-                on_connect(handle)
-            publish_progress_start(
-                run,
-                len(pending),
-                int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),
-                target=handle.client,
+    with StoreLease(store_path, command="dparallel featurize") as lease:
+        source, store = prepare_featurize(
+            source_path,
+            store_path,
+            descriptors,
+            format=format,
+            units=units,
+            on_error=on_error,
+            partition_atoms=partition_atoms,
+            overwrite=overwrite,
+            protect=protect,
+        )
+        pending = [int(p) for p in store.pending_partitions()]
+        try:
+            counts, failures = _run_partitions(
+                source,
+                store,
+                pending,
+                descriptors,
+                lease,
+                connect_to={
+                    "spec": cluster,
+                    "client": client,
+                    "scheduler": scheduler,
+                    "scheduler_file": scheduler_file,
+                },
+                torch_threads=torch_threads,
+                retries=retries,
+                progress=progress,
+                on_connect=on_connect,
             )
-
-            def submit(p: int) -> Any:
-                return handle.client.submit(
-                    featurize_partition,
-                    source,
-                    os.fspath(store_path),
-                    p,
-                    spec,
-                    torch_threads=torch_threads,
-                    run=run,
-                    key=f"dparallel-featurize-{p}-{os.getpid()}-{time.time_ns()}",
-                    pure=False,
-                    retries=retries,
-                )
-
-            done = 0
-
-            def collect(future: Any, p: int) -> None:
-                nonlocal done, n_structures, n_atoms, n_skipped
-                if future.status != "finished":
-                    failures[p] = future.exception()
-                    log.warning("partition %d failed: %s", p, failures[p])
-                    return
-                failures.pop(p, None)
-                report = future.result()
-                done += 1
-                n_structures += report["n_structures"]
-                n_atoms += report["n_atoms"]
-                n_skipped += report["n_skipped"]
-                if progress is not None:
-                    progress(report, done, len(pending))
-
-            futures = {submit(p): p for p in pending}
-            for future in as_completed(futures):
-                collect(future, futures.pop(future))
-            # A worker that dies takes the tasks queued on it down too, and the scheduler
-            # counts them all as suspects. Rerun every KilledWorker partition alone, one at
-            # a time: an innocent one finishes, the one that kills its worker fails again.
-            for p in sorted(p for p, exc in failures.items() if _killed_worker(exc)):
-                future = submit(p)
-                wait(future)
-                collect(future, p)
-    store, statistics = finish_featurize(store_path)
-    if failures:
-        raise PartitionFailedError(_failure_message(store, failures))
+        except KeyboardInterrupt:
+            done = len(store.done_partitions())
+            raise RunInterruptedError(
+                f"interrupted; {done} of {store.n_partitions} partitions of {store.path} are "
+                "done and kept: rerun the same command to compute the rest"
+            ) from None
+        try:
+            store, statistics = finish_featurize(store.path)
+        except OSError:
+            if not failures:
+                raise
+            store = open_store(store.path)  # the failures say more (e.g. a full disk)
+    _raise_failures(store, failures)
     return FeaturizeResult(
         store=store,
         partitions_computed=len(pending),
-        partitions_already_done=already,
-        n_structures=n_structures,
-        n_atoms=n_atoms,
-        n_skipped=n_skipped,
+        partitions_already_done=store.n_partitions - len(pending),
+        n_structures=counts["n_structures"],
+        n_atoms=counts["n_atoms"],
+        n_skipped=counts["n_skipped"],
         seconds=time.perf_counter() - t0,
         statistics=statistics,
     )
+
+
+def _run_partitions(
+    source: StructureSource,
+    store: Store,
+    pending: list[int],
+    descriptors: DescriptorSet,
+    lease: StoreLease,
+    *,
+    connect_to: dict[str, Any],
+    torch_threads: int | None,
+    retries: int,
+    progress: Callable[[dict[str, Any], int, int], None] | None,
+    on_connect: Callable[[Any], None] | None,
+) -> tuple[dict[str, int], dict[int, BaseException]]:
+    """Submit every pending partition and collect the reports; returns counts and failures."""
+    counts = {"n_structures": 0, "n_atoms": 0, "n_skipped": 0}
+    failures: dict[int, BaseException] = {}
+    if not pending:
+        return counts, failures
+    from distributed import as_completed, wait
+
+    from dparallel.cluster import connect
+    from dparallel.dashboard.events import publish_progress_start
+
+    store_path = os.fspath(store.path)
+    run = f"featurize:{store_path}"
+    spec = descriptors.to_dict()
+    with connect(**connect_to) as handle:
+        if on_connect is not None:
+            on_connect(handle)
+        publish_progress_start(
+            run,
+            len(pending),
+            int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),
+            target=handle.client,
+        )
+
+        def submit(p: int) -> Any:
+            return handle.client.submit(
+                featurize_partition,
+                source,
+                store_path,
+                p,
+                spec,
+                torch_threads=torch_threads,
+                run=run,
+                key=f"dparallel-featurize-{p}-{os.getpid()}-{time.time_ns()}",
+                pure=False,
+                retries=retries,
+            )
+
+        done = 0
+
+        def collect(future: Any, p: int) -> None:
+            nonlocal done
+            if future.status != "finished":
+                failures[p] = future.exception()  # reported together at the end
+                log.info("partition %d failed: %s", p, failures[p])
+                return
+            failures.pop(p, None)
+            report = future.result()
+            done += 1
+            for key in counts:
+                counts[key] += report[key]
+            if progress is not None:
+                progress(report, done, len(pending))
+
+        futures = {submit(p): p for p in pending}
+        for future in as_completed(futures):
+            lease.check()
+            collect(future, futures.pop(future))
+        # A worker that dies takes the tasks queued on it down too, and the scheduler
+        # counts them all as suspects. Rerun every KilledWorker partition alone, one at
+        # a time: an innocent one finishes, the one that kills its worker fails again.
+        for p in sorted(p for p, exc in failures.items() if _killed_worker(exc)):
+            lease.check()
+            future = submit(p)
+            wait(future)
+            collect(future, p)
+    return counts, failures
 
 
 def _statistics_json(statistics: dict[str, dict[str, FeatureStats]]) -> dict[str, Any]:
@@ -351,6 +424,26 @@ def _statistics_json(statistics: dict[str, dict[str, FeatureStats]]) -> dict[str
     return out
 
 
+def _disk_full(exc: BaseException | None) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None:
+    """Raise one error for the partitions that failed (nothing if none did)."""
+    if not failures:
+        return
+    kept = len(store.done_partitions())
+    total = store.n_partitions
+    full = sorted(p for p, exc in failures.items() if _disk_full(exc))
+    if full:
+        raise DiskFullError(
+            f"no space left on the device of {store.path}: {len(full)} of {total} partitions "
+            f"could not be written ({kept} done partitions are kept); free space and rerun "
+            "the same command to compute only the rest"
+        )
+    raise PartitionFailedError(_failure_message(store, failures))
+
+
 def _failure_message(store: Store, failures: Mapping[int, BaseException]) -> str:
     lines = []
     for p, exc in sorted(failures.items()):
@@ -358,7 +451,7 @@ def _failure_message(store: Store, failures: Mapping[int, BaseException]) -> str
         lines.append(
             f"partition {p} (structures {start}..{stop - 1}) failed: {type(exc).__name__}: {exc}"
         )
-    kept = int(store.done_partitions().sum())
+    kept = len(store.done_partitions())
     return (
         f"{len(failures)} of {store.n_partitions} partitions failed; {kept} done partitions are "
         "kept and a rerun computes only the rest.\n" + "\n".join(lines)
@@ -395,26 +488,14 @@ def read_partition_features(
 ) -> dict[str, dict[str, np.ndarray]]:
     """Stored arrays of partition ``p`` for ``descriptor``, by central element.
 
-    Each element maps to ``values``, ``atom_index`` (local atom rows of the partition)
-    and, with derivatives, ``d/<F>/<name>`` per neighbour element F
+    :meth:`Store.read_features`, after checking the store was featurized with
+    ``descriptor``. Each element maps to ``values``, ``atom_index`` (local atom rows of
+    the partition) and, with derivatives, ``d/<F>/<name>`` per neighbour element F
     (docs/store-format.md). Elements absent from the partition are left out.
     """
-    spec = DescriptorSet.from_dict(store.attrs["config"]["features"]).descriptors()
-    if descriptor not in spec:
+    if not (store.attrs.get("config", {}).get("features") or {}).get(descriptor):
         raise StoreIncompleteError(f"{store.path} has no '{descriptor}' features")
-    elements = list(spec[descriptor].elements)
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for element in elements:
-        arrays = store.read_partition_arrays(p, group=f"features/{descriptor}/{element}")
-        if not arrays:
-            continue
-        for neighbor in elements:
-            block = store.read_partition_arrays(
-                p, group=f"features/{descriptor}/{element}/d/{neighbor}"
-            )
-            arrays.update({f"d/{neighbor}/{name}": value for name, value in block.items()})
-        out[element] = arrays
-    return out
+    return store.read_features(p, descriptor)
 
 
 def _killed_worker(exc: BaseException | None) -> bool:

@@ -1,8 +1,10 @@
 """Run a workflow end to end: dataset → featurize → train → export, skipping finished stages.
 
 A stage is skipped when its output is complete and was made from the same inputs:
-the dataset file exists; the store is complete with the workflow's source and config
-(``featurize`` itself refuses a mismatching store unless ``store.overwrite``); the model
+the dataset file exists; the store is complete and made from this dataset's content with
+the workflow's units, format, on_error, descriptors and partitioning (the same predicate,
+:func:`~dparallel.workflow.featurize.featurize_status`, by which ``featurize`` resumes or
+refuses a store; it refuses a mismatching one unless ``store.overwrite``); the model
 directory holds ``model.pt`` trained with the same training spec; ``deployed.pt`` is newer
 than ``model.pt``. One cluster serves featurization and stays attached during training, so
 the dashboard shows both.
@@ -12,14 +14,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dparallel.workflow.spec import WorkflowSpec
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable, Iterable
 
-__all__ = ["run_workflow", "WorkflowResult"]
+    from dparallel.workflow.spec import WorkflowSpec
+
+__all__ = ["WorkflowResult", "run_workflow"]
 
 log = logging.getLogger(__name__)
 
@@ -52,24 +57,22 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Path, str]
     return path, "ran"
 
 
-def _store_complete(spec: WorkflowSpec) -> bool:
-    from dparallel.errors import StoreError
-    from dparallel.store import open_store
+def _store_current(spec: WorkflowSpec, dataset: Path) -> bool:
+    """Featurized completely from this very dataset and config (the predicate featurize uses)."""
+    from dparallel.workflow.featurize import featurize_status
 
-    path = Path(spec.store.path)
-    if not path.exists():
-        return False
-    try:
-        store = open_store(path)
-    except StoreError:
-        return False
-    config = store.attrs.get("config", {})
-    return (
-        store.is_complete
-        and config.get("features") == spec.descriptors.build().to_dict()
-        and config.get("ingest", {}).get("partition_atoms") == spec.partitioning.atoms
-        and "statistics" in store.attrs
+    status = featurize_status(
+        dataset,
+        spec.store.path,
+        spec.descriptors.build(),
+        format=spec.dataset.format,
+        units=spec.dataset.units,
+        on_error=spec.dataset.on_error,
+        partition_atoms=spec.partitioning.atoms,
     )
+    if status.kind == "store" and status.differences:
+        log.info("store %s is out of date: %s", status.path, "; ".join(status.differences))
+    return status.current and "statistics" in status.attrs
 
 
 def _model_current(model_dir: Path, spec: WorkflowSpec) -> bool:
@@ -97,8 +100,12 @@ def run_workflow(
     progress: Callable[[dict[str, Any], int, int], None] | None = None,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
     on_connect: Callable[[Any], None] | None = None,
+    protect: Iterable[str | os.PathLike[str]] = (),
 ) -> WorkflowResult:
-    """Run every stage of ``spec`` that is not already complete; returns what was made."""
+    """Run every stage of ``spec`` that is not already complete; returns what was made.
+
+    ``protect`` lists files the store path may never be or hold (the workflow file).
+    """
     from dparallel.cluster import connect
     from dparallel.workflow.featurize import featurize, write_scaling_data
 
@@ -107,7 +114,7 @@ def run_workflow(
     model_dir = Path(spec.output.model_dir) if spec.output is not None else None
     result = WorkflowResult(dataset=dataset, store=store_path, model_dir=model_dir)
     result.stages["dataset"] = dataset_stage
-    featurize_needed = spec.store.overwrite or not _store_complete(spec)
+    featurize_needed = spec.store.overwrite or not _store_current(spec, dataset)
     train_needed = (
         spec.training is not None
         and model_dir is not None
@@ -133,6 +140,7 @@ def run_workflow(
                     on_error=spec.dataset.on_error,
                     partition_atoms=spec.partitioning.atoms,
                     overwrite=spec.store.overwrite,
+                    protect=protect,
                     client=handle.client,
                     torch_threads=spec.cluster.torch_threads,
                     progress=progress,

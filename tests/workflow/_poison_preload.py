@@ -10,7 +10,7 @@ import os
 
 
 def dask_setup(worker) -> None:  # noqa: ANN001 - distributed's preload hook
-    import dparallel.workflow.featurize as featurize_module
+    import dparallel.workflow.featurize_task as featurize_module
 
     target = int(os.environ["DPARALLEL_TEST_POISON_PARTITION"])
     original = featurize_module.featurize_partition

@@ -63,7 +63,7 @@ def test_missing_section_and_bad_yaml(tmp_path):
         parse_workflow(data)
     bad = tmp_path / "bad.yaml"
     bad.write_text("dataset: [unclosed\n")
-    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"bad.yaml: not valid YAML"):
         load_workflow(bad)
     with pytest.raises(ConfigError, match="workflow file not found"):
         load_workflow(tmp_path / "missing.yaml")
@@ -77,7 +77,7 @@ def test_overrides_reach_nested_keys_with_yaml_values():
     assert spec.training.epochs == 7 and spec.training.hidden == (8, 4)
     assert spec.cluster.n_workers == 1 and spec.name == "x"
     assert apply_overrides({"a": {"b": 1}}, ["a.c.d=true"]) == {"a": {"b": 1, "c": {"d": True}}}
-    with pytest.raises(ConfigError, match="expected key.path=value"):
+    with pytest.raises(ConfigError, match=r"expected key.path=value"):
         apply_overrides({}, ["novalue"])
     with pytest.raises(ConfigError, match="'name' is not a section"):
         apply_overrides({"name": "x"}, ["name.first=y"])

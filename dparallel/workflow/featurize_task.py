@@ -1,0 +1,225 @@
+"""The featurize task: one partition, inside a Dask worker (or in-process).
+
+:func:`featurize_partition` reads its own structures from the source by path, computes
+one neighbor list and the descriptors (ACSF and/or neighbor sums, optionally per-pair
+derivatives), writes structures and features into its own region of the store, marks
+itself done and returns a small JSON-able report with mergeable statistics.
+
+A structure the descriptors cannot take is found here, per structure: an element outside
+the descriptor set, two atoms at the same place, or anything else that makes the
+computation raise or return non-finite numbers. It is named by file, index in the file
+and line; with ``on_error="skip"`` only that structure is skipped (recorded like every
+other skip), otherwise the partition fails with that message.
+
+This module is what workers import: it loads neither the client driver nor bokeh.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dparallel.descriptors.descriptor_set import DescriptorSet
+from dparallel.errors import InvalidStructureError
+from dparallel.neighbors import neighbor_list
+from dparallel.store import open_store
+from dparallel.workflow.stats import FeatureStats
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from dparallel.io import StructureSource
+    from dparallel.neighbors import Neighbors
+    from dparallel.types import StructureBatch
+
+__all__ = ["COINCIDENT_DISTANCE", "featurize_partition", "unfit_structures"]
+
+#: Atoms closer than this (Å) count as being at the same position (no potential can use
+#: that, and the descriptor derivatives divide by the distance).
+COINCIDENT_DISTANCE = 1e-4
+
+log = logging.getLogger(__name__)
+
+_Computed = dict[str, dict[str, dict[str, np.ndarray]]]
+
+
+def _elements_outside(batch: StructureBatch, dset: DescriptorSet) -> dict[int, str]:
+    """Structures with an element some descriptor of ``dset`` does not define."""
+    from ase.data import atomic_numbers, chemical_symbols
+
+    out: dict[int, str] = {}
+    for name, descriptor in dset.descriptors().items():
+        known = np.zeros(max(atomic_numbers.values()) + 1, bool)
+        known[[atomic_numbers[e] for e in descriptor.elements]] = True
+        numbers = np.clip(batch.numbers, 0, known.shape[0] - 1)
+        rows = np.flatnonzero(~known[numbers])
+        for s in np.unique(batch.structure_index[rows]):
+            local = rows[batch.structure_index[rows] == s]
+            symbols = sorted({chemical_symbols[int(z)] for z in batch.numbers[local]})
+            atom = int(local[0] - batch.offsets[s])
+            out.setdefault(
+                int(s),
+                f"atom {atom}: element {', '.join(symbols)} is not in the {name} elements "
+                f"({', '.join(descriptor.elements)})",
+            )
+    return out
+
+
+def _coincident(batch: StructureBatch, nb: Neighbors) -> dict[int, str]:
+    """Structures with two atoms (or an atom and a periodic image) at the same position."""
+    out: dict[int, str] = {}
+    rows = np.flatnonzero(nb.distances < COINCIDENT_DISTANCE)
+    for r in rows:
+        s = int(batch.structure_index[nb.pair_first[r]])
+        if s in out:
+            continue
+        i, j = (int(nb.pair_first[r] - batch.offsets[s]), int(nb.pair_second[r] - batch.offsets[s]))
+        what = f"atoms {min(i, j)} and {max(i, j)}" if i != j else f"atom {i} and its image"
+        out[s] = (
+            f"{what} are at the same position (distance {float(nb.distances[r]):.3g} Å "
+            f"< {COINCIDENT_DISTANCE:g} Å)"
+        )
+    return out
+
+
+def _non_finite(batch: StructureBatch, computed: _Computed) -> dict[int, str]:
+    """Structures whose descriptors (or derivatives) came out NaN or infinite."""
+    out: dict[int, str] = {}
+    for name, per_element in computed.items():
+        for element, arrays in per_element.items():
+            values = arrays["values"].reshape(arrays["values"].shape[0], -1)
+            atoms = arrays["atom_index"][~np.isfinite(values).all(axis=1)]
+            for key, value in arrays.items():
+                if key.startswith("d/") and key.endswith("/dG_dr"):
+                    pairs = ~np.isfinite(value.reshape(value.shape[0], -1)).all(axis=1)
+                    first = arrays[key.removesuffix("dG_dr") + "pair_first"][pairs]
+                    atoms = np.concatenate([atoms, first])
+            for s in np.unique(batch.structure_index[atoms.astype(np.int64)]):
+                out.setdefault(int(s), f"{name} features of {element} atoms are not finite")
+    return out
+
+
+def unfit_structures(batch: StructureBatch, dset: DescriptorSet, nb: Neighbors) -> dict[int, str]:
+    """``{structure in batch: reason}`` for structures ``dset`` cannot featurize (cheap checks)."""
+    found = _elements_outside(batch, dset)
+    for s, reason in _coincident(batch, nb).items():
+        found.setdefault(s, reason)
+    return dict(sorted(found.items()))
+
+
+def _compute_each(batch: StructureBatch, dset: DescriptorSet) -> dict[int, str]:
+    """After a failure of the whole batch: compute structure by structure, keep who fails."""
+    out: dict[int, str] = {}
+    for s in range(batch.n_structures):
+        one = batch.select(s, s + 1)
+        try:
+            found = _non_finite(one, dset.compute(one))
+        except Exception as exc:  # noqa: BLE001 - any kernel failure is this structure's
+            out[s] = f"the descriptors cannot be computed: {type(exc).__name__}: {exc}"
+            continue
+        if found:
+            out[s] = found[0]
+    return out
+
+
+def _compute(
+    source: StructureSource, batch: StructureBatch, indices: np.ndarray, dset: DescriptorSet
+) -> tuple[StructureBatch, np.ndarray, _Computed, list[tuple[int, str]]]:
+    """Descriptors of every structure the set can take; the others raise or are skipped."""
+    skipped: list[tuple[int, str]] = []
+    while True:
+        nb = neighbor_list(batch, dset.r_cut)
+        bad = unfit_structures(batch, dset, nb)
+        computed: _Computed = {}
+        if not bad:
+            try:
+                computed = dset.compute(batch, neighbors=nb)
+                bad = _non_finite(batch, computed)
+            except Exception:
+                bad = _compute_each(batch, dset)
+                if not bad:
+                    raise  # not one structure's fault: the partition fails as it is
+        if not bad:
+            return batch, indices, computed, skipped
+        for s, reason in bad.items():
+            index = int(indices[s])
+            line = int(source.index.lines[index])
+            if source.on_error == "raise":
+                raise InvalidStructureError(
+                    reason, path=source.path, line=line or None, frame=index
+                )
+            skipped.append((index, f"line {line}: {reason}" if line else reason))
+        keep = np.asarray([s not in bad for s in range(batch.n_structures)])
+        batch = batch.concatenate([batch.select(int(s), int(s) + 1) for s in np.flatnonzero(keep)])
+        indices = indices[keep]
+
+
+def featurize_partition(
+    source: StructureSource,
+    store_path: str,
+    p: int,
+    descriptors: Mapping[str, Any],
+    *,
+    torch_threads: int | None = None,
+    run: str = "",
+) -> dict[str, Any]:
+    """Compute and write partition ``p`` (idempotent; safe to retry); returns its report.
+
+    Runs inside a Dask worker (or in-process). ``descriptors`` is
+    :meth:`DescriptorSet.to_dict` so nothing but plain data crosses the wire.
+
+    Raises
+    ------
+    InputFormatError, InvalidStructureError
+        A structure of the partition is malformed or cannot be featurized and the source
+        reads with ``on_error="raise"``; the message names file, structure index and line.
+    """
+    from dparallel.cluster import ensure_torch_threads, tune_allocator
+    from dparallel.dashboard.events import publish_progress
+
+    threads = ensure_torch_threads(torch_threads)
+    tune_allocator()  # Dask workers start with malloc settings that slow array code down
+    t0 = time.perf_counter()
+    dset = DescriptorSet.from_dict(descriptors)
+    store = open_store(store_path, mode="r+")
+    start, stop = store.partition_range(p)
+    checked = source.read_checked(start, stop)
+    t_read = time.perf_counter()
+    batch, indices, computed, unfit = _compute(source, checked.batch, checked.indices, dset)
+    skipped = sorted([*checked.skipped, *unfit])
+    t_compute = time.perf_counter()
+    store.write_structures(p, batch, source_index=indices)
+    if skipped:
+        store.record_skipped(skipped)
+    store.write_features(p, computed)
+    stats = {
+        name: {
+            element: FeatureStats.of(arrays["values"].astype(np.float64, copy=False))
+            for element, arrays in per_element.items()
+        }
+        for name, per_element in computed.items()
+    }
+    seconds = time.perf_counter() - t0
+    report = {
+        "partition": int(p),
+        "n_structures": batch.n_structures,
+        "n_atoms": batch.n_atoms,
+        "n_skipped": len(skipped),
+        "seconds": round(seconds, 6),
+        "seconds_read": round(t_read - t0, 6),
+        "seconds_compute": round(t_compute - t_read, 6),
+        "seconds_write": round(time.perf_counter() - t_compute, 6),
+        "torch_threads": threads,
+        "pid": os.getpid(),
+        "stats": {
+            name: {elem: s.to_json() for elem, s in per_elem.items()}
+            for name, per_elem in stats.items()
+        },
+    }
+    store.mark_done(p, report)  # last write: the partition is complete from here on
+    publish_progress(run, p, batch.n_structures, batch.n_atoms, seconds)
+    return report

@@ -1,0 +1,150 @@
+"""Per-structure failures inside a partition: named by file, index and line; skip skips one."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import ase.io
+import numpy as np
+import pytest
+
+from dparallel.datasets import generate_emt_cu
+from dparallel.descriptors import ACSF
+from dparallel.descriptors.descriptor_set import DescriptorSet
+from dparallel.errors import PartitionFailedError
+from dparallel.workflow.featurize import featurize_in_process, read_partition_features
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+ACSF_CU = ACSF.uniform(
+    ["Cu"], r_cut=4.0, cutoff="cos", radial=[(0.5, 0.0), (1.0, 2.5)], narrow=[(0.02, 1, 1, 0)]
+)
+
+
+def _write(path: Path, frames: list) -> list[int]:
+    """Write ``frames`` as extxyz; returns each frame's first line (1-based)."""
+    ase.io.write(path, frames, format="extxyz")
+    lines, line = [], 1
+    for atoms in frames:
+        lines.append(line)
+        line += len(atoms) + 2
+    return lines
+
+
+def _dataset(tmp_path: Path, bad: dict[int, str]) -> tuple[Path, list, list[int]]:
+    """12 EMT Cu structures; ``bad`` maps a frame index to what is wrong with it."""
+    frames = generate_emt_cu(12, seed=5)
+    for k, kind in bad.items():
+        atoms = frames[k]
+        if kind == "duplicate":
+            atoms.positions[3] = atoms.positions[1]  # two atoms at the same place
+        elif kind == "image":
+            atoms.positions[2] = atoms.positions[0] + atoms.cell[0]  # on a periodic image
+        elif kind == "oxygen":
+            atoms.numbers[2] = 8  # an element the descriptors do not define
+    path = tmp_path / "cu.extxyz"
+    return path, frames, _write(path, frames)
+
+
+def _features_by_source(store) -> dict[int, np.ndarray]:
+    """Stored ACSF rows of each source structure (independent of partitioning)."""
+    out = {}
+    for p in store.done_partitions().tolist():
+        batch = store.read_partition(p)
+        feats = read_partition_features(store, p)["Cu"]
+        start = int(store._cumulative()[p])  # first stored structure of p
+        ids = store.source_indices(start, start + batch.n_structures)
+        struct = batch.structure_index[feats["atom_index"]]
+        for s, source_index in enumerate(ids.tolist()):
+            out[source_index] = feats["values"][struct == s]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("duplicate", "atoms 1 and 3 are at the same position"),
+        ("image", "atoms 0 and 2 are at the same position"),
+        ("oxygen", "atom 2: element O is not in the acsf elements (Cu)"),
+    ],
+)
+def test_bad_structure_is_named_by_file_index_and_line_and_others_are_kept(tmp_path, kind, message):
+    path, _frames, lines = _dataset(tmp_path, {7: kind})
+    store_path = tmp_path / "s.zarr"
+    descriptors = DescriptorSet(acsf=ACSF_CU, derivatives=True)
+    with pytest.raises(PartitionFailedError) as info:
+        featurize_in_process(path, store_path, descriptors, partition_atoms=120)
+    text = str(info.value)
+    assert f"{path}, line {lines[7]}, structure 7: {message}" in text, text
+    assert "1 of " in text and "ZeroDivision" not in text and "non-finite" not in text
+    from dparallel.store import open_store
+
+    store = open_store(store_path)
+    bad_partition = store.partition_of(7)
+    assert set(store.pending_partitions().tolist()) == {bad_partition}
+    assert len(store.done_partitions()) == store.n_partitions - 1
+
+
+@pytest.mark.parametrize("kind", ["duplicate", "oxygen"])
+def test_skip_skips_only_that_structure(tmp_path, kind):
+    path, frames, lines = _dataset(tmp_path, {4: kind, 9: kind})
+    store = featurize_in_process(
+        path,
+        tmp_path / "s.zarr",
+        DescriptorSet(acsf=ACSF_CU, derivatives=True),
+        partition_atoms=120,
+        on_error="skip",
+    )
+    assert store.is_complete
+    skipped = store.skipped()
+    assert [i for i, _ in skipped] == [4, 9]
+    assert skipped[0][1].startswith(f"line {lines[4]}: ")
+    assert store.n_structures == len(frames) - 2
+    assert store.source_indices().tolist() == [i for i in range(len(frames)) if i not in (4, 9)]
+    got = _features_by_source(store)
+    # every kept structure's features equal those computed for it alone (independent code)
+    for i, atoms in enumerate(ase.io.read(path, ":")):
+        if i in (4, 9):
+            continue
+        alone = ACSF_CU.compute([atoms])["Cu"].values.numpy()
+        np.testing.assert_allclose(got[i], alone, rtol=1e-12, atol=1e-14)
+    assert store.info()["n_skipped"] == 2
+
+
+def test_any_kernel_failure_or_non_finite_output_is_pinned_to_its_structure(tmp_path, monkeypatch):
+    """Failures the cheap checks do not foresee are found by computing structure by structure."""
+    import dparallel.descriptors.descriptor_set as dset_module
+
+    frames = generate_emt_cu(10, seed=2)
+    frames[3].calc.results["energy"] = 1234.5  # marks the structure the kernels will refuse
+    frames[6].calc.results["energy"] = 6789.5  # marks the one whose features come out NaN
+    path = tmp_path / "cu.extxyz"
+    lines = _write(path, frames)
+    original = dset_module.DescriptorSet.compute
+
+    def flaky(self, batch, neighbors=None):
+        if np.any(batch.energy == 1234.5):
+            raise FloatingPointError("kernel cannot take it")
+        out = original(self, batch, neighbors)
+        marked = np.flatnonzero(batch.energy == 6789.5)
+        for s in marked:
+            values = out["acsf"]["Cu"]["values"]
+            rows = batch.structure_index[out["acsf"]["Cu"]["atom_index"]] == s
+            values[rows] = np.nan
+        return out
+
+    monkeypatch.setattr(dset_module.DescriptorSet, "compute", flaky)
+    descriptors = DescriptorSet(acsf=ACSF_CU)
+    with pytest.raises(PartitionFailedError) as info:
+        featurize_in_process(path, tmp_path / "a.zarr", descriptors, partition_atoms=10_000)
+    assert (
+        f"line {lines[3]}, structure 3: the descriptors cannot be computed: "
+        "FloatingPointError: kernel cannot take it"
+    ) in str(info.value)
+    store = featurize_in_process(
+        path, tmp_path / "b.zarr", descriptors, partition_atoms=10_000, on_error="skip"
+    )
+    assert [i for i, _ in store.skipped()] == [3, 6]
+    assert "acsf features of Cu atoms are not finite" in store.skipped()[1][1]
+    assert store.is_complete and store.n_structures == 8
