@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dparallel.descriptors.descriptor_set import DescriptorSet
-from dparallel.errors import InvalidStructureError
+from dparallel.errors import DescriptorError, InvalidStructureError
 from dparallel.neighbors import neighbor_list
 from dparallel.store import open_store
 from dparallel.workflow.stats import FeatureStats
@@ -139,10 +139,20 @@ def _compute(
             try:
                 computed = dset.compute(batch, neighbors=nb)
                 bad = _non_finite(batch, computed)
+                if len(bad) == batch.n_structures > 1:
+                    first = int(indices[0])
+                    raise DescriptorError(
+                        f"the descriptors of all {batch.n_structures} structures of this "
+                        f"partition come out NaN or infinite (from structure {first} of "
+                        f"{source.path} on): not one structure's fault; check the "
+                        "descriptor parameters"
+                    )
+            except DescriptorError:
+                raise
             except Exception:
                 bad = _compute_each(batch, dset)
-                if not bad:
-                    raise  # not one structure's fault: the partition fails as it is
+                if not bad or (len(bad) == batch.n_structures > 1):
+                    raise  # not one structure's fault (none, or all fail): the partition fails
         if not bad:
             return batch, indices, computed, skipped
         for s, reason in bad.items():

@@ -148,3 +148,26 @@ def test_any_kernel_failure_or_non_finite_output_is_pinned_to_its_structure(tmp_
     assert [i for i, _ in store.skipped()] == [3, 6]
     assert "acsf features of Cu atoms are not finite" in store.skipped()[1][1]
     assert store.is_complete and store.n_structures == 8
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_failure_of_every_structure_is_not_blamed_on_them(tmp_path, monkeypatch, on_error):
+    """A kernel that fails for all structures is a bug or bad parameters: nothing is skipped."""
+    import dparallel.descriptors.descriptor_set as dset_module
+
+    path = tmp_path / "cu.extxyz"
+    _write(path, generate_emt_cu(6, seed=2))
+
+    def broken(self, batch, neighbors=None):
+        raise FloatingPointError("kernel bug")
+
+    monkeypatch.setattr(dset_module.DescriptorSet, "compute", broken)
+    with pytest.raises(PartitionFailedError) as info:
+        featurize_in_process(
+            path, tmp_path / "s.zarr", DescriptorSet(acsf=ACSF_CU), on_error=on_error
+        )
+    text = str(info.value)
+    assert "failed: FloatingPointError: kernel bug" in text and "structure 0" not in text
+    from dparallel.store import open_store
+
+    assert open_store(tmp_path / "s.zarr").skipped() == []

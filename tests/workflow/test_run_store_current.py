@@ -1,0 +1,44 @@
+"""``dparallel run`` skips featurization only for a store of this very data and config."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from dparallel.datasets import write_emt_cu
+from dparallel.store import open_store
+from dparallel.workflow.featurize import featurize_in_process
+from dparallel.workflow.run import _store_current
+from dparallel.workflow.spec import load_quickstart
+
+
+def test_store_is_current_only_for_the_same_source_and_config(tmp_path):
+    data = tmp_path / "cu.xyz"
+    write_emt_cu(data, n_structures=8, seed=1)
+    sets = [f"dataset.path={data}", f"store.path={tmp_path / 's.zarr'}", "partitioning.atoms=150"]
+    spec = load_quickstart(sets)
+    assert not _store_current(spec, data)  # nothing there yet
+    featurize_in_process(
+        data,
+        spec.store.path,
+        spec.descriptors.build(),
+        units=spec.dataset.units,
+        on_error=spec.dataset.on_error,
+        partition_atoms=spec.partitioning.atoms,
+    )
+    assert _store_current(spec, data)
+    for change in ("dataset.units=bohr-hartree", "dataset.on_error=skip", "partitioning.atoms=100",
+                   "descriptors.acsf.r_cut=4.5", "descriptors.derivatives=false"):  # fmt: skip
+        assert not _store_current(load_quickstart([*sets, change]), data), change
+    # the same file name with other content (another seed, same size class)
+    stamp = data.stat().st_mtime_ns
+    data.unlink()
+    write_emt_cu(data, n_structures=8, seed=2)
+    os.utime(data, ns=(stamp, stamp))
+    assert not _store_current(spec, data)
+    data.unlink()
+    write_emt_cu(data, n_structures=8, seed=1)
+    time.sleep(0.01)
+    assert _store_current(spec, data)  # the same content again: current (path and mtime aside)
+    open_store(spec.store.path, mode="r+").clear_done(0)
+    assert not _store_current(spec, data)  # incomplete
