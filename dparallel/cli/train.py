@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import math
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from dparallel.errors import RunInterruptedError
 from dparallel.train import parse_training_spec, train
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -35,6 +39,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--resume", action="store_true", help="continue from MODEL_DIR/checkpoint.pt")
     p.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="train on the done partitions of an incomplete store (says how many it uses); "
+        "same as --set allow_incomplete=true",
+    )
+    p.add_argument(
         "--scheduler",
         default=None,
         help="Dask scheduler address: publish per-epoch metrics to its dashboard "
@@ -50,7 +60,8 @@ def _m(x: float | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Train; prints one line per epoch and the final validation/test errors."""
-    spec = parse_training_spec(args.config, args.overrides)
+    overrides = [*args.overrides, *(["allow_incomplete=true"] if args.allow_incomplete else [])]
+    spec = parse_training_spec(args.config, overrides)
 
     def show(row: dict[str, Any]) -> None:
         if args.quiet:
@@ -63,13 +74,22 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    if args.scheduler:
-        from dparallel.cluster import connect
+    try:
+        if args.scheduler:
+            from dparallel.cluster import connect
 
-        with connect(scheduler=args.scheduler):  # its client receives the metric events
+            with connect(scheduler=args.scheduler):  # its client receives the metric events
+                result = train(args.store, args.output, spec, resume=args.resume, callback=show)
+        else:
             result = train(args.store, args.output, spec, resume=args.resume, callback=show)
-    else:
-        result = train(args.store, args.output, spec, resume=args.resume, callback=show)
+    except KeyboardInterrupt:
+        checkpoint = Path(args.output) / "checkpoint.pt"
+        kept = (
+            f"{checkpoint} (the last finished epoch) is kept: rerun with --resume to continue"
+            if checkpoint.exists()
+            else "no epoch had finished"
+        )
+        raise RunInterruptedError(f"interrupted; {kept}") from None
     for split, m in (("validation", result.validation), ("test", result.test)):
         if m:
             print(

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,8 +30,12 @@ from torch import nn
 from dparallel.descriptors import ACSF, forces_from_derivatives, virial_from_derivatives
 from dparallel.errors import TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
+from dparallel.train.files import load_exported_program, load_torch_file
 from dparallel.train.model import HDNNP
 from dparallel.types import StructureBatch
+
+if TYPE_CHECKING:
+    import os
 
 __all__ = [
     "DEPLOYED",
@@ -169,7 +172,7 @@ def load_deployed(path: str | os.PathLike[str], dtype: torch.dtype | None = None
         raise TrainingError(
             f"no deployable model at {path}; run `dparallel export {path.parent}` first"
         )
-    data = torch.load(path, map_location="cpu", weights_only=True)
+    data = load_torch_file(path, "deployed model")
     if data.get("format") != "dparallel-deployed":
         raise TrainingError(f"{path} is not a dparallel deployed model")
     acsf = ACSF.from_dict(json.loads(data["descriptor"]))
@@ -225,7 +228,7 @@ def load_atomic_energies(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
     out = {}
     for path in sorted(Path(model_dir).glob("atomic_energy_*.pt2")):
         element = path.stem.removeprefix("atomic_energy_")
-        out[element] = torch.export.load(path).module()
+        out[element] = load_exported_program(path).module()
     if not out:
         raise TrainingError(f"no atomic_energy_*.pt2 in {model_dir}; run `dparallel export`")
     return out

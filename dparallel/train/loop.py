@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -26,11 +26,14 @@ from dparallel.errors import TrainingError
 from dparallel.store import Store, open_store
 from dparallel.train.data import Batch, PartitionReader, SplitIndex, build_split_index
 from dparallel.train.data import iterate_batches as _iterate
+from dparallel.train.files import load_torch_file, save_torch_file
 from dparallel.train.model import HDNNP, scaling_from_statistics
 from dparallel.train.spec import TrainingSpec
-from dparallel.types import StructureBatch
 
-__all__ = ["Metrics", "TrainResult", "predict_batch", "train", "load_model", "evaluate_split"]
+if TYPE_CHECKING:
+    from dparallel.types import StructureBatch
+
+__all__ = ["Metrics", "TrainResult", "evaluate_split", "load_model", "predict_batch", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,22 @@ MODEL = "model.pt"
 METRICS_CSV = "metrics.csv"
 METRICS_JSON = "metrics.json"
 SPEC_JSON = "spec.json"
+#: What a checkpoint must hold to resume from it.
+_CHECKPOINT_KEYS = frozenset(
+    {
+        "epoch",
+        "model",
+        "optimizer",
+        "rng",
+        "best_val",
+        "best_epoch",
+        "bad_epochs",
+        "history",
+        "spec",
+    }
+)
+#: Training keys a resumed run may change.
+_RESUMABLE_KEYS = frozenset({"epochs", "allow_incomplete"})
 _CACHE_BYTES = int(os.environ.get("DPARALLEL_TRAIN_CACHE_MB", "2048")) * 2**20
 
 
@@ -370,12 +389,6 @@ def _write_metrics(model_dir: Path, history: list[dict], extra: dict | None = No
     tmp.replace(model_dir / METRICS_JSON)
 
 
-def _save(obj: dict, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    tmp.replace(path)  # atomic: a crash never leaves a half-written checkpoint
-
-
 def model_file(model: HDNNP, spec: TrainingSpec, descriptor: dict | None) -> dict[str, Any]:
     """The saved trained model (``model.pt``): config, weights, descriptor spec, spec."""
     return {
@@ -398,7 +411,7 @@ def load_model(
         path = path / MODEL
     if not path.is_file():
         raise TrainingError(f"no trained model at {path}; run `dparallel train` first")
-    data = torch.load(path, map_location="cpu", weights_only=True)
+    data = load_torch_file(path, "model file")
     if data.get("format") != "dparallel-hdnnp":
         raise TrainingError(f"{path} is not a dparallel model file")
     model = HDNNP(**data["model_config"])
@@ -409,6 +422,33 @@ def load_model(
         model = model.to(dtype)
     model.eval()
     return model, data
+
+
+def _check_complete(store: Store, spec: TrainingSpec) -> dict[str, Any]:
+    """How much of the source the store holds; refuse an incomplete one unless allowed."""
+    done = len(store.done_partitions())
+    coverage = {
+        "store": str(store.path),
+        "complete": done == store.n_partitions,
+        "partitions_used": done,
+        "partitions_total": store.n_partitions,
+        "structures_used": store.n_structures,
+        "structures_in_source": store.plan.n_structures,
+    }
+    if coverage["complete"]:
+        return coverage
+    amount = (
+        f"{done} of {store.n_partitions} partitions are featurized ({store.n_structures} of "
+        f"{store.plan.n_structures} structures)"
+    )
+    if not spec.allow_incomplete:
+        raise TrainingError(
+            f"{store.path} is incomplete: {amount}. Finish it (rerun the same featurize "
+            "command), or train on what is there with --allow-incomplete "
+            "(allow_incomplete: true)"
+        )
+    log.warning("training on an incomplete store %s: %s", store.path, amount)
+    return coverage
 
 
 def train(
@@ -444,10 +484,18 @@ def train(
     Returns
     -------
     TrainResult
+
+    Raises
+    ------
+    TrainingError
+        The store is incomplete and ``spec.allow_incomplete`` is off; a checkpoint or
+        model file is unreadable, corrupt or holds more than tensors and plain data;
+        the store lacks the features or derivatives the spec needs.
     """
     t_start = time.perf_counter()
     spec = spec or TrainingSpec()
     store = store if isinstance(store, Store) else open_store(store)
+    coverage = _check_complete(store, spec)
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     run_name = run_name or model_dir.resolve().name
@@ -470,10 +518,15 @@ def train(
     if resume:
         if not ckpt_path.is_file():
             raise TrainingError(f"--resume: no checkpoint at {ckpt_path}")
-        ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        ck = load_torch_file(ckpt_path, "checkpoint")
+        if not set(ck) >= _CHECKPOINT_KEYS:
+            raise TrainingError(
+                f"{ckpt_path}: not a dparallel checkpoint (missing "
+                f"{', '.join(sorted(_CHECKPOINT_KEYS - set(ck)))})"
+            )
         old = dict(ck["spec"])
         new = spec.to_dict()
-        diff = sorted(k for k in new if k != "epochs" and old.get(k) != new[k])
+        diff = sorted(k for k in new if k not in _RESUMABLE_KEYS and old.get(k) != new[k])
         if diff:
             raise TrainingError(
                 f"--resume: {ckpt_path} was trained with another config ({', '.join(diff)} "
@@ -536,12 +589,12 @@ def train(
             sched.step()
         if monitor < best_val:
             best_val, best_epoch, bad = monitor, epoch, 0
-            _save(model_file(model, spec, prep.descriptor_spec), model_dir / BEST)
+            save_torch_file(model_file(model, spec, prep.descriptor_spec), model_dir / BEST)
         else:
             bad += 1
         row = _row(epoch, lr, train_sum, val_sum, time.perf_counter() - t0)
         history.append(row)
-        _save(
+        save_torch_file(
             {
                 "epoch": epoch,
                 "model": model.state_dict(),
@@ -572,7 +625,7 @@ def train(
         )
     best, _ = load_model(model_dir / BEST)
     best = best.to(dtype)
-    _save(model_file(best, spec, prep.descriptor_spec), model_dir / MODEL)
+    save_torch_file(model_file(best, spec, prep.descriptor_spec), model_dir / MODEL)
     final: dict[str, dict[str, float]] = {}
     parity: dict[str, dict[str, np.ndarray]] = {}
     for split in ("validation", "test"):
@@ -586,6 +639,7 @@ def train(
         "splits": {s: prep.index.count(s) for s in ("train", "validation", "test")},
         "test_ids": prep.index.ids_of("test").tolist(),
         "reference_energies": dict(zip(prep.elements, prep.ref_energy.tolist(), strict=True)),
+        "data": coverage,
     }
     _write_metrics(model_dir, history, extra)
     try:
@@ -594,7 +648,7 @@ def train(
         plot_learning_curves(history, model_dir / "learning_curves.png")
         for split, arrays in parity.items():
             plot_parity(arrays, model_dir / f"parity_{split}.png", title=split)
-    except Exception:  # noqa: BLE001 - plots are a convenience, never fail a run
+    except Exception:
         log.warning("could not write plots", exc_info=True)
     return TrainResult(
         best,
@@ -610,17 +664,18 @@ def train(
 def _publish(run: str, row: Mapping[str, Any]) -> None:
     """Send the epoch's metrics to the dashboard (no-op without a cluster)."""
     try:
-        from dparallel.cluster.events import publish_train_metrics
+        from dparallel.dashboard.events import publish_train_metrics
     except ImportError:  # pragma: no cover
         return
-    for split in ("train", "validation"):
+    splits: tuple[Literal["train", "validation"], ...] = ("train", "validation")
+    for split in splits:
         loss = row.get(f"{split}_loss")
         if loss is None or not math.isfinite(loss):
             continue
         publish_train_metrics(
             run,
             int(row["epoch"]),
-            split,  # type: ignore[arg-type]
+            split,
             float(loss),
             row.get(f"{split}_energy_rmse"),
             row.get(f"{split}_force_rmse"),

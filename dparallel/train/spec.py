@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dparallel.config import apply_overrides, describe_validation_error, read_yaml, section
 from dparallel.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["TrainingSpec", "parse_training_spec"]
 
@@ -45,6 +47,9 @@ class TrainingSpec(BaseModel):
     prefetch: int = Field(1, ge=0, description="partitions read ahead in a thread")
     dtype: Literal["float64", "float32"] = "float64"
     threads: int = Field(1, ge=0, description="torch threads; 0 = leave the default")
+    allow_incomplete: bool = Field(
+        False, description="train on the done partitions of an incomplete store"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

@@ -6,12 +6,16 @@ same per-partition task and exact statistics merge as a Dask run, without a clus
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
-from dparallel.store import Store
 from dparallel.workflow.featurize import featurize_in_process
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dparallel.store import Store
 
 
 def build_store(

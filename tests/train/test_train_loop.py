@@ -35,8 +35,8 @@ def test_resume_continues_the_same_trajectory(store, tmp_path, schedule) -> None
         for k in ra:
             if k != "seconds":
                 assert ra[k] == rb[k], k  # bitwise
-    ca = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)
-    cb = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    ca = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)
+    cb = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)
     for k, v in ca["model"].items():
         assert torch.equal(v, cb["model"][k]), k
     assert straight.test == resumed.test

@@ -1,0 +1,90 @@
+"""Reading and writing torch files safely: weights only, atomic writes, clear errors.
+
+Every ``.pt`` file dparallel reads (``model.pt``, ``best.pt``, ``checkpoint.pt``,
+``deployed.pt``) goes through :func:`load_torch_file`, i.e. ``torch.load(...,
+weights_only=True)``: a file can hold tensors, dicts, lists, numbers and strings, never
+objects whose unpickling runs code. So a crafted checkpoint cannot run a command, and a
+truncated, corrupt or foreign file is a :class:`~dparallel.errors.TrainingError` naming it.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from dparallel.errors import TrainingError
+
+if TYPE_CHECKING:
+    import os
+
+__all__ = ["load_exported_program", "load_torch_file", "save_torch_file"]
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}"
+
+
+def _refused_global(exc: BaseException) -> str | None:
+    """The object ``weights_only`` refused to build (``"GLOBAL posix.system"``), if that was it."""
+    match = re.search(r"GLOBAL ([\w.]+)", str(exc))
+    if match is not None:
+        return f"GLOBAL {match.group(1)}"
+    return "a Python object" if "global" in str(exc).lower() else None
+
+
+def load_torch_file(path: str | os.PathLike[str], what: str = "torch file") -> dict[str, Any]:
+    """``torch.load(path, weights_only=True)`` of a dict, with errors that name the file.
+
+    Raises
+    ------
+    TrainingError
+        The file is missing, truncated or corrupt, holds anything but tensors and plain
+        data (refused unread), or is not a dict.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TrainingError(f"{what} not found: {path}")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        refused = _refused_global(exc)
+        if refused is None:  # not a torch archive at all (the legacy pickle reader gave up)
+            raise TrainingError(
+                f"{path}: cannot read this {what} (truncated or corrupt?): not a torch file"
+            ) from None
+        raise TrainingError(
+            f"{path}: refusing to load this {what}: it holds {refused}, not only tensors "
+            "and plain data; dparallel never unpickles objects from files"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError) as exc:
+        raise TrainingError(
+            f"{path}: cannot read this {what} (truncated or corrupt?): {_first_line(exc)}"
+        ) from None
+    if not isinstance(data, dict):
+        raise TrainingError(f"{path}: not a dparallel {what} (it holds a {type(data).__name__})")
+    return data
+
+
+def save_torch_file(obj: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """``torch.save`` to a temporary file, then rename: a crash never leaves half a file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)
+
+
+def load_exported_program(path: str | os.PathLike[str]) -> Any:
+    """``torch.export.load(path)`` with errors that name the file (``.pt2`` archives)."""
+    path = Path(path)
+    try:
+        return torch.export.load(path)
+    except Exception as exc:  # noqa: BLE001 - any failure to deserialize is the file's
+        raise TrainingError(
+            f"{path}: cannot load this exported program (truncated or corrupt?): {_first_line(exc)}"
+        ) from None

@@ -1,0 +1,124 @@
+"""Untrusted files and incomplete stores: nothing runs, nothing is silently half-used."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from _store_fixture import build_store, small_acsf
+
+from dparallel.cli.main import main
+from dparallel.errors import TrainingError
+from dparallel.train import TrainingSpec, load_model
+from dparallel.train import train as train_model
+from dparallel.train.export import export_model, load_atomic_energies, load_deployed
+
+SPEC = TrainingSpec(epochs=2, hidden=(4,), batch_size=4, seed=1, shuffle_buffer=4)
+
+
+class _Evil:
+    """Unpickling this runs a command (what a crafted checkpoint does)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # noqa: ANN204
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):  # noqa: ANN001, ANN201
+    from dparallel.datasets import write_emt_cu
+
+    root = tmp_path_factory.mktemp("files")
+    data = write_emt_cu(root / "cu.xyz", 12, seed=4)
+    store = build_store(data, root / "cu.zarr", small_acsf(), partition_atoms=100)
+    train_model(store, root / "model", SPEC)
+    export_model(root / "model", try_export=False)
+    return store, root
+
+
+def test_crafted_checkpoint_does_not_run_on_resume(trained, tmp_path, capsys) -> None:  # noqa: ANN001
+    store, root = trained
+    model_dir = tmp_path / "m"
+    shutil.copytree(root / "model", model_dir)
+    marker = tmp_path / "pwned"
+    ck = torch.load(model_dir / "checkpoint.pt", weights_only=True)
+    ck["history"] = [_Evil(str(marker))]
+    torch.save(ck, model_dir / "checkpoint.pt")
+    with pytest.raises(TrainingError, match="refusing to load this checkpoint") as info:
+        train_model(store, model_dir, SPEC.model_copy(update={"epochs": 3}), resume=True)
+    assert str(model_dir / "checkpoint.pt") in str(info.value)
+    assert not marker.exists()
+    argv = ["train", str(store.path), "-o", str(model_dir), "--resume", "--set", "epochs=3",
+            "--set", "hidden=[4]", "--set", "batch_size=4", "--set", "seed=1",
+            "--set", "shuffle_buffer=4", "-q"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "refusing to load this checkpoint" in err
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", ["checkpoint.pt", "model.pt", "deployed.pt", "best.pt"])
+def test_truncated_or_foreign_files_are_named(trained, tmp_path, name) -> None:  # noqa: ANN001
+    store, root = trained
+    model_dir = tmp_path / "m"
+    shutil.copytree(root / "model", model_dir)
+    path = model_dir / name
+    data = path.read_bytes()
+    loaders = {
+        "checkpoint.pt": lambda: train_model(store, model_dir, SPEC, resume=True),
+        "model.pt": lambda: load_model(model_dir),
+        "best.pt": lambda: load_model(model_dir / "best.pt"),
+        "deployed.pt": lambda: load_deployed(model_dir),
+    }
+    for broken in (data[: len(data) // 2], b"", b"not a zip at all"):
+        path.write_bytes(broken)
+        with pytest.raises(TrainingError, match="truncated or corrupt") as info:
+            loaders[name]()
+        assert str(path) in str(info.value)
+    torch.save([1, 2, 3], path)  # a valid torch file, but not ours
+    with pytest.raises(TrainingError, match=f"{path}: not a dparallel"):
+        loaders[name]()
+
+
+def test_truncated_exported_program_is_named(trained, tmp_path) -> None:  # noqa: ANN001
+    _, root = trained
+    model_dir = tmp_path / "m"
+    shutil.copytree(root / "model", model_dir)
+    assert "Cu" in load_atomic_energies(model_dir)
+    pt2 = model_dir / "atomic_energy_Cu.pt2"
+    pt2.write_bytes(pt2.read_bytes()[:100])
+    with pytest.raises(TrainingError, match=r"atomic_energy_Cu.pt2: cannot load"):
+        load_atomic_energies(model_dir)
+
+
+def test_incomplete_store_is_refused_unless_allowed(trained, tmp_path, capsys, caplog) -> None:  # noqa: ANN001
+    store, _ = trained
+    copy = tmp_path / "part.zarr"
+    shutil.copytree(store.path, copy)
+    from dparallel.store import open_store
+
+    partial = open_store(copy, mode="r+")
+    total = partial.n_partitions
+    assert total >= 3
+    partial.clear_done(1)  # as a client killed part-way leaves it
+    used = open_store(copy).n_structures
+    with pytest.raises(TrainingError, match=rf"incomplete: {total - 1} of {total} partitions"):
+        train_model(copy, tmp_path / "m0", SPEC)
+    assert main(["train", str(copy), "-o", str(tmp_path / "m1"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "--allow-incomplete" in err and len(err.strip().splitlines()) == 1
+    assert main(["train", str(copy), "-o", str(tmp_path / "m2"), "-q", "--allow-incomplete",
+                 "--set", "epochs=1", "--set", "hidden=[4]"]) == 0  # fmt: skip
+    assert f"{total - 1} of {total} partitions are featurized ({used} of 12 structures)" in (
+        caplog.text + capsys.readouterr().err
+    )
+    data = json.loads((tmp_path / "m2" / "metrics.json").read_text())["data"]
+    assert data["complete"] is False and data["partitions_used"] == total - 1
+    assert data["structures_used"] == used and data["structures_in_source"] == 12
+    result = train_model(copy, tmp_path / "m3", SPEC.model_copy(update={"allow_incomplete": True}))
+    assert sum(result.history[0][k] for k in ("epoch",)) == 0
