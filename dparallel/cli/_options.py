@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,15 +24,58 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--torch-threads", type=int, default=None, help="torch threads per task (default 1)"
     )
+    parser.add_argument(
+        "--dashboard-address",
+        metavar="ADDR",
+        default=None,
+        help="dashboard of a local cluster (default 127.0.0.1:8787; ':0' picks a free port)",
+    )
+    parser.add_argument(
+        "--log-file",
+        metavar="PATH",
+        default=None,
+        help="where Dask's logs and worker tracebacks go (default: STORE.log beside the store)",
+    )
+
+
+def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
+    """Send Dask's logs of this run to ``--log-file`` (default ``STORE.log``); returns it.
+
+    With ``-v`` they are shown on the terminal too. ``args.log_file`` is set to the path,
+    so error messages can point at it.
+    """
+    from dparallel.cluster.logs import log_to_file
+
+    store_path = Path(store).expanduser().absolute()
+    path = Path(args.log_file or store_path.with_name(store_path.name + ".log")).absolute()
+    args.log_file = str(path)
+    args.restore_logging = log_to_file(path, keep_console=args.verbose > 0)
+    return path
+
+
+def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
+    """What the CLI does once connected: print the dashboard link; local workers log to file."""
+
+    def connected(handle: Any) -> None:
+        print_dashboard(handle)
+        if handle.source == "local" and getattr(args, "log_file", None) and not args.verbose:
+            from dparallel.cluster.logs import WorkerLogFile
+
+            handle.client.register_plugin(WorkerLogFile(args.log_file))
+
+    return connected
 
 
 def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]:
     """Keyword arguments for :func:`dparallel.cluster.connect` from the parsed options."""
     from dparallel.cluster import ClusterSpec
 
-    if args.local is not None:
+    if args.local is not None or args.dashboard_address is not None:
         base = spec.model_dump() if spec is not None else {}
-        base.update(kind="local", n_workers=args.local)
+        if args.local is not None:
+            base.update(kind="local", n_workers=args.local)
+        if args.dashboard_address is not None:
+            base.update(dashboard_address=args.dashboard_address)
         spec = ClusterSpec(**base)
     return {"cluster": spec, "scheduler": args.scheduler, "scheduler_file": args.scheduler_file}
 
@@ -59,7 +105,12 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
         default=DEFAULT_PARTITION_ATOMS,
         help=f"target atoms per partition/task (default {DEFAULT_PARTITION_ATOMS})",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace a mismatching store")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a dparallel store made from another source or config (never anything "
+        "that is not a dparallel store)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import (
     add_cluster_arguments,
     add_source_arguments,
     cluster_kwargs,
+    on_connect,
     partition_progress,
-    print_dashboard,
+    route_cluster_logs,
 )
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -51,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         descriptors = load_descriptors(args.workflow, section="descriptors")
     if args.derivatives and not descriptors.derivatives:
         descriptors = replace(descriptors, derivatives=True)
+    route_cluster_logs(args, args.output)
     result = featurize(
         args.source,
         args.output,
@@ -60,9 +64,10 @@ def run(args: argparse.Namespace) -> int:
         on_error=args.on_error,
         partition_atoms=args.partition_atoms,
         overwrite=args.overwrite,
+        protect=[args.descriptors or args.workflow],
         torch_threads=args.torch_threads,
         progress=partition_progress(args.quiet, "featurize"),
-        on_connect=print_dashboard,
+        on_connect=on_connect(args),
         **cluster_kwargs(args),
     )
     store = result.store

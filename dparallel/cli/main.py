@@ -7,13 +7,19 @@ Each listed module defines ``add_parser(subparsers) -> argparse.ArgumentParser``
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from typing import TYPE_CHECKING, Any
 
-from dparallel.errors import DParallelError
+from dparallel.errors import DParallelError, RunInterruptedError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 #: Dask's own setting for the level of the ``distributed`` loggers.
 ENV_DASK_LOG_LEVEL = "DASK_LOGGING__DISTRIBUTED"
@@ -61,8 +67,34 @@ def _dask_log_level(verbose: int) -> None:
         logging.getLogger("distributed").setLevel(level.upper())
 
 
+def _error_line(command: str, text: str, log_file: str | None) -> str:
+    """``dparallel <command>: error: …``, pointing at the log file when it has details."""
+    first, _, rest = text.partition("\n")
+    if log_file and os.path.exists(log_file) and os.path.getsize(log_file):
+        first = f"{first} (details: {log_file})"
+    return f"dparallel {command}: error: {first}" + (f"\n{rest}" if rest else "")
+
+
+def _os_error(exc: OSError) -> str:
+    """One line for an OS error, with what to do about a full disk."""
+    where = f": {exc.filename}" if exc.filename else ""
+    text = f"{exc.strerror or exc}{where}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        text += "; free some space and rerun the same command (finished work is kept)"
+    return text
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM ends a run like Ctrl-C: clusters closed, leases released, one line."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (2 for dparallel errors)."""
+    """Run the CLI; returns the process exit code.
+
+    0: done; 2: a dparallel error, a full disk or another OS error (one line, no
+    traceback); 130: interrupted (Ctrl-C or SIGTERM), after saying what is kept.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -73,14 +105,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
         return int(args.func(args) or 0)
+    except RunInterruptedError as exc:
+        print(_error_line(args.command, str(exc), getattr(args, "log_file", None)), file=sys.stderr)
+        return 130
     except DParallelError as exc:
-        print(f"dparallel {args.command}: error: {exc}", file=sys.stderr)
+        print(_error_line(args.command, str(exc), getattr(args, "log_file", None)), file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(_error_line(args.command, _os_error(exc), getattr(args, "log_file", None)),
+              file=sys.stderr)  # fmt: skip
         return 2
     except KeyboardInterrupt:
-        print(f"dparallel {args.command}: interrupted", file=sys.stderr)
+        print(f"dparallel {args.command}: error: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        restore = getattr(args, "restore_logging", None)
+        if restore is not None:
+            restore()
 
 
 if __name__ == "__main__":  # pragma: no cover

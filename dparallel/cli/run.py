@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import (
     add_cluster_arguments,
     cluster_kwargs,
+    on_connect,
     partition_progress,
-    print_dashboard,
+    route_cluster_logs,
 )
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -46,8 +49,11 @@ def _milli(x: float | None) -> str:
     return "nan" if x is None or not math.isfinite(x) else f"{1e3 * x:.2f}"
 
 
-def execute(spec: Any, args: argparse.Namespace) -> int:
-    """Run a validated workflow with the CLI's progress output; print a summary."""
+def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) -> int:
+    """Run a validated workflow with the CLI's progress output; print a summary.
+
+    ``protect``: the workflow file (never replaced by ``store.overwrite``).
+    """
     from dparallel.workflow.run import run_workflow
 
     def say(text: str) -> None:
@@ -71,6 +77,7 @@ def execute(spec: Any, args: argparse.Namespace) -> int:
                 "cluster": spec.cluster.model_copy(update={"torch_threads": args.torch_threads})
             }
         )
+    route_cluster_logs(args, spec.store.path)
     result = run_workflow(
         spec,
         scheduler=kwargs["scheduler"],
@@ -78,7 +85,8 @@ def execute(spec: Any, args: argparse.Namespace) -> int:
         say=say,
         progress=partition_progress(args.quiet, "featurize"),
         on_epoch=on_epoch,
-        on_connect=print_dashboard,
+        on_connect=on_connect(args),
+        protect=protect,
     )
     print("stages: " + ", ".join(f"{k} {v}" for k, v in result.stages.items()))
     for split in ("validation", "test"):
@@ -98,4 +106,4 @@ def run(args: argparse.Namespace) -> int:
     """Load the workflow and run it."""
     from dparallel.workflow.spec import load_workflow
 
-    return execute(load_workflow(args.workflow, args.overrides), args)
+    return execute(load_workflow(args.workflow, args.overrides), args, protect=(args.workflow,))

@@ -1,0 +1,106 @@
+"""Send Dask's logs (scheduler, nannies, worker tracebacks) to a file instead of the terminal.
+
+A failing task makes every worker log its traceback ("Compute Failed"), a full disk or an
+interrupted run makes hundreds of such lines: the terminal should show one error line
+that says where they are. :func:`log_to_file` redirects this process's ``distributed``
+(and unclaimed root) log records to a file; :class:`WorkerLogFile` does the same inside
+every worker of a local cluster (each restarted worker included), so the processes write
+one file between them (appending whole lines).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["FORMAT", "WorkerLogFile", "log_to_file"]
+
+#: Record format in the log file (time, process, logger, level, message).
+FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s: %(message)s"
+#: Loggers whose terminal output the file replaces ("" is the root logger).
+_LOGGERS = ("distributed", "tornado", "asyncio", "")
+
+
+def _is_console(handler: logging.Handler) -> bool:
+    stream = getattr(handler, "stream", None)
+    return (
+        isinstance(handler, logging.StreamHandler)
+        and not isinstance(handler, logging.FileHandler)
+        and stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    )
+
+
+class _FileHandler(logging.FileHandler):
+    """A file handler that stays silent when it cannot write (e.g. the disk is full).
+
+    The stock handler prints a traceback to stderr for every record it fails to write:
+    exactly the terminal noise this module exists to avoid.
+    """
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.failed = True
+
+
+def log_to_file(
+    path: str | os.PathLike[str], *, keep_console: bool = False, level: int = logging.INFO
+) -> Callable[[], None]:
+    """Route ``distributed``/``tornado``/``asyncio`` records (and root ones) to ``path``.
+
+    Console handlers of those loggers are removed unless ``keep_console``; the root
+    logger's console handler is kept for every logger but those. The file is created on
+    the first record only. Returns a function that undoes all of it.
+    """
+    handler = _FileHandler(os.fspath(path), mode="a", delay=True, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setLevel(level)
+    removed: dict[logging.Logger, list[logging.Handler]] = {}
+    silenced: list[logging.Logger] = []
+    touched = [logging.getLogger(name) for name in _LOGGERS]
+    for logger in touched:
+        logger.addHandler(handler)
+        if logger is logging.getLogger() or keep_console:
+            continue
+        removed[logger] = [h for h in logger.handlers if _is_console(h)]
+        for h in removed[logger]:
+            logger.removeHandler(h)
+        if logger.propagate:  # the root logger's console handler would print them
+            logger.propagate = False
+            silenced.append(logger)
+
+    def restore() -> None:
+        for logger in touched:
+            logger.removeHandler(handler)
+        for logger, handlers in removed.items():
+            for h in handlers:
+                logger.addHandler(h)
+        for logger in silenced:
+            logger.propagate = True
+        handler.close()
+
+    return restore
+
+
+class WorkerLogFile(WorkerPlugin):
+    """Worker plugin: this worker process logs to ``path``, not to its terminal.
+
+    Python warnings raised in tasks go there too. Meant for local clusters, whose workers
+    share the client's terminal; a remote worker's logs belong to whoever runs it.
+    """
+
+    name = "dparallel-log-file"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+
+    def setup(self, worker: Any) -> None:
+        """Redirect this process's log records (and warnings) to the file."""
+        log_to_file(self.path)
+        logging.captureWarnings(True)
+        logging.getLogger("py.warnings").propagate = True

@@ -1,0 +1,171 @@
+"""One clean error line (worker tracebacks in the log file) for the ways a real run ends badly.
+
+Full disk (a real, tiny tmpfs), two runs on one store, Ctrl-C/SIGTERM and a failing
+structure, each driven through the command line as a user would, without ``-q``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dparallel.store import lease_path, open_store
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(400)]
+
+DESCRIPTORS = {
+    "acsf": {
+        "elements": ["Cu"],
+        "r_cut": 4.5,
+        "radial": [[0.5, 0.0], [1.0, 2.5]],
+        "narrow": [[0.02, 1.0, 1.0, 0.0]],
+    },
+    "derivatives": True,
+}
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    from dparallel.datasets import write_emt_cu
+
+    source = write_emt_cu(tmp_path / "cu.extxyz", n_structures=40, seed=5)
+    desc = tmp_path / "d.yaml"
+    desc.write_text(yaml.safe_dump(DESCRIPTORS))
+    return {"source": source, "desc": desc, "root": tmp_path}
+
+
+def _argv(files: dict[str, Path], store: Path, *more: str) -> list[str]:
+    return [sys.executable, "-m", "dparallel", "featurize", str(files["source"]), "-o", str(store),
+            "--descriptors", str(files["desc"]), "--local", "1", "--dashboard-address", ":0",
+            "--partition-atoms", "60", *more]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=300)
+
+
+def _error_lines(stderr: str) -> list[str]:
+    """What the user sees on stderr, without the dashboard link and the progress bar."""
+    out = []
+    for line in stderr.splitlines():
+        line = line.split("\r")[-1].strip()
+        if line and not line.startswith(("dashboard: ", "featurize [")):
+            out.append(line)
+    return out
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A 1 MiB tmpfs (needs root and mount permission; skipped otherwise)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_disk_is_one_line_and_a_rerun_with_space_finishes(files, tiny_disk) -> None:
+    store = tiny_disk / "s.zarr"
+    done = _run(_argv(files, store))
+    assert done.returncode == 2, done.stderr
+    lines = _error_lines(done.stderr)
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("dparallel featurize: error: ")
+    assert "space" in lines[0] and "Traceback" not in done.stderr
+    assert "Errno" not in done.stderr or "No space left" in lines[0]
+    # nothing half-made is left beside the store, and the store (if any) resumes elsewhere
+    assert not [p for p in tiny_disk.iterdir() if ".creating-" in p.name]
+    assert not lease_path(store).exists()
+
+
+def test_second_run_on_the_same_store_is_refused_and_the_first_finishes(files) -> None:
+    store = files["root"] / "s.zarr"
+    first = subprocess.Popen(_argv(files, store), env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not lease_path(store).exists():
+            assert time.monotonic() < deadline and first.poll() is None, "first run never started"
+            time.sleep(0.05)
+        second = _run(_argv(files, store))
+        assert second.returncode == 2
+        lines = _error_lines(second.stderr)
+        assert len(lines) == 1 and "is being written by dparallel featurize (pid " in lines[0]
+        assert "Traceback" not in second.stderr
+        _out, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err
+    assert open_store(store).is_complete
+    assert not [p for p in files["root"].iterdir() if ".creating-" in p.name]
+    third = _run(_argv(files, store, "-q"))
+    assert third.returncode == 0 and "(0 computed" in third.stdout, third.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_says_what_is_kept_then_rerun_resumes(files, sig) -> None:
+    store = files["root"] / "s.zarr"
+    proc = subprocess.Popen(_argv(files, store, "--partition-atoms", "30"), env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (store / "partitions" / "done").exists() and len(
+                open_store(store).done_partitions()
+            ) >= 2:
+                break
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    lines = _error_lines(err)
+    assert len(lines) == 1 and "Traceback" not in err, err
+    done = len(open_store(store).done_partitions())
+    total = open_store(store).n_partitions
+    assert f"interrupted; {done} of {total} partitions" in lines[0]
+    assert "rerun the same command" in lines[0]
+    assert not lease_path(store).exists()
+    rerun = _run(_argv(files, store, "--partition-atoms", "30", "-q"))
+    assert rerun.returncode == 0 and f"{done} already done" in rerun.stdout, rerun.stdout
+
+
+def test_worker_tracebacks_go_to_the_log_file_not_the_terminal(files) -> None:
+    import ase.io
+
+    frames = ase.io.read(files["source"], ":")
+    frames[5].positions[1] = frames[5].positions[0]
+    ase.io.write(files["source"], frames, format="extxyz")
+    store = files["root"] / "s.zarr"
+    done = _run(_argv(files, store))
+    assert done.returncode == 2
+    log = Path(f"{store}.log")
+    assert "Traceback" not in done.stderr and "Compute Failed" not in done.stderr
+    lines = _error_lines(done.stderr)
+    assert lines[0].startswith("dparallel featurize: error: 1 of ")
+    assert f"(details: {log})" in lines[0]
+    assert "structure 5: atoms 0 and 1 are at the same position" in done.stderr
+    text = log.read_text()
+    assert "InvalidStructureError" in text and "Traceback" in text
