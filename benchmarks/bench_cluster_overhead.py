@@ -14,7 +14,7 @@ import argparse
 import time
 
 from dparallel.cluster import ClusterSpec, connect, ensure_torch_threads
-from dparallel.cluster.events import publish_progress
+from dparallel.dashboard.events import publish_progress
 
 
 def _noop(i: int) -> int:

@@ -18,8 +18,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dask.system import CPU_COUNT
 from distributed import Client, LocalCluster
@@ -29,12 +28,16 @@ from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.errors import ClusterError
 
+if TYPE_CHECKING:
+    from types import TracebackType
+
 __all__ = ["ClusterHandle", "connect", "dashboard_link", "dashboard_pages", "security_from_tls"]
 
 logger = logging.getLogger(__name__)
 
-#: Scheduler preload that adds the dparallel pages to the Dask dashboard.
-DASHBOARD_PRELOAD = "dparallel.dashboard"
+#: Scheduler preload that adds the dparallel pages to the Dask dashboard (imported by the
+#: scheduler only: this package never imports the dashboard).
+DASHBOARD_PRELOAD = "dparallel.dashboard.preload"
 #: Environment variable that names a running scheduler (read by Dask itself, too).
 ENV_SCHEDULER_ADDRESS = "DASK_SCHEDULER_ADDRESS"
 
@@ -100,7 +103,8 @@ class ClusterHandle:
         self.close()
 
     def __repr__(self) -> str:
-        return f"ClusterHandle(source={self.source!r}, scheduler={self.client.scheduler.address!r})"
+        address = getattr(self.client.scheduler, "address", None)
+        return f"ClusterHandle(source={self.source!r}, scheduler={address!r})"
 
 
 def dashboard_link(client: Client) -> str | None:
@@ -261,8 +265,6 @@ def _register_threads(client: Client, spec: ClusterSpec) -> None:
 
 def _start_local(spec: ClusterSpec) -> ClusterHandle:
     """Start a multi-process LocalCluster on the loopback interface."""
-    import dparallel.dashboard  # noqa: F401 - registers the pages before the scheduler starts
-
     n_workers = spec.n_workers or CPU_COUNT
     dashboard = spec.dashboard_address
     if dashboard.startswith(":"):  # ":0", ":8787": keep it on the loopback interface

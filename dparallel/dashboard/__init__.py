@@ -1,25 +1,30 @@
 """The dparallel pages on the Dask dashboard, and the events that feed them.
 
-Use as a scheduler preload: ``dask scheduler --preload dparallel.dashboard`` (the local
-cluster of :func:`dparallel.cluster.connect` adds it automatically). Importing this module
-registers the pages; :func:`dask_setup` adds the event-collecting scheduler plugin and the
-JSON route ``/dparallel/status.json``.
+Scheduler preload: ``dask scheduler --preload dparallel.dashboard.preload`` (the local and
+SLURM clusters of :func:`dparallel.cluster.connect` add it themselves). The shorter
+``--preload dparallel.dashboard`` works too: the pages are registered when distributed's
+preloading imports this package, and only then, because the pages load bokeh (0.4 s).
+:func:`dask_setup` adds the event-collecting scheduler plugin and the JSON route
+``/dparallel/status.json``.
 
 Pages (below the dashboard address, also listed under "More"):
 ``/individual-dparallel-progress`` and ``/individual-dparallel-training``.
 
 Tasks and clients publish with :func:`publish_progress_start`, :func:`publish_progress`
-and :func:`publish_train_metrics` (no-ops without a cluster). They live in
-:mod:`dparallel.cluster.events` and are re-exported here: importing this package registers
-the pages, which loads bokeh (0.4 s), so worker tasks import the events module instead.
+and :func:`publish_train_metrics` from :mod:`dparallel.dashboard.events` (no-ops without a
+cluster). Importing them, or this package, loads neither bokeh nor ``distributed``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-from dparallel.cluster.events import (
+if TYPE_CHECKING:
+    from types import FrameType
+
+from dparallel.dashboard.events import (
     TOPIC_PROGRESS,
     TOPIC_TRAIN,
     publish_progress,
@@ -50,7 +55,10 @@ STATUS_ROUTE = "dparallel/status.json"
 
 
 def register_pages() -> bool:
-    """Add the pages to distributed's dashboard applications; ``False`` without bokeh."""
+    """Add the pages to distributed's dashboard applications; ``False`` without bokeh.
+
+    Must run before the scheduler builds its dashboard: at preload import time.
+    """
     try:
         from distributed.dashboard.scheduler import applications
 
@@ -71,5 +79,15 @@ def dask_setup(scheduler: Any) -> None:
     logger.info("dparallel dashboard pages: %s", ", ".join(PAGE_ROUTES))
 
 
-# Must happen at import: the scheduler imports preloads before it builds its dashboard.
-register_pages()
+def _imported_by_preloading() -> bool:
+    """Whether distributed's preloading (``--preload dparallel.dashboard``) imports us now."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "distributed.preloading":
+            return True
+        frame = frame.f_back
+    return False
+
+
+if _imported_by_preloading():
+    register_pages()

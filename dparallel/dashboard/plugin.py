@@ -10,7 +10,7 @@ from typing import Any
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.http.utils import RequestHandler
 
-from dparallel.cluster.events import TOPIC_PROGRESS, TOPIC_TRAIN
+from dparallel.dashboard.events import TOPIC_PROGRESS, TOPIC_TRAIN
 from dparallel.dashboard.state import DashboardState
 
 __all__ = ["PLUGIN_NAME", "STATUS_ROUTE", "DashboardPlugin", "StatusHandler", "state_of"]

@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dparallel.cluster.events import TOPIC_PROGRESS, TOPIC_TRAIN
+from dparallel.dashboard.events import TOPIC_PROGRESS, TOPIC_TRAIN
 
-__all__ = ["DashboardState", "METRICS", "SPLITS"]
+__all__ = ["METRICS", "SPLITS", "DashboardState"]
 
 METRICS = ("loss", "energy_rmse", "force_rmse")
 SPLITS = ("train", "validation")

@@ -48,7 +48,7 @@ def test_invalid_values_fail(field: str, value: object) -> None:
 
 
 def test_address_kind_needs_an_address() -> None:
-    with pytest.raises(ValidationError, match="neither cluster.address nor"):
+    with pytest.raises(ValidationError, match=r"neither cluster.address nor"):
         ClusterSpec(kind="address")
     assert ClusterSpec(kind="address", address="tcp://h:8786").address == "tcp://h:8786"
 
@@ -118,7 +118,7 @@ def test_slurm_options_reach_jobqueue(monkeypatch) -> None:
     assert seen["queue"] == "cpu" and seen["cores"] == 8 and seen["processes"] == 8
     assert seen["memory"] == "32GB" and seen["walltime"] == "02:00:00" and seen["jobs"] == 3
     assert "export DPARALLEL_TORCH_THREADS=4" in seen["job_script_prologue"]
-    assert seen["scheduler_options"]["preload"] == ["dparallel.dashboard"]
+    assert seen["scheduler_options"]["preload"] == ["dparallel.dashboard.preload"]
 
 
 def test_configured_torch_threads_reads_env(monkeypatch) -> None:

@@ -7,8 +7,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from browsershot import find_chromium, screenshot_bokeh_page
@@ -23,6 +23,9 @@ from dparallel.dashboard import (
     publish_progress_start,
     publish_train_metrics,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

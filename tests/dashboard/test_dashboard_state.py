@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from dparallel.cluster.events import (
+from dparallel.dashboard import DashboardState, publish_progress, publish_train_metrics
+from dparallel.dashboard.events import (
     TOPIC_PROGRESS,
     TOPIC_TRAIN,
     progress_partition_event,
     progress_start_event,
     train_event,
 )
-from dparallel.dashboard import DashboardState, publish_progress, publish_train_metrics
 
 
 class _Recorder:
