@@ -14,17 +14,18 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from dparallel.errors import InputFormatError
 
-__all__ = ["FileIndex", "load_or_build_index", "cache_path_for"]
+__all__ = ["FileIndex", "cache_path_for", "load_or_build_index"]
 
 log = logging.getLogger(__name__)
 
 #: Bump when the index layout or an indexer's behaviour changes.
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 _SAMPLE_BYTES = 1 << 20
 
 
@@ -111,7 +112,7 @@ def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | Non
 
 def _save(index: FileIndex, candidates: list[Path]) -> None:
     frames = sorted(index.errors)
-    payload = {
+    payload: dict[str, Any] = {
         "meta": np.array([INDEX_VERSION, index.size, index.mtime_ns], dtype=np.int64),
         "format": np.array(index.format),
         "sample": np.array(index.sample_sha256),
@@ -170,8 +171,38 @@ def load_or_build_index(path: Path, format: str, *, cache: bool = True) -> FileI
 _Built = tuple[list[int], list[int], list[int], list[int], dict[int, tuple[int, str]]]
 
 
+def _count_line(raw: bytes) -> int | None:
+    """The atom count if ``raw`` is a frame's count line alone (one non-negative integer)."""
+    words = raw.split()
+    if len(words) != 1:
+        return None
+    try:
+        n = int(words[0])
+    except ValueError:
+        return None
+    return n if n >= 0 else None
+
+
+def _atom_like(raw: bytes) -> bool:
+    """Whether ``raw`` looks like an atom line (a name, then at least three numbers)."""
+    words = raw.split()
+    if len(words) < 4:
+        return False
+    try:
+        [float(w) for w in words[1:4]]
+    except ValueError:
+        return False
+    return True
+
+
 def _index_extxyz(path: Path, format: str) -> _Built:
-    """One pass over an (ext)xyz file: header line = atom count, then comment + atom lines."""
+    """One pass over an (ext)xyz file: header line = atom count, then comment + atom lines.
+
+    A count that disagrees with the atom lines is blamed on its own frame: a count too
+    small leaves atom lines where the next count should be (they are added to the frame,
+    which is marked broken); a count too large swallows the next frame's count line (the
+    frame is cut there, marked broken, and indexing goes on from that line).
+    """
     starts: list[int] = []
     ends: list[int] = []
     counts: list[int] = []
@@ -193,6 +224,9 @@ def _index_extxyz(path: Path, format: str) -> _Built:
                 if n < 0:
                     raise ValueError
             except ValueError:
+                if frame and _atom_like(head):
+                    pos, line = _extra_atom_lines(f, head, pos, line, counts, lines, ends, errors)
+                    continue
                 raise InputFormatError(
                     f"expected the number of atoms of a new frame, found {head[:60]!r}",
                     path=path,
@@ -200,8 +234,17 @@ def _index_extxyz(path: Path, format: str) -> _Built:
                     frame=frame,
                 ) from None
             body = list(itertools.islice(f, n + 1))
+            cut = next((k for k in range(1, len(body)) if _count_line(body[k]) is not None), None)
+            if cut is not None:  # an atom line is never a lone integer: the next count line
+                errors[frame] = (
+                    line,
+                    f"atom count {n} on line {line} is too large: line {line + 1 + cut} "
+                    f"starts the next frame after {cut - 1} atom lines",
+                )
+                body = body[:cut]
+                f.seek(pos + len(head) + sum(map(len, body)))
             nbytes = len(head) + sum(map(len, body))
-            if len(body) < n + 1:
+            if len(body) < n + 1 and frame not in errors:
                 got = max(len(body) - 1, 0)
                 errors[frame] = (
                     line,
@@ -214,6 +257,36 @@ def _index_extxyz(path: Path, format: str) -> _Built:
             pos += nbytes
             line += 1 + len(body)
     return starts, ends, counts, lines, errors
+
+
+def _extra_atom_lines(
+    f: BinaryIO,
+    head: bytes,
+    pos: int,
+    line: int,
+    counts: list[int],
+    lines: list[int],
+    ends: list[int],
+    errors: dict[int, tuple[int, str]],
+) -> tuple[int, int]:
+    """Atom lines after a frame whose count was too small: give them to that frame, broken."""
+    frame = len(counts) - 1
+    errors[frame] = (
+        lines[frame],
+        f"atom count {counts[frame]} on line {lines[frame]} is too small: line {line} holds "
+        f"another atom line ({head.strip()[:60].decode(errors='replace')!r})",
+    )
+    nbytes, nlines = len(head), 1
+    while True:
+        at = f.tell()
+        raw = f.readline()
+        if not raw or not _atom_like(raw):
+            f.seek(at)
+            break
+        nbytes += len(raw)
+        nlines += 1
+    ends[frame] += nbytes
+    return pos + nbytes, line + nlines
 
 
 def _index_n2p2(path: Path, format: str) -> _Built:
@@ -275,7 +348,7 @@ def _index_ase(path: Path, format: str) -> _Built:
     try:
         for atoms in ase.io.iread(str(path), index=":", format=format):
             counts.append(len(atoms))
-    except Exception as exc:  # noqa: BLE001 - any parser failure is a format error here
+    except Exception as exc:
         raise InputFormatError(
             f"ASE cannot read it as {format!r}: {exc}", path=path, frame=len(counts)
         ) from exc

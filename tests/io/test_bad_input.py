@@ -75,6 +75,22 @@ XYZ_CASES = [
     ),
     ("empty", "", InputFormatError, None, None, r"empty file: no structures found"),
     (
+        "count_too_small",
+        _xyz("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 0 1\nH 0 0 2\n"),
+        InputFormatError,
+        5,
+        1,
+        r"atom count 2 on line 5 is too small: line 9 holds another atom line \('H 0 0 2'\)",
+    ),
+    (
+        "count_too_large",
+        _xyz("3\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 0 1\n"),
+        InputFormatError,
+        5,
+        1,
+        r"atom count 3 on line 5 is too large: line 9 starts the next frame after 2 atom lines",
+    ),
+    (
         "bad_count_line",
         GOOD_XYZ + "two\ncomment\n",
         InputFormatError,
