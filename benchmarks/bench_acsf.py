@@ -13,19 +13,23 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
-import ase  # noqa: E402
-import ase.build  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from typing import TYPE_CHECKING
 
-from dparallel.descriptors import ACSF  # noqa: E402
-from dparallel.types import StructureBatch  # noqa: E402
+import ase
+import ase.build
+import numpy as np
+import torch
+
+from dparallel.descriptors import ACSF
+from dparallel.types import StructureBatch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 R_CUT = 6.0
 RADIAL = [(float(eta), 0.0) for eta in np.geomspace(0.01, 2.0, 8)]

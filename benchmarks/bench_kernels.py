@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows, skipped = [], []
     for size in args.sizes.split(","):
-        n, p, nu, f = SIZES[size]
+        _n, p, nu, f = SIZES[size]
         for impl in args.impls.split(","):
             dense_gib = p * nu * f * 4 / 2**30
             if impl in DENSE and dense_gib > args.max_dense_gib:

@@ -5,9 +5,8 @@ This module is ``dparallel.ase``; it imports the ``ase`` package absolutely.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ase
 import ase.calculators.calculator as _calc
@@ -17,6 +16,9 @@ from ase.stress import full_3x3_to_voigt_6_stress
 
 from dparallel.train.export import DEPLOYED, load_deployed
 from dparallel.types import StructureBatch
+
+if TYPE_CHECKING:
+    import os
 
 __all__ = ["Calculator"]
 
@@ -35,7 +37,8 @@ class Calculator(_calc.Calculator):
         ACSF backend for the descriptors: ``"auto"``, ``"numba"`` or ``"torch"``.
     """
 
-    implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]
+    # ASE declares it an instance attribute, so it cannot be a ClassVar here.
+    implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]  # noqa: RUF012
 
     def __init__(
         self,

@@ -6,16 +6,17 @@ Atoms of structure ``s`` are rows ``offsets[s]:offsets[s + 1]``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable, Sequence
+
     import ase
 
-__all__ = ["StructureBatch", "FIELDS"]
+__all__ = ["FIELDS", "StructureBatch"]
 
 #: Every field of a :class:`StructureBatch`: (shape, dtype, unit, meaning).
 FIELDS: dict[str, tuple[str, str, str, str]] = {
@@ -45,7 +46,7 @@ class StructureBatch:
     energy: np.ndarray  # (S,) float64, eV
     forces: np.ndarray  # (N, 3) float64, eV/Å
     offsets: np.ndarray  # (S + 1,) int64
-    tags: np.ndarray = field(default=None)  # type: ignore[assignment]  # (S,) str
+    tags: np.ndarray = field(default=None)  # type: ignore[arg-type]  # (S,) str
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

@@ -87,12 +87,12 @@ def test_train_command_reads_the_training_section_of_a_workflow(tmp_path, capsys
 
 
 def test_read_yaml_errors_name_the_file(tmp_path):
-    with pytest.raises(ConfigError, match="missing.yaml: workflow file not found"):
+    with pytest.raises(ConfigError, match=r"missing.yaml: workflow file not found"):
         read_yaml(tmp_path / "missing.yaml", "workflow")
     with pytest.raises(ConfigError, match="cannot read"):
         read_yaml(tmp_path, "workflow")  # a directory
     (tmp_path / "tag.yaml").write_text(f"a: {_EVIL}\n")
-    with pytest.raises(ConfigError, match="tag.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"tag.yaml: not valid YAML"):
         read_yaml(tmp_path / "tag.yaml")
 
 
@@ -112,6 +112,6 @@ def test_relative_paths_are_taken_from_the_working_directory(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     assert load_descriptors(desc).acsf.features("Cu") == via_run.acsf.features("Cu")
     monkeypatch.chdir(tmp_path / "conf")
-    with pytest.raises(Exception, match="nets/input.nn"):
+    with pytest.raises(Exception, match=r"nets/input.nn"):
         load_descriptors(desc)
     assert resolve_path("x/y") == tmp_path / "conf" / "x" / "y"

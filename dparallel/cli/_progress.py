@@ -51,7 +51,7 @@ class ProgressBar:
         """The current status line."""
         elapsed = max(time.perf_counter() - self._t0, 1e-9)
         fraction = self.done / self.total if self.total else 1.0
-        filled = int(round(fraction * self.width))
+        filled = round(fraction * self.width)
         rate = self.units / elapsed
         eta = (elapsed / self.done) * (self.total - self.done) if self.done else float("nan")
         eta_text = "--:--" if eta != eta else f"{int(eta) // 60:02d}:{int(eta) % 60:02d}"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dparallel.cli.run import add_run_arguments, execute
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

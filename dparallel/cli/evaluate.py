@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

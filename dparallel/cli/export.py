@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dparallel.train.export import export_model
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dparallel.store import open_store
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -39,7 +41,6 @@ def run(args: argparse.Namespace) -> int:
     print("arrays")
     for name, a in info["arrays"].items():
         print(
-            f"  {name:28s} {str(tuple(a['shape'])):>18s} {a['dtype']:>10s} "
-            f"chunks {tuple(a['chunks'])}"
+            f"  {name:28s} {tuple(a['shape'])!s:>18s} {a['dtype']:>10s} chunks {tuple(a['chunks'])}"
         )
     return 0

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "ENV_TORCH_THREADS",

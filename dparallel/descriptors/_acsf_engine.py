@@ -95,12 +95,12 @@ def build_plan(features: list[dict], elements: list[str]) -> ElementPlan:
             groups[fe][1].append(kcol)
         else:
             a, b, ek, zk = ang
-            col = ang_cols.index((e_keys.index(ek), z_keys.index(zk)))
-            value_source.append(n_el * k_r + int(pt_of[a][b]) * k_a + col)
+            column = ang_cols.index((e_keys.index(ek), z_keys.index(zk)))
+            value_source.append(n_el * k_r + int(pt_of[a][b]) * k_a + column)
             # pair with neighbour a sees partner b in slot b, and vice versa
             for me, partner in ((a, b), (b, a)) if a != b else ((a, b),):
                 groups[me][0].append(pos)
-                groups[me][1].append(k_r + partner * k_a + col)
+                groups[me][1].append(k_r + partner * k_a + column)
     for g in groups:  # order each group by feature position
         pairs = sorted(zip(*groups[g], strict=True)) if groups[g][0] else []
         groups[g] = ([p for p, _ in pairs], [c for _, c in pairs])
@@ -241,6 +241,7 @@ def evaluate_element(
             inv_j, inv_k = (1.0 / rj).unsqueeze(1), (1.0 / rk2).unsqueeze(1)  # (T, 1)
             xj, xk = da_p[tj] * ak, aj * da_p[tk]  # (T, n_E)
             if nn:
+                assert db is not None
                 pad = (0, len(ek) - nn)
                 bfull = torch.nn.functional.pad(b, pad, value=1.0)
                 xj, xk = xj * bfull, xk * bfull
@@ -262,6 +263,7 @@ def evaluate_element(
                 0, slot_k, qk.unsqueeze(2) * uj.unsqueeze(1)
             )  # (P_e * n_el, K_a, 3)
         if derivatives:
+            assert ang_der is not None
             u_rep = unit.repeat_interleave(n_el, 0).unsqueeze(1)  # (P_e * n_el, 1, 3)
             ang_der = ang_der + coef_p.unsqueeze(2) * u_rep
     src = torch.cat([rad_acc.view(n_centers, n_el * k_r), ang_acc.view(n_centers, n_pt * k_a)], 1)
@@ -329,7 +331,7 @@ def _angular_numba(
     ang_q = np.zeros((*shape_d, 3))
     zk = plan.z_keys
     z_int = np.array(
-        [int(round(z)) if abs(z - round(z)) < 1e-12 and 1 <= round(z) <= 64 else -1 for z, _ in zk],
+        [round(z) if abs(z - round(z)) < 1e-12 and 1 <= round(z) <= 64 else -1 for z, _ in zk],
         dtype=np.int64,
     )
     unit64 = np.ascontiguousarray(unit.detach().to(torch.float64).numpy())

@@ -6,8 +6,7 @@ See docs/acsf.md for formulas, feature order, metadata and the derivative layout
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +17,9 @@ from dparallel.errors import DescriptorError
 from dparallel.kernels.cutoffs import CUTOFF_TYPES, cutoff_type_id
 from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.types import StructureBatch
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["ACSF", "ACSFResult", "PairDerivatives"]
 

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 import torch
 
 from dparallel.descriptors.acsf import ACSF
 from dparallel.descriptors.neighbor_sum import NeighborSum
-from dparallel.descriptors.results import ACSFResult
 from dparallel.errors import DescriptorError
 from dparallel.neighbors import Neighbors, neighbor_list
-from dparallel.types import StructureBatch
 
-__all__ = ["DescriptorSet", "DESCRIPTOR_NAMES"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import numpy as np
+
+    from dparallel.descriptors.results import ACSFResult
+    from dparallel.types import StructureBatch
+
+__all__ = ["DESCRIPTOR_NAMES", "DescriptorSet"]
 
 #: Names under which descriptors are stored (``features/<name>/…`` in a store).
 DESCRIPTOR_NAMES = ("acsf", "neighbor_sum")

@@ -7,11 +7,14 @@ the virial is W = −Σ_pairs r_ij ⊗ s_ij (= −∂E/∂ε for a homogeneous s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 
 from dparallel.errors import DescriptorError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["forces_from_derivatives", "virial_from_derivatives"]
 

@@ -67,6 +67,8 @@ class NeighborSum(torch.nn.Module):
         1/r), the spacing of μ for ``"gaussian"``.
     """
 
+    mu: Tensor  # (ν,) Å, sensitivity centres (buffer)
+
     def __init__(
         self,
         elements: list[str | int] | tuple[str | int, ...],
@@ -318,10 +320,10 @@ def _unpack(neighbors: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _neighbors(batch: StructureBatch, cutoff: float) -> Any:
     """Full pair list of the batch: dparallel.neighbors if present, else ASE per structure."""
     try:
-        from dparallel.neighbors import neighbor_list  # type: ignore[attr-defined]
+        from dparallel.neighbors import neighbor_list
     except ImportError:
-        neighbor_list = None
-    if neighbor_list is not None:
+        pass
+    else:
         return neighbor_list(batch, cutoff)
     from ase.neighborlist import neighbor_list as ase_neighbor_list
 

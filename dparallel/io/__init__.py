@@ -10,10 +10,10 @@ from dparallel.io._validate import validate_batch
 from dparallel.io.source import UNITS, ReadResult, StructureSource, detect_format, open_source
 
 __all__ = [
-    "open_source",
-    "StructureSource",
-    "ReadResult",
-    "detect_format",
-    "validate_batch",
     "UNITS",
+    "ReadResult",
+    "StructureSource",
+    "detect_format",
+    "open_source",
+    "validate_batch",
 ]

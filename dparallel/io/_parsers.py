@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import io
 import re
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dparallel.io._index import FileIndex
 from dparallel.types import StructureBatch
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dparallel.io._index import FileIndex
 
 __all__ = ["parse_range"]
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from dparallel.types import StructureBatch
+if TYPE_CHECKING:
+    from dparallel.types import StructureBatch
 
 __all__ = ["validate_batch"]
 
@@ -34,15 +37,16 @@ def validate_batch(batch: StructureBatch) -> dict[int, str]:
             out[int(sidx[r])] = int(r - batch.offsets[sidx[r]])
         return out
 
-    for s in np.flatnonzero(counts == 0):
-        bad.setdefault(int(s), "structure has no atoms")
-    for s, a in first_bad_atom((batch.numbers < 1) | (batch.numbers > MAX_Z)).items():
+    for empty in np.flatnonzero(counts == 0):
+        bad.setdefault(int(empty), "structure has no atoms")
+    for si, a in first_bad_atom((batch.numbers < 1) | (batch.numbers > MAX_Z)).items():
         bad.setdefault(
-            s, f"atom {a}: unknown element (atomic number {batch.numbers[batch.offsets[s] + a]})"
+            si, f"atom {a}: unknown element (atomic number {batch.numbers[batch.offsets[si] + a]})"
         )
-    for s, a in first_bad_atom(~np.isfinite(batch.positions).all(axis=1)).items():
+    for si, a in first_bad_atom(~np.isfinite(batch.positions).all(axis=1)).items():
         bad.setdefault(
-            s, f"atom {a}: non-finite coordinates {batch.positions[batch.offsets[s] + a].tolist()}"
+            si,
+            f"atom {a}: non-finite coordinates {batch.positions[batch.offsets[si] + a].tolist()}",
         )
     finite_f = np.isfinite(batch.forces).all(axis=1)  # (N,)
     nan_f = np.isnan(batch.forces).all(axis=1)  # (N,)

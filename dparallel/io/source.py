@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from ase import units as _units
@@ -22,7 +21,10 @@ from dparallel.io._parsers import parse_range
 from dparallel.io._validate import validate_batch
 from dparallel.types import StructureBatch
 
-__all__ = ["StructureSource", "ReadResult", "open_source", "detect_format", "UNITS"]
+if TYPE_CHECKING:
+    import os
+
+__all__ = ["UNITS", "ReadResult", "StructureSource", "detect_format", "open_source"]
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,7 @@ def detect_format(path: Path) -> str:
 
     try:
         fmt = ase.io.formats.filetype(str(path), guess=True)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise InputFormatError(
             f"cannot tell the file format ({exc}); pass format= / --format", path=path
         ) from exc
@@ -190,7 +192,7 @@ class StructureSource:
         if bad:
             keep = np.array([int(i) not in bad for i in kept])
             batch = StructureBatch.concatenate(
-                [batch.select(k, k + 1) for k in np.flatnonzero(keep)]
+                [batch.select(int(k), int(k) + 1) for k in np.flatnonzero(keep)]
             )
             kept = kept[keep]
         self._skipped.update(skipped)

@@ -14,7 +14,7 @@ import numpy as np
 
 from dparallel.errors import BackendUnavailableError
 
-__all__ = ["numba_available", "angular_loop"]
+__all__ = ["angular_loop", "numba_available"]
 
 try:  # pragma: no cover - exercised when numba is installed
     import numba

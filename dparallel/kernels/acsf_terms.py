@@ -9,11 +9,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from dparallel.kernels.cutoffs import cutoff_fn_and_derivative
 
-__all__ = ["gaussian_cutoff", "angular_factor", "triplet_counts", "triplet_blocks", "triplets"]
+__all__ = ["angular_factor", "gaussian_cutoff", "triplet_blocks", "triplet_counts", "triplets"]
 
 
 def gaussian_cutoff(
@@ -84,7 +86,7 @@ def angular_factor(
     for z, lam in zip(zeta, lambda_, strict=True):
         base = 1.0 + lam * c
         pre = 2.0 ** (1.0 - z)
-        zi = int(round(z))
+        zi = round(z)
         if abs(z - zi) < 1e-12 and 1 <= zi <= 64:
             pm1 = _int_pow(base, zi - 1)  # base^(ζ−1)
             val = pm1 * base
@@ -143,7 +145,7 @@ def triplet_blocks(counts: torch.Tensor, max_triplets: int) -> list[tuple[int, i
         before = int(csum[bounds[-1] - 1]) if bounds[-1] > 0 else 0
         c = int(torch.searchsorted(csum, before + max_triplets, right=True))
         bounds.append(min(n, max(c, bounds[-1] + 1)))
-    return list(zip(bounds[:-1], bounds[1:], strict=False))
+    return list(itertools.pairwise(bounds))
 
 
 def triplets(counts: torch.Tensor, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,7 +27,7 @@ import torch
 
 from dparallel.errors import DescriptorError
 
-__all__ = ["CUTOFF_TYPES", "cutoff_type_id", "cutoff_fn", "cutoff_fn_and_derivative"]
+__all__ = ["CUTOFF_TYPES", "cutoff_fn", "cutoff_fn_and_derivative", "cutoff_type_id"]
 
 #: n2p2 ``cutoff_type`` number → name.
 CUTOFF_TYPES: dict[int, str] = {

@@ -25,15 +25,17 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Iterator
 from contextlib import contextmanager
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from dparallel.errors import BackendUnavailableError, KernelInputError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import ModuleType
 
 __all__ = [
     "BACKENDS",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from dparallel.errors import DescriptorError
-from dparallel.types import StructureBatch
+
+if TYPE_CHECKING:
+    from dparallel.types import StructureBatch
 
 __all__ = ["Neighbors", "neighbor_list"]
 

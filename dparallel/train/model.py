@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from dparallel.errors import TrainingError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["HDNNP", "scaling_from_statistics"]
 
@@ -52,6 +54,10 @@ class HDNNP(nn.Module):
     hidden, activation
         Hidden layer sizes and activation of every network.
     """
+
+    ref_energy: torch.Tensor  # (n_elements,) eV per atom (buffer)
+    energy_scale: torch.Tensor  # () eV (buffer)
+    nets: nn.ModuleDict
 
     def __init__(
         self,

@@ -21,8 +21,7 @@ Example (``descriptors.yaml``)::
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -32,7 +31,10 @@ from dparallel.descriptors import ACSF, NeighborSum
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import ConfigError
 
-__all__ = ["ACSFSpec", "NeighborSumSpec", "DescriptorsSpec", "load_descriptors"]
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["ACSFSpec", "DescriptorsSpec", "NeighborSumSpec", "load_descriptors"]
 
 
 class _Strict(BaseModel):

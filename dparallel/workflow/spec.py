@@ -23,18 +23,18 @@ from dparallel.workflow.descriptors_spec import DescriptorsSpec
 from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS
 
 __all__ = [
+    "QUICKSTART",
     "DatasetSpec",
     "GenerateSpec",
+    "OutputSpec",
     "PartitionSpec",
     "StoreSpec",
-    "OutputSpec",
     "WorkflowSpec",
+    "apply_overrides",
+    "load_quickstart",
     "load_workflow",
     "parse_workflow",
-    "apply_overrides",
     "workflow_schema",
-    "load_quickstart",
-    "QUICKSTART",
 ]
 
 

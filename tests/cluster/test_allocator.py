@@ -28,8 +28,18 @@ def mmapped_bytes_of_8mib_array() -> int:
     class MallInfo2(ctypes.Structure):
         _fields_ = [
             (name, ctypes.c_size_t)
-            for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd")
-            + ("usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+            for name in (
+                "arena",
+                "ordblks",
+                "smblks",
+                "hblks",
+                "hblkhd",
+                "usmblks",
+                "fsmblks",
+                "uordblks",
+                "fordblks",
+                "keepcost",
+            )
         ]
 
     mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
@@ -14,6 +14,9 @@ from distributed import Client, LocalCluster
 
 from dparallel.cluster import ClusterSpec, TLSSpec, connect, torch_thread_report
 from dparallel.errors import ClusterError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -72,7 +75,7 @@ def test_unreachable_address_is_a_bounded_cluster_error() -> None:
 def test_env_address_beats_spec(monkeypatch) -> None:
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:9")
     spec = ClusterSpec(kind="address", address="tcp://127.0.0.1:7", connect_timeout=1)
-    with pytest.raises(ClusterError, match="127.0.0.1:9"):
+    with pytest.raises(ClusterError, match=r"127.0.0.1:9"):
         connect(spec)
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import ase
 import numpy as np
 from ase.neighborlist import neighbor_list
+
+if TYPE_CHECKING:
+    import ase
 
 
 def fc(r: float, rc: float, kind: int, alpha: float) -> float:

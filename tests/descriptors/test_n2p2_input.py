@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ase
 import numpy as np
@@ -11,6 +11,9 @@ from acsf_reference import reference
 
 from dparallel.descriptors import ACSF
 from dparallel.errors import InputFormatError, SourceNotFoundError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 INPUT_NN = """\
 # n2p2 input.nn excerpt

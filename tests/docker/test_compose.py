@@ -20,13 +20,16 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
 from daskprocs import ROOT, child_env, dask_executable, start, stop, wait_scheduler_file
 
 from dparallel.cluster import connect, torch_thread_report
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -106,7 +109,8 @@ def test_compose_commands_run_as_local_processes(services: dict[str, dict], tmp_
     dask = dask_executable()
     sched_svc, worker_svc = services["scheduler"], services["worker"]
     sfile = tmp_path / "scheduler.json"
-    sched_argv = [dask, *sched_svc["command"][1:]] + [
+    sched_argv = [
+        dask, *sched_svc["command"][1:],
         "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
         "--scheduler-file", str(sfile),
     ]  # fmt: skip

@@ -115,7 +115,7 @@ def test_pickled_source_refuses_changed_file(small_xyz, rng):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(SourceNotFoundError, match="input file not found: .*nope.xyz"):
+    with pytest.raises(SourceNotFoundError, match=r"input file not found: .*nope.xyz"):
         open_source(tmp_path / "nope.xyz")
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-import numpy as np
 import pytest
 import torch
 
 import dparallel.kernels as K
 from dparallel.errors import BackendUnavailableError, KernelInputError
 from dparallel.kernels import neighbor_sums as ns
+
+if TYPE_CHECKING:
+    import numpy as np
 
 BACKENDS = K.available_backends()
 DTYPES = [torch.float32, torch.float64]
@@ -117,7 +120,7 @@ def test_zero_pairs(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_non_contiguous_and_int32_indices(backend: str, rng: np.random.Generator) -> None:
-    s, z, e, pf, ps = _random_case(rng, torch.float64)
+    s, z, _e, pf, ps = _random_case(rng, torch.float64)
     s_t = s.t().contiguous().t()  # same values, transposed strides
     got = K.envsum(s_t, z, pf.to(torch.int32), ps.to(torch.int32), backend=backend)
     torch.testing.assert_close(got, K.envsum(s, z, pf, ps, backend="torch"))

@@ -34,7 +34,7 @@ def _compare(atoms_list: list[ase.Atoms], cutoff: float) -> Neighbors:
     for s, atoms in enumerate(atoms_list):
         a, b = batch.offsets[s], batch.offsets[s + 1]
         m = (nl.pair_first >= a) & (nl.pair_first < b)
-        i, j, S, d, D = ase_nl("ijSdD", atoms, cutoff)
+        i, j, S, d, _D = ase_nl("ijSdD", atoms, cutoff)
         ours = _as_set(nl.pair_first[m] - a, nl.pair_second[m] - a, nl.shifts[m], nl.distances[m])
         assert ours == _as_set(i, j, S, d)
         # vectors follow r_j - r_i + S·cell
@@ -98,7 +98,7 @@ def test_empty_batch_and_errors() -> None:
     nl = neighbor_list(StructureBatch.empty(), 3.0)
     assert nl.n_pairs == 0 and nl.vectors.shape == (0, 3)
     bad = ase.Atoms("H2", positions=[[0, 0, 0], [1, 0, 0]], cell=np.zeros((3, 3)), pbc=True)
-    with pytest.raises(DescriptorError, match="structure 0: periodic .* singular"):
+    with pytest.raises(DescriptorError, match=r"structure 0: periodic .* singular"):
         neighbor_list(StructureBatch.from_ase([bad]), 3.0)
     with pytest.raises(DescriptorError, match="cutoff must be a positive"):
         neighbor_list(StructureBatch.empty(), -1.0)

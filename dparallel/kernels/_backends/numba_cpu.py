@@ -14,16 +14,21 @@ Kernels are compiled on first use per dtype and cached on disk (``cache=True``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
 import torch
 from torch import Tensor
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 # Reassociation lets LLVM vectorise the reductions; NaN/inf semantics are kept.
-_FLAGS = dict(parallel=True, cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
+_FLAGS: dict[str, Any] = dict(
+    parallel=True, cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"}
+)
 
 
 @numba.njit(**_FLAGS)
@@ -99,7 +104,8 @@ def _thread_budget() -> Iterator[None]:
     thread count when it starts; torch's count is restored afterwards.
     """
     n = torch.get_num_threads()
-    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+    limit = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # set at run time
+    numba.set_num_threads(max(1, min(n, limit)))
     try:
         yield
     finally:
