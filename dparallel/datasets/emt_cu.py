@@ -8,6 +8,7 @@ and (100)/(111) slabs with vacuum; energies in eV and forces in eV/Å from
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,7 @@ def write_emt_cu(path: str | Path, n_structures: int = 400, seed: int = 0) -> Pa
         logger.info("dataset %s exists, not regenerating", path)
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two runs at once: two temp files
     ase.io.write(tmp, generate_emt_cu(n_structures, seed), format="extxyz")
     tmp.replace(path)  # atomic: a half-written file never looks complete
     return path
