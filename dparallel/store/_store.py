@@ -113,6 +113,7 @@ class Store:
         self._starts = np.asarray(meta["plan"]["starts"], np.int64)  # (P,)
         self._stops = np.asarray(meta["plan"]["stops"], np.int64)  # (P,)
         self._cum: np.ndarray | None = None
+        self._torn: set[int] = set()  # partitions whose done marker could not be read
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": str(self.path), "mode": self.mode}
@@ -140,7 +141,19 @@ class Store:
         if clash:
             raise StoreError(f"attributes {clash} define the store and cannot be updated")
         meta = {**self._meta, **_jsonable(values)}
-        self._root.attrs["dparallel"] = meta
+        document = self.path / "zarr.json"
+        before = document.read_bytes()
+        try:
+            self._root.attrs["dparallel"] = meta
+        except OSError:
+            # zarr rewrites zarr.json in place: a full disk can leave it truncated, and a
+            # store without its root document is no store at all. Put the old one back
+            # (it fits: its blocks were just freed) and report the failure.
+            try:
+                document.write_bytes(before)
+            except OSError:
+                log.error("%s could not be restored; the store needs it", document)
+            raise
         self._meta = meta
 
     @property
@@ -178,17 +191,51 @@ class Store:
         return node
 
     def _read(self, name: str, start: int | None = None, stop: int | None = None) -> np.ndarray:
-        """Rows ``[start, stop)`` of array ``name`` as numpy (all of it by default)."""
-        return np.asarray(self._array(name)[start:stop])
+        """Rows ``[start, stop)`` of array ``name`` as numpy (all of it by default).
+
+        Raises :class:`StoreError` naming the array when a chunk cannot be decoded (a file
+        truncated by a full disk or a crash, or corrupted otherwise).
+        """
+        array = self._array(name)
+        try:
+            return np.asarray(array[start:stop])
+        except (OSError, MemoryError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - codec errors come in many types
+            raise StoreError(
+                f"{self.path}: cannot read {name} (a chunk is truncated or corrupt: "
+                f"{type(exc).__name__}: {exc})"
+            ) from None
 
     # ---------------------------------------------------------- completion
+    def _done(self) -> np.ndarray:
+        """(P,) bool done markers; a marker that cannot be read counts as not done.
+
+        Each partition's marker is its own chunk, written last: one torn by a crash or a
+        full disk means the partition's task did not finish, and a rerun redoes it.
+        """
+        try:
+            return self._read("partitions/done").astype(bool)
+        except StoreError:
+            return np.asarray([self._is_done(p) for p in range(self.n_partitions)], bool)
+
+    def _is_done(self, p: int) -> bool:
+        """Partition ``p``'s done marker (unreadable: not done, see :meth:`_done`)."""
+        try:
+            return bool(self._read("partitions/done", p, p + 1)[0])
+        except StoreError:
+            if p not in self._torn:
+                self._torn.add(p)
+                log.warning("%s: the done marker of partition %d is unreadable", self.path, p)
+            return False
+
     def done_partitions(self) -> np.ndarray:
         """Indices (int64, sorted) of the partitions marked done."""
-        return np.flatnonzero(self._read("partitions/done")).astype(np.int64)
+        return np.flatnonzero(self._done()).astype(np.int64)
 
     def pending_partitions(self) -> np.ndarray:
         """Indices (int64, sorted) of the partitions not yet done."""
-        return np.flatnonzero(self._read("partitions/done") == 0).astype(np.int64)
+        return np.flatnonzero(~self._done()).astype(np.int64)
 
     @property
     def is_complete(self) -> bool:
@@ -438,7 +485,7 @@ class Store:
         """(P + 1,) first stored-structure index of each partition (done ones only count)."""
         if self._cum is None:
             n = self._read("partitions/n_structures")
-            done = self._read("partitions/done").astype(bool)
+            done = self._done()
             self._cum = np.concatenate([[0], np.cumsum(np.where(done, n, 0))]).astype(np.int64)
         return self._cum
 
@@ -453,13 +500,13 @@ class Store:
     @property
     def n_atoms(self) -> int:
         """Atoms stored by done partitions."""
-        done = self._read("partitions/done").astype(bool)
+        done = self._done()
         return int(self._read("partitions/n_atoms")[done].sum())
 
     @property
     def elements(self) -> list[int]:
         """Sorted atomic numbers present in done partitions."""
-        done = self._read("partitions/done").astype(bool)
+        done = self._done()
         present = self._read("partitions/elements")[done].any(axis=0)
         return [int(z) for z in np.flatnonzero(present)]
 
@@ -536,7 +583,7 @@ class Store:
     def read_partition(self, p: int) -> StructureBatch:
         """The structures partition ``p`` stored (it must be done)."""
         p = int(p)
-        if not self._read("partitions/done", p, p + 1)[0]:
+        if not self._is_done(p):
             raise StoreIncompleteError(f"{self.path}: partition {p} is not done")
         n = int(self._read("partitions/n_structures", p, p + 1)[0])
         return self._read_local(p, 0, n)[0]

@@ -1,0 +1,67 @@
+"""Files torn by a crash or a full disk: a torn done marker means not done; others are named."""
+
+from __future__ import annotations
+
+import errno
+
+import ase.io
+import pytest
+
+from dparallel.cli.main import main
+from dparallel.errors import StoreError
+from dparallel.io.synthetic import random_structures
+from dparallel.store import open_store
+from dparallel.workflow.ingest import ingest
+
+
+@pytest.fixture
+def store_path(tmp_path, rng):
+    data = tmp_path / "data.xyz"
+    ase.io.write(data, random_structures(30, rng, max_atoms=15), format="extxyz")
+    ingest(data, tmp_path / "s.zarr", partition_atoms=40)
+    return tmp_path / "s.zarr"
+
+
+def test_a_torn_done_marker_counts_as_not_done_and_a_rerun_redoes_it(store_path, tmp_path):
+    store = open_store(store_path)
+    total = store.n_partitions
+    assert store.is_complete
+    (store_path / "partitions" / "done" / "c" / "2").write_bytes(b"")  # truncated
+    again = open_store(store_path)
+    assert 2 not in again.done_partitions().tolist()
+    assert again.pending_partitions().tolist() == [2]
+    result = ingest(tmp_path / "data.xyz", store_path, partition_atoms=40)
+    assert result.partitions_written == 1 and result.store.is_complete
+    assert len(result.store.done_partitions()) == total
+
+
+def test_another_torn_chunk_is_one_error_naming_the_array(store_path, capsys):
+    chunk = store_path / "structures" / "positions" / "c" / "1" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:7])
+    store = open_store(store_path)
+    with pytest.raises(StoreError, match=r"cannot read structures/positions \(a chunk is"):
+        store.read_structures(0, store.n_structures)
+    assert main(["info", str(store_path), "--json"]) == 0  # metadata still reads
+    capsys.readouterr()
+
+
+def test_full_disk_while_updating_the_root_keeps_the_old_document(store_path, monkeypatch):
+    import zarr.storage._local as local
+
+    store = open_store(store_path, mode="r+")
+    document = store_path / "zarr.json"
+    before = document.read_bytes()
+    original = local._put
+
+    def full(path, value, *args, **kwargs):
+        if path.name == "zarr.json" and path.parent == store_path:
+            path.write_bytes(b"")  # zarr opened it with "wb": the old content is gone
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return original(path, value, *args, **kwargs)
+
+    monkeypatch.setattr(local, "_put", full)
+    with pytest.raises(OSError, match="No space left"):
+        store.update_attrs({"statistics": {"x": 1}})
+    monkeypatch.undo()
+    assert document.read_bytes() == before
+    assert "statistics" not in open_store(store_path).attrs
