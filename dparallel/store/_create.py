@@ -30,7 +30,7 @@ import zarr
 
 from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError
 from dparallel.store._lease import StoreLease
-from dparallel.store._safety import check_replaceable, store_format
+from dparallel.store._safety import check_replaceable, not_ours, store_format
 from dparallel.store._store import (
     _N_Z,
     _STRUCTURE_ARRAYS,
@@ -133,10 +133,7 @@ class StoreStatus:
         """Why it cannot be used without replacing it; suggests ``--overwrite`` only for stores."""
         where = str(self.path)
         if self.kind == "foreign":
-            return (
-                f"{where} exists and is not a dparallel store; dparallel writes only into a "
-                "new path, an empty directory or its own stores: choose another output path"
-            )
+            return not_ours(self.path)
         if self.kind == "other_format":
             return (
                 f"{where} is a dparallel store of format {self.format_version}, this dparallel "

@@ -105,6 +105,8 @@ def _process_gone(holder: dict[str, Any]) -> bool:
 
 
 def _describe(holder: dict[str, Any], now: float) -> str:
+    if not holder:
+        return "an unknown run (its lock file cannot be read; it is taken over once it is stale)"
     age = now - float(holder.get("heartbeat", now))
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.get("since", now))))
     return (

@@ -25,6 +25,7 @@ __all__ = [
     "check_not_dangerous",
     "check_replaceable",
     "is_dparallel_store",
+    "not_ours",
     "store_format",
 ]
 
@@ -102,6 +103,33 @@ def _sample(names: Iterable[str], most: int = 5) -> str:
     return text + (f" and {len(shown) - most} more" if len(shown) > most else "")
 
 
+def not_ours(path: str | os.PathLike[str]) -> str:
+    """Why ``path`` (a file, or a folder without a readable dparallel store) is not replaced.
+
+    Never suggests ``--overwrite``: that cannot replace what is not provably a store.
+    """
+    given = Path(path)
+    advice = "choose another output path, or move it away yourself"
+    target = given.expanduser().resolve()
+    if not target.is_dir():
+        return (
+            f"{given} is a file, not a dparallel store; dparallel writes only into a new "
+            f"path, an empty directory or its own stores: {advice}"
+        )
+    entries = {entry.name for entry in os.scandir(target)}
+    if "zarr.json" in entries and entries <= STORE_ENTRIES:
+        return (
+            f"{given} looks like a damaged dparallel store (its zarr.json cannot be read as "
+            "one), so it is not provably a store and is not replaced: remove it yourself "
+            f"if it is (rm -r {given}), or {advice}"
+        )
+    return (
+        f"{given} exists and is not a dparallel store (it holds {_sample(entries)}); "
+        f"dparallel writes only into a new path, an empty directory or its own stores: "
+        f"{advice}"
+    )
+
+
 def check_not_dangerous(
     path: str | os.PathLike[str], protect: Iterable[str | os.PathLike[str]] = ()
 ) -> Path:
@@ -140,20 +168,13 @@ def check_replaceable(
     target = check_not_dangerous(given, protect)
     if not (target.exists() or target.is_symlink()):
         return target
-    advice = "choose another output path, or move it away yourself"
     if not target.is_dir():
-        raise StoreMismatchError(
-            f"{given} is a file, not a dparallel store; dparallel replaces only its own "
-            f"stores: {advice}"
-        )
+        raise StoreMismatchError(not_ours(given))
     entries = {entry.name for entry in os.scandir(target)}
     if not entries:
         return target
     if store_format(target) is None:
-        raise StoreMismatchError(
-            f"{given} exists and is not a dparallel store (it holds {_sample(entries)}); "
-            f"dparallel replaces only its own stores: {advice}"
-        )
+        raise StoreMismatchError(not_ours(given))
     foreign = entries - STORE_ENTRIES
     if foreign:
         raise StoreMismatchError(

@@ -65,3 +65,18 @@ def test_full_disk_while_updating_the_root_keeps_the_old_document(store_path, mo
     monkeypatch.undo()
     assert document.read_bytes() == before
     assert "statistics" not in open_store(store_path).attrs
+
+
+def test_a_store_whose_root_document_is_gone_is_not_replaced_but_explained(store_path, tmp_path):
+    (store_path / "zarr.json").write_bytes(b"")
+    argv = ["ingest", str(tmp_path / "data.xyz"), "-o", str(store_path), "--overwrite", "-q"]
+    assert main(argv) == 2
+    assert (store_path / "structures").is_dir()  # nothing was deleted
+
+
+def test_damaged_store_message(store_path, tmp_path, capsys):
+    (store_path / "zarr.json").write_bytes(b"{")
+    assert main(["ingest", str(tmp_path / "data.xyz"), "-o", str(store_path), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "looks like a damaged dparallel store" in err and f"rm -r {store_path}" in err
+    assert "--overwrite" not in err
