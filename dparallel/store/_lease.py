@@ -193,10 +193,15 @@ class StoreLease:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w") as fh:
-            json.dump(self._record(), fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(self._record(), fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError:  # e.g. a full disk: leave no empty lock file behind
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            raise
         return True
 
     def _break(self, holder: dict[str, Any]) -> None:

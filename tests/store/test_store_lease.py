@@ -115,3 +115,18 @@ def test_reentrant_heartbeat_and_lost_lease(tmp_path):
             outer.check()
     assert json.loads(lease_path(store).read_text())["token"] == "e" * 16  # not ours to remove
     assert held_lease(store) is None
+
+
+def test_a_lock_file_that_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch):
+    import errno
+
+    import dparallel.store._lease as lease_module
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(lease_module.json, "dump", full)
+    with pytest.raises(OSError, match="No space left"):
+        StoreLease(tmp_path / "s.zarr").acquire()
+    assert not lease_path(tmp_path / "s.zarr").exists()
+    assert held_lease(tmp_path / "s.zarr") is None
