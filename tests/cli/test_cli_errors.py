@@ -7,6 +7,7 @@ structure, each driven through the command line as a user would, without ``-q``.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,9 +93,15 @@ def test_full_disk_is_one_line_and_a_rerun_with_space_finishes(files, tiny_disk)
     assert lines[0].startswith("dparallel featurize: error: ")
     assert "space" in lines[0] and "Traceback" not in done.stderr
     assert "Errno" not in done.stderr or "No space left" in lines[0]
-    # nothing half-made is left beside the store, and the store (if any) resumes elsewhere
+    # nothing half-made is left beside the store, and the store resumes where there is room
     assert not [p for p in tiny_disk.iterdir() if ".creating-" in p.name]
     assert not lease_path(store).exists()
+    roomy = files["root"] / "roomy.zarr"
+    shutil.copytree(store, roomy)
+    kept = len(open_store(roomy).done_partitions())
+    rerun = _run(_argv(files, roomy, "-q"))
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{kept} already done" in rerun.stdout and open_store(roomy).is_complete
 
 
 def test_second_run_on_the_same_store_is_refused_and_the_first_finishes(files) -> None:
