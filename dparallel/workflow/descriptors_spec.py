@@ -10,7 +10,9 @@ Example (``descriptors.yaml``)::
       radial: [[0.5, 0.0], [1.0, 1.5]]          # (η [1/Å²], rs [Å])
       narrow: [[0.01, 1.0, 1.0, 0.0]]           # (η, ζ, λ, rs), type 3
       wide:   [[0.01, 2.0, -1.0, 0.0]]          # (η, ζ, λ, rs), type 9
-    # or:  acsf: {n2p2: input.nn}  (symfunction_short lines of an n2p2 input.nn)
+    # or:  acsf: {n2p2: input.nn}  (the symmetry functions of an n2p2 input.nn, in n2p2's
+    #      sorted order; its lengths are in the dataset's units unless `units:` says
+    #      otherwise, e.g. acsf: {n2p2: input.nn, units: bohr-hartree})
     neighbor_sum:              # HIP-NN-style envsum features (optional)
       elements: [H, C, O]
       r_cut: 5.0
@@ -41,6 +43,14 @@ class ACSFSpec(_Strict):
     """ACSF: either uniform parameters for every element pair, or an n2p2 ``input.nn``."""
 
     n2p2: str | None = Field(None, description="path of an n2p2 input.nn (relative to the file)")
+    units: str | None = Field(
+        None,
+        description="units of the input.nn lengths (rc, rs, eta): ase/angstrom-ev or "
+        "bohr-hartree; default: the dataset's units (an input.nn goes with its input.data)",
+    )
+    order: Literal["n2p2", "given"] | None = Field(
+        None, description="column order; default n2p2's sorted order for an input.nn, else given"
+    )
     elements: list[str] | None = None
     r_cut: float = Field(6.0, gt=0)
     cutoff: str | int = "cos"
@@ -55,16 +65,29 @@ class ACSFSpec(_Strict):
             raise ValueError("give either 'n2p2: input.nn' or 'elements' with parameters")
         if self.n2p2 is None and not (self.radial or self.narrow or self.wide):
             raise ValueError("no symmetry functions: give radial, narrow or wide parameters")
+        if self.units is not None:
+            from dparallel.io.source import UNITS
+
+            if self.n2p2 is None:
+                raise ValueError("'units' applies to an n2p2 input.nn only (uniform sets are in Å)")
+            if self.units not in UNITS:
+                raise ValueError(f"units must be one of {sorted(UNITS)}, got {self.units!r}")
         return self
 
-    def build(self, base: Path | None = None) -> ACSF:
-        """The :class:`ACSF` this spec defines."""
+    def build(self, base: Path | None = None, data_units: str = "ase") -> ACSF:
+        """The :class:`ACSF` this spec defines.
+
+        ``data_units``: units of the dataset, which an input.nn's lengths follow unless
+        the spec gives ``units``.
+        """
         if self.n2p2 is not None:
             path = Path(self.n2p2)
             if base is not None and not path.is_absolute():
                 path = base / path
-            return ACSF.from_n2p2(str(path))
-        return ACSF.uniform(
+            return ACSF.from_n2p2(
+                str(path), unit=self.units or data_units, order=self.order or "n2p2"
+            )
+        acsf = ACSF.uniform(
             elements=list(self.elements or []),
             r_cut=self.r_cut,
             cutoff=self.cutoff,
@@ -73,6 +96,9 @@ class ACSFSpec(_Strict):
             narrow=self.narrow,
             wide=self.wide,
         )
+        if self.order == "n2p2":
+            return ACSF(acsf.elements, {e: acsf.features(e) for e in acsf.elements}, "n2p2")
+        return acsf
 
 
 class NeighborSumSpec(_Strict):
@@ -106,20 +132,24 @@ class DescriptorsSpec(_Strict):
             raise ValueError("define 'acsf', 'neighbor_sum' or both")
         return self
 
-    def build(self, base: Path | None = None) -> DescriptorSet:
-        """The :class:`DescriptorSet` (``base``: directory that relative paths start from)."""
+    def build(self, base: Path | None = None, data_units: str = "ase") -> DescriptorSet:
+        """The :class:`DescriptorSet` (``base``: directory that relative paths start from;
+        ``data_units``: the dataset's units, which an n2p2 input.nn's lengths follow)."""
         return DescriptorSet(
-            acsf=None if self.acsf is None else self.acsf.build(base),
+            acsf=None if self.acsf is None else self.acsf.build(base, data_units),
             neighbor_sum=None if self.neighbor_sum is None else self.neighbor_sum.build(),
             derivatives=self.derivatives,
             dtype=self.dtype,
         )
 
 
-def load_descriptors(path: str | Path, section: str | None = None) -> DescriptorSet:
+def load_descriptors(
+    path: str | Path, section: str | None = None, data_units: str = "ase"
+) -> DescriptorSet:
     """Read and validate a descriptors YAML/JSON file; errors name the file and key path.
 
-    ``section`` picks one top-level key (``"descriptors"`` of a workflow file).
+    ``section`` picks one top-level key (``"descriptors"`` of a workflow file);
+    ``data_units`` are the dataset's units (an n2p2 input.nn's lengths follow them).
     """
     import yaml
     from pydantic import ValidationError
@@ -141,7 +171,7 @@ def load_descriptors(path: str | Path, section: str | None = None) -> Descriptor
         spec = DescriptorsSpec.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{path}: invalid descriptors:\n{_describe(exc)}") from None
-    return spec.build(base=path.parent)
+    return spec.build(base=path.parent, data_units=data_units)
 
 
 def _describe(exc: Any) -> str:

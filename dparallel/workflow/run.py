@@ -66,7 +66,8 @@ def _store_complete(spec: WorkflowSpec) -> bool:
     config = store.attrs.get("config", {})
     return (
         store.is_complete
-        and config.get("features") == spec.descriptors.build().to_dict()
+        and config.get("features")
+        == spec.descriptors.build(data_units=spec.dataset.units).to_dict()
         and config.get("ingest", {}).get("partition_atoms") == spec.partitioning.atoms
         and "statistics" in store.attrs
     )
@@ -127,7 +128,7 @@ def run_workflow(
                 statistics = featurize(
                     dataset,
                     store_path,
-                    spec.descriptors.build(),
+                    spec.descriptors.build(data_units=spec.dataset.units),
                     format=spec.dataset.format,
                     units=spec.dataset.units,
                     on_error=spec.dataset.on_error,
