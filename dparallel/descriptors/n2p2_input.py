@@ -157,6 +157,15 @@ def _parse_symfunction(
         raise fail("parameters must be finite numbers")
     if rc <= 0:
         raise fail(f"cutoff radius must be positive, got {rc}")
+    if type_ != 2 and rs < 0:
+        log.warning(
+            "%s line %d: angular rs %g < 0: n2p2's symmetry-function groups compute it as "
+            "rs = 0, dparallel uses %g (docs/n2p2.md)",
+            settings.path,
+            entry.line,
+            rs,
+            rs,
+        )
     return {
         "type": type_,
         "center": center,

@@ -122,3 +122,29 @@ def test_format_and_read_round_trip(tmp_path: Path) -> None:
         read_scaling_data(tmp_path / "s.data", {"H": 3, "O": 3})
     with pytest.raises(InputFormatError, match="line 9: row for element 2, function 1 where"):
         read_scaling_data(tmp_path / "s.data", {"H": 4, "O": 1})
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_cli_featurize_units_bohr_hartree(n2p2_bin: Path, water: Path, tmp_path: Path) -> None:
+    """`dparallel featurize input.data --units bohr-hartree --descriptors {n2p2: input.nn}
+    --scaling-data`: positions and input.nn lengths converted alike → n2p2's scaling.data."""
+    import os
+    import subprocess
+    import sys
+
+    ref_path = nnp_scaling(tmp_path / "n2p2", water / "input.nn", water / "input.data")
+    (tmp_path / "d.yaml").write_text(f"acsf: {{n2p2: {water / 'input.nn'}}}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    subprocess.run(
+        [sys.executable, "-m", "dparallel", "featurize", str(water / "input.data"),
+         "-o", str(tmp_path / "s.zarr"), "--descriptors", str(tmp_path / "d.yaml"),
+         "--units", "bohr-hartree", "--scaling-data", str(tmp_path / "scaling.data"),
+         "--local", "1", "--quiet"],
+        env=env, capture_output=True, text=True, timeout=240, check=True,
+    )  # fmt: skip
+    counts = read_input_nn(water / "input.nn").n_symmetry_functions
+    _assert_rows(
+        read_scaling_data(tmp_path / "scaling.data", counts), read_scaling_data(ref_path, counts)
+    )
