@@ -39,9 +39,11 @@ def parse_input_nn(path: str | Path, unit: float = 1.0) -> tuple[list[str], dict
 
     ``unit`` converts file lengths to Å: rc, rs multiplied, η divided by unit².
     """
-    from dparallel.n2p2.settings import read_settings
+    from dparallel.n2p2.settings import log_unused, read_settings
 
-    return symmetry_functions(read_settings(path), unit)
+    settings = read_settings(path)
+    log_unused(settings)  # never dropped silently; the network keywords: dparallel.n2p2
+    return symmetry_functions(settings, unit)
 
 
 def elements_of(settings: Settings) -> list[str]:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from dparallel.descriptors.n2p2_input import cutoff_of, elements_of, symmetry_functions
 from dparallel.errors import InputFormatError
-from dparallel.n2p2.settings import Settings, read_settings
+from dparallel.n2p2.settings import Settings, log_unused, read_settings
 
 if TYPE_CHECKING:
     from dparallel.descriptors import ACSF
@@ -61,19 +61,6 @@ ACTIVATION_CODES: dict[str, str] = {
 
 #: n2p2 symmetry-function scaling types (``SymFnc::ScalingType``), dparallel names.
 SCALING_TYPES = ("none", "scale", "center", "scalecenter", "scalesigma")
-
-# keywords that the model, the descriptors or the training options use
-_MODEL_KEYWORDS = frozenset(
-    """
-    number_of_elements elements atom_energy cutoff_type symfunction_short
-    scale_symmetry_functions scale_min_short scale_max_short center_symmetry_functions
-    scale_symmetry_functions_sigma global_hidden_layers_short global_nodes_short
-    global_activation_short element_hidden_layers_short element_nodes_short
-    element_activation_short normalize_nodes mean_energy conv_energy conv_length nnp_type
-    random_seed test_fraction epochs use_short_forces updater_type gradient_type
-    gradient_adam_eta
-    """.split()  # noqa: SIM905 - a word list reads best as words
-)
 
 
 @dataclass(frozen=True)
@@ -193,11 +180,7 @@ def read_input_nn(path: str | Path) -> InputNN:
     _, feats = symmetry_functions(s)
     n_sf = {e: len(feats[e]) for e in elements}
     nnp_type = _nnp_type(s)
-    unused = [k for k in s.main_keywords() if k not in _MODEL_KEYWORDS]
-    if unused:
-        log.warning(
-            "%s: keywords with no counterpart in dparallel, not used: %s", s.path, " ".join(unused)
-        )
+    unused = log_unused(s)
     return InputNN(
         path=s.path,
         elements=elements,

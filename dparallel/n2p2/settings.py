@@ -18,7 +18,15 @@ from pathlib import Path
 
 from dparallel.errors import InputFormatError, SourceNotFoundError
 
-__all__ = ["KNOWN_KEYWORDS", "ALIASES", "Entry", "Settings", "read_settings"]
+__all__ = [
+    "ALIASES",
+    "KNOWN_KEYWORDS",
+    "USED_KEYWORDS",
+    "Entry",
+    "Settings",
+    "log_unused",
+    "read_settings",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +70,19 @@ ALIASES: dict[str, str] = {
     "short_force_fraction": "force_fraction",
     "symfunction": "symfunction_short",
 }
+
+#: Keywords some part of dparallel uses (descriptors, model import, training options).
+USED_KEYWORDS: frozenset[str] = frozenset(
+    """
+    number_of_elements elements atom_energy cutoff_type symfunction_short
+    scale_symmetry_functions scale_min_short scale_max_short center_symmetry_functions
+    scale_symmetry_functions_sigma global_hidden_layers_short global_nodes_short
+    global_activation_short element_hidden_layers_short element_nodes_short
+    element_activation_short normalize_nodes mean_energy conv_energy conv_length nnp_type
+    random_seed test_fraction epochs use_short_forces updater_type gradient_type
+    gradient_adam_eta
+    """.split()  # noqa: SIM905 - a word list reads best as words
+)
 
 # keywords that may appear more than once (n2p2's sanityCheck exceptions)
 _REPEATABLE = frozenset(
@@ -136,6 +157,18 @@ class Settings:
             path=self.path,
             line=entry.line,
         )
+
+
+def log_unused(settings: Settings) -> list[str]:
+    """Warn once, listing every keyword of the file no part of dparallel uses; returns them."""
+    unused = [k for k in settings.main_keywords() if k not in USED_KEYWORDS]
+    if unused:
+        log.warning(
+            "%s: keywords with no counterpart in dparallel, not used: %s",
+            settings.path,
+            " ".join(unused),
+        )
+    return unused
 
 
 def _strip(line: str) -> str:
