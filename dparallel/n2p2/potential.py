@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from ase.data import atomic_numbers
 
 from dparallel.descriptors import ACSF
 from dparallel.errors import ConfigError, InputFormatError
@@ -105,9 +106,8 @@ def load_potential(
     acsf = inp.acsf(unit=length, order="n2p2")
     stats = read_scaling_data(d / "scaling.data", inp.n_symmetry_functions)
     model = _model(inp, stats)
+    _warn_constant(inp, stats, d / "scaling.data")
     for e in inp.elements:
-        from ase.data import atomic_numbers
-
         sizes = [inp.n_symmetry_functions[e], *inp.networks[e].nodes, 1]
         layers = read_weights(d / weights_file_name(atomic_numbers[e]), sizes)
         linear = [m for m in model.nets[e] if isinstance(m, torch.nn.Linear)]
@@ -120,10 +120,25 @@ def load_potential(
     model.energy_scale.fill_(energy / conv)
     ref = [energy * (mean + inp.atom_energy[e]) for e in inp.elements]
     model.ref_energy.copy_(torch.tensor(ref, dtype=torch.float64))
-    bad = [e for e in inp.elements if not torch.isfinite(getattr(model, f"factor_{e}")).all()]
-    if bad:
-        log.warning("%s: non-finite scaling factors for %s", d / "scaling.data", bad)
     return acsf, model.to(dtype).eval()
+
+
+def _warn_constant(inp: InputNN, stats: dict[str, np.ndarray], path: Path) -> None:
+    """Warn where n2p2's scaling divides by zero (its energies would be NaN there)."""
+    kind = inp.scaling.type
+    if kind not in ("scale", "scalecenter", "scalesigma"):
+        return
+    for e, table in stats.items():
+        denom = table[:, 3] if kind == "scalesigma" else table[:, 1] - table[:, 0]
+        zero = np.flatnonzero(denom == 0.0)
+        if zero.size:
+            log.warning(
+                "%s: element %s, functions %s are constant: n2p2 divides by zero scaling "
+                "them; dparallel uses the factor Smax - Smin instead",
+                path,
+                e,
+                (zero + 1).tolist(),
+            )
 
 
 def _model(inp: InputNN, stats: dict[str, np.ndarray]) -> HDNNP:
@@ -224,7 +239,6 @@ def write_potential(
     problems = n2p2_problems(acsf, model)
     if problems:
         raise ConfigError("n2p2 cannot express this model:\n  " + "\n  ".join(problems))
-    from ase.data import atomic_numbers
 
     length, energy = _units(units)
     out = Path(out_dir)
@@ -273,10 +287,10 @@ def lammps_lines(
     potential written in Å and eV. The cutoff is in LAMMPS units and must be ≥ the
     largest symmetry-function cutoff.
     """
-    cut = f"{r_cut:.10g}"
+    cut = f"{math.ceil(r_cut * 1e4 - 1e-6) / 1e4:g}"  # rounded up: LAMMPS refuses a smaller one
     opts = "showew no showewsum 100 resetew yes maxew 1000"
     if length != 1.0 or energy != 1.0:
-        opts += f" cflength {1.0 / length:.10f} cfenergy {1.0 / energy:.10f}"
+        opts += f" cflength {1.0 / length:.15g} cfenergy {1.0 / energy:.15g}"
     return [
         "units metal",
         f'pair_style hdnnp {cut} dir "{directory}" {opts}',
