@@ -200,3 +200,17 @@ def test_cli_export_n2p2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     torch.save(model_file(model, spec, None), model_dir / "model.pt")
     assert main(["export", str(model_dir), "--format", "n2p2"]) != 0
     assert "n2p2 potentials use ACSF descriptors" in capsys.readouterr().err
+
+
+def test_lammps_lines_follow_the_pair_style_rules() -> None:
+    """Cutoff rounded up within LAMMPS's 1 % tolerance; cflength/cfenergy as InterfaceLammps."""
+    from dparallel.n2p2.potential import lammps_lines
+
+    rc = 12 * Bohr  # n2p2's water example
+    style = lammps_lines(Path("pot"), ["H", "O"], rc, Bohr, Hartree)[1].split()
+    cut = float(style[2])
+    assert rc <= cut < rc * 1.01
+    opts = dict(zip(style[3::2], style[4::2], strict=True))
+    assert float(opts["cflength"]) * Bohr == pytest.approx(1.0, rel=1e-14)  # Å → bohr
+    assert float(opts["cfenergy"]) * Hartree == pytest.approx(1.0, rel=1e-14)  # E_Ha / cf = eV
+    assert "cflength" not in lammps_lines(Path("pot"), ["H"], 5.0, 1.0, 1.0)[1]
