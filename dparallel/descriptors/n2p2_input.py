@@ -159,6 +159,13 @@ def _parse_symfunction(
         raise fail("parameters must be finite numbers")
     if rc <= 0:
         raise fail(f"cutoff radius must be positive, got {rc}")
+    if type_ != 2 and (zeta == 0 or lam == 0):
+        log.warning(
+            "%s line %d: zeta or lambda is 0: n2p2's own forces for this function are NaN "
+            "(its symmetry-function groups divide by zeta·lambda); dparallel's are finite",
+            settings.path,
+            entry.line,
+        )
     if type_ != 2 and rs < 0:
         log.warning(
             "%s line %d: angular rs %g < 0: n2p2's symmetry-function groups compute it as "

@@ -6,27 +6,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from n2p2_helpers import nnp_scaling
+from n2p2_helpers import assert_same, energy_offsets, nnp_dataset, nnp_scaling, random_weights
 
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import InputFormatError
 from dparallel.io import open_source
-from dparallel.n2p2 import format_scaling_data, read_input_nn, read_scaling_data
+from dparallel.n2p2 import format_scaling_data, load_potential, read_input_nn, read_scaling_data
+from dparallel.train.export import DeployedModel
 from dparallel.workflow.descriptors_spec import load_descriptors
 from dparallel.workflow.featurize import featurize_in_process, write_scaling_data
 
-#: Functions n2p2 accepts that need care: ζ < 1, ζ = 0, negative integer ζ, λ ≠ ±1
-#: (1 + λ cos θ ≤ 0 happens: the term is dropped, also for integer ζ), η < 0.
+#: Functions n2p2 accepts that need care: ζ < 1, negative integer ζ, λ ≠ ±1 (1 + λ cos θ
+#: ≤ 0 happens: the term is dropped, also for integer ζ), η < 0 ...
 EXTREMES = """\
 symfunction_short H 3 O H 0.01 0.5 0.5 12.0
 symfunction_short H 3 O H 0.01 2.0 2 12.0
 symfunction_short O 3 H H 0.02 -3.0 3 12.0
 symfunction_short O 3 H H 0.01 0.5 -2 12.0
-symfunction_short O 9 H H 0.01 1.0 0 12.0 0.5
 symfunction_short H 9 O O 0.005 -2.5 2.5 12.0
 symfunction_short O 2 H -0.002 1.5 12.0
 """
+#: ... and ζ = 0: n2p2's values are right, its forces NaN (its groups divide by ζ).
+ZETA_ZERO = "symfunction_short O 9 H H 0.01 1.0 0 12.0 0.5\n"
 
 
 def _stats(acsf: ACSF, path: Path, units: str) -> dict[str, np.ndarray]:
@@ -44,6 +46,17 @@ def _assert_rows(ours: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> Non
     for e in ref:
         np.testing.assert_allclose(ours[e][:, :3], ref[e][:, :3], rtol=1e-11, err_msg=e)
         np.testing.assert_allclose(ours[e][:, 3], ref[e][:, 3], rtol=1e-9, err_msg=e)
+
+
+def _structures(path: Path, n: int) -> list[str]:
+    """The first ``n`` structures of an n2p2 input.data, as text blocks."""
+    blocks, current = [], []
+    for line in path.read_text().splitlines(keepends=True):
+        current.append(line)
+        if line.split()[:1] == ["end"]:
+            blocks.append("".join(current))
+            current = []
+    return blocks[:n]
 
 
 def _counts(acsf: ACSF) -> dict[str, int]:
@@ -98,9 +111,10 @@ def test_units_rule_of_the_descriptors_yaml(n2p2_bin: Path, water: Path, tmp_pat
 
 @pytest.mark.integration
 def test_angular_semantics_equal_n2p2s(n2p2_bin: Path, water: Path, tmp_path: Path) -> None:
-    """ζ < 1, ζ ≤ 0, λ ≠ ±1, η < 0: values as n2p2 computes them (both backends)."""
+    """ζ < 1, ζ ≤ 0, λ ≠ ±1, η < 0: values as n2p2 computes them (both backends), and
+    forces too (but for ζ = 0, where n2p2's are NaN; finite differences: test_acsf_derivatives)."""
     text = (water / "input.nn").read_text() + EXTREMES
-    (tmp_path / "extremes.nn").write_text(text)
+    (tmp_path / "extremes.nn").write_text(text + ZETA_ZERO)
     ref_path = nnp_scaling(tmp_path / "n2p2", tmp_path / "extremes.nn", water / "input.data")
     acsf = ACSF.from_n2p2(str(tmp_path / "extremes.nn"))
     ref = read_scaling_data(ref_path, _counts(acsf))
@@ -109,6 +123,23 @@ def test_angular_semantics_equal_n2p2s(n2p2_bin: Path, water: Path, tmp_path: Pa
     a, b = acsf.compute(batch, backend="torch"), acsf.compute(batch, backend="numba")
     for e in acsf.elements:
         np.testing.assert_allclose(a[e].values, b[e].values, rtol=1e-12)
+    # and their derivatives: forces of a potential on these functions equal nnp-dataset's
+    d = tmp_path / "forces"
+    (tmp_path / "finite.nn").write_text(text)
+    nnp_scaling(d, tmp_path / "finite.nn", water / "input.data")
+    (d / "input.data").write_text("".join(_structures(water / "input.data", 3)))
+    random_weights(d, seed=4)
+    ref_e, ref_f = nnp_dataset(d)
+    pot_acsf, model = load_potential(d)
+    three = open_source(d / "input.data", "n2p2").read(0, None)
+    out = DeployedModel(pot_acsf, model).predict(three)
+    assert_same(
+        out["energy"],
+        out["forces"],
+        ref_e,
+        ref_f,
+        energy_offsets(read_input_nn(d / "input.nn"), three),
+    )
 
 
 def test_format_and_read_round_trip(tmp_path: Path) -> None:
