@@ -27,9 +27,9 @@ from dparallel.train.export import DeployedModel
 pytestmark = pytest.mark.integration
 
 
-def _predict(directory: Path, units: str, data_units: str | None = None):
+def _predict(directory: Path, units: str, stop: int | None = None):
     acsf, model = load_potential(directory, units=units)
-    batch = open_source(directory / "input.data", "n2p2", units=data_units or units).read(0, None)
+    batch = open_source(directory / "input.data", "n2p2", units=units).read(0, stop)
     out = DeployedModel(acsf, model).predict(batch, forces=True)
     return batch, out
 
@@ -45,14 +45,10 @@ def test_water_potential_equals_nnp_dataset(n2p2_bin: Path, water: Path, tmp_pat
     assert len(ref_e) == batch.n_structures == 20
     offsets = energy_offsets(inp, batch)
     assert_same(out["energy"], out["forces"], ref_e, ref_f, offsets)
-    # read as Bohr/Hartree (what they are): eV and eV/Å, same physics
-    batch, out = _predict(tmp_path, "bohr-hartree")
+    # read as Bohr/Hartree (what they are): eV and eV/Å, same physics (first 4 structures)
+    batch, out = _predict(tmp_path, "bohr-hartree", stop=4)
     assert_same(
-        out["energy"] / Hartree,
-        out["forces"] * Bohr / Hartree,
-        ref_e,
-        ref_f,
-        offsets,
+        out["energy"] / Hartree, out["forces"] * Bohr / Hartree, ref_e[:4], ref_f[:4], offsets[:4]
     )
 
 
