@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from ase.stress import full_3x3_to_voigt_6_stress
 
-from dparallel.train.export import DEPLOYED, load_deployed
+from dparallel.train.export import DEPLOYED, DeployedModel, load_deployed
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
@@ -35,6 +35,9 @@ class Calculator(_calc.Calculator):
         ``torch.float64`` (default) or ``torch.float32``.
     backend
         ACSF backend for the descriptors: ``"auto"``, ``"numba"`` or ``"torch"``.
+    units
+        Only for an n2p2 potential directory (``input.nn``, ``scaling.data``,
+        ``weights.XXX.data``): the units it was made in (``"ase"`` or ``"bohr-hartree"``).
     """
 
     # ASE declares it an instance attribute, so it cannot be a ClassVar here.
@@ -45,11 +48,17 @@ class Calculator(_calc.Calculator):
         model_dir: str | os.PathLike[str],
         dtype: torch.dtype = torch.float64,
         backend: str = "auto",
+        units: str = "ase",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         path = Path(model_dir)
-        self.model = load_deployed(path if path.suffix == ".pt" else path / DEPLOYED, dtype)
+        from dparallel.n2p2 import is_potential_dir, load_potential
+
+        if is_potential_dir(path):  # an n2p2 potential: (ACSF, HDNNP) from its files
+            self.model = DeployedModel(*load_potential(path, units=units), dtype)
+        else:
+            self.model = load_deployed(path if path.suffix == ".pt" else path / DEPLOYED, dtype)
         self.backend = backend
 
     def calculate(

@@ -20,23 +20,41 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Predict every structure of DATA with MODEL_DIR/deployed.pt and print "
         "energy (per atom) and force-component RMSE and MAE.",
     )
-    p.add_argument("model_dir", help="directory with deployed.pt (`dparallel export`)")
+    p.add_argument(
+        "model_dir",
+        help="directory with deployed.pt (`dparallel export`) or an n2p2 potential "
+        "(input.nn, scaling.data, weights.XXX.data)",
+    )
     p.add_argument("data", help="structure file (extxyz, n2p2, any ASE format)")
     p.add_argument("--format", default=None, help="format of DATA (default: guess)")
     p.add_argument("--units", default="ase", help="units of DATA (as for ingest)")
+    p.add_argument(
+        "--potential-units",
+        default=None,
+        help="units of an n2p2 potential directory (default: those of DATA, --units)",
+    )
     p.add_argument("--batch", type=int, default=64, help="structures per prediction batch")
     p.add_argument("--json", action="store_true", help="print JSON")
     return p
 
 
 def evaluate_file(
-    model_dir: str, data: str, format: str | None = None, units: str = "ase", batch: int = 64
+    model_dir: str,
+    data: str,
+    format: str | None = None,
+    units: str = "ase",
+    batch: int = 64,
+    potential_units: str | None = None,
 ) -> dict[str, float]:
-    """Errors of the deployed model on ``data`` (eV/atom, eV/Å)."""
+    """Errors of the deployed model (or n2p2 potential) on ``data`` (eV/atom, eV/Å)."""
     from dparallel.io import open_source
-    from dparallel.train.export import load_deployed
+    from dparallel.n2p2 import is_potential_dir, load_potential
+    from dparallel.train.export import DeployedModel, load_deployed
 
-    model = load_deployed(model_dir)
+    if is_potential_dir(model_dir):  # an n2p2 potential, in DATA's units unless told
+        model = DeployedModel(*load_potential(model_dir, units=potential_units or units))
+    else:
+        model = load_deployed(model_dir)
     source = open_source(data, format, units=units)
     se_e = ae_e = se_f = ae_f = 0.0
     n_e = n_f = n_s = 0
@@ -66,7 +84,9 @@ def evaluate_file(
 
 def run(args: argparse.Namespace) -> int:
     """Evaluate and print a table (or JSON with units eV/atom and eV/Å)."""
-    res = evaluate_file(args.model_dir, args.data, args.format, args.units, args.batch)
+    res = evaluate_file(
+        args.model_dir, args.data, args.format, args.units, args.batch, args.potential_units
+    )
     if args.json:
         print(json.dumps({**res, "units": {"energy": "eV/atom", "force": "eV/Å"}}))
         return 0

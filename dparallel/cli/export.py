@@ -22,12 +22,31 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("model_dir", help="directory written by `dparallel train`")
     p.add_argument("--float32", action="store_true", help="export in float32")
     p.add_argument("--no-probe", action="store_true", help="skip the torch.export probe")
+    p.add_argument(
+        "--format",
+        choices=("dparallel", "n2p2"),
+        default="dparallel",
+        help="n2p2: input.nn, scaling.data, weights.XXX.data for n2p2 and LAMMPS pair_style "
+        "hdnnp (refused, with the reason, for models n2p2 cannot express)",
+    )
+    p.add_argument("-o", "--output", help="n2p2 output directory (default: MODEL_DIR/n2p2)")
+    p.add_argument(
+        "--units",
+        default="ase",
+        help="units of the n2p2 files: ase (Å, eV; default) or bohr-hartree",
+    )
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     """Export and print the report."""
     import torch
+
+    if args.format == "n2p2":
+        from dparallel.n2p2.potential import export_model_dir
+
+        print(json.dumps(export_model_dir(args.model_dir, args.output, args.units), indent=1))
+        return 0
 
     report = export_model(
         args.model_dir,

@@ -48,10 +48,10 @@ def run(args: argparse.Namespace) -> int:
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import featurize, write_scaling_data
 
-    if args.descriptors:
-        descriptors = load_descriptors(args.descriptors)
+    if args.descriptors:  # an n2p2 input.nn's lengths follow the data's --units
+        descriptors = load_descriptors(args.descriptors, data_units=args.units)
     else:
-        descriptors = load_descriptors(args.workflow, section="descriptors")
+        descriptors = load_descriptors(args.workflow, section="descriptors", data_units=args.units)
     if args.derivatives and not descriptors.derivatives:
         descriptors = replace(descriptors, derivatives=True)
     route_cluster_logs(args, args.output)

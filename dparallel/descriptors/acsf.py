@@ -6,6 +6,7 @@ See docs/acsf.md for formulas, feature order, metadata and the derivative layout
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,11 +42,13 @@ def _feature(
     cid = cutoff_type_id(cutoff)
     if type_ not in (2, 3, 9):
         raise DescriptorError(f"symmetry function type {type_} unsupported; use 2, 3 or 9")
-    if rc <= 0 or eta < 0:
-        raise DescriptorError(f"need rc > 0 and eta >= 0, got rc={rc}, eta={eta}")
-    if type_ != 2 and (zeta is None or lambda_ is None or zeta < 1 or abs(lambda_) != 1):
+    if not (math.isfinite(rc) and rc > 0 and math.isfinite(eta) and math.isfinite(rs)):
+        raise DescriptorError(f"need a finite rc > 0 and finite eta, rs; got {rc}, {eta}, {rs}")
+    if type_ != 2 and (
+        zeta is None or lambda_ is None or not (math.isfinite(zeta) and math.isfinite(lambda_))
+    ):
         raise DescriptorError(
-            f"angular function needs zeta >= 1 and lambda = ±1, got {zeta}, {lambda_}"
+            f"angular function needs finite zeta and lambda, got {zeta}, {lambda_}"
         )
     if not 0.0 <= alpha < 1.0:
         raise DescriptorError(f"inner cutoff alpha must be in [0, 1), got {alpha}")
@@ -64,15 +67,41 @@ def _feature(
     }
 
 
+def length_unit(unit: float | str) -> float:
+    """Å per file length unit: a positive factor or a unit-system name (``dparallel.io.UNITS``)."""
+    if isinstance(unit, str):
+        from dparallel.io.source import UNITS
+
+        if unit not in UNITS:
+            raise DescriptorError(f"unknown units {unit!r}; expected one of {sorted(UNITS)}")
+        return UNITS[unit][0]
+    if not (math.isfinite(unit) and unit > 0):
+        raise DescriptorError(f"length unit must be a positive factor (Å per unit), got {unit}")
+    return float(unit)
+
+
 class ACSF:
     """A set of n2p2 symmetry functions per central element.
 
     Build with :meth:`uniform`, :meth:`from_n2p2` or :meth:`from_dict`. Picklable;
     ``to_dict()`` is JSON-able.
+
+    ``order`` says how each central element's columns are ordered: ``"given"`` keeps the
+    order of ``features`` (:meth:`uniform`'s order, or a file's), ``"n2p2"`` sorts them as
+    n2p2 does (``Element::sortSymmetryFunctions``, see :meth:`n2p2_order`), so columns,
+    statistics and ``scaling.data`` rows all follow n2p2's order.
     """
 
-    def __init__(self, elements: Sequence[str], features: dict[str, list[dict]]) -> None:
+    ORDERS = ("given", "n2p2")
+
+    def __init__(
+        self, elements: Sequence[str], features: dict[str, list[dict]], order: str = "given"
+    ) -> None:
         from ase.data import atomic_numbers
+
+        if order not in self.ORDERS:
+            raise DescriptorError(f"order must be one of {self.ORDERS}, got {order!r}")
+        self._order = order
 
         self._elements = [str(e) for e in elements]
         unknown = [e for e in self._elements if e not in atomic_numbers]
@@ -104,6 +133,9 @@ class ACSF:
                     )
                 )
             self._features[e] = feats
+        if order == "n2p2":
+            for e in self._elements:
+                self._features[e] = [self._features[e][k] for k in self.n2p2_order(e)]
         self._plans: dict[str, ElementPlan] | None = None
 
     # ----------------------------------------------------------- constructors
@@ -143,23 +175,26 @@ class ACSF:
         return cls(elements, feats)
 
     @classmethod
-    def from_n2p2(cls, path: str, unit: float = 1.0) -> ACSF:
-        """Parse ``symfunction_short``, ``cutoff_type`` and ``elements`` of an n2p2 input.nn.
+    def from_n2p2(cls, path: str, unit: float | str = 1.0, order: str = "n2p2") -> ACSF:
+        """The symmetry functions of an n2p2 input.nn (``elements``, ``cutoff_type``,
+        ``symfunction_short``/``symfunction``), read as n2p2 reads them.
 
-        Features keep the file's order per central element. ``unit`` multiplies lengths
-        (rc, rs) and divides η by its square, to convert file units to Å.
+        ``unit`` is the file's length unit in Å (a factor, or a unit-system name of
+        :data:`dparallel.io.UNITS` such as ``"bohr-hartree"``): rc and rs are multiplied
+        by it, η divided by its square. Elements are ordered by atomic number and, with
+        the default ``order="n2p2"``, each element's functions in n2p2's sorted order.
         """
         from dparallel.descriptors.n2p2_input import parse_input_nn
 
-        elements, feats = parse_input_nn(path, unit=unit)
-        return cls(elements, feats)
+        elements, feats = parse_input_nn(path, unit=length_unit(unit))
+        return cls(elements, feats, order=order)
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> ACSF:
-        """Rebuild from :meth:`to_dict` output."""
+        """Rebuild from :meth:`to_dict` output (specs without ``order`` are ``"given"``)."""
         if not isinstance(spec, dict) or spec.get("kind") != "acsf":
             raise DescriptorError("ACSF.from_dict: expected a dict with kind='acsf'")
-        return cls(spec["elements"], spec["features"])
+        return cls(spec["elements"], spec["features"], order=spec.get("order", "given"))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able spec (kind, elements, features per central element)."""
@@ -167,6 +202,7 @@ class ACSF:
             "kind": "acsf",
             "version": 1,
             "elements": list(self._elements),
+            "order": self._order,
             "features": {e: [self._public(f) for f in fs] for e, fs in self._features.items()},
         }
 
@@ -174,20 +210,43 @@ class ACSF:
         return self.to_dict()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["elements"], state["features"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["elements"], state["features"], order=state.get("order", "given")
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ACSF) and json.dumps(self.to_dict()) == json.dumps(other.to_dict())
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{e}: {len(self._features[e])}" for e in self._elements)
-        return f"ACSF(elements={self._elements}, r_cut={self.r_cut}, n_features={{{counts}}})"
+        return (
+            f"ACSF(elements={self._elements}, r_cut={self.r_cut}, n_features={{{counts}}}, "
+            f"order={self._order!r})"
+        )
 
     # ---------------------------------------------------------------- metadata
     @property
     def elements(self) -> list[str]:
         """Element symbols, in the order used for element pairs."""
         return list(self._elements)
+
+    @property
+    def order(self) -> str:
+        """``"n2p2"`` (columns in n2p2's sorted order) or ``"given"``."""
+        return self._order
+
+    def n2p2_order(self, element: str) -> list[int]:
+        """Column indices of ``element``'s features in the order n2p2 sorts them.
+
+        n2p2 sorts each element's functions by type, cutoff type, α, rc, η, rs, ζ, λ and
+        neighbour elements (by atomic number); ``scaling.data`` rows and the network's
+        inputs follow that order. Identity when ``order == "n2p2"``.
+        """
+        from dparallel.descriptors.n2p2_input import n2p2_sort_key
+
+        self._check_element(element)
+        feats = self._features[element]
+        return sorted(range(len(feats)), key=lambda k: n2p2_sort_key(feats[k], self._z))
 
     @property
     def r_cut(self) -> float:

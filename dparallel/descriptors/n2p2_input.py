@@ -1,110 +1,181 @@
-"""Parse the symmetry-function part of an n2p2 ``input.nn`` file.
+"""The symmetry-function part of an n2p2 ``input.nn``: elements, cutoff and symfunctions.
 
-Recognised keywords: ``elements``/``number_of_elements``, ``cutoff_type <type> [alpha]``,
-``symfunction_short <ec> 2 <e1> <eta> <rs> <rc>``,
-``symfunction_short <ec> 3|9 <e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]``.
-Everything after ``#`` is a comment; other keywords are ignored.
+Read as n2p2 reads it (keyword layer: :mod:`dparallel.n2p2.settings`): ``number_of_elements``,
+``elements``, ``cutoff_type <0-8> [alpha]`` (all required, as in n2p2) and every
+``symfunction_short`` (alias ``symfunction``) line of types 2, 3 and 9::
+
+    symfunction_short <ec> 2 <e1> <eta> <rs> <rc>
+    symfunction_short <ec> 3|9 <e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]
+
+Any real η, ζ and λ are accepted, as n2p2 accepts them. Elements come back in n2p2's order
+(by atomic number), features per central element in file order; :func:`n2p2_sort_key` is
+n2p2's ``SymFnc::operator<`` (``Element::sortSymmetryFunctions``). Errors name file and line.
+The whole file (network, scaling, normalisation) is read by :mod:`dparallel.n2p2.input_nn`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+import logging
+import math
+from typing import TYPE_CHECKING, Any
 
-from dparallel.errors import InputFormatError, SourceNotFoundError
+from dparallel.kernels.cutoffs import cutoff_type_id
 
-__all__ = ["parse_input_nn"]
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dparallel.errors import InputFormatError
+    from dparallel.n2p2.settings import Entry, Settings
+
+__all__ = ["SUPPORTED_TYPES", "n2p2_sort_key", "parse_input_nn", "symmetry_functions"]
+
+log = logging.getLogger(__name__)
+
+#: n2p2 symmetry-function types dparallel computes.
+SUPPORTED_TYPES = (2, 3, 9)
 
 
 def parse_input_nn(path: str | Path, unit: float = 1.0) -> tuple[list[str], dict[str, list]]:
-    """Elements and per-central-element feature dicts (file order) of an n2p2 input.nn.
+    """Elements (by atomic number) and per-central-element feature dicts of an input.nn.
 
     ``unit`` converts file lengths to Å: rc, rs multiplied, η divided by unit².
     """
-    p = Path(path)
-    if not p.is_file():
-        raise SourceNotFoundError(f"n2p2 input file not found: {p}")
-    elements: list[str] | None = None
-    cutoff: tuple[int, float] = (1, 0.0)
-    raw: list[tuple[int, list[str]]] = []
-    for lineno, line in enumerate(p.read_text().splitlines(), start=1):
-        words = line.split("#", 1)[0].split()
-        if not words:
-            continue
-        key = words[0].lower()
-        if key == "elements":
-            elements = words[1:]
-        elif key == "cutoff_type":
-            try:
-                cutoff = (int(words[1]), float(words[2]) if len(words) > 2 else 0.0)
-            except (IndexError, ValueError):
-                raise InputFormatError(
-                    f"expected 'cutoff_type <0-8> [alpha]', got {line.strip()!r}",
-                    path=p,
-                    line=lineno,
-                ) from None
-            if not 0 <= cutoff[0] <= 8:
-                raise InputFormatError(
-                    f"cutoff_type {cutoff[0]} unknown (0-8)", path=p, line=lineno
-                )
-        elif key == "symfunction_short":
-            raw.append((lineno, words[1:]))
-    if elements is None:
-        raise InputFormatError("no 'elements' line", path=p)
+    from dparallel.n2p2.settings import log_unused, read_settings
+
+    settings = read_settings(path)
+    log_unused(settings)  # never dropped silently; the network keywords: dparallel.n2p2
+    return symmetry_functions(settings, unit)
+
+
+def elements_of(settings: Settings) -> list[str]:
+    """``elements`` checked against ``number_of_elements``, ordered by atomic number."""
+    from ase.data import atomic_numbers
+
+    entry = settings.require("elements")
+    symbols = entry.words
+    for s in symbols:
+        if s not in atomic_numbers or s == "X":
+            raise settings.fail(entry, f"{s!r} is not a chemical symbol")
+    if len(set(symbols)) != len(symbols):
+        raise settings.fail(entry, "an element is listed twice")
+    count = settings.require("number_of_elements")
+    try:
+        n = int(count.words[0])
+    except (IndexError, ValueError):
+        raise settings.fail(count, "expected 'number_of_elements <n>'") from None
+    if n != len(symbols):
+        raise settings.fail(
+            count, f"says {n} elements but 'elements' (line {entry.line}) lists {len(symbols)}"
+        )
+    return sorted(symbols, key=lambda s: atomic_numbers[s])
+
+
+def cutoff_of(settings: Settings) -> tuple[int, float]:
+    """``cutoff_type <type> [alpha]`` → (type 0-8, α in [0, 1))."""
+    entry = settings.require("cutoff_type")
+    w = entry.words
+    try:
+        kind = int(w[0])
+        alpha = float(w[1]) if len(w) > 1 else 0.0
+    except (IndexError, ValueError):
+        raise settings.fail(entry, "expected 'cutoff_type <0-8> [alpha]'") from None
+    if not 0 <= kind <= 8:
+        raise settings.fail(entry, f"cutoff_type {kind} unknown (0-8)")
+    if not 0.0 <= alpha < 1.0:
+        raise settings.fail(entry, f"cutoff alpha must be in [0, 1) as in n2p2, got {alpha}")
+    if len(w) > 2:
+        log.warning(
+            "%s line %d: words after cutoff_type's alpha ignored", settings.path, entry.line
+        )
+    return kind, alpha
+
+
+def symmetry_functions(
+    settings: Settings, unit: float = 1.0
+) -> tuple[list[str], dict[str, list[dict[str, Any]]]]:
+    """Elements and feature dicts (file order per centre) from read settings."""
+    elements = elements_of(settings)
+    cutoff = cutoff_of(settings)
     feats: dict[str, list[dict[str, Any]]] = {e: [] for e in elements}
-    for lineno, w in raw:
-        feats_for = _parse_symfunction(w, elements, cutoff, unit, p, lineno)
-        feats[w[0]].append(feats_for)
+    for entry in settings.values("symfunction_short"):
+        f = _parse_symfunction(entry, elements, cutoff, unit, settings)
+        feats[f["center"]].append(f)
     return elements, feats
 
 
 def _parse_symfunction(
-    w: list[str],
+    entry: Entry,
     elements: list[str],
     cutoff: tuple[int, float],
     unit: float,
-    path: Path,
-    lineno: int,
+    settings: Settings,
 ) -> dict[str, Any]:
-    """One ``symfunction_short`` line (words after the keyword) as a feature dict."""
+    """One ``symfunction_short`` line as a feature dict (lengths converted by ``unit``)."""
+    w = entry.words
 
     def fail(msg: str) -> InputFormatError:
-        return InputFormatError(
-            f"{msg}; got 'symfunction_short {' '.join(w)}'", path=path, line=lineno
-        )
+        return settings.fail(entry, msg)
 
     if len(w) < 2:
-        raise fail("expected 'symfunction_short <element> <type> ...'")
+        raise fail("expected '<element> <type> ...'")
     center = w[0]
     try:
         type_ = int(w[1])
     except ValueError:
         raise fail("symmetry function type must be an integer") from None
+    if type_ not in SUPPORTED_TYPES:
+        raise fail(f"symmetry function type {type_} is not supported (2, 3, 9)")
+    need = 6 if type_ == 2 else 8
+    if len(w) < need:
+        usage = (
+            "<ec> 2 <e1> <eta> <rs> <rc>"
+            if type_ == 2
+            else f"<ec> {type_} <e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]"
+        )
+        raise fail(f"type {type_} expects: {usage}")
+    used = 6 if type_ == 2 else min(len(w), 9)
+    if len(w) > used:
+        log.warning(
+            "%s line %d: %d extra words ignored (as n2p2 ignores them)",
+            settings.path,
+            entry.line,
+            len(w) - used,
+        )
     try:
         if type_ == 2:
-            if len(w) != 6:
-                raise fail("type 2 expects: <ec> 2 <e1> <eta> <rs> <rc>")
             nbs = [w[2]]
             eta, rs, rc = float(w[3]), float(w[4]), float(w[5])
             zeta = lam = None
-        elif type_ in (3, 9):
-            if len(w) not in (8, 9):
-                raise fail(
-                    f"type {type_} expects: <ec> {type_} <e1> <e2> <eta> <lambda> <zeta> <rc>"
-                    " [<rs>]"
-                )
+        else:
             nbs = [w[2], w[3]]
             eta, lam, zeta, rc = float(w[4]), float(w[5]), float(w[6]), float(w[7])
-            rs = float(w[8]) if len(w) == 9 else 0.0
-        else:
-            raise fail(f"symmetry function type {type_} is not supported (2, 3, 9)")
-    except InputFormatError:
-        raise
+            rs = float(w[8]) if len(w) > 8 else 0.0
     except ValueError:
         raise fail("could not read a number") from None
     for e in [center, *nbs]:
         if e not in elements:
             raise fail(f"element {e!r} is not in the elements line {elements}")
+    numbers = [eta, rs, rc] + ([] if zeta is None else [zeta, lam])
+    if not all(math.isfinite(x) for x in numbers):  # type: ignore[arg-type]
+        raise fail("parameters must be finite numbers")
+    if rc <= 0:
+        raise fail(f"cutoff radius must be positive, got {rc}")
+    if type_ != 2 and (zeta == 0 or lam == 0):
+        log.warning(
+            "%s line %d: zeta or lambda is 0: n2p2's own forces for this function are NaN "
+            "(its symmetry-function groups divide by zeta·lambda); dparallel's are finite",
+            settings.path,
+            entry.line,
+        )
+    if type_ != 2 and rs < 0:
+        log.warning(
+            "%s line %d: angular rs %g < 0: n2p2's symmetry-function groups compute it as "
+            "rs = 0, dparallel uses %g (docs/n2p2.md)",
+            settings.path,
+            entry.line,
+            rs,
+            rs,
+        )
     return {
         "type": type_,
         "center": center,
@@ -117,3 +188,23 @@ def _parse_symfunction(
         "cutoff": cutoff[0],
         "alpha": cutoff[1],
     }
+
+
+def n2p2_sort_key(feature: dict[str, Any], z_of: dict[str, int]) -> tuple:
+    """n2p2's ordering of one central element's functions (``SymFnc::operator<``).
+
+    Type, cutoff type, α, rc, η, rs, then (angular) ζ, λ, then the neighbour elements by
+    atomic number (the smaller first, as n2p2 swaps e1 > e2).
+    """
+    zs = sorted(z_of[e] for e in feature["neighbors"])
+    head = (
+        int(feature["type"]),
+        cutoff_type_id(feature["cutoff"]),
+        float(feature["alpha"]),
+        float(feature["rc"]),
+        float(feature["eta"]),
+        float(feature["rs"]),
+    )
+    if feature["type"] == 2:
+        return (*head, zs[0])
+    return (*head, float(feature["zeta"]), float(feature["lambda"]), *zs)

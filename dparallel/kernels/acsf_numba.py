@@ -157,12 +157,16 @@ def _angular_loop(
                             xk[e] += gk[e]
                 for z in range(n_Z):
                     base = 1.0 + z_lam[z] * c
+                    if base <= 0.0:  # n2p2: no contribution where 1 + λ cos θ ≤ 0
+                        zv[z] = 0.0
+                        dz[z] = 0.0
+                        continue
                     if z_int[z] >= 1:
                         pm1 = 1.0
                         for _ in range(z_int[z] - 1):
                             pm1 *= base
                     else:
-                        pm1 = max(base, 0.0) ** (z_zeta[z] - 1.0)
+                        pm1 = base ** (z_zeta[z] - 1.0)
                     zv[z] = pre[z] * pm1 * base
                     dz[z] = pre[z] * z_zeta[z] * z_lam[z] * pm1
                 p = pt_table[elj, elk]
@@ -248,12 +252,15 @@ def _angular_values(
                     full[e] = pr
                 for z in range(n_Z):
                     base = 1.0 + z_lam[z] * c
+                    if base <= 0.0:  # n2p2: no contribution where 1 + λ cos θ ≤ 0
+                        zv[z] = 0.0
+                        continue
                     if z_int[z] >= 1:
                         val = base
                         for _ in range(z_int[z] - 1):
                             val *= base
                     else:
-                        val = max(base, 0.0) ** z_zeta[z]
+                        val = base ** (z_zeta[z] - 1.0) * base
                     zv[z] = pre[z] * val
                 p = pt_table[elj, nbr_el[k]]
                 for col in range(k_a):

@@ -27,7 +27,7 @@ from dparallel.store import Store, open_store
 from dparallel.train.data import Batch, PartitionReader, SplitIndex, build_split_index
 from dparallel.train.data import iterate_batches as _iterate
 from dparallel.train.files import load_torch_file, save_torch_file
-from dparallel.train.model import HDNNP, scaling_from_statistics
+from dparallel.train.model import HDNNP, scaling_parameters
 from dparallel.train.spec import TrainingSpec
 
 if TYPE_CHECKING:
@@ -182,7 +182,8 @@ class _Prepared:
     forces: bool
     ref_energy: np.ndarray
     energy_scale: float
-    scaling: dict[str, tuple[np.ndarray, np.ndarray]]
+    scaling: dict[str, tuple[np.ndarray, np.ndarray, float]]
+    statistics: dict[str, dict[str, list]]
     descriptor_spec: dict[str, Any] | None
 
 
@@ -251,7 +252,7 @@ def prepare(store: Store, spec: TrainingSpec) -> _Prepared:
         if e not in stats:
             raise TrainingError(f"{store.path}: no statistics for element {e}")
         n_features[e] = len(stats[e]["mean"])
-        scaling[e] = scaling_from_statistics(stats[e], spec.scaling)
+        scaling[e] = scaling_parameters(stats[e], spec.scaling, spec.scale_min, spec.scale_max)
     return _Prepared(
         store=store,
         descriptor=spec.descriptor,
@@ -262,6 +263,9 @@ def prepare(store: Store, spec: TrainingSpec) -> _Prepared:
         ref_energy=ref,
         energy_scale=energy_scale,
         scaling=scaling,
+        statistics={
+            e: {k: list(stats[e][k]) for k in ("min", "max", "mean", "sigma")} for e in elements
+        },
         descriptor_spec=dict(desc) if isinstance(desc, Mapping) else None,
     )
 
@@ -289,12 +293,26 @@ def _statistics(reader: PartitionReader, elements: list[str]) -> dict[str, dict[
 
 def _build_model(prep: _Prepared, spec: TrainingSpec) -> HDNNP:
     torch.manual_seed(spec.seed)
-    model = HDNNP(prep.elements, prep.n_features, spec.hidden, spec.activation)
-    for e in prep.elements:
-        model.set_scaling(e, *prep.scaling[e])
+    model = HDNNP(prep.elements, prep.n_features, spec.hidden, spec.activation).to(_dtype(spec))
+    # scaling kept as data (n2p2 export writes its statistics), set in the training dtype
+    model.set_scaling_from(
+        {
+            "mode": spec.scaling,
+            "smin": spec.scale_min,
+            "smax": spec.scale_max,
+            "statistics": prep.statistics,
+        }
+    )
     model.ref_energy.copy_(torch.as_tensor(prep.ref_energy))
     model.energy_scale.fill_(prep.energy_scale)
-    return model.to(_dtype(spec))
+    if spec.n2p2_compatible:
+        from dparallel.descriptors import ACSF
+        from dparallel.n2p2.potential import n2p2_problems
+
+        problems = n2p2_problems(ACSF.from_dict(prep.descriptor_spec or {}), model)
+        if problems:
+            raise TrainingError("n2p2_compatible: " + "; ".join(problems))
+    return model
 
 
 def _dtype(spec: TrainingSpec) -> torch.dtype:
@@ -526,7 +544,10 @@ def train(
             )
         old = dict(ck["spec"])
         new = spec.to_dict()
-        diff = sorted(k for k in new if k not in _RESUMABLE_KEYS and old.get(k) != new[k])
+        fields = TrainingSpec.model_fields  # keys added since the checkpoint: their default
+        diff = sorted(
+            k for k in new if k not in _RESUMABLE_KEYS and old.get(k, fields[k].default) != new[k]
+        )
         if diff:
             raise TrainingError(
                 f"--resume: {ckpt_path} was trained with another config ({', '.join(diff)} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -9,41 +10,83 @@ import torch
 from torch import nn
 
 from dparallel.errors import TrainingError
+from dparallel.train.activations import ACTIVATIONS, make_activation
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
-__all__ = ["HDNNP", "scaling_from_statistics"]
+__all__ = ["HDNNP", "SCALING_MODES", "scaling_from_statistics", "scaling_parameters"]
 
-_ACTIVATIONS = {"tanh": nn.Tanh, "silu": nn.SiLU, "softplus": nn.Softplus, "gelu": nn.GELU}
+#: Feature scaling modes: dparallel's (constant features get factor 1) and n2p2's types.
+SCALING_MODES = (
+    "center_sigma",
+    "minmax",
+    "center",
+    "none",
+    "scale",
+    "scalecenter",
+    "scalesigma",
+)
+_N2P2_MODES = ("scale", "scalecenter", "scalesigma")
 
 
-def scaling_from_statistics(stats: Mapping[str, Any], mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """(shift, factor) per feature so that scaled G = (G − shift) · factor.
+def scaling_parameters(
+    stats: Mapping[str, Any], mode: str, smin: float = 0.0, smax: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(shift, factor, offset) per feature so that scaled G = (G − shift) · factor + offset.
 
-    ``stats`` holds n2p2 scaling.data fields (min, max, mean, sigma lists). Modes:
-    ``center_sigma`` (n2p2 ``scalesigma`` without the [smin, smax] offset): (G − mean)/σ;
-    ``minmax`` (n2p2 ``scale`` to [−1, 1]); ``center`` (G − mean); ``none``.
-    Constant features (σ or max − min below 1e-12) get factor 1.
+    ``stats`` holds n2p2 scaling.data fields (min, max, mean, sigma lists). dparallel modes
+    (offset 0; constant features — σ or max − min below 1e-12 — get factor 1):
+    ``center_sigma`` (G − mean)/σ; ``minmax`` to [−1, 1]; ``center`` G − mean; ``none``.
+    n2p2 types (``SymFnc::scale``, offset = Smin, the same floating-point operations):
+    ``scale`` Smin + (Smax − Smin)(G − min)/(max − min); ``scalecenter`` the same around
+    the mean; ``scalesigma`` Smin + (Smax − Smin)(G − mean)/σ. Where n2p2 would divide by
+    zero (a constant feature) the factor is Smax − Smin instead of n2p2's inf.
     """
     lo = np.asarray(stats["min"], np.float64)
     hi = np.asarray(stats["max"], np.float64)
     mean = np.asarray(stats["mean"], np.float64)
     sigma = np.asarray(stats["sigma"], np.float64)
     if mode == "center_sigma":
-        return mean, 1.0 / np.where(sigma > 1e-12, sigma, 1.0)
+        return mean, 1.0 / np.where(sigma > 1e-12, sigma, 1.0), 0.0
     if mode == "minmax":
         width = hi - lo
-        return 0.5 * (hi + lo), 2.0 / np.where(width > 1e-12, width, 1.0)
+        return 0.5 * (hi + lo), 2.0 / np.where(width > 1e-12, width, 1.0), 0.0
     if mode == "center":
-        return mean, np.ones_like(mean)
+        return mean, np.ones_like(mean), 0.0
     if mode == "none":
-        return np.zeros_like(mean), np.ones_like(mean)
-    raise TrainingError(f"unknown scaling mode {mode!r}")
+        return np.zeros_like(mean), np.ones_like(mean), 0.0
+    if mode in _N2P2_MODES:
+        denom = sigma if mode == "scalesigma" else hi - lo
+        factor = (smax - smin) / np.where(denom != 0.0, denom, 1.0)
+        return (lo if mode == "scale" else mean), factor, float(smin)
+    raise TrainingError(f"unknown scaling mode {mode!r}; expected one of {SCALING_MODES}")
+
+
+def scaling_from_statistics(stats: Mapping[str, Any], mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """(shift, factor) per feature so that scaled G = (G − shift) · factor (dparallel modes).
+
+    See :func:`scaling_parameters`; the n2p2 types need its offset as well.
+    """
+    shift, factor, offset = scaling_parameters(stats, mode)
+    if offset != 0.0:
+        raise TrainingError(f"scaling mode {mode!r} has an offset; use scaling_parameters")
+    return shift, factor
+
+
+class _DivideBy(nn.Module):
+    """x / n: n2p2's ``normalize_nodes`` (pre-activation divided by the fan-in)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = float(n)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / self.n
 
 
 class HDNNP(nn.Module):
-    """Sum of per-element atomic energies E_i = ref_e + s · MLP_e((G_i − shift_e) · factor_e).
+    """Sum of per-element atomic energies E_i = ref_e + s · MLP_e((G_i − shift_e) · factor_e + o).
 
     Parameters
     ----------
@@ -51,8 +94,22 @@ class HDNNP(nn.Module):
         Chemical symbols, one network each.
     n_features
         Number of descriptor columns per element.
-    hidden, activation
-        Hidden layer sizes and activation of every network.
+    hidden
+        Hidden layer sizes: one list for every element, or element → list.
+    activation
+        Activation of every hidden layer (when ``activations`` is not given).
+    activations
+        Per-layer activation names (:data:`dparallel.train.activations.ACTIVATIONS`),
+        one per hidden layer plus the output layer: one list for every element, or
+        element → list. Default: ``activation`` on hidden layers, identity output.
+    normalize_nodes
+        Divide every layer's pre-activation by its number of inputs (n2p2's
+        ``normalize_nodes``).
+    scaling
+        Optional descriptor scaling as data: ``{"mode": one of SCALING_MODES, "smin",
+        "smax", "statistics": {element: {"min", "max", "mean", "sigma"}}}``. It sets the
+        shift/factor buffers and the offset o = Smin (n2p2 types), and is kept in
+        :meth:`config` (n2p2 export writes its statistics to scaling.data).
     """
 
     ref_energy: torch.Tensor  # (n_elements,) eV per atom (buffer)
@@ -63,44 +120,113 @@ class HDNNP(nn.Module):
         self,
         elements: Sequence[str],
         n_features: Mapping[str, int],
-        hidden: Sequence[int] = (24, 24),
+        hidden: Sequence[int] | Mapping[str, Sequence[int]] = (24, 24),
         activation: str = "tanh",
+        activations: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+        normalize_nodes: bool = False,
+        scaling: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise TrainingError(f"activation must be one of {sorted(_ACTIVATIONS)}")
+        if activation not in ACTIVATIONS:
+            raise TrainingError(f"activation must be one of {sorted(ACTIVATIONS)}")
         self.elements = list(elements)
         self.n_features = {e: int(n_features[e]) for e in self.elements}
-        self.hidden = [int(h) for h in hidden]
+        self.hidden = _per_element(hidden, self.elements, "hidden", int)
         self.activation = activation
+        self.activations = (
+            {e: [activation] * len(h) + ["identity"] for e, h in self.hidden.items()}
+            if activations is None
+            else _per_element(activations, self.elements, "activations", str)
+        )
+        self.normalize_nodes = bool(normalize_nodes)
+        self._config_extra: dict[str, Any] = {}
+        if activations is not None:
+            self._config_extra["activations"] = _jsonable(activations)
+        if not isinstance(hidden, Mapping):
+            self._config_hidden: Any = [int(h) for h in hidden]
+        else:
+            self._config_hidden = {e: [int(x) for x in h] for e, h in hidden.items()}
+        if self.normalize_nodes:
+            self._config_extra["normalize_nodes"] = True
         nets = {}
         for e in self.elements:
+            acts = self.activations[e]
+            if len(acts) != len(self.hidden[e]) + 1:
+                raise TrainingError(
+                    f"element {e}: {len(acts)} activations for {len(self.hidden[e])} hidden "
+                    "layers; give one per hidden layer plus one for the output layer"
+                )
+            unknown = [a for a in acts if a not in ACTIVATIONS]
+            if unknown:
+                raise TrainingError(
+                    f"unknown activation {unknown[0]!r}; expected one of {sorted(ACTIVATIONS)}"
+                )
+            if any(h < 1 for h in self.hidden[e]):
+                raise TrainingError(f"element {e}: hidden sizes must be >= 1, got {self.hidden[e]}")
             layers: list[nn.Module] = []
             width = self.n_features[e]
-            for h in self.hidden:
-                layers += [nn.Linear(width, h), _ACTIVATIONS[activation]()]
+            for h, act in zip([*self.hidden[e], 1], acts, strict=True):
+                layers.append(nn.Linear(width, h))
+                if self.normalize_nodes:
+                    layers.append(_DivideBy(width))
+                if act != "identity":  # no module: old models' state_dict keys stay
+                    layers.append(make_activation(act))
                 width = h
-            layers.append(nn.Linear(width, 1))
             nets[e] = nn.Sequential(*layers)
             self.register_buffer(f"shift_{e}", torch.zeros(self.n_features[e]))
             self.register_buffer(f"factor_{e}", torch.ones(self.n_features[e]))
         self.nets = nn.ModuleDict(nets)
         self.register_buffer("ref_energy", torch.zeros(len(self.elements)))  # eV per atom
         self.register_buffer("energy_scale", torch.ones(()))  # eV
+        self.feature_offset = 0.0  # added after scaling (n2p2's Smin)
+        self.scaling: dict[str, Any] | None = None
+        if scaling is not None:
+            self.set_scaling_from(scaling)
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able): rebuild with ``HDNNP(**config)``."""
-        return {
+        out = {
             "elements": self.elements,
             "n_features": self.n_features,
-            "hidden": self.hidden,
+            "hidden": self._config_hidden,
             "activation": self.activation,
+            **self._config_extra,
         }
+        if self.scaling is not None:
+            out["scaling"] = self.scaling
+        return out
 
     def set_scaling(self, element: str, shift: np.ndarray, factor: np.ndarray) -> None:
-        """Set the descriptor scaling of ``element`` (G' = (G − shift) · factor)."""
+        """Set the descriptor scaling of ``element`` (G' = (G − shift) · factor + offset)."""
         getattr(self, f"shift_{element}").copy_(torch.as_tensor(shift))
         getattr(self, f"factor_{element}").copy_(torch.as_tensor(factor))
+
+    def set_scaling_from(self, scaling: Mapping[str, Any]) -> None:
+        """Set every element's scaling from statistics (see the ``scaling`` parameter)."""
+        mode = str(scaling.get("mode", "none"))
+        smin, smax = float(scaling.get("smin", 0.0)), float(scaling.get("smax", 1.0))
+        stats = scaling.get("statistics") or {}
+        offset = 0.0
+        for e in self.elements:
+            if e not in stats:
+                raise TrainingError(f"scaling statistics lack element {e}")
+            if len(stats[e]["mean"]) != self.n_features[e]:
+                raise TrainingError(
+                    f"scaling statistics of {e} have {len(stats[e]['mean'])} features, "
+                    f"the network {self.n_features[e]}"
+                )
+            shift, factor, offset = scaling_parameters(stats[e], mode, smin, smax)
+            self.set_scaling(e, shift, factor)
+        self.feature_offset = offset
+        self.scaling = {
+            "mode": mode,
+            "smin": smin,
+            "smax": smax,
+            "statistics": {
+                e: {k: [float(x) for x in stats[e][k]] for k in ("min", "max", "mean", "sigma")}
+                for e in self.elements
+            },
+        }
 
     def atomic_energies(self, values: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Energy of each atom, element → (n_e,) eV, from unscaled descriptors (n_e, F_e)."""
@@ -110,6 +236,8 @@ class HDNNP(nn.Module):
             if g is None:
                 continue
             x = (g - getattr(self, f"shift_{e}")) * getattr(self, f"factor_{e}")  # (n_e, F_e)
+            if self.feature_offset != 0.0:
+                x = x + self.feature_offset
             out[e] = self.nets[e](x).squeeze(1) * self.energy_scale + self.ref_energy[k]
         return out
 
@@ -141,3 +269,22 @@ class HDNNP(nn.Module):
         if energies is None:
             return self.ref_energy.new_zeros(n_structures)
         return energies
+
+
+def _per_element(value: Any, elements: list[str], name: str, kind: type) -> dict[str, list]:
+    """One list for every element, or element → list, as element → list."""
+    if isinstance(value, Mapping):
+        missing = [e for e in elements if e not in value]
+        if missing:
+            raise TrainingError(f"{name} lacks elements {missing}")
+        return {e: [kind(x) for x in value[e]] for e in elements}
+    if isinstance(value, str):
+        raise TrainingError(f"{name} must be a list, got {value!r}")
+    return {e: [kind(x) for x in value] for e in elements}
+
+
+def _jsonable(value: Any) -> Any:
+    """Lists and dicts of lists as plain JSON-able data."""
+    if isinstance(value, Mapping):
+        return {str(k): list(v) for k, v in value.items()}
+    return list(value)

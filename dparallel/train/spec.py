@@ -27,8 +27,18 @@ class TrainingSpec(BaseModel):
 
     descriptor: Literal["acsf", "neighbor_sum"] = "acsf"
     hidden: tuple[int, ...] = (48, 48)
-    activation: Literal["tanh", "silu", "softplus", "gelu"] = "tanh"
-    scaling: Literal["center_sigma", "minmax", "center", "none"] = "center_sigma"
+    activation: Literal[
+        "tanh", "silu", "softplus", "gelu", "identity", "logistic", "softplus_n2p2", "relu",
+        "gaussian", "cos", "revlogistic", "exp", "harmonic",
+    ] = "tanh"  # fmt: skip
+    scaling: Literal[
+        "center_sigma", "minmax", "center", "none", "scale", "scalecenter", "scalesigma"
+    ] = "center_sigma"
+    scale_min: float = Field(0.0, description="n2p2's Smin (scaling scale/scalecenter/scalesigma)")
+    scale_max: float = Field(1.0, description="n2p2's Smax (scaling scale/scalecenter/scalesigma)")
+    n2p2_compatible: bool = Field(
+        False, description="refuse choices n2p2 cannot evaluate (export --format n2p2)"
+    )
     optimizer: Literal["adam", "adamw"] = "adam"
     lr: float = Field(3e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -57,6 +67,24 @@ class TrainingSpec(BaseModel):
             raise ValueError("validation_fraction + test_fraction must be < 1")
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden layer sizes must be >= 1, got {self.hidden}")
+        if (
+            self.scaling in ("scale", "scalecenter", "scalesigma")
+            and self.scale_max == self.scale_min
+        ):
+            raise ValueError("scale_max must differ from scale_min")
+        if self.n2p2_compatible:
+            from dparallel.train.activations import N2P2_EXPRESSIBLE
+
+            if self.activation not in N2P2_EXPRESSIBLE:
+                hint = " (use softplus_n2p2)" if self.activation == "softplus" else ""
+                raise ValueError(
+                    f"n2p2_compatible: n2p2 has no activation {self.activation!r}{hint}; "
+                    f"choose one of {sorted(N2P2_EXPRESSIBLE)}"
+                )
+            if self.descriptor != "acsf":
+                raise ValueError("n2p2_compatible: n2p2 potentials use ACSF descriptors")
+            if not self.hidden:
+                raise ValueError("n2p2_compatible: n2p2 networks need a hidden layer")
         return self
 
     def to_dict(self) -> dict[str, Any]:

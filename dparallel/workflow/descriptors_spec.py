@@ -10,7 +10,9 @@ Example (``descriptors.yaml``)::
       radial: [[0.5, 0.0], [1.0, 1.5]]          # (η [1/Å²], rs [Å])
       narrow: [[0.01, 1.0, 1.0, 0.0]]           # (η, ζ, λ, rs), type 3
       wide:   [[0.01, 2.0, -1.0, 0.0]]          # (η, ζ, λ, rs), type 9
-    # or:  acsf: {n2p2: input.nn}  (symfunction_short lines of an n2p2 input.nn)
+    # or:  acsf: {n2p2: input.nn}  (the symmetry functions of an n2p2 input.nn, in n2p2's
+    #      sorted order; its lengths are in the dataset's units unless `units:` says
+    #      otherwise, e.g. acsf: {n2p2: input.nn, units: bohr-hartree})
     neighbor_sum:              # HIP-NN-style envsum features (optional)
       elements: [H, C, O]
       r_cut: 5.0
@@ -47,6 +49,14 @@ class ACSFSpec(_Strict):
     n2p2: str | None = Field(
         None, description="path of an n2p2 input.nn (relative to the working directory)"
     )
+    units: str | None = Field(
+        None,
+        description="units of the input.nn lengths (rc, rs, eta): ase/angstrom-ev or "
+        "bohr-hartree; default: the dataset's units (an input.nn goes with its input.data)",
+    )
+    order: Literal["n2p2", "given"] | None = Field(
+        None, description="column order; default n2p2's sorted order for an input.nn, else given"
+    )
     elements: list[str] | None = None
     r_cut: float = Field(6.0, gt=0)
     cutoff: str | int = "cos"
@@ -61,13 +71,28 @@ class ACSFSpec(_Strict):
             raise ValueError("give either 'n2p2: input.nn' or 'elements' with parameters")
         if self.n2p2 is None and not (self.radial or self.narrow or self.wide):
             raise ValueError("no symmetry functions: give radial, narrow or wide parameters")
+        if self.units is not None:
+            from dparallel.io.source import UNITS
+
+            if self.n2p2 is None:
+                raise ValueError("'units' applies to an n2p2 input.nn only (uniform sets are in Å)")
+            if self.units not in UNITS:
+                raise ValueError(f"units must be one of {sorted(UNITS)}, got {self.units!r}")
         return self
 
-    def build(self) -> ACSF:
-        """The :class:`ACSF` this spec defines (``n2p2`` relative to the working directory)."""
+    def build(self, data_units: str = "ase") -> ACSF:
+        """The :class:`ACSF` this spec defines (``n2p2`` relative to the working directory).
+
+        ``data_units``: units of the dataset, which an input.nn's lengths follow unless
+        the spec gives ``units``.
+        """
         if self.n2p2 is not None:
-            return ACSF.from_n2p2(str(resolve_path(self.n2p2)))
-        return ACSF.uniform(
+            return ACSF.from_n2p2(
+                str(resolve_path(self.n2p2)),
+                unit=self.units or data_units,
+                order=self.order or "n2p2",
+            )
+        acsf = ACSF.uniform(
             elements=list(self.elements or []),
             r_cut=self.r_cut,
             cutoff=self.cutoff,
@@ -76,6 +101,9 @@ class ACSFSpec(_Strict):
             narrow=self.narrow,
             wide=self.wide,
         )
+        if self.order == "n2p2":
+            return ACSF(acsf.elements, {e: acsf.features(e) for e in acsf.elements}, "n2p2")
+        return acsf
 
 
 class NeighborSumSpec(_Strict):
@@ -109,22 +137,26 @@ class DescriptorsSpec(_Strict):
             raise ValueError("define 'acsf', 'neighbor_sum' or both")
         return self
 
-    def build(self) -> DescriptorSet:
-        """The :class:`DescriptorSet` (relative paths are taken from the working directory)."""
+    def build(self, data_units: str = "ase") -> DescriptorSet:
+        """The :class:`DescriptorSet` (relative paths are taken from the working directory;
+        ``data_units``: the dataset's units, which an n2p2 input.nn's lengths follow)."""
         return DescriptorSet(
-            acsf=None if self.acsf is None else self.acsf.build(),
+            acsf=None if self.acsf is None else self.acsf.build(data_units),
             neighbor_sum=None if self.neighbor_sum is None else self.neighbor_sum.build(),
             derivatives=self.derivatives,
             dtype=self.dtype,
         )
 
 
-def load_descriptors(path: str | Path, section: str | None = None) -> DescriptorSet:
+def load_descriptors(
+    path: str | Path, section: str | None = None, data_units: str = "ase"
+) -> DescriptorSet:
     """Read and validate a descriptors YAML/JSON file; errors name the file and key path.
 
     ``section`` picks one top-level key (``"descriptors"`` of a workflow file); a file
     whose only key is ``descriptors`` is read as that section. Relative paths inside
     (``acsf.n2p2``) are taken from the working directory, as in ``dparallel run``.
+    ``data_units`` are the dataset's units (an n2p2 input.nn's lengths follow them).
     """
     from pydantic import ValidationError
 
@@ -139,4 +171,4 @@ def load_descriptors(path: str | Path, section: str | None = None) -> Descriptor
         raise ConfigError(
             f"{path}: invalid descriptors:\n{describe_validation_error(exc)}"
         ) from None
-    return spec.build()
+    return spec.build(data_units=data_units)

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from dparallel.descriptors.acsf import ACSF
 from dparallel.errors import (
     DiskFullError,
     PartitionFailedError,
@@ -464,7 +465,8 @@ def write_scaling_data(
     descriptor: str = "acsf",
     statistics: Mapping[str, Mapping[str, FeatureStats]] | None = None,
 ) -> None:
-    """Write n2p2 ``scaling.data`` for ``descriptor`` (elements ordered by atomic number).
+    """Write n2p2 ``scaling.data`` for ``descriptor`` (elements ordered by atomic number,
+    each element's rows in n2p2's sorted order whatever the store's column order).
 
     ``statistics`` (e.g. ``FeaturizeResult.statistics``) saves re-reading every
     partition's report; by default they are merged from the store.
@@ -479,8 +481,13 @@ def write_scaling_data(
     if not merged:
         raise StoreIncompleteError(f"{store.path} has no '{descriptor}' statistics to write")
     elements = sorted(merged, key=lambda symbol: atomic_numbers[symbol])
+    spec = store.attrs.get("config", {}).get("features", {}).get(descriptor)
+    orders = None
+    if descriptor == "acsf" and spec:  # n2p2 reads rows in its sorted order
+        acsf = ACSF.from_dict(spec)
+        orders = [acsf.n2p2_order(e) for e in elements]
     with open(path, "w") as handle:
-        handle.write(format_scaling_data([merged[e] for e in elements]))
+        handle.write(format_scaling_data([merged[e] for e in elements], orders))
 
 
 def read_partition_features(

@@ -64,7 +64,7 @@ def _store_current(spec: WorkflowSpec, dataset: Path) -> bool:
     status = featurize_status(
         dataset,
         spec.store.path,
-        spec.descriptors.build(),
+        spec.descriptors.build(data_units=spec.dataset.units),
         format=spec.dataset.format,
         units=spec.dataset.units,
         on_error=spec.dataset.on_error,
@@ -134,7 +134,7 @@ def run_workflow(
                 statistics = featurize(
                     dataset,
                     store_path,
-                    spec.descriptors.build(),
+                    spec.descriptors.build(data_units=spec.dataset.units),
                     format=spec.dataset.format,
                     units=spec.dataset.units,
                     on_error=spec.dataset.on_error,

@@ -205,24 +205,19 @@ class FeatureStats:
         )
 
 
-def format_scaling_data(stats_by_element: Sequence[FeatureStats]) -> str:
+def format_scaling_data(
+    stats_by_element: Sequence[FeatureStats], orders: Sequence[Sequence[int]] | None = None
+) -> str:
     """Render n2p2 ``scaling.data``: one row per (element, function), 1-based indices.
 
-    ``stats_by_element`` is ordered like n2p2's elements (by atomic number).
-    Columns: e_index, sf_index, sf_min, sf_max, sf_mean, sf_sigma.
+    ``stats_by_element`` is ordered like n2p2's elements (by atomic number); ``orders``
+    (one column permutation per element, e.g. :meth:`ACSF.n2p2_order`) puts each
+    element's rows in n2p2's sorted order. Columns: e_index, sf_index, min, max, mean, sigma.
     """
-    lines = [
-        "#" * 79,
-        "# Symmetry function scaling data (written by dparallel).",
-        "#" * 79,
-        f"#{'e_index':>9}{'sf_index':>11}{'sf_min':>25}{'sf_max':>25}{'sf_mean':>25}{'sf_sigma':>25}",
-        "#" * 121,
-    ]
-    for e_index, stats in enumerate(stats_by_element, start=1):
-        mean, sigma = stats.mean, stats.sigma
-        for f in range(stats.n_features):
-            lines.append(
-                f"{e_index:>10d}{f + 1:>11d}{stats.minimum[f]:>25.16E}{stats.maximum[f]:>25.16E}"
-                f"{mean[f]:>25.16E}{sigma[f]:>25.16E}"
-            )
-    return "\n".join(lines) + "\n"
+    from dparallel.n2p2.scaling_data import format_scaling_data as render
+
+    tables = []
+    for k, stats in enumerate(stats_by_element):
+        table = np.stack([stats.minimum, stats.maximum, stats.mean, stats.sigma], 1)
+        tables.append(table if orders is None else table[list(orders[k])])
+    return render(tables)

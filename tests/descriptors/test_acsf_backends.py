@@ -49,6 +49,34 @@ def test_numba_equals_torch(cutoff: int) -> None:
                 )
 
 
+def test_numba_equals_torch_for_any_zeta_lambda_eta() -> None:
+    """n2p2's semantics in both backends: ζ < 1, ζ ≤ 0 integers, λ ≠ ±1, η < 0."""
+    rng = np.random.default_rng(7)
+    acsf = ACSF.uniform(
+        ["H", "O"],
+        r_cut=4.0,
+        cutoff="cos",
+        radial=[(-0.03, 0.5)],
+        narrow=[(0.2, 0.5, 0.8, 0.0), (0.1, -2.0, 0.5, 0.7), (0.1, 2.0, 2.0, 0.0)],
+        wide=[(-0.01, 0.0, -3.0, 0.0), (0.3, 3.0, -2.5, 0.4), (0.2, 1.5, 1.0, 0.0)],
+    )
+    cell = np.diag(rng.uniform(3.0, 4.0, 3))
+    structs = [
+        ase.Atoms(
+            numbers=rng.choice([1, 8], 8), scaled_positions=rng.random((8, 3)), cell=cell, pbc=True
+        )
+    ]
+    a = acsf.compute(structs, derivatives=True, backend="torch")
+    b = acsf.compute(structs, derivatives=True, backend="numba")
+    for e in a:
+        assert torch.isfinite(a[e].values).all()
+        np.testing.assert_allclose(b[e].values, a[e].values, rtol=1e-12, atol=1e-12)
+        for f in a[e].pairs:
+            np.testing.assert_allclose(
+                b[e].pairs[f].dG_dr, a[e].pairs[f].dG_dr, rtol=1e-11, atol=1e-12
+            )
+
+
 def test_numba_refuses_grad() -> None:
     acsf = ACSF.uniform(["H"], 3.0, narrow=[(0.1, 1, 1, 0)])
     atoms = ase.Atoms("H3", positions=[[0, 0, 0], [1, 0, 0], [0, 1, 0]])

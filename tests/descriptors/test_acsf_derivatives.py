@@ -42,10 +42,25 @@ def _jacobian_from_pairs(res, n_feat: int, n_atoms: int) -> np.ndarray:
     return jac
 
 
-@pytest.mark.parametrize("cutoff,alpha", [("poly2", 0.1), ("cos", 0.0), ("exp", 0.2)])
+def _acsf_n2p2_extremes() -> ACSF:
+    """What n2p2 accepts: ζ < 1, ζ = 0, negative integer ζ, λ ≠ ±1, η < 0."""
+    return ACSF.uniform(
+        ["H", "O"],
+        r_cut=3.5,
+        cutoff="poly2",
+        alpha=0.1,
+        radial=[(-0.05, 1.0)],
+        narrow=[(0.3, 0.5, 0.7, 0.0), (0.2, -2.0, 0.4, 0.8), (0.1, 2.0, 2.0, 0.0)],
+        wide=[(-0.02, 0.0, 1.0, 0.5), (0.5, 3.0, -3.0, 0.0), (0.1, 2.5, -1.0, 0.0)],
+    )
+
+
+@pytest.mark.parametrize(
+    "cutoff,alpha", [("poly2", 0.1), ("cos", 0.0), ("exp", 0.2), ("n2p2-extremes", 0.1)]
+)
 def test_pair_derivatives_equal_autograd_and_finite_differences(cutoff: str, alpha: float) -> None:
     atoms = _cell()
-    acsf = _acsf(cutoff, alpha)
+    acsf = _acsf_n2p2_extremes() if cutoff == "n2p2-extremes" else _acsf(cutoff, alpha)
     batch = StructureBatch.from_ase([atoms])
     out = acsf.compute(batch, derivatives=True)
     nl = neighbor_list(batch, acsf.r_cut + 0.1)  # reused for the displaced positions

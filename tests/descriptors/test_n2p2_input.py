@@ -1,7 +1,9 @@
-"""Parsing n2p2 input.nn symmetry-function definitions."""
+"""Reading the symmetry functions of an n2p2 input.nn (n2p2's rules; n2p2 itself: tests/n2p2)."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import ase
@@ -18,26 +20,38 @@ if TYPE_CHECKING:
 INPUT_NN = """\
 # n2p2 input.nn excerpt
 number_of_elements 2
-elements H O                       # element order
+elements O H                       # element order: n2p2 sorts by atomic number
 cutoff_type 6 0.2
-global_hidden_layers_short 2       # ignored by the descriptor
+global_hidden_layers_short 2       ! '!' starts a comment too
 symfunction_short H 2 H 0.5 0.0 6.0
 symfunction_short H 2 O 0.3 0.9 6.0
 symfunction_short H 3 O H 0.05 -1.0 2.0 6.0
 symfunction_short H 9 H O 0.02 1.0 4.0 5.0 0.7
 symfunction_short O 2 H 0.5 0.8 6.0
 symfunction_short O 3 H H 0.05 -1.0 2.0 6.0 1.0
-symfunction_short O 9 H H 0.05 -1.0 2.0 6.0
+symfunction O 9 H H 0.05 -1.0 2.0 6.0     # 'symfunction' is n2p2's alias
 """
+HEAD = "number_of_elements 1\nelements H\ncutoff_type 1\n"
 
 
-def test_parse_metadata_and_values(tmp_path: Path) -> None:
+def _write(tmp_path: Path, text: str) -> str:
     path = tmp_path / "input.nn"
-    path.write_text(INPUT_NN)
-    acsf = ACSF.from_n2p2(str(path))
-    assert acsf.elements == ["H", "O"] and acsf.r_cut == 6.0
+    path.write_text(text)
+    return str(path)
+
+
+def test_parse_metadata_sorted_order_and_values(tmp_path: Path) -> None:
+    acsf = ACSF.from_n2p2(_write(tmp_path, INPUT_NN.replace("symfunction_short", "symfunction")))
+    assert acsf.elements == ["H", "O"] and acsf.r_cut == 6.0 and acsf.order == "n2p2"
     assert acsf.n_features("H") == 4 and acsf.n_features("O") == 3
     h = acsf.features("H")
+    # n2p2 order: type, cutoff, alpha, rc, eta, rs, zeta, lambda, neighbours by Z
+    assert [(f["type"], f["eta"], f["neighbors"]) for f in h] == [
+        (2, 0.3, ["O"]),
+        (2, 0.5, ["H"]),
+        (3, 0.05, ["H", "O"]),
+        (9, 0.02, ["H", "O"]),
+    ]
     assert h[2] == {
         "type": 3,
         "center": "H",
@@ -50,8 +64,12 @@ def test_parse_metadata_and_values(tmp_path: Path) -> None:
         "cutoff": "poly2",
         "alpha": 0.2,
     }
-    assert h[3]["rs"] == 0.7 and h[3]["rc"] == 5.0 and h[3]["zeta"] == 4.0 and h[3]["type"] == 9
-    assert acsf.features("O")[1]["rs"] == 1.0
+    assert h[3]["rs"] == 0.7 and h[3]["rc"] == 5.0 and h[3]["zeta"] == 4.0
+    assert acsf.features("O")[1]["rs"] == 1.0 and acsf.features("O")[2]["type"] == 9
+    given = ACSF.from_n2p2(str(tmp_path / "input.nn"), order="given")
+    assert [f["eta"] for f in given.features("H")] == [0.5, 0.3, 0.05, 0.02]
+    assert given.n2p2_order("H") == [1, 0, 2, 3]
+    assert ACSF.from_dict(acsf.to_dict()) == acsf and acsf.to_dict()["order"] == "n2p2"
     water = ase.Atoms("OHH", positions=[[0, 0, 0], [0.9572, 0, 0], [-0.2399872, 0.9266272, 0]])
     out = acsf.compute([water])
     for e, res in out.items():
@@ -62,37 +80,88 @@ def test_parse_metadata_and_values(tmp_path: Path) -> None:
 
 
 def test_unit_conversion(tmp_path: Path) -> None:
-    path = tmp_path / "input.nn"
-    path.write_text("elements H\nsymfunction_short H 2 H 0.5 2.0 10.0\n")
+    path = _write(tmp_path, HEAD + "symfunction_short H 2 H 0.5 2.0 10.0\n")
     bohr = 0.529177
-    f = ACSF.from_n2p2(str(path), unit=bohr).features("H")[0]
+    f = ACSF.from_n2p2(path, unit=bohr).features("H")[0]
     assert f["rc"] == pytest.approx(10 * bohr) and f["rs"] == pytest.approx(2 * bohr)
     assert f["eta"] == pytest.approx(0.5 / bohr**2) and f["cutoff"] == "cos"
+    from ase.units import Bohr
+
+    g = ACSF.from_n2p2(path, unit="bohr-hartree").features("H")[0]
+    assert g["rc"] == 10 * Bohr and g["eta"] == 0.5 / Bohr**2
+
+
+def test_angular_parameters_n2p2_accepts(tmp_path: Path) -> None:
+    """ζ < 1, negative integer ζ, λ ≠ ±1 and η < 0 are read (n2p2 accepts them)."""
+    lines = [
+        "symfunction_short H 3 H H 0.05 0.5 0.5 6.0",
+        "symfunction_short H 3 H H 0.05 2.0 -2 6.0",
+        "symfunction_short H 9 H H -0.01 -3.0 0.0 6.0",
+    ]
+    acsf = ACSF.from_n2p2(_write(tmp_path, HEAD + "\n".join(lines) + "\n"))
+    params = sorted((f["eta"], f["zeta"], f["lambda"]) for f in acsf.features("H"))
+    assert params == [(-0.01, 0.0, -3.0), (0.05, -2.0, 2.0), (0.05, 0.5, 0.5)]
 
 
 @pytest.mark.parametrize(
-    "line,message",
+    "text,message",
     [
+        (HEAD + "symfunction_short H 4 H 0.5 0.0 6.0", "line 4: symmetry function type 4 is not"),
+        (HEAD + "symfunction_short H 2 C 0.5 0.0 6.0", "line 4: element 'C' is not in the elem"),
+        (HEAD + "symfunction_short H 3 H H 0.5 1.0 6.0", "line 4: type 3 expects"),
+        (HEAD + "symfunction_short H 2 H x 0.0 6.0", "line 4: could not read a number"),
+        (HEAD + "symfunction_short H 2 H 0.5 0.0 -1", "line 4: cutoff radius must be positive"),
+        ("number_of_elements 1\nelements H\ncutoff_type 12\n", "line 3: cutoff_type 12 unknown"),
+        ("number_of_elements 1\nelements H\ncutoff_type 1 1.0\n", "line 3: cutoff alpha must"),
+        ("number_of_elements 2\nelements H\ncutoff_type 1\n", "line 1: says 2 elements"),
+        ("number_of_elements 1\nelements Hx\ncutoff_type 1\n", "line 2: 'Hx' is not a chem"),
+        ("number_of_elements 1\nelements H\n", "keyword 'cutoff_type' not found"),
+        ("number_of_elements 1\ncutoff_type 1\n", "keyword 'elements' not found"),
+        ("elements H\ncutoff_type 1\n", "keyword 'number_of_elements' not found"),
+        (HEAD + "cutoff_type 2\n", "line 4: n2p2 stops on this file.*'cutoff_type' appears 2"),
         (
-            "symfunction_short H 4 H 0.5 0.0 6.0",
-            "line 2: symmetry function type 4 is not supported",
+            HEAD + "symfunction H 2 H 0.5 0.0 6.0\nsymfunction_short H 2 H 0.4 0.0 6.0\n",
+            "'symfunction' and 'symfunction_short' are two spellings",
         ),
-        ("symfunction_short H 2 C 0.5 0.0 6.0", "line 2: element 'C' is not in the elements"),
-        ("symfunction_short H 3 H H 0.5 1.0 6.0", "line 2: type 3 expects"),
-        ("symfunction_short H 2 H x 0.0 6.0", "line 2: could not read a number"),
-        ("cutoff_type 12", "line 2: cutoff_type 12 unknown"),
     ],
 )
-def test_errors_name_file_and_line(tmp_path: Path, line: str, message: str) -> None:
-    path = tmp_path / "input.nn"
-    path.write_text(f"elements H\n{line}\n")
-    with pytest.raises(InputFormatError, match=message):
-        ACSF.from_n2p2(str(path))
+def test_errors_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(InputFormatError, match=message) as info:
+        ACSF.from_n2p2(path)
+    assert str(info.value).startswith(path)
 
 
-def test_missing_file_and_elements(tmp_path: Path) -> None:
+def test_keywords_are_case_sensitive_and_unknown_ones_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """n2p2 reads 'Elements' as an unknown keyword (warning), so 'elements' is missing."""
+    path = _write(tmp_path, "number_of_elements 1\nElements H\ncutoff_type 1\n")
+    with caplog.at_level(logging.WARNING), pytest.raises(InputFormatError, match="'elements'"):
+        ACSF.from_n2p2(path)
+    assert "'Elements' (line 2)" in caplog.text
+
+
+def test_extra_words_are_ignored_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(tmp_path, HEAD + "symfunction_short H 2 H 0.5 0.0 6.0 7.0\n")
+    with caplog.at_level(logging.WARNING):
+        acsf = ACSF.from_n2p2(path)
+    assert acsf.features("H")[0]["rc"] == 6.0
+    assert "line 4: 1 extra words ignored" in caplog.text
+
+
+def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(SourceNotFoundError, match="not found"):
         ACSF.from_n2p2(str(tmp_path / "nope.nn"))
-    (tmp_path / "a.nn").write_text("symfunction_short H 2 H 0.5 0.0 6.0\n")
-    with pytest.raises(InputFormatError, match="no 'elements' line"):
-        ACSF.from_n2p2(str(tmp_path / "a.nn"))
+
+
+def test_keywords_dparallel_does_not_use_are_listed_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = HEAD + "kalman_type 0\nsymfunction_short H 2 H 0.5 0.0 6.0\nwrite_trainlog\nepochs 3\n"
+    with caplog.at_level(logging.WARNING):
+        ACSF.from_n2p2(_write(tmp_path, text))
+    found = [r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage()]
+    assert len(found) == 1 and found[0].endswith("not used: kalman_type write_trainlog")

@@ -77,6 +77,25 @@ def test_angular_factor_matches_pow_and_autograd() -> None:
         np.testing.assert_allclose(dz[:, k].detach().numpy(), g.numpy(), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("zeta", [0.5, 2.5, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0])
+@pytest.mark.parametrize("lam", [0.5, 2.0, -3.0, -1.0])
+def test_angular_factor_n2p2_semantics(zeta: float, lam: float) -> None:
+    """Any real ζ and λ; the term and its derivative are 0 where 1 + λ cos θ ≤ 0 (n2p2)."""
+    c = torch.linspace(-1, 1, 41, dtype=torch.float64)
+    z, dz = angular_factor(c, [zeta], [lam], derivative=True)
+    base = 1 + lam * c.numpy()
+    inside = base > 0
+    expect = np.zeros_like(base)
+    expect[inside] = 2 ** (1 - zeta) * base[inside] ** zeta
+    np.testing.assert_allclose(z[:, 0].numpy(), expect, rtol=1e-12, atol=0)
+    d_expect = np.zeros_like(base)
+    d_expect[inside] = 2 ** (1 - zeta) * zeta * lam * base[inside] ** (zeta - 1)
+    np.testing.assert_allclose(dz[:, 0].numpy(), d_expect, rtol=1e-12, atol=0)
+    cg = c.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(angular_factor(cg, [zeta], [lam])[0].sum(), cg)
+    np.testing.assert_allclose(g.numpy(), d_expect, rtol=1e-10, atol=1e-14)
+
+
 @pytest.mark.parametrize("block", [1, 3, 7, 1000])
 def test_triplets_enumerate_all_unordered_pairs_per_centre(block: int) -> None:
     rng = np.random.default_rng(block)

@@ -1,0 +1,54 @@
+"""n2p2 files in and out: ``input.nn``, ``scaling.data``, ``weights.XXX.data``, potentials.
+
+- :func:`read_input_nn` → :class:`InputNN` (the whole file, as n2p2 reads it);
+- :func:`read_scaling_data` / :func:`format_scaling_data` (``scaling.data``);
+- :func:`read_weights` / :func:`write_weights` (``weights.XXX.data``);
+- :func:`write_input_data` (structures → ``input.data``);
+- :func:`load_potential` (n2p2 directory → ``(ACSF, HDNNP)``) and
+  :func:`write_potential` (``(ACSF, HDNNP)`` → n2p2 directory);
+- :mod:`dparallel.n2p2.binaries`: find and run the n2p2 tools (tests, benchmarks).
+
+See docs/n2p2.md.
+"""
+
+from dparallel.n2p2.input_data import write_input_data
+from dparallel.n2p2.input_nn import (
+    ACTIVATION_CODES,
+    SCALING_TYPES,
+    InputNN,
+    Network,
+    Normalization,
+    Scaling,
+    read_input_nn,
+)
+from dparallel.n2p2.potential import (
+    export_model_dir,
+    is_potential_dir,
+    load_potential,
+    n2p2_problems,
+    write_potential,
+)
+from dparallel.n2p2.scaling_data import format_scaling_data, read_scaling_data
+from dparallel.n2p2.settings import read_settings
+from dparallel.n2p2.weights import read_weights, write_weights
+
+__all__ = [
+    "ACTIVATION_CODES",
+    "SCALING_TYPES",
+    "InputNN",
+    "Network",
+    "Normalization",
+    "Scaling",
+    "export_model_dir",
+    "format_scaling_data",
+    "is_potential_dir",
+    "load_potential",
+    "n2p2_problems",
+    "read_input_nn",
+    "read_scaling_data",
+    "read_settings",
+    "read_weights",
+    "write_input_data",
+    "write_potential",
+    "write_weights",
+]

@@ -1,0 +1,69 @@
+"""Write structures as an n2p2 ``input.data`` (the reader is :func:`dparallel.io.open_source`).
+
+One block per structure::
+
+    begin
+    comment <text>
+    lattice <ax> <ay> <az>          (three lines; only for 3-D periodic cells)
+    atom <x> <y> <z> <element> <charge> 0.0 <fx> <fy> <fz>
+    energy <E>
+    charge <Q>
+    end
+
+Values are written with 17 significant digits in the file's units (``units``, e.g.
+``"bohr-hartree"``: lengths / Bohr, energies / Hartree).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dparallel.errors import ConfigError
+from dparallel.io.source import UNITS
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Sequence
+
+__all__ = ["write_input_data"]
+
+
+def write_input_data(
+    path: str | os.PathLike[str],
+    structures: Sequence,
+    units: str = "ase",
+) -> Path:
+    """Write ``ase.Atoms`` (energy and forces from their calculator, else 0) to ``path``.
+
+    n2p2 knows fully periodic and non-periodic structures only; mixed ``pbc`` is refused.
+    """
+    if units not in UNITS:
+        raise ConfigError(f"unknown units {units!r}; expected one of {sorted(UNITS)}")
+    length, energy = UNITS[units]
+    lines: list[str] = []
+    for k, atoms in enumerate(structures):
+        pbc = np.asarray(atoms.pbc, bool)
+        if pbc.any() and not pbc.all():
+            raise ConfigError(f"structure {k}: n2p2 needs pbc all True or all False")
+        e_value, forces = 0.0, np.zeros((len(atoms), 3))
+        if atoms.calc is not None:
+            e_value = float(atoms.get_potential_energy())
+            forces = np.asarray(atoms.get_forces())
+        lines += ["begin", f"comment structure {k}"]
+        if pbc.all():
+            for row in np.asarray(atoms.cell) / length:
+                lines.append("lattice " + " ".join(f"{x:.17g}" for x in row))
+        pos = atoms.get_positions() / length
+        f = forces * length / energy
+        for sym, r, fi in zip(atoms.get_chemical_symbols(), pos, f, strict=True):
+            lines.append(
+                f"atom {r[0]:.17g} {r[1]:.17g} {r[2]:.17g} {sym} 0.0 0.0 "
+                f"{fi[0]:.17g} {fi[1]:.17g} {fi[2]:.17g}"
+            )
+        lines += [f"energy {e_value / energy:.17g}", "charge 0.0", "end"]
+    p = Path(path)
+    p.write_text("\n".join(lines) + "\n")
+    return p

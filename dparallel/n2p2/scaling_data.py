@@ -1,0 +1,105 @@
+"""n2p2 ``scaling.data``: per (element, symmetry function) min, max, mean and sigma.
+
+Rows are ``e_index sf_index sf_min sf_max sf_mean sf_sigma`` (1-based indices), elements in
+n2p2's order (atomic number) and, within an element, functions in n2p2's *sorted* order
+(:meth:`dparallel.descriptors.ACSF.n2p2_order`). n2p2 (``Mode::setupSymmetryFunctionScaling``)
+skips lines starting with ``#`` and takes the next ``n_sf`` rows for each element in turn;
+sigma may be missing in old files (then 0).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dparallel.errors import InputFormatError, SourceNotFoundError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = ["COLUMNS", "format_scaling_data", "read_scaling_data"]
+
+#: Statistics columns of one row, in file order.
+COLUMNS = ("min", "max", "mean", "sigma")
+
+
+def format_scaling_data(tables: Sequence[np.ndarray], title: str = "written by dparallel") -> str:
+    """Render ``scaling.data`` from one (F_e, 4) [min, max, mean, sigma] table per element.
+
+    ``tables`` are ordered like n2p2's elements (atomic number), rows in n2p2's order.
+    Numbers are written with 17 significant digits, so n2p2 reads back the same doubles.
+    """
+    lines = [
+        "#" * 79,
+        f"# Symmetry function scaling data ({title}).",
+        "#" * 79,
+        f"#{'e_index':>9}{'sf_index':>11}{'sf_min':>25}{'sf_max':>25}{'sf_mean':>25}{'sf_sigma':>25}",
+        "#" * 121,
+    ]
+    for e_index, table in enumerate(tables, start=1):
+        table = np.asarray(table, dtype=np.float64).reshape(-1, 4)
+        for f, (lo, hi, mean, sigma) in enumerate(table.tolist(), start=1):
+            lines.append(
+                f"{e_index:>10d}{f:>11d}{lo:>25.16E}{hi:>25.16E}{mean:>25.16E}{sigma:>25.16E}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def read_scaling_data(path: str | Path, n_features: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """Element → (F_e, 4) [min, max, mean, sigma] rows of ``path``.
+
+    ``n_features`` gives each element's number of functions, in n2p2's element order.
+    Each row's element and function index must match its position (n2p2 only stops when
+    both are wrong; a file that belongs to another input.nn is refused here).
+
+    Raises
+    ------
+    InputFormatError
+        Too few rows, a malformed row or an index that does not match; names the line.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise SourceNotFoundError(f"scaling data not found: {p}")
+    rows: list[tuple[int, list[str]]] = []
+    for lineno, line in enumerate(p.read_text().splitlines(), start=1):
+        if line.startswith("#") or not line.strip():
+            continue
+        rows.append((lineno, line.split()))
+    need = sum(n_features.values())
+    if len(rows) < need:
+        raise InputFormatError(
+            f"{len(rows)} scaling rows, but the symmetry functions need {need} "
+            f"({', '.join(f'{e}: {n}' for e, n in n_features.items())})",
+            path=p,
+        )
+    out: dict[str, np.ndarray] = {}
+    k = 0
+    for e_index, (element, n) in enumerate(n_features.items(), start=1):
+        table = np.zeros((n, 4))
+        for f in range(n):
+            lineno, words = rows[k]
+            k += 1
+            try:
+                idx = (int(words[0]), int(words[1]))
+                values = [float(w) for w in words[2:6]]
+                table[f, : len(values)] = values
+            except (IndexError, ValueError):
+                raise InputFormatError(
+                    "expected 'e_index sf_index min max mean [sigma]'", path=p, line=lineno
+                ) from None
+            if len(words) < 5:
+                raise InputFormatError(
+                    "expected 'e_index sf_index min max mean [sigma]'", path=p, line=lineno
+                )
+            if idx != (e_index, f + 1):
+                raise InputFormatError(
+                    f"row for element {idx[0]}, function {idx[1]} where element {e_index} "
+                    f"({element}), function {f + 1} belongs: this scaling.data does not "
+                    "match the input.nn",
+                    path=p,
+                    line=lineno,
+                )
+        out[element] = table
+    return out

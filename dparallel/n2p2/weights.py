@@ -1,0 +1,102 @@
+"""n2p2 ``weights.XXX.data``: one element's network weights and biases, one per line.
+
+XXX is the atomic number (3 digits). n2p2 (``NeuralNetwork::setConnections``) reads the
+first column of every line not starting with ``#`` and fills, layer by layer, first the
+weights — for each neuron j of the previous layer, for each neuron k of this layer,
+W[k, j] — then the biases of that layer. For a torch ``Linear`` (weight (out, in)) that is
+``weight.T.flatten()`` followed by ``bias``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dparallel.errors import InputFormatError, SourceNotFoundError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["join_layers", "read_weights", "split_layers", "weights_file_name", "write_weights"]
+
+
+def weights_file_name(atomic_number: int) -> str:
+    """``weights.XXX.data`` for an element (n2p2's ``weights.%03zu.data``)."""
+    return f"weights.{atomic_number:03d}.data"
+
+
+def read_weights(path: str | Path, sizes: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(weight (out, in), bias (out,)) per layer of a network with layer ``sizes``.
+
+    ``sizes`` = [inputs, hidden..., 1]. The file must hold exactly the number of
+    connections of that network (n2p2 does not check; a wrong count means the file
+    belongs to another network).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise SourceNotFoundError(f"weights file not found: {p}")
+    values: list[float] = []
+    for lineno, line in enumerate(p.read_text().splitlines(), start=1):
+        if not line or line.startswith("#"):
+            continue
+        words = line.split()
+        if not words:
+            continue
+        try:
+            values.append(float(words[0]))
+        except ValueError:
+            raise InputFormatError(f"not a number: {words[0]!r}", path=p, line=lineno) from None
+    need = sum(a * b + b for a, b in itertools.pairwise(sizes))
+    if len(values) != need:
+        raise InputFormatError(
+            f"{len(values)} connections, but the network {list(sizes)} of input.nn needs {need}",
+            path=p,
+        )
+    return split_layers(np.array(values), sizes)
+
+
+def split_layers(flat: np.ndarray, sizes: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """n2p2's flat connection vector → (weight (out, in), bias (out,)) per layer."""
+    out, k = [], 0
+    for n_in, n_out in itertools.pairwise(sizes):
+        w = flat[k : k + n_in * n_out].reshape(n_in, n_out).T  # file order: in-major
+        k += n_in * n_out
+        b = flat[k : k + n_out]
+        k += n_out
+        out.append((np.ascontiguousarray(w), b.copy()))
+    return out
+
+
+def join_layers(layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Inverse of :func:`split_layers`."""
+    parts = []
+    for w, b in layers:
+        parts += [np.asarray(w, np.float64).T.reshape(-1), np.asarray(b, np.float64).reshape(-1)]
+    return np.concatenate(parts)
+
+
+def write_weights(path: str | Path, layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Write ``layers`` as n2p2 does (value, a/b, index, from layer/neuron, to layer/neuron)."""
+    lines = [
+        "#" * 80,
+        "# Neural network connection values (weights and biases), written by dparallel.",
+        "#" * 80,
+        f"#{'connection':>23} t {'index':>9} {'l_s':>5} {'n_s':>5} {'l_e':>5} {'n_e':>5}",
+        "#" * 80,
+    ]
+    count = 0
+    for layer, (w, b) in enumerate(layers, start=1):
+        w = np.asarray(w, np.float64)
+        for j in range(w.shape[1]):
+            for k in range(w.shape[0]):
+                count += 1
+                lines.append(
+                    f"{w[k, j]:24.16E} a {count:9d} {layer - 1:5d} {j + 1:5d} {layer:5d} {k + 1:5d}"
+                )
+        for k, value in enumerate(np.asarray(b, np.float64).reshape(-1).tolist()):
+            count += 1
+            lines.append(f"{value:24.16E} b {count:9d} {layer:5d} {k + 1:5d}")
+    Path(path).write_text("\n".join(lines) + "\n")

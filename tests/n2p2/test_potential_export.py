@@ -1,0 +1,216 @@
+"""dparallel potentials written for n2p2: nnp-dataset gives dparallel's energies and forces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from ase.units import Bohr, Hartree
+from n2p2_helpers import alloy_structures, assert_same, nnp_dataset
+
+from dparallel.descriptors import ACSF
+from dparallel.errors import ConfigError
+from dparallel.n2p2 import load_potential, n2p2_problems, write_input_data, write_potential
+from dparallel.train import HDNNP
+from dparallel.train.export import DeployedModel
+from dparallel.types import StructureBatch
+
+
+def _potential(
+    activations: list[str] | dict[str, list[str]],
+    mode: str | None = "center_sigma",
+    smin: float = 0.0,
+    smax: float = 1.0,
+    hidden: list[int] | dict[str, list[int]] = (6, 4),
+    normalize_nodes: bool = False,
+    seed: int = 0,
+) -> tuple[ACSF, HDNNP, list]:
+    """A dparallel potential on Cu/Ag/Au with a constant feature (η = 1e4 radial)."""
+    structures = alloy_structures(4, seed=seed)
+    acsf = ACSF.uniform(
+        ["Au", "Cu", "Ag"],  # neither n2p2's element order nor its function order
+        r_cut=5.0,
+        cutoff="poly2",
+        alpha=0.1,
+        radial=[(0.8, 2.6), (0.05, 0.0), (1e4, 0.0)],
+        narrow=[(0.02, 1.0, -1.0, 0.0), (0.01, 0.5, 0.6, 0.3)],
+        wide=[(0.03, 2.0, 1.0, 0.0)],
+    )
+    feats = acsf.compute(structures)
+    model = HDNNP(
+        acsf.elements,
+        {e: acsf.n_features(e) for e in acsf.elements},
+        hidden=hidden,
+        activations=activations,
+        normalize_nodes=normalize_nodes,
+    ).double()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-0.5, 0.5)
+    stats = {}
+    for e in acsf.elements:
+        v = feats[e].values.numpy()
+        stats[e] = {"min": v.min(0), "max": v.max(0), "mean": v.mean(0), "sigma": v.std(0, ddof=1)}
+    if mode is None:  # a model from before scaling was kept as data: buffers only
+        for e in acsf.elements:
+            model.set_scaling(e, stats[e]["mean"], 1.0 / np.maximum(stats[e]["sigma"], 1e-3))
+    else:
+        model.set_scaling_from({"mode": mode, "smin": smin, "smax": smax, "statistics": stats})
+    model.energy_scale.fill_(0.37)
+    model.ref_energy.copy_(torch.tensor([-3.1, 0.4, 2.2]))
+    return acsf, model.eval(), structures
+
+
+EXPORTS = {
+    "center_sigma-tanh": dict(activations=["tanh", "tanh", "identity"]),
+    "minmax-logistic-softplus": dict(
+        activations=["logistic", "softplus_n2p2", "identity"], mode="minmax"
+    ),
+    "scale-relu-gaussian-normalize_nodes": dict(
+        activations=["relu", "gaussian", "cos"], mode="scale", smin=-1.0, smax=2.0,
+        normalize_nodes=True,
+    ),
+    "scalecenter-per-element": dict(
+        activations={
+            "Au": ["revlogistic", "tanh", "identity"],
+            "Cu": ["exp", "harmonic", "identity"],  # n2p2: one element may differ
+            "Ag": ["revlogistic", "tanh", "identity"],
+        },
+        hidden={"Au": [6, 4], "Cu": [3, 4], "Ag": [5, 4]},
+        mode="scalecenter",
+        smin=0.2,
+        smax=0.9,
+    ),
+    "none": dict(activations=["tanh", "tanh", "identity"], mode="none"),
+    "buffers-only": dict(activations=["tanh", "tanh", "identity"], mode=None),
+}  # fmt: skip
+
+
+def _predict(acsf: ACSF, model: HDNNP, structures: list) -> dict[str, np.ndarray]:
+    return DeployedModel(acsf, model).predict(StructureBatch.from_ase(structures))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("units", ["ase", "bohr-hartree"])
+@pytest.mark.parametrize("case", sorted(EXPORTS))
+def test_export_equals_nnp_dataset(n2p2_bin: Path, tmp_path: Path, case: str, units: str) -> None:
+    acsf, model, structures = _potential(**EXPORTS[case])
+    assert not n2p2_problems(acsf, model)
+    report = write_potential(acsf, model, tmp_path, units=units)
+    assert sorted(report["files"]) == sorted(
+        ["input.nn", "scaling.data", "weights.029.data", "weights.047.data", "weights.079.data"]
+    )
+    write_input_data(tmp_path / "input.data", structures, units=units)
+    ref_e, ref_f = nnp_dataset(tmp_path)
+    ours = _predict(acsf, model, structures)
+    length, energy = (Bohr, Hartree) if units == "bohr-hartree" else (1.0, 1.0)
+    batch = StructureBatch.from_ase(structures)
+    ref_per_atom = {29: 0.4, 47: 2.2, 79: -3.1}  # Cu, Ag, Au
+    offsets = np.bincount(
+        batch.structure_index, [ref_per_atom[int(z)] for z in batch.numbers], len(structures)
+    )
+    assert_same(
+        ours["energy"] / energy,
+        ours["forces"] * length / energy,
+        ref_e,
+        ref_f,
+        offsets / energy,
+    )
+
+
+def test_export_import_round_trip(tmp_path: Path) -> None:
+    """write_potential → load_potential gives back the same potential (no n2p2 needed)."""
+    for case in ("scalecenter-per-element", "buffers-only"):
+        acsf, model, structures = _potential(**EXPORTS[case])
+        write_potential(acsf, model, tmp_path / case, units="bohr-hartree")
+        back = load_potential(tmp_path / case, units="bohr-hartree")
+        assert back[0].order == "n2p2" and back[0].elements == ["Cu", "Ag", "Au"]
+        a, b = _predict(acsf, model, structures), _predict(*back, structures)
+        np.testing.assert_allclose(b["energy"], a["energy"], rtol=1e-12)
+        np.testing.assert_allclose(b["forces"], a["forces"], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        (dict(activations=["silu", "tanh", "identity"]), "activation 'silu' of element"),
+        (dict(activations=["softplus", "tanh", "identity"]), "train with 'softplus_n2p2'"),
+        (dict(hidden={"Au": [6, 4], "Cu": [6, 3], "Ag": [6, 4]}), "same last hidden layer"),
+        (dict(hidden={"Au": [6, 4], "Cu": [4], "Ag": [6, 4]}), "cannot mix network depths"),
+        (dict(hidden=[]), "need at least one hidden layer"),
+        (
+            dict(
+                activations={
+                    "Au": ["tanh", "tanh", "identity"],
+                    "Cu": ["exp", "tanh", "identity"],
+                    "Ag": ["cos", "tanh", "identity"],
+                }
+            ),
+            "at most one element may differ in activations",
+        ),
+    ],
+)
+def test_what_n2p2_cannot_express_is_refused(tmp_path: Path, change: dict, reason: str) -> None:
+    args = {"activations": None, **change}
+    if args["activations"] is None:
+        hidden = args.get("hidden", [6, 4])
+        depth = len(hidden["Cu"] if isinstance(hidden, dict) else hidden)
+        if isinstance(hidden, dict):
+            args["activations"] = {e: ["tanh"] * len(h) + ["identity"] for e, h in hidden.items()}
+        else:
+            args["activations"] = ["tanh"] * depth + ["identity"]
+    acsf, model, _ = _potential(**args)
+    with pytest.raises(ConfigError, match=reason):
+        write_potential(acsf, model, tmp_path)
+    assert not (tmp_path / "input.nn").exists()
+
+
+def test_mixed_cutoffs_are_refused(tmp_path: Path) -> None:
+    acsf, model, _ = _potential(["tanh", "tanh", "identity"])
+    spec = acsf.to_dict()
+    spec["features"]["Cu"][0]["cutoff"] = "cos"
+    assert "one cutoff_type" in n2p2_problems(ACSF.from_dict(spec), model)[0]
+
+
+@pytest.mark.integration
+def test_cli_export_n2p2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`dparallel export MODEL_DIR --format n2p2 -o DIR` writes the files and the LAMMPS lines."""
+    from dparallel.cli.main import main
+    from dparallel.n2p2.binaries import find_bin_dir
+    from dparallel.train import TrainingSpec
+    from dparallel.train.loop import model_file
+
+    acsf, model, structures = _potential(["tanh", "logistic", "identity"])
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    torch.save(model_file(model, TrainingSpec(), acsf.to_dict()), model_dir / "model.pt")
+    assert main(["export", str(model_dir), "--format", "n2p2", "-o", str(tmp_path / "n2p2")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["lammps"][1].startswith("pair_style hdnnp 5 dir ")
+    assert report["lammps"][2].startswith("pair_coeff * * Cu Ag Au")
+    if find_bin_dir() is not None:
+        write_input_data(tmp_path / "n2p2" / "input.data", structures)
+        ref_e, _ = nnp_dataset(tmp_path / "n2p2")
+        np.testing.assert_allclose(_predict(acsf, model, structures)["energy"], ref_e, rtol=1e-10)
+    spec = TrainingSpec(descriptor="neighbor_sum")
+    torch.save(model_file(model, spec, None), model_dir / "model.pt")
+    assert main(["export", str(model_dir), "--format", "n2p2"]) != 0
+    assert "n2p2 potentials use ACSF descriptors" in capsys.readouterr().err
+
+
+def test_lammps_lines_follow_the_pair_style_rules() -> None:
+    """Cutoff rounded up within LAMMPS's 1 % tolerance; cflength/cfenergy as InterfaceLammps."""
+    from dparallel.n2p2.potential import lammps_lines
+
+    rc = 12 * Bohr  # n2p2's water example
+    style = lammps_lines(Path("pot"), ["H", "O"], rc, Bohr, Hartree)[1].split()
+    cut = float(style[2])
+    assert rc <= cut < rc * 1.01
+    opts = dict(zip(style[3::2], style[4::2], strict=True))
+    assert float(opts["cflength"]) * Bohr == pytest.approx(1.0, rel=1e-14)  # Å → bohr
+    assert float(opts["cfenergy"]) * Hartree == pytest.approx(1.0, rel=1e-14)  # E_Ha / cf = eV
+    assert "cflength" not in lammps_lines(Path("pot"), ["H"], 5.0, 1.0, 1.0)[1]
