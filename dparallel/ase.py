@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from ase.stress import full_3x3_to_voigt_6_stress
 
+from dparallel.deploy.verlet import VerletList
 from dparallel.train.export import DEPLOYED, load_deployed
 from dparallel.types import StructureBatch
 
@@ -23,6 +24,10 @@ __all__ = ["Calculator"]
 
 class Calculator(_calc.Calculator):
     """Energy, forces and stress (3-D periodic cells) from ``MODEL_DIR/deployed.pt``.
+
+    Built for MD: the neighbour list is kept with a ``skin`` and rebuilt only when an atom
+    moved more than skin/2 (or cell, pbc or atomic numbers changed), and the descriptor
+    kernels are compiled (numba) when the calculator is made, not on the first step.
 
     Parameters
     ----------
@@ -33,6 +38,8 @@ class Calculator(_calc.Calculator):
         ``torch.float64`` (default) or ``torch.float32``.
     backend
         ACSF backend for the descriptors: ``"auto"``, ``"numba"`` or ``"torch"``.
+    skin
+        Neighbour-list skin in Å (0 = a fresh list on every call).
     """
 
     implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]
@@ -42,12 +49,23 @@ class Calculator(_calc.Calculator):
         model_dir: str | os.PathLike[str],
         dtype: torch.dtype = torch.float64,
         backend: str = "auto",
+        skin: float = 0.5,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         path = Path(model_dir)
         self.model = load_deployed(path if path.suffix == ".pt" else path / DEPLOYED, dtype)
         self.backend = backend
+        self.skin = float(skin)
+        self.neighbor_list = VerletList(self.model.cutoff, self.skin)
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Run the model once on a small structure of its own elements (compiles kernels)."""
+        from dparallel.deploy.probes import probe_atoms
+
+        for atoms in probe_atoms(self.model.model.elements):
+            self.model.predict(_batch(atoms), stress=True, backend=self.backend)
 
     def calculate(
         self,
@@ -55,15 +73,21 @@ class Calculator(_calc.Calculator):
         properties: list[str] | None = None,
         system_changes: list[str] = _calc.all_changes,
     ) -> None:
-        """Compute the requested properties (all cheap ones at once)."""
+        """Compute the requested properties (energy, per-atom energies and forces at once)."""
         properties = properties or ["energy"]
         super().calculate(atoms, properties, system_changes)
         assert self.atoms is not None
-        batch = StructureBatch.from_ase([self.atoms])
         want_stress = "stress" in properties
         if want_stress and not all(self.atoms.pbc):
             raise _calc.PropertyNotImplementedError("stress needs a 3-D periodic cell")
-        out = self.model.predict(batch, forces=True, stress=want_stress, backend=self.backend)
+        batch = _batch(self.atoms)
+        out = self.model.predict(
+            batch,
+            forces=True,
+            stress=want_stress,
+            neighbors=self.neighbor_list.neighbors(batch),
+            backend=self.backend,
+        )
         energy = float(out["energy"][0])
         self.results["energy"] = energy
         self.results["free_energy"] = energy
@@ -71,3 +95,17 @@ class Calculator(_calc.Calculator):
         self.results["forces"] = out["forces"]
         if want_stress:
             self.results["stress"] = full_3x3_to_voigt_6_stress(np.asarray(out["stress"][0]))
+
+
+def _batch(atoms: ase.Atoms) -> StructureBatch:
+    """A one-structure batch of ``atoms`` without labels (no calculator calls)."""
+    n = len(atoms)
+    return StructureBatch(
+        numbers=atoms.numbers.astype(np.int64),
+        positions=np.array(atoms.positions, dtype=np.float64),
+        cells=np.asarray(atoms.cell.array, dtype=np.float64)[None],
+        pbc=np.asarray(atoms.pbc, dtype=bool)[None],
+        energy=np.full(1, np.nan),
+        forces=np.full((n, 3), np.nan),
+        offsets=np.array([0, n], dtype=np.int64),
+    )
