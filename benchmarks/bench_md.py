@@ -15,6 +15,7 @@ per atom) against EMT's own.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -45,7 +46,7 @@ def train_quick_model(work: Path) -> Path:
     )  # fmt: skip
     spec = TrainingSpec(epochs=40, hidden=(48, 48), seed=0)
     train(store, work / "model", spec)
-    export_model(work / "model", artifacts=False)
+    export_model(work / "model")  # deployed.pt and the plain-torch artifacts
     return work / "model"
 
 
@@ -117,6 +118,37 @@ def force_call_breakdown(calc, rounds: int = 30) -> tuple[float, float]:  # noqa
     return 1e3 * best[0], 1e3 * best[1]
 
 
+def artifact_calls(model: Path, rounds: int = 10) -> dict[str, float]:
+    """Best ms of one call of each plain-torch artifact in ``model`` (inputs prepared once)."""
+    import warnings
+
+    from dparallel.deploy.probes import inputs_from_atoms
+
+    loaders = {
+        "potential.pt2 (torch.export)": lambda p: torch.export.load(p).module(),
+        "potential.ts (TorchScript)": lambda p: torch.jit.load(str(p)),
+        "potential_aoti.pt2 (AOTInductor)": lambda p: torch._inductor.aoti_load_package(str(p)),
+    }
+    cutoff = json.loads((model / "export.json").read_text())["cutoff"]
+    args = inputs_from_atoms(start_state(), cutoff, torch.float64)
+    out = {}
+    for name, load in loaders.items():
+        path = model / name.split()[0]
+        if not path.exists():
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            potential = load(path)
+        potential(*args)
+        best = float("inf")
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            potential(*args)
+            best = min(best, time.perf_counter() - t0)
+        out[name] = 1e3 * best
+    return out
+
+
 def main() -> None:
     """Run the benchmark and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -163,6 +195,8 @@ def main() -> None:
               f"{drift[name]:14.2e}")  # fmt: skip
     for name, n in builds.items():
         print(f"{name}: {n} neighbour-list builds over {args.rounds * (args.steps + 1)} calls")
+    for name, ms in artifact_calls(model).items():
+        print(f"one call of {name}: {ms:.1f} ms (neighbour list given)")
 
 
 if __name__ == "__main__":

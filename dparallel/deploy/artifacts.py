@@ -58,6 +58,7 @@ class RouteReport:
     reason: str | None = None
     seconds: float = 0.0
     max_abs_diff: dict[str, float] = field(default_factory=dict)
+    note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (empty fields dropped)."""
@@ -69,13 +70,28 @@ class RouteReport:
         if self.status == "ok":
             out["seconds"] = round(self.seconds, 2)
             out["max_abs_diff"] = self.max_abs_diff
+        if self.note:
+            out["note"] = self.note
         return out
 
 
 def reason(exc: BaseException) -> str:
-    """Exception type and its first non-empty line (≤ 300 characters)."""
+    """Exception type and its first line (≤ 300 characters); where it was raised if that is
+    all the message says (e.g. a bare ``AssertionError`` inside torch)."""
+    import traceback
+
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}"
+    text = f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}"
+    if not lines or lines[0].endswith(":"):  # says nothing but a type name
+        frames = traceback.extract_tb(exc.__traceback__)
+        inner = exc.__cause__ or exc.__context__
+        if inner is not None and inner.__traceback__ is not None:
+            frames = traceback.extract_tb(inner.__traceback__)
+        if frames:
+            where = frames[-1]
+            path = "/".join(Path(where.filename).parts[-3:])
+            text += f" (raised at {path}:{where.lineno} in {where.name})"
+    return text
 
 
 @contextlib.contextmanager
@@ -156,6 +172,22 @@ def _export(gm: torch.fx.GraphModule, example: Sequence[Tensor]) -> torch.export
     atoms, pairs = Dim("n_atoms", min=1), Dim("n_pairs", min=0)
     shapes = ({0: atoms}, {0: atoms}, None, None, {0: pairs}, {0: pairs}, {0: pairs})
     return torch.export.export(gm, tuple(example), dynamic_shapes=shapes, strict=False)
+
+
+def _aoti_compile(program: torch.export.ExportedProgram, path: Path, notes: list[str]) -> None:
+    """AOTInductor package; without SIMD if inductor's vectorised C++ codegen fails.
+
+    torch 2.13's CPU codegen raised a bare ``AssertionError`` in a vectorised store for a
+    trained Cu model (not for a random one); scalar code (``cpp.simdlen = 0``) compiles.
+    """
+    try:
+        torch._inductor.aoti_compile_and_package(program, package_path=str(path))
+    except Exception as exc:  # noqa: BLE001 - retried once, then reported by _route
+        notes.append(f"compiled without SIMD: the vectorised build failed with {reason(exc)}")
+        log.warning("AOTInductor: %s", notes[-1])
+        torch._inductor.aoti_compile_and_package(
+            program, package_path=str(path), inductor_configs={"cpp.simdlen": 0}
+        )
 
 
 def _check(
@@ -241,14 +273,16 @@ def write_artifacts(
     elif not program:
         reports["aot_inductor"] = RouteReport("failed", reason="needs the torch.export program")
     else:
+        notes: list[str] = []
         reports["aot_inductor"] = _route(
             "aot_inductor",
             model_dir,
-            lambda p: torch._inductor.aoti_compile_and_package(program[0], package_path=str(p)),
+            lambda p: _aoti_compile(program[0], p, notes),
             lambda p: torch._inductor.aoti_load_package(str(p)),
             module,
             probes,
         )
+        reports["aot_inductor"].note = notes[0] if notes else None
 
     def write_script(path: Path) -> None:
         import warnings

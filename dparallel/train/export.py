@@ -359,4 +359,6 @@ def describe_report(report: dict[str, Any]) -> list[str]:
             )
         else:
             lines.append(f"{name}: {r['status']}: {r.get('reason', '')}")
+        if r.get("note"):
+            lines.append(f"  ({r['note']})")
     return lines

@@ -20,6 +20,7 @@ from ase.stress import full_3x3_to_voigt_6_stress
 from dparallel.cli.main import main
 
 RUNNER = Path(__file__).with_name("plain_torch_runner.py")
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 SKIN = 0.7  # the inputs' neighbour lists reach beyond the cutoff, as a list with a skin does
 
 
@@ -114,6 +115,18 @@ def test_artifact_without_dparallel_matches_calculator(exported, route, tmp_path
     _assert_matches_calculator(out, model_dir)
 
 
+@pytest.mark.slow
+def test_aot_inductor_package_without_dparallel_matches_calculator(tmp_path) -> None:  # noqa: ANN001
+    """--aoti compiles C++ (about a minute); the neighbor-sum model keeps the graph small."""
+    model_dir = write_model_dir(tmp_path / "m", hco_neighbor_sum())
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["export", str(model_dir), "--aoti"]) == 0
+    report = json.loads((model_dir / "export.json").read_text())
+    assert report["routes"]["aot_inductor"]["status"] == "ok", report["routes"]["aot_inductor"]
+    out = _run_plain_torch("aoti", model_dir / "potential_aoti.pt2", report["cutoff"], tmp_path)
+    _assert_matches_calculator(out, model_dir)
+
+
 def test_artifact_refuses_an_element_outside_the_model(exported) -> None:  # noqa: ANN001
     _, model_dir, _, _, _ = exported
     from dparallel.deploy.probes import inputs_from_atoms
@@ -148,3 +161,26 @@ def test_a_failure_is_reported_with_its_reason(tmp_path, monkeypatch) -> None:  
     assert report["files"] == ["deployed.pt", "atomic_energy_H.pt2", "atomic_energy_C.pt2",
                                "atomic_energy_O.pt2"]  # fmt: skip
     assert f"torchscript: failed: {reason}" in printed.getvalue()
+
+
+def test_docs_example_runs_with_plain_torch(exported, tmp_path) -> None:  # noqa: ANN001
+    """The "load with plain torch" example of docs/training.md, verbatim, without dparallel."""
+    from ase.build import molecule
+
+    from dparallel.ase import Calculator
+
+    _, model_dir, _, _, _ = exported
+    text = DOCS.read_text()
+    start = text.index("```python", text.index("Loading it needs nothing"))
+    example = text[start + len("```python") : text.index("```", start + 3)]
+    refuse = RUNNER.read_text().split("sys.meta_path.insert(0, _RefuseDparallel())")[0]
+    script = refuse + "sys.meta_path.insert(0, _RefuseDparallel())\n" + example
+    script += "assert 'dparallel' not in sys.modules\nprint(repr(float(energy)))\n"
+    (tmp_path / "model").symlink_to(model_dir)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    atoms = molecule("CH3CH2OH")
+    atoms.calc = Calculator(model_dir)
+    assert abs(float(done.stdout.split()[-1]) - atoms.get_potential_energy()) < 1e-10
