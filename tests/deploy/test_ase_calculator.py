@@ -41,3 +41,29 @@ def test_skin_list_gives_the_same_results_as_a_fresh_list(kind, tmp_path) -> Non
         np.testing.assert_allclose(results[0][2], results[1][2], rtol=0, atol=1e-12)
     assert fresh.neighbor_list.builds == 24
     assert 2 <= reused.neighbor_list.builds <= 8  # reused, rebuilt after moves and the strain
+
+
+def test_calls_run_with_the_requested_torch_threads_and_restore_them(tmp_path) -> None:  # noqa: ANN001
+    import torch
+
+    model_dir = write_model_dir(tmp_path, hco_neighbor_sum())
+    export_model(model_dir, artifacts=False)
+    atoms = next(_trajectory())
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        for threads, expected in ((1, 1), (None, 2)):
+            calc = Calculator(model_dir, threads=threads)
+            seen = []
+            predict = calc.model.predict
+
+            def spy(*args, predict=predict, seen=seen, **kwargs):  # noqa: ANN002, ANN003, ANN202
+                seen.append(torch.get_num_threads())
+                return predict(*args, **kwargs)
+
+            calc.model.predict = spy
+            atoms.calc = calc
+            atoms.get_forces()
+            assert seen == [expected] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
