@@ -14,10 +14,11 @@ __all__ = ["Structure", "inputs_from_atoms", "probe_atoms", "probe_structures"]
 
 @dataclass
 class Structure:
-    """A probe structure: a name and the artifact's seven input tensors."""
+    """A probe structure: a name, the artifact's seven input tensors and the atoms."""
 
     name: str
     inputs: tuple[Tensor, ...]
+    atoms: Any = None  # the ase.Atoms it was made from
 
 
 def probe_atoms(elements: Sequence[str]) -> list[Any]:
@@ -64,9 +65,6 @@ def probe_structures(
     out = []
     for atoms in probe_atoms(elements):
         kind = "periodic fcc" if atoms.pbc.all() else "cluster"
-        out.append(
-            Structure(
-                f"{atoms.get_chemical_formula()} {kind}", inputs_from_atoms(atoms, cutoff, dtype)
-            )
-        )
+        name = f"{atoms.get_chemical_formula()} {kind}"
+        out.append(Structure(name, inputs_from_atoms(atoms, cutoff, dtype), atoms))
     return out
