@@ -97,25 +97,34 @@ def fresh_process_start(model: Path, skin: float) -> tuple[float, float]:
     return made, first
 
 
-def force_call_breakdown(calc, rounds: int = 30) -> tuple[float, float]:  # noqa: ANN001
-    """Best ms of the descriptor step (ACSF.compute with derivatives) and of a whole call."""
+def force_call_breakdown(calc, rounds: int = 30) -> dict[str, float]:  # noqa: ANN001
+    """Best ms of a whole call and of its parts (interleaved): descriptor with derivatives
+    (``ACSF.compute``), neighbour list reused / built fresh, ASE's own bookkeeping."""
     from ase.calculators.calculator import all_changes
 
     from dparallel.ase import _batch
+    from dparallel.neighbors import neighbor_list
 
     atoms = start_state()
-    calc.calculate(atoms, ["energy", "forces"], all_changes)
+    atoms.calc = calc
     batch = _batch(atoms)
     neighbors = calc.neighbor_list.neighbors(batch)
-    best = [float("inf"), float("inf")]
+    parts = {
+        "atoms.get_forces()": lambda: (atoms.calc.reset(), atoms.get_forces()),
+        "Calculator.calculate": lambda: calc.calculate(atoms, ["energy", "forces"], all_changes),
+        "ACSF.compute (with derivatives)": lambda: calc.model._compute(
+            batch, neighbors, True, calc.backend
+        ),
+        "neighbour list reused (skin)": lambda: calc.neighbor_list.neighbors(batch),
+        "neighbour list built (vesin)": lambda: neighbor_list(batch, calc.model.cutoff),
+    }
+    best = dict.fromkeys(parts, float("inf"))
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        calc.model._compute(batch, neighbors, True, calc.backend)
-        t1 = time.perf_counter()
-        calc.calculate(atoms, ["energy", "forces"], all_changes)
-        t2 = time.perf_counter()
-        best = [min(best[0], t1 - t0), min(best[1], t2 - t1)]
-    return 1e3 * best[0], 1e3 * best[1]
+        for name, fn in parts.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return {name: 1e3 * t for name, t in best.items()}
 
 
 def artifact_calls(model: Path, rounds: int = 10) -> dict[str, float]:
@@ -165,7 +174,7 @@ def main() -> None:
 
     model = Path(args.model) if args.model else train_quick_model(Path(tempfile.mkdtemp()))
     t_make, t_first = fresh_process_start(model, args.skin)
-    descriptor_ms, call_ms = force_call_breakdown(Calculator(model, skin=args.skin))
+    breakdown = force_call_breakdown(Calculator(model, skin=args.skin))
 
     makers = {
         "ASE EMT": EMT,
@@ -185,8 +194,8 @@ def main() -> None:
           f"interleaved rounds; torch threads 1; model {model}")  # fmt: skip
     print(f"dparallel Calculator() in a fresh process: made in {t_make:.2f} s (warm-up "
           f"included), first force call {1e3 * t_first:.1f} ms")  # fmt: skip
-    print(f"one force call (best of 30): {call_ms:.2f} ms, of which the descriptor with its "
-          f"derivatives (ACSF.compute) {descriptor_ms:.2f} ms")  # fmt: skip
+    print("one force call, best of 30 interleaved: " + ", ".join(
+        f"{name} {ms:.2f} ms" for name, ms in breakdown.items()))  # fmt: skip
     print(f"{'method':34s} {'steps/s':>9s} {'ms/step':>8s} {'x EMT':>6s} {'drift eV/atom':>14s}")
     emt_rate = args.steps / best["ASE EMT"]
     for name, seconds in best.items():
