@@ -301,8 +301,9 @@ def export_model(
     Writes ``deployed.pt`` and ``atomic_energy_<E>.pt2``; with ``artifacts`` also the
     plain-torch whole-model files (``potential.pt2``, ``potential.ts``; with ``aoti``
     ``potential_aoti.pt2``). The report (also ``MODEL_DIR/export.json``) lists the files
-    and, per route, ``ok`` with the largest deviation from the Python model on probe
-    structures made of the model's elements, ``failed`` with the reason, or ``skipped``.
+    and, per route, ``ok`` with the largest deviation from ``deployed.pt`` (the analytic
+    route ``Calculator`` uses) on probe structures made of the model's elements,
+    ``failed`` with the reason, or ``skipped``.
     """
     from dparallel.deploy import PotentialModule
     from dparallel.deploy.artifacts import ARTIFACTS, RouteReport, write_artifacts
