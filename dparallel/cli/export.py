@@ -1,11 +1,11 @@
-"""``dparallel export MODEL_DIR``: write the deployable model next to the trained one."""
+"""``dparallel export MODEL_DIR``: write the deployable model files next to the trained one."""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
 
-from dparallel.train.export import export_model
+from dparallel.train.export import describe_report, export_model
 
 if TYPE_CHECKING:
     import argparse
@@ -15,13 +15,28 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``export`` sub-command."""
     p = subparsers.add_parser(
         "export",
-        help="write the deployable model (deployed.pt) for dparallel.ase.Calculator",
-        description="Write MODEL_DIR/deployed.pt (descriptor spec + weights; energy, forces "
-        "and stress from positions) and MODEL_DIR/export.json.",
+        help="write the deployable model: deployed.pt (ASE calculator) and plain-torch files",
+        description="Write MODEL_DIR/deployed.pt (for dparallel.ase.Calculator), "
+        "potential.pt2 (torch.export) and potential.ts (TorchScript): positions, numbers, "
+        "cell, pbc and a neighbour list → energy, forces, stress, loadable with plain torch "
+        "(docs/training.md). Each route is checked on structures of the model's own elements; "
+        "MODEL_DIR/export.json records the outcome or the exact reason of a failure.",
     )
     p.add_argument("model_dir", help="directory written by `dparallel train`")
     p.add_argument("--float32", action="store_true", help="export in float32")
-    p.add_argument("--no-probe", action="store_true", help="skip the torch.export probe")
+    p.add_argument(
+        "--aoti",
+        action="store_true",
+        help="also compile an AOTInductor package potential_aoti.pt2 (C++ compiler; minutes)",
+    )
+    p.add_argument(
+        "--no-artifacts",
+        "--no-probe",
+        dest="no_artifacts",
+        action="store_true",
+        help="only deployed.pt and the per-element networks (skip the whole-model files)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
         "--format",
         choices=("dparallel", "n2p2"),
@@ -39,7 +54,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Export and print the report."""
+    """Export and print the outcome of every route (exit 1 if a requested route failed)."""
     import torch
 
     if args.format == "n2p2":
@@ -51,7 +66,13 @@ def run(args: argparse.Namespace) -> int:
     report = export_model(
         args.model_dir,
         dtype=torch.float32 if args.float32 else torch.float64,
-        try_export=not args.no_probe,
+        artifacts=not args.no_artifacts,
+        aoti=args.aoti,
     )
-    print(json.dumps(report, indent=1))
-    return 0
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print("\n".join(describe_report(report)))
+        print(f"report: {args.model_dir}/export.json")
+    failed = [n for n, r in report["routes"].items() if r["status"] == "failed"]
+    return 1 if failed else 0

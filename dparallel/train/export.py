@@ -1,19 +1,19 @@
 """Deployable model: energy, forces and stress from positions, numbers, cell and pbc.
 
-:class:`DeployedModel` recomputes the descriptors from the positions (``ACSF.compute``)
-and evaluates the trained :class:`HDNNP`. Two force routes, tested against each other and
-against finite differences:
+Two deployments of one trained (descriptor, :class:`HDNNP`) pair, ACSF or NeighborSum:
 
-* ``predict`` (default, fast): analytic ∂G/∂r_ij from ACSF (numba or torch backend),
-  dE/dG by autograd, F = −Σ (∂E/∂G)(∂G/∂r) and the virial from the same pair terms;
-* ``energy(batch, positions)``: positions → pair vectors inside the torch graph, so
-  F = −∂E/∂positions by autograd (torch backend, differentiable twice).
+* :class:`DeployedModel` (``MODEL_DIR/deployed.pt``, what ``dparallel.ase.Calculator``
+  and ``dparallel evaluate`` use): recomputes the descriptors with their analytic
+  ∂G/∂r_ij (numba or torch backend), dE/dG by autograd, F = −Σ (∂E/∂G)(∂G/∂r) and the
+  virial from the same pair terms. ``energy(batch, positions)`` is the autograd route
+  (F = −∂E/∂positions); tests check one against the other and finite differences.
+* plain-torch artifacts (:mod:`dparallel.deploy`): ``potential.pt2`` (torch.export),
+  ``potential.ts`` (TorchScript) and, on request, ``potential_aoti.pt2`` (AOTInductor),
+  loadable without dparallel; docs/training.md ("Deployment").
 
-:func:`export_model` writes ``MODEL_DIR/deployed.pt`` (weights + descriptor spec, loaded
-with ``torch.load(weights_only=True)``), ``atomic_energy_<E>.pt2`` (each element's
-network, ``torch.export`` with a dynamic number of atoms) and reports whether
-``torch.export`` and TorchScript could capture the whole positions → energy module
-(docs/training.md explains why they cannot today).
+:func:`export_model` writes all of them and ``export.json``, which says for every route
+whether it worked (and how closely it reproduces the Python model on structures made of
+the model's own elements) or the exact reason it did not.
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from dparallel.descriptors import ACSF, forces_from_derivatives, virial_from_derivatives
+from dparallel.descriptors import (
+    ACSF,
+    NeighborSum,
+    forces_from_derivatives,
+    virial_from_derivatives,
+)
 from dparallel.errors import TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.train.files import load_exported_program, load_torch_file
@@ -39,7 +44,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEPLOYED",
+    "EXPORT_REPORT",
     "DeployedModel",
+    "describe_report",
     "export_atomic_energies",
     "export_model",
     "load_atomic_energies",
@@ -52,27 +59,56 @@ log = logging.getLogger(__name__)
 DEPLOYED = "deployed.pt"
 EXPORT_REPORT = "export.json"
 
+Descriptor = ACSF | NeighborSum
+
+
+def descriptor_from_dict(kind: str, spec: dict[str, Any]) -> Descriptor:
+    """The descriptor of a model file: ``kind`` is ``"acsf"`` or ``"neighbor_sum"``."""
+    if kind == "acsf":
+        return ACSF.from_dict(spec)
+    if kind == "neighbor_sum":
+        return NeighborSum.from_dict(spec)
+    raise TrainingError(f"unknown descriptor kind {kind!r}; expected 'acsf' or 'neighbor_sum'")
+
+
+def _kind(descriptor: Descriptor) -> str:
+    return "acsf" if isinstance(descriptor, ACSF) else "neighbor_sum"
+
 
 class DeployedModel(nn.Module):
-    """ACSF descriptors + HDNNP: a self-contained potential (float64 by default)."""
+    """Descriptor (ACSF or NeighborSum) + HDNNP: a self-contained potential (float64 default)."""
 
-    def __init__(self, acsf: ACSF, model: HDNNP, dtype: torch.dtype = torch.float64) -> None:
+    def __init__(
+        self, descriptor: Descriptor, model: HDNNP, dtype: torch.dtype = torch.float64
+    ) -> None:
         super().__init__()
-        self.acsf = acsf
+        self.descriptor = descriptor
         self.model = model.to(dtype)
         self.dtype = dtype
         for e in model.elements:
-            if e not in acsf.elements:
-                raise TrainingError(f"model element {e} not in the descriptor's {acsf.elements}")
+            if e not in descriptor.elements:
+                raise TrainingError(
+                    f"model element {e} not in the descriptor's {descriptor.elements}"
+                )
 
     @property
     def cutoff(self) -> float:
         """Neighbour-list cutoff (Å)."""
-        return self.acsf.r_cut
+        return float(self.descriptor.r_cut)
 
     def neighbors(self, batch: StructureBatch) -> Neighbors:
         """Neighbour list of ``batch`` (computed outside the differentiable graph)."""
         return neighbor_list(batch, self.cutoff)
+
+    def _compute(self, batch: StructureBatch, nb: Neighbors, derivatives: bool, backend: str):  # noqa: ANN202
+        """Descriptor results per element (values, and per-pair derivatives if asked)."""
+        if isinstance(self.descriptor, ACSF):
+            return self.descriptor.compute(
+                batch, derivatives=derivatives, dtype=self.dtype, neighbors=nb, backend=backend
+            )
+        return self.descriptor.compute(
+            batch, derivatives=derivatives, neighbors=nb, dtype=self.dtype
+        )
 
     def energy(
         self,
@@ -81,16 +117,34 @@ class DeployedModel(nn.Module):
         neighbors: Neighbors | None = None,
     ) -> torch.Tensor:
         """Energies (S,) eV; differentiable with respect to ``positions`` (N, 3) Å."""
-        res = self.acsf.compute(
-            batch,
-            dtype=self.dtype,
-            neighbors=neighbors if neighbors is not None else self.neighbors(batch),
-            positions=positions,
-            backend="torch" if positions is not None else "auto",
-        )
-        values = {e: r.values for e, r in res.items() if r.values.shape[0]}
-        index = {e: r.atom_index for e, r in res.items()}
+        nb = neighbors if neighbors is not None else self.neighbors(batch)
         sidx = torch.from_numpy(batch.structure_index)
+        if positions is None:
+            res = self._compute(batch, nb, False, "auto")
+            values = {e: r.values for e, r in res.items() if r.values.shape[0]}
+            index = {e: r.atom_index for e, r in res.items()}
+            return self.model(values, index, sidx, batch.n_structures)
+        if isinstance(self.descriptor, ACSF):
+            res = self.descriptor.compute(
+                batch, dtype=self.dtype, neighbors=nb, positions=positions, backend="torch"
+            )
+            values = {e: r.values for e, r in res.items() if r.values.shape[0]}
+            index = {e: r.atom_index for e, r in res.items()}
+            return self.model(values, index, sidx, batch.n_structures)
+        # NeighborSum: pair vectors from positions inside the graph, then its forward
+        pos = positions.to(self.dtype)
+        pf, ps = torch.from_numpy(nb.pair_first), torch.from_numpy(nb.pair_second)
+        cells = torch.from_numpy(batch.cells).to(self.dtype)[sidx[pf]]  # (P, 3, 3)
+        shift = torch.einsum("pa,pab->pb", torch.from_numpy(nb.shifts).to(self.dtype), cells)
+        vec = pos[ps] - pos[pf] + shift  # (P, 3)
+        keep = torch.nonzero(vec.detach().norm(dim=1) < self.cutoff).squeeze(1)
+        species = torch.from_numpy(self.descriptor._species(batch))  # (N,)
+        g = self.descriptor(species, pf[keep], ps[keep], vec[keep])  # (N, F)
+        index = {
+            e: torch.nonzero(species == k).squeeze(1)
+            for k, e in enumerate(self.descriptor.elements)
+        }
+        values = {e: g[i] for e, i in index.items() if i.numel()}
         return self.model(values, index, sidx, batch.n_structures)
 
     def forward(
@@ -112,12 +166,12 @@ class DeployedModel(nn.Module):
 
         Stress is σ = (1/V) ∂E/∂ε = −W/V with the virial W from the pair terms; it is NaN
         for structures without a 3-D periodic cell. Also ``energies`` (N,) per atom.
+        ``neighbors`` may hold pairs beyond the cutoff (a list with a skin): they are ignored.
+        ``backend`` picks the ACSF backend (``"auto"``, ``"numba"``, ``"torch"``).
         """
         nb = neighbors if neighbors is not None else self.neighbors(batch)
         need = forces or stress
-        res = self.acsf.compute(
-            batch, derivatives=need, dtype=self.dtype, neighbors=nb, backend=backend
-        )
+        res = self._compute(batch, nb, need, backend)
         values = {}
         for e, r in res.items():
             if r.values.shape[0]:
@@ -151,12 +205,21 @@ class DeployedModel(nn.Module):
             out["stress"] = s
         return out
 
+    def outputs(self, structure: Any) -> tuple[torch.Tensor, ...]:
+        """(energy, forces, stress, energies) of a probe structure, as the artifacts give them."""
+        out = self.predict(StructureBatch.from_ase([structure.atoms]), stress=True)
+        return tuple(
+            torch.from_numpy(np.asarray(x))
+            for x in (out["energy"][0], out["forces"], out["stress"][0], out["energies"])
+        )
+
     def to_file(self) -> dict[str, Any]:
         """Everything :func:`load_deployed` needs (tensors and plain data only)."""
         return {
             "format": "dparallel-deployed",
-            "version": 1,
-            "descriptor": json.dumps(self.acsf.to_dict()),
+            "version": 2,
+            "descriptor_kind": _kind(self.descriptor),
+            "descriptor": json.dumps(self.descriptor.to_dict()),
             "model_config": json.dumps(self.model.config()),
             "state_dict": self.model.state_dict(),
             "dtype": str(self.dtype).removeprefix("torch."),
@@ -175,19 +238,15 @@ def load_deployed(path: str | os.PathLike[str], dtype: torch.dtype | None = None
     data = load_torch_file(path, "deployed model")
     if data.get("format") != "dparallel-deployed":
         raise TrainingError(f"{path} is not a dparallel deployed model")
-    acsf = ACSF.from_dict(json.loads(data["descriptor"]))
+    descriptor = descriptor_from_dict(
+        data.get("descriptor_kind", "acsf"), json.loads(data["descriptor"])
+    )
     model = HDNNP(**json.loads(data["model_config"]))
     dt = dtype or getattr(torch, data.get("dtype", "float64"))
     model = model.to(dt)
     model.load_state_dict(data["state_dict"])
     model.eval()
-    return DeployedModel(acsf, model, dt)
-
-
-def _reason(exc: BaseException) -> str:
-    """First non-empty line of an exception, prefixed by its type."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}"
+    return DeployedModel(descriptor, model, dt)
 
 
 class _AtomicEnergy(nn.Module):
@@ -234,72 +293,86 @@ def load_atomic_energies(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return out
 
 
-def _try_torch_export(module: DeployedModel) -> str:
-    """Attempt torch.export on a positions → energy wrapper; returns 'ok' or the reason."""
-    from ase.build import bulk
-
-    atoms = bulk("Cu", "fcc", a=3.61, cubic=True)
-    batch = StructureBatch.from_ase([atoms])
-    nb = module.neighbors(batch)
-
-    class _Wrap(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = module
-
-        def forward(self, positions: torch.Tensor) -> torch.Tensor:
-            return self.inner.energy(batch, positions, nb)
-
-    import contextlib
-    import io
-    import logging
-
-    previous = logging.root.manager.disable
-    logging.disable(logging.CRITICAL)  # a failed export logs the whole traced graph
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            torch.export.export(_Wrap(), (torch.from_numpy(batch.positions.copy()),), strict=False)
-    except Exception as exc:  # noqa: BLE001 - recorded, not raised
-        return _reason(exc)
-    finally:
-        logging.disable(previous)
-    return "ok (fixed shapes only; not saved)"
-
-
 def export_model(
-    model_dir: str | os.PathLike[str], dtype: torch.dtype = torch.float64, try_export: bool = True
+    model_dir: str | os.PathLike[str],
+    dtype: torch.dtype = torch.float64,
+    artifacts: bool = True,
+    aoti: bool = False,
 ) -> dict[str, Any]:
-    """Write ``MODEL_DIR/deployed.pt`` from ``MODEL_DIR/model.pt``; returns a report.
+    """Write the deployable files of ``MODEL_DIR/model.pt``; returns the report.
 
-    The report (also ``MODEL_DIR/export.json``) lists the files written and what
-    ``torch.export`` / TorchScript said about the module.
+    Writes ``deployed.pt`` and ``atomic_energy_<E>.pt2``; with ``artifacts`` also the
+    plain-torch whole-model files (``potential.pt2``, ``potential.ts``; with ``aoti``
+    ``potential_aoti.pt2``). The report (also ``MODEL_DIR/export.json``) lists the files
+    and, per route, ``ok`` with the largest deviation from ``deployed.pt`` (the analytic
+    route ``Calculator`` uses) on probe structures made of the model's elements,
+    ``failed`` with the reason, or ``skipped``.
     """
+    from dparallel.deploy import PotentialModule
+    from dparallel.deploy.artifacts import ARTIFACTS, RouteReport, write_artifacts
     from dparallel.train.loop import load_model
 
     model_dir = Path(model_dir)
     model, data = load_model(model_dir)
-    if data.get("descriptor_kind") != "acsf" or not data.get("descriptor"):
-        raise TrainingError(
-            f"{model_dir}: only ACSF models can be exported (descriptors are recomputed "
-            f"from positions); this one uses {data.get('descriptor_kind')!r}"
-        )
-    deployed = DeployedModel(ACSF.from_dict(data["descriptor"]), model, dtype)
+    kind = str(data.get("descriptor_kind"))
+    if not data.get("descriptor"):
+        raise TrainingError(f"{model_dir}/model.pt holds no descriptor spec; retrain it")
+    descriptor = descriptor_from_dict(kind, data["descriptor"])
+    deployed = DeployedModel(descriptor, model, dtype)
     path = model_dir / DEPLOYED
     tmp = path.with_name(path.name + ".tmp")
     torch.save(deployed.to_file(), tmp)
     tmp.replace(path)
-    report: dict[str, Any] = {"files": [DEPLOYED], "format": "state_dict + descriptor spec"}
+    report: dict[str, Any] = {
+        "descriptor": kind,
+        "elements": list(model.elements),
+        "cutoff": deployed.cutoff,
+        "dtype": str(dtype).removeprefix("torch."),
+        "files": [DEPLOYED],
+    }
     try:
         report["files"] += export_atomic_energies(deployed.model, model_dir)
-    except Exception as exc:  # noqa: BLE001 - the state_dict route still works
-        log.warning("torch.export of the element networks failed: %s", _reason(exc))
-        report["atomic_energy_export"] = _reason(exc)
-    if try_export:
-        report["torch_export"] = _try_torch_export(deployed)
-        try:
-            torch.jit.script(deployed.model)  # the MLP part alone scripts; ACSF does not
-            report["torchscript"] = "HDNNP scripts; ACSF.compute (numpy batch input) does not"
-        except Exception as exc:  # noqa: BLE001
-            report["torchscript"] = _reason(exc)
+    except Exception as exc:  # noqa: BLE001 - the other files still work
+        from dparallel.deploy.artifacts import reason
+
+        log.warning("torch.export of the element networks failed: %s", reason(exc))
+        report["atomic_energy_export"] = reason(exc)
+    for name in ARTIFACTS.values():  # never leave a stale artifact of an older model
+        (model_dir / name).unlink(missing_ok=True)
+    if artifacts:
+        from dparallel.deploy.probes import probe_structures
+
+        potential = PotentialModule(descriptor, deployed.model, dtype)
+        probes = probe_structures(potential.elements, potential.cutoff, dtype)
+        report["probes"] = [p.name for p in probes]
+        routes = write_artifacts(
+            potential, model_dir, probes, aoti=aoti, reference=deployed.outputs
+        )
+    else:
+        routes = {n: RouteReport("skipped", reason="not requested") for n in ARTIFACTS}
+    report["routes"] = {name: r.to_dict() for name, r in routes.items()}
+    report["files"] += [r.file for r in routes.values() if r.file]
     (model_dir / EXPORT_REPORT).write_text(json.dumps(report, indent=1))
     return report
+
+
+def describe_report(report: dict[str, Any]) -> list[str]:
+    """Human-readable lines of an export report (what the CLI and workflows print)."""
+    lines = [
+        f"model: {report['descriptor']} descriptor, elements {', '.join(report['elements'])}, "
+        f"cutoff {report['cutoff']:g} Å, {report['dtype']}",
+        f"files: {', '.join(report['files'])}",
+    ]
+    probes = ", ".join(report.get("probes", []))
+    for name, r in report.get("routes", {}).items():
+        if r["status"] == "ok":
+            d = r["max_abs_diff"]
+            lines.append(
+                f"{name}: ok -> {r['file']} (checked on {probes}: max |dE| {d['energy']:.1e} eV, "
+                f"|dF| {d['forces']:.1e} eV/Å vs deployed.pt)"
+            )
+        else:
+            lines.append(f"{name}: {r['status']}: {r.get('reason', '')}")
+        if r.get("note"):
+            lines.append(f"  ({r['note']})")
+    return lines

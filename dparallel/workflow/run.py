@@ -177,14 +177,16 @@ def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, s
     """Export (unless current) and collect metrics and plot paths."""
     assert spec.output is not None
     model, deployed = model_dir / "model.pt", model_dir / "deployed.pt"
-    if spec.output.export and spec.training is not None and spec.training.descriptor == "acsf":
+    if spec.output.export and spec.training is not None:
         if deployed.exists() and deployed.stat().st_mtime >= model.stat().st_mtime:
             result.stages["export"] = "skipped"
         else:
-            from dparallel.train.export import export_model
+            from dparallel.train.export import describe_report, export_model
 
             say(f"export: {model_dir}")
-            export_model(model_dir)
+            report = export_model(model_dir)
+            for line in describe_report(report):
+                say(f"  {line}")
             result.stages["export"] = "ran"
     else:
         result.stages["export"] = "off"
@@ -195,5 +197,5 @@ def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, s
             result.metrics = dict(data.get("final", {}))
     result.files["model_dir"] = str(model_dir)
     for name in sorted(p.name for p in model_dir.glob("*")):
-        if name.endswith((".png", ".csv", ".json", ".pt", ".pt2")):
+        if name.endswith((".png", ".csv", ".json", ".pt", ".pt2", ".ts")):
             result.files[name] = str(model_dir / name)

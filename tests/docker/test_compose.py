@@ -5,22 +5,29 @@ smallest substitutions that a single host needs (documented in docs/deploy.md):
 
 * scheduler: ``+ --host 127.0.0.1 --port 0 --dashboard-address 127.0.0.1:0
   --scheduler-file F`` (random loopback ports instead of the container's fixed ones);
-* worker: ``tcp://scheduler:8786`` → the scheduler's real address, ``+ --host 127.0.0.1
-  --dashboard-address 127.0.0.1:0``;
-* healthcheck: ``localhost:8787`` → the dashboard's real port;
-* working directory ``/data`` (the shared volume) → one temporary directory for all.
+* worker: ``tcp://scheduler:8786`` → the scheduler's real address, ``--dashboard-address
+  :8789`` → ``127.0.0.1:0``, ``+ --host 127.0.0.1``;
+* healthchecks: ``localhost:8787`` / ``localhost:8789`` → the real dashboard ports;
+* working directory ``/data`` (the shared volume) → one temporary directory for all;
+* the image's home ``/home/dparallel`` (numba and matplotlib caches) → a temporary directory.
 
-Environment variables come from the compose file unchanged.
+Environment variables come from the compose file unchanged, plus the Dockerfile's cache
+locations. The runner starts only after every worker passes the compose healthcheck, as
+``depends_on: {worker: {condition: service_healthy}}`` makes Docker do. The services run
+as the image's unprivileged user there; here they run as the test's user (the test
+interpreter lives under /root, so another user could not even start it).
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 import time
 import urllib.request
-from typing import TYPE_CHECKING
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 import yaml
@@ -28,12 +35,10 @@ from daskprocs import ROOT, child_env, dask_executable, start, stop, wait_schedu
 
 from dparallel.cluster import connect, torch_thread_report
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 SCHEDULER_ADDRESS = "tcp://scheduler:8786"
+IMAGE_HOME = "/home/dparallel"
 
 
 @pytest.fixture(scope="module")
@@ -75,39 +80,124 @@ def test_compose_invariants(services: dict[str, dict]) -> None:
         "--preload",
         "dparallel.dashboard",
     ]
-    assert services["worker"]["command"] == ["dask", "worker", SCHEDULER_ADDRESS, "--nthreads", "1"]
+    assert services["worker"]["command"] == [
+        "dask", "worker", SCHEDULER_ADDRESS, "--nthreads", "1", "--dashboard-address", ":8789",
+    ]  # fmt: skip
     runner = services["runner"]["command"]
     assert runner[:3] == ["dparallel", "run", "workflows/quickstart.yaml"]
     assert runner[3:] == ["--scheduler", SCHEDULER_ADDRESS]
-    # Healthcheck on /health; workers wait for it; torch threads through the environment.
+    # Healthchecks on /health (scheduler dashboard, worker HTTP server); workers wait for a
+    # healthy scheduler, the runner for healthy workers too; torch threads via the environment.
     assert "http://localhost:8787/health" in " ".join(services["scheduler"]["healthcheck"]["test"])
+    assert "http://localhost:8789/health" in " ".join(services["worker"]["healthcheck"]["test"])
     assert services["worker"]["depends_on"]["scheduler"]["condition"] == "service_healthy"
+    assert services["runner"]["depends_on"] == {
+        "scheduler": {"condition": "service_healthy"},
+        "worker": {"condition": "service_healthy"},
+    }
+    # Nobody switches back to root: the image's user runs every service.
+    assert all("user" not in service for service in services.values())
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "DPARALLEL_TORCH_THREADS"):
         assert var in services["worker"]["environment"]
     assert "replicas" in services["worker"]["deploy"]  # scalable: --scale worker=N
 
 
-def test_dockerfile_pins() -> None:
+def _runtime_dependencies() -> dict[str, str]:
+    """Canonical name → installed version of every runtime dependency of dparallel."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found: dict[str, str] = {}
+    todo = ["dparallel"]
+    while todo:
+        dist = metadata.distribution(todo.pop())
+        name = canonicalize_name(dist.metadata["Name"])
+        if name in found:
+            continue
+        found[name] = dist.version
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):  # no extras
+                todo.append(req.name)
+    del found["dparallel"]
+    return found
+
+
+def _pins(text: str) -> dict[str, str]:
+    """Canonical name → version of every ``name==version`` in a Dockerfile."""
+    from packaging.utils import canonicalize_name
+
+    pins = re.findall(r"(?<![\w.-])([A-Za-z0-9][\w.-]*)==([\w.+!-]+)", text)
+    return {canonicalize_name(n): v for n, v in pins}
+
+
+def test_dockerfile_pins_every_runtime_dependency() -> None:
+    """The image installs exactly the runtime closure that pip resolved for these tests."""
     text = DOCKERFILE.read_text()
     assert text.startswith("#") and "FROM python:3.11-slim" in text
-    assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
-    import dask
-    import distributed
+    assert "--no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
+    installed = _runtime_dependencies()
+    installed["torch"] = installed["torch"].split("+")[0]  # 2.13.0+cpu from the CPU index
+    pins = _pins(text)
+    assert pins == installed, {
+        "unpinned or stale": {k: v for k, v in installed.items() if pins.get(k) != v},
+        "not a runtime dependency": sorted(set(pins) - set(installed)),
+    }
+    # The project itself brings nothing unpinned; pip verifies the set is consistent.
+    assert "pip install --no-deps /opt/dparallel" in text
+    assert text.count("pip check") >= 2
 
-    # The image's Dask must equal the one the tests (and clients) run.
-    assert f"dask=={dask.__version__}" in text
-    assert f"distributed=={distributed.__version__}" in text
+
+def test_dockerfile_runs_as_an_unprivileged_user_owning_the_volume() -> None:
+    text = DOCKERFILE.read_text()
+    user = re.search(r"useradd .*--uid (\d+) .*?(\w+)\n", text)
+    assert user and int(user.group(1)) >= 1000
+    name = user.group(2)
+    users = re.findall(r"^USER (\S+)$", text, flags=re.M)
+    assert users == [name]  # set once, never back to root
+    after = text[text.index(f"USER {name}") :]
+    assert "RUN " not in after  # every install ran before dropping privileges
+    assert f"chown -R {name}:{name} /data" in text  # the shared volume is the user's
+    assert text.index("chown -R") > text.index("cp -rL /opt/dparallel/workflows /data/workflows")
+    assert f"NUMBA_CACHE_DIR={IMAGE_HOME}/" in after and f"MPLCONFIGDIR={IMAGE_HOME}/" in after
 
 
-def _env(service: dict) -> dict[str, str]:
-    return child_env({k: str(v) for k, v in service.get("environment", {}).items()})
+def _image_env(home: Path) -> dict[str, str]:
+    """The Dockerfile's cache locations, with the image's home replaced by ``home``."""
+    found = re.findall(rf"(NUMBA_CACHE_DIR|MPLCONFIGDIR)=({IMAGE_HOME}\S*)", DOCKERFILE.read_text())
+    return {k: v.replace(IMAGE_HOME, str(home)) for k, v in found}
+
+
+def _env(service: dict, image_env: dict[str, str]) -> dict[str, str]:
+    return child_env({**image_env, **{k: str(v) for k, v in service["environment"].items()}})
+
+
+def _healthcheck(service: dict, port: int, default_port: int) -> list[str]:
+    """The service's compose healthcheck command, pointed at the real port."""
+    argv = [
+        a.replace(f"localhost:{default_port}", f"localhost:{port}")
+        for a in service["healthcheck"]["test"][1:]
+    ]
+    return [sys.executable if a == "python" else a for a in argv]
+
+
+def _wait_healthy(argv: list[str], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while subprocess.run(argv, timeout=10, capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, f"{what}: healthcheck never passed"
+        time.sleep(0.5)
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(420)
 def test_compose_commands_run_as_local_processes(services: dict[str, dict], tmp_path: Path) -> None:
     dask = dask_executable()
-    sched_svc, worker_svc = services["scheduler"], services["worker"]
+    sched_svc, worker_svc, runner_svc = (
+        services["scheduler"],
+        services["worker"],
+        services["runner"],
+    )
+    image_env = _image_env(tmp_path / "home")  # the image user's cache directories
     sfile = tmp_path / "scheduler.json"
     sched_argv = [
         dask, *sched_svc["command"][1:],
@@ -119,31 +209,25 @@ def test_compose_commands_run_as_local_processes(services: dict[str, dict], tmp_
     try:
         data = tmp_path / "data"  # stands for the shared volume, the services' working_dir
         data.mkdir()
-        sched = start(sched_argv, tmp_path / "scheduler.log", _env(sched_svc), cwd=data)
+        sched_env = _env(sched_svc, image_env)
+        sched = start(sched_argv, tmp_path / "scheduler.log", sched_env, cwd=data)
         procs.append(sched)
         info = wait_scheduler_file(sfile, sched, tmp_path / "scheduler.log")
         address, dashboard_port = info["address"], info["services"]["dashboard"]
-
-        # The compose healthcheck, with the real dashboard port.
-        health = [
-            a.replace("localhost:8787", f"localhost:{dashboard_port}")
-            for a in sched_svc["healthcheck"]["test"][1:]
-        ]
-        health = [sys.executable if a == "python" else a for a in health]
-        deadline = time.monotonic() + 30
-        while subprocess.run(health, timeout=10, capture_output=True).returncode != 0:
-            assert time.monotonic() < deadline, "healthcheck never passed"
-            time.sleep(0.5)
+        _wait_healthy(_healthcheck(sched_svc, dashboard_port, 8787), "scheduler")
 
         replicas = worker_svc["deploy"]["replicas"]
         assert replicas == 2
+        local = {SCHEDULER_ADDRESS: address, ":8789": "127.0.0.1:0"}
         for i in range(replicas):
             argv = [
                 dask,
-                *[address if a == SCHEDULER_ADDRESS else a for a in worker_svc["command"][1:]],
+                *[local.get(a, a) for a in worker_svc["command"][1:]],
+                "--host",
+                "127.0.0.1",
             ]
-            argv += ["--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"]
-            procs.append(start(argv, tmp_path / f"worker{i}.log", _env(worker_svc), cwd=data))
+            log = tmp_path / f"worker{i}.log"
+            procs.append(start(argv, log, _env(worker_svc, image_env), cwd=data))
 
         expected_threads = int(worker_svc["environment"]["DPARALLEL_TORCH_THREADS"])
         with connect(scheduler=address) as handle:
@@ -151,6 +235,9 @@ def test_compose_commands_run_as_local_processes(services: dict[str, dict], tmp_
             workers = handle.client.scheduler_info(n_workers=-1)["workers"]
             assert len(workers) == replicas
             assert all(w["nthreads"] == 1 for w in workers.values())
+            # depends_on worker: service_healthy — the runner waits for every worker's check.
+            for w in workers.values():
+                _wait_healthy(_healthcheck(worker_svc, w["services"]["dashboard"], 8789), "worker")
             reports = [
                 handle.client.submit(torch_thread_report, w, workers=[w], pure=False)
                 for w in workers
@@ -168,18 +255,19 @@ def test_compose_commands_run_as_local_processes(services: dict[str, dict], tmp_
         # The runner service: the very same command against the scheduler, in the shared
         # directory (workflows copied in as the image does), made small by --set overrides.
         shutil.copytree(ROOT / "workflows", data / "workflows")
-        runner = services["runner"]["command"]
-        argv = [sys.executable, "-m", "dparallel", *runner[1:]]
+        argv = [sys.executable, "-m", "dparallel", *runner_svc["command"][1:]]
         argv = [address if a == SCHEDULER_ADDRESS else a for a in argv]
         argv += ["--set", "dataset.generate.n_structures=12", "--set", "training.epochs=2"]
         argv += ["--set", "partitioning.atoms=120", "--set", "training.hidden=[4]", "-q"]
         done = subprocess.run(
-            argv, cwd=data, env=_env(services["runner"]), capture_output=True, text=True,
-            timeout=150,
+            argv, cwd=data, env=_env(runner_svc, image_env), capture_output=True, text=True,
+            timeout=200,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         assert "stages: dataset ran, featurize ran, train ran, export ran" in done.stdout
         assert (data / "runs" / "quickstart" / "model" / "deployed.pt").exists()
+        # Compiled numba kernels went to the image user's cache, not into site-packages.
+        assert list(Path(image_env["NUMBA_CACHE_DIR"]).rglob("*.nbi"))
     finally:
         t_stop = time.monotonic()
         for p in reversed(procs):

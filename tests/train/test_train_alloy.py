@@ -47,7 +47,7 @@ def alloy(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     spec = TrainingSpec(epochs=2, hidden=(6,), batch_size=3, validation_fraction=0.2,
                         test_fraction=0.2, seed=4)  # fmt: skip
     train_model(store, root / "m", spec)
-    export_model(root / "m", try_export=False)
+    export_model(root / "m", artifacts=False)
     return store, root / "m", spec
 
 

@@ -1,0 +1,82 @@
+"""A neighbour list with a skin for MD: rebuilt only when an atom may have crossed the cutoff.
+
+Built with cutoff r_c + skin; while every atom has moved less than skin/2 since the build
+(and cell, pbc and atomic numbers are unchanged), no pair outside r_c + skin can have come
+closer than r_c, so the kept pairs (with their image shifts) are complete: only their
+vectors and distances are recomputed from the current positions. Descriptors ignore the
+pairs beyond their own cutoff, so results equal a fresh list's (tested).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dparallel.errors import DescriptorError
+from dparallel.neighbors import Neighbors, neighbor_list
+
+if TYPE_CHECKING:
+    from dparallel.types import StructureBatch
+
+__all__ = ["VerletList"]
+
+
+class VerletList:
+    """Full neighbour list of one structure, reused while no atom moved more than skin/2.
+
+    Parameters
+    ----------
+    cutoff
+        Interaction cutoff r_c (Å).
+    skin
+        Extra distance (Å) kept in the list; 0 rebuilds on every call.
+    """
+
+    def __init__(self, cutoff: float, skin: float = 0.5) -> None:
+        if not cutoff > 0 or not skin >= 0:
+            raise DescriptorError(f"need cutoff > 0 and skin >= 0, got {cutoff}, {skin}")
+        self.cutoff, self.skin = float(cutoff), float(skin)
+        self.builds = 0  # how many times the list was built (for tests and benchmarks)
+        self._ref: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._pairs: Neighbors | None = None
+        self._shift_vectors = np.zeros((0, 3))  # (P, 3) S·cell, Å
+
+    def neighbors(self, batch: StructureBatch) -> Neighbors:
+        """Pairs within cutoff + skin of the single structure in ``batch``, current vectors."""
+        if batch.n_structures != 1:
+            raise DescriptorError(f"VerletList holds one structure, got {batch.n_structures}")
+        pos = batch.positions  # (N, 3) Å
+        if self._stale(batch):
+            self._build(batch)
+        assert self._pairs is not None
+        first, second = self._pairs.pair_first, self._pairs.pair_second
+        vectors = pos[second] - pos[first] + self._shift_vectors  # (P, 3)
+        distances = np.sqrt(np.einsum("pa,pa->p", vectors, vectors))  # (P,)
+        return self._pairs._replace(vectors=vectors, distances=distances)
+
+    def _stale(self, batch: StructureBatch) -> bool:
+        """Whether the list must be rebuilt for ``batch``."""
+        if self._ref is None:
+            return True
+        pos, cell, pbc, numbers = self._ref
+        if pos.shape != batch.positions.shape or not (
+            np.array_equal(cell, batch.cells[0])
+            and np.array_equal(pbc, batch.pbc[0])
+            and np.array_equal(numbers, batch.numbers)
+        ):
+            return True
+        moved = batch.positions - pos
+        return bool(np.einsum("na,na->n", moved, moved).max(initial=0.0) > (self.skin / 2) ** 2)
+
+    def _build(self, batch: StructureBatch) -> None:
+        """A fresh list with cutoff + skin; remember the state it was built for."""
+        self._pairs = neighbor_list(batch, self.cutoff + self.skin)
+        self._shift_vectors = self._pairs.shifts @ batch.cells[0]  # (P, 3)
+        self._ref = (
+            batch.positions.copy(),
+            batch.cells[0].copy(),
+            batch.pbc[0].copy(),
+            batch.numbers.copy(),
+        )
+        self.builds += 1
