@@ -1,20 +1,37 @@
-"""Compiled (numba) triplet loop for ACSF angular terms: the fast CPU path.
+"""Compiled (numba) ACSF kernel for one central element: the fast CPU path.
 
 Same mathematics as the torch path in :mod:`dparallel.descriptors._acsf_engine`, which
-stays the reference (and the only path that autograd can differentiate). Per-pair radial
-factors are computed in torch beforehand; this loop handles the O(Σ n_i²) triplets
-without materialising them, so its extra memory is O(P · n_el · K_a) for derivatives.
+stays the differentiable reference. Per centre i the kernel
+
+1. sorts i's neighbours by element (counting sort), so the partners k of a neighbour j
+   come in one contiguous block per element and each block belongs to one element pair;
+2. evaluates per neighbour, once, the cutoff f_c(r_ij) of every distinct cutoff and the
+   radial factor a(r_ij) = exp(-η(r_ij - rs)²) f_c(r_ij) of every distinct (η, rs, cutoff)
+   used by angular functions (n2p2's per-pair caches), plus the radial (type 2) sums;
+3. for each neighbour j and each partner block whose element pair has functions, gathers
+   the partners k (values: only those with r_jk < r_c of the pair's narrow functions,
+   rejected on r_jk² before the square root; derivatives: all, masked) and evaluates
+   loops over k, vectorised by LLVM (AVX2/FMA; exp and cos are the branch-free versions
+   of :mod:`dparallel.kernels._vecmath`): f_c(r_jk) once per distinct cutoff,
+   exp(-η(r_jk - rs)²) once per distinct (η, rs), (1 + λ cos θ)^ζ once per distinct
+   (ζ, λ), then one reduction over k per function of that element pair only;
+4. writes values, and per-pair derivatives ∂G_i/∂r_ij, straight into the output layout.
+
+Semantics are n2p2's (SymGrpExpAngn/Angw): an angular term is exactly 0 where
+1 + λ cos θ ≤ 0; integer ζ (any sign) by repeated multiplication, other ζ by ``pow``;
+any real λ and η; rs honoured in every exponential.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from dparallel.errors import BackendUnavailableError
 
-__all__ = ["numba_available", "angular_loop"]
+__all__ = ["KernelPlan", "numba_available", "acsf_element"]
 
 try:  # pragma: no cover - exercised when numba is installed
     import numba
@@ -24,6 +41,7 @@ except ImportError:  # pragma: no cover
     _HAVE_NUMBA = False
 
 _TANH1_3 = math.tanh(1.0) ** 3
+_PI_2 = 0.5 * math.pi
 
 
 def numba_available() -> bool:
@@ -31,247 +49,475 @@ def numba_available() -> bool:
     return _HAVE_NUMBA
 
 
-def _cutoff(r: float, rc: float, kind: int, alpha: float) -> tuple[float, float]:
-    """n2p2 cutoff f_c(r) and df_c/dr (scalar)."""
-    if r >= rc:
-        return 0.0, 0.0
+class KernelPlan(NamedTuple):
+    """Numeric tables of one central element's functions (built by the engine's plan).
+
+    Slots: for a neighbour of element f, the derivative accumulators of the angular
+    functions of element pair (f, g) seen with partners of element g start at
+    ``s_off[f, g]`` (one per column of that pair, in column order).
+    """
+
+    pt: np.ndarray  # (n_el, n_el) int64 unordered element-pair index
+    cut_rc: np.ndarray  # (C,) distinct cutoffs: rc, n2p2 type, inner α
+    cut_kind: np.ndarray  # (C,) int64
+    cut_alpha: np.ndarray  # (C,)
+    rk_off: np.ndarray  # (n_el + 1,) radial keys of neighbour element f: [rk_off[f], rk_off[f+1])
+    rk_eta: np.ndarray  # (K_r,)
+    rk_rs: np.ndarray  # (K_r,)
+    rk_cut: np.ndarray  # (K_r,) int64 cutoff id
+    ek_eta: np.ndarray  # (E,) radial parts of angular functions
+    ek_rs: np.ndarray  # (E,)
+    ek_cut: np.ndarray  # (E,) int64 cutoff id
+    ek_narrow: np.ndarray  # (E,) int64: 1 = type 3 (has the r_jk factor)
+    zk_zeta: np.ndarray  # (Z,) angular parts (ζ, λ)
+    zk_lam: np.ndarray  # (Z,)
+    zk_int: np.ndarray  # (Z,) int64 ζ when ζ is an integer
+    zk_isint: np.ndarray  # (Z,) int64 0/1
+    p_col_off: np.ndarray  # (n_pt + 1,) columns of element pair p
+    col_e: np.ndarray  # (K,) int64 radial part of each column
+    col_z: np.ndarray  # (K,) int64 angular part
+    col_scale: np.ndarray  # (K,) 2^(1-ζ)
+    p_e_off: np.ndarray  # (n_pt + 1,) radial parts used by pair p
+    p_e_list: np.ndarray  # int64
+    p_z_off: np.ndarray  # (n_pt + 1,) angular parts used by pair p
+    p_z_list: np.ndarray  # int64
+    p_c_off: np.ndarray  # (n_pt + 1,) cutoffs of pair p's narrow functions
+    p_c_list: np.ndarray  # int64
+    p_rc2: np.ndarray  # (n_pt,) reject triplets with r_jk² ≥ this (inf if wide functions)
+    p_rmax: np.ndarray  # (n_pt,) neighbours at r ≥ this take no part
+    s_off: np.ndarray  # (n_el, n_el) int64 accumulator slots, see class doc
+    vsrc: np.ndarray  # (F,) int64 value column ← radial key (< K_r) or K_r + column
+    dsrc_off: np.ndarray  # (n_el + 1,) derivative columns of neighbour element f
+    dsrc: np.ndarray  # (Σ F_f,) int64 radial key (< K_r) or K_r + slot
+    dscale: np.ndarray  # (Σ F_f,) factor of each derivative column
+
+
+def _cutoff_fill(r, n, rc, kind, alpha, f, df, want_df):  # noqa: ANN001, ANN202
+    """f[q], df[q] = f_c(r[q]), f_c'(r[q]) for q < n (n2p2 types 0-8, 0 for r ≥ rc)."""
     if kind == 2 or kind == 3:
-        t = math.tanh(1.0 - r / rc)
-        f = t * t * t
-        df = -3.0 * t * t * (1.0 - t * t) / rc
-        if kind == 3:
-            return f / _TANH1_3, df / _TANH1_3
-        return f, df
+        norm = 1.0 / _TANH1_3 if kind == 3 else 1.0
+        inv = 1.0 / rc
+        for q in range(n):
+            t = vtanh_pos(1.0 - r[q] * inv)
+            v = t * t * t * norm
+            d = -3.0 * t * t * (1.0 - t * t) * inv * norm
+            inside = r[q] < rc
+            f[q] = v if inside else 0.0
+            if want_df:
+                df[q] = d if inside else 0.0
+        return
     if kind == 0:
-        return 1.0, 0.0
+        for q in range(n):
+            f[q] = 1.0 if r[q] < rc else 0.0
+            if want_df:
+                df[q] = 0.0
+        return
     rci = alpha * rc
-    if r < rci:
-        return 1.0, 0.0
-    w = rc - rci
-    x = (r - rci) / w
-    if kind == 1:
-        return 0.5 * (math.cos(math.pi * x) + 1.0), -0.5 * math.pi * math.sin(math.pi * x) / w
-    if kind == 4:
-        om = 1.0 - x * x
-        f = math.exp(1.0 - 1.0 / om)
-        return f, -2.0 * x * f / (om * om) / w
-    if kind == 5:
-        return (2.0 * x - 3.0) * x * x + 1.0, (6.0 * x - 6.0) * x / w
-    if kind == 6:
-        x2 = x * x
-        return ((15.0 - 6.0 * x) * x - 10.0) * x2 * x + 1.0, x2 * ((60.0 - 30.0 * x) * x - 30.0) / w
-    if kind == 7:
-        x3 = x * x * x
-        f = (x * (x * (20.0 * x - 70.0) + 84.0) - 35.0) * x3 * x + 1.0
-        return f, x3 * (x * (x * (140.0 * x - 420.0) + 420.0) - 140.0) / w
-    x4 = x * x * x * x
-    f = (x * (x * ((315.0 - 70.0 * x) * x - 540.0) + 420.0) - 126.0) * x4 * x + 1.0
-    return f, x4 * (x * (x * ((2520.0 - 630.0 * x) * x - 3780.0) + 2520.0) - 630.0) / w
+    iw = 1.0 / (rc - rci)
+    for q in range(n):
+        x = min(max((r[q] - rci) * iw, 0.0), 1.0)  # f(0) = 1, f'(0) = 0 below rci
+        if kind == 1:
+            v = 0.5 * (vcos_pi(x) + 1.0)
+            d = -_PI_2 * iw * vsin_pi(x)
+        elif kind == 4:
+            om = max(1.0 - x * x, 1e-300)
+            v = vexp(1.0 - 1.0 / om)
+            d = -2.0 * x * v / (om * om) * iw
+        elif kind == 5:
+            v = (2.0 * x - 3.0) * x * x + 1.0
+            d = (6.0 * x - 6.0) * x * iw
+        elif kind == 6:
+            x2 = x * x
+            v = ((15.0 - 6.0 * x) * x - 10.0) * x2 * x + 1.0
+            d = x2 * ((60.0 - 30.0 * x) * x - 30.0) * iw
+        elif kind == 7:
+            x3 = x * x * x
+            v = (x * (x * (20.0 * x - 70.0) + 84.0) - 35.0) * x3 * x + 1.0
+            d = x3 * (x * (x * (140.0 * x - 420.0) + 420.0) - 140.0) * iw
+        else:
+            x4 = x * x * x * x
+            v = (x * (x * ((315.0 - 70.0 * x) * x - 540.0) + 420.0) - 126.0) * x4 * x + 1.0
+            d = x4 * (x * (x * ((2520.0 - 630.0 * x) * x - 3780.0) + 2520.0) - 630.0) * iw
+        inside = r[q] < rc
+        f[q] = v if inside else 0.0
+        if want_df:
+            df[q] = d if inside else 0.0
 
 
-def _angular_loop(
-    unit,  # (P, 3) float64
-    r,  # (P,) float64
+def _angular_part(c, n, zeta, lam, zint, isint, z, zd, tmp, want_d):  # noqa: ANN001, ANN202
+    """z[q] = (1 + λc)^ζ and zd[q] = ζλ(1 + λc)^(ζ-1), both 0 where 1 + λc ≤ 0 (n2p2)."""
+    if isint == 1:
+        m = zint - 1  # (1 + λc)^(ζ-1) by repeated multiplication, inverted if negative
+        mm = m if m >= 0 else -m
+        for q in range(n):
+            b = 1.0 + lam * c[q]
+            tmp[q] = b
+            z[q] = 1.0
+        for _ in range(mm):
+            for q in range(n):
+                z[q] *= tmp[q]
+        zl = zeta * lam
+        for q in range(n):
+            b = tmp[q]
+            pm1 = z[q] if m >= 0 else 1.0 / z[q]
+            ok = b > 0.0
+            z[q] = pm1 * b if ok else 0.0
+            if want_d:
+                zd[q] = zl * pm1 if ok else 0.0
+        return
+    zl = zeta * lam
+    for q in range(n):  # non-integer ζ: pow (scalar libm call)
+        b = 1.0 + lam * c[q]
+        if b > 0.0:
+            pm1 = math.pow(b, zeta - 1.0)
+            z[q] = pm1 * b
+            if want_d:
+                zd[q] = zl * pm1
+        else:
+            z[q] = 0.0
+            if want_d:
+                zd[q] = 0.0
+
+
+def _reduce_dot(a, b, n):  # noqa: ANN001, ANN202
+    """Σ_q a[q]·b[q] (vectorised: reassociation allowed)."""
+    s = 0.0
+    for q in range(n):
+        s += a[q] * b[q]
+    return s
+
+
+def _acsf_element(
+    plan,  # KernelPlan
+    vec,  # (P, 3) float64 r_ij, pairs sorted by centre
+    dist,  # (P,) float64
     seg,  # (n_e + 1,) int64 pair range of each centre
-    nbr_el,  # (P,) int64
-    a_p,  # (P, n_E) per-pair radial factors
-    da_p,  # (P, n_E)
-    n_narrow,  # narrow keys come first among the n_E keys
-    e_eta,  # (n_E,)
-    e_rs,
-    e_rc,
-    e_kind,  # (n_E,) int64
-    e_alpha,
-    z_zeta,  # (n_Z,)
-    z_lam,
-    z_int,  # (n_Z,) int64: integer ζ or -1
-    ecol,  # (K_a,) int64
-    zcol,  # (K_a,) int64
-    pt_table,  # (n_el, n_el) int64
-    ang_acc,  # (n_e, n_pt, K_a) out
-    derivatives,
-    coef_p,  # (P, n_el, K_a) out
-    ang_q,  # (P, n_el, K_a, 3) out
+    nbr_el,  # (P,) int64 neighbour element
+    grp_row,  # (P,) int64 row of the pair in its neighbour element's derivative block
+    d_base,  # (n_el,) int64 offset of neighbour element f's block in dflat
+    values,  # (n_e, F) out
+    dflat,  # (Σ_f P_f·F_f·3,) out: per f a (P_f, F_f, 3) block
+    derivatives,  # bool
 ):
     n_e = seg.shape[0] - 1
-    n_E = a_p.shape[1]
-    n_Z = z_zeta.shape[0]
-    k_a = ecol.shape[0]
-    full = np.empty(n_E)
-    xj = np.empty(n_E)
-    xk = np.empty(n_E)
-    gj = np.zeros(n_E)
-    gk = np.zeros(n_E)
-    zv = np.empty(n_Z)
-    dz = np.empty(n_Z)
-    pre = np.empty(n_Z)
-    for z in range(n_Z):
-        pre[z] = 2.0 ** (1.0 - z_zeta[z])
-    # a triplet with r_jk beyond every narrow cutoff contributes nothing if all keys are narrow
-    skip_rc = 0.0
-    if n_narrow == n_E:
-        for e in range(n_E):
-            skip_rc = max(skip_rc, e_rc[e])
+    n_el = plan.pt.shape[0]
+    n_cut = plan.cut_rc.shape[0]
+    n_ek = plan.ek_eta.shape[0]
+    n_zk = plan.zk_zeta.shape[0]
+    n_col = plan.col_e.shape[0]
+    k_r = plan.rk_eta.shape[0]
+    n_slot = 0
+    for f in range(n_el):
+        for g in range(n_el):
+            p = plan.pt[f, g]
+            n_slot = max(n_slot, plan.s_off[f, g] + plan.p_col_off[p + 1] - plan.p_col_off[p])
+    n_max = 0
+    for i in range(n_e):
+        n_max = max(n_max, seg[i + 1] - seg[i])
+    # per-centre neighbour data, sorted by element
+    vx = np.empty(n_max)
+    vy = np.empty(n_max)
+    vz = np.empty(n_max)
+    rr = np.empty(n_max)
+    inv_r = np.empty(n_max)
+    el = np.empty(n_max, dtype=np.int64)
+    orig = np.empty(n_max, dtype=np.int64)
+    blk = np.zeros(n_el + 1, dtype=np.int64)
+    fill = np.zeros(n_el, dtype=np.int64)
+    fcn = np.empty((n_cut, n_max))
+    dfcn = np.empty((n_cut, n_max))
+    a_n = np.empty((n_ek, n_max))  # a(r_ij) per angular radial part
+    dar_n = np.empty((n_ek, n_max))  # a'(r_ij)/r_ij
+    d_rad = np.empty((k_r, n_max))  # radial a'(r_ij) (derivatives)
+    g_rad = np.empty(k_r)
+    g_col = np.empty(n_col)
+    # per (j, partner block) work arrays over partners q
+    idx = np.empty(n_max, dtype=np.int64)
+    d2 = np.empty(n_max)
+    t_r = np.empty(n_max)
+    t_c = np.empty(n_max)
+    t_x = np.empty(n_max)
+    t_y = np.empty(n_max)
+    t_z = np.empty(n_max)
+    t_cj = np.empty(n_max)
+    t_ck = np.empty(n_max)
+    t_qq = np.empty(n_max)
+    t_irjk = np.empty(n_max)
+    t_fc = np.empty((n_cut, n_max))
+    t_dfc = np.empty((n_cut, n_max))
+    t_w = np.empty((n_ek, n_max))
+    t_xj = np.empty((n_ek, n_max))
+    t_xk = np.empty((n_ek, n_max))
+    t_y2 = np.empty((n_ek, n_max))
+    t_zv = np.empty((n_zk, n_max))
+    t_zd = np.empty((n_zk, n_max))
+    t_tmp = np.empty(n_max)
+    n_acc = n_max if derivatives else 0
+    p_acc = np.empty((n_slot, n_acc))  # Σ P: ∂G/∂r_ij = P r_ij + V
+    v_acc = np.empty((n_slot, 3, n_acc))
     for i in range(n_e):
         s0 = seg[i]
-        s1 = seg[i + 1]
-        for j in range(s0, s1):
-            rj = r[j]
-            elj = nbr_el[j]
-            for k in range(j + 1, s1):
-                rk = r[k]
-                elk = nbr_el[k]
-                c = unit[j, 0] * unit[k, 0] + unit[j, 1] * unit[k, 1] + unit[j, 2] * unit[k, 2]
-                rjk = 0.0
-                if n_narrow > 0:
-                    rjk = math.sqrt(max(rj * rj + rk * rk - 2.0 * rj * rk * c, 0.0))
-                    if n_narrow == n_E and rjk >= skip_rc:
-                        continue
-                fc = 0.0
-                dfc = 0.0
-                for e in range(n_E):
-                    pr = a_p[j, e] * a_p[k, e]
-                    b = 1.0
-                    db = 0.0
-                    if e < n_narrow:
-                        if (
-                            e == 0
-                            or e_rc[e] != e_rc[e - 1]
-                            or e_kind[e] != e_kind[e - 1]
-                            or e_alpha[e] != e_alpha[e - 1]
-                        ):
-                            fc, dfc = _cutoff(rjk, e_rc[e], e_kind[e], e_alpha[e])
-                        d = rjk - e_rs[e]
-                        g = math.exp(-e_eta[e] * d * d)
-                        b = g * fc
-                        db = g * (dfc - 2.0 * e_eta[e] * d * fc)
-                    full[e] = pr * b
+        n = seg[i + 1] - s0
+        # ---------------------------------------------- sort neighbours by element
+        blk[:] = 0
+        for m in range(n):
+            blk[nbr_el[s0 + m] + 1] += 1
+        for f in range(n_el):
+            blk[f + 1] += blk[f]
+            fill[f] = blk[f]
+        for m in range(n):
+            f = nbr_el[s0 + m]
+            t = fill[f]
+            fill[f] += 1
+            orig[t] = s0 + m
+            el[t] = f
+        for t in range(n):
+            o = orig[t]
+            vx[t] = vec[o, 0]
+            vy[t] = vec[o, 1]
+            vz[t] = vec[o, 2]
+            rr[t] = dist[o]
+            inv_r[t] = 1.0 / dist[o]
+        # ------------------------------------------------- per-neighbour caches
+        for cc in range(n_cut):
+            _cutoff_fill(
+                rr, n, plan.cut_rc[cc], plan.cut_kind[cc], plan.cut_alpha[cc],
+                fcn[cc], dfcn[cc], True,
+            )  # fmt: skip
+        for e in range(n_ek):
+            eta = plan.ek_eta[e]
+            rs = plan.ek_rs[e]
+            fc = fcn[plan.ek_cut[e]]
+            dfc = dfcn[plan.ek_cut[e]]
+            ae = a_n[e]
+            de = dar_n[e]
+            for m in range(n):
+                d = rr[m] - rs
+                g = vexp(-eta * d * d)
+                ae[m] = g * fc[m]
+                de[m] = g * (dfc[m] - 2.0 * eta * d * fc[m]) * inv_r[m]
+        # --------------------------------------------------------------- radial
+        for f in range(n_el):
+            m0 = blk[f]
+            m1 = blk[f + 1]
+            for kr in range(plan.rk_off[f], plan.rk_off[f + 1]):
+                eta = plan.rk_eta[kr]
+                rs = plan.rk_rs[kr]
+                fc = fcn[plan.rk_cut[kr]]
+                dfc = dfcn[plan.rk_cut[kr]]
+                s = 0.0
+                for m in range(m0, m1):
+                    d = rr[m] - rs
+                    g = vexp(-eta * d * d)
+                    s += g * fc[m]
                     if derivatives:
-                        xj[e] = da_p[j, e] * a_p[k, e] * b
-                        xk[e] = a_p[j, e] * da_p[k, e] * b
-                        if e < n_narrow:
-                            gg = pr * db / rjk
-                            gj[e] = gg * rj
-                            gk[e] = gg * rk
-                            xj[e] += gj[e]
-                            xk[e] += gk[e]
-                for z in range(n_Z):
-                    base = 1.0 + z_lam[z] * c
-                    if z_int[z] >= 1:
-                        pm1 = 1.0
-                        for _ in range(z_int[z] - 1):
-                            pm1 *= base
-                    else:
-                        pm1 = max(base, 0.0) ** (z_zeta[z] - 1.0)
-                    zv[z] = pre[z] * pm1 * base
-                    dz[z] = pre[z] * z_zeta[z] * z_lam[z] * pm1
-                p = pt_table[elj, elk]
-                for col in range(k_a):
-                    e = ecol[col]
-                    z = zcol[col]
-                    ang_acc[i, p, col] += full[e] * zv[z]
-                if derivatives:
-                    inv_j = 1.0 / rj
-                    inv_k = 1.0 / rk
-                    for col in range(k_a):
-                        e = ecol[col]
-                        z = zcol[col]
-                        a1 = dz[z] * full[e]
-                        pj = zv[z] * xj[e] - a1 * c * inv_j
-                        pk = zv[z] * xk[e] - a1 * c * inv_k
-                        qj = a1 * inv_j
-                        qk = a1 * inv_k
-                        if e < n_narrow:
-                            qj -= zv[z] * gk[e]
-                            qk -= zv[z] * gj[e]
-                        coef_p[j, elk, col] += pj
-                        coef_p[k, elj, col] += pk
-                        for d3 in range(3):
-                            ang_q[j, elk, col, d3] += qj * unit[k, d3]
-                            ang_q[k, elj, col, d3] += qk * unit[j, d3]
-    if derivatives:  # ang_q becomes the full ∂G/∂r_ij: add the P·r̂_ij part
-        for p in range(coef_p.shape[0]):
-            for s in range(coef_p.shape[1]):
-                for col in range(k_a):
-                    cp = coef_p[p, s, col]
-                    if cp != 0.0:
-                        for d3 in range(3):
-                            ang_q[p, s, col, d3] += cp * unit[p, d3]
-
-
-def _angular_values(
-    unit, r, seg, nbr_el, a_p, n_narrow, e_eta, e_rs, e_rc, e_kind, e_alpha,
-    z_zeta, z_lam, z_int, ecol, zcol, pt_table, ang_acc,
-):  # fmt: skip
-    """Values-only specialisation of :func:`_angular_loop` (same arguments, no derivatives)."""
-    n_e = seg.shape[0] - 1
-    n_E = a_p.shape[1]
-    n_Z = z_zeta.shape[0]
-    k_a = ecol.shape[0]
-    full = np.empty(n_E)
-    zv = np.empty(n_Z)
-    pre = np.empty(n_Z)
-    for z in range(n_Z):
-        pre[z] = 2.0 ** (1.0 - z_zeta[z])
-    skip_rc2 = np.inf
-    if n_narrow == n_E:
-        skip_rc2 = 0.0
-        for e in range(n_E):
-            skip_rc2 = max(skip_rc2, e_rc[e] * e_rc[e])
-    for i in range(n_e):
-        s0 = seg[i]
-        s1 = seg[i + 1]
-        for j in range(s0, s1):
-            rj = r[j]
-            elj = nbr_el[j]
-            ux, uy, uz = unit[j, 0], unit[j, 1], unit[j, 2]
-            for k in range(j + 1, s1):
-                rk = r[k]
-                c = ux * unit[k, 0] + uy * unit[k, 1] + uz * unit[k, 2]
-                rjk2 = rj * rj + rk * rk - 2.0 * rj * rk * c
-                if rjk2 >= skip_rc2:
+                        d_rad[kr, m] = g * (dfc[m] - 2.0 * eta * d * fc[m])
+                g_rad[kr] = s
+        # -------------------------------------------------------------- angular
+        g_col[:] = 0.0
+        if derivatives:
+            p_acc[:, :n] = 0.0
+            v_acc[:, :, :n] = 0.0
+        for j in range(n):
+            a = el[j]
+            xj = vx[j]
+            yj = vy[j]
+            zj = vz[j]
+            rj = rr[j]
+            irj = inv_r[j]
+            for b in range(a, n_el):
+                p = plan.pt[a, b]
+                c0 = plan.p_col_off[p]
+                c1 = plan.p_col_off[p + 1]
+                if c0 == c1 or rj >= plan.p_rmax[p]:
                     continue
-                rjk = math.sqrt(max(rjk2, 0.0)) if n_narrow > 0 else 0.0
-                fc = 0.0
-                for e in range(n_E):
-                    pr = a_p[j, e] * a_p[k, e]
-                    if e < n_narrow:
-                        if (
-                            e == 0
-                            or e_rc[e] != e_rc[e - 1]
-                            or e_kind[e] != e_kind[e - 1]
-                            or e_alpha[e] != e_alpha[e - 1]
-                        ):
-                            fc = _cutoff(rjk, e_rc[e], e_kind[e], e_alpha[e])[0]
-                        d = rjk - e_rs[e]
-                        pr *= math.exp(-e_eta[e] * d * d) * fc
-                    full[e] = pr
-                for z in range(n_Z):
-                    base = 1.0 + z_lam[z] * c
-                    if z_int[z] >= 1:
-                        val = base
-                        for _ in range(z_int[z] - 1):
-                            val *= base
+                k0 = max(j + 1, blk[b])
+                k1 = blk[b + 1]
+                if k0 >= k1:
+                    continue
+                rc2 = plan.p_rc2[p]
+                rmx = plan.p_rmax[p]
+                if derivatives:  # every partner (masked), contiguous for the k-side sums
+                    nq = k1 - k0
+                    for q in range(nq):
+                        k = k0 + q
+                        dx = vx[k] - xj
+                        dy = vy[k] - yj
+                        dz = vz[k] - zj
+                        d2[q] = dx * dx + dy * dy + dz * dz
+                        idx[q] = k
+                else:  # compact: only partners with r_jk² < rc², no sqrt for the others
+                    nq = 0
+                    for k in range(k0, k1):
+                        dx = vx[k] - xj
+                        dy = vy[k] - yj
+                        dz = vz[k] - zj
+                        dd = dx * dx + dy * dy + dz * dz
+                        idx[nq] = k
+                        d2[nq] = dd
+                        nq += (dd < rc2) & (rr[k] < rmx)
+                    if nq == 0:
+                        continue
+                for q in range(nq):
+                    k = idx[q]
+                    rjk = math.sqrt(d2[q])
+                    t_r[q] = rjk
+                    t_irjk[q] = 1.0 / max(rjk, 1e-300)
+                    c = (xj * vx[k] + yj * vy[k] + zj * vz[k]) * irj * inv_r[k]
+                    t_c[q] = c
+                    if derivatives:
+                        t_x[q] = vx[k]
+                        t_y[q] = vy[k]
+                        t_z[q] = vz[k]
+                        t_cj[q] = c * irj * irj
+                        t_ck[q] = c * inv_r[k] * inv_r[k]
+                        t_qq[q] = irj * inv_r[k]
+                for pc in range(plan.p_c_off[p], plan.p_c_off[p + 1]):
+                    cc = plan.p_c_list[pc]
+                    _cutoff_fill(
+                        t_r, nq, plan.cut_rc[cc], plan.cut_kind[cc], plan.cut_alpha[cc],
+                        t_fc[cc], t_dfc[cc], derivatives,
+                    )  # fmt: skip
+                for pe in range(plan.p_e_off[p], plan.p_e_off[p + 1]):
+                    e = plan.p_e_list[pe]
+                    aj = a_n[e, j]
+                    daj = dar_n[e, j]
+                    ae = a_n[e]
+                    de = dar_n[e]
+                    w = t_w[e]
+                    if plan.ek_narrow[e] == 1:
+                        eta = plan.ek_eta[e]
+                        rs = plan.ek_rs[e]
+                        fc = t_fc[plan.ek_cut[e]]
+                        dfc = t_dfc[plan.ek_cut[e]]
+                        if derivatives:
+                            xje = t_xj[e]
+                            xke = t_xk[e]
+                            ye = t_y2[e]
+                            for q in range(nq):
+                                k = idx[q]
+                                d = t_r[q] - rs
+                                gg = vexp(-eta * d * d)
+                                bb = gg * fc[q]
+                                ak = ae[k]
+                                w[q] = aj * ak * bb
+                                yy = aj * ak * gg * (dfc[q] - 2.0 * eta * d * fc[q]) * t_irjk[q]
+                                ye[q] = yy
+                                xje[q] = daj * ak * bb + yy
+                                xke[q] = aj * de[k] * bb + yy
+                        else:
+                            for q in range(nq):
+                                d = t_r[q] - rs
+                                w[q] = aj * ae[idx[q]] * vexp(-eta * d * d) * fc[q]
                     else:
-                        val = max(base, 0.0) ** z_zeta[z]
-                    zv[z] = pre[z] * val
-                p = pt_table[elj, nbr_el[k]]
-                for col in range(k_a):
-                    ang_acc[i, p, col] += full[ecol[col]] * zv[zcol[col]]
+                        if derivatives:
+                            xje = t_xj[e]
+                            xke = t_xk[e]
+                            ye = t_y2[e]
+                            for q in range(nq):
+                                k = idx[q]
+                                ak = ae[k]
+                                w[q] = aj * ak
+                                ye[q] = 0.0
+                                xje[q] = daj * ak
+                                xke[q] = aj * de[k]
+                        else:
+                            for q in range(nq):
+                                w[q] = aj * ae[idx[q]]
+                for pz in range(plan.p_z_off[p], plan.p_z_off[p + 1]):
+                    z = plan.p_z_list[pz]
+                    _angular_part(
+                        t_c, nq, plan.zk_zeta[z], plan.zk_lam[z], plan.zk_int[z],
+                        plan.zk_isint[z], t_zv[z], t_zd[z], t_tmp, derivatives,
+                    )  # fmt: skip
+                for col in range(c0, c1):
+                    e = plan.col_e[col]
+                    z = plan.col_z[col]
+                    g_col[col] += _reduce_dot(t_w[e], t_zv[z], nq)
+                    if not derivatives:
+                        continue
+                    sj = plan.s_off[a, b] + col - c0
+                    sk = plan.s_off[b, a] + col - c0
+                    _triplet_derivative(
+                        t_w[e], t_xj[e], t_xk[e], t_y2[e], t_zv[z], t_zd[z],
+                        t_cj, t_ck, t_qq, t_x, t_y, t_z, nq, xj, yj, zj,
+                        p_acc, v_acc, j, sj, sk, k0,
+                    )  # fmt: skip
+        # -------------------------------------------------------------- outputs
+        for d in range(values.shape[1]):
+            s = plan.vsrc[d]
+            values[i, d] = g_rad[s] if s < k_r else g_col[s - k_r] * plan.col_scale[s - k_r]
+        if not derivatives:
+            continue
+        for m in range(n):
+            f = el[m]
+            o = orig[m]
+            f0 = plan.dsrc_off[f]
+            width = plan.dsrc_off[f + 1] - f0
+            base = d_base[f] + grp_row[o] * width * 3
+            ir = inv_r[m]
+            for dcol in range(width):
+                s = plan.dsrc[f0 + dcol]
+                sc = plan.dscale[f0 + dcol]
+                at = base + 3 * dcol
+                if s < k_r:
+                    pr = d_rad[s, m] * ir * sc
+                    dflat[at] = pr * vx[m]
+                    dflat[at + 1] = pr * vy[m]
+                    dflat[at + 2] = pr * vz[m]
+                else:
+                    sl = s - k_r
+                    pr = p_acc[sl, m]
+                    dflat[at] = (pr * vx[m] + v_acc[sl, 0, m]) * sc
+                    dflat[at + 1] = (pr * vy[m] + v_acc[sl, 1, m]) * sc
+                    dflat[at + 2] = (pr * vz[m] + v_acc[sl, 2, m]) * sc
+
+
+def _triplet_derivative(
+    w, xj, xk, y2, zv, zd, cj, ck, qq, tx, ty, tz, nq, x0, y0, z0,
+    p_acc, v_acc, j, sj, sk, k0,
+):  # fmt: skip
+    """Add one column's ∂/∂r_ij (slot sj of j) and ∂/∂r_ik (slot sk of k = k0 + q)."""
+    spj = 0.0
+    sqx = 0.0
+    sqy = 0.0
+    sqz = 0.0
+    pk = p_acc[sk]
+    vkx = v_acc[sk, 0]
+    vky = v_acc[sk, 1]
+    vkz = v_acc[sk, 2]
+    for q in range(nq):
+        zz = zv[q]
+        zw = zd[q] * w[q]
+        qv = zw * qq[q] - zz * y2[q]
+        spj += zz * xj[q] - zw * cj[q]
+        sqx += qv * tx[q]
+        sqy += qv * ty[q]
+        sqz += qv * tz[q]
+        k = k0 + q
+        pk[k] += zz * xk[q] - zw * ck[q]
+        vkx[k] += qv * x0
+        vky[k] += qv * y0
+        vkz[k] += qv * z0
+    p_acc[sj, j] += spj
+    v_acc[sj, 0, j] += sqx
+    v_acc[sj, 1, j] += sqy
+    v_acc[sj, 2, j] += sqz
 
 
 if _HAVE_NUMBA:  # pragma: no branch
-    _cutoff = numba.njit(cache=True, inline="always")(_cutoff)
-    _angular_loop_jit = numba.njit(cache=True, nogil=True)(_angular_loop)
-    _angular_values_jit = numba.njit(cache=True, nogil=True)(_angular_values)
+    from dparallel.kernels._vecmath import vcos_pi, vexp, vsin_pi, vtanh_pos
+
+    _FAST = {"contract", "reassoc", "nsz", "arcp"}
+    _cutoff_fill = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(_cutoff_fill)
+    _angular_part = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(_angular_part)
+    _reduce_dot = numba.njit(cache=True, error_model="numpy", fastmath=_FAST)(_reduce_dot)
+    _triplet_derivative = numba.njit(cache=True, error_model="numpy", fastmath=_FAST)(_triplet_derivative)
+    _acsf_element_jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})(_acsf_element)
 
 
-def angular_loop(*args) -> None:  # noqa: ANN002
-    """Run the compiled triplet loop (arguments as :func:`_angular_loop`)."""
+def acsf_element(*args) -> None:  # noqa: ANN002
+    """Run the compiled kernel (arguments as :func:`_acsf_element`)."""
     if not _HAVE_NUMBA:
         raise BackendUnavailableError("backend='numba' needs numba (pip install numba)")
-    derivatives = args[19]
-    if derivatives:
-        _angular_loop_jit(*args)
-    else:  # drop da_p and the derivative outputs
-        _angular_values_jit(*args[:5], *args[6:19])
+    _acsf_element_jit(*args)
