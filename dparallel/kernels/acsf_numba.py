@@ -231,30 +231,18 @@ def _acsf_element(
     d_rad = np.empty((k_r, n_max))  # radial a'(r_ij) (derivatives)
     g_rad = np.empty(k_r)
     g_col = np.empty(n_col)
-    # per (j, partner block) work arrays over partners q
-    idx = np.empty(n_max, dtype=np.int64)
-    d2 = np.empty(n_max)
-    t_r = np.empty(n_max)
-    t_c = np.empty(n_max)
-    t_x = np.empty(n_max)
-    t_y = np.empty(n_max)
-    t_z = np.empty(n_max)
-    t_cj = np.empty(n_max)
-    t_ck = np.empty(n_max)
-    t_qq = np.empty(n_max)
-    t_irjk = np.empty(n_max)
-    t_fc = np.empty((n_cut, n_max))
-    t_dfc = np.empty((n_cut, n_max))
-    t_w = np.empty((n_ek, n_max))
-    t_xj = np.empty((n_ek, n_max))
-    t_xk = np.empty((n_ek, n_max))
-    t_y2 = np.empty((n_ek, n_max))
-    t_zv = np.empty((n_zk, n_max))
-    t_zd = np.empty((n_zk, n_max))
-    t_tmp = np.empty(n_max)
+    # triplet buffer (j, k, r_jk²) and work arrays over its entries q
+    cap = max(_CAP, n_max)
+    jj = np.empty(cap, dtype=np.int64)
+    kk = np.empty(cap, dtype=np.int64)
+    d2 = np.empty(cap)
+    wk = np.empty((_N_WK, cap))  # per-triplet scalars
+    n_ew = 4 if derivatives else 1
+    wk_e = np.empty((n_ek, n_ew, cap))  # per radial part: W (and Xj, Xk, Y)
+    wk_z = np.empty((n_zk, 2, cap))  # per angular part: Z, Z'
+    wk_c = np.empty((n_cut, 2, cap))  # per cutoff: f_c(r_jk), f_c'(r_jk)
     n_acc = n_max if derivatives else 0
-    p_acc = np.empty((n_slot, n_acc))  # Σ P: ∂G/∂r_ij = P r_ij + V
-    v_acc = np.empty((n_slot, 3, n_acc))
+    acc = np.empty((n_acc, n_slot, 4))  # per neighbour and slot: P, V (∂G/∂r_ij = P r_ij + V)
     for i in range(n_e):
         s0 = seg[i]
         n = seg[i + 1] - s0
@@ -316,132 +304,44 @@ def _acsf_element(
         # -------------------------------------------------------------- angular
         g_col[:] = 0.0
         if derivatives:
-            p_acc[:, :n] = 0.0
-            v_acc[:, :, :n] = 0.0
-        for j in range(n):
-            a = el[j]
-            xj = vx[j]
-            yj = vy[j]
-            zj = vz[j]
-            rj = rr[j]
-            irj = inv_r[j]
+            acc[:n] = 0.0
+        for a in range(n_el):
             for b in range(a, n_el):
                 p = plan.pt[a, b]
-                c0 = plan.p_col_off[p]
-                c1 = plan.p_col_off[p + 1]
-                if c0 == c1 or rj >= plan.p_rmax[p]:
-                    continue
-                k0 = max(j + 1, blk[b])
-                k1 = blk[b + 1]
-                if k0 >= k1:
+                if plan.p_col_off[p] == plan.p_col_off[p + 1]:
                     continue
                 rc2 = plan.p_rc2[p]
                 rmx = plan.p_rmax[p]
-                if derivatives:  # every partner (masked), contiguous for the k-side sums
-                    nq = k1 - k0
-                    for q in range(nq):
-                        k = k0 + q
-                        dx = vx[k] - xj
-                        dy = vy[k] - yj
-                        dz = vz[k] - zj
-                        d2[q] = dx * dx + dy * dy + dz * dz
-                        idx[q] = k
-                else:  # compact: only partners with r_jk² < rc², no sqrt for the others
-                    nq = 0
-                    for k in range(k0, k1):
+                nq = 0
+                for j in range(blk[a], blk[a + 1]):
+                    if rr[j] >= rmx:
+                        continue
+                    k0 = max(j + 1, blk[b])
+                    k1 = blk[b + 1]
+                    if k0 >= k1:
+                        continue
+                    if nq + k1 - k0 > cap:
+                        _flush(
+                            plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
+                            g_col, acc, derivatives, wk, wk_e, wk_z, wk_c,
+                        )  # fmt: skip
+                        nq = 0
+                    xj = vx[j]
+                    yj = vy[j]
+                    zj = vz[j]
+                    for k in range(k0, k1):  # keep r_jk² < rc² (no sqrt for the others)
                         dx = vx[k] - xj
                         dy = vy[k] - yj
                         dz = vz[k] - zj
                         dd = dx * dx + dy * dy + dz * dz
-                        idx[nq] = k
+                        jj[nq] = j
+                        kk[nq] = k
                         d2[nq] = dd
                         nq += (dd < rc2) & (rr[k] < rmx)
-                    if nq == 0:
-                        continue
-                for q in range(nq):
-                    k = idx[q]
-                    rjk = math.sqrt(d2[q])
-                    t_r[q] = rjk
-                    t_irjk[q] = 1.0 / max(rjk, 1e-300)
-                    c = (xj * vx[k] + yj * vy[k] + zj * vz[k]) * irj * inv_r[k]
-                    t_c[q] = c
-                    if derivatives:
-                        t_x[q] = vx[k]
-                        t_y[q] = vy[k]
-                        t_z[q] = vz[k]
-                        t_cj[q] = c * irj * irj
-                        t_ck[q] = c * inv_r[k] * inv_r[k]
-                        t_qq[q] = irj * inv_r[k]
-                for pc in range(plan.p_c_off[p], plan.p_c_off[p + 1]):
-                    cc = plan.p_c_list[pc]
-                    _cutoff_fill(
-                        t_r, nq, plan.cut_rc[cc], plan.cut_kind[cc], plan.cut_alpha[cc],
-                        t_fc[cc], t_dfc[cc], derivatives,
-                    )  # fmt: skip
-                for pe in range(plan.p_e_off[p], plan.p_e_off[p + 1]):
-                    e = plan.p_e_list[pe]
-                    aj = a_n[e, j]
-                    daj = dar_n[e, j]
-                    ae = a_n[e]
-                    de = dar_n[e]
-                    w = t_w[e]
-                    if plan.ek_narrow[e] == 1:
-                        eta = plan.ek_eta[e]
-                        rs = plan.ek_rs[e]
-                        fc = t_fc[plan.ek_cut[e]]
-                        dfc = t_dfc[plan.ek_cut[e]]
-                        if derivatives:
-                            xje = t_xj[e]
-                            xke = t_xk[e]
-                            ye = t_y2[e]
-                            for q in range(nq):
-                                k = idx[q]
-                                d = t_r[q] - rs
-                                gg = vexp(-eta * d * d)
-                                bb = gg * fc[q]
-                                ak = ae[k]
-                                w[q] = aj * ak * bb
-                                yy = aj * ak * gg * (dfc[q] - 2.0 * eta * d * fc[q]) * t_irjk[q]
-                                ye[q] = yy
-                                xje[q] = daj * ak * bb + yy
-                                xke[q] = aj * de[k] * bb + yy
-                        else:
-                            for q in range(nq):
-                                d = t_r[q] - rs
-                                w[q] = aj * ae[idx[q]] * vexp(-eta * d * d) * fc[q]
-                    else:
-                        if derivatives:
-                            xje = t_xj[e]
-                            xke = t_xk[e]
-                            ye = t_y2[e]
-                            for q in range(nq):
-                                k = idx[q]
-                                ak = ae[k]
-                                w[q] = aj * ak
-                                ye[q] = 0.0
-                                xje[q] = daj * ak
-                                xke[q] = aj * de[k]
-                        else:
-                            for q in range(nq):
-                                w[q] = aj * ae[idx[q]]
-                for pz in range(plan.p_z_off[p], plan.p_z_off[p + 1]):
-                    z = plan.p_z_list[pz]
-                    _angular_part(
-                        t_c, nq, plan.zk_zeta[z], plan.zk_lam[z], plan.zk_int[z],
-                        plan.zk_isint[z], t_zv[z], t_zd[z], t_tmp, derivatives,
-                    )  # fmt: skip
-                for col in range(c0, c1):
-                    e = plan.col_e[col]
-                    z = plan.col_z[col]
-                    g_col[col] += _reduce_dot(t_w[e], t_zv[z], nq)
-                    if not derivatives:
-                        continue
-                    sj = plan.s_off[a, b] + col - c0
-                    sk = plan.s_off[b, a] + col - c0
-                    _triplet_derivative(
-                        t_w[e], t_xj[e], t_xk[e], t_y2[e], t_zv[z], t_zd[z],
-                        t_cj, t_ck, t_qq, t_x, t_y, t_z, nq, xj, yj, zj,
-                        p_acc, v_acc, j, sj, sk, k0,
+                if nq:
+                    _flush(
+                        plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
+                        g_col, acc, derivatives, wk, wk_e, wk_z, wk_c,
                     )  # fmt: skip
         # -------------------------------------------------------------- outputs
         for d in range(values.shape[1]):
@@ -467,42 +367,142 @@ def _acsf_element(
                     dflat[at + 2] = pr * vz[m]
                 else:
                     sl = s - k_r
-                    pr = p_acc[sl, m]
-                    dflat[at] = (pr * vx[m] + v_acc[sl, 0, m]) * sc
-                    dflat[at + 1] = (pr * vy[m] + v_acc[sl, 1, m]) * sc
-                    dflat[at + 2] = (pr * vz[m] + v_acc[sl, 2, m]) * sc
+                    pr = acc[m, sl, 0]
+                    dflat[at] = (pr * vx[m] + acc[m, sl, 1]) * sc
+                    dflat[at + 1] = (pr * vy[m] + acc[m, sl, 2]) * sc
+                    dflat[at + 2] = (pr * vz[m] + acc[m, sl, 3]) * sc
 
 
-def _triplet_derivative(
-    w, xj, xk, y2, zv, zd, cj, ck, qq, tx, ty, tz, nq, x0, y0, z0,
-    p_acc, v_acc, j, sj, sk, k0,
+_CAP = 512  # triplets per buffer flush: long vector loops, work arrays stay in L1/L2
+# rows of the per-triplet scalar work array
+_R, _IRJK, _C, _CJ, _CK, _QQ, _PJ, _PK, _QV = range(9)
+_N_WK = 9
+
+
+def _flush(
+    plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n, g_col, acc, derivatives,
+    wk, wk_e, wk_z, wk_c,
 ):  # fmt: skip
-    """Add one column's ∂/∂r_ij (slot sj of j) and ∂/∂r_ik (slot sk of k = k0 + q)."""
-    spj = 0.0
-    sqx = 0.0
-    sqy = 0.0
-    sqz = 0.0
-    pk = p_acc[sk]
-    vkx = v_acc[sk, 0]
-    vky = v_acc[sk, 1]
-    vkz = v_acc[sk, 2]
+    """Add the nq buffered triplets (j, k) of element pair p = (a, b) to values/derivatives."""
+    t_r = wk[_R]
+    t_irjk = wk[_IRJK]
+    t_c = wk[_C]
     for q in range(nq):
-        zz = zv[q]
+        j = jj[q]
+        k = kk[q]
+        rjk = math.sqrt(d2[q])
+        t_r[q] = rjk
+        t_irjk[q] = 1.0 / rjk
+        t_c[q] = (vx[j] * vx[k] + vy[j] * vy[k] + vz[j] * vz[k]) * inv_r[j] * inv_r[k]
+    for pc in range(plan.p_c_off[p], plan.p_c_off[p + 1]):
+        cc = plan.p_c_list[pc]
+        _cutoff_fill(
+            t_r, nq, plan.cut_rc[cc], plan.cut_kind[cc], plan.cut_alpha[cc],
+            wk_c[cc, 0], wk_c[cc, 1], derivatives,
+        )  # fmt: skip
+    for pe in range(plan.p_e_off[p], plan.p_e_off[p + 1]):
+        e = plan.p_e_list[pe]
+        _radial_part(
+            plan.ek_eta[e], plan.ek_rs[e], plan.ek_narrow[e] == 1, nq, jj, kk, t_r, t_irjk,
+            wk_c[plan.ek_cut[e]], a_n[e], dar_n[e], wk_e[e], derivatives,
+        )  # fmt: skip
+    for pz in range(plan.p_z_off[p], plan.p_z_off[p + 1]):
+        z = plan.p_z_list[pz]
+        _angular_part(
+            t_c, nq, plan.zk_zeta[z], plan.zk_lam[z], plan.zk_int[z], plan.zk_isint[z],
+            wk_z[z, 0], wk_z[z, 1], wk[_PJ], derivatives,
+        )  # fmt: skip
+    c0 = plan.p_col_off[p]
+    c1 = plan.p_col_off[p + 1]
+    for col in range(c0, c1):
+        g_col[col] += _reduce_dot(wk_e[plan.col_e[col], 0], wk_z[plan.col_z[col], 0], nq)
+    if not derivatives:
+        return
+    t_cj = wk[_CJ]
+    t_ck = wk[_CK]
+    t_qq = wk[_QQ]
+    for q in range(nq):
+        ij = inv_r[jj[q]]
+        ik = inv_r[kk[q]]
+        t_cj[q] = t_c[q] * ij * ij
+        t_ck[q] = t_c[q] * ik * ik
+        t_qq[q] = ij * ik
+    sj0 = plan.s_off[a, b]
+    sk0 = plan.s_off[b, a]
+    for col in range(c0, c1):
+        _column_derivative(
+            wk_e[plan.col_e[col]], wk_z[plan.col_z[col]], t_cj, t_ck, t_qq,
+            wk[_PJ], wk[_PK], wk[_QV], nq,
+        )  # fmt: skip
+        sj = sj0 + col - c0
+        sk = sk0 + col - c0
+        pj = wk[_PJ]
+        pk = wk[_PK]
+        qv = wk[_QV]
+        for q in range(nq):  # scatter: ∂/∂r_ij += Pj r_ij + Q r_ik, ∂/∂r_ik += Pk r_ik + Q r_ij
+            j = jj[q]
+            k = kk[q]
+            qq = qv[q]
+            acc[j, sj, 0] += pj[q]
+            acc[j, sj, 1] += qq * vx[k]
+            acc[j, sj, 2] += qq * vy[k]
+            acc[j, sj, 3] += qq * vz[k]
+            acc[k, sk, 0] += pk[q]
+            acc[k, sk, 1] += qq * vx[j]
+            acc[k, sk, 2] += qq * vy[j]
+            acc[k, sk, 3] += qq * vz[j]
+
+
+def _radial_part(eta, rs, narrow, nq, jj, kk, t_r, t_irjk, cut, a_e, dar_e, out, derivatives):  # noqa: ANN001, ANN202, E501
+    """out[0] = W = a(r_ij) a(r_ik) b(r_jk); with derivatives out[1:4] = Xj, Xk, Y (docs)."""
+    w = out[0]
+    fc = cut[0]
+    if not derivatives:
+        if narrow:
+            for q in range(nq):
+                d = t_r[q] - rs
+                w[q] = a_e[jj[q]] * a_e[kk[q]] * vexp(-eta * d * d) * fc[q]
+        else:
+            for q in range(nq):
+                w[q] = a_e[jj[q]] * a_e[kk[q]]
+        return
+    xj = out[1]
+    xk = out[2]
+    y = out[3]
+    dfc = cut[1]
+    for q in range(nq):
+        j = jj[q]
+        k = kk[q]
+        aj = a_e[j]
+        ak = a_e[k]
+        if narrow:
+            d = t_r[q] - rs
+            g = vexp(-eta * d * d)
+            bb = g * fc[q]
+            yy = aj * ak * g * (dfc[q] - 2.0 * eta * d * fc[q]) * t_irjk[q]
+        else:
+            bb = 1.0
+            yy = 0.0
+        w[q] = aj * ak * bb
+        y[q] = yy
+        xj[q] = dar_e[j] * ak * bb + yy
+        xk[q] = aj * dar_e[k] * bb + yy
+
+
+def _column_derivative(we, wz, cj, ck, qq, pj, pk, qv, nq):  # noqa: ANN001, ANN202
+    """Per triplet Pj, Pk, Q of one column (W, Xj, Xk, Y in we; Z, Z' in wz)."""
+    w = we[0]
+    xj = we[1]
+    xk = we[2]
+    y = we[3]
+    z = wz[0]
+    zd = wz[1]
+    for q in range(nq):
+        zz = z[q]
         zw = zd[q] * w[q]
-        qv = zw * qq[q] - zz * y2[q]
-        spj += zz * xj[q] - zw * cj[q]
-        sqx += qv * tx[q]
-        sqy += qv * ty[q]
-        sqz += qv * tz[q]
-        k = k0 + q
-        pk[k] += zz * xk[q] - zw * ck[q]
-        vkx[k] += qv * x0
-        vky[k] += qv * y0
-        vkz[k] += qv * z0
-    p_acc[sj, j] += spj
-    v_acc[sj, 0, j] += sqx
-    v_acc[sj, 1, j] += sqy
-    v_acc[sj, 2, j] += sqz
+        pj[q] = zz * xj[q] - zw * cj[q]
+        pk[q] = zz * xk[q] - zw * ck[q]
+        qv[q] = zw * qq[q] - zz * y[q]
 
 
 if _HAVE_NUMBA:  # pragma: no branch
@@ -512,7 +512,11 @@ if _HAVE_NUMBA:  # pragma: no branch
     _cutoff_fill = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(_cutoff_fill)
     _angular_part = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(_angular_part)
     _reduce_dot = numba.njit(cache=True, error_model="numpy", fastmath=_FAST)(_reduce_dot)
-    _triplet_derivative = numba.njit(cache=True, error_model="numpy", fastmath=_FAST)(_triplet_derivative)
+    _radial_part = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(_radial_part)
+    _column_derivative = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(
+        _column_derivative
+    )
+    _flush = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(_flush)
     _acsf_element_jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})(_acsf_element)
 
 
