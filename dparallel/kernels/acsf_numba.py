@@ -157,9 +157,12 @@ def _angular_part(c, n, zeta, lam, zint, isint, z, zd, tmp, want_d):  # noqa: AN
             for q in range(n):
                 z[q] *= tmp[q]
         zl = zeta * lam
+        if m < 0:
+            for q in range(n):
+                z[q] = 1.0 / z[q]
         for q in range(n):
             b = tmp[q]
-            pm1 = z[q] if m >= 0 else 1.0 / z[q]
+            pm1 = z[q]
             ok = b > 0.0
             z[q] = pm1 * b if ok else 0.0
             if want_d:
@@ -241,6 +244,7 @@ def _acsf_element(
     wk_e = np.empty((n_ek, n_ew, cap))  # per radial part: W (and Xj, Xk, Y)
     wk_z = np.empty((n_zk, 2, cap))  # per angular part: Z, Z'
     wk_c = np.empty((n_cut, 2, cap))  # per cutoff: f_c(r_jk), f_c'(r_jk)
+    wk_g = np.empty((4, cap))  # gathered a(r_ij), a(r_ik), a'(r_ij)/r_ij, a'(r_ik)/r_ik
     n_acc = n_max if derivatives else 0
     acc = np.empty((n_acc, n_slot, 4))  # per neighbour and slot: P, V (∂G/∂r_ij = P r_ij + V)
     for i in range(n_e):
@@ -323,7 +327,7 @@ def _acsf_element(
                     if nq + k1 - k0 > cap:
                         _flush(
                             plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
-                            g_col, acc, derivatives, wk, wk_e, wk_z, wk_c,
+                            g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
                         )  # fmt: skip
                         nq = 0
                     xj = vx[j]
@@ -341,7 +345,7 @@ def _acsf_element(
                 if nq:
                     _flush(
                         plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
-                        g_col, acc, derivatives, wk, wk_e, wk_z, wk_c,
+                        g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
                     )  # fmt: skip
         # -------------------------------------------------------------- outputs
         for d in range(values.shape[1]):
@@ -375,25 +379,31 @@ def _acsf_element(
 
 _CAP = 512  # triplets per buffer flush: long vector loops, work arrays stay in L1/L2
 # rows of the per-triplet scalar work array
-_R, _IRJK, _C, _CJ, _CK, _QQ, _PJ, _PK, _QV = range(9)
-_N_WK = 9
+_R, _IRJK, _C, _IJ, _IK, _CJ, _CK, _QQ, _PJ, _PK, _QV = range(11)
+_N_WK = 11
 
 
 def _flush(
     plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n, g_col, acc, derivatives,
-    wk, wk_e, wk_z, wk_c,
+    wk, wk_e, wk_z, wk_c, wk_g,
 ):  # fmt: skip
     """Add the nq buffered triplets (j, k) of element pair p = (a, b) to values/derivatives."""
     t_r = wk[_R]
     t_irjk = wk[_IRJK]
     t_c = wk[_C]
-    for q in range(nq):
+    t_ij = wk[_IJ]
+    t_ik = wk[_IK]
+    for q in range(nq):  # gather (scalar): cos θ_jik, 1/r_ij, 1/r_ik
         j = jj[q]
         k = kk[q]
+        t_ij[q] = inv_r[j]
+        t_ik[q] = inv_r[k]
+        t_c[q] = vx[j] * vx[k] + vy[j] * vy[k] + vz[j] * vz[k]
+    for q in range(nq):  # vectorised from here on: contiguous work arrays
         rjk = math.sqrt(d2[q])
         t_r[q] = rjk
         t_irjk[q] = 1.0 / rjk
-        t_c[q] = (vx[j] * vx[k] + vy[j] * vy[k] + vz[j] * vz[k]) * inv_r[j] * inv_r[k]
+        t_c[q] *= t_ij[q] * t_ik[q]
     for pc in range(plan.p_c_off[p], plan.p_c_off[p + 1]):
         cc = plan.p_c_list[pc]
         _cutoff_fill(
@@ -404,7 +414,7 @@ def _flush(
         e = plan.p_e_list[pe]
         _radial_part(
             plan.ek_eta[e], plan.ek_rs[e], plan.ek_narrow[e] == 1, nq, jj, kk, t_r, t_irjk,
-            wk_c[plan.ek_cut[e]], a_n[e], dar_n[e], wk_e[e], derivatives,
+            wk_c[plan.ek_cut[e]], a_n[e], dar_n[e], wk_e[e], wk_g, derivatives,
         )  # fmt: skip
     for pz in range(plan.p_z_off[p], plan.p_z_off[p + 1]):
         z = plan.p_z_list[pz]
@@ -422,8 +432,8 @@ def _flush(
     t_ck = wk[_CK]
     t_qq = wk[_QQ]
     for q in range(nq):
-        ij = inv_r[jj[q]]
-        ik = inv_r[kk[q]]
+        ij = t_ij[q]
+        ik = t_ik[q]
         t_cj[q] = t_c[q] * ij * ij
         t_ck[q] = t_c[q] * ik * ik
         t_qq[q] = ij * ik
@@ -453,40 +463,52 @@ def _flush(
             acc[k, sk, 3] += qq * vz[j]
 
 
-def _radial_part(eta, rs, narrow, nq, jj, kk, t_r, t_irjk, cut, a_e, dar_e, out, derivatives):  # noqa: ANN001, ANN202, E501
+def _radial_part(
+    eta, rs, narrow, nq, jj, kk, t_r, t_irjk, cut, a_e, dar_e, out, gat, derivatives
+):  # fmt: skip
     """out[0] = W = a(r_ij) a(r_ik) b(r_jk); with derivatives out[1:4] = Xj, Xk, Y (docs)."""
+    aj = gat[0]
+    ak = gat[1]
+    for q in range(nq):  # gather (scalar), so that the loops below vectorise
+        aj[q] = a_e[jj[q]]
+        ak[q] = a_e[kk[q]]
     w = out[0]
     fc = cut[0]
     if not derivatives:
         if narrow:
             for q in range(nq):
                 d = t_r[q] - rs
-                w[q] = a_e[jj[q]] * a_e[kk[q]] * vexp(-eta * d * d) * fc[q]
+                w[q] = aj[q] * ak[q] * vexp(-eta * d * d) * fc[q]
         else:
             for q in range(nq):
-                w[q] = a_e[jj[q]] * a_e[kk[q]]
+                w[q] = aj[q] * ak[q]
         return
+    daj = gat[2]
+    dak = gat[3]
+    for q in range(nq):
+        daj[q] = dar_e[jj[q]]
+        dak[q] = dar_e[kk[q]]
     xj = out[1]
     xk = out[2]
     y = out[3]
     dfc = cut[1]
-    for q in range(nq):
-        j = jj[q]
-        k = kk[q]
-        aj = a_e[j]
-        ak = a_e[k]
-        if narrow:
+    if narrow:
+        for q in range(nq):
             d = t_r[q] - rs
             g = vexp(-eta * d * d)
             bb = g * fc[q]
-            yy = aj * ak * g * (dfc[q] - 2.0 * eta * d * fc[q]) * t_irjk[q]
-        else:
-            bb = 1.0
-            yy = 0.0
-        w[q] = aj * ak * bb
-        y[q] = yy
-        xj[q] = dar_e[j] * ak * bb + yy
-        xk[q] = aj * dar_e[k] * bb + yy
+            aa = aj[q] * ak[q]
+            yy = aa * g * (dfc[q] - 2.0 * eta * d * fc[q]) * t_irjk[q]
+            w[q] = aa * bb
+            y[q] = yy
+            xj[q] = daj[q] * ak[q] * bb + yy
+            xk[q] = aj[q] * dak[q] * bb + yy
+    else:
+        for q in range(nq):
+            w[q] = aj[q] * ak[q]
+            y[q] = 0.0
+            xj[q] = daj[q] * ak[q]
+            xk[q] = aj[q] * dak[q]
 
 
 def _column_derivative(we, wz, cj, ck, qq, pj, pk, qv, nq):  # noqa: ANN001, ANN202
