@@ -239,6 +239,7 @@ def _acsf_element(
     jj = np.empty(cap, dtype=np.int64)
     kk = np.empty(cap, dtype=np.int64)
     d2 = np.empty(cap)
+    dk2 = np.empty(n_max)  # r_jk² of one j and its candidate partners k
     wk = np.empty((_N_WK, cap))  # per-triplet scalars
     n_ew = 4 if derivatives else 1
     wk_e = np.empty((n_ek, n_ew, cap))  # per radial part: W (and Xj, Xk, Y)
@@ -333,11 +334,13 @@ def _acsf_element(
                     xj = vx[j]
                     yj = vy[j]
                     zj = vz[j]
-                    for k in range(k0, k1):  # keep r_jk² < rc² (no sqrt for the others)
+                    for k in range(k0, k1):  # r_jk² (vectorised)
                         dx = vx[k] - xj
                         dy = vy[k] - yj
                         dz = vz[k] - zj
-                        dd = dx * dx + dy * dy + dz * dz
+                        dk2[k] = dx * dx + dy * dy + dz * dz
+                    for k in range(k0, k1):  # keep r_jk² < rc² (no sqrt for the others)
+                        dd = dk2[k]
                         jj[nq] = j
                         kk[nq] = k
                         d2[nq] = dd
