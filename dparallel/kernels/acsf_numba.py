@@ -533,16 +533,19 @@ def _column_derivative(we, wz, cj, ck, qq, pj, pk, qv, nq):  # noqa: ANN001, ANN
 if _HAVE_NUMBA:  # pragma: no branch
     from dparallel.kernels._vecmath import vcos_pi, vexp, vsin_pi, vtanh_pos
 
-    _FAST = {"contract", "reassoc", "nsz", "arcp"}
-    _cutoff_fill = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(_cutoff_fill)
-    _angular_part = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(_angular_part)
-    _reduce_dot = numba.njit(cache=True, error_model="numpy", fastmath=_FAST)(_reduce_dot)
-    _radial_part = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(_radial_part)
-    _column_derivative = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(
-        _column_derivative
-    )
-    _flush = numba.njit(cache=True, error_model="numpy", fastmath={"contract"})(_flush)
-    _acsf_element_jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})(_acsf_element)
+    def _jit(fastmath: set[str], **kw: bool):  # noqa: ANN202
+        """njit with cache, numpy error model (no ZeroDivisionError checks: loops vectorise)."""
+        return numba.njit(cache=True, error_model="numpy", fastmath=fastmath, **kw)
+
+    _CONTRACT = {"contract"}  # FMA only: exp/cos range reductions stay exact
+    _REASSOC = {"contract", "reassoc", "nsz", "arcp"}  # reductions may be reordered
+    _cutoff_fill = _jit(_CONTRACT)(_cutoff_fill)
+    _angular_part = _jit(_CONTRACT)(_angular_part)
+    _reduce_dot = _jit(_REASSOC)(_reduce_dot)
+    _radial_part = _jit(_CONTRACT)(_radial_part)
+    _column_derivative = _jit(_CONTRACT)(_column_derivative)
+    _flush = _jit(_CONTRACT)(_flush)
+    _acsf_element_jit = _jit(_CONTRACT, nogil=True)(_acsf_element)
 
 
 def acsf_element(*args) -> None:  # noqa: ANN002

@@ -39,7 +39,7 @@ class _Keys:
     def add(self, key: Any) -> int:  # noqa: ANN401
         return self.index.setdefault(key, len(self.index))
 
-    def keys(self) -> list:
+    def ordered(self) -> list:
         return list(self.index)
 
 
@@ -86,11 +86,11 @@ def build_kernel_plan(features: Sequence[dict], elements: Sequence[str]) -> Kern
         z = zks.add((float(ft["zeta"]), float(ft["lambda"])))
         a, b = min(nb), max(nb)
         src.append(("a", a, b, cols[pt[a, b]].add((e, z))))
-    cut_l, ek_l, zk_l = cuts.keys(), eks.keys(), zks.keys()
+    cut_l, ek_l, zk_l = cuts.ordered(), eks.ordered(), zks.ordered()
     rk_off = np.zeros(n_el + 1, dtype=np.int64)
     rk_off[1:] = np.cumsum([len(r.index) for r in rad])
-    rk = [k for r in rad for k in r.keys()]
-    col_pairs = [c.keys() for c in cols]
+    rk = [k for r in rad for k in r.ordered()]
+    col_pairs = [c.ordered() for c in cols]
     p_col_off = np.zeros(n_pt + 1, dtype=np.int64)
     p_col_off[1:] = np.cumsum([len(c) for c in col_pairs])
     col_e = np.array([e for c in col_pairs for e, _ in c], dtype=np.int64)

@@ -2,7 +2,8 @@
 
 - :func:`gaussian_cutoff` — per-distance radial factors a(r) = exp(−η(r − rs)²)·f_c(r)
   for K parameter columns at once, and da/dr.
-- :func:`angular_factor` — Z(c) = 2^(1−ζ)(1 + λc)^ζ for K columns, and dZ/dc.
+- :func:`angular_factor` — Z(c) = 2^(1−ζ)(1 + λc)^ζ (0 where 1 + λc ≤ 0, as n2p2) for K
+  columns, and dZ/dc.
 - :func:`triplet_counts` / :func:`triplets` — unordered neighbour pairs (j < k) of each
   centre from a pair list sorted by centre, by vectorised index arithmetic, in blocks.
 """
@@ -77,7 +78,9 @@ def angular_factor(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Z_k(c) = 2^(1−ζ_k)(1 + λ_k c)^ζ_k for every column k; c = cos θ_jik, shape (T,).
 
-    Integer ζ uses repeated multiplication (exact, fast); others use ``pow``.
+    As n2p2 (``SymFncExpAngn``/``Angw``): any real ζ (also ζ < 1, 0 and negative
+    integers), any real λ, and the term (value and derivative) is 0 wherever
+    1 + λc ≤ 0. Integer ζ in [1, 64] uses repeated multiplication, others ``pow``.
     Returns (T, K) Z and, if ``derivative``, (T, K) dZ/dc.
     """
     cols, dcols = [], []
@@ -89,8 +92,14 @@ def angular_factor(
             pm1 = _int_pow(base, zi - 1)  # base^(ζ−1)
             val = pm1 * base
         else:
-            pm1 = base.clamp_min(0.0).pow(z - 1.0)
-            val = base.clamp_min(0.0).pow(z)
+            safe = torch.where(base > 0.0, base, torch.ones_like(base))  # no inf/NaN at ≤ 0
+            pm1 = safe.pow(z - 1.0)
+            val = pm1 * safe
+        if lam != 0.0:  # base ≤ 0 is only possible for λ ≠ 0
+            keep = base > 0.0
+            zero = torch.zeros_like(base)
+            val = torch.where(keep, val, zero)
+            pm1 = torch.where(keep, pm1, zero)
         cols.append(pre * val)
         if derivative:
             dcols.append((pre * z * lam) * pm1)

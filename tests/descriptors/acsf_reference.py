@@ -62,7 +62,10 @@ def reference(atoms: ase.Atoms, features: list[dict], center: int) -> np.ndarray
                     ra, rb = np.linalg.norm(va), np.linalg.norm(vb)
                     rab = np.linalg.norm(vb - va)
                     cos = float(va @ vb) / (ra * rb)
-                    term = 2 ** (1 - zeta) * (1 + lam * cos) ** zeta
+                    base = 1 + lam * cos
+                    if base <= 0:  # n2p2: no contribution (any ζ, λ)
+                        continue
+                    term = 2 ** (1 - zeta) * base**zeta
                     term *= math.exp(-eta * ((ra - rs) ** 2 + (rb - rs) ** 2))
                     term *= fc(ra, rc, kind, al) * fc(rb, rc, kind, al)
                     if f["type"] == 3:
