@@ -77,14 +77,28 @@ class KernelPlan(NamedTuple):
     col_e: np.ndarray  # (K,) int64 radial part of each column
     col_z: np.ndarray  # (K,) int64 angular part
     col_scale: np.ndarray  # (K,) 2^(1-ζ)
-    p_e_off: np.ndarray  # (n_pt + 1,) radial parts used by pair p
+    # triplet tables indexed by pair p + mode·n_pt; mode 1 leaves out separable columns
+    p_e_off: np.ndarray  # (2 n_pt + 1,) radial parts used by the triplet columns
     p_e_list: np.ndarray  # int64
-    p_z_off: np.ndarray  # (n_pt + 1,) angular parts used by pair p
+    p_z_off: np.ndarray  # (2 n_pt + 1,) angular parts used by the triplet columns
     p_z_list: np.ndarray  # int64
-    p_c_off: np.ndarray  # (n_pt + 1,) cutoffs of pair p's narrow functions
+    p_c_off: np.ndarray  # (2 n_pt + 1,) cutoffs of the narrow triplet columns
     p_c_list: np.ndarray  # int64
-    p_rc2: np.ndarray  # (n_pt,) reject triplets with r_jk² ≥ this (inf if wide functions)
-    p_rmax: np.ndarray  # (n_pt,) neighbours at r ≥ this take no part
+    p_rc2: np.ndarray  # (2 n_pt,) reject triplets with r_jk² ≥ this (inf with wide columns)
+    p_rmax: np.ndarray  # (2 n_pt,) neighbours at r ≥ this take no part in triplets
+    p_tcol_off: np.ndarray  # (2 n_pt + 1,) columns evaluated over triplets
+    p_tcol: np.ndarray  # int64
+    p_scol_off: np.ndarray  # (n_pt + 1,) separable columns of pair p (O(n) per centre)
+    p_scol: np.ndarray  # int64
+    p_ab: np.ndarray  # (n_pt, 2) int64 elements (a ≤ b) of pair p
+    e_sep: np.ndarray  # (E,) int64 row of a radial part in the tensor sums T, or -1
+    mono_parent: np.ndarray  # (M,) int64 monomial μ = parent · u[axis], μ ≤ max separable ζ
+    mono_axis: np.ndarray  # (M,) int64
+    mono_up: np.ndarray  # (M, 3) int64 index of μ + e_α, -1 beyond the degree
+    mono_power: np.ndarray  # (M, 3) int64 exponents of μ
+    z_sep: np.ndarray  # (Z, M) C(ζ, |μ|) λ^|μ| |μ|!/μ! (separable angular parts)
+    z_sep_self: np.ndarray  # (Z,) (1 + λ)^ζ, weight of the j = k terms
+    sep_min_neighbors: int  # centres with fewer neighbours use mode 0 (all over triplets)
     s_off: np.ndarray  # (n_el, n_el) int64 accumulator slots, see class doc
     vsrc: np.ndarray  # (F,) int64 value column ← radial key (< K_r) or K_r + column
     dsrc_off: np.ndarray  # (n_el + 1,) derivative columns of neighbour element f
@@ -208,6 +222,7 @@ def _acsf_element(
     n_ek = plan.ek_eta.shape[0]
     n_zk = plan.zk_zeta.shape[0]
     n_col = plan.col_e.shape[0]
+    n_pt = plan.p_ab.shape[0]
     k_r = plan.rk_eta.shape[0]
     n_slot = 0
     for f in range(n_el):
@@ -247,7 +262,14 @@ def _acsf_element(
     wk_c = np.empty((n_cut, 2, cap))  # per cutoff: f_c(r_jk), f_c'(r_jk)
     wk_g = np.empty((4, cap))  # gathered a(r_ij), a(r_ik), a'(r_ij)/r_ij, a'(r_ik)/r_ik
     n_acc = n_max if derivatives else 0
-    acc = np.empty((n_acc, n_slot, 4))  # per neighbour and slot: P, V (∂G/∂r_ij = P r_ij + V)
+    acc = np.empty((n_acc, n_slot, 4))
+    n_sep_e = 0
+    for e in range(n_ek):
+        n_sep_e += plan.e_sep[e] >= 0
+    n_mono = plan.mono_parent.shape[0]
+    mono = np.empty((n_max if n_sep_e else 0, n_mono))  # u^μ of each neighbour
+    tsum = np.empty((n_el, n_sep_e, n_mono))  # T^μ = Σ_j a(r_ij) u_j^μ per element
+    kvec = np.empty((4, n_mono))  # per neighbour and slot: P, V (∂G/∂r_ij = P r_ij + V)
     for i in range(n_e):
         s0 = seg[i]
         n = seg[i + 1] - s0
@@ -310,10 +332,11 @@ def _acsf_element(
         g_col[:] = 0.0
         if derivatives:
             acc[:n] = 0.0
+        mode = 1 if n_sep_e and n >= plan.sep_min_neighbors else 0
         for a in range(n_el):
             for b in range(a, n_el):
-                p = plan.pt[a, b]
-                if plan.p_col_off[p] == plan.p_col_off[p + 1]:
+                p = plan.pt[a, b] + mode * n_pt
+                if plan.p_tcol_off[p] == plan.p_tcol_off[p + 1]:
                     continue
                 rc2 = plan.p_rc2[p]
                 rmx = plan.p_rmax[p]
@@ -350,6 +373,10 @@ def _acsf_element(
                         plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
                         g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
                     )  # fmt: skip
+        # ------------------------------------- separable wide functions, O(n)
+        if mode == 1:
+            _separable(plan, n, el, blk, vx, vy, vz, rr, inv_r, a_n, dar_n, mono, tsum, kvec,
+                       g_col, acc, derivatives)  # fmt: skip
         # -------------------------------------------------------------- outputs
         for d in range(values.shape[1]):
             s = plan.vsrc[d]
@@ -378,6 +405,99 @@ def _acsf_element(
                     dflat[at] = (pr * vx[m] + acc[m, sl, 1]) * sc
                     dflat[at + 1] = (pr * vy[m] + acc[m, sl, 2]) * sc
                     dflat[at + 2] = (pr * vz[m] + acc[m, sl, 3]) * sc
+
+
+def _separable(
+    plan, n, el, blk, vx, vy, vz, rr, inv_r, a_n, dar_n, mono, tsum, kvec, g_col, acc,
+    derivatives,
+):  # fmt: skip
+    """Wide functions with (1 + λc)^ζ a polynomial: Σ_{j<k} from tensor powers, O(n·M).
+
+    With c_jk^m = Σ_{|μ|=m} (m!/μ!) u_j^μ u_k^μ and T_a^μ = Σ_{j∈a} a(r_ij) u_j^μ:
+    Σ_{j∈a,k∈b} a_j a_k (1 + λc)^ζ = Σ_μ C(ζ,|μ|) λ^|μ| (|μ|!/μ!) T_a^μ T_b^μ, and for a = b
+    the sum over j < k is half of that minus the j = k terms. Derivatives: with
+    S(j) = Σ_k a_k (1 + λ c_jk)^ζ and its gradient G(j) in u_j,
+    ∂/∂r_ij = a'_j S u_j + a_j (I - u_j u_jᵀ) G / r_ij (docs/acsf.md).
+    """
+    n_mono = mono.shape[1]
+    for m in range(n):  # monomials u^μ of each neighbour, by degree
+        ir = inv_r[m]
+        u0 = vx[m] * ir
+        u1 = vy[m] * ir
+        u2 = vz[m] * ir
+        mono[m, 0] = 1.0
+        for mu in range(1, n_mono):
+            ax = plan.mono_axis[mu]
+            uu = u0 if ax == 0 else (u1 if ax == 1 else u2)
+            mono[m, mu] = mono[m, plan.mono_parent[mu]] * uu
+    tsum[:] = 0.0
+    for e in range(plan.e_sep.shape[0]):
+        se = plan.e_sep[e]
+        if se < 0:
+            continue
+        for m in range(n):
+            am = a_n[e, m]
+            if am == 0.0:
+                continue
+            t = tsum[el[m], se]
+            for mu in range(n_mono):
+                t[mu] += am * mono[m, mu]
+    k_s = kvec[0]
+    for p in range(plan.p_ab.shape[0]):
+        a = plan.p_ab[p, 0]
+        b = plan.p_ab[p, 1]
+        c0 = plan.p_col_off[p]
+        for sc in range(plan.p_scol_off[p], plan.p_scol_off[p + 1]):
+            col = plan.p_scol[sc]
+            e = plan.col_e[col]
+            z = plan.col_z[col]
+            se = plan.e_sep[e]
+            zc = plan.z_sep[z]
+            ta = tsum[a, se]
+            tb = tsum[b, se]
+            val = 0.0
+            for mu in range(n_mono):
+                val += zc[mu] * ta[mu] * tb[mu]
+            if a == b:
+                self_sum = 0.0
+                for m in range(blk[a], blk[a + 1]):
+                    self_sum += a_n[e, m] * a_n[e, m]
+                val = 0.5 * (val - plan.z_sep_self[z] * self_sum)
+            g_col[col] += val
+            if not derivatives:
+                continue
+            for side in range(2 if a != b else 1):
+                me = a if side == 0 else b
+                partner = b if side == 0 else a
+                tp = tsum[partner, se]
+                for mu in range(n_mono):  # S(j) = k_s·u_j^μ, G_α(j) = k_α·u_j^μ
+                    k_s[mu] = zc[mu] * tp[mu]
+                for ax in range(3):
+                    k_g = kvec[1 + ax]
+                    for mu in range(n_mono):
+                        nu = plan.mono_up[mu, ax]
+                        k_g[mu] = (
+                            0.0 if nu < 0 else (zc[nu] * tp[nu] * (plan.mono_power[mu, ax] + 1))
+                        )
+                slot = plan.s_off[me, partner] + col - c0
+                for j in range(blk[me], blk[me + 1]):
+                    aj = a_n[e, j]
+                    daj = dar_n[e, j]
+                    if aj == 0.0 and daj == 0.0:
+                        continue
+                    mj = mono[j]
+                    sv = _reduce_dot(k_s, mj, n_mono)
+                    if a == b:
+                        sv -= plan.z_sep_self[z] * aj
+                    gx = _reduce_dot(kvec[1], mj, n_mono)
+                    gy = _reduce_dot(kvec[2], mj, n_mono)
+                    gz = _reduce_dot(kvec[3], mj, n_mono)
+                    ir = inv_r[j]
+                    gv = (gx * vx[j] + gy * vy[j] + gz * vz[j]) * ir * ir * ir
+                    acc[j, slot, 0] += daj * sv - aj * gv
+                    acc[j, slot, 1] += aj * ir * gx
+                    acc[j, slot, 2] += aj * ir * gy
+                    acc[j, slot, 3] += aj * ir * gz
 
 
 _CAP = 512  # triplets per buffer flush: long vector loops, work arrays stay in L1/L2
@@ -425,9 +545,11 @@ def _flush(
             t_c, nq, plan.zk_zeta[z], plan.zk_lam[z], plan.zk_int[z], plan.zk_isint[z],
             wk_z[z, 0], wk_z[z, 1], wk[_PJ], derivatives,
         )  # fmt: skip
-    c0 = plan.p_col_off[p]
-    c1 = plan.p_col_off[p + 1]
-    for col in range(c0, c1):
+    c0 = plan.p_col_off[plan.pt[a, b]]
+    t0 = plan.p_tcol_off[p]
+    t1 = plan.p_tcol_off[p + 1]
+    for tc in range(t0, t1):
+        col = plan.p_tcol[tc]
         g_col[col] += _reduce_dot(wk_e[plan.col_e[col], 0], wk_z[plan.col_z[col], 0], nq)
     if not derivatives:
         return
@@ -442,7 +564,8 @@ def _flush(
         t_qq[q] = ij * ik
     sj0 = plan.s_off[a, b]
     sk0 = plan.s_off[b, a]
-    for col in range(c0, c1):
+    for tc in range(t0, t1):
+        col = plan.p_tcol[tc]
         _column_derivative(
             wk_e[plan.col_e[col]], wk_z[plan.col_z[col]], t_cj, t_ck, t_qq,
             wk[_PJ], wk[_PK], wk[_QV], nq,
@@ -545,6 +668,7 @@ if _HAVE_NUMBA:  # pragma: no branch
     _radial_part = _jit(_CONTRACT)(_radial_part)
     _column_derivative = _jit(_CONTRACT)(_column_derivative)
     _flush = _jit(_CONTRACT)(_flush)
+    _separable = _jit(_CONTRACT)(_separable)
     _acsf_element_jit = _jit(_CONTRACT, nogil=True)(_acsf_element)
 
 

@@ -10,13 +10,26 @@ where each value and derivative column comes from. Pure numpy, no numba.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import comb, factorial
 from typing import Any
 
 import numpy as np
 
 from dparallel.kernels.acsf_numba import KernelPlan
 
-__all__ = ["build_kernel_plan", "pair_table"]
+__all__ = [
+    "SEPARABLE_MAX_ZETA",
+    "SEPARABLE_MIN_NEIGHBORS",
+    "build_kernel_plan",
+    "monomials",
+    "pair_table",
+]
+
+#: Wide (type 9) functions with integer 1 ≤ ζ ≤ this and |λ| ≤ 1 are evaluated in O(n)
+#: per centre from tensor powers of the unit vectors instead of over neighbour pairs.
+SEPARABLE_MAX_ZETA = 6
+#: ... for centres with at least this many neighbours (fewer: over neighbour pairs).
+SEPARABLE_MIN_NEIGHBORS = 24
 
 
 def pair_table(n_el: int) -> np.ndarray:
@@ -54,6 +67,48 @@ def _offsets(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
 def _is_integer(zeta: float) -> bool:
     """n2p2's test for the integer-power path (|ζ - round(ζ)| ≤ DBL_MIN)."""
     return abs(zeta - round(zeta)) <= np.finfo(np.float64).tiny
+
+
+def monomials(degree: int) -> dict[str, np.ndarray]:
+    """Monomials x^p y^q z^r of total degree ≤ ``degree`` and their tables (see KernelPlan).
+
+    Ordered by degree; ``parent``/``axis``: the monomial times which coordinate gives this
+    one; ``weight``: multinomial |μ|!/(p! q! r!); ``up[μ, α]``: index of μ + e_α (or -1).
+    """
+    powers = [(0, 0, 0)]
+    for d in range(1, degree + 1):
+        powers += [(p, q, d - p - q) for p in range(d, -1, -1) for q in range(d - p, -1, -1)]
+    at = {mu: n for n, mu in enumerate(powers)}
+    parent = np.zeros(len(powers), dtype=np.int64)
+    axis = np.zeros(len(powers), dtype=np.int64)
+    up = np.full((len(powers), 3), -1, dtype=np.int64)
+    for n, mu in enumerate(powers):
+        for a in range(3):
+            nu = tuple(m + (a == b) for b, m in enumerate(mu))
+            up[n, a] = at.get(nu, -1)  # type: ignore[arg-type]
+        if n:
+            a = next(b for b in range(3) if mu[b] > 0)
+            parent[n] = at[tuple(m - (a == b) for b, m in enumerate(mu))]  # type: ignore[index]
+            axis[n] = a
+    weight = np.array(
+        [
+            factorial(sum(mu)) / (factorial(mu[0]) * factorial(mu[1]) * factorial(mu[2]))
+            for mu in powers
+        ]
+    )
+    return {
+        "power": np.array(powers, dtype=np.int64),
+        "degree": np.array([sum(mu) for mu in powers], dtype=np.int64),
+        "parent": parent,
+        "axis": axis,
+        "up": up,
+        "weight": weight,
+    }
+
+
+def _separable(zeta: float, lam: float, max_zeta: int) -> bool:
+    """Whether (1 + λc)^ζ is a polynomial in c that n2p2's ≤ 0 rule never cuts."""
+    return _is_integer(zeta) and 1 <= round(zeta) <= max_zeta and abs(lam) <= 1.0
 
 
 def build_kernel_plan(features: Sequence[dict], elements: Sequence[str]) -> KernelPlan:
@@ -96,9 +151,35 @@ def build_kernel_plan(features: Sequence[dict], elements: Sequence[str]) -> Kern
     col_e = np.array([e for c in col_pairs for e, _ in c], dtype=np.int64)
     col_z = np.array([z for c in col_pairs for _, z in c], dtype=np.int64)
     col_scale = np.array([2.0 ** (1.0 - zk_l[z][0]) for z in col_z], dtype=np.float64)
-    p_e = [sorted({e for e, _ in c}) for c in col_pairs]
-    p_z = [sorted({z for _, z in c}) for c in col_pairs]
+    # wide columns with a polynomial angular part go the O(n) way, the rest over triplets
+    sep = [
+        not ek_l[col_e[c]][3] and _separable(*zk_l[col_z[c]], SEPARABLE_MAX_ZETA)
+        for c in range(len(col_e))
+    ]
+    p_scol = [[c for c in range(p_col_off[p], p_col_off[p + 1]) if sep[c]] for p in range(n_pt)]
+    # triplet columns per pair in two modes: [0, n_pt) every column (centres with few
+    # neighbours, where the O(n) sums would cost more and lose the exact zero of an empty
+    # sum), [n_pt, 2 n_pt) all but the separable ones
+    p_tcol = [list(range(p_col_off[p], p_col_off[p + 1])) for p in range(n_pt)]
+    p_tcol += [
+        [c for c in range(p_col_off[p], p_col_off[p + 1]) if not sep[c]] for p in range(n_pt)
+    ]
+    p_e = [sorted({int(col_e[c]) for c in cs}) for cs in p_tcol]
+    p_z = [sorted({int(col_z[c]) for c in cs}) for cs in p_tcol]
     p_c = [sorted({ek_l[e][2] for e in es if ek_l[e][3]}) for es in p_e]
+    sep_e = sorted({int(col_e[c]) for cs in p_scol for c in cs})
+    e_sep = np.full(len(ek_l), -1, dtype=np.int64)
+    e_sep[sep_e] = np.arange(len(sep_e))
+    degree = max((round(zk_l[col_z[c]][0]) for cs in p_scol for c in cs), default=0)
+    mono = monomials(degree)
+    z_sep = np.zeros((len(zk_l), len(mono["degree"])))  # C(ζ, |μ|) λ^|μ| |μ|!/μ!
+    z_sep_self = np.zeros(len(zk_l))  # Σ_m C(ζ, m) λ^m = (1 + λ)^ζ: the j = k terms
+    for z in {int(col_z[c]) for cs in p_scol for c in cs}:
+        zeta, lam = round(zk_l[z][0]), zk_l[z][1]
+        binom = np.array([comb(zeta, int(d)) if d <= zeta else 0 for d in mono["degree"]])
+        z_sep[z] = binom * lam ** mono["degree"].astype(float) * mono["weight"]
+        z_sep_self[z] = (1.0 + lam) ** zeta
+    p_ab = np.array([(a, b) for a in range(n_el) for b in range(a, n_el)], dtype=np.int64)
     p_rc2 = np.array(
         [
             np.inf
@@ -141,6 +222,8 @@ def build_kernel_plan(features: Sequence[dict], elements: Sequence[str]) -> Kern
     p_e_off, p_e_list = _offsets(p_e)
     p_z_off, p_z_list = _offsets(p_z)
     p_c_off, p_c_list = _offsets(p_c)
+    p_tcol_off, p_tcol_list = _offsets(p_tcol)
+    p_scol_off, p_scol_list = _offsets(p_scol)
     f64 = np.float64
     return KernelPlan(
         pt=pt,
@@ -171,6 +254,19 @@ def build_kernel_plan(features: Sequence[dict], elements: Sequence[str]) -> Kern
         p_c_list=p_c_list,
         p_rc2=p_rc2,
         p_rmax=p_rmax,
+        p_tcol_off=p_tcol_off,
+        p_tcol=p_tcol_list,
+        p_scol_off=p_scol_off,
+        p_scol=p_scol_list,
+        p_ab=p_ab.reshape(-1, 2),
+        e_sep=e_sep,
+        mono_parent=mono["parent"],
+        mono_axis=mono["axis"],
+        mono_up=mono["up"],
+        mono_power=mono["power"],
+        z_sep=z_sep,
+        z_sep_self=z_sep_self,
+        sep_min_neighbors=SEPARABLE_MIN_NEIGHBORS,
         s_off=s_off,
         vsrc=np.array(vsrc, dtype=np.int64),
         dsrc_off=dsrc_off,

@@ -6,6 +6,7 @@ import ase
 import numpy as np
 import pytest
 import torch
+from acsf_unchecked import allow_any_parameters
 
 from dparallel.descriptors import ACSF
 from dparallel.errors import DescriptorError
@@ -71,3 +72,41 @@ def test_isolated_atoms_and_absent_elements(backend: str) -> None:
     assert float(out["H"].values.abs().sum()) == 0.0
     for pd in out["O"].pairs.values():
         assert pd.dG_dr.shape[0] == 0
+
+
+@pytest.mark.parametrize("path", ["separable", "triplets"])
+def test_wide_functions_both_paths_equal_torch(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """Type 9 with integer ζ and |λ| ≤ 1: O(n) tensor sums or neighbour pairs, same result."""
+    from dparallel.kernels import acsf_plan
+
+    allow_any_parameters(monkeypatch)  # |λ| < 1
+    monkeypatch.setattr(acsf_plan, "SEPARABLE_MIN_NEIGHBORS", 0 if path == "separable" else 10**9)
+    rng = np.random.default_rng(5)
+    acsf = ACSF.uniform(
+        ["H", "C", "O"],
+        r_cut=4.0,
+        cutoff="poly3",
+        alpha=0.1,
+        radial=[(0.5, 0.0)],
+        narrow=[(0.2, 2.0, -1.0, 0.3)],
+        wide=[(0.3, z, lam, rs) for z, lam, rs in ((1.0, 1.0, 0.0), (2.0, -1.0, 0.5),
+                                                   (3.0, 0.5, 0.0), (6.0, -0.3, 1.1))],
+    )  # fmt: skip
+    cell = np.diag(rng.uniform(3.0, 3.6, 3))
+    structs = [
+        ase.Atoms(
+            numbers=rng.choice([1, 6, 8], 8),
+            scaled_positions=rng.random((8, 3)),
+            cell=cell,
+            pbc=True,
+        ),  # fmt: skip
+        ase.Atoms("CHO", positions=[[0, 0, 0], [1.1, 0, 0], [0, 1.3, 0.2]]),  # 1-2 neighbours
+    ]
+    a = acsf.compute(structs, derivatives=True, backend="torch")
+    b = acsf.compute(structs, derivatives=True, backend="numba")
+    for e in a:
+        np.testing.assert_allclose(b[e].values, a[e].values, rtol=1e-11, atol=1e-14)
+        for f in a[e].pairs:
+            np.testing.assert_allclose(
+                b[e].pairs[f].dG_dr, a[e].pairs[f].dG_dr, rtol=1e-10, atol=1e-12
+            )
