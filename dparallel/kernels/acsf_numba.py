@@ -254,6 +254,8 @@ def _acsf_element(
     jj = np.empty(cap, dtype=np.int64)
     kk = np.empty(cap, dtype=np.int64)
     d2 = np.empty(cap)
+    run_j = np.empty(cap, dtype=np.int64)  # runs of equal j in the buffer: j, end
+    run_end = np.empty(cap, dtype=np.int64)
     dk2 = np.empty(n_max)  # r_jk² of one j and its candidate partners k
     wk = np.empty((_N_WK, cap))  # per-triplet scalars
     n_ew = 4 if derivatives else 1
@@ -341,6 +343,7 @@ def _acsf_element(
                 rc2 = plan.p_rc2[p]
                 rmx = plan.p_rmax[p]
                 nq = 0
+                nr = 0
                 for j in range(blk[a], blk[a + 1]):
                     if rr[j] >= rmx:
                         continue
@@ -352,8 +355,10 @@ def _acsf_element(
                         _flush(
                             plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
                             g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
+                            run_j, run_end, nr,
                         )  # fmt: skip
                         nq = 0
+                        nr = 0
                     xj = vx[j]
                     yj = vy[j]
                     zj = vz[j]
@@ -368,10 +373,15 @@ def _acsf_element(
                         kk[nq] = k
                         d2[nq] = dd
                         nq += (dd < rc2) & (rr[k] < rmx)
+                    if nr == 0 or run_end[nr - 1] < nq:  # the buffer holds runs of equal j
+                        run_j[nr] = j
+                        run_end[nr] = nq
+                        nr += 1
                 if nq:
                     _flush(
                         plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
                         g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
+                        run_j, run_end, nr,
                     )  # fmt: skip
         # ------------------------------------- separable wide functions, O(n)
         if mode == 1:
@@ -508,7 +518,7 @@ _N_WK = 11
 
 def _flush(
     plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n, g_col, acc, derivatives,
-    wk, wk_e, wk_z, wk_c, wk_g,
+    wk, wk_e, wk_z, wk_c, wk_g, run_j, run_end, nr,
 ):  # fmt: skip
     """Add the nq buffered triplets (j, k) of element pair p = (a, b) to values/derivatives."""
     t_r = wk[_R]
@@ -575,18 +585,35 @@ def _flush(
         pj = wk[_PJ]
         pk = wk[_PK]
         qv = wk[_QV]
-        for q in range(nq):  # scatter: ∂/∂r_ij += Pj r_ij + Q r_ik, ∂/∂r_ik += Pk r_ik + Q r_ij
-            j = jj[q]
-            k = kk[q]
-            qq = qv[q]
-            acc[j, sj, 0] += pj[q]
-            acc[j, sj, 1] += qq * vx[k]
-            acc[j, sj, 2] += qq * vy[k]
-            acc[j, sj, 3] += qq * vz[k]
-            acc[k, sk, 0] += pk[q]
-            acc[k, sk, 1] += qq * vx[j]
-            acc[k, sk, 2] += qq * vy[j]
-            acc[k, sk, 3] += qq * vz[j]
+        # scatter: ∂/∂r_ij += Pj r_ij + Q r_ik, ∂/∂r_ik += Pk r_ik + Q r_ij; the j side
+        # summed per run of equal j in registers (no store-to-load chain through acc)
+        q0 = 0
+        for r in range(nr):
+            j = run_j[r]
+            q1 = run_end[r]
+            xj = vx[j]
+            yj = vy[j]
+            zj = vz[j]
+            s0 = 0.0
+            s1 = 0.0
+            s2 = 0.0
+            s3 = 0.0
+            for q in range(q0, q1):
+                k = kk[q]
+                qq = qv[q]
+                s0 += pj[q]
+                s1 += qq * vx[k]
+                s2 += qq * vy[k]
+                s3 += qq * vz[k]
+                acc[k, sk, 0] += pk[q]
+                acc[k, sk, 1] += qq * xj
+                acc[k, sk, 2] += qq * yj
+                acc[k, sk, 3] += qq * zj
+            acc[j, sj, 0] += s0
+            acc[j, sj, 1] += s1
+            acc[j, sj, 2] += s2
+            acc[j, sj, 3] += s3
+            q0 = q1
 
 
 def _radial_part(
