@@ -344,39 +344,50 @@ def main() -> int:
     }
     small_kernel = small.n_atoms / kernel_rate(small, False, max_atoms=10**9)
 
-    print(f"# {' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])}  (n2p2: {bindir})")
+    print(f"# python benchmarks/{' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])}")
+    print(f"# n2p2: {bindir}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
     head = (
-        f"{'dataset':22s} {'run':24s} {'n2p2 s':>8s} {'dparallel s':>11s} {'speed-up':>8s} "
-        f"{'n2p2 RSS/rank MiB':>17s} {'dp RSS/worker MiB':>17s} {'n2p2 RAM kB/atom':>16s} "
-        f"{'dp store kB/atom':>16s}"
+        f"{'dataset':28s} {'run':30s} {'n2p2':>9s} {'dparallel':>10s} {'speed-up':>8s} "
+        f"{'n2p2 RSS':>9s} {'dp RSS':>8s} {'n2p2 RAM':>9s} {'dp store':>9s}"
     )
+    units = f"{'':28s} {'':30s} {'':>9s} {'':>10s} {'':>8s} {'MiB/rank':>9s} {'MiB/wkr':>8s} "
+    units += f"{'kB/atom':>9s} {'kB/atom':>9s}"
     print(head)
+    print(units)
     print("-" * len(head))
     for ds in sets:
         label = f"{ds.name} ({ds.n_structures} str, {ds.n_atoms:,} at)"
         for f in (False, True):
             for p in (1, 2):
                 a, b = best[(ds.name, p, f)]
-                what = f"{'values + dG/dr' if f else 'values'}, {p} proc"
+                what = f"{'values + dG/dr' if f else 'values'}, {p} proc [s]"
                 ram = n2p2_ram_per_atom(a, ds.n_atoms) / 1e3 if f else float("nan")
                 print(
-                    f"{label:22s} {what:24s} {a.wall:8.1f} {b.wall:11.1f} "
-                    f"{a.wall / b.wall:7.2f}x {fmt(a.max_rss('nnp-scaling')):>17s} "
-                    f"{fmt(b.max_rss(exclude_root=True)):>17s} {fmt(ram):>16s} "
-                    f"{fmt(store_bytes(b) / ds.n_atoms / 1e3):>16s}"
+                    f"{label:28s} {what:30s} {a.wall:9.1f} {b.wall:10.1f} "
+                    f"{a.wall / b.wall:7.2f}x {fmt(a.max_rss('nnp-scaling')):>9s} "
+                    f"{fmt(b.max_rss(exclude_root=True)):>8s} {fmt(ram):>9s} "
+                    f"{fmt(store_bytes(b) / ds.n_atoms / 1e3):>9s}"
                 )
         for f in (False, True):
             n2p2_rate = ds.n_atoms / best[(ds.name, 1, f)][0].wall
             ours = rates[(ds.name, f)]
-            what = f"atoms/s 1 thr, {'values + dG/dr' if f else 'values'}"
+            what = f"kernel {'values + dG/dr' if f else 'values'} [atoms/s]"
             print(
-                f"{label:22s} {what:24s} {n2p2_rate:8,.0f} {ours:11,.0f} {ours / n2p2_rate:7.2f}x"
-                "   (n2p2: single-rank whole run; dparallel: in-process ACSF.compute)"
+                f"{label:28s} {what:30s} {n2p2_rate:9,.0f} {ours:10,.0f} {ours / n2p2_rate:7.2f}x"
             )
+    what = f"fixed cost, {small.n_atoms:,} at, 2 proc [s]"
     print(
-        f"{'fixed cost':22s} {f'{small.n_atoms:,} atoms, 2 proc':24s} {fixed_n2p2.wall:8.1f} "
-        f"{fixed_dp.wall:11.1f} {fixed_n2p2.wall / fixed_dp.wall:7.2f}x"
-        f"   (dparallel kernel time, 1 thread in-process: {small_kernel:.2f} s)"
+        f"{'water (40 str)':28s} {what:30s} {fixed_n2p2.wall:9.1f} {fixed_dp.wall:10.1f} "
+        f"{fixed_n2p2.wall / fixed_dp.wall:7.2f}x"
+    )
+    print(
+        f"\nspeed-up = n2p2 / dparallel time (rate for atoms/s rows). kernel rows: n2p2 = "
+        f"single-rank whole run (read, neighbour lists, symmetry functions, statistics), "
+        f"dparallel = in-process ACSF.compute, 1 thread, neighbour list included.\n"
+        f"fixed cost: kernel time of those {small.n_atoms:,} atoms, 1 thread in-process: "
+        f"{small_kernel:.2f} s. RSS: peak per process (n2p2 ranks; dparallel processes "
+        f"below the CLI: workers and nannies). n2p2 RAM: its own estimate of the memory "
+        f"holding G and dG/dr. dp store: bytes on disk of the zarr store / atoms."
     )
     if not args.workdir:
         shutil.rmtree(root, ignore_errors=True)
