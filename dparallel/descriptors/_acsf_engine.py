@@ -145,6 +145,7 @@ def evaluate_element(
     derivatives: bool,
     max_triplets: int,
     backend: str = "torch",
+    compute_dtype: torch.dtype = torch.float64,
 ) -> tuple[torch.Tensor, dict[int, tuple[torch.Tensor, torch.Tensor]] | None]:
     """Values and per-pair derivatives of one central element's features.
 
@@ -168,8 +169,9 @@ def evaluate_element(
     """
     if backend == "numba":
         return _evaluate_numba(
-            plan, vectors, distances, center, neighbor_el, n_centers, n_el, derivatives
-        )
+            plan, vectors, distances, center, neighbor_el, n_centers, n_el, derivatives,
+            compute_dtype,
+        )  # fmt: skip
     dtype, dev = vectors.dtype, vectors.device
     n_pairs = distances.shape[0]
     n_pt = n_el * (n_el + 1) // 2
@@ -310,8 +312,13 @@ def _evaluate_numba(
     n_centers: int,
     n_el: int,
     derivatives: bool,
+    compute_dtype: torch.dtype = torch.float64,
 ) -> tuple[torch.Tensor, dict[int, tuple[torch.Tensor, torch.Tensor]] | None]:
-    """:func:`evaluate_element` through the compiled kernel (float64 compute)."""
+    """:func:`evaluate_element` through the compiled kernel.
+
+    Triplet terms in ``compute_dtype`` (float32: twice the vector width), every sum and
+    per-pair quantity in float64.
+    """
     import numpy as np
 
     from dparallel.kernels.acsf_numba import acsf_element
@@ -341,7 +348,8 @@ def _evaluate_numba(
             d_base[f] = total
             total += sel.shape[0] * width * 3
     dflat = np.empty(total, dtype=np_dtype)
-    acsf_element(kplan, vec, dist, seg, nbr, grp_row, d_base, values, dflat, derivatives)
+    work = np.empty(0, dtype=np.float32 if compute_dtype == torch.float32 else np.float64)
+    acsf_element(kplan, vec, dist, seg, nbr, grp_row, d_base, values, dflat, derivatives, work)
     out_values = torch.from_numpy(values)
     if not derivatives:
         return out_values, None

@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba.core import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
-__all__ = ["vexp", "vtanh_pos", "vcos_pi", "vsin_pi"]
+__all__ = ["like", "vexp", "vexp32", "vexp_like", "vtanh_pos", "vcos_pi", "vsin_pi"]
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # ln 2 split for an exact n·ln2_hi (Cody-Waite)
@@ -74,6 +75,86 @@ def vexp(x: float) -> float:
     p = p * r + 1.0
     scale = _bits_f64((_f64_bits(t) - _SHIFT_BITS + 1023) << 52)  # 2^n
     return p * scale
+
+
+@intrinsic
+def _f32_bits(typingctx, x):  # noqa: ANN001, ANN202
+    """Bit pattern of a float32 as int32."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def _bits_f32(typingctx, x):  # noqa: ANN001, ANN202
+    """float32 with the given bit pattern (the low 32 bits of an integer)."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        v = args[0]
+        if signature.args[0].bitwidth > 32:
+            v = builder.trunc(v, ir.IntType(32))
+        return builder.bitcast(v, ir.FloatType())
+
+    return types.float32(x), codegen
+
+
+@intrinsic
+def like(typingctx, value, ref):  # noqa: ANN001, ANN202
+    """``value`` converted to the (float) type of ``ref``: typed constants in generic code."""
+    if not isinstance(ref, types.Float):
+        return None
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return context.cast(builder, args[0], signature.args[0], signature.return_type)
+
+    return ref(value, ref), codegen
+
+
+_F = np.float32
+_C32 = tuple(_F(1.0 / math.factorial(n)) for n in range(8))
+_LOG2E_32 = _F(_LOG2E)
+_SHIFT_32 = _F(12582912.0)  # 1.5·2^23
+_LN2_HI_32 = _F(0.693359375)
+_LN2_LO_32 = _F(-2.12194440e-4)
+_LO_32, _HI_32 = _F(-87.0), _F(88.0)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def vexp32(x: np.float32) -> np.float32:
+    """e^x in float32 for x in [-87, 88] (clamped), relative error < 1e-7."""
+    x = min(max(x, _LO_32), _HI_32)
+    t = x * _LOG2E_32 + _SHIFT_32
+    n = t - _SHIFT_32
+    r = x - n * _LN2_HI_32
+    r = r - n * _LN2_LO_32
+    p = _C32[7]
+    p = p * r + _C32[6]
+    p = p * r + _C32[5]
+    p = p * r + _C32[4]
+    p = p * r + _C32[3]
+    p = p * r + _C32[2]
+    p = p * r + _C32[1]
+    p = p * r + _C32[0]
+    scale = _bits_f32((_f32_bits(t) - 0x4B400000 + 127) << 23)  # 2^n
+    return p * scale
+
+
+def vexp_like(x):  # noqa: ANN001, ANN201
+    """e^x in the precision of x (float32 or float64), vectorisable."""
+    raise NotImplementedError("only callable from numba-compiled code")
+
+
+@overload(vexp_like)
+def _vexp_like(x):  # noqa: ANN001, ANN202
+    if x == types.float32:
+        return lambda x: vexp32(x)
+    return lambda x: vexp(x)
 
 
 @numba.njit(cache=True, error_model="numpy")

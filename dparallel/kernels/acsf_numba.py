@@ -215,6 +215,7 @@ def _acsf_element(
     values,  # (n_e, F) out
     dflat,  # (Σ_f P_f·F_f·3,) out: per f a (P_f, F_f, 3) block
     derivatives,  # bool
+    work_dtype,  # (0,) array: its dtype is the precision of the triplet terms (f32/f64)
 ):
     n_e = seg.shape[0] - 1
     n_el = plan.pt.shape[0]
@@ -253,16 +254,18 @@ def _acsf_element(
     cap = max(_CAP, n_max)
     jj = np.empty(cap, dtype=np.int64)
     kk = np.empty(cap, dtype=np.int64)
-    d2 = np.empty(cap)
+    d2 = np.empty(cap, dtype=work_dtype.dtype)
     run_j = np.empty(cap, dtype=np.int64)  # runs of equal j in the buffer: j, end
     run_end = np.empty(cap, dtype=np.int64)
     dk2 = np.empty(n_max)  # r_jk² of one j and its candidate partners k
-    wk = np.empty((_N_WK, cap))  # per-triplet scalars
+    wk = np.empty((_N_WK, cap), dtype=work_dtype.dtype)  # per-triplet scalars
     n_ew = 4 if derivatives else 1
-    wk_e = np.empty((n_ek, n_ew, cap))  # per radial part: W (and Xj, Xk, Y)
-    wk_z = np.empty((n_zk, 2, cap))  # per angular part: Z, Z'
-    wk_c = np.empty((n_cut, 2, cap))  # per cutoff: f_c(r_jk), f_c'(r_jk)
-    wk_g = np.empty((4, cap))  # gathered a(r_ij), a(r_ik), a'(r_ij)/r_ij, a'(r_ik)/r_ik
+    wk_e = np.empty((n_ek, n_ew, cap), dtype=work_dtype.dtype)  # per radial part: W (and Xj, Xk, Y)
+    wk_z = np.empty((n_zk, 2, cap), dtype=work_dtype.dtype)  # per angular part: Z, Z'
+    wk_c = np.empty((n_cut, 2, cap), dtype=work_dtype.dtype)  # per cutoff: f_c(r_jk), f_c'(r_jk)
+    wk_g = np.empty(
+        (4, cap), dtype=work_dtype.dtype
+    )  # gathered a(r_ij), a(r_ik), a'(r_ij)/r_ij, a'(r_ik)/r_ik
     n_acc = n_max if derivatives else 0
     acc = np.empty((n_acc, n_slot, 4))
     n_sep_e = 0
@@ -627,11 +630,13 @@ def _radial_part(
         ak[q] = a_e[kk[q]]
     w = out[0]
     fc = cut[0]
+    meta = like(-eta, t_r[0])  # compute precision (float32 or float64)
+    rs = like(rs, t_r[0])
     if not derivatives:
         if narrow:
             for q in range(nq):
                 d = t_r[q] - rs
-                w[q] = aj[q] * ak[q] * vexp(-eta * d * d) * fc[q]
+                w[q] = aj[q] * ak[q] * vexp_like(meta * d * d) * fc[q]
         else:
             for q in range(nq):
                 w[q] = aj[q] * ak[q]
@@ -645,13 +650,14 @@ def _radial_part(
     xk = out[2]
     y = out[3]
     dfc = cut[1]
+    meta2 = like(2.0 * eta, t_r[0])
     if narrow:
         for q in range(nq):
             d = t_r[q] - rs
-            g = vexp(-eta * d * d)
+            g = vexp_like(meta * d * d)
             bb = g * fc[q]
             aa = aj[q] * ak[q]
-            yy = aa * g * (dfc[q] - 2.0 * eta * d * fc[q]) * t_irjk[q]
+            yy = aa * g * (dfc[q] - meta2 * d * fc[q]) * t_irjk[q]
             w[q] = aa * bb
             y[q] = yy
             xj[q] = daj[q] * ak[q] * bb + yy
@@ -659,7 +665,7 @@ def _radial_part(
     else:
         for q in range(nq):
             w[q] = aj[q] * ak[q]
-            y[q] = 0.0
+            y[q] = 0
             xj[q] = daj[q] * ak[q]
             xk[q] = aj[q] * dak[q]
 
@@ -681,7 +687,7 @@ def _column_derivative(we, wz, cj, ck, qq, pj, pk, qv, nq):  # noqa: ANN001, ANN
 
 
 if _HAVE_NUMBA:  # pragma: no branch
-    from dparallel.kernels._vecmath import vcos_pi, vexp, vsin_pi, vtanh_pos
+    from dparallel.kernels._vecmath import like, vcos_pi, vexp, vexp_like, vsin_pi, vtanh_pos
 
     def _jit(fastmath: set[str], **kw: bool):  # noqa: ANN202
         """njit with cache, numpy error model (no ZeroDivisionError checks: loops vectorise)."""

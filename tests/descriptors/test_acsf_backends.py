@@ -110,3 +110,30 @@ def test_wide_functions_both_paths_equal_torch(monkeypatch: pytest.MonkeyPatch, 
             np.testing.assert_allclose(
                 b[e].pairs[f].dG_dr, a[e].pairs[f].dG_dr, rtol=1e-10, atol=1e-12
             )
+
+
+def test_float32_compute_with_float64_sums() -> None:
+    """compute_dtype=float32: triplet terms in float32, sums in float64 (≈1e-7 relative)."""
+    rng = np.random.default_rng(3)
+    acsf = ACSF.uniform(
+        ["H", "O"],
+        r_cut=4.0,
+        cutoff="tanhu",
+        radial=[(0.5, 0.0), (0.2, 1.0)],
+        narrow=[(0.1, 1.0, -1.0, 0.0), (0.05, 4.0, 1.0, 0.5)],
+        wide=[(0.2, 2.0, 1.0, 0.0)],
+    )
+    atoms = ase.Atoms(
+        numbers=rng.choice([1, 8], 12), scaled_positions=rng.random((12, 3)),
+        cell=np.diag([4.5, 4.2, 4.8]), pbc=True,
+    )  # fmt: skip
+    ref = acsf.compute([atoms], derivatives=True, backend="numba")
+    f32 = acsf.compute([atoms], derivatives=True, backend="numba", compute_dtype=torch.float32)
+    for e in ref:
+        assert f32[e].values.dtype == torch.float64
+        np.testing.assert_allclose(f32[e].values, ref[e].values, rtol=2e-6, atol=1e-12)
+        for f, pd in ref[e].pairs.items():
+            scale = float(pd.dG_dr.abs().max())
+            np.testing.assert_allclose(f32[e].pairs[f].dG_dr, pd.dG_dr, rtol=0, atol=2e-6 * scale)
+    with pytest.raises(DescriptorError, match="compute_dtype must be"):
+        acsf.compute([atoms], compute_dtype=torch.float16)

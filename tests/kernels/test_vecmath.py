@@ -19,6 +19,8 @@ def _apply(kind: int, x: np.ndarray) -> np.ndarray:
             out[q] = vm.vtanh_pos(x[q])
         elif kind == 2:
             out[q] = vm.vcos_pi(x[q])
+        elif kind == 4:
+            out[q] = vm.vexp_like(vm.like(x[q], np.float32(0)))
         else:
             out[q] = vm.vsin_pi(x[q])
     return out
@@ -46,3 +48,9 @@ def test_cos_and_sin_of_pi_x_on_the_unit_interval() -> None:
     x = np.linspace(0.0, 1.0, 20001)
     np.testing.assert_allclose(_apply(2, x), np.cos(np.pi * x), rtol=0, atol=6e-16)
     np.testing.assert_allclose(_apply(3, x), np.sin(np.pi * x), rtol=0, atol=6e-16)
+
+
+def test_float32_exp_relative_error_below_2e_7() -> None:
+    x = np.random.default_rng(1).uniform(-87, 88, 50000).astype(np.float32).astype(np.float64)
+    got = _apply(4, x)  # float32 in, float32 out
+    np.testing.assert_allclose(got, np.exp(x), rtol=2e-7)
