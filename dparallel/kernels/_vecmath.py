@@ -26,28 +26,32 @@ _SHIFT = 6755399441055744.0  # 1.5·2^52: adding it rounds to an integer kept in
 _SHIFT_BITS = 0x4338000000000000  # bit pattern of _SHIFT
 
 
-@intrinsic
-def _f64_bits(typingctx, x):  # noqa: ANN001, ANN202
-    """Bit pattern of a float64 as int64 (LLVM bitcast, vectorisable)."""
-    if not isinstance(x, types.Float):
-        return None
+def _bitcast(src: types.Type, dst: types.Type, dst_ir: ir.Type):  # noqa: ANN202
+    """An intrinsic reinterpreting the bits of a ``src`` value as ``dst`` (LLVM bitcast, so
+    vectorisable); an integer argument wider than ``dst`` is truncated to its low bits."""
+    bits = dst.bitwidth
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        return builder.bitcast(args[0], ir.IntType(64))
+    @intrinsic
+    def cast(typingctx, x):  # noqa: ANN001, ANN202
+        if not (x == src or (isinstance(src, types.Integer) and isinstance(x, types.Integer))):
+            return None
 
-    return types.int64(types.float64), codegen
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            v = args[0]
+            arg = signature.args[0]
+            if isinstance(arg, types.Integer) and arg.bitwidth > bits:
+                v = builder.trunc(v, ir.IntType(bits))
+            return builder.bitcast(v, dst_ir)
+
+        return dst(x), codegen
+
+    return cast
 
 
-@intrinsic
-def _bits_f64(typingctx, x):  # noqa: ANN001, ANN202
-    """float64 with the given int64 bit pattern (LLVM bitcast, vectorisable)."""
-    if not isinstance(x, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return types.float64(types.int64), codegen
+_f64_bits = _bitcast(types.float64, types.int64, ir.IntType(64))
+_bits_f64 = _bitcast(types.int64, types.float64, ir.DoubleType())
+_f32_bits = _bitcast(types.float32, types.int32, ir.IntType(32))
+_bits_f32 = _bitcast(types.int32, types.float32, ir.FloatType())
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -75,33 +79,6 @@ def vexp(x: float) -> float:
     p = p * r + 1.0
     scale = _bits_f64((_f64_bits(t) - _SHIFT_BITS + 1023) << 52)  # 2^n
     return p * scale
-
-
-@intrinsic
-def _f32_bits(typingctx, x):  # noqa: ANN001, ANN202
-    """Bit pattern of a float32 as int32."""
-    if x != types.float32:
-        return None
-
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return types.int32(types.float32), codegen
-
-
-@intrinsic
-def _bits_f32(typingctx, x):  # noqa: ANN001, ANN202
-    """float32 with the given bit pattern (the low 32 bits of an integer)."""
-    if not isinstance(x, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        v = args[0]
-        if signature.args[0].bitwidth > 32:
-            v = builder.trunc(v, ir.IntType(32))
-        return builder.bitcast(v, ir.FloatType())
-
-    return types.float32(x), codegen
 
 
 @intrinsic
