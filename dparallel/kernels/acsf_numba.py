@@ -40,6 +40,9 @@ try:  # pragma: no cover - exercised when numba is installed
 except ImportError:  # pragma: no cover
     _HAVE_NUMBA = False
 
+# numba caches compiled code keyed on this file's source only, not on the helpers it
+# inlines: change this line whenever dparallel.kernels._vecmath changes.
+_VECMATH_VERSION = 2
 _TANH1_3 = math.tanh(1.0) ** 3
 _PI_2 = 0.5 * math.pi
 
