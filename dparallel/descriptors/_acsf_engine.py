@@ -8,9 +8,11 @@ so peak memory is O(max_triplets · K_a) plus O(P_e · n_el · K_a) for derivati
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
+from dparallel.kernels.acsf_plan import build_kernel_plan
 from dparallel.kernels.acsf_terms import (
     angular_factor,
     gaussian_cutoff,
@@ -18,6 +20,9 @@ from dparallel.kernels.acsf_terms import (
     triplet_counts,
     triplets,
 )
+
+if TYPE_CHECKING:
+    from dparallel.kernels.acsf_numba import KernelPlan
 
 __all__ = ["ElementPlan", "evaluate_element"]
 
@@ -41,6 +46,7 @@ class ElementPlan:
     # derivative groups per neighbour element f: (feature positions, source columns)
     # source columns index cat([rad (K_r), ang slots (n_el*K_a)])
     deriv_groups: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+    kernel: KernelPlan | None = None  # tables of the compiled (numba) kernel
 
 
 def build_plan(features: list[dict], elements: list[str]) -> ElementPlan:
@@ -116,6 +122,7 @@ def build_plan(features: list[dict], elements: list[str]) -> ElementPlan:
         outer=outer,
         value_source=value_source,
         deriv_groups={g: v for g, v in groups.items() if v[0]},
+        kernel=build_kernel_plan(features, elements),
     )
 
 
@@ -141,6 +148,7 @@ def evaluate_element(
     derivatives: bool,
     max_triplets: int,
     backend: str = "torch",
+    compute_dtype: torch.dtype = torch.float64,
 ) -> tuple[torch.Tensor, dict[int, tuple[torch.Tensor, torch.Tensor]] | None]:
     """Values and per-pair derivatives of one central element's features.
 
@@ -162,6 +170,11 @@ def evaluate_element(
         If ``derivatives``: {f: (pair selector (P_ef,) int64 into the P_e pairs,
         dG_dr (P_ef, F_ef, 3))}, columns as ``plan.deriv_groups[f][0]``; else None.
     """
+    if backend == "numba":
+        return _evaluate_numba(
+            plan, vectors, distances, center, neighbor_el, n_centers, n_el, derivatives,
+            compute_dtype,
+        )  # fmt: skip
     dtype, dev = vectors.dtype, vectors.device
     n_pairs = distances.shape[0]
     n_pt = n_el * (n_el + 1) // 2
@@ -180,14 +193,10 @@ def evaluate_element(
     ang_acc = torch.zeros(n_centers * n_pt, k_a, dtype=dtype, device=dev)
     ang_der = (
         torch.zeros(n_pairs * n_el, k_a, 3, dtype=dtype, device=dev)
-        if derivatives and k_a and not (n_pairs and backend == "numba")
+        if derivatives and k_a
         else None
     )  # (P_e * n_el, K_a, 3): pair p, partner element slot, column
-    if k_a and n_pairs and backend == "numba":
-        ang_acc, ang_der = _angular_numba(
-            plan, unit, r, center, neighbor_el, n_centers, n_el, derivatives
-        )
-    elif k_a and n_pairs:
+    if k_a and n_pairs:
         ek = plan.e_keys
         a_p, da_p = gaussian_cutoff(
             r, [k[1] for k in ek], [k[2] for k in ek], [k[3:] for k in ek], derivative=derivatives
@@ -299,68 +308,59 @@ def evaluate_element(
     return values, groups
 
 
-def _angular_numba(
+def _evaluate_numba(
     plan: ElementPlan,
-    unit: torch.Tensor,
-    r: torch.Tensor,
+    vectors: torch.Tensor,
+    distances: torch.Tensor,
     center: torch.Tensor,
     neighbor_el: torch.Tensor,
     n_centers: int,
     n_el: int,
     derivatives: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Angular sums (n_e * n_pt, K_a) and pair derivatives via the compiled loop (float64)."""
+    compute_dtype: torch.dtype = torch.float64,
+) -> tuple[torch.Tensor, dict[int, tuple[torch.Tensor, torch.Tensor]] | None]:
+    """:func:`evaluate_element` through the compiled kernel.
+
+    Triplet terms in ``compute_dtype`` (float32: twice the vector width), every sum and
+    per-pair quantity in float64.
+    """
     import numpy as np
 
-    from dparallel.kernels.acsf_numba import angular_loop
+    from dparallel.kernels.acsf_numba import acsf_element
 
-    dtype = unit.dtype
-    ek = plan.e_keys
-    r64 = r.detach().to(torch.float64)
-    a_p, da_p = gaussian_cutoff(
-        r64, [k[1] for k in ek], [k[2] for k in ek], [k[3:] for k in ek], derivative=True
-    )  # (P_e, n_E)
-    n_pairs = r.shape[0]
-    n_pt = n_el * (n_el + 1) // 2
-    k_a = len(plan.ang_cols)
+    kplan = plan.kernel
+    assert kplan is not None
+    dtype = vectors.dtype
+    np_dtype = np.float64 if dtype == torch.float64 else np.float32
+    vec = np.ascontiguousarray(vectors.detach().numpy(), dtype=np.float64)  # (P_e, 3)
+    dist = np.ascontiguousarray(distances.detach().numpy(), dtype=np.float64)  # (P_e,)
+    nbr = neighbor_el.numpy().astype(np.int64, copy=False)
     seg = np.zeros(n_centers + 1, dtype=np.int64)
     np.cumsum(np.bincount(center.numpy(), minlength=n_centers), out=seg[1:])
-    ang_acc = np.zeros((n_centers, n_pt, k_a))
-    shape_d = (n_pairs, n_el, k_a) if derivatives else (0, n_el, k_a)
-    coef_p = np.zeros(shape_d)
-    ang_q = np.zeros((*shape_d, 3))
-    zk = plan.z_keys
-    z_int = np.array(
-        [round(z) if abs(z - round(z)) < 1e-12 and 1 <= round(z) <= 64 else -1 for z, _ in zk],
-        dtype=np.int64,
-    )
-    unit64 = np.ascontiguousarray(unit.detach().to(torch.float64).numpy())
-    angular_loop(
-        unit64,
-        r64.numpy(),
-        seg,
-        neighbor_el.numpy().astype(np.int64),
-        a_p.numpy(),
-        da_p.numpy(),  # type: ignore[union-attr]
-        plan.n_narrow_keys,
-        np.array([k[1] for k in ek], dtype=np.float64),
-        np.array([k[2] for k in ek], dtype=np.float64),
-        np.array([k[3] for k in ek], dtype=np.float64),
-        np.array([k[4] for k in ek], dtype=np.int64),
-        np.array([k[5] for k in ek], dtype=np.float64),
-        np.array([z for z, _ in zk], dtype=np.float64),
-        np.array([lam for _, lam in zk], dtype=np.float64),
-        z_int,
-        np.array([c[0] for c in plan.ang_cols], dtype=np.int64),
-        np.array([c[1] for c in plan.ang_cols], dtype=np.int64),
-        np.array(_pair_table(n_el), dtype=np.int64),
-        ang_acc,
-        derivatives,
-        coef_p,
-        ang_q,
-    )
-    acc = torch.from_numpy(ang_acc).view(n_centers * n_pt, k_a).to(dtype)
+    values = np.zeros((n_centers, plan.n_features), dtype=np_dtype)
+    grp_row = np.zeros(nbr.shape[0], dtype=np.int64)
+    d_base = np.zeros(n_el, dtype=np.int64)
+    sels: dict[int, np.ndarray] = {}
+    total = 0
+    if derivatives:
+        for f in range(n_el):
+            width = int(kplan.dsrc_off[f + 1] - kplan.dsrc_off[f])
+            if width == 0:
+                continue
+            sel = np.flatnonzero(nbr == f)
+            grp_row[sel] = np.arange(sel.shape[0])
+            sels[f] = sel
+            d_base[f] = total
+            total += sel.shape[0] * width * 3
+    dflat = np.empty(total, dtype=np_dtype)
+    work = np.empty(0, dtype=np.float32 if compute_dtype == torch.float32 else np.float64)
+    acsf_element(kplan, vec, dist, seg, nbr, grp_row, d_base, values, dflat, derivatives, work)
+    out_values = torch.from_numpy(values)
     if not derivatives:
-        return acc, None
-    der = torch.from_numpy(ang_q)  # (P_e, n_el, K_a, 3), P·r̂ part added in the loop
-    return acc, der.view(n_pairs * n_el, k_a, 3).to(dtype)
+        return out_values, None
+    groups = {}
+    for f, sel in sels.items():
+        width = int(kplan.dsrc_off[f + 1] - kplan.dsrc_off[f])
+        block = dflat[d_base[f] : d_base[f] + sel.shape[0] * width * 3]
+        groups[f] = (torch.from_numpy(sel), torch.from_numpy(block).view(sel.shape[0], width, 3))
+    return out_values, groups

@@ -1,20 +1,37 @@
-"""Compiled (numba) triplet loop for ACSF angular terms: the fast CPU path.
+"""Compiled (numba) ACSF kernel for one central element: the fast CPU path.
 
 Same mathematics as the torch path in :mod:`dparallel.descriptors._acsf_engine`, which
-stays the reference (and the only path that autograd can differentiate). Per-pair radial
-factors are computed in torch beforehand; this loop handles the O(Σ n_i²) triplets
-without materialising them, so its extra memory is O(P · n_el · K_a) for derivatives.
+stays the differentiable reference. Per centre i the kernel
+
+1. sorts i's neighbours by element (counting sort), so the partners k of a neighbour j
+   come in one contiguous block per element and each block belongs to one element pair;
+2. evaluates per neighbour, once, the cutoff f_c(r_ij) of every distinct cutoff and the
+   radial factor a(r_ij) = exp(-η(r_ij - rs)²) f_c(r_ij) of every distinct (η, rs, cutoff)
+   used by angular functions (n2p2's per-pair caches), plus the radial (type 2) sums;
+3. for each neighbour j and each partner block whose element pair has functions, gathers
+   the partners k (values: only those with r_jk < r_c of the pair's narrow functions,
+   rejected on r_jk² before the square root; derivatives: all, masked) and evaluates
+   loops over k, vectorised by LLVM (AVX2/FMA; exp and cos are the branch-free versions
+   of :mod:`dparallel.kernels._vecmath`): f_c(r_jk) once per distinct cutoff,
+   exp(-η(r_jk - rs)²) once per distinct (η, rs), (1 + λ cos θ)^ζ once per distinct
+   (ζ, λ), then one reduction over k per function of that element pair only;
+4. writes values, and per-pair derivatives ∂G_i/∂r_ij, straight into the output layout.
+
+Semantics are n2p2's (SymGrpExpAngn/Angw): an angular term is exactly 0 where
+1 + λ cos θ ≤ 0; integer ζ (any sign) by repeated multiplication, other ζ by ``pow``;
+any real λ and η; rs honoured in every exponential.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from dparallel.errors import BackendUnavailableError
 
-__all__ = ["angular_loop", "numba_available"]
+__all__ = ["KernelPlan", "acsf_element", "numba_available"]
 
 try:  # pragma: no cover - exercised when numba is installed
     import numba
@@ -23,7 +40,11 @@ try:  # pragma: no cover - exercised when numba is installed
 except ImportError:  # pragma: no cover
     _HAVE_NUMBA = False
 
+# numba caches compiled code keyed on this file's source only, not on the helpers it
+# inlines: change this line whenever dparallel.kernels._vecmath changes.
+_VECMATH_VERSION = 3
 _TANH1_3 = math.tanh(1.0) ** 3
+_PI_2 = 0.5 * math.pi
 
 
 def numba_available() -> bool:
@@ -31,254 +52,664 @@ def numba_available() -> bool:
     return _HAVE_NUMBA
 
 
-def _cutoff(r: float, rc: float, kind: int, alpha: float) -> tuple[float, float]:
-    """n2p2 cutoff f_c(r) and df_c/dr (scalar)."""
-    if r >= rc:
-        return 0.0, 0.0
+class KernelPlan(NamedTuple):
+    """Numeric tables of one central element's functions (built by the engine's plan).
+
+    Slots: for a neighbour of element f, the derivative accumulators of the angular
+    functions of element pair (f, g) seen with partners of element g start at
+    ``s_off[f, g]`` (one per column of that pair, in column order).
+    """
+
+    pt: np.ndarray  # (n_el, n_el) int64 unordered element-pair index
+    cut_rc: np.ndarray  # (C,) distinct cutoffs: rc, n2p2 type, inner α
+    cut_kind: np.ndarray  # (C,) int64
+    cut_alpha: np.ndarray  # (C,)
+    rk_off: np.ndarray  # (n_el + 1,) radial keys of neighbour element f: [rk_off[f], rk_off[f+1])
+    rk_eta: np.ndarray  # (K_r,)
+    rk_rs: np.ndarray  # (K_r,)
+    rk_cut: np.ndarray  # (K_r,) int64 cutoff id
+    ek_eta: np.ndarray  # (E,) radial parts of angular functions
+    ek_rs: np.ndarray  # (E,)
+    ek_cut: np.ndarray  # (E,) int64 cutoff id
+    ek_narrow: np.ndarray  # (E,) int64: 1 = type 3 (has the r_jk factor)
+    zk_zeta: np.ndarray  # (Z,) angular parts (ζ, λ)
+    zk_lam: np.ndarray  # (Z,)
+    zk_int: np.ndarray  # (Z,) int64 ζ when ζ is an integer
+    zk_isint: np.ndarray  # (Z,) int64 0/1
+    p_col_off: np.ndarray  # (n_pt + 1,) columns of element pair p
+    col_e: np.ndarray  # (K,) int64 radial part of each column
+    col_z: np.ndarray  # (K,) int64 angular part
+    col_scale: np.ndarray  # (K,) 2^(1-ζ)
+    # triplet tables indexed by pair p + mode·n_pt; mode 1 leaves out separable columns
+    p_e_off: np.ndarray  # (2 n_pt + 1,) radial parts used by the triplet columns
+    p_e_list: np.ndarray  # int64
+    p_z_off: np.ndarray  # (2 n_pt + 1,) angular parts used by the triplet columns
+    p_z_list: np.ndarray  # int64
+    p_c_off: np.ndarray  # (2 n_pt + 1,) cutoffs of the narrow triplet columns
+    p_c_list: np.ndarray  # int64
+    p_rc2: np.ndarray  # (2 n_pt,) reject triplets with r_jk² ≥ this (inf with wide columns)
+    p_rmax: np.ndarray  # (2 n_pt,) neighbours at r ≥ this take no part in triplets
+    p_tcol_off: np.ndarray  # (2 n_pt + 1,) columns evaluated over triplets
+    p_tcol: np.ndarray  # int64
+    p_scol_off: np.ndarray  # (n_pt + 1,) separable columns of pair p (O(n) per centre)
+    p_scol: np.ndarray  # int64
+    p_ab: np.ndarray  # (n_pt, 2) int64 elements (a ≤ b) of pair p
+    e_sep: np.ndarray  # (E,) int64 row of a radial part in the tensor sums T, or -1
+    mono_parent: np.ndarray  # (M,) int64 monomial μ = parent · u[axis], μ ≤ max separable ζ
+    mono_axis: np.ndarray  # (M,) int64
+    mono_up: np.ndarray  # (M, 3) int64 index of μ + e_α, -1 beyond the degree
+    mono_power: np.ndarray  # (M, 3) int64 exponents of μ
+    z_sep: np.ndarray  # (Z, M) C(ζ, |μ|) λ^|μ| |μ|!/μ! (separable angular parts)
+    z_sep_self: np.ndarray  # (Z,) (1 + λ)^ζ, weight of the j = k terms
+    sep_min_neighbors: int  # centres with fewer neighbours use mode 0 (all over triplets)
+    s_off: np.ndarray  # (n_el, n_el) int64 accumulator slots, see class doc
+    vsrc: np.ndarray  # (F,) int64 value column ← radial key (< K_r) or K_r + column
+    dsrc_off: np.ndarray  # (n_el + 1,) derivative columns of neighbour element f
+    dsrc: np.ndarray  # (Σ F_f,) int64 radial key (< K_r) or K_r + slot
+    dscale: np.ndarray  # (Σ F_f,) factor of each derivative column
+
+
+def _cutoff_fill(r, n, rc, kind, alpha, f, df, want_df):  # noqa: ANN001, ANN202
+    """f[q], df[q] = f_c(r[q]), f_c'(r[q]) for q < n (n2p2 types 0-8, 0 for r ≥ rc)."""
     if kind == 2 or kind == 3:
-        t = math.tanh(1.0 - r / rc)
-        f = t * t * t
-        df = -3.0 * t * t * (1.0 - t * t) / rc
-        if kind == 3:
-            return f / _TANH1_3, df / _TANH1_3
-        return f, df
+        norm = 1.0 / _TANH1_3 if kind == 3 else 1.0
+        inv = 1.0 / rc
+        for q in range(n):
+            t = vtanh_pos(1.0 - r[q] * inv)
+            v = t * t * t * norm
+            d = -3.0 * t * t * (1.0 - t * t) * inv * norm
+            inside = r[q] < rc
+            f[q] = v if inside else 0.0
+            if want_df:
+                df[q] = d if inside else 0.0
+        return
     if kind == 0:
-        return 1.0, 0.0
+        for q in range(n):
+            f[q] = 1.0 if r[q] < rc else 0.0
+            if want_df:
+                df[q] = 0.0
+        return
     rci = alpha * rc
-    if r < rci:
-        return 1.0, 0.0
-    w = rc - rci
-    x = (r - rci) / w
-    if kind == 1:
-        return 0.5 * (math.cos(math.pi * x) + 1.0), -0.5 * math.pi * math.sin(math.pi * x) / w
-    if kind == 4:
-        om = 1.0 - x * x
-        f = math.exp(1.0 - 1.0 / om)
-        return f, -2.0 * x * f / (om * om) / w
-    if kind == 5:
-        return (2.0 * x - 3.0) * x * x + 1.0, (6.0 * x - 6.0) * x / w
-    if kind == 6:
-        x2 = x * x
-        return ((15.0 - 6.0 * x) * x - 10.0) * x2 * x + 1.0, x2 * ((60.0 - 30.0 * x) * x - 30.0) / w
-    if kind == 7:
-        x3 = x * x * x
-        f = (x * (x * (20.0 * x - 70.0) + 84.0) - 35.0) * x3 * x + 1.0
-        return f, x3 * (x * (x * (140.0 * x - 420.0) + 420.0) - 140.0) / w
-    x4 = x * x * x * x
-    f = (x * (x * ((315.0 - 70.0 * x) * x - 540.0) + 420.0) - 126.0) * x4 * x + 1.0
-    return f, x4 * (x * (x * ((2520.0 - 630.0 * x) * x - 3780.0) + 2520.0) - 630.0) / w
+    iw = 1.0 / (rc - rci)
+    for q in range(n):
+        x = min(max((r[q] - rci) * iw, 0.0), 1.0)  # f(0) = 1, f'(0) = 0 below rci
+        if kind == 1:
+            v = 0.5 * (vcos_pi(x) + 1.0)
+            d = -_PI_2 * iw * vsin_pi(x)
+        elif kind == 4:
+            om = max(1.0 - x * x, 1e-300)
+            v = vexp(1.0 - 1.0 / om)
+            d = -2.0 * x * v / (om * om) * iw
+        elif kind == 5:
+            v = (2.0 * x - 3.0) * x * x + 1.0
+            d = (6.0 * x - 6.0) * x * iw
+        elif kind == 6:
+            x2 = x * x
+            v = ((15.0 - 6.0 * x) * x - 10.0) * x2 * x + 1.0
+            d = x2 * ((60.0 - 30.0 * x) * x - 30.0) * iw
+        elif kind == 7:
+            x3 = x * x * x
+            v = (x * (x * (20.0 * x - 70.0) + 84.0) - 35.0) * x3 * x + 1.0
+            d = x3 * (x * (x * (140.0 * x - 420.0) + 420.0) - 140.0) * iw
+        else:
+            x4 = x * x * x * x
+            v = (x * (x * ((315.0 - 70.0 * x) * x - 540.0) + 420.0) - 126.0) * x4 * x + 1.0
+            d = x4 * (x * (x * ((2520.0 - 630.0 * x) * x - 3780.0) + 2520.0) - 630.0) * iw
+        inside = r[q] < rc
+        f[q] = v if inside else 0.0
+        if want_df:
+            df[q] = d if inside else 0.0
 
 
-def _angular_loop(
-    unit,  # (P, 3) float64
-    r,  # (P,) float64
+def _angular_part(c, n, zeta, lam, zint, isint, z, zd, tmp, want_d):  # noqa: ANN001, ANN202
+    """z[q] = (1 + λc)^ζ and zd[q] = ζλ(1 + λc)^(ζ-1), both 0 where 1 + λc ≤ 0 (n2p2)."""
+    if isint == 1:
+        m = zint - 1  # (1 + λc)^(ζ-1) by repeated multiplication, inverted if negative
+        mm = m if m >= 0 else -m
+        for q in range(n):
+            b = 1.0 + lam * c[q]
+            tmp[q] = b
+            z[q] = 1.0
+        for _ in range(mm):
+            for q in range(n):
+                z[q] *= tmp[q]
+        zl = zeta * lam
+        if m < 0:
+            for q in range(n):
+                z[q] = 1.0 / z[q]
+        for q in range(n):
+            b = tmp[q]
+            pm1 = z[q]
+            ok = b > 0.0
+            z[q] = pm1 * b if ok else 0.0
+            if want_d:
+                zd[q] = zl * pm1 if ok else 0.0
+        return
+    zl = zeta * lam
+    for q in range(n):  # non-integer ζ: pow (scalar libm call)
+        b = 1.0 + lam * c[q]
+        if b > 0.0:
+            pm1 = math.pow(b, zeta - 1.0)
+            z[q] = pm1 * b
+            if want_d:
+                zd[q] = zl * pm1
+        else:
+            z[q] = 0.0
+            if want_d:
+                zd[q] = 0.0
+
+
+def _reduce_dot(a, b, n):  # noqa: ANN001, ANN202
+    """Σ_q a[q]·b[q] (vectorised: reassociation allowed)."""
+    s = 0.0
+    for q in range(n):
+        s += a[q] * b[q]
+    return s
+
+
+def _acsf_element(
+    plan,  # KernelPlan
+    vec,  # (P, 3) float64 r_ij, pairs sorted by centre
+    dist,  # (P,) float64
     seg,  # (n_e + 1,) int64 pair range of each centre
-    nbr_el,  # (P,) int64
-    a_p,  # (P, n_E) per-pair radial factors
-    da_p,  # (P, n_E)
-    n_narrow,  # narrow keys come first among the n_E keys
-    e_eta,  # (n_E,)
-    e_rs,
-    e_rc,
-    e_kind,  # (n_E,) int64
-    e_alpha,
-    z_zeta,  # (n_Z,)
-    z_lam,
-    z_int,  # (n_Z,) int64: integer ζ or -1
-    ecol,  # (K_a,) int64
-    zcol,  # (K_a,) int64
-    pt_table,  # (n_el, n_el) int64
-    ang_acc,  # (n_e, n_pt, K_a) out
-    derivatives,
-    coef_p,  # (P, n_el, K_a) out
-    ang_q,  # (P, n_el, K_a, 3) out
+    nbr_el,  # (P,) int64 neighbour element
+    grp_row,  # (P,) int64 row of the pair in its neighbour element's derivative block
+    d_base,  # (n_el,) int64 offset of neighbour element f's block in dflat
+    values,  # (n_e, F) out
+    dflat,  # (Σ_f P_f·F_f·3,) out: per f a (P_f, F_f, 3) block
+    derivatives,  # bool
+    work_dtype,  # (0,) array: its dtype is the precision of the triplet terms (f32/f64)
 ):
     n_e = seg.shape[0] - 1
-    n_E = a_p.shape[1]
-    n_Z = z_zeta.shape[0]
-    k_a = ecol.shape[0]
-    full = np.empty(n_E)
-    xj = np.empty(n_E)
-    xk = np.empty(n_E)
-    gj = np.zeros(n_E)
-    gk = np.zeros(n_E)
-    zv = np.empty(n_Z)
-    dz = np.empty(n_Z)
-    pre = np.empty(n_Z)
-    for z in range(n_Z):
-        pre[z] = 2.0 ** (1.0 - z_zeta[z])
-    # a triplet with r_jk beyond every narrow cutoff contributes nothing if all keys are narrow
-    skip_rc = 0.0
-    if n_narrow == n_E:
-        for e in range(n_E):
-            skip_rc = max(skip_rc, e_rc[e])
+    n_el = plan.pt.shape[0]
+    n_cut = plan.cut_rc.shape[0]
+    n_ek = plan.ek_eta.shape[0]
+    n_zk = plan.zk_zeta.shape[0]
+    n_col = plan.col_e.shape[0]
+    n_pt = plan.p_ab.shape[0]
+    k_r = plan.rk_eta.shape[0]
+    n_slot = 0
+    for f in range(n_el):
+        for g in range(n_el):
+            p = plan.pt[f, g]
+            n_slot = max(n_slot, plan.s_off[f, g] + plan.p_col_off[p + 1] - plan.p_col_off[p])
+    n_max = 0
+    for i in range(n_e):
+        n_max = max(n_max, seg[i + 1] - seg[i])
+    # per-centre neighbour data, sorted by element
+    vx = np.empty(n_max)
+    vy = np.empty(n_max)
+    vz = np.empty(n_max)
+    rr = np.empty(n_max)
+    inv_r = np.empty(n_max)
+    el = np.empty(n_max, dtype=np.int64)
+    orig = np.empty(n_max, dtype=np.int64)
+    blk = np.zeros(n_el + 1, dtype=np.int64)
+    fill = np.zeros(n_el, dtype=np.int64)
+    fcn = np.empty((n_cut, n_max))
+    dfcn = np.empty((n_cut, n_max))
+    a_n = np.empty((n_ek, n_max))  # a(r_ij) per angular radial part
+    dar_n = np.empty((n_ek, n_max))  # a'(r_ij)/r_ij
+    d_rad = np.empty((k_r, n_max))  # radial a'(r_ij) (derivatives)
+    g_rad = np.empty(k_r)
+    g_col = np.empty(n_col)
+    # triplet buffer (j, k, r_jk²) and work arrays over its entries q
+    cap = max(_CAP, n_max)
+    jj = np.empty(cap, dtype=np.int64)
+    kk = np.empty(cap, dtype=np.int64)
+    d2 = np.empty(cap, dtype=work_dtype.dtype)
+    run_j = np.empty(cap, dtype=np.int64)  # runs of equal j in the buffer: j, end
+    run_end = np.empty(cap, dtype=np.int64)
+    dk2 = np.empty(n_max)  # r_jk² of one j and its candidate partners k
+    wk = np.empty((_N_WK, cap), dtype=work_dtype.dtype)  # per-triplet scalars
+    n_ew = 4 if derivatives else 1
+    wk_e = np.empty((n_ek, n_ew, cap), dtype=work_dtype.dtype)  # per radial part: W (and Xj, Xk, Y)
+    wk_z = np.empty((n_zk, 2, cap), dtype=work_dtype.dtype)  # per angular part: Z, Z'
+    wk_c = np.empty((n_cut, 2, cap), dtype=work_dtype.dtype)  # per cutoff: f_c(r_jk), f_c'(r_jk)
+    wk_g = np.empty(
+        (4, cap), dtype=work_dtype.dtype
+    )  # gathered a(r_ij), a(r_ik), a'(r_ij)/r_ij, a'(r_ik)/r_ik
+    n_acc = n_max if derivatives else 0
+    acc = np.empty((n_acc, n_slot, 4))
+    n_sep_e = 0
+    for e in range(n_ek):
+        n_sep_e += plan.e_sep[e] >= 0
+    n_mono = plan.mono_parent.shape[0]
+    mono = np.empty((n_max if n_sep_e else 0, n_mono))  # u^μ of each neighbour
+    tsum = np.empty((n_el, n_sep_e, n_mono))  # T^μ = Σ_j a(r_ij) u_j^μ per element
+    kvec = np.empty((4, n_mono))  # per neighbour and slot: P, V (∂G/∂r_ij = P r_ij + V)
     for i in range(n_e):
         s0 = seg[i]
-        s1 = seg[i + 1]
-        for j in range(s0, s1):
-            rj = r[j]
-            elj = nbr_el[j]
-            for k in range(j + 1, s1):
-                rk = r[k]
-                elk = nbr_el[k]
-                c = unit[j, 0] * unit[k, 0] + unit[j, 1] * unit[k, 1] + unit[j, 2] * unit[k, 2]
-                rjk = 0.0
-                if n_narrow > 0:
-                    rjk = math.sqrt(max(rj * rj + rk * rk - 2.0 * rj * rk * c, 0.0))
-                    if n_narrow == n_E and rjk >= skip_rc:
-                        continue
-                fc = 0.0
-                dfc = 0.0
-                for e in range(n_E):
-                    pr = a_p[j, e] * a_p[k, e]
-                    b = 1.0
-                    db = 0.0
-                    if e < n_narrow:
-                        if (
-                            e == 0
-                            or e_rc[e] != e_rc[e - 1]
-                            or e_kind[e] != e_kind[e - 1]
-                            or e_alpha[e] != e_alpha[e - 1]
-                        ):
-                            fc, dfc = _cutoff(rjk, e_rc[e], e_kind[e], e_alpha[e])
-                        d = rjk - e_rs[e]
-                        g = math.exp(-e_eta[e] * d * d)
-                        b = g * fc
-                        db = g * (dfc - 2.0 * e_eta[e] * d * fc)
-                    full[e] = pr * b
+        n = seg[i + 1] - s0
+        # ---------------------------------------------- sort neighbours by element
+        blk[:] = 0
+        for m in range(n):
+            blk[nbr_el[s0 + m] + 1] += 1
+        for f in range(n_el):
+            blk[f + 1] += blk[f]
+            fill[f] = blk[f]
+        for m in range(n):
+            f = nbr_el[s0 + m]
+            t = fill[f]
+            fill[f] += 1
+            orig[t] = s0 + m
+            el[t] = f
+        for t in range(n):
+            o = orig[t]
+            vx[t] = vec[o, 0]
+            vy[t] = vec[o, 1]
+            vz[t] = vec[o, 2]
+            rr[t] = dist[o]
+            inv_r[t] = 1.0 / dist[o]
+        # ------------------------------------------------- per-neighbour caches
+        for cc in range(n_cut):
+            _cutoff_fill(
+                rr, n, plan.cut_rc[cc], plan.cut_kind[cc], plan.cut_alpha[cc],
+                fcn[cc], dfcn[cc], True,
+            )  # fmt: skip
+        for e in range(n_ek):
+            eta = plan.ek_eta[e]
+            rs = plan.ek_rs[e]
+            fc = fcn[plan.ek_cut[e]]
+            dfc = dfcn[plan.ek_cut[e]]
+            ae = a_n[e]
+            de = dar_n[e]
+            for m in range(n):
+                d = rr[m] - rs
+                g = vexp(-eta * d * d)
+                ae[m] = g * fc[m]
+                de[m] = g * (dfc[m] - 2.0 * eta * d * fc[m]) * inv_r[m]
+        # --------------------------------------------------------------- radial
+        for f in range(n_el):
+            m0 = blk[f]
+            m1 = blk[f + 1]
+            for kr in range(plan.rk_off[f], plan.rk_off[f + 1]):
+                eta = plan.rk_eta[kr]
+                rs = plan.rk_rs[kr]
+                fc = fcn[plan.rk_cut[kr]]
+                dfc = dfcn[plan.rk_cut[kr]]
+                s = 0.0
+                for m in range(m0, m1):
+                    d = rr[m] - rs
+                    g = vexp(-eta * d * d)
+                    s += g * fc[m]
                     if derivatives:
-                        xj[e] = da_p[j, e] * a_p[k, e] * b
-                        xk[e] = a_p[j, e] * da_p[k, e] * b
-                        if e < n_narrow:
-                            gg = pr * db / rjk
-                            gj[e] = gg * rj
-                            gk[e] = gg * rk
-                            xj[e] += gj[e]
-                            xk[e] += gk[e]
-                for z in range(n_Z):
-                    base = 1.0 + z_lam[z] * c
-                    if base <= 0.0:  # n2p2: no contribution where 1 + λ cos θ ≤ 0
-                        zv[z] = 0.0
-                        dz[z] = 0.0
-                        continue
-                    if z_int[z] >= 1:
-                        pm1 = 1.0
-                        for _ in range(z_int[z] - 1):
-                            pm1 *= base
-                    else:
-                        pm1 = base ** (z_zeta[z] - 1.0)
-                    zv[z] = pre[z] * pm1 * base
-                    dz[z] = pre[z] * z_zeta[z] * z_lam[z] * pm1
-                p = pt_table[elj, elk]
-                for col in range(k_a):
-                    e = ecol[col]
-                    z = zcol[col]
-                    ang_acc[i, p, col] += full[e] * zv[z]
-                if derivatives:
-                    inv_j = 1.0 / rj
-                    inv_k = 1.0 / rk
-                    for col in range(k_a):
-                        e = ecol[col]
-                        z = zcol[col]
-                        a1 = dz[z] * full[e]
-                        pj = zv[z] * xj[e] - a1 * c * inv_j
-                        pk = zv[z] * xk[e] - a1 * c * inv_k
-                        qj = a1 * inv_j
-                        qk = a1 * inv_k
-                        if e < n_narrow:
-                            qj -= zv[z] * gk[e]
-                            qk -= zv[z] * gj[e]
-                        coef_p[j, elk, col] += pj
-                        coef_p[k, elj, col] += pk
-                        for d3 in range(3):
-                            ang_q[j, elk, col, d3] += qj * unit[k, d3]
-                            ang_q[k, elj, col, d3] += qk * unit[j, d3]
-    if derivatives:  # ang_q becomes the full ∂G/∂r_ij: add the P·r̂_ij part
-        for p in range(coef_p.shape[0]):
-            for s in range(coef_p.shape[1]):
-                for col in range(k_a):
-                    cp = coef_p[p, s, col]
-                    if cp != 0.0:
-                        for d3 in range(3):
-                            ang_q[p, s, col, d3] += cp * unit[p, d3]
-
-
-def _angular_values(
-    unit, r, seg, nbr_el, a_p, n_narrow, e_eta, e_rs, e_rc, e_kind, e_alpha,
-    z_zeta, z_lam, z_int, ecol, zcol, pt_table, ang_acc,
-):  # fmt: skip
-    """Values-only specialisation of :func:`_angular_loop` (same arguments, no derivatives)."""
-    n_e = seg.shape[0] - 1
-    n_E = a_p.shape[1]
-    n_Z = z_zeta.shape[0]
-    k_a = ecol.shape[0]
-    full = np.empty(n_E)
-    zv = np.empty(n_Z)
-    pre = np.empty(n_Z)
-    for z in range(n_Z):
-        pre[z] = 2.0 ** (1.0 - z_zeta[z])
-    skip_rc2 = np.inf
-    if n_narrow == n_E:
-        skip_rc2 = 0.0
-        for e in range(n_E):
-            skip_rc2 = max(skip_rc2, e_rc[e] * e_rc[e])
-    for i in range(n_e):
-        s0 = seg[i]
-        s1 = seg[i + 1]
-        for j in range(s0, s1):
-            rj = r[j]
-            elj = nbr_el[j]
-            ux, uy, uz = unit[j, 0], unit[j, 1], unit[j, 2]
-            for k in range(j + 1, s1):
-                rk = r[k]
-                c = ux * unit[k, 0] + uy * unit[k, 1] + uz * unit[k, 2]
-                rjk2 = rj * rj + rk * rk - 2.0 * rj * rk * c
-                if rjk2 >= skip_rc2:
+                        d_rad[kr, m] = g * (dfc[m] - 2.0 * eta * d * fc[m])
+                g_rad[kr] = s
+        # -------------------------------------------------------------- angular
+        g_col[:] = 0.0
+        if derivatives:
+            acc[:n] = 0.0
+        mode = 1 if n_sep_e and n >= plan.sep_min_neighbors else 0
+        for a in range(n_el):
+            for b in range(a, n_el):
+                p = plan.pt[a, b] + mode * n_pt
+                if plan.p_tcol_off[p] == plan.p_tcol_off[p + 1]:
                     continue
-                rjk = math.sqrt(max(rjk2, 0.0)) if n_narrow > 0 else 0.0
-                fc = 0.0
-                for e in range(n_E):
-                    pr = a_p[j, e] * a_p[k, e]
-                    if e < n_narrow:
-                        if (
-                            e == 0
-                            or e_rc[e] != e_rc[e - 1]
-                            or e_kind[e] != e_kind[e - 1]
-                            or e_alpha[e] != e_alpha[e - 1]
-                        ):
-                            fc = _cutoff(rjk, e_rc[e], e_kind[e], e_alpha[e])[0]
-                        d = rjk - e_rs[e]
-                        pr *= math.exp(-e_eta[e] * d * d) * fc
-                    full[e] = pr
-                for z in range(n_Z):
-                    base = 1.0 + z_lam[z] * c
-                    if base <= 0.0:  # n2p2: no contribution where 1 + λ cos θ ≤ 0
-                        zv[z] = 0.0
+                rc2 = plan.p_rc2[p]
+                rmx = plan.p_rmax[p]
+                nq = 0
+                nr = 0
+                for j in range(blk[a], blk[a + 1]):
+                    if rr[j] >= rmx:
                         continue
-                    if z_int[z] >= 1:
-                        val = base
-                        for _ in range(z_int[z] - 1):
-                            val *= base
-                    else:
-                        val = base ** (z_zeta[z] - 1.0) * base
-                    zv[z] = pre[z] * val
-                p = pt_table[elj, nbr_el[k]]
-                for col in range(k_a):
-                    ang_acc[i, p, col] += full[ecol[col]] * zv[zcol[col]]
+                    k0 = max(j + 1, blk[b])
+                    k1 = blk[b + 1]
+                    if k0 >= k1:
+                        continue
+                    if nq + k1 - k0 > cap:
+                        _flush(
+                            plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
+                            g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
+                            run_j, run_end, nr,
+                        )  # fmt: skip
+                        nq = 0
+                        nr = 0
+                    xj = vx[j]
+                    yj = vy[j]
+                    zj = vz[j]
+                    for k in range(k0, k1):  # r_jk² (vectorised)
+                        dx = vx[k] - xj
+                        dy = vy[k] - yj
+                        dz = vz[k] - zj
+                        dk2[k] = dx * dx + dy * dy + dz * dz
+                    for k in range(k0, k1):  # keep r_jk² < rc² (no sqrt for the others)
+                        dd = dk2[k]
+                        jj[nq] = j
+                        kk[nq] = k
+                        d2[nq] = dd
+                        nq += (dd < rc2) & (rr[k] < rmx)
+                    if nr == 0 or run_end[nr - 1] < nq:  # the buffer holds runs of equal j
+                        run_j[nr] = j
+                        run_end[nr] = nq
+                        nr += 1
+                if nq:
+                    _flush(
+                        plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
+                        g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
+                        run_j, run_end, nr,
+                    )  # fmt: skip
+        # ------------------------------------- separable wide functions, O(n)
+        if mode == 1:
+            _separable(plan, n, el, blk, vx, vy, vz, rr, inv_r, a_n, dar_n, mono, tsum, kvec,
+                       g_col, acc, derivatives)  # fmt: skip
+        # -------------------------------------------------------------- outputs
+        for d in range(values.shape[1]):
+            s = plan.vsrc[d]
+            values[i, d] = g_rad[s] if s < k_r else g_col[s - k_r] * plan.col_scale[s - k_r]
+        if not derivatives:
+            continue
+        for m in range(n):
+            f = el[m]
+            o = orig[m]
+            f0 = plan.dsrc_off[f]
+            width = plan.dsrc_off[f + 1] - f0
+            base = d_base[f] + grp_row[o] * width * 3
+            ir = inv_r[m]
+            for dcol in range(width):
+                s = plan.dsrc[f0 + dcol]
+                sc = plan.dscale[f0 + dcol]
+                at = base + 3 * dcol
+                if s < k_r:
+                    pr = d_rad[s, m] * ir * sc
+                    dflat[at] = pr * vx[m]
+                    dflat[at + 1] = pr * vy[m]
+                    dflat[at + 2] = pr * vz[m]
+                else:
+                    sl = s - k_r
+                    pr = acc[m, sl, 0]
+                    dflat[at] = (pr * vx[m] + acc[m, sl, 1]) * sc
+                    dflat[at + 1] = (pr * vy[m] + acc[m, sl, 2]) * sc
+                    dflat[at + 2] = (pr * vz[m] + acc[m, sl, 3]) * sc
+
+
+def _separable(
+    plan, n, el, blk, vx, vy, vz, rr, inv_r, a_n, dar_n, mono, tsum, kvec, g_col, acc,
+    derivatives,
+):  # fmt: skip
+    """Wide functions with (1 + λc)^ζ a polynomial: Σ_{j<k} from tensor powers, O(n·M).
+
+    With c_jk^m = Σ_{|μ|=m} (m!/μ!) u_j^μ u_k^μ and T_a^μ = Σ_{j∈a} a(r_ij) u_j^μ:
+    Σ_{j∈a,k∈b} a_j a_k (1 + λc)^ζ = Σ_μ C(ζ,|μ|) λ^|μ| (|μ|!/μ!) T_a^μ T_b^μ, and for a = b
+    the sum over j < k is half of that minus the j = k terms. Derivatives: with
+    S(j) = Σ_k a_k (1 + λ c_jk)^ζ and its gradient G(j) in u_j,
+    ∂/∂r_ij = a'_j S u_j + a_j (I - u_j u_jᵀ) G / r_ij (docs/acsf.md).
+    """
+    n_mono = mono.shape[1]
+    for m in range(n):  # monomials u^μ of each neighbour, by degree
+        ir = inv_r[m]
+        u0 = vx[m] * ir
+        u1 = vy[m] * ir
+        u2 = vz[m] * ir
+        mono[m, 0] = 1.0
+        for mu in range(1, n_mono):
+            ax = plan.mono_axis[mu]
+            uu = u0 if ax == 0 else (u1 if ax == 1 else u2)
+            mono[m, mu] = mono[m, plan.mono_parent[mu]] * uu
+    tsum[:] = 0.0
+    for e in range(plan.e_sep.shape[0]):
+        se = plan.e_sep[e]
+        if se < 0:
+            continue
+        for m in range(n):
+            am = a_n[e, m]
+            if am == 0.0:
+                continue
+            t = tsum[el[m], se]
+            for mu in range(n_mono):
+                t[mu] += am * mono[m, mu]
+    k_s = kvec[0]
+    for p in range(plan.p_ab.shape[0]):
+        a = plan.p_ab[p, 0]
+        b = plan.p_ab[p, 1]
+        c0 = plan.p_col_off[p]
+        for sc in range(plan.p_scol_off[p], plan.p_scol_off[p + 1]):
+            col = plan.p_scol[sc]
+            e = plan.col_e[col]
+            z = plan.col_z[col]
+            se = plan.e_sep[e]
+            zc = plan.z_sep[z]
+            ta = tsum[a, se]
+            tb = tsum[b, se]
+            val = 0.0
+            for mu in range(n_mono):
+                val += zc[mu] * ta[mu] * tb[mu]
+            if a == b:
+                self_sum = 0.0
+                for m in range(blk[a], blk[a + 1]):
+                    self_sum += a_n[e, m] * a_n[e, m]
+                val = 0.5 * (val - plan.z_sep_self[z] * self_sum)
+            g_col[col] += val
+            if not derivatives:
+                continue
+            for side in range(2 if a != b else 1):
+                me = a if side == 0 else b
+                partner = b if side == 0 else a
+                tp = tsum[partner, se]
+                for mu in range(n_mono):  # S(j) = k_s·u_j^μ, G_α(j) = k_α·u_j^μ
+                    k_s[mu] = zc[mu] * tp[mu]
+                for ax in range(3):
+                    k_g = kvec[1 + ax]
+                    for mu in range(n_mono):
+                        nu = plan.mono_up[mu, ax]
+                        k_g[mu] = (
+                            0.0 if nu < 0 else (zc[nu] * tp[nu] * (plan.mono_power[mu, ax] + 1))
+                        )
+                slot = plan.s_off[me, partner] + col - c0
+                for j in range(blk[me], blk[me + 1]):
+                    aj = a_n[e, j]
+                    daj = dar_n[e, j]
+                    if aj == 0.0 and daj == 0.0:
+                        continue
+                    mj = mono[j]
+                    sv = _reduce_dot(k_s, mj, n_mono)
+                    if a == b:
+                        sv -= plan.z_sep_self[z] * aj
+                    gx = _reduce_dot(kvec[1], mj, n_mono)
+                    gy = _reduce_dot(kvec[2], mj, n_mono)
+                    gz = _reduce_dot(kvec[3], mj, n_mono)
+                    ir = inv_r[j]
+                    gv = (gx * vx[j] + gy * vy[j] + gz * vz[j]) * ir * ir * ir
+                    acc[j, slot, 0] += daj * sv - aj * gv
+                    acc[j, slot, 1] += aj * ir * gx
+                    acc[j, slot, 2] += aj * ir * gy
+                    acc[j, slot, 3] += aj * ir * gz
+
+
+_CAP = 512  # triplets per buffer flush: long vector loops, work arrays stay in L1/L2
+# rows of the per-triplet scalar work array
+_R, _IRJK, _C, _IJ, _IK, _CJ, _CK, _QQ, _PJ, _PK, _QV = range(11)
+_N_WK = 11
+
+
+def _flush(
+    plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n, g_col, acc, derivatives,
+    wk, wk_e, wk_z, wk_c, wk_g, run_j, run_end, nr,
+):  # fmt: skip
+    """Add the nq buffered triplets (j, k) of element pair p = (a, b) to values/derivatives."""
+    t_r = wk[_R]
+    t_irjk = wk[_IRJK]
+    t_c = wk[_C]
+    t_ij = wk[_IJ]
+    t_ik = wk[_IK]
+    for q in range(nq):  # gather (scalar): cos θ_jik, 1/r_ij, 1/r_ik
+        j = jj[q]
+        k = kk[q]
+        t_ij[q] = inv_r[j]
+        t_ik[q] = inv_r[k]
+        t_c[q] = vx[j] * vx[k] + vy[j] * vy[k] + vz[j] * vz[k]
+    for q in range(nq):  # vectorised from here on: contiguous work arrays
+        rjk = math.sqrt(d2[q])
+        t_r[q] = rjk
+        t_irjk[q] = 1.0 / rjk
+        t_c[q] *= t_ij[q] * t_ik[q]
+    for pc in range(plan.p_c_off[p], plan.p_c_off[p + 1]):
+        cc = plan.p_c_list[pc]
+        _cutoff_fill(
+            t_r, nq, plan.cut_rc[cc], plan.cut_kind[cc], plan.cut_alpha[cc],
+            wk_c[cc, 0], wk_c[cc, 1], derivatives,
+        )  # fmt: skip
+    for pe in range(plan.p_e_off[p], plan.p_e_off[p + 1]):
+        e = plan.p_e_list[pe]
+        _radial_part(
+            plan.ek_eta[e], plan.ek_rs[e], plan.ek_narrow[e] == 1, nq, jj, kk, t_r, t_irjk,
+            wk_c[plan.ek_cut[e]], a_n[e], dar_n[e], wk_e[e], wk_g, derivatives,
+        )  # fmt: skip
+    for pz in range(plan.p_z_off[p], plan.p_z_off[p + 1]):
+        z = plan.p_z_list[pz]
+        _angular_part(
+            t_c, nq, plan.zk_zeta[z], plan.zk_lam[z], plan.zk_int[z], plan.zk_isint[z],
+            wk_z[z, 0], wk_z[z, 1], wk[_PJ], derivatives,
+        )  # fmt: skip
+    c0 = plan.p_col_off[plan.pt[a, b]]
+    t0 = plan.p_tcol_off[p]
+    t1 = plan.p_tcol_off[p + 1]
+    for tc in range(t0, t1):
+        col = plan.p_tcol[tc]
+        g_col[col] += _reduce_dot(wk_e[plan.col_e[col], 0], wk_z[plan.col_z[col], 0], nq)
+    if not derivatives:
+        return
+    t_cj = wk[_CJ]
+    t_ck = wk[_CK]
+    t_qq = wk[_QQ]
+    for q in range(nq):
+        ij = t_ij[q]
+        ik = t_ik[q]
+        t_cj[q] = t_c[q] * ij * ij
+        t_ck[q] = t_c[q] * ik * ik
+        t_qq[q] = ij * ik
+    sj0 = plan.s_off[a, b]
+    sk0 = plan.s_off[b, a]
+    for tc in range(t0, t1):
+        col = plan.p_tcol[tc]
+        _column_derivative(
+            wk_e[plan.col_e[col]], wk_z[plan.col_z[col]], t_cj, t_ck, t_qq,
+            wk[_PJ], wk[_PK], wk[_QV], nq,
+        )  # fmt: skip
+        sj = sj0 + col - c0
+        sk = sk0 + col - c0
+        pj = wk[_PJ]
+        pk = wk[_PK]
+        qv = wk[_QV]
+        # scatter: ∂/∂r_ij += Pj r_ij + Q r_ik, ∂/∂r_ik += Pk r_ik + Q r_ij; the j side
+        # summed per run of equal j in registers (no store-to-load chain through acc)
+        q0 = 0
+        for r in range(nr):
+            j = run_j[r]
+            q1 = run_end[r]
+            xj = vx[j]
+            yj = vy[j]
+            zj = vz[j]
+            s0 = 0.0
+            s1 = 0.0
+            s2 = 0.0
+            s3 = 0.0
+            for q in range(q0, q1):
+                k = kk[q]
+                qq = qv[q]
+                s0 += pj[q]
+                s1 += qq * vx[k]
+                s2 += qq * vy[k]
+                s3 += qq * vz[k]
+                acc[k, sk, 0] += pk[q]
+                acc[k, sk, 1] += qq * xj
+                acc[k, sk, 2] += qq * yj
+                acc[k, sk, 3] += qq * zj
+            acc[j, sj, 0] += s0
+            acc[j, sj, 1] += s1
+            acc[j, sj, 2] += s2
+            acc[j, sj, 3] += s3
+            q0 = q1
+
+
+def _radial_part(
+    eta, rs, narrow, nq, jj, kk, t_r, t_irjk, cut, a_e, dar_e, out, gat, derivatives
+):  # fmt: skip
+    """out[0] = W = a(r_ij) a(r_ik) b(r_jk); with derivatives out[1:4] = Xj, Xk, Y (docs)."""
+    aj = gat[0]
+    ak = gat[1]
+    for q in range(nq):  # gather (scalar), so that the loops below vectorise
+        aj[q] = a_e[jj[q]]
+        ak[q] = a_e[kk[q]]
+    w = out[0]
+    fc = cut[0]
+    meta = like(-eta, t_r[0])  # compute precision (float32 or float64)
+    rs = like(rs, t_r[0])
+    if not derivatives:
+        if narrow:
+            for q in range(nq):
+                d = t_r[q] - rs
+                w[q] = aj[q] * ak[q] * vexp_like(meta * d * d) * fc[q]
+        else:
+            for q in range(nq):
+                w[q] = aj[q] * ak[q]
+        return
+    daj = gat[2]
+    dak = gat[3]
+    for q in range(nq):
+        daj[q] = dar_e[jj[q]]
+        dak[q] = dar_e[kk[q]]
+    xj = out[1]
+    xk = out[2]
+    y = out[3]
+    dfc = cut[1]
+    meta2 = like(2.0 * eta, t_r[0])
+    if narrow:
+        for q in range(nq):
+            d = t_r[q] - rs
+            g = vexp_like(meta * d * d)
+            bb = g * fc[q]
+            aa = aj[q] * ak[q]
+            yy = aa * g * (dfc[q] - meta2 * d * fc[q]) * t_irjk[q]
+            w[q] = aa * bb
+            y[q] = yy
+            xj[q] = daj[q] * ak[q] * bb + yy
+            xk[q] = aj[q] * dak[q] * bb + yy
+    else:
+        for q in range(nq):
+            w[q] = aj[q] * ak[q]
+            y[q] = 0
+            xj[q] = daj[q] * ak[q]
+            xk[q] = aj[q] * dak[q]
+
+
+def _column_derivative(we, wz, cj, ck, qq, pj, pk, qv, nq):  # noqa: ANN001, ANN202
+    """Per triplet Pj, Pk, Q of one column (W, Xj, Xk, Y in we; Z, Z' in wz)."""
+    w = we[0]
+    xj = we[1]
+    xk = we[2]
+    y = we[3]
+    z = wz[0]
+    zd = wz[1]
+    for q in range(nq):
+        zz = z[q]
+        zw = zd[q] * w[q]
+        pj[q] = zz * xj[q] - zw * cj[q]
+        pk[q] = zz * xk[q] - zw * ck[q]
+        qv[q] = zw * qq[q] - zz * y[q]
 
 
 if _HAVE_NUMBA:  # pragma: no branch
-    _cutoff = numba.njit(cache=True, inline="always")(_cutoff)
-    _angular_loop_jit = numba.njit(cache=True, nogil=True)(_angular_loop)
-    _angular_values_jit = numba.njit(cache=True, nogil=True)(_angular_values)
+    from dparallel.kernels._vecmath import like, vcos_pi, vexp, vexp_like, vsin_pi, vtanh_pos
+
+    def _jit(fastmath: set[str], **kw: bool):  # noqa: ANN202
+        """njit with cache, numpy error model (no ZeroDivisionError checks: loops vectorise)."""
+        return numba.njit(cache=True, error_model="numpy", fastmath=fastmath, **kw)
+
+    _CONTRACT = {"contract"}  # FMA only: exp/cos range reductions stay exact
+    _REASSOC = {"contract", "reassoc", "nsz", "arcp"}  # reductions may be reordered
+    _cutoff_fill = _jit(_CONTRACT)(_cutoff_fill)
+    _angular_part = _jit(_CONTRACT)(_angular_part)
+    _reduce_dot = _jit(_REASSOC)(_reduce_dot)
+    _radial_part = _jit(_CONTRACT)(_radial_part)
+    _column_derivative = _jit(_CONTRACT)(_column_derivative)
+    _flush = _jit(_CONTRACT)(_flush)
+    _separable = _jit(_CONTRACT)(_separable)
+    _acsf_element_jit = _jit(_CONTRACT, nogil=True)(_acsf_element)
 
 
-def angular_loop(*args) -> None:  # noqa: ANN002
-    """Run the compiled triplet loop (arguments as :func:`_angular_loop`)."""
+def acsf_element(*args) -> None:  # noqa: ANN002
+    """Run the compiled kernel (arguments as :func:`_acsf_element`)."""
     if not _HAVE_NUMBA:
         raise BackendUnavailableError("backend='numba' needs numba (pip install numba)")
-    derivatives = args[19]
-    if derivatives:
-        _angular_loop_jit(*args)
-    else:  # drop da_p and the derivative outputs
-        _angular_values_jit(*args[:5], *args[6:19])
+    _acsf_element_jit(*args)

@@ -6,6 +6,7 @@ import ase
 import numpy as np
 import pytest
 import torch
+from acsf_unchecked import allow_any_parameters
 
 from dparallel.descriptors import ACSF
 from dparallel.errors import DescriptorError
@@ -99,3 +100,68 @@ def test_isolated_atoms_and_absent_elements(backend: str) -> None:
     assert float(out["H"].values.abs().sum()) == 0.0
     for pd in out["O"].pairs.values():
         assert pd.dG_dr.shape[0] == 0
+
+
+@pytest.mark.parametrize("path", ["separable", "triplets"])
+def test_wide_functions_both_paths_equal_torch(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """Type 9 with integer ζ and |λ| ≤ 1: O(n) tensor sums or neighbour pairs, same result."""
+    from dparallel.kernels import acsf_plan
+
+    allow_any_parameters(monkeypatch)  # |λ| < 1
+    monkeypatch.setattr(acsf_plan, "SEPARABLE_MIN_NEIGHBORS", 0 if path == "separable" else 10**9)
+    rng = np.random.default_rng(5)
+    acsf = ACSF.uniform(
+        ["H", "C", "O"],
+        r_cut=4.0,
+        cutoff="poly3",
+        alpha=0.1,
+        radial=[(0.5, 0.0)],
+        narrow=[(0.2, 2.0, -1.0, 0.3)],
+        wide=[(0.3, z, lam, rs) for z, lam, rs in ((1.0, 1.0, 0.0), (2.0, -1.0, 0.5),
+                                                   (3.0, 0.5, 0.0), (6.0, -0.3, 1.1))],
+    )  # fmt: skip
+    cell = np.diag(rng.uniform(3.0, 3.6, 3))
+    structs = [
+        ase.Atoms(
+            numbers=rng.choice([1, 6, 8], 8),
+            scaled_positions=rng.random((8, 3)),
+            cell=cell,
+            pbc=True,
+        ),
+        ase.Atoms("CHO", positions=[[0, 0, 0], [1.1, 0, 0], [0, 1.3, 0.2]]),  # 1-2 neighbours
+    ]
+    a = acsf.compute(structs, derivatives=True, backend="torch")
+    b = acsf.compute(structs, derivatives=True, backend="numba")
+    for e in a:
+        np.testing.assert_allclose(b[e].values, a[e].values, rtol=1e-11, atol=1e-14)
+        for f in a[e].pairs:
+            np.testing.assert_allclose(
+                b[e].pairs[f].dG_dr, a[e].pairs[f].dG_dr, rtol=1e-10, atol=1e-12
+            )
+
+
+def test_float32_compute_with_float64_sums() -> None:
+    """compute_dtype=float32: triplet terms in float32, sums in float64 (≈1e-7 relative)."""
+    rng = np.random.default_rng(3)
+    acsf = ACSF.uniform(
+        ["H", "O"],
+        r_cut=4.0,
+        cutoff="tanhu",
+        radial=[(0.5, 0.0), (0.2, 1.0)],
+        narrow=[(0.1, 1.0, -1.0, 0.0), (0.05, 4.0, 1.0, 0.5)],
+        wide=[(0.2, 2.0, 1.0, 0.0)],
+    )
+    atoms = ase.Atoms(
+        numbers=rng.choice([1, 8], 12), scaled_positions=rng.random((12, 3)),
+        cell=np.diag([4.5, 4.2, 4.8]), pbc=True,
+    )  # fmt: skip
+    ref = acsf.compute([atoms], derivatives=True, backend="numba")
+    f32 = acsf.compute([atoms], derivatives=True, backend="numba", compute_dtype=torch.float32)
+    for e in ref:
+        assert f32[e].values.dtype == torch.float64
+        np.testing.assert_allclose(f32[e].values, ref[e].values, rtol=2e-6, atol=1e-12)
+        for f, pd in ref[e].pairs.items():
+            scale = float(pd.dG_dr.abs().max())
+            np.testing.assert_allclose(f32[e].pairs[f].dG_dr, pd.dG_dr, rtol=0, atol=2e-6 * scale)
+    with pytest.raises(DescriptorError, match="compute_dtype must be"):
+        acsf.compute([atoms], compute_dtype=torch.float16)

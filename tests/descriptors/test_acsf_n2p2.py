@@ -1,0 +1,131 @@
+"""Every symmetry-function value (and dG_i/dr_i) against n2p2 itself (libnnp, float64).
+
+n2p2 sorts each element's functions internally, so columns are mapped by metadata
+(type, elements, η, rs, ζ, λ, rc). Skipped when n2p2 is not built (../shared/n2p2/build.sh).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ase.build
+import n2p2_dump
+import numpy as np
+import pytest
+from acsf_unchecked import allow_any_parameters
+
+from dparallel.descriptors import ACSF
+from dparallel.io import open_source
+from dparallel.kernels.acsf_numba import numba_available
+
+_why = n2p2_dump.unavailable()
+pytestmark = [
+    pytest.mark.skipif(_why is not None, reason=_why or ""),
+    pytest.mark.skipif(not numba_available(), reason="numba not installed"),
+    pytest.mark.integration,
+]
+WATER = Path(__file__).resolve().parents[3] / "shared" / "n2p2" / "water"
+
+
+@pytest.fixture(scope="module")
+def dumper(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return n2p2_dump.build(tmp_path_factory.mktemp("n2p2_dump"))
+
+
+def _compare(acsf: ACSF, workdir: Path, exe: Path, derivatives: bool) -> int:
+    """Our values (and -Σ_j dG_i/dr_ij) against n2p2's for every atom; returns atoms checked."""
+    theirs = n2p2_dump.run(exe, workdir, derivatives)
+    source = open_source(workdir / "input.data", "n2p2", cache_index=False)
+    batch = source.read(0, len(source))
+    out = acsf.compute(batch, derivatives=derivatives)
+    cols = {e: n2p2_dump.column_map(acsf.features(e), fs) for e, fs in theirs.functions.items()}
+    assert len(theirs.values) == batch.n_atoms
+    for e, res in out.items():
+        for row, atom in enumerate(res.atom_index.tolist()):
+            assert theirs.elements[atom] == e
+            np.testing.assert_allclose(
+                res.values[row, cols[e]].numpy(), theirs.values[atom], rtol=1e-10, atol=1e-300
+            )
+        if not derivatives:
+            continue
+        d_self = np.zeros((res.values.shape[0], acsf.n_features(e), 3))
+        for pd in res.pairs.values():
+            dg = np.zeros((pd.dG_dr.shape[0], acsf.n_features(e), 3))
+            dg[:, pd.feature_index.numpy()] = pd.dG_dr.numpy()
+            np.add.at(d_self, pd.center.numpy(), -dg)  # dG_i/dr_i = -Σ_j dG_i/dr_ij
+        for row, atom in enumerate(res.atom_index.tolist()):
+            ref = theirs.d_self[atom]
+            scale = np.abs(ref).max() + 1e-300
+            np.testing.assert_allclose(d_self[row, cols[e]], ref, rtol=1e-8, atol=1e-11 * scale)
+    return batch.n_atoms
+
+
+@pytest.mark.skipif(not WATER.is_dir(), reason=f"n2p2 water example not found at {WATER}")
+def test_water_example_equals_n2p2(dumper: Path, tmp_path: Path) -> None:
+    """n2p2's RPBE-D3 water example (types 2 and 3, tanhu cutoff), file units (bohr)."""
+    lines = (WATER / "input.data").read_text().splitlines(keepends=True)
+    ends = [n for n, line in enumerate(lines) if line.split()[:1] == ["end"]]
+    (tmp_path / "input.data").write_text("".join(lines[: ends[1] + 1]))  # two structures
+    (tmp_path / "input.nn").write_text((WATER / "input.nn").read_text())
+    acsf = ACSF.from_n2p2(str(tmp_path / "input.nn"))
+    assert _compare(acsf, tmp_path, dumper, derivatives=True) > 100
+
+
+def _metal_input_nn(cutoff: int, alpha: float, angular: list[tuple]) -> str:
+    """input.nn for Cu/Au with types 2, 3 and 9 on every element (pair)."""
+    lines = ["number_of_elements 2", "elements Cu Au", f"cutoff_type {cutoff} {alpha}"]
+    for ec in ("Cu", "Au"):
+        for e1 in ("Cu", "Au"):
+            for eta, rs in ((0.0, 0.0), (0.4, 2.5), (1.5, 3.2)):
+                lines.append(f"symfunction_short {ec} 2 {e1} {eta} {rs} 5.2")
+        for e1, e2 in (("Cu", "Cu"), ("Cu", "Au"), ("Au", "Au")):
+            for t, eta, lam, zeta, rs in angular:
+                lines.append(f"symfunction_short {ec} {t} {e1} {e2} {eta} {lam} {zeta} 5.2 {rs}")
+    return "\n".join(lines) + "\n"
+
+
+def _cu_au(seed: int) -> list[ase.Atoms]:
+    """Rattled fcc CuAu cells larger than 2·rc (no self-images) and one cluster."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n, a in ((3, 3.75), (3, 3.9)):
+        atoms = ase.build.bulk("Cu", "fcc", a=a, cubic=True) * (n, n, n)
+        atoms.numbers[rng.random(len(atoms)) < 0.4] = 79
+        atoms.rattle(0.15, seed=int(rng.integers(1 << 30)))
+        out.append(atoms)
+    cluster = ase.Atoms("Cu6Au4", positions=rng.normal(scale=1.8, size=(10, 3)))
+    cluster.pbc = False
+    return [*out, cluster]
+
+
+STANDARD = [
+    (3, 0.01, 1.0, 1.0, 0.0), (3, 0.05, -1.0, 2.0, 0.0), (3, 0.1, 1.0, 4.0, 1.5),
+    (9, 0.01, 1.0, 1.0, 0.0), (9, 0.05, -1.0, 2.0, 0.8), (9, 0.02, 1.0, 16.0, 0.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("cutoff,alpha", [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.1), (6, 0.2)])
+def test_metal_types_2_3_9_equal_n2p2(
+    dumper: Path, tmp_path: Path, cutoff: int, alpha: float
+) -> None:
+    (tmp_path / "input.nn").write_text(_metal_input_nn(cutoff, alpha, STANDARD))
+    n2p2_dump.write_input_data(tmp_path / "input.data", _cu_au(cutoff))
+    acsf = ACSF.from_n2p2(str(tmp_path / "input.nn"))
+    assert _compare(acsf, tmp_path, dumper, derivatives=True) > 200
+
+
+EXOTIC = [
+    (3, 0.1, 0.5, 0.5, 0.3), (3, 0.05, 0.5, -2.0, 0.0), (3, -0.01, -2.0, 3.0, 1.0),
+    (9, 0.1, -0.7, 2.5, 0.4), (9, 0.03, 0.4, -1.0, 0.0), (9, 0.2, -3.0, 1.0, 0.5),
+]  # fmt: skip
+
+
+def test_any_zeta_lambda_eta_equal_n2p2(
+    dumper: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ζ < 1, negative integer ζ, |λ| ≠ 1, η < 0, rs > 0 (n2p2 accepts all of them)."""
+    allow_any_parameters(monkeypatch)
+    (tmp_path / "input.nn").write_text(_metal_input_nn(6, 0.0, EXOTIC))
+    n2p2_dump.write_input_data(tmp_path / "input.data", _cu_au(7))
+    acsf = ACSF.from_n2p2(str(tmp_path / "input.nn"))
+    assert _compare(acsf, tmp_path, dumper, derivatives=True) > 200
