@@ -37,7 +37,7 @@ def trained(tmp_path_factory):  # noqa: ANN001, ANN201
     data = write_emt_cu(root / "cu.xyz", 12, seed=4)
     store = build_store(data, root / "cu.zarr", small_acsf(), partition_atoms=100)
     train_model(store, root / "model", SPEC)
-    export_model(root / "model", try_export=False)
+    export_model(root / "model", artifacts=False)
     return store, root
 
 
