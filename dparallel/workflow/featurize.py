@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.descriptors.acsf import ACSF
 from dparallel.errors import (
+    ClusterError,
     DiskFullError,
     PartitionFailedError,
     RunInterruptedError,
@@ -347,7 +348,7 @@ def _run_partitions(
     failures: dict[int, BaseException] = {}
     if not pending:
         return counts, failures
-    from distributed import as_completed, wait
+    from distributed import as_completed
 
     from dparallel.cluster import connect
     from dparallel.dashboard.events import publish_progress_start
@@ -405,9 +406,40 @@ def _run_partitions(
         for p in sorted(p for p, exc in failures.items() if _killed_worker(exc)):
             lease.check()
             future = submit(p)
-            wait(future)
-            collect(future, p)
+            if _wait_with_workers(handle.client, future, lease):
+                collect(future, p)
+            else:
+                failures[p] = ClusterError(
+                    f"no worker alive for {_NO_WORKER_GRACE_S:.0f} s to rerun it on "
+                    "(the workers' nannies stopped restarting them)"
+                )
     return counts, failures
+
+
+_NO_WORKER_GRACE_S = 120.0
+
+
+def _wait_with_workers(client: Any, future: Any, lease: StoreLease) -> bool:
+    """Wait for ``future`` while the lease holds; False (future cancelled) once the cluster
+    has had no worker for ``_NO_WORKER_GRACE_S`` — never an unbounded wait."""
+    from distributed import wait
+
+    without_since: float | None = None
+    while True:
+        try:
+            wait(future, timeout=5)
+        except TimeoutError:
+            pass
+        else:
+            return True
+        lease.check()
+        if client.scheduler_info().get("workers"):
+            without_since = None
+        elif without_since is None:
+            without_since = time.monotonic()
+        elif time.monotonic() - without_since > _NO_WORKER_GRACE_S:
+            future.cancel()
+            return False
 
 
 def _statistics_json(statistics: dict[str, dict[str, FeatureStats]]) -> dict[str, Any]:
