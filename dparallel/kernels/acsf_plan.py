@@ -155,7 +155,8 @@ def build_kernel_plan(features: Sequence[dict], elements: Sequence[str]) -> Kern
     col_scale = np.array([2.0 ** (1.0 - zk_l[z][0]) for z in col_z], dtype=np.float64)
     # wide columns with a polynomial angular part go the O(n) way, the rest over triplets
     sep = [
-        not ek_l[col_e[c]][3] and _separable(zk_l[col_z[c]][0], zk_l[col_z[c]][1], SEPARABLE_MAX_ZETA)
+        not ek_l[col_e[c]][3]
+        and _separable(zk_l[col_z[c]][0], zk_l[col_z[c]][1], SEPARABLE_MAX_ZETA)
         for c in range(len(col_e))
     ]
     p_scol = [[c for c in range(p_col_off[p], p_col_off[p + 1]) if sep[c]] for p in range(n_pt)]
