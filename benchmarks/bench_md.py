@@ -98,8 +98,9 @@ def fresh_process_start(model: Path, skin: float) -> tuple[float, float]:
 
 
 def force_call_breakdown(calc, rounds: int = 30) -> dict[str, float]:  # noqa: ANN001
-    """Best ms of a whole call and of its parts (interleaved): descriptor with derivatives
-    (``ACSF.compute``), neighbour list reused / built fresh, ASE's own bookkeeping."""
+    """Best ms of a whole call and of its parts (interleaved): ``DeployedModel.predict``,
+    the descriptor kernels alone (values, values + dG/dr), neighbour list reused / built
+    fresh; the rest of a call is the networks, the force contraction and ASE's bookkeeping."""
     from ase.calculators.calculator import all_changes
 
     from dparallel.ase import _batch
@@ -109,12 +110,13 @@ def force_call_breakdown(calc, rounds: int = 30) -> dict[str, float]:  # noqa: A
     atoms.calc = calc
     batch = _batch(atoms)
     neighbors = calc.neighbor_list.neighbors(batch)
+    engine = calc.model._acsf_forces()  # the compiled route predict takes
     parts = {
         "atoms.get_forces()": lambda: (atoms.calc.reset(), atoms.get_forces()),
         "Calculator.calculate": lambda: calc.calculate(atoms, ["energy", "forces"], all_changes),
-        "ACSF.compute (with derivatives)": lambda: calc.model._compute(
-            batch, neighbors, True, calc.backend
-        ),
+        "DeployedModel.predict": lambda: calc.model.predict(batch, neighbors=neighbors),
+        "ACSF kernel with dG/dr": lambda: engine.descriptors(batch, neighbors, True),
+        "ACSF kernel values": lambda: engine.descriptors(batch, neighbors, False),
         "neighbour list reused (skin)": lambda: calc.neighbor_list.neighbors(batch),
         "neighbour list built (vesin)": lambda: neighbor_list(batch, calc.model.cutoff),
     }

@@ -26,9 +26,18 @@ def model(tmp_path_factory):  # noqa: ANN001, ANN201
     return load_deployed(model_dir)
 
 
-def test_compiled_route_equals_torch_route_and_autograd(model) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("networks", ["numpy", "autograd"])
+def test_compiled_route_equals_torch_route_and_autograd(model, networks) -> None:  # noqa: ANN001
     batch = StructureBatch.from_ase(list(structures().values()))
-    fast = model.predict(batch, stress=True, backend="numba")
+    engine = model._acsf_forces()
+    saved = dict(engine.networks)
+    assert all(net is not None for net in saved.values())  # tanh networks: the numpy path
+    if networks == "autograd":  # what networks with other activations take
+        engine.networks = dict.fromkeys(saved)
+    try:
+        fast = model.predict(batch, stress=True, backend="numba")
+    finally:
+        engine.networks = saved
     slow = model.predict(batch, stress=True, backend="torch")
     assert model._compiled("numba") and not model._compiled("torch")
     for key in ("energy", "energies", "forces"):
