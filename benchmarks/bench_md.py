@@ -97,10 +97,20 @@ def fresh_process_start(model: Path, skin: float) -> tuple[float, float]:
     return made, first
 
 
+def _forces_after_a_move(atoms) -> None:  # noqa: ANN001
+    """One force call as in MD: an atom moved (±1e-4 Å, alternating), nothing else changed."""
+    pos = atoms.get_positions()
+    pos[0, 0] += 1e-4 if pos[0, 0] <= atoms.info.setdefault("x0", pos[0, 0]) else -1e-4
+    atoms.set_positions(pos)
+    atoms.get_forces()
+
+
 def force_call_breakdown(calc, rounds: int = 30) -> dict[str, float]:  # noqa: ANN001
-    """Best ms of a whole call and of its parts (interleaved): descriptor with derivatives
-    (``ACSF.compute``), neighbour list reused / built fresh, ASE's own bookkeeping."""
+    """Best ms of a whole call and of its parts (interleaved): ``DeployedModel.predict``,
+    the descriptor kernels alone (values, values + dG/dr), neighbour list reused / built
+    fresh; the rest of a call is the networks, the force contraction and ASE's bookkeeping."""
     from ase.calculators.calculator import all_changes
+    from ase.calculators.emt import EMT
 
     from dparallel.ase import _batch
     from dparallel.neighbors import neighbor_list
@@ -109,12 +119,16 @@ def force_call_breakdown(calc, rounds: int = 30) -> dict[str, float]:  # noqa: A
     atoms.calc = calc
     batch = _batch(atoms)
     neighbors = calc.neighbor_list.neighbors(batch)
+    engine = calc.model._acsf_forces()  # the compiled route predict takes
+    emt_atoms = start_state()
+    emt_atoms.calc = EMT()
     parts = {
-        "atoms.get_forces()": lambda: (atoms.calc.reset(), atoms.get_forces()),
+        "EMT atoms.get_forces()": lambda: _forces_after_a_move(emt_atoms),
+        "atoms.get_forces()": lambda: _forces_after_a_move(atoms),
         "Calculator.calculate": lambda: calc.calculate(atoms, ["energy", "forces"], all_changes),
-        "ACSF.compute (with derivatives)": lambda: calc.model._compute(
-            batch, neighbors, True, calc.backend
-        ),
+        "DeployedModel.predict": lambda: calc.model.predict(batch, neighbors=neighbors),
+        "ACSF kernel with dG/dr": lambda: engine.descriptors(batch, neighbors, True),
+        "ACSF kernel values": lambda: engine.descriptors(batch, neighbors, False),
         "neighbour list reused (skin)": lambda: calc.neighbor_list.neighbors(batch),
         "neighbour list built (vesin)": lambda: neighbor_list(batch, calc.model.cutoff),
     }
@@ -196,6 +210,9 @@ def main() -> None:
           f"included), first force call {1e3 * t_first:.1f} ms")  # fmt: skip
     print("one force call, best of 30 interleaved: " + ", ".join(
         f"{name} {ms:.2f} ms" for name, ms in breakdown.items()))  # fmt: skip
+    ratio = breakdown["EMT atoms.get_forces()"] / breakdown["atoms.get_forces()"]
+    print(f"one force call, dparallel vs EMT (best of 30 each, less sensitive to load than "
+          f"whole runs): {ratio:.2f}x")  # fmt: skip
     print(f"{'method':34s} {'steps/s':>9s} {'ms/step':>8s} {'x EMT':>6s} {'drift eV/atom':>14s}")
     emt_rate = args.steps / best["ASE EMT"]
     for name, seconds in best.items():

@@ -291,6 +291,32 @@ def kernel_rate(ds: Dataset, derivatives: bool, max_atoms: int, rounds: int = 3)
     return batch.n_atoms / best
 
 
+def kernel_table(sets: list[Dataset], bindir: Path, rounds: int) -> None:
+    """In-process kernel atoms/s against n2p2 single-rank atoms/s (interleaved rounds)."""
+    print(f"# python benchmarks/{' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])}")
+    print(f"# n2p2: {bindir}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
+    print(f"{'dataset':28s} {'kernel':16s} {'n2p2 at/s':>10s} {'dp at/s':>10s} {'speed-up':>8s}")
+    for ds in sets:
+        label = f"{ds.name} ({ds.n_structures} str, {ds.n_atoms:,} at)"
+        for f in (False, True):
+            n2p2_wall = ours = 0.0
+            for r in range(rounds):
+                wall = run_n2p2(ds, 1, f, bindir).wall
+                n2p2_wall = wall if r == 0 else min(n2p2_wall, wall)
+                rate = kernel_rate(ds, f, max_atoms=3000 if ds.name == "water" else 2500)
+                ours = max(ours, rate)
+            n2p2_rate = ds.n_atoms / n2p2_wall
+            what = "values + dG/dr" if f else "values"
+            print(
+                f"{label:28s} {what:16s} {n2p2_rate:10,.0f} {ours:10,.0f} {ours / n2p2_rate:7.2f}x"
+            )
+    print(
+        "n2p2 = nnp-scaling 1, single rank, whole run (read, neighbour lists, symmetry "
+        "functions, statistics); dparallel = in-process ACSF.compute, 1 thread, "
+        "neighbour list included; best of rounds."
+    )
+
+
 # ----------------------------------------------------------------------------- report
 def fmt(x: float, digits: int = 1) -> str:
     return "-" if x != x else f"{x:,.{digits}f}"  # NaN → "-"
@@ -303,6 +329,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds, best kept")
     parser.add_argument("--workdir", help="keep files here (default: a temporary directory)")
     parser.add_argument("--quick", action="store_true", help="2 copies, 20 cells (smoke run)")
+    parser.add_argument(
+        "--kernel-only",
+        action="store_true",
+        help="only the in-process kernel rows (n2p2 single rank vs ACSF.compute)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.copies, args.metal_structures = 2, 20
@@ -322,6 +353,11 @@ def main() -> int:
         stage_dataset("cuau", root, cuau_data(args.metal_structures), cuau_input_nn()),
     ]
     small = stage_dataset("water4k", root, one * 2, (water / "input.nn").read_text())
+    if args.kernel_only:
+        kernel_table(sets, bindir, args.rounds)
+        if not args.workdir:
+            shutil.rmtree(root, ignore_errors=True)
+        return 0
 
     configs = [(ds, p, f) for ds in sets for f in (False, True) for p in (1, 2)]
     best: dict[tuple, tuple[Run, Run]] = {}

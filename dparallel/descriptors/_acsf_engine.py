@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from dparallel.kernels.acsf_plan import build_kernel_plan
@@ -24,7 +25,7 @@ from dparallel.kernels.acsf_terms import (
 if TYPE_CHECKING:
     from dparallel.kernels.acsf_numba import KernelPlan
 
-__all__ = ["ElementPlan", "evaluate_element"]
+__all__ = ["ElementPlan", "evaluate_element", "numba_element"]
 
 
 @dataclass
@@ -319,25 +320,52 @@ def _evaluate_numba(
     derivatives: bool,
     compute_dtype: torch.dtype = torch.float64,
 ) -> tuple[torch.Tensor, dict[int, tuple[torch.Tensor, torch.Tensor]] | None]:
-    """:func:`evaluate_element` through the compiled kernel.
+    """:func:`evaluate_element` through the compiled kernel (:func:`numba_element`)."""
+    values, groups = numba_element(
+        plan,
+        vectors.detach().numpy(),
+        distances.detach().numpy(),
+        center.numpy(),
+        neighbor_el.numpy(),
+        n_centers,
+        n_el,
+        derivatives,
+        np.float64 if vectors.dtype == torch.float64 else np.float32,
+        compute_dtype == torch.float32,
+    )
+    if groups is None:
+        return torch.from_numpy(values), None
+    out = {f: (torch.from_numpy(sel), torch.from_numpy(dg)) for f, (sel, dg) in groups.items()}
+    return torch.from_numpy(values), out
 
-    Triplet terms in ``compute_dtype`` (float32: twice the vector width), every sum and
-    per-pair quantity in float64.
+
+def numba_element(
+    plan: ElementPlan,
+    vectors: np.ndarray,
+    distances: np.ndarray,
+    center: np.ndarray,
+    neighbor_el: np.ndarray,
+    n_centers: int,
+    n_el: int,
+    derivatives: bool,
+    dtype: type = np.float64,
+    float32_terms: bool = False,
+) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]] | None]:
+    """The compiled kernel on numpy arrays (arguments and results as :func:`evaluate_element`).
+
+    Triplet terms in float32 when ``float32_terms`` (twice the vector width), every sum
+    and per-pair quantity in float64; outputs in ``dtype``.
     """
-    import numpy as np
-
     from dparallel.kernels.acsf_numba import acsf_element
 
     kplan = plan.kernel
     assert kplan is not None
-    dtype = vectors.dtype
-    np_dtype = np.float64 if dtype == torch.float64 else np.float32
-    vec = np.ascontiguousarray(vectors.detach().numpy(), dtype=np.float64)  # (P_e, 3)
-    dist = np.ascontiguousarray(distances.detach().numpy(), dtype=np.float64)  # (P_e,)
-    nbr = neighbor_el.numpy().astype(np.int64, copy=False)
+    vec = np.ascontiguousarray(vectors, dtype=np.float64)  # (P_e, 3)
+    dist = np.ascontiguousarray(distances, dtype=np.float64)  # (P_e,)
+    nbr = neighbor_el.astype(np.int64, copy=False)
     seg = np.zeros(n_centers + 1, dtype=np.int64)
-    np.cumsum(np.bincount(center.numpy(), minlength=n_centers), out=seg[1:])
-    values = np.zeros((n_centers, plan.n_features), dtype=np_dtype)
+    np.cumsum(np.bincount(center, minlength=n_centers), out=seg[1:])
+    values: np.ndarray = np.zeros((n_centers, plan.n_features), dtype=dtype)
     grp_row = np.zeros(nbr.shape[0], dtype=np.int64)
     d_base = np.zeros(n_el, dtype=np.int64)
     sels: dict[int, np.ndarray] = {}
@@ -347,20 +375,19 @@ def _evaluate_numba(
             width = int(kplan.dsrc_off[f + 1] - kplan.dsrc_off[f])
             if width == 0:
                 continue
-            sel = np.flatnonzero(nbr == f)
+            sel = np.flatnonzero(nbr == f) if n_el > 1 else np.arange(nbr.shape[0])
             grp_row[sel] = np.arange(sel.shape[0])
             sels[f] = sel
             d_base[f] = total
             total += sel.shape[0] * width * 3
-    dflat = np.empty(total, dtype=np_dtype)
-    work = np.empty(0, dtype=np.float32 if compute_dtype == torch.float32 else np.float64)
+    dflat: np.ndarray = np.empty(total, dtype=dtype)
+    work = np.empty(0, dtype=np.float32 if float32_terms else np.float64)
     acsf_element(kplan, vec, dist, seg, nbr, grp_row, d_base, values, dflat, derivatives, work)
-    out_values = torch.from_numpy(values)
     if not derivatives:
-        return out_values, None
+        return values, None
     groups = {}
     for f, sel in sels.items():
         width = int(kplan.dsrc_off[f + 1] - kplan.dsrc_off[f])
         block = dflat[d_base[f] : d_base[f] + sel.shape[0] * width * 3]
-        groups[f] = (torch.from_numpy(sel), torch.from_numpy(block).view(sel.shape[0], width, 3))
-    return out_values, groups
+        groups[f] = (sel, block.reshape(sel.shape[0], width, 3))
+    return values, groups

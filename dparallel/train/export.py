@@ -153,23 +153,25 @@ class DeployedModel(nn.Module):
         """Energies (S,) from ``positions`` (N, 3): same as :meth:`energy`."""
         return self.energy(batch, positions, neighbors)
 
-    def predict(
-        self,
-        batch: StructureBatch,
-        *,
-        forces: bool = True,
-        stress: bool = False,
-        neighbors: Neighbors | None = None,
-        backend: str = "auto",
-    ) -> dict[str, np.ndarray]:
-        """Energy (S,) eV, forces (N, 3) eV/Å, stress (S, 3, 3) eV/Å³ (periodic cells).
+    def _compiled(self, backend: str) -> bool:
+        """Whether :meth:`predict` takes the compiled route (ACSF with the numba backend)."""
+        return isinstance(self.descriptor, ACSF) and ACSF._resolve_backend(backend, None) == "numba"
 
-        Stress is σ = (1/V) ∂E/∂ε = −W/V with the virial W from the pair terms; it is NaN
-        for structures without a 3-D periodic cell. Also ``energies`` (N,) per atom.
-        ``neighbors`` may hold pairs beyond the cutoff (a list with a skin): they are ignored.
-        ``backend`` picks the ACSF backend (``"auto"``, ``"numba"``, ``"torch"``).
-        """
-        nb = neighbors if neighbors is not None else self.neighbors(batch)
+    def _acsf_forces(self):  # noqa: ANN202
+        """The compiled ACSF route (made once; it caches per-neighbour-list bookkeeping)."""
+        engine = self.__dict__.get("_engine")
+        if engine is None:
+            from dparallel.deploy.acsf_forces import ACSFForces
+
+            assert isinstance(self.descriptor, ACSF)
+            engine = ACSFForces(self.descriptor, self.model, self.dtype)
+            self.__dict__["_engine"] = engine
+        return engine
+
+    def _predict_torch(
+        self, batch: StructureBatch, nb: Neighbors, forces: bool, stress: bool, backend: str
+    ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+        """:meth:`predict` through torch ops: outputs and the virial (S, 3, 3) if ``stress``."""
         need = forces or stress
         res = self._compute(batch, nb, need, backend)
         values = {}
@@ -189,15 +191,39 @@ class DeployedModel(nn.Module):
                 "energies": per_atom.numpy(),
             }
             if not need:
-                return out
+                return out, None
             keys = list(values)
             grads = torch.autograd.grad(energy.sum(), [values[k] for k in keys]) if keys else ()
         dE_dG = dict(zip(keys, grads, strict=True))
         sub = {e: res[e] for e in keys}
         if forces:
             out["forces"] = forces_from_derivatives(dE_dG, sub, batch.n_atoms).numpy()
-        if stress:
-            w = virial_from_derivatives(dE_dG, sub, sidx, batch.n_structures).numpy()
+        if not stress:
+            return out, None
+        return out, virial_from_derivatives(dE_dG, sub, sidx, batch.n_structures).numpy()
+
+    def predict(
+        self,
+        batch: StructureBatch,
+        *,
+        forces: bool = True,
+        stress: bool = False,
+        neighbors: Neighbors | None = None,
+        backend: str = "auto",
+    ) -> dict[str, np.ndarray]:
+        """Energy (S,) eV, forces (N, 3) eV/Å, stress (S, 3, 3) eV/Å³ (periodic cells).
+
+        Stress is σ = (1/V) ∂E/∂ε = −W/V with the virial W from the pair terms; it is NaN
+        for structures without a 3-D periodic cell. Also ``energies`` (N,) per atom.
+        ``neighbors`` may hold pairs beyond the cutoff (a list with a skin): they are ignored.
+        ``backend`` picks the ACSF backend (``"auto"``, ``"numba"``, ``"torch"``).
+        """
+        nb = neighbors if neighbors is not None else self.neighbors(batch)
+        if self._compiled(backend):
+            out, w = self._acsf_forces()(batch, nb, forces, stress)
+        else:
+            out, w = self._predict_torch(batch, nb, forces, stress, backend)
+        if w is not None:
             vol = np.abs(np.linalg.det(batch.cells))  # (S,)
             periodic = batch.pbc.all(1) & (vol > 1e-10)
             s = np.full((batch.n_structures, 3, 3), np.nan)

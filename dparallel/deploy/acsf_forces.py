@@ -1,0 +1,240 @@
+"""Energy, forces and virial of an ACSF potential through the compiled kernels (inference).
+
+The path :meth:`dparallel.train.export.DeployedModel.predict` takes when the ACSF backend
+is numba: per central element one kernel call on numpy arrays (values and per-pair
+∂G/∂r_ij), the atomic networks and ∂E/∂G by torch autograd, then one compiled pass that
+contracts ∂E/∂G with ∂G/∂r_ij into forces and virial (:mod:`dparallel.kernels.pair_forces`).
+Per neighbour list (a Verlet list keeps its pairs for many MD steps) the element
+bookkeeping — which pairs belong to which central element, local rows, neighbour
+elements — is computed once and reused; per call only the pairs inside the cutoff are
+selected. Same numbers as the torch route (tested against autograd and finite
+differences); no (P, F) torch temporaries, no per-call planning.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import torch
+
+from dparallel.descriptors._acsf_engine import numba_element
+from dparallel.kernels.pair_forces import add_pair_forces
+
+if TYPE_CHECKING:
+    from dparallel.descriptors import ACSF
+    from dparallel.neighbors import Neighbors
+    from dparallel.train.model import HDNNP
+    from dparallel.types import StructureBatch
+
+__all__ = ["ACSFForces"]
+
+
+class _Layout(NamedTuple):
+    """Element bookkeeping of one (structure batch, neighbour list)."""
+
+    pair_first: np.ndarray  # the neighbour list's array this layout belongs to (identity)
+    numbers: np.ndarray  # (N,) atomic numbers it was made for
+    atoms: list[np.ndarray]  # per element e: (n_e,) global rows, ascending
+    local: np.ndarray  # (N,) row of each atom within its element
+    pairs: list[np.ndarray]  # per element e: (P_e,) pairs whose centre has element e
+    neighbor_el: np.ndarray  # (P,) element index of each pair's neighbour j
+
+
+class _TanhNetwork:
+    """One element's network as numpy arrays: energies and ∂E/∂G without autograd.
+
+    For networks of ``Linear``, ``_DivideBy`` (normalize_nodes) and ``Tanh`` layers only
+    (dparallel's default); :meth:`of` returns None for any other layer. The arrays share
+    memory with the module's parameters and buffers, so in-place updates are seen.
+    """
+
+    def __init__(self, layers: list[tuple[str, Any]], shift: np.ndarray, factor: np.ndarray,
+                 offset: float, scale: np.ndarray, ref: np.ndarray) -> None:  # fmt: skip
+        self.layers, self.shift, self.factor = layers, shift, factor
+        self.offset = offset
+        self.scale, self.ref = scale, ref  # () and (1,) views of the module's buffers
+
+    @classmethod
+    def of(cls, model: HDNNP, k: int, e: str) -> _TanhNetwork | None:
+        from dparallel.train.model import _DivideBy
+
+        layers: list[tuple[str, Any]] = []
+        for layer in model.nets[e].children():
+            if isinstance(layer, torch.nn.Linear) and layer.bias is not None:
+                w, b = layer.weight.detach().numpy(), layer.bias.detach().numpy()
+                layers.append(("linear", (w, b)))
+            elif isinstance(layer, _DivideBy):
+                layers.append(("divide", layer.n))
+            elif isinstance(layer, torch.nn.Tanh):
+                layers.append(("tanh", None))
+            else:
+                return None
+        return cls(
+            layers,
+            getattr(model, f"shift_{e}").detach().numpy(),
+            getattr(model, f"factor_{e}").detach().numpy(),
+            float(model.feature_offset),
+            model.energy_scale.detach().numpy(),
+            model.ref_energy[k : k + 1].detach().numpy(),
+        )
+
+    def __call__(self, g: np.ndarray, need: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Atomic energies (n,) and, if ``need``, ∂E/∂G (n, F) of descriptors g (n, F)."""
+        h = (g - self.shift) * self.factor
+        if self.offset != 0.0:
+            h = h + self.offset
+        saved = []
+        for kind, p in self.layers:
+            if kind == "linear":
+                h = h @ p[0].T + p[1]
+            elif kind == "divide":
+                h = h / p
+            else:
+                h = np.tanh(h)
+                saved.append(h)
+        energies = h[:, 0] * self.scale + self.ref[0]
+        if not need:
+            return energies, None
+        grad = np.full((g.shape[0], 1), self.scale, dtype=g.dtype)  # ∂E/∂(last layer)
+        for kind, p in reversed(self.layers):
+            if kind == "linear":
+                grad = grad @ p[0]
+            elif kind == "divide":
+                grad = grad / p
+            else:
+                y = saved.pop()
+                grad = grad * (1.0 - y * y)
+        return energies, grad * self.factor
+
+
+class ACSFForces:
+    """Energies, forces and virial of (ACSF, HDNNP) with the compiled kernels.
+
+    Parameters
+    ----------
+    descriptor, model
+        The ACSF and the per-element networks of a :class:`DeployedModel`.
+    dtype
+        Precision of descriptors and networks (``torch.float64`` or ``torch.float32``);
+        forces and virial are accumulated in float64.
+    """
+
+    def __init__(self, descriptor: ACSF, model: HDNNP, dtype: torch.dtype) -> None:
+        self.acsf = descriptor
+        self.model = model
+        self.dtype = dtype
+        self.elements = descriptor.elements
+        plans = descriptor._get_plans()
+        self.plans = [plans[e] for e in self.elements]
+        n_el = len(self.elements)
+        self.feature_index = [
+            {f: np.asarray(p.deriv_groups[f][0], dtype=np.int64) for f in p.deriv_groups}
+            for p in self.plans
+        ]
+        self.n_el = n_el
+        self._layout: _Layout | None = None
+        self.networks = {
+            e: _TanhNetwork.of(model, k, e) for k, e in enumerate(model.elements)
+        }  # None: that element's network runs through torch autograd
+
+    def layout(self, batch: StructureBatch, nb: Neighbors) -> _Layout:
+        """The element bookkeeping of ``nb``: reused while the neighbour list is the same."""
+        old = self._layout
+        if (
+            old is not None
+            and old.pair_first is nb.pair_first
+            and np.array_equal(old.numbers, batch.numbers)
+        ):
+            return old
+        el = self.acsf._element_index(batch)  # (N,); names a bad atomic number
+        atoms = [np.flatnonzero(el == k) for k in range(self.n_el)]
+        local = np.zeros(batch.n_atoms, dtype=np.int64)
+        for rows in atoms:
+            local[rows] = np.arange(rows.shape[0])
+        centre_el = el[nb.pair_first]
+        pairs = [np.flatnonzero(centre_el == k) for k in range(self.n_el)]
+        self._layout = _Layout(
+            nb.pair_first, batch.numbers.copy(), atoms, local, pairs, el[nb.pair_second]
+        )
+        return self._layout
+
+    def __call__(
+        self, batch: StructureBatch, nb: Neighbors, forces: bool, stress: bool
+    ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+        """Outputs as :meth:`DeployedModel.predict` (``energy``, ``energies``, ``forces``)
+        and the virial (S, 3, 3) eV when ``stress`` (else None)."""
+        lay = self.layout(batch, nb)
+        need = forces or stress
+        np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
+        pf, ps = nb.pair_first, nb.pair_second
+        per_element = self.descriptors(batch, nb, need)
+        atomic, de_dg = self._networks(per_element, need)
+        sidx = batch.structure_index
+        per_atom = np.zeros(batch.n_atoms, dtype=np_dtype)
+        for k, e, *_ in per_element:
+            per_atom[lay.atoms[k]] = atomic[e]
+        energy = np.bincount(sidx, weights=per_atom, minlength=batch.n_structures)
+        out = {"energy": energy.astype(np_dtype), "energies": per_atom}
+        if not need:
+            return out, None
+        grad = np.zeros((batch.n_atoms, 3))  # ∂E/∂r, eV/Å
+        virial = np.zeros((batch.n_structures if stress else 0, 3, 3))
+        for k, e, sel, center, _, groups in per_element:
+            assert groups is not None
+            g = de_dg[e]
+            for f, (sub, dg) in groups.items():
+                rows = sel[sub]
+                add_pair_forces(
+                    g, center[sub], self.feature_index[k][f], dg, pf[rows], ps[rows],
+                    nb.vectors[rows], sidx, grad, virial,
+                )  # fmt: skip
+        if forces:
+            out["forces"] = (-grad).astype(np_dtype, copy=False)
+        return out, (virial if stress else None)
+
+    def descriptors(self, batch: StructureBatch, nb: Neighbors, derivatives: bool) -> list[tuple]:
+        """Per element of the model present in ``batch``: (element index, element, pairs
+        (P_e,) in the cutoff, centre rows (P_e,), values (n_e, F_e), derivative groups
+        {f: (rows into the P_e pairs, dG_dr (P_ef, F_ef, 3))} or None)."""
+        lay = self.layout(batch, nb)
+        np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
+        out = []
+        for k, (e, plan) in enumerate(zip(self.elements, self.plans, strict=True)):
+            rows = lay.atoms[k]
+            if e not in self.model.elements or rows.shape[0] == 0:
+                continue
+            sel = lay.pairs[k]
+            sel = sel[nb.distances[sel] < plan.r_max]  # (P_e,) pairs in the cutoff
+            center = lay.local[nb.pair_first[sel]]
+            values, groups = numba_element(
+                plan, nb.vectors[sel], nb.distances[sel], center, lay.neighbor_el[sel],
+                rows.shape[0], self.n_el, derivatives, np_dtype,
+            )  # fmt: skip
+            out.append((k, e, sel, center, values, groups))
+        return out
+
+    def _networks(
+        self, per_element: list, need: bool
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Atomic energies (n_e,) and ∂E/∂G (n_e, F_e) per element (numpy or autograd)."""
+        atomic, de_dg, inputs = {}, {}, {}
+        for _, e, _, _, values, _ in per_element:
+            net = self.networks[e]
+            if net is not None:
+                atomic[e], grad = net(values, need)
+                if grad is not None:
+                    de_dg[e] = grad
+            else:
+                inputs[e] = torch.from_numpy(values).requires_grad_(need)
+        if not inputs:
+            return atomic, de_dg
+        with torch.enable_grad():
+            out = self.model.atomic_energies(inputs)  # element → (n_e,)
+            keys = list(out)
+            if need and keys:
+                total = torch.stack([out[e].sum() for e in keys]).sum()
+                grads = torch.autograd.grad(total, [inputs[e] for e in keys])
+                de_dg.update({e: g.numpy() for e, g in zip(keys, grads, strict=True)})
+        atomic.update({e: v.detach().numpy() for e, v in out.items()})
+        return atomic, de_dg
