@@ -206,8 +206,8 @@ def featurize(root: Path, partition_atoms: int) -> tuple[Path, float]:
     (work / "d.yaml").write_text("acsf: {n2p2: input.nn}\n")
     exe = str(Path(sys.executable).with_name("dparallel"))
     cmd = [exe, "featurize", str(root / "train.data"), "--format", "n2p2", "--descriptors"]
-    cmd += ["d.yaml", "--local", "2", "--derivatives", "-o", "store.zarr", "-q"]
-    cmd += ["--partition-atoms", str(partition_atoms)]  # 4 partitions: both workers busy
+    cmd += ["d.yaml", "--local", "2", "--derivatives", "-o", "store.zarr"]
+    cmd += ["--partition-atoms", str(partition_atoms), "-q"]  # 4 partitions: 2 workers busy
     return work / "store.zarr", timed(cmd, work)
 
 
