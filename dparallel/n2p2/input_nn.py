@@ -129,7 +129,10 @@ class InputNN:
 
         ``random_seed`` → seed, ``test_fraction``, ``epochs``, no ``use_short_forces`` →
         ``force_weight: 0``, ``updater_type 0`` with ``gradient_type 1`` → Adam with
-        ``lr = gradient_adam_eta``, one hidden activation and size list for every element
+        ``lr = gradient_adam_eta``, ``updater_type 1`` with ``kalman_type 0`` → the Kalman
+        filter with ``kalman_epsilon``, ``kalman_q0``, ``kalman_qtau``, ``kalman_qmin``,
+        ``kalman_eta``, ``kalman_etatau``, ``kalman_etamax`` and ``force_energy_ratio`` →
+        ``kalman_force_components``, one hidden activation and size list for every element
         → ``hidden``/``activation``, and the scaling type with ``scale_min``/``scale_max``.
         Always ``n2p2_compatible: true``.
         """
@@ -153,6 +156,20 @@ class InputNN:
             eta = s.get("gradient_adam_eta")
             if eta is not None:
                 out["lr"] = _number(s, eta, float)
+        kalman = s.get("kalman_type")
+        if (
+            updater is not None
+            and updater.words == ["1"]
+            and (kalman is None or kalman.words == ["0"])
+        ):
+            out["optimizer"] = "kalman"  # n2p2's standard Kalman filter, same parameters
+            for key in ("epsilon", "q0", "qtau", "qmin", "eta", "etatau", "etamax"):
+                entry = s.get(f"kalman_{key}")
+                if entry is not None:
+                    out[f"kalman_{key}"] = _number(s, entry, float)
+            ratio = s.get("force_energy_ratio")  # force updates (one component) per energy update
+            if ratio is not None:
+                out["kalman_force_components"] = max(1, round(_number(s, ratio, float)))
         nets = set(self.networks.values())
         if len(nets) == 1:
             net = nets.pop()

@@ -27,6 +27,7 @@ from dparallel.store import Store, open_store
 from dparallel.train.data import Batch, PartitionReader, SplitIndex, build_split_index
 from dparallel.train.data import iterate_batches as _iterate
 from dparallel.train.files import load_torch_file, save_torch_file
+from dparallel.train.kalman import KalmanFilter, kalman_step, make_kalman
 from dparallel.train.model import HDNNP, scaling_parameters
 from dparallel.train.spec import TrainingSpec
 
@@ -319,12 +320,16 @@ def _dtype(spec: TrainingSpec) -> torch.dtype:
     return torch.float64 if spec.dtype == "float64" else torch.float32
 
 
-def _optimizer(model: HDNNP, spec: TrainingSpec) -> torch.optim.Optimizer:
+def _optimizer(model: HDNNP, spec: TrainingSpec, n_train: int) -> torch.optim.Optimizer:
+    if spec.optimizer == "kalman":  # one update per mini-batch
+        return make_kalman(model, spec, math.ceil(n_train / spec.batch_size))
     cls = torch.optim.AdamW if spec.optimizer == "adamw" else torch.optim.Adam
     return cls(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
 
 
 def _scheduler(opt: torch.optim.Optimizer, spec: TrainingSpec) -> Any:
+    if spec.optimizer == "kalman":  # anneals its own noise parameters
+        return None
     if spec.schedule == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(opt, spec.epochs, eta_min=spec.lr_min)
     if spec.schedule == "plateau":
@@ -528,7 +533,7 @@ def train(
     )
     dtype = _dtype(spec)
     model = _build_model(prep, spec)
-    opt = _optimizer(model, spec)
+    opt = _optimizer(model, spec, prep.index.count("train"))
     sched = _scheduler(opt, spec)
     history: list[dict[str, Any]] = []
     start_epoch, best_val, best_epoch, bad = 0, math.inf, -1, 0
@@ -585,11 +590,14 @@ def train(
             prefetch=spec.prefetch,
             dtype=dtype,
         ):
-            opt.zero_grad(set_to_none=True)
-            e, f = predict_batch(model, batch, prep.forces, create_graph=True)
-            loss = _loss(e, f, batch, spec.force_weight)
-            loss.backward()
-            opt.step()
+            if isinstance(opt, KalmanFilter):
+                e, f, loss = kalman_step(model, opt, batch, spec, prep.forces)
+            else:
+                opt.zero_grad(set_to_none=True)
+                e, f = predict_batch(model, batch, prep.forces, create_graph=True)
+                loss = _loss(e, f, batch, spec.force_weight)
+                loss.backward()
+                opt.step()
             m.add(
                 e.detach(),
                 batch.energy,

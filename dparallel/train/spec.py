@@ -39,12 +39,22 @@ class TrainingSpec(BaseModel):
     n2p2_compatible: bool = Field(
         False, description="refuse choices n2p2 cannot evaluate (export --format n2p2)"
     )
-    optimizer: Literal["adam", "adamw"] = "adam"
+    optimizer: Literal["adam", "adamw", "kalman"] = "adam"
     lr: float = Field(3e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     batch_size: int = Field(8, ge=1)
     epochs: int = Field(300, ge=1)
     force_weight: float = Field(0.03, ge=0)
+    kalman_epsilon: float = Field(0.01, gt=0, description="Kalman: P starts as I/epsilon")
+    kalman_q0: float = Field(0.01, ge=0, description="Kalman: initial process noise")
+    kalman_qtau: float = Field(2.302, ge=0, description="Kalman: q decays by exp(-qtau) per epoch")
+    kalman_qmin: float = Field(1e-6, ge=0, description="Kalman: process noise floor")
+    kalman_eta: float = Field(0.01, gt=0, description="Kalman: initial 1/measurement noise")
+    kalman_etatau: float = Field(2.302, ge=0, description="Kalman: eta grows ×exp(etatau)/epoch")
+    kalman_etamax: float = Field(1.0, gt=0, description="Kalman: eta ceiling")
+    kalman_force_components: int = Field(
+        3, ge=0, description="Kalman: force components per structure in each update"
+    )
     schedule: Literal["plateau", "cosine", "none"] = "cosine"
     lr_min: float = Field(5e-5, ge=0)
     plateau_factor: float = Field(0.5, gt=0, lt=1)

@@ -66,7 +66,30 @@ def test_whole_file_model(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> N
     TrainingSpec(**opts)  # a valid training config
     warnings = [r for r in caplog.records if "no counterpart" in r.getMessage()]
     assert len(warnings) == 1  # listed once, in file order
-    assert warnings[0].getMessage().endswith("kalman_type write_trainpoints weights_min")
+    assert warnings[0].getMessage().endswith(": write_trainpoints weights_min")
+
+
+def test_kalman_training_keywords_become_the_kalman_optimizer(tmp_path: Path) -> None:
+    text = alloy_input_nn(
+        cutoff="6 0.1",
+        scaling="scale_symmetry_functions",
+        activations="t t l",
+        extra="updater_type 1\nkalman_type 0\nkalman_epsilon 0.02\n"
+        "kalman_q0 0.005\nkalman_qtau 1.5\nkalman_qmin 1e-7\nkalman_eta 0.03\n"
+        "kalman_etatau 2.0\nkalman_etamax 2.5\nforce_energy_ratio 3.4\n",
+    )
+    (tmp_path / "input.nn").write_text(text)
+    opts = read_input_nn(tmp_path / "input.nn").training_options()
+    want = {"optimizer": "kalman", "kalman_epsilon": 0.02, "kalman_q0": 0.005,
+            "kalman_qtau": 1.5, "kalman_qmin": 1e-7, "kalman_eta": 0.03,
+            "kalman_etatau": 2.0, "kalman_etamax": 2.5, "kalman_force_components": 3}  # fmt: skip
+    assert {k: opts[k] for k in want} == want
+    from dparallel.train import TrainingSpec
+
+    TrainingSpec(**opts)
+    # the fading-memory filter (kalman_type 1) has no counterpart: no optimizer implied
+    (tmp_path / "input.nn").write_text(text.replace("kalman_type 0", "kalman_type 1"))
+    assert "optimizer" not in read_input_nn(tmp_path / "input.nn").training_options()
 
 
 def test_topology_and_order_equal_n2p2s(n2p2_bin: Path, tmp_path: Path) -> None:

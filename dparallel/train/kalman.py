@@ -1,0 +1,301 @@
+"""n2p2's global extended Kalman filter as a torch optimizer (``optimizer: kalman``).
+
+The filter (n2p2 ``KalmanFilter.cpp``, standard type) keeps the covariance P (n, n) of all
+n weights. One update with m observations ξ (m,) and their Jacobian H (n, m) = ∂y/∂w:
+
+    X = P·H,  A = HᵀX + I/η,  K = X·A⁻¹,  P ← P − K·Xᵀ + q·I,  w ← w + K·ξ
+
+with η (the inverse measurement noise) raised by exp(η_τ) per update while below η_max and the
+process noise q lowered by exp(−q_τ) per update while above q_min; P starts as I/ε.
+:func:`kalman_step` makes one multi-stream update per mini-batch: every structure's energy
+per atom and ``kalman_force_components`` force components per structure, all as rows of
+one H, so a single update sees energies and forces (n2p2 alternates energy and force
+updates; here they are one combined update, with the same error weights as the loss).
+Memory is O(n²): 8 n² bytes for P in float64.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from dparallel.train.data import Batch
+    from dparallel.train.model import HDNNP
+    from dparallel.train.spec import TrainingSpec
+
+__all__ = [
+    "KalmanFilter",
+    "Observations",
+    "force_cotangents",
+    "kalman_step",
+    "make_kalman",
+    "observations",
+]
+
+
+class KalmanFilter(torch.optim.Optimizer):
+    """Global extended Kalman filter over all parameters (n2p2's standard Kalman filter).
+
+    Parameters
+    ----------
+    params
+        The parameters (flattened in order into one state vector of length n).
+    epsilon
+        P starts as I/ε (n2p2 ``kalman_epsilon``).
+    q0, q_tau, q_min
+        Process noise: starts at q0, multiplied by exp(−q_tau) after each update while
+        above q_min (``kalman_q0``, ``kalman_qtau`` per update, ``kalman_qmin``).
+    eta0, eta_tau, eta_max
+        Inverse measurement noise: starts at eta0, multiplied by exp(eta_tau) before each
+        update while below eta_max (``kalman_eta``, ``kalman_etatau`` per update,
+        ``kalman_etamax``).
+
+    The filter state (P, q, η, number of updates) is in :meth:`state_dict`, so
+    checkpoints resume it.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        epsilon: float = 0.01,
+        q0: float = 0.01,
+        q_tau: float = 0.0,
+        q_min: float = 1e-6,
+        eta0: float = 0.01,
+        eta_tau: float = 0.0,
+        eta_max: float = 1.0,
+    ) -> None:
+        defaults = dict(
+            lr=1.0, epsilon=epsilon, q0=q0, q_tau=q_tau, q_min=q_min, eta0=eta0,
+            eta_tau=eta_tau, eta_max=eta_max,
+        )  # fmt: skip
+        super().__init__(params, defaults)
+        if len(self.param_groups) != 1:
+            raise ValueError("KalmanFilter takes one parameter group")
+        p0 = self.params[0]
+        n = sum(p.numel() for p in self.params)
+        self.state[p0] = {
+            "P": torch.eye(n, dtype=p0.dtype) / epsilon,  # (n, n)
+            "q": q0,
+            "eta": eta0,
+            "updates": 0,
+        }
+
+    @property
+    def params(self) -> list[torch.Tensor]:
+        """The parameters, in state-vector order."""
+        return list(self.param_groups[0]["params"])
+
+    @property
+    def filter_state(self) -> dict[str, Any]:
+        """P (n, n), q, eta and the number of updates."""
+        return self.state[self.params[0]]
+
+    @torch.no_grad()
+    def update(self, H: torch.Tensor, xi: torch.Tensor) -> None:
+        """One Kalman update from Jacobian ``H`` (n, m) and errors ``xi`` (m,) = y_ref − y."""
+        g = self.param_groups[0]
+        st = self.filter_state
+        P = st["P"]
+        if st["eta"] < g["eta_max"]:
+            st["eta"] *= math.exp(g["eta_tau"])  # as n2p2: may overshoot eta_max once
+        X = P @ H  # (n, m)
+        A = H.T @ X  # (m, m)
+        A.diagonal().add_(1.0 / st["eta"])
+        K = torch.linalg.solve(A, X.T).T  # (n, m) = X A⁻¹ (A symmetric)
+        P.sub_(K @ X.T)
+        P.diagonal().add_(st["q"])
+        dw = K @ xi  # (n,)
+        offset = 0
+        for p in self.params:
+            k = p.numel()
+            p.add_(dw[offset : offset + k].view_as(p))
+            offset += k
+        if st["q"] > g["q_min"]:
+            st["q"] *= math.exp(-g["q_tau"])
+        st["updates"] += 1
+
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        """Not used: the filter needs a Jacobian (:meth:`update`)."""
+        raise NotImplementedError("KalmanFilter is driven by update(H, xi), not step()")
+
+
+def make_kalman(model: HDNNP, spec: TrainingSpec, updates_per_epoch: int) -> KalmanFilter:
+    """The filter of ``spec``; per-epoch τ's are divided by the updates per epoch (as n2p2)."""
+    n = max(1, updates_per_epoch)
+    return KalmanFilter(
+        [p for p in model.parameters() if p.requires_grad],
+        epsilon=spec.kalman_epsilon,
+        q0=spec.kalman_q0,
+        q_tau=spec.kalman_qtau / n,
+        q_min=spec.kalman_qmin,
+        eta0=spec.kalman_eta,
+        eta_tau=spec.kalman_etatau / n,
+        eta_max=spec.kalman_etamax,
+    )
+
+
+def _flat(
+    grads: tuple[torch.Tensor | None, ...], params: list[torch.Tensor], m: int
+) -> torch.Tensor:
+    """Batched per-parameter gradients (m, *p.shape) → one Jacobian (n, m)."""
+    cols = [
+        (g if g is not None else torch.zeros((m, *p.shape), dtype=p.dtype)).reshape(m, -1)
+        for g, p in zip(grads, params, strict=True)
+    ]
+    return torch.cat(cols, dim=1).T
+
+
+class Observations(NamedTuple):
+    """One update's rows: Jacobian (n, m), errors (m,), and the batch's predictions."""
+
+    H: torch.Tensor  # (n, m) ∂y/∂w
+    xi: torch.Tensor  # (m,) y_ref − y
+    energy: torch.Tensor  # (S,) eV, before the update
+    forces: torch.Tensor | None  # (N, 3) eV/Å, before the update
+
+
+def observations(
+    model: HDNNP,
+    params: list[torch.Tensor],
+    batch: Batch,
+    spec: TrainingSpec,
+    forces: bool,
+    pick: torch.Tensor | None = None,
+) -> Observations:
+    """The Kalman rows of ``batch``: energies per atom, then force components.
+
+    Rows are in units of the model's ``energy_scale`` s (so they are O(1)): each
+    structure's (E_ref − E)/(N·s) and, for ``kalman_force_components`` random finite force
+    components per structure (or the flat indices ``pick`` = 3·atom + axis),
+    √force_weight·(F_ref − F)/s — the residuals whose squares make the training loss.
+
+    A force component is linear in g = ∂E/∂G: F_m = ⟨D_m, g⟩ with D_m = ∂F_m/∂g read off
+    the stored ∂G/∂r of the pairs that touch the atom (:func:`force_cotangents`), so its
+    weight gradient is the vector–Jacobian product of g with D_m through the small
+    per-atom networks, never through the pair arrays.
+    """
+    from dparallel.descriptors import forces_from_derivatives
+
+    keys = list(batch.features)
+    values = {k: batch.features[k].values.detach().requires_grad_(forces) for k in keys}
+    atom_index = {k: batch.features[k].atom_index for k in keys}
+    with torch.enable_grad():
+        e = model(values, atom_index, batch.structure_index, batch.n_structures)  # (S,)
+        s = float(model.energy_scale)
+        ok_e = torch.isfinite(batch.energy)
+        y_e = (e / batch.atom_counts / s)[ok_e]  # (S',)
+        xi = [((batch.energy - e.detach()) / batch.atom_counts / s)[ok_e]]
+        jac = [_flat(_grads(y_e, params, torch.eye(len(y_e), dtype=e.dtype)), params, len(y_e))]
+        if not forces:
+            return Observations(torch.cat(jac, 1), torch.cat(xi), e.detach(), None)
+        g = _grads(e.sum()[None], [values[k] for k in keys], None, create_graph=True)
+        g_leaf = {k: gk[0].detach() for k, gk in zip(keys, g, strict=True)}
+        f = forces_from_derivatives(g_leaf, batch.features, batch.n_atoms)  # (N, 3)
+        if pick is None and spec.force_weight > 0:
+            finite = torch.isfinite(batch.forces).reshape(-1).nonzero().squeeze(1)
+            k = min(spec.kalman_force_components * batch.n_structures, finite.numel())
+            pick = finite[torch.randperm(finite.numel())[:k]]  # (k,) flat components
+        if pick is not None and pick.numel():
+            k = pick.numel()
+            w = math.sqrt(spec.force_weight) / s
+            d = force_cotangents(batch.features, keys, pick, g_leaf)  # [(k, n_e, F_e)]
+            used = [i for i, gk in enumerate(g) if gk.requires_grad]  # elements present
+            jf = torch.autograd.grad(
+                [g[i][0] for i in used], params, grad_outputs=[d[i] for i in used],
+                retain_graph=True, is_grads_batched=True, allow_unused=True,
+            )  # fmt: skip
+            jac.append(_flat(jf, params, k) * w)
+            xi.append((batch.forces.reshape(-1)[pick] - f.reshape(-1)[pick]) * w)
+    return Observations(torch.cat(jac, 1), torch.cat(xi), e.detach(), f)
+
+
+def kalman_step(
+    model: HDNNP,
+    kf: KalmanFilter,
+    batch: Batch,
+    spec: TrainingSpec,
+    forces: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """One combined energy + force Kalman update on ``batch`` (rows: :func:`observations`).
+
+    Returns the energies (S,) and forces (N, 3) before the update and the loss they give.
+    """
+    from dparallel.train.loop import _loss
+
+    obs = observations(model, kf.params, batch, spec, forces)
+    loss = _loss(obs.energy, obs.forces, batch, spec.force_weight)
+    kf.update(obs.H, obs.xi)
+    return obs.energy, obs.forces, loss
+
+
+def _grads(
+    y: torch.Tensor,
+    inputs: list[torch.Tensor],
+    eye: torch.Tensor | None,
+    create_graph: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """Row-wise gradients of ``y`` (m,) with respect to ``inputs``, each (m, *shape).
+
+    ``eye`` None: ``y`` has one row, differentiated without batching (a graph is kept
+    with ``create_graph``).
+    """
+    if eye is None:
+        out = torch.autograd.grad(
+            y[0], inputs, retain_graph=True, create_graph=create_graph, allow_unused=True
+        )
+        out = tuple(None if o is None else o[None] for o in out)
+    else:
+        out = torch.autograd.grad(
+            y, inputs, grad_outputs=eye, retain_graph=True, is_grads_batched=True,
+            allow_unused=True,
+        )  # fmt: skip
+    return tuple(
+        o if o is not None else torch.zeros((len(y), *x.shape), dtype=y.dtype)
+        for o, x in zip(out, inputs, strict=True)
+    )
+
+
+def force_cotangents(
+    features: Mapping[str, Any],
+    keys: list[str],
+    components: torch.Tensor,
+    like: Mapping[str, torch.Tensor],
+) -> tuple[torch.Tensor, ...]:
+    """D_m = ∂F_m/∂(∂E/∂G) for flat force components ``components`` (k,) = 3·atom + axis.
+
+    With s_p = Σ_a ∂E/∂G_{c(p),a} ∂G_{c(p),a}/∂r_p per pair p (centre row c(p)) and
+    F = −Σ_p ([second_p = atom] − [first_p = atom]) s_p (``forces_from_derivatives``),
+    D_m[c(p), a] = −([second_p = atom_m] − [first_p = atom_m]) ∂G_{c(p),a}/∂r_p[axis_m].
+    Returns one (k, n_e, F_e) tensor per element of ``keys`` (shaped like ``like[e]``).
+    """
+    k = components.numel()
+    atom, axis = components // 3, components % 3  # (k,)
+    out = []
+    for e in keys:
+        res, ref = features[e], like[e]
+        d = torch.zeros((k, *ref.shape), dtype=ref.dtype)  # (k, n_e, F_e)
+        for pd in res.pairs.values():
+            if pd.feature_index.numel() == 0 or pd.pair_first.numel() == 0:
+                continue
+            coef = (pd.pair_first[None, :] == atom[:, None]).to(ref.dtype) - (
+                pd.pair_second[None, :] == atom[:, None]
+            ).to(ref.dtype)  # (k, P): −([second = atom] − [first = atom])
+            m, p = coef.nonzero(as_tuple=True)  # pairs touching each picked atom
+            rows = (
+                pd.dG_dr[p, :, :]
+                .gather(2, axis[m][:, None, None].expand(-1, pd.dG_dr.shape[1], 1))
+                .squeeze(2)
+            )  # (nnz, F_ef)
+            d.index_put_(
+                (m[:, None], pd.center[p][:, None], pd.feature_index[None, :]),
+                coef[m, p][:, None] * rows.to(ref.dtype),
+                accumulate=True,
+            )
+        out.append(d)
+    return tuple(out)

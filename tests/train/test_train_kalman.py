@@ -1,0 +1,124 @@
+"""Kalman filter optimizer: exact on linear least squares, lowers an HDNNP's loss, resumes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from _store_fixture import small_store
+
+from dparallel.train import TrainingSpec
+from dparallel.train import train as train_model
+from dparallel.train.kalman import KalmanFilter
+
+
+def _linear_problem(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(60, 7))
+    y = x @ rng.normal(size=7) + 0.1 * rng.normal(size=60)
+    return x, y
+
+
+@pytest.mark.parametrize("rows_per_update", [1, 4, 60])
+def test_linear_least_squares_reaches_the_exact_solution(rows_per_update: int) -> None:
+    """Without process noise the filter is recursive least squares: after all rows, w is
+    the ridge solution (η XᵀX + ε I)⁻¹ η Xᵀy exactly, whatever the grouping of rows."""
+    x, y = _linear_problem()
+    eps, eta = 1e-3, 2.0
+    w = torch.zeros(7, dtype=torch.float64, requires_grad=True)
+    kf = KalmanFilter([w], epsilon=eps, q0=0.0, eta0=eta, eta_max=eta)
+    for start in range(0, len(y), rows_per_update):
+        xb = torch.from_numpy(x[start : start + rows_per_update])
+        yb = torch.from_numpy(y[start : start + rows_per_update])
+        kf.update(xb.T.clone(), yb - xb @ w.detach())  # H (n, m) = ∂(Xw)/∂w
+    exact = np.linalg.solve(eta * x.T @ x + eps * np.eye(7), eta * x.T @ y)
+    np.testing.assert_allclose(w.detach().numpy(), exact, rtol=1e-10, atol=1e-12)
+    # a vague prior gives the ordinary least-squares solution
+    np.testing.assert_allclose(exact, np.linalg.lstsq(x, y, rcond=None)[0], rtol=1e-4)
+    p = kf.filter_state["P"].numpy()
+    np.testing.assert_allclose(p, np.linalg.inv(eta * x.T @ x + eps * np.eye(7)), rtol=1e-8)
+
+
+def test_noise_schedules_follow_n2p2() -> None:
+    """η grows by exp(η_τ) before each update while below η_max, q shrinks by exp(−q_τ)
+    after each update while above q_min (n2p2's KalmanFilter::update: both may pass their
+    bound once)."""
+    w = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    kf = KalmanFilter([w], q0=0.01, q_tau=1.0, q_min=1e-3, eta0=0.1, eta_tau=1.0, eta_max=1.0)
+    h, xi = torch.ones(2, 1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+    etas, qs = [], []
+    for _ in range(4):
+        kf.update(h, xi)
+        etas.append(kf.filter_state["eta"])
+        qs.append(kf.filter_state["q"])
+    np.testing.assert_allclose(etas, [0.1 * np.e, 0.1 * np.e**2, 0.1 * np.e**3, 0.1 * np.e**3])
+    np.testing.assert_allclose(qs, [0.01 / np.e, 0.01 / np.e**2, 0.01 / np.e**3, 0.01 / np.e**3])
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    return small_store(tmp_path_factory.mktemp("kalman"), n=24)
+
+
+SPEC = TrainingSpec(
+    optimizer="kalman", epochs=3, hidden=(6,), batch_size=4, seed=3, shuffle_buffer=6,
+    activation="tanh", kalman_force_components=2,
+)  # fmt: skip
+
+
+def test_kalman_lowers_the_loss_of_an_hdnnp(store, tmp_path) -> None:  # noqa: ANN001
+    res = train_model(store, tmp_path / "m", SPEC)
+    losses = [r["train_loss"] for r in res.history]
+    val = [r["validation_loss"] for r in res.history]
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert val[-1] < val[0], val
+
+
+def test_kalman_state_resumes_from_the_checkpoint(store, tmp_path) -> None:  # noqa: ANN001
+    straight = train_model(store, tmp_path / "a", SPEC)
+    train_model(store, tmp_path / "b", SPEC, stop_after=1)
+    resumed = train_model(store, tmp_path / "b", SPEC, resume=True)
+    for ra, rb in zip(straight.history, resumed.history, strict=True):
+        assert ra["train_loss"] == rb["train_loss"]  # bitwise
+    ca = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)
+    cb = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)
+    sa, sb = ca["optimizer"]["state"][0], cb["optimizer"]["state"][0]
+    assert torch.equal(sa["P"], sb["P"]) and sa["updates"] == sb["updates"] > 0
+    for k, v in ca["model"].items():
+        assert torch.equal(v, cb["model"][k]), k
+
+
+def test_observation_rows_are_the_gradients_of_energies_and_forces(store) -> None:  # noqa: ANN001
+    """Jacobian rows against autograd through the training forces (double backward)."""
+    from dparallel.train.data import PartitionReader, iterate_batches
+    from dparallel.train.kalman import observations
+    from dparallel.train.loop import _build_model, predict_batch, prepare
+
+    spec = SPEC.model_copy(update={"force_weight": 0.5})
+    prep = prepare(store, spec)
+    model = _build_model(prep, spec)
+    reader = PartitionReader(store, "acsf", prep.elements, prep.index, True, 2**26)
+    batch = next(iter(iterate_batches(reader, "train", 4, shuffle=False, prefetch=0)))
+    params = [p for p in model.parameters() if p.requires_grad]
+    pick = torch.tensor([0, 4, 3 * batch.n_atoms - 1, 7])  # includes atom 0 twice
+    obs = observations(model, params, batch, spec, True, pick=pick)
+    e, f = predict_batch(model, batch, True, create_graph=True)
+    s = float(model.energy_scale)
+    rows = [e[i] / batch.atom_counts[i] / s for i in range(batch.n_structures)]
+    rows += [f.reshape(-1)[c] * 0.5**0.5 / s for c in pick]
+
+    def flat_grad(r: torch.Tensor) -> torch.Tensor:
+        gs = torch.autograd.grad(r, params, retain_graph=True, allow_unused=True)
+        return torch.cat([
+            (g if g is not None else torch.zeros_like(p)).reshape(-1)
+            for g, p in zip(gs, params, strict=True)
+        ])  # fmt: skip
+
+    want = torch.stack([flat_grad(r) for r in rows], dim=1)  # (n, m)
+    assert obs.H.shape == want.shape
+    torch.testing.assert_close(obs.H, want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(obs.forces, f.detach(), rtol=1e-12, atol=1e-12)
+    de = (batch.energy - e.detach()) / batch.atom_counts / s
+    df = (batch.forces.reshape(-1)[pick] - f.detach().reshape(-1)[pick]) * 0.5**0.5 / s
+    ref = torch.cat([de, df])
+    torch.testing.assert_close(obs.xi, ref, rtol=1e-12, atol=1e-12)
