@@ -114,20 +114,8 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
-def partition_progress(quiet: bool, label: str) -> Callable[[dict[str, Any], int, int], None]:
-    """A ``progress(report, done, total)`` callback drawing a bar (closed at the last one)."""
-    from dparallel.cli._progress import ProgressBar
+def partition_progress(quiet: bool) -> Callable[[dict[str, Any], int, int], None]:
+    """The ``progress(event, done, total)`` callback of featurize: a bar on a terminal."""
+    from dparallel.cli._progress import FeaturizeProgress
 
-    bar: ProgressBar | None = None
-
-    def progress(report: dict[str, Any], done: int, total: int) -> None:
-        nonlocal bar
-        if quiet:
-            return
-        if bar is None:
-            bar = ProgressBar(total, label=label)
-        bar.update(1, report["n_structures"])
-        if done == total:
-            bar.close()
-
-    return progress
+    return FeaturizeProgress(quiet=quiet)

@@ -1,66 +1,159 @@
-"""A one-line terminal progress bar with throughput and ETA (no dependency)."""
+"""Terminal progress (tqdm) for featurization and training.
+
+Bars draw only on a terminal (tqdm's ``disable=None``) and never with ``--quiet``; logs are
+written either way. The featurization rate and ETA are
+:func:`~dparallel.dashboard.rate.throughput` — the function the dashboard page uses — fed
+the start event and each partition's report as they reach this process.
+"""
 
 from __future__ import annotations
 
-import sys
+import math
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-__all__ = ["ProgressBar"]
+from tqdm import tqdm
+
+from dparallel.dashboard.rate import Finished, Throughput, throughput
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["EpochProgress", "FeaturizeProgress", "clock_text", "milli"]
 
 
-class ProgressBar:
-    """Progress over ``total`` units of work, counting structures for throughput.
+def clock_text(seconds: float | None) -> str:
+    """``mm:ss`` (``h:mm:ss`` past an hour); ``--:--`` when unknown."""
+    if seconds is None or seconds != seconds or seconds == float("inf"):
+        return "--:--"
+    s = round(seconds)
+    h, m = divmod(s // 60, 60)
+    return f"{h}:{m:02d}:{s % 60:02d}" if h else f"{m:02d}:{s % 60:02d}"
 
-    Draws on ``stream`` only when it is a terminal (or ``force=True``) and at most
-    every ``min_interval`` seconds; :meth:`close` always prints the final line.
+
+def _disable(quiet: bool, force: bool) -> bool | None:
+    return True if quiet else (False if force else None)  # None: tqdm draws on a TTY only
+
+
+class FeaturizeProgress:
+    """``progress(event, done, total)`` callback of :func:`dparallel.workflow.featurize`.
+
+    The bar counts atoms; its postfix shows partitions done, atoms/s, structures/s and
+    the ETA from :meth:`throughput`.
     """
 
     def __init__(
         self,
-        total: int,
         *,
-        label: str = "featurize",
-        unit: str = "structures",
+        quiet: bool = False,
         stream: TextIO | None = None,
         force: bool = False,
-        min_interval: float = 0.2,
-        width: int = 30,
+        clock: Callable[[], float] = time.time,
+        min_interval: float = 0.1,
     ) -> None:
-        self.total = max(int(total), 0)
-        self.label, self.unit, self.width = label, unit, width
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = force or bool(getattr(self.stream, "isatty", lambda: False)())
+        self.quiet, self.stream, self.force, self.clock = quiet, stream, force, clock
         self.min_interval = min_interval
-        self.done = 0
-        self.units = 0
-        self._t0 = time.perf_counter()
-        self._last = 0.0
+        self.started: float | None = None
+        self.structures_total: int | None = None
+        self.finished: list[Finished] = []
+        self.bar: tqdm | None = None
 
-    def update(self, parts: int = 1, units: int = 0) -> None:
-        """Count ``parts`` finished pieces of work that held ``units`` structures."""
-        self.done += parts
-        self.units += units
-        now = time.perf_counter()
-        if self.enabled and (now - self._last >= self.min_interval or self.done >= self.total):
-            self._last = now
-            self.stream.write("\r" + self.line())
-            self.stream.flush()
+    def __call__(self, event: dict[str, Any], done: int, total: int) -> None:
+        if event.get("kind") == "start":
+            self.started = self.clock()
+            self.structures_total = int(event.get("n_structures", 0))
+            self.finished = []
+            self.bar = tqdm(
+                total=int(event.get("n_atoms", 0)) or None,
+                desc="featurize",
+                unit="atom",
+                file=self.stream,
+                disable=_disable(self.quiet, self.force),
+                mininterval=self.min_interval,
+                miniters=1,
+                bar_format="{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} atoms "
+                "[{elapsed}{postfix}]",
+            )
+            return
+        self.finished.append(
+            Finished(
+                self.clock(),
+                float(event.get("seconds", 0.0)),
+                int(event.get("n_structures", 0)),
+                int(event.get("n_atoms", 0)),
+            )
+        )
+        if self.bar is not None:
+            rate = self.throughput()
+            self.bar.set_postfix_str(
+                f"{done}/{total} partitions, {rate.atoms_per_second or 0:,.0f} atoms/s, "
+                f"{rate.structures_per_second or 0:,.1f} structures/s, "
+                f"ETA {clock_text(rate.eta_seconds)}",
+                refresh=False,
+            )
+            self.bar.update(self.finished[-1].n_atoms)
+            if done >= total:
+                self.bar.close()
 
-    def line(self) -> str:
-        """The current status line."""
-        elapsed = max(time.perf_counter() - self._t0, 1e-9)
-        fraction = self.done / self.total if self.total else 1.0
-        filled = round(fraction * self.width)
-        rate = self.units / elapsed
-        eta = (elapsed / self.done) * (self.total - self.done) if self.done else float("nan")
-        eta_text = "--:--" if eta != eta else f"{int(eta) // 60:02d}:{int(eta) % 60:02d}"
+    def throughput(self) -> Throughput:
+        """Rates and ETA so far, as the dashboard computes them."""
+        return throughput(self.started, self.finished, self.structures_total)
+
+
+class EpochProgress:
+    """Training progress: a bar over epochs with each epoch's time, rate and the ETA.
+
+    Times come from the rows, not the bar's clock (it may be made late); ``update(row)`` takes a row
+    of the training history (``epoch``, ``seconds``, ``train_structures``, RMSEs in
+    eV/atom and eV/Å). The ETA is the mean epoch time × the epochs left.
+    """
+
+    def __init__(
+        self,
+        epochs: int,
+        *,
+        quiet: bool = False,
+        stream: TextIO | None = None,
+        force: bool = False,
+        min_interval: float = 0.1,
+    ) -> None:
+        self.epochs = int(epochs)
+        self.bar = tqdm(
+            total=self.epochs,
+            desc="train",
+            unit="epoch",
+            file=stream,
+            disable=_disable(quiet, force),
+            mininterval=min_interval,
+            miniters=1,
+            bar_format="{desc} {n_fmt}/{total_fmt} epochs |{bar}| [{postfix}]",
+        )
+        self.seconds: list[float] = []
+
+    def update(self, row: dict[str, Any]) -> None:
+        """Count one finished epoch (``row["epoch"]`` is 0-based)."""
+        self.seconds.append(float(row.get("seconds", 0.0)))
+        self.bar.set_postfix_str(self.postfix(row), refresh=False)
+        self.bar.update(int(row.get("epoch", 0)) + 1 - self.bar.n)  # resumed runs jump ahead
+
+    def postfix(self, row: dict[str, Any]) -> str:
+        """Epoch time, structures/s, ETA and validation RMSEs (meV) of ``row``."""
+        sec = self.seconds[-1]
+        n = row.get("train_structures")
+        rate = f", {n / sec:,.1f} structures/s" if n and sec > 0 else ""
+        left = self.epochs - int(row.get("epoch", 0)) - 1
+        eta = clock_text(left * sum(self.seconds) / len(self.seconds))
         return (
-            f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
-            f"{self.done}/{self.total} {rate:,.0f} {self.unit}/s ETA {eta_text}"
+            f"epoch {sec:.2f} s{rate}, ETA {eta}, val E "
+            f"{milli(row.get('validation_energy_rmse'))} meV/atom F "
+            f"{milli(row.get('validation_force_rmse'))} meV/Å"
         )
 
     def close(self) -> None:
-        """Print the final line (also when not on a terminal)."""
-        self.stream.write(("\r" if self.enabled else "") + self.line() + "\n")
-        self.stream.flush()
+        """End the bar (leaves the last line on the terminal)."""
+        self.bar.close()
+
+
+def milli(x: float | None) -> str:
+    """``x`` × 1000 with two decimals (eV → meV); ``nan`` when missing or not finite."""
+    return "nan" if x is None or not math.isfinite(x) else f"{1e3 * x:.2f}"

@@ -83,12 +83,14 @@ def evaluate_file(
 
 
 def run(args: argparse.Namespace) -> int:
-    """Evaluate and print a table (or JSON with units eV/atom and eV/Å)."""
+    """Evaluate and print a table (or JSON, the unit in each error's name, meV)."""
     res = evaluate_file(
         args.model_dir, args.data, args.format, args.units, args.batch, args.potential_units
     )
     if args.json:
-        print(json.dumps({**res, "units": {"energy": "eV/atom", "force": "eV/Å"}}))
+        from dparallel.train.metric_units import with_units
+
+        print(json.dumps(with_units(res)))
         return 0
     print(f"{res['n_structures']} structures")
     print(f"{'':8s} {'RMSE':>10s} {'MAE':>10s}")

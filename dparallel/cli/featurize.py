@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dparallel.cli._next import closing_lines
 from dparallel.cli._options import (
     add_cluster_arguments,
     add_source_arguments,
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         protect=[args.descriptors or args.workflow],
         torch_threads=args.torch_threads,
-        progress=partition_progress(args.quiet, "featurize"),
+        progress=partition_progress(args.quiet),
         on_connect=on_connect(args),
         **cluster_kwargs(args),
     )
@@ -80,4 +81,5 @@ def run(args: argparse.Namespace) -> int:
     if args.scaling_data:
         write_scaling_data(store, Path(args.scaling_data), statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)
+    print("\n".join(closing_lines(result.seconds, store=store.path)))
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import add_source_arguments
@@ -27,9 +26,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run the ingest; prints a one-line summary."""
 
+    from tqdm import tqdm
+
+    bar: list[tqdm] = []
+
     def progress(done: int, total: int) -> None:
-        if not args.quiet:
-            print(f"\ringest: {done}/{total} partitions", end="", file=sys.stderr, flush=True)
+        if not bar:  # a terminal bar only (tqdm's disable=None), none with --quiet
+            bar.append(tqdm(total=total, desc="ingest", unit="partition",
+                            disable=True if args.quiet else None))  # fmt: skip
+        bar[0].update(done - bar[0].n)
 
     result = ingest(
         args.input,
@@ -41,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=progress,
     )
-    if not args.quiet and result.partitions_written:
-        print(file=sys.stderr)
+    for b in bar:
+        b.close()
     store = result.store
     print(
         f"{store.path}: {store.n_structures} structures, {store.n_atoms} atoms, "

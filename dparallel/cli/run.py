@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
+from dparallel.cli._next import closing_lines
 from dparallel.cli._options import (
     add_cluster_arguments,
     cluster_kwargs,
@@ -13,6 +14,7 @@ from dparallel.cli._options import (
     partition_progress,
     route_cluster_logs,
 )
+from dparallel.cli._progress import EpochProgress, milli
 
 if TYPE_CHECKING:
     import argparse
@@ -45,10 +47,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_arguments(p)
 
 
-def _milli(x: float | None) -> str:
-    return "nan" if x is None or not math.isfinite(x) else f"{1e3 * x:.2f}"
-
-
 def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) -> int:
     """Run a validated workflow with the CLI's progress output; print a summary.
 
@@ -56,17 +54,18 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     """
     from dparallel.workflow.run import run_workflow
 
+    t0 = time.perf_counter()
+
     def say(text: str) -> None:
         if not args.quiet:
             print(text, file=sys.stderr, flush=True)
 
+    bars: list[EpochProgress] = []
+
     def on_epoch(row: dict[str, Any]) -> None:
-        if not args.quiet and (row["epoch"] % 10 == 0 or row["epoch"] == 1):
-            say(
-                f"epoch {row['epoch']:4d}  val energy RMSE "
-                f"{_milli(row.get('validation_energy_rmse'))} meV/atom, force RMSE "
-                f"{_milli(row.get('validation_force_rmse'))} meV/Å"
-            )
+        if not bars:  # made at the first epoch, below the featurize bar
+            bars.append(EpochProgress(spec.training.epochs, quiet=args.quiet))
+        bars[0].update(row)
 
     kwargs = cluster_kwargs(args, spec.cluster)
     if kwargs["cluster"] is not spec.cluster:
@@ -83,22 +82,36 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
         scheduler=kwargs["scheduler"],
         scheduler_file=kwargs["scheduler_file"],
         say=say,
-        progress=partition_progress(args.quiet, "featurize"),
+        progress=partition_progress(args.quiet),
         on_epoch=on_epoch,
         on_connect=on_connect(args),
         protect=protect,
     )
+    for bar in bars:
+        bar.close()
     print("stages: " + ", ".join(f"{k} {v}" for k, v in result.stages.items()))
     for split in ("validation", "test"):
         m = result.metrics.get(split)
         if m:
             print(
-                f"{split}: energy RMSE {_milli(m.get('energy_rmse'))} meV/atom "
-                f"(MAE {_milli(m.get('energy_mae'))}), force RMSE {_milli(m.get('force_rmse'))} "
-                f"meV/Å (MAE {_milli(m.get('force_mae'))})"
+                f"{split}: energy RMSE {milli(m.get('energy_rmse'))} meV/atom "
+                f"(MAE {milli(m.get('energy_mae'))}), force RMSE {milli(m.get('force_rmse'))} "
+                f"meV/Å (MAE {milli(m.get('force_mae'))})"
             )
     for what, path in result.files.items():
         print(f"{what}: {path}")
+    trained = result.model_dir is not None and result.stages.get("train") != "off"
+    print(
+        "\n".join(
+            closing_lines(
+                time.perf_counter() - t0,
+                store=result.store,
+                model=result.model_dir if trained else None,
+                data=result.dataset,
+                exported=result.stages.get("export") in ("ran", "skipped"),
+            )
+        )
+    )
     return 0
 
 

@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dparallel.cli._next import closing_lines
+from dparallel.cli._progress import EpochProgress
 from dparallel.errors import RunInterruptedError
 from dparallel.train import parse_training_spec, train
 
@@ -50,7 +52,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="Dask scheduler address: publish per-epoch metrics to its dashboard "
         "(training itself runs in this process)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no per-epoch lines")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     return p
 
 
@@ -59,29 +61,21 @@ def _m(x: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train; prints one line per epoch and the final validation/test errors."""
+    """Train (a progress bar on a terminal); print the final errors and what to run next."""
     overrides = [*args.overrides, *(["allow_incomplete=true"] if args.allow_incomplete else [])]
     spec = parse_training_spec(args.config, overrides)
 
-    def show(row: dict[str, Any]) -> None:
-        if args.quiet:
-            return
-        print(
-            f"epoch {row['epoch']:4d}  lr {row['lr']:.2e}  "
-            f"train E {_m(row['train_energy_rmse'])} meV/atom F {_m(row['train_force_rmse'])} "
-            f"meV/Å | val E {_m(row['validation_energy_rmse'])} F "
-            f"{_m(row['validation_force_rmse'])}  ({row['seconds']:.1f} s)",
-            flush=True,
-        )
-
+    bar = EpochProgress(spec.epochs, quiet=args.quiet)
     try:
         if args.scheduler:
             from dparallel.cluster import connect
 
             with connect(scheduler=args.scheduler):  # its client receives the metric events
-                result = train(args.store, args.output, spec, resume=args.resume, callback=show)
+                result = train(
+                    args.store, args.output, spec, resume=args.resume, callback=bar.update
+                )
         else:
-            result = train(args.store, args.output, spec, resume=args.resume, callback=show)
+            result = train(args.store, args.output, spec, resume=args.resume, callback=bar.update)
     except KeyboardInterrupt:
         checkpoint = Path(args.output) / "checkpoint.pt"
         kept = (
@@ -90,11 +84,17 @@ def run(args: argparse.Namespace) -> int:
             else "no epoch had finished"
         )
         raise RunInterruptedError(f"interrupted; {kept}") from None
+    finally:
+        bar.close()
     for split, m in (("validation", result.validation), ("test", result.test)):
         if m:
             print(
                 f"{split}: energy RMSE {_m(m['energy_rmse'])} MAE {_m(m['energy_mae'])} "
                 f"meV/atom, force RMSE {_m(m['force_rmse'])} MAE {_m(m['force_mae'])} meV/Å"
             )
-    print(f"model: {result.model_dir / 'model.pt'} (best epoch {result.best_epoch})")
+    print(
+        f"model: {result.model_dir / 'model.pt'} (best epoch {result.best_epoch}, "
+        f"{len(result.history)} epochs run)"
+    )
+    print("\n".join(closing_lines(result.seconds, model=result.model_dir)))
     return 0

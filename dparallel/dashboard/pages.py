@@ -79,7 +79,8 @@ class _ProgressPage:
             f"<b>{summary['structures_done']}</b> / "
             f"{summary['structures_total'] if summary['structures_total'] is not None else '?'}"
             f" structures &nbsp;·&nbsp; "
-            f"<b>{_fmt(summary['structures_per_second'])}</b> structures/s &nbsp;·&nbsp; "
+            f"<b>{_fmt(summary['structures_per_second'])}</b> structures/s, "
+            f"<b>{_fmt(summary['atoms_per_second'])}</b> atoms/s &nbsp;·&nbsp; "
             f"ETA {_fmt(summary['eta_seconds'], '.0f', ' s')}"
             f"{' &nbsp;·&nbsp; <b>complete</b>' if summary['complete'] else ''}</p>"
         )

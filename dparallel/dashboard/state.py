@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dparallel.dashboard.events import TOPIC_PROGRESS, TOPIC_TRAIN
+from dparallel.dashboard.rate import Finished, throughput
 
 __all__ = ["METRICS", "SPLITS", "DashboardState"]
 
@@ -104,30 +105,19 @@ class DashboardState:
     def progress_summary(self, now: float | None = None) -> dict[str, Any] | None:
         """Partitions done/total, structures/s, ETA and per-worker throughput (or ``None``).
 
-        The rate is structures done over the time since the run's start event (or, without
-        one, since the first partition began), at least the longest task; per-worker
-        throughput is structures over the summed task seconds of that worker.
+        Rates and ETA are :func:`~dparallel.dashboard.rate.throughput` of the run's start
+        event time and the partitions' event times (the terminal bar uses the same function);
+        per-worker throughput is structures over the summed task seconds of that worker.
         """
         run = self.progress
         if run is None:
             return None
         parts = run.partitions.values()
-        done_structures = sum(p.n_structures for p in parts)
-        done_atoms = sum(p.n_atoms for p in parts)
-        if run.started is not None:
-            t0 = run.started
-        elif parts:
-            t0 = min(p.time - p.seconds for p in parts)
-        else:
-            t0 = None
-        t_last = max((p.time for p in parts), default=None)
-        elapsed = (t_last - t0) if (t0 is not None and t_last is not None) else 0.0
-        # A partition cannot finish faster than its own task (guards bursts of late reports).
-        elapsed = max(elapsed, max((p.seconds for p in parts), default=0.0))
-        rate = done_structures / elapsed if elapsed > 0 else None
-        eta = None
-        if rate and run.n_structures is not None:
-            eta = max(run.n_structures - done_structures, 0) / rate
+        rate = throughput(
+            run.started,
+            (Finished(p.time, p.seconds, p.n_structures, p.n_atoms) for p in parts),
+            run.n_structures,
+        )
         workers: dict[str, dict[str, float | int | None]] = {}
         for p in parts:
             w = workers.setdefault(p.worker, {"partitions": 0, "structures": 0, "seconds": 0.0})
@@ -142,12 +132,14 @@ class DashboardState:
             "run": run.run,
             "partitions_done": len(run.partitions),
             "partitions_total": n_total,
-            "structures_done": done_structures,
+            "structures_done": rate.structures_done,
             "structures_total": run.n_structures,
-            "atoms_done": done_atoms,
-            "elapsed_seconds": elapsed,
-            "structures_per_second": rate,
-            "eta_seconds": eta,
+            "atoms_done": rate.atoms_done,
+            "atoms_total": run.n_atoms,
+            "elapsed_seconds": rate.elapsed_seconds,
+            "structures_per_second": rate.structures_per_second,
+            "atoms_per_second": rate.atoms_per_second,
+            "eta_seconds": rate.eta_seconds,
             "complete": bool(n_total is not None and len(run.partitions) >= n_total),
             "workers": dict(sorted(workers.items())),
         }

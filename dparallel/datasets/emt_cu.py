@@ -7,13 +7,14 @@ and (100)/(111) slabs with vacuum; energies in eV and forces in eV/Å from
 
 from __future__ import annotations
 
-import logging
-import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-logger = logging.getLogger(__name__)
+from dparallel.datasets._write import write_once
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["generate_emt_cu", "write_emt_cu"]
 
@@ -59,14 +60,4 @@ def generate_emt_cu(n_structures: int = 400, seed: int = 0) -> list:
 
 def write_emt_cu(path: str | Path, n_structures: int = 400, seed: int = 0) -> Path:
     """Write the dataset to an extxyz file unless it already exists; returns its path."""
-    import ase.io
-
-    path = Path(path)
-    if path.exists():
-        logger.info("dataset %s exists, not regenerating", path)
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two runs at once: two temp files
-    ase.io.write(tmp, generate_emt_cu(n_structures, seed), format="extxyz")
-    tmp.replace(path)  # atomic: a half-written file never looks complete
-    return path
+    return write_once(path, lambda: generate_emt_cu(n_structures, seed))

@@ -74,7 +74,7 @@ def _sample_hash(path: Path, size: int) -> str:
 
 def cache_path_for(path: Path, format: str) -> list[Path]:
     """Candidate cache files for ``path``: beside it first, then the user cache dir."""
-    beside = path.with_name(f"{path.name}.{format}.dpindex.npz")
+    beside = path.with_name(f"{path.name}.dpindex.npz")  # its format is checked on load
     root = Path(os.environ.get("DPARALLEL_CACHE_DIR", Path.home() / ".cache" / "dparallel"))
     key = hashlib.sha256(f"{path}:{format}".encode()).hexdigest()[:24]
     return [beside, root / f"{key}.dpindex.npz"]

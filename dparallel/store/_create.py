@@ -29,6 +29,7 @@ import numpy as np
 import zarr
 
 from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError
+from dparallel.store._dims import structure_dims
 from dparallel.store._lease import StoreLease
 from dparallel.store._safety import check_replaceable, not_ours, store_format
 from dparallel.store._store import (
@@ -214,6 +215,7 @@ def _build(building: Path, fingerprint: dict, config: dict, plan: Plan) -> None:
             dtype=dtype,
             fill_value=fill,
             compressors=_compressors(dtype),
+            dimension_names=structure_dims(name, axis, 1 + len(trailing)),
         )
     for name, trailing, dtype in (
         ("n_structures", (), np.int64),
@@ -228,6 +230,7 @@ def _build(building: Path, fingerprint: dict, config: dict, plan: Plan) -> None:
             dtype=dtype,
             fill_value=0,
             compressors=_compressors(dtype),
+            dimension_names=structure_dims(name, "partition", 1 + len(trailing)),
         )
     root.create_group("parts")
     root.create_group("atoms")

@@ -19,6 +19,7 @@ import zarr
 from zarr.codecs import BloscCodec
 
 from dparallel.errors import StoreError, StoreIncompleteError, StoreMismatchError
+from dparallel.store._dims import feature_dims, generic_dims
 from dparallel.store.plan import Plan
 from dparallel.types import StructureBatch
 
@@ -354,11 +355,16 @@ class Store:
         return dict(report) if isinstance(report, Mapping) else None
 
     def write_partition_arrays(
-        self, p: int, arrays: Mapping[str, np.ndarray], group: str | None = None
+        self,
+        p: int,
+        arrays: Mapping[str, np.ndarray],
+        group: str | None = None,
+        dims: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         """Write arrays whose size only the task knows into ``parts/<p>[/group]/<name>``.
 
-        Each array is one chunk, (re)created by the owning task only.
+        Each array is one chunk, (re)created by the owning task only. ``dims``: dimension
+        names by array name (default ``<name>_<axis>``, see :mod:`dparallel.store._dims`).
         """
         p = self._check_p(p)
         g = self._part_group(p, create=True)
@@ -373,6 +379,8 @@ class Store:
                 dtype=values.dtype,
                 chunks=tuple(max(1, s) for s in values.shape),  # one chunk ((), for a scalar)
                 compressors=_compressors(values.dtype),
+                dimension_names=tuple((dims or {}).get(name, ()))
+                or generic_dims(name, values.ndim),
                 overwrite=True,
             )[...] = values
 
@@ -397,7 +405,10 @@ class Store:
         """
         for descriptor, per_element in features.items():
             for element, arrays in per_element.items():
-                self.write_partition_arrays(p, arrays, group=_features_group(descriptor, element))
+                dims = {n: feature_dims(element, n, np.ndim(a)) for n, a in arrays.items()}
+                self.write_partition_arrays(
+                    p, arrays, group=_features_group(descriptor, element), dims=dims
+                )
 
     def read_features(
         self, p: int, descriptor: str, derivatives: bool = True
@@ -432,10 +443,12 @@ class Store:
         dtype: Any = np.float64,
         fill_value: Any = 0,
         attributes: Mapping[str, Any] | None = None,
+        dims: Sequence[str] | None = None,
     ) -> None:
         """Create ``atoms/<name>`` of shape (P·A, *trailing_shape), one chunk per partition.
 
         Client-side, before tasks write; does nothing if it exists with the same spec.
+        ``dims``: names of the trailing axes (default ``<name>_<axis>``); the first is ``atom``.
         """
         trailing = tuple(int(t) for t in trailing_shape)
         shape = (self.n_partitions * self.atom_slots, *trailing)
@@ -455,6 +468,9 @@ class Store:
             fill_value=fill_value,
             compressors=_compressors(dtype),
             attributes=dict(attributes or {}),
+            dimension_names=("atom", *dims)
+            if dims is not None
+            else generic_dims(name, len(shape), ("atom",)),
         )
 
     def write_atom_array(self, name: str, p: int, values: np.ndarray) -> None:

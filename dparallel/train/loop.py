@@ -28,6 +28,7 @@ from dparallel.train.data import Batch, PartitionReader, SplitIndex, build_split
 from dparallel.train.data import iterate_batches as _iterate
 from dparallel.train.files import load_torch_file, save_torch_file
 from dparallel.train.kalman import KalmanFilter, kalman_step, make_kalman
+from dparallel.train.metric_units import with_units
 from dparallel.train.model import HDNNP, scaling_parameters
 from dparallel.train.spec import TrainingSpec
 
@@ -399,14 +400,20 @@ def _row(epoch: int, lr: float, train: dict, val: dict, seconds: float) -> dict[
 
 
 def _write_metrics(model_dir: Path, history: list[dict], extra: dict | None = None) -> None:
-    if history:
+    """metrics.csv/json with the unit in each error's name (meV/atom, meV/Å)."""
+    rows = [with_units(r) for r in history]
+    if rows:
         tmp = model_dir / (METRICS_CSV + ".tmp")
+        fields = list(dict.fromkeys(k for r in rows for k in r))  # resumed rows may add keys
         with tmp.open("w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(history[0]))
+            w = csv.DictWriter(fh, fieldnames=fields)
             w.writeheader()
-            w.writerows(history)
+            w.writerows(rows)
         tmp.replace(model_dir / METRICS_CSV)
-    doc = {"epochs": history, **(extra or {})}
+    extra = dict(extra or {})
+    if "final" in extra:
+        extra["final"] = {split: with_units(m) for split, m in extra["final"].items()}
+    doc = {"epochs": rows, **extra}
     tmp = model_dir / (METRICS_JSON + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=float))
     tmp.replace(model_dir / METRICS_JSON)
@@ -622,6 +629,7 @@ def train(
         else:
             bad += 1
         row = _row(epoch, lr, train_sum, val_sum, time.perf_counter() - t0)
+        row["train_structures"] = prep.index.count("train")  # per epoch, for the rate shown
         history.append(row)
         save_torch_file(
             {

@@ -256,7 +256,8 @@ def featurize(
     retries
         Extra attempts of a partition whose task raised.
     progress
-        ``progress(report, done, total)`` after each partition finishes.
+        ``progress(event, done, total)``: once with the dashboard's start event
+        (``done=0``), then with each finished partition's report.
     on_connect
         Called with the :class:`~dparallel.cluster.ClusterHandle` once connected
         (the CLI prints the dashboard link from it).
@@ -351,7 +352,7 @@ def _run_partitions(
     from distributed import as_completed
 
     from dparallel.cluster import connect
-    from dparallel.dashboard.events import publish_progress_start
+    from dparallel.dashboard.events import progress_start_event, publish_progress_start
 
     store_path = os.fspath(store.path)
     run = f"featurize:{store_path}"
@@ -359,12 +360,17 @@ def _run_partitions(
     with connect(**connect_to) as handle:
         if on_connect is not None:
             on_connect(handle)
-        publish_progress_start(
+        start = progress_start_event(
             run,
             len(pending),
             int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),
-            target=handle.client,
+            int(store.plan.atoms[pending].sum()),
         )
+        publish_progress_start(
+            **{k: v for k, v in start.items() if k != "kind"}, target=handle.client
+        )
+        if progress is not None:
+            progress(start, 0, len(pending))
 
         def submit(p: int) -> Any:
             return handle.client.submit(

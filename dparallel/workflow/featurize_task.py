@@ -86,16 +86,20 @@ def _coincident(batch: StructureBatch, nb: Neighbors) -> dict[int, str]:
     return out
 
 
+def _finite_rows(a: np.ndarray) -> np.ndarray:
+    """Rows of ``a`` (n, …) whose entries are all finite; also for empty rows or n = 0."""
+    return np.isfinite(a).all(axis=tuple(range(1, a.ndim)))
+
+
 def _non_finite(batch: StructureBatch, computed: _Computed) -> dict[int, str]:
     """Structures whose descriptors (or derivatives) came out NaN or infinite."""
     out: dict[int, str] = {}
     for name, per_element in computed.items():
         for element, arrays in per_element.items():
-            values = arrays["values"].reshape(arrays["values"].shape[0], -1)
-            atoms = arrays["atom_index"][~np.isfinite(values).all(axis=1)]
+            atoms = arrays["atom_index"][~_finite_rows(arrays["values"])]
             for key, value in arrays.items():
                 if key.startswith("d/") and key.endswith("/dG_dr"):
-                    pairs = ~np.isfinite(value.reshape(value.shape[0], -1)).all(axis=1)
+                    pairs = ~_finite_rows(value)
                     first = arrays[key.removesuffix("dG_dr") + "pair_first"][pairs]
                     atoms = np.concatenate([atoms, first])
             for s in np.unique(batch.structure_index[atoms.astype(np.int64)]):

@@ -49,11 +49,15 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Path, str]
         from dparallel.errors import SourceNotFoundError
 
         raise SourceNotFoundError(f"dataset.path {path} does not exist and no 'generate' is set")
-    from dparallel.datasets import write_emt_cu
+    from dparallel.datasets import write_emt_cu, write_emt_molecules
 
     gen = spec.dataset.generate
-    say(f"dataset: generating {gen.n_structures} EMT Cu structures → {path}")
-    write_emt_cu(path, n_structures=gen.n_structures, seed=gen.seed)
+    what, write = {
+        "emt_cu": ("EMT Cu structures", write_emt_cu),
+        "emt_molecules": ("EMT-labelled molecules", write_emt_molecules),
+    }[gen.kind]
+    say(f"dataset: generating {gen.n_structures} {what} → {path}")
+    write(path, n_structures=gen.n_structures, seed=gen.seed)
     return path, "ran"
 
 
@@ -163,7 +167,7 @@ def run_workflow(
     if spec.descriptors.acsf is not None:
         from dparallel.store import open_store
 
-        scaling = store_path.with_name(store_path.name + ".scaling.data")
+        scaling = store_path.with_suffix(".scaling.data")  # store.zarr → store.scaling.data
         if statistics is not None or not scaling.exists():
             write_scaling_data(open_store(store_path), scaling, statistics=statistics)
         result.files["scaling.data"] = str(scaling)
@@ -190,11 +194,13 @@ def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, s
             result.stages["export"] = "ran"
     else:
         result.stages["export"] = "off"
+    from dparallel.train.metric_units import without_units
+
     if not result.metrics:
         metrics_file = model_dir / "metrics.json"
         if metrics_file.exists():
             data = json.loads(metrics_file.read_text())
-            result.metrics = dict(data.get("final", {}))
+            result.metrics = {k: without_units(m) for k, m in data.get("final", {}).items()}
     result.files["model_dir"] = str(model_dir)
     for name in sorted(p.name for p in model_dir.glob("*")):
         if name.endswith((".png", ".csv", ".json", ".pt", ".pt2", ".ts")):

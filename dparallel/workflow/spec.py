@@ -45,7 +45,9 @@ class _Strict(BaseModel):
 class GenerateSpec(_Strict):
     """Generate the dataset when its file is missing (the embedded default)."""
 
-    kind: Literal["emt_cu"] = "emt_cu"
+    kind: Literal["emt_cu", "emt_molecules"] = Field(
+        "emt_cu", description="emt_cu: Cu bulk/slabs; emt_molecules: G2 molecules (H, C, N, O)"
+    )
     n_structures: int = Field(400, ge=1)
     seed: int = 0
 

@@ -70,7 +70,7 @@ def test_random_access_equals_sequential(tmp_path):
 def test_index_cache_used_and_invalidated(small_xyz, monkeypatch):
     src = open_source(small_xyz)
     cache = _index.cache_path_for(small_xyz.resolve(), "extxyz")[0]
-    assert cache.is_file()
+    assert cache.is_file() and cache.name == f"{small_xyz.name}.dpindex.npz"
 
     def boom(*a, **k):
         raise AssertionError("index rebuilt although the cache is valid")

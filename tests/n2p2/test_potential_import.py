@@ -117,8 +117,8 @@ def test_calculator_and_evaluate_accept_an_n2p2_directory(
     de = (ref_e - ref.energy) / ref.atom_counts
     df = np.concatenate(ref_f) - ref.forces
     assert res["n_structures"] == 5
-    assert res["energy_rmse"] == pytest.approx(np.sqrt(np.mean(de**2)), rel=1e-9)
-    assert res["force_rmse"] == pytest.approx(np.sqrt(np.mean(df**2)), rel=1e-9)
+    assert res["energy_rmse_meV_per_atom"] == pytest.approx(1e3 * np.sqrt(np.mean(de**2)), 1e-9)
+    assert res["force_rmse_meV_per_A"] == pytest.approx(1e3 * np.sqrt(np.mean(df**2)), 1e-9)
 
 
 def _alloy_dir(tmp_path: Path) -> Path:

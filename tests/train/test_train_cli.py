@@ -20,7 +20,8 @@ def test_train_export_evaluate(tmp_path, capsys) -> None:  # noqa: ANN001
     rc = main(["train", str(store.path), "-o", str(out), "--config", str(cfg),
                "--set", "epochs=2", "--set", "lr=0.01"])  # fmt: skip
     text = capsys.readouterr().out
-    assert rc == 0 and "epoch    1" in text and "model:" in text
+    assert rc == 0 and "2 epochs run" in text and "model:" in text
+    assert "done in" in text and f"dparallel export {out}" in text  # the next steps
     assert json.loads((out / "spec.json").read_text())["epochs"] == 2
     assert main(["export", str(out), "--no-probe"]) == 0
     assert (out / "deployed.pt").is_file()
@@ -38,7 +39,8 @@ def test_train_export_evaluate(tmp_path, capsys) -> None:  # noqa: ANN001
     for atoms in ase.io.read(tmp_path / "cu16.xyz", ":"):
         e_ref = atoms.get_potential_energy()
         errs.append((calc.get_potential_energy(atoms) - e_ref) / len(atoms))
-    assert res["energy_rmse"] == pytest.approx(float(np.sqrt(np.mean(np.square(errs)))), 1e-9)
+    rmse = float(np.sqrt(np.mean(np.square(errs))))  # eV/atom
+    assert res["energy_rmse_meV_per_atom"] == pytest.approx(1e3 * rmse, 1e-9)
     assert main(["evaluate", str(out), str(tmp_path / "cu16.xyz")]) == 0
     assert "meV/atom" in capsys.readouterr().out
 

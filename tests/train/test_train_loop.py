@@ -61,11 +61,23 @@ def test_outputs_metrics_and_plots(store, tmp_path) -> None:  # noqa: ANN001
     ):
         assert (d / name).is_file(), name  # fmt: skip
     doc = json.loads((d / "metrics.json").read_text())
-    assert len(doc["epochs"]) == 2 and doc["final"]["test"]["force_rmse"] > 0
+    assert len(doc["epochs"]) == 2 and doc["final"]["test"]["force_rmse_meV_per_A"] > 0
     assert sum(doc["splits"].values()) == 24
     header = (d / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert {"epoch", "lr", "train_energy_rmse", "validation_force_mae"} <= set(header)
-    assert res.test["energy_rmse"] == doc["final"]["test"]["energy_rmse"]
+    assert {
+        "epoch",
+        "lr",
+        "seconds",
+        "train_energy_rmse_meV_per_atom",
+        "validation_force_mae_meV_per_A",
+    } <= set(header)
+    # written in meV (the CLI prints meV), kept in eV in memory
+    final = doc["final"]["test"]
+    assert final["energy_rmse_meV_per_atom"] == pytest.approx(1e3 * res.test["energy_rmse"])
+    assert final["force_mae_meV_per_A"] == pytest.approx(1e3 * res.test["force_mae"])
+    assert doc["epochs"][1]["validation_energy_rmse_meV_per_atom"] == pytest.approx(
+        1e3 * rows[1]["validation_energy_rmse"]
+    )
 
 
 def test_resume_refuses_another_config(store, tmp_path) -> None:  # noqa: ANN001

@@ -41,6 +41,9 @@ def test_run_then_rerun_skips_every_finished_stage(tmp_path):
     for line in ("validation: energy RMSE", "test: energy RMSE", "scaling.data: ", "model_dir: "):
         assert line in first.stdout
     assert "dashboard: http://127.0.0.1:" in first.stderr
+    assert "scaling.data: runs/quickstart/store.scaling.data" in first.stdout
+    assert (tmp_path / "runs" / "quickstart" / "store.scaling.data").is_file()
+    assert "done in" in first.stdout and "dparallel evaluate runs/quickstart/model" in first.stdout
     model = tmp_path / "runs" / "quickstart" / "model"
     for name in ("model.pt", "deployed.pt", "metrics.csv", "learning_curves.png"):
         assert (model / name).exists(), name
