@@ -87,27 +87,21 @@ def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The stored arrays of one ``d/<F>`` block (see the module docstring).
 
     ``arrays`` holds ``pair_first, pair_second, center, vectors, feature_index, dG_dr``.
-    Returns ``pair_first, pair_second, center`` (int32), ``vectors_t`` (3, P) float32,
-    ``feature_index``, ``radial_columns`` (F_r,) and ``angular_columns`` (F_a,) (positions
-    in ``feature_index``), ``dG_dr_radial`` (F_r, P) and ``dG_dr_angular`` (F_a, 3, P).
+    Returns six arrays, as many as format 1 stored (each costs metadata writes):
+    ``pairs`` (3, P) int32 = pair_first, pair_second, center; ``vectors_t`` (3, P)
+    float32; ``feature_index``; ``radial`` (F,) bool (which columns are radial);
+    ``dG_dr_radial`` (F_r, P) and ``dG_dr_angular`` (F_a, 3, P) float32.
     """
     missing = {*_INDEX_ARRAYS, "vectors", "feature_index", "dG_dr"} - set(arrays)
     if missing:
         raise StoreError(f"per-pair derivative block lacks {', '.join(sorted(missing))}")
     vectors = np.asarray(arrays["vectors"], np.float64)  # (P, 3) Å
-    dG_dr = np.asarray(arrays["dG_dr"])  # (P, F, 3)
-    out: dict[str, np.ndarray] = {}
-    for name in _INDEX_ARRAYS:
-        rows = np.asarray(arrays[name])
-        if rows.size and int(rows.max()) >= 2**31:
-            raise StoreError(f"{name} has rows ≥ 2³¹; partitions that large are not supported")
-        out[name] = rows.astype(np.int32)
-    stored_vectors = vectors.astype(DERIVATIVE_DTYPE)
-    out["vectors_t"] = np.ascontiguousarray(stored_vectors.T)  # (3, P)
-    out["feature_index"] = np.asarray(arrays["feature_index"], np.int64)
+    rows = np.stack([np.asarray(arrays[name]).reshape(-1) for name in _INDEX_ARRAYS])  # (3, P)
+    if rows.size and int(rows.max()) >= 2**31:
+        raise StoreError("pair rows ≥ 2³¹: partitions that large are not supported")
     dist = np.linalg.norm(vectors, axis=1)  # (P,)
     unit = vectors / np.where(dist > 0, dist, 1.0)[:, None]  # (P, 3)
-    dG_dr = np.ascontiguousarray(dG_dr, np.float64)
+    dG_dr = np.ascontiguousarray(arrays["dG_dr"], np.float64)  # (P, F, 3)
     flags = np.ones(dG_dr.shape[1], np.bool_)  # (F,) radial until a pair says otherwise
     _compiled("_radial_flags")(dG_dr, unit, RADIAL_TOLERANCE**2, flags)
     radial = np.flatnonzero(flags).astype(np.int64)
@@ -115,36 +109,40 @@ def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     s = np.empty((radial.size, dG_dr.shape[0]), DERIVATIVE_DTYPE)  # (F_r, P)
     ang = np.empty((angular.size, 3, dG_dr.shape[0]), DERIVATIVE_DTYPE)  # (F_a, 3, P)
     _compiled("_split")(dG_dr, unit, radial, angular, s, ang)
-    out["radial_columns"] = radial
-    out["angular_columns"] = angular
-    out["dG_dr_radial"] = s
-    out["dG_dr_angular"] = ang
-    return out
+    return {
+        "pairs": rows.astype(np.int32),
+        "vectors_t": np.ascontiguousarray(vectors.astype(DERIVATIVE_DTYPE).T),  # (3, P)
+        "feature_index": np.asarray(arrays["feature_index"], np.int64),
+        "radial": flags,
+        "dG_dr_radial": s,
+        "dG_dr_angular": ang,
+    }
 
 
 def decode_pairs(stored: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Inverse of :func:`encode_pairs`: the logical arrays (``dG_dr`` (P, F, 3) float32)."""
     try:
+        pairs = stored["pairs"]  # (3, P)
         vectors = np.ascontiguousarray(stored["vectors_t"].T)  # (P, 3) float32
-        radial = stored["radial_columns"]
-        angular = stored["angular_columns"]
+        flags = stored["radial"].astype(bool)
         s = stored["dG_dr_radial"]  # (F_r, P)
         ang = stored["dG_dr_angular"]  # (F_a, 3, P)
-        out = {name: stored[name] for name in (*_INDEX_ARRAYS, "feature_index")}
+        feature_index = stored["feature_index"]
     except KeyError as exc:
         raise StoreError(
             f"per-pair derivative block lacks {exc.args[0]}: written by another dparallel "
             "version or damaged; re-featurize the store (dparallel featurize --overwrite)"
         ) from None
+    radial, angular = np.flatnonzero(flags), np.flatnonzero(~flags)
     n_pairs = vectors.shape[0]
-    dG_dr = np.empty((n_pairs, radial.shape[0] + angular.shape[0], 3), DERIVATIVE_DTYPE)
-    if radial.shape[0]:
+    dG_dr = np.empty((n_pairs, flags.shape[0], 3), DERIVATIVE_DTYPE)
+    if radial.size:
         v64 = vectors.astype(np.float64)
         dist = np.linalg.norm(v64, axis=1)
         unit = (v64 / np.where(dist > 0, dist, 1.0)[:, None]).astype(DERIVATIVE_DTYPE)
         dG_dr[:, radial, :] = s.T[:, :, None] * unit[:, None, :]
-    if angular.shape[0]:
+    if angular.size:
         dG_dr[:, angular, :] = ang.transpose(2, 0, 1)
-    out["vectors"] = vectors
-    out["dG_dr"] = dG_dr
+    out = {name: pairs[k] for k, name in enumerate(_INDEX_ARRAYS)}
+    out.update(vectors=vectors, feature_index=feature_index, dG_dr=dG_dr)
     return out
