@@ -90,7 +90,6 @@ def print_dashboard(handle: Any) -> None:
 def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -> None:
     """Positional structure file, ``-o STORE`` and how to read the file and partition it."""
     from dparallel.io import UNITS
-    from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS
 
     parser.add_argument(name, help="structure file (extxyz, n2p2 input.data, any ASE format)")
     parser.add_argument("-o", "--output", required=True, help="store directory (e.g. data.zarr)")
@@ -102,8 +101,9 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
     parser.add_argument(
         "--partition-atoms",
         type=int,
-        default=DEFAULT_PARTITION_ATOMS,
-        help=f"target atoms per partition/task (default {DEFAULT_PARTITION_ATOMS})",
+        default=None,
+        help="target atoms per partition/task (default: featurize ~4 tasks per worker of "
+        "1,000-20,000 atoms; ingest 20,000)",
     )
     parser.add_argument(
         "--overwrite",

@@ -10,6 +10,7 @@ from dparallel.cluster.connect import (
     connect,
     dashboard_link,
     dashboard_pages,
+    expected_workers,
     security_from_tls,
 )
 from dparallel.cluster.spec import ClusterSpec, SlurmSpec, TLSSpec
@@ -34,6 +35,7 @@ __all__ = [
     "dashboard_link",
     "dashboard_pages",
     "ensure_torch_threads",
+    "expected_workers",
     "security_from_tls",
     "torch_thread_report",
     "torch_threads",

@@ -31,7 +31,14 @@ from dparallel.errors import ClusterError
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["ClusterHandle", "connect", "dashboard_link", "dashboard_pages", "security_from_tls"]
+__all__ = [
+    "ClusterHandle",
+    "connect",
+    "dashboard_link",
+    "dashboard_pages",
+    "expected_workers",
+    "security_from_tls",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -205,6 +212,27 @@ def connect(
     if spec.kind == "slurm":
         return _start_slurm(spec)
     return _start_local(spec)
+
+
+def expected_workers(
+    spec: ClusterSpec | None = None,
+    *,
+    client: Client | None = None,
+    scheduler: str | None = None,
+    scheduler_file: str | os.PathLike[str] | None = None,
+) -> int | None:
+    """Workers :func:`connect` with these arguments will have, when known without starting it.
+
+    A given client: its current workers; a local cluster: ``spec.n_workers`` or one per
+    core; a scheduler or SLURM: ``spec.n_workers`` if set, else ``None`` (unknown).
+    """
+    spec = spec if spec is not None else ClusterSpec()
+    if client is not None:
+        return len(client.scheduler_info(n_workers=-1).get("workers", {})) or None
+    remote = scheduler is not None or scheduler_file is not None
+    if remote or os.environ.get(ENV_SCHEDULER_ADDRESS) or spec.kind != "local":
+        return spec.n_workers
+    return spec.n_workers or CPU_COUNT
 
 
 def _read_scheduler_file(path: str | os.PathLike[str]) -> str:

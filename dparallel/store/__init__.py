@@ -11,7 +11,7 @@ from dparallel.store._create import StoreStatus, create_store, open_store, store
 from dparallel.store._lease import StoreLease, held_lease, lease_path
 from dparallel.store._safety import check_replaceable, is_dparallel_store
 from dparallel.store._store import FORMAT_VERSION, SOURCE_IDENTITY_KEYS, Store
-from dparallel.store.plan import Plan, Slots, plan_partitions
+from dparallel.store.plan import Plan, Slots, derived_partition_atoms, plan_partitions
 
 __all__ = [
     "FORMAT_VERSION",
@@ -23,6 +23,7 @@ __all__ = [
     "StoreStatus",
     "check_replaceable",
     "create_store",
+    "derived_partition_atoms",
     "held_lease",
     "is_dparallel_store",
     "lease_path",

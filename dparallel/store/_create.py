@@ -85,20 +85,35 @@ def _changed_keys(old: Any, new: Any, prefix: str = "", depth: int = 3) -> list[
     return [k.rstrip(".") for k in out]
 
 
+def _without_partitioning(config: Any) -> Any:
+    """``config`` without ``ingest.partition_atoms`` (compared only when given explicitly)."""
+    if not isinstance(config, dict) or not isinstance(config.get("ingest"), dict):
+        return config
+    ingest = {k: v for k, v in config["ingest"].items() if k != "partition_atoms"}
+    return {**config, "ingest": ingest}
+
+
 def _differences(
-    meta: Mapping[str, Any], fingerprint: Mapping[str, Any], config: Any, plan: Plan
+    meta: Mapping[str, Any], fingerprint: Mapping[str, Any], config: Any, plan: Plan | None
 ) -> list[str]:
-    """Why a store's attributes do not belong to this source, config and plan (empty: they do)."""
+    """Why a store's attributes do not belong to this source, config and plan (empty: they do).
+
+    ``plan=None`` (partitioning derived, not given): any partitioning of this source and
+    config matches, so neither the plan nor ``ingest.partition_atoms`` is compared.
+    """
     diffs = []
+    old_config = meta.get("config")
+    if plan is None:
+        old_config, config = _without_partitioning(old_config), _without_partitioning(config)
     source = meta.get("source", {})
     if _identity(source) != _identity(fingerprint):
         fields = ", ".join(_changed_keys(_identity(source), _identity(fingerprint)))
         diffs.append(
             f"source {source.get('path')} ≠ {fingerprint.get('path')} (content differs: {fields})"
         )
-    if meta.get("config") != config:
-        diffs.append("config differs in " + ", ".join(_changed_keys(meta.get("config"), config)))
-    if meta.get("plan") != _jsonable(plan.to_dict()):
+    if old_config != config:
+        diffs.append("config differs in " + ", ".join(_changed_keys(old_config, config)))
+    if plan is not None and meta.get("plan") != _jsonable(plan.to_dict()):
         diffs.append("partition plan differs")
     return diffs
 
@@ -151,13 +166,15 @@ def store_status(
     *,
     source_fingerprint: Mapping[str, Any],
     config: Mapping[str, Any],
-    plan: Plan,
+    plan: Plan | None,
 ) -> StoreStatus:
     """Compare what is at ``path`` with a source, config and plan (reads metadata only).
 
     This is the one test of whether a store belongs to a run: :func:`create_store`
     reopens a store only if it :attr:`~StoreStatus.matches`, and ``dparallel run``
-    skips featurization only if it is :attr:`~StoreStatus.current`.
+    skips featurization only if it is :attr:`~StoreStatus.current`. ``plan=None``: the
+    run derives its partitioning (from the data and its workers), so a store of any
+    partitioning matches; ``ingest.partition_atoms`` is then not compared either.
     """
     target = Path(path).expanduser().resolve()
     if not (target.exists() or target.is_symlink()):
@@ -277,6 +294,7 @@ def create_store(
     config: Mapping[str, Any],
     overwrite: bool = False,
     protect: Iterable[str | os.PathLike[str]] = (),
+    any_plan: bool = False,
 ) -> Store:
     """Create a store with every structure array at final shape, or reopen a matching one.
 
@@ -299,6 +317,9 @@ def create_store(
         over). Never replaces anything else (see :func:`check_replaceable`).
     protect
         More files the run reads (workflow, descriptors): ``path`` may not be or hold them.
+    any_plan
+        ``plan`` was derived (not given): reopen a store of this source and config
+        whatever its partitioning (see :func:`store_status` with ``plan=None``).
 
     Returns
     -------
@@ -329,7 +350,8 @@ def create_store(
 
     def decide() -> StoreStatus | None:
         """The status when a new store is to be built at ``path``; ``None``: reopen it."""
-        status = store_status(path, source_fingerprint=fingerprint, config=config, plan=plan)
+        compared = None if any_plan else plan
+        status = store_status(path, source_fingerprint=fingerprint, config=config, plan=compared)
         if status.kind in ("missing", "empty") or overwrite:
             if status.kind != "missing":
                 check_replaceable(path, protected)

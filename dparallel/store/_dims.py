@@ -54,6 +54,12 @@ def feature_dims(element: str, name: str, ndim: int) -> tuple[str, ...]:
             "vectors": (pair, "xyz"),
             "feature_index": (feat,),
             "dG_dr": (pair, feat, "xyz"),
+            # store format 2 (store/_derivatives.py): packed rows, feature-major float32
+            "pairs": (f"pair_field_{e}_{f}", pair),
+            "vectors_t": ("xyz", pair),
+            "radial": (feat,),
+            "dG_dr_radial": (f"{feat}_radial", pair),
+            "dG_dr_angular": (f"{feat}_angular", "xyz", pair),
         }.get(array)
         if known is not None and len(known) == ndim:
             return known

@@ -19,6 +19,7 @@ import zarr
 from zarr.codecs import BloscCodec
 
 from dparallel.errors import StoreError, StoreIncompleteError, StoreMismatchError
+from dparallel.store._derivatives import decode_pairs, encode_pairs
 from dparallel.store._dims import feature_dims, generic_dims
 from dparallel.store.plan import Plan
 from dparallel.types import StructureBatch
@@ -31,8 +32,11 @@ __all__ = ["FORMAT_VERSION", "SOURCE_IDENTITY_KEYS", "Store"]
 
 log = logging.getLogger(__name__)
 
-#: Version of the on-disk layout; bumped on incompatible changes.
-FORMAT_VERSION = 1
+#: Version of the on-disk layout; bumped on incompatible changes. 2: per-pair derivatives
+#: in float32, radial columns as one number per pair, feature-major (``_derivatives``).
+FORMAT_VERSION = 2
+#: Formats this dparallel reads (``mode="r"``); it writes :data:`FORMAT_VERSION` only.
+READABLE_FORMATS = (1, 2)
 #: Fingerprint fields that identify a source's content (path and mtime may change).
 SOURCE_IDENTITY_KEYS = (
     "format",
@@ -105,10 +109,12 @@ class Store:
         meta = self._root.attrs.get("dparallel")
         if not isinstance(meta, dict):
             raise StoreError(f"{self.path} is a zarr group but not a dparallel store")
-        if meta.get("format_version") != FORMAT_VERSION:
+        version = meta.get("format_version")
+        if version not in READABLE_FORMATS or (mode != "r" and version != FORMAT_VERSION):
+            how = "reads" if version not in READABLE_FORMATS else "writes"
             raise StoreError(
-                f"{self.path} has store format {meta.get('format_version')}, "
-                f"this dparallel reads format {FORMAT_VERSION}"
+                f"{self.path} has store format {version}, this dparallel {how} format "
+                f"{FORMAT_VERSION}; re-featurize it (dparallel featurize … --overwrite)"
             )
         self._meta = meta
         self._starts = np.asarray(meta["plan"]["starts"], np.int64)  # (P,)
@@ -405,10 +411,24 @@ class Store:
         """
         for descriptor, per_element in features.items():
             for element, arrays in per_element.items():
-                dims = {n: feature_dims(element, n, np.ndim(a)) for n, a in arrays.items()}
-                self.write_partition_arrays(
-                    p, arrays, group=_features_group(descriptor, element), dims=dims
-                )
+                base = _features_group(descriptor, element)
+                blocks: dict[str, dict[str, np.ndarray]] = {}
+                plain = {}
+                for name, value in arrays.items():
+                    if name.startswith("d/"):
+                        _, neighbor, key = name.split("/", 2)
+                        blocks.setdefault(neighbor, {})[key] = value
+                    else:
+                        plain[name] = value
+                dims = {n: feature_dims(element, n, np.ndim(a)) for n, a in plain.items()}
+                self.write_partition_arrays(p, plain, group=base, dims=dims)
+                for neighbor, block in blocks.items():
+                    stored = encode_pairs(block)  # format 2 layout (store/_derivatives.py)
+                    dims = {
+                        n: feature_dims(element, f"d/{neighbor}/{n}", np.ndim(a))
+                        for n, a in stored.items()
+                    }
+                    self.write_partition_arrays(p, stored, group=f"{base}/d/{neighbor}", dims=dims)
 
     def read_features(
         self, p: int, descriptor: str, derivatives: bool = True
@@ -429,9 +449,10 @@ class Store:
             deriv = group.get("d") if derivatives else None
             if isinstance(deriv, zarr.Group):
                 for neighbor, block in sorted(deriv.groups()):
-                    arrays.update(
-                        {f"d/{neighbor}/{n}": np.asarray(a[...]) for n, a in block.arrays()}
-                    )
+                    stored = {n: np.asarray(a[...]) for n, a in block.arrays()}
+                    if self._meta.get("format_version") != 1:  # format 1: stored as computed
+                        stored = decode_pairs(stored)
+                    arrays.update({f"d/{neighbor}/{n}": v for n, v in stored.items()})
             out[element] = arrays
         return out
 

@@ -10,7 +10,23 @@ import numpy as np
 
 from dparallel.errors import ConfigError
 
-__all__ = ["Plan", "Slots", "plan_partitions"]
+__all__ = [
+    "MAX_PARTITION_ATOMS",
+    "MIN_PARTITION_ATOMS",
+    "TASKS_PER_WORKER",
+    "Plan",
+    "Slots",
+    "derived_partition_atoms",
+    "plan_partitions",
+]
+
+#: Bounds of a derived partition size (atoms): below the minimum, per-task costs (opening
+#: the store, reading, writing metadata) outweigh the kernels; above the maximum, a
+#: task's memory (float64 derivatives: ~50 kB per atom while computing) grows too large.
+MIN_PARTITION_ATOMS = 1_000
+MAX_PARTITION_ATOMS = 20_000
+#: Tasks each worker gets when the data allows (balances uneven partitions and workers).
+TASKS_PER_WORKER = 4
 
 
 class Slots(NamedTuple):
@@ -131,3 +147,19 @@ def plan_partitions(atom_counts: np.ndarray, target_atoms: int) -> Plan:
     stops = _greedy_cuts(cum, lo)
     starts = np.concatenate([[0], stops[:-1]])
     return Plan(starts, stops, cum[stops] - cum[starts], target_atoms)
+
+
+def derived_partition_atoms(atom_counts: np.ndarray, n_workers: int) -> int:
+    """Target atoms per partition for ``n_workers`` workers when none is given.
+
+    About :data:`TASKS_PER_WORKER` partitions per worker, bounded to
+    [:data:`MIN_PARTITION_ATOMS`, :data:`MAX_PARTITION_ATOMS`] atoms. The share is
+    padded by the largest structure so that whole structures fill exactly that many
+    partitions (:func:`plan_partitions` then balances them).
+    """
+    counts = np.asarray(atom_counts, np.int64).reshape(-1)
+    if counts.size == 0:
+        return MIN_PARTITION_ATOMS
+    share = math.ceil(int(counts.sum()) / (TASKS_PER_WORKER * max(1, int(n_workers))))
+    wanted = share + int(counts.max())
+    return int(min(MAX_PARTITION_ATOMS, max(MIN_PARTITION_ATOMS, wanted)))

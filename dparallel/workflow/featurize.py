@@ -13,6 +13,7 @@ import errno
 import logging
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,10 +31,12 @@ from dparallel.store import (
     StoreLease,
     StoreStatus,
     create_store,
+    derived_partition_atoms,
     open_store,
     plan_partitions,
     store_status,
 )
+from dparallel.store.plan import MIN_PARTITION_ATOMS
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
 from dparallel.workflow.stats import FeatureStats
@@ -110,12 +113,26 @@ def _target(
     format: str | None,
     units: str,
     on_error: Literal["raise", "skip"],
-    partition_atoms: int,
+    partition_atoms: int | None,
+    n_workers: int | None = None,
 ) -> tuple[StructureSource, Plan, dict[str, Any]]:
-    """The source, plan and config a store for these options is made from."""
+    """The source, plan and config a store for these options is made from.
+
+    Without ``partition_atoms`` the size is derived from the data and ``n_workers``
+    (:func:`~dparallel.store.derived_partition_atoms`; unknown workers: the largest size)
+    and recorded in the config like a given one.
+    """
     source = open_source(source_path, format, units=units, on_error=on_error)
-    plan = plan_partitions(source.atom_counts, partition_atoms)
-    return source, plan, featurize_config(source, descriptors, partition_atoms)
+    if partition_atoms is None:
+        atoms = (
+            derived_partition_atoms(source.atom_counts, n_workers)
+            if n_workers
+            else DEFAULT_PARTITION_ATOMS
+        )
+    else:
+        atoms = partition_atoms
+    plan = plan_partitions(source.atom_counts, atoms)
+    return source, plan, featurize_config(source, descriptors, atoms)
 
 
 def featurize_status(
@@ -126,19 +143,22 @@ def featurize_status(
     format: str | None = None,
     units: str = "ase",
     on_error: Literal["raise", "skip"] = "raise",
-    partition_atoms: int = DEFAULT_PARTITION_ATOMS,
+    partition_atoms: int | None = None,
 ) -> StoreStatus:
     """What :func:`featurize` with these options would find at ``store_path``.
 
     The same comparison :func:`~dparallel.store.create_store` makes (source content,
-    units, format, on_error, descriptors, partitioning). ``status.current`` plus the
-    recorded ``statistics`` means a run would have nothing to do.
+    units, format, on_error, descriptors, partitioning — the latter only when
+    ``partition_atoms`` is given: a derived one depends on the workers, so any
+    partitioning matches). ``status.current`` plus the recorded ``statistics`` means a
+    run would have nothing to do.
     """
     source, plan, config = _target(
         source_path, descriptors, format, units, on_error, partition_atoms
     )
+    compared = None if partition_atoms is None else plan
     return store_status(
-        store_path, source_fingerprint=source.fingerprint(), config=config, plan=plan
+        store_path, source_fingerprint=source.fingerprint(), config=config, plan=compared
     )
 
 
@@ -150,16 +170,19 @@ def prepare_featurize(
     format: str | None = None,
     units: str = "ase",
     on_error: Literal["raise", "skip"] = "raise",
-    partition_atoms: int = DEFAULT_PARTITION_ATOMS,
+    partition_atoms: int | None = None,
     overwrite: bool = False,
     protect: Iterable[str | os.PathLike[str]] = (),
+    n_workers: int | None = 1,
 ) -> tuple[StructureSource, Store]:
     """Index the source, plan partitions and create (or reopen, to resume) the store.
 
     ``protect``: files besides the source that the store path may not be or hold.
+    ``partition_atoms=None``: derived from the data and ``n_workers`` (a store of this
+    source and config is reopened whatever its partitioning).
     """
     source, plan, config = _target(
-        source_path, descriptors, format, units, on_error, partition_atoms
+        source_path, descriptors, format, units, on_error, partition_atoms, n_workers
     )
     store = create_store(
         store_path,
@@ -169,6 +192,7 @@ def prepare_featurize(
         config=config,
         overwrite=overwrite,
         protect=protect,
+        any_plan=partition_atoms is None,
     )
     return source, store
 
@@ -216,7 +240,7 @@ def featurize(
     format: str | None = None,
     units: str = "ase",
     on_error: Literal["raise", "skip"] = "raise",
-    partition_atoms: int = DEFAULT_PARTITION_ATOMS,
+    partition_atoms: int | None = None,
     overwrite: bool = False,
     protect: Iterable[str | os.PathLike[str]] = (),
     client: Any = None,
@@ -241,7 +265,10 @@ def featurize(
     descriptors
         What to compute (:class:`DescriptorSet`).
     partition_atoms
-        Atoms per partition (one task each).
+        Atoms per partition (one task each). ``None``: about four partitions per worker,
+        1,000-20,000 atoms each (:func:`~dparallel.store.derived_partition_atoms`; a
+        warning when there are fewer partitions than workers); a store of this source and
+        config is then resumed whatever its partitioning.
     overwrite
         Replace a dparallel store made from another source or config instead of refusing
         (never anything that is not a dparallel store).
@@ -274,7 +301,16 @@ def featurize(
     RunInterruptedError
         Interrupted (Ctrl-C): says how many partitions are done and kept.
     """
+    from dparallel.cluster import expected_workers
+
     t0 = time.perf_counter()
+    connect_to = {
+        "spec": cluster,
+        "client": client,
+        "scheduler": scheduler,
+        "scheduler_file": scheduler_file,
+    }
+    n_workers = expected_workers(**connect_to)
     with StoreLease(store_path, command="dparallel featurize") as lease:
         source, store = prepare_featurize(
             source_path,
@@ -286,8 +322,10 @@ def featurize(
             partition_atoms=partition_atoms,
             overwrite=overwrite,
             protect=protect,
+            n_workers=n_workers,
         )
         pending = [int(p) for p in store.pending_partitions()]
+        _warn_idle_workers(store, pending, n_workers)
         try:
             counts, failures = _run_partitions(
                 source,
@@ -295,12 +333,7 @@ def featurize(
                 pending,
                 descriptors,
                 lease,
-                connect_to={
-                    "spec": cluster,
-                    "client": client,
-                    "scheduler": scheduler,
-                    "scheduler_file": scheduler_file,
-                },
+                connect_to=connect_to,
                 torch_threads=torch_threads,
                 retries=retries,
                 progress=progress,
@@ -328,6 +361,22 @@ def featurize(
         n_skipped=counts["n_skipped"],
         seconds=time.perf_counter() - t0,
         statistics=statistics,
+    )
+
+
+def _warn_idle_workers(store: Store, pending: list[int], n_workers: int | None) -> None:
+    """Warn when some workers will get no partition (e.g. fewer structures than workers)."""
+    if n_workers is None or not 0 < len(pending) < n_workers:
+        return
+    plan = store.plan
+    atoms = int(plan.atoms[pending].sum())
+    structures = int((plan.stops[pending] - plan.starts[pending]).sum())
+    warnings.warn(
+        f"{len(pending)} partitions for {n_workers} workers: {n_workers - len(pending)} "
+        f"workers stay idle ({structures} structures, {atoms} atoms to compute in "
+        f"{store.path}; a partition holds whole structures, at least "
+        f"{MIN_PARTITION_ATOMS} atoms unless --partition-atoms says otherwise)",
+        stacklevel=3,
     )
 
 

@@ -60,11 +60,15 @@ def prepare_ingest(
     source: StructureSource,
     store_path: str | os.PathLike[str],
     *,
-    partition_atoms: int = DEFAULT_PARTITION_ATOMS,
+    partition_atoms: int | None = DEFAULT_PARTITION_ATOMS,
     overwrite: bool = False,
     protect: Iterable[str | os.PathLike[str]] = (),
 ) -> Store:
-    """Plan partitions for ``source`` and create (or reopen, for resume) the store."""
+    """Plan partitions for ``source`` and create (or reopen, for resume) the store.
+
+    ``partition_atoms=None``: :data:`DEFAULT_PARTITION_ATOMS` (ingest runs in one process).
+    """
+    partition_atoms = partition_atoms or DEFAULT_PARTITION_ATOMS
     plan = plan_partitions(source.atom_counts, partition_atoms)
     return create_store(
         store_path,
@@ -106,7 +110,7 @@ def ingest(
     format: str | None = None,
     units: str = "ase",
     on_error: Literal["raise", "skip"] = "raise",
-    partition_atoms: int = DEFAULT_PARTITION_ATOMS,
+    partition_atoms: int | None = DEFAULT_PARTITION_ATOMS,
     overwrite: bool = False,
     protect: Iterable[str | os.PathLike[str]] = (),
     progress: Callable[[int, int], None] | None = None,

@@ -20,7 +20,6 @@ from dparallel.config import apply_overrides, describe_validation_error, read_ya
 from dparallel.errors import ConfigError
 from dparallel.train.spec import TrainingSpec
 from dparallel.workflow.descriptors_spec import DescriptorsSpec
-from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS
 
 __all__ = [
     "QUICKSTART",
@@ -65,7 +64,12 @@ class DatasetSpec(_Strict):
 class PartitionSpec(_Strict):
     """How structures are grouped into tasks."""
 
-    atoms: int = Field(DEFAULT_PARTITION_ATOMS, ge=1, description="target atoms per partition")
+    atoms: int | None = Field(
+        None,
+        ge=1,
+        description="target atoms per partition; null: ~4 partitions per worker, "
+        "1,000-20,000 atoms each",
+    )
 
 
 class StoreSpec(_Strict):

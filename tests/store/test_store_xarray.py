@@ -84,6 +84,15 @@ def test_shared_axes_share_names_and_sizes(store):
     assert f["values"].dims == ("atom_Au", "feature_Au")
     assert f["atom_index"].dims == ("atom_Au",)
     d = xr.open_zarr(path, group="parts/0/features/acsf/Au/d/Cu", consolidated=False)
-    assert d["dG_dr"].dims == ("pair_Au_Cu", "feature_Au_Cu", "xyz")
-    assert d.sizes["pair_Au_Cu"] == d["pair_first"].size == d["vectors"].shape[0]
-    assert d.sizes["feature_Au_Cu"] == d["feature_index"].size
+    # store format 2: packed pair rows, feature-major float32 (store/_derivatives.py)
+    assert d["pairs"].dims == ("pair_field_Au_Cu", "pair_Au_Cu")
+    assert d["vectors_t"].dims == ("xyz", "pair_Au_Cu")
+    assert d["dG_dr_radial"].dims == ("feature_Au_Cu_radial", "pair_Au_Cu")
+    assert d["dG_dr_angular"].dims == ("feature_Au_Cu_angular", "xyz", "pair_Au_Cu")
+    assert d.sizes["feature_Au_Cu"] == d["feature_index"].size == d["radial"].size
+    n_radial = int(d["radial"].values.sum())
+    assert d.sizes["feature_Au_Cu_radial"] == n_radial
+    assert d.sizes["feature_Au_Cu_angular"] == d.sizes["feature_Au_Cu"] - n_radial
+    # the logical arrays the store reads back have the same pair count
+    logical = store.read_features(0, "acsf")["Au"]
+    assert d.sizes["pair_Au_Cu"] == logical["d/Cu/dG_dr"].shape[0]

@@ -84,8 +84,12 @@ def test_batch_matches_descriptors_computed_directly(store) -> None:  # noqa: AN
                             pd.pair_first.numpy()))  # fmt: skip
         return pd.pair_first[order], pd.pair_second[order], pd.center[order], pd.dG_dr[order]
 
-    for a, b in zip(key(got.pairs["Cu"]), key(ref.pairs["Cu"]), strict=True):
-        assert torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=1e-12)
+    got_k, ref_k = key(got.pairs["Cu"]), key(ref.pairs["Cu"])
+    for a, b in zip(got_k[:3], ref_k[:3], strict=True):
+        assert torch.equal(a, b)
+    # dG/dr is stored in float32 (docs/store-format.md): equal within its rounding
+    scale = ref_k[3].abs().amax(dim=-1, keepdim=True)  # per pair and column
+    assert torch.all((got_k[3] - ref_k[3]).abs() <= 4 * torch.finfo(torch.float32).eps * scale)
 
 
 def test_training_spec_rejects_unknown_keys_and_bad_values() -> None:

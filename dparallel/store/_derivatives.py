@@ -1,0 +1,149 @@
+"""On-disk layout of per-pair descriptor derivatives (store format 2).
+
+A featurize task hands the store, per central element E and neighbour element F, the
+arrays ``pair_first, pair_second, center (P,)``, ``vectors (P, 3)``, ``feature_index
+(F_EF,)`` and ``dG_dr (P, F_EF, 3)`` (docs/store-format.md). Stored as they are (float64,
+pair-major) they are ~40 kB per atom on n2p2's water example; three changes, each chosen by
+``benchmarks/bench_store_codecs.py`` on real water derivatives, bring them under 15 kB:
+
+* **float32** derivatives and vectors (the rounding, 6e-8 relative, is far below the
+  training noise; docs/store-format.md gives the force RMSE both ways), int32 pair rows;
+* **radial columns as one number per pair**: a column whose derivative is parallel to
+  r_ij for every pair (radial symmetry functions: ∂G/∂r_ij = s · r̂_ij) is stored as
+  ``s`` (P,) and rebuilt as ``s · r̂_ij`` from the stored vectors on read; the test is
+  within float32 rounding (relative residual ≤ :data:`RADIAL_TOLERANCE` per pair);
+* **feature-major order** ``(F, 3, P)`` / ``(F, P)``: one feature's values over all
+  pairs side by side, which LZ4 behind the byte shuffle compresses 1.25× on the water
+  example's own structures (pair-major: 1.02×) and writes faster; on rattled copies
+  (no two identical structures) both orders are ~1.0×.
+
+:func:`encode_pairs` / :func:`decode_pairs` are exact inverses up to the float32
+rounding; :meth:`Store.read_features <dparallel.store.Store.read_features>` always
+returns the logical arrays above (float32 ``dG_dr``/``vectors``), whichever layout the
+store has.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dparallel.errors import StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["DERIVATIVE_DTYPE", "RADIAL_TOLERANCE", "decode_pairs", "encode_pairs"]
+
+#: Storage dtype of ``dG_dr`` and ``vectors`` (compute dtype is the descriptor set's).
+DERIVATIVE_DTYPE = np.dtype(np.float32)
+#: A column counts as radial when |∂G/∂r − (∂G/∂r · r̂) r̂| ≤ this · |∂G/∂r| for every pair.
+RADIAL_TOLERANCE = 1e-7
+
+_INDEX_ARRAYS = ("pair_first", "pair_second", "center")
+
+
+def _radial_flags(dG_dr, unit, tol2, radial):  # noqa: ANN001, ANN202 - compiled
+    """Clear ``radial[f]`` (F,) for every column with a pair where |g|² − (g·r̂)² > tol2·|g|².
+
+    |g − (g·r̂) r̂|² = |g|² − (g·r̂)² for a unit r̂: one pass over ``dG_dr`` (P, F, 3).
+    """
+    for p in range(dG_dr.shape[0]):
+        u0, u1, u2 = unit[p, 0], unit[p, 1], unit[p, 2]
+        for f in range(dG_dr.shape[1]):
+            g0, g1, g2 = dG_dr[p, f, 0], dG_dr[p, f, 1], dG_dr[p, f, 2]
+            s = g0 * u0 + g1 * u1 + g2 * u2
+            n2 = g0 * g0 + g1 * g1 + g2 * g2
+            if n2 - s * s > tol2 * n2:
+                radial[f] = False
+
+
+def _split(dG_dr, unit, radial, angular, s_out, angular_out):  # noqa: ANN001, ANN202
+    """Fill ``s_out`` (F_r, P) = g·r̂ of the radial columns and ``angular_out`` (F_a, 3, P)."""
+    for p in range(dG_dr.shape[0]):
+        u0, u1, u2 = unit[p, 0], unit[p, 1], unit[p, 2]
+        for k in range(radial.shape[0]):
+            f = radial[k]
+            s_out[k, p] = dG_dr[p, f, 0] * u0 + dG_dr[p, f, 1] * u1 + dG_dr[p, f, 2] * u2
+        for k in range(angular.shape[0]):
+            f = angular[k]
+            for c in range(3):
+                angular_out[k, c, p] = dG_dr[p, f, c]
+
+
+_JIT: dict[str, Any] = {}
+
+
+def _compiled(name: str) -> Any:
+    """The numba-compiled (cached on disk) version of ``_radial_flags`` or ``_split``."""
+    if name not in _JIT:
+        import numba
+
+        _JIT[name] = numba.njit(cache=True, nogil=True, error_model="numpy")(globals()[name])
+    return _JIT[name]
+
+
+def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The stored arrays of one ``d/<F>`` block (see the module docstring).
+
+    ``arrays`` holds ``pair_first, pair_second, center, vectors, feature_index, dG_dr``.
+    Returns six arrays, as many as format 1 stored (each costs metadata writes):
+    ``pairs`` (3, P) int32 = pair_first, pair_second, center; ``vectors_t`` (3, P)
+    float32; ``feature_index``; ``radial`` (F,) bool (which columns are radial);
+    ``dG_dr_radial`` (F_r, P) and ``dG_dr_angular`` (F_a, 3, P) float32.
+    """
+    missing = {*_INDEX_ARRAYS, "vectors", "feature_index", "dG_dr"} - set(arrays)
+    if missing:
+        raise StoreError(f"per-pair derivative block lacks {', '.join(sorted(missing))}")
+    vectors = np.asarray(arrays["vectors"], np.float64)  # (P, 3) Å
+    rows = np.stack([np.asarray(arrays[name]).reshape(-1) for name in _INDEX_ARRAYS])  # (3, P)
+    if rows.size and int(rows.max()) >= 2**31:
+        raise StoreError("pair rows ≥ 2³¹: partitions that large are not supported")
+    dist = np.linalg.norm(vectors, axis=1)  # (P,)
+    unit = vectors / np.where(dist > 0, dist, 1.0)[:, None]  # (P, 3)
+    dG_dr = np.ascontiguousarray(arrays["dG_dr"], np.float64)  # (P, F, 3)
+    flags = np.ones(dG_dr.shape[1], np.bool_)  # (F,) radial until a pair says otherwise
+    _compiled("_radial_flags")(dG_dr, unit, RADIAL_TOLERANCE**2, flags)
+    radial = np.flatnonzero(flags).astype(np.int64)
+    angular = np.flatnonzero(~flags).astype(np.int64)
+    s = np.empty((radial.size, dG_dr.shape[0]), DERIVATIVE_DTYPE)  # (F_r, P)
+    ang = np.empty((angular.size, 3, dG_dr.shape[0]), DERIVATIVE_DTYPE)  # (F_a, 3, P)
+    _compiled("_split")(dG_dr, unit, radial, angular, s, ang)
+    return {
+        "pairs": rows.astype(np.int32),
+        "vectors_t": np.ascontiguousarray(vectors.astype(DERIVATIVE_DTYPE).T),  # (3, P)
+        "feature_index": np.asarray(arrays["feature_index"], np.int64),
+        "radial": flags,
+        "dG_dr_radial": s,
+        "dG_dr_angular": ang,
+    }
+
+
+def decode_pairs(stored: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Inverse of :func:`encode_pairs`: the logical arrays (``dG_dr`` (P, F, 3) float32)."""
+    try:
+        pairs = stored["pairs"]  # (3, P)
+        vectors = np.ascontiguousarray(stored["vectors_t"].T)  # (P, 3) float32
+        flags = stored["radial"].astype(bool)
+        s = stored["dG_dr_radial"]  # (F_r, P)
+        ang = stored["dG_dr_angular"]  # (F_a, 3, P)
+        feature_index = stored["feature_index"]
+    except KeyError as exc:
+        raise StoreError(
+            f"per-pair derivative block lacks {exc.args[0]}: written by another dparallel "
+            "version or damaged; re-featurize the store (dparallel featurize --overwrite)"
+        ) from None
+    radial, angular = np.flatnonzero(flags), np.flatnonzero(~flags)
+    n_pairs = vectors.shape[0]
+    dG_dr = np.empty((n_pairs, flags.shape[0], 3), DERIVATIVE_DTYPE)
+    if radial.size:
+        v64 = vectors.astype(np.float64)
+        dist = np.linalg.norm(v64, axis=1)
+        unit = (v64 / np.where(dist > 0, dist, 1.0)[:, None]).astype(DERIVATIVE_DTYPE)
+        dG_dr[:, radial, :] = s.T[:, :, None] * unit[:, None, :]
+    if angular.size:
+        dG_dr[:, angular, :] = ang.transpose(2, 0, 1)
+    out = {name: pairs[k] for k, name in enumerate(_INDEX_ARRAYS)}
+    out.update(vectors=vectors, feature_index=feature_index, dG_dr=dG_dr)
+    return out

@@ -1,0 +1,125 @@
+"""Store format 2 for per-pair derivatives: float32, radial columns as one number, feature-major.
+
+The reference is the float64 block as computed (ACSF by autograd-checked kernels, and a
+synthetic block whose radial columns are built as s · r̂ by hand), compared within float32
+rounding; format-1 stores are read as they were written or refused for writing.
+"""
+
+from __future__ import annotations
+
+import ase.io
+import numpy as np
+import pytest
+import zarr
+
+from dparallel.datasets import generate_emt_cu
+from dparallel.descriptors import ACSF
+from dparallel.descriptors.descriptor_set import DescriptorSet
+from dparallel.errors import StoreError
+from dparallel.io import open_source
+from dparallel.store import create_store, open_store
+from dparallel.store._derivatives import decode_pairs, encode_pairs
+from dparallel.store.plan import plan_partitions
+from dparallel.types import StructureBatch
+
+F32 = np.finfo(np.float32).eps
+
+
+def _block(rng: np.random.Generator, n_pairs: int, radial: list[int], n_cols: int) -> dict:
+    vectors = rng.normal(size=(n_pairs, 3)) * 2.0  # (P, 3) Å
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    dG_dr = rng.normal(size=(n_pairs, n_cols, 3))  # generic (angular) columns
+    for f in radial:
+        dG_dr[:, f, :] = rng.normal(size=(n_pairs, 1)) * unit  # ∂G/∂r_ij ∥ r_ij
+    return {
+        "pair_first": np.sort(rng.integers(0, 50, n_pairs)),
+        "pair_second": rng.integers(0, 50, n_pairs),
+        "center": np.sort(rng.integers(0, 40, n_pairs)),
+        "vectors": vectors,
+        "feature_index": np.arange(n_cols, dtype=np.int64) + 3,
+        "dG_dr": dG_dr,
+    }
+
+
+def _assert_float32_close(got: np.ndarray, ref: np.ndarray) -> None:
+    scale = np.abs(ref).max(axis=-1, keepdims=True) + 1e-300  # per pair and column
+    assert got.dtype == np.float32
+    assert np.all(np.abs(got - ref) <= 4 * F32 * scale)
+
+
+def test_radial_columns_found_and_block_round_trips(rng):
+    block = _block(rng, 500, radial=[0, 1, 4], n_cols=6)
+    block["dG_dr"][7, 5, :] = 0.0  # a zero vector is parallel to anything: still angular
+    stored = encode_pairs(block)
+    assert np.flatnonzero(stored["radial"]).tolist() == [0, 1, 4]
+    assert stored["dG_dr_radial"].shape == (3, 500)
+    assert stored["dG_dr_angular"].shape == (3, 3, 500)  # columns 2, 3, 5
+    assert stored["pairs"].dtype == np.int32 and len(stored) == 6
+    back = decode_pairs(stored)
+    _assert_float32_close(back["dG_dr"], block["dG_dr"])
+    _assert_float32_close(back["vectors"], block["vectors"])
+    for name in ("pair_first", "pair_second", "center", "feature_index"):
+        assert np.array_equal(back[name], block[name])
+
+
+def test_a_column_radial_for_all_but_one_pair_is_stored_whole(rng):
+    block = _block(rng, 300, radial=[0, 1], n_cols=2)
+    unit = block["vectors"][123] / np.linalg.norm(block["vectors"][123])
+    tilt = np.cross(unit, [0.0, 0.0, 1.0])
+    block["dG_dr"][123, 1, :] += 1e-5 * np.linalg.norm(block["dG_dr"][123, 1]) * tilt
+    stored = encode_pairs(block)
+    assert np.flatnonzero(stored["radial"]).tolist() == [0]
+    _assert_float32_close(decode_pairs(stored)["dG_dr"], block["dG_dr"])
+
+
+def test_no_pairs(rng):
+    block = _block(rng, 0, radial=[], n_cols=4)
+    back = decode_pairs(encode_pairs(block))
+    assert back["dG_dr"].shape == (0, 4, 3) and back["vectors"].shape == (0, 3)
+
+
+def test_acsf_radial_functions_are_the_radial_columns():
+    """On real ACSF output: the type-2 columns, and only they, go to one number per pair."""
+    acsf = ACSF.uniform(
+        ["Cu"], r_cut=4.5, radial=[(0.5, 0.0), (1.0, 2.0)], narrow=[(0.01, 1.0, 1.0, 0.0)]
+    )
+    batch = StructureBatch.from_ase(generate_emt_cu(3, seed=2))
+    out = DescriptorSet(acsf=acsf, derivatives=True).compute(batch)["acsf"]["Cu"]
+    block = {k.split("/", 2)[2]: v for k, v in out.items() if k.startswith("d/Cu/")}
+    stored = encode_pairs(block)
+    assert np.flatnonzero(stored["radial"]).tolist() == [0, 1]
+    _assert_float32_close(decode_pairs(stored)["dG_dr"], block["dG_dr"])
+
+
+def test_missing_array_says_refeaturize(rng):
+    stored = encode_pairs(_block(rng, 10, radial=[0], n_cols=2))
+    del stored["dG_dr_radial"]
+    with pytest.raises(StoreError, match="re-featurize"):
+        decode_pairs(stored)
+
+
+def test_format_1_store_reads_as_written_and_refuses_writes(tmp_path, rng):
+    frames = generate_emt_cu(4, seed=3)
+    ase.io.write(tmp_path / "cu.xyz", frames, format="extxyz")
+    src = open_source(tmp_path / "cu.xyz")
+    store = create_store(
+        tmp_path / "s.zarr",
+        source_fingerprint=src.fingerprint(),
+        atom_counts=src.atom_counts,
+        plan=plan_partitions(src.atom_counts, 10_000),
+        config={"x": 1},
+    )
+    store.write_structures(0, src.read(0, 4), source_index=np.arange(4))
+    block = _block(rng, 20, radial=[0], n_cols=2)  # format 1: stored as computed
+    store.write_partition_arrays(0, block, group="features/acsf/Cu/d/Cu")
+    store.write_partition_arrays(
+        0, {"values": np.ones((2, 2)), "atom_index": np.arange(2)}, group="features/acsf/Cu"
+    )
+    store.mark_done(0)
+    root = zarr.open_group(str(store.path), mode="r+")
+    root.attrs["dparallel"] = {**root.attrs["dparallel"], "format_version": 1}
+    old = open_store(store.path)
+    feats = old.read_features(0, "acsf")["Cu"]
+    assert np.array_equal(feats["d/Cu/dG_dr"], block["dG_dr"])  # float64, untouched
+    with pytest.raises(StoreError, match="re-featurize"):
+        open_store(store.path, mode="r+")

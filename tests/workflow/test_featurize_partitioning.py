@@ -1,0 +1,78 @@
+"""Default partitioning: derived from the data and the workers, never making a store stale."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dparallel.datasets import write_emt_cu
+from dparallel.descriptors import ACSF
+from dparallel.descriptors.descriptor_set import DescriptorSet
+from dparallel.io import open_source
+from dparallel.store import open_store
+from dparallel.store.plan import (
+    MAX_PARTITION_ATOMS,
+    MIN_PARTITION_ATOMS,
+    derived_partition_atoms,
+    plan_partitions,
+)
+from dparallel.workflow.featurize import (
+    _warn_idle_workers,
+    featurize_in_process,
+    featurize_status,
+    prepare_featurize,
+)
+
+
+def _dset() -> DescriptorSet:
+    acsf = ACSF.uniform(["Cu"], r_cut=4.0, radial=[(0.5, 0.0)], narrow=[(0.02, 1.0, 1.0, 0.0)])
+    return DescriptorSet(acsf=acsf, derivatives=True)
+
+
+@pytest.mark.parametrize(
+    ("total", "workers", "expected"),
+    [
+        (4_000, 2, 1_000),  # 4 tasks per worker, at the lower bound
+        (51_600, 2, 6_454),  # water ×25: 8 tasks for 2 workers (share + largest structure)
+        (51_600, 16, MIN_PARTITION_ATOMS),  # never below the minimum
+        (10_000_000, 2, MAX_PARTITION_ATOMS),  # never above the maximum
+        (100, 8, MIN_PARTITION_ATOMS),
+    ],
+)
+def test_derived_size_gives_several_tasks_per_worker(total, workers, expected):
+    counts = np.full(total // 4, 4)  # 4-atom structures
+    atoms = derived_partition_atoms(counts, workers)
+    assert atoms == expected
+    plan = plan_partitions(counts, atoms)
+    if MIN_PARTITION_ATOMS < atoms < MAX_PARTITION_ATOMS:
+        assert plan.n_partitions == 4 * workers
+
+
+def test_derived_store_stays_current_for_any_worker_count(tmp_path):
+    data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=160, seed=3)  # ≥ 4,000 atoms
+    store_path = tmp_path / "s.zarr"
+    n_atoms = featurize_in_process(data, store_path, _dset()).n_atoms  # 1 worker: 4 tasks
+    store = open_store(store_path)
+    assert store.n_partitions == 4
+    largest = int(open_source(data).atom_counts.max())
+    recorded = store.attrs["config"]["ingest"]["partition_atoms"]
+    assert recorded == -(-n_atoms // 4) + largest  # what was derived is recorded
+    status = featurize_status(data, store_path, _dset())  # derived: any partitioning matches
+    assert status.current, status.differences
+    # a rerun derived for 8 workers resumes this store instead of replacing it
+    _, again = prepare_featurize(data, store_path, _dset(), n_workers=8)
+    assert again.n_partitions == 4 and again.is_complete
+    # an explicit size is compared with the store's, as before
+    explicit = featurize_status(data, store_path, _dset(), partition_atoms=500)
+    assert not explicit.current
+    assert any("partition_atoms" in d for d in explicit.differences)
+    assert featurize_status(data, store_path, _dset(), partition_atoms=recorded).current
+
+
+def test_fewer_partitions_than_workers_warns(tmp_path):
+    data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=3, seed=4)
+    _, store = prepare_featurize(data, tmp_path / "s.zarr", _dset(), n_workers=4)
+    pending = store.pending_partitions().tolist()
+    assert len(pending) == 1  # 3 small structures: one partition of ≥ 1,000 atoms or all
+    with pytest.warns(UserWarning, match=r"1 partitions for 4 workers: 3 workers stay idle"):
+        _warn_idle_workers(store, pending, 4)
