@@ -80,7 +80,10 @@ def test_alloy_forces_training_route_exported_route_and_fd(alloy) -> None:  # no
     model = load_deployed(model_dir)
     out = model.predict(structures)
     np.testing.assert_allclose(out["energy"], e_train.detach().numpy(), atol=1e-9)
-    np.testing.assert_allclose(out["forces"], f_train.detach().numpy(), atol=1e-9)
+    # the training route reads dG/dr stored in float32 (store format 2): agreement to
+    # float32 rounding of the per-pair terms, relative to the largest force component
+    f_ref = f_train.detach().numpy()
+    np.testing.assert_allclose(out["forces"], f_ref, rtol=0, atol=2e-6 * np.abs(f_ref).max())
     one = structures.select(0, 1)
     f = model.predict(one)["forces"]
     nb = model.neighbors(one)
