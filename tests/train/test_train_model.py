@@ -111,7 +111,10 @@ def test_exported_model_equals_in_training_model(trained) -> None:  # noqa: ANN0
     structures = store.read_partition(1)
     out = load_deployed(model_dir).predict(structures)
     np.testing.assert_allclose(out["energy"], e_train.detach().numpy(), rtol=0, atol=1e-9)
-    np.testing.assert_allclose(out["forces"], f_train.detach().numpy(), rtol=0, atol=1e-9)
+    # the training route reads dG/dr stored in float32 (store format 2): agreement to
+    # float32 rounding of the per-pair terms, relative to the largest force component
+    f_ref = f_train.detach().numpy()
+    np.testing.assert_allclose(out["forces"], f_ref, rtol=0, atol=2e-6 * np.abs(f_ref).max())
 
 
 def _nve_total_energies(atoms, calc) -> np.ndarray:  # noqa: ANN001
