@@ -310,7 +310,8 @@ def featurize(
         "scheduler": scheduler,
         "scheduler_file": scheduler_file,
     }
-    n_workers = expected_workers(**connect_to)
+    # needed before the store only to derive the partition size (a given client is asked)
+    n_workers = expected_workers(**connect_to) if partition_atoms is None else None
     with StoreLease(store_path, command="dparallel featurize") as lease:
         source, store = prepare_featurize(
             source_path,
@@ -325,6 +326,8 @@ def featurize(
             n_workers=n_workers,
         )
         pending = [int(p) for p in store.pending_partitions()]
+        if n_workers is None and pending:
+            n_workers = expected_workers(**connect_to)
         _warn_idle_workers(store, pending, n_workers)
         try:
             counts, failures = _run_partitions(
