@@ -160,7 +160,11 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_keywords_dparallel_does_not_use_are_listed_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    text = HEAD + "kalman_lambda_short 0.96\nsymfunction_short H 2 H 0.5 0.0 6.0\nwrite_trainlog\nepochs 3\n"
+    text = (
+        HEAD
+        + "kalman_lambda_short 0.96\nsymfunction_short H 2 H 0.5 0.0 6.0\nwrite_trainlog\n"
+        + "epochs 3\n"
+    )
     with caplog.at_level(logging.WARNING):
         ACSF.from_n2p2(_write(tmp_path, text))
     found = [r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage()]
