@@ -402,12 +402,13 @@ def _run_partitions(
     from distributed import as_completed
 
     from dparallel.cluster import connect
+    from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
     from dparallel.dashboard.events import progress_start_event, publish_progress_start
 
     store_path = os.fspath(store.path)
     run = f"featurize:{store_path}"
     spec = descriptors.to_dict()
-    with connect(**connect_to) as handle:
+    with connect(**connect_to, worker_preload=(FAST_EXIT_PRELOAD,)) as handle:
         if on_connect is not None:
             on_connect(handle)
         start = progress_start_event(
