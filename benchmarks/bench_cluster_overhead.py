@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from dparallel.cluster import ClusterSpec, connect, ensure_torch_threads
+from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
 from dparallel.dashboard.events import publish_progress
 
 
@@ -85,7 +86,9 @@ def featurize_phases(args: argparse.Namespace) -> None:
             marks.append(
                 (f"index + create store ({store.n_partitions} part.)", time.perf_counter())
             )
-            with connect(ClusterSpec(n_workers=args.workers, dashboard_address="127.0.0.1:0")) as h:
+            spec = ClusterSpec(n_workers=args.workers, dashboard_address="127.0.0.1:0")
+            preload = () if args.slow_exit else (FAST_EXIT_PRELOAD,)
+            with connect(spec, worker_preload=preload) as h:
                 h.client.wait_for_workers(args.workers, timeout=120)
                 marks.append(("cluster start", time.perf_counter()))
                 pending = store.pending_partitions().tolist()
@@ -144,6 +147,9 @@ def main() -> None:
     parser.add_argument("--units", default="ase")
     parser.add_argument("--derivatives", action="store_true")
     parser.add_argument("--partition-atoms", type=int, default=None)
+    parser.add_argument(
+        "--slow-exit", action="store_true", help="workers without the fast-exit preload"
+    )
     args = parser.parse_args()
     if args.featurize:
         featurize_phases(args)

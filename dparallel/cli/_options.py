@@ -103,7 +103,7 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
         type=int,
         default=None,
         help="target atoms per partition/task (default: featurize ~4 tasks per worker of "
-        "1,000-20,000 atoms; ingest 20,000)",
+        "5,000-20,000 atoms, or one per worker for less data; ingest 20,000)",
     )
     parser.add_argument(
         "--overwrite",

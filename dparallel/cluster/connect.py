@@ -29,6 +29,7 @@ from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from types import TracebackType
 
 __all__ = [
@@ -170,6 +171,7 @@ def connect(
     client: Client | None = None,
     scheduler: str | None = None,
     scheduler_file: str | os.PathLike[str] | None = None,
+    worker_preload: Sequence[str] = (),
 ) -> ClusterHandle:
     """Connect to (or start) the cluster a run uses; see the module docstring for the order.
 
@@ -183,6 +185,10 @@ def connect(
         Scheduler address such as ``tcp://host:8786``; overrides the spec.
     scheduler_file : path or None
         Scheduler file written by ``dask scheduler --scheduler-file``; overrides the spec.
+    worker_preload : sequence of str
+        Modules the workers of a local cluster started here preload (e.g.
+        :data:`dparallel.cluster.worker_exit.FAST_EXIT_PRELOAD`); workers that already run are
+        left as they are.
 
     Returns
     -------
@@ -211,7 +217,7 @@ def connect(
         return _connect_remote(address, spec, "address")
     if spec.kind == "slurm":
         return _start_slurm(spec)
-    return _start_local(spec)
+    return _start_local(spec, worker_preload)
 
 
 def expected_workers(
@@ -291,7 +297,7 @@ def _register_threads(client: Client, spec: ClusterSpec) -> None:
         client.register_plugin(TorchThreadsPlugin(spec.torch_threads))
 
 
-def _start_local(spec: ClusterSpec) -> ClusterHandle:
+def _start_local(spec: ClusterSpec, worker_preload: Sequence[str] = ()) -> ClusterHandle:
     """Start a multi-process LocalCluster on the loopback interface."""
     n_workers = spec.n_workers or CPU_COUNT
     dashboard = spec.dashboard_address
@@ -300,6 +306,8 @@ def _start_local(spec: ClusterSpec) -> ClusterHandle:
     kwargs: dict[str, Any] = {}
     if spec.memory_limit is not None:
         kwargs["memory_limit"] = spec.memory_limit
+    if worker_preload:
+        kwargs["preload"] = list(worker_preload)
 
     def start() -> LocalCluster:
         return LocalCluster(

@@ -13,6 +13,7 @@ from dparallel.errors import ConfigError
 __all__ = [
     "MAX_PARTITION_ATOMS",
     "MIN_PARTITION_ATOMS",
+    "MIN_SPLIT_ATOMS",
     "TASKS_PER_WORKER",
     "Plan",
     "Slots",
@@ -21,9 +22,13 @@ __all__ = [
 ]
 
 #: Bounds of a derived partition size (atoms): below the minimum, per-task costs (opening
-#: the store, reading, writing metadata) outweigh the kernels; above the maximum, a
-#: task's memory (float64 derivatives: ~50 kB per atom while computing) grows too large.
-MIN_PARTITION_ATOMS = 1_000
+#: the store, reading, writing structures, statistics and metadata: ~0.4 s) outweigh the
+#: kernels (~2,500 atoms/s with derivatives); above the maximum, a task's memory (float64
+#: derivatives: ~50 kB per atom while computing) grows too large. Data too small for
+#: ``MIN_PARTITION_ATOMS`` per worker gets one partition per worker instead, but none
+#: smaller than ``MIN_SPLIT_ATOMS`` (below that one task is faster than several).
+MIN_PARTITION_ATOMS = 5_000
+MIN_SPLIT_ATOMS = 1_000
 MAX_PARTITION_ATOMS = 20_000
 #: Tasks each worker gets when the data allows (balances uneven partitions and workers).
 TASKS_PER_WORKER = 4
@@ -153,13 +158,18 @@ def derived_partition_atoms(atom_counts: np.ndarray, n_workers: int) -> int:
     """Target atoms per partition for ``n_workers`` workers when none is given.
 
     About :data:`TASKS_PER_WORKER` partitions per worker, bounded to
-    [:data:`MIN_PARTITION_ATOMS`, :data:`MAX_PARTITION_ATOMS`] atoms. The share is
-    padded by the largest structure so that whole structures fill exactly that many
-    partitions (:func:`plan_partitions` then balances them).
+    [:data:`MIN_PARTITION_ATOMS`, :data:`MAX_PARTITION_ATOMS`] atoms; data with fewer
+    than :data:`MIN_PARTITION_ATOMS` atoms per worker gets one partition per worker,
+    of at least :data:`MIN_SPLIT_ATOMS` atoms. Shares are padded by the largest
+    structure so that whole structures fill exactly that many partitions
+    (:func:`plan_partitions` then balances them).
     """
     counts = np.asarray(atom_counts, np.int64).reshape(-1)
     if counts.size == 0:
-        return MIN_PARTITION_ATOMS
-    share = math.ceil(int(counts.sum()) / (TASKS_PER_WORKER * max(1, int(n_workers))))
-    wanted = share + int(counts.max())
-    return int(min(MAX_PARTITION_ATOMS, max(MIN_PARTITION_ATOMS, wanted)))
+        return MIN_SPLIT_ATOMS
+    workers = max(1, int(n_workers))
+    total, largest = int(counts.sum()), int(counts.max())
+    wanted = math.ceil(total / (TASKS_PER_WORKER * workers)) + largest
+    one_per_worker = math.ceil(total / workers) + largest
+    lower = max(MIN_SPLIT_ATOMS, min(MIN_PARTITION_ATOMS, one_per_worker))
+    return int(min(MAX_PARTITION_ATOMS, max(lower, wanted)))

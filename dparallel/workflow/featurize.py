@@ -36,7 +36,7 @@ from dparallel.store import (
     plan_partitions,
     store_status,
 )
-from dparallel.store.plan import MIN_PARTITION_ATOMS
+from dparallel.store.plan import MIN_SPLIT_ATOMS
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
 from dparallel.workflow.stats import FeatureStats
@@ -266,8 +266,9 @@ def featurize(
         What to compute (:class:`DescriptorSet`).
     partition_atoms
         Atoms per partition (one task each). ``None``: about four partitions per worker,
-        1,000-20,000 atoms each (:func:`~dparallel.store.derived_partition_atoms`; a
-        warning when there are fewer partitions than workers); a store of this source and
+        5,000-20,000 atoms each, or one per worker (≥ 1,000 atoms) for less data
+        (:func:`~dparallel.store.derived_partition_atoms`; a warning when there are
+        fewer partitions than workers); a store of this source and
         config is then resumed whatever its partitioning.
     overwrite
         Replace a dparallel store made from another source or config instead of refusing
@@ -378,7 +379,7 @@ def _warn_idle_workers(store: Store, pending: list[int], n_workers: int | None) 
         f"{len(pending)} partitions for {n_workers} workers: {n_workers - len(pending)} "
         f"workers stay idle ({structures} structures, {atoms} atoms to compute in "
         f"{store.path}; a partition holds whole structures, at least "
-        f"{MIN_PARTITION_ATOMS} atoms unless --partition-atoms says otherwise)",
+        f"{MIN_SPLIT_ATOMS} atoms unless --partition-atoms says otherwise)",
         stacklevel=3,
     )
 
@@ -404,12 +405,13 @@ def _run_partitions(
     from distributed import as_completed
 
     from dparallel.cluster import connect
+    from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
     from dparallel.dashboard.events import progress_start_event, publish_progress_start
 
     store_path = os.fspath(store.path)
     run = f"featurize:{store_path}"
     spec = descriptors.to_dict()
-    with connect(**connect_to) as handle:
+    with connect(**connect_to, worker_preload=(FAST_EXIT_PRELOAD,)) as handle:
         if on_connect is not None:
             on_connect(handle)
         start = progress_start_event(

@@ -111,6 +111,7 @@ def run_workflow(
     ``protect`` lists files the store path may never be or hold (the workflow file).
     """
     from dparallel.cluster import connect
+    from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
     from dparallel.workflow.featurize import featurize, write_scaling_data
 
     dataset, dataset_stage = _dataset(spec, say)
@@ -129,7 +130,11 @@ def run_workflow(
         result.stages.update(featurize="skipped", train="skipped" if spec.training else "off")
     else:
         with connect(
-            spec.cluster, client=client, scheduler=scheduler, scheduler_file=scheduler_file
+            spec.cluster,
+            client=client,
+            scheduler=scheduler,
+            scheduler_file=scheduler_file,
+            worker_preload=(FAST_EXIT_PRELOAD,),
         ) as handle:
             if on_connect is not None:
                 on_connect(handle)

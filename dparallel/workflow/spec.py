@@ -68,7 +68,7 @@ class PartitionSpec(_Strict):
         None,
         ge=1,
         description="target atoms per partition; null: ~4 partitions per worker, "
-        "1,000-20,000 atoms each",
+        "5,000-20,000 atoms each (less data: one per worker, at least 1,000 atoms)",
     )
 
 

@@ -13,6 +13,7 @@ from dparallel.store import open_store
 from dparallel.store.plan import (
     MAX_PARTITION_ATOMS,
     MIN_PARTITION_ATOMS,
+    MIN_SPLIT_ATOMS,
     derived_partition_atoms,
     plan_partitions,
 )
@@ -32,11 +33,12 @@ def _dset() -> DescriptorSet:
 @pytest.mark.parametrize(
     ("total", "workers", "expected"),
     [
-        (4_000, 2, 1_000),  # 4 tasks per worker, at the lower bound
         (51_600, 2, 6_454),  # water ×25: 8 tasks for 2 workers (share + largest structure)
-        (51_600, 16, MIN_PARTITION_ATOMS),  # never below the minimum
+        (51_600, 8, MIN_PARTITION_ATOMS),  # never below the minimum when data allows
         (10_000_000, 2, MAX_PARTITION_ATOMS),  # never above the maximum
-        (100, 8, MIN_PARTITION_ATOMS),
+        (4_000, 2, 2_004),  # less than the minimum per worker: one task per worker
+        (51_600, 16, 3_229),
+        (100, 8, MIN_SPLIT_ATOMS),  # tiny data: one task, never split below 1,000 atoms
     ],
 )
 def test_derived_size_gives_several_tasks_per_worker(total, workers, expected):
@@ -46,22 +48,25 @@ def test_derived_size_gives_several_tasks_per_worker(total, workers, expected):
     plan = plan_partitions(counts, atoms)
     if MIN_PARTITION_ATOMS < atoms < MAX_PARTITION_ATOMS:
         assert plan.n_partitions == 4 * workers
+    elif MIN_SPLIT_ATOMS < atoms < MIN_PARTITION_ATOMS:
+        assert plan.n_partitions == workers
 
 
 def test_derived_store_stays_current_for_any_worker_count(tmp_path):
     data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=160, seed=3)  # ≥ 4,000 atoms
     store_path = tmp_path / "s.zarr"
-    n_atoms = featurize_in_process(data, store_path, _dset()).n_atoms  # 1 worker: 4 tasks
+    # < 5,000 atoms per worker: one task per worker
+    n_atoms = featurize_in_process(data, store_path, _dset(), n_workers=2).n_atoms
     store = open_store(store_path)
-    assert store.n_partitions == 4
+    assert store.n_partitions == 2
     largest = int(open_source(data).atom_counts.max())
     recorded = store.attrs["config"]["ingest"]["partition_atoms"]
-    assert recorded == -(-n_atoms // 4) + largest  # what was derived is recorded
+    assert recorded == -(-n_atoms // 2) + largest  # what was derived is recorded
     status = featurize_status(data, store_path, _dset())  # derived: any partitioning matches
     assert status.current, status.differences
     # a rerun derived for 8 workers resumes this store instead of replacing it
     _, again = prepare_featurize(data, store_path, _dset(), n_workers=8)
-    assert again.n_partitions == 4 and again.is_complete
+    assert again.n_partitions == 2 and again.is_complete
     # an explicit size is compared with the store's, as before
     explicit = featurize_status(data, store_path, _dset(), partition_atoms=500)
     assert not explicit.current
