@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 import yaml
 from daskprocs import ROOT, child_env, dask_executable, start, stop, wait_scheduler_file
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from dparallel.cluster import connect, torch_thread_report
 
@@ -102,50 +104,54 @@ def test_compose_invariants(services: dict[str, dict]) -> None:
     assert "replicas" in services["worker"]["deploy"]  # scalable: --scale worker=N
 
 
-def _runtime_dependencies() -> dict[str, str]:
-    """Canonical name → installed version of every runtime dependency of dparallel."""
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    found: dict[str, str] = {}
+def _runtime_requirements() -> tuple[set[str], list[Requirement]]:
+    """Names of dparallel's runtime closure (installed here) and every requirement in it."""
+    names: set[str] = set()
+    requirements: list[Requirement] = []
     todo = ["dparallel"]
     while todo:
         dist = metadata.distribution(todo.pop())
         name = canonicalize_name(dist.metadata["Name"])
-        if name in found:
+        if name in names:
             continue
-        found[name] = dist.version
+        names.add(name)
         for line in dist.requires or []:
             req = Requirement(line)
             if req.marker is None or req.marker.evaluate({"extra": ""}):  # no extras
+                requirements.append(req)
                 todo.append(req.name)
-    del found["dparallel"]
-    return found
+    names.discard("dparallel")
+    return names, requirements
 
 
 def _pins(text: str) -> dict[str, str]:
     """Canonical name → version of every ``name==version`` in a Dockerfile."""
-    from packaging.utils import canonicalize_name
-
     pins = re.findall(r"(?<![\w.-])([A-Za-z0-9][\w.-]*)==([\w.+!-]+)", text)
     return {canonicalize_name(n): v for n, v in pins}
 
 
 def test_dockerfile_pins_every_runtime_dependency() -> None:
-    """The image installs exactly the runtime closure that pip resolved for these tests."""
+    """The image pins exactly dparallel's runtime closure, each pin allowed by its requirers.
+
+    Versions are not compared with this environment's: a fresh install picks up whatever was
+    released since, while the image stays on its pins (``--no-deps`` and ``pip check``).
+    """
     text = DOCKERFILE.read_text()
     assert text.startswith("#") and "FROM python:3.11-slim" in text
     assert "--no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
-    installed = _runtime_dependencies()
-    installed["torch"] = installed["torch"].split("+")[0]  # 2.13.0+cpu from the CPU index
+    assert "RUN pip install --no-deps \\" in text  # nothing unpinned comes in with the list
+    names, requirements = _runtime_requirements()
     pins = _pins(text)
-    assert pins == installed, {
-        "unpinned or stale": {k: v for k, v in installed.items() if pins.get(k) != v},
-        "not a runtime dependency": sorted(set(pins) - set(installed)),
+    assert set(pins) == names, {
+        "unpinned": sorted(names - set(pins)),
+        "not a runtime dependency": sorted(set(pins) - names),
     }
-    # The project itself brings nothing unpinned; pip verifies the set is consistent.
-    assert "pip install --no-deps /opt/dparallel" in text
-    assert text.count("pip check") >= 2
+    refused = [
+        f"{req} refuses {pins[canonicalize_name(req.name)]}"
+        for req in requirements
+        if not req.specifier.contains(pins[canonicalize_name(req.name)], prereleases=True)
+    ]
+    assert not refused, refused
 
 
 def test_dockerfile_runs_as_an_unprivileged_user_owning_the_volume() -> None:
