@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from dparallel.descriptors._acsf_engine import numba_element
+from dparallel.kernels.acsf_numba import Fused, acsf_element
 from dparallel.kernels.pair_forces import add_pair_forces
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class _Layout(NamedTuple):
     local: np.ndarray  # (N,) row of each atom within its element
     pairs: list[np.ndarray]  # per element e: (P_e,) pairs whose centre has element e
     neighbor_el: np.ndarray  # (P,) element index of each pair's neighbour j
+    segs: list[np.ndarray]  # per element e: (n_e + 1,) range of each centre in pairs[e]
+    whole: list[bool]  # per element e: pairs[e] is every pair, in order
 
 
 class _TanhNetwork:
@@ -78,6 +81,32 @@ class _TanhNetwork:
             model.energy_scale.detach().numpy(),
             model.ref_energy[k : k + 1].detach().numpy(),
         )
+
+    def fused(self, r_max: float, first: np.ndarray, second: np.ndarray, structure: np.ndarray,
+              grad: np.ndarray, virial: np.ndarray, energies: np.ndarray) -> Fused:  # fmt: skip
+        """This network as the kernel's :class:`~dparallel.kernels.acsf_numba.Fused` tables
+        (copied per call: ~3k numbers), writing into the given arrays."""
+        rows, params, n, width, size = [], [], self.shift.shape[0], self.shift.shape[0], 0
+        for kind, p in self.layers:
+            if kind == "linear":
+                rows.append((0, n, p[0].shape[0], size))
+                params += [p[0].ravel(), p[1], p[0].T.ravel()]
+                size += 2 * p[0].size + p[1].size
+                n = p[0].shape[0]
+            elif kind == "divide":
+                rows.append((1, n, n, size))
+                params.append(np.array([p], dtype=np.float64))
+                size += 1
+            else:
+                rows.append((2, n, n, 0))
+            width = max(width, n)
+        return Fused(
+            True, np.array(rows, dtype=np.int64).reshape(-1, 4),
+            np.concatenate(params).astype(np.float64, copy=False),
+            self.shift.astype(np.float64, copy=False), self.factor.astype(np.float64, copy=False),
+            np.array([self.offset, float(self.scale), float(self.ref[0])]), width, r_max,
+            first, second, structure, grad, virial, energies,
+        )  # fmt: skip
 
     def __call__(self, g: np.ndarray, need: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """Atomic energies (n,) and, if ``need``, ∂E/∂G (n, F) of descriptors g (n, F)."""
@@ -137,6 +166,7 @@ class ACSFForces:
         self.networks = {
             e: _TanhNetwork.of(model, k, e) for k, e in enumerate(model.elements)
         }  # None: that element's network runs through torch autograd
+        self.fuse = True  # float64 numpy networks: energy and forces in one kernel pass
 
     def layout(self, batch: StructureBatch, nb: Neighbors) -> _Layout:
         """The element bookkeeping of ``nb``: reused while the neighbour list is the same."""
@@ -154,9 +184,15 @@ class ACSFForces:
             local[rows] = np.arange(rows.shape[0])
         centre_el = el[nb.pair_first]
         pairs = [np.flatnonzero(centre_el == k) for k in range(self.n_el)]
+        segs = []
+        for k, rows in enumerate(atoms):  # pairs are sorted by centre
+            counts = np.bincount(local[nb.pair_first[pairs[k]]], minlength=rows.shape[0])
+            segs.append(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+        whole = [p.shape[0] == nb.pair_first.shape[0] for p in pairs]
         self._layout = _Layout(
-            nb.pair_first, batch.numbers.copy(), atoms, local, pairs, el[nb.pair_second]
-        )
+            nb.pair_first, batch.numbers.copy(), atoms, local, pairs, el[nb.pair_second],
+            segs, whole,
+        )  # fmt: skip
         return self._layout
 
     def __call__(
@@ -164,8 +200,15 @@ class ACSFForces:
     ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
         """Outputs as :meth:`DeployedModel.predict` (``energy``, ``energies``, ``forces``)
         and the virial (S, 3, 3) eV when ``stress`` (else None)."""
-        lay = self.layout(batch, nb)
         need = forces or stress
+        if (
+            need
+            and self.fuse
+            and self.dtype == torch.float64
+            and all(self.networks[e] is not None for e in self.model.elements)
+        ):
+            return self._fused(batch, nb, forces, stress)
+        lay = self.layout(batch, nb)
         np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
         pf, ps = nb.pair_first, nb.pair_second
         per_element = self.descriptors(batch, nb, need)
@@ -191,6 +234,52 @@ class ACSFForces:
                 )  # fmt: skip
         if forces:
             out["forces"] = (-grad).astype(np_dtype, copy=False)
+        return out, (virial if stress else None)
+
+    def _fused(
+        self, batch: StructureBatch, nb: Neighbors, forces: bool, stress: bool
+    ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+        """:meth:`__call__` in float64 with the networks inside the kernel: per centre the
+        descriptors, then ∂E/∂G, then forces and virial at once (no dG/dr arrays)."""
+        lay = self.layout(batch, nb)
+        sidx = batch.structure_index
+        per_atom = np.zeros(batch.n_atoms)
+        grad = np.zeros((batch.n_atoms, 3))  # ∂E/∂r, eV/Å
+        virial = np.zeros((batch.n_structures if stress else 0, 3, 3))
+        none = np.zeros(0, dtype=np.int64)
+        work = np.empty(0)
+        for k, (e, plan) in enumerate(zip(self.elements, self.plans, strict=True)):
+            rows = lay.atoms[k]
+            if e not in self.model.elements or rows.shape[0] == 0:
+                continue
+            energies = np.empty(rows.shape[0])
+            network = self.networks[e]
+            assert network is not None
+            if lay.whole[k]:  # the kernel skips pairs beyond the cutoff itself
+                pf, ps, vec, dist, nel = (
+                    nb.pair_first,
+                    nb.pair_second,
+                    nb.vectors,
+                    nb.distances,
+                    lay.neighbor_el,
+                )
+            else:
+                sel = lay.pairs[k]
+                pf, ps, vec, dist, nel = (
+                    nb.pair_first[sel], nb.pair_second[sel], nb.vectors[sel],
+                    nb.distances[sel], lay.neighbor_el[sel],
+                )  # fmt: skip
+            fused = network.fused(plan.r_max, pf, ps, sidx, grad, virial, energies)
+            values = np.empty((rows.shape[0], plan.n_features))
+            acsf_element(
+                plan.kernel, vec, dist, lay.segs[k], nel, none, none, values, work, True,
+                work, fused,
+            )  # fmt: skip
+            per_atom[rows] = energies
+        energy = np.bincount(sidx, weights=per_atom, minlength=batch.n_structures)
+        out = {"energy": energy, "energies": per_atom}
+        if forces:
+            out["forces"] = -grad
         return out, (virial if stress else None)
 
     def descriptors(self, batch: StructureBatch, nb: Neighbors, derivatives: bool) -> list[tuple]:

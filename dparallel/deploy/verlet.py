@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dparallel.errors import DescriptorError
+from dparallel.kernels.pair_vectors import pair_vectors
 from dparallel.neighbors import Neighbors, neighbor_list
 
 if TYPE_CHECKING:
@@ -51,8 +52,7 @@ class VerletList:
             self._build(batch)
         assert self._pairs is not None
         first, second = self._pairs.pair_first, self._pairs.pair_second
-        vectors = pos[second] - pos[first] + self._shift_vectors  # (P, 3)
-        distances = np.sqrt(np.einsum("pa,pa->p", vectors, vectors))  # (P,)
+        vectors, distances = pair_vectors(pos, first, second, self._shift_vectors)  # (P, 3), (P,)
         return self._pairs._replace(vectors=vectors, distances=distances)
 
     def _stale(self, batch: StructureBatch) -> bool:

@@ -356,7 +356,7 @@ def numba_element(
     Triplet terms in float32 when ``float32_terms`` (twice the vector width), every sum
     and per-pair quantity in float64; outputs in ``dtype``.
     """
-    from dparallel.kernels.acsf_numba import acsf_element
+    from dparallel.kernels.acsf_numba import acsf_element, no_network
 
     kplan = plan.kernel
     assert kplan is not None
@@ -382,7 +382,10 @@ def numba_element(
             total += sel.shape[0] * width * 3
     dflat: np.ndarray = np.empty(total, dtype=dtype)
     work = np.empty(0, dtype=np.float32 if float32_terms else np.float64)
-    acsf_element(kplan, vec, dist, seg, nbr, grp_row, d_base, values, dflat, derivatives, work)
+    acsf_element(
+        kplan, vec, dist, seg, nbr, grp_row, d_base, values, dflat, derivatives, work,
+        no_network(),
+    )  # fmt: skip
     if not derivatives:
         return values, None
     groups = {}

@@ -31,7 +31,7 @@ import numpy as np
 
 from dparallel.errors import BackendUnavailableError
 
-__all__ = ["KernelPlan", "acsf_element", "numba_available"]
+__all__ = ["Fused", "KernelPlan", "acsf_element", "no_network", "numba_available"]
 
 try:  # pragma: no cover - exercised when numba is installed
     import numba
@@ -107,6 +107,94 @@ class KernelPlan(NamedTuple):
     dsrc_off: np.ndarray  # (n_el + 1,) derivative columns of neighbour element f
     dsrc: np.ndarray  # (Σ F_f,) int64 radial key (< K_r) or K_r + slot
     dscale: np.ndarray  # (Σ F_f,) factor of each derivative column
+    dfeat: np.ndarray  # (Σ F_f,) int64 feature column of each derivative column
+
+
+class Fused(NamedTuple):
+    """The atomic network of the central element and where energies, forces and virial go.
+
+    With ``on`` the kernel leaves out pairs beyond ``r_max``, evaluates the network on
+    each centre's descriptors as soon as they are complete, and contracts ∂E/∂G_i with
+    that centre's derivative terms into forces and virial at once: no ∂G/∂r output
+    (``dflat`` may be empty), one scatter per triplet instead of one per column.
+    Network: per layer ``layers[l] = (kind, n_in, n_out, offset into params)``, kind
+    0 = linear (weights W (n_out, n_in) row-major, bias, then Wᵀ (n_in, n_out) row-major),
+    1 = divide by ``params[off]``,
+    2 = tanh; input (G - shift)·factor + consts[0], energy out·consts[1] + consts[2].
+    """
+
+    on: bool
+    layers: np.ndarray  # (L, 4) int64
+    params: np.ndarray  # float64
+    shift: np.ndarray  # (F,)
+    factor: np.ndarray  # (F,)
+    consts: np.ndarray  # (3,) input offset, energy scale, reference energy
+    width: int  # widest layer
+    r_max: float  # pairs at r ≥ r_max are left out (the list may hold more, e.g. a skin)
+    first: np.ndarray  # (P,) int64 global row of each pair's centre i
+    second: np.ndarray  # (P,) int64 global row of each pair's neighbour j
+    structure: np.ndarray  # (N,) int64 structure of each atom (virial)
+    grad: np.ndarray  # (N, 3) float64 ∂E/∂r, accumulated (eV/Å)
+    virial: np.ndarray  # (S, 3, 3) float64 accumulated (eV), or (0, 3, 3) to skip
+    energies: np.ndarray  # (n_e,) float64 out: atomic energies (eV)
+
+
+def _add_rows(mat, x, out):  # noqa: ANN001, ANN202
+    """out[:n] += Σ_r x[r] mat[r, :n] for mat (m, n): axpys over contiguous rows."""
+    for r in range(mat.shape[0]):
+        xr = x[r]
+        for c in range(mat.shape[1]):
+            out[c] += xr * mat[r, c]
+
+
+def _network(net, g, acts, gcur, gnext, w):  # noqa: ANN001, ANN202
+    """Atomic energy of descriptors g (F,) and w = ∂E/∂G (F,) (forward, then backward)."""
+    n_l = net.layers.shape[0]
+    h = acts[0]
+    off0 = net.consts[0]
+    for d in range(g.shape[0]):
+        h[d] = (g[d] - net.shift[d]) * net.factor[d] + off0
+    for layer in range(n_l):
+        kind = net.layers[layer, 0]
+        n_in = net.layers[layer, 1]
+        n_out = net.layers[layer, 2]
+        off = net.layers[layer, 3]
+        src = acts[layer]
+        dst = acts[layer + 1]
+        if kind == 0:  # dst = b + Wᵀ-rows · src, as axpys over the contiguous rows of Wᵀ
+            b0 = off + n_out * n_in
+            bias = net.params[b0 : b0 + n_out]
+            wt = net.params[b0 + n_out : b0 + n_out + n_in * n_out].reshape((n_in, n_out))
+            dst[:n_out] = bias
+            _add_rows(wt, src, dst)
+        elif kind == 1:
+            for q in range(n_in):
+                dst[q] = src[q] / net.params[off]
+        else:
+            for q in range(n_in):
+                x = src[q]
+                dst[q] = math.copysign(vtanh_pos(abs(x)), x)
+    gcur[0] = net.consts[1]
+    for layer in range(n_l - 1, -1, -1):
+        kind = net.layers[layer, 0]
+        n_in = net.layers[layer, 1]
+        n_out = net.layers[layer, 2]
+        off = net.layers[layer, 3]
+        if kind == 0:
+            wm = net.params[off : off + n_out * n_in].reshape((n_out, n_in))
+            gnext[:n_in] = 0.0
+            _add_rows(wm, gcur, gnext)
+        elif kind == 1:
+            for q in range(n_in):
+                gnext[q] = gcur[q] / net.params[off]
+        else:
+            y = acts[layer + 1]
+            for q in range(n_in):
+                gnext[q] = gcur[q] * (1.0 - y[q] * y[q])
+        gcur, gnext = gnext, gcur
+    for d in range(g.shape[0]):
+        w[d] = gcur[d] * net.factor[d]
+    return acts[n_l][0] * net.consts[1] + net.consts[2]
 
 
 def _cutoff_fill(r, n, rc, kind, alpha, f, df, want_df):  # noqa: ANN001, ANN202
@@ -219,6 +307,7 @@ def _acsf_element(
     dflat,  # (Σ_f P_f·F_f·3,) out: per f a (P_f, F_f, 3) block
     derivatives,  # bool
     work_dtype,  # (0,) array: its dtype is the precision of the triplet terms (f32/f64)
+    net,  # Fused: with net.on (needs derivatives, float64) energies/forces, not dflat
 ):
     n_e = seg.shape[0] - 1
     n_el = plan.pt.shape[0]
@@ -258,8 +347,6 @@ def _acsf_element(
     jj = np.empty(cap, dtype=np.int64)
     kk = np.empty(cap, dtype=np.int64)
     d2 = np.empty(cap, dtype=work_dtype.dtype)
-    run_j = np.empty(cap, dtype=np.int64)  # runs of equal j in the buffer: j, end
-    run_end = np.empty(cap, dtype=np.int64)
     dk2 = np.empty(n_max)  # r_jk² of one j and its candidate partners k
     wk = np.empty((_N_WK, cap), dtype=work_dtype.dtype)  # per-triplet scalars
     n_ew = 4 if derivatives else 1
@@ -278,17 +365,35 @@ def _acsf_element(
     mono = np.empty((n_max if n_sep_e else 0, n_mono))  # u^μ of each neighbour
     tsum = np.empty((n_el, n_sep_e, n_mono))  # T^μ = Σ_j a(r_ij) u_j^μ per element
     kvec = np.empty((4, n_mono))  # per neighbour and slot: P, V (∂G/∂r_ij = P r_ij + V)
+    n_h = net.width if net.on else 0
+    r_keep = net.r_max if net.on else np.inf
+    acts = np.empty((net.layers.shape[0] + 1, n_h))
+    gbuf = np.empty((2, n_h))
+    w_e = np.empty(values.shape[1] if net.on else 0)  # ∂E/∂G of the centre
+    # fused: every triplet of a centre keeps its per-column Pj, Pk, Q until ∂E/∂G is known
+    n_t = max(1, n_max * (n_max - 1) // 2) if net.on else 0
+    tstore = np.empty((n_col, 3, n_t), dtype=work_dtype.dtype)
+    tj = np.empty(n_t, dtype=np.int64)
+    tk = np.empty(n_t, dtype=np.int64)
+    tseg = np.empty((n_t + 2 * n_pt + 1 if net.on else 0, 3), dtype=np.int64)  # p, start, n
+    tcount = np.zeros(2, dtype=np.int64)  # segments, triplets stored
+    wcol = np.empty(n_col)  # ∂E/∂G of each column (its scale included)
+    facc = np.empty((n_max if net.on else 0, 4))  # per neighbour P, V of the triplet columns
     for i in range(n_e):
         s0 = seg[i]
-        n = seg[i + 1] - s0
-        # ---------------------------------------------- sort neighbours by element
+        n_all = seg[i + 1] - s0
+        # ------------------- sort neighbours by element (fused: those inside r_max only)
         blk[:] = 0
-        for m in range(n):
-            blk[nbr_el[s0 + m] + 1] += 1
+        for m in range(n_all):
+            if dist[s0 + m] < r_keep:
+                blk[nbr_el[s0 + m] + 1] += 1
         for f in range(n_el):
             blk[f + 1] += blk[f]
             fill[f] = blk[f]
-        for m in range(n):
+        n = blk[n_el]
+        for m in range(n_all):
+            if dist[s0 + m] >= r_keep:
+                continue
             f = nbr_el[s0 + m]
             t = fill[f]
             fill[f] += 1
@@ -340,6 +445,7 @@ def _acsf_element(
         g_col[:] = 0.0
         if derivatives:
             acc[:n] = 0.0
+        tcount[:] = 0
         mode = 1 if n_sep_e and n >= plan.sep_min_neighbors else 0
         for a in range(n_el):
             for b in range(a, n_el):
@@ -349,7 +455,6 @@ def _acsf_element(
                 rc2 = plan.p_rc2[p]
                 rmx = plan.p_rmax[p]
                 nq = 0
-                nr = 0
                 for j in range(blk[a], blk[a + 1]):
                     if rr[j] >= rmx:
                         continue
@@ -361,10 +466,9 @@ def _acsf_element(
                         _flush(
                             plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
                             g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
-                            run_j, run_end, nr,
+                            tstore, tj, tk, tseg, tcount,
                         )  # fmt: skip
                         nq = 0
-                        nr = 0
                     xj = vx[j]
                     yj = vy[j]
                     zj = vz[j]
@@ -379,15 +483,11 @@ def _acsf_element(
                         kk[nq] = k
                         d2[nq] = dd
                         nq += (dd < rc2) & (rr[k] < rmx)
-                    if nr == 0 or run_end[nr - 1] < nq:  # the buffer holds runs of equal j
-                        run_j[nr] = j
-                        run_end[nr] = nq
-                        nr += 1
                 if nq:
                     _flush(
                         plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
                         g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
-                        run_j, run_end, nr,
+                        tstore, tj, tk, tseg, tcount,
                     )  # fmt: skip
         # ------------------------------------- separable wide functions, O(n)
         if mode == 1:
@@ -398,6 +498,13 @@ def _acsf_element(
             s = plan.vsrc[d]
             values[i, d] = g_rad[s] if s < k_r else g_col[s - k_r] * plan.col_scale[s - k_r]
         if not derivatives:
+            continue
+        if net.on:
+            net.energies[i] = _network(net, values[i], acts, gbuf[0], gbuf[1], w_e)
+            _triplet_forces(
+                plan, w_e, k_r, n, wcol, tstore, tj, tk, tseg, tcount[0], vx, vy, vz, facc, wk,
+            )  # fmt: skip
+            _contract(plan, net, w_e, n, el, orig, vx, vy, vz, inv_r, d_rad, acc, facc, k_r)
             continue
         for m in range(n):
             f = el[m]
@@ -421,6 +528,110 @@ def _acsf_element(
                     dflat[at] = (pr * vx[m] + acc[m, sl, 1]) * sc
                     dflat[at + 1] = (pr * vy[m] + acc[m, sl, 2]) * sc
                     dflat[at + 2] = (pr * vz[m] + acc[m, sl, 3]) * sc
+
+
+def _triplet_forces(plan, w, k_r, n, wcol, tstore, tj, tk, tseg, n_seg, vx, vy, vz, facc, wk):  # noqa: ANN001, ANN202
+    """facc[m] = (P, V) with Σ_columns ∂E/∂G_col · ∂G_col/∂r_im = P r_im + V over the triplet
+    columns: per triplet the stored per-column Pj, Pk, Q weighted and summed, then one
+    scatter per triplet (instead of one per column and triplet)."""
+    for d in range(w.shape[0]):
+        s = plan.vsrc[d]
+        if s >= k_r:
+            wcol[s - k_r] = w[d] * plan.col_scale[s - k_r]
+    facc[:n] = 0.0
+    pj = wk[_PJ]
+    pk = wk[_PK]
+    qv = wk[_QV]
+    for sg in range(n_seg):
+        p = tseg[sg, 0]
+        q0 = tseg[sg, 1]
+        nq = tseg[sg, 2]
+        pj[:nq] = 0.0
+        pk[:nq] = 0.0
+        qv[:nq] = 0.0
+        for tc in range(plan.p_tcol_off[p], plan.p_tcol_off[p + 1]):
+            col = plan.p_tcol[tc]
+            wc = wcol[col]
+            t = tstore[col]
+            for q in range(nq):  # vectorised
+                pj[q] += wc * t[0, q0 + q]
+                pk[q] += wc * t[1, q0 + q]
+                qv[q] += wc * t[2, q0 + q]
+        _scatter(pj, pk, qv, tj[q0:], tk[q0:], nq, vx, vy, vz, facc, facc)
+
+
+def _scatter(pj, pk, qv, jj, kk, nq, vx, vy, vz, out_j, out_k):  # noqa: ANN001, ANN202
+    """Triplets q < nq (j-major): ∂/∂r_ij += Pj r_ij + Q r_ik into out_j[j] and
+    ∂/∂r_ik += Pk r_ik + Q r_ij into out_k[k], as (P, V) rows; the j side summed per run
+    of equal j in registers (no store-to-load chain through memory)."""
+    q = 0
+    while q < nq:
+        j = jj[q]
+        xj = vx[j]
+        yj = vy[j]
+        zj = vz[j]
+        s0 = 0.0
+        s1 = 0.0
+        s2 = 0.0
+        s3 = 0.0
+        while q < nq and jj[q] == j:
+            k = kk[q]
+            qq = qv[q]
+            s0 += pj[q]
+            s1 += qq * vx[k]
+            s2 += qq * vy[k]
+            s3 += qq * vz[k]
+            out_k[k, 0] += pk[q]
+            out_k[k, 1] += qq * xj
+            out_k[k, 2] += qq * yj
+            out_k[k, 3] += qq * zj
+            q += 1
+        out_j[j, 0] += s0
+        out_j[j, 1] += s1
+        out_j[j, 2] += s2
+        out_j[j, 3] += s3
+
+
+def _contract(plan, net, w, n, el, orig, vx, vy, vz, inv_r, d_rad, acc, facc, k_r):  # noqa: ANN001, ANN202
+    """Forces and virial of one centre: s_ij = Σ_a w_a ∂G_a/∂r_ij, ∂E/∂r_j += s_ij,
+    ∂E/∂r_i −= s_ij, W −= r_ij ⊗ s_ij (as :func:`dparallel.kernels.pair_forces`)."""
+    for m in range(n):
+        f = el[m]
+        o = orig[m]
+        f0 = plan.dsrc_off[f]
+        pr = facc[m, 0]  # ∂E/∂r_ij = pr r_ij + (ux, uy, uz)
+        ux = facc[m, 1]
+        uy = facc[m, 2]
+        uz = facc[m, 3]
+        for dc in range(f0, plan.dsrc_off[f + 1]):
+            s = plan.dsrc[dc]
+            ws = w[plan.dfeat[dc]] * plan.dscale[dc]
+            if s < k_r:
+                pr += ws * d_rad[s, m] * inv_r[m]
+            else:
+                sl = s - k_r
+                pr += ws * acc[m, sl, 0]
+                ux += ws * acc[m, sl, 1]
+                uy += ws * acc[m, sl, 2]
+                uz += ws * acc[m, sl, 3]
+        sx = pr * vx[m] + ux
+        sy = pr * vy[m] + uy
+        sz = pr * vz[m] + uz
+        i = net.first[o]
+        j = net.second[o]
+        net.grad[j, 0] += sx
+        net.grad[j, 1] += sy
+        net.grad[j, 2] += sz
+        net.grad[i, 0] -= sx
+        net.grad[i, 1] -= sy
+        net.grad[i, 2] -= sz
+        if net.virial.shape[0]:
+            w3 = net.virial[net.structure[i]]
+            for a in range(3):
+                r = vx[m] if a == 0 else (vy[m] if a == 1 else vz[m])
+                w3[a, 0] -= r * sx
+                w3[a, 1] -= r * sy
+                w3[a, 2] -= r * sz
 
 
 def _separable(
@@ -524,9 +735,10 @@ _N_WK = 11
 
 def _flush(
     plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n, g_col, acc, derivatives,
-    wk, wk_e, wk_z, wk_c, wk_g, run_j, run_end, nr,
+    wk, wk_e, wk_z, wk_c, wk_g, tstore, tj, tk, tseg, tcount,
 ):  # fmt: skip
-    """Add the nq buffered triplets (j, k) of element pair p = (a, b) to values/derivatives."""
+    """Add the nq buffered triplets (j, k) of element pair p = (a, b) to values/derivatives
+    (fused, ``tstore`` not empty: keep their per-column Pj, Pk, Q there instead)."""
     t_r = wk[_R]
     t_irjk = wk[_IRJK]
     t_c = wk[_C]
@@ -578,6 +790,25 @@ def _flush(
         t_cj[q] = t_c[q] * ij * ij
         t_ck[q] = t_c[q] * ik * ik
         t_qq[q] = ij * ik
+    if tstore.shape[2]:
+        base = tcount[1]
+        sg = tcount[0]
+        tseg[sg, 0] = p
+        tseg[sg, 1] = base
+        tseg[sg, 2] = nq
+        tcount[0] = sg + 1
+        tcount[1] = base + nq
+        for q in range(nq):
+            tj[base + q] = jj[q]
+            tk[base + q] = kk[q]
+        for tc in range(t0, t1):
+            col = plan.p_tcol[tc]
+            t = tstore[col]
+            _column_derivative(
+                wk_e[plan.col_e[col]], wk_z[plan.col_z[col]], t_cj, t_ck, t_qq,
+                t[0, base:], t[1, base:], t[2, base:], nq,
+            )  # fmt: skip
+        return
     sj0 = plan.s_off[a, b]
     sk0 = plan.s_off[b, a]
     for tc in range(t0, t1):
@@ -586,40 +817,8 @@ def _flush(
             wk_e[plan.col_e[col]], wk_z[plan.col_z[col]], t_cj, t_ck, t_qq,
             wk[_PJ], wk[_PK], wk[_QV], nq,
         )  # fmt: skip
-        sj = sj0 + col - c0
-        sk = sk0 + col - c0
-        pj = wk[_PJ]
-        pk = wk[_PK]
-        qv = wk[_QV]
-        # scatter: ∂/∂r_ij += Pj r_ij + Q r_ik, ∂/∂r_ik += Pk r_ik + Q r_ij; the j side
-        # summed per run of equal j in registers (no store-to-load chain through acc)
-        q0 = 0
-        for r in range(nr):
-            j = run_j[r]
-            q1 = run_end[r]
-            xj = vx[j]
-            yj = vy[j]
-            zj = vz[j]
-            s0 = 0.0
-            s1 = 0.0
-            s2 = 0.0
-            s3 = 0.0
-            for q in range(q0, q1):
-                k = kk[q]
-                qq = qv[q]
-                s0 += pj[q]
-                s1 += qq * vx[k]
-                s2 += qq * vy[k]
-                s3 += qq * vz[k]
-                acc[k, sk, 0] += pk[q]
-                acc[k, sk, 1] += qq * xj
-                acc[k, sk, 2] += qq * yj
-                acc[k, sk, 3] += qq * zj
-            acc[j, sj, 0] += s0
-            acc[j, sj, 1] += s1
-            acc[j, sj, 2] += s2
-            acc[j, sj, 3] += s3
-            q0 = q1
+        _scatter(wk[_PJ], wk[_PK], wk[_QV], jj, kk, nq, vx, vy, vz,
+                 acc[:, sj0 + col - c0], acc[:, sk0 + col - c0])  # fmt: skip
 
 
 def _radial_part(
@@ -705,7 +904,22 @@ if _HAVE_NUMBA:  # pragma: no branch
     _column_derivative = _jit(_CONTRACT)(_column_derivative)
     _flush = _jit(_CONTRACT)(_flush)
     _separable = _jit(_CONTRACT)(_separable)
+    _add_rows = _jit(_REASSOC)(_add_rows)
+    _network = _jit(_REASSOC)(_network)
+    _contract = _jit(_CONTRACT)(_contract)
+    _scatter = _jit(_CONTRACT)(_scatter)
+    _triplet_forces = _jit(_CONTRACT)(_triplet_forces)
     _acsf_element_jit = _jit(_CONTRACT, nogil=True)(_acsf_element)
+
+
+def no_network() -> Fused:
+    """The ``net`` argument of a kernel call without the fused network (values, dG/dr)."""
+    i1 = np.zeros(0, dtype=np.int64)
+    f1 = np.zeros(0)
+    return Fused(
+        False, np.zeros((0, 4), dtype=np.int64), f1, f1, f1, f1, 0, 0.0, i1, i1, i1,
+        np.zeros((0, 3)), np.zeros((0, 3, 3)), f1,
+    )  # fmt: skip
 
 
 def acsf_element(*args) -> None:  # noqa: ANN002

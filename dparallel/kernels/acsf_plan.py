@@ -206,12 +206,14 @@ def build_kernel_plan(features: Sequence[dict], elements: Sequence[str]) -> Kern
     vsrc = []
     dsrc: list[list[int]] = [[] for _ in range(n_el)]
     dscale: list[list[float]] = [[] for _ in range(n_el)]
-    for s in src:
+    dfeat: list[list[int]] = [[] for _ in range(n_el)]
+    for d, s in enumerate(src):
         if s[0] == "r":
             _, f, key = s
             vsrc.append(int(rk_off[f]) + key)
             dsrc[f].append(int(rk_off[f]) + key)
             dscale[f].append(1.0)
+            dfeat[f].append(d)
             continue
         _, a, b, local = s
         p = pt[a, b]
@@ -220,6 +222,7 @@ def build_kernel_plan(features: Sequence[dict], elements: Sequence[str]) -> Kern
         for f, g in ((a, b), (b, a)) if a != b else ((a, b),):
             dsrc[f].append(k_r + int(s_off[f, g]) + local)
             dscale[f].append(scale)
+            dfeat[f].append(d)
     dsrc_off, dsrc_flat = _offsets(dsrc)
     # within each neighbour element, derivative columns follow feature order (as built)
     p_e_off, p_e_list = _offsets(p_e)
@@ -275,4 +278,5 @@ def build_kernel_plan(features: Sequence[dict], elements: Sequence[str]) -> Kern
         dsrc_off=dsrc_off,
         dsrc=dsrc_flat,
         dscale=np.array([v for x in dscale for v in x], dtype=f64),
+        dfeat=np.array([v for x in dfeat for v in x], dtype=np.int64),
     )

@@ -26,7 +26,7 @@ def model(tmp_path_factory):  # noqa: ANN001, ANN201
     return load_deployed(model_dir)
 
 
-@pytest.mark.parametrize("networks", ["numpy", "autograd"])
+@pytest.mark.parametrize("networks", ["fused", "numpy", "autograd"])
 def test_compiled_route_equals_torch_route_and_autograd(model, networks) -> None:  # noqa: ANN001
     batch = StructureBatch.from_ase(list(structures().values()))
     engine = model._acsf_forces()
@@ -34,10 +34,12 @@ def test_compiled_route_equals_torch_route_and_autograd(model, networks) -> None
     assert all(net is not None for net in saved.values())  # tanh networks: the numpy path
     if networks == "autograd":  # what networks with other activations take
         engine.networks = dict.fromkeys(saved)
+    engine.fuse = networks == "fused"  # networks inside the kernel (float64 default)
     try:
         fast = model.predict(batch, stress=True, backend="numba")
     finally:
         engine.networks = saved
+        engine.fuse = True
     slow = model.predict(batch, stress=True, backend="torch")
     assert model._compiled("numba") and not model._compiled("torch")
     for key in ("energy", "energies", "forces"):
@@ -69,3 +71,55 @@ def test_bookkeeping_is_reused_per_neighbour_list_and_redone_for_new_atoms(model
     assert engine.layout(other, nb) is not layout
     np.testing.assert_allclose(fast["forces"], slow["forces"], rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(fast["energy"], slow["energy"], rtol=1e-12)
+
+
+def _dense_cu_model():  # noqa: ANN202
+    """A Cu model whose centres have ≥ 24 neighbours (wide functions take the separable
+    O(n) route), with rs ≠ 0, both ζ kinds and normalize_nodes (divide layers)."""
+    from dparallel.descriptors import ACSF
+    from dparallel.train import HDNNP
+    from dparallel.train.export import DeployedModel
+
+    acsf = ACSF.uniform(
+        ["Cu"], r_cut=4.6, cutoff="cos",
+        radial=[(0.01, 0.0), (2.0, 2.6), (2.0, 3.6)],
+        narrow=[(0.01, 1.0, -1.0, 0.0), (0.05, 4.0, 1.0, 0.3), (0.02, 2.5, 1.0, 0.0)],
+        wide=[(0.02, 1.0, 1.0, 0.0), (0.05, 2.0, -1.0, 0.2)],
+    )  # fmt: skip
+    n = acsf.n_features("Cu")
+    torch.manual_seed(3)
+    net = HDNNP(["Cu"], {"Cu": n}, hidden=(10, 7), normalize_nodes=True).double()
+    rng = np.random.default_rng(3)
+    net.set_scaling("Cu", rng.uniform(0, 1, n), rng.uniform(0.5, 2, n))
+    return DeployedModel(acsf, net, torch.float64)
+
+
+def test_fused_route_on_a_dense_cell_with_a_skin_list_equals_torch_and_finite_differences() -> None:
+    from ase.build import bulk
+
+    from dparallel.deploy.verlet import VerletList
+
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((2, 2, 2))
+    atoms.set_cell(atoms.cell.array @ np.array([[1, 0.04, 0], [0, 1, -0.03], [0.02, 0, 1]]),
+                   scale_atoms=True)  # fmt: skip
+    atoms.rattle(0.05, seed=4)
+    model = _dense_cu_model()
+    batch = StructureBatch.from_ase([atoms])
+    nb = VerletList(model.cutoff, skin=0.5).neighbors(batch)  # pairs beyond the cutoff too
+    engine = model._acsf_forces()
+    assert engine.fuse and engine.networks["Cu"] is not None  # the fused route
+    assert engine.layout(batch, nb).whole[0]  # the kernel itself leaves out far pairs
+    assert np.bincount(nb.pair_first[nb.distances < model.cutoff]).min() >= 24  # separable
+    fast = model.predict(batch, stress=True, neighbors=nb, backend="numba")
+    slow = model.predict(batch, stress=True, backend="torch")
+    for key in ("energy", "energies", "forces", "stress"):
+        np.testing.assert_allclose(fast[key], slow[key], rtol=1e-10, atol=1e-10)
+    h = 1e-5  # central differences of the energy, a few coordinates
+    for atom, axis in ((0, 0), (7, 1), (19, 2)):
+        energies = []
+        for sign in (1, -1):
+            moved = atoms.copy()
+            moved.positions[atom, axis] += sign * h
+            energies.append(model.predict(StructureBatch.from_ase([moved]))["energy"][0])
+        fd = -(energies[0] - energies[1]) / (2 * h)
+        assert abs(fd - fast["forces"][atom, axis]) < 1e-6 * max(1.0, abs(fd))
