@@ -107,8 +107,9 @@ def _forces_after_a_move(atoms) -> None:  # noqa: ANN001
 
 def force_call_breakdown(calc, rounds: int = 30) -> dict[str, float]:  # noqa: ANN001
     """Best ms of a whole call and of its parts (interleaved): ``DeployedModel.predict``,
-    the descriptor kernels alone (values, values + dG/dr), neighbour list reused / built
-    fresh; the rest of a call is the networks, the force contraction and ASE's bookkeeping."""
+    the compiled engine it runs (the fused energy + forces kernel pass in float64), the
+    descriptor kernels alone (values; values + dG/dr, the unfused route's kernel), the
+    neighbour list reused / built fresh; the rest of a call is ASE's bookkeeping."""
     from ase.calculators.calculator import all_changes
     from ase.calculators.emt import EMT
 
@@ -127,6 +128,7 @@ def force_call_breakdown(calc, rounds: int = 30) -> dict[str, float]:  # noqa: A
         "atoms.get_forces()": lambda: _forces_after_a_move(atoms),
         "Calculator.calculate": lambda: calc.calculate(atoms, ["energy", "forces"], all_changes),
         "DeployedModel.predict": lambda: calc.model.predict(batch, neighbors=neighbors),
+        "fused kernel (energy + forces)": lambda: engine(batch, neighbors, True, False),
         "ACSF kernel with dG/dr": lambda: engine.descriptors(batch, neighbors, True),
         "ACSF kernel values": lambda: engine.descriptors(batch, neighbors, False),
         "neighbour list reused (skin)": lambda: calc.neighbor_list.neighbors(batch),
