@@ -341,6 +341,7 @@ def _acsf_element(
     dar_n = np.empty((n_ek, n_max))  # a'(r_ij)/r_ij
     d_rad = np.empty((k_r, n_max))  # radial a'(r_ij) (derivatives)
     g_rad = np.empty(k_r)
+    g_tmp = np.empty(n_max)  # exp(-η(r_ij - rs)²) of one radial function
     g_col = np.empty(n_col)
     # triplet buffer (j, k, r_jk²) and work arrays over its entries q
     cap = max(_CAP, n_max)
@@ -433,14 +434,13 @@ def _acsf_element(
                 rs = plan.rk_rs[kr]
                 fc = fcn[plan.rk_cut[kr]]
                 dfc = dfcn[plan.rk_cut[kr]]
-                s = 0.0
-                for m in range(m0, m1):
+                for m in range(m0, m1):  # vectorised; the sum below may be reordered
                     d = rr[m] - rs
                     g = vexp(-eta * d * d)
-                    s += g * fc[m]
+                    g_tmp[m] = g
                     if derivatives:
                         d_rad[kr, m] = g * (dfc[m] - 2.0 * eta * d * fc[m])
-                g_rad[kr] = s
+                g_rad[kr] = _reduce_dot(g_tmp[m0:m1], fc[m0:m1], m1 - m0)
         # -------------------------------------------------------------- angular
         g_col[:] = 0.0
         if derivatives:
