@@ -256,13 +256,9 @@ class ACSFForces:
             network = self.networks[e]
             assert network is not None
             if lay.whole[k]:  # the kernel skips pairs beyond the cutoff itself
-                pf, ps, vec, dist, nel = (
-                    nb.pair_first,
-                    nb.pair_second,
-                    nb.vectors,
-                    nb.distances,
-                    lay.neighbor_el,
-                )
+                pf, ps, nel = nb.pair_first, nb.pair_second, lay.neighbor_el
+                vec = np.ascontiguousarray(nb.vectors, dtype=np.float64)  # no copy if so
+                dist = np.ascontiguousarray(nb.distances, dtype=np.float64)
             else:
                 sel = lay.pairs[k]
                 pf, ps, vec, dist, nel = (

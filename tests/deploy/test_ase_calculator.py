@@ -67,3 +67,39 @@ def test_calls_run_with_the_requested_torch_threads_and_restore_them(tmp_path) -
             assert seen == [expected] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(previous)
+
+
+def test_recomputes_when_positions_numbers_cell_or_pbc_change_and_only_then(tmp_path) -> None:  # noqa: ANN001
+    model_dir = write_model_dir(tmp_path, hco_acsf())
+    export_model(model_dir, artifacts=False)
+    calc = Calculator(model_dir)
+    calls = []
+    predict = calc.model.predict
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        return predict(*args, **kwargs)
+
+    calc.model.predict = spy
+    atoms = next(_trajectory()).copy()
+    atoms.calc = calc
+
+    def check(expected_calls: int) -> None:
+        forces, energy = atoms.get_forces(), atoms.get_potential_energy()
+        assert len(calls) == expected_calls
+        reference = atoms.copy()  # a fresh calculator on the torch route
+        reference.calc = Calculator(model_dir, backend="torch")
+        assert abs(energy - reference.get_potential_energy()) < 1e-10
+        np.testing.assert_allclose(forces, reference.get_forces(), rtol=0, atol=1e-10)
+
+    check(1)
+    atoms.set_initial_charges(np.linspace(-0.1, 0.1, len(atoms)))  # not a model input
+    check(1)
+    atoms.positions[3, 1] += 0.01
+    check(2)
+    atoms.set_cell(atoms.cell.array * 1.01)
+    check(3)
+    atoms.pbc = [True, True, False]
+    check(4)
+    atoms.numbers[[0, 1]] = atoms.numbers[[1, 0]]
+    check(5)
