@@ -380,6 +380,10 @@ def _acsf_element(
     tcount = np.zeros(2, dtype=np.int64)  # segments, triplets stored
     wcol = np.empty(n_col)  # ∂E/∂G of each column (its scale included)
     facc = np.empty((n_max if net.on else 0, 4))  # per neighbour P, V of the triplet columns
+    wrad = np.empty(k_r)  # ∂E/∂G summed per radial key / accumulator slot
+    wslot = np.empty((n_el, n_slot))
+    prad = np.empty(n_max)  # Σ_k w_k a'_k(r_ij) per neighbour
+    vloc = np.empty((3, 3))
     for i in range(n_e):
         s0 = seg[i]
         n_all = seg[i + 1] - s0
@@ -504,7 +508,10 @@ def _acsf_element(
             _triplet_forces(
                 plan, w_e, k_r, n, wcol, tstore, tj, tk, tseg, tcount[0], vx, vy, vz, facc, wk,
             )  # fmt: skip
-            _contract(plan, net, w_e, n, el, orig, vx, vy, vz, inv_r, d_rad, acc, facc, k_r)
+            _contract(
+                plan, net, w_e, n, el, blk, orig, vx, vy, vz, inv_r, d_rad, acc, facc, k_r,
+                mode == 1, wrad, wslot, prad, vloc,
+            )  # fmt: skip
             continue
         for m in range(n):
             f = el[m]
@@ -592,46 +599,77 @@ def _scatter(pj, pk, qv, jj, kk, nq, vx, vy, vz, out_j, out_k):  # noqa: ANN001,
         out_j[j, 3] += s3
 
 
-def _contract(plan, net, w, n, el, orig, vx, vy, vz, inv_r, d_rad, acc, facc, k_r):  # noqa: ANN001, ANN202
+def _contract(plan, net, w, n, el, blk, orig, vx, vy, vz, inv_r, d_rad, acc, facc, k_r,
+              use_acc, wrad, wslot, prad, v):  # fmt: skip  # noqa: ANN001, ANN202
     """Forces and virial of one centre: s_ij = Σ_a w_a ∂G_a/∂r_ij, ∂E/∂r_j += s_ij,
-    ∂E/∂r_i −= s_ij, W −= r_ij ⊗ s_ij (as :func:`dparallel.kernels.pair_forces`)."""
-    for m in range(n):
-        f = el[m]
-        o = orig[m]
-        f0 = plan.dsrc_off[f]
-        pr = facc[m, 0]  # ∂E/∂r_ij = pr r_ij + (ux, uy, uz)
-        ux = facc[m, 1]
-        uy = facc[m, 2]
-        uz = facc[m, 3]
-        for dc in range(f0, plan.dsrc_off[f + 1]):
+    ∂E/∂r_i −= s_ij, W −= r_ij ⊗ s_ij (as :func:`dparallel.kernels.pair_forces`).
+
+    ∂G/∂r_ij = (radial + P) r_ij + V: triplet columns from ``facc``, separable ones from
+    ``acc`` (only if ``use_acc``), radial ones from ``d_rad``, with the weights of each
+    radial key and accumulator slot summed first (a feature may share its key)."""
+    n_el = wslot.shape[0]
+    wrad[:] = 0.0
+    wslot[:] = 0.0
+    for f in range(n_el):
+        for dc in range(plan.dsrc_off[f], plan.dsrc_off[f + 1]):
             s = plan.dsrc[dc]
             ws = w[plan.dfeat[dc]] * plan.dscale[dc]
             if s < k_r:
-                pr += ws * d_rad[s, m] * inv_r[m]
+                wrad[s] += ws
             else:
-                sl = s - k_r
-                pr += ws * acc[m, sl, 0]
-                ux += ws * acc[m, sl, 1]
-                uy += ws * acc[m, sl, 2]
-                uz += ws * acc[m, sl, 3]
+                wslot[f, s - k_r] += ws
+    for f in range(n_el):  # radial: Σ_k w_k a'_k(r_ij), vectorised over the neighbours
+        m0 = blk[f]
+        m1 = blk[f + 1]
+        for m in range(m0, m1):
+            prad[m] = 0.0
+        for kr in range(plan.rk_off[f], plan.rk_off[f + 1]):
+            wk = wrad[kr]
+            for m in range(m0, m1):
+                prad[m] += wk * d_rad[kr, m]
+    n_sl = wslot.shape[1] if use_acc else 0
+    gx = 0.0
+    gy = 0.0
+    gz = 0.0
+    v[:] = 0.0  # (3, 3) Σ r_ij ⊗ s_ij
+    for m in range(n):
+        pr = facc[m, 0] + prad[m] * inv_r[m]
+        ux = facc[m, 1]
+        uy = facc[m, 2]
+        uz = facc[m, 3]
+        wf = wslot[el[m]]
+        for sl in range(n_sl):
+            ws = wf[sl]
+            pr += ws * acc[m, sl, 0]
+            ux += ws * acc[m, sl, 1]
+            uy += ws * acc[m, sl, 2]
+            uz += ws * acc[m, sl, 3]
         sx = pr * vx[m] + ux
         sy = pr * vy[m] + uy
         sz = pr * vz[m] + uz
-        i = net.first[o]
-        j = net.second[o]
+        j = net.second[orig[m]]
         net.grad[j, 0] += sx
         net.grad[j, 1] += sy
         net.grad[j, 2] += sz
-        net.grad[i, 0] -= sx
-        net.grad[i, 1] -= sy
-        net.grad[i, 2] -= sz
-        if net.virial.shape[0]:
-            w3 = net.virial[net.structure[i]]
-            for a in range(3):
-                r = vx[m] if a == 0 else (vy[m] if a == 1 else vz[m])
-                w3[a, 0] -= r * sx
-                w3[a, 1] -= r * sy
-                w3[a, 2] -= r * sz
+        gx += sx
+        gy += sy
+        gz += sz
+        for a in range(3):
+            r = vx[m] if a == 0 else (vy[m] if a == 1 else vz[m])
+            v[a, 0] += r * sx
+            v[a, 1] += r * sy
+            v[a, 2] += r * sz
+    if n == 0:
+        return
+    i = net.first[orig[0]]
+    net.grad[i, 0] -= gx
+    net.grad[i, 1] -= gy
+    net.grad[i, 2] -= gz
+    if net.virial.shape[0]:
+        w3 = net.virial[net.structure[i]]
+        for a in range(3):
+            for b in range(3):
+                w3[a, b] -= v[a, b]
 
 
 def _separable(
