@@ -219,34 +219,56 @@ def _cutoff_fill(r, n, rc, kind, alpha, f, df, want_df):  # noqa: ANN001, ANN202
         return
     rci = alpha * rc
     iw = 1.0 / (rc - rci)
-    for q in range(n):
-        x = min(max((r[q] - rci) * iw, 0.0), 1.0)  # f(0) = 1, f'(0) = 0 below rci
-        if kind == 1:
-            v = 0.5 * (vcos_pi(x) + 1.0)
-            d = -_PI_2 * iw * vsin_pi(x)
-        elif kind == 4:
+    # one loop per kind (a kind test inside the loop kept it from vectorising, 3-5x slower);
+    # x = (r - rci)/(rc - rci) clamped to [0, 1]: f(0) = 1, f'(0) = 0 below rci
+    if kind == 1:
+        for q in range(n):
+            x = _unit(r[q], rci, iw)
+            _put(f, df, q, r[q] < rc, want_df, 0.5 * (vcos_pi(x) + 1.0),
+                 -_PI_2 * iw * vsin_pi(x))  # fmt: skip
+    elif kind == 4:
+        for q in range(n):
+            x = _unit(r[q], rci, iw)
             om = max(1.0 - x * x, 1e-300)
             v = vexp(1.0 - 1.0 / om)
-            d = -2.0 * x * v / (om * om) * iw
-        elif kind == 5:
-            v = (2.0 * x - 3.0) * x * x + 1.0
-            d = (6.0 * x - 6.0) * x * iw
-        elif kind == 6:
+            _put(f, df, q, r[q] < rc, want_df, v, -2.0 * x * v / (om * om) * iw)
+    elif kind == 5:
+        for q in range(n):
+            x = _unit(r[q], rci, iw)
+            _put(f, df, q, r[q] < rc, want_df, (2.0 * x - 3.0) * x * x + 1.0,
+                 (6.0 * x - 6.0) * x * iw)  # fmt: skip
+    elif kind == 6:
+        for q in range(n):
+            x = _unit(r[q], rci, iw)
             x2 = x * x
-            v = ((15.0 - 6.0 * x) * x - 10.0) * x2 * x + 1.0
-            d = x2 * ((60.0 - 30.0 * x) * x - 30.0) * iw
-        elif kind == 7:
+            _put(f, df, q, r[q] < rc, want_df, ((15.0 - 6.0 * x) * x - 10.0) * x2 * x + 1.0,
+                 x2 * ((60.0 - 30.0 * x) * x - 30.0) * iw)  # fmt: skip
+    elif kind == 7:
+        for q in range(n):
+            x = _unit(r[q], rci, iw)
             x3 = x * x * x
             v = (x * (x * (20.0 * x - 70.0) + 84.0) - 35.0) * x3 * x + 1.0
             d = x3 * (x * (x * (140.0 * x - 420.0) + 420.0) - 140.0) * iw
-        else:
+            _put(f, df, q, r[q] < rc, want_df, v, d)
+    else:
+        for q in range(n):
+            x = _unit(r[q], rci, iw)
             x4 = x * x * x * x
             v = (x * (x * ((315.0 - 70.0 * x) * x - 540.0) + 420.0) - 126.0) * x4 * x + 1.0
             d = x4 * (x * (x * ((2520.0 - 630.0 * x) * x - 3780.0) + 2520.0) - 630.0) * iw
-        inside = r[q] < rc
-        f[q] = v if inside else 0.0
-        if want_df:
-            df[q] = d if inside else 0.0
+            _put(f, df, q, r[q] < rc, want_df, v, d)
+
+
+def _unit(r, rci, iw):  # noqa: ANN001, ANN202
+    """(r - rci)/(rc - rci) clamped to [0, 1]."""
+    return min(max((r - rci) * iw, 0.0), 1.0)
+
+
+def _put(f, df, q, inside, want_df, v, d):  # noqa: ANN001, ANN202
+    """f[q], df[q] = v, d inside the cutoff, else 0."""
+    f[q] = v if inside else 0.0
+    if want_df:
+        df[q] = d if inside else 0.0
 
 
 def _angular_part(c, n, zeta, lam, zint, isint, z, zd, tmp, want_d):  # noqa: ANN001, ANN202
@@ -935,6 +957,8 @@ if _HAVE_NUMBA:  # pragma: no branch
 
     _CONTRACT = {"contract"}  # FMA only: exp/cos range reductions stay exact
     _REASSOC = {"contract", "reassoc", "nsz", "arcp"}  # reductions may be reordered
+    _unit = _jit(_CONTRACT)(_unit)
+    _put = _jit(_CONTRACT)(_put)
     _cutoff_fill = _jit(_CONTRACT)(_cutoff_fill)
     _angular_part = _jit(_CONTRACT)(_angular_part)
     _reduce_dot = _jit(_REASSOC)(_reduce_dot)
