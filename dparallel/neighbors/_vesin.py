@@ -15,13 +15,13 @@ if TYPE_CHECKING:
 
     from dparallel.types import StructureBatch
 
-__all__ = ["Neighbors", "neighbor_list"]
+__all__ = ["Neighbors", "import_vesin", "neighbor_list"]
 
 
 _IMPORT_LOCK = threading.Lock()
 
 
-def _vesin() -> ModuleType:
+def import_vesin() -> ModuleType:
     """The vesin module, imported without torch when torch is not loaded yet.
 
     vesin imports torch (~1.5 s) only to accept torch tensors; dparallel gives it numpy
@@ -114,7 +114,7 @@ def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
     Neighbors
         numpy arrays; indices are global rows of ``batch``; sorted by ``pair_first``.
     """
-    vesin = _vesin()
+    vesin = import_vesin()
     if not np.isfinite(cutoff) or cutoff <= 0:
         raise DescriptorError(f"neighbor_list: cutoff must be a positive number, got {cutoff!r}")
     parts: list[tuple[np.ndarray, ...]] = []
