@@ -50,7 +50,9 @@ def test_featurize_task_loads_neither_bokeh_nor_torch(tmp_path: Path) -> None:
 _DRIVER = textwrap.dedent(
     """
     import json, sys
-    from dparallel.cli.main import main  # the CLI entry point and its featurize path
+    from dparallel.cli.main import build_parser  # the CLI with every sub-command
+
+    build_parser().parse_args(["featurize", "x.data", "--descriptors", "d.yaml", "-o", "s"])
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import featurize, prepare_featurize
     from dparallel.io.synthetic import random_structures
@@ -69,7 +71,8 @@ _DRIVER = textwrap.dedent(
 
 
 def test_featurize_driver_does_not_load_torch(tmp_path: Path) -> None:
-    """Reading the descriptors YAML, indexing and creating the store: no torch, no numba."""
+    """The CLI's parser, reading the descriptors YAML, indexing and creating the store: no
+    torch, no numba (the train and export sub-commands import torch when they run)."""
     spec = Path(__file__).parents[2] / "examples" / "descriptors.yaml"
     out = subprocess.run(
         [sys.executable, "-c", _DRIVER, str(tmp_path), str(spec)],
