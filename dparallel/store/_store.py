@@ -421,6 +421,9 @@ class Store:
                 compressors=_compressors(values.dtype),
                 dimension_names=dims or generic_dims(name, values.ndim),
                 overwrite=True,
+                # one chunk, written whole: no scan for an all-fill chunk to leave out (its
+                # file is written instead; same content read back)
+                config={"write_empty_chunks": True},
             )
             await array.setitem(..., values)
 
