@@ -22,12 +22,15 @@ _WORKER = textwrap.dedent(
     for t in warm:
         t.join(timeout=600)
     from dparallel.kernels import acsf_numba
+    from dparallel.store import _derivatives
     print(json.dumps({
         "vesin_at_return": vesin_at_return,
         "threads": len(warm),
         "alive": any(t.is_alive() for t in warm),
         "task_module": "dparallel.workflow.featurize_task" in sys.modules,
         "kernel_signatures": len(acsf_numba._acsf_element_jit.signatures),
+        "encoder_signatures": [len(_derivatives._JIT[n].signatures) if n in _derivatives._JIT
+                               else 0 for n in ("_radial_flags", "_split")],
         "torch": "torch" in sys.modules,
     }))
     """
@@ -44,4 +47,5 @@ def test_preload_imports_the_task_and_loads_the_kernel_without_torch() -> None:
     assert result["alive"] is False
     assert result["task_module"] is True
     assert result["kernel_signatures"] >= 1  # compiled (or loaded from numba's cache)
+    assert min(result["encoder_signatures"]) >= 1
     assert result["torch"] is False
