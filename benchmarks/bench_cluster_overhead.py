@@ -61,9 +61,11 @@ def featurize_phases(args: argparse.Namespace) -> None:
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import (
         featurize_partition,
+        featurize_preloads,
         finish_featurize,
         prepare_featurize,
     )
+    from dparallel.workflow.featurize_preload import FEATURIZE_PRELOAD
 
     marks.append(("driver imports", time.perf_counter()))
     dset = load_descriptors(args.descriptors, data_units=args.units)
@@ -87,7 +89,11 @@ def featurize_phases(args: argparse.Namespace) -> None:
                 (f"index + create store ({store.n_partitions} part.)", time.perf_counter())
             )
             spec = ClusterSpec(n_workers=args.workers, dashboard_address="127.0.0.1:0")
-            preload = () if args.slow_exit else (FAST_EXIT_PRELOAD,)
+            preload = featurize_preloads()
+            if args.no_warm_up:
+                preload = tuple(m for m in preload if m != FEATURIZE_PRELOAD)
+            if args.slow_exit:
+                preload = tuple(m for m in preload if m != FAST_EXIT_PRELOAD)
             with connect(spec, worker_preload=preload) as h:
                 h.client.wait_for_workers(args.workers, timeout=120)
                 marks.append(("cluster start", time.perf_counter()))
@@ -149,6 +155,9 @@ def main() -> None:
     parser.add_argument("--partition-atoms", type=int, default=None)
     parser.add_argument(
         "--slow-exit", action="store_true", help="workers without the fast-exit preload"
+    )
+    parser.add_argument(
+        "--no-warm-up", action="store_true", help="workers without the featurize warm-up preload"
     )
     args = parser.parse_args()
     if args.featurize:

@@ -112,10 +112,15 @@ def layouts() -> dict[str, Callable[[Arrays], Arrays]]:
 
 
 def codecs() -> dict[str, object]:
-    """Candidate compressor lists by label (``"auto"`` is zarr's default, zstd level 0)."""
+    """Candidate compressor lists by label (``"auto"`` is zarr's default, zstd level 0);
+    a callable picks them by dtype (dparallel's store: raw floats, LZ4 integers)."""
     from zarr.codecs import BloscCodec, ZstdCodec
 
+    from dparallel.store._store import _compressors
+
     return {
+        "dparallel (by dtype)": _compressors,
+        "none": None,
         "zarr default": "auto",
         "blosc lz4 shuffle": (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),),
         "blosc lz4 bitshuffle": (BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle"),),
@@ -129,8 +134,9 @@ def _write(group, arrays: Arrays, compressors: object, chunk: int | None) -> Non
         shape = tuple(max(1, s) for s in value.shape)
         if chunk is not None and value.ndim and value.shape[-1] > chunk:
             shape = (*shape[:-1], chunk)  # feature-major arrays end with the pair axis
+        chosen = compressors(value.dtype) if callable(compressors) else compressors
         group.create_array(
-            key, shape=value.shape, dtype=value.dtype, chunks=shape, compressors=compressors
+            key, shape=value.shape, dtype=value.dtype, chunks=shape, compressors=chosen
         )[...] = value
 
 
@@ -162,7 +168,7 @@ def candidates() -> list[tuple[str, str, Callable, object, int | None]]:
     rows += [("f32 pair-major", c, None) for c in ("blosc lz4 shuffle", "blosc lz4 bitshuffle")]
     rows += [("f32 feature-major", c, None) for c in ("blosc lz4 shuffle", "blosc zstd1 shuffle")]
     rows += [("format 2 (f32, radial, f-major)", c, None) for c in cod]
-    rows += [("format 2 (f32, radial, f-major)", "blosc lz4 shuffle", 2**16)]
+    rows += [("format 2 (f32, radial, f-major)", "dparallel (by dtype)", 2**16)]
     return [(lab, c, lay[lab], cod[c], chunk) for lab, c, chunk in rows]
 
 
@@ -173,7 +179,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("ZARR_THREADING__MAX_WORKERS", "1")
     from dparallel.store._derivatives import encode_pairs
-    from dparallel.store._store import _NUMERIC_COMPRESSORS
+    from dparallel.store._store import _compressors
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
@@ -201,7 +207,7 @@ def main() -> None:
         size = times[i][-1][2]
         base = base or (w, size)
         mark = " *" if lab.startswith("format 2") and chunk is None else ""
-        mark = mark if compressors == _NUMERIC_COMPRESSORS else ""
+        mark = mark if compressors is _compressors else ""
         print(
             f"{lab:32s} {codec + mark:21s} {chunk or 'one':>6} {size / n_atoms / 1e3:>8.1f} "
             f"{w * 1e3:>9.1f} {raw / w / 1e6:>6.0f} {rd * 1e3:>8.1f} "

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from dparallel.train.export import describe_report, export_model
-
 if TYPE_CHECKING:
     import argparse
 
@@ -56,6 +54,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Export and print the outcome of every route (exit 1 if a requested route failed)."""
     import torch
+
+    from dparallel.train.export import describe_report, export_model
 
     if args.format == "n2p2":
         from dparallel.n2p2.potential import export_model_dir

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from dparallel.cli._next import closing_lines
 from dparallel.cli._progress import EpochProgress
 from dparallel.errors import RunInterruptedError
-from dparallel.train import parse_training_spec, train
 
 if TYPE_CHECKING:
     import argparse
@@ -62,6 +61,8 @@ def _m(x: float | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Train (a progress bar on a terminal); print the final errors and what to run next."""
+    from dparallel.train import parse_training_spec, train  # torch: only when training
+
     overrides = [*args.overrides, *(["allow_incomplete=true"] if args.allow_incomplete else [])]
     spec = parse_training_spec(args.config, overrides)
 

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from dparallel.descriptors import ACSF, NeighborSum
 from dparallel.descriptors._acsf_engine import _pair_table  # the engine's element-pair order
 from dparallel.kernels.acsf_terms import angular_factor, gaussian_cutoff
-from dparallel.kernels.cutoffs import cutoff_type_id
+from dparallel.kernels.cutoff_types import cutoff_type_id
 
 __all__ = ["ACSFGraph", "NeighborSumGraph", "descriptor_graph"]
 

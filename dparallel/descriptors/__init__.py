@@ -1,8 +1,25 @@
-"""dparallel.descriptors: per-atom descriptors (ACSF, NeighborSum) built from kernels."""
+"""dparallel.descriptors: per-atom descriptors (ACSF, NeighborSum) built from kernels.
 
+The torch-only names (``NeighborSum``, the force helpers) load on first use (PEP 562), so
+reading an ACSF spec does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dparallel._lazy import lazy_getattr
 from dparallel.descriptors.acsf import ACSF, ACSFResult, PairDerivatives
-from dparallel.descriptors.forces import forces_from_derivatives, virial_from_derivatives
-from dparallel.descriptors.neighbor_sum import NeighborSum
+
+if TYPE_CHECKING:
+    from dparallel.descriptors.forces import forces_from_derivatives, virial_from_derivatives
+    from dparallel.descriptors.neighbor_sum import NeighborSum
+
+_LAZY = {
+    "NeighborSum": "neighbor_sum",
+    "forces_from_derivatives": "forces",
+    "virial_from_derivatives": "forces",
+}
 
 __all__ = [
     "ACSF",
@@ -12,3 +29,5 @@ __all__ = [
     "forces_from_derivatives",
     "virial_from_derivatives",
 ]
+
+__getattr__ = lazy_getattr(__name__, _LAZY)

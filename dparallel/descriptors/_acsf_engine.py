@@ -11,18 +11,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from dparallel.kernels.acsf_plan import build_kernel_plan
-from dparallel.kernels.acsf_terms import (
-    angular_factor,
-    gaussian_cutoff,
-    triplet_blocks,
-    triplet_counts,
-    triplets,
-)
 
 if TYPE_CHECKING:
+    import torch
+
     from dparallel.kernels.acsf_numba import KernelPlan
 
 __all__ = ["ElementPlan", "evaluate_element", "numba_element"]
@@ -149,7 +143,7 @@ def evaluate_element(
     derivatives: bool,
     max_triplets: int,
     backend: str = "torch",
-    compute_dtype: torch.dtype = torch.float64,
+    compute_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, dict[int, tuple[torch.Tensor, torch.Tensor]] | None]:
     """Values and per-pair derivatives of one central element's features.
 
@@ -176,6 +170,16 @@ def evaluate_element(
             plan, vectors, distances, center, neighbor_el, n_centers, n_el, derivatives,
             compute_dtype,
         )  # fmt: skip
+    import torch  # the torch backend (the compiled one needs none: the featurize workers)
+
+    from dparallel.kernels.acsf_terms import (
+        angular_factor,
+        gaussian_cutoff,
+        triplet_blocks,
+        triplet_counts,
+        triplets,
+    )
+
     dtype, dev = vectors.dtype, vectors.device
     n_pairs = distances.shape[0]
     n_pt = n_el * (n_el + 1) // 2
@@ -318,9 +322,11 @@ def _evaluate_numba(
     n_centers: int,
     n_el: int,
     derivatives: bool,
-    compute_dtype: torch.dtype = torch.float64,
+    compute_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, dict[int, tuple[torch.Tensor, torch.Tensor]] | None]:
     """:func:`evaluate_element` through the compiled kernel (:func:`numba_element`)."""
+    import torch
+
     values, groups = numba_element(
         plan,
         vectors.detach().numpy(),

@@ -10,17 +10,19 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from dparallel.descriptors._acsf_engine import ElementPlan, build_plan, evaluate_element
 from dparallel.descriptors.results import ACSFResult, PairDerivatives
 from dparallel.errors import DescriptorError
-from dparallel.kernels.cutoffs import CUTOFF_TYPES, cutoff_type_id
+from dparallel.kernels.cutoff_types import CUTOFF_TYPES, cutoff_type_id
 from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    import torch
+
+    from dparallel.descriptors._acsf_engine import ElementPlan
 
 __all__ = ["ACSF", "ACSFResult", "PairDerivatives"]
 
@@ -274,6 +276,8 @@ class ACSF:
             raise DescriptorError(f"element {element!r} not in this ACSF ({self._elements})")
 
     def _get_plans(self) -> dict[str, ElementPlan]:
+        from dparallel.descriptors._acsf_engine import build_plan  # torch: workers only
+
         if self._plans is None:
             self._plans = {e: build_plan(self._features[e], self._elements) for e in self._elements}
         return self._plans
@@ -283,12 +287,12 @@ class ACSF:
         self,
         structures: StructureBatch | Sequence[Any],
         derivatives: bool = False,
-        dtype: torch.dtype = torch.float64,
+        dtype: torch.dtype | None = None,
         neighbors: Neighbors | None = None,
         positions: torch.Tensor | None = None,
         max_triplets: int = 131072,
         backend: str = "auto",
-        compute_dtype: torch.dtype = torch.float64,
+        compute_dtype: torch.dtype | None = None,
     ) -> dict[str, ACSFResult]:
         """Symmetry functions of every atom, grouped by central element.
 
@@ -299,7 +303,7 @@ class ACSF:
         derivatives
             Also return analytic ∂G_i/∂r_ij per pair (``ACSFResult.pairs``).
         dtype
-            torch.float64 or torch.float32.
+            torch.float64 (default) or torch.float32.
         neighbors
             A precomputed :func:`neighbor_list` of the batch with cutoff ≥ ``r_cut``.
         positions
@@ -312,7 +316,8 @@ class ACSF:
             triplet loop, not differentiable w.r.t. ``positions``) or ``"auto"``: numba
             when it is installed and ``positions`` does not require grad, else torch.
         compute_dtype
-            numba backend only: precision of the per-triplet terms. ``torch.float32``
+            numba backend only: precision of the per-triplet terms (default
+            ``torch.float64``). ``torch.float32``
             doubles the vector width (sums stay float64; about 1e-7 relative error);
             the torch backend computes in ``dtype``.
 
@@ -321,6 +326,12 @@ class ACSF:
         dict
             element → :class:`ACSFResult`; elements absent from the batch get 0 rows.
         """
+        import torch  # here, not at module level: the driver reads specs without torch
+
+        from dparallel.descriptors._acsf_engine import evaluate_element
+
+        dtype = torch.float64 if dtype is None else dtype
+        compute_dtype = torch.float64 if compute_dtype is None else compute_dtype
         batch = (
             structures
             if isinstance(structures, StructureBatch)
@@ -351,6 +362,17 @@ class ACSF:
             vec = torch.from_numpy(neighbors.vectors).to(dtype)
             dist = torch.from_numpy(neighbors.distances).to(dtype)
         backend = self._resolve_backend(backend, positions)
+        if backend == "numba":
+            arrays = self._numba_arrays(
+                el_index,
+                neighbors.pair_first,
+                neighbors.pair_second,
+                vec.detach().numpy(),
+                dist.detach().numpy(),
+                derivatives,
+                float32_terms=compute_dtype == torch.float32,
+            )
+            return {e: ACSFResult.from_numpy(a) for e, a in arrays.items()}
         el_t = torch.from_numpy(el_index)
         n_el = len(self._elements)
         plans = self._get_plans()
@@ -399,9 +421,99 @@ class ACSF:
             out[e] = ACSFResult(values=values, atom_index=atoms, pairs=pairs)
         return out
 
+    def compute_arrays(
+        self,
+        batch: StructureBatch,
+        derivatives: bool = False,
+        neighbors: Neighbors | None = None,
+        dtype: str = "float64",
+        float32_terms: bool = False,
+    ) -> dict[str, dict[str, np.ndarray]]:
+        """:meth:`compute` through the compiled kernel, as numpy arrays and without torch.
+
+        What the featurize workers call: the same numbers as ``compute(...,
+        backend="numba")``, as ``{element: ACSFResult.to_numpy() arrays}``. ``dtype``:
+        ``"float64"`` or ``"float32"`` (of the outputs); ``float32_terms`` as
+        ``compute_dtype=torch.float32``. Needs numba (:class:`BackendUnavailableError`).
+        """
+        from dparallel.errors import BackendUnavailableError
+        from dparallel.kernels.acsf_numba import numba_available
+
+        if not numba_available():
+            raise BackendUnavailableError("compute_arrays needs numba (pip install numba)")
+        if dtype not in ("float64", "float32"):
+            raise DescriptorError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+        el_index = self._element_index(batch)  # (N,)
+        if neighbors is None:
+            neighbors = neighbor_list(batch, self.r_cut)
+        return self._numba_arrays(
+            el_index,
+            neighbors.pair_first,
+            neighbors.pair_second,
+            neighbors.vectors.astype(dtype, copy=False),
+            neighbors.distances.astype(dtype, copy=False),
+            derivatives,
+            float32_terms,
+        )
+
+    def _numba_arrays(
+        self,
+        el_index: np.ndarray,
+        pair_first: np.ndarray,
+        pair_second: np.ndarray,
+        vectors: np.ndarray,
+        distances: np.ndarray,
+        derivatives: bool,
+        float32_terms: bool,
+    ) -> dict[str, dict[str, np.ndarray]]:
+        """Per element, ``ACSFResult.to_numpy()`` arrays from the compiled kernel.
+
+        ``el_index`` (N,) element of each atom; pairs (P,) int64 with vectors (P, 3) and
+        distances (P,) in the output dtype.
+        """
+        from dparallel.descriptors._acsf_engine import numba_element
+
+        n_el = len(self._elements)
+        plans = self._get_plans()
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for e_idx, e in enumerate(self._elements):
+            plan = plans[e]
+            atoms = np.flatnonzero(el_index == e_idx)  # (n_e,) sorted
+            local = np.full(el_index.shape[0], -1, dtype=np.int64)
+            local[atoms] = np.arange(atoms.shape[0])
+            keep = np.flatnonzero((el_index[pair_first] == e_idx) & (distances < plan.r_max))
+            center = local[pair_first[keep]]  # (P_e,)
+            neighbor_el = el_index[pair_second[keep]]  # (P_e,)
+            values, groups = numba_element(
+                plan, vectors[keep], distances[keep], center, neighbor_el, atoms.shape[0],
+                n_el, derivatives, vectors.dtype.type, float32_terms,
+            )  # fmt: skip
+            arrays = {"values": values, "atom_index": atoms}
+            for f_idx, f in enumerate(self._elements if derivatives else ()):
+                assert groups is not None
+                if f_idx in groups:
+                    sel, dg = groups[f_idx]
+                else:
+                    sel = np.flatnonzero(neighbor_el == f_idx)
+                    dg = np.zeros((sel.shape[0], 0, 3), dtype=vectors.dtype)
+                rows = keep[sel]
+                feat_pos = plan.deriv_groups.get(f_idx, ([], []))[0]
+                arrays |= {
+                    f"{f}/pair_first": pair_first[rows],
+                    f"{f}/pair_second": pair_second[rows],
+                    f"{f}/center": center[sel],
+                    f"{f}/vectors": vectors[rows],
+                    f"{f}/feature_index": np.asarray(feat_pos, dtype=np.int64),
+                    f"{f}/dG_dr": dg,
+                }
+            out[e] = arrays
+        return out
+
     @staticmethod
     def _resolve_backend(backend: str, positions: torch.Tensor | None) -> str:
         """'torch' or 'numba' from the requested backend."""
+        import torch
+
         from dparallel.errors import BackendUnavailableError
         from dparallel.kernels.acsf_numba import numba_available
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import torch
-
 from dparallel.descriptors.acsf import ACSF
-from dparallel.descriptors.neighbor_sum import NeighborSum
 from dparallel.errors import DescriptorError
 from dparallel.neighbors import Neighbors, neighbor_list
 
@@ -17,7 +14,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from dparallel.descriptors.results import ACSFResult
+    from dparallel.descriptors.neighbor_sum import NeighborSum
     from dparallel.types import StructureBatch
 
 __all__ = ["DESCRIPTOR_NAMES", "DescriptorSet"]
@@ -25,7 +22,9 @@ __all__ = ["DESCRIPTOR_NAMES", "DescriptorSet"]
 #: Names under which descriptors are stored (``features/<name>/…`` in a store).
 DESCRIPTOR_NAMES = ("acsf", "neighbor_sum")
 
-_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+#: Supported ``dtype`` names (torch dtypes of the same name; torch is imported only to
+#: compute, so a driver that only reads specs never loads it).
+_DTYPES = ("float64", "float32")
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,13 +64,14 @@ class DescriptorSet:
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> DescriptorSet:
         """Inverse of :meth:`to_dict`."""
+        neighbor_sum = None
+        if data.get("neighbor_sum") is not None:
+            from dparallel.descriptors.neighbor_sum import NeighborSum  # a torch module
+
+            neighbor_sum = NeighborSum.from_dict(data["neighbor_sum"])
         return DescriptorSet(
             acsf=None if data.get("acsf") is None else ACSF.from_dict(data["acsf"]),
-            neighbor_sum=(
-                None
-                if data.get("neighbor_sum") is None
-                else NeighborSum.from_dict(data["neighbor_sum"])
-            ),
+            neighbor_sum=neighbor_sum,
             derivatives=bool(data.get("derivatives", False)),
             dtype=data.get("dtype", "float64"),
         )
@@ -88,17 +88,33 @@ class DescriptorSet:
         """
         if neighbors is None:
             neighbors = neighbor_list(batch, self.r_cut)
-        dtype = _DTYPES[self.dtype]
         out: dict[str, dict[str, dict[str, np.ndarray]]] = {}
         for name, descriptor in self.descriptors().items():
             within = _within(neighbors, descriptor.r_cut)
-            result = descriptor.compute(
-                batch, derivatives=self.derivatives, neighbors=within, dtype=dtype
-            )
-            out[name] = {
-                element: _flatten(element_result) for element, element_result in result.items()
-            }
+            if name == "acsf" and not self.uses_torch:
+                arrays = descriptor.compute_arrays(
+                    batch, derivatives=self.derivatives, neighbors=within, dtype=self.dtype
+                )
+            else:
+                import torch
+
+                result = descriptor.compute(
+                    batch,
+                    derivatives=self.derivatives,
+                    neighbors=within,
+                    dtype=getattr(torch, self.dtype),
+                )
+                arrays = {element: r.to_numpy() for element, r in result.items()}
+            out[name] = {element: _flatten(a) for element, a in arrays.items()}
         return out
+
+    @property
+    def uses_torch(self) -> bool:
+        """Whether :meth:`compute` needs torch: for neighbor sums, or ACSF without numba
+        (ACSF through the compiled kernel runs on numpy alone: workers skip torch's import)."""
+        from dparallel.kernels.acsf_numba import numba_available
+
+        return self.neighbor_sum is not None or not numba_available()
 
 
 def _within(neighbors: Neighbors, r_cut: float) -> Neighbors:
@@ -109,8 +125,7 @@ def _within(neighbors: Neighbors, r_cut: float) -> Neighbors:
     return Neighbors(*(field[keep] for field in neighbors))
 
 
-def _flatten(result: ACSFResult) -> dict[str, np.ndarray]:
-    """Store arrays of one element's result: derivative blocks go under ``d/<F>/``."""
-    return {
-        (key if "/" not in key else f"d/{key}"): value for key, value in result.to_numpy().items()
-    }
+def _flatten(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Store arrays of one element's ``ACSFResult.to_numpy()``: derivative blocks go
+    under ``d/<F>/``."""
+    return {(key if "/" not in key else f"d/{key}"): value for key, value in arrays.items()}

@@ -19,7 +19,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from dparallel.kernels.cutoffs import cutoff_type_id
+from dparallel.kernels.cutoff_types import cutoff_type_id
 
 if TYPE_CHECKING:
     from pathlib import Path

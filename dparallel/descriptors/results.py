@@ -8,9 +8,12 @@ per neighbour element f, only for the features of e that an f neighbour can chan
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["ACSFResult", "PairDerivatives"]
 
@@ -52,6 +55,8 @@ class ACSFResult:
     @classmethod
     def from_numpy(cls, arrays: dict[str, np.ndarray]) -> ACSFResult:
         """Inverse of :meth:`to_numpy` (e.g. arrays read back from a store)."""
+        import torch
+
         neighbours = sorted({k.split("/")[0] for k in arrays if "/" in k})
         pairs = {
             f: PairDerivatives(

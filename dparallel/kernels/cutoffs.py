@@ -26,39 +26,11 @@ import math
 import torch
 
 from dparallel.errors import DescriptorError
+from dparallel.kernels.cutoff_types import CUTOFF_TYPES, cutoff_type_id
 
 __all__ = ["CUTOFF_TYPES", "cutoff_fn", "cutoff_fn_and_derivative", "cutoff_type_id"]
 
-#: n2p2 ``cutoff_type`` number → name.
-CUTOFF_TYPES: dict[int, str] = {
-    0: "hard",
-    1: "cos",
-    2: "tanhu",
-    3: "tanh",
-    4: "exp",
-    5: "poly1",
-    6: "poly2",
-    7: "poly3",
-    8: "poly4",
-}
-_BY_NAME = {v: k for k, v in CUTOFF_TYPES.items()}
 _TANH_NORM = 1.0 / math.tanh(1.0) ** 3
-
-
-def cutoff_type_id(cutoff: str | int) -> int:
-    """n2p2 number of a cutoff given by name (``"cos"``) or number (``1``)."""
-    if isinstance(cutoff, str):
-        key = cutoff.strip().lower()
-        if key.isdigit():
-            return cutoff_type_id(int(key))
-        if key not in _BY_NAME:
-            raise DescriptorError(
-                f"unknown cutoff {cutoff!r}; expected one of {sorted(_BY_NAME)} or 0-8"
-            )
-        return _BY_NAME[key]
-    if int(cutoff) not in CUTOFF_TYPES:
-        raise DescriptorError(f"unknown cutoff type {cutoff!r}; expected 0-8")
-    return int(cutoff)
 
 
 def _core(x: torch.Tensor, kind: int) -> tuple[torch.Tensor, torch.Tensor]:

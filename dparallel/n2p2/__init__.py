@@ -8,9 +8,12 @@
   :func:`write_potential` (``(ACSF, HDNNP)`` → n2p2 directory);
 - :mod:`dparallel.n2p2.binaries`: find and run the n2p2 tools (tests, benchmarks).
 
-See docs/n2p2.md.
+See docs/n2p2.md. The potential functions (torch) load on first use.
 """
 
+from typing import TYPE_CHECKING
+
+from dparallel._lazy import lazy_getattr
 from dparallel.n2p2.input_data import write_input_data
 from dparallel.n2p2.input_nn import (
     ACTIVATION_CODES,
@@ -21,16 +24,18 @@ from dparallel.n2p2.input_nn import (
     Scaling,
     read_input_nn,
 )
-from dparallel.n2p2.potential import (
-    export_model_dir,
-    is_potential_dir,
-    load_potential,
-    n2p2_problems,
-    write_potential,
-)
 from dparallel.n2p2.scaling_data import format_scaling_data, read_scaling_data
 from dparallel.n2p2.settings import read_settings
 from dparallel.n2p2.weights import read_weights, write_weights
+
+if TYPE_CHECKING:
+    from dparallel.n2p2.potential import (
+        export_model_dir,
+        is_potential_dir,
+        load_potential,
+        n2p2_problems,
+        write_potential,
+    )
 
 __all__ = [
     "ACTIVATION_CODES",
@@ -52,3 +57,17 @@ __all__ = [
     "write_potential",
     "write_weights",
 ]
+
+__getattr__ = lazy_getattr(
+    __name__,
+    dict.fromkeys(
+        (
+            "export_model_dir",
+            "is_potential_dir",
+            "load_potential",
+            "n2p2_problems",
+            "write_potential",
+        ),
+        "potential",
+    ),
+)

@@ -409,7 +409,7 @@ def _input_nn_text(
     for e in elements:
         lines.append(f"atom_energy {e} {num(ref[model.elements.index(e)] / energy)}")
     cutoff, alpha = acsf.features(elements[0])[0]["cutoff"], acsf.features(elements[0])[0]["alpha"]
-    from dparallel.kernels.cutoffs import cutoff_type_id
+    from dparallel.kernels.cutoff_types import cutoff_type_id
 
     lines.append(f"cutoff_type {cutoff_type_id(cutoff)} {num(alpha)}")
     scale = float(model.energy_scale)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -9,9 +11,37 @@ import numpy as np
 from dparallel.errors import DescriptorError
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from dparallel.types import StructureBatch
 
-__all__ = ["Neighbors", "neighbor_list"]
+__all__ = ["Neighbors", "import_vesin", "neighbor_list"]
+
+
+_IMPORT_LOCK = threading.Lock()
+
+
+def import_vesin() -> ModuleType:
+    """The vesin module, imported without torch when torch is not loaded yet.
+
+    vesin imports torch (~1.5 s) only to accept torch tensors; dparallel gives it numpy
+    arrays, and a featurize worker computing ACSF through the compiled kernel needs no
+    torch at all. While vesin loads, ``sys.modules["torch"] = None`` makes its
+    ``import torch`` fail (it then skips its torch support); torch imports normally after.
+    """
+    if "vesin" in sys.modules:
+        return sys.modules["vesin"]
+    with _IMPORT_LOCK:
+        if "torch" in sys.modules:
+            import vesin
+
+            return vesin
+        sys.modules["torch"] = None  # type: ignore[assignment]
+        try:
+            import vesin
+        finally:
+            del sys.modules["torch"]
+    return vesin
 
 
 class Neighbors(NamedTuple):
@@ -84,8 +114,7 @@ def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
     Neighbors
         numpy arrays; indices are global rows of ``batch``; sorted by ``pair_first``.
     """
-    import vesin
-
+    vesin = import_vesin()
     if not np.isfinite(cutoff) or cutoff <= 0:
         raise DescriptorError(f"neighbor_list: cutoff must be a positive number, got {cutoff!r}")
     parts: list[tuple[np.ndarray, ...]] = []

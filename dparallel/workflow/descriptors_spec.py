@@ -29,12 +29,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dparallel.config import describe_validation_error, read_yaml, resolve_path
 from dparallel.config import section as config_section
-from dparallel.descriptors import ACSF, NeighborSum
+from dparallel.descriptors.acsf import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import ConfigError
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from dparallel.descriptors.neighbor_sum import NeighborSum
 
 __all__ = ["ACSFSpec", "DescriptorsSpec", "NeighborSumSpec", "load_descriptors"]
 
@@ -120,6 +122,8 @@ class NeighborSumSpec(_Strict):
 
     def build(self) -> NeighborSum:
         """The :class:`NeighborSum` this spec defines."""
+        from dparallel.descriptors.neighbor_sum import NeighborSum  # a torch module
+
         return NeighborSum(**self.model_dump())
 
 

@@ -405,13 +405,12 @@ def _run_partitions(
     from distributed import as_completed
 
     from dparallel.cluster import connect
-    from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
     from dparallel.dashboard.events import progress_start_event, publish_progress_start
 
     store_path = os.fspath(store.path)
     run = f"featurize:{store_path}"
     spec = descriptors.to_dict()
-    with connect(**connect_to, worker_preload=(FAST_EXIT_PRELOAD,)) as handle:
+    with connect(**connect_to, worker_preload=featurize_preloads()) as handle:
         if on_connect is not None:
             on_connect(handle)
         start = progress_start_event(
@@ -477,6 +476,14 @@ def _run_partitions(
 
 
 _NO_WORKER_GRACE_S = 120.0
+
+
+def featurize_preloads() -> tuple[str, ...]:
+    """Worker preloads of the local clusters featurize starts: warm-up and fast exit."""
+    from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
+    from dparallel.workflow.featurize_preload import FEATURIZE_PRELOAD
+
+    return (FEATURIZE_PRELOAD, FAST_EXIT_PRELOAD)
 
 
 def _wait_with_workers(client: Any, future: Any, lease: StoreLease) -> bool:

@@ -192,13 +192,16 @@ def featurize_partition(
         A structure of the partition is malformed or cannot be featurized and the source
         reads with ``on_error="raise"``; the message names file, structure index and line.
     """
-    from dparallel.cluster import ensure_torch_threads, tune_allocator
+    from dparallel.cluster import configured_torch_threads, ensure_torch_threads, tune_allocator
     from dparallel.dashboard.events import publish_progress
 
-    threads = ensure_torch_threads(torch_threads)
     tune_allocator()  # Dask workers start with malloc settings that slow array code down
     t0 = time.perf_counter()
     dset = DescriptorSet.from_dict(descriptors)
+    if dset.uses_torch:
+        threads = ensure_torch_threads(torch_threads)
+    else:  # compiled ACSF on numpy: torch (~2 s to import per worker) is not loaded at all
+        threads = configured_torch_threads() if torch_threads is None else int(torch_threads)
     store = open_store(store_path, mode="r+")
     start, stop = store.partition_range(p)
     checked = source.read_checked(start, stop)

@@ -112,7 +112,7 @@ def run_workflow(
     """
     from dparallel.cluster import connect
     from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
-    from dparallel.workflow.featurize import featurize, write_scaling_data
+    from dparallel.workflow.featurize import featurize, featurize_preloads, write_scaling_data
 
     dataset, dataset_stage = _dataset(spec, say)
     store_path = Path(spec.store.path)
@@ -134,7 +134,7 @@ def run_workflow(
             client=client,
             scheduler=scheduler,
             scheduler_file=scheduler_file,
-            worker_preload=(FAST_EXIT_PRELOAD,),
+            worker_preload=featurize_preloads() if featurize_needed else (FAST_EXIT_PRELOAD,),
         ) as handle:
             if on_connect is not None:
                 on_connect(handle)

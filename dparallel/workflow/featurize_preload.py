@@ -1,0 +1,76 @@
+"""Worker preload: warm a featurize worker up while the cluster is still starting.
+
+A worker's first featurize task pays for its imports (numba, zarr, the task module) and
+for numba loading the compiled ACSF kernel and dG/dr encoder from its cache (together
+1-3 s on a loaded machine). With this module as a worker preload
+(:data:`FEATURIZE_PRELOAD`), each worker does that in a background thread from the moment
+its process starts, overlapping the scheduler's and the other workers' start-up and the
+driver's submission; a task that arrives sooner waits on the same import and compile
+locks, so nothing is done twice. A failed warm-up is logged
+and ignored: the task then does the same work and reports any error itself.
+
+vesin is imported synchronously, before the worker accepts tasks: its import briefly
+hides torch (:mod:`dparallel.neighbors`), which must not race a task importing torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+__all__ = ["FEATURIZE_PRELOAD", "dask_setup", "warm_up"]
+
+#: Module name to pass as a Dask worker preload.
+FEATURIZE_PRELOAD = "dparallel.workflow.featurize_preload"
+
+log = logging.getLogger(__name__)
+
+
+def warm_up() -> None:
+    """Import what a featurize task uses and run its compiled code once on a water molecule:
+    the ACSF kernel (float64, with derivatives: the default featurization) and the store's
+    dG/dr encoding."""
+    import numpy as np
+
+    import dparallel.workflow.featurize_task  # noqa: F401 - the task module and its imports
+    from dparallel.descriptors.acsf import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.store._derivatives import encode_pairs
+    from dparallel.types import StructureBatch
+
+    acsf = ACSF.uniform(
+        ["H", "O"],
+        r_cut=3.0,
+        cutoff="cos",
+        radial=[(0.5, 0.0)],
+        narrow=[(0.05, 1.0, -1.0, 0.0)],
+        wide=[(0.05, 1.0, 1.0, 0.0)],
+    )
+    water = StructureBatch(
+        numbers=np.array([8, 1, 1]),
+        positions=np.array([[0.0, 0.0, 0.0], [0.9572, 0.0, 0.0], [-0.24, 0.9266, 0.0]]),
+        cells=np.zeros((1, 3, 3)),
+        pbc=np.zeros((1, 3), dtype=bool),
+        energy=np.zeros(1),
+        forces=np.zeros((3, 3)),
+        offsets=np.array([0, 3]),
+    )
+    computed = DescriptorSet(acsf=acsf, derivatives=True).compute(water)
+    for arrays in computed["acsf"].values():  # the store's dG/dr encoding (compiled too)
+        encode_pairs({k.split("/", 2)[2]: v for k, v in arrays.items() if k.startswith("d/H/")})
+
+
+def _warm_up_logged() -> None:
+    try:
+        warm_up()
+    except Exception:  # an optimisation only: the task redoes the work and reports errors
+        log.warning("featurize warm-up failed; the first task does it instead", exc_info=True)
+
+
+def dask_setup(worker: Any) -> None:
+    """Dask preload hook: import vesin now, then warm up in a background thread."""
+    from dparallel.neighbors._vesin import import_vesin
+
+    import_vesin()
+    threading.Thread(target=_warm_up_logged, name="dparallel-warm-up", daemon=True).start()
