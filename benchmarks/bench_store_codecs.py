@@ -113,7 +113,7 @@ def layouts() -> dict[str, Callable[[Arrays], Arrays]]:
 
 def codecs() -> dict[str, object]:
     """Candidate compressor lists by label (``"auto"`` is zarr's default, zstd level 0);
-    a callable picks them by dtype (dparallel's store: raw floats, LZ4 integers)."""
+    a callable picks them by dtype (dparallel's store: LZ4 for numbers, default for strings)."""
     from zarr.codecs import BloscCodec, ZstdCodec
 
     from dparallel.store._store import _compressors

@@ -47,22 +47,22 @@ SOURCE_IDENTITY_KEYS = (
     "sample_sha256",
 )
 _N_Z = 119  # atomic numbers 0..118
-#: Compressor of integer and boolean arrays: LZ4 behind a byte shuffle (pair indices
-#: shrink ~9x, atom indices ~14x).
+#: Compressor of numeric arrays: LZ4 behind a byte shuffle (pair indices shrink ~9x).
 _NUMERIC_COMPRESSORS = (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),)
 
 
 def _compressors(dtype: Any) -> Any:
-    """Compressors for an array of ``dtype``: none for floating point, LZ4/shuffle for other
-    numbers, zarr's default for strings.
+    """Compressors for an array of ``dtype``: LZ4/shuffle for numbers, zarr's default for
+    strings.
 
-    Float chunks are stored raw: on a water partition LZ4/shuffle shrinks float32 dG/dr
-    by 0-3 % and values/vectors by 9-14 % (0.2 % of the store in all) for ~30 % of the
-    write time (benchmarks/bench_store_codecs.py).
+    Floats too: a same-element dG/dr block barely shrinks (0-3 %), but cross-element blocks
+    hold the zero columns of functions that do not involve that neighbour element and
+    shrink 1.7-2.7x, values ~3x; the water x25 store with dG/dr is 11.2 kB/atom with LZ4 on
+    floats against 15.7 kB/atom raw (benchmarks/bench_n2p2.py), for ~25 ms per 24 MB.
     """
     if dtype is str or np.dtype(dtype).kind in "OUS":
         return "auto"
-    return None if np.dtype(dtype).kind in "fc" else _NUMERIC_COMPRESSORS
+    return _NUMERIC_COMPRESSORS
 
 
 # name → (axis "atom"|"structure", trailing shape, dtype, fill value)

@@ -141,9 +141,8 @@ def test_atom_array_and_partition_array_hooks(tmp_path, xyz):
     assert "atoms/g" in store.info()["arrays"]
 
 
-def test_integers_use_lz4_shuffle_floats_raw_strings_the_default(tmp_path, xyz):
-    """docs/store-format.md: integer/bool chunks are Blosc LZ4 behind a byte shuffle, float
-    chunks uncompressed (they do not compress), strings zarr's default."""
+def test_numeric_arrays_use_lz4_shuffle_strings_the_default(tmp_path, xyz):
+    """docs/store-format.md: numeric chunks (floats too) are Blosc LZ4 behind a byte shuffle."""
     src = open_source(xyz)
     store = prepare_ingest(src, tmp_path / "s.zarr", partition_atoms=40)
     store.create_atom_array("g", (2,), np.float32)
@@ -151,13 +150,20 @@ def test_integers_use_lz4_shuffle_floats_raw_strings_the_default(tmp_path, xyz):
         0, {"d": np.ones((3, 4, 3)), "i": np.arange(6, dtype=np.int32)}, group="features"
     )
     root = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")
-    for name in ["structures/numbers", "structures/pbc", "partitions/done", "parts/0/features/i"]:
+    numeric = [
+        "structures/positions",
+        "structures/numbers",
+        "structures/pbc",
+        "partitions/done",
+        "atoms/g",
+        "parts/0/features/d",
+        "parts/0/features/i",
+    ]
+    for name in numeric:
         (codec,) = root[name].compressors
         assert isinstance(codec, zarr.codecs.BloscCodec), name
         assert (codec.cname.value, codec.shuffle.value) == ("lz4", "shuffle"), name
         assert codec.typesize == root[name].dtype.itemsize, name
-    for name in ["structures/positions", "atoms/g", "parts/0/features/d"]:
-        assert root[name].compressors == (), name
     np.testing.assert_array_equal(root["parts/0/features/d"][...], np.ones((3, 4, 3)))
     assert not any(
         isinstance(c, zarr.codecs.BloscCodec) for c in root["structures/tags"].compressors
