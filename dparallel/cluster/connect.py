@@ -14,6 +14,8 @@ Resolution order (first match wins):
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging
 import os
@@ -29,7 +31,7 @@ from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from types import TracebackType
 
 __all__ = [
@@ -205,6 +207,36 @@ def connect(
     if client is not None:
         _register_threads(client, spec)
         return ClusterHandle(client, None, "client", owns=False)
+    with _collected_then_paused_gc():
+        return _connect_new(spec, worker_preload, scheduler, scheduler_file)
+
+
+@contextlib.contextmanager
+def _collected_then_paused_gc() -> Iterator[None]:
+    """Collect garbage now, then keep the cyclic GC off while a client/cluster starts.
+
+    distributed's ``LoopRunner`` starts its IO loop holding a class-wide lock, and
+    ``Client.__del__`` closes the client, which takes the same lock: an earlier Client
+    (closed or not) collected by the cyclic GC in the middle of a start deadlocks the
+    thread (seen: a test run hung in ``LocalCluster.__init__`` → ``Client.__del__``).
+    """
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _connect_new(
+    spec: ClusterSpec,
+    worker_preload: Sequence[str],
+    scheduler: str | None,
+    scheduler_file: str | os.PathLike[str] | None,
+) -> ClusterHandle:
+    """:func:`connect` for every case that makes a new client."""
     if scheduler is not None:
         return _connect_remote(scheduler, spec, "scheduler")
     if scheduler_file is not None:

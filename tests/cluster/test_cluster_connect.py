@@ -189,3 +189,33 @@ def test_tls_scheduler_worker_client(tmp_path: Path) -> None:
         if worker is not None:
             stop(worker)
         stop(sched)
+
+
+def test_garbage_is_collected_before_a_cluster_starts() -> None:
+    """A Client finalised by the cyclic GC while distributed's LoopRunner starts (holding
+    its class-wide lock) deadlocks; connect collects first and pauses the GC meanwhile."""
+    import gc
+
+    from distributed.utils import LoopRunner
+
+    finalised_with_lock_held: list[bool] = []
+
+    class Cyclic:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            finalised_with_lock_held.append(LoopRunner._lock.locked())
+
+    gc.disable()  # the garbage waits for connect, as a leaked Client may
+    try:
+        Cyclic()
+        spec = ClusterSpec(n_workers=1, dashboard_address="127.0.0.1:0")
+        with connect(spec) as handle:
+            assert not gc.isenabled()  # the caller's setting is kept
+            assert handle.client.submit(abs, -1).result(timeout=60) == 1
+        assert finalised_with_lock_held == [False]
+    finally:
+        gc.enable()
+    with connect(spec) as handle:
+        assert gc.isenabled()
