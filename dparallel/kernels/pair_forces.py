@@ -9,11 +9,10 @@ per-call overhead and temporaries cost more than the sums themselves.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from dparallel.errors import BackendUnavailableError
+from dparallel.kernels._optional_jit import njit_or_none
 
 __all__ = ["add_pair_forces"]
 
@@ -49,13 +48,7 @@ def _add_pair_forces(de_dg, center, feature_index, dg_dr, first, second, vectors
                 w3[a, 2] -= r * sz
 
 
-_add_pair_forces_jit: Any = None
-try:  # pragma: no cover - exercised when numba is installed
-    import numba
-
-    _add_pair_forces_jit = numba.njit(cache=True, error_model="numpy", nogil=True)(_add_pair_forces)
-except ImportError:  # pragma: no cover
-    pass
+_add_pair_forces_jit = njit_or_none(_add_pair_forces)
 
 
 def add_pair_forces(

@@ -7,9 +7,9 @@ temporaries of (P, 3) arrays cost more than the arithmetic.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+
+from dparallel.kernels._optional_jit import njit_or_none
 
 __all__ = ["pair_vectors"]
 
@@ -27,13 +27,7 @@ def _pair_vectors(pos, first, second, shift_vectors, vectors, distances):  # noq
         distances[p] = np.sqrt(x * x + y * y + z * z)
 
 
-_jit: Any = None
-try:  # pragma: no cover - exercised when numba is installed
-    import numba
-
-    _jit = numba.njit(cache=True, error_model="numpy", nogil=True)(_pair_vectors)
-except ImportError:  # pragma: no cover
-    pass
+_jit = njit_or_none(_pair_vectors)
 
 
 def pair_vectors(
