@@ -413,17 +413,14 @@ def _run_partitions(
     with connect(**connect_to, worker_preload=featurize_preloads()) as handle:
         if on_connect is not None:
             on_connect(handle)
-        start = progress_start_event(
-            run,
+        work = (
             len(pending),
-            int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),
+            int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),  # structures
             int(store.plan.atoms[pending].sum()),
         )
-        publish_progress_start(
-            **{k: v for k, v in start.items() if k != "kind"}, target=handle.client
-        )
+        publish_progress_start(run, *work, target=handle.client)
         if progress is not None:
-            progress(start, 0, len(pending))
+            progress(progress_start_event(run, *work), 0, len(pending))
 
         def submit(p: int) -> Any:
             return handle.client.submit(
