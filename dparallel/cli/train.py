@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,11 +72,10 @@ def run(args: argparse.Namespace) -> int:
         if args.scheduler:
             from dparallel.cluster import connect
 
-            with connect(scheduler=args.scheduler):  # its client receives the metric events
-                result = train(
-                    args.store, args.output, spec, resume=args.resume, callback=bar.update
-                )
+            cluster: Any = connect(scheduler=args.scheduler)  # receives the metric events
         else:
+            cluster = contextlib.nullcontext()
+        with cluster:
             result = train(args.store, args.output, spec, resume=args.resume, callback=bar.update)
     except KeyboardInterrupt:
         checkpoint = Path(args.output) / "checkpoint.pt"
