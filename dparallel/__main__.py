@@ -1,5 +1,5 @@
 """``python -m dparallel`` runs the command-line interface."""
 
-from dparallel.cli.main import main
+from dparallel.cli.main import entry
 
-raise SystemExit(main())
+entry()

@@ -66,6 +66,19 @@ def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
     return connected
 
 
+def start_warm_workers(args: argparse.Namespace, preload: tuple[str, ...]) -> None:
+    """Start the warm server of local workers now when this command will start a local
+    cluster, so that its imports and warm-up (``preload``) overlap the driver's own
+    imports, reading and scheduler start (:mod:`dparallel.cluster.warm_workers`)."""
+    import os
+
+    from dparallel.cluster.warm_workers import ENV_SCHEDULER_ADDRESS, start_warm_server
+
+    if args.scheduler or args.scheduler_file or os.environ.get(ENV_SCHEDULER_ADDRESS):
+        return
+    start_warm_server(preload, threads=args.torch_threads or 1)
+
+
 def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]:
     """Keyword arguments for :func:`dparallel.cluster.connect` from the parsed options."""
     from dparallel.cluster import ClusterSpec

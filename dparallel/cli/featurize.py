@@ -14,6 +14,7 @@ from dparallel.cli._options import (
     on_connect,
     partition_progress,
     route_cluster_logs,
+    start_warm_workers,
 )
 
 if TYPE_CHECKING:
@@ -45,6 +46,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Featurize and print a summary."""
     from dataclasses import replace
+
+    from dparallel.workflow.featurize_preload import FEATURIZE_WARM
+
+    start_warm_workers(args, (FEATURIZE_WARM,))  # first: it works while the driver starts up
 
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import featurize, write_scaling_data

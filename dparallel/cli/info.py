@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from dparallel.store import open_store
-
 if TYPE_CHECKING:
     import argparse
 
@@ -21,6 +19,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Print the store summary (text table or JSON)."""
+    from dparallel.store import open_store  # zarr: only when the command runs
+
     info = open_store(args.store).info()
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))

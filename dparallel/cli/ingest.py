@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import add_source_arguments
-from dparallel.workflow.ingest import ingest
 
 if TYPE_CHECKING:
     import argparse
@@ -25,8 +24,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ingest; prints a one-line summary."""
-
     from tqdm import tqdm
+
+    from dparallel.workflow.ingest import ingest  # zarr: only when the command runs
 
     bar: list[tqdm] = []
 

@@ -7,6 +7,7 @@ Each listed module defines ``add_parser(subparsers) -> argparse.ArgumentParser``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import logging
@@ -14,7 +15,7 @@ import os
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from dparallel.errors import DParallelError, RunInterruptedError
 
@@ -130,5 +131,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             restore()
 
 
+def entry() -> NoReturn:
+    """The ``dparallel`` executable: :func:`main`, then exit without interpreter teardown.
+
+    Once a command has returned, everything it wrote is closed and its cluster is shut
+    down; what is left is finalising the interpreter (distributed's and zarr's thread
+    pools and event loops, numba, torch), which took 0.5-3 s after the last output. So
+    the process flushes logging and the standard streams and ends with ``os._exit``.
+    An exception that escapes :func:`main` (a bug) ends the process the usual way, with
+    its traceback.
+    """
+    code = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    entry()

@@ -1,27 +1,54 @@
 """Connect to or start the Dask cluster dparallel runs on; torch thread budget in tasks.
 
 Only ``dparallel.cluster``, ``dparallel.dashboard`` and ``dparallel.workflow`` import
+``distributed``. The names below load on first use (PEP 562): importing
+``dparallel.cluster.warm_workers`` at the top of a command must not wait for
 ``distributed``.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dparallel._lazy import lazy_getattr
 from dparallel.cluster.allocator import tune_allocator
-from dparallel.cluster.connect import (
-    ClusterHandle,
-    connect,
-    dashboard_link,
-    dashboard_pages,
-    expected_workers,
-    security_from_tls,
-)
-from dparallel.cluster.spec import ClusterSpec, SlurmSpec, TLSSpec
-from dparallel.cluster.threads import (
-    ENV_TORCH_THREADS,
-    TorchThreadsPlugin,
-    configured_torch_threads,
-    ensure_torch_threads,
-    torch_thread_report,
-    torch_threads,
-)
+
+if TYPE_CHECKING:
+    from dparallel.cluster.connection import (
+        ClusterHandle,
+        connect,
+        dashboard_link,
+        dashboard_pages,
+        expected_workers,
+        security_from_tls,
+    )
+    from dparallel.cluster.spec import ClusterSpec, SlurmSpec, TLSSpec
+    from dparallel.cluster.threads import (
+        ENV_TORCH_THREADS,
+        TorchThreadsPlugin,
+        configured_torch_threads,
+        ensure_torch_threads,
+        torch_thread_report,
+        torch_threads,
+    )
+
+_LAZY = {
+    "ClusterHandle": "connection",
+    "connect": "connection",
+    "dashboard_link": "connection",
+    "dashboard_pages": "connection",
+    "expected_workers": "connection",
+    "security_from_tls": "connection",
+    "ClusterSpec": "spec",
+    "SlurmSpec": "spec",
+    "TLSSpec": "spec",
+    "ENV_TORCH_THREADS": "threads",
+    "TorchThreadsPlugin": "threads",
+    "configured_torch_threads": "threads",
+    "ensure_torch_threads": "threads",
+    "torch_thread_report": "threads",
+    "torch_threads": "threads",
+}
 
 __all__ = [
     "ENV_TORCH_THREADS",
@@ -41,3 +68,5 @@ __all__ = [
     "torch_threads",
     "tune_allocator",
 ]
+
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -37,6 +37,7 @@ from dparallel.store import (
     store_status,
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS
+from dparallel.workflow.featurize_preload import FEATURIZE_WARM
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
 from dparallel.workflow.stats import FeatureStats
@@ -410,7 +411,9 @@ def _run_partitions(
     store_path = os.fspath(store.path)
     run = f"featurize:{store_path}"
     spec = descriptors.to_dict()
-    with connect(**connect_to, worker_preload=featurize_preloads()) as handle:
+    with connect(
+        **connect_to, worker_preload=featurize_preloads(), warm_preload=(FEATURIZE_WARM,)
+    ) as handle:
         if on_connect is not None:
             on_connect(handle)
         work = (

@@ -19,10 +19,13 @@ import logging
 import threading
 from typing import Any
 
-__all__ = ["FEATURIZE_PRELOAD", "dask_setup", "warm_up"]
+__all__ = ["FEATURIZE_PRELOAD", "FEATURIZE_WARM", "dask_setup", "warm_up", "warm_up_logged"]
 
 #: Module name to pass as a Dask worker preload.
 FEATURIZE_PRELOAD = "dparallel.workflow.featurize_preload"
+#: Module for the warm server of local workers (:mod:`dparallel.cluster.warm_workers`):
+#: importing it runs :func:`warm_up_logged` once, before the workers are forked.
+FEATURIZE_WARM = "dparallel.workflow.featurize_warm"
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,8 @@ def warm_up() -> None:
         encode_pairs({k.split("/", 2)[2]: v for k, v in arrays.items() if k.startswith("d/H/")})
 
 
-def _warm_up_logged() -> None:
+def warm_up_logged() -> None:
+    """:func:`warm_up`; a failure is logged and ignored (the task then does the work)."""
     try:
         warm_up()
     except Exception:  # an optimisation only: the task redoes the work and reports errors
@@ -73,4 +77,4 @@ def dask_setup(worker: Any) -> None:
     from dparallel.neighbors._vesin import import_vesin
 
     import_vesin()
-    threading.Thread(target=_warm_up_logged, name="dparallel-warm-up", daemon=True).start()
+    threading.Thread(target=warm_up_logged, name="dparallel-warm-up", daemon=True).start()

@@ -113,6 +113,7 @@ def run_workflow(
     from dparallel.cluster import connect
     from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
     from dparallel.workflow.featurize import featurize, featurize_preloads, write_scaling_data
+    from dparallel.workflow.featurize_preload import FEATURIZE_WARM
 
     dataset, dataset_stage = _dataset(spec, say)
     store_path = Path(spec.store.path)
@@ -135,6 +136,7 @@ def run_workflow(
             scheduler=scheduler,
             scheduler_file=scheduler_file,
             worker_preload=featurize_preloads() if featurize_needed else (FAST_EXIT_PRELOAD,),
+            warm_preload=(FEATURIZE_WARM,) if featurize_needed else (),
         ) as handle:
             if on_connect is not None:
                 on_connect(handle)

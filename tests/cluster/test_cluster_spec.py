@@ -18,7 +18,7 @@ from dparallel.cluster import (
     ensure_torch_threads,
     torch_threads,
 )
-from dparallel.cluster.connect import _worker_env
+from dparallel.cluster.connection import _worker_env
 from dparallel.errors import ClusterError
 
 

@@ -28,6 +28,7 @@ from distributed.security import Security
 
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
+from dparallel.cluster.warm_workers import ENV_SCHEDULER_ADDRESS, forked_workers
 from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
@@ -48,8 +49,6 @@ logger = logging.getLogger(__name__)
 #: Scheduler preload that adds the dparallel pages to the Dask dashboard (imported by the
 #: scheduler only: this package never imports the dashboard).
 DASHBOARD_PRELOAD = "dparallel.dashboard.preload"
-#: Environment variable that names a running scheduler (read by Dask itself, too).
-ENV_SCHEDULER_ADDRESS = "DASK_SCHEDULER_ADDRESS"
 
 
 class ClusterHandle:
@@ -174,6 +173,7 @@ def connect(
     scheduler: str | None = None,
     scheduler_file: str | os.PathLike[str] | None = None,
     worker_preload: Sequence[str] = (),
+    warm_preload: Sequence[str] = (),
 ) -> ClusterHandle:
     """Connect to (or start) the cluster a run uses; see the module docstring for the order.
 
@@ -191,6 +191,10 @@ def connect(
         Modules the workers of a local cluster started here preload (e.g.
         :data:`dparallel.cluster.worker_exit.FAST_EXIT_PRELOAD`); workers that already run are
         left as they are.
+    warm_preload : sequence of str
+        Modules the warm server of local workers imports before it forks them (e.g.
+        :data:`dparallel.workflow.featurize_warm.FEATURIZE_WARM`), when this call starts
+        that server (:mod:`dparallel.cluster.warm_workers`).
 
     Returns
     -------
@@ -208,7 +212,7 @@ def connect(
         _register_threads(client, spec)
         return ClusterHandle(client, None, "client", owns=False)
     with _collected_then_paused_gc():
-        return _connect_new(spec, worker_preload, scheduler, scheduler_file)
+        return _connect_new(spec, worker_preload, warm_preload, scheduler, scheduler_file)
 
 
 @contextlib.contextmanager
@@ -233,6 +237,7 @@ def _collected_then_paused_gc() -> Iterator[None]:
 def _connect_new(
     spec: ClusterSpec,
     worker_preload: Sequence[str],
+    warm_preload: Sequence[str],
     scheduler: str | None,
     scheduler_file: str | os.PathLike[str] | None,
 ) -> ClusterHandle:
@@ -249,7 +254,7 @@ def _connect_new(
         return _connect_remote(address, spec, "address")
     if spec.kind == "slurm":
         return _start_slurm(spec)
-    return _start_local(spec, worker_preload)
+    return _start_local(spec, worker_preload, warm_preload)
 
 
 def expected_workers(
@@ -329,8 +334,11 @@ def _register_threads(client: Client, spec: ClusterSpec) -> None:
         client.register_plugin(TorchThreadsPlugin(spec.torch_threads))
 
 
-def _start_local(spec: ClusterSpec, worker_preload: Sequence[str] = ()) -> ClusterHandle:
-    """Start a multi-process LocalCluster on the loopback interface."""
+def _start_local(
+    spec: ClusterSpec, worker_preload: Sequence[str] = (), warm_preload: Sequence[str] = ()
+) -> ClusterHandle:
+    """Start a multi-process LocalCluster on the loopback interface, its workers forked
+    from the warm server where the platform has one."""
     n_workers = spec.n_workers or CPU_COUNT
     dashboard = spec.dashboard_address
     if dashboard.startswith(":"):  # ":0", ":8787": keep it on the loopback interface
@@ -342,16 +350,17 @@ def _start_local(spec: ClusterSpec, worker_preload: Sequence[str] = ()) -> Clust
         kwargs["preload"] = list(worker_preload)
 
     def start() -> LocalCluster:
-        return LocalCluster(
-            n_workers=n_workers,
-            threads_per_worker=spec.threads_per_worker,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=dashboard,
-            scheduler_kwargs={"preload": [DASHBOARD_PRELOAD]},
-            env=_worker_env(spec),
-            **kwargs,
-        )
+        with forked_workers(warm_preload, env=_worker_env(spec)) as env:
+            return LocalCluster(
+                n_workers=n_workers,
+                threads_per_worker=spec.threads_per_worker,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=dashboard,
+                scheduler_kwargs={"preload": [DASHBOARD_PRELOAD]},
+                env=env,
+                **kwargs,
+            )
 
     try:
         try:

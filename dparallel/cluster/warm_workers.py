@@ -1,0 +1,136 @@
+"""Local Dask workers forked from one warm process instead of each spawned cold.
+
+Dask's default starts every local worker with ``spawn``: a fresh interpreter that imports
+distributed, numpy, numba and zarr and loads the compiled kernels from numba's cache
+before its first task (1-2 s each, and the workers of a 2-core machine compete with the
+driver for the cores while they do it). :func:`start_warm_server` starts Python's
+``multiprocessing`` forkserver once per process, with modules to import (and so warm up)
+before any worker exists; :func:`forked_workers` makes the local cluster that
+:func:`dparallel.cluster.connect` starts fork its workers from it, so each worker starts
+with all of that done. Called at the top of a command (``dparallel featurize``,
+``dparallel run``), the warm-up overlaps the driver's own imports, indexing and
+scheduler start.
+
+A forked worker has the environment of the server's start, updated in the worker with
+the driver's environment of the moment its cluster starts (as a spawned worker would
+see it); only variables read at import time by what the server preloaded (numpy's BLAS,
+numba) keep their values from the server's start. ``DPARALLEL_WARM_WORKERS=0``, a
+platform without ``forkserver``, or a Dask config that names another
+``distributed.worker.multiprocessing-method`` than the default ``spawn`` keep Dask's own
+way. This module imports neither ``distributed`` nor ``dask`` at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.forkserver
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+
+__all__ = [
+    "BASE_PRELOAD",
+    "ENV_SCHEDULER_ADDRESS",
+    "ENV_WARM_WORKERS",
+    "enabled",
+    "forked_workers",
+    "server_pid",
+    "start_warm_server",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable that names a running scheduler (read by Dask itself, too).
+ENV_SCHEDULER_ADDRESS = "DASK_SCHEDULER_ADDRESS"
+#: Set to ``0`` to start local workers the way Dask does by default (``spawn``).
+ENV_WARM_WORKERS = "DPARALLEL_WARM_WORKERS"
+#: What the forkserver preloads whatever else it is given: its own fast exit
+#: (:mod:`dparallel.cluster.forkserver_exit`) and what every worker imports.
+BASE_PRELOAD = ("dparallel.cluster.forkserver_exit", "distributed")
+#: Thread variables a worker needs before numpy is imported (Dask's pre-spawn default).
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def enabled() -> bool:
+    """Whether local workers are forked from the warm server on this platform and setting."""
+    if os.environ.get(ENV_WARM_WORKERS, "1").strip() == "0":
+        return False
+    return "forkserver" in multiprocessing.get_all_start_methods()
+
+
+def server_pid() -> int | None:
+    """PID of this process's forkserver while it runs, else ``None``."""
+    # the module's one ForkServer; its pid attribute is private (None until started)
+    server = multiprocessing.forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return None
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return None if done else pid
+
+
+def start_warm_server(preload: Sequence[str] = (), threads: int = 1) -> bool:
+    """Start the forkserver now, importing :data:`BASE_PRELOAD` and ``preload`` in it.
+
+    Returns True when this call started it; False when it already runs (its preload is
+    kept: a process has one forkserver), when :func:`enabled` says no, or when it cannot
+    start (logged; the cluster then spawns its workers as Dask does). ``threads`` is the
+    OpenMP/MKL/OpenBLAS thread count set in the server's environment, as Dask sets it for
+    spawned workers. Returns at once: the imports run in the server's own process.
+    """
+    if not enabled() or server_pid() is not None:
+        return False
+    modules = list(dict.fromkeys([*BASE_PRELOAD, *preload]))
+    saved = {name: os.environ.get(name) for name in _THREAD_VARS}
+    os.environ.update(dict.fromkeys(_THREAD_VARS, str(threads)))  # the server inherits it
+    try:
+        multiprocessing.set_forkserver_preload(modules)
+        multiprocessing.forkserver.ensure_running()
+    except Exception:  # an optimisation only: workers are then spawned
+        logger.warning("cannot start the forkserver for local workers", exc_info=True)
+        return False
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    logger.debug("forkserver %s started, preloading %s", server_pid(), modules)
+    return True
+
+
+@contextlib.contextmanager
+def forked_workers(
+    preload: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> Iterator[dict[str, str]]:
+    """While a ``LocalCluster`` starts in this block, its nannies fork workers from the
+    warm server (started here with ``preload`` if it is not running yet).
+
+    Yields the environment to pass as the cluster's ``env``: ``env`` over the driver's
+    current environment when the workers are forked, ``env`` alone otherwise. A worker
+    that a nanny restarts later is spawned as Dask does by default.
+    """
+    import dask
+    import distributed.utils
+
+    method = dask.config.get("distributed.worker.multiprocessing-method")
+    threads = int((env or {}).get("OMP_NUM_THREADS", "1"))
+    if method != "spawn" or not enabled():
+        yield dict(env or {})
+        return
+    start_warm_server(preload, threads=threads)
+    if server_pid() is None:
+        yield dict(env or {})
+        return
+    # distributed's first forkserver context imports every optional package (pandas,
+    # bokeh, ...) here to set its own preload list; the server already runs with ours
+    distributed.utils._forkserver_preload_set = True
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        yield {**os.environ, **(env or {})}

@@ -1,0 +1,77 @@
+"""Local workers forked from the warm server: preloaded, environment as spawned, fallback.
+
+Each case runs in a fresh interpreter: a process has one forkserver, started with the
+preload of whoever starts it first (in this test session: any earlier test's cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+# What a task reports from its worker: parent pid, whether the marker module was imported
+# before any task ran (it is never imported by the task), and an environment variable.
+_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    from dparallel.cluster import ClusterSpec, connect
+    from dparallel.cluster.warm_workers import server_pid, start_warm_server
+
+    def report():
+        return [os.getppid(), "_warm_marker" in sys.modules, os.environ.get("DP_TEST_LATE")]
+
+    if __name__ == "__main__":
+        early = start_warm_server(["_warm_marker"]) if sys.argv[1] == "early" else None
+        os.environ["DP_TEST_LATE"] = "set after the server started"
+        spec = ClusterSpec(n_workers=2, dashboard_address="127.0.0.1:0")
+        with connect(spec, warm_preload=["_warm_marker"]) as handle:
+            workers = list(handle.client.scheduler_info(n_workers=-1)["workers"])
+            got = [handle.client.submit(report, pure=False, workers=[w]).result(timeout=120)
+                   for w in workers]
+        print(json.dumps({"early": early, "server": server_pid(), "driver": os.getpid(),
+                          "workers": got}))
+    """
+)
+
+
+def _run(tmp_path, mode: str, **env: str) -> dict:
+    (tmp_path / "_warm_marker.py").write_text("MARKED = True\n")
+    (tmp_path / "script.py").write_text(_SCRIPT)
+    out = subprocess.run(
+        [sys.executable, "script.py", mode],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["early", "at-connect"])
+def test_workers_fork_from_the_preloaded_server(tmp_path, mode):
+    got = _run(tmp_path, mode)
+    assert got["early"] is (True if mode == "early" else None)
+    assert got["server"] not in (None, got["driver"])
+    assert len(got["workers"]) == 2
+    for parent, marked, late in got["workers"]:
+        assert parent == got["server"]  # forked by the server, not spawned by the driver
+        assert marked  # imported by the server before the fork
+        assert late == "set after the server started"  # the driver's environment of now
+
+
+def test_switched_off_workers_are_spawned_as_dask_does(tmp_path):
+    got = _run(tmp_path, "at-connect", DPARALLEL_WARM_WORKERS="0")
+    assert got["server"] is None
+    for parent, marked, late in got["workers"]:
+        assert parent == got["driver"]
+        assert not marked
+        assert late == "set after the server started"
