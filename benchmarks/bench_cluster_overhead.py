@@ -57,6 +57,11 @@ def featurize_phases(args: argparse.Namespace) -> None:
     """Print the phases of one featurize run and each task's read/kernel/write seconds."""
     t_start = time.perf_counter()
     marks: list[tuple[str, float]] = []
+    from dparallel.cluster.warm_workers import start_warm_server
+    from dparallel.workflow.featurize_preload import FEATURIZE_PRELOAD, FEATURIZE_WARM
+
+    warm = () if args.no_warm_up else (FEATURIZE_WARM,)
+    start_warm_server(warm)  # as `dparallel featurize` does first (DPARALLEL_WARM_WORKERS=0: off)
     from dparallel.store import StoreLease
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import (
@@ -65,7 +70,6 @@ def featurize_phases(args: argparse.Namespace) -> None:
         finish_featurize,
         prepare_featurize,
     )
-    from dparallel.workflow.featurize_preload import FEATURIZE_PRELOAD
 
     marks.append(("driver imports", time.perf_counter()))
     dset = load_descriptors(args.descriptors, data_units=args.units)
@@ -94,7 +98,7 @@ def featurize_phases(args: argparse.Namespace) -> None:
                 preload = tuple(m for m in preload if m != FEATURIZE_PRELOAD)
             if args.slow_exit:
                 preload = tuple(m for m in preload if m != FAST_EXIT_PRELOAD)
-            with connect(spec, worker_preload=preload) as h:
+            with connect(spec, worker_preload=preload, warm_preload=warm) as h:
                 h.client.wait_for_workers(args.workers, timeout=120)
                 marks.append(("cluster start", time.perf_counter()))
                 pending = store.pending_partitions().tolist()
