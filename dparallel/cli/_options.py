@@ -102,14 +102,16 @@ def print_dashboard(handle: Any) -> None:
 
 def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -> None:
     """Positional structure file, ``-o STORE`` and how to read the file and partition it."""
-    from dparallel.io import UNITS
+    from dparallel.io.units import UNIT_SYSTEMS
 
     parser.add_argument(name, help="structure file (extxyz, n2p2 input.data, any ASE format)")
     parser.add_argument("-o", "--output", required=True, help="store directory (e.g. data.zarr)")
     parser.add_argument(
         "--format", default=None, help="extxyz, n2p2 or an ASE format (default: guess)"
     )
-    parser.add_argument("--units", default="ase", choices=sorted(UNITS), help="units of the file")
+    parser.add_argument(
+        "--units", default="ase", choices=sorted(UNIT_SYSTEMS), help="units of the file"
+    )
     parser.add_argument("--on-error", default="raise", choices=["raise", "skip"])
     parser.add_argument(
         "--partition-atoms",

@@ -6,8 +6,6 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 if TYPE_CHECKING:
     import argparse
 
@@ -47,6 +45,8 @@ def evaluate_file(
     potential_units: str | None = None,
 ) -> dict[str, float]:
     """Errors of the deployed model (or n2p2 potential) on ``data`` (eV/atom, eV/Å)."""
+    import numpy as np
+
     from dparallel.io import open_source
     from dparallel.n2p2 import is_potential_dir, load_potential
     from dparallel.train.export import DeployedModel, load_deployed

@@ -2,12 +2,18 @@
 
 Indexed random access: :func:`open_source` builds (or loads) a per-file index once, then
 ``source.read(a, b)`` parses only structures ``[a, b)``. No torch, no dask, no zarr here.
+The names load on first use (PEP 562): ``dparallel.io.units`` is importable without numpy.
 """
 
 from __future__ import annotations
 
-from dparallel.io._validate import validate_batch
-from dparallel.io.source import UNITS, ReadResult, StructureSource, detect_format, open_source
+from typing import TYPE_CHECKING
+
+from dparallel._lazy import lazy_getattr
+
+if TYPE_CHECKING:
+    from dparallel.io._validate import validate_batch
+    from dparallel.io.source import UNITS, ReadResult, StructureSource, detect_format, open_source
 
 __all__ = [
     "UNITS",
@@ -17,3 +23,15 @@ __all__ = [
     "open_source",
     "validate_batch",
 ]
+
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "UNITS": "source",
+        "ReadResult": "source",
+        "StructureSource": "source",
+        "detect_format": "source",
+        "open_source": "source",
+        "validate_batch": "_validate",
+    },
+)

@@ -19,6 +19,7 @@ from dparallel.errors import (
 from dparallel.io._index import FileIndex, load_or_build_index
 from dparallel.io._parsers import parse_range
 from dparallel.io._validate import validate_batch
+from dparallel.io.units import UNIT_SYSTEMS
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
@@ -30,9 +31,8 @@ log = logging.getLogger(__name__)
 
 #: Unit systems a file may be in → (length factor to Å, energy factor to eV).
 UNITS: dict[str, tuple[float, float]] = {
-    "ase": (1.0, 1.0),
-    "angstrom-ev": (1.0, 1.0),
-    "bohr-hartree": (_units.Bohr, _units.Hartree),  # ASE's CODATA values
+    name: {"bohr-hartree": (_units.Bohr, _units.Hartree)}.get(name, (1.0, 1.0))  # ASE's CODATA
+    for name in UNIT_SYSTEMS
 }
 _ALIASES = {"xyz": "extxyz", "extxyz": "extxyz", "n2p2": "n2p2", "runner": "n2p2"}
 

@@ -85,3 +85,25 @@ def test_featurize_driver_does_not_load_torch(tmp_path: Path) -> None:
     assert result["pending"] >= 1
     assert result["r_cut"] == 5.0
     assert result["heavy"] == []
+
+
+_PARSER = textwrap.dedent(
+    """
+    import json, sys
+    from dparallel.cli.main import build_parser
+
+    args = build_parser().parse_args(["featurize", "x.data", "--descriptors", "d.yaml", "-o", "s"])
+    loaded = {name: name in sys.modules for name in ("numpy", "distributed")}
+    print(json.dumps({"command": args.command, **loaded}))
+    """
+)
+
+
+def test_cli_parses_its_arguments_before_numpy() -> None:
+    """``dparallel featurize`` starts its workers' warm server right after parsing: the
+    parser (every sub-command's options) imports neither numpy nor distributed."""
+    out = subprocess.run(
+        [sys.executable, "-c", _PARSER], capture_output=True, text=True, timeout=120, check=True
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"command": "featurize", "numpy": False, "distributed": False}
