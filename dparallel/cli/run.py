@@ -13,6 +13,7 @@ from dparallel.cli._options import (
     on_connect,
     partition_progress,
     route_cluster_logs,
+    start_warm_workers,
 )
 from dparallel.cli._progress import EpochProgress, milli
 
@@ -76,6 +77,10 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
                 "cluster": spec.cluster.model_copy(update={"torch_threads": args.torch_threads})
             }
         )
+    if spec.cluster.kind == "local":  # its warm-up overlaps the dataset stage and driver start
+        from dparallel.workflow.featurize_preload import FEATURIZE_WARM
+
+        start_warm_workers(args, (FEATURIZE_WARM,))
     route_cluster_logs(args, spec.store.path)
     result = run_workflow(
         spec,
