@@ -356,11 +356,13 @@ def numba_element(
     derivatives: bool,
     dtype: type = np.float64,
     float32_terms: bool = False,
+    derivative_dtype: type | None = None,
 ) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]] | None]:
     """The compiled kernel on numpy arrays (arguments and results as :func:`evaluate_element`).
 
     Triplet terms in float32 when ``float32_terms`` (twice the vector width), every sum
-    and per-pair quantity in float64; outputs in ``dtype``.
+    and per-pair quantity in float64; outputs in ``dtype``, dG/dr in ``derivative_dtype``
+    (default ``dtype``; computed in float64 either way, rounded once when written).
     """
     from dparallel.kernels.acsf_numba import acsf_element, no_network
 
@@ -386,7 +388,7 @@ def numba_element(
             sels[f] = sel
             d_base[f] = total
             total += sel.shape[0] * width * 3
-    dflat: np.ndarray = np.empty(total, dtype=dtype)
+    dflat: np.ndarray = np.empty(total, dtype=derivative_dtype or dtype)
     work = np.empty(0, dtype=np.float32 if float32_terms else np.float64)
     acsf_element(
         kplan, vec, dist, seg, nbr, grp_row, d_base, values, dflat, derivatives, work,

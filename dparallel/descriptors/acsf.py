@@ -428,21 +428,25 @@ class ACSF:
         neighbors: Neighbors | None = None,
         dtype: str = "float64",
         float32_terms: bool = False,
+        derivative_dtype: str | None = None,
     ) -> dict[str, dict[str, np.ndarray]]:
         """:meth:`compute` through the compiled kernel, as numpy arrays and without torch.
 
         What the featurize workers call: the same numbers as ``compute(...,
         backend="numba")``, as ``{element: ACSFResult.to_numpy() arrays}``. ``dtype``:
-        ``"float64"`` or ``"float32"`` (of the outputs); ``float32_terms`` as
-        ``compute_dtype=torch.float32``. Needs numba (:class:`BackendUnavailableError`).
+        ``"float64"`` or ``"float32"`` (of the outputs); ``derivative_dtype``: of ``dG_dr``
+        only (default ``dtype``; e.g. ``"float32"``, the store's, saves half the memory
+        traffic of the derivatives); ``float32_terms`` as ``compute_dtype=torch.float32``.
+        Needs numba (:class:`BackendUnavailableError`).
         """
         from dparallel.errors import BackendUnavailableError
         from dparallel.kernels.acsf_numba import numba_available
 
         if not numba_available():
             raise BackendUnavailableError("compute_arrays needs numba (pip install numba)")
-        if dtype not in ("float64", "float32"):
-            raise DescriptorError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+        for name, value in (("dtype", dtype), ("derivative_dtype", derivative_dtype or dtype)):
+            if value not in ("float64", "float32"):
+                raise DescriptorError(f"{name} must be 'float64' or 'float32', got {value!r}")
         el_index = self._element_index(batch)  # (N,)
         if neighbors is None:
             neighbors = neighbor_list(batch, self.r_cut)
@@ -454,6 +458,7 @@ class ACSF:
             neighbors.distances.astype(dtype, copy=False),
             derivatives,
             float32_terms,
+            np.dtype(derivative_dtype or dtype).type,
         )
 
     def _numba_arrays(
@@ -465,11 +470,13 @@ class ACSF:
         distances: np.ndarray,
         derivatives: bool,
         float32_terms: bool,
+        derivative_dtype: type | None = None,
     ) -> dict[str, dict[str, np.ndarray]]:
         """Per element, ``ACSFResult.to_numpy()`` arrays from the compiled kernel.
 
         ``el_index`` (N,) element of each atom; pairs (P,) int64 with vectors (P, 3) and
-        distances (P,) in the output dtype.
+        distances (P,) in the output dtype; ``dG_dr`` in ``derivative_dtype`` (default:
+        the output dtype).
         """
         from dparallel.descriptors._acsf_engine import numba_element
 
@@ -486,7 +493,7 @@ class ACSF:
             neighbor_el = el_index[pair_second[keep]]  # (P_e,)
             values, groups = numba_element(
                 plan, vectors[keep], distances[keep], center, neighbor_el, atoms.shape[0],
-                n_el, derivatives, vectors.dtype.type, float32_terms,
+                n_el, derivatives, vectors.dtype.type, float32_terms, derivative_dtype,
             )  # fmt: skip
             arrays = {"values": values, "atom_index": atoms}
             for f_idx, f in enumerate(self._elements if derivatives else ()):
@@ -495,7 +502,7 @@ class ACSF:
                     sel, dg = groups[f_idx]
                 else:
                     sel = np.flatnonzero(neighbor_el == f_idx)
-                    dg = np.zeros((sel.shape[0], 0, 3), dtype=vectors.dtype)
+                    dg = np.zeros((sel.shape[0], 0, 3), dtype=derivative_dtype or vectors.dtype)
                 rows = keep[sel]
                 feat_pos = plan.deriv_groups.get(f_idx, ([], []))[0]
                 arrays |= {

@@ -77,7 +77,10 @@ class DescriptorSet:
         )
 
     def compute(
-        self, batch: StructureBatch, neighbors: Neighbors | None = None
+        self,
+        batch: StructureBatch,
+        neighbors: Neighbors | None = None,
+        derivative_dtype: str | None = None,
     ) -> dict[str, dict[str, dict[str, np.ndarray]]]:
         """Flat numpy arrays per descriptor and central element, ready to store.
 
@@ -85,6 +88,8 @@ class DescriptorSet:
         ``atom_index (n_e,)`` and, with derivatives, ``d/<F>/{pair_first, pair_second,
         center, vectors, feature_index, dG_dr}`` for each neighbour element F
         (docs/store-format.md). One neighbor list (largest cutoff) serves every descriptor.
+        ``derivative_dtype`` (e.g. ``"float32"``, what the store keeps): ACSF's ``dG_dr``
+        through the compiled kernel is written in it directly (default: ``self.dtype``).
         """
         if neighbors is None:
             neighbors = neighbor_list(batch, self.r_cut)
@@ -93,7 +98,11 @@ class DescriptorSet:
             within = _within(neighbors, descriptor.r_cut)
             if name == "acsf" and not self.uses_torch:
                 arrays = descriptor.compute_arrays(
-                    batch, derivatives=self.derivatives, neighbors=within, dtype=self.dtype
+                    batch,
+                    derivatives=self.derivatives,
+                    neighbors=within,
+                    dtype=self.dtype,
+                    derivative_dtype=derivative_dtype,
                 )
             else:
                 import torch

@@ -42,20 +42,27 @@ DERIVATIVE_DTYPE = np.dtype(np.float32)
 RADIAL_TOLERANCE = 1e-7
 
 _INDEX_ARRAYS = ("pair_first", "pair_second", "center")
+#: |∂G/∂r| below which a pair never makes a column angular (1/Å): float32 subnormals
+#: carry too few digits for the relative test, and s·r̂ rebuilds them to well within it.
+_NEGLIGIBLE2 = 1e-30**2
 
 
 def _radial_flags(dG_dr, unit, tol2, radial):  # noqa: ANN001, ANN202 - compiled
-    """Clear ``radial[f]`` (F,) for every column with a pair where |g|² − (g·r̂)² > tol2·|g|².
+    """Clear ``radial[f]`` (F,) for every column with a pair where |g|² − (g·r̂)² > tol2·|g|²
+    (+ a negligible absolute floor).
 
     |g − (g·r̂) r̂|² = |g|² − (g·r̂)² for a unit r̂: one pass over ``dG_dr`` (P, F, 3).
     """
     for p in range(dG_dr.shape[0]):
         u0, u1, u2 = unit[p, 0], unit[p, 1], unit[p, 2]
         for f in range(dG_dr.shape[1]):
-            g0, g1, g2 = dG_dr[p, f, 0], dG_dr[p, f, 1], dG_dr[p, f, 2]
+            # in float64 whatever the input: float32 sums would leave ~1e-4 of residual
+            g0 = np.float64(dG_dr[p, f, 0])
+            g1 = np.float64(dG_dr[p, f, 1])
+            g2 = np.float64(dG_dr[p, f, 2])
             s = g0 * u0 + g1 * u1 + g2 * u2
             n2 = g0 * g0 + g1 * g1 + g2 * g2
-            if n2 - s * s > tol2 * n2:
+            if n2 - s * s > tol2 * n2 + _NEGLIGIBLE2:
                 radial[f] = False
 
 
@@ -102,7 +109,9 @@ def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         raise StoreError("pair rows ≥ 2³¹: partitions that large are not supported")
     dist = np.linalg.norm(vectors, axis=1)  # (P,)
     unit = vectors / np.where(dist > 0, dist, 1.0)[:, None]  # (P, 3)
-    dG_dr = np.ascontiguousarray(arrays["dG_dr"], np.float64)  # (P, F, 3)
+    dG_dr = np.ascontiguousarray(arrays["dG_dr"])  # (P, F, 3)
+    if dG_dr.dtype not in (np.float32, np.float64):
+        dG_dr = dG_dr.astype(np.float64)
     flags = np.ones(dG_dr.shape[1], np.bool_)  # (F,) radial until a pair says otherwise
     _compiled("_radial_flags")(dG_dr, unit, RADIAL_TOLERANCE**2, flags)
     radial = np.flatnonzero(flags).astype(np.int64)

@@ -36,11 +36,11 @@ def warm_up() -> None:
     dG/dr encoding."""
     import numpy as np
 
-    import dparallel.workflow.featurize_task  # noqa: F401 - the task module and its imports
     from dparallel.descriptors.acsf import ACSF
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.store._derivatives import encode_pairs
     from dparallel.types import StructureBatch
+    from dparallel.workflow.featurize_task import STORED_DERIVATIVES  # and its imports
 
     acsf = ACSF.uniform(
         ["H", "O"],
@@ -59,7 +59,9 @@ def warm_up() -> None:
         forces=np.zeros((3, 3)),
         offsets=np.array([0, 3]),
     )
-    computed = DescriptorSet(acsf=acsf, derivatives=True).compute(water)
+    computed = DescriptorSet(acsf=acsf, derivatives=True).compute(
+        water, derivative_dtype=STORED_DERIVATIVES
+    )
     for arrays in computed["acsf"].values():  # the store's dG/dr encoding (compiled too)
         encode_pairs({k.split("/", 2)[2]: v for k, v in arrays.items() if k.startswith("d/H/")})
 

@@ -91,6 +91,36 @@ def test_acsf_radial_functions_are_the_radial_columns():
     _assert_float32_close(decode_pairs(stored)["dG_dr"], block["dG_dr"])
 
 
+def test_float32_kernel_output_stores_as_the_float64_one():
+    """What featurize tasks do: dG/dr written by the kernel in float32 (``derivative_dtype``)
+    finds the same radial columns and stores within float32 rounding of the float64 block
+    (incl. functions whose derivatives are tiny: no subnormal digits decide radial-ness)."""
+    acsf = ACSF.uniform(
+        ["Cu"],
+        r_cut=6.0,
+        radial=[(0.5, 0.0), (1.0, 2.0), (15.0, 0.0)],  # η = 15 Å⁻²: f32-subnormal at ~2.5 Å
+        narrow=[(0.01, 1.0, 1.0, 0.0)],
+    )
+    batch = StructureBatch.from_ase(generate_emt_cu(3, seed=4))
+    dset = DescriptorSet(acsf=acsf, derivatives=True)
+    ref = dset.compute(batch)["acsf"]["Cu"]
+    got = dset.compute(batch, derivative_dtype="float32")["acsf"]["Cu"]
+    assert np.array_equal(got["values"], ref["values"])  # values stay float64, untouched
+    assert got["d/Cu/dG_dr"].dtype == np.float32
+    assert np.array_equal(got["d/Cu/dG_dr"], ref["d/Cu/dG_dr"].astype(np.float32))
+    blocks = [
+        {k.split("/", 2)[2]: v for k, v in out.items() if k.startswith("d/Cu/")}
+        for out in (ref, got)
+    ]
+    stored = [encode_pairs(b) for b in blocks]
+    assert np.flatnonzero(stored[1]["radial"]).tolist() == [0, 1, 2]
+    assert np.array_equal(stored[0]["radial"], stored[1]["radial"])
+    back = decode_pairs(stored[1])["dG_dr"]
+    tiny = np.abs(blocks[0]["dG_dr"]).max(axis=-1) < np.finfo(np.float32).tiny  # underflow
+    _assert_float32_close(back[~tiny], blocks[0]["dG_dr"][~tiny])
+    assert np.all(np.abs(back[tiny]) < np.finfo(np.float32).tiny)
+
+
 def test_missing_array_says_refeaturize(rng):
     stored = encode_pairs(_block(rng, 10, radial=[0], n_cols=2))
     del stored["dG_dr_radial"]
