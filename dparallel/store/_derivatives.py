@@ -56,6 +56,8 @@ def _radial_flags(dG_dr, unit, tol2, radial):  # noqa: ANN001, ANN202 - compiled
     for p in range(dG_dr.shape[0]):
         u0, u1, u2 = unit[p, 0], unit[p, 1], unit[p, 2]
         for f in range(dG_dr.shape[1]):
+            if not radial[f]:  # decided (by an earlier pair): nothing more to test
+                continue
             # in float64 whatever the input: float32 sums would leave ~1e-4 of residual
             g0 = np.float64(dG_dr[p, f, 0])
             g1 = np.float64(dG_dr[p, f, 1])
