@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dparallel.deploy.identical import identical
 from dparallel.errors import DescriptorError
 from dparallel.kernels.pair_vectors import pair_vectors
 from dparallel.neighbors import Neighbors, neighbor_list
@@ -61,9 +62,9 @@ class VerletList:
             return True
         pos, cell, pbc, numbers = self._ref
         if pos.shape != batch.positions.shape or not (
-            np.array_equal(cell, batch.cells[0])
-            and np.array_equal(pbc, batch.pbc[0])
-            and np.array_equal(numbers, batch.numbers)
+            identical(cell, batch.cells[0])
+            and identical(pbc, batch.pbc[0])
+            and identical(numbers, batch.numbers)
         ):
             return True
         moved = batch.positions - pos
