@@ -114,8 +114,8 @@ class _TanhNetwork:
         for kind, p in self.layers:
             if kind == "linear":
                 rows.append((0, n, p[0].shape[0], size))
-                params += [p[0].ravel(), p[1], p[0].T.ravel()]
-                size += 2 * p[0].size + p[1].size
+                params += [p[0].ravel(), p[1]]
+                size += p[0].size + p[1].size
                 n = p[0].shape[0]
             elif kind == "divide":
                 rows.append((1, n, n, size))
