@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 from ase.build import bulk, molecule
@@ -31,6 +33,18 @@ def test_select_and_concatenate_are_inverse():
     parts = [batch.select(0, 2), batch.select(2, 5), batch.select(5, 6)]
     assert StructureBatch.concatenate(parts).equals(batch)
     assert batch.take([1]).equals(batch.select(1, 2))
+
+
+def test_with_positions_changes_only_the_positions_and_copies_them():
+    batch = StructureBatch.from_ase(_structures())
+    moved = batch.positions[::-1] + 0.5  # not C-contiguous
+    new = batch.with_positions(moved)
+    np.testing.assert_array_equal(new.positions, moved)
+    assert new.positions.flags.c_contiguous and not np.shares_memory(new.positions, moved)
+    assert new.equals(dataclasses.replace(batch, positions=moved))  # validated route
+    assert not np.array_equal(batch.positions, moved)  # the batch itself is unchanged
+    with pytest.raises(ValueError, match="positions"):
+        batch.with_positions(moved[:-1])
 
 
 def test_inconsistent_batch_is_refused():

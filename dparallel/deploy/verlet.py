@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dparallel.deploy.identical import identical
 from dparallel.errors import DescriptorError
 from dparallel.kernels.pair_vectors import pair_vectors
 from dparallel.neighbors import Neighbors, neighbor_list
@@ -47,27 +48,34 @@ class VerletList:
         """Pairs within cutoff + skin of the single structure in ``batch``, current vectors."""
         if batch.n_structures != 1:
             raise DescriptorError(f"VerletList holds one structure, got {batch.n_structures}")
-        pos = batch.positions  # (N, 3) Å
-        if self._stale(batch):
+        if self._changed(batch):
             self._build(batch)
+        out = self._vectors(batch)  # None: an atom moved more than skin/2 since the build
+        if out is None:
+            self._build(batch)
+            out = self._vectors(batch)
+            assert out is not None
         assert self._pairs is not None
-        first, second = self._pairs.pair_first, self._pairs.pair_second
-        vectors, distances = pair_vectors(pos, first, second, self._shift_vectors)  # (P, 3), (P,)
-        return self._pairs._replace(vectors=vectors, distances=distances)
+        return self._pairs._replace(vectors=out[0], distances=out[1])  # (P, 3), (P,) Å
 
-    def _stale(self, batch: StructureBatch) -> bool:
-        """Whether the list must be rebuilt for ``batch``."""
+    def _vectors(self, batch: StructureBatch) -> tuple[np.ndarray, np.ndarray] | None:
+        """The kept pairs' vectors and distances, or None if the list must be rebuilt."""
+        assert self._pairs is not None and self._ref is not None
+        return pair_vectors(
+            batch.positions, self._pairs.pair_first, self._pairs.pair_second,
+            self._shift_vectors, self._ref[0], self.skin / 2,
+        )  # fmt: skip
+
+    def _changed(self, batch: StructureBatch) -> bool:
+        """Whether the list must be rebuilt for ``batch`` whatever the atoms' moves."""
         if self._ref is None:
             return True
         pos, cell, pbc, numbers = self._ref
-        if pos.shape != batch.positions.shape or not (
-            np.array_equal(cell, batch.cells[0])
-            and np.array_equal(pbc, batch.pbc[0])
-            and np.array_equal(numbers, batch.numbers)
-        ):
-            return True
-        moved = batch.positions - pos
-        return bool(np.einsum("na,na->n", moved, moved).max(initial=0.0) > (self.skin / 2) ** 2)
+        return pos.shape != batch.positions.shape or not (
+            identical(cell, batch.cells[0])
+            and identical(pbc, batch.pbc[0])
+            and identical(numbers, batch.numbers)
+        )
 
     def _build(self, batch: StructureBatch) -> None:
         """A fresh list with cutoff + skin; remember the state it was built for."""

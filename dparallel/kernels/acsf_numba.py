@@ -118,7 +118,7 @@ class Fused(NamedTuple):
     that centre's derivative terms into forces and virial at once: no ∂G/∂r output
     (``dflat`` may be empty), one scatter per triplet instead of one per column.
     Network: per layer ``layers[l] = (kind, n_in, n_out, offset into params)``, kind
-    0 = linear (weights W (n_out, n_in) row-major, bias, then Wᵀ (n_in, n_out) row-major),
+    0 = linear (weights W (n_out, n_in) row-major, then the bias),
     1 = divide by ``params[off]``,
     2 = tanh; input (G - shift)·factor + consts[0], energy out·consts[1] + consts[2].
     """
@@ -161,12 +161,11 @@ def _network(net, g, acts, gcur, gnext, w):  # noqa: ANN001, ANN202
         off = net.layers[layer, 3]
         src = acts[layer]
         dst = acts[layer + 1]
-        if kind == 0:  # dst = b + Wᵀ-rows · src, as axpys over the contiguous rows of Wᵀ
+        if kind == 0:  # dst = b + W src, one dot product per output over a row of W
+            wm = net.params[off : off + n_out * n_in].reshape((n_out, n_in))
             b0 = off + n_out * n_in
-            bias = net.params[b0 : b0 + n_out]
-            wt = net.params[b0 + n_out : b0 + n_out + n_in * n_out].reshape((n_in, n_out))
-            dst[:n_out] = bias
-            _add_rows(wt, src, dst)
+            for o in range(n_out):  # (axpys over rows of Wᵀ were ~0.06 ms per MD step slower)
+                dst[o] = net.params[b0 + o] + _reduce_dot(wm[o], src, n_in)
         elif kind == 1:
             for q in range(n_in):
                 dst[q] = src[q] / net.params[off]

@@ -2,7 +2,9 @@
 
 r_ij = r_j − r_i + S·cell and |r_ij| for every kept pair in one compiled pass (numpy
 fallback without numba): the per-step part of a reused neighbour list, where numpy's
-temporaries of (P, 3) arrays cost more than the arithmetic.
+temporaries of (P, 3) arrays cost more than the arithmetic. The same pass first checks
+that no atom moved more than a given distance since the list was built (else the list
+must be rebuilt and no vectors are computed).
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from dparallel.kernels._optional_jit import njit_or_none
 __all__ = ["pair_vectors"]
 
 
-def _pair_vectors(pos, first, second, shift_vectors, vectors, distances):  # noqa: ANN001, ANN202
+def _pair_vectors(pos, reference, limit2, first, second, shift_vectors, vectors, distances):  # noqa: ANN001, ANN202
+    for a in range(pos.shape[0]):  # no atom moved more than √limit2 since the build
+        dx = pos[a, 0] - reference[a, 0]
+        dy = pos[a, 1] - reference[a, 1]
+        dz = pos[a, 2] - reference[a, 2]
+        if dx * dx + dy * dy + dz * dz > limit2:
+            return False
     for p in range(first.shape[0]):
         i = first[p]
         j = second[p]
@@ -25,21 +33,34 @@ def _pair_vectors(pos, first, second, shift_vectors, vectors, distances):  # noq
         vectors[p, 1] = y
         vectors[p, 2] = z
         distances[p] = np.sqrt(x * x + y * y + z * z)
+    return True
 
 
 _jit = njit_or_none(_pair_vectors)
 
 
 def pair_vectors(
-    positions: np.ndarray, first: np.ndarray, second: np.ndarray, shift_vectors: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    positions: np.ndarray,
+    first: np.ndarray,
+    second: np.ndarray,
+    shift_vectors: np.ndarray,
+    reference: np.ndarray | None = None,
+    max_move: float = np.inf,
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Vectors (P, 3) and distances (P,) in Å of the pairs (first, second) (int64 (P,)) of
-    ``positions`` (N, 3) Å, with ``shift_vectors`` (P, 3) Å = S·cell added."""
+    ``positions`` (N, 3) Å, with ``shift_vectors`` (P, 3) Å = S·cell added; ``None`` if an
+    atom moved more than ``max_move`` Å from ``reference`` (N, 3) Å (the build's positions).
+    """
+    positions = np.ascontiguousarray(positions, dtype=np.float64)
+    ref = positions if reference is None else reference
     if _jit is None:  # pragma: no cover
+        moved = positions - ref
+        if np.einsum("na,na->n", moved, moved).max(initial=0.0) > max_move**2:
+            return None
         vectors = positions[second] - positions[first] + shift_vectors
         return vectors, np.sqrt(np.einsum("pa,pa->p", vectors, vectors))
     vectors = np.empty((first.shape[0], 3))
     distances = np.empty(first.shape[0])
-    _jit(np.ascontiguousarray(positions, dtype=np.float64), first, second, shift_vectors,
-         vectors, distances)  # fmt: skip
+    if not _jit(positions, ref, max_move**2, first, second, shift_vectors, vectors, distances):
+        return None
     return vectors, distances

@@ -123,3 +123,20 @@ def test_fused_route_on_a_dense_cell_with_a_skin_list_equals_torch_and_finite_di
             energies.append(model.predict(StructureBatch.from_ase([moved]))["energy"][0])
         fd = -(energies[0] - energies[1]) / (2 * h)
         assert abs(fd - fast["forces"][atom, axis]) < 1e-6 * max(1.0, abs(fd))
+
+
+def test_fused_route_sees_in_place_parameter_updates(model) -> None:  # noqa: ANN001
+    batch = StructureBatch.from_ase([structures()["periodic"]])
+    before = model.predict(batch, backend="numba")  # the network tables are built here
+    saved = {k: v.clone() for k, v in model.model.state_dict().items()}
+    try:
+        with torch.no_grad():
+            next(model.model.nets["C"].parameters()).mul_(1.3)  # first layer's weights
+            model.model.energy_scale.mul_(0.9)
+        after = model.predict(batch, backend="numba")
+        slow = model.predict(batch, backend="torch")
+    finally:
+        model.model.load_state_dict(saved)
+    assert np.abs(after["forces"] - before["forces"]).max() > 1e-6
+    np.testing.assert_allclose(after["forces"], slow["forces"], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(after["energy"], slow["energy"], rtol=1e-12)

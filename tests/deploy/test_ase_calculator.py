@@ -103,3 +103,12 @@ def test_recomputes_when_positions_numbers_cell_or_pbc_change_and_only_then(tmp_
     check(4)
     atoms.numbers[[0, 1]] = atoms.numbers[[1, 0]]
     check(5)
+    kept = calc.atoms  # refreshed in place from here on: same arrays, no constraints
+    assert kept is not atoms
+    atoms.positions[5, 0] -= 0.02
+    check(6)
+    assert calc.atoms is kept
+    for name in ("positions", "numbers", "initial_charges"):
+        np.testing.assert_array_equal(kept.arrays[name], atoms.arrays[name])
+    np.testing.assert_array_equal(kept.cell.array, atoms.cell.array)
+    np.testing.assert_array_equal(kept.pbc, atoms.pbc)
