@@ -123,10 +123,10 @@ def test_any_kernel_failure_or_non_finite_output_is_pinned_to_its_structure(tmp_
     lines = _write(path, frames)
     original = dset_module.DescriptorSet.compute
 
-    def flaky(self, batch, neighbors=None):
+    def flaky(self, batch, neighbors=None, derivative_dtype=None):
         if np.any(batch.energy == 1234.5):
             raise FloatingPointError("kernel cannot take it")
-        out = original(self, batch, neighbors)
+        out = original(self, batch, neighbors, derivative_dtype)
         marked = np.flatnonzero(batch.energy == 6789.5)
         for s in marked:
             values = out["acsf"]["Cu"]["values"]
@@ -158,7 +158,7 @@ def test_a_failure_of_every_structure_is_not_blamed_on_them(tmp_path, monkeypatc
     path = tmp_path / "cu.extxyz"
     _write(path, generate_emt_cu(6, seed=2))
 
-    def broken(self, batch, neighbors=None):
+    def broken(self, batch, neighbors=None, derivative_dtype=None):
         raise FloatingPointError("kernel bug")
 
     monkeypatch.setattr(dset_module.DescriptorSet, "compute", broken)
