@@ -55,10 +55,11 @@ def _compressors(dtype: Any) -> Any:
     """Compressors for an array of ``dtype``: LZ4/shuffle for numbers, zarr's default for
     strings.
 
-    Floats too: a same-element dG/dr block barely shrinks (0-3 %), but cross-element blocks
-    hold the zero columns of functions that do not involve that neighbour element and
-    shrink 1.7-2.7x, values ~3x; the water x25 store with dG/dr is 11.2 kB/atom with LZ4 on
-    floats against 15.7 kB/atom raw (benchmarks/bench_n2p2.py), for ~25 ms per 24 MB.
+    Floats too: the water x25 store with dG/dr measured 11.2 kB/atom with LZ4 on floats
+    against 15.7 kB/atom raw (benchmarks/bench_n2p2.py, one run each), for ~25 ms per
+    24 MB, although a single format-2 dG/dr array of 20 distinct water structures shrinks
+    only 0-3 % (no block has all-zero columns: derivative blocks hold only the functions
+    that involve their neighbour element); values shrink ~3x.
     """
     if dtype is str or np.dtype(dtype).kind in "OUS":
         return "auto"
