@@ -7,7 +7,6 @@ Each listed module defines ``add_parser(subparsers) -> argparse.ArgumentParser``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import importlib
 import logging
@@ -17,6 +16,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from dparallel._exit import exit_now
 from dparallel.errors import DParallelError, RunInterruptedError
 
 if TYPE_CHECKING:
@@ -141,12 +141,7 @@ def entry() -> NoReturn:
     An exception that escapes :func:`main` (a bug) ends the process the usual way, with
     its traceback.
     """
-    code = main()
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code)
+    exit_now(main())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,11 +14,9 @@ by ``dparallel featurize`` and ``dparallel run`` on the local clusters they star
 from __future__ import annotations
 
 import atexit
-import contextlib
-import logging
-import os
-import sys
 from typing import Any
+
+from dparallel._exit import exit_now
 
 __all__ = ["FAST_EXIT_PRELOAD", "dask_setup", "exit_fast"]
 
@@ -30,11 +28,7 @@ def exit_fast(worker: Any) -> None:
     """atexit hook: ``os._exit(0)`` once ``worker`` has closed normally, else nothing."""
     if getattr(getattr(worker, "status", None), "name", None) != "closed":
         return  # not a normal close: let Python exit as usual (and keep its exit code)
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(0)
+    exit_now(0)
 
 
 def dask_setup(worker: Any) -> None:

@@ -6,7 +6,8 @@ import types
 
 import pytest
 
-from dparallel.cluster import ClusterSpec, connect, worker_exit
+from dparallel import _exit
+from dparallel.cluster import ClusterSpec, connect
 from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD, exit_fast
 
 
@@ -20,7 +21,7 @@ def _fake_exit(code: int) -> None:
 
 @pytest.mark.parametrize(("status", "exits"), [("closed", True), ("running", False)])
 def test_exits_only_after_a_normal_close(monkeypatch, status, exits):
-    monkeypatch.setattr(worker_exit.os, "_exit", _fake_exit)
+    monkeypatch.setattr(_exit.os, "_exit", _fake_exit)
     worker = types.SimpleNamespace(status=types.SimpleNamespace(name=status))
     if exits:
         with pytest.raises(_Exited, match="0"):
