@@ -193,7 +193,7 @@ def connect(
         left as they are.
     warm_preload : sequence of str
         Modules the warm server of local workers imports before it forks them (e.g.
-        :data:`dparallel.workflow.featurize_warm.FEATURIZE_WARM`), when this call starts
+        :data:`dparallel.workflow.featurize_preload.FEATURIZE_WARM`), when this call starts
         that server (:mod:`dparallel.cluster.warm_workers`).
 
     Returns
