@@ -1,4 +1,5 @@
-"""Full neighbor lists for a :class:`~dparallel.types.StructureBatch` (vesin cell lists)."""
+"""Full neighbor lists for a :class:`~dparallel.types.StructureBatch`: small structures all
+at once (:mod:`dparallel.neighbors._small_cells`), large ones through vesin's cell lists."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from dparallel.errors import DescriptorError
+from dparallel.neighbors._small_cells import SMALL_CELL_ATOMS, small_cell_pairs
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -74,28 +76,40 @@ def _empty() -> Neighbors:
     )
 
 
-#: Non-periodic structures with at most this many atoms use the vectorised all-pairs path
-#: (one numpy pass for all of them; vesin's per-call overhead dominates for molecules).
-_SMALL = 48
+def _check_cells(batch: StructureBatch) -> None:
+    """Raise for a structure that is periodic along some axis but has a singular cell."""
+    periodic = np.flatnonzero(batch.pbc.any(axis=1))
+    if periodic.size == 0:
+        return
+    volume = np.abs(np.linalg.det(batch.cells[periodic]))
+    bad = np.flatnonzero(~np.isfinite(volume) | (volume < 1e-10))
+    if bad.size:
+        s = int(periodic[bad[0]])
+        raise DescriptorError(
+            f"structure {s}: periodic along {batch.pbc[s].tolist()} but the cell is singular "
+            f"(|det| = {volume[bad[0]]:.3g}); give three independent cell vectors or pbc=False"
+        )
 
 
-def _small_molecules(
+def _vesin_pairs(
     batch: StructureBatch, structures: np.ndarray, cutoff: float
-) -> tuple[np.ndarray, ...]:
-    """All pairs (i ≠ j, |r_ij| < cutoff) of the given non-periodic structures at once."""
-    n_s = batch.atom_counts[structures]  # (S',)
-    atoms = np.concatenate(
-        [np.arange(batch.offsets[s], batch.offsets[s + 1]) for s in structures.tolist()]
-    )  # (N',) global rows, grouped by structure
-    n_of_atom = np.repeat(n_s, n_s)  # (N',) size of the atom's structure
-    start_of_atom = np.repeat(batch.offsets[structures], n_s)  # (N',) its first row
-    i = np.repeat(atoms, n_of_atom)  # (Σ n²,)
-    block = np.cumsum(n_of_atom) - n_of_atom  # first candidate of each atom
-    j = np.repeat(start_of_atom, n_of_atom) + (np.arange(i.shape[0]) - np.repeat(block, n_of_atom))
-    vec = batch.positions[j] - batch.positions[i]  # (Σ n², 3)
-    dist = np.sqrt(np.einsum("pa,pa->p", vec, vec))
-    keep = (i != j) & (dist < cutoff)
-    return i[keep], j[keep], np.zeros((int(keep.sum()), 3), np.int64), vec[keep], dist[keep]
+) -> list[tuple[np.ndarray, ...]]:
+    """vesin's cell lists for the given (large) structures, one call each."""
+    vesin = import_vesin()
+    # sorted by (i, j): the batch's pairs are then in order already (no argsort and gather
+    # of every array); one thread: a worker has one core (vesin's default took longer)
+    nl = vesin.NeighborList(cutoff=float(cutoff), full_list=True, sorted=True, n_threads=1)
+    parts: list[tuple[np.ndarray, ...]] = []
+    for s in structures.tolist():
+        a, b = int(batch.offsets[s]), int(batch.offsets[s + 1])
+        pbc = batch.pbc[s].copy()
+        box = batch.cells[s] if np.any(pbc) else np.zeros((3, 3))
+        i, j, shifts, vec, dist = nl.compute(
+            points=batch.positions[a:b], box=box, periodic=pbc, quantities="ijSDd", copy=True
+        )
+        parts.append((i.astype(np.int64) + a, j.astype(np.int64) + a,
+                      shifts.astype(np.int64), vec, dist))  # fmt: skip
+    return parts
 
 
 def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
@@ -114,40 +128,23 @@ def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
     Neighbors
         numpy arrays; indices are global rows of ``batch``; sorted by ``pair_first``.
     """
-    vesin = import_vesin()
     if not np.isfinite(cutoff) or cutoff <= 0:
         raise DescriptorError(f"neighbor_list: cutoff must be a positive number, got {cutoff!r}")
+    _check_cells(batch)
     parts: list[tuple[np.ndarray, ...]] = []
     counts = batch.atom_counts
-    small = ~batch.pbc.any(axis=1) & (counts <= _SMALL)
+    small = counts <= SMALL_CELL_ATOMS
     if small.any():
-        parts.append(_small_molecules(batch, np.nonzero(small)[0], cutoff))
-    # sorted by (i, j): the batch's pairs are then in order already (no argsort and gather
-    # of every array); one thread: a worker has one core (vesin's default took longer)
-    nl = vesin.NeighborList(cutoff=float(cutoff), full_list=True, sorted=True, n_threads=1)
-    for s in np.nonzero(~small)[0].tolist():
-        a, b = int(batch.offsets[s]), int(batch.offsets[s + 1])
-        if b - a == 0:
-            continue
-        positions = batch.positions[a:b]
-        cell = batch.cells[s]
-        pbc = batch.pbc[s].copy()
-        if np.any(pbc):
-            volume = abs(np.linalg.det(cell))
-            if not np.isfinite(volume) or volume < 1e-10:
-                raise DescriptorError(
-                    f"structure {s}: periodic along {pbc.tolist()} but the cell is singular "
-                    f"(|det| = {volume:.3g}); give three independent cell vectors or pbc=False"
-                )
-        box = cell if np.any(pbc) else np.zeros((3, 3))
-        i, j, shifts, vec, dist = nl.compute(
-            points=positions, box=box, periodic=pbc, quantities="ijSDd", copy=True
+        rows = np.nonzero(small)[0]
+        parts.append(
+            small_cell_pairs(batch.positions, batch.offsets, batch.cells, batch.pbc, rows, cutoff)
         )
-        i = i.astype(np.int64) + a
-        j = j.astype(np.int64) + a
-        parts.append((i, j, shifts.astype(np.int64), vec, dist))
+    if not small.all():
+        parts += _vesin_pairs(batch, np.nonzero(~small)[0], cutoff)
     if not parts:
         return _empty()
+    if len(parts) == 1:
+        return Neighbors(*parts[0])  # sorted by i already
     first = np.concatenate([p[0] for p in parts])
     nb = Neighbors(
         pair_first=first,
@@ -157,6 +154,6 @@ def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
         distances=np.concatenate([p[4] for p in parts]),
     )
     if first.shape[0] < 2 or bool((first[1:] >= first[:-1]).all()):
-        return nb  # each part is sorted, and so is their sequence (no molecules in between)
+        return nb  # each part is sorted, and so is their sequence (small and large in order)
     order = np.argsort(first, kind="stable")
     return Neighbors(*(field[order] for field in nb))

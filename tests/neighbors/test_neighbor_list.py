@@ -10,6 +10,7 @@ from scipy.spatial.transform import Rotation
 
 from dparallel.errors import DescriptorError
 from dparallel.neighbors import Neighbors, neighbor_list
+from dparallel.neighbors._small_cells import SMALL_CELL_ATOMS
 from dparallel.types import StructureBatch
 
 
@@ -104,7 +105,59 @@ def test_empty_batch_and_errors() -> None:
         neighbor_list(StructureBatch.empty(), -1.0)
 
 
-def test_large_non_periodic_cluster_uses_vesin_path(rng: np.random.Generator) -> None:
-    cluster = ase.Atoms(numbers=rng.choice([1, 6], 60), positions=rng.uniform(0, 8, (60, 3)))
+def test_large_structures_take_vesin_and_stay_in_order_between_small_ones(
+    rng: np.random.Generator,
+) -> None:
+    n = SMALL_CELL_ATOMS + 20
+    cluster = ase.Atoms(numbers=rng.choice([1, 6], n), positions=rng.uniform(0, 16, (n, 3)))
+    crystal = _random_atoms(rng, n, np.diag([15.0, 14.0, 16.0]), True)
     small = ase.Atoms("CH4", positions=rng.normal(size=(5, 3)))
-    _compare([small, cluster, small.copy()], cutoff=3.5)
+    _compare([small, cluster, small.copy(), crystal, small.copy()], cutoff=3.5)
+
+
+def test_atoms_far_outside_skewed_cells_match_ase(rng: np.random.Generator) -> None:
+    """Unwrapped positions (several cells away) in strongly sheared cells, all pbc kinds."""
+    structures = []
+    for pbc in ([True] * 3, [True, True, False], [False, True, True], [True, False, False]):
+        cell = np.array([[4.0, 0, 0], [3.1, 3.0, 0], [-2.5, 1.7, 3.5]])
+        atoms = _random_atoms(rng, 9, cell, pbc)
+        frac = rng.uniform(-3.0, 4.0, (9, 3))
+        atoms.set_positions(frac @ cell)
+        structures.append(atoms)
+    _compare(structures, cutoff=6.3)
+
+
+def test_small_cell_path_equals_vesin(rng: np.random.Generator, monkeypatch) -> None:
+    """The all-pairs path and vesin's cell lists give the same pairs, shifts and vectors."""
+    import dparallel.neighbors._vesin as vesin_module
+
+    structures = [
+        _random_atoms(rng, int(rng.integers(1, 60)), cell, pbc)
+        for cell, pbc in [
+            (np.diag([5.0, 6.0, 7.0]) + rng.uniform(-2, 2, (3, 3)) * (1 - np.eye(3)), True),
+            (np.diag([2.0, 2.5, 3.0]), True),  # many images of a tiny cell
+            (np.diag([12.0, 12.0, 30.0]), [True, True, False]),
+            (np.diag([9.0, 9.0, 9.0]), False),
+        ]
+    ]
+    batch = StructureBatch.from_ase(structures)
+    ours = neighbor_list(batch, 5.5)
+    monkeypatch.setattr(vesin_module, "SMALL_CELL_ATOMS", -1)
+    theirs = neighbor_list(batch, 5.5)
+    key = lambda nb: np.lexsort((*nb.shifts.T, nb.pair_second, nb.pair_first))  # noqa: E731
+    a, b = key(ours), key(theirs)
+    np.testing.assert_array_equal(ours.pair_first[a], theirs.pair_first[b])
+    np.testing.assert_array_equal(ours.pair_second[a], theirs.pair_second[b])
+    np.testing.assert_array_equal(ours.shifts[a], theirs.shifts[b])
+    np.testing.assert_allclose(ours.vectors[a], theirs.vectors[b], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ours.distances[a], theirs.distances[b], rtol=0, atol=1e-12)
+
+
+def test_more_pairs_than_the_density_estimate(rng: np.random.Generator) -> None:
+    """Atoms packed in one corner of a large cell: the output grows past its first guess."""
+    atoms = ase.Atoms(
+        numbers=np.full(120, 6), positions=rng.uniform(0, 2.5, (120, 3)),
+        cell=np.diag([30.0, 30.0, 30.0]), pbc=True,
+    )  # fmt: skip
+    nl = _compare([atoms], cutoff=5.0)
+    assert nl.n_pairs == 120 * 119
