@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -300,6 +301,7 @@ class Store:
             "source_index": source_index,
             "tags": np.asarray([str(t) for t in batch.tags], dtype=str),
         }
+        writes: list[tuple[str, slice, np.ndarray]] = []
         for name, (axis, trailing, dtype, fill) in _STRUCTURE_ARRAYS.items():
             cap = A if axis == "atom" else K
             if dtype is str:
@@ -307,12 +309,38 @@ class Store:
             else:
                 full = np.full((cap, *trailing), fill, dtype=dtype)
             full[: values[name].shape[0]] = values[name]
-            self._array(f"structures/{name}")[p * cap : (p + 1) * cap] = full
-        present = np.zeros(_N_Z, bool)
-        present[np.unique(batch.numbers)] = True
-        self._array("partitions/elements")[p] = present
-        self._array("partitions/n_structures")[p] = S
-        self._array("partitions/n_atoms")[p] = N
+            writes.append((f"structures/{name}", slice(p * cap, (p + 1) * cap), full))
+        present = np.zeros((1, _N_Z), bool)
+        present[0, np.unique(batch.numbers)] = True
+        writes += [
+            ("partitions/elements", slice(p, p + 1), present),
+            ("partitions/n_structures", slice(p, p + 1), np.array([S])),
+            ("partitions/n_atoms", slice(p, p + 1), np.array([N])),
+        ]
+        self._set_rows(writes)
+
+    def _set_rows(self, writes: Sequence[tuple[str, slice, np.ndarray]]) -> None:
+        """``array[rows] = values`` for every ``(array name, rows, values)``, all at once.
+
+        The arrays are opened and written concurrently in one call into zarr's event loop
+        (one after another, each open and write is a round trip: 12 arrays took ~30 ms).
+        """
+        import asyncio
+
+        from zarr.core.sync import sync
+
+        root = self._root._async_group
+
+        async def write(name: str, rows: slice, values: np.ndarray) -> None:
+            array = await root.getitem(name)
+            if not isinstance(array, zarr.AsyncArray):
+                raise StoreError(f"{self.path}: {name} is not an array")
+            await array.setitem(rows, values)
+
+        async def write_all() -> None:
+            await asyncio.gather(*(write(*job) for job in writes))
+
+        sync(write_all())
 
     def _part_group(self, p: int, create: bool) -> zarr.Group | None:
         key = f"parts/{p}"
@@ -451,7 +479,13 @@ class Store:
         ``name`` is ``values``, ``atom_index`` or ``d/<F>/<array>`` for the per-pair
         derivatives with neighbour element F; they go to
         ``parts/<p>/features/<descriptor>/<element>/<name>`` (docs/store-format.md).
+
+        What an earlier attempt at ``p`` left there (a task killed mid-write: groups whose
+        parent has no metadata yet) is removed first, so every level is made anew.
         """
+        left = self.path / "parts" / str(self._check_p(p)) / "features"
+        if left.exists():
+            shutil.rmtree(left)
         entries: list[tuple[str, Mapping[str, np.ndarray], Mapping[str, Sequence[str]]]] = []
         for descriptor, per_element in features.items():
             for element, arrays in per_element.items():

@@ -80,3 +80,34 @@ def test_damaged_store_message(store_path, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "looks like a damaged dparallel store" in err and f"rm -r {store_path}" in err
     assert "--overwrite" not in err
+
+
+def test_features_of_an_attempt_killed_mid_write_are_redone_whole(tmp_path, rng):
+    """A task killed while creating its groups (a group without metadata above arrays that
+    exist) is retried: the retry's write brings back every array under every group."""
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.workflow.featurize import featurize_in_process
+
+    data = tmp_path / "data.xyz"
+    frames = random_structures(12, rng, min_atoms=3, max_atoms=12, elements=(1, 6, 8))
+    ase.io.write(data, frames, format="extxyz")
+    acsf = ACSF.uniform(["H", "C", "O"], r_cut=3.0, cutoff="cos", radial=[(0.5, 0.0)],
+                        narrow=[(0.1, 1.0, 1.0, 0.0)], wide=[])  # fmt: skip
+    dset = DescriptorSet(acsf=acsf, derivatives=True)
+    store = featurize_in_process(data, tmp_path / "f.zarr", dset, partition_atoms=40)
+    p = 0
+    want = store.read_features(p, "acsf")
+    element = next(e for e, a in want.items() if any(k.startswith("d/") for k in a))
+    torn = tmp_path / "f.zarr" / "parts" / str(p) / "features" / "acsf" / element / "d"
+    (torn / "zarr.json").unlink()  # the kill came before this level's metadata
+    assert not any(
+        k.startswith("d/") for k in open_store(store.path).read_features(p, "acsf")[element]
+    )
+    writer = open_store(store.path, mode="r+")
+    writer.clear_done(p)
+    writer.write_features(p, {"acsf": want})  # the retry
+    got = open_store(store.path).read_features(p, "acsf")
+    assert set(got) == set(want)
+    for e, arrays in want.items():
+        assert set(got[e]) == set(arrays)
