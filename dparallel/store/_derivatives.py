@@ -47,14 +47,25 @@ _INDEX_ARRAYS = ("pair_first", "pair_second", "center")
 _NEGLIGIBLE2 = 1e-30**2
 
 
-def _radial_flags(dG_dr, unit, tol2, radial):  # noqa: ANN001, ANN202 - compiled
+def _unit(vectors, p):  # noqa: ANN001, ANN202 - compiled
+    """r̂ of pair ``p`` in float64 (0 for a zero vector)."""
+    x = np.float64(vectors[p, 0])
+    y = np.float64(vectors[p, 1])
+    z = np.float64(vectors[p, 2])
+    r = np.sqrt(x * x + y * y + z * z)
+    if r > 0.0:
+        return x / r, y / r, z / r
+    return 0.0, 0.0, 0.0
+
+
+def _radial_flags(dG_dr, vectors, tol2, radial):  # noqa: ANN001, ANN202 - compiled
     """Clear ``radial[f]`` (F,) for every column with a pair where |g|² − (g·r̂)² > tol2·|g|²
     (+ a negligible absolute floor).
 
     |g − (g·r̂) r̂|² = |g|² − (g·r̂)² for a unit r̂: one pass over ``dG_dr`` (P, F, 3).
     """
     for p in range(dG_dr.shape[0]):
-        u0, u1, u2 = unit[p, 0], unit[p, 1], unit[p, 2]
+        u0, u1, u2 = _unit(vectors, p)
         for f in range(dG_dr.shape[1]):
             if not radial[f]:  # decided (by an earlier pair): nothing more to test
                 continue
@@ -68,17 +79,31 @@ def _radial_flags(dG_dr, unit, tol2, radial):  # noqa: ANN001, ANN202 - compiled
                 radial[f] = False
 
 
-def _split(dG_dr, unit, radial, angular, s_out, angular_out):  # noqa: ANN001, ANN202
-    """Fill ``s_out`` (F_r, P) = g·r̂ of the radial columns and ``angular_out`` (F_a, 3, P)."""
+def _split(dG_dr, vectors, radial, angular, tol2, s_out, angular_out, still):  # noqa: ANN001, ANN202
+    """Fill ``s_out`` (F_r, P) = g·r̂ of the candidate radial columns and ``angular_out``
+    (F_a, 3, P); clear ``still[k]`` (F_r,) where candidate k fails the radial test of
+    :func:`_radial_flags` at some pair. One pass over ``dG_dr``."""
     for p in range(dG_dr.shape[0]):
-        u0, u1, u2 = unit[p, 0], unit[p, 1], unit[p, 2]
+        u0, u1, u2 = _unit(vectors, p)
         for k in range(radial.shape[0]):
             f = radial[k]
-            s_out[k, p] = dG_dr[p, f, 0] * u0 + dG_dr[p, f, 1] * u1 + dG_dr[p, f, 2] * u2
+            g0 = np.float64(dG_dr[p, f, 0])
+            g1 = np.float64(dG_dr[p, f, 1])
+            g2 = np.float64(dG_dr[p, f, 2])
+            s = g0 * u0 + g1 * u1 + g2 * u2
+            s_out[k, p] = s
+            n2 = g0 * g0 + g1 * g1 + g2 * g2
+            if n2 - s * s > tol2 * n2 + _NEGLIGIBLE2:
+                still[k] = False
         for k in range(angular.shape[0]):
             f = angular[k]
             for c in range(3):
                 angular_out[k, c, p] = dG_dr[p, f, c]
+
+
+#: Pairs whose test decides the candidate radial columns before the one splitting pass
+#: (angular columns show themselves at once; a candidate that fails later costs a redo).
+_PROBE = 64
 
 
 _JIT: dict[str, Any] = {}
@@ -89,7 +114,10 @@ def _compiled(name: str) -> Any:
     if name not in _JIT:
         import numba
 
-        _JIT[name] = numba.njit(cache=True, nogil=True, error_model="numpy")(globals()[name])
+        jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+        if not isinstance(globals()["_unit"], numba.core.registry.CPUDispatcher):
+            globals()["_unit"] = jit(_unit)  # the helper both passes call, compiled first
+        _JIT[name] = jit(globals()[name])
     return _JIT[name]
 
 
@@ -105,22 +133,28 @@ def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     missing = {*_INDEX_ARRAYS, "vectors", "feature_index", "dG_dr"} - set(arrays)
     if missing:
         raise StoreError(f"per-pair derivative block lacks {', '.join(sorted(missing))}")
-    vectors = np.asarray(arrays["vectors"], np.float64)  # (P, 3) Å
+    vectors = np.ascontiguousarray(arrays["vectors"])  # (P, 3) Å
+    if vectors.dtype not in (np.float32, np.float64):
+        vectors = vectors.astype(np.float64)
     rows = np.stack([np.asarray(arrays[name]).reshape(-1) for name in _INDEX_ARRAYS])  # (3, P)
     if rows.size and int(rows.max()) >= 2**31:
         raise StoreError("pair rows ≥ 2³¹: partitions that large are not supported")
-    dist = np.linalg.norm(vectors, axis=1)  # (P,)
-    unit = vectors / np.where(dist > 0, dist, 1.0)[:, None]  # (P, 3)
     dG_dr = np.ascontiguousarray(arrays["dG_dr"])  # (P, F, 3)
     if dG_dr.dtype not in (np.float32, np.float64):
         dG_dr = dG_dr.astype(np.float64)
+    tol2 = RADIAL_TOLERANCE**2
     flags = np.ones(dG_dr.shape[1], np.bool_)  # (F,) radial until a pair says otherwise
-    _compiled("_radial_flags")(dG_dr, unit, RADIAL_TOLERANCE**2, flags)
-    radial = np.flatnonzero(flags).astype(np.int64)
-    angular = np.flatnonzero(~flags).astype(np.int64)
-    s = np.empty((radial.size, dG_dr.shape[0]), DERIVATIVE_DTYPE)  # (F_r, P)
-    ang = np.empty((angular.size, 3, dG_dr.shape[0]), DERIVATIVE_DTYPE)  # (F_a, 3, P)
-    _compiled("_split")(dG_dr, unit, radial, angular, s, ang)
+    _compiled("_radial_flags")(dG_dr[:_PROBE], vectors[:_PROBE], tol2, flags)
+    while True:  # twice at most: once more if a candidate failed after the probe
+        radial = np.flatnonzero(flags).astype(np.int64)
+        angular = np.flatnonzero(~flags).astype(np.int64)
+        s = np.empty((radial.size, dG_dr.shape[0]), DERIVATIVE_DTYPE)  # (F_r, P)
+        ang = np.empty((angular.size, 3, dG_dr.shape[0]), DERIVATIVE_DTYPE)  # (F_a, 3, P)
+        still = np.ones(radial.size, np.bool_)
+        _compiled("_split")(dG_dr, vectors, radial, angular, tol2, s, ang, still)
+        if still.all():
+            break
+        flags[radial[~still]] = False
     return {
         "pairs": rows.astype(np.int32),
         "vectors_t": np.ascontiguousarray(vectors.astype(DERIVATIVE_DTYPE).T),  # (3, P)

@@ -62,13 +62,14 @@ def test_radial_columns_found_and_block_round_trips(rng):
         assert np.array_equal(back[name], block[name])
 
 
-def test_a_column_radial_for_all_but_one_pair_is_stored_whole(rng):
-    block = _block(rng, 300, radial=[0, 1], n_cols=2)
-    unit = block["vectors"][123] / np.linalg.norm(block["vectors"][123])
+@pytest.mark.parametrize("pair", [0, 63, 64, 123, 299])  # before, at and after the probe
+def test_a_column_radial_for_all_but_one_pair_is_stored_whole(rng, pair):
+    block = _block(rng, 300, radial=[0, 1, 3], n_cols=4)
+    unit = block["vectors"][pair] / np.linalg.norm(block["vectors"][pair])
     tilt = np.cross(unit, [0.0, 0.0, 1.0])
-    block["dG_dr"][123, 1, :] += 1e-5 * np.linalg.norm(block["dG_dr"][123, 1]) * tilt
+    block["dG_dr"][pair, 1, :] += 1e-5 * np.linalg.norm(block["dG_dr"][pair, 1]) * tilt
     stored = encode_pairs(block)
-    assert np.flatnonzero(stored["radial"]).tolist() == [0]
+    assert np.flatnonzero(stored["radial"]).tolist() == [0, 3]
     _assert_float32_close(decode_pairs(stored)["dG_dr"], block["dG_dr"])
 
 
