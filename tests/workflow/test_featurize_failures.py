@@ -171,3 +171,43 @@ def test_a_failure_of_every_structure_is_not_blamed_on_them(tmp_path, monkeypatc
     from dparallel.store import open_store
 
     assert open_store(tmp_path / "s.zarr").skipped() == []
+
+
+def test_non_finite_finds_nan_and_inf_in_values_and_derivatives_and_nothing_in_huge_finite():
+    """The one-sum shortcut never hides a NaN/±inf, and overflowing finite sums fall back."""
+    from dparallel.types import StructureBatch
+    from dparallel.workflow.featurize_task import _all_finite, _non_finite
+
+    rng = np.random.default_rng(0)
+    counts = np.array([3, 4, 2, 5])
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    n = int(offsets[-1])
+    batch = StructureBatch(
+        numbers=np.full(n, 29), positions=rng.normal(size=(n, 3)), cells=np.zeros((4, 3, 3)),
+        pbc=np.zeros((4, 3), bool), energy=np.zeros(4), forces=np.zeros((n, 3)), offsets=offsets,
+    )  # fmt: skip
+    pair_first = np.repeat(np.arange(n), 2).astype(np.int32)  # (P,) two pairs per atom
+
+    def computed(values: np.ndarray, dg: np.ndarray) -> dict:
+        return {"acsf": {"Cu": {"values": values, "atom_index": np.arange(n),
+                                "d/Cu/pair_first": pair_first, "d/Cu/dG_dr": dg}}}  # fmt: skip
+
+    values = rng.normal(size=(n, 4))
+    dg = rng.normal(size=(2 * n, 4, 3)).astype(np.float32)
+    assert _all_finite(values) and _all_finite(dg)
+    assert _non_finite(batch, computed(values, dg)) == {}
+    for bad in (np.nan, np.inf, -np.inf):
+        v = values.copy()
+        v[offsets[2], 1] = bad  # an atom of structure 2
+        d = dg.copy()
+        d[2 * offsets[3] + 1, 3, 2] = bad  # a pair centred on an atom of structure 3
+        assert not _all_finite(v) and not _all_finite(d)
+        assert set(_non_finite(batch, computed(v, dg))) == {2}
+        assert set(_non_finite(batch, computed(values, d))) == {3}
+    both = dg.copy()
+    both[0, 0, 0], both[-1, 0, 0] = np.inf, -np.inf  # inf - inf: NaN, still caught
+    assert set(_non_finite(batch, computed(values, both))) == {0, 3}
+    huge = dg.copy()
+    huge[:, 0, 0] = np.float32(3e38)  # all finite, but their float32 sum overflows
+    assert not _all_finite(huge)
+    assert _non_finite(batch, computed(values, huge)) == {}
