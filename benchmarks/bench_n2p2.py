@@ -257,9 +257,24 @@ def run_dparallel(ds: Dataset, procs: int, forces: bool, data: Path | None = Non
     cmd += ["-o", str(store), "-q"] + (["--derivatives"] if forces else [])
     run = timed(cmd, ds.dir)
     size = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
-    run.output += f"\nSTORE_BYTES {size}\n"
+    run.output += f"\nSTORE_BYTES {size}\nWRITE_SHARE {write_share(store)}\n"
     shutil.rmtree(store, ignore_errors=True)
     return run
+
+
+def write_share(store: Path) -> float:
+    """Σ write seconds / Σ compute seconds of the store's task reports (compute: neighbour
+    list, checks and descriptors; write: structures, features, encoding and statistics)."""
+    from dparallel.store import open_store
+
+    opened = open_store(store)
+    reports = [opened.report(p) or {} for p in opened.done_partitions()]
+    compute = sum(r.get("seconds_compute", 0.0) for r in reports)
+    return sum(r.get("seconds_write", 0.0) for r in reports) / compute if compute else float("nan")
+
+
+def stored_share(run: Run) -> float:
+    return float(re.search(r"WRITE_SHARE (\S+)", run.output).group(1))  # type: ignore[union-attr]
 
 
 def store_bytes(run: Run) -> int:
@@ -387,10 +402,10 @@ def main() -> int:
     print(f"# n2p2: {bindir}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
     head = (
         f"{'dataset':28s} {'run':30s} {'n2p2':>9s} {'dparallel':>10s} {'speed-up':>8s} "
-        f"{'n2p2 RSS':>9s} {'dp RSS':>8s} {'n2p2 RAM':>9s} {'dp store':>9s}"
+        f"{'n2p2 RSS':>9s} {'dp RSS':>8s} {'n2p2 RAM':>9s} {'dp store':>9s} {'dp write':>9s}"
     )
     units = f"{'':28s} {'':30s} {'':>9s} {'':>10s} {'':>8s} {'MiB/rank':>9s} {'MiB/wkr':>8s} "
-    units += f"{'kB/atom':>9s} {'kB/atom':>9s}"
+    units += f"{'kB/atom':>9s} {'kB/atom':>9s} {'/compute':>9s}"
     print(head)
     print(units)
     print("-" * len(head))
@@ -405,7 +420,8 @@ def main() -> int:
                     f"{label:28s} {what:30s} {a.wall:9.1f} {b.wall:10.1f} "
                     f"{a.wall / b.wall:7.2f}x {fmt(a.max_rss('nnp-scaling')):>9s} "
                     f"{fmt(b.max_rss(exclude_root=True)):>8s} {fmt(ram):>9s} "
-                    f"{fmt(store_bytes(b) / ds.n_atoms / 1e3):>9s}"
+                    f"{fmt(store_bytes(b) / ds.n_atoms / 1e3):>9s} "
+                    f"{fmt(100 * stored_share(b), 0) + ' %':>9s}"
                 )
         for f in (False, True):
             n2p2_rate = ds.n_atoms / best[(ds.name, 1, f)][0].wall
@@ -427,7 +443,9 @@ def main() -> int:
         f"fixed cost: kernel time of those {small.n_atoms:,} atoms, 1 thread in-process: "
         f"{small_kernel:.2f} s. RSS: peak per process (n2p2 ranks; dparallel processes "
         f"below the CLI: workers and nannies). n2p2 RAM: its own estimate of the memory "
-        f"holding G and dG/dr. dp store: bytes on disk of the zarr store / atoms."
+        f"holding G and dG/dr. dp store: bytes on disk of the zarr store / atoms. dp write: "
+        f"the tasks' store writes (structures, features, dG/dr encoding, statistics) over "
+        f"their computing (neighbour lists, checks, descriptors), summed over task reports."
     )
     if not args.workdir:
         shutil.rmtree(root, ignore_errors=True)

@@ -123,6 +123,8 @@ def codecs() -> dict[str, object]:
         "none": None,
         "zarr default": "auto",
         "blosc lz4 shuffle": (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),),
+        "blosc lz4:1 shuffle": (BloscCodec(cname="lz4", clevel=1, shuffle="shuffle"),),
+        "blosc lz4:9 shuffle": (BloscCodec(cname="lz4", clevel=9, shuffle="shuffle"),),
         "blosc lz4 bitshuffle": (BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle"),),
         "blosc zstd1 shuffle": (BloscCodec(cname="zstd", clevel=1, shuffle="shuffle"),),
         "zstd 1": (ZstdCodec(level=1),),
