@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
+    from concurrent.futures import Future
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,6 +78,20 @@ def start_warm_workers(args: argparse.Namespace, preload: tuple[str, ...]) -> No
     if args.scheduler or args.scheduler_file or os.environ.get(ENV_SCHEDULER_ADDRESS):
         return
     start_warm_server(preload, threads=args.torch_threads or 1)
+
+
+def connect_early(
+    args: argparse.Namespace, worker_preload: tuple[str, ...], warm_preload: tuple[str, ...]
+) -> Future[Any]:
+    """Connect in the background now (:func:`dparallel.cluster.connect_in_background`):
+    a local cluster starts while the command reads its input and sets up the store."""
+    from dparallel.cluster import connect_in_background
+
+    where = cluster_kwargs(args)
+    return connect_in_background(
+        spec=where.pop("cluster"), **where, worker_preload=worker_preload,
+        warm_preload=warm_preload,
+    )  # fmt: skip
 
 
 def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dparallel.cli._options import (
     add_cluster_arguments,
     add_source_arguments,
     cluster_kwargs,
+    connect_early,
     on_connect,
     partition_progress,
     route_cluster_logs,
@@ -47,20 +48,31 @@ def run(args: argparse.Namespace) -> int:
     """Featurize and print a summary."""
     from dataclasses import replace
 
-    from dparallel.workflow.featurize_preload import FEATURIZE_WARM
+    from dparallel.workflow.featurize_preload import FEATURIZE_WARM, featurize_preloads
 
     start_warm_workers(args, (FEATURIZE_WARM,))  # first: it works while the driver starts up
+    route_cluster_logs(args, args.output)  # before the cluster logs anything
+
+    from dparallel.cluster import discard_connection
+
+    # then the cluster, in the background: it starts while the source is indexed
+    connecting = connect_early(args, featurize_preloads(), (FEATURIZE_WARM,))
 
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import featurize, write_scaling_data
 
-    if args.descriptors:  # an n2p2 input.nn's lengths follow the data's --units
-        descriptors = load_descriptors(args.descriptors, data_units=args.units)
-    else:
-        descriptors = load_descriptors(args.workflow, section="descriptors", data_units=args.units)
+    try:
+        if args.descriptors:  # an n2p2 input.nn's lengths follow the data's --units
+            descriptors = load_descriptors(args.descriptors, data_units=args.units)
+        else:
+            descriptors = load_descriptors(
+                args.workflow, section="descriptors", data_units=args.units
+            )
+    except BaseException:
+        discard_connection(connecting)
+        raise
     if args.derivatives and not descriptors.derivatives:
         descriptors = replace(descriptors, derivatives=True)
-    route_cluster_logs(args, args.output)
     result = featurize(
         args.source,
         args.output,
@@ -74,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         torch_threads=args.torch_threads,
         progress=partition_progress(args.quiet),
         on_connect=on_connect(args),
+        connecting=connecting,
         **cluster_kwargs(args),
     )
     store = result.store

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from dparallel.cluster.connection import (
         ClusterHandle,
         connect,
+        connect_in_background,
         dashboard_link,
         dashboard_pages,
+        discard_connection,
         expected_workers,
         security_from_tls,
     )
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "ClusterHandle": "connection",
     "connect": "connection",
+    "connect_in_background": "connection",
+    "discard_connection": "connection",
     "dashboard_link": "connection",
     "dashboard_pages": "connection",
     "expected_workers": "connection",
@@ -59,8 +63,10 @@ __all__ = [
     "TorchThreadsPlugin",
     "configured_torch_threads",
     "connect",
+    "connect_in_background",
     "dashboard_link",
     "dashboard_pages",
+    "discard_connection",
     "ensure_torch_threads",
     "expected_workers",
     "security_from_tls",

@@ -37,16 +37,18 @@ from dparallel.store import (
     store_status,
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS
-from dparallel.workflow.featurize_preload import FEATURIZE_WARM
+from dparallel.workflow.featurize_preload import FEATURIZE_WARM, featurize_preloads
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
 from dparallel.workflow.stats import FeatureStats
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
+    from concurrent.futures import Future
 
     import numpy as np
 
+    from dparallel.cluster import ClusterHandle
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.io import StructureSource
     from dparallel.store import Plan
@@ -252,6 +254,7 @@ def featurize(
     retries: int = 1,
     progress: Callable[[dict[str, Any], int, int], None] | None = None,
     on_connect: Callable[[Any], None] | None = None,
+    connecting: Future[ClusterHandle] | None = None,
 ) -> FeaturizeResult:
     """Featurize ``source_path`` into ``store_path`` on a Dask cluster; resumable.
 
@@ -290,6 +293,10 @@ def featurize(
     on_connect
         Called with the :class:`~dparallel.cluster.ClusterHandle` once connected
         (the CLI prints the dashboard link from it).
+    connecting
+        A connection already being made for this run
+        (:func:`dparallel.cluster.connect_in_background`, e.g. by the CLI before it reads
+        anything): used instead of connecting here, and closed at the end either way.
 
     Raises
     ------
@@ -314,6 +321,43 @@ def featurize(
     }
     # needed before the store only to derive the partition size (a given client is asked)
     n_workers = expected_workers(**connect_to) if partition_atoms is None else None
+    try:
+        return _featurize(
+            source_path, store_path, descriptors, connect_to, n_workers, t0, connecting,
+            format=format, units=units, on_error=on_error, partition_atoms=partition_atoms,
+            overwrite=overwrite, protect=protect, torch_threads=torch_threads,
+            retries=retries, progress=progress, on_connect=on_connect,
+        )  # fmt: skip
+    finally:
+        if connecting is not None:  # closed already if _run_partitions took it
+            from dparallel.cluster import discard_connection
+
+            discard_connection(connecting)
+
+
+def _featurize(
+    source_path: str | os.PathLike[str],
+    store_path: str | os.PathLike[str],
+    descriptors: DescriptorSet,
+    connect_to: dict[str, Any],
+    n_workers: int | None,
+    t0: float,
+    connecting: Future[ClusterHandle] | None,
+    *,
+    format: str | None,
+    units: str,
+    on_error: Literal["raise", "skip"],
+    partition_atoms: int | None,
+    overwrite: bool,
+    protect: Iterable[str | os.PathLike[str]],
+    torch_threads: int | None,
+    retries: int,
+    progress: Callable[[dict[str, Any], int, int], None] | None,
+    on_connect: Callable[[Any], None] | None,
+) -> FeaturizeResult:
+    """:func:`featurize` once the connection (if any) is on its way."""
+    from dparallel.cluster import expected_workers
+
     with StoreLease(store_path, command="dparallel featurize") as lease:
         source, store = prepare_featurize(
             source_path,
@@ -343,6 +387,7 @@ def featurize(
                 retries=retries,
                 progress=progress,
                 on_connect=on_connect,
+                connecting=connecting,
             )
         except KeyboardInterrupt:
             done = len(store.done_partitions())
@@ -397,6 +442,7 @@ def _run_partitions(
     retries: int,
     progress: Callable[[dict[str, Any], int, int], None] | None,
     on_connect: Callable[[Any], None] | None,
+    connecting: Future[ClusterHandle] | None = None,
 ) -> tuple[dict[str, int], dict[int, BaseException]]:
     """Submit every pending partition and collect the reports; returns counts and failures."""
     counts = {"n_structures": 0, "n_atoms": 0, "n_skipped": 0}
@@ -411,8 +457,12 @@ def _run_partitions(
     store_path = os.fspath(store.path)
     run = f"featurize:{store_path}"
     spec = descriptors.to_dict()
-    with connect(
-        **connect_to, worker_preload=featurize_preloads(), warm_preload=(FEATURIZE_WARM,)
+    with (
+        connecting.result()
+        if connecting is not None
+        else connect(
+            **connect_to, worker_preload=featurize_preloads(), warm_preload=(FEATURIZE_WARM,)
+        )
     ) as handle:
         if on_connect is not None:
             on_connect(handle)
@@ -476,14 +526,6 @@ def _run_partitions(
 
 
 _NO_WORKER_GRACE_S = 120.0
-
-
-def featurize_preloads() -> tuple[str, ...]:
-    """Worker preloads of the local clusters featurize starts: warm-up and fast exit."""
-    from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
-    from dparallel.workflow.featurize_preload import FEATURIZE_PRELOAD
-
-    return (FEATURIZE_PRELOAD, FAST_EXIT_PRELOAD)
 
 
 def _wait_with_workers(client: Any, future: Any, lease: StoreLease) -> bool:

@@ -19,7 +19,14 @@ import logging
 import threading
 from typing import Any
 
-__all__ = ["FEATURIZE_PRELOAD", "FEATURIZE_WARM", "dask_setup", "warm_up", "warm_up_logged"]
+__all__ = [
+    "FEATURIZE_PRELOAD",
+    "FEATURIZE_WARM",
+    "dask_setup",
+    "featurize_preloads",
+    "warm_up",
+    "warm_up_logged",
+]
 
 #: Module name to pass as a Dask worker preload.
 FEATURIZE_PRELOAD = "dparallel.workflow.featurize_preload"
@@ -28,6 +35,13 @@ FEATURIZE_PRELOAD = "dparallel.workflow.featurize_preload"
 FEATURIZE_WARM = "dparallel.workflow.featurize_warm"
 
 log = logging.getLogger(__name__)
+
+
+def featurize_preloads() -> tuple[str, ...]:
+    """Worker preloads of the local clusters featurize starts: warm-up and fast exit."""
+    from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
+
+    return (FEATURIZE_PRELOAD, FAST_EXIT_PRELOAD)
 
 
 def warm_up() -> None:

@@ -12,7 +12,14 @@ import pytest
 from daskprocs import child_env, start_scheduler, start_worker, stop
 from distributed import Client, LocalCluster
 
-from dparallel.cluster import ClusterSpec, TLSSpec, connect, torch_thread_report
+from dparallel.cluster import (
+    ClusterSpec,
+    TLSSpec,
+    connect,
+    connect_in_background,
+    discard_connection,
+    torch_thread_report,
+)
 from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
@@ -70,6 +77,29 @@ def test_unreachable_address_is_a_bounded_cluster_error() -> None:
     ):
         connect(spec)
     assert time.monotonic() - t0 < 20
+
+
+def test_connect_in_background_hands_over_the_handle_or_the_error(tmp_path: Path) -> None:
+    from dparallel.errors import SourceNotFoundError
+    from dparallel.workflow.featurize import featurize
+
+    spec = ClusterSpec(kind="address", address="tcp://127.0.0.1:9", connect_timeout=2)
+    failed = connect_in_background(spec=spec)
+    with pytest.raises(ClusterError, match="cannot reach the Dask scheduler"):
+        failed.result(timeout=60)
+    discard_connection(failed)  # nothing to close, nothing raised
+    discard_connection(None)
+    with LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0") as cluster:
+        early = connect_in_background(scheduler=cluster.scheduler_address)
+        handle = early.result(timeout=60)
+        assert handle.source == "scheduler" and handle.client.status == "running"
+        discard_connection(early)
+        assert handle.client.status == "closed"
+        # featurize closes a connection it was handed also when it fails before using it
+        early = connect_in_background(scheduler=cluster.scheduler_address)
+        with pytest.raises(SourceNotFoundError):
+            featurize(tmp_path / "missing.xyz", tmp_path / "f.zarr", None, connecting=early)  # type: ignore[arg-type]
+        assert early.result().client.status == "closed"
 
 
 def test_env_address_beats_spec(monkeypatch) -> None:
