@@ -132,7 +132,7 @@ def force_call_breakdown(calc, rounds: int = 30) -> dict[str, float]:  # noqa: A
         "ACSF kernel with dG/dr": lambda: engine.descriptors(batch, neighbors, True),
         "ACSF kernel values": lambda: engine.descriptors(batch, neighbors, False),
         "neighbour list reused (skin)": lambda: calc.neighbor_list.neighbors(batch),
-        "neighbour list built (vesin)": lambda: neighbor_list(batch, calc.model.cutoff),
+        "neighbour list built": lambda: neighbor_list(batch, calc.model.cutoff),
     }
     best = dict.fromkeys(parts, float("inf"))
     for _ in range(rounds):
