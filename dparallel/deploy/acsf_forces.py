@@ -20,7 +20,7 @@ import torch
 
 from dparallel.deploy.identical import identical
 from dparallel.descriptors._acsf_engine import numba_element
-from dparallel.kernels.acsf_numba import Fused, acsf_element
+from dparallel.kernels.acsf_numba import Fused, acsf_element, no_split
 from dparallel.kernels.pair_forces import add_pair_forces
 
 if TYPE_CHECKING:
@@ -293,7 +293,7 @@ class ACSFForces:
             values = np.empty((rows.shape[0], plan.n_features))
             acsf_element(
                 plan.kernel, vec, dist, lay.segs[k], nel, none, none, values, work, True,
-                work, fused,
+                work, fused, no_split(),
             )  # fmt: skip
             per_atom[rows] = energies
         energy = np.bincount(sidx, weights=per_atom, minlength=batch.n_structures)

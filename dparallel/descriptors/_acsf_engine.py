@@ -8,7 +8,7 @@ so peak memory is O(max_triplets · K_a) plus O(P_e · n_el · K_a) for derivati
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -345,6 +345,14 @@ def _evaluate_numba(
     return torch.from_numpy(values), out
 
 
+class SplitDerivatives(NamedTuple):
+    """dG/dr of one neighbour element's pairs in the store's split layout (P pairs)."""
+
+    radial: np.ndarray  # (F,) bool: column is radial, ∂G/∂r_ij = s · r̂_ij
+    dG_dr_radial: np.ndarray  # (F_r, P) s of the radial columns
+    dG_dr_angular: np.ndarray  # (F_a, 3, P) ∂G/∂r_ij of the other columns
+
+
 def numba_element(
     plan: ElementPlan,
     vectors: np.ndarray,
@@ -357,14 +365,16 @@ def numba_element(
     dtype: type = np.float64,
     float32_terms: bool = False,
     derivative_dtype: type | None = None,
-) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]] | None]:
+    split: bool = False,
+) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, Any]] | None]:
     """The compiled kernel on numpy arrays (arguments and results as :func:`evaluate_element`).
 
     Triplet terms in float32 when ``float32_terms`` (twice the vector width), every sum
     and per-pair quantity in float64; outputs in ``dtype``, dG/dr in ``derivative_dtype``
     (default ``dtype``; computed in float64 either way, rounded once when written).
+    ``split``: each group's dG/dr as :class:`SplitDerivatives` instead of (P_f, F_f, 3).
     """
-    from dparallel.kernels.acsf_numba import acsf_element, no_network
+    from dparallel.kernels.acsf_numba import acsf_element, no_network, no_split, split_layout
 
     kplan = plan.kernel
     assert kplan is not None
@@ -376,29 +386,42 @@ def numba_element(
     values: np.ndarray = np.zeros((n_centers, plan.n_features), dtype=dtype)
     grp_row = np.zeros(nbr.shape[0], dtype=np.int64)
     d_base = np.zeros(n_el, dtype=np.int64)
+    n_pairs = np.zeros(n_el, dtype=np.int64)
     sels: dict[int, np.ndarray] = {}
-    total = 0
     if derivatives:
         for f in range(n_el):
-            width = int(kplan.dsrc_off[f + 1] - kplan.dsrc_off[f])
-            if width == 0:
+            if kplan.dsrc_off[f + 1] == kplan.dsrc_off[f]:
                 continue
             sel = np.flatnonzero(nbr == f) if n_el > 1 else np.arange(nbr.shape[0])
             grp_row[sel] = np.arange(sel.shape[0])
             sels[f] = sel
-            d_base[f] = total
-            total += sel.shape[0] * width * 3
+            n_pairs[f] = sel.shape[0]
+    layout = split_layout(kplan, n_pairs) if split and derivatives else no_split()
+    total = 0
+    for f in sels:
+        width = int(kplan.dsrc_off[f + 1] - kplan.dsrc_off[f])
+        d_base[f] = total
+        n_radial = int(layout.n_radial[f]) if layout.on else 0
+        total += n_pairs[f] * (n_radial + 3 * (width - n_radial))
     dflat: np.ndarray = np.empty(total, dtype=derivative_dtype or dtype)
     work = np.empty(0, dtype=np.float32 if float32_terms else np.float64)
     acsf_element(
         kplan, vec, dist, seg, nbr, grp_row, d_base, values, dflat, derivatives, work,
-        no_network(),
+        no_network(), layout,
     )  # fmt: skip
     if not derivatives:
         return values, None
-    groups = {}
+    groups: dict[int, tuple[np.ndarray, Any]] = {}
     for f, sel in sels.items():
-        width = int(kplan.dsrc_off[f + 1] - kplan.dsrc_off[f])
-        block = dflat[d_base[f] : d_base[f] + sel.shape[0] * width * 3]
-        groups[f] = (sel, block.reshape(sel.shape[0], width, 3))
+        lo, hi = int(kplan.dsrc_off[f]), int(kplan.dsrc_off[f + 1])
+        n_p, base = sel.shape[0], int(d_base[f])
+        if not layout.on:
+            block = dflat[base : base + n_p * (hi - lo) * 3]
+            groups[f] = (sel, block.reshape(n_p, hi - lo, 3))
+            continue
+        radial = kplan.dsrc[lo:hi] < kplan.rk_eta.shape[0]  # (F_f,)
+        n_r = int(radial.sum())
+        s = dflat[base : base + n_r * n_p].reshape(n_r, n_p)
+        ang = dflat[base + n_r * n_p : base + n_p * (n_r + 3 * (hi - lo - n_r))]
+        groups[f] = (sel, SplitDerivatives(radial, s, ang.reshape(hi - lo - n_r, 3, n_p)))
     return values, groups

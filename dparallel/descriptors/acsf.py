@@ -429,6 +429,7 @@ class ACSF:
         dtype: str = "float64",
         float32_terms: bool = False,
         derivative_dtype: str | None = None,
+        split_derivatives: bool = False,
     ) -> dict[str, dict[str, np.ndarray]]:
         """:meth:`compute` through the compiled kernel, as numpy arrays and without torch.
 
@@ -437,6 +438,10 @@ class ACSF:
         ``"float64"`` or ``"float32"`` (of the outputs); ``derivative_dtype``: of ``dG_dr``
         only (default ``dtype``; e.g. ``"float32"``, the store's, saves half the memory
         traffic of the derivatives); ``float32_terms`` as ``compute_dtype=torch.float32``.
+        ``split_derivatives``: each ``<F>/dG_dr`` (P, F_F, 3) comes split as the store keeps
+        it (docs/store-format.md): ``<F>/radial`` (F_F,) bool, which columns are radial
+        (∂G/∂r_ij = s · r̂_ij), ``<F>/dG_dr_radial`` (F_r, P) their s and
+        ``<F>/dG_dr_angular`` (F_a, 3, P) the others, feature-major, as the kernel writes them.
         Needs numba (:class:`BackendUnavailableError`).
         """
         from dparallel.errors import BackendUnavailableError
@@ -459,6 +464,7 @@ class ACSF:
             derivatives,
             float32_terms,
             np.dtype(derivative_dtype or dtype).type,
+            split_derivatives,
         )
 
     def _numba_arrays(
@@ -471,14 +477,15 @@ class ACSF:
         derivatives: bool,
         float32_terms: bool,
         derivative_dtype: type | None = None,
+        split_derivatives: bool = False,
     ) -> dict[str, dict[str, np.ndarray]]:
         """Per element, ``ACSFResult.to_numpy()`` arrays from the compiled kernel.
 
         ``el_index`` (N,) element of each atom; pairs (P,) int64 with vectors (P, 3) and
         distances (P,) in the output dtype; ``dG_dr`` in ``derivative_dtype`` (default:
-        the output dtype).
+        the output dtype), split as :meth:`compute_arrays` says if ``split_derivatives``.
         """
-        from dparallel.descriptors._acsf_engine import numba_element
+        from dparallel.descriptors._acsf_engine import SplitDerivatives, numba_element
 
         n_el = len(self._elements)
         plans = self._get_plans()
@@ -494,15 +501,21 @@ class ACSF:
             values, groups = numba_element(
                 plan, vectors[keep], distances[keep], center, neighbor_el, atoms.shape[0],
                 n_el, derivatives, vectors.dtype.type, float32_terms, derivative_dtype,
+                split_derivatives,
             )  # fmt: skip
             arrays = {"values": values, "atom_index": atoms}
             for f_idx, f in enumerate(self._elements if derivatives else ()):
                 assert groups is not None
+                d_dtype = derivative_dtype or vectors.dtype
                 if f_idx in groups:
                     sel, dg = groups[f_idx]
                 else:
                     sel = np.flatnonzero(neighbor_el == f_idx)
-                    dg = np.zeros((sel.shape[0], 0, 3), dtype=derivative_dtype or vectors.dtype)
+                    dg = np.zeros((sel.shape[0], 0, 3), dtype=d_dtype)
+                    if split_derivatives:  # no columns: (0,), (0, P), (0, 3, P)
+                        dg = SplitDerivatives(
+                            np.zeros(0, bool), dg[:, :, 0].T, dg.transpose(1, 2, 0)
+                        )
                 rows = keep[sel]
                 feat_pos = plan.deriv_groups.get(f_idx, ([], []))[0]
                 arrays |= {
@@ -511,8 +524,11 @@ class ACSF:
                     f"{f}/center": center[sel],
                     f"{f}/vectors": vectors[rows],
                     f"{f}/feature_index": np.asarray(feat_pos, dtype=np.int64),
-                    f"{f}/dG_dr": dg,
                 }
+                if split_derivatives:
+                    arrays |= {f"{f}/{name}": a for name, a in dg._asdict().items()}
+                else:
+                    arrays[f"{f}/dG_dr"] = dg
             out[e] = arrays
         return out
 

@@ -81,6 +81,7 @@ class DescriptorSet:
         batch: StructureBatch,
         neighbors: Neighbors | None = None,
         derivative_dtype: str | None = None,
+        split_derivatives: bool = False,
     ) -> dict[str, dict[str, dict[str, np.ndarray]]]:
         """Flat numpy arrays per descriptor and central element, ready to store.
 
@@ -90,6 +91,9 @@ class DescriptorSet:
         (docs/store-format.md). One neighbor list (largest cutoff) serves every descriptor.
         ``derivative_dtype`` (e.g. ``"float32"``, what the store keeps): ACSF's ``dG_dr``
         through the compiled kernel is written in it directly (default: ``self.dtype``).
+        ``split_derivatives``: ACSF's ``dG_dr`` through the compiled kernel comes in the store's
+        split layout instead (``radial``, ``dG_dr_radial``, ``dG_dr_angular``; see
+        :meth:`ACSF.compute_arrays`); other descriptors keep ``dG_dr``.
         """
         if neighbors is None:
             neighbors = neighbor_list(batch, self.r_cut)
@@ -103,6 +107,7 @@ class DescriptorSet:
                     neighbors=within,
                     dtype=self.dtype,
                     derivative_dtype=derivative_dtype,
+                    split_derivatives=split_derivatives,
                 )
             else:
                 import torch

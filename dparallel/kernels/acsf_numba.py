@@ -15,7 +15,8 @@ stays the differentiable reference. Per centre i the kernel
    of :mod:`dparallel.kernels._vecmath`): f_c(r_jk) once per distinct cutoff,
    exp(-η(r_jk - rs)²) once per distinct (η, rs), (1 + λ cos θ)^ζ once per distinct
    (ζ, λ), then one reduction over k per function of that element pair only;
-4. writes values, and per-pair derivatives ∂G_i/∂r_ij, straight into the output layout.
+4. writes values, and per-pair derivatives ∂G_i/∂r_ij, straight into the output layout
+   (pair-major, or the store's split layout: :class:`SplitLayout`).
 
 Semantics are n2p2's (SymGrpExpAngn/Angw): an angular term is exactly 0 where
 1 + λ cos θ ≤ 0; integer ζ (any sign) by repeated multiplication, other ζ by ``pow``;
@@ -31,7 +32,16 @@ import numpy as np
 
 from dparallel.errors import BackendUnavailableError
 
-__all__ = ["Fused", "KernelPlan", "acsf_element", "no_network", "numba_available"]
+__all__ = [
+    "Fused",
+    "KernelPlan",
+    "SplitLayout",
+    "acsf_element",
+    "no_network",
+    "no_split",
+    "numba_available",
+    "split_layout",
+]
 
 try:  # pragma: no cover - exercised when numba is installed
     import numba
@@ -137,6 +147,21 @@ class Fused(NamedTuple):
     grad: np.ndarray  # (N, 3) float64 ∂E/∂r, accumulated (eV/Å)
     virial: np.ndarray  # (S, 3, 3) float64 accumulated (eV), or (0, 3, 3) to skip
     energies: np.ndarray  # (n_e,) float64 out: atomic energies (eV)
+
+
+class SplitLayout(NamedTuple):
+    """Where the kernel writes dG/dr when ``on``: per neighbour element f a block at
+    ``d_base[f]`` of ``n_radial[f]`` radial columns as one number per pair, s = ∂G/∂r_ij · r̂_ij
+    ((n_radial[f], n_pairs[f]), feature-major), then the other columns as 3-vectors
+    ((n_f − n_radial[f], 3, n_pairs[f])): the store's layout (docs/store-format.md), so a
+    featurize task writes the kernel's output as it is. Off: (n_pairs[f], n_f, 3) pair-major.
+    ``column[c]`` is derivative column c's index among its block's radial or other columns.
+    Radial columns are those of radial (type 2) functions, whose derivative is s · r̂_ij."""
+
+    on: bool
+    n_pairs: np.ndarray  # (n_el,) int64 pairs of each neighbour element's block
+    n_radial: np.ndarray  # (n_el,) int64 radial columns of each block
+    column: np.ndarray  # (Σ F_f,) int64 index among the radial or the other columns
 
 
 def _add_rows(mat, x, out):  # noqa: ANN001, ANN202
@@ -325,10 +350,11 @@ def _acsf_element(
     grp_row,  # (P,) int64 row of the pair in its neighbour element's derivative block
     d_base,  # (n_el,) int64 offset of neighbour element f's block in dflat
     values,  # (n_e, F) out
-    dflat,  # (Σ_f P_f·F_f·3,) out: per f a (P_f, F_f, 3) block
+    dflat,  # (Σ_f P_f·F_f·3,) out: per f a (P_f, F_f, 3) block (see split)
     derivatives,  # bool
     work_dtype,  # (0,) array: its dtype is the precision of the triplet terms (f32/f64)
     net,  # Fused: with net.on (needs derivatives, float64) energies/forces, not dflat
+    split,  # SplitLayout: with split.on dflat blocks are (radial (F_r, P_f), other (F_a, 3, P_f))
 ):
     n_e = seg.shape[0] - 1
     n_el = plan.pt.shape[0]
@@ -534,6 +560,10 @@ def _acsf_element(
                 mode == 1, wrad, wslot, prad, vloc,
             )  # fmt: skip
             continue
+        if split.on:
+            _write_split(plan, split, n, el, orig, grp_row, d_base, d_rad, acc, vx, vy, vz, k_r,
+                         dflat)  # fmt: skip
+            continue
         for m in range(n):
             f = el[m]
             o = orig[m]
@@ -556,6 +586,32 @@ def _acsf_element(
                     dflat[at] = (pr * vx[m] + acc[m, sl, 1]) * sc
                     dflat[at + 1] = (pr * vy[m] + acc[m, sl, 2]) * sc
                     dflat[at + 2] = (pr * vz[m] + acc[m, sl, 3]) * sc
+
+
+def _write_split(plan, split, n, el, orig, grp_row, d_base, d_rad, acc, vx, vy, vz, k_r,
+                 dflat):  # fmt: skip  # noqa: ANN001, ANN202
+    """One centre's dG/dr into the :class:`SplitLayout` blocks: per neighbour m the radial
+    columns as s = a'(r_ij)·scale (∂G/∂r_ij = s r̂_ij), the others as 3-vectors, each column
+    a run over the block's pairs (row ``grp_row``)."""
+    for m in range(n):
+        f = el[m]
+        row = grp_row[orig[m]]
+        n_p = split.n_pairs[f]
+        base_r = d_base[f] + row
+        base_a = d_base[f] + split.n_radial[f] * n_p + row
+        for dc in range(plan.dsrc_off[f], plan.dsrc_off[f + 1]):
+            s = plan.dsrc[dc]
+            sc = plan.dscale[dc]
+            k = split.column[dc]
+            if s < k_r:
+                dflat[base_r + k * n_p] = d_rad[s, m] * sc
+            else:
+                sl = s - k_r
+                pr = acc[m, sl, 0]
+                at = base_a + 3 * k * n_p
+                dflat[at] = (pr * vx[m] + acc[m, sl, 1]) * sc
+                dflat[at + n_p] = (pr * vy[m] + acc[m, sl, 2]) * sc
+                dflat[at + 2 * n_p] = (pr * vz[m] + acc[m, sl, 3]) * sc
 
 
 def _triplet_forces(plan, w, k_r, n, wcol, tstore, tj, tk, tseg, n_seg, vx, vy, vz, facc, wk):  # noqa: ANN001, ANN202
@@ -970,6 +1026,7 @@ if _HAVE_NUMBA:  # pragma: no branch
     _contract = _jit(_CONTRACT)(_contract)
     _scatter = _jit(_CONTRACT)(_scatter)
     _triplet_forces = _jit(_CONTRACT)(_triplet_forces)
+    _write_split = _jit(_CONTRACT)(_write_split)
     _acsf_element_jit = _jit(_CONTRACT, nogil=True)(_acsf_element)
 
 
@@ -981,6 +1038,26 @@ def no_network() -> Fused:
         False, np.zeros((0, 4), dtype=np.int64), f1, f1, f1, f1, 0, 0.0, i1, i1, i1,
         np.zeros((0, 3)), np.zeros((0, 3, 3)), f1,
     )  # fmt: skip
+
+
+def no_split() -> SplitLayout:
+    """The ``split`` argument of a kernel call with pair-major dG/dr (or none)."""
+    i1 = np.zeros(0, dtype=np.int64)
+    return SplitLayout(False, i1, i1, i1)
+
+
+def split_layout(plan: KernelPlan, n_pairs: np.ndarray) -> SplitLayout:
+    """:class:`SplitLayout` of ``plan`` for blocks of ``n_pairs`` (n_el,) pairs."""
+    k_r = plan.rk_eta.shape[0]
+    radial = plan.dsrc < k_r  # (Σ F_f,)
+    column = np.zeros(radial.shape[0], dtype=np.int64)
+    n_radial = np.zeros(n_pairs.shape[0], dtype=np.int64)
+    for f in range(n_pairs.shape[0]):
+        lo, hi = int(plan.dsrc_off[f]), int(plan.dsrc_off[f + 1])
+        r = radial[lo:hi]
+        column[lo:hi] = np.where(r, np.cumsum(r) - 1, np.cumsum(~r) - 1)
+        n_radial[f] = int(r.sum())
+    return SplitLayout(True, n_pairs.astype(np.int64), n_radial, column)
 
 
 def acsf_element(*args) -> None:  # noqa: ANN002

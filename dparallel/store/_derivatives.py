@@ -121,16 +121,24 @@ def _compiled(name: str) -> Any:
     return _JIT[name]
 
 
+_SPLIT = ("radial", "dG_dr_radial", "dG_dr_angular")
+
+
 def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The stored arrays of one ``d/<F>`` block (see the module docstring).
 
-    ``arrays`` holds ``pair_first, pair_second, center, vectors, feature_index, dG_dr``.
+    ``arrays`` holds ``pair_first, pair_second, center, vectors, feature_index`` and either
+    ``dG_dr`` (P, F, 3), whose radial columns are found here, or the split layout already
+    (``radial``, ``dG_dr_radial``, ``dG_dr_angular``, as the compiled ACSF kernel writes it
+    with ``split_derivatives``), taken as it is.
     Returns six arrays, as many as format 1 stored (each costs metadata writes):
     ``pairs`` (3, P) int32 = pair_first, pair_second, center; ``vectors_t`` (3, P)
     float32; ``feature_index``; ``radial`` (F,) bool (which columns are radial);
     ``dG_dr_radial`` (F_r, P) and ``dG_dr_angular`` (F_a, 3, P) float32.
     """
-    missing = {*_INDEX_ARRAYS, "vectors", "feature_index", "dG_dr"} - set(arrays)
+    split = all(name in arrays for name in _SPLIT)
+    needed = {*_INDEX_ARRAYS, "vectors", "feature_index", *(() if split else ("dG_dr",))}
+    missing = needed - set(arrays)
     if missing:
         raise StoreError(f"per-pair derivative block lacks {', '.join(sorted(missing))}")
     vectors = np.ascontiguousarray(arrays["vectors"])  # (P, 3) Å
@@ -139,7 +147,44 @@ def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     rows = np.stack([np.asarray(arrays[name]).reshape(-1) for name in _INDEX_ARRAYS])  # (3, P)
     if rows.size and int(rows.max()) >= 2**31:
         raise StoreError("pair rows ≥ 2³¹: partitions that large are not supported")
-    dG_dr = np.ascontiguousarray(arrays["dG_dr"])  # (P, F, 3)
+    feature_index = np.asarray(arrays["feature_index"], np.int64)
+    if split:
+        flags, s, ang = _checked_split(arrays, feature_index.shape[0], vectors.shape[0])
+    else:
+        flags, s, ang = _split_columns(arrays["dG_dr"], vectors)
+    return {
+        "pairs": rows.astype(np.int32),
+        "vectors_t": np.ascontiguousarray(vectors.astype(DERIVATIVE_DTYPE).T),  # (3, P)
+        "feature_index": feature_index,
+        "radial": flags,
+        "dG_dr_radial": s,
+        "dG_dr_angular": ang,
+    }
+
+
+def _checked_split(
+    arrays: Mapping[str, np.ndarray], n_features: int, n_pairs: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``radial`` (F,), ``dG_dr_radial`` (F_r, P), ``dG_dr_angular`` (F_a, 3, P) of a block
+    given split, checked against each other and cast to the stored dtypes."""
+    flags = np.asarray(arrays["radial"], np.bool_)
+    s = np.asarray(arrays["dG_dr_radial"], DERIVATIVE_DTYPE)
+    ang = np.asarray(arrays["dG_dr_angular"], DERIVATIVE_DTYPE)
+    n_r = int(flags.sum())
+    expected = ((n_features,), (n_r, n_pairs), (n_features - n_r, 3, n_pairs))
+    if (flags.shape, s.shape, ang.shape) != expected:
+        raise StoreError(
+            f"split derivative block: radial {flags.shape}, dG_dr_radial {s.shape}, "
+            f"dG_dr_angular {ang.shape} do not fit {n_features} features and {n_pairs} pairs"
+        )
+    return flags, s, ang
+
+
+def _split_columns(
+    dG_dr: np.ndarray, vectors: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The radial test on (P, F, 3) ``dG_dr``: flags (F,), s (F_r, P), angular (F_a, 3, P)."""
+    dG_dr = np.ascontiguousarray(dG_dr)  # (P, F, 3)
     if dG_dr.dtype not in (np.float32, np.float64):
         dG_dr = dG_dr.astype(np.float64)
     tol2 = RADIAL_TOLERANCE**2
@@ -153,16 +198,8 @@ def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         still = np.ones(radial.size, np.bool_)
         _compiled("_split")(dG_dr, vectors, radial, angular, tol2, s, ang, still)
         if still.all():
-            break
+            return flags, s, ang
         flags[radial[~still]] = False
-    return {
-        "pairs": rows.astype(np.int32),
-        "vectors_t": np.ascontiguousarray(vectors.astype(DERIVATIVE_DTYPE).T),  # (3, P)
-        "feature_index": np.asarray(arrays["feature_index"], np.int64),
-        "radial": flags,
-        "dG_dr_radial": s,
-        "dG_dr_angular": ang,
-    }
 
 
 def decode_pairs(stored: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

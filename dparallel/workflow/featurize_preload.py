@@ -46,15 +46,15 @@ def featurize_preloads() -> tuple[str, ...]:
 
 def warm_up() -> None:
     """Import what a featurize task uses and run its compiled code once on a water molecule:
-    the ACSF kernel (float64, with derivatives: the default featurization) and the store's
-    dG/dr encoding."""
+    the ACSF kernel (float64, with derivatives: the default featurization, dG/dr in the
+    store's split layout, as tasks compute it) and the store's packing of the blocks."""
     import numpy as np
 
     from dparallel.descriptors.acsf import ACSF
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.store._derivatives import encode_pairs
     from dparallel.types import StructureBatch
-    from dparallel.workflow.featurize_task import STORED_DERIVATIVES  # and its imports
+    from dparallel.workflow.featurize_task import task_descriptors  # and its imports
 
     acsf = ACSF.uniform(
         ["H", "O"],
@@ -73,10 +73,8 @@ def warm_up() -> None:
         forces=np.zeros((3, 3)),
         offsets=np.array([0, 3]),
     )
-    computed = DescriptorSet(acsf=acsf, derivatives=True).compute(
-        water, derivative_dtype=STORED_DERIVATIVES
-    )
-    for arrays in computed["acsf"].values():  # the store's dG/dr encoding (compiled too)
+    computed = task_descriptors(water, DescriptorSet(acsf=acsf, derivatives=True))
+    for arrays in computed["acsf"].values():  # the store's packing of dG/dr blocks
         encode_pairs({k.split("/", 2)[2]: v for k, v in arrays.items() if k.startswith("d/H/")})
 
 

@@ -37,7 +37,12 @@ if TYPE_CHECKING:
     from dparallel.neighbors import Neighbors
     from dparallel.types import StructureBatch
 
-__all__ = ["COINCIDENT_DISTANCE", "featurize_partition", "unfit_structures"]
+__all__ = [
+    "COINCIDENT_DISTANCE",
+    "featurize_partition",
+    "task_descriptors",
+    "unfit_structures",
+]
 
 #: Atoms closer than this (Å) count as being at the same position (no potential can use
 #: that, and the descriptor derivatives divide by the distance).
@@ -103,6 +108,10 @@ def _all_finite(a: np.ndarray) -> bool:
     return bool(np.isfinite(np.add.reduce(a, axis=None)))
 
 
+#: Per-pair derivative arrays and their pair axis: (P, F, 3) or the split (F_r, P), (F_a, 3, P).
+_PER_PAIR = {"dG_dr": 0, "dG_dr_radial": 1, "dG_dr_angular": 2}
+
+
 def _non_finite(batch: StructureBatch, computed: _Computed) -> dict[int, str]:
     """Structures whose descriptors (or derivatives) came out NaN or infinite."""
     out: dict[int, str] = {}
@@ -113,9 +122,10 @@ def _non_finite(batch: StructureBatch, computed: _Computed) -> dict[int, str]:
             if not _all_finite(values):
                 atoms = arrays["atom_index"][~_finite_rows(values)]
             for key, value in arrays.items():
-                if key.startswith("d/") and key.endswith("/dG_dr") and not _all_finite(value):
-                    pairs = ~_finite_rows(value)
-                    first = arrays[key.removesuffix("dG_dr") + "pair_first"][pairs]
+                leaf = key.rsplit("/", 1)[-1]
+                if key.startswith("d/") and leaf in _PER_PAIR and not _all_finite(value):
+                    pairs = ~_finite_rows(np.moveaxis(value, _PER_PAIR[leaf], 0))
+                    first = arrays[key.removesuffix(leaf) + "pair_first"][pairs]
                     atoms = np.concatenate([atoms, first])
             for s in np.unique(batch.structure_index[atoms.astype(np.int64)]):
                 out.setdefault(int(s), f"{name} features of {element} atoms are not finite")
@@ -130,13 +140,22 @@ def unfit_structures(batch: StructureBatch, dset: DescriptorSet, nb: Neighbors) 
     return dict(sorted(found.items()))
 
 
+def task_descriptors(
+    batch: StructureBatch, dset: DescriptorSet, nb: Neighbors | None = None
+) -> _Computed:
+    """``dset.compute`` as the store keeps it: dG/dr in float32, ACSF's already split."""
+    return dset.compute(
+        batch, neighbors=nb, derivative_dtype=STORED_DERIVATIVES, split_derivatives=True
+    )
+
+
 def _compute_each(batch: StructureBatch, dset: DescriptorSet) -> dict[int, str]:
     """After a failure of the whole batch: compute structure by structure, keep who fails."""
     out: dict[int, str] = {}
     for s in range(batch.n_structures):
         one = batch.select(s, s + 1)
         try:
-            found = _non_finite(one, dset.compute(one, derivative_dtype=STORED_DERIVATIVES))
+            found = _non_finite(one, task_descriptors(one, dset))
         except Exception as exc:  # noqa: BLE001 - any kernel failure is this structure's
             out[s] = f"the descriptors cannot be computed: {type(exc).__name__}: {exc}"
             continue
@@ -156,7 +175,7 @@ def _compute(
         computed: _Computed = {}
         if not bad:
             try:
-                computed = dset.compute(batch, neighbors=nb, derivative_dtype=STORED_DERIVATIVES)
+                computed = task_descriptors(batch, dset, nb)
                 bad = _non_finite(batch, computed)
                 if len(bad) == batch.n_structures > 1:
                     first = int(indices[0])

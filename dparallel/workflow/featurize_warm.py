@@ -5,13 +5,21 @@ ignored if it fails: the forkserver must not die of it). Workers forked afterwar
 with the task module imported and the compiled kernels loaded (see
 :mod:`dparallel.cluster.warm_workers`). Its name is
 :data:`~dparallel.workflow.featurize_preload.FEATURIZE_WARM`; never import it elsewhere:
-the import is the work.
+the import is the work. It ends by freezing the garbage collector's view of what it
+loaded (``gc.freeze``), which the workers inherit.
 """
 
 from __future__ import annotations
+
+import gc
 
 from dparallel.workflow.featurize_preload import warm_up_logged
 
 __all__: list[str] = []
 
 warm_up_logged()
+# Everything imported and loaded so far lives as long as the workers forked from here: out
+# of the cyclic collector's sight, a full collection in a worker (one every few tasks) no
+# longer walks the ~10^5 objects of distributed, numba and zarr (measured 0.07-0.14 s each,
+# 0.03-0.05 s frozen, in a dG/dr task's store write), and the pages stay shared.
+gc.freeze()

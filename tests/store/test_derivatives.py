@@ -154,3 +154,48 @@ def test_format_1_store_reads_as_written_and_refuses_writes(tmp_path, rng):
     assert np.array_equal(feats["d/Cu/dG_dr"], block["dG_dr"])  # float64, untouched
     with pytest.raises(StoreError, match="re-featurize"):
         open_store(store.path, mode="r+")
+
+
+def _alloy(n: int, seed: int) -> StructureBatch:
+    """Rattled fcc Cu/Au/Ni cells (three neighbour elements, ~78 neighbours within 6 Å)."""
+    from ase.build import bulk
+
+    rng = np.random.default_rng(seed)
+    frames = []
+    for _ in range(n):
+        atoms = bulk("Cu", "fcc", a=3.7, cubic=True).repeat((2, 2, 2))
+        atoms.numbers = rng.choice([29, 79, 28], size=len(atoms))
+        atoms.rattle(0.08, seed=int(rng.integers(1 << 30)))
+        frames.append(atoms)
+    return StructureBatch.from_ase(frames)
+
+
+def test_kernel_split_layout_decodes_to_the_pair_major_derivatives():
+    """What featurize tasks store: the kernel's split dG/dr (``split_derivatives``) has the
+    radial (type 2) columns as s, the angular ones (types 3 and 9, separable pass included)
+    as 3-vectors, and decodes within float32 rounding of the float64 pair-major output."""
+    acsf = ACSF.uniform(
+        ["Cu", "Au", "Ni"],
+        r_cut=6.0,
+        radial=[(0.5, 0.0), (1.0, 2.5)],
+        narrow=[(0.01, 1.0, -1.0, 0.0), (0.02, 4.0, 1.0, 0.5)],
+        wide=[(0.01, 2.0, 1.0, 0.0)],  # integer ζ: the separable pass at many neighbours
+    )
+    batch = _alloy(3, seed=5)
+    dset = DescriptorSet(acsf=acsf, derivatives=True)
+    ref = dset.compute(batch)["acsf"]
+    got = dset.compute(batch, derivative_dtype="float32", split_derivatives=True)["acsf"]
+    assert ref.keys() == got.keys() == {"Cu", "Au", "Ni"}
+    for e, out in got.items():
+        assert np.array_equal(out["values"], ref[e]["values"])
+        for f in ("Cu", "Au", "Ni"):
+            block = {k.split("/", 2)[2]: v for k, v in out.items() if k.startswith(f"d/{f}/")}
+            assert "dG_dr" not in block and block["dG_dr_angular"].dtype == np.float32
+            types = [acsf.features(e)[int(c)]["type"] for c in block["feature_index"]]
+            assert block["radial"].tolist() == [t == 2 for t in types]
+            assert {2, 3, 9} <= set(types)
+            whole = {k.split("/", 2)[2]: v for k, v in ref[e].items() if k.startswith(f"d/{f}/")}
+            back = decode_pairs(encode_pairs(block))
+            _assert_float32_close(back["dG_dr"], whole["dG_dr"])
+            for name in ("pair_first", "pair_second", "center", "feature_index"):
+                assert np.array_equal(back[name], whole[name])

@@ -123,10 +123,10 @@ def test_any_kernel_failure_or_non_finite_output_is_pinned_to_its_structure(tmp_
     lines = _write(path, frames)
     original = dset_module.DescriptorSet.compute
 
-    def flaky(self, batch, neighbors=None, derivative_dtype=None):
+    def flaky(self, batch, neighbors=None, **options):
         if np.any(batch.energy == 1234.5):
             raise FloatingPointError("kernel cannot take it")
-        out = original(self, batch, neighbors, derivative_dtype)
+        out = original(self, batch, neighbors, **options)
         marked = np.flatnonzero(batch.energy == 6789.5)
         for s in marked:
             values = out["acsf"]["Cu"]["values"]
@@ -158,7 +158,7 @@ def test_a_failure_of_every_structure_is_not_blamed_on_them(tmp_path, monkeypatc
     path = tmp_path / "cu.extxyz"
     _write(path, generate_emt_cu(6, seed=2))
 
-    def broken(self, batch, neighbors=None, derivative_dtype=None):
+    def broken(self, batch, neighbors=None, **options):
         raise FloatingPointError("kernel bug")
 
     monkeypatch.setattr(dset_module.DescriptorSet, "compute", broken)
@@ -211,3 +211,34 @@ def test_non_finite_finds_nan_and_inf_in_values_and_derivatives_and_nothing_in_h
     huge[:, 0, 0] = np.float32(3e38)  # all finite, but their float32 sum overflows
     assert not _all_finite(huge)
     assert _non_finite(batch, computed(values, huge)) == {}
+
+
+def test_non_finite_finds_nan_in_split_derivatives_by_their_pair_axis():
+    """The split layout featurize tasks compute: (F_r, P) and (F_a, 3, P), pairs last."""
+    from dparallel.types import StructureBatch
+    from dparallel.workflow.featurize_task import _non_finite
+
+    rng = np.random.default_rng(1)
+    counts = np.array([3, 4, 2, 5])
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    n = int(offsets[-1])
+    batch = StructureBatch(
+        numbers=np.full(n, 29), positions=rng.normal(size=(n, 3)), cells=np.zeros((4, 3, 3)),
+        pbc=np.zeros((4, 3), bool), energy=np.zeros(4), forces=np.zeros((n, 3)), offsets=offsets,
+    )  # fmt: skip
+    pair_first = np.repeat(np.arange(n), 2).astype(np.int32)  # (P,) two pairs per atom
+    s = rng.normal(size=(2, 2 * n)).astype(np.float32)  # (F_r, P)
+    ang = rng.normal(size=(3, 3, 2 * n)).astype(np.float32)  # (F_a, 3, P)
+
+    def computed(s: np.ndarray, ang: np.ndarray) -> dict:
+        arrays = {"values": rng.normal(size=(n, 5)), "atom_index": np.arange(n),
+                  "d/Cu/pair_first": pair_first, "d/Cu/radial": np.array([1, 0, 1, 0, 0], bool),
+                  "d/Cu/dG_dr_radial": s, "d/Cu/dG_dr_angular": ang}  # fmt: skip
+        return {"acsf": {"Cu": arrays}}
+
+    assert _non_finite(batch, computed(s, ang)) == {}
+    bad_s, bad_ang = s.copy(), ang.copy()
+    bad_s[1, 2 * offsets[1]] = np.nan  # first pair of structure 1
+    bad_ang[2, 1, 2 * offsets[3] + 3] = np.inf  # a pair of structure 3
+    assert set(_non_finite(batch, computed(bad_s, ang))) == {1}
+    assert set(_non_finite(batch, computed(s, bad_ang))) == {3}

@@ -47,5 +47,6 @@ def test_preload_imports_the_task_and_loads_the_kernel_without_torch() -> None:
     assert result["alive"] is False
     assert result["task_module"] is True
     assert result["kernel_signatures"] >= 1  # compiled (or loaded from numba's cache)
-    assert min(result["encoder_signatures"]) >= 1
+    # ACSF tasks get dG/dr split by the kernel: the store's radial test is not even loaded
+    assert result["encoder_signatures"] == [0, 0]
     assert result["torch"] is False
