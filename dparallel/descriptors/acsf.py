@@ -486,20 +486,23 @@ class ACSF:
         the output dtype), split as :meth:`compute_arrays` says if ``split_derivatives``.
         """
         from dparallel.descriptors._acsf_engine import SplitDerivatives, numba_element
+        from dparallel.kernels.pair_select import element_pairs
 
         n_el = len(self._elements)
         plans = self._get_plans()
         out: dict[str, dict[str, np.ndarray]] = {}
+        element_atoms = [np.flatnonzero(el_index == e_idx) for e_idx in range(n_el)]
+        local = np.full(el_index.shape[0], -1, dtype=np.int64)  # (N,) row within its element
+        for atoms in element_atoms:
+            local[atoms] = np.arange(atoms.shape[0])
         for e_idx, e in enumerate(self._elements):
             plan = plans[e]
-            atoms = np.flatnonzero(el_index == e_idx)  # (n_e,) sorted
-            local = np.full(el_index.shape[0], -1, dtype=np.int64)
-            local[atoms] = np.arange(atoms.shape[0])
-            keep = np.flatnonzero((el_index[pair_first] == e_idx) & (distances < plan.r_max))
-            center = local[pair_first[keep]]  # (P_e,)
-            neighbor_el = el_index[pair_second[keep]]  # (P_e,)
+            atoms = element_atoms[e_idx]  # (n_e,) sorted
+            keep, center, neighbor_el, e_vectors, e_distances = element_pairs(
+                el_index, local, pair_first, pair_second, vectors, distances, e_idx, plan.r_max
+            )  # (P_e,) pairs of centre element e in its cutoff
             values, groups = numba_element(
-                plan, vectors[keep], distances[keep], center, neighbor_el, atoms.shape[0],
+                plan, e_vectors, e_distances, center, neighbor_el, atoms.shape[0],
                 n_el, derivatives, vectors.dtype.type, float32_terms, derivative_dtype,
                 split_derivatives,
             )  # fmt: skip
@@ -522,7 +525,7 @@ class ACSF:
                     f"{f}/pair_first": pair_first[rows],
                     f"{f}/pair_second": pair_second[rows],
                     f"{f}/center": center[sel],
-                    f"{f}/vectors": vectors[rows],
+                    f"{f}/vectors": e_vectors[sel],
                     f"{f}/feature_index": np.asarray(feat_pos, dtype=np.int64),
                 }
                 if split_derivatives:

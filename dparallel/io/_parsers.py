@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -220,74 +220,128 @@ def _parse_n2p2(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
     from ase.data import atomic_numbers
 
     errors = {i: index.errors[i] for i in range(start, stop) if i in index.errors}
-    numbers: list[np.ndarray] = []  # (n,) per structure
-    rows: list[np.ndarray] = []  # (n, 6) per structure: x y z fx fy fz
-    cells, pbcs, energies, counts, tags, kept = [], [], [], [], [], []
+    structures: list[_N2p2Structure] = []
     with open(path, "rb") as f:
         for i in range(start, stop):
             if i in errors:
                 continue
             f.seek(int(index.starts[i]))
             block = f.read(int(index.ends[i] - index.starts[i])).decode("utf-8", errors="replace")
-            line = int(index.lines[i])
-            atom_rows: list[tuple[int, str]] = []  # (line, text) of each atom line
-            lattice: list[list[float]] = []
-            energy = float("nan")
-            tag = ""
             try:
-                for k, raw in enumerate(block.splitlines()):
-                    line = int(index.lines[i]) + k
-                    cols = raw.split(None, 1)
-                    key = cols[0] if cols else ""
-                    if key == "atom":
-                        atom_rows.append((line, raw))
-                    elif key in ("", "begin", "end", "charge"):
-                        continue
-                    elif key == "comment":
-                        m = re.search(r"\bset\s*=\s*(\w+)", raw)
-                        tag = m.group(1) if m else tag
-                    elif key == "lattice":
-                        cols = raw.split()
-                        _ncols(cols, 4, "lattice x y z")
-                        lattice.append([_num(c) for c in cols[1:4]])
-                    elif key == "energy":
-                        cols = raw.split()
-                        _ncols(cols, 2, "energy E")
-                        energy = _num(cols[1])
-                    else:
-                        raise ValueError(f"unknown keyword {key!r}")
-                line = int(index.lines[i])  # structure-level checks point at its 'begin'
-                if len(lattice) not in (0, 3):
-                    raise ValueError(f"expected 0 or 3 'lattice' lines, found {len(lattice)}")
-                s_numbers, s_data = _n2p2_atoms(atom_rows, atomic_numbers)
+                structures.append(_n2p2_structure(i, int(index.lines[i]), block))
             except _LineError as exc:
                 errors[i] = (exc.line, str(exc))
+    atoms = _n2p2_atoms_at_once(structures, atomic_numbers)
+    if atoms is None:  # a bad atom line somewhere: parse structure by structure to find it
+        kept_structures, per_structure = [], []
+        for st in structures:
+            try:
+                per_structure.append(_n2p2_atoms(st.atom_rows, atomic_numbers))
+            except _LineError as exc:
+                errors[st.number] = (exc.line, str(exc))
                 continue
             except ValueError as exc:
-                errors[i] = (line, str(exc))
+                errors[st.number] = (st.line, str(exc))
                 continue
-            numbers.append(s_numbers)
-            rows.append(s_data)
-            cells.append(lattice if lattice else np.zeros((3, 3)))
-            pbcs.append([bool(lattice)] * 3)
-            energies.append(energy)
-            counts.append(len(s_numbers))
-            tags.append(tag)
-            kept.append(i)
-    if not kept:
+            kept_structures.append(st)
+        structures = kept_structures
+        if structures:
+            atoms = (
+                np.concatenate([n for n, _ in per_structure]),
+                np.concatenate([d for _, d in per_structure]),
+            )
+    if not structures or atoms is None:
         return StructureBatch.empty(), np.zeros(0, np.int64), errors
-    data = np.concatenate(rows).reshape(-1, 6)  # (N, 6): x y z fx fy fz
+    numbers, data = atoms  # (N,), (N, 6): x y z fx fy fz
+    counts = [len(st.atom_rows) for st in structures]
     batch = StructureBatch(
-        numbers=np.concatenate(numbers),
+        numbers=numbers,
         positions=data[:, :3],
-        cells=np.asarray(cells, np.float64),
-        pbc=np.asarray(pbcs, bool),
-        energy=np.asarray(energies),
+        cells=np.asarray([st.lattice or np.zeros((3, 3)) for st in structures], np.float64),
+        pbc=np.asarray([[bool(st.lattice)] * 3 for st in structures], bool),
+        energy=np.asarray([st.energy for st in structures]),
         forces=data[:, 3:],
         offsets=np.concatenate([[0], np.cumsum(counts)]),
-        tags=np.asarray(tags, dtype=object),
+        tags=np.asarray([st.tag for st in structures], dtype=object),
     )
-    return batch, np.asarray(kept, np.int64), errors
+    return batch, np.asarray([st.number for st in structures], np.int64), errors
+
+
+class _N2p2Structure(NamedTuple):
+    """One n2p2 structure with its atom lines still as text."""
+
+    number: int  # index in the file
+    line: int  # of its ``begin`` (1-based)
+    atom_rows: list[tuple[int, str]]  # (line, text) of each atom line
+    lattice: list[list[float]]  # 0 or 3 rows
+    energy: float
+    tag: str
+
+
+def _n2p2_structure(i: int, first_line: int, block: str) -> _N2p2Structure:
+    """Keywords of one structure's text; atom lines are kept for :func:`_n2p2_atoms*`."""
+    atom_rows: list[tuple[int, str]] = []
+    lattice: list[list[float]] = []
+    energy = float("nan")
+    tag = ""
+    line = first_line
+    try:
+        for k, raw in enumerate(block.splitlines()):
+            line = first_line + k
+            cols = raw.split(None, 1)
+            key = cols[0] if cols else ""
+            if key == "atom":
+                atom_rows.append((line, raw))
+            elif key in ("", "begin", "end", "charge"):
+                continue
+            elif key == "comment":
+                m = re.search(r"\bset\s*=\s*(\w+)", raw)
+                tag = m.group(1) if m else tag
+            elif key == "lattice":
+                cols = raw.split()
+                _ncols(cols, 4, "lattice x y z")
+                lattice.append([_num(c) for c in cols[1:4]])
+            elif key == "energy":
+                cols = raw.split()
+                _ncols(cols, 2, "energy E")
+                energy = _num(cols[1])
+            else:
+                raise ValueError(f"unknown keyword {key!r}")
+        if len(lattice) not in (0, 3):  # structure-level checks point at its 'begin'
+            raise _LineError(first_line, f"expected 0 or 3 'lattice' lines, found {len(lattice)}")
+    except _LineError:
+        raise
+    except ValueError as exc:
+        raise _LineError(line, str(exc)) from None
+    return _N2p2Structure(i, first_line, atom_rows, lattice, energy, tag)
+
+
+def _n2p2_atoms_at_once(
+    structures: list[_N2p2Structure], z_of: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Numbers (N,) and x y z fx fy fz (N, 6) of every atom line of ``structures``, by one
+    call of numpy's C text parser (~3x faster than splitting lines in Python); ``None`` if
+    any line is not ``atom x y z element charge n fx fy fz`` with a known element."""
+    lines = [raw for st in structures for _, raw in st.atom_rows]
+    if not lines:
+        return None
+
+    def element(text: str) -> float:
+        return float(z_of[text])  # KeyError: not an element
+
+    try:
+        table = np.loadtxt(
+            io.StringIO("\n".join(lines)),
+            dtype=np.float64,
+            comments=None,
+            converters={0: lambda text: 0.0 if text == "atom" else float("nan"), 4: element},
+            ndmin=2,
+        )  # (N, 10), the column count checked on every line
+    except (ValueError, KeyError):
+        return None
+    if table.shape != (len(lines), 10) or np.isnan(table[:, 0]).any():
+        return None
+    return table[:, 4].astype(np.int64), table[:, _NUMERIC[_KEEP]]
 
 
 class _LineError(ValueError):
