@@ -173,20 +173,26 @@ def test_a_failure_of_every_structure_is_not_blamed_on_them(tmp_path, monkeypatc
     assert open_store(tmp_path / "s.zarr").skipped() == []
 
 
-def test_non_finite_finds_nan_and_inf_in_values_and_derivatives_and_nothing_in_huge_finite():
-    """The one-sum shortcut never hides a NaN/±inf, and overflowing finite sums fall back."""
+def _four_structures(rng: np.random.Generator) -> tuple:
+    """A batch of 4 Cu structures (3, 4, 2, 5 atoms), its offsets, two pairs per atom."""
     from dparallel.types import StructureBatch
-    from dparallel.workflow.featurize_task import _all_finite, _non_finite
 
-    rng = np.random.default_rng(0)
-    counts = np.array([3, 4, 2, 5])
-    offsets = np.concatenate([[0], np.cumsum(counts)])
+    offsets = np.concatenate([[0], np.cumsum([3, 4, 2, 5])])
     n = int(offsets[-1])
     batch = StructureBatch(
         numbers=np.full(n, 29), positions=rng.normal(size=(n, 3)), cells=np.zeros((4, 3, 3)),
         pbc=np.zeros((4, 3), bool), energy=np.zeros(4), forces=np.zeros((n, 3)), offsets=offsets,
     )  # fmt: skip
-    pair_first = np.repeat(np.arange(n), 2).astype(np.int32)  # (P,) two pairs per atom
+    return batch, offsets, np.repeat(np.arange(n), 2).astype(np.int32)  # pair_first (P,)
+
+
+def test_non_finite_finds_nan_and_inf_in_values_and_derivatives_and_nothing_in_huge_finite():
+    """The one-sum shortcut never hides a NaN/±inf, and overflowing finite sums fall back."""
+    from dparallel.workflow.featurize_task import _all_finite, _non_finite
+
+    rng = np.random.default_rng(0)
+    batch, offsets, pair_first = _four_structures(rng)
+    n = batch.n_atoms
 
     def computed(values: np.ndarray, dg: np.ndarray) -> dict:
         return {"acsf": {"Cu": {"values": values, "atom_index": np.arange(n),
@@ -215,18 +221,11 @@ def test_non_finite_finds_nan_and_inf_in_values_and_derivatives_and_nothing_in_h
 
 def test_non_finite_finds_nan_in_split_derivatives_by_their_pair_axis():
     """The split layout featurize tasks compute: (F_r, P) and (F_a, 3, P), pairs last."""
-    from dparallel.types import StructureBatch
     from dparallel.workflow.featurize_task import _non_finite
 
     rng = np.random.default_rng(1)
-    counts = np.array([3, 4, 2, 5])
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    n = int(offsets[-1])
-    batch = StructureBatch(
-        numbers=np.full(n, 29), positions=rng.normal(size=(n, 3)), cells=np.zeros((4, 3, 3)),
-        pbc=np.zeros((4, 3), bool), energy=np.zeros(4), forces=np.zeros((n, 3)), offsets=offsets,
-    )  # fmt: skip
-    pair_first = np.repeat(np.arange(n), 2).astype(np.int32)  # (P,) two pairs per atom
+    batch, offsets, pair_first = _four_structures(rng)
+    n = batch.n_atoms
     s = rng.normal(size=(2, 2 * n)).astype(np.float32)  # (F_r, P)
     ang = rng.normal(size=(3, 3, 2 * n)).astype(np.float32)  # (F_a, 3, P)
 
