@@ -31,6 +31,8 @@ from distributed.security import Security
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.cluster.warm_workers import ENV_SCHEDULER_ADDRESS, forked_workers
+from dparallel.dashboard.later import PRELOAD as LATER_DASHBOARD_PRELOAD
+from dparallel.dashboard.later import attach_pages
 from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
@@ -51,7 +53,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Scheduler preload that adds the dparallel pages to the Dask dashboard (imported by the
-#: scheduler only: this package never imports the dashboard).
+#: scheduler only: this package never imports bokeh). Local clusters use
+#: :mod:`dparallel.dashboard.later` instead: their pages are attached once the workers run.
 DASHBOARD_PRELOAD = "dparallel.dashboard.preload"
 
 
@@ -72,11 +75,26 @@ class ClusterHandle:
         ``"env"``, ``"address"``, ``"slurm"`` or ``"local"``.
     """
 
-    def __init__(self, client: Client, cluster: Any | None, source: str, *, owns: bool) -> None:
+    def __init__(
+        self,
+        client: Client,
+        cluster: Any | None,
+        source: str,
+        *,
+        owns: bool,
+        pages: threading.Event | None = None,
+    ) -> None:
         self.client = client
         self.cluster = cluster
         self.source = source
         self._owns = owns
+        self._pages = pages  # set once a local cluster's dashboard pages are served
+
+    def wait_for_pages(self, timeout: float | None = None) -> bool:
+        """Wait until the dashboard's pages are served: a local cluster attaches them about a
+        second after its workers start (:mod:`dparallel.dashboard.later`); other schedulers
+        serve theirs from the start (True at once). False if not within ``timeout`` s."""
+        return True if self._pages is None else self._pages.wait(timeout)
 
     @property
     def dashboard_link(self) -> str | None:
@@ -395,7 +413,8 @@ def _start_local(
                 processes=True,
                 host="127.0.0.1",
                 dashboard_address=dashboard,
-                scheduler_kwargs={"preload": [DASHBOARD_PRELOAD]},
+                # HTTP server now, bokeh pages once the workers run (dparallel.dashboard.later)
+                scheduler_kwargs={"preload": [LATER_DASHBOARD_PRELOAD], "dashboard": False},
                 env=env,
                 **kwargs,
             )
@@ -419,10 +438,11 @@ def _start_local(
     except BaseException:
         cluster.close()
         raise
+    pages = attach_pages(cluster.scheduler)
     logger.info(
         "started local cluster: %d workers, dashboard %s", n_workers, dashboard_link(client)
     )
-    return ClusterHandle(client, cluster, "local", owns=True)
+    return ClusterHandle(client, cluster, "local", owns=True, pages=pages)
 
 
 def _start_slurm(spec: ClusterSpec) -> ClusterHandle:

@@ -80,11 +80,13 @@ def dask_setup(scheduler: Any) -> None:
 
 
 def _imported_by_preloading() -> bool:
-    """Whether distributed's preloading (``--preload dparallel.dashboard``) imports us now."""
+    """Whether distributed's preloading imports this package as the preload itself
+    (``--preload dparallel.dashboard``), not as the parent of another preload module
+    (:mod:`dparallel.dashboard.later` must not load bokeh)."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_globals.get("__name__") == "distributed.preloading":
-            return True
+            return frame.f_locals.get("name") == __name__
         frame = frame.f_back
     return False
 

@@ -56,11 +56,10 @@ def _compressors(dtype: Any) -> Any:
     """Compressors for an array of ``dtype``: LZ4/shuffle for numbers, zarr's default for
     strings.
 
-    Floats too: the water x25 store with dG/dr measured 11.2 kB/atom with LZ4 on floats
-    against 15.7 kB/atom raw (benchmarks/bench_n2p2.py, one run each), for ~25 ms per
-    24 MB, although a single format-2 dG/dr array of 20 distinct water structures shrinks
-    only 0-3 % (no block has all-zero columns: derivative blocks hold only the functions
-    that involve their neighbour element); values shrink ~3x.
+    Floats too: a water partition's derivative arrays shrink 1.09x when its structures are
+    all distinct (16.5 -> 15.1 kB/atom, ~70 ms per 6,600 atoms) and 1.5x in the benchmark's
+    water x25 set, whose partitions repeat each structure 3-4 times (docs/store-format.md,
+    "What LZ4 buys on derivatives"); values shrink ~3x.
     """
     if dtype is str or np.dtype(dtype).kind in "OUS":
         return "auto"

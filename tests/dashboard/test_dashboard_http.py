@@ -91,6 +91,7 @@ def local_dashboard() -> Iterator[tuple[Client, str]]:
         assert all(client.gather(futures))  # True: a worker was found and the event sent
         _publish_train(client)
         base = handle.dashboard_link.rsplit("/", 1)[0]
+        assert handle.wait_for_pages(timeout=90)  # attached once the workers run
         pages = handle.dashboard_pages
         assert pages["progress"] == f"{base}/{PAGE_ROUTES[0]}"
         assert pages["training"] == f"{base}/{PAGE_ROUTES[1]}"
@@ -204,3 +205,55 @@ def test_headless_chromium_renders_pages(local_dashboard, tmp_path: Path) -> Non
         assert colours > 50, f"{route}: only {colours} colours, page did not render"
         if save:
             shutil.copy(out, Path(save) / name)
+
+
+_LATER = """
+import json, sys, threading, urllib.error
+import dparallel.cluster.connection as connection
+from dparallel.cluster import ClusterSpec, connect
+from dparallel.dashboard.later import attach_pages
+from daskprocs import http_get
+
+def status(url):
+    try:
+        return http_get(url)[0]
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+connection.attach_pages = lambda scheduler: threading.Event()  # hold the pages back
+with connect(ClusterSpec(n_workers=1, dashboard_address="127.0.0.1:0")) as handle:
+    base = handle.dashboard_link.rsplit("/", 1)[0]
+    before = {
+        "bokeh": "bokeh" in sys.modules,
+        "health": status(base + "/health"),
+        "json": status(base + "/dparallel/status.json"),
+        "status": status(base + "/status"),
+    }
+    attached = attach_pages(handle.cluster.scheduler).wait(90)
+    after = {
+        "bokeh": "bokeh" in sys.modules,
+        "status": status(base + "/status"),
+        "progress": status(base + "/individual-dparallel-progress"),
+    }
+print(json.dumps({"before": before, "attached": attached, "after": after}))
+"""
+
+
+def test_local_scheduler_starts_without_bokeh_and_attaches_the_pages_later() -> None:
+    """The local cluster serves /health and the JSON route from its start, with bokeh not
+    even imported; attach_pages then adds Dask's and dparallel's pages (fresh interpreter)."""
+    import subprocess
+    import sys
+
+    from daskprocs import child_env
+
+    out = subprocess.run(
+        [sys.executable, "-c", _LATER], capture_output=True, text=True, timeout=150,
+        env=child_env({"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
+                                                      child_env()["PYTHONPATH"]])}),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["before"] == {"bokeh": False, "health": 200, "json": 200, "status": 404}
+    assert result["attached"] is True
+    assert result["after"] == {"bokeh": True, "status": 200, "progress": 200}
