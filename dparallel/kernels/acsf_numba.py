@@ -954,22 +954,29 @@ if _HAVE_NUMBA:  # pragma: no branch
         """njit with cache, numpy error model (no ZeroDivisionError checks: loops vectorise)."""
         return numba.njit(cache=True, error_model="numpy", fastmath=fastmath, **kw)
 
+    def _jit_views(fastmath: set[str]):  # noqa: ANN202
+        """:func:`_jit` for helpers that allocate nothing and return no array: compiled
+        without the runtime's reference counting (``_nrt=False``; an allocation there
+        fails to compile), so each array view they take costs nothing instead of an
+        atomic increment and decrement (~28k pairs per 108-atom force call)."""
+        return numba.njit(cache=True, error_model="numpy", fastmath=fastmath, _nrt=False)
+
     _CONTRACT = {"contract"}  # FMA only: exp/cos range reductions stay exact
     _REASSOC = {"contract", "reassoc", "nsz", "arcp"}  # reductions may be reordered
     _unit = _jit(_CONTRACT)(_unit)
     _put = _jit(_CONTRACT)(_put)
-    _cutoff_fill = _jit(_CONTRACT)(_cutoff_fill)
-    _angular_part = _jit(_CONTRACT)(_angular_part)
+    _cutoff_fill = _jit_views(_CONTRACT)(_cutoff_fill)
+    _angular_part = _jit_views(_CONTRACT)(_angular_part)
     _reduce_dot = _jit(_REASSOC)(_reduce_dot)
-    _radial_part = _jit(_CONTRACT)(_radial_part)
-    _column_derivative = _jit(_CONTRACT)(_column_derivative)
-    _flush = _jit(_CONTRACT)(_flush)
-    _separable = _jit(_CONTRACT)(_separable)
-    _add_rows = _jit(_REASSOC)(_add_rows)
-    _network = _jit(_REASSOC)(_network)
-    _contract = _jit(_CONTRACT)(_contract)
-    _scatter = _jit(_CONTRACT)(_scatter)
-    _triplet_forces = _jit(_CONTRACT)(_triplet_forces)
+    _radial_part = _jit_views(_CONTRACT)(_radial_part)
+    _column_derivative = _jit_views(_CONTRACT)(_column_derivative)
+    _flush = _jit_views(_CONTRACT)(_flush)
+    _separable = _jit_views(_CONTRACT)(_separable)
+    _add_rows = _jit_views(_REASSOC)(_add_rows)
+    _network = _jit_views(_REASSOC)(_network)
+    _contract = _jit_views(_CONTRACT)(_contract)
+    _scatter = _jit_views(_CONTRACT)(_scatter)
+    _triplet_forces = _jit_views(_CONTRACT)(_triplet_forces)
     _acsf_element_jit = _jit(_CONTRACT, nogil=True)(_acsf_element)
 
 
