@@ -494,20 +494,7 @@ def _acsf_element(
                             tstore, tj, tk, tseg, tcount,
                         )  # fmt: skip
                         nq = 0
-                    xj = vx[j]
-                    yj = vy[j]
-                    zj = vz[j]
-                    for k in range(k0, k1):  # r_jk² (vectorised)
-                        dx = vx[k] - xj
-                        dy = vy[k] - yj
-                        dz = vz[k] - zj
-                        dk2[k] = dx * dx + dy * dy + dz * dz
-                    for k in range(k0, k1):  # keep r_jk² < rc² (no sqrt for the others)
-                        dd = dk2[k]
-                        jj[nq] = j
-                        kk[nq] = k
-                        d2[nq] = dd
-                        nq += (dd < rc2) & (rr[k] < rmx)
+                    nq = _partners(vx, vy, vz, rr, j, k0, k1, rc2, rmx, dk2, jj, kk, d2, nq)
                 if nq:
                     _flush(
                         plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
@@ -558,6 +545,39 @@ def _acsf_element(
                     dflat[at + 2] = (pr * vz[m] + acc[m, sl, 3]) * sc
 
 
+def _partners(vx, vy, vz, rr, j, k0, k1, rc2, rmx, dk2, jj, kk, d2, nq):  # noqa: ANN001, ANN202
+    """Append neighbour j's partners k in [k0, k1) with r_jk² < rc2 and r_ik < rmx to the
+    triplet buffer (jj, kk, d2) at nq; returns the new count. Indices from ``range`` over
+    slices and an unsigned count: no negative-index fix-ups, contiguous vector loads."""
+    n = k1 - k0
+    xs = vx[k0:k1]
+    ys = vy[k0:k1]
+    zs = vz[k0:k1]
+    rs = rr[k0:k1]
+    xj = vx[j]
+    yj = vy[j]
+    zj = vz[j]
+    for t in range(n):  # r_jk² (vectorised), +inf where r_ik ≥ rmx
+        dx = xs[t] - xj
+        dy = ys[t] - yj
+        dz = zs[t] - zj
+        dd = dx * dx + dy * dy + dz * dz
+        dk2[t] = dd if rs[t] < rmx else np.inf
+    out_k = kk[nq:]
+    out_d = d2[nq:]
+    c = np.uint64(0)
+    for t in range(n):  # keep r_jk² < rc² (no sqrt for the others)
+        dd = dk2[t]
+        out_k[c] = k0 + t
+        out_d[c] = dd
+        c += np.uint64(dd < rc2)
+    m = np.int64(c)
+    out_j = jj[nq : nq + m]
+    for t in range(m):
+        out_j[t] = j
+    return nq + m
+
+
 def _triplet_forces(plan, w, k_r, n, wcol, tstore, tj, tk, tseg, n_seg, vx, vy, vz, facc, wk):  # noqa: ANN001, ANN202
     """facc[m] = (P, V) with Σ_columns ∂E/∂G_col · ∂G_col/∂r_im = P r_im + V over the triplet
     columns: per triplet the stored per-column Pj, Pk, Q weighted and summed, then one
@@ -580,11 +600,13 @@ def _triplet_forces(plan, w, k_r, n, wcol, tstore, tj, tk, tseg, n_seg, vx, vy, 
         for tc in range(plan.p_tcol_off[p], plan.p_tcol_off[p + 1]):
             col = plan.p_tcol[tc]
             wc = wcol[col]
-            t = tstore[col]
+            tpj = tstore[col, 0, q0 : q0 + nq]  # slices: no per-element index fix-up
+            tpk = tstore[col, 1, q0 : q0 + nq]
+            tqv = tstore[col, 2, q0 : q0 + nq]
             for q in range(nq):  # vectorised
-                pj[q] += wc * t[0, q0 + q]
-                pk[q] += wc * t[1, q0 + q]
-                qv[q] += wc * t[2, q0 + q]
+                pj[q] += wc * tpj[q]
+                pk[q] += wc * tpk[q]
+                qv[q] += wc * tqv[q]
         _scatter(pj, pk, qv, tj[q0:], tk[q0:], nq, vx, vy, vz, facc, facc)
 
 
@@ -592,18 +614,20 @@ def _scatter(pj, pk, qv, jj, kk, nq, vx, vy, vz, out_j, out_k):  # noqa: ANN001,
     """Triplets q < nq (j-major): ∂/∂r_ij += Pj r_ij + Q r_ik into out_j[j] and
     ∂/∂r_ik += Pk r_ik + Q r_ij into out_k[k], as (P, V) rows; the j side summed per run
     of equal j in registers (no store-to-load chain through memory)."""
-    q = 0
-    while q < nq:
+    q = np.uint64(0)  # unsigned indices: no negative-index fix-ups
+    end = np.uint64(nq)
+    while q < end:
         j = jj[q]
-        xj = vx[j]
-        yj = vy[j]
-        zj = vz[j]
+        ju = np.uint64(j)
+        xj = vx[ju]
+        yj = vy[ju]
+        zj = vz[ju]
         s0 = 0.0
         s1 = 0.0
         s2 = 0.0
         s3 = 0.0
-        while q < nq and jj[q] == j:
-            k = kk[q]
+        while q < end and jj[q] == j:
+            k = np.uint64(kk[q])
             qq = qv[q]
             s0 += pj[q]
             s1 += qq * vx[k]
@@ -613,11 +637,11 @@ def _scatter(pj, pk, qv, jj, kk, nq, vx, vy, vz, out_j, out_k):  # noqa: ANN001,
             out_k[k, 1] += qq * xj
             out_k[k, 2] += qq * yj
             out_k[k, 3] += qq * zj
-            q += 1
-        out_j[j, 0] += s0
-        out_j[j, 1] += s1
-        out_j[j, 2] += s2
-        out_j[j, 3] += s3
+            q += np.uint64(1)
+        out_j[ju, 0] += s0
+        out_j[ju, 1] += s1
+        out_j[ju, 2] += s2
+        out_j[ju, 3] += s3
 
 
 def _contract(plan, net, w, n, el, blk, orig, vx, vy, vz, inv_r, d_rad, acc, facc, k_r,
@@ -804,8 +828,8 @@ def _flush(
     t_ij = wk[_IJ]
     t_ik = wk[_IK]
     for q in range(nq):  # gather (scalar): cos θ_jik, 1/r_ij, 1/r_ik
-        j = jj[q]
-        k = kk[q]
+        j = np.uint64(jj[q])  # unsigned: no negative-index fix-ups
+        k = np.uint64(kk[q])
         t_ij[q] = inv_r[j]
         t_ik[q] = inv_r[k]
         t_c[q] = vx[j] * vx[k] + vy[j] * vy[k] + vz[j] * vz[k]
@@ -857,9 +881,11 @@ def _flush(
         tseg[sg, 2] = nq
         tcount[0] = sg + 1
         tcount[1] = base + nq
+        tj_out = tj[base:]  # a slice: no per-element index fix-up
+        tk_out = tk[base:]
         for q in range(nq):
-            tj[base + q] = jj[q]
-            tk[base + q] = kk[q]
+            tj_out[q] = jj[q]
+            tk_out[q] = kk[q]
         for tc in range(t0, t1):
             col = plan.p_tcol[tc]
             t = tstore[col]
@@ -886,9 +912,9 @@ def _radial_part(
     """out[0] = W = a(r_ij) a(r_ik) b(r_jk); with derivatives out[1:4] = Xj, Xk, Y (docs)."""
     aj = gat[0]
     ak = gat[1]
-    for q in range(nq):  # gather (scalar), so that the loops below vectorise
-        aj[q] = a_e[jj[q]]
-        ak[q] = a_e[kk[q]]
+    for q in range(nq):  # gather (scalar, unsigned indices), so that the loops below vectorise
+        aj[q] = a_e[np.uint64(jj[q])]
+        ak[q] = a_e[np.uint64(kk[q])]
     w = out[0]
     fc = cut[0]
     meta = like(-eta, t_r[0])  # compute precision (float32 or float64)
@@ -905,8 +931,8 @@ def _radial_part(
     daj = gat[2]
     dak = gat[3]
     for q in range(nq):
-        daj[q] = dar_e[jj[q]]
-        dak[q] = dar_e[kk[q]]
+        daj[q] = dar_e[np.uint64(jj[q])]
+        dak[q] = dar_e[np.uint64(kk[q])]
     xj = out[1]
     xk = out[2]
     y = out[3]
@@ -956,9 +982,8 @@ if _HAVE_NUMBA:  # pragma: no branch
 
     def _jit_views(fastmath: set[str]):  # noqa: ANN202
         """:func:`_jit` for helpers that allocate nothing and return no array: compiled
-        without the runtime's reference counting (``_nrt=False``; an allocation there
-        fails to compile), so each array view they take costs nothing instead of an
-        atomic increment and decrement (~28k pairs per 108-atom force call)."""
+        without the runtime's reference counting (_nrt=False), so the array views they
+        take are free instead of an atomic increment and decrement each."""
         return numba.njit(cache=True, error_model="numpy", fastmath=fastmath, _nrt=False)
 
     _CONTRACT = {"contract"}  # FMA only: exp/cos range reductions stay exact
@@ -977,6 +1002,7 @@ if _HAVE_NUMBA:  # pragma: no branch
     _contract = _jit_views(_CONTRACT)(_contract)
     _scatter = _jit_views(_CONTRACT)(_scatter)
     _triplet_forces = _jit_views(_CONTRACT)(_triplet_forces)
+    _partners = _jit_views(_CONTRACT)(_partners)
     _acsf_element_jit = _jit(_CONTRACT, nogil=True)(_acsf_element)
 
 
