@@ -451,21 +451,7 @@ def _acsf_element(
                 ae[m] = g * fc[m]
                 de[m] = g * (dfc[m] - 2.0 * eta * d * fc[m]) * inv_r[m]
         # --------------------------------------------------------------- radial
-        for f in range(n_el):
-            m0 = blk[f]
-            m1 = blk[f + 1]
-            for kr in range(plan.rk_off[f], plan.rk_off[f + 1]):
-                eta = plan.rk_eta[kr]
-                rs = plan.rk_rs[kr]
-                fc = fcn[plan.rk_cut[kr]]
-                dfc = dfcn[plan.rk_cut[kr]]
-                for m in range(m0, m1):  # vectorised; the sum below may be reordered
-                    d = rr[m] - rs
-                    g = vexp(-eta * d * d)
-                    g_tmp[m] = g
-                    if derivatives:
-                        d_rad[kr, m] = g * (dfc[m] - 2.0 * eta * d * fc[m])
-                g_rad[kr] = _reduce_dot(g_tmp[m0:m1], fc[m0:m1], m1 - m0)
+        _radial(plan, blk, rr, fcn, dfcn, g_tmp, d_rad, g_rad, derivatives)
         # -------------------------------------------------------------- angular
         g_col[:] = 0.0
         if derivatives:
@@ -480,21 +466,20 @@ def _acsf_element(
                 rc2 = plan.p_rc2[p]
                 rmx = plan.p_rmax[p]
                 nq = 0
-                for j in range(blk[a], blk[a + 1]):
-                    if rr[j] >= rmx:
-                        continue
-                    k0 = max(j + 1, blk[b])
-                    k1 = blk[b + 1]
-                    if k0 >= k1:
-                        continue
-                    if nq + k1 - k0 > cap:
-                        _flush(
-                            plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
-                            g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
-                            tstore, tj, tk, tseg, tcount,
-                        )  # fmt: skip
-                        nq = 0
-                    nq = _partners(vx, vy, vz, rr, j, k0, k1, rc2, rmx, dk2, jj, kk, d2, nq)
+                j = blk[a]
+                while True:  # the buffer is flushed whenever the next j might overflow it
+                    j, nq = _partners(
+                        vx, vy, vz, rr, j, blk[a + 1], blk[b], blk[b + 1], rc2, rmx, cap,
+                        dk2, jj, kk, d2, nq,
+                    )  # fmt: skip
+                    if j == blk[a + 1]:
+                        break
+                    _flush(
+                        plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
+                        g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
+                        tstore, tj, tk, tseg, tcount,
+                    )  # fmt: skip
+                    nq = 0
                 if nq:
                     _flush(
                         plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
@@ -545,37 +530,72 @@ def _acsf_element(
                     dflat[at + 2] = (pr * vz[m] + acc[m, sl, 3]) * sc
 
 
-def _partners(vx, vy, vz, rr, j, k0, k1, rc2, rmx, dk2, jj, kk, d2, nq):  # noqa: ANN001, ANN202
-    """Append neighbour j's partners k in [k0, k1) with r_jk² < rc2 and r_ik < rmx to the
-    triplet buffer (jj, kk, d2) at nq; returns the new count. Indices from ``range`` over
-    slices and an unsigned count: no negative-index fix-ups, contiguous vector loads."""
-    n = k1 - k0
-    xs = vx[k0:k1]
-    ys = vy[k0:k1]
-    zs = vz[k0:k1]
-    rs = rr[k0:k1]
-    xj = vx[j]
-    yj = vy[j]
-    zj = vz[j]
-    for t in range(n):  # r_jk² (vectorised), +inf where r_ik ≥ rmx
-        dx = xs[t] - xj
-        dy = ys[t] - yj
-        dz = zs[t] - zj
-        dd = dx * dx + dy * dy + dz * dz
-        dk2[t] = dd if rs[t] < rmx else np.inf
-    out_k = kk[nq:]
-    out_d = d2[nq:]
-    c = np.uint64(0)
-    for t in range(n):  # keep r_jk² < rc² (no sqrt for the others)
-        dd = dk2[t]
-        out_k[c] = k0 + t
-        out_d[c] = dd
-        c += np.uint64(dd < rc2)
-    m = np.int64(c)
-    out_j = jj[nq : nq + m]
-    for t in range(m):
-        out_j[t] = j
-    return nq + m
+def _radial(plan, blk, rr, fcn, dfcn, g_tmp, d_rad, g_rad, derivatives):  # noqa: ANN001, ANN202
+    """One centre's radial (type 2) sums g_rad and, with ``derivatives``, a'(r_ij) per radial
+    key in d_rad, over the neighbours of each element block (slices: contiguous loads)."""
+    for f in range(blk.shape[0] - 1):
+        m0 = blk[f]
+        nm = blk[f + 1] - m0
+        r = rr[m0 : m0 + nm]
+        gt = g_tmp[m0 : m0 + nm]
+        for kr in range(plan.rk_off[f], plan.rk_off[f + 1]):
+            eta = plan.rk_eta[kr]
+            rs = plan.rk_rs[kr]
+            fc = fcn[plan.rk_cut[kr], m0 : m0 + nm]
+            dfc = dfcn[plan.rk_cut[kr], m0 : m0 + nm]
+            dr = d_rad[kr, m0 : m0 + nm]
+            for m in range(nm):  # vectorised; the sum below may be reordered
+                d = r[m] - rs
+                g = vexp(-eta * d * d)
+                gt[m] = g
+                if derivatives:
+                    dr[m] = g * (dfc[m] - 2.0 * eta * d * fc[m])
+            g_rad[kr] = _reduce_dot(gt, fc, nm)
+
+
+def _partners(vx, vy, vz, rr, j0, j1, b0, b1, rc2, rmx, cap, dk2, jj, kk, d2, nq):  # noqa: ANN001, ANN202
+    """Append to the triplet buffer (jj, kk, d2), from count nq, the partners of neighbours
+    j = j0, j0 + 1, ... < j1: k in [max(j + 1, b0), b1) with r_jk² < rc2 and r_ij, r_ik < rmx,
+    stopping before a j whose candidates might overflow the buffer (cap). Returns (that j,
+    or j1 when all are done; the new count). Slices and unsigned counts inside: no
+    negative-index fix-ups, contiguous vector loads; one call per centre and element pair."""
+    for j in range(j0, j1):
+        ju = np.uint64(j)
+        if rr[ju] >= rmx:
+            continue
+        k0 = max(j + 1, b0)
+        n = b1 - k0
+        if n <= 0:
+            continue
+        if nq + n > cap:
+            return j, nq
+        xs = vx[k0:b1]
+        ys = vy[k0:b1]
+        zs = vz[k0:b1]
+        rs = rr[k0:b1]
+        xj = vx[ju]
+        yj = vy[ju]
+        zj = vz[ju]
+        for t in range(n):  # r_jk² (vectorised), +inf where r_ik ≥ rmx
+            dx = xs[t] - xj
+            dy = ys[t] - yj
+            dz = zs[t] - zj
+            dd = dx * dx + dy * dy + dz * dz
+            dk2[t] = dd if rs[t] < rmx else np.inf
+        out_k = kk[nq:]
+        out_d = d2[nq:]
+        c = np.uint64(0)
+        for t in range(n):  # keep r_jk² < rc² (no sqrt for the others)
+            dd = dk2[t]
+            out_k[c] = k0 + t
+            out_d[c] = dd
+            c += np.uint64(dd < rc2)
+        m = np.int64(c)
+        out_j = jj[nq : nq + m]
+        for t in range(m):
+            out_j[t] = j
+        nq += m
+    return j1, nq
 
 
 def _triplet_forces(plan, w, k_r, n, wcol, tstore, tj, tk, tseg, n_seg, vx, vy, vz, facc, wk):  # noqa: ANN001, ANN202
@@ -665,13 +685,15 @@ def _contract(plan, net, w, n, el, blk, orig, vx, vy, vz, inv_r, d_rad, acc, fac
                 wslot[f, s - k_r] += ws
     for f in range(n_el):  # radial: Σ_k w_k a'_k(r_ij), vectorised over the neighbours
         m0 = blk[f]
-        m1 = blk[f + 1]
-        for m in range(m0, m1):
-            prad[m] = 0.0
+        nm = blk[f + 1] - m0
+        pr = prad[m0 : m0 + nm]  # slices: contiguous loads
+        for m in range(nm):
+            pr[m] = 0.0
         for kr in range(plan.rk_off[f], plan.rk_off[f + 1]):
             wk = wrad[kr]
-            for m in range(m0, m1):
-                prad[m] += wk * d_rad[kr, m]
+            dr = d_rad[kr, m0 : m0 + nm]
+            for m in range(nm):
+                pr[m] += wk * dr[m]
     n_sl = wslot.shape[1] if use_acc else 0
     gx = 0.0
     gy = 0.0
@@ -1003,6 +1025,7 @@ if _HAVE_NUMBA:  # pragma: no branch
     _scatter = _jit_views(_CONTRACT)(_scatter)
     _triplet_forces = _jit_views(_CONTRACT)(_triplet_forces)
     _partners = _jit_views(_CONTRACT)(_partners)
+    _radial = _jit_views(_CONTRACT)(_radial)
     _acsf_element_jit = _jit(_CONTRACT, nogil=True)(_acsf_element)
 
 
