@@ -165,11 +165,56 @@ class SplitLayout(NamedTuple):
 
 
 def _add_rows(mat, x, out):  # noqa: ANN001, ANN202
-    """out[:n] += Σ_r x[r] mat[r, :n] for mat (m, n): axpys over contiguous rows."""
-    for r in range(mat.shape[0]):
+    """out[:n] += Σ_r x[r] mat[r, :n] for mat (m, n): axpys over contiguous rows, four rows
+    per pass over out (a quarter of its loads and stores)."""
+    m = mat.shape[0]
+    n = mat.shape[1]
+    for r4 in range(m // 4):
+        r = 4 * r4
+        x0 = x[r]
+        x1 = x[r + 1]
+        x2 = x[r + 2]
+        x3 = x[r + 3]
+        m0 = mat[r]
+        m1 = mat[r + 1]
+        m2 = mat[r + 2]
+        m3 = mat[r + 3]
+        for c in range(n):
+            out[c] += (x0 * m0[c] + x1 * m1[c]) + (x2 * m2[c] + x3 * m3[c])
+    for r in range(m - m % 4, m):
         xr = x[r]
-        for c in range(mat.shape[1]):
-            out[c] += xr * mat[r, c]
+        mr = mat[r]
+        for c in range(n):
+            out[c] += xr * mr[c]
+
+
+def _matvec(mat, x, bias, out):  # noqa: ANN001, ANN202
+    """out[o] = bias[o] + Σ_q mat[o, q] x[q] for mat (m, n): four rows at a time, so that
+    their four sums share the loads of x and their horizontal reductions overlap."""
+    m = mat.shape[0]
+    n = mat.shape[1]
+    for o4 in range(m // 4):
+        o = 4 * o4
+        m0 = mat[o]
+        m1 = mat[o + 1]
+        m2 = mat[o + 2]
+        m3 = mat[o + 3]
+        s0 = 0.0
+        s1 = 0.0
+        s2 = 0.0
+        s3 = 0.0
+        for q in range(n):  # vectorised over q (reassociated sums)
+            xq = x[q]
+            s0 += m0[q] * xq
+            s1 += m1[q] * xq
+            s2 += m2[q] * xq
+            s3 += m3[q] * xq
+        out[o] = bias[o] + s0
+        out[o + 1] = bias[o + 1] + s1
+        out[o + 2] = bias[o + 2] + s2
+        out[o + 3] = bias[o + 3] + s3
+    for o in range(m - m % 4, m):
+        out[o] = bias[o] + _reduce_dot(mat[o], x, n)
 
 
 def _network(net, g, acts, gcur, gnext, w):  # noqa: ANN001, ANN202
@@ -189,8 +234,8 @@ def _network(net, g, acts, gcur, gnext, w):  # noqa: ANN001, ANN202
         if kind == 0:  # dst = b + W src, one dot product per output over a row of W
             wm = net.params[off : off + n_out * n_in].reshape((n_out, n_in))
             b0 = off + n_out * n_in
-            for o in range(n_out):  # (axpys over rows of Wᵀ were ~0.06 ms per MD step slower)
-                dst[o] = net.params[b0 + o] + _reduce_dot(wm[o], src, n_in)
+            # (axpys over rows of Wᵀ were ~0.06 ms per MD step slower)
+            _matvec(wm, src[:n_in], net.params[b0 : b0 + n_out], dst)
         elif kind == 1:
             for q in range(n_in):
                 dst[q] = src[q] / net.params[off]
@@ -477,21 +522,7 @@ def _acsf_element(
                 ae[m] = g * fc[m]
                 de[m] = g * (dfc[m] - 2.0 * eta * d * fc[m]) * inv_r[m]
         # --------------------------------------------------------------- radial
-        for f in range(n_el):
-            m0 = blk[f]
-            m1 = blk[f + 1]
-            for kr in range(plan.rk_off[f], plan.rk_off[f + 1]):
-                eta = plan.rk_eta[kr]
-                rs = plan.rk_rs[kr]
-                fc = fcn[plan.rk_cut[kr]]
-                dfc = dfcn[plan.rk_cut[kr]]
-                for m in range(m0, m1):  # vectorised; the sum below may be reordered
-                    d = rr[m] - rs
-                    g = vexp(-eta * d * d)
-                    g_tmp[m] = g
-                    if derivatives:
-                        d_rad[kr, m] = g * (dfc[m] - 2.0 * eta * d * fc[m])
-                g_rad[kr] = _reduce_dot(g_tmp[m0:m1], fc[m0:m1], m1 - m0)
+        _radial(plan, blk, rr, fcn, dfcn, g_tmp, d_rad, g_rad, derivatives)
         # -------------------------------------------------------------- angular
         g_col[:] = 0.0
         if derivatives:
@@ -506,34 +537,20 @@ def _acsf_element(
                 rc2 = plan.p_rc2[p]
                 rmx = plan.p_rmax[p]
                 nq = 0
-                for j in range(blk[a], blk[a + 1]):
-                    if rr[j] >= rmx:
-                        continue
-                    k0 = max(j + 1, blk[b])
-                    k1 = blk[b + 1]
-                    if k0 >= k1:
-                        continue
-                    if nq + k1 - k0 > cap:
-                        _flush(
-                            plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
-                            g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
-                            tstore, tj, tk, tseg, tcount,
-                        )  # fmt: skip
-                        nq = 0
-                    xj = vx[j]
-                    yj = vy[j]
-                    zj = vz[j]
-                    for k in range(k0, k1):  # r_jk² (vectorised)
-                        dx = vx[k] - xj
-                        dy = vy[k] - yj
-                        dz = vz[k] - zj
-                        dk2[k] = dx * dx + dy * dy + dz * dz
-                    for k in range(k0, k1):  # keep r_jk² < rc² (no sqrt for the others)
-                        dd = dk2[k]
-                        jj[nq] = j
-                        kk[nq] = k
-                        d2[nq] = dd
-                        nq += (dd < rc2) & (rr[k] < rmx)
+                j = blk[a]
+                while True:  # the buffer is flushed whenever the next j might overflow it
+                    j, nq = _partners(
+                        vx, vy, vz, rr, j, blk[a + 1], blk[b], blk[b + 1], rc2, rmx, cap,
+                        dk2, jj, kk, d2, nq,
+                    )  # fmt: skip
+                    if j == blk[a + 1]:
+                        break
+                    _flush(
+                        plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
+                        g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
+                        tstore, tj, tk, tseg, tcount,
+                    )  # fmt: skip
+                    nq = 0
                 if nq:
                     _flush(
                         plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
@@ -604,14 +621,82 @@ def _write_split(plan, split, n, el, orig, grp_row, d_base, d_rad, acc, vx, vy, 
             sc = plan.dscale[dc]
             k = split.column[dc]
             if s < k_r:
-                dflat[base_r + k * n_p] = d_rad[s, m] * sc
+                dflat[np.uint64(base_r + k * n_p)] = d_rad[s, m] * sc
             else:
                 sl = s - k_r
                 pr = acc[m, sl, 0]
-                at = base_a + 3 * k * n_p
-                dflat[at] = (pr * vx[m] + acc[m, sl, 1]) * sc
-                dflat[at + n_p] = (pr * vy[m] + acc[m, sl, 2]) * sc
-                dflat[at + 2 * n_p] = (pr * vz[m] + acc[m, sl, 3]) * sc
+                at = base_a + 3 * k * n_p  # unsigned below: no negative-index fix-ups
+                dflat[np.uint64(at)] = (pr * vx[m] + acc[m, sl, 1]) * sc
+                dflat[np.uint64(at + n_p)] = (pr * vy[m] + acc[m, sl, 2]) * sc
+                dflat[np.uint64(at + 2 * n_p)] = (pr * vz[m] + acc[m, sl, 3]) * sc
+
+
+def _radial(plan, blk, rr, fcn, dfcn, g_tmp, d_rad, g_rad, derivatives):  # noqa: ANN001, ANN202
+    """One centre's radial (type 2) sums g_rad and, with ``derivatives``, a'(r_ij) per radial
+    key in d_rad, over the neighbours of each element block (slices: contiguous loads)."""
+    for f in range(blk.shape[0] - 1):
+        m0 = blk[f]
+        nm = blk[f + 1] - m0
+        r = rr[m0 : m0 + nm]
+        gt = g_tmp[m0 : m0 + nm]
+        for kr in range(plan.rk_off[f], plan.rk_off[f + 1]):
+            eta = plan.rk_eta[kr]
+            rs = plan.rk_rs[kr]
+            fc = fcn[plan.rk_cut[kr], m0 : m0 + nm]
+            dfc = dfcn[plan.rk_cut[kr], m0 : m0 + nm]
+            dr = d_rad[kr, m0 : m0 + nm]
+            for m in range(nm):  # vectorised; the sum below may be reordered
+                d = r[m] - rs
+                g = vexp(-eta * d * d)
+                gt[m] = g
+                if derivatives:
+                    dr[m] = g * (dfc[m] - 2.0 * eta * d * fc[m])
+            g_rad[kr] = _reduce_dot(gt, fc, nm)
+
+
+def _partners(vx, vy, vz, rr, j0, j1, b0, b1, rc2, rmx, cap, dk2, jj, kk, d2, nq):  # noqa: ANN001, ANN202
+    """Append to the triplet buffer (jj, kk, d2), from count nq, the partners of neighbours
+    j = j0, j0 + 1, ... < j1: k in [max(j + 1, b0), b1) with r_jk² < rc2 and r_ij, r_ik < rmx,
+    stopping before a j whose candidates might overflow the buffer (cap). Returns (that j,
+    or j1 when all are done; the new count). Slices and unsigned counts inside: no
+    negative-index fix-ups, contiguous vector loads; one call per centre and element pair."""
+    for j in range(j0, j1):
+        ju = np.uint64(j)
+        if rr[ju] >= rmx:
+            continue
+        k0 = max(j + 1, b0)
+        n = b1 - k0
+        if n <= 0:
+            continue
+        if nq + n > cap:
+            return j, nq
+        xs = vx[k0:b1]
+        ys = vy[k0:b1]
+        zs = vz[k0:b1]
+        rs = rr[k0:b1]
+        xj = vx[ju]
+        yj = vy[ju]
+        zj = vz[ju]
+        for t in range(n):  # r_jk² (vectorised), +inf where r_ik ≥ rmx
+            dx = xs[t] - xj
+            dy = ys[t] - yj
+            dz = zs[t] - zj
+            dd = dx * dx + dy * dy + dz * dz
+            dk2[t] = dd if rs[t] < rmx else np.inf
+        out_k = kk[nq:]
+        out_d = d2[nq:]
+        c = np.uint64(0)
+        for t in range(n):  # keep r_jk² < rc² (no sqrt for the others)
+            dd = dk2[t]
+            out_k[c] = k0 + t
+            out_d[c] = dd
+            c += np.uint64(dd < rc2)
+        m = np.int64(c)
+        out_j = jj[nq : nq + m]
+        for t in range(m):
+            out_j[t] = j
+        nq += m
+    return j1, nq
 
 
 def _triplet_forces(plan, w, k_r, n, wcol, tstore, tj, tk, tseg, n_seg, vx, vy, vz, facc, wk):  # noqa: ANN001, ANN202
@@ -636,11 +721,13 @@ def _triplet_forces(plan, w, k_r, n, wcol, tstore, tj, tk, tseg, n_seg, vx, vy, 
         for tc in range(plan.p_tcol_off[p], plan.p_tcol_off[p + 1]):
             col = plan.p_tcol[tc]
             wc = wcol[col]
-            t = tstore[col]
+            tpj = tstore[col, 0, q0 : q0 + nq]  # slices: no per-element index fix-up
+            tpk = tstore[col, 1, q0 : q0 + nq]
+            tqv = tstore[col, 2, q0 : q0 + nq]
             for q in range(nq):  # vectorised
-                pj[q] += wc * t[0, q0 + q]
-                pk[q] += wc * t[1, q0 + q]
-                qv[q] += wc * t[2, q0 + q]
+                pj[q] += wc * tpj[q]
+                pk[q] += wc * tpk[q]
+                qv[q] += wc * tqv[q]
         _scatter(pj, pk, qv, tj[q0:], tk[q0:], nq, vx, vy, vz, facc, facc)
 
 
@@ -648,18 +735,20 @@ def _scatter(pj, pk, qv, jj, kk, nq, vx, vy, vz, out_j, out_k):  # noqa: ANN001,
     """Triplets q < nq (j-major): ∂/∂r_ij += Pj r_ij + Q r_ik into out_j[j] and
     ∂/∂r_ik += Pk r_ik + Q r_ij into out_k[k], as (P, V) rows; the j side summed per run
     of equal j in registers (no store-to-load chain through memory)."""
-    q = 0
-    while q < nq:
+    q = np.uint64(0)  # unsigned indices: no negative-index fix-ups
+    end = np.uint64(nq)
+    while q < end:
         j = jj[q]
-        xj = vx[j]
-        yj = vy[j]
-        zj = vz[j]
+        ju = np.uint64(j)
+        xj = vx[ju]
+        yj = vy[ju]
+        zj = vz[ju]
         s0 = 0.0
         s1 = 0.0
         s2 = 0.0
         s3 = 0.0
-        while q < nq and jj[q] == j:
-            k = kk[q]
+        while q < end and jj[q] == j:
+            k = np.uint64(kk[q])
             qq = qv[q]
             s0 += pj[q]
             s1 += qq * vx[k]
@@ -669,11 +758,11 @@ def _scatter(pj, pk, qv, jj, kk, nq, vx, vy, vz, out_j, out_k):  # noqa: ANN001,
             out_k[k, 1] += qq * xj
             out_k[k, 2] += qq * yj
             out_k[k, 3] += qq * zj
-            q += 1
-        out_j[j, 0] += s0
-        out_j[j, 1] += s1
-        out_j[j, 2] += s2
-        out_j[j, 3] += s3
+            q += np.uint64(1)
+        out_j[ju, 0] += s0
+        out_j[ju, 1] += s1
+        out_j[ju, 2] += s2
+        out_j[ju, 3] += s3
 
 
 def _contract(plan, net, w, n, el, blk, orig, vx, vy, vz, inv_r, d_rad, acc, facc, k_r,
@@ -697,13 +786,15 @@ def _contract(plan, net, w, n, el, blk, orig, vx, vy, vz, inv_r, d_rad, acc, fac
                 wslot[f, s - k_r] += ws
     for f in range(n_el):  # radial: Σ_k w_k a'_k(r_ij), vectorised over the neighbours
         m0 = blk[f]
-        m1 = blk[f + 1]
-        for m in range(m0, m1):
-            prad[m] = 0.0
+        nm = blk[f + 1] - m0
+        pr = prad[m0 : m0 + nm]  # slices: contiguous loads
+        for m in range(nm):
+            pr[m] = 0.0
         for kr in range(plan.rk_off[f], plan.rk_off[f + 1]):
             wk = wrad[kr]
-            for m in range(m0, m1):
-                prad[m] += wk * d_rad[kr, m]
+            dr = d_rad[kr, m0 : m0 + nm]
+            for m in range(nm):
+                pr[m] += wk * dr[m]
     n_sl = wslot.shape[1] if use_acc else 0
     gx = 0.0
     gy = 0.0
@@ -860,8 +951,8 @@ def _flush(
     t_ij = wk[_IJ]
     t_ik = wk[_IK]
     for q in range(nq):  # gather (scalar): cos θ_jik, 1/r_ij, 1/r_ik
-        j = jj[q]
-        k = kk[q]
+        j = np.uint64(jj[q])  # unsigned: no negative-index fix-ups
+        k = np.uint64(kk[q])
         t_ij[q] = inv_r[j]
         t_ik[q] = inv_r[k]
         t_c[q] = vx[j] * vx[k] + vy[j] * vy[k] + vz[j] * vz[k]
@@ -913,9 +1004,11 @@ def _flush(
         tseg[sg, 2] = nq
         tcount[0] = sg + 1
         tcount[1] = base + nq
+        tj_out = tj[base:]  # a slice: no per-element index fix-up
+        tk_out = tk[base:]
         for q in range(nq):
-            tj[base + q] = jj[q]
-            tk[base + q] = kk[q]
+            tj_out[q] = jj[q]
+            tk_out[q] = kk[q]
         for tc in range(t0, t1):
             col = plan.p_tcol[tc]
             t = tstore[col]
@@ -942,9 +1035,9 @@ def _radial_part(
     """out[0] = W = a(r_ij) a(r_ik) b(r_jk); with derivatives out[1:4] = Xj, Xk, Y (docs)."""
     aj = gat[0]
     ak = gat[1]
-    for q in range(nq):  # gather (scalar), so that the loops below vectorise
-        aj[q] = a_e[jj[q]]
-        ak[q] = a_e[kk[q]]
+    for q in range(nq):  # gather (scalar, unsigned indices), so that the loops below vectorise
+        aj[q] = a_e[np.uint64(jj[q])]
+        ak[q] = a_e[np.uint64(kk[q])]
     w = out[0]
     fc = cut[0]
     meta = like(-eta, t_r[0])  # compute precision (float32 or float64)
@@ -961,8 +1054,8 @@ def _radial_part(
     daj = gat[2]
     dak = gat[3]
     for q in range(nq):
-        daj[q] = dar_e[jj[q]]
-        dak[q] = dar_e[kk[q]]
+        daj[q] = dar_e[np.uint64(jj[q])]
+        dak[q] = dar_e[np.uint64(kk[q])]
     xj = out[1]
     xk = out[2]
     y = out[3]
@@ -1010,23 +1103,32 @@ if _HAVE_NUMBA:  # pragma: no branch
         """njit with cache, numpy error model (no ZeroDivisionError checks: loops vectorise)."""
         return numba.njit(cache=True, error_model="numpy", fastmath=fastmath, **kw)
 
+    def _jit_views(fastmath: set[str]):  # noqa: ANN202
+        """:func:`_jit` for helpers that allocate nothing and return no array: compiled
+        without the runtime's reference counting (_nrt=False), so the array views they
+        take are free instead of an atomic increment and decrement each."""
+        return numba.njit(cache=True, error_model="numpy", fastmath=fastmath, _nrt=False)
+
     _CONTRACT = {"contract"}  # FMA only: exp/cos range reductions stay exact
     _REASSOC = {"contract", "reassoc", "nsz", "arcp"}  # reductions may be reordered
     _unit = _jit(_CONTRACT)(_unit)
     _put = _jit(_CONTRACT)(_put)
-    _cutoff_fill = _jit(_CONTRACT)(_cutoff_fill)
-    _angular_part = _jit(_CONTRACT)(_angular_part)
+    _cutoff_fill = _jit_views(_CONTRACT)(_cutoff_fill)
+    _angular_part = _jit_views(_CONTRACT)(_angular_part)
     _reduce_dot = _jit(_REASSOC)(_reduce_dot)
-    _radial_part = _jit(_CONTRACT)(_radial_part)
-    _column_derivative = _jit(_CONTRACT)(_column_derivative)
-    _flush = _jit(_CONTRACT)(_flush)
-    _separable = _jit(_CONTRACT)(_separable)
-    _add_rows = _jit(_REASSOC)(_add_rows)
-    _network = _jit(_REASSOC)(_network)
-    _contract = _jit(_CONTRACT)(_contract)
-    _scatter = _jit(_CONTRACT)(_scatter)
-    _triplet_forces = _jit(_CONTRACT)(_triplet_forces)
-    _write_split = _jit(_CONTRACT)(_write_split)
+    _radial_part = _jit_views(_CONTRACT)(_radial_part)
+    _column_derivative = _jit_views(_CONTRACT)(_column_derivative)
+    _flush = _jit_views(_CONTRACT)(_flush)
+    _separable = _jit_views(_CONTRACT)(_separable)
+    _add_rows = _jit_views(_REASSOC)(_add_rows)
+    _matvec = _jit_views(_REASSOC)(_matvec)
+    _network = _jit_views(_REASSOC)(_network)
+    _contract = _jit_views(_CONTRACT)(_contract)
+    _scatter = _jit_views(_CONTRACT)(_scatter)
+    _triplet_forces = _jit_views(_CONTRACT)(_triplet_forces)
+    _partners = _jit_views(_CONTRACT)(_partners)
+    _radial = _jit_views(_CONTRACT)(_radial)
+    _write_split = _jit_views(_CONTRACT)(_write_split)
     _acsf_element_jit = _jit(_CONTRACT, nogil=True)(_acsf_element)
 
 

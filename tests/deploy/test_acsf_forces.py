@@ -125,6 +125,39 @@ def test_fused_route_on_a_dense_cell_with_a_skin_list_equals_torch_and_finite_di
         assert abs(fd - fast["forces"][atom, axis]) < 1e-6 * max(1.0, abs(fd))
 
 
+def test_fused_route_flushing_the_triplet_buffer_mid_centre_equals_torch() -> None:
+    """More triplets per centre and element pair than the kernel's buffer holds: the partner
+    search stops before the neighbour j that would overflow it, flushes, resumes at j."""
+    from ase.build import bulk
+
+    from dparallel.descriptors import ACSF
+    from dparallel.kernels import acsf_numba
+    from dparallel.train import HDNNP
+    from dparallel.train.export import DeployedModel
+
+    acsf = ACSF.uniform(
+        ["Cu"], r_cut=6.0, cutoff="cos", radial=[(0.5, 3.0)],
+        narrow=[(0.01, 1.0, -1.0, 0.0), (0.05, 4.0, 1.0, 0.5)],
+    )  # fmt: skip
+    n = acsf.n_features("Cu")
+    torch.manual_seed(5)
+    net = HDNNP(["Cu"], {"Cu": n}, hidden=(6,)).double()
+    model = DeployedModel(acsf, net, torch.float64)
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((2, 2, 2))
+    atoms.rattle(0.05, seed=6)
+    batch = StructureBatch.from_ase([atoms])
+    nb = model.neighbors(batch)
+    i, v = nb.pair_first, nb.vectors
+    centre = v[i == 0]  # (n, 3) atom 0's neighbours within the cutoff
+    d = np.linalg.norm(centre[:, None] - centre[None], axis=-1)
+    assert (d[np.triu_indices(len(centre), 1)] < 6.0).sum() > 2 * acsf_numba._CAP
+    assert model._acsf_forces().fuse
+    fast = model.predict(batch, stress=True, neighbors=nb, backend="numba")
+    slow = model.predict(batch, stress=True, backend="torch")
+    for key in ("energy", "energies", "forces", "stress"):
+        np.testing.assert_allclose(fast[key], slow[key], rtol=1e-10, atol=1e-10)
+
+
 def test_fused_route_sees_in_place_parameter_updates(model) -> None:  # noqa: ANN001
     batch = StructureBatch.from_ase([structures()["periodic"]])
     before = model.predict(batch, backend="numba")  # the network tables are built here

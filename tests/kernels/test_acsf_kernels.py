@@ -109,3 +109,24 @@ def test_triplets_enumerate_all_unordered_pairs_per_centre(block: int) -> None:
     c = center.tolist()
     expect = [(j, k) for j in range(40) for k in range(j + 1, 40) if c[j] == c[k]]
     assert got == expect
+
+
+@pytest.mark.parametrize("m", [1, 3, 4, 7, 8, 13, 48])
+@pytest.mark.parametrize("n", [1, 5, 12, 48])
+def test_fused_network_matvec_and_transposed_product_equal_numpy(m: int, n: int) -> None:
+    """The fused network's products (four rows at a time, remainder rows one by one)."""
+    pytest.importorskip("numba")
+    from dparallel.kernels.acsf_numba import _add_rows, _matvec
+
+    rng = np.random.default_rng(m * 100 + n)
+    mat = rng.normal(size=(m, n))
+    x, bias = rng.normal(size=n), rng.normal(size=m)
+    out = np.full(m + 2, 7.0)  # wider than m: the rest untouched
+    _matvec(mat, x, bias, out)
+    np.testing.assert_allclose(out[:m], bias + mat @ x, rtol=1e-13, atol=1e-13)
+    assert (out[m:] == 7.0).all()
+    g, acc = rng.normal(size=m), rng.normal(size=n + 2)
+    expect = acc.copy()
+    expect[:n] += g @ mat
+    _add_rows(mat, g, acc)  # adds to what is there
+    np.testing.assert_allclose(acc, expect, rtol=1e-13, atol=1e-13)
