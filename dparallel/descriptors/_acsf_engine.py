@@ -374,7 +374,13 @@ def numba_element(
     (default ``dtype``; computed in float64 either way, rounded once when written).
     ``split``: each group's dG/dr as :class:`SplitDerivatives` instead of (P_f, F_f, 3).
     """
-    from dparallel.kernels.acsf_numba import acsf_element, no_network, no_split, split_layout
+    from dparallel.kernels.acsf_numba import (
+        acsf_element,
+        no_network,
+        no_split,
+        radial_columns,
+        split_layout,
+    )
 
     kplan = plan.kernel
     assert kplan is not None
@@ -419,8 +425,8 @@ def numba_element(
             block = dflat[base : base + n_p * (hi - lo) * 3]
             groups[f] = (sel, block.reshape(n_p, hi - lo, 3))
             continue
-        radial = kplan.dsrc[lo:hi] < kplan.rk_eta.shape[0]  # (F_f,)
-        n_r = int(radial.sum())
+        radial = radial_columns(kplan)[lo:hi]  # (F_f,)
+        n_r = int(layout.n_radial[f])
         s = dflat[base : base + n_r * n_p].reshape(n_r, n_p)
         ang = dflat[base + n_r * n_p : base + n_p * (n_r + 3 * (hi - lo - n_r))]
         groups[f] = (sel, SplitDerivatives(radial, s, ang.reshape(hi - lo - n_r, 3, n_p)))

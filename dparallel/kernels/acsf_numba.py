@@ -40,6 +40,7 @@ __all__ = [
     "no_network",
     "no_split",
     "numba_available",
+    "radial_columns",
     "split_layout",
 ]
 
@@ -1148,10 +1149,14 @@ def no_split() -> SplitLayout:
     return SplitLayout(False, i1, i1, i1)
 
 
+def radial_columns(plan: KernelPlan) -> np.ndarray:
+    """(Σ F_f,) bool: which derivative columns are radial (from a radial key; ∂G/∂r_ij = s r̂)."""
+    return plan.dsrc < plan.rk_eta.shape[0]
+
+
 def split_layout(plan: KernelPlan, n_pairs: np.ndarray) -> SplitLayout:
     """:class:`SplitLayout` of ``plan`` for blocks of ``n_pairs`` (n_el,) pairs."""
-    k_r = plan.rk_eta.shape[0]
-    radial = plan.dsrc < k_r  # (Σ F_f,)
+    radial = radial_columns(plan)  # (Σ F_f,)
     column = np.zeros(radial.shape[0], dtype=np.int64)
     n_radial = np.zeros(n_pairs.shape[0], dtype=np.int64)
     for f in range(n_pairs.shape[0]):
