@@ -4,8 +4,10 @@ Computes the ACSF of one partition of n2p2's water example (``../shared/n2p2/wat
 ``acsf: {n2p2: input.nn}``, with dG/dr; ~93 neighbours per atom, 27-30 functions per
 element) and writes its arrays as a featurize task does, with each candidate layout and
 codec: format 1 (float64 dG/dr, pair-major, as computed), float32 pair-major, float32
-feature-major, and format 2 (``dparallel.store._derivatives``: float32, radial columns as
-one number per pair, feature-major), one chunk per array or chunks of 2^16 pairs.
+feature-major, and format 3 (``dparallel.store._derivatives``: float32, radial columns as
+one number per pair, feature-major, all columns in one array; its feature index and
+radial flags, attributes in the store, are written here as arrays), one chunk per array
+or chunks of 2^16 pairs.
 Write time includes the layout's encoding; MB/s counts the format-1 (logical float64)
 bytes, so the columns compare like with like. Rounds are interleaved over candidates and
 medians reported; zarr's codec work runs on one thread (as in a 1-thread worker). Without
@@ -99,6 +101,10 @@ def _float32(block: Arrays, feature_major: bool) -> Arrays:
     return out
 
 
+#: The layout dparallel's store writes.
+FORMAT = "format 3 (f32, radial, f-major)"
+
+
 def layouts() -> dict[str, Callable[[Arrays], Arrays]]:
     """Layout label → encoder of one derivative block."""
     from dparallel.store._derivatives import encode_pairs
@@ -107,7 +113,7 @@ def layouts() -> dict[str, Callable[[Arrays], Arrays]]:
         "format 1 (f64, pair-major)": dict,
         "f32 pair-major": lambda b: _float32(b, False),
         "f32 feature-major": lambda b: _float32(b, True),
-        "format 2 (f32, radial, f-major)": encode_pairs,
+        FORMAT: encode_pairs,
     }
 
 
@@ -156,7 +162,7 @@ def one_round(
     t0 = time.perf_counter()
     for key in stored:
         group[key][...]
-    read = time.perf_counter() - t0  # stored arrays only: format 2's decoding is not in it
+    read = time.perf_counter() - t0  # stored arrays only: format 3's decoding is not in it
     chunks = (f for f in root.rglob("*") if f.is_file() and f.name != "zarr.json")
     size = sum(f.stat().st_size for f in chunks)
     shutil.rmtree(root)
@@ -169,8 +175,8 @@ def candidates() -> list[tuple[str, str, Callable, object, int | None]]:
     rows = [("format 1 (f64, pair-major)", "blosc lz4 shuffle", None)]
     rows += [("f32 pair-major", c, None) for c in ("blosc lz4 shuffle", "blosc lz4 bitshuffle")]
     rows += [("f32 feature-major", c, None) for c in ("blosc lz4 shuffle", "blosc zstd1 shuffle")]
-    rows += [("format 2 (f32, radial, f-major)", c, None) for c in cod]
-    rows += [("format 2 (f32, radial, f-major)", "dparallel (by dtype)", 2**16)]
+    rows += [(FORMAT, c, None) for c in cod]
+    rows += [(FORMAT, "dparallel (by dtype)", 2**16)]
     return [(lab, c, lay[lab], cod[c], chunk) for lab, c, chunk in rows]
 
 
@@ -208,7 +214,7 @@ def main() -> None:
         rd = statistics.median(t[1] for t in times[i])
         size = times[i][-1][2]
         base = base or (w, size)
-        mark = " *" if lab.startswith("format 2") and chunk is None else ""
+        mark = " *" if lab == FORMAT and chunk is None else ""
         mark = mark if compressors is _compressors else ""
         print(
             f"{lab:32s} {codec + mark:21s} {chunk or 'one':>6} {size / n_atoms / 1e3:>8.1f} "

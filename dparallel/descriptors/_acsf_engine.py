@@ -349,8 +349,9 @@ class SplitDerivatives(NamedTuple):
     """dG/dr of one neighbour element's pairs in the store's split layout (P pairs)."""
 
     radial: np.ndarray  # (F,) bool: column is radial, ∂G/∂r_ij = s · r̂_ij
-    dG_dr_radial: np.ndarray  # (F_r, P) s of the radial columns
-    dG_dr_angular: np.ndarray  # (F_a, 3, P) ∂G/∂r_ij of the other columns
+    # (F_r + 3 F_a, P): s of the radial columns, then the other columns' ∂G/∂r_ij as
+    # x, y, z rows per column (one array, as the store keeps it)
+    dG_dr_split: np.ndarray
 
 
 def numba_element(
@@ -426,8 +427,7 @@ def numba_element(
             groups[f] = (sel, block.reshape(n_p, hi - lo, 3))
             continue
         radial = radial_columns(kplan)[lo:hi]  # (F_f,)
-        n_r = int(layout.n_radial[f])
-        s = dflat[base : base + n_r * n_p].reshape(n_r, n_p)
-        ang = dflat[base + n_r * n_p : base + n_p * (n_r + 3 * (hi - lo - n_r))]
-        groups[f] = (sel, SplitDerivatives(radial, s, ang.reshape(hi - lo - n_r, 3, n_p)))
+        n_rows = int(layout.n_radial[f]) + 3 * (hi - lo - int(layout.n_radial[f]))
+        rows = dflat[base : base + n_p * n_rows].reshape(n_rows, n_p)  # no copy
+        groups[f] = (sel, SplitDerivatives(radial, rows))
     return values, groups

@@ -440,8 +440,8 @@ class ACSF:
         traffic of the derivatives); ``float32_terms`` as ``compute_dtype=torch.float32``.
         ``split_derivatives``: each ``<F>/dG_dr`` (P, F_F, 3) comes split as the store keeps
         it (docs/store-format.md): ``<F>/radial`` (F_F,) bool, which columns are radial
-        (∂G/∂r_ij = s · r̂_ij), ``<F>/dG_dr_radial`` (F_r, P) their s and
-        ``<F>/dG_dr_angular`` (F_a, 3, P) the others, feature-major, as the kernel writes them.
+        (∂G/∂r_ij = s · r̂_ij), and ``<F>/dG_dr_split`` (F_r + 3 F_a, P): their s, then the
+        other columns' ∂G/∂r_ij as x, y, z rows per column, as the kernel writes them.
         Needs numba (:class:`BackendUnavailableError`).
         """
         from dparallel.errors import BackendUnavailableError
@@ -515,10 +515,8 @@ class ACSF:
                 else:
                     sel = np.flatnonzero(neighbor_el == f_idx)
                     dg = np.zeros((sel.shape[0], 0, 3), dtype=d_dtype)
-                    if split_derivatives:  # no columns: (0,), (0, P), (0, 3, P)
-                        dg = SplitDerivatives(
-                            np.zeros(0, bool), dg[:, :, 0].T, dg.transpose(1, 2, 0)
-                        )
+                    if split_derivatives:  # no columns: (0,), (0, P)
+                        dg = SplitDerivatives(np.zeros(0, bool), dg[:, :, 0].T)
                 rows = keep[sel]
                 feat_pos = plan.deriv_groups.get(f_idx, ([], []))[0]
                 arrays |= {

@@ -92,7 +92,7 @@ class DescriptorSet:
         ``derivative_dtype`` (e.g. ``"float32"``, what the store keeps): ACSF's ``dG_dr``
         through the compiled kernel is written in it directly (default: ``self.dtype``).
         ``split_derivatives``: ACSF's ``dG_dr`` through the compiled kernel comes in the store's
-        split layout instead (``radial``, ``dG_dr_radial``, ``dG_dr_angular``; see
+        split layout instead (``radial``, ``dG_dr_split``; see
         :meth:`ACSF.compute_arrays`); other descriptors keep ``dG_dr``.
         """
         if neighbors is None:

@@ -35,6 +35,7 @@ from dparallel.store._safety import check_replaceable, not_ours, store_format
 from dparallel.store._store import (
     _N_Z,
     _STRUCTURE_ARRAYS,
+    CHUNK_KEYS,
     FORMAT_VERSION,
     SOURCE_IDENTITY_KEYS,
     Store,
@@ -232,6 +233,7 @@ def _build(building: Path, fingerprint: dict, config: dict, plan: Plan) -> None:
             dtype=dtype,
             fill_value=fill,
             compressors=_compressors(dtype),
+            chunk_key_encoding=CHUNK_KEYS,
             dimension_names=structure_dims(name, axis, 1 + len(trailing)),
         )
     for name, trailing, dtype in (
@@ -247,6 +249,7 @@ def _build(building: Path, fingerprint: dict, config: dict, plan: Plan) -> None:
             dtype=dtype,
             fill_value=0,
             compressors=_compressors(dtype),
+            chunk_key_encoding=CHUNK_KEYS,
             dimension_names=structure_dims(name, "partition", 1 + len(trailing)),
         )
     root.create_group("parts")

@@ -1,4 +1,4 @@
-"""On-disk layout of per-pair descriptor derivatives (store format 2).
+"""On-disk layout of per-pair descriptor derivatives (store format 3; reads format 2).
 
 A featurize task hands the store, per central element E and neighbour element F, the
 arrays ``pair_first, pair_second, center (P,)``, ``vectors (P, 3)``, ``feature_index
@@ -12,10 +12,18 @@ pair-major) they are ~40 kB per atom on n2p2's water example; three changes, eac
   r_ij for every pair (radial symmetry functions: ∂G/∂r_ij = s · r̂_ij) is stored as
   ``s`` (P,) and rebuilt as ``s · r̂_ij`` from the stored vectors on read; the test is
   within float32 rounding (relative residual ≤ :data:`RADIAL_TOLERANCE` per pair);
-* **feature-major order** ``(F, 3, P)`` / ``(F, P)``: one feature's values over all
-  pairs side by side, which LZ4 behind the byte shuffle compresses 1.25× on the water
-  example's own structures (pair-major: 1.02×) and writes faster; on rattled copies
-  (no two identical structures) both orders are ~1.0×.
+* **feature-major order**: one feature's values over all pairs side by side, which LZ4
+  behind the byte shuffle compresses 1.25× on the water example's own structures
+  (pair-major: 1.02×) and writes faster; on rattled copies (no two identical structures)
+  both orders are ~1.0×;
+* **one array for all columns** (format 3): ``dG_dr_split`` (F_r + 3·F_a, P) holds the
+  radial columns' s, then each other column's x, y, z rows (format 2 kept them as
+  ``dG_dr_radial`` (F_r, P) and ``dG_dr_angular`` (F_a, 3, P)); ``feature_index`` and
+  ``radial`` (a few numbers per block) are attributes of the block's group, not arrays.
+  Every array is a folder, a document and a chunk file: a water partition is 68 files
+  and folders instead of 106, which on a filesystem where creating a file is the dear
+  part (ext4 after a store was deleted, parallel filesystems) is what a task's write
+  costs most (docs/store-format.md).
 
 :func:`encode_pairs` / :func:`decode_pairs` are exact inverses up to the float32
 rounding; :meth:`Store.read_features <dparallel.store.Store.read_features>` always
@@ -34,8 +42,16 @@ from dparallel.errors import StoreError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["DERIVATIVE_DTYPE", "RADIAL_TOLERANCE", "decode_pairs", "encode_pairs"]
+__all__ = [
+    "BLOCK_ATTRIBUTES",
+    "DERIVATIVE_DTYPE",
+    "RADIAL_TOLERANCE",
+    "decode_pairs",
+    "encode_pairs",
+]
 
+#: Arrays of an encoded block that the store keeps as its group's attributes (format 3).
+BLOCK_ATTRIBUTES = ("feature_index", "radial")
 #: Storage dtype of ``dG_dr`` and ``vectors`` (compute dtype is the descriptor set's).
 DERIVATIVE_DTYPE = np.dtype(np.float32)
 #: A column counts as radial when |∂G/∂r − (∂G/∂r · r̂) r̂| ≤ this · |∂G/∂r| for every pair.
@@ -121,7 +137,7 @@ def _compiled(name: str) -> Any:
     return _JIT[name]
 
 
-_SPLIT = ("radial", "dG_dr_radial", "dG_dr_angular")
+_SPLIT = ("radial", "dG_dr_split")
 
 
 def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -129,12 +145,11 @@ def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     ``arrays`` holds ``pair_first, pair_second, center, vectors, feature_index`` and either
     ``dG_dr`` (P, F, 3), whose radial columns are found here, or the split layout already
-    (``radial``, ``dG_dr_radial``, ``dG_dr_angular``, as the compiled ACSF kernel writes it
-    with ``split_derivatives``), taken as it is.
-    Returns six arrays, as many as format 1 stored (each costs metadata writes):
-    ``pairs`` (3, P) int32 = pair_first, pair_second, center; ``vectors_t`` (3, P)
-    float32; ``feature_index``; ``radial`` (F,) bool (which columns are radial);
-    ``dG_dr_radial`` (F_r, P) and ``dG_dr_angular`` (F_a, 3, P) float32.
+    (``radial`` and ``dG_dr_split``, as the compiled ACSF kernel writes it with
+    ``split_derivatives``), taken as it is.
+    Returns ``pairs`` (3, P) int32 = pair_first, pair_second, center; ``vectors_t``
+    (3, P) float32; ``dG_dr_split`` (F_r + 3·F_a, P) float32; and the two the store keeps
+    as attributes (:data:`BLOCK_ATTRIBUTES`): ``feature_index`` and ``radial`` (F,) bool.
     """
     split = all(name in arrays for name in _SPLIT)
     needed = {*_INDEX_ARRAYS, "vectors", "feature_index", *(() if split else ("dG_dr",))}
@@ -149,75 +164,82 @@ def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         raise StoreError("pair rows ≥ 2³¹: partitions that large are not supported")
     feature_index = np.asarray(arrays["feature_index"], np.int64)
     if split:
-        flags, s, ang = _checked_split(arrays, feature_index.shape[0], vectors.shape[0])
+        flags, columns = _checked_split(arrays, feature_index.shape[0], vectors.shape[0])
     else:
-        flags, s, ang = _split_columns(arrays["dG_dr"], vectors)
+        flags, columns = _split_columns(arrays["dG_dr"], vectors)
     return {
         "pairs": rows.astype(np.int32),
         "vectors_t": np.ascontiguousarray(vectors.astype(DERIVATIVE_DTYPE).T),  # (3, P)
+        "dG_dr_split": columns,
         "feature_index": feature_index,
         "radial": flags,
-        "dG_dr_radial": s,
-        "dG_dr_angular": ang,
     }
 
 
 def _checked_split(
     arrays: Mapping[str, np.ndarray], n_features: int, n_pairs: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``radial`` (F,), ``dG_dr_radial`` (F_r, P), ``dG_dr_angular`` (F_a, 3, P) of a block
-    given split, checked against each other and cast to the stored dtypes."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """``radial`` (F,) and ``dG_dr_split`` (F_r + 3 F_a, P) of a block given split, checked
+    against each other and cast to the stored dtypes."""
     flags = np.asarray(arrays["radial"], np.bool_)
-    s = np.asarray(arrays["dG_dr_radial"], DERIVATIVE_DTYPE)
-    ang = np.asarray(arrays["dG_dr_angular"], DERIVATIVE_DTYPE)
+    columns = np.asarray(arrays["dG_dr_split"], DERIVATIVE_DTYPE)
     n_r = int(flags.sum())
-    expected = ((n_features,), (n_r, n_pairs), (n_features - n_r, 3, n_pairs))
-    if (flags.shape, s.shape, ang.shape) != expected:
+    expected = ((n_features,), (n_r + 3 * (n_features - n_r), n_pairs))
+    if (flags.shape, columns.shape) != expected:
         raise StoreError(
-            f"split derivative block: radial {flags.shape}, dG_dr_radial {s.shape}, "
-            f"dG_dr_angular {ang.shape} do not fit {n_features} features and {n_pairs} pairs"
+            f"split derivative block: radial {flags.shape}, dG_dr_split {columns.shape} "
+            f"do not fit {n_features} features and {n_pairs} pairs"
         )
-    return flags, s, ang
+    return flags, columns
 
 
-def _split_columns(
-    dG_dr: np.ndarray, vectors: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The radial test on (P, F, 3) ``dG_dr``: flags (F,), s (F_r, P), angular (F_a, 3, P)."""
+def _split_columns(dG_dr: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The radial test on (P, F, 3) ``dG_dr``: flags (F,) and the split (F_r + 3 F_a, P)."""
     dG_dr = np.ascontiguousarray(dG_dr)  # (P, F, 3)
     if dG_dr.dtype not in (np.float32, np.float64):
         dG_dr = dG_dr.astype(np.float64)
     tol2 = RADIAL_TOLERANCE**2
+    n_pairs = dG_dr.shape[0]
     flags = np.ones(dG_dr.shape[1], np.bool_)  # (F,) radial until a pair says otherwise
     _compiled("_radial_flags")(dG_dr[:_PROBE], vectors[:_PROBE], tol2, flags)
     while True:  # twice at most: once more if a candidate failed after the probe
         radial = np.flatnonzero(flags).astype(np.int64)
         angular = np.flatnonzero(~flags).astype(np.int64)
-        s = np.empty((radial.size, dG_dr.shape[0]), DERIVATIVE_DTYPE)  # (F_r, P)
-        ang = np.empty((angular.size, 3, dG_dr.shape[0]), DERIVATIVE_DTYPE)  # (F_a, 3, P)
+        columns = np.empty((radial.size + 3 * angular.size, n_pairs), DERIVATIVE_DTYPE)
+        s = columns[: radial.size]  # (F_r, P)
+        ang = columns[radial.size :].reshape(angular.size, 3, n_pairs)  # (F_a, 3, P)
         still = np.ones(radial.size, np.bool_)
         _compiled("_split")(dG_dr, vectors, radial, angular, tol2, s, ang, still)
         if still.all():
-            return flags, s, ang
+            return flags, columns
         flags[radial[~still]] = False
 
 
 def decode_pairs(stored: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Inverse of :func:`encode_pairs`: the logical arrays (``dG_dr`` (P, F, 3) float32)."""
+    """Inverse of :func:`encode_pairs`: the logical arrays (``dG_dr`` (P, F, 3) float32).
+
+    Also reads format 2 blocks (``dG_dr_radial`` (F_r, P), ``dG_dr_angular`` (F_a, 3, P)).
+    """
     try:
         pairs = stored["pairs"]  # (3, P)
         vectors = np.ascontiguousarray(stored["vectors_t"].T)  # (P, 3) float32
-        flags = stored["radial"].astype(bool)
-        s = stored["dG_dr_radial"]  # (F_r, P)
-        ang = stored["dG_dr_angular"]  # (F_a, 3, P)
-        feature_index = stored["feature_index"]
-    except KeyError as exc:
+        flags = np.asarray(stored["radial"]).astype(bool)
+        feature_index = np.asarray(stored["feature_index"], np.int64)
+        n_r, n_a, n_pairs = int(flags.sum()), int((~flags).sum()), vectors.shape[0]
+        if "dG_dr_split" in stored or "dG_dr_radial" not in stored:  # format 3
+            columns = stored["dG_dr_split"]
+            s = columns[:n_r]  # (F_r, P)
+            ang = columns[n_r:].reshape(n_a, 3, n_pairs)  # (F_a, 3, P)
+        else:  # format 2
+            s = stored["dG_dr_radial"]
+            ang = stored["dG_dr_angular"]
+    except (KeyError, ValueError) as exc:
+        what = f"lacks {exc.args[0]}" if isinstance(exc, KeyError) else "has a misshapen array"
         raise StoreError(
-            f"per-pair derivative block lacks {exc.args[0]}: written by another dparallel "
-            "version or damaged; re-featurize the store (dparallel featurize --overwrite)"
+            f"per-pair derivative block {what}: written by another dparallel version or "
+            "damaged; re-featurize the store (dparallel featurize --overwrite)"
         ) from None
     radial, angular = np.flatnonzero(flags), np.flatnonzero(~flags)
-    n_pairs = vectors.shape[0]
     dG_dr = np.empty((n_pairs, flags.shape[0], 3), DERIVATIVE_DTYPE)
     if radial.size:
         v64 = vectors.astype(np.float64)

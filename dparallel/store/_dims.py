@@ -54,12 +54,14 @@ def feature_dims(element: str, name: str, ndim: int) -> tuple[str, ...]:
             "vectors": (pair, "xyz"),
             "feature_index": (feat,),
             "dG_dr": (pair, feat, "xyz"),
-            # store format 2 (store/_derivatives.py): packed rows, feature-major float32
+            # store formats 2 and 3 (store/_derivatives.py): packed rows, feature-major float32
             "pairs": (f"pair_field_{e}_{f}", pair),
             "vectors_t": ("xyz", pair),
             "radial": (feat,),
             "dG_dr_radial": (f"{feat}_radial", pair),
             "dG_dr_angular": (f"{feat}_angular", "xyz", pair),
+            # format 3: the radial columns' s, then x, y, z rows of each other column
+            "dG_dr_split": (f"{feat}_split", pair),
         }.get(array)
         if known is not None and len(known) == ndim:
             return known

@@ -18,10 +18,19 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import zarr
 from zarr.codecs import BloscCodec
+from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
 
 from dparallel.errors import StoreError, StoreIncompleteError, StoreMismatchError
-from dparallel.store._derivatives import decode_pairs, encode_pairs
+from dparallel.store._derivatives import BLOCK_ATTRIBUTES, decode_pairs, encode_pairs
 from dparallel.store._dims import feature_dims, generic_dims
+from dparallel.store._direct import (
+    read_array_metadata,
+    writable,
+    write_array,
+    write_chunk,
+    write_fill_chunk,
+    write_group,
+)
 from dparallel.store.plan import Plan
 from dparallel.types import StructureBatch
 
@@ -34,10 +43,12 @@ __all__ = ["FORMAT_VERSION", "SOURCE_IDENTITY_KEYS", "Store"]
 log = logging.getLogger(__name__)
 
 #: Version of the on-disk layout; bumped on incompatible changes. 2: per-pair derivatives
-#: in float32, radial columns as one number per pair, feature-major (``_derivatives``).
-FORMAT_VERSION = 2
+#: in float32, radial columns as one number per pair, feature-major (``_derivatives``);
+#: 3: a block's derivative columns in one array, its feature index and radial flags as
+#: attributes, chunk keys ``c.0.0`` (:data:`CHUNK_KEYS`).
+FORMAT_VERSION = 3
 #: Formats this dparallel reads (``mode="r"``); it writes :data:`FORMAT_VERSION` only.
-READABLE_FORMATS = (1, 2)
+READABLE_FORMATS = (1, 2, 3)
 #: Fingerprint fields that identify a source's content (path and mtime may change).
 SOURCE_IDENTITY_KEYS = (
     "format",
@@ -50,6 +61,12 @@ SOURCE_IDENTITY_KEYS = (
 _N_Z = 119  # atomic numbers 0..118
 #: Compressor of numeric arrays: LZ4 behind a byte shuffle (pair indices shrink ~9x).
 _NUMERIC_COMPRESSORS = (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),)
+#: Chunk keys ``c.0.0`` (one file in the array's folder) instead of zarr's ``c/0/0``, which
+#: makes a folder per leading index: a water partition with dG/dr was 156 files and folders,
+#: 106 so. Each is an inode to allocate, and where many were deleted shortly before (a store
+#: replaced, a benchmark rerun) ext4 without a journal scans past them: the allocation cost
+#: a featurize task more CPU than writing its bytes (docs/store-format.md).
+CHUNK_KEYS = DefaultChunkKeyEncoding(separator=".")
 
 
 def _compressors(dtype: Any) -> Any:
@@ -321,13 +338,19 @@ class Store:
     def _set_rows(self, writes: Sequence[tuple[str, slice, np.ndarray]]) -> None:
         """``array[rows] = values`` for every ``(array name, rows, values)``, all at once.
 
-        The arrays are opened and written concurrently in one call into zarr's event loop
-        (one after another, each open and write is a round trip: 12 arrays took ~30 ms).
+        Rows that are exactly one chunk of numbers (a partition's slots) are encoded and
+        written to their chunk file from this thread (``store/_direct.py``), as is a chunk
+        of strings that are all the fill value (removed, as zarr does); the rest (``tags``
+        that are set) through zarr, opened and written concurrently in one call into its
+        event loop (one after another, each open and write is a round trip).
         """
         import asyncio
 
         from zarr.core.sync import sync
 
+        rest = [job for job in writes if not self._write_rows_direct(*job)]
+        if not rest:
+            return
         root = self._root._async_group
 
         async def write(name: str, rows: slice, values: np.ndarray) -> None:
@@ -337,9 +360,27 @@ class Store:
             await array.setitem(rows, values)
 
         async def write_all() -> None:
-            await asyncio.gather(*(write(*job) for job in writes))
+            await asyncio.gather(*(write(*job) for job in rest))
 
         sync(write_all())
+
+    def _write_rows_direct(self, name: str, rows: slice, values: np.ndarray) -> bool:
+        """Write ``rows`` of array ``name`` as its chunk file if they are exactly one chunk
+        zarr would encode as :func:`write_chunk` does; False (nothing written) otherwise."""
+        directory = self.path.joinpath(*name.split("/"))
+        meta = read_array_metadata(directory)
+        if meta is None or not values.ndim or rows.step not in (None, 1):
+            return False
+        chunk_shape = getattr(meta.chunk_grid, "chunk_shape", None)
+        start, stop = rows.start or 0, rows.stop
+        if chunk_shape is None or start % chunk_shape[0] or stop is None:
+            return False
+        if stop - start != values.shape[0] or stop > meta.shape[0]:
+            return False  # write_chunk checks the rest (shape = the chunk's, dtype, codecs)
+        coords = (start // chunk_shape[0], *([0] * (values.ndim - 1)))
+        if values.dtype.kind in "OUS":  # strings (tags): only a chunk of fill values here
+            return write_fill_chunk(directory, meta, coords, values)
+        return write_chunk(directory, meta, coords, values)
 
     def _part_group(self, p: int, create: bool) -> zarr.Group | None:
         key = f"parts/{p}"
@@ -415,14 +456,16 @@ class Store:
         entries: Sequence[
             tuple[str | None, Mapping[str, np.ndarray], Mapping[str, Sequence[str]] | None]
         ],
+        attributes: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        """:meth:`write_partition_arrays` for several ``(group, arrays, dims)`` at once.
+        """:meth:`write_partition_arrays` for several ``(group, arrays, dims)`` at once;
+        ``attributes`` by group name, for groups made here.
 
-        Everything happens in one call into zarr's event loop, concurrently: the groups
-        (their deepest levels; the levels above come with them), then every array, each
-        created from its own group opened at its directory (zarr otherwise checks and writes
-        every parent group per array). File operations overlap instead of costing one round
-        trip each (a water partition with dG/dr writes 6 groups and 28 arrays).
+        Numbers and booleans go straight to the files from this thread
+        (``store/_direct.py``: the documents and chunks zarr would write, made by zarr's own
+        classes; about half the CPU of its API for a water partition with dG/dr).
+        Anything else (strings) is written through zarr, concurrently in one call into its
+        event loop, each array created from its own group opened at its directory.
         """
         import asyncio
 
@@ -432,9 +475,31 @@ class Store:
         p = self._check_p(p)
         part = self._part_group(p, create=True)
         assert part is not None
-        names = list(dict.fromkeys(group for group, _, _ in entries if group))
-        deepest = [n for n in names if not any(o.startswith(n + "/") for o in names)]
         part_dir = self.path / "parts" / str(p)
+        names = list(dict.fromkeys(group for group, _, _ in entries if group))
+        levels = dict.fromkeys(  # every level of every group, parents first
+            "/".join(parts[:depth])
+            for parts in (name.split("/") for name in names)
+            for depth in range(1, len(parts) + 1)
+        )
+        for level in levels:
+            write_group(part_dir.joinpath(*level.split("/")), (attributes or {}).get(level))
+        jobs = [
+            (group, name, np.asarray(values), tuple((dims or {}).get(name, ())))
+            for group, arrays, dims in entries
+            for name, values in arrays.items()
+        ]
+        rest = []
+        for group, name, values, dims in jobs:
+            compressors = _compressors(values.dtype)
+            if writable(values, compressors):
+                directory = part_dir.joinpath(*(group or "").split("/"), name)
+                dims = dims or generic_dims(name, values.ndim)
+                write_array(directory, values, compressors, dims, CHUNK_KEYS)
+            else:
+                rest.append((group, name, values, dims))
+        if not rest:
+            return
 
         async def write(g: Any, name: str, values: np.ndarray, dims: tuple) -> None:
             array = await g.create_array(
@@ -443,6 +508,7 @@ class Store:
                 dtype=values.dtype,
                 chunks=tuple(max(1, s) for s in values.shape),  # one chunk ((), for a scalar)
                 compressors=_compressors(values.dtype),
+                chunk_key_encoding=CHUNK_KEYS,
                 dimension_names=dims or generic_dims(name, values.ndim),
                 overwrite=True,
                 # one chunk, written whole: no scan for an all-fill chunk to leave out (its
@@ -452,19 +518,13 @@ class Store:
             await array.setitem(..., values)
 
         async def write_all() -> None:
-            # parents of several groups are made by each (zarr writes them if not there)
-            await asyncio.gather(*(part._async_group.require_group(n) for n in deepest))
+            wanted = list(dict.fromkeys(group for group, _, _, _ in rest if group))
             opened = await asyncio.gather(
-                *(open_group(store=str(part_dir / n), mode="r+") for n in names)
+                *(open_group(store=str(part_dir / n), mode="r+") for n in wanted)
             )
             groups = {None: part._async_group, "": part._async_group}
-            groups.update(zip(names, opened, strict=True))
-            jobs = [
-                (groups[group], name, np.asarray(values), tuple((dims or {}).get(name, ())))
-                for group, arrays, dims in entries
-                for name, values in arrays.items()
-            ]
-            await asyncio.gather(*(write(*job) for job in jobs))
+            groups.update(zip(wanted, opened, strict=True))
+            await asyncio.gather(*(write(groups[g], n, v, d) for g, n, v, d in rest))
 
         sync(write_all())
 
@@ -494,6 +554,7 @@ class Store:
         if left.exists():
             shutil.rmtree(left)
         entries: list[tuple[str, Mapping[str, np.ndarray], Mapping[str, Sequence[str]]]] = []
+        attributes: dict[str, dict[str, Any]] = {}  # feature_index, radial of each block
         for descriptor, per_element in features.items():
             for element, arrays in per_element.items():
                 base = _features_group(descriptor, element)
@@ -508,13 +569,17 @@ class Store:
                 dims = {n: feature_dims(element, n, np.ndim(a)) for n, a in plain.items()}
                 entries.append((base, plain, dims))
                 for neighbor, block in blocks.items():
-                    stored = encode_pairs(block)  # format 2 layout (store/_derivatives.py)
+                    stored = encode_pairs(block)  # format 3 layout (store/_derivatives.py)
+                    group = f"{base}/d/{neighbor}"
+                    attributes[group] = {
+                        k: np.asarray(stored.pop(k)).tolist() for k in BLOCK_ATTRIBUTES
+                    }
                     dims = {
                         n: feature_dims(element, f"d/{neighbor}/{n}", np.ndim(a))
                         for n, a in stored.items()
                     }
-                    entries.append((f"{base}/d/{neighbor}", stored, dims))
-        self._write_groups(p, entries)
+                    entries.append((group, stored, dims))
+        self._write_groups(p, entries, attributes)
 
     def read_features(
         self, p: int, descriptor: str, derivatives: bool = True
@@ -537,6 +602,8 @@ class Store:
                 for neighbor, block in sorted(deriv.groups()):
                     stored = {n: np.asarray(a[...]) for n, a in block.arrays()}
                     if self._meta.get("format_version") != 1:  # format 1: stored as computed
+                        kept = block.attrs.asdict()  # format 3: feature_index, radial
+                        stored |= {k: np.asarray(kept[k]) for k in BLOCK_ATTRIBUTES if k in kept}
                         stored = decode_pairs(stored)
                     arrays.update({f"d/{neighbor}/{n}": v for n, v in stored.items()})
             out[element] = arrays
@@ -574,6 +641,7 @@ class Store:
             dtype=dtype,
             fill_value=fill_value,
             compressors=_compressors(dtype),
+            chunk_key_encoding=CHUNK_KEYS,
             attributes=dict(attributes or {}),
             dimension_names=("atom", *dims)
             if dims is not None

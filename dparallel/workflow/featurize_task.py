@@ -108,8 +108,8 @@ def _all_finite(a: np.ndarray) -> bool:
     return bool(np.isfinite(np.add.reduce(a, axis=None)))
 
 
-#: Per-pair derivative arrays and their pair axis: (P, F, 3) or the split (F_r, P), (F_a, 3, P).
-_PER_PAIR = {"dG_dr": 0, "dG_dr_radial": 1, "dG_dr_angular": 2}
+#: Per-pair derivative arrays and their pair axis: (P, F, 3) or the split (F_r + 3 F_a, P).
+_PER_PAIR = {"dG_dr": 0, "dG_dr_split": 1}
 
 
 def _non_finite(batch: StructureBatch, computed: _Computed) -> dict[int, str]:

@@ -1,8 +1,9 @@
-"""Store format 2 for per-pair derivatives: float32, radial columns as one number, feature-major.
+"""Store format 3 for per-pair derivatives: float32, radial columns as one number,
+feature-major, all columns of a block in one array.
 
 The reference is the float64 block as computed (ACSF by autograd-checked kernels, and a
 synthetic block whose radial columns are built as s · r̂ by hand), compared within float32
-rounding; format-1 stores are read as they were written or refused for writing.
+rounding; format-1 and format-2 stores are read as they were written and refused for writing.
 """
 
 from __future__ import annotations
@@ -52,9 +53,14 @@ def test_radial_columns_found_and_block_round_trips(rng):
     block["dG_dr"][7, 5, :] = 0.0  # a zero vector is parallel to anything: still angular
     stored = encode_pairs(block)
     assert np.flatnonzero(stored["radial"]).tolist() == [0, 1, 4]
-    assert stored["dG_dr_radial"].shape == (3, 500)
-    assert stored["dG_dr_angular"].shape == (3, 3, 500)  # columns 2, 3, 5
-    assert stored["pairs"].dtype == np.int32 and len(stored) == 6
+    # s of columns 0, 1, 4, then x, y, z rows of columns 2, 3, 5
+    assert stored["dG_dr_split"].shape == (3 + 3 * 3, 500)
+    unit = block["vectors"] / np.linalg.norm(block["vectors"], axis=1, keepdims=True)
+    s_ref = np.einsum("pfc,pc->fp", block["dG_dr"][:, [0, 1, 4]], unit)
+    assert np.allclose(stored["dG_dr_split"][:3], s_ref, rtol=1e-6, atol=1e-6)
+    ang_ref = block["dG_dr"][:, [2, 3, 5]].transpose(1, 2, 0).reshape(9, 500)
+    assert np.array_equal(stored["dG_dr_split"][3:], ang_ref.astype(np.float32))
+    assert stored["pairs"].dtype == np.int32 and len(stored) == 5
     back = decode_pairs(stored)
     _assert_float32_close(back["dG_dr"], block["dG_dr"])
     _assert_float32_close(back["vectors"], block["vectors"])
@@ -124,12 +130,14 @@ def test_float32_kernel_output_stores_as_the_float64_one():
 
 def test_missing_array_says_refeaturize(rng):
     stored = encode_pairs(_block(rng, 10, radial=[0], n_cols=2))
-    del stored["dG_dr_radial"]
+    del stored["dG_dr_split"]
     with pytest.raises(StoreError, match="re-featurize"):
         decode_pairs(stored)
 
 
-def test_format_1_store_reads_as_written_and_refuses_writes(tmp_path, rng):
+def _older_store(tmp_path, version: int, derivatives: dict, n_features: int):
+    """A one-partition store holding ``derivatives`` as the Cu-Cu block's arrays, then
+    marked as format ``version`` (its layout as that format wrote it)."""
     frames = generate_emt_cu(4, seed=3)
     ase.io.write(tmp_path / "cu.xyz", frames, format="extxyz")
     src = open_source(tmp_path / "cu.xyz")
@@ -141,19 +149,37 @@ def test_format_1_store_reads_as_written_and_refuses_writes(tmp_path, rng):
         config={"x": 1},
     )
     store.write_structures(0, src.read(0, 4), source_index=np.arange(4))
-    block = _block(rng, 20, radial=[0], n_cols=2)  # format 1: stored as computed
-    store.write_partition_arrays(0, block, group="features/acsf/Cu/d/Cu")
-    store.write_partition_arrays(
-        0, {"values": np.ones((2, 2)), "atom_index": np.arange(2)}, group="features/acsf/Cu"
-    )
+    store.write_partition_arrays(0, derivatives, group="features/acsf/Cu/d/Cu")
+    values = {"values": np.ones((2, n_features)), "atom_index": np.arange(2)}
+    store.write_partition_arrays(0, values, group="features/acsf/Cu")
     store.mark_done(0)
     root = zarr.open_group(str(store.path), mode="r+")
-    root.attrs["dparallel"] = {**root.attrs["dparallel"], "format_version": 1}
-    old = open_store(store.path)
-    feats = old.read_features(0, "acsf")["Cu"]
+    root.attrs["dparallel"] = {**root.attrs["dparallel"], "format_version": version}
+    return store.path
+
+
+def test_format_1_store_reads_as_written_and_refuses_writes(tmp_path, rng):
+    block = _block(rng, 20, radial=[0], n_cols=2)  # format 1: stored as computed
+    path = _older_store(tmp_path, 1, block, 2)
+    feats = open_store(path).read_features(0, "acsf")["Cu"]
     assert np.array_equal(feats["d/Cu/dG_dr"], block["dG_dr"])  # float64, untouched
     with pytest.raises(StoreError, match="re-featurize"):
-        open_store(store.path, mode="r+")
+        open_store(path, mode="r+")
+
+
+def test_format_2_store_reads_its_separate_arrays_and_refuses_writes(tmp_path, rng):
+    """Format 2 kept a block as six arrays (``dG_dr_radial`` (F_r, P), ``dG_dr_angular``
+    (F_a, 3, P), ``feature_index`` and ``radial`` as arrays): read as before."""
+    block = _block(rng, 40, radial=[0, 2], n_cols=4)
+    three = encode_pairs(block)
+    n_r, split = 2, three.pop("dG_dr_split")
+    two = three | {"dG_dr_radial": split[:n_r], "dG_dr_angular": split[n_r:].reshape(2, 3, 40)}
+    path = _older_store(tmp_path, 2, two, 4)
+    feats = open_store(path).read_features(0, "acsf")["Cu"]
+    _assert_float32_close(feats["d/Cu/dG_dr"], block["dG_dr"])
+    assert feats["d/Cu/feature_index"].tolist() == block["feature_index"].tolist()
+    with pytest.raises(StoreError, match="re-featurize"):
+        open_store(path, mode="r+")
 
 
 def _alloy(n: int, seed: int) -> StructureBatch:
@@ -190,7 +216,7 @@ def test_kernel_split_layout_decodes_to_the_pair_major_derivatives():
         assert np.array_equal(out["values"], ref[e]["values"])
         for f in ("Cu", "Au", "Ni"):
             block = {k.split("/", 2)[2]: v for k, v in out.items() if k.startswith(f"d/{f}/")}
-            assert "dG_dr" not in block and block["dG_dr_angular"].dtype == np.float32
+            assert "dG_dr" not in block and block["dG_dr_split"].dtype == np.float32
             types = [acsf.features(e)[int(c)]["type"] for c in block["feature_index"]]
             assert block["radial"].tolist() == [t == 2 for t in types]
             assert {2, 3, 9} <= set(types)

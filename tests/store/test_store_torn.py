@@ -6,12 +6,19 @@ import errno
 
 import ase.io
 import pytest
+import zarr
 
 from dparallel.cli.main import main
 from dparallel.errors import StoreError
 from dparallel.io.synthetic import random_structures
 from dparallel.store import open_store
 from dparallel.workflow.ingest import ingest
+
+
+def _chunk_file(array_dir, *coords):
+    """The file of chunk ``coords`` of the zarr array at ``array_dir`` (its own key encoding)."""
+    array = zarr.open_array(str(array_dir), mode="r")
+    return array_dir / array.metadata.encode_chunk_key(coords)
 
 
 @pytest.fixture
@@ -26,7 +33,7 @@ def test_a_torn_done_marker_counts_as_not_done_and_a_rerun_redoes_it(store_path,
     store = open_store(store_path)
     total = store.n_partitions
     assert store.is_complete
-    (store_path / "partitions" / "done" / "c" / "2").write_bytes(b"")  # truncated
+    _chunk_file(store_path / "partitions" / "done", 2).write_bytes(b"")  # truncated
     again = open_store(store_path)
     assert 2 not in again.done_partitions().tolist()
     assert again.pending_partitions().tolist() == [2]
@@ -36,7 +43,7 @@ def test_a_torn_done_marker_counts_as_not_done_and_a_rerun_redoes_it(store_path,
 
 
 def test_another_torn_chunk_is_one_error_naming_the_array(store_path, capsys):
-    chunk = store_path / "structures" / "positions" / "c" / "1" / "0"
+    chunk = _chunk_file(store_path / "structures" / "positions", 1, 0)
     chunk.write_bytes(chunk.read_bytes()[:7])
     store = open_store(store_path)
     with pytest.raises(StoreError, match=r"cannot read structures/positions \(a chunk is"):

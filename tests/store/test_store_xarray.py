@@ -84,15 +84,15 @@ def test_shared_axes_share_names_and_sizes(store):
     assert f["values"].dims == ("atom_Au", "feature_Au")
     assert f["atom_index"].dims == ("atom_Au",)
     d = xr.open_zarr(path, group="parts/0/features/acsf/Au/d/Cu", consolidated=False)
-    # store format 2: packed pair rows, feature-major float32 (store/_derivatives.py)
+    # store format 3: packed pair rows, feature-major float32 (store/_derivatives.py)
     assert d["pairs"].dims == ("pair_field_Au_Cu", "pair_Au_Cu")
     assert d["vectors_t"].dims == ("xyz", "pair_Au_Cu")
-    assert d["dG_dr_radial"].dims == ("feature_Au_Cu_radial", "pair_Au_Cu")
-    assert d["dG_dr_angular"].dims == ("feature_Au_Cu_angular", "xyz", "pair_Au_Cu")
-    assert d.sizes["feature_Au_Cu"] == d["feature_index"].size == d["radial"].size
-    n_radial = int(d["radial"].values.sum())
-    assert d.sizes["feature_Au_Cu_radial"] == n_radial
-    assert d.sizes["feature_Au_Cu_angular"] == d.sizes["feature_Au_Cu"] - n_radial
+    assert d["dG_dr_split"].dims == ("feature_Au_Cu_split", "pair_Au_Cu")
+    # the block's feature index and radial flags are the group's attributes
+    assert len(d.attrs["feature_index"]) == len(d.attrs["radial"])
+    n_radial = sum(d.attrs["radial"])
+    n_angular = len(d.attrs["radial"]) - n_radial
+    assert d.sizes["feature_Au_Cu_split"] == n_radial + 3 * n_angular
     # the logical arrays the store reads back have the same pair count
     logical = store.read_features(0, "acsf")["Au"]
     assert d.sizes["pair_Au_Cu"] == logical["d/Cu/dG_dr"].shape[0]

@@ -220,24 +220,23 @@ def test_non_finite_finds_nan_and_inf_in_values_and_derivatives_and_nothing_in_h
 
 
 def test_non_finite_finds_nan_in_split_derivatives_by_their_pair_axis():
-    """The split layout featurize tasks compute: (F_r, P) and (F_a, 3, P), pairs last."""
+    """The split layout featurize tasks compute: (F_r + 3 F_a, P), pairs last."""
     from dparallel.workflow.featurize_task import _non_finite
 
     rng = np.random.default_rng(1)
     batch, offsets, pair_first = _four_structures(rng)
     n = batch.n_atoms
-    s = rng.normal(size=(2, 2 * n)).astype(np.float32)  # (F_r, P)
-    ang = rng.normal(size=(3, 3, 2 * n)).astype(np.float32)  # (F_a, 3, P)
+    split = rng.normal(size=(2 + 3 * 3, 2 * n)).astype(np.float32)  # (F_r + 3 F_a, P)
 
-    def computed(s: np.ndarray, ang: np.ndarray) -> dict:
+    def computed(split: np.ndarray) -> dict:
         arrays = {"values": rng.normal(size=(n, 5)), "atom_index": np.arange(n),
                   "d/Cu/pair_first": pair_first, "d/Cu/radial": np.array([1, 0, 1, 0, 0], bool),
-                  "d/Cu/dG_dr_radial": s, "d/Cu/dG_dr_angular": ang}  # fmt: skip
+                  "d/Cu/dG_dr_split": split}  # fmt: skip
         return {"acsf": {"Cu": arrays}}
 
-    assert _non_finite(batch, computed(s, ang)) == {}
-    bad_s, bad_ang = s.copy(), ang.copy()
-    bad_s[1, 2 * offsets[1]] = np.nan  # first pair of structure 1
-    bad_ang[2, 1, 2 * offsets[3] + 3] = np.inf  # a pair of structure 3
-    assert set(_non_finite(batch, computed(bad_s, ang))) == {1}
-    assert set(_non_finite(batch, computed(s, bad_ang))) == {3}
+    assert _non_finite(batch, computed(split)) == {}
+    bad_s, bad_ang = split.copy(), split.copy()
+    bad_s[1, 2 * offsets[1]] = np.nan  # a radial row, first pair of structure 1
+    bad_ang[2 + 3 * 2 + 1, 2 * offsets[3] + 3] = np.inf  # an angular row, a pair of structure 3
+    assert set(_non_finite(batch, computed(bad_s))) == {1}
+    assert set(_non_finite(batch, computed(bad_ang))) == {3}
