@@ -62,10 +62,11 @@ _N_Z = 119  # atomic numbers 0..118
 #: Compressor of numeric arrays: LZ4 behind a byte shuffle (pair indices shrink ~9x).
 _NUMERIC_COMPRESSORS = (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),)
 #: Chunk keys ``c.0.0`` (one file in the array's folder) instead of zarr's ``c/0/0``, which
-#: makes a folder per leading index: a water partition with dG/dr was 156 files and folders,
-#: 106 so. Each is an inode to allocate, and where many were deleted shortly before (a store
-#: replaced, a benchmark rerun) ext4 without a journal scans past them: the allocation cost
-#: a featurize task more CPU than writing its bytes (docs/store-format.md).
+#: makes a folder per leading index: with the rest of format 3, a water partition with dG/dr
+#: is 70 files and folders instead of 156. Each is an inode to allocate, and where many were
+#: freed shortly before (a store replaced, a benchmark rerun) ext4 without a journal scans
+#: past them: that cost a featurize task more CPU than writing its bytes
+#: (docs/store-format.md, "Why few files").
 CHUNK_KEYS = DefaultChunkKeyEncoding(separator=".")
 
 
@@ -473,9 +474,8 @@ class Store:
         from zarr.core.sync import sync
 
         p = self._check_p(p)
-        part = self._part_group(p, create=True)
-        assert part is not None
         part_dir = self.path / "parts" / str(p)
+        write_group(part_dir)  # parts/<p> itself, unless there
         names = list(dict.fromkeys(group for group, _, _ in entries if group))
         levels = dict.fromkeys(  # every level of every group, parents first
             "/".join(parts[:depth])
@@ -516,6 +516,9 @@ class Store:
                 config={"write_empty_chunks": True},
             )
             await array.setitem(..., values)
+
+        part = self._part_group(p, create=True)
+        assert part is not None
 
         async def write_all() -> None:
             wanted = list(dict.fromkeys(group for group, _, _, _ in rest if group))

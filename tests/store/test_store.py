@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 
@@ -139,6 +140,18 @@ def test_atom_array_and_partition_array_hooks(tmp_path, xyz):
     got = store.read_partition_arrays(2, group="nbr")
     np.testing.assert_array_equal(got["pairs"], np.full((4, 2), 2))
     assert "atoms/g" in store.info()["arrays"]
+    # strings go through zarr's API, beside numbers written directly, in a nested group
+    names = np.array(["Cu", "Au", "Ni"])
+    store.write_partition_arrays(1, {"names": names, "z": np.arange(3)}, group="lab/el")
+    got = store.read_partition_arrays(1, group="lab/el")
+    assert got["names"].tolist() == names.tolist() and got["z"].tolist() == [0, 1, 2]
+    # the rows of a partition whose tags are set go through zarr too; unset ones are fill
+    tags = [f"set={k}" for k in range(batch.n_structures)]
+    tagged = dataclasses.replace(batch, tags=np.asarray(tags, dtype=object))
+    a, b = store.partition_range(3)
+    store.write_structures(3, tagged.select(a, b), source_index=np.arange(a, b))
+    assert store.read_structures(a, b).tags.tolist() == tags[a:b]
+    assert set(store.read_structures(*store.partition_range(2)).tags.tolist()) == {""}
 
 
 def test_numeric_arrays_use_lz4_shuffle_strings_the_default(tmp_path, xyz):
