@@ -405,11 +405,13 @@ def numba_element(
             n_pairs[f] = sel.shape[0]
     layout = split_layout(kplan, n_pairs) if split and derivatives else no_split()
     total = 0
+    n_rows: dict[int, int] = {}  # numbers per pair of each block: F_r + 3 F_a (3 F unsplit)
     for f in sels:
         width = int(kplan.dsrc_off[f + 1] - kplan.dsrc_off[f])
-        d_base[f] = total
         n_radial = int(layout.n_radial[f]) if layout.on else 0
-        total += n_pairs[f] * (n_radial + 3 * (width - n_radial))
+        n_rows[f] = n_radial + 3 * (width - n_radial)
+        d_base[f] = total
+        total += n_pairs[f] * n_rows[f]
     dflat: np.ndarray = np.empty(total, dtype=derivative_dtype or dtype)
     work = np.empty(0, dtype=np.float32 if float32_terms else np.float64)
     acsf_element(
@@ -419,15 +421,13 @@ def numba_element(
     if not derivatives:
         return values, None
     groups: dict[int, tuple[np.ndarray, Any]] = {}
+    radial = radial_columns(kplan) if layout.on else None  # (Σ F_f,)
     for f, sel in sels.items():
         lo, hi = int(kplan.dsrc_off[f]), int(kplan.dsrc_off[f + 1])
         n_p, base = sel.shape[0], int(d_base[f])
-        if not layout.on:
-            block = dflat[base : base + n_p * (hi - lo) * 3]
+        block = dflat[base : base + n_p * n_rows[f]]  # no copy
+        if radial is None:
             groups[f] = (sel, block.reshape(n_p, hi - lo, 3))
-            continue
-        radial = radial_columns(kplan)[lo:hi]  # (F_f,)
-        n_rows = int(layout.n_radial[f]) + 3 * (hi - lo - int(layout.n_radial[f]))
-        rows = dflat[base : base + n_p * n_rows].reshape(n_rows, n_p)  # no copy
-        groups[f] = (sel, SplitDerivatives(radial, rows))
+        else:
+            groups[f] = (sel, SplitDerivatives(radial[lo:hi], block.reshape(n_rows[f], n_p)))
     return values, groups
