@@ -9,7 +9,7 @@ the other worker's task on a fully used machine. Here the same documents are mad
 zarr's own classes (``ArrayV3Metadata``, ``GroupMetadata``, its default serializer, the
 given compressors with the typesize filled in as zarr does) and the chunks encoded by the
 numcodecs Blosc that zarr's ``BloscCodec`` calls, all from the calling thread: about half
-the CPU (docs/store-format.md, "Direct writes"). zarr reads the result like any array it
+the CPU (docs/store-format.md, "How a task writes"). zarr reads the result like any array it
 wrote (``tests/store/test_direct.py`` compares the documents and the values with zarr's
 own writes).
 
