@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import ase.io
 import numpy as np
@@ -244,4 +245,7 @@ def test_the_pin_is_the_tested_range():
     low, high = (".".join(map(str, v)) for v in _direct.TESTED_ZARR)
     assert zarr_req.specifier == Requirement(f"zarr>={low},<{high}").specifier
     assert zarr_req.specifier.contains(zarr.__version__)
+    dockerfile = (pyproject.parent / "docker" / "Dockerfile").read_text()
+    (image_zarr,) = re.findall(r"(?<![\w.-])zarr==([\w.+!-]+)", dockerfile)
+    assert zarr_req.specifier.contains(image_zarr)  # the image runs a tested zarr
     assert _direct.direct_writes_available()
