@@ -165,7 +165,7 @@ class StoreStatus:
 
 
 def store_status(
-    path: str | os.PathLike[str],
+    path: StoreTarget,
     *,
     source_fingerprint: Mapping[str, Any],
     config: Mapping[str, Any],
@@ -179,7 +179,9 @@ def store_status(
     run derives its partitioning (from the data and its workers), so a store of any
     partitioning matches; ``ingest.partition_atoms`` is then not compared either.
     """
-    target = Path(path).expanduser().resolve()
+    target = local_path(path)
+    if target is None:
+        raise StoreError(f"store_status compares a folder; {path} is not one (open_store it)")
     if not (target.exists() or target.is_symlink()):
         return StoreStatus(target, "missing")
     if target.is_dir() and not any(os.scandir(target)):
@@ -424,8 +426,8 @@ def _create_in_place(
     backend = open_backend(target, "r+")
     if sync(_has_keys(backend.zarr_store)):
         raise StoreMismatchError(
-            f"{backend.location} is not empty and holds no dparallel store; "
-            "dparallel builds a store only in an empty zarr store"
+            f"{backend.location} is not empty and holds no dparallel store of format "
+            f"{FORMAT_VERSION}; dparallel builds a store only in an empty zarr store"
         )
     _build(backend.zarr_store, _jsonable(fingerprint), _jsonable(config), plan)
     log.info(

@@ -31,6 +31,7 @@ from dparallel.store import (
     create_store,
     lease_path,
     open_store,
+    store_status,
 )
 from dparallel.store._layout import _IDENTITY_ATTRS
 
@@ -191,6 +192,8 @@ def test_what_needs_a_folder_says_so_for_another_store(featurized):
         create_store(foreign, config=reference.attrs["config"], **args)
     with pytest.raises(StoreError, match="not a dparallel store"):
         Store(foreign)
+    with pytest.raises(StoreError, match="store_status compares a folder"):
+        store_status(memory.zarr_store, config={}, plan=None, source_fingerprint={})
     with pytest.raises(StoreError, match="read-only zarr store"):
         Store(memory.zarr_store.with_read_only(True), mode="r+")
 
