@@ -20,6 +20,8 @@ from dparallel.store.plan import Plan
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from zarr.abc.store import Store as ZarrStore
+
 __all__ = ["OpenedStore"]
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ class OpenedStore:
         return self._backend.local is not None
 
     @property
-    def zarr_store(self) -> Any:
+    def zarr_store(self) -> ZarrStore:
         """The zarr ``Store`` every read and write goes through."""
         return self._backend.zarr_store
 
