@@ -122,7 +122,7 @@ def codecs() -> dict[str, object]:
     a callable picks them by dtype (dparallel's store: LZ4 for numbers, default for strings)."""
     from zarr.codecs import BloscCodec, ZstdCodec
 
-    from dparallel.store._store import _compressors
+    from dparallel.store._layout import _compressors
 
     return {
         "dparallel (by dtype)": _compressors,
@@ -187,7 +187,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("ZARR_THREADING__MAX_WORKERS", "1")
     from dparallel.store._derivatives import encode_pairs
-    from dparallel.store._store import _compressors
+    from dparallel.store._layout import _compressors
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)

@@ -2,7 +2,12 @@
 
 A store is laid out by its partition :class:`Plan`, created (or resumed, or replaced)
 by :func:`create_store` under the store's lease, and judged by one predicate,
-:func:`store_status`.
+:func:`store_status`. It lives in any zarr ``Store`` (a folder, a ``MemoryStore``, an
+fsspec URL); only a folder gets the lease, replacement and the direct-file writes.
+
+Modules: ``_layout`` (names, formats, chunking, compressors), ``_backend`` (which zarr
+store), ``_opened`` / ``_writes`` / ``_reads`` / ``_store`` (the :class:`Store`),
+``_direct`` (files written as zarr would), ``_create``, ``_lease``, ``_safety``.
 """
 
 from __future__ import annotations

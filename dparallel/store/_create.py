@@ -27,21 +27,23 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import zarr
+from zarr.core.sync import sync
 
 from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError
+from dparallel.store._backend import StoreTarget, local_path, open_backend
 from dparallel.store._dims import structure_dims
-from dparallel.store._lease import StoreLease
-from dparallel.store._safety import check_replaceable, not_ours, store_format
-from dparallel.store._store import (
+from dparallel.store._layout import (
     _N_Z,
     _STRUCTURE_ARRAYS,
     CHUNK_KEYS,
     FORMAT_VERSION,
     SOURCE_IDENTITY_KEYS,
-    Store,
     _compressors,
     _jsonable,
 )
+from dparallel.store._lease import StoreLease
+from dparallel.store._safety import check_replaceable, not_ours, store_format
+from dparallel.store._store import Store
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -163,7 +165,7 @@ class StoreStatus:
 
 
 def store_status(
-    path: str | os.PathLike[str],
+    path: StoreTarget,
     *,
     source_fingerprint: Mapping[str, Any],
     config: Mapping[str, Any],
@@ -177,7 +179,9 @@ def store_status(
     run derives its partitioning (from the data and its workers), so a store of any
     partitioning matches; ``ingest.partition_atoms`` is then not compared either.
     """
-    target = Path(path).expanduser().resolve()
+    target = local_path(path)
+    if target is None:
+        raise StoreError(f"store_status compares a folder; {path} is not one (open_store it)")
     if not (target.exists() or target.is_symlink()):
         return StoreStatus(target, "missing")
     if target.is_dir() and not any(os.scandir(target)):
@@ -219,11 +223,13 @@ def _remove_leftovers(path: Path) -> None:
             shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def _build(building: Path, fingerprint: dict, config: dict, plan: Plan) -> None:
-    """Write an empty store (every array at final shape) at ``building``."""
+def _build(building: Path | StoreTarget, fingerprint: dict, config: dict, plan: Plan) -> None:
+    """Write an empty store (every array at final shape) at ``building`` (a folder or a
+    zarr store)."""
     A, K = plan.slots
     P = plan.n_partitions
-    root = zarr.open_group(str(building), mode="w")
+    where = str(building) if isinstance(building, Path) else building
+    root = zarr.open_group(store=where, mode="w")
     for name, (axis, trailing, dtype, fill) in _STRUCTURE_ARRAYS.items():
         cap = A if axis == "atom" else K
         root.create_array(
@@ -289,7 +295,7 @@ def _swap_in(building: Path, path: Path, token: str, replace: bool) -> None:
 
 
 def create_store(
-    path: str | os.PathLike[str],
+    path: StoreTarget,
     *,
     source_fingerprint: Mapping[str, Any],
     atom_counts: np.ndarray,
@@ -305,7 +311,9 @@ def create_store(
     ----------
     path
         Directory of the zarr store (a new path or an empty directory; with
-        ``overwrite``, also a dparallel store).
+        ``overwrite``, also a dparallel store). Or a zarr store or URL that is not a
+        folder (e.g. a ``zarr.storage.MemoryStore``): built in place, with no lease and no
+        ``overwrite`` (see :func:`_create_in_place`).
     source_fingerprint
         ``StructureSource.fingerprint()``; its identity fields must match on reopen, and
         its ``path`` is never replaced.
@@ -340,13 +348,16 @@ def create_store(
     StoreBusyError
         Another run holds the store's lease.
     """
-    path = Path(path).expanduser().resolve()
     counts = np.asarray(atom_counts, np.int64).reshape(-1)
     if plan.n_structures != counts.shape[0] or int(plan.atoms.sum()) != int(counts.sum()):
         raise StoreError(
             f"plan covers {plan.n_structures} structures / {int(plan.atoms.sum())} atoms, "
             f"atom_counts has {counts.shape[0]} / {int(counts.sum())}"
         )
+    local = local_path(path)
+    if local is None:  # not a folder: no lease file, no build aside and rename
+        return _create_in_place(path, source_fingerprint, plan, config, overwrite, any_plan)
+    path = local
     config = _jsonable(config)
     fingerprint = _jsonable(source_fingerprint)
     protected = [*protect, *([fingerprint["path"]] if fingerprint.get("path") else [])]
@@ -383,9 +394,61 @@ def create_store(
     return Store(path, mode="r+")
 
 
-def open_store(path: str | os.PathLike[str], mode: Literal["r", "r+"] = "r") -> Store:
-    """Open an existing dparallel store (``mode="r"`` read-only, ``"r+"`` to write)."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise StoreError(f"store not found: {p}")
-    return Store(p, mode=mode)
+def _create_in_place(
+    target: StoreTarget,
+    fingerprint: Mapping[str, Any],
+    plan: Plan,
+    config: Mapping[str, Any],
+    overwrite: bool,
+    any_plan: bool,
+) -> Store:
+    """:func:`create_store` in a zarr store that is not a folder (e.g. a ``MemoryStore``).
+
+    What a folder gets from the file system has no equivalent here: no lease (one writing
+    run at a time is the caller's to ensure), no build aside then rename (the layout is
+    written in place), so nothing already there is replaced: a matching store is reopened,
+    an empty zarr store built in, anything else refused.
+    """
+    try:
+        store = Store(target, mode="r+")
+    except StoreError:
+        store = None
+    if store is not None:
+        diffs = _differences(
+            store.attrs, _jsonable(fingerprint), _jsonable(config), None if any_plan else plan
+        )
+        if not diffs and not overwrite:
+            return store
+        raise StoreMismatchError(
+            f"{store.location} holds a dparallel store ({'; '.join(diffs) or 'overwrite'}); "
+            "a store that is not a folder is never replaced: empty it yourself, or use a path"
+        )
+    backend = open_backend(target, "r+")
+    if sync(_has_keys(backend.zarr_store)):
+        raise StoreMismatchError(
+            f"{backend.location} is not empty and holds no dparallel store of format "
+            f"{FORMAT_VERSION}; dparallel builds a store only in an empty zarr store"
+        )
+    _build(backend.zarr_store, _jsonable(fingerprint), _jsonable(config), plan)
+    log.info(
+        "created store %s: %d partitions, slots %s", backend.location, plan.n_partitions, plan.slots
+    )
+    return Store(backend.zarr_store, mode="r+")
+
+
+async def _has_keys(store: Any) -> bool:
+    """Whether the zarr ``store`` holds anything."""
+    async for _ in store.list():
+        return True
+    return False
+
+
+def open_store(path: StoreTarget, mode: Literal["r", "r+"] = "r") -> Store:
+    """Open an existing dparallel store (``mode="r"`` read-only, ``"r+"`` to write): a
+    folder, a URL or a zarr store."""
+    local = local_path(path)
+    if local is None:
+        return Store(path, mode=mode)
+    if not local.exists():
+        raise StoreError(f"store not found: {local}")
+    return Store(local, mode=mode)

@@ -4,43 +4,50 @@ A featurize task writes its partition's groups and one-chunk arrays (a water par
 with dG/dr: 10 groups and 16 arrays) and one chunk of each shared array (its slots of
 ``structures/*``, ``partitions/*``). Through zarr's API each new array costs an existence
 check, a directory listing, a metadata write and a chunk through the async codec pipeline
-(event loop, LZ4 in one worker thread, the file in another): ~0.2 s of CPU per water
-partition, in threads that compete with the other worker's task on a fully used machine.
-Here the same documents are made by zarr's own classes (``ArrayV3Metadata``,
-``GroupMetadata``, its default serializer, the given compressors with the typesize filled
-in as zarr does) and the chunks encoded by the numcodecs Blosc that zarr's ``BloscCodec``
-calls, all from the calling thread: ~0.11 s. zarr reads the result like any array it
+(event loop, LZ4 in one worker thread, the file in another), in threads that compete with
+the other worker's task on a fully used machine. Here the same documents are made by
+zarr's own classes (``ArrayV3Metadata``, ``GroupMetadata``, its default serializer, the
+given compressors with the typesize filled in as zarr does) and the chunks encoded by the
+numcodecs Blosc that zarr's ``BloscCodec`` calls, all from the calling thread: about half
+the CPU (docs/store-format.md, "How a task writes"). zarr reads the result like any array it
 wrote (``tests/store/test_direct.py`` compares the documents and the values with zarr's
 own writes).
 
 Only what is certain to match zarr is written here (:func:`writable`, :func:`write_chunk`):
 numbers and booleans in little-endian order, bytes then at most one blosc codec. The
-caller writes anything else through zarr. Paths are the store's folders: a store is local.
+caller writes anything else through zarr. Paths are the store's folders: only a local
+store (a :class:`zarr.storage.LocalStore`) is written here.
+
+These functions use zarr internals (``zarr.core.*``), so they are used only with the zarr
+versions they were tested against (:data:`TESTED_ZARR`, the pin in pyproject.toml):
+:func:`direct_writes_available` is False, with one logged warning, for any other, and the
+store then writes everything through zarr's API.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
+import re
 import shutil
 import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import zarr
 from numcodecs import Blosc
 from zarr.codecs import BloscCodec, BytesCodec
-from zarr.core.array import default_serializer_v3
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.chunk_grids import RegularChunkGrid
-from zarr.core.dtype import parse_dtype
-from zarr.core.group import GroupMetadata
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
 __all__ = [
+    "TESTED_ZARR",
+    "direct_writes_available",
     "read_array_metadata",
     "writable",
     "write_array",
@@ -49,9 +56,71 @@ __all__ = [
     "write_group",
 ]
 
+log = logging.getLogger(__name__)
+
+#: zarr releases ``[low, high)`` these writes were tested against (pyproject.toml pins it).
+TESTED_ZARR = ((3, 1, 6), (3, 2, 0))
+
 _METADATA = "zarr.json"
 _SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
 _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
+
+
+def direct_writes_available() -> bool:
+    """Whether the running zarr is one these writes were tested against (and its internals
+    import); False, with one warning, otherwise: the store then uses zarr's API only."""
+    return _available(str(zarr.__version__))
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    """``"3.1.6"`` → ``(3, 1, 6)`` (missing parts 0, suffixes such as ``rc1`` ignored);
+    ``None`` for what does not start with a number."""
+    match = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", version)
+    return None if match is None else tuple(int(n or 0) for n in match.groups())
+
+
+@functools.cache
+def _available(version: str) -> bool:
+    """:func:`direct_writes_available` for zarr ``version`` (warns once per version)."""
+    low, high = TESTED_ZARR
+    release = _release(version)
+    if release is not None and low <= release < high:
+        try:
+            _internals()
+        except ImportError as exc:
+            log.warning("zarr %s lacks what direct writes use (%s)", version, exc)
+            return False
+        return True
+    log.warning(
+        "zarr %s is outside the versions the store's direct writes were tested against "
+        "(>=%s,<%s): writing through zarr's API instead (slower, same content)",
+        version,
+        ".".join(map(str, low)),
+        ".".join(map(str, high)),
+    )
+    return False
+
+
+@functools.cache
+def _internals() -> Any:
+    """The zarr internals these writes use, imported only where they were tested."""
+    from types import SimpleNamespace
+
+    from zarr.core.array import default_serializer_v3
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.chunk_grids import RegularChunkGrid
+    from zarr.core.dtype import parse_dtype
+    from zarr.core.group import GroupMetadata
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
+    return SimpleNamespace(
+        default_serializer_v3=default_serializer_v3,
+        default_buffer_prototype=default_buffer_prototype,
+        RegularChunkGrid=RegularChunkGrid,
+        parse_dtype=parse_dtype,
+        GroupMetadata=GroupMetadata,
+        ArrayV3Metadata=ArrayV3Metadata,
+    )
 
 
 def writable(values: np.ndarray, compressors: Any) -> bool:
@@ -67,8 +136,9 @@ def write_group(directory: Path, attributes: Mapping[str, Any] | None = None) ->
     if document.exists():
         return
     directory.mkdir(parents=True, exist_ok=True)
-    meta = GroupMetadata(attributes=dict(attributes or {}), zarr_format=3)
-    buffers = meta.to_buffer_dict(default_buffer_prototype())
+    z = _internals()
+    meta = z.GroupMetadata(attributes=dict(attributes or {}), zarr_format=3)
+    buffers = meta.to_buffer_dict(z.default_buffer_prototype())
     document.write_bytes(buffers[_METADATA].to_bytes())
 
 
@@ -85,16 +155,17 @@ def write_array(
     The chunk is written before the metadata, so a write cut short leaves no array that
     reads as complete. Requires :func:`writable`.
     """
+    z = _internals()
     values = np.asarray(values)
     dtype = _zarr_dtype(values.dtype)
     chunks = tuple(max(1, s) for s in values.shape)  # one chunk ((), for a scalar)
-    meta = ArrayV3Metadata(
+    meta = z.ArrayV3Metadata(
         shape=values.shape,
         data_type=dtype,
-        chunk_grid=RegularChunkGrid(chunk_shape=chunks),
+        chunk_grid=z.RegularChunkGrid(chunk_shape=chunks),
         chunk_key_encoding=chunk_keys,
         fill_value=dtype.default_scalar(),
-        codecs=(default_serializer_v3(dtype), *tuple(compressors or ())),
+        codecs=(z.default_serializer_v3(dtype), *tuple(compressors or ())),
         attributes={},
         dimension_names=tuple(dims) or None,  # as zarr: none for a scalar
     )
@@ -104,7 +175,7 @@ def write_array(
     if 0 not in values.shape:  # an empty array has no chunk
         written = write_chunk(directory, meta, (0,) * values.ndim, values)
         assert written, "writable() admitted an array write_chunk refuses"
-    buffers = meta.to_buffer_dict(default_buffer_prototype())
+    buffers = meta.to_buffer_dict(z.default_buffer_prototype())
     (directory / _METADATA).write_bytes(buffers[_METADATA].to_bytes())
 
 
@@ -132,7 +203,7 @@ def _parsed_metadata(path: str, inode: int, size: int, mtime_ns: int) -> ArrayV3
         return None
     if document.get("zarr_format") != 3 or document.get("node_type") != "array":
         return None
-    return ArrayV3Metadata.from_dict(document)
+    return _internals().ArrayV3Metadata.from_dict(document)
 
 
 def write_chunk(
@@ -187,8 +258,8 @@ def _plain_numbers(dtype: np.dtype) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _zarr_dtype(dtype: np.dtype) -> Any:
-    """zarr's data type for a numpy one (its registry lookup is ~0.3 ms a call)."""
-    return parse_dtype(dtype, zarr_format=3)
+    """zarr's data type for a numpy one (cached: its registry lookup is not cheap)."""
+    return _internals().parse_dtype(dtype, zarr_format=3)
 
 
 def _encoded(values: np.ndarray, codecs: Sequence[Any]) -> Any:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dparallel.errors import StoreBusyError, StoreError
+from dparallel.store._backend import local_path
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -51,7 +52,16 @@ _HELD_LOCK = threading.Lock()
 
 
 def lease_path(store: str | os.PathLike[str]) -> Path:
-    """The lock file of the store at ``store``: ``<store>.lock`` beside it."""
+    """The lock file of the store at ``store``: ``<store>.lock`` beside it.
+
+    A lease is a file beside a folder: a store that is not one (a URL, a zarr
+    ``MemoryStore``) has none, and asking for it raises :class:`StoreError`.
+    """
+    if local_path(store) is None:
+        raise StoreError(
+            f"{store} is not a local store: the store lease is a file beside a store's folder "
+            "(featurize and ingest with workers need one; use a path)"
+        )
     path = Path(store).expanduser().resolve()
     return path.with_name(path.name + ".lock")
 
@@ -135,8 +145,8 @@ class StoreLease:
     def __init__(
         self, store: str | os.PathLike[str], command: str = "", timeout: float | None = None
     ) -> None:
+        self.path = lease_path(store)
         self.store = Path(store).expanduser().resolve()
-        self.path = lease_path(self.store)
         self.command = command
         if timeout is None:
             timeout = float(os.environ.get(ENV_LEASE_TIMEOUT, DEFAULT_TIMEOUT))

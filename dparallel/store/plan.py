@@ -22,8 +22,8 @@ __all__ = [
 ]
 
 #: Bounds of a derived partition size (atoms): below the minimum, per-task costs (opening
-#: the store, reading, writing structures, statistics and metadata: ~0.4 s) outweigh the
-#: kernels (~2,500 atoms/s with derivatives); above the maximum, a task's memory (float64
+#: the store, reading, writing structures, statistics and metadata) outweigh the kernels
+#: (docs/store-format.md, "Partition sizes"); above the maximum, a task's memory (float64
 #: derivatives: ~50 kB per atom while computing) grows too large. Data too small for
 #: ``MIN_PARTITION_ATOMS`` per worker gets one partition per worker instead, but none
 #: smaller than ``MIN_SPLIT_ATOMS`` (below that one task is faster than several).

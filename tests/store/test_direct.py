@@ -22,7 +22,7 @@ from dparallel.store._direct import (
     write_fill_chunk,
     write_group,
 )
-from dparallel.store._store import _NUMERIC_COMPRESSORS, CHUNK_KEYS
+from dparallel.store._layout import _NUMERIC_COMPRESSORS, CHUNK_KEYS
 
 ZSTD = (zarr.codecs.ZstdCodec(level=1),)
 CASES = {

@@ -1,0 +1,201 @@
+"""An opened store: its zarr root and metadata, partition geometry and done markers.
+
+The base of :class:`~dparallel.store.Store`: what both its writes
+(:mod:`~dparallel.store._writes`) and its reads (:mod:`~dparallel.store._reads`) use.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import zarr
+
+from dparallel.errors import StoreError
+from dparallel.store._backend import StoreTarget, open_backend
+from dparallel.store._layout import FORMAT_VERSION, READABLE_FORMATS, _partition_group
+from dparallel.store.plan import Plan
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from zarr.abc.store import Store as ZarrStore
+
+__all__ = ["OpenedStore"]
+
+log = logging.getLogger(__name__)
+
+
+class OpenedStore:
+    """A dparallel zarr store opened for reading (``mode="r"``) or writing (``"r+"``).
+
+    ``store``: a path (a local store), a URL or a zarr ``Store`` (see
+    :mod:`~dparallel.store._backend`). Picklable (the path, or the zarr store, and the
+    mode), so a task can receive it and write its own partition.
+    """
+
+    def __init__(self, store: StoreTarget, mode: Literal["r", "r+"] = "r") -> None:
+        backend = open_backend(store, mode)
+        self._backend = backend
+        self.location = backend.location
+        self.mode = mode
+        if backend.local is not None and not (backend.local / "zarr.json").is_file():
+            raise StoreError(f"no zarr store at {backend.local}")
+        try:
+            self._root = zarr.open_group(store=backend.zarr_store, mode=mode)
+        except FileNotFoundError:
+            raise StoreError(f"no zarr store at {self.location}") from None
+        meta = self._root.attrs.get("dparallel")
+        if not isinstance(meta, dict):
+            raise StoreError(f"{self.location} is a zarr group but not a dparallel store")
+        version = meta.get("format_version")
+        if version not in READABLE_FORMATS or (mode != "r" and version != FORMAT_VERSION):
+            how = "reads" if version not in READABLE_FORMATS else "writes"
+            raise StoreError(
+                f"{self.location} has store format {version}, this dparallel {how} format "
+                f"{FORMAT_VERSION}; re-featurize it (dparallel featurize … --overwrite)"
+            )
+        self._meta = meta
+        self._starts = np.asarray(meta["plan"]["starts"], np.int64)  # (P,)
+        self._stops = np.asarray(meta["plan"]["stops"], np.int64)  # (P,)
+        self._cum: np.ndarray | None = None  # (P + 1,) see _cumulative
+        self._unreadable_done: set[int] = set()  # partitions whose done marker is torn
+
+    def __getstate__(self) -> dict[str, Any]:
+        local = self._backend.local
+        target = str(local) if local is not None else self._backend.zarr_store
+        return {"path": target, "mode": self.mode}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], state["mode"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.location!r}, mode={self.mode!r}, "
+            f"partitions={self.n_partitions})"
+        )
+
+    # ------------------------------------------------------------ where
+    @property
+    def path(self) -> Path:
+        """The store's folder; a :class:`StoreError` for a store that is not local."""
+        local = self._backend.local
+        if local is None:
+            raise StoreError(
+                f"{self.location} is not a local store: it has no path "
+                "(what needs one: the lease, featurizing with workers, replacing a store)"
+            )
+        return local
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the store is a folder (a :class:`zarr.storage.LocalStore`)."""
+        return self._backend.local is not None
+
+    @property
+    def zarr_store(self) -> ZarrStore:
+        """The zarr ``Store`` every read and write goes through."""
+        return self._backend.zarr_store
+
+    # ------------------------------------------------------------ metadata
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The ``dparallel`` root attributes (versions, source, config, plan, slots)."""
+        return dict(self._meta)
+
+    @property
+    def plan(self) -> Plan:
+        """The partition plan the store was created with."""
+        return Plan.from_dict(self._meta["plan"])
+
+    @property
+    def n_partitions(self) -> int:
+        """Number of partitions ``P``."""
+        return int(self._starts.shape[0])
+
+    def partition_range(self, p: int) -> tuple[int, int]:
+        """Source structures ``[start, stop)`` owned by partition ``p``."""
+        return int(self._starts[p]), int(self._stops[p])
+
+    def partition_of(self, index: int) -> int:
+        """The partition owning source structure ``index``."""
+        return int(np.searchsorted(self._stops, int(index), side="right"))
+
+    @property
+    def atom_slots(self) -> int:
+        """Atom rows per partition ``A``."""
+        return int(self._meta["slots"]["atoms"])
+
+    @property
+    def structure_slots(self) -> int:
+        """Structure rows per partition ``K``."""
+        return int(self._meta["slots"]["structures"])
+
+    # ------------------------------------------------------------ arrays
+    def _array(self, name: str) -> zarr.Array:
+        node = self._root[name]
+        if not isinstance(node, zarr.Array):
+            raise StoreError(f"{self.location}: {name} is not an array")
+        return node
+
+    def _read(self, name: str, start: int | None = None, stop: int | None = None) -> np.ndarray:
+        """Rows ``[start, stop)`` of array ``name`` as numpy (all of it by default).
+
+        Raises :class:`StoreError` naming the array when a chunk cannot be decoded (a file
+        truncated by a full disk or a crash, or corrupted otherwise).
+        """
+        array = self._array(name)
+        try:
+            return np.asarray(array[start:stop])
+        except (OSError, MemoryError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - codec errors come in many types
+            raise StoreError(
+                f"{self.location}: cannot read {name} (a chunk is truncated or corrupt: "
+                f"{type(exc).__name__}: {exc})"
+            ) from None
+
+    def _partition_group(self, p: int, create: bool) -> zarr.Group | None:
+        """The group ``parts/<p>``; made if ``create``, else ``None`` where it is not."""
+        key = _partition_group(p)
+        if key in self._root:
+            return self._root[key]  # type: ignore[return-value]
+        if not create:
+            return None
+        return zarr.open_group(store=self._backend.zarr_store, path=key, mode="a")
+
+    # ---------------------------------------------------------- completion
+    def _done_flags(self) -> np.ndarray:
+        """(P,) bool done markers; a marker that cannot be read counts as not done.
+
+        Each partition's marker is its own chunk, written last: one torn by a crash or a
+        full disk means the partition's task did not finish, and a rerun redoes it.
+        """
+        try:
+            return self._read("partitions/done").astype(bool)
+        except StoreError:
+            return np.asarray([self._is_done(p) for p in range(self.n_partitions)], bool)
+
+    def _is_done(self, p: int) -> bool:
+        """Partition ``p``'s done marker (unreadable: not done, see :meth:`_done_flags`)."""
+        try:
+            return bool(self._read("partitions/done", p, p + 1)[0])
+        except StoreError:
+            if p not in self._unreadable_done:
+                self._unreadable_done.add(p)
+                log.warning("%s: the done marker of partition %d is unreadable", self.location, p)
+            return False
+
+    def done_partitions(self) -> np.ndarray:
+        """Indices (int64, sorted) of the partitions marked done."""
+        return np.flatnonzero(self._done_flags()).astype(np.int64)
+
+    def pending_partitions(self) -> np.ndarray:
+        """Indices (int64, sorted) of the partitions not yet done."""
+        return np.flatnonzero(~self._done_flags()).astype(np.int64)
+
+    @property
+    def is_complete(self) -> bool:
+        """True when every partition is done."""
+        return len(self.done_partitions()) == self.n_partitions

@@ -1,0 +1,245 @@
+"""A store's reads: stored structures by index, a partition's features and arrays,
+per-atom arrays, skipped records, reports and a summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import zarr
+
+from dparallel.errors import StoreIncompleteError
+from dparallel.store._derivatives import BLOCK_ATTRIBUTES, decode_pairs
+from dparallel.store._layout import _index_reason_pairs
+from dparallel.store._opened import OpenedStore
+from dparallel.types import StructureBatch
+
+__all__ = ["StoreReads"]
+
+
+class StoreReads(OpenedStore):
+    """The reading half of :class:`~dparallel.store.Store`."""
+
+    # ---------------------------------------------------------- partition groups
+    def read_partition_arrays(self, p: int, group: str | None = None) -> dict[str, np.ndarray]:
+        """Arrays written by :meth:`write_partition_arrays` for partition ``p``."""
+        g = self._partition_group(int(p), create=False)
+        if g is not None and group:
+            g = g.get(group, None)  # type: ignore[assignment]
+        if g is None:
+            return {}
+        return {name: np.asarray(a[...]) for name, a in g.arrays()}
+
+    def read_features(
+        self, p: int, descriptor: str, derivatives: bool = True
+    ) -> dict[str, dict[str, np.ndarray]]:
+        """Partition ``p``'s arrays of ``descriptor`` by central element (as written).
+
+        Each element maps to ``values``, ``atom_index`` (local atom rows of the partition)
+        and, if stored and ``derivatives``, ``d/<F>/<name>`` per neighbour element F.
+        Elements without atoms in the partition are absent.
+        """
+        part = self._partition_group(int(p), create=False)
+        node = None if part is None else part.get(f"features/{descriptor}")
+        if not isinstance(node, zarr.Group):
+            return {}
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for element, group in sorted(node.groups()):
+            arrays = {name: np.asarray(a[...]) for name, a in group.arrays()}
+            deriv = group.get("d") if derivatives else None
+            if isinstance(deriv, zarr.Group):
+                for neighbor, block in sorted(deriv.groups()):
+                    stored = {n: np.asarray(a[...]) for n, a in block.arrays()}
+                    if self._meta.get("format_version") != 1:  # format 1: stored as computed
+                        kept = block.attrs.asdict()  # format 3: feature_index, radial
+                        stored |= {k: np.asarray(kept[k]) for k in BLOCK_ATTRIBUTES if k in kept}
+                        stored = decode_pairs(stored)
+                    arrays.update({f"d/{neighbor}/{n}": v for n, v in stored.items()})
+            out[element] = arrays
+        return out
+
+    def skipped(self) -> list[tuple[int, str]]:
+        """Every recorded ``(source index, reason)``, sorted by index."""
+        out: list[tuple[int, str]] = []
+        if "parts" not in self._root:
+            return out
+        for _, g in self._root["parts"].groups():  # type: ignore[union-attr]
+            out += [(int(i), str(r)) for i, r in _index_reason_pairs(g.attrs.get("skipped"))]
+        return sorted(out)
+
+    def report(self, p: int) -> dict[str, Any] | None:
+        """The report stored by :meth:`mark_done`, if any."""
+        g = self._partition_group(int(p), create=False)
+        report = None if g is None else g.attrs.get("report")
+        return dict(report) if isinstance(report, Mapping) else None
+
+    # ---------------------------------------------------------- per-atom arrays
+    def read_atom_array(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows of ``atoms/<name>`` for the atoms of stored structures ``[start, stop)``."""
+        arr = self._array(f"atoms/{name}")
+        parts = [arr[a:b] for a, b in self._atom_row_ranges(start, stop)]
+        if not parts:
+            return np.zeros((0, *arr.shape[1:]), dtype=arr.dtype)
+        return np.concatenate(parts)
+
+    # ---------------------------------------------------------- stored structures
+    def _cumulative(self) -> np.ndarray:
+        """(P + 1,) first stored-structure index of each partition (done ones only count)."""
+        if self._cum is None:
+            n = self._read("partitions/n_structures")
+            done = self._done_flags()
+            self._cum = np.concatenate([[0], np.cumsum(np.where(done, n, 0))]).astype(np.int64)
+        return self._cum
+
+    @property
+    def n_structures(self) -> int:
+        """Structures stored by done partitions (all valid structures once complete)."""
+        return int(self._cumulative()[-1])
+
+    def __len__(self) -> int:
+        return self.n_structures
+
+    @property
+    def n_atoms(self) -> int:
+        """Atoms stored by done partitions."""
+        done = self._done_flags()
+        return int(self._read("partitions/n_atoms")[done].sum())
+
+    @property
+    def elements(self) -> list[int]:
+        """Sorted atomic numbers present in done partitions."""
+        done = self._done_flags()
+        present = self._read("partitions/elements")[done].any(axis=0)
+        return [int(z) for z in np.flatnonzero(present)]
+
+    def _partition_spans(self, start: int, stop: int) -> list[tuple[int, int, int]]:
+        """``(partition, local start, local stop)`` covering stored structures [start, stop)."""
+        if not self.is_complete:
+            raise StoreIncompleteError(
+                f"{self.location}: {len(self.pending_partitions())} of {self.n_partitions} "
+                "partitions are not done; finish the run (e.g. re-run `dparallel ingest`) "
+                "or read done partitions with read_partition(p)"
+            )
+        cum = self._cumulative()
+        n = int(cum[-1])
+        if not 0 <= start <= stop <= n:
+            raise IndexError(f"structure range [{start}, {stop}) outside [0, {n})")
+        out = []
+        p = int(np.searchsorted(cum, start, side="right")) - 1
+        while start < stop:
+            take = min(stop, int(cum[p + 1]))
+            if take > start:
+                out.append((p, start - int(cum[p]), take - int(cum[p])))
+            start = max(start, take)
+            p += 1
+        return out
+
+    def _atom_offsets(self, p: int, upto: int) -> np.ndarray:
+        """(upto + 1,) first atom row (within partition ``p``) of its first ``upto``
+        structures, and the end."""
+        K = self.structure_slots
+        counts = self._array("structures/n_atoms")[p * K : p * K + upto]
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def _atom_row_ranges(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """Global atom rows ``[a, b)`` of stored structures ``[start, stop)``, by partition."""
+        out = []
+        for p, a, b in self._partition_spans(start, stop):
+            off = self._atom_offsets(p, b)
+            out.append((p * self.atom_slots + int(off[a]), p * self.atom_slots + int(off[b])))
+        return out
+
+    def _read_partition_rows(self, p: int, a: int, b: int) -> tuple[StructureBatch, np.ndarray]:
+        """Partition ``p``'s structures ``[a, b)`` (local rows) and their source indices."""
+        A, K = self.atom_slots, self.structure_slots
+        off = self._atom_offsets(p, b)
+        ra, rb = p * A + int(off[a]), p * A + int(off[b])
+        sa, sb = p * K + a, p * K + b
+
+        def get(name: str, lo: int, hi: int) -> np.ndarray:
+            return self._read(f"structures/{name}", lo, hi)
+
+        batch = StructureBatch(
+            numbers=get("numbers", ra, rb).astype(np.int64),
+            positions=get("positions", ra, rb),
+            cells=get("cells", sa, sb),
+            pbc=get("pbc", sa, sb),
+            energy=get("energy", sa, sb),
+            forces=get("forces", ra, rb),
+            offsets=off[a : b + 1] - off[a],
+            tags=np.asarray(get("tags", sa, sb), dtype=object),
+        )
+        return batch, get("source_index", sa, sb)
+
+    def read_structures(self, start: int = 0, stop: int | None = None) -> StructureBatch:
+        """Stored structures ``[start, stop)`` as one batch; reads only their chunks."""
+        stop = self.n_structures if stop is None else stop
+        return StructureBatch.concatenate(
+            [
+                self._read_partition_rows(p, a, b)[0]
+                for p, a, b in self._partition_spans(start, stop)
+            ]
+        )
+
+    def source_indices(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """(stop − start,) int64 index in the source file of each stored structure."""
+        stop = self.n_structures if stop is None else stop
+        K = self.structure_slots
+        arr = self._array("structures/source_index")
+        parts = [arr[p * K + a : p * K + b] for p, a, b in self._partition_spans(start, stop)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def read_partition(self, p: int) -> StructureBatch:
+        """The structures partition ``p`` stored (it must be done)."""
+        p = int(p)
+        if not self._is_done(p):
+            raise StoreIncompleteError(f"{self.location}: partition {p} is not done")
+        n = int(self._read("partitions/n_structures", p, p + 1)[0])
+        return self._read_partition_rows(p, 0, n)[0]
+
+    # ---------------------------------------------------------- summary
+    def arrays(self) -> dict[str, dict[str, Any]]:
+        """Every array: ``{path: {shape, dtype, chunks}}``."""
+        out: dict[str, dict[str, Any]] = {}
+
+        def walk(group: zarr.Group, prefix: str) -> None:
+            for name, node in group.members():
+                key = f"{prefix}{name}"
+                if key.startswith("parts/"):
+                    continue
+                if isinstance(node, zarr.Group):
+                    walk(node, key + "/")
+                else:
+                    out[key] = {
+                        "shape": list(node.shape),
+                        "dtype": str(node.dtype),
+                        "chunks": list(node.chunks),
+                    }
+
+        walk(self._root, "")
+        return dict(sorted(out.items()))
+
+    def info(self) -> dict[str, Any]:
+        """Summary: counts, elements, completeness, skipped, arrays, source, config."""
+        from ase.data import chemical_symbols
+
+        done = self.done_partitions()
+        skipped = self.skipped()
+        return {
+            "path": self.location,
+            "format_version": self._meta["format_version"],
+            "n_structures": self.n_structures,
+            "n_atoms": self.n_atoms,
+            "elements": [chemical_symbols[z] for z in self.elements],
+            "complete": len(done) == self.n_partitions,
+            "partitions_done": len(done),
+            "partitions_total": self.n_partitions,
+            "slots": dict(self._meta["slots"]),
+            "skipped": [{"index": i, "reason": r} for i, r in skipped],
+            "n_skipped": len(skipped),
+            "source": self._meta["source"],
+            "config": self._meta["config"],
+            "versions": self._meta["versions"],
+            "arrays": self.arrays(),
+        }
