@@ -32,6 +32,7 @@ from dparallel.config import section as config_section
 from dparallel.descriptors.acsf import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import ConfigError
+from dparallel.n2p2.symmetry_functions import acsf_from_input_nn
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -89,7 +90,7 @@ class ACSFSpec(_Strict):
         the spec gives ``units``.
         """
         if self.n2p2 is not None:
-            return ACSF.from_n2p2(
+            return acsf_from_input_nn(
                 str(resolve_path(self.n2p2)),
                 unit=self.units or data_units,
                 order=self.order or "n2p2",
