@@ -94,6 +94,7 @@ class DescriptorsSpec(BaseModel):
             raise ValueError(f"define {names} (one or more)")
         spec = handler(rest)
         assert spec.__pydantic_extra__ is not None
+        spec.__pydantic_extra__.update({name: sections.get(name) for name in registered()})
         spec.__pydantic_extra__.update(sections)
         return spec
 
@@ -110,6 +111,7 @@ class DescriptorsSpec(BaseModel):
         return schema
 
     def __getattr__(self, name: str) -> Any:
+        """A section by name; ``None`` for a registered type the spec does not give."""
         try:
             return super().__getattr__(name)  # type: ignore[misc]
         except AttributeError:
