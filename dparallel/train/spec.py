@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dparallel.config import apply_overrides, describe_validation_error, read_yaml, section
+from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -74,8 +75,6 @@ class TrainingSpec(BaseModel):
     @field_validator("descriptor")
     @classmethod
     def _registered(cls, name: str) -> str:
-        from dparallel.descriptors.registry import descriptor_kind
-
         descriptor_kind(name)  # a DescriptorError (ValueError) lists the registered ones
         return name
 
@@ -99,8 +98,6 @@ class TrainingSpec(BaseModel):
                     f"n2p2_compatible: n2p2 has no activation {self.activation!r}{hint}; "
                     f"choose one of {sorted(N2P2_EXPRESSIBLE)}"
                 )
-            from dparallel.descriptors.registry import descriptor_kind
-
             if not descriptor_kind(self.descriptor).n2p2:
                 raise ValueError("n2p2_compatible: n2p2 potentials use ACSF descriptors")
             if not self.hidden:
