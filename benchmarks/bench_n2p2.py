@@ -285,8 +285,8 @@ def kernel_rate(ds: Dataset, derivatives: bool, max_atoms: int, rounds: int = 3)
     """In-process ACSF.compute atoms/s (1 thread, neighbour list included), best of rounds."""
     import torch
 
-    from dparallel.descriptors import ACSF
     from dparallel.io import open_source
+    from dparallel.n2p2 import acsf_from_input_nn
 
     torch.set_num_threads(1)
     source = open_source(ds.dir / "input.data", "n2p2", cache_index=False)
@@ -296,7 +296,7 @@ def kernel_rate(ds: Dataset, derivatives: bool, max_atoms: int, rounds: int = 3)
         n += len(source.read(stop, stop + 1).numbers)
         stop += 1
     batch = source.read(0, stop)
-    acsf = ACSF.from_n2p2(str(ds.input_nn(False)))
+    acsf = acsf_from_input_nn(str(ds.input_nn(False)))
     acsf.compute(batch, derivatives=derivatives)  # compile / warm up
     best = float("inf")
     for _ in range(rounds):

@@ -43,9 +43,9 @@ def partition_arrays(tmp: Path, atoms: int) -> tuple[str, int, Arrays]:
     """(data label, atoms, arrays a featurize task hands the store) for one partition."""
     import torch
 
-    from dparallel.descriptors import ACSF
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.io import open_source
+    from dparallel.n2p2 import acsf_from_input_nn
 
     torch.set_num_threads(1)
     if (WATER / "input.data").is_file():
@@ -53,7 +53,7 @@ def partition_arrays(tmp: Path, atoms: int) -> tuple[str, int, Arrays]:
         copies = 1 + atoms // 2064  # the example has 2,064 atoms
         (tmp / "input.data").write_text(one * copies)
         source = open_source(tmp / "input.data", "n2p2", cache_index=False)
-        dset = DescriptorSet(acsf=ACSF.from_n2p2(str(WATER / "input.nn")), derivatives=True)
+        dset = DescriptorSet(acsf=acsf_from_input_nn(str(WATER / "input.nn")), derivatives=True)
         label = "n2p2 water, acsf {n2p2: input.nn}"
     else:
         from bench_scaling import descriptor_set, make_dataset

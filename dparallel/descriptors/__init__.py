@@ -1,5 +1,8 @@
 """dparallel.descriptors: per-atom descriptors (ACSF, NeighborSum) built from kernels.
 
+Descriptor types are looked up by name in :mod:`dparallel.descriptors.registry`
+(:func:`register` adds one).
+
 The torch-only names (``NeighborSum``, the force helpers) load on first use (PEP 562), so
 reading an ACSF spec does not import torch.
 """
@@ -10,6 +13,13 @@ from typing import TYPE_CHECKING
 
 from dparallel._lazy import lazy_getattr
 from dparallel.descriptors.acsf import ACSF, ACSFResult, PairDerivatives
+from dparallel.descriptors.registry import (
+    BuildContext,
+    DescriptorKind,
+    descriptor_kind,
+    register,
+    registered,
+)
 
 if TYPE_CHECKING:
     from dparallel.descriptors.forces import forces_from_derivatives, virial_from_derivatives
@@ -24,9 +34,14 @@ _LAZY = {
 __all__ = [
     "ACSF",
     "ACSFResult",
+    "BuildContext",
+    "DescriptorKind",
     "NeighborSum",
     "PairDerivatives",
+    "descriptor_kind",
     "forces_from_derivatives",
+    "register",
+    "registered",
     "virial_from_derivatives",
 ]
 

@@ -85,7 +85,8 @@ def length_unit(unit: float | str) -> float:
 class ACSF:
     """A set of n2p2 symmetry functions per central element.
 
-    Build with :meth:`uniform`, :meth:`from_n2p2` or :meth:`from_dict`. Picklable;
+    Build with :meth:`uniform`, :meth:`from_dict` or, from an n2p2 input.nn,
+    :func:`dparallel.n2p2.acsf_from_input_nn`. Picklable;
     ``to_dict()`` is JSON-able.
 
     ``order`` says how each central element's columns are ordered: ``"given"`` keeps the
@@ -177,21 +178,6 @@ class ACSF:
         return cls(elements, feats)
 
     @classmethod
-    def from_n2p2(cls, path: str, unit: float | str = 1.0, order: str = "n2p2") -> ACSF:
-        """The symmetry functions of an n2p2 input.nn (``elements``, ``cutoff_type``,
-        ``symfunction_short``/``symfunction``), read as n2p2 reads them.
-
-        ``unit`` is the file's length unit in Å (a factor, or a unit-system name of
-        :data:`dparallel.io.UNITS` such as ``"bohr-hartree"``): rc and rs are multiplied
-        by it, η divided by its square. Elements are ordered by atomic number and, with
-        the default ``order="n2p2"``, each element's functions in n2p2's sorted order.
-        """
-        from dparallel.descriptors.n2p2_input import parse_input_nn
-
-        elements, feats = parse_input_nn(path, unit=length_unit(unit))
-        return cls(elements, feats, order=order)
-
-    @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> ACSF:
         """Rebuild from :meth:`to_dict` output (specs without ``order`` are ``"given"``)."""
         if not isinstance(spec, dict) or spec.get("kind") != "acsf":
@@ -244,7 +230,7 @@ class ACSF:
         neighbour elements (by atomic number); ``scaling.data`` rows and the network's
         inputs follow that order. Identity when ``order == "n2p2"``.
         """
-        from dparallel.descriptors.n2p2_input import n2p2_sort_key
+        from dparallel.descriptors.acsf_order import n2p2_sort_key
 
         self._check_element(element)
         feats = self._features[element]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from dparallel.descriptors.acsf import ACSF
+from dparallel.descriptors.registry import descriptor_kind, registered
 from dparallel.errors import DescriptorError
 from dparallel.neighbors import Neighbors, neighbor_list
 
@@ -14,33 +14,78 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from dparallel.descriptors.neighbor_sum import NeighborSum
     from dparallel.types import StructureBatch
 
-__all__ = ["DESCRIPTOR_NAMES", "DescriptorSet"]
-
-#: Names under which descriptors are stored (``features/<name>/…`` in a store).
-DESCRIPTOR_NAMES = ("acsf", "neighbor_sum")
+__all__ = ["DescriptorSet"]
 
 #: Supported ``dtype`` names (torch dtypes of the same name; torch is imported only to
 #: compute, so a driver that only reads specs never loads it).
 _DTYPES = ("float64", "float32")
 
+#: Keys of :meth:`DescriptorSet.to_dict` that are not descriptor types.
+_OPTIONS = ("derivatives", "dtype")
 
-@dataclass(frozen=True, eq=False)
+
+@dataclass(frozen=True, eq=False, init=False)
 class DescriptorSet:
-    """ACSF and/or NeighborSum, whether to compute per-pair derivatives, and the dtype."""
+    """Descriptors by registered type name (e.g. ACSF and/or NeighborSum), whether to
+    compute per-pair derivatives, and the dtype.
 
-    acsf: ACSF | None = None
-    neighbor_sum: NeighborSum | None = None
-    derivatives: bool = False
-    dtype: Literal["float64", "float32"] = "float64"
+    ``DescriptorSet({"acsf": acsf}, derivatives=True)`` or, by keyword,
+    ``DescriptorSet(acsf=acsf, neighbor_sum=ns)``; ``dset.acsf`` is the descriptor of
+    that type, ``None`` when the set has none. Frozen (``dataclasses.replace`` works),
+    picklable.
+    """
 
-    def __post_init__(self) -> None:
-        if self.acsf is None and self.neighbor_sum is None:
-            raise DescriptorError("a descriptor set needs ACSF, NeighborSum or both; got neither")
-        if self.dtype not in _DTYPES:
-            raise DescriptorError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
+    by_name: Mapping[str, Any]
+    derivatives: bool
+    dtype: Literal["float64", "float32"]
+
+    def __init__(
+        self,
+        by_name: Mapping[str, Any] | None = None,
+        *,
+        derivatives: bool = False,
+        dtype: Literal["float64", "float32"] = "float64",
+        **descriptors: Any,
+    ) -> None:
+        given = {**(by_name or {}), **descriptors}
+        found = {}
+        for name, descriptor in given.items():
+            kind = descriptor_kind(name)  # unknown names list the registered ones
+            if descriptor is None:
+                continue
+            if derivatives and not kind.pair_derivatives:
+                raise DescriptorError(f"{name} has no per-pair derivatives; set derivatives off")
+            found[name] = descriptor
+        if not found:
+            names = ", ".join(repr(n) for n in registered())
+            raise DescriptorError(
+                f"a descriptor set needs ACSF, NeighborSum or both, or another registered "
+                f"type ({names}); got none"
+            )
+        if dtype not in _DTYPES:
+            raise DescriptorError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+        order = {n: k for k, n in enumerate(registered())}
+        found = dict(sorted(found.items(), key=lambda item: order[item[0]]))
+        object.__setattr__(self, "by_name", found)
+        object.__setattr__(self, "derivatives", bool(derivatives))
+        object.__setattr__(self, "dtype", dtype)
+
+    def __getattr__(self, name: str) -> Any:
+        """The descriptor of type ``name`` (``None`` if the set has none of that type)."""
+        found = self.__dict__.get("by_name")
+        if found is None or name.startswith("_"):
+            raise AttributeError(name)
+        if name in found:
+            return found[name]
+        if name in registered():
+            return None
+        raise AttributeError(f"DescriptorSet has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={d!r}" for n, d in self.by_name.items())
+        return f"DescriptorSet({inner}, derivatives={self.derivatives}, dtype={self.dtype!r})"
 
     @property
     def r_cut(self) -> float:
@@ -48,30 +93,30 @@ class DescriptorSet:
         return max(d.r_cut for d in self.descriptors().values())
 
     def descriptors(self) -> dict[str, Any]:
-        """Name → descriptor, for those present."""
-        found = {"acsf": self.acsf, "neighbor_sum": self.neighbor_sum}
-        return {name: d for name, d in found.items() if d is not None}
+        """Name → descriptor, for those present (in registration order)."""
+        return dict(self.by_name)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able spec (stored in the zarr attributes; rebuilt in workers)."""
-        return {
-            "acsf": None if self.acsf is None else self.acsf.to_dict(),
-            "neighbor_sum": None if self.neighbor_sum is None else self.neighbor_sum.to_dict(),
-            "derivatives": bool(self.derivatives),
-            "dtype": self.dtype,
-        }
+        """JSON-able spec (stored in the zarr attributes; rebuilt in workers): every
+        registered type's ``to_dict()`` (``None`` when absent), ``derivatives``, ``dtype``."""
+        out: dict[str, Any] = {}
+        for name in registered():
+            descriptor = self.by_name.get(name)
+            out[name] = None if descriptor is None else descriptor.to_dict()
+        for name, descriptor in self.by_name.items():  # a type unregistered since
+            out.setdefault(name, descriptor.to_dict())
+        return {**out, "derivatives": bool(self.derivatives), "dtype": self.dtype}
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> DescriptorSet:
-        """Inverse of :meth:`to_dict`."""
-        neighbor_sum = None
-        if data.get("neighbor_sum") is not None:
-            from dparallel.descriptors.neighbor_sum import NeighborSum  # a torch module
-
-            neighbor_sum = NeighborSum.from_dict(data["neighbor_sum"])
+        """Inverse of :meth:`to_dict` (each type's class rebuilds its own part)."""
+        found = {
+            name: descriptor_kind(name).load().from_dict(spec)
+            for name, spec in data.items()
+            if name not in _OPTIONS and spec is not None
+        }
         return DescriptorSet(
-            acsf=None if data.get("acsf") is None else ACSF.from_dict(data["acsf"]),
-            neighbor_sum=neighbor_sum,
+            found,
             derivatives=bool(data.get("derivatives", False)),
             dtype=data.get("dtype", "float64"),
         )
@@ -98,9 +143,10 @@ class DescriptorSet:
         if neighbors is None:
             neighbors = neighbor_list(batch, self.r_cut)
         out: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+        numpy_only = not self.uses_torch  # every type of the set has a torch-free route now
         for name, descriptor in self.descriptors().items():
             within = _within(neighbors, descriptor.r_cut)
-            if name == "acsf" and not self.uses_torch:
+            if numpy_only:
                 arrays = descriptor.compute_arrays(
                     batch,
                     derivatives=self.derivatives,
@@ -124,11 +170,14 @@ class DescriptorSet:
 
     @property
     def uses_torch(self) -> bool:
-        """Whether :meth:`compute` needs torch: for neighbor sums, or ACSF without numba
-        (ACSF through the compiled kernel runs on numpy alone: workers skip torch's import)."""
-        from dparallel.kernels.acsf_numba import numba_available
-
-        return self.neighbor_sum is not None or not numba_available()
+        """Whether :meth:`compute` needs torch: some type of the set has no torch-free
+        route now (neighbor sums; ACSF without numba). ACSF through the compiled kernel
+        runs on numpy alone: workers skip torch's import."""
+        for name in self.by_name:
+            numpy_route = descriptor_kind(name).numpy_route
+            if numpy_route is None or not numpy_route():
+                return True
+        return False
 
 
 def _within(neighbors: Neighbors, r_cut: float) -> Neighbors:

@@ -21,14 +21,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from dparallel.descriptors.results import ACSFResult, PairDerivatives
 from dparallel.errors import DescriptorError
 from dparallel.kernels import envsum
 from dparallel.types import StructureBatch
 
-__all__ = ["NeighborSum"]
+__all__ = ["NeighborSum", "NeighborSumGraph"]
 
 _KINDS = ("inverse", "gaussian")
 _CUTOFFS = ("cos2",)
@@ -339,3 +339,34 @@ def _neighbors(batch: StructureBatch, cutoff: float) -> Any:
         cat(seconds, (0,)).astype(np.int64),
         cat(vectors, (0, 3)).astype(np.float64),
     )
+
+
+class NeighborSumGraph(nn.Module):
+    """HIP-NN neighbour sums G[i, ν·S + f] = Σ_{j: species f} s_ν(r_ij) as one graph."""
+
+    def __init__(self, descriptor: NeighborSum) -> None:
+        super().__init__()
+        self.descriptor = descriptor
+        self.elements = list(descriptor.elements)
+        self.r_cut = descriptor.r_cut
+        cols = torch.arange(descriptor.n_features, dtype=torch.long)
+        for e in self.elements:
+            self.register_buffer(f"columns_{e}", cols.clone(), False)
+
+    def columns(self, element: str) -> Tensor:
+        """(F,) positions of ``element``'s features (every element has all ν·S columns)."""
+        return getattr(self, f"columns_{element}")
+
+    def forward(
+        self, vectors: Tensor, pair_first: Tensor, pair_second: Tensor, species: Tensor
+    ) -> Tensor:
+        """G (N, ν·S), column k = ν·S + f."""
+        n, n_el = species.shape[0], len(self.elements)
+        dist = torch.linalg.vector_norm(vectors, dim=1)  # (P,)
+        keep = torch.nonzero(dist.detach() < self.r_cut).squeeze(1)
+        s, _ = self.descriptor.sensitivities(dist.index_select(0, keep))  # (P_c, ν)
+        slot = pair_first.index_select(0, keep) * n_el + species.index_select(
+            0, pair_second.index_select(0, keep)
+        )
+        acc = s.new_zeros(n * n_el, s.shape[1]).index_add(0, slot, s)  # (N·S, ν)
+        return acc.view(n, n_el, -1).transpose(1, 2).reshape(n, -1)

@@ -1,6 +1,7 @@
 """n2p2 files in and out: ``input.nn``, ``scaling.data``, ``weights.XXX.data``, potentials.
 
 - :func:`read_input_nn` → :class:`InputNN` (the whole file, as n2p2 reads it);
+- :func:`acsf_from_input_nn` (the symmetry functions of an ``input.nn`` → ``ACSF``);
 - :func:`read_scaling_data` / :func:`format_scaling_data` (``scaling.data``);
 - :func:`read_weights` / :func:`write_weights` (``weights.XXX.data``);
 - :func:`write_input_data` (structures → ``input.data``);
@@ -26,6 +27,7 @@ from dparallel.n2p2.input_nn import (
 )
 from dparallel.n2p2.scaling_data import format_scaling_data, read_scaling_data
 from dparallel.n2p2.settings import read_settings
+from dparallel.n2p2.symmetry_functions import acsf_from_input_nn
 from dparallel.n2p2.weights import read_weights, write_weights
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ __all__ = [
     "Network",
     "Normalization",
     "Scaling",
+    "acsf_from_input_nn",
     "export_model_dir",
     "format_scaling_data",
     "is_potential_dir",

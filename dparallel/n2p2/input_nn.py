@@ -5,7 +5,7 @@ What is read, and how n2p2 (``libnnp/Mode.cpp``) uses it:
 - ``number_of_elements``, ``elements`` (ordered by atomic number, as n2p2's ElementMap),
   ``atom_energy <e> <E>`` (per-atom offsets added to the network energy),
   ``cutoff_type <t> [alpha]`` and the symmetry functions
-  (:mod:`dparallel.descriptors.n2p2_input`);
+  (:mod:`dparallel.n2p2.symmetry_functions`);
 - scaling: ``scale_symmetry_functions`` / ``center_symmetry_functions`` /
   ``scale_symmetry_functions_sigma`` and ``scale_min_short`` / ``scale_max_short``
   (n2p2's ``setupSymmetryFunctionScaling`` precedence and defaults 0 and 1);
@@ -25,14 +25,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dparallel.descriptors.n2p2_input import cutoff_of, elements_of, symmetry_functions
+from dparallel.descriptors.acsf import ACSF, length_unit
 from dparallel.errors import InputFormatError
 from dparallel.n2p2.settings import Settings, log_unused, read_settings
+from dparallel.n2p2.symmetry_functions import cutoff_of, elements_of, symmetry_functions
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from dparallel.descriptors import ACSF
 
 __all__ = [
     "ACTIVATION_CODES",
@@ -117,9 +116,6 @@ class InputNN:
 
     def acsf(self, unit: float | str = 1.0, order: str = "n2p2") -> ACSF:
         """The symmetry functions as an :class:`~dparallel.descriptors.ACSF` (lengths × unit)."""
-        from dparallel.descriptors import ACSF
-        from dparallel.descriptors.acsf import length_unit
-
         assert self._settings is not None
         elements, feats = symmetry_functions(self._settings, length_unit(unit))
         return ACSF(elements, feats, order=order)

@@ -27,6 +27,7 @@ import torch
 from ase.data import atomic_numbers
 
 from dparallel.descriptors import ACSF
+from dparallel.descriptors.registry import descriptor_kind, registered
 from dparallel.errors import ConfigError, InputFormatError
 from dparallel.io.source import UNITS
 from dparallel.n2p2.input_nn import ACTIVATION_CODES, InputNN, read_input_nn
@@ -462,7 +463,8 @@ def export_model_dir(
     from dparallel.train.loop import load_model
 
     model, data = load_model(model_dir, dtype=torch.float64)
-    if data.get("descriptor_kind") != "acsf" or not data.get("descriptor"):
+    kind = str(data.get("descriptor_kind"))
+    if kind not in registered() or not descriptor_kind(kind).n2p2 or not data.get("descriptor"):
         raise ConfigError(
             f"{model_dir}: n2p2 potentials use ACSF descriptors; this model uses "
             f"{data.get('descriptor_kind')!r}"

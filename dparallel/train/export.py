@@ -33,7 +33,8 @@ from dparallel.descriptors import (
     forces_from_derivatives,
     virial_from_derivatives,
 )
-from dparallel.errors import TrainingError
+from dparallel.descriptors.registry import descriptor_kind, kind_of
+from dparallel.errors import DescriptorError, TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.train.files import load_exported_program, load_torch_file
 from dparallel.train.model import HDNNP
@@ -63,16 +64,16 @@ Descriptor = ACSF | NeighborSum
 
 
 def descriptor_from_dict(kind: str, spec: dict[str, Any]) -> Descriptor:
-    """The descriptor of a model file: ``kind`` is ``"acsf"`` or ``"neighbor_sum"``."""
-    if kind == "acsf":
-        return ACSF.from_dict(spec)
-    if kind == "neighbor_sum":
-        return NeighborSum.from_dict(spec)
-    raise TrainingError(f"unknown descriptor kind {kind!r}; expected 'acsf' or 'neighbor_sum'")
+    """The descriptor of a model file: ``kind`` is a registered descriptor type."""
+    try:
+        descriptor: Descriptor = descriptor_kind(kind).load().from_dict(spec)
+    except DescriptorError as exc:
+        raise TrainingError(str(exc)) from None
+    return descriptor
 
 
 def _kind(descriptor: Descriptor) -> str:
-    return "acsf" if isinstance(descriptor, ACSF) else "neighbor_sum"
+    return kind_of(descriptor).name
 
 
 class DeployedModel(nn.Module):

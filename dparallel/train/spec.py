@@ -6,9 +6,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dparallel.config import apply_overrides, describe_validation_error, read_yaml, section
+from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ class TrainingSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    descriptor: Literal["acsf", "neighbor_sum"] = "acsf"
+    descriptor: str = Field("acsf", description="a registered descriptor type")
     hidden: tuple[int, ...] = (48, 48)
     activation: Literal[
         "tanh", "silu", "softplus", "gelu", "identity", "logistic", "softplus_n2p2", "relu",
@@ -71,6 +72,12 @@ class TrainingSpec(BaseModel):
         False, description="train on the done partitions of an incomplete store"
     )
 
+    @field_validator("descriptor")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        descriptor_kind(name)  # a DescriptorError (ValueError) lists the registered ones
+        return name
+
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
         if self.validation_fraction + self.test_fraction >= 1:
@@ -91,7 +98,7 @@ class TrainingSpec(BaseModel):
                     f"n2p2_compatible: n2p2 has no activation {self.activation!r}{hint}; "
                     f"choose one of {sorted(N2P2_EXPRESSIBLE)}"
                 )
-            if self.descriptor != "acsf":
+            if not descriptor_kind(self.descriptor).n2p2:
                 raise ValueError("n2p2_compatible: n2p2 potentials use ACSF descriptors")
             if not self.hidden:
                 raise ValueError("n2p2_compatible: n2p2 networks need a hidden layer")

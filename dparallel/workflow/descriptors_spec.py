@@ -19,134 +19,116 @@ Example (``descriptors.yaml``)::
       n_sensitivities: 20
     derivatives: true          # store ∂G_i/∂r_ij per pair (needed for force training)
     dtype: float64
+
+Every other top-level key but ``derivatives`` and ``dtype`` names a descriptor type of
+:mod:`dparallel.descriptors.registry` and is validated by that type's config model.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, GetJsonSchemaHandler, ValidationError, model_validator
+from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
-from dparallel.config import describe_validation_error, read_yaml, resolve_path
+from dparallel.config import describe_validation_error, read_yaml
 from dparallel.config import section as config_section
-from dparallel.descriptors.acsf import ACSF
+from dparallel.descriptors.acsf_spec import ACSFSpec
 from dparallel.descriptors.descriptor_set import DescriptorSet
-from dparallel.errors import ConfigError
+from dparallel.descriptors.neighbor_sum_spec import NeighborSumSpec
+from dparallel.descriptors.registry import BuildContext, descriptor_kind, registered
+from dparallel.errors import ConfigError, DescriptorError
+from dparallel.n2p2.symmetry_functions import acsf_from_input_nn
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
-    from dparallel.descriptors.neighbor_sum import NeighborSum
+    from pydantic.json_schema import JsonSchemaValue
 
 __all__ = ["ACSFSpec", "DescriptorsSpec", "NeighborSumSpec", "load_descriptors"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class DescriptorsSpec(BaseModel):
+    """What featurization computes: one section per registered descriptor type, read by
+    that type's config model (``spec.acsf``; ``None`` for a registered type not given)."""
 
+    model_config = ConfigDict(extra="allow", frozen=True)
 
-class ACSFSpec(_Strict):
-    """ACSF: either uniform parameters for every element pair, or an n2p2 ``input.nn``."""
-
-    n2p2: str | None = Field(
-        None, description="path of an n2p2 input.nn (relative to the working directory)"
-    )
-    units: str | None = Field(
-        None,
-        description="units of the input.nn lengths (rc, rs, eta): ase/angstrom-ev or "
-        "bohr-hartree; default: the dataset's units (an input.nn goes with its input.data)",
-    )
-    order: Literal["n2p2", "given"] | None = Field(
-        None, description="column order; default n2p2's sorted order for an input.nn, else given"
-    )
-    elements: list[str] | None = None
-    r_cut: float = Field(6.0, gt=0)
-    cutoff: str | int = "cos"
-    alpha: float = Field(0.0, ge=0, lt=1)
-    radial: list[tuple[float, float]] = []
-    narrow: list[tuple[float, float, float, float]] = []
-    wide: list[tuple[float, float, float, float]] = []
-
-    @model_validator(mode="after")
-    def _one_way(self) -> ACSFSpec:
-        if self.n2p2 is None and not self.elements:
-            raise ValueError("give either 'n2p2: input.nn' or 'elements' with parameters")
-        if self.n2p2 is None and not (self.radial or self.narrow or self.wide):
-            raise ValueError("no symmetry functions: give radial, narrow or wide parameters")
-        if self.units is not None:
-            from dparallel.io.source import UNITS
-
-            if self.n2p2 is None:
-                raise ValueError("'units' applies to an n2p2 input.nn only (uniform sets are in Å)")
-            if self.units not in UNITS:
-                raise ValueError(f"units must be one of {sorted(UNITS)}, got {self.units!r}")
-        return self
-
-    def build(self, data_units: str = "ase") -> ACSF:
-        """The :class:`ACSF` this spec defines (``n2p2`` relative to the working directory).
-
-        ``data_units``: units of the dataset, which an input.nn's lengths follow unless
-        the spec gives ``units``.
-        """
-        if self.n2p2 is not None:
-            return ACSF.from_n2p2(
-                str(resolve_path(self.n2p2)),
-                unit=self.units or data_units,
-                order=self.order or "n2p2",
-            )
-        acsf = ACSF.uniform(
-            elements=list(self.elements or []),
-            r_cut=self.r_cut,
-            cutoff=self.cutoff,
-            alpha=self.alpha,
-            radial=self.radial,
-            narrow=self.narrow,
-            wide=self.wide,
-        )
-        if self.order == "n2p2":
-            return ACSF(acsf.elements, {e: acsf.features(e) for e in acsf.elements}, "n2p2")
-        return acsf
-
-
-class NeighborSumSpec(_Strict):
-    """HIP-NN-style neighbor-sum features (see :class:`dparallel.descriptors.NeighborSum`)."""
-
-    elements: list[str]
-    r_cut: float = Field(5.0, gt=0)
-    n_sensitivities: int = Field(20, ge=1)
-    r_min: float = Field(0.8, gt=0)
-    r_max: float | None = None
-    kind: Literal["inverse", "gaussian"] = "inverse"
-    cutoff: Literal["cos2"] = "cos2"
-    sigma: float | None = None
-
-    def build(self) -> NeighborSum:
-        """The :class:`NeighborSum` this spec defines."""
-        from dparallel.descriptors.neighbor_sum import NeighborSum  # a torch module
-
-        return NeighborSum(**self.model_dump())
-
-
-class DescriptorsSpec(_Strict):
-    """What featurization computes."""
-
-    acsf: ACSFSpec | None = None
-    neighbor_sum: NeighborSumSpec | None = None
     derivatives: bool = False
     dtype: Literal["float64", "float32"] = "float64"
 
-    @model_validator(mode="after")
-    def _something(self) -> DescriptorsSpec:
-        if self.acsf is None and self.neighbor_sum is None:
-            raise ValueError("define 'acsf', 'neighbor_sum' or both")
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _sections(cls, data: Any, handler: Callable[[Any], DescriptorsSpec]) -> DescriptorsSpec:
+        """Each descriptor section through its type's model (errors keep their key path)."""
+        if isinstance(data, DescriptorsSpec) or not isinstance(data, dict):
+            return handler(data)
+        rest, sections, errors = {}, {}, []
+        for key, value in data.items():
+            if key in cls.model_fields:
+                rest[key] = value
+                continue
+            try:
+                model = descriptor_kind(key).spec()
+            except DescriptorError as exc:
+                problem = PydanticCustomError("descriptor_type", "{why}", {"why": str(exc)})
+                errors.append(InitErrorDetails(type=problem, loc=(key,), input=value))
+                continue
+            try:
+                sections[key] = None if value is None else model.model_validate(value)
+            except ValidationError as exc:
+                errors += [
+                    InitErrorDetails(
+                        type=e["type"],
+                        loc=(key, *e["loc"]),
+                        input=e["input"],
+                        ctx=e.get("ctx", {}),
+                    )
+                    for e in exc.errors()
+                ]
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        if not any(v is not None for v in sections.values()):
+            names = ", ".join(repr(n) for n in registered())
+            raise ValueError(f"define {names} (one or more)")
+        spec = handler(rest)
+        assert spec.__pydantic_extra__ is not None
+        spec.__pydantic_extra__.update({name: sections.get(name) for name in registered()})
+        spec.__pydantic_extra__.update(sections)
+        return spec
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """The JSON schema lists every registered type's section (``dparallel schema``)."""
+        schema = handler.resolve_ref_schema(handler(core_schema))
+        for name in registered():
+            section = descriptor_kind(name).spec().model_json_schema()
+            schema["properties"][name] = {"anyOf": [section, {"type": "null"}], "default": None}
+        schema["additionalProperties"] = False  # other keys are refused
+        return schema
+
+    def __getattr__(self, name: str) -> Any:
+        """A section by name; ``None`` for a registered type the spec does not give."""
+        try:
+            return super().__getattr__(name)  # type: ignore[misc]
+        except AttributeError:
+            if name in registered():
+                return None
+            raise
+
+    def sections(self) -> dict[str, Any]:
+        """Name → config model of the descriptor sections given."""
+        return {k: v for k, v in (self.__pydantic_extra__ or {}).items() if v is not None}
 
     def build(self, data_units: str = "ase") -> DescriptorSet:
         """The :class:`DescriptorSet` (relative paths are taken from the working directory;
         ``data_units``: the dataset's units, which an n2p2 input.nn's lengths follow)."""
+        context = BuildContext(data_units, {"n2p2_input_nn": acsf_from_input_nn})
         return DescriptorSet(
-            acsf=None if self.acsf is None else self.acsf.build(data_units),
-            neighbor_sum=None if self.neighbor_sum is None else self.neighbor_sum.build(),
+            {name: section.build(context) for name, section in self.sections().items()},
             derivatives=self.derivatives,
             dtype=self.dtype,
         )
@@ -162,8 +144,6 @@ def load_descriptors(
     (``acsf.n2p2``) are taken from the working directory, as in ``dparallel run``.
     ``data_units`` are the dataset's units (an n2p2 input.nn's lengths follow them).
     """
-    from pydantic import ValidationError
-
     data: Any = read_yaml(path, "descriptors")
     if section is not None:
         data = config_section(data, section, str(path))

@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from dparallel.descriptors.acsf import ACSF
+from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import (
     ClusterError,
     DiskFullError,
@@ -624,9 +624,10 @@ def write_scaling_data(
     elements = sorted(merged, key=lambda symbol: atomic_numbers[symbol])
     spec = store.attrs.get("config", {}).get("features", {}).get(descriptor)
     orders = None
-    if descriptor == "acsf" and spec:  # n2p2 reads rows in its sorted order
-        acsf = ACSF.from_dict(spec)
-        orders = [acsf.n2p2_order(e) for e in elements]
+    kind = descriptor_kind(descriptor)
+    if kind.n2p2 and spec:  # n2p2 reads rows in its sorted order
+        symfuncs = kind.load().from_dict(spec)
+        orders = [symfuncs.n2p2_order(e) for e in elements]
     with open(path, "w") as handle:
         handle.write(format_scaling_data([merged[e] for e in elements], orders))
 

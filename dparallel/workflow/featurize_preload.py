@@ -52,6 +52,7 @@ def warm_up() -> None:
 
     from dparallel.descriptors.acsf import ACSF
     from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.descriptors.registry import kind_of
     from dparallel.store._derivatives import encode_pairs
     from dparallel.types import StructureBatch
     from dparallel.workflow.featurize_task import task_descriptors  # and its imports
@@ -74,7 +75,7 @@ def warm_up() -> None:
         offsets=np.array([0, 3]),
     )
     computed = task_descriptors(water, DescriptorSet(acsf=acsf, derivatives=True))
-    for arrays in computed["acsf"].values():  # the store's packing of dG/dr blocks
+    for arrays in computed[kind_of(acsf).name].values():  # the store's packing of dG/dr blocks
         encode_pairs({k.split("/", 2)[2]: v for k, v in arrays.items() if k.startswith("d/H/")})
 
 

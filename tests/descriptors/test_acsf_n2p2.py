@@ -7,6 +7,7 @@ n2p2 sorts each element's functions internally, so columns are mapped by metadat
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ase.build
 import n2p2_dump
@@ -14,9 +15,12 @@ import numpy as np
 import pytest
 from acsf_unchecked import allow_any_parameters
 
-from dparallel.descriptors import ACSF
 from dparallel.io import open_source
 from dparallel.kernels.acsf_numba import numba_available
+from dparallel.n2p2 import acsf_from_input_nn
+
+if TYPE_CHECKING:
+    from dparallel.descriptors import ACSF
 
 _why = n2p2_dump.unavailable()
 pytestmark = [
@@ -67,7 +71,7 @@ def test_water_example_equals_n2p2(dumper: Path, tmp_path: Path) -> None:
     ends = [n for n, line in enumerate(lines) if line.split()[:1] == ["end"]]
     (tmp_path / "input.data").write_text("".join(lines[: ends[1] + 1]))  # two structures
     (tmp_path / "input.nn").write_text((WATER / "input.nn").read_text())
-    acsf = ACSF.from_n2p2(str(tmp_path / "input.nn"))
+    acsf = acsf_from_input_nn(str(tmp_path / "input.nn"))
     assert _compare(acsf, tmp_path, dumper, derivatives=True) > 100
 
 
@@ -110,7 +114,7 @@ def test_metal_types_2_3_9_equal_n2p2(
 ) -> None:
     (tmp_path / "input.nn").write_text(_metal_input_nn(cutoff, alpha, STANDARD))
     n2p2_dump.write_input_data(tmp_path / "input.data", _cu_au(cutoff))
-    acsf = ACSF.from_n2p2(str(tmp_path / "input.nn"))
+    acsf = acsf_from_input_nn(str(tmp_path / "input.nn"))
     assert _compare(acsf, tmp_path, dumper, derivatives=True) > 200
 
 
@@ -127,5 +131,5 @@ def test_any_zeta_lambda_eta_equal_n2p2(
     allow_any_parameters(monkeypatch)
     (tmp_path / "input.nn").write_text(_metal_input_nn(6, 0.0, EXOTIC))
     n2p2_dump.write_input_data(tmp_path / "input.data", _cu_au(7))
-    acsf = ACSF.from_n2p2(str(tmp_path / "input.nn"))
+    acsf = acsf_from_input_nn(str(tmp_path / "input.nn"))
     assert _compare(acsf, tmp_path, dumper, derivatives=True) > 200

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 from n2p2_helpers import ALLOY_SYMFUNCTIONS, alloy_input_nn, alloy_structures, random_weights
 
-from dparallel.descriptors import ACSF
 from dparallel.errors import InputFormatError
-from dparallel.n2p2 import read_input_nn, write_input_data
+from dparallel.n2p2 import acsf_from_input_nn, read_input_nn, write_input_data
 from dparallel.n2p2.binaries import (
     N2p2RunError,
     log_networks,
@@ -102,7 +101,7 @@ def test_topology_and_order_equal_n2p2s(n2p2_bin: Path, tmp_path: Path) -> None:
         net = inp.networks[e]
         assert sizes == [inp.n_symmetry_functions[e], *net.nodes, 1], e
         assert codes == list(net.activations), e
-    acsf = ACSF.from_n2p2(str(tmp_path / "input.nn"))
+    acsf = acsf_from_input_nn(str(tmp_path / "input.nn"))
     lines = (tmp_path / "input.nn").read_text().splitlines()
     for e, order in log_symmetry_function_lines(log).items():
         assert len(order) == acsf.n_features(e)

@@ -8,17 +8,24 @@ import numpy as np
 import pytest
 from n2p2_helpers import assert_same, energy_offsets, nnp_dataset, nnp_scaling, random_weights
 
-from dparallel.descriptors import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import InputFormatError
 from dparallel.io import open_source
-from dparallel.n2p2 import format_scaling_data, load_potential, read_input_nn, read_scaling_data
+from dparallel.n2p2 import (
+    acsf_from_input_nn,
+    format_scaling_data,
+    load_potential,
+    read_input_nn,
+    read_scaling_data,
+)
 from dparallel.train.export import DeployedModel
 from dparallel.workflow.descriptors_spec import load_descriptors
 from dparallel.workflow.featurize import featurize_in_process, write_scaling_data
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from dparallel.descriptors import ACSF
 
 #: Functions n2p2 accepts that need care: ζ < 1, negative integer ζ, λ ≠ ±1 (1 + λ cos θ
 #: ≤ 0 happens: the term is dropped, also for integer ζ), η < 0 ...
@@ -76,7 +83,7 @@ def test_featurize_writes_n2p2s_scaling_data(n2p2_bin: Path, water: Path, tmp_pa
     assert descriptors.acsf is not None and descriptors.acsf.order == "n2p2"
     ref = read_scaling_data(ref_path, _counts(descriptors.acsf))
     for order in ("n2p2", "given"):
-        acsf = ACSF.from_n2p2(str(water / "input.nn"), unit="bohr-hartree", order=order)
+        acsf = acsf_from_input_nn(str(water / "input.nn"), unit="bohr-hartree", order=order)
         store = featurize_in_process(
             water / "input.data",
             tmp_path / f"{order}.zarr",
@@ -119,7 +126,7 @@ def test_angular_semantics_equal_n2p2s(n2p2_bin: Path, water: Path, tmp_path: Pa
     text = (water / "input.nn").read_text() + EXTREMES
     (tmp_path / "extremes.nn").write_text(text + ZETA_ZERO)
     ref_path = nnp_scaling(tmp_path / "n2p2", tmp_path / "extremes.nn", water / "input.data")
-    acsf = ACSF.from_n2p2(str(tmp_path / "extremes.nn"))
+    acsf = acsf_from_input_nn(str(tmp_path / "extremes.nn"))
     ref = read_scaling_data(ref_path, _counts(acsf))
     _assert_rows(_stats(acsf, water / "input.data", "ase"), ref)
     batch = open_source(water / "input.data", "n2p2").read(0, 4)

@@ -8,8 +8,9 @@ Read as n2p2 reads it (keyword layer: :mod:`dparallel.n2p2.settings`): ``number_
     symfunction_short <ec> 3|9 <e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]
 
 Any real η, ζ and λ are accepted, as n2p2 accepts them. Elements come back in n2p2's order
-(by atomic number), features per central element in file order; :func:`n2p2_sort_key` is
-n2p2's ``SymFnc::operator<`` (``Element::sortSymmetryFunctions``). Errors name file and line.
+(by atomic number), features per central element in file order; :func:`acsf_from_input_nn`
+makes them an :class:`~dparallel.descriptors.ACSF` (by default in n2p2's sorted order,
+:func:`dparallel.descriptors.acsf_order.n2p2_sort_key`). Errors name file and line.
 The whole file (network, scaling, normalisation) is read by :mod:`dparallel.n2p2.input_nn`.
 """
 
@@ -19,7 +20,8 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from dparallel.kernels.cutoff_types import cutoff_type_id
+from dparallel.descriptors.acsf import ACSF, length_unit
+from dparallel.n2p2.settings import log_unused, read_settings
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,7 +29,14 @@ if TYPE_CHECKING:
     from dparallel.errors import InputFormatError
     from dparallel.n2p2.settings import Entry, Settings
 
-__all__ = ["SUPPORTED_TYPES", "n2p2_sort_key", "parse_input_nn", "symmetry_functions"]
+__all__ = [
+    "SUPPORTED_TYPES",
+    "acsf_from_input_nn",
+    "cutoff_of",
+    "elements_of",
+    "parse_input_nn",
+    "symmetry_functions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +49,22 @@ def parse_input_nn(path: str | Path, unit: float = 1.0) -> tuple[list[str], dict
 
     ``unit`` converts file lengths to Å: rc, rs multiplied, η divided by unit².
     """
-    from dparallel.n2p2.settings import log_unused, read_settings
-
     settings = read_settings(path)
     log_unused(settings)  # never dropped silently; the network keywords: dparallel.n2p2
     return symmetry_functions(settings, unit)
+
+
+def acsf_from_input_nn(path: str | Path, unit: float | str = 1.0, order: str = "n2p2") -> ACSF:
+    """The symmetry functions of an n2p2 input.nn (``elements``, ``cutoff_type``,
+    ``symfunction_short``/``symfunction``) as an :class:`ACSF`, read as n2p2 reads them.
+
+    ``unit`` is the file's length unit in Å (a factor, or a unit-system name of
+    :data:`dparallel.io.UNITS` such as ``"bohr-hartree"``): rc and rs are multiplied
+    by it, η divided by its square. Elements are ordered by atomic number and, with
+    the default ``order="n2p2"``, each element's functions in n2p2's sorted order.
+    """
+    elements, feats = parse_input_nn(path, unit=length_unit(unit))
+    return ACSF(elements, feats, order=order)
 
 
 def elements_of(settings: Settings) -> list[str]:
@@ -188,23 +208,3 @@ def _parse_symfunction(
         "cutoff": cutoff[0],
         "alpha": cutoff[1],
     }
-
-
-def n2p2_sort_key(feature: dict[str, Any], z_of: dict[str, int]) -> tuple:
-    """n2p2's ordering of one central element's functions (``SymFnc::operator<``).
-
-    Type, cutoff type, α, rc, η, rs, then (angular) ζ, λ, then the neighbour elements by
-    atomic number (the smaller first, as n2p2 swaps e1 > e2).
-    """
-    zs = sorted(z_of[e] for e in feature["neighbors"])
-    head = (
-        int(feature["type"]),
-        cutoff_type_id(feature["cutoff"]),
-        float(feature["alpha"]),
-        float(feature["rc"]),
-        float(feature["eta"]),
-        float(feature["rs"]),
-    )
-    if feature["type"] == 2:
-        return (*head, zs[0])
-    return (*head, float(feature["zeta"]), float(feature["lambda"]), *zs)

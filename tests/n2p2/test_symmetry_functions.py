@@ -1,4 +1,5 @@
-"""Reading the symmetry functions of an n2p2 input.nn (n2p2's rules; n2p2 itself: tests/n2p2)."""
+"""Reading the symmetry functions of an n2p2 input.nn into an ACSF (n2p2's rules; n2p2 itself:
+test_input_nn.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import TYPE_CHECKING
 import ase
 import numpy as np
 import pytest
-from acsf_reference import reference
+from descriptors.acsf_reference import reference  # tests/descriptors (tests/ is on sys.path)
 
 from dparallel.descriptors import ACSF
 from dparallel.errors import InputFormatError, SourceNotFoundError
+from dparallel.n2p2 import acsf_from_input_nn
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -41,7 +43,9 @@ def _write(tmp_path: Path, text: str) -> str:
 
 
 def test_parse_metadata_sorted_order_and_values(tmp_path: Path) -> None:
-    acsf = ACSF.from_n2p2(_write(tmp_path, INPUT_NN.replace("symfunction_short", "symfunction")))
+    acsf = acsf_from_input_nn(
+        _write(tmp_path, INPUT_NN.replace("symfunction_short", "symfunction"))
+    )
     assert acsf.elements == ["H", "O"] and acsf.r_cut == 6.0 and acsf.order == "n2p2"
     assert acsf.n_features("H") == 4 and acsf.n_features("O") == 3
     h = acsf.features("H")
@@ -66,7 +70,7 @@ def test_parse_metadata_sorted_order_and_values(tmp_path: Path) -> None:
     }
     assert h[3]["rs"] == 0.7 and h[3]["rc"] == 5.0 and h[3]["zeta"] == 4.0
     assert acsf.features("O")[1]["rs"] == 1.0 and acsf.features("O")[2]["type"] == 9
-    given = ACSF.from_n2p2(str(tmp_path / "input.nn"), order="given")
+    given = acsf_from_input_nn(str(tmp_path / "input.nn"), order="given")
     assert [f["eta"] for f in given.features("H")] == [0.5, 0.3, 0.05, 0.02]
     assert given.n2p2_order("H") == [1, 0, 2, 3]
     assert ACSF.from_dict(acsf.to_dict()) == acsf and acsf.to_dict()["order"] == "n2p2"
@@ -82,12 +86,12 @@ def test_parse_metadata_sorted_order_and_values(tmp_path: Path) -> None:
 def test_unit_conversion(tmp_path: Path) -> None:
     path = _write(tmp_path, HEAD + "symfunction_short H 2 H 0.5 2.0 10.0\n")
     bohr = 0.529177
-    f = ACSF.from_n2p2(path, unit=bohr).features("H")[0]
+    f = acsf_from_input_nn(path, unit=bohr).features("H")[0]
     assert f["rc"] == pytest.approx(10 * bohr) and f["rs"] == pytest.approx(2 * bohr)
     assert f["eta"] == pytest.approx(0.5 / bohr**2) and f["cutoff"] == "cos"
     from ase.units import Bohr
 
-    g = ACSF.from_n2p2(path, unit="bohr-hartree").features("H")[0]
+    g = acsf_from_input_nn(path, unit="bohr-hartree").features("H")[0]
     assert g["rc"] == 10 * Bohr and g["eta"] == 0.5 / Bohr**2
 
 
@@ -98,7 +102,7 @@ def test_angular_parameters_n2p2_accepts(tmp_path: Path) -> None:
         "symfunction_short H 3 H H 0.05 2.0 -2 6.0",
         "symfunction_short H 9 H H -0.01 -3.0 0.0 6.0",
     ]
-    acsf = ACSF.from_n2p2(_write(tmp_path, HEAD + "\n".join(lines) + "\n"))
+    acsf = acsf_from_input_nn(_write(tmp_path, HEAD + "\n".join(lines) + "\n"))
     params = sorted((f["eta"], f["zeta"], f["lambda"]) for f in acsf.features("H"))
     assert params == [(-0.01, 0.0, -3.0), (0.05, -2.0, 2.0), (0.05, 0.5, 0.5)]
 
@@ -128,7 +132,7 @@ def test_angular_parameters_n2p2_accepts(tmp_path: Path) -> None:
 def test_errors_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
     path = _write(tmp_path, text)
     with pytest.raises(InputFormatError, match=message) as info:
-        ACSF.from_n2p2(path)
+        acsf_from_input_nn(path)
     assert str(info.value).startswith(path)
 
 
@@ -138,7 +142,7 @@ def test_keywords_are_case_sensitive_and_unknown_ones_warned(
     """n2p2 reads 'Elements' as an unknown keyword (warning), so 'elements' is missing."""
     path = _write(tmp_path, "number_of_elements 1\nElements H\ncutoff_type 1\n")
     with caplog.at_level(logging.WARNING), pytest.raises(InputFormatError, match="'elements'"):
-        ACSF.from_n2p2(path)
+        acsf_from_input_nn(path)
     assert "'Elements' (line 2)" in caplog.text
 
 
@@ -147,14 +151,14 @@ def test_extra_words_are_ignored_with_a_warning(
 ) -> None:
     path = _write(tmp_path, HEAD + "symfunction_short H 2 H 0.5 0.0 6.0 7.0\n")
     with caplog.at_level(logging.WARNING):
-        acsf = ACSF.from_n2p2(path)
+        acsf = acsf_from_input_nn(path)
     assert acsf.features("H")[0]["rc"] == 6.0
     assert "line 4: 1 extra words ignored" in caplog.text
 
 
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(SourceNotFoundError, match="not found"):
-        ACSF.from_n2p2(str(tmp_path / "nope.nn"))
+        acsf_from_input_nn(str(tmp_path / "nope.nn"))
 
 
 def test_keywords_dparallel_does_not_use_are_listed_once(
@@ -166,6 +170,6 @@ def test_keywords_dparallel_does_not_use_are_listed_once(
         + "epochs 3\n"
     )
     with caplog.at_level(logging.WARNING):
-        ACSF.from_n2p2(_write(tmp_path, text))
+        acsf_from_input_nn(_write(tmp_path, text))
     found = [r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage()]
     assert len(found) == 1 and found[0].endswith("not used: kalman_lambda_short write_trainlog")

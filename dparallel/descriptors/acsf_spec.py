@@ -1,0 +1,82 @@
+"""The ``acsf:`` section of a descriptors spec (validated, then built into an :class:`ACSF`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dparallel.config import resolve_path
+from dparallel.descriptors.acsf import ACSF
+from dparallel.descriptors.registry import BuildContext
+
+__all__ = ["ACSFSpec"]
+
+
+class ACSFSpec(BaseModel):
+    """ACSF: either uniform parameters for every element pair, or an n2p2 ``input.nn``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n2p2: str | None = Field(
+        None, description="path of an n2p2 input.nn (relative to the working directory)"
+    )
+    units: str | None = Field(
+        None,
+        description="units of the input.nn lengths (rc, rs, eta): ase/angstrom-ev or "
+        "bohr-hartree; default: the dataset's units (an input.nn goes with its input.data)",
+    )
+    order: Literal["n2p2", "given"] | None = Field(
+        None, description="column order; default n2p2's sorted order for an input.nn, else given"
+    )
+    elements: list[str] | None = None
+    r_cut: float = Field(6.0, gt=0)
+    cutoff: str | int = "cos"
+    alpha: float = Field(0.0, ge=0, lt=1)
+    radial: list[tuple[float, float]] = []
+    narrow: list[tuple[float, float, float, float]] = []
+    wide: list[tuple[float, float, float, float]] = []
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ACSFSpec:
+        if self.n2p2 is None and not self.elements:
+            raise ValueError("give either 'n2p2: input.nn' or 'elements' with parameters")
+        if self.n2p2 is None and not (self.radial or self.narrow or self.wide):
+            raise ValueError("no symmetry functions: give radial, narrow or wide parameters")
+        if self.units is not None:
+            from dparallel.io.source import UNITS
+
+            if self.n2p2 is None:
+                raise ValueError("'units' applies to an n2p2 input.nn only (uniform sets are in Å)")
+            if self.units not in UNITS:
+                raise ValueError(f"units must be one of {sorted(UNITS)}, got {self.units!r}")
+        return self
+
+    def build(self, context: BuildContext | None = None) -> ACSF:
+        """The :class:`ACSF` this spec defines (``n2p2`` relative to the working directory).
+
+        An input.nn is read by ``context``'s ``"n2p2_input_nn"`` reader
+        (:func:`dparallel.n2p2.acsf_from_input_nn`); its lengths follow
+        ``context.data_units`` (the dataset's) unless the spec gives ``units``.
+        """
+        context = context or BuildContext()
+        if self.n2p2 is not None:
+            read = context.reader("n2p2_input_nn")
+            acsf: ACSF = read(
+                str(resolve_path(self.n2p2)),
+                unit=self.units or context.data_units,
+                order=self.order or "n2p2",
+            )
+            return acsf
+        acsf = ACSF.uniform(
+            elements=list(self.elements or []),
+            r_cut=self.r_cut,
+            cutoff=self.cutoff,
+            alpha=self.alpha,
+            radial=self.radial,
+            narrow=self.narrow,
+            wide=self.wide,
+        )
+        if self.order == "n2p2":
+            return ACSF(acsf.elements, {e: acsf.features(e) for e in acsf.elements}, "n2p2")
+        return acsf

@@ -1,0 +1,175 @@
+"""The descriptor types dparallel knows, by name: one :class:`DescriptorKind` per type.
+
+Everything outside a descriptor's own module asks this registry instead of naming types:
+the descriptors spec (``descriptors: {<name>: …}``), :class:`DescriptorSet`, the store
+(``features/<name>/…``), training (``training.descriptor``), model files
+(``descriptor_kind``), export, n2p2 and the deployed graph. A new type is one module
+(the descriptor class, its config model) plus one :func:`register` call; see
+docs/descriptors.md ("Adding a descriptor type"). The built-in types, ``acsf`` and
+``neighbor_sum``, are registered at the bottom of this module; their classes load on first
+use (NeighborSum needs torch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dparallel.errors import DescriptorError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+__all__ = [
+    "BuildContext",
+    "DescriptorKind",
+    "descriptor_kind",
+    "kind_of",
+    "register",
+    "registered",
+    "unregister",
+]
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a config model's ``build(context)`` may need from the layers above.
+
+    ``data_units``: the dataset's unit system (files a spec points to may follow it);
+    ``readers``: file readers by name, given by the caller (the workflow passes
+    ``{"n2p2_input_nn": dparallel.n2p2.acsf_from_input_nn}``), so a descriptor's spec
+    can name a file format whose parser lives in a higher layer.
+    """
+
+    data_units: str = "ase"
+    readers: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+
+    def reader(self, name: str) -> Callable[..., Any]:
+        """The reader ``name``; a :class:`DescriptorError` if the caller gave none."""
+        if name not in self.readers:
+            raise DescriptorError(f"no {name!r} reader given to build this descriptor spec")
+        return self.readers[name]
+
+
+@dataclass(frozen=True)
+class DescriptorKind:
+    """One descriptor type and what the rest of dparallel needs to know about it.
+
+    ``name`` is its key everywhere: the spec section, :class:`DescriptorSet`, the store
+    group ``features/<name>/<element>`` (``values``, ``atom_index`` and, with
+    ``pair_derivatives``, ``d/<F>/…`` per neighbour element; docs/store-format.md) and
+    a model file's ``descriptor_kind``.
+
+    ``load()`` returns the descriptor class: ``from_dict(dict)``/``to_dict()`` (how it
+    is rebuilt from store attributes and model files), ``elements``, ``r_cut`` and
+    ``compute(batch, derivatives=, neighbors=, dtype=)`` → ``{element: ACSFResult}``.
+    ``spec()`` returns its config model (pydantic) with ``build(context: BuildContext)``.
+    ``numpy_route()`` (optional) says whether the class's torch-free
+    ``compute_arrays(batch, derivatives=, neighbors=, dtype=, derivative_dtype=,
+    split_derivatives=)`` can run now; without it the type always computes with torch.
+    ``graph()`` (optional) returns the class of its traceable torch form (deploy's
+    ``PotentialModule``, ``torch.export``): ``graph_class(descriptor)``.
+    ``n2p2``: it is n2p2's symmetry functions (``scaling.data``, n2p2 potentials,
+    ``n2p2_compatible`` training); the class then has ``n2p2_order(element)``.
+    """
+
+    name: str
+    load: Callable[[], type[Any]]
+    spec: Callable[[], type[Any]]
+    pair_derivatives: bool = True
+    numpy_route: Callable[[], bool] | None = None
+    graph: Callable[[], type[Any]] | None = None
+    n2p2: bool = False
+
+
+_KINDS: dict[str, DescriptorKind] = {}
+
+
+def register(kind: DescriptorKind, replace: bool = False) -> DescriptorKind:
+    """Add ``kind`` (a name already taken needs ``replace=True``); returns it."""
+    if not kind.name.isidentifier():
+        raise DescriptorError(f"a descriptor name must be an identifier, got {kind.name!r}")
+    if kind.name in _KINDS and not replace:
+        raise DescriptorError(f"descriptor type {kind.name!r} is already registered")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def unregister(name: str) -> None:
+    """Remove the type ``name`` (tests, plugins); unknown names are an error."""
+    descriptor_kind(name)
+    del _KINDS[name]
+
+
+def registered() -> tuple[str, ...]:
+    """Names of the registered types, in registration order."""
+    return tuple(_KINDS)
+
+
+def descriptor_kind(name: str) -> DescriptorKind:
+    """The registered type ``name``; unknown names list the registered ones."""
+    kind = _KINDS.get(name)
+    if kind is None:
+        known = ", ".join(repr(n) for n in _KINDS)
+        raise DescriptorError(f"unknown descriptor type {name!r}; registered: {known}")
+    return kind
+
+
+def kind_of(descriptor: object) -> DescriptorKind:
+    """The registered type whose class ``descriptor`` is an instance of."""
+    for kind in _KINDS.values():
+        if isinstance(descriptor, kind.load()):
+            return kind
+    known = ", ".join(repr(n) for n in _KINDS)
+    raise DescriptorError(f"{type(descriptor).__name__} is no registered descriptor type ({known})")
+
+
+# ------------------------------------------------------------------ built-in types
+def _acsf() -> type[Any]:
+    from dparallel.descriptors.acsf import ACSF
+
+    return ACSF
+
+
+def _acsf_spec() -> type[Any]:
+    from dparallel.descriptors.acsf_spec import ACSFSpec
+
+    return ACSFSpec
+
+
+def _acsf_numpy() -> bool:
+    from dparallel.kernels.acsf_numba import numba_available
+
+    return numba_available()
+
+
+def _acsf_graph() -> type[Any]:
+    from dparallel.descriptors.acsf_graph import ACSFGraph
+
+    return ACSFGraph
+
+
+def _neighbor_sum() -> type[Any]:
+    from dparallel.descriptors.neighbor_sum import NeighborSum  # a torch module
+
+    return NeighborSum
+
+
+def _neighbor_sum_spec() -> type[Any]:
+    from dparallel.descriptors.neighbor_sum_spec import NeighborSumSpec
+
+    return NeighborSumSpec
+
+
+def _neighbor_sum_graph() -> type[Any]:
+    from dparallel.descriptors.neighbor_sum import NeighborSumGraph
+
+    return NeighborSumGraph
+
+
+register(
+    DescriptorKind("acsf", _acsf, _acsf_spec, numpy_route=_acsf_numpy, graph=_acsf_graph, n2p2=True)
+)
+register(
+    DescriptorKind("neighbor_sum", _neighbor_sum, _neighbor_sum_spec, graph=_neighbor_sum_graph)
+)
