@@ -204,7 +204,11 @@ def main() -> None:
         for name, calc in calcs.items():
             seconds, drift[name] = run_md(calc, args.steps)
             best[name] = min(best[name], seconds)
-    builds = {n: c.neighbor_list.builds for n, c in calcs.items() if hasattr(c, "neighbor_list")}
+    builds = {
+        n: c.neighbor_list.statistics.builds
+        for n, c in calcs.items()
+        if hasattr(c, "neighbor_list")
+    }
 
     print(f"NVE VelocityVerlet, 108-atom Cu, 1 fs, {args.steps} steps, best of {args.rounds} "
           f"interleaved rounds; torch threads 1; model {model}")  # fmt: skip

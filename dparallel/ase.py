@@ -52,7 +52,7 @@ class Calculator(_calc.Calculator):
         torch intra-op threads during a call (restored afterwards); ``None`` keeps torch's
         setting. One thread is the default: the per-atom networks are far too small to
         gain from more, and on a busy machine waiting for an OpenMP team made a call on a
-        6-atom cell ~100× slower (0.4 ms → 40–100 ms) in our measurements.
+        small cell many times slower in our measurements (docs/deploy.md).
     units
         Only for an n2p2 potential directory (``input.nn``, ``scaling.data``,
         ``weights.XXX.data``): the units it was made in (``"ase"`` or ``"bohr-hartree"``).
@@ -109,8 +109,9 @@ class Calculator(_calc.Calculator):
     def check_state(self, atoms: ase.Atoms, tol: float = 1e-15) -> list[str]:
         """Changes since the last calculation among what the model depends on (positions,
         atomic numbers, cell, pbc), compared exactly: ASE's generic comparison of every
-        per-atom array with a tolerance took ~0.15 ms per MD step. Charges and magnetic
-        moments do not enter the model, so changing them keeps the results."""
+        per-atom array with a tolerance cost a noticeable part of an MD step
+        (docs/deploy.md). Charges and magnetic moments do not enter the model, so changing
+        them keeps the results."""
         old = self.atoms
         if old is None or len(old) != len(atoms):
             return list(_calc.all_changes)
@@ -147,7 +148,7 @@ class Calculator(_calc.Calculator):
     def _remember(self, atoms: ase.Atoms) -> None:
         """``self.atoms`` = a copy of ``atoms``: the kept copy overwritten in place when it
         has the same per-atom arrays (names, shapes, dtypes) and neither has constraints,
-        else ``atoms.copy()`` (~0.05 ms, a few % of an MD step)."""
+        else ``atoms.copy()`` (a few % of an MD step: docs/deploy.md)."""
         old = self.atoms
         if (
             old is None
@@ -179,7 +180,7 @@ class Calculator(_calc.Calculator):
         properties = properties or ["energy"]
         if atoms is not None and (self.atoms is None or self.check_state(atoms)):
             # not the base class's unconditional copy: get_property has just refreshed
-            # self.atoms, a second copy cost ~0.1 ms per MD step
+            # self.atoms, a second copy is a noticeable cost per MD step (docs/deploy.md)
             self._remember(atoms)
         assert self.atoms is not None
         want_stress = "stress" in properties

@@ -134,7 +134,8 @@ class StructureBatch:
 
     def with_positions(self, positions: np.ndarray) -> StructureBatch:
         """This batch with ``positions`` (N, 3) Å (copied) instead of its own: same atoms,
-        cells and labels, not validated again (an MD step's batch in µs, not ~0.05 ms)."""
+        cells and labels, not validated again (validation would be a noticeable part of an
+        MD step: docs/deploy.md)."""
         positions = np.array(positions, dtype=np.float64, order="C")
         if positions.shape != self.positions.shape:
             raise ValueError(f"positions {positions.shape}, the batch has {self.positions.shape}")

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dparallel.cli._next import closing_lines
+from dparallel.cli._next_steps import closing_lines
 from dparallel.cli._options import (
     add_cluster_arguments,
     add_source_arguments,

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dparallel.cli._next import closing_lines
+from dparallel.cli._next_steps import closing_lines
 from dparallel.cli._progress import EpochProgress
 from dparallel.errors import RunInterruptedError
 

@@ -31,8 +31,8 @@ from distributed.security import Security
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.cluster.warm_workers import ENV_SCHEDULER_ADDRESS, forked_workers
-from dparallel.dashboard.later import PRELOAD as LATER_DASHBOARD_PRELOAD
-from dparallel.dashboard.later import attach_pages
+from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
+from dparallel.dashboard.deferred_pages import attach_pages
 from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 
 #: Scheduler preload that adds the dparallel pages to the Dask dashboard (imported by the
 #: scheduler only: this package never imports bokeh). Local clusters use
-#: :mod:`dparallel.dashboard.later` instead: their pages are attached once the workers run.
+#: :mod:`dparallel.dashboard.deferred_pages` instead: their pages are attached once the workers run.
 DASHBOARD_PRELOAD = "dparallel.dashboard.preload"
 
 
@@ -92,7 +92,7 @@ class ClusterHandle:
 
     def wait_for_pages(self, timeout: float | None = None) -> bool:
         """Wait until the dashboard's pages are served: a local cluster attaches them about a
-        second after its workers start (:mod:`dparallel.dashboard.later`); other schedulers
+        second after its workers start (:mod:`dparallel.dashboard.deferred_pages`); other schedulers
         serve theirs from the start (True at once). False if not within ``timeout`` s."""
         return True if self._pages is None else self._pages.wait(timeout)
 
@@ -413,8 +413,8 @@ def _start_local(
                 processes=True,
                 host="127.0.0.1",
                 dashboard_address=dashboard,
-                # HTTP server now, bokeh pages once the workers run (dparallel.dashboard.later)
-                scheduler_kwargs={"preload": [LATER_DASHBOARD_PRELOAD], "dashboard": False},
+                # HTTP server now, bokeh pages once the workers run (dashboard.deferred_pages)
+                scheduler_kwargs={"preload": [DEFERRED_DASHBOARD_PRELOAD], "dashboard": False},
                 env=env,
                 **kwargs,
             )

@@ -82,7 +82,7 @@ def dask_setup(scheduler: Any) -> None:
 def _imported_by_preloading() -> bool:
     """Whether distributed's preloading imports this package as the preload itself
     (``--preload dparallel.dashboard``), not as the parent of another preload module
-    (:mod:`dparallel.dashboard.later` must not load bokeh)."""
+    (:mod:`dparallel.dashboard.deferred_pages` must not load bokeh)."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_globals.get("__name__") == "distributed.preloading":

@@ -20,7 +20,7 @@ import torch
 
 from dparallel.deploy.identical import identical
 from dparallel.descriptors._acsf_engine import numba_element
-from dparallel.kernels.acsf_numba import Fused, acsf_element, no_split
+from dparallel.kernels.acsf_numba import NetworkForces, acsf_element, no_split
 from dparallel.kernels.pair_forces import add_pair_forces
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class _Layout(NamedTuple):
     structure_index: np.ndarray  # (N,) structure of each atom
 
 
-# Fused's network fields: on, layers, params, shift, factor, consts, width
+# NetworkForces's network fields: on, layers, params, shift, factor, consts, width
 _Tables = tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]
 
 
@@ -97,19 +97,21 @@ class _TanhNetwork:
         )
 
     def fused(self, r_max: float, first: np.ndarray, second: np.ndarray, structure: np.ndarray,
-              grad: np.ndarray, virial: np.ndarray, energies: np.ndarray) -> Fused:  # fmt: skip
-        """This network as the kernel's :class:`~dparallel.kernels.acsf_numba.Fused` tables,
-        writing into the given arrays. The tables (~3k numbers) are built once and rebuilt
-        only after an in-place change of the module's parameters or buffers (their torch
-        version counters moved); building them took ~0.05 ms, a few % of an MD step."""
+              grad: np.ndarray, virial: np.ndarray,
+              energies: np.ndarray) -> NetworkForces:  # fmt: skip
+        """This network as the kernel's :class:`~dparallel.kernels.acsf_layout.NetworkForces`
+        tables, writing into the given arrays. The tables (~3k numbers) are built once and
+        rebuilt only after an in-place change of the module's parameters or buffers (their
+        torch version counters moved): building them is a noticeable part of an MD step
+        (docs/deploy.md)."""
         versions = tuple(t._version for t in self.tensors)
         if self._tables is None or self._tables[0] != versions:
             self._tables = (versions, self._build_tables())
         tables = self._tables[1]
-        return Fused(*tables, r_max, first, second, structure, grad, virial, energies)
+        return NetworkForces(*tables, r_max, first, second, structure, grad, virial, energies)
 
     def _build_tables(self) -> _Tables:
-        """(on, layers, params, shift, factor, consts, width) of :class:`Fused`."""
+        """(on, layers, params, shift, factor, consts, width) of :class:`NetworkForces`."""
         rows, params, n, width, size = [], [], self.shift.shape[0], self.shift.shape[0], 0
         for kind, p in self.layers:
             if kind == "linear":

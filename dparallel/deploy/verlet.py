@@ -9,7 +9,7 @@ pairs beyond their own cutoff, so results equal a fresh list's (tested).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -21,7 +21,14 @@ from dparallel.neighbors import Neighbors, neighbor_list
 if TYPE_CHECKING:
     from dparallel.types import StructureBatch
 
-__all__ = ["VerletList"]
+__all__ = ["VerletList", "VerletStatistics"]
+
+
+class VerletStatistics(NamedTuple):
+    """How a :class:`VerletList` has been used: builds against calls of ``neighbors``."""
+
+    builds: int  # lists built (cutoff + skin), the first one included
+    calls: int  # calls of VerletList.neighbors
 
 
 class VerletList:
@@ -39,15 +46,22 @@ class VerletList:
         if not cutoff > 0 or not skin >= 0:
             raise DescriptorError(f"need cutoff > 0 and skin >= 0, got {cutoff}, {skin}")
         self.cutoff, self.skin = float(cutoff), float(skin)
-        self.builds = 0  # how many times the list was built (for tests and benchmarks)
+        self._builds = 0
+        self._calls = 0
         self._ref: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._pairs: Neighbors | None = None
         self._shift_vectors = np.zeros((0, 3))  # (P, 3) S·cell, Å
+
+    @property
+    def statistics(self) -> VerletStatistics:
+        """Builds and calls so far (what a benchmark reports as the list's reuse)."""
+        return VerletStatistics(self._builds, self._calls)
 
     def neighbors(self, batch: StructureBatch) -> Neighbors:
         """Pairs within cutoff + skin of the single structure in ``batch``, current vectors."""
         if batch.n_structures != 1:
             raise DescriptorError(f"VerletList holds one structure, got {batch.n_structures}")
+        self._calls += 1
         if self._changed(batch):
             self._build(batch)
         out = self._vectors(batch)  # None: an atom moved more than skin/2 since the build
@@ -87,4 +101,4 @@ class VerletList:
             batch.pbc[0].copy(),
             batch.numbers.copy(),
         )
-        self.builds += 1
+        self._builds += 1

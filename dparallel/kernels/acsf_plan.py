@@ -2,7 +2,7 @@
 
 :func:`build_kernel_plan` turns feature dicts (the metadata of
 :meth:`dparallel.descriptors.ACSF.features` plus ``cutoff_id``) into a
-:class:`~dparallel.kernels.acsf_numba.KernelPlan`: distinct cutoffs, distinct radial
+:class:`~dparallel.kernels.acsf_layout.KernelPlan`: distinct cutoffs, distinct radial
 parts (η, rs, cutoff) and angular parts (ζ, λ), the columns of every element pair, and
 where each value and derivative column comes from. Pure numpy, no numba.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dparallel.kernels.acsf_numba import KernelPlan
+from dparallel.kernels.acsf_layout import KernelPlan
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -3,8 +3,8 @@
 A featurize task's neighbour list holds every pair of the partition (~600k for 6,500 water
 atoms); the ACSF kernel runs per central element on that element's pairs inside its
 cutoff. Selecting them with numpy costs a mask, an index and five gathers, each a pass over
-(P,) or (P, 3) arrays (~30 ms per element on that partition); here it is one counting pass
-and one filling pass.
+(P,) or (P, 3) arrays (measured: docs/kernels.md); here it is one counting pass and one
+filling pass.
 """
 
 from __future__ import annotations

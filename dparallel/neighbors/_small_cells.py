@@ -1,8 +1,9 @@
 """All-pairs neighbour lists of many small structures in one compiled call.
 
 For the structures of a typical training set (tens to a few hundred atoms per periodic
-cell) a cell list does more bookkeeping than work: vesin took 1.8 ms for one 192-atom
-water cell with rc = 12 bohr, ~1/4 of the ACSF kernel's time on it. Here every atom is
+cell) a cell list does more bookkeeping than work: on a 192-atom water cell with
+rc = 12 bohr vesin took a sizeable part of the ACSF kernel's time (docs/kernels.md). Here
+every atom is
 tested against every atom of every periodic image that can reach it, structure after
 structure, in one numba call for the whole batch:
 
@@ -29,10 +30,8 @@ import numpy as np
 __all__ = ["SMALL_CELL_ATOMS", "small_cell_pairs"]
 
 #: Structures with at most this many atoms take this path (larger ones: vesin's cell
-#: lists). ``benchmarks/bench_neighbors.py``, one thread, this path vs vesin: water-like
-#: cells (rc = 12) 48 atoms 0.25 vs 1.2 ms, 192 atoms 1.6 vs 4.2 ms; fcc Cu (rc = 6 Å)
-#: 108 atoms 0.33 vs 2.9 ms, 2,048 atoms 20 vs 41 ms, 8,788 atoms 192 vs 158 ms; a
-#: sparse 2,048-atom cluster 7.7 vs 7.0 ms (all pairs grow as N², cell lists as N).
+#: lists): where ``benchmarks/bench_neighbors.py`` found this path no longer ahead of
+#: vesin (all pairs grow as N², cell lists as N; the figures: docs/kernels.md).
 SMALL_CELL_ATOMS = 1500
 
 # pairs tested within this relative margin of rc on the wrapped coordinates are decided

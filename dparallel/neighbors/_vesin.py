@@ -26,8 +26,8 @@ _IMPORT_LOCK = threading.Lock()
 def import_vesin() -> ModuleType:
     """The vesin module, imported without torch when torch is not loaded yet.
 
-    vesin imports torch (~1.5 s) only to accept torch tensors; dparallel gives it numpy
-    arrays, and a featurize worker computing ACSF through the compiled kernel needs no
+    vesin imports torch (slow: docs/kernels.md) only to accept torch tensors; dparallel gives
+    it numpy arrays, and a featurize worker computing ACSF through the compiled kernel needs no
     torch at all. While vesin loads, ``sys.modules["torch"] = None`` makes its
     ``import torch`` fail (it then skips its torch support); torch imports normally after.
     """

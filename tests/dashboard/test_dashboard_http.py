@@ -211,7 +211,7 @@ _LATER = """
 import json, sys, threading, urllib.error
 import dparallel.cluster.connection as connection
 from dparallel.cluster import ClusterSpec, connect
-from dparallel.dashboard.later import attach_pages
+from dparallel.dashboard.deferred_pages import attach_pages
 from daskprocs import http_get
 
 def status(url):

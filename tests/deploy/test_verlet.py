@@ -42,7 +42,8 @@ def test_reused_list_equals_fresh_list_along_a_random_walk() -> None:
         got = verlet.neighbors(batch)
         _assert_same_pairs(got, neighbor_list(batch, CUTOFF))
         assert np.all(np.diff(got.pair_first) >= 0)  # still sorted by centre
-    assert 1 < verlet.builds < steps / 3  # reused, and rebuilt when atoms moved > skin/2
+    assert 1 < verlet.statistics.builds < steps / 3  # reused, and rebuilt when atoms moved > skin/2
+    assert verlet.statistics.calls == steps
 
 
 @pytest.mark.parametrize("change", ["cell", "pbc", "numbers", "natoms", "jump", "move"])
@@ -51,7 +52,7 @@ def test_list_is_rebuilt_when_the_structure_changes(change: str) -> None:
     verlet = VerletList(CUTOFF, skin=0.5)
     verlet.neighbors(StructureBatch.from_ase([atoms]))
     verlet.neighbors(StructureBatch.from_ase([atoms]))
-    assert verlet.builds == 1
+    assert verlet.statistics == (1, 2)
     if change == "cell":
         atoms.set_cell(atoms.cell.array * 1.001, scale_atoms=False)
     elif change == "pbc":
@@ -66,7 +67,7 @@ def test_list_is_rebuilt_when_the_structure_changes(change: str) -> None:
         atoms.positions[5] += [0.0, 0.0, 0.24]  # within skin/2: the list is kept
     batch = StructureBatch.from_ase([atoms])
     got = verlet.neighbors(batch)
-    assert verlet.builds == (1 if change == "move" else 2)
+    assert verlet.statistics == ((1 if change == "move" else 2), 3)
     _assert_same_pairs(got, neighbor_list(batch, CUTOFF))
 
 

@@ -116,7 +116,7 @@ def test_triplets_enumerate_all_unordered_pairs_per_centre(block: int) -> None:
 def test_fused_network_matvec_and_transposed_product_equal_numpy(m: int, n: int) -> None:
     """The fused network's products (four rows at a time, remainder rows one by one)."""
     pytest.importorskip("numba")
-    from dparallel.kernels.acsf_numba import _add_rows, _matvec
+    from dparallel.kernels.mlp_numba import _add_rows, _matvec
 
     rng = np.random.default_rng(m * 100 + n)
     mat = rng.normal(size=(m, n))
