@@ -35,8 +35,7 @@ from dparallel.descriptors import (
 )
 from dparallel.errors import TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
-from dparallel.train.files import load_exported_program, load_torch_file
-from dparallel.train.model import HDNNP
+from dparallel.nn import HDNNP, load_exported_program, load_torch_file
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
@@ -336,7 +335,7 @@ def export_model(
     """
     from dparallel.deploy import PotentialModule
     from dparallel.deploy.artifacts import ARTIFACTS, RouteReport, write_artifacts
-    from dparallel.train.loop import load_model
+    from dparallel.nn import load_model
 
     model_dir = Path(model_dir)
     model, data = load_model(model_dir)
