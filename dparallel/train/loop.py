@@ -126,7 +126,40 @@ def train(
     callbacks = [] if callback is None else [callback] if callable(callback) else list(callback)
     store = store if isinstance(store, Store) else open_store(store)
     coverage = check_complete(store, spec)
-    model_dir = Path(model_dir)
+    run, progress = _set_up(store, Path(model_dir), spec, resume)
+    stopped_early = False
+    for epoch in range(progress.start_epoch, spec.epochs):
+        row = _epoch(run, epoch, progress)
+        stop = notify(callbacks, row)
+        if spec.early_stopping and progress.bad_epochs >= spec.early_stopping:
+            log.info("early stopping at epoch %d (best %d)", epoch, progress.best_epoch)
+            stopped_early = True
+            break
+        if stop:
+            break
+    last = progress.history[-1]["epoch"] if progress.history else -1
+    finished = stopped_early or last == spec.epochs - 1
+    if not finished:  # stopped by a callback: the checkpoint is the result
+        return TrainResult(
+            run.model, run.model_dir, progress.history, {}, {}, progress.best_epoch,
+            time.perf_counter() - t_start,
+        )  # fmt: skip
+    best, final = _finish(run, progress, coverage)
+    return TrainResult(
+        best,
+        run.model_dir,
+        progress.history,
+        final.get("test", {}),
+        final.get("validation", {}),
+        progress.best_epoch,
+        time.perf_counter() - t_start,
+    )
+
+
+def _set_up(
+    store: Store, model_dir: Path, spec: TrainingSpec, resume: bool
+) -> tuple[_Run, Progress]:
+    """Prepare the data, place and build model and optimizer, resume; write spec.json."""
     model_dir.mkdir(parents=True, exist_ok=True)
     if spec.threads:
         torch.set_num_threads(spec.threads)
@@ -151,34 +184,7 @@ def train(
         store, spec.descriptor, prep.elements, prep.index, prep.forces, _CACHE_BYTES
     )
     run = _Run(spec, prep, placement, model, opt, sched, reader, model_dir)
-    finished = False
-    for epoch in range(progress.start_epoch, spec.epochs):
-        row = _epoch(run, epoch, progress)
-        stop = notify(callbacks, row)
-        if spec.early_stopping and progress.bad_epochs >= spec.early_stopping:
-            log.info("early stopping at epoch %d (best %d)", epoch, progress.best_epoch)
-            finished = True
-            break
-        if stop:
-            break
-    finished = finished or bool(
-        progress.history and progress.history[-1]["epoch"] == spec.epochs - 1
-    )
-    if not finished:  # stopped by a callback: the checkpoint is the result
-        return TrainResult(
-            model, model_dir, progress.history, {}, {}, progress.best_epoch,
-            time.perf_counter() - t_start,
-        )  # fmt: skip
-    best, final = _finish(run, progress, coverage)
-    return TrainResult(
-        best,
-        model_dir,
-        progress.history,
-        final.get("test", {}),
-        final.get("validation", {}),
-        progress.best_epoch,
-        time.perf_counter() - t_start,
-    )
+    return run, progress
 
 
 def _train_epoch(run: _Run, epoch: int) -> Metrics:
