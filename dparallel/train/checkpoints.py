@@ -31,7 +31,7 @@ __all__ = [
     "SPEC_JSON",
     "Progress",
     "model_file",
-    "resume",
+    "resume_from",
     "save_checkpoint",
     "save_model",
 ]
@@ -108,7 +108,7 @@ def save_checkpoint(
     )
 
 
-def resume(
+def resume_from(
     path: Path,
     spec: TrainingSpec,
     model: HDNNP,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from dparallel.train import objective
+from dparallel.train.objective import loss
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -230,9 +230,9 @@ def kalman_step(
     (:func:`dparallel.train.objective.loss`).
     """
     obs = observations(model, kf.params, batch, spec, forces)
-    loss = objective.loss(obs.energy, obs.forces, batch, spec.force_weight)
+    value = loss(obs.energy, obs.forces, batch, spec.force_weight)
     kf.update(obs.H, obs.xi)
-    return obs.energy, obs.forces, loss
+    return obs.energy, obs.forces, value
 
 
 def _grads(

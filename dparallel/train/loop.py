@@ -21,10 +21,19 @@ import torch
 
 from dparallel.nn import HDNNP, load_model
 from dparallel.store import Store, open_store
-from dparallel.train import checkpoints, objective
-from dparallel.train.checkpoints import BEST, CHECKPOINT, MODEL, SPEC_JSON, Progress
+from dparallel.train.checkpoints import (
+    BEST,
+    CHECKPOINT,
+    MODEL,
+    SPEC_JSON,
+    Progress,
+    resume_from,
+    save_checkpoint,
+    save_model,
+)
 from dparallel.train.data import PartitionReader
 from dparallel.train.kalman import KalmanFilter, kalman_step
+from dparallel.train.objective import loss, predict_batch
 from dparallel.train.placement import Placement
 from dparallel.train.preparation import (
     Prepared,
@@ -175,9 +184,7 @@ def _set_up(
     opt = make_optimizer(model, spec, prep.index.count("train"))
     sched = make_scheduler(opt, spec)
     progress = (
-        checkpoints.resume(model_dir / CHECKPOINT, spec, model, opt, sched)
-        if resume
-        else Progress()
+        resume_from(model_dir / CHECKPOINT, spec, model, opt, sched) if resume else Progress()
     )
     (model_dir / SPEC_JSON).write_text(json.dumps(spec.to_dict(), indent=1))
     reader = PartitionReader(
@@ -194,12 +201,12 @@ def _train_epoch(run: _Run, epoch: int) -> Metrics:
     m = Metrics()
     for batch in run.placement.batches(run.reader, "train", spec, epoch=epoch):
         if isinstance(opt, KalmanFilter):
-            e, f, loss = kalman_step(model, opt, batch, spec, forces)
+            e, f, value = kalman_step(model, opt, batch, spec, forces)
         else:
             opt.zero_grad(set_to_none=True)
-            e, f = objective.predict_batch(model, batch, forces, create_graph=True)
-            loss = objective.loss(e, f, batch, spec.force_weight)
-            loss.backward()
+            e, f = predict_batch(model, batch, forces, create_graph=True)
+            value = loss(e, f, batch, spec.force_weight)
+            value.backward()
             opt.step()
         m.add(
             e.detach(),
@@ -207,7 +214,7 @@ def _train_epoch(run: _Run, epoch: int) -> Metrics:
             batch.atom_counts,
             None if f is None else f.detach(),
             batch.forces if f is not None else None,
-            float(loss.detach()),
+            float(value.detach()),
         )
     model.eval()
     return m
@@ -233,13 +240,13 @@ def _epoch(run: _Run, epoch: int, progress: Progress) -> dict[str, Any]:
         run.sched.step()
     if monitor < progress.best_val:
         progress.best_val, progress.best_epoch, progress.bad_epochs = monitor, epoch, 0
-        checkpoints.save_model(run.model, spec, prep.descriptor_spec, run.model_dir / BEST)
+        save_model(run.model, spec, prep.descriptor_spec, run.model_dir / BEST)
     else:
         progress.bad_epochs += 1
     row = epoch_row(epoch, lr, train_sum, val_sum, time.perf_counter() - t0)
     row["train_structures"] = prep.index.count("train")  # per epoch, for the rate shown
     progress.history.append(row)
-    checkpoints.save_checkpoint(
+    save_checkpoint(
         run.model_dir / CHECKPOINT, epoch, run.model, run.opt, run.sched, progress, spec
     )
     write_metrics(run.model_dir, progress.history)
@@ -253,7 +260,7 @@ def _finish(
     spec, prep, model_dir = run.spec, run.prep, run.model_dir
     best, _ = load_model(model_dir / BEST)
     best = run.placement.model(best)
-    checkpoints.save_model(best, spec, prep.descriptor_spec, model_dir / MODEL)
+    save_model(best, spec, prep.descriptor_spec, model_dir / MODEL)
     final: dict[str, dict[str, float]] = {}
     parity: dict[str, dict[str, np.ndarray]] = {}
     for split in ("validation", "test"):

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from dparallel.train import objective
 from dparallel.train.metric_units import with_units
+from dparallel.train.objective import loss as objective_loss
+from dparallel.train.objective import predict_batch
 from dparallel.train.placement import Placement
 
 if TYPE_CHECKING:
@@ -126,15 +127,15 @@ def evaluate_split(
     placement = placement or Placement.of(spec)
     m = Metrics()
     for batch in placement.batches(reader, split, spec):
-        e, f = objective.predict_batch(model, batch, reader.forces)
-        loss = float(objective.loss(e, f, batch, spec.force_weight).detach())
+        e, f = predict_batch(model, batch, reader.forces)
+        value = float(objective_loss(e, f, batch, spec.force_weight).detach())
         m.add(
             e.detach(),
             batch.energy,
             batch.atom_counts,
             None if f is None else f.detach(),
             batch.forces if f is not None else None,
-            loss,
+            value,
             keep,
         )
     return m
