@@ -62,6 +62,7 @@ def _m(x: float | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Train (a progress bar on a terminal); print the final errors and what to run next."""
+    from dparallel.dashboard import epoch_publisher
     from dparallel.train import parse_training_spec, train  # torch: only when training
 
     overrides = [*args.overrides, *(["allow_incomplete=true"] if args.allow_incomplete else [])]
@@ -76,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             cluster = contextlib.nullcontext()
         with cluster:
-            result = train(args.store, args.output, spec, resume=args.resume, callback=bar.update)
+            publisher = epoch_publisher(Path(args.output).resolve().name)
+            result = train(
+                args.store, args.output, spec, resume=args.resume, callback=[publisher, bar.update]
+            )
     except KeyboardInterrupt:
         checkpoint = Path(args.output) / "checkpoint.pt"
         kept = (

@@ -12,7 +12,8 @@ Pages (below the dashboard address, also listed under "More"):
 
 Tasks and clients publish with :func:`publish_progress_start`, :func:`publish_progress`
 and :func:`publish_train_metrics` from :mod:`dparallel.dashboard.events` (no-ops without a
-cluster). Importing them, or this package, loads neither bokeh nor ``distributed``.
+cluster); training reports through the callback :func:`epoch_publisher`. Importing them,
+or this package, loads neither bokeh nor ``distributed``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dparallel.dashboard.events import (
     publish_train_metrics,
 )
 from dparallel.dashboard.state import DashboardState
+from dparallel.dashboard.train_publisher import epoch_publisher
 
 __all__ = [
     "PAGE_ROUTES",
@@ -40,6 +42,7 @@ __all__ = [
     "TOPIC_TRAIN",
     "DashboardState",
     "dask_setup",
+    "epoch_publisher",
     "publish_progress",
     "publish_progress_start",
     "publish_train_metrics",

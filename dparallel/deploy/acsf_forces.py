@@ -26,7 +26,7 @@ from dparallel.kernels.pair_forces import add_pair_forces
 if TYPE_CHECKING:
     from dparallel.descriptors import ACSF
     from dparallel.neighbors import Neighbors
-    from dparallel.train.model import HDNNP
+    from dparallel.nn import HDNNP
     from dparallel.types import StructureBatch
 
 __all__ = ["ACSFForces"]
@@ -54,7 +54,7 @@ _Tables = tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
 class _TanhNetwork:
     """One element's network as numpy arrays: energies and ∂E/∂G without autograd.
 
-    For networks of ``Linear``, ``_DivideBy`` (normalize_nodes) and ``Tanh`` layers only
+    For networks of ``Linear``, ``DivideBy`` (normalize_nodes) and ``Tanh`` layers only
     (dparallel's default); :meth:`of` returns None for any other layer. The arrays share
     memory with the module's parameters and buffers, so in-place updates are seen.
     """
@@ -70,7 +70,7 @@ class _TanhNetwork:
 
     @classmethod
     def of(cls, model: HDNNP, k: int, e: str) -> _TanhNetwork | None:
-        from dparallel.train.model import _DivideBy
+        from dparallel.nn import DivideBy
 
         layers: list[tuple[str, Any]] = []
         tensors = [getattr(model, f"shift_{e}"), getattr(model, f"factor_{e}"),
@@ -80,7 +80,7 @@ class _TanhNetwork:
                 w, b = layer.weight.detach().numpy(), layer.bias.detach().numpy()
                 layers.append(("linear", (w, b)))
                 tensors += [layer.weight, layer.bias]
-            elif isinstance(layer, _DivideBy):
+            elif isinstance(layer, DivideBy):
                 layers.append(("divide", layer.n))
             elif isinstance(layer, torch.nn.Tanh):
                 layers.append(("tanh", None))

@@ -19,7 +19,7 @@ from dparallel.errors import TrainingError
 
 if TYPE_CHECKING:
     from dparallel.descriptors import ACSF, NeighborSum
-    from dparallel.train.model import HDNNP
+    from dparallel.nn import HDNNP
 
 __all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "PotentialModule"]
 

@@ -10,7 +10,7 @@ with the input.nn parameters (conv_length only changes units inside n2p2), and w
 normalisation conv_energy = 1, mean_energy = 0. The HDNNP expresses exactly that:
 ``energy_scale = U / conv_energy``, ``ref_energy_e = U (mean_energy + atom_energy_e)``,
 the scaling as (shift, factor, offset) with n2p2's floating-point operations, the
-network layers with n2p2's activations (:mod:`dparallel.train.activations`). U and L (the
+network layers with n2p2's activations (:mod:`dparallel.nn.activations`). U and L (the
 file's energy and length units in eV and Å) come from ``units`` (:data:`dparallel.io.UNITS`);
 n2p2 files do not say which units they use.
 """
@@ -33,8 +33,7 @@ from dparallel.io.source import UNITS
 from dparallel.n2p2.input_nn import ACTIVATION_CODES, InputNN, read_input_nn
 from dparallel.n2p2.scaling_data import format_scaling_data, read_scaling_data
 from dparallel.n2p2.weights import read_weights, weights_file_name, write_weights
-from dparallel.train.activations import N2P2_EXPRESSIBLE
-from dparallel.train.model import HDNNP
+from dparallel.nn import HDNNP, N2P2_EXPRESSIBLE
 
 if TYPE_CHECKING:
     import os
@@ -460,7 +459,7 @@ def export_model_dir(
 
     Writes to ``out_dir`` (default ``MODEL_DIR/n2p2``); see :func:`write_potential`.
     """
-    from dparallel.train.loop import load_model
+    from dparallel.nn import load_model
 
     model, data = load_model(model_dir, dtype=torch.float64)
     kind = str(data.get("descriptor_kind"))

@@ -36,8 +36,7 @@ from dparallel.descriptors import (
 from dparallel.descriptors.registry import descriptor_kind, kind_of
 from dparallel.errors import DescriptorError, TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
-from dparallel.train.files import load_exported_program, load_torch_file
-from dparallel.train.model import HDNNP
+from dparallel.nn import HDNNP, load_exported_program, load_torch_file
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
@@ -337,7 +336,7 @@ def export_model(
     """
     from dparallel.deploy import PotentialModule
     from dparallel.deploy.artifacts import ARTIFACTS, RouteReport, write_artifacts
-    from dparallel.train.loop import load_model
+    from dparallel.nn import load_model
 
     model_dir = Path(model_dir)
     model, data = load_model(model_dir)

@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from dparallel.train.objective import loss
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
+    from dparallel.nn import HDNNP
     from dparallel.train.data import Batch
-    from dparallel.train.model import HDNNP
     from dparallel.train.spec import TrainingSpec
 
 __all__ = [
@@ -224,14 +226,13 @@ def kalman_step(
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """One combined energy + force Kalman update on ``batch`` (rows: :func:`observations`).
 
-    Returns the energies (S,) and forces (N, 3) before the update and the loss they give.
+    Returns the energies (S,) and forces (N, 3) before the update and the loss they give
+    (:func:`dparallel.train.objective.loss`).
     """
-    from dparallel.train.loop import _loss
-
     obs = observations(model, kf.params, batch, spec, forces)
-    loss = _loss(obs.energy, obs.forces, batch, spec.force_weight)
+    value = loss(obs.energy, obs.forces, batch, spec.force_weight)
     kf.update(obs.H, obs.xi)
-    return obs.energy, obs.forces, loss
+    return obs.energy, obs.forces, value
 
 
 def _grads(

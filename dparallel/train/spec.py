@@ -90,7 +90,7 @@ class TrainingSpec(BaseModel):
         ):
             raise ValueError("scale_max must differ from scale_min")
         if self.n2p2_compatible:
-            from dparallel.train.activations import N2P2_EXPRESSIBLE
+            from dparallel.nn import N2P2_EXPRESSIBLE
 
             if self.activation not in N2P2_EXPRESSIBLE:
                 hint = " (use softplus_n2p2)" if self.activation == "softplus" else ""

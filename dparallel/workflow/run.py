@@ -160,13 +160,13 @@ def run_workflow(
             else:
                 result.stages["featurize"] = "skipped"
             if train_needed:
+                from dparallel.dashboard import epoch_publisher
                 from dparallel.train import train
 
                 assert model_dir is not None and spec.training is not None
                 say(f"train: {store_path} → {model_dir}")
-                trained = train(
-                    store_path, model_dir, spec.training, callback=on_epoch, run_name=spec.name
-                )
+                callbacks = [epoch_publisher(spec.name), *([on_epoch] if on_epoch else [])]
+                trained = train(store_path, model_dir, spec.training, callback=callbacks)
                 result.metrics = {"validation": trained.validation, "test": trained.test}
                 result.stages["train"] = "ran"
             else:

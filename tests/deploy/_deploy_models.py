@@ -14,7 +14,7 @@ import torch
 
 from dparallel.descriptors import ACSF, NeighborSum
 from dparallel.train import HDNNP, TrainingSpec
-from dparallel.train.loop import model_file
+from dparallel.train.checkpoints import model_file
 
 if TYPE_CHECKING:
     from pathlib import Path

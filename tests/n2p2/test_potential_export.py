@@ -182,7 +182,7 @@ def test_cli_export_n2p2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from dparallel.cli.main import main
     from dparallel.n2p2.binaries import find_bin_dir
     from dparallel.train import TrainingSpec
-    from dparallel.train.loop import model_file
+    from dparallel.train.checkpoints import model_file
 
     acsf, model, structures = _potential(["tanh", "logistic", "identity"])
     model_dir = tmp_path / "model"

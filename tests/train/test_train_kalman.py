@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _callbacks import stop_after
 from _store_fixture import small_store
 
 from dparallel.train import TrainingSpec
@@ -76,7 +77,7 @@ def test_kalman_lowers_the_loss_of_an_hdnnp(store, tmp_path) -> None:  # noqa: A
 
 def test_kalman_state_resumes_from_the_checkpoint(store, tmp_path) -> None:  # noqa: ANN001
     straight = train_model(store, tmp_path / "a", SPEC)
-    train_model(store, tmp_path / "b", SPEC, stop_after=1)
+    train_model(store, tmp_path / "b", SPEC, callback=stop_after(1))
     resumed = train_model(store, tmp_path / "b", SPEC, resume=True)
     for ra, rb in zip(straight.history, resumed.history, strict=True):
         assert ra["train_loss"] == rb["train_loss"]  # bitwise
@@ -92,11 +93,13 @@ def test_observation_rows_are_the_gradients_of_energies_and_forces(store) -> Non
     """Jacobian rows against autograd through the training forces (double backward)."""
     from dparallel.train.data import PartitionReader, iterate_batches
     from dparallel.train.kalman import observations
-    from dparallel.train.loop import _build_model, predict_batch, prepare
+    from dparallel.train.objective import predict_batch
+    from dparallel.train.placement import Placement
+    from dparallel.train.preparation import build_model, prepare
 
     spec = SPEC.model_copy(update={"force_weight": 0.5})
     prep = prepare(store, spec)
-    model = _build_model(prep, spec)
+    model = build_model(prep, spec, Placement.of(spec))
     reader = PartitionReader(store, "acsf", prep.elements, prep.index, True, 2**26)
     batch = next(iter(iterate_batches(reader, "train", 4, shuffle=False, prefetch=0)))
     params = [p for p in model.parameters() if p.requires_grad]

@@ -7,6 +7,7 @@ import time
 
 import pytest
 import torch
+from _callbacks import stop_after
 from _store_fixture import small_store
 
 from dparallel.errors import TrainingError
@@ -27,7 +28,7 @@ def test_resume_continues_the_same_trajectory(store, tmp_path, schedule) -> None
     spec = SPEC.model_copy(update={"schedule": schedule, "optimizer": "adamw",
                                    "weight_decay": 1e-3})  # fmt: skip
     straight = train_model(store, tmp_path / "a", spec)
-    part = train_model(store, tmp_path / "b", spec, stop_after=2)
+    part = train_model(store, tmp_path / "b", spec, callback=stop_after(2))
     assert len(part.history) == 2 and not part.test
     resumed = train_model(store, tmp_path / "b", spec, resume=True)
     assert [r["epoch"] for r in resumed.history] == [0, 1, 2, 3]
@@ -81,7 +82,7 @@ def test_outputs_metrics_and_plots(store, tmp_path) -> None:  # noqa: ANN001
 
 
 def test_resume_refuses_another_config(store, tmp_path) -> None:  # noqa: ANN001
-    train_model(store, tmp_path / "m", SPEC, stop_after=1)
+    train_model(store, tmp_path / "m", SPEC, callback=stop_after(1))
     with pytest.raises(TrainingError, match="lr"):
         train_model(store, tmp_path / "m", SPEC.model_copy(update={"lr": 1.0}), resume=True)
     with pytest.raises(TrainingError, match="no checkpoint"):
@@ -102,13 +103,14 @@ def test_store_without_features_is_rejected(tmp_path) -> None:  # noqa: ANN001
 def test_epoch_metrics_reach_the_scheduler_events(store, tmp_path) -> None:  # noqa: ANN001
     from distributed import Client, LocalCluster
 
-    from dparallel.dashboard import TOPIC_TRAIN
+    from dparallel.dashboard import TOPIC_TRAIN, epoch_publisher
 
     with (
         LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):
-        train_model(store, tmp_path / "m", SPEC.model_copy(update={"epochs": 2}), run_name="r1")
+        spec = SPEC.model_copy(update={"epochs": 2})
+        train_model(store, tmp_path / "m", spec, callback=epoch_publisher("r1"))
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             events = [msg for _, msg in client.get_events(TOPIC_TRAIN)]

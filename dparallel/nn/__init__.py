@@ -1,0 +1,33 @@
+"""dparallel.nn: the network itself, below training, deployment and n2p2 interop.
+
+The Behler-Parrinello :class:`HDNNP`, its activations (n2p2's included) and descriptor
+scaling, the model file (:func:`load_model`) and safe torch files (weights only, atomic
+writes). It imports only from the layers below (errors, descriptors): ``train/``,
+``deploy/`` and ``n2p2/`` build on it.
+"""
+
+from __future__ import annotations
+
+from dparallel.nn.activations import ACTIVATIONS, N2P2_EXPRESSIBLE, make_activation
+from dparallel.nn.files import load_exported_program, load_torch_file, save_torch_file
+from dparallel.nn.model import HDNNP, DivideBy
+from dparallel.nn.model_file import MODEL, MODEL_FORMAT, load_model, model_file
+from dparallel.nn.scaling import SCALING_MODES, scaling_from_statistics, scaling_parameters
+
+__all__ = [
+    "ACTIVATIONS",
+    "HDNNP",
+    "MODEL",
+    "MODEL_FORMAT",
+    "N2P2_EXPRESSIBLE",
+    "SCALING_MODES",
+    "DivideBy",
+    "load_exported_program",
+    "load_model",
+    "load_torch_file",
+    "make_activation",
+    "model_file",
+    "save_torch_file",
+    "scaling_from_statistics",
+    "scaling_parameters",
+]

@@ -1,0 +1,158 @@
+"""A model directory's files: the per-epoch checkpoint (save, resume), best and final models.
+
+Everything random derives from ``spec.seed`` and the epoch number, and a checkpoint holds
+the torch RNG state, so a run resumed from it follows the same trajectory as an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from dparallel.errors import TrainingError
+from dparallel.nn import MODEL, load_torch_file, save_torch_file
+from dparallel.nn import model_file as _model_file
+from dparallel.train.spec import TrainingSpec
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dparallel.nn import HDNNP
+
+__all__ = [
+    "BEST",
+    "CHECKPOINT",
+    "MODEL",
+    "SPEC_JSON",
+    "Progress",
+    "model_file",
+    "resume_from",
+    "save_checkpoint",
+    "save_model",
+]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "checkpoint.pt"
+BEST = "best.pt"
+SPEC_JSON = "spec.json"
+#: What a checkpoint must hold to resume from it.
+_CHECKPOINT_KEYS = frozenset(
+    {
+        "epoch",
+        "model",
+        "optimizer",
+        "rng",
+        "best_val",
+        "best_epoch",
+        "bad_epochs",
+        "history",
+        "spec",
+    }
+)
+#: Training keys a resumed run may change.
+_RESUMABLE_KEYS = frozenset({"epochs", "allow_incomplete"})
+
+
+@dataclass
+class Progress:
+    """Where a run stands: next epoch, best monitored loss so far, epochs without gain."""
+
+    start_epoch: int = 0
+    best_val: float = math.inf
+    best_epoch: int = -1
+    bad_epochs: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def model_file(model: HDNNP, spec: TrainingSpec, descriptor: dict | None) -> dict[str, Any]:
+    """The saved trained model (``model.pt``): config, weights, descriptor spec, spec."""
+    return _model_file(model, spec.to_dict(), descriptor, spec.descriptor)
+
+
+def save_model(model: HDNNP, spec: TrainingSpec, descriptor: dict | None, path: Path) -> None:
+    """Write ``model`` as a model file (``best.pt``, ``model.pt``), atomically."""
+    save_torch_file(model_file(model, spec, descriptor), path)
+
+
+def save_checkpoint(
+    path: Path,
+    epoch: int,
+    model: HDNNP,
+    opt: torch.optim.Optimizer,
+    sched: Any,
+    progress: Progress,
+    spec: TrainingSpec,
+) -> None:
+    """Write the checkpoint after ``epoch``: weights, optimizer, schedule, RNG, progress."""
+    save_torch_file(
+        {
+            "epoch": epoch,
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict() if sched is not None else None,
+            "rng": {"torch": torch.get_rng_state()},
+            "loader": {"seed": spec.seed, "next_epoch": epoch + 1},
+            "best_val": progress.best_val,
+            "best_epoch": progress.best_epoch,
+            "bad_epochs": progress.bad_epochs,
+            "history": progress.history,
+            "spec": spec.to_dict(),
+        },
+        path,
+    )
+
+
+def resume_from(
+    path: Path,
+    spec: TrainingSpec,
+    model: HDNNP,
+    opt: torch.optim.Optimizer,
+    sched: Any,
+) -> Progress:
+    """Load the checkpoint at ``path`` into model, optimizer, schedule and RNG.
+
+    Raises
+    ------
+    TrainingError
+        No checkpoint, not a dparallel checkpoint, or trained with another config
+        (keys other than ``epochs`` and ``allow_incomplete`` differ).
+    """
+    if not path.is_file():
+        raise TrainingError(f"--resume: no checkpoint at {path}")
+    ck = load_torch_file(path, "checkpoint")
+    if not set(ck) >= _CHECKPOINT_KEYS:
+        raise TrainingError(
+            f"{path}: not a dparallel checkpoint (missing "
+            f"{', '.join(sorted(_CHECKPOINT_KEYS - set(ck)))})"
+        )
+    old = dict(ck["spec"])
+    new = spec.to_dict()
+    fields = TrainingSpec.model_fields  # keys added since the checkpoint: their default
+    diff = sorted(
+        k for k in new if k not in _RESUMABLE_KEYS and old.get(k, fields[k].default) != new[k]
+    )
+    if diff:
+        raise TrainingError(
+            f"--resume: {path} was trained with another config ({', '.join(diff)} "
+            "differ); use the same config or a new MODEL_DIR"
+        )
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["optimizer"])
+    if sched is not None and ck.get("scheduler") is not None:
+        sched.load_state_dict(ck["scheduler"])
+    torch.set_rng_state(ck["rng"]["torch"])
+    progress = Progress(
+        start_epoch=int(ck["epoch"]) + 1,
+        best_val=ck["best_val"],
+        best_epoch=ck["best_epoch"],
+        bad_epochs=ck["bad_epochs"],
+        history=list(ck["history"]),
+    )
+    log.info("resumed from %s at epoch %d", path, progress.start_epoch)
+    return progress

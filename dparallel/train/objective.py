@@ -1,0 +1,68 @@
+"""What training minimizes: the model's predictions on a batch and the loss they give.
+
+:func:`predict_batch` turns a :class:`~dparallel.train.data.Batch` of stored descriptors
+and ∂G/∂r into energies and forces; :func:`loss` is the objective both optimizers use
+(gradient descent back-propagates it; the Kalman filter reports it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from dparallel.descriptors import forces_from_derivatives
+
+if TYPE_CHECKING:
+    from dparallel.nn import HDNNP
+    from dparallel.train.data import Batch
+
+__all__ = ["loss", "predict_batch"]
+
+
+def predict_batch(
+    model: HDNNP, batch: Batch, forces: bool, create_graph: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Energies (S,) and, if ``forces``, forces (N, 3) from stored descriptors and derivatives.
+
+    Forces use dE/dG by autograd and the stored ∂G/∂r (``forces_from_derivatives``);
+    ``create_graph=True`` keeps the graph so a loss can be back-propagated (training);
+    without it and without forces, the energies are computed under ``no_grad``.
+    """
+    values = {}
+    for e, res in batch.features.items():
+        v = res.values
+        values[e] = v.detach().requires_grad_(True) if forces else v
+    atom_index = {e: r.atom_index for e, r in batch.features.items()}
+    with torch.enable_grad() if forces or create_graph else torch.no_grad():
+        energy = model(values, atom_index, batch.structure_index, batch.n_structures)
+        if not forces:
+            return energy, None
+        keys = list(values)
+        grads = torch.autograd.grad(
+            energy.sum(), [values[k] for k in keys], create_graph=create_graph, allow_unused=True
+        )
+        dE_dG = {
+            k: (g if g is not None else torch.zeros_like(values[k]))
+            for k, g in zip(keys, grads, strict=True)
+        }
+        f = forces_from_derivatives(dE_dG, batch.features, batch.n_atoms)
+    return energy, f
+
+
+def loss(
+    energy: torch.Tensor, f: torch.Tensor | None, batch: Batch, force_weight: float
+) -> torch.Tensor:
+    """MSE of energy per atom + force_weight · MSE of force components (NaN labels masked).
+
+    ``energy`` (S,) eV and ``f`` (N, 3) eV/Å as :func:`predict_batch` gives them; a
+    scalar tensor (eV²/atom², plus force_weight · eV²/Å²).
+    """
+    de = (energy - batch.energy) / batch.atom_counts
+    ok = torch.isfinite(batch.energy)
+    out = (de[ok] ** 2).mean() if bool(ok.any()) else energy.sum() * 0.0
+    if f is not None and force_weight > 0:
+        okf = torch.isfinite(batch.forces)
+        if bool(okf.any()):
+            out = out + force_weight * ((f - batch.forces)[okf] ** 2).mean()
+    return out

@@ -1,0 +1,232 @@
+"""Preparing a training run: the data (splits, reference energies, scaling), model, optimizer.
+
+:func:`prepare` makes one pass over the store; :func:`build_model`, :func:`make_optimizer`
+and :func:`make_scheduler` turn it and the spec into what the epochs update.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from dparallel.errors import TrainingError
+from dparallel.nn import HDNNP, scaling_parameters
+from dparallel.train.data import PartitionReader, SplitIndex, build_split_index
+from dparallel.train.kalman import make_kalman
+
+if TYPE_CHECKING:
+    from dparallel.store import Store
+    from dparallel.train.placement import Placement
+    from dparallel.train.spec import TrainingSpec
+    from dparallel.types import StructureBatch
+
+__all__ = [
+    "Prepared",
+    "build_model",
+    "check_complete",
+    "make_optimizer",
+    "make_scheduler",
+    "prepare",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Prepared:
+    """What one pass over the store gives: splits, elements, reference energies, scaling."""
+
+    store: Store
+    descriptor: str
+    elements: list[str]
+    n_features: dict[str, int]
+    index: SplitIndex
+    forces: bool
+    ref_energy: np.ndarray
+    energy_scale: float
+    scaling: dict[str, tuple[np.ndarray, np.ndarray, float]]
+    statistics: dict[str, dict[str, list]]
+    descriptor_spec: dict[str, Any] | None
+
+
+def _feature_config(store: Store, descriptor: str) -> tuple[dict[str, Any], bool]:
+    cfg = store.attrs.get("config", {}).get("features")
+    if not cfg or not cfg.get(descriptor):
+        raise TrainingError(
+            f"{store.path} has no {descriptor!r} features (config.features is "
+            f"{'missing' if not cfg else 'without ' + descriptor}); featurize the store first"
+        )
+    return cfg[descriptor], bool(cfg.get("derivatives", False))
+
+
+def _elements_of(desc: Mapping[str, Any], descriptor: str) -> list[str]:
+    if "elements" in desc:
+        return [str(e) for e in desc["elements"]]
+    raise TrainingError(f"descriptor spec of {descriptor!r} lists no elements")
+
+
+def prepare(store: Store, spec: TrainingSpec) -> Prepared:
+    """Split index, least-squares reference energies and feature scaling (one pass)."""
+    desc, has_deriv = _feature_config(store, spec.descriptor)
+    elements = _elements_of(desc, spec.descriptor)
+    forces = spec.force_weight > 0
+    if forces and not has_deriv:
+        raise TrainingError(
+            f"{store.path} was featurized without derivatives: force training needs them "
+            "(featurize with derivatives=True) or set force_weight=0"
+        )
+    # least squares E_s ≈ Σ_e n_{s,e} ref_e over training structures (normal equations),
+    # accumulated partition by partition during the split pass
+    from ase.data import atomic_numbers
+
+    zs = np.array([atomic_numbers[e] for e in elements])
+    ata = np.zeros((len(elements), len(elements)))
+    atb = np.zeros(len(elements))
+    per_atom: list[tuple[np.ndarray, np.ndarray]] = []  # (S_train, n_el) counts, (S_train,) E
+
+    def visit(p: int, batch: StructureBatch, split: np.ndarray) -> None:
+        nonlocal ata, atb
+        sel = np.flatnonzero((split == 0) & np.isfinite(batch.energy))
+        if sel.size == 0:
+            return
+        comp = np.stack(
+            [np.bincount(batch.structure_index, batch.numbers == z, batch.n_structures)
+             for z in zs], 1,
+        )[sel]  # fmt: skip
+        ata += comp.T @ comp
+        atb += comp.T @ batch.energy[sel]
+        per_atom.append((comp, batch.energy[sel]))
+
+    index = build_split_index(store, spec.validation_fraction, spec.test_fraction, spec.seed, visit)
+    if index.count("train") == 0:
+        raise TrainingError(f"{store.path}: the training split is empty")
+    ref = np.linalg.lstsq(ata, atb, rcond=None)[0]
+    resid = np.concatenate([(e - c @ ref) / c.sum(1) for c, e in per_atom])
+    energy_scale = float(resid.std()) if resid.size > 1 and resid.std() > 1e-8 else 1.0
+    per_atom.clear()
+    stats = store.attrs.get("statistics", {}).get(spec.descriptor)
+    reader = PartitionReader(store, spec.descriptor, elements, index, False)
+    n_features: dict[str, int] = {}
+    if not stats:  # compute scaling statistics over the training split
+        stats = _statistics(reader, elements)
+    scaling = {}
+    for e in elements:
+        if e not in stats:
+            raise TrainingError(f"{store.path}: no statistics for element {e}")
+        n_features[e] = len(stats[e]["mean"])
+        scaling[e] = scaling_parameters(stats[e], spec.scaling, spec.scale_min, spec.scale_max)
+    return Prepared(
+        store=store,
+        descriptor=spec.descriptor,
+        elements=elements,
+        n_features=n_features,
+        index=index,
+        forces=forces,
+        ref_energy=ref,
+        energy_scale=energy_scale,
+        scaling=scaling,
+        statistics={
+            e: {k: list(stats[e][k]) for k in ("min", "max", "mean", "sigma")} for e in elements
+        },
+        descriptor_spec=dict(desc) if isinstance(desc, Mapping) else None,
+    )
+
+
+def _statistics(reader: PartitionReader, elements: list[str]) -> dict[str, dict[str, list]]:
+    """n2p2 scaling statistics of the training split (store without statistics attrs)."""
+    acc: dict[str, list[np.ndarray]] = {e: [] for e in elements}
+    for p in reader.index.partitions_with("train"):
+        part = reader.get(p)
+        for e, ea in part.elements.items():
+            struct = np.searchsorted(part.offsets, ea.atom_index, side="right") - 1
+            acc[e].append(ea.values[part.split[struct] == 0])
+    out = {}
+    for e, parts in acc.items():
+        if parts:
+            v = np.concatenate(parts)
+            out[e] = {
+                "min": v.min(0).tolist(),
+                "max": v.max(0).tolist(),
+                "mean": v.mean(0).tolist(),
+                "sigma": v.std(0, ddof=1).tolist() if v.shape[0] > 1 else [0.0] * v.shape[1],
+            }
+    return out
+
+
+def build_model(prep: Prepared, spec: TrainingSpec, placement: Placement) -> HDNNP:
+    """A freshly initialized network (seeded) with the reference energies and scaling set."""
+    torch.manual_seed(spec.seed)
+    model = placement.model(HDNNP(prep.elements, prep.n_features, spec.hidden, spec.activation))
+    # scaling kept as data (n2p2 export writes its statistics), set in the training dtype
+    model.set_scaling_from(
+        {
+            "mode": spec.scaling,
+            "smin": spec.scale_min,
+            "smax": spec.scale_max,
+            "statistics": prep.statistics,
+        }
+    )
+    model.ref_energy.copy_(torch.as_tensor(prep.ref_energy))
+    model.energy_scale.fill_(prep.energy_scale)
+    if spec.n2p2_compatible:
+        from dparallel.descriptors import ACSF
+        from dparallel.n2p2.potential import n2p2_problems
+
+        problems = n2p2_problems(ACSF.from_dict(prep.descriptor_spec or {}), model)
+        if problems:
+            raise TrainingError("n2p2_compatible: " + "; ".join(problems))
+    return model
+
+
+def make_optimizer(model: HDNNP, spec: TrainingSpec, n_train: int) -> torch.optim.Optimizer:
+    """Adam, AdamW or the Kalman filter over ``model``'s parameters."""
+    if spec.optimizer == "kalman":  # one update per mini-batch
+        return make_kalman(model, spec, math.ceil(n_train / spec.batch_size))
+    cls = torch.optim.AdamW if spec.optimizer == "adamw" else torch.optim.Adam
+    return cls(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+
+
+def make_scheduler(opt: torch.optim.Optimizer, spec: TrainingSpec) -> Any:
+    """The learning-rate schedule of ``spec`` (None: constant, or the Kalman filter)."""
+    if spec.optimizer == "kalman":  # anneals its own noise parameters
+        return None
+    if spec.schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, spec.epochs, eta_min=spec.lr_min)
+    if spec.schedule == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(
+            opt, factor=spec.plateau_factor, patience=spec.plateau_patience, min_lr=spec.lr_min
+        )
+    return None
+
+
+def check_complete(store: Store, spec: TrainingSpec) -> dict[str, Any]:
+    """How much of the source the store holds; refuse an incomplete one unless allowed."""
+    done = len(store.done_partitions())
+    coverage = {
+        "store": str(store.path),
+        "complete": done == store.n_partitions,
+        "partitions_used": done,
+        "partitions_total": store.n_partitions,
+        "structures_used": store.n_structures,
+        "structures_in_source": store.plan.n_structures,
+    }
+    if coverage["complete"]:
+        return coverage
+    amount = (
+        f"{done} of {store.n_partitions} partitions are featurized ({store.n_structures} of "
+        f"{store.plan.n_structures} structures)"
+    )
+    if not spec.allow_incomplete:
+        raise TrainingError(
+            f"{store.path} is incomplete: {amount}. Finish it (rerun the same featurize "
+            "command), or train on what is there with --allow-incomplete "
+            "(allow_incomplete: true)"
+        )
+    log.warning("training on an incomplete store %s: %s", store.path, amount)
+    return coverage

@@ -1,0 +1,193 @@
+"""Reporting a run: error metrics, evaluation of a split, metrics files, plots, callbacks.
+
+Each finished epoch becomes one row (:func:`epoch_row`) that goes to ``metrics.csv`` /
+``metrics.json`` and to every epoch callback. A callback is how a caller follows training
+(the CLI's progress bar, the Dask dashboard's training page); returning ``True`` from one
+stops the run after that epoch, its checkpoint being the result (as an interrupted run).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from dparallel.train.metric_units import with_units
+from dparallel.train.objective import loss as objective_loss
+from dparallel.train.objective import predict_batch
+from dparallel.train.placement import Placement
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dparallel.nn import HDNNP
+    from dparallel.train.data import PartitionReader
+    from dparallel.train.spec import TrainingSpec
+
+__all__ = [
+    "METRICS_CSV",
+    "METRICS_JSON",
+    "EpochCallback",
+    "Metrics",
+    "epoch_row",
+    "evaluate_split",
+    "notify",
+    "write_metrics",
+    "write_plots",
+]
+
+log = logging.getLogger(__name__)
+
+METRICS_CSV = "metrics.csv"
+METRICS_JSON = "metrics.json"
+
+#: Called with each epoch's metrics row; returning ``True`` stops training after it.
+EpochCallback = Callable[[dict[str, Any]], bool | None]
+
+
+@dataclass
+class Metrics:
+    """Running sums for energy-per-atom and force-component errors (eV, eV/Å)."""
+
+    n_e: int = 0
+    se_e: float = 0.0
+    ae_e: float = 0.0
+    n_f: int = 0
+    se_f: float = 0.0
+    ae_f: float = 0.0
+    loss_sum: float = 0.0
+    n_batches: int = 0
+    parity: dict[str, list[np.ndarray]] = field(default_factory=dict)
+
+    def add(
+        self,
+        e_pred: torch.Tensor,
+        e_ref: torch.Tensor,
+        n_atoms: torch.Tensor,
+        f_pred: torch.Tensor | None,
+        f_ref: torch.Tensor | None,
+        loss: float | None = None,
+        keep: bool = False,
+    ) -> None:
+        """Accumulate one batch (energies (S,), atom counts (S,), forces (N, 3))."""
+        with torch.no_grad():
+            de = (e_pred - e_ref) / n_atoms
+            ok = torch.isfinite(de)
+            self.n_e += int(ok.sum())
+            self.se_e += float((de[ok] ** 2).sum())
+            self.ae_e += float(de[ok].abs().sum())
+            if keep:
+                self.parity.setdefault("e_ref", []).append((e_ref / n_atoms)[ok].numpy())
+                self.parity.setdefault("e_pred", []).append((e_pred / n_atoms)[ok].numpy())
+            if f_pred is not None and f_ref is not None:
+                df = f_pred - f_ref
+                okf = torch.isfinite(df)
+                self.n_f += int(okf.sum())
+                self.se_f += float((df[okf] ** 2).sum())
+                self.ae_f += float(df[okf].abs().sum())
+                if keep:
+                    self.parity.setdefault("f_ref", []).append(f_ref[okf].numpy())
+                    self.parity.setdefault("f_pred", []).append(f_pred[okf].numpy())
+            if loss is not None:
+                self.loss_sum += loss
+                self.n_batches += 1
+
+    def summary(self) -> dict[str, float]:
+        """energy_rmse/mae (eV/atom), force_rmse/mae (eV/Å), loss (NaN when not measured)."""
+        nan = float("nan")
+        return {
+            "loss": self.loss_sum / self.n_batches if self.n_batches else nan,
+            "energy_rmse": math.sqrt(self.se_e / self.n_e) if self.n_e else nan,
+            "energy_mae": self.ae_e / self.n_e if self.n_e else nan,
+            "force_rmse": math.sqrt(self.se_f / self.n_f) if self.n_f else nan,
+            "force_mae": self.ae_f / self.n_f if self.n_f else nan,
+        }
+
+    def parity_arrays(self) -> dict[str, np.ndarray]:
+        """Concatenated reference/predicted arrays kept with ``keep=True``."""
+        return {k: np.concatenate(v) for k, v in self.parity.items()}
+
+
+def evaluate_split(
+    model: HDNNP,
+    reader: PartitionReader,
+    split: str,
+    spec: TrainingSpec,
+    keep: bool = False,
+    placement: Placement | None = None,
+) -> Metrics:
+    """Errors of ``model`` on every structure of ``split`` (streamed, no shuffling)."""
+    placement = placement or Placement.of(spec)
+    m = Metrics()
+    for batch in placement.batches(reader, split, spec):
+        e, f = predict_batch(model, batch, reader.forces)
+        value = float(objective_loss(e, f, batch, spec.force_weight).detach())
+        m.add(
+            e.detach(),
+            batch.energy,
+            batch.atom_counts,
+            None if f is None else f.detach(),
+            batch.forces if f is not None else None,
+            value,
+            keep,
+        )
+    return m
+
+
+def epoch_row(epoch: int, lr: float, train: dict, val: dict, seconds: float) -> dict[str, Any]:
+    """One epoch's row: epoch, lr, ``train_*`` and ``validation_*`` metrics, seconds."""
+    row: dict[str, Any] = {"epoch": epoch, "lr": lr}
+    for split, d in (("train", train), ("validation", val)):
+        for k, v in d.items():
+            row[f"{split}_{k}"] = v
+    row["seconds"] = seconds
+    return row
+
+
+def write_metrics(model_dir: Path, history: list[dict], extra: dict | None = None) -> None:
+    """metrics.csv/json with the unit in each error's name (meV/atom, meV/Å)."""
+    rows = [with_units(r) for r in history]
+    if rows:
+        tmp = model_dir / (METRICS_CSV + ".tmp")
+        fields = list(dict.fromkeys(k for r in rows for k in r))  # resumed rows may add keys
+        with tmp.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows)
+        tmp.replace(model_dir / METRICS_CSV)
+    extra = dict(extra or {})
+    if "final" in extra:
+        extra["final"] = {split: with_units(m) for split, m in extra["final"].items()}
+    doc = {"epochs": rows, **extra}
+    tmp = model_dir / (METRICS_JSON + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=float))
+    tmp.replace(model_dir / METRICS_JSON)
+
+
+def write_plots(
+    model_dir: Path, history: list[dict[str, Any]], parity: dict[str, dict[str, np.ndarray]]
+) -> None:
+    """Learning curves and parity plots as PNGs (a warning, never an error, if they fail)."""
+    try:
+        from dparallel.train.plots import plot_learning_curves, plot_parity
+
+        plot_learning_curves(history, model_dir / "learning_curves.png")
+        for split, arrays in parity.items():
+            plot_parity(arrays, model_dir / f"parity_{split}.png", title=split)
+    except Exception:
+        log.warning("could not write plots", exc_info=True)
+
+
+def notify(callbacks: Iterable[EpochCallback], row: dict[str, Any]) -> bool:
+    """Call every callback with ``row`` in order; whether any asked to stop."""
+    stop = False
+    for callback in callbacks:
+        stop = bool(callback(row)) or stop
+    return stop

@@ -1,0 +1,64 @@
+"""Safe torch files and the model file, without a training run."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+import torch
+
+from dparallel.errors import TrainingError
+from dparallel.nn import HDNNP, load_model, load_torch_file, model_file, save_torch_file
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+class _Evil:
+    """Unpickling this runs a command (what a crafted file does)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # noqa: ANN204
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _model() -> HDNNP:
+    torch.manual_seed(0)
+    return HDNNP(["Cu", "Au"], {"Cu": 3, "Au": 2}, hidden=(4,)).double()
+
+
+def test_model_file_round_trip(tmp_path: Path) -> None:
+    model = _model()
+    save_torch_file(model_file(model, {"epochs": 1}, {"kind": "x"}, "acsf"), tmp_path / "model.pt")
+    assert not (tmp_path / "model.pt.tmp").exists()
+    back, data = load_model(tmp_path)  # a directory means its model.pt
+    assert data["descriptor_kind"] == "acsf" and data["spec"] == {"epochs": 1}
+    assert back.config() == model.config() and not back.training
+    for k, v in model.state_dict().items():
+        assert torch.equal(back.state_dict()[k], v), k
+    assert next(load_model(tmp_path, torch.float32)[0].parameters()).dtype == torch.float32
+
+
+def test_crafted_file_is_refused_unrun(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    torch.save({"x": _Evil(str(marker))}, tmp_path / "evil.pt")
+    with pytest.raises(TrainingError, match=r"refusing to load this checkpoint: it holds GLOBAL"):
+        load_torch_file(tmp_path / "evil.pt", "checkpoint")
+    assert not marker.exists()
+
+
+def test_broken_and_foreign_files_are_named(tmp_path: Path) -> None:
+    save_torch_file({"format": "something-else"}, tmp_path / "model.pt")
+    with pytest.raises(TrainingError, match="is not a dparallel model file"):
+        load_model(tmp_path / "model.pt")
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "model.pt").read_bytes()[:40])
+    with pytest.raises(TrainingError, match=r"cut.pt: cannot read this model file"):
+        load_model(tmp_path / "cut.pt")
+    save_torch_file([1, 2], tmp_path / "list.pt")  # type: ignore[arg-type]
+    with pytest.raises(TrainingError, match="not a dparallel torch file"):
+        load_torch_file(tmp_path / "list.pt")
+    with pytest.raises(TrainingError, match="no trained model at"):
+        load_model(tmp_path / "missing")
