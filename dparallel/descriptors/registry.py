@@ -12,13 +12,14 @@ use (NeighborSum needs torch).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dparallel.descriptors.build_context import BuildContext
 from dparallel.errors import DescriptorError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
 __all__ = [
     "BuildContext",
@@ -29,26 +30,6 @@ __all__ = [
     "registered",
     "unregister",
 ]
-
-
-@dataclass(frozen=True)
-class BuildContext:
-    """What a config model's ``build(context)`` may need from the layers above.
-
-    ``data_units``: the dataset's unit system (files a spec points to may follow it);
-    ``readers``: file readers by name, given by the caller (the workflow passes
-    ``{"n2p2_input_nn": dparallel.n2p2.acsf_from_input_nn}``), so a descriptor's spec
-    can name a file format whose parser lives in a higher layer.
-    """
-
-    data_units: str = "ase"
-    readers: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
-
-    def reader(self, name: str) -> Callable[..., Any]:
-        """The reader ``name``; a :class:`DescriptorError` if the caller gave none."""
-        if name not in self.readers:
-            raise DescriptorError(f"no {name!r} reader given to build this descriptor spec")
-        return self.readers[name]
 
 
 @dataclass(frozen=True)
