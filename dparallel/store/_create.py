@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from dparallel.store.plan import Plan
 
-__all__ = ["StoreStatus", "create_store", "open_store", "store_status"]
+__all__ = ["StoreStatus", "create_store", "open_store", "publish_store", "store_status"]
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +205,9 @@ def store_status(
 
 _LEFTOVER = r"\.(creating|replaced)-[A-Za-z0-9._-]+"
 
+#: Stores this process builds aside to replace another (building path → target, token).
+_ASIDE: dict[Path, tuple[Path, str]] = {}
+
 
 def _remove_leftovers(path: Path) -> None:
     """Remove what interrupted creations left beside ``path`` (call it holding the lease)."""
@@ -298,6 +301,7 @@ def create_store(
     overwrite: bool = False,
     protect: Iterable[str | os.PathLike[str]] = (),
     any_plan: bool = False,
+    aside: bool = False,
 ) -> Store:
     """Create a store with every structure array at final shape, or reopen a matching one.
 
@@ -323,6 +327,11 @@ def create_store(
     any_plan
         ``plan`` was derived (not given): reopen a store of this source and config
         whatever its partitioning (see :func:`store_status` with ``plan=None``).
+    aside
+        When a store is replaced: return the new one still beside its target
+        (``<name>.creating-…``), so that partitions are written there too, and leave the
+        old store in place until :func:`publish_store` swaps the complete new one in.
+        Until then a failed or interrupted run leaves the old store as it was.
 
     Returns
     -------
@@ -373,13 +382,34 @@ def create_store(
         replace = status.kind != "missing"
         token = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         building = path.with_name(f"{path.name}.creating-{token}")
+        keep = aside and status.kind not in ("missing", "empty")
         try:
             _build(building, fingerprint, config, plan)
+            if keep:
+                _ASIDE[building] = (path, token)
+                log.info("building the replacement of %s aside, at %s", path, building)
+                return Store(building, mode="r+")
             _swap_in(building, path, token, replace)
         finally:
-            if building.exists():
+            if building.exists() and building not in _ASIDE:
                 shutil.rmtree(building, ignore_errors=True)
     log.info("created store %s: %d partitions, slots %s", path, plan.n_partitions, plan.slots)
+    return Store(path, mode="r+")
+
+
+def publish_store(store: Store) -> Store:
+    """Swap a complete store built aside (``create_store(aside=True)``) in; else ``store``.
+
+    Call it holding the target's lease. The old store is removed only once the new one
+    has taken its place; an incomplete store stays aside (the old one stays in place,
+    and the next creation at the target removes the leftover).
+    """
+    building = Path(store.path).resolve()
+    if building not in _ASIDE or not store.is_complete:
+        return store
+    path, token = _ASIDE.pop(building)
+    _swap_in(building, path, token, replace=path.exists() or path.is_symlink())
+    log.info("replaced %s with the store built aside", path)
     return Store(path, mode="r+")
 
 

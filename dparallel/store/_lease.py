@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dparallel.errors import StoreBusyError, StoreError
+from dparallel.errors import StoreBusyError, StoreError, UnsafePathError
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -53,6 +53,8 @@ _HELD_LOCK = threading.Lock()
 def lease_path(store: str | os.PathLike[str]) -> Path:
     """The lock file of the store at ``store``: ``<store>.lock`` beside it."""
     path = Path(store).expanduser().resolve()
+    if path.parent == path:
+        raise UnsafePathError(f"refusing to replace {store}: it is the filesystem root")
     return path.with_name(path.name + ".lock")
 
 
