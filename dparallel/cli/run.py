@@ -95,6 +95,8 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     for bar in bars:
         bar.close()
     print("stages: " + ", ".join(f"{k} {v}" for k, v in result.stages.items()))
+    for note in result.notes:
+        print(f"note: {note}")
     for split in ("validation", "test"):
         m = result.metrics.get(split)
         if m:
