@@ -156,6 +156,7 @@ def run_workflow(
                 result.stages["featurize"] = "skipped"
             if train_needed:
                 from dparallel.train import train
+                from dparallel.train.data_units import record_data_units
 
                 assert model_dir is not None and spec.training is not None
                 say(f"train: {store_path} → {model_dir}")
@@ -163,6 +164,7 @@ def run_workflow(
                     store_path, model_dir, spec.training, callback=on_epoch, run_name=spec.name
                 )
                 record_store(model_dir, store_identity(store_path))
+                record_data_units(model_dir, store_path)
                 result.metrics = {"validation": trained.validation, "test": trained.test}
                 result.stages["train"] = "ran"
             else:
