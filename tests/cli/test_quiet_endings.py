@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
-from dparallel.cli.main import CLOSED_PIPE
+from dparallel.cli.main import CLOSED_PIPE, warning_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,3 +45,19 @@ def test_the_root_as_output_is_one_line(tmp_path):
     assert done.stderr.splitlines() == [
         "dparallel ingest: error: refusing to replace /: it is the filesystem root"
     ]
+
+
+def test_a_python_warning_is_one_clean_line_once(capsys):
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        undo = warning_lines("featurize")
+        try:
+            for _ in range(2):
+                warnings.warn("1 partitions for 2 workers:\n  1 worker stays idle", stacklevel=1)
+        finally:
+            undo()
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "dparallel featurize: warning: 1 partitions for 2 workers: 1 worker stays idle"
+    ]
+    assert "UserWarning" not in err and ".py" not in err
