@@ -222,6 +222,31 @@ def _remove_leftovers(path: Path) -> None:
             shutil.rmtree(entry.path, ignore_errors=True)
 
 
+def _adopt_aside(path: Path, fingerprint: dict, config: dict, plan: Plan | None) -> Store | None:
+    """A replacement of ``path`` begun aside by an earlier run with this source, config and
+    plan (``plan=None``: any), registered to be swapped in when complete; else ``None``.
+
+    Call it holding the lease. A skeleton whose build was cut short has no ``dparallel``
+    attributes yet (they are written last), so it never matches.
+    """
+    pattern = re.compile(re.escape(path.name) + r"\.creating-([A-Za-z0-9._-]+)")
+    try:
+        siblings = sorted(os.scandir(path.parent), key=lambda e: e.name)
+    except OSError:
+        return None
+    for entry in siblings:
+        match = pattern.fullmatch(entry.name)
+        if not match or not entry.is_dir(follow_symlinks=False):
+            continue
+        building = Path(entry.path)
+        status = store_status(building, source_fingerprint=fingerprint, config=config, plan=plan)
+        if status.matches:
+            _ASIDE[building] = (path, match.group(1))
+            log.info("resuming the replacement of %s begun aside at %s", path, building)
+            return Store(building, mode="r+")
+    return None
+
+
 def _build(building: Path, fingerprint: dict, config: dict, plan: Plan) -> None:
     """Write an empty store (every array at final shape) at ``building``."""
     A, K = plan.slots
@@ -331,7 +356,8 @@ def create_store(
         When a store is replaced: return the new one still beside its target
         (``<name>.creating-…``), so that partitions are written there too, and leave the
         old store in place until :func:`publish_store` swaps the complete new one in.
-        Until then a failed or interrupted run leaves the old store as it was.
+        Until then a failed or interrupted run leaves the old store as it was, and the
+        same call again resumes the replacement where it stopped.
 
     Returns
     -------
@@ -375,14 +401,18 @@ def create_store(
     if path.exists() or path.is_symlink():
         decide()  # refuse early, before even the lock file is made beside ``path``
     with StoreLease(path, command="create_store"):
-        _remove_leftovers(path)
         status = decide()  # again: only now, holding the lease, is the answer final
+        keep = status is not None and aside and status.kind not in ("missing", "empty")
+        if keep:  # a replacement an earlier run began aside, of this very config: resume it
+            adopted = _adopt_aside(path, fingerprint, config, None if any_plan else plan)
+            if adopted is not None:
+                return adopted
+        _remove_leftovers(path)
         if status is None:
             return Store(path, mode="r+")
         replace = status.kind != "missing"
         token = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         building = path.with_name(f"{path.name}.creating-{token}")
-        keep = aside and status.kind not in ("missing", "empty")
         try:
             _build(building, fingerprint, config, plan)
             if keep:

@@ -79,7 +79,9 @@ def test_a_failed_overwrite_leaves_the_old_store(data, tmp_path, monkeypatch):
     assert _snapshot(old.path) == before  # not a byte of the old store changed
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)
-    new = ingest(data, "s.zarr", partition_atoms=50, overwrite=True).store
+    result = ingest(data, "s.zarr", partition_atoms=50, overwrite=True)
+    assert result.partitions_already_done == 1  # the replacement resumed where it stopped
+    new = result.store
     assert new.path == old.path and new.is_complete
     assert new.attrs["config"]["ingest"]["partition_atoms"] == 50
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("s.zarr")) == ["s.zarr"]
@@ -101,3 +103,23 @@ def test_a_mount_point_is_refused(monkeypatch, tmp_path):
     monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == target)
     with pytest.raises(UnsafePathError, match="mount point"):
         check_replaceable(target)
+
+
+def test_a_replacement_of_another_config_left_aside_is_not_resumed(data, tmp_path, monkeypatch):
+    ingest(data, "s.zarr", partition_atoms=40)
+    real = ingest_module.ingest_partition
+
+    def fail(source, store, p):
+        if p == 1:
+            raise OSError(28, "No space left on device")
+        return real(source, store, p)
+
+    monkeypatch.setattr(ingest_module, "ingest_partition", fail)
+    with pytest.raises(OSError):
+        ingest(data, "s.zarr", partition_atoms=50, overwrite=True)
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    result = ingest(data, "s.zarr", partition_atoms=60, overwrite=True)
+    assert result.partitions_already_done == 0 and result.store.is_complete
+    assert result.store.attrs["config"]["ingest"]["partition_atoms"] == 60
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("s.zarr")] == ["s.zarr"]
