@@ -210,6 +210,23 @@ def _n2p2_unclosed(tmp: Path) -> tuple[bool, str]:
     return _raises(lambda: open_source(path, "n2p2").read(), InputFormatError, "line")
 
 
+def _latin1_comment(tmp: Path) -> tuple[bool, str]:
+    import logging
+
+    path = tmp / "input.data"
+    path.write_bytes(b"begin\ncomment caf\xe9\natom 0 0 0 H 0 0 0 0 0\nenergy -1\nend\n")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("dparallel.io").addHandler(handler)
+    try:
+        n = open_source(path, "n2p2").read().n_structures
+    finally:
+        logging.getLogger("dparallel.io").removeHandler(handler)
+    text = seen[0] if seen else "no warning"
+    return n == 1 and "line 2: not UTF-8" in text, f"{n} read; {text[-80:]}"
+
+
 def _empty_file(tmp: Path) -> tuple[bool, str]:
     (tmp / "in.extxyz").write_text("")
     return _raises(lambda: open_source(tmp / "in.extxyz").read(), DParallelError, "")
@@ -362,6 +379,7 @@ PROBES = [
                      InputFormatError, "singular")),
     Probe("input", "n2p2 begin without end", "InputFormatError, line", _n2p2_unclosed),
     Probe("input", "empty file", "a dparallel error", _empty_file),
+    Probe("input", "non-UTF-8 comment line", "read, warning names the line", _latin1_comment),
     Probe("model", "NaN weight", "InputFormatError, line",
           _weights(b"0.1\nnan\n0.3\n0.4\n", "line 2: not a finite number")),
     Probe("model", "inf weight", "InputFormatError, line",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from dparallel.errors import InvalidStructureError
@@ -48,3 +50,22 @@ def test_an_implausible_cell_is_refused(tmp_path):
     path.write_text(GOOD + _frame("0.74", "1e30 0 0 0 10 0 0 0 10"))
     with pytest.raises(InvalidStructureError, match="cell has implausible entries"):
         open_source(path).read()
+
+
+def test_a_comment_that_is_not_utf8_is_read_with_a_warning_naming_the_line(tmp_path, caplog):
+    path = tmp_path / "in.extxyz"
+    latin1 = '2\nProperties=species:S:1:pos:R:3 energy=-1.0 pbc="F F F" note="caf\xe9"\n'
+    path.write_bytes(GOOD.encode() + latin1.encode("latin-1") + b"H 0 0 0\nH 0 0 0.7\n")
+    with caplog.at_level(logging.WARNING):
+        batch = open_source(path).read()
+    assert batch.n_structures == 2
+    assert "in.extxyz, line 6: not UTF-8 text (byte 0xe9)" in caplog.text
+
+
+def test_an_n2p2_comment_that_is_not_utf8_is_named(tmp_path, caplog):
+    path = tmp_path / "input.data"
+    text = b"begin\ncomment caf\xe9\natom 0 0 0 H 0 0 0 0 0\nenergy -1\nend\n"
+    path.write_bytes(text)
+    with caplog.at_level(logging.WARNING):
+        assert open_source(path, "n2p2").read().n_structures == 1
+    assert "input.data, line 2: not UTF-8 text" in caplog.text
