@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+import pytest
+
 from dparallel.workflow.run_dirs import choose_model_dir, record_store
 
 if TYPE_CHECKING:
@@ -70,3 +72,24 @@ def test_a_new_store_never_reuses_a_model_of_the_old_one(tmp_path):
 def test_a_model_without_store_json_counts_as_of_this_store(tmp_path):
     _finished(tmp_path / "model", SPEC, store=None)  # trained before store.json existed
     assert not choose_model_dir(tmp_path / "model", SPEC, STORE, False).train
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_run_with_more_epochs_keeps_the_finished_model(tmp_path):
+    """The issue's case: `run --set training.epochs=N` after a finished run."""
+    from test_run import SMALL, _run
+
+    from dparallel.workflow.spec import QUICKSTART
+
+    first = _run("run", str(QUICKSTART), *SMALL, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    model = tmp_path / "runs" / "quickstart" / "model"
+    before = (model / "model.pt").read_bytes()
+    assert json.loads((model / "data_units.json").read_text())["data_units"] == "ase"
+    second = _run("run", str(QUICKSTART), *SMALL, "--set", "training.epochs=3", cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert (model / "model.pt").read_bytes() == before
+    assert "note: " in second.stdout and "it is kept, this run trains into" in second.stdout
+    assert "model_dir: runs/quickstart/model-2" in second.stdout
+    assert "dparallel evaluate runs/quickstart/model-2" in second.stdout
