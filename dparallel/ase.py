@@ -56,6 +56,8 @@ class Calculator(_calc.Calculator):
     units
         Only for an n2p2 potential directory (``input.nn``, ``scaling.data``,
         ``weights.XXX.data``): the units it was made in (``"ase"`` or ``"bohr-hartree"``).
+        Default: those its ``input.nn`` declares (dparallel exports do), else ``"ase"``;
+        a value contradicting the declaration is a ``ConfigError``.
     """
 
     # ASE declares it an instance attribute, so it cannot be a ClassVar here.
@@ -68,7 +70,7 @@ class Calculator(_calc.Calculator):
         backend: str = "auto",
         skin: float = 0.5,
         threads: int | None = 1,
-        units: str = "ase",
+        units: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -76,7 +78,10 @@ class Calculator(_calc.Calculator):
         from dparallel.n2p2 import is_potential_dir, load_potential
 
         if is_potential_dir(path):  # an n2p2 potential: (ACSF, HDNNP) from its files
-            self.model = DeployedModel(*load_potential(path, units=units), dtype)
+            from dparallel.n2p2.declared_units import potential_units
+
+            chosen = potential_units(path, units, "ase")  # its declaration wins over a default
+            self.model = DeployedModel(*load_potential(path, units=chosen), dtype)
         else:
             self.model = load_deployed(path if path.suffix == ".pt" else path / DEPLOYED, dtype)
         self.backend = backend

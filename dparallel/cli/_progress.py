@@ -73,6 +73,7 @@ class FeaturizeProgress:
                 miniters=1,
                 bar_format="{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} atoms "
                 "[{elapsed}{postfix}]",
+                dynamic_ncols=True,
             )
             return
         self.finished.append(
@@ -126,7 +127,8 @@ class EpochProgress:
             disable=_disable(quiet, force),
             mininterval=min_interval,
             miniters=1,
-            bar_format="{desc} {n_fmt}/{total_fmt} epochs |{bar}| [{postfix}]",
+            bar_format="{desc} {n_fmt}/{total_fmt} epochs |{bar}| [{elapsed}{postfix}]",
+            dynamic_ncols=True,
         )
         self.seconds: list[float] = []
 

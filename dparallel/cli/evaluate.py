@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import argparse
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -25,34 +28,70 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("data", help="structure file (extxyz, n2p2, any ASE format)")
     p.add_argument("--format", default=None, help="format of DATA (default: guess)")
-    p.add_argument("--units", default="ase", help="units of DATA (as for ingest)")
+    p.add_argument(
+        "--units",
+        default=None,
+        help="units of DATA (as for ingest; default: those of the data MODEL_DIR was "
+        "trained from, as it records them, else ase)",
+    )
     p.add_argument(
         "--potential-units",
         default=None,
-        help="units of an n2p2 potential directory (default: those of DATA, --units)",
+        help="units of an n2p2 potential directory (default: those its input.nn declares, "
+        "else those of DATA, --units)",
     )
     p.add_argument("--batch", type=int, default=64, help="structures per prediction batch")
     p.add_argument("--json", action="store_true", help="print JSON")
     return p
 
 
+def _data_units(model_dir: str, units: str | None) -> str:
+    """DATA's units: as given, else those the model's training data came in, else ase.
+
+    A given unit system other than the recorded one is used, with a warning.
+    """
+    from dparallel.train.data_units import recorded_data_units
+
+    recorded = recorded_data_units(model_dir)
+    if units is None:
+        return recorded or "ase"
+    same = {"ase": "angstrom-ev"}
+    if recorded is not None and same.get(units, units) != same.get(recorded, recorded):
+        log.warning(
+            "%s was trained from %s data, DATA is read as %s (--units): if DATA is the same "
+            "kind of file, drop --units",
+            model_dir,
+            recorded,
+            units,
+        )
+    return units
+
+
 def evaluate_file(
     model_dir: str,
     data: str,
     format: str | None = None,
-    units: str = "ase",
+    units: str | None = None,
     batch: int = 64,
     potential_units: str | None = None,
 ) -> dict[str, float]:
-    """Errors of the deployed model (or n2p2 potential) on ``data`` (eV/atom, eV/Å)."""
+    """Errors of the deployed model (or n2p2 potential) on ``data`` (eV/atom, eV/Å).
+
+    ``units=None``: the units of the data the model was trained from (``data_units.json``)
+    or ``ase``. ``potential_units=None``: the units an n2p2 potential's ``input.nn``
+    declares, else ``units``; a contradicting ``potential_units`` is a ``ConfigError``.
+    """
     import numpy as np
 
     from dparallel.io import open_source
     from dparallel.n2p2 import is_potential_dir, load_potential
+    from dparallel.n2p2.declared_units import potential_units as resolve
     from dparallel.train.export import DeployedModel, load_deployed
 
-    if is_potential_dir(model_dir):  # an n2p2 potential, in DATA's units unless told
-        model = DeployedModel(*load_potential(model_dir, units=potential_units or units))
+    units = _data_units(model_dir, units)
+    if is_potential_dir(model_dir):  # an n2p2 potential: its declared units, else DATA's
+        chosen = resolve(model_dir, potential_units, units)
+        model = DeployedModel(*load_potential(model_dir, units=chosen))
     else:
         model = load_deployed(model_dir)
     source = open_source(data, format, units=units)

@@ -14,16 +14,19 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from dparallel._exit import exit_now
 from dparallel.errors import DParallelError, RunInterruptedError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 #: Dask's own setting for the level of the ``distributed`` loggers.
 ENV_DASK_LOG_LEVEL = "DASK_LOGGING__DISTRIBUTED"
+#: Exit code when stdout's reader went away (128 + SIGPIPE, as the shell reports it).
+CLOSED_PIPE = 141
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
     "dparallel.cli.run",
@@ -85,6 +88,54 @@ def _os_error(exc: OSError) -> str:
     return text
 
 
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``dparallel schema | head``): end quietly.
+
+    Further output goes to ``/dev/null`` (so that the final flush cannot fail again);
+    the code is the shell's for a process ended by SIGPIPE.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return CLOSED_PIPE
+
+
+def warning_lines(command: str) -> Callable[[], None]:
+    """Show Python warnings as one clean line each, each message once; returns the undo.
+
+    ``dparallel <command>: warning: <message>`` on stderr: no source path, no code line,
+    no category (they are for developers; ``-v`` logging has the details).
+    """
+    seen: set[str] = set()
+    previous = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
+        text = " ".join(str(message).split()) or category.__name__
+        if text in seen:
+            return
+        seen.add(text)
+        logging.getLogger("dparallel.warnings").debug("%s (%s:%d)", text, filename, lineno)
+        print(f"dparallel {command}: warning: {text}", file=sys.stderr, flush=True)
+
+    warnings.showwarning = show
+
+    def undo() -> None:
+        if warnings.showwarning is show:
+            warnings.showwarning = previous
+
+    return undo
+
+
 def _terminate(signum: int, frame: Any) -> None:
     """SIGTERM ends a run like Ctrl-C: clusters closed, leases released, one line."""
     raise KeyboardInterrupt
@@ -94,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code.
 
     0: done; 2: a dparallel error, a full disk or another OS error (one line, no
-    traceback); 130: interrupted (Ctrl-C or SIGTERM), after saying what is kept.
+    traceback); 130: interrupted (Ctrl-C or SIGTERM), after saying what is kept;
+    141: stdout was closed by its reader (nothing said).
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -108,8 +160,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
+    plain_warnings = warning_lines(args.command)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except RunInterruptedError as exc:
         print(_error_line(args.command, str(exc), getattr(args, "log_file", None)), file=sys.stderr)
         return 130
@@ -124,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dparallel {args.command}: error: interrupted", file=sys.stderr)
         return 130
     finally:
+        plain_warnings()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         restore = getattr(args, "restore_logging", None)

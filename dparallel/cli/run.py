@@ -6,6 +6,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from tqdm import tqdm
+
 from dparallel.cli._next_steps import closing_lines
 from dparallel.cli._options import (
     add_cluster_arguments,
@@ -58,8 +60,8 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     t0 = time.perf_counter()
 
     def say(text: str) -> None:
-        if not args.quiet:
-            print(text, file=sys.stderr, flush=True)
+        if not args.quiet:  # above any bar on the terminal, never through it
+            tqdm.write(text, file=sys.stderr)
 
     bars: list[EpochProgress] = []
 
@@ -95,6 +97,8 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     for bar in bars:
         bar.close()
     print("stages: " + ", ".join(f"{k} {v}" for k, v in result.stages.items()))
+    for note in result.notes:
+        print(f"note: {note}")
     for split in ("validation", "test"):
         m = result.metrics.get(split)
         if m:

@@ -91,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
         raise RunInterruptedError(f"interrupted; {kept}") from None
     finally:
         bar.close()
+    from dparallel.train.data_units import record_data_units
+
+    record_data_units(result.model_dir, args.store)
     for split, m in (("validation", result.validation), ("test", result.test)):
         if m:
             print(

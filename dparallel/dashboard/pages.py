@@ -27,9 +27,11 @@ TRAINING_TITLE = "dparallel: training curves"
 
 _METRIC_LABELS = {
     "loss": "loss",
-    "energy_rmse": "energy RMSE (eV/atom)",
-    "force_rmse": "force RMSE (eV/Å)",
+    "energy_rmse": "energy RMSE (meV/atom)",
+    "force_rmse": "force RMSE (meV/Å)",
 }
+#: Events carry eV/atom and eV/Å; the page shows meV, as the terminal does.
+_TO_SHOWN = {"energy_rmse": 1e3, "force_rmse": 1e3}
 _SPLIT_COLORS = {"train": "#1f77b4", "validation": "#ff7f0e"}
 
 
@@ -96,6 +98,24 @@ class _ProgressPage:
         }
 
 
+def shown_columns(cols: dict[str, list]) -> dict[str, list]:
+    """A split's columns as the page shows them: RMSEs in meV/atom and meV/Å."""
+    return {
+        k: [v if v is None or k not in _TO_SHOWN else v * _TO_SHOWN[k] for v in vals]
+        for k, vals in cols.items()
+    }
+
+
+def training_header(split: str, cols: dict[str, list]) -> str:
+    """The header's words for one split's latest epoch (``cols`` from :func:`shown_columns`),
+    with units and two decimals, as the terminal prints them."""
+    return (
+        f"{split}: epoch {cols['epoch'][-1]}, loss {_fmt(cols['loss'][-1], '.4g')}, "
+        f"E RMSE {_fmt(cols['energy_rmse'][-1], '.2f', ' meV/atom')}, "
+        f"F RMSE {_fmt(cols['force_rmse'][-1], '.2f', ' meV/Å')}"
+    )
+
+
 class _TrainingPage:
     """Loss, energy RMSE and force RMSE per epoch, train and validation."""
 
@@ -145,16 +165,12 @@ class _TrainingPage:
             return
         parts = []
         for split in SPLITS:
-            cols = summary[split]
+            cols = shown_columns(summary[split])
             self.sources[split].data = {
                 k: [float("nan") if v is None else v for v in vals] for k, vals in cols.items()
             }
             if cols["epoch"]:
-                parts.append(
-                    f"{split}: epoch {cols['epoch'][-1]}, loss {_fmt(cols['loss'][-1], '.4g')}, "
-                    f"E RMSE {_fmt(cols['energy_rmse'][-1], '.4g')}, "
-                    f"F RMSE {_fmt(cols['force_rmse'][-1], '.4g')}"
-                )
+                parts.append(training_header(split, cols))
         self.header.text = (
             f"<h2>Training: {html.escape(summary['run'])}</h2><p>"
             + " &nbsp;·&nbsp; ".join(parts)

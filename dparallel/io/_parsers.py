@@ -8,6 +8,7 @@ Each parser returns ``(batch, kept, errors)``: ``batch`` holds the structures th
 from __future__ import annotations
 
 import io
+import logging
 import re
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -23,6 +24,24 @@ if TYPE_CHECKING:
 __all__ = ["parse_range"]
 
 _Parsed = tuple[StructureBatch, np.ndarray, dict[int, tuple[int, str]]]
+
+log = logging.getLogger(__name__)
+
+
+def _decode(raw: bytes, path: Path, first_line: int) -> str:
+    """UTF-8 text of one structure; bytes that are not UTF-8 (e.g. a Latin-1 comment) are
+    replaced, with a warning naming the file and the line."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = first_line + raw.count(b"\n", 0, exc.start)
+        log.warning(
+            "%s, line %d: not UTF-8 text (byte 0x%02x); read with replacement characters",
+            path,
+            line,
+            raw[exc.start],
+        )
+        return raw.decode("utf-8", errors="replace")
 
 
 def _read_bytes(path: Path, start: int, stop: int) -> bytes:
@@ -164,7 +183,7 @@ def _parse_extxyz(path: Path, index: FileIndex, start: int, stop: int) -> _Parse
         if i in errors:
             continue
         a, b = int(index.starts[i]) - base, int(index.ends[i]) - base
-        chunk = raw[a:b].decode("utf-8", errors="replace")
+        chunk = _decode(raw[a:b], path, int(index.lines[i]))
         n = int(index.counts[i])
         rows = chunk.split("\n")
         try:
@@ -226,7 +245,7 @@ def _parse_n2p2(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
             if i in errors:
                 continue
             f.seek(int(index.starts[i]))
-            block = f.read(int(index.ends[i] - index.starts[i])).decode("utf-8", errors="replace")
+            block = _decode(f.read(int(index.ends[i] - index.starts[i])), path, int(index.lines[i]))
             try:
                 structures.append(_n2p2_structure(i, int(index.lines[i]), block))
             except _LineError as exc:

@@ -14,12 +14,18 @@ __all__ = ["validate_batch"]
 #: Largest atomic number accepted (ASE knows elements up to 118).
 MAX_Z = 118
 
+#: Largest plausible coordinate or cell entry, in the file's length unit (Å or Bohr): far
+#: beyond any atomistic structure, and where a float32 position still resolves ~0.01
+#: (docs/io.md). A larger value is a unit or format mistake (e.g. 1e30), never data.
+MAX_COORDINATE = 1e5
+
 
 def validate_batch(batch: StructureBatch) -> dict[int, str]:
     """Check each structure of ``batch``; return ``{local index: reason}`` for invalid ones.
 
     Checks: at least one atom, atomic numbers in 1..118, finite positions, cells and
-    energies (NaN energy means absent), forces either finite or all NaN (absent),
+    energies (NaN energy means absent), positions and cell entries within
+    ±:data:`MAX_COORDINATE`, forces either finite or all NaN (absent),
     and linearly independent cell vectors along every periodic direction.
     Vectorised over atoms; loops only over the (rare) bad structures.
     """
@@ -48,6 +54,13 @@ def validate_batch(batch: StructureBatch) -> dict[int, str]:
             si,
             f"atom {a}: non-finite coordinates {batch.positions[batch.offsets[si] + a].tolist()}",
         )
+    far = np.isfinite(batch.positions) & (np.abs(batch.positions) > MAX_COORDINATE)
+    for si, a in first_bad_atom(far.any(axis=1)).items():
+        bad.setdefault(
+            si,
+            f"atom {a}: implausible coordinates {batch.positions[batch.offsets[si] + a].tolist()}"
+            f" (beyond ±{MAX_COORDINATE:g}; see docs/io.md)",
+        )
     finite_f = np.isfinite(batch.forces).all(axis=1)  # (N,)
     nan_f = np.isnan(batch.forces).all(axis=1)  # (N,)
     n_finite = np.bincount(sidx, weights=finite_f, minlength=n)
@@ -59,6 +72,11 @@ def validate_batch(batch: StructureBatch) -> dict[int, str]:
         bad.setdefault(int(s), "energy is infinite")
     for s in np.flatnonzero(~np.isfinite(batch.cells).reshape(n, 9).all(axis=1)):
         bad.setdefault(int(s), "cell has non-finite entries")
+    huge = np.abs(np.nan_to_num(batch.cells.reshape(n, 9))) > MAX_COORDINATE
+    for s in np.flatnonzero(huge.any(axis=1)):
+        bad.setdefault(
+            int(s), f"cell has implausible entries (beyond ±{MAX_COORDINATE:g}; see docs/io.md)"
+        )
     periodic = np.flatnonzero(batch.pbc.any(axis=1))
     for s in periodic:
         if int(s) in bad:

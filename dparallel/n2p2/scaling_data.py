@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dparallel.errors import InputFormatError, SourceNotFoundError
+from dparallel.n2p2._text import finite_number, text_lines
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -57,13 +58,14 @@ def read_scaling_data(path: str | Path, n_features: Mapping[str, int]) -> dict[s
     Raises
     ------
     InputFormatError
-        Too few rows, a malformed row or an index that does not match; names the line.
+        Too few rows, a malformed row, a value that is not finite, an index that does not
+        match, a binary or non-UTF-8 file; names the line.
     """
     p = Path(path)
     if not p.is_file():
         raise SourceNotFoundError(f"scaling data not found: {p}")
     rows: list[tuple[int, list[str]]] = []
-    for lineno, line in enumerate(p.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(text_lines(p, "scaling data"), start=1):
         if line.startswith("#") or not line.strip():
             continue
         rows.append((lineno, line.split()))
@@ -93,6 +95,7 @@ def read_scaling_data(path: str | Path, n_features: Mapping[str, int]) -> dict[s
                 raise InputFormatError(
                     "expected 'e_index sf_index min max mean [sigma]'", path=p, line=lineno
                 )
+            _check_finite(words, p, lineno)
             if idx != (e_index, f + 1):
                 raise InputFormatError(
                     f"row for element {idx[0]}, function {idx[1]} where element {e_index} "
@@ -103,3 +106,12 @@ def read_scaling_data(path: str | Path, n_features: Mapping[str, int]) -> dict[s
                 )
         out[element] = table
     return out
+
+
+def _check_finite(words: list[str], path: Path, line: int) -> None:
+    """Min, max and mean finite; sigma too, but where n2p2 writes NaN (a constant function)."""
+    values = [finite_number(w, path, line) for w in words[2:5]]
+    if len(words) > 5:
+        constant = values[0] == values[1]
+        if not (constant and words[5].lower().lstrip("+-") == "nan"):
+            finite_number(words[5], path, line)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dparallel.errors import InputFormatError, SourceNotFoundError
+from dparallel.n2p2._text import finite_number, text_lines
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -33,22 +34,20 @@ def read_weights(path: str | Path, sizes: Sequence[int]) -> list[tuple[np.ndarra
 
     ``sizes`` = [inputs, hidden..., 1]. The file must hold exactly the number of
     connections of that network (n2p2 does not check; a wrong count means the file
-    belongs to another network).
+    belongs to another network). Every value must be a finite number, and the file
+    text (a binary or non-UTF-8 file is refused, naming the line).
     """
     p = Path(path)
     if not p.is_file():
         raise SourceNotFoundError(f"weights file not found: {p}")
     values: list[float] = []
-    for lineno, line in enumerate(p.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(text_lines(p, "weights"), start=1):
         if not line or line.startswith("#"):
             continue
         words = line.split()
         if not words:
             continue
-        try:
-            values.append(float(words[0]))
-        except ValueError:
-            raise InputFormatError(f"not a number: {words[0]!r}", path=p, line=lineno) from None
+        values.append(finite_number(words[0], p, lineno))
     need = sum(a * b + b for a, b in itertools.pairwise(sizes))
     if len(values) != need:
         raise InputFormatError(

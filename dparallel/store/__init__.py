@@ -12,7 +12,13 @@ store), ``_opened`` / ``_writes`` / ``_reads`` / ``_store`` (the :class:`Store`)
 
 from __future__ import annotations
 
-from dparallel.store._create import StoreStatus, create_store, open_store, store_status
+from dparallel.store._create import (
+    StoreStatus,
+    create_store,
+    open_store,
+    publish_store,
+    store_status,
+)
 from dparallel.store._lease import StoreLease, held_lease, lease_path
 from dparallel.store._safety import check_replaceable, is_dparallel_store
 from dparallel.store._store import FORMAT_VERSION, SOURCE_IDENTITY_KEYS, Store
@@ -34,5 +40,6 @@ __all__ = [
     "lease_path",
     "open_store",
     "plan_partitions",
+    "publish_store",
     "store_status",
 ]

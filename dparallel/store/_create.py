@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from dparallel.store.plan import Plan
 
-__all__ = ["StoreStatus", "create_store", "open_store", "store_status"]
+__all__ = ["StoreStatus", "create_store", "open_store", "publish_store", "store_status"]
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +209,9 @@ def store_status(
 
 _LEFTOVER = r"\.(creating|replaced)-[A-Za-z0-9._-]+"
 
+#: Stores this process builds aside to replace another (building path → target, token).
+_ASIDE: dict[Path, tuple[Path, str]] = {}
+
 
 def _remove_leftovers(path: Path) -> None:
     """Remove what interrupted creations left beside ``path`` (call it holding the lease)."""
@@ -221,6 +224,31 @@ def _remove_leftovers(path: Path) -> None:
         if pattern.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
             log.info("removing %s, left by an interrupted store creation", entry.path)
             shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _adopt_aside(path: Path, fingerprint: dict, config: dict, plan: Plan | None) -> Store | None:
+    """A replacement of ``path`` begun aside by an earlier run with this source, config and
+    plan (``plan=None``: any), registered to be swapped in when complete; else ``None``.
+
+    Call it holding the lease. A skeleton whose build was cut short has no ``dparallel``
+    attributes yet (they are written last), so it never matches.
+    """
+    pattern = re.compile(re.escape(path.name) + r"\.creating-([A-Za-z0-9._-]+)")
+    try:
+        siblings = sorted(os.scandir(path.parent), key=lambda e: e.name)
+    except OSError:
+        return None
+    for entry in siblings:
+        match = pattern.fullmatch(entry.name)
+        if not match or not entry.is_dir(follow_symlinks=False):
+            continue
+        building = Path(entry.path)
+        status = store_status(building, source_fingerprint=fingerprint, config=config, plan=plan)
+        if status.matches:
+            _ASIDE[building] = (path, match.group(1))
+            log.info("resuming the replacement of %s begun aside at %s", path, building)
+            return Store(building, mode="r+")
+    return None
 
 
 def _build(building: Path | StoreTarget, fingerprint: dict, config: dict, plan: Plan) -> None:
@@ -304,6 +332,7 @@ def create_store(
     overwrite: bool = False,
     protect: Iterable[str | os.PathLike[str]] = (),
     any_plan: bool = False,
+    aside: bool = False,
 ) -> Store:
     """Create a store with every structure array at final shape, or reopen a matching one.
 
@@ -331,6 +360,12 @@ def create_store(
     any_plan
         ``plan`` was derived (not given): reopen a store of this source and config
         whatever its partitioning (see :func:`store_status` with ``plan=None``).
+    aside
+        When a store is replaced: return the new one still beside its target
+        (``<name>.creating-…``), so that partitions are written there too, and leave the
+        old store in place until :func:`publish_store` swaps the complete new one in.
+        Until then a failed or interrupted run leaves the old store as it was, and the
+        same call again resumes the replacement where it stopped.
 
     Returns
     -------
@@ -377,8 +412,13 @@ def create_store(
     if path.exists() or path.is_symlink():
         decide()  # refuse early, before even the lock file is made beside ``path``
     with StoreLease(path, command="create_store"):
-        _remove_leftovers(path)
         status = decide()  # again: only now, holding the lease, is the answer final
+        keep = status is not None and aside and status.kind not in ("missing", "empty")
+        if keep:  # a replacement an earlier run began aside, of this very config: resume it
+            adopted = _adopt_aside(path, fingerprint, config, None if any_plan else plan)
+            if adopted is not None:
+                return adopted
+        _remove_leftovers(path)
         if status is None:
             return Store(path, mode="r+")
         replace = status.kind != "missing"
@@ -386,9 +426,13 @@ def create_store(
         building = path.with_name(f"{path.name}.creating-{token}")
         try:
             _build(building, fingerprint, config, plan)
+            if keep:
+                _ASIDE[building] = (path, token)
+                log.info("building the replacement of %s aside, at %s", path, building)
+                return Store(building, mode="r+")
             _swap_in(building, path, token, replace)
         finally:
-            if building.exists():
+            if building.exists() and building not in _ASIDE:
                 shutil.rmtree(building, ignore_errors=True)
     log.info("created store %s: %d partitions, slots %s", path, plan.n_partitions, plan.slots)
     return Store(path, mode="r+")
@@ -441,6 +485,22 @@ async def _has_keys(store: Any) -> bool:
     async for _ in store.list():
         return True
     return False
+
+
+def publish_store(store: Store) -> Store:
+    """Swap a complete store built aside (``create_store(aside=True)``) in; else ``store``.
+
+    Call it holding the target's lease. The old store is removed only once the new one
+    has taken its place; an incomplete store stays aside (the old one stays in place,
+    and the next creation at the target removes the leftover).
+    """
+    building = Path(store.path).resolve()
+    if building not in _ASIDE or not store.is_complete:
+        return store
+    path, token = _ASIDE.pop(building)
+    _swap_in(building, path, token, replace=path.exists() or path.is_symlink())
+    log.info("replaced %s with the store built aside", path)
+    return Store(path, mode="r+")
 
 
 def open_store(path: StoreTarget, mode: Literal["r", "r+"] = "r") -> Store:

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dparallel.errors import StoreBusyError, StoreError
+from dparallel.errors import StoreBusyError, StoreError, UnsafePathError
 from dparallel.store._backend import local_path
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ def lease_path(store: str | os.PathLike[str]) -> Path:
             "(featurize and ingest with workers need one; use a path)"
         )
     path = Path(store).expanduser().resolve()
+    if path.parent == path:
+        raise UnsafePathError(f"refusing to replace {store}: it is the filesystem root")
     return path.with_name(path.name + ".lock")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ __all__ = [
     "STORE_ENTRIES",
     "check_not_dangerous",
     "check_replaceable",
+    "foreign_files",
     "is_dparallel_store",
     "not_ours",
     "store_format",
@@ -31,6 +33,49 @@ __all__ = [
 
 #: Top-level entries of a dparallel store (``zarr.json`` and the groups create_store makes).
 STORE_ENTRIES = frozenset({"zarr.json", "structures", "partitions", "parts", "atoms"})
+
+
+#: Names of the files dparallel writes below a store's top level: zarr metadata and chunk
+#: keys (``c.0.1`` in format 3, ``c/0/1`` in earlier formats).
+_OWN_FILE = re.compile(r"zarr\.json|c(\.\d+)*|\d+")
+_CHUNK_DIR = re.compile(r"c|\d+")
+
+
+def foreign_files(path: Path) -> list[str]:
+    """Entries below the store at ``path``, at any depth, that dparallel did not write.
+
+    Relative paths: top-level names outside :data:`STORE_ENTRIES`, and deeper down every
+    file that is neither zarr metadata nor a chunk key in a zarr node or chunk folder,
+    every symbolic link and anything that is not a plain file or directory. Directories
+    are walked, never followed.
+    """
+    out = []
+    for entry in os.scandir(path):
+        if entry.name not in STORE_ENTRIES:
+            out.append(entry.name)
+    for top in sorted(STORE_ENTRIES - {"zarr.json"}):
+        start = path / top
+        if start.is_symlink():
+            out.append(top)
+            continue
+        for dirpath, dirnames, filenames in os.walk(start):
+            here = Path(dirpath)
+            for name in list(dirnames):
+                if (here / name).is_symlink():
+                    out.append(str((here / name).relative_to(path)))
+                    dirnames.remove(name)
+            # a file of ours lies in a zarr node or in a chunk folder (c/0/…)
+            ours_here = "zarr.json" in filenames or _CHUNK_DIR.fullmatch(here.name)
+            for name in filenames:
+                file = here / name
+                if (
+                    file.is_symlink()
+                    or not file.is_file()
+                    or not _OWN_FILE.fullmatch(name)
+                    or not ours_here
+                ):
+                    out.append(str(file.relative_to(path)))
+    return sorted(out)
 
 
 def store_format(path: Path) -> int | None:
@@ -75,6 +120,8 @@ def _danger(target: Path, protect: Iterable[str | os.PathLike[str]]) -> str | No
     """Why ``target`` (resolved) must never be replaced, or ``None``."""
     if target.parent == target:
         return "it is the filesystem root"
+    if os.path.ismount(target):
+        return "it is a mount point (the root of a filesystem)"
     for home in _homes():
         if _within(home, target):
             return (
@@ -175,7 +222,7 @@ def check_replaceable(
         return target
     if store_format(target) is None:
         raise StoreMismatchError(not_ours(given))
-    foreign = entries - STORE_ENTRIES
+    foreign = foreign_files(target)
     if foreign:
         raise StoreMismatchError(
             f"{given} is a dparallel store but also holds files dparallel did not write "

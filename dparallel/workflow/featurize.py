@@ -34,6 +34,7 @@ from dparallel.store import (
     derived_partition_atoms,
     open_store,
     plan_partitions,
+    publish_store,
     store_status,
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS
@@ -196,6 +197,7 @@ def prepare_featurize(
         overwrite=overwrite,
         protect=protect,
         any_plan=partition_atoms is None,
+        aside=True,
     )
     return source, store
 
@@ -207,7 +209,7 @@ def finish_featurize(
     store = open_store(store_path, mode="r+")
     statistics = merged_statistics(store)
     store.update_attrs({"statistics": _statistics_json(statistics)})
-    return store, statistics
+    return publish_store(store), statistics
 
 
 def featurize_in_process(

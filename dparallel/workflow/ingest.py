@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.io import StructureSource, open_source
-from dparallel.store import Store, StoreLease, create_store, plan_partitions
+from dparallel.store import Store, StoreLease, create_store, plan_partitions, publish_store
 
 if TYPE_CHECKING:
     import os
@@ -78,6 +78,7 @@ def prepare_ingest(
         config=ingest_config(source, partition_atoms),
         overwrite=overwrite,
         protect=protect,
+        aside=True,
     )
 
 
@@ -141,6 +142,7 @@ def ingest(
             n_skipped += ingest_partition(source, store, int(p))["n_skipped"]
             if progress is not None:
                 progress(already + k + 1, store.n_partitions)
+        store = publish_store(store)
     return IngestResult(
         store=store,
         partitions_written=len(pending),

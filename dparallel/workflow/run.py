@@ -5,9 +5,11 @@ the dataset file exists; the store is complete and made from this dataset's cont
 the workflow's units, format, on_error, descriptors and partitioning (the same predicate,
 :func:`~dparallel.workflow.featurize.featurize_status`, by which ``featurize`` resumes or
 refuses a store; it refuses a mismatching one unless ``store.overwrite``); the model
-directory holds ``model.pt`` trained with the same training spec; ``deployed.pt`` is newer
-than ``model.pt``. One cluster serves featurization and stays attached during training, so
-the dashboard shows both.
+directory holds ``model.pt`` trained with the same training spec from the same store;
+``deployed.pt`` is newer than ``model.pt``. A finished model of another configuration is
+never trained over: the run trains into a new sibling directory and says so
+(:mod:`~dparallel.workflow.run_dirs`). One cluster serves featurization and stays
+attached during training, so the dashboard shows both.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from dparallel.workflow.run_dirs import choose_model_dir, record_store, store_identity
 
 if TYPE_CHECKING:
     import os
@@ -39,6 +43,7 @@ class WorkflowResult:
     stages: dict[str, str] = field(default_factory=dict)  # stage → "ran" | "skipped"
     metrics: dict[str, Any] = field(default_factory=dict)  # split → error metrics
     files: dict[str, str] = field(default_factory=dict)  # what → path
+    notes: list[str] = field(default_factory=list)  # what the user must know (a new run dir)
 
 
 def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Path, str]:
@@ -79,21 +84,6 @@ def _store_current(spec: WorkflowSpec, dataset: Path) -> bool:
     return status.current and "statistics" in status.attrs
 
 
-def _model_current(model_dir: Path, spec: WorkflowSpec) -> bool:
-    """Trained to the end (metrics.json has final errors) with the same training spec."""
-    assert spec.training is not None
-    try:
-        saved = json.loads((model_dir / "spec.json").read_text())
-        metrics = json.loads((model_dir / "metrics.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return (
-        (model_dir / "model.pt").exists()
-        and "final" in metrics
-        and saved == spec.training.to_dict()
-    )
-
-
 def run_workflow(
     spec: WorkflowSpec,
     *,
@@ -121,11 +111,16 @@ def run_workflow(
     result = WorkflowResult(dataset=dataset, store=store_path, model_dir=model_dir)
     result.stages["dataset"] = dataset_stage
     featurize_needed = spec.store.overwrite or not _store_current(spec, dataset)
-    train_needed = (
-        spec.training is not None
-        and model_dir is not None
-        and (featurize_needed or not _model_current(model_dir, spec))
-    )
+    train_needed = False
+    if spec.training is not None and model_dir is not None:
+        target = choose_model_dir(
+            model_dir, spec.training.to_dict(), store_identity(store_path), featurize_needed
+        )
+        model_dir = result.model_dir = target.path
+        train_needed = target.train
+        if target.reason:
+            result.notes.append(target.reason)
+            say(f"train: {target.reason}")
     statistics = None  # merged by featurize when it runs; else read back only if needed
     if not (featurize_needed or train_needed):
         result.stages.update(featurize="skipped", train="skipped" if spec.training else "off")
@@ -162,11 +157,14 @@ def run_workflow(
             if train_needed:
                 from dparallel.dashboard import epoch_publisher
                 from dparallel.train import train
+                from dparallel.train.data_units import record_data_units
 
                 assert model_dir is not None and spec.training is not None
                 say(f"train: {store_path} → {model_dir}")
                 callbacks = [epoch_publisher(spec.name), *([on_epoch] if on_epoch else [])]
                 trained = train(store_path, model_dir, spec.training, callback=callbacks)
+                record_store(model_dir, store_identity(store_path))
+                record_data_units(model_dir, store_path)
                 result.metrics = {"validation": trained.validation, "test": trained.test}
                 result.stages["train"] = "ran"
             else:

@@ -1,0 +1,51 @@
+"""Which units the data a model was trained from came in (``data_units.json``).
+
+A model works in Å and eV whatever its data: every source is converted when read. But
+evaluating it on another file of the same data needs that file's units, and a user who
+trained from Bohr/Hartree n2p2 data will not think to repeat them. So a model directory
+records the units of its training data (from the store's ``config.ingest.units``) and
+``dparallel evaluate`` reads data in them unless told otherwise (with a warning).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import os
+
+__all__ = ["DATA_UNITS_JSON", "record_data_units", "recorded_data_units", "store_data_units"]
+
+DATA_UNITS_JSON = "data_units.json"
+
+
+def store_data_units(store: str | os.PathLike[str]) -> str | None:
+    """The units of the file a store was made from (``config.ingest.units``), if recorded."""
+    try:
+        doc = json.loads((Path(store) / "zarr.json").read_text())
+        units = doc["attributes"]["dparallel"]["config"]["ingest"]["units"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return units if isinstance(units, str) else None
+
+
+def record_data_units(model_dir: str | os.PathLike[str], store: str | os.PathLike[str]) -> None:
+    """Write ``data_units.json`` in ``model_dir``: the units of the store's source file."""
+    units = store_data_units(store)
+    if units is not None:
+        doc = {"data_units": units, "store": str(store)}
+        (Path(model_dir) / DATA_UNITS_JSON).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def recorded_data_units(model_dir: str | os.PathLike[str]) -> str | None:
+    """The units recorded by :func:`record_data_units` (``model_dir`` or a file in it)."""
+    path = Path(model_dir)
+    if path.suffix == ".pt" or path.is_file():
+        path = path.parent
+    try:
+        units = json.loads((path / DATA_UNITS_JSON).read_text()).get("data_units")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return units if isinstance(units, str) else None

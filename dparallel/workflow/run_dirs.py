@@ -1,0 +1,110 @@
+"""Where ``dparallel run`` trains: never over a finished model of another configuration.
+
+A model directory holding a finished model (``model.pt`` and final metrics) trained with
+another training spec, or from another store, is kept; the run trains into the first
+sibling ``<model_dir>-2``, ``-3``, … that is free, or reuses one that already holds a
+model of this very configuration. ``store.json`` in a model directory records which store
+(its path and creation time) the model was trained from.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["ModelTarget", "choose_model_dir", "record_store", "store_identity"]
+
+STORE_JSON = "store.json"
+
+
+@dataclass(frozen=True)
+class ModelTarget:
+    """The directory to use, whether it needs training and, if moved, why."""
+
+    path: Path
+    train: bool
+    reason: str = ""
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _finished(model_dir: Path) -> bool:
+    metrics = _read(model_dir / "metrics.json")
+    return (model_dir / "model.pt").exists() and isinstance(metrics, dict) and "final" in metrics
+
+
+def _changed(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if old == new:
+        return []
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return [f"{prefix.rstrip('.')}: {old!r} → {new!r}"]
+    out = []
+    for key in sorted(set(old) | set(new), key=str):
+        out += _changed(old.get(key), new.get(key), f"{prefix}{key}.")
+    return out
+
+
+def _mismatch(model_dir: Path, training: dict[str, Any], store: dict[str, Any]) -> str:
+    """Why the finished model in ``model_dir`` is not of this configuration ("" if it is)."""
+    saved = _read(model_dir / "spec.json")
+    if saved != training:
+        return "training " + ", ".join(_changed(saved, training)[:4] or ["spec unreadable"])
+    recorded = _read(model_dir / STORE_JSON)
+    if recorded is not None and recorded != store:
+        return "it was trained from an earlier store (featurized again since)"
+    return ""
+
+
+def choose_model_dir(
+    model_dir: Path, training: dict[str, Any], store: dict[str, Any], refeaturized: bool
+) -> ModelTarget:
+    """The directory this run trains into (or whose model it reuses), never discarding one.
+
+    ``training``: the training spec (``to_dict()``); ``store``: :func:`store_identity` of
+    the store it trains from; ``refeaturized``: the store is being made again this run
+    (no existing model can be of it).
+    """
+    if not _finished(model_dir):
+        return ModelTarget(model_dir, train=True)
+    why = "it was trained from the store featurized again now" if refeaturized else ""
+    why = why or _mismatch(model_dir, training, store)
+    if not why:
+        return ModelTarget(model_dir, train=False)
+    k = 2
+    while True:
+        sibling = model_dir.with_name(f"{model_dir.name}-{k}")
+        if not _finished(sibling):
+            break
+        if not refeaturized and not _mismatch(sibling, training, store):
+            return ModelTarget(sibling, train=False, reason=_kept(model_dir, why, sibling, False))
+        k += 1
+    return ModelTarget(sibling, train=True, reason=_kept(model_dir, why, sibling, True))
+
+
+def _kept(model_dir: Path, why: str, sibling: Path, train: bool) -> str:
+    action = f"this run trains into {sibling}" if train else f"this run uses {sibling}"
+    return (
+        f"{model_dir} holds a finished model of another configuration ({why}); it is kept, {action}"
+    )
+
+
+def store_identity(store_path: Path) -> dict[str, Any]:
+    """Which store a model is trained from: its path and creation time."""
+    doc = _read(store_path / "zarr.json")
+    attrs = doc.get("attributes", {}) if isinstance(doc, dict) else {}
+    block = attrs.get("dparallel", {}) if isinstance(attrs, dict) else {}
+    return {"path": str(store_path), "created": block.get("created")}
+
+
+def record_store(model_dir: Path, store: dict[str, Any]) -> None:
+    """Write ``store.json`` (which store the model in ``model_dir`` was trained from)."""
+    (model_dir / STORE_JSON).write_text(json.dumps(store, indent=1) + "\n")
