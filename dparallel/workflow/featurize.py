@@ -41,8 +41,11 @@ from dparallel.store import (
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS
 from dparallel.workflow.featurize_options import FeaturizeOptions
-from dparallel.workflow.featurize_preload import FEATURIZE_WARM, featurize_preloads
 from dparallel.workflow.featurize_task import featurize_partition
+from dparallel.workflow.featurize_worker_preload import (
+    FEATURIZE_FORKSERVER_PRELOAD,
+    featurize_preloads,
+)
 from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
 from dparallel.workflow.stats import FeatureStats
 
@@ -451,7 +454,7 @@ def _run_partitions(
         else connect(
             **options.connect_to(),
             worker_preload=featurize_preloads(),
-            warm_preload=(FEATURIZE_WARM,),
+            forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,),
         )
     ) as handle:
         if options.on_connect is not None:

@@ -85,7 +85,7 @@ class ExactSum:
     def fractions(self) -> list[Fraction]:
         """The exact column sums as fractions: per column the buckets shifted onto their
         lowest exponent and added as integers, then one fraction (one gcd), instead of one
-        fraction addition per bucket (~50× faster on the water set's 57 columns)."""
+        fraction addition per bucket (docs/workflows.md gives the gain)."""
         out = []
         for col in self.buckets:
             if not col:
