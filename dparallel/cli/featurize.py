@@ -53,9 +53,8 @@ def run(args: argparse.Namespace) -> int:
         featurize_preloads,
     )
 
-    start_local_forkserver(
-        args, (FEATURIZE_FORKSERVER_PRELOAD,)
-    )  # first: it works while the driver starts up
+    # first: the forkserver warms up while the driver starts up
+    start_local_forkserver(args, (FEATURIZE_FORKSERVER_PRELOAD,))
     route_cluster_logs(args, args.output)  # before the cluster logs anything
 
     from dparallel.cluster import discard_connection
