@@ -57,11 +57,14 @@ def featurize_phases(args: argparse.Namespace) -> None:
     """Print the phases of one featurize run and each task's read/kernel/write seconds."""
     t_start = time.perf_counter()
     marks: list[tuple[str, float]] = []
-    from dparallel.cluster.warm_workers import start_warm_server
-    from dparallel.workflow.featurize_preload import FEATURIZE_PRELOAD, FEATURIZE_WARM
+    from dparallel.cluster.forkserver import start_forkserver
+    from dparallel.workflow.featurize_worker_preload import (
+        FEATURIZE_FORKSERVER_PRELOAD,
+        FEATURIZE_WORKER_PRELOAD,
+    )
 
-    warm = () if args.no_warm_up else (FEATURIZE_WARM,)
-    start_warm_server(warm)  # as `dparallel featurize` does first (DPARALLEL_WARM_WORKERS=0: off)
+    warm = () if args.no_warm_up else (FEATURIZE_FORKSERVER_PRELOAD,)
+    start_forkserver(warm)  # as `dparallel featurize` does first (DPARALLEL_WARM_WORKERS=0: off)
     from dparallel.store import StoreLease
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import (
@@ -95,10 +98,10 @@ def featurize_phases(args: argparse.Namespace) -> None:
             spec = ClusterSpec(n_workers=args.workers, dashboard_address="127.0.0.1:0")
             preload = featurize_preloads()
             if args.no_warm_up:
-                preload = tuple(m for m in preload if m != FEATURIZE_PRELOAD)
+                preload = tuple(m for m in preload if m != FEATURIZE_WORKER_PRELOAD)
             if args.slow_exit:
                 preload = tuple(m for m in preload if m != FAST_EXIT_PRELOAD)
-            with connect(spec, worker_preload=preload, warm_preload=warm) as h:
+            with connect(spec, worker_preload=preload, forkserver_preload=warm) as h:
                 h.client.wait_for_workers(args.workers, timeout=120)
                 marks.append(("cluster start", time.perf_counter()))
                 pending = store.pending_partitions().tolist()

@@ -67,21 +67,21 @@ def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
     return connected
 
 
-def start_warm_workers(args: argparse.Namespace, preload: tuple[str, ...]) -> None:
-    """Start the warm server of local workers now when this command will start a local
+def start_local_forkserver(args: argparse.Namespace, preload: tuple[str, ...]) -> None:
+    """Start the forkserver of local workers now when this command will start a local
     cluster, so that its imports and warm-up (``preload``) overlap the driver's own
-    imports, reading and scheduler start (:mod:`dparallel.cluster.warm_workers`)."""
+    imports, reading and scheduler start (:mod:`dparallel.cluster.forkserver`)."""
     import os
 
-    from dparallel.cluster.warm_workers import ENV_SCHEDULER_ADDRESS, start_warm_server
+    from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, start_forkserver
 
     if args.scheduler or args.scheduler_file or os.environ.get(ENV_SCHEDULER_ADDRESS):
         return
-    start_warm_server(preload, threads=args.torch_threads or 1)
+    start_forkserver(preload, threads=args.torch_threads or 1)
 
 
 def connect_early(
-    args: argparse.Namespace, worker_preload: tuple[str, ...], warm_preload: tuple[str, ...]
+    args: argparse.Namespace, worker_preload: tuple[str, ...], forkserver_preload: tuple[str, ...]
 ) -> Future[Any]:
     """Connect in the background now (:func:`dparallel.cluster.connect_in_background`):
     a local cluster starts while the command reads its input and sets up the store."""
@@ -90,7 +90,7 @@ def connect_early(
     where = cluster_kwargs(args)
     return connect_in_background(
         spec=where.pop("cluster"), **where, worker_preload=worker_preload,
-        warm_preload=warm_preload,
+        forkserver_preload=forkserver_preload,
     )  # fmt: skip
 
 

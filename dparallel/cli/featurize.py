@@ -15,7 +15,7 @@ from dparallel.cli._options import (
     on_connect,
     partition_progress,
     route_cluster_logs,
-    start_warm_workers,
+    start_local_forkserver,
 )
 
 if TYPE_CHECKING:
@@ -48,15 +48,19 @@ def run(args: argparse.Namespace) -> int:
     """Featurize and print a summary."""
     from dataclasses import replace
 
-    from dparallel.workflow.featurize_preload import FEATURIZE_WARM, featurize_preloads
+    from dparallel.workflow.featurize_worker_preload import (
+        FEATURIZE_FORKSERVER_PRELOAD,
+        featurize_preloads,
+    )
 
-    start_warm_workers(args, (FEATURIZE_WARM,))  # first: it works while the driver starts up
+    # first: the forkserver warms up while the driver starts up
+    start_local_forkserver(args, (FEATURIZE_FORKSERVER_PRELOAD,))
     route_cluster_logs(args, args.output)  # before the cluster logs anything
 
     from dparallel.cluster import discard_connection
 
     # then the cluster, in the background: it starts while the source is indexed
-    connecting = connect_early(args, featurize_preloads(), (FEATURIZE_WARM,))
+    connecting = connect_early(args, featurize_preloads(), (FEATURIZE_FORKSERVER_PRELOAD,))
 
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import featurize, write_scaling_data

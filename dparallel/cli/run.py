@@ -15,7 +15,7 @@ from dparallel.cli._options import (
     on_connect,
     partition_progress,
     route_cluster_logs,
-    start_warm_workers,
+    start_local_forkserver,
 )
 from dparallel.cli._progress import EpochProgress, milli
 
@@ -80,9 +80,9 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
             }
         )
     if spec.cluster.kind == "local":  # its warm-up overlaps the dataset stage and driver start
-        from dparallel.workflow.featurize_preload import FEATURIZE_WARM
+        from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
 
-        start_warm_workers(args, (FEATURIZE_WARM,))
+        start_local_forkserver(args, (FEATURIZE_FORKSERVER_PRELOAD,))
     route_cluster_logs(args, spec.store.path)
     result = run_workflow(
         spec,

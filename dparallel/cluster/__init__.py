@@ -2,7 +2,7 @@
 
 Only ``dparallel.cluster``, ``dparallel.dashboard`` and ``dparallel.workflow`` import
 ``distributed``. The names below load on first use (PEP 562): importing
-``dparallel.cluster.warm_workers`` at the top of a command must not wait for
+``dparallel.cluster.forkserver`` at the top of a command must not wait for
 ``distributed``.
 """
 

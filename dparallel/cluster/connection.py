@@ -28,9 +28,9 @@ from dask.system import CPU_COUNT
 from distributed import Client, LocalCluster
 from distributed.security import Security
 
+from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
-from dparallel.cluster.warm_workers import ENV_SCHEDULER_ADDRESS, forked_workers
 from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
 from dparallel.dashboard.deferred_pages import attach_pages
 from dparallel.errors import ClusterError
@@ -195,7 +195,7 @@ def connect(
     scheduler: str | None = None,
     scheduler_file: str | os.PathLike[str] | None = None,
     worker_preload: Sequence[str] = (),
-    warm_preload: Sequence[str] = (),
+    forkserver_preload: Sequence[str] = (),
 ) -> ClusterHandle:
     """Connect to (or start) the cluster a run uses; see the module docstring for the order.
 
@@ -213,10 +213,10 @@ def connect(
         Modules the workers of a local cluster started here preload (e.g.
         :data:`dparallel.cluster.worker_exit.FAST_EXIT_PRELOAD`); workers that already run are
         left as they are.
-    warm_preload : sequence of str
-        Modules the warm server of local workers imports before it forks them (e.g.
-        :data:`dparallel.workflow.featurize_preload.FEATURIZE_WARM`), when this call starts
-        that server (:mod:`dparallel.cluster.warm_workers`).
+    forkserver_preload : sequence of str
+        Modules the forkserver of local workers imports before it forks them (e.g.
+        :data:`~dparallel.workflow.featurize_worker_preload.FEATURIZE_FORKSERVER_PRELOAD`),
+        when this call starts that server (:mod:`dparallel.cluster.forkserver`).
 
     Returns
     -------
@@ -234,15 +234,15 @@ def connect(
         _register_threads(client, spec)
         return ClusterHandle(client, None, "client", owns=False)
     with _collected_then_paused_gc():
-        return _connect_new(spec, worker_preload, warm_preload, scheduler, scheduler_file)
+        return _connect_new(spec, worker_preload, forkserver_preload, scheduler, scheduler_file)
 
 
 def connect_in_background(**kwargs: Any) -> Future[ClusterHandle]:
     """:func:`connect` (same arguments) in a daemon thread; returns at once.
 
     A command that will start a local cluster anyway starts it this way first, so the
-    waits of the start (the warm server's warm-up, worker processes coming up and
-    registering: ~0.7 s) overlap its own reading and store set-up. The future's result
+    waits of the start (the forkserver's warm-up, worker processes coming up and
+    registering; docs/deploy.md) overlap its own reading and store set-up. The future's result
     is the handle, or the exception :func:`connect` raised; whoever takes the result
     closes the handle (:func:`discard_connection` when it is not needed after all).
     """
@@ -293,7 +293,7 @@ def _collected_then_paused_gc() -> Iterator[None]:
 def _connect_new(
     spec: ClusterSpec,
     worker_preload: Sequence[str],
-    warm_preload: Sequence[str],
+    forkserver_preload: Sequence[str],
     scheduler: str | None,
     scheduler_file: str | os.PathLike[str] | None,
 ) -> ClusterHandle:
@@ -310,7 +310,7 @@ def _connect_new(
         return _connect_remote(address, spec, "address")
     if spec.kind == "slurm":
         return _start_slurm(spec)
-    return _start_local(spec, worker_preload, warm_preload)
+    return _start_local(spec, worker_preload, forkserver_preload)
 
 
 def expected_workers(
@@ -391,10 +391,10 @@ def _register_threads(client: Client, spec: ClusterSpec) -> None:
 
 
 def _start_local(
-    spec: ClusterSpec, worker_preload: Sequence[str] = (), warm_preload: Sequence[str] = ()
+    spec: ClusterSpec, worker_preload: Sequence[str] = (), forkserver_preload: Sequence[str] = ()
 ) -> ClusterHandle:
     """Start a multi-process LocalCluster on the loopback interface, its workers forked
-    from the warm server where the platform has one."""
+    from the forkserver where the platform has one."""
     n_workers = spec.n_workers or CPU_COUNT
     dashboard = spec.dashboard_address
     if dashboard.startswith(":"):  # ":0", ":8787": keep it on the loopback interface
@@ -406,7 +406,7 @@ def _start_local(
         kwargs["preload"] = list(worker_preload)
 
     def start() -> LocalCluster:
-        with forked_workers(warm_preload, env=_worker_env(spec)) as env:
+        with forked_workers(forkserver_preload, env=_worker_env(spec)) as env:
             return LocalCluster(
                 n_workers=n_workers,
                 threads_per_worker=spec.threads_per_worker,

@@ -25,7 +25,7 @@ from dparallel.n2p2.input_nn import (
     Scaling,
     read_input_nn,
 )
-from dparallel.n2p2.scaling_data import format_scaling_data, read_scaling_data
+from dparallel.n2p2.scaling_data import format_scaling_data, read_scaling_data, write_scaling_data
 from dparallel.n2p2.settings import read_settings
 from dparallel.n2p2.symmetry_functions import acsf_from_input_nn
 from dparallel.n2p2.weights import read_weights, write_weights
@@ -58,6 +58,7 @@ __all__ = [
     "read_weights",
     "write_input_data",
     "write_potential",
+    "write_scaling_data",
     "write_weights",
 ]
 

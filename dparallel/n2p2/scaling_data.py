@@ -4,13 +4,15 @@ Rows are ``e_index sf_index sf_min sf_max sf_mean sf_sigma`` (1-based indices), 
 n2p2's order (atomic number) and, within an element, functions in n2p2's *sorted* order
 (:meth:`dparallel.descriptors.ACSF.n2p2_order`). n2p2 (``Mode::setupSymmetryFunctionScaling``)
 skips lines starting with ``#`` and takes the next ``n_sf`` rows for each element in turn;
-sigma may be missing in old files (then 0).
+sigma may be missing in old files (then 0). :func:`write_scaling_data` writes the file from
+per-element statistics (anything with ``minimum``, ``maximum``, ``mean`` and ``sigma``
+arrays, e.g. :class:`dparallel.workflow.stats.FeatureStats`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -18,12 +20,60 @@ from dparallel.errors import InputFormatError, SourceNotFoundError
 from dparallel.n2p2._text import finite_number, text_lines
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Mapping, Sequence
 
-__all__ = ["COLUMNS", "format_scaling_data", "read_scaling_data"]
+    from dparallel.descriptors.acsf import ACSF
+
+__all__ = [
+    "COLUMNS",
+    "ScalingStatistics",
+    "format_scaling_data",
+    "read_scaling_data",
+    "scaling_table",
+    "write_scaling_data",
+]
 
 #: Statistics columns of one row, in file order.
 COLUMNS = ("min", "max", "mean", "sigma")
+
+
+class ScalingStatistics(Protocol):
+    """Per-feature statistics of one element, each an (F,) array."""
+
+    @property
+    def minimum(self) -> np.ndarray: ...
+    @property
+    def maximum(self) -> np.ndarray: ...
+    @property
+    def mean(self) -> np.ndarray: ...
+    @property
+    def sigma(self) -> np.ndarray: ...
+
+
+def scaling_table(stats: ScalingStatistics, order: Sequence[int] | None = None) -> np.ndarray:
+    """The (F, 4) [min, max, mean, sigma] table of ``stats``, rows permuted by ``order``
+    (e.g. :meth:`ACSF.n2p2_order`) when given."""
+    table = np.stack([stats.minimum, stats.maximum, stats.mean, stats.sigma], 1)
+    return table if order is None else table[list(order)]
+
+
+def write_scaling_data(
+    path: str | os.PathLike[str],
+    statistics: Mapping[str, ScalingStatistics],
+    acsf: ACSF | None = None,
+) -> None:
+    """Write ``scaling.data`` from element → statistics: elements ordered by atomic number,
+    each element's rows in n2p2's sorted order when ``acsf`` (the functions the statistics
+    are of, in their column order) is given, else in column order."""
+    from ase.data import atomic_numbers
+
+    elements = sorted(statistics, key=lambda symbol: atomic_numbers[symbol])
+    tables = [
+        scaling_table(statistics[e], None if acsf is None else acsf.n2p2_order(e)) for e in elements
+    ]
+    with open(path, "w") as handle:
+        handle.write(format_scaling_data(tables))
 
 
 def format_scaling_data(tables: Sequence[np.ndarray], title: str = "written by dparallel") -> str:

@@ -2,15 +2,19 @@
 
 The unit of work is :func:`~dparallel.workflow.featurize_task.featurize_partition` (the
 worker side, its own module). :func:`featurize` takes the store's lease, plans, creates
-(or reopens, to resume) the store, submits every pending partition, merges the
-statistics exactly and records them. :func:`featurize_status` is the predicate
-``dparallel run`` uses to decide whether a store is already current.
+(or reopens, to resume) the store, runs every pending partition on the cluster
+(:func:`dparallel.cluster.dispatch.run_partitions`, which also reruns those whose worker
+died), merges the statistics exactly and records them. Its options travel as one
+:class:`~dparallel.workflow.featurize_options.FeaturizeOptions`.
+:func:`featurize_status` is the predicate ``dparallel run`` uses to decide whether a store
+is already current; n2p2's ``scaling.data`` is written by
+:func:`dparallel.n2p2.scaling_data.write_scaling_data` (:func:`write_scaling_data` here
+reads the store for it).
 """
 
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import time
 import warnings
@@ -19,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import (
-    ClusterError,
     DiskFullError,
     PartitionFailedError,
     RunInterruptedError,
@@ -38,8 +41,12 @@ from dparallel.store import (
     store_status,
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS
-from dparallel.workflow.featurize_preload import FEATURIZE_WARM, featurize_preloads
+from dparallel.workflow.featurize_options import FeaturizeOptions
 from dparallel.workflow.featurize_task import featurize_partition
+from dparallel.workflow.featurize_worker_preload import (
+    FEATURIZE_FORKSERVER_PRELOAD,
+    featurize_preloads,
+)
 from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
 from dparallel.workflow.stats import FeatureStats
 
@@ -55,19 +62,19 @@ if TYPE_CHECKING:
     from dparallel.store import Plan
 
 __all__ = [
+    "FeaturizeOptions",
     "FeaturizeResult",
     "featurize",
     "featurize_in_process",
     "featurize_partition",
     "featurize_status",
+    "featurize_with",
     "finish_featurize",
     "merged_statistics",
     "prepare_featurize",
     "read_partition_features",
     "write_scaling_data",
 ]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -114,10 +121,7 @@ def merged_statistics(store: Store) -> dict[str, dict[str, FeatureStats]]:
 def _target(
     source_path: str | os.PathLike[str],
     descriptors: DescriptorSet,
-    format: str | None,
-    units: str,
-    on_error: Literal["raise", "skip"],
-    partition_atoms: int | None,
+    options: FeaturizeOptions,
     n_workers: int | None = None,
 ) -> tuple[StructureSource, Plan, dict[str, Any]]:
     """The source, plan and config a store for these options is made from.
@@ -126,7 +130,10 @@ def _target(
     (:func:`~dparallel.store.derived_partition_atoms`; unknown workers: the largest size)
     and recorded in the config like a given one.
     """
-    source = open_source(source_path, format, units=units, on_error=on_error)
+    source = open_source(
+        source_path, options.format, units=options.units, on_error=options.on_error
+    )
+    partition_atoms = options.partition_atoms
     if partition_atoms is None:
         atoms = (
             derived_partition_atoms(source.atom_counts, n_workers)
@@ -157,9 +164,10 @@ def featurize_status(
     partitioning matches). ``status.current`` plus the recorded ``statistics`` means a
     run would have nothing to do.
     """
-    source, plan, config = _target(
-        source_path, descriptors, format, units, on_error, partition_atoms
+    options = FeaturizeOptions(
+        format=format, units=units, on_error=on_error, partition_atoms=partition_atoms
     )
+    source, plan, config = _target(source_path, descriptors, options)
     compared = None if partition_atoms is None else plan
     return store_status(
         store_path, source_fingerprint=source.fingerprint(), config=config, plan=compared
@@ -185,18 +193,35 @@ def prepare_featurize(
     ``partition_atoms=None``: derived from the data and ``n_workers`` (a store of this
     source and config is reopened whatever its partitioning).
     """
-    source, plan, config = _target(
-        source_path, descriptors, format, units, on_error, partition_atoms, n_workers
+    options = FeaturizeOptions(
+        format=format,
+        units=units,
+        on_error=on_error,
+        partition_atoms=partition_atoms,
+        overwrite=overwrite,
+        protect=tuple(protect),
     )
+    return _prepare(source_path, store_path, descriptors, options, n_workers)
+
+
+def _prepare(
+    source_path: str | os.PathLike[str],
+    store_path: str | os.PathLike[str],
+    descriptors: DescriptorSet,
+    options: FeaturizeOptions,
+    n_workers: int | None,
+) -> tuple[StructureSource, Store]:
+    """:func:`prepare_featurize` with its options in one object."""
+    source, plan, config = _target(source_path, descriptors, options, n_workers)
     store = create_store(
         store_path,
         source_fingerprint=source.fingerprint(),
         atom_counts=source.atom_counts,
         plan=plan,
         config=config,
-        overwrite=overwrite,
-        protect=protect,
-        any_plan=partition_atoms is None,
+        overwrite=options.overwrite,
+        protect=options.protect,
+        any_plan=options.partition_atoms is None,
         aside=True,
     )
     return source, store
@@ -312,85 +337,57 @@ def featurize(
     RunInterruptedError
         Interrupted (Ctrl-C): says how many partitions are done and kept.
     """
+    options = FeaturizeOptions(
+        format=format, units=units, on_error=on_error, partition_atoms=partition_atoms,
+        overwrite=overwrite, protect=tuple(protect), client=client, cluster=cluster,
+        scheduler=scheduler, scheduler_file=scheduler_file, torch_threads=torch_threads,
+        retries=retries, progress=progress, on_connect=on_connect, connecting=connecting,
+    )  # fmt: skip
+    return featurize_with(source_path, store_path, descriptors, options)
+
+
+def featurize_with(
+    source_path: str | os.PathLike[str],
+    store_path: str | os.PathLike[str],
+    descriptors: DescriptorSet,
+    options: FeaturizeOptions,
+) -> FeaturizeResult:
+    """:func:`featurize` with its options in one :class:`FeaturizeOptions`."""
     from dparallel.cluster import expected_workers
 
     t0 = time.perf_counter()
-    connect_to = {
-        "spec": cluster,
-        "client": client,
-        "scheduler": scheduler,
-        "scheduler_file": scheduler_file,
-    }
     # needed before the store only to derive the partition size (a given client is asked)
-    n_workers = expected_workers(**connect_to) if partition_atoms is None else None
+    n_workers = (
+        expected_workers(**options.connect_to()) if options.partition_atoms is None else None
+    )
     try:
-        return _featurize(
-            source_path, store_path, descriptors, connect_to, n_workers, t0, connecting,
-            format=format, units=units, on_error=on_error, partition_atoms=partition_atoms,
-            overwrite=overwrite, protect=protect, torch_threads=torch_threads,
-            retries=retries, progress=progress, on_connect=on_connect,
-        )  # fmt: skip
+        return _featurize(source_path, store_path, descriptors, options, n_workers, t0)
     finally:
-        if connecting is not None:  # closed already if _run_partitions took it
+        if options.connecting is not None:  # closed already if _run_partitions took it
             from dparallel.cluster import discard_connection
 
-            discard_connection(connecting)
+            discard_connection(options.connecting)
 
 
 def _featurize(
     source_path: str | os.PathLike[str],
     store_path: str | os.PathLike[str],
     descriptors: DescriptorSet,
-    connect_to: dict[str, Any],
+    options: FeaturizeOptions,
     n_workers: int | None,
     t0: float,
-    connecting: Future[ClusterHandle] | None,
-    *,
-    format: str | None,
-    units: str,
-    on_error: Literal["raise", "skip"],
-    partition_atoms: int | None,
-    overwrite: bool,
-    protect: Iterable[str | os.PathLike[str]],
-    torch_threads: int | None,
-    retries: int,
-    progress: Callable[[dict[str, Any], int, int], None] | None,
-    on_connect: Callable[[Any], None] | None,
 ) -> FeaturizeResult:
-    """:func:`featurize` once the connection (if any) is on its way."""
+    """:func:`featurize_with` once the connection (if any) is on its way."""
     from dparallel.cluster import expected_workers
 
     with StoreLease(store_path, command="dparallel featurize") as lease:
-        source, store = prepare_featurize(
-            source_path,
-            store_path,
-            descriptors,
-            format=format,
-            units=units,
-            on_error=on_error,
-            partition_atoms=partition_atoms,
-            overwrite=overwrite,
-            protect=protect,
-            n_workers=n_workers,
-        )
+        source, store = _prepare(source_path, store_path, descriptors, options, n_workers)
         pending = [int(p) for p in store.pending_partitions()]
         if n_workers is None and pending:
-            n_workers = expected_workers(**connect_to)
+            n_workers = expected_workers(**options.connect_to())
         _warn_idle_workers(store, pending, n_workers)
         try:
-            counts, failures = _run_partitions(
-                source,
-                store,
-                pending,
-                descriptors,
-                lease,
-                connect_to=connect_to,
-                torch_threads=torch_threads,
-                retries=retries,
-                progress=progress,
-                on_connect=on_connect,
-                connecting=connecting,
-            )
+            counts, failures = _run_partitions(source, store, pending, descriptors, lease, options)
         except KeyboardInterrupt:
             done = len(store.done_partitions())
             raise RunInterruptedError(
@@ -428,7 +425,7 @@ def _warn_idle_workers(store: Store, pending: list[int], n_workers: int | None) 
         f"workers stay idle ({structures} structures, {atoms} atoms to compute in "
         f"{store.path}; a partition holds whole structures, at least "
         f"{MIN_SPLIT_ATOMS} atoms unless --partition-atoms says otherwise)",
-        stacklevel=3,
+        stacklevel=4,
     )
 
 
@@ -438,36 +435,32 @@ def _run_partitions(
     pending: list[int],
     descriptors: DescriptorSet,
     lease: StoreLease,
-    *,
-    connect_to: dict[str, Any],
-    torch_threads: int | None,
-    retries: int,
-    progress: Callable[[dict[str, Any], int, int], None] | None,
-    on_connect: Callable[[Any], None] | None,
-    connecting: Future[ClusterHandle] | None = None,
+    options: FeaturizeOptions,
 ) -> tuple[dict[str, int], dict[int, BaseException]]:
-    """Submit every pending partition and collect the reports; returns counts and failures."""
+    """Connect, announce the work and run every pending partition; returns the summed
+    counts of the reports and the failures."""
     counts = {"n_structures": 0, "n_atoms": 0, "n_skipped": 0}
-    failures: dict[int, BaseException] = {}
     if not pending:
-        return counts, failures
-    from distributed import as_completed
-
+        return counts, {}
     from dparallel.cluster import connect
+    from dparallel.cluster.dispatch import run_partitions
     from dparallel.dashboard.events import progress_start_event, publish_progress_start
 
     store_path = os.fspath(store.path)
     run = f"featurize:{store_path}"
     spec = descriptors.to_dict()
+    progress = options.progress
     with (
-        connecting.result()
-        if connecting is not None
+        options.connecting.result()
+        if options.connecting is not None
         else connect(
-            **connect_to, worker_preload=featurize_preloads(), warm_preload=(FEATURIZE_WARM,)
+            **options.connect_to(),
+            worker_preload=featurize_preloads(),
+            forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,),
         )
     ) as handle:
-        if on_connect is not None:
-            on_connect(handle)
+        if options.on_connect is not None:
+            options.on_connect(handle)
         work = (
             len(pending),
             int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),  # structures
@@ -476,81 +469,28 @@ def _run_partitions(
         publish_progress_start(run, *work, target=handle.client)
         if progress is not None:
             progress(progress_start_event(run, *work), 0, len(pending))
-
-        def submit(p: int) -> Any:
-            return handle.client.submit(
-                featurize_partition,
-                source,
-                store_path,
-                p,
-                spec,
-                torch_threads=torch_threads,
-                run=run,
-                key=f"dparallel-featurize-{p}-{os.getpid()}-{time.time_ns()}",
-                pure=False,
-                retries=retries,
-            )
-
         done = 0
 
-        def collect(future: Any, p: int) -> None:
+        def add(p: int, report: dict[str, Any]) -> None:
             nonlocal done
-            if future.status != "finished":
-                failures[p] = future.exception()  # reported together at the end
-                log.info("partition %d failed: %s", p, failures[p])
-                return
-            failures.pop(p, None)
-            report = future.result()
             done += 1
             for key in counts:
                 counts[key] += report[key]
             if progress is not None:
                 progress(report, done, len(pending))
 
-        futures = {submit(p): p for p in pending}
-        for future in as_completed(futures):
-            lease.check()
-            collect(future, futures.pop(future))
-        # A worker that dies takes the tasks queued on it down too, and the scheduler
-        # counts them all as suspects. Rerun every KilledWorker partition alone, one at
-        # a time: an innocent one finishes, the one that kills its worker fails again.
-        for p in sorted(p for p, exc in failures.items() if _killed_worker(exc)):
-            lease.check()
-            future = submit(p)
-            if _wait_with_workers(handle.client, future, lease):
-                collect(future, p)
-            else:
-                failures[p] = ClusterError(
-                    f"no worker alive for {_NO_WORKER_GRACE_S:.0f} s to rerun it on "
-                    "(the workers' nannies stopped restarting them)"
-                )
+        failures = run_partitions(
+            handle.client,
+            featurize_partition,
+            pending,
+            args=lambda p: (source, store_path, p, spec),
+            kwargs={"torch_threads": options.torch_threads, "run": run},
+            name="dparallel-featurize",
+            retries=options.retries,
+            on_result=add,
+            check=lease.check,
+        )
     return counts, failures
-
-
-_NO_WORKER_GRACE_S = 120.0
-
-
-def _wait_with_workers(client: Any, future: Any, lease: StoreLease) -> bool:
-    """Wait for ``future`` while the lease holds; False (future cancelled) once the cluster
-    has had no worker for ``_NO_WORKER_GRACE_S`` — never an unbounded wait."""
-    from distributed import wait
-
-    without_since: float | None = None
-    while True:
-        try:
-            wait(future, timeout=5)
-        except TimeoutError:
-            pass
-        else:
-            return True
-        lease.check()
-        if client.scheduler_info().get("workers"):
-            without_since = None
-        elif without_since is None:
-            without_since = time.monotonic()
-        elif time.monotonic() - without_since > _NO_WORKER_GRACE_S:
-            future.cancel()
-            return False
 
 
 def _statistics_json(statistics: dict[str, dict[str, FeatureStats]]) -> dict[str, Any]:
@@ -608,30 +548,26 @@ def write_scaling_data(
     descriptor: str = "acsf",
     statistics: Mapping[str, Mapping[str, FeatureStats]] | None = None,
 ) -> None:
-    """Write n2p2 ``scaling.data`` for ``descriptor`` (elements ordered by atomic number,
-    each element's rows in n2p2's sorted order whatever the store's column order).
+    """Write n2p2 ``scaling.data`` for ``descriptor`` of ``store``
+    (:func:`dparallel.n2p2.scaling_data.write_scaling_data`: elements ordered by atomic
+    number, each element's rows in n2p2's sorted order whatever the store's column order).
 
     ``statistics`` (e.g. ``FeaturizeResult.statistics``) saves re-reading every
     partition's report; by default they are merged from the store.
     """
-    from ase.data import atomic_numbers
-
-    from dparallel.workflow.stats import format_scaling_data
+    from dparallel.n2p2.scaling_data import write_scaling_data as write_n2p2
 
     if statistics is None:
         statistics = merged_statistics(store)
     merged = statistics.get(descriptor)
     if not merged:
         raise StoreIncompleteError(f"{store.path} has no '{descriptor}' statistics to write")
-    elements = sorted(merged, key=lambda symbol: atomic_numbers[symbol])
     spec = store.attrs.get("config", {}).get("features", {}).get(descriptor)
-    orders = None
+    symfuncs = None
     kind = descriptor_kind(descriptor)
     if kind.n2p2 and spec:  # n2p2 reads rows in its sorted order
         symfuncs = kind.load().from_dict(spec)
-        orders = [symfuncs.n2p2_order(e) for e in elements]
-    with open(path, "w") as handle:
-        handle.write(format_scaling_data([merged[e] for e in elements], orders))
+    write_n2p2(path, merged, symfuncs)
 
 
 def read_partition_features(
@@ -647,10 +583,3 @@ def read_partition_features(
     if not (store.attrs.get("config", {}).get("features") or {}).get(descriptor):
         raise StoreIncompleteError(f"{store.path} has no '{descriptor}' features")
     return store.read_features(p, descriptor)
-
-
-def _killed_worker(exc: BaseException | None) -> bool:
-    """Whether the scheduler gave up on a task because its workers kept dying."""
-    from distributed.scheduler import KilledWorker
-
-    return isinstance(exc, KilledWorker)

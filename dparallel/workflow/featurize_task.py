@@ -104,7 +104,7 @@ def _all_finite(a: np.ndarray) -> bool:
     """Whether every entry of ``a`` is finite, by one sum: a NaN or ±inf anywhere makes the
     sum non-finite (NaN absorbs, inf − inf is NaN); a finite sum proves them all finite.
     (A sum can overflow for finite entries: False then only sends the caller to the exact
-    per-row test.) ~4× faster than :func:`_finite_rows` on dG/dr."""
+    per-row test.) Much faster than :func:`_finite_rows` on dG/dr (docs/workflows.md)."""
     return bool(np.isfinite(np.add.reduce(a, axis=None)))
 
 
@@ -234,7 +234,7 @@ def featurize_partition(
     dset = DescriptorSet.from_dict(descriptors)
     if dset.uses_torch:
         threads = ensure_torch_threads(torch_threads)
-    else:  # compiled ACSF on numpy: torch (~2 s to import per worker) is not loaded at all
+    else:  # compiled ACSF on numpy: torch (slow to import, per worker) is not loaded at all
         threads = configured_torch_threads() if torch_threads is None else int(torch_threads)
     store = open_store(store_path, mode="r+")
     start, stop = store.partition_range(p)

@@ -103,7 +103,7 @@ def run_workflow(
     from dparallel.cluster import connect
     from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
     from dparallel.workflow.featurize import featurize, featurize_preloads, write_scaling_data
-    from dparallel.workflow.featurize_preload import FEATURIZE_WARM
+    from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
 
     dataset, dataset_stage = _dataset(spec, say)
     store_path = Path(spec.store.path)
@@ -131,7 +131,7 @@ def run_workflow(
             scheduler=scheduler,
             scheduler_file=scheduler_file,
             worker_preload=featurize_preloads() if featurize_needed else (FAST_EXIT_PRELOAD,),
-            warm_preload=(FEATURIZE_WARM,) if featurize_needed else (),
+            forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,) if featurize_needed else (),
         ) as handle:
             if on_connect is not None:
                 on_connect(handle)

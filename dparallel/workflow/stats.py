@@ -85,7 +85,7 @@ class ExactSum:
     def fractions(self) -> list[Fraction]:
         """The exact column sums as fractions: per column the buckets shifted onto their
         lowest exponent and added as integers, then one fraction (one gcd), instead of one
-        fraction addition per bucket (~50× faster on the water set's 57 columns)."""
+        fraction addition per bucket (docs/workflows.md gives the gain)."""
         out = []
         for col in self.buckets:
             if not col:
@@ -223,9 +223,11 @@ def format_scaling_data(
     element's rows in n2p2's sorted order. Columns: e_index, sf_index, min, max, mean, sigma.
     """
     from dparallel.n2p2.scaling_data import format_scaling_data as render
+    from dparallel.n2p2.scaling_data import scaling_table
 
-    tables = []
-    for k, stats in enumerate(stats_by_element):
-        table = np.stack([stats.minimum, stats.maximum, stats.mean, stats.sigma], 1)
-        tables.append(table if orders is None else table[list(orders[k])])
-    return render(tables)
+    return render(
+        [
+            scaling_table(stats, None if orders is None else orders[k])
+            for k, stats in enumerate(stats_by_element)
+        ]
+    )

@@ -1,4 +1,4 @@
-"""Local workers forked from the warm server: preloaded, environment as spawned, fallback.
+"""Local workers forked from the forkserver: preloaded, environment as spawned, fallback.
 
 Each case runs in a fresh interpreter: a process has one forkserver, started with the
 preload of whoever starts it first (in this test session: any earlier test's cluster).
@@ -11,10 +11,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.integration
+
+_ROOT = Path(__file__).resolve().parents[2]
 
 # What a task reports from its worker: parent pid, whether the marker module was imported
 # before any task ran (it is never imported by the task), and an environment variable.
@@ -22,16 +25,16 @@ _SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     from dparallel.cluster import ClusterSpec, connect
-    from dparallel.cluster.warm_workers import server_pid, start_warm_server
+    from dparallel.cluster.forkserver import server_pid, start_forkserver
 
     def report():
         return [os.getppid(), "_warm_marker" in sys.modules, os.environ.get("DP_TEST_LATE")]
 
     if __name__ == "__main__":
-        early = start_warm_server(["_warm_marker"]) if sys.argv[1] == "early" else None
+        early = start_forkserver(["_warm_marker"]) if sys.argv[1] == "early" else None
         os.environ["DP_TEST_LATE"] = "set after the server started"
         spec = ClusterSpec(n_workers=2, dashboard_address="127.0.0.1:0")
-        with connect(spec, warm_preload=["_warm_marker"]) as handle:
+        with connect(spec, forkserver_preload=["_warm_marker"]) as handle:
             workers = list(handle.client.scheduler_info(n_workers=-1)["workers"])
             got = [handle.client.submit(report, pure=False, workers=[w]).result(timeout=120)
                    for w in workers]
@@ -47,7 +50,8 @@ def _run(tmp_path, mode: str, **env: str) -> dict:
     out = subprocess.run(
         [sys.executable, "script.py", mode],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path), **env},
+        # this checkout first (not the installed package), then the marker module
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(_ROOT), str(tmp_path)]), **env},
         capture_output=True,
         text=True,
         timeout=300,

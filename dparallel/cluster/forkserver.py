@@ -1,9 +1,9 @@
-"""Local Dask workers forked from one warm process instead of each spawned cold.
+"""The forkserver local Dask workers are forked from, instead of each spawned cold.
 
 Dask's default starts every local worker with ``spawn``: a fresh interpreter that imports
 distributed, numpy, numba and zarr and loads the compiled kernels from numba's cache
-before its first task (1-2 s each, and the workers of a 2-core machine compete with the
-driver for the cores while they do it). :func:`start_warm_server` starts Python's
+before its first task (docs/deploy.md gives the cost; the workers of a small machine
+compete with the driver for the cores while they do it). :func:`start_forkserver` starts Python's
 ``multiprocessing`` forkserver once per process, with modules to import (and so warm up)
 before any worker exists; :func:`forked_workers` makes the local cluster that
 :func:`dparallel.cluster.connect` starts fork its workers from it, so each worker starts
@@ -39,7 +39,7 @@ __all__ = [
     "enabled",
     "forked_workers",
     "server_pid",
-    "start_warm_server",
+    "start_forkserver",
 ]
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def enabled() -> bool:
-    """Whether local workers are forked from the warm server on this platform and setting."""
+    """Whether local workers are forked from the forkserver on this platform and setting."""
     if os.environ.get(ENV_WARM_WORKERS, "1").strip() == "0":
         return False
     return "forkserver" in multiprocessing.get_all_start_methods()
@@ -76,7 +76,7 @@ def server_pid() -> int | None:
     return None if done else pid
 
 
-def start_warm_server(preload: Sequence[str] = (), threads: int = 1) -> bool:
+def start_forkserver(preload: Sequence[str] = (), threads: int = 1) -> bool:
     """Start the forkserver now, importing :data:`BASE_PRELOAD` and ``preload`` in it.
 
     Returns True when this call started it; False when it already runs (its preload is
@@ -111,7 +111,7 @@ def forked_workers(
     preload: Sequence[str] = (), env: Mapping[str, str] | None = None
 ) -> Iterator[dict[str, str]]:
     """While a ``LocalCluster`` starts in this block, its nannies fork workers from the
-    warm server (started here with ``preload`` if it is not running yet).
+    forkserver (started here with ``preload`` if it is not running yet).
 
     Yields the environment to pass as the cluster's ``env``: ``env`` over the driver's
     current environment when the workers are forked, ``env`` alone otherwise. A worker
@@ -125,7 +125,7 @@ def forked_workers(
     if method != "spawn" or not enabled():
         yield dict(env or {})
         return
-    start_warm_server(preload, threads=threads)
+    start_forkserver(preload, threads=threads)
     if server_pid() is None:
         yield dict(env or {})
         return

@@ -1,13 +1,15 @@
-"""Worker preload: warm a featurize worker up while the cluster is still starting.
+"""The Dask worker preload of featurize: it warms a worker up while the cluster starts.
 
 A worker's first featurize task pays for its imports (numba, zarr, the task module) and
-for numba loading the compiled ACSF kernel and dG/dr encoder from its cache (together
-1-3 s on a loaded machine). With this module as a worker preload
-(:data:`FEATURIZE_PRELOAD`), each worker does that in a background thread from the moment
-its process starts, overlapping the scheduler's and the other workers' start-up and the
-driver's submission; a task that arrives sooner waits on the same import and compile
-locks, so nothing is done twice. A failed warm-up is logged
-and ignored: the task then does the same work and reports any error itself.
+for numba loading the compiled ACSF kernel and dG/dr encoder from its cache
+(docs/deploy.md gives the cost). With this module as a worker preload
+(:data:`FEATURIZE_WORKER_PRELOAD`), each worker does that in a background thread from the
+moment its process starts, overlapping the scheduler's and the other workers' start-up
+and the driver's submission; a task that arrives sooner waits on the same import and
+compile locks, so nothing is done twice. A failed warm-up is logged and ignored: the
+task then does the same work and reports any error itself. :func:`warm_up` is also what
+the forkserver runs for featurize
+(:data:`FEATURIZE_FORKSERVER_PRELOAD`, :mod:`dparallel.workflow.featurize_forkserver_preload`).
 
 vesin is imported synchronously, before the worker accepts tasks: its import briefly
 hides torch (:mod:`dparallel.neighbors`), which must not race a task importing torch.
@@ -20,8 +22,8 @@ import threading
 from typing import Any
 
 __all__ = [
-    "FEATURIZE_PRELOAD",
-    "FEATURIZE_WARM",
+    "FEATURIZE_FORKSERVER_PRELOAD",
+    "FEATURIZE_WORKER_PRELOAD",
     "dask_setup",
     "featurize_preloads",
     "warm_up",
@@ -29,10 +31,10 @@ __all__ = [
 ]
 
 #: Module name to pass as a Dask worker preload.
-FEATURIZE_PRELOAD = "dparallel.workflow.featurize_preload"
-#: Module for the warm server of local workers (:mod:`dparallel.cluster.warm_workers`):
-#: importing it runs :func:`warm_up_logged` once, before the workers are forked.
-FEATURIZE_WARM = "dparallel.workflow.featurize_warm"
+FEATURIZE_WORKER_PRELOAD = "dparallel.workflow.featurize_worker_preload"
+#: Module for the forkserver of local workers (:mod:`dparallel.cluster.forkserver`) to
+#: import: importing it runs :func:`warm_up_logged` once, before the workers are forked.
+FEATURIZE_FORKSERVER_PRELOAD = "dparallel.workflow.featurize_forkserver_preload"
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ def featurize_preloads() -> tuple[str, ...]:
     """Worker preloads of the local clusters featurize starts: warm-up and fast exit."""
     from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
 
-    return (FEATURIZE_PRELOAD, FAST_EXIT_PRELOAD)
+    return (FEATURIZE_WORKER_PRELOAD, FAST_EXIT_PRELOAD)
 
 
 def warm_up() -> None:

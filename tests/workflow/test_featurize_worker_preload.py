@@ -14,9 +14,9 @@ pytestmark = pytest.mark.slow
 _WORKER = textwrap.dedent(
     """
     import json, sys, threading, time
-    from dparallel.workflow import featurize_preload
+    from dparallel.workflow import featurize_worker_preload
 
-    featurize_preload.dask_setup(None)  # what a Dask worker runs at start
+    featurize_worker_preload.dask_setup(None)  # what a Dask worker runs at start
     vesin_at_return = "vesin" in sys.modules
     warm = [t for t in threading.enumerate() if t.name == "dparallel-warm-up"]
     for t in warm:
