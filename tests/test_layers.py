@@ -93,6 +93,23 @@ def test_no_import_runs_up_or_sideways() -> None:
     assert not wrong, "imports against docs/architecture.md:\n" + "\n".join(wrong)
 
 
+def test_training_reports_through_its_callback_not_the_dashboard() -> None:
+    """dashboard/ is below train/, yet training publishes through the callback it is given."""
+    graph = import_graph()
+    bad = {
+        module: sorted(t for t in imported if unit(t) == "dashboard")
+        for module, imported in graph.items()
+        if unit(module) == "train"
+    }
+    assert not {m: t for m, t in bad.items() if t}
+
+
+def test_the_kalman_update_takes_the_public_objective_not_the_loop() -> None:
+    imported = import_graph()["dparallel.train.kalman"]
+    assert "dparallel.train.objective" in imported
+    assert "dparallel.train.loop" not in imported
+
+
 MAX_LINES = 600
 
 
