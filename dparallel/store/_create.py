@@ -33,7 +33,7 @@ from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError
 from dparallel.store._backend import StoreTarget, local_path, open_backend
 from dparallel.store._dims import structure_dims
 from dparallel.store._layout import (
-    _N_Z,
+    _PARTITION_ARRAYS,
     _STRUCTURE_ARRAYS,
     CHUNK_KEYS,
     FORMAT_VERSION,
@@ -270,12 +270,7 @@ def _build(building: Path | StoreTarget, fingerprint: dict, config: dict, plan: 
             chunk_key_encoding=CHUNK_KEYS,
             dimension_names=structure_dims(name, axis, 1 + len(trailing)),
         )
-    for name, trailing, dtype in (
-        ("n_structures", (), np.int64),
-        ("n_atoms", (), np.int64),
-        ("elements", (_N_Z,), np.bool_),
-        ("done", (), np.uint8),
-    ):
+    for name, (trailing, dtype) in _PARTITION_ARRAYS.items():
         root.create_array(
             f"partitions/{name}",
             shape=(P, *trailing),
