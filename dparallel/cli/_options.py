@@ -55,10 +55,12 @@ def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
 
 
 def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
-    """What the CLI does once connected: print the dashboard link; local workers log to file."""
+    """What the CLI does once connected: print the dashboard link (not with ``-q``: quiet
+    means quiet); local workers log to file."""
 
     def connected(handle: Any) -> None:
-        print_dashboard(handle)
+        if not getattr(args, "quiet", False):
+            print_dashboard(handle)
         if handle.source == "local" and getattr(args, "log_file", None) and not args.verbose:
             from dparallel.cluster.logs import WorkerLogFile
 
