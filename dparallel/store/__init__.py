@@ -18,6 +18,7 @@ from dparallel.store._create import (
     open_store,
     publish_store,
     store_status,
+    target_path,
 )
 from dparallel.store._lease import StoreLease, held_lease, lease_path
 from dparallel.store._safety import check_replaceable, is_dparallel_store
@@ -42,4 +43,5 @@ __all__ = [
     "plan_partitions",
     "publish_store",
     "store_status",
+    "target_path",
 ]

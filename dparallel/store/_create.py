@@ -213,6 +213,21 @@ _LEFTOVER = r"\.(creating|replaced)-[A-Za-z0-9._-]+"
 _ASIDE: dict[Path, tuple[Path, str]] = {}
 
 
+def target_path(path: str | os.PathLike[str]) -> Path:
+    """The path the user asked for: the target of a store built aside to replace it
+    (``<name>.creating-…`` → ``<name>``, see :func:`create_store`), else ``path`` itself.
+
+    What progress, log lines, messages and the dashboard show: the folder being built is
+    an implementation detail of ``--overwrite``.
+    """
+    given = Path(path)
+    aside = _ASIDE.get(given.resolve())
+    if aside is not None:
+        return aside[0]
+    match = re.fullmatch(r"(.+)\.creating-[A-Za-z0-9._-]+", given.name)
+    return given.with_name(match.group(1)) if match else given
+
+
 def _remove_leftovers(path: Path) -> None:
     """Remove what interrupted creations left beside ``path`` (call it holding the lease)."""
     pattern = re.compile(re.escape(path.name) + _LEFTOVER)
