@@ -50,7 +50,9 @@ def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
     store_path = Path(store).expanduser().absolute()
     path = Path(args.log_file or store_path.with_name(store_path.name + ".log")).absolute()
     args.log_file = str(path)
-    args.restore_logging = log_to_file(path, keep_console=args.verbose > 0)
+    args.restore_logging = log_to_file(
+        path, keep_console=args.verbose > 0, workers=not args.verbose
+    )
     return path
 
 
