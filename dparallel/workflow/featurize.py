@@ -467,6 +467,7 @@ def _run_partitions(
             len(pending),
             int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),  # structures
             int(store.plan.atoms[pending].sum()),
+            store.n_partitions - len(pending),  # done by earlier runs: not this run's count
         )
         publish_progress_start(run, *work, target=handle.client)
         if progress is not None:
