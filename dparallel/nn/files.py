@@ -63,7 +63,7 @@ def load_torch_file(path: str | os.PathLike[str], what: str = "torch file") -> d
             data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         refused = _refused_global(exc)
-        if refused is None and "Unsupported operand" in str(exc):
+        if refused is None and "Unsupported operand" in str(exc) and zipfile.is_zipfile(path):
             raise TrainingError(
                 f"{path}: cannot read this {what}: it was pickled with a protocol newer than "
                 f"torch's default ({_PICKLE_PROTOCOL}), which the weights-only reader does not "

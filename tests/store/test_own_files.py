@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ase.io
 import pytest
@@ -17,6 +17,9 @@ from dparallel.io.synthetic import random_structures
 from dparallel.store import check_replaceable
 from dparallel.store._own_files import foreign_files
 from dparallel.workflow.ingest import ingest
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _HEX = "0123456789abcdef" * 2
 
