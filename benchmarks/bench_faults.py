@@ -155,6 +155,54 @@ def _foreign_deep(tmp: Path) -> tuple[bool, str]:
     return ok and notes.exists(), seen + ("; file kept" if notes.exists() else "; FILE GONE")
 
 
+_KILLED_MID_WRITE = """
+import os, signal, sys
+from pathlib import Path
+import numpy as np
+from dparallel.store import open_store
+
+real = Path.write_bytes
+
+def write_bytes(self, data):
+    if self.name == "zarr.json" and self.parent.name == "values":
+        os.kill(os.getpid(), signal.SIGKILL)  # the chunk is written, the metadata not yet
+    return real(self, data)
+
+Path.write_bytes = write_bytes
+block = {"values": np.ones((3, 4)), "atom_index": np.arange(3)}
+open_store(sys.argv[1], mode="r+").write_features(1, {"acsf": {"H": block}})
+"""
+
+
+def _killed_partition_overwrite(tmp: Path) -> tuple[bool, str]:
+    data = _data(tmp)
+    store = ingest(data, tmp / "s.zarr", partition_atoms=40).store.path
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_WRITE, str(store)],
+        env=env, capture_output=True, timeout=300,
+    )  # fmt: skip
+    leftover = store / "parts/1/features/acsf/H/values"
+    if killed.returncode != -9 or (leftover / "zarr.json").exists():
+        return False, f"no half-written partition (rc {killed.returncode})"
+    try:
+        result = ingest(data, store, partition_atoms=50, overwrite=True)
+    except DParallelError as exc:
+        return False, f"{type(exc).__name__}: {' '.join(str(exc).split())[:100]}"
+    return result.store.is_complete, "chunk without zarr.json left by SIGKILL; replaced"
+
+
+def _named_like_ours(tmp: Path) -> tuple[bool, str]:
+    data = _data(tmp)
+    ingest(data, tmp / "s.zarr", partition_atoms=40)
+    mine = tmp / "s.zarr" / "structures" / "c.0"  # a chunk key, but in a group
+    mine.write_text("mine")
+    ok, seen = _raises(
+        lambda: ingest(data, tmp / "s.zarr", overwrite=True), StoreMismatchError, "structures/c.0"
+    )
+    return ok and mine.exists(), seen + ("; file kept" if mine.exists() else "; FILE GONE")
+
+
 def _rival_writer(tmp: Path) -> tuple[bool, str]:
     data = _data(tmp)
     code = (
@@ -340,6 +388,19 @@ def _warning_line(tmp: Path) -> tuple[bool, str]:
     return text == "dparallel featurize: warning: port 8787 is busy", text
 
 
+def _quiet_dashboard(tmp: Path) -> tuple[bool, str]:
+    from types import SimpleNamespace
+
+    from dparallel.cli._options import on_connect
+
+    args = argparse.Namespace(quiet=True, verbose=0, log_file=None)
+    handle = SimpleNamespace(dashboard_link="http://127.0.0.1:8787/status", source="remote")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):
+        on_connect(args)(handle)
+    return err.getvalue() == "", repr(err.getvalue()[:80]) if err.getvalue() else "nothing"
+
+
 def _missing_store(tmp: Path) -> tuple[bool, str]:
     code, err = _cli(["info", str(tmp / "nothing.zarr")])
     return code == 2 and len(err.splitlines()) == 1, err
@@ -349,6 +410,9 @@ PROBES = [
     Probe("store", "kill mid-ingest, rerun", "resumes; arrays as a clean run", _kill_then_resume),
     Probe("store", "disk full in --overwrite", "old store untouched", _disk_full_in_overwrite),
     Probe("store", "user file deep in store", "refused, named, kept", _foreign_deep),
+    Probe("store", "half-written partition (kill)", "--overwrite replaces the store",
+          _killed_partition_overwrite),
+    Probe("store", "user file named like a chunk", "refused, named, kept", _named_like_ours),
     Probe("store", "concurrent writer", "StoreBusyError naming it", _rival_writer),
     Probe("store", "-o /", "one line, rc 2", _root_output),
     Probe("store", "-o ~", "one line, rc 2", _home_output),
@@ -400,6 +464,7 @@ PROBES = [
           _rerun_keeps_model),
     Probe("cli", "closed stdout pipe", "nothing on stderr", _closed_pipe),
     Probe("cli", "Python warning", "one clean line", _warning_line),
+    Probe("cli", "dashboard link under -q", "nothing printed", _quiet_dashboard),
     Probe("cli", "missing store", "one line, rc 2", _missing_store),
 ]  # fmt: skip
 

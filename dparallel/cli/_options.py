@@ -50,15 +50,19 @@ def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
     store_path = Path(store).expanduser().absolute()
     path = Path(args.log_file or store_path.with_name(store_path.name + ".log")).absolute()
     args.log_file = str(path)
-    args.restore_logging = log_to_file(path, keep_console=args.verbose > 0)
+    args.restore_logging = log_to_file(
+        path, keep_console=args.verbose > 0, workers=not args.verbose
+    )
     return path
 
 
 def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
-    """What the CLI does once connected: print the dashboard link; local workers log to file."""
+    """What the CLI does once connected: print the dashboard link (not with ``-q``: quiet
+    means quiet); local workers log to file."""
 
     def connected(handle: Any) -> None:
-        print_dashboard(handle)
+        if not getattr(args, "quiet", False):
+            print_dashboard(handle)
         if handle.source == "local" and getattr(args, "log_file", None) and not args.verbose:
             from dparallel.cluster.logs import WorkerLogFile
 

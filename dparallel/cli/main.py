@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 ENV_DASK_LOG_LEVEL = "DASK_LOGGING__DISTRIBUTED"
 #: Exit code when stdout's reader went away (128 + SIGPIPE, as the shell reports it).
 CLOSED_PIPE = 141
+#: Python warning filters for the processes a command starts (``PYTHONWARNINGS``): the
+#: resource tracker's note, at exit, that it cleans up the semaphores of workers their
+#: cluster ended ("leaked semaphore objects"), which has no dparallel line to point at.
+CHILD_WARNING_FILTERS = ("ignore::UserWarning:multiprocessing.resource_tracker",)
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
     "dparallel.cli.run",
@@ -69,6 +73,15 @@ def _dask_log_level(verbose: int) -> None:
     level = os.environ.setdefault(ENV_DASK_LOG_LEVEL, "info" if verbose else "warning")
     if "distributed" in sys.modules:
         logging.getLogger("distributed").setLevel(level.upper())
+
+
+def _child_warning_filters() -> None:
+    """Add :data:`CHILD_WARNING_FILTERS` to ``PYTHONWARNINGS`` (after the user's, so they
+    win for their messages only), for every process started from here on."""
+    given = [f for f in os.environ.get("PYTHONWARNINGS", "").split(",") if f]
+    wanted = given + [f for f in CHILD_WARNING_FILTERS if f not in given]
+    if wanted != given:
+        os.environ["PYTHONWARNINGS"] = ",".join(wanted)
 
 
 def _error_line(command: str, text: str, log_file: str | None) -> str:
@@ -155,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     _dask_log_level(args.verbose)
+    _child_warning_filters()
     if not getattr(args, "func", None):
         parser.print_help()
         return 1

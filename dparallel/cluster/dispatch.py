@@ -74,6 +74,7 @@ def run_partitions(
             on_result(p, result)
 
     futures = {submit(p): p for p in partitions}
+    held = list(futures)  # until the end: Dask's progress then counts done of all, as ours
     for future in as_completed(futures):
         if check is not None:
             check()
@@ -89,6 +90,7 @@ def run_partitions(
                 f"no worker alive for {NO_WORKER_GRACE_S:.0f} s to rerun it on "
                 "(the workers' nannies stopped restarting them)"
             )
+    held.clear()  # the scheduler may forget the tasks now
     return failures
 
 

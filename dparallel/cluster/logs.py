@@ -5,7 +5,9 @@ interrupted run makes hundreds of such lines: the terminal should show one error
 that says where they are. :func:`log_to_file` redirects this process's ``distributed``
 (and unclaimed root) log records to a file; :class:`WorkerLogFile` does the same inside
 every worker of a local cluster (each restarted worker included), so the processes write
-one file between them (appending whole lines).
+one file between them (appending whole lines). A local worker started by the CLI routes
+itself from its first moment, before the plugin reaches it, when :data:`ENV_LOG_FILE`
+names the file (:func:`route_process_to_log_file`, called by the worker preload).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -20,12 +23,21 @@ from distributed.diagnostics.plugin import WorkerPlugin
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["FORMAT", "WorkerLogFile", "log_to_file"]
+__all__ = [
+    "ENV_LOG_FILE",
+    "FORMAT",
+    "WorkerLogFile",
+    "log_to_file",
+    "route_process_to_log_file",
+]
 
 #: Record format in the log file (time, process, logger, level, message).
 FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s: %(message)s"
 #: Loggers whose terminal output the file replaces ("" is the root logger).
 _LOGGERS = ("distributed", "tornado", "asyncio", "")
+#: The run's log file, for the local worker processes the CLI starts (inherited by them).
+ENV_LOG_FILE = "DPARALLEL_LOG_FILE"
+_ROUTED: set[str] = set()  # log files this process already sends its records to
 
 
 def _is_console(handler: logging.Handler) -> bool:
@@ -49,14 +61,23 @@ class _FileHandler(logging.FileHandler):
 
 
 def log_to_file(
-    path: str | os.PathLike[str], *, keep_console: bool = False, level: int = logging.INFO
+    path: str | os.PathLike[str],
+    *,
+    keep_console: bool = False,
+    level: int = logging.INFO,
+    workers: bool = False,
 ) -> Callable[[], None]:
     """Route ``distributed``/``tornado``/``asyncio`` records (and root ones) to ``path``.
 
     Console handlers of those loggers are removed unless ``keep_console``; the root
     logger's console handler is kept for every logger but those. The file is created on
-    the first record only. Returns a function that undoes all of it.
+    the first record only. ``workers``: local workers started from here later route
+    theirs (and their warnings) there too from their start (:data:`ENV_LOG_FILE`).
+    Returns a function that undoes all of it.
     """
+    previous_env = os.environ.get(ENV_LOG_FILE)
+    if workers:
+        os.environ[ENV_LOG_FILE] = os.fspath(Path(path).absolute())
     handler = _FileHandler(os.fspath(path), mode="a", delay=True, encoding="utf-8")
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.setLevel(level)
@@ -83,6 +104,10 @@ def log_to_file(
         for logger in silenced:
             logger.propagate = True
         handler.close()
+        if workers and previous_env is None:
+            os.environ.pop(ENV_LOG_FILE, None)
+        elif workers and previous_env is not None:
+            os.environ[ENV_LOG_FILE] = previous_env
 
     return restore
 
@@ -101,6 +126,24 @@ class WorkerLogFile(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         """Redirect this process's log records (and warnings) to the file."""
-        log_to_file(self.path)
-        logging.captureWarnings(True)
-        logging.getLogger("py.warnings").propagate = True
+        _route(self.path)
+
+
+def _route(path: str) -> None:
+    """This process's log records and Python warnings to ``path`` (once per file)."""
+    if path in _ROUTED:
+        return
+    _ROUTED.add(path)
+    log_to_file(path)
+    logging.captureWarnings(True)
+    logging.getLogger("py.warnings").propagate = True
+
+
+def route_process_to_log_file() -> bool:
+    """In a worker process: log records and Python warnings to the file that
+    :data:`ENV_LOG_FILE` names, from now on; ``False`` (nothing done) where it is unset."""
+    path = os.environ.get(ENV_LOG_FILE)
+    if not path:
+        return False
+    _route(path)
+    return True

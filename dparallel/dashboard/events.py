@@ -60,14 +60,18 @@ def _metric(name: str, value: float | None) -> float | None:
     return None if math.isnan(out) else out
 
 
-def progress_start_event(run: str, n_partitions: int, n_structures: int, n_atoms: int = 0) -> dict:
-    """Payload announcing a featurization run of ``n_partitions`` partitions."""
+def progress_start_event(
+    run: str, n_partitions: int, n_structures: int, n_atoms: int = 0, n_done_before: int = 0
+) -> dict:
+    """Payload announcing a featurization run of ``n_partitions`` partitions (one task
+    each); ``n_done_before``: the store's partitions done by earlier runs, not counted."""
     return {
         "kind": "start",
         "run": str(run),
         "n_partitions": _nonneg_int("n_partitions", n_partitions),
         "n_structures": _nonneg_int("n_structures", n_structures),
         "n_atoms": _nonneg_int("n_atoms", n_atoms),
+        "n_done_before": _nonneg_int("n_done_before", n_done_before),
     }
 
 
@@ -147,14 +151,14 @@ def publish_progress_start(
     n_partitions: int,
     n_structures: int,
     n_atoms: int = 0,
+    n_done_before: int = 0,
     *,
     target: _EventTarget | None = None,
 ) -> bool:
     """Announce a featurization run; returns whether an event was sent."""
     resolved, _ = _resolve_target(target)
-    return _publish(
-        TOPIC_PROGRESS, progress_start_event(run, n_partitions, n_structures, n_atoms), resolved
-    )
+    event = progress_start_event(run, n_partitions, n_structures, n_atoms, n_done_before)
+    return _publish(TOPIC_PROGRESS, event, resolved)
 
 
 def publish_progress(

@@ -77,7 +77,7 @@ class _ProgressPage:
         done, total = summary["partitions_done"], summary["partitions_total"]
         self.header.text = (
             f"<h2>Featurization: {html.escape(summary['run'])}</h2>"
-            f"<p><b>{done}</b> / {total if total is not None else '?'} partitions &nbsp;·&nbsp; "
+            f"<p>{partitions_line(summary)} &nbsp;·&nbsp; "
             f"<b>{summary['structures_done']}</b> / "
             f"{summary['structures_total'] if summary['structures_total'] is not None else '?'}"
             f" structures &nbsp;·&nbsp; "
@@ -96,6 +96,18 @@ class _ProgressPage:
             "rate": [summary["workers"][w]["structures_per_second"] or 0.0 for w in names],
             "structures": [summary["workers"][w]["structures"] for w in names],
         }
+
+
+def partitions_line(summary: dict[str, Any]) -> str:
+    """What the page counts, in words: this run's partitions (one Dask task each, as the
+    terminal bar counts them), and how many earlier runs had already done."""
+    done, total = summary["partitions_done"], summary["partitions_total"]
+    before = summary.get("partitions_done_before", 0)
+    text = (
+        f"<b>{done}</b> / {total if total is not None else '?'} partitions computed by this "
+        "run (one Dask task each)"
+    )
+    return text + (f", {before} done before and not counted" if before else "")
 
 
 def shown_columns(cols: dict[str, list]) -> dict[str, list]:

@@ -35,6 +35,7 @@ class _Run:
     n_partitions: int | None = None
     n_structures: int | None = None
     n_atoms: int | None = None
+    n_done_before: int = 0  # the store's partitions done by earlier runs (not counted)
     partitions: dict[int, _Partition] = field(default_factory=dict)
 
 
@@ -78,6 +79,7 @@ class DashboardState:
                 n_partitions=int(msg.get("n_partitions", 0)),
                 n_structures=int(msg.get("n_structures", 0)),
                 n_atoms=int(msg.get("n_atoms", 0)),
+                n_done_before=int(msg.get("n_done_before", 0)),
             )
         elif kind == "partition":
             if self.progress is None or self.progress.run != run:
@@ -104,6 +106,10 @@ class DashboardState:
 
     def progress_summary(self, now: float | None = None) -> dict[str, Any] | None:
         """Partitions done/total, structures/s, ETA and per-worker throughput (or ``None``).
+
+        Counts are of this run's partitions, one Dask task each, as the terminal bar counts
+        them: ``partitions_total`` is what the run computes, and the partitions an earlier
+        run finished (``partitions_done_before``) are in neither number.
 
         Rates and ETA are :func:`~dparallel.dashboard.rate.throughput` of the run's start
         event time and the partitions' event times (the terminal bar uses the same function);
@@ -132,6 +138,7 @@ class DashboardState:
             "run": run.run,
             "partitions_done": len(run.partitions),
             "partitions_total": n_total,
+            "partitions_done_before": run.n_done_before,
             "structures_done": rate.structures_done,
             "structures_total": run.n_structures,
             "atoms_done": rate.atoms_done,

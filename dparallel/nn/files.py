@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import warnings
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
     import os
 
 __all__ = ["load_exported_program", "load_torch_file", "save_torch_file"]
+
+#: The pickle protocol ``torch.load(weights_only=True)`` expects (torch's default for
+#: ``torch.save``); a file written with another one reads the same but makes torch warn.
+_PICKLE_PROTOCOL = 2
 
 
 def _first_line(exc: BaseException) -> str:
@@ -51,9 +56,19 @@ def load_torch_file(path: str | os.PathLike[str], what: str = "torch file") -> d
     if not path.is_file():
         raise TrainingError(f"{what} not found: {path}")
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # torch's notice that a file was pickled with another protocol than its default:
+            # one it cannot read is an error below, naming the file; no second message
+            warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
+            data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         refused = _refused_global(exc)
+        if refused is None and "Unsupported operand" in str(exc) and zipfile.is_zipfile(path):
+            raise TrainingError(
+                f"{path}: cannot read this {what}: it was pickled with a protocol newer than "
+                f"torch's default ({_PICKLE_PROTOCOL}), which the weights-only reader does not "
+                "read; save it with torch.save's default protocol"
+            ) from None
         if refused is None:  # not a torch archive at all (the legacy pickle reader gave up)
             raise TrainingError(
                 f"{path}: cannot read this {what} (truncated or corrupt?): not a torch file"
@@ -75,7 +90,7 @@ def save_torch_file(obj: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """``torch.save`` to a temporary file, then rename: a crash never leaves half a file."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
+    torch.save(obj, tmp, pickle_protocol=_PICKLE_PROTOCOL)
     tmp.replace(path)
 
 

@@ -7,7 +7,8 @@ fsspec URL); only a folder gets the lease, replacement and the direct-file write
 
 Modules: ``_layout`` (names, formats, chunking, compressors), ``_backend`` (which zarr
 store), ``_opened`` / ``_writes`` / ``_reads`` / ``_store`` (the :class:`Store`),
-``_direct`` (files written as zarr would), ``_create``, ``_lease``, ``_safety``.
+``_direct`` (files written as zarr would), ``_create``, ``_lease``, ``_safety`` (what
+may be replaced) and ``_own_files`` (which files in a store are dparallel's).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dparallel.store._create import (
     open_store,
     publish_store,
     store_status,
+    target_path,
 )
 from dparallel.store._lease import StoreLease, held_lease, lease_path
 from dparallel.store._safety import check_replaceable, is_dparallel_store
@@ -42,4 +44,5 @@ __all__ = [
     "plan_partitions",
     "publish_store",
     "store_status",
+    "target_path",
 ]

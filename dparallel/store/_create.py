@@ -33,7 +33,7 @@ from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError
 from dparallel.store._backend import StoreTarget, local_path, open_backend
 from dparallel.store._dims import structure_dims
 from dparallel.store._layout import (
-    _N_Z,
+    _PARTITION_ARRAYS,
     _STRUCTURE_ARRAYS,
     CHUNK_KEYS,
     FORMAT_VERSION,
@@ -213,6 +213,21 @@ _LEFTOVER = r"\.(creating|replaced)-[A-Za-z0-9._-]+"
 _ASIDE: dict[Path, tuple[Path, str]] = {}
 
 
+def target_path(path: str | os.PathLike[str]) -> Path:
+    """The path the user asked for: the target of a store built aside to replace it
+    (``<name>.creating-…`` → ``<name>``, see :func:`create_store`), else ``path`` itself.
+
+    What progress, log lines, messages and the dashboard show: the folder being built is
+    an implementation detail of ``--overwrite``.
+    """
+    given = Path(path)
+    aside = _ASIDE.get(given.resolve())
+    if aside is not None:
+        return aside[0]
+    match = re.fullmatch(r"(.+)\.creating-[A-Za-z0-9._-]+", given.name)
+    return given.with_name(match.group(1)) if match else given
+
+
 def _remove_leftovers(path: Path) -> None:
     """Remove what interrupted creations left beside ``path`` (call it holding the lease)."""
     pattern = re.compile(re.escape(path.name) + _LEFTOVER)
@@ -270,12 +285,7 @@ def _build(building: Path | StoreTarget, fingerprint: dict, config: dict, plan: 
             chunk_key_encoding=CHUNK_KEYS,
             dimension_names=structure_dims(name, axis, 1 + len(trailing)),
         )
-    for name, trailing, dtype in (
-        ("n_structures", (), np.int64),
-        ("n_atoms", (), np.int64),
-        ("elements", (_N_Z,), np.bool_),
-        ("done", (), np.uint8),
-    ):
+    for name, (trailing, dtype) in _PARTITION_ARRAYS.items():
         root.create_array(
             f"partitions/{name}",
             shape=(P, *trailing),

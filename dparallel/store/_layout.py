@@ -81,6 +81,17 @@ _STRUCTURE_ARRAYS: dict[str, tuple[str, tuple[int, ...], Any, Any]] = {
     "tags": ("structure", (), str, ""),
 }
 
+#: The per-partition arrays under ``partitions/``: name → (trailing shape, dtype); fill 0.
+_PARTITION_ARRAYS: dict[str, tuple[tuple[int, ...], Any]] = {
+    "n_structures": ((), np.int64),
+    "n_atoms": ((), np.int64),
+    "elements": ((_N_Z,), np.bool_),
+    "done": ((), np.uint8),
+}
+#: The arrays of a descriptor's group for one central element (beside the ``d`` group of
+#: per-pair derivatives), see :func:`_features_group`.
+_FEATURE_ARRAYS = ("values", "atom_index")
+
 #: Root attributes that define a store (:meth:`Store.update_attrs` refuses them).
 _IDENTITY_ATTRS = {"format_version", "versions", "created", "source", "config", "plan", "slots"}
 

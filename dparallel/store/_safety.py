@@ -4,19 +4,20 @@
 (``overwrite=True``). It refuses the filesystem root, the home directory, the working
 directory and every folder above them, any path that is or holds a protected file (the
 input, the workflow or descriptors file), anything that is not provably a dparallel store,
-and a store that holds files dparallel did not write. Paths are compared after resolving
-symbolic links, so a link cannot smuggle one of these past the checks.
+and a store that holds files dparallel did not write (:mod:`~dparallel.store._own_files`).
+Paths are compared after resolving symbolic links, so a link cannot smuggle one of these
+past the checks.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dparallel.errors import StoreMismatchError, UnsafePathError
+from dparallel.store._own_files import STORE_ENTRIES, foreign_files
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -30,52 +31,6 @@ __all__ = [
     "not_ours",
     "store_format",
 ]
-
-#: Top-level entries of a dparallel store (``zarr.json`` and the groups create_store makes).
-STORE_ENTRIES = frozenset({"zarr.json", "structures", "partitions", "parts", "atoms"})
-
-
-#: Names of the files dparallel writes below a store's top level: zarr metadata and chunk
-#: keys (``c.0.1`` in format 3, ``c/0/1`` in earlier formats).
-_OWN_FILE = re.compile(r"zarr\.json|c(\.\d+)*|\d+")
-_CHUNK_DIR = re.compile(r"c|\d+")
-
-
-def foreign_files(path: Path) -> list[str]:
-    """Entries below the store at ``path``, at any depth, that dparallel did not write.
-
-    Relative paths: top-level names outside :data:`STORE_ENTRIES`, and deeper down every
-    file that is neither zarr metadata nor a chunk key in a zarr node or chunk folder,
-    every symbolic link and anything that is not a plain file or directory. Directories
-    are walked, never followed.
-    """
-    out = []
-    for entry in os.scandir(path):
-        if entry.name not in STORE_ENTRIES:
-            out.append(entry.name)
-    for top in sorted(STORE_ENTRIES - {"zarr.json"}):
-        start = path / top
-        if start.is_symlink():
-            out.append(top)
-            continue
-        for dirpath, dirnames, filenames in os.walk(start):
-            here = Path(dirpath)
-            for name in list(dirnames):
-                if (here / name).is_symlink():
-                    out.append(str((here / name).relative_to(path)))
-                    dirnames.remove(name)
-            # a file of ours lies in a zarr node or in a chunk folder (c/0/…)
-            ours_here = "zarr.json" in filenames or _CHUNK_DIR.fullmatch(here.name)
-            for name in filenames:
-                file = here / name
-                if (
-                    file.is_symlink()
-                    or not file.is_file()
-                    or not _OWN_FILE.fullmatch(name)
-                    or not ours_here
-                ):
-                    out.append(str(file.relative_to(path)))
-    return sorted(out)
 
 
 def store_format(path: Path) -> int | None:

@@ -5,37 +5,48 @@ evaluating it on another file of the same data needs that file's units, and a us
 trained from Bohr/Hartree n2p2 data will not think to repeat them. So a model directory
 records the units of its training data (from the store's ``config.ingest.units``) and
 ``dparallel evaluate`` reads data in them unless told otherwise (with a warning).
+:func:`~dparallel.train.train` writes the record when it saves ``model.pt``, so a model
+trained from Python has it too.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import os
+    from dparallel.store import Store
 
 __all__ = ["DATA_UNITS_JSON", "record_data_units", "recorded_data_units", "store_data_units"]
 
 DATA_UNITS_JSON = "data_units.json"
 
 
-def store_data_units(store: str | os.PathLike[str]) -> str | None:
-    """The units of the file a store was made from (``config.ingest.units``), if recorded."""
+def store_data_units(store: Store | str | os.PathLike[str]) -> str | None:
+    """The units of the file a store (open, or its path) was made from
+    (``config.ingest.units``), if recorded."""
     try:
-        doc = json.loads((Path(store) / "zarr.json").read_text())
-        units = doc["attributes"]["dparallel"]["config"]["ingest"]["units"]
+        if isinstance(store, (str, os.PathLike)):
+            doc = json.loads((Path(store) / "zarr.json").read_text())
+            attrs = doc["attributes"]["dparallel"]
+        else:
+            attrs = store.attrs
+        units = attrs["config"]["ingest"]["units"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return units if isinstance(units, str) else None
 
 
-def record_data_units(model_dir: str | os.PathLike[str], store: str | os.PathLike[str]) -> None:
+def record_data_units(
+    model_dir: str | os.PathLike[str], store: Store | str | os.PathLike[str]
+) -> None:
     """Write ``data_units.json`` in ``model_dir``: the units of the store's source file."""
     units = store_data_units(store)
     if units is not None:
-        doc = {"data_units": units, "store": str(store)}
+        where = store if isinstance(store, (str, os.PathLike)) else store.location
+        doc = {"data_units": units, "store": str(where)}
         (Path(model_dir) / DATA_UNITS_JSON).write_text(json.dumps(doc, indent=1) + "\n")
 
 

@@ -32,6 +32,7 @@ from dparallel.train.checkpoints import (
     save_model,
 )
 from dparallel.train.data import PartitionReader
+from dparallel.train.data_units import record_data_units
 from dparallel.train.kalman import KalmanFilter, kalman_step
 from dparallel.train.objective import loss, predict_batch
 from dparallel.train.placement import Placement
@@ -261,6 +262,7 @@ def _finish(
     best, _ = load_model(model_dir / BEST)
     best = run.placement.model(best)
     save_model(best, spec, prep.descriptor_spec, model_dir / MODEL)
+    record_data_units(model_dir, prep.store)  # evaluate reads new data in these units
     final: dict[str, dict[str, float]] = {}
     parity: dict[str, dict[str, np.ndarray]] = {}
     for split in ("validation", "test"):

@@ -39,6 +39,7 @@ from dparallel.store import (
     plan_partitions,
     publish_store,
     store_status,
+    target_path,
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS
 from dparallel.workflow.featurize_options import FeaturizeOptions
@@ -391,7 +392,8 @@ def _featurize(
         except KeyboardInterrupt:
             done = len(store.done_partitions())
             raise RunInterruptedError(
-                f"interrupted; {done} of {store.n_partitions} partitions of {store.path} are "
+                f"interrupted; {done} of {store.n_partitions} partitions of "
+                f"{target_path(store.path)} are "
                 "done and kept: rerun the same command to compute the rest"
             ) from None
         try:
@@ -423,7 +425,7 @@ def _warn_idle_workers(store: Store, pending: list[int], n_workers: int | None) 
     warnings.warn(
         f"{len(pending)} partitions for {n_workers} workers: {n_workers - len(pending)} "
         f"workers stay idle ({structures} structures, {atoms} atoms to compute in "
-        f"{store.path}; a partition holds whole structures, at least "
+        f"{target_path(store.path)}; a partition holds whole structures, at least "
         f"{MIN_SPLIT_ATOMS} atoms unless --partition-atoms says otherwise)",
         stacklevel=4,
     )
@@ -447,7 +449,7 @@ def _run_partitions(
     from dparallel.dashboard.events import progress_start_event, publish_progress_start
 
     store_path = os.fspath(store.path)
-    run = f"featurize:{store_path}"
+    run = f"featurize:{target_path(store_path)}"  # the user's path, also while built aside
     spec = descriptors.to_dict()
     progress = options.progress
     with (
@@ -465,6 +467,7 @@ def _run_partitions(
             len(pending),
             int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),  # structures
             int(store.plan.atoms[pending].sum()),
+            store.n_partitions - len(pending),  # done by earlier runs: not this run's count
         )
         publish_progress_start(run, *work, target=handle.client)
         if progress is not None:
@@ -521,7 +524,8 @@ def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None
     full = sorted(p for p, exc in failures.items() if _disk_full(exc))
     if full:
         raise DiskFullError(
-            f"no space left on the device of {store.path}: {len(full)} of {total} partitions "
+            f"no space left on the device of {target_path(store.path)}: {len(full)} of {total} "
+            "partitions "
             f"could not be written ({kept} done partitions are kept); free space and rerun "
             "the same command to compute only the rest"
         )

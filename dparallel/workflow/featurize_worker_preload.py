@@ -90,8 +90,11 @@ def warm_up_logged() -> None:
 
 
 def dask_setup(worker: Any) -> None:
-    """Dask preload hook: import vesin now, then warm up in a background thread."""
+    """Dask preload hook: logs and warnings to the run's log file (a worker the CLI
+    started), import vesin now, then warm up in a background thread."""
+    from dparallel.cluster.logs import route_process_to_log_file
     from dparallel.neighbors._vesin import import_vesin
 
+    route_process_to_log_file()
     import_vesin()
     threading.Thread(target=warm_up_logged, name="dparallel-warm-up", daemon=True).start()

@@ -117,3 +117,23 @@ def test_publish_to_explicit_target() -> None:
         (TOPIC_PROGRESS, progress_partition_event("r", 3, 5, 50, 0.25, "tcp://w:1")),
         (TOPIC_TRAIN, train_event("t", 2, "validation", 0.1, 0.01, 0.2)),
     ]
+
+
+def test_the_page_counts_this_runs_partitions_and_says_so() -> None:
+    """A resumed run computes 89 of the store's 101 partitions, one Dask task each: the
+    page counts those 89 (as the terminal bar does) and names the 12 done before."""
+    from dparallel.dashboard.pages import partitions_line
+
+    s = DashboardState()
+    s.add(100.0, TOPIC_PROGRESS, progress_start_event("run-b", 89, 890, 8900, 12))
+    s.add(101.0, TOPIC_PROGRESS, progress_partition_event("run-b", 40, 10, 100, 1.0, "w1"))
+    p = s.progress_summary()
+    assert p is not None
+    assert (p["partitions_done"], p["partitions_total"], p["partitions_done_before"]) == (1, 89, 12)
+    line = partitions_line(p)
+    assert line.startswith("<b>1</b> / 89 partitions computed by this run (one Dask task each)")
+    assert line.endswith(", 12 done before and not counted")
+    fresh = DashboardState()
+    fresh.add(100.0, TOPIC_PROGRESS, progress_start_event("run-c", 4, 40, 400))
+    summary = fresh.progress_summary()
+    assert summary is not None and "before" not in partitions_line(summary)

@@ -62,3 +62,17 @@ def test_broken_and_foreign_files_are_named(tmp_path: Path) -> None:
         load_torch_file(tmp_path / "list.pt")
     with pytest.raises(TrainingError, match="no trained model at"):
         load_model(tmp_path / "missing")
+
+
+def test_a_file_of_another_pickle_protocol_is_one_error_without_torchs_warning(
+    tmp_path: Path,
+) -> None:
+    import warnings
+
+    torch.save({"w": torch.ones(2), "n": 3}, tmp_path / "p4.pt", pickle_protocol=4)
+    save_torch_file({"w": torch.ones(2)}, tmp_path / "ours.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        with pytest.raises(TrainingError, match=r"p4.pt: cannot read .* pickled with a proto"):
+            load_torch_file(tmp_path / "p4.pt")
+        assert torch.equal(load_torch_file(tmp_path / "ours.pt")["w"], torch.ones(2))

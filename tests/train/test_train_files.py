@@ -122,3 +122,14 @@ def test_incomplete_store_is_refused_unless_allowed(trained, tmp_path, capsys, c
     assert data["structures_used"] == used and data["structures_in_source"] == 12
     result = train_model(copy, tmp_path / "m3", SPEC.model_copy(update={"allow_incomplete": True}))
     assert sum(result.history[0][k] for k in ("epoch",)) == 0
+
+
+def test_a_model_trained_from_python_records_its_data_units(trained) -> None:  # noqa: ANN001
+    """``evaluate`` reads new data in the units the model was trained from, CLI or not."""
+    from dparallel.train.data_units import recorded_data_units
+
+    store, root = trained
+    units = store.attrs["config"]["ingest"]["units"]
+    assert isinstance(units, str)
+    assert recorded_data_units(root / "model") == units
+    assert recorded_data_units(root / "model" / "model.pt") == units

@@ -50,3 +50,41 @@ def test_preload_imports_the_task_and_loads_the_kernel_without_torch() -> None:
     # ACSF tasks get dG/dr split by the kernel: the store's radial test is not even loaded
     assert result["encoder_signatures"] == [0, 0]
     assert result["torch"] is False
+
+
+_WARNING_WORKER = textwrap.dedent(
+    """
+    import logging, warnings
+    from dparallel.workflow import featurize_worker_preload
+
+    featurize_worker_preload.dask_setup(None)  # a worker's start, before any plugin
+    warnings.warn("a warning inside a worker", UserWarning, stacklevel=1)
+    logging.getLogger("distributed.worker").warning("a worker's log line")
+    """
+)
+
+
+def test_a_worker_the_cli_started_sends_warnings_to_the_runs_log_file(tmp_path) -> None:  # noqa: ANN001
+    import os
+
+    from dparallel.cluster.logs import ENV_LOG_FILE, log_to_file
+
+    log = tmp_path / "s.zarr.log"
+    undo = log_to_file(log, workers=True)  # as `dparallel featurize` (no -v) does
+    try:
+        env = dict(os.environ)
+    finally:
+        undo()
+    assert env[ENV_LOG_FILE] == str(log) and ENV_LOG_FILE not in os.environ
+    done = subprocess.run(
+        [sys.executable, "-c", _WARNING_WORKER],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "a warning inside a worker" not in done.stderr
+    assert "a worker's log line" not in done.stderr
+    text = log.read_text()
+    assert "a warning inside a worker" in text and "a worker's log line" in text
