@@ -53,6 +53,7 @@ from dparallel.train.reporting import (
     write_plots,
 )
 from dparallel.train.spec import TrainingSpec
+from dparallel.train.structure_data import StructureReader
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -190,6 +191,11 @@ def _set_up(
     reader = PartitionReader(
         store, spec.descriptor, prep.elements, prep.index, prep.forces, _CACHE_BYTES
     )
+    if spec.descriptors == "computed":  # structures only; descriptors computed per batch
+        reader = StructureReader(
+            store, spec.descriptor, prep.descriptor_spec or {}, prep.elements, prep.index,
+            prep.forces, _CACHE_BYTES,
+        )  # fmt: skip
     run = _Run(spec, prep, placement, model, opt, sched, reader, model_dir)
     return run, progress
 
