@@ -1,6 +1,6 @@
 """Energies and forces from positions: descriptors computed per mini-batch, on its device.
 
-The path of ``descriptors: computed`` (docs/training.md): positions → pair vectors
+The path of ``descriptor_source: computed`` (docs/training.md): positions → pair vectors
 r_ij = r_j − r_i + S·cell → the descriptor's torch graph (the one the deployed potential
 runs, :class:`~dparallel.descriptors.acsf_graph.ACSFGraph` for ACSF) → each element's
 feature columns → the HDNNP (which scales them) → energies, and forces = −∂E/∂positions by

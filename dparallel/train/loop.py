@@ -191,7 +191,7 @@ def _set_up(
     reader = PartitionReader(
         store, spec.descriptor, prep.elements, prep.index, prep.forces, _CACHE_BYTES
     )
-    if spec.descriptors == "computed":  # structures only; descriptors computed per batch
+    if spec.descriptor_source == "computed":  # structures only; descriptors computed per batch
         reader = StructureReader(
             store, spec.descriptor, prep.descriptor_spec or {}, prep.elements, prep.index,
             prep.forces, _CACHE_BYTES,

@@ -30,7 +30,7 @@ def predict_batch(
     Forces use dE/dG by autograd and the stored ∂G/∂r (``forces_from_derivatives``);
     ``create_graph=True`` keeps the graph so a loss can be back-propagated (training);
     without it and without forces, the energies are computed under ``no_grad``.
-    A :class:`ComputedBatch` (``descriptors: computed``) computes its descriptors from
+    A :class:`ComputedBatch` (``descriptor_source: computed``) computes its descriptors from
     positions instead (:func:`~dparallel.train.computed.predict_from_structures`).
     """
     if isinstance(batch, ComputedBatch):

@@ -27,7 +27,7 @@ class TrainingSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     descriptor: str = Field("acsf", description="a registered descriptor type")
-    descriptors: Literal["stored", "computed"] = Field(
+    descriptor_source: Literal["stored", "computed"] = Field(
         "stored", description="read stored values and dG/dr, or compute them per batch"
     )
     hidden: tuple[int, ...] = (48, 48)
@@ -92,8 +92,10 @@ class TrainingSpec(BaseModel):
             and self.scale_max == self.scale_min
         ):
             raise ValueError("scale_max must differ from scale_min")
-        if self.descriptors == "computed" and self.optimizer == "kalman":
-            raise ValueError("optimizer kalman reads stored dG/dr: use descriptors: stored with it")
+        if self.descriptor_source == "computed" and self.optimizer == "kalman":
+            raise ValueError(
+                "optimizer kalman reads stored dG/dr: use descriptor_source: stored with it"
+            )
         if self.n2p2_compatible:
             from dparallel.nn import N2P2_EXPRESSIBLE
 

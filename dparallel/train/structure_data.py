@@ -1,6 +1,6 @@
 """Training data without stored descriptors: structures, neighbour lists, mini-batches.
 
-With ``descriptors: computed`` (docs/training.md) training reads only the store's
+With ``descriptor_source: computed`` (docs/training.md) training reads only the store's
 ``structures`` group (positions, cells, pbc, numbers, energy, forces). Each partition's
 full neighbour list (:func:`dparallel.neighbors.neighbor_list`, pairs and image shifts) is
 built once on the host when the partition is read and kept with it in the reader's cache:
@@ -48,7 +48,7 @@ def descriptor_graph_of(name: str, config: Mapping[str, Any]) -> torch.nn.Module
     if kind.graph is None:
         raise TrainingError(
             f"descriptor {name!r} has no torch graph form: it cannot be computed during "
-            "training; train with descriptors: stored"
+            "training; train with descriptor_source: stored"
         )
     descriptor = kind.load().from_dict(dict(config))
     graph: torch.nn.Module = kind.graph()(descriptor)
