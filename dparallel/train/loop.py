@@ -194,7 +194,7 @@ def _set_up(
     if spec.descriptor_source == "computed":  # structures only; descriptors computed per batch
         reader = StructureReader(
             store, spec.descriptor, prep.descriptor_spec or {}, prep.elements, prep.index,
-            prep.forces, _CACHE_BYTES,
+            prep.forces, _CACHE_BYTES, spec.compute_with,
         )  # fmt: skip
     run = _Run(spec, prep, placement, model, opt, sched, reader, model_dir)
     return run, progress

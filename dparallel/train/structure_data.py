@@ -26,8 +26,9 @@ import torch
 
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
-from dparallel.neighbors import neighbor_list
+from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.train.data import Batch, PartitionData, PartitionReader, _ranges
+from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -35,7 +36,18 @@ if TYPE_CHECKING:
     from dparallel.store import Store
     from dparallel.train.data import SplitIndex
 
-__all__ = ["ComputedBatch", "StructurePartition", "StructureReader", "descriptor_graph_of"]
+__all__ = [
+    "ComputedBatch",
+    "StructurePartition",
+    "StructureReader",
+    "descriptor_graph_of",
+    "descriptor_of",
+]
+
+
+def descriptor_of(name: str, config: Mapping[str, Any]) -> Any:
+    """The store's descriptor ``name`` built from ``config`` (its ``to_dict()``)."""
+    return descriptor_kind(name).load().from_dict(dict(config))
 
 
 def descriptor_graph_of(name: str, config: Mapping[str, Any]) -> torch.nn.Module:
@@ -50,8 +62,7 @@ def descriptor_graph_of(name: str, config: Mapping[str, Any]) -> torch.nn.Module
             f"descriptor {name!r} has no torch graph form: it cannot be computed during "
             "training; train with descriptor_source: stored"
         )
-    descriptor = kind.load().from_dict(dict(config))
-    graph: torch.nn.Module = kind.graph()(descriptor)
+    graph: torch.nn.Module = kind.graph()(descriptor_of(name, config))
     return graph
 
 
@@ -60,10 +71,14 @@ class StructurePartition(PartitionData):
     """One partition's structures and neighbour list (numpy, partition-local rows)."""
 
     positions: np.ndarray  # (N, 3) Å
+    numbers: np.ndarray  # (N,) int64 atomic numbers
+    cells: np.ndarray  # (S, 3, 3) Å
+    pbc: np.ndarray  # (S, 3) bool
     species: np.ndarray  # (N,) int64 index into the descriptor's elements
     pair_first: np.ndarray  # (P,) int64 centre atom row, sorted
     pair_second: np.ndarray  # (P,) int64 neighbour atom row
     pair_offsets: np.ndarray  # (P, 3) Å, S·cell of each pair (r_ij = r_j − r_i + S·cell)
+    pair_shifts: np.ndarray  # (P, 3) int64 image shift S
     pair_rows: np.ndarray  # (S + 1,) pair rows of each structure
 
 
@@ -124,6 +139,12 @@ class StructureReader(PartitionReader):
         Whether force labels are trained (the reader always keeps them).
     cache_bytes
         Bound of the LRU cache of read partitions (with their neighbour lists).
+    engine
+        ``"graph"``: batches of positions and pairs, descriptors and forces computed from
+        them by the descriptor's torch graph and autograd on the batch's device
+        (:func:`~dparallel.train.computed.predict_from_structures`); ``"kernel"``: values
+        and dG/dr computed per batch on the host by the descriptor's ``compute`` (ACSF: the
+        compiled kernel featurize runs), trained as stored ones.
     """
 
     def __init__(
@@ -135,19 +156,25 @@ class StructureReader(PartitionReader):
         index: SplitIndex,
         forces: bool,
         cache_bytes: int = 0,
+        engine: str = "graph",
     ) -> None:
         super().__init__(store, descriptor, elements, index, forces, cache_bytes)
-        self.graph = descriptor_graph_of(descriptor, config)
-        graph_elements = list(self.graph.elements)  # type: ignore[arg-type]
-        missing = [e for e in self.elements if e not in graph_elements]
+        if engine not in ("graph", "kernel"):
+            raise ValueError(f"engine must be 'graph' or 'kernel', got {engine!r}")
+        self.engine = engine
+        self.descriptor_object = descriptor_of(descriptor, config)
+        # the graph's elements and columns are the descriptor's (species index into them)
+        self.graph = descriptor_graph_of(descriptor, config) if engine == "graph" else None
+        self.descriptor_elements = [str(e) for e in self.descriptor_object.elements]
+        missing = [e for e in self.elements if e not in self.descriptor_elements]
         if missing:
             raise TrainingError(f"descriptor {descriptor!r} does not cover elements {missing}")
         from ase.data import atomic_numbers
 
-        self.cutoff = float(self.graph.r_cut)  # type: ignore[arg-type]
+        self.cutoff = float(self.descriptor_object.r_cut)
         self._species_of = np.full(119, -1, np.int64)
         for e in self.elements:
-            self._species_of[atomic_numbers[e]] = graph_elements.index(e)
+            self._species_of[atomic_numbers[e]] = self.descriptor_elements.index(e)
 
     def load(self, p: int) -> StructurePartition:
         """Partition ``p``'s structures and their full neighbour list within the cutoff."""
@@ -171,24 +198,31 @@ class StructureReader(PartitionReader):
             split=self.index.split[p],
             elements={},
             positions=batch.positions,
+            numbers=batch.numbers,
+            cells=batch.cells,
+            pbc=batch.pbc,
             species=species,
             pair_first=nl.pair_first,
             pair_second=nl.pair_second,
             pair_offsets=offsets,
+            pair_shifts=nl.shifts,
             pair_rows=np.searchsorted(nl.pair_first, batch.offsets).astype(np.int64),
         )
         data.nbytes = (
-            batch.positions.nbytes * 3 + species.nbytes + offsets.nbytes
+            batch.positions.nbytes * 3 + species.nbytes * 2 + offsets.nbytes * 2
             + nl.pair_first.nbytes * 2
         )  # fmt: skip
         return data
 
     def collate(
         self, items: Sequence[tuple[PartitionData, int]], dtype: torch.dtype = torch.float64
-    ) -> ComputedBatch:
-        """A :class:`ComputedBatch` of ``(partition, local structure)`` items (re-indexed).
+    ) -> Batch:
+        """A mini-batch of ``(partition, local structure)`` items (re-indexed).
 
-        Structures are ordered as :func:`dparallel.train.data.collate` orders them.
+        Structures are ordered as :func:`dparallel.train.data.collate` orders them. With
+        ``engine="graph"`` a :class:`ComputedBatch` (positions and pairs; descriptors are
+        computed when it is predicted); with ``"kernel"`` a :class:`Batch` whose values and
+        dG/dr the descriptor's own ``compute`` gave here, on the host.
         """
         groups: OrderedDict[int, tuple[StructurePartition, list[int]]] = OrderedDict()
         for part, s in items:
@@ -196,8 +230,8 @@ class StructureReader(PartitionReader):
                 raise TypeError("StructureReader.collate needs partitions it read")
             groups.setdefault(id(part), (part, []))[1].append(int(s))
         cols: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("ids", "counts", "energy", "forces", "positions", "species",
-                            "first", "second", "offsets")
+            k: [] for k in ("ids", "counts", "energy", "forces", "positions", "numbers",
+                            "cells", "pbc", "species", "first", "second", "offsets", "shifts")
         }  # fmt: skip
         atom_base = 0
         for part, sel_list in groups.values():
@@ -213,29 +247,37 @@ class StructureReader(PartitionReader):
                 ("energy", part.energy[sel]),
                 ("forces", part.forces[atoms]),
                 ("positions", part.positions[atoms]),
+                ("numbers", part.numbers[atoms]),
+                ("cells", part.cells[sel]),
+                ("pbc", part.pbc[sel]),
                 ("species", part.species[atoms]),
                 ("first", amap[part.pair_first[pairs]]),
                 ("second", amap[part.pair_second[pairs]]),
                 ("offsets", part.pair_offsets[pairs]),
+                ("shifts", part.pair_shifts[pairs]),
             ):
                 cols[key].append(value)
             atom_base += atoms.shape[0]
         cat = {k: np.concatenate(v) for k, v in cols.items()}
         counts = cat["counts"]
+        labels: dict[str, Any] = {
+            "ids": cat["ids"],
+            "atom_counts": torch.from_numpy(counts).to(dtype),
+            "structure_index": torch.from_numpy(
+                np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
+            ),
+            "energy": torch.from_numpy(cat["energy"]).to(dtype),
+            "forces": torch.from_numpy(cat["forces"]).to(dtype),
+        }
+        if self.engine == "kernel":
+            return Batch(**labels, features=self._kernel_features(cat, dtype))
         species = cat["species"]
-        graph_elements = list(self.graph.elements)  # type: ignore[arg-type]
         rows = {
-            e: torch.from_numpy(np.flatnonzero(species == graph_elements.index(e)))
+            e: torch.from_numpy(np.flatnonzero(species == self.descriptor_elements.index(e)))
             for e in self.elements
         }
         return ComputedBatch(
-            ids=cat["ids"],
-            atom_counts=torch.from_numpy(counts).to(dtype),
-            structure_index=torch.from_numpy(
-                np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
-            ),
-            energy=torch.from_numpy(cat["energy"]).to(dtype),
-            forces=torch.from_numpy(cat["forces"]).to(dtype),
+            **labels,
             features={},
             positions=torch.from_numpy(cat["positions"]).to(dtype),
             species=torch.from_numpy(species),
@@ -245,3 +287,24 @@ class StructureReader(PartitionReader):
             element_rows={e: r for e, r in rows.items() if r.shape[0]},
             graph=self.graph,
         )
+
+    def _kernel_features(self, cat: dict[str, np.ndarray], dtype: torch.dtype) -> dict[str, Any]:
+        """Values and dG/dr of the batch's structures from the descriptor's ``compute``."""
+        counts = cat["counts"]
+        structures = StructureBatch(
+            numbers=cat["numbers"],
+            positions=cat["positions"],
+            cells=cat["cells"],
+            pbc=cat["pbc"],
+            energy=cat["energy"],
+            forces=cat["forces"],
+            offsets=np.concatenate([[0], np.cumsum(counts)]),
+        )
+        vectors = cat["positions"][cat["second"]] - cat["positions"][cat["first"]] + cat["offsets"]
+        neighbors = Neighbors(
+            cat["first"], cat["second"], cat["shifts"], vectors, np.linalg.norm(vectors, axis=1)
+        )
+        out = self.descriptor_object.compute(
+            structures, derivatives=self.forces, neighbors=neighbors, dtype=dtype
+        )
+        return {e: out[e] for e in self.elements if e in out}
