@@ -53,7 +53,7 @@ from dparallel.train.reporting import (
     write_plots,
 )
 from dparallel.train.spec import TrainingSpec
-from dparallel.train.structure_data import StructureReader
+from dparallel.train.structure_data import StructureReader, choose_engine
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -194,7 +194,8 @@ def _set_up(
     if spec.descriptor_source == "computed":  # structures only; descriptors computed per batch
         reader = StructureReader(
             store, spec.descriptor, prep.descriptor_spec or {}, prep.elements, prep.index,
-            prep.forces, _CACHE_BYTES, spec.compute_with,
+            prep.forces, _CACHE_BYTES,
+            choose_engine(spec.descriptor, spec.compute_with, spec.optimizer),
         )  # fmt: skip
     run = _Run(spec, prep, placement, model, opt, sched, reader, model_dir)
     return run, progress

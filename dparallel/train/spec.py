@@ -30,10 +30,10 @@ class TrainingSpec(BaseModel):
     descriptor_source: Literal["stored", "computed"] = Field(
         "stored", description="read stored values and dG/dr, or compute them per batch"
     )
-    compute_with: Literal["graph", "kernel"] = Field(
-        "graph",
+    compute_with: Literal["auto", "graph", "kernel"] = Field(
+        "auto",
         description="descriptor_source computed: torch graph + autograd forces on the "
-        "device, or the descriptor's kernel (values and dG/dr) on the host",
+        "device, the descriptor's kernel (values and dG/dr) on the host, or auto",
     )
     hidden: tuple[int, ...] = (48, 48)
     activation: Literal[

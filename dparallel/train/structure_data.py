@@ -40,9 +40,25 @@ __all__ = [
     "ComputedBatch",
     "StructurePartition",
     "StructureReader",
+    "choose_engine",
     "descriptor_graph_of",
     "descriptor_of",
 ]
+
+
+def choose_engine(name: str, requested: str, optimizer: str, device_type: str = "cpu") -> str:
+    """The engine ``compute_with: auto`` means: ``"kernel"`` or ``"graph"``.
+
+    ``kernel`` for the Kalman filter (it needs dG/dr) and on the CPU when the descriptor
+    has a compiled route (ACSF with numba); ``graph`` otherwise (a GPU, or no kernel).
+    """
+    if requested != "auto":
+        return requested
+    kind = descriptor_kind(name)
+    compiled = kind.numpy_route is not None and kind.numpy_route()
+    if optimizer == "kalman" or (device_type == "cpu" and compiled):
+        return "kernel"
+    return "graph"
 
 
 def descriptor_of(name: str, config: Mapping[str, Any]) -> Any:

@@ -17,7 +17,7 @@ from dparallel.train.data import PartitionReader
 from dparallel.train.objective import predict_batch
 from dparallel.train.placement import Placement
 from dparallel.train.preparation import build_model, prepare
-from dparallel.train.structure_data import ComputedBatch, StructureReader
+from dparallel.train.structure_data import ComputedBatch, StructureReader, choose_engine
 from dparallel.types import StructureBatch
 
 SPEC = TrainingSpec(epochs=3, hidden=(8,), batch_size=3, seed=7, lr=5e-3, shuffle_buffer=5)
@@ -141,9 +141,8 @@ def test_store_without_derivatives_trains_forces_only_when_computed(tmp_path) ->
     spec = SPEC.model_copy(update={"epochs": 2})
     with pytest.raises(TrainingError, match=r"without derivatives.*descriptor_source: computed"):
         train_model(st, tmp_path / "stored", spec)
-    res = train_model(
-        st, tmp_path / "computed", spec.model_copy(update={"descriptor_source": "computed"})
-    )
+    update = {"descriptor_source": "computed", "compute_with": "graph"}
+    res = train_model(st, tmp_path / "computed", spec.model_copy(update=update))
     rmse = [r["train_force_rmse"] for r in res.history]
     assert all(np.isfinite(rmse)) and rmse[-1] < rmse[0]
     update = {"descriptor_source": "computed", "compute_with": "kernel"}
@@ -152,12 +151,25 @@ def test_store_without_derivatives_trains_forces_only_when_computed(tmp_path) ->
         assert abs(ra["train_loss"] - rb["train_loss"]) <= 1e-8 * ra["train_loss"]
 
 
-def test_computed_refuses_the_kalman_filter() -> None:
+def test_computed_graph_refuses_the_kalman_filter() -> None:
     with pytest.raises(ConfigError, match="kalman needs dG/dr"):
-        parse_training_spec({"descriptor_source": "computed", "optimizer": "kalman"})
+        parse_training_spec(
+            {"descriptor_source": "computed", "compute_with": "graph", "optimizer": "kalman"}
+        )
     spec = parse_training_spec(
         {"descriptor_source": "computed", "compute_with": "kernel", "optimizer": "kalman"}
     )
     assert spec.optimizer == "kalman"
+
+
+def test_auto_engine_is_the_kernel_on_the_cpu_and_the_graph_elsewhere() -> None:
+    from dparallel.kernels.acsf_numba import numba_available
+
+    cpu = "kernel" if numba_available() else "graph"
+    assert choose_engine("acsf", "auto", "adam") == cpu
+    assert choose_engine("acsf", "auto", "adam", device_type="cuda") == "graph"
+    assert choose_engine("acsf", "auto", "kalman", device_type="cuda") == "kernel"
+    assert choose_engine("neighbor_sum", "auto", "adam") == "graph"  # no compiled route
+    assert choose_engine("acsf", "graph", "adam") == "graph"
     with pytest.raises(ConfigError, match="descriptor_source"):
         parse_training_spec({"descriptor_source": "on_the_fly"})
