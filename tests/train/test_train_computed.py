@@ -173,3 +173,14 @@ def test_auto_engine_is_the_kernel_on_the_cpu_and_the_graph_elsewhere() -> None:
     assert choose_engine("acsf", "graph", "adam") == "graph"
     with pytest.raises(ConfigError, match="descriptor_source"):
         parse_training_spec({"descriptor_source": "on_the_fly"})
+
+
+def test_kalman_trains_with_the_kernel_engine_as_from_stored(store, tmp_path) -> None:  # noqa: ANN001
+    spec = SPEC.model_copy(update={"optimizer": "kalman", "epochs": 2, "batch_size": 4})
+    a = train_model(store, tmp_path / "stored", spec)
+    update = {"descriptor_source": "computed", "compute_with": "auto"}  # auto: kernel
+    b = train_model(store, tmp_path / "kernel", spec.model_copy(update=update))
+    for ra, rb in zip(a.history, b.history, strict=True):
+        for k in ("train_loss", "validation_loss", "validation_force_rmse"):
+            # the filter amplifies the store's float32 dG/dr rounding (~1e-7 after 2 epochs)
+            assert abs(ra[k] - rb[k]) <= 1e-5 * abs(ra[k]), (ra["epoch"], k, ra[k], rb[k])
