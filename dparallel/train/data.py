@@ -297,15 +297,25 @@ class PartitionReader:
             if p in self._cache:
                 self._cache.move_to_end(p)
                 return self._cache[p]
-        data = load_partition(
-            self.store, p, self.descriptor, self.elements, self.index, self.forces
-        )
+        data = self.load(p)
         if self.cache_bytes > 0 and data.nbytes <= self.cache_bytes:
             with self._lock:
                 self._cache[p] = data
                 while sum(d.nbytes for d in self._cache.values()) > self.cache_bytes:
                     self._cache.popitem(last=False)
         return data
+
+    def load(self, p: int) -> PartitionData:
+        """Read partition ``p`` from the store (no cache)."""
+        return load_partition(
+            self.store, p, self.descriptor, self.elements, self.index, self.forces
+        )
+
+    def collate(
+        self, items: Sequence[tuple[PartitionData, int]], dtype: torch.dtype = torch.float64
+    ) -> Batch:
+        """A mini-batch of ``(partition, local structure)`` items (:func:`collate`)."""
+        return collate(items, self.elements, dtype)
 
     def stream(self, order: Sequence[int], prefetch: int) -> Iterator[PartitionData]:
         """Partitions in ``order``; ``prefetch`` > 0 reads ahead in a background thread."""
@@ -489,10 +499,9 @@ def iterate_batches(
         if shuffle:
             buffer.extend((part, int(s)) for s in local)
             while len(buffer) >= max(shuffle_buffer, batch_size):
-                yield collate(draw(), reader.elements, dtype)
+                yield reader.collate(draw(), dtype)
         else:
             for a in range(0, local.shape[0], batch_size):
-                yield collate([(part, int(s)) for s in local[a : a + batch_size]],
-                              reader.elements, dtype)  # fmt: skip
+                yield reader.collate([(part, int(s)) for s in local[a : a + batch_size]], dtype)
     while buffer:
-        yield collate(draw(), reader.elements, dtype)
+        yield reader.collate(draw(), dtype)

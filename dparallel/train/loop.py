@@ -54,6 +54,7 @@ from dparallel.train.reporting import (
     write_plots,
 )
 from dparallel.train.spec import TrainingSpec
+from dparallel.train.structure_data import StructureReader, choose_engine
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -191,6 +192,12 @@ def _set_up(
     reader = PartitionReader(
         store, spec.descriptor, prep.elements, prep.index, prep.forces, _CACHE_BYTES
     )
+    if spec.descriptor_source == "computed":  # structures only; descriptors computed per batch
+        reader = StructureReader(
+            store, spec.descriptor, prep.descriptor_spec or {}, prep.elements, prep.index,
+            prep.forces, _CACHE_BYTES,
+            choose_engine(spec.descriptor, spec.compute_with, spec.optimizer),
+        )  # fmt: skip
     run = _Run(spec, prep, placement, model, opt, sched, reader, model_dir)
     return run, progress
 

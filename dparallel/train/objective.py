@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from dparallel.descriptors import forces_from_derivatives
+from dparallel.train.computed import predict_from_structures
+from dparallel.train.structure_data import ComputedBatch
 
 if TYPE_CHECKING:
     from dparallel.nn import HDNNP
@@ -28,7 +30,11 @@ def predict_batch(
     Forces use dE/dG by autograd and the stored ∂G/∂r (``forces_from_derivatives``);
     ``create_graph=True`` keeps the graph so a loss can be back-propagated (training);
     without it and without forces, the energies are computed under ``no_grad``.
+    A :class:`ComputedBatch` (``descriptor_source: computed``) computes its descriptors from
+    positions instead (:func:`~dparallel.train.computed.predict_from_structures`).
     """
+    if isinstance(batch, ComputedBatch):
+        return predict_from_structures(model, batch, forces, create_graph)
     values = {}
     for e, res in batch.features.items():
         v = res.values

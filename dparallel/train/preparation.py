@@ -76,10 +76,11 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     desc, has_deriv = _feature_config(store, spec.descriptor)
     elements = _elements_of(desc, spec.descriptor)
     forces = spec.force_weight > 0
-    if forces and not has_deriv:
+    if forces and not has_deriv and spec.descriptor_source == "stored":
         raise TrainingError(
-            f"{store.path} was featurized without derivatives: force training needs them "
-            "(featurize with derivatives=True) or set force_weight=0"
+            f"{store.path} was featurized without derivatives: force training from stored "
+            "descriptors needs them (featurize with derivatives=True), or compute them "
+            "during training (descriptor_source: computed), or set force_weight=0"
         )
     # least squares E_s ≈ Σ_e n_{s,e} ref_e over training structures (normal equations),
     # accumulated partition by partition during the split pass

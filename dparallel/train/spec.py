@@ -27,6 +27,14 @@ class TrainingSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     descriptor: str = Field("acsf", description="a registered descriptor type")
+    descriptor_source: Literal["stored", "computed"] = Field(
+        "stored", description="read stored values and dG/dr, or compute them per batch"
+    )
+    compute_with: Literal["auto", "graph", "kernel"] = Field(
+        "auto",
+        description="descriptor_source computed: torch graph + autograd forces on the "
+        "device, the descriptor's kernel (values and dG/dr) on the host, or auto",
+    )
     hidden: tuple[int, ...] = (48, 48)
     activation: Literal[
         "tanh", "silu", "softplus", "gelu", "identity", "logistic", "softplus_n2p2", "relu",
@@ -89,6 +97,15 @@ class TrainingSpec(BaseModel):
             and self.scale_max == self.scale_min
         ):
             raise ValueError("scale_max must differ from scale_min")
+        if (
+            self.descriptor_source == "computed"
+            and self.compute_with == "graph"
+            and self.optimizer == "kalman"
+        ):
+            raise ValueError(
+                "optimizer kalman needs dG/dr: use descriptor_source: stored, or "
+                "compute_with: kernel with it"
+            )
         if self.n2p2_compatible:
             from dparallel.nn import N2P2_EXPRESSIBLE
 
