@@ -110,7 +110,7 @@ def _pair_major(block: torch.Tensor, radial: np.ndarray, unit: torch.Tensor) -> 
     n_rad = int(radial.sum())
     n_p = block.shape[1]
     rad = block[:n_rad].T.unsqueeze(2) * unit.unsqueeze(1)  # (P, F_r, 3): s · r̂
-    ang = block[n_rad:].T.reshape(n_p, -1, 3)  # (P, F_a, 3)
+    ang = block[n_rad:].T.reshape(n_p, radial.shape[0] - n_rad, 3)  # (P, F_a, 3)
     both = torch.cat([rad, ang], 1)
     where = np.where(radial, np.cumsum(radial) - 1, n_rad + np.cumsum(~radial) - 1)
     return both.index_select(1, torch.as_tensor(where, device=block.device))

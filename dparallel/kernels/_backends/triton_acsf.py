@@ -418,13 +418,15 @@ def _tables(plan: KernelPlan, n_el: int, device: torch.device) -> _Tables:
         for dc in range(int(plan.dsrc_off[f]), int(plan.dsrc_off[f + 1])):
             s = int(plan.dsrc[dc])
             if s < k_r:
-                rd[0].append(f), rd[1].append(s), rd[2].append(n_rad)
+                for lst, v in zip(rd, (f, s, n_rad), strict=True):
+                    lst.append(v)
                 n_rad += 1
                 continue
             slot = s - k_r
             g = max(g for g in range(n_el) if plan.s_off[f, g] <= slot)
             c = int(plan.p_col_off[plan.pt[f, g]]) + slot - int(plan.s_off[f, g])
-            sl[0].append(f), sl[1].append(g), sl[2].append(c), sl[3].append(n_ang)
+            for lst, v in zip(sl, (f, g, c, n_ang), strict=True):
+                lst.append(v)
             n_ang += 1
         n_radial[f] = n_rad
     kinds = 0
@@ -446,10 +448,13 @@ def _tables(plan: KernelPlan, n_el: int, device: torch.device) -> _Tables:
     )
 
 
+_T = torch.Tensor
+
+
 def _padded(
     vectors: torch.Tensor, distances: torch.Tensor, center: torch.Tensor, nbr: torch.Tensor,
     lo: int, hi: int, n_c: int, n_el: int,
-) -> tuple[torch.Tensor, ...]:  # fmt: skip
+) -> tuple[_T, _T, _T, _T, _T, _T, int]:  # fmt: skip
     """Neighbour tables (n_el, M, n_c) of pairs [lo, hi) (centres from center[lo]): x, y, z,
     r, pair index (−1: padding), and counts (n_el, n_c)."""
     dev = vectors.device
