@@ -239,3 +239,46 @@ def test_module_in_child_process() -> None:
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert " passed" in run.stdout
+
+
+_COMPILE = """
+import inspect
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from dparallel.kernels._backends import triton_acsf as m
+
+INT_TABLES = {"RK_F", "RK_CUT", "CUT_KIND", "RD_F", "RD_KEY", "RD_COL", "DBASE", "NPAIRS",
+              "PIDX", "GROW", "COL_A", "COL_B", "COL_CUT", "COL_NARROW", "COL_ZINT",
+              "COL_ISINT", "SL_F", "SL_G", "SL_COL", "SL_K", "NRAD"}
+KINDS = (1 << 9) - 1  # every cutoff type
+for fn, const in [
+    (m._radial_kernel, dict(BLOCK_C=32, BLOCK_K=32, KINDS=KINDS, DERIV=True)),
+    (m._angular_values_kernel, dict(BLOCK_C=16, BLOCK_J=4, BLOCK_K=32, KINDS=KINDS)),
+    (m._angular_derivs_kernel, dict(BLOCK_C=16, BLOCK_J=4, BLOCK_K=32, KINDS=KINDS)),
+]:
+    sig = {}
+    for name in inspect.signature(fn.fn).parameters:
+        if name in const:
+            sig[name] = "constexpr"
+        elif name in ("n_c", "M"):
+            sig[name] = "i64"
+        elif name.islower():
+            sig[name] = "i32"
+        else:
+            sig[name] = "*i32" if name == "CNT" else "*i64" if name in INT_TABLES else "*fp64"
+    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const),
+                       target=GPUTarget("cuda", 90, 32))
+    assert "cubin" in k.asm, fn
+print("compiled")
+"""
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_a_cuda_gpu() -> None:
+    """The kernels go through Triton's CUDA compiler (sm_90 cubin) with no GPU present."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    cmd = [sys.executable, "-c", _COMPILE]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0 and "compiled" in run.stdout, run.stderr[-4000:]

@@ -190,7 +190,7 @@ def _radial_kernel(
             js = j0 + tl.arange(0, BLOCK_K)[None, :]
             mj = js < cnt[:, None]
             r = tl.load(R + (f * M + js) * n_c + c2, mask=mj, other=1.0)
-            a, _ = _gauss(r, eta, rs, rc, kind, alpha, KINDS)
+            a = _gauss(r, eta, rs, rc, kind, alpha, KINDS)[0]
             acc += tl.where(mj, a, 0.0)
         tl.store(RAD_OUT + cs * n_rk + kr, tl.sum(acc, 1), mask=cm)
     if DERIV:
@@ -214,7 +214,7 @@ def _radial_kernel(
                 r = tl.load(R + off, mask=mj, other=1.0)
                 p = tl.load(PIDX + off, mask=mj, other=0)
                 row = tl.load(GROW + p, mask=mj, other=0)
-                _, da = _gauss(r, eta, rs, rc, kind, alpha, KINDS)
+                da = _gauss(r, eta, rs, rc, kind, alpha, KINDS)[1]
                 tl.store(DOUT + base + col * n_p + row, da, mask=mj)
 
 
@@ -258,20 +258,20 @@ def _angular_values_kernel(
             js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
             mj = js < ca3
             xj, yj, zj, rj = _load_nbr(X, Y, Z, R, (ea * M + js) * n_c + c3, mj)
-            aj, _ = _gauss(rj, eta, rs, rc, kind, alpha, KINDS)
+            aj = _gauss(rj, eta, rs, rc, kind, alpha, KINDS)[0]
             k_first = (j0 + 1) * same  # same element pair: only k > j
             for k0 in range((k_first // BLOCK_K) * BLOCK_K, tl.max(cnt_b, 0), BLOCK_K):
                 ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
                 mk = mj & (ks < cb3) & (ks > js * same - (1 - same))
                 xk, yk, zk, rk = _load_nbr(X, Y, Z, R, (eb * M + ks) * n_c + c3, mk)
-                ak, _ = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)
+                ak = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)[0]
                 c = (xj * xk + yj * yk + zj * zk) / (rj * rk)
-                zv, _ = _angular(c, zeta, lam, zint, isint)
+                zv = _angular(c, zeta, lam, zint, isint)[0]
                 t = zv * aj * ak
                 if narrow == 1:
                     dx, dy, dz = xk - xj, yk - yj, zk - zj
                     rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
-                    bjk, _ = _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)
+                    bjk = _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)[0]
                     t = t * bjk
                 acc += tl.where(mk, t, 0.0)
         total = tl.sum(tl.sum(acc, 2), 1)
@@ -334,7 +334,7 @@ def _angular_derivs_kernel(
                 ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
                 mk = mj & (ks < cg3) & (ks != j_self)
                 xk, yk, zk, rk = _load_nbr(X, Y, Z, R, (eg * M + ks) * n_c + c3, mk)
-                ak, _ = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)
+                ak = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)[0]
                 vx, vy, vz = xk / rk, yk / rk, zk / rk
                 c = ux * vx + uy * vy + uz * vz
                 zv, dzv = _angular(c, zeta, lam, zint, isint)
