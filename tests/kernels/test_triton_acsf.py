@@ -2,9 +2,9 @@
 
 Without a CUDA device the kernel runs on CPU in Triton's interpreter, which must be chosen
 (``TRITON_INTERPRET=1``) before triton is first imported: ``triton.jit`` reads it when a
-kernel, and triton's own library, is defined. This module sets it when triton is not yet
-imported; if something imported triton earlier in the session, the whole module runs again
-in a child process with the variable set (``test_module_in_child_process``). The
+kernel, and triton's own library, is defined. ``triton_interpreter`` sets it when triton
+is not yet imported; if something imported triton earlier in the session, the whole module
+runs again in a child process with the variable set (``test_module_in_child_process``). The
 interpreter is slow: the structures are small (≤ 8 atoms each).
 """
 
@@ -21,6 +21,7 @@ import ase
 import numpy as np
 import pytest
 import torch
+import triton_interpreter as ti  # sets TRITON_INTERPRET before triton is imported
 
 from dparallel.descriptors import ACSF
 from dparallel.errors import BackendUnavailableError, DescriptorError
@@ -32,30 +33,20 @@ from dparallel.types import StructureBatch
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-_ENV_BEFORE = os.environ.get("TRITON_INTERPRET")
-_ON_GPU = torch.cuda.is_available()
-if not _ON_GPU and "triton" not in sys.modules:
-    os.environ["TRITON_INTERPRET"] = "1"
-#: Whether the kernel can run in this process (else the child process runs this module).
-IN_PROCESS = _ON_GPU or os.environ.get("TRITON_INTERPRET") == "1"
 pytest.importorskip("triton")
 needs_numba = pytest.mark.skipif(not numba_available(), reason="numba not installed")
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _restore_environment() -> Iterator[None]:
-    """Leave TRITON_INTERPRET as it was before this module (triton stays as loaded)."""
     yield
-    if _ENV_BEFORE is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = _ENV_BEFORE
+    ti.restore_environment()
 
 
 @pytest.fixture(autouse=True)
 def _kernel_runs_here(request: pytest.FixtureRequest) -> None:
-    if not IN_PROCESS and request.node.name != "test_module_in_child_process":
-        pytest.skip("triton was imported without TRITON_INTERPRET: runs in the child process")
+    if not ti.IN_PROCESS and request.node.name != "test_module_in_child_process":
+        pytest.skip(ti.SKIP_REASON)
 
 
 def _structures(seed: int, numbers: list[int], n: int = 6) -> list[ase.Atoms]:
@@ -232,13 +223,9 @@ def test_triton_unavailable_and_not_differentiable(monkeypatch: pytest.MonkeyPat
         acsf.compute([atoms], backend="triton")
 
 
-@pytest.mark.skipif(IN_PROCESS, reason="the tests above ran in this process")
+@pytest.mark.skipif(ti.IN_PROCESS, reason="the tests above ran in this process")
 def test_module_in_child_process() -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider"]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout
+    ti.run_in_child(__file__)
 
 
 _COMPILE = """
@@ -270,13 +257,29 @@ for fn, const in [
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const),
                        target=GPUTarget("cuda", 90, 32))
     assert "cubin" in k.asm, fn
+import torch
+torch.cuda.is_available = lambda: True  # the neighbor-sum module refuses to load without
+from dparallel.kernels._backends import triton_sums as t
+PTR = {"ORDER": "*i64", "STARTS": "*i64", "FIRST": "*i64", "SECOND": "*i64"}
+for fn, const in [
+    (t._envsum_kernel, dict(BLOCK_NU=8, BLOCK_F=64)),
+    (t._sensesum_kernel, dict(BLOCK_P=64, BLOCK_F=64)),
+    (t._featsum_kernel, dict(BLOCK_NU=8, BLOCK_F=64)),
+]:
+    for ty in ("fp32", "fp64"):
+        sig = {name: "constexpr" if name in const else PTR.get(name, "*" + ty)
+               if name.isupper() else "i32" for name in inspect.signature(fn.fn).parameters}
+        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const),
+                           target=GPUTarget("cuda", 90, 32))
+        assert "cubin" in k.asm, fn
 print("compiled")
 """
 
 
 @pytest.mark.slow
 def test_kernels_compile_for_a_cuda_gpu() -> None:
-    """The kernels go through Triton's CUDA compiler (sm_90 cubin) with no GPU present."""
+    """The ACSF and neighbor-sum kernels go through Triton's CUDA compiler (sm_90 cubin) with
+    no GPU present."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     cmd = [sys.executable, "-c", _COMPILE]
