@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 pytest.importorskip("triton")
 needs_numba = pytest.mark.skipif(not numba_available(), reason="numba not installed")
+KERNEL_MODULE = "dparallel.kernels._backends.triton_acsf"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -206,6 +207,20 @@ def test_triton_deterministic_and_empty_inputs() -> None:
     assert out["H"].values.shape == (1, acsf.n_features("H"))
     assert float(out["H"].values.abs().sum()) == 0.0
     assert all(pd.dG_dr.shape[0] == 0 for pd in out["O"].pairs.values())
+
+
+def test_triton_centres_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Centres processed a few at a time (some chunks start at a centre without pairs)."""
+    acsf = _three_elements("poly2", 0.2)
+    structs = _structures(6, [1, 6, 8])
+    structs.append(ase.Atoms("HOCH", positions=[[0, 0, 0], [9, 0, 0], [0, 9, 0], [0.9, 9, 0]]))
+    ref = acsf.compute(structs, derivatives=True, backend="torch")
+    monkeypatch.setattr(importlib.import_module(KERNEL_MODULE), "CHUNK_CENTERS", 2)
+    out = acsf.compute(structs, derivatives=True, backend="triton")
+    for e, r in ref.items():
+        _close(out[e].values.numpy(), r.values.numpy(), 1e-12)
+        for f, pd in r.pairs.items():
+            _close(out[e].pairs[f].dG_dr.numpy(), pd.dG_dr.numpy(), 1e-12)
 
 
 def test_triton_unavailable_and_not_differentiable(monkeypatch: pytest.MonkeyPatch) -> None:

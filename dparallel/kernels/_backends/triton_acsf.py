@@ -453,13 +453,12 @@ _T = torch.Tensor
 
 def _padded(
     vectors: torch.Tensor, distances: torch.Tensor, center: torch.Tensor, nbr: torch.Tensor,
-    lo: int, hi: int, n_c: int, n_el: int,
+    lo: int, hi: int, c_lo: int, n_c: int, n_el: int,
 ) -> tuple[_T, _T, _T, _T, _T, _T, int]:  # fmt: skip
-    """Neighbour tables (n_el, M, n_c) of pairs [lo, hi) (centres from center[lo]): x, y, z,
+    """Neighbour tables (n_el, M, n_c) of pairs [lo, hi) (centres c_lo + [0, n_c)): x, y, z,
     r, pair index (−1: padding), and counts (n_el, n_c)."""
     dev = vectors.device
-    c0 = int(center[lo]) if hi > lo else 0
-    cen = center[lo:hi] - c0
+    cen = center[lo:hi] - c_lo
     el = nbr[lo:hi]
     key = el * n_c + cen  # element-major: (f, c) segments
     order = torch.argsort(key, stable=True)
@@ -543,7 +542,7 @@ def triton_acsf_element(
         if hi == lo:
             continue
         n_c = c_hi - c_lo
-        x, y, z, r, pidx, cnt, m = _padded(vectors, distances, center, nbr, lo, hi, n_c, n_el)
+        x, y, z, r, pidx, cnt, m = _padded(vectors, distances, center, nbr, lo, hi, c_lo, n_c, n_el)
         block, bj, bk = _blocks(n_c, m)
         grid = (triton.cdiv(n_c, block),)
         rad = torch.zeros((n_c, max(k_r, 1)), dtype=torch.float64, device=dev)
