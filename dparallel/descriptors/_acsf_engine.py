@@ -170,11 +170,6 @@ def evaluate_element(
             plan, vectors, distances, center, neighbor_el, n_centers, n_el, derivatives,
             compute_dtype,
         )  # fmt: skip
-    if backend == "triton":
-        from dparallel.descriptors._acsf_triton import evaluate_triton
-
-        args = (vectors, distances, center, neighbor_el, n_centers, n_el, derivatives)
-        return evaluate_triton(plan, *args)
     import torch  # the torch backend (the compiled one needs none: the featurize workers)
 
     from dparallel.kernels.acsf_terms import (

@@ -4,7 +4,7 @@ Wraps :func:`dparallel.kernels._backends.triton_acsf.triton_acsf_element` with t
 conventions: :func:`triton_element` returns what
 :func:`~dparallel.descriptors._acsf_engine.numba_element` returns (values and, per
 neighbour element, the pair selector and dG/dr pair-major or split as the store keeps it),
-as torch tensors; :func:`evaluate_triton` is the ``evaluate_element`` route. The torch
+as torch tensors; :func:`evaluate_triton` is the route ``ACSF.compute`` takes. The torch
 backend is the reference this backend is tested against (tests/kernels/test_triton_acsf.py).
 """
 
@@ -126,7 +126,8 @@ def evaluate_triton(
     n_el: int,
     derivatives: bool,
 ) -> tuple[torch.Tensor, dict[int, tuple[torch.Tensor, torch.Tensor]] | None]:
-    """``evaluate_element(..., backend="triton")``: results on the inputs' device."""
+    """:func:`~dparallel.descriptors._acsf_engine.evaluate_element` on the Triton kernel;
+    results on the inputs' device."""
     home = vectors.device
     dev = triton_device()
     values, groups = triton_element(

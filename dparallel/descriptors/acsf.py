@@ -373,19 +373,13 @@ class ACSF:
             local[atoms] = torch.arange(n_e)
             keep = torch.nonzero((el_t[pf] == e_idx) & (dist < plan.r_max)).squeeze(1)  # (P_e,)
             center = local[pf[keep]]
-            values, groups = evaluate_element(
-                plan,
-                vec[keep],
-                dist[keep],
-                center,
-                el_t[ps[keep]],
-                n_e,
-                n_el,
-                derivatives,
-                max_triplets,
-                backend,
-                compute_dtype,
-            )
+            args = (plan, vec[keep], dist[keep], center, el_t[ps[keep]], n_e, n_el, derivatives)
+            if backend == "triton":
+                from dparallel.descriptors._acsf_triton import evaluate_triton
+
+                values, groups = evaluate_triton(*args)
+            else:
+                values, groups = evaluate_element(*args, max_triplets, backend, compute_dtype)
             pairs = None
             if derivatives:
                 assert groups is not None
