@@ -21,7 +21,7 @@ import ase
 import numpy as np
 import pytest
 import torch
-import triton_interpreter as ti  # sets TRITON_INTERPRET before triton is imported
+import triton_interpreter as ti
 
 from dparallel.descriptors import ACSF
 from dparallel.errors import BackendUnavailableError, DescriptorError
@@ -33,20 +33,21 @@ from dparallel.types import StructureBatch
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytest.importorskip("triton")
+ti.skip_without_triton()
 needs_numba = pytest.mark.skipif(not numba_available(), reason="numba not installed")
 KERNEL_MODULE = "dparallel.kernels._backends.triton_acsf"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _restore_environment() -> Iterator[None]:
-    yield
-    ti.restore_environment()
+@pytest.fixture(scope="module")
+def in_process() -> Iterator[bool]:
+    """Whether the kernels run here (TRITON_INTERPRET set now if needed; restored after)."""
+    yield ti.setup()
+    ti.restore()
 
 
 @pytest.fixture(autouse=True)
-def _kernel_runs_here(request: pytest.FixtureRequest) -> None:
-    if not ti.IN_PROCESS and request.node.name != "test_module_in_child_process":
+def _kernel_runs_here(request: pytest.FixtureRequest, in_process: bool) -> None:
+    if not in_process and request.node.name != "test_module_in_child_process":
         pytest.skip(ti.SKIP_REASON)
 
 
@@ -238,8 +239,9 @@ def test_triton_unavailable_and_not_differentiable(monkeypatch: pytest.MonkeyPat
         acsf.compute([atoms], backend="triton")
 
 
-@pytest.mark.skipif(ti.IN_PROCESS, reason="the tests above ran in this process")
-def test_module_in_child_process() -> None:
+def test_module_in_child_process(in_process: bool) -> None:
+    if in_process:
+        pytest.skip("the tests above ran in this process")
     ti.run_in_child(__file__)
 
 

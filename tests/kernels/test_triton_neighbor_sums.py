@@ -6,32 +6,37 @@ double backward go through the existing autograd Functions with ``backend="trito
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 import torch
-import triton_interpreter as ti  # sets TRITON_INTERPRET before triton is imported
+import triton_interpreter as ti
 
 from dparallel.kernels import neighbor_sums as ns
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytest.importorskip("triton")
+ti.skip_without_triton()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _triton_backend() -> Iterator[None]:
-    """The backend loaded now that TRITON_INTERPRET is set (an earlier failure forgotten)."""
+@pytest.fixture(scope="module")
+def in_process() -> Iterator[bool]:
+    """Whether the kernels run here (TRITON_INTERPRET set now if needed; restored after),
+    with the backend loaded afresh (an import failure before the variable was set forgotten)."""
     ns._import_errors.pop("triton", None)
-    yield
-    ti.restore_environment()
+    yield ti.setup()
+    ti.restore()
+    ns._modules.pop("triton", None)  # later modules see the switch as before
+    ns._import_errors.pop("triton", None)
+    sys.modules.pop(ns.BACKENDS["triton"][0], None)
 
 
 @pytest.fixture(autouse=True)
-def _kernel_runs_here(request: pytest.FixtureRequest) -> None:
-    if not ti.IN_PROCESS and request.node.name != "test_module_in_child_process":
+def _kernel_runs_here(request: pytest.FixtureRequest, in_process: bool) -> None:
+    if not in_process and request.node.name != "test_module_in_child_process":
         pytest.skip(ti.SKIP_REASON)
 
 
@@ -103,6 +108,7 @@ def test_deterministic() -> None:
     assert torch.equal(one, ns.featsum(env, sense, pf, ps, backend="triton"))
 
 
-@pytest.mark.skipif(ti.IN_PROCESS, reason="the tests above ran in this process")
-def test_module_in_child_process() -> None:
+def test_module_in_child_process(in_process: bool) -> None:
+    if in_process:
+        pytest.skip("the tests above ran in this process")
     ti.run_in_child(__file__)
