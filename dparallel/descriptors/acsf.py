@@ -299,8 +299,10 @@ class ACSF:
             Triplets processed per block by the torch backend (memory bound, docs/acsf.md).
         backend
             ``"torch"`` (vectorised, differentiable reference), ``"numba"`` (compiled
-            triplet loop, not differentiable w.r.t. ``positions``) or ``"auto"``: numba
-            when it is installed and ``positions`` does not require grad, else torch.
+            triplet loop, not differentiable w.r.t. ``positions``), ``"triton"`` (the
+            GPU kernel, or on CPU under ``TRITON_INTERPRET=1``; not differentiable) or
+            ``"auto"``: numba when it is installed and ``positions`` does not require
+            grad, else torch.
         compute_dtype
             numba backend only: precision of the per-triplet terms (default
             ``torch.float64``). ``torch.float32``
@@ -371,19 +373,13 @@ class ACSF:
             local[atoms] = torch.arange(n_e)
             keep = torch.nonzero((el_t[pf] == e_idx) & (dist < plan.r_max)).squeeze(1)  # (P_e,)
             center = local[pf[keep]]
-            values, groups = evaluate_element(
-                plan,
-                vec[keep],
-                dist[keep],
-                center,
-                el_t[ps[keep]],
-                n_e,
-                n_el,
-                derivatives,
-                max_triplets,
-                backend,
-                compute_dtype,
-            )
+            args = (plan, vec[keep], dist[keep], center, el_t[ps[keep]], n_e, n_el, derivatives)
+            if backend == "triton":
+                from dparallel.descriptors._acsf_triton import evaluate_triton
+
+                values, groups = evaluate_triton(*args)
+            else:
+                values, groups = evaluate_element(*args, max_triplets, backend, compute_dtype)
             pairs = None
             if derivatives:
                 assert groups is not None
@@ -521,7 +517,7 @@ class ACSF:
 
     @staticmethod
     def _resolve_backend(backend: str, positions: torch.Tensor | None) -> str:
-        """'torch' or 'numba' from the requested backend."""
+        """'torch', 'numba' or 'triton' from the requested backend."""
         import torch
 
         from dparallel.errors import BackendUnavailableError
@@ -541,7 +537,16 @@ class ACSF:
                     "positions that require grad"
                 )
             return backend
-        raise DescriptorError(f"backend must be 'auto', 'torch' or 'numba', got {backend!r}")
+        if backend == "triton":  # the GPU kernel; torch is its reference
+            from dparallel.descriptors._acsf_triton import check_triton
+
+            check_triton()
+            if needs_grad:
+                raise DescriptorError("backend='triton' is not differentiable; use 'torch'")
+            return backend
+        raise DescriptorError(
+            f"backend must be 'auto', 'torch', 'numba' or 'triton', got {backend!r}"
+        )
 
     def _element_index(self, batch: StructureBatch) -> np.ndarray:
         """Index into ``elements`` of each atom (N,); error names the structure."""

@@ -17,6 +17,7 @@ Backends (one switch: :func:`set_backend`, or ``DPARALLEL_KERNEL_BACKEND``):
 - ``"torch"``: dense reference (hippynn's formulas), memory O(P·ν·F);
 - ``"chunked"``: the same formulas on bounded blocks of pairs, O(P·ν + N·ν·F), any device;
 - ``"numba"``: CPU kernels over sorted pair segments, O(P·ν + N·ν·F), fastest on CPU;
+- ``"triton"``: GPU kernels (CUDA, or CPU under ``TRITON_INTERPRET=1``), never chosen by auto;
 - ``"auto"`` (default): ``numba`` for CPU tensors when numba imports, else ``chunked``.
 """
 
@@ -60,6 +61,7 @@ BACKENDS: dict[str, tuple[str, bool, str]] = {
     "torch": ("dparallel.kernels._backends.torch_ref", False, "dense PyTorch reference"),
     "chunked": ("dparallel.kernels._backends.chunked", False, "blocked PyTorch, lean memory"),
     "numba": ("dparallel.kernels._backends.numba_cpu", True, "numba CPU kernels, lean memory"),
+    "triton": ("dparallel.kernels._backends.triton_sums", False, "Triton GPU kernels"),
 }
 _AUTO_ORDER = ("numba", "chunked")
 

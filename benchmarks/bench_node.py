@@ -1,0 +1,207 @@
+"""Use the whole node (issue 23): ACSF kernel atoms/s per engine on n2p2's water example.
+
+    python benchmarks/bench_node.py kernels [--copies 20] [--cpu-atoms 2000] [--rounds 3]
+
+Engines, each in-process on the same per-element pair lists (neighbour list built once,
+not timed; one central element after another, as a featurize task runs them):
+
+- ``numba cpu``: the compiled kernel (:func:`numba_element`), split dG/dr (the store's);
+- ``torch cpu``: the vectorised torch backend (the reference), default triplet blocks;
+- ``torch cuda``: the same on the GPU with 4M-triplet blocks;
+- ``triton cuda``: the Triton kernel (:func:`triton_element`), split dG/dr.
+
+CPU engines time the first ``--cpu-atoms`` atoms, GPU engines the whole batch
+(``--copies`` × the 20 water structures, 2,064 atoms per copy). A row without a GPU (or
+without triton) says so instead of a number. Runs on CPU alone; on a lent GPU machine
+unchanged. The water example comes from ``../shared/n2p2/water`` (``--water`` otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+WATER_DIRS = [REPO.parent / "shared" / "n2p2" / "water", REPO / "shared" / "n2p2" / "water"]
+
+
+def load_water(water: Path, copies: int):  # noqa: ANN201
+    """(ACSF from water's input.nn, StructureBatch of ``copies`` × its structures)."""
+    from dparallel.io import open_source
+    from dparallel.n2p2 import acsf_from_input_nn
+    from dparallel.types import StructureBatch
+
+    source = open_source(water / "input.data", "n2p2", cache_index=False)
+    one = source.read(0, len(source))
+    return acsf_from_input_nn(str(water / "input.nn")), StructureBatch.concatenate([one] * copies)
+
+
+def element_inputs(acsf, batch) -> list[tuple]:  # noqa: ANN001
+    """Per central element: (plan, vectors, distances, center, neighbour element, n_centres)."""
+    from dparallel.kernels.pair_select import element_pairs
+    from dparallel.neighbors import neighbor_list
+
+    nb = neighbor_list(batch, acsf.r_cut)
+    el_index = acsf._element_index(batch)
+    plans = acsf._get_plans()
+    local = np.full(el_index.shape[0], -1, dtype=np.int64)
+    counts = []
+    for e in range(len(plans)):
+        atoms = np.flatnonzero(el_index == e)
+        local[atoms] = np.arange(atoms.shape[0])
+        counts.append(atoms.shape[0])
+    out = []
+    for e, plan in enumerate(plans.values()):
+        _, center, nbr, vec, dist = element_pairs(
+            el_index, local, nb.pair_first, nb.pair_second, nb.vectors, nb.distances, e,
+            plan.r_max,
+        )  # fmt: skip
+        out.append((plan, vec, dist, center, nbr, counts[e]))
+    return out
+
+
+def best_rate(
+    run: Callable[[], None], n_atoms: int, rounds: int, sync: Callable[[], None]
+) -> float:
+    """atoms/s of the fastest of ``rounds`` runs after one warm-up run."""
+    run()
+    sync()
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        run()
+        sync()
+        best = min(best, time.perf_counter() - t)
+    return n_atoms / best
+
+
+def engines(derivatives: bool) -> dict[str, tuple[str, Callable[[list[tuple]], None]]]:
+    """Engine name → (device, run over the element inputs) (inputs already on the device;
+    one input per element, so ``len(inputs)`` is the number of elements)."""
+    from dparallel.descriptors._acsf_engine import evaluate_element, numba_element
+
+    def numba(inputs: list[tuple]) -> None:
+        for plan, vec, dist, center, nbr, n_c in inputs:
+            numba_element(plan, vec, dist, center, nbr, n_c, len(inputs), derivatives,
+                          split=derivatives)  # fmt: skip
+
+    def torch_engine(max_triplets: int) -> Callable[[list[tuple]], None]:
+        def run(inputs: list[tuple]) -> None:
+            for plan, vec, dist, center, nbr, n_c in inputs:
+                evaluate_element(
+                    plan, vec, dist, center, nbr, n_c, len(inputs), derivatives, max_triplets
+                )
+
+        return run
+
+    def triton(inputs: list[tuple]) -> None:
+        from dparallel.descriptors._acsf_triton import triton_element
+
+        for plan, vec, dist, center, nbr, n_c in inputs:
+            triton_element(plan, vec, dist, center, nbr, n_c, len(inputs), derivatives,
+                           split=derivatives)  # fmt: skip
+
+    return {
+        "numba cpu": ("numpy", numba),
+        "torch cpu": ("cpu", torch_engine(131072)),
+        "torch cuda": ("cuda", torch_engine(4 * 2**20)),
+        "triton cuda": ("cuda", triton),
+    }
+
+
+def on_device(inputs: list[tuple], device: str) -> list[tuple]:
+    """The element inputs as numpy arrays (``device="numpy"``) or torch tensors there."""
+    import torch
+
+    if device == "numpy":
+        return inputs
+    return [
+        (plan, *(torch.from_numpy(a).to(device) for a in (vec, dist, center, nbr)), n_c)
+        for plan, vec, dist, center, nbr, n_c in inputs
+    ]
+
+
+def unavailable(name: str, device: str) -> str | None:
+    """Why ``name`` cannot run here, or None."""
+    import importlib.util
+
+    import torch
+
+    from dparallel.kernels.acsf_numba import numba_available
+
+    if device == "cuda" and not torch.cuda.is_available():
+        return "no GPU"
+    if name.startswith("triton") and importlib.util.find_spec("triton") is None:
+        return "no triton"
+    if name.startswith("numba") and not numba_available():
+        return "no numba"
+    return None
+
+
+def kernel_table(water: Path, copies: int, cpu_atoms: int, rounds: int) -> None:
+    """Print kernel atoms/s per engine, values and values + dG/dr."""
+    import torch
+
+    torch.set_num_threads(1)
+    acsf, batch = load_water(water, copies)
+    counts = np.asarray(batch.atom_counts)
+    n_cpu_structures = max(1, int(np.searchsorted(np.cumsum(counts), cpu_atoms)) + 1)
+    cpu_batch = batch.select(0, min(n_cpu_structures, batch.n_structures))
+    inputs = {"cpu": element_inputs(acsf, cpu_batch), "gpu": element_inputs(acsf, batch)}
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    print(f"# python benchmarks/{' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])}")
+    print(
+        f"# {os.cpu_count()} CPUs, 1 torch thread; {gpu}; torch {torch.__version__}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    print(f"# water: CPU engines {cpu_batch.n_atoms:,} atoms, GPU engines {batch.n_atoms:,} atoms")
+    print(f"{'engine':14s} {'values at/s':>14s} {'+ dG/dr at/s':>14s}")
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    for name in engines(False):
+        row = []
+        for derivatives in (False, True):
+            device, run = engines(derivatives)[name]
+            why = unavailable(name, device)
+            if why is not None:
+                row.append(why)
+                continue
+            which = inputs["gpu" if device == "cuda" else "cpu"]
+            n_atoms = batch.n_atoms if device == "cuda" else cpu_batch.n_atoms
+            data = on_device(which, device)
+            rate = best_rate(lambda run=run, data=data: run(data), n_atoms, rounds, sync)
+            row.append(f"{rate:,.0f}")
+        print(f"{name:14s} {row[0]:>14s} {row[1]:>14s}")
+    print(
+        "kernel only: per-element pair lists prepared beforehand (neighbour list not timed); "
+        "dG/dr in the store's split layout for numba and triton, pair-major for torch; "
+        "best of rounds."
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("part", choices=["kernels"], help="what to measure")
+    parser.add_argument("--copies", type=int, default=20, help="water copies for GPU engines")
+    parser.add_argument("--cpu-atoms", type=int, default=2000, help="atoms for CPU engines")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--water", type=Path, default=None, help="n2p2 water example folder")
+    args = parser.parse_args()
+    water = args.water or next((d for d in WATER_DIRS if d.is_dir()), None)
+    if water is None:
+        print(f"SKIPPED: n2p2's water example not found in {[str(d) for d in WATER_DIRS]}")
+        return 0
+    kernel_table(water, args.copies, args.cpu_atoms, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,580 @@
+"""Triton ACSF kernel for one central element: values and dG/dr in the store's split layout.
+
+Same mathematics and semantics as the compiled kernel (:mod:`dparallel.kernels.acsf_numba`)
+and the torch reference (n2p2 types 2, 3, 9; cutoff types 0-8 with inner cutoff α; any
+real ζ, λ, η; an angular term is 0 where 1 + λ cos θ ≤ 0), driven by the same
+:class:`~dparallel.kernels.acsf_numba.KernelPlan`.
+
+Layout. The pairs of a block of centres are regrouped (torch index ops, no Python loop
+over atoms) into padded neighbour tables ``(n_el, M, n_c)`` per neighbour element, centre
+index last: lane c of a program is centre c, so the loads of neighbour j of
+``BLOCK_C`` consecutive centres are one contiguous (coalesced) run.
+
+Kernels, each one program per block of ``BLOCK_C`` centres:
+
+- ``_radial_kernel``: type 2 sums per radial key and, with derivatives, s = ∂G/∂r_ij of
+  every radial derivative column, written straight into the split block.
+- ``_angular_values_kernel``: per angular column, Σ over unordered neighbour pairs j < k
+  of the column's element pair.
+- ``_angular_derivs_kernel``: per derivative slot (neighbour element f, partner element g,
+  column), for each neighbour j the vector Σ_k ∂T_jk/∂r_ij, written into the split block.
+  Each pair's derivative is summed by the one lane that owns it: no atomics, and results
+  are deterministic (bitwise reproducible for a given input and block size).
+
+Everything is computed in float64; outputs are cast to the requested dtype, as the
+compiled kernel does. Runs on a CUDA device, or on CPU tensors under the Triton
+interpreter (``TRITON_INTERPRET=1``, set before triton is imported).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+if TYPE_CHECKING:
+    from dparallel.kernels.acsf_numba import KernelPlan
+
+__all__ = ["TritonACSF", "interpreting", "triton_acsf_element"]
+
+#: Centres per chunk of the padded neighbour tables (bounds their memory).
+CHUNK_CENTERS = 16384
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+class TritonACSF(NamedTuple):
+    """Result of :func:`triton_acsf_element` (tensors on the input's device).
+
+    ``dflat`` holds, per neighbour element f with derivative columns, a block at
+    ``d_base[f]`` of shape ``(n_radial[f] + 3 (F_f − n_radial[f]), n_pairs[f])``: the
+    compiled kernel's :class:`~dparallel.kernels.acsf_numba.SplitLayout`.
+    """
+
+    values: torch.Tensor  # (n_c, F)
+    dflat: torch.Tensor | None
+    d_base: np.ndarray  # (n_el,) int64
+    n_pairs: np.ndarray  # (n_el,) int64
+    n_radial: np.ndarray  # (n_el,) int64
+    n_rows: np.ndarray  # (n_el,) int64: rows of each block (0: no derivative columns)
+    selections: dict[int, torch.Tensor]  # f → (P_f,) pair indices of the block
+
+
+# --------------------------------------------------------------------------- device code
+# Device helpers are plain functions under the interpreter (the kernel's patched triton
+# language is already in force when they run; jitting them there re-patches it per call).
+_helper = (lambda fn: fn) if interpreting() else triton.jit
+
+
+@_helper
+def _tanh_pos(y):
+    """tanh(y) for y ≥ 0 (exp form; no tanh in triton.language)."""
+    e = tl.exp(-2.0 * y)
+    return (1.0 - e) / (1.0 + e)
+
+
+@_helper
+def _cutoff(r, rc, kind, alpha, KINDS: tl.constexpr):
+    """f_c(r), f_c'(r) (n2p2 type ``kind``; 0 for r ≥ rc); KINDS: bitmask of kinds used."""
+    rci = alpha * rc
+    iw = 1.0 / (rc - rci)
+    x = (r - rci) * iw
+    x = tl.where(x < 0.0, 0.0, tl.where(x > 1.0, 1.0, x))  # (no jitted min/max: interpreter)
+    f = tl.full(r.shape, 1.0, tl.float64)
+    df = tl.zeros(r.shape, tl.float64)
+    if KINDS & 2:
+        px = 3.141592653589793 * x
+        f = tl.where(kind == 1, 0.5 * (tl.cos(px) + 1.0), f)
+        df = tl.where(kind == 1, -0.5 * 3.141592653589793 * iw * tl.sin(px), df)
+    if KINDS & 12:
+        t = _tanh_pos(tl.where(r < rc, 1.0 - r / rc, 0.0))
+        t3 = t * t * t
+        dt3 = -3.0 * t * t * (1.0 - t * t) / rc
+        # (a where between two literals would make a float32 constant: scale the tensors)
+        f = tl.where(kind == 2, t3, tl.where(kind == 3, t3 * 2.2637537952253513, f))  # / tanh(1)³
+        df = tl.where(kind == 2, dt3, tl.where(kind == 3, dt3 * 2.2637537952253513, df))
+    if KINDS & 16:
+        om = tl.where(x * x < 1.0, 1.0 - x * x, 1.0)  # x = 1 is r ≥ rc: masked below
+        v = tl.exp(1.0 - 1.0 / om)
+        f = tl.where(kind == 4, v, f)
+        df = tl.where(kind == 4, -2.0 * x * v / (om * om) * iw, df)
+    if KINDS & 32:
+        f = tl.where(kind == 5, (2.0 * x - 3.0) * x * x + 1.0, f)
+        df = tl.where(kind == 5, (6.0 * x - 6.0) * x * iw, df)
+    if KINDS & 64:
+        x2 = x * x
+        f = tl.where(kind == 6, ((15.0 - 6.0 * x) * x - 10.0) * x2 * x + 1.0, f)
+        df = tl.where(kind == 6, x2 * ((60.0 - 30.0 * x) * x - 30.0) * iw, df)
+    if KINDS & 128:
+        x3 = x * x * x
+        f = tl.where(kind == 7, (x * (x * (20.0 * x - 70.0) + 84.0) - 35.0) * x3 * x + 1.0, f)
+        df = tl.where(kind == 7, x3 * (x * (x * (140.0 * x - 420.0) + 420.0) - 140.0) * iw, df)
+    if KINDS & 256:
+        x4 = x * x * x * x
+        v8 = (x * (x * ((315.0 - 70.0 * x) * x - 540.0) + 420.0) - 126.0) * x4 * x + 1.0
+        d8 = x4 * (x * (x * ((2520.0 - 630.0 * x) * x - 3780.0) + 2520.0) - 630.0) * iw
+        f = tl.where(kind == 8, v8, f)
+        df = tl.where(kind == 8, d8, df)
+    inside = r < rc
+    return tl.where(inside, f, 0.0), tl.where(inside, df, 0.0)
+
+
+@_helper
+def _gauss(r, eta, rs, rc, kind, alpha, KINDS: tl.constexpr):
+    """a(r) = exp(−η(r − rs)²) f_c(r) and a'(r)."""
+    fc, dfc = _cutoff(r, rc, kind, alpha, KINDS)
+    d = r - rs
+    g = tl.exp(-eta * d * d)
+    return g * fc, g * (dfc - 2.0 * eta * d * fc)
+
+
+@_helper
+def _angular(c, zeta, lam, zint, isint):
+    """(1 + λc)^ζ and ζλ(1 + λc)^(ζ−1), both 0 where 1 + λc ≤ 0 (n2p2)."""
+    b = 1.0 + lam * c
+    ok = b > 0.0
+    if isint == 1:
+        m = zint - 1
+        mm = tl.abs(m)
+        p = tl.full(c.shape, 1.0, tl.float64)
+        for _ in range(mm):
+            p = p * b
+        if m < 0:
+            p = 1.0 / p
+    else:
+        p = tl.exp((zeta - 1.0) * tl.log(tl.where(ok, b, 1.0)))
+    return tl.where(ok, p * b, 0.0), tl.where(ok, zeta * lam * p, 0.0)
+
+
+@_helper
+def _load_nbr(X, Y, Z, R, off, mask):
+    """Neighbour vector and distance at table offsets ``off`` (padding: (1, 0, 0), 1)."""
+    x = tl.load(X + off, mask=mask, other=1.0)
+    y = tl.load(Y + off, mask=mask, other=0.0)
+    z = tl.load(Z + off, mask=mask, other=0.0)
+    r = tl.load(R + off, mask=mask, other=1.0)
+    return x, y, z, r
+
+
+@triton.jit
+def _radial_kernel(
+    R, PIDX, CNT, GROW, n_c, M,
+    RK_F, RK_ETA, RK_RS, RK_CUT, n_rk,
+    CUT_RC, CUT_KIND, CUT_ALPHA,
+    RAD_OUT,
+    RD_F, RD_KEY, RD_COL, n_rd, DBASE, NPAIRS, DOUT,
+    BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, KINDS: tl.constexpr, DERIV: tl.constexpr,
+):  # fmt: skip  # noqa: ANN001, ANN202
+    """Radial sums (n_c, K_r) and s of every radial derivative column."""
+    cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = cs < n_c
+    c2 = cs[:, None]
+    for kr in range(n_rk):
+        f = tl.load(RK_F + kr)
+        eta = tl.load(RK_ETA + kr)
+        rs = tl.load(RK_RS + kr)
+        cut = tl.load(RK_CUT + kr)
+        rc = tl.load(CUT_RC + cut)
+        kind = tl.load(CUT_KIND + cut)
+        alpha = tl.load(CUT_ALPHA + cut)
+        cnt = tl.load(CNT + f * n_c + cs, mask=cm, other=0)
+        acc = tl.zeros([BLOCK_C, BLOCK_K], tl.float64)
+        for j0 in range(0, tl.max(cnt, 0), BLOCK_K):
+            js = j0 + tl.arange(0, BLOCK_K)[None, :]
+            mj = js < cnt[:, None]
+            r = tl.load(R + (f * M + js) * n_c + c2, mask=mj, other=1.0)
+            a = _gauss(r, eta, rs, rc, kind, alpha, KINDS)[0]
+            acc += tl.where(mj, a, 0.0)
+        tl.store(RAD_OUT + cs * n_rk + kr, tl.sum(acc, 1), mask=cm)
+    if DERIV:
+        for d in range(n_rd):
+            f = tl.load(RD_F + d)
+            key = tl.load(RD_KEY + d)
+            col = tl.load(RD_COL + d)
+            eta = tl.load(RK_ETA + key)
+            rs = tl.load(RK_RS + key)
+            cut = tl.load(RK_CUT + key)
+            rc = tl.load(CUT_RC + cut)
+            kind = tl.load(CUT_KIND + cut)
+            alpha = tl.load(CUT_ALPHA + cut)
+            base = tl.load(DBASE + f)
+            n_p = tl.load(NPAIRS + f)
+            cnt = tl.load(CNT + f * n_c + cs, mask=cm, other=0)
+            for j0 in range(0, tl.max(cnt, 0), BLOCK_K):
+                js = j0 + tl.arange(0, BLOCK_K)[None, :]
+                mj = js < cnt[:, None]
+                off = (f * M + js) * n_c + c2
+                r = tl.load(R + off, mask=mj, other=1.0)
+                p = tl.load(PIDX + off, mask=mj, other=0)
+                row = tl.load(GROW + p, mask=mj, other=0)
+                da = _gauss(r, eta, rs, rc, kind, alpha, KINDS)[1]
+                tl.store(DOUT + base + col * n_p + row, da, mask=mj)
+
+
+@triton.jit
+def _angular_values_kernel(
+    X, Y, Z, R, CNT, n_c, M,
+    COL_A, COL_B, COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT,
+    COL_ISINT, COL_SCALE, n_col,
+    CUT_RC, CUT_KIND, CUT_ALPHA,
+    ANG_OUT,
+    BLOCK_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, KINDS: tl.constexpr,
+):  # fmt: skip  # noqa: ANN001, ANN202
+    """Angular sums (n_c, K): per column Σ_{j<k} 2^(1−ζ) Z(cos θ) a(r_ij) a(r_ik) [b(r_jk)].
+
+    Tiles of BLOCK_C centres × BLOCK_J neighbours j × BLOCK_K partners k.
+    """
+    cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = cs < n_c
+    c3 = cs[:, None, None]
+    for col in range(n_col):
+        ea = tl.load(COL_A + col)
+        eb = tl.load(COL_B + col)
+        eta = tl.load(COL_ETA + col)
+        rs = tl.load(COL_RS + col)
+        cut = tl.load(COL_CUT + col)
+        narrow = tl.load(COL_NARROW + col)
+        zeta = tl.load(COL_ZETA + col)
+        lam = tl.load(COL_LAM + col)
+        zint = tl.load(COL_ZINT + col)
+        isint = tl.load(COL_ISINT + col)
+        rc = tl.load(CUT_RC + cut)
+        kind = tl.load(CUT_KIND + cut)
+        alpha = tl.load(CUT_ALPHA + cut)
+        cnt_a = tl.load(CNT + ea * n_c + cs, mask=cm, other=0)
+        cnt_b = tl.load(CNT + eb * n_c + cs, mask=cm, other=0)
+        ca3 = cnt_a[:, None, None]
+        cb3 = cnt_b[:, None, None]
+        same = (ea == eb).to(tl.int32)
+        acc = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
+        for j0 in range(0, tl.max(cnt_a, 0), BLOCK_J):
+            js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
+            mj = js < ca3
+            xj, yj, zj, rj = _load_nbr(X, Y, Z, R, (ea * M + js) * n_c + c3, mj)
+            aj = _gauss(rj, eta, rs, rc, kind, alpha, KINDS)[0]
+            k_first = (j0 + 1) * same  # same element pair: only k > j
+            for k0 in range((k_first // BLOCK_K) * BLOCK_K, tl.max(cnt_b, 0), BLOCK_K):
+                ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
+                mk = mj & (ks < cb3) & (ks > js * same - (1 - same))
+                xk, yk, zk, rk = _load_nbr(X, Y, Z, R, (eb * M + ks) * n_c + c3, mk)
+                ak = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)[0]
+                c = (xj * xk + yj * yk + zj * zk) / (rj * rk)
+                zv = _angular(c, zeta, lam, zint, isint)[0]
+                t = zv * aj * ak
+                if narrow == 1:
+                    dx, dy, dz = xk - xj, yk - yj, zk - zj
+                    rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
+                    bjk = _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)[0]
+                    t = t * bjk
+                acc += tl.where(mk, t, 0.0)
+        total = tl.sum(tl.sum(acc, 2), 1)
+        tl.store(ANG_OUT + cs * n_col + col, total * tl.load(COL_SCALE + col), mask=cm)
+
+
+@triton.jit
+def _angular_derivs_kernel(
+    X, Y, Z, R, PIDX, CNT, GROW, n_c, M,
+    SL_F, SL_G, SL_COL, SL_K, n_sl,
+    COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, COL_SCALE,
+    CUT_RC, CUT_KIND, CUT_ALPHA,
+    DBASE, NPAIRS, NRAD, DOUT,
+    BLOCK_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, KINDS: tl.constexpr,
+):  # fmt: skip  # noqa: ANN001, ANN202
+    """Per slot (f, g, column, k) and neighbour j of element f: Σ_k ∂T_jk/∂r_ij → split block.
+
+    Tiles of BLOCK_C centres × BLOCK_J neighbours j × BLOCK_K partners k, summed over k.
+    """
+    cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = cs < n_c
+    c3 = cs[:, None, None]
+    for s in range(n_sl):
+        ef = tl.load(SL_F + s)
+        eg = tl.load(SL_G + s)
+        col = tl.load(SL_COL + s)
+        kc = tl.load(SL_K + s)
+        eta = tl.load(COL_ETA + col)
+        rs = tl.load(COL_RS + col)
+        cut = tl.load(COL_CUT + col)
+        narrow = tl.load(COL_NARROW + col)
+        zeta = tl.load(COL_ZETA + col)
+        lam = tl.load(COL_LAM + col)
+        zint = tl.load(COL_ZINT + col)
+        isint = tl.load(COL_ISINT + col)
+        scale = tl.load(COL_SCALE + col)
+        rc = tl.load(CUT_RC + cut)
+        kind = tl.load(CUT_KIND + cut)
+        alpha = tl.load(CUT_ALPHA + cut)
+        n_p = tl.load(NPAIRS + ef)
+        base = tl.load(DBASE + ef) + (tl.load(NRAD + ef) + 3 * kc) * n_p
+        cnt_f = tl.load(CNT + ef * n_c + cs, mask=cm, other=0)
+        cnt_g = tl.load(CNT + eg * n_c + cs, mask=cm, other=0)
+        cf3 = cnt_f[:, None, None]
+        cg3 = cnt_g[:, None, None]
+        for j0 in range(0, tl.max(cnt_f, 0), BLOCK_J):
+            js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
+            mj = js < cf3
+            off_j = (ef * M + js) * n_c + c3
+            xj, yj, zj, rj = _load_nbr(X, Y, Z, R, off_j, mj)
+            p = tl.load(PIDX + off_j, mask=mj, other=0)
+            row = tl.load(GROW + p, mask=mj, other=0)
+            aj, daj = _gauss(rj, eta, rs, rc, kind, alpha, KINDS)
+            ux, uy, uz = xj / rj, yj / rj, zj / rj
+            j_self = tl.where(ef == eg, js, -1)  # k = j is no triplet
+            gx = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
+            gy = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
+            gz = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
+            for k0 in range(0, tl.max(cnt_g, 0), BLOCK_K):
+                ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
+                mk = mj & (ks < cg3) & (ks != j_self)
+                xk, yk, zk, rk = _load_nbr(X, Y, Z, R, (eg * M + ks) * n_c + c3, mk)
+                ak = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)[0]
+                vx, vy, vz = xk / rk, yk / rk, zk / rk
+                c = ux * vx + uy * vy + uz * vz
+                zv, dzv = _angular(c, zeta, lam, zint, isint)
+                cu = dzv * aj * ak / rj  # along û_k − c û_j (× b_jk)
+                cj = zv * daj * ak  # along û_j (× b_jk)
+                dx, dy, dz = xj - xk, yj - yk, zj - zk
+                if narrow == 1:
+                    rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
+                    bjk, dbjk = _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)
+                    cu = cu * bjk
+                    cj = cj * bjk
+                    cb = zv * aj * ak * dbjk / rjk  # along r_ij − r_ik
+                else:
+                    cb = tl.zeros(cu.shape, tl.float64)
+                cj = cj - cu * c
+                gx += tl.where(mk, cj * ux + cu * vx + cb * dx, 0.0)
+                gy += tl.where(mk, cj * uy + cu * vy + cb * dy, 0.0)
+                gz += tl.where(mk, cj * uz + cu * vz + cb * dz, 0.0)
+            at = base + row
+            tl.store(DOUT + at, tl.sum(gx, 2, keep_dims=True) * scale, mask=mj)
+            tl.store(DOUT + at + n_p, tl.sum(gy, 2, keep_dims=True) * scale, mask=mj)
+            tl.store(DOUT + at + 2 * n_p, tl.sum(gz, 2, keep_dims=True) * scale, mask=mj)
+
+
+# ----------------------------------------------------------------------------- host code
+class _Tables(NamedTuple):
+    """Device copies of one plan's parameter tables, as the kernels read them."""
+
+    kinds: int  # bitmask of the cutoff types used
+    cut: tuple[torch.Tensor, ...]  # rc, kind, alpha
+    rk: tuple[torch.Tensor, ...]  # element, eta, rs, cutoff id (K_r,)
+    n_rk: int
+    col: dict[str, torch.Tensor]  # per angular column
+    n_col: int
+    rd: tuple[torch.Tensor, ...]  # radial derivative columns: element, key, split column
+    n_rd: int
+    sl: tuple[torch.Tensor, ...]  # angular derivative slots: f, g, column, split column
+    n_sl: int
+    n_radial: np.ndarray  # (n_el,)
+    width: np.ndarray  # (n_el,) derivative columns per neighbour element
+
+
+def _tables(plan: KernelPlan, n_el: int, device: torch.device) -> _Tables:
+    """Flatten ``plan`` into the per-column and per-slot tables of the kernels."""
+
+    def dev(a: np.ndarray | list, dtype: torch.dtype) -> torch.Tensor:
+        t = torch.as_tensor(np.asarray(a), dtype=dtype)
+        if t.numel() == 0:  # a valid pointer even when a table is empty
+            t = torch.zeros(1, dtype=dtype)
+        return t.to(device)
+
+    i64, f64 = torch.int64, torch.float64
+    k_r = int(plan.rk_eta.shape[0])
+    rk_f = np.repeat(np.arange(n_el), np.diff(plan.rk_off))
+    n_col = int(plan.col_e.shape[0])
+    col_pair = np.repeat(np.arange(plan.p_ab.shape[0]), np.diff(plan.p_col_off))
+    e, z = plan.col_e, plan.col_z
+    col = {
+        "a": plan.p_ab[col_pair, 0] if n_col else [],
+        "b": plan.p_ab[col_pair, 1] if n_col else [],
+        "eta": plan.ek_eta[e],
+        "rs": plan.ek_rs[e],
+        "cut": plan.ek_cut[e],
+        "narrow": plan.ek_narrow[e],
+        "zeta": plan.zk_zeta[z],
+        "lam": plan.zk_lam[z],
+        "zint": plan.zk_int[z],
+        "isint": plan.zk_isint[z],
+        "scale": plan.col_scale,
+    }
+    col_t = {
+        k: dev(v, f64 if k in ("eta", "rs", "zeta", "lam", "scale") else i64)
+        for k, v in col.items()
+    }
+    rd: list[list[int]] = [[], [], []]
+    sl: list[list[int]] = [[], [], [], []]
+    n_radial = np.zeros(n_el, dtype=np.int64)
+    width = np.diff(plan.dsrc_off).astype(np.int64)
+    for f in range(n_el):
+        n_rad = n_ang = 0
+        for dc in range(int(plan.dsrc_off[f]), int(plan.dsrc_off[f + 1])):
+            s = int(plan.dsrc[dc])
+            if s < k_r:
+                for lst, v in zip(rd, (f, s, n_rad), strict=True):
+                    lst.append(v)
+                n_rad += 1
+                continue
+            slot = s - k_r
+            g = max(g for g in range(n_el) if plan.s_off[f, g] <= slot)
+            c = int(plan.p_col_off[plan.pt[f, g]]) + slot - int(plan.s_off[f, g])
+            for lst, v in zip(sl, (f, g, c, n_ang), strict=True):
+                lst.append(v)
+            n_ang += 1
+        n_radial[f] = n_rad
+    kinds = 0
+    for kind in plan.cut_kind:
+        kinds |= 1 << int(kind)
+    return _Tables(
+        kinds=kinds,
+        cut=(dev(plan.cut_rc, f64), dev(plan.cut_kind, i64), dev(plan.cut_alpha, f64)),
+        rk=(dev(rk_f, i64), dev(plan.rk_eta, f64), dev(plan.rk_rs, f64), dev(plan.rk_cut, i64)),
+        n_rk=k_r,
+        col=col_t,
+        n_col=n_col,
+        rd=tuple(dev(x, i64) for x in rd),
+        n_rd=len(rd[0]),
+        sl=tuple(dev(x, i64) for x in sl),
+        n_sl=len(sl[0]),
+        n_radial=n_radial,
+        width=width,
+    )
+
+
+_T = torch.Tensor
+
+
+def _padded(
+    vectors: torch.Tensor, distances: torch.Tensor, center: torch.Tensor, nbr: torch.Tensor,
+    lo: int, hi: int, c_lo: int, n_c: int, n_el: int,
+) -> tuple[_T, _T, _T, _T, _T, _T, int]:  # fmt: skip
+    """Neighbour tables (n_el, M, n_c) of pairs [lo, hi) (centres c_lo + [0, n_c)): x, y, z,
+    r, pair index (−1: padding), and counts (n_el, n_c)."""
+    dev = vectors.device
+    cen = center[lo:hi] - c_lo
+    el = nbr[lo:hi]
+    key = el * n_c + cen  # element-major: (f, c) segments
+    order = torch.argsort(key, stable=True)
+    counts = torch.bincount(key, minlength=n_el * n_c)  # (n_el * n_c,)
+    starts = torch.cumsum(counts, 0) - counts
+    ks = key[order]
+    slot = torch.arange(hi - lo, device=dev) - starts[ks]
+    m = int(counts.max()) if hi > lo else 0
+    pidx = torch.full((n_el, max(m, 1), n_c), -1, dtype=torch.int64, device=dev)
+    pidx[el[order], slot, cen[order]] = order + lo
+    table = pidx.clamp_min(0)
+    x, y, z = (vectors[:, a].to(torch.float64)[table] for a in range(3))
+    r = distances.to(torch.float64)[table]
+    return x, y, z, r, pidx, counts.view(n_el, n_c).to(torch.int32), m
+
+
+def _blocks(n_c: int, m: int) -> tuple[int, int, int]:
+    """(centres, neighbours j, partners k) per tile: a GPU-sized tile, or when interpreted
+    few large ones (each interpreted operation has a fixed cost)."""
+    if interpreting():
+        mm = triton.next_power_of_2(max(m, 1))
+        return max(16, min(256, triton.next_power_of_2(n_c))), mm, mm
+    return 16, 4, 32
+
+
+def triton_acsf_element(
+    plan: KernelPlan,
+    vectors: torch.Tensor,
+    distances: torch.Tensor,
+    center: torch.Tensor,
+    neighbor_el: torch.Tensor,
+    n_centers: int,
+    n_el: int,
+    derivatives: bool,
+    dtype: torch.dtype = torch.float64,
+    derivative_dtype: torch.dtype | None = None,
+) -> TritonACSF:
+    """Values (n_c, F) and, with ``derivatives``, dG/dr in the split layout (see module doc).
+
+    Arguments as the compiled kernel's driver
+    (:func:`dparallel.descriptors._acsf_engine.numba_element`): pairs (P_e,) sorted by
+    ``center``, restricted to this element's centres and to r < the plan's largest
+    cutoff; tensors on one device (CUDA, or CPU under ``TRITON_INTERPRET=1``).
+    """
+    dev = vectors.device
+    tb = _tables(plan, n_el, dev)
+    center = center.to(torch.int64)
+    nbr = neighbor_el.to(torch.int64)
+    n_pairs_total = int(nbr.shape[0])
+    k_r, n_col = tb.n_rk, tb.n_col
+    src = torch.zeros((n_centers, k_r + n_col), dtype=torch.float64, device=dev)
+    sels: dict[int, torch.Tensor] = {}
+    n_pairs = np.zeros(n_el, dtype=np.int64)
+    grow = torch.zeros(max(n_pairs_total, 1), dtype=torch.int64, device=dev)
+    if derivatives:
+        onehot = torch.nn.functional.one_hot(nbr, n_el) if n_pairs_total else None
+        for f in range(n_el):
+            if tb.width[f] == 0:
+                continue
+            sel = torch.nonzero(nbr == f).squeeze(1)
+            sels[f] = sel
+            n_pairs[f] = int(sel.shape[0])
+        if onehot is not None:  # row of each pair within its neighbour element's block
+            grow[:n_pairs_total] = onehot.cumsum(0).gather(1, nbr.unsqueeze(1)).squeeze(1) - 1
+    n_rows = np.where(tb.width > 0, tb.n_radial + 3 * (tb.width - tb.n_radial), 0)
+    d_base = np.zeros(n_el, dtype=np.int64)
+    d_base[1:] = np.cumsum(n_rows * n_pairs)[:-1]
+    total = int((n_rows * n_pairs).sum())
+    dflat = torch.zeros(max(total, 1), dtype=torch.float64, device=dev) if derivatives else None
+    dbase_t = torch.as_tensor(d_base, device=dev)
+    npairs_t = torch.as_tensor(n_pairs, device=dev)
+    nrad_t = torch.as_tensor(tb.n_radial, device=dev)
+    seg = torch.zeros(n_centers + 1, dtype=torch.int64, device=dev)
+    if n_pairs_total:
+        seg[1:] = torch.cumsum(torch.bincount(center, minlength=n_centers), 0)
+    seg_h = seg.cpu().numpy()
+    dummy = torch.zeros(1, dtype=torch.float64, device=dev)
+    for c_lo in range(0, n_centers, CHUNK_CENTERS):
+        c_hi = min(n_centers, c_lo + CHUNK_CENTERS)
+        lo, hi = int(seg_h[c_lo]), int(seg_h[c_hi])
+        if hi == lo:
+            continue
+        n_c = c_hi - c_lo
+        x, y, z, r, pidx, cnt, m = _padded(vectors, distances, center, nbr, lo, hi, c_lo, n_c, n_el)
+        block, bj, bk = _blocks(n_c, m)
+        grid = (triton.cdiv(n_c, block),)
+        rad = torch.zeros((n_c, max(k_r, 1)), dtype=torch.float64, device=dev)
+        ang = torch.zeros((n_c, max(n_col, 1)), dtype=torch.float64, device=dev)
+        dout = dflat if dflat is not None else dummy
+        want = derivatives and dflat is not None
+        if k_r:
+            _radial_kernel[grid](
+                r, pidx, cnt, grow, n_c, m, *tb.rk, k_r, *tb.cut, rad,
+                *tb.rd, tb.n_rd if want else 0, dbase_t, npairs_t, dout,
+                BLOCK_C=block, BLOCK_K=bk, KINDS=tb.kinds, DERIV=want,
+            )  # fmt: skip
+        if n_col:
+            cl = tb.col
+            _angular_values_kernel[grid](
+                x, y, z, r, cnt, n_c, m,
+                cl["a"], cl["b"], cl["eta"], cl["rs"], cl["cut"], cl["narrow"], cl["zeta"],
+                cl["lam"], cl["zint"], cl["isint"], cl["scale"], n_col, *tb.cut, ang,
+                BLOCK_C=block, BLOCK_J=bj, BLOCK_K=bk, KINDS=tb.kinds,
+            )  # fmt: skip
+        if want and tb.n_sl:
+            cl = tb.col
+            _angular_derivs_kernel[grid](
+                x, y, z, r, pidx, cnt, grow, n_c, m, *tb.sl, tb.n_sl,
+                cl["eta"], cl["rs"], cl["cut"], cl["narrow"], cl["zeta"], cl["lam"],
+                cl["zint"], cl["isint"], cl["scale"], *tb.cut, dbase_t, npairs_t, nrad_t,
+                dout, BLOCK_C=block, BLOCK_J=bj, BLOCK_K=bk, KINDS=tb.kinds,
+            )  # fmt: skip
+        src[c_lo:c_hi, :k_r] = rad[:, :k_r]
+        src[c_lo:c_hi, k_r:] = ang[:, :n_col]
+    vsrc = torch.as_tensor(plan.vsrc, dtype=torch.int64, device=dev)
+    values = src.index_select(1, vsrc).to(dtype)
+    if dflat is not None:
+        dflat = dflat[:total].to(derivative_dtype or dtype)
+    return TritonACSF(values, dflat, d_base, n_pairs, tb.n_radial, n_rows, sels)
