@@ -3,7 +3,7 @@
 Same mathematics and semantics as the compiled kernel (:mod:`dparallel.kernels.acsf_numba`)
 and the torch reference (n2p2 types 2, 3, 9; cutoff types 0-8 with inner cutoff α; any
 real ζ, λ, η; an angular term is 0 where 1 + λ cos θ ≤ 0), driven by the same
-:class:`~dparallel.kernels.acsf_numba.KernelPlan`.
+:class:`~dparallel.kernels.acsf_layout.KernelPlan`.
 
 Layout. The pairs of a block of centres are regrouped (torch index ops, no Python loop
 over atoms) into padded neighbour tables ``(n_el, M, n_c)`` per neighbour element, centre
@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 if TYPE_CHECKING:
-    from dparallel.kernels.acsf_numba import KernelPlan
+    from dparallel.kernels.acsf_layout import KernelPlan
 
 __all__ = ["TritonACSF", "interpreting", "triton_acsf_element"]
 
