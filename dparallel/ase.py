@@ -42,6 +42,10 @@ class Calculator(_calc.Calculator):
     model_dir
         Directory written by ``dparallel train`` and ``dparallel export`` (or the
         ``deployed.pt`` file itself).
+    device
+        Where the networks run: ``"cpu"`` (default; ACSF through the compiled numba
+        route), ``"cuda"``/``"cuda:N"`` (for large cells: descriptors on the CPU, networks,
+        forces and virial on the GPU) or ``"auto"``. A model trained on any device works.
     dtype
         ``torch.float64`` (default) or ``torch.float32``.
     backend
@@ -69,6 +73,7 @@ class Calculator(_calc.Calculator):
         skin: float = 0.5,
         threads: int | None = 1,
         units: str = "ase",
+        device: str = "cpu",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -76,9 +81,10 @@ class Calculator(_calc.Calculator):
         from dparallel.n2p2 import is_potential_dir, load_potential
 
         if is_potential_dir(path):  # an n2p2 potential: (ACSF, HDNNP) from its files
-            self.model = DeployedModel(*load_potential(path, units=units), dtype)
+            self.model = DeployedModel(*load_potential(path, units=units), dtype, device)
         else:
-            self.model = load_deployed(path if path.suffix == ".pt" else path / DEPLOYED, dtype)
+            model_file = path if path.suffix == ".pt" else path / DEPLOYED
+            self.model = load_deployed(model_file, dtype, device)
         self.backend = backend
         self.skin = float(skin)
         self.threads = threads

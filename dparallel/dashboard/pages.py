@@ -155,6 +155,9 @@ class _TrainingPage:
                     f"E RMSE {_fmt(cols['energy_rmse'][-1], '.4g')}, "
                     f"F RMSE {_fmt(cols['force_rmse'][-1], '.4g')}"
                 )
+        waits = [w for w in summary.get("data_wait_fraction", []) if w is not None]
+        if waits:
+            parts.append(f"waiting for data {100 * waits[-1]:.1f}% of the last epoch")
         self.header.text = (
             f"<h2>Training: {html.escape(summary['run'])}</h2><p>"
             + " &nbsp;·&nbsp; ".join(parts)

@@ -22,7 +22,7 @@ from dparallel.descriptors import ACSFResult, PairDerivatives
 from dparallel.errors import TrainingError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Generator, Iterator, Sequence
 
     from dparallel.store import Store
     from dparallel.types import StructureBatch
@@ -308,7 +308,7 @@ class PartitionReader:
                     self._cache.popitem(last=False)
         return data
 
-    def stream(self, order: Sequence[int], prefetch: int) -> Iterator[PartitionData]:
+    def stream(self, order: Sequence[int], prefetch: int) -> Generator[PartitionData, None, None]:
         """Partitions in ``order``; ``prefetch`` > 0 reads ahead in a background thread."""
         if prefetch <= 0:
             for p in order:

@@ -79,6 +79,10 @@ def _store_current(spec: WorkflowSpec, dataset: Path) -> bool:
     return status.current and "statistics" in status.attrs
 
 
+#: Training keys that say where a model trained, not what: a change does not retrain it.
+_WHERE_TRAINED = {"device": None, "data_on_device": None}
+
+
 def _model_current(model_dir: Path, spec: WorkflowSpec) -> bool:
     """Trained to the end (metrics.json has final errors) with the same training spec."""
     assert spec.training is not None
@@ -90,7 +94,7 @@ def _model_current(model_dir: Path, spec: WorkflowSpec) -> bool:
     return (
         (model_dir / "model.pt").exists()
         and "final" in metrics
-        and saved == spec.training.to_dict()
+        and {**saved, **_WHERE_TRAINED} == {**spec.training.to_dict(), **_WHERE_TRAINED}
     )
 
 
