@@ -6,8 +6,9 @@ it, and a resumed optimizer state, loaded into it, follow its parameters — Ada
 and the Kalman filter's P alike). :meth:`Placement.load_data` decides ``data_on_device``:
 the store's arrays held on the device (:mod:`~dparallel.train.resident`, batches gathered
 there by index) when they fit a budget, else streamed from the store with host collation in
-a prefetch thread (:mod:`~dparallel.train.feed`). :meth:`Placement.batches` yields every
-mini-batch, for training and evaluation, on the device and counts the time spent waiting.
+a batch prefetch thread on a GPU (:mod:`~dparallel.train.feed`). :meth:`Placement.batches`
+yields every mini-batch, for training and evaluation, on the device and counts the time
+spent waiting.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from dparallel.train.data import Batch, PartitionReader
     from dparallel.train.spec import TrainingSpec
 
-__all__ = ["DEVICE_DATA_FRACTION", "HOST_DATA_FRACTION", "Placement"]
+__all__ = ["BATCH_PREFETCH_ON_CPU", "DEVICE_DATA_FRACTION", "HOST_DATA_FRACTION", "Placement"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,10 @@ DEVICE_DATA_FRACTION = 0.5
 #: ``data_on_device: auto`` on the CPU: this share of the available RAM, and no more than
 #: the partition cache (``DPARALLEL_TRAIN_CACHE_MB``) a streamed run may hold.
 HOST_DATA_FRACTION = 0.5
+#: Collate streamed batches in a prefetch thread on the CPU too. Off: on the CPU the step
+#: and the collation share the cores (and the GIL), and the partition prefetch thread of
+#: :meth:`~dparallel.train.data.PartitionReader.stream` already reads ahead.
+BATCH_PREFETCH_ON_CPU = False
 
 
 def _host_cache_bytes() -> int:
@@ -143,6 +148,6 @@ class Placement:
             reader, split, size, shuffle=shuffle, seed=spec.seed, epoch=ep,
             shuffle_buffer=spec.shuffle_buffer, prefetch=spec.prefetch, dtype=self.dtype,
         )  # fmt: skip
-        if spec.prefetch > 0:
+        if spec.prefetch > 0 and (self.device.type != "cpu" or BATCH_PREFETCH_ON_CPU):
             return timed(Prefetcher(host, self.device), self.wait)
         return timed((batch_to(b, self.device) for b in host), self.wait)

@@ -95,7 +95,14 @@ def test_resident_data_past_its_budget_is_streamed(reader) -> None:  # noqa: ANN
     assert load_resident(reader, torch.device("cpu"), torch.float64, budget=1000) is None
 
 
-def test_data_held_and_streamed_train_the_same_model(store, tmp_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("batch_prefetch", [False, True])
+def test_data_held_and_streamed_train_the_same_model(
+    store, tmp_path, monkeypatch, batch_prefetch
+) -> None:  # noqa: ANN001
+    import dparallel.train.placement as placement
+
+    # the batch prefetch thread (a GPU's streaming path) on the CPU too
+    monkeypatch.setattr(placement, "BATCH_PREFETCH_ON_CPU", batch_prefetch)
     runs = {}
     for mode in (True, False):
         rows: list[dict] = []
@@ -165,8 +172,14 @@ def test_an_error_in_the_loader_surfaces_in_the_training_thread(reader) -> None:
     assert not _threads()
 
 
-def test_an_error_in_the_store_read_surfaces_in_training(store, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("batch_prefetch", [False, True])
+def test_an_error_in_the_store_read_surfaces_in_training(
+    store, tmp_path, monkeypatch, batch_prefetch
+) -> None:  # noqa: ANN001
     import dparallel.train.data as data
+    import dparallel.train.placement as placement
+
+    monkeypatch.setattr(placement, "BATCH_PREFETCH_ON_CPU", batch_prefetch)
 
     real = data.load_partition
     calls = {"n": 0}
