@@ -22,7 +22,7 @@ import torch
 from dparallel.train.device import batch_to, pin_batch
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Generator, Iterable, Iterator
 
     from dparallel.train.data import Batch
 
@@ -42,7 +42,7 @@ class WaitClock:
         self.seconds = 0.0
 
 
-def timed(batches: Iterable[Batch], clock: WaitClock) -> Iterator[Batch]:
+def timed(batches: Iterable[Batch], clock: WaitClock) -> Generator[Batch, None, None]:
     """``batches``, adding the time each ``next`` took to ``clock``."""
     it = iter(batches)
     try:

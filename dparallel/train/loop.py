@@ -233,7 +233,7 @@ def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:
         where = f"a training step of epoch {epoch}"
         raise out_of_memory(exc, placement.device, batch, where) from None
     finally:
-        batches.close()  # type: ignore[attr-defined]
+        batches.close()  # stops the prefetch threads, also on an error
     model.eval()
     seconds = time.perf_counter() - t0
     return summary, placement.wait.seconds / seconds if seconds > 0 else 0.0

@@ -32,7 +32,7 @@ from dparallel.train.feed import Prefetcher, WaitClock, timed
 from dparallel.train.resident import ResidentData, load_resident
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Generator
 
     from dparallel.nn import HDNNP
     from dparallel.train.data import Batch, PartitionReader
@@ -128,7 +128,7 @@ class Placement:
         spec: TrainingSpec,
         *,
         epoch: int | None = None,
-    ) -> Iterator[Batch]:
+    ) -> Generator[Batch, None, None]:
         """Mini-batches of ``split`` on the device: shuffled for ``epoch`` or in order (``None``).
 
         Evaluation takes batches of at least 64 structures, unshuffled. The time spent

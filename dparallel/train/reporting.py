@@ -141,18 +141,22 @@ def evaluate_split(
         param = next(model.parameters())
         placement = Placement(param.dtype, param.device)
     m = Metrics()
-    for batch in placement.batches(reader, split, spec):
-        e, f = predict_batch(model, batch, reader.forces)
-        value = objective_loss(e, f, batch, spec.force_weight).detach()
-        m.add(
-            e.detach(),
-            batch.energy,
-            batch.atom_counts,
-            None if f is None else f.detach(),
-            batch.forces if f is not None else None,
-            value,
-            keep,
-        )
+    batches = placement.batches(reader, split, spec)
+    try:
+        for batch in batches:
+            e, f = predict_batch(model, batch, reader.forces)
+            value = objective_loss(e, f, batch, spec.force_weight).detach()
+            m.add(
+                e.detach(),
+                batch.energy,
+                batch.atom_counts,
+                None if f is None else f.detach(),
+                batch.forces if f is not None else None,
+                value,
+                keep,
+            )
+    finally:
+        batches.close()  # stops the prefetch threads, also on an error
     return m
 
 
