@@ -8,7 +8,7 @@ scaling, 15-15 tanh), featurized once with derivatives (``dparallel featurize``)
 Then, on every device present — the CPU with all its cores (``threads: 0``), and each run
 on the GPU with the store's arrays held on it (``data_on_device: true``) and, unless
 ``--quick``, streamed through the prefetch thread (``data_on_device: false``) — the same
-first-order spec (Adam, plateau schedule, force-weight schedule; docs/training.md) trains
+first-order spec (Adam, cosine schedule, force-weight schedule; docs/training.md) trains
 and each epoch's model is scored on test.data. Printed per run: mean epoch time, atoms/s,
 the share of the epoch spent waiting for data, peak device memory, final test RMSEs and
 the training time until both test RMSEs reach the target: n2p2's final test RMSE
@@ -54,14 +54,12 @@ N2P2_TARGET = (6.93, 137.0)
 #: The first-order settings (docs/training.md, "Reaching n2p2's accuracy with Adam").
 FIRST_ORDER = {
     "optimizer": "adam",
-    "schedule": "plateau",
+    "schedule": "cosine",
     "lr": 3e-3,
     "lr_min": 1e-5,
-    "plateau_patience": 5,
-    "plateau_factor": 0.5,
-    "force_weight": 0.1,
-    "force_weight_start": 1.0,
-    "batch_size": 32,
+    "force_weight": 0.01,
+    "force_weight_start": 3.0,
+    "batch_size": 8,
 }
 
 
