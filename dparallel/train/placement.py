@@ -14,7 +14,6 @@ spent waiting.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,24 +37,17 @@ if TYPE_CHECKING:
     from dparallel.train.data import Batch, PartitionReader
     from dparallel.train.spec import TrainingSpec
 
-__all__ = ["BATCH_PREFETCH_ON_CPU", "DEVICE_DATA_FRACTION", "HOST_DATA_FRACTION", "Placement"]
+__all__ = ["BATCH_PREFETCH_ON_CPU", "DEVICE_DATA_FRACTION", "Placement"]
 
 log = logging.getLogger(__name__)
 
 #: ``data_on_device: auto`` on a GPU: the arrays may take this share of its free memory
 #: (the rest is for the model, optimizer state and a step's activations).
 DEVICE_DATA_FRACTION = 0.5
-#: ``data_on_device: auto`` on the CPU: this share of the available RAM, and no more than
-#: the partition cache (``DPARALLEL_TRAIN_CACHE_MB``) a streamed run may hold.
-HOST_DATA_FRACTION = 0.5
 #: Collate streamed batches in a prefetch thread on the CPU too. Off: on the CPU the step
 #: and the collation share the cores (and the GIL), and the partition prefetch thread of
 #: :meth:`~dparallel.train.data.PartitionReader.stream` already reads ahead.
 BATCH_PREFETCH_ON_CPU = False
-
-
-def _host_cache_bytes() -> int:
-    return int(os.environ.get("DPARALLEL_TRAIN_CACHE_MB", "2048")) * 2**20
 
 
 @dataclass
@@ -85,14 +77,16 @@ class Placement:
         return model.to(device=self.device, dtype=self.dtype)
 
     def data_budget(self) -> int:
-        """Bytes the store's arrays may take on the device under ``data_on_device: auto``."""
+        """Bytes the store's arrays may take on a GPU under ``data_on_device: auto``."""
         free, _ = device_memory(self.device)
-        if self.device.type == "cpu":
-            return int(min(HOST_DATA_FRACTION * free, _host_cache_bytes()))
         return int(DEVICE_DATA_FRACTION * free)
 
     def load_data(self, reader: PartitionReader) -> None:
         """Hold the store's arrays on the device if ``data_on_device`` says so (and they fit).
+
+        On the CPU ``auto`` streams: decoded partitions stay in RAM in the partition cache
+        (``DPARALLEL_TRAIN_CACHE_MB``) and numpy collation is as fast as gathering from
+        tensors (docs/training.md); ``true`` holds them there too.
 
         Raises
         ------
@@ -100,6 +94,8 @@ class Placement:
             ``data_on_device: true`` and the arrays do not fit the device's memory.
         """
         if self.data_on_device is False:
+            return
+        if self.data_on_device == "auto" and self.device.type == "cpu":
             return
         budget = None if self.data_on_device is True else self.data_budget()
         try:

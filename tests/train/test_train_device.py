@@ -233,6 +233,10 @@ def test_force_weight_follows_the_learning_rate(store, tmp_path) -> None:  # noq
     assert weights[-1] < weights[0]
     # without it the column is absent and the weight constant
     assert "force_weight" not in train_model(store, tmp_path / "n", SPEC).history[0]
+    # data_on_device: auto streams on the CPU (as before: partition cache, numpy collation)
+    doc = json.loads((tmp_path / "n" / "metrics.json").read_text())
+    assert doc["device"] == {"device": "cpu", "data_on_device": False, "data_bytes": None,
+                             "peak_memory_bytes": None}  # fmt: skip
 
 
 # ----------------------------------------------------------------- CUDA
