@@ -83,7 +83,7 @@ def _on_cpu(obj: Any) -> Any:
         return obj.detach().cpu()
     if isinstance(obj, dict):
         return {k: _on_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
+    if type(obj) in (list, tuple):  # not subclasses (named tuples, torch.Size): kept as is
         return type(obj)(_on_cpu(v) for v in obj)
     return obj
 
