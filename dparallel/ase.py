@@ -42,6 +42,10 @@ class Calculator(_calc.Calculator):
     model_dir
         Directory written by ``dparallel train`` and ``dparallel export`` (or the
         ``deployed.pt`` file itself).
+    device
+        Where the networks run: ``"cpu"`` (default; ACSF through the compiled numba
+        route), ``"cuda"``/``"cuda:N"`` (for large cells: descriptors on the CPU, networks,
+        forces and virial on the GPU) or ``"auto"``. A model trained on any device works.
     dtype
         ``torch.float64`` (default) or ``torch.float32``.
     backend
@@ -71,6 +75,7 @@ class Calculator(_calc.Calculator):
         skin: float = 0.5,
         threads: int | None = 1,
         units: str | None = None,
+        device: str = "cpu",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -81,9 +86,10 @@ class Calculator(_calc.Calculator):
             from dparallel.n2p2.declared_units import potential_units
 
             chosen = potential_units(path, units, "ase")  # its declaration wins over a default
-            self.model = DeployedModel(*load_potential(path, units=chosen), dtype)
+            self.model = DeployedModel(*load_potential(path, units=chosen), dtype, device)
         else:
-            self.model = load_deployed(path if path.suffix == ".pt" else path / DEPLOYED, dtype)
+            model_file = path if path.suffix == ".pt" else path / DEPLOYED
+            self.model = load_deployed(model_file, dtype, device)
         self.backend = backend
         self.skin = float(skin)
         self.threads = threads

@@ -18,6 +18,7 @@ __all__ = [
     "ConfigError",
     "DParallelError",
     "DescriptorError",
+    "DeviceError",
     "DiskFullError",
     "InputError",
     "InputFormatError",
@@ -130,3 +131,7 @@ class RunInterruptedError(DParallelError):
 
 class TrainingError(DParallelError, RuntimeError):
     """Training cannot start or continue (empty split, missing arrays, bad checkpoint…)."""
+
+
+class DeviceError(TrainingError):
+    """A compute device was asked for but is absent, or ran out of memory; says what to do."""

@@ -18,6 +18,7 @@ from dparallel.cli._options import (
     start_local_forkserver,
 )
 from dparallel.cli._progress import EpochProgress, milli
+from dparallel.cli.train import device_option
 
 if TYPE_CHECKING:
     import argparse
@@ -33,6 +34,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("workflow", help="workflow YAML (see workflows/quickstart.yaml)")
     add_run_arguments(p)
+    p.add_argument(
+        "--device",
+        type=device_option,
+        default=None,
+        help="where the training stage trains: auto, cpu, cuda or cuda:N "
+        "(same as --set training.device=...)",
+    )
     return p
 
 
@@ -128,4 +136,8 @@ def run(args: argparse.Namespace) -> int:
     """Load the workflow and run it."""
     from dparallel.workflow.spec import load_workflow
 
-    return execute(load_workflow(args.workflow, args.overrides), args, protect=(args.workflow,))
+    spec = load_workflow(args.workflow, args.overrides)
+    if args.device is not None and spec.training is not None:
+        training = spec.training.model_copy(update={"device": args.device})
+        spec = spec.model_copy(update={"training": training})
+    return execute(spec, args, protect=(args.workflow,))

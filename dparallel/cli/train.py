@@ -52,8 +52,25 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="Dask scheduler address: publish per-epoch metrics to its dashboard "
         "(training itself runs in this process)",
     )
+    p.add_argument(
+        "--device",
+        type=device_option,
+        default=None,
+        help="where to train: auto (CUDA when present), cpu, cuda or cuda:N; "
+        "same as --set device=...",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     return p
+
+
+def device_option(text: str) -> str:
+    """An argparse type: a ``device`` setting (auto, cpu, cuda, cuda:N)."""
+    import argparse
+    import re
+
+    if not re.match(r"^(auto|cpu|cuda|cuda:\d+)$", text):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected auto, cpu, cuda or cuda:N")
+    return text
 
 
 def _m(x: float | None) -> str:
@@ -66,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     from dparallel.train import parse_training_spec, train  # torch: only when training
 
     overrides = [*args.overrides, *(["allow_incomplete=true"] if args.allow_incomplete else [])]
+    if args.device is not None:
+        overrides.append(f"device={args.device}")
     spec = parse_training_spec(args.config, overrides)
 
     bar = EpochProgress(spec.epochs, quiet=args.quiet)

@@ -102,11 +102,12 @@ def train_event(
     loss: float,
     energy_rmse: float | None = None,
     force_rmse: float | None = None,
+    data_wait_fraction: float | None = None,
 ) -> dict:
-    """Payload with one epoch's metrics for one split."""
+    """Payload with one epoch's metrics for one split (and, for training, its data wait)."""
     if split not in ("train", "validation"):
         raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
-    return {
+    out = {
         "run": str(run),
         "epoch": _nonneg_int("epoch", epoch),
         "split": split,
@@ -114,6 +115,9 @@ def train_event(
         "energy_rmse": _metric("energy_rmse", energy_rmse),
         "force_rmse": _metric("force_rmse", force_rmse),
     }
+    if data_wait_fraction is not None:
+        out["data_wait_fraction"] = _metric("data_wait_fraction", data_wait_fraction)
+    return out
 
 
 def _resolve_target(target: _EventTarget | None) -> tuple[_EventTarget | None, str]:
@@ -191,9 +195,10 @@ def publish_train_metrics(
     energy_rmse: float | None = None,
     force_rmse: float | None = None,
     *,
+    data_wait_fraction: float | None = None,
     target: _EventTarget | None = None,
 ) -> bool:
     """Publish one epoch's metrics for ``split``; returns whether an event was sent."""
     resolved, _ = _resolve_target(target)
-    msg = train_event(run, epoch, split, loss, energy_rmse, force_rmse)
+    msg = train_event(run, epoch, split, loss, energy_rmse, force_rmse, data_wait_fraction)
     return _publish(TOPIC_TRAIN, msg, resolved)

@@ -183,6 +183,9 @@ class _TrainingPage:
             }
             if cols["epoch"]:
                 parts.append(training_header(split, cols))
+        waits = [w for w in summary.get("data_wait_fraction", []) if w is not None]
+        if waits:
+            parts.append(f"waiting for data {100 * waits[-1]:.1f}% of the last epoch")
         self.header.text = (
             f"<h2>Training: {html.escape(summary['run'])}</h2><p>"
             + " &nbsp;·&nbsp; ".join(parts)

@@ -100,7 +100,8 @@ class DashboardState:
         if self.train is None or self.train.run != run:
             self.train = _Curves(run=run)
         self.train.points[split][int(msg.get("epoch", 0))] = {
-            m: (None if msg.get(m) is None else float(msg[m])) for m in METRICS
+            m: (None if msg.get(m) is None else float(msg[m]))
+            for m in (*METRICS, "data_wait_fraction")
         }
         self.train.updated = t
 
@@ -152,7 +153,10 @@ class DashboardState:
         }
 
     def train_summary(self) -> dict[str, Any] | None:
-        """Per split, columns ``epoch`` and each metric sorted by epoch (or ``None``)."""
+        """Per split, columns ``epoch`` and each metric sorted by epoch (or ``None``).
+
+        Also ``data_wait_fraction``: per training epoch, the share of it spent waiting for data.
+        """
         curves = self.train
         if curves is None:
             return None
@@ -163,6 +167,9 @@ class DashboardState:
             for m in METRICS:
                 cols[m] = [curves.points[split][e][m] for e in epochs]
             out[split] = cols
+        train = curves.points["train"]
+        # share of each training epoch spent waiting for data, by the train columns' epochs
+        out["data_wait_fraction"] = [train[e]["data_wait_fraction"] for e in sorted(train)]
         return out
 
     def to_json(self, now: float | None = None) -> dict[str, Any]:

@@ -35,6 +35,7 @@ def publish_epoch(run: str, row: Mapping[str, Any]) -> None:
             float(loss),
             row.get(f"{split}_energy_rmse"),
             row.get(f"{split}_force_rmse"),
+            data_wait_fraction=row.get("data_wait_fraction") if split == "train" else None,
         )
 
 

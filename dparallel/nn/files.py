@@ -43,8 +43,14 @@ def _refused_global(exc: BaseException) -> str | None:
     return "a Python object" if "global" in str(exc).lower() else None
 
 
-def load_torch_file(path: str | os.PathLike[str], what: str = "torch file") -> dict[str, Any]:
+def load_torch_file(
+    path: str | os.PathLike[str],
+    what: str = "torch file",
+    map_location: str | torch.device = "cpu",
+) -> dict[str, Any]:
     """``torch.load(path, weights_only=True)`` of a dict, with errors that name the file.
+
+    Tensors are loaded onto ``map_location`` (the CPU unless asked otherwise).
 
     Raises
     ------
@@ -60,7 +66,7 @@ def load_torch_file(path: str | os.PathLike[str], what: str = "torch file") -> d
             # torch's notice that a file was pickled with another protocol than its default:
             # one it cannot read is an error below, naming the file; no second message
             warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
-            data = torch.load(path, map_location="cpu", weights_only=True)
+            data = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         refused = _refused_global(exc)
         if refused is None and "Unsupported operand" in str(exc) and zipfile.is_zipfile(path):
@@ -86,11 +92,26 @@ def load_torch_file(path: str | os.PathLike[str], what: str = "torch file") -> d
     return data
 
 
+def _on_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor (in dicts, lists, tuples) moved to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _on_cpu(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):  # not subclasses (named tuples, torch.Size): kept as is
+        return type(obj)(_on_cpu(v) for v in obj)
+    return obj
+
+
 def save_torch_file(obj: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    """``torch.save`` to a temporary file, then rename: a crash never leaves half a file."""
+    """``torch.save`` to a temporary file, then rename: a crash never leaves half a file.
+
+    Saved device-neutral: tensors on a GPU are written from CPU copies, so every file
+    loads on a machine without one.
+    """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp, pickle_protocol=_PICKLE_PROTOCOL)
+    torch.save(_on_cpu(obj), tmp, pickle_protocol=_PICKLE_PROTOCOL)
     tmp.replace(path)
 
 

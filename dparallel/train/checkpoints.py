@@ -56,7 +56,8 @@ _CHECKPOINT_KEYS = frozenset(
     }
 )
 #: Training keys a resumed run may change.
-_RESUMABLE_KEYS = frozenset({"epochs", "allow_incomplete"})
+#: (``device`` and ``data_on_device``: a run may resume on another device, bitwise on the same.)
+_RESUMABLE_KEYS = frozenset({"epochs", "allow_incomplete", "device", "data_on_device"})
 
 
 @dataclass
@@ -117,6 +118,9 @@ def resume_from(
 ) -> Progress:
     """Load the checkpoint at ``path`` into model, optimizer, schedule and RNG.
 
+    Tensors load onto the model's device (``map_location``): a checkpoint written on one
+    device (saved device-neutral, on the CPU) resumes on any.
+
     Raises
     ------
     TrainingError
@@ -125,7 +129,8 @@ def resume_from(
     """
     if not path.is_file():
         raise TrainingError(f"--resume: no checkpoint at {path}")
-    ck = load_torch_file(path, "checkpoint")
+    device = next(model.parameters()).device
+    ck = load_torch_file(path, "checkpoint", map_location=device)
     if not set(ck) >= _CHECKPOINT_KEYS:
         raise TrainingError(
             f"{path}: not a dparallel checkpoint (missing "

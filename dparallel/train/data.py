@@ -22,7 +22,7 @@ from dparallel.descriptors import ACSFResult, PairDerivatives
 from dparallel.errors import TrainingError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Generator, Iterator, Sequence
 
     from dparallel.store import Store
     from dparallel.types import StructureBatch
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SPLITS",
     "Batch",
+    "BatchPlan",
     "PartitionData",
     "PartitionReader",
     "SplitIndex",
@@ -317,7 +318,7 @@ class PartitionReader:
         """A mini-batch of ``(partition, local structure)`` items (:func:`collate`)."""
         return collate(items, self.elements, dtype)
 
-    def stream(self, order: Sequence[int], prefetch: int) -> Iterator[PartitionData]:
+    def stream(self, order: Sequence[int], prefetch: int) -> Generator[PartitionData, None, None]:
         """Partitions in ``order``; ``prefetch`` > 0 reads ahead in a background thread."""
         if prefetch <= 0:
             for p in order:
@@ -460,6 +461,62 @@ def collate(
     )
 
 
+class BatchPlan:
+    """Which structures make each mini-batch of a split, from the split index alone.
+
+    ``partitions`` is the order partitions are read in; iterating gives each batch as
+    ``(partition, local structure)`` pairs. With ``shuffle`` the partitions come in a
+    random order and structures are drawn at random from a buffer of at most
+    ``shuffle_buffer`` (+ one partition) structures filled in that order; the plan depends
+    only on (seed, epoch), so a resumed run, and data held on a device rather than
+    streamed, see the same batches. Every structure of the split is in exactly one batch.
+    """
+
+    def __init__(
+        self,
+        index: SplitIndex,
+        split: str,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        epoch: int = 0,
+        shuffle_buffer: int = 512,
+    ) -> None:
+        self.index, self.code = index, SPLITS[split]
+        self.batch_size, self.shuffle, self.shuffle_buffer = batch_size, shuffle, shuffle_buffer
+        self._rng = np.random.default_rng([seed, epoch, 7919])
+        parts = index.partitions_with(split)
+        if shuffle:
+            parts = [parts[i] for i in self._rng.permutation(len(parts))]
+        self.partitions: list[int] = parts
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        rng, size = self._rng, self.batch_size
+        buffer: list[tuple[int, int]] = []
+
+        def draw() -> list[tuple[int, int]]:
+            picked = []
+            for _ in range(min(size, len(buffer))):
+                i = int(rng.integers(len(buffer)))
+                picked.append(buffer[i])
+                buffer[i] = buffer[-1]
+                buffer.pop()
+            return picked
+
+        for p in self.partitions:
+            local = np.flatnonzero(self.index.split[p] == self.code)
+            if self.shuffle:
+                buffer.extend((p, int(s)) for s in local)
+                while len(buffer) >= max(self.shuffle_buffer, size):
+                    yield draw()
+            else:
+                for a in range(0, local.shape[0], size):
+                    yield [(p, int(s)) for s in local[a : a + size]]
+        while buffer:
+            yield draw()
+
+
 def iterate_batches(
     reader: PartitionReader,
     split: str,
@@ -472,36 +529,30 @@ def iterate_batches(
     prefetch: int = 1,
     dtype: torch.dtype = torch.float64,
 ) -> Iterator[Batch]:
-    """Mini-batches of every structure of ``split`` exactly once.
+    """Mini-batches of every structure of ``split`` exactly once, streamed from the store.
 
-    With ``shuffle``: partitions in a random order and structures drawn at random from a
-    buffer of at most ``shuffle_buffer`` (+ one partition) structures; the order depends
-    only on (seed, epoch), so a resumed run sees the same batches.
+    The batches are those of :class:`BatchPlan`; partitions are read in its order
+    (``prefetch`` ahead in a thread) and dropped once their last structure is batched.
     """
+    plan = BatchPlan(
+        reader.index, split, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+        shuffle_buffer=shuffle_buffer,
+    )  # fmt: skip
     code = SPLITS[split]
-    parts = reader.index.partitions_with(split)
-    rng = np.random.default_rng([seed, epoch, 7919])
-    if shuffle:
-        parts = [parts[i] for i in rng.permutation(len(parts))]
-    buffer: list[tuple[PartitionData, int]] = []
-
-    def draw() -> list[tuple[PartitionData, int]]:
-        picked = []
-        for _ in range(min(batch_size, len(buffer))):
-            i = int(rng.integers(len(buffer)))
-            picked.append(buffer[i])
-            buffer[i] = buffer[-1]
-            buffer.pop()
-        return picked
-
-    for part in reader.stream(parts, prefetch):
-        local = np.flatnonzero(part.split == code)
-        if shuffle:
-            buffer.extend((part, int(s)) for s in local)
-            while len(buffer) >= max(shuffle_buffer, batch_size):
-                yield reader.collate(draw(), dtype)
-        else:
-            for a in range(0, local.shape[0], batch_size):
-                yield reader.collate([(part, int(s)) for s in local[a : a + batch_size]], dtype)
-    while buffer:
-        yield reader.collate(draw(), dtype)
+    left = {p: int(np.count_nonzero(reader.index.split[p] == code)) for p in plan.partitions}
+    stream = reader.stream(plan.partitions, prefetch)
+    loaded: dict[int, PartitionData] = {}
+    try:
+        for items in plan:
+            for p, _ in items:
+                while p not in loaded:
+                    part = next(stream)
+                    loaded[part.p] = part
+            batch = reader.collate([(loaded[p], s) for p, s in items], dtype)
+            for p, _ in items:
+                left[p] -= 1
+                if left[p] == 0:
+                    del loaded[p]
+            yield batch
+    finally:
+        stream.close()

@@ -37,6 +37,7 @@ from dparallel.descriptors.registry import descriptor_kind, kind_of
 from dparallel.errors import DescriptorError, TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.nn import HDNNP, load_exported_program, load_torch_file
+from dparallel.train.device import features_to, resolve_device
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
@@ -76,14 +77,24 @@ def _kind(descriptor: Descriptor) -> str:
 
 
 class DeployedModel(nn.Module):
-    """Descriptor (ACSF or NeighborSum) + HDNNP: a self-contained potential (float64 default)."""
+    """Descriptor (ACSF or NeighborSum) + HDNNP: a self-contained potential (float64 default).
+
+    ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``) is where :meth:`predict` runs the
+    networks and sums forces and virial; descriptors are computed on the CPU and moved
+    there. On the CPU an ACSF model takes the compiled numba route.
+    """
 
     def __init__(
-        self, descriptor: Descriptor, model: HDNNP, dtype: torch.dtype = torch.float64
+        self,
+        descriptor: Descriptor,
+        model: HDNNP,
+        dtype: torch.dtype = torch.float64,
+        device: str | torch.device = "cpu",
     ) -> None:
         super().__init__()
         self.descriptor = descriptor
-        self.model = model.to(dtype)
+        self.device = resolve_device(device)
+        self.model = model.to(device=self.device, dtype=dtype)
         self.dtype = dtype
         for e in model.elements:
             if e not in descriptor.elements:
@@ -173,22 +184,25 @@ class DeployedModel(nn.Module):
     ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
         """:meth:`predict` through torch ops: outputs and the virial (S, 3, 3) if ``stress``."""
         need = forces or stress
+        dev = self.device
         res = self._compute(batch, nb, need, backend)
+        if dev.type != "cpu":
+            res = features_to(res, dev)
         values = {}
         for e, r in res.items():
             if r.values.shape[0]:
                 values[e] = r.values.detach().requires_grad_(need)
-        sidx = torch.from_numpy(batch.structure_index)
+        sidx = torch.from_numpy(batch.structure_index).to(dev)
         with torch.enable_grad():
             atomic = self.model.atomic_energies(values)
-            energy = torch.zeros(batch.n_structures, dtype=self.dtype)
-            per_atom = torch.zeros(batch.n_atoms, dtype=self.dtype)
+            energy = torch.zeros(batch.n_structures, dtype=self.dtype, device=dev)
+            per_atom = torch.zeros(batch.n_atoms, dtype=self.dtype, device=dev)
             for e, ei in atomic.items():
                 per_atom = per_atom.index_put((res[e].atom_index,), ei.detach())
                 energy = energy.index_add(0, sidx.index_select(0, res[e].atom_index), ei)
             out: dict[str, np.ndarray] = {
-                "energy": energy.detach().numpy(),
-                "energies": per_atom.numpy(),
+                "energy": energy.detach().cpu().numpy(),
+                "energies": per_atom.cpu().numpy(),
             }
             if not need:
                 return out, None
@@ -197,10 +211,11 @@ class DeployedModel(nn.Module):
         dE_dG = dict(zip(keys, grads, strict=True))
         sub = {e: res[e] for e in keys}
         if forces:
-            out["forces"] = forces_from_derivatives(dE_dG, sub, batch.n_atoms).numpy()
+            out["forces"] = forces_from_derivatives(dE_dG, sub, batch.n_atoms).cpu().numpy()
         if not stress:
             return out, None
-        return out, virial_from_derivatives(dE_dG, sub, sidx, batch.n_structures).numpy()
+        virial = virial_from_derivatives(dE_dG, sub, sidx, batch.n_structures)
+        return out, virial.cpu().numpy()
 
     def predict(
         self,
@@ -219,7 +234,7 @@ class DeployedModel(nn.Module):
         ``backend`` picks the ACSF backend (``"auto"``, ``"numba"``, ``"torch"``).
         """
         nb = neighbors if neighbors is not None else self.neighbors(batch)
-        if self._compiled(backend):
+        if self._compiled(backend) and self.device.type == "cpu":
             out, w = self._acsf_forces()(batch, nb, forces, stress)
         else:
             out, w = self._predict_torch(batch, nb, forces, stress, backend)
@@ -252,8 +267,12 @@ class DeployedModel(nn.Module):
         }
 
 
-def load_deployed(path: str | os.PathLike[str], dtype: torch.dtype | None = None) -> DeployedModel:
-    """Load ``deployed.pt`` (or MODEL_DIR containing it)."""
+def load_deployed(
+    path: str | os.PathLike[str],
+    dtype: torch.dtype | None = None,
+    device: str | torch.device = "cpu",
+) -> DeployedModel:
+    """Load ``deployed.pt`` (or MODEL_DIR containing it), evaluating on ``device``."""
     path = Path(path)
     if path.is_dir():
         path = path / DEPLOYED
@@ -272,7 +291,7 @@ def load_deployed(path: str | os.PathLike[str], dtype: torch.dtype | None = None
     model = model.to(dt)
     model.load_state_dict(data["state_dict"])
     model.eval()
-    return DeployedModel(descriptor, model, dt)
+    return DeployedModel(descriptor, model, dt, device)
 
 
 class _AtomicEnergy(nn.Module):

@@ -82,7 +82,7 @@ class KalmanFilter(torch.optim.Optimizer):
         p0 = self.params[0]
         n = sum(p.numel() for p in self.params)
         self.state[p0] = {
-            "P": torch.eye(n, dtype=p0.dtype) / epsilon,  # (n, n)
+            "P": torch.eye(n, dtype=p0.dtype, device=p0.device) / epsilon,  # (n, n), on w's device
             "q": q0,
             "eta": eta0,
             "updates": 0,
@@ -147,7 +147,7 @@ def _flat(
 ) -> torch.Tensor:
     """Batched per-parameter gradients (m, *p.shape) → one Jacobian (n, m)."""
     cols = [
-        (g if g is not None else torch.zeros((m, *p.shape), dtype=p.dtype)).reshape(m, -1)
+        (g if g is not None else p.new_zeros((m, *p.shape))).reshape(m, -1)
         for g, p in zip(grads, params, strict=True)
     ]
     return torch.cat(cols, dim=1).T
@@ -193,7 +193,8 @@ def observations(
         ok_e = torch.isfinite(batch.energy)
         y_e = (e / batch.atom_counts / s)[ok_e]  # (S',)
         xi = [((batch.energy - e.detach()) / batch.atom_counts / s)[ok_e]]
-        jac = [_flat(_grads(y_e, params, torch.eye(len(y_e), dtype=e.dtype)), params, len(y_e))]
+        eye = torch.eye(len(y_e), dtype=e.dtype, device=e.device)
+        jac = [_flat(_grads(y_e, params, eye), params, len(y_e))]
         if not forces:
             return Observations(torch.cat(jac, 1), torch.cat(xi), e.detach(), None)
         g = _grads(e.sum()[None], [values[k] for k in keys], None, create_graph=True)
@@ -202,7 +203,9 @@ def observations(
         if pick is None and spec.force_weight > 0:
             finite = torch.isfinite(batch.forces).reshape(-1).nonzero().squeeze(1)
             k = min(spec.kalman_force_components * batch.n_structures, finite.numel())
-            pick = finite[torch.randperm(finite.numel())[:k]]  # (k,) flat components
+            # drawn by the CPU generator on every device (a resumed run draws the same)
+            perm = torch.randperm(finite.numel())[:k].to(finite.device)
+            pick = finite[perm]  # (k,) flat components
         if pick is not None and pick.numel():
             k = pick.numel()
             w = math.sqrt(spec.force_weight) / s
@@ -257,7 +260,7 @@ def _grads(
             allow_unused=True,
         )  # fmt: skip
     return tuple(
-        o if o is not None else torch.zeros((len(y), *x.shape), dtype=y.dtype)
+        o if o is not None else y.new_zeros((len(y), *x.shape))
         for o, x in zip(out, inputs, strict=True)
     )
 
@@ -280,7 +283,7 @@ def force_cotangents(
     out = []
     for e in keys:
         res, ref = features[e], like[e]
-        d = torch.zeros((k, *ref.shape), dtype=ref.dtype)  # (k, n_e, F_e)
+        d = ref.new_zeros((k, *ref.shape))  # (k, n_e, F_e)
         for pd in res.pairs.values():
             if pd.feature_index.numel() == 0 or pd.pair_first.numel() == 0:
                 continue

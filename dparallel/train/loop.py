@@ -33,8 +33,9 @@ from dparallel.train.checkpoints import (
 )
 from dparallel.train.data import PartitionReader
 from dparallel.train.data_units import record_data_units
+from dparallel.train.device import out_of_memory
 from dparallel.train.kalman import KalmanFilter, kalman_step
-from dparallel.train.objective import loss, predict_batch
+from dparallel.train.objective import loss, predict_batch, scheduled_force_weight
 from dparallel.train.placement import Placement
 from dparallel.train.preparation import (
     Prepared,
@@ -196,48 +197,72 @@ def _set_up(
         reader = StructureReader(
             store, spec.descriptor, prep.descriptor_spec or {}, prep.elements, prep.index,
             prep.forces, _CACHE_BYTES,
-            choose_engine(spec.descriptor, spec.compute_with, spec.optimizer),
+            choose_engine(
+                spec.descriptor, spec.compute_with, spec.optimizer, placement.device.type
+            ),
         )  # fmt: skip
+    placement.load_data(reader)
     run = _Run(spec, prep, placement, model, opt, sched, reader, model_dir)
     return run, progress
 
 
-def _train_epoch(run: _Run, epoch: int) -> Metrics:
-    """One pass over the training split: an optimizer update per mini-batch."""
+def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:
+    """One pass over the training split, an update per mini-batch; errors, data-wait share.
+
+    The share is the time the loop waited for the next batch over the pass's wall time.
+    """
     model, opt, spec, forces = run.model, run.opt, run.spec, run.prep.forces
+    placement = run.placement
+    force_weight = scheduled_force_weight(spec, opt.param_groups[0]["lr"])
     model.train()
     m = Metrics()
-    for batch in run.placement.batches(run.reader, "train", spec, epoch=epoch):
-        if isinstance(opt, KalmanFilter):
-            e, f, value = kalman_step(model, opt, batch, spec, forces)
-        else:
-            opt.zero_grad(set_to_none=True)
-            e, f = predict_batch(model, batch, forces, create_graph=True)
-            value = loss(e, f, batch, spec.force_weight)
-            value.backward()
-            opt.step()
-        m.add(
-            e.detach(),
-            batch.energy,
-            batch.atom_counts,
-            None if f is None else f.detach(),
-            batch.forces if f is not None else None,
-            float(value.detach()),
-        )
+    placement.wait.reset()
+    t0 = time.perf_counter()
+    batches = placement.batches(run.reader, "train", spec, epoch=epoch)
+    batch = None
+    try:
+        for batch in batches:
+            if isinstance(opt, KalmanFilter):
+                e, f, value = kalman_step(model, opt, batch, spec, forces)
+            else:
+                opt.zero_grad(set_to_none=True)
+                e, f = predict_batch(model, batch, forces, create_graph=True)
+                value = loss(e, f, batch, force_weight)
+                value.backward()
+                opt.step()
+            m.add(
+                e.detach(),
+                batch.energy,
+                batch.atom_counts,
+                None if f is None else f.detach(),
+                batch.forces if f is not None else None,
+                value.detach(),
+            )
+        summary = m.summary()  # waits for the device's queued work
+    except torch.OutOfMemoryError as exc:
+        where = f"a training step of epoch {epoch}"
+        raise out_of_memory(exc, placement.device, batch, where) from None
+    finally:
+        batches.close()  # stops the prefetch threads, also on an error
     model.eval()
-    return m
+    seconds = time.perf_counter() - t0
+    return summary, placement.wait.seconds / seconds if seconds > 0 else 0.0
 
 
 def _epoch(run: _Run, epoch: int, progress: Progress) -> dict[str, Any]:
     """Train one epoch, validate, step the schedule, save best/checkpoint/metrics; its row."""
     t0 = time.perf_counter()
     spec, prep = run.spec, run.prep
-    train_sum = _train_epoch(run, epoch).summary()
+    train_sum, wait = _train_epoch(run, epoch)
     has_val = prep.index.count("validation") > 0
     if has_val:
-        val_sum = evaluate_split(
-            run.model, run.reader, "validation", spec, placement=run.placement
-        ).summary()
+        try:
+            val_sum = evaluate_split(
+                run.model, run.reader, "validation", spec, placement=run.placement
+            ).summary()
+        except torch.OutOfMemoryError as exc:
+            where = f"validation after epoch {epoch}"
+            raise out_of_memory(exc, run.placement.device, None, where) from None
     else:
         val_sum = dict.fromkeys(train_sum, float("nan"))
     monitor = val_sum["loss"] if has_val else train_sum["loss"]
@@ -253,6 +278,9 @@ def _epoch(run: _Run, epoch: int, progress: Progress) -> dict[str, Any]:
         progress.bad_epochs += 1
     row = epoch_row(epoch, lr, train_sum, val_sum, time.perf_counter() - t0)
     row["train_structures"] = prep.index.count("train")  # per epoch, for the rate shown
+    row["data_wait_fraction"] = wait
+    if spec.force_weight_start is not None and spec.optimizer != "kalman":
+        row["force_weight"] = scheduled_force_weight(spec, lr)
     progress.history.append(row)
     save_checkpoint(
         run.model_dir / CHECKPOINT, epoch, run.model, run.opt, run.sched, progress, spec
@@ -284,6 +312,7 @@ def _finish(
         "test_ids": prep.index.ids_of("test").tolist(),
         "reference_energies": dict(zip(prep.elements, prep.ref_energy.tolist(), strict=True)),
         "data": coverage,
+        "device": run.placement.describe(),
     }
     write_metrics(model_dir, progress.history, extra)
     write_plots(model_dir, progress.history, parity)

@@ -18,8 +18,9 @@ from dparallel.train.structure_data import ComputedBatch
 if TYPE_CHECKING:
     from dparallel.nn import HDNNP
     from dparallel.train.data import Batch
+    from dparallel.train.spec import TrainingSpec
 
-__all__ = ["loss", "predict_batch"]
+__all__ = ["loss", "predict_batch", "scheduled_force_weight"]
 
 
 def predict_batch(
@@ -72,3 +73,18 @@ def loss(
         if bool(okf.any()):
             out = out + force_weight * ((f - batch.forces)[okf] ** 2).mean()
     return out
+
+
+def scheduled_force_weight(spec: TrainingSpec, lr: float) -> float:
+    """The force weight of an epoch trained at learning rate ``lr`` (first-order optimizers).
+
+    With ``force_weight_start`` set, the weight follows the learning rate as in DeePMD-kit's
+    loss prefactors: ``force_weight + (force_weight_start − force_weight) · lr / spec.lr``,
+    so it starts at ``force_weight_start`` and approaches ``force_weight`` as a cosine or
+    plateau schedule lowers the rate. Otherwise (and for the Kalman filter) ``force_weight``.
+    Validation and test losses always use ``force_weight``, so the monitored loss is
+    comparable across epochs.
+    """
+    if spec.force_weight_start is None or spec.optimizer == "kalman":
+        return spec.force_weight
+    return spec.force_weight + (spec.force_weight_start - spec.force_weight) * lr / spec.lr

@@ -54,15 +54,19 @@ EpochCallback = Callable[[dict[str, Any]], bool | None]
 
 @dataclass
 class Metrics:
-    """Running sums for energy-per-atom and force-component errors (eV, eV/Å)."""
+    """Running sums for energy-per-atom and force-component errors (eV, eV/Å).
 
-    n_e: int = 0
-    se_e: float = 0.0
-    ae_e: float = 0.0
-    n_f: int = 0
-    se_f: float = 0.0
-    ae_f: float = 0.0
-    loss_sum: float = 0.0
+    The sums stay tensors on the batches' device until :meth:`summary` (no host
+    synchronisation per batch).
+    """
+
+    n_e: Any = 0
+    se_e: Any = 0.0
+    ae_e: Any = 0.0
+    n_f: Any = 0
+    se_f: Any = 0.0
+    ae_f: Any = 0.0
+    loss_sum: Any = 0.0
     n_batches: int = 0
     parity: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
@@ -73,46 +77,55 @@ class Metrics:
         n_atoms: torch.Tensor,
         f_pred: torch.Tensor | None,
         f_ref: torch.Tensor | None,
-        loss: float | None = None,
+        loss: float | torch.Tensor | None = None,
         keep: bool = False,
     ) -> None:
         """Accumulate one batch (energies (S,), atom counts (S,), forces (N, 3))."""
         with torch.no_grad():
             de = (e_pred - e_ref) / n_atoms
             ok = torch.isfinite(de)
-            self.n_e += int(ok.sum())
-            self.se_e += float((de[ok] ** 2).sum())
-            self.ae_e += float(de[ok].abs().sum())
+            de = torch.where(ok, de, 0.0)
+            self.n_e = self.n_e + ok.sum()
+            self.se_e = self.se_e + (de**2).sum().double()
+            self.ae_e = self.ae_e + de.abs().sum().double()
             if keep:
-                self.parity.setdefault("e_ref", []).append((e_ref / n_atoms)[ok].numpy())
-                self.parity.setdefault("e_pred", []).append((e_pred / n_atoms)[ok].numpy())
+                self.parity.setdefault("e_ref", []).append(_host(e_ref / n_atoms, ok))
+                self.parity.setdefault("e_pred", []).append(_host(e_pred / n_atoms, ok))
             if f_pred is not None and f_ref is not None:
                 df = f_pred - f_ref
                 okf = torch.isfinite(df)
-                self.n_f += int(okf.sum())
-                self.se_f += float((df[okf] ** 2).sum())
-                self.ae_f += float(df[okf].abs().sum())
+                df = torch.where(okf, df, 0.0)
+                self.n_f = self.n_f + okf.sum()
+                self.se_f = self.se_f + (df**2).sum().double()
+                self.ae_f = self.ae_f + df.abs().sum().double()
                 if keep:
-                    self.parity.setdefault("f_ref", []).append(f_ref[okf].numpy())
-                    self.parity.setdefault("f_pred", []).append(f_pred[okf].numpy())
+                    self.parity.setdefault("f_ref", []).append(_host(f_ref, okf))
+                    self.parity.setdefault("f_pred", []).append(_host(f_pred, okf))
             if loss is not None:
-                self.loss_sum += loss
+                self.loss_sum = self.loss_sum + (
+                    loss.double() if isinstance(loss, torch.Tensor) else loss
+                )
                 self.n_batches += 1
 
     def summary(self) -> dict[str, float]:
         """energy_rmse/mae (eV/atom), force_rmse/mae (eV/Å), loss (NaN when not measured)."""
         nan = float("nan")
+        n_e, n_f = int(self.n_e), int(self.n_f)
         return {
-            "loss": self.loss_sum / self.n_batches if self.n_batches else nan,
-            "energy_rmse": math.sqrt(self.se_e / self.n_e) if self.n_e else nan,
-            "energy_mae": self.ae_e / self.n_e if self.n_e else nan,
-            "force_rmse": math.sqrt(self.se_f / self.n_f) if self.n_f else nan,
-            "force_mae": self.ae_f / self.n_f if self.n_f else nan,
+            "loss": float(self.loss_sum) / self.n_batches if self.n_batches else nan,
+            "energy_rmse": math.sqrt(float(self.se_e) / n_e) if n_e else nan,
+            "energy_mae": float(self.ae_e) / n_e if n_e else nan,
+            "force_rmse": math.sqrt(float(self.se_f) / n_f) if n_f else nan,
+            "force_mae": float(self.ae_f) / n_f if n_f else nan,
         }
 
     def parity_arrays(self) -> dict[str, np.ndarray]:
         """Concatenated reference/predicted arrays kept with ``keep=True``."""
         return {k: np.concatenate(v) for k, v in self.parity.items()}
+
+
+def _host(x: torch.Tensor, ok: torch.Tensor) -> np.ndarray:
+    return x[ok].detach().cpu().numpy()
 
 
 def evaluate_split(
@@ -124,20 +137,26 @@ def evaluate_split(
     placement: Placement | None = None,
 ) -> Metrics:
     """Errors of ``model`` on every structure of ``split`` (streamed, no shuffling)."""
-    placement = placement or Placement.of(spec)
+    if placement is None:  # where the model is, streamed
+        param = next(model.parameters())
+        placement = Placement(param.dtype, param.device)
     m = Metrics()
-    for batch in placement.batches(reader, split, spec):
-        e, f = predict_batch(model, batch, reader.forces)
-        value = float(objective_loss(e, f, batch, spec.force_weight).detach())
-        m.add(
-            e.detach(),
-            batch.energy,
-            batch.atom_counts,
-            None if f is None else f.detach(),
-            batch.forces if f is not None else None,
-            value,
-            keep,
-        )
+    batches = placement.batches(reader, split, spec)
+    try:
+        for batch in batches:
+            e, f = predict_batch(model, batch, reader.forces)
+            value = objective_loss(e, f, batch, spec.force_weight).detach()
+            m.add(
+                e.detach(),
+                batch.energy,
+                batch.atom_counts,
+                None if f is None else f.detach(),
+                batch.forces if f is not None else None,
+                value,
+                keep,
+            )
+    finally:
+        batches.close()  # stops the prefetch threads, also on an error
     return m
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dparallel.config import apply_overrides, describe_validation_error, read_yaml, section
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import ConfigError
+from dparallel.train.device import DEVICE_PATTERN
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -54,6 +55,12 @@ class TrainingSpec(BaseModel):
     batch_size: int = Field(8, ge=1)
     epochs: int = Field(300, ge=1)
     force_weight: float = Field(0.03, ge=0)
+    force_weight_start: float | None = Field(
+        None,
+        ge=0,
+        description="first-order optimizers: force weight at the start, moving to "
+        "force_weight as the learning rate decays (None = force_weight throughout)",
+    )
     kalman_epsilon: float = Field(0.01, gt=0, description="Kalman: P starts as I/epsilon")
     kalman_q0: float = Field(0.01, ge=0, description="Kalman: initial process noise")
     kalman_qtau: float = Field(2.302, ge=0, description="Kalman: q decays by exp(-qtau) per epoch")
@@ -76,6 +83,14 @@ class TrainingSpec(BaseModel):
     prefetch: int = Field(1, ge=0, description="partitions read ahead in a thread")
     dtype: Literal["float64", "float32"] = "float64"
     threads: int = Field(1, ge=0, description="torch threads; 0 = leave the default")
+    device: str = Field(
+        "auto", pattern=DEVICE_PATTERN, description="auto (CUDA when present), cpu, cuda, cuda:N"
+    )
+    data_on_device: bool | Literal["auto"] = Field(
+        "auto",
+        description="hold the store's arrays on the device (auto: when they fit a fraction "
+        "of its free memory), else stream them through a prefetch thread",
+    )
     allow_incomplete: bool = Field(
         False, description="train on the done partitions of an incomplete store"
     )

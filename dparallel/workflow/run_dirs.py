@@ -53,9 +53,18 @@ def _changed(old: Any, new: Any, prefix: str = "") -> list[str]:
     return out
 
 
+#: Training keys that say where a model trained, not what: a change does not retrain it.
+_WHERE_TRAINED = {"device": None, "data_on_device": None}
+
+
+def _what_trained(spec: Any) -> Any:
+    return {**spec, **_WHERE_TRAINED} if isinstance(spec, dict) else spec
+
+
 def _mismatch(model_dir: Path, training: dict[str, Any], store: dict[str, Any]) -> str:
     """Why the finished model in ``model_dir`` is not of this configuration ("" if it is)."""
-    saved = _read(model_dir / "spec.json")
+    saved = _what_trained(_read(model_dir / "spec.json"))
+    training = _what_trained(training)
     if saved != training:
         return "training " + ", ".join(_changed(saved, training)[:4] or ["spec unreadable"])
     recorded = _read(model_dir / STORE_JSON)

@@ -113,3 +113,41 @@ def test_recomputes_when_positions_numbers_cell_or_pbc_change_and_only_then(tmp_
         np.testing.assert_array_equal(kept.arrays[name], atoms.arrays[name])
     np.testing.assert_array_equal(kept.cell.array, atoms.cell.array)
     np.testing.assert_array_equal(kept.pbc, atoms.pbc)
+
+
+def test_device_cpu_gives_the_default_results_and_absent_cuda_is_refused(tmp_path) -> None:  # noqa: ANN001
+    import torch
+
+    from dparallel.errors import DeviceError
+
+    model_dir = write_model_dir(tmp_path, hco_acsf())
+    export_model(model_dir, artifacts=False)
+    atoms = next(_trajectory())
+    results = []
+    for calc in (Calculator(model_dir), Calculator(model_dir, device="cpu", backend="torch")):
+        a = atoms.copy()
+        a.calc = calc
+        results.append((a.get_potential_energy(), a.get_forces(), a.get_stress()))
+    assert abs(results[0][0] - results[1][0]) < 1e-10
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=0, atol=1e-10)
+    assert results[1][0] != 0.0
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="'cuda' asked for"):
+            Calculator(model_dir, device="cuda")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind", ["acsf", "neighbor_sum"])
+def test_cuda_calculator_matches_the_cpu(kind, tmp_path) -> None:  # noqa: ANN001
+    descriptor = hco_acsf() if kind == "acsf" else hco_neighbor_sum()
+    model_dir = write_model_dir(tmp_path, descriptor)
+    export_model(model_dir, artifacts=False)
+    atoms = next(_trajectory()).repeat((3, 3, 3))  # a larger cell
+    results = []
+    for device in ("cpu", "cuda"):
+        a = atoms.copy()
+        a.calc = Calculator(model_dir, device=device)
+        results.append((a.get_potential_energy(), a.get_forces(), a.get_stress()))
+    assert abs(results[0][0] - results[1][0]) < 1e-8
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(results[0][2], results[1][2], rtol=0, atol=1e-9)

@@ -53,3 +53,39 @@ def test_cli_errors_are_reported(tmp_path, capsys) -> None:  # noqa: ANN001
     assert "bogus" in capsys.readouterr().err
     assert main(["export", str(tmp_path)]) == 2
     assert "dparallel train" in capsys.readouterr().err
+
+
+def test_device_option_of_train_and_run(tmp_path, capsys) -> None:  # noqa: ANN001
+    import torch
+
+    with pytest.raises(SystemExit):  # argparse refuses a device that is no device
+        main(["train", "x.zarr", "-o", "m", "--device", "gpu"])
+    assert "expected auto, cpu, cuda or cuda:N" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "w.yaml", "--device", "tpu"])
+    assert "expected auto, cpu, cuda or cuda:N" in capsys.readouterr().err
+    if torch.cuda.is_available():
+        return
+    store = small_store(tmp_path, n=8)
+    rc = main(["train", str(store.path), "-o", str(tmp_path / "m"), "--device", "cuda:0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'cuda:0' asked for" in err and "available: cpu" in err
+
+
+def test_run_device_option_reaches_the_training_spec(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    import dparallel.cli.run as cli_run
+
+    seen = {}
+
+    def execute(spec, args, protect=()) -> int:  # noqa: ANN001
+        seen["spec"] = spec
+        return 0
+
+    monkeypatch.setattr(cli_run, "execute", execute)
+    from pathlib import Path
+
+    wf = Path(__file__).parents[2] / "workflows" / "quickstart.yaml"
+    main(["run", str(wf), "--device", "cpu"])
+    assert seen["spec"].training.device == "cpu"
+    main(["run", str(wf), "--set", "training.epochs=3"])
+    assert seen["spec"].training.device == "auto" and seen["spec"].training.epochs == 3

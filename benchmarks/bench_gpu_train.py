@@ -1,0 +1,248 @@
+"""Training on the GPU against the CPU: the same store and spec on each device, in one run.
+
+Data: bench_train_n2p2's EMT CuAu cells (32 atoms, rattled and strained) — 10× as many
+(3,000 by default), split into train.data and test.data; one n2p2 ``input.nn`` gives the
+symmetry functions and the network (``InputNN.training_options()``, n2p2's scalecenter
+scaling, 15-15 tanh), featurized once with derivatives (``dparallel featurize``).
+
+Then, on every device present — the CPU with all its cores (``threads: 0``), and each run
+on the GPU with the store's arrays held on it (``data_on_device: true``) and, unless
+``--quick``, streamed through the prefetch thread (``data_on_device: false``) — the same
+first-order spec (Adam, cosine schedule, force-weight schedule; docs/training.md) trains
+and each epoch's model is scored on test.data. Printed per run: mean epoch time, atoms/s,
+the share of the epoch spent waiting for data, peak device memory, final test RMSEs and
+the training time until both test RMSEs reach the target: n2p2's final test RMSE
+(``--n2p2`` runs nnp-train on the same data; else ``--target E,F`` in meV/atom, meV/Å,
+by default what bench_train_n2p2 measured for nnp-train on its 300 cells).
+
+Without a GPU it runs on the CPU alone and says so.
+
+    python benchmarks/bench_gpu_train.py [--quick] [--structures 3000] [--epochs 200]
+        [--target 6.93,137.0 | --n2p2] [--dp-set key=value ...] [--workdir DIR]
+
+``--quick`` (200 cells, 15 epochs) finishes in about two minutes on a small CPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_train_n2p2 import (
+    Scorer,
+    cuau_structures,
+    first_reaching,
+    input_nn,
+    n2p2_bin,
+    run_n2p2,
+    score_n2p2,
+    timed,
+    write_data,
+)
+
+#: nnp-train's final test RMSE on bench_train_n2p2's 300 cells (meV/atom, meV/Å).
+N2P2_TARGET = (6.93, 137.0)
+
+#: The first-order settings (docs/training.md, "Reaching n2p2's accuracy with Adam").
+FIRST_ORDER = {
+    "optimizer": "adam",
+    "schedule": "cosine",
+    "lr": 3e-3,
+    "lr_min": 1e-5,
+    "force_weight": 0.01,
+    "force_weight_start": 3.0,
+    "batch_size": 8,
+}
+
+
+def _runs(quick: bool) -> list[tuple[str, dict]]:
+    """(label, spec changes) of each run: the CPU, then the GPU held and streamed."""
+    import torch
+
+    runs = [("cpu", {"device": "cpu", "threads": 0, "data_on_device": "auto"})]
+    if torch.cuda.is_available():
+        runs.append(("cuda (data held)", {"device": "cuda", "data_on_device": True}))
+        if not quick:
+            runs.append(("cuda (streamed)", {"device": "cuda", "data_on_device": False}))
+    return runs
+
+
+def featurize(root: Path, partition_atoms: int, workers: int) -> tuple[Path, float]:
+    """``python -m dparallel featurize`` of train.data with the input.nn (``workers`` processes)."""
+    work = root / "dparallel"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    (work / "input.nn").write_text((root / "n2p2" / "input.nn").read_text())
+    (work / "d.yaml").write_text("acsf: {n2p2: input.nn}\n")
+    cmd = [sys.executable, "-m", "dparallel", "featurize", str(root / "train.data")]
+    cmd += ["--format", "n2p2", "--descriptors", "d.yaml", "--local", str(workers)]
+    cmd += ["--derivatives", "-o", "store.zarr", "--partition-atoms", str(partition_atoms), "-q"]
+    return work / "store.zarr", timed(cmd, work)
+
+
+def _peak_host_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def train_run(store: Path, work: Path, spec_dict: dict, scorer: Scorer) -> dict:
+    """Train once (in this process), keeping each epoch's weights; score them afterwards."""
+    import torch
+
+    from dparallel.descriptors import ACSF
+    from dparallel.train import TrainingSpec, load_model, train
+
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "epochs").mkdir(parents=True)
+    spec = TrainingSpec(**spec_dict)
+    if spec.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    rows: list[dict] = []
+    weights: list[dict] = []
+    first: list[float] = []
+
+    def keep(row: dict) -> None:
+        if not first:
+            first.append(time.perf_counter())
+        rows.append(dict(row))
+        ck = torch.load(work / "model" / "checkpoint.pt", weights_only=True)
+        weights.append(ck["model"])
+
+    t0 = time.perf_counter()
+    result = train(store, work / "model", spec, callback=keep)
+    wall = time.perf_counter() - t0
+    metrics = json.loads((work / "model" / "metrics.json").read_text())
+    model, info = load_model(work / "model")
+    acsf = ACSF.from_dict(info["descriptor"])
+    # set-up (preparation, data onto the device) before the first epoch counts too
+    setup = first[0] - t0 - rows[0]["seconds"]
+    epochs = []
+    cum = setup
+    for row, state in zip(rows, weights, strict=True):
+        cum += row["seconds"]
+        model.load_state_dict(state)
+        epochs.append({"epoch": row["epoch"] + 1, "seconds": cum, "rmse": scorer(acsf, model)})
+    device = metrics.get("device", {})
+    peak = device.get("peak_memory_bytes")
+    return {
+        "epochs": epochs,
+        "rows": rows,
+        "wall": wall,
+        "setup": setup,
+        "n_train": metrics["splits"]["train"],
+        "best_epoch": result.best_epoch,
+        "data_on_device": device.get("data_on_device"),
+        "peak_bytes": peak if peak is not None else _peak_host_bytes(),
+        "peak_kind": "device" if peak is not None else "host RSS",
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--structures", type=int, default=3000, help="CuAu cells (3000)")
+    parser.add_argument("--test-fraction", type=float, default=0.1)
+    parser.add_argument("--nodes", type=int, default=15)
+    parser.add_argument("--epochs", type=int, default=200)
+    parser.add_argument("--target", default=None, help="E,F test RMSE (meV/atom, meV/Å)")
+    parser.add_argument("--n2p2", action="store_true", help="run nnp-train for the target")
+    parser.add_argument("--n2p2-epochs", type=int, default=8)
+    parser.add_argument("--dp-set", action="append", default=[], help="TrainingSpec key=value")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--quick", action="store_true", help="200 cells, 15 epochs, no n2p2")
+    args = parser.parse_args()
+    if args.quick:
+        args.structures, args.epochs, args.n2p2 = 200, 15, False
+
+    import torch
+
+    from dparallel.config import apply_overrides
+    from dparallel.n2p2 import read_input_nn
+
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-gpu-train-"))
+    root.mkdir(parents=True, exist_ok=True)
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    print(
+        f"devices: cpu ({os.cpu_count()} cores)"
+        + (f", cuda:0 ({gpu})" if gpu else " only: no CUDA device here, the GPU runs are skipped")
+    )
+    t0 = time.perf_counter()
+    structures = cuau_structures(args.structures, seed=args.seed)
+    n_test = max(1, round(args.test_fraction * len(structures)))
+    train_s, test_s = structures[:-n_test], structures[-n_test:]
+    write_data(root / "train.data", train_s)
+    write_data(root / "test.data", test_s)
+    (root / "n2p2").mkdir(exist_ok=True)
+    nn = input_nn(args.nodes, args.n2p2_epochs, args.seed)
+    (root / "n2p2" / "input.nn").write_text(nn)
+    print(
+        f"data: {len(train_s)} train / {len(test_s)} test cells ({time.perf_counter() - t0:.1f} s)"
+    )
+
+    target = N2P2_TARGET
+    source = "bench_train_n2p2's nnp-train on 300 cells"
+    scorer = Scorer(test_s)
+    if args.target:
+        target = tuple(float(x) for x in args.target.split(","))  # type: ignore[assignment]
+        source = "--target"
+    elif args.n2p2:
+        bindir = n2p2_bin()
+        if bindir is None:
+            print("n2p2 is not built (../shared/n2p2/build.sh): using the default target")
+        else:
+            n2p2_run = run_n2p2(root, nn, bindir)
+            score_n2p2(n2p2_run, scorer, bindir, root / "test.data")
+            target = n2p2_run["epochs"][-1]["rmse"]
+            source = f"nnp-train on this data ({n2p2_run['wall']:.1f} s, 2 MPI ranks)"
+    train_atoms = sum(len(a) for a in train_s)
+    workers = max(1, min(8, (os.cpu_count() or 2) // 2))
+    store, t_feat = featurize(root, -(-train_atoms // (2 * workers)), workers)
+    print(f"featurized {train_atoms} atoms with derivatives in {t_feat:.1f} s")
+
+    base = read_input_nn(root / "n2p2" / "input.nn").training_options()
+    base.update(validation_fraction=0.1, test_fraction=0.0, epochs=args.epochs, **FIRST_ORDER)
+    results = {}
+    for label, changes in _runs(args.quick):
+        spec = apply_overrides({**base, **changes}, args.dp_set)
+        results[label] = train_run(store, root / label.split()[0], spec, scorer)
+        r = results[label]
+        print(f"{label}: {len(r['epochs'])} epochs in {r['wall']:.1f} s", flush=True)
+
+    atoms_per_cell = train_atoms / len(train_s)
+    goal = f"{target[0]:.2f} meV/atom, {target[1]:.1f} meV/Å"
+    print(f"\nspec: {json.dumps({k: spec[k] for k in sorted(spec) if not k.startswith('kalman')})}")
+    print(f"target: {goal} ({source})")
+    print(
+        "\n| run | epoch s (mean) | atoms/s | data wait | peak memory | final test RMSE "
+        "| time to target (set-up + epochs) |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for label, r in results.items():
+        secs = np.array([row["seconds"] for row in r["rows"]])
+        steady = secs[1:] if secs.size > 1 else secs
+        wait = np.mean([row.get("data_wait_fraction", float("nan")) for row in r["rows"]])
+        e, f = r["epochs"][-1]["rmse"]
+        atoms_per_s = r["n_train"] * atoms_per_cell / float(steady.mean())
+        print(
+            f"| {label} | {steady.mean():.3f} | {atoms_per_s:,.0f} | {100 * wait:.1f}% | "
+            f"{r['peak_bytes'] / 2**20:,.0f} MiB ({r['peak_kind']}) | {e:.2f} meV/atom, "
+            f"{f:.1f} meV/Å | {first_reaching(r['epochs'], target)} |"
+        )
+    if len(results) > 1:
+        cpu = np.mean([row["seconds"] for row in results["cpu"]["rows"][1:]] or [np.nan])
+        for label, r in list(results.items())[1:]:
+            dev = np.mean([row["seconds"] for row in r["rows"][1:]] or [np.nan])
+            print(f"{label}: epoch {cpu / dev:.1f}x faster than the CPU")
+    print(f"\nworkdir {root}; total {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
