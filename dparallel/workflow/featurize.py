@@ -489,8 +489,18 @@ def _run_partitions(
             retries=options.retries,
             on_result=add,
             check=lease.check,
+            recover=lambda p: _recorded_report(store_path, p),
         )
     return counts, failures
+
+
+def _recorded_report(store_path: str, p: int) -> dict[str, Any] | None:
+    """Partition ``p``'s report as its task recorded it in the store, once it is done
+    (what the driver uses when the task's own result was lost with its worker)."""
+    store = open_store(store_path)
+    if p not in set(store.done_partitions().tolist()):
+        return None
+    return store.report(p)
 
 
 def _statistics_json(statistics: dict[str, dict[str, FeatureStats]]) -> dict[str, Any]:
