@@ -29,6 +29,7 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 
 from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
+from dparallel.cluster.gpus import add_gpu_workers, check_gpus
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
@@ -331,7 +332,7 @@ def expected_workers(
     remote = scheduler is not None or scheduler_file is not None
     if remote or os.environ.get(ENV_SCHEDULER_ADDRESS) or spec.kind != "local":
         return spec.n_workers
-    return spec.n_workers or CPU_COUNT
+    return (spec.n_workers or CPU_COUNT) + spec.gpus
 
 
 def _read_scheduler_file(path: str | os.PathLike[str]) -> str:
@@ -396,6 +397,7 @@ def _start_local(
     """Start a multi-process LocalCluster on the loopback interface, its workers forked
     from the forkserver where the platform has one."""
     n_workers = spec.n_workers or CPU_COUNT
+    devices = check_gpus(spec.gpus) if spec.gpus else []
     dashboard = spec.dashboard_address
     if dashboard.startswith(":"):  # ":0", ":8787": keep it on the loopback interface
         dashboard = "127.0.0.1" + dashboard
@@ -407,7 +409,7 @@ def _start_local(
 
     def start() -> LocalCluster:
         with forked_workers(forkserver_preload, env=_worker_env(spec)) as env:
-            return LocalCluster(
+            cluster = LocalCluster(
                 n_workers=n_workers,
                 threads_per_worker=spec.threads_per_worker,
                 processes=True,
@@ -418,6 +420,13 @@ def _start_local(
                 env=env,
                 **kwargs,
             )
+            if devices:
+                try:
+                    add_gpu_workers(cluster, devices)
+                except BaseException:
+                    cluster.close()
+                    raise
+            return cluster
 
     try:
         try:
@@ -440,7 +449,10 @@ def _start_local(
         raise
     pages = attach_pages(cluster.scheduler)
     logger.info(
-        "started local cluster: %d workers, dashboard %s", n_workers, dashboard_link(client)
+        "started local cluster: %d workers%s, dashboard %s",
+        n_workers,
+        f" and {len(devices)} GPU workers (devices {', '.join(devices)})" if devices else "",
+        dashboard_link(client),
     )
     return ClusterHandle(client, cluster, "local", owns=True, pages=pages)
 

@@ -49,7 +49,7 @@ def run_partitions(
     on_result: Callable[[int, Any], None] | None = None,
     check: Callable[[], None] | None = None,
     recover: Callable[[int], Any] | None = None,
-    resources: Mapping[str, float] | None = None,
+    resources: Callable[[int], Mapping[str, float] | None] | None = None,
 ) -> dict[int, BaseException]:
     """Run ``task(*args(p), **kwargs)`` for each of ``partitions`` on ``client``.
 
@@ -58,7 +58,8 @@ def run_partitions(
     which raises to stop the run). ``retries`` are Dask's extra attempts of a task that
     raised. ``recover(p)``: partition ``p``'s result when the finished task's own result is
     lost with its worker (``None``: not to be had; the partition then runs again).
-    ``resources``: Dask resources every task needs (e.g. ``{"GPU": 1}``). Returns partition
+    ``resources(p)``: the Dask resources partition ``p``'s task needs (e.g. ``{"GPU": 1}``:
+    only workers advertising them run it; ``None``: any worker). Returns partition
     → exception of those that failed, in the end (a partition whose rerun finishes is not
     in it).
     """
@@ -75,7 +76,7 @@ def run_partitions(
             key=f"{name}-{p}-{os.getpid()}-{time.time_ns()}",
             pure=False,
             retries=retries,
-            resources=dict(resources) if resources else None,
+            resources=None if resources is None else resources(p),
         )
 
     def collect(future: Any, p: int) -> bool:

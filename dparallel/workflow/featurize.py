@@ -444,6 +444,7 @@ def _run_partitions(
         return counts, {}
     from dparallel.cluster import connect
     from dparallel.cluster.dispatch import run_partitions
+    from dparallel.cluster.gpus import GPU_RESOURCE, gpu_partitions, gpu_worker_addresses
     from dparallel.dashboard.events import progress_start_event, publish_progress_start
 
     store_path = os.fspath(store.path)
@@ -461,6 +462,8 @@ def _run_partitions(
     ) as handle:
         if options.on_connect is not None:
             options.on_connect(handle)
+        gpu = gpu_worker_addresses(handle.client)
+        marked = gpu_partitions(pending, len(gpu), handle.n_workers - len(gpu))
         work = (
             len(pending),
             int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),  # structures
@@ -490,6 +493,7 @@ def _run_partitions(
             on_result=add,
             check=lease.check,
             recover=lambda p: _recorded_report(store_path, p),
+            resources=lambda p: {GPU_RESOURCE: 1} if p in marked else None,
         )
     return counts, failures
 
