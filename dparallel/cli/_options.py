@@ -97,7 +97,7 @@ def connect_early(
     where = cluster_kwargs(args)
     return connect_in_background(
         spec=where.pop("cluster"), **where, worker_preload=worker_preload,
-        forkserver_preload=forkserver_preload,
+        forkserver_preload=forkserver_preload, return_early=True,
     )  # fmt: skip
 
 

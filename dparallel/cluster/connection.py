@@ -84,12 +84,26 @@ class ClusterHandle:
         *,
         owns: bool,
         pages: threading.Event | None = None,
+        starting: threading.Thread | None = None,
+        planned: tuple[int, int] = (0, 0),
     ) -> None:
         self.client = client
         self.cluster = cluster
         self.source = source
         self._owns = owns
         self._pages = pages  # set once a local cluster's dashboard pages are served
+        self._starting = starting  # starts the workers after the first (return_early)
+        #: (workers, of which GPU workers) a cluster started here will have once all run;
+        #: (0, 0) for a cluster found running
+        self.planned_workers, self.planned_gpus = planned
+
+    def wait_for_workers(self, timeout: float | None = None) -> bool:
+        """Wait until every worker a local cluster started with ``return_early`` runs
+        (True at once otherwise); False if not within ``timeout`` s."""
+        if self._starting is not None:
+            self._starting.join(timeout)
+            return not self._starting.is_alive()
+        return True
 
     def wait_for_pages(self, timeout: float | None = None) -> bool:
         """Wait until the dashboard's pages are served: a local cluster attaches them about a
@@ -117,6 +131,7 @@ class ClusterHandle:
         if not self._owns:
             return
         self._owns = False
+        self.wait_for_workers(timeout)  # never close a cluster in the middle of its start
         try:
             self.client.close(timeout=timeout)
         finally:
@@ -197,6 +212,7 @@ def connect(
     scheduler_file: str | os.PathLike[str] | None = None,
     worker_preload: Sequence[str] = (),
     forkserver_preload: Sequence[str] = (),
+    return_early: bool = False,
 ) -> ClusterHandle:
     """Connect to (or start) the cluster a run uses; see the module docstring for the order.
 
@@ -218,6 +234,11 @@ def connect(
         Modules the forkserver of local workers imports before it forks them (e.g.
         :data:`~dparallel.workflow.featurize_worker_preload.FEATURIZE_FORKSERVER_PRELOAD`),
         when this call starts that server (:mod:`dparallel.cluster.forkserver`).
+    return_early : bool
+        A local cluster started here: return once its first worker runs, the others
+        starting in the background (tasks submitted meanwhile wait on the scheduler and go
+        to each worker as it joins; :meth:`ClusterHandle.wait_for_workers`). The run's
+        first task then does not wait for the slowest worker's start.
 
     Returns
     -------
@@ -235,7 +256,9 @@ def connect(
         _register_threads(client, spec)
         return ClusterHandle(client, None, "client", owns=False)
     with _collected_then_paused_gc():
-        return _connect_new(spec, worker_preload, forkserver_preload, scheduler, scheduler_file)
+        return _connect_new(
+            spec, worker_preload, forkserver_preload, scheduler, scheduler_file, return_early
+        )
 
 
 def connect_in_background(**kwargs: Any) -> Future[ClusterHandle]:
@@ -297,6 +320,7 @@ def _connect_new(
     forkserver_preload: Sequence[str],
     scheduler: str | None,
     scheduler_file: str | os.PathLike[str] | None,
+    return_early: bool = False,
 ) -> ClusterHandle:
     """:func:`connect` for every case that makes a new client."""
     if scheduler is not None:
@@ -311,7 +335,7 @@ def _connect_new(
         return _connect_remote(address, spec, "address")
     if spec.kind == "slurm":
         return _start_slurm(spec)
-    return _start_local(spec, worker_preload, forkserver_preload)
+    return _start_local(spec, worker_preload, forkserver_preload, return_early)
 
 
 def expected_workers(
@@ -392,10 +416,13 @@ def _register_threads(client: Client, spec: ClusterSpec) -> None:
 
 
 def _start_local(
-    spec: ClusterSpec, worker_preload: Sequence[str] = (), forkserver_preload: Sequence[str] = ()
+    spec: ClusterSpec,
+    worker_preload: Sequence[str] = (),
+    forkserver_preload: Sequence[str] = (),
+    return_early: bool = False,
 ) -> ClusterHandle:
     """Start a multi-process LocalCluster on the loopback interface, its workers forked
-    from the forkserver where the platform has one."""
+    from the forkserver where the platform has one (``return_early``: see :func:`connect`)."""
     n_workers = spec.n_workers or CPU_COUNT
     devices = check_gpus(spec.gpus) if spec.gpus else []
     dashboard = spec.dashboard_address
@@ -406,11 +433,14 @@ def _start_local(
         kwargs["memory_limit"] = spec.memory_limit
     if worker_preload:
         kwargs["preload"] = list(worker_preload)
+    first = 1 if return_early else n_workers
 
-    def start() -> LocalCluster:
-        with forked_workers(forkserver_preload, env=_worker_env(spec)) as env:
+    def start() -> tuple[LocalCluster, threading.Thread | None]:
+        forking = forked_workers(forkserver_preload, env=_worker_env(spec))
+        env = forking.__enter__()
+        try:
             cluster = LocalCluster(
-                n_workers=n_workers,
+                n_workers=first,
                 threads_per_worker=spec.threads_per_worker,
                 processes=True,
                 host="127.0.0.1",
@@ -420,22 +450,34 @@ def _start_local(
                 env=env,
                 **kwargs,
             )
-            if devices:
-                try:
-                    add_gpu_workers(cluster, devices)
-                except BaseException:
-                    cluster.close()
-                    raise
-            return cluster
+        except BaseException:
+            forking.__exit__(None, None, None)
+            raise
+        try:
+            for _ in range(n_workers - first):
+                cluster.worker_spec.update(cluster.new_worker_spec())
+            add_gpu_workers(cluster, devices, wait=not return_early)
+        except BaseException:
+            forking.__exit__(None, None, None)
+            cluster.close()
+            raise
+        if not return_early:
+            forking.__exit__(None, None, None)
+            return cluster, None
+        thread = threading.Thread(
+            target=_start_the_rest, args=(cluster, forking), name="dparallel-workers", daemon=True
+        )
+        thread.start()
+        return cluster, thread
 
     try:
         try:
-            cluster = start()
+            cluster, starting = start()
         except AssertionError:
             # distributed's LoopRunner asserts when its IO-loop thread has not started
             # within 10 s (seen on a saturated machine); that is transient: try once more.
             logger.warning("local cluster's event loop did not start in time; retrying once")
-            cluster = start()
+            cluster, starting = start()
     except Exception as exc:
         raise ClusterError(
             f"cannot start a local Dask cluster with {n_workers} workers "
@@ -445,6 +487,8 @@ def _start_local(
         client = Client(cluster, timeout=spec.connect_timeout)
         _register_threads(client, spec)
     except BaseException:
+        if starting is not None:
+            starting.join()
         cluster.close()
         raise
     pages = attach_pages(cluster.scheduler)
@@ -454,7 +498,21 @@ def _start_local(
         f" and {len(devices)} GPU workers (devices {', '.join(devices)})" if devices else "",
         dashboard_link(client),
     )
-    return ClusterHandle(client, cluster, "local", owns=True, pages=pages)
+    return ClusterHandle(
+        client, cluster, "local", owns=True, pages=pages, starting=starting,
+        planned=(n_workers + len(devices), len(devices)),
+    )  # fmt: skip
+
+
+def _start_the_rest(cluster: LocalCluster, forking: contextlib.AbstractContextManager[Any]) -> None:
+    """Start the workers of ``cluster``'s spec that do not run yet (in a background thread),
+    then leave the forkserver setting (``forking``) that the first worker started under."""
+    try:
+        cluster.sync(cluster._correct_state)
+    except Exception:  # the run goes on with the workers that started; Dask logs the cause
+        logger.warning("some local workers did not start", exc_info=True)
+    finally:
+        forking.__exit__(None, None, None)
 
 
 def _start_slurm(spec: ClusterSpec) -> ClusterHandle:

@@ -69,10 +69,11 @@ def check_gpus(n: int) -> list[str]:
     return devices[:n]
 
 
-def add_gpu_workers(cluster: Any, devices: list[str]) -> None:
-    """Add one worker per device to a running ``LocalCluster`` (or any SpecCluster) and wait
-    for them: the cluster's own worker options plus ``CUDA_VISIBLE_DEVICES`` and the
-    ``GPU=1`` resource, named ``gpu-<device>``."""
+def add_gpu_workers(cluster: Any, devices: list[str], *, wait: bool = True) -> None:
+    """Add one worker per device to a running ``LocalCluster`` (or any SpecCluster): the
+    cluster's own worker options plus ``CUDA_VISIBLE_DEVICES`` and the ``GPU=1`` resource,
+    named ``gpu-<device>``. ``wait``: start them now and wait for them (else only added to
+    the cluster's spec, for whoever corrects its state next)."""
     base = cluster.new_spec
     for device in devices:
         options = dict(base.get("options", {}))
@@ -80,7 +81,8 @@ def add_gpu_workers(cluster: Any, devices: list[str]) -> None:
         options["resources"] = {**(options.get("resources") or {}), GPU_RESOURCE: 1}
         options["name"] = f"gpu-{device}"
         cluster.worker_spec[f"gpu-{device}"] = {"cls": base["cls"], "options": options}
-    cluster.sync(cluster._correct_state)  # starts the new ones, as scale() does
+    if wait:
+        cluster.sync(cluster._correct_state)  # starts the new ones, as scale() does
 
 
 def gpu_worker_addresses(client: Any) -> list[str]:

@@ -458,12 +458,15 @@ def _run_partitions(
             **options.connect_to(),
             worker_preload=featurize_preloads(),
             forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,),
+            return_early=True,
         )
     ) as handle:
         if options.on_connect is not None:
             options.on_connect(handle)
-        gpu = gpu_worker_addresses(handle.client)
-        marked = gpu_partitions(pending, len(gpu), handle.n_workers - len(gpu))
+        # workers still starting (return_early) count as they will be
+        n_gpu = max(len(gpu_worker_addresses(handle.client)), handle.planned_gpus)
+        n_all = max(handle.n_workers, handle.planned_workers)
+        marked = gpu_partitions(pending, n_gpu, n_all - n_gpu)
         work = (
             len(pending),
             int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),  # structures

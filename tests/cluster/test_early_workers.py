@@ -1,0 +1,37 @@
+"""``connect(return_early=True)``: the handle comes once the first local worker runs; the
+others (GPU workers too) join in the background and take the tasks that wait for them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dparallel.cluster import ClusterSpec, connect
+from dparallel.cluster.gpus import GPU_RESOURCE, gpu_worker_addresses
+
+pytestmark = pytest.mark.slow
+
+
+def test_early_handle_runs_tasks_and_gets_every_worker(monkeypatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    spec = ClusterSpec(n_workers=3, gpus=1, dashboard_address="127.0.0.1:0")
+    with connect(spec, return_early=True) as handle:
+        assert (handle.planned_workers, handle.planned_gpus) == (4, 1)
+        # submitted before the GPU worker may exist: waits for it on the scheduler
+        on_gpu = handle.client.submit(
+            lambda: os.environ.get("CUDA_VISIBLE_DEVICES"), resources={GPU_RESOURCE: 1},
+            pure=False,
+        )  # fmt: skip
+        assert handle.client.submit(lambda x: x + 1, 1, pure=False).result(timeout=120) == 2
+        assert on_gpu.result(timeout=120) == "3"
+        assert handle.wait_for_workers(timeout=120)
+        assert handle.n_workers == 4
+        assert len(gpu_worker_addresses(handle.client)) == 1
+
+
+def test_blocking_connect_has_every_worker_at_once() -> None:
+    with connect(ClusterSpec(n_workers=2, dashboard_address="127.0.0.1:0")) as handle:
+        assert handle.n_workers == 2
+        assert handle.wait_for_workers(timeout=0)
+        assert (handle.planned_workers, handle.planned_gpus) == (2, 0)
