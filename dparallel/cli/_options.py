@@ -112,6 +112,10 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
             base.update(kind="local", n_workers=args.local)
         if gpus is not None:
             base.update(gpus=gpus)
+            if gpus and not (args.scheduler or args.scheduler_file):
+                from dparallel.cluster.gpus import check_gpus
+
+                check_gpus(gpus)  # refused before the command reads or writes anything
         if args.dashboard_address is not None:
             base.update(dashboard_address=args.dashboard_address)
         spec = ClusterSpec(**base)

@@ -61,10 +61,10 @@ def check_gpus(n: int) -> list[str]:
     if n > len(devices):
         where = os.environ.get("CUDA_VISIBLE_DEVICES")
         seen = f"CUDA_VISIBLE_DEVICES={where!r}" if where is not None else "nvidia-smi -L"
+        fix = f"give --gpus {len(devices)} or fewer" if devices else "no GPU is visible here"
         raise ClusterError(
             f"--gpus {n} (cluster.gpus) asks for {n} GPU workers but {len(devices)} GPU(s) "
-            f"are visible ({seen}); give at most {len(devices)}, or run on a machine with "
-            "GPUs (CPU workers need no option)"
+            f"are visible ({seen}): {fix} (CPU workers need no option)"
         )
     return devices[:n]
 

@@ -40,14 +40,18 @@ def test_gpus_belong_to_a_local_cluster() -> None:
         ClusterSpec(kind="address", address="tcp://h:8786", gpus=1)
 
 
-def test_cli_gpus_reach_the_spec() -> None:
+def test_cli_gpus_reach_the_spec_or_are_refused_up_front(monkeypatch) -> None:
     from dparallel.cli._options import add_cluster_arguments, cluster_kwargs
 
     parser = argparse.ArgumentParser()
     add_cluster_arguments(parser)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     spec = cluster_kwargs(parser.parse_args(["--local", "4", "--gpus", "2"]))["cluster"]
     assert (spec.n_workers, spec.gpus) == (4, 2)
     assert cluster_kwargs(parser.parse_args([]))["cluster"] is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(ClusterError, match="no GPU is visible here"):
+        cluster_kwargs(parser.parse_args(["--gpus", "1"]))
 
 
 def test_expected_workers_count_gpu_workers() -> None:
