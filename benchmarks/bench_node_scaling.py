@@ -5,7 +5,8 @@ One run, one machine, water (n2p2's RPBE-D3 example, ``../shared/n2p2/water``) c
 
 * ``dparallel featurize --local N -q`` as a user runs it (whole command, a fresh store each
   time), for N = 1, 2, 4, … and the core count; its fixed cost is the wall time minus
-  the busiest worker's task seconds (from the store's reports);
+  the busiest worker's task seconds (from the store's reports), split into the time to
+  the first task's start and the time after the last task's end;
 * the independent-process ceiling: N plain processes, each featurizing its share of the
   structures in-process (reading, neighbor list, the numba kernel; no Dask, no store),
   timed from a common start after their imports and warm-up;
@@ -64,15 +65,17 @@ def _env() -> dict[str, str]:
 
 def run_cli(
     data: Path, yaml: Path, workers: int, gpus: int, derivatives: bool
-) -> tuple[float, float]:
-    """Wall seconds of one ``dparallel featurize`` and its busiest worker's task seconds."""
+) -> tuple[float, float, float, float]:
+    """One ``dparallel featurize``: wall seconds, its busiest worker's task seconds, and
+    seconds from the command's start to its first task's start and from its last task's
+    end to the command's end (the tasks' ``started`` and ``seconds``)."""
     store = data.parent / "store.zarr"
     shutil.rmtree(store, ignore_errors=True)
     cmd = [sys.executable, "-m", "dparallel", "featurize", str(data), "--format", "n2p2"]
     cmd += ["--descriptors", str(yaml), "--local", str(workers), "-q", "-o", str(store)]
     cmd += ["--dashboard-address", ":0"] + (["--derivatives"] if derivatives else [])
     cmd += ["--gpus", str(gpus)] if gpus else []
-    t0 = time.perf_counter()
+    t0, e0 = time.perf_counter(), time.time()
     out = subprocess.run(cmd, env=_env(), cwd=data.parent, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if out.returncode != 0:
@@ -85,10 +88,13 @@ def run_cli(
         [sys.executable, "-c", code, str(store)], env=_env(), capture_output=True, text=True
     )
     busy: dict[int, float] = {}
-    for r in json.loads(got.stdout.strip().splitlines()[-1]):
+    reports = json.loads(got.stdout.strip().splitlines()[-1])
+    for r in reports:
         busy[r["pid"]] = busy.get(r["pid"], 0.0) + r["seconds"]
     shutil.rmtree(store, ignore_errors=True)
-    return wall, max(busy.values())
+    first = min(r["started"] for r in reports) - e0
+    last = max(r["started"] + r["seconds"] for r in reports) - e0
+    return wall, max(busy.values()), first, wall - last
 
 
 def _share(args: tuple[str, str, int, int, bool, object]) -> tuple[float, float]:
@@ -157,32 +163,36 @@ def main() -> int:
         what = "values + dG/dr" if args.derivatives else "values"
         print(f"water x{args.copies}: {atoms} atoms, {what}, {os.cpu_count()} cores")
         counts = worker_counts(args.max_workers)
-        rows: list[tuple[str, int, float, float | None]] = []  # name, N, seconds, fixed
+        rows: list[tuple[str, int, float, float, float, float]] = []  # name, N, s, fixed, …
         ceilings: dict[int, float] = {}
         for n in counts:
             ceilings[n] = min(ceiling(data, yaml, n, args.derivatives) for _ in range(args.rounds))
             runs = [run_cli(data, yaml, n, 0, args.derivatives) for _ in range(args.rounds)]
-            wall, busiest = min(runs)
-            rows.append((f"--local {n}", n, wall, wall - busiest))
+            wall, busiest, first, tail = min(runs)
+            rows.append((f"--local {n}", n, wall, wall - busiest, first, tail))
             print(f"  --local {n}: {wall:.2f} s; ceiling {ceilings[n]:.2f} s", flush=True)
         if gpu_present():
             for n in (1, args.max_workers):
-                wall, busiest = min(
+                wall, busiest, first, tail = min(
                     run_cli(data, yaml, n, 1, args.derivatives) for _ in range(args.rounds)
                 )
-                rows.append((f"--local {n} --gpus 1", n, wall, wall - busiest))
+                rows.append((f"--local {n} --gpus 1", n, wall, wall - busiest, first, tail))
         one, ceil_one = rows[0][2], ceilings[1]
         print(
             f"\n{'run':<24}{'s':>8}{'atoms/s':>11}{'x 1 wkr':>9}{'fixed s':>9}"
-            f"{'ceiling s':>11}{'ceil x1':>9}{'% ceil':>8}"
+            f"{'1st task':>9}{'after':>7}{'ceiling s':>11}{'ceil x1':>9}{'% ceil':>8}"
         )
-        for name, n, wall, fixed in rows:
+        for name, n, wall, fixed, first, tail in rows:
             ceil = ceilings.get(n)
             cells = f"{ceil:>11.2f}{ceil_one / ceil:>9.2f}{ceil / wall:>8.0%}" if ceil else ""
             print(
                 f"{name:<24}{wall:>8.2f}{atoms / wall:>11.0f}{one / wall:>9.2f}"
-                f"{(fixed or 0.0):>9.2f}{cells}"
+                f"{fixed:>9.2f}{first:>9.2f}{tail:>7.2f}{cells}"
             )
+        print(
+            "fixed s: wall - busiest worker's task seconds; 1st task: command start to the "
+            "first task's start; after: last task's end to the command's end"
+        )
         if not gpu_present():
             print("--gpus 1: no GPU")
     finally:

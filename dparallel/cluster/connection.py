@@ -235,10 +235,12 @@ def connect(
         :data:`~dparallel.workflow.featurize_worker_preload.FEATURIZE_FORKSERVER_PRELOAD`),
         when this call starts that server (:mod:`dparallel.cluster.forkserver`).
     return_early : bool
-        A local cluster started here: return once its first worker runs, the others
-        starting in the background (tasks submitted meanwhile wait on the scheduler and go
-        to each worker as it joins; :meth:`ClusterHandle.wait_for_workers`). The run's
-        first task then does not wait for the slowest worker's start.
+        A local cluster started here, of no more workers than cores: return once its
+        first worker runs, the others starting in the background (tasks submitted
+        meanwhile wait on the scheduler and go to each worker as it joins;
+        :meth:`ClusterHandle.wait_for_workers`). The run's first task then does not wait
+        for the slowest worker's start. (With more workers than cores their starts would
+        only compete with the first tasks: all start first, as without it.)
 
     Returns
     -------
@@ -433,7 +435,9 @@ def _start_local(
         kwargs["memory_limit"] = spec.memory_limit
     if worker_preload:
         kwargs["preload"] = list(worker_preload)
-    first = 1 if return_early else n_workers
+    # more workers than cores: their starts would only take the cores from the first tasks
+    early = return_early and n_workers + len(devices) <= CPU_COUNT
+    first = 1 if early else n_workers
 
     def start() -> tuple[LocalCluster, threading.Thread | None]:
         forking = forked_workers(forkserver_preload, env=_worker_env(spec))
@@ -456,12 +460,12 @@ def _start_local(
         try:
             for _ in range(n_workers - first):
                 cluster.worker_spec.update(cluster.new_worker_spec())
-            add_gpu_workers(cluster, devices, wait=not return_early)
+            add_gpu_workers(cluster, devices, wait=not early)
         except BaseException:
             forking.__exit__(None, None, None)
             cluster.close()
             raise
-        if not return_early:
+        if not early:
             forking.__exit__(None, None, None)
             return cluster, None
         thread = threading.Thread(

@@ -247,6 +247,7 @@ def featurize_partition(
     from dparallel.workflow.featurize_device import task_device
 
     tune_allocator()  # Dask workers start with malloc settings that slow array code down
+    started = time.time()
     t0 = time.perf_counter()
     dset = DescriptorSet.from_dict(descriptors)
     if dset.uses_torch:
@@ -282,6 +283,7 @@ def featurize_partition(
         "seconds_read": round(t_read - t0, 6),
         "seconds_compute": round(t_compute - t_read, 6),
         "seconds_write": round(time.perf_counter() - t_compute, 6),
+        "started": started,  # wall clock (s since the epoch): the run's timeline
         "torch_threads": threads,
         "device": device,
         "pid": os.getpid(),

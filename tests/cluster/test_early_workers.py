@@ -14,9 +14,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_early_handle_runs_tasks_and_gets_every_worker(monkeypatch) -> None:
+    from dparallel.cluster import connection
+
+    monkeypatch.setattr(connection, "CPU_COUNT", 64)  # a node with cores for every worker
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     spec = ClusterSpec(n_workers=3, gpus=1, dashboard_address="127.0.0.1:0")
     with connect(spec, return_early=True) as handle:
+        assert handle._starting is not None  # the others start in the background
         assert (handle.planned_workers, handle.planned_gpus) == (4, 1)
         # submitted before the GPU worker may exist: waits for it on the scheduler
         on_gpu = handle.client.submit(
@@ -30,8 +34,15 @@ def test_early_handle_runs_tasks_and_gets_every_worker(monkeypatch) -> None:
         assert len(gpu_worker_addresses(handle.client)) == 1
 
 
-def test_blocking_connect_has_every_worker_at_once() -> None:
-    with connect(ClusterSpec(n_workers=2, dashboard_address="127.0.0.1:0")) as handle:
+@pytest.mark.parametrize("early", [False, True])
+def test_blocking_connect_or_more_workers_than_cores_has_every_worker_at_once(
+    monkeypatch, early
+) -> None:
+    from dparallel.cluster import connection
+
+    monkeypatch.setattr(connection, "CPU_COUNT", 1)  # return_early: 2 workers > 1 core
+    spec = ClusterSpec(n_workers=2, dashboard_address="127.0.0.1:0")
+    with connect(spec, return_early=early) as handle:
         assert handle.n_workers == 2
         assert handle.wait_for_workers(timeout=0)
         assert (handle.planned_workers, handle.planned_gpus) == (2, 0)
