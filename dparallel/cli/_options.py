@@ -23,6 +23,13 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         "--local", type=int, metavar="N", help="start a local cluster of N worker processes"
     )
     parser.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        default=None,
+        help="also start N GPU workers in the local cluster, one per GPU (resource GPU=1)",
+    )
+    parser.add_argument(
         "--torch-threads", type=int, default=None, help="torch threads per task (default 1)"
     )
     parser.add_argument(
@@ -94,7 +101,7 @@ def connect_early(
     where = cluster_kwargs(args)
     return connect_in_background(
         spec=where.pop("cluster"), **where, worker_preload=worker_preload,
-        forkserver_preload=forkserver_preload,
+        forkserver_preload=forkserver_preload, return_early=True,
     )  # fmt: skip
 
 
@@ -102,10 +109,17 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
     """Keyword arguments for :func:`dparallel.cluster.connect` from the parsed options."""
     from dparallel.cluster import ClusterSpec
 
-    if args.local is not None or args.dashboard_address is not None:
+    gpus = getattr(args, "gpus", None)
+    if args.local is not None or args.dashboard_address is not None or gpus is not None:
         base = spec.model_dump() if spec is not None else {}
         if args.local is not None:
             base.update(kind="local", n_workers=args.local)
+        if gpus is not None:
+            base.update(gpus=gpus)
+            if gpus and not (args.scheduler or args.scheduler_file):
+                from dparallel.cluster.gpus import check_gpus
+
+                check_gpus(gpus)  # refused before the command reads or writes anything
         if args.dashboard_address is not None:
             base.update(dashboard_address=args.dashboard_address)
         spec = ClusterSpec(**base)

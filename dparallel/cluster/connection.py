@@ -29,6 +29,7 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 
 from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
+from dparallel.cluster.gpus import add_gpu_workers, check_gpus
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
@@ -83,12 +84,26 @@ class ClusterHandle:
         *,
         owns: bool,
         pages: threading.Event | None = None,
+        starting: threading.Thread | None = None,
+        planned: tuple[int, int] = (0, 0),
     ) -> None:
         self.client = client
         self.cluster = cluster
         self.source = source
         self._owns = owns
         self._pages = pages  # set once a local cluster's dashboard pages are served
+        self._starting = starting  # starts the workers after the first (return_early)
+        #: (workers, of which GPU workers) a cluster started here will have once all run;
+        #: (0, 0) for a cluster found running
+        self.planned_workers, self.planned_gpus = planned
+
+    def wait_for_workers(self, timeout: float | None = None) -> bool:
+        """Wait until every worker a local cluster started with ``return_early`` runs
+        (True at once otherwise); False if not within ``timeout`` s."""
+        if self._starting is not None:
+            self._starting.join(timeout)
+            return not self._starting.is_alive()
+        return True
 
     def wait_for_pages(self, timeout: float | None = None) -> bool:
         """Wait until the dashboard's pages are served: a local cluster attaches them about a
@@ -116,6 +131,7 @@ class ClusterHandle:
         if not self._owns:
             return
         self._owns = False
+        self.wait_for_workers(timeout)  # never close a cluster in the middle of its start
         try:
             self.client.close(timeout=timeout)
         finally:
@@ -196,6 +212,7 @@ def connect(
     scheduler_file: str | os.PathLike[str] | None = None,
     worker_preload: Sequence[str] = (),
     forkserver_preload: Sequence[str] = (),
+    return_early: bool = False,
 ) -> ClusterHandle:
     """Connect to (or start) the cluster a run uses; see the module docstring for the order.
 
@@ -217,6 +234,13 @@ def connect(
         Modules the forkserver of local workers imports before it forks them (e.g.
         :data:`~dparallel.workflow.featurize_worker_preload.FEATURIZE_FORKSERVER_PRELOAD`),
         when this call starts that server (:mod:`dparallel.cluster.forkserver`).
+    return_early : bool
+        A local cluster started here, of no more workers than cores: return once its
+        first worker runs, the others starting in the background (tasks submitted
+        meanwhile wait on the scheduler and go to each worker as it joins;
+        :meth:`ClusterHandle.wait_for_workers`). The run's first task then does not wait
+        for the slowest worker's start. (With more workers than cores their starts would
+        only compete with the first tasks: all start first, as without it.)
 
     Returns
     -------
@@ -234,7 +258,9 @@ def connect(
         _register_threads(client, spec)
         return ClusterHandle(client, None, "client", owns=False)
     with _collected_then_paused_gc():
-        return _connect_new(spec, worker_preload, forkserver_preload, scheduler, scheduler_file)
+        return _connect_new(
+            spec, worker_preload, forkserver_preload, scheduler, scheduler_file, return_early
+        )
 
 
 def connect_in_background(**kwargs: Any) -> Future[ClusterHandle]:
@@ -296,6 +322,7 @@ def _connect_new(
     forkserver_preload: Sequence[str],
     scheduler: str | None,
     scheduler_file: str | os.PathLike[str] | None,
+    return_early: bool = False,
 ) -> ClusterHandle:
     """:func:`connect` for every case that makes a new client."""
     if scheduler is not None:
@@ -310,7 +337,7 @@ def _connect_new(
         return _connect_remote(address, spec, "address")
     if spec.kind == "slurm":
         return _start_slurm(spec)
-    return _start_local(spec, worker_preload, forkserver_preload)
+    return _start_local(spec, worker_preload, forkserver_preload, return_early)
 
 
 def expected_workers(
@@ -331,7 +358,7 @@ def expected_workers(
     remote = scheduler is not None or scheduler_file is not None
     if remote or os.environ.get(ENV_SCHEDULER_ADDRESS) or spec.kind != "local":
         return spec.n_workers
-    return spec.n_workers or CPU_COUNT
+    return (spec.n_workers or CPU_COUNT) + spec.gpus
 
 
 def _read_scheduler_file(path: str | os.PathLike[str]) -> str:
@@ -391,11 +418,15 @@ def _register_threads(client: Client, spec: ClusterSpec) -> None:
 
 
 def _start_local(
-    spec: ClusterSpec, worker_preload: Sequence[str] = (), forkserver_preload: Sequence[str] = ()
+    spec: ClusterSpec,
+    worker_preload: Sequence[str] = (),
+    forkserver_preload: Sequence[str] = (),
+    return_early: bool = False,
 ) -> ClusterHandle:
     """Start a multi-process LocalCluster on the loopback interface, its workers forked
-    from the forkserver where the platform has one."""
+    from the forkserver where the platform has one (``return_early``: see :func:`connect`)."""
     n_workers = spec.n_workers or CPU_COUNT
+    devices = check_gpus(spec.gpus) if spec.gpus else []
     dashboard = spec.dashboard_address
     if dashboard.startswith(":"):  # ":0", ":8787": keep it on the loopback interface
         dashboard = "127.0.0.1" + dashboard
@@ -404,11 +435,16 @@ def _start_local(
         kwargs["memory_limit"] = spec.memory_limit
     if worker_preload:
         kwargs["preload"] = list(worker_preload)
+    # more workers than cores: their starts would only take the cores from the first tasks
+    early = return_early and n_workers + len(devices) <= CPU_COUNT
+    first = 1 if early else n_workers
 
-    def start() -> LocalCluster:
-        with forked_workers(forkserver_preload, env=_worker_env(spec)) as env:
-            return LocalCluster(
-                n_workers=n_workers,
+    def start() -> tuple[LocalCluster, threading.Thread | None]:
+        forking = forked_workers(forkserver_preload, env=_worker_env(spec))
+        env = forking.__enter__()
+        try:
+            cluster = LocalCluster(
+                n_workers=first,
                 threads_per_worker=spec.threads_per_worker,
                 processes=True,
                 host="127.0.0.1",
@@ -418,15 +454,34 @@ def _start_local(
                 env=env,
                 **kwargs,
             )
+        except BaseException:
+            forking.__exit__(None, None, None)
+            raise
+        try:
+            for _ in range(n_workers - first):
+                cluster.worker_spec.update(cluster.new_worker_spec())
+            add_gpu_workers(cluster, devices, wait=not early)
+        except BaseException:
+            forking.__exit__(None, None, None)
+            cluster.close()
+            raise
+        if not early:
+            forking.__exit__(None, None, None)
+            return cluster, None
+        thread = threading.Thread(
+            target=_start_the_rest, args=(cluster, forking), name="dparallel-workers", daemon=True
+        )
+        thread.start()
+        return cluster, thread
 
     try:
         try:
-            cluster = start()
+            cluster, starting = start()
         except AssertionError:
             # distributed's LoopRunner asserts when its IO-loop thread has not started
             # within 10 s (seen on a saturated machine); that is transient: try once more.
             logger.warning("local cluster's event loop did not start in time; retrying once")
-            cluster = start()
+            cluster, starting = start()
     except Exception as exc:
         raise ClusterError(
             f"cannot start a local Dask cluster with {n_workers} workers "
@@ -436,13 +491,32 @@ def _start_local(
         client = Client(cluster, timeout=spec.connect_timeout)
         _register_threads(client, spec)
     except BaseException:
+        if starting is not None:
+            starting.join()
         cluster.close()
         raise
     pages = attach_pages(cluster.scheduler)
     logger.info(
-        "started local cluster: %d workers, dashboard %s", n_workers, dashboard_link(client)
+        "started local cluster: %d workers%s, dashboard %s",
+        n_workers,
+        f" and {len(devices)} GPU workers (devices {', '.join(devices)})" if devices else "",
+        dashboard_link(client),
     )
-    return ClusterHandle(client, cluster, "local", owns=True, pages=pages)
+    return ClusterHandle(
+        client, cluster, "local", owns=True, pages=pages, starting=starting,
+        planned=(n_workers + len(devices), len(devices)),
+    )  # fmt: skip
+
+
+def _start_the_rest(cluster: LocalCluster, forking: contextlib.AbstractContextManager[Any]) -> None:
+    """Start the workers of ``cluster``'s spec that do not run yet (in a background thread),
+    then leave the forkserver setting (``forking``) that the first worker started under."""
+    try:
+        cluster.sync(cluster._correct_state)
+    except Exception:  # the run goes on with the workers that started; Dask logs the cause
+        logger.warning("some local workers did not start", exc_info=True)
+    finally:
+        forking.__exit__(None, None, None)
 
 
 def _start_slurm(spec: ClusterSpec) -> ClusterHandle:

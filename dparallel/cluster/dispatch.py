@@ -6,6 +6,12 @@ of the partitions that failed. A worker that dies takes the tasks queued on it d
 the scheduler counts them all as suspects (``KilledWorker``): each such partition is rerun
 alone, one at a time, so an innocent one finishes and only the one that kills its worker
 fails again.
+
+Collecting a result never waits without bound: a task can finish and its worker die before
+the driver fetches the (small) result, and Dask then recomputes it, behind whatever else
+is queued (or killing workers). After :data:`RESULT_WAIT_S` the result is taken from
+``recover(p)`` (featurize: the report the task wrote into the store before returning),
+or, without one, the partition is submitted again and waited for like a rerun.
 """
 
 from __future__ import annotations
@@ -20,12 +26,15 @@ from dparallel.errors import ClusterError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["NO_WORKER_GRACE_S", "killed_worker", "run_partitions"]
+__all__ = ["NO_WORKER_GRACE_S", "RESULT_WAIT_S", "killed_worker", "run_partitions"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds a rerun waits with no worker in the cluster before it gives the partition up.
 NO_WORKER_GRACE_S = 120.0
+#: Seconds a finished task's result may take to reach the driver before it is recovered
+#: (``recover``) or the partition submitted again.
+RESULT_WAIT_S = 30.0
 
 
 def run_partitions(
@@ -39,14 +48,20 @@ def run_partitions(
     retries: int = 0,
     on_result: Callable[[int, Any], None] | None = None,
     check: Callable[[], None] | None = None,
+    recover: Callable[[int], Any] | None = None,
+    resources: Callable[[int], Mapping[str, float] | None] | None = None,
 ) -> dict[int, BaseException]:
     """Run ``task(*args(p), **kwargs)`` for each of ``partitions`` on ``client``.
 
     ``on_result(p, result)`` is called in the caller's thread for each finished task;
     ``check()`` before each result is taken and while a rerun waits (e.g. a lease's check,
     which raises to stop the run). ``retries`` are Dask's extra attempts of a task that
-    raised. Returns partition → exception of those that failed, in the end (a partition
-    whose rerun finishes is not in it).
+    raised. ``recover(p)``: partition ``p``'s result when the finished task's own result is
+    lost with its worker (``None``: not to be had; the partition then runs again).
+    ``resources(p)``: the Dask resources partition ``p``'s task needs (e.g. ``{"GPU": 1}``:
+    only workers advertising them run it; ``None``: any worker). Returns partition
+    → exception of those that failed, in the end (a partition whose rerun finishes is not
+    in it).
     """
     from distributed import as_completed
 
@@ -61,30 +76,42 @@ def run_partitions(
             key=f"{name}-{p}-{os.getpid()}-{time.time_ns()}",
             pure=False,
             retries=retries,
+            resources=None if resources is None else resources(p),
         )
 
-    def collect(future: Any, p: int) -> None:
-        if future.status != "finished":
-            failures[p] = future.exception()  # reported together at the end
-            log.info("partition %d failed: %s", p, failures[p])
-            return
+    def collect(future: Any, p: int) -> bool:
+        """Hand ``p``'s result on or record its failure; False when its result is lost."""
+        found = _outcome(future, p, recover)
+        if found is _LOST:
+            return False
+        if isinstance(found, _Failed):
+            failures[p] = found.exc  # reported together at the end
+            log.info("partition %d failed: %s", p, found.exc)
+            return True
         failures.pop(p, None)
-        result = future.result()
         if on_result is not None:
-            on_result(p, result)
+            on_result(p, found)
+        return True
 
     futures = {submit(p): p for p in partitions}
     held = list(futures)  # until the end: Dask's progress then counts done of all, as ours
+    lost: list[int] = []
     for future in as_completed(futures):
         if check is not None:
             check()
-        collect(future, futures.pop(future))
-    for p in sorted(p for p, exc in failures.items() if killed_worker(exc)):
+        p = futures.pop(future)
+        if not collect(future, p):
+            lost.append(p)
+    rerun = sorted({*lost, *(p for p, exc in failures.items() if killed_worker(exc))})
+    for p in rerun:
         if check is not None:
             check()
         future = submit(p)
         if _wait_with_workers(client, future, check):
-            collect(future, p)
+            if not collect(future, p):
+                failures[p] = ClusterError(
+                    f"the result of partition {p} was lost twice with its worker"
+                )
         else:
             failures[p] = ClusterError(
                 f"no worker alive for {NO_WORKER_GRACE_S:.0f} s to rerun it on "
@@ -92,6 +119,46 @@ def run_partitions(
             )
     held.clear()  # the scheduler may forget the tasks now
     return failures
+
+
+class _Failed:
+    """A task's exception, as :func:`_outcome` returns it."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+#: :func:`_outcome` of a finished task whose result went with its worker.
+_LOST = object()
+
+
+def _outcome(future: Any, p: int, recover: Callable[[int], Any] | None) -> Any:
+    """The result of a done ``future``, a :class:`_Failed` or :data:`_LOST`, within
+    :data:`RESULT_WAIT_S` (a lost result is taken from ``recover`` when it has it)."""
+    from distributed import wait
+
+    try:
+        wait(future, timeout=RESULT_WAIT_S)  # at once unless it was lost meanwhile
+        if future.status == "finished":
+            return future.result(timeout=RESULT_WAIT_S)
+        exc = future.exception(timeout=RESULT_WAIT_S)
+        return _Failed(exc if exc is not None else ClusterError(f"partition {p}: no result"))
+    except TimeoutError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - the task's own error, or a cancelled future
+        return _Failed(exc)
+    log.warning(
+        "partition %d finished but its result did not arrive within %.0f s (its worker died?); %s",
+        p,
+        RESULT_WAIT_S,
+        "taking it from where the task recorded it" if recover else "running it again",
+    )
+    future.cancel()
+    if recover is not None:
+        found = recover(p)
+        if found is not None:
+            return found
+    return _LOST
 
 
 def killed_worker(exc: BaseException | None) -> bool:

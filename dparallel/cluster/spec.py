@@ -76,6 +76,11 @@ class ClusterSpec(_Frozen):
         connects to a running scheduler, ``slurm`` submits workers through dask-jobqueue.
     n_workers : int or None
         Local worker processes; ``None`` means one per core.
+    gpus : int
+        GPU workers a local cluster starts besides its CPU workers: one per GPU, each
+        with its own ``CUDA_VISIBLE_DEVICES`` and the Dask resource ``GPU=1``
+        (:mod:`dparallel.cluster.gpus`). Workers of an existing cluster advertise
+        ``--resources GPU=1`` themselves instead.
     threads_per_worker : int
         Dask threads per worker process (1: tasks run torch code, parallelism is by process).
     torch_threads : int or None
@@ -101,6 +106,7 @@ class ClusterSpec(_Frozen):
 
     kind: Literal["local", "address", "slurm"] = "local"
     n_workers: int | None = Field(None, ge=1)
+    gpus: int = Field(0, ge=0)
     threads_per_worker: int = Field(1, ge=1)
     torch_threads: int | None = Field(None, ge=1)
     memory_limit: str | None = None
@@ -117,5 +123,11 @@ class ClusterSpec(_Frozen):
             raise ValueError(
                 "cluster.kind is 'address' but neither cluster.address nor "
                 "cluster.scheduler_file is set; give e.g. address: tcp://host:8786"
+            )
+        if self.gpus and self.kind != "local":
+            raise ValueError(
+                f"cluster.gpus starts GPU workers of a local cluster, but cluster.kind is "
+                f"{self.kind!r}: start the workers of that cluster on GPUs with "
+                "`dask worker --resources GPU=1` (one per GPU, docs/workflows.md)"
             )
         return self

@@ -42,9 +42,10 @@ from dparallel.store import (
     target_path,
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS
+from dparallel.workflow.featurize_dispatch import run_featurize_partitions
 from dparallel.workflow.featurize_options import FeaturizeOptions
 from dparallel.workflow.featurize_task import featurize_partition
-from dparallel.workflow.featurize_worker_preload import (
+from dparallel.workflow.featurize_worker_preload import (  # noqa: F401 - re-exported
     FEATURIZE_FORKSERVER_PRELOAD,
     featurize_preloads,
 )
@@ -106,11 +107,18 @@ def featurize_config(
     return config
 
 
-def merged_statistics(store: Store) -> dict[str, dict[str, FeatureStats]]:
-    """Merge every done partition's statistics exactly (order-independent)."""
+def merged_statistics(
+    store: Store, reports: Mapping[int, Mapping[str, Any]] | None = None
+) -> dict[str, dict[str, FeatureStats]]:
+    """Merge every done partition's statistics exactly (order-independent).
+
+    ``reports``: partition → report already in hand (the tasks' results of this run): only
+    the other done partitions' reports are read from the store.
+    """
     merged: dict[str, dict[str, FeatureStats]] = {}
+    known = reports or {}
     for p in store.done_partitions().tolist():
-        report = store.report(p) or {}
+        report = known.get(p) or store.report(p) or {}
         for name, per_elem in report.get("stats", {}).items():
             for elem, data in per_elem.items():
                 part = FeatureStats.from_json(data)
@@ -229,11 +237,12 @@ def _prepare(
 
 
 def finish_featurize(
-    store_path: str | os.PathLike[str],
+    store_path: str | os.PathLike[str], reports: Mapping[int, Mapping[str, Any]] | None = None
 ) -> tuple[Store, dict[str, dict[str, FeatureStats]]]:
-    """Merge the done partitions' statistics exactly and record them in the store."""
+    """Merge the done partitions' statistics exactly and record them in the store
+    (``reports``: as :func:`merged_statistics`)."""
     store = open_store(store_path, mode="r+")
-    statistics = merged_statistics(store)
+    statistics = merged_statistics(store, reports)
     store.update_attrs({"statistics": _statistics_json(statistics)})
     return publish_store(store), statistics
 
@@ -364,7 +373,7 @@ def featurize_with(
     try:
         return _featurize(source_path, store_path, descriptors, options, n_workers, t0)
     finally:
-        if options.connecting is not None:  # closed already if _run_partitions took it
+        if options.connecting is not None:  # closed already if run_featurize_partitions took it
             from dparallel.cluster import discard_connection
 
             discard_connection(options.connecting)
@@ -388,7 +397,10 @@ def _featurize(
             n_workers = expected_workers(**options.connect_to())
         _warn_idle_workers(store, pending, n_workers)
         try:
-            counts, failures = _run_partitions(source, store, pending, descriptors, lease, options)
+            reports: dict[int, dict[str, Any]] = {}
+            counts, failures = run_featurize_partitions(
+                source, store, pending, descriptors, lease, options, reports
+            )
         except KeyboardInterrupt:
             done = len(store.done_partitions())
             raise RunInterruptedError(
@@ -397,7 +409,7 @@ def _featurize(
                 "done and kept: rerun the same command to compute the rest"
             ) from None
         try:
-            store, statistics = finish_featurize(store.path)
+            store, statistics = finish_featurize(store.path, reports)
         except OSError:
             if not failures:
                 raise
@@ -429,71 +441,6 @@ def _warn_idle_workers(store: Store, pending: list[int], n_workers: int | None) 
         f"{MIN_SPLIT_ATOMS} atoms unless --partition-atoms says otherwise)",
         stacklevel=4,
     )
-
-
-def _run_partitions(
-    source: StructureSource,
-    store: Store,
-    pending: list[int],
-    descriptors: DescriptorSet,
-    lease: StoreLease,
-    options: FeaturizeOptions,
-) -> tuple[dict[str, int], dict[int, BaseException]]:
-    """Connect, announce the work and run every pending partition; returns the summed
-    counts of the reports and the failures."""
-    counts = {"n_structures": 0, "n_atoms": 0, "n_skipped": 0}
-    if not pending:
-        return counts, {}
-    from dparallel.cluster import connect
-    from dparallel.cluster.dispatch import run_partitions
-    from dparallel.dashboard.events import progress_start_event, publish_progress_start
-
-    store_path = os.fspath(store.path)
-    run = f"featurize:{target_path(store_path)}"  # the user's path, also while built aside
-    spec = descriptors.to_dict()
-    progress = options.progress
-    with (
-        options.connecting.result()
-        if options.connecting is not None
-        else connect(
-            **options.connect_to(),
-            worker_preload=featurize_preloads(),
-            forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,),
-        )
-    ) as handle:
-        if options.on_connect is not None:
-            options.on_connect(handle)
-        work = (
-            len(pending),
-            int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),  # structures
-            int(store.plan.atoms[pending].sum()),
-            store.n_partitions - len(pending),  # done by earlier runs: not this run's count
-        )
-        publish_progress_start(run, *work, target=handle.client)
-        if progress is not None:
-            progress(progress_start_event(run, *work), 0, len(pending))
-        done = 0
-
-        def add(p: int, report: dict[str, Any]) -> None:
-            nonlocal done
-            done += 1
-            for key in counts:
-                counts[key] += report[key]
-            if progress is not None:
-                progress(report, done, len(pending))
-
-        failures = run_partitions(
-            handle.client,
-            featurize_partition,
-            pending,
-            args=lambda p: (source, store_path, p, spec),
-            kwargs={"torch_threads": options.torch_threads, "run": run},
-            name="dparallel-featurize",
-            retries=options.retries,
-            on_result=add,
-            check=lease.check,
-        )
-    return counts, failures
 
 
 def _statistics_json(statistics: dict[str, dict[str, FeatureStats]]) -> dict[str, Any]:

@@ -141,9 +141,21 @@ def unfit_structures(batch: StructureBatch, dset: DescriptorSet, nb: Neighbors) 
 
 
 def task_descriptors(
-    batch: StructureBatch, dset: DescriptorSet, nb: Neighbors | None = None
+    batch: StructureBatch, dset: DescriptorSet, nb: Neighbors | None = None, device: str = "cpu"
 ) -> _Computed:
-    """``dset.compute`` as the store keeps it: dG/dr in float32, ACSF's already split."""
+    """``dset.compute`` as the store keeps it: dG/dr in float32, ACSF's already split.
+
+    ``device`` other than ``"cpu"``: through a registered device engine when one takes the
+    set (:func:`~dparallel.workflow.featurize_device.device_descriptors`), else on the CPU.
+    """
+    if device != "cpu":
+        from dparallel.workflow.featurize_device import device_descriptors
+
+        if nb is None:
+            nb = neighbor_list(batch, dset.r_cut)
+        found = device_descriptors(batch, dset, nb, device)
+        if found is not None:
+            return found
     return dset.compute(
         batch, neighbors=nb, derivative_dtype=STORED_DERIVATIVES, split_derivatives=True
     )
@@ -165,7 +177,11 @@ def _compute_each(batch: StructureBatch, dset: DescriptorSet) -> dict[int, str]:
 
 
 def _compute(
-    source: StructureSource, batch: StructureBatch, indices: np.ndarray, dset: DescriptorSet
+    source: StructureSource,
+    batch: StructureBatch,
+    indices: np.ndarray,
+    dset: DescriptorSet,
+    device: str = "cpu",
 ) -> tuple[StructureBatch, np.ndarray, _Computed, list[tuple[int, str]]]:
     """Descriptors of every structure the set can take; the others raise or are skipped."""
     skipped: list[tuple[int, str]] = []
@@ -175,7 +191,7 @@ def _compute(
         computed: _Computed = {}
         if not bad:
             try:
-                computed = task_descriptors(batch, dset, nb)
+                computed = task_descriptors(batch, dset, nb, device)
                 bad = _non_finite(batch, computed)
                 if len(bad) == batch.n_structures > 1:
                     first = int(indices[0])
@@ -228,19 +244,22 @@ def featurize_partition(
     """
     from dparallel.cluster import configured_torch_threads, ensure_torch_threads, tune_allocator
     from dparallel.dashboard.events import publish_progress
+    from dparallel.workflow.featurize_device import task_device
 
     tune_allocator()  # Dask workers start with malloc settings that slow array code down
+    started = time.time()
     t0 = time.perf_counter()
     dset = DescriptorSet.from_dict(descriptors)
     if dset.uses_torch:
         threads = ensure_torch_threads(torch_threads)
     else:  # compiled ACSF on numpy: torch (slow to import, per worker) is not loaded at all
         threads = configured_torch_threads() if torch_threads is None else int(torch_threads)
+    device = task_device()  # "cuda" on a GPU worker with a CUDA device
     store = open_store(store_path, mode="r+")
     start, stop = store.partition_range(p)
     checked = source.read_checked(start, stop)
     t_read = time.perf_counter()
-    batch, indices, computed, unfit = _compute(source, checked.batch, checked.indices, dset)
+    batch, indices, computed, unfit = _compute(source, checked.batch, checked.indices, dset, device)
     skipped = sorted([*checked.skipped, *unfit])
     t_compute = time.perf_counter()
     store.write_structures(p, batch, source_index=indices)
@@ -264,7 +283,9 @@ def featurize_partition(
         "seconds_read": round(t_read - t0, 6),
         "seconds_compute": round(t_compute - t_read, 6),
         "seconds_write": round(time.perf_counter() - t_compute, 6),
+        "started": started,  # wall clock (s since the epoch): the run's timeline
         "torch_threads": threads,
+        "device": device,
         "pid": os.getpid(),
         "stats": {
             name: {elem: s.to_json() for elem, s in per_elem.items()}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from dparallel.cluster.dispatch import killed_worker, run_partitions
@@ -64,3 +66,50 @@ def test_killed_worker_is_recognised() -> None:
 
     assert killed_worker(KilledWorker("task", "worker", 1))
     assert not killed_worker(None)
+
+
+def test_a_result_lost_with_its_worker_is_recovered_not_waited_for(tmp_path, monkeypatch) -> None:
+    """The race behind a 600 s hang: a task finishes, its worker dies before the driver
+    fetches the result, and the recompute does not finish; the driver recovers the result
+    (``recover``) after a bounded wait instead of waiting on the recompute."""
+    from distributed import Client, LocalCluster
+
+    import dparallel.cluster.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "RESULT_WAIT_S", 1.0)
+    runs = tmp_path / "runs"
+
+    def task(p: int, runs: str) -> int:  # a closure: pickled by value for the worker process
+        import pathlib
+        import time
+
+        marker = pathlib.Path(runs)
+        if marker.exists():  # the recompute after the worker died: never finishes in time
+            time.sleep(120)
+        marker.write_text("ran")
+        return p + 100
+
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        killed: list[str] = []
+
+        def kill_holder() -> None:  # runs right before the finished result is taken
+            if not killed:
+                killed.append("yes")
+                client.restart_workers(list(client.scheduler_info()["workers"]))
+
+        results: dict[int, int] = {}
+        t0 = time.monotonic()
+        failures = run_partitions(
+            client, task, [7], args=lambda p: (p, str(runs)), on_result=results.__setitem__,
+            check=kill_holder, recover=lambda p: -p,
+        )  # fmt: skip
+        elapsed = time.monotonic() - t0
+    assert killed
+    assert failures == {}
+    assert results == {7: -7}  # from recover: the task's own result went with its worker
+    assert elapsed < 60

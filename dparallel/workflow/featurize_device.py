@@ -1,0 +1,85 @@
+"""Where a featurize task computes: on its worker's GPU when it has one, else on the CPU.
+
+A worker advertising the Dask resource ``GPU`` (:mod:`dparallel.cluster.gpus`) computes
+on ``"cuda"`` when torch sees a CUDA device there; without one it says so in the log and
+computes on the CPU, with the same numbers as a CPU worker. The computation on the
+device goes through :data:`DEVICE_ENGINES`: the hook for a GPU featurize engine (the torch
+ACSF backend on CUDA, the Triton kernel), which must return
+:func:`~dparallel.workflow.featurize_task.task_descriptors`'s arrays (the store's layout:
+dG/dr split and in the store's precision). While none is registered for a set, the task
+computes it on the CPU and logs why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.neighbors import Neighbors
+    from dparallel.types import StructureBatch
+
+__all__ = ["DEVICE_ENGINES", "device_descriptors", "task_device"]
+
+log = logging.getLogger(__name__)
+
+#: ``{name: engine}``; ``engine(batch, dset, neighbors, device)`` returns the set's store
+#: arrays computed on ``device``, or ``None`` when it cannot take this set (the next engine
+#: is asked; none: the CPU). Register a GPU engine here (e.g. from its module's import).
+DEVICE_ENGINES: dict[
+    str, Callable[[StructureBatch, DescriptorSet, Neighbors, str], dict[str, Any] | None]
+] = {}
+
+_said: set[str] = set()
+
+
+def _once(message: str, *args: Any) -> None:
+    """Log ``message`` at warning level once per worker process."""
+    text = message % args
+    if text not in _said:
+        _said.add(text)
+        log.warning(text)
+
+
+def task_device() -> str:
+    """``"cuda"`` on a GPU worker whose CUDA device torch sees, else ``"cpu"``."""
+    from dparallel.cluster.gpus import worker_gpus
+
+    if worker_gpus() <= 0:
+        return "cpu"
+    try:
+        import torch
+
+        available = bool(torch.cuda.is_available())
+    except ImportError:
+        available = False
+    if not available:
+        _once(
+            "GPU worker (Dask resource GPU) without a usable CUDA device "
+            "(CUDA_VISIBLE_DEVICES=%r): featurizing on the CPU",
+            os.environ.get("CUDA_VISIBLE_DEVICES"),
+        )
+        return "cpu"
+    return "cuda"
+
+
+def device_descriptors(
+    batch: StructureBatch, dset: DescriptorSet, neighbors: Neighbors, device: str
+) -> dict[str, Any] | None:
+    """The store arrays of ``dset`` computed on ``device`` by the first engine of
+    :data:`DEVICE_ENGINES` that takes the set; ``None`` (logged once): compute on the CPU."""
+    for engine in DEVICE_ENGINES.values():
+        found = engine(batch, dset, neighbors, device)
+        if found is not None:
+            return found
+    _once(
+        "no featurize engine for %s on %r registered (dparallel.workflow.featurize_device."
+        "DEVICE_ENGINES): computing on the CPU",
+        ", ".join(dset.by_name),
+        device,
+    )
+    return None

@@ -1,0 +1,112 @@
+"""The driver's part of featurize that runs on the cluster: connect, announce, dispatch.
+
+:func:`run_featurize_partitions` connects (or takes the connection the CLI started),
+publishes the run's start to the dashboard, marks a share of the partitions for GPU
+workers when the cluster has some (:mod:`dparallel.cluster.gpus`), runs every pending
+partition through :func:`dparallel.cluster.dispatch.run_partitions` and keeps each
+report; a report lost with its worker is read back from the store.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from dparallel.store import open_store, target_path
+from dparallel.workflow.featurize_task import featurize_partition
+from dparallel.workflow.featurize_worker_preload import (
+    FEATURIZE_FORKSERVER_PRELOAD,
+    featurize_preloads,
+)
+
+if TYPE_CHECKING:
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.io import StructureSource
+    from dparallel.store import Store, StoreLease
+    from dparallel.workflow.featurize_options import FeaturizeOptions
+
+__all__ = ["run_featurize_partitions"]
+
+
+def run_featurize_partitions(
+    source: StructureSource,
+    store: Store,
+    pending: list[int],
+    descriptors: DescriptorSet,
+    lease: StoreLease,
+    options: FeaturizeOptions,
+    reports: dict[int, dict[str, Any]],
+) -> tuple[dict[str, int], dict[int, BaseException]]:
+    """Connect, announce the work and run every pending partition; returns the summed
+    counts of the reports and the failures; each report is kept in ``reports``."""
+    counts = {"n_structures": 0, "n_atoms": 0, "n_skipped": 0}
+    if not pending:
+        return counts, {}
+    from dparallel.cluster import connect
+    from dparallel.cluster.dispatch import run_partitions
+    from dparallel.cluster.gpus import GPU_RESOURCE, gpu_partitions, gpu_worker_addresses
+    from dparallel.dashboard.events import progress_start_event, publish_progress_start
+
+    store_path = os.fspath(store.path)
+    run = f"featurize:{target_path(store_path)}"  # the user's path, also while built aside
+    spec = descriptors.to_dict()
+    progress = options.progress
+    with (
+        options.connecting.result()
+        if options.connecting is not None
+        else connect(
+            **options.connect_to(),
+            worker_preload=featurize_preloads(),
+            forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,),
+            return_early=True,
+        )
+    ) as handle:
+        if options.on_connect is not None:
+            options.on_connect(handle)
+        # workers still starting (return_early) count as they will be
+        n_gpu = max(len(gpu_worker_addresses(handle.client)), handle.planned_gpus)
+        n_all = max(handle.n_workers, handle.planned_workers)
+        marked = gpu_partitions(pending, n_gpu, n_all - n_gpu)
+        work = (
+            len(pending),
+            int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),  # structures
+            int(store.plan.atoms[pending].sum()),
+            store.n_partitions - len(pending),  # done by earlier runs: not this run's count
+        )
+        publish_progress_start(run, *work, target=handle.client)
+        if progress is not None:
+            progress(progress_start_event(run, *work), 0, len(pending))
+        done = 0
+
+        def add(p: int, report: dict[str, Any]) -> None:
+            nonlocal done
+            done += 1
+            reports[p] = report
+            for key in counts:
+                counts[key] += report[key]
+            if progress is not None:
+                progress(report, done, len(pending))
+
+        failures = run_partitions(
+            handle.client,
+            featurize_partition,
+            pending,
+            args=lambda p: (source, store_path, p, spec),
+            kwargs={"torch_threads": options.torch_threads, "run": run},
+            name="dparallel-featurize",
+            retries=options.retries,
+            on_result=add,
+            check=lease.check,
+            recover=lambda p: _recorded_report(store_path, p),
+            resources=lambda p: {GPU_RESOURCE: 1} if p in marked else None,
+        )
+    return counts, failures
+
+
+def _recorded_report(store_path: str, p: int) -> dict[str, Any] | None:
+    """Partition ``p``'s report as its task recorded it in the store, once it is done
+    (what the driver uses when the task's own result was lost with its worker)."""
+    store = open_store(store_path)
+    if p not in set(store.done_partitions().tolist()):
+        return None
+    return store.report(p)
