@@ -18,7 +18,7 @@ from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import torch
 
@@ -460,12 +460,16 @@ class ACSF:
         float32_terms: bool,
         derivative_dtype: type | None = None,
         split_derivatives: bool = False,
+        element: Callable[..., tuple[np.ndarray, dict[int, tuple[np.ndarray, Any]] | None]]
+        | None = None,
     ) -> dict[str, dict[str, np.ndarray]]:
         """Per element, ``ACSFResult.to_numpy()`` arrays from the compiled kernel.
 
         ``el_index`` (N,) element of each atom; pairs (P,) int64 with vectors (P, 3) and
         distances (P,) in the output dtype; ``dG_dr`` in ``derivative_dtype`` (default:
         the output dtype), split as :meth:`compute_arrays` says if ``split_derivatives``.
+        ``element``: the per-element kernel (default ``numba_element``, whose signature and
+        numpy results it has; e.g. the Triton kernel on a GPU).
         """
         from dparallel.descriptors._acsf_engine import SplitDerivatives, numba_element
         from dparallel.kernels.pair_select import element_pairs
@@ -483,7 +487,7 @@ class ACSF:
             keep, center, neighbor_el, e_vectors, e_distances = element_pairs(
                 el_index, local, pair_first, pair_second, vectors, distances, e_idx, plan.r_max
             )  # (P_e,) pairs of centre element e in its cutoff
-            values, groups = numba_element(
+            values, groups = (element or numba_element)(
                 plan, e_vectors, e_distances, center, neighbor_el, atoms.shape[0],
                 n_el, derivatives, vectors.dtype.type, float32_terms, derivative_dtype,
                 split_derivatives,

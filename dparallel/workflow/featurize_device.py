@@ -3,10 +3,10 @@
 A worker advertising the Dask resource ``GPU`` (:mod:`dparallel.cluster.gpus`) computes
 on ``"cuda"`` when torch sees a CUDA device there; without one it says so in the log and
 computes on the CPU, with the same numbers as a CPU worker. The computation on the
-device goes through :data:`DEVICE_ENGINES`: the hook for a GPU featurize engine (the torch
-ACSF backend on CUDA, the Triton kernel), which must return
+device goes through :data:`DEVICE_ENGINES`: the GPU featurize engines (registered: ACSF on
+the Triton kernel, :mod:`dparallel.workflow.featurize_triton`), which must return
 :func:`~dparallel.workflow.featurize_task.task_descriptors`'s arrays (the store's layout:
-dG/dr split and in the store's precision). While none is registered for a set, the task
+dG/dr split and in the store's precision). While no engine takes a set, the task
 computes it on the CPU and logs why.
 """
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import os
 from typing import TYPE_CHECKING, Any
+
+from dparallel.workflow.featurize_triton import triton_descriptors
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,10 +31,11 @@ log = logging.getLogger(__name__)
 
 #: ``{name: engine}``; ``engine(batch, dset, neighbors, device)`` returns the set's store
 #: arrays computed on ``device``, or ``None`` when it cannot take this set (the next engine
-#: is asked; none: the CPU). Register a GPU engine here (e.g. from its module's import).
+#: is asked; none: the CPU). ``"triton"``: ACSF on the Triton kernel
+#: (:mod:`dparallel.workflow.featurize_triton`).
 DEVICE_ENGINES: dict[
     str, Callable[[StructureBatch, DescriptorSet, Neighbors, str], dict[str, Any] | None]
-] = {}
+] = {"triton": triton_descriptors}
 
 _said: set[str] = set()
 
