@@ -7,14 +7,17 @@ an ACSF-only descriptor set on the worker's device and returns what
 keys, dtypes, shapes and pair order; dG/dr split and in the store's precision). It
 declines (``None``: the task computes on the CPU) a set with another descriptor type
 (neighbour sums), a set whose CPU route is not the compiled kernel (no numba), and a
-device the kernel cannot run on (no triton, no CUDA device). Imports torch and triton
-only when it computes.
+device the kernel cannot run on (no triton, no CUDA device); a partition too large for the
+device's memory is computed on the CPU (logged). Imports torch and triton only when it
+computes.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
+from dparallel.errors import BackendUnavailableError
 from dparallel.store._derivatives import DERIVATIVE_DTYPE
 
 if TYPE_CHECKING:
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
     from dparallel.types import StructureBatch
 
 __all__ = ["triton_descriptors"]
+
+log = logging.getLogger(__name__)
 
 
 def _takes(dset: DescriptorSet) -> bool:
@@ -45,17 +50,23 @@ def triton_descriptors(
 
     if not _takes(dset) or not triton_runs_on(device):
         return None
+    import torch
+
     ((name, acsf),) = dset.by_name.items()
-    arrays = triton_arrays(
-        acsf,
-        batch,
-        neighbors,
-        device,
-        derivatives=dset.derivatives,
-        dtype=dset.dtype,
-        derivative_dtype=str(DERIVATIVE_DTYPE),
-        split_derivatives=True,
-    )
+    try:
+        arrays = triton_arrays(
+            acsf,
+            batch,
+            neighbors,
+            device,
+            derivatives=dset.derivatives,
+            dtype=dset.dtype,
+            derivative_dtype=str(DERIVATIVE_DTYPE),
+            split_derivatives=True,
+        )
+    except (BackendUnavailableError, torch.cuda.OutOfMemoryError) as exc:
+        log.warning("Triton ACSF on %r: %s: featurizing this partition on the CPU", device, exc)
+        return None
     return {name: {element: _store_keys(a) for element, a in arrays.items()}}
 
 

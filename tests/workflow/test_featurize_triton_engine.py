@@ -170,6 +170,25 @@ def test_declines_what_it_cannot_take(monkeypatch: pytest.MonkeyPatch) -> None:
     assert triton_descriptors(batch, dset, nb, _device()) is None
 
 
+def test_out_of_device_memory_falls_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import torch
+
+    from dparallel.descriptors import acsf_triton_arrays
+    from dparallel.workflow.featurize_triton import triton_descriptors
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(acsf_triton_arrays, "triton_arrays", full)
+    batch = _batch(6, [1, 8])
+    dset = DescriptorSet(acsf=_acsf(["H", "O"], 3.0), derivatives=True)
+    with caplog.at_level("WARNING", logger="dparallel.workflow.featurize_triton"):
+        assert triton_descriptors(batch, dset, neighbor_list(batch, 3.0), _device()) is None
+    assert "out of memory" in caplog.text and "on the CPU" in caplog.text
+
+
 def test_registered_and_taken_by_the_device_hook() -> None:
     from dparallel.workflow.featurize_device import DEVICE_ENGINES, device_descriptors
     from dparallel.workflow.featurize_triton import triton_descriptors
