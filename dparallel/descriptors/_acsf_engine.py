@@ -15,11 +15,13 @@ import numpy as np
 from dparallel.kernels.acsf_plan import build_kernel_plan
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
 
     from dparallel.kernels.acsf_numba import KernelPlan
 
-__all__ = ["ElementPlan", "evaluate_element", "numba_element"]
+__all__ = ["ElementPlan", "derivative_groups", "evaluate_element", "numba_element"]
 
 
 @dataclass
@@ -379,7 +381,6 @@ def numba_element(
         acsf_element,
         no_network,
         no_split,
-        radial_columns,
         split_layout,
     )
 
@@ -420,14 +421,40 @@ def numba_element(
     )  # fmt: skip
     if not derivatives:
         return values, None
-    groups: dict[int, tuple[np.ndarray, Any]] = {}
-    radial = radial_columns(kplan) if layout.on else None  # (Σ F_f,)
-    for f, sel in sels.items():
-        lo, hi = int(kplan.dsrc_off[f]), int(kplan.dsrc_off[f + 1])
-        n_p, base = sel.shape[0], int(d_base[f])
-        block = dflat[base : base + n_p * n_rows[f]]  # no copy
-        if radial is None:
-            groups[f] = (sel, block.reshape(n_p, hi - lo, 3))
-        else:
-            groups[f] = (sel, SplitDerivatives(radial[lo:hi], block.reshape(n_rows[f], n_p)))
+    groups = derivative_groups(
+        kplan, sels, d_base, n_rows, dflat, layout.on,
+        lambda sel, block, radial: block.reshape(sel.shape[0], radial.shape[0], 3),
+    )  # fmt: skip
     return values, groups
+
+
+def derivative_groups(
+    kplan: KernelPlan,
+    selections: dict[int, Any],
+    d_base: np.ndarray,
+    n_rows: Any,
+    dflat: Any,
+    split: bool,
+    unsplit: Callable[[Any, Any, np.ndarray], Any],
+) -> dict[int, tuple[Any, Any]]:
+    """``{f: (sel, dG/dr)}`` from a kernel's flat derivative output (numpy or torch).
+
+    ``dflat`` holds, per neighbour element f with pairs ``selections[f]``, a block at
+    ``d_base[f]`` of ``n_rows[f]`` numbers per pair, viewed (no copy) as (rows, P_f). With
+    ``split`` each group is a :class:`SplitDerivatives` of the block; else
+    ``unsplit(sel, block, radial)``, given the group's radial columns (F_f,) bool, gives
+    its dG/dr.
+    """
+    from dparallel.kernels.acsf_layout import radial_columns
+
+    radial = radial_columns(kplan)  # (Σ F_f,)
+    groups: dict[int, tuple[Any, Any]] = {}
+    for f, sel in selections.items():
+        lo, hi = int(kplan.dsrc_off[f]), int(kplan.dsrc_off[f + 1])
+        n_p, base, rows = int(sel.shape[0]), int(d_base[f]), int(n_rows[f])
+        block = dflat[base : base + rows * n_p].reshape(rows, n_p)  # no copy
+        if split:
+            groups[f] = (sel, SplitDerivatives(radial[lo:hi], block))
+        else:
+            groups[f] = (sel, unsplit(sel, block, radial[lo:hi]))
+    return groups

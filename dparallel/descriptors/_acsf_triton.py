@@ -73,7 +73,7 @@ def triton_element(
     (P_f, F_f, 3) or, with ``split``, a
     :class:`~dparallel.descriptors._acsf_engine.SplitDerivatives` of tensors.
     """
-    from dparallel.descriptors._acsf_engine import SplitDerivatives
+    from dparallel.descriptors._acsf_engine import derivative_groups
     from dparallel.kernels._backends.triton_acsf import triton_acsf_element
 
     check_triton()
@@ -86,20 +86,14 @@ def triton_element(
     if not derivatives:
         return out.values, None
     assert out.dflat is not None
-    radial_all = kplan.dsrc < kplan.rk_eta.shape[0]  # (Σ F_f,) bool
-    groups: dict[int, tuple[torch.Tensor, Any]] = {}
-    for f, sel in out.selections.items():
-        lo, hi = int(kplan.dsrc_off[f]), int(kplan.dsrc_off[f + 1])
-        n_p, base, rows = int(out.n_pairs[f]), int(out.d_base[f]), int(out.n_rows[f])
-        block = out.dflat[base : base + rows * n_p].view(rows, n_p)
-        radial = radial_all[lo:hi]
-        if split:
-            groups[f] = (sel, SplitDerivatives(radial, block))  # type: ignore[arg-type]
-        else:
-            unit = (vectors.index_select(0, sel) / distances.index_select(0, sel)[:, None]).to(
-                block.dtype
-            )
-            groups[f] = (sel, _pair_major(block, radial, unit))
+
+    def pair_major(sel: torch.Tensor, block: torch.Tensor, radial: np.ndarray) -> torch.Tensor:
+        unit = vectors.index_select(0, sel) / distances.index_select(0, sel)[:, None]
+        return _pair_major(block, radial, unit.to(block.dtype))
+
+    groups = derivative_groups(
+        kplan, out.selections, out.d_base, out.n_rows, out.dflat, split, pair_major
+    )
     return out.values, groups
 
 

@@ -13,7 +13,7 @@ import queue
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ __all__ = [
     "SplitIndex",
     "build_split_index",
     "collate",
+    "gather_features",
     "iterate_batches",
 ]
 
@@ -381,6 +382,41 @@ class Batch:
         return int(self.structure_index.shape[0])
 
 
+def gather_features(
+    elements: Sequence[str],
+    vals: dict[str, list],
+    aidx: dict[str, list],
+    pairs: dict[str, dict[str, list]],
+    feat_idx: dict[tuple[str, str], Any],
+    join: Callable[[list, bool], torch.Tensor],
+) -> dict[str, ACSFResult]:
+    """Per element, one :class:`ACSFResult` of a batch from its structures' pieces.
+
+    ``vals``/``aidx``: per element, the value rows and atom indices of each piece;
+    ``pairs``: per element and neighbour element, pieces ``(first, second, center,
+    vectors, dG_dr)``; ``feat_idx``: the feature index of each (element, neighbour).
+    ``join(pieces, floating)`` concatenates pieces into one tensor (``floating``: values,
+    vectors, dG/dr, which may change dtype).
+    """
+    features: dict[str, ACSFResult] = {}
+    for e in elements:
+        if not vals[e]:
+            continue
+        pd_out = None
+        if pairs[e]:
+            pd_out = {}
+            for f, lst in pairs[e].items():
+                cat = [join([x[k] for x in lst], k in (3, 4)) for k in range(5)]
+                pd_out[f] = PairDerivatives(
+                    pair_first=cat[0], pair_second=cat[1], center=cat[2], vectors=cat[3],
+                    feature_index=torch.as_tensor(feat_idx[(e, f)]), dG_dr=cat[4],
+                )  # fmt: skip
+        features[e] = ACSFResult(
+            values=join(vals[e], True), atom_index=join(aidx[e], False), pairs=pd_out
+        )
+    return features
+
+
 def collate(
     items: Sequence[tuple[PartitionData, int]],
     elements: Sequence[str],
@@ -428,28 +464,12 @@ def collate(
             row_base[e] += rows.shape[0]
         atom_base += atoms.shape[0]
     counts_np = np.concatenate(counts)
-    features: dict[str, ACSFResult] = {}
-    for e in elements:
-        if not vals[e]:
-            continue
-        pd_out = None
-        if pairs[e]:
-            pd_out = {}
-            for f, lst in pairs[e].items():
-                cat = [np.concatenate([x[k] for x in lst]) for k in range(5)]
-                pd_out[f] = PairDerivatives(
-                    pair_first=torch.from_numpy(cat[0]),
-                    pair_second=torch.from_numpy(cat[1]),
-                    center=torch.from_numpy(cat[2]),
-                    vectors=torch.from_numpy(cat[3]).to(dtype),
-                    feature_index=torch.from_numpy(feat_idx[(e, f)]),
-                    dG_dr=torch.from_numpy(cat[4]).to(dtype),
-                )
-        features[e] = ACSFResult(
-            values=torch.from_numpy(np.concatenate(vals[e])).to(dtype),
-            atom_index=torch.from_numpy(np.concatenate(aidx[e])),
-            pairs=pd_out,
-        )
+
+    def join(parts: list[np.ndarray], floating: bool) -> torch.Tensor:
+        t = torch.from_numpy(np.concatenate(parts))
+        return t.to(dtype) if floating else t
+
+    features = gather_features(elements, vals, aidx, pairs, feat_idx, join)
     n_s = counts_np.shape[0]
     return Batch(
         ids=np.concatenate(ids),

@@ -230,14 +230,7 @@ def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:
                 value = loss(e, f, batch, force_weight)
                 value.backward()
                 opt.step()
-            m.add(
-                e.detach(),
-                batch.energy,
-                batch.atom_counts,
-                None if f is None else f.detach(),
-                batch.forces if f is not None else None,
-                value.detach(),
-            )
+            m.add_batch(e, f, batch, value)
         summary = m.summary()  # waits for the device's queued work
     except torch.OutOfMemoryError as exc:
         where = f"a training step of epoch {epoch}"

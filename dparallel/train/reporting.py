@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from dparallel.nn import HDNNP
-    from dparallel.train.data import PartitionReader
+    from dparallel.train.data import Batch, PartitionReader
     from dparallel.train.spec import TrainingSpec
 
 __all__ = [
@@ -107,6 +107,26 @@ class Metrics:
                 )
                 self.n_batches += 1
 
+    def add_batch(
+        self,
+        e_pred: torch.Tensor,
+        f_pred: torch.Tensor | None,
+        batch: Batch,
+        loss: torch.Tensor,
+        keep: bool = False,
+    ) -> None:
+        """:meth:`add` for predictions on ``batch`` (detached; forces compared only when
+        predicted)."""
+        self.add(
+            e_pred.detach(),
+            batch.energy,
+            batch.atom_counts,
+            None if f_pred is None else f_pred.detach(),
+            batch.forces if f_pred is not None else None,
+            loss.detach(),
+            keep,
+        )
+
     def summary(self) -> dict[str, float]:
         """energy_rmse/mae (eV/atom), force_rmse/mae (eV/Å), loss (NaN when not measured)."""
         nan = float("nan")
@@ -145,16 +165,7 @@ def evaluate_split(
     try:
         for batch in batches:
             e, f = predict_batch(model, batch, reader.forces)
-            value = objective_loss(e, f, batch, spec.force_weight).detach()
-            m.add(
-                e.detach(),
-                batch.energy,
-                batch.atom_counts,
-                None if f is None else f.detach(),
-                batch.forces if f is not None else None,
-                value,
-                keep,
-            )
+            m.add_batch(e, f, batch, objective_loss(e, f, batch, spec.force_weight), keep)
     finally:
         batches.close()  # stops the prefetch threads, also on an error
     return m

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from dparallel.descriptors import ACSFResult, PairDerivatives
-from dparallel.train.data import Batch, BatchPlan, load_partition
+from dparallel.train.data import Batch, BatchPlan, gather_features, load_partition
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -166,22 +165,9 @@ class ResidentData:
                 row_base[e] += n_rows
             atom_base += n_atoms
         counts_np = np.concatenate(counts)
-        features: dict[str, ACSFResult] = {}
-        for e in elements:
-            if not vals[e]:
-                continue
-            pd_out = None
-            if pairs[e]:
-                pd_out = {}
-                for f, lst in pairs[e].items():
-                    cat = [torch.cat([x[k] for x in lst]) for k in range(5)]
-                    pd_out[f] = PairDerivatives(
-                        pair_first=cat[0], pair_second=cat[1], center=cat[2], vectors=cat[3],
-                        feature_index=feat_idx[(e, f)], dG_dr=cat[4],
-                    )  # fmt: skip
-            features[e] = ACSFResult(
-                values=torch.cat(vals[e]), atom_index=torch.cat(aidx[e]), pairs=pd_out
-            )
+        features = gather_features(
+            elements, vals, aidx, pairs, feat_idx, lambda parts, _: torch.cat(parts)
+        )
         n_s = counts_np.shape[0]
         counts_dev = _on(counts_np, dev)
         return Batch(

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
+from _event_recorder import EventRecorder
+
 from dparallel.dashboard import DashboardState, publish_train_metrics
 from dparallel.dashboard.events import TOPIC_TRAIN
 
 
-class _Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict]] = []
-        self.address = "tcp://w:1"
-
-    def log_event(self, topic: str, msg: dict) -> None:
-        self.events.append((topic, msg))
-
-
 def test_data_wait_fraction_reaches_the_training_summary() -> None:
-    rec = _Recorder()
+    rec = EventRecorder()
     publish_train_metrics("t", 1, "train", 0.5, 0.02, 0.1, data_wait_fraction=0.25, target=rec)
     publish_train_metrics("t", 0, "train", 0.9, 0.03, 0.2, data_wait_fraction=0.5, target=rec)
     publish_train_metrics("t", 0, "validation", 1.0, target=rec)
@@ -50,7 +43,7 @@ def test_the_training_page_shows_the_data_wait(monkeypatch) -> None:  # noqa: AN
     import dparallel.dashboard.pages as pages
 
     s = DashboardState()
-    rec = _Recorder()
+    rec = EventRecorder()
     publish_train_metrics("t", 0, "train", 0.9, data_wait_fraction=0.031, target=rec)
     s.add(0.0, *rec.events[0])
     monkeypatch.setattr(pages, "state_of", lambda scheduler: s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from _event_recorder import EventRecorder
 
 from dparallel.dashboard import DashboardState, publish_progress, publish_train_metrics
 from dparallel.dashboard.events import (
@@ -12,15 +13,6 @@ from dparallel.dashboard.events import (
     progress_start_event,
     train_event,
 )
-
-
-class _Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict]] = []
-        self.address = "tcp://w:1"
-
-    def log_event(self, topic: str, msg: dict) -> None:
-        self.events.append((topic, msg))
 
 
 def _progress_state() -> DashboardState:
@@ -110,7 +102,7 @@ def test_publish_without_cluster_is_a_noop() -> None:
 
 
 def test_publish_to_explicit_target() -> None:
-    rec = _Recorder()
+    rec = EventRecorder()
     assert publish_progress("r", 3, 5, 50, 0.25, target=rec) is True
     assert publish_train_metrics("t", 2, "validation", 0.1, 0.01, 0.2, target=rec) is True
     assert rec.events == [

@@ -62,18 +62,23 @@ def test_a_symbolic_link_inside_a_store_is_foreign(data, tmp_path):
         check_replaceable("s.zarr")
 
 
-def test_a_failed_overwrite_leaves_the_old_store(data, tmp_path, monkeypatch):
-    old = ingest(data, "s.zarr", partition_atoms=40, units="ase").store
-    assert old.n_partitions > 2
-    before = _snapshot(old.path)
+def _fail_on_the_second_partition(monkeypatch):
+    """Make ingesting partition 1 fail as a full disk would (until ``monkeypatch.undo()``)."""
     real = ingest_module.ingest_partition
 
-    def fail_on_the_second(source, store, p):
+    def fail(source, store, p):
         if p == 1:
             raise OSError(28, "No space left on device")
         return real(source, store, p)
 
-    monkeypatch.setattr(ingest_module, "ingest_partition", fail_on_the_second)
+    monkeypatch.setattr(ingest_module, "ingest_partition", fail)
+
+
+def test_a_failed_overwrite_leaves_the_old_store(data, tmp_path, monkeypatch):
+    old = ingest(data, "s.zarr", partition_atoms=40, units="ase").store
+    assert old.n_partitions > 2
+    before = _snapshot(old.path)
+    _fail_on_the_second_partition(monkeypatch)
     with pytest.raises(OSError, match="No space left"):
         ingest(data, "s.zarr", partition_atoms=50, overwrite=True)
     assert _snapshot(old.path) == before  # not a byte of the old store changed
@@ -107,14 +112,7 @@ def test_a_mount_point_is_refused(monkeypatch, tmp_path):
 
 def test_a_replacement_of_another_config_left_aside_is_not_resumed(data, tmp_path, monkeypatch):
     ingest(data, "s.zarr", partition_atoms=40)
-    real = ingest_module.ingest_partition
-
-    def fail(source, store, p):
-        if p == 1:
-            raise OSError(28, "No space left on device")
-        return real(source, store, p)
-
-    monkeypatch.setattr(ingest_module, "ingest_partition", fail)
+    _fail_on_the_second_partition(monkeypatch)
     with pytest.raises(OSError):
         ingest(data, "s.zarr", partition_atoms=50, overwrite=True)
     monkeypatch.undo()

@@ -154,6 +154,35 @@ def _angular(c, zeta, lam, zint, isint):
 
 
 @_helper
+def _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, cut):
+    """Cutoff ``cut``'s radius, n2p2 type and inner fraction α."""
+    return tl.load(CUT_RC + cut), tl.load(CUT_KIND + cut), tl.load(CUT_ALPHA + cut)
+
+
+@_helper
+def _load_col(
+    COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
+    CUT_RC, CUT_KIND, CUT_ALPHA, col,
+):  # fmt: skip
+    """Angular column ``col``'s parameters: η, rs, narrow, ζ, λ, integer ζ, whether ζ is an
+    integer, and its cutoff's rc, type, α."""
+    cut = tl.load(COL_CUT + col)
+    rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, cut)
+    return (
+        tl.load(COL_ETA + col), tl.load(COL_RS + col), tl.load(COL_NARROW + col),
+        tl.load(COL_ZETA + col), tl.load(COL_LAM + col), tl.load(COL_ZINT + col),
+        tl.load(COL_ISINT + col), rc, kind, alpha,
+    )  # fmt: skip
+
+
+@_helper
+def _counts(CNT, e, n_c, cs, cm):
+    """Neighbours of element ``e`` of centres ``cs`` (0 where masked off), and as (C, 1, 1)."""
+    cnt = tl.load(CNT + e * n_c + cs, mask=cm, other=0)
+    return cnt, cnt[:, None, None]
+
+
+@_helper
 def _load_nbr(X, Y, Z, R, off, mask):
     """Neighbour vector and distance at table offsets ``off`` (padding: (1, 0, 0), 1)."""
     x = tl.load(X + off, mask=mask, other=1.0)
@@ -180,10 +209,7 @@ def _radial_kernel(
         f = tl.load(RK_F + kr)
         eta = tl.load(RK_ETA + kr)
         rs = tl.load(RK_RS + kr)
-        cut = tl.load(RK_CUT + kr)
-        rc = tl.load(CUT_RC + cut)
-        kind = tl.load(CUT_KIND + cut)
-        alpha = tl.load(CUT_ALPHA + cut)
+        rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(RK_CUT + kr))
         cnt = tl.load(CNT + f * n_c + cs, mask=cm, other=0)
         acc = tl.zeros([BLOCK_C, BLOCK_K], tl.float64)
         for j0 in range(0, tl.max(cnt, 0), BLOCK_K):
@@ -200,10 +226,7 @@ def _radial_kernel(
             col = tl.load(RD_COL + d)
             eta = tl.load(RK_ETA + key)
             rs = tl.load(RK_RS + key)
-            cut = tl.load(RK_CUT + key)
-            rc = tl.load(CUT_RC + cut)
-            kind = tl.load(CUT_KIND + cut)
-            alpha = tl.load(CUT_ALPHA + cut)
+            rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(RK_CUT + key))
             base = tl.load(DBASE + f)
             n_p = tl.load(NPAIRS + f)
             cnt = tl.load(CNT + f * n_c + cs, mask=cm, other=0)
@@ -237,21 +260,12 @@ def _angular_values_kernel(
     for col in range(n_col):
         ea = tl.load(COL_A + col)
         eb = tl.load(COL_B + col)
-        eta = tl.load(COL_ETA + col)
-        rs = tl.load(COL_RS + col)
-        cut = tl.load(COL_CUT + col)
-        narrow = tl.load(COL_NARROW + col)
-        zeta = tl.load(COL_ZETA + col)
-        lam = tl.load(COL_LAM + col)
-        zint = tl.load(COL_ZINT + col)
-        isint = tl.load(COL_ISINT + col)
-        rc = tl.load(CUT_RC + cut)
-        kind = tl.load(CUT_KIND + cut)
-        alpha = tl.load(CUT_ALPHA + cut)
-        cnt_a = tl.load(CNT + ea * n_c + cs, mask=cm, other=0)
-        cnt_b = tl.load(CNT + eb * n_c + cs, mask=cm, other=0)
-        ca3 = cnt_a[:, None, None]
-        cb3 = cnt_b[:, None, None]
+        eta, rs, narrow, zeta, lam, zint, isint, rc, kind, alpha = _load_col(
+            COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
+            CUT_RC, CUT_KIND, CUT_ALPHA, col,
+        )  # fmt: skip
+        cnt_a, ca3 = _counts(CNT, ea, n_c, cs, cm)
+        cnt_b, cb3 = _counts(CNT, eb, n_c, cs, cm)
         same = (ea == eb).to(tl.int32)
         acc = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
         for j0 in range(0, tl.max(cnt_a, 0), BLOCK_J):
@@ -299,24 +313,15 @@ def _angular_derivs_kernel(
         eg = tl.load(SL_G + s)
         col = tl.load(SL_COL + s)
         kc = tl.load(SL_K + s)
-        eta = tl.load(COL_ETA + col)
-        rs = tl.load(COL_RS + col)
-        cut = tl.load(COL_CUT + col)
-        narrow = tl.load(COL_NARROW + col)
-        zeta = tl.load(COL_ZETA + col)
-        lam = tl.load(COL_LAM + col)
-        zint = tl.load(COL_ZINT + col)
-        isint = tl.load(COL_ISINT + col)
+        eta, rs, narrow, zeta, lam, zint, isint, rc, kind, alpha = _load_col(
+            COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
+            CUT_RC, CUT_KIND, CUT_ALPHA, col,
+        )  # fmt: skip
         scale = tl.load(COL_SCALE + col)
-        rc = tl.load(CUT_RC + cut)
-        kind = tl.load(CUT_KIND + cut)
-        alpha = tl.load(CUT_ALPHA + cut)
         n_p = tl.load(NPAIRS + ef)
         base = tl.load(DBASE + ef) + (tl.load(NRAD + ef) + 3 * kc) * n_p
-        cnt_f = tl.load(CNT + ef * n_c + cs, mask=cm, other=0)
-        cnt_g = tl.load(CNT + eg * n_c + cs, mask=cm, other=0)
-        cf3 = cnt_f[:, None, None]
-        cg3 = cnt_g[:, None, None]
+        cnt_f, cf3 = _counts(CNT, ef, n_c, cs, cm)
+        cnt_g, cg3 = _counts(CNT, eg, n_c, cs, cm)
         for j0 in range(0, tl.max(cnt_f, 0), BLOCK_J):
             js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
             mj = js < cf3

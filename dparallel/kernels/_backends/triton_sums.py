@@ -30,18 +30,26 @@ __all__ = ["envsum", "featsum", "sensesum"]
 
 
 @triton.jit
+def _segment_tile(
+    STARTS, n_nu, n_feat, BLOCK_NU: tl.constexpr, BLOCK_F: tl.constexpr,
+):  # fmt: skip  # noqa: ANN001, ANN202
+    """This program's atom, its feature block (F,) and as (1, F), the ν column (ν, 1), their
+    masks, and the atom's segment [lo, hi) of the sorted pairs."""
+    atom = tl.program_id(0)
+    fs1 = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    nus = tl.arange(0, BLOCK_NU)[:, None]
+    fs = fs1[None, :]
+    lo = tl.load(STARTS + atom)
+    hi = tl.load(STARTS + atom + 1)
+    return atom, fs1, nus, fs, nus < n_nu, fs < n_feat, lo, hi
+
+
+@triton.jit
 def _envsum_kernel(
     SENSE, FEAT, ORDER, STARTS, SECOND, OUT, n_nu, n_feat,
     BLOCK_NU: tl.constexpr, BLOCK_F: tl.constexpr,
 ):  # fmt: skip  # noqa: ANN001, ANN202
-    i = tl.program_id(0)
-    fs1 = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
-    nus = tl.arange(0, BLOCK_NU)[:, None]
-    fs = fs1[None, :]
-    mnu = nus < n_nu
-    mf = fs < n_feat
-    lo = tl.load(STARTS + i)
-    hi = tl.load(STARTS + i + 1)
+    i, _, nus, fs, mnu, mf, lo, hi = _segment_tile(STARTS, n_nu, n_feat, BLOCK_NU, BLOCK_F)
     acc = tl.zeros([BLOCK_NU, BLOCK_F], OUT.dtype.element_ty)
     for q in range(lo, hi):
         p = tl.load(ORDER + q)
@@ -77,14 +85,7 @@ def _featsum_kernel(
     ENV, SENSE, ORDER, STARTS, FIRST, OUT, n_nu, n_feat,
     BLOCK_NU: tl.constexpr, BLOCK_F: tl.constexpr,
 ):  # fmt: skip  # noqa: ANN001, ANN202
-    j = tl.program_id(0)
-    fs1 = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
-    nus = tl.arange(0, BLOCK_NU)[:, None]
-    fs = fs1[None, :]
-    mnu = nus < n_nu
-    mf = fs < n_feat
-    lo = tl.load(STARTS + j)
-    hi = tl.load(STARTS + j + 1)
+    j, fs1, nus, fs, mnu, mf, lo, hi = _segment_tile(STARTS, n_nu, n_feat, BLOCK_NU, BLOCK_F)
     acc = tl.zeros([BLOCK_NU, BLOCK_F], OUT.dtype.element_ty)
     for q in range(lo, hi):
         p = tl.load(ORDER + q)
