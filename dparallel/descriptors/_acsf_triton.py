@@ -11,12 +11,12 @@ backend is the reference this backend is tested against (tests/kernels/test_trit
 from __future__ import annotations
 
 import importlib.util
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dparallel.errors import BackendUnavailableError
+from dparallel.kernels._backends.triton_env import interpreting
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +36,7 @@ def check_triton() -> None:
         raise BackendUnavailableError("backend='triton' needs triton (pip install triton)")
     import torch
 
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    if not torch.cuda.is_available() and not interpreting():
         raise BackendUnavailableError(
             "backend='triton' needs a CUDA device, or TRITON_INTERPRET=1 (set before triton "
             "is imported) to run the kernel on CPU in Triton's interpreter"
@@ -46,8 +46,6 @@ def check_triton() -> None:
 def triton_device() -> torch.device:
     """Where the kernel runs: the CPU under the interpreter, else the current CUDA device."""
     import torch
-
-    from dparallel.kernels._backends.triton_acsf import interpreting
 
     return torch.device("cpu") if interpreting() else torch.device("cuda")
 

@@ -12,12 +12,12 @@ featurize worker computes with (:mod:`dparallel.workflow.featurize_triton`).
 from __future__ import annotations
 
 import importlib.util
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dparallel.errors import DescriptorError
+from dparallel.kernels._backends.triton_env import interpreting
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -40,7 +40,7 @@ def triton_runs_on(device: str) -> bool:
     import torch
 
     kind = torch.device(device).type
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if interpreting():
         return kind == "cpu"
     return kind == "cuda" and bool(torch.cuda.is_available())
 

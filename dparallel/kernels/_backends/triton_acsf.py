@@ -28,13 +28,14 @@ interpreter (``TRITON_INTERPRET=1``, set before triton is imported).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
+
+from dparallel.kernels._backends.triton_env import interpreting
 
 if TYPE_CHECKING:
     from dparallel.kernels.acsf_layout import KernelPlan
@@ -43,11 +44,6 @@ __all__ = ["TritonACSF", "interpreting", "triton_acsf_element"]
 
 #: Centres per chunk of the padded neighbour tables (bounds their memory).
 CHUNK_CENTERS = 16384
-
-
-def interpreting() -> bool:
-    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 class TritonACSF(NamedTuple):

@@ -15,12 +15,12 @@ switch lists it as unavailable (and triton is not imported).
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import Tensor
 
-if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+from dparallel.kernels._backends.triton_env import interpreting
+
+if not torch.cuda.is_available() and not interpreting():
     raise ImportError("the triton kernel backend needs a CUDA device, or TRITON_INTERPRET=1")
 
 import triton
