@@ -15,19 +15,6 @@ def _square_or_fail(p: int, offset: int, *, fail: int) -> int:
     return p * p + offset
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    with (
-        LocalCluster(
-            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as c,
-    ):
-        yield c
-
-
 def test_results_reach_on_result_and_failures_come_back_by_partition(client) -> None:
     results: dict[int, int] = {}
     checks = []

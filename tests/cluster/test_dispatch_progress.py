@@ -4,26 +4,11 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from dparallel.cluster.dispatch import run_partitions
 
 
 def _square(p: int) -> int:
     return p * p
-
-
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    with (
-        LocalCluster(
-            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as c,
-    ):
-        yield c
 
 
 def test_the_scheduler_keeps_every_task_of_the_run_until_it_ends(client) -> None:
