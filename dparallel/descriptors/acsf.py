@@ -431,14 +431,31 @@ class ACSF:
 
         if not numba_available():
             raise BackendUnavailableError("compute_arrays needs numba (pip install numba)")
+        if neighbors is None:
+            neighbors = neighbor_list(batch, self.r_cut)
+        return self._element_arrays(
+            batch, neighbors, derivatives, dtype, float32_terms, derivative_dtype, split_derivatives
+        )
+
+    def _element_arrays(
+        self,
+        batch: StructureBatch,
+        neighbors: Neighbors,
+        derivatives: bool,
+        dtype: str,
+        float32_terms: bool,
+        derivative_dtype: str | None,
+        split_derivatives: bool,
+        element: Callable[..., tuple[np.ndarray, dict[int, tuple[np.ndarray, Any]] | None]]
+        | None = None,
+    ) -> dict[str, dict[str, np.ndarray]]:
+        """:meth:`compute_arrays` (its dtype checks, then :meth:`_numba_arrays`) through
+        ``element``, a kernel with ``numba_element``'s signature (default: that one)."""
         for name, value in (("dtype", dtype), ("derivative_dtype", derivative_dtype or dtype)):
             if value not in ("float64", "float32"):
                 raise DescriptorError(f"{name} must be 'float64' or 'float32', got {value!r}")
-        el_index = self._element_index(batch)  # (N,)
-        if neighbors is None:
-            neighbors = neighbor_list(batch, self.r_cut)
         return self._numba_arrays(
-            el_index,
+            self._element_index(batch),  # (N,)
             neighbors.pair_first,
             neighbors.pair_second,
             neighbors.vectors.astype(dtype, copy=False),
@@ -447,6 +464,7 @@ class ACSF:
             float32_terms,
             np.dtype(derivative_dtype or dtype).type,
             split_derivatives,
+            element=element,
         )
 
     def _numba_arrays(

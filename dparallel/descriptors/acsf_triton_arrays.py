@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["triton_arrays", "triton_runs_on"]
 
-_DTYPES = ("float64", "float32")
-
 
 def triton_runs_on(device: str) -> bool:
     """Whether the Triton kernel can run on ``device`` here: triton installed and a CUDA
@@ -113,18 +111,7 @@ def triton_arrays(
     from dparallel.descriptors._acsf_triton import check_triton
 
     check_triton()
-    for name, value in (("dtype", dtype), ("derivative_dtype", derivative_dtype or dtype)):
-        if value not in _DTYPES:
-            raise DescriptorError(f"{name} must be 'float64' or 'float32', got {value!r}")
-    return acsf._numba_arrays(
-        acsf._element_index(batch),
-        neighbors.pair_first,
-        neighbors.pair_second,
-        neighbors.vectors.astype(dtype, copy=False),
-        neighbors.distances.astype(dtype, copy=False),
-        derivatives,
-        False,
-        np.dtype(derivative_dtype or dtype).type,
-        split_derivatives,
+    return acsf._element_arrays(
+        batch, neighbors, derivatives, dtype, False, derivative_dtype, split_derivatives,
         element=_on_device(device),
-    )
+    )  # fmt: skip
