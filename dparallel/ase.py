@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from ase.stress import full_3x3_to_voigt_6_stress
 
+from dparallel.deploy import DEPLOYED, DeployedModel, load_deployed
 from dparallel.deploy.identical import identical
 from dparallel.deploy.verlet import VerletList
-from dparallel.train.export import DEPLOYED, DeployedModel, load_deployed
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
