@@ -127,3 +127,94 @@ def test_register_refuses_a_taken_or_bad_name() -> None:
     assert registered()[:2] == ("acsf", "neighbor_sum") and acsf.load() is ACSF
     with pytest.raises(DescriptorError, match="unknown descriptor type 'coordination'"):
         descriptor_kind("coordination")  # registered only inside the fixture
+
+
+def _cu_au(path: Path, n: int = 12) -> Path:
+    """``n`` rattled Cu/Au fcc cells (8 atoms) with EMT energies and forces (extxyz)."""
+    import ase.io
+    from ase.build import bulk
+    from ase.calculators.emt import EMT
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    rng = np.random.default_rng(5)
+    frames = []
+    for k in range(n):
+        atoms = bulk("Cu", "fcc", a=3.8, cubic=True).repeat((2, 1, 1))
+        atoms.numbers[rng.random(len(atoms)) < (k + 1) / (n + 1)] = 79
+        atoms.positions += rng.normal(scale=0.08, size=atoms.positions.shape)
+        atoms.calc = EMT()
+        energy, forces = atoms.get_potential_energy(), atoms.get_forces()
+        atoms.calc = SinglePointCalculator(atoms, energy=energy, forces=forces)
+        frames.append(atoms)
+    ase.io.write(path, frames, format="extxyz")
+    return path
+
+
+@pytest.fixture
+def radial_sum() -> Iterator[DescriptorKind]:
+    from _radial_sum import KIND
+
+    yield register(KIND)
+    unregister(KIND.name)
+
+
+@pytest.mark.integration
+def test_a_registered_type_trains_exports_and_runs_in_the_calculator(
+    radial_sum, tmp_path: Path
+) -> None:
+    """featurize → train → export → ASE calculator → evaluate with a type dparallel never
+    names; forces checked against finite differences of the calculator's energy."""
+    import ase.io
+    import torch
+    from _radial_sum import RadialSum
+
+    from dparallel.ase import Calculator
+    from dparallel.cli.evaluate import evaluate_file
+    from dparallel.deploy import load_deployed
+    from dparallel.train import TrainingSpec, train
+    from dparallel.train.export import export_model
+    from dparallel.types import StructureBatch
+    from dparallel.workflow.featurize import featurize_in_process
+
+    data = _cu_au(tmp_path / "cuau.xyz")
+    toy = RadialSum(["Cu", "Au"], r_cut=4.0, etas=[0.3, 0.8, 2.0])
+    dset = DescriptorSet(radial_sum=toy, derivatives=True)
+    store = featurize_in_process(data, tmp_path / "f.zarr", dset, partition_atoms=40)
+    spec = TrainingSpec(descriptor="radial_sum", epochs=3, hidden=(6,), batch_size=4, seed=0)
+    train(store, tmp_path / "m", spec)
+
+    report = export_model(tmp_path / "m")
+    assert report["descriptor"] == "radial_sum"
+    routes = report["routes"]
+    assert routes["torch_export"]["status"] == "ok" and routes["torchscript"]["status"] == "ok"
+    assert routes["torch_export"]["max_abs_diff"]["forces"] < 1e-9  # plain torch == deployed.pt
+
+    frames = ase.io.read(data, ":")
+    calc = Calculator(tmp_path / "m", skin=0.3)
+    atoms = frames[5].copy()
+    atoms.calc = calc
+    forces, energies = atoms.get_forces(), []
+    h = 1e-4
+    for i, d in [(0, 0), (3, 1), (6, 2)]:
+        for step in (h, -h):
+            atoms.positions[i, d] += step
+            energies.append(atoms.get_potential_energy())
+            atoms.positions[i, d] -= step
+    finite = -(np.array(energies[0::2]) - np.array(energies[1::2])) / (2 * h)
+    assert np.abs(forces).max() > 1e-3  # a trained, non-trivial potential
+    np.testing.assert_allclose([forces[0, 0], forces[3, 1], forces[6, 2]], finite, atol=1e-6)
+
+    deployed = load_deployed(tmp_path / "m")  # the autograd route through the graph form
+    batch = StructureBatch.from_ase([frames[5]])
+    pos = torch.tensor(batch.positions, requires_grad=True)
+    (grad,) = torch.autograd.grad(deployed.energy(batch, pos).sum(), pos)
+    np.testing.assert_allclose(-grad.numpy(), deployed.predict(batch)["forces"], atol=1e-10)
+
+    res = evaluate_file(str(tmp_path / "m"), str(data))
+    errors = []
+    for frame in frames:
+        reference = frame.get_potential_energy()
+        frame.calc = calc
+        errors.append((frame.get_potential_energy() - reference) / len(frame))
+    assert res["n_structures"] == len(frames)
+    assert res["energy_rmse"] == pytest.approx(float(np.sqrt(np.mean(np.square(errors)))), 1e-9)
