@@ -122,7 +122,7 @@ class PotentialModule(nn.Module):
 
 
 def graph_energies(
-    graph: nn.Module, model: HDNNP, vectors: Tensor, first: Tensor, second: Tensor, species: Tensor
+    graph: Any, model: HDNNP, vectors: Tensor, first: Tensor, second: Tensor, species: Tensor
 ) -> Tensor:
     """Per-atom energies (N,) eV of ``model`` on the descriptor ``graph``'s rows of each element.
 

@@ -129,27 +129,6 @@ def test_register_refuses_a_taken_or_bad_name() -> None:
         descriptor_kind("coordination")  # registered only inside the fixture
 
 
-def _cu_au(path: Path, n: int = 12) -> Path:
-    """``n`` rattled Cu/Au fcc cells (8 atoms) with EMT energies and forces (extxyz)."""
-    import ase.io
-    from ase.build import bulk
-    from ase.calculators.emt import EMT
-    from ase.calculators.singlepoint import SinglePointCalculator
-
-    rng = np.random.default_rng(5)
-    frames = []
-    for k in range(n):
-        atoms = bulk("Cu", "fcc", a=3.8, cubic=True).repeat((2, 1, 1))
-        atoms.numbers[rng.random(len(atoms)) < (k + 1) / (n + 1)] = 79
-        atoms.positions += rng.normal(scale=0.08, size=atoms.positions.shape)
-        atoms.calc = EMT()
-        energy, forces = atoms.get_potential_energy(), atoms.get_forces()
-        atoms.calc = SinglePointCalculator(atoms, energy=energy, forces=forces)
-        frames.append(atoms)
-    ase.io.write(path, frames, format="extxyz")
-    return path
-
-
 @pytest.fixture
 def radial_sum() -> Iterator[DescriptorKind]:
     from _radial_sum import KIND
@@ -170,14 +149,15 @@ def test_a_registered_type_trains_exports_and_runs_in_the_calculator(
 
     from dparallel.ase import Calculator
     from dparallel.cli.evaluate import evaluate_file
+    from dparallel.datasets import write_emt_molecules
     from dparallel.deploy import load_deployed
     from dparallel.train import TrainingSpec, train
     from dparallel.train.export import export_model
     from dparallel.types import StructureBatch
     from dparallel.workflow.featurize import featurize_in_process
 
-    data = _cu_au(tmp_path / "cuau.xyz")
-    toy = RadialSum(["Cu", "Au"], r_cut=4.0, etas=[0.3, 0.8, 2.0])
+    data = write_emt_molecules(tmp_path / "molecules.xyz", 20, seed=2)  # H, C, N, O
+    toy = RadialSum(["H", "C", "N", "O"], r_cut=4.0, etas=[0.3, 0.8, 2.0])
     dset = DescriptorSet(radial_sum=toy, derivatives=True)
     store = featurize_in_process(data, tmp_path / "f.zarr", dset, partition_atoms=40)
     spec = TrainingSpec(descriptor="radial_sum", epochs=3, hidden=(6,), batch_size=4, seed=0)
@@ -191,21 +171,22 @@ def test_a_registered_type_trains_exports_and_runs_in_the_calculator(
 
     frames = ase.io.read(data, ":")
     calc = Calculator(tmp_path / "m", skin=0.3)
-    atoms = frames[5].copy()
+    atoms = frames[7].copy()  # benzene: 12 atoms
     atoms.calc = calc
     forces, energies = atoms.get_forces(), []
     h = 1e-4
-    for i, d in [(0, 0), (3, 1), (6, 2)]:
+    for i, d in [(0, 0), (3, 1), (6, 2), (11, 0)]:
         for step in (h, -h):
             atoms.positions[i, d] += step
             energies.append(atoms.get_potential_energy())
             atoms.positions[i, d] -= step
     finite = -(np.array(energies[0::2]) - np.array(energies[1::2])) / (2 * h)
     assert np.abs(forces).max() > 1e-3  # a trained, non-trivial potential
-    np.testing.assert_allclose([forces[0, 0], forces[3, 1], forces[6, 2]], finite, atol=1e-6)
+    picked = [forces[0, 0], forces[3, 1], forces[6, 2], forces[11, 0]]
+    np.testing.assert_allclose(picked, finite, atol=1e-6)
 
     deployed = load_deployed(tmp_path / "m")  # the autograd route through the graph form
-    batch = StructureBatch.from_ase([frames[5]])
+    batch = StructureBatch.from_ase(frames[:4])
     pos = torch.tensor(batch.positions, requires_grad=True)
     (grad,) = torch.autograd.grad(deployed.energy(batch, pos).sum(), pos)
     np.testing.assert_allclose(-grad.numpy(), deployed.predict(batch)["forces"], atol=1e-10)
