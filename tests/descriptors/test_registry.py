@@ -199,3 +199,42 @@ def test_a_registered_type_trains_exports_and_runs_in_the_calculator(
         errors.append((frame.get_potential_energy() - reference) / len(frame))
     assert res["n_structures"] == len(frames)
     assert res["energy_rmse"] == pytest.approx(float(np.sqrt(np.mean(np.square(errors)))), 1e-9)
+
+
+def test_a_type_without_a_graph_form_exports_deployed_pt_and_reports_why_not_the_rest(
+    tmp_path: Path,
+) -> None:
+    """No ``DescriptorKind.graph``: ``deployed.pt`` and the calculator work, the plain-torch
+    routes fail with the reason, and the autograd route says what is missing."""
+    from dataclasses import replace
+
+    import torch
+    from _radial_sum import KIND, RadialSum
+    from ase.build import molecule
+
+    from dparallel.ase import Calculator
+    from dparallel.deploy import load_deployed
+    from dparallel.nn import HDNNP, model_file
+    from dparallel.train.export import export_model
+    from dparallel.types import StructureBatch
+
+    register(replace(KIND, graph=None))
+    try:
+        toy = RadialSum(["H", "C", "O"], r_cut=3.5, etas=[0.5, 1.5])
+        torch.manual_seed(0)
+        model = HDNNP(toy.elements, dict.fromkeys(toy.elements, 6), hidden=(5,)).double()
+        (tmp_path / "m").mkdir()
+        torch.save(model_file(model, {}, toy.to_dict(), KIND.name), tmp_path / "m" / "model.pt")
+        report = export_model(tmp_path / "m")
+        assert report["files"][0] == "deployed.pt"
+        for route in ("torch_export", "torchscript"):
+            assert report["routes"][route]["status"] == "failed"
+            assert "'radial_sum' has no torch graph form" in report["routes"][route]["reason"]
+        atoms = molecule("CH3OH")
+        atoms.calc = Calculator(tmp_path / "m")
+        assert np.isfinite(atoms.get_forces()).all() and np.abs(atoms.get_forces()).max() > 0
+        batch = StructureBatch.from_ase([atoms])
+        with pytest.raises(DescriptorError, match="no torch graph form"):
+            load_deployed(tmp_path / "m").energy(batch, torch.tensor(batch.positions))
+    finally:
+        unregister(KIND.name)
