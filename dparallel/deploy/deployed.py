@@ -17,8 +17,9 @@ registered type works:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,23 +38,16 @@ from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable
 
 __all__ = ["DEPLOYED", "ENGINES", "DeployedModel", "Engine", "load_deployed"]
 
 #: File name of the deployable model inside MODEL_DIR.
 DEPLOYED = "deployed.pt"
 
+#: ``energy``/``energies``/``forces`` arrays and the virial (S, 3, 3) or None.
 Outputs = tuple[dict[str, np.ndarray], np.ndarray | None]
-
-
-class Engine(Protocol):
-    """A compiled CPU route of :meth:`DeployedModel.predict`: ``engine(batch, neighbors,
-    forces, stress)`` → (``energy``/``energies``/``forces`` arrays, virial (S, 3, 3) or None)."""
-
-    def __call__(
-        self, batch: StructureBatch, nb: Neighbors, forces: bool, stress: bool
-    ) -> Outputs: ...
+#: A compiled CPU route of :meth:`DeployedModel.predict`: (batch, neighbors, forces, stress).
+Engine = Callable[[StructureBatch, Neighbors, bool, bool], Outputs]
 
 
 def _acsf_numba(descriptor: Any, model: HDNNP, dtype: torch.dtype, backend: str) -> Engine | None:
