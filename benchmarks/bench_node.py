@@ -51,8 +51,8 @@ def element_inputs(acsf, batch) -> list[tuple]:  # noqa: ANN001
     from dparallel.neighbors import neighbor_list
 
     nb = neighbor_list(batch, acsf.r_cut)
-    el_index = acsf._element_index(batch)
-    plans = acsf._get_plans()
+    el_index = acsf.element_index(batch)
+    plans = acsf.plans()
     local = np.full(el_index.shape[0], -1, dtype=np.int64)
     counts = []
     for e in range(len(plans)):

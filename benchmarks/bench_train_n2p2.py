@@ -267,7 +267,7 @@ class Scorer:
         self.torch = torch
 
     def __call__(self, acsf, model) -> tuple[float, float]:  # noqa: ANN001
-        from dparallel.train.export import DeployedModel
+        from dparallel.deploy import DeployedModel
 
         out = DeployedModel(acsf, model).predict(self.batch, forces=True)
         de = (np.asarray(out["energy"]) - self.energy) / self.n_atoms

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from ase.stress import full_3x3_to_voigt_6_stress
 
+from dparallel.deploy import DEPLOYED, DeployedModel, load_deployed
 from dparallel.deploy.identical import identical
 from dparallel.deploy.verlet import VerletList
-from dparallel.train.export import DEPLOYED, DeployedModel, load_deployed
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
@@ -44,12 +44,14 @@ class Calculator(_calc.Calculator):
         ``deployed.pt`` file itself).
     device
         Where the networks run: ``"cpu"`` (default; ACSF through the compiled numba
-        route), ``"cuda"``/``"cuda:N"`` (for large cells: descriptors on the CPU, networks,
-        forces and virial on the GPU) or ``"auto"``. A model trained on any device works.
+        engine, ``dparallel.deploy.deployed.ENGINES``), ``"cuda"``/``"cuda:N"`` (for large
+        cells: descriptors on the CPU, networks, forces and virial on the GPU) or
+        ``"auto"``. A model trained on any device works.
     dtype
         ``torch.float64`` (default) or ``torch.float32``.
     backend
-        ACSF backend for the descriptors: ``"auto"``, ``"numba"`` or ``"torch"``.
+        The descriptor's backend: ``"auto"`` or one its registered type lists
+        (``DescriptorKind.backends``; ACSF: ``"numba"``, ``"torch"``, ``"triton"``).
     skin
         Neighbour-list skin in Å (0 = a fresh list on every call).
     threads

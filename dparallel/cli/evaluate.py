@@ -83,10 +83,10 @@ def evaluate_file(
     """
     import numpy as np
 
+    from dparallel.deploy import DeployedModel, load_deployed
     from dparallel.io import open_source
     from dparallel.n2p2 import is_potential_dir, load_potential
     from dparallel.n2p2.declared_units import potential_units as resolve
-    from dparallel.train.export import DeployedModel, load_deployed
 
     units = _data_units(model_dir, units)
     if is_potential_dir(model_dir):  # an n2p2 potential: its declared units, else DATA's

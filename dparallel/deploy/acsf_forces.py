@@ -1,7 +1,8 @@
 """Energy, forces and virial of an ACSF potential through the compiled kernels (inference).
 
-The path :meth:`dparallel.train.export.DeployedModel.predict` takes when the ACSF backend
-is numba: per central element one kernel call on numpy arrays (values and per-pair
+The engine :meth:`dparallel.deploy.DeployedModel.predict` takes on the CPU when the ACSF
+backend is numba (:func:`acsf_engine`, in ``dparallel.deploy.deployed.ENGINES``): per
+central element one kernel call on numpy arrays (values and per-pair
 ∂G/∂r_ij), the atomic networks and ∂E/∂G by torch autograd, then one compiled pass that
 contracts ∂E/∂G with ∂G/∂r_ij into forces and virial (:mod:`dparallel.kernels.pair_forces`).
 Per neighbour list (a Verlet list keeps its pairs for many MD steps) the element
@@ -19,17 +20,16 @@ import numpy as np
 import torch
 
 from dparallel.deploy.identical import identical
-from dparallel.descriptors._acsf_engine import numba_element
+from dparallel.descriptors import ACSF, numba_element
 from dparallel.kernels.acsf_numba import NetworkForces, acsf_element, no_split
 from dparallel.kernels.pair_forces import add_pair_forces
 
 if TYPE_CHECKING:
-    from dparallel.descriptors import ACSF
     from dparallel.neighbors import Neighbors
     from dparallel.nn import HDNNP
     from dparallel.types import StructureBatch
 
-__all__ = ["ACSFForces"]
+__all__ = ["ACSFForces", "acsf_engine"]
 
 
 class _Layout(NamedTuple):
@@ -168,7 +168,7 @@ class ACSFForces:
     Parameters
     ----------
     descriptor, model
-        The ACSF and the per-element networks of a :class:`DeployedModel`.
+        The ACSF and the per-element networks of a ``DeployedModel``.
     dtype
         Precision of descriptors and networks (``torch.float64`` or ``torch.float32``);
         forces and virial are accumulated in float64.
@@ -179,7 +179,7 @@ class ACSFForces:
         self.model = model
         self.dtype = dtype
         self.elements = descriptor.elements
-        plans = descriptor._get_plans()
+        plans = descriptor.plans()
         self.plans = [plans[e] for e in self.elements]
         n_el = len(self.elements)
         self.feature_index = [
@@ -203,7 +203,7 @@ class ACSFForces:
             and identical(old.offsets, batch.offsets)
         ):
             return old
-        el = self.acsf._element_index(batch)  # (N,); names a bad atomic number
+        el = self.acsf.element_index(batch)  # (N,); names a bad atomic number
         atoms = [np.flatnonzero(el == k) for k in range(self.n_el)]
         local = np.zeros(batch.n_atoms, dtype=np.int64)
         for rows in atoms:
@@ -224,7 +224,7 @@ class ACSFForces:
     def __call__(
         self, batch: StructureBatch, nb: Neighbors, forces: bool, stress: bool
     ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-        """Outputs as :meth:`DeployedModel.predict` (``energy``, ``energies``, ``forces``)
+        """Outputs as ``DeployedModel.predict`` (``energy``, ``energies``, ``forces``)
         and the virial (S, 3, 3) eV when ``stress`` (else None)."""
         need = forces or stress
         if (
@@ -349,3 +349,13 @@ class ACSFForces:
                 de_dg.update({e: g.numpy() for e, g in zip(keys, grads, strict=True)})
         atomic.update({e: v.detach().numpy() for e, v in out.items()})
         return atomic, de_dg
+
+
+def acsf_engine(
+    descriptor: object, model: HDNNP, dtype: torch.dtype, backend: str
+) -> ACSFForces | None:
+    """:class:`ACSFForces` for an :class:`ACSF` whose ``backend`` resolves to numba, else None
+    (another descriptor type, or the torch or Triton backend: the deployed model's torch route)."""
+    if not isinstance(descriptor, ACSF) or ACSF.resolve_backend(backend) != "numba":
+        return None
+    return ACSFForces(descriptor, model, dtype)

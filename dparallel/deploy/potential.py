@@ -3,13 +3,14 @@
 This is the module that ``dparallel export`` traces into ``potential.pt2`` (torch.export),
 ``potential_aoti.pt2`` (AOTInductor) and ``potential.ts`` (TorchScript); docs/training.md
 ("Deployment") documents the input contract. It is built from a (descriptor, HDNNP) pair
-through their public methods only (``ACSF.features``, ``NeighborSum.sensitivities``,
-``HDNNP.atomic_energies``), so extensions of either flow into the artifact.
+through public seams only: the descriptor's traceable graph form from the descriptor registry
+(``DescriptorKind.graph``) and ``HDNNP.atomic_energies``, so any registered descriptor type
+with a graph form exports.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -18,10 +19,9 @@ from dparallel.deploy.graph_descriptors import descriptor_graph
 from dparallel.errors import TrainingError
 
 if TYPE_CHECKING:
-    from dparallel.descriptors import ACSF, NeighborSum
     from dparallel.nn import HDNNP
 
-__all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "PotentialModule"]
+__all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "PotentialModule", "graph_energies"]
 
 #: Positional inputs of the artifact, in order (shapes and units: :meth:`PotentialModule.forward`).
 INPUT_NAMES = ("positions", "numbers", "cell", "pbc", "pair_first", "pair_second", "shifts")
@@ -35,7 +35,7 @@ class PotentialModule(nn.Module):
     Parameters
     ----------
     descriptor
-        The :class:`ACSF` or :class:`NeighborSum` the model was trained on.
+        The descriptor the model was trained on, of a registered type with a graph form.
     model
         The trained :class:`HDNNP` (its elements must be among the descriptor's).
     dtype
@@ -44,9 +44,7 @@ class PotentialModule(nn.Module):
 
     species_of: torch.Tensor  # (119,) atomic number → descriptor element index, -1 (buffer)
 
-    def __init__(
-        self, descriptor: ACSF | NeighborSum, model: HDNNP, dtype: torch.dtype = torch.float64
-    ) -> None:
+    def __init__(self, descriptor: Any, model: HDNNP, dtype: torch.dtype = torch.float64) -> None:
         super().__init__()
         from ase.data import atomic_numbers
 
@@ -111,7 +109,9 @@ class PotentialModule(nn.Module):
             pos_s, cell_s = pos @ deform, cell @ deform
             vectors = pos_s.index_select(0, pair_second) - pos_s.index_select(0, pair_first)
             vectors = vectors + shifts @ cell_s  # (P, 3) r_ij
-            energies = self._atomic(vectors, pair_first, pair_second, species)  # (N,)
+            energies = graph_energies(
+                self.graph, self.model, vectors, pair_first, pair_second, species
+            )
             energy = energies.sum()
             grad_pos, grad_strain = torch.autograd.grad([energy], [pos, strain])
         volume = torch.linalg.det(cell).abs()
@@ -120,16 +120,24 @@ class PotentialModule(nn.Module):
         stress = torch.where(periodic, grad_strain / volume, nan)
         return energy.detach(), -grad_pos, stress, energies.detach()
 
-    def _atomic(self, vectors: Tensor, first: Tensor, second: Tensor, species: Tensor) -> Tensor:
-        """Per-atom energies (N,) from the HDNNP on the descriptor rows of each element."""
-        source = self.graph(vectors, first, second, species)  # (N, width)
-        rows, values = {}, {}
-        for e in self.elements:
-            k = self.graph.elements.index(e)
-            rows[e] = torch.nonzero(species == k).squeeze(1)  # (n_e,)
-            values[e] = source.index_select(0, rows[e]).index_select(1, self.graph.columns(e))
-        atomic = self.model.atomic_energies(values)
-        energies = source.new_zeros(species.shape[0])
-        for e, ei in atomic.items():
-            energies = energies.index_add(0, rows[e], ei)
-        return energies
+
+def graph_energies(
+    graph: Any, model: HDNNP, vectors: Tensor, first: Tensor, second: Tensor, species: Tensor
+) -> Tensor:
+    """Per-atom energies (N,) eV of ``model`` on the descriptor ``graph``'s rows of each element.
+
+    ``graph`` is a registered descriptor type's torch form (``DescriptorKind.graph``);
+    ``vectors`` (P, 3) Å r_ij of pairs ``first`` → ``second`` (P,) int64, ``species`` (N,)
+    int64 index into ``graph.elements``. Differentiable with respect to ``vectors``.
+    """
+    source = graph(vectors, first, second, species)  # (N, width)
+    rows, values = {}, {}
+    for e in model.elements:
+        k = graph.elements.index(e)
+        rows[e] = torch.nonzero(species == k).squeeze(1)  # (n_e,)
+        values[e] = source.index_select(0, rows[e]).index_select(1, graph.columns(e))
+    atomic = model.atomic_energies(values)
+    energies = source.new_zeros(species.shape[0])
+    for e, ei in atomic.items():
+        energies = energies.index_add(0, rows[e], ei)
+    return energies

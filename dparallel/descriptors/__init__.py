@@ -3,8 +3,9 @@
 Descriptor types are looked up by name in :mod:`dparallel.descriptors.registry`
 (:func:`register` adds one).
 
-The torch-only names (``NeighborSum``, the force helpers) load on first use (PEP 562), so
-reading an ACSF spec does not import torch.
+The torch-only names (``NeighborSum``, the force helpers) and ``numba_element`` (one
+central element's symmetry functions through the compiled kernel, on numpy arrays) load on
+first use (PEP 562), so reading an ACSF spec does not import torch.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from dparallel.descriptors.registry import (
 )
 
 if TYPE_CHECKING:
+    from dparallel.descriptors._acsf_engine import numba_element
     from dparallel.descriptors.forces import forces_from_derivatives, virial_from_derivatives
     from dparallel.descriptors.neighbor_sum import NeighborSum
 
 _LAZY = {
     "NeighborSum": "neighbor_sum",
     "forces_from_derivatives": "forces",
+    "numba_element": "_acsf_engine",
     "virial_from_derivatives": "forces",
 }
 
@@ -40,6 +43,7 @@ __all__ = [
     "PairDerivatives",
     "descriptor_kind",
     "forces_from_derivatives",
+    "numba_element",
     "register",
     "registered",
     "virial_from_derivatives",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dparallel.descriptors.results import ACSFResult, PairDerivatives
+from dparallel.descriptors.species import species_index
 from dparallel.errors import DescriptorError
 from dparallel.kernels.cutoff_types import CUTOFF_TYPES, cutoff_type_id
 from dparallel.neighbors import Neighbors, neighbor_list
@@ -261,7 +262,9 @@ class ACSF:
         if element not in self._features:
             raise DescriptorError(f"element {element!r} not in this ACSF ({self._elements})")
 
-    def _get_plans(self) -> dict[str, ElementPlan]:
+    def plans(self) -> dict[str, ElementPlan]:
+        """Per central element its column bookkeeping and compiled-kernel tables (built once);
+        the compiled inference route (``dparallel.deploy``) runs the kernel on them."""
         from dparallel.descriptors._acsf_engine import build_plan  # torch: workers only
 
         if self._plans is None:
@@ -328,7 +331,7 @@ class ACSF:
         for name, dt in (("dtype", dtype), ("compute_dtype", compute_dtype)):
             if dt not in (torch.float32, torch.float64):
                 raise DescriptorError(f"{name} must be torch.float32 or torch.float64, got {dt}")
-        el_index = self._element_index(batch)  # (N,)
+        el_index = self.element_index(batch)  # (N,)
         if neighbors is None:
             neighbors = neighbor_list(batch, self.r_cut)
         pf = torch.from_numpy(neighbors.pair_first)
@@ -349,7 +352,7 @@ class ACSF:
         else:
             vec = torch.from_numpy(neighbors.vectors).to(dtype)
             dist = torch.from_numpy(neighbors.distances).to(dtype)
-        backend = self._resolve_backend(backend, positions)
+        backend = self.resolve_backend(backend, positions)
         if backend == "numba":
             arrays = self._numba_arrays(
                 el_index,
@@ -363,7 +366,7 @@ class ACSF:
             return {e: ACSFResult.from_numpy(a) for e, a in arrays.items()}
         el_t = torch.from_numpy(el_index)
         n_el = len(self._elements)
-        plans = self._get_plans()
+        plans = self.plans()
         out: dict[str, ACSFResult] = {}
         for e_idx, e in enumerate(self._elements):
             plan = plans[e]
@@ -455,7 +458,7 @@ class ACSF:
             if value not in ("float64", "float32"):
                 raise DescriptorError(f"{name} must be 'float64' or 'float32', got {value!r}")
         return self._numba_arrays(
-            self._element_index(batch),  # (N,)
+            self.element_index(batch),  # (N,)
             neighbors.pair_first,
             neighbors.pair_second,
             neighbors.vectors.astype(dtype, copy=False),
@@ -493,7 +496,7 @@ class ACSF:
         from dparallel.kernels.pair_select import element_pairs
 
         n_el = len(self._elements)
-        plans = self._get_plans()
+        plans = self.plans()
         out: dict[str, dict[str, np.ndarray]] = {}
         element_atoms = [np.flatnonzero(el_index == e_idx) for e_idx in range(n_el)]
         local = np.full(el_index.shape[0], -1, dtype=np.int64)  # (N,) row within its element
@@ -538,8 +541,9 @@ class ACSF:
         return out
 
     @staticmethod
-    def _resolve_backend(backend: str, positions: torch.Tensor | None) -> str:
-        """'torch', 'numba' or 'triton' from the requested backend."""
+    def resolve_backend(backend: str, positions: torch.Tensor | None = None) -> str:
+        """'torch', 'numba' or 'triton': what :meth:`compute` runs for ``backend`` (with
+        ``positions`` that require grad, only torch); an unavailable one is an error."""
         import torch
 
         from dparallel.errors import BackendUnavailableError
@@ -570,19 +574,6 @@ class ACSF:
             f"backend must be 'auto', 'torch', 'numba' or 'triton', got {backend!r}"
         )
 
-    def _element_index(self, batch: StructureBatch) -> np.ndarray:
+    def element_index(self, batch: StructureBatch) -> np.ndarray:
         """Index into ``elements`` of each atom (N,); error names the structure."""
-        lut = np.full(119, -1, dtype=np.int64)
-        for n, e in enumerate(self._elements):
-            lut[self._z[e]] = n
-        nums = batch.numbers
-        bad = (nums < 0) | (nums > 118)
-        idx = np.where(bad, -1, lut[np.clip(nums, 0, 118)])
-        if np.any(idx < 0):
-            row = int(np.nonzero(idx < 0)[0][0])
-            s = int(np.searchsorted(batch.offsets, row, side="right") - 1)
-            raise DescriptorError(
-                f"structure {s}, atom {row - int(batch.offsets[s])}: atomic number "
-                f"{int(nums[row])} is not among the ACSF elements {self._elements}"
-            )
-        return idx
+        return species_index(batch, self._elements, "the ACSF elements")

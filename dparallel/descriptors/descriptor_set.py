@@ -111,7 +111,7 @@ class DescriptorSet:
     def from_dict(data: Mapping[str, Any]) -> DescriptorSet:
         """Inverse of :meth:`to_dict` (each type's class rebuilds its own part)."""
         found = {
-            name: descriptor_kind(name).load().from_dict(spec)
+            name: descriptor_kind(name).from_dict(spec)
             for name, spec in data.items()
             if name not in _OPTIONS and spec is not None
         }

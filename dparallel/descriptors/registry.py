@@ -19,7 +19,7 @@ from dparallel.descriptors.build_context import BuildContext
 from dparallel.errors import DescriptorError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "BuildContext",
@@ -41,15 +41,25 @@ class DescriptorKind:
     ``pair_derivatives``, ``d/<F>/…`` per neighbour element; docs/store-format.md) and
     a model file's ``descriptor_kind``.
 
-    ``load()`` returns the descriptor class: ``from_dict(dict)``/``to_dict()`` (how it
-    is rebuilt from store attributes and model files), ``elements``, ``r_cut`` and
-    ``compute(batch, derivatives=, neighbors=, dtype=)`` → ``{element: ACSFResult}``.
+    ``load()`` returns the descriptor class. Its public protocol is all that the
+    store, training, export and the deployed model (``dparallel.deploy.DeployedModel``,
+    the ASE calculator, ``dparallel evaluate``) use: ``from_dict(dict)``/``to_dict()``
+    (how it is rebuilt from store attributes and model files), ``elements``, ``r_cut`` and
+    ``compute(batch, derivatives=, neighbors=, dtype=)`` → ``{element: ACSFResult}``
+    (values, atom rows and, with ``derivatives``, ∂G_i/∂r_ij per pair: forces and virial).
+    ``backends``: the values besides ``"auto"`` that its ``compute`` takes as ``backend=``
+    (empty: it has one and takes no such argument).
     ``spec()`` returns its config model (pydantic) with ``build(context: BuildContext)``.
     ``numpy_route()`` (optional) says whether the class's torch-free
     ``compute_arrays(batch, derivatives=, neighbors=, dtype=, derivative_dtype=,
     split_derivatives=)`` can run now; without it the type always computes with torch.
-    ``graph()`` (optional) returns the class of its traceable torch form (deploy's
-    ``PotentialModule``, ``torch.export``): ``graph_class(descriptor)``.
+    ``graph()`` (optional) returns the class of its traceable torch form:
+    ``graph_class(descriptor)`` is an ``nn.Module`` with ``elements``, ``r_cut``,
+    ``forward(vectors (P, 3), pair_first (P,), pair_second (P,), species (N,))`` → (N, W)
+    differentiable in ``vectors`` (pairs at or beyond ``r_cut`` ignored) and
+    ``columns(element)`` → (F_e,) the element's feature columns of W. With it a type
+    trains from computed descriptors, exports to plain torch (``potential.pt2``) and
+    gives the deployed model's autograd route (``DeployedModel.energy``).
     ``n2p2``: it is n2p2's symmetry functions (``scaling.data``, n2p2 potentials,
     ``n2p2_compatible`` training); the class then has ``n2p2_order(element)``.
     """
@@ -61,6 +71,11 @@ class DescriptorKind:
     numpy_route: Callable[[], bool] | None = None
     graph: Callable[[], type[Any]] | None = None
     n2p2: bool = False
+    backends: tuple[str, ...] = ()
+
+    def from_dict(self, data: Mapping[str, Any]) -> Any:
+        """The descriptor of this type described by ``data`` (its ``to_dict()``)."""
+        return self.load().from_dict(dict(data))
 
 
 _KINDS: dict[str, DescriptorKind] = {}
@@ -149,7 +164,15 @@ def _neighbor_sum_graph() -> type[Any]:
 
 
 register(
-    DescriptorKind("acsf", _acsf, _acsf_spec, numpy_route=_acsf_numpy, graph=_acsf_graph, n2p2=True)
+    DescriptorKind(
+        "acsf",
+        _acsf,
+        _acsf_spec,
+        numpy_route=_acsf_numpy,
+        graph=_acsf_graph,
+        n2p2=True,
+        backends=("torch", "numba", "triton"),
+    )
 )
 register(
     DescriptorKind("neighbor_sum", _neighbor_sum, _neighbor_sum_spec, graph=_neighbor_sum_graph)

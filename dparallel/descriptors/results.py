@@ -44,6 +44,16 @@ class ACSFResult:
 
     _PAIR_FIELDS = ("pair_first", "pair_second", "center", "vectors", "feature_index", "dG_dr")
 
+    def to(self, device: torch.device | str) -> ACSFResult:
+        """This result with every tensor (values, atom rows, pair derivatives) on ``device``."""
+        pairs = None
+        if self.pairs is not None:
+            pairs = {
+                f: PairDerivatives(**{n: getattr(pd, n).to(device) for n in self._PAIR_FIELDS})
+                for f, pd in self.pairs.items()
+            }
+        return ACSFResult(self.values.to(device), self.atom_index.to(device), pairs)
+
     def to_numpy(self) -> dict[str, np.ndarray]:
         """Flat numpy arrays: ``values``, ``atom_index`` and ``{f}/{field}`` per neighbour f."""
         out = {"values": self.values.detach().numpy(), "atom_index": self.atom_index.numpy()}

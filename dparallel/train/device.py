@@ -1,8 +1,8 @@
 """The compute device of training and evaluation: resolving it, moving batches, its errors.
 
-``device: auto | cpu | cuda | cuda:N`` (``auto`` = CUDA when ``torch.cuda.is_available()``)
-is resolved here, once, to a :class:`torch.device`; a CUDA device that is absent is a
-:class:`~dparallel.errors.DeviceError` naming it and what is available. A batch moves with
+``device: auto | cpu | cuda | cuda:N`` is resolved once, to a :class:`torch.device`, by
+:func:`resolve_device` (:mod:`dparallel.nn.device`, shared with the deployed model; an
+absent CUDA device is a :class:`~dparallel.errors.DeviceError`). A batch moves with
 :func:`batch_to` (``non_blocking`` from pinned memory, :func:`pin_batch`), and an out-of-
 memory error at a step becomes a :class:`~dparallel.errors.DeviceError` saying how much was
 needed and free and what to lower (:func:`out_of_memory`).
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from dparallel.errors import DeviceError
+from dparallel.nn.device import DEVICE_PATTERN, available_devices, resolve_device
 from dparallel.train.structure_data import ComputedBatch
 
 if TYPE_CHECKING:
@@ -38,50 +39,6 @@ __all__ = [
     "pin_batch",
     "resolve_device",
 ]
-
-#: What a ``device`` setting may be.
-DEVICE_PATTERN = r"^(auto|cpu|cuda|cuda:\d+)$"
-
-
-def available_devices() -> str:
-    """What this process can use, in words: ``"cpu"`` or ``"cpu, cuda:0 (NVIDIA H200)"``."""
-    names = ["cpu"]
-    if torch.cuda.is_available():
-        names += [
-            f"cuda:{i} ({torch.cuda.get_device_name(i)})" for i in range(torch.cuda.device_count())
-        ]
-    return ", ".join(names)
-
-
-def resolve_device(name: str | torch.device) -> torch.device:
-    """The :class:`torch.device` of a ``device`` setting (``auto`` picks CUDA when present).
-
-    Raises
-    ------
-    DeviceError
-        A CUDA device asked for but absent (no CUDA, or fewer devices); names what is.
-    """
-    text = str(name)
-    if not re.match(DEVICE_PATTERN, text):
-        raise DeviceError(f"device {text!r}: expected auto, cpu, cuda or cuda:N")
-    if text == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(text)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            build = "a CPU-only torch build" if torch.version.cuda is None else "no CUDA device"
-            raise DeviceError(
-                f"device {text!r} asked for, but this process sees {build} "
-                f"(torch {torch.__version__}); available: {available_devices()}. "
-                "Use --device cpu (or device: auto)"
-            )
-        index = device.index or 0
-        if index >= torch.cuda.device_count():
-            raise DeviceError(
-                f"device {text!r} asked for, but there are {torch.cuda.device_count()} CUDA "
-                f"devices; available: {available_devices()}"
-            )
-    return device
 
 
 def device_memory(device: torch.device) -> tuple[int, int]:

@@ -13,7 +13,8 @@ import pytest
 import torch
 from _deploy_models import hco_acsf, structures, write_model_dir
 
-from dparallel.train.export import export_model, load_deployed
+from dparallel.deploy import load_deployed
+from dparallel.train.export import export_model
 from dparallel.types import StructureBatch
 
 pytest.importorskip("numba")
@@ -29,7 +30,7 @@ def model(tmp_path_factory):  # noqa: ANN001, ANN201
 @pytest.mark.parametrize("networks", ["fused", "numpy", "autograd"])
 def test_compiled_route_equals_torch_route_and_autograd(model, networks) -> None:  # noqa: ANN001
     batch = StructureBatch.from_ase(list(structures().values()))
-    engine = model._acsf_forces()
+    engine = model.engine("numba")
     saved = dict(engine.networks)
     assert all(net is not None for net in saved.values())  # tanh networks: the numpy path
     if networks == "autograd":  # what networks with other activations take
@@ -41,7 +42,7 @@ def test_compiled_route_equals_torch_route_and_autograd(model, networks) -> None
         engine.networks = saved
         engine.fuse = True
     slow = model.predict(batch, stress=True, backend="torch")
-    assert model._compiled("numba") and not model._compiled("torch")
+    assert model.engine("numba") is engine and model.engine("torch") is None
     for key in ("energy", "energies", "forces"):
         np.testing.assert_allclose(fast[key], slow[key], rtol=1e-10, atol=1e-10)
     periodic = np.isfinite(slow["stress"])
@@ -60,7 +61,7 @@ def test_bookkeeping_is_reused_per_neighbour_list_and_redone_for_new_atoms(model
     batch = StructureBatch.from_ase([atoms])
     nb = model.neighbors(batch)
     model.predict(batch, neighbors=nb)
-    engine = model._acsf_forces()
+    engine = model.engine("numba")
     layout = engine.layout(batch, nb)
     assert engine.layout(batch, nb) is layout  # same list: reused
     swapped = atoms.copy()
@@ -76,9 +77,9 @@ def test_bookkeeping_is_reused_per_neighbour_list_and_redone_for_new_atoms(model
 def _dense_cu_model():  # noqa: ANN202
     """A Cu model whose centres have ≥ 24 neighbours (wide functions take the separable
     O(n) route), with rs ≠ 0, both ζ kinds and normalize_nodes (divide layers)."""
+    from dparallel.deploy import DeployedModel
     from dparallel.descriptors import ACSF
     from dparallel.train import HDNNP
-    from dparallel.train.export import DeployedModel
 
     acsf = ACSF.uniform(
         ["Cu"], r_cut=4.6, cutoff="cos",
@@ -106,7 +107,7 @@ def test_fused_route_on_a_dense_cell_with_a_skin_list_equals_torch_and_finite_di
     model = _dense_cu_model()
     batch = StructureBatch.from_ase([atoms])
     nb = VerletList(model.cutoff, skin=0.5).neighbors(batch)  # pairs beyond the cutoff too
-    engine = model._acsf_forces()
+    engine = model.engine("numba")
     assert engine.fuse and engine.networks["Cu"] is not None  # the fused route
     assert engine.layout(batch, nb).whole[0]  # the kernel itself leaves out far pairs
     assert np.bincount(nb.pair_first[nb.distances < model.cutoff]).min() >= 24  # separable
@@ -130,10 +131,10 @@ def test_fused_route_flushing_the_triplet_buffer_mid_centre_equals_torch() -> No
     search stops before the neighbour j that would overflow it, flushes, resumes at j."""
     from ase.build import bulk
 
+    from dparallel.deploy import DeployedModel
     from dparallel.descriptors import ACSF
     from dparallel.kernels import acsf_numba
     from dparallel.train import HDNNP
-    from dparallel.train.export import DeployedModel
 
     acsf = ACSF.uniform(
         ["Cu"], r_cut=6.0, cutoff="cos", radial=[(0.5, 3.0)],
@@ -151,7 +152,7 @@ def test_fused_route_flushing_the_triplet_buffer_mid_centre_equals_torch() -> No
     centre = v[i == 0]  # (n, 3) atom 0's neighbours within the cutoff
     d = np.linalg.norm(centre[:, None] - centre[None], axis=-1)
     assert (d[np.triu_indices(len(centre), 1)] < 6.0).sum() > 2 * acsf_numba._CAP
-    assert model._acsf_forces().fuse
+    assert model.engine("numba").fuse
     fast = model.predict(batch, stress=True, neighbors=nb, backend="numba")
     slow = model.predict(batch, stress=True, backend="torch")
     for key in ("energy", "energies", "forces", "stress"):

@@ -8,12 +8,11 @@ import pytest
 import torch
 from _deploy_models import ELEMENTS, hco_acsf, hco_neighbor_sum, structures, write_model_dir
 
-from dparallel.deploy import PotentialModule
+from dparallel.deploy import PotentialModule, load_deployed
 from dparallel.deploy.graph_descriptors import descriptor_graph
 from dparallel.deploy.probes import inputs_from_atoms
 from dparallel.descriptors import ACSF
 from dparallel.errors import TrainingError
-from dparallel.train.export import load_deployed
 from dparallel.types import StructureBatch
 
 ACSF_NON_INTEGER_ZETA = ACSF.uniform(

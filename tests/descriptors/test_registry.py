@@ -127,3 +127,114 @@ def test_register_refuses_a_taken_or_bad_name() -> None:
     assert registered()[:2] == ("acsf", "neighbor_sum") and acsf.load() is ACSF
     with pytest.raises(DescriptorError, match="unknown descriptor type 'coordination'"):
         descriptor_kind("coordination")  # registered only inside the fixture
+
+
+@pytest.fixture
+def radial_sum() -> Iterator[DescriptorKind]:
+    from _radial_sum import KIND
+
+    yield register(KIND)
+    unregister(KIND.name)
+
+
+@pytest.mark.integration
+def test_a_registered_type_trains_exports_and_runs_in_the_calculator(
+    radial_sum, tmp_path: Path
+) -> None:
+    """featurize → train → export → ASE calculator → evaluate with a type dparallel never
+    names; forces checked against finite differences of the calculator's energy."""
+    import ase.io
+    import torch
+    from _radial_sum import RadialSum
+
+    from dparallel.ase import Calculator
+    from dparallel.cli.evaluate import evaluate_file
+    from dparallel.datasets import write_emt_molecules
+    from dparallel.deploy import load_deployed
+    from dparallel.train import TrainingSpec, train
+    from dparallel.train.export import export_model
+    from dparallel.types import StructureBatch
+    from dparallel.workflow.featurize import featurize_in_process
+
+    data = write_emt_molecules(tmp_path / "molecules.xyz", 20, seed=2)  # H, C, N, O
+    toy = RadialSum(["H", "C", "N", "O"], r_cut=4.0, etas=[0.3, 0.8, 2.0])
+    dset = DescriptorSet(radial_sum=toy, derivatives=True)
+    store = featurize_in_process(data, tmp_path / "f.zarr", dset, partition_atoms=40)
+    spec = TrainingSpec(descriptor="radial_sum", epochs=3, hidden=(6,), batch_size=4, seed=0)
+    train(store, tmp_path / "m", spec)
+
+    report = export_model(tmp_path / "m")
+    assert report["descriptor"] == "radial_sum"
+    routes = report["routes"]
+    assert routes["torch_export"]["status"] == "ok" and routes["torchscript"]["status"] == "ok"
+    assert routes["torch_export"]["max_abs_diff"]["forces"] < 1e-9  # plain torch == deployed.pt
+
+    frames = ase.io.read(data, ":")
+    calc = Calculator(tmp_path / "m", skin=0.3)
+    atoms = frames[7].copy()  # benzene: 12 atoms
+    atoms.calc = calc
+    forces, energies = atoms.get_forces(), []
+    h = 1e-4
+    for i, d in [(0, 0), (3, 1), (6, 2), (11, 0)]:
+        for step in (h, -h):
+            atoms.positions[i, d] += step
+            energies.append(atoms.get_potential_energy())
+            atoms.positions[i, d] -= step
+    finite = -(np.array(energies[0::2]) - np.array(energies[1::2])) / (2 * h)
+    assert np.abs(forces).max() > 1e-3  # a trained, non-trivial potential
+    picked = [forces[0, 0], forces[3, 1], forces[6, 2], forces[11, 0]]
+    np.testing.assert_allclose(picked, finite, atol=1e-6)
+
+    deployed = load_deployed(tmp_path / "m")  # the autograd route through the graph form
+    batch = StructureBatch.from_ase(frames[:4])
+    pos = torch.tensor(batch.positions, requires_grad=True)
+    (grad,) = torch.autograd.grad(deployed.energy(batch, pos).sum(), pos)
+    np.testing.assert_allclose(-grad.numpy(), deployed.predict(batch)["forces"], atol=1e-10)
+
+    res = evaluate_file(str(tmp_path / "m"), str(data))
+    errors = []
+    for frame in frames:
+        reference = frame.get_potential_energy()
+        frame.calc = calc
+        errors.append((frame.get_potential_energy() - reference) / len(frame))
+    assert res["n_structures"] == len(frames)
+    assert res["energy_rmse"] == pytest.approx(float(np.sqrt(np.mean(np.square(errors)))), 1e-9)
+
+
+def test_a_type_without_a_graph_form_exports_deployed_pt_and_reports_why_not_the_rest(
+    tmp_path: Path,
+) -> None:
+    """No ``DescriptorKind.graph``: ``deployed.pt`` and the calculator work, the plain-torch
+    routes fail with the reason, and the autograd route says what is missing."""
+    from dataclasses import replace
+
+    import torch
+    from _radial_sum import KIND, RadialSum
+    from ase.build import molecule
+
+    from dparallel.ase import Calculator
+    from dparallel.deploy import load_deployed
+    from dparallel.nn import HDNNP, model_file
+    from dparallel.train.export import export_model
+    from dparallel.types import StructureBatch
+
+    register(replace(KIND, graph=None))
+    try:
+        toy = RadialSum(["H", "C", "O"], r_cut=3.5, etas=[0.5, 1.5])
+        torch.manual_seed(0)
+        model = HDNNP(toy.elements, dict.fromkeys(toy.elements, 6), hidden=(5,)).double()
+        (tmp_path / "m").mkdir()
+        torch.save(model_file(model, {}, toy.to_dict(), KIND.name), tmp_path / "m" / "model.pt")
+        report = export_model(tmp_path / "m")
+        assert report["files"][0] == "deployed.pt"
+        for route in ("torch_export", "torchscript"):
+            assert report["routes"][route]["status"] == "failed"
+            assert "'radial_sum' has no torch graph form" in report["routes"][route]["reason"]
+        atoms = molecule("CH3OH")
+        atoms.calc = Calculator(tmp_path / "m")
+        assert np.isfinite(atoms.get_forces()).all() and np.abs(atoms.get_forces()).max() > 0
+        batch = StructureBatch.from_ase([atoms])
+        with pytest.raises(DescriptorError, match="no torch graph form"):
+            load_deployed(tmp_path / "m").energy(batch, torch.tensor(batch.positions))
+    finally:
+        unregister(KIND.name)

@@ -79,8 +79,8 @@ def _split_per_element(acsf: ACSF, structs: list[ase.Atoms], dtype: type = np.fl
 
     batch = StructureBatch.from_ase(structs)
     nb = neighbor_list(batch, acsf.r_cut)
-    el_index = acsf._element_index(batch)
-    plans = acsf._get_plans()
+    el_index = acsf.element_index(batch)
+    plans = acsf.plans()
     n_el = len(plans)
     atoms_of = [np.flatnonzero(el_index == e) for e in range(n_el)]
     local = np.full(el_index.shape[0], -1, dtype=np.int64)

@@ -13,13 +13,13 @@ from ase.build import bulk
 
 from dparallel.ase import Calculator
 from dparallel.cli.evaluate import _data_units
+from dparallel.deploy import DeployedModel
 from dparallel.descriptors import ACSF
 from dparallel.errors import ConfigError
 from dparallel.n2p2 import load_potential, write_potential
 from dparallel.n2p2.declared_units import declared_units, potential_units
 from dparallel.train import HDNNP
 from dparallel.train.data_units import record_data_units, recorded_data_units
-from dparallel.train.export import DeployedModel
 
 if TYPE_CHECKING:
     from pathlib import Path

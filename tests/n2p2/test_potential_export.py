@@ -11,11 +11,11 @@ import torch
 from ase.units import Bohr, Hartree
 from n2p2_helpers import alloy_structures, assert_same, nnp_dataset
 
+from dparallel.deploy import DeployedModel
 from dparallel.descriptors import ACSF
 from dparallel.errors import ConfigError
 from dparallel.n2p2 import load_potential, n2p2_problems, write_input_data, write_potential
 from dparallel.train import HDNNP
-from dparallel.train.export import DeployedModel
 from dparallel.types import StructureBatch
 
 

@@ -19,10 +19,10 @@ from n2p2_helpers import (
     random_weights,
 )
 
+from dparallel.deploy import DeployedModel
 from dparallel.errors import InputFormatError
 from dparallel.io import open_source
 from dparallel.n2p2 import load_potential, read_input_nn, write_input_data
-from dparallel.train.export import DeployedModel
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from n2p2_helpers import assert_same, energy_offsets, nnp_dataset, nnp_scaling, random_weights
 
+from dparallel.deploy import DeployedModel
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import InputFormatError
 from dparallel.io import open_source
@@ -18,7 +19,6 @@ from dparallel.n2p2 import (
     read_input_nn,
     read_scaling_data,
 )
-from dparallel.train.export import DeployedModel
 from dparallel.workflow.descriptors_spec import load_descriptors
 from dparallel.workflow.featurize import featurize_in_process, write_scaling_data
 

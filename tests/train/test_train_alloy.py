@@ -9,11 +9,12 @@ import pytest
 import torch
 from _store_fixture import build_store
 
+from dparallel.deploy import load_deployed
 from dparallel.descriptors import ACSF
 from dparallel.train import TrainingSpec, build_split_index, collate, load_model, predict_batch
 from dparallel.train import train as train_model
 from dparallel.train.data import load_partition
-from dparallel.train.export import export_model, load_deployed
+from dparallel.train.export import export_model
 
 
 def _alloy(path, n: int = 14):  # noqa: ANN001, ANN202

@@ -11,10 +11,11 @@ import torch
 from _store_fixture import build_store, small_acsf
 
 from dparallel.cli.main import main
+from dparallel.deploy import load_atomic_energies, load_deployed
 from dparallel.errors import TrainingError
 from dparallel.train import TrainingSpec, load_model
 from dparallel.train import train as train_model
-from dparallel.train.export import export_model, load_atomic_energies, load_deployed
+from dparallel.train.export import export_model
 
 SPEC = TrainingSpec(epochs=2, hidden=(4,), batch_size=4, seed=1, shuffle_buffer=4)
 

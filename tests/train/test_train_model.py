@@ -8,10 +8,11 @@ import pytest
 import torch
 from _store_fixture import small_store
 
+from dparallel.deploy import load_deployed
 from dparallel.train import TrainingSpec, build_split_index, collate, load_model, predict_batch
 from dparallel.train import train as train_model
 from dparallel.train.data import load_partition
-from dparallel.train.export import export_model, load_deployed
+from dparallel.train.export import export_model
 from dparallel.types import StructureBatch
 
 
@@ -163,8 +164,8 @@ def test_nve_md_conserves_energy(trained) -> None:  # noqa: ANN001
 
 def test_torch_exported_element_networks_reproduce_energies_and_forces(trained) -> None:  # noqa: ANN001
     """atomic_energy_<E>.pt2 (torch.export, dynamic atoms) == the in-training model."""
+    from dparallel.deploy import load_atomic_energies
     from dparallel.descriptors import forces_from_derivatives
-    from dparallel.train.export import load_atomic_energies
 
     store, model_dir = trained
     nets = load_atomic_energies(model_dir)

@@ -33,9 +33,9 @@ def test_n2p2_compatible_training_spec() -> None:
 @pytest.mark.slow
 def test_n2p2_compatible_training_exports(tmp_path: Path) -> None:
     """A model trained with n2p2_compatible and an n2p2 scaling type exports as it is."""
+    from dparallel.deploy import DeployedModel
     from dparallel.descriptors import ACSF
     from dparallel.n2p2 import load_potential, write_potential
-    from dparallel.train.export import DeployedModel
     from dparallel.types import StructureBatch
 
     store = small_store(tmp_path, n=12)

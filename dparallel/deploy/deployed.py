@@ -1,0 +1,302 @@
+"""The deployed potential: energy, forces and stress of a (descriptor, HDNNP) pair.
+
+:class:`DeployedModel` (``MODEL_DIR/deployed.pt``) is what ``dparallel.ase.Calculator``
+and ``dparallel evaluate`` use. It reaches its descriptor only through the descriptor
+registry's protocol (:class:`~dparallel.descriptors.registry.DescriptorKind`), so every
+registered type works:
+
+* :meth:`DeployedModel.predict`: the descriptor's ``compute`` with analytic ∂G/∂r_ij per
+  pair, dE/dG by autograd, F = −Σ (∂E/∂G)(∂G/∂r) and the virial from the same pair terms;
+  on the CPU a compiled engine of :data:`ENGINES` takes over when one takes the descriptor
+  (ACSF through numba: :mod:`dparallel.deploy.acsf_forces`).
+* :meth:`DeployedModel.energy` with ``positions``: the autograd route (F = −∂E/∂positions)
+  through the type's torch graph form (``DescriptorKind.graph``); tests check one route
+  against the other and against finite differences.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dparallel.deploy.graph_descriptors import descriptor_graph
+from dparallel.deploy.potential import graph_energies
+from dparallel.descriptors import forces_from_derivatives, virial_from_derivatives
+from dparallel.descriptors.registry import descriptor_kind, kind_of
+from dparallel.descriptors.species import species_index
+from dparallel.errors import DescriptorError, TrainingError
+from dparallel.neighbors import Neighbors, neighbor_list
+from dparallel.nn import HDNNP, load_torch_file
+from dparallel.nn.device import resolve_device
+from dparallel.types import StructureBatch
+
+if TYPE_CHECKING:
+    import os
+
+__all__ = ["DEPLOYED", "ENGINES", "DeployedModel", "Engine", "load_deployed"]
+
+#: File name of the deployable model inside MODEL_DIR.
+DEPLOYED = "deployed.pt"
+
+#: ``energy``/``energies``/``forces`` arrays and the virial (S, 3, 3) or None.
+Outputs = tuple[dict[str, np.ndarray], np.ndarray | None]
+#: A compiled CPU route of :meth:`DeployedModel.predict`: (batch, neighbors, forces, stress).
+Engine = Callable[[StructureBatch, Neighbors, bool, bool], Outputs]
+
+
+def _acsf_numba(descriptor: Any, model: HDNNP, dtype: torch.dtype, backend: str) -> Engine | None:
+    from dparallel.deploy.acsf_forces import acsf_engine  # numba: loaded on first use
+
+    return acsf_engine(descriptor, model, dtype, backend)
+
+
+#: Compiled CPU engines of :meth:`DeployedModel.predict`, asked in order:
+#: ``factory(descriptor, model, dtype, backend)`` returns an :class:`Engine` when it takes
+#: this descriptor with this ``backend``, else None (the next is asked; none: the torch
+#: route, which every registered descriptor type has). ``"acsf_numba"``: ACSF through the
+#: compiled kernel with the networks fused in (:mod:`dparallel.deploy.acsf_forces`).
+ENGINES: dict[str, Callable[[Any, HDNNP, torch.dtype, str], Engine | None]] = {
+    "acsf_numba": _acsf_numba
+}
+
+
+class DeployedModel(nn.Module):
+    """Descriptor (of any registered type) + HDNNP: a self-contained potential.
+
+    Parameters
+    ----------
+    descriptor
+        The descriptor the model was trained on (``elements``, ``r_cut``, ``compute``).
+    model
+        The trained :class:`HDNNP`; its elements must be among the descriptor's.
+    dtype
+        Precision of descriptors and networks (float64 default).
+    device
+        Where :meth:`predict` runs the networks and sums forces and virial (``cpu``,
+        ``cuda``, ``cuda:N``, ``auto``); descriptors are computed on the CPU and moved there.
+    """
+
+    def __init__(
+        self,
+        descriptor: Any,
+        model: HDNNP,
+        dtype: torch.dtype = torch.float64,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__()
+        self.descriptor = descriptor
+        self.kind = kind_of(descriptor)  # a DescriptorError for an unregistered type
+        self.device = resolve_device(device)
+        self.model = model.to(device=self.device, dtype=dtype)
+        self.dtype = dtype
+        for e in model.elements:
+            if e not in descriptor.elements:
+                raise TrainingError(
+                    f"model element {e} not in the descriptor's {descriptor.elements}"
+                )
+        self._engines: dict[str, Engine | None] = {}  # backend → engine (None: torch)
+
+    @property
+    def cutoff(self) -> float:
+        """Neighbour-list cutoff (Å)."""
+        return float(self.descriptor.r_cut)
+
+    def neighbors(self, batch: StructureBatch) -> Neighbors:
+        """Neighbour list of ``batch`` (computed outside the differentiable graph)."""
+        return neighbor_list(batch, self.cutoff)
+
+    def _compute(self, batch: StructureBatch, nb: Neighbors, derivatives: bool, backend: str):  # noqa: ANN202
+        """The descriptor's results per element (values, and per-pair derivatives if asked)."""
+        options = {}
+        if backend != "auto":
+            if backend not in self.kind.backends:
+                known = ", ".join(repr(b) for b in ("auto", *self.kind.backends))
+                raise DescriptorError(
+                    f"backend {backend!r}: the {self.kind.name} descriptor takes {known}"
+                )
+            options["backend"] = backend
+        return self.descriptor.compute(
+            batch, derivatives=derivatives, neighbors=nb, dtype=self.dtype, **options
+        )
+
+    def energy(
+        self,
+        batch: StructureBatch,
+        positions: torch.Tensor | None = None,
+        neighbors: Neighbors | None = None,
+    ) -> torch.Tensor:
+        """Energies (S,) eV; differentiable with respect to ``positions`` (N, 3) Å.
+
+        With ``positions`` the pair vectors are made from them inside the autograd graph
+        and the descriptor's torch graph form (``DescriptorKind.graph``) computes the
+        features; without, the descriptor's ``compute`` does.
+        """
+        nb = neighbors if neighbors is not None else self.neighbors(batch)
+        sidx = torch.from_numpy(batch.structure_index)
+        if positions is None:
+            res = self._compute(batch, nb, False, "auto")
+            values = {e: r.values for e, r in res.items() if r.values.shape[0]}
+            index = {e: r.atom_index for e, r in res.items()}
+            return self.model(values, index, sidx, batch.n_structures)
+        graph = self.__dict__.get("_graph")
+        if graph is None:
+            graph = self.__dict__["_graph"] = descriptor_graph(self.descriptor)
+        pos = positions.to(self.dtype)
+        pf, ps = torch.from_numpy(nb.pair_first), torch.from_numpy(nb.pair_second)
+        cells = torch.from_numpy(batch.cells).to(self.dtype)[sidx[pf]]  # (P, 3, 3)
+        shift = torch.einsum("pa,pab->pb", torch.from_numpy(nb.shifts).to(self.dtype), cells)
+        vectors = pos[ps] - pos[pf] + shift  # (P, 3)
+        species = torch.from_numpy(species_index(batch, graph.elements))  # (N,)
+        energies = graph_energies(graph, self.model, vectors, pf, ps, species)  # (N,)
+        return energies.new_zeros(batch.n_structures).index_add(0, sidx, energies)
+
+    def forward(
+        self, batch: StructureBatch, positions: torch.Tensor, neighbors: Neighbors | None = None
+    ) -> torch.Tensor:
+        """Energies (S,) from ``positions`` (N, 3): same as :meth:`energy`."""
+        return self.energy(batch, positions, neighbors)
+
+    def engine(self, backend: str = "auto") -> Engine | None:
+        """The compiled CPU engine of :data:`ENGINES` that takes this descriptor with
+        ``backend`` (made once per backend; it caches per neighbour list), or None: the
+        torch route."""
+        if backend not in self._engines:
+            found = None
+            for factory in ENGINES.values():
+                found = factory(self.descriptor, self.model, self.dtype, backend)
+                if found is not None:
+                    break
+            self._engines[backend] = found
+        return self._engines[backend]
+
+    def _predict_torch(
+        self, batch: StructureBatch, nb: Neighbors, forces: bool, stress: bool, backend: str
+    ) -> Outputs:
+        """:meth:`predict` through torch ops: outputs and the virial (S, 3, 3) if ``stress``."""
+        need = forces or stress
+        dev = self.device
+        res = self._compute(batch, nb, need, backend)
+        if dev.type != "cpu":
+            res = {e: r.to(dev) for e, r in res.items()}
+        values = {}
+        for e, r in res.items():
+            if r.values.shape[0]:
+                values[e] = r.values.detach().requires_grad_(need)
+        sidx = torch.from_numpy(batch.structure_index).to(dev)
+        with torch.enable_grad():
+            atomic = self.model.atomic_energies(values)
+            energy = torch.zeros(batch.n_structures, dtype=self.dtype, device=dev)
+            per_atom = torch.zeros(batch.n_atoms, dtype=self.dtype, device=dev)
+            for e, ei in atomic.items():
+                per_atom = per_atom.index_put((res[e].atom_index,), ei.detach())
+                energy = energy.index_add(0, sidx.index_select(0, res[e].atom_index), ei)
+            out: dict[str, np.ndarray] = {
+                "energy": energy.detach().cpu().numpy(),
+                "energies": per_atom.cpu().numpy(),
+            }
+            if not need:
+                return out, None
+            keys = list(values)
+            grads = torch.autograd.grad(energy.sum(), [values[k] for k in keys]) if keys else ()
+        dE_dG = dict(zip(keys, grads, strict=True))
+        sub = {e: res[e] for e in keys}
+        if forces:
+            out["forces"] = forces_from_derivatives(dE_dG, sub, batch.n_atoms).cpu().numpy()
+        if not stress:
+            return out, None
+        virial = virial_from_derivatives(dE_dG, sub, sidx, batch.n_structures)
+        return out, virial.cpu().numpy()
+
+    def predict(
+        self,
+        batch: StructureBatch,
+        *,
+        forces: bool = True,
+        stress: bool = False,
+        neighbors: Neighbors | None = None,
+        backend: str = "auto",
+    ) -> dict[str, np.ndarray]:
+        """Energy (S,) eV, forces (N, 3) eV/Å, stress (S, 3, 3) eV/Å³ (periodic cells).
+
+        Stress is σ = (1/V) ∂E/∂ε = −W/V with the virial W from the pair terms; it is NaN
+        for structures without a 3-D periodic cell. Also ``energies`` (N,) per atom.
+        ``neighbors`` may hold pairs beyond the cutoff (a list with a skin): they are ignored.
+        ``backend``: the descriptor's backend (``"auto"`` or one of the registered type's
+        ``backends``; ACSF: ``"numba"``, ``"torch"``, ``"triton"``).
+        """
+        nb = neighbors if neighbors is not None else self.neighbors(batch)
+        engine = self.engine(backend) if self.device.type == "cpu" else None
+        if engine is not None:
+            out, w = engine(batch, nb, forces, stress)
+        else:
+            out, w = self._predict_torch(batch, nb, forces, stress, backend)
+        if w is not None:
+            vol = np.abs(np.linalg.det(batch.cells))  # (S,)
+            periodic = batch.pbc.all(1) & (vol > 1e-10)
+            s = np.full((batch.n_structures, 3, 3), np.nan)
+            s[periodic] = -w[periodic] / vol[periodic, None, None]
+            out["stress"] = s
+        return out
+
+    def outputs(self, structure: Any) -> tuple[torch.Tensor, ...]:
+        """(energy, forces, stress, energies) of a probe structure, as the artifacts give them."""
+        out = self.predict(StructureBatch.from_ase([structure.atoms]), stress=True)
+        return tuple(
+            torch.from_numpy(np.asarray(x))
+            for x in (out["energy"][0], out["forces"], out["stress"][0], out["energies"])
+        )
+
+    def to_file(self) -> dict[str, Any]:
+        """Everything :func:`load_deployed` needs (tensors and plain data only)."""
+        return {
+            "format": "dparallel-deployed",
+            "version": 2,
+            "descriptor_kind": self.kind.name,
+            "descriptor": json.dumps(self.descriptor.to_dict()),
+            "model_config": json.dumps(self.model.config()),
+            "state_dict": self.model.state_dict(),
+            "dtype": str(self.dtype).removeprefix("torch."),
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write :meth:`to_file` to ``path`` atomically (``MODEL_DIR/deployed.pt``)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(self.to_file(), tmp)
+        tmp.replace(path)
+        return path
+
+
+def load_deployed(
+    path: str | os.PathLike[str],
+    dtype: torch.dtype | None = None,
+    device: str | torch.device = "cpu",
+) -> DeployedModel:
+    """Load ``deployed.pt`` (or MODEL_DIR containing it), evaluating on ``device``."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / DEPLOYED
+    if not path.is_file():
+        raise TrainingError(
+            f"no deployable model at {path}; run `dparallel export {path.parent}` first"
+        )
+    data = load_torch_file(path, "deployed model")
+    if data.get("format") != "dparallel-deployed":
+        raise TrainingError(f"{path} is not a dparallel deployed model")
+    kind = data.get("descriptor_kind", "acsf")
+    try:
+        descriptor = descriptor_kind(kind).from_dict(json.loads(data["descriptor"]))
+    except DescriptorError as exc:
+        raise TrainingError(f"{path}: {exc}") from None
+    model = HDNNP(**json.loads(data["model_config"]))
+    dt = dtype or getattr(torch, data.get("dtype", "float64"))
+    model = model.to(dt)
+    model.load_state_dict(data["state_dict"])
+    model.eval()
+    return DeployedModel(descriptor, model, dt, device)

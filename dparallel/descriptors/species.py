@@ -1,0 +1,44 @@
+"""Each atom's index into a descriptor's element list, with an error naming the atom."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dparallel.errors import DescriptorError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from dparallel.types import StructureBatch
+
+__all__ = ["species_index"]
+
+
+def species_index(
+    batch: StructureBatch, elements: Sequence[str], what: str = "the descriptor's elements"
+) -> np.ndarray:
+    """(N,) int64 index into ``elements`` of each atom of ``batch``.
+
+    Raises
+    ------
+    DescriptorError
+        An atomic number not among ``elements``: names the structure, the atom and ``what``.
+    """
+    from ase.data import atomic_numbers
+
+    lut = np.full(119, -1, dtype=np.int64)
+    for n, e in enumerate(elements):
+        lut[atomic_numbers[e]] = n
+    nums = batch.numbers
+    bad = (nums < 0) | (nums > 118)
+    idx = np.where(bad, -1, lut[np.clip(nums, 0, 118)])
+    if np.any(idx < 0):
+        row = int(np.nonzero(idx < 0)[0][0])
+        s = int(np.searchsorted(batch.offsets, row, side="right") - 1)
+        raise DescriptorError(
+            f"structure {s}, atom {row - int(batch.offsets[s])}: atomic number "
+            f"{int(nums[row])} is not among {what} {list(elements)}"
+        )
+    return idx
