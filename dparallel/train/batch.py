@@ -65,7 +65,7 @@ class Geometry:
     pair_second: torch.Tensor  # (P,) int64 neighbour atom
     pair_offsets: torch.Tensor  # (P, 3) Å, S·cell (r_ij = r_j − r_i + S·cell)
     element_rows: dict[str, torch.Tensor]  # E → (n_e,) int64
-    graph: torch.nn.Module
+    graph: Any  # the descriptor graph, an nn.Module with columns(E)
 
 
 @dataclass
@@ -110,7 +110,9 @@ def map_tensors(
     if isinstance(obj, torch.nn.Module):
         return module(obj) if module is not None else obj
     if is_dataclass(obj) and not isinstance(obj, type):
-        return replace(obj, **{f.name: map_tensors(getattr(obj, f.name), fn, module) for f in fields(obj)})
+        return replace(
+            obj, **{f.name: map_tensors(getattr(obj, f.name), fn, module) for f in fields(obj)}
+        )
     return obj
 
 
@@ -309,16 +311,16 @@ def make_batch(
         for elem in elements:
             if f"features/{elem}" not in tables:
                 continue
-            pairs = {
-                neigh: PairDerivatives(
-                    pair_first=t(name, "first"), pair_second=t(name, "second"),
-                    center=t(name, "center"), vectors=t(name, "vectors", True),
-                    feature_index=ops.tensor(torch.as_tensor(got.constant[name]["feature_index"])),
-                    dG_dr=t(name, "dG_dr", True),
-                )  # fmt: skip
-                for neigh in elements
-                if (name := f"derivatives/{elem}/{neigh}") in tables
-            }
+            pairs = {}
+            for neigh in elements:
+                name = f"derivatives/{elem}/{neigh}"
+                if name in tables:
+                    index = ops.tensor(torch.as_tensor(got.constant[name]["feature_index"]))
+                    pairs[neigh] = PairDerivatives(
+                        pair_first=t(name, "first"), pair_second=t(name, "second"),
+                        center=t(name, "center"), vectors=t(name, "vectors", True),
+                        feature_index=index, dG_dr=t(name, "dG_dr", True),
+                    )  # fmt: skip
             features[elem] = ACSFResult(
                 values=t(f"features/{elem}", "values", True),
                 atom_index=t(f"features/{elem}", "atom_index"),

@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from dparallel.train.batch import (
@@ -41,6 +40,8 @@ from dparallel.train.device import Target, device_memory, out_of_memory, peak_me
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator
+
+    import numpy as np
 
     from dparallel.train.batch import Batch
     from dparallel.train.data import PartitionReader

@@ -224,7 +224,9 @@ class StructureReader(PartitionReader):
         )
         first, second = pairs["first"], pairs["second"]
         vectors = a["positions"][second] - a["positions"][first] + pairs["offsets"]
-        neighbors = Neighbors(first, second, pairs["shifts"], vectors, np.linalg.norm(vectors, axis=1))
+        neighbors = Neighbors(
+            first, second, pairs["shifts"], vectors, np.linalg.norm(vectors, axis=1)
+        )
         out = self.descriptor_object.compute(
             structures, derivatives=self.forces, neighbors=neighbors, dtype=dtype
         )

@@ -92,9 +92,9 @@ def test_kalman_state_resumes_from_the_checkpoint(store, tmp_path) -> None:  # n
 def test_observation_rows_are_the_gradients_of_energies_and_forces(store) -> None:  # noqa: ANN001
     """Jacobian rows against autograd through the training forces (double backward)."""
     from dparallel.train.data import PartitionReader, iterate_batches
+    from dparallel.train.device import Target
     from dparallel.train.kalman import observations
     from dparallel.train.objective import predict_batch
-    from dparallel.train.device import Target
     from dparallel.train.preparation import build_model, prepare
 
     spec = SPEC.model_copy(update={"force_weight": 0.5})

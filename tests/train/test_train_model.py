@@ -113,7 +113,9 @@ def test_exported_model_equals_in_training_model(trained) -> None:  # noqa: ANN0
     hdnnp, _ = load_model(model_dir)
     index = build_split_index(store, 0.0, 0.0, seed=0)
     part = load_partition(store, 1, "acsf", ["Cu"], index, True)
-    batch = make_batch(assemble([(part, s) for s in range(part.n_structures)]), ["Cu"], torch.float64)
+    batch = make_batch(
+        assemble([(part, s) for s in range(part.n_structures)]), ["Cu"], torch.float64
+    )
     e_train, f_train = predict_batch(hdnnp, batch, forces=True)
     structures = store.read_partition(1)
     out = load_deployed(model_dir).predict(structures)
@@ -179,7 +181,9 @@ def test_torch_exported_element_networks_reproduce_energies_and_forces(trained) 
     hdnnp, _ = load_model(model_dir)
     index = build_split_index(store, 0.0, 0.0, seed=0)
     part = load_partition(store, 0, "acsf", ["Cu"], index, True)
-    batch = make_batch(assemble([(part, s) for s in range(part.n_structures)]), ["Cu"], torch.float64)
+    batch = make_batch(
+        assemble([(part, s) for s in range(part.n_structures)]), ["Cu"], torch.float64
+    )
     e_ref, f_ref = predict_batch(hdnnp, batch, forces=True)
     assert batch.features is not None
     res = batch.features["Cu"]
