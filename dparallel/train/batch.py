@@ -6,7 +6,7 @@ A partition in memory (:class:`PartitionData`) is a set of row tables (:class:`R
 (``pairs``). Every table numbers its rows by structure (``offsets``), so one function,
 :func:`assemble`, gathers any selection of structures from any partitions and renumbers
 the index columns from 0 — on the host (numpy, :data:`HOST`) for streamed data, or on the
-device (:class:`OnDevice`) for data held there. :func:`make_batch` turns the result into
+device (:class:`DeviceOps`) for data held there. :func:`make_batch` turns the result into
 a :class:`Batch`.
 
 A :class:`Batch` carries labels and either descriptor values with their ∂G/∂r
@@ -33,9 +33,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HOST",
+    "Assembled",
     "Batch",
+    "DeviceOps",
     "Geometry",
-    "OnDevice",
+    "HostOps",
     "PartitionData",
     "Rows",
     "assemble",
@@ -190,7 +192,7 @@ def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     return np.repeat(starts - before, lengths) + np.arange(total, dtype=np.int64)
 
 
-class _Host:
+class HostOps:
     """Index arithmetic of :func:`assemble` on numpy arrays (streamed partitions)."""
 
     def ranges(self, starts: np.ndarray, stops: np.ndarray) -> Any:
@@ -209,10 +211,10 @@ class _Host:
 
 
 #: :func:`assemble` on the host.
-HOST = _Host()
+HOST = HostOps()
 
 
-class OnDevice(_Host):
+class DeviceOps(HostOps):
     """Index arithmetic on ``device`` (partitions held there): only offsets on the host.
 
     Every per-row index is made on the device (``repeat_interleave`` with a size known on
@@ -256,7 +258,7 @@ class Assembled:
     constant: dict[str, dict[str, Any]]
 
 
-def assemble(items: Sequence[tuple[PartitionData, int]], ops: _Host = HOST) -> Assembled:
+def assemble(items: Sequence[tuple[PartitionData, int]], ops: HostOps = HOST) -> Assembled:
     """Gather ``(partition, local structure)`` items into one set of renumbered columns.
 
     Structures are grouped by partition (first-seen order), then in item order.
@@ -293,7 +295,7 @@ def assemble(items: Sequence[tuple[PartitionData, int]], ops: _Host = HOST) -> A
 
 
 def make_batch(
-    got: Assembled, elements: Sequence[str], dtype: torch.dtype, ops: _Host = HOST
+    got: Assembled, elements: Sequence[str], dtype: torch.dtype, ops: HostOps = HOST
 ) -> Batch:
     """The :class:`Batch` of assembled columns: labels and, if read, descriptor features.
 

@@ -19,6 +19,7 @@ import torch
 
 from dparallel.errors import DeviceError
 from dparallel.train.batch import batch_nbytes, map_tensors
+from dparallel.train.spec import DEVICE_PATTERN
 
 if TYPE_CHECKING:
     from dparallel.descriptors import ACSFResult
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from dparallel.train.spec import TrainingSpec
 
 __all__ = [
-    "DEVICE_PATTERN",
     "Target",
     "available_devices",
     "device_memory",
@@ -36,10 +36,6 @@ __all__ = [
     "peak_memory",
     "resolve_device",
 ]
-
-#: What a ``device`` setting may be.
-DEVICE_PATTERN = r"^(auto|cpu|cuda|cuda:\d+)$"
-
 
 def available_devices() -> str:
     """What this process can use, in words: ``"cpu"`` or ``"cpu, cuda:0 (NVIDIA H200)"``."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dparallel.train.batch import (
-    OnDevice,
+    DeviceOps,
     PartitionData,
     Rows,
     assemble,
@@ -61,7 +61,7 @@ _DONE = object()
 
 
 # ----------------------------------------------------------------- data held on the device
-def _held(part: PartitionData, ops: OnDevice, dtype: torch.dtype) -> PartitionData:
+def _held(part: PartitionData, ops: DeviceOps, dtype: torch.dtype) -> PartitionData:
     """``part`` with every column on the device (floating ones in ``dtype``)."""
 
     def put(a: np.ndarray) -> torch.Tensor:
@@ -87,7 +87,7 @@ class HeldData:
     """Every partition of a store on one device; the batches of a plan assembled there."""
 
     def __init__(
-        self, reader: PartitionReader, partitions: dict[int, PartitionData], ops: OnDevice,
+        self, reader: PartitionReader, partitions: dict[int, PartitionData], ops: DeviceOps,
         dtype: torch.dtype,
     ) -> None:  # fmt: skip
         self.reader, self.partitions, self.ops, self.dtype = reader, partitions, ops, dtype
@@ -110,7 +110,7 @@ class HeldData:
         streams). Partitions are read straight from the store (not via the reader's cache),
         so the host holds at most one at a time.
         """
-        ops = OnDevice(device)
+        ops = DeviceOps(device)
         parts: dict[int, PartitionData] = {}
         total = 0
         for p in reader.index.partitions:

@@ -58,7 +58,7 @@ def _feature_config(store: Store, descriptor: str) -> tuple[dict[str, Any], bool
 
 def _elements_of(desc: Mapping[str, Any], descriptor: str) -> list[str]:
     if "elements" in desc:
-        return [str(e) for e in desc["elements"]]
+        return [str(elem) for elem in desc["elements"]]
     raise TrainingError(f"descriptor spec of {descriptor!r} lists no elements")
 
 
@@ -77,7 +77,7 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     # accumulated partition by partition during the split pass
     from ase.data import atomic_numbers
 
-    zs = np.array([atomic_numbers[e] for e in elements])
+    zs = np.array([atomic_numbers[elem] for elem in elements])
     ata = np.zeros((len(elements), len(elements)))
     atb = np.zeros(len(elements))
     per_atom: list[tuple[np.ndarray, np.ndarray]] = []  # (S_train, n_el) counts, (S_train,) E
@@ -99,7 +99,7 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     if index.count("train") == 0:
         raise TrainingError(f"{store.path}: the training split is empty")
     ref = np.linalg.lstsq(ata, atb, rcond=None)[0]
-    resid = np.concatenate([(e - c @ ref) / c.sum(1) for c, e in per_atom])
+    resid = np.concatenate([(energy - c @ ref) / c.sum(1) for c, energy in per_atom])
     energy_scale = float(resid.std()) if resid.size > 1 and resid.std() > 1e-8 else 1.0
     per_atom.clear()
     stats = store.attrs.get("statistics", {}).get(spec.descriptor)

@@ -11,12 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dparallel.config import apply_overrides, describe_validation_error, read_yaml, section
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import ConfigError
-from dparallel.train.device import DEVICE_PATTERN
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["NEEDS_DERIVATIVES", "TrainingSpec", "parse_training_spec"]
+__all__ = ["DEVICE_PATTERN", "NEEDS_DERIVATIVES", "TrainingSpec", "parse_training_spec"]
+
+#: What a ``device`` setting may be (resolved by :func:`dparallel.train.device.resolve_device`).
+DEVICE_PATTERN = r"^(auto|cpu|cuda|cuda:\d+)$"
 
 #: The optimizers ``optimizer:`` may name, and whether each needs the descriptors' dG/dr in
 #: its updates (:func:`dparallel.train.optimizers.make_optimizer` builds them).

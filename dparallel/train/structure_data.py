@@ -139,16 +139,16 @@ class StructureReader(PartitionReader):
         self.descriptor_object = descriptor_of(descriptor, config)
         # the graph's elements and columns are the descriptor's (species index into them)
         self.graph = descriptor_graph_of(descriptor, config) if engine == "graph" else None
-        self.descriptor_elements = [str(e) for e in self.descriptor_object.elements]
-        missing = [e for e in self.elements if e not in self.descriptor_elements]
+        self.descriptor_elements = [str(elem) for elem in self.descriptor_object.elements]
+        missing = [elem for elem in self.elements if elem not in self.descriptor_elements]
         if missing:
             raise TrainingError(f"descriptor {descriptor!r} does not cover elements {missing}")
         from ase.data import atomic_numbers
 
         self.cutoff = float(self.descriptor_object.r_cut)
         self._species_of = np.full(119, -1, np.int64)
-        for e in self.elements:
-            self._species_of[atomic_numbers[e]] = self.descriptor_elements.index(e)
+        for elem in self.elements:
+            self._species_of[atomic_numbers[elem]] = self.descriptor_elements.index(elem)
 
     def load(self, p: int) -> PartitionData:
         """Partition ``p``'s structures and their full neighbour list within the cutoff."""
