@@ -37,6 +37,7 @@ __all__ = [
     "resolve_device",
 ]
 
+
 def available_devices() -> str:
     """What this process can use, in words: ``"cpu"`` or ``"cpu, cuda:0 (NVIDIA H200)"``."""
     names = ["cpu"]
