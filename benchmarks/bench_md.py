@@ -2,9 +2,9 @@
 
 Usage: ``PYTHONPATH=. python benchmarks/bench_md.py [--model MODEL_DIR] [--steps 200]``.
 
-Without ``--model`` a Cu model is trained first (``cu_acsf()``, hidden (48, 48), 60 EMT
-structures, 40 epochs, ~1 min): speed does not depend on the weights, but the trajectory
-(and so how often the neighbour list is rebuilt) should be a physical one.
+Without ``--model`` a Cu model is trained first (the quickstart workflow's ACSF, hidden
+(48, 48), 60 EMT structures, 40 epochs, ~1 min): speed does not depend on the weights, but
+the trajectory (and so how often the neighbour list is rebuilt) should be a physical one.
 Every method starts from the same state (300 K, seeded) and runs ``--steps`` steps of
 1 fs; methods are interleaved over ``--rounds`` rounds and the best round counts, so ratios
 are robust to load that drifts during the run. Also printed: time to make the calculator
@@ -35,13 +35,15 @@ def train_quick_model(work: Path) -> Path:
     """A small trained Cu model in ``work/model`` (deployed.pt)."""
     from dparallel.datasets import write_emt_cu
     from dparallel.descriptors.descriptor_set import DescriptorSet
-    from dparallel.train import TrainingSpec, cu_acsf, train
+    from dparallel.train import TrainingSpec, train
     from dparallel.train.export import export_model
     from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.spec import load_quickstart
 
     data = write_emt_cu(work / "cu60.xyz", 60, seed=1)
+    acsf = load_quickstart().descriptors.build().acsf
     store = featurize_in_process(
-        data, work / "cu60.zarr", DescriptorSet(acsf=cu_acsf(), derivatives=True),
+        data, work / "cu60.zarr", DescriptorSet(acsf=acsf, derivatives=True),
         partition_atoms=2000, overwrite=True,
     )  # fmt: skip
     spec = TrainingSpec(epochs=40, hidden=(48, 48), seed=0)

@@ -2,7 +2,7 @@
 
 Usage: ``PYTHONPATH=. python benchmarks/bench_train.py [--structures 400] [--epochs N]``.
 
-1. Writes the dataset (``write_emt_cu``) and a featurized store (``cu_acsf()`` with
+1. Writes the dataset (``write_emt_cu``) and a featurized store (the quickstart workflow's ACSF with
    derivatives) under ``--workdir``; uses ``dparallel.workflow.featurize`` when present,
    else the in-process featurizer of tests/train/_store_fixture.py (same layout).
 2. Peers, 4 epochs each, same store: float64 energy+forces (the default), float32
@@ -28,10 +28,10 @@ def _peak_rss_mb() -> float:
 def _featurize(data: Path, store_path: Path):  # noqa: ANN202
     """Featurize in this process (no Dask): the featurize time row is the kernels' time."""
     from dparallel.descriptors.descriptor_set import DescriptorSet
-    from dparallel.train import cu_acsf
     from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.spec import load_quickstart
 
-    descriptors = DescriptorSet(acsf=cu_acsf(), derivatives=True)
+    descriptors = DescriptorSet(acsf=load_quickstart().descriptors.build().acsf, derivatives=True)
     return featurize_in_process(data, store_path, descriptors, partition_atoms=2000)
 
 

@@ -4,7 +4,8 @@ Usage: ``PYTHONPATH=. python benchmarks/bench_train_computed.py [--structures 20
 [--epochs 3] [--device cpu|cuda] [--dtype float64|float32] [--batch-size 8]``.
 
 1. Writes EMT Cu (``write_emt_cu``) and featurizes it twice in this process with the
-   training default ACSF (``cu_acsf()``): with dG/dr and without (values only). Prints each
+   training default ACSF (the quickstart workflow's): with dG/dr and without (values only).
+   Prints each
    store's size in kB/atom, and that of its ``structures`` group (what
    ``descriptor_source: computed`` reads).
 2. Times training epochs on ``--device`` with the same model, batches and optimizer:
@@ -35,41 +36,13 @@ def _dir_bytes(path: Path) -> int:
 
 def _featurize(data: Path, store_path: Path, derivatives: bool) -> Any:
     from dparallel.descriptors.descriptor_set import DescriptorSet
-    from dparallel.train import cu_acsf
     from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.spec import load_quickstart
 
-    descriptors = DescriptorSet(acsf=cu_acsf(), derivatives=derivatives)
-    return featurize_in_process(data, store_path, descriptors, partition_atoms=2000, overwrite=True)
-
-
-def _to_device(batch: Any, device: Any) -> Any:
-    """A stored-descriptor ``Batch`` (values, atom rows, per-pair dG/dr) on ``device``."""
-    from dataclasses import fields, replace
-
-    from dparallel.descriptors import ACSFResult, PairDerivatives
-    from dparallel.train.structure_data import ComputedBatch
-
-    if isinstance(batch, ComputedBatch):
-        return batch.to(device)
-    feats = {}
-    for e, res in batch.features.items():
-        pairs = None
-        if res.pairs:
-            pairs = {
-                f: PairDerivatives(
-                    **{k.name: getattr(pd, k.name).to(device) for k in fields(PairDerivatives)}
-                )
-                for f, pd in res.pairs.items()
-            }
-        feats[e] = ACSFResult(res.values.to(device), res.atom_index.to(device), pairs)
-    return replace(
-        batch,
-        atom_counts=batch.atom_counts.to(device),
-        structure_index=batch.structure_index.to(device),
-        energy=batch.energy.to(device),
-        forces=batch.forces.to(device),
-        features=feats,
+    descriptors = DescriptorSet(
+        acsf=load_quickstart().descriptors.build().acsf, derivatives=derivatives
     )
+    return featurize_in_process(data, store_path, descriptors, partition_atoms=2000, overwrite=True)
 
 
 def _epochs(
@@ -79,9 +52,11 @@ def _epochs(
     import torch
 
     from dparallel.train import TrainingSpec
+    from dparallel.train.batch import batch_to
     from dparallel.train.data import PartitionReader
+    from dparallel.train.device import Target
+    from dparallel.train.feed import BatchFeed
     from dparallel.train.objective import loss, predict_batch
-    from dparallel.train.placement import Placement
     from dparallel.train.preparation import build_model, prepare
     from dparallel.train.structure_data import StructureReader
 
@@ -94,8 +69,8 @@ def _epochs(
         threads=0,
     )
     prep = prepare(store, spec)
-    placement = Placement.of(spec)
-    model = build_model(prep, spec, placement).to(device)
+    feed = BatchFeed(Target.of(spec))
+    model = build_model(prep, spec, feed.target).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=spec.lr)
     cache = 8 * 2**30
     if source == "computed":
@@ -110,8 +85,8 @@ def _epochs(
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        for batch in placement.batches(reader, "train", spec, epoch=epoch):
-            batch = _to_device(batch, device)
+        for batch in feed.batches(reader, "train", spec, epoch=epoch):
+            batch = batch_to(batch, device)
             opt.zero_grad(set_to_none=True)
             e, f = predict_batch(model, batch, True, create_graph=True)
             value = loss(e, f, batch, spec.force_weight)

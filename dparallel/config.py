@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 __all__ = [
+    "DEVICE_PATTERN",
     "apply_overrides",
     "describe_validation_error",
     "parse_value",
@@ -28,6 +29,9 @@ __all__ = [
     "resolve_path",
     "section",
 ]
+
+#: What a ``device`` setting may be (training, the deployed model, the calculator).
+DEVICE_PATTERN = r"^(auto|cpu|cuda|cuda:\d+)$"
 
 
 def read_yaml(path: str | os.PathLike[str], what: str = "config") -> Any:

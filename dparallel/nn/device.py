@@ -12,12 +12,10 @@ import re
 
 import torch
 
+from dparallel.config import DEVICE_PATTERN
 from dparallel.errors import DeviceError
 
 __all__ = ["DEVICE_PATTERN", "available_devices", "resolve_device"]
-
-#: What a ``device`` setting may be.
-DEVICE_PATTERN = r"^(auto|cpu|cuda|cuda:\d+)$"
 
 
 def available_devices() -> str:

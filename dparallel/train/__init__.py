@@ -7,35 +7,33 @@ and is re-exported here. See docs/training.md.
 from __future__ import annotations
 
 from dparallel.nn import HDNNP, load_model, scaling_from_statistics  # re-exported from nn/
-from dparallel.train.data import (
-    Batch,
-    PartitionReader,
-    SplitIndex,
-    build_split_index,
-    collate,
-    iterate_batches,
-)
-from dparallel.train.defaults import cu_acsf
+from dparallel.train.batch import Batch, Geometry, assemble, make_batch
+from dparallel.train.data import PartitionReader, iterate_batches
 from dparallel.train.loop import TrainResult, train
 from dparallel.train.objective import predict_batch
+from dparallel.train.optimizers import Optimizer, make_optimizer
 from dparallel.train.reporting import EpochCallback, Metrics, evaluate_split
 from dparallel.train.spec import TrainingSpec, parse_training_spec
+from dparallel.train.splits import SplitIndex, build_split_index
 
 __all__ = [
     "HDNNP",
     "Batch",
     "EpochCallback",
+    "Geometry",
     "Metrics",
+    "Optimizer",
     "PartitionReader",
     "SplitIndex",
     "TrainResult",
     "TrainingSpec",
+    "assemble",
     "build_split_index",
-    "collate",
-    "cu_acsf",
     "evaluate_split",
     "iterate_batches",
     "load_model",
+    "make_batch",
+    "make_optimizer",
     "parse_training_spec",
     "predict_batch",
     "scaling_from_statistics",

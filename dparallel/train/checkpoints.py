@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from dparallel.nn import HDNNP
+    from dparallel.train.optimizers import Optimizer
 
 __all__ = [
     "BEST",
@@ -57,7 +58,9 @@ _CHECKPOINT_KEYS = frozenset(
 )
 #: Training keys a resumed run may change.
 #: (``device`` and ``data_on_device``: a run may resume on another device, bitwise on the same.)
-_RESUMABLE_KEYS = frozenset({"epochs", "allow_incomplete", "device", "data_on_device"})
+_RESUMABLE_KEYS = frozenset(
+    {"epochs", "allow_incomplete", "device", "data_on_device", "batch_prefetch"}
+)
 
 
 @dataclass
@@ -85,8 +88,7 @@ def save_checkpoint(
     path: Path,
     epoch: int,
     model: HDNNP,
-    opt: torch.optim.Optimizer,
-    sched: Any,
+    optimizer: Optimizer,
     progress: Progress,
     spec: TrainingSpec,
 ) -> None:
@@ -95,8 +97,7 @@ def save_checkpoint(
         {
             "epoch": epoch,
             "model": model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict() if sched is not None else None,
+            **optimizer.state_dict(),  # "optimizer", "scheduler"
             "rng": {"torch": torch.get_rng_state()},
             "loader": {"seed": spec.seed, "next_epoch": epoch + 1},
             "best_val": progress.best_val,
@@ -113,8 +114,7 @@ def resume_from(
     path: Path,
     spec: TrainingSpec,
     model: HDNNP,
-    opt: torch.optim.Optimizer,
-    sched: Any,
+    optimizer: Optimizer,
 ) -> Progress:
     """Load the checkpoint at ``path`` into model, optimizer, schedule and RNG.
 
@@ -125,7 +125,8 @@ def resume_from(
     ------
     TrainingError
         No checkpoint, not a dparallel checkpoint, or trained with another config
-        (keys other than ``epochs`` and ``allow_incomplete`` differ).
+        (keys other than ``epochs``, ``allow_incomplete`` and where the data and model
+        live differ).
     """
     if not path.is_file():
         raise TrainingError(f"--resume: no checkpoint at {path}")
@@ -148,9 +149,7 @@ def resume_from(
             "differ); use the same config or a new MODEL_DIR"
         )
     model.load_state_dict(ck["model"])
-    opt.load_state_dict(ck["optimizer"])
-    if sched is not None and ck.get("scheduler") is not None:
-        sched.load_state_dict(ck["scheduler"])
+    optimizer.load_state_dict(ck)
     torch.set_rng_state(ck["rng"]["torch"])
     progress = Progress(
         start_epoch=int(ck["epoch"]) + 1,

@@ -1,42 +1,38 @@
-"""The compute device of training and evaluation: resolving it, moving batches, its errors.
+"""The compute device of training and evaluation: resolving it, its memory, its errors.
 
-``device: auto | cpu | cuda | cuda:N`` is resolved once, to a :class:`torch.device`, by
-:func:`resolve_device` (:mod:`dparallel.nn.device`, shared with the deployed model; an
-absent CUDA device is a :class:`~dparallel.errors.DeviceError`). A batch moves with
-:func:`batch_to` (``non_blocking`` from pinned memory, :func:`pin_batch`), and an out-of-
-memory error at a step becomes a :class:`~dparallel.errors.DeviceError` saying how much was
-needed and free and what to lower (:func:`out_of_memory`).
+``device: auto | cpu | cuda | cuda:N`` (``auto`` = CUDA when ``torch.cuda.is_available()``)
+is resolved once, to a :class:`torch.device`, by :func:`resolve_device`
+(:mod:`dparallel.nn.device`, shared with the deployed model), and with the training dtype
+makes the run's :class:`Target` (the model is moved there before an optimizer is built on it, so
+Adam's moments and the Kalman filter's P follow its parameters). A CUDA device that is
+absent is a :class:`~dparallel.errors.DeviceError` naming it and what is available; an
+out-of-memory error at a step becomes one saying how much was needed and free and what to
+lower (:func:`out_of_memory`). Batches move with :func:`dparallel.train.batch.batch_to`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
 from dparallel.errors import DeviceError
-from dparallel.nn.device import DEVICE_PATTERN, available_devices, resolve_device
-from dparallel.train.structure_data import ComputedBatch
+from dparallel.nn.device import available_devices, resolve_device
+from dparallel.train.batch import batch_nbytes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from dparallel.descriptors import ACSFResult
-    from dparallel.train.data import Batch
+    from dparallel.nn import HDNNP
+    from dparallel.train.batch import Batch
+    from dparallel.train.spec import TrainingSpec
 
 __all__ = [
-    "DEVICE_PATTERN",
+    "Target",
     "available_devices",
-    "batch_nbytes",
-    "batch_to",
     "device_memory",
-    "features_to",
-    "map_batch",
     "out_of_memory",
     "peak_memory",
-    "pin_batch",
     "resolve_device",
 ]
 
@@ -59,70 +55,28 @@ def peak_memory(device: torch.device) -> int | None:
     return None
 
 
-def _map_features(
-    features: dict[str, ACSFResult], fn: Callable[[torch.Tensor], torch.Tensor]
-) -> dict[str, ACSFResult]:
-    out = {}
-    for e, res in features.items():
-        pairs = None
-        if res.pairs is not None:
-            pairs = {
-                f: replace(
-                    pd,
-                    pair_first=fn(pd.pair_first),
-                    pair_second=fn(pd.pair_second),
-                    center=fn(pd.center),
-                    vectors=fn(pd.vectors),
-                    feature_index=fn(pd.feature_index),
-                    dG_dr=fn(pd.dG_dr),
-                )
-                for f, pd in res.pairs.items()
-            }
-        out[e] = replace(res, values=fn(res.values), atom_index=fn(res.atom_index), pairs=pairs)
-    return out
+@dataclass(frozen=True)
+class Target:
+    """Where, and in which dtype, a run's model and batches compute."""
 
+    dtype: torch.dtype
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
-def map_batch(batch: Batch, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
-    """``batch`` with ``fn`` applied to each of its tensors (labels, features, pairs)."""
-    return replace(
-        batch,
-        atom_counts=fn(batch.atom_counts),
-        structure_index=fn(batch.structure_index),
-        energy=fn(batch.energy),
-        forces=fn(batch.forces),
-        features=_map_features(batch.features, fn),
-    )
+    @classmethod
+    def of(cls, spec: TrainingSpec) -> Target:
+        """The target ``spec`` asks for (``spec.dtype``, ``spec.device``).
 
+        Raises
+        ------
+        DeviceError
+            CUDA asked for but absent.
+        """
+        dtype = torch.float64 if spec.dtype == "float64" else torch.float32
+        return cls(dtype, resolve_device(spec.device))
 
-def features_to(features: dict[str, ACSFResult], device: torch.device) -> dict[str, ACSFResult]:
-    """Descriptor results (values, atom rows, pair derivatives) on ``device``."""
-    return _map_features(features, lambda t: t.to(device))
-
-
-def batch_to(batch: Batch, device: torch.device, non_blocking: bool = False) -> Batch:
-    """``batch`` with every tensor on ``device`` (itself when already there)."""
-    if batch.energy.device == device:
-        return batch
-    if isinstance(batch, ComputedBatch):  # structures, pairs and the descriptor graph too
-        return batch.to(device, non_blocking=non_blocking)
-    return map_batch(batch, lambda t: t.to(device, non_blocking=non_blocking))
-
-
-def pin_batch(batch: Batch) -> Batch:
-    """``batch`` in page-locked host memory, so a copy to a CUDA device can be non-blocking."""
-    return map_batch(batch, lambda t: t.pin_memory())
-
-
-def batch_nbytes(batch: Batch) -> int:
-    """Bytes of a batch's tensors (what a step holds on the device, before activations)."""
-    sizes: list[int] = []
-
-    def count(t: torch.Tensor) -> torch.Tensor:
-        sizes.append(t.numel() * t.element_size())
-        return t
-
-    map_batch(batch, count)
-    return sum(sizes)
+    def model(self, model: HDNNP) -> HDNNP:
+        """``model`` on this target (before an optimizer is built on its parameters)."""
+        return model.to(device=self.device, dtype=self.dtype)
 
 
 def _gib(n: float) -> str:

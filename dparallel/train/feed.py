@@ -1,36 +1,221 @@
-"""Feeding batches to the device: a prefetch thread, double buffering, the time spent waiting.
+"""How batches reach the device: data held there or streamed, a prefetch thread, waiting.
 
-:class:`Prefetcher` runs a batch iterator (host collation from streamed partitions) in a
-background thread ``depth`` batches ahead; on a CUDA device each batch is pinned and copied
-with ``non_blocking`` on a side stream, so the next batch is on the device while the step
-runs. An exception in the thread is raised in the consumer; closing the prefetcher (the
-end of the epoch, a ``break``, an error in the step) stops and joins the thread.
+:class:`BatchFeed` decides ``data_on_device``: the store's arrays held on the device
+(:class:`HeldData`, batches assembled there by index) when they fit a budget, else streamed
+from the store with host assembly — in a batch prefetch thread (:class:`Prefetcher`,
+``batch_prefetch``) on a GPU. :meth:`BatchFeed.batches` yields every mini-batch, for
+training and evaluation, on the device and counts the time spent waiting (:class:`WaitClock`,
+for ``data_wait_fraction``).
 
-:class:`WaitClock` adds up the time the training thread waited for data, for
-``data_wait_fraction`` (the share of an epoch's training pass spent waiting).
+:class:`Prefetcher` runs a batch iterator in a background thread ``depth`` batches ahead;
+on a CUDA device each batch is pinned and copied with ``non_blocking`` on a side stream, so
+the next batch is on the device while the step runs. An exception in the thread is raised
+in the consumer; closing the prefetcher (the end of the epoch, a ``break``, an error in the
+step) stops and joins the thread.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dparallel.train.device import batch_to, pin_batch
+from dparallel.train.batch import (
+    DeviceOps,
+    PartitionData,
+    Rows,
+    assemble,
+    batch_to,
+    make_batch,
+    map_batch,
+    pin_batch,
+)
+from dparallel.train.data import BatchPlan, iterate_batches
+from dparallel.train.device import Target, device_memory, out_of_memory, peak_memory
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator
 
-    from dparallel.train.data import Batch
+    import numpy as np
 
-__all__ = ["Prefetcher", "WaitClock", "timed"]
+    from dparallel.train.batch import Batch
+    from dparallel.train.data import PartitionReader
+    from dparallel.train.spec import TrainingSpec
+
+__all__ = ["DEVICE_DATA_FRACTION", "BatchFeed", "HeldData", "Prefetcher", "WaitClock", "timed"]
+
+log = logging.getLogger(__name__)
+
+#: ``data_on_device: auto`` on a GPU: the arrays may take this share of its free memory
+#: (the rest is for the model, optimizer state and a step's activations).
+DEVICE_DATA_FRACTION = 0.5
+#: Batches a ``batch_prefetch: auto`` thread prepares ahead on a GPU (double buffering).
+_GPU_BATCH_PREFETCH = 2
 
 _DONE = object()
 
 
+# ----------------------------------------------------------------- data held on the device
+def _held(part: PartitionData, ops: DeviceOps, dtype: torch.dtype) -> PartitionData:
+    """``part`` with every column on the device (floating ones in ``dtype``)."""
+
+    def put(a: np.ndarray) -> torch.Tensor:
+        t = ops.tensor(a)
+        return t.to(dtype) if t.is_floating_point() else t
+
+    rows = {
+        name: Rows(
+            table.offsets,
+            {col: put(a) for col, a in table.columns.items()},
+            table.refs,
+            {k: put(a) for k, a in table.constant.items()},
+        )
+        for name, table in part.rows.items()
+    }
+    nbytes = sum(
+        t.numel() * t.element_size() for table in rows.values() for t in table.columns.values()
+    )
+    return PartitionData(part.p, part.ids, part.split, rows, nbytes)
+
+
+class HeldData:
+    """Every partition of a store on one device; the batches of a plan assembled there."""
+
+    def __init__(
+        self, reader: PartitionReader, partitions: dict[int, PartitionData], ops: DeviceOps,
+        dtype: torch.dtype,
+    ) -> None:  # fmt: skip
+        self.reader, self.partitions, self.ops, self.dtype = reader, partitions, ops, dtype
+        self.nbytes = sum(p.nbytes for p in partitions.values())
+
+    def batches(self, plan: BatchPlan) -> Iterator[Batch]:
+        """The batches of ``plan``, each assembled on the device."""
+        for items in plan:
+            got = assemble([(self.partitions[p], s) for p, s in items], self.ops)
+            yield make_batch(got, self.reader.elements, self.dtype, self.ops)
+
+    @classmethod
+    def load(
+        cls, reader: PartitionReader, device: torch.device, dtype: torch.dtype, budget: int | None
+    ) -> HeldData | None:
+        """Every partition of ``reader``'s split index on ``device``, or None past ``budget``.
+
+        ``budget`` (bytes; None = no limit) bounds what is held: partitions are loaded one
+        by one and, once their total would pass it, released again (the caller then
+        streams). Partitions are read straight from the store (not via the reader's cache),
+        so the host holds at most one at a time.
+        """
+        ops = DeviceOps(device)
+        parts: dict[int, PartitionData] = {}
+        total = 0
+        for p in reader.index.partitions:
+            part = _held(reader.load(p), ops, dtype)
+            total += part.nbytes
+            if budget is not None and total > budget:
+                log.info(
+                    "the store's arrays pass the device budget (%.2f GiB after %d of %d "
+                    "partitions): streaming them instead",
+                    budget / 2**30, len(parts) + 1, len(reader.index.partitions),
+                )  # fmt: skip
+                return None
+            parts[p] = part
+        return cls(reader, parts, ops, dtype)
+
+
+# ----------------------------------------------------------------- the feed
+@dataclass
+class BatchFeed:
+    """Where a run's data lives (held on the device or streamed) and how batches get there."""
+
+    target: Target
+    data_on_device: bool | str = False
+    batch_prefetch: int | str = "auto"
+    held: HeldData | None = None
+    wait: WaitClock = field(default_factory=lambda: WaitClock())
+
+    @classmethod
+    def of(cls, spec: TrainingSpec, target: Target) -> BatchFeed:
+        """The feed ``spec`` asks for (``data_on_device``, ``batch_prefetch``) to ``target``."""
+        return cls(target, spec.data_on_device, spec.batch_prefetch)
+
+    @property
+    def device(self) -> torch.device:
+        """The device batches are fed to."""
+        return self.target.device
+
+    def hold(self, reader: PartitionReader) -> None:
+        """Hold the store's arrays on the device if ``data_on_device`` says so (and they fit).
+
+        On the CPU ``auto`` streams: decoded partitions stay in RAM in the partition cache
+        (``DPARALLEL_TRAIN_CACHE_MB``) and numpy assembly is as fast as gathering from
+        tensors (docs/training.md); ``true`` holds them there too. A reader that cannot be
+        held (structures for computed descriptors) streams.
+
+        Raises
+        ------
+        DeviceError
+            ``data_on_device: true`` and the arrays do not fit the device's memory.
+        """
+        if self.data_on_device is False or not reader.holdable:
+            return
+        if self.data_on_device == "auto" and self.device.type == "cpu":
+            return
+        budget = None
+        if self.data_on_device is not True:  # auto: a share of the free memory
+            budget = int(DEVICE_DATA_FRACTION * device_memory(self.device)[0])
+        try:
+            self.held = HeldData.load(reader, self.device, self.target.dtype, budget)
+        except torch.OutOfMemoryError as exc:
+            self.held = None
+            raise out_of_memory(exc, self.device, None, "loading the store's arrays") from None
+        if self.held is not None:
+            log.info("training data held on %s: %.3f GiB", self.device, self.held.nbytes / 2**30)
+
+    def describe(self) -> dict[str, Any]:
+        """Device, where the data lives and peak device memory (for ``metrics.json``)."""
+        return {
+            "device": str(self.device),
+            "data_on_device": self.held is not None,
+            "data_bytes": self.held.nbytes if self.held is not None else None,
+            "peak_memory_bytes": peak_memory(self.device),
+        }
+
+    def batches(
+        self, reader: PartitionReader, split: str, spec: TrainingSpec, *, epoch: int | None = None
+    ) -> Generator[Batch, None, None]:
+        """Mini-batches of ``split`` on the device: shuffled for ``epoch`` or in order (``None``).
+
+        Evaluation takes batches of at least 64 structures, unshuffled. The time spent
+        waiting for each batch is added to :attr:`wait`.
+        """
+        if epoch is None:
+            size, shuffle, ep = max(64, spec.batch_size), False, 0
+        else:
+            size, shuffle, ep = spec.batch_size, True, epoch
+        if self.held is not None:
+            plan = BatchPlan(
+                reader.index, split, size, shuffle=shuffle, seed=spec.seed, epoch=ep,
+                shuffle_buffer=spec.shuffle_buffer,
+            )  # fmt: skip
+            return timed(self.held.batches(plan), self.wait)
+        host = iterate_batches(
+            reader, split, size, shuffle=shuffle, seed=spec.seed, epoch=ep,
+            shuffle_buffer=spec.shuffle_buffer, prefetch=spec.prefetch, dtype=self.target.dtype,
+        )  # fmt: skip
+        depth = self.batch_prefetch
+        if depth == "auto":
+            depth = _GPU_BATCH_PREFETCH if self.device.type == "cuda" else 0
+        if int(depth) > 0:
+            return timed(Prefetcher(host, self.device, int(depth)), self.wait)
+        return timed((batch_to(b, self.device) for b in host), self.wait)
+
+
+# ----------------------------------------------------------------- the batch prefetch thread
 class WaitClock:
     """Seconds the consumer waited for the next batch, summed."""
 
@@ -132,17 +317,11 @@ class Prefetcher:
         if self._thread is not None:
             self._thread.join(timeout=30)
 
-    @property
-    def alive(self) -> bool:
-        """Whether the thread still runs."""
-        return self._thread is not None and self._thread.is_alive()
-
 
 def _wait_on(batch: Batch, event: Any) -> None:
     """Make the current CUDA stream wait for ``batch``'s copy, and own its memory."""
     stream = torch.cuda.current_stream()
     stream.wait_event(event)
-    from dparallel.train.device import map_batch
 
     def own(t: torch.Tensor) -> torch.Tensor:
         t.record_stream(stream)

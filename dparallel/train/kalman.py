@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from dparallel.nn import HDNNP
-    from dparallel.train.data import Batch
+    from dparallel.train.batch import Batch
     from dparallel.train.spec import TrainingSpec
 
 __all__ = [
@@ -184,22 +184,23 @@ def observations(
     """
     from dparallel.descriptors import forces_from_derivatives
 
-    keys = list(batch.features)
-    values = {k: batch.features[k].values.detach().requires_grad_(forces) for k in keys}
-    atom_index = {k: batch.features[k].atom_index for k in keys}
+    features = batch.features or {}
+    keys = list(features)
+    values = {k: features[k].values.detach().requires_grad_(forces) for k in keys}
+    atom_index = {k: features[k].atom_index for k in keys}
     with torch.enable_grad():
-        e = model(values, atom_index, batch.structure_index, batch.n_structures)  # (S,)
+        energy = model(values, atom_index, batch.structure_index, batch.n_structures)  # (S,)
         s = float(model.energy_scale)
         ok_e = torch.isfinite(batch.energy)
-        y_e = (e / batch.atom_counts / s)[ok_e]  # (S',)
-        xi = [((batch.energy - e.detach()) / batch.atom_counts / s)[ok_e]]
-        eye = torch.eye(len(y_e), dtype=e.dtype, device=e.device)
+        y_e = (energy / batch.atom_counts / s)[ok_e]  # (S',)
+        xi = [((batch.energy - energy.detach()) / batch.atom_counts / s)[ok_e]]
+        eye = torch.eye(len(y_e), dtype=energy.dtype, device=energy.device)
         jac = [_flat(_grads(y_e, params, eye), params, len(y_e))]
         if not forces:
-            return Observations(torch.cat(jac, 1), torch.cat(xi), e.detach(), None)
-        g = _grads(e.sum()[None], [values[k] for k in keys], None, create_graph=True)
+            return Observations(torch.cat(jac, 1), torch.cat(xi), energy.detach(), None)
+        g = _grads(energy.sum()[None], [values[k] for k in keys], None, create_graph=True)
         g_leaf = {k: gk[0].detach() for k, gk in zip(keys, g, strict=True)}
-        f = forces_from_derivatives(g_leaf, batch.features, batch.n_atoms)  # (N, 3)
+        predicted = forces_from_derivatives(g_leaf, features, batch.n_atoms)  # (N, 3)
         if pick is None and spec.force_weight > 0:
             finite = torch.isfinite(batch.forces).reshape(-1).nonzero().squeeze(1)
             k = min(spec.kalman_force_components * batch.n_structures, finite.numel())
@@ -209,15 +210,15 @@ def observations(
         if pick is not None and pick.numel():
             k = pick.numel()
             w = math.sqrt(spec.force_weight) / s
-            d = force_cotangents(batch.features, keys, pick, g_leaf)  # [(k, n_e, F_e)]
+            d = force_cotangents(features, keys, pick, g_leaf)  # [(k, n_e, F_e)]
             used = [i for i, gk in enumerate(g) if gk.requires_grad]  # elements present
             jf = torch.autograd.grad(
                 [g[i][0] for i in used], params, grad_outputs=[d[i] for i in used],
                 retain_graph=True, is_grads_batched=True, allow_unused=True,
             )  # fmt: skip
             jac.append(_flat(jf, params, k) * w)
-            xi.append((batch.forces.reshape(-1)[pick] - f.reshape(-1)[pick]) * w)
-    return Observations(torch.cat(jac, 1), torch.cat(xi), e.detach(), f)
+            xi.append((batch.forces.reshape(-1)[pick] - predicted.reshape(-1)[pick]) * w)
+    return Observations(torch.cat(jac, 1), torch.cat(xi), energy.detach(), predicted)
 
 
 def kalman_step(
@@ -281,8 +282,8 @@ def force_cotangents(
     k = components.numel()
     atom, axis = components // 3, components % 3  # (k,)
     out = []
-    for e in keys:
-        res, ref = features[e], like[e]
+    for elem in keys:
+        res, ref = features[elem], like[elem]
         d = ref.new_zeros((k, *ref.shape))  # (k, n_e, F_e)
         for pd in res.pairs.values():
             if pd.feature_index.numel() == 0 or pd.pair_first.numel() == 0:

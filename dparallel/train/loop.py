@@ -2,8 +2,8 @@
 
 ``train(store, model_dir, spec)`` is the library entry point behind ``dparallel train``.
 Its jobs live beside it: :mod:`~dparallel.train.preparation` (data, model, optimizer),
-:mod:`~dparallel.train.placement` (dtype and device of model and batches),
-:mod:`~dparallel.train.objective` (predictions and loss), :mod:`~dparallel.train.kalman`,
+:mod:`~dparallel.train.device` (dtype and device), :mod:`~dparallel.train.feed` (how
+batches reach it), :mod:`~dparallel.train.optimizers` (one update per batch, chosen once),
 :mod:`~dparallel.train.checkpoints` and :mod:`~dparallel.train.reporting`.
 """
 
@@ -33,18 +33,10 @@ from dparallel.train.checkpoints import (
 )
 from dparallel.train.data import PartitionReader
 from dparallel.train.data_units import record_data_units
-from dparallel.train.device import out_of_memory
-from dparallel.train.kalman import KalmanFilter, kalman_step
-from dparallel.train.objective import loss, predict_batch, scheduled_force_weight
-from dparallel.train.placement import Placement
-from dparallel.train.preparation import (
-    Prepared,
-    build_model,
-    check_complete,
-    make_optimizer,
-    make_scheduler,
-    prepare,
-)
+from dparallel.train.device import Target, out_of_memory
+from dparallel.train.feed import BatchFeed
+from dparallel.train.optimizers import Optimizer, make_optimizer
+from dparallel.train.preparation import Prepared, build_model, check_complete, prepare
 from dparallel.train.reporting import (
     EpochCallback,
     Metrics,
@@ -84,14 +76,13 @@ class TrainResult:
 
 @dataclass
 class _Run:
-    """One call's working set: the prepared data, placement, model and optimizer."""
+    """One call's working set: the prepared data, the feed, model and optimizer."""
 
     spec: TrainingSpec
     prep: Prepared
-    placement: Placement
+    feed: BatchFeed
     model: HDNNP
-    opt: torch.optim.Optimizer
-    sched: Any
+    optimizer: Optimizer
     reader: PartitionReader
     model_dir: Path
 
@@ -182,13 +173,10 @@ def _set_up(
         prep.index.count("validation"),
         prep.index.count("test"),
     )
-    placement = Placement.of(spec)
-    model = build_model(prep, spec, placement)
-    opt = make_optimizer(model, spec, prep.index.count("train"))
-    sched = make_scheduler(opt, spec)
-    progress = (
-        resume_from(model_dir / CHECKPOINT, spec, model, opt, sched) if resume else Progress()
-    )
+    target = Target.of(spec)
+    model = build_model(prep, spec, target)
+    optimizer = make_optimizer(model, spec, prep.index.count("train"))
+    progress = resume_from(model_dir / CHECKPOINT, spec, model, optimizer) if resume else Progress()
     (model_dir / SPEC_JSON).write_text(json.dumps(spec.to_dict(), indent=1))
     reader = PartitionReader(
         store, spec.descriptor, prep.elements, prep.index, prep.forces, _CACHE_BYTES
@@ -198,11 +186,13 @@ def _set_up(
             store, spec.descriptor, prep.descriptor_spec or {}, prep.elements, prep.index,
             prep.forces, _CACHE_BYTES,
             choose_engine(
-                spec.descriptor, spec.compute_with, spec.optimizer, placement.device.type
+                spec.descriptor, spec.compute_with, optimizer.needs_derivatives,
+                target.device.type,
             ),
         )  # fmt: skip
-    placement.load_data(reader)
-    run = _Run(spec, prep, placement, model, opt, sched, reader, model_dir)
+    feed = BatchFeed.of(spec, target)
+    feed.hold(reader)
+    run = _Run(spec, prep, feed, model, optimizer, reader, model_dir)
     return run, progress
 
 
@@ -211,35 +201,27 @@ def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:
 
     The share is the time the loop waited for the next batch over the pass's wall time.
     """
-    model, opt, spec, forces = run.model, run.opt, run.spec, run.prep.forces
-    placement = run.placement
-    force_weight = scheduled_force_weight(spec, opt.param_groups[0]["lr"])
+    model, optimizer, feed, forces = run.model, run.optimizer, run.feed, run.prep.forces
+    optimizer.begin_epoch()
     model.train()
     m = Metrics()
-    placement.wait.reset()
+    feed.wait.reset()
     t0 = time.perf_counter()
-    batches = placement.batches(run.reader, "train", spec, epoch=epoch)
+    batches = feed.batches(run.reader, "train", run.spec, epoch=epoch)
     batch = None
     try:
         for batch in batches:
-            if isinstance(opt, KalmanFilter):
-                e, f, value = kalman_step(model, opt, batch, spec, forces)
-            else:
-                opt.zero_grad(set_to_none=True)
-                e, f = predict_batch(model, batch, forces, create_graph=True)
-                value = loss(e, f, batch, force_weight)
-                value.backward()
-                opt.step()
-            m.add_batch(e, f, batch, value)
+            energy, predicted, value = optimizer.step(model, batch, forces)
+            m.add_batch(energy, predicted, batch, value)
         summary = m.summary()  # waits for the device's queued work
     except torch.OutOfMemoryError as exc:
         where = f"a training step of epoch {epoch}"
-        raise out_of_memory(exc, placement.device, batch, where) from None
+        raise out_of_memory(exc, feed.device, batch, where) from None
     finally:
         batches.close()  # stops the prefetch threads, also on an error
     model.eval()
     seconds = time.perf_counter() - t0
-    return summary, placement.wait.seconds / seconds if seconds > 0 else 0.0
+    return summary, feed.wait.seconds / seconds if seconds > 0 else 0.0
 
 
 def _epoch(run: _Run, epoch: int, progress: Progress) -> dict[str, Any]:
@@ -251,19 +233,17 @@ def _epoch(run: _Run, epoch: int, progress: Progress) -> dict[str, Any]:
     if has_val:
         try:
             val_sum = evaluate_split(
-                run.model, run.reader, "validation", spec, placement=run.placement
+                run.model, run.reader, "validation", spec, feed=run.feed
             ).summary()
         except torch.OutOfMemoryError as exc:
             where = f"validation after epoch {epoch}"
-            raise out_of_memory(exc, run.placement.device, None, where) from None
+            raise out_of_memory(exc, run.feed.device, None, where) from None
     else:
         val_sum = dict.fromkeys(train_sum, float("nan"))
     monitor = val_sum["loss"] if has_val else train_sum["loss"]
-    lr = run.opt.param_groups[0]["lr"]
-    if isinstance(run.sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
-        run.sched.step(monitor)
-    elif run.sched is not None:
-        run.sched.step()
+    lr = run.optimizer.lr
+    columns = run.optimizer.columns()  # of the epoch just trained
+    run.optimizer.end_epoch(monitor)
     if monitor < progress.best_val:
         progress.best_val, progress.best_epoch, progress.bad_epochs = monitor, epoch, 0
         save_model(run.model, spec, prep.descriptor_spec, run.model_dir / BEST)
@@ -272,12 +252,9 @@ def _epoch(run: _Run, epoch: int, progress: Progress) -> dict[str, Any]:
     row = epoch_row(epoch, lr, train_sum, val_sum, time.perf_counter() - t0)
     row["train_structures"] = prep.index.count("train")  # per epoch, for the rate shown
     row["data_wait_fraction"] = wait
-    if spec.force_weight_start is not None and spec.optimizer != "kalman":
-        row["force_weight"] = scheduled_force_weight(spec, lr)
+    row.update(columns)
     progress.history.append(row)
-    save_checkpoint(
-        run.model_dir / CHECKPOINT, epoch, run.model, run.opt, run.sched, progress, spec
-    )
+    save_checkpoint(run.model_dir / CHECKPOINT, epoch, run.model, run.optimizer, progress, spec)
     write_metrics(run.model_dir, progress.history)
     return row
 
@@ -288,14 +265,14 @@ def _finish(
     """The best model as ``model.pt``, its final errors, metrics files and plots."""
     spec, prep, model_dir = run.spec, run.prep, run.model_dir
     best, _ = load_model(model_dir / BEST)
-    best = run.placement.model(best)
+    best = run.feed.target.model(best)
     save_model(best, spec, prep.descriptor_spec, model_dir / MODEL)
     record_data_units(model_dir, prep.store)  # evaluate reads new data in these units
     final: dict[str, dict[str, float]] = {}
     parity: dict[str, dict[str, np.ndarray]] = {}
     for split in ("validation", "test"):
         if prep.index.count(split):
-            mm = evaluate_split(best, run.reader, split, spec, keep=True, placement=run.placement)
+            mm = evaluate_split(best, run.reader, split, spec, keep=True, feed=run.feed)
             final[split] = mm.summary()
             parity[split] = mm.parity_arrays()
     extra = {
@@ -305,7 +282,7 @@ def _finish(
         "test_ids": prep.index.ids_of("test").tolist(),
         "reference_energies": dict(zip(prep.elements, prep.ref_energy.tolist(), strict=True)),
         "data": coverage,
-        "device": run.placement.describe(),
+        "device": run.feed.describe(),
     }
     write_metrics(model_dir, progress.history, extra)
     write_plots(model_dir, progress.history, parity)

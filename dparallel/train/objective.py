@@ -1,8 +1,11 @@
 """What training minimizes: the model's predictions on a batch and the loss they give.
 
-:func:`predict_batch` turns a :class:`~dparallel.train.data.Batch` of stored descriptors
-and ∂G/∂r into energies and forces; :func:`loss` is the objective both optimizers use
-(gradient descent back-propagates it; the Kalman filter reports it).
+:func:`predict_batch` turns a :class:`~dparallel.train.batch.Batch` into energies and
+forces: from its descriptor values and ∂G/∂r, or, for a batch carrying its geometry
+(``descriptor_source: computed``, :func:`predict_from_geometry`), from positions through
+the descriptor's torch graph — the graph the deployed potential runs — and autograd.
+:func:`loss` is the objective every optimizer uses (gradient descent back-propagates it;
+the Kalman filter reports it).
 """
 
 from __future__ import annotations
@@ -12,15 +15,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from dparallel.descriptors import forces_from_derivatives
-from dparallel.train.computed import predict_from_structures
-from dparallel.train.structure_data import ComputedBatch
 
 if TYPE_CHECKING:
     from dparallel.nn import HDNNP
-    from dparallel.train.data import Batch
-    from dparallel.train.spec import TrainingSpec
+    from dparallel.train.batch import Batch, Geometry
 
-__all__ = ["loss", "predict_batch", "scheduled_force_weight"]
+__all__ = ["loss", "predict_batch", "predict_from_geometry"]
 
 
 def predict_batch(
@@ -31,16 +31,17 @@ def predict_batch(
     Forces use dE/dG by autograd and the stored ∂G/∂r (``forces_from_derivatives``);
     ``create_graph=True`` keeps the graph so a loss can be back-propagated (training);
     without it and without forces, the energies are computed under ``no_grad``.
-    A :class:`ComputedBatch` (``descriptor_source: computed``) computes its descriptors from
-    positions instead (:func:`~dparallel.train.computed.predict_from_structures`).
+    A batch with its ``geometry`` computes its descriptors from positions instead
+    (:func:`predict_from_geometry`).
     """
-    if isinstance(batch, ComputedBatch):
-        return predict_from_structures(model, batch, forces, create_graph)
+    if batch.geometry is not None:
+        return predict_from_geometry(model, batch, batch.geometry, forces, create_graph)
+    features = batch.features or {}
     values = {}
-    for e, res in batch.features.items():
+    for elem, res in features.items():
         v = res.values
-        values[e] = v.detach().requires_grad_(True) if forces else v
-    atom_index = {e: r.atom_index for e, r in batch.features.items()}
+        values[elem] = v.detach().requires_grad_(True) if forces else v
+    atom_index = {elem: r.atom_index for elem, r in features.items()}
     with torch.enable_grad() if forces or create_graph else torch.no_grad():
         energy = model(values, atom_index, batch.structure_index, batch.n_structures)
         if not forces:
@@ -53,38 +54,55 @@ def predict_batch(
             k: (g if g is not None else torch.zeros_like(values[k]))
             for k, g in zip(keys, grads, strict=True)
         }
-        f = forces_from_derivatives(dE_dG, batch.features, batch.n_atoms)
-    return energy, f
+        predicted = forces_from_derivatives(dE_dG, features, batch.n_atoms)
+    return energy, predicted
+
+
+def predict_from_geometry(
+    model: HDNNP, batch: Batch, geometry: Geometry, forces: bool, create_graph: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Energies (S,) and, if ``forces``, forces (N, 3) of ``batch`` from its ``geometry``.
+
+    Positions → pair vectors r_ij = r_j − r_i + S·cell → the descriptor graph → each
+    element's columns → the HDNNP (which scales them) → energies; forces = −∂E/∂positions
+    by autograd (``create_graph``: the force loss back-propagates through the double
+    backward of graph and networks). Same contract as :func:`predict_batch`.
+    """
+    graph = geometry.graph
+    with torch.enable_grad() if forces or create_graph else torch.no_grad():
+        pos = geometry.positions.detach().requires_grad_(forces)
+        vectors = (
+            pos.index_select(0, geometry.pair_second)
+            - pos.index_select(0, geometry.pair_first)
+            + geometry.pair_offsets
+        )  # (P, 3) r_ij
+        source = graph(vectors, geometry.pair_first, geometry.pair_second, geometry.species)
+        values = {
+            elem: source.index_select(0, rows).index_select(1, graph.columns(elem))
+            for elem, rows in geometry.element_rows.items()
+        }  # elem → (n_e, F_e)
+        energy = model(values, geometry.element_rows, batch.structure_index, batch.n_structures)
+        if not forces:
+            return energy, None
+        if not energy.requires_grad:  # no atom of any element: no force either
+            return energy, torch.zeros_like(pos)
+        (grad,) = torch.autograd.grad(energy.sum(), [pos], create_graph=create_graph)
+    return energy, -grad
 
 
 def loss(
-    energy: torch.Tensor, f: torch.Tensor | None, batch: Batch, force_weight: float
+    energy: torch.Tensor, forces: torch.Tensor | None, batch: Batch, force_weight: float
 ) -> torch.Tensor:
     """MSE of energy per atom + force_weight · MSE of force components (NaN labels masked).
 
-    ``energy`` (S,) eV and ``f`` (N, 3) eV/Å as :func:`predict_batch` gives them; a
+    ``energy`` (S,) eV and ``forces`` (N, 3) eV/Å as :func:`predict_batch` gives them; a
     scalar tensor (eV²/atom², plus force_weight · eV²/Å²).
     """
     de = (energy - batch.energy) / batch.atom_counts
     ok = torch.isfinite(batch.energy)
     out = (de[ok] ** 2).mean() if bool(ok.any()) else energy.sum() * 0.0
-    if f is not None and force_weight > 0:
+    if forces is not None and force_weight > 0:
         okf = torch.isfinite(batch.forces)
         if bool(okf.any()):
-            out = out + force_weight * ((f - batch.forces)[okf] ** 2).mean()
+            out = out + force_weight * ((forces - batch.forces)[okf] ** 2).mean()
     return out
-
-
-def scheduled_force_weight(spec: TrainingSpec, lr: float) -> float:
-    """The force weight of an epoch trained at learning rate ``lr`` (first-order optimizers).
-
-    With ``force_weight_start`` set, the weight follows the learning rate as in DeePMD-kit's
-    loss prefactors: ``force_weight + (force_weight_start − force_weight) · lr / spec.lr``,
-    so it starts at ``force_weight_start`` and approaches ``force_weight`` as a cosine or
-    plateau schedule lowers the rate. Otherwise (and for the Kalman filter) ``force_weight``.
-    Validation and test losses always use ``force_weight``, so the monitored loss is
-    comparable across epochs.
-    """
-    if spec.force_weight_start is None or spec.optimizer == "kalman":
-        return spec.force_weight
-    return spec.force_weight + (spec.force_weight_start - spec.force_weight) * lr / spec.lr

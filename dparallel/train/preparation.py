@@ -1,13 +1,12 @@
-"""Preparing a training run: the data (splits, reference energies, scaling), model, optimizer.
+"""Preparing a training run: the data (splits, reference energies, scaling) and the model.
 
-:func:`prepare` makes one pass over the store; :func:`build_model`, :func:`make_optimizer`
-and :func:`make_scheduler` turn it and the spec into what the epochs update.
+:func:`prepare` makes one pass over the store; :func:`build_model` turns it and the spec
+into the network the epochs update (its optimizer: :mod:`~dparallel.train.optimizers`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,31 +15,24 @@ import numpy as np
 import torch
 
 from dparallel.errors import TrainingError
-from dparallel.nn import HDNNP, scaling_parameters
-from dparallel.train.data import PartitionReader, SplitIndex, build_split_index
-from dparallel.train.kalman import make_kalman
+from dparallel.nn import HDNNP
+from dparallel.train.data import PartitionReader
+from dparallel.train.splits import SplitIndex, build_split_index
 
 if TYPE_CHECKING:
     from dparallel.store import Store
-    from dparallel.train.placement import Placement
+    from dparallel.train.device import Target
     from dparallel.train.spec import TrainingSpec
     from dparallel.types import StructureBatch
 
-__all__ = [
-    "Prepared",
-    "build_model",
-    "check_complete",
-    "make_optimizer",
-    "make_scheduler",
-    "prepare",
-]
+__all__ = ["Prepared", "build_model", "check_complete", "prepare"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Prepared:
-    """What one pass over the store gives: splits, elements, reference energies, scaling."""
+    """What one pass over the store gives: splits, elements, reference energies, statistics."""
 
     store: Store
     descriptor: str
@@ -50,7 +42,6 @@ class Prepared:
     forces: bool
     ref_energy: np.ndarray
     energy_scale: float
-    scaling: dict[str, tuple[np.ndarray, np.ndarray, float]]
     statistics: dict[str, dict[str, list]]
     descriptor_spec: dict[str, Any] | None
 
@@ -67,7 +58,7 @@ def _feature_config(store: Store, descriptor: str) -> tuple[dict[str, Any], bool
 
 def _elements_of(desc: Mapping[str, Any], descriptor: str) -> list[str]:
     if "elements" in desc:
-        return [str(e) for e in desc["elements"]]
+        return [str(elem) for elem in desc["elements"]]
     raise TrainingError(f"descriptor spec of {descriptor!r} lists no elements")
 
 
@@ -86,7 +77,7 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     # accumulated partition by partition during the split pass
     from ase.data import atomic_numbers
 
-    zs = np.array([atomic_numbers[e] for e in elements])
+    zs = np.array([atomic_numbers[elem] for elem in elements])
     ata = np.zeros((len(elements), len(elements)))
     atb = np.zeros(len(elements))
     per_atom: list[tuple[np.ndarray, np.ndarray]] = []  # (S_train, n_el) counts, (S_train,) E
@@ -108,7 +99,7 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     if index.count("train") == 0:
         raise TrainingError(f"{store.path}: the training split is empty")
     ref = np.linalg.lstsq(ata, atb, rcond=None)[0]
-    resid = np.concatenate([(e - c @ ref) / c.sum(1) for c, e in per_atom])
+    resid = np.concatenate([(energy - c @ ref) / c.sum(1) for c, energy in per_atom])
     energy_scale = float(resid.std()) if resid.size > 1 and resid.std() > 1e-8 else 1.0
     per_atom.clear()
     stats = store.attrs.get("statistics", {}).get(spec.descriptor)
@@ -116,12 +107,10 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     n_features: dict[str, int] = {}
     if not stats:  # compute scaling statistics over the training split
         stats = _statistics(reader, elements)
-    scaling = {}
-    for e in elements:
-        if e not in stats:
-            raise TrainingError(f"{store.path}: no statistics for element {e}")
-        n_features[e] = len(stats[e]["mean"])
-        scaling[e] = scaling_parameters(stats[e], spec.scaling, spec.scale_min, spec.scale_max)
+    for elem in elements:
+        if elem not in stats:
+            raise TrainingError(f"{store.path}: no statistics for element {elem}")
+        n_features[elem] = len(stats[elem]["mean"])
     return Prepared(
         store=store,
         descriptor=spec.descriptor,
@@ -131,9 +120,9 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
         forces=forces,
         ref_energy=ref,
         energy_scale=energy_scale,
-        scaling=scaling,
         statistics={
-            e: {k: list(stats[e][k]) for k in ("min", "max", "mean", "sigma")} for e in elements
+            elem: {k: list(stats[elem][k]) for k in ("min", "max", "mean", "sigma")}
+            for elem in elements
         },
         descriptor_spec=dict(desc) if isinstance(desc, Mapping) else None,
     )
@@ -141,17 +130,19 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
 
 def _statistics(reader: PartitionReader, elements: list[str]) -> dict[str, dict[str, list]]:
     """n2p2 scaling statistics of the training split (store without statistics attrs)."""
-    acc: dict[str, list[np.ndarray]] = {e: [] for e in elements}
+    acc: dict[str, list[np.ndarray]] = {elem: [] for elem in elements}
     for p in reader.index.partitions_with("train"):
         part = reader.get(p)
-        for e, ea in part.elements.items():
-            struct = np.searchsorted(part.offsets, ea.atom_index, side="right") - 1
-            acc[e].append(ea.values[part.split[struct] == 0])
+        for elem in elements:
+            table = part.rows.get(f"features/{elem}")
+            if table is not None:  # rows of each structure: a run per structure
+                struct = np.repeat(np.arange(part.n_structures), np.diff(table.offsets))
+                acc[elem].append(table.columns["values"][part.split[struct] == 0])
     out = {}
-    for e, parts in acc.items():
+    for elem, parts in acc.items():
         if parts:
             v = np.concatenate(parts)
-            out[e] = {
+            out[elem] = {
                 "min": v.min(0).tolist(),
                 "max": v.max(0).tolist(),
                 "mean": v.mean(0).tolist(),
@@ -160,10 +151,10 @@ def _statistics(reader: PartitionReader, elements: list[str]) -> dict[str, dict[
     return out
 
 
-def build_model(prep: Prepared, spec: TrainingSpec, placement: Placement) -> HDNNP:
+def build_model(prep: Prepared, spec: TrainingSpec, target: Target) -> HDNNP:
     """A freshly initialized network (seeded) with the reference energies and scaling set."""
     torch.manual_seed(spec.seed)
-    model = placement.model(HDNNP(prep.elements, prep.n_features, spec.hidden, spec.activation))
+    model = target.model(HDNNP(prep.elements, prep.n_features, spec.hidden, spec.activation))
     # scaling kept as data (n2p2 export writes its statistics), set in the training dtype
     model.set_scaling_from(
         {
@@ -183,27 +174,6 @@ def build_model(prep: Prepared, spec: TrainingSpec, placement: Placement) -> HDN
         if problems:
             raise TrainingError("n2p2_compatible: " + "; ".join(problems))
     return model
-
-
-def make_optimizer(model: HDNNP, spec: TrainingSpec, n_train: int) -> torch.optim.Optimizer:
-    """Adam, AdamW or the Kalman filter over ``model``'s parameters."""
-    if spec.optimizer == "kalman":  # one update per mini-batch
-        return make_kalman(model, spec, math.ceil(n_train / spec.batch_size))
-    cls = torch.optim.AdamW if spec.optimizer == "adamw" else torch.optim.Adam
-    return cls(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
-
-
-def make_scheduler(opt: torch.optim.Optimizer, spec: TrainingSpec) -> Any:
-    """The learning-rate schedule of ``spec`` (None: constant, or the Kalman filter)."""
-    if spec.optimizer == "kalman":  # anneals its own noise parameters
-        return None
-    if spec.schedule == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, spec.epochs, eta_min=spec.lr_min)
-    if spec.schedule == "plateau":
-        return torch.optim.lr_scheduler.ReduceLROnPlateau(
-            opt, factor=spec.plateau_factor, patience=spec.plateau_patience, min_lr=spec.lr_min
-        )
-    return None
 
 
 def check_complete(store: Store, spec: TrainingSpec) -> dict[str, Any]:

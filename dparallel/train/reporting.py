@@ -1,4 +1,4 @@
-"""Reporting a run: error metrics, evaluation of a split, metrics files, plots, callbacks.
+"""Reporting a run: error metrics, evaluation of a split, metrics files, PNG plots, callbacks.
 
 Each finished epoch becomes one row (:func:`epoch_row`) that goes to ``metrics.csv`` /
 ``metrics.json`` and to every epoch callback. A callback is how a caller follows training
@@ -14,21 +14,24 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from dparallel.train.device import Target
+from dparallel.train.feed import BatchFeed
 from dparallel.train.metric_units import with_units
 from dparallel.train.objective import loss as objective_loss
 from dparallel.train.objective import predict_batch
-from dparallel.train.placement import Placement
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Mapping, Sequence
 
     from dparallel.nn import HDNNP
-    from dparallel.train.data import Batch, PartitionReader
+    from dparallel.train.batch import Batch
+    from dparallel.train.data import PartitionReader
     from dparallel.train.spec import TrainingSpec
 
 __all__ = [
@@ -39,6 +42,8 @@ __all__ = [
     "epoch_row",
     "evaluate_split",
     "notify",
+    "plot_learning_curves",
+    "plot_parity",
     "write_metrics",
     "write_plots",
 ]
@@ -154,18 +159,20 @@ def evaluate_split(
     split: str,
     spec: TrainingSpec,
     keep: bool = False,
-    placement: Placement | None = None,
+    feed: BatchFeed | None = None,
 ) -> Metrics:
-    """Errors of ``model`` on every structure of ``split`` (streamed, no shuffling)."""
-    if placement is None:  # where the model is, streamed
+    """Errors of ``model`` on every structure of ``split`` (no shuffling; ``feed``: the run's,
+    else streamed to where the model is)."""
+    if feed is None:
         param = next(model.parameters())
-        placement = Placement(param.dtype, param.device)
+        feed = BatchFeed(Target(param.dtype, param.device))
     m = Metrics()
-    batches = placement.batches(reader, split, spec)
+    batches = feed.batches(reader, split, spec)
     try:
         for batch in batches:
-            e, f = predict_batch(model, batch, reader.forces)
-            m.add_batch(e, f, batch, objective_loss(e, f, batch, spec.force_weight), keep)
+            energy, forces = predict_batch(model, batch, reader.forces)
+            value = objective_loss(energy, forces, batch, spec.force_weight)
+            m.add_batch(energy, forces, batch, value, keep)
     finally:
         batches.close()  # stops the prefetch threads, also on an error
     return m
@@ -206,8 +213,6 @@ def write_plots(
 ) -> None:
     """Learning curves and parity plots as PNGs (a warning, never an error, if they fail)."""
     try:
-        from dparallel.train.plots import plot_learning_curves, plot_parity
-
         plot_learning_curves(history, model_dir / "learning_curves.png")
         for split, arrays in parity.items():
             plot_parity(arrays, model_dir / f"parity_{split}.png", title=split)
@@ -221,3 +226,61 @@ def notify(callbacks: Iterable[EpochCallback], row: dict[str, Any]) -> bool:
     for callback in callbacks:
         stop = bool(callback(row)) or stop
     return stop
+
+
+def _pyplot():  # noqa: ANN202
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_learning_curves(history: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Energy RMSE (meV/atom) and force RMSE (meV/Å) per epoch, train and validation."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    ep = [r["epoch"] for r in history]
+    for ax, key, label, scale in (
+        (axes[0], "loss", "loss", 1.0),
+        (axes[1], "energy_rmse", "energy RMSE (meV/atom)", 1e3),
+        (axes[2], "force_rmse", "force RMSE (meV/Å)", 1e3),
+    ):
+        for split in ("train", "validation"):
+            y = np.array([r.get(f"{split}_{key}", np.nan) for r in history], float) * scale
+            if np.isfinite(y).any():
+                ax.plot(ep, y, label=split)
+        ax.set_yscale("log")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_parity(arrays: Mapping[str, np.ndarray], path: str | Path, title: str = "") -> Path:
+    """Predicted vs reference energy per atom (eV/atom) and force components (eV/Å)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4.2))
+    for ax, ref, pred, label in (
+        (axes[0], "e_ref", "e_pred", "energy (eV/atom)"),
+        (axes[1], "f_ref", "f_pred", "force component (eV/Å)"),
+    ):
+        if ref in arrays and arrays[ref].size:
+            x, y = arrays[ref].ravel(), arrays[pred].ravel()
+            ax.scatter(x, y, s=3, alpha=0.5)
+            lo, hi = float(min(x.min(), y.min())), float(max(x.max(), y.max()))
+            ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+            rmse = float(np.sqrt(np.mean((x - y) ** 2)))
+            name, unit = label.split(" (")
+            ax.set_title(f"{title} {name}: RMSE {rmse * 1e3:.2f} m{unit.rstrip(')')}")
+        ax.set_xlabel(f"reference {label}")
+        ax.set_ylabel(f"predicted {label}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)

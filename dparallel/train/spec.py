@@ -8,15 +8,24 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dparallel.config import apply_overrides, describe_validation_error, read_yaml, section
+from dparallel.config import (
+    DEVICE_PATTERN,
+    apply_overrides,
+    describe_validation_error,
+    read_yaml,
+    section,
+)
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import ConfigError
-from dparallel.train.device import DEVICE_PATTERN
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["TrainingSpec", "parse_training_spec"]
+__all__ = ["DEVICE_PATTERN", "NEEDS_DERIVATIVES", "TrainingSpec", "parse_training_spec"]
+
+#: The optimizers ``optimizer:`` may name, and whether each needs the descriptors' dG/dr in
+#: its updates (:func:`dparallel.train.optimizers.make_optimizer` builds them).
+NEEDS_DERIVATIVES: dict[str, bool] = {"adam": False, "adamw": False, "kalman": True}
 
 
 class TrainingSpec(BaseModel):
@@ -80,7 +89,12 @@ class TrainingSpec(BaseModel):
     test_fraction: float = Field(0.1, ge=0, lt=1)
     seed: int = 0
     shuffle_buffer: int = Field(512, ge=1, description="structures held for shuffling")
-    prefetch: int = Field(1, ge=0, description="partitions read ahead in a thread")
+    prefetch: int = Field(1, ge=0, description="partitions read ahead in a thread; 0 = off")
+    batch_prefetch: int | Literal["auto"] = Field(
+        "auto",
+        description="streamed batches assembled and copied to the device ahead in a second "
+        "thread (auto: 2 on a GPU, 0 on the CPU); 0 = off",
+    )
     dtype: Literal["float64", "float32"] = "float64"
     threads: int = Field(1, ge=0, description="torch threads; 0 = leave the default")
     device: str = Field(
@@ -112,13 +126,15 @@ class TrainingSpec(BaseModel):
             and self.scale_max == self.scale_min
         ):
             raise ValueError("scale_max must differ from scale_min")
+        if isinstance(self.batch_prefetch, int) and self.batch_prefetch < 0:
+            raise ValueError(f"batch_prefetch must be >= 0 or auto, got {self.batch_prefetch}")
         if (
             self.descriptor_source == "computed"
             and self.compute_with == "graph"
-            and self.optimizer == "kalman"
+            and NEEDS_DERIVATIVES[self.optimizer]
         ):
             raise ValueError(
-                "optimizer kalman needs dG/dr: use descriptor_source: stored, or "
+                f"optimizer {self.optimizer} needs dG/dr: use descriptor_source: stored, or "
                 "compute_with: kernel with it"
             )
         if self.n2p2_compatible:

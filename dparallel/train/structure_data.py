@@ -5,9 +5,10 @@ With ``descriptor_source: computed`` (docs/training.md) training reads only the 
 full neighbour list (:func:`dparallel.neighbors.neighbor_list`, pairs and image shifts) is
 built once on the host when the partition is read and kept with it in the reader's cache:
 it depends on the positions only, which training never changes. A mini-batch
-(:class:`ComputedBatch`) carries positions, species, pairs and the constant image offsets
-S·cell of each pair; :func:`dparallel.train.computed.predict_from_structures` turns it into
-descriptors, energies and forces on whatever device the tensors are on.
+carries positions, species, pairs and the constant image offsets
+S·cell of each pair (its :class:`~dparallel.train.batch.Geometry`);
+:func:`dparallel.train.objective.predict_batch` turns it into descriptors, energies and
+forces on whatever device the tensors are on.
 
 :class:`StructureReader` is a :class:`~dparallel.train.data.PartitionReader`, so the same
 split index, LRU cache, prefetch thread and shuffle buffer
@@ -17,9 +18,8 @@ as training from stored descriptors.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -27,18 +27,25 @@ import torch
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
-from dparallel.train.data import Batch, PartitionData, PartitionReader, _ranges
+from dparallel.train.batch import (
+    Assembled,
+    Batch,
+    Geometry,
+    PartitionData,
+    Rows,
+    assemble,
+    make_batch,
+)
+from dparallel.train.data import PartitionReader
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from dparallel.store import Store
-    from dparallel.train.data import SplitIndex
+    from dparallel.train.splits import SplitIndex
 
 __all__ = [
-    "ComputedBatch",
-    "StructurePartition",
     "StructureReader",
     "choose_engine",
     "descriptor_graph_of",
@@ -46,17 +53,20 @@ __all__ = [
 ]
 
 
-def choose_engine(name: str, requested: str, optimizer: str, device_type: str = "cpu") -> str:
+def choose_engine(
+    name: str, requested: str, needs_derivatives: bool, device_type: str = "cpu"
+) -> str:
     """The engine ``compute_with: auto`` means: ``"kernel"`` or ``"graph"``.
 
-    ``kernel`` for the Kalman filter (it needs dG/dr) and on the CPU when the descriptor
-    has a compiled route (ACSF with numba); ``graph`` otherwise (a GPU, or no kernel).
+    ``kernel`` for an optimizer that needs dG/dr (the Kalman filter) and on the CPU when
+    the descriptor has a compiled route (ACSF with numba); ``graph`` otherwise (a GPU, or
+    no kernel).
     """
     if requested != "auto":
         return requested
     kind = descriptor_kind(name)
     compiled = kind.numpy_route is not None and kind.numpy_route()
-    if optimizer == "kalman" or (device_type == "cpu" and compiled):
+    if needs_derivatives or (device_type == "cpu" and compiled):
         return "kernel"
     return "graph"
 
@@ -80,60 +90,6 @@ def descriptor_graph_of(name: str, config: Mapping[str, Any]) -> torch.nn.Module
         )
     graph: torch.nn.Module = kind.graph()(descriptor_of(name, config))
     return graph
-
-
-@dataclass(eq=False, kw_only=True)
-class StructurePartition(PartitionData):
-    """One partition's structures and neighbour list (numpy, partition-local rows)."""
-
-    positions: np.ndarray  # (N, 3) Å
-    numbers: np.ndarray  # (N,) int64 atomic numbers
-    cells: np.ndarray  # (S, 3, 3) Å
-    pbc: np.ndarray  # (S, 3) bool
-    species: np.ndarray  # (N,) int64 index into the descriptor's elements
-    pair_first: np.ndarray  # (P,) int64 centre atom row, sorted
-    pair_second: np.ndarray  # (P,) int64 neighbour atom row
-    pair_offsets: np.ndarray  # (P, 3) Å, S·cell of each pair (r_ij = r_j − r_i + S·cell)
-    pair_shifts: np.ndarray  # (P, 3) int64 image shift S
-    pair_rows: np.ndarray  # (S + 1,) pair rows of each structure
-
-
-@dataclass
-class ComputedBatch(Batch):
-    """A mini-batch of structures for descriptors computed on the fly (no ``features``).
-
-    Atoms and pairs are numbered from 0; ``element_rows[e]`` are the (sorted) atom rows of
-    element ``e``, found on the host so the device never waits for a ``nonzero``.
-    """
-
-    positions: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 3))  # (N, 3) Å
-    species: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
-    pair_first: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
-    pair_second: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
-    pair_offsets: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 3))  # (P, 3) Å
-    element_rows: dict[str, torch.Tensor] = field(default_factory=dict)
-    graph: Any = None  # the descriptor's torch graph (shared, not copied)
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> ComputedBatch:
-        """This batch with every tensor (and the descriptor graph) on ``device``."""
-
-        def move(t: torch.Tensor) -> torch.Tensor:
-            return t.to(device, non_blocking=non_blocking)
-
-        return replace(
-            self,
-            atom_counts=move(self.atom_counts),
-            structure_index=move(self.structure_index),
-            energy=move(self.energy),
-            forces=move(self.forces),
-            positions=move(self.positions),
-            species=move(self.species),
-            pair_first=move(self.pair_first),
-            pair_second=move(self.pair_second),
-            pair_offsets=move(self.pair_offsets),
-            element_rows={e: move(r) for e, r in self.element_rows.items()},
-            graph=self.graph.to(device) if self.graph is not None else None,
-        )
 
 
 class StructureReader(PartitionReader):
@@ -163,6 +119,8 @@ class StructureReader(PartitionReader):
         compiled kernel featurize runs), trained as stored ones.
     """
 
+    holdable: ClassVar[bool] = False  # the structures stream; their pairs are cached
+
     def __init__(
         self,
         store: Store,
@@ -181,18 +139,18 @@ class StructureReader(PartitionReader):
         self.descriptor_object = descriptor_of(descriptor, config)
         # the graph's elements and columns are the descriptor's (species index into them)
         self.graph = descriptor_graph_of(descriptor, config) if engine == "graph" else None
-        self.descriptor_elements = [str(e) for e in self.descriptor_object.elements]
-        missing = [e for e in self.elements if e not in self.descriptor_elements]
+        self.descriptor_elements = [str(elem) for elem in self.descriptor_object.elements]
+        missing = [elem for elem in self.elements if elem not in self.descriptor_elements]
         if missing:
             raise TrainingError(f"descriptor {descriptor!r} does not cover elements {missing}")
         from ase.data import atomic_numbers
 
         self.cutoff = float(self.descriptor_object.r_cut)
         self._species_of = np.full(119, -1, np.int64)
-        for e in self.elements:
-            self._species_of[atomic_numbers[e]] = self.descriptor_elements.index(e)
+        for elem in self.elements:
+            self._species_of[atomic_numbers[elem]] = self.descriptor_elements.index(elem)
 
-    def load(self, p: int) -> StructurePartition:
+    def load(self, p: int) -> PartitionData:
         """Partition ``p``'s structures and their full neighbour list within the cutoff."""
         batch = self.store.read_partition(p)
         species = self._species_of[batch.numbers]
@@ -205,122 +163,71 @@ class StructureReader(PartitionReader):
         nl = neighbor_list(batch, self.cutoff)  # sorted by pair_first
         pair_struct = batch.structure_index[nl.pair_first]
         offsets = np.einsum("pk,pkc->pc", nl.shifts.astype(np.float64), batch.cells[pair_struct])
-        data = StructurePartition(
-            p=p,
-            offsets=batch.offsets,
-            energy=batch.energy,
-            forces=batch.forces,
-            ids=self.index.ids[p],
-            split=self.index.split[p],
-            elements={},
-            positions=batch.positions,
-            numbers=batch.numbers,
-            cells=batch.cells,
-            pbc=batch.pbc,
-            species=species,
-            pair_first=nl.pair_first,
-            pair_second=nl.pair_second,
-            pair_offsets=offsets,
-            pair_shifts=nl.shifts,
-            pair_rows=np.searchsorted(nl.pair_first, batch.offsets).astype(np.int64),
-        )
-        data.nbytes = (
-            batch.positions.nbytes * 3 + species.nbytes * 2 + offsets.nbytes * 2
-            + nl.pair_first.nbytes * 2
-        )  # fmt: skip
-        return data
+        structures = {"energy": batch.energy, "cells": batch.cells, "pbc": batch.pbc}
+        atoms = {"forces": batch.forces, "positions": batch.positions, "numbers": batch.numbers,
+                 "species": species}  # fmt: skip
+        pairs = {"first": nl.pair_first, "second": nl.pair_second, "offsets": offsets,
+                 "shifts": nl.shifts}  # fmt: skip
+        rows = {
+            "structures": Rows(np.arange(batch.n_structures + 1), structures),
+            "atoms": Rows(batch.offsets, atoms),
+            "pairs": Rows(
+                np.searchsorted(nl.pair_first, batch.offsets).astype(np.int64),
+                pairs,
+                refs={"first": "atoms", "second": "atoms"},
+            ),
+        }
+        nbytes = sum(a.nbytes for t in (structures, atoms, pairs) for a in t.values())
+        return PartitionData(p, self.index.ids[p], self.index.split[p], rows, nbytes)
 
-    def collate(
+    def batch(
         self, items: Sequence[tuple[PartitionData, int]], dtype: torch.dtype = torch.float64
     ) -> Batch:
         """A mini-batch of ``(partition, local structure)`` items (re-indexed).
 
-        Structures are ordered as :func:`dparallel.train.data.collate` orders them. With
-        ``engine="graph"`` a :class:`ComputedBatch` (positions and pairs; descriptors are
-        computed when it is predicted); with ``"kernel"`` a :class:`Batch` whose values and
-        dG/dr the descriptor's own ``compute`` gave here, on the host.
+        With ``engine="graph"`` its :class:`~dparallel.train.batch.Geometry` (descriptors
+        are computed when it is predicted); with ``"kernel"`` its ``features``, whose
+        values and dG/dr the descriptor's own ``compute`` gave here, on the host.
         """
-        groups: OrderedDict[int, tuple[StructurePartition, list[int]]] = OrderedDict()
-        for part, s in items:
-            if not isinstance(part, StructurePartition):
-                raise TypeError("StructureReader.collate needs partitions it read")
-            groups.setdefault(id(part), (part, []))[1].append(int(s))
-        cols: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("ids", "counts", "energy", "forces", "positions", "numbers",
-                            "cells", "pbc", "species", "first", "second", "offsets", "shifts")
-        }  # fmt: skip
-        atom_base = 0
-        for part, sel_list in groups.values():
-            sel = np.asarray(sel_list, np.int64)
-            off = part.offsets
-            atoms = _ranges(off[sel], off[sel + 1])  # local rows, in batch order
-            amap = np.full(int(off[-1]), -1, np.int64)
-            amap[atoms] = atom_base + np.arange(atoms.shape[0])
-            pairs = _ranges(part.pair_rows[sel], part.pair_rows[sel + 1])
-            for key, value in (
-                ("ids", part.ids[sel]),
-                ("counts", off[sel + 1] - off[sel]),
-                ("energy", part.energy[sel]),
-                ("forces", part.forces[atoms]),
-                ("positions", part.positions[atoms]),
-                ("numbers", part.numbers[atoms]),
-                ("cells", part.cells[sel]),
-                ("pbc", part.pbc[sel]),
-                ("species", part.species[atoms]),
-                ("first", amap[part.pair_first[pairs]]),
-                ("second", amap[part.pair_second[pairs]]),
-                ("offsets", part.pair_offsets[pairs]),
-                ("shifts", part.pair_shifts[pairs]),
-            ):
-                cols[key].append(value)
-            atom_base += atoms.shape[0]
-        cat = {k: np.concatenate(v) for k, v in cols.items()}
-        counts = cat["counts"]
-        labels: dict[str, Any] = {
-            "ids": cat["ids"],
-            "atom_counts": torch.from_numpy(counts).to(dtype),
-            "structure_index": torch.from_numpy(
-                np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
-            ),
-            "energy": torch.from_numpy(cat["energy"]).to(dtype),
-            "forces": torch.from_numpy(cat["forces"]).to(dtype),
-        }
+        got = assemble(items)
+        batch = make_batch(got, self.elements, dtype)
         if self.engine == "kernel":
-            return Batch(**labels, features=self._kernel_features(cat, dtype))
-        species = cat["species"]
+            return replace(batch, features=self._kernel_features(got, dtype))
+        atoms, pairs = got.tables["atoms"], got.tables["pairs"]
+        species = atoms["species"]
         rows = {
-            e: torch.from_numpy(np.flatnonzero(species == self.descriptor_elements.index(e)))
-            for e in self.elements
+            elem: torch.from_numpy(np.flatnonzero(species == self.descriptor_elements.index(elem)))
+            for elem in self.elements
         }
-        return ComputedBatch(
-            **labels,
-            features={},
-            positions=torch.from_numpy(cat["positions"]).to(dtype),
+        geometry = Geometry(
+            positions=torch.from_numpy(atoms["positions"]).to(dtype),
             species=torch.from_numpy(species),
-            pair_first=torch.from_numpy(cat["first"]),
-            pair_second=torch.from_numpy(cat["second"]),
-            pair_offsets=torch.from_numpy(cat["offsets"]).to(dtype),
-            element_rows={e: r for e, r in rows.items() if r.shape[0]},
+            pair_first=torch.from_numpy(pairs["first"]),
+            pair_second=torch.from_numpy(pairs["second"]),
+            pair_offsets=torch.from_numpy(pairs["offsets"]).to(dtype),
+            element_rows={elem: r for elem, r in rows.items() if r.shape[0]},
             graph=self.graph,
         )
+        return replace(batch, geometry=geometry)
 
-    def _kernel_features(self, cat: dict[str, np.ndarray], dtype: torch.dtype) -> dict[str, Any]:
+    def _kernel_features(self, got: Assembled, dtype: torch.dtype) -> dict[str, Any]:
         """Values and dG/dr of the batch's structures from the descriptor's ``compute``."""
-        counts = cat["counts"]
+        s, a, pairs = got.tables["structures"], got.tables["atoms"], got.tables["pairs"]
         structures = StructureBatch(
-            numbers=cat["numbers"],
-            positions=cat["positions"],
-            cells=cat["cells"],
-            pbc=cat["pbc"],
-            energy=cat["energy"],
-            forces=cat["forces"],
-            offsets=np.concatenate([[0], np.cumsum(counts)]),
+            numbers=a["numbers"],
+            positions=a["positions"],
+            cells=s["cells"],
+            pbc=s["pbc"],
+            energy=s["energy"],
+            forces=a["forces"],
+            offsets=np.concatenate([[0], np.cumsum(got.counts)]),
         )
-        vectors = cat["positions"][cat["second"]] - cat["positions"][cat["first"]] + cat["offsets"]
+        first, second = pairs["first"], pairs["second"]
+        vectors = a["positions"][second] - a["positions"][first] + pairs["offsets"]
         neighbors = Neighbors(
-            cat["first"], cat["second"], cat["shifts"], vectors, np.linalg.norm(vectors, axis=1)
+            first, second, pairs["shifts"], vectors, np.linalg.norm(vectors, axis=1)
         )
         out = self.descriptor_object.compute(
             structures, derivatives=self.forces, neighbors=neighbors, dtype=dtype
         )
-        return {e: out[e] for e in self.elements if e in out}
+        return {elem: out[elem] for elem in self.elements if elem in out}

@@ -11,7 +11,14 @@ from _store_fixture import build_store
 
 from dparallel.deploy import load_deployed
 from dparallel.descriptors import ACSF
-from dparallel.train import TrainingSpec, build_split_index, collate, load_model, predict_batch
+from dparallel.train import (
+    TrainingSpec,
+    assemble,
+    build_split_index,
+    load_model,
+    make_batch,
+    predict_batch,
+)
 from dparallel.train import train as train_model
 from dparallel.train.data import load_partition
 from dparallel.train.export import export_model
@@ -74,8 +81,9 @@ def test_alloy_forces_training_route_exported_route_and_fd(alloy) -> None:  # no
     index = build_split_index(store, 0.0, 0.0, seed=0)
     p = index.partitions[-1]
     part = load_partition(store, p, "acsf", ["Cu", "Au"], index, True)
-    batch = collate([(part, s) for s in range(part.n_structures)], ["Cu", "Au"])
-    assert set(batch.features) == {"Cu", "Au"}
+    items = [(part, s) for s in range(part.n_structures)]
+    batch = make_batch(assemble(items), ["Cu", "Au"], torch.float64)
+    assert batch.features is not None and set(batch.features) == {"Cu", "Au"}
     e_train, f_train = predict_batch(hdnnp, batch, forces=True)
     structures = store.read_partition(p)
     model = load_deployed(model_dir)

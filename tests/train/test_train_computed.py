@@ -12,12 +12,11 @@ from _store_fixture import build_store, small_acsf, small_store
 from dparallel.errors import ConfigError, TrainingError
 from dparallel.train import Batch, TrainingSpec, iterate_batches, parse_training_spec
 from dparallel.train import train as train_model
-from dparallel.train.computed import predict_from_structures
 from dparallel.train.data import PartitionReader
-from dparallel.train.objective import predict_batch
-from dparallel.train.placement import Placement
+from dparallel.train.device import Target
+from dparallel.train.objective import predict_batch, predict_from_geometry
 from dparallel.train.preparation import build_model, prepare
-from dparallel.train.structure_data import ComputedBatch, StructureReader, choose_engine
+from dparallel.train.structure_data import StructureReader, choose_engine
 from dparallel.types import StructureBatch
 
 SPEC = TrainingSpec(epochs=3, hidden=(8,), batch_size=3, seed=7, lr=5e-3, shuffle_buffer=5)
@@ -30,7 +29,7 @@ def store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 def _readers(store, spec, engine="graph"):  # noqa: ANN001, ANN202
     prep = prepare(store, spec)
-    model = build_model(prep, spec, Placement.of(spec))
+    model = build_model(prep, spec, Target.of(spec))
     with torch.no_grad():  # a model whose forces are not tiny
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))
@@ -56,8 +55,8 @@ def _reference_batch(store, reader: StructureReader, batch: Batch) -> Batch:  # 
             if hit.size:
                 rows.append(store.read_partition(p).select(int(hit[0]), int(hit[0]) + 1))
     structures = StructureBatch.concatenate(rows)
-    if isinstance(batch, ComputedBatch):
-        assert np.array_equal(structures.positions, batch.positions.numpy())
+    if batch.geometry is not None:
+        assert np.array_equal(structures.positions, batch.geometry.positions.numpy())
     feats = small_acsf().compute(structures, derivatives=True, dtype=torch.float64)
     return Batch(batch.ids, batch.atom_counts, batch.structure_index, batch.energy,
                  batch.forces, feats)  # fmt: skip
@@ -74,7 +73,7 @@ def test_computed_energies_and_forces_equal_the_stored_path(store, engine) -> No
     )
     n = 0
     for b_st, b_co in batches:
-        assert isinstance(b_co, ComputedBatch) == (engine == "graph")
+        assert (b_co.geometry is not None) == (engine == "graph")
         assert bool(b_co.features) == (engine == "kernel")
         assert np.array_equal(b_st.ids, b_co.ids)
         assert torch.equal(b_st.forces, b_co.forces) and torch.equal(b_st.energy, b_co.energy)
@@ -98,17 +97,18 @@ def test_computed_energies_and_forces_equal_the_stored_path(store, engine) -> No
 def test_computed_forces_match_finite_differences(store) -> None:  # noqa: ANN001
     model, _, computed = _readers(store, SPEC)
     batch = next(iterate_batches(computed, "train", 1, shuffle=False))
-    assert isinstance(batch, ComputedBatch)
-    _, f = predict_from_structures(model, batch, True)
+    geometry = batch.geometry
+    assert geometry is not None
+    _, f = predict_from_geometry(model, batch, geometry, True)
     assert f is not None
     h = 1e-5
     rng = np.random.default_rng(0)
     for atom in rng.choice(batch.n_atoms, 4, replace=False).tolist():
         for c in range(3):
-            pos = [batch.positions.clone(), batch.positions.clone()]
+            pos = [geometry.positions.clone(), geometry.positions.clone()]
             pos[0][atom, c] += h
             pos[1][atom, c] -= h
-            ep, em = (predict_from_structures(model, replace(batch, positions=p), False)[0]
+            ep, em = (predict_from_geometry(model, batch, replace(geometry, positions=p), False)[0]
                       for p in pos)  # fmt: skip
             fd = -(float(ep[0]) - float(em[0])) / (2 * h)
             assert abs(fd - float(f[atom, c])) < 1e-6 * max(1.0, abs(fd)), (atom, c)
@@ -166,11 +166,11 @@ def test_auto_engine_is_the_kernel_on_the_cpu_and_the_graph_elsewhere() -> None:
     from dparallel.kernels.acsf_numba import numba_available
 
     cpu = "kernel" if numba_available() else "graph"
-    assert choose_engine("acsf", "auto", "adam") == cpu
-    assert choose_engine("acsf", "auto", "adam", device_type="cuda") == "graph"
-    assert choose_engine("acsf", "auto", "kalman", device_type="cuda") == "kernel"
-    assert choose_engine("neighbor_sum", "auto", "adam") == "graph"  # no compiled route
-    assert choose_engine("acsf", "graph", "adam") == "graph"
+    assert choose_engine("acsf", "auto", False) == cpu
+    assert choose_engine("acsf", "auto", False, device_type="cuda") == "graph"
+    assert choose_engine("acsf", "auto", True, device_type="cuda") == "kernel"  # Kalman
+    assert choose_engine("neighbor_sum", "auto", False) == "graph"  # no compiled route
+    assert choose_engine("acsf", "graph", False) == "graph"
     with pytest.raises(ConfigError, match="descriptor_source"):
         parse_training_spec({"descriptor_source": "on_the_fly"})
 

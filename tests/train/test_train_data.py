@@ -7,8 +7,9 @@ import pytest
 import torch
 from _store_fixture import small_acsf, small_store
 
-from dparallel.train import TrainingSpec, build_split_index, collate, iterate_batches
-from dparallel.train.data import PartitionReader, assign_splits, load_partition
+from dparallel.train import TrainingSpec, assemble, build_split_index, iterate_batches, make_batch
+from dparallel.train.data import PartitionReader, load_partition
+from dparallel.train.splits import assign_splits
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +65,15 @@ def test_batch_matches_descriptors_computed_directly(store) -> None:  # noqa: AN
     index = build_split_index(store, 0.0, 0.0, seed=0)
     parts = [load_partition(store, p, "acsf", ["Cu"], index, True) for p in (2, 0)]
     items = [(parts[0], 1), (parts[1], 0), (parts[0], 0)]
-    batch = collate(items, ["Cu"])
-    order = ((2, 1), (2, 0), (0, 0))  # collate groups items by partition, first-seen order
+    batch = make_batch(assemble(items), ["Cu"], torch.float64)
+    order = ((2, 1), (2, 0), (0, 0))  # assemble groups items by partition, first-seen order
     structures = [store.read_partition(p).select(s, s + 1) for p, s in order]
     assert np.array_equal(batch.ids, [index.ids[p][s] for p, s in order])
     from dparallel.types import StructureBatch
 
     ref_batch = StructureBatch.concatenate(structures)
     ref = small_acsf().compute(ref_batch, derivatives=True)["Cu"]
+    assert batch.features is not None and batch.geometry is None
     got = batch.features["Cu"]
     assert torch.allclose(got.values, ref.values, atol=1e-12)
     assert torch.equal(got.atom_index, ref.atom_index)

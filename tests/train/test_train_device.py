@@ -14,10 +14,11 @@ from _store_fixture import small_store
 from dparallel.errors import ConfigError, DeviceError
 from dparallel.train import TrainingSpec, parse_training_spec
 from dparallel.train import train as train_model
-from dparallel.train.data import BatchPlan, PartitionReader, build_split_index, iterate_batches
-from dparallel.train.device import batch_to, resolve_device
-from dparallel.train.feed import Prefetcher, WaitClock, timed
-from dparallel.train.resident import load_resident
+from dparallel.train.batch import batch_to
+from dparallel.train.data import BatchPlan, PartitionReader, iterate_batches
+from dparallel.train.device import resolve_device
+from dparallel.train.feed import HeldData, Prefetcher, WaitClock, timed
+from dparallel.train.splits import build_split_index
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
@@ -40,8 +41,8 @@ def reader(store) -> PartitionReader:  # noqa: ANN001
 
 def _batch_arrays(batch) -> list[np.ndarray]:  # noqa: ANN001
     out = [batch.ids, batch.atom_counts, batch.structure_index, batch.energy, batch.forces]
-    for e in sorted(batch.features):
-        res = batch.features[e]
+    for elem in sorted(batch.features):
+        res = batch.features[elem]
         out += [res.values, res.atom_index]
         for f in sorted(res.pairs or {}):
             pd = res.pairs[f]
@@ -61,6 +62,10 @@ def test_device_setting_is_resolved_and_validated() -> None:
     assert parse_training_spec({"device": "cuda:1"}).device == "cuda:1"
     assert parse_training_spec({}, ["data_on_device=false"]).data_on_device is False
     assert parse_training_spec({}).data_on_device == "auto"
+    assert parse_training_spec({}).batch_prefetch == "auto"
+    assert parse_training_spec({}, ["batch_prefetch=3"]).batch_prefetch == 3
+    with pytest.raises(ConfigError, match="batch_prefetch"):
+        parse_training_spec({"batch_prefetch": -1})
     with pytest.raises(ConfigError, match="device"):
         parse_training_spec({"device": "gpu"})
     with pytest.raises(ConfigError, match="data_on_device"):
@@ -77,7 +82,7 @@ def test_cuda_asked_for_but_absent_is_a_clear_error(store, tmp_path) -> None:  #
 
 # ----------------------------------------------------------------- data on the device
 def test_resident_batches_equal_streamed_batches(reader) -> None:  # noqa: ANN001
-    resident = load_resident(reader, torch.device("cpu"), torch.float64, None)
+    resident = HeldData.load(reader, torch.device("cpu"), torch.float64, None)
     assert resident is not None and resident.nbytes > 0
     for split, shuffle in (("train", True), ("validation", False)):
         plan = BatchPlan(reader.index, split, 4, shuffle=shuffle, seed=3, epoch=2,
@@ -92,21 +97,16 @@ def test_resident_batches_equal_streamed_batches(reader) -> None:  # noqa: ANN00
 
 
 def test_resident_data_past_its_budget_is_streamed(reader) -> None:  # noqa: ANN001
-    assert load_resident(reader, torch.device("cpu"), torch.float64, budget=1000) is None
+    assert HeldData.load(reader, torch.device("cpu"), torch.float64, budget=1000) is None
 
 
-@pytest.mark.parametrize("batch_prefetch", [False, True])
-def test_data_held_and_streamed_train_the_same_model(
-    store, tmp_path, monkeypatch, batch_prefetch
-) -> None:  # noqa: ANN001
-    import dparallel.train.placement as placement
-
-    # the batch prefetch thread (a GPU's streaming path) on the CPU too
-    monkeypatch.setattr(placement, "BATCH_PREFETCH_ON_CPU", batch_prefetch)
+@pytest.mark.parametrize("batch_prefetch", [0, 2])
+def test_data_held_and_streamed_train_the_same_model(store, tmp_path, batch_prefetch) -> None:  # noqa: ANN001
+    # batch_prefetch 2: the batch prefetch thread (a GPU's streaming path) on the CPU too
     runs = {}
     for mode in (True, False):
         rows: list[dict] = []
-        spec = SPEC.model_copy(update={"data_on_device": mode})
+        spec = SPEC.model_copy(update={"data_on_device": mode, "batch_prefetch": batch_prefetch})
         runs[mode] = (train_model(store, tmp_path / str(mode), spec, callback=rows.append), rows)
     (held, held_rows), (streamed, streamed_rows) = runs[True], runs[False]
     for ra, rb in zip(held.history, streamed.history, strict=True):
@@ -172,14 +172,11 @@ def test_an_error_in_the_loader_surfaces_in_the_training_thread(reader) -> None:
     assert not _threads()
 
 
-@pytest.mark.parametrize("batch_prefetch", [False, True])
+@pytest.mark.parametrize("batch_prefetch", [0, 2])
 def test_an_error_in_the_store_read_surfaces_in_training(
     store, tmp_path, monkeypatch, batch_prefetch
 ) -> None:  # noqa: ANN001
     import dparallel.train.data as data
-    import dparallel.train.placement as placement
-
-    monkeypatch.setattr(placement, "BATCH_PREFETCH_ON_CPU", batch_prefetch)
 
     real = data.load_partition
     calls = {"n": 0}
@@ -195,7 +192,7 @@ def test_an_error_in_the_store_read_surfaces_in_training(
     import dparallel.train.loop as loop
 
     monkeypatch.setattr(loop, "_CACHE_BYTES", 0)
-    spec = SPEC.model_copy(update={"data_on_device": False})
+    spec = SPEC.model_copy(update={"data_on_device": False, "batch_prefetch": batch_prefetch})
     with pytest.raises(OSError, match="chunk unreadable"):
         train_model(store, tmp_path / "m", spec)
     assert not _threads()
@@ -203,14 +200,14 @@ def test_an_error_in_the_store_read_surfaces_in_training(
 
 # ----------------------------------------------------------------- out of memory
 def test_out_of_memory_at_a_step_says_what_to_lower(store, tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    import dparallel.train.loop as loop
+    import dparallel.train.optimizers as optimizers
 
     def oom(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise torch.OutOfMemoryError(
             "CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity"
         )
 
-    monkeypatch.setattr(loop, "predict_batch", oom)
+    monkeypatch.setattr(optimizers, "predict_batch", oom)
     with pytest.raises(DeviceError) as info:
         train_model(store, tmp_path / "m", SPEC)
     text = str(info.value)

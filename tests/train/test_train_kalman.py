@@ -92,14 +92,14 @@ def test_kalman_state_resumes_from_the_checkpoint(store, tmp_path) -> None:  # n
 def test_observation_rows_are_the_gradients_of_energies_and_forces(store) -> None:  # noqa: ANN001
     """Jacobian rows against autograd through the training forces (double backward)."""
     from dparallel.train.data import PartitionReader, iterate_batches
+    from dparallel.train.device import Target
     from dparallel.train.kalman import observations
     from dparallel.train.objective import predict_batch
-    from dparallel.train.placement import Placement
     from dparallel.train.preparation import build_model, prepare
 
     spec = SPEC.model_copy(update={"force_weight": 0.5})
     prep = prepare(store, spec)
-    model = build_model(prep, spec, Placement.of(spec))
+    model = build_model(prep, spec, Target.of(spec))
     reader = PartitionReader(store, "acsf", prep.elements, prep.index, True, 2**26)
     batch = next(iter(iterate_batches(reader, "train", 4, shuffle=False, prefetch=0)))
     params = [p for p in model.parameters() if p.requires_grad]

@@ -9,7 +9,14 @@ import torch
 from _store_fixture import small_store
 
 from dparallel.deploy import load_deployed
-from dparallel.train import TrainingSpec, build_split_index, collate, load_model, predict_batch
+from dparallel.train import (
+    TrainingSpec,
+    assemble,
+    build_split_index,
+    load_model,
+    make_batch,
+    predict_batch,
+)
 from dparallel.train import train as train_model
 from dparallel.train.data import load_partition
 from dparallel.train.export import export_model
@@ -107,7 +114,9 @@ def test_exported_model_equals_in_training_model(trained) -> None:  # noqa: ANN0
     hdnnp, _ = load_model(model_dir)
     index = build_split_index(store, 0.0, 0.0, seed=0)
     part = load_partition(store, 1, "acsf", ["Cu"], index, True)
-    batch = collate([(part, s) for s in range(part.n_structures)], ["Cu"])
+    batch = make_batch(
+        assemble([(part, s) for s in range(part.n_structures)]), ["Cu"], torch.float64
+    )
     e_train, f_train = predict_batch(hdnnp, batch, forces=True)
     structures = store.read_partition(1)
     out = load_deployed(model_dir).predict(structures)
@@ -173,8 +182,11 @@ def test_torch_exported_element_networks_reproduce_energies_and_forces(trained) 
     hdnnp, _ = load_model(model_dir)
     index = build_split_index(store, 0.0, 0.0, seed=0)
     part = load_partition(store, 0, "acsf", ["Cu"], index, True)
-    batch = collate([(part, s) for s in range(part.n_structures)], ["Cu"])
+    batch = make_batch(
+        assemble([(part, s) for s in range(part.n_structures)]), ["Cu"], torch.float64
+    )
     e_ref, f_ref = predict_batch(hdnnp, batch, forces=True)
+    assert batch.features is not None
     res = batch.features["Cu"]
     values = res.values.clone().requires_grad_(True)
     atomic = nets["Cu"](values)  # (n,)

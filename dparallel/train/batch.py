@@ -1,0 +1,342 @@
+"""The mini-batch: one type, one assembly for every data source, one walk over its tensors.
+
+A partition in memory (:class:`PartitionData`) is a set of row tables (:class:`Rows`):
+``structures``, ``atoms`` and, by source, each element's feature rows
+(``features/<E>``) and pair derivatives (``derivatives/<E>/<F>``) or the neighbour list
+(``pairs``). Every table numbers its rows by structure (``offsets``), so one function,
+:func:`assemble`, gathers any selection of structures from any partitions and renumbers
+the index columns from 0 — on the host (numpy, :data:`HOST`) for streamed data, or on the
+device (:class:`DeviceOps`) for data held there. :func:`make_batch` turns the result into
+a :class:`Batch`.
+
+A :class:`Batch` carries labels and either descriptor values with their ∂G/∂r
+(``features``, stored or computed by the descriptor's kernel) or the geometry the
+descriptors are computed from when it is predicted (``geometry``). Its tensors are the
+fields of these dataclasses (and of :class:`~dparallel.descriptors.ACSFResult`,
+:class:`~dparallel.descriptors.PairDerivatives`), declared once: :func:`map_batch` walks
+them, and device moves, pinning, stream recording and sizes go through it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from dparallel.descriptors import ACSFResult, PairDerivatives
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+__all__ = [
+    "HOST",
+    "Assembled",
+    "Batch",
+    "DeviceOps",
+    "Geometry",
+    "HostOps",
+    "PartitionData",
+    "Rows",
+    "assemble",
+    "batch_nbytes",
+    "batch_to",
+    "make_batch",
+    "map_batch",
+    "map_tensors",
+    "pin_batch",
+    "ranges",
+]
+
+
+# ----------------------------------------------------------------- the batch
+@dataclass
+class Geometry:
+    """What descriptors are computed from at prediction: positions, species and pairs.
+
+    ``element_rows[E]`` are the (sorted) atom rows of element ``E``, found on the host so
+    the device never waits for a ``nonzero``; ``graph`` is the descriptor's torch graph
+    (shared, not copied; it follows the batch's device).
+    """
+
+    positions: torch.Tensor  # (N, 3) Å
+    species: torch.Tensor  # (N,) int64 index into the descriptor's elements
+    pair_first: torch.Tensor  # (P,) int64 centre atom
+    pair_second: torch.Tensor  # (P,) int64 neighbour atom
+    pair_offsets: torch.Tensor  # (P, 3) Å, S·cell (r_ij = r_j − r_i + S·cell)
+    element_rows: dict[str, torch.Tensor]  # E → (n_e,) int64
+    graph: Any  # the descriptor graph, an nn.Module with columns(E)
+
+
+@dataclass
+class Batch:
+    """A mini-batch of structures with atoms, feature rows and pairs numbered from 0.
+
+    Exactly one of ``features`` (descriptor values and ∂G/∂r per element) and
+    ``geometry`` (positions and pairs, descriptors computed when predicted) is set.
+    """
+
+    ids: np.ndarray  # (S,) source index, host
+    atom_counts: torch.Tensor  # (S,) float
+    structure_index: torch.Tensor  # (N,) int64
+    energy: torch.Tensor  # (S,) eV, NaN if absent
+    forces: torch.Tensor  # (N, 3) eV/Å, NaN if absent
+    features: dict[str, ACSFResult] | None = None  # element → values, atom_index, pairs
+    geometry: Geometry | None = None
+
+    @property
+    def n_structures(self) -> int:
+        """Number of structures S."""
+        return int(self.ids.shape[0])
+
+    @property
+    def n_atoms(self) -> int:
+        """Number of atoms N."""
+        return int(self.structure_index.shape[0])
+
+
+def map_tensors(
+    obj: Any, fn: Callable[[torch.Tensor], torch.Tensor], module: Callable | None = None
+) -> Any:
+    """``obj`` with ``fn`` applied to every tensor of its dataclass fields and dicts.
+
+    Modules (the descriptor graph) go through ``module`` if given, else stay; anything
+    else (host arrays, numbers) stays.
+    """
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: map_tensors(v, fn, module) for k, v in obj.items()}
+    if isinstance(obj, torch.nn.Module):
+        return module(obj) if module is not None else obj
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return replace(
+            obj, **{f.name: map_tensors(getattr(obj, f.name), fn, module) for f in fields(obj)}
+        )
+    return obj
+
+
+def map_batch(batch: Batch, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+    """``batch`` with ``fn`` applied to each of its tensors (labels, features, geometry)."""
+    out: Batch = map_tensors(batch, fn)
+    return out
+
+
+def batch_to(batch: Batch, device: torch.device, non_blocking: bool = False) -> Batch:
+    """``batch`` with every tensor (and the descriptor graph) on ``device``."""
+    if batch.energy.device == device:
+        return batch
+    out: Batch = map_tensors(
+        batch, lambda t: t.to(device, non_blocking=non_blocking), lambda m: m.to(device)
+    )
+    return out
+
+
+def pin_batch(batch: Batch) -> Batch:
+    """``batch`` in page-locked host memory, so a copy to a CUDA device can be non-blocking."""
+    return map_batch(batch, lambda t: t.pin_memory())
+
+
+def batch_nbytes(batch: Batch) -> int:
+    """Bytes of a batch's tensors (what a step holds on the device, before activations)."""
+    sizes: list[int] = []
+
+    def count(t: torch.Tensor) -> torch.Tensor:
+        sizes.append(t.numel() * t.element_size())
+        return t
+
+    map_batch(batch, count)
+    return sum(sizes)
+
+
+# ----------------------------------------------------------------- partitions
+@dataclass
+class Rows:
+    """One table of a partition: rows numbered by structure, columns gathered per batch.
+
+    ``refs`` names the columns that index rows of another table (renumbered in a batch);
+    ``constant`` holds per-table values copied as they are (a feature index).
+    """
+
+    offsets: np.ndarray  # (S + 1,) host: rows of each structure
+    columns: dict[str, Any]  # name → (R, ...) numpy array or tensor
+    refs: dict[str, str] = field(default_factory=dict)  # column → table it indexes
+    constant: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class PartitionData:
+    """One partition in memory: its structures' ids and splits and its row tables."""
+
+    p: int
+    ids: np.ndarray  # (S,) source index
+    split: np.ndarray  # (S,) int8
+    rows: dict[str, Rows]  # tables, each after the ones it references
+    nbytes: int = 0
+
+    @property
+    def n_structures(self) -> int:
+        """Number of structures in the partition."""
+        return int(self.ids.shape[0])
+
+
+def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(a, b) for each (a, b), vectorised, int64."""
+    lengths = (stops - starts).astype(np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    before = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    return np.repeat(starts - before, lengths) + np.arange(total, dtype=np.int64)
+
+
+class HostOps:
+    """Index arithmetic of :func:`assemble` on numpy arrays (streamed partitions)."""
+
+    def ranges(self, starts: np.ndarray, stops: np.ndarray) -> Any:
+        return ranges(starts, stops)
+
+    def renumber(self, n_rows: int, rows: Any, base: int) -> Any:
+        out = np.full(n_rows, -1, np.int64)
+        out[rows] = base + np.arange(rows.shape[0])
+        return out
+
+    def cat(self, parts: list) -> Any:
+        return np.concatenate(parts)
+
+    def tensor(self, a: Any) -> torch.Tensor:
+        return torch.from_numpy(a) if isinstance(a, np.ndarray) else a
+
+
+#: :func:`assemble` on the host.
+HOST = HostOps()
+
+
+class DeviceOps(HostOps):
+    """Index arithmetic on ``device`` (partitions held there): only offsets on the host.
+
+    Every per-row index is made on the device (``repeat_interleave`` with a size known on
+    the host, so no synchronisation).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def tensor(self, a: Any) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a
+        return t.to(self.device)
+
+    def ranges(self, starts: np.ndarray, stops: np.ndarray) -> Any:
+        lengths = (stops - starts).astype(np.int64)
+        total = int(lengths.sum())
+        if total == 0:
+            return torch.zeros(0, dtype=torch.int64, device=self.device)
+        before = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        steps = torch.repeat_interleave(
+            self.tensor(starts - before), self.tensor(lengths), output_size=total
+        )
+        return steps + torch.arange(total, device=self.device)
+
+    def renumber(self, n_rows: int, rows: Any, base: int) -> Any:
+        out = torch.full((n_rows,), -1, dtype=torch.int64, device=self.device)
+        out[rows] = base + torch.arange(rows.shape[0], device=self.device)
+        return out
+
+    def cat(self, parts: list) -> Any:
+        return torch.cat(parts)
+
+
+@dataclass
+class Assembled:
+    """The columns of a selection of structures, index columns renumbered from 0."""
+
+    ids: np.ndarray  # (S,)
+    counts: np.ndarray  # (S,) atoms per structure, host
+    tables: dict[str, dict[str, Any]]  # table → column → concatenated rows
+    constant: dict[str, dict[str, Any]]
+
+
+def assemble(items: Sequence[tuple[PartitionData, int]], ops: HostOps = HOST) -> Assembled:
+    """Gather ``(partition, local structure)`` items into one set of renumbered columns.
+
+    Structures are grouped by partition (first-seen order), then in item order.
+    """
+    groups: OrderedDict[int, tuple[PartitionData, list[int]]] = OrderedDict()
+    for part, s in items:
+        groups.setdefault(id(part), (part, []))[1].append(int(s))
+    pieces: dict[str, dict[str, list]] = {}
+    constant: dict[str, dict[str, Any]] = {}
+    base: dict[str, int] = {}
+    ids, counts = [], []
+    for part, sel_list in groups.values():
+        sel = np.asarray(sel_list, np.int64)
+        ids.append(part.ids[sel])
+        atoms = part.rows["atoms"].offsets
+        counts.append(atoms[sel + 1] - atoms[sel])
+        referenced = {t for r in part.rows.values() for t in r.refs.values()}
+        numbering: dict[str, Any] = {}
+        for name, table in part.rows.items():
+            rows = ops.ranges(table.offsets[sel], table.offsets[sel + 1])  # (R_b,) local
+            start = base.get(name, 0)
+            if name in referenced:  # local row → batch row
+                numbering[name] = ops.renumber(int(table.offsets[-1]), rows, start)
+            cols = pieces.setdefault(name, {})
+            for col, values in table.columns.items():
+                got = values[rows]
+                if col in table.refs:
+                    got = numbering[table.refs[col]][got]
+                cols.setdefault(col, []).append(got)
+            constant[name] = table.constant
+            base[name] = start + int(rows.shape[0])
+    tables = {t: {c: ops.cat(v) for c, v in cols.items()} for t, cols in pieces.items()}
+    return Assembled(np.concatenate(ids), np.concatenate(counts), tables, constant)
+
+
+def make_batch(
+    got: Assembled, elements: Sequence[str], dtype: torch.dtype, ops: HostOps = HOST
+) -> Batch:
+    """The :class:`Batch` of assembled columns: labels and, if read, descriptor features.
+
+    Floating columns (labels, values, vectors, ∂G/∂r) are cast to ``dtype``.
+    """
+    tables = got.tables
+
+    def t(table: str, col: str, floating: bool = False) -> torch.Tensor:
+        out = ops.tensor(tables[table][col])
+        return out.to(dtype) if floating else out
+
+    features: dict[str, ACSFResult] | None = None
+    if any(name.startswith("features/") for name in tables):
+        features = {}
+        for elem in elements:
+            if f"features/{elem}" not in tables:
+                continue
+            pairs = {}
+            for neigh in elements:
+                name = f"derivatives/{elem}/{neigh}"
+                if name in tables:
+                    index = ops.tensor(torch.as_tensor(got.constant[name]["feature_index"]))
+                    pairs[neigh] = PairDerivatives(
+                        pair_first=t(name, "first"), pair_second=t(name, "second"),
+                        center=t(name, "center"), vectors=t(name, "vectors", True),
+                        feature_index=index, dG_dr=t(name, "dG_dr", True),
+                    )  # fmt: skip
+            features[elem] = ACSFResult(
+                values=t(f"features/{elem}", "values", True),
+                atom_index=t(f"features/{elem}", "atom_index"),
+                pairs=pairs or None,
+            )
+    counts = ops.tensor(got.counts)
+    n_s = int(got.counts.shape[0])
+    return Batch(
+        ids=got.ids,
+        atom_counts=counts.to(dtype),
+        structure_index=torch.repeat_interleave(
+            torch.arange(n_s, device=counts.device), counts, output_size=int(got.counts.sum())
+        ),
+        energy=t("structures", "energy", True),
+        forces=t("atoms", "forces", True),
+        features=features,
+    )

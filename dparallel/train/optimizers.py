@@ -1,0 +1,171 @@
+"""The optimizer interface of the training loop, chosen once from the spec.
+
+An :class:`Optimizer` makes one update per mini-batch (:meth:`~Optimizer.step`), follows
+the epochs (its learning-rate schedule, a scheduled force weight) and saves and restores its
+state for checkpoints (``optimizer`` and ``scheduler`` entries, as checkpoints always held
+them). :func:`make_optimizer` is the one place that reads ``optimizer:``; the loop, the
+objective and the checkpoints only use the interface (as hippynn's ``get_step_function``
+and ``Controller``). Implementations: :class:`GradientDescent` (Adam, AdamW with a cosine
+or plateau schedule) and :class:`KalmanUpdates` (n2p2's Kalman filter,
+:mod:`~dparallel.train.kalman`).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from dparallel.train.kalman import KalmanFilter, kalman_step, make_kalman
+from dparallel.train.objective import loss, predict_batch
+
+if TYPE_CHECKING:
+    from dparallel.nn import HDNNP
+    from dparallel.train.batch import Batch
+    from dparallel.train.spec import TrainingSpec
+
+__all__ = ["GradientDescent", "KalmanUpdates", "Optimizer", "make_optimizer"]
+
+#: energy (S,), forces (N, 3) or None, loss: what one update returns (before the update).
+StepResult = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]
+
+
+class Optimizer(ABC):
+    """One training update per mini-batch, with its state and its epoch schedule."""
+
+    #: Whether updates need the descriptors' dG/dr (stored, or computed by the kernel).
+    needs_derivatives: ClassVar[bool] = False
+
+    def __init__(self, optimizer: torch.optim.Optimizer, spec: TrainingSpec) -> None:
+        self.optimizer = optimizer
+        self.spec = spec
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the epoch (1 for the Kalman filter)."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def begin_epoch(self) -> None:  # noqa: B027 - a hook, empty by default
+        """Called before an epoch's first update."""
+
+    @abstractmethod
+    def step(self, model: HDNNP, batch: Batch, forces: bool) -> StepResult:
+        """Update ``model`` from ``batch``; its energies, forces and loss before the update."""
+
+    def end_epoch(self, monitor: float) -> None:  # noqa: B027 - a hook, empty by default
+        """Called after an epoch with its monitored (validation) loss."""
+
+    def columns(self) -> dict[str, float]:
+        """Extra columns of the epoch's metrics row."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state a checkpoint keeps: ``optimizer`` and ``scheduler``."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (a checkpoint's entries)."""
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class GradientDescent(Optimizer):
+    """Adam or AdamW on the loss, with the spec's learning-rate schedule."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, spec: TrainingSpec) -> None:
+        super().__init__(optimizer, spec)
+        self.scheduler: Any = None
+        if spec.schedule == "cosine":
+            self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+                optimizer, spec.epochs, eta_min=spec.lr_min
+            )
+        elif spec.schedule == "plateau":
+            self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+                optimizer, factor=spec.plateau_factor, patience=spec.plateau_patience,
+                min_lr=spec.lr_min,
+            )  # fmt: skip
+        self.force_weight = spec.force_weight
+
+    def begin_epoch(self) -> None:
+        """Set the epoch's force weight from its learning rate (``force_weight_start``).
+
+        With ``force_weight_start`` the weight follows the learning rate as in DeePMD-kit's
+        loss prefactors: ``force_weight + (force_weight_start − force_weight) · lr /
+        spec.lr``. Validation and test losses always use ``force_weight``, so the monitored
+        loss is comparable across epochs.
+        """
+        spec = self.spec
+        if spec.force_weight_start is not None:
+            start, end = spec.force_weight_start, spec.force_weight
+            self.force_weight = end + (start - end) * self.lr / spec.lr
+
+    def step(self, model: HDNNP, batch: Batch, forces: bool) -> StepResult:
+        """One gradient step on the loss of ``batch``."""
+        self.optimizer.zero_grad(set_to_none=True)
+        energy, predicted = predict_batch(model, batch, forces, create_graph=True)
+        value = loss(energy, predicted, batch, self.force_weight)
+        value.backward()
+        self.optimizer.step()
+        return energy, predicted, value
+
+    def end_epoch(self, monitor: float) -> None:
+        """Step the schedule (a plateau schedule on ``monitor``)."""
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.step(monitor)
+        elif self.scheduler is not None:
+            self.scheduler.step()
+
+    def columns(self) -> dict[str, float]:
+        """``force_weight`` when it is scheduled."""
+        return {} if self.spec.force_weight_start is None else {"force_weight": self.force_weight}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer and schedule state."""
+        scheduler = self.scheduler.state_dict() if self.scheduler is not None else None
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": scheduler}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore optimizer and schedule."""
+        super().load_state_dict(state)
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+
+
+class KalmanUpdates(Optimizer):
+    """One combined energy + force Kalman update per mini-batch; it anneals its own noise."""
+
+    needs_derivatives = True
+    optimizer: KalmanFilter
+
+    def step(self, model: HDNNP, batch: Batch, forces: bool) -> StepResult:
+        """One Kalman update (:func:`~dparallel.train.kalman.kalman_step`)."""
+        return kalman_step(model, self.optimizer, batch, self.spec, forces)
+
+
+def _adam(model: HDNNP, spec: TrainingSpec, n_train: int, cls: Any = torch.optim.Adam) -> Optimizer:
+    opt = cls(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+    return GradientDescent(opt, spec)
+
+
+def _adamw(model: HDNNP, spec: TrainingSpec, n_train: int) -> Optimizer:
+    return _adam(model, spec, n_train, torch.optim.AdamW)
+
+
+def _kalman(model: HDNNP, spec: TrainingSpec, n_train: int) -> Optimizer:
+    # one update per mini-batch: the per-epoch τ's spread over them
+    return KalmanUpdates(make_kalman(model, spec, math.ceil(n_train / spec.batch_size)), spec)
+
+
+#: ``optimizer:`` → builder; each optimizer's ``needs_derivatives`` is the spec's
+#: :data:`~dparallel.train.spec.NEEDS_DERIVATIVES` (tested).
+_BUILDERS = {"adam": _adam, "adamw": _adamw, "kalman": _kalman}
+
+
+def make_optimizer(model: HDNNP, spec: TrainingSpec, n_train: int) -> Optimizer:
+    """The optimizer ``spec.optimizer`` names, over ``model``'s parameters (on its device).
+
+    ``n_train``: training structures per epoch (the Kalman filter spreads its per-epoch
+    annealing over the epoch's updates).
+    """
+    return _BUILDERS[spec.optimizer](model, spec, n_train)

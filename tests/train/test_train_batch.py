@@ -1,0 +1,132 @@
+"""The one batch type: the tensor walk covers every batch kind; the optimizer seam."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from _store_fixture import small_store
+
+from dparallel.train import TrainingSpec, make_optimizer
+from dparallel.train.batch import Batch, batch_nbytes, map_batch
+from dparallel.train.data import PartitionReader, iterate_batches
+from dparallel.train.device import Target
+from dparallel.train.feed import HeldData
+from dparallel.train.preparation import build_model, prepare
+from dparallel.train.spec import NEEDS_DERIVATIVES
+from dparallel.train.structure_data import StructureReader
+
+SPEC = TrainingSpec(epochs=1, hidden=(4,), batch_size=3, seed=7, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    return small_store(tmp_path_factory.mktemp("batch"), n=12)
+
+
+def _tensors(obj: object, seen: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+    """Every tensor reachable from ``obj`` through attributes, dicts, lists and tuples.
+
+    Independent of the dataclass declarations the walk uses: a tensor kept anywhere in a
+    batch (a new field, a list of tensors, an attribute set later) is found here.
+    """
+    if isinstance(obj, torch.Tensor):
+        seen[id(obj)] = obj
+    elif isinstance(obj, torch.nn.Module):  # the descriptor graph: moved whole, not walked
+        pass
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _tensors(v, seen)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _tensors(v, seen)
+    elif hasattr(obj, "__dict__"):
+        for v in vars(obj).values():
+            _tensors(v, seen)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def batches(store) -> dict[str, Batch]:  # noqa: ANN001
+    """One batch of each kind: streamed, held on the device, computed (graph and kernel)."""
+    prep = prepare(store, SPEC)
+    reader = PartitionReader(store, "acsf", prep.elements, prep.index, True)
+    held = HeldData.load(reader, torch.device("cpu"), torch.float64, None)
+    assert held is not None
+    from dparallel.train.data import BatchPlan
+
+    plan = BatchPlan(prep.index, "train", 3, shuffle=False)
+    out = {"stored": next(iterate_batches(reader, "train", 3, shuffle=False)),
+           "held": next(iter(held.batches(plan)))}  # fmt: skip
+    for engine in ("graph", "kernel"):
+        computed = StructureReader(store, "acsf", prep.descriptor_spec or {}, prep.elements,
+                                   prep.index, True, engine=engine)  # fmt: skip
+        out[engine] = next(iterate_batches(computed, "train", 3, shuffle=False))
+    return out
+
+
+def test_the_tensor_walk_visits_every_tensor_of_every_batch_kind(batches) -> None:  # noqa: ANN001
+    """Moves, pinning and CUDA stream recording miss no tensor (issue 30's stream bug)."""
+    for kind, batch in batches.items():
+        fields = _tensors(batch, {})
+        visited: dict[int, torch.Tensor] = {}
+
+        def visit(t: torch.Tensor, visited: dict = visited) -> torch.Tensor:
+            visited[id(t)] = t
+            return t
+
+        map_batch(batch, visit)
+        assert visited.keys() == fields.keys(), kind
+        assert batch_nbytes(batch) == sum(t.numel() * t.element_size() for t in fields.values())
+        # what a walk returns holds only what it made: a pinned/moved batch keeps no old tensor
+        copied = _tensors(map_batch(batch, torch.clone), {})
+        assert len(copied) == len(fields)
+        assert not {t.data_ptr() for t in copied.values() if t.numel()} & {
+            t.data_ptr() for t in fields.values() if t.numel()}, kind  # fmt: skip
+        if kind == "graph":  # the computed batch's positions and pairs are among them
+            g = batch.geometry
+            assert g is not None
+            assert {id(g.positions), id(g.pair_first), id(g.pair_second),
+                    id(g.pair_offsets), id(g.species)} <= visited.keys()  # fmt: skip
+
+
+def test_held_and_streamed_batches_carry_the_same_fields(batches) -> None:  # noqa: ANN001
+    stored, held = batches["stored"], batches["held"]
+    assert stored.features is not None and held.features is not None
+    assert stored.geometry is None and batches["kernel"].geometry is None
+    assert batches["graph"].features is None and batches["graph"].geometry is not None
+    assert len(_tensors(stored, {})) == len(_tensors(held, {}))
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS_DERIVATIVES))
+def test_each_optimizer_is_built_once_and_declares_what_it_needs(store, name) -> None:  # noqa: ANN001
+    spec = SPEC.model_copy(update={"optimizer": name, "force_weight_start": 1.0})
+    prep = prepare(store, spec)
+    model = build_model(prep, spec, Target.of(spec))
+    optimizer = make_optimizer(model, spec, prep.index.count("train"))
+    assert optimizer.needs_derivatives == NEEDS_DERIVATIVES[name]
+    reader = PartitionReader(store, "acsf", prep.elements, prep.index, True)
+    optimizer.begin_epoch()
+    before = [p.detach().clone() for p in model.parameters()]
+    for batch in iterate_batches(reader, "train", 3, shuffle=False):
+        energy, forces, value = optimizer.step(model, batch, True)
+        assert energy.shape == (batch.n_structures,) and forces is not None
+        assert torch.isfinite(value)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    optimizer.end_epoch(float(value.detach()))
+    # a checkpoint holds "optimizer" and "scheduler", as before the interface: old ones load
+    state = optimizer.state_dict()
+    assert set(state) == {"optimizer", "scheduler"}
+    again = make_optimizer(model, spec, prep.index.count("train"))
+    again.load_state_dict(state)
+    assert again.lr == optimizer.lr
+    assert ("force_weight" in optimizer.columns()) == (not NEEDS_DERIVATIVES[name])
+
+
+def test_no_training_module_tests_the_optimizer_name() -> None:
+    """The optimizer is chosen once (optimizers.py; spec.py declares the names)."""
+    root = Path(__file__).parents[2] / "dparallel" / "train"
+    for path in root.glob("*.py"):
+        if path.name not in ("optimizers.py", "spec.py"):
+            assert '"kalman"' not in path.read_text() and "'kalman'" not in path.read_text(), path
