@@ -373,8 +373,12 @@ def export_model(
         "elements": list(model.elements),
         "cutoff": deployed.cutoff,
         "dtype": str(dtype).removeprefix("torch."),
-        "files": [DEPLOYED],
+        "files": [DEPLOYED, "lammps.model"],
     }
+    from dparallel.deploy.lammps_model import write_lammps_model  # pair_style dparallel
+
+    if (why := write_lammps_model(descriptor, deployed.model, model_dir)) is not None:
+        report["lammps"] = f"unsupported: {why}"
     try:
         report["files"] += export_atomic_energies(deployed.model, model_dir)
     except Exception as exc:  # noqa: BLE001 - the other files still work

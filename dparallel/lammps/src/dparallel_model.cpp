@@ -1,0 +1,511 @@
+// SPDX-License-Identifier: MIT
+// dparallel's ACSF + MLP potential: reading lammps.model and the fused energy/force kernel.
+#include "dparallel_model.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace dparallel {
+
+namespace {
+
+const char *const ACTIVATIONS[] = {"identity", "tanh", "logistic", "softplus_n2p2", "relu",
+                                   "gaussian", "cos", "revlogistic", "exp", "harmonic",
+                                   "softplus", "silu", "gelu"};
+constexpr double EXP_LIMIT = 35.0;  // n2p2's, as dparallel/nn/activations.py
+constexpr double PI = 3.14159265358979323846;
+
+class Tokens {
+ public:
+  Tokens(const std::string &path) : path_(path) {
+    std::ifstream in(path);
+    if (!in) fail("cannot open the file");
+    std::string line;
+    while (std::getline(in, line)) {
+      lines_.push_back(line);
+      auto hash = line.find('#');
+      if (hash != std::string::npos) line.resize(hash);
+      std::istringstream ls(line);
+      std::string t;
+      while (ls >> t) {
+        tok_.push_back(t);
+        line_of_.push_back(static_cast<int>(lines_.size()));
+      }
+    }
+  }
+  [[noreturn]] void fail(const std::string &what) const {
+    std::string where = path_;
+    if (pos_ > 0 && pos_ <= line_of_.size()) where += ", line " + std::to_string(line_of_[pos_ - 1]);
+    throw std::runtime_error(where + ": " + what);
+  }
+  bool done() const { return pos_ >= tok_.size(); }
+  std::string word() {
+    if (done()) fail("file ends early (truncated?); re-run `dparallel export MODEL_DIR`");
+    return tok_[pos_++];
+  }
+  void expect(const std::string &w) {
+    std::string got = word();
+    if (got != w) fail("expected '" + w + "', found '" + got + "'");
+  }
+  double real() {
+    std::string t = word();
+    char *end = nullptr;
+    double v = std::strtod(t.c_str(), &end);
+    if (end == t.c_str() || *end != '\0') fail("expected a number, found '" + t + "'");
+    return v;
+  }
+  int integer() {
+    std::string t = word();
+    char *end = nullptr;
+    long v = std::strtol(t.c_str(), &end, 10);
+    if (end == t.c_str() || *end != '\0') fail("expected an integer, found '" + t + "'");
+    return static_cast<int>(v);
+  }
+  std::string rest_of_line() {  // the raw text after the current token, on its line
+    int ln = line_of_[pos_ - 1];
+    std::string s = lines_[ln - 1];
+    auto p = s.find(tok_[pos_ - 1]);
+    s = s.substr(p + tok_[pos_ - 1].size());
+    while (pos_ < tok_.size() && line_of_[pos_] == ln) ++pos_;
+    return s.substr(s.find_first_not_of(' ') == std::string::npos ? 0 : s.find_first_not_of(' '));
+  }
+
+ private:
+  std::string path_;
+  std::vector<std::string> tok_, lines_;
+  std::vector<int> line_of_;
+  size_t pos_ = 0;
+};
+
+inline double ipow(double x, int n) {
+  double r = 1.0;
+  for (int i = 0; i < n; ++i) r *= x;
+  return r;
+}
+
+// f_c(r) and df_c/dr, zero at and beyond rc (dparallel/kernels/cutoffs.py).
+inline void cutoff_fn(const Cutoff &c, double r, double &f, double &df) {
+  if (r >= c.rc) {
+    f = df = 0.0;
+    return;
+  }
+  if (c.type == 2 || c.type == 3) {
+    double t = std::tanh(1.0 - r / c.rc), t2 = t * t;
+    f = t2 * t;
+    df = -3.0 * t2 * (1.0 - t2) / c.rc;
+    if (c.type == 3) {
+      double n = std::tanh(1.0);
+      n = 1.0 / (n * n * n);
+      f *= n;
+      df *= n;
+    }
+    return;
+  }
+  if (c.type == 0) {
+    f = 1.0;
+    df = 0.0;
+    return;
+  }
+  double rci = c.alpha * c.rc, width = c.rc - rci;
+  if (c.alpha > 0.0 && r < rci) {
+    f = 1.0;
+    df = 0.0;
+    return;
+  }
+  double x = (r - rci) / width;
+  x = x < 0.0 ? 0.0 : (x > 1.0 ? 1.0 : x);
+  double dfdx;
+  switch (c.type) {
+    case 1:
+      f = 0.5 * (std::cos(PI * x) + 1.0);
+      dfdx = -0.5 * PI * std::sin(PI * x);
+      break;
+    case 4: {
+      double one_m = 1.0 - x * x;
+      if (one_m < 1e-300) one_m = 1e-300;
+      f = std::exp(1.0 - 1.0 / one_m);
+      dfdx = -2.0 * x * f / (one_m * one_m);
+      break;
+    }
+    case 5:
+      f = (2.0 * x - 3.0) * x * x + 1.0;
+      dfdx = (6.0 * x - 6.0) * x;
+      break;
+    case 6: {
+      double x2 = x * x;
+      f = ((15.0 - 6.0 * x) * x - 10.0) * x2 * x + 1.0;
+      dfdx = x2 * ((60.0 - 30.0 * x) * x - 30.0);
+      break;
+    }
+    case 7: {
+      double x3 = x * x * x;
+      f = (x * (x * (20.0 * x - 70.0) + 84.0) - 35.0) * x3 * x + 1.0;
+      dfdx = x3 * (x * (x * (140.0 * x - 420.0) + 420.0) - 140.0);
+      break;
+    }
+    default: {  // 8
+      double x4 = x * x * x * x;
+      f = (x * (x * ((315.0 - 70.0 * x) * x - 540.0) + 420.0) - 126.0) * x4 * x + 1.0;
+      dfdx = x4 * (x * (x * ((2520.0 - 630.0 * x) * x - 3780.0) + 2520.0) - 630.0);
+    }
+  }
+  df = dfdx / width;
+}
+
+// Z = 2^(1-zeta) (1 + lambda c)^zeta and dZ/dc; 0 where 1 + lambda c <= 0 (as n2p2).
+inline void angular(const Angular &a, double c, double &z, double &dz) {
+  double base = 1.0 + a.lambda * c, pm1, val;
+  if (a.izeta) {
+    pm1 = ipow(base, a.izeta - 1);
+    val = pm1 * base;
+  } else {
+    double safe = base > 0.0 ? base : 1.0;
+    pm1 = std::pow(safe, a.zeta - 1.0);
+    val = pm1 * safe;
+  }
+  if (a.lambda != 0.0 && !(base > 0.0)) val = pm1 = 0.0;
+  z = a.pre * val;
+  dz = a.pre * a.zeta * a.lambda * pm1;
+}
+
+// Activation value and derivative (dparallel/nn/activations.py; torch's for the last 3).
+inline void activate(int id, double x, double &y, double &dy) {
+  switch (id) {
+    case 0: y = x; dy = 1.0; break;
+    case 1: y = std::tanh(x); dy = 1.0 - y * y; break;
+    case 2:
+      if (x > EXP_LIMIT) { y = 1.0; dy = 0.0; }
+      else if (x < -EXP_LIMIT) { y = 0.0; dy = 0.0; }
+      else { y = 1.0 / (1.0 + std::exp(-x)); dy = y * (1.0 - y); }
+      break;
+    case 3:
+      if (x > EXP_LIMIT) { y = x; dy = 1.0; }
+      else if (x < -EXP_LIMIT) { y = 0.0; dy = 0.0; }
+      else { double e = std::exp(x); y = std::log(1.0 + e); dy = e / (1.0 + e); }
+      break;
+    case 4: y = x > 0.0 ? x : 0.0; dy = x > 0.0 ? 1.0 : 0.0; break;
+    case 5: y = std::exp(-0.5 * x * x); dy = -x * y; break;
+    case 6: y = std::cos(x); dy = -std::sin(x); break;
+    case 7: {
+      double xc = x < -700.0 ? -700.0 : (x > 700.0 ? 700.0 : x);
+      double s = 1.0 / (1.0 + std::exp(-xc));
+      y = 1.0 - s;
+      dy = (x < -700.0 || x > 700.0) ? 0.0 : -s * (1.0 - s);
+      break;
+    }
+    case 8: y = std::exp(-x); dy = -y; break;
+    case 9: y = x * x; dy = 2.0 * x; break;
+    case 10:  // torch.nn.Softplus(beta=1, threshold=20)
+      if (x > 20.0) { y = x; dy = 1.0; }
+      else { y = std::log1p(std::exp(x)); dy = 1.0 / (1.0 + std::exp(-x)); }
+      break;
+    case 11: { double s = 1.0 / (1.0 + std::exp(-x)); y = x * s; dy = s + x * s * (1.0 - s); break; }
+    default: {  // 12: GELU, exact (erf) form
+      double cdf = 0.5 * (1.0 + std::erf(x / std::sqrt(2.0)));
+      y = x * cdf;
+      dy = cdf + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * PI);
+    }
+  }
+}
+
+int find_or_add_cut(Element &E, const Cutoff &c) {
+  for (size_t i = 0; i < E.cuts.size(); ++i)
+    if (E.cuts[i].rc == c.rc && E.cuts[i].alpha == c.alpha && E.cuts[i].type == c.type)
+      return static_cast<int>(i);
+  E.cuts.push_back(c);
+  return static_cast<int>(E.cuts.size()) - 1;
+}
+
+}  // namespace
+
+int activation_id(const std::string &name) {
+  for (int i = 0; i < 13; ++i)
+    if (name == ACTIVATIONS[i]) return i;
+  return -1;
+}
+
+void Model::load(const std::string &path) {
+  Tokens t(path);
+  std::string magic = t.word();
+  if (magic != "dparallel-lammps-model") t.fail("not a dparallel lammps.model file");
+  int version = t.integer();
+  if (version != 1)
+    t.fail("format version " + std::to_string(version) +
+           " is newer than this plugin reads (1); rebuild it with `dparallel lammps build`");
+  std::string key = t.word();
+  if (key == "unsupported") t.fail("pair_style dparallel cannot run this model: " + t.rest_of_line());
+  if (key != "elements") t.fail("expected 'elements', found '" + key + "'");
+  int n_el = t.integer();
+  for (int i = 0; i < n_el; ++i) elements.push_back(t.word());
+  t.expect("cutoff");
+  cutoff = t.real();
+  el.resize(n_el);
+  for (int e = 0; e < n_el; ++e) {
+    Element &E = el[e];
+    t.expect("element");
+    E.symbol = t.word();
+    if (E.symbol != elements[e]) t.fail("element blocks out of order at " + E.symbol);
+    E.has_network = t.integer() != 0;
+    t.expect("features");
+    E.nf = t.integer();
+    E.groups.resize(n_el * n_el);
+    for (int f = 0; f < E.nf; ++f) {
+      t.expect("sf");
+      int type = t.integer(), e1 = t.integer(), e2 = t.integer();
+      double eta = t.real(), rs = t.real(), zeta = t.real(), lambda = t.real(), rc = t.real();
+      int ctype = t.integer();
+      double alpha = t.real();
+      if (ctype < 0 || ctype > 8) t.fail("cutoff type must be 0-8");
+      if (e1 < 0 || e1 >= n_el || e2 < -1 || e2 >= n_el) t.fail("bad neighbour element index");
+      int cut = find_or_add_cut(E, Cutoff{rc, alpha, ctype});
+      if (rc > E.rmax) E.rmax = rc;
+      if (type == 2) {
+        E.radial.push_back(Radial{f, e1, cut, eta, rs});
+        continue;
+      }
+      if ((type != 3 && type != 9) || e2 < 0) t.fail("symmetry function type must be 2, 3 or 9");
+      int part = -1;
+      for (size_t p = 0; p < E.parts.size(); ++p)
+        if (E.parts[p].eta == eta && E.parts[p].rs == rs && E.parts[p].cut == cut) part = p;
+      if (part < 0) {
+        E.parts.push_back(Part{eta, rs, cut});
+        part = static_cast<int>(E.parts.size()) - 1;
+      }
+      int q3 = -1;
+      if (type == 3) {
+        for (size_t q = 0; q < E.parts3.size(); ++q)
+          if (E.parts3[q] == part) q3 = static_cast<int>(q);
+        if (q3 < 0) {
+          if (E.parts3.size() == 64) t.fail("more than 64 distinct (eta, rs, cutoff) of type 3");
+          E.parts3.push_back(part);
+          q3 = static_cast<int>(E.parts3.size()) - 1;
+        }
+      }
+      Angular a{f, type, part, q3, 0, zeta, lambda, std::pow(2.0, 1.0 - zeta)};
+      double zi = std::round(zeta);
+      if (std::fabs(zeta - zi) < 1e-12 && zi >= 1 && zi <= 64) a.izeta = static_cast<int>(zi);
+      int lo = e1 < e2 ? e1 : e2, hi = e1 < e2 ? e2 : e1;
+      Group &g = E.groups[lo * n_el + hi];
+      g.fns.push_back(a);
+      if (type == 9) g.wide = true;
+      else if (rc * rc > g.rc2) g.rc2 = rc * rc;
+    }
+    if (!E.has_network) continue;
+    t.expect("scaling");
+    E.offset = t.real();
+    for (int f = 0; f < E.nf; ++f) {
+      E.shift.push_back(t.real());
+      E.factor.push_back(t.real());
+      E.smin.push_back(t.real());
+      E.smax.push_back(t.real());
+    }
+    t.expect("network");
+    E.scale = t.real();
+    E.ref = t.real();
+    int nl = t.integer(), width = E.nf;
+    for (int l = 0; l < nl; ++l) {
+      t.expect("layer");
+      Layer L;
+      L.nin = t.integer();
+      L.nout = t.integer();
+      std::string act = t.word();
+      L.act = activation_id(act);
+      if (L.act < 0) t.fail("unknown activation '" + act + "'");
+      L.divide = t.integer() != 0;
+      if (L.nin != width) t.fail("layer input size does not match the previous layer");
+      for (int i = 0; i < L.nin * L.nout; ++i) L.w.push_back(t.real());
+      for (int i = 0; i < L.nout; ++i) L.b.push_back(t.real());
+      width = L.nout;
+      E.layers.push_back(std::move(L));
+    }
+    if (width != 1) t.fail("the network's last layer must have one output");
+  }
+  t.expect("end");
+}
+
+double Model::network(const Element &E, const double *g, double *dedg, Scratch &s) const {
+  // forward: keep each layer's output a and da/dz
+  size_t total = E.nf;
+  for (const Layer &L : E.layers) total += L.nout;
+  s.act.resize(total);
+  s.dact.resize(total);
+  double *h = s.act.data();
+  for (int f = 0; f < E.nf; ++f) {
+    h[f] = (g[f] - E.shift[f]) * E.factor[f];
+    if (E.offset != 0.0) h[f] += E.offset;
+  }
+  size_t off = 0;
+  for (const Layer &L : E.layers) {
+    const double *in = s.act.data() + off;
+    double *out = s.act.data() + off + L.nin, *dout = s.dact.data() + off + L.nin;
+    for (int o = 0; o < L.nout; ++o) {
+      const double *w = L.w.data() + static_cast<size_t>(o) * L.nin;
+      double z = 0.0;
+      for (int i = 0; i < L.nin; ++i) z += w[i] * in[i];
+      z += L.b[o];
+      if (L.divide) z /= L.nin;
+      activate(L.act, z, out[o], dout[o]);
+    }
+    off += L.nin;
+  }
+  double energy = s.act[off] * E.scale + E.ref;
+  // backward: grad of the layer outputs, from the last layer down
+  std::vector<double> &gr = s.g;  // reused as the gradient buffer here
+  gr.assign(total, 0.0);
+  gr[off] = E.scale;
+  for (int l = static_cast<int>(E.layers.size()) - 1; l >= 0; --l) {
+    const Layer &L = E.layers[l];
+    off -= L.nin;
+    const double *dout = s.dact.data() + off + L.nin;
+    double *gout = gr.data() + off + L.nin, *gin = gr.data() + off;
+    for (int o = 0; o < L.nout; ++o) {
+      double gz = gout[o] * dout[o];
+      if (L.divide) gz /= L.nin;
+      const double *w = L.w.data() + static_cast<size_t>(o) * L.nin;
+      for (int i = 0; i < L.nin; ++i) gin[i] += gz * w[i];
+    }
+  }
+  for (int f = 0; f < E.nf; ++f) dedg[f] = gr[f] * E.factor[f];
+  return energy;
+}
+
+double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *values,
+                      double *grad) const {
+  const Element &E = el[e];
+  const int nc = static_cast<int>(E.cuts.size()), np = static_cast<int>(E.parts.size());
+  const int np3 = static_cast<int>(E.parts3.size()), n_el = static_cast<int>(elements.size());
+  s.fc.resize(static_cast<size_t>(n) * nc);
+  s.dfc.resize(static_cast<size_t>(n) * nc);
+  s.a.resize(static_cast<size_t>(n) * np);
+  s.da.resize(static_cast<size_t>(n) * np);
+  for (int f = 0; f < E.nf; ++f) values[f] = 0.0;
+  for (int j = 0; j < n; ++j) {
+    const double r = nb[j].r;
+    for (int c = 0; c < nc; ++c) cutoff_fn(E.cuts[c], r, s.fc[j * nc + c], s.dfc[j * nc + c]);
+    for (int p = 0; p < np; ++p) {
+      const Part &P = E.parts[p];
+      double d = r - P.rs, x = std::exp(-P.eta * d * d), fc = s.fc[j * nc + P.cut];
+      s.a[j * np + p] = x * fc;
+      s.da[j * np + p] = x * (s.dfc[j * nc + P.cut] - 2.0 * P.eta * d * fc);
+    }
+    for (const Radial &R : E.radial) {
+      if (R.el != nb[j].el) continue;
+      double fc = s.fc[j * nc + R.cut];
+      if (fc == 0.0 && s.dfc[j * nc + R.cut] == 0.0) continue;
+      double d = r - R.rs;
+      values[R.f] += std::exp(-R.eta * d * d) * fc;
+    }
+  }
+  // triplets j < k: keep (j, k, cos, r_jk and the r_jk terms of type-3 parts) for pass 2
+  const int rec = 2 + 2 * np3;
+  s.trip.clear();
+  s.tj.clear();
+  double ajk[64], dajk[64];
+  for (int j = 0; j < n; ++j) {
+    const Neighbor &J = nb[j];
+    for (int k = j + 1; k < n; ++k) {
+      const Neighbor &K = nb[k];
+      int lo = J.el < K.el ? J.el : K.el, hi = J.el < K.el ? K.el : J.el;
+      const Group &G = E.groups[lo * n_el + hi];
+      if (G.fns.empty()) continue;
+      double djk[3] = {K.d[0] - J.d[0], K.d[1] - J.d[1], K.d[2] - J.d[2]};
+      double rjk2 = djk[0] * djk[0] + djk[1] * djk[1] + djk[2] * djk[2];
+      if (!G.wide && rjk2 >= G.rc2) continue;
+      double rjk = std::sqrt(rjk2);
+      double c = (J.d[0] * K.d[0] + J.d[1] * K.d[1] + J.d[2] * K.d[2]) / (J.r * K.r);
+      for (int q = 0; q < np3; ++q) {
+        const Part &P = E.parts[E.parts3[q]];
+        double fc, dfc;
+        cutoff_fn(E.cuts[P.cut], rjk, fc, dfc);
+        double d = rjk - P.rs, x = std::exp(-P.eta * d * d);
+        ajk[q] = x * fc;
+        dajk[q] = x * (dfc - 2.0 * P.eta * d * fc);
+      }
+      s.tj.push_back(j);
+      s.tj.push_back(k);
+      s.trip.push_back(c);
+      s.trip.push_back(rjk);
+      for (int q = 0; q < np3; ++q) {
+        s.trip.push_back(ajk[q]);
+        s.trip.push_back(dajk[q]);
+      }
+      for (const Angular &A : G.fns) {
+        double z, dz;
+        angular(A, c, z, dz);
+        double t = z * s.a[j * np + A.part] * s.a[k * np + A.part];
+        if (A.type == 3) t *= ajk[A.q3];
+        values[A.f] += t;
+      }
+    }
+  }
+  // networks: E_i and dE/dG
+  s.dedg.resize(E.nf);
+  double energy = network(E, values, s.dedg.data(), s);
+  const double *w = s.dedg.data();
+  for (int j = 0; j < 3 * n; ++j) grad[j] = 0.0;
+  // pass 2, radial: dE/dr_ij along r_ij
+  for (int j = 0; j < n; ++j) {
+    const double r = nb[j].r;
+    double sum = 0.0;
+    for (const Radial &R : E.radial) {
+      if (R.el != nb[j].el) continue;
+      double fc = s.fc[j * nc + R.cut], dfc = s.dfc[j * nc + R.cut];
+      if (fc == 0.0 && dfc == 0.0) continue;
+      double d = r - R.rs, x = std::exp(-R.eta * d * d);
+      sum += w[R.f] * x * (dfc - 2.0 * R.eta * d * fc);
+    }
+    for (int a = 0; a < 3; ++a) grad[3 * j + a] += sum * nb[j].d[a] / r;
+  }
+  // pass 2, triplets: dE/dcos, dE/dr_ij, dE/dr_ik, dE/dr_jk, then vectors
+  const size_t nt = s.tj.size() / 2;
+  for (size_t t = 0; t < nt; ++t) {
+    const int j = s.tj[2 * t], k = s.tj[2 * t + 1];
+    const Neighbor &J = nb[j], &K = nb[k];
+    const double *tr = s.trip.data() + t * rec;
+    const double c = tr[0], rjk = tr[1];
+    int lo = J.el < K.el ? J.el : K.el, hi = J.el < K.el ? K.el : J.el;
+    const Group &G = E.groups[lo * n_el + hi];
+    double cc = 0.0, cj = 0.0, ck = 0.0, cjk = 0.0;
+    for (const Angular &A : G.fns) {
+      double z, dz;
+      angular(A, c, z, dz);
+      double aj = s.a[j * np + A.part], ak = s.a[k * np + A.part];
+      double daj = s.da[j * np + A.part], dak = s.da[k * np + A.part];
+      double wf = w[A.f];
+      if (A.type == 3) {
+        const int q = A.q3;
+        double a3 = tr[2 + 2 * q], da3 = tr[3 + 2 * q];
+        cc += wf * dz * aj * ak * a3;
+        cj += wf * z * daj * ak * a3;
+        ck += wf * z * aj * dak * a3;
+        cjk += wf * z * aj * ak * da3;
+      } else {
+        cc += wf * dz * aj * ak;
+        cj += wf * z * daj * ak;
+        ck += wf * z * aj * dak;
+      }
+    }
+    double uj[3], uk[3];
+    for (int a = 0; a < 3; ++a) {
+      uj[a] = J.d[a] / J.r;
+      uk[a] = K.d[a] / K.r;
+    }
+    for (int a = 0; a < 3; ++a) {
+      grad[3 * j + a] += cc * (uk[a] - c * uj[a]) / J.r + cj * uj[a];
+      grad[3 * k + a] += cc * (uj[a] - c * uk[a]) / K.r + ck * uk[a];
+    }
+    if (cjk != 0.0) {  // r_jk = r_ik - r_ij
+      for (int a = 0; a < 3; ++a) {
+        double gjk = cjk * (K.d[a] - J.d[a]) / rjk;
+        grad[3 * j + a] -= gjk;
+        grad[3 * k + a] += gjk;
+      }
+    }
+  }
+  return energy;
+}
+
+}  // namespace dparallel
