@@ -399,8 +399,8 @@ double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *valu
       values[R.f] += std::exp(-R.eta * d * d) * fc;
     }
   }
-  // triplets j < k: keep (j, k, cos, r_jk and the r_jk terms of type-3 parts) for pass 2
-  const int rec = 2 + 2 * np3;
+  // triplets j < k: keep (j, k, offset) and (cos, r_jk, the r_jk terms of type-3 parts,
+  // then Z and dZ/dcos of each of the group's functions) for pass 2
   s.trip.clear();
   s.tj.clear();
   double ajk[64], dajk[64];
@@ -426,16 +426,20 @@ double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *valu
       }
       s.tj.push_back(j);
       s.tj.push_back(k);
+      s.tj.push_back(static_cast<int>(s.trip.size()));
       s.trip.push_back(c);
       s.trip.push_back(rjk);
       for (int q = 0; q < np3; ++q) {
         s.trip.push_back(ajk[q]);
         s.trip.push_back(dajk[q]);
       }
+      const double *aj = &s.a[j * np], *ak = &s.a[k * np];
       for (const Angular &A : G.fns) {
         double z, dz;
         angular(A, c, z, dz);
-        double t = z * s.a[j * np + A.part] * s.a[k * np + A.part];
+        s.trip.push_back(z);
+        s.trip.push_back(dz);
+        double t = z * aj[A.part] * ak[A.part];
         if (A.type == 3) t *= ajk[A.q3];
         values[A.f] += t;
       }
@@ -460,46 +464,44 @@ double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *valu
     for (int a = 0; a < 3; ++a) grad[3 * j + a] += sum * nb[j].d[a] / r;
   }
   // pass 2, triplets: dE/dcos, dE/dr_ij, dE/dr_ik, dE/dr_jk, then vectors
-  const size_t nt = s.tj.size() / 2;
+  const size_t nt = s.tj.size() / 3;
   for (size_t t = 0; t < nt; ++t) {
-    const int j = s.tj[2 * t], k = s.tj[2 * t + 1];
+    const int j = s.tj[3 * t], k = s.tj[3 * t + 1];
     const Neighbor &J = nb[j], &K = nb[k];
-    const double *tr = s.trip.data() + t * rec;
+    const double *tr = s.trip.data() + s.tj[3 * t + 2];
     const double c = tr[0], rjk = tr[1];
+    const double *zz = tr + 2 + 2 * np3;
     int lo = J.el < K.el ? J.el : K.el, hi = J.el < K.el ? K.el : J.el;
     const Group &G = E.groups[lo * n_el + hi];
+    const double *aj = &s.a[j * np], *ak = &s.a[k * np];
+    const double *daj = &s.da[j * np], *dak = &s.da[k * np];
     double cc = 0.0, cj = 0.0, ck = 0.0, cjk = 0.0;
-    for (const Angular &A : G.fns) {
-      double z, dz;
-      angular(A, c, z, dz);
-      double aj = s.a[j * np + A.part], ak = s.a[k * np + A.part];
-      double daj = s.da[j * np + A.part], dak = s.da[k * np + A.part];
-      double wf = w[A.f];
+    for (size_t m = 0; m < G.fns.size(); ++m) {
+      const Angular &A = G.fns[m];
+      const int p = A.part;
+      const double wz = w[A.f] * zz[2 * m], wdz = w[A.f] * zz[2 * m + 1];
       if (A.type == 3) {
-        const int q = A.q3;
-        double a3 = tr[2 + 2 * q], da3 = tr[3 + 2 * q];
-        cc += wf * dz * aj * ak * a3;
-        cj += wf * z * daj * ak * a3;
-        ck += wf * z * aj * dak * a3;
-        cjk += wf * z * aj * ak * da3;
+        const double a3 = tr[2 + 2 * A.q3], da3 = tr[3 + 2 * A.q3];
+        const double ajk3 = aj[p] * ak[p];
+        cc += wdz * ajk3 * a3;
+        cj += wz * daj[p] * ak[p] * a3;
+        ck += wz * aj[p] * dak[p] * a3;
+        cjk += wz * ajk3 * da3;
       } else {
-        cc += wf * dz * aj * ak;
-        cj += wf * z * daj * ak;
-        ck += wf * z * aj * dak;
+        cc += wdz * aj[p] * ak[p];
+        cj += wz * daj[p] * ak[p];
+        ck += wz * aj[p] * dak[p];
       }
     }
-    double uj[3], uk[3];
+    const double ij = 1.0 / J.r, ik = 1.0 / K.r;
     for (int a = 0; a < 3; ++a) {
-      uj[a] = J.d[a] / J.r;
-      uk[a] = K.d[a] / K.r;
-    }
-    for (int a = 0; a < 3; ++a) {
-      grad[3 * j + a] += cc * (uk[a] - c * uj[a]) / J.r + cj * uj[a];
-      grad[3 * k + a] += cc * (uj[a] - c * uk[a]) / K.r + ck * uk[a];
+      const double uj = J.d[a] * ij, uk = K.d[a] * ik;
+      grad[3 * j + a] += cc * (uk - c * uj) * ij + cj * uj;
+      grad[3 * k + a] += cc * (uj - c * uk) * ik + ck * uk;
     }
     if (cjk != 0.0) {  // r_jk = r_ik - r_ij
       for (int a = 0; a < 3; ++a) {
-        double gjk = cjk * (K.d[a] - J.d[a]) / rjk;
+        const double gjk = cjk * (K.d[a] - J.d[a]) / rjk;
         grad[3 * j + a] -= gjk;
         grad[3 * k + a] += gjk;
       }
