@@ -45,6 +45,8 @@ def write_data(path: str | os.PathLike[str], atoms: Any, elements: list[str]) ->
         lo = np.zeros(3)
         hi = np.diag(cell).copy()
         tilt = (cell[1, 0], cell[2, 0], cell[2, 1])
+        if not any(tilt):  # orthogonal box: LAMMPS is faster without tilt
+            tilt = None
     else:
         lo, hi = pos.min(0) - 10.0, pos.max(0) + 10.0
         tilt = None

@@ -3,7 +3,9 @@
 #include "dparallel_model.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -86,6 +88,70 @@ inline double ipow(double x, int n) {
   return r;
 }
 
+// Branch-free exp, cos(pi x), sin(pi x) that the compiler can vectorise (libm calls keep a
+// loop scalar): the same polynomials as dparallel/kernels/_vecmath.py, ~1-2 ulp.
+inline double vexp(double x) {
+  const double SHIFT = 6755399441055744.0;  // 1.5 * 2^52
+  x = x < -746.0 ? -746.0 : (x > 709.0 ? 709.0 : x);
+  const double t = x * 1.4426950408889634 + SHIFT;
+  const double nn = t - SHIFT;
+  double r = x - nn * 6.93147180369123816490e-01;
+  r = r - nn * 1.90821492927058770002e-10;
+  double p = 1.0 / 6227020800.0;
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  int64_t tb, sb;
+  const double sh = SHIFT;
+  std::memcpy(&tb, &t, 8);
+  std::memcpy(&sb, &sh, 8);
+  const int64_t k = tb - sb, k1 = k >> 1;
+  const int64_t b1 = (k1 + 1023) << 52, b2 = (k - k1 + 1023) << 52;
+  double s1, s2;
+  std::memcpy(&s1, &b1, 8);
+  std::memcpy(&s2, &b2, 8);
+  return p * s1 * s2;
+}
+
+inline double sin_pi_half(double y) {  // sin(pi y), |y| <= 1/2
+  const double z = PI * y, z2 = z * z;
+  double p = -1.0 / 1.21645100408832e17;
+  p = p * z2 + 1.0 / 355687428096000.0;
+  p = p * z2 - 1.0 / 1307674368000.0;
+  p = p * z2 + 1.0 / 6227020800.0;
+  p = p * z2 - 1.0 / 39916800.0;
+  p = p * z2 + 1.0 / 362880.0;
+  p = p * z2 - 1.0 / 5040.0;
+  p = p * z2 + 1.0 / 120.0;
+  p = p * z2 - 1.0 / 6.0;
+  return z + z * z2 * p;
+}
+
+inline double cos_pi_half(double y) {  // cos(pi y), |y| <= 1/2
+  const double z2 = (PI * y) * (PI * y);
+  double p = 1.0 / 2.43290200817664e18;
+  p = p * z2 - 1.0 / 6402373705728000.0;
+  p = p * z2 + 1.0 / 20922789888000.0;
+  p = p * z2 - 1.0 / 87178291200.0;
+  p = p * z2 + 1.0 / 479001600.0;
+  p = p * z2 - 1.0 / 3628800.0;
+  p = p * z2 + 1.0 / 40320.0;
+  p = p * z2 - 1.0 / 720.0;
+  p = p * z2 + 1.0 / 24.0;
+  p = p * z2 - 0.5;
+  return 1.0 + z2 * p;
+}
+
 // f_c(r) and df_c/dr, zero at and beyond rc (dparallel/kernels/cutoffs.py).
 inline void cutoff_fn(const Cutoff &c, double r, double &f, double &df) {
   if (r >= c.rc) {
@@ -120,8 +186,8 @@ inline void cutoff_fn(const Cutoff &c, double r, double &f, double &df) {
   double dfdx;
   switch (c.type) {
     case 1:
-      f = 0.5 * (std::cos(PI * x) + 1.0);
-      dfdx = -0.5 * PI * std::sin(PI * x);
+      f = 0.5 * (1.0 - sin_pi_half(x - 0.5));  // cos(pi x) = -sin(pi (x - 1/2))
+      dfdx = -0.5 * PI * cos_pi_half(x - 0.5);  // sin(pi x) = cos(pi (x - 1/2))
       break;
     case 4: {
       double one_m = 1.0 - x * x;
@@ -377,135 +443,201 @@ double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *valu
   const Element &E = el[e];
   const int nc = static_cast<int>(E.cuts.size()), np = static_cast<int>(E.parts.size());
   const int np3 = static_cast<int>(E.parts3.size()), n_el = static_cast<int>(elements.size());
+  // neighbours sorted by element (counting sort), as structure-of-arrays
+  s.block.assign(n_el + 1, 0);
+  for (int j = 0; j < n; ++j) s.block[nb[j].el + 1]++;
+  for (int b = 0; b < n_el; ++b) s.block[b + 1] += s.block[b];
+  s.order.resize(n);
+  s.x.resize(4 * static_cast<size_t>(n));
+  s.tj.assign(s.block.begin(), s.block.end() - 1);  // next free slot per element
+  for (int j = 0; j < n; ++j) s.order[s.tj[nb[j].el]++] = j;
+  double *X = s.x.data(), *Y = X + n, *Z = Y + n, *R = Z + n;
+  for (int m = 0; m < n; ++m) {
+    const Neighbor &N = nb[s.order[m]];
+    X[m] = N.d[0];
+    Y[m] = N.d[1];
+    Z[m] = N.d[2];
+    R[m] = N.r;
+  }
+  // per neighbour: f_c per distinct cutoff, a = exp(-eta (r - rs)^2) f_c and da/dr per part
   s.fc.resize(static_cast<size_t>(n) * nc);
   s.dfc.resize(static_cast<size_t>(n) * nc);
   s.a.resize(static_cast<size_t>(n) * np);
   s.da.resize(static_cast<size_t>(n) * np);
-  for (int f = 0; f < E.nf; ++f) values[f] = 0.0;
-  for (int j = 0; j < n; ++j) {
-    const double r = nb[j].r;
-    for (int c = 0; c < nc; ++c) cutoff_fn(E.cuts[c], r, s.fc[j * nc + c], s.dfc[j * nc + c]);
-    for (int p = 0; p < np; ++p) {
-      const Part &P = E.parts[p];
-      double d = r - P.rs, x = std::exp(-P.eta * d * d), fc = s.fc[j * nc + P.cut];
-      s.a[j * np + p] = x * fc;
-      s.da[j * np + p] = x * (s.dfc[j * nc + P.cut] - 2.0 * P.eta * d * fc);
-    }
-    for (const Radial &R : E.radial) {
-      if (R.el != nb[j].el) continue;
-      double fc = s.fc[j * nc + R.cut];
-      if (fc == 0.0 && s.dfc[j * nc + R.cut] == 0.0) continue;
-      double d = r - R.rs;
-      values[R.f] += std::exp(-R.eta * d * d) * fc;
+  for (int c = 0; c < nc; ++c)
+    for (int m = 0; m < n; ++m) cutoff_fn(E.cuts[c], R[m], s.fc[c * n + m], s.dfc[c * n + m]);
+  for (int p = 0; p < np; ++p) {
+    const Part &P = E.parts[p];
+    const double *fc = &s.fc[P.cut * n], *dfc = &s.dfc[P.cut * n];
+    double *a = &s.a[p * n], *da = &s.da[p * n];
+    for (int m = 0; m < n; ++m) {
+      const double d = R[m] - P.rs, x = vexp(-P.eta * d * d);
+      a[m] = x * fc[m];
+      da[m] = x * (dfc[m] - 2.0 * P.eta * d * fc[m]);
     }
   }
-  // triplets j < k: keep (j, k, offset) and (cos, r_jk, the r_jk terms of type-3 parts,
-  // then Z and dZ/dcos of each of the group's functions) for pass 2
+  for (int f = 0; f < E.nf; ++f) values[f] = 0.0;
+  for (const Radial &Q : E.radial) {
+    const double *fc = &s.fc[Q.cut * n];
+    double sum = 0.0;
+    for (int m = s.block[Q.el]; m < s.block[Q.el + 1]; ++m) {
+      const double d = R[m] - Q.rs;
+      sum += vexp(-Q.eta * d * d) * fc[m];
+    }
+    values[Q.f] += sum;
+  }
+  // pass 1, triplets j < k in batches (one centre-neighbour j, one element block of k):
+  // r_jk^2 for the block, the partners inside the cutoff compacted without branches, then
+  // per batch cos, r_jk, the r_jk terms of type-3 parts, Z and dZ/dcos per function
   s.trip.clear();
-  s.tj.clear();
-  double ajk[64], dajk[64];
+  s.rec.clear();
+  s.kk.clear();
+  s.r2.resize(n);
+  s.cand.resize(n);
   for (int j = 0; j < n; ++j) {
-    const Neighbor &J = nb[j];
-    for (int k = j + 1; k < n; ++k) {
-      const Neighbor &K = nb[k];
-      int lo = J.el < K.el ? J.el : K.el, hi = J.el < K.el ? K.el : J.el;
-      const Group &G = E.groups[lo * n_el + hi];
+    const int ej = nb[s.order[j]].el;
+    for (int b = 0; b < n_el; ++b) {
+      const int k0 = j + 1 > s.block[b] ? j + 1 : s.block[b], k1 = s.block[b + 1];
+      if (k0 >= k1) continue;
+      const int gi = (ej < b ? ej : b) * n_el + (ej < b ? b : ej);
+      const Group &G = E.groups[gi];
       if (G.fns.empty()) continue;
-      double djk[3] = {K.d[0] - J.d[0], K.d[1] - J.d[1], K.d[2] - J.d[2]};
-      double rjk2 = djk[0] * djk[0] + djk[1] * djk[1] + djk[2] * djk[2];
-      if (!G.wide && rjk2 >= G.rc2) continue;
-      double rjk = std::sqrt(rjk2);
-      double c = (J.d[0] * K.d[0] + J.d[1] * K.d[1] + J.d[2] * K.d[2]) / (J.r * K.r);
+      const double limit = G.wide ? 1e300 : G.rc2;
+      int M = 0;
+      for (int k = k0; k < k1; ++k) {
+        const double dx = X[k] - X[j], dy = Y[k] - Y[j], dz = Z[k] - Z[j];
+        const double r2 = dx * dx + dy * dy + dz * dz;
+        s.cand[M] = k;
+        s.r2[M] = r2;
+        M += r2 < limit;
+      }
+      if (M == 0) continue;
+      const int nfg = static_cast<int>(G.fns.size());
+      const size_t off = s.trip.size();
+      s.trip.resize(off + static_cast<size_t>(M) * (2 + 2 * np3 + 2 * nfg));
+      s.rec.push_back(j);
+      s.rec.push_back(gi);
+      s.rec.push_back(static_cast<int>(off));
+      s.rec.push_back(M);
+      s.rec.push_back(static_cast<int>(s.kk.size()));
+      s.kk.insert(s.kk.end(), s.cand.begin(), s.cand.begin() + M);
+      double *cs = s.trip.data() + off, *rjk = cs + M;
+      const int *kk = s.cand.data();
+      const double ijr = 1.0 / R[j];
+      for (int m = 0; m < M; ++m) {
+        const int k = kk[m];
+        rjk[m] = std::sqrt(s.r2[m]);
+        cs[m] = (X[j] * X[k] + Y[j] * Y[k] + Z[j] * Z[k]) * ijr / R[k];
+      }
       for (int q = 0; q < np3; ++q) {
         const Part &P = E.parts[E.parts3[q]];
-        double fc, dfc;
-        cutoff_fn(E.cuts[P.cut], rjk, fc, dfc);
-        double d = rjk - P.rs, x = std::exp(-P.eta * d * d);
-        ajk[q] = x * fc;
-        dajk[q] = x * (dfc - 2.0 * P.eta * d * fc);
+        const Cutoff &C = E.cuts[P.cut];
+        double *ajk = rjk + M * (1 + 2 * q), *dajk = ajk + M;
+        for (int m = 0; m < M; ++m) {
+          double fc, dfc;
+          cutoff_fn(C, rjk[m], fc, dfc);
+          const double d = rjk[m] - P.rs, x = vexp(-P.eta * d * d);
+          ajk[m] = x * fc;
+          dajk[m] = x * (dfc - 2.0 * P.eta * d * fc);
+        }
       }
-      s.tj.push_back(j);
-      s.tj.push_back(k);
-      s.tj.push_back(static_cast<int>(s.trip.size()));
-      s.trip.push_back(c);
-      s.trip.push_back(rjk);
-      for (int q = 0; q < np3; ++q) {
-        s.trip.push_back(ajk[q]);
-        s.trip.push_back(dajk[q]);
-      }
-      const double *aj = &s.a[j * np], *ak = &s.a[k * np];
-      for (const Angular &A : G.fns) {
-        double z, dz;
-        angular(A, c, z, dz);
-        s.trip.push_back(z);
-        s.trip.push_back(dz);
-        double t = z * aj[A.part] * ak[A.part];
-        if (A.type == 3) t *= ajk[A.q3];
-        values[A.f] += t;
+      double *zz = rjk + M * (1 + 2 * np3);
+      for (int g = 0; g < nfg; ++g) {
+        const Angular &A = G.fns[g];
+        const double *a = &s.a[A.part * n], aj = a[j];
+        const double *a3 = A.type == 3 ? rjk + M * (1 + 2 * A.q3) : nullptr;
+        double *z = zz + 2 * g * M, *dz = z + M;
+        double sum = 0.0;
+        for (int m = 0; m < M; ++m) {
+          angular(A, cs[m], z[m], dz[m]);
+          double t = z[m] * a[kk[m]];
+          if (a3) t *= a3[m];
+          sum += t;
+        }
+        values[A.f] += aj * sum;
       }
     }
   }
   // networks: E_i and dE/dG
   s.dedg.resize(E.nf);
-  double energy = network(E, values, s.dedg.data(), s);
+  const double energy = network(E, values, s.dedg.data(), s);
   const double *w = s.dedg.data();
-  for (int j = 0; j < 3 * n; ++j) grad[j] = 0.0;
+  s.gs.assign(3 * static_cast<size_t>(n), 0.0);
+  double *gs = s.gs.data();
   // pass 2, radial: dE/dr_ij along r_ij
-  for (int j = 0; j < n; ++j) {
-    const double r = nb[j].r;
-    double sum = 0.0;
-    for (const Radial &R : E.radial) {
-      if (R.el != nb[j].el) continue;
-      double fc = s.fc[j * nc + R.cut], dfc = s.dfc[j * nc + R.cut];
-      if (fc == 0.0 && dfc == 0.0) continue;
-      double d = r - R.rs, x = std::exp(-R.eta * d * d);
-      sum += w[R.f] * x * (dfc - 2.0 * R.eta * d * fc);
+  s.cc.assign(n, 0.0);
+  for (const Radial &Q : E.radial) {
+    const double *fc = &s.fc[Q.cut * n], *dfc = &s.dfc[Q.cut * n];
+    const double wf = w[Q.f];
+    for (int m = s.block[Q.el]; m < s.block[Q.el + 1]; ++m) {
+      const double d = R[m] - Q.rs, x = vexp(-Q.eta * d * d);
+      s.cc[m] += wf * x * (dfc[m] - 2.0 * Q.eta * d * fc[m]);
     }
-    for (int a = 0; a < 3; ++a) grad[3 * j + a] += sum * nb[j].d[a] / r;
   }
-  // pass 2, triplets: dE/dcos, dE/dr_ij, dE/dr_ik, dE/dr_jk, then vectors
-  const size_t nt = s.tj.size() / 3;
-  for (size_t t = 0; t < nt; ++t) {
-    const int j = s.tj[3 * t], k = s.tj[3 * t + 1];
-    const Neighbor &J = nb[j], &K = nb[k];
-    const double *tr = s.trip.data() + s.tj[3 * t + 2];
-    const double c = tr[0], rjk = tr[1];
-    const double *zz = tr + 2 + 2 * np3;
-    int lo = J.el < K.el ? J.el : K.el, hi = J.el < K.el ? K.el : J.el;
-    const Group &G = E.groups[lo * n_el + hi];
-    const double *aj = &s.a[j * np], *ak = &s.a[k * np];
-    const double *daj = &s.da[j * np], *dak = &s.da[k * np];
-    double cc = 0.0, cj = 0.0, ck = 0.0, cjk = 0.0;
-    for (size_t m = 0; m < G.fns.size(); ++m) {
-      const Angular &A = G.fns[m];
-      const int p = A.part;
-      const double wz = w[A.f] * zz[2 * m], wdz = w[A.f] * zz[2 * m + 1];
+  for (int m = 0; m < n; ++m) {
+    const double q = s.cc[m] / R[m];
+    gs[3 * m] += q * X[m];
+    gs[3 * m + 1] += q * Y[m];
+    gs[3 * m + 2] += q * Z[m];
+  }
+  // pass 2, triplets: per batch dE/dcos, dE/dr_ij, dE/dr_ik, dE/dr_jk, then vectors
+  const size_t nrec = s.rec.size() / 5;
+  for (size_t t = 0; t < nrec; ++t) {
+    const int j = s.rec[5 * t], gi = s.rec[5 * t + 1], M = s.rec[5 * t + 3];
+    const double *cs = s.trip.data() + s.rec[5 * t + 2], *rjk = cs + M;
+    const int *kk = s.kk.data() + s.rec[5 * t + 4];
+    const Group &G = E.groups[gi];
+    const int nfg = static_cast<int>(G.fns.size());
+    const double *zz = rjk + M * (1 + 2 * np3);
+    s.cc.assign(4 * static_cast<size_t>(M), 0.0);
+    double *cc = s.cc.data(), *cj = cc + M, *ck = cj + M, *cjk = ck + M;
+    for (int g = 0; g < nfg; ++g) {
+      const Angular &A = G.fns[g];
+      const double *a = &s.a[A.part * n], *da = &s.da[A.part * n];
+      const double aj = a[j], daj = da[j], wf = w[A.f];
+      const double *z = zz + 2 * g * M, *dz = z + M;
       if (A.type == 3) {
-        const double a3 = tr[2 + 2 * A.q3], da3 = tr[3 + 2 * A.q3];
-        const double ajk3 = aj[p] * ak[p];
-        cc += wdz * ajk3 * a3;
-        cj += wz * daj[p] * ak[p] * a3;
-        ck += wz * aj[p] * dak[p] * a3;
-        cjk += wz * ajk3 * da3;
+        const double *a3 = rjk + M * (1 + 2 * A.q3), *da3 = a3 + M;
+        for (int m = 0; m < M; ++m) {
+          const double ak = a[kk[m]], wz = wf * z[m];
+          cc[m] += wf * dz[m] * aj * ak * a3[m];
+          cj[m] += wz * daj * ak * a3[m];
+          ck[m] += wz * aj * da[kk[m]] * a3[m];
+          cjk[m] += wz * aj * ak * da3[m];
+        }
       } else {
-        cc += wdz * aj[p] * ak[p];
-        cj += wz * daj[p] * ak[p];
-        ck += wz * aj[p] * dak[p];
+        for (int m = 0; m < M; ++m) {
+          const double ak = a[kk[m]], wz = wf * z[m];
+          cc[m] += wf * dz[m] * aj * ak;
+          cj[m] += wz * daj * ak;
+          ck[m] += wz * aj * da[kk[m]];
+        }
       }
     }
-    const double ij = 1.0 / J.r, ik = 1.0 / K.r;
-    for (int a = 0; a < 3; ++a) {
-      const double uj = J.d[a] * ij, uk = K.d[a] * ik;
-      grad[3 * j + a] += cc * (uk - c * uj) * ij + cj * uj;
-      grad[3 * k + a] += cc * (uj - c * uk) * ik + ck * uk;
-    }
-    if (cjk != 0.0) {  // r_jk = r_ik - r_ij
+    const double ij = 1.0 / R[j];
+    const double uj[3] = {X[j] * ij, Y[j] * ij, Z[j] * ij};
+    double gj[3] = {0.0, 0.0, 0.0};
+    for (int m = 0; m < M; ++m) {
+      const int k = kk[m];
+      const double ik = 1.0 / R[k], c = cs[m];
+      const double uk[3] = {X[k] * ik, Y[k] * ik, Z[k] * ik};
+      const double djk[3] = {X[k] - X[j], Y[k] - Y[j], Z[k] - Z[j]};
+      const double q = cjk[m] / rjk[m];
       for (int a = 0; a < 3; ++a) {
-        const double gjk = cjk * (K.d[a] - J.d[a]) / rjk;
-        grad[3 * j + a] -= gjk;
-        grad[3 * k + a] += gjk;
+        const double gjk = q * djk[a];  // r_jk = r_ik - r_ij
+        gj[a] += cc[m] * (uk[a] - c * uj[a]) * ij + cj[m] * uj[a] - gjk;
+        gs[3 * k + a] += cc[m] * (uj[a] - c * uk[a]) * ik + ck[m] * uk[a] + gjk;
       }
     }
+    gs[3 * j] += gj[0];
+    gs[3 * j + 1] += gj[1];
+    gs[3 * j + 2] += gj[2];
+  }
+  for (int m = 0; m < n; ++m) {
+    const int o = s.order[m];
+    grad[3 * o] = gs[3 * m];
+    grad[3 * o + 1] = gs[3 * m + 1];
+    grad[3 * o + 2] = gs[3 * m + 2];
   }
   return energy;
 }

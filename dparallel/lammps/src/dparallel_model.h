@@ -69,8 +69,8 @@ struct Neighbor {
 
 // Per-thread work arrays of Model::compute (reused between atoms).
 struct Scratch {
-  std::vector<double> fc, dfc, a, da, g, dedg, trip, act, dact;
-  std::vector<int> tj;
+  std::vector<double> x, fc, dfc, a, da, g, dedg, trip, act, dact, r2, cc, gs;
+  std::vector<int> tj, block, order, rec, kk, cand;
 };
 
 class Model {
