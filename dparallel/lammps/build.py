@@ -115,7 +115,7 @@ def compile_command(cxx: str, out: Path, sources: Path, version: str) -> list[st
     """The compiler command line that builds the plugin (portable flags: -O3, no -march)."""
     inc = wheel_paths()
     return [
-        cxx, "-std=c++17", "-O3", "-fno-math-errno", "-fPIC", "-shared", "-DLAMMPS_SMALLBIG",
+        cxx, "-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-fPIC", "-shared", "-DLAMMPS_SMALLBIG",
         f'-DDPARALLEL_LAMMPS_VERSION="{version}"',
         f"-I{sources}", f"-I{inc['lammps']}", f"-I{inc['mpi']}",
         *(str(sources / s) for s in _SOURCES), "-o", str(out),

@@ -10,6 +10,15 @@
 #include <sstream>
 #include <stdexcept>
 
+// The hot loops are compiled twice, for AVX2 and for the baseline x86-64, and the loader
+// picks one per machine (GCC function multi-versioning): the plugin stays portable (-O3,
+// no -march) and results do not change (no FMA contraction in ISO C++ mode).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DP_SIMD __attribute__((target_clones("avx2", "default")))
+#else
+#define DP_SIMD
+#endif
+
 namespace dparallel {
 
 namespace {
@@ -237,6 +246,43 @@ inline void angular(const Angular &a, double c, double &z, double &dz) {
   dz = a.pre * a.zeta * a.lambda * pm1;
 }
 
+// f_c and df_c/dr of M distances (the type switch outside the loop, so it vectorises).
+inline void cutoff_batch(const Cutoff &c, const double *__restrict r, int M, double *__restrict f,
+                  double *__restrict df) {
+  if (c.type == 1 && c.alpha == 0.0) {
+    const double inv = 1.0 / c.rc;
+    for (int m = 0; m < M; ++m) {
+      const double x = r[m] * inv, y = (x < 1.0 ? x : 1.0) - 0.5;
+      const double in = r[m] < c.rc ? 1.0 : 0.0;
+      f[m] = in * 0.5 * (1.0 - sin_pi_half(y));
+      df[m] = in * (-0.5 * PI) * cos_pi_half(y) * inv;
+    }
+    return;
+  }
+  for (int m = 0; m < M; ++m) cutoff_fn(c, r[m], f[m], df[m]);
+}
+
+// Z and dZ/dcos of one angular function for M cosines (vectorisable for integer zeta).
+inline void angular_batch(const Angular &a, const double *__restrict c, int M, double *__restrict z,
+                   double *__restrict dz) {
+  if (!a.izeta) {
+    for (int m = 0; m < M; ++m) angular(a, c[m], z[m], dz[m]);
+    return;
+  }
+  for (int m = 0; m < M; ++m) dz[m] = 1.0;  // base^(zeta - 1), built up in place
+  for (int t = 1; t < a.izeta; ++t)
+    for (int m = 0; m < M; ++m) dz[m] *= 1.0 + a.lambda * c[m];
+  const double pz = a.pre * a.zeta * a.lambda;
+  const bool clip = a.lambda != 0.0;
+  for (int m = 0; m < M; ++m) {
+    const double base = 1.0 + a.lambda * c[m];
+    const double keep = (!clip || base > 0.0) ? 1.0 : 0.0;
+    const double pm1 = keep * dz[m];
+    z[m] = a.pre * pm1 * base;
+    dz[m] = pz * pm1;
+  }
+}
+
 // Activation value and derivative (dparallel/nn/activations.py; torch's for the last 3).
 inline void activate(int id, double x, double &y, double &dy) {
   switch (id) {
@@ -356,6 +402,14 @@ void Model::load(const std::string &path) {
       int lo = e1 < e2 ? e1 : e2, hi = e1 < e2 ? e2 : e1;
       Group &g = E.groups[lo * n_el + hi];
       g.fns.push_back(a);
+      int co = -1;
+      for (size_t i = 0; i < g.combos.size(); ++i)
+        if (g.combos[i].part == part && g.combos[i].type == type) co = static_cast<int>(i);
+      if (co < 0) {
+        g.combos.push_back(Combo{part, type, q3});
+        co = static_cast<int>(g.combos.size()) - 1;
+      }
+      g.combo_of.push_back(co);
       if (type == 9) g.wide = true;
       else if (rc * rc > g.rc2) g.rc2 = rc * rc;
     }
@@ -384,6 +438,9 @@ void Model::load(const std::string &path) {
       if (L.nin != width) t.fail("layer input size does not match the previous layer");
       for (int i = 0; i < L.nin * L.nout; ++i) L.w.push_back(t.real());
       for (int i = 0; i < L.nout; ++i) L.b.push_back(t.real());
+      L.wt.resize(L.w.size());
+      for (int o = 0; o < L.nout; ++o)
+        for (int i = 0; i < L.nin; ++i) L.wt[i * L.nout + o] = L.w[o * L.nin + i];
       width = L.nout;
       E.layers.push_back(std::move(L));
     }
@@ -392,7 +449,7 @@ void Model::load(const std::string &path) {
   t.expect("end");
 }
 
-double Model::network(const Element &E, const double *g, double *dedg, Scratch &s) const {
+DP_NETWORK double Model::network(const Element &E, const double *g, double *dedg, Scratch &s) const {
   // forward: keep each layer's output a and da/dz
   size_t total = E.nf;
   for (const Layer &L : E.layers) total += L.nout;
@@ -407,13 +464,25 @@ double Model::network(const Element &E, const double *g, double *dedg, Scratch &
   for (const Layer &L : E.layers) {
     const double *in = s.act.data() + off;
     double *out = s.act.data() + off + L.nin, *dout = s.dact.data() + off + L.nin;
+    for (int o = 0; o < L.nout; ++o) out[o] = 0.0;
+    for (int i = 0; i < L.nin; ++i) {  // out += W[:, i] in[i], same order per output as a dot
+      const double *__restrict wt = L.wt.data() + static_cast<size_t>(i) * L.nout;
+      const double x = in[i];
+      for (int o = 0; o < L.nout; ++o) out[o] += wt[o] * x;
+    }
     for (int o = 0; o < L.nout; ++o) {
-      const double *w = L.w.data() + static_cast<size_t>(o) * L.nin;
-      double z = 0.0;
-      for (int i = 0; i < L.nin; ++i) z += w[i] * in[i];
-      z += L.b[o];
-      if (L.divide) z /= L.nin;
-      activate(L.act, z, out[o], dout[o]);
+      out[o] += L.b[o];
+      if (L.divide) out[o] /= L.nin;
+    }
+    if (L.act == 1) {  // tanh, vectorisable: (1 - e) / (1 + e) with e = exp(-2|z|)
+      for (int o = 0; o < L.nout; ++o) {
+        const double z = out[o], a = z < 0.0 ? -z : z, e = vexp(-2.0 * a);
+        const double t = (1.0 - e) / (1.0 + e), y = z < 0.0 ? -t : t;
+        out[o] = y;
+        dout[o] = 1.0 - y * y;
+      }
+    } else {
+      for (int o = 0; o < L.nout; ++o) activate(L.act, out[o], out[o], dout[o]);
     }
     off += L.nin;
   }
@@ -438,7 +507,7 @@ double Model::network(const Element &E, const double *g, double *dedg, Scratch &
   return energy;
 }
 
-double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *values,
+DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *values,
                       double *grad) const {
   const Element &E = el[e];
   const int nc = static_cast<int>(E.cuts.size()), np = static_cast<int>(E.parts.size());
@@ -465,7 +534,7 @@ double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *valu
   s.a.resize(static_cast<size_t>(n) * np);
   s.da.resize(static_cast<size_t>(n) * np);
   for (int c = 0; c < nc; ++c)
-    for (int m = 0; m < n; ++m) cutoff_fn(E.cuts[c], R[m], s.fc[c * n + m], s.dfc[c * n + m]);
+    cutoff_batch(E.cuts[c], R, n, &s.fc[c * n], &s.dfc[c * n]);
   for (int p = 0; p < np; ++p) {
     const Part &P = E.parts[p];
     const double *fc = &s.fc[P.cut * n], *dfc = &s.dfc[P.cut * n];
@@ -477,13 +546,19 @@ double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *valu
     }
   }
   for (int f = 0; f < E.nf; ++f) values[f] = 0.0;
-  for (const Radial &Q : E.radial) {
+  const int nrad = static_cast<int>(E.radial.size());
+  s.rad.resize(static_cast<size_t>(n) * (nrad + 1));
+  for (int q = 0; q < nrad; ++q) {  // exp(-eta (r - rs)^2) of each radial function
+    const Radial &Q = E.radial[q];
     const double *fc = &s.fc[Q.cut * n];
-    double sum = 0.0;
-    for (int m = s.block[Q.el]; m < s.block[Q.el + 1]; ++m) {
+    double *x = &s.rad[q * n];
+    const int m0 = s.block[Q.el], m1 = s.block[Q.el + 1];
+    for (int m = m0; m < m1; ++m) {
       const double d = R[m] - Q.rs;
-      sum += vexp(-Q.eta * d * d) * fc[m];
+      x[m] = vexp(-Q.eta * d * d);
     }
+    double sum = 0.0;
+    for (int m = m0; m < m1; ++m) sum += x[m] * fc[m];
     values[Q.f] += sum;
   }
   // pass 1, triplets j < k in batches (one centre-neighbour j, one element block of k):
@@ -514,7 +589,7 @@ double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *valu
       if (M == 0) continue;
       const int nfg = static_cast<int>(G.fns.size());
       const size_t off = s.trip.size();
-      s.trip.resize(off + static_cast<size_t>(M) * (2 + 2 * np3 + 2 * nfg));
+      s.trip.resize(off + static_cast<size_t>(M) * (5 + 2 * np3 + 2 * nfg + 2 * np));
       s.rec.push_back(j);
       s.rec.push_back(gi);
       s.rec.push_back(static_cast<int>(off));
@@ -524,36 +599,47 @@ double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *valu
       double *cs = s.trip.data() + off, *rjk = cs + M;
       const int *kk = s.cand.data();
       const double ijr = 1.0 / R[j];
+      double *gath = rjk + M * (1 + 2 * np3 + 2 * nfg);  // neighbour k's values, gathered
+      double *xk = gath + 2 * np * M, *yk = xk + M, *zk = yk + M;
       for (int m = 0; m < M; ++m) {
         const int k = kk[m];
+        xk[m] = X[k];
+        yk[m] = Y[k];
+        zk[m] = Z[k];
         rjk[m] = std::sqrt(s.r2[m]);
         cs[m] = (X[j] * X[k] + Y[j] * Y[k] + Z[j] * Z[k]) * ijr / R[k];
+      }
+      for (int p = 0; p < np; ++p) {
+        const double *a = &s.a[p * n], *da = &s.da[p * n];
+        double *ak = gath + 2 * p * M, *dak = ak + M;
+        for (int m = 0; m < M; ++m) {
+          ak[m] = a[kk[m]];
+          dak[m] = da[kk[m]];
+        }
       }
       for (int q = 0; q < np3; ++q) {
         const Part &P = E.parts[E.parts3[q]];
         const Cutoff &C = E.cuts[P.cut];
-        double *ajk = rjk + M * (1 + 2 * q), *dajk = ajk + M;
+        double *__restrict ajk = rjk + M * (1 + 2 * q), *__restrict dajk = ajk + M;
+        cutoff_batch(C, rjk, M, ajk, dajk);  // f_c, df_c first, then in place
         for (int m = 0; m < M; ++m) {
-          double fc, dfc;
-          cutoff_fn(C, rjk[m], fc, dfc);
-          const double d = rjk[m] - P.rs, x = vexp(-P.eta * d * d);
+          const double d = rjk[m] - P.rs, x = vexp(-P.eta * d * d), fc = ajk[m];
           ajk[m] = x * fc;
-          dajk[m] = x * (dfc - 2.0 * P.eta * d * fc);
+          dajk[m] = x * (dajk[m] - 2.0 * P.eta * d * fc);
         }
       }
       double *zz = rjk + M * (1 + 2 * np3);
       for (int g = 0; g < nfg; ++g) {
         const Angular &A = G.fns[g];
-        const double *a = &s.a[A.part * n], aj = a[j];
+        const double aj = s.a[A.part * n + j], *ak = gath + 2 * A.part * M;
         const double *a3 = A.type == 3 ? rjk + M * (1 + 2 * A.q3) : nullptr;
         double *z = zz + 2 * g * M, *dz = z + M;
+        angular_batch(A, cs, M, z, dz);
         double sum = 0.0;
-        for (int m = 0; m < M; ++m) {
-          angular(A, cs[m], z[m], dz[m]);
-          double t = z[m] * a[kk[m]];
-          if (a3) t *= a3[m];
-          sum += t;
-        }
+        if (a3)
+          for (int m = 0; m < M; ++m) sum += z[m] * ak[m] * a3[m];
+        else
+          for (int m = 0; m < M; ++m) sum += z[m] * ak[m];
         values[A.f] += aj * sum;
       }
     }
@@ -566,12 +652,14 @@ double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *valu
   double *gs = s.gs.data();
   // pass 2, radial: dE/dr_ij along r_ij
   s.cc.assign(n, 0.0);
-  for (const Radial &Q : E.radial) {
-    const double *fc = &s.fc[Q.cut * n], *dfc = &s.dfc[Q.cut * n];
+  for (int q = 0; q < nrad; ++q) {
+    const Radial &Q = E.radial[q];
+    const double *fc = &s.fc[Q.cut * n], *dfc = &s.dfc[Q.cut * n], *x = &s.rad[q * n];
     const double wf = w[Q.f];
+    double *acc = s.cc.data();
     for (int m = s.block[Q.el]; m < s.block[Q.el + 1]; ++m) {
-      const double d = R[m] - Q.rs, x = vexp(-Q.eta * d * d);
-      s.cc[m] += wf * x * (dfc[m] - 2.0 * Q.eta * d * fc[m]);
+      const double d = R[m] - Q.rs;
+      acc[m] += wf * x[m] * (dfc[m] - 2.0 * Q.eta * d * fc[m]);
     }
   }
   for (int m = 0; m < n; ++m) {
@@ -589,45 +677,68 @@ double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, double *valu
     const Group &G = E.groups[gi];
     const int nfg = static_cast<int>(G.fns.size());
     const double *zz = rjk + M * (1 + 2 * np3);
-    s.cc.assign(4 * static_cast<size_t>(M), 0.0);
-    double *cc = s.cc.data(), *cj = cc + M, *ck = cj + M, *cjk = ck + M;
-    for (int g = 0; g < nfg; ++g) {
-      const Angular &A = G.fns[g];
-      const double *a = &s.a[A.part * n], *da = &s.da[A.part * n];
-      const double aj = a[j], daj = da[j], wf = w[A.f];
-      const double *z = zz + 2 * g * M, *dz = z + M;
-      if (A.type == 3) {
-        const double *a3 = rjk + M * (1 + 2 * A.q3), *da3 = a3 + M;
+    const double *gath = zz + 2 * nfg * M, *xk = gath + 2 * np * M, *yk = xk + M, *zk = yk + M;
+    const int nco = static_cast<int>(G.combos.size());
+    s.cc.assign((10 + 2 * static_cast<size_t>(nco)) * M, 0.0);
+    double *__restrict cc = s.cc.data(), *__restrict cj = cc + M, *__restrict ck = cj + M;
+    double *__restrict cjk = ck + M, *__restrict gx = cjk + M, *__restrict gy = gx + M;
+    double *__restrict gz = gy + M, *__restrict sums = gz + 4 * M;
+    for (int g = 0; g < nfg; ++g) {  // sum_f w_f Z_f and sum_f w_f dZ_f per combo
+      const double wf = w[G.fns[g].f];
+      const double *__restrict z = zz + 2 * g * M, *__restrict dz = z + M;
+      double *__restrict sz = sums + 2 * G.combo_of[g] * M, *__restrict sdz = sz + M;
+      for (int m = 0; m < M; ++m) {
+        sz[m] += wf * z[m];
+        sdz[m] += wf * dz[m];
+      }
+    }
+    for (int o = 0; o < nco; ++o) {
+      const Combo &C = G.combos[o];
+      const double *__restrict ak = gath + 2 * C.part * M, *__restrict dak = ak + M;
+      const double aj = s.a[C.part * n + j], daj = s.da[C.part * n + j];
+      const double *__restrict sz = sums + 2 * o * M, *__restrict sdz = sz + M;
+      if (C.type == 3) {
+        const double *a3 = rjk + M * (1 + 2 * C.q3), *da3 = a3 + M;
         for (int m = 0; m < M; ++m) {
-          const double ak = a[kk[m]], wz = wf * z[m];
-          cc[m] += wf * dz[m] * aj * ak * a3[m];
-          cj[m] += wz * daj * ak * a3[m];
-          ck[m] += wz * aj * da[kk[m]] * a3[m];
-          cjk[m] += wz * aj * ak * da3[m];
+          const double r = ak[m] * a3[m];
+          cc[m] += sdz[m] * aj * r;
+          cj[m] += sz[m] * daj * r;
+          ck[m] += sz[m] * aj * dak[m] * a3[m];
+          cjk[m] += sz[m] * aj * ak[m] * da3[m];
         }
       } else {
         for (int m = 0; m < M; ++m) {
-          const double ak = a[kk[m]], wz = wf * z[m];
-          cc[m] += wf * dz[m] * aj * ak;
-          cj[m] += wz * daj * ak;
-          ck[m] += wz * aj * da[kk[m]];
+          cc[m] += sdz[m] * aj * ak[m];
+          cj[m] += sz[m] * daj * ak[m];
+          ck[m] += sz[m] * aj * dak[m];
         }
       }
     }
-    const double ij = 1.0 / R[j];
-    const double uj[3] = {X[j] * ij, Y[j] * ij, Z[j] * ij};
+    // dE/dr_ik per triplet (vector loop), dE/dr_ij summed after it; r_jk = r_ik - r_ij
+    const double ij = 1.0 / R[j], xj = X[j], yj = Y[j], zj = Z[j];
+    const double ujx = xj * ij, ujy = yj * ij, ujz = zj * ij;
+    double *__restrict hx = gz + M, *__restrict hy = hx + M, *__restrict hz = hy + M;
+    for (int m = 0; m < M; ++m) {
+      const double ik = 1.0 / std::sqrt(xk[m] * xk[m] + yk[m] * yk[m] + zk[m] * zk[m]);
+      const double c = cs[m], q = cjk[m] / rjk[m], p = cc[m], pj = cj[m], pk = ck[m];
+      const double ukx = xk[m] * ik, uky = yk[m] * ik, ukz = zk[m] * ik;
+      const double jx = q * (xk[m] - xj), jy = q * (yk[m] - yj), jz = q * (zk[m] - zj);
+      gx[m] = p * (ujx - c * ukx) * ik + pk * ukx + jx;
+      gy[m] = p * (ujy - c * uky) * ik + pk * uky + jy;
+      gz[m] = p * (ujz - c * ukz) * ik + pk * ukz + jz;
+      hx[m] = p * (ukx - c * ujx) * ij + pj * ujx - jx;
+      hy[m] = p * (uky - c * ujy) * ij + pj * ujy - jy;
+      hz[m] = p * (ukz - c * ujz) * ij + pj * ujz - jz;
+    }
     double gj[3] = {0.0, 0.0, 0.0};
     for (int m = 0; m < M; ++m) {
       const int k = kk[m];
-      const double ik = 1.0 / R[k], c = cs[m];
-      const double uk[3] = {X[k] * ik, Y[k] * ik, Z[k] * ik};
-      const double djk[3] = {X[k] - X[j], Y[k] - Y[j], Z[k] - Z[j]};
-      const double q = cjk[m] / rjk[m];
-      for (int a = 0; a < 3; ++a) {
-        const double gjk = q * djk[a];  // r_jk = r_ik - r_ij
-        gj[a] += cc[m] * (uk[a] - c * uj[a]) * ij + cj[m] * uj[a] - gjk;
-        gs[3 * k + a] += cc[m] * (uj[a] - c * uk[a]) * ik + ck[m] * uk[a] + gjk;
-      }
+      gs[3 * k] += gx[m];
+      gs[3 * k + 1] += gy[m];
+      gs[3 * k + 2] += gz[m];
+      gj[0] += hx[m];
+      gj[1] += hy[m];
+      gj[2] += hz[m];
     }
     gs[3 * j] += gj[0];
     gs[3 * j + 1] += gj[1];

@@ -12,6 +12,12 @@
 #include <string>
 #include <vector>
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DP_NETWORK __attribute__((target_clones("avx2", "default")))
+#else
+#define DP_NETWORK
+#endif
+
 namespace dparallel {
 
 struct Cutoff {
@@ -35,8 +41,14 @@ struct Angular {  // one type-3 or type-9 function
   double zeta, lambda, pre;  // pre = 2^(1 - zeta)
 };
 
+struct Combo {  // functions of a group sharing one radial part and type
+  int part, type, q3;
+};
+
 struct Group {  // angular functions of one unordered neighbour-element pair
   std::vector<Angular> fns;
+  std::vector<Combo> combos;
+  std::vector<int> combo_of;  // per function: its combo
   bool wide = false;  // holds a type-9 function (r_jk not limited)
   double rc2 = 0.0;   // largest rc^2 of its type-3 functions
 };
@@ -45,6 +57,7 @@ struct Layer {
   int nin, nout, act;
   bool divide;
   std::vector<double> w, b;  // (nout, nin) row-major, (nout)
+  std::vector<double> wt;     // w transposed, (nin, nout): the forward pass's axpy form
 };
 
 struct Element {
@@ -69,7 +82,7 @@ struct Neighbor {
 
 // Per-thread work arrays of Model::compute (reused between atoms).
 struct Scratch {
-  std::vector<double> x, fc, dfc, a, da, g, dedg, trip, act, dact, r2, cc, gs;
+  std::vector<double> x, rad, fc, dfc, a, da, g, dedg, trip, act, dact, r2, cc, gs;
   std::vector<int> tj, block, order, rec, kk, cand;
 };
 
@@ -88,7 +101,7 @@ class Model {
                  double *grad) const;
 
  private:
-  double network(const Element &E, const double *g, double *dedg, Scratch &s) const;
+  DP_NETWORK double network(const Element &E, const double *g, double *dedg, Scratch &s) const;
 };
 
 int activation_id(const std::string &name);  // -1 if unknown
