@@ -130,7 +130,7 @@ def main() -> None:
         print(f"| {n:,} | {serial:.1f} | {two:.1f} | {two / serial:.2f}x | {ase:.1f} | "
               f"{serial / ase:.2f}x |")  # fmt: skip
     if args.drift_ps > 0:
-        steps = int(round(args.drift_ps * 1000))
+        steps = round(args.drift_ps * 1000)
         d = lammps_md(model, cu_atoms(4), steps, 1, work / "drift", thermo=100)
         print(f"NVE drift, 256 atoms, {args.drift_ps:g} ps at 1 fs (LAMMPS, 1 rank): "
               f"{d['drift'] * 1e3:.4f} meV/atom (max |E_tot - E_0|, every 100 steps)")  # fmt: skip

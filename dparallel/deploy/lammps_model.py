@@ -88,7 +88,7 @@ def _element_block(descriptor: Any, model: HDNNP, e: str) -> list[str]:
     factor = getattr(model, f"factor_{e}").detach().double().tolist()
     lines.append(f"scaling {_f(model.feature_offset)}")
     lines += [_row(row) for row in zip(shift, factor, lo, hi, strict=True)]
-    linear = [m for m in model.nets[e] if isinstance(m, torch.nn.Linear)]
+    linear = [m for m in model.nets[e].children() if isinstance(m, torch.nn.Linear)]
     acts = model.activations[e]
     k = model.elements.index(e)
     lines.append(

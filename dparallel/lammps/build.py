@@ -96,7 +96,9 @@ def plugin_dir() -> str:
     override = os.environ.get("DPARALLEL_LAMMPS_PLUGIN_DIR")
     if override:
         return override
-    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
     return os.path.join(data, "dparallel", "lammps")
 
 
@@ -112,10 +114,16 @@ def _compiler(cxx: str | None) -> str:
 
 
 def compile_command(cxx: str, out: Path, sources: Path, version: str) -> list[str]:
-    """The compiler command line that builds the plugin (portable flags: -O3, no -march)."""
+    """The compiler command line that builds the plugin.
+
+    Portable flags: -O3 and no -march (the kernel carries its own AVX2 clone, picked at load
+    time); no -ffast-math. ``-fno-math-errno`` and ``-fno-trapping-math`` change no result
+    (no errno, no FP traps are read), they only let the compiler vectorise sqrt and selects.
+    """
     inc = wheel_paths()
     return [
-        cxx, "-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-fPIC", "-shared", "-DLAMMPS_SMALLBIG",
+        cxx, "-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-fPIC", "-shared",
+        "-DLAMMPS_SMALLBIG",
         f'-DDPARALLEL_LAMMPS_VERSION="{version}"',
         f"-I{sources}", f"-I{inc['lammps']}", f"-I{inc['mpi']}",
         *(str(sources / s) for s in _SOURCES), "-o", str(out),

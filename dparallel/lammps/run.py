@@ -44,9 +44,8 @@ def write_data(path: str | os.PathLike[str], atoms: Any, elements: list[str]) ->
             raise ConfigError("write_data: the cell must be lower-triangular (LAMMPS form)")
         lo = np.zeros(3)
         hi = np.diag(cell).copy()
-        tilt = (cell[1, 0], cell[2, 0], cell[2, 1])
-        if not any(tilt):  # orthogonal box: LAMMPS is faster without tilt
-            tilt = None
+        xyz = (float(cell[1, 0]), float(cell[2, 0]), float(cell[2, 1]))
+        tilt = xyz if any(xyz) else None  # orthogonal box: LAMMPS is faster without tilt
     else:
         lo, hi = pos.min(0) - 10.0, pos.max(0) + 10.0
         tilt = None
@@ -91,9 +90,8 @@ def run_lammps(
         timeout=timeout, check=False,
     )  # fmt: skip
     if proc.returncode != 0 or "ERROR" in proc.stdout:
-        raise ConfigError(
-            f"LAMMPS failed (exit {proc.returncode}) in {cwd}:\n{(proc.stdout + proc.stderr)[-3000:]}"
-        )
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise ConfigError(f"LAMMPS failed (exit {proc.returncode}) in {cwd}:\n{tail}")
     return proc.stdout
 
 

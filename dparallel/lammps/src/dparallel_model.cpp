@@ -2,6 +2,7 @@
 // dparallel's ACSF + MLP potential: reading lammps.model and the fused energy/force kernel.
 #include "dparallel_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -247,7 +248,7 @@ inline void angular(const Angular &a, double c, double &z, double &dz) {
 }
 
 // f_c and df_c/dr of M distances (the type switch outside the loop, so it vectorises).
-inline void cutoff_batch(const Cutoff &c, const double *__restrict r, int M, double *__restrict f,
+DP_SIMD void cutoff_batch(const Cutoff &c, const double *__restrict r, int M, double *__restrict f,
                   double *__restrict df) {
   if (c.type == 1 && c.alpha == 0.0) {
     const double inv = 1.0 / c.rc;
@@ -281,6 +282,23 @@ inline void angular_batch(const Angular &a, const double *__restrict c, int M, d
     z[m] = a.pre * pm1 * base;
     dz[m] = pz * pm1;
   }
+}
+
+// sum_m x[m] y[m] (w[m]), in four interleaved partial sums (a fixed order, so repeatable).
+inline double dot(const double *__restrict x, const double *__restrict y,
+                  const double *__restrict w, int M) {
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  int m = 0;
+  if (w) {
+    for (; m + 4 <= M; m += 4)
+      for (int l = 0; l < 4; ++l) s[l] += x[m + l] * y[m + l] * w[m + l];
+    for (; m < M; ++m) s[0] += x[m] * y[m] * w[m];
+  } else {
+    for (; m + 4 <= M; m += 4)
+      for (int l = 0; l < 4; ++l) s[l] += x[m + l] * y[m + l];
+    for (; m < M; ++m) s[0] += x[m] * y[m];
+  }
+  return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 // Activation value and derivative (dparallel/nn/activations.py; torch's for the last 3).
@@ -635,12 +653,7 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
         const double *a3 = A.type == 3 ? rjk + M * (1 + 2 * A.q3) : nullptr;
         double *z = zz + 2 * g * M, *dz = z + M;
         angular_batch(A, cs, M, z, dz);
-        double sum = 0.0;
-        if (a3)
-          for (int m = 0; m < M; ++m) sum += z[m] * ak[m] * a3[m];
-        else
-          for (int m = 0; m < M; ++m) sum += z[m] * ak[m];
-        values[A.f] += aj * sum;
+        values[A.f] += aj * dot(z, ak, a3, M);
       }
     }
   }
@@ -679,7 +692,9 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
     const double *zz = rjk + M * (1 + 2 * np3);
     const double *gath = zz + 2 * nfg * M, *xk = gath + 2 * np * M, *yk = xk + M, *zk = yk + M;
     const int nco = static_cast<int>(G.combos.size());
-    s.cc.assign((10 + 2 * static_cast<size_t>(nco)) * M, 0.0);
+    s.cc.resize((10 + 2 * static_cast<size_t>(nco)) * M);
+    std::fill(s.cc.begin(), s.cc.begin() + 4 * M, 0.0);  // cc, cj, ck, cjk
+    std::fill(s.cc.begin() + 10 * M, s.cc.end(), 0.0);   // the per-combo sums
     double *__restrict cc = s.cc.data(), *__restrict cj = cc + M, *__restrict ck = cj + M;
     double *__restrict cjk = ck + M, *__restrict gx = cjk + M, *__restrict gy = gx + M;
     double *__restrict gz = gy + M, *__restrict sums = gz + 4 * M;
