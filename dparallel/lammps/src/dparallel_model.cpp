@@ -284,19 +284,19 @@ inline void angular_batch(const Angular &a, const double *__restrict c, int M, d
   }
 }
 
-// sum_m x[m] y[m] (w[m]), in four interleaved partial sums (a fixed order, so repeatable).
+// sum_m x[m] y[m] v[m] (w[m]), in four interleaved partial sums (a fixed order, repeatable).
 inline double dot(const double *__restrict x, const double *__restrict y,
-                  const double *__restrict w, int M) {
+                  const double *__restrict v, const double *__restrict w, int M) {
   double s[4] = {0.0, 0.0, 0.0, 0.0};
   int m = 0;
   if (w) {
     for (; m + 4 <= M; m += 4)
-      for (int l = 0; l < 4; ++l) s[l] += x[m + l] * y[m + l] * w[m + l];
-    for (; m < M; ++m) s[0] += x[m] * y[m] * w[m];
+      for (int l = 0; l < 4; ++l) s[l] += x[m + l] * y[m + l] * v[m + l] * w[m + l];
+    for (; m < M; ++m) s[0] += x[m] * y[m] * v[m] * w[m];
   } else {
     for (; m + 4 <= M; m += 4)
-      for (int l = 0; l < 4; ++l) s[l] += x[m + l] * y[m + l];
-    for (; m < M; ++m) s[0] += x[m] * y[m];
+      for (int l = 0; l < 4; ++l) s[l] += x[m + l] * y[m + l] * v[m + l];
+    for (; m < M; ++m) s[0] += x[m] * y[m] * v[m];
   }
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
@@ -579,60 +579,77 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
     for (int m = m0; m < m1; ++m) sum += x[m] * fc[m];
     values[Q.f] += sum;
   }
-  // pass 1, triplets j < k in batches (one centre-neighbour j, one element block of k):
-  // r_jk^2 for the block, the partners inside the cutoff compacted without branches, then
-  // per batch cos, r_jk, the r_jk terms of type-3 parts, Z and dZ/dcos per function
+  // pass 1, triplets j < k, one batch per neighbour-element pair (group): r_jk^2 of every
+  // candidate, those inside the cutoff compacted without branches; then per batch cos,
+  // r_jk, the r_jk terms of type-3 parts, Z and dZ/dcos per function, in vector loops
   s.trip.clear();
   s.rec.clear();
   s.kk.clear();
-  s.r2.resize(n);
-  s.cand.resize(n);
-  for (int j = 0; j < n; ++j) {
-    const int ej = nb[s.order[j]].el;
-    for (int b = 0; b < n_el; ++b) {
-      const int k0 = j + 1 > s.block[b] ? j + 1 : s.block[b], k1 = s.block[b + 1];
-      if (k0 >= k1) continue;
-      const int gi = (ej < b ? ej : b) * n_el + (ej < b ? b : ej);
+  const size_t most = static_cast<size_t>(n) * (n + 1) / 2 + 1;
+  if (s.r2.size() < most) {
+    s.r2.resize(most);
+    s.cand.resize(2 * most);
+  }
+  for (int ea = 0; ea < n_el; ++ea) {
+    for (int eb = ea; eb < n_el; ++eb) {
+      const int gi = ea * n_el + eb;
       const Group &G = E.groups[gi];
       if (G.fns.empty()) continue;
       const double limit = G.wide ? 1e300 : G.rc2;
+      int *kc = s.cand.data(), *jc = kc + most;
+      double *r2c = s.r2.data();
       int M = 0;
-      for (int k = k0; k < k1; ++k) {
-        const double dx = X[k] - X[j], dy = Y[k] - Y[j], dz = Z[k] - Z[j];
-        const double r2 = dx * dx + dy * dy + dz * dz;
-        s.cand[M] = k;
-        s.r2[M] = r2;
-        M += r2 < limit;
+      for (int j = s.block[ea]; j < s.block[ea + 1]; ++j) {
+        const int k0 = ea == eb ? j + 1 : s.block[eb], k1 = s.block[eb + 1];
+        const double xj = X[j], yj = Y[j], zj = Z[j];
+        for (int k = k0; k < k1; ++k) {
+          const double dx = X[k] - xj, dy = Y[k] - yj, dz = Z[k] - zj;
+          const double r2 = dx * dx + dy * dy + dz * dz;
+          kc[M] = k;
+          jc[M] = j;
+          r2c[M] = r2;
+          M += r2 < limit;
+        }
       }
       if (M == 0) continue;
       const int nfg = static_cast<int>(G.fns.size());
       const size_t off = s.trip.size();
-      s.trip.resize(off + static_cast<size_t>(M) * (5 + 2 * np3 + 2 * nfg + 2 * np));
-      s.rec.push_back(j);
+      s.trip.resize(off + static_cast<size_t>(M) * (9 + 2 * np3 + 2 * nfg + 4 * np));
       s.rec.push_back(gi);
       s.rec.push_back(static_cast<int>(off));
       s.rec.push_back(M);
       s.rec.push_back(static_cast<int>(s.kk.size()));
-      s.kk.insert(s.kk.end(), s.cand.begin(), s.cand.begin() + M);
+      s.kk.insert(s.kk.end(), kc, kc + M);
+      s.kk.insert(s.kk.end(), jc, jc + M);
+      // layout: cs, rjk, [ajk, dajk] per type-3 part, [z, dz] per function,
+      // [ak, dak, aj, daj] per part, xk, yk, zk, xj, yj, zj, rj
       double *cs = s.trip.data() + off, *rjk = cs + M;
-      const int *kk = s.cand.data();
-      const double ijr = 1.0 / R[j];
-      double *gath = rjk + M * (1 + 2 * np3 + 2 * nfg);  // neighbour k's values, gathered
-      double *xk = gath + 2 * np * M, *yk = xk + M, *zk = yk + M;
+      double *gath = rjk + M * (1 + 2 * np3 + 2 * nfg);
+      double *xk = gath + 4 * np * M, *yk = xk + M, *zk = yk + M;
+      double *xj = zk + M, *yj = xj + M, *zj = yj + M, *rj = zj + M;
       for (int m = 0; m < M; ++m) {
-        const int k = kk[m];
+        const int k = kc[m], j = jc[m];
         xk[m] = X[k];
         yk[m] = Y[k];
         zk[m] = Z[k];
-        rjk[m] = std::sqrt(s.r2[m]);
-        cs[m] = (X[j] * X[k] + Y[j] * Y[k] + Z[j] * Z[k]) * ijr / R[k];
+        xj[m] = X[j];
+        yj[m] = Y[j];
+        zj[m] = Z[j];
+        rj[m] = R[j];
+      }
+      for (int m = 0; m < M; ++m) {
+        rjk[m] = std::sqrt(r2c[m]);
+        const double rk = std::sqrt(xk[m] * xk[m] + yk[m] * yk[m] + zk[m] * zk[m]);
+        cs[m] = (xj[m] * xk[m] + yj[m] * yk[m] + zj[m] * zk[m]) / (rj[m] * rk);
       }
       for (int p = 0; p < np; ++p) {
         const double *a = &s.a[p * n], *da = &s.da[p * n];
-        double *ak = gath + 2 * p * M, *dak = ak + M;
+        double *ak = gath + 4 * p * M, *dak = ak + M, *aj = dak + M, *daj = aj + M;
         for (int m = 0; m < M; ++m) {
-          ak[m] = a[kk[m]];
-          dak[m] = da[kk[m]];
+          ak[m] = a[kc[m]];
+          dak[m] = da[kc[m]];
+          aj[m] = a[jc[m]];
+          daj[m] = da[jc[m]];
         }
       }
       for (int q = 0; q < np3; ++q) {
@@ -649,11 +666,11 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
       double *zz = rjk + M * (1 + 2 * np3);
       for (int g = 0; g < nfg; ++g) {
         const Angular &A = G.fns[g];
-        const double aj = s.a[A.part * n + j], *ak = gath + 2 * A.part * M;
+        const double *ak = gath + 4 * A.part * M, *aj = ak + 2 * M;
         const double *a3 = A.type == 3 ? rjk + M * (1 + 2 * A.q3) : nullptr;
         double *z = zz + 2 * g * M, *dz = z + M;
         angular_batch(A, cs, M, z, dz);
-        values[A.f] += aj * dot(z, ak, a3, M);
+        values[A.f] += dot(z, ak, aj, a3, M);
       }
     }
   }
@@ -682,22 +699,23 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
     gs[3 * m + 2] += q * Z[m];
   }
   // pass 2, triplets: per batch dE/dcos, dE/dr_ij, dE/dr_ik, dE/dr_jk, then vectors
-  const size_t nrec = s.rec.size() / 5;
+  const size_t nrec = s.rec.size() / 4;
   for (size_t t = 0; t < nrec; ++t) {
-    const int j = s.rec[5 * t], gi = s.rec[5 * t + 1], M = s.rec[5 * t + 3];
-    const double *cs = s.trip.data() + s.rec[5 * t + 2], *rjk = cs + M;
-    const int *kk = s.kk.data() + s.rec[5 * t + 4];
+    const int gi = s.rec[4 * t], M = s.rec[4 * t + 2];
+    const double *cs = s.trip.data() + s.rec[4 * t + 1], *rjk = cs + M;
+    const int *kk = s.kk.data() + s.rec[4 * t + 3], *jj = kk + M;
     const Group &G = E.groups[gi];
-    const int nfg = static_cast<int>(G.fns.size());
+    const int nfg = static_cast<int>(G.fns.size()), nco = static_cast<int>(G.combos.size());
     const double *zz = rjk + M * (1 + 2 * np3);
-    const double *gath = zz + 2 * nfg * M, *xk = gath + 2 * np * M, *yk = xk + M, *zk = yk + M;
-    const int nco = static_cast<int>(G.combos.size());
+    const double *gath = zz + 2 * nfg * M, *xk = gath + 4 * np * M, *yk = xk + M;
+    const double *zk = yk + M, *xj = zk + M, *yj = xj + M, *zj = yj + M, *rj = zj + M;
     s.cc.resize((10 + 2 * static_cast<size_t>(nco)) * M);
     std::fill(s.cc.begin(), s.cc.begin() + 4 * M, 0.0);  // cc, cj, ck, cjk
     std::fill(s.cc.begin() + 10 * M, s.cc.end(), 0.0);   // the per-combo sums
     double *__restrict cc = s.cc.data(), *__restrict cj = cc + M, *__restrict ck = cj + M;
     double *__restrict cjk = ck + M, *__restrict gx = cjk + M, *__restrict gy = gx + M;
-    double *__restrict gz = gy + M, *__restrict sums = gz + 4 * M;
+    double *__restrict gz = gy + M, *__restrict hx = gz + M, *__restrict hy = hx + M;
+    double *__restrict hz = hy + M, *__restrict sums = hz + M;
     for (int g = 0; g < nfg; ++g) {  // sum_f w_f Z_f and sum_f w_f dZ_f per combo
       const double wf = w[G.fns[g].f];
       const double *__restrict z = zz + 2 * g * M, *__restrict dz = z + M;
@@ -709,35 +727,34 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
     }
     for (int o = 0; o < nco; ++o) {
       const Combo &C = G.combos[o];
-      const double *__restrict ak = gath + 2 * C.part * M, *__restrict dak = ak + M;
-      const double aj = s.a[C.part * n + j], daj = s.da[C.part * n + j];
+      const double *__restrict ak = gath + 4 * C.part * M, *__restrict dak = ak + M;
+      const double *__restrict aj = dak + M, *__restrict daj = aj + M;
       const double *__restrict sz = sums + 2 * o * M, *__restrict sdz = sz + M;
       if (C.type == 3) {
         const double *a3 = rjk + M * (1 + 2 * C.q3), *da3 = a3 + M;
         for (int m = 0; m < M; ++m) {
-          const double r = ak[m] * a3[m];
-          cc[m] += sdz[m] * aj * r;
-          cj[m] += sz[m] * daj * r;
-          ck[m] += sz[m] * aj * dak[m] * a3[m];
-          cjk[m] += sz[m] * aj * ak[m] * da3[m];
+          const double r = ak[m] * a3[m], sa = sz[m] * aj[m];
+          cc[m] += sdz[m] * aj[m] * r;
+          cj[m] += sz[m] * daj[m] * r;
+          ck[m] += sa * dak[m] * a3[m];
+          cjk[m] += sa * ak[m] * da3[m];
         }
       } else {
         for (int m = 0; m < M; ++m) {
-          cc[m] += sdz[m] * aj * ak[m];
-          cj[m] += sz[m] * daj * ak[m];
-          ck[m] += sz[m] * aj * dak[m];
+          cc[m] += sdz[m] * aj[m] * ak[m];
+          cj[m] += sz[m] * daj[m] * ak[m];
+          ck[m] += sz[m] * aj[m] * dak[m];
         }
       }
     }
-    // dE/dr_ik per triplet (vector loop), dE/dr_ij summed after it; r_jk = r_ik - r_ij
-    const double ij = 1.0 / R[j], xj = X[j], yj = Y[j], zj = Z[j];
-    const double ujx = xj * ij, ujy = yj * ij, ujz = zj * ij;
-    double *__restrict hx = gz + M, *__restrict hy = hx + M, *__restrict hz = hy + M;
+    // dE/dr_ik and dE/dr_ij per triplet in a vector loop, then scattered; r_jk = r_ik - r_ij
     for (int m = 0; m < M; ++m) {
       const double ik = 1.0 / std::sqrt(xk[m] * xk[m] + yk[m] * yk[m] + zk[m] * zk[m]);
+      const double ij = 1.0 / rj[m];
       const double c = cs[m], q = cjk[m] / rjk[m], p = cc[m], pj = cj[m], pk = ck[m];
       const double ukx = xk[m] * ik, uky = yk[m] * ik, ukz = zk[m] * ik;
-      const double jx = q * (xk[m] - xj), jy = q * (yk[m] - yj), jz = q * (zk[m] - zj);
+      const double ujx = xj[m] * ij, ujy = yj[m] * ij, ujz = zj[m] * ij;
+      const double jx = q * (xk[m] - xj[m]), jy = q * (yk[m] - yj[m]), jz = q * (zk[m] - zj[m]);
       gx[m] = p * (ujx - c * ukx) * ik + pk * ukx + jx;
       gy[m] = p * (ujy - c * uky) * ik + pk * uky + jy;
       gz[m] = p * (ujz - c * ukz) * ik + pk * ukz + jz;
@@ -745,19 +762,15 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
       hy[m] = p * (uky - c * ujy) * ij + pj * ujy - jy;
       hz[m] = p * (ukz - c * ujz) * ij + pj * ujz - jz;
     }
-    double gj[3] = {0.0, 0.0, 0.0};
     for (int m = 0; m < M; ++m) {
-      const int k = kk[m];
+      const int k = kk[m], j = jj[m];
       gs[3 * k] += gx[m];
       gs[3 * k + 1] += gy[m];
       gs[3 * k + 2] += gz[m];
-      gj[0] += hx[m];
-      gj[1] += hy[m];
-      gj[2] += hz[m];
+      gs[3 * j] += hx[m];
+      gs[3 * j + 1] += hy[m];
+      gs[3 * j + 2] += hz[m];
     }
-    gs[3 * j] += gj[0];
-    gs[3 * j + 1] += gj[1];
-    gs[3 * j + 2] += gj[2];
   }
   for (int m = 0; m < n; ++m) {
     const int o = s.order[m];
