@@ -582,9 +582,11 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
   // pass 1, triplets j < k, one batch per neighbour-element pair (group): r_jk^2 of every
   // candidate, those inside the cutoff compacted without branches; then per batch cos,
   // r_jk, the r_jk terms of type-3 parts, Z and dZ/dcos per function, in vector loops
-  s.trip.clear();
+  size_t used = 0;  // of s.trip: grown, never shrunk or zeroed (no memset per atom)
   s.rec.clear();
   s.kk.clear();
+  s.inv.resize(n);
+  for (int m = 0; m < n; ++m) s.inv[m] = 1.0 / R[m];
   const size_t most = static_cast<size_t>(n) * (n + 1) / 2 + 1;
   if (s.r2.size() < most) {
     s.r2.resize(most);
@@ -613,8 +615,9 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
       }
       if (M == 0) continue;
       const int nfg = static_cast<int>(G.fns.size());
-      const size_t off = s.trip.size();
-      s.trip.resize(off + static_cast<size_t>(M) * (9 + 2 * np3 + 2 * nfg + 4 * np));
+      const size_t off = used;
+      used += static_cast<size_t>(M) * (9 + 2 * np3 + 2 * nfg + 4 * np);
+      if (s.trip.size() < used) s.trip.resize(2 * used);
       s.rec.push_back(gi);
       s.rec.push_back(static_cast<int>(off));
       s.rec.push_back(M);
@@ -622,7 +625,7 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
       s.kk.insert(s.kk.end(), kc, kc + M);
       s.kk.insert(s.kk.end(), jc, jc + M);
       // layout: cs, rjk, [ajk, dajk] per type-3 part, [z, dz] per function,
-      // [ak, dak, aj, daj] per part, xk, yk, zk, xj, yj, zj, rj
+      // [ak, dak, aj, daj] per part, xk, yk, zk, xj, yj, zj, 1/r_ik, 1/r_ij (rj)
       double *cs = s.trip.data() + off, *rjk = cs + M;
       double *gath = rjk + M * (1 + 2 * np3 + 2 * nfg);
       double *xk = gath + 4 * np * M, *yk = xk + M, *zk = yk + M;
@@ -635,12 +638,11 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
         xj[m] = X[j];
         yj[m] = Y[j];
         zj[m] = Z[j];
-        rj[m] = R[j];
+        rj[m] = s.inv[j];
       }
       for (int m = 0; m < M; ++m) {
         rjk[m] = std::sqrt(r2c[m]);
-        const double rk = std::sqrt(xk[m] * xk[m] + yk[m] * yk[m] + zk[m] * zk[m]);
-        cs[m] = (xj[m] * xk[m] + yj[m] * yk[m] + zj[m] * zk[m]) / (rj[m] * rk);
+        cs[m] = (xj[m] * xk[m] + yj[m] * yk[m] + zj[m] * zk[m]) * rj[m] * s.inv[kc[m]];
       }
       for (int p = 0; p < np; ++p) {
         const double *a = &s.a[p * n], *da = &s.da[p * n];
@@ -705,6 +707,7 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
     const double *cs = s.trip.data() + s.rec[4 * t + 1], *rjk = cs + M;
     const int *kk = s.kk.data() + s.rec[4 * t + 3], *jj = kk + M;
     const Group &G = E.groups[gi];
+    const double *inv = s.inv.data();
     const int nfg = static_cast<int>(G.fns.size()), nco = static_cast<int>(G.combos.size());
     const double *zz = rjk + M * (1 + 2 * np3);
     const double *gath = zz + 2 * nfg * M, *xk = gath + 4 * np * M, *yk = xk + M;
@@ -749,8 +752,7 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
     }
     // dE/dr_ik and dE/dr_ij per triplet in a vector loop, then scattered; r_jk = r_ik - r_ij
     for (int m = 0; m < M; ++m) {
-      const double ik = 1.0 / std::sqrt(xk[m] * xk[m] + yk[m] * yk[m] + zk[m] * zk[m]);
-      const double ij = 1.0 / rj[m];
+      const double ik = inv[kk[m]], ij = rj[m];  // rj holds 1/r_ij
       const double c = cs[m], q = cjk[m] / rjk[m], p = cc[m], pj = cj[m], pk = ck[m];
       const double ukx = xk[m] * ik, uky = yk[m] * ik, ukz = zk[m] * ik;
       const double ujx = xj[m] * ij, ujy = yj[m] * ij, ujz = zj[m] * ij;

@@ -82,7 +82,7 @@ struct Neighbor {
 
 // Per-thread work arrays of Model::compute (reused between atoms).
 struct Scratch {
-  std::vector<double> x, rad, fc, dfc, a, da, g, dedg, trip, act, dact, r2, cc, gs;
+  std::vector<double> x, inv, rad, fc, dfc, a, da, g, dedg, trip, act, dact, r2, cc, gs;
   std::vector<int> tj, block, order, rec, kk, cand;
 };
 
