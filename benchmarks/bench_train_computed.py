@@ -46,7 +46,7 @@ def _to_device(batch: Any, device: Any) -> Any:
     """A stored-descriptor ``Batch`` (values, atom rows, per-pair dG/dr) on ``device``."""
     from dataclasses import fields, replace
 
-    from dparallel.descriptors import ACSFResult, PairDerivatives
+    from dparallel.descriptors import DescriptorResult, PairDerivatives
     from dparallel.train.structure_data import ComputedBatch
 
     if isinstance(batch, ComputedBatch):
@@ -61,7 +61,7 @@ def _to_device(batch: Any, device: Any) -> Any:
                 )
                 for f, pd in res.pairs.items()
             }
-        feats[e] = ACSFResult(res.values.to(device), res.atom_index.to(device), pairs)
+        feats[e] = DescriptorResult(res.values.to(device), res.atom_index.to(device), pairs)
     return replace(
         batch,
         atom_counts=batch.atom_counts.to(device),

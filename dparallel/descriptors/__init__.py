@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dparallel._lazy import lazy_getattr
-from dparallel.descriptors.acsf import ACSF, ACSFResult, PairDerivatives
+from dparallel.descriptors._acsf_backends import Backend
+from dparallel.descriptors.acsf import ACSF
 from dparallel.descriptors.registry import (
     BuildContext,
     DescriptorKind,
@@ -20,6 +21,7 @@ from dparallel.descriptors.registry import (
     register,
     registered,
 )
+from dparallel.descriptors.results import DescriptorResult, PairDerivatives
 
 if TYPE_CHECKING:
     from dparallel.descriptors.forces import forces_from_derivatives, virial_from_derivatives
@@ -33,9 +35,10 @@ _LAZY = {
 
 __all__ = [
     "ACSF",
-    "ACSFResult",
+    "Backend",
     "BuildContext",
     "DescriptorKind",
+    "DescriptorResult",
     "NeighborSum",
     "PairDerivatives",
     "descriptor_kind",

@@ -43,11 +43,11 @@ class DescriptorKind:
 
     ``load()`` returns the descriptor class: ``from_dict(dict)``/``to_dict()`` (how it
     is rebuilt from store attributes and model files), ``elements``, ``r_cut`` and
-    ``compute(batch, derivatives=, neighbors=, dtype=)`` → ``{element: ACSFResult}``.
+    ``compute(batch, derivatives=, neighbors=, dtype=)`` → ``{element: DescriptorResult}``.
     ``spec()`` returns its config model (pydantic) with ``build(context: BuildContext)``.
     ``numpy_route()`` (optional) says whether the class's torch-free
     ``compute_arrays(batch, derivatives=, neighbors=, dtype=, derivative_dtype=,
-    split_derivatives=)`` can run now; without it the type always computes with torch.
+    split_derivatives=, backend=)`` can run now; without it the type always computes with torch.
     ``graph()`` (optional) returns the class of its traceable torch form (deploy's
     ``PotentialModule``, ``torch.export``): ``graph_class(descriptor)``.
     ``n2p2``: it is n2p2's symmetry functions (``scaling.data``, n2p2 potentials,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from dparallel.descriptors import ACSFResult, PairDerivatives
+from dparallel.descriptors import DescriptorResult, PairDerivatives
 from dparallel.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -369,7 +369,7 @@ class Batch:
     structure_index: torch.Tensor  # (N,) int64
     energy: torch.Tensor  # (S,) eV, NaN if absent
     forces: torch.Tensor  # (N, 3) eV/Å, NaN if absent
-    features: dict[str, ACSFResult]  # element → values (n_e, F_e), atom_index, pairs
+    features: dict[str, DescriptorResult]  # element → values (n_e, F_e), atom_index, pairs
 
     @property
     def n_structures(self) -> int:
@@ -389,8 +389,8 @@ def gather_features(
     pairs: dict[str, dict[str, list]],
     feat_idx: dict[tuple[str, str], Any],
     join: Callable[[list, bool], torch.Tensor],
-) -> dict[str, ACSFResult]:
-    """Per element, one :class:`ACSFResult` of a batch from its structures' pieces.
+) -> dict[str, DescriptorResult]:
+    """Per element, one :class:`DescriptorResult` of a batch from its structures' pieces.
 
     ``vals``/``aidx``: per element, the value rows and atom indices of each piece;
     ``pairs``: per element and neighbour element, pieces ``(first, second, center,
@@ -398,7 +398,7 @@ def gather_features(
     ``join(pieces, floating)`` concatenates pieces into one tensor (``floating``: values,
     vectors, dG/dr, which may change dtype).
     """
-    features: dict[str, ACSFResult] = {}
+    features: dict[str, DescriptorResult] = {}
     for e in elements:
         if not vals[e]:
             continue
@@ -411,7 +411,7 @@ def gather_features(
                     pair_first=cat[0], pair_second=cat[1], center=cat[2], vectors=cat[3],
                     feature_index=torch.as_tensor(feat_idx[(e, f)]), dG_dr=cat[4],
                 )  # fmt: skip
-        features[e] = ACSFResult(
+        features[e] = DescriptorResult(
             values=join(vals[e], True), atom_index=join(aidx[e], False), pairs=pd_out
         )
     return features

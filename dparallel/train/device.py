@@ -22,7 +22,7 @@ from dparallel.train.structure_data import ComputedBatch
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dparallel.descriptors import ACSFResult
+    from dparallel.descriptors import DescriptorResult
     from dparallel.train.data import Batch
 
 __all__ = [
@@ -103,8 +103,8 @@ def peak_memory(device: torch.device) -> int | None:
 
 
 def _map_features(
-    features: dict[str, ACSFResult], fn: Callable[[torch.Tensor], torch.Tensor]
-) -> dict[str, ACSFResult]:
+    features: dict[str, DescriptorResult], fn: Callable[[torch.Tensor], torch.Tensor]
+) -> dict[str, DescriptorResult]:
     out = {}
     for e, res in features.items():
         pairs = None
@@ -137,7 +137,9 @@ def map_batch(batch: Batch, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch
     )
 
 
-def features_to(features: dict[str, ACSFResult], device: torch.device) -> dict[str, ACSFResult]:
+def features_to(
+    features: dict[str, DescriptorResult], device: torch.device
+) -> dict[str, DescriptorResult]:
     """Descriptor results (values, atom rows, pair derivatives) on ``device``."""
     return _map_features(features, lambda t: t.to(device))
 
