@@ -93,7 +93,7 @@ def engines(derivatives: bool) -> dict[str, tuple[str, Callable[[list[tuple]], N
         numba_element,
         triton_element,
     )
-    from dparallel.descriptors._acsf_engine import torch_element
+    from dparallel.descriptors._acsf_torch import torch_element
     from dparallel.kernels.pair_select import ElementPairs
 
     def numba(inputs: list[tuple]) -> None:

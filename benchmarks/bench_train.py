@@ -29,10 +29,12 @@ def _featurize(data: Path, store_path: Path):  # noqa: ANN202
     """Featurize in this process (no Dask): the featurize time row is the kernels' time."""
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.train import cu_acsf
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
     descriptors = DescriptorSet(acsf=cu_acsf(), derivatives=True)
-    return featurize_in_process(data, store_path, descriptors, partition_atoms=2000)
+    return featurize_in_process(
+        data, store_path, descriptors, FeaturizeOptions(partition_atoms=2000)
+    )
 
 
 def main() -> None:

@@ -36,10 +36,12 @@ def _dir_bytes(path: Path) -> int:
 def _featurize(data: Path, store_path: Path, derivatives: bool) -> Any:
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.train import cu_acsf
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
     descriptors = DescriptorSet(acsf=cu_acsf(), derivatives=derivatives)
-    return featurize_in_process(data, store_path, descriptors, partition_atoms=2000, overwrite=True)
+    return featurize_in_process(
+        data, store_path, descriptors, FeaturizeOptions(partition_atoms=2000, overwrite=True)
+    )
 
 
 def _to_device(batch: Any, device: Any) -> Any:

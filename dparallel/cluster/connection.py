@@ -29,7 +29,7 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 
 from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
-from dparallel.cluster.gpus import add_gpu_workers, check_gpus
+from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_workers
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
@@ -440,9 +440,8 @@ def _start_local(
     first = 1 if early else n_workers
 
     def start() -> tuple[LocalCluster, threading.Thread | None]:
-        forking = forked_workers(forkserver_preload, env=_worker_env(spec))
-        env = forking.__enter__()
-        try:
+        with contextlib.ExitStack() as stack:  # leaves the forkserver setting unless handed on
+            env = stack.enter_context(forked_workers(forkserver_preload, env=_worker_env(spec)))
             cluster = LocalCluster(
                 n_workers=first,
                 threads_per_worker=spec.threads_per_worker,
@@ -454,25 +453,21 @@ def _start_local(
                 env=env,
                 **kwargs,
             )
-        except BaseException:
-            forking.__exit__(None, None, None)
-            raise
-        try:
-            for _ in range(n_workers - first):
-                cluster.worker_spec.update(cluster.new_worker_spec())
-            add_gpu_workers(cluster, devices, wait=not early)
-        except BaseException:
-            forking.__exit__(None, None, None)
-            cluster.close()
-            raise
-        if not early:
-            forking.__exit__(None, None, None)
-            return cluster, None
-        thread = threading.Thread(
-            target=_start_the_rest, args=(cluster, forking), name="dparallel-workers", daemon=True
-        )
-        thread.start()
-        return cluster, thread
+            with contextlib.ExitStack() as on_error:
+                on_error.callback(cluster.close)
+                for _ in range(n_workers - first):
+                    cluster.worker_spec.update(cluster.new_worker_spec())
+                add_gpu_workers(cluster, devices, wait=not early)
+                on_error.pop_all()  # started: the cluster stays open
+            if not early:
+                return cluster, None
+            # the rest start in the background, still under the forkserver setting
+            rest = stack.pop_all()
+            thread = threading.Thread(
+                target=_start_the_rest, args=(cluster, rest), name="dparallel-workers", daemon=True
+            )
+            thread.start()
+            return cluster, thread
 
     try:
         try:
@@ -508,15 +503,14 @@ def _start_local(
     )  # fmt: skip
 
 
-def _start_the_rest(cluster: LocalCluster, forking: contextlib.AbstractContextManager[Any]) -> None:
+def _start_the_rest(cluster: LocalCluster, forking: contextlib.ExitStack) -> None:
     """Start the workers of ``cluster``'s spec that do not run yet (in a background thread),
     then leave the forkserver setting (``forking``) that the first worker started under."""
-    try:
-        cluster.sync(cluster._correct_state)
-    except Exception:  # the run goes on with the workers that started; Dask logs the cause
-        logger.warning("some local workers did not start", exc_info=True)
-    finally:
-        forking.__exit__(None, None, None)
+    with forking:
+        try:
+            start_specified_workers(cluster)
+        except Exception:  # the run goes on with the workers that started; Dask logs the cause
+            logger.warning("some local workers did not start", exc_info=True)
 
 
 def _start_slurm(spec: ClusterSpec) -> ClusterHandle:

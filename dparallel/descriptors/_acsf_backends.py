@@ -10,7 +10,7 @@ and assembles the per-pair derivative blocks under ``<F>/<field>`` keys
 layout). Every element kernel takes ``(plan, pairs, n_centers, call)`` and returns values
 (n_centers, F) and, with derivatives, ``{f: (pair selector (P_f,), dG/dr)}``: dG/dr is
 (P_f, F_f, 3) or, with ``call.split``, a :class:`SplitDerivatives`. The torch kernel
-(:func:`~dparallel.descriptors._acsf_engine.torch_element`) is the differentiable reference.
+(:func:`~dparallel.descriptors._acsf_torch.torch_element`) is the differentiable reference.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ __all__ = [
     "check_triton",
     "derivative_groups",
     "element_arrays",
-    "element_kernel",
     "numba_element",
     "resolve_backend",
     "triton_device",
@@ -159,15 +158,6 @@ def resolve_backend(backend: str | Backend, needs_grad: bool = False) -> Backend
             "positions that require grad"
         )
     return chosen
-
-
-def element_kernel(backend: Backend) -> Callable[..., tuple[Any, dict[int, Any] | None]]:
-    """The element kernel of a resolved backend."""
-    if backend.name == "torch":
-        from dparallel.descriptors._acsf_engine import torch_element
-
-        return torch_element
-    return numba_element if backend.name == "numba" else triton_element
 
 
 # ------------------------------------------------------------------ the driver

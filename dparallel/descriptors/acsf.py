@@ -19,7 +19,7 @@ from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import torch
 
@@ -68,6 +68,17 @@ def _feature(
         "cutoff_id": cid,
         "alpha": float(alpha),
     }
+
+
+def _element_kernel(backend: Backend) -> Callable[..., tuple[Any, dict[int, Any] | None]]:
+    """The element kernel of a resolved backend (:mod:`~dparallel.descriptors._acsf_backends`)."""
+    from dparallel.descriptors._acsf_backends import numba_element, triton_element
+
+    if backend.name == "torch":
+        from dparallel.descriptors._acsf_torch import torch_element
+
+        return torch_element
+    return numba_element if backend.name == "numba" else triton_element
 
 
 def length_unit(unit: float | str) -> float:
@@ -180,15 +191,16 @@ class ACSF:
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> ACSF:
-        """Rebuild from :meth:`to_dict` output (specs without ``order`` are ``"given"``)."""
-        if not isinstance(spec, dict) or spec.get("kind") != "acsf":
-            raise DescriptorError("ACSF.from_dict: expected a dict with kind='acsf'")
+        """Rebuild from :meth:`to_dict` output (specs without ``order`` are ``"given"``;
+        stores and model files written before the ``type`` key name it ``kind``)."""
+        if not isinstance(spec, dict) or spec.get("type", spec.get("kind")) != "acsf":
+            raise DescriptorError("ACSF.from_dict: expected a dict with type='acsf'")
         return cls(spec["elements"], spec["features"], order=spec.get("order", "given"))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able spec (kind, elements, features per central element)."""
+        """JSON-able spec (type, elements, features per central element)."""
         return {
-            "kind": "acsf",
+            "type": "acsf",
             "version": 1,
             "elements": list(self._elements),
             "order": self._order,
@@ -309,7 +321,7 @@ class ACSF:
         """
         import torch  # here, not at module level: the driver reads specs without torch
 
-        from dparallel.descriptors._acsf_backends import element_kernel, resolve_backend
+        from dparallel.descriptors._acsf_backends import resolve_backend
 
         dtype = torch.float64 if dtype is None else dtype
         if dtype not in (torch.float32, torch.float64):
@@ -333,7 +345,7 @@ class ACSF:
             None if chosen.name == "numba" else (vec, dist),  # torch in and out
         )
         arrays = element_arrays(
-            self._elements, self._get_plans(), pairs, element_kernel(chosen),
+            self._elements, self._get_plans(), pairs, _element_kernel(chosen),
             KernelCall(derivatives, backend=chosen),
         )  # fmt: skip
         return {e: DescriptorResult.from_numpy(a) for e, a in arrays.items()}
@@ -392,7 +404,7 @@ class ACSF:
         the same arrays to float64 rounding), or a :class:`Backend` with ``float32_terms``.
         Raises :class:`BackendUnavailableError` when the backend cannot run here.
         """
-        from dparallel.descriptors._acsf_backends import element_kernel, resolve_backend
+        from dparallel.descriptors._acsf_backends import resolve_backend
 
         chosen = Backend.of(backend)
         if chosen.name not in ("numba", "triton"):
@@ -415,7 +427,7 @@ class ACSF:
             split_derivatives, chosen,
         )  # fmt: skip
         return element_arrays(
-            self._elements, self._get_plans(), pairs, element_kernel(chosen), call
+            self._elements, self._get_plans(), pairs, _element_kernel(chosen), call
         )
 
     @staticmethod

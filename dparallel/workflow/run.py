@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Iterable
 
+    from dparallel.workflow.featurize_dispatch import FeaturizeOptions
     from dparallel.workflow.spec import WorkflowSpec
 
 __all__ = ["WorkflowResult", "run_workflow"]
@@ -66,6 +67,18 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Path, str]
     return path, "ran"
 
 
+def _featurize_options(spec: WorkflowSpec) -> FeaturizeOptions:
+    """How the workflow's dataset is read and partitioned (what its store is compared on)."""
+    from dparallel.workflow.featurize import FeaturizeOptions
+
+    return FeaturizeOptions(
+        format=spec.dataset.format,
+        units=spec.dataset.units,
+        on_error=spec.dataset.on_error,
+        partition_atoms=spec.partitioning.atoms,
+    )
+
+
 def _store_current(spec: WorkflowSpec, dataset: Path) -> bool:
     """Featurized completely from this very dataset and config (the predicate featurize uses)."""
     from dparallel.workflow.featurize import featurize_status
@@ -74,10 +87,7 @@ def _store_current(spec: WorkflowSpec, dataset: Path) -> bool:
         dataset,
         spec.store.path,
         spec.descriptors.build(data_units=spec.dataset.units),
-        format=spec.dataset.format,
-        units=spec.dataset.units,
-        on_error=spec.dataset.on_error,
-        partition_atoms=spec.partitioning.atoms,
+        _featurize_options(spec),
     )
     if status.kind == "store" and status.differences:
         log.info("store %s is out of date: %s", status.path, "; ".join(status.differences))
@@ -137,20 +147,16 @@ def run_workflow(
                 on_connect(handle)
             if featurize_needed:
                 say(f"featurize: {dataset} → {store_path}")
-                statistics = featurize(
-                    dataset,
-                    store_path,
-                    spec.descriptors.build(data_units=spec.dataset.units),
-                    format=spec.dataset.format,
-                    units=spec.dataset.units,
-                    on_error=spec.dataset.on_error,
-                    partition_atoms=spec.partitioning.atoms,
+                options = replace(
+                    _featurize_options(spec),
                     overwrite=spec.store.overwrite,
-                    protect=protect,
+                    protect=tuple(protect),
                     client=handle.client,
                     torch_threads=spec.cluster.torch_threads,
                     progress=progress,
-                ).statistics
+                )
+                descriptors = spec.descriptors.build(data_units=spec.dataset.units)
+                statistics = featurize(dataset, store_path, descriptors, options).statistics
                 result.stages["featurize"] = "ran"
             else:
                 result.stages["featurize"] = "skipped"

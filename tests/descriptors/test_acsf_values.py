@@ -220,6 +220,13 @@ def test_metadata_dict_roundtrip_pickle_and_errors() -> None:
 
     again = ACSF.from_dict(json.loads(json.dumps(acsf.to_dict())))
     assert again == acsf and pickle.loads(pickle.dumps(acsf)) == acsf
+    # one key names a descriptor's type (as NeighborSum's); specs written before say "kind"
+    spec = acsf.to_dict()
+    assert spec["type"] == "acsf" and "kind" not in spec
+    legacy = {("kind" if k == "type" else k): v for k, v in spec.items()}
+    assert ACSF.from_dict(legacy) == acsf
+    with pytest.raises(DescriptorError, match="type='acsf'"):
+        ACSF.from_dict({**spec, "type": "neighbor_sum"})
     with pytest.raises(DescriptorError, match="atomic number 6 is not among"):
         acsf.compute([ase.build.molecule("CH4")])
     with pytest.raises(DescriptorError, match="element 'C' not in this ACSF"):

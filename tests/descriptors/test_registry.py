@@ -77,7 +77,7 @@ def toy() -> Iterator[DescriptorKind]:
 def test_a_registered_type_is_read_built_computed_and_stored(toy, tmp_path: Path) -> None:
     from dparallel.datasets import write_emt_cu
     from dparallel.workflow.descriptors_spec import load_descriptors
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
     assert "coordination" in registered() and descriptor_kind("coordination") is toy
     (tmp_path / "d.yaml").write_text("coordination: {elements: [Cu], r_cut: 2.8}\n")
@@ -88,7 +88,9 @@ def test_a_registered_type_is_read_built_computed_and_stored(toy, tmp_path: Path
     assert again.to_dict() == dset.to_dict() and again.coordination.r_cut == 2.8
 
     data = write_emt_cu(tmp_path / "cu.extxyz", 3, seed=0)
-    store = featurize_in_process(data, tmp_path / "f.zarr", dset, partition_atoms=1000)
+    store = featurize_in_process(
+        data, tmp_path / "f.zarr", dset, FeaturizeOptions(partition_atoms=1000)
+    )
     values = store.read_features(0, "coordination", derivatives=False)["Cu"]["values"]
     assert values.shape == (store.n_atoms, 1) and values.min() >= 1  # fcc Cu: 12 within 2.8 Å
 
