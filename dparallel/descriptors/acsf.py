@@ -19,7 +19,7 @@ from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     import torch
 
@@ -30,19 +30,13 @@ __all__ = ["ACSF", "Backend", "DescriptorResult", "PairDerivatives"]
 _FEATURE_KEYS = ("type", "center", "neighbors", "eta", "rs", "zeta", "lambda", "rc", "cutoff")
 
 
-def _feature(
-    type_: int,
-    center: str,
-    neighbors: Sequence[str],
-    eta: float,
-    rs: float,
-    rc: float,
-    cutoff: str | int,
-    alpha: float,
-    zeta: float | None = None,
-    lambda_: float | None = None,
-) -> dict[str, Any]:
-    cid = cutoff_type_id(cutoff)
+def _feature(center: str, neighbors: Sequence[str], f: Mapping[str, Any]) -> dict[str, Any]:
+    """One validated feature of ``center`` from its parameters ``f``: ``type``, ``eta``,
+    ``rc`` and optionally ``rs`` (0), ``cutoff`` ("cos"), ``alpha`` (0), ``zeta``, ``lambda``."""
+    type_, eta, rc = int(f["type"]), f["eta"], f["rc"]
+    rs, alpha = f.get("rs", 0.0) or 0.0, f.get("alpha", 0.0) or 0.0
+    zeta, lambda_ = f.get("zeta"), f.get("lambda")
+    cid = cutoff_type_id(f.get("cutoff", "cos"))
     if type_ not in (2, 3, 9):
         raise DescriptorError(f"symmetry function type {type_} unsupported; use 2, 3 or 9")
     if not (math.isfinite(rc) and rc > 0 and math.isfinite(eta) and math.isfinite(rs)):
@@ -56,7 +50,7 @@ def _feature(
     if not 0.0 <= alpha < 1.0:
         raise DescriptorError(f"inner cutoff alpha must be in [0, 1), got {alpha}")
     return {
-        "type": int(type_),
+        "type": type_,
         "center": center,
         "neighbors": list(neighbors),
         "eta": float(eta),
@@ -133,20 +127,7 @@ class ACSF:
                         raise DescriptorError(f"feature {f} names element {x!r} not in {elements}")
                 if len(nb) == 2:  # canonical order: as in `elements`
                     nb = sorted(nb, key=self._elements.index)
-                feats.append(
-                    _feature(
-                        int(f["type"]),
-                        e,
-                        nb,
-                        f["eta"],
-                        f.get("rs", 0.0) or 0.0,
-                        f["rc"],
-                        f.get("cutoff", "cos"),
-                        f.get("alpha", 0.0) or 0.0,
-                        f.get("zeta"),
-                        f.get("lambda"),
-                    )
-                )
+                feats.append(_feature(e, nb, f))
             self._features[e] = feats
         if order == "n2p2":
             for e in self._elements:
@@ -173,19 +154,21 @@ class ACSF:
         ``radial`` holds (η, rs); ``narrow``/``wide`` hold (η, ζ, λ, rs).
         """
         elements = list(elements)
+        common = {"rc": r_cut, "cutoff": cutoff, "alpha": alpha}
         feats: dict[str, list[dict]] = {}
         for e in elements:
             out = []
             for f in elements:
                 for eta, rs in radial:
-                    out.append(_feature(2, e, [f], eta, rs, r_cut, cutoff, alpha))
+                    out.append({"type": 2, "neighbors": [f], "eta": eta, "rs": rs, **common})
             for ia, a in enumerate(elements):
                 for b in elements[ia:]:
                     for type_, params in ((3, narrow), (9, wide)):
                         for eta, zeta, lam, rs in params:
                             out.append(
-                                _feature(type_, e, [a, b], eta, rs, r_cut, cutoff, alpha, zeta, lam)
-                            )
+                                {"type": type_, "neighbors": [a, b], "eta": eta, "rs": rs,
+                                 "zeta": zeta, "lambda": lam, **common}
+                            )  # fmt: skip
             feats[e] = out
         return cls(elements, feats)
 
