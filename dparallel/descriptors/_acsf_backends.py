@@ -16,7 +16,7 @@ layout). Every element kernel takes ``(plan, pairs, n_centers, call)`` and retur
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -119,16 +119,15 @@ def check_triton() -> None:
 
 
 def triton_runs_on(device: str) -> bool:
-    """Whether the Triton kernel can run on ``device`` here: triton installed and a CUDA
-    ``device`` torch sees, or ``"cpu"`` under Triton's interpreter (``TRITON_INTERPRET=1``)."""
-    if importlib.util.find_spec("triton") is None:
+    """Whether the Triton kernel can run on ``device`` here: a CUDA ``device`` where
+    :func:`check_triton` passes with CUDA, or ``"cpu"`` under Triton's interpreter."""
+    try:
+        check_triton()
+    except BackendUnavailableError:
         return False
     import torch
 
-    kind = torch.device(device).type
-    if interpreting():
-        return kind == "cpu"
-    return kind == "cuda" and bool(torch.cuda.is_available())
+    return torch.device(device).type == ("cpu" if interpreting() else "cuda")
 
 
 def triton_device() -> torch.device:
@@ -147,7 +146,7 @@ def resolve_backend(backend: str | Backend, needs_grad: bool = False) -> Backend
         raise DescriptorError(f"backend must be 'auto', 'torch', 'numba' or 'triton', got {name!r}")
     if name == "auto":
         name = "numba" if _numba_available() and not needs_grad else "torch"
-        return Backend(name, chosen.max_triplets, chosen.float32_terms, chosen.device)
+        return replace(chosen, name=name)
     if name == "numba" and not _numba_available():
         raise BackendUnavailableError("backend='numba' needs numba (pip install numba)")
     if name == "triton":
