@@ -68,6 +68,7 @@ def featurize_phases(args: argparse.Namespace) -> None:
     from dparallel.store import StoreLease
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import (
+        FeaturizeOptions,
         featurize_partition,
         featurize_preloads,
         finish_featurize,
@@ -87,9 +88,9 @@ def featurize_phases(args: argparse.Namespace) -> None:
                 args.featurize,
                 out,
                 dset,
-                format=args.format,
-                units=args.units,
-                partition_atoms=args.partition_atoms,
+                FeaturizeOptions(
+                    format=args.format, units=args.units, partition_atoms=args.partition_atoms
+                ),
                 n_workers=args.workers,
             )
             marks.append(

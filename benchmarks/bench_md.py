@@ -37,15 +37,17 @@ def train_quick_model(work: Path) -> Path:
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.train import TrainingSpec, train
     from dparallel.train.export import export_model
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
     from dparallel.workflow.spec import load_quickstart
 
     data = write_emt_cu(work / "cu60.xyz", 60, seed=1)
     acsf = load_quickstart().descriptors.build().acsf
     store = featurize_in_process(
-        data, work / "cu60.zarr", DescriptorSet(acsf=acsf, derivatives=True),
-        partition_atoms=2000, overwrite=True,
-    )  # fmt: skip
+        data,
+        work / "cu60.zarr",
+        DescriptorSet(acsf=acsf, derivatives=True),
+        FeaturizeOptions(partition_atoms=2000, overwrite=True),
+    )
     spec = TrainingSpec(epochs=40, hidden=(48, 48), seed=0)
     train(store, work / "model", spec)
     export_model(work / "model")  # deployed.pt and the plain-torch artifacts

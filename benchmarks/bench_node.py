@@ -87,28 +87,33 @@ def best_rate(
 def engines(derivatives: bool) -> dict[str, tuple[str, Callable[[list[tuple]], None]]]:
     """Engine name → (device, run over the element inputs) (inputs already on the device;
     one input per element, so ``len(inputs)`` is the number of elements)."""
-    from dparallel.descriptors._acsf_engine import evaluate_element, numba_element
+    from dparallel.descriptors._acsf_backends import (
+        Backend,
+        KernelCall,
+        numba_element,
+        triton_element,
+    )
+    from dparallel.descriptors._acsf_torch import torch_element
+    from dparallel.kernels.pair_select import ElementPairs
 
     def numba(inputs: list[tuple]) -> None:
+        call = KernelCall(derivatives, split=derivatives)
         for plan, vec, dist, center, nbr, n_c in inputs:
-            numba_element(plan, vec, dist, center, nbr, n_c, len(inputs), derivatives,
-                          split=derivatives)  # fmt: skip
+            numba_element(plan, ElementPairs(None, center, nbr, vec, dist), n_c, call)
 
     def torch_engine(max_triplets: int) -> Callable[[list[tuple]], None]:
+        call = KernelCall(derivatives, backend=Backend("torch", max_triplets=max_triplets))
+
         def run(inputs: list[tuple]) -> None:
             for plan, vec, dist, center, nbr, n_c in inputs:
-                evaluate_element(
-                    plan, vec, dist, center, nbr, n_c, len(inputs), derivatives, max_triplets
-                )
+                torch_element(plan, ElementPairs(None, center, nbr, vec, dist), n_c, call)
 
         return run
 
     def triton(inputs: list[tuple]) -> None:
-        from dparallel.descriptors._acsf_triton import triton_element
-
+        call = KernelCall(derivatives, split=derivatives)
         for plan, vec, dist, center, nbr, n_c in inputs:
-            triton_element(plan, vec, dist, center, nbr, n_c, len(inputs), derivatives,
-                           split=derivatives)  # fmt: skip
+            triton_element(plan, ElementPairs(None, center, nbr, vec, dist), n_c, call)
 
     return {
         "numba cpu": ("numpy", numba),

@@ -108,11 +108,13 @@ def in_process_with_store(path: Path, store: Path, descriptors, partition_atoms:
     """Seconds for ``featurize_in_process``: the same tasks and zarr writes, no Dask."""
     import torch
 
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    featurize_in_process(path, store, descriptors, partition_atoms=partition_atoms)
+    featurize_in_process(
+        path, store, descriptors, FeaturizeOptions(partition_atoms=partition_atoms)
+    )
     return time.perf_counter() - t0
 
 
@@ -123,7 +125,7 @@ def on_dask(
     from distributed import Client, LocalCluster
 
     from dparallel.cluster.allocator import ENV_MALLOC_TUNE
-    from dparallel.workflow.featurize import featurize
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize
 
     env = {} if malloc_tune else {ENV_MALLOC_TUNE: "0"}
     with (
@@ -137,7 +139,12 @@ def on_dask(
     ):
         client.run(warm_up, descriptors)  # same warm-up as the in-process runs, not timed
         t0 = time.perf_counter()
-        featurize(path, store, descriptors, partition_atoms=partition_atoms, client=client)
+        featurize(
+            path,
+            store,
+            descriptors,
+            FeaturizeOptions(partition_atoms=partition_atoms, client=client),
+        )
         seconds = time.perf_counter() - t0
         rss = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     return seconds, max(rss.values()) / 1024

@@ -28,11 +28,13 @@ def _peak_rss_mb() -> float:
 def _featurize(data: Path, store_path: Path):  # noqa: ANN202
     """Featurize in this process (no Dask): the featurize time row is the kernels' time."""
     from dparallel.descriptors.descriptor_set import DescriptorSet
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
     from dparallel.workflow.spec import load_quickstart
 
     descriptors = DescriptorSet(acsf=load_quickstart().descriptors.build().acsf, derivatives=True)
-    return featurize_in_process(data, store_path, descriptors, partition_atoms=2000)
+    return featurize_in_process(
+        data, store_path, descriptors, FeaturizeOptions(partition_atoms=2000)
+    )
 
 
 def main() -> None:

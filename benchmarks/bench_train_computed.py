@@ -36,13 +36,15 @@ def _dir_bytes(path: Path) -> int:
 
 def _featurize(data: Path, store_path: Path, derivatives: bool) -> Any:
     from dparallel.descriptors.descriptor_set import DescriptorSet
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
     from dparallel.workflow.spec import load_quickstart
 
     descriptors = DescriptorSet(
         acsf=load_quickstart().descriptors.build().acsf, derivatives=derivatives
     )
-    return featurize_in_process(data, store_path, descriptors, partition_atoms=2000, overwrite=True)
+    return featurize_in_process(
+        data, store_path, descriptors, FeaturizeOptions(partition_atoms=2000, overwrite=True)
+    )
 
 
 def _epochs(

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     connecting = connect_early(args, featurize_preloads(), (FEATURIZE_FORKSERVER_PRELOAD,))
 
     from dparallel.workflow.descriptors_spec import load_descriptors
-    from dparallel.workflow.featurize import featurize, write_scaling_data
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize, write_scaling_data
 
     try:
         if args.descriptors:  # an n2p2 input.nn's lengths follow the data's --units
@@ -77,22 +77,20 @@ def run(args: argparse.Namespace) -> int:
         raise
     if args.derivatives and not descriptors.derivatives:
         descriptors = replace(descriptors, derivatives=True)
-    result = featurize(
-        args.source,
-        args.output,
-        descriptors,
+    options = FeaturizeOptions(
         format=args.format,
         units=args.units,
         on_error=args.on_error,
         partition_atoms=args.partition_atoms,
         overwrite=args.overwrite,
-        protect=[args.descriptors or args.workflow],
+        protect=(args.descriptors or args.workflow,),
         torch_threads=args.torch_threads,
         progress=partition_progress(args.quiet),
         on_connect=on_connect(args),
         connecting=connecting,
         **cluster_kwargs(args),
     )
+    result = featurize(args.source, args.output, descriptors, options)
     store = result.store
     print(
         f"{store.path}: {store.n_structures} structures, {store.n_atoms} atoms, "

@@ -94,8 +94,7 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     route_cluster_logs(args, spec.store.path)
     result = run_workflow(
         spec,
-        scheduler=kwargs["scheduler"],
-        scheduler_file=kwargs["scheduler_file"],
+        connect_to={"scheduler": kwargs["scheduler"], "scheduler_file": kwargs["scheduler_file"]},
         say=say,
         progress=partition_progress(args.quiet),
         on_epoch=on_epoch,

@@ -22,14 +22,14 @@ import os
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dask.system import CPU_COUNT
 from distributed import Client, LocalCluster
 from distributed.security import Security
 
 from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
-from dparallel.cluster.gpus import add_gpu_workers, check_gpus
+from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_workers
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
@@ -417,6 +417,22 @@ def _register_threads(client: Client, spec: ClusterSpec) -> None:
         client.register_plugin(TorchThreadsPlugin(spec.torch_threads))
 
 
+class _LocalStart(NamedTuple):
+    """How :func:`_start_local` starts a local cluster."""
+
+    n_workers: int  # CPU workers in all
+    early: bool  # return once one worker runs; the rest start in the background
+    devices: list[str]  # one GPU worker each
+    dashboard: str
+    kwargs: dict[str, Any]  # more LocalCluster arguments
+    forkserver_preload: Sequence[str]
+
+    @property
+    def first(self) -> int:
+        """CPU workers started before returning."""
+        return 1 if self.early else self.n_workers
+
+
 def _start_local(
     spec: ClusterSpec,
     worker_preload: Sequence[str] = (),
@@ -437,51 +453,15 @@ def _start_local(
         kwargs["preload"] = list(worker_preload)
     # more workers than cores: their starts would only take the cores from the first tasks
     early = return_early and n_workers + len(devices) <= CPU_COUNT
-    first = 1 if early else n_workers
-
-    def start() -> tuple[LocalCluster, threading.Thread | None]:
-        forking = forked_workers(forkserver_preload, env=_worker_env(spec))
-        env = forking.__enter__()
-        try:
-            cluster = LocalCluster(
-                n_workers=first,
-                threads_per_worker=spec.threads_per_worker,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address=dashboard,
-                # HTTP server now, bokeh pages once the workers run (dashboard.deferred_pages)
-                scheduler_kwargs={"preload": [DEFERRED_DASHBOARD_PRELOAD], "dashboard": False},
-                env=env,
-                **kwargs,
-            )
-        except BaseException:
-            forking.__exit__(None, None, None)
-            raise
-        try:
-            for _ in range(n_workers - first):
-                cluster.worker_spec.update(cluster.new_worker_spec())
-            add_gpu_workers(cluster, devices, wait=not early)
-        except BaseException:
-            forking.__exit__(None, None, None)
-            cluster.close()
-            raise
-        if not early:
-            forking.__exit__(None, None, None)
-            return cluster, None
-        thread = threading.Thread(
-            target=_start_the_rest, args=(cluster, forking), name="dparallel-workers", daemon=True
-        )
-        thread.start()
-        return cluster, thread
-
+    how = _LocalStart(n_workers, early, devices, dashboard, kwargs, forkserver_preload)
     try:
         try:
-            cluster, starting = start()
+            cluster, starting = _launch(spec, how)
         except AssertionError:
             # distributed's LoopRunner asserts when its IO-loop thread has not started
             # within 10 s (seen on a saturated machine); that is transient: try once more.
             logger.warning("local cluster's event loop did not start in time; retrying once")
-            cluster, starting = start()
+            cluster, starting = _launch(spec, how)
     except Exception as exc:
         raise ClusterError(
             f"cannot start a local Dask cluster with {n_workers} workers "
@@ -508,15 +488,47 @@ def _start_local(
     )  # fmt: skip
 
 
-def _start_the_rest(cluster: LocalCluster, forking: contextlib.AbstractContextManager[Any]) -> None:
+def _launch(spec: ClusterSpec, how: _LocalStart) -> tuple[LocalCluster, threading.Thread | None]:
+    """The cluster with its first workers running and, if it starts the rest in the
+    background, the thread that does (it leaves the forkserver setting when done)."""
+    with contextlib.ExitStack() as stack:  # leaves the forkserver setting unless handed on
+        env = stack.enter_context(forked_workers(how.forkserver_preload, env=_worker_env(spec)))
+        cluster = LocalCluster(
+            n_workers=how.first,
+            threads_per_worker=spec.threads_per_worker,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=how.dashboard,
+            # HTTP server now, bokeh pages once the workers run (dashboard.deferred_pages)
+            scheduler_kwargs={"preload": [DEFERRED_DASHBOARD_PRELOAD], "dashboard": False},
+            env=env,
+            **how.kwargs,
+        )
+        with contextlib.ExitStack() as on_error:
+            on_error.callback(cluster.close)
+            for _ in range(how.n_workers - how.first):
+                cluster.worker_spec.update(cluster.new_worker_spec())
+            add_gpu_workers(cluster, how.devices, wait=not how.early)
+            on_error.pop_all()  # started: the cluster stays open
+        if not how.early:
+            return cluster, None
+        # the rest start in the background, still under the forkserver setting
+        thread = threading.Thread(
+            target=_start_the_rest, args=(cluster, stack.pop_all()), name="dparallel-workers",
+            daemon=True,
+        )  # fmt: skip
+        thread.start()
+        return cluster, thread
+
+
+def _start_the_rest(cluster: LocalCluster, forking: contextlib.ExitStack) -> None:
     """Start the workers of ``cluster``'s spec that do not run yet (in a background thread),
     then leave the forkserver setting (``forking``) that the first worker started under."""
-    try:
-        cluster.sync(cluster._correct_state)
-    except Exception:  # the run goes on with the workers that started; Dask logs the cause
-        logger.warning("some local workers did not start", exc_info=True)
-    finally:
-        forking.__exit__(None, None, None)
+    with forking:
+        try:
+            start_specified_workers(cluster)
+        except Exception:  # the run goes on with the workers that started; Dask logs the cause
+            logger.warning("some local workers did not start", exc_info=True)
 
 
 def _start_slurm(spec: ClusterSpec) -> ClusterHandle:

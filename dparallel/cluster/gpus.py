@@ -27,6 +27,7 @@ __all__ = [
     "check_gpus",
     "gpu_partitions",
     "gpu_worker_addresses",
+    "start_specified_workers",
     "visible_gpus",
     "worker_gpus",
 ]
@@ -69,6 +70,10 @@ def check_gpus(n: int) -> list[str]:
     return devices[:n]
 
 
+#: Seconds :func:`start_specified_workers` waits for the workers it starts.
+WORKER_START_TIMEOUT = 120.0
+
+
 def add_gpu_workers(cluster: Any, devices: list[str], *, wait: bool = True) -> None:
     """Add one worker per device to a running ``LocalCluster`` (or any SpecCluster): the
     cluster's own worker options plus ``CUDA_VISIBLE_DEVICES`` and the ``GPU=1`` resource,
@@ -81,8 +86,19 @@ def add_gpu_workers(cluster: Any, devices: list[str], *, wait: bool = True) -> N
         options["resources"] = {**(options.get("resources") or {}), GPU_RESOURCE: 1}
         options["name"] = f"gpu-{device}"
         cluster.worker_spec[f"gpu-{device}"] = {"cls": base["cls"], "options": options}
-    if wait:
-        cluster.sync(cluster._correct_state)  # starts the new ones, as scale() does
+    if wait and devices:
+        start_specified_workers(cluster)
+
+
+def start_specified_workers(cluster: Any, timeout: float = WORKER_START_TIMEOUT) -> None:
+    """Start the workers of ``cluster``'s spec that do not run yet and wait until all run.
+
+    Through distributed's public API: ``scale`` to the spec's size (it starts what the spec
+    lacks) and ``wait_for_workers``. Raises distributed's ``TimeoutError`` when they do not
+    all run within ``timeout`` s (a worker that failed to start: distributed logs why)."""
+    n = len(cluster.worker_spec)
+    cluster.scale(n)
+    cluster.wait_for_workers(n, timeout=timeout)
 
 
 def gpu_worker_addresses(client: Any) -> list[str]:

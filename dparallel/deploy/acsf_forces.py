@@ -20,9 +20,10 @@ import numpy as np
 import torch
 
 from dparallel.deploy.identical import identical
-from dparallel.descriptors import ACSF, numba_element
+from dparallel.descriptors import ACSF, KernelCall, numba_element
 from dparallel.kernels.acsf_numba import NetworkForces, acsf_element, no_split
 from dparallel.kernels.pair_forces import add_pair_forces
+from dparallel.kernels.pair_select import ElementPairs
 
 if TYPE_CHECKING:
     from dparallel.neighbors import Neighbors
@@ -318,10 +319,12 @@ class ACSFForces:
             sel = lay.pairs[k]
             sel = sel[nb.distances[sel] < plan.r_max]  # (P_e,) pairs in the cutoff
             center = lay.local[nb.pair_first[sel]]
+            pairs = ElementPairs(
+                sel, center, lay.neighbor_el[sel], nb.vectors[sel], nb.distances[sel]
+            )
             values, groups = numba_element(
-                plan, nb.vectors[sel], nb.distances[sel], center, lay.neighbor_el[sel],
-                rows.shape[0], self.n_el, derivatives, np_dtype,
-            )  # fmt: skip
+                plan, pairs, rows.shape[0], KernelCall(derivatives, np_dtype)
+            )
             out.append((k, e, sel, center, values, groups))
         return out
 

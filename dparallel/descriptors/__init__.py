@@ -3,9 +3,9 @@
 Descriptor types are looked up by name in :mod:`dparallel.descriptors.registry`
 (:func:`register` adds one).
 
-The torch-only names (``NeighborSum``, the force helpers) and ``numba_element`` (one
-central element's symmetry functions through the compiled kernel, on numpy arrays) load on
-first use (PEP 562), so reading an ACSF spec does not import torch.
+The torch-only names (``NeighborSum``, the force helpers) load on first use (PEP 562), so
+reading an ACSF spec does not import torch. ``numba_element`` runs one central element's
+symmetry functions through the compiled kernel on numpy arrays (``KernelCall`` says how).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dparallel._lazy import lazy_getattr
-from dparallel.descriptors.acsf import ACSF, ACSFResult, PairDerivatives
+from dparallel.descriptors._acsf_backends import Backend, KernelCall, numba_element
+from dparallel.descriptors.acsf import ACSF
 from dparallel.descriptors.registry import (
     BuildContext,
     DescriptorKind,
@@ -21,24 +22,25 @@ from dparallel.descriptors.registry import (
     register,
     registered,
 )
+from dparallel.descriptors.results import DescriptorResult, PairDerivatives
 
 if TYPE_CHECKING:
-    from dparallel.descriptors._acsf_engine import numba_element
     from dparallel.descriptors.forces import forces_from_derivatives, virial_from_derivatives
     from dparallel.descriptors.neighbor_sum import NeighborSum
 
 _LAZY = {
     "NeighborSum": "neighbor_sum",
     "forces_from_derivatives": "forces",
-    "numba_element": "_acsf_engine",
     "virial_from_derivatives": "forces",
 }
 
 __all__ = [
     "ACSF",
-    "ACSFResult",
+    "Backend",
     "BuildContext",
     "DescriptorKind",
+    "DescriptorResult",
+    "KernelCall",
     "NeighborSum",
     "PairDerivatives",
     "descriptor_kind",

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dparallel.descriptors.results import ACSFResult, PairDerivatives
+from dparallel.descriptors._acsf_backends import Backend, BatchPairs, KernelCall, element_arrays
+from dparallel.descriptors.results import DescriptorResult, PairDerivatives
 from dparallel.descriptors.species import species_index
 from dparallel.errors import DescriptorError
 from dparallel.kernels.cutoff_types import CUTOFF_TYPES, cutoff_type_id
@@ -19,30 +20,24 @@ from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     import torch
 
     from dparallel.descriptors._acsf_engine import ElementPlan
 
-__all__ = ["ACSF", "ACSFResult", "PairDerivatives"]
+__all__ = ["ACSF", "Backend", "DescriptorResult", "PairDerivatives"]
 
 _FEATURE_KEYS = ("type", "center", "neighbors", "eta", "rs", "zeta", "lambda", "rc", "cutoff")
 
 
-def _feature(
-    type_: int,
-    center: str,
-    neighbors: Sequence[str],
-    eta: float,
-    rs: float,
-    rc: float,
-    cutoff: str | int,
-    alpha: float,
-    zeta: float | None = None,
-    lambda_: float | None = None,
-) -> dict[str, Any]:
-    cid = cutoff_type_id(cutoff)
+def _feature(center: str, neighbors: Sequence[str], f: Mapping[str, Any]) -> dict[str, Any]:
+    """One validated feature of ``center`` from its parameters ``f``: ``type``, ``eta``,
+    ``rc`` and optionally ``rs`` (0), ``cutoff`` ("cos"), ``alpha`` (0), ``zeta``, ``lambda``."""
+    type_, eta, rc = int(f["type"]), f["eta"], f["rc"]
+    rs, alpha = f.get("rs", 0.0) or 0.0, f.get("alpha", 0.0) or 0.0
+    zeta, lambda_ = f.get("zeta"), f.get("lambda")
+    cid = cutoff_type_id(f.get("cutoff", "cos"))
     if type_ not in (2, 3, 9):
         raise DescriptorError(f"symmetry function type {type_} unsupported; use 2, 3 or 9")
     if not (math.isfinite(rc) and rc > 0 and math.isfinite(eta) and math.isfinite(rs)):
@@ -56,7 +51,7 @@ def _feature(
     if not 0.0 <= alpha < 1.0:
         raise DescriptorError(f"inner cutoff alpha must be in [0, 1), got {alpha}")
     return {
-        "type": int(type_),
+        "type": type_,
         "center": center,
         "neighbors": list(neighbors),
         "eta": float(eta),
@@ -68,6 +63,17 @@ def _feature(
         "cutoff_id": cid,
         "alpha": float(alpha),
     }
+
+
+def _element_kernel(backend: Backend) -> Callable[..., tuple[Any, dict[int, Any] | None]]:
+    """The element kernel of a resolved backend (:mod:`~dparallel.descriptors._acsf_backends`)."""
+    from dparallel.descriptors._acsf_backends import numba_element, triton_element
+
+    if backend.name == "torch":
+        from dparallel.descriptors._acsf_torch import torch_element
+
+        return torch_element
+    return numba_element if backend.name == "numba" else triton_element
 
 
 def length_unit(unit: float | str) -> float:
@@ -122,20 +128,7 @@ class ACSF:
                         raise DescriptorError(f"feature {f} names element {x!r} not in {elements}")
                 if len(nb) == 2:  # canonical order: as in `elements`
                     nb = sorted(nb, key=self._elements.index)
-                feats.append(
-                    _feature(
-                        int(f["type"]),
-                        e,
-                        nb,
-                        f["eta"],
-                        f.get("rs", 0.0) or 0.0,
-                        f["rc"],
-                        f.get("cutoff", "cos"),
-                        f.get("alpha", 0.0) or 0.0,
-                        f.get("zeta"),
-                        f.get("lambda"),
-                    )
-                )
+                feats.append(_feature(e, nb, f))
             self._features[e] = feats
         if order == "n2p2":
             for e in self._elements:
@@ -162,33 +155,36 @@ class ACSF:
         ``radial`` holds (η, rs); ``narrow``/``wide`` hold (η, ζ, λ, rs).
         """
         elements = list(elements)
+        common = {"rc": r_cut, "cutoff": cutoff, "alpha": alpha}
         feats: dict[str, list[dict]] = {}
         for e in elements:
             out = []
             for f in elements:
                 for eta, rs in radial:
-                    out.append(_feature(2, e, [f], eta, rs, r_cut, cutoff, alpha))
+                    out.append({"type": 2, "neighbors": [f], "eta": eta, "rs": rs, **common})
             for ia, a in enumerate(elements):
                 for b in elements[ia:]:
                     for type_, params in ((3, narrow), (9, wide)):
                         for eta, zeta, lam, rs in params:
                             out.append(
-                                _feature(type_, e, [a, b], eta, rs, r_cut, cutoff, alpha, zeta, lam)
-                            )
+                                {"type": type_, "neighbors": [a, b], "eta": eta, "rs": rs,
+                                 "zeta": zeta, "lambda": lam, **common}
+                            )  # fmt: skip
             feats[e] = out
         return cls(elements, feats)
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> ACSF:
-        """Rebuild from :meth:`to_dict` output (specs without ``order`` are ``"given"``)."""
-        if not isinstance(spec, dict) or spec.get("kind") != "acsf":
-            raise DescriptorError("ACSF.from_dict: expected a dict with kind='acsf'")
+        """Rebuild from :meth:`to_dict` output (specs without ``order`` are ``"given"``;
+        stores and model files written before the ``type`` key name it ``kind``)."""
+        if not isinstance(spec, dict) or spec.get("type", spec.get("kind")) != "acsf":
+            raise DescriptorError("ACSF.from_dict: expected a dict with type='acsf'")
         return cls(spec["elements"], spec["features"], order=spec.get("order", "given"))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able spec (kind, elements, features per central element)."""
+        """JSON-able spec (type, elements, features per central element)."""
         return {
-            "kind": "acsf",
+            "type": "acsf",
             "version": 1,
             "elements": list(self._elements),
             "order": self._order,
@@ -263,8 +259,6 @@ class ACSF:
             raise DescriptorError(f"element {element!r} not in this ACSF ({self._elements})")
 
     def plans(self) -> dict[str, ElementPlan]:
-        """Per central element its column bookkeeping and compiled-kernel tables (built once);
-        the compiled inference route (``dparallel.deploy``) runs the kernel on them."""
         from dparallel.descriptors._acsf_engine import build_plan  # torch: workers only
 
         if self._plans is None:
@@ -279,10 +273,8 @@ class ACSF:
         dtype: torch.dtype | None = None,
         neighbors: Neighbors | None = None,
         positions: torch.Tensor | None = None,
-        max_triplets: int = 131072,
-        backend: str = "auto",
-        compute_dtype: torch.dtype | None = None,
-    ) -> dict[str, ACSFResult]:
+        backend: str | Backend = "auto",
+    ) -> dict[str, DescriptorResult]:
         """Symmetry functions of every atom, grouped by central element.
 
         Parameters
@@ -290,7 +282,7 @@ class ACSF:
         structures
             A :class:`StructureBatch` or a list of ``ase.Atoms``.
         derivatives
-            Also return analytic ∂G_i/∂r_ij per pair (``ACSFResult.pairs``).
+            Also return analytic ∂G_i/∂r_ij per pair (``DescriptorResult.pairs``).
         dtype
             torch.float64 (default) or torch.float32.
         neighbors
@@ -298,113 +290,78 @@ class ACSF:
         positions
             Optional (N, 3) tensor replacing the batch positions; values (and
             derivatives) are differentiable with respect to it (autograd, double backward).
-        max_triplets
-            Triplets processed per block by the torch backend (memory bound, docs/acsf.md).
         backend
             ``"torch"`` (vectorised, differentiable reference), ``"numba"`` (compiled
             triplet loop, not differentiable w.r.t. ``positions``), ``"triton"`` (the
-            GPU kernel, or on CPU under ``TRITON_INTERPRET=1``; not differentiable) or
-            ``"auto"``: numba when it is installed and ``positions`` does not require
-            grad, else torch.
-        compute_dtype
-            numba backend only: precision of the per-triplet terms (default
-            ``torch.float64``). ``torch.float32``
-            doubles the vector width (sums stay float64; about 1e-7 relative error);
-            the torch backend computes in ``dtype``.
+            GPU kernel, or on CPU under ``TRITON_INTERPRET=1``; not differentiable),
+            ``"auto"`` (numba when it is installed and ``positions`` does not require
+            grad, else torch), or a :class:`Backend` with its options (``max_triplets``,
+            ``float32_terms``).
 
         Returns
         -------
         dict
-            element → :class:`ACSFResult`; elements absent from the batch get 0 rows.
+            element → :class:`DescriptorResult`; elements absent from the batch get 0 rows.
         """
         import torch  # here, not at module level: the driver reads specs without torch
 
-        from dparallel.descriptors._acsf_engine import evaluate_element
+        from dparallel.descriptors._acsf_backends import resolve_backend
 
         dtype = torch.float64 if dtype is None else dtype
-        compute_dtype = torch.float64 if compute_dtype is None else compute_dtype
+        if dtype not in (torch.float32, torch.float64):
+            raise DescriptorError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         batch = (
             structures
             if isinstance(structures, StructureBatch)
             else StructureBatch.from_ase(structures)
         )
-        for name, dt in (("dtype", dtype), ("compute_dtype", compute_dtype)):
-            if dt not in (torch.float32, torch.float64):
-                raise DescriptorError(f"{name} must be torch.float32 or torch.float64, got {dt}")
-        el_index = self.element_index(batch)  # (N,)
+        needs_grad = positions is not None and positions.requires_grad and torch.is_grad_enabled()
+        chosen = resolve_backend(backend, needs_grad)
         if neighbors is None:
             neighbors = neighbor_list(batch, self.r_cut)
+        vec, dist = self._pair_geometry(batch, neighbors, dtype, positions)
+        pairs = BatchPairs(
+            self.element_index(batch),  # (N,)
+            neighbors.pair_first,
+            neighbors.pair_second,
+            vec.detach().numpy(),
+            dist.detach().numpy(),
+            None if chosen.name == "numba" else (vec, dist),  # torch in and out
+        )
+        arrays = element_arrays(
+            self._elements, self.plans(), pairs, _element_kernel(chosen),
+            KernelCall(derivatives, backend=chosen),
+        )  # fmt: skip
+        return {e: DescriptorResult.from_numpy(a) for e, a in arrays.items()}
+
+    @staticmethod
+    def _pair_geometry(
+        batch: StructureBatch,
+        neighbors: Neighbors,
+        dtype: torch.dtype,
+        positions: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pair vectors (P, 3) and distances (P,) in ``dtype``: the list's, or from
+        ``positions`` (N, 3), differentiably."""
+        import torch
+
+        if positions is None:
+            vec = torch.from_numpy(neighbors.vectors).to(dtype)
+            return vec, torch.from_numpy(neighbors.distances).to(dtype)
+        pos = positions.to(dtype)
+        if pos.shape != (batch.n_atoms, 3):
+            raise DescriptorError(
+                f"positions must have shape ({batch.n_atoms}, 3), got {tuple(pos.shape)}"
+            )
         pf = torch.from_numpy(neighbors.pair_first)
         ps = torch.from_numpy(neighbors.pair_second)
-        if positions is not None:
-            pos = positions.to(dtype)
-            if pos.shape != (batch.n_atoms, 3):
-                raise DescriptorError(
-                    f"positions must have shape ({batch.n_atoms}, 3), got {tuple(pos.shape)}"
-                )
-            cells = torch.from_numpy(batch.cells).to(dtype)
-            struct = torch.from_numpy(batch.structure_index)[pf]
-            shift_vec = torch.einsum(
-                "pa,pab->pb", torch.from_numpy(neighbors.shifts).to(dtype), cells[struct]
-            )
-            vec = pos[ps] - pos[pf] + shift_vec  # (P, 3)
-            dist = vec.norm(dim=1)  # (P,)
-        else:
-            vec = torch.from_numpy(neighbors.vectors).to(dtype)
-            dist = torch.from_numpy(neighbors.distances).to(dtype)
-        backend = self.resolve_backend(backend, positions)
-        if backend == "numba":
-            arrays = self._numba_arrays(
-                el_index,
-                neighbors.pair_first,
-                neighbors.pair_second,
-                vec.detach().numpy(),
-                dist.detach().numpy(),
-                derivatives,
-                float32_terms=compute_dtype == torch.float32,
-            )
-            return {e: ACSFResult.from_numpy(a) for e, a in arrays.items()}
-        el_t = torch.from_numpy(el_index)
-        n_el = len(self._elements)
-        plans = self.plans()
-        out: dict[str, ACSFResult] = {}
-        for e_idx, e in enumerate(self._elements):
-            plan = plans[e]
-            atoms = torch.nonzero(el_t == e_idx).squeeze(1)  # (n_e,) sorted
-            n_e = int(atoms.shape[0])
-            local = torch.full((batch.n_atoms,), -1, dtype=torch.long)
-            local[atoms] = torch.arange(n_e)
-            keep = torch.nonzero((el_t[pf] == e_idx) & (dist < plan.r_max)).squeeze(1)  # (P_e,)
-            center = local[pf[keep]]
-            args = (plan, vec[keep], dist[keep], center, el_t[ps[keep]], n_e, n_el, derivatives)
-            if backend == "triton":
-                from dparallel.descriptors._acsf_triton import evaluate_triton
-
-                values, groups = evaluate_triton(*args)
-            else:
-                values, groups = evaluate_element(*args, max_triplets, backend, compute_dtype)
-            pairs = None
-            if derivatives:
-                assert groups is not None
-                pairs = {}
-                for f_idx, f in enumerate(self._elements):
-                    feat_pos = plan.deriv_groups.get(f_idx, ([], []))[0]
-                    if f_idx in groups:
-                        sel, dg = groups[f_idx]
-                    else:
-                        sel = torch.nonzero(el_t[ps[keep]] == f_idx).squeeze(1)
-                        dg = vec.new_zeros((int(sel.shape[0]), 0, 3))
-                    rows = keep[sel]
-                    pairs[f] = PairDerivatives(
-                        pair_first=pf[rows],
-                        pair_second=ps[rows],
-                        center=center[sel],
-                        vectors=vec[rows],
-                        feature_index=torch.tensor(feat_pos, dtype=torch.long),
-                        dG_dr=dg,
-                    )
-            out[e] = ACSFResult(values=values, atom_index=atoms, pairs=pairs)
-        return out
+        cells = torch.from_numpy(batch.cells).to(dtype)
+        struct = torch.from_numpy(batch.structure_index)[pf]
+        shift_vec = torch.einsum(
+            "pa,pab->pb", torch.from_numpy(neighbors.shifts).to(dtype), cells[struct]
+        )
+        vec = pos[ps] - pos[pf] + shift_vec  # (P, 3)
+        return vec, vec.norm(dim=1)  # (P,)
 
     def compute_arrays(
         self,
@@ -412,167 +369,61 @@ class ACSF:
         derivatives: bool = False,
         neighbors: Neighbors | None = None,
         dtype: str = "float64",
-        float32_terms: bool = False,
         derivative_dtype: str | None = None,
         split_derivatives: bool = False,
+        backend: str | Backend = "numba",
     ) -> dict[str, dict[str, np.ndarray]]:
-        """:meth:`compute` through the compiled kernel, as numpy arrays and without torch.
+        """:meth:`compute` through a numpy kernel, as numpy arrays and without torch.
 
         What the featurize workers call: the same numbers as ``compute(...,
-        backend="numba")``, as ``{element: ACSFResult.to_numpy() arrays}``. ``dtype``:
+        backend="numba")``, as ``{element: DescriptorResult.to_numpy() arrays}``. ``dtype``:
         ``"float64"`` or ``"float32"`` (of the outputs); ``derivative_dtype``: of ``dG_dr``
         only (default ``dtype``; e.g. ``"float32"``, the store's, saves half the memory
-        traffic of the derivatives); ``float32_terms`` as ``compute_dtype=torch.float32``.
-        ``split_derivatives``: each ``<F>/dG_dr`` (P, F_F, 3) comes split as the store keeps
-        it (docs/store-format.md): ``<F>/radial`` (F_F,) bool, which columns are radial
-        (∂G/∂r_ij = s · r̂_ij), and ``<F>/dG_dr_split`` (F_r + 3 F_a, P): their s, then the
-        other columns' ∂G/∂r_ij as x, y, z rows per column, as the kernel writes them.
-        Needs numba (:class:`BackendUnavailableError`).
+        traffic of the derivatives). ``split_derivatives``: each ``<F>/dG_dr`` (P, F_F, 3)
+        comes split as the store keeps it (docs/store-format.md): ``<F>/radial`` (F_F,)
+        bool, which columns are radial (∂G/∂r_ij = s · r̂_ij), and ``<F>/dG_dr_split``
+        (F_r + 3 F_a, P): their s, then the other columns' ∂G/∂r_ij as x, y, z rows per
+        column, as the kernel writes them. ``backend``: ``"numba"`` (needs numba) or
+        ``"triton"`` (a :class:`Backend` names its ``device``; torch and triton needed,
+        the same arrays to float64 rounding), or a :class:`Backend` with ``float32_terms``.
+        Raises :class:`BackendUnavailableError` when the backend cannot run here.
         """
-        from dparallel.errors import BackendUnavailableError
-        from dparallel.kernels.acsf_numba import numba_available
+        from dparallel.descriptors._acsf_backends import resolve_backend
 
-        if not numba_available():
-            raise BackendUnavailableError("compute_arrays needs numba (pip install numba)")
-        if neighbors is None:
-            neighbors = neighbor_list(batch, self.r_cut)
-        return self._element_arrays(
-            batch, neighbors, derivatives, dtype, float32_terms, derivative_dtype, split_derivatives
-        )
-
-    def _element_arrays(
-        self,
-        batch: StructureBatch,
-        neighbors: Neighbors,
-        derivatives: bool,
-        dtype: str,
-        float32_terms: bool,
-        derivative_dtype: str | None,
-        split_derivatives: bool,
-        element: Callable[..., tuple[np.ndarray, dict[int, tuple[np.ndarray, Any]] | None]]
-        | None = None,
-    ) -> dict[str, dict[str, np.ndarray]]:
-        """:meth:`compute_arrays` (its dtype checks, then :meth:`_numba_arrays`) through
-        ``element``, a kernel with ``numba_element``'s signature (default: that one)."""
+        chosen = Backend.of(backend)
+        if chosen.name not in ("numba", "triton"):
+            raise DescriptorError(f"compute_arrays runs numba or triton, not {chosen.name!r}")
+        chosen = resolve_backend(chosen)
         for name, value in (("dtype", dtype), ("derivative_dtype", derivative_dtype or dtype)):
             if value not in ("float64", "float32"):
                 raise DescriptorError(f"{name} must be 'float64' or 'float32', got {value!r}")
-        return self._numba_arrays(
+        if neighbors is None:
+            neighbors = neighbor_list(batch, self.r_cut)
+        pairs = BatchPairs(
             self.element_index(batch),  # (N,)
             neighbors.pair_first,
             neighbors.pair_second,
             neighbors.vectors.astype(dtype, copy=False),
             neighbors.distances.astype(dtype, copy=False),
-            derivatives,
-            float32_terms,
-            np.dtype(derivative_dtype or dtype).type,
-            split_derivatives,
-            element=element,
         )
-
-    def _numba_arrays(
-        self,
-        el_index: np.ndarray,
-        pair_first: np.ndarray,
-        pair_second: np.ndarray,
-        vectors: np.ndarray,
-        distances: np.ndarray,
-        derivatives: bool,
-        float32_terms: bool,
-        derivative_dtype: type | None = None,
-        split_derivatives: bool = False,
-        element: Callable[..., tuple[np.ndarray, dict[int, tuple[np.ndarray, Any]] | None]]
-        | None = None,
-    ) -> dict[str, dict[str, np.ndarray]]:
-        """Per element, ``ACSFResult.to_numpy()`` arrays from the compiled kernel.
-
-        ``el_index`` (N,) element of each atom; pairs (P,) int64 with vectors (P, 3) and
-        distances (P,) in the output dtype; ``dG_dr`` in ``derivative_dtype`` (default:
-        the output dtype), split as :meth:`compute_arrays` says if ``split_derivatives``.
-        ``element``: the per-element kernel (default ``numba_element``, whose signature and
-        numpy results it has; e.g. the Triton kernel on a GPU).
-        """
-        from dparallel.descriptors._acsf_engine import SplitDerivatives, numba_element
-        from dparallel.kernels.pair_select import element_pairs
-
-        n_el = len(self._elements)
-        plans = self.plans()
-        out: dict[str, dict[str, np.ndarray]] = {}
-        element_atoms = [np.flatnonzero(el_index == e_idx) for e_idx in range(n_el)]
-        local = np.full(el_index.shape[0], -1, dtype=np.int64)  # (N,) row within its element
-        for atoms in element_atoms:
-            local[atoms] = np.arange(atoms.shape[0])
-        for e_idx, e in enumerate(self._elements):
-            plan = plans[e]
-            atoms = element_atoms[e_idx]  # (n_e,) sorted
-            keep, center, neighbor_el, e_vectors, e_distances = element_pairs(
-                el_index, local, pair_first, pair_second, vectors, distances, e_idx, plan.r_max
-            )  # (P_e,) pairs of centre element e in its cutoff
-            values, groups = (element or numba_element)(
-                plan, e_vectors, e_distances, center, neighbor_el, atoms.shape[0],
-                n_el, derivatives, vectors.dtype.type, float32_terms, derivative_dtype,
-                split_derivatives,
-            )  # fmt: skip
-            arrays = {"values": values, "atom_index": atoms}
-            for f_idx, f in enumerate(self._elements if derivatives else ()):
-                assert groups is not None
-                d_dtype = derivative_dtype or vectors.dtype
-                if f_idx in groups:
-                    sel, dg = groups[f_idx]
-                else:
-                    sel = np.flatnonzero(neighbor_el == f_idx)
-                    dg = np.zeros((sel.shape[0], 0, 3), dtype=d_dtype)
-                    if split_derivatives:  # no columns: (0,), (0, P)
-                        dg = SplitDerivatives(np.zeros(0, bool), dg[:, :, 0].T)
-                rows = keep[sel]
-                feat_pos = plan.deriv_groups.get(f_idx, ([], []))[0]
-                arrays |= {
-                    f"{f}/pair_first": pair_first[rows],
-                    f"{f}/pair_second": pair_second[rows],
-                    f"{f}/center": center[sel],
-                    f"{f}/vectors": e_vectors[sel],
-                    f"{f}/feature_index": np.asarray(feat_pos, dtype=np.int64),
-                }
-                if split_derivatives:
-                    arrays |= {f"{f}/{name}": a for name, a in dg._asdict().items()}
-                else:
-                    arrays[f"{f}/dG_dr"] = dg
-            out[e] = arrays
-        return out
+        call = KernelCall(
+            derivatives, np.dtype(dtype).type, np.dtype(derivative_dtype or dtype).type,
+            split_derivatives, chosen,
+        )  # fmt: skip
+        return element_arrays(self._elements, self.plans(), pairs, _element_kernel(chosen), call)
 
     @staticmethod
     def resolve_backend(backend: str, positions: torch.Tensor | None = None) -> str:
         """'torch', 'numba' or 'triton': what :meth:`compute` runs for ``backend`` (with
         ``positions`` that require grad, only torch); an unavailable one is an error."""
-        import torch
+        from dparallel.descriptors._acsf_backends import resolve_backend
 
-        from dparallel.errors import BackendUnavailableError
-        from dparallel.kernels.acsf_numba import numba_available
+        needs_grad = positions is not None and positions.requires_grad
+        if needs_grad:
+            import torch
 
-        needs_grad = positions is not None and positions.requires_grad and torch.is_grad_enabled()
-        if backend == "auto":
-            return "numba" if numba_available() and not needs_grad else "torch"
-        if backend == "torch":
-            return backend
-        if backend == "numba":
-            if not numba_available():
-                raise BackendUnavailableError("backend='numba' needs numba (pip install numba)")
-            if needs_grad:
-                raise DescriptorError(
-                    "backend='numba' is not differentiable; use backend='torch' with "
-                    "positions that require grad"
-                )
-            return backend
-        if backend == "triton":  # the GPU kernel; torch is its reference
-            from dparallel.descriptors._acsf_triton import check_triton
-
-            check_triton()
-            if needs_grad:
-                raise DescriptorError("backend='triton' is not differentiable; use 'torch'")
-            return backend
-        raise DescriptorError(
-            f"backend must be 'auto', 'torch', 'numba' or 'triton', got {backend!r}"
-        )
+            needs_grad = torch.is_grad_enabled()
+        return resolve_backend(backend, needs_grad).name
 
     def element_index(self, batch: StructureBatch) -> np.ndarray:
         """Index into ``elements`` of each atom (N,); error names the structure."""

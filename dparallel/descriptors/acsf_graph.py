@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from dparallel.descriptors._acsf_engine import _pair_table  # the engine's element-pair order
+from dparallel.descriptors._acsf_engine import pair_table  # the engine's element-pair order
 from dparallel.kernels.acsf_terms import angular_factor, gaussian_cutoff
 from dparallel.kernels.cutoff_types import cutoff_type_id
 
@@ -55,7 +55,7 @@ class ACSFGraph(nn.Module):
         self.elements = acsf.elements
         n_el = len(self.elements)
         index = {e: n for n, e in enumerate(self.elements)}
-        table = _pair_table(n_el)
+        table = pair_table(n_el)
         self.n_el, self.n_pt = n_el, n_el * (n_el + 1) // 2
         rad: list = []  # (eta, rs, (rc, cutoff id, alpha))
         ekeys: list = []  # (narrow, eta, rs, (rc, cutoff id, alpha))

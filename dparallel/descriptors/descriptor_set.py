@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.descriptors.registry import descriptor_kind, registered
+from dparallel.descriptors.results import store_keys
 from dparallel.errors import DescriptorError
 from dparallel.neighbors import Neighbors, neighbor_list
 
@@ -127,6 +128,7 @@ class DescriptorSet:
         neighbors: Neighbors | None = None,
         derivative_dtype: str | None = None,
         split_derivatives: bool = False,
+        backend: Any = "numba",
     ) -> dict[str, dict[str, dict[str, np.ndarray]]]:
         """Flat numpy arrays per descriptor and central element, ready to store.
 
@@ -138,7 +140,8 @@ class DescriptorSet:
         through the compiled kernel is written in it directly (default: ``self.dtype``).
         ``split_derivatives``: ACSF's ``dG_dr`` through the compiled kernel comes in the store's
         split layout instead (``radial``, ``dG_dr_split``; see
-        :meth:`ACSF.compute_arrays`); other descriptors keep ``dG_dr``.
+        :meth:`ACSF.compute_arrays`); other descriptors keep ``dG_dr``. ``backend``: of
+        the torch-free route (``compute_arrays``; e.g. ACSF's ``Backend("triton", device=…)``).
         """
         if neighbors is None:
             neighbors = neighbor_list(batch, self.r_cut)
@@ -154,6 +157,7 @@ class DescriptorSet:
                     dtype=self.dtype,
                     derivative_dtype=derivative_dtype,
                     split_derivatives=split_derivatives,
+                    backend=backend,
                 )
             else:
                 import torch
@@ -165,7 +169,7 @@ class DescriptorSet:
                     dtype=getattr(torch, self.dtype),
                 )
                 arrays = {element: r.to_numpy() for element, r in result.items()}
-            out[name] = {element: _flatten(a) for element, a in arrays.items()}
+            out[name] = {element: store_keys(a) for element, a in arrays.items()}
         return out
 
     @property
@@ -186,9 +190,3 @@ def _within(neighbors: Neighbors, r_cut: float) -> Neighbors:
     if bool(keep.all()):
         return neighbors
     return Neighbors(*(field[keep] for field in neighbors))
-
-
-def _flatten(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Store arrays of one element's ``ACSFResult.to_numpy()``: derivative blocks go
-    under ``d/<F>/``."""
-    return {(key if "/" not in key else f"d/{key}"): value for key, value in arrays.items()}

@@ -50,7 +50,7 @@ def forces_from_derivatives(
     ----------
     dE_dG
         element → (n_e, F_e) gradient of the energy with respect to that element's
-        ``ACSFResult.values`` (rows aligned with them).
+        ``DescriptorResult.values`` (rows aligned with them).
     result
         Output of ``ACSF.compute(..., derivatives=True)`` (or the same fields read back
         from a store).

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from dparallel.descriptors.results import ACSFResult, PairDerivatives
+from dparallel.descriptors.results import DescriptorResult, PairDerivatives
 from dparallel.errors import DescriptorError
 from dparallel.kernels import envsum
 from dparallel.types import StructureBatch
@@ -207,7 +207,7 @@ class NeighborSum(torch.nn.Module):
         derivatives: bool = False,
         neighbors: Any = None,
         dtype: torch.dtype = torch.float64,
-    ) -> dict[str, ACSFResult]:
+    ) -> dict[str, DescriptorResult]:
         """Values (and per-pair derivatives) for every central element present.
 
         Parameters
@@ -226,7 +226,7 @@ class NeighborSum(torch.nn.Module):
         Returns
         -------
         dict
-            Symbol → :class:`~dparallel.descriptors.ACSFResult` (torch tensors; the same
+            Symbol → :class:`~dparallel.descriptors.DescriptorResult` (torch tensors; the same
             layout as ACSF), for the elements present in the batch.
         """
         batch = _as_batch(structures)
@@ -247,7 +247,7 @@ class NeighborSum(torch.nn.Module):
             g = envsum(s, onehot, pf_t, ps_t).reshape(len(species), self.n_features)
         n_el = len(self.elements)
         nu_cols = torch.arange(self.n_sensitivities) * n_el  # (ν,)
-        out: dict[str, ACSFResult] = {}
+        out: dict[str, DescriptorResult] = {}
         for e, symbol in enumerate(self.elements):
             atoms = torch.as_tensor(np.flatnonzero(species == e), dtype=torch.int64)  # (n_e,)
             if atoms.numel() == 0:
@@ -267,7 +267,7 @@ class NeighborSum(torch.nn.Module):
                         feature_index=nu_cols + f,
                         dG_dr=ds[sel].unsqueeze(2) * unit[sel].unsqueeze(1),  # (P_ef, ν, 3)
                     )
-            out[symbol] = ACSFResult(values=g[atoms], atom_index=atoms, pairs=blocks)
+            out[symbol] = DescriptorResult(values=g[atoms], atom_index=atoms, pairs=blocks)
         return out
 
     def _species(self, batch: StructureBatch) -> np.ndarray:

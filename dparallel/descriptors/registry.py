@@ -45,14 +45,14 @@ class DescriptorKind:
     store, training, export and the deployed model (``dparallel.deploy.DeployedModel``,
     the ASE calculator, ``dparallel evaluate``) use: ``from_dict(dict)``/``to_dict()``
     (how it is rebuilt from store attributes and model files), ``elements``, ``r_cut`` and
-    ``compute(batch, derivatives=, neighbors=, dtype=)`` → ``{element: ACSFResult}``
+    ``compute(batch, derivatives=, neighbors=, dtype=)`` → ``{element: DescriptorResult}``
     (values, atom rows and, with ``derivatives``, ∂G_i/∂r_ij per pair: forces and virial).
     ``backends``: the values besides ``"auto"`` that its ``compute`` takes as ``backend=``
     (empty: it has one and takes no such argument).
     ``spec()`` returns its config model (pydantic) with ``build(context: BuildContext)``.
     ``numpy_route()`` (optional) says whether the class's torch-free
     ``compute_arrays(batch, derivatives=, neighbors=, dtype=, derivative_dtype=,
-    split_derivatives=)`` can run now; without it the type always computes with torch.
+    split_derivatives=, backend=)`` can run now; without it the type always computes with torch.
     ``graph()`` (optional) returns the class of its traceable torch form:
     ``graph_class(descriptor)`` is an ``nn.Module`` with ``elements``, ``r_cut``,
     ``forward(vectors (P, 3), pair_first (P,), pair_second (P,), species (N,))`` → (N, W)

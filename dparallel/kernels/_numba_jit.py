@@ -1,8 +1,19 @@
-"""How the ACSF kernel modules compile with numba (one set of options), and the dot
-product they share. Each module defines plain-Python helpers and compiles them at its end
-when numba is installed (:data:`HAVE_NUMBA`)."""
+"""How the kernel modules compile with numba (one set of options, one on-disk cache key),
+and the dot product they share. Each module defines plain-Python helpers and compiles them
+at its end when numba is installed (:data:`HAVE_NUMBA`).
+
+numba keys its on-disk cache of a function on the source of the function's own file only,
+not on the numba code it calls in other files (that code is compiled into the caller's
+cache entry). Importing this module therefore keys the cache of every function defined in
+a module of this directory on a digest of all of them (:func:`key_cache_on_directory`):
+any change to one recompiles them all once, and no stale callee survives.
+"""
 
 from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
 
 try:  # pragma: no cover - exercised when numba is installed
     import numba
@@ -11,7 +22,7 @@ try:  # pragma: no cover - exercised when numba is installed
 except ImportError:  # pragma: no cover
     HAVE_NUMBA = False
 
-__all__ = ["CONTRACT", "HAVE_NUMBA", "REASSOC", "jit", "jit_views"]
+__all__ = ["CONTRACT", "HAVE_NUMBA", "REASSOC", "jit", "jit_views", "key_cache_on_directory"]
 
 CONTRACT = {"contract"}  # FMA only: exp/cos range reductions stay exact
 REASSOC = {"contract", "reassoc", "nsz", "arcp"}  # reductions may be reordered
@@ -37,5 +48,69 @@ def _reduce_dot(a, b, n):  # noqa: ANN001, ANN202
     return s
 
 
-if HAVE_NUMBA:  # pragma: no branch
+def sources_digest(directory: Path) -> str:
+    """sha256 of the ``*.py`` files directly in ``directory`` (names and contents)."""
+    h = hashlib.sha256()
+    for path in sorted(directory.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def key_cache_on_directory(directory: Path) -> None:
+    """Key numba's on-disk cache of the functions defined in ``directory``'s modules on
+    :func:`sources_digest` of the directory, besides their own file (idempotent).
+
+    numba has no public hook for this: its cache locators (``numba.core.caching``) are the
+    extension point (``NUMBA_CACHE_LOCATOR_CLASSES`` takes a list of them, for every
+    function), so a locator is put first in numba's list that answers only for functions of
+    ``directory`` and otherwise defers to the locator numba would have chosen, adding the
+    digest to its source stamp (a stamp that differs makes numba recompile and overwrite).
+    """
+    from numba.core import caching
+
+    directory = directory.resolve()
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # older numba: _CacheImpl
+    classes = impl._locator_classes
+    if any(getattr(c, "directory", None) == directory for c in classes):
+        return
+    locator = _directory_locator(directory, sources_digest(directory), tuple(classes))
+    classes.insert(0, locator)
+
+
+def _directory_locator(directory: Path, digest: str, others: tuple[type, ...]) -> type:
+    """A numba cache locator class for the functions of ``directory`` (see above)."""
+    from numba.core.caching import _CacheLocator
+
+    class DirectoryLocator(_CacheLocator):
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def ensure_cache_path(self) -> None:
+            self._inner.ensure_cache_path()
+
+        def get_cache_path(self) -> str:
+            return self._inner.get_cache_path()
+
+        def get_source_stamp(self) -> Any:
+            return (self._inner.get_source_stamp(), digest)
+
+        def get_disambiguator(self) -> str:
+            return self._inner.get_disambiguator()
+
+        @classmethod
+        def from_function(cls, py_func: Any, py_file: str) -> Any:
+            if Path(py_file).resolve().parent != directory:
+                return None
+            for other in others:
+                inner = other.from_function(py_func, py_file)
+                if inner is not None:
+                    return cls(inner)
+            return None
+
+    DirectoryLocator.directory = directory  # type: ignore[attr-defined]
+    return DirectoryLocator
+
+
+if HAVE_NUMBA:  # pragma: no branch - before any kernel of this directory is decorated
+    key_cache_on_directory(Path(__file__).parent)
     _reduce_dot = jit(REASSOC)(_reduce_dot)

@@ -17,4 +17,6 @@ def njit_or_none(kernel: Callable[..., Any]) -> Any:
         import numba
     except ImportError:  # pragma: no cover - numba is a runtime dependency
         return None
+    import dparallel.kernels._numba_jit  # noqa: F401 - keys the disk cache of this directory
+
     return numba.njit(cache=True, error_model="numpy", nogil=True)(kernel)

@@ -17,6 +17,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic, overload
 
+import dparallel.kernels._numba_jit  # noqa: F401 - keys the disk cache before anything compiles
+
 __all__ = ["like", "vcos_pi", "vexp", "vexp32", "vexp_like", "vsin_pi", "vtanh_pos"]
 
 _LOG2E = 1.4426950408889634

@@ -13,14 +13,6 @@ from dparallel.kernels.acsf_radial_numba import _cutoff_fill
 
 __all__: list[str] = []
 
-# numba caches compiled code keyed on this file's source only, not on the numba code it
-# calls in other files: the digests of the kernel modules imported here (checked by
-# tests/kernels/test_numba_cache_keys.py) make this file change whenever one of them does.
-_CALLEE_DIGESTS = {
-    "_numba_jit": "49db17f727e6",
-    "_vecmath": "444f365970d4",
-    "acsf_radial_numba": "5710b148ac4e",
-}
 _CAP = 512  # triplets per buffer flush: long vector loops, work arrays stay in L1/L2
 # rows of the per-triplet scalar work array
 _R, _IRJK, _C, _IJ, _IK, _CJ, _CK, _QQ, _PJ, _PK, _QV = range(11)

@@ -9,11 +9,6 @@ from dparallel.kernels.acsf_angular_numba import _PJ, _PK, _QV, _scatter
 
 __all__: list[str] = []
 
-# numba caches compiled code keyed on this file's source only, not on the numba code it
-# calls in other files: the digests of the kernel modules imported here (checked by
-# tests/kernels/test_numba_cache_keys.py) make this file change whenever one of them does.
-_CALLEE_DIGESTS = {"_numba_jit": "49db17f727e6", "acsf_angular_numba": "dfaa7459cc2a"}
-
 
 def _triplet_forces(plan, w, k_r, n, wcol, tstore, tj, tk, tseg, n_seg, vx, vy, vz, facc, wk):  # noqa: ANN001, ANN202
     """facc[m] = (P, V) with Σ_columns ∂E/∂G_col · ∂G_col/∂r_im = P r_im + V over the triplet

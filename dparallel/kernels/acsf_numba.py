@@ -68,19 +68,6 @@ __all__ = [  # the argument types and their builders are re-exported from acsf_l
     "split_layout",
 ]
 
-# numba caches compiled code keyed on this file's source only, not on the numba code it
-# calls in other files: the digests of the kernel modules imported here (checked by
-# tests/kernels/test_numba_cache_keys.py) make this file change whenever one of them does.
-_CALLEE_DIGESTS = {
-    "_numba_jit": "49db17f727e6",
-    "_vecmath": "444f365970d4",
-    "acsf_angular_numba": "dfaa7459cc2a",
-    "acsf_force_numba": "4d7b5678411f",
-    "acsf_layout": "ee31fdddc0b8",
-    "acsf_radial_numba": "5710b148ac4e",
-    "mlp_numba": "41bc5e910764",
-}
-
 
 def numba_available() -> bool:
     """Whether the compiled backend can be used."""

@@ -9,10 +9,6 @@ from dparallel.kernels._numba_jit import CONTRACT, HAVE_NUMBA, _reduce_dot, jit,
 
 __all__: list[str] = []
 
-# numba caches compiled code keyed on this file's source only, not on the numba code it
-# calls in other files: the digests of the kernel modules imported here (checked by
-# tests/kernels/test_numba_cache_keys.py) make this file change whenever one of them does.
-_CALLEE_DIGESTS = {"_numba_jit": "49db17f727e6", "_vecmath": "444f365970d4"}
 _TANH1_3 = math.tanh(1.0) ** 3
 _PI_2 = 0.5 * math.pi
 

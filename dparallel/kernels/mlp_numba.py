@@ -9,11 +9,6 @@ from dparallel.kernels._numba_jit import HAVE_NUMBA, REASSOC, _reduce_dot, jit_v
 
 __all__: list[str] = []
 
-# numba caches compiled code keyed on this file's source only, not on the numba code it
-# calls in other files: the digests of the kernel modules imported here (checked by
-# tests/kernels/test_numba_cache_keys.py) make this file change whenever one of them does.
-_CALLEE_DIGESTS = {"_numba_jit": "49db17f727e6", "_vecmath": "444f365970d4"}
-
 
 def _add_rows(mat, x, out):  # noqa: ANN001, ANN202
     """out[:n] += Σ_r x[r] mat[r, :n] for mat (m, n): axpys over contiguous rows, four rows

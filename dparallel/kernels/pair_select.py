@@ -9,7 +9,7 @@ filling pass.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -19,13 +19,14 @@ __all__ = ["ElementPairs", "element_pairs"]
 
 
 class ElementPairs(NamedTuple):
-    """Pairs whose centre has one element and whose distance is below the cutoff."""
+    """Pairs whose centre has one element and whose distance is below the cutoff
+    (numpy arrays; the ACSF element kernels also take them as torch tensors)."""
 
-    rows: np.ndarray  # (P_e,) int64 rows into the whole list, ascending
-    center: np.ndarray  # (P_e,) int64 row of the centre among the element's atoms
-    neighbor_el: np.ndarray  # (P_e,) int64 element index of the neighbour
-    vectors: np.ndarray  # (P_e, 3) r_ij (Å), as the list's dtype
-    distances: np.ndarray  # (P_e,) |r_ij| (Å)
+    rows: Any  # (P_e,) int64 rows into the whole list, ascending
+    center: Any  # (P_e,) int64 row of the centre among the element's atoms
+    neighbor_el: Any  # (P_e,) int64 element index of the neighbour
+    vectors: Any  # (P_e, 3) r_ij (Å), as the list's dtype
+    distances: Any  # (P_e,) |r_ij| (Å)
 
 
 def _count(el_index, first, distances, e, r_max):  # noqa: ANN001, ANN202

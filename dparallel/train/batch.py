@@ -12,7 +12,7 @@ a :class:`Batch`.
 A :class:`Batch` carries labels and either descriptor values with their ∂G/∂r
 (``features``, stored or computed by the descriptor's kernel) or the geometry the
 descriptors are computed from when it is predicted (``geometry``). Its tensors are the
-fields of these dataclasses (and of :class:`~dparallel.descriptors.ACSFResult`,
+fields of these dataclasses (and of :class:`~dparallel.descriptors.DescriptorResult`,
 :class:`~dparallel.descriptors.PairDerivatives`), declared once: :func:`map_batch` walks
 them, and device moves, pinning, stream recording and sizes go through it.
 """
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from dparallel.descriptors import ACSFResult, PairDerivatives
+from dparallel.descriptors import DescriptorResult, PairDerivatives
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -83,7 +83,7 @@ class Batch:
     structure_index: torch.Tensor  # (N,) int64
     energy: torch.Tensor  # (S,) eV, NaN if absent
     forces: torch.Tensor  # (N, 3) eV/Å, NaN if absent
-    features: dict[str, ACSFResult] | None = None  # element → values, atom_index, pairs
+    features: dict[str, DescriptorResult] | None = None  # element → values, atom_index, pairs
     geometry: Geometry | None = None
 
     @property
@@ -307,7 +307,7 @@ def make_batch(
         out = ops.tensor(tables[table][col])
         return out.to(dtype) if floating else out
 
-    features: dict[str, ACSFResult] | None = None
+    features: dict[str, DescriptorResult] | None = None
     if any(name.startswith("features/") for name in tables):
         features = {}
         for elem in elements:
@@ -323,7 +323,7 @@ def make_batch(
                         center=t(name, "center"), vectors=t(name, "vectors", True),
                         feature_index=index, dG_dr=t(name, "dG_dr", True),
                     )  # fmt: skip
-            features[elem] = ACSFResult(
+            features[elem] = DescriptorResult(
                 values=t(f"features/{elem}", "values", True),
                 atom_index=t(f"features/{elem}", "atom_index"),
                 pairs=pairs or None,

@@ -5,7 +5,7 @@ worker side, its own module). :func:`featurize` takes the store's lease, plans, 
 (or reopens, to resume) the store, runs every pending partition on the cluster
 (:func:`dparallel.cluster.dispatch.run_partitions`, which also reruns those whose worker
 died), merges the statistics exactly and records them. Its options travel as one
-:class:`~dparallel.workflow.featurize_options.FeaturizeOptions`.
+:class:`FeaturizeOptions` (:mod:`dparallel.workflow.featurize_dispatch`).
 :func:`featurize_status` is the predicate ``dparallel run`` uses to decide whether a store
 is already current; n2p2's ``scaling.data`` is written by
 :func:`dparallel.n2p2.scaling_data.write_scaling_data` (:func:`write_scaling_data` here
@@ -19,7 +19,7 @@ import os
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import (
@@ -42,8 +42,7 @@ from dparallel.store import (
     target_path,
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS
-from dparallel.workflow.featurize_dispatch import run_featurize_partitions
-from dparallel.workflow.featurize_options import FeaturizeOptions
+from dparallel.workflow.featurize_dispatch import FeaturizeOptions, run_featurize_partitions
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.featurize_worker_preload import (  # noqa: F401 - re-exported
     FEATURIZE_FORKSERVER_PRELOAD,
@@ -53,12 +52,8 @@ from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
 from dparallel.workflow.stats import FeatureStats
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
-    from concurrent.futures import Future
+    from collections.abc import Mapping
 
-    import numpy as np
-
-    from dparallel.cluster import ClusterHandle
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.io import StructureSource
     from dparallel.store import Plan
@@ -70,13 +65,13 @@ __all__ = [
     "featurize_in_process",
     "featurize_partition",
     "featurize_status",
-    "featurize_with",
     "finish_featurize",
     "merged_statistics",
     "prepare_featurize",
-    "read_partition_features",
     "write_scaling_data",
 ]
+
+_DEFAULTS = FeaturizeOptions()
 
 
 @dataclass(frozen=True)
@@ -159,25 +154,18 @@ def featurize_status(
     source_path: str | os.PathLike[str],
     store_path: str | os.PathLike[str],
     descriptors: DescriptorSet,
-    *,
-    format: str | None = None,
-    units: str = "ase",
-    on_error: Literal["raise", "skip"] = "raise",
-    partition_atoms: int | None = None,
+    options: FeaturizeOptions = _DEFAULTS,
 ) -> StoreStatus:
     """What :func:`featurize` with these options would find at ``store_path``.
 
     The same comparison :func:`~dparallel.store.create_store` makes (source content,
     units, format, on_error, descriptors, partitioning — the latter only when
-    ``partition_atoms`` is given: a derived one depends on the workers, so any
+    ``options.partition_atoms`` is given: a derived one depends on the workers, so any
     partitioning matches). ``status.current`` plus the recorded ``statistics`` means a
     run would have nothing to do.
     """
-    options = FeaturizeOptions(
-        format=format, units=units, on_error=on_error, partition_atoms=partition_atoms
-    )
     source, plan, config = _target(source_path, descriptors, options)
-    compared = None if partition_atoms is None else plan
+    compared = None if options.partition_atoms is None else plan
     return store_status(
         store_path, source_fingerprint=source.fingerprint(), config=config, plan=compared
     )
@@ -187,40 +175,15 @@ def prepare_featurize(
     source_path: str | os.PathLike[str],
     store_path: str | os.PathLike[str],
     descriptors: DescriptorSet,
-    *,
-    format: str | None = None,
-    units: str = "ase",
-    on_error: Literal["raise", "skip"] = "raise",
-    partition_atoms: int | None = None,
-    overwrite: bool = False,
-    protect: Iterable[str | os.PathLike[str]] = (),
+    options: FeaturizeOptions = _DEFAULTS,
     n_workers: int | None = 1,
 ) -> tuple[StructureSource, Store]:
     """Index the source, plan partitions and create (or reopen, to resume) the store.
 
-    ``protect``: files besides the source that the store path may not be or hold.
-    ``partition_atoms=None``: derived from the data and ``n_workers`` (a store of this
-    source and config is reopened whatever its partitioning).
+    ``options.protect``: files besides the source that the store path may not be or hold.
+    ``options.partition_atoms=None``: derived from the data and ``n_workers`` (a store of
+    this source and config is reopened whatever its partitioning).
     """
-    options = FeaturizeOptions(
-        format=format,
-        units=units,
-        on_error=on_error,
-        partition_atoms=partition_atoms,
-        overwrite=overwrite,
-        protect=tuple(protect),
-    )
-    return _prepare(source_path, store_path, descriptors, options, n_workers)
-
-
-def _prepare(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
-    descriptors: DescriptorSet,
-    options: FeaturizeOptions,
-    n_workers: int | None,
-) -> tuple[StructureSource, Store]:
-    """:func:`prepare_featurize` with its options in one object."""
     source, plan, config = _target(source_path, descriptors, options, n_workers)
     store = create_store(
         store_path,
@@ -251,15 +214,17 @@ def featurize_in_process(
     source_path: str | os.PathLike[str],
     store_path: str | os.PathLike[str],
     descriptors: DescriptorSet,
-    **options: Any,
+    options: FeaturizeOptions = _DEFAULTS,
+    n_workers: int | None = 1,
 ) -> Store:
     """Featurize in this process, partition by partition, without Dask (same store).
 
-    For small jobs, tests and benchmarks; ``options`` as :func:`prepare_featurize`.
-    Raises :class:`PartitionFailedError` like :func:`featurize` (other partitions kept).
+    For small jobs, tests and benchmarks; ``options`` (those of reading and of the store)
+    and ``n_workers`` as :func:`prepare_featurize`. Raises :class:`PartitionFailedError`
+    like :func:`featurize` (other partitions kept).
     """
     with StoreLease(store_path, command="featurize (in process)") as lease:
-        source, store = prepare_featurize(source_path, store_path, descriptors, **options)
+        source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
         failures: dict[int, BaseException] = {}
         for p in store.pending_partitions().tolist():
             lease.check()
@@ -276,35 +241,24 @@ def featurize(
     source_path: str | os.PathLike[str],
     store_path: str | os.PathLike[str],
     descriptors: DescriptorSet,
-    *,
-    format: str | None = None,
-    units: str = "ase",
-    on_error: Literal["raise", "skip"] = "raise",
-    partition_atoms: int | None = None,
-    overwrite: bool = False,
-    protect: Iterable[str | os.PathLike[str]] = (),
-    client: Any = None,
-    cluster: Any = None,
-    scheduler: str | None = None,
-    scheduler_file: str | os.PathLike[str] | None = None,
-    torch_threads: int | None = None,
-    retries: int = 1,
-    progress: Callable[[dict[str, Any], int, int], None] | None = None,
-    on_connect: Callable[[Any], None] | None = None,
-    connecting: Future[ClusterHandle] | None = None,
+    options: FeaturizeOptions = _DEFAULTS,
 ) -> FeaturizeResult:
     """Featurize ``source_path`` into ``store_path`` on a Dask cluster; resumable.
 
     Parameters
     ----------
-    source_path, format, units, on_error
-        The structure file, read by :func:`dparallel.io.open_source` inside each task.
-        With ``on_error="skip"``, structures that cannot be read or featurized are
-        skipped and recorded; with ``"raise"`` their partition fails, naming them.
+    source_path
+        The structure file.
     store_path
         Zarr store to create, or to resume when it was made with the same source and config.
     descriptors
         What to compute (:class:`DescriptorSet`).
+    options
+        How (:class:`FeaturizeOptions`), field by field:
+    format, units, on_error
+        The structure file is read by :func:`dparallel.io.open_source` inside each task.
+        With ``on_error="skip"``, structures that cannot be read or featurized are
+        skipped and recorded; with ``"raise"`` their partition fails, naming them.
     partition_atoms
         Atoms per partition (one task each). ``None``: about four partitions per worker,
         5,000-20,000 atoms each, or one per worker (≥ 1,000 atoms) for less data
@@ -347,22 +301,6 @@ def featurize(
     RunInterruptedError
         Interrupted (Ctrl-C): says how many partitions are done and kept.
     """
-    options = FeaturizeOptions(
-        format=format, units=units, on_error=on_error, partition_atoms=partition_atoms,
-        overwrite=overwrite, protect=tuple(protect), client=client, cluster=cluster,
-        scheduler=scheduler, scheduler_file=scheduler_file, torch_threads=torch_threads,
-        retries=retries, progress=progress, on_connect=on_connect, connecting=connecting,
-    )  # fmt: skip
-    return featurize_with(source_path, store_path, descriptors, options)
-
-
-def featurize_with(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
-    descriptors: DescriptorSet,
-    options: FeaturizeOptions,
-) -> FeaturizeResult:
-    """:func:`featurize` with its options in one :class:`FeaturizeOptions`."""
     from dparallel.cluster import expected_workers
 
     t0 = time.perf_counter()
@@ -387,11 +325,11 @@ def _featurize(
     n_workers: int | None,
     t0: float,
 ) -> FeaturizeResult:
-    """:func:`featurize_with` once the connection (if any) is on its way."""
+    """:func:`featurize` once the connection (if any) is on its way."""
     from dparallel.cluster import expected_workers
 
     with StoreLease(store_path, command="dparallel featurize") as lease:
-        source, store = _prepare(source_path, store_path, descriptors, options, n_workers)
+        source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
         pending = [int(p) for p in store.pending_partitions()]
         if n_workers is None and pending:
             n_workers = expected_workers(**options.connect_to())
@@ -519,18 +457,3 @@ def write_scaling_data(
     if kind.n2p2 and spec:  # n2p2 reads rows in its sorted order
         symfuncs = kind.load().from_dict(spec)
     write_n2p2(path, merged, symfuncs)
-
-
-def read_partition_features(
-    store: Store, p: int, descriptor: str = "acsf"
-) -> dict[str, dict[str, np.ndarray]]:
-    """Stored arrays of partition ``p`` for ``descriptor``, by central element.
-
-    :meth:`Store.read_features`, after checking the store was featurized with
-    ``descriptor``. Each element maps to ``values``, ``atom_index`` (local atom rows of
-    the partition) and, with derivatives, ``d/<F>/<name>`` per neighbour element F
-    (docs/store-format.md). Elements absent from the partition are left out.
-    """
-    if not (store.attrs.get("config", {}).get("features") or {}).get(descriptor):
-        raise StoreIncompleteError(f"{store.path} has no '{descriptor}' features")
-    return store.read_features(p, descriptor)

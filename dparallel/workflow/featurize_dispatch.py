@@ -1,5 +1,7 @@
-"""The driver's part of featurize that runs on the cluster: connect, announce, dispatch.
+"""How a featurize run runs: its options, and the driver's part on the cluster.
 
+:class:`FeaturizeOptions` holds every option of :func:`dparallel.workflow.featurize.featurize`
+(reading, the store, the cluster, the tasks, callbacks) as one frozen object.
 :func:`run_featurize_partitions` connects (or takes the connection the CLI started),
 publishes the run's start to the dashboard, marks a share of the partitions for GPU
 workers when the cluster has some (:mod:`dparallel.cluster.gpus`), runs every pending
@@ -10,7 +12,8 @@ report; a report lost with its worker is read back from the store.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.store import open_store, target_path
 from dparallel.workflow.featurize_task import featurize_partition
@@ -20,12 +23,54 @@ from dparallel.workflow.featurize_worker_preload import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from concurrent.futures import Future
+
+    from dparallel.cluster import ClusterHandle
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.io import StructureSource
     from dparallel.store import Store, StoreLease
-    from dparallel.workflow.featurize_options import FeaturizeOptions
 
-__all__ = ["run_featurize_partitions"]
+__all__ = ["FeaturizeOptions", "run_featurize_partitions"]
+
+
+@dataclass(frozen=True)
+class FeaturizeOptions:
+    """How :func:`dparallel.workflow.featurize.featurize` reads, stores and runs.
+
+    The fields are :func:`~dparallel.workflow.featurize.featurize`'s keyword arguments
+    (documented there): how to read the source (``format``, ``units``, ``on_error``), how
+    to partition and guard the store (``partition_atoms``, ``overwrite``, ``protect``),
+    where to run (``client``, ``cluster``, ``scheduler``, ``scheduler_file``,
+    ``connecting``), how tasks run (``torch_threads``, ``retries``) and whom to tell
+    (``progress``, ``on_connect``).
+    """
+
+    format: str | None = None
+    units: str = "ase"
+    on_error: Literal["raise", "skip"] = "raise"
+    partition_atoms: int | None = None
+    overwrite: bool = False
+    protect: tuple[str | os.PathLike[str], ...] = ()
+    client: Any = None
+    cluster: Any = None
+    scheduler: str | None = None
+    scheduler_file: str | os.PathLike[str] | None = None
+    torch_threads: int | None = None
+    retries: int = 1
+    progress: Callable[[dict[str, Any], int, int], None] | None = field(default=None, compare=False)
+    on_connect: Callable[[Any], None] | None = field(default=None, compare=False)
+    connecting: Future[ClusterHandle] | None = field(default=None, compare=False)
+
+    def connect_to(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`dparallel.cluster.connect` (and
+        :func:`~dparallel.cluster.expected_workers`): where to run."""
+        return {
+            "spec": self.cluster,
+            "client": self.client,
+            "scheduler": self.scheduler,
+            "scheduler_file": self.scheduler_file,
+        }
 
 
 def run_featurize_partitions(

@@ -11,6 +11,23 @@ computation raise or return non-finite numbers. It is named by file, index in th
 and line; with ``on_error="skip"`` only that structure is skipped (recorded like every
 other skip), otherwise the partition fails with that message.
 
+Where it computes: on its worker's GPU when it has one, else on the CPU. A worker
+advertising the Dask resource ``GPU`` (:mod:`dparallel.cluster.gpus`) computes on
+``"cuda"`` when torch sees a CUDA device there; without one it says so in the log and
+computes on the CPU, with the same numbers as a CPU worker. The computation on the device
+goes through :data:`DEVICE_ENGINES`: the GPU featurize engines (registered: ACSF on the
+Triton kernel, :func:`triton_descriptors`), which must return :func:`task_descriptors`'s
+arrays (the store's layout: dG/dr split and in the store's precision). While no engine
+takes a set, the task computes it on the CPU and logs why.
+
+:func:`triton_descriptors` computes an ACSF-only descriptor set on the worker's device
+through ``ACSF.compute_arrays(backend=Backend("triton", device=…))``: the same keys,
+dtypes, shapes and pair order as the CPU route. It declines (``None``: the task computes
+on the CPU) a set with another descriptor type (neighbour sums), a set whose CPU route is
+not the compiled kernel (no numba), and a device the kernel cannot run on (no triton, no
+CUDA device); a partition too large for the device's memory is computed on the CPU
+(logged). It imports torch and triton only when it computes.
+
 This module is what workers import: it loads neither the client driver nor bokeh.
 """
 
@@ -24,14 +41,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dparallel.descriptors.descriptor_set import DescriptorSet
-from dparallel.errors import DescriptorError, InvalidStructureError
+from dparallel.errors import BackendUnavailableError, DescriptorError, InvalidStructureError
 from dparallel.neighbors import neighbor_list
 from dparallel.store import open_store
 from dparallel.store._derivatives import DERIVATIVE_DTYPE
 from dparallel.workflow.stats import FeatureStats
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from dparallel.io import StructureSource
     from dparallel.neighbors import Neighbors
@@ -39,8 +56,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COINCIDENT_DISTANCE",
+    "DEVICE_ENGINES",
+    "device_descriptors",
     "featurize_partition",
     "task_descriptors",
+    "task_device",
+    "triton_descriptors",
     "unfit_structures",
 ]
 
@@ -140,17 +161,99 @@ def unfit_structures(batch: StructureBatch, dset: DescriptorSet, nb: Neighbors) 
     return dict(sorted(found.items()))
 
 
+def triton_descriptors(
+    batch: StructureBatch, dset: DescriptorSet, neighbors: Neighbors, device: str
+) -> dict[str, dict[str, dict[str, np.ndarray]]] | None:
+    """``task_descriptors(batch, dset, neighbors)``'s arrays computed by the Triton ACSF
+    kernel on ``device``; ``None`` for a set or a device it cannot take."""
+    from dparallel.descriptors import ACSF, Backend
+    from dparallel.descriptors._acsf_backends import triton_runs_on
+
+    (descriptor, *others) = dset.by_name.values()
+    # ACSF alone, computed on the CPU by the compiled kernel: the layout reproduced here
+    if others or not isinstance(descriptor, ACSF) or dset.uses_torch:
+        return None
+    if not triton_runs_on(device):
+        return None
+    import torch
+
+    try:
+        return dset.compute(
+            batch, neighbors, str(DERIVATIVE_DTYPE), True, Backend("triton", device=device)
+        )
+    except (BackendUnavailableError, torch.cuda.OutOfMemoryError) as exc:
+        log.warning("Triton ACSF on %r: %s: featurizing this partition on the CPU", device, exc)
+        return None
+
+
+#: ``{name: engine}``; ``engine(batch, dset, neighbors, device)`` returns the set's store
+#: arrays computed on ``device``, or ``None`` when it cannot take this set (the next engine
+#: is asked; none: the CPU). ``"triton"``: ACSF on the Triton kernel
+#: (:func:`triton_descriptors`).
+DEVICE_ENGINES: dict[
+    str, Callable[[StructureBatch, DescriptorSet, Neighbors, str], dict[str, Any] | None]
+] = {"triton": triton_descriptors}
+
+_said: set[str] = set()
+
+
+def _once(message: str, *args: Any) -> None:
+    """Log ``message`` at warning level once per worker process."""
+    text = message % args
+    if text not in _said:
+        _said.add(text)
+        log.warning(text)
+
+
+def task_device() -> str:
+    """``"cuda"`` on a GPU worker whose CUDA device torch sees, else ``"cpu"``."""
+    from dparallel.cluster.gpus import worker_gpus
+
+    if worker_gpus() <= 0:
+        return "cpu"
+    try:
+        import torch
+
+        available = bool(torch.cuda.is_available())
+    except ImportError:
+        available = False
+    if not available:
+        _once(
+            "GPU worker (Dask resource GPU) without a usable CUDA device "
+            "(CUDA_VISIBLE_DEVICES=%r): featurizing on the CPU",
+            os.environ.get("CUDA_VISIBLE_DEVICES"),
+        )
+        return "cpu"
+    return "cuda"
+
+
+def device_descriptors(
+    batch: StructureBatch, dset: DescriptorSet, neighbors: Neighbors, device: str
+) -> dict[str, Any] | None:
+    """The store arrays of ``dset`` computed on ``device`` by the first engine of
+    :data:`DEVICE_ENGINES` that takes the set; ``None`` (logged once): compute on the CPU."""
+    for engine in DEVICE_ENGINES.values():
+        found = engine(batch, dset, neighbors, device)
+        if found is not None:
+            return found
+    _once(
+        "no featurize engine for %s on %r registered (dparallel.workflow.featurize_task."
+        "DEVICE_ENGINES): computing on the CPU",
+        ", ".join(dset.by_name),
+        device,
+    )
+    return None
+
+
 def task_descriptors(
     batch: StructureBatch, dset: DescriptorSet, nb: Neighbors | None = None, device: str = "cpu"
 ) -> _Computed:
     """``dset.compute`` as the store keeps it: dG/dr in float32, ACSF's already split.
 
     ``device`` other than ``"cpu"``: through a registered device engine when one takes the
-    set (:func:`~dparallel.workflow.featurize_device.device_descriptors`), else on the CPU.
+    set (:func:`device_descriptors`), else on the CPU.
     """
     if device != "cpu":
-        from dparallel.workflow.featurize_device import device_descriptors
-
         if nb is None:
             nb = neighbor_list(batch, dset.r_cut)
         found = device_descriptors(batch, dset, nb, device)
@@ -244,7 +347,6 @@ def featurize_partition(
     """
     from dparallel.cluster import configured_torch_threads, ensure_torch_threads, tune_allocator
     from dparallel.dashboard.events import publish_progress
-    from dparallel.workflow.featurize_device import task_device
 
     tune_allocator()  # Dask workers start with malloc settings that slow array code down
     started = time.time()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +24,9 @@ from dparallel.workflow.run_dirs import choose_model_dir, record_store, store_id
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Mapping
 
+    from dparallel.workflow.featurize_dispatch import FeaturizeOptions
     from dparallel.workflow.spec import WorkflowSpec
 
 __all__ = ["WorkflowResult", "run_workflow"]
@@ -66,6 +67,18 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Path, str]
     return path, "ran"
 
 
+def _featurize_options(spec: WorkflowSpec) -> FeaturizeOptions:
+    """How the workflow's dataset is read and partitioned (what its store is compared on)."""
+    from dparallel.workflow.featurize import FeaturizeOptions
+
+    return FeaturizeOptions(
+        format=spec.dataset.format,
+        units=spec.dataset.units,
+        on_error=spec.dataset.on_error,
+        partition_atoms=spec.partitioning.atoms,
+    )
+
+
 def _store_current(spec: WorkflowSpec, dataset: Path) -> bool:
     """Featurized completely from this very dataset and config (the predicate featurize uses)."""
     from dparallel.workflow.featurize import featurize_status
@@ -74,10 +87,7 @@ def _store_current(spec: WorkflowSpec, dataset: Path) -> bool:
         dataset,
         spec.store.path,
         spec.descriptors.build(data_units=spec.dataset.units),
-        format=spec.dataset.format,
-        units=spec.dataset.units,
-        on_error=spec.dataset.on_error,
-        partition_atoms=spec.partitioning.atoms,
+        _featurize_options(spec),
     )
     if status.kind == "store" and status.differences:
         log.info("store %s is out of date: %s", status.path, "; ".join(status.differences))
@@ -87,9 +97,7 @@ def _store_current(spec: WorkflowSpec, dataset: Path) -> bool:
 def run_workflow(
     spec: WorkflowSpec,
     *,
-    client: Any = None,
-    scheduler: str | None = None,
-    scheduler_file: str | None = None,
+    connect_to: Mapping[str, Any] | None = None,
     say: Callable[[str], None] = log.info,
     progress: Callable[[dict[str, Any], int, int], None] | None = None,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
@@ -98,11 +106,13 @@ def run_workflow(
 ) -> WorkflowResult:
     """Run every stage of ``spec`` that is not already complete; returns what was made.
 
+    ``connect_to``: where to run instead of the workflow's ``cluster`` section
+    (:func:`dparallel.cluster.connect`'s ``client``, ``scheduler`` or ``scheduler_file``).
     ``protect`` lists files the store path may never be or hold (the workflow file).
     """
     from dparallel.cluster import connect
     from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
-    from dparallel.workflow.featurize import featurize, featurize_preloads, write_scaling_data
+    from dparallel.workflow.featurize import featurize, featurize_preloads
     from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
 
     dataset, dataset_stage = _dataset(spec, say)
@@ -127,9 +137,7 @@ def run_workflow(
     else:
         with connect(
             spec.cluster,
-            client=client,
-            scheduler=scheduler,
-            scheduler_file=scheduler_file,
+            **(connect_to or {}),
             worker_preload=featurize_preloads() if featurize_needed else (FAST_EXIT_PRELOAD,),
             forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,) if featurize_needed else (),
         ) as handle:
@@ -137,49 +145,63 @@ def run_workflow(
                 on_connect(handle)
             if featurize_needed:
                 say(f"featurize: {dataset} → {store_path}")
-                statistics = featurize(
-                    dataset,
-                    store_path,
-                    spec.descriptors.build(data_units=spec.dataset.units),
-                    format=spec.dataset.format,
-                    units=spec.dataset.units,
-                    on_error=spec.dataset.on_error,
-                    partition_atoms=spec.partitioning.atoms,
+                options = replace(
+                    _featurize_options(spec),
                     overwrite=spec.store.overwrite,
-                    protect=protect,
+                    protect=tuple(protect),
                     client=handle.client,
                     torch_threads=spec.cluster.torch_threads,
                     progress=progress,
-                ).statistics
+                )
+                descriptors = spec.descriptors.build(data_units=spec.dataset.units)
+                statistics = featurize(dataset, store_path, descriptors, options).statistics
                 result.stages["featurize"] = "ran"
             else:
                 result.stages["featurize"] = "skipped"
             if train_needed:
-                from dparallel.dashboard import epoch_publisher
-                from dparallel.train import train
-                from dparallel.train.data_units import record_data_units
-
-                assert model_dir is not None and spec.training is not None
+                assert model_dir is not None
                 say(f"train: {store_path} → {model_dir}")
-                callbacks = [epoch_publisher(spec.name), *([on_epoch] if on_epoch else [])]
-                trained = train(store_path, model_dir, spec.training, callback=callbacks)
-                record_store(model_dir, store_identity(store_path))
-                record_data_units(model_dir, store_path)
-                result.metrics = {"validation": trained.validation, "test": trained.test}
+                result.metrics = _train(spec, store_path, model_dir, on_epoch)
                 result.stages["train"] = "ran"
             else:
                 result.stages["train"] = "skipped" if spec.training else "off"
     if spec.descriptors.acsf is not None:
-        from dparallel.store import open_store
-
-        scaling = store_path.with_suffix(".scaling.data")  # store.zarr → store.scaling.data
-        if statistics is not None or not scaling.exists():
-            write_scaling_data(open_store(store_path), scaling, statistics=statistics)
-        result.files["scaling.data"] = str(scaling)
+        result.files["scaling.data"] = str(_scaling_data(store_path, statistics))
     if model_dir is not None and spec.training is not None:
         _finish_model(spec, model_dir, result, say)
     result.files["store"] = str(store_path)
     return result
+
+
+def _scaling_data(store_path: Path, statistics: Any) -> Path:
+    """n2p2's scaling.data beside the store (store.zarr → store.scaling.data), written
+    from the run's ``statistics`` (or the store's, when missing)."""
+    from dparallel.store import open_store
+    from dparallel.workflow.featurize import write_scaling_data
+
+    scaling = store_path.with_suffix(".scaling.data")
+    if statistics is not None or not scaling.exists():
+        write_scaling_data(open_store(store_path), scaling, statistics=statistics)
+    return scaling
+
+
+def _train(
+    spec: WorkflowSpec,
+    store_path: Path,
+    model_dir: Path,
+    on_epoch: Callable[[dict[str, Any]], None] | None,
+) -> dict[str, Any]:
+    """Train from the store into ``model_dir``; the validation and test metrics."""
+    from dparallel.dashboard import epoch_publisher
+    from dparallel.train import train
+    from dparallel.train.data_units import record_data_units
+
+    assert spec.training is not None
+    callbacks = [epoch_publisher(spec.name), *([on_epoch] if on_epoch else [])]
+    trained = train(store_path, model_dir, spec.training, callback=callbacks)
+    record_store(model_dir, store_identity(store_path))
+    record_data_units(model_dir, store_path)
+    return {"validation": trained.validation, "test": trained.test}
 
 
 def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, say: Any) -> None:

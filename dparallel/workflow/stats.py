@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Sequence
 
 __all__ = ["ExactSum", "FeatureStats", "format_scaling_data"]
 
@@ -161,14 +161,6 @@ class FeatureStats:
             sum=self.sum + other.sum,
             sum_squares=self.sum_squares + other.sum_squares,
         )
-
-    @staticmethod
-    def merge_all(parts: Iterable[FeatureStats], n_features: int) -> FeatureStats:
-        """Merge any number of statistics."""
-        out = FeatureStats.empty(n_features)
-        for part in parts:
-            out = out.merge(part)
-        return out
 
     @property
     def mean(self) -> np.ndarray:

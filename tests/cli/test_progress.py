@@ -91,14 +91,18 @@ def test_real_featurize_run_terminal_matches_dashboard(tmp_path) -> None:
     from dparallel.datasets import write_emt_cu
     from dparallel.descriptors import ACSF
     from dparallel.descriptors.descriptor_set import DescriptorSet
-    from dparallel.workflow.featurize import featurize
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize
 
     data = write_emt_cu(tmp_path / "cu.xyz", 24, seed=1)
     acsf = ACSF.uniform(["Cu"], r_cut=4.0, radial=[(0.5, 0.0)], narrow=[(0.01, 1.0, -1.0, 0.0)])
     bar = FeaturizeProgress(stream=io.StringIO(), force=True)
     with connect(ClusterSpec(n_workers=2, dashboard_address="127.0.0.1:0")) as handle:
-        featurize(data, tmp_path / "f.zarr", DescriptorSet(acsf=acsf), partition_atoms=150,
-                  client=handle.client, progress=bar)  # fmt: skip
+        featurize(
+            data,
+            tmp_path / "f.zarr",
+            DescriptorSet(acsf=acsf),
+            FeaturizeOptions(partition_atoms=150, client=handle.client, progress=bar),
+        )
         base = handle.dashboard_link.rsplit("/", 1)[0]
         deadline = time.monotonic() + 30
         while True:

@@ -81,7 +81,7 @@ def test_unreachable_address_is_a_bounded_cluster_error() -> None:
 
 def test_connect_in_background_hands_over_the_handle_or_the_error(tmp_path: Path) -> None:
     from dparallel.errors import SourceNotFoundError
-    from dparallel.workflow.featurize import featurize
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize
 
     spec = ClusterSpec(kind="address", address="tcp://127.0.0.1:9", connect_timeout=2)
     failed = connect_in_background(spec=spec)
@@ -98,7 +98,12 @@ def test_connect_in_background_hands_over_the_handle_or_the_error(tmp_path: Path
         # featurize closes a connection it was handed also when it fails before using it
         early = connect_in_background(scheduler=cluster.scheduler_address)
         with pytest.raises(SourceNotFoundError):
-            featurize(tmp_path / "missing.xyz", tmp_path / "f.zarr", None, connecting=early)  # type: ignore[arg-type]
+            featurize(
+                tmp_path / "missing.xyz",
+                tmp_path / "f.zarr",
+                None,
+                FeaturizeOptions(connecting=early),
+            )  # type: ignore[arg-type]
         assert early.result().client.status == "closed"
 
 

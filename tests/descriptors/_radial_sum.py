@@ -17,7 +17,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
-from dparallel.descriptors import ACSFResult, DescriptorKind, PairDerivatives
+from dparallel.descriptors import DescriptorKind, DescriptorResult, PairDerivatives
 from dparallel.descriptors.species import species_index
 from dparallel.neighbors import neighbor_list
 
@@ -51,7 +51,7 @@ class RadialSum:
         derivatives: bool = False,
         neighbors: Any = None,
         dtype: torch.dtype = torch.float64,
-    ) -> dict[str, ACSFResult]:
+    ) -> dict[str, DescriptorResult]:
         nb = neighbors if neighbors is not None else neighbor_list(batch, self.r_cut)
         keep = np.flatnonzero(nb.distances < self.r_cut)
         pf, ps = torch.from_numpy(nb.pair_first[keep]), torch.from_numpy(nb.pair_second[keep])
@@ -80,7 +80,7 @@ class RadialSum:
                         feature_index=f * k + torch.arange(k),
                         dG_dr=ds[sel].unsqueeze(2) * unit.unsqueeze(1),  # (P_ef, K, 3)
                     )
-            out[self.elements[e]] = ACSFResult(g[atoms], atoms, pairs)
+            out[self.elements[e]] = DescriptorResult(g[atoms], atoms, pairs)
         return out
 
 

@@ -18,12 +18,13 @@ def allow_any_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let ACSF build features with any finite ζ, λ, η for the rest of the test."""
     original = acsf_module._feature
 
-    def feature(type_, center, neighbors, eta, rs, rc, cutoff, alpha, zeta=None, lambda_=None):  # noqa: ANN001, ANN202
-        angular = (1.0, 1.0) if type_ != 2 else ()
-        f = original(type_, center, neighbors, 0.0, rs, rc, cutoff, alpha, *angular)
-        f["eta"] = float(eta)
-        if type_ != 2:
-            f["zeta"], f["lambda"] = float(zeta), float(lambda_)
-        return f
+    def feature(center, neighbors, f):  # noqa: ANN001, ANN202
+        angular = int(f["type"]) != 2
+        checked = {**f, "eta": 0.0, **({"zeta": 1.0, "lambda": 1.0} if angular else {})}
+        out = original(center, neighbors, checked)
+        out["eta"] = float(f["eta"])
+        if angular:
+            out["zeta"], out["lambda"] = float(f["zeta"]), float(f["lambda"])
+        return out
 
     monkeypatch.setattr(acsf_module, "_feature", feature)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from acsf_unchecked import allow_any_parameters
 
-from dparallel.descriptors import ACSF
+from dparallel.descriptors import ACSF, Backend
 from dparallel.errors import DescriptorError
 from dparallel.kernels.acsf_numba import numba_available
 
@@ -141,7 +141,8 @@ def test_wide_functions_both_paths_equal_torch(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_float32_compute_with_float64_sums() -> None:
-    """compute_dtype=float32: triplet terms in float32, sums in float64 (≈1e-7 relative)."""
+    """Backend("numba", float32_terms=True): triplet terms in float32, sums in float64
+    (≈1e-7 relative)."""
     rng = np.random.default_rng(3)
     acsf = ACSF.uniform(
         ["H", "O"],
@@ -156,12 +157,12 @@ def test_float32_compute_with_float64_sums() -> None:
         cell=np.diag([4.5, 4.2, 4.8]), pbc=True,
     )  # fmt: skip
     ref = acsf.compute([atoms], derivatives=True, backend="numba")
-    f32 = acsf.compute([atoms], derivatives=True, backend="numba", compute_dtype=torch.float32)
+    f32 = acsf.compute([atoms], derivatives=True, backend=Backend("numba", float32_terms=True))
     for e in ref:
         assert f32[e].values.dtype == torch.float64
         np.testing.assert_allclose(f32[e].values, ref[e].values, rtol=2e-6, atol=1e-12)
         for f, pd in ref[e].pairs.items():
             scale = float(pd.dG_dr.abs().max())
             np.testing.assert_allclose(f32[e].pairs[f].dG_dr, pd.dG_dr, rtol=0, atol=2e-6 * scale)
-    with pytest.raises(DescriptorError, match="compute_dtype must be"):
-        acsf.compute([atoms], compute_dtype=torch.float16)
+    with pytest.raises(DescriptorError, match="dtype must be"):
+        acsf.compute([atoms], dtype=torch.float16)

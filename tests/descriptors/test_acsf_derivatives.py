@@ -205,14 +205,14 @@ def test_float32_matches_float64() -> None:
 
 
 def test_numpy_roundtrip_gives_same_forces() -> None:
-    from dparallel.descriptors import ACSFResult
+    from dparallel.descriptors import DescriptorResult
 
     acsf = _acsf()
     batch = StructureBatch.from_ase([_cell(4)])
     out = acsf.compute(batch, derivatives=True)
     flat = {e: r.to_numpy() for e, r in out.items()}
     assert all(isinstance(a, np.ndarray) for d in flat.values() for a in d.values())
-    back = {e: ACSFResult.from_numpy(d) for e, d in flat.items()}
+    back = {e: DescriptorResult.from_numpy(d) for e, d in flat.items()}
     w = _linear_energy(acsf)
     dE_dG = {e: w[e].expand(r.values.shape[0], -1) for e, r in out.items()}
     np.testing.assert_array_equal(

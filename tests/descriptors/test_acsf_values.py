@@ -12,7 +12,7 @@ import torch
 from acsf_reference import reference
 from scipy.spatial.transform import Rotation
 
-from dparallel.descriptors import ACSF
+from dparallel.descriptors import ACSF, Backend
 from dparallel.errors import DescriptorError
 from dparallel.types import StructureBatch
 
@@ -192,8 +192,8 @@ def test_blocks_do_not_change_values() -> None:
     cu = ase.build.bulk("Cu", "fcc", a=3.61) * (3, 3, 3)
     cu.rattle(0.05, seed=1)
     acsf = ACSF.uniform(["Cu"], 5.0, narrow=[(0.01, 1, 1, 0.0)], wide=[(0.02, 2, -1, 0.3)])
-    a = acsf.compute([cu])["Cu"].values
-    b = acsf.compute([cu], max_triplets=997)["Cu"].values
+    a = acsf.compute([cu], backend="torch")["Cu"].values  # one block
+    b = acsf.compute([cu], backend=Backend("torch", max_triplets=997))["Cu"].values
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
 
 
@@ -220,6 +220,13 @@ def test_metadata_dict_roundtrip_pickle_and_errors() -> None:
 
     again = ACSF.from_dict(json.loads(json.dumps(acsf.to_dict())))
     assert again == acsf and pickle.loads(pickle.dumps(acsf)) == acsf
+    # one key names a descriptor's type (as NeighborSum's); specs written before say "kind"
+    spec = acsf.to_dict()
+    assert spec["type"] == "acsf" and "kind" not in spec
+    legacy = {("kind" if k == "type" else k): v for k, v in spec.items()}
+    assert ACSF.from_dict(legacy) == acsf
+    with pytest.raises(DescriptorError, match="type='acsf'"):
+        ACSF.from_dict({**spec, "type": "neighbor_sum"})
     with pytest.raises(DescriptorError, match="atomic number 6 is not among"):
         acsf.compute([ase.build.molecule("CH4")])
     with pytest.raises(DescriptorError, match="element 'C' not in this ACSF"):

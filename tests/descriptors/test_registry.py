@@ -77,7 +77,7 @@ def toy() -> Iterator[DescriptorKind]:
 def test_a_registered_type_is_read_built_computed_and_stored(toy, tmp_path: Path) -> None:
     from dparallel.datasets import write_emt_cu
     from dparallel.workflow.descriptors_spec import load_descriptors
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
     assert "coordination" in registered() and descriptor_kind("coordination") is toy
     (tmp_path / "d.yaml").write_text("coordination: {elements: [Cu], r_cut: 2.8}\n")
@@ -88,7 +88,9 @@ def test_a_registered_type_is_read_built_computed_and_stored(toy, tmp_path: Path
     assert again.to_dict() == dset.to_dict() and again.coordination.r_cut == 2.8
 
     data = write_emt_cu(tmp_path / "cu.extxyz", 3, seed=0)
-    store = featurize_in_process(data, tmp_path / "f.zarr", dset, partition_atoms=1000)
+    store = featurize_in_process(
+        data, tmp_path / "f.zarr", dset, FeaturizeOptions(partition_atoms=1000)
+    )
     values = store.read_features(0, "coordination", derivatives=False)["Cu"]["values"]
     assert values.shape == (store.n_atoms, 1) and values.min() >= 1  # fcc Cu: 12 within 2.8 Å
 
@@ -154,12 +156,14 @@ def test_a_registered_type_trains_exports_and_runs_in_the_calculator(
     from dparallel.train import TrainingSpec, train
     from dparallel.train.export import export_model
     from dparallel.types import StructureBatch
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
     data = write_emt_molecules(tmp_path / "molecules.xyz", 20, seed=2)  # H, C, N, O
     toy = RadialSum(["H", "C", "N", "O"], r_cut=4.0, etas=[0.3, 0.8, 2.0])
     dset = DescriptorSet(radial_sum=toy, derivatives=True)
-    store = featurize_in_process(data, tmp_path / "f.zarr", dset, partition_atoms=40)
+    store = featurize_in_process(
+        data, tmp_path / "f.zarr", dset, FeaturizeOptions(partition_atoms=40)
+    )
     spec = TrainingSpec(descriptor="radial_sum", epochs=3, hidden=(6,), batch_size=4, seed=0)
     train(store, tmp_path / "m", spec)
 

@@ -26,7 +26,7 @@ import triton_interpreter as ti
 from dparallel.descriptors import ACSF
 from dparallel.errors import BackendUnavailableError, DescriptorError
 from dparallel.kernels.acsf_numba import numba_available
-from dparallel.kernels.pair_select import element_pairs
+from dparallel.kernels.pair_select import ElementPairs, element_pairs
 from dparallel.neighbors import neighbor_list
 from dparallel.types import StructureBatch
 
@@ -74,8 +74,12 @@ def _close(actual: np.ndarray, expected: np.ndarray, rtol: float) -> None:
 
 def _split_per_element(acsf: ACSF, structs: list[ase.Atoms], dtype: type = np.float64) -> None:
     """Per centre element: Triton's values and split dG/dr against the numba kernel's."""
-    from dparallel.descriptors._acsf_engine import numba_element
-    from dparallel.descriptors._acsf_triton import triton_device, triton_element
+    from dparallel.descriptors._acsf_backends import (
+        KernelCall,
+        numba_element,
+        triton_device,
+        triton_element,
+    )
 
     batch = StructureBatch.from_ase(structs)
     nb = neighbor_list(batch, acsf.r_cut)
@@ -90,16 +94,14 @@ def _split_per_element(acsf: ACSF, structs: list[ase.Atoms], dtype: type = np.fl
     tdtype = torch.float64 if dtype == np.float64 else torch.float32
     rtol = 1e-12 if dtype == np.float64 else 1e-6
     for e_idx, plan in enumerate(plans.values()):
-        _, center, nbr, vec, dist = element_pairs(
+        pairs = element_pairs(
             el_index, local, nb.pair_first, nb.pair_second, nb.vectors.astype(dtype),
             nb.distances.astype(dtype), e_idx, plan.r_max,
         )  # fmt: skip
         n_c = atoms_of[e_idx].shape[0]
-        v_ref, g_ref = numba_element(
-            plan, vec, dist, center, nbr, n_c, n_el, True, dtype, split=True
-        )
-        t = [torch.from_numpy(a).to(dev) for a in (vec, dist, center, nbr)]
-        values, groups = triton_element(plan, *t, n_c, n_el, True, tdtype, split=True)
+        v_ref, g_ref = numba_element(plan, pairs, n_c, KernelCall(True, dtype, split=True))
+        t = ElementPairs(*(torch.from_numpy(a).to(dev) for a in pairs))
+        values, groups = triton_element(plan, t, n_c, KernelCall(True, split=True))
         assert values.dtype == tdtype
         _close(values.cpu().numpy(), v_ref, rtol)
         assert g_ref is not None and groups is not None

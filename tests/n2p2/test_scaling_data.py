@@ -20,7 +20,7 @@ from dparallel.n2p2 import (
     read_scaling_data,
 )
 from dparallel.workflow.descriptors_spec import load_descriptors
-from dparallel.workflow.featurize import featurize_in_process, write_scaling_data
+from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process, write_scaling_data
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -88,8 +88,7 @@ def test_featurize_writes_n2p2s_scaling_data(n2p2_bin: Path, water: Path, tmp_pa
             water / "input.data",
             tmp_path / f"{order}.zarr",
             DescriptorSet(acsf=acsf),
-            units="bohr-hartree",
-            partition_atoms=2000,
+            FeaturizeOptions(units="bohr-hartree", partition_atoms=2000),
         )
         assert store.attrs["config"]["features"]["acsf"]["order"] == order
         write_scaling_data(store, tmp_path / f"{order}.scaling.data")

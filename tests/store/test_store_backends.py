@@ -41,7 +41,7 @@ def featurized(tmp_path_factory):
     """A featurized local store (ACSF with dG/dr, some skipped structures) and its source."""
     from dparallel.descriptors import ACSF
     from dparallel.descriptors.descriptor_set import DescriptorSet
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
     tmp = tmp_path_factory.mktemp("featurized")
     rng = np.random.default_rng(24)
@@ -52,7 +52,7 @@ def featurized(tmp_path_factory):
     acsf = ACSF.uniform(["H", "C", "O"], r_cut=3.0, cutoff="cos", radial=[(0.5, 0.0)],
                         narrow=[(0.1, 1.0, 1.0, 0.0)], wide=[])  # fmt: skip
     dset = DescriptorSet(acsf=acsf, derivatives=True)
-    store = featurize_in_process(data, tmp / "f.zarr", dset, partition_atoms=40)
+    store = featurize_in_process(data, tmp / "f.zarr", dset, FeaturizeOptions(partition_atoms=40))
     assert store.is_complete and store.n_partitions > 2
     return store, data
 

@@ -94,7 +94,7 @@ def test_features_of_an_attempt_killed_mid_write_are_redone_whole(tmp_path, rng)
     exist) is retried: the retry's write brings back every array under every group."""
     from dparallel.descriptors import ACSF
     from dparallel.descriptors.descriptor_set import DescriptorSet
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
     data = tmp_path / "data.xyz"
     frames = random_structures(12, rng, min_atoms=3, max_atoms=12, elements=(1, 6, 8))
@@ -102,7 +102,9 @@ def test_features_of_an_attempt_killed_mid_write_are_redone_whole(tmp_path, rng)
     acsf = ACSF.uniform(["H", "C", "O"], r_cut=3.0, cutoff="cos", radial=[(0.5, 0.0)],
                         narrow=[(0.1, 1.0, 1.0, 0.0)], wide=[])  # fmt: skip
     dset = DescriptorSet(acsf=acsf, derivatives=True)
-    store = featurize_in_process(data, tmp_path / "f.zarr", dset, partition_atoms=40)
+    store = featurize_in_process(
+        data, tmp_path / "f.zarr", dset, FeaturizeOptions(partition_atoms=40)
+    )
     p = 0
     want = store.read_features(p, "acsf")
     element = next(e for e, a in want.items() if any(k.startswith("d/") for k in a))

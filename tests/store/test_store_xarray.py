@@ -11,7 +11,7 @@ from ase.io import write
 
 from dparallel.descriptors import ACSF, NeighborSum
 from dparallel.descriptors.descriptor_set import DescriptorSet
-from dparallel.workflow.featurize import featurize_in_process
+from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
 xr = pytest.importorskip("xarray")
 
@@ -43,7 +43,10 @@ def store(tmp_path):
         derivatives=True,
     )
     return featurize_in_process(
-        tmp_path / "cuau.extxyz", tmp_path / "f.zarr", descriptors, partition_atoms=20
+        tmp_path / "cuau.extxyz",
+        tmp_path / "f.zarr",
+        descriptors,
+        FeaturizeOptions(partition_atoms=20),
     )
 
 

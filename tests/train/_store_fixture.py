@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
-from dparallel.workflow.featurize import featurize_in_process
+from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -29,7 +29,10 @@ def build_store(
     """Featurize ``data`` into ``store_path`` (ACSF values, + derivatives) in this process."""
     descriptors = DescriptorSet(acsf=acsf, derivatives=derivatives)
     return featurize_in_process(
-        data, store_path, descriptors, partition_atoms=partition_atoms, overwrite=True
+        data,
+        store_path,
+        descriptors,
+        FeaturizeOptions(partition_atoms=partition_atoms, overwrite=True),
     )
 
 

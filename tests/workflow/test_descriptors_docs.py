@@ -27,12 +27,14 @@ def test_every_key_is_in_a_table_row(model) -> None:
 
 def test_example_file_featurizes_with_the_documented_feature_count(tmp_path) -> None:
     from dparallel.datasets import write_emt_cu
-    from dparallel.workflow.featurize import featurize_in_process
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
     descriptors = load_descriptors(EXAMPLE)
     assert descriptors.derivatives and descriptors.neighbor_sum is None
     data = write_emt_cu(tmp_path / "cu.extxyz", 3, seed=0)
-    store = featurize_in_process(data, tmp_path / "f.zarr", descriptors, partition_atoms=1000)
+    store = featurize_in_process(
+        data, tmp_path / "f.zarr", descriptors, FeaturizeOptions(partition_atoms=1000)
+    )
     values = store.read_features(0, "acsf", derivatives=False)["Cu"]["values"]
     # docs: len(radial)·n + (len(narrow) + len(wide))·n(n+1)/2 with n = 1 element
     assert values.shape == (store.n_atoms, 4 + 3)

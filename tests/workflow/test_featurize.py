@@ -19,7 +19,11 @@ from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import PartitionFailedError, StoreMismatchError
 from dparallel.io import open_source
 from dparallel.store import open_store
-from dparallel.workflow.featurize import featurize, read_partition_features, write_scaling_data
+from dparallel.workflow.featurize import (
+    FeaturizeOptions,
+    featurize,
+    write_scaling_data,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -81,7 +85,7 @@ def _global_features(store_path: Path) -> dict[str, np.ndarray]:
     values, rows, derivs = [], [], []
     offset = 0
     for p in range(store.n_partitions):
-        feats = read_partition_features(store, p)["Cu"]
+        feats = store.read_features(p, "acsf")["Cu"]
         values.append(feats["values"])
         rows.append(feats["atom_index"] + offset)
         key = np.lexsort((feats["d/Cu/pair_second"], feats["d/Cu/pair_first"]))
@@ -99,7 +103,9 @@ def _global_features(store_path: Path) -> dict[str, np.ndarray]:
 def reference(dataset, client, tmp_path_factory) -> Path:
     """An undisturbed run on two workers."""
     path = tmp_path_factory.mktemp("ref") / "ref.zarr"
-    featurize(dataset, path, _descriptor_set(), partition_atoms=150, client=client)
+    featurize(
+        dataset, path, _descriptor_set(), FeaturizeOptions(partition_atoms=150, client=client)
+    )
     return path
 
 
@@ -138,7 +144,10 @@ def test_bitwise_independent_of_workers_and_partition_size(dataset, reference, t
         Client(one) as single,
     ):
         featurize(
-            dataset, tmp_path / "one.zarr", _descriptor_set(), partition_atoms=400, client=single
+            dataset,
+            tmp_path / "one.zarr",
+            _descriptor_set(),
+            FeaturizeOptions(partition_atoms=400, client=single),
         )
     a, b = _global_features(reference), _global_features(tmp_path / "one.zarr")
     for key in a:
@@ -155,7 +164,12 @@ def test_worker_killed_mid_run_costs_only_a_retry(dataset, reference, client, tm
 
     def run() -> None:
         try:
-            featurize(dataset, path, _descriptor_set(), partition_atoms=60, client=client)
+            featurize(
+                dataset,
+                path,
+                _descriptor_set(),
+                FeaturizeOptions(partition_atoms=60, client=client),
+            )
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
 
@@ -209,7 +223,9 @@ def test_partition_that_keeps_killing_workers_is_named_and_others_kept(
         Client(cluster) as client,
         pytest.raises(PartitionFailedError) as info,
     ):
-        featurize(dataset, path, _descriptor_set(), partition_atoms=150, client=client)
+        featurize(
+            dataset, path, _descriptor_set(), FeaturizeOptions(partition_atoms=150, client=client)
+        )
     store = open_store(path)
     start, stop = store.partition_range(2)
     message = str(info.value)
@@ -266,7 +282,7 @@ def test_client_killed_mid_run_then_resume(dataset, reference, tmp_path):
 def test_other_config_is_refused_unless_overwrite(dataset, reference):
     other = DescriptorSet(acsf=_acsf(), derivatives=False)
     with pytest.raises(StoreMismatchError, match="another source or config"):
-        featurize(dataset, reference, other, partition_atoms=150, client=object())
+        featurize(dataset, reference, other, FeaturizeOptions(partition_atoms=150, client=object()))
 
 
 def test_command_line_scheduler_and_workers(dataset, reference, tmp_path):

@@ -12,7 +12,10 @@ from dparallel.datasets import generate_emt_cu
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import PartitionFailedError
-from dparallel.workflow.featurize import featurize_in_process, read_partition_features
+from dparallel.workflow.featurize import (
+    FeaturizeOptions,
+    featurize_in_process,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -52,7 +55,7 @@ def _features_by_source(store) -> dict[int, np.ndarray]:
     out = {}
     for p in store.done_partitions().tolist():
         batch = store.read_partition(p)
-        feats = read_partition_features(store, p)["Cu"]
+        feats = store.read_features(p, "acsf")["Cu"]
         start = int(store._cumulative()[p])  # first stored structure of p
         ids = store.source_indices(start, start + batch.n_structures)
         struct = batch.structure_index[feats["atom_index"]]
@@ -74,7 +77,7 @@ def test_bad_structure_is_named_by_file_index_and_line_and_others_are_kept(tmp_p
     store_path = tmp_path / "s.zarr"
     descriptors = DescriptorSet(acsf=ACSF_CU, derivatives=True)
     with pytest.raises(PartitionFailedError) as info:
-        featurize_in_process(path, store_path, descriptors, partition_atoms=120)
+        featurize_in_process(path, store_path, descriptors, FeaturizeOptions(partition_atoms=120))
     text = str(info.value)
     assert f"{path}, line {lines[7]}, structure 7: {message}" in text, text
     assert "1 of " in text and "ZeroDivision" not in text and "non-finite" not in text
@@ -93,8 +96,7 @@ def test_skip_skips_only_that_structure(tmp_path, kind):
         path,
         tmp_path / "s.zarr",
         DescriptorSet(acsf=ACSF_CU, derivatives=True),
-        partition_atoms=120,
-        on_error="skip",
+        FeaturizeOptions(partition_atoms=120, on_error="skip"),
     )
     assert store.is_complete
     skipped = store.skipped()
@@ -137,13 +139,18 @@ def test_any_kernel_failure_or_non_finite_output_is_pinned_to_its_structure(tmp_
     monkeypatch.setattr(dset_module.DescriptorSet, "compute", flaky)
     descriptors = DescriptorSet(acsf=ACSF_CU)
     with pytest.raises(PartitionFailedError) as info:
-        featurize_in_process(path, tmp_path / "a.zarr", descriptors, partition_atoms=10_000)
+        featurize_in_process(
+            path, tmp_path / "a.zarr", descriptors, FeaturizeOptions(partition_atoms=10_000)
+        )
     assert (
         f"line {lines[3]}, structure 3: the descriptors cannot be computed: "
         "FloatingPointError: kernel cannot take it"
     ) in str(info.value)
     store = featurize_in_process(
-        path, tmp_path / "b.zarr", descriptors, partition_atoms=10_000, on_error="skip"
+        path,
+        tmp_path / "b.zarr",
+        descriptors,
+        FeaturizeOptions(partition_atoms=10_000, on_error="skip"),
     )
     assert [i for i, _ in store.skipped()] == [3, 6]
     assert "acsf features of Cu atoms are not finite" in store.skipped()[1][1]
@@ -164,7 +171,10 @@ def test_a_failure_of_every_structure_is_not_blamed_on_them(tmp_path, monkeypatc
     monkeypatch.setattr(dset_module.DescriptorSet, "compute", broken)
     with pytest.raises(PartitionFailedError) as info:
         featurize_in_process(
-            path, tmp_path / "s.zarr", DescriptorSet(acsf=ACSF_CU), on_error=on_error
+            path,
+            tmp_path / "s.zarr",
+            DescriptorSet(acsf=ACSF_CU),
+            FeaturizeOptions(on_error=on_error),
         )
     text = str(info.value)
     assert "failed: FloatingPointError: kernel bug" in text and "structure 0" not in text

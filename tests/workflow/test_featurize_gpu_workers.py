@@ -9,7 +9,7 @@ import pytest
 
 from dparallel.cluster import gpus
 from dparallel.store import open_store
-from dparallel.workflow.featurize import featurize, featurize_in_process
+from dparallel.workflow.featurize import FeaturizeOptions, featurize, featurize_in_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,7 +42,9 @@ def test_gpu_marked_partitions_run_on_gpu_workers_and_equal_the_cpu_run(
     from dparallel.datasets import write_emt_cu
 
     source = write_emt_cu(tmp_path / "cu.extxyz", n_structures=40, seed=7)
-    reference = featurize_in_process(source, tmp_path / "cpu.zarr", _set(), partition_atoms=150)
+    reference = featurize_in_process(
+        source, tmp_path / "cpu.zarr", _set(), FeaturizeOptions(partition_atoms=150)
+    )
     spec = {"threads_per_worker": 1, "dashboard_address": "127.0.0.1:0"}
     with (
         LocalCluster(n_workers=1, **spec) as cluster,
@@ -51,8 +53,7 @@ def test_gpu_marked_partitions_run_on_gpu_workers_and_equal_the_cpu_run(
         options = dict(cluster.new_spec["options"])
         options.update(resources={"GPU": 1}, env={"CUDA_VISIBLE_DEVICES": ""}, name="fake-gpu")
         cluster.worker_spec["fake-gpu"] = {"cls": Nanny, "options": options}
-        cluster.sync(cluster._correct_state)
-        client.wait_for_workers(2, timeout=120)
+        gpus.start_specified_workers(cluster, timeout=120)
         gpu_pid = client.run(lambda: __import__("os").getpid(), workers=[
             a for a, w in client.scheduler_info()["workers"].items() if w["resources"]
         ])  # fmt: skip
@@ -64,8 +65,12 @@ def test_gpu_marked_partitions_run_on_gpu_workers_and_equal_the_cpu_run(
             return marks[-1]
 
         monkeypatch.setattr(gpus, "gpu_partitions", mark_all_but_first)
-        result = featurize(source, tmp_path / "gpu.zarr", _set(), partition_atoms=150,
-                           client=client)  # fmt: skip
+        result = featurize(
+            source,
+            tmp_path / "gpu.zarr",
+            _set(),
+            FeaturizeOptions(partition_atoms=150, client=client),
+        )
     store = result.store
     assert store.n_partitions == reference.n_partitions > 3
     reports = [store.report(p) for p in range(store.n_partitions)]
@@ -82,18 +87,18 @@ def test_gpu_marked_partitions_run_on_gpu_workers_and_equal_the_cpu_run(
 def test_a_gpu_worker_without_cuda_computes_on_the_cpu_and_says_so(monkeypatch, caplog) -> None:
     import torch
 
-    from dparallel.workflow import featurize_device
+    from dparallel.workflow import featurize_task
 
     monkeypatch.setattr(gpus, "worker_gpus", lambda: 1.0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(featurize_device, "_said", set())
-    with caplog.at_level("WARNING", logger=featurize_device.__name__):
-        assert featurize_device.task_device() == "cpu"
+    monkeypatch.setattr(featurize_task, "_said", set())
+    with caplog.at_level("WARNING", logger=featurize_task.__name__):
+        assert featurize_task.task_device() == "cpu"
     assert "GPU worker" in caplog.text and "on the CPU" in caplog.text
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert featurize_device.task_device() == "cuda"
+    assert featurize_task.task_device() == "cuda"
     monkeypatch.setattr(gpus, "worker_gpus", lambda: 0.0)
-    assert featurize_device.task_device() == "cpu"
+    assert featurize_task.task_device() == "cpu"
 
 
 def test_a_registered_device_engine_computes_the_task_and_none_falls_back(
@@ -101,15 +106,15 @@ def test_a_registered_device_engine_computes_the_task_and_none_falls_back(
 ) -> None:
     from dparallel.datasets import write_emt_cu
     from dparallel.io import open_source
-    from dparallel.workflow import featurize_device
+    from dparallel.workflow import featurize_task
     from dparallel.workflow.featurize_task import task_descriptors
 
     batch = open_source(write_emt_cu(tmp_path / "cu.extxyz", n_structures=2, seed=3)).read(0, 2)
     dset = _set()
     cpu = task_descriptors(batch, dset)
-    monkeypatch.setattr(featurize_device, "_said", set())
-    monkeypatch.setattr(featurize_device, "DEVICE_ENGINES", {"never": lambda *a: None})
-    with caplog.at_level("WARNING", logger=featurize_device.__name__):
+    monkeypatch.setattr(featurize_task, "_said", set())
+    monkeypatch.setattr(featurize_task, "DEVICE_ENGINES", {"never": lambda *a: None})
+    with caplog.at_level("WARNING", logger=featurize_task.__name__):
         fallback = task_descriptors(batch, dset, device="cuda")
     assert "no featurize engine for acsf" in caplog.text
     for key, value in cpu["acsf"]["Cu"].items():
@@ -120,6 +125,6 @@ def test_a_registered_device_engine_computes_the_task_and_none_falls_back(
         seen.append(device)
         return {"acsf": {}}
 
-    monkeypatch.setattr(featurize_device, "DEVICE_ENGINES", {"fake": engine})
+    monkeypatch.setattr(featurize_task, "DEVICE_ENGINES", {"fake": engine})
     assert task_descriptors(batch, dset, device="cuda") == {"acsf": {}}
     assert seen == ["cuda"]

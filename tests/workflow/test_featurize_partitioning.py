@@ -18,6 +18,7 @@ from dparallel.store.plan import (
     plan_partitions,
 )
 from dparallel.workflow.featurize import (
+    FeaturizeOptions,
     _warn_idle_workers,
     featurize_in_process,
     featurize_status,
@@ -68,10 +69,12 @@ def test_derived_store_stays_current_for_any_worker_count(tmp_path):
     _, again = prepare_featurize(data, store_path, _dset(), n_workers=8)
     assert again.n_partitions == 2 and again.is_complete
     # an explicit size is compared with the store's, as before
-    explicit = featurize_status(data, store_path, _dset(), partition_atoms=500)
+    explicit = featurize_status(data, store_path, _dset(), FeaturizeOptions(partition_atoms=500))
     assert not explicit.current
     assert any("partition_atoms" in d for d in explicit.differences)
-    assert featurize_status(data, store_path, _dset(), partition_atoms=recorded).current
+    assert featurize_status(
+        data, store_path, _dset(), FeaturizeOptions(partition_atoms=recorded)
+    ).current
 
 
 def test_fewer_partitions_than_workers_warns(tmp_path):

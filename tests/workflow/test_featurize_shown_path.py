@@ -10,7 +10,7 @@ import pytest
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.store import target_path
-from dparallel.workflow.featurize import featurize, featurize_in_process
+from dparallel.workflow.featurize import FeaturizeOptions, featurize, featurize_in_process
 
 pytestmark = [pytest.mark.integration]
 
@@ -35,7 +35,7 @@ def test_an_overwrite_reports_progress_under_the_users_path(tmp_path, caplog):
 
     data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=8, seed=3)
     target = tmp_path / "s.zarr"
-    featurize_in_process(data, target, _descriptors(), partition_atoms=60)
+    featurize_in_process(data, target, _descriptors(), FeaturizeOptions(partition_atoms=60))
     events: list[dict] = []
     with (
         LocalCluster(
@@ -48,10 +48,12 @@ def test_an_overwrite_reports_progress_under_the_users_path(tmp_path, caplog):
             data,
             target,
             _descriptors(),
-            partition_atoms=90,
-            overwrite=True,
-            client=client,
-            progress=lambda event, done, total: events.append(event),
+            FeaturizeOptions(
+                partition_atoms=90,
+                overwrite=True,
+                client=client,
+                progress=lambda event, done, total: events.append(event),
+            ),
         )
     assert "building the replacement of" in caplog.text  # it was built aside
     assert result.store.path == target.resolve() and result.store.is_complete

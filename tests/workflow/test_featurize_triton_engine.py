@@ -102,8 +102,7 @@ def _close(actual: np.ndarray, expected: np.ndarray, dtype: str) -> None:
 
 def _same_as_cpu(batch: StructureBatch, dset: DescriptorSet) -> None:
     """Every array of the engine's result as task_descriptors' on the CPU."""
-    from dparallel.workflow.featurize_task import task_descriptors
-    from dparallel.workflow.featurize_triton import triton_descriptors
+    from dparallel.workflow.featurize_task import task_descriptors, triton_descriptors
 
     nb: Neighbors = neighbor_list(batch, dset.r_cut)
     cpu = task_descriptors(batch, dset, nb)
@@ -147,7 +146,7 @@ def test_float32_set_and_an_element_absent_as_on_the_cpu() -> None:
 
 def test_declines_what_it_cannot_take(monkeypatch: pytest.MonkeyPatch) -> None:
     from dparallel.descriptors.neighbor_sum import NeighborSum
-    from dparallel.workflow.featurize_triton import triton_descriptors
+    from dparallel.workflow.featurize_task import triton_descriptors
 
     batch = _batch(4, [1, 8])
     acsf = _acsf(["H", "O"], 3.0)
@@ -175,23 +174,25 @@ def test_out_of_device_memory_falls_back(
 ) -> None:
     import torch
 
-    from dparallel.descriptors import acsf_triton_arrays
-    from dparallel.workflow.featurize_triton import triton_descriptors
+    from dparallel.workflow.featurize_task import triton_descriptors
 
     def full(*args: object, **kwargs: object) -> None:
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(acsf_triton_arrays, "triton_arrays", full)
+    monkeypatch.setattr(ACSF, "compute_arrays", full)
     batch = _batch(6, [1, 8])
     dset = DescriptorSet(acsf=_acsf(["H", "O"], 3.0), derivatives=True)
-    with caplog.at_level("WARNING", logger="dparallel.workflow.featurize_triton"):
+    with caplog.at_level("WARNING", logger="dparallel.workflow.featurize_task"):
         assert triton_descriptors(batch, dset, neighbor_list(batch, 3.0), _device()) is None
     assert "out of memory" in caplog.text and "on the CPU" in caplog.text
 
 
 def test_registered_and_taken_by_the_device_hook() -> None:
-    from dparallel.workflow.featurize_device import DEVICE_ENGINES, device_descriptors
-    from dparallel.workflow.featurize_triton import triton_descriptors
+    from dparallel.workflow.featurize_task import (
+        DEVICE_ENGINES,
+        device_descriptors,
+        triton_descriptors,
+    )
 
     assert DEVICE_ENGINES["triton"] is triton_descriptors
     batch = _batch(5, [1, 8])

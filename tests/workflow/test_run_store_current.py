@@ -7,7 +7,7 @@ import time
 
 from dparallel.datasets import write_emt_cu
 from dparallel.store import open_store
-from dparallel.workflow.featurize import featurize_in_process
+from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 from dparallel.workflow.run import _store_current
 from dparallel.workflow.spec import load_quickstart
 
@@ -22,9 +22,11 @@ def test_store_is_current_only_for_the_same_source_and_config(tmp_path):
         data,
         spec.store.path,
         spec.descriptors.build(),
-        units=spec.dataset.units,
-        on_error=spec.dataset.on_error,
-        partition_atoms=spec.partitioning.atoms,
+        FeaturizeOptions(
+            units=spec.dataset.units,
+            on_error=spec.dataset.on_error,
+            partition_atoms=spec.partitioning.atoms,
+        ),
     )
     assert _store_current(spec, data)
     for change in ("dataset.units=bohr-hartree", "dataset.on_error=skip", "partitioning.atoms=100",

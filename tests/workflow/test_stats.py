@@ -1,3 +1,4 @@
+import functools
 import math
 from fractions import Fraction
 
@@ -29,7 +30,7 @@ def test_merge_is_bitwise_independent_of_partitioning_and_order(rng):
         cuts = np.sort(rng.choice(np.arange(1, len(x)), size=trial * 7 + 1, replace=False))
         parts = [FeatureStats.of(p) for p in np.split(x, cuts)]
         rng.shuffle(parts)
-        merged = FeatureStats.merge_all(parts, x.shape[1])
+        merged = functools.reduce(FeatureStats.merge, parts, FeatureStats.empty(x.shape[1]))
         assert merged.count == len(x)
         for a, b in zip(
             (merged.mean, merged.sigma, merged.minimum, merged.maximum), reference, strict=True
