@@ -96,6 +96,19 @@ def _without_partitioning(config: Any) -> Any:
     return {**config, "ingest": ingest}
 
 
+def _current_keys(config: Any) -> Any:
+    """``config`` as this version writes it: ACSF specs written before the one descriptor
+    key (``{"kind": "acsf"}``) read as ``{"type": "acsf"}``, so those stores resume."""
+    if isinstance(config, dict):
+        out = {k: _current_keys(v) for k, v in config.items()}
+        if out.get("kind") == "acsf" and "type" not in out:
+            out["type"] = out.pop("kind")
+        return out
+    if isinstance(config, list):
+        return [_current_keys(v) for v in config]
+    return config
+
+
 def _differences(
     meta: Mapping[str, Any], fingerprint: Mapping[str, Any], config: Any, plan: Plan | None
 ) -> list[str]:
@@ -105,7 +118,7 @@ def _differences(
     config matches, so neither the plan nor ``ingest.partition_atoms`` is compared.
     """
     diffs = []
-    old_config = meta.get("config")
+    old_config = _current_keys(meta.get("config"))
     if plan is None:
         old_config, config = _without_partitioning(old_config), _without_partitioning(config)
     source = meta.get("source", {})

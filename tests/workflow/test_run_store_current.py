@@ -44,3 +44,30 @@ def test_store_is_current_only_for_the_same_source_and_config(tmp_path):
     assert _store_current(spec, data)  # the same content again: current (path and mtime aside)
     open_store(spec.store.path, mode="r+").clear_done(0)
     assert not _store_current(spec, data)  # incomplete
+
+
+def test_store_written_with_the_old_acsf_key_is_still_current(tmp_path):
+    """Stores written before ACSF's spec key became ``type`` (it was ``kind``) resume."""
+    import json
+
+    data = tmp_path / "cu.xyz"
+    write_emt_cu(data, n_structures=4, seed=1)
+    spec = load_quickstart(
+        [f"dataset.path={data}", f"store.path={tmp_path / 's.zarr'}", "partitioning.atoms=150"]
+    )
+    options = FeaturizeOptions(
+        units=spec.dataset.units,
+        on_error=spec.dataset.on_error,
+        partition_atoms=spec.partitioning.atoms,
+    )
+    featurize_in_process(data, spec.store.path, spec.descriptors.build(), options)
+    assert _store_current(spec, data)
+    meta_file = tmp_path / "s.zarr" / "zarr.json"
+    meta = json.loads(meta_file.read_text())
+    text = json.dumps(meta)
+    assert '"type": "acsf"' in text
+    meta_file.write_text(text.replace('"type": "acsf"', '"kind": "acsf"'))
+    assert '"kind": "acsf"' in meta_file.read_text()
+    assert _store_current(spec, data)
+    meta_file.write_text(text.replace('"type": "acsf"', '"kind": "neighbor_sum"'))
+    assert not _store_current(spec, data)  # another kind under the old key is not current
