@@ -122,9 +122,9 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
         "\n".join(
             closing_lines(
                 time.perf_counter() - t0,
-                store=result.store,
+                store=str(result.store),
                 model=result.model_dir if trained else None,
-                data=result.dataset,
+                data=str(result.dataset),
                 exported=result.stages.get("export") in ("ran", "skipped"),
             )
         )

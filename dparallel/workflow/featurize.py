@@ -15,7 +15,6 @@ reads the store for it).
 from __future__ import annotations
 
 import errno
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -53,6 +52,7 @@ from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
 from dparallel.workflow.stats import FeatureStats
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Callable, Iterable, Mapping
     from concurrent.futures import Future
 
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from dparallel.cluster import ClusterHandle
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.io import StructureSource
+    from dparallel.io.location import Where
     from dparallel.store import Plan
 
 __all__ = [
@@ -128,7 +129,7 @@ def merged_statistics(
 
 
 def _target(
-    source_path: str | os.PathLike[str],
+    source_path: Where,
     descriptors: DescriptorSet,
     options: FeaturizeOptions,
     n_workers: int | None = None,
@@ -156,8 +157,8 @@ def _target(
 
 
 def featurize_status(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     *,
     format: str | None = None,
@@ -184,8 +185,8 @@ def featurize_status(
 
 
 def prepare_featurize(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     *,
     format: str | None = None,
@@ -214,8 +215,8 @@ def prepare_featurize(
 
 
 def _prepare(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     options: FeaturizeOptions,
     n_workers: int | None,
@@ -237,7 +238,7 @@ def _prepare(
 
 
 def finish_featurize(
-    store_path: str | os.PathLike[str], reports: Mapping[int, Mapping[str, Any]] | None = None
+    store_path: Where, reports: Mapping[int, Mapping[str, Any]] | None = None
 ) -> tuple[Store, dict[str, dict[str, FeatureStats]]]:
     """Merge the done partitions' statistics exactly and record them in the store
     (``reports``: as :func:`merged_statistics`)."""
@@ -248,8 +249,8 @@ def finish_featurize(
 
 
 def featurize_in_process(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     **options: Any,
 ) -> Store:
@@ -264,17 +265,17 @@ def featurize_in_process(
         for p in store.pending_partitions().tolist():
             lease.check()
             try:
-                featurize_partition(source, os.fspath(store.path), p, descriptors.to_dict())
+                featurize_partition(source, store.ref, p, descriptors.to_dict())
             except Exception as exc:  # noqa: BLE001 - reported with every other failure
                 failures[p] = exc
-        store, _ = finish_featurize(store.path)
+        store, _ = finish_featurize(store.ref)
     _raise_failures(store, failures)
     return store
 
 
 def featurize(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     *,
     format: str | None = None,
@@ -357,8 +358,8 @@ def featurize(
 
 
 def featurize_with(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     options: FeaturizeOptions,
 ) -> FeaturizeResult:
@@ -380,8 +381,8 @@ def featurize_with(
 
 
 def _featurize(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     options: FeaturizeOptions,
     n_workers: int | None,
@@ -405,15 +406,15 @@ def _featurize(
             done = len(store.done_partitions())
             raise RunInterruptedError(
                 f"interrupted; {done} of {store.n_partitions} partitions of "
-                f"{target_path(store.path)} are "
+                f"{target_path(store)} are "
                 "done and kept: rerun the same command to compute the rest"
             ) from None
         try:
-            store, statistics = finish_featurize(store.path, reports)
+            store, statistics = finish_featurize(store.ref, reports)
         except OSError:
             if not failures:
                 raise
-            store = open_store(store.path)  # the failures say more (e.g. a full disk)
+            store = open_store(store.ref)  # the failures say more (e.g. a full disk)
     _raise_failures(store, failures)
     return FeaturizeResult(
         store=store,
@@ -437,7 +438,7 @@ def _warn_idle_workers(store: Store, pending: list[int], n_workers: int | None) 
     warnings.warn(
         f"{len(pending)} partitions for {n_workers} workers: {n_workers - len(pending)} "
         f"workers stay idle ({structures} structures, {atoms} atoms to compute in "
-        f"{target_path(store.path)}; a partition holds whole structures, at least "
+        f"{target_path(store)}; a partition holds whole structures, at least "
         f"{MIN_SPLIT_ATOMS} atoms unless --partition-atoms says otherwise)",
         stacklevel=4,
     )
@@ -471,7 +472,7 @@ def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None
     full = sorted(p for p, exc in failures.items() if _disk_full(exc))
     if full:
         raise DiskFullError(
-            f"no space left on the device of {target_path(store.path)}: {len(full)} of {total} "
+            f"no space left on the device of {target_path(store)}: {len(full)} of {total} "
             "partitions "
             f"could not be written ({kept} done partitions are kept); free space and rerun "
             "the same command to compute only the rest"
@@ -512,7 +513,7 @@ def write_scaling_data(
         statistics = merged_statistics(store)
     merged = statistics.get(descriptor)
     if not merged:
-        raise StoreIncompleteError(f"{store.path} has no '{descriptor}' statistics to write")
+        raise StoreIncompleteError(f"{store.target} has no '{descriptor}' statistics to write")
     spec = store.attrs.get("config", {}).get("features", {}).get(descriptor)
     symfuncs = None
     kind = descriptor_kind(descriptor)
@@ -532,5 +533,5 @@ def read_partition_features(
     (docs/store-format.md). Elements absent from the partition are left out.
     """
     if not (store.attrs.get("config", {}).get("features") or {}).get(descriptor):
-        raise StoreIncompleteError(f"{store.path} has no '{descriptor}' features")
+        raise StoreIncompleteError(f"{store.target} has no '{descriptor}' features")
     return store.read_features(p, descriptor)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Iterable
 
+    from dparallel.io.location import Location
     from dparallel.workflow.spec import WorkflowSpec
 
 __all__ = ["WorkflowResult", "run_workflow"]
@@ -37,8 +38,8 @@ log = logging.getLogger(__name__)
 class WorkflowResult:
     """What a run produced and which stages it ran or skipped."""
 
-    dataset: Path
-    store: Path
+    dataset: Path | Location  # a local path, or where a URL is
+    store: Path | Location
     model_dir: Path | None
     stages: dict[str, str] = field(default_factory=dict)  # stage → "ran" | "skipped"
     metrics: dict[str, Any] = field(default_factory=dict)  # split → error metrics
@@ -46,14 +47,25 @@ class WorkflowResult:
     notes: list[str] = field(default_factory=list)  # what the user must know (a new run dir)
 
 
-def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Path, str]:
-    path = Path(spec.dataset.path)
-    if path.exists():
-        return path, "skipped"
-    if spec.dataset.generate is None:
+def _shown(location: Location) -> Path | Location:
+    """A local path as a :class:`Path`, a URL as its location."""
+    return location.local if location.local is not None else location
+
+
+def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Location, str]:
+    location = spec.dataset_location()
+    if location.exists():
+        return location, "skipped"
+    if spec.dataset.generate is None or location.local is None:
         from dparallel.errors import SourceNotFoundError
 
-        raise SourceNotFoundError(f"dataset.path {path} does not exist and no 'generate' is set")
+        why = (
+            "no 'generate' is set"
+            if location.local is not None
+            else "generate writes local files only"
+        )
+        raise SourceNotFoundError(f"dataset.path {location} does not exist ({why})")
+    path = location.local
     from dparallel.datasets import write_emt_cu, write_emt_molecules
 
     gen = spec.dataset.generate
@@ -63,16 +75,16 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Path, str]
     }[gen.kind]
     say(f"dataset: generating {gen.n_structures} {what} → {path}")
     write(path, n_structures=gen.n_structures, seed=gen.seed)
-    return path, "ran"
+    return location, "ran"
 
 
-def _store_current(spec: WorkflowSpec, dataset: Path) -> bool:
+def _store_current(spec: WorkflowSpec, dataset: Location) -> bool:
     """Featurized completely from this very dataset and config (the predicate featurize uses)."""
     from dparallel.workflow.featurize import featurize_status
 
     status = featurize_status(
         dataset,
-        spec.store.path,
+        spec.store_location(),
         spec.descriptors.build(data_units=spec.dataset.units),
         format=spec.dataset.format,
         units=spec.dataset.units,
@@ -102,19 +114,22 @@ def run_workflow(
     """
     from dparallel.cluster import connect
     from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
-    from dparallel.workflow.featurize import featurize, featurize_preloads, write_scaling_data
+    from dparallel.workflow.featurize import featurize, featurize_preloads
     from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
 
     dataset, dataset_stage = _dataset(spec, say)
-    store_path = Path(spec.store.path)
+    store_path = spec.store_location()
     model_dir = Path(spec.output.model_dir) if spec.output is not None else None
-    result = WorkflowResult(dataset=dataset, store=store_path, model_dir=model_dir)
+    result = WorkflowResult(dataset=_shown(dataset), store=_shown(store_path), model_dir=model_dir)
     result.stages["dataset"] = dataset_stage
     featurize_needed = spec.store.overwrite or not _store_current(spec, dataset)
     train_needed = False
     if spec.training is not None and model_dir is not None:
         target = choose_model_dir(
-            model_dir, spec.training.to_dict(), store_identity(store_path), featurize_needed
+            model_dir,
+            spec.training.to_dict(),
+            store_identity(store_path, spec.store.path),
+            featurize_needed,
         )
         model_dir = result.model_dir = target.path
         train_needed = target.train
@@ -162,24 +177,46 @@ def run_workflow(
                 assert model_dir is not None and spec.training is not None
                 say(f"train: {store_path} → {model_dir}")
                 callbacks = [epoch_publisher(spec.name), *([on_epoch] if on_epoch else [])]
-                trained = train(store_path, model_dir, spec.training, callback=callbacks)
-                record_store(model_dir, store_identity(store_path))
-                record_data_units(model_dir, store_path)
+                from dparallel.store import open_store
+
+                opened = open_store(store_path)
+                trained = train(opened, model_dir, spec.training, callback=callbacks)
+                record_store(model_dir, store_identity(store_path, spec.store.path))
+                record_data_units(model_dir, opened)
                 result.metrics = {"validation": trained.validation, "test": trained.test}
                 result.stages["train"] = "ran"
             else:
                 result.stages["train"] = "skipped" if spec.training else "off"
     if spec.descriptors.acsf is not None:
-        from dparallel.store import open_store
-
-        scaling = store_path.with_suffix(".scaling.data")  # store.zarr → store.scaling.data
-        if statistics is not None or not scaling.exists():
-            write_scaling_data(open_store(store_path), scaling, statistics=statistics)
+        scaling = _write_scaling(store_path, statistics)
         result.files["scaling.data"] = str(scaling)
     if model_dir is not None and spec.training is not None:
         _finish_model(spec, model_dir, result, say)
     result.files["store"] = str(store_path)
     return result
+
+
+def _write_scaling(store: Location, statistics: Any) -> Location:
+    """n2p2 ``scaling.data`` beside the store (``store.zarr`` → ``store.scaling.data``),
+    unless it is there and the store was not featurized now; uploaded for a URL."""
+    import tempfile
+
+    from dparallel.store import open_store
+    from dparallel.workflow.featurize import write_scaling_data
+
+    name = Path(store.name).with_suffix(".scaling.data").name
+    scaling = store.sibling(name)
+    if statistics is None and scaling.exists():
+        return scaling
+    if scaling.local is not None:
+        write_scaling_data(open_store(store), scaling.local, statistics=statistics)
+        return scaling
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / name
+        write_scaling_data(open_store(store), local, statistics=statistics)
+        fs, path = scaling.filesystem()
+        fs.put_file(str(local), path)
+    return scaling
 
 
 def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, say: Any) -> None:
