@@ -85,7 +85,7 @@ def _forget_filesystems() -> None:
 #: ``DPARALLEL_TEST_HIDDEN`` (``os.pathsep``-separated): a Python audit hook sees each
 #: ``open``, ``os.listdir``, ``os.scandir`` and refuses it with PermissionError, so the
 #: worker cannot read (or write) the test's files even though they are on its disk.
-HIDE_PRELOAD = '''
+HIDE_PRELOAD = """
 import os, sys
 
 _HIDDEN = tuple(p for p in os.environ.get("DPARALLEL_TEST_HIDDEN", "").split(os.pathsep) if p)
@@ -102,4 +102,4 @@ def _hook(event, args):
 
 
 sys.addaudithook(_hook)
-'''
+"""

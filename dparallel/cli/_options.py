@@ -57,11 +57,9 @@ def default_log_file(store: str | Path) -> Path:
     if location.local is not None:
         return location.local.with_name(location.name + ".log")
     root = Path(os.environ.get("DPARALLEL_CACHE_DIR", Path.home() / ".cache" / "dparallel"))
-    return (
-        root
-        / "logs"
-        / f"{location.protocol}-{location.url.split('://', 1)[1]}.log".replace("/", "_")
-    )
+    name = f"{location.protocol}-{location.url.split('://', 1)[1]}.log".replace("/", "_")
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    return root / "logs" / name
 
 
 def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:

@@ -100,7 +100,7 @@ def chunk_item(path: str, meta: ArrayV3Metadata, rows: slice, values: np.ndarray
 def _parsed(document: bytes) -> ArrayV3Metadata:
     import json
 
-    return _internals().ArrayV3Metadata.from_dict(json.loads(document))  # type: ignore[no-any-return]
+    return _internals().ArrayV3Metadata.from_dict(json.loads(document))
 
 
 async def slot_metadata(store: ZarrStore, path: str) -> ArrayV3Metadata | None:
