@@ -228,6 +228,8 @@ class StoreReads(OpenedStore):
         skipped = self.skipped()
         return {
             "path": self.location,
+            # where zarr/xarray open it: the generation of a store at a URL, else the path
+            "zarr_root": str(self.root) if self.root is not None else self.location,
             "format_version": self._meta["format_version"],
             "n_structures": self.n_structures,
             "n_atoms": self.n_atoms,

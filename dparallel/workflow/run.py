@@ -47,9 +47,9 @@ class WorkflowResult:
     notes: list[str] = field(default_factory=list)  # what the user must know (a new run dir)
 
 
-def _shown(location: Location) -> Path | Location:
-    """A local path as a :class:`Path`, a URL as its location."""
-    return location.local if location.local is not None else location
+def _shown(location: Location, given: str) -> Path | Location:
+    """A local path as the user wrote it (a :class:`Path`), a URL as its location."""
+    return Path(given) if location.local is not None else location
 
 
 def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Location, str]:
@@ -73,7 +73,7 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Location, 
         "emt_cu": ("EMT Cu structures", write_emt_cu),
         "emt_molecules": ("EMT-labelled molecules", write_emt_molecules),
     }[gen.kind]
-    say(f"dataset: generating {gen.n_structures} {what} → {path}")
+    say(f"dataset: generating {gen.n_structures} {what} → {Path(spec.dataset.path)}")
     write(path, n_structures=gen.n_structures, seed=gen.seed)
     return location, "ran"
 
@@ -120,7 +120,10 @@ def run_workflow(
     dataset, dataset_stage = _dataset(spec, say)
     store_path = spec.store_location()
     model_dir = Path(spec.output.model_dir) if spec.output is not None else None
-    result = WorkflowResult(dataset=_shown(dataset), store=_shown(store_path), model_dir=model_dir)
+    shown = _shown(store_path, spec.store.path)
+    result = WorkflowResult(
+        dataset=_shown(dataset, spec.dataset.path), store=shown, model_dir=model_dir
+    )
     result.stages["dataset"] = dataset_stage
     featurize_needed = spec.store.overwrite or not _store_current(spec, dataset)
     train_needed = False
@@ -151,7 +154,7 @@ def run_workflow(
             if on_connect is not None:
                 on_connect(handle)
             if featurize_needed:
-                say(f"featurize: {dataset} → {store_path}")
+                say(f"featurize: {result.dataset} → {shown}")
                 statistics = featurize(
                     dataset,
                     store_path,
@@ -175,7 +178,7 @@ def run_workflow(
                 from dparallel.train.data_units import record_data_units
 
                 assert model_dir is not None and spec.training is not None
-                say(f"train: {store_path} → {model_dir}")
+                say(f"train: {shown} → {model_dir}")
                 callbacks = [epoch_publisher(spec.name), *([on_epoch] if on_epoch else [])]
                 from dparallel.store import open_store
 
@@ -189,10 +192,12 @@ def run_workflow(
                 result.stages["train"] = "skipped" if spec.training else "off"
     if spec.descriptors.acsf is not None:
         scaling = _write_scaling(store_path, statistics)
-        result.files["scaling.data"] = str(scaling)
+        result.files["scaling.data"] = str(
+            shown.with_suffix(".scaling.data") if isinstance(shown, Path) else scaling
+        )
     if model_dir is not None and spec.training is not None:
         _finish_model(spec, model_dir, result, say)
-    result.files["store"] = str(store_path)
+    result.files["store"] = str(shown)
     return result
 
 

@@ -21,16 +21,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import pytest
 import yaml
 from s3server import HIDE_PRELOAD, s3_server
 
-from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import StoreError
 from dparallel.store import StoreLease, open_store
 from dparallel.workflow.featurize import featurize, featurize_in_process
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from dparallel.descriptors.descriptor_set import DescriptorSet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
