@@ -60,7 +60,7 @@ def start_moto(log: Path) -> tuple[subprocess.Popen, str]:
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 proc.kill()
-                raise SystemExit(f"moto_server did not start: {log.read_text()[-2000:]}")
+                raise SystemExit(f"moto_server did not start: {log.read_text()[-2000:]}") from None
             time.sleep(0.1)
 
 
