@@ -44,7 +44,8 @@ def _free_port() -> int:
 
 def start_moto(log: Path) -> tuple[subprocess.Popen, str]:
     """``moto_server`` on 127.0.0.1 (bounded wait until it answers)."""
-    exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
+    beside = Path(sys.executable).with_name("moto_server")  # this environment's moto first
+    exe = str(beside) if beside.exists() else shutil.which("moto_server") or "moto_server"
     port = _free_port()
     proc = subprocess.Popen(
         [exe, "-H", "127.0.0.1", "-p", str(port)],
