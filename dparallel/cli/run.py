@@ -137,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     from dparallel.workflow.spec import load_workflow
 
     spec = load_workflow(args.workflow, args.overrides)
+    spec.check_locations()
     if args.device is not None and spec.training is not None:
         training = spec.training.model_copy(update={"device": args.device})
         spec = spec.model_copy(update={"training": training})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dparallel.store._create import StoreStatus
 from dparallel.store._lease import StoreLease, held_lease, lease_path
+from dparallel.store._objects import require_conditional_writes as check_writable
 from dparallel.store._safety import check_replaceable, is_dparallel_store
 from dparallel.store._store import FORMAT_VERSION, SOURCE_IDENTITY_KEYS, Store
 from dparallel.store._where import (
@@ -38,6 +39,7 @@ __all__ = [
     "StoreLease",
     "StoreStatus",
     "check_replaceable",
+    "check_writable",
     "create_store",
     "derived_partition_atoms",
     "held_lease",

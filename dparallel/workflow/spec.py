@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dparallel.cluster import ClusterSpec
 from dparallel.config import apply_overrides, describe_validation_error, read_yaml
-from dparallel.errors import ConfigError
+from dparallel.errors import ConfigError, DParallelError
 from dparallel.io.location import Location, as_location
 from dparallel.train.spec import TrainingSpec
 from dparallel.workflow.descriptors_spec import DescriptorsSpec
@@ -121,6 +121,25 @@ class WorkflowSpec(_Strict):
     def store_location(self) -> Location:
         """Where the store is (a path or a URL, with its ``storage_options``)."""
         return as_location(self.store.path, self.store.storage_options)
+
+    def check_locations(self) -> None:
+        """Refuse (:class:`ConfigError`) a URL whose client is not installed, and a store
+        at a URL where dparallel cannot write conditionally; nothing is read or written."""
+        from dparallel.io.location import LocationError
+        from dparallel.store import check_writable
+
+        for key, location in (
+            ("dataset.path", self.dataset_location()),
+            ("store.path", self.store_location()),
+        ):
+            if location.is_local:
+                continue
+            try:
+                location.filesystem()
+                if key == "store.path":
+                    check_writable(location)
+            except (LocationError, DParallelError) as exc:
+                raise ConfigError(f"{key}: {exc}") from None
 
 
 def parse_workflow(

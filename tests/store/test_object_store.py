@@ -223,3 +223,15 @@ def test_remote_store_equals_the_local_one_bitwise(base, data, tmp_path):
         x, y = a[name][...], b[name][...]
         assert x.dtype == y.dtype and x.shape == y.shape, name
         assert x.tobytes() == y.tobytes(), name
+
+
+def test_ingest_from_and_into_a_url_equals_the_local_ingest(base, data, tmp_path):
+    from dparallel.workflow.ingest import ingest
+
+    fs, path = as_location(f"{base}/in/data.xyz").filesystem()
+    fs.pipe_file(path, data.read_bytes())
+    local = ingest(data, tmp_path / "i.zarr", partition_atoms=30).store
+    remote = ingest(f"{base}/in/data.xyz", f"{base}/i.zarr", partition_atoms=30).store
+    assert remote.is_complete and remote.root is not None
+    _same({"p": local.read_structures().positions}, {"p": remote.read_structures().positions})
+    assert open_store(f"{base}/i.zarr").info()["zarr_root"] == str(remote.root)
