@@ -7,6 +7,7 @@ The base of :class:`~dparallel.store.Store`: what both its writes
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -16,6 +17,7 @@ from dparallel.errors import StoreError
 from dparallel.io.location import Location, as_location
 from dparallel.store._backend import StoreTarget, open_backend
 from dparallel.store._layout import FORMAT_VERSION, READABLE_FORMATS, _partition_group
+from dparallel.store._read_cache import CachedReads, cache_budget
 from dparallel.store.plan import Plan
 
 if TYPE_CHECKING:
@@ -42,6 +44,10 @@ class OpenedStore:
         self, store: StoreTarget, mode: Literal["r", "r+"] = "r", *, direct: bool = False
     ) -> None:
         backend = open_backend(store, mode, direct=direct)
+        cache = None
+        if backend.root is not None and mode == "r" and cache_budget() > 0:
+            cache = CachedReads(backend.zarr_store, cache_budget())
+            backend = replace(backend, zarr_store=cache)
         self._backend = backend
         self.location = backend.location
         self.mode = mode
@@ -66,6 +72,9 @@ class OpenedStore:
         self._stops = np.asarray(meta["plan"]["stops"], np.int64)  # (P,)
         self._cum: np.ndarray | None = None  # (P + 1,) see _cumulative
         self._unreadable_done: set[int] = set()  # partitions whose done marker is torn
+        if cache is not None and not self.is_complete:  # may still change: read afresh
+            self._backend = replace(backend, zarr_store=cache.unwrapped())
+            self._root = zarr.open_group(store=self._backend.zarr_store, mode=mode)
 
     def __getstate__(self) -> dict[str, Any]:
         backend = self._backend

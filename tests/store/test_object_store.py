@@ -166,10 +166,17 @@ def test_an_overwrite_never_shows_a_half_store(base, data):
     assert open_store(url).root == building.root
     assert open_store(url).attrs["config"]["features"]["derivatives"]
     _same(_arrays(reader), before)  # the reader that opened the old store still reads it
-    # the next writing run removes the generation no longer current
+    # the next writing run removes the generation no longer current; the old reader then
+    # gets the old store's data (kept in memory) or a read error, never the new store's
     featurize_in_process(data, url, _dset(), partition_atoms=30)
-    with pytest.raises((StoreError, FileNotFoundError, KeyError, OSError)):
-        reader._read("structures/positions")
+    fs, path = old.root.filesystem()
+    assert not fs.exists(path)
+    try:
+        again = _arrays(reader)
+    except (StoreError, FileNotFoundError, KeyError, OSError):
+        pass
+    else:
+        _same(again, before)
 
 
 def open_source_of(path):
@@ -235,3 +242,30 @@ def test_ingest_from_and_into_a_url_equals_the_local_ingest(base, data, tmp_path
     assert remote.is_complete and remote.root is not None
     _same({"p": local.read_structures().positions}, {"p": remote.read_structures().positions})
     assert open_store(f"{base}/i.zarr").info()["zarr_root"] == str(remote.root)
+
+
+def test_a_complete_store_at_a_url_is_read_once_then_from_memory(data):
+    from dparallel.store._read_cache import CachedReads
+
+    url = f"memory://dparallel-test/cached-{time.monotonic_ns()}/s.zarr"
+    featurize_in_process(data, url, _dset(), partition_atoms=30)
+    reader = open_store(url)
+    assert isinstance(reader.zarr_store, CachedReads)
+    first = _arrays(reader)
+    inner = reader.zarr_store.unwrapped()
+    calls = []
+    original = inner.get
+
+    async def counting(key, prototype, byte_range=None):
+        calls.append(key)
+        return await original(key, prototype, byte_range)
+
+    inner.get = counting
+    _same(_arrays(reader), first)
+    assert calls and all(k.startswith("partitions/") for k in calls)  # done markers afresh,
+    # every other chunk and document from memory
+    # a store still being written is read afresh every time
+    url2 = f"memory://dparallel-test/cached-{time.monotonic_ns()}/s.zarr"
+    with StoreLease(url2):
+        prepare_featurize(data, url2, _dset(), partition_atoms=30)
+        assert not isinstance(open_store(url2).zarr_store, CachedReads)
