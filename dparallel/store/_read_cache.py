@@ -13,6 +13,7 @@ the ``partitions/`` markers are always read afresh.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,25 @@ class CachedReads(WrapperStore[Any]):
                 self._listed[prefix] = listed
         for key in listed:
             yield key
+
+    async def prefetch(self, prefix: str) -> None:
+        """Read every object below ``prefix`` at once (one listing, concurrent GETs) into
+        the cache, so that zarr's reads one after another find them in memory."""
+        from zarr.core.buffer import default_buffer_prototype
+
+        keys = [k async for k in self._store.list_prefix(prefix)]
+        with self._lock:
+            keys = [k for k in keys if k not in self._kept and k not in self._missing]
+        prototype = default_buffer_prototype()
+        found = await asyncio.gather(*(self._store.get(k, prototype) for k in keys))
+        with self._lock:
+            for key, buffer in zip(keys, found, strict=True):
+                if buffer is None:
+                    continue
+                data = buffer.to_bytes()
+                if self._size + len(data) <= self._budget:
+                    self._kept[key] = data
+                    self._size += len(data)
 
     def unwrapped(self) -> Any:
         """The zarr store it reads through."""
