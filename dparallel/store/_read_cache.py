@@ -51,6 +51,7 @@ class CachedReads(WrapperStore[Any]):
         self._lock = threading.Lock()
         self._listed: dict[str, list[str]] = {}
         self._missing: set[str] = set()
+        self._fetched: set[str] = set()
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
         """The store's listing of ``prefix``, kept (a complete generation's never changes)."""
@@ -72,6 +73,10 @@ class CachedReads(WrapperStore[Any]):
         the cache, so that zarr's reads one after another find them in memory."""
         from zarr.core.buffer import default_buffer_prototype
 
+        with self._lock:
+            if prefix in self._fetched:
+                return  # all of it is in memory already, or did not fit
+            self._fetched.add(prefix)
         keys = [k async for k in self._store.list_prefix(prefix)]
         with self._lock:
             keys = [k for k in keys if k not in self._kept and k not in self._missing]
