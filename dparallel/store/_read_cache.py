@@ -7,8 +7,10 @@ it returned are kept, up to a budget (``DPARALLEL_REMOTE_CACHE_MB``, default 204
 turns it off). What does not fit is not cached at all rather than evicting older
 entries: an epoch reads the store in the same order every time, and a least-recently-used
 cache smaller than the store would evict each entry just before it is needed again.
-Only chunk and document reads of whole objects (no byte ranges) and listings are kept;
-the ``partitions/`` markers are always read afresh.
+Only reads of whole objects (no byte ranges) and listings are kept. Only a complete store
+is cached (:class:`~dparallel.store._opened.OpenedStore` checks): its done markers are all
+set and stay so, a resume having nothing to redo and a replacement being another
+generation.
 """
 
 from __future__ import annotations
@@ -55,10 +57,6 @@ class CachedReads(WrapperStore[Any]):
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
         """The store's listing of ``prefix``, kept (a complete generation's never changes)."""
-        if prefix.startswith("partitions"):
-            async for key in self._store.list_dir(prefix):
-                yield key
-            return
         with self._lock:
             listed = self._listed.get(prefix)
         if listed is None:
@@ -98,7 +96,7 @@ class CachedReads(WrapperStore[Any]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        cacheable = byte_range is None and not key.startswith("partitions/")
+        cacheable = byte_range is None
         if cacheable:
             with self._lock:
                 data = self._kept.get(key)
