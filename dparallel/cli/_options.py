@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,8 +43,23 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-file",
         metavar="PATH",
         default=None,
-        help="where Dask's logs and worker tracebacks go (default: STORE.log beside the store)",
+        help="where Dask's logs and worker tracebacks go (default: STORE.log beside a local "
+        "store; for a store at a URL, $DPARALLEL_CACHE_DIR/logs/NAME.log)",
     )
+
+
+def default_log_file(store: str | Path) -> Path:
+    """``STORE.log`` beside a local store; for a URL, ``NAME.log`` in dparallel's cache
+    directory (``$DPARALLEL_CACHE_DIR``, default ``~/.cache/dparallel``) under ``logs/``."""
+    from dparallel.io.location import as_location
+
+    location = as_location(store)
+    if location.local is not None:
+        return location.local.with_name(location.name + ".log")
+    root = Path(os.environ.get("DPARALLEL_CACHE_DIR", Path.home() / ".cache" / "dparallel"))
+    name = f"{location.protocol}-{location.url.split('://', 1)[1]}.log".replace("/", "_")
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    return root / "logs" / name
 
 
 def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
@@ -54,8 +70,7 @@ def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
     """
     from dparallel.cluster.logs import log_to_file
 
-    store_path = Path(store).expanduser().absolute()
-    path = Path(args.log_file or store_path.with_name(store_path.name + ".log")).absolute()
+    path = Path(args.log_file or default_log_file(store)).absolute()
     args.log_file = str(path)
     args.restore_logging = log_to_file(
         path, keep_console=args.verbose > 0, workers=not args.verbose
@@ -137,8 +152,17 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
     """Positional structure file, ``-o STORE`` and how to read the file and partition it."""
     from dparallel.io.units import UNIT_SYSTEMS
 
-    parser.add_argument(name, help="structure file (extxyz, n2p2 input.data, any ASE format)")
-    parser.add_argument("-o", "--output", required=True, help="store directory (e.g. data.zarr)")
+    parser.add_argument(
+        name,
+        help="structure file (extxyz, n2p2 input.data, each also .gz; any ASE format): a path "
+        "or a URL (s3://bucket/data.extxyz; credentials from AWS_* in the environment)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="the store: a directory (e.g. data.zarr) or a URL (s3://bucket/data.zarr)",
+    )
     parser.add_argument(
         "--format", default=None, help="extxyz, n2p2 or an ASE format (default: guess)"
     )

@@ -26,7 +26,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="directory with deployed.pt (`dparallel export`) or an n2p2 potential "
         "(input.nn, scaling.data, weights.XXX.data)",
     )
-    p.add_argument("data", help="structure file (extxyz, n2p2, any ASE format)")
+    p.add_argument(
+        "data", help="structure file (extxyz, n2p2, each also .gz, any ASE format): a path or a URL"
+    )
     p.add_argument("--format", default=None, help="format of DATA (default: guess)")
     p.add_argument(
         "--units",

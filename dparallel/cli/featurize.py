@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     result = featurize(args.source, args.output, descriptors, options)
     store = result.store
     print(
-        f"{store.path}: {store.n_structures} structures, {store.n_atoms} atoms, "
+        f"{store.target}: {store.n_structures} structures, {store.n_atoms} atoms, "
         f"{store.n_partitions} partitions ({result.partitions_computed} computed, "
         f"{result.partitions_already_done} already done), {len(store.skipped())} skipped, "
         f"{result.seconds:.2f} s"
@@ -101,5 +101,5 @@ def run(args: argparse.Namespace) -> int:
     if args.scaling_data:
         write_scaling_data(store, Path(args.scaling_data), statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)
-    print("\n".join(closing_lines(result.seconds, store=store.path)))
+    print("\n".join(closing_lines(result.seconds, store=str(store.target))))
     return 0

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``info`` sub-command."""
     p = subparsers.add_parser("info", help="summarise a dparallel store")
-    p.add_argument("store", help="store directory")
+    p.add_argument("store", help="the store: a directory or a URL (s3://bucket/data.zarr)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         b.close()
     store = result.store
     print(
-        f"{store.path}: {store.n_structures} structures, {store.n_atoms} atoms, "
+        f"{store.target}: {store.n_structures} structures, {store.n_atoms} atoms, "
         f"{store.n_partitions} partitions ({result.partitions_written} written, "
         f"{result.partitions_already_done} already done), {len(store.skipped())} skipped, "
         f"{result.seconds:.2f} s"

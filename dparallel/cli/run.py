@@ -121,9 +121,9 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
         "\n".join(
             closing_lines(
                 time.perf_counter() - t0,
-                store=result.store,
+                store=str(result.store),
                 model=result.model_dir if trained else None,
-                data=result.dataset,
+                data=str(result.dataset),
                 exported=result.stages.get("export") in ("ran", "skipped"),
             )
         )
@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     from dparallel.workflow.spec import load_workflow
 
     spec = load_workflow(args.workflow, args.overrides)
+    spec.check_locations()
     if args.device is not None and spec.training is not None:
         training = spec.training.model_copy(update={"device": args.device})
         spec = spec.model_copy(update={"training": training})

@@ -23,8 +23,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Train a Behler-Parrinello HDNNP on energies and forces streamed from "
         "STORE. Writes checkpoints, metrics.csv/json, plots and model.pt into MODEL_DIR.",
     )
-    p.add_argument("store", help="featurized zarr store")
-    p.add_argument("-o", "--output", required=True, help="model directory")
+    p.add_argument("store", help="featurized zarr store: a directory or a URL (s3://…)")
+    p.add_argument("-o", "--output", required=True, help="model directory (local)")
     p.add_argument(
         "--config",
         default=None,

@@ -23,5 +23,6 @@ def run(args: argparse.Namespace) -> int:
     from dparallel.workflow.spec import load_workflow
 
     spec = load_workflow(args.workflow, args.overrides)
+    spec.check_locations()  # a URL needs its client (and, for the store, conditional writes)
     print(json.dumps(spec.to_dict(), indent=1) if args.json else f"{args.workflow}: ok")
     return 0

@@ -1,8 +1,10 @@
 """Per-file index (byte ranges + atom counts per structure), built in one streaming pass.
 
-The index is cached beside the file (``FILE.dpindex.npz``) or, when that directory is
-not writable, in ``$DPARALLEL_CACHE_DIR`` (default ``~/.cache/dparallel``). A cached index
-is used only while the file's size and mtime (ns) match the ones it was built from.
+The index is cached beside a local file (``FILE.dpindex.npz``) or, when that directory
+is not writable and for a URL, in ``$DPARALLEL_CACHE_DIR`` (default
+``~/.cache/dparallel``). A cached index is used only while the file's size and mtime (ns;
+an object's last-modified time) match the ones it was built from. The byte ranges of a
+``.gz`` file are ranges of its decompressed text (:mod:`~dparallel.io._bytes`).
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from dparallel.errors import InputFormatError
+from dparallel.io._bytes import open_stream, read_range
+
+if TYPE_CHECKING:
+    from dparallel.io.location import Location
 
 __all__ = ["FileIndex", "cache_path_for", "load_or_build_index"]
 
@@ -61,23 +67,24 @@ class FileIndex:
         return h.hexdigest()
 
 
-def _sample_hash(path: Path, size: int) -> str:
-    """sha256 of the first and last MiB: a cheap content check on top of size and layout."""
+def _sample_hash(location: Location, size: int) -> str:
+    """sha256 of the first and last MiB (of ``size`` bytes of text): a cheap content check
+    on top of size and layout."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read(_SAMPLE_BYTES))
-        if size > _SAMPLE_BYTES:
-            f.seek(max(_SAMPLE_BYTES, size - _SAMPLE_BYTES))
-            h.update(f.read())
+    h.update(read_range(location, 0, min(size, _SAMPLE_BYTES)))
+    if size > _SAMPLE_BYTES:
+        h.update(read_range(location, max(_SAMPLE_BYTES, size - _SAMPLE_BYTES), size))
     return h.hexdigest()
 
 
-def cache_path_for(path: Path, format: str) -> list[Path]:
-    """Candidate cache files for ``path``: beside it first, then the user cache dir."""
-    beside = path.with_name(f"{path.name}.dpindex.npz")  # its format is checked on load
+def cache_path_for(path: Path | Location, format: str) -> list[Path]:
+    """Candidate cache files for ``path``: beside a local file first, then the user cache
+    dir (the only one for a URL)."""
     root = Path(os.environ.get("DPARALLEL_CACHE_DIR", Path.home() / ".cache" / "dparallel"))
     key = hashlib.sha256(f"{path}:{format}".encode()).hexdigest()[:24]
-    return [beside, root / f"{key}.dpindex.npz"]
+    local = path if isinstance(path, Path) else path.local
+    beside = [] if local is None else [local.with_name(f"{local.name}.dpindex.npz")]
+    return [*beside, root / f"{key}.dpindex.npz"]  # its format is checked on load
 
 
 def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | None:
@@ -137,38 +144,43 @@ def _save(index: FileIndex, candidates: list[Path]) -> None:
     log.warning("could not cache the index of %s anywhere", candidates[0])
 
 
-def load_or_build_index(path: Path, format: str, *, cache: bool = True) -> FileIndex:
-    """The index of ``path`` in ``format``, from cache when still valid, else built and cached."""
-    st = path.stat()
-    candidates = cache_path_for(path, format)
+def load_or_build_index(location: Location, format: str, *, cache: bool = True) -> FileIndex:
+    """The index of ``location`` in ``format``, from cache when still valid, else built and
+    cached."""
+    st = location.info()
+    size, mtime_ns = int(st["size"]), int(st["mtime_ns"])
+    candidates = cache_path_for(location, format)
     if cache:
         for c in candidates:
             if c.exists():
-                found = _load(c, st.st_size, st.st_mtime_ns, format)
+                found = _load(c, size, mtime_ns, format)
                 if found is not None:
                     log.debug("using cached index %s", c)
                     return found
     builder = {"extxyz": _index_extxyz, "n2p2": _index_n2p2}.get(format, _index_ase)
-    starts, ends, counts, lines, errors = builder(path, format)
+    starts, ends, counts, lines, errors, length = builder(location, format)
     if not len(counts):
-        raise InputFormatError(f"empty file: no structures found (format {format})", path=path)
+        raise InputFormatError(
+            f"empty file: no structures found (format {format})", path=str(location)
+        )
     index = FileIndex(
         format=format,
-        size=st.st_size,
-        mtime_ns=st.st_mtime_ns,
+        size=size,
+        mtime_ns=mtime_ns,
         starts=np.asarray(starts, dtype=np.int64),
         ends=np.asarray(ends, dtype=np.int64),
         counts=np.asarray(counts, dtype=np.int64),
         lines=np.asarray(lines, dtype=np.int64),
         errors=errors,
-        sample_sha256=_sample_hash(path, st.st_size),
+        sample_sha256=_sample_hash(location, length),
     )
     if cache:
         _save(index, candidates)
     return index
 
 
-_Built = tuple[list[int], list[int], list[int], list[int], dict[int, tuple[int, str]]]
+#: starts, ends, counts, lines, errors, and the length of the (decompressed) text
+_Built = tuple[list[int], list[int], list[int], list[int], dict[int, tuple[int, str]], int]
 
 
 def _count_line(raw: bytes) -> int | None:
@@ -195,7 +207,7 @@ def _atom_like(raw: bytes) -> bool:
     return True
 
 
-def _index_extxyz(path: Path, format: str) -> _Built:
+def _index_extxyz(location: Location, format: str) -> _Built:
     """One pass over an (ext)xyz file: header line = atom count, then comment + atom lines.
 
     A count that disagrees with the atom lines is blamed on its own frame: a count too
@@ -209,7 +221,8 @@ def _index_extxyz(path: Path, format: str) -> _Built:
     lines: list[int] = []
     errors: dict[int, tuple[int, str]] = {}
     pos, line = 0, 1
-    with open(path, "rb") as f:
+    path = str(location)
+    with open_stream(location) as f:
         while True:
             head = f.readline()
             if not head:
@@ -256,7 +269,7 @@ def _index_extxyz(path: Path, format: str) -> _Built:
             lines.append(line)
             pos += nbytes
             line += 1 + len(body)
-    return starts, ends, counts, lines, errors
+    return starts, ends, counts, lines, errors, pos
 
 
 def _extra_atom_lines(
@@ -289,7 +302,7 @@ def _extra_atom_lines(
     return pos + nbytes, line + nlines
 
 
-def _index_n2p2(path: Path, format: str) -> _Built:
+def _index_n2p2(location: Location, format: str) -> _Built:
     """One pass over an n2p2 ``input.data``: structures are ``begin`` … ``end`` blocks."""
     starts: list[int] = []
     ends: list[int] = []
@@ -299,7 +312,8 @@ def _index_n2p2(path: Path, format: str) -> _Built:
     pos, line = 0, 0
     open_at: tuple[int, int] | None = None  # (byte, line) of the open ``begin``
     n_atoms = 0
-    with open(path, "rb") as f:
+    path = str(location)
+    with open_stream(location) as f:
         for raw in f:
             line += 1
             key = raw.split(None, 1)[0] if raw.strip() else b""
@@ -337,12 +351,14 @@ def _index_n2p2(path: Path, format: str) -> _Built:
         ends.append(pos)
         counts.append(n_atoms)
         lines.append(open_at[1])
-    return starts, ends, counts, lines, errors
+    return starts, ends, counts, lines, errors, pos
 
 
-def _index_ase(path: Path, format: str) -> _Built:
+def _index_ase(location: Location, format: str) -> _Built:
     """Fallback for other ASE formats: read every structure once, keep only atom counts."""
     import ase.io
+
+    path = location.require_local(f"reading {format!r} files (through ASE)")
 
     counts: list[int] = []
     try:
@@ -352,4 +368,4 @@ def _index_ase(path: Path, format: str) -> _Built:
         raise InputFormatError(
             f"ASE cannot read it as {format!r}: {exc}", path=path, frame=len(counts)
         ) from exc
-    return [], [], counts, [0] * len(counts), {}
+    return [], [], counts, [0] * len(counts), {}, int(location.info()["size"])

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from dparallel.io._bytes import read_range
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from dparallel.io._index import FileIndex
+    from dparallel.io.location import Location
 
 __all__ = ["parse_range"]
 
@@ -28,7 +28,7 @@ _Parsed = tuple[StructureBatch, np.ndarray, dict[int, tuple[int, str]]]
 log = logging.getLogger(__name__)
 
 
-def _decode(raw: bytes, path: Path, first_line: int) -> str:
+def _decode(raw: bytes, path: Location, first_line: int) -> str:
     """UTF-8 text of one structure; bytes that are not UTF-8 (e.g. a Latin-1 comment) are
     replaced, with a warning naming the file and the line."""
     try:
@@ -44,13 +44,7 @@ def _decode(raw: bytes, path: Path, first_line: int) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
-def _read_bytes(path: Path, start: int, stop: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(start)
-        return f.read(stop - start)
-
-
-def parse_range(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
+def parse_range(path: Location, index: FileIndex, start: int, stop: int) -> _Parsed:
     """Parse structures ``[start, stop)`` of ``path`` using its ``index``."""
     if stop <= start:
         return StructureBatch.empty(), np.zeros(0, np.int64), {}
@@ -169,13 +163,13 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
     return numbers, positions, forces, cell, np.asarray(pbc, bool).reshape(3), energy, tag
 
 
-def _parse_extxyz(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
+def _parse_extxyz(path: Location, index: FileIndex, start: int, stop: int) -> _Parsed:
     """Fast vectorised path per frame; ASE (plus a diagnosis) for frames it cannot take."""
     import ase.io
     from ase.data import atomic_numbers
 
     base = int(index.starts[start])
-    raw = _read_bytes(path, base, int(index.ends[stop - 1]))
+    raw = read_range(path, base, int(index.ends[stop - 1]))
     errors = {i: index.errors[i] for i in range(start, stop) if i in index.errors}
     fields: list[tuple] = []
     kept: list[int] = []
@@ -235,21 +229,22 @@ def _parse_extxyz(path: Path, index: FileIndex, start: int, stop: int) -> _Parse
 
 
 # -------------------------------------------------------------------- n2p2
-def _parse_n2p2(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
+def _parse_n2p2(path: Location, index: FileIndex, start: int, stop: int) -> _Parsed:
     from ase.data import atomic_numbers
 
     errors = {i: index.errors[i] for i in range(start, stop) if i in index.errors}
     structures: list[_N2p2Structure] = []
-    with open(path, "rb") as f:
-        for i in range(start, stop):
-            if i in errors:
-                continue
-            f.seek(int(index.starts[i]))
-            block = _decode(f.read(int(index.ends[i] - index.starts[i])), path, int(index.lines[i]))
-            try:
-                structures.append(_n2p2_structure(i, int(index.lines[i]), block))
-            except _LineError as exc:
-                errors[i] = (exc.line, str(exc))
+    base = int(index.starts[start])
+    raw = read_range(path, base, int(index.ends[stop - 1]))  # one read (one request remotely)
+    for i in range(start, stop):
+        if i in errors:
+            continue
+        a, b = int(index.starts[i]) - base, int(index.ends[i]) - base
+        block = _decode(raw[a:b], path, int(index.lines[i]))
+        try:
+            structures.append(_n2p2_structure(i, int(index.lines[i]), block))
+        except _LineError as exc:
+            errors[i] = (exc.line, str(exc))
     atoms = _n2p2_atoms_at_once(structures, atomic_numbers)
     if atoms is None:  # a bad atom line somewhere: parse structure by structure to find it
         kept_structures, per_structure = [], []
@@ -420,11 +415,12 @@ def _num(text: str) -> float:
 
 
 # --------------------------------------------------------------------- ASE
-def _parse_ase(path: Path, index: FileIndex, start: int, stop: int) -> _Parsed:
+def _parse_ase(path: Location, index: FileIndex, start: int, stop: int) -> _Parsed:
     import ase.io
 
+    local = path.require_local(f"reading {index.format!r} files (through ASE)")
     try:
-        frames = ase.io.read(str(path), index=f"{start}:{stop}", format=index.format)
+        frames = ase.io.read(str(local), index=f"{start}:{stop}", format=index.format)
     except Exception as exc:  # noqa: BLE001 - reported with file, frame and reason
         return (
             StructureBatch.empty(),

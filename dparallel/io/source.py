@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -16,14 +15,17 @@ from dparallel.errors import (
     InvalidStructureError,
     SourceNotFoundError,
 )
+from dparallel.io._bytes import is_gzip, open_stream
 from dparallel.io._index import FileIndex, load_or_build_index
 from dparallel.io._parsers import parse_range
 from dparallel.io._validate import validate_batch
+from dparallel.io.location import Location, as_location
 from dparallel.io.units import UNIT_SYSTEMS
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     import os
+    from pathlib import Path
 
 __all__ = ["UNITS", "ReadResult", "StructureSource", "detect_format", "open_source"]
 
@@ -50,15 +52,17 @@ class ReadResult:
     skipped: list[tuple[int, str]]
 
 
-def detect_format(path: Path) -> str:
+def detect_format(path: Path | Location) -> str:
     """Guess the format: n2p2 for ``input.data``/``*.data`` or files starting with
-    ``begin``/``comment``, extxyz for ``*.xyz``/``*.extxyz``, else what ASE guesses."""
-    name = path.name.lower()
+    ``begin``/``comment``, extxyz for ``*.xyz``/``*.extxyz`` (each also ``.gz``), else
+    what ASE guesses (local files only)."""
+    location = as_location(path)
+    name = location.name.lower().removesuffix(".gz")
     if name == "input.data" or name.endswith(".data"):
         return "n2p2"
     if name.endswith((".xyz", ".extxyz")):
         return "extxyz"
-    with open(path, "rb") as f:
+    with open_stream(location) as f:
         head = f.read(4096)
     first = next((ln.split()[0] for ln in head.splitlines() if ln.strip()), b"")
     if first in (b"begin", b"comment"):
@@ -67,11 +71,15 @@ def detect_format(path: Path) -> str:
         return "extxyz"
     import ase.io.formats
 
+    if location.local is None or is_gzip(location):
+        raise InputFormatError(
+            "cannot tell the file format; pass format= / --format", path=str(location)
+        )
     try:
-        fmt = ase.io.formats.filetype(str(path), guess=True)
+        fmt = ase.io.formats.filetype(str(location.local), guess=True)
     except Exception as exc:
         raise InputFormatError(
-            f"cannot tell the file format ({exc}); pass format= / --format", path=path
+            f"cannot tell the file format ({exc}); pass format= / --format", path=str(location)
         ) from exc
     return _ALIASES.get(fmt, fmt)
 
@@ -79,7 +87,9 @@ def detect_format(path: Path) -> str:
 class StructureSource:
     """Random access to the structures of one file.
 
-    Built by :func:`open_source`. ``len(source)`` counts every structure the index found,
+    Built by :func:`open_source`; ``path`` is a local path, a URL (``s3://…``, ranged
+    reads) or a :class:`~dparallel.io.location.Location`, each also ``.gz`` (decompressed
+    whole, once per process). ``len(source)`` counts every structure the index found,
     including ones that turn out invalid when read; ``read(a, b)`` parses only the bytes
     of structures ``[a, b)``. Pickles as path + options; the index is reloaded lazily
     (from its cache) in the receiving process, which refuses a file that changed since.
@@ -91,7 +101,7 @@ class StructureSource:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Location,
         format: str | None = None,
         *,
         units: str = "ase",
@@ -99,14 +109,20 @@ class StructureSource:
         cache_index: bool = True,
         _expect_index: str | None = None,
     ) -> None:
-        self.path = Path(path).expanduser().resolve()
-        if not self.path.is_file():
-            raise SourceNotFoundError(f"input file not found: {self.path}")
+        location = as_location(path)
+        if location.local is not None:
+            location = as_location(location.local.resolve(), location.options)
+        #: Where the file is (a local path or a URL).
+        self.location = location
+        #: The local path, or the URL (for messages).
+        self.path: Path | str = location.local if location.local is not None else location.url
+        if not location.is_file():
+            raise SourceNotFoundError(f"input file not found: {location}")
         if units not in UNITS:
             raise InputError(f"unknown units {units!r}; expected one of {sorted(UNITS)}")
         if on_error not in ("raise", "skip"):
             raise InputError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        fmt = detect_format(self.path) if format is None else format.lower()
+        fmt = detect_format(location) if format is None else format.lower()
         self.format = _ALIASES.get(fmt, fmt)
         self.units = units
         self.on_error = on_error
@@ -125,7 +141,7 @@ class StructureSource:
     def index(self) -> FileIndex:
         """The file's index (built or loaded on first use)."""
         if self._index is None:
-            idx = load_or_build_index(self.path, self.format, cache=self.cache_index)
+            idx = load_or_build_index(self.location, self.format, cache=self.cache_index)
             if self._expect_index is not None and idx.sha256 != self._expect_index:
                 raise InputError(
                     f"{self.path} changed since it was opened (index hash differs); "
@@ -171,7 +187,7 @@ class StructureSource:
         stop = n if stop is None else stop
         if not 0 <= start <= stop <= n:
             raise IndexError(f"structure range [{start}, {stop}) outside [0, {n})")
-        batch, kept, errors = parse_range(self.path, self.index, start, stop)
+        batch, kept, errors = parse_range(self.location, self.index, start, stop)
         bad = {int(kept[k]): reason for k, reason in validate_batch(batch).items()}
         problems: dict[int, tuple[int, str, bool]] = {
             i: (line, reason, False) for i, (line, reason) in errors.items()
@@ -216,7 +232,7 @@ class StructureSource:
     # -------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
         return {
-            "path": str(self.path),
+            "path": self.location,
             "format": self.format,
             "units": self.units,
             "on_error": self.on_error,
@@ -240,7 +256,7 @@ class StructureSource:
 
 
 def open_source(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Location,
     format: str | None = None,
     *,
     units: str = "ase",
@@ -252,7 +268,9 @@ def open_source(
     Parameters
     ----------
     path
-        extxyz/xyz, n2p2 ``input.data``, or any file ASE reads.
+        extxyz/xyz, n2p2 ``input.data`` (each also ``.gz``), or any file ASE reads (local
+        only): a path, a URL (``s3://…``, ``memory://…``) or a
+        :class:`~dparallel.io.location.Location` (URL with ``storage_options``).
     format
         ``"extxyz"``, ``"n2p2"`` (alias ``"runner"``) or an ASE format name; guessed if None.
     units
@@ -261,7 +279,7 @@ def open_source(
     on_error
         ``"raise"`` on the first bad structure, or ``"skip"`` it and record it.
     cache_index
-        Cache the index beside the file (or in ``~/.cache/dparallel``).
+        Cache the index beside a local file (or in ``~/.cache/dparallel``, always for a URL).
 
     Returns
     -------

@@ -3,7 +3,10 @@
 A store is laid out by its partition :class:`Plan`, created (or resumed, or replaced)
 by :func:`create_store` under the store's lease, and judged by one predicate,
 :func:`store_status`. It lives in any zarr ``Store`` (a folder, a ``MemoryStore``, an
-fsspec URL); only a folder gets the lease, replacement and the direct-file writes.
+fsspec URL). A folder gets a lock file, replacement by rename and the direct-file
+writes; a URL (object storage) a lease object and generations published by conditional
+writes (``_lease``, ``_generations``, ``_create_remote``, ``_objects``);
+``_where`` sends each call to the right one.
 
 Modules: ``_layout`` (names, formats, chunking, compressors), ``_backend`` (which zarr
 store), ``_opened`` / ``_writes`` / ``_reads`` / ``_store`` (the :class:`Store`),
@@ -13,17 +16,18 @@ may be replaced) and ``_own_files`` (which files in a store are dparallel's).
 
 from __future__ import annotations
 
-from dparallel.store._create import (
-    StoreStatus,
+from dparallel.store._create import StoreStatus
+from dparallel.store._lease import StoreLease, held_lease, lease_path
+from dparallel.store._objects import require_conditional_writes as check_writable
+from dparallel.store._safety import check_replaceable, is_dparallel_store
+from dparallel.store._store import FORMAT_VERSION, SOURCE_IDENTITY_KEYS, Store
+from dparallel.store._where import (
     create_store,
     open_store,
     publish_store,
     store_status,
     target_path,
 )
-from dparallel.store._lease import StoreLease, held_lease, lease_path
-from dparallel.store._safety import check_replaceable, is_dparallel_store
-from dparallel.store._store import FORMAT_VERSION, SOURCE_IDENTITY_KEYS, Store
 from dparallel.store.plan import Plan, Slots, derived_partition_atoms, plan_partitions
 
 __all__ = [
@@ -35,6 +39,7 @@ __all__ = [
     "StoreLease",
     "StoreStatus",
     "check_replaceable",
+    "check_writable",
     "create_store",
     "derived_partition_atoms",
     "held_lease",

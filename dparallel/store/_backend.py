@@ -2,11 +2,13 @@
 
 A path (``str`` or ``os.PathLike``, or a ``file://`` URL) opens a
 :class:`zarr.storage.LocalStore`; a zarr ``Store`` object (``MemoryStore``,
-``FsspecStore``, …) is used as given; another URL (``s3://…``, ``memory://…``) opens
-through fsspec (:meth:`zarr.storage.FsspecStore.from_url`). Every read and write goes
-through that zarr store; only a local one also gets what needs a filesystem: the
-direct-file writes (:mod:`~dparallel.store._direct`), the lease file beside the store and
-creation aside then renamed into place (:mod:`~dparallel.store._create`).
+``FsspecStore``, …) is used as given; another URL (``s3://…``, ``memory://…``, or a
+:class:`~dparallel.io.location.Location` with ``storage_options``) opens through fsspec
+(:meth:`zarr.storage.FsspecStore.from_url`) at the store's current generation
+(:mod:`~dparallel.store._generations`). Every read and write goes through that zarr
+store; only a local one also gets what needs a filesystem: the direct-file writes
+(:mod:`~dparallel.store._direct`), the lease file beside the store and creation aside
+then renamed into place (:mod:`~dparallel.store._create`).
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from zarr.abc.store import Store as ZarrStore
 from zarr.storage import FsspecStore, LocalStore
 
 from dparallel.errors import StoreError
+from dparallel.io.location import Location, as_location, is_url
+from dparallel.store._generations import is_generation, read_pointer, resolve
 
-__all__ = ["Backend", "StoreTarget", "local_path", "open_backend"]
+__all__ = ["Backend", "StoreTarget", "local_path", "open_backend", "remote_location"]
 
 #: Where a dparallel store lives: a local path, a URL, or a zarr store object.
-StoreTarget = str | os.PathLike[str] | ZarrStore
-
-_FILE_URL = "file://"
+StoreTarget = str | os.PathLike[str] | ZarrStore | Location
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,21 @@ class Backend:
     zarr_store: ZarrStore
     #: The store's folder (resolved) for a local store; ``None`` for any other.
     local: Path | None
-    #: Where it is, for messages: the folder, or the zarr store's own description.
+    #: Where it is, for messages: the folder, the URL, or the zarr store's description.
     location: str
+    #: For a URL: the location the user named, and where its zarr group is (its current
+    #: generation, or the URL itself for a store without generations).
+    target: Location | None = None
+    root: Location | None = None
 
 
-def _is_url(text: str) -> bool:
-    return "://" in text and not text.startswith(_FILE_URL)
+def remote_location(target: object) -> Location | None:
+    """The :class:`Location` of ``target`` if it is a URL (not a folder, not a zarr store)."""
+    if isinstance(target, Location):
+        return None if target.is_local else target
+    if isinstance(target, str) and is_url(target):
+        return as_location(target)
+    return None
 
 
 def local_path(target: StoreTarget) -> Path | None:
@@ -50,35 +61,45 @@ def local_path(target: StoreTarget) -> Path | None:
         return Path(target.root).expanduser().resolve()
     if isinstance(target, ZarrStore):
         return None
-    text = os.fspath(target)
-    if _is_url(text):
-        return None
-    if text.startswith(_FILE_URL):
-        text = text[len(_FILE_URL) :]
-    return Path(text).expanduser().resolve()
+    local = as_location(target).local
+    return None if local is None else local.resolve()
 
 
-def open_backend(target: StoreTarget, mode: Literal["r", "r+"]) -> Backend:
+def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = False) -> Backend:
     """The zarr store for ``target``, read-only for ``mode="r"``.
+
+    A URL opens at its current generation, or (``direct``) at exactly that URL (the
+    generation itself, as a pickled store reopens).
 
     Raises :class:`StoreError` for something that is neither a path, a URL nor a zarr store,
     and for a read-only zarr store asked for writing.
     """
     read_only = mode == "r"
-    local = local_path(target) if isinstance(target, (str, os.PathLike, ZarrStore)) else None
+    remote = remote_location(target)
+    if remote is not None:
+        root = remote if direct else (resolve(remote) or remote)
+        if root == remote and is_generation(remote.name):  # a generation named directly
+            parent = remote.sibling("")
+            parent = type(remote)(parent.url.rstrip("/"), remote.storage_options)
+            if read_pointer(parent) is not None:
+                remote = parent
+        try:
+            store = FsspecStore.from_url(
+                root.url, storage_options=root.options or None, read_only=read_only
+            )
+        except (ImportError, ValueError, TypeError) as exc:
+            raise StoreError(f"cannot open {remote} as a zarr store: {exc}") from exc
+        return Backend(store, None, str(remote), remote, root)
+    local = (
+        local_path(target) if isinstance(target, (str, os.PathLike, ZarrStore, Location)) else None
+    )
     if local is not None:
         return Backend(LocalStore(local, read_only=read_only), local, str(local))
     if isinstance(target, ZarrStore):
         if target.read_only and not read_only:
             raise StoreError(f"{target} is a read-only zarr store; it cannot be opened to write")
-        store = target if target.read_only == read_only else target.with_read_only(read_only)
-        return Backend(store, None, str(target))
-    if isinstance(target, str):
-        try:
-            store = FsspecStore.from_url(target, read_only=read_only)
-        except (ImportError, ValueError, TypeError) as exc:
-            raise StoreError(f"cannot open {target} as a zarr store: {exc}") from exc
-        return Backend(store, None, target)
+        given = target if target.read_only == read_only else target.with_read_only(read_only)
+        return Backend(given, None, str(target))
     raise StoreError(
         f"a store is a path, a URL or a zarr store, got {type(target).__name__}: {target!r}"
     )

@@ -17,6 +17,21 @@ file is the stale one (so two runs breaking it at once cannot both win), then ta
 with ``O_EXCL`` as usual. A holder whose heartbeat finds the file gone or someone else's
 token has lost the lease (``lost`` is set; :meth:`StoreLease.check` raises): a run
 stalled for longer than ``timeout`` stops instead of writing beside its successor.
+
+A store on object storage (a URL) has no lock file and no rename; ``StoreLease(url)``
+makes an :class:`ObjectLease`, with the same rules and what object stores offer instead
+of ``O_EXCL`` and ``rename`` (conditional writes, :mod:`~dparallel.store._objects`):
+
+* the lease is the object ``<store>/dparallel.lease`` (JSON: holder's host, pid, process
+  start time, pid namespace, boot id, a random token, a heartbeat time);
+* taking it: create-if-absent; a lease that is released (``"released": true``) or stale
+  (heartbeat older than ``timeout``, or its holder ran on this machine and is gone) is
+  taken over by replacing exactly the version that was read (ETag match), so of two runs
+  taking it over at once one wins and the other is refused;
+* every heartbeat replaces the version this holder wrote last (ETag match): a holder
+  whose heartbeat is refused has lost the lease (another run took it over) and stops;
+* releasing replaces it, again by ETag, with a released record. No object is deleted, so
+  no delete can remove someone else's lease.
 """
 
 from __future__ import annotations
@@ -33,12 +48,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dparallel.errors import StoreBusyError, StoreError, UnsafePathError
+from dparallel.io.location import Location, as_location
+from dparallel.store import _objects
 from dparallel.store._backend import local_path
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["DEFAULT_TIMEOUT", "ENV_LEASE_TIMEOUT", "StoreLease", "held_lease", "lease_path"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "ENV_LEASE_TIMEOUT",
+    "LEASE_KEY",
+    "ObjectLease",
+    "StoreLease",
+    "held_lease",
+    "lease_object",
+    "lease_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +73,11 @@ DEFAULT_TIMEOUT = 60.0
 #: Environment variable overriding :data:`DEFAULT_TIMEOUT`.
 ENV_LEASE_TIMEOUT = "DPARALLEL_LEASE_TIMEOUT"
 
-_HELD: dict[Path, StoreLease] = {}  # leases this process holds, by lock file
+_HELD: dict[str, StoreLease] = {}  # leases this process holds, by lock file or object
 _HELD_LOCK = threading.Lock()
 
 
-def lease_path(store: str | os.PathLike[str]) -> Path:
+def lease_path(store: str | os.PathLike[str] | Location) -> Path:
     """The lock file of the store at ``store``: ``<store>.lock`` beside it.
 
     A lease is a file beside a folder: a store that is not one (a URL, a zarr
@@ -62,16 +88,22 @@ def lease_path(store: str | os.PathLike[str]) -> Path:
             f"{store} is not a local store: the store lease is a file beside a store's folder "
             "(featurize and ingest with workers need one; use a path)"
         )
-    path = Path(store).expanduser().resolve()
+    path = Path(str(as_location(store))).resolve()
     if path.parent == path:
         raise UnsafePathError(f"refusing to replace {store}: it is the filesystem root")
     return path.with_name(path.name + ".lock")
 
 
-def held_lease(store: str | os.PathLike[str]) -> StoreLease | None:
+def held_lease(store: str | os.PathLike[str] | Location) -> StoreLease | None:
     """The lease this process holds on ``store``, if any."""
+    location = as_location(store)
+    key = str(lease_path(store) if location.is_local else _object_key(location))
     with _HELD_LOCK:
-        return _HELD.get(lease_path(store))
+        return _HELD.get(key)
+
+
+def _object_key(store: Location) -> Location:
+    return lease_object(store)
 
 
 def _read_text(path: str) -> str:
@@ -144,11 +176,27 @@ class StoreLease:
         ``$DPARALLEL_LEASE_TIMEOUT`` or 60).
     """
 
+    def __new__(
+        cls,
+        store: str | os.PathLike[str] | Location,
+        command: str = "",
+        timeout: float | None = None,
+    ) -> StoreLease:
+        if cls is StoreLease and not as_location(store).is_local:
+            return super().__new__(ObjectLease)
+        return super().__new__(cls)
+
     def __init__(
-        self, store: str | os.PathLike[str], command: str = "", timeout: float | None = None
+        self,
+        store: str | os.PathLike[str] | Location,
+        command: str = "",
+        timeout: float | None = None,
     ) -> None:
-        self.path = lease_path(store)
-        self.store = Path(store).expanduser().resolve()
+        location = as_location(store)
+        #: The lock file (a local store) or the lease object (a URL).
+        self.path: Any = lease_path(store) if location.is_local else _object_key(location)
+        #: The store's folder (resolved) or URL.
+        self.store: Any = Path(str(location)).resolve() if location.is_local else location
         self.command = command
         if timeout is None:
             timeout = float(os.environ.get(ENV_LEASE_TIMEOUT, DEFAULT_TIMEOUT))
@@ -237,11 +285,17 @@ class StoreLease:
     def acquire(self) -> StoreLease:
         """Take the lease (breaking a stale one) or raise :class:`StoreBusyError`."""
         with _HELD_LOCK:
-            outer = _HELD.get(self.path)
+            outer = _HELD.get(str(self.path))
             if outer is not None:
                 outer._depth += 1
                 self._outer = outer
                 return outer
+        self._take()
+        self._hold()
+        return self
+
+    def _take(self) -> None:
+        """Create the lock file, breaking a stale one, or raise :class:`StoreBusyError`."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(5):
             if self._create():
@@ -261,15 +315,17 @@ class StoreLease:
             self._break(holder)
         else:
             raise StoreBusyError(f"cannot take the lease {self.path}: it keeps changing hands")
+
+    def _hold(self) -> None:
+        """Register the lease as held by this process and start its heartbeat."""
         self._depth = 1
         with _HELD_LOCK:
-            _HELD[self.path] = self
+            _HELD[str(self.path)] = self
         self._stop.clear()
         self._thread = threading.Thread(
             target=self._beat, name=f"dparallel-lease-{self.store.name}", daemon=True
         )
         self._thread.start()
-        return self
 
     # -------------------------------------------------------------- heartbeat
     def _beat(self) -> None:
@@ -315,10 +371,15 @@ class StoreLease:
             lease._depth -= 1
             if lease._depth > 0:
                 return
-            _HELD.pop(lease.path, None)
+            _HELD.pop(str(lease.path), None)
         lease._stop.set()
         if lease._thread is not None:
             lease._thread.join(timeout=10)
+        lease._give_back()
+
+    def _give_back(self) -> None:
+        """Remove the lock file if it is still ours."""
+        lease = self
         current = lease._read()
         if current and current.get("token") == lease.token:
             with contextlib.suppress(FileNotFoundError):
@@ -334,3 +395,98 @@ class StoreLease:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+#: The lease object's key below a store's URL.
+LEASE_KEY = "dparallel.lease"
+
+
+def lease_object(store: Location) -> Location:
+    """The lease object of the store at ``store`` (a URL)."""
+    return store.child(LEASE_KEY)
+
+
+class ObjectLease(StoreLease):
+    """:class:`StoreLease` of a store on object storage (what ``StoreLease(url)`` makes)."""
+
+    def __init__(self, store: Any, command: str = "", timeout: float | None = None) -> None:
+        location = as_location(store)
+        _objects.require_conditional_writes(location)
+        self._location = location
+        super().__init__(location, command, timeout)
+        self._etag = ""
+
+    def _record(self) -> dict[str, Any]:
+        record = super()._record()
+        record["store"] = str(self._location)
+        return record
+
+    def _get(self) -> tuple[dict[str, Any], str] | None:
+        found = _objects.get(self.path)
+        if found is None:
+            return None
+        data, etag = found
+        try:
+            holder = json.loads(data)
+        except ValueError:
+            holder = {}
+        return (holder if isinstance(holder, dict) else {}), etag
+
+    def _take(self) -> None:
+        for _ in range(5):
+            body = json.dumps(self._record()).encode()
+            etag = _objects.put_if_absent(self.path, body)
+            if etag is not None:
+                self._etag = etag
+                return
+            found = self._get()
+            if found is None:
+                continue  # gone between our requests
+            holder, version = found
+            now = time.time()
+            if not holder.get("released") and not self._stale_object(holder, now):
+                raise StoreBusyError(
+                    f"{self._location} is being written by {_describe(holder, now)}; wait for "
+                    f"it to finish, or stop it. A lease whose holder died is taken over after "
+                    f"{self.timeout:.0f} s without heartbeat (at once on the same host); "
+                    f"lease object {self.path}"
+                )
+            if not holder.get("released"):
+                log.warning(
+                    "taking over the abandoned lease %s: %s", self.path, _describe(holder, now)
+                )
+            etag = _objects.put_if_match(self.path, body, version)
+            if etag is not None:
+                self._etag = etag
+                return
+        raise StoreBusyError(f"cannot take the lease {self.path}: it keeps changing hands")
+
+    def _stale_object(self, holder: dict[str, Any], now: float) -> bool:
+        if not holder:  # not JSON: not ours to judge by content; only by replacing it later
+            return True
+        if now - float(holder.get("heartbeat", 0.0)) > self.timeout:
+            return True
+        return _process_gone(holder)
+
+    def renew(self) -> None:
+        """Write a fresh heartbeat over our own version; lost if someone replaced it."""
+        if self.lost.is_set():
+            raise StoreError(f"lost the lease {self.path}: another run took the store over")
+        try:
+            etag = _objects.put_if_match(self.path, json.dumps(self._record()).encode(), self._etag)
+        except OSError as exc:  # the service unreachable for a moment: try at the next beat
+            log.debug("cannot renew the lease %s: %s", self.path, exc)
+            return
+        if etag is None:
+            self.lost.set()
+            raise StoreError(f"lost the lease {self.path}: another run took the store over")
+        self._etag = etag
+
+    def _give_back(self) -> None:
+        if self.lost.is_set():
+            return
+        record = {**self._record(), "released": True}
+        try:
+            _objects.put_if_match(self.path, json.dumps(record).encode(), self._etag)
+        except OSError as exc:
+            log.warning("cannot release the lease %s (it goes stale): %s", self.path, exc)

@@ -7,14 +7,17 @@ The base of :class:`~dparallel.store.Store`: what both its writes
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import zarr
 
 from dparallel.errors import StoreError
+from dparallel.io.location import Location, as_location
 from dparallel.store._backend import StoreTarget, open_backend
 from dparallel.store._layout import FORMAT_VERSION, READABLE_FORMATS, _partition_group
+from dparallel.store._read_cache import CachedReads, cache_budget
 from dparallel.store.plan import Plan
 
 if TYPE_CHECKING:
@@ -30,13 +33,21 @@ log = logging.getLogger(__name__)
 class OpenedStore:
     """A dparallel zarr store opened for reading (``mode="r"``) or writing (``"r+"``).
 
-    ``store``: a path (a local store), a URL or a zarr ``Store`` (see
-    :mod:`~dparallel.store._backend`). Picklable (the path, or the zarr store, and the
-    mode), so a task can receive it and write its own partition.
+    ``store``: a path (a local store), a URL (or a :class:`~dparallel.io.location.Location`)
+    or a zarr ``Store`` (see :mod:`~dparallel.store._backend`); a URL opens at its current
+    generation, ``direct``: at exactly that URL. Picklable (the path, the generation's
+    location, or the zarr store, and the mode), so a task can receive it and write its
+    own partition.
     """
 
-    def __init__(self, store: StoreTarget, mode: Literal["r", "r+"] = "r") -> None:
-        backend = open_backend(store, mode)
+    def __init__(
+        self, store: StoreTarget, mode: Literal["r", "r+"] = "r", *, direct: bool = False
+    ) -> None:
+        backend = open_backend(store, mode, direct=direct)
+        cache = None
+        if backend.root is not None and mode == "r" and cache_budget() > 0:
+            cache = CachedReads(backend.zarr_store, cache_budget())
+            backend = replace(backend, zarr_store=cache)
         self._backend = backend
         self.location = backend.location
         self.mode = mode
@@ -61,14 +72,19 @@ class OpenedStore:
         self._stops = np.asarray(meta["plan"]["stops"], np.int64)  # (P,)
         self._cum: np.ndarray | None = None  # (P + 1,) see _cumulative
         self._unreadable_done: set[int] = set()  # partitions whose done marker is torn
+        if cache is not None and not self.is_complete:  # may still change: read afresh
+            self._backend = replace(backend, zarr_store=cache.unwrapped())
+            self._root = zarr.open_group(store=self._backend.zarr_store, mode=mode)
 
     def __getstate__(self) -> dict[str, Any]:
-        local = self._backend.local
-        target = str(local) if local is not None else self._backend.zarr_store
+        backend = self._backend
+        if backend.root is not None:  # the generation itself, even if another is current
+            return {"path": backend.root, "mode": self.mode, "direct": True}
+        target = str(backend.local) if backend.local is not None else backend.zarr_store
         return {"path": target, "mode": self.mode}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], state["mode"])  # type: ignore[misc]
+        self.__init__(state["path"], state["mode"], direct=state.get("direct", False))  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return (
@@ -83,10 +99,30 @@ class OpenedStore:
         local = self._backend.local
         if local is None:
             raise StoreError(
-                f"{self.location} is not a local store: it has no path "
-                "(what needs one: the lease, featurizing with workers, replacing a store)"
+                f"{self.location} is not a local store: it has no path (use .target, .root)"
             )
         return local
+
+    @property
+    def target(self) -> Location:
+        """Where the user named the store: its folder or its URL."""
+        backend = self._backend
+        if backend.target is not None:
+            return backend.target
+        return as_location(backend.local if backend.local is not None else self.location)
+
+    @property
+    def ref(self) -> str | Location:
+        """What a task reopens to write this very store: its folder, or its generation."""
+        backend = self._backend
+        if backend.root is not None:
+            return backend.root
+        return str(self.path)
+
+    @property
+    def root(self) -> Location | None:
+        """For a store at a URL, where its zarr group is (its generation); else ``None``."""
+        return self._backend.root
 
     @property
     def is_local(self) -> bool:

@@ -8,11 +8,13 @@ from typing import Any
 
 import numpy as np
 import zarr
+from zarr.core.sync import sync
 
 from dparallel.errors import StoreIncompleteError
 from dparallel.store._derivatives import BLOCK_ATTRIBUTES, decode_pairs
-from dparallel.store._layout import _index_reason_pairs
+from dparallel.store._layout import _index_reason_pairs, _partition_group
 from dparallel.store._opened import OpenedStore
+from dparallel.store._read_cache import CachedReads
 from dparallel.types import StructureBatch
 
 __all__ = ["StoreReads"]
@@ -40,6 +42,9 @@ class StoreReads(OpenedStore):
         and, if stored and ``derivatives``, ``d/<F>/<name>`` per neighbour element F.
         Elements without atoms in the partition are absent.
         """
+        cached = self._backend.zarr_store
+        if isinstance(cached, CachedReads):  # a store at a URL: all its objects at once
+            sync(cached.prefetch(f"{_partition_group(int(p))}/features/{descriptor}/"))
         part = self._partition_group(int(p), create=False)
         node = None if part is None else part.get(f"features/{descriptor}")
         if not isinstance(node, zarr.Group):
@@ -228,6 +233,8 @@ class StoreReads(OpenedStore):
         skipped = self.skipped()
         return {
             "path": self.location,
+            # where zarr/xarray open it: the generation of a store at a URL, else the path
+            "zarr_root": str(self.root) if self.root is not None else self.location,
             "format_version": self._meta["format_version"],
             "n_structures": self.n_structures,
             "n_atoms": self.n_atoms,

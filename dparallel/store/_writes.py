@@ -69,6 +69,11 @@ class StoreWrites(OpenedStore):
         local = self._backend.local
         return local if local is not None and direct_writes_available() else None
 
+    def _batch_writes(self) -> bool:
+        """Whether a task's writes go to a store at a URL as one batch of zarr's own keys
+        (:mod:`~dparallel.store._batch`; zarr versions as for the direct writes)."""
+        return self._backend.root is not None and direct_writes_available()
+
     def _writable_partition(self, p: int) -> int:
         """``p`` as an int, after checking it is a partition and the store is writable."""
         p = int(p)
@@ -174,7 +179,10 @@ class StoreWrites(OpenedStore):
         loop (one after another, each open and write is a round trip).
         """
         folder = self._direct_folder()
-        rest = [job for job in writes if folder is None or not _write_rows_direct(folder, *job)]
+        if folder is None and self._batch_writes():
+            rest = sync(_put_rows(self._backend.zarr_store, writes))
+        else:
+            rest = [job for job in writes if folder is None or not _write_rows_direct(folder, *job)]
         if not rest:
             return
         root = self._root._async_group
@@ -317,7 +325,9 @@ class StoreWrites(OpenedStore):
         ]
         folder = self._direct_folder()
         store = self._backend.zarr_store
-        if folder is None:
+        if folder is None and self._batch_writes():
+            rest = sync(_put_groups(store, part, levels, jobs, attributes or {}))
+        elif folder is None:
             groups = [part, *(f"{part}/{level}" for level in levels)]
             sync(_make_groups(store, groups, attributes or {}, len(part) + 1))
             rest = jobs
@@ -434,6 +444,56 @@ async def _make_groups(
         await open_group(
             store=store, path=path, mode="a", attributes=dict(attributes.get(path[skip:], {}))
         )
+
+
+async def _put_groups(
+    store: Any,
+    part: str,
+    levels: Sequence[str],
+    jobs: Sequence[tuple[str | None, str, np.ndarray, tuple]],
+    attributes: Mapping[str, Mapping[str, Any]],
+) -> list[tuple[str | None, str, np.ndarray, tuple]]:
+    """:meth:`StoreWrites._write_groups` into a store at a URL: ``parts/<p>`` (unless there),
+    its groups and arrays as one batch (:mod:`~dparallel.store._batch`); returns the jobs
+    left for zarr's API."""
+    from dparallel.store import _batch
+
+    chunks, documents, rest = [], [], []
+    for group, name, values, dims in jobs:
+        path = "/".join(filter(None, (part, group, name)))
+        made = _batch.array_items(
+            path, values, _compressors(values.dtype), dims or generic_dims(name, values.ndim),
+            CHUNK_KEYS,
+        )  # fmt: skip
+        if made is None:
+            rest.append((group, name, values, dims))
+        else:
+            chunks += made[0]
+            documents.append(made[1])
+    groups = [_batch.group_item(f"{part}/{level}", attributes.get(level)) for level in levels]
+    if not await store.exists(f"{part}/zarr.json"):
+        groups.append(_batch.group_item(part))
+    await _batch.put_all(store, (chunks, documents, groups))
+    return rest
+
+
+async def _put_rows(
+    store: Any, writes: Sequence[tuple[str, slice, np.ndarray]]
+) -> list[tuple[str, slice, np.ndarray]]:
+    """:meth:`StoreWrites._write_rows` into a store at a URL: whole chunks of numbers as one
+    batch; returns the writes left for zarr's API."""
+    from dparallel.store import _batch
+
+    metas = await asyncio.gather(*(_batch.slot_metadata(store, name) for name, _, _ in writes))
+    items, rest = [], []
+    for (name, rows, values), meta in zip(writes, metas, strict=True):
+        item = None if meta is None else _batch.chunk_item(name, meta, rows, values)
+        if item is None:
+            rest.append((name, rows, values))
+        else:
+            items.append(item)
+    await _batch.put_all(store, (items,))
+    return rest
 
 
 def _write_rows_direct(folder: Path, name: str, rows: slice, values: np.ndarray) -> bool:

@@ -57,7 +57,7 @@ def load_partition(
         if "values" not in arr:
             if np.any(batch.numbers == _z(elem)):
                 raise TrainingError(
-                    f"{store.path}: partition {p} has {elem} atoms but no {base} arrays; "
+                    f"{store.target}: partition {p} has {elem} atoms but no {base} arrays; "
                     f"featurize the store (descriptor {descriptor!r})"
                 )
             continue
@@ -76,7 +76,7 @@ def load_partition(
             if not d:
                 if values.shape[0] and np.any(batch.numbers == _z(neigh)):
                     raise TrainingError(
-                        f"{store.path}: partition {p} has no derivatives {base}/d/{neigh}; "
+                        f"{store.target}: partition {p} has no derivatives {base}/d/{neigh}; "
                         "featurize with derivatives=True, or train with force_weight=0"
                     )
                 continue
@@ -96,7 +96,7 @@ def load_partition(
             }
             structure = batch.structure_index
             if np.any(structure[pairs["first"]] != structure[pairs["second"]]):
-                raise TrainingError(f"{store.path}: partition {p}: pair crosses structures")
+                raise TrainingError(f"{store.target}: partition {p}: pair crosses structures")
             rows[f"derivatives/{elem}/{neigh}"] = Rows(
                 np.searchsorted(pairs["first"], offsets).astype(np.int64),
                 pairs,

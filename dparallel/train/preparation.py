@@ -50,7 +50,7 @@ def _feature_config(store: Store, descriptor: str) -> tuple[dict[str, Any], bool
     cfg = store.attrs.get("config", {}).get("features")
     if not cfg or not cfg.get(descriptor):
         raise TrainingError(
-            f"{store.path} has no {descriptor!r} features (config.features is "
+            f"{store.target} has no {descriptor!r} features (config.features is "
             f"{'missing' if not cfg else 'without ' + descriptor}); featurize the store first"
         )
     return cfg[descriptor], bool(cfg.get("derivatives", False))
@@ -69,7 +69,7 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     forces = spec.force_weight > 0
     if forces and not has_deriv and spec.descriptor_source == "stored":
         raise TrainingError(
-            f"{store.path} was featurized without derivatives: force training from stored "
+            f"{store.target} was featurized without derivatives: force training from stored "
             "descriptors needs them (featurize with derivatives=True), or compute them "
             "during training (descriptor_source: computed), or set force_weight=0"
         )
@@ -97,7 +97,7 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
 
     index = build_split_index(store, spec.validation_fraction, spec.test_fraction, spec.seed, visit)
     if index.count("train") == 0:
-        raise TrainingError(f"{store.path}: the training split is empty")
+        raise TrainingError(f"{store.target}: the training split is empty")
     ref = np.linalg.lstsq(ata, atb, rcond=None)[0]
     resid = np.concatenate([(energy - c @ ref) / c.sum(1) for c, energy in per_atom])
     energy_scale = float(resid.std()) if resid.size > 1 and resid.std() > 1e-8 else 1.0
@@ -109,7 +109,7 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
         stats = _statistics(reader, elements)
     for elem in elements:
         if elem not in stats:
-            raise TrainingError(f"{store.path}: no statistics for element {elem}")
+            raise TrainingError(f"{store.target}: no statistics for element {elem}")
         n_features[elem] = len(stats[elem]["mean"])
     return Prepared(
         store=store,
@@ -180,7 +180,7 @@ def check_complete(store: Store, spec: TrainingSpec) -> dict[str, Any]:
     """How much of the source the store holds; refuse an incomplete one unless allowed."""
     done = len(store.done_partitions())
     coverage = {
-        "store": str(store.path),
+        "store": str(store.target),
         "complete": done == store.n_partitions,
         "partitions_used": done,
         "partitions_total": store.n_partitions,
@@ -195,9 +195,9 @@ def check_complete(store: Store, spec: TrainingSpec) -> dict[str, Any]:
     )
     if not spec.allow_incomplete:
         raise TrainingError(
-            f"{store.path} is incomplete: {amount}. Finish it (rerun the same featurize "
+            f"{store.target} is incomplete: {amount}. Finish it (rerun the same featurize "
             "command), or train on what is there with --allow-incomplete "
             "(allow_incomplete: true)"
         )
-    log.warning("training on an incomplete store %s: %s", store.path, amount)
+    log.warning("training on an incomplete store %s: %s", store.target, amount)
     return coverage

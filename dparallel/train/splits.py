@@ -96,7 +96,7 @@ def build_split_index(
     """
     parts = [int(p) for p in store.done_partitions()]
     if not parts:
-        raise TrainingError(f"{store.path}: no partition is done; featurize the store first")
+        raise TrainingError(f"{store.target}: no partition is done; featurize the store first")
     ids: dict[int, np.ndarray] = {}
     split: dict[int, np.ndarray] = {}
     start = 0

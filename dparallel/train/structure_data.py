@@ -157,7 +157,7 @@ class StructureReader(PartitionReader):
         if np.any(species < 0):
             bad = sorted(set(batch.numbers[species < 0].tolist()))
             raise TrainingError(
-                f"{self.store.path}: partition {p} has atomic numbers {bad} that are not "
+                f"{self.store.target}: partition {p} has atomic numbers {bad} that are not "
                 f"among the model's elements {self.elements}"
             )
         nl = neighbor_list(batch, self.cutoff)  # sorted by pair_first

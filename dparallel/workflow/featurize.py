@@ -15,7 +15,6 @@ reads the store for it).
 from __future__ import annotations
 
 import errno
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -52,10 +51,12 @@ from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
 from dparallel.workflow.stats import FeatureStats
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Mapping
 
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.io import StructureSource
+    from dparallel.io.location import Where
     from dparallel.store import Plan
 
 __all__ = [
@@ -123,7 +124,7 @@ def merged_statistics(
 
 
 def _target(
-    source_path: str | os.PathLike[str],
+    source_path: Where,
     descriptors: DescriptorSet,
     options: FeaturizeOptions,
     n_workers: int | None = None,
@@ -151,8 +152,8 @@ def _target(
 
 
 def featurize_status(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     options: FeaturizeOptions = _DEFAULTS,
 ) -> StoreStatus:
@@ -172,8 +173,8 @@ def featurize_status(
 
 
 def prepare_featurize(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     options: FeaturizeOptions = _DEFAULTS,
     n_workers: int | None = 1,
@@ -200,7 +201,7 @@ def prepare_featurize(
 
 
 def finish_featurize(
-    store_path: str | os.PathLike[str], reports: Mapping[int, Mapping[str, Any]] | None = None
+    store_path: Where, reports: Mapping[int, Mapping[str, Any]] | None = None
 ) -> tuple[Store, dict[str, dict[str, FeatureStats]]]:
     """Merge the done partitions' statistics exactly and record them in the store
     (``reports``: as :func:`merged_statistics`)."""
@@ -211,8 +212,8 @@ def finish_featurize(
 
 
 def featurize_in_process(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     options: FeaturizeOptions = _DEFAULTS,
     n_workers: int | None = 1,
@@ -229,17 +230,17 @@ def featurize_in_process(
         for p in store.pending_partitions().tolist():
             lease.check()
             try:
-                featurize_partition(source, os.fspath(store.path), p, descriptors.to_dict())
+                featurize_partition(source, store.ref, p, descriptors.to_dict())
             except Exception as exc:  # noqa: BLE001 - reported with every other failure
                 failures[p] = exc
-        store, _ = finish_featurize(store.path)
+        store, _ = finish_featurize(store.ref)
     _raise_failures(store, failures)
     return store
 
 
 def featurize(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     options: FeaturizeOptions = _DEFAULTS,
 ) -> FeaturizeResult:
@@ -318,8 +319,8 @@ def featurize(
 
 
 def _featurize(
-    source_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    source_path: Where,
+    store_path: Where,
     descriptors: DescriptorSet,
     options: FeaturizeOptions,
     n_workers: int | None,
@@ -343,15 +344,15 @@ def _featurize(
             done = len(store.done_partitions())
             raise RunInterruptedError(
                 f"interrupted; {done} of {store.n_partitions} partitions of "
-                f"{target_path(store.path)} are "
+                f"{target_path(store)} are "
                 "done and kept: rerun the same command to compute the rest"
             ) from None
         try:
-            store, statistics = finish_featurize(store.path, reports)
+            store, statistics = finish_featurize(store.ref, reports)
         except OSError:
             if not failures:
                 raise
-            store = open_store(store.path)  # the failures say more (e.g. a full disk)
+            store = open_store(store.ref)  # the failures say more (e.g. a full disk)
     _raise_failures(store, failures)
     return FeaturizeResult(
         store=store,
@@ -375,7 +376,7 @@ def _warn_idle_workers(store: Store, pending: list[int], n_workers: int | None) 
     warnings.warn(
         f"{len(pending)} partitions for {n_workers} workers: {n_workers - len(pending)} "
         f"workers stay idle ({structures} structures, {atoms} atoms to compute in "
-        f"{target_path(store.path)}; a partition holds whole structures, at least "
+        f"{target_path(store)}; a partition holds whole structures, at least "
         f"{MIN_SPLIT_ATOMS} atoms unless --partition-atoms says otherwise)",
         stacklevel=4,
     )
@@ -409,7 +410,7 @@ def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None
     full = sorted(p for p, exc in failures.items() if _disk_full(exc))
     if full:
         raise DiskFullError(
-            f"no space left on the device of {target_path(store.path)}: {len(full)} of {total} "
+            f"no space left on the device of {target_path(store)}: {len(full)} of {total} "
             "partitions "
             f"could not be written ({kept} done partitions are kept); free space and rerun "
             "the same command to compute only the rest"
@@ -450,7 +451,7 @@ def write_scaling_data(
         statistics = merged_statistics(store)
     merged = statistics.get(descriptor)
     if not merged:
-        raise StoreIncompleteError(f"{store.path} has no '{descriptor}' statistics to write")
+        raise StoreIncompleteError(f"{store.target} has no '{descriptor}' statistics to write")
     spec = store.attrs.get("config", {}).get("features", {}).get(descriptor)
     symfuncs = None
     kind = descriptor_kind(descriptor)

@@ -11,7 +11,6 @@ report; a report lost with its worker is read back from the store.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,12 +22,14 @@ from dparallel.workflow.featurize_worker_preload import (
 )
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Callable
     from concurrent.futures import Future
 
     from dparallel.cluster import ClusterHandle
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.io import StructureSource
+    from dparallel.io.location import Location
     from dparallel.store import Store, StoreLease
 
 __all__ = ["FeaturizeOptions", "run_featurize_partitions"]
@@ -92,8 +93,8 @@ def run_featurize_partitions(
     from dparallel.cluster.gpus import GPU_RESOURCE, gpu_partitions, gpu_worker_addresses
     from dparallel.dashboard.events import progress_start_event, publish_progress_start
 
-    store_path = os.fspath(store.path)
-    run = f"featurize:{target_path(store_path)}"  # the user's path, also while built aside
+    store_path = store.ref  # a task reopens this very store (folder, or generation)
+    run = f"featurize:{target_path(store)}"  # the user's path, also while built aside
     spec = descriptors.to_dict()
     progress = options.progress
     with (
@@ -148,7 +149,7 @@ def run_featurize_partitions(
     return counts, failures
 
 
-def _recorded_report(store_path: str, p: int) -> dict[str, Any] | None:
+def _recorded_report(store_path: str | Location, p: int) -> dict[str, Any] | None:
     """Partition ``p``'s report as its task recorded it in the store, once it is done
     (what the driver uses when the task's own result was lost with its worker)."""
     store = open_store(store_path)

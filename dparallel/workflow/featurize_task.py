@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from dparallel.io import StructureSource
+    from dparallel.io.location import Location
     from dparallel.neighbors import Neighbors
     from dparallel.types import StructureBatch
 
@@ -327,7 +328,7 @@ def _compute(
 
 def featurize_partition(
     source: StructureSource,
-    store_path: str,
+    store_path: str | Location,
     p: int,
     descriptors: Mapping[str, Any],
     *,

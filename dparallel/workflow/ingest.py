@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Iterable
 
+    from dparallel.io.location import Where
+
 __all__ = [
     "DEFAULT_PARTITION_ATOMS",
     "IngestResult",
@@ -58,7 +60,7 @@ def ingest_config(source: StructureSource, partition_atoms: int) -> dict[str, An
 
 def prepare_ingest(
     source: StructureSource,
-    store_path: str | os.PathLike[str],
+    store_path: Where,
     *,
     partition_atoms: int | None = DEFAULT_PARTITION_ATOMS,
     overwrite: bool = False,
@@ -105,8 +107,8 @@ def ingest_partition(source: StructureSource, store: Store, p: int) -> dict[str,
 
 
 def ingest(
-    input_path: str | os.PathLike[str],
-    store_path: str | os.PathLike[str],
+    input_path: Where,
+    store_path: Where,
     *,
     format: str | None = None,
     units: str = "ase",

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Iterable, Mapping
 
+    from dparallel.io.location import Location
     from dparallel.workflow.featurize_dispatch import FeaturizeOptions
     from dparallel.workflow.spec import WorkflowSpec
 
@@ -38,8 +39,8 @@ log = logging.getLogger(__name__)
 class WorkflowResult:
     """What a run produced and which stages it ran or skipped."""
 
-    dataset: Path
-    store: Path
+    dataset: Path | Location  # a local path, or where a URL is
+    store: Path | Location
     model_dir: Path | None
     stages: dict[str, str] = field(default_factory=dict)  # stage → "ran" | "skipped"
     metrics: dict[str, Any] = field(default_factory=dict)  # split → error metrics
@@ -47,14 +48,25 @@ class WorkflowResult:
     notes: list[str] = field(default_factory=list)  # what the user must know (a new run dir)
 
 
-def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Path, str]:
-    path = Path(spec.dataset.path)
-    if path.exists():
-        return path, "skipped"
-    if spec.dataset.generate is None:
+def _shown(location: Location, given: str) -> Path | Location:
+    """A local path as the user wrote it (a :class:`Path`), a URL as its location."""
+    return Path(given) if location.local is not None else location
+
+
+def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Location, str]:
+    location = spec.dataset_location()
+    if location.exists():
+        return location, "skipped"
+    if spec.dataset.generate is None or location.local is None:
         from dparallel.errors import SourceNotFoundError
 
-        raise SourceNotFoundError(f"dataset.path {path} does not exist and no 'generate' is set")
+        why = (
+            "no 'generate' is set"
+            if location.local is not None
+            else "generate writes local files only"
+        )
+        raise SourceNotFoundError(f"dataset.path {location} does not exist ({why})")
+    path = location.local
     from dparallel.datasets import write_emt_cu, write_emt_molecules
 
     gen = spec.dataset.generate
@@ -62,9 +74,9 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Path, str]
         "emt_cu": ("EMT Cu structures", write_emt_cu),
         "emt_molecules": ("EMT-labelled molecules", write_emt_molecules),
     }[gen.kind]
-    say(f"dataset: generating {gen.n_structures} {what} → {path}")
+    say(f"dataset: generating {gen.n_structures} {what} → {Path(spec.dataset.path)}")
     write(path, n_structures=gen.n_structures, seed=gen.seed)
-    return path, "ran"
+    return location, "ran"
 
 
 def _featurize_options(spec: WorkflowSpec) -> FeaturizeOptions:
@@ -79,13 +91,13 @@ def _featurize_options(spec: WorkflowSpec) -> FeaturizeOptions:
     )
 
 
-def _store_current(spec: WorkflowSpec, dataset: Path) -> bool:
+def _store_current(spec: WorkflowSpec, dataset: Location) -> bool:
     """Featurized completely from this very dataset and config (the predicate featurize uses)."""
     from dparallel.workflow.featurize import featurize_status
 
     status = featurize_status(
         dataset,
-        spec.store.path,
+        spec.store_location(),
         spec.descriptors.build(data_units=spec.dataset.units),
         _featurize_options(spec),
     )
@@ -116,15 +128,21 @@ def run_workflow(
     from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
 
     dataset, dataset_stage = _dataset(spec, say)
-    store_path = Path(spec.store.path)
+    store_path = spec.store_location()
     model_dir = Path(spec.output.model_dir) if spec.output is not None else None
-    result = WorkflowResult(dataset=dataset, store=store_path, model_dir=model_dir)
+    shown = _shown(store_path, spec.store.path)
+    result = WorkflowResult(
+        dataset=_shown(dataset, spec.dataset.path), store=shown, model_dir=model_dir
+    )
     result.stages["dataset"] = dataset_stage
     featurize_needed = spec.store.overwrite or not _store_current(spec, dataset)
     train_needed = False
     if spec.training is not None and model_dir is not None:
         target = choose_model_dir(
-            model_dir, spec.training.to_dict(), store_identity(store_path), featurize_needed
+            model_dir,
+            spec.training.to_dict(),
+            store_identity(store_path, spec.store.path),
+            featurize_needed,
         )
         model_dir = result.model_dir = target.path
         train_needed = target.train
@@ -144,7 +162,7 @@ def run_workflow(
             if on_connect is not None:
                 on_connect(handle)
             if featurize_needed:
-                say(f"featurize: {dataset} → {store_path}")
+                say(f"featurize: {result.dataset} → {shown}")
                 options = replace(
                     _featurize_options(spec),
                     overwrite=spec.store.overwrite,
@@ -160,47 +178,63 @@ def run_workflow(
                 result.stages["featurize"] = "skipped"
             if train_needed:
                 assert model_dir is not None
-                say(f"train: {store_path} → {model_dir}")
+                say(f"train: {shown} → {model_dir}")
                 result.metrics = _train(spec, store_path, model_dir, on_epoch)
                 result.stages["train"] = "ran"
             else:
                 result.stages["train"] = "skipped" if spec.training else "off"
     if spec.descriptors.acsf is not None:
-        result.files["scaling.data"] = str(_scaling_data(store_path, statistics))
+        scaling = _write_scaling(store_path, statistics)
+        result.files["scaling.data"] = str(
+            shown.with_suffix(".scaling.data") if isinstance(shown, Path) else scaling
+        )
     if model_dir is not None and spec.training is not None:
         _finish_model(spec, model_dir, result, say)
-    result.files["store"] = str(store_path)
+    result.files["store"] = str(shown)
     return result
 
 
-def _scaling_data(store_path: Path, statistics: Any) -> Path:
-    """n2p2's scaling.data beside the store (store.zarr → store.scaling.data), written
-    from the run's ``statistics`` (or the store's, when missing)."""
+def _write_scaling(store: Location, statistics: Any) -> Location:
+    """n2p2 ``scaling.data`` beside the store (``store.zarr`` → ``store.scaling.data``),
+    unless it is there and the store was not featurized now; uploaded for a URL."""
+    import tempfile
+
     from dparallel.store import open_store
     from dparallel.workflow.featurize import write_scaling_data
 
-    scaling = store_path.with_suffix(".scaling.data")
-    if statistics is not None or not scaling.exists():
-        write_scaling_data(open_store(store_path), scaling, statistics=statistics)
+    name = Path(store.name).with_suffix(".scaling.data").name
+    scaling = store.sibling(name)
+    if statistics is None and scaling.exists():
+        return scaling
+    if scaling.local is not None:
+        write_scaling_data(open_store(store), scaling.local, statistics=statistics)
+        return scaling
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / name
+        write_scaling_data(open_store(store), local, statistics=statistics)
+        fs, path = scaling.filesystem()
+        fs.put_file(str(local), path)
     return scaling
 
 
 def _train(
     spec: WorkflowSpec,
-    store_path: Path,
+    store_path: Location,
     model_dir: Path,
     on_epoch: Callable[[dict[str, Any]], None] | None,
 ) -> dict[str, Any]:
     """Train from the store into ``model_dir``; the validation and test metrics."""
     from dparallel.dashboard import epoch_publisher
+    from dparallel.store import open_store
     from dparallel.train import train
     from dparallel.train.data_units import record_data_units
 
     assert spec.training is not None
     callbacks = [epoch_publisher(spec.name), *([on_epoch] if on_epoch else [])]
-    trained = train(store_path, model_dir, spec.training, callback=callbacks)
-    record_store(model_dir, store_identity(store_path))
-    record_data_units(model_dir, store_path)
+    opened = open_store(store_path)
+    trained = train(opened, model_dir, spec.training, callback=callbacks)
+    record_store(model_dir, store_identity(store_path, spec.store.path))
+    record_data_units(model_dir, opened)
     return {"validation": trained.validation, "test": trained.test}
 
 

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dparallel.io.location import Location, as_location
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -106,12 +108,23 @@ def _kept(model_dir: Path, why: str, sibling: Path, train: bool) -> str:
     )
 
 
-def store_identity(store_path: Path) -> dict[str, Any]:
-    """Which store a model is trained from: its path and creation time."""
-    doc = _read(store_path / "zarr.json")
-    attrs = doc.get("attributes", {}) if isinstance(doc, dict) else {}
-    block = attrs.get("dparallel", {}) if isinstance(attrs, dict) else {}
-    return {"path": str(store_path), "created": block.get("created")}
+def store_identity(store: Path | Location, shown: str | None = None) -> dict[str, Any]:
+    """Which store a model is trained from: its path (``shown``: as the user wrote it)
+    and creation time (``None`` while there is no store)."""
+    location = as_location(store)
+    if location.local is not None:
+        doc = _read(location.local / "zarr.json")
+        attrs = doc.get("attributes", {}) if isinstance(doc, dict) else {}
+        block = attrs.get("dparallel", {}) if isinstance(attrs, dict) else {}
+    else:
+        from dparallel.errors import StoreError
+        from dparallel.store import open_store
+
+        try:
+            block = open_store(location).attrs
+        except StoreError:
+            block = {}
+    return {"path": shown if shown is not None else str(store), "created": block.get("created")}
 
 
 def record_store(model_dir: Path, store: dict[str, Any]) -> None:

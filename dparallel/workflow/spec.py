@@ -2,8 +2,9 @@
 
 Every key is documented in ``workflows/quickstart.yaml``. Relative paths are taken from
 the current working directory (:func:`dparallel.config.resolve_path`), never from the
-file's folder. Unknown keys and wrong types fail before any work starts,
-with the key path in the message (:func:`load_workflow`).
+file's folder; ``dataset.path`` and ``store.path`` may be URLs (``s3://…``), never read
+as relative paths (:meth:`WorkflowSpec.dataset_location`). Unknown keys and wrong types
+fail before any work starts, with the key path in the message (:func:`load_workflow`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dparallel.cluster import ClusterSpec
 from dparallel.config import apply_overrides, describe_validation_error, read_yaml
-from dparallel.errors import ConfigError
+from dparallel.errors import ConfigError, DParallelError
+from dparallel.io.location import Location, as_location
 from dparallel.train.spec import TrainingSpec
 from dparallel.workflow.descriptors_spec import DescriptorsSpec
 
@@ -52,9 +54,14 @@ class GenerateSpec(_Strict):
 
 
 class DatasetSpec(_Strict):
-    """The structure file."""
+    """The structure file: a local path or a URL (``s3://bucket/data.extxyz``)."""
 
     path: str
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fsspec options for a URL (e.g. {endpoint_url: ...}); credentials "
+        "best from the environment (AWS_*) of every process",
+    )
     format: str | None = Field(None, description="extxyz, n2p2 or any ASE format; None: guess")
     units: str = Field("ase", description="ase (Å, eV) or bohr-hartree (n2p2 files)")
     on_error: Literal["raise", "skip"] = "raise"
@@ -73,14 +80,19 @@ class PartitionSpec(_Strict):
 
 
 class StoreSpec(_Strict):
-    """The zarr store."""
+    """The zarr store: a local folder or a URL (``s3://bucket/data.zarr``)."""
 
     path: str
     overwrite: bool = False
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fsspec options for a URL (e.g. {endpoint_url: ...}); credentials "
+        "best from the environment (AWS_*) of every process",
+    )
 
 
 class OutputSpec(_Strict):
-    """Where the trained model, metrics and plots go."""
+    """Where the trained model, metrics and plots go (a local directory)."""
 
     model_dir: str
     export: bool = True
@@ -101,6 +113,33 @@ class WorkflowSpec(_Strict):
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return json.loads(self.model_dump_json())
+
+    def dataset_location(self) -> Location:
+        """Where the dataset is (a path or a URL, with its ``storage_options``)."""
+        return as_location(self.dataset.path, self.dataset.storage_options)
+
+    def store_location(self) -> Location:
+        """Where the store is (a path or a URL, with its ``storage_options``)."""
+        return as_location(self.store.path, self.store.storage_options)
+
+    def check_locations(self) -> None:
+        """Refuse (:class:`ConfigError`) a URL whose client is not installed, and a store
+        at a URL where dparallel cannot write conditionally; nothing is read or written."""
+        from dparallel.io.location import LocationError
+        from dparallel.store import check_writable
+
+        for key, location in (
+            ("dataset.path", self.dataset_location()),
+            ("store.path", self.store_location()),
+        ):
+            if location.is_local:
+                continue
+            try:
+                location.filesystem()
+                if key == "store.path":
+                    check_writable(location)
+            except (LocationError, DParallelError) as exc:
+                raise ConfigError(f"{key}: {exc}") from None
 
 
 def parse_workflow(

@@ -64,7 +64,13 @@ def _volume_targets(service: dict) -> set[str]:
 
 
 def test_compose_invariants(services: dict[str, dict]) -> None:
-    assert set(services) == {"scheduler", "worker", "runner"}
+    assert set(services) == {"scheduler", "worker", "runner", "s3"}
+    # The S3-compatible service: its own image, only under its profile, on loopback.
+    s3 = services["s3"]
+    services = {name: s for name, s in services.items() if name != "s3"}
+    assert s3["profiles"] == ["s3"] and s3["image"].startswith("motoserver/moto:")
+    assert s3["ports"] == ["127.0.0.1:5000:5000"]
+    assert "http://localhost:5000/moto-api/" in " ".join(s3["healthcheck"]["test"])
     # One image for every role.
     assert {s["image"] for s in services.values()} == {"dparallel:latest"}
     assert {s["build"]["dockerfile"] for s in services.values()} == {"docker/Dockerfile"}

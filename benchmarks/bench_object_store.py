@@ -1,0 +1,160 @@
+"""A store on S3 (moto's server on loopback) against a local store: one run, one table.
+
+Workload: n2p2's water example ×25 (500 structures, 51,600 atoms; ``../shared/n2p2/water``,
+as ``benchmarks/bench_n2p2.py`` loads it), ACSF from its ``input.nn`` with dG/dr, on a
+local Dask cluster of 2 worker processes (1 thread each), then training from the store
+(float64, the quickstart's network size, a few epochs, same seed on both).
+
+* local: the input file on disk, the store a folder;
+* S3: the input uploaded to ``s3://bench/water.data`` and the store at
+  ``s3://bench/water.zarr``, both through moto's standalone server (``moto_server``, a
+  separate process on 127.0.0.1, so it shares no interpreter with the driver).
+
+Printed: featurize throughput (atoms/s of the whole ``featurize`` call) and its S3/local
+ratio (target ≥ 80 %), the first training epoch (target ≤ 2× local) and the mean of the
+later ones (target within 10 %). Same cluster for both, local first then S3, one run:
+quote ratios, not absolute times (the benchmark machine is shared).
+
+    PYTHONPATH=. python benchmarks/bench_object_store.py [--copies 25] [--epochs 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "n2p2"
+if not SHARED.is_dir():
+    SHARED = Path("/work/shared/n2p2")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_moto(log: Path) -> tuple[subprocess.Popen, str]:
+    """``moto_server`` on 127.0.0.1 (bounded wait until it answers)."""
+    beside = Path(sys.executable).with_name("moto_server")  # this environment's moto first
+    exe = str(beside) if beside.exists() else shutil.which("moto_server") or "moto_server"
+    port = _free_port()
+    proc = subprocess.Popen(
+        [exe, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=open(log, "wb"),  # noqa: SIM115 - lives as long as the server
+        stderr=subprocess.STDOUT,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
+                return proc, endpoint
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit(f"moto_server did not start: {log.read_text()[-2000:]}") from None
+            time.sleep(0.1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, default=25, help="water example copies (25)")
+    parser.add_argument("--epochs", type=int, default=4, help="training epochs per store (4)")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    water = SHARED / "water"
+    if not (water / "input.data").is_file():
+        print(f"SKIPPED: n2p2's water example is missing ({water})")
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="bench-objstore-"))
+    server, endpoint = start_moto(work / "moto.log")
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL=endpoint,
+    )
+    try:
+        return run(args, water, work)
+    finally:
+        server.terminate()
+        server.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, water: Path, work: Path) -> int:
+    import boto3
+    import fsspec
+    from distributed import Client, LocalCluster
+
+    from dparallel.store import open_store
+    from dparallel.train import train
+    from dparallel.train.spec import TrainingSpec
+    from dparallel.workflow.descriptors_spec import DescriptorsSpec
+    from dparallel.workflow.featurize import featurize
+
+    data = work / "water.data"
+    data.write_text((water / "input.data").read_text() * args.copies)
+    boto3.client("s3").create_bucket(Bucket="bench")
+    fsspec.filesystem("s3").put_file(str(data), "s3://bench/water.data")
+    descriptors = DescriptorsSpec.model_validate(
+        {"acsf": {"n2p2": str(water / "input.nn")}, "derivatives": True}
+    ).build()
+    spec = TrainingSpec(epochs=args.epochs, hidden=(48, 48), batch_size=8, seed=1)
+    cluster = LocalCluster(
+        n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
+    client = Client(cluster)
+    rows = {}
+    try:
+        # warm-up: the workers compile/load the kernels before either timed run
+        small = work / "warm.data"
+        small.write_text((water / "input.data").read_text())
+        featurize(small, work / "warm.zarr", descriptors, format="n2p2", client=client)
+        for name, source, store in (
+            ("local", data, work / "water.zarr"),
+            ("S3 (moto, loopback)", "s3://bench/water.data", "s3://bench/water.zarr"),
+        ):
+            result = featurize(source, store, descriptors, format="n2p2", client=client)
+            opened = open_store(store)
+            trained = train(opened, work / f"model-{len(rows)}", spec)
+            seconds = [float(r["seconds"]) for r in trained.history]
+            rows[name] = {
+                "atoms_per_s": result.n_atoms / result.seconds,
+                "featurize_s": result.seconds,
+                "first_epoch": seconds[0],
+                "later_epochs": sum(seconds[1:]) / max(1, len(seconds) - 1),
+                "test": trained.test,
+            }
+    finally:
+        client.close()
+        cluster.close()
+    local, remote = rows["local"], rows["S3 (moto, loopback)"]
+    print(f"water ×{args.copies} with dG/dr, {args.workers} workers, one run")
+    print(f"{'store':22s} {'featurize s':>12s} {'atoms/s':>9s} {'epoch 1 s':>10s} {'later s':>9s}")
+    for name, r in rows.items():
+        print(
+            f"{name:22s} {r['featurize_s']:12.2f} {r['atoms_per_s']:9.0f} "
+            f"{r['first_epoch']:10.2f} {r['later_epochs']:9.2f}"
+        )
+    ratio = remote["atoms_per_s"] / local["atoms_per_s"]
+    first = remote["first_epoch"] / local["first_epoch"]
+    later = remote["later_epochs"] / local["later_epochs"]
+    print(f"S3 / local: featurize throughput {ratio:.0%} (target ≥ 80 %), first epoch "
+          f"{first:.2f}× (≤ 2×), later epochs {later:.2f}× (within 10 %)")  # fmt: skip
+    same = local["test"] == remote["test"]
+    print(f"test metrics identical: {same}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

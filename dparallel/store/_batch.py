@@ -1,0 +1,119 @@
+"""A task's writes to a store at a URL: zarr's own keys and bytes, put in one batch.
+
+Through zarr's API every new array in an fsspec store checks each parent level (a HEAD of
+``zarr.json``, and on S3 a listing for every one that is missing) and writes its metadata
+and chunk one after another: a featurize partition with dG/dr made ~1,700 requests
+(docs/store-format.md, "On object storage"). Here the same documents and chunks the local
+store's direct writes make (:mod:`~dparallel.store._direct`'s encoding: zarr's own
+metadata classes, the Blosc zarr calls) are computed in the task's thread and put through
+the zarr store concurrently: one PUT per object, chunks before the metadata that makes an
+array readable, and the done marker still last. What cannot be encoded so goes through
+zarr's API as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dparallel.store._direct import _encoded, _internals, _plain_numbers, _zarr_dtype, writable
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from zarr.abc.store import Store as ZarrStore
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
+__all__ = ["array_items", "chunk_item", "group_item", "put_all", "slot_metadata"]
+
+_METADATA = "zarr.json"
+
+#: ``(key, bytes)`` to put, in order of phases (chunks, then documents).
+Item = tuple[str, bytes]
+
+
+def group_item(path: str, attributes: Mapping[str, Any] | None = None) -> Item:
+    """The ``zarr.json`` of a group at ``path`` with ``attributes``."""
+    z = _internals()
+    meta = z.GroupMetadata(attributes=dict(attributes or {}), zarr_format=3)
+    document = meta.to_buffer_dict(z.default_buffer_prototype())[_METADATA].to_bytes()
+    return f"{path}/{_METADATA}", document
+
+
+def array_items(
+    path: str, values: np.ndarray, compressors: Any, dims: Sequence[str], chunk_keys: Any
+) -> tuple[list[Item], Item] | None:
+    """A one-chunk array at ``path``: ``([chunk], metadata)``; ``None`` where it is not
+    :func:`~dparallel.store._direct.writable` (the caller uses zarr's API)."""
+    values = np.asarray(values)
+    if not writable(values, compressors):
+        return None
+    z = _internals()
+    dtype = _zarr_dtype(values.dtype)
+    meta = z.ArrayV3Metadata(
+        shape=values.shape,
+        data_type=dtype,
+        chunk_grid=z.RegularChunkGrid(chunk_shape=tuple(max(1, s) for s in values.shape)),
+        chunk_key_encoding=chunk_keys,
+        fill_value=dtype.default_scalar(),
+        codecs=(z.default_serializer_v3(dtype), *tuple(compressors or ())),
+        attributes={},
+        dimension_names=tuple(dims) or None,
+    )
+    chunks = []
+    if 0 not in values.shape:
+        key = meta.encode_chunk_key((0,) * values.ndim)
+        chunks.append((f"{path}/{key}", bytes(_encoded(values, tuple(meta.codecs)))))
+    document = meta.to_buffer_dict(z.default_buffer_prototype())[_METADATA].to_bytes()
+    return chunks, (f"{path}/{_METADATA}", document)
+
+
+def chunk_item(path: str, meta: ArrayV3Metadata, rows: slice, values: np.ndarray) -> Item | None:
+    """``rows`` of the array at ``path`` as its chunk, if they are exactly one chunk of
+    numbers encoded with bytes + at most one blosc; else ``None``."""
+    from zarr.codecs import BloscCodec, BytesCodec
+
+    codecs = tuple(meta.codecs)
+    if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
+        return None
+    if len(codecs) == 2 and not isinstance(codecs[1], BloscCodec):
+        return None
+    if values.dtype != meta.data_type.to_native_dtype() or not _plain_numbers(values.dtype):
+        return None
+    endian = codecs[0].endian
+    if values.dtype.itemsize > 1 and endian is not None and endian.value != "little":
+        return None
+    chunk_shape = getattr(meta.chunk_grid, "chunk_shape", None)
+    start, stop = rows.start or 0, rows.stop
+    if chunk_shape is None or rows.step not in (None, 1) or stop is None or not values.ndim:
+        return None
+    if start % chunk_shape[0] or tuple(chunk_shape) != values.shape:
+        return None
+    coords = (start // chunk_shape[0], *([0] * (values.ndim - 1)))
+    return f"{path}/{meta.encode_chunk_key(coords)}", bytes(_encoded(values, codecs))
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(document: bytes) -> ArrayV3Metadata:
+    import json
+
+    return _internals().ArrayV3Metadata.from_dict(json.loads(document))
+
+
+async def slot_metadata(store: ZarrStore, path: str) -> ArrayV3Metadata | None:
+    """The metadata of the array at ``path`` (one GET; parsed once per document)."""
+    buffer = await store.get(f"{path}/{_METADATA}", _internals().default_buffer_prototype())
+    if buffer is None:
+        return None
+    return _parsed(buffer.to_bytes())
+
+
+async def put_all(store: ZarrStore, phases: Iterable[Sequence[Item]]) -> None:
+    """Put each phase's items concurrently, phase after phase."""
+    from zarr.core.buffer import cpu
+
+    for items in phases:
+        await asyncio.gather(*(store.set(k, cpu.Buffer.from_bytes(v)) for k, v in items))

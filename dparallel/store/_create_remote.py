@@ -1,0 +1,197 @@
+"""Create, reopen, replace and judge a store at a URL (object storage).
+
+The same decisions as a local store (:mod:`~dparallel.store._create`), with what object
+storage offers: the lease is an object (:class:`~dparallel.store._lease.ObjectLease`), the
+zarr group lives in a generation and a replacement is published by one conditional write
+of the pointer (:mod:`~dparallel.store._generations`). Everything below a store's URL is
+dparallel's: the pointer, the lease and the generations (or, for a store without
+generations, the layout of a local store); anything else there is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError, UnsafePathError
+from dparallel.store import _objects
+from dparallel.store._backend import open_backend
+from dparallel.store._create import StoreStatus, _build, _differences
+from dparallel.store._generations import (
+    POINTER_KEY,
+    is_generation,
+    new_generation,
+    read_pointer,
+    resolve,
+    write_pointer,
+)
+from dparallel.store._layout import FORMAT_VERSION, _jsonable
+from dparallel.store._lease import LEASE_KEY, StoreLease
+from dparallel.store._store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from dparallel.io.location import Location
+    from dparallel.store.plan import Plan
+
+__all__ = ["create_remote", "publish_remote", "remote_status"]
+
+log = logging.getLogger(__name__)
+
+#: Top-level names of a store without generations (a local store uploaded as it is).
+_LAYOUT = {"zarr.json", "structures", "partitions", "parts", "atoms"}
+
+
+def _entries(url: Location) -> list[str]:
+    """Top-level names below ``url`` (objects and prefixes)."""
+    fs, path = url.filesystem()
+    try:
+        listed = fs.ls(path, detail=False, refresh=True)
+    except FileNotFoundError:
+        return []
+    except TypeError:  # filesystems without ``refresh``
+        listed = fs.ls(path, detail=False)
+    return sorted({str(p).rstrip("/").rsplit("/", 1)[-1] for p in listed})
+
+
+def remote_status(
+    url: Location, fingerprint: Mapping[str, Any], config: Any, plan: Plan | None
+) -> StoreStatus:
+    """:func:`~dparallel.store.store_status` for a store at a URL."""
+    where: Any = url
+    root = resolve(url)
+    if root is None:
+        names = set(_entries(url)) - {LEASE_KEY, POINTER_KEY}
+        return StoreStatus(where, "foreign" if any(map(_foreign, names)) else "missing")
+    try:
+        store = Store(root, mode="r", direct=True)
+    except StoreError:
+        return StoreStatus(where, "foreign")
+    meta = store.attrs
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        return StoreStatus(where, "other_format", format_version=version)
+    diffs = _differences(meta, _jsonable(fingerprint), _jsonable(config), plan)
+    return StoreStatus(
+        where,
+        "store",
+        differences=tuple(diffs),
+        complete=store.is_complete,
+        attrs=meta,
+        format_version=version,
+    )
+
+
+def _foreign(name: str) -> bool:
+    return not is_generation(name)
+
+
+def _check_protected(url: Location, protect: Iterable[Any]) -> None:
+    """Refuse a store URL that is, or holds, a file the run reads."""
+    for item in protect:
+        text = str(item)
+        if text == url.url or text.startswith(url.url.rstrip("/") + "/"):
+            raise UnsafePathError(f"refusing to write the store {url}: it holds {text}, an input")
+
+
+def _cleanup(url: Location, keep: set[str]) -> None:
+    """Delete generations not in ``keep`` (call it holding the lease)."""
+    for name in _entries(url):
+        if is_generation(name) and name not in keep:
+            log.info("removing %s, a generation no longer current", url.child(name))
+            _objects.remove(url.child(name), recursive=True)
+
+
+def _build_generation(url: Location, fingerprint: dict, config: dict, plan: Plan) -> str:
+    gen = new_generation()
+    root = url.child(gen)
+    _build(open_backend(root, "r+", direct=True).zarr_store, fingerprint, config, plan)
+    return gen
+
+
+def create_remote(
+    url: Location,
+    *,
+    source_fingerprint: Mapping[str, Any],
+    plan: Plan,
+    config: Mapping[str, Any],
+    overwrite: bool,
+    protect: Iterable[Any],
+    any_plan: bool,
+    aside: bool,
+) -> Store:
+    """:func:`~dparallel.store.create_store` at a URL, under the store's lease."""
+    _objects.require_conditional_writes(url)
+    fingerprint = _jsonable(source_fingerprint)
+    config = _jsonable(config)
+    _check_protected(url, [*protect, fingerprint.get("path") or ""])
+    compared = None if any_plan else plan
+    with StoreLease(url, command="create_store"):
+        status = remote_status(url, fingerprint, config, compared)
+        if status.kind == "foreign":
+            raise StoreMismatchError(
+                f"{url} holds objects that are not a dparallel store "
+                f"({', '.join(n for n in _entries(url) if _foreign(n))[:200]}); "
+                "dparallel writes a store only under an empty prefix or its own store"
+            )
+        if status.kind != "missing" and not overwrite and not status.matches:
+            raise StoreMismatchError(status.refusal())
+        found = read_pointer(url)
+        pointer, etag = found if found is not None else ({}, None)
+        current = pointer.get("current")
+        building = pointer.get("building")
+        if status.matches and not overwrite:
+            _cleanup(url, {current, building} - {None})  # type: ignore[arg-type]
+            return Store(resolve(url) or url, mode="r+", direct=True)
+        if status.kind != "missing" and aside and building:  # resume a replacement
+            candidate = Store(url.child(building), mode="r", direct=True)
+            diffs = _differences(candidate.attrs, fingerprint, config, compared)
+            if not diffs:
+                _cleanup(url, {current, building} - {None})
+                log.info("resuming the replacement of %s begun in %s", url, building)
+                return Store(url.child(building), mode="r+", direct=True)
+        _cleanup(url, {current} - {None})  # type: ignore[arg-type]
+        gen = _build_generation(url, fingerprint, config, plan)
+        replace = status.kind != "missing"
+        if replace and aside:
+            new = {"current": current, "building": gen}
+        else:
+            new = {"current": gen, "building": None}
+        if not write_pointer(url, new, etag):
+            raise StoreBusyError(
+                f"{url}: its pointer changed while this run held the lease (another run "
+                "without the lease, or a user); nothing was published: rerun"
+            )
+        if replace and not aside:
+            _drop_unversioned(url)
+        log.info("created store %s (%s): %d partitions", url, gen, plan.n_partitions)
+        return Store(url.child(gen), mode="r+", direct=True)
+
+
+def _drop_unversioned(url: Location) -> None:
+    """After replacing a store without generations, delete its layout below ``url``."""
+    fs, path = url.child("zarr.json").filesystem()
+    if not fs.exists(path):
+        return
+    for name in _entries(url):
+        if name in _LAYOUT:
+            _objects.remove(url.child(name), recursive=name != "zarr.json")
+
+
+def publish_remote(store: Store) -> Store:
+    """Publish a complete replacement built as a new generation (else return ``store``)."""
+    root, url = store.root, store.target
+    if root is None or root == url or not store.is_complete:
+        return store
+    found = read_pointer(url)
+    if found is None:
+        return store
+    pointer, etag = found
+    if pointer.get("building") != root.name:
+        return store
+    if not write_pointer(url, {"current": root.name, "building": None}, etag):
+        raise StoreBusyError(f"{url}: its pointer changed while publishing; rerun")
+    _drop_unversioned(url)
+    log.info("replaced %s with the store built in %s", url, root.name)
+    return Store(root, mode="r+", direct=True)

@@ -1,0 +1,129 @@
+"""The store's entry points for every location: a folder, a URL, a zarr store object.
+
+:func:`create_store`, :func:`store_status`, :func:`open_store`, :func:`publish_store`
+and :func:`target_path` send a URL (``s3://…``, ``memory://…``, a
+:class:`~dparallel.io.location.Location`) to :mod:`~dparallel.store._create_remote`
+and everything else to :mod:`~dparallel.store._create`, so callers never ask which.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from dparallel.errors import StoreError
+from dparallel.store import _create
+from dparallel.store._backend import StoreTarget, remote_location
+from dparallel.store._create_remote import create_remote, publish_remote, remote_status
+from dparallel.store._generations import resolve
+from dparallel.store._store import Store
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Iterable, Mapping
+    from pathlib import Path
+
+    from dparallel.io.location import Location
+    from dparallel.store._create import StoreStatus
+    from dparallel.store.plan import Plan
+
+__all__ = ["create_store", "open_store", "publish_store", "store_status", "target_path"]
+
+
+def store_status(
+    path: StoreTarget,
+    *,
+    source_fingerprint: Mapping[str, Any],
+    config: Mapping[str, Any],
+    plan: Plan | None,
+) -> StoreStatus:
+    """What is at ``path``, compared with a source, config and plan (reads metadata only).
+
+    See :func:`dparallel.store._create.store_status` (a folder) and
+    :func:`dparallel.store._create_remote.remote_status` (a URL).
+    """
+    remote = remote_location(path)
+    if remote is not None:
+        return remote_status(remote, source_fingerprint, config, plan)
+    return _create.store_status(
+        path, source_fingerprint=source_fingerprint, config=config, plan=plan
+    )
+
+
+def create_store(
+    path: StoreTarget,
+    *,
+    source_fingerprint: Mapping[str, Any],
+    atom_counts: np.ndarray,
+    plan: Plan,
+    config: Mapping[str, Any],
+    overwrite: bool = False,
+    protect: Iterable[str | os.PathLike[str]] = (),
+    any_plan: bool = False,
+    aside: bool = False,
+) -> Store:
+    """Create a store with every array at final shape, or reopen a matching one.
+
+    A folder: :func:`dparallel.store._create.create_store` (parameters and guarantees
+    there). A URL: the same guarantees on object storage
+    (:func:`dparallel.store._create_remote.create_remote`).
+    """
+    remote = remote_location(path)
+    if remote is None:
+        return _create.create_store(
+            path,
+            source_fingerprint=source_fingerprint,
+            atom_counts=atom_counts,
+            plan=plan,
+            config=config,
+            overwrite=overwrite,
+            protect=protect,
+            any_plan=any_plan,
+            aside=aside,
+        )
+    counts = np.asarray(atom_counts, np.int64).reshape(-1)
+    if plan.n_structures != counts.shape[0] or int(plan.atoms.sum()) != int(counts.sum()):
+        raise StoreError(
+            f"plan covers {plan.n_structures} structures / {int(plan.atoms.sum())} atoms, "
+            f"atom_counts has {counts.shape[0]} / {int(counts.sum())}"
+        )
+    return create_remote(
+        remote,
+        source_fingerprint=source_fingerprint,
+        plan=plan,
+        config=config,
+        overwrite=overwrite,
+        protect=protect,
+        any_plan=any_plan,
+        aside=aside,
+    )
+
+
+def publish_store(store: Store) -> Store:
+    """Swap (a folder) or publish (a URL) a complete replacement built aside; else ``store``."""
+    if store.root is not None:
+        return publish_remote(store)
+    return _create.publish_store(store)
+
+
+def open_store(path: StoreTarget, mode: Literal["r", "r+"] = "r") -> Store:
+    """Open an existing dparallel store (``mode="r"`` read-only, ``"r+"`` to write): a
+    folder, a URL (at its current generation) or a zarr store."""
+    remote = remote_location(path)
+    if remote is None:
+        return _create.open_store(path, mode)
+    if resolve(remote) is None:
+        raise StoreError(f"store not found: {remote}")
+    return Store(remote, mode=mode)
+
+
+def target_path(path: str | os.PathLike[str] | Store | Location) -> Path | Location:
+    """What the user named: a store's URL, or the folder a store built aside replaces
+    (:func:`dparallel.store._create.target_path`)."""
+    if isinstance(path, Store):
+        return path.target if path.root is not None else _create.target_path(path.path)
+    remote = remote_location(path)
+    if remote is not None:
+        return remote
+    return _create.target_path(path)  # type: ignore[arg-type]

@@ -1,0 +1,124 @@
+"""Inputs at URLs (``memory://``; S3 in tests/workflow/test_featurize_object_store.py) and
+gzipped: read structure for structure as the local file is read (the local reader is the
+reference), with the byte-offset index on remote files and ranged reads per partition."""
+
+from __future__ import annotations
+
+import gzip
+
+import ase.io
+import fsspec
+import numpy as np
+import pytest
+
+from dparallel.errors import InputFormatError, SourceNotFoundError
+from dparallel.io import open_source
+from dparallel.io.location import Location, LocationError, as_location
+from dparallel.io.synthetic import random_structures
+
+
+@pytest.fixture
+def files(tmp_path):
+    """The same structures as extxyz and n2p2 input.data, local."""
+    from dparallel.n2p2 import write_input_data
+
+    frames = random_structures(9, np.random.default_rng(3), min_atoms=2, max_atoms=7,
+                               elements=(1, 8))  # fmt: skip
+    for k, atoms in enumerate(frames):
+        atoms.calc = None
+        atoms.info["energy"] = -1.0 - k
+    xyz = tmp_path / "data.xyz"
+    ase.io.write(xyz, frames, format="extxyz")
+    data = tmp_path / "input.data"
+    write_input_data(data, frames, "ase")
+    return xyz, data
+
+
+def _upload(local, url: str, compress: bool = False) -> str:
+    raw = local.read_bytes()
+    fs = fsspec.filesystem("memory")
+    fs.pipe_file(url.removeprefix("memory://"), gzip.compress(raw) if compress else raw)
+    return url
+
+
+def _same(a, b) -> None:
+    assert len(a) == len(b)
+    x, y = a.read(), b.read()
+    np.testing.assert_array_equal(x.positions, y.positions)
+    np.testing.assert_array_equal(x.numbers, y.numbers)
+    np.testing.assert_array_equal(x.energy, y.energy)
+    np.testing.assert_array_equal(x.forces, y.forces)
+    np.testing.assert_array_equal(a.atom_counts, b.atom_counts)
+    for start, stop in ((0, 3), (4, 9), (5, 6)):
+        np.testing.assert_array_equal(a.read(start, stop).positions, b.read(start, stop).positions)
+
+
+@pytest.mark.parametrize("kind", ["xyz", "n2p2"])
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_url_reads_as_the_local_file(files, kind, compress, tmp_path, monkeypatch):
+    monkeypatch.setenv("DPARALLEL_CACHE_DIR", str(tmp_path / "cache"))
+    local = files[0] if kind == "xyz" else files[1]
+    name = ("data.xyz" if kind == "xyz" else "input.data") + (".gz" if compress else "")
+    url = _upload(local, f"memory://inputs/{tmp_path.name}/{name}", compress)
+    remote = open_source(url)
+    assert remote.format == ("extxyz" if kind == "xyz" else "n2p2")
+    _same(open_source(local), remote)
+    assert remote.fingerprint()["path"] == url
+    assert remote.fingerprint()["index_sha256"] == open_source(local).fingerprint()["index_sha256"]
+    # the index is cached in the cache dir, never beside the object
+    assert list((tmp_path / "cache").glob("*.dpindex.npz"))
+    assert not fsspec.filesystem("memory").exists(url.removeprefix("memory://") + ".dpindex.npz")
+
+
+def test_a_local_gz_reads_as_the_plain_file(files, tmp_path):
+    xyz = files[0]
+    packed = tmp_path / "packed.xyz.gz"
+    packed.write_bytes(gzip.compress(xyz.read_bytes()))
+    _same(open_source(xyz), open_source(packed))
+
+
+def test_a_partition_read_is_one_ranged_request(files, tmp_path, monkeypatch):
+    url = _upload(files[0], f"memory://inputs/{tmp_path.name}/data.xyz")
+    source = open_source(url)
+    ranges = []
+    original = Location.read_range
+
+    def spy(self, start, stop):
+        ranges.append((start, stop))
+        return original(self, start, stop)
+
+    monkeypatch.setattr(Location, "read_range", spy)
+    source.read(2, 5)
+    index = source.index
+    assert ranges == [(int(index.starts[2]), int(index.ends[4]))]
+
+
+def test_pickled_source_reads_remote_bytes(files, tmp_path):
+    import pickle
+
+    url = _upload(files[1], f"memory://inputs/{tmp_path.name}/input.data")
+    source = open_source(url)
+    again = pickle.loads(pickle.dumps(source))
+    assert again.location == source.location
+    np.testing.assert_array_equal(again.read(1, 4).positions, source.read(1, 4).positions)
+
+
+def test_a_url_is_never_a_relative_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert not as_location("s3://bucket/x.xyz").is_local
+    assert as_location("s3://bucket/x.xyz").url == "s3://bucket/x.xyz"
+    assert as_location("file:///abs/x.xyz").local.as_posix() == "/abs/x.xyz"
+    assert as_location("rel/x.xyz").local == tmp_path / "rel" / "x.xyz"
+    with pytest.raises(SourceNotFoundError, match=r"memory://nowhere/x\.xyz"):
+        open_source("memory://nowhere/x.xyz")
+    assert not (tmp_path / "memory:").exists() and not (tmp_path / "s3:").exists()
+    with pytest.raises(LocationError, match="needs a local path, not a URL"):
+        as_location("s3://bucket/x").require_local("this")
+
+
+def test_ase_formats_need_a_local_file(files, tmp_path):
+    cif = tmp_path / "x.cif"
+    ase.io.write(cif, ase.io.read(files[0], 0))
+    url = _upload(cif, f"memory://inputs/{tmp_path.name}/x.cif")
+    with pytest.raises((LocationError, InputFormatError), match="local"):
+        open_source(url, format="cif")

@@ -1,0 +1,105 @@
+"""Test helpers: moto's standalone S3 server on 127.0.0.1, and workers that cannot see files.
+
+Importable from any test module (``tests/`` is on ``sys.path`` through the rootdir conftest).
+:func:`s3_server` starts ``moto.server.ThreadedMotoServer`` (a real HTTP S3 endpoint, in
+a thread of the test process) on a free loopback port, waits (bounded) until it answers,
+and sets the standard variables every process reads (``AWS_ENDPOINT_URL``, dummy keys,
+region): the test process and every child it starts reach the same server through their
+own environment, as workers of a cloud cluster would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import urllib.request
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@contextlib.contextmanager
+def s3_server(buckets: tuple[str, ...] = ("dparallel-test",), timeout: float = 30) -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 with ``buckets``; yields its endpoint URL.
+
+    The environment variables are set for the block and restored after it.
+    """
+    pytest.importorskip("s3fs")
+    server_mod = pytest.importorskip("moto.server")
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    deadline = time.monotonic() + timeout
+    while True:  # bounded wait until it answers
+        try:
+            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                server.stop()
+                raise TimeoutError(f"moto's S3 server at {endpoint} did not answer") from None
+            time.sleep(0.05)
+    saved = {k: os.environ.get(k) for k in (*S3_ENV, "AWS_ENDPOINT_URL")}
+    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
+    try:
+        import boto3
+
+        client = boto3.client("s3")
+        for bucket in buckets:
+            client.create_bucket(Bucket=bucket)
+        _forget_filesystems()
+        yield endpoint
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _forget_filesystems()
+        server.stop()
+
+
+def _forget_filesystems() -> None:
+    """Drop cached S3 filesystems (they hold the endpoint they were made with)."""
+    from dparallel.io import location
+
+    location._FS.clear()
+    with contextlib.suppress(ImportError):
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()
+
+
+#: A worker preload that refuses, in the worker process, every open/list of the paths in
+#: ``DPARALLEL_TEST_HIDDEN`` (``os.pathsep``-separated): a Python audit hook sees each
+#: ``open``, ``os.listdir``, ``os.scandir`` and refuses it with PermissionError, so the
+#: worker cannot read (or write) the test's files even though they are on its disk.
+HIDE_PRELOAD = """
+import os, sys
+
+_HIDDEN = tuple(p for p in os.environ.get("DPARALLEL_TEST_HIDDEN", "").split(os.pathsep) if p)
+
+
+def _hook(event, args):
+    if event in ("open", "os.listdir", "os.scandir") and args and args[0] is not None:
+        target = args[0]
+        if isinstance(target, int):
+            return
+        path = os.path.abspath(os.fsdecode(target))
+        if any(path == h or path.startswith(h + os.sep) for h in _HIDDEN):
+            raise PermissionError(f"hidden from this worker: {path}")
+
+
+sys.addaudithook(_hook)
+"""

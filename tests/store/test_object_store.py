@@ -1,0 +1,270 @@
+"""A store on object storage (moto's S3 server on 127.0.0.1, and ``memory://``): the same
+guarantees as a local store, by conditional writes instead of lock files and rename.
+
+* the lease: a second writer is refused in one line; a stale or dead holder is taken over;
+  two takers of a stale lease cannot both win; a holder that lost it notices;
+* an overwrite is published at once, when complete: a reader that opened the old store
+  reads it, unchanged, throughout and after the replacement;
+* the conditional writes themselves behave on the S3 server (create-if-absent, ETag match).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import ase.io
+import numpy as np
+import pytest
+from s3server import s3_server
+
+from dparallel.descriptors import ACSF
+from dparallel.descriptors.descriptor_set import DescriptorSet
+from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError, UnsafePathError
+from dparallel.io.location import as_location
+from dparallel.io.synthetic import random_structures
+from dparallel.store import StoreLease, _objects, open_store
+from dparallel.store._lease import lease_object
+from dparallel.workflow.featurize import (
+    featurize_in_process,
+    finish_featurize,
+    prepare_featurize,
+)
+from dparallel.workflow.featurize_task import featurize_partition
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_server(("dparallel-test",)) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["s3", "memory"])
+def base(request, s3):
+    """A fresh prefix on the S3 server or in fsspec's memory filesystem."""
+    token = f"{request.node.name.split('[')[0]}-{time.monotonic_ns()}"
+    if request.param == "s3":
+        return f"s3://dparallel-test/{token}"
+    return f"memory://dparallel-test/{token}"
+
+
+def _dset(derivatives: bool = True) -> DescriptorSet:
+    acsf = ACSF.uniform(["H", "C", "O"], r_cut=3.0, cutoff="cos", radial=[(0.5, 0.0)],
+                        narrow=[(0.1, 1.0, 1.0, 0.0)], wide=[])  # fmt: skip
+    return DescriptorSet(acsf=acsf, derivatives=derivatives)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    rng = np.random.default_rng(5)
+    frames = random_structures(12, rng, min_atoms=3, max_atoms=10, elements=(1, 6, 8))
+    path = tmp_path_factory.mktemp("objstore") / "data.xyz"
+    ase.io.write(path, frames, format="extxyz")
+    return path
+
+
+def test_conditional_writes_on_the_server(base):
+    where = as_location(f"{base}/obj")
+    assert _objects.get(where) is None
+    first = _objects.put_if_absent(where, b"one")
+    assert first is not None
+    assert _objects.put_if_absent(where, b"two") is None  # create-if-absent refused
+    assert _objects.get(where) == (b"one", first)
+    second = _objects.put_if_match(where, b"three", first)
+    assert second is not None and second != first
+    assert _objects.put_if_match(where, b"four", first) is None  # stale ETag refused
+    assert _objects.get(where)[0] == b"three"
+
+
+def test_a_second_writer_is_refused_in_one_line(base, data):
+    url = f"{base}/s.zarr"
+    record = {"host": "elsewhere", "pid": 1, "token": "x", "command": "dparallel featurize",
+              "heartbeat": time.time(), "since": time.time()}  # fmt: skip
+    assert _objects.put_if_absent(lease_object(as_location(url)), json.dumps(record).encode())
+    with pytest.raises(StoreBusyError) as info:
+        featurize_in_process(data, url, _dset(), partition_atoms=30)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "is being written by dparallel featurize (pid 1 on elsewhere" in message
+
+
+def test_a_stale_lease_is_taken_over_and_its_holder_notices(base, caplog):
+    url = f"{base}/s.zarr"
+    old = StoreLease(url, command="old run", timeout=0.5)
+    old.acquire()
+    old._stop.set()  # the old holder hangs: no more heartbeats
+    old._thread.join(5)
+    from dparallel.store import _lease
+
+    _lease._HELD.pop(str(old.path))  # as if it were another process
+    time.sleep(0.7)
+    with StoreLease(url, command="new run", timeout=0.5) as new:
+        assert "taking over the abandoned lease" in caplog.text
+        with pytest.raises(StoreError, match="another run took the store over"):
+            old.renew()
+        assert old.lost.is_set()
+        with pytest.raises(StoreError, match="lost the lease"):
+            old.check()
+        new.check()
+    old._depth = 0  # its release gives nothing back: the lease is not its own any more
+    old._give_back()
+    found = _objects.get(lease_object(as_location(url)))
+    assert json.loads(found[0])["command"] == "new run"  # released by the new holder only
+
+
+def test_a_dead_holder_on_this_host_is_taken_over_at_once(base):
+    url = f"{base}/s.zarr"
+    record = {"host": socket.gethostname(), "pid": 2**22 + 17, "started": 0.0, "token": "t",
+              "pidns": "", "boot": "", "heartbeat": time.time(), "since": time.time()}  # fmt: skip
+    from dparallel.store._lease import _identity
+
+    record.update({k: _identity()[k] for k in ("pidns", "boot")})
+    _objects.put_if_absent(lease_object(as_location(url)), json.dumps(record).encode())
+    with StoreLease(url, command="resumed", timeout=3600):
+        pass
+
+
+def test_two_takers_of_a_stale_lease_cannot_both_win(base):
+    url = f"{base}/s.zarr"
+    where = lease_object(as_location(url))
+    stale = {"host": "elsewhere", "pid": 1, "token": "old", "heartbeat": 0.0}
+    _objects.put_if_absent(where, json.dumps(stale).encode())
+    _, version = _objects.get(where)
+    # both read the stale version; only the first replacement of exactly it succeeds
+    assert _objects.put_if_match(where, b'{"token": "a"}', version) is not None
+    assert _objects.put_if_match(where, b'{"token": "b"}', version) is None
+
+
+def _arrays(store) -> dict[str, np.ndarray]:
+    out = {"positions": store.read_structures().positions}
+    for p in range(store.n_partitions):
+        for elem, arrays in store.read_features(p, "acsf").items():
+            for key, value in arrays.items():
+                out[f"{p}/{elem}/{key}"] = value
+    return out
+
+
+def test_an_overwrite_never_shows_a_half_store(base, data):
+    url = f"{base}/s.zarr"
+    old = featurize_in_process(data, url, _dset(derivatives=False), partition_atoms=30)
+    reader = open_store(url)
+    before = _arrays(reader)
+    with StoreLease(url, command="test overwrite"):
+        _, building = prepare_featurize(data, url, _dset(), partition_atoms=30, overwrite=True)
+        assert building.root != old.root
+        for p in building.pending_partitions().tolist():
+            featurize_partition(open_source_of(data), building.ref, p, _dset().to_dict())
+            # mid-way: a new reader still opens the old store, the old reader reads it as it was
+            assert open_store(url).root == old.root
+            assert not open_store(url).attrs["config"]["features"]["derivatives"]
+            _same(_arrays(reader), before)
+        new, _ = finish_featurize(building.ref)
+    assert new.root == building.root
+    assert open_store(url).root == building.root
+    assert open_store(url).attrs["config"]["features"]["derivatives"]
+    _same(_arrays(reader), before)  # the reader that opened the old store still reads it
+    # the next writing run removes the generation no longer current; the old reader then
+    # gets the old store's data (kept in memory) or a read error, never the new store's
+    featurize_in_process(data, url, _dset(), partition_atoms=30)
+    fs, path = old.root.filesystem()
+    assert not fs.exists(path)
+    try:
+        again = _arrays(reader)
+    except (StoreError, FileNotFoundError, KeyError, OSError):
+        pass
+    else:
+        _same(again, before)
+
+
+def open_source_of(path):
+    from dparallel.io import open_source
+
+    return open_source(path)
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_a_killed_replacement_is_resumed_and_another_config_refused(base, data):
+    url = f"{base}/s.zarr"
+    featurize_in_process(data, url, _dset(derivatives=False), partition_atoms=30)
+    _, building = prepare_featurize(data, url, _dset(), partition_atoms=30, overwrite=True)
+    featurize_partition(open_source_of(data), building.ref, 0, _dset().to_dict())
+    # "killed" here: the same call again resumes the generation being built
+    _, again = prepare_featurize(data, url, _dset(), partition_atoms=30, overwrite=True)
+    assert again.root == building.root and 0 in again.done_partitions().tolist()
+    with pytest.raises(StoreMismatchError, match="overwrite"):
+        prepare_featurize(data, url, _dset(), partition_atoms=31)
+
+
+def test_foreign_objects_and_inputs_are_never_replaced(base, data):
+    url = f"{base}/mine"
+    fs, path = as_location(f"{url}/notes.txt").filesystem()
+    fs.pipe_file(path, b"the user's")
+    with pytest.raises(StoreMismatchError, match="not a dparallel store"):
+        featurize_in_process(data, url, _dset(), partition_atoms=30, overwrite=True)
+    assert fs.cat_file(path) == b"the user's"
+    source = f"{base}/in/data.xyz"
+    fs.pipe_file(as_location(source).filesystem()[1], data.read_bytes())
+    with pytest.raises(UnsafePathError, match="an input"):
+        featurize_in_process(source, f"{base}/in", _dset(), partition_atoms=30)
+
+
+def test_remote_store_equals_the_local_one_bitwise(base, data, tmp_path):
+    local = featurize_in_process(data, tmp_path / "s.zarr", _dset(), partition_atoms=30)
+    remote = featurize_in_process(data, f"{base}/s.zarr", _dset(), partition_atoms=30)
+    import zarr
+
+    a = zarr.open_group(store=local.zarr_store, mode="r")
+    b = zarr.open_group(store=remote.zarr_store, mode="r")
+    names = sorted(k for k, v in a.members(max_depth=None) if isinstance(v, zarr.Array))
+    assert names == sorted(k for k, v in b.members(max_depth=None) if isinstance(v, zarr.Array))
+    assert len(names) > 20
+    for name in names:
+        x, y = a[name][...], b[name][...]
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        assert x.tobytes() == y.tobytes(), name
+
+
+def test_ingest_from_and_into_a_url_equals_the_local_ingest(base, data, tmp_path):
+    from dparallel.workflow.ingest import ingest
+
+    fs, path = as_location(f"{base}/in/data.xyz").filesystem()
+    fs.pipe_file(path, data.read_bytes())
+    local = ingest(data, tmp_path / "i.zarr", partition_atoms=30).store
+    remote = ingest(f"{base}/in/data.xyz", f"{base}/i.zarr", partition_atoms=30).store
+    assert remote.is_complete and remote.root is not None
+    _same({"p": local.read_structures().positions}, {"p": remote.read_structures().positions})
+    assert open_store(f"{base}/i.zarr").info()["zarr_root"] == str(remote.root)
+
+
+def test_a_complete_store_at_a_url_is_read_once_then_from_memory(data):
+    from dparallel.store._read_cache import CachedReads
+
+    url = f"memory://dparallel-test/cached-{time.monotonic_ns()}/s.zarr"
+    featurize_in_process(data, url, _dset(), partition_atoms=30)
+    reader = open_store(url)
+    assert isinstance(reader.zarr_store, CachedReads)
+    first = _arrays(reader)
+    inner = reader.zarr_store.unwrapped()
+    calls = []
+    original = inner.get
+
+    async def counting(key, prototype, byte_range=None):
+        calls.append(key)
+        return await original(key, prototype, byte_range)
+
+    inner.get = counting
+    _same(_arrays(reader), first)
+    assert calls == []  # every chunk and document from memory
+    # a store still being written is read afresh every time
+    url2 = f"memory://dparallel-test/cached-{time.monotonic_ns()}/s.zarr"
+    with StoreLease(url2):
+        prepare_featurize(data, url2, _dset(), partition_atoms=30)
+        assert not isinstance(open_store(url2).zarr_store, CachedReads)
