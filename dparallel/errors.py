@@ -24,6 +24,7 @@ __all__ = [
     "InputFormatError",
     "InvalidStructureError",
     "KernelInputError",
+    "NonFiniteError",
     "PartitionFailedError",
     "RunInterruptedError",
     "SourceNotFoundError",
@@ -122,7 +123,25 @@ class PartitionFailedError(DParallelError, RuntimeError):
 
 
 class DiskFullError(DParallelError, OSError):
-    """The store's filesystem is full (or over quota); what was done is kept."""
+    """A filesystem is full (or over quota); names the file and the space it needed.
+
+    What was done is kept, and no temporary file is left (``dparallel._files``).
+    """
+
+    def __init__(
+        self, message: str, *, path: str | PathLike[str] | None = None, needed: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+        self.needed = needed
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class NonFiniteError(DParallelError, ValueError):
+    """A number that must be finite is NaN or infinite; names where it is (a weight, an
+    atom's force, a hyperparameter, a key of JSON output)."""
 
 
 class RunInterruptedError(DParallelError):

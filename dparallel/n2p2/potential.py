@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from ase.data import atomic_numbers
 
+from dparallel._files import write_file
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.registry import descriptor_kind, registered
 from dparallel.errors import ConfigError, InputFormatError
@@ -259,9 +260,9 @@ def write_potential(
         name = weights_file_name(atomic_numbers[e])
         write_weights(out / name, layers)
         files.append(name)
-    (out / "scaling.data").write_text(format_scaling_data(tables))
+    write_file(out / "scaling.data", format_scaling_data(tables), durable=True)
     text = _input_nn_text(acsf, model, elements, kind, smin, smax, length, energy, units)
-    (out / "input.nn").write_text(text)
+    write_file(out / "input.nn", text, durable=True)
     r_max = acsf.r_cut
     report = {
         "directory": str(out),

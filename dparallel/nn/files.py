@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dparallel._files import write_with
 from dparallel.errors import TrainingError
 
 if TYPE_CHECKING:
@@ -104,15 +105,16 @@ def _on_cpu(obj: Any) -> Any:
 
 
 def save_torch_file(obj: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    """``torch.save`` to a temporary file, then rename: a crash never leaves half a file.
+    """``torch.save`` to a new temporary file, fsynced, then renamed into place: a crash
+    never leaves half a file, a link at ``path`` is replaced, never written through, and a
+    full disk is one :class:`~dparallel.errors.DiskFullError` with no temporary file left.
 
     Saved device-neutral: tensors on a GPU are written from CPU copies, so every file
     loads on a machine without one.
     """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(_on_cpu(obj), tmp, pickle_protocol=_PICKLE_PROTOCOL)
-    tmp.replace(path)
+    data = _on_cpu(obj)
+    # a new file renamed into place, on disk before it is (dparallel._files)
+    write_with(path, lambda tmp: torch.save(data, tmp, pickle_protocol=_PICKLE_PROTOCOL))
 
 
 def load_exported_program(path: str | os.PathLike[str]) -> Any:

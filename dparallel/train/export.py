@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dparallel._files import remove_file, strict_json, write_file, write_with
 from dparallel.descriptors import (
     ACSF,
     NeighborSum,
@@ -322,7 +323,9 @@ def export_atomic_energies(model: HDNNP, model_dir: Path) -> list[str]:
             _AtomicEnergy(model, e), (example,), dynamic_shapes=({0: Dim(f"n_{e}", min=0)},)
         )
         name = f"atomic_energy_{e}.pt2"
-        torch.export.save(program, model_dir / name)
+        write_with(
+            model_dir / name, lambda tmp, p=program: torch.export.save(p, tmp), suffix=".pt2"
+        )
         files.append(name)
     return files
 
@@ -364,10 +367,9 @@ def export_model(
         raise TrainingError(f"{model_dir}/model.pt holds no descriptor spec; retrain it")
     descriptor = descriptor_from_dict(kind, data["descriptor"])
     deployed = DeployedModel(descriptor, model, dtype)
-    path = model_dir / DEPLOYED
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(deployed.to_file(), tmp)
-    tmp.replace(path)
+    for old in model_dir.glob("atomic_energy_*.pt2"):  # an older model's, other elements too
+        remove_file(old)
+    write_with(model_dir / DEPLOYED, lambda tmp: torch.save(deployed.to_file(), tmp))
     report: dict[str, Any] = {
         "descriptor": kind,
         "elements": list(model.elements),
@@ -397,7 +399,7 @@ def export_model(
         routes = {n: RouteReport("skipped", reason="not requested") for n in ARTIFACTS}
     report["routes"] = {name: r.to_dict() for name, r in routes.items()}
     report["files"] += [r.file for r in routes.values() if r.file]
-    (model_dir / EXPORT_REPORT).write_text(json.dumps(report, indent=1))
+    write_file(model_dir / EXPORT_REPORT, strict_json(report, indent=1), durable=True)
     return report
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dparallel._files import write_file
 from dparallel.nn import HDNNP, load_model
 from dparallel.store import Store, open_store
 from dparallel.train.checkpoints import (
@@ -189,7 +190,7 @@ def _set_up(
     progress = (
         resume_from(model_dir / CHECKPOINT, spec, model, opt, sched) if resume else Progress()
     )
-    (model_dir / SPEC_JSON).write_text(json.dumps(spec.to_dict(), indent=1))
+    write_file(model_dir / SPEC_JSON, json.dumps(spec.to_dict(), indent=1))
     reader = PartitionReader(
         store, spec.descriptor, prep.elements, prep.index, prep.forces, _CACHE_BYTES
     )

@@ -9,7 +9,6 @@ stops the run after that epoch, its checkpoint being the result (as an interrupt
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from dparallel._files import new_file, strict_json, write_file
 from dparallel.train.metric_units import with_units
 from dparallel.train.objective import loss as objective_loss
 from dparallel.train.objective import predict_batch
@@ -185,20 +185,16 @@ def write_metrics(model_dir: Path, history: list[dict], extra: dict | None = Non
     """metrics.csv/json with the unit in each error's name (meV/atom, meV/Å)."""
     rows = [with_units(r) for r in history]
     if rows:
-        tmp = model_dir / (METRICS_CSV + ".tmp")
         fields = list(dict.fromkeys(k for r in rows for k in r))  # resumed rows may add keys
-        with tmp.open("w", newline="") as fh:
+        with new_file(model_dir / METRICS_CSV, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=fields)
             w.writeheader()
             w.writerows(rows)
-        tmp.replace(model_dir / METRICS_CSV)
     extra = dict(extra or {})
     if "final" in extra:
         extra["final"] = {split: with_units(m) for split, m in extra["final"].items()}
     doc = {"epochs": rows, **extra}
-    tmp = model_dir / (METRICS_JSON + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=float))
-    tmp.replace(model_dir / METRICS_JSON)
+    write_file(model_dir / METRICS_JSON, strict_json(doc, indent=1, what=METRICS_JSON, missing=True))
 
 
 def write_plots(
