@@ -4,7 +4,7 @@ Every module's AST is read; a call that opens a file for writing anywhere else f
 test: ``open(…, "w"/"a"/"x"/"+")``, ``Path.open`` in such a mode, ``os.open`` /
 ``os.fdopen`` with write flags or mode, ``Path.write_text`` / ``write_bytes``,
 ``torch.save`` / ``torch.export.save`` / ``torch.jit.save`` / ``np.save*`` /
-``ase.io.write`` to a path, ``shutil.copy*`` / ``copyfile``, ``logging.FileHandler``.
+``ase.io.write`` / ``savefig`` to a path, ``shutil.copy*`` / ``copyfile``, ``logging.FileHandler``.
 Calls inside a ``lambda`` handed to :func:`dparallel._files.write_with` are not writes of
 their own: the library writes the new temporary file made there.
 The allowed exceptions are listed below with their reasons.
@@ -56,6 +56,7 @@ _SAVERS = {
     ("shutil", "copytree"),
     ("logging", "FileHandler"),
 }
+_METHOD_SAVERS = {"savefig", "to_csv", "to_netcdf", "to_zarr"}
 _WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
 
 
@@ -142,6 +143,8 @@ def writes_in(source: str, filename: str) -> list[str]:
             what = f".{name[-1]}()"
         elif name[-2:] in _SAVERS:
             what = ".".join(name)
+        elif name[-1:] and name[-1] in _METHOD_SAVERS:
+            what = f".{name[-1]}()"
         if what is not None:
             found.append(f"{node.lineno}: {what}")
     return found
@@ -165,6 +168,7 @@ def test_the_scanner_finds_each_kind_of_write() -> None:
             "ase.io.write(p, atoms)",
             "shutil.copyfile(a, b)",
             "logging.FileHandler(p)",
+            "fig.savefig(p)",
             # reads: none of these is a write
             "open(p)",
             "open(p, 'rb')",
@@ -177,7 +181,7 @@ def test_the_scanner_finds_each_kind_of_write() -> None:
         ]
     )
     lines = sorted(int(x.split(":")[0]) for x in writes_in(source, "<probe>"))
-    assert lines == [*range(1, 15), 20]
+    assert lines == [*range(1, 16), 21]
 
 
 @pytest.mark.parametrize(

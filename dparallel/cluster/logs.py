@@ -101,8 +101,9 @@ def log_to_file(
     Console handlers of those loggers are removed unless ``keep_console``; the root
     logger's console handler is kept for every logger but those. The file is created on
     the first record only (an existing file must be a dparallel log or empty, else
-    :class:`~dparallel.errors.UnsafePathError`). ``workers``: local workers started from here later route
-    theirs (and their warnings) there too from their start (:data:`ENV_LOG_FILE`).
+    :class:`~dparallel.errors.UnsafePathError`). ``workers``: local workers started from
+    here later route theirs (and their warnings) there too from their start
+    (:data:`ENV_LOG_FILE`).
     Returns a function that undoes all of it.
     """
     previous_env = os.environ.get(ENV_LOG_FILE)

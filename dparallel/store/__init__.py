@@ -7,8 +7,9 @@ fsspec URL); only a folder gets the lease, replacement and the direct-file write
 
 Modules: ``_layout`` (names, formats, chunking, compressors), ``_backend`` (which zarr
 store), ``_opened`` / ``_writes`` / ``_reads`` / ``_store`` (the :class:`Store`),
-``_direct`` (files written as zarr would), ``_create``, ``_lease``, ``_safety`` (what
-may be replaced) and ``_own_files`` (which files in a store are dparallel's).
+``_direct`` (files written as zarr would), ``_create``, ``_identity`` (which store this
+is), ``_lease``, ``_safety`` (what may be replaced) and ``_own_files`` (which files in a
+store are dparallel's).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dparallel.store._create import (
     store_status,
     target_path,
 )
+from dparallel.store._identity import current_identity, store_identity
 from dparallel.store._lease import StoreLease, held_lease, lease_path
 from dparallel.store._safety import check_replaceable, is_dparallel_store
 from dparallel.store._store import FORMAT_VERSION, SOURCE_IDENTITY_KEYS, Store
@@ -36,6 +38,7 @@ __all__ = [
     "StoreStatus",
     "check_replaceable",
     "create_store",
+    "current_identity",
     "derived_partition_atoms",
     "held_lease",
     "is_dparallel_store",
@@ -43,6 +46,7 @@ __all__ = [
     "open_store",
     "plan_partitions",
     "publish_store",
+    "store_identity",
     "store_status",
     "target_path",
 ]

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dparallel._files import write_with
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -42,7 +44,7 @@ def plot_learning_curves(history: Sequence[Mapping[str, Any]], path: str | Path)
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    write_with(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
     plt.close(fig)
     return Path(path)
 
@@ -66,6 +68,6 @@ def plot_parity(arrays: Mapping[str, np.ndarray], path: str | Path, title: str =
         ax.set_xlabel(f"reference {label}")
         ax.set_ylabel(f"predicted {label}")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    write_with(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
     plt.close(fig)
     return Path(path)

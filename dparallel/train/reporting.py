@@ -194,7 +194,8 @@ def write_metrics(model_dir: Path, history: list[dict], extra: dict | None = Non
     if "final" in extra:
         extra["final"] = {split: with_units(m) for split, m in extra["final"].items()}
     doc = {"epochs": rows, **extra}
-    write_file(model_dir / METRICS_JSON, strict_json(doc, indent=1, what=METRICS_JSON, missing=True))
+    text = strict_json(doc, indent=1, what=METRICS_JSON, missing=True)  # NaN: not measured
+    write_file(model_dir / METRICS_JSON, text)
 
 
 def write_plots(
