@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LOG_MARKER",
     "check_log_target",
+    "claim_directory",
     "new_file",
     "open_log",
     "refuse_links",
@@ -437,3 +438,75 @@ def strict_json(
             "(the model or data behind it is broken: check the training log)"
         )
     return json.dumps(plain, indent=indent, allow_nan=False)
+
+
+def _sample(names: Iterable[str], most: int = 5) -> str:
+    shown = sorted(names)
+    text = ", ".join(shown[:most])
+    return text + (f" and {len(shown) - most} more" if len(shown) > most else "")
+
+
+def _aliases(target: Path, protect: Iterable[str | os.PathLike[str]]) -> str | None:
+    """Why the output folder ``target`` (resolved) would alias an input, or ``None``."""
+    for item in protect:
+        given = Path(item).expanduser().absolute()
+        other = given.resolve()
+        if other == target:
+            return f"it is {given}, which this run reads"
+        if target in other.parents:
+            return f"it holds {given}, which this run reads"
+        if other in target.parents:
+            return f"it lies inside {given}, which this run reads"
+    return None
+
+
+def claim_directory(
+    path: str | os.PathLike[str],
+    marker: str,
+    what: str,
+    *,
+    protect: Iterable[str | os.PathLike[str]] = (),
+    adopt: Callable[[set[str]], bool] | None = None,
+) -> bool:
+    """Make ``path`` an output folder of ours, or refuse; returns whether it was created.
+
+    A folder is ours when it is new, empty, or carries our ``marker`` file (a plain file,
+    not a link) written the first time; ``adopt(entries)`` may accept a folder dparallel
+    wrote before markers existed. Anything else, a file at ``path`` and a folder that is,
+    holds or lies inside a ``protect`` path (an input of the run) is refused with
+    :class:`~dparallel.errors.UnsafePathError` naming what is in the way.
+    """
+    import json
+    import time
+
+    given = Path(path).expanduser()
+    target = given.resolve()
+    why = _aliases(target, protect)
+    if why is None and target.parent == target:
+        why = "it is the filesystem root"
+    if why is not None:
+        raise UnsafePathError(f"refusing to write a {what} into {given}: {why}")
+    created = not os.path.lexists(given)
+    if not created and not target.is_dir():
+        raise UnsafePathError(
+            f"refusing to write a {what} into {given}: it is a file, not a folder; choose "
+            "another output directory"
+        )
+    entries = set() if created else set(os.listdir(target))
+    mark = target / marker
+    if marker in entries:
+        if os.path.islink(mark) or not mark.is_file():
+            raise UnsafePathError(
+                f"refusing to write a {what} into {given}: its {marker} is not a plain file"
+            )
+        return False
+    if entries and not (adopt is not None and adopt(entries)):
+        raise UnsafePathError(
+            f"refusing to write a {what} into {given}: it holds files dparallel did not "
+            f"write ({_sample(entries)}); a {what} folder must be new, empty or one "
+            "dparallel made: choose another output directory"
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write_file(mark, json.dumps({"kind": what, "created": stamp}) + "\n", durable=True)
+    return created

@@ -53,7 +53,7 @@ def _is_console(handler: logging.Handler) -> bool:
     )
 
 
-class _FileHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _FileHandler(logging.StreamHandler):
     """Appends records to a dparallel log file, opened on the first record.
 
     The file is opened by :func:`dparallel._files.open_log`: created by us, or one we
@@ -65,7 +65,7 @@ class _FileHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def __init__(self, path: str) -> None:
         super().__init__(stream=None)
-        self.stream = None  # type: ignore[assignment]
+        self.stream = None
         self.path = path
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -79,7 +79,7 @@ class _FileHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def close(self) -> None:
         with self.lock:  # type: ignore[union-attr]
-            stream, self.stream = self.stream, None  # type: ignore[assignment]
+            stream, self.stream = self.stream, None
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()

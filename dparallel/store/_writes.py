@@ -477,7 +477,7 @@ def _write_rows_direct(folder: Path, name: str, rows: slice, values: np.ndarray)
 
 def _files_below(folder: Path) -> list[str]:
     """Every plain file below ``folder`` (links not followed)."""
-    out = []
+    out: list[str] = []
     for base, _, names in os.walk(folder):
         out.extend(os.path.join(base, n) for n in names)
     return out

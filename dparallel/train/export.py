@@ -323,8 +323,11 @@ def export_atomic_energies(model: HDNNP, model_dir: Path) -> list[str]:
             _AtomicEnergy(model, e), (example,), dynamic_shapes=({0: Dim(f"n_{e}", min=0)},)
         )
         name = f"atomic_energy_{e}.pt2"
+        # called at once, inside this iteration: the late binding B023 warns of cannot bite
         write_with(
-            model_dir / name, lambda tmp, p=program: torch.export.save(p, tmp), suffix=".pt2"
+            model_dir / name,
+            lambda tmp: torch.export.save(program, tmp),  # noqa: B023
+            suffix=".pt2",
         )
         files.append(name)
     return files

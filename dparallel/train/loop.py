@@ -14,7 +14,6 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -36,6 +35,7 @@ from dparallel.train.data import PartitionReader
 from dparallel.train.data_units import record_data_units
 from dparallel.train.device import out_of_memory
 from dparallel.train.kalman import KalmanFilter, kalman_step
+from dparallel.train.model_dir import check_store_unchanged, claim_model_dir
 from dparallel.train.objective import loss, predict_batch, scheduled_force_weight
 from dparallel.train.placement import Placement
 from dparallel.train.preparation import (
@@ -60,6 +60,7 @@ from dparallel.train.structure_data import StructureReader, choose_engine
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from pathlib import Path
 
     import numpy as np
 
@@ -134,12 +135,24 @@ def train(
         model file is unreadable, corrupt or holds more than tensors and plain data;
         the store lacks the features or derivatives the spec needs.
     """
+    store = store if isinstance(store, Store) else open_store(store)
+    with claim_model_dir(model_dir, store, resume=resume) as path:  # ours, leased, one store
+        return _train(store, path, spec, resume, callback)
+
+
+def _train(
+    store: Store,
+    model_dir: Path,
+    spec: TrainingSpec | None,
+    resume: bool,
+    callback: EpochCallback | Iterable[EpochCallback] | None,
+) -> TrainResult:
+    """:func:`train` in the model directory it holds."""
     t_start = time.perf_counter()
     spec = spec or TrainingSpec()
     callbacks = [] if callback is None else [callback] if callable(callback) else list(callback)
-    store = store if isinstance(store, Store) else open_store(store)
     coverage = check_complete(store, spec)
-    run, progress = _set_up(store, Path(model_dir), spec, resume)
+    run, progress = _set_up(store, model_dir, spec, resume)
     stopped_early = False
     for epoch in range(progress.start_epoch, spec.epochs):
         row = _epoch(run, epoch, progress)
@@ -265,6 +278,7 @@ def _epoch(run: _Run, epoch: int, progress: Progress) -> dict[str, Any]:
         run.sched.step(monitor)
     elif run.sched is not None:
         run.sched.step()
+    check_store_unchanged(prep.store, run.model_dir)  # never save an epoch of mixed data
     if monitor < progress.best_val:
         progress.best_val, progress.best_epoch, progress.bad_epochs = monitor, epoch, 0
         save_model(run.model, spec, prep.descriptor_spec, run.model_dir / BEST)
