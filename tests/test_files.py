@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,6 +23,9 @@ from dparallel._files import (
     write_with,
 )
 from dparallel.errors import DiskFullError, NonFiniteError, UnsafePathError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _leftovers(folder: Path) -> list[str]:
@@ -82,7 +85,7 @@ def test_a_library_writer_on_a_full_disk(tmp_path: Path) -> None:
         path.write_bytes(b"half")
         raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
 
-    with pytest.raises(DiskFullError, match="model.pt"):
+    with pytest.raises(DiskFullError, match=r"model\.pt"):
         write_with(tmp_path / "model.pt", torch_like)
     assert list(tmp_path.iterdir()) == []
 
