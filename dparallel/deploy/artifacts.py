@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from dparallel._files import remove_file, write_with
 from dparallel.deploy.potential import INPUT_NAMES, OUTPUT_NAMES, PotentialModule
 from dparallel.deploy.probes import Structure, probe_structures
+from dparallel.nn import load_exported_program
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -271,7 +272,7 @@ def write_artifacts(
         "torch_export",
         model_dir,
         write_export,
-        lambda p: torch.export.load(p).module(),
+        lambda p: load_exported_program(p).module(),
         probes,
         expected,
     )

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dparallel.descriptors.acsf_functions import _feature, _refuse_duplicates
 from dparallel.descriptors.results import ACSFResult, PairDerivatives
 from dparallel.errors import DescriptorError
-from dparallel.kernels.cutoff_types import CUTOFF_TYPES, cutoff_type_id
 from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.types import StructureBatch
 
@@ -27,46 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["ACSF", "ACSFResult", "PairDerivatives"]
 
 _FEATURE_KEYS = ("type", "center", "neighbors", "eta", "rs", "zeta", "lambda", "rc", "cutoff")
-
-
-def _feature(
-    type_: int,
-    center: str,
-    neighbors: Sequence[str],
-    eta: float,
-    rs: float,
-    rc: float,
-    cutoff: str | int,
-    alpha: float,
-    zeta: float | None = None,
-    lambda_: float | None = None,
-) -> dict[str, Any]:
-    cid = cutoff_type_id(cutoff)
-    if type_ not in (2, 3, 9):
-        raise DescriptorError(f"symmetry function type {type_} unsupported; use 2, 3 or 9")
-    if not (math.isfinite(rc) and rc > 0 and math.isfinite(eta) and math.isfinite(rs)):
-        raise DescriptorError(f"need a finite rc > 0 and finite eta, rs; got {rc}, {eta}, {rs}")
-    if type_ != 2 and (
-        zeta is None or lambda_ is None or not (math.isfinite(zeta) and math.isfinite(lambda_))
-    ):
-        raise DescriptorError(
-            f"angular function needs finite zeta and lambda, got {zeta}, {lambda_}"
-        )
-    if not 0.0 <= alpha < 1.0:
-        raise DescriptorError(f"inner cutoff alpha must be in [0, 1), got {alpha}")
-    return {
-        "type": int(type_),
-        "center": center,
-        "neighbors": list(neighbors),
-        "eta": float(eta),
-        "rs": float(rs),
-        "zeta": None if type_ == 2 else float(zeta),  # type: ignore[arg-type]
-        "lambda": None if type_ == 2 else float(lambda_),  # type: ignore[arg-type]
-        "rc": float(rc),
-        "cutoff": CUTOFF_TYPES[cid],
-        "cutoff_id": cid,
-        "alpha": float(alpha),
-    }
 
 
 def length_unit(unit: float | str) -> float:
@@ -135,6 +95,7 @@ class ACSF:
                         f.get("lambda"),
                     )
                 )
+            _refuse_duplicates(e, feats)
             self._features[e] = feats
         if order == "n2p2":
             for e in self._elements:
