@@ -418,7 +418,12 @@ def _nulls(obj: Any) -> Any:
 
 
 def strict_json(
-    obj: Any, *, indent: int | None = None, what: str = "JSON output", missing: bool = False
+    obj: Any,
+    *,
+    indent: int | None = None,
+    what: str = "JSON output",
+    missing: bool = False,
+    sort_keys: bool = False,
 ) -> str:
     """``json.dumps`` that refuses NaN and infinities (they are not JSON): a
     :class:`~dparallel.errors.NonFiniteError` naming the key instead. ``missing``: a
@@ -437,7 +442,7 @@ def strict_json(
             f"{what}: {where} is not a finite number; JSON cannot hold NaN or infinity "
             "(the model or data behind it is broken: check the training log)"
         )
-    return json.dumps(plain, indent=indent, allow_nan=False)
+    return json.dumps(plain, indent=indent, allow_nan=False, sort_keys=sort_keys)
 
 
 def _sample(names: Iterable[str], most: int = 5) -> str:

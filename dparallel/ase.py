@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from ase.stress import full_3x3_to_voigt_6_stress
 
+from dparallel.deploy.finite import check_finite_predictions
 from dparallel.deploy.identical import identical
 from dparallel.deploy.verlet import VerletList
 from dparallel.train.export import DEPLOYED, DeployedModel, load_deployed
@@ -206,6 +207,7 @@ class Calculator(_calc.Calculator):
                 neighbors=self.neighbor_list.neighbors(batch),
                 backend=self.backend,
             )
+        check_finite_predictions(out, batch)
         energy = float(out["energy"][0])
         self.results["energy"] = energy
         self.results["free_energy"] = energy
