@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from ase import units as _units
@@ -21,9 +22,6 @@ from dparallel.io._parsers import parse_range
 from dparallel.io._validate import validate_batch
 from dparallel.io.units import UNIT_SYSTEMS
 from dparallel.types import StructureBatch
-
-if TYPE_CHECKING:
-    import os
 
 __all__ = ["UNITS", "ReadResult", "StructureSource", "detect_format", "open_source"]
 
@@ -126,7 +124,9 @@ class StructureSource:
         """The file's index (built or loaded on first use)."""
         if self._index is None:
             idx = load_or_build_index(self.path, self.format, cache=self.cache_index)
-            if self._expect_index is not None and idx.sha256 != self._expect_index:
+            expected_stat = getattr(self, "_expect_stat", None)
+            changed = expected_stat is not None and expected_stat != (idx.size, idx.mtime_ns)
+            if changed or (self._expect_index is not None and idx.sha256 != self._expect_index):
                 raise InputError(
                     f"{self.path} changed since it was opened (index hash differs); "
                     "re-open the source"
@@ -156,6 +156,23 @@ class StructureSource:
             "sample_sha256": idx.sample_sha256,
         }
 
+    def check_unchanged(self) -> None:
+        """Raise :class:`InputError` if the file is no longer the one indexed (its size or
+        modification time changed): structures read from it now may belong to another
+        version than the fingerprint a store records."""
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return  # not a local file: its reader checks what it reads
+        idx = self.index
+        if (info.st_size, info.st_mtime_ns) != (idx.size, idx.mtime_ns):
+            raise InputError(
+                f"{self.path} changed while it was being read (size {idx.size:,} → "
+                f"{info.st_size:,} bytes, modified since it was indexed): what was read may "
+                "mix two versions. Leave the input alone while a run reads it, then rerun "
+                "(a store made from the old version is refused, not mixed)"
+            )
+
     # ------------------------------------------------------------------ read
     def read(self, start: int = 0, stop: int | None = None) -> StructureBatch:
         """Valid structures of ``[start, stop)`` as one batch (cost O(stop − start))."""
@@ -172,6 +189,7 @@ class StructureSource:
         if not 0 <= start <= stop <= n:
             raise IndexError(f"structure range [{start}, {stop}) outside [0, {n})")
         batch, kept, errors = parse_range(self.path, self.index, start, stop)
+        self.check_unchanged()  # what was read is the file the index (and fingerprint) describe
         bad = {int(kept[k]): reason for k, reason in validate_batch(batch).items()}
         problems: dict[int, tuple[int, str, bool]] = {
             i: (line, reason, False) for i, (line, reason) in errors.items()
@@ -222,6 +240,9 @@ class StructureSource:
             "on_error": self.on_error,
             "cache_index": self.cache_index,
             "expect": self._index.sha256 if self._index is not None else self._expect_index,
+            "stat": (self._index.size, self._index.mtime_ns)
+            if self._index is not None
+            else getattr(self, "_expect_stat", None),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -233,6 +254,8 @@ class StructureSource:
             cache_index=state["cache_index"],
             _expect_index=state["expect"],
         )
+        stat = state.get("stat")
+        self._expect_stat = None if stat is None else (int(stat[0]), int(stat[1]))
 
     def __repr__(self) -> str:
         n = len(self._index) if self._index is not None else "?"
