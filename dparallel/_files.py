@@ -51,6 +51,7 @@ __all__ = [
     "LOG_MARKER",
     "check_log_target",
     "claim_directory",
+    "is_dparallel_log",
     "new_file",
     "open_log",
     "refuse_links",
@@ -315,6 +316,19 @@ def _log_is_ours(fd: int) -> bool:
     """Whether the file open at ``fd`` (readable) is empty or a dparallel log."""
     head = os.pread(fd, 256, 0)
     return not head or head.startswith(LOG_MARKER.encode()) or bool(_RECORD.match(head))
+
+
+def is_dparallel_log(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a non-empty log file dparallel wrote (a plain file, not a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        head = os.pread(fd, 256, 0)
+    finally:
+        os.close(fd)
+    return head.startswith(LOG_MARKER.encode()) or bool(_RECORD.match(head))
 
 
 def _refuse_log(path: Path, why: str) -> UnsafePathError:

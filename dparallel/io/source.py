@@ -48,6 +48,32 @@ class ReadResult:
     skipped: list[tuple[int, str]]
 
 
+#: Leading bytes of compressed files → the tool that decompresses them.
+_COMPRESSED = {
+    b"\x1f\x8b": ("gzip", "gunzip -k"),
+    b"BZh": ("bzip2", "bunzip2 -k"),
+    b"\xfd7zXZ\x00": ("xz", "unxz -k"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "unzstd"),
+}
+
+
+def _refuse_compressed(path: Path) -> None:
+    """Raise :class:`InputFormatError` for a compressed file, saying what to do."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return
+    for magic, (kind, tool) in _COMPRESSED.items():
+        if head.startswith(magic):
+            raise InputFormatError(
+                f"the file is {kind}-compressed: dparallel reads structures at their offsets "
+                f"in the file, which a compressed file does not allow; decompress it first "
+                f"({tool} {path.name}) and give the decompressed file",
+                path=path,
+            )
+
+
 def detect_format(path: Path) -> str:
     """Guess the format: n2p2 for ``input.data``/``*.data`` or files starting with
     ``begin``/``comment``, extxyz for ``*.xyz``/``*.extxyz``, else what ASE guesses."""
@@ -100,6 +126,7 @@ class StructureSource:
         self.path = Path(path).expanduser().resolve()
         if not self.path.is_file():
             raise SourceNotFoundError(f"input file not found: {self.path}")
+        _refuse_compressed(self.path)
         if units not in UNITS:
             raise InputError(f"unknown units {units!r}; expected one of {sorted(UNITS)}")
         if on_error not in ("raise", "skip"):

@@ -45,3 +45,14 @@ def test_a_source_sent_to_a_worker_refuses_a_file_changed_since(tmp_path: Path, 
     worker = pickle.loads(sent)
     with pytest.raises(InputError, match="changed since it was opened"):
         worker.read(0, 2)
+
+
+def test_a_compressed_file_is_named_as_such_not_as_a_parse_error(tmp_path: Path, rng) -> None:
+    import gzip
+
+    path = tmp_path / "in.extxyz"
+    ase.io.write(path, random_structures(2, rng, max_atoms=4), format="extxyz")
+    packed = tmp_path / "in.extxyz.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(InputError, match=r"gzip-compressed.*gunzip -k in.extxyz.gz"):
+        open_source(packed)
