@@ -17,10 +17,13 @@ The rules, for every file:
   directory), every folder between ``root`` and the target must be a real folder, not a
   symbolic link (:func:`refuse_links`); :class:`~dparallel.errors.UnsafePathError` otherwise.
 * **Durable where it counts.** ``durable=True`` fsyncs the file before the rename and the
-  folder after it: a checkpoint, an export or a done marker is on disk before anything
-  declares it complete. Files written many at a time (a partition's chunks) are written
-  with ``pending=True`` and fsynced together by :func:`sync_pending`, once, before the
-  partition's done marker.
+  folder after it: a checkpoint or an export is on disk before anything declares it
+  complete. Files written many at a time (a partition's chunks) are written with
+  ``pending=True`` and made durable together by :func:`sync_pending` before the
+  partition's done marker: one ``syncfs`` of their filesystem on Linux (one journal
+  commit, whatever the number of files), else their fsyncs issued at once. The done
+  marker itself needs no sync of its own: lost in a crash, it only makes the partition
+  be computed again.
 * **A full disk is one error.** ``ENOSPC``/``EDQUOT`` becomes
   :class:`~dparallel.errors.DiskFullError` naming the target and the bytes it needed; the
   temporary file is removed.
@@ -300,16 +303,53 @@ def remove_file(
         path.unlink()
 
 
+def _one_filesystem(folders: list[str]) -> bool:
+    """Whether every one of ``folders`` lies on one filesystem (one ``syncfs`` covers them)."""
+    try:
+        return len({os.stat(f).st_dev for f in folders}) == 1
+    except OSError:
+        return False
+
+
+def _syncfs(folder: str) -> bool:
+    """``syncfs`` of the filesystem holding ``folder`` (Linux); False where unavailable."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        call = libc.syncfs
+    except (OSError, AttributeError):
+        return False
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        return bool(call(fd) == 0)
+    finally:
+        os.close(fd)
+
+
 def sync_pending(paths: Iterable[str | os.PathLike[str]] = ()) -> None:
     """fsync every file written with ``pending=True`` since the last call (and ``paths``),
     then their folders, once each: what a done marker declares is on disk before it."""
     with _PENDING_LOCK:
         files = set(_PENDING) | {os.fspath(p) for p in paths}
         _PENDING.clear()
-    for name in sorted(files):
-        _fsync_path(name)
-    for folder in sorted({os.path.dirname(name) for name in files}):
-        _fsync_folder(Path(folder))
+    folders = sorted({os.path.dirname(name) for name in files})
+    if len(files) < 4:
+        for name in sorted(files):
+            _fsync_path(name)
+        for folder in folders:
+            _fsync_folder(Path(folder))
+        return
+    if _one_filesystem(folders) and _syncfs(folders[0]):
+        return  # one flush of that filesystem: the cheapest batch (docs/reliability.md)
+    # issued together: the filesystem commits them in fewer journal writes (on ext4 on a
+    # virtual disk, 30 files in about a third of the time one after another)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
+        list(pool.map(_fsync_path, sorted(files)))
+        list(pool.map(_fsync_folder, [Path(f) for f in folders]))
 
 
 def _log_is_ours(fd: int) -> bool:

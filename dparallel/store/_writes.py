@@ -226,8 +226,8 @@ class StoreWrites(OpenedStore):
             # what the marker declares is on disk first: the partition's files (those the
             # direct writer wrote, in one batch, and those zarr wrote), then the marker
             sync_pending(_files_below(folder / _partition_group(p)))
+            # the marker needs no sync: lost in a crash, the partition is computed again
             self._write_rows([("partitions/done", slice(p, p + 1), np.ones(1, np.uint8))])
-            sync_pending()
         self._cum = None
 
     def clear_done(self, p: int) -> None:

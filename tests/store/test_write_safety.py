@@ -66,26 +66,28 @@ def test_a_partition_folder_that_became_a_link_is_refused_untouched(store, tmp_p
 def test_the_done_marker_comes_after_the_partitions_files_are_synced(
     store, monkeypatch: pytest.MonkeyPatch
 ):
+    from dparallel import _files
+
     s = open_store(store, mode="r+")
     s.clear_done(2)
     order: list[str] = []
-    real_fsync = os.fsync
-    real_replace = os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: order.append("fsync") or real_fsync(fd))
+    real_replace, real_syncfs, real_fsync = os.replace, _files._syncfs, _files._fsync_path
+    monkeypatch.setattr(_files, "_syncfs", lambda f: order.append("sync") or real_syncfs(f))
+    monkeypatch.setattr(_files, "_fsync_path", lambda f: order.append("sync") or real_fsync(f))
 
     def replace(src, dst):
-        if "partitions/done" in str(dst):
-            order.append("done")
+        order.append("done" if "partitions/done" in str(dst) else "write")
         return real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
     block = {"values": np.ones((3, 4)), "atom_index": np.arange(3)}
     s.write_features(2, {"acsf": {"H": block}})
-    order.clear()
+    assert "sync" not in order  # chunks and documents: written, not yet synced one by one
     s.mark_done(2)
-    assert "done" in order and order.index("done") > 0
-    assert order[: order.index("done")].count("fsync") >= 4  # chunks, documents, folders
-    assert order[-1] == "fsync"  # the marker itself, after
+    assert order.count("done") == 1
+    done = order.index("done")
+    last_write = max(i for i, o in enumerate(order[:done]) if o == "write")
+    assert "sync" in order[last_write:done]  # every file on disk before the marker
     assert 2 in open_store(store).done_partitions()
 
 
