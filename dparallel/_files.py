@@ -59,6 +59,7 @@ __all__ = [
     "open_log",
     "refuse_links",
     "remove_file",
+    "restore_in_place",
     "strict_json",
     "sync_pending",
     "temporary_name",
@@ -114,6 +115,7 @@ def _full(path: Path, needed: int | None, exc: OSError) -> DiskFullError:
         "(finished work is kept)",
         path=path,
         needed=needed,
+        code=exc.errno or errno.ENOSPC,
     )
 
 
@@ -324,6 +326,27 @@ def _syncfs(folder: str) -> bool:
     fd = os.open(folder, os.O_RDONLY)
     try:
         return bool(call(fd) == 0)
+    finally:
+        os.close(fd)
+
+
+def restore_in_place(path: str | os.PathLike[str], data: bytes) -> None:
+    """Put back the bytes of a file of ours that a library rewrote in place (zarr's root
+    document) when a new file does not fit (a full disk: the blocks the library freed are
+    the only room). Only a plain file with one name, opened without following a link; the
+    one write into an existing file dparallel makes."""
+    import stat
+
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise UnsafePathError(f"refusing to rewrite {path}: not a plain file of one name")
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.pwrite(fd, view, len(data) - len(view)) :]
+        os.fsync(fd)
     finally:
         os.close(fd)
 

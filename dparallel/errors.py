@@ -129,14 +129,27 @@ class DiskFullError(DParallelError, OSError):
     """
 
     def __init__(
-        self, message: str, *, path: str | PathLike[str] | None = None, needed: int | None = None
+        self,
+        message: str,
+        *,
+        path: str | PathLike[str] | None = None,
+        needed: int | None = None,
+        code: int = 28,  # errno.ENOSPC (errno.EDQUOT for a quota)
     ) -> None:
         super().__init__(message)
+        self.errno = code  # as the OSError it stands for: callers test errno
         self.path = None if path is None else str(path)
         self.needed = needed
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple:  # a task's error crosses processes whole
+        return (_disk_full, (str(self), self.path, self.needed, self.errno))
+
+
+def _disk_full(message: str, path: str | None, needed: int | None, code: int) -> DiskFullError:
+    return DiskFullError(message, path=path, needed=needed, code=code)
 
 
 class NonFiniteError(DParallelError, ValueError):

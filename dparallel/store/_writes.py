@@ -22,8 +22,8 @@ import numpy as np
 import zarr
 from zarr.core.sync import sync
 
-from dparallel._files import refuse_links, sync_pending, write_file
-from dparallel.errors import StoreError, StoreMismatchError
+from dparallel._files import refuse_links, restore_in_place, sync_pending, write_file
+from dparallel.errors import DiskFullError, StoreError, StoreMismatchError
 from dparallel.store._derivatives import BLOCK_ATTRIBUTES, encode_pairs
 from dparallel.store._dims import feature_dims, generic_dims
 from dparallel.store._direct import (
@@ -110,6 +110,11 @@ class StoreWrites(OpenedStore):
             # (it fits: its blocks were just freed) and report the failure.
             try:
                 write_file(document, before, root=local, durable=True)
+            except DiskFullError:  # no room for a new file: the freed blocks are the room
+                try:
+                    restore_in_place(document, before)
+                except OSError:
+                    log.error("%s could not be restored; the store needs it", document)
             except OSError:
                 log.error("%s could not be restored; the store needs it", document)
             raise
