@@ -50,17 +50,18 @@ def test_numba_equals_torch(cutoff: int) -> None:
                 )
 
 
-def test_numba_equals_torch_for_any_zeta_lambda_eta() -> None:
-    """n2p2's semantics in both backends: ζ < 1 and ζ ≤ 0 integers (n2p2 accepts them;
-    η < 0 and λ ≠ ±1 are refused, tests/descriptors/test_acsf_domain.py)."""
+def test_numba_equals_torch_for_any_zeta_lambda_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """n2p2's formulas in both backends: ζ < 1, ζ ≤ 0 integers, λ ≠ ±1, η < 0 (the kernels
+    compute them; ACSF itself refuses λ ≠ ±1 and η < 0: bypassed here)."""
+    allow_any_parameters(monkeypatch)
     rng = np.random.default_rng(7)
     acsf = ACSF.uniform(
         ["H", "O"],
         r_cut=4.0,
         cutoff="cos",
-        radial=[(0.03, 0.5)],
-        narrow=[(0.2, 0.5, 1.0, 0.0), (0.1, -2.0, -1.0, 0.7), (0.1, 2.0, 1.0, 0.0)],
-        wide=[(0.01, 0.0, -1.0, 0.0), (0.3, 3.0, -1.0, 0.4), (0.2, 1.5, 1.0, 0.0)],
+        radial=[(-0.03, 0.5)],
+        narrow=[(0.2, 0.5, 0.8, 0.0), (0.1, -2.0, 0.5, 0.7), (0.1, 2.0, 2.0, 0.0)],
+        wide=[(-0.01, 0.0, -3.0, 0.0), (0.3, 3.0, -2.5, 0.4), (0.2, 1.5, 1.0, 0.0)],
     )
     cell = np.diag(rng.uniform(3.0, 4.0, 3))
     structs = [
