@@ -35,13 +35,15 @@ def check_finite_predictions(
     """Raise :class:`NonFiniteError` if a predicted energy, per-atom energy or force is not
     finite; the message names the structure (``first`` + its index in ``batch``: its index
     in the file) and the atom, with its element and position."""
-    from ase.data import chemical_symbols
-
     for key in ("forces", "energies"):
         values = out.get(key)
         if values is None:
             continue
         values = np.asarray(values)
+        if np.isfinite(values).all():  # the common case, once per MD step: one pass
+            continue
+        from ase.data import chemical_symbols
+
         bad = ~np.isfinite(values.reshape(values.shape[0], -1)).all(axis=1)  # (N,)
         if bad.any():
             atom = int(np.flatnonzero(bad)[0])
@@ -55,7 +57,7 @@ def check_finite_predictions(
                 "one place, or a model outside what it was trained on"
             )
     energy = out.get("energy")
-    if energy is not None:
+    if energy is not None and not np.isfinite(energy).all():
         bad_e = ~np.isfinite(np.asarray(energy, float).reshape(-1))
         if bad_e.any():
             s = int(np.flatnonzero(bad_e)[0])
