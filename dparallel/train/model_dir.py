@@ -152,9 +152,9 @@ def claim_model_dir(
             write_file(path / MARKER, json.dumps(doc, indent=1) + "\n", root=path, durable=True)
             yield path
     except BaseException:
-        if created:  # a run that failed before anything of a model: no folder left
-            with contextlib.suppress(OSError):
-                (path / MARKER).unlink()
+        with contextlib.suppress(OSError):
+            if created and os.listdir(path) == [MARKER]:  # failed before anything of a
+                (path / MARKER).unlink()  # model was written: no folder left
                 path.rmdir()
         raise
 

@@ -123,3 +123,16 @@ def test_a_run_failing_before_training_leaves_no_folder(store, tmp_path: Path) -
         train(store, model, SPEC.model_copy(update={"device": "cuda"}))
     assert not model.exists()
     assert not (tmp_path / "new-model.lock").exists()
+
+
+def test_an_interrupted_first_run_keeps_its_folder_for_resume(store, tmp_path: Path) -> None:
+    model = tmp_path / "fresh"
+
+    def stop(row: dict) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(store, model, SPEC, callback=stop)
+    assert (model / MARKER).is_file() and (model / "checkpoint.pt").is_file()
+    train(store, model, SPEC, resume=True)
+    assert (model / "model.pt").is_file()
