@@ -687,6 +687,22 @@ def _compressed(kind: str) -> Callable[[Path], Result]:
     return probe
 
 
+def _scheduler_lost(tmp: Path) -> Result:
+    from types import SimpleNamespace
+
+    from dparallel.errors import ClusterError
+    from dparallel.workflow.featurize import _raise_failures
+
+    store = SimpleNamespace(done_partitions=lambda: [0, 1, 2], n_partitions=10, path=tmp / "s")
+    lost = RuntimeError("1 Future cancelled for reason: scheduler-connection-lost.")
+    held, seen = _raises(
+        lambda: _raise_failures(store, {p: lost for p in range(2, 10)}),  # type: ignore[arg-type]
+        ClusterError,
+        "3 of 10 partitions",
+    )
+    return held and "7 were not computed" in seen, seen
+
+
 SAFETY_PROBES: list[tuple[str, str, str, Callable[[Path], Result]]] = [
     ("write", "target is a symlink", "link replaced, target kept", _through_symlink),
     ("write", "target is a hard link", "replaced, user's file kept", _through_hardlink),
@@ -765,4 +781,5 @@ SAFETY_PROBES: list[tuple[str, str, str, Callable[[Path], Result]]] = [
      lambda tmp: _one_line(_featurize(tmp, "-o", "/", "--local", "1"), "filesystem root")),
     ("cli", ".gz input", "one line: compressed", _compressed("gz")),
     ("cli", ".bz2 input", "one line: compressed", _compressed("bz2")),
+    ("cli", "scheduler lost mid-run", "one line, counts add up", _scheduler_lost),
 ]  # fmt: skip
