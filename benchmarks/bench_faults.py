@@ -6,8 +6,11 @@ compares what happened with what must happen; the table lists probe / expected /
 observed, and the exit code is 1 when any probe did not hold. Groups: ``store`` (kills,
 full disk, concurrent writers, ``--overwrite`` safety), ``input`` (every bad-input
 class), ``model`` (weights and scaling files, malicious pickles and YAML tags), ``units``,
-``rerun`` and ``cli`` (one-line errors, a closed pipe, warnings). Nothing needs a
-cluster; it takes well under a minute on one core.
+``rerun`` and ``cli`` (one-line errors, a closed pipe, warnings), and from
+benchmarks/faults_safety.py ``write`` (the one write path: links, full disks, batched
+syncs), ``log``, ``own`` (model and export folders), ``ident`` (store and input
+identity), ``numbers`` (non-finite weights, predictions, JSON, hyperparameters) and
+``config``. Nothing needs a cluster or trains a model.
 """
 
 from __future__ import annotations
@@ -161,14 +164,14 @@ from pathlib import Path
 import numpy as np
 from dparallel.store import open_store
 
-real = Path.write_bytes
+real = os.replace
 
-def write_bytes(self, data):
-    if self.name == "zarr.json" and self.parent.name == "values":
+def replace(src, dst):
+    if Path(dst).name == "zarr.json" and Path(dst).parent.name == "values":
         os.kill(os.getpid(), signal.SIGKILL)  # the chunk is written, the metadata not yet
-    return real(self, data)
+    return real(src, dst)
 
-Path.write_bytes = write_bytes
+os.replace = replace
 block = {"values": np.ones((3, 4)), "atom_index": np.arange(3)}
 open_store(sys.argv[1], mode="r+").write_features(1, {"acsf": {"H": block}})
 """
@@ -467,6 +470,21 @@ PROBES = [
     Probe("cli", "dashboard link under -q", "nothing printed", _quiet_dashboard),
     Probe("cli", "missing store", "one line, rc 2", _missing_store),
 ]  # fmt: skip
+
+
+def _safety_probes() -> list[Probe]:
+    """The probes of benchmarks/faults_safety.py (write path, logs, ownership, identity,
+    numbers, configuration, command line), loaded beside this file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("faults_safety", Path(__file__).with_name(
+        "faults_safety.py"))  # fmt: skip
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return [Probe(*row) for row in module.SAFETY_PROBES]
+
+
+PROBES += _safety_probes()
 
 
 def run_probes(groups: set[str] | None = None) -> list[tuple[Probe, bool, str]]:

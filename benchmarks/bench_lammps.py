@@ -2,7 +2,7 @@
 
 Usage: ``PYTHONPATH=. python benchmarks/bench_lammps.py [--model MODEL_DIR] [--drift-ps 10]``.
 
-Without ``--model`` a Cu model is trained first as in bench_md.py (``cu_acsf()``, hidden
+Without ``--model`` a Cu model is trained first as in bench_md.py (the quickstart ACSF, hidden
 (48, 48), 60 EMT structures, 40 epochs, ~1 min). Rows: 256 and 4,000 fcc Cu atoms, NVE
 at 1 fs from 300 K; LAMMPS serial and on 2 MPI ranks (the mpich wheel's ``mpiexec``),
 ``dparallel.ase.Calculator`` with ASE's VelocityVerlet in the same run. LAMMPS's steps/s

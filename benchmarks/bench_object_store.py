@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, water: Path, work: Path) -> int:
     from dparallel.train import train
     from dparallel.train.spec import TrainingSpec
     from dparallel.workflow.descriptors_spec import DescriptorsSpec
-    from dparallel.workflow.featurize import featurize
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize
 
     data = work / "water.data"
     data.write_text((water / "input.data").read_text() * args.copies)
@@ -119,12 +119,16 @@ def run(args: argparse.Namespace, water: Path, work: Path) -> int:
         # warm-up: the workers compile/load the kernels before either timed run
         small = work / "warm.data"
         small.write_text((water / "input.data").read_text())
-        featurize(small, work / "warm.zarr", descriptors, format="n2p2", client=client)
+        featurize(
+            small, work / "warm.zarr", descriptors, FeaturizeOptions(format="n2p2", client=client)
+        )
         for name, source, store in (
             ("local", data, work / "water.zarr"),
             ("S3 (moto, loopback)", "s3://bench/water.data", "s3://bench/water.zarr"),
         ):
-            result = featurize(source, store, descriptors, format="n2p2", client=client)
+            result = featurize(
+                source, store, descriptors, FeaturizeOptions(format="n2p2", client=client)
+            )
             opened = open_store(store)
             trained = train(opened, work / f"model-{len(rows)}", spec)
             seconds = [float(r["seconds"]) for r in trained.history]

@@ -17,6 +17,7 @@ import torch
 from ase.stress import full_3x3_to_voigt_6_stress
 
 from dparallel.deploy import DEPLOYED, DeployedModel, load_deployed
+from dparallel.deploy.finite import check_finite_predictions
 from dparallel.deploy.identical import identical
 from dparallel.deploy.verlet import VerletList
 from dparallel.types import StructureBatch
@@ -208,6 +209,7 @@ class Calculator(_calc.Calculator):
                 neighbors=self.neighbor_list.neighbors(batch),
                 backend=self.backend,
             )
+        check_finite_predictions(out, batch)
         energy = float(out["energy"][0])
         self.results["energy"] = energy
         self.results["free_energy"] = energy

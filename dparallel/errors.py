@@ -24,6 +24,7 @@ __all__ = [
     "InputFormatError",
     "InvalidStructureError",
     "KernelInputError",
+    "NonFiniteError",
     "PartitionFailedError",
     "RunInterruptedError",
     "SourceNotFoundError",
@@ -122,7 +123,38 @@ class PartitionFailedError(DParallelError, RuntimeError):
 
 
 class DiskFullError(DParallelError, OSError):
-    """The store's filesystem is full (or over quota); what was done is kept."""
+    """A filesystem is full (or over quota); names the file and the space it needed.
+
+    What was done is kept, and no temporary file is left (``dparallel._files``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | PathLike[str] | None = None,
+        needed: int | None = None,
+        code: int = 28,  # errno.ENOSPC (errno.EDQUOT for a quota)
+    ) -> None:
+        super().__init__(message)
+        self.errno = code  # as the OSError it stands for: callers test errno
+        self.path = None if path is None else str(path)
+        self.needed = needed
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple:  # a task's error crosses processes whole
+        return (_disk_full, (str(self), self.path, self.needed, self.errno))
+
+
+def _disk_full(message: str, path: str | None, needed: int | None, code: int) -> DiskFullError:
+    return DiskFullError(message, path=path, needed=needed, code=code)
+
+
+class NonFiniteError(DParallelError, ValueError):
+    """A number that must be finite is NaN or infinite; names where it is (a weight, an
+    atom's force, a hyperparameter, a key of JSON output)."""
 
 
 class RunInterruptedError(DParallelError):

@@ -32,7 +32,8 @@ def closing_lines(
     if model is not None:
         if not exported:
             lines.append(f"  dparallel export {_q(model)}")
-        lines.append(f"  dparallel evaluate {_q(model)} {_q(data or 'test.extxyz')}")
+        # a file that exists (the data trained from), else a placeholder that says what
+        lines.append(f"  dparallel evaluate {_q(model)} {_q(data) if data else 'STRUCTURES_FILE'}")
         lines.append(f"  dparallel export {_q(model)} --format n2p2 -o n2p2-potential/")
         lines.append(
             "  in Python (ASE): from dparallel.ase import Calculator; "

@@ -21,7 +21,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     )
     where.add_argument("--scheduler-file", metavar="FILE", help="Dask scheduler file")
     where.add_argument(
-        "--local", type=int, metavar="N", help="start a local cluster of N worker processes"
+        "--local",
+        type=_at_least_one,
+        metavar="N",
+        help="start a local cluster of N worker processes",
     )
     parser.add_argument(
         "--gpus",
@@ -69,13 +72,38 @@ def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
     so error messages can point at it.
     """
     from dparallel.cluster.logs import log_to_file
+    from dparallel.errors import UnsafePathError
+    from dparallel.io.location import as_location
 
+    local = as_location(store).local  # None for a URL: its log goes to the cache directory
+    if local is not None and local.resolve().parent == local.resolve():
+        raise UnsafePathError(f"refusing to write a store at {store}: it is the filesystem root")
     path = Path(args.log_file or default_log_file(store)).absolute()
-    args.log_file = str(path)
+    if local is not None and (
+        path.resolve() == local.resolve() or local.resolve() in path.resolve().parents
+    ):
+        raise UnsafePathError(
+            f"refusing to write the log to {path}: it is or lies inside the store {store}; "
+            "choose another --log-file"
+        )
     args.restore_logging = log_to_file(
         path, keep_console=args.verbose > 0, workers=not args.verbose
-    )
+    )  # refuses a file of the user's (the input): dparallel._files.check_log_target
+    args.log_file = str(path)  # error messages point at it only once it is ours
     return path
+
+
+def _at_least_one(text: str) -> int:
+    """argparse type: an integer ≥ 1 (one line of error otherwise, not a validation dump)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs at least 1 worker, got {value}")
+    return value
 
 
 def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from typing import TYPE_CHECKING, Any
@@ -86,6 +85,7 @@ def evaluate_file(
     import numpy as np
 
     from dparallel.deploy import DeployedModel, load_deployed
+    from dparallel.deploy.finite import check_finite_predictions
     from dparallel.io import open_source
     from dparallel.n2p2 import is_potential_dir, load_potential
     from dparallel.n2p2.declared_units import potential_units as resolve
@@ -102,13 +102,14 @@ def evaluate_file(
     for a in range(0, len(source), batch):
         b = source.read(a, min(len(source), a + batch))
         out = model.predict(b, forces=True)
+        check_finite_predictions(out, b, first=a, where=f"{data}: ")
         de = (out["energy"] - b.energy) / np.maximum(b.atom_counts, 1)
-        ok = np.isfinite(de)
+        ok = np.isfinite(de)  # structures without a reference energy
         se_e += float((de[ok] ** 2).sum())
         ae_e += float(np.abs(de[ok]).sum())
         n_e += int(ok.sum())
         df = out["forces"] - b.forces
-        okf = np.isfinite(df)
+        okf = np.isfinite(df)  # atoms without reference forces
         se_f += float((df[okf] ** 2).sum())
         ae_f += float(np.abs(df[okf]).sum())
         n_f += int(okf.sum())
@@ -129,9 +130,10 @@ def run(args: argparse.Namespace) -> int:
         args.model_dir, args.data, args.format, args.units, args.batch, args.potential_units
     )
     if args.json:
+        from dparallel._files import strict_json
         from dparallel.train.metric_units import with_units
 
-        print(json.dumps(with_units(res)))
+        print(strict_json(with_units(res), what="evaluate --json", missing=True))
         return 0
     print(f"{res['n_structures']} structures")
     print(f"{'':8s} {'RMSE':>10s} {'MAE':>10s}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -53,14 +52,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Export and print the outcome of every route (exit 1 if a requested route failed)."""
+    from pathlib import Path
+
     import torch
 
+    from dparallel._files import strict_json
     from dparallel.train.export import describe_report, export_model
 
     if args.format == "n2p2":
         from dparallel.n2p2.potential import export_model_dir
 
-        print(json.dumps(export_model_dir(args.model_dir, args.output, args.units), indent=1))
+        print(strict_json(export_model_dir(args.model_dir, args.output, args.units), indent=1))
         return 0
 
     report = export_model(
@@ -70,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
         aoti=args.aoti,
     )
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(strict_json(report, indent=1))
     else:
         print("\n".join(describe_report(report)))
-        print(f"report: {args.model_dir}/export.json")
+        print(f"report: {Path(args.model_dir) / 'export.json'}")
     failed = [n for n, r in report["routes"].items() if r["status"] == "failed"]
     return 1 if failed else 0

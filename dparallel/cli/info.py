@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,7 +22,10 @@ def run(args: argparse.Namespace) -> int:
 
     info = open_store(args.store).info()
     if args.json:
-        print(json.dumps(info, indent=2, sort_keys=True))
+        from dparallel._files import strict_json
+
+        # NaN: a statistic that is not defined (the sigma of a constant function)
+        print(strict_json(info, indent=2, what="info --json", missing=True, sort_keys=True))
         return 0
     src = info["source"]
     print(f"store        {info['path']} (format {info['format_version']})")

@@ -18,6 +18,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from dparallel._exit import exit_now
+from dparallel._files import LOG_MARKER, is_dparallel_log
 from dparallel.errors import DParallelError, RunInterruptedError
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def _child_warning_filters() -> None:
 def _error_line(command: str, text: str, log_file: str | None) -> str:
     """``dparallel <command>: error: …``, pointing at the log file when it has details."""
     first, _, rest = text.partition("\n")
-    if log_file and os.path.exists(log_file) and os.path.getsize(log_file):
+    if log_file and is_dparallel_log(log_file) and os.path.getsize(log_file) > len(LOG_MARKER):
         first = f"{first} (details: {log_file})"
     return f"dparallel {command}: error: {first}" + (f"\n{rest}" if rest else "")
 

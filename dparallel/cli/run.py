@@ -67,11 +67,13 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
 
     t0 = time.perf_counter()
 
+    bars: list[EpochProgress] = []
+
     def say(text: str) -> None:
+        for bar in bars:  # a stage after training (export): the train bar's clock stops
+            bar.close()
         if not args.quiet:  # above any bar on the terminal, never through it
             tqdm.write(text, file=sys.stderr)
-
-    bars: list[EpochProgress] = []
 
     def on_epoch(row: dict[str, Any]) -> None:
         if not bars:  # made at the first epoch, below the featurize bar

@@ -123,5 +123,17 @@ def run(args: argparse.Namespace) -> int:
         f"model: {result.model_dir / 'model.pt'} (best epoch {result.best_epoch}, "
         f"{len(result.history)} epochs run)"
     )
-    print("\n".join(closing_lines(result.seconds, model=result.model_dir)))
+    source = _source_file(args.store)
+    print("\n".join(closing_lines(result.seconds, model=result.model_dir, data=source)))
     return 0
+
+
+def _source_file(store: str) -> str | None:
+    """The structure file the store was made from, if it is still there (for ``evaluate``)."""
+    from dparallel.store import open_store
+
+    try:
+        path = open_store(store).attrs.get("source", {}).get("path")
+    except Exception:  # noqa: BLE001 - only a suggestion
+        return None
+    return str(path) if path and Path(path).is_file() else None

@@ -12,6 +12,7 @@ names the file (:func:`route_process_to_log_file`, called by the worker preload)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -19,6 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
+
+from dparallel._files import check_log_target, open_log
+from dparallel.errors import DParallelError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,12 +53,37 @@ def _is_console(handler: logging.Handler) -> bool:
     )
 
 
-class _FileHandler(logging.FileHandler):
-    """A file handler that stays silent when it cannot write (e.g. the disk is full).
+class _FileHandler(logging.StreamHandler):
+    """Appends records to a dparallel log file, opened on the first record.
 
-    The stock handler prints a traceback to stderr for every record it fails to write:
-    exactly the terminal noise this module exists to avoid.
+    The file is opened by :func:`dparallel._files.open_log`: created by us, or one we
+    created before (never a file of the user's, never through a link). The handler stays
+    silent when it cannot write (e.g. the disk is full): the stock handler prints a
+    traceback to stderr for every record it fails to write, exactly the terminal noise
+    this module exists to avoid.
     """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(stream=None)
+        self.stream = None
+        self.path = path
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.stream is None:
+            try:
+                self.stream = open_log(self.path)
+            except (OSError, DParallelError):
+                self.handleError(record)
+                return
+        super().emit(record)
+
+    def close(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            stream, self.stream = self.stream, None
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        super().close()
 
     def handleError(self, record: logging.LogRecord) -> None:
         self.failed = True
@@ -71,14 +100,17 @@ def log_to_file(
 
     Console handlers of those loggers are removed unless ``keep_console``; the root
     logger's console handler is kept for every logger but those. The file is created on
-    the first record only. ``workers``: local workers started from here later route
-    theirs (and their warnings) there too from their start (:data:`ENV_LOG_FILE`).
+    the first record only (an existing file must be a dparallel log or empty, else
+    :class:`~dparallel.errors.UnsafePathError`). ``workers``: local workers started from
+    here later route theirs (and their warnings) there too from their start
+    (:data:`ENV_LOG_FILE`).
     Returns a function that undoes all of it.
     """
     previous_env = os.environ.get(ENV_LOG_FILE)
     if workers:
         os.environ[ENV_LOG_FILE] = os.fspath(Path(path).absolute())
-    handler = _FileHandler(os.fspath(path), mode="a", delay=True, encoding="utf-8")
+    check_log_target(path)  # refused before the run: a file of the user's, a link, a folder
+    handler = _FileHandler(os.fspath(Path(path).absolute()))
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.setLevel(level)
     removed: dict[logging.Logger, list[logging.Handler]] = {}

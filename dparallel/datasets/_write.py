@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from dparallel._files import write_with
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,7 +23,7 @@ def write_once(path: str | Path, generate: Callable[[], list]) -> Path:
         logger.info("dataset %s exists, not regenerating", path)
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two runs at once: two temp files
-    ase.io.write(tmp, generate(), format="extxyz")
-    tmp.replace(path)  # atomic: a half-written file never looks complete
+    structures = generate()
+    # a new file renamed into place: a half-written file never looks complete
+    write_with(path, lambda tmp: ase.io.write(tmp, structures, format="extxyz"), suffix=".extxyz")
     return path

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from dparallel._files import remove_file, write_with
 from dparallel.deploy.potential import INPUT_NAMES, OUTPUT_NAMES, PotentialModule
 from dparallel.deploy.probes import Structure, probe_structures
+from dparallel.nn import load_exported_program
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -220,16 +222,13 @@ def _route(
 ) -> RouteReport:
     """Write one artifact, load it back with plain torch, check it; never raises."""
     path = model_dir / ARTIFACTS[name]
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # AOTI wants the .pt2 suffix
     t0 = time.perf_counter()
     try:
         with _quiet():
-            write(tmp)
-            tmp.replace(path)
+            write_with(path, write, suffix=path.suffix)  # AOTI wants the .pt2 suffix
             diffs = _check(load(path), probes, expected)
     except Exception as exc:  # noqa: BLE001 - recorded in the report
-        tmp.unlink(missing_ok=True)
-        path.unlink(missing_ok=True)
+        remove_file(path)
         log.warning("%s failed: %s", name, reason(exc))
         return RouteReport("failed", reason=reason(exc))
     return RouteReport("ok", path.name, seconds=time.perf_counter() - t0, max_abs_diff=diffs)
@@ -273,7 +272,7 @@ def write_artifacts(
         "torch_export",
         model_dir,
         write_export,
-        lambda p: torch.export.load(p).module(),
+        lambda p: load_exported_program(p).module(),
         probes,
         expected,
     )

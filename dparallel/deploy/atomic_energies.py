@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from dparallel._files import write_with
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP, load_exported_program
 
@@ -46,7 +47,12 @@ def export_atomic_energies(model: HDNNP, model_dir: str | os.PathLike[str]) -> l
             _AtomicEnergy(model, e), (example,), dynamic_shapes=({0: Dim(f"n_{e}", min=0)},)
         )
         name = f"atomic_energy_{e}.pt2"
-        torch.export.save(program, Path(model_dir) / name)
+        # called at once, inside this iteration: the late binding B023 warns of cannot bite
+        write_with(
+            Path(model_dir) / name,
+            lambda tmp: torch.export.save(program, tmp),  # noqa: B023
+            suffix=".pt2",
+        )
         files.append(name)
     return files
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dparallel._files import write_with
 from dparallel.deploy.graph_descriptors import descriptor_graph
 from dparallel.deploy.potential import graph_energies
 from dparallel.descriptors import forces_from_derivatives, virial_from_derivatives
@@ -267,9 +268,7 @@ class DeployedModel(nn.Module):
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`to_file` to ``path`` atomically (``MODEL_DIR/deployed.pt``)."""
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(self.to_file(), tmp)
-        tmp.replace(path)
+        write_with(path, lambda tmp: torch.save(self.to_file(), tmp))
         return path
 
 

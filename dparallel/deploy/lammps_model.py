@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dparallel._files import write_file
 from dparallel.kernels.cutoff_types import cutoff_type_id
 
 if TYPE_CHECKING:
@@ -137,7 +138,5 @@ def write_lammps_model(descriptor: Any, model: HDNNP, model_dir: Path) -> str | 
     except _Unsupported as exc:
         reason = str(exc)
         text = f"{_HEADER}\nunsupported {reason}\n"
-    tmp = model_dir / (LAMMPS_MODEL + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(model_dir / LAMMPS_MODEL)
+    write_file(model_dir / LAMMPS_MODEL, text, durable=True)
     return reason

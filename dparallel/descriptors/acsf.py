@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dparallel.descriptors._acsf_backends import Backend, BatchPairs, KernelCall, element_arrays
+from dparallel.descriptors.acsf_functions import _feature, _refuse_duplicates
 from dparallel.descriptors.results import DescriptorResult, PairDerivatives
 from dparallel.descriptors.species import species_index
 from dparallel.errors import DescriptorError
-from dparallel.kernels.cutoff_types import CUTOFF_TYPES, cutoff_type_id
 from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
 
     import torch
 
@@ -29,40 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["ACSF", "Backend", "DescriptorResult", "PairDerivatives"]
 
 _FEATURE_KEYS = ("type", "center", "neighbors", "eta", "rs", "zeta", "lambda", "rc", "cutoff")
-
-
-def _feature(center: str, neighbors: Sequence[str], f: Mapping[str, Any]) -> dict[str, Any]:
-    """One validated feature of ``center`` from its parameters ``f``: ``type``, ``eta``,
-    ``rc`` and optionally ``rs`` (0), ``cutoff`` ("cos"), ``alpha`` (0), ``zeta``, ``lambda``."""
-    type_, eta, rc = int(f["type"]), f["eta"], f["rc"]
-    rs, alpha = f.get("rs", 0.0) or 0.0, f.get("alpha", 0.0) or 0.0
-    zeta, lambda_ = f.get("zeta"), f.get("lambda")
-    cid = cutoff_type_id(f.get("cutoff", "cos"))
-    if type_ not in (2, 3, 9):
-        raise DescriptorError(f"symmetry function type {type_} unsupported; use 2, 3 or 9")
-    if not (math.isfinite(rc) and rc > 0 and math.isfinite(eta) and math.isfinite(rs)):
-        raise DescriptorError(f"need a finite rc > 0 and finite eta, rs; got {rc}, {eta}, {rs}")
-    if type_ != 2 and (
-        zeta is None or lambda_ is None or not (math.isfinite(zeta) and math.isfinite(lambda_))
-    ):
-        raise DescriptorError(
-            f"angular function needs finite zeta and lambda, got {zeta}, {lambda_}"
-        )
-    if not 0.0 <= alpha < 1.0:
-        raise DescriptorError(f"inner cutoff alpha must be in [0, 1), got {alpha}")
-    return {
-        "type": type_,
-        "center": center,
-        "neighbors": list(neighbors),
-        "eta": float(eta),
-        "rs": float(rs),
-        "zeta": None if type_ == 2 else float(zeta),  # type: ignore[arg-type]
-        "lambda": None if type_ == 2 else float(lambda_),  # type: ignore[arg-type]
-        "rc": float(rc),
-        "cutoff": CUTOFF_TYPES[cid],
-        "cutoff_id": cid,
-        "alpha": float(alpha),
-    }
 
 
 def _element_kernel(backend: Backend) -> Callable[..., tuple[Any, dict[int, Any] | None]]:
@@ -129,6 +95,7 @@ class ACSF:
                 if len(nb) == 2:  # canonical order: as in `elements`
                     nb = sorted(nb, key=self._elements.index)
                 feats.append(_feature(e, nb, f))
+            _refuse_duplicates(e, feats)
             self._features[e] = feats
         if order == "n2p2":
             for e in self._elements:

@@ -16,7 +16,7 @@ __all__ = ["ACSFSpec"]
 class ACSFSpec(BaseModel):
     """ACSF: either uniform parameters for every element pair, or an n2p2 ``input.nn``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     n2p2: str | None = Field(
         None, description="path of an n2p2 input.nn (relative to the working directory)"

@@ -13,13 +13,13 @@ import hashlib
 import itertools
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
+from dparallel._files import new_file
 from dparallel.errors import InputFormatError
 from dparallel.io._bytes import open_stream, read_range
 
@@ -134,10 +134,8 @@ def _save(index: FileIndex, candidates: list[Path]) -> None:
     for cache in candidates:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=cache.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
+            with new_file(cache) as f:  # renamed into place: never half a file
                 np.savez(f, **payload)
-            os.replace(tmp, cache)  # atomic: concurrent builders never see half a file
             return
         except OSError as exc:
             log.debug("cannot write index cache %s: %s", cache, exc)

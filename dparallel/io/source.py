@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,7 +25,6 @@ from dparallel.io.units import UNIT_SYSTEMS
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
-    import os
     from pathlib import Path
 
 __all__ = ["UNITS", "ReadResult", "StructureSource", "detect_format", "open_source"]
@@ -50,6 +50,36 @@ class ReadResult:
     batch: StructureBatch
     indices: np.ndarray
     skipped: list[tuple[int, str]]
+
+
+#: Leading bytes of compressed files → the tool that decompresses them (gzip is read
+#: as such when the file's name ends in ``.gz``).
+_COMPRESSED = {
+    b"\x1f\x8b": ("gzip", "gunzip -k"),
+    b"BZh": ("bzip2", "bunzip2 -k"),
+    b"\xfd7zXZ\x00": ("xz", "unxz -k"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "unzstd"),
+}
+
+
+def _refuse_compressed(location: Location) -> None:
+    """Raise :class:`InputFormatError` for a local compressed file dparallel cannot read
+    (bzip2, xz, zstd; gzip not named ``.gz``), saying what to do."""
+    if location.local is None or is_gzip(location):
+        return
+    try:
+        with open(location.local, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return
+    for magic, (kind, tool) in _COMPRESSED.items():
+        if head.startswith(magic):
+            also = " or name it ….gz" if kind == "gzip" else ""
+            raise InputFormatError(
+                f"the file is {kind}-compressed: dparallel reads plain text and gzip files "
+                f"named ….gz; decompress it first ({tool} {location.name}){also}",
+                path=location.local,
+            )
 
 
 def detect_format(path: Path | Location) -> str:
@@ -118,6 +148,7 @@ class StructureSource:
         self.path: Path | str = location.local if location.local is not None else location.url
         if not location.is_file():
             raise SourceNotFoundError(f"input file not found: {location}")
+        _refuse_compressed(location)
         if units not in UNITS:
             raise InputError(f"unknown units {units!r}; expected one of {sorted(UNITS)}")
         if on_error not in ("raise", "skip"):
@@ -142,7 +173,9 @@ class StructureSource:
         """The file's index (built or loaded on first use)."""
         if self._index is None:
             idx = load_or_build_index(self.location, self.format, cache=self.cache_index)
-            if self._expect_index is not None and idx.sha256 != self._expect_index:
+            expected_stat = getattr(self, "_expect_stat", None)
+            changed = expected_stat is not None and expected_stat != (idx.size, idx.mtime_ns)
+            if changed or (self._expect_index is not None and idx.sha256 != self._expect_index):
                 raise InputError(
                     f"{self.path} changed since it was opened (index hash differs); "
                     "re-open the source"
@@ -172,6 +205,25 @@ class StructureSource:
             "sample_sha256": idx.sample_sha256,
         }
 
+    def check_unchanged(self) -> None:
+        """Raise :class:`InputError` if the file is no longer the one indexed (its size or
+        modification time changed): structures read from it now may belong to another
+        version than the fingerprint a store records."""
+        if self.location.local is None:
+            return  # at a URL: its reader checks what it reads
+        try:
+            info = os.stat(self.location.local)
+        except OSError:
+            return
+        idx = self.index
+        if (info.st_size, info.st_mtime_ns) != (idx.size, idx.mtime_ns):
+            raise InputError(
+                f"{self.path} changed while it was being read (size {idx.size:,} → "
+                f"{info.st_size:,} bytes, modified since it was indexed): what was read may "
+                "mix two versions. Leave the input alone while a run reads it, then rerun "
+                "(a store made from the old version is refused, not mixed)"
+            )
+
     # ------------------------------------------------------------------ read
     def read(self, start: int = 0, stop: int | None = None) -> StructureBatch:
         """Valid structures of ``[start, stop)`` as one batch (cost O(stop − start))."""
@@ -188,6 +240,7 @@ class StructureSource:
         if not 0 <= start <= stop <= n:
             raise IndexError(f"structure range [{start}, {stop}) outside [0, {n})")
         batch, kept, errors = parse_range(self.location, self.index, start, stop)
+        self.check_unchanged()  # what was read is the file the index (and fingerprint) describe
         bad = {int(kept[k]): reason for k, reason in validate_batch(batch).items()}
         problems: dict[int, tuple[int, str, bool]] = {
             i: (line, reason, False) for i, (line, reason) in errors.items()
@@ -238,6 +291,9 @@ class StructureSource:
             "on_error": self.on_error,
             "cache_index": self.cache_index,
             "expect": self._index.sha256 if self._index is not None else self._expect_index,
+            "stat": (self._index.size, self._index.mtime_ns)
+            if self._index is not None
+            else getattr(self, "_expect_stat", None),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -249,6 +305,8 @@ class StructureSource:
             cache_index=state["cache_index"],
             _expect_index=state["expect"],
         )
+        stat = state.get("stat")
+        self._expect_stat = None if stat is None else (int(stat[0]), int(stat[1]))
 
     def __repr__(self) -> str:
         n = len(self._index) if self._index is not None else "?"

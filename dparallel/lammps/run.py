@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dparallel._files import write_file
 from dparallel.errors import ConfigError
 from dparallel.lammps.build import _mpich_file, _package_dir, run_environment
 
@@ -58,7 +59,7 @@ def write_data(path: str | os.PathLike[str], atoms: Any, elements: list[str]) ->
     symbols = atoms.get_chemical_symbols()
     for i, (s, p) in enumerate(zip(symbols, pos, strict=True)):
         lines.append(f"{i + 1} {elements.index(s) + 1} {_f(p[0])} {_f(p[1])} {_f(p[2])}")
-    Path(path).write_text("\n".join(lines) + "\n")
+    write_file(path, "\n".join(lines) + "\n")
 
 
 def lmp_command(nprocs: int = 1) -> list[str]:
@@ -83,7 +84,7 @@ def run_lammps(
     Raises ``ConfigError`` with the end of LAMMPS's output when it fails.
     """
     cwd = Path(cwd)
-    (cwd / "in.lammps").write_text(script)
+    write_file(cwd / "in.lammps", script)
     cmd = [*lmp_command(nprocs), "-in", "in.lammps", "-log", "log.lammps"]
     proc = subprocess.run(
         cmd, cwd=cwd, env=run_environment(env), capture_output=True, text=True,

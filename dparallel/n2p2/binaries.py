@@ -8,13 +8,13 @@ dparallel needs n2p2. The tools are looked up in ``$N2P2_BIN``, ``$N2P2_HOME/bin
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dparallel._files import write_file
 from dparallel.errors import DParallelError
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def stage(workdir: str | os.PathLike[str], files: Mapping[str, str | os.PathLike
     d = Path(workdir)
     d.mkdir(parents=True, exist_ok=True)
     for name, src in files.items():
-        shutil.copyfile(src, d / name)
+        write_file(d / name, Path(src).read_bytes())
     return d
 
 

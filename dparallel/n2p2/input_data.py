@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dparallel._files import write_file
 from dparallel.errors import ConfigError
 from dparallel.io.source import UNITS
 
@@ -65,5 +66,5 @@ def write_input_data(
             )
         lines += [f"energy {e_value / energy:.17g}", "charge 0.0", "end"]
     p = Path(path)
-    p.write_text("\n".join(lines) + "\n")
+    write_file(p, "\n".join(lines) + "\n", durable=True)
     return p

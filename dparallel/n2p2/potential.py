@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from ase.data import atomic_numbers
 
+from dparallel._files import claim_directory, remove_file, write_file
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.registry import descriptor_kind, registered
 from dparallel.errors import ConfigError, InputFormatError
@@ -37,6 +38,7 @@ from dparallel.nn import HDNNP, N2P2_EXPRESSIBLE
 
 if TYPE_CHECKING:
     import os
+    from collections.abc import Sequence
 
 __all__ = ["is_potential_dir", "load_potential", "n2p2_problems", "write_potential"]
 
@@ -226,9 +228,15 @@ def write_potential(
     model: HDNNP,
     out_dir: str | os.PathLike[str],
     units: str = "ase",
+    *,
+    protect: Sequence[str | os.PathLike[str]] = (),
 ) -> dict[str, Any]:
     """Write ``input.nn``, ``scaling.data`` and ``weights.XXX.data`` that n2p2 evaluates
     to this potential's energies and forces (in ``units``, default Å and eV).
+
+    ``out_dir`` must be new, empty, an earlier export of dparallel's (its marker
+    ``.dparallel-n2p2.json``, or only these files) and not be or hold a ``protect`` path;
+    an earlier export's files are all replaced (weights of elements no longer there too).
 
     Columns are permuted into n2p2's sorted symmetry-function order whatever the ACSF's
     ``order``. Returns a report: the files, the units and LAMMPS ``pair_style hdnnp`` lines.
@@ -244,7 +252,9 @@ def write_potential(
 
     length, energy = _units(units)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    claim_directory(out, _MARKER, "n2p2 export", protect=protect, adopt=_earlier_export)
+    for old in out.glob("weights.*.data"):  # an earlier model's, other elements too
+        remove_file(old, root=out)
     elements = sorted(acsf.elements, key=lambda s: atomic_numbers[s])
     kind, smin, smax, tables = _scaling_tables(acsf, model, elements)
     files = []
@@ -259,9 +269,9 @@ def write_potential(
         name = weights_file_name(atomic_numbers[e])
         write_weights(out / name, layers)
         files.append(name)
-    (out / "scaling.data").write_text(format_scaling_data(tables))
+    write_file(out / "scaling.data", format_scaling_data(tables), durable=True)
     text = _input_nn_text(acsf, model, elements, kind, smin, smax, length, energy, units)
-    (out / "input.nn").write_text(text)
+    write_file(out / "input.nn", text, durable=True)
     r_max = acsf.r_cut
     report = {
         "directory": str(out),
@@ -469,4 +479,21 @@ def export_model_dir(
             f"{data.get('descriptor_kind')!r}"
         )
     out = Path(out_dir) if out_dir is not None else Path(model_dir) / "n2p2"
-    return write_potential(ACSF.from_dict(data["descriptor"]), model, out, units=units)
+    model_file = Path(model_dir) / "model.pt" if Path(model_dir).is_dir() else Path(model_dir)
+    return write_potential(
+        ACSF.from_dict(data["descriptor"]), model, out, units=units, protect=[model_file]
+    )
+
+
+#: The file that marks a folder as a dparallel n2p2 export.
+_MARKER = ".dparallel-n2p2.json"
+
+
+def _earlier_export(names: set[str]) -> bool:
+    """An export written before markers: input.nn, scaling.data and weights files only."""
+    import fnmatch
+
+    allowed = ("input.nn", "scaling.data", "weights.*.data")
+    return "input.nn" in names and all(
+        any(fnmatch.fnmatchcase(n, p) for p in allowed) for n in names
+    )

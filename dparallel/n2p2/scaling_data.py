@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from dparallel._files import write_file
 from dparallel.errors import InputFormatError, SourceNotFoundError
 from dparallel.n2p2._text import finite_number, text_lines
 
@@ -72,8 +73,7 @@ def write_scaling_data(
     tables = [
         scaling_table(statistics[e], None if acsf is None else acsf.n2p2_order(e)) for e in elements
     ]
-    with open(path, "w") as handle:
-        handle.write(format_scaling_data(tables))
+    write_file(path, format_scaling_data(tables), durable=True)
 
 
 def format_scaling_data(tables: Sequence[np.ndarray], title: str = "written by dparallel") -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dparallel._files import write_file
 from dparallel.errors import InputFormatError, SourceNotFoundError
 from dparallel.n2p2._text import finite_number, text_lines
 
@@ -98,4 +99,4 @@ def write_weights(path: str | Path, layers: Sequence[tuple[np.ndarray, np.ndarra
         for k, value in enumerate(np.asarray(b, np.float64).reshape(-1).tolist()):
             count += 1
             lines.append(f"{value:24.16E} b {count:9d} {layer:5d} {k + 1:5d}")
-    Path(path).write_text("\n".join(lines) + "\n")
+    write_file(path, "\n".join(lines) + "\n", durable=True)

@@ -5,12 +5,19 @@ Every ``.pt`` file dparallel reads (``model.pt``, ``best.pt``, ``checkpoint.pt``
 weights_only=True)``: a file can hold tensors, dicts, lists, numbers and strings, never
 objects whose unpickling runs code. So a crafted checkpoint cannot run a command, and a
 truncated, corrupt or foreign file is a :class:`~dparallel.errors.TrainingError` naming it.
+Every floating-point tensor read is finite, or the file is refused
+(:class:`~dparallel.errors.NonFiniteError` naming the tensor and index): a model with a
+NaN weight is never used. ``.pt2`` archives load without unpickling
+(:func:`load_exported_program`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import re
+import threading
+import types
 import warnings
 import zipfile
 from pathlib import Path
@@ -18,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dparallel.errors import TrainingError
+from dparallel._files import write_with
+from dparallel.errors import NonFiniteError, TrainingError
 
 if TYPE_CHECKING:
     import os
+    from collections.abc import Iterator
 
 __all__ = ["load_exported_program", "load_torch_file", "save_torch_file"]
 
@@ -89,7 +98,37 @@ def load_torch_file(
         ) from None
     if not isinstance(data, dict):
         raise TrainingError(f"{path}: not a dparallel {what} (it holds a {type(data).__name__})")
+    where = _non_finite_tensor(data)
+    if where is not None:
+        raise NonFiniteError(
+            f"{path}: this {what} holds a non-finite number (NaN or infinity) in {where}; "
+            "the model it holds is broken (a diverged training?): retrain it, or resume "
+            "from an earlier checkpoint"
+        )
     return data
+
+
+def _non_finite_tensor(obj: Any, where: str = "") -> str | None:
+    """Where in ``obj`` a floating-point tensor holds NaN or infinity (its key and the
+    first index), or ``None``."""
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() or obj.is_complex():
+            bad = ~torch.isfinite(obj)
+            if bool(bad.any()):
+                index = [int(i) for i in torch.nonzero(bad)[0].tolist()]
+                return f"{where or 'a tensor'} at index {tuple(index)}"
+        return None
+    if isinstance(obj, dict):
+        items: Any = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return None
+    for key, value in items:
+        found = _non_finite_tensor(value, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def _on_cpu(obj: Any) -> Any:
@@ -104,23 +143,82 @@ def _on_cpu(obj: Any) -> Any:
 
 
 def save_torch_file(obj: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    """``torch.save`` to a temporary file, then rename: a crash never leaves half a file.
+    """``torch.save`` to a new temporary file, fsynced, then renamed into place: a crash
+    never leaves half a file, a link at ``path`` is replaced, never written through, and a
+    full disk is one :class:`~dparallel.errors.DiskFullError` with no temporary file left.
 
     Saved device-neutral: tensors on a GPU are written from CPU copies, so every file
     loads on a machine without one.
     """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(_on_cpu(obj), tmp, pickle_protocol=_PICKLE_PROTOCOL)
-    tmp.replace(path)
+    data = _on_cpu(obj)
+    # a new file renamed into place, on disk before it is (dparallel._files)
+    write_with(path, lambda tmp: torch.save(data, tmp, pickle_protocol=_PICKLE_PROTOCOL))
+
+
+class _Refused(pickle.UnpicklingError):
+    """An object a ``.pt2`` archive asked to unpickle (refused, never built)."""
+
+
+def _refuse_pickle(*args: Any, **kwargs: Any) -> Any:
+    raise _Refused("GLOBAL: a pickled Python object (refused: dparallel never unpickles)")
+
+
+@contextlib.contextmanager
+def _weights_only() -> Iterator[None]:
+    """While loading a ``.pt2``: every ``torch.load`` weights-only, pickles refused.
+
+    torch 2.13's ``torch.export.load`` reads weights and constants with
+    ``torch.load(weights_only=False)``, other constants with ``pickle.loads`` and, when the
+    weights-only read of the sample inputs fails, falls back to ``weights_only=False``: an
+    archive's pickle runs code. Here each of those reads is weights-only or refused, so a
+    ``.pt2`` that is more than tensors and plain data fails to load instead.
+    """
+    from torch.export.pt2_archive import _package
+
+    real_load = torch.load
+
+    def weights_only_load(*args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        return real_load(*args, **kwargs)
+
+    real_pickle = _package.pickle
+    real_obj = torch._C._pickle_load_obj
+    with _LOAD_LOCK:
+        torch.load = weights_only_load
+        _package.pickle = types.SimpleNamespace(  # type: ignore[assignment]
+            loads=_refuse_pickle, dumps=pickle.dumps, UnpicklingError=pickle.UnpicklingError
+        )
+        torch._C._pickle_load_obj = _refuse_pickle
+        try:
+            yield
+        finally:
+            torch.load = real_load
+            _package.pickle = real_pickle
+            torch._C._pickle_load_obj = real_obj
+
+
+_LOAD_LOCK = threading.Lock()
 
 
 def load_exported_program(path: str | os.PathLike[str]) -> Any:
-    """``torch.export.load(path)`` with errors that name the file (``.pt2`` archives)."""
+    """``torch.export.load(path)`` without unpickling, errors naming the file (``.pt2``).
+
+    Every read inside the archive is weights-only (see :func:`_weights_only`): a ``.pt2``
+    holding a pickled object (in its weights, constants or sample inputs) is refused, its
+    code never run.
+    """
     path = Path(path)
     try:
-        return torch.export.load(path)
+        with warnings.catch_warnings(), _weights_only():
+            warnings.simplefilter("ignore")
+            return torch.export.load(path)
     except Exception as exc:  # noqa: BLE001 - any failure to deserialize is the file's
+        refused = _refused_global(exc) if isinstance(exc, pickle.UnpicklingError) else None
+        if refused is not None:
+            raise TrainingError(
+                f"{path}: refusing to load this exported program: it holds {refused}, not "
+                "only tensors and plain data; dparallel never unpickles objects from files"
+            ) from None
         raise TrainingError(
             f"{path}: cannot load this exported program (truncated or corrupt?): {_first_line(exc)}"
         ) from None

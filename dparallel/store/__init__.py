@@ -10,13 +10,15 @@ writes (``_lease``, ``_generations``, ``_create_remote``, ``_objects``);
 
 Modules: ``_layout`` (names, formats, chunking, compressors), ``_backend`` (which zarr
 store), ``_opened`` / ``_writes`` / ``_reads`` / ``_store`` (the :class:`Store`),
-``_direct`` (files written as zarr would), ``_create``, ``_lease``, ``_safety`` (what
-may be replaced) and ``_own_files`` (which files in a store are dparallel's).
+``_direct`` (files written as zarr would), ``_create``, ``_identity`` (which store this
+is), ``_lease``, ``_safety`` (what may be replaced) and ``_own_files`` (which files in a
+store are dparallel's).
 """
 
 from __future__ import annotations
 
 from dparallel.store._create import StoreStatus
+from dparallel.store._identity import current_identity, store_identity
 from dparallel.store._lease import StoreLease, held_lease, lease_path
 from dparallel.store._objects import require_conditional_writes as check_writable
 from dparallel.store._safety import check_replaceable, is_dparallel_store
@@ -41,6 +43,7 @@ __all__ = [
     "check_replaceable",
     "check_writable",
     "create_store",
+    "current_identity",
     "derived_partition_atoms",
     "held_lease",
     "is_dparallel_store",
@@ -48,6 +51,7 @@ __all__ = [
     "open_store",
     "plan_partitions",
     "publish_store",
+    "store_identity",
     "store_status",
     "target_path",
 ]

@@ -20,6 +20,7 @@ import re
 import secrets
 import shutil
 import socket
+import uuid
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -315,6 +316,7 @@ def _build(building: Path | StoreTarget, fingerprint: dict, config: dict, plan: 
         "format_version": FORMAT_VERSION,
         "versions": _versions(),
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "identity": uuid.uuid4().hex,  # new with every store made: see store_identity
         "source": fingerprint,
         "config": config,
         "plan": plan.to_dict(),

@@ -18,6 +18,11 @@ numbers and booleans in little-endian order, bytes then at most one blosc codec.
 caller writes anything else through zarr. Paths are the store's folders: only a local
 store (a :class:`zarr.storage.LocalStore`) is written here.
 
+Every file goes through :mod:`dparallel._files`: a new file renamed into place (a link or
+hard link at a chunk's name is replaced, never written through), never through a folder
+below ``root`` (the store) that is a symbolic link, fsynced in one batch
+(:func:`~dparallel._files.sync_pending`) before the partition's done marker.
+
 These functions use zarr internals (``zarr.core.*``), so they are used only with the zarr
 versions they were tested against (:data:`TESTED_ZARR`, the pin in pyproject.toml):
 :func:`direct_writes_available` is False, with one logged warning, for any other, and the
@@ -29,6 +34,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import re
 import shutil
 import sys
@@ -38,6 +44,8 @@ import numpy as np
 import zarr
 from numcodecs import Blosc
 from zarr.codecs import BloscCodec, BytesCodec
+
+from dparallel._files import refuse_links, remove_file, write_file
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -130,8 +138,14 @@ def writable(values: np.ndarray, compressors: Any) -> bool:
     return blosc_only and _plain_numbers(values.dtype)
 
 
-def write_group(directory: Path, attributes: Mapping[str, Any] | None = None) -> None:
-    """A zarr group at ``directory`` with ``attributes`` (JSON), unless a node is there."""
+def write_group(
+    directory: Path, attributes: Mapping[str, Any] | None = None, *, root: Path | None = None
+) -> None:
+    """A zarr group at ``directory`` with ``attributes`` (JSON), unless a node is there.
+
+    ``root``: the store's folder, which no folder on the way may leave through a link."""
+    if root is not None:
+        refuse_links(root, directory)
     document = directory / _METADATA
     if document.exists():
         return
@@ -139,7 +153,7 @@ def write_group(directory: Path, attributes: Mapping[str, Any] | None = None) ->
     z = _internals()
     meta = z.GroupMetadata(attributes=dict(attributes or {}), zarr_format=3)
     buffers = meta.to_buffer_dict(z.default_buffer_prototype())
-    document.write_bytes(buffers[_METADATA].to_bytes())
+    write_file(document, buffers[_METADATA].to_bytes(), pending=True)
 
 
 def write_array(
@@ -148,13 +162,17 @@ def write_array(
     compressors: Any,
     dims: Sequence[str],
     chunk_keys: Any,
+    *,
+    root: Path | None = None,
 ) -> None:
     """``values`` as a one-chunk zarr array at ``directory`` (replacing what is there).
 
     ``chunk_keys``: the chunk key encoding, as ``create_array(chunk_key_encoding=)`` takes it.
     The chunk is written before the metadata, so a write cut short leaves no array that
-    reads as complete. Requires :func:`writable`.
+    reads as complete. Requires :func:`writable`. ``root``: as :func:`write_group`'s.
     """
+    if root is not None:
+        refuse_links(root, directory)
     z = _internals()
     values = np.asarray(values)
     dtype = _zarr_dtype(values.dtype)
@@ -169,14 +187,14 @@ def write_array(
         attributes={},
         dimension_names=tuple(dims) or None,  # as zarr: none for a scalar
     )
-    if directory.exists():
-        shutil.rmtree(directory)
+    if os.path.lexists(directory):
+        shutil.rmtree(directory)  # refuses a link (rmtree never follows one)
     directory.mkdir(parents=True)
     if 0 not in values.shape:  # an empty array has no chunk
         written = write_chunk(directory, meta, (0,) * values.ndim, values)
         assert written, "writable() admitted an array write_chunk refuses"
     buffers = meta.to_buffer_dict(z.default_buffer_prototype())
-    (directory / _METADATA).write_bytes(buffers[_METADATA].to_bytes())
+    write_file(directory / _METADATA, buffers[_METADATA].to_bytes(), pending=True)
 
 
 def read_array_metadata(directory: Path) -> ArrayV3Metadata | None:
@@ -207,11 +225,17 @@ def _parsed_metadata(path: str, inode: int, size: int, mtime_ns: int) -> ArrayV3
 
 
 def write_chunk(
-    directory: Path, meta: ArrayV3Metadata, coords: Sequence[int], values: np.ndarray
+    directory: Path,
+    meta: ArrayV3Metadata,
+    coords: Sequence[int],
+    values: np.ndarray,
+    *,
+    root: Path | None = None,
 ) -> bool:
     """Write ``values`` as the whole chunk ``coords`` of the array at ``directory`` (with
     metadata ``meta``); False, nothing written, where this would not be zarr's encoding:
-    a shape other than the chunk's, another dtype, or codecs other than bytes + blosc."""
+    a shape other than the chunk's, another dtype, or codecs other than bytes + blosc.
+    ``root``: as :func:`write_group`'s."""
     codecs = tuple(meta.codecs)
     if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
         return False
@@ -228,15 +252,21 @@ def write_chunk(
         return False
     key = meta.encode_chunk_key(tuple(int(c) for c in coords))
     chunk = directory / key
+    if root is not None:
+        refuse_links(root, chunk.parent)
     if "/" in key:  # keys with folders (zarr's default separator)
         chunk.parent.mkdir(parents=True, exist_ok=True)
-    with open(chunk, "wb") as handle:
-        handle.write(_encoded(values, codecs))
+    write_file(chunk, _encoded(values, codecs), pending=True)
     return True
 
 
 def write_fill_chunk(
-    directory: Path, meta: ArrayV3Metadata, coords: Sequence[int], values: np.ndarray
+    directory: Path,
+    meta: ArrayV3Metadata,
+    coords: Sequence[int],
+    values: np.ndarray,
+    *,
+    root: Path | None = None,
 ) -> bool:
     """Chunk ``coords`` of strings (or any dtype) that are all the fill value: removed, as zarr
     does for such a chunk (it reads back as the fill value); False if ``values`` are not."""
@@ -245,7 +275,7 @@ def write_fill_chunk(
         return False
     if not bool(np.all(values == meta.fill_value)):
         return False
-    (directory / meta.encode_chunk_key(tuple(int(c) for c in coords))).unlink(missing_ok=True)
+    remove_file(directory / meta.encode_chunk_key(tuple(int(c) for c in coords)), root=root)
     return True
 
 

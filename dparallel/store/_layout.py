@@ -93,7 +93,16 @@ _PARTITION_ARRAYS: dict[str, tuple[tuple[int, ...], Any]] = {
 _FEATURE_ARRAYS = ("values", "atom_index")
 
 #: Root attributes that define a store (:meth:`Store.update_attrs` refuses them).
-_IDENTITY_ATTRS = {"format_version", "versions", "created", "source", "config", "plan", "slots"}
+_IDENTITY_ATTRS = {
+    "format_version",
+    "versions",
+    "created",
+    "identity",
+    "source",
+    "config",
+    "plan",
+    "slots",
+}
 
 
 def _jsonable(config: Mapping[str, Any]) -> dict[str, Any]:

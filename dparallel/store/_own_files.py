@@ -9,7 +9,8 @@ group holds ``zarr.json`` and its children; an array holds ``zarr.json`` and chu
 (``c.0.1``; ``c/0/1`` in formats 1 and 2). A folder of the layout whose ``zarr.json`` is
 not there yet (a task killed between an array's chunk and its metadata, which
 :mod:`~dparallel.store._direct` writes last) is still ours, and so is a zarr write cut
-short (``<key>.<32 hex>.partial``, zarr's temporary name beside the key it writes).
+short (``<key>.<32 hex>.partial``, the temporary name zarr and dparallel give a file
+beside the key it becomes).
 
 Anything else is foreign: a file where the layout has none (``structures/NOTES.txt``, a
 chunk key in a group, ``zarr.json.bak`` in an array), a folder the layout cannot produce
@@ -36,8 +37,9 @@ _METADATA = "zarr.json"
 _CHUNK_KEY = re.compile(r"c(?:\.\d+)*")
 #: An index below a ``c/`` chunk folder (formats 1 and 2).
 _INDEX = re.compile(r"\d+")
-#: zarr's temporary file for a key it is writing (``Path.with_suffix(".<hex>.partial")``).
-_PARTIAL = re.compile(r"(?:zarr|c(?:\.\d+)*|\d+)\.[0-9a-f]{32}\.partial")
+#: A temporary file for a key being written: zarr's (``Path.with_suffix(".<hex>.partial")``)
+#: and dparallel's own (``<key>.<hex>.partial``, :func:`dparallel._files.temporary_name`).
+_PARTIAL = re.compile(r"(?:zarr|zarr\.json|c(?:\.\d+)*|\d+)\.[0-9a-f]{32}\.partial")
 
 _Role = Literal[
     "root",

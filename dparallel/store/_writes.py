@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,8 @@ import numpy as np
 import zarr
 from zarr.core.sync import sync
 
-from dparallel.errors import StoreError, StoreMismatchError
+from dparallel._files import refuse_links, restore_in_place, sync_pending, write_file
+from dparallel.errors import DiskFullError, StoreError, StoreMismatchError
 from dparallel.store._derivatives import BLOCK_ATTRIBUTES, encode_pairs
 from dparallel.store._dims import feature_dims, generic_dims
 from dparallel.store._direct import (
@@ -81,6 +83,9 @@ class StoreWrites(OpenedStore):
             raise StoreError(f"partition {p} outside [0, {self.n_partitions})")
         if self.mode == "r":
             raise StoreError(f"{self.location} is open read-only")
+        local = self._backend.local
+        if local is not None:  # never write or delete through a link in parts/<p>'s path
+            refuse_links(local, local / _partition_group(p))
         return p
 
     # ------------------------------------------------------------ metadata
@@ -109,7 +114,12 @@ class StoreWrites(OpenedStore):
             # store without its root document is no store at all. Put the old one back
             # (it fits: its blocks were just freed) and report the failure.
             try:
-                document.write_bytes(before)
+                write_file(document, before, root=local, durable=True)
+            except DiskFullError:  # no room for a new file: the freed blocks are the room
+                try:
+                    restore_in_place(document, before)
+                except OSError:
+                    log.error("%s could not be restored; the store needs it", document)
             except OSError:
                 log.error("%s could not be restored; the store needs it", document)
             raise
@@ -222,7 +232,15 @@ class StoreWrites(OpenedStore):
             g = self._partition_group(p, create=True)
             assert g is not None
             g.attrs["report"] = _jsonable(report)
-        self._array("partitions/done")[p] = 1
+        folder = self._direct_folder()
+        if folder is None:
+            self._array("partitions/done")[p] = 1
+        else:
+            # what the marker declares is on disk first: the partition's files (those the
+            # direct writer wrote, in one batch, and those zarr wrote), then the marker
+            sync_pending(_files_below(folder / _partition_group(p)))
+            # the marker needs no sync: lost in a crash, the partition is computed again
+            self._write_rows([("partitions/done", slice(p, p + 1), np.ones(1, np.uint8))])
         self._cum = None
 
     def clear_done(self, p: int) -> None:
@@ -262,6 +280,7 @@ class StoreWrites(OpenedStore):
         if local is None:
             sync(self._backend.zarr_store.delete_dir(left))
         elif (local / left).exists():
+            refuse_links(local, local / left)
             shutil.rmtree(local / left)  # as zarr's LocalStore.delete_dir, without its loop
         entries: list[_GroupEntry] = []
         attributes: dict[str, dict[str, Any]] = {}  # feature_index, radial of each block
@@ -333,16 +352,20 @@ class StoreWrites(OpenedStore):
             rest = jobs
         else:
             part_dir = folder.joinpath(*part.split("/"))
-            write_group(part_dir)  # parts/<p> itself, unless there
+            write_group(part_dir, root=folder)  # parts/<p> itself, unless there
             for level in levels:
-                write_group(part_dir.joinpath(*level.split("/")), (attributes or {}).get(level))
+                write_group(
+                    part_dir.joinpath(*level.split("/")),
+                    (attributes or {}).get(level),
+                    root=folder,
+                )
             rest = []
             for group, name, values, dims in jobs:
                 compressors = _compressors(values.dtype)
                 if writable(values, compressors):
                     directory = part_dir.joinpath(*(group or "").split("/"), name)
                     dims = dims or generic_dims(name, values.ndim)
-                    write_array(directory, values, compressors, dims, CHUNK_KEYS)
+                    write_array(directory, values, compressors, dims, CHUNK_KEYS, root=folder)
                 else:
                     rest.append((group, name, values, dims))
         if not rest:
@@ -501,6 +524,7 @@ def _write_rows_direct(folder: Path, name: str, rows: slice, values: np.ndarray)
     if they are exactly one chunk zarr would encode as :func:`write_chunk` does; False
     (nothing written) otherwise."""
     directory = folder.joinpath(*name.split("/"))
+    refuse_links(folder, directory)
     meta = read_array_metadata(directory)
     if meta is None or not values.ndim or rows.step not in (None, 1):
         return False
@@ -512,5 +536,13 @@ def _write_rows_direct(folder: Path, name: str, rows: slice, values: np.ndarray)
         return False  # write_chunk checks the rest (shape = the chunk's, dtype, codecs)
     coords = (start // chunk_shape[0], *([0] * (values.ndim - 1)))
     if values.dtype.kind in "OUS":  # strings (tags): only a chunk of fill values here
-        return write_fill_chunk(directory, meta, coords, values)
-    return write_chunk(directory, meta, coords, values)
+        return write_fill_chunk(directory, meta, coords, values, root=folder)
+    return write_chunk(directory, meta, coords, values, root=folder)
+
+
+def _files_below(folder: Path) -> list[str]:
+    """Every plain file below ``folder`` (links not followed)."""
+    out: list[str] = []
+    for base, _, names in os.walk(folder):
+        out.extend(os.path.join(base, n) for n in names)
+    return out

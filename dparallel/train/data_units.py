@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dparallel._files import write_file
+
 if TYPE_CHECKING:
     from dparallel.store import Store
 
@@ -47,7 +49,7 @@ def record_data_units(
     if units is not None:
         where = store if isinstance(store, (str, os.PathLike)) else store.location
         doc = {"data_units": units, "store": str(where)}
-        (Path(model_dir) / DATA_UNITS_JSON).write_text(json.dumps(doc, indent=1) + "\n")
+        write_file(Path(model_dir) / DATA_UNITS_JSON, json.dumps(doc, indent=1) + "\n")
 
 
 def recorded_data_units(model_dir: str | os.PathLike[str]) -> str | None:

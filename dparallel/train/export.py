@@ -19,7 +19,6 @@ registered type exports.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dparallel._files import remove_file, strict_json, write_file
 from dparallel.deploy import DEPLOYED, DeployedModel, export_atomic_energies
 from dparallel.deploy.artifacts import ARTIFACTS, RouteReport, reason, write_artifacts
 from dparallel.descriptors.registry import descriptor_kind
@@ -74,6 +74,8 @@ def _write_lammps_model(job: ExportJob) -> None:
 
 def _write_atomic_energies(job: ExportJob) -> None:
     """``atomic_energy_<E>.pt2``; a failure is reported, the other files still work."""
+    for old in job.model_dir.glob("atomic_energy_*.pt2"):  # an older model's, other elements
+        remove_file(old)
     try:
         job.report["files"] += export_atomic_energies(job.deployed.model, job.model_dir)
     except Exception as exc:  # noqa: BLE001 - the other files still work
@@ -87,7 +89,7 @@ def _write_plain_torch(job: ExportJob) -> None:
     from dparallel.deploy.probes import probe_structures
 
     for name in ARTIFACTS.values():  # never leave a stale artifact of an older model
-        (job.model_dir / name).unlink(missing_ok=True)
+        remove_file(job.model_dir / name)
     if not job.artifacts:
         routes = {n: RouteReport("skipped", reason="not requested") for n in ARTIFACTS}
     else:
@@ -151,7 +153,7 @@ def export_model(
     job = ExportJob(deployed, model_dir, artifacts, aoti, report)
     for step in EXPORT_STEPS:
         step(job)
-    (model_dir / EXPORT_REPORT).write_text(json.dumps(report, indent=1))
+    write_file(model_dir / EXPORT_REPORT, strict_json(report, indent=1), durable=True)
     return report
 
 

@@ -14,11 +14,11 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dparallel._files import write_file
 from dparallel.nn import HDNNP, load_model
 from dparallel.store import Store, open_store
 from dparallel.train.checkpoints import (
@@ -35,6 +35,7 @@ from dparallel.train.data import PartitionReader
 from dparallel.train.data_units import record_data_units
 from dparallel.train.device import Target, out_of_memory
 from dparallel.train.feed import BatchFeed
+from dparallel.train.model_dir import check_store_unchanged, claim_model_dir
 from dparallel.train.optimizers import Optimizer, make_optimizer
 from dparallel.train.preparation import Prepared, build_model, check_complete, prepare
 from dparallel.train.reporting import (
@@ -51,6 +52,7 @@ from dparallel.train.structure_data import StructureReader, choose_engine
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from pathlib import Path
 
     import numpy as np
 
@@ -124,12 +126,24 @@ def train(
         model file is unreadable, corrupt or holds more than tensors and plain data;
         the store lacks the features or derivatives the spec needs.
     """
+    store = store if isinstance(store, Store) else open_store(store)
+    with claim_model_dir(model_dir, store, resume=resume) as path:  # ours, leased, one store
+        return _train(store, path, spec, resume, callback)
+
+
+def _train(
+    store: Store,
+    model_dir: Path,
+    spec: TrainingSpec | None,
+    resume: bool,
+    callback: EpochCallback | Iterable[EpochCallback] | None,
+) -> TrainResult:
+    """:func:`train` in the model directory it holds."""
     t_start = time.perf_counter()
     spec = spec or TrainingSpec()
     callbacks = [] if callback is None else [callback] if callable(callback) else list(callback)
-    store = store if isinstance(store, Store) else open_store(store)
     coverage = check_complete(store, spec)
-    run, progress = _set_up(store, Path(model_dir), spec, resume)
+    run, progress = _set_up(store, model_dir, spec, resume)
     stopped_early = False
     for epoch in range(progress.start_epoch, spec.epochs):
         row = _epoch(run, epoch, progress)
@@ -177,7 +191,7 @@ def _set_up(
     model = build_model(prep, spec, target)
     optimizer = make_optimizer(model, spec, prep.index.count("train"))
     progress = resume_from(model_dir / CHECKPOINT, spec, model, optimizer) if resume else Progress()
-    (model_dir / SPEC_JSON).write_text(json.dumps(spec.to_dict(), indent=1))
+    write_file(model_dir / SPEC_JSON, json.dumps(spec.to_dict(), indent=1))
     reader = PartitionReader(
         store, spec.descriptor, prep.elements, prep.index, prep.forces, _CACHE_BYTES
     )
@@ -244,6 +258,7 @@ def _epoch(run: _Run, epoch: int, progress: Progress) -> dict[str, Any]:
     lr = run.optimizer.lr
     columns = run.optimizer.columns()  # of the epoch just trained
     run.optimizer.end_epoch(monitor)
+    check_store_unchanged(prep.store, run.model_dir)  # never save an epoch of mixed data
     if monitor < progress.best_val:
         progress.best_val, progress.best_epoch, progress.bad_epochs = monitor, epoch, 0
         save_model(run.model, spec, prep.descriptor_spec, run.model_dir / BEST)

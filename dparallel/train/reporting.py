@@ -9,7 +9,6 @@ stops the run after that epoch, its checkpoint being the result (as an interrupt
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from dparallel._files import new_file, strict_json, write_file, write_with
 from dparallel.train.device import Target
 from dparallel.train.feed import BatchFeed
 from dparallel.train.metric_units import with_units
@@ -192,20 +192,17 @@ def write_metrics(model_dir: Path, history: list[dict], extra: dict | None = Non
     """metrics.csv/json with the unit in each error's name (meV/atom, meV/Å)."""
     rows = [with_units(r) for r in history]
     if rows:
-        tmp = model_dir / (METRICS_CSV + ".tmp")
         fields = list(dict.fromkeys(k for r in rows for k in r))  # resumed rows may add keys
-        with tmp.open("w", newline="") as fh:
+        with new_file(model_dir / METRICS_CSV, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=fields)
             w.writeheader()
             w.writerows(rows)
-        tmp.replace(model_dir / METRICS_CSV)
     extra = dict(extra or {})
     if "final" in extra:
         extra["final"] = {split: with_units(m) for split, m in extra["final"].items()}
     doc = {"epochs": rows, **extra}
-    tmp = model_dir / (METRICS_JSON + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=float))
-    tmp.replace(model_dir / METRICS_JSON)
+    text = strict_json(doc, indent=1, what=METRICS_JSON, missing=True)  # NaN: not measured
+    write_file(model_dir / METRICS_JSON, text)
 
 
 def write_plots(
@@ -257,7 +254,7 @@ def plot_learning_curves(history: Sequence[Mapping[str, Any]], path: str | Path)
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    write_with(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
     plt.close(fig)
     return Path(path)
 
@@ -281,6 +278,6 @@ def plot_parity(arrays: Mapping[str, np.ndarray], path: str | Path, title: str =
         ax.set_xlabel(f"reference {label}")
         ax.set_ylabel(f"predicted {label}")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    write_with(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
     plt.close(fig)
     return Path(path)

@@ -34,7 +34,7 @@ class TrainingSpec(BaseModel):
     Lengths in Å, energies in eV. Frozen and strict about unknown keys.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     descriptor: str = Field("acsf", description="a registered descriptor type")
     descriptor_source: Literal["stored", "computed"] = Field(

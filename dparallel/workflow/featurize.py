@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import (
+    ClusterError,
     DiskFullError,
     PartitionFailedError,
     RunInterruptedError,
@@ -397,6 +398,12 @@ def _statistics_json(statistics: dict[str, dict[str, FeatureStats]]) -> dict[str
     return out
 
 
+def _scheduler_lost(exc: BaseException | None) -> bool:
+    """A task cancelled because the client lost its scheduler (not the partition's fault)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return "scheduler-connection-lost" in text or "lost the connection to the scheduler" in text
+
+
 def _disk_full(exc: BaseException | None) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
@@ -405,8 +412,20 @@ def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None
     """Raise one error for the partitions that failed (nothing if none did)."""
     if not failures:
         return
-    kept = len(store.done_partitions())
+    done = set(store.done_partitions())
+    # a partition whose marker is written counts as done, whatever its future said
+    failures = {p: exc for p, exc in failures.items() if p not in done}
+    if not failures:
+        return
+    kept = len(done)
     total = store.n_partitions
+    if any(_scheduler_lost(exc) for exc in failures.values()):
+        raise ClusterError(
+            f"lost the connection to the Dask scheduler: {kept} of {total} partitions of "
+            f"{target_path(store.path)} are done and kept, {len(failures)} were not computed; "
+            "once the scheduler is back (or with --local N), rerun the same command to "
+            "compute only the rest"
+        )
     full = sorted(p for p, exc in failures.items() if _disk_full(exc))
     if full:
         raise DiskFullError(

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dparallel._files import write_file
 from dparallel.io.location import Location, as_location
 
 if TYPE_CHECKING:
@@ -129,4 +130,4 @@ def store_identity(store: Path | Location, shown: str | None = None) -> dict[str
 
 def record_store(model_dir: Path, store: dict[str, Any]) -> None:
     """Write ``store.json`` (which store the model in ``model_dir`` was trained from)."""
-    (model_dir / STORE_JSON).write_text(json.dumps(store, indent=1) + "\n")
+    write_file(model_dir / STORE_JSON, json.dumps(store, indent=1) + "\n")

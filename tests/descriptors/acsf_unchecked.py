@@ -1,7 +1,8 @@
-"""Bypass ACSF's parameter check in tests (issue 13 makes ACSF accept what n2p2 accepts).
+"""Bypass ACSF's parameter check in tests of the kernels' semantics.
 
-n2p2 takes any real ζ (also < 1, 0, negative integers), any real λ and η; the kernels
-implement that, but ``ACSF`` still refuses ζ < 1, λ ≠ ±1 and η < 0.
+n2p2's formulas take any real ζ, λ and η and the kernels implement that; ``ACSF`` refuses
+λ ≠ ±1 and η < 0 (issue 29: outside the domain the functions have a meaning in), so the
+kernel tests that cover those values build their ACSF through this bypass.
 """
 
 from __future__ import annotations

@@ -50,8 +50,10 @@ def test_numba_equals_torch(cutoff: int) -> None:
                 )
 
 
-def test_numba_equals_torch_for_any_zeta_lambda_eta() -> None:
-    """n2p2's semantics in both backends: ζ < 1, ζ ≤ 0 integers, λ ≠ ±1, η < 0."""
+def test_numba_equals_torch_for_any_zeta_lambda_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """n2p2's formulas in both backends: ζ < 1, ζ ≤ 0 integers, λ ≠ ±1, η < 0 (the kernels
+    compute them; ACSF itself refuses λ ≠ ±1 and η < 0: bypassed here)."""
+    allow_any_parameters(monkeypatch)
     rng = np.random.default_rng(7)
     acsf = ACSF.uniform(
         ["H", "O"],

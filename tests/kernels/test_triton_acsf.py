@@ -169,8 +169,21 @@ def _odd_parameters() -> ACSF:
     )
 
 
+def _allow_any_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/descriptors/acsf_unchecked.py's bypass of ACSF's domain check (η < 0, λ ≠ ±1)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "descriptors" / "acsf_unchecked.py"
+    spec = importlib.util.spec_from_file_location("acsf_unchecked", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    module.allow_any_parameters(monkeypatch)
+
+
 @needs_numba
-def test_triton_any_zeta_lambda_eta() -> None:
+def test_triton_any_zeta_lambda_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    _allow_any_parameters(monkeypatch)  # n2p2's formulas for any value: the kernels' semantics
     acsf, structs = _odd_parameters(), _structures(5, [1, 8], n=7)
     _split_per_element(acsf, structs)
     _against_torch(acsf, structs)

@@ -36,7 +36,7 @@ def _potential(
         cutoff="poly2",
         alpha=0.1,
         radial=[(0.8, 2.6), (0.05, 0.0), (1e4, 0.0)],
-        narrow=[(0.02, 1.0, -1.0, 0.0), (0.01, 0.5, 0.6, 0.3)],
+        narrow=[(0.02, 1.0, -1.0, 0.0), (0.01, 0.5, 1.0, 0.3)],  # ζ < 1, as n2p2 allows
         wide=[(0.03, 2.0, 1.0, 0.0)],
     )
     feats = acsf.compute(structures)

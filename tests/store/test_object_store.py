@@ -27,6 +27,7 @@ from dparallel.io.synthetic import random_structures
 from dparallel.store import StoreLease, _objects, open_store
 from dparallel.store._lease import lease_object
 from dparallel.workflow.featurize import (
+    FeaturizeOptions,
     featurize_in_process,
     finish_featurize,
     prepare_featurize,
@@ -85,7 +86,7 @@ def test_a_second_writer_is_refused_in_one_line(base, data):
               "heartbeat": time.time(), "since": time.time()}  # fmt: skip
     assert _objects.put_if_absent(lease_object(as_location(url)), json.dumps(record).encode())
     with pytest.raises(StoreBusyError) as info:
-        featurize_in_process(data, url, _dset(), partition_atoms=30)
+        featurize_in_process(data, url, _dset(), FeaturizeOptions(partition_atoms=30))
     message = str(info.value)
     assert "\n" not in message
     assert "is being written by dparallel featurize (pid 1 on elsewhere" in message
@@ -149,11 +150,15 @@ def _arrays(store) -> dict[str, np.ndarray]:
 
 def test_an_overwrite_never_shows_a_half_store(base, data):
     url = f"{base}/s.zarr"
-    old = featurize_in_process(data, url, _dset(derivatives=False), partition_atoms=30)
+    old = featurize_in_process(
+        data, url, _dset(derivatives=False), FeaturizeOptions(partition_atoms=30)
+    )
     reader = open_store(url)
     before = _arrays(reader)
     with StoreLease(url, command="test overwrite"):
-        _, building = prepare_featurize(data, url, _dset(), partition_atoms=30, overwrite=True)
+        _, building = prepare_featurize(
+            data, url, _dset(), FeaturizeOptions(partition_atoms=30, overwrite=True)
+        )
         assert building.root != old.root
         for p in building.pending_partitions().tolist():
             featurize_partition(open_source_of(data), building.ref, p, _dset().to_dict())
@@ -168,7 +173,7 @@ def test_an_overwrite_never_shows_a_half_store(base, data):
     _same(_arrays(reader), before)  # the reader that opened the old store still reads it
     # the next writing run removes the generation no longer current; the old reader then
     # gets the old store's data (kept in memory) or a read error, never the new store's
-    featurize_in_process(data, url, _dset(), partition_atoms=30)
+    featurize_in_process(data, url, _dset(), FeaturizeOptions(partition_atoms=30))
     fs, path = old.root.filesystem()
     assert not fs.exists(path)
     try:
@@ -193,14 +198,18 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
 
 def test_a_killed_replacement_is_resumed_and_another_config_refused(base, data):
     url = f"{base}/s.zarr"
-    featurize_in_process(data, url, _dset(derivatives=False), partition_atoms=30)
-    _, building = prepare_featurize(data, url, _dset(), partition_atoms=30, overwrite=True)
+    featurize_in_process(data, url, _dset(derivatives=False), FeaturizeOptions(partition_atoms=30))
+    _, building = prepare_featurize(
+        data, url, _dset(), FeaturizeOptions(partition_atoms=30, overwrite=True)
+    )
     featurize_partition(open_source_of(data), building.ref, 0, _dset().to_dict())
     # "killed" here: the same call again resumes the generation being built
-    _, again = prepare_featurize(data, url, _dset(), partition_atoms=30, overwrite=True)
+    _, again = prepare_featurize(
+        data, url, _dset(), FeaturizeOptions(partition_atoms=30, overwrite=True)
+    )
     assert again.root == building.root and 0 in again.done_partitions().tolist()
     with pytest.raises(StoreMismatchError, match="overwrite"):
-        prepare_featurize(data, url, _dset(), partition_atoms=31)
+        prepare_featurize(data, url, _dset(), FeaturizeOptions(partition_atoms=31))
 
 
 def test_foreign_objects_and_inputs_are_never_replaced(base, data):
@@ -208,17 +217,23 @@ def test_foreign_objects_and_inputs_are_never_replaced(base, data):
     fs, path = as_location(f"{url}/notes.txt").filesystem()
     fs.pipe_file(path, b"the user's")
     with pytest.raises(StoreMismatchError, match="not a dparallel store"):
-        featurize_in_process(data, url, _dset(), partition_atoms=30, overwrite=True)
+        featurize_in_process(
+            data, url, _dset(), FeaturizeOptions(partition_atoms=30, overwrite=True)
+        )
     assert fs.cat_file(path) == b"the user's"
     source = f"{base}/in/data.xyz"
     fs.pipe_file(as_location(source).filesystem()[1], data.read_bytes())
     with pytest.raises(UnsafePathError, match="an input"):
-        featurize_in_process(source, f"{base}/in", _dset(), partition_atoms=30)
+        featurize_in_process(source, f"{base}/in", _dset(), FeaturizeOptions(partition_atoms=30))
 
 
 def test_remote_store_equals_the_local_one_bitwise(base, data, tmp_path):
-    local = featurize_in_process(data, tmp_path / "s.zarr", _dset(), partition_atoms=30)
-    remote = featurize_in_process(data, f"{base}/s.zarr", _dset(), partition_atoms=30)
+    local = featurize_in_process(
+        data, tmp_path / "s.zarr", _dset(), FeaturizeOptions(partition_atoms=30)
+    )
+    remote = featurize_in_process(
+        data, f"{base}/s.zarr", _dset(), FeaturizeOptions(partition_atoms=30)
+    )
     import zarr
 
     a = zarr.open_group(store=local.zarr_store, mode="r")
@@ -248,7 +263,7 @@ def test_a_complete_store_at_a_url_is_read_once_then_from_memory(data):
     from dparallel.store._read_cache import CachedReads
 
     url = f"memory://dparallel-test/cached-{time.monotonic_ns()}/s.zarr"
-    featurize_in_process(data, url, _dset(), partition_atoms=30)
+    featurize_in_process(data, url, _dset(), FeaturizeOptions(partition_atoms=30))
     reader = open_store(url)
     assert isinstance(reader.zarr_store, CachedReads)
     first = _arrays(reader)
@@ -266,5 +281,5 @@ def test_a_complete_store_at_a_url_is_read_once_then_from_memory(data):
     # a store still being written is read afresh every time
     url2 = f"memory://dparallel-test/cached-{time.monotonic_ns()}/s.zarr"
     with StoreLease(url2):
-        prepare_featurize(data, url2, _dset(), partition_atoms=30)
+        prepare_featurize(data, url2, _dset(), FeaturizeOptions(partition_atoms=30))
         assert not isinstance(open_store(url2).zarr_store, CachedReads)

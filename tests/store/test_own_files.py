@@ -31,14 +31,14 @@ _KILL_BEFORE_METADATA = textwrap.dedent(
     import numpy as np
     from dparallel.store import open_store
 
-    real = Path.write_bytes
+    real = os.replace
 
-    def write_bytes(self, data):
-        if self.name == "zarr.json" and self.parent.name == "values":
+    def replace(src, dst):  # killed as the array's metadata is put in place
+        if Path(dst).name == "zarr.json" and Path(dst).parent.name == "values":
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(self, data)
+        return real(src, dst)
 
-    Path.write_bytes = write_bytes
+    os.replace = replace
     store = open_store(sys.argv[1], mode="r+")
     block = {"values": np.ones((3, 4)), "atom_index": np.arange(3)}
     store.write_features(1, {"acsf": {"H": block}})
@@ -66,6 +66,7 @@ def test_a_partition_half_written_by_a_killed_task_is_ours(store):
     assert done.returncode == -signal.SIGKILL, done.stderr
     values = store / "parts" / "1" / "features" / "acsf" / "H" / "values"
     assert (values / "c.0.0").is_file() and not (values / "zarr.json").exists()
+    assert [p.name.endswith(".partial") for p in values.glob("zarr.json.*")] == [True]
     assert foreign_files(store) == []
     assert check_replaceable(store) == store.resolve()
 

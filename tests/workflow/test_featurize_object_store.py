@@ -29,7 +29,7 @@ from s3server import HIDE_PRELOAD, s3_server
 
 from dparallel.errors import StoreError
 from dparallel.store import StoreLease, open_store
-from dparallel.workflow.featurize import featurize, featurize_in_process
+from dparallel.workflow.featurize import FeaturizeOptions, featurize, featurize_in_process
 
 if TYPE_CHECKING:
     import numpy as np
@@ -90,7 +90,7 @@ def reference(dataset, client_dir):
     """The local run: local file into a local store (in process)."""
     local, _ = dataset
     return featurize_in_process(
-        local, client_dir / "local.zarr", _dset(), partition_atoms=PARTITION_ATOMS
+        local, client_dir / "local.zarr", _dset(), FeaturizeOptions(partition_atoms=PARTITION_ATOMS)
     )
 
 
@@ -161,7 +161,10 @@ def test_featurize_s3_to_s3_on_workers_without_the_files_then_train(
     assert all(not c.startswith(str(client_dir)) for c in cwds.values())
     store_url = f"s3://{BUCKET}/stores/cu.zarr"
     result = featurize(
-        url, store_url, _dset(), partition_atoms=PARTITION_ATOMS, client=isolated_cluster
+        url,
+        store_url,
+        _dset(),
+        FeaturizeOptions(partition_atoms=PARTITION_ATOMS, client=isolated_cluster),
     )
     assert result.partitions_computed == reference.n_partitions > 1
     remote = open_store(store_url)

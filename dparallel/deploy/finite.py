@@ -1,0 +1,66 @@
+"""Predictions are finite, or an error names the structure and the atom.
+
+A model can predict NaN or infinity (two atoms at one place, a broken weight): the
+evaluation and the ASE calculator refuse such a prediction instead of averaging it away
+or handing it to an MD integrator.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dparallel.errors import NonFiniteError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from dparallel.types import StructureBatch
+
+__all__ = ["check_finite_predictions"]
+
+
+def _structure_of(batch: StructureBatch, atom: int) -> tuple[int, int]:
+    """(structure index in the batch, atom index within it) of the batch's atom ``atom``."""
+    ends = np.cumsum(np.asarray(batch.atom_counts, np.int64))  # (S,)
+    s = int(np.searchsorted(ends, atom, side="right"))
+    start = int(ends[s - 1]) if s else 0
+    return s, atom - start
+
+
+def check_finite_predictions(
+    out: Mapping[str, Any], batch: StructureBatch, first: int = 0, where: str = ""
+) -> None:
+    """Raise :class:`NonFiniteError` if a predicted energy, per-atom energy or force is not
+    finite; the message names the structure (``first`` + its index in ``batch``: its index
+    in the file) and the atom, with its element and position."""
+    for key in ("forces", "energies"):
+        values = out.get(key)
+        if values is None:
+            continue
+        values = np.asarray(values)
+        if np.isfinite(values).all():  # the common case, once per MD step: one pass
+            continue
+        from ase.data import chemical_symbols
+
+        bad = ~np.isfinite(values.reshape(values.shape[0], -1)).all(axis=1)  # (N,)
+        if bad.any():
+            atom = int(np.flatnonzero(bad)[0])
+            s, i = _structure_of(batch, atom)
+            element = chemical_symbols[int(batch.numbers[atom])]
+            position = np.round(np.asarray(batch.positions[atom], float), 4).tolist()
+            what = "force" if key == "forces" else "atomic energy"
+            raise NonFiniteError(
+                f"{where}structure {first + s}, atom {i} ({element} at {position} Å): the "
+                f"predicted {what} is {values[atom].tolist()}, not finite; atoms at (nearly) "
+                "one place, or a model outside what it was trained on"
+            )
+    energy = out.get("energy")
+    if energy is not None and not np.isfinite(energy).all():
+        bad_e = ~np.isfinite(np.asarray(energy, float).reshape(-1))
+        if bad_e.any():
+            s = int(np.flatnonzero(bad_e)[0])
+            raise NonFiniteError(
+                f"{where}structure {first + s}: the predicted energy is not finite"
+            )

@@ -1,0 +1,90 @@
+"""One ACSF symmetry function as validated data: its parameters in their domain.
+
+:func:`_feature` builds the metadata dict of one function (type 2, 3 or 9) and refuses,
+before any run, what is outside the domain n2p2's formulas have a meaning in: a
+non-finite parameter, a cutoff beyond :data:`MAX_R_CUT` (a unit mistake), ``eta < 0``
+(a Gaussian that grows with distance), ``rs`` at or beyond the cutoff (a function that is
+zero for every pair), ``lambda`` other than -1 or 1, an inner cutoff outside [0, 1).
+``zeta < 1`` is accepted, as n2p2 accepts it. :func:`_refuse_duplicates` refuses the same
+function twice for one central element.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from dparallel.errors import DescriptorError
+from dparallel.kernels.cutoff_types import CUTOFF_TYPES, cutoff_type_id
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = ["MAX_R_CUT"]
+
+#: The largest cutoff radius accepted (Å): beyond it a "cutoff" is a unit mistake.
+MAX_R_CUT = 50.0
+
+
+def _feature(center: str, neighbors: Sequence[str], f: Mapping[str, Any]) -> dict[str, Any]:
+    """One validated feature of ``center`` from its parameters ``f``: ``type``, ``eta``,
+    ``rc`` and optionally ``rs`` (0), ``cutoff`` ("cos"), ``alpha`` (0), ``zeta``, ``lambda``."""
+    type_, eta, rc = int(f["type"]), f["eta"], f["rc"]
+    rs, alpha = f.get("rs", 0.0) or 0.0, f.get("alpha", 0.0) or 0.0
+    zeta, lambda_ = f.get("zeta"), f.get("lambda")
+    cid = cutoff_type_id(f.get("cutoff", "cos"))
+    if type_ not in (2, 3, 9):
+        raise DescriptorError(f"symmetry function type {type_} unsupported; use 2, 3 or 9")
+    if not (math.isfinite(rc) and rc > 0 and math.isfinite(eta) and math.isfinite(rs)):
+        raise DescriptorError(f"need a finite rc > 0 and finite eta, rs; got {rc}, {eta}, {rs}")
+    if type_ != 2 and (
+        zeta is None or lambda_ is None or not (math.isfinite(zeta) and math.isfinite(lambda_))
+    ):
+        raise DescriptorError(
+            f"angular function needs finite zeta and lambda, got {zeta}, {lambda_}"
+        )
+    if not 0.0 <= alpha < 1.0:
+        raise DescriptorError(f"inner cutoff alpha must be in [0, 1), got {alpha}")
+    where = f"symmetry function type {type_} of {center} with {'-'.join(neighbors)}"
+    if rc > MAX_R_CUT:
+        raise DescriptorError(
+            f"{where}: cutoff rc = {rc:g} Å is beyond {MAX_R_CUT:g} Å; every atom would have "
+            "every other as neighbour (check the units: an input.nn in bohr needs "
+            "units: bohr-hartree)"
+        )
+    if eta < 0:
+        raise DescriptorError(f"{where}: eta = {eta:g} < 0 grows with distance; use eta >= 0")
+    if rs >= rc:
+        raise DescriptorError(
+            f"{where}: rs = {rs:g} lies at or beyond the cutoff rc = {rc:g}: the function is "
+            "zero for every pair; use rs < rc"
+        )
+    if type_ != 2 and lambda_ not in (-1.0, 1.0):
+        raise DescriptorError(f"{where}: lambda must be -1 or 1, got {lambda_}")
+    return {
+        "type": int(type_),
+        "center": center,
+        "neighbors": list(neighbors),
+        "eta": float(eta),
+        "rs": float(rs),
+        "zeta": None if type_ == 2 else float(zeta),  # type: ignore[arg-type]
+        "lambda": None if type_ == 2 else float(lambda_),  # type: ignore[arg-type]
+        "rc": float(rc),
+        "cutoff": CUTOFF_TYPES[cid],
+        "cutoff_id": cid,
+        "alpha": float(alpha),
+    }
+
+
+def _refuse_duplicates(center: str, features: Sequence[dict[str, Any]]) -> None:
+    """Raise if two of a central element's functions are the same function."""
+    seen: dict[tuple, int] = {}
+    for k, f in enumerate(features):
+        key = tuple((name, str(value)) for name, value in sorted(f.items()))
+        if key in seen:
+            raise DescriptorError(
+                f"symmetry functions {seen[key]} and {k} of {center} are the same function "
+                f"(type {f['type']}, {'-'.join(f['neighbors'])}, eta {f['eta']:g}, rs "
+                f"{f['rs']:g}, rc {f['rc']:g}): a duplicate column; remove one"
+            )
+        seen[key] = k

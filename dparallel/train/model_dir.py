@@ -1,0 +1,179 @@
+"""A model directory: ours or refused, one training run at a time, one store per model.
+
+:func:`claim_model_dir` is what :func:`~dparallel.train.train` does first:
+
+* **Ownership.** The folder must be new, empty, or carry :data:`MARKER` (written the first
+  time; a model directory written before markers is adopted when it holds only a model
+  directory's files, ``spec.json`` and a checkpoint or model among them). A folder of the
+  user's (``-o .`` beside their ``metrics.csv``) is refused, as is one that is, holds or
+  lies inside the store it trains from.
+* **One run at a time.** The run holds the folder's lease (``MODEL_DIR.lock`` beside it,
+  the store lease's protocol: :class:`~dparallel.store.StoreLease`); a second run is
+  refused with who holds it.
+* **A new model replaces every file of the old one.** A training that does not resume
+  removes every model file it or ``dparallel export`` wrote before (checkpoints, models,
+  metrics, plots, ``deployed.pt``, ``potential.*``, ``atomic_energy_*.pt2``, the default
+  n2p2 export), so nothing of an older model is read as this one's.
+* **One store per model.** The store's identity (:func:`~dparallel.store.store_identity`)
+  is recorded in the marker; ``--resume`` and every epoch (:func:`check_store_unchanged`)
+  compare it with the store's identity now and stop with what changed.
+
+A run that fails before training starts (``--device cuda`` without CUDA) and made the
+folder leaves no folder behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dparallel._files import claim_directory, remove_file, write_file
+from dparallel.errors import TrainingError
+from dparallel.store import StoreLease, current_identity, held_lease, store_identity
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from dparallel.store import Store
+
+__all__ = ["MARKER", "MODEL_FILES", "check_store_unchanged", "claim_model_dir"]
+
+#: The file that makes a folder a dparallel model directory (JSON: kind, store identity).
+MARKER = ".dparallel-model.json"
+#: Every file a training run or ``dparallel export`` writes into a model directory.
+MODEL_FILES = (
+    "checkpoint.pt",
+    "best.pt",
+    "model.pt",
+    "spec.json",
+    "metrics.csv",
+    "metrics.json",
+    "data_units.json",
+    "store.json",
+    "*.png",
+    "deployed.pt",
+    "export.json",
+    "potential.pt2",
+    "potential_aoti.pt2",
+    "potential.ts",
+    "atomic_energy_*.pt2",
+    "*.partial",
+    ".*.partial*",
+)
+#: The default n2p2 export folder (``dparallel export --format n2p2``) and its files.
+_N2P2 = "n2p2"
+_N2P2_FILES = ("input.nn", "scaling.data", "weights.*.data", ".dparallel-n2p2.json", "*.partial")
+
+
+def _known(name: str, patterns: tuple[str, ...] = MODEL_FILES) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _legacy(folder: Path, entries: set[str]) -> bool:
+    """A model directory written before markers: only its files, spec.json and a model."""
+    n2p2 = folder / _N2P2
+    files = entries - {_N2P2}
+    if _N2P2 in entries and not (_n2p2_export(n2p2)):
+        return False
+    has_model = bool({"checkpoint.pt", "model.pt", "best.pt"} & files)
+    return all(_known(n) for n in files) and "spec.json" in files and has_model
+
+
+def _n2p2_export(folder: Path) -> bool:
+    """Whether ``folder`` is a plain folder holding only n2p2 export files."""
+    if not folder.is_dir() or folder.is_symlink():
+        return False
+    return all(_known(n, _N2P2_FILES) for n in os.listdir(folder))
+
+
+def _read_marker(model_dir: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads((model_dir / MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _remove_old_model(model_dir: Path) -> None:
+    """Every file of an earlier model in ``model_dir`` (see module docstring)."""
+    for entry in os.scandir(model_dir):
+        if entry.name != MARKER and _known(entry.name) and not entry.is_dir(follow_symlinks=False):
+            remove_file(model_dir / entry.name, root=model_dir)
+    if _n2p2_export(model_dir / _N2P2):
+        shutil.rmtree(model_dir / _N2P2)
+
+
+def _describe(identity: dict[str, Any] | None) -> str:
+    if identity is None:
+        return "no store"
+    return f"identity {identity.get('identity')}, created {identity.get('created')}"
+
+
+@contextlib.contextmanager
+def claim_model_dir(
+    model_dir: str | os.PathLike[str], store: Store, *, resume: bool = False
+) -> Iterator[Path]:
+    """Hold ``model_dir`` for one training run (see module docstring); yields its path.
+
+    Raises
+    ------
+    UnsafePathError
+        The folder is not ours, or it is, holds or lies inside the store.
+    StoreBusyError
+        Another run trains into it.
+    TrainingError
+        ``resume`` and the store is not the one the checkpoint was trained from.
+    """
+    path = Path(model_dir).expanduser()
+    protect = [store.path] if store.path is not None else []
+    created = claim_directory(
+        path, MARKER, "model", protect=protect, adopt=lambda names: _legacy(path, names)
+    )
+    try:
+        with StoreLease(path, command="dparallel train"):
+            doc = _read_marker(path)
+            now = store_identity(store)
+            recorded = doc.get("store")
+            if resume and isinstance(recorded, dict) and recorded.get("identity") != now:
+                raise TrainingError(
+                    f"--resume: {path} was trained from another store than {store.location} "
+                    f"is now (then: {_describe(recorded.get('identity'))}; now: "
+                    f"{_describe(now)}): it was featurized again or overwritten. Train anew "
+                    "(without --resume) or into a new MODEL_DIR"
+                )
+            if not resume:
+                _remove_old_model(path)
+            doc["store"] = {"location": str(store.location), "identity": now}
+            write_file(path / MARKER, json.dumps(doc, indent=1) + "\n", root=path, durable=True)
+            yield path
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if created and os.listdir(path) == [MARKER]:  # failed before anything of a
+                (path / MARKER).unlink()  # model was written: no folder left
+                path.rmdir()
+        raise
+
+
+def check_store_unchanged(store: Store, model_dir: Path) -> None:
+    """Raise :class:`TrainingError` if the store changed since the run began (another
+    identity, or gone) or the model directory's lease was lost; once per epoch."""
+    lease = held_lease(model_dir)
+    if lease is not None:
+        lease.check()
+    recorded = _read_marker(model_dir).get("store")
+    if not isinstance(recorded, dict):
+        return
+    then = recorded.get("identity")
+    now = current_identity(store)
+    if now != then:
+        raise TrainingError(
+            f"the store {store.location} changed under this run (then: {_describe(then)}; "
+            f"now: {_describe(now)}): it was featurized again, overwritten or removed. The "
+            f"checkpoint of the last full epoch on the old data is kept in {model_dir}; "
+            "train anew (without --resume) to train on the new data"
+        )

@@ -1,0 +1,49 @@
+"""ACSF parameters outside their domain are refused when the descriptor is built (before
+any run), with the function named; n2p2's ζ < 1 is accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from dparallel.descriptors.acsf import ACSF
+from dparallel.errors import DescriptorError
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"radial": [(-0.1, 0.0)]}, r"eta = -0.1 < 0"),
+        ({"narrow": [(-0.1, 1.0, 1.0, 0.0)]}, r"eta = -0.1 < 0"),
+        ({"narrow": [(0.1, 1.0, 0.5, 0.0)]}, r"lambda must be -1 or 1, got 0.5"),
+        ({"wide": [(0.1, 1.0, 2.0, 0.0)]}, r"lambda must be -1 or 1, got 2.0"),
+        ({"radial": [(0.1, 6.0)]}, r"rs = 6 lies at or beyond the cutoff rc = 6"),
+        ({"radial": [(0.1, 9.0)]}, r"rs = 9 lies at or beyond"),
+        ({"radial": [(0.1, 0.0), (0.1, 0.0)]}, r"symmetry functions 0 and 1 of H are the same"),
+        ({"radial": [(0.1, 0.0)], "r_cut": 1e6}, r"beyond 50 Å"),
+        ({"radial": [(float("nan"), 0.0)]}, r"finite"),
+        ({"radial": [(0.1, 0.0)], "r_cut": float("inf")}, r"finite"),
+    ],
+)
+def test_out_of_domain_parameters_are_refused(kwargs, message) -> None:
+    args = {"r_cut": 6.0, **kwargs}
+    with pytest.raises(DescriptorError, match=message):
+        ACSF.uniform(["H", "O"], **args)
+
+
+def test_n2p2_domain_is_kept() -> None:
+    acsf = ACSF.uniform(
+        ["H"], 6.0, radial=[(0.0, 0.0), (0.5, 5.9)], narrow=[(0.1, 0.5, -1.0, 0.0)],
+        wide=[(0.0, 1.0, 1.0, 2.0)],
+    )  # fmt: skip
+    assert len(acsf.features("H")) == 4
+
+
+def test_the_spec_refuses_before_the_run() -> None:
+    from pydantic import ValidationError
+
+    from dparallel.descriptors.acsf_spec import ACSFSpec
+
+    with pytest.raises(ValidationError, match="finite number"):
+        ACSFSpec(elements=["H"], r_cut=float("inf"), radial=[(0.1, 0.0)])
+    with pytest.raises(DescriptorError, match=r"lambda must be -1 or 1"):
+        ACSFSpec(elements=["H"], narrow=[(0.1, 1.0, 0.3, 0.0)]).build()

@@ -1,0 +1,66 @@
+"""A structure file edited while a run reads it is refused, never read as a mix."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import ase.io
+import pytest
+
+from dparallel.errors import InputError
+from dparallel.io import open_source
+from dparallel.io.synthetic import random_structures
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def test_an_input_edited_after_indexing_is_refused_on_read(tmp_path: Path, rng) -> None:
+    path = tmp_path / "in.extxyz"
+    frames = random_structures(6, rng, max_atoms=5)
+    ase.io.write(path, frames, format="extxyz")
+    source = open_source(path)
+    assert source.read(0, 3).n_structures == 3
+    ase.io.write(path, frames[:4], format="extxyz")  # the user rewrites it mid-run
+    with pytest.raises(InputError, match="changed while it was being read"):
+        source.read(3, 6)
+    ase.io.write(path, frames, format="extxyz")  # the same bytes, but written anew
+    os.utime(path, ns=(1, 1))
+    with pytest.raises(InputError, match="modified since it was indexed"):
+        source.read(0, 2)
+
+
+def test_a_source_sent_to_a_worker_refuses_a_file_changed_since(tmp_path: Path, rng) -> None:
+    import pickle
+
+    path = tmp_path / "in.extxyz"
+    frames = random_structures(4, rng, max_atoms=5)
+    ase.io.write(path, frames, format="extxyz")
+    source = open_source(path, cache_index=False)
+    len(source)  # indexed on the client
+    sent = pickle.dumps(source)
+    ase.io.write(path, frames, format="extxyz")  # same structures, written again
+    os.utime(path, ns=(5, 5))
+    worker = pickle.loads(sent)
+    with pytest.raises(InputError, match="changed since it was opened"):
+        worker.read(0, 2)
+
+
+def test_a_compressed_file_is_named_as_such_not_as_a_parse_error(tmp_path: Path, rng) -> None:
+    import bz2
+    import gzip
+
+    path = tmp_path / "in.extxyz"
+    ase.io.write(path, random_structures(2, rng, max_atoms=4), format="extxyz")
+    packed = tmp_path / "in.extxyz.bz2"
+    packed.write_bytes(bz2.compress(path.read_bytes()))
+    with pytest.raises(InputError, match=r"bzip2-compressed.*bunzip2 -k in.extxyz.bz2"):
+        open_source(packed, format="extxyz")
+    hidden = tmp_path / "in.txt"  # gzip under another name: said, with what to do
+    hidden.write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(InputError, match=r"gzip-compressed.*name it"):
+        open_source(hidden, format="extxyz")
+    named = tmp_path / "in.extxyz.gz"  # named .gz: read as the text it holds
+    named.write_bytes(gzip.compress(path.read_bytes()))
+    assert open_source(named).read().n_atoms == open_source(path).read().n_atoms

@@ -1,0 +1,104 @@
+"""The store's writes go through dparallel._files: no link is written through, a partition
+whose folder became a link is refused, and what a done marker declares is fsynced first."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import ase.io
+import numpy as np
+import pytest
+
+from dparallel.errors import UnsafePathError
+from dparallel.io.synthetic import random_structures
+from dparallel.store import current_identity, open_store, store_identity
+from dparallel.workflow.ingest import ingest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@pytest.fixture
+def store(tmp_path, rng, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "in.extxyz"
+    ase.io.write(data, random_structures(30, rng, max_atoms=8), format="extxyz")
+    return ingest(data, "s.zarr", partition_atoms=40).store.path
+
+
+def test_a_chunk_hard_linked_to_a_users_file_is_replaced_not_overwritten(store, tmp_path):
+    s = open_store(store, mode="r+")
+    chunk = store / "structures" / "positions" / "c.1.0"
+    assert chunk.is_file()
+    before = s.read_structures(*s.partition_range(1))
+    user = tmp_path / "user.bin"
+    user.write_bytes(b"the user's bytes")
+    chunk.unlink()
+    os.link(user, chunk)
+    s.write_structures(1, before)
+    assert user.read_bytes() == b"the user's bytes"
+    assert os.stat(chunk).st_nlink == 1
+    np.testing.assert_array_equal(
+        open_store(store).read_structures(*s.partition_range(1)).positions, before.positions
+    )
+
+
+def test_a_partition_folder_that_became_a_link_is_refused_untouched(store, tmp_path):
+    s = open_store(store, mode="r+")
+    user = tmp_path / "users-folder"
+    user.mkdir()
+    (user / "thesis.tex").write_text("keep me")
+    part = store / "parts" / "1"
+    if part.exists():
+        import shutil
+
+        shutil.rmtree(part)
+    part.symlink_to(user)
+    block = {"values": np.ones((3, 4)), "atom_index": np.arange(3)}
+    with pytest.raises(UnsafePathError, match=r"parts/1 is a symbolic link"):
+        s.write_features(1, {"acsf": {"H": block}})
+    with pytest.raises(UnsafePathError):
+        s.mark_done(1)
+    assert sorted(p.name for p in user.iterdir()) == ["thesis.tex"]
+
+
+def test_the_done_marker_comes_after_the_partitions_files_are_synced(
+    store, monkeypatch: pytest.MonkeyPatch
+):
+    from dparallel import _files
+
+    s = open_store(store, mode="r+")
+    s.clear_done(2)
+    order: list[str] = []
+    real_replace, real_syncfs, real_fsync = os.replace, _files._syncfs, _files._fsync_path
+    monkeypatch.setattr(_files, "_syncfs", lambda f: order.append("sync") or real_syncfs(f))
+    monkeypatch.setattr(_files, "_fsync_path", lambda f: order.append("sync") or real_fsync(f))
+
+    def replace(src, dst):
+        order.append("done" if "partitions/done" in str(dst) else "write")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    block = {"values": np.ones((3, 4)), "atom_index": np.arange(3)}
+    s.write_features(2, {"acsf": {"H": block}})
+    assert "sync" not in order  # chunks and documents: written, not yet synced one by one
+    s.mark_done(2)
+    assert order.count("done") == 1
+    done = order.index("done")
+    last_write = max(i for i, o in enumerate(order[:done]) if o == "write")
+    assert "sync" in order[last_write:done]  # every file on disk before the marker
+    assert 2 in open_store(store).done_partitions()
+
+
+def test_a_store_has_an_identity_that_changes_when_it_is_made_again(tmp_path, rng, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "in.extxyz"
+    ase.io.write(data, random_structures(10, rng, max_atoms=6), format="extxyz")
+    first = open_store(ingest(data, "s.zarr", partition_atoms=40).store.path)
+    then = store_identity(first)
+    assert then["identity"] and current_identity(first) == then
+    ase.io.write(data, random_structures(12, rng, max_atoms=6), format="extxyz")
+    ingest(data, "s.zarr", partition_atoms=40, overwrite=True)
+    now = current_identity(first)
+    assert now is not None and now["identity"] != then["identity"]
