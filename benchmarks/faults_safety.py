@@ -673,27 +673,58 @@ def _spec_r_cut(tmp: Path) -> Result:
 
 
 # ------------------------------------------------------------------------------- cli
-def _compressed(kind: str) -> Callable[[Path], Result]:
+def _compressed(kind: str, name: str) -> Callable[[Path], Result]:
+    """A compressed input dparallel cannot read as such (``name``): one line that says so."""
+
     def probe(tmp: Path) -> Result:
         import bz2
         import gzip
 
         raw = _data(tmp).read_bytes()
         pack = {"gz": gzip.compress, "bz2": bz2.compress}[kind]
-        path = tmp / f"in.extxyz.{kind}"
+        path = tmp / name
         path.write_bytes(pack(raw))
         return _one_line(["ingest", str(path), "-o", "s.zarr", "-q"], "compressed")
 
     return probe
 
 
+def _gzip_read(tmp: Path) -> Result:
+    """A gzip file named ``….gz`` is read as the text it holds: the store equals the plain one."""
+    import gzip
+
+    from dparallel.store import open_store
+
+    plain = _data(tmp)
+    packed = tmp / "in.extxyz.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    codes = [_cli(["ingest", str(p), "-o", str(tmp / f"{p.name}.zarr"), "-q"])[0]
+             for p in (plain, packed)]  # fmt: skip
+    if codes != [0, 0]:
+        return False, f"rc {codes}"
+    a, b = (open_store(tmp / f"{p.name}.zarr") for p in (plain, packed))
+    same = (a.n_atoms, a.n_structures) == (b.n_atoms, b.n_structures)
+    return same, f"read; {b.n_atoms} atoms as from the plain file: {same}"
+
+
 def _scheduler_lost(tmp: Path) -> Result:
-    from types import SimpleNamespace
 
     from dparallel.errors import ClusterError
+    from dparallel.store import Store
     from dparallel.workflow.featurize import _raise_failures
 
-    store = SimpleNamespace(done_partitions=lambda: [0, 1, 2], n_partitions=10, path=tmp / "s")
+    class _Lost(Store):  # a store of 10 partitions, 3 done, without opening one
+        def __init__(self) -> None:
+            pass
+
+        def done_partitions(self) -> list[int]:
+            return [0, 1, 2]
+
+        n_partitions = 10  # type: ignore[assignment]
+        root = None  # type: ignore[assignment]
+        path = tmp / "s"  # type: ignore[assignment]
+
+    store = _Lost()
     lost = RuntimeError("1 Future cancelled for reason: scheduler-connection-lost.")
     try:
         _raise_failures(store, {p: lost for p in range(2, 10)})  # type: ignore[arg-type]
@@ -780,7 +811,8 @@ SAFETY_PROBES: list[tuple[str, str, str, Callable[[Path], Result]]] = [
      lambda tmp: _usage_error(_featurize(tmp, "-o", "s.zarr", "--local", "two"), "whole number")),
     ("cli", "featurize -o /", "one line, rc 2",
      lambda tmp: _one_line(_featurize(tmp, "-o", "/", "--local", "1"), "filesystem root")),
-    ("cli", ".gz input", "one line: compressed", _compressed("gz")),
-    ("cli", ".bz2 input", "one line: compressed", _compressed("bz2")),
+    ("cli", ".gz input", "read as its text", _gzip_read),
+    ("cli", "gzip not named .gz", "one line: compressed", _compressed("gz", "in.extxyz")),
+    ("cli", ".bz2 input", "one line: compressed", _compressed("bz2", "in.extxyz.bz2")),
     ("cli", "scheduler lost mid-run", "one line, counts add up", _scheduler_lost),
 ]  # fmt: skip

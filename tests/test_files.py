@@ -107,6 +107,7 @@ def test_new_file_replaces_only_when_the_block_completes(tmp_path: Path) -> None
 def test_pending_files_are_synced_once_in_one_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    sync_pending()  # what earlier tests in this process left pending is not this test's
     synced: list[str] = []
     real_fsync, real_syncfs = os.fsync, _files._syncfs
     monkeypatch.setattr(os, "fsync", lambda fd: synced.append("fsync") or real_fsync(fd))

@@ -65,13 +65,18 @@ class ACSF:
     ``order`` says how each central element's columns are ordered: ``"given"`` keeps the
     order of ``features`` (:meth:`uniform`'s order, or a file's), ``"n2p2"`` sorts them as
     n2p2 does (``Element::sortSymmetryFunctions``, see :meth:`n2p2_order`), so columns,
-    statistics and ``scaling.data`` rows all follow n2p2's order.
+    statistics and ``scaling.data`` rows all follow n2p2's order. ``lenient``: η < 0 and
+    λ ≠ ±1 (which n2p2 accepts) are logged, not refused: n2p2 files and rebuilt specs.
     """
 
     ORDERS = ("given", "n2p2")
 
     def __init__(
-        self, elements: Sequence[str], features: dict[str, list[dict]], order: str = "given"
+        self,
+        elements: Sequence[str],
+        features: dict[str, list[dict]],
+        order: str = "given",
+        lenient: bool = False,
     ) -> None:
         from ase.data import atomic_numbers
 
@@ -94,7 +99,7 @@ class ACSF:
                         raise DescriptorError(f"feature {f} names element {x!r} not in {elements}")
                 if len(nb) == 2:  # canonical order: as in `elements`
                     nb = sorted(nb, key=self._elements.index)
-                feats.append(_feature(e, nb, f))
+                feats.append(_feature(e, nb, f, lenient))
             _refuse_duplicates(e, feats)
             self._features[e] = feats
         if order == "n2p2":
@@ -146,7 +151,8 @@ class ACSF:
         stores and model files written before the ``type`` key name it ``kind``)."""
         if not isinstance(spec, dict) or spec.get("type", spec.get("kind")) != "acsf":
             raise DescriptorError("ACSF.from_dict: expected a dict with type='acsf'")
-        return cls(spec["elements"], spec["features"], order=spec.get("order", "given"))
+        order = spec.get("order", "given")  # as accepted once (n2p2's η < 0, λ ≠ ±1 too)
+        return cls(spec["elements"], spec["features"], order=order, lenient=True)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able spec (type, elements, features per central element)."""

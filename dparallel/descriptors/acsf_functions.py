@@ -11,6 +11,7 @@ function twice for one central element.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -22,13 +23,21 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_R_CUT"]
 
+log = logging.getLogger(__name__)
+
 #: The largest cutoff radius accepted (Å): beyond it a "cutoff" is a unit mistake.
 MAX_R_CUT = 50.0
 
 
-def _feature(center: str, neighbors: Sequence[str], f: Mapping[str, Any]) -> dict[str, Any]:
+def _feature(
+    center: str, neighbors: Sequence[str], f: Mapping[str, Any], lenient: bool = False
+) -> dict[str, Any]:
     """One validated feature of ``center`` from its parameters ``f``: ``type``, ``eta``,
-    ``rc`` and optionally ``rs`` (0), ``cutoff`` ("cos"), ``alpha`` (0), ``zeta``, ``lambda``."""
+    ``rc`` and optionally ``rs`` (0), ``cutoff`` ("cos"), ``alpha`` (0), ``zeta``, ``lambda``.
+
+    ``lenient``: ``eta < 0`` and ``lambda`` other than ±1, which n2p2 accepts, are logged as
+    a warning instead of refused (an n2p2 ``input.nn``, a spec a store or model file holds).
+    """
     type_, eta, rc = int(f["type"]), f["eta"], f["rc"]
     rs, alpha = f.get("rs", 0.0) or 0.0, f.get("alpha", 0.0) or 0.0
     zeta, lambda_ = f.get("zeta"), f.get("lambda")
@@ -52,15 +61,20 @@ def _feature(center: str, neighbors: Sequence[str], f: Mapping[str, Any]) -> dic
             "every other as neighbour (check the units: an input.nn in bohr needs "
             "units: bohr-hartree)"
         )
+    outside = []
     if eta < 0:
-        raise DescriptorError(f"{where}: eta = {eta:g} < 0 grows with distance; use eta >= 0")
+        outside.append(f"{where}: eta = {eta:g} < 0 grows with distance; use eta >= 0")
     if rs >= rc:
         raise DescriptorError(
             f"{where}: rs = {rs:g} lies at or beyond the cutoff rc = {rc:g}: the function is "
             "zero for every pair; use rs < rc"
         )
     if type_ != 2 and lambda_ not in (-1.0, 1.0):
-        raise DescriptorError(f"{where}: lambda must be -1 or 1, got {lambda_}")
+        outside.append(f"{where}: lambda must be -1 or 1, got {lambda_}")
+    if outside and not lenient:
+        raise DescriptorError(outside[0])
+    for text in outside:
+        log.warning("%s (accepted, as n2p2 accepts it)", text)
     return {
         "type": int(type_),
         "center": center,

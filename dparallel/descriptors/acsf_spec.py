@@ -78,5 +78,7 @@ class ACSFSpec(BaseModel):
             wide=self.wide,
         )
         if self.order == "n2p2":
-            return ACSF(acsf.elements, {e: acsf.features(e) for e in acsf.elements}, "n2p2")
+            return ACSF(
+                acsf.elements, {e: acsf.features(e) for e in acsf.elements}, "n2p2", lenient=True
+            )
         return acsf

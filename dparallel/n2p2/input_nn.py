@@ -118,7 +118,7 @@ class InputNN:
         """The symmetry functions as an :class:`~dparallel.descriptors.ACSF` (lengths × unit)."""
         assert self._settings is not None
         elements, feats = symmetry_functions(self._settings, length_unit(unit))
-        return ACSF(elements, feats, order=order)
+        return ACSF(elements, feats, order=order, lenient=True)
 
     def training_options(self) -> dict[str, Any]:
         """Keyword arguments of :class:`dparallel.train.TrainingSpec` this file implies.

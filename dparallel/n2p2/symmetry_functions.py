@@ -64,7 +64,7 @@ def acsf_from_input_nn(path: str | Path, unit: float | str = 1.0, order: str = "
     the default ``order="n2p2"``, each element's functions in n2p2's sorted order.
     """
     elements, feats = parse_input_nn(path, unit=length_unit(unit))
-    return ACSF(elements, feats, order=order)
+    return ACSF(elements, feats, order=order, lenient=True)
 
 
 def elements_of(settings: Settings) -> list[str]:

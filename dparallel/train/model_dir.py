@@ -130,7 +130,7 @@ def claim_model_dir(
         ``resume`` and the store is not the one the checkpoint was trained from.
     """
     path = Path(model_dir).expanduser()
-    protect = [store.path] if store.path is not None else []
+    protect = [store.path] if store.is_local else []  # a URL store cannot alias a folder
     created = claim_directory(
         path, MARKER, "model", protect=protect, adopt=lambda names: _legacy(path, names)
     )

@@ -422,7 +422,7 @@ def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None
     if any(_scheduler_lost(exc) for exc in failures.values()):
         raise ClusterError(
             f"lost the connection to the Dask scheduler: {kept} of {total} partitions of "
-            f"{target_path(store.path)} are done and kept, {len(failures)} were not computed; "
+            f"{target_path(store)} are done and kept, {len(failures)} were not computed; "
             "once the scheduler is back (or with --local N), rerun the same command to "
             "compute only the rest"
         )

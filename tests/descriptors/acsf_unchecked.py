@@ -19,7 +19,7 @@ def allow_any_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let ACSF build features with any finite ζ, λ, η for the rest of the test."""
     original = acsf_module._feature
 
-    def feature(center, neighbors, f):  # noqa: ANN001, ANN202
+    def feature(center, neighbors, f, lenient=False):  # noqa: ANN001, ANN202
         angular = int(f["type"]) != 2
         checked = {**f, "eta": 0.0, **({"zeta": 1.0, "lambda": 1.0} if angular else {})}
         out = original(center, neighbors, checked)

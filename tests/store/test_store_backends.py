@@ -98,6 +98,7 @@ def _contents(zarr_store) -> dict[str, bytes]:
     out = sync(collect())
     root = json.loads(out.pop("zarr.json"))
     del root["attributes"]["dparallel"]["created"]
+    del root["attributes"]["dparallel"]["identity"]  # a new one with every store made
     out["zarr.json"] = json.dumps(root, sort_keys=True).encode()
     return out
 

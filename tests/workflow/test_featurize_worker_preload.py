@@ -64,10 +64,14 @@ _WARNING_WORKER = textwrap.dedent(
 )
 
 
-def test_a_worker_the_cli_started_sends_warnings_to_the_runs_log_file(tmp_path) -> None:  # noqa: ANN001
+def test_a_worker_the_cli_started_sends_warnings_to_the_runs_log_file(
+    tmp_path, monkeypatch
+) -> None:  # noqa: ANN001
     import os
 
     from dparallel.cluster.logs import ENV_LOG_FILE, log_to_file
+
+    monkeypatch.delenv(ENV_LOG_FILE, raising=False)  # as in a fresh `dparallel` process
 
     log = tmp_path / "s.zarr.log"
     undo = log_to_file(log, workers=True)  # as `dparallel featurize` (no -v) does
