@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
 
 from dparallel.errors import ClusterError, PartitionFailedError
+from dparallel.store import Store
 from dparallel.workflow.featurize import _raise_failures
 
 
-def _store(done: list[int], total: int) -> SimpleNamespace:
-    return SimpleNamespace(
-        done_partitions=lambda: done,
-        n_partitions=total,
-        path="/data/s.zarr",
-        partition_range=lambda p: (p, p + 1),
-    )
+def _store(done: list[int], total: int) -> Store:
+    """A local store of ``total`` partitions, ``done`` of them done, without opening one."""
+
+    class _Fake(Store):
+        def __init__(self) -> None:
+            pass
+
+        def done_partitions(self) -> list[int]:
+            return done
+
+        def partition_range(self, p: int) -> tuple[int, int]:
+            return p, p + 1
+
+        n_partitions = total  # type: ignore[assignment]
+        root = None  # type: ignore[assignment]
+        path = Path("/data/s.zarr")  # type: ignore[assignment]
+
+    return _Fake()
 
 
 class FuturesCancelledError(Exception):
