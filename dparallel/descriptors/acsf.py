@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dparallel.descriptors._acsf_backends import Backend, BatchPairs, KernelCall, element_arrays
-from dparallel.descriptors.acsf_functions import _feature, _refuse_duplicates
+from dparallel.descriptors.acsf_functions import feature_spec, refuse_duplicates
 from dparallel.descriptors.results import DescriptorResult, PairDerivatives
 from dparallel.descriptors.species import species_index
 from dparallel.errors import DescriptorError
@@ -99,8 +99,8 @@ class ACSF:
                         raise DescriptorError(f"feature {f} names element {x!r} not in {elements}")
                 if len(nb) == 2:  # canonical order: as in `elements`
                     nb = sorted(nb, key=self._elements.index)
-                feats.append(_feature(e, nb, f, lenient))
-            _refuse_duplicates(e, feats)
+                feats.append(feature_spec(e, nb, f, lenient))
+            refuse_duplicates(e, feats)
             self._features[e] = feats
         if order == "n2p2":
             for e in self._elements:

@@ -1,11 +1,11 @@
 """One ACSF symmetry function as validated data: its parameters in their domain.
 
-:func:`_feature` builds the metadata dict of one function (type 2, 3 or 9) and refuses,
+:func:`feature_spec` builds the metadata dict of one function (type 2, 3 or 9) and refuses,
 before any run, what is outside the domain n2p2's formulas have a meaning in: a
 non-finite parameter, a cutoff beyond :data:`MAX_R_CUT` (a unit mistake), ``eta < 0``
 (a Gaussian that grows with distance), ``rs`` at or beyond the cutoff (a function that is
 zero for every pair), ``lambda`` other than -1 or 1, an inner cutoff outside [0, 1).
-``zeta < 1`` is accepted, as n2p2 accepts it. :func:`_refuse_duplicates` refuses the same
+``zeta < 1`` is accepted, as n2p2 accepts it. :func:`refuse_duplicates` refuses the same
 function twice for one central element.
 """
 
@@ -21,7 +21,7 @@ from dparallel.kernels.cutoff_types import CUTOFF_TYPES, cutoff_type_id
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["MAX_R_CUT"]
+__all__ = ["MAX_R_CUT", "feature_spec", "refuse_duplicates"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 MAX_R_CUT = 50.0
 
 
-def _feature(
+def feature_spec(
     center: str, neighbors: Sequence[str], f: Mapping[str, Any], lenient: bool = False
 ) -> dict[str, Any]:
     """One validated feature of ``center`` from its parameters ``f``: ``type``, ``eta``,
@@ -90,7 +90,7 @@ def _feature(
     }
 
 
-def _refuse_duplicates(center: str, features: Sequence[dict[str, Any]]) -> None:
+def refuse_duplicates(center: str, features: Sequence[dict[str, Any]]) -> None:
     """Raise if two of a central element's functions are the same function."""
     seen: dict[tuple, int] = {}
     for k, f in enumerate(features):

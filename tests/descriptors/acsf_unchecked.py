@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def allow_any_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let ACSF build features with any finite ζ, λ, η for the rest of the test."""
-    original = acsf_module._feature
+    original = acsf_module.feature_spec
 
     def feature(center, neighbors, f, lenient=False):  # noqa: ANN001, ANN202
         angular = int(f["type"]) != 2
@@ -28,4 +28,4 @@ def allow_any_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
             out["zeta"], out["lambda"] = float(f["zeta"]), float(f["lambda"])
         return out
 
-    monkeypatch.setattr(acsf_module, "_feature", feature)
+    monkeypatch.setattr(acsf_module, "feature_spec", feature)
