@@ -106,10 +106,10 @@ def log_to_file(
     (:data:`ENV_LOG_FILE`).
     Returns a function that undoes all of it.
     """
+    check_log_target(path)  # refused before the run (and before anything here is changed)
     previous_env = os.environ.get(ENV_LOG_FILE)
     if workers:
         os.environ[ENV_LOG_FILE] = os.fspath(Path(path).absolute())
-    check_log_target(path)  # refused before the run: a file of the user's, a link, a folder
     handler = _FileHandler(os.fspath(Path(path).absolute()))
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.setLevel(level)
