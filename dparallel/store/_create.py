@@ -26,7 +26,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 import zarr
 from zarr.core.sync import sync
 
@@ -351,7 +350,6 @@ def create_store(
     path: StoreTarget,
     *,
     source_fingerprint: Mapping[str, Any],
-    atom_counts: np.ndarray,
     plan: Plan,
     config: Mapping[str, Any],
     overwrite: bool = False,
@@ -371,8 +369,6 @@ def create_store(
     source_fingerprint
         ``StructureSource.fingerprint()``; its identity fields must match on reopen, and
         its ``path`` is never replaced.
-    atom_counts
-        (S,) atoms per source structure; must agree with ``plan``.
     plan
         Partitions (:func:`dparallel.store.plan_partitions`).
     config
@@ -408,12 +404,6 @@ def create_store(
     StoreBusyError
         Another run holds the store's lease.
     """
-    counts = np.asarray(atom_counts, np.int64).reshape(-1)
-    if plan.n_structures != counts.shape[0] or int(plan.atoms.sum()) != int(counts.sum()):
-        raise StoreError(
-            f"plan covers {plan.n_structures} structures / {int(plan.atoms.sum())} atoms, "
-            f"atom_counts has {counts.shape[0]} / {int(counts.sum())}"
-        )
     local = local_path(path)
     if local is None:  # not a folder: no lease file, no build aside and rename
         return _create_in_place(path, source_fingerprint, plan, config, overwrite, any_plan)

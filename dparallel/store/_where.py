@@ -65,28 +65,28 @@ def create_store(
 ) -> Store:
     """Create a store with every array at final shape, or reopen a matching one.
 
-    A folder: :func:`dparallel.store._create.create_store` (parameters and guarantees
-    there). A URL: the same guarantees on object storage
+    ``atom_counts`` (S,), atoms per source structure, must agree with ``plan`` (checked
+    here, for both). A folder: :func:`dparallel.store._create.create_store` (the other
+    parameters and the guarantees there). A URL: the same guarantees on object storage
     (:func:`dparallel.store._create_remote.create_remote`).
     """
+    counts = np.asarray(atom_counts, np.int64).reshape(-1)
+    if plan.n_structures != counts.shape[0] or int(plan.atoms.sum()) != int(counts.sum()):
+        raise StoreError(
+            f"plan covers {plan.n_structures} structures / {int(plan.atoms.sum())} atoms, "
+            f"atom_counts has {counts.shape[0]} / {int(counts.sum())}"
+        )
     remote = remote_location(path)
     if remote is None:
         return _create.create_store(
             path,
             source_fingerprint=source_fingerprint,
-            atom_counts=atom_counts,
             plan=plan,
             config=config,
             overwrite=overwrite,
             protect=protect,
             any_plan=any_plan,
             aside=aside,
-        )
-    counts = np.asarray(atom_counts, np.int64).reshape(-1)
-    if plan.n_structures != counts.shape[0] or int(plan.atoms.sum()) != int(counts.sum()):
-        raise StoreError(
-            f"plan covers {plan.n_structures} structures / {int(plan.atoms.sum())} atoms, "
-            f"atom_counts has {counts.shape[0]} / {int(counts.sum())}"
         )
     return create_remote(
         remote,
