@@ -47,6 +47,7 @@ from bench_train_n2p2 import (
     timed,
     write_data,
 )
+from gpu_results import record
 
 #: nnp-train's final test RMSE on bench_train_n2p2's 300 cells (meV/atom, meV/Å).
 N2P2_TARGET = (6.93, 137.0)
@@ -63,16 +64,38 @@ FIRST_ORDER = {
 }
 
 
-def _runs(quick: bool) -> list[tuple[str, dict]]:
-    """(label, spec changes) of each run: the CPU, then the GPU held and streamed."""
+SHARED_WATER = Path(__file__).resolve().parents[2] / "shared" / "n2p2" / "water"
+WATER = Path(os.environ.get("DPARALLEL_WATER", SHARED_WATER))
+
+
+def _runs(quick: bool, epochs: int, cpu_epochs: int, streamed_epochs: int) -> list:
+    """(label, spec changes) of each run: the CPU, then the GPU held and streamed
+    (``cpu_epochs`` and ``streamed_epochs``, 0 = ``epochs``, bound those two runs)."""
     import torch
 
-    runs = [("cpu", {"device": "cpu", "threads": 0, "data_on_device": "auto"})]
+    cpu = {"device": "cpu", "threads": 0, "data_on_device": "auto"}
+    runs = [("cpu", {**cpu, "epochs": cpu_epochs or epochs})]
     if torch.cuda.is_available():
         runs.append(("cuda (data held)", {"device": "cuda", "data_on_device": True}))
         if not quick:
-            runs.append(("cuda (streamed)", {"device": "cuda", "data_on_device": False}))
+            streamed = {"device": "cuda", "data_on_device": False}
+            runs.append(("cuda (streamed)", {**streamed, "epochs": streamed_epochs or epochs}))
     return runs
+
+
+def stage_water(root: Path, copies: int, water: Path) -> None:
+    """train.data = n2p2's water example × ``copies``; its input.nn in root/n2p2."""
+    (root / "train.data").write_text((water / "input.data").read_text() * copies)
+    (root / "n2p2").mkdir(exist_ok=True)
+    (root / "n2p2" / "input.nn").write_text((water / "input.nn").read_text())
+
+
+def reaching(epochs: list[dict], target: tuple[float, float]) -> dict | None:
+    """The first epoch with both test RMSEs at or below ``target`` (its number and time)."""
+    for ep in epochs:
+        if ep["rmse"] is not None and ep["rmse"][0] <= target[0] and ep["rmse"][1] <= target[1]:
+            return {"epoch": ep["epoch"], "seconds": ep["seconds"]}
+    return None
 
 
 def featurize(root: Path, partition_atoms: int, workers: int) -> tuple[Path, float]:
@@ -92,7 +115,7 @@ def _peak_host_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def train_run(store: Path, work: Path, spec_dict: dict, scorer: Scorer) -> dict:
+def train_run(store: Path, work: Path, spec_dict: dict, scorer: Scorer | None) -> dict:
     """Train once (in this process), keeping each epoch's weights; score them afterwards."""
     import torch
 
@@ -127,8 +150,10 @@ def train_run(store: Path, work: Path, spec_dict: dict, scorer: Scorer) -> dict:
     cum = setup
     for row, state in zip(rows, weights, strict=True):
         cum += row["seconds"]
-        model.load_state_dict(state)
-        epochs.append({"epoch": row["epoch"] + 1, "seconds": cum, "rmse": scorer(acsf, model)})
+        if scorer is not None:
+            model.load_state_dict(state)
+        rmse = scorer(acsf, model) if scorer is not None else None
+        epochs.append({"epoch": row["epoch"] + 1, "seconds": cum, "rmse": rmse})
     device = metrics.get("device", {})
     peak = device.get("peak_memory_bytes")
     return {
@@ -157,9 +182,17 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--quick", action="store_true", help="200 cells, 15 epochs, no n2p2")
+    water_help = "train on n2p2's water example × COPIES instead (epoch times only)"
+    parser.add_argument("--water", type=int, default=0, metavar="COPIES", help=water_help)
+    parser.add_argument("--water-dir", type=Path, default=None, help="n2p2 water example folder")
+    parser.add_argument("--cpu-epochs", type=int, default=0, help="epochs of the CPU run (all)")
+    parser.add_argument("--streamed-epochs", type=int, default=0, help="epochs streamed (all)")
+    parser.add_argument("--batch-sizes", default="", help="with --water: e.g. 8,64,450")
     args = parser.parse_args()
     if args.quick:
         args.structures, args.epochs, args.n2p2 = 200, 15, False
+    if args.water:
+        return water_main(args)
 
     import torch
 
@@ -209,7 +242,7 @@ def main() -> int:
     base = read_input_nn(root / "n2p2" / "input.nn").training_options()
     base.update(validation_fraction=0.1, test_fraction=0.0, epochs=args.epochs, **FIRST_ORDER)
     results = {}
-    for label, changes in _runs(args.quick):
+    for label, changes in _runs(args.quick, args.epochs, args.cpu_epochs, args.streamed_epochs):
         spec = apply_overrides({**base, **changes}, args.dp_set)
         results[label] = train_run(store, root / label.split()[0], spec, scorer)
         r = results[label]
@@ -235,12 +268,118 @@ def main() -> int:
             f"{r['peak_bytes'] / 2**20:,.0f} MiB ({r['peak_kind']}) | {e:.2f} meV/atom, "
             f"{f:.1f} meV/Å | {first_reaching(r['epochs'], target)} |"
         )
-    if len(results) > 1:
-        cpu = np.mean([row["seconds"] for row in results["cpu"]["rows"][1:]] or [np.nan])
-        for label, r in list(results.items())[1:]:
-            dev = np.mean([row["seconds"] for row in r["rows"][1:]] or [np.nan])
-            print(f"{label}: epoch {cpu / dev:.1f}x faster than the CPU")
+    figures = summarize(results, atoms_per_cell, target)
+    for label, fig in figures.items():
+        if label != "cpu":
+            print(f"{label}: epoch {fig['epoch_speedup_vs_cpu']:.1f}x faster than the CPU")
+    project_cpu(figures)
+    record(
+        f"train_cuau_{args.structures}",
+        {
+            "target_rmse": {"energy_mev_atom": target[0], "force_mev_a": target[1],
+                            "source": source},
+            "spec": {k: spec[k] for k in sorted(spec) if not k.startswith("kalman")},
+            "featurize_s": t_feat,
+            "runs": figures,
+        },
+    )  # fmt: skip
     print(f"\nworkdir {root}; total {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def summarize(results: dict, atoms_per_cell: float, target: tuple[float, float] | None) -> dict:
+    """Per run: steady epoch seconds (epochs after the first), atoms/s, data wait, peak
+    memory, final RMSE, time to ``target`` and the epoch speed-up over the CPU run."""
+    out: dict[str, dict] = {}
+    for label, r in results.items():
+        secs = np.array([row["seconds"] for row in r["rows"]])
+        steady = float((secs[1:] if secs.size > 1 else secs).mean())
+        out[label] = {
+            "epochs": len(r["rows"]),
+            "first_epoch_s": float(secs[0]),
+            "epoch_s": steady,
+            "setup_s": r["setup"],
+            "atoms_per_s": r["n_train"] * atoms_per_cell / steady,
+            "data_wait_fraction": float(
+                np.mean([row.get("data_wait_fraction", np.nan) for row in r["rows"]])
+            ),
+            "data_on_device": r["data_on_device"],
+            "peak_bytes": r["peak_bytes"],
+            "peak_kind": r["peak_kind"],
+            "final_test_rmse": r["epochs"][-1]["rmse"],
+            "reached_target": reaching(r["epochs"], target) if target else None,
+        }
+    cpu = out.get("cpu", {}).get("epoch_s")
+    for fig in out.values():
+        fig["epoch_speedup_vs_cpu"] = cpu / fig["epoch_s"] if cpu else None
+    return out
+
+
+def project_cpu(figures: dict) -> None:
+    """Where the CPU ran fewer epochs than a GPU run needed to reach the target: the CPU's
+    time to it at the same epoch (same spec and seed), set-up plus that many measured mean
+    epochs, labelled a projection."""
+    cpu, held = figures.get("cpu"), figures.get("cuda (data held)")
+    if not cpu or not held or not held["reached_target"] or cpu["reached_target"]:
+        return
+    n = held["reached_target"]["epoch"]
+    mean = (cpu["first_epoch_s"] + cpu["epoch_s"] * (cpu["epochs"] - 1)) / cpu["epochs"]
+    projected = cpu["setup_s"] + n * mean
+    cpu["projected_time_to_target_s"] = projected
+    ratio = projected / held["reached_target"]["seconds"]
+    held["time_to_target_speedup_vs_cpu_projected"] = ratio
+    print(
+        f"CPU to the target at epoch {n} (projected from its {cpu['epochs']} measured "
+        f"epochs): {projected:.1f} s, {ratio:.1f}x the GPU's time"
+    )
+
+
+def water_main(args: argparse.Namespace) -> int:
+    """Epoch time, atoms/s and data wait on n2p2's water example × ``--water``."""
+    import torch
+
+    from dparallel.config import apply_overrides
+    from dparallel.n2p2 import read_input_nn
+
+    water = args.water_dir or WATER
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-gpu-train-water-"))
+    root.mkdir(parents=True, exist_ok=True)
+    stage_water(root, args.water, water)
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    workers = max(1, min(8, (os.cpu_count() or 2) // 2))
+    from dparallel.io import open_source
+
+    source = open_source(root / "train.data", "n2p2", cache_index=False)
+    atoms = int(sum(source.read(0, len(source)).atom_counts))
+    store, t_feat = featurize(root, -(-atoms // (2 * workers)), workers)
+    print(f"water x{args.water}: {len(source)} structures, {atoms} atoms; {os.cpu_count()} "
+          f"CPUs, {gpu}; featurized with dG/dr in {t_feat:.1f} s")  # fmt: skip
+    base = read_input_nn(root / "n2p2" / "input.nn").training_options()
+    base.update(validation_fraction=0.1, test_fraction=0.0, epochs=args.epochs, **FIRST_ORDER)
+    sizes = [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else [None]
+    for size in sizes:
+        if size is not None:
+            base["batch_size"] = size
+        results = {}
+        for label, changes in _runs(False, args.epochs, args.cpu_epochs, args.streamed_epochs):
+            spec = apply_overrides({**base, **changes}, args.dp_set)
+            results[label] = train_run(store, root / label.split()[0], spec, None)
+            print(f"batch {spec['batch_size']}, {label}: {len(results[label]['rows'])} epochs "
+                  f"in {results[label]['wall']:.1f} s", flush=True)  # fmt: skip
+        figures = summarize(results, atoms / len(source), None)
+        print(f"\nbatch_size {spec['batch_size']}")
+        print("| run | epoch s | atoms/s | data wait | peak memory | x CPU epoch |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for label, f in figures.items():
+            print(f"| {label} | {f['epoch_s']:.3f} | {f['atoms_per_s']:,.0f} | "
+                  f"{100 * f['data_wait_fraction']:.1f}% | {f['peak_bytes'] / 2**20:,.0f} MiB "
+                  f"({f['peak_kind']}) | {f['epoch_speedup_vs_cpu']:.1f} |")  # fmt: skip
+        record(
+            f"train_water_x{args.water}_b{spec['batch_size']}",
+            {"atoms": atoms, "structures": len(source), "featurize_s": t_feat,
+             "spec": {k: spec[k] for k in sorted(spec) if not k.startswith("kalman")},
+             "runs": figures},
+        )  # fmt: skip
     return 0
 
 

@@ -26,12 +26,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from gpu_results import record
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 REPO = Path(__file__).resolve().parents[1]
-WATER_DIRS = [REPO.parent / "shared" / "n2p2" / "water", REPO / "shared" / "n2p2" / "water"]
+WATER_DIRS = [
+    Path(os.environ.get("DPARALLEL_WATER", REPO.parent / "shared" / "n2p2" / "water")),
+    REPO / "shared" / "n2p2" / "water",
+]
 
 
 def load_water(water: Path, copies: int):  # noqa: ANN201
@@ -152,7 +156,9 @@ def unavailable(name: str, device: str) -> str | None:
     return None
 
 
-def kernel_table(water: Path, copies: int, cpu_atoms: int, rounds: int) -> None:
+def kernel_table(
+    water: Path, copies: int, cpu_atoms: int, rounds: int, only: list[str] | None = None
+) -> None:
     """Print kernel atoms/s per engine, values and values + dG/dr."""
     import torch
 
@@ -171,7 +177,10 @@ def kernel_table(water: Path, copies: int, cpu_atoms: int, rounds: int) -> None:
     print(f"# water: CPU engines {cpu_batch.n_atoms:,} atoms, GPU engines {batch.n_atoms:,} atoms")
     print(f"{'engine':14s} {'values at/s':>14s} {'+ dG/dr at/s':>14s}")
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    figures: dict[str, dict[str, float | str]] = {}
     for name in engines(False):
+        if only and name not in only:
+            continue
         row = []
         for derivatives in (False, True):
             device, run = engines(derivatives)[name]
@@ -184,12 +193,53 @@ def kernel_table(water: Path, copies: int, cpu_atoms: int, rounds: int) -> None:
             data = on_device(which, device)
             rate = best_rate(lambda run=run, data=data: run(data), n_atoms, rounds, sync)
             row.append(f"{rate:,.0f}")
+            figures.setdefault(name, {})["dgdr" if derivatives else "values"] = rate
         print(f"{name:14s} {row[0]:>14s} {row[1]:>14s}")
     print(
         "kernel only: per-element pair lists prepared beforehand (neighbour list not timed); "
         "dG/dr in the store's split layout for numba and triton, pair-major for torch; "
         "best of rounds."
     )
+    agreement = triton_against_numba(inputs["cpu"])
+    if agreement is not None:
+        worst = f"values {agreement['values']:.2e}, dG/dr {agreement['dgdr']:.2e}"
+        print(f"triton against numba, float64, {cpu_batch.n_atoms:,} atoms: max rel. {worst}")
+    record(
+        "acsf_kernels_water",
+        {
+            "gpu_atoms": batch.n_atoms,
+            "cpu_atoms": cpu_batch.n_atoms,
+            "atoms_per_s": figures,
+            "triton_vs_numba_max_rel": agreement,
+        },
+    )
+
+
+def _max_rel(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b| / max |b| (0 for empty arrays)."""
+    scale = float(np.max(np.abs(b))) if b.size else 0.0
+    return float(np.max(np.abs(a - b))) / scale if scale else 0.0
+
+
+def triton_against_numba(inputs: list[tuple]) -> dict[str, float] | None:
+    """Max relative difference of the Triton kernel's values and split dG/dr from numba's
+    (float64, the same pairs), or None where either cannot run."""
+    if unavailable("triton", "cuda") or unavailable("numba", "numpy"):
+        return None
+    from dparallel.descriptors._acsf_backends import KernelCall, numba_element, triton_element
+    from dparallel.kernels.pair_select import ElementPairs
+
+    worst = {"values": 0.0, "dgdr": 0.0}
+    call = KernelCall(True, split=True)
+    for plan, vec, dist, center, nbr, n_c in inputs:
+        pairs = ElementPairs(None, center, nbr, vec, dist)
+        v_ref, g_ref = numba_element(plan, pairs, n_c, call)
+        v_tri, g_tri = triton_element(plan, pairs, n_c, call)
+        worst["values"] = max(worst["values"], _max_rel(np.asarray(v_tri), v_ref))
+        for f, (_, ref) in (g_ref or {}).items():
+            got = np.asarray((g_tri or {})[f][1].dG_dr_split)
+            worst["dgdr"] = max(worst["dgdr"], _max_rel(got, np.asarray(ref.dG_dr_split)))
+    return worst
 
 
 def main() -> int:
@@ -199,12 +249,14 @@ def main() -> int:
     parser.add_argument("--cpu-atoms", type=int, default=2000, help="atoms for CPU engines")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--water", type=Path, default=None, help="n2p2 water example folder")
+    parser.add_argument("--engines", default="", help="comma-separated engines (default all)")
     args = parser.parse_args()
     water = args.water or next((d for d in WATER_DIRS if d.is_dir()), None)
     if water is None:
         print(f"SKIPPED: n2p2's water example not found in {[str(d) for d in WATER_DIRS]}")
         return 0
-    kernel_table(water, args.copies, args.cpu_atoms, args.rounds)
+    only = [e.strip() for e in args.engines.split(",") if e.strip()] or None
+    kernel_table(water, args.copies, args.cpu_atoms, args.rounds, only)
     return 0
 
 

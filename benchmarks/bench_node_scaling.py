@@ -34,8 +34,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpu_results import record
+
 ROOT = Path(__file__).resolve().parents[1]
-WATER = ROOT.parent / "shared" / "n2p2" / "water"
+WATER = Path(os.environ.get("DPARALLEL_WATER", ROOT.parent / "shared" / "n2p2" / "water"))
 
 
 def stage(root: Path, copies: int) -> tuple[Path, Path, int]:
@@ -64,12 +66,13 @@ def _env() -> dict[str, str]:
 
 
 def run_cli(
-    data: Path, yaml: Path, workers: int, gpus: int, derivatives: bool
+    data: Path, yaml: Path, workers: int, gpus: int, derivatives: bool, keep: str = ""
 ) -> tuple[float, float, float, float]:
     """One ``dparallel featurize``: wall seconds, its busiest worker's task seconds, and
     seconds from the command's start to its first task's start and from its last task's
-    end to the command's end (the tasks' ``started`` and ``seconds``)."""
-    store = data.parent / "store.zarr"
+    end to the command's end (the tasks' ``started`` and ``seconds``). The store is
+    removed afterwards unless ``keep`` names it (``store-<keep>.zarr`` beside the data)."""
+    store = data.parent / (f"store-{keep}.zarr" if keep else "store.zarr")
     shutil.rmtree(store, ignore_errors=True)
     cmd = [sys.executable, "-m", "dparallel", "featurize", str(data), "--format", "n2p2"]
     cmd += ["--descriptors", str(yaml), "--local", str(workers), "-q", "-o", str(store)]
@@ -91,7 +94,8 @@ def run_cli(
     reports = json.loads(got.stdout.strip().splitlines()[-1])
     for r in reports:
         busy[r["pid"]] = busy.get(r["pid"], 0.0) + r["seconds"]
-    shutil.rmtree(store, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(store, ignore_errors=True)
     first = min(r["started"] for r in reports) - e0
     last = max(r["started"] + r["seconds"] for r in reports) - e0
     return wall, max(busy.values()), first, wall - last
@@ -138,6 +142,33 @@ def gpu_present() -> bool:
     return bool(visible_gpus())
 
 
+def compare_stores(a: Path, b: Path) -> dict[str, object]:
+    """Whether every array of store ``b`` equals store ``a``'s bit for bit, and the largest
+    relative difference of the float arrays (in a child: torch stays out of this process)."""
+    code = (
+        "import json, sys\nimport numpy as np, zarr\n"
+        "a, b = (zarr.open_group(p, mode='r') for p in sys.argv[1:3])\n"
+        "equal, worst, n = True, 0.0, 0\n"
+        "for k, x in a.members(max_depth=None):\n"
+        "    if not isinstance(x, zarr.Array): continue\n"
+        "    x, y = x[...], b[k][...]\n"
+        "    n += 1\n"
+        "    if x.shape != y.shape: equal = False; worst = float('inf'); continue\n"
+        "    equal = equal and bool(np.array_equal(x, y))\n"
+        "    if x.dtype.kind == 'f' and x.size:\n"
+        "        s = float(np.max(np.abs(x)))\n"
+        "        d = float(np.max(np.abs(x - y)))\n"
+        "        worst = max(worst, d / s if s else d)\n"
+        "print(json.dumps({'arrays': n, 'bitwise_equal': equal, 'max_rel': worst}))"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code, str(a), str(b)], env=_env(), capture_output=True, text=True
+    )
+    if got.returncode != 0:
+        return {"error": got.stderr.strip().splitlines()[-1:]}
+    return json.loads(got.stdout.strip().splitlines()[-1])
+
+
 def worker_counts(max_workers: int) -> list[int]:
     """1, 2, 4, … up to ``max_workers``, and ``max_workers`` itself."""
     counts, n = [], 1
@@ -153,6 +184,7 @@ def main() -> int:
     parser.add_argument("--derivatives", action="store_true", help="also dG/dr")
     parser.add_argument("--max-workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--rounds", type=int, default=1, help="best of this many runs each")
+    parser.add_argument("--counts", default="", help="worker counts, e.g. 1,16 (default 1,2,4…)")
     args = parser.parse_args()
     if not (WATER / "input.data").is_file():
         print(f"SKIPPED: {WATER} is missing")
@@ -162,22 +194,33 @@ def main() -> int:
         data, yaml, atoms = stage(root, args.copies)
         what = "values + dG/dr" if args.derivatives else "values"
         print(f"water x{args.copies}: {atoms} atoms, {what}, {os.cpu_count()} cores")
-        counts = worker_counts(args.max_workers)
+        counts = (
+            [int(c) for c in args.counts.split(",")]
+            if args.counts
+            else worker_counts(args.max_workers)
+        )
         rows: list[tuple[str, int, float, float, float, float]] = []  # name, N, s, fixed, …
         ceilings: dict[int, float] = {}
         for n in counts:
             ceilings[n] = min(ceiling(data, yaml, n, args.derivatives) for _ in range(args.rounds))
-            runs = [run_cli(data, yaml, n, 0, args.derivatives) for _ in range(args.rounds)]
+            keep = "cpu" if n == counts[-1] else ""
+            runs = [run_cli(data, yaml, n, 0, args.derivatives, keep) for _ in range(args.rounds)]
             wall, busiest, first, tail = min(runs)
             rows.append((f"--local {n}", n, wall, wall - busiest, first, tail))
             print(f"  --local {n}: {wall:.2f} s; ceiling {ceilings[n]:.2f} s", flush=True)
+        agreement = None
         if gpu_present():
-            for n in (1, args.max_workers):
+            top = counts[-1]
+            for n in sorted({1, top}):
                 wall, busiest, first, tail = min(
-                    run_cli(data, yaml, n, 1, args.derivatives) for _ in range(args.rounds)
+                    run_cli(data, yaml, n, 1, args.derivatives, keep="gpu")
+                    for _ in range(args.rounds)
                 )
                 rows.append((f"--local {n} --gpus 1", n, wall, wall - busiest, first, tail))
-        one, ceil_one = rows[0][2], ceilings[1]
+            agreement = compare_stores(root / "store-cpu.zarr", root / "store-gpu.zarr")
+            print(f"--gpus 1 store against --local {top}'s: {agreement}")
+        one, ceil_one = rows[0][2], ceilings[counts[0]]
+        figures: list[dict[str, object]] = []
         print(
             f"\n{'run':<24}{'s':>8}{'atoms/s':>11}{'x 1 wkr':>9}{'fixed s':>9}"
             f"{'1st task':>9}{'after':>7}{'ceiling s':>11}{'ceil x1':>9}{'% ceil':>8}"
@@ -185,6 +228,11 @@ def main() -> int:
         for name, n, wall, fixed, first, tail in rows:
             ceil = ceilings.get(n)
             cells = f"{ceil:>11.2f}{ceil_one / ceil:>9.2f}{ceil / wall:>8.0%}" if ceil else ""
+            figures.append({
+                "run": name, "workers": n, "seconds": wall, "atoms_per_s": atoms / wall,
+                "fixed_s": fixed, "first_task_s": first, "after_s": tail,
+                "ceiling_s": ceil, "share_of_ceiling": ceil / wall if ceil else None,
+            })  # fmt: skip
             print(
                 f"{name:<24}{wall:>8.2f}{atoms / wall:>11.0f}{one / wall:>9.2f}"
                 f"{fixed:>9.2f}{first:>9.2f}{tail:>7.2f}{cells}"
@@ -195,6 +243,8 @@ def main() -> int:
         )
         if not gpu_present():
             print("--gpus 1: no GPU")
+        key = f"featurize_water_x{args.copies}" + ("_dgdr" if args.derivatives else "")
+        record(key, {"atoms": atoms, "rows": figures, "gpu_store_vs_cpu": agreement})
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

@@ -218,14 +218,20 @@ class DeviceOps(HostOps):
     """Index arithmetic on ``device`` (partitions held there): only offsets on the host.
 
     Every per-row index is made on the device (``repeat_interleave`` with a size known on
-    the host, so no synchronisation).
+    the host, so no synchronisation). Host arrays go to a CUDA device from pinned memory
+    without blocking: a copy from pageable memory would wait for the device's queued work.
     """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self.pinned = device.type == "cuda"
 
     def tensor(self, a: Any) -> torch.Tensor:
-        t = torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a
+        if not isinstance(a, np.ndarray):
+            return a.to(self.device)
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        if self.pinned:
+            return t.pin_memory().to(self.device, non_blocking=True)
         return t.to(self.device)
 
     def ranges(self, starts: np.ndarray, stops: np.ndarray) -> Any:

@@ -98,11 +98,20 @@ def loss(
     ``energy`` (S,) eV and ``forces`` (N, 3) eV/Å as :func:`predict_batch` gives them; a
     scalar tensor (eV²/atom², plus force_weight · eV²/Å²).
     """
-    de = (energy - batch.energy) / batch.atom_counts
     ok = torch.isfinite(batch.energy)
-    out = (de[ok] ** 2).mean() if bool(ok.any()) else energy.sum() * 0.0
+    de = torch.where(ok, (energy - batch.energy) / batch.atom_counts, 0.0)
+    out = _masked_mean_square(de, ok)
     if forces is not None and force_weight > 0:
         okf = torch.isfinite(batch.forces)
-        if bool(okf.any()):
-            out = out + force_weight * ((forces - batch.forces)[okf] ** 2).mean()
+        out = out + force_weight * _masked_mean_square(
+            torch.where(okf, forces - batch.forces, 0.0), okf
+        )
     return out
+
+
+def _masked_mean_square(diff: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+    """Mean of ``diff**2`` over the ``ok`` entries (``diff`` is 0 elsewhere), 0 if none.
+
+    No host synchronisation (no boolean indexing, no ``any()``): a GPU step stays queued.
+    """
+    return (diff**2).sum() / ok.sum().clamp(min=1).to(diff.dtype)

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The GPU issue's device run: the CUDA tests and the GPU benchmarks, each step bounded in
+# time, every figure into one JSON (benchmarks/gpu_results.py) and every log into run.log.
+#
+#   OUT=/tmp/gpu DPARALLEL_WATER=../shared/n2p2/water bash benchmarks/gpu_run.sh [STEP ...]
+#
+# Steps (all by default, in this order): env tests kernels water cuau computed scaling100
+# water64 scaling400 (and, not by default, batches: the water epoch at three batch sizes,
+# and tests2: the Triton tests after the training ones). SMOKE=1 runs each benchmark at a
+# toy size (to check the script on a CPU machine). TOTAL=seconds bounds the whole run: each
+# step's limit is cut to what is left. On the lent GPU machine, the wheels of
+# ../shared/device/wheels.sh come first.
+set -u
+deadline=$(($(date +%s) + ${TOTAL:-3600}))
+OUT=${OUT:-/tmp/dparallel-gpu-run}
+WORK=${WORK:-/tmp/dparallel-gpu-work}
+mkdir -p "$OUT"
+export DPARALLEL_GPU_RESULTS=${DPARALLEL_GPU_RESULTS:-$OUT/gpu-$(date -u +%F).json}
+export DPARALLEL_WATER=${DPARALLEL_WATER:-$PWD/.devdata/water}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
+py=${PYTHON:-python3}
+log=$OUT/run.log
+steps=${*:-env tests kernels water cuau computed scaling100 water64 scaling400}
+smoke=${SMOKE:-0}
+size() { if [ "$smoke" = 1 ]; then echo "$2"; else echo "$1"; fi; }
+
+step() {  # name limit_s command...
+  local name=$1 limit=$2 t0 rc
+  shift 2
+  case " $steps " in *" $name "*) ;; *) return 0 ;; esac
+  t0=$(date +%s)
+  if [ $((deadline - t0 - 3)) -lt "$limit" ]; then limit=$((deadline - t0 - 3)); fi
+  if [ "$limit" -lt 5 ]; then echo "=== $name: skipped, no time left" | tee -a "$log"; return 0; fi
+  echo "=== $name: $* (limit ${limit} s) at $(date -u +%T)" | tee -a "$log"
+  timeout -k 5 "$limit" "$@" >>"$log" 2>&1
+  rc=$?
+  echo "=== $name: rc $rc in $(($(date +%s) - t0)) s" | tee -a "$log"
+}
+
+step env 60 bash -c "nvidia-smi; $py -c 'import torch, numba; print(torch.__version__, \
+torch.version.cuda, torch.cuda.is_available(), numba.__version__)'; nproc; free -g"
+step tests 110 "$py" -m pytest -q -p no:cacheprovider -o addopts= --timeout 100 \
+  tests/train/test_train_device.py tests/deploy/test_ase_calculator.py \
+  tests/kernels/test_triton_acsf.py tests/kernels/test_triton_neighbor_sums.py \
+  tests/workflow/test_featurize_triton_engine.py \
+  "tests/train/test_train_cli.py::test_device_option_of_train_and_run" \
+  "tests/train/test_model_dir.py::test_a_run_failing_before_training_leaves_no_folder"
+step kernels 80 "$py" benchmarks/bench_node.py kernels --copies "$(size 25 1)" --rounds 3 \
+  --cpu-atoms "$(size 2000 500)" --engines "${ENGINES:-}"
+step batches 130 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 3 \
+  --cpu-epochs 2 --streamed-epochs 2 --batch-sizes 8,64,450 --workdir "$WORK/wb"
+step water 90 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
+  --cpu-epochs 3 --streamed-epochs 3 --workdir "$WORK/w8"
+step cuau 130 "$py" benchmarks/bench_gpu_train.py --structures "$(size 1000 40)" \
+  --epochs "$(size 100 3)" --cpu-epochs 3 --streamed-epochs 3 --workdir "$WORK/cuau"
+step computed 60 "$py" benchmarks/bench_train_computed.py --device "$(size cuda cpu)" \
+  --structures "$(size 200 16)" --epochs 3 --workdir "$WORK/computed"
+step scaling100 70 "$py" benchmarks/bench_node_scaling.py --copies "$(size 100 2)" \
+  --counts "$(nproc)"
+step water64 50 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
+  --cpu-epochs 3 --streamed-epochs 3 --dp-set batch_size=64 --workdir "$WORK/w64"
+step scaling400 80 "$py" benchmarks/bench_node_scaling.py --copies "$(size 400 3)" \
+  --counts "$(nproc)"
+step tests2 110 "$py" -m pytest -q -rA -p no:cacheprovider -o addopts= --timeout 100 \
+  "tests/train/test_train_device.py::test_cuda_training_matches_cpu_and_resumes_on_the_cpu" \
+  "tests/train/test_train_device.py::test_batches_move_to_cuda" \
+  tests/workflow/test_featurize_triton_engine.py tests/kernels/test_triton_neighbor_sums.py \
+  tests/kernels/test_triton_acsf.py -k "not split_layout"
+rm -rf "$WORK"
+echo "=== done at $(date -u +%T); figures in $DPARALLEL_GPU_RESULTS"
