@@ -296,22 +296,7 @@ def _normalization(s: Settings) -> Normalization | None:
 
 def _networks(s: Settings, elements: list[str], n_sf: dict[str, int]) -> dict[str, Network]:
     """Per-element topology, exactly as ``Mode::setupNeuralNetwork`` builds it."""
-    n_el = len(elements)
-    layers = [0] * n_el
-    global_hidden = 0
-    entry = s.get("global_hidden_layers_short")
-    if entry is not None:
-        global_hidden = _number(s, entry, int)
-        layers = [global_hidden + 2] * n_el
-    for entry in s.values("element_hidden_layers_short"):
-        e = _element_word(s, entry, elements)
-        layers[elements.index(e)] = _number(s, entry, int, 1) + 2
-    if any(n <= 2 for n in layers):
-        raise InputFormatError(
-            "number of hidden layers unset (or < 1) for some elements: give "
-            "global_hidden_layers_short (n2p2 needs at least one hidden layer)",
-            path=s.path,
-        )
+    layers, global_hidden = _layer_counts(s, elements)
     nodes = [[0] * n for n in layers]
     acts: list[list[str | None]] = [[None] * n for n in layers]
     g_nodes: list[str] = []
@@ -359,9 +344,37 @@ def _networks(s: Settings, elements: list[str], n_sf: dict[str, int]) -> dict[st
         _check_codes(s, entry, args[1:])
         for j in range(1, layers[i] - 1):
             acts[i][j] = args[j]
+    return _checked_networks(s, elements, nodes, acts)
+
+
+def _layer_counts(s: Settings, elements: list[str]) -> tuple[list[int], int]:
+    """Layers per element (hidden + input + output) and the global hidden-layer count."""
+    layers = [0] * len(elements)
+    global_hidden = 0
+    entry = s.get("global_hidden_layers_short")
+    if entry is not None:
+        global_hidden = _number(s, entry, int)
+        layers = [global_hidden + 2] * len(elements)
+    for entry in s.values("element_hidden_layers_short"):
+        e = _element_word(s, entry, elements)
+        layers[elements.index(e)] = _number(s, entry, int, 1) + 2
+    if any(n <= 2 for n in layers):
+        raise InputFormatError(
+            "number of hidden layers unset (or < 1) for some elements: give "
+            "global_hidden_layers_short (n2p2 needs at least one hidden layer)",
+            path=s.path,
+        )
+    return layers, global_hidden
+
+
+def _checked_networks(
+    s: Settings, elements: list[str], nodes: list[list[int]], acts: list[list[str | None]]
+) -> dict[str, Network]:
+    """The networks of the per-layer neurons and activations, every layer set (else n2p2's
+    error)."""
     out = {}
     for i, e in enumerate(elements):
-        for j in range(layers[i]):
+        for j in range(len(nodes[i])):
             if j == 0 and nodes[i][0] == 0:
                 raise InputFormatError(
                     f"element {e} has no symmetry functions, so its network has no inputs",

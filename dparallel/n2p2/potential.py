@@ -270,7 +270,7 @@ def write_potential(
         write_weights(out / name, layers)
         files.append(name)
     write_file(out / "scaling.data", format_scaling_data(tables), durable=True)
-    text = _input_nn_text(acsf, model, elements, kind, smin, smax, length, energy, units)
+    text = _input_nn_text(acsf, model, elements, (kind, smin, smax), (units, length, energy))
     write_file(out / "input.nn", text, durable=True)
     r_max = acsf.r_cut
     report = {
@@ -397,14 +397,13 @@ def _input_nn_text(
     acsf: ACSF,
     model: HDNNP,
     elements: list[str],
-    kind: str,
-    smin: float,
-    smax: float,
-    length: float,
-    energy: float,
-    units: str,
+    scaling: tuple[str, float, float],
+    file_units: tuple[str, float, float],
 ) -> str:
-    """The input.nn of the exported potential (file units: lengths / L, energies / U)."""
+    """The input.nn of the exported potential: ``scaling`` (kind, smin, smax), file units
+    (name, L, U: lengths / L, energies / U)."""
+    kind, smin, smax = scaling
+    units, length, energy = file_units
 
     def num(x: float) -> str:
         return f"{x:.17g}"

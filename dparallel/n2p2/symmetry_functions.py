@@ -123,6 +123,52 @@ def symmetry_functions(
     return elements, feats
 
 
+def _symfunction_type(entry: Entry, settings: Settings) -> int:
+    """The type of a ``symfunction_short`` line, its word count checked (extra words warned)."""
+    w = entry.words
+    if len(w) < 2:
+        raise settings.fail(entry, "expected '<element> <type> ...'")
+    try:
+        type_ = int(w[1])
+    except ValueError:
+        raise settings.fail(entry, "symmetry function type must be an integer") from None
+    if type_ not in SUPPORTED_TYPES:
+        raise settings.fail(entry, f"symmetry function type {type_} is not supported (2, 3, 9)")
+    need = 6 if type_ == 2 else 8
+    if len(w) < need:
+        usage = (
+            "<ec> 2 <e1> <eta> <rs> <rc>"
+            if type_ == 2
+            else f"<ec> {type_} <e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]"
+        )
+        raise settings.fail(entry, f"type {type_} expects: {usage}")
+    used = 6 if type_ == 2 else min(len(w), 9)
+    if len(w) > used:
+        log.warning(
+            "%s line %d: %d extra words ignored (as n2p2 ignores them)",
+            settings.path, entry.line, len(w) - used,
+        )  # fmt: skip
+    return type_
+
+
+def _warn_where_n2p2_differs(
+    entry: Entry, settings: Settings, zeta: float, lam: float, rs: float
+) -> None:
+    """Warn about angular parameters for which n2p2's own results differ from ours."""
+    if zeta == 0 or lam == 0:
+        log.warning(
+            "%s line %d: zeta or lambda is 0: n2p2's own forces for this function are NaN "
+            "(its symmetry-function groups divide by zeta·lambda); dparallel's are finite",
+            settings.path, entry.line,
+        )  # fmt: skip
+    if rs < 0:
+        log.warning(
+            "%s line %d: angular rs %g < 0: n2p2's symmetry-function groups compute it as "
+            "rs = 0, dparallel uses %g (docs/n2p2.md)",
+            settings.path, entry.line, rs, rs,
+        )  # fmt: skip
+
+
 def _parse_symfunction(
     entry: Entry,
     elements: list[str],
@@ -136,31 +182,7 @@ def _parse_symfunction(
     def fail(msg: str) -> InputFormatError:
         return settings.fail(entry, msg)
 
-    if len(w) < 2:
-        raise fail("expected '<element> <type> ...'")
-    center = w[0]
-    try:
-        type_ = int(w[1])
-    except ValueError:
-        raise fail("symmetry function type must be an integer") from None
-    if type_ not in SUPPORTED_TYPES:
-        raise fail(f"symmetry function type {type_} is not supported (2, 3, 9)")
-    need = 6 if type_ == 2 else 8
-    if len(w) < need:
-        usage = (
-            "<ec> 2 <e1> <eta> <rs> <rc>"
-            if type_ == 2
-            else f"<ec> {type_} <e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]"
-        )
-        raise fail(f"type {type_} expects: {usage}")
-    used = 6 if type_ == 2 else min(len(w), 9)
-    if len(w) > used:
-        log.warning(
-            "%s line %d: %d extra words ignored (as n2p2 ignores them)",
-            settings.path,
-            entry.line,
-            len(w) - used,
-        )
+    type_, center = _symfunction_type(entry, settings), w[0]
     try:
         if type_ == 2:
             nbs = [w[2]]
@@ -180,22 +202,8 @@ def _parse_symfunction(
         raise fail("parameters must be finite numbers")
     if rc <= 0:
         raise fail(f"cutoff radius must be positive, got {rc}")
-    if type_ != 2 and (zeta == 0 or lam == 0):
-        log.warning(
-            "%s line %d: zeta or lambda is 0: n2p2's own forces for this function are NaN "
-            "(its symmetry-function groups divide by zeta·lambda); dparallel's are finite",
-            settings.path,
-            entry.line,
-        )
-    if type_ != 2 and rs < 0:
-        log.warning(
-            "%s line %d: angular rs %g < 0: n2p2's symmetry-function groups compute it as "
-            "rs = 0, dparallel uses %g (docs/n2p2.md)",
-            settings.path,
-            entry.line,
-            rs,
-            rs,
-        )
+    if type_ != 2:
+        _warn_where_n2p2_differs(entry, settings, zeta, lam, rs)  # type: ignore[arg-type]
     return {
         "type": type_,
         "center": center,

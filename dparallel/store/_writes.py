@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 
 #: ``(group below parts/<p> or None, arrays by name, dimension names by array name)``
 _GroupEntry = tuple[str | None, Mapping[str, np.ndarray], Mapping[str, "Sequence[str]"] | None]
+#: (group, array name, values, dimension names) of one array to write
+_Job = tuple[str | None, str, np.ndarray, tuple]
 
 
 class StoreWrites(OpenedStore):
@@ -325,8 +327,6 @@ class StoreWrites(OpenedStore):
         written through zarr, concurrently in one call into its event loop, each array
         created from its own group.
         """
-        from zarr.api.asynchronous import open_group
-
         p = self._writable_partition(p)
         part = _partition_group(p)
         names = list(dict.fromkeys(group for group, _, _ in entries if group))
@@ -351,54 +351,9 @@ class StoreWrites(OpenedStore):
             sync(_make_groups(store, groups, attributes or {}, len(part) + 1))
             rest = jobs
         else:
-            part_dir = folder.joinpath(*part.split("/"))
-            write_group(part_dir, root=folder)  # parts/<p> itself, unless there
-            for level in levels:
-                write_group(
-                    part_dir.joinpath(*level.split("/")),
-                    (attributes or {}).get(level),
-                    root=folder,
-                )
-            rest = []
-            for group, name, values, dims in jobs:
-                compressors = _compressors(values.dtype)
-                if writable(values, compressors):
-                    directory = part_dir.joinpath(*(group or "").split("/"), name)
-                    dims = dims or generic_dims(name, values.ndim)
-                    write_array(directory, values, compressors, dims, CHUNK_KEYS, root=folder)
-                else:
-                    rest.append((group, name, values, dims))
-        if not rest:
-            return
-
-        async def write(g: Any, name: str, values: np.ndarray, dims: tuple) -> None:
-            array = await g.create_array(
-                name,
-                shape=values.shape,
-                dtype=values.dtype,
-                chunks=tuple(max(1, s) for s in values.shape),  # one chunk ((), for a scalar)
-                compressors=_compressors(values.dtype),
-                chunk_key_encoding=CHUNK_KEYS,
-                dimension_names=dims or generic_dims(name, values.ndim),
-                overwrite=True,
-                # one chunk, written whole: no scan for an all-fill chunk to leave out (its
-                # file is written instead; same content read back)
-                config={"write_empty_chunks": True},
-            )
-            await array.setitem(..., values)
-
-        async def write_all() -> None:
-            wanted = list(dict.fromkeys(group or "" for group, _, _, _ in rest))
-            opened = await asyncio.gather(
-                *(
-                    open_group(store=store, path=f"{part}/{n}" if n else part, mode="r+")
-                    for n in wanted
-                )
-            )
-            groups = dict(zip(wanted, opened, strict=True))
-            await asyncio.gather(*(write(groups[g or ""], n, v, d) for g, n, v, d in rest))
-
-        sync(write_all())
+            rest = _write_into_folder(folder, part, levels, jobs, attributes or {})
+        if rest:
+            sync(_write_through_zarr(store, part, rest))
 
     # ------------------------------------------------------------ per-atom arrays
     def create_atom_array(
@@ -546,3 +501,52 @@ def _files_below(folder: Path) -> list[str]:
     for base, _, names in os.walk(folder):
         out.extend(os.path.join(base, n) for n in names)
     return out
+
+
+def _write_into_folder(
+    folder: Path, part: str, levels: list[str], jobs: list[_Job], attributes: Mapping[str, Any]
+) -> list[_Job]:
+    """Write ``part``'s groups and the arrays the direct writer can make into a local
+    store's ``folder``; the jobs it cannot (strings) are returned."""
+    part_dir = folder.joinpath(*part.split("/"))
+    write_group(part_dir, root=folder)  # parts/<p> itself, unless there
+    for level in levels:
+        write_group(part_dir.joinpath(*level.split("/")), attributes.get(level), root=folder)
+    rest = []
+    for group, name, values, dims in jobs:
+        compressors = _compressors(values.dtype)
+        if writable(values, compressors):
+            directory = part_dir.joinpath(*(group or "").split("/"), name)
+            dims = dims or generic_dims(name, values.ndim)
+            write_array(directory, values, compressors, dims, CHUNK_KEYS, root=folder)
+        else:
+            rest.append((group, name, values, dims))
+    return rest
+
+
+async def _write_through_zarr(store: Any, part: str, rest: list[_Job]) -> None:
+    """Write ``rest`` through zarr, concurrently, each array created from its own group."""
+    from zarr.api.asynchronous import open_group
+
+    async def write(g: Any, name: str, values: np.ndarray, dims: tuple) -> None:
+        array = await g.create_array(
+            name,
+            shape=values.shape,
+            dtype=values.dtype,
+            chunks=tuple(max(1, s) for s in values.shape),  # one chunk ((), for a scalar)
+            compressors=_compressors(values.dtype),
+            chunk_key_encoding=CHUNK_KEYS,
+            dimension_names=dims or generic_dims(name, values.ndim),
+            overwrite=True,
+            # one chunk, written whole: no scan for an all-fill chunk to leave out (its
+            # file is written instead; same content read back)
+            config={"write_empty_chunks": True},
+        )
+        await array.setitem(..., values)
+
+    wanted = list(dict.fromkeys(group or "" for group, _, _, _ in rest))
+    opened = await asyncio.gather(
+        *(open_group(store=store, path=f"{part}/{n}" if n else part, mode="r+") for n in wanted)
+    )
+    groups = dict(zip(wanted, opened, strict=True))
+    await asyncio.gather(*(write(groups[g or ""], n, v, d) for g, n, v, d in rest))

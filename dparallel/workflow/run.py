@@ -136,19 +136,8 @@ def run_workflow(
     )
     result.stages["dataset"] = dataset_stage
     featurize_needed = spec.store.overwrite or not _store_current(spec, dataset)
-    train_needed = False
-    if spec.training is not None and model_dir is not None:
-        target = choose_model_dir(
-            model_dir,
-            spec.training.to_dict(),
-            store_identity(store_path, spec.store.path),
-            featurize_needed,
-        )
-        model_dir = result.model_dir = target.path
-        train_needed = target.train
-        if target.reason:
-            result.notes.append(target.reason)
-            say(f"train: {target.reason}")
+    train_needed = _training_needed(spec, featurize_needed, result, say)
+    model_dir = result.model_dir
     statistics = None  # merged by featurize when it runs; else read back only if needed
     if not (featurize_needed or train_needed):
         result.stages.update(featurize="skipped", train="skipped" if spec.training else "off")
@@ -192,6 +181,26 @@ def run_workflow(
         _finish_model(spec, model_dir, result, say)
     result.files["store"] = str(shown)
     return result
+
+
+def _training_needed(
+    spec: WorkflowSpec, featurize_needed: bool, result: WorkflowResult, say: Callable[[str], None]
+) -> bool:
+    """Whether the training stage runs; sets ``result.model_dir`` to the folder it writes
+    (``choose_model_dir``: the configured one, or a new one beside it)."""
+    if spec.training is None or result.model_dir is None:
+        return False
+    target = choose_model_dir(
+        result.model_dir,
+        spec.training.to_dict(),
+        store_identity(spec.store_location(), spec.store.path),
+        featurize_needed,
+    )
+    result.model_dir = target.path
+    if target.reason:
+        result.notes.append(target.reason)
+        say(f"train: {target.reason}")
+    return target.train
 
 
 def _write_scaling(store: Location, statistics: Any) -> Location:
