@@ -8,15 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
+from dparallel.cli import _options as cluster_cli
 from dparallel.cli._next_steps import closing_lines
-from dparallel.cli._options import (
-    add_cluster_arguments,
-    cluster_kwargs,
-    on_connect,
-    partition_progress,
-    route_cluster_logs,
-    start_local_forkserver,
-)
 from dparallel.cli._progress import EpochProgress, milli
 from dparallel.cli.train import device_option
 
@@ -55,7 +48,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="override a workflow key (repeatable), e.g. --set training.epochs=20",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress or epoch lines")
-    add_cluster_arguments(p)
+    cluster_cli.add_cluster_arguments(p)
 
 
 def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) -> int:
@@ -80,7 +73,7 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
             bars.append(EpochProgress(spec.training.epochs, quiet=args.quiet))
         bars[0].update(row)
 
-    kwargs = cluster_kwargs(args, spec.cluster)
+    kwargs = cluster_cli.cluster_kwargs(args, spec.cluster)
     if kwargs["cluster"] is not spec.cluster:
         spec = spec.model_copy(update={"cluster": kwargs["cluster"]})
     if args.torch_threads is not None:
@@ -92,15 +85,15 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     if spec.cluster.kind == "local":  # its warm-up overlaps the dataset stage and driver start
         from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
 
-        start_local_forkserver(args, (FEATURIZE_FORKSERVER_PRELOAD,))
-    route_cluster_logs(args, spec.store.path)
+        cluster_cli.start_local_forkserver(args, (FEATURIZE_FORKSERVER_PRELOAD,))
+    cluster_cli.route_cluster_logs(args, spec.store.path)
     result = run_workflow(
         spec,
         connect_to={"scheduler": kwargs["scheduler"], "scheduler_file": kwargs["scheduler_file"]},
         say=say,
-        progress=partition_progress(args.quiet),
+        progress=cluster_cli.partition_progress(args.quiet),
         on_epoch=on_epoch,
-        on_connect=on_connect(args),
+        on_connect=cluster_cli.on_connect(args),
         protect=protect,
     )
     for bar in bars:

@@ -38,7 +38,6 @@ from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
-    from types import TracebackType
 
 __all__ = [
     "ClusterHandle",
@@ -141,12 +140,7 @@ class ClusterHandle:
     def __enter__(self) -> ClusterHandle:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -187,18 +187,8 @@ def publish_progress(
     return _publish(TOPIC_PROGRESS, msg, resolved)
 
 
-def publish_train_metrics(
-    run: str,
-    epoch: int,
-    split: Literal["train", "validation"],
-    loss: float,
-    energy_rmse: float | None = None,
-    force_rmse: float | None = None,
-    *,
-    data_wait_fraction: float | None = None,
-    target: _EventTarget | None = None,
-) -> bool:
-    """Publish one epoch's metrics for ``split``; returns whether an event was sent."""
+def publish_train_metrics(*fields: Any, target: _EventTarget | None = None, **named: Any) -> bool:
+    """Publish one epoch's metrics (:func:`train_event`'s arguments); returns whether an
+    event was sent."""
     resolved, _ = _resolve_target(target)
-    msg = train_event(run, epoch, split, loss, energy_rmse, force_rmse, data_wait_fraction)
-    return _publish(TOPIC_TRAIN, msg, resolved)
+    return _publish(TOPIC_TRAIN, train_event(*fields, **named), resolved)

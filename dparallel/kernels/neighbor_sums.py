@@ -10,7 +10,9 @@ sensitivities and F features, the three ops are the partial derivatives of
 - ``featsum(env (N,ν,F), sense (P,ν), pair_first, pair_second) → (N,F)`` = ∂T/∂z
 
 so each op's backward is made of the other two, and the set is closed under double
-backward in every backend. Argument order, shapes and meaning are hippynn's.
+backward in every backend. Argument order, shapes and meaning are hippynn's: float32 or
+float64 tensors of one dtype, pair indices in any order (repeats allowed); each op's
+``backend=`` overrides the global backend for the call and its derivatives.
 
 Backends (one switch: :func:`set_backend`, or ``DPARALLEL_KERNEL_BACKEND``):
 
@@ -245,58 +247,65 @@ def _impl(name: str) -> Any:
     return module
 
 
-class _EnvSum(torch.autograd.Function):
+class _PairOp(torch.autograd.Function):
+    """One of the three ops on inputs ``(a, b)``; its backward is made of the other two.
+
+    A subclass names its kernel (``op``), the shape of its result with no pair
+    (``empty``) and, per input, the op and argument order giving that input's gradient
+    (``grads``: ``("sense", "grad", "b")`` = sensesum(grad, b)).
+    """
+
+    op: str
+    grads: tuple[tuple[str, str, str], tuple[str, str, str]]
+
     @staticmethod
-    def forward(ctx: Any, name: str, sense: Tensor, feat: Tensor, pf: Tensor, ps: Tensor) -> Tensor:
-        ctx.save_for_backward(sense, feat, pf, ps)
+    def empty(a: Tensor, b: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    @classmethod
+    def forward(cls, ctx: Any, name: str, a: Tensor, b: Tensor, pf: Tensor, ps: Tensor) -> Tensor:
+        ctx.save_for_backward(a, b, pf, ps)
         ctx.backend = name
         if pf.shape[0] == 0:
-            return feat.new_zeros((feat.shape[0], sense.shape[1], feat.shape[1]))
-        return _impl(name).envsum(sense, feat, pf, ps)
+            return cls.empty(a, b)
+        return getattr(_impl(name), cls.op)(a, b, pf, ps)
+
+    @classmethod
+    def backward(cls, ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        a, b, pf, ps = ctx.saved_tensors
+        given = {"a": a, "b": b, "grad": grad}
+        out: list[Tensor | None] = [None, None, None, None, None]
+        for k, (op, first, second) in enumerate(cls.grads):
+            if ctx.needs_input_grad[k + 1]:
+                out[k + 1] = _OPS[op].apply(ctx.backend, given[first], given[second], pf, ps)
+        return tuple(out)
+
+
+class _EnvSum(_PairOp):  # (sense, feat) → (N, ν, F)
+    op, grads = "envsum", (("sense", "grad", "b"), ("feat", "grad", "a"))
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        sense, feat, pf, ps = ctx.saved_tensors
-        _, need_sense, need_feat, _, _ = ctx.needs_input_grad
-        g_sense = _SenseSum.apply(ctx.backend, grad, feat, pf, ps) if need_sense else None
-        g_feat = _FeatSum.apply(ctx.backend, grad, sense, pf, ps) if need_feat else None
-        return None, g_sense, g_feat, None, None
+    def empty(a: Tensor, b: Tensor) -> Tensor:
+        return b.new_zeros((b.shape[0], a.shape[1], b.shape[1]))
 
 
-class _SenseSum(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, name: str, env: Tensor, feat: Tensor, pf: Tensor, ps: Tensor) -> Tensor:
-        ctx.save_for_backward(env, feat, pf, ps)
-        ctx.backend = name
-        if pf.shape[0] == 0:
-            return env.new_zeros((0, env.shape[1]))
-        return _impl(name).sensesum(env, feat, pf, ps)
+class _SenseSum(_PairOp):  # (env, feat) → (P, ν)
+    op, grads = "sensesum", (("env", "grad", "b"), ("feat", "a", "grad"))
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        env, feat, pf, ps = ctx.saved_tensors
-        _, need_env, need_feat, _, _ = ctx.needs_input_grad
-        g_env = _EnvSum.apply(ctx.backend, grad, feat, pf, ps) if need_env else None
-        g_feat = _FeatSum.apply(ctx.backend, env, grad, pf, ps) if need_feat else None
-        return None, g_env, g_feat, None, None
+    def empty(a: Tensor, b: Tensor) -> Tensor:
+        return a.new_zeros((0, a.shape[1]))
 
 
-class _FeatSum(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, name: str, env: Tensor, sense: Tensor, pf: Tensor, ps: Tensor) -> Tensor:
-        ctx.save_for_backward(env, sense, pf, ps)
-        ctx.backend = name
-        if pf.shape[0] == 0:
-            return env.new_zeros((env.shape[0], env.shape[2]))
-        return _impl(name).featsum(env, sense, pf, ps)
+class _FeatSum(_PairOp):  # (env, sense) → (N, F)
+    op, grads = "featsum", (("env", "b", "grad"), ("sense", "a", "grad"))
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        env, sense, pf, ps = ctx.saved_tensors
-        _, need_env, need_sense, _, _ = ctx.needs_input_grad
-        g_env = _EnvSum.apply(ctx.backend, sense, grad, pf, ps) if need_env else None
-        g_sense = _SenseSum.apply(ctx.backend, env, grad, pf, ps) if need_sense else None
-        return None, g_env, g_sense, None, None
+    def empty(a: Tensor, b: Tensor) -> Tensor:
+        return a.new_zeros((a.shape[0], a.shape[2]))
+
+
+_OPS: dict[str, type[_PairOp]] = {"env": _EnvSum, "sense": _SenseSum, "feat": _FeatSum}
 
 
 # ---------------------------------------------------------------- public ops
@@ -312,21 +321,7 @@ def envsum(
 ) -> Tensor:
     """Environment sum: env[i,ν,a] = Σ_{p: first_p=i} sense[p,ν]·feat[second_p,a].
 
-    Parameters
-    ----------
-    sense
-        (P, ν) float32/float64 pair sensitivities.
-    feat
-        (N, F) atom features, same dtype.
-    pair_first, pair_second
-        (P,) int64 centre / neighbour atom indices; any order, repeats allowed.
-    backend
-        Override the global backend for this call (and its derivatives).
-
-    Returns
-    -------
-    Tensor
-        (N, ν, F); rows of atoms without pairs are zero.
+    Returns (N, ν, F); rows of atoms without pairs are zero.
     """
     pf, ps = _check(
         "envsum", pair_first, pair_second, feat.shape[0] if feat.dim() == 2 else 0,
@@ -345,21 +340,7 @@ def sensesum(
 ) -> Tensor:
     """Sensitivity sum: sense[p,ν] = Σ_a env[first_p,ν,a]·feat[second_p,a].
 
-    Parameters
-    ----------
-    env
-        (N, ν, F) float32/float64.
-    feat
-        (N, F), same dtype.
-    pair_first, pair_second
-        (P,) int64 centre / neighbour atom indices.
-    backend
-        Override the global backend for this call.
-
-    Returns
-    -------
-    Tensor
-        (P, ν).
+    Returns (P, ν).
     """
     n_atoms = env.shape[0] if env.dim() == 3 else 0
     pf, ps = _check(
@@ -383,21 +364,7 @@ def featsum(
 ) -> Tensor:
     """Feature sum: feat[j,a] = Σ_{p: second_p=j} Σ_ν sense[p,ν]·env[first_p,ν,a].
 
-    Parameters
-    ----------
-    env
-        (N, ν, F) float32/float64.
-    sense
-        (P, ν), same dtype.
-    pair_first, pair_second
-        (P,) int64 centre / neighbour atom indices.
-    backend
-        Override the global backend for this call.
-
-    Returns
-    -------
-    Tensor
-        (N, F); rows of atoms that are nobody's neighbour are zero.
+    Returns (N, F); rows of atoms that are nobody's neighbour are zero.
     """
     n_atoms = env.shape[0] if env.dim() == 3 else 0
     pf, ps = _check(

@@ -21,16 +21,6 @@ from pathlib import Path
 
 from dparallel.errors import ConfigError
 
-__all__ = [
-    "PLUGIN_FILE",
-    "build_plugin",
-    "lammps_version_string",
-    "mpi_library_dir",
-    "plugin_dir",
-    "run_environment",
-    "wheel_paths",
-]
-
 #: The shared object LAMMPS auto-loads (its name must end in ``plugin.so``).
 PLUGIN_FILE = "dparallelplugin.so"
 _SOURCES = ("dparallel_model.cpp", "pair_dparallel.cpp", "dparallel_plugin.cpp")

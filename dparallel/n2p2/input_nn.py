@@ -33,15 +33,6 @@ from dparallel.n2p2.symmetry_functions import cutoff_of, elements_of, symmetry_f
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = [
-    "ACTIVATION_CODES",
-    "SCALING_TYPES",
-    "InputNN",
-    "Network",
-    "Normalization",
-    "Scaling",
-    "read_input_nn",
-]
 
 log = logging.getLogger(__name__)
 

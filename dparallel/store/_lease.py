@@ -45,15 +45,12 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dparallel.errors import StoreBusyError, StoreError, UnsafePathError
 from dparallel.io.location import Location, as_location
 from dparallel.store import _objects
 from dparallel.store._backend import local_path
-
-if TYPE_CHECKING:
-    from types import TracebackType
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -388,12 +385,7 @@ class StoreLease:
     def __enter__(self) -> StoreLease:
         return self.acquire()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
 
