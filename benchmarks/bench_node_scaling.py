@@ -66,7 +66,13 @@ def _env() -> dict[str, str]:
 
 
 def run_cli(
-    data: Path, yaml: Path, workers: int, gpus: int, derivatives: bool, keep: str = ""
+    data: Path,
+    yaml: Path,
+    workers: int,
+    gpus: int,
+    derivatives: bool,
+    keep: str = "",
+    partition_atoms: int | None = None,
 ) -> tuple[float, float, float, float]:
     """One ``dparallel featurize``: wall seconds, its busiest worker's task seconds, and
     seconds from the command's start to its first task's start and from its last task's
@@ -78,6 +84,7 @@ def run_cli(
     cmd += ["--descriptors", str(yaml), "--local", str(workers), "-q", "-o", str(store)]
     cmd += ["--dashboard-address", ":0"] + (["--derivatives"] if derivatives else [])
     cmd += ["--gpus", str(gpus)] if gpus else []
+    cmd += ["--partition-atoms", str(partition_atoms)] if partition_atoms else []
     t0, e0 = time.perf_counter(), time.time()
     out = subprocess.run(cmd, env=_env(), cwd=data.parent, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -140,6 +147,23 @@ def gpu_present() -> bool:
     from dparallel.cluster.gpus import visible_gpus
 
     return bool(visible_gpus())
+
+
+def cpu_partition_atoms(data: Path, workers: int) -> int:
+    """The partition size ``--local workers`` derives (a GPU worker is one worker more,
+    which would derive another plan: the ``--gpus`` runs are given this one, so that their
+    stores compare array by array)."""
+    code = (
+        "import sys\nfrom dparallel.io import open_source\n"
+        "from dparallel.store.plan import derived_partition_atoms\n"
+        "print(derived_partition_atoms(open_source(sys.argv[1], 'n2p2').atom_counts, "
+        "int(sys.argv[2])))"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code, str(data), str(workers)],
+        env=_env(), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(got.stdout.strip().splitlines()[-1])
 
 
 def compare_stores(a: Path, b: Path) -> dict[str, object]:
@@ -211,9 +235,10 @@ def main() -> int:
         agreement = None
         if gpu_present():
             top = counts[-1]
+            size = cpu_partition_atoms(data, top)  # the --local top run's partitions
             for n in sorted({1, top}):
                 wall, busiest, first, tail = min(
-                    run_cli(data, yaml, n, 1, args.derivatives, keep="gpu")
+                    run_cli(data, yaml, n, 1, args.derivatives, "gpu", size)
                     for _ in range(args.rounds)
                 )
                 rows.append((f"--local {n} --gpus 1", n, wall, wall - busiest, first, tail))
