@@ -57,8 +57,8 @@ class Dispatch:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     name: str = "dparallel-task"
     retries: int = 0
-    on_result: Callable[[int, Any], None] | None = None
-    check: Callable[[], None] | None = None
+    on_result: Callable[[int, Any], None] = lambda p, result: None
+    check: Callable[[], None] = lambda: None
     recover: Callable[[int], Any] | None = None
     resources: Callable[[int], Mapping[str, float] | None] | None = None
 
@@ -78,11 +78,8 @@ class Dispatch:
 def run_partitions(
     client: Any, task: Callable[..., Any], partitions: Sequence[int], how: Dispatch
 ) -> dict[int, BaseException]:
-    """Run ``task(*how.args(p), **how.kwargs)`` for each of ``partitions`` on ``client``.
-
-    Returns partition → exception of those that failed, in the end (a partition whose
-    rerun finishes is not in it).
-    """
+    """Run ``task(*how.args(p), **how.kwargs)`` for each of ``partitions`` on ``client``;
+    returns partition → exception of those that failed in the end (not those rerun fine)."""
     from distributed import as_completed
 
     failures: dict[int, BaseException] = {}
@@ -90,13 +87,24 @@ def run_partitions(
     held = list(futures)  # until the end: Dask's progress then counts done of all, as ours
     lost: list[int] = []
     for future in as_completed(futures):
-        if how.check is not None:
-            how.check()
+        how.check()
         p = futures.pop(future)
         if not _collect(future, p, how, failures):
             lost.append(p)
     rerun = sorted({*lost, *(p for p, exc in failures.items() if killed_worker(exc))})
-    _rerun(client, task, rerun, how, failures)
+    for p in rerun:  # alone, one at a time
+        how.check()
+        future = how.submit(client, task, p)
+        if _wait_with_workers(client, future, how.check):
+            if not _collect(future, p, how, failures):
+                failures[p] = ClusterError(
+                    f"the result of partition {p} was lost twice with its worker"
+                )
+        else:
+            failures[p] = ClusterError(
+                f"no worker alive for {NO_WORKER_GRACE_S:.0f} s to rerun it on "
+                "(the workers' nannies stopped restarting them)"
+            )
     held.clear()  # the scheduler may forget the tasks now
     return failures
 
@@ -111,33 +119,8 @@ def _collect(future: Any, p: int, how: Dispatch, failures: dict[int, BaseExcepti
         log.info("partition %d failed: %s", p, found.exc)
         return True
     failures.pop(p, None)
-    if how.on_result is not None:
-        how.on_result(p, found)
+    how.on_result(p, found)
     return True
-
-
-def _rerun(
-    client: Any,
-    task: Callable[..., Any],
-    partitions: Sequence[int],
-    how: Dispatch,
-    failures: dict[int, BaseException],
-) -> None:
-    """Run each of ``partitions`` again alone, one at a time, recording in ``failures``."""
-    for p in partitions:
-        if how.check is not None:
-            how.check()
-        future = how.submit(client, task, p)
-        if _wait_with_workers(client, future, how.check):
-            if not _collect(future, p, how, failures):
-                failures[p] = ClusterError(
-                    f"the result of partition {p} was lost twice with its worker"
-                )
-        else:
-            failures[p] = ClusterError(
-                f"no worker alive for {NO_WORKER_GRACE_S:.0f} s to rerun it on "
-                "(the workers' nannies stopped restarting them)"
-            )
 
 
 class _Failed:
@@ -187,7 +170,7 @@ def killed_worker(exc: BaseException | None) -> bool:
     return isinstance(exc, KilledWorker)
 
 
-def _wait_with_workers(client: Any, future: Any, check: Callable[[], None] | None) -> bool:
+def _wait_with_workers(client: Any, future: Any, check: Callable[[], None]) -> bool:
     """Wait for ``future`` (calling ``check``); False (future cancelled) once the cluster
     has had no worker for :data:`NO_WORKER_GRACE_S` — never an unbounded wait."""
     from distributed import wait
@@ -200,8 +183,7 @@ def _wait_with_workers(client: Any, future: Any, check: Callable[[], None] | Non
             pass
         else:
             return True
-        if check is not None:
-            check()
+        check()
         if client.scheduler_info().get("workers"):
             without_since = None
         elif without_since is None:
