@@ -428,12 +428,7 @@ def create_store(
 
 
 def _decide(
-    path: Path,
-    fingerprint: dict,
-    config: dict,
-    plan: Plan | None,
-    overwrite: bool,
-    protected: list[Any],
+    path: Path, fingerprint: dict, config: dict, plan: Plan | None, overwrite: bool, protected: list
 ) -> StoreStatus | None:
     """The status when a new store is to be built at ``path``; ``None``: reopen it
     (``plan=None``: whatever its partitioning)."""
