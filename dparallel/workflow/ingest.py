@@ -84,26 +84,22 @@ def ingest_config(source: StructureSource, partition_atoms: int) -> dict[str, An
 
 
 def prepare_ingest(
-    source: StructureSource,
-    store_path: Where,
-    *,
-    partition_atoms: int | None = DEFAULT_PARTITION_ATOMS,
-    overwrite: bool = False,
-    protect: Iterable[str | os.PathLike[str]] = (),
+    source: StructureSource, store_path: Where, options: IngestOptions = _DEFAULTS
 ) -> Store:
-    """Plan partitions for ``source`` and create (or reopen, for resume) the store.
+    """Plan partitions for ``source`` and create (or reopen, for resume) the store, as
+    ``options`` say (``partition_atoms``, ``overwrite``, ``protect``).
 
     ``partition_atoms=None``: :data:`DEFAULT_PARTITION_ATOMS` (ingest runs in one process).
     """
-    partition_atoms = partition_atoms or DEFAULT_PARTITION_ATOMS
+    partition_atoms = options.partition_atoms or DEFAULT_PARTITION_ATOMS
     plan = plan_partitions(source.atom_counts, partition_atoms)
     return create_store(
         store_path,
         source_fingerprint=source.fingerprint(),
         plan=plan,
         config=ingest_config(source, partition_atoms),
-        overwrite=overwrite,
-        protect=protect,
+        overwrite=options.overwrite,
+        protect=options.protect,
         aside=True,
     )
 
@@ -141,15 +137,8 @@ def ingest(
     """
     t0 = time.perf_counter()
     source = open_source(input_path, options.format, units=options.units, on_error=options.on_error)
-    progress = options.progress
     with StoreLease(store_path, command="dparallel ingest") as lease:
-        store = prepare_ingest(
-            source,
-            store_path,
-            partition_atoms=options.partition_atoms,
-            overwrite=options.overwrite,
-            protect=options.protect,
-        )
+        store = prepare_ingest(source, store_path, options)
         pending = store.pending_partitions()
         already = store.n_partitions - len(pending)
         if already:
@@ -158,8 +147,8 @@ def ingest(
         for k, p in enumerate(pending):
             lease.check()
             n_skipped += ingest_partition(source, store, int(p))["n_skipped"]
-            if progress is not None:
-                progress(already + k + 1, store.n_partitions)
+            if options.progress is not None:
+                options.progress(already + k + 1, store.n_partitions)
         store = publish_store(store)
     return IngestResult(
         store=store,

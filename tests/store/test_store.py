@@ -108,7 +108,7 @@ def test_reopen_same_returns_existing_and_mismatch_refused(tmp_path, xyz, rng):
 
 def test_rewrite_is_idempotent_and_readonly_refuses(tmp_path, xyz):
     src = open_source(xyz)
-    store = prepare_ingest(src, tmp_path / "s.zarr", partition_atoms=40)
+    store = prepare_ingest(src, tmp_path / "s.zarr", IngestOptions(partition_atoms=40))
     for p in range(store.n_partitions):
         ingest_partition(src, store, p)
     ingest_partition(src, store, 1)  # a retried task rewrites the same chunks
@@ -121,7 +121,7 @@ def test_rewrite_is_idempotent_and_readonly_refuses(tmp_path, xyz):
 
 def test_atom_array_and_partition_array_hooks(tmp_path, xyz):
     src = open_source(xyz)
-    store = prepare_ingest(src, tmp_path / "s.zarr", partition_atoms=40)
+    store = prepare_ingest(src, tmp_path / "s.zarr", IngestOptions(partition_atoms=40))
     store.create_atom_array("g", (4,), np.float32, attributes={"unit": "1"})
     store.create_atom_array("g", (4,), np.float32)  # same spec: no-op
     with pytest.raises(StoreMismatchError, match="atoms/g exists"):
@@ -157,7 +157,7 @@ def test_atom_array_and_partition_array_hooks(tmp_path, xyz):
 def test_numeric_arrays_use_lz4_shuffle_strings_the_default(tmp_path, xyz):
     """docs/store-format.md: numeric chunks (floats too) are Blosc LZ4 behind a byte shuffle."""
     src = open_source(xyz)
-    store = prepare_ingest(src, tmp_path / "s.zarr", partition_atoms=40)
+    store = prepare_ingest(src, tmp_path / "s.zarr", IngestOptions(partition_atoms=40))
     store.create_atom_array("g", (2,), np.float32)
     store.write_partition_arrays(
         0, {"d": np.ones((3, 4, 3)), "i": np.arange(6, dtype=np.int32)}, group="features"

@@ -43,7 +43,7 @@ def test_processes_write_disjoint_partitions(tmp_path, rng):
     n_procs = 3
 
     src = open_source(path, on_error="skip")
-    store = prepare_ingest(src, tmp_path / "par.zarr", partition_atoms=300)
+    store = prepare_ingest(src, tmp_path / "par.zarr", IngestOptions(partition_atoms=300))
     store.create_atom_array("z2", (), np.int64)
     assert store.n_partitions >= 3 * n_procs
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
