@@ -47,7 +47,7 @@ from dparallel.io.synthetic import random_structures
 from dparallel.n2p2 import read_weights
 from dparallel.n2p2.declared_units import potential_units
 from dparallel.n2p2.scaling_data import read_scaling_data
-from dparallel.workflow.ingest import ingest
+from dparallel.workflow.ingest import IngestOptions, ingest
 from dparallel.workflow.run_dirs import choose_model_dir
 
 if TYPE_CHECKING:
@@ -104,7 +104,9 @@ def _cli(argv: list[str]) -> tuple[int, str]:
 # ---------------------------------------------------------------------------- store
 def _kill_then_resume(tmp: Path) -> tuple[bool, str]:
     data = _data(tmp)
-    clean = _snapshot(ingest(data, tmp / "clean.zarr", partition_atoms=40).store.path)
+    clean = _snapshot(
+        ingest(data, tmp / "clean.zarr", IngestOptions(partition_atoms=40)).store.path
+    )
     real = ingest_module.ingest_partition
 
     def killed(source, store, p):  # noqa: ANN001, ANN202
@@ -115,10 +117,10 @@ def _kill_then_resume(tmp: Path) -> tuple[bool, str]:
     ingest_module.ingest_partition = killed
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            ingest(data, tmp / "s.zarr", partition_atoms=40)
+            ingest(data, tmp / "s.zarr", IngestOptions(partition_atoms=40))
     finally:
         ingest_module.ingest_partition = real
-    result = ingest(data, tmp / "s.zarr", partition_atoms=40)
+    result = ingest(data, tmp / "s.zarr", IngestOptions(partition_atoms=40))
     after = _snapshot(result.store.path)
     same = {k: v for k, v in after.items() if "zarr.json" not in k} == {
         k: v for k, v in clean.items() if "zarr.json" not in k
@@ -128,7 +130,7 @@ def _kill_then_resume(tmp: Path) -> tuple[bool, str]:
 
 def _disk_full_in_overwrite(tmp: Path) -> tuple[bool, str]:
     data = _data(tmp)
-    old = ingest(data, tmp / "s.zarr", partition_atoms=40).store
+    old = ingest(data, tmp / "s.zarr", IngestOptions(partition_atoms=40)).store
     before = _snapshot(old.path)
     real = ingest_module.ingest_partition
 
@@ -140,7 +142,7 @@ def _disk_full_in_overwrite(tmp: Path) -> tuple[bool, str]:
     ingest_module.ingest_partition = full
     try:
         with contextlib.suppress(OSError):
-            ingest(data, tmp / "s.zarr", partition_atoms=50, overwrite=True)
+            ingest(data, tmp / "s.zarr", IngestOptions(partition_atoms=50, overwrite=True))
     finally:
         ingest_module.ingest_partition = real
     kept = _snapshot(old.path) == before
@@ -149,11 +151,13 @@ def _disk_full_in_overwrite(tmp: Path) -> tuple[bool, str]:
 
 def _foreign_deep(tmp: Path) -> tuple[bool, str]:
     data = _data(tmp)
-    ingest(data, tmp / "s.zarr", partition_atoms=40)
+    ingest(data, tmp / "s.zarr", IngestOptions(partition_atoms=40))
     notes = tmp / "s.zarr" / "structures" / "NOTES.txt"
     notes.write_text("mine")
     ok, seen = _raises(
-        lambda: ingest(data, tmp / "s.zarr", overwrite=True), StoreMismatchError, "NOTES.txt"
+        lambda: ingest(data, tmp / "s.zarr", IngestOptions(overwrite=True)),
+        StoreMismatchError,
+        "NOTES.txt",
     )
     return ok and notes.exists(), seen + ("; file kept" if notes.exists() else "; FILE GONE")
 
@@ -179,7 +183,7 @@ open_store(sys.argv[1], mode="r+").write_features(1, {"acsf": {"H": block}})
 
 def _killed_partition_overwrite(tmp: Path) -> tuple[bool, str]:
     data = _data(tmp)
-    store = ingest(data, tmp / "s.zarr", partition_atoms=40).store.path
+    store = ingest(data, tmp / "s.zarr", IngestOptions(partition_atoms=40)).store.path
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     killed = subprocess.run(
         [sys.executable, "-c", _KILLED_MID_WRITE, str(store)],
@@ -189,7 +193,7 @@ def _killed_partition_overwrite(tmp: Path) -> tuple[bool, str]:
     if killed.returncode != -9 or (leftover / "zarr.json").exists():
         return False, f"no half-written partition (rc {killed.returncode})"
     try:
-        result = ingest(data, store, partition_atoms=50, overwrite=True)
+        result = ingest(data, store, IngestOptions(partition_atoms=50, overwrite=True))
     except DParallelError as exc:
         return False, f"{type(exc).__name__}: {' '.join(str(exc).split())[:100]}"
     return result.store.is_complete, "chunk without zarr.json left by SIGKILL; replaced"
@@ -197,11 +201,13 @@ def _killed_partition_overwrite(tmp: Path) -> tuple[bool, str]:
 
 def _named_like_ours(tmp: Path) -> tuple[bool, str]:
     data = _data(tmp)
-    ingest(data, tmp / "s.zarr", partition_atoms=40)
+    ingest(data, tmp / "s.zarr", IngestOptions(partition_atoms=40))
     mine = tmp / "s.zarr" / "structures" / "c.0"  # a chunk key, but in a group
     mine.write_text("mine")
     ok, seen = _raises(
-        lambda: ingest(data, tmp / "s.zarr", overwrite=True), StoreMismatchError, "structures/c.0"
+        lambda: ingest(data, tmp / "s.zarr", IngestOptions(overwrite=True)),
+        StoreMismatchError,
+        "structures/c.0",
     )
     return ok and mine.exists(), seen + ("; file kept" if mine.exists() else "; FILE GONE")
 

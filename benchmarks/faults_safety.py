@@ -88,9 +88,11 @@ def _data(tmp: Path, n: int = 12, name: str = "in.extxyz") -> Path:
 
 def _store(tmp: Path) -> Any:
     from dparallel.store import open_store
-    from dparallel.workflow.ingest import ingest
+    from dparallel.workflow.ingest import IngestOptions, ingest
 
-    return open_store(ingest(_data(tmp), tmp / "s.zarr", partition_atoms=30).store.path, "r+")
+    return open_store(
+        ingest(_data(tmp), tmp / "s.zarr", IngestOptions(partition_atoms=30)).store.path, "r+"
+    )
 
 
 def _user(tmp: Path, name: str = "user.txt") -> Path:
@@ -501,11 +503,11 @@ def _n2p2_into_model_dir(tmp: Path) -> Result:
 # --------------------------------------------------------------------------- identity
 def _identity_changes(tmp: Path) -> Result:
     from dparallel.store import current_identity, store_identity
-    from dparallel.workflow.ingest import ingest
+    from dparallel.workflow.ingest import IngestOptions, ingest
 
     s = _store(tmp)
     then = store_identity(s)
-    ingest(_data(tmp, 14), tmp / "s.zarr", partition_atoms=30, overwrite=True)
+    ingest(_data(tmp, 14), tmp / "s.zarr", IngestOptions(partition_atoms=30, overwrite=True))
     now = current_identity(s)
     ok = now is not None and now["identity"] != then["identity"]
     return ok, f"{then['identity'][:8]} → {(now or {}).get('identity', '')[:8]}"
@@ -522,11 +524,11 @@ def _identity_kept(tmp: Path) -> Result:
 def _resume_changed_store(tmp: Path) -> Result:
     from dparallel.store import open_store
     from dparallel.train.model_dir import claim_model_dir
-    from dparallel.workflow.ingest import ingest
+    from dparallel.workflow.ingest import IngestOptions, ingest
 
     model = tmp / "m"
     _claim(tmp, model)
-    ingest(_data(tmp, 14), tmp / "s.zarr", partition_atoms=30, overwrite=True)
+    ingest(_data(tmp, 14), tmp / "s.zarr", IngestOptions(partition_atoms=30, overwrite=True))
 
     def resume() -> None:
         with claim_model_dir(model, open_store(tmp / "s.zarr"), resume=True):
@@ -537,12 +539,12 @@ def _resume_changed_store(tmp: Path) -> Result:
 
 def _epoch_check(tmp: Path) -> Result:
     from dparallel.train.model_dir import check_store_unchanged, claim_model_dir
-    from dparallel.workflow.ingest import ingest
+    from dparallel.workflow.ingest import IngestOptions, ingest
 
     store, model = _store(tmp), tmp / "m"
     with claim_model_dir(model, store):
         check_store_unchanged(store, model)  # unchanged: passes
-        ingest(_data(tmp, 14), tmp / "s.zarr", partition_atoms=30, overwrite=True)
+        ingest(_data(tmp, 14), tmp / "s.zarr", IngestOptions(partition_atoms=30, overwrite=True))
         return _raises(lambda: check_store_unchanged(store, model), TrainingError, "changed")
 
 

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the ingest; prints a one-line summary."""
     from tqdm import tqdm
 
-    from dparallel.workflow.ingest import ingest  # zarr: only when the command runs
+    from dparallel.workflow.ingest import IngestOptions, ingest  # zarr: only when it runs
 
     bar: list[tqdm] = []
 
@@ -36,9 +36,7 @@ def run(args: argparse.Namespace) -> int:
                             disable=True if args.quiet else None))  # fmt: skip
         bar[0].update(done - bar[0].n)
 
-    result = ingest(
-        args.input,
-        args.output,
+    options = IngestOptions(
         format=args.format,
         units=args.units,
         on_error=args.on_error,
@@ -46,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=progress,
     )
+    result = ingest(args.input, args.output, options)
     for b in bar:
         b.close()
     store = result.store

@@ -1,11 +1,11 @@
 """Run one task per partition on a Dask client; rerun alone those whose worker died.
 
 Generic over the task: :func:`run_partitions` submits ``task(*args(p), **kwargs)`` for every
-partition ``p``, hands each result to ``on_result`` as it arrives and returns the exceptions
-of the partitions that failed. A worker that dies takes the tasks queued on it down too, and
-the scheduler counts them all as suspects (``KilledWorker``): each such partition is rerun
-alone, one at a time, so an innocent one finishes and only the one that kills its worker
-fails again.
+partition ``p`` (as its :class:`Dispatch` says), hands each result to ``on_result`` as it
+arrives and returns the exceptions of the partitions that failed. A worker that dies takes
+the tasks queued on it down too, and the scheduler counts them all as suspects
+(``KilledWorker``): each such partition is rerun alone, one at a time, so an innocent one
+finishes and only the one that kills its worker fails again.
 
 Collecting a result never waits without bound: a task can finish and its worker die before
 the driver fetches the (small) result, and Dask then recomputes it, behind whatever else
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dparallel.errors import ClusterError
@@ -26,7 +27,7 @@ from dparallel.errors import ClusterError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["NO_WORKER_GRACE_S", "RESULT_WAIT_S", "killed_worker", "run_partitions"]
+__all__ = ["NO_WORKER_GRACE_S", "RESULT_WAIT_S", "Dispatch", "killed_worker", "run_partitions"]
 
 log = logging.getLogger(__name__)
 
@@ -37,78 +38,65 @@ NO_WORKER_GRACE_S = 120.0
 RESULT_WAIT_S = 30.0
 
 
-def run_partitions(
-    client: Any,
-    task: Callable[..., Any],
-    partitions: Sequence[int],
-    *,
-    args: Callable[[int], tuple[Any, ...]],
-    kwargs: Mapping[str, Any] | None = None,
-    name: str = "dparallel-task",
-    retries: int = 0,
-    on_result: Callable[[int, Any], None] | None = None,
-    check: Callable[[], None] | None = None,
-    recover: Callable[[int], Any] | None = None,
-    resources: Callable[[int], Mapping[str, float] | None] | None = None,
-) -> dict[int, BaseException]:
-    """Run ``task(*args(p), **kwargs)`` for each of ``partitions`` on ``client``.
+@dataclass(frozen=True)
+class Dispatch:
+    """How :func:`run_partitions` runs each partition ``p``'s task and hands its result on.
 
-    ``on_result(p, result)`` is called in the caller's thread for each finished task;
-    ``check()`` before each result is taken and while a rerun waits (e.g. a lease's check,
-    which raises to stop the run). ``retries`` are Dask's extra attempts of a task that
-    raised. ``recover(p)``: partition ``p``'s result when the finished task's own result is
-    lost with its worker (``None``: not to be had; the partition then runs again).
-    ``resources(p)``: the Dask resources partition ``p``'s task needs (e.g. ``{"GPU": 1}``:
-    only workers advertising them run it; ``None``: any worker). Returns partition
-    → exception of those that failed, in the end (a partition whose rerun finishes is not
-    in it).
+    ``args(p)``: the task's positional arguments; ``kwargs``: its keyword arguments (the
+    same for every partition); ``name``: the start of its Dask key; ``retries``: Dask's
+    extra attempts of a task that raised. ``on_result(p, result)`` is called in the
+    caller's thread for each finished task; ``check()`` before each result is taken and
+    while a rerun waits (e.g. a lease's check, which raises to stop the run).
+    ``recover(p)``: ``p``'s result when the finished task's own result is lost with its
+    worker (``None``: not to be had; the partition then runs again). ``resources(p)``: the
+    Dask resources ``p``'s task needs (e.g. ``{"GPU": 1}``: only workers advertising them
+    run it; ``None``: any worker).
     """
-    from distributed import as_completed
 
-    extra = dict(kwargs or {})
-    failures: dict[int, BaseException] = {}
+    args: Callable[[int], tuple[Any, ...]]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    name: str = "dparallel-task"
+    retries: int = 0
+    on_result: Callable[[int, Any], None] = lambda p, result: None
+    check: Callable[[], None] = lambda: None
+    recover: Callable[[int], Any] | None = None
+    resources: Callable[[int], Mapping[str, float] | None] | None = None
 
-    def submit(p: int) -> Any:
+    def submit(self, client: Any, task: Callable[..., Any], p: int) -> Any:
+        """Submit partition ``p``'s task to ``client``; its future."""
         return client.submit(
             task,
-            *args(p),
-            **extra,
-            key=f"{name}-{p}-{os.getpid()}-{time.time_ns()}",
+            *self.args(p),
+            **self.kwargs,
+            key=f"{self.name}-{p}-{os.getpid()}-{time.time_ns()}",
             pure=False,
-            retries=retries,
-            resources=None if resources is None else resources(p),
+            retries=self.retries,
+            resources=None if self.resources is None else self.resources(p),
         )
 
-    def collect(future: Any, p: int) -> bool:
-        """Hand ``p``'s result on or record its failure; False when its result is lost."""
-        found = _outcome(future, p, recover)
-        if found is _LOST:
-            return False
-        if isinstance(found, _Failed):
-            failures[p] = found.exc  # reported together at the end
-            log.info("partition %d failed: %s", p, found.exc)
-            return True
-        failures.pop(p, None)
-        if on_result is not None:
-            on_result(p, found)
-        return True
 
-    futures = {submit(p): p for p in partitions}
+def run_partitions(
+    client: Any, task: Callable[..., Any], partitions: Sequence[int], how: Dispatch
+) -> dict[int, BaseException]:
+    """Run ``task(*how.args(p), **how.kwargs)`` for each of ``partitions`` on ``client``;
+    returns partition → exception of those that failed in the end (not those rerun fine)."""
+    from distributed import as_completed
+
+    failures: dict[int, BaseException] = {}
+    futures = {how.submit(client, task, p): p for p in partitions}
     held = list(futures)  # until the end: Dask's progress then counts done of all, as ours
     lost: list[int] = []
     for future in as_completed(futures):
-        if check is not None:
-            check()
+        how.check()
         p = futures.pop(future)
-        if not collect(future, p):
+        if not _collect(future, p, how, failures):
             lost.append(p)
     rerun = sorted({*lost, *(p for p, exc in failures.items() if killed_worker(exc))})
-    for p in rerun:
-        if check is not None:
-            check()
-        future = submit(p)
-        if _wait_with_workers(client, future, check):
-            if not collect(future, p):
+    for p in rerun:  # alone, one at a time
+        how.check()
+        future = how.submit(client, task, p)
+        if _wait_with_workers(client, future, how.check):
+            if not _collect(future, p, how, failures):
                 failures[p] = ClusterError(
                     f"the result of partition {p} was lost twice with its worker"
                 )
@@ -119,6 +107,20 @@ def run_partitions(
             )
     held.clear()  # the scheduler may forget the tasks now
     return failures
+
+
+def _collect(future: Any, p: int, how: Dispatch, failures: dict[int, BaseException]) -> bool:
+    """Hand ``p``'s result on or record its failure; False when its result is lost."""
+    found = _outcome(future, p, how.recover)
+    if found is _LOST:
+        return False
+    if isinstance(found, _Failed):
+        failures[p] = found.exc  # reported together at the end
+        log.info("partition %d failed: %s", p, found.exc)
+        return True
+    failures.pop(p, None)
+    how.on_result(p, found)
+    return True
 
 
 class _Failed:
@@ -168,7 +170,7 @@ def killed_worker(exc: BaseException | None) -> bool:
     return isinstance(exc, KilledWorker)
 
 
-def _wait_with_workers(client: Any, future: Any, check: Callable[[], None] | None) -> bool:
+def _wait_with_workers(client: Any, future: Any, check: Callable[[], None]) -> bool:
     """Wait for ``future`` (calling ``check``); False (future cancelled) once the cluster
     has had no worker for :data:`NO_WORKER_GRACE_S` — never an unbounded wait."""
     from distributed import wait
@@ -181,8 +183,7 @@ def _wait_with_workers(client: Any, future: Any, check: Callable[[], None] | Non
             pass
         else:
             return True
-        if check is not None:
-            check()
+        check()
         if client.scheduler_info().get("workers"):
             without_since = None
         elif without_since is None:

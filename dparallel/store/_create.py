@@ -362,10 +362,10 @@ def create_store(
     Parameters
     ----------
     path
-        Directory of the zarr store (a new path or an empty directory; with
-        ``overwrite``, also a dparallel store). Or a zarr store or URL that is not a
-        folder (e.g. a ``zarr.storage.MemoryStore``): built in place, with no lease and no
-        ``overwrite`` (see :func:`_create_in_place`).
+        Directory of the zarr store (a new path or an empty directory; with ``overwrite``,
+        also a dparallel store). Or a zarr store or URL that is not a folder (e.g. a
+        ``zarr.storage.MemoryStore``): built in place, with no lease and no ``overwrite``
+        (see :func:`_create_in_place`).
     source_fingerprint
         ``StructureSource.fingerprint()``; its identity fields must match on reopen, and
         its ``path`` is never replaced.
@@ -404,53 +404,63 @@ def create_store(
     StoreBusyError
         Another run holds the store's lease.
     """
-    local = local_path(path)
-    if local is None:  # not a folder: no lease file, no build aside and rename
+    if (local := local_path(path)) is None:  # not a folder: no lease, no build aside, rename
         return _create_in_place(path, source_fingerprint, plan, config, overwrite, any_plan)
     path = local
     config = _jsonable(config)
     fingerprint = _jsonable(source_fingerprint)
     protected = [*protect, *([fingerprint["path"]] if fingerprint.get("path") else [])]
-
-    def decide() -> StoreStatus | None:
-        """The status when a new store is to be built at ``path``; ``None``: reopen it."""
-        compared = None if any_plan else plan
-        status = store_status(path, source_fingerprint=fingerprint, config=config, plan=compared)
-        if status.kind in ("missing", "empty") or overwrite:
-            if status.kind != "missing":
-                check_replaceable(path, protected)
-            return status
-        if status.matches:
-            return None
-        raise StoreMismatchError(status.refusal())
-
+    compared = None if any_plan else plan
+    decide = (path, fingerprint, config, compared, overwrite, protected)
     if path.exists() or path.is_symlink():
-        decide()  # refuse early, before even the lock file is made beside ``path``
+        _decide(*decide)  # refuse early, before even the lock file is made beside ``path``
     with StoreLease(path, command="create_store"):
-        status = decide()  # again: only now, holding the lease, is the answer final
+        status = _decide(*decide)  # again: only now, holding the lease, is the answer final
+        # a replacement an earlier run began aside, of this very config: resume it
         keep = status is not None and aside and status.kind not in ("missing", "empty")
-        if keep:  # a replacement an earlier run began aside, of this very config: resume it
-            adopted = _adopt_aside(path, fingerprint, config, None if any_plan else plan)
-            if adopted is not None:
-                return adopted
+        if keep and (adopted := _adopt_aside(path, fingerprint, config, compared)) is not None:
+            return adopted
         _remove_leftovers(path)
         if status is None:
             return Store(path, mode="r+")
-        replace = status.kind != "missing"
-        token = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
-        building = path.with_name(f"{path.name}.creating-{token}")
-        try:
-            _build(building, fingerprint, config, plan)
-            if keep:
-                _ASIDE[building] = (path, token)
-                log.info("building the replacement of %s aside, at %s", path, building)
-                return Store(building, mode="r+")
-            _swap_in(building, path, token, replace)
-        finally:
-            if building.exists() and building not in _ASIDE:
-                shutil.rmtree(building, ignore_errors=True)
+        new = _build_beside(path, fingerprint, config, plan, status.kind != "missing", keep)
+    return Store(new, mode="r+")
+
+
+def _decide(
+    path: Path, fingerprint: dict, config: dict, plan: Plan | None, overwrite: bool, protected: list
+) -> StoreStatus | None:
+    """The status when a new store is to be built at ``path``; ``None``: reopen it
+    (``plan=None``: whatever its partitioning)."""
+    status = store_status(path, source_fingerprint=fingerprint, config=config, plan=plan)
+    if status.kind in ("missing", "empty") or overwrite:
+        if status.kind != "missing":
+            check_replaceable(path, protected)
+        return status
+    if status.matches:
+        return None
+    raise StoreMismatchError(status.refusal())
+
+
+def _build_beside(
+    path: Path, fingerprint: dict, config: dict, plan: Plan, replace: bool, keep: bool
+) -> Path:
+    """Build the new store beside ``path`` and swap it in (``replace``: over the old one);
+    with ``keep``, leave it there for :func:`publish_store`. Returns where it is."""
+    token = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    building = path.with_name(f"{path.name}.creating-{token}")
+    try:
+        _build(building, fingerprint, config, plan)
+        if keep:
+            _ASIDE[building] = (path, token)
+            log.info("building the replacement of %s aside, at %s", path, building)
+            return building
+        _swap_in(building, path, token, replace)
+    finally:
+        if building.exists() and building not in _ASIDE:
+            shutil.rmtree(building, ignore_errors=True)
     log.info("created store %s: %d partitions, slots %s", path, plan.n_partitions, plan.slots)
-    return Store(path, mode="r+")
+    return path
 
 
 def _create_in_place(

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from dparallel.errors import StoreError
 from dparallel.store import _create
 from dparallel.store._backend import StoreTarget, remote_location
@@ -55,7 +53,6 @@ def create_store(
     path: StoreTarget,
     *,
     source_fingerprint: Mapping[str, Any],
-    atom_counts: np.ndarray,
     plan: Plan,
     config: Mapping[str, Any],
     overwrite: bool = False,
@@ -65,16 +62,16 @@ def create_store(
 ) -> Store:
     """Create a store with every array at final shape, or reopen a matching one.
 
-    ``atom_counts`` (S,), atoms per source structure, must agree with ``plan`` (checked
-    here, for both). A folder: :func:`dparallel.store._create.create_store` (the other
+    ``plan`` must cover the structures and atoms that ``source_fingerprint`` counts
+    (checked here, for both). A folder: :func:`dparallel.store._create.create_store` (the
     parameters and the guarantees there). A URL: the same guarantees on object storage
     (:func:`dparallel.store._create_remote.create_remote`).
     """
-    counts = np.asarray(atom_counts, np.int64).reshape(-1)
-    if plan.n_structures != counts.shape[0] or int(plan.atoms.sum()) != int(counts.sum()):
+    counts = (source_fingerprint.get("n_structures"), source_fingerprint.get("n_atoms"))
+    if counts != (plan.n_structures, int(plan.atoms.sum())):
         raise StoreError(
             f"plan covers {plan.n_structures} structures / {int(plan.atoms.sum())} atoms, "
-            f"atom_counts has {counts.shape[0]} / {int(counts.sum())}"
+            f"the source has {counts[0]} / {counts[1]}"
         )
     remote = remote_location(path)
     if remote is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dparallel.nn import HDNNP, load_model, scaling_from_statistics  # re-exported from nn/
 from dparallel.train.batch import Batch, Geometry, assemble, make_batch
-from dparallel.train.data import PartitionReader, iterate_batches
+from dparallel.train.data import BatchPlan, PartitionReader, iterate_batches
 from dparallel.train.loop import TrainResult, train
 from dparallel.train.objective import predict_batch
 from dparallel.train.optimizers import Optimizer, make_optimizer
@@ -19,6 +19,7 @@ from dparallel.train.splits import SplitIndex, build_split_index
 __all__ = [
     "HDNNP",
     "Batch",
+    "BatchPlan",
     "EpochCallback",
     "Geometry",
     "Metrics",

@@ -261,27 +261,18 @@ class BatchPlan:
 
 def iterate_batches(
     reader: PartitionReader,
-    split: str,
-    batch_size: int,
+    plan: BatchPlan,
     *,
-    shuffle: bool,
-    seed: int = 0,
-    epoch: int = 0,
-    shuffle_buffer: int = 512,
     prefetch: int = 1,
     dtype: torch.dtype = torch.float64,
 ) -> Iterator[Batch]:
-    """Mini-batches of every structure of ``split`` exactly once, streamed from the store.
+    """The mini-batches of ``plan`` (every structure of its split exactly once), streamed
+    from the store.
 
-    The batches are those of :class:`BatchPlan`; partitions are read in its order
-    (``prefetch`` ahead in a thread) and dropped once their last structure is batched.
+    Partitions are read in the plan's order (``prefetch`` ahead in a thread) and dropped
+    once their last structure is batched.
     """
-    plan = BatchPlan(
-        reader.index, split, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
-        shuffle_buffer=shuffle_buffer,
-    )  # fmt: skip
-    code = SPLITS[split]
-    left = {p: int(np.count_nonzero(reader.index.split[p] == code)) for p in plan.partitions}
+    left = {p: int(np.count_nonzero(reader.index.split[p] == plan.code)) for p in plan.partitions}
     stream = reader.stream(plan.partitions, prefetch)
     loaded: dict[int, PartitionData] = {}
     try:

@@ -197,16 +197,13 @@ class BatchFeed:
             size, shuffle, ep = max(64, spec.batch_size), False, 0
         else:
             size, shuffle, ep = spec.batch_size, True, epoch
-        if self.held is not None:
-            plan = BatchPlan(
-                reader.index, split, size, shuffle=shuffle, seed=spec.seed, epoch=ep,
-                shuffle_buffer=spec.shuffle_buffer,
-            )  # fmt: skip
-            return timed(self.held.batches(plan), self.wait)
-        host = iterate_batches(
-            reader, split, size, shuffle=shuffle, seed=spec.seed, epoch=ep,
-            shuffle_buffer=spec.shuffle_buffer, prefetch=spec.prefetch, dtype=self.target.dtype,
+        plan = BatchPlan(
+            reader.index, split, size, shuffle=shuffle, seed=spec.seed, epoch=ep,
+            shuffle_buffer=spec.shuffle_buffer,
         )  # fmt: skip
+        if self.held is not None:
+            return timed(self.held.batches(plan), self.wait)
+        host = iterate_batches(reader, plan, prefetch=spec.prefetch, dtype=self.target.dtype)
         depth = self.batch_prefetch
         if depth == "auto":
             depth = _GPU_BATCH_PREFETCH if self.device.type == "cuda" else 0

@@ -190,7 +190,6 @@ def prepare_featurize(
     store = create_store(
         store_path,
         source_fingerprint=source.fingerprint(),
-        atom_counts=source.atom_counts,
         plan=plan,
         config=config,
         overwrite=options.overwrite,

@@ -89,7 +89,7 @@ def run_featurize_partitions(
     if not pending:
         return counts, {}
     from dparallel.cluster import connect
-    from dparallel.cluster.dispatch import run_partitions
+    from dparallel.cluster.dispatch import Dispatch, run_partitions
     from dparallel.cluster.gpus import GPU_RESOURCE, gpu_partitions, gpu_worker_addresses
     from dparallel.dashboard.events import progress_start_event, publish_progress_start
 
@@ -133,10 +133,7 @@ def run_featurize_partitions(
             if progress is not None:
                 progress(report, done, len(pending))
 
-        failures = run_partitions(
-            handle.client,
-            featurize_partition,
-            pending,
+        how = Dispatch(
             args=lambda p: (source, store_path, p, spec),
             kwargs={"torch_threads": options.torch_threads, "run": run},
             name="dparallel-featurize",
@@ -146,6 +143,7 @@ def run_featurize_partitions(
             recover=lambda p: _recorded_report(store_path, p),
             resources=lambda p: {GPU_RESOURCE: 1} if p in marked else None,
         )
+        failures = run_partitions(handle.client, featurize_partition, pending, how)
     return counts, failures
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.io import StructureSource, open_source
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PARTITION_ATOMS",
+    "IngestOptions",
     "IngestResult",
     "ingest",
     "ingest_partition",
@@ -33,6 +34,30 @@ log = logging.getLogger(__name__)
 
 #: Default atoms per partition (≈ 1 MB of positions per chunk; a few MB of RAM per task).
 DEFAULT_PARTITION_ATOMS = 20_000
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """How :func:`ingest` reads the source and writes the store.
+
+    ``format``, ``units``, ``on_error``: how the structure file is read
+    (:func:`dparallel.io.open_source`; with ``on_error="skip"`` structures that cannot be
+    read are skipped and recorded). ``partition_atoms``: atoms per partition (``None``:
+    :data:`DEFAULT_PARTITION_ATOMS`). ``overwrite``: replace a dparallel store made from
+    another source or config instead of refusing. ``protect``: files the store path may
+    not be or hold. ``progress(done, total)`` is called after each partition.
+    """
+
+    format: str | None = None
+    units: str = "ase"
+    on_error: Literal["raise", "skip"] = "raise"
+    partition_atoms: int | None = DEFAULT_PARTITION_ATOMS
+    overwrite: bool = False
+    protect: Iterable[str | os.PathLike[str]] = ()
+    progress: Callable[[int, int], None] | None = field(default=None, compare=False)
+
+
+_DEFAULTS = IngestOptions()
 
 
 @dataclass(frozen=True)
@@ -59,27 +84,22 @@ def ingest_config(source: StructureSource, partition_atoms: int) -> dict[str, An
 
 
 def prepare_ingest(
-    source: StructureSource,
-    store_path: Where,
-    *,
-    partition_atoms: int | None = DEFAULT_PARTITION_ATOMS,
-    overwrite: bool = False,
-    protect: Iterable[str | os.PathLike[str]] = (),
+    source: StructureSource, store_path: Where, options: IngestOptions = _DEFAULTS
 ) -> Store:
-    """Plan partitions for ``source`` and create (or reopen, for resume) the store.
+    """Plan partitions for ``source`` and create (or reopen, for resume) the store, as
+    ``options`` say (``partition_atoms``, ``overwrite``, ``protect``).
 
     ``partition_atoms=None``: :data:`DEFAULT_PARTITION_ATOMS` (ingest runs in one process).
     """
-    partition_atoms = partition_atoms or DEFAULT_PARTITION_ATOMS
+    partition_atoms = options.partition_atoms or DEFAULT_PARTITION_ATOMS
     plan = plan_partitions(source.atom_counts, partition_atoms)
     return create_store(
         store_path,
         source_fingerprint=source.fingerprint(),
-        atom_counts=source.atom_counts,
         plan=plan,
         config=ingest_config(source, partition_atoms),
-        overwrite=overwrite,
-        protect=protect,
+        overwrite=options.overwrite,
+        protect=options.protect,
         aside=True,
     )
 
@@ -107,33 +127,18 @@ def ingest_partition(source: StructureSource, store: Store, p: int) -> dict[str,
 
 
 def ingest(
-    input_path: Where,
-    store_path: Where,
-    *,
-    format: str | None = None,
-    units: str = "ase",
-    on_error: Literal["raise", "skip"] = "raise",
-    partition_atoms: int | None = DEFAULT_PARTITION_ATOMS,
-    overwrite: bool = False,
-    protect: Iterable[str | os.PathLike[str]] = (),
-    progress: Callable[[int, int], None] | None = None,
+    input_path: Where, store_path: Where, options: IngestOptions = _DEFAULTS
 ) -> IngestResult:
-    """Ingest ``input_path`` into the store at ``store_path`` in this process.
+    """Ingest ``input_path`` into the store at ``store_path`` in this process, as
+    ``options`` (:class:`IngestOptions`) say.
 
     Only partitions not yet done are written, so an interrupted ingest resumes.
     Memory is bounded by one partition plus the index (O(structures) integers).
-    ``progress(done, total)`` is called after each partition.
     """
     t0 = time.perf_counter()
-    source = open_source(input_path, format, units=units, on_error=on_error)
+    source = open_source(input_path, options.format, units=options.units, on_error=options.on_error)
     with StoreLease(store_path, command="dparallel ingest") as lease:
-        store = prepare_ingest(
-            source,
-            store_path,
-            partition_atoms=partition_atoms,
-            overwrite=overwrite,
-            protect=protect,
-        )
+        store = prepare_ingest(source, store_path, options)
         pending = store.pending_partitions()
         already = store.n_partitions - len(pending)
         if already:
@@ -142,8 +147,8 @@ def ingest(
         for k, p in enumerate(pending):
             lease.check()
             n_skipped += ingest_partition(source, store, int(p))["n_skipped"]
-            if progress is not None:
-                progress(already + k + 1, store.n_partitions)
+            if options.progress is not None:
+                options.progress(already + k + 1, store.n_partitions)
         store = publish_store(store)
     return IngestResult(
         store=store,

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from dparallel.cluster.dispatch import killed_worker, run_partitions
+from dparallel.cluster.dispatch import Dispatch, killed_worker, run_partitions
 
 
 def _square_or_fail(p: int, offset: int, *, fail: int) -> int:
@@ -22,11 +22,13 @@ def test_results_reach_on_result_and_failures_come_back_by_partition(client) -> 
         client,
         _square_or_fail,
         [0, 1, 2, 3],
-        args=lambda p: (p, 10),
-        kwargs={"fail": 2},
-        name="test-dispatch",
-        on_result=results.__setitem__,
-        check=lambda: checks.append(1),
+        Dispatch(
+            args=lambda p: (p, 10),
+            kwargs={"fail": 2},
+            name="test-dispatch",
+            on_result=results.__setitem__,
+            check=lambda: checks.append(1),
+        ),
     )
     assert results == {0: 10, 1: 11, 3: 19}
     assert list(failures) == [2]
@@ -44,8 +46,8 @@ def test_a_raising_check_stops_the_run(client) -> None:
         raise Stop
 
     with pytest.raises(Stop):
-        run_partitions(client, _square_or_fail, [0, 1], args=lambda p: (p, 0),
-                       kwargs={"fail": -1}, check=stop)  # fmt: skip
+        how = Dispatch(args=lambda p: (p, 0), kwargs={"fail": -1}, check=stop)
+        run_partitions(client, _square_or_fail, [0, 1], how)
 
 
 def test_killed_worker_is_recognised() -> None:
@@ -92,8 +94,8 @@ def test_a_result_lost_with_its_worker_is_recovered_not_waited_for(tmp_path, mon
         results: dict[int, int] = {}
         t0 = time.monotonic()
         failures = run_partitions(
-            client, task, [7], args=lambda p: (p, str(runs)), on_result=results.__setitem__,
-            check=kill_holder, recover=lambda p: -p,
+            client, task, [7], Dispatch(args=lambda p: (p, str(runs)),
+            on_result=results.__setitem__, check=kill_holder, recover=lambda p: -p),
         )  # fmt: skip
         elapsed = time.monotonic() - t0
     assert killed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from dparallel.cluster.dispatch import run_partitions
+from dparallel.cluster.dispatch import Dispatch, run_partitions
 
 
 def _square(p: int) -> int:
@@ -22,8 +22,9 @@ def test_the_scheduler_keeps_every_task_of_the_run_until_it_ends(client) -> None
         known.append(sum(1 for key in scheduler.tasks if str(key).startswith("test-progress")))
 
     failures = run_partitions(
-        client, _square, range(6), args=lambda p: (p,), name="test-progress", on_result=on_result
-    )
+        client, _square, range(6),
+        Dispatch(args=lambda p: (p,), name="test-progress", on_result=on_result),
+    )  # fmt: skip
     assert failures == {}
     assert known == [6] * 6
     deadline = time.monotonic() + 10

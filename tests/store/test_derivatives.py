@@ -144,7 +144,6 @@ def _older_store(tmp_path, version: int, derivatives: dict, n_features: int):
     store = create_store(
         tmp_path / "s.zarr",
         source_fingerprint=src.fingerprint(),
-        atom_counts=src.atom_counts,
         plan=plan_partitions(src.atom_counts, 10_000),
         config={"x": 1},
     )

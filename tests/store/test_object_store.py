@@ -248,12 +248,14 @@ def test_remote_store_equals_the_local_one_bitwise(base, data, tmp_path):
 
 
 def test_ingest_from_and_into_a_url_equals_the_local_ingest(base, data, tmp_path):
-    from dparallel.workflow.ingest import ingest
+    from dparallel.workflow.ingest import IngestOptions, ingest
 
     fs, path = as_location(f"{base}/in/data.xyz").filesystem()
     fs.pipe_file(path, data.read_bytes())
-    local = ingest(data, tmp_path / "i.zarr", partition_atoms=30).store
-    remote = ingest(f"{base}/in/data.xyz", f"{base}/i.zarr", partition_atoms=30).store
+    local = ingest(data, tmp_path / "i.zarr", IngestOptions(partition_atoms=30)).store
+    remote = ingest(
+        f"{base}/in/data.xyz", f"{base}/i.zarr", IngestOptions(partition_atoms=30)
+    ).store
     assert remote.is_complete and remote.root is not None
     _same({"p": local.read_structures().positions}, {"p": remote.read_structures().positions})
     assert open_store(f"{base}/i.zarr").info()["zarr_root"] == str(remote.root)

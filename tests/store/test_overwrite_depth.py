@@ -14,7 +14,7 @@ from dparallel.errors import StoreMismatchError, UnsafePathError
 from dparallel.io.synthetic import random_structures
 from dparallel.store import check_replaceable, lease_path
 from dparallel.store._safety import foreign_files
-from dparallel.workflow.ingest import ingest
+from dparallel.workflow.ingest import IngestOptions, ingest
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def _snapshot(root: Path) -> dict[str, bytes]:
 
 
 def test_a_store_as_written_has_no_foreign_files(data):
-    store = ingest(data, "s.zarr", partition_atoms=40).store
+    store = ingest(data, "s.zarr", IngestOptions(partition_atoms=40)).store
     assert foreign_files(store.path) == []
 
 
@@ -44,18 +44,18 @@ def test_a_store_as_written_has_no_foreign_files(data):
     ["structures/NOTES.txt", "parts/0/mine.npy", "partitions/done/backup/c.0", "atoms/x.json"],
 )
 def test_a_user_file_at_any_depth_is_named_and_kept(data, plant):
-    ingest(data, "s.zarr", partition_atoms=40)
+    ingest(data, "s.zarr", IngestOptions(partition_atoms=40))
     mine = Path("s.zarr") / plant
     mine.parent.mkdir(parents=True, exist_ok=True)
     mine.write_text("mine")
     with pytest.raises(StoreMismatchError, match="did not write") as info:
-        ingest(data, "s.zarr", partition_atoms=40, overwrite=True)
+        ingest(data, "s.zarr", IngestOptions(partition_atoms=40, overwrite=True))
     assert plant in str(info.value)
     assert mine.read_text() == "mine"
 
 
 def test_a_symbolic_link_inside_a_store_is_foreign(data, tmp_path):
-    ingest(data, "s.zarr", partition_atoms=40)
+    ingest(data, "s.zarr", IngestOptions(partition_atoms=40))
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "s.zarr" / "structures" / "link").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(StoreMismatchError, match="structures/link"):
@@ -75,16 +75,16 @@ def _fail_on_the_second_partition(monkeypatch):
 
 
 def test_a_failed_overwrite_leaves_the_old_store(data, tmp_path, monkeypatch):
-    old = ingest(data, "s.zarr", partition_atoms=40, units="ase").store
+    old = ingest(data, "s.zarr", IngestOptions(partition_atoms=40, units="ase")).store
     assert old.n_partitions > 2
     before = _snapshot(old.path)
     _fail_on_the_second_partition(monkeypatch)
     with pytest.raises(OSError, match="No space left"):
-        ingest(data, "s.zarr", partition_atoms=50, overwrite=True)
+        ingest(data, "s.zarr", IngestOptions(partition_atoms=50, overwrite=True))
     assert _snapshot(old.path) == before  # not a byte of the old store changed
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)
-    result = ingest(data, "s.zarr", partition_atoms=50, overwrite=True)
+    result = ingest(data, "s.zarr", IngestOptions(partition_atoms=50, overwrite=True))
     assert result.partitions_already_done == 1  # the replacement resumed where it stopped
     new = result.store
     assert new.path == old.path and new.is_complete
@@ -111,13 +111,13 @@ def test_a_mount_point_is_refused(monkeypatch, tmp_path):
 
 
 def test_a_replacement_of_another_config_left_aside_is_not_resumed(data, tmp_path, monkeypatch):
-    ingest(data, "s.zarr", partition_atoms=40)
+    ingest(data, "s.zarr", IngestOptions(partition_atoms=40))
     _fail_on_the_second_partition(monkeypatch)
     with pytest.raises(OSError):
-        ingest(data, "s.zarr", partition_atoms=50, overwrite=True)
+        ingest(data, "s.zarr", IngestOptions(partition_atoms=50, overwrite=True))
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)
-    result = ingest(data, "s.zarr", partition_atoms=60, overwrite=True)
+    result = ingest(data, "s.zarr", IngestOptions(partition_atoms=60, overwrite=True))
     assert result.partitions_already_done == 0 and result.store.is_complete
     assert result.store.attrs["config"]["ingest"]["partition_atoms"] == 60
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("s.zarr")] == ["s.zarr"]

@@ -16,7 +16,7 @@ from dparallel.errors import StoreMismatchError
 from dparallel.io.synthetic import random_structures
 from dparallel.store import check_replaceable
 from dparallel.store._own_files import foreign_files
-from dparallel.workflow.ingest import ingest
+from dparallel.workflow.ingest import IngestOptions, ingest
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,7 +51,7 @@ def store(tmp_path, rng, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "in.extxyz"
     ase.io.write(data, random_structures(30, rng, max_atoms=8), format="extxyz")
-    return ingest(data, "s.zarr", partition_atoms=40).store.path
+    return ingest(data, "s.zarr", IngestOptions(partition_atoms=40)).store.path
 
 
 def test_a_partition_half_written_by_a_killed_task_is_ours(store):

@@ -17,7 +17,7 @@ from dparallel.io.synthetic import random_structures
 from dparallel.store import FORMAT_VERSION, create_store, open_store
 from dparallel.store.plan import plan_partitions
 from dparallel.types import StructureBatch
-from dparallel.workflow.ingest import ingest, ingest_partition, prepare_ingest
+from dparallel.workflow.ingest import IngestOptions, ingest, ingest_partition, prepare_ingest
 
 
 @pytest.fixture
@@ -30,18 +30,17 @@ def xyz(tmp_path, rng):
 
 
 def _new(tmp_path, src, target=40, config=None, **kw):
+    kw.setdefault("plan", plan_partitions(src.atom_counts, target))
     return create_store(
         tmp_path / "s.zarr",
         source_fingerprint=src.fingerprint(),
-        atom_counts=src.atom_counts,
-        plan=plan_partitions(src.atom_counts, target),
         config=config or {"ingest": {"x": 1}},
         **kw,
     )
 
 
 def test_ingest_roundtrip_equals_ase(tmp_path, xyz):
-    result = ingest(xyz, tmp_path / "s.zarr", partition_atoms=40)
+    result = ingest(xyz, tmp_path / "s.zarr", IngestOptions(partition_atoms=40))
     store = open_store(tmp_path / "s.zarr")
     ref = StructureBatch.from_ase(ase.io.read(xyz, ":"))
     assert store.is_complete and store.n_structures == 30 and store.n_atoms == ref.n_atoms
@@ -100,15 +99,16 @@ def test_reopen_same_returns_existing_and_mismatch_refused(tmp_path, xyz, rng):
         create_store(
             tmp_path / "junk",
             source_fingerprint=src.fingerprint(),
-            atom_counts=src.atom_counts,
             plan=plan_partitions(src.atom_counts, 40),
             config={},
         )
+    with pytest.raises(StoreError, match=r"plan covers 29 structures / \d+ atoms, the source has"):
+        _new(tmp_path, src, plan=plan_partitions(src.atom_counts[:-1], 40))  # not the source's
 
 
 def test_rewrite_is_idempotent_and_readonly_refuses(tmp_path, xyz):
     src = open_source(xyz)
-    store = prepare_ingest(src, tmp_path / "s.zarr", partition_atoms=40)
+    store = prepare_ingest(src, tmp_path / "s.zarr", IngestOptions(partition_atoms=40))
     for p in range(store.n_partitions):
         ingest_partition(src, store, p)
     ingest_partition(src, store, 1)  # a retried task rewrites the same chunks
@@ -121,7 +121,7 @@ def test_rewrite_is_idempotent_and_readonly_refuses(tmp_path, xyz):
 
 def test_atom_array_and_partition_array_hooks(tmp_path, xyz):
     src = open_source(xyz)
-    store = prepare_ingest(src, tmp_path / "s.zarr", partition_atoms=40)
+    store = prepare_ingest(src, tmp_path / "s.zarr", IngestOptions(partition_atoms=40))
     store.create_atom_array("g", (4,), np.float32, attributes={"unit": "1"})
     store.create_atom_array("g", (4,), np.float32)  # same spec: no-op
     with pytest.raises(StoreMismatchError, match="atoms/g exists"):
@@ -157,7 +157,7 @@ def test_atom_array_and_partition_array_hooks(tmp_path, xyz):
 def test_numeric_arrays_use_lz4_shuffle_strings_the_default(tmp_path, xyz):
     """docs/store-format.md: numeric chunks (floats too) are Blosc LZ4 behind a byte shuffle."""
     src = open_source(xyz)
-    store = prepare_ingest(src, tmp_path / "s.zarr", partition_atoms=40)
+    store = prepare_ingest(src, tmp_path / "s.zarr", IngestOptions(partition_atoms=40))
     store.create_atom_array("g", (2,), np.float32)
     store.write_partition_arrays(
         0, {"d": np.ones((3, 4, 3)), "i": np.arange(6, dtype=np.int32)}, group="features"
@@ -188,7 +188,7 @@ def test_skipped_records_and_info(tmp_path):
     good = "begin\natom 0 0 0 H 0 0 0 0 0\natom 0 0 0.7 H 0 0 0 0 0\nenergy -1\nend\n"
     bad = "begin\natom 0 0 nan H 0 0 0 0 0\nend\n"
     path.write_text(good * 3 + bad + good * 4 + bad + good)
-    ingest(path, tmp_path / "s.zarr", on_error="skip", partition_atoms=4)
+    ingest(path, tmp_path / "s.zarr", IngestOptions(on_error="skip", partition_atoms=4))
     store = open_store(tmp_path / "s.zarr")
     assert store.n_structures == 8 and store.n_atoms == 16
     assert [i for i, _ in store.skipped()] == [3, 8]

@@ -15,7 +15,7 @@ import zarr
 from dparallel.io import open_source
 from dparallel.io.synthetic import random_structures
 from dparallel.store import open_store
-from dparallel.workflow.ingest import ingest, prepare_ingest
+from dparallel.workflow.ingest import IngestOptions, ingest, prepare_ingest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def test_processes_write_disjoint_partitions(tmp_path, rng):
     n_procs = 3
 
     src = open_source(path, on_error="skip")
-    store = prepare_ingest(src, tmp_path / "par.zarr", partition_atoms=300)
+    store = prepare_ingest(src, tmp_path / "par.zarr", IngestOptions(partition_atoms=300))
     store.create_atom_array("z2", (), np.int64)
     assert store.n_partitions >= 3 * n_procs
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -57,7 +57,9 @@ def test_processes_write_disjoint_partitions(tmp_path, rng):
     for proc in procs:
         assert proc.wait(timeout=240) == 0
 
-    single = ingest(path, tmp_path / "one.zarr", on_error="skip", partition_atoms=300).store
+    single = ingest(
+        path, tmp_path / "one.zarr", IngestOptions(on_error="skip", partition_atoms=300)
+    ).store
     single.create_atom_array("z2", (), np.int64)
     for p in range(single.n_partitions):
         single.write_atom_array("z2", p, single.read_partition(p).numbers ** 2)

@@ -49,7 +49,6 @@ def _create(path, data: Path, *, overwrite: bool, config=None, protect=()):
     return create_store(
         path,
         source_fingerprint=src.fingerprint(),
-        atom_counts=src.atom_counts,
         plan=plan_partitions(src.atom_counts, 40),
         config=config if config is not None else {"ingest": {"n": 1}},
         overwrite=overwrite,

@@ -12,7 +12,7 @@ from dparallel.cli.main import main
 from dparallel.errors import StoreError
 from dparallel.io.synthetic import random_structures
 from dparallel.store import open_store
-from dparallel.workflow.ingest import ingest
+from dparallel.workflow.ingest import IngestOptions, ingest
 
 
 def _chunk_file(array_dir, *coords):
@@ -25,7 +25,7 @@ def _chunk_file(array_dir, *coords):
 def store_path(tmp_path, rng):
     data = tmp_path / "data.xyz"
     ase.io.write(data, random_structures(30, rng, max_atoms=15), format="extxyz")
-    ingest(data, tmp_path / "s.zarr", partition_atoms=40)
+    ingest(data, tmp_path / "s.zarr", IngestOptions(partition_atoms=40))
     return tmp_path / "s.zarr"
 
 
@@ -37,7 +37,7 @@ def test_a_torn_done_marker_counts_as_not_done_and_a_rerun_redoes_it(store_path,
     again = open_store(store_path)
     assert 2 not in again.done_partitions().tolist()
     assert again.pending_partitions().tolist() == [2]
-    result = ingest(tmp_path / "data.xyz", store_path, partition_atoms=40)
+    result = ingest(tmp_path / "data.xyz", store_path, IngestOptions(partition_atoms=40))
     assert result.partitions_written == 1 and result.store.is_complete
     assert len(result.store.done_partitions()) == total
 

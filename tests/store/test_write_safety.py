@@ -13,7 +13,7 @@ import pytest
 from dparallel.errors import UnsafePathError
 from dparallel.io.synthetic import random_structures
 from dparallel.store import current_identity, open_store, store_identity
-from dparallel.workflow.ingest import ingest
+from dparallel.workflow.ingest import IngestOptions, ingest
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,7 +24,7 @@ def store(tmp_path, rng, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "in.extxyz"
     ase.io.write(data, random_structures(30, rng, max_atoms=8), format="extxyz")
-    return ingest(data, "s.zarr", partition_atoms=40).store.path
+    return ingest(data, "s.zarr", IngestOptions(partition_atoms=40)).store.path
 
 
 def test_a_chunk_hard_linked_to_a_users_file_is_replaced_not_overwritten(store, tmp_path):
@@ -95,10 +95,10 @@ def test_a_store_has_an_identity_that_changes_when_it_is_made_again(tmp_path, rn
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "in.extxyz"
     ase.io.write(data, random_structures(10, rng, max_atoms=6), format="extxyz")
-    first = open_store(ingest(data, "s.zarr", partition_atoms=40).store.path)
+    first = open_store(ingest(data, "s.zarr", IngestOptions(partition_atoms=40)).store.path)
     then = store_identity(first)
     assert then["identity"] and current_identity(first) == then
     ase.io.write(data, random_structures(12, rng, max_atoms=6), format="extxyz")
-    ingest(data, "s.zarr", partition_atoms=40, overwrite=True)
+    ingest(data, "s.zarr", IngestOptions(partition_atoms=40, overwrite=True))
     now = current_identity(first)
     assert now is not None and now["identity"] != then["identity"]

@@ -10,7 +10,7 @@ from _store_fixture import small_store
 
 from dparallel.train import TrainingSpec, make_optimizer
 from dparallel.train.batch import Batch, batch_nbytes, map_batch
-from dparallel.train.data import PartitionReader, iterate_batches
+from dparallel.train.data import BatchPlan, PartitionReader, iterate_batches
 from dparallel.train.device import Target
 from dparallel.train.feed import HeldData
 from dparallel.train.preparation import build_model, prepare
@@ -54,15 +54,12 @@ def batches(store) -> dict[str, Batch]:  # noqa: ANN001
     reader = PartitionReader(store, "acsf", prep.elements, prep.index, True)
     held = HeldData.load(reader, torch.device("cpu"), torch.float64, None)
     assert held is not None
-    from dparallel.train.data import BatchPlan
-
     plan = BatchPlan(prep.index, "train", 3, shuffle=False)
-    out = {"stored": next(iterate_batches(reader, "train", 3, shuffle=False)),
-           "held": next(iter(held.batches(plan)))}  # fmt: skip
+    out = {"stored": next(iterate_batches(reader, plan)), "held": next(iter(held.batches(plan)))}
     for engine in ("graph", "kernel"):
         computed = StructureReader(store, "acsf", prep.descriptor_spec or {}, prep.elements,
                                    prep.index, True, engine=engine)  # fmt: skip
-        out[engine] = next(iterate_batches(computed, "train", 3, shuffle=False))
+        out[engine] = next(iterate_batches(computed, plan))
     return out
 
 
@@ -109,7 +106,7 @@ def test_each_optimizer_is_built_once_and_declares_what_it_needs(store, name) ->
     reader = PartitionReader(store, "acsf", prep.elements, prep.index, True)
     optimizer.begin_epoch()
     before = [p.detach().clone() for p in model.parameters()]
-    for batch in iterate_batches(reader, "train", 3, shuffle=False):
+    for batch in iterate_batches(reader, BatchPlan(reader.index, "train", 3, shuffle=False)):
         energy, forces, value = optimizer.step(model, batch, True)
         assert energy.shape == (batch.n_structures,) and forces is not None
         assert torch.isfinite(value)

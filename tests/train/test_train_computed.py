@@ -10,7 +10,7 @@ import torch
 from _store_fixture import build_store, small_acsf, small_store
 
 from dparallel.errors import ConfigError, TrainingError
-from dparallel.train import Batch, TrainingSpec, iterate_batches, parse_training_spec
+from dparallel.train import Batch, BatchPlan, TrainingSpec, iterate_batches, parse_training_spec
 from dparallel.train import train as train_model
 from dparallel.train.data import PartitionReader
 from dparallel.train.device import Target
@@ -67,8 +67,10 @@ def test_computed_energies_and_forces_equal_the_stored_path(store, engine) -> No
     """Same model: energies and forces computed per batch == values + dG/dr (predict_batch)."""
     model, stored, computed = _readers(store, SPEC, engine)
     batches = zip(
-        iterate_batches(stored, "train", 5, shuffle=True, seed=1, epoch=0),
-        iterate_batches(computed, "train", 5, shuffle=True, seed=1, epoch=0),
+        iterate_batches(stored, BatchPlan(stored.index, "train", 5, shuffle=True, seed=1, epoch=0)),
+        iterate_batches(
+            computed, BatchPlan(computed.index, "train", 5, shuffle=True, seed=1, epoch=0)
+        ),
         strict=True,
     )
     n = 0
@@ -96,7 +98,7 @@ def test_computed_energies_and_forces_equal_the_stored_path(store, engine) -> No
 
 def test_computed_forces_match_finite_differences(store) -> None:  # noqa: ANN001
     model, _, computed = _readers(store, SPEC)
-    batch = next(iterate_batches(computed, "train", 1, shuffle=False))
+    batch = next(iterate_batches(computed, BatchPlan(computed.index, "train", 1, shuffle=False)))
     geometry = batch.geometry
     assert geometry is not None
     _, f = predict_from_geometry(model, batch, geometry, True)

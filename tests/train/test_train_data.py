@@ -7,7 +7,14 @@ import pytest
 import torch
 from _store_fixture import small_acsf, small_store
 
-from dparallel.train import TrainingSpec, assemble, build_split_index, iterate_batches, make_batch
+from dparallel.train import (
+    BatchPlan,
+    TrainingSpec,
+    assemble,
+    build_split_index,
+    iterate_batches,
+    make_batch,
+)
 from dparallel.train.data import PartitionReader, load_partition
 from dparallel.train.splits import assign_splits
 
@@ -39,24 +46,20 @@ def test_loader_visits_every_training_structure_exactly_once(store) -> None:  # 
     expected = index.ids_of("train")
     assert 0 < expected.size < 24
     orders = []
+
+    def ids(split: str, size: int, **shuffled: int) -> np.ndarray:
+        plan = BatchPlan(reader.index, split, size, shuffle=bool(shuffled), **shuffled)
+        return np.concatenate([b.ids for b in iterate_batches(reader, plan)])
+
     for epoch in range(3):
-        seen = [
-            b.ids
-            for b in iterate_batches(
-                reader, "train", 3, shuffle=True, seed=1, epoch=epoch, shuffle_buffer=4
-            )
-        ]
-        got = np.concatenate(seen)
+        got = ids("train", 3, seed=1, epoch=epoch, shuffle_buffer=4)
         assert np.array_equal(np.sort(got), expected)  # each exactly once
         orders.append(got)
     assert not np.array_equal(orders[0], orders[1])  # reshuffled per epoch
-    again = np.concatenate(
-        [b.ids for b in iterate_batches(reader, "train", 3, shuffle=True, seed=1, epoch=1,
-                                        shuffle_buffer=4)]
-    )  # fmt: skip
+    again = ids("train", 3, seed=1, epoch=1, shuffle_buffer=4)
     assert np.array_equal(again, orders[1])  # same (seed, epoch) → same order
     for split in ("validation", "test"):
-        got = np.concatenate([b.ids for b in iterate_batches(reader, split, 5, shuffle=False)])
+        got = ids(split, 5)
         assert np.array_equal(np.sort(got), index.ids_of(split))
 
 
@@ -128,7 +131,9 @@ def test_loader_memory_is_bounded_by_buffer_and_prefetch(tmp_path) -> None:  # n
 
     reader.get = tracked  # type: ignore[method-assign]
     peak, seen = 0, 0
-    for batch in iterate_batches(reader, "train", 1, shuffle=True, shuffle_buffer=2, prefetch=1):
+    for batch in iterate_batches(
+        reader, BatchPlan(reader.index, "train", 1, shuffle=True, shuffle_buffer=2), prefetch=1
+    ):
         seen += batch.n_structures
         del batch
         gc.collect(0)  # partitions have no reference cycles; young generation suffices

@@ -85,11 +85,12 @@ def test_resident_batches_equal_streamed_batches(reader) -> None:  # noqa: ANN00
     resident = HeldData.load(reader, torch.device("cpu"), torch.float64, None)
     assert resident is not None and resident.nbytes > 0
     for split, shuffle in (("train", True), ("validation", False)):
-        plan = BatchPlan(reader.index, split, 4, shuffle=shuffle, seed=3, epoch=2,
-                         shuffle_buffer=5)  # fmt: skip
-        streamed = list(iterate_batches(reader, split, 4, shuffle=shuffle, seed=3, epoch=2,
-                                        shuffle_buffer=5))  # fmt: skip
-        held = list(resident.batches(plan))
+        plans = [
+            BatchPlan(reader.index, split, 4, shuffle=shuffle, seed=3, epoch=2, shuffle_buffer=5)
+            for _ in range(2)
+        ]  # one each: a shuffled plan draws its batches once
+        streamed = list(iterate_batches(reader, plans[0]))
+        held = list(resident.batches(plans[1]))
         assert len(held) == len(streamed) > 1
         for a, b in zip(streamed, held, strict=True):
             for x, y in zip(_batch_arrays(a), _batch_arrays(b), strict=True):
@@ -141,15 +142,17 @@ def test_resume_across_data_placements_continues_the_same_trajectory(store, tmp_
 
 # ----------------------------------------------------------------- the prefetch thread
 def test_prefetcher_yields_every_batch_and_stops_its_thread(reader) -> None:  # noqa: ANN001
-    source = list(iterate_batches(reader, "train", 3, shuffle=False, prefetch=0))
+    source = list(
+        iterate_batches(reader, BatchPlan(reader.index, "train", 3, shuffle=False), prefetch=0)
+    )
     clock = WaitClock()
     got = list(timed(Prefetcher(iter(source), torch.device("cpu")), clock))
     assert [b.ids.tolist() for b in got] == [b.ids.tolist() for b in source]
     assert clock.seconds >= 0.0
     assert not _threads()
     # closed early (a step failed, a break): the thread ends too
-    gen = timed(Prefetcher(iterate_batches(reader, "train", 2, shuffle=True), torch.device("cpu")),
-                WaitClock())  # fmt: skip
+    batches = iterate_batches(reader, BatchPlan(reader.index, "train", 2, shuffle=True))
+    gen = timed(Prefetcher(batches, torch.device("cpu")), WaitClock())
     next(gen)
     gen.close()
     assert not _threads()
@@ -160,7 +163,7 @@ def test_prefetcher_yields_every_batch_and_stops_its_thread(reader) -> None:  # 
 
 def test_an_error_in_the_loader_surfaces_in_the_training_thread(reader) -> None:  # noqa: ANN001
     def failing_after_one():  # noqa: ANN202
-        it = iterate_batches(reader, "train", 3, shuffle=False, prefetch=0)
+        it = iterate_batches(reader, BatchPlan(reader.index, "train", 3, shuffle=False), prefetch=0)
         yield next(it)
         raise OSError("disk went away")
 
@@ -255,7 +258,7 @@ def test_cuda_training_matches_cpu_and_resumes_on_the_cpu(store, tmp_path) -> No
 
 @needs_cuda
 def test_batches_move_to_cuda(reader) -> None:  # noqa: ANN001
-    batch = next(iterate_batches(reader, "train", 3, shuffle=False))
+    batch = next(iterate_batches(reader, BatchPlan(reader.index, "train", 3, shuffle=False)))
     moved = batch_to(batch, torch.device("cuda"))
     assert moved.energy.device.type == "cuda"
     assert all(a.shape == b.shape for a, b in zip(_batch_arrays(batch), _batch_arrays(moved),

@@ -91,7 +91,7 @@ def test_kalman_state_resumes_from_the_checkpoint(store, tmp_path) -> None:  # n
 
 def test_observation_rows_are_the_gradients_of_energies_and_forces(store) -> None:  # noqa: ANN001
     """Jacobian rows against autograd through the training forces (double backward)."""
-    from dparallel.train.data import PartitionReader, iterate_batches
+    from dparallel.train.data import BatchPlan, PartitionReader, iterate_batches
     from dparallel.train.device import Target
     from dparallel.train.kalman import observations
     from dparallel.train.objective import predict_batch
@@ -101,7 +101,11 @@ def test_observation_rows_are_the_gradients_of_energies_and_forces(store) -> Non
     prep = prepare(store, spec)
     model = build_model(prep, spec, Target.of(spec))
     reader = PartitionReader(store, "acsf", prep.elements, prep.index, True, 2**26)
-    batch = next(iter(iterate_batches(reader, "train", 4, shuffle=False, prefetch=0)))
+    batch = next(
+        iter(
+            iterate_batches(reader, BatchPlan(reader.index, "train", 4, shuffle=False), prefetch=0)
+        )
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     pick = torch.tensor([0, 4, 3 * batch.n_atoms - 1, 7])  # includes atom 0 twice
     obs = observations(model, params, batch, spec, True, pick=pick)

@@ -11,7 +11,7 @@ from dparallel.io.synthetic import random_structures
 from dparallel.store import open_store
 from dparallel.types import StructureBatch
 from dparallel.workflow import ingest as ingest_mod
-from dparallel.workflow.ingest import ingest
+from dparallel.workflow.ingest import IngestOptions, ingest
 
 
 def test_resume_after_interruption(tmp_path, rng, monkeypatch):
@@ -29,7 +29,7 @@ def test_resume_after_interruption(tmp_path, rng, monkeypatch):
 
     monkeypatch.setattr(ingest_mod, "ingest_partition", flaky)
     with pytest.raises(KeyboardInterrupt):
-        ingest(path, out, partition_atoms=50)
+        ingest(path, out, IngestOptions(partition_atoms=50))
     store = open_store(out)
     np.testing.assert_array_equal(store.done_partitions(), calls)
     assert not store.is_complete
@@ -39,7 +39,7 @@ def test_resume_after_interruption(tmp_path, rng, monkeypatch):
     monkeypatch.setattr(
         ingest_mod, "ingest_partition", lambda s, st, p: written.append(p) or real(s, st, p)
     )
-    result = ingest(path, out, partition_atoms=50)
+    result = ingest(path, out, IngestOptions(partition_atoms=50))
     assert result.partitions_already_done == 3
     assert sorted(written) == sorted(set(range(store.n_partitions)) - set(calls))
     ref = StructureBatch.from_ase(ase.io.read(path, ":"))
@@ -52,7 +52,7 @@ def test_ingest_n2p2_units_into_store(tmp_path):
         "begin\ncomment set=test\nlattice 10 0 0\nlattice 0 10 0\nlattice 0 0 10\n"
         "atom 1 2 3 H 0 0 0.5 0 0\natom 2 2 3 H 0 0 -0.5 0 0\nenergy -1\nend\n"
     )
-    ingest(path, tmp_path / "s.zarr", units="bohr-hartree")
+    ingest(path, tmp_path / "s.zarr", IngestOptions(units="bohr-hartree"))
     got = open_store(tmp_path / "s.zarr").read_structures()
     ref = open_source(path, units="bohr-hartree").read()
     assert got.equals(ref) and list(got.tags) == ["test"]
