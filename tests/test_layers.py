@@ -182,6 +182,63 @@ def test_circle_finder(graph: dict[str, set[str]], expected: list[list[str]]) ->
     assert strongly_connected(graph) == expected
 
 
+MAX_FUNCTION_LINES = 80
+MAX_PARAMETERS = 8
+#: Functions outside kernels/ allowed past those limits, each with its reason.
+SIZE_EXCEPTIONS = {
+    "dparallel.neighbors._small_cells._pairs": (
+        "numba-compiled pair search: one loop nest over cells and images whose inputs and "
+        "output buffers are plain array arguments (a compiled function takes no objects)"
+    ),
+}
+
+
+def oversized_functions(path: Path, module: str) -> dict[str, str]:
+    """``module.function`` → what is over the limits, for the functions of ``path``."""
+    found = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = node.args
+        given = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+        n_params = sum(p.arg not in ("self", "cls") for p in given)
+        n_lines = (node.end_lineno or node.lineno) - node.lineno + 1
+        over = [f"{n_lines} lines"] * (n_lines > MAX_FUNCTION_LINES)
+        over += [f"{n_params} parameters"] * (n_params > MAX_PARAMETERS)
+        if over:
+            found[f"{module}.{node.name}"] = ", ".join(over)
+    return found
+
+
+def test_no_function_is_too_long_or_takes_too_many_parameters() -> None:
+    """Outside kernels/ (compiled loop nests): at most 80 lines and 8 parameters a function
+    (self and cls not counted); past that it does several jobs or needs an options type."""
+    found = {}
+    for name, path in all_modules().items():
+        if unit(name) != "kernels":
+            found.update(oversized_functions(path, name))
+    over = {k: v for k, v in found.items() if k not in SIZE_EXCEPTIONS}
+    assert not over, (
+        f"functions over {MAX_FUNCTION_LINES} lines or {MAX_PARAMETERS} parameters: {over}"
+    )
+    stale = sorted(set(SIZE_EXCEPTIONS) - set(found))
+    assert not stale, f"listed exceptions that are no longer over the limits: {stale}"
+
+
+def test_the_size_rule_counts_lines_and_parameters(tmp_path: Path) -> None:
+    """The checker itself: 81 lines or 9 parameters are caught, 80 and 8 (plus self) are not."""
+    body = "\n".join(["    x = 1"] * 79)
+    code = (
+        f"def long():\n{body}\n    return x\n"  # 81 lines
+        f"def fits():\n{body}\n"  # 80 lines
+        "def wide(a, b, c, d, e, f, g, h, *rest):\n    pass\n"
+        "class C:\n    def m(self, a, b, c, d, e, f, g, *, h):\n        pass\n"
+    )
+    path = tmp_path / "m.py"
+    path.write_text(code)
+    assert oversized_functions(path, "m") == {"m.long": "81 lines", "m.wide": "9 parameters"}
+
+
 def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     """The checker itself: a kernel importing the training loop is an arrow that runs up."""
     bad = tmp_path / "dparallel" / "kernels" / "bad.py"
