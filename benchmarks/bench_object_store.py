@@ -21,6 +21,7 @@ quote ratios, not absolute times (the benchmark machine is shared).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import socket
@@ -30,6 +31,10 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "n2p2"
 if not SHARED.is_dir():
@@ -65,6 +70,23 @@ def start_moto(log: Path) -> tuple[subprocess.Popen, str]:
             time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def moto_environment(work: Path, key: str = "bench") -> Iterator[str]:
+    """moto's server (its log in ``work``) with ``AWS_*`` pointing at it; stopped after."""
+    server, endpoint = start_moto(work / "moto.log")
+    os.environ.update(
+        AWS_ACCESS_KEY_ID=key,
+        AWS_SECRET_ACCESS_KEY=key,
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL=endpoint,
+    )
+    try:
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=25, help="water example copies (25)")
@@ -76,18 +98,10 @@ def main() -> int:
         print(f"SKIPPED: n2p2's water example is missing ({water})")
         return 0
     work = Path(tempfile.mkdtemp(prefix="bench-objstore-"))
-    server, endpoint = start_moto(work / "moto.log")
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_ENDPOINT_URL=endpoint,
-    )
     try:
-        return run(args, water, work)
+        with moto_environment(work):
+            return run(args, water, work)
     finally:
-        server.terminate()
-        server.wait(10)
         shutil.rmtree(work, ignore_errors=True)
 
 
