@@ -22,6 +22,7 @@ import shutil
 import socket
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -411,11 +412,11 @@ def create_store(
     fingerprint = _jsonable(source_fingerprint)
     protected = [*protect, *([fingerprint["path"]] if fingerprint.get("path") else [])]
     compared = None if any_plan else plan
-    decide = (path, fingerprint, config, compared, overwrite, protected)
+    decide = partial(_decide, path, fingerprint, config, compared, overwrite, protected)
     if path.exists() or path.is_symlink():
-        _decide(*decide)  # refuse early, before even the lock file is made beside ``path``
+        decide()  # refuse early, before even the lock file is made beside ``path``
     with StoreLease(path, command="create_store"):
-        status = _decide(*decide)  # again: only now, holding the lease, is the answer final
+        status = decide()  # again: only now, holding the lease, is the answer final
         # a replacement an earlier run began aside, of this very config: resume it
         keep = status is not None and aside and status.kind not in ("missing", "empty")
         if keep and (adopted := _adopt_aside(path, fingerprint, config, compared)) is not None:
