@@ -42,6 +42,7 @@ from bench_train_n2p2 import (
     first_reaching,
     input_nn,
     n2p2_bin,
+    reaching,
     run_n2p2,
     score_n2p2,
     timed,
@@ -88,14 +89,6 @@ def stage_water(root: Path, copies: int, water: Path) -> None:
     (root / "train.data").write_text((water / "input.data").read_text() * copies)
     (root / "n2p2").mkdir(exist_ok=True)
     (root / "n2p2" / "input.nn").write_text((water / "input.nn").read_text())
-
-
-def reaching(epochs: list[dict], target: tuple[float, float]) -> dict | None:
-    """The first epoch with both test RMSEs at or below ``target`` (its number and time)."""
-    for ep in epochs:
-        if ep["rmse"] is not None and ep["rmse"][0] <= target[0] and ep["rmse"][1] <= target[1]:
-            return {"epoch": ep["epoch"], "seconds": ep["seconds"]}
-    return None
 
 
 def featurize(root: Path, partition_atoms: int, workers: int) -> tuple[Path, float]:

@@ -317,12 +317,18 @@ def score_dparallel(run: dict, scorer: Scorer) -> None:
 
 
 # --------------------------------------------------------------------------- report
+def reaching(epochs: list[dict], target: tuple[float, float]) -> dict | None:
+    """The first epoch with both test RMSEs at or below ``target`` (unscored ones skipped)."""
+    for ep in epochs:
+        if ep["rmse"] is not None and ep["rmse"][0] <= target[0] and ep["rmse"][1] <= target[1]:
+            return ep
+    return None
+
+
 def first_reaching(epochs: list[dict], target: tuple[float, float]) -> str:
     """Wall time of the first epoch with both test RMSEs at or below ``target``."""
-    for ep in epochs:
-        if ep["rmse"][0] <= target[0] and ep["rmse"][1] <= target[1]:
-            return f"{ep['seconds']:.1f} s (epoch {ep['epoch']})"
-    return "not reached"
+    ep = reaching(epochs, target)
+    return "not reached" if ep is None else f"{ep['seconds']:.1f} s (epoch {ep['epoch']})"
 
 
 def print_curve(name: str, epochs: list[dict], every: int) -> None:
