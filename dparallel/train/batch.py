@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from dparallel.descriptors import DescriptorResult, PairDerivatives
+from dparallel.errors import TrainingError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -41,13 +42,17 @@ __all__ = [
     "PartitionData",
     "Rows",
     "assemble",
+    "assemble_groups",
     "batch_nbytes",
     "batch_to",
+    "group_by_partition",
     "make_batch",
     "map_batch",
     "map_tensors",
+    "merge_partitions",
     "pin_batch",
     "ranges",
+    "split_assembled",
 ]
 
 
@@ -204,7 +209,10 @@ class HostOps:
         return out
 
     def cat(self, parts: list) -> Any:
-        return np.concatenate(parts)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def repeat(self, values: np.ndarray, counts: np.ndarray) -> Any:
+        return np.repeat(values, counts)
 
     def tensor(self, a: Any) -> torch.Tensor:
         return torch.from_numpy(a) if isinstance(a, np.ndarray) else a
@@ -251,7 +259,13 @@ class DeviceOps(HostOps):
         return out
 
     def cat(self, parts: list) -> Any:
-        return torch.cat(parts)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def repeat(self, values: np.ndarray, counts: np.ndarray) -> Any:
+        total = int(counts.sum())
+        return torch.repeat_interleave(
+            self.tensor(values.astype(np.int64)), self.tensor(counts), output_size=total
+        )
 
 
 @dataclass
@@ -264,20 +278,34 @@ class Assembled:
     constant: dict[str, dict[str, Any]]
 
 
+def group_by_partition(items: Sequence[tuple[Any, int]]) -> list[tuple[Any, np.ndarray]]:
+    """``(partition, structure)`` items as ``(partition, structures)`` groups: partitions in
+    first-seen order, structures in item order (the order :func:`assemble` gathers in)."""
+    groups: OrderedDict[int, tuple[Any, list[int]]] = OrderedDict()
+    for part, s in items:
+        key = id(part) if isinstance(part, PartitionData) else int(part)
+        groups.setdefault(key, (part, []))[1].append(int(s))
+    return [(part, np.asarray(sel, np.int64)) for part, sel in groups.values()]
+
+
 def assemble(items: Sequence[tuple[PartitionData, int]], ops: HostOps = HOST) -> Assembled:
     """Gather ``(partition, local structure)`` items into one set of renumbered columns.
 
     Structures are grouped by partition (first-seen order), then in item order.
     """
-    groups: OrderedDict[int, tuple[PartitionData, list[int]]] = OrderedDict()
-    for part, s in items:
-        groups.setdefault(id(part), (part, []))[1].append(int(s))
+    return assemble_groups(group_by_partition(items), ops)
+
+
+def assemble_groups(
+    groups: Sequence[tuple[PartitionData, np.ndarray]], ops: HostOps = HOST
+) -> Assembled:
+    """Gather structures ``sel`` of each ``(partition, sel)`` group, in that order, into one
+    set of columns, index columns renumbered from 0."""
     pieces: dict[str, dict[str, list]] = {}
     constant: dict[str, dict[str, Any]] = {}
     base: dict[str, int] = {}
     ids, counts = [], []
-    for part, sel_list in groups.values():
-        sel = np.asarray(sel_list, np.int64)
+    for part, sel in groups:
         ids.append(part.ids[sel])
         atoms = part.rows["atoms"].offsets
         counts.append(atoms[sel + 1] - atoms[sel])
@@ -298,6 +326,131 @@ def assemble(items: Sequence[tuple[PartitionData, int]], ops: HostOps = HOST) ->
             base[name] = start + int(rows.shape[0])
     tables = {t: {c: ops.cat(v) for c, v in cols.items()} for t, cols in pieces.items()}
     return Assembled(np.concatenate(ids), np.concatenate(counts), tables, constant)
+
+
+def split_assembled(
+    got: Assembled, part: PartitionData, sel: np.ndarray, sizes: Sequence[int], ops: HostOps
+) -> list[Assembled]:
+    """``got`` (structures ``sel`` of ``part``, gathered in order) cut into consecutive
+    batches of ``sizes`` structures, each with its index columns renumbered from 0.
+
+    The columns of each batch are views of ``got``'s: a batch of many assembled at once
+    costs one gather per column for all of them.
+    """
+    if len(sizes) == 1:
+        return [got]
+    edges = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    row_edges = {}  # table → (B + 1,) first row of each batch
+    for name in got.tables:
+        offsets = part.rows[name].offsets
+        per_structure = offsets[sel + 1] - offsets[sel]
+        row_edges[name] = np.concatenate([[0], np.cumsum(per_structure)])[edges]
+    tables: dict[str, dict[str, Any]] = {}
+    for name, cols in got.tables.items():
+        renumbered = dict(cols)
+        rows_per_batch = np.diff(row_edges[name])
+        for col, ref in part.rows[name].refs.items():  # batch b's rows of ref start at 0
+            renumbered[col] = cols[col] - ops.repeat(row_edges[ref][:-1], rows_per_batch)
+        tables[name] = renumbered
+    return [
+        Assembled(
+            got.ids[edges[b] : edges[b + 1]],
+            got.counts[edges[b] : edges[b + 1]],
+            {
+                name: {c: v[row_edges[name][b] : row_edges[name][b + 1]] for c, v in cols.items()}
+                for name, cols in tables.items()
+            },
+            got.constant,
+        )
+        for b in range(len(sizes))
+    ]
+
+
+def merge_partitions(parts: Sequence[PartitionData], ops: HostOps = HOST) -> PartitionData:
+    """``parts`` as one partition (their structures in order), index columns renumbered.
+
+    Each column is concatenated once and the pieces are released as it goes (``parts`` are
+    emptied), so merging data held on a device needs one column's size more, not twice the
+    data. A table a partition lacks (no atoms of an element) has no rows there.
+
+    Raises
+    ------
+    TrainingError
+        Two partitions disagree on a table's constants (a derivative table's feature
+        columns), so their rows cannot share one table.
+    """
+    names = _in_reference_order(parts)
+    structures = [p.n_structures for p in parts]
+    row_base: dict[str, np.ndarray] = {}  # table → (n_parts,) first row of each partition
+    merged: dict[str, Rows] = {}
+    for name in names:
+        present = [p.rows.get(name) for p in parts]
+        n_rows = [int(t.offsets[-1]) if t is not None else 0 for t in present]
+        row_base[name] = np.concatenate([[0], np.cumsum(n_rows)[:-1]]).astype(np.int64)
+        first = next(t for t in present if t is not None)
+        offsets = [
+            (t.offsets[:-1] if t is not None else np.zeros(s, np.int64)) + b
+            for t, s, b in zip(present, structures, row_base[name], strict=True)
+        ]
+        offsets.append(np.array([sum(n_rows)], np.int64))
+        _check_constants(name, parts, present)
+        columns = {}
+        for col in list(first.columns):
+            pieces = []
+            for i, t in enumerate(present):
+                if t is None:
+                    continue
+                values = t.columns.pop(col)
+                if col in first.refs:
+                    values = values + int(row_base[first.refs[col]][i])
+                pieces.append(values)
+            columns[col] = ops.cat(pieces)
+            del pieces
+        merged[name] = Rows(
+            np.concatenate(offsets).astype(np.int64), columns, dict(first.refs), first.constant
+        )
+    return PartitionData(
+        -1,
+        np.concatenate([p.ids for p in parts]),
+        np.concatenate([p.split for p in parts]),
+        merged,
+        sum(p.nbytes for p in parts),
+    )
+
+
+def _in_reference_order(parts: Sequence[PartitionData]) -> list[str]:
+    """Every table name of ``parts``, each after the tables it references."""
+    refs: dict[str, set[str]] = {}
+    for part in parts:
+        for name, table in part.rows.items():
+            refs.setdefault(name, set()).update(table.refs.values())
+    ordered: list[str] = []
+    while len(ordered) < len(refs):
+        ready = [n for n in refs if n not in ordered and refs[n] <= set(ordered)]
+        if not ready:
+            raise TrainingError(f"partition tables reference each other: {sorted(refs)}")
+        ordered += ready
+    return ordered
+
+
+def _check_constants(
+    name: str, parts: Sequence[PartitionData], present: Sequence[Rows | None]
+) -> None:
+    """Raise unless every partition having table ``name`` has the same constants."""
+    first = next(t for t in present if t is not None)
+    for part, t in zip(parts, present, strict=True):
+        if t is None:
+            continue
+        for key, value in t.constant.items():
+            if not np.array_equal(_host(value), _host(first.constant[key])):
+                raise TrainingError(
+                    f"partition {part.p}: table {name} has another {key} than the partitions "
+                    "before it; the store's partitions were featurized differently"
+                )
+
+
+def _host(a: Any) -> np.ndarray:
+    return a.cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
 
 
 def make_batch(

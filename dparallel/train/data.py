@@ -10,6 +10,7 @@ split are fed through a bounded shuffle buffer into mini-batches
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections import OrderedDict
@@ -28,9 +29,31 @@ if TYPE_CHECKING:
     from dparallel.store import Store
     from dparallel.train.splits import SplitIndex
 
-__all__ = ["BatchPlan", "PartitionReader", "iterate_batches", "load_partition"]
+__all__ = [
+    "CACHE_SHARE",
+    "BatchPlan",
+    "PartitionReader",
+    "iterate_batches",
+    "load_partition",
+    "train_cache_bytes",
+]
 
 log = logging.getLogger(__name__)
+
+#: Without ``DPARALLEL_TRAIN_CACHE_MB``, decoded partitions may take this share of the
+#: host memory available when training starts.
+CACHE_SHARE = 0.25
+
+
+def train_cache_bytes() -> int:
+    """Bytes of decoded partitions a training run keeps (``DPARALLEL_TRAIN_CACHE_MB``, or
+    :data:`CACHE_SHARE` of the available host memory; 0 reads the store every epoch)."""
+    mb = os.environ.get("DPARALLEL_TRAIN_CACHE_MB")
+    if mb is not None:
+        return int(float(mb) * 2**20)
+    import psutil
+
+    return int(CACHE_SHARE * psutil.virtual_memory().available)
 
 
 def _sorted_by(keys: np.ndarray) -> np.ndarray | None:

@@ -23,25 +23,27 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from dparallel.train.batch import (
     DeviceOps,
     PartitionData,
     Rows,
-    assemble,
+    assemble_groups,
     batch_to,
+    group_by_partition,
     make_batch,
     map_batch,
+    merge_partitions,
     pin_batch,
+    split_assembled,
 )
 from dparallel.train.data import BatchPlan, iterate_batches
 from dparallel.train.device import Target, device_memory, out_of_memory, peak_memory
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator
-
-    import numpy as np
 
     from dparallel.train.batch import Batch
     from dparallel.train.data import PartitionReader
@@ -84,20 +86,48 @@ def _held(part: PartitionData, ops: DeviceOps, dtype: torch.dtype) -> PartitionD
 
 
 class HeldData:
-    """Every partition of a store on one device; the batches of a plan assembled there."""
+    """Every partition of a store on one device, merged into one; batches assembled there.
+
+    The partitions are merged (:func:`~dparallel.train.batch.merge_partitions`), so a batch
+    is one gather per column whichever partitions its structures come from, and batches
+    are assembled several at a time (about an eighth of the split, or one batch if
+    larger) and cut into views (:func:`~dparallel.train.batch.split_assembled`): the
+    host launches a few device operations per batch, not a few per partition and column.
+    The batches are those of the streamed path, structure for structure.
+    """
+
+    #: Batches are assembled in groups of about this share of the held structures.
+    ASSEMBLY_SHARE = 8
 
     def __init__(
-        self, reader: PartitionReader, partitions: dict[int, PartitionData], ops: DeviceOps,
-        dtype: torch.dtype,
+        self, reader: PartitionReader, data: PartitionData, first: dict[int, int],
+        ops: DeviceOps, dtype: torch.dtype,
     ) -> None:  # fmt: skip
-        self.reader, self.partitions, self.ops, self.dtype = reader, partitions, ops, dtype
-        self.nbytes = sum(p.nbytes for p in partitions.values())
+        self.reader, self.data, self.first, self.ops, self.dtype = reader, data, first, ops, dtype
+        self.nbytes = data.nbytes
+        self.per_assembly = max(1, data.n_structures // self.ASSEMBLY_SHARE)
 
     def batches(self, plan: BatchPlan) -> Iterator[Batch]:
         """The batches of ``plan``, each assembled on the device."""
+        pending: list[list[tuple[int, int]]] = []
+        count = 0
         for items in plan:
-            got = assemble([(self.partitions[p], s) for p, s in items], self.ops)
-            yield make_batch(got, self.reader.elements, self.dtype, self.ops)
+            pending.append(items)
+            count += len(items)
+            if count >= self.per_assembly:
+                yield from self._assembled(pending)
+                pending, count = [], 0
+        if pending:
+            yield from self._assembled(pending)
+
+    def _assembled(self, batches: list[list[tuple[int, int]]]) -> Iterator[Batch]:
+        """``batches`` gathered at once, then cut into their :class:`Batch` es."""
+        sel = np.concatenate(
+            [self.first[p] + s for items in batches for p, s in group_by_partition(items)]
+        )
+        got = assemble_groups([(self.data, sel)], self.ops)
+        for one in split_assembled(got, self.data, sel, [len(b) for b in batches], self.ops):
+            yield make_batch(one, self.reader.elements, self.dtype, self.ops)
 
     @classmethod
     def load(
@@ -111,8 +141,9 @@ class HeldData:
         so the host holds at most one at a time.
         """
         ops = DeviceOps(device)
-        parts: dict[int, PartitionData] = {}
-        total = 0
+        parts: list[PartitionData] = []
+        first: dict[int, int] = {}
+        total = structures = 0
         for p in reader.index.partitions:
             part = _held(reader.load(p), ops, dtype)
             total += part.nbytes
@@ -123,8 +154,10 @@ class HeldData:
                     budget / 2**30, len(parts) + 1, len(reader.index.partitions),
                 )  # fmt: skip
                 return None
-            parts[p] = part
-        return cls(reader, parts, ops, dtype)
+            parts.append(part)
+            first[p] = structures
+            structures += part.n_structures
+        return cls(reader, merge_partitions(parts, ops), first, ops, dtype)
 
 
 # ----------------------------------------------------------------- the feed

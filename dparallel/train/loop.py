@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,7 @@ from dparallel.train.checkpoints import (
     save_checkpoint,
     save_model,
 )
-from dparallel.train.data import PartitionReader
+from dparallel.train.data import PartitionReader, train_cache_bytes
 from dparallel.train.data_units import record_data_units
 from dparallel.train.device import Target, out_of_memory
 from dparallel.train.feed import BatchFeed
@@ -51,6 +50,7 @@ from dparallel.train.spec import TrainingSpec
 from dparallel.train.structure_data import StructureReader, choose_engine
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Iterable
     from pathlib import Path
 
@@ -59,8 +59,6 @@ if TYPE_CHECKING:
 __all__ = ["TrainResult", "train"]
 
 log = logging.getLogger(__name__)
-
-_CACHE_BYTES = int(os.environ.get("DPARALLEL_TRAIN_CACHE_MB", "2048")) * 2**20
 
 
 @dataclass
@@ -192,13 +190,12 @@ def _set_up(
     optimizer = make_optimizer(model, spec, prep.index.count("train"))
     progress = resume_from(model_dir / CHECKPOINT, spec, model, optimizer) if resume else Progress()
     write_file(model_dir / SPEC_JSON, json.dumps(spec.to_dict(), indent=1))
-    reader = PartitionReader(
-        store, spec.descriptor, prep.elements, prep.index, prep.forces, _CACHE_BYTES
-    )
+    cache = train_cache_bytes()
+    reader = PartitionReader(store, spec.descriptor, prep.elements, prep.index, prep.forces, cache)
     if spec.descriptor_source == "computed":  # structures only; descriptors computed per batch
         reader = StructureReader(
             store, spec.descriptor, prep.descriptor_spec or {}, prep.elements, prep.index,
-            prep.forces, _CACHE_BYTES,
+            prep.forces, cache,
             choose_engine(
                 spec.descriptor, spec.compute_with, optimizer.needs_derivatives,
                 target.device.type,

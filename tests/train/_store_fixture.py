@@ -15,7 +15,10 @@ from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import numpy as np
+
     from dparallel.store import Store
+    from dparallel.train.batch import Batch
 
 
 def build_store(
@@ -52,3 +55,60 @@ def small_store(root: Path, n: int = 24, partition_atoms: int = 150) -> Store:
 
     data = write_emt_cu(root / f"cu{n}.xyz", n, seed=3)
     return build_store(data, root / f"cu{n}.zarr", small_acsf(), partition_atoms=partition_atoms)
+
+
+def write_emt_alloy(
+    path: Path, n: int, *, seed: int, repeat: tuple[int, int, int] = (2, 2, 2), pure: int = 0
+) -> Path:
+    """EMT Cu/Au structures (extxyz): structure k has Au with chance (k + 1)/(n + 1); the
+    first ``pure`` are pure Cu (partitions without Au)."""
+    import ase.io
+    import numpy as np
+    from ase.build import bulk
+    from ase.calculators.emt import EMT
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    rng = np.random.default_rng(seed)
+    frames = []
+    for k in range(n):
+        atoms = bulk("Cu", "fcc", a=3.8, cubic=True).repeat(repeat)
+        au = rng.random(len(atoms)) < (k + 1) / (n + 1)
+        if k >= pure:
+            atoms.numbers[au] = 79
+        atoms.positions += rng.normal(scale=0.08, size=atoms.positions.shape)
+        atoms.calc = EMT()
+        e, f = atoms.get_potential_energy(), atoms.get_forces()
+        atoms.calc = SinglePointCalculator(atoms, energy=e, forces=f)
+        frames.append(atoms)
+    ase.io.write(path, frames, format="extxyz")
+    return path
+
+
+def batch_arrays(batch: Batch) -> list[np.ndarray]:
+    """A batch's arrays in a fixed order; a table without rows counts as absent (a
+    partition's store may lack an element's group where it has no such atoms, and a batch
+    from those lacks it too)."""
+    import numpy as np
+    import torch
+
+    out = [batch.ids, batch.atom_counts, batch.structure_index, batch.energy, batch.forces]
+    features = {e: r for e, r in (batch.features or {}).items() if r.values.shape[0]}
+    for elem in sorted(features):
+        res = features[elem]
+        out += [res.values, res.atom_index]
+        pairs = {f: pd for f, pd in (res.pairs or {}).items() if pd.pair_first.shape[0]}
+        for f in sorted(pairs):
+            pd = pairs[f]
+            out += [pd.pair_first, pd.pair_second, pd.center, pd.vectors, pd.feature_index,
+                    pd.dG_dr]  # fmt: skip
+    return [np.asarray(x.cpu() if isinstance(x, torch.Tensor) else x) for x in out]
+
+
+def assert_same_batches(expected: list[Batch], got: list[Batch]) -> None:
+    """Same number of batches (more than one), array for array equal, dtypes included."""
+    import numpy as np
+
+    assert len(got) == len(expected) > 1
+    for a, b in zip(expected, got, strict=True):
+        for x, y in zip(batch_arrays(a), batch_arrays(b), strict=True):
+            assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from _store_fixture import build_store
+from _store_fixture import build_store, write_emt_alloy
 
 from dparallel.deploy import load_deployed
 from dparallel.descriptors import ACSF
@@ -24,26 +24,6 @@ from dparallel.train.data import load_partition
 from dparallel.train.export import export_model
 
 
-def _alloy(path, n: int = 14):  # noqa: ANN001, ANN202
-    import ase.io
-    from ase.build import bulk
-    from ase.calculators.emt import EMT
-    from ase.calculators.singlepoint import SinglePointCalculator
-
-    rng = np.random.default_rng(8)
-    frames = []
-    for k in range(n):
-        atoms = bulk("Cu", "fcc", a=3.8, cubic=True).repeat((2, 2, 2))
-        atoms.numbers[rng.random(len(atoms)) < (k + 1) / (n + 1)] = 79  # Au
-        atoms.positions += rng.normal(scale=0.08, size=atoms.positions.shape)
-        atoms.calc = EMT()
-        e, f = atoms.get_potential_energy(), atoms.get_forces()
-        atoms.calc = SinglePointCalculator(atoms, energy=e, forces=f)
-        frames.append(atoms)
-    ase.io.write(path, frames, format="extxyz")
-    return path
-
-
 @pytest.fixture(scope="module")
 def alloy(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     root = tmp_path_factory.mktemp("alloy")
@@ -51,7 +31,9 @@ def alloy(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
         ["Cu", "Au"], r_cut=4.2, radial=[(0.05, 0.0), (2.0, 2.7), (2.0, 3.6)],
         narrow=[(0.01, 1.0, 1.0, 0.0)],
     )  # fmt: skip
-    store = build_store(_alloy(root / "alloy.xyz"), root / "a.zarr", acsf, partition_atoms=100)
+    store = build_store(
+        write_emt_alloy(root / "alloy.xyz", 14, seed=8), root / "a.zarr", acsf, partition_atoms=100
+    )
     spec = TrainingSpec(epochs=2, hidden=(6,), batch_size=3, validation_fraction=0.2,
                         test_fraction=0.2, seed=4)  # fmt: skip
     train_model(store, root / "m", spec)

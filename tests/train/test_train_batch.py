@@ -9,7 +9,7 @@ import torch
 from _store_fixture import small_store
 
 from dparallel.train import TrainingSpec, make_optimizer
-from dparallel.train.batch import Batch, batch_nbytes, map_batch
+from dparallel.train.batch import Batch, PartitionData, batch_nbytes, map_batch
 from dparallel.train.data import BatchPlan, PartitionReader, iterate_batches
 from dparallel.train.device import Target
 from dparallel.train.feed import HeldData
@@ -127,3 +127,40 @@ def test_no_training_module_tests_the_optimizer_name() -> None:
     for path in root.glob("*.py"):
         if path.name not in ("optimizers.py", "spec.py"):
             assert '"kalman"' not in path.read_text() and "'kalman'" not in path.read_text(), path
+
+
+# ----------------------------------------------------------------- held data, merged
+@pytest.mark.parametrize("share", [1, 3, 100])
+def test_held_batches_assembled_together_equal_streamed_ones(tmp_path, monkeypatch, share) -> None:  # noqa: ANN001
+    """Merged partitions (some without an element), several batches per gather, cut apart:
+    the same batches, array for array, as host assembly from the store."""
+    from _store_fixture import assert_same_batches, build_store, write_emt_alloy
+
+    from dparallel.descriptors import ACSF
+    from dparallel.train.splits import build_split_index
+
+    acsf = ACSF.uniform(
+        ["Cu", "Au"], r_cut=4.0, radial=[(0.05, 0.0), (2.0, 2.7)], narrow=[(0.01, 1.0, 1.0, 0.0)]
+    )
+    data = write_emt_alloy(tmp_path / "m.xyz", 12, seed=5, repeat=(2, 1, 1), pure=4)
+    store = build_store(data, tmp_path / "m.zarr", acsf, partition_atoms=20)
+    index = build_split_index(store, 0.25, 0.0, 3)
+    reader = PartitionReader(store, "acsf", ["Cu", "Au"], index, True)
+    load = reader.load
+
+    def without_empty_au(p: int) -> PartitionData:  # as a store lacking those groups reads
+        part = load(p)
+        part.rows = {k: v for k, v in part.rows.items() if "Au" not in k or v.offsets[-1]}
+        return part
+
+    monkeypatch.setattr(reader, "load", without_empty_au)
+    assert len(index.partitions) > 3
+    assert any("features/Au" not in reader.load(p).rows for p in index.partitions)
+    assert any(reader.load(p).n_structures > 1 for p in index.partitions)
+    monkeypatch.setattr(HeldData, "ASSEMBLY_SHARE", share)
+    held = HeldData.load(reader, torch.device("cpu"), torch.float64, None)
+    assert held is not None
+    for split, shuffle, size in (("train", True, 2), ("train", True, 3), ("validation", False, 2)):
+        plans = [BatchPlan(index, split, size, shuffle=shuffle, seed=1, epoch=4, shuffle_buffer=4)
+                 for _ in range(2)]  # fmt: skip
+        assert_same_batches(list(iterate_batches(reader, plans[0])), list(held.batches(plans[1])))

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import threading
 
-import numpy as np
 import pytest
 import torch
 from _callbacks import stop_after
-from _store_fixture import small_store
+from _store_fixture import assert_same_batches, batch_arrays, small_store
 
 from dparallel.errors import ConfigError, DeviceError
 from dparallel.train import TrainingSpec, parse_training_spec
@@ -37,18 +36,6 @@ def store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 def reader(store) -> PartitionReader:  # noqa: ANN001
     index = build_split_index(store, 0.2, 0.2, 7)
     return PartitionReader(store, "acsf", ["Cu"], index, True)
-
-
-def _batch_arrays(batch) -> list[np.ndarray]:  # noqa: ANN001
-    out = [batch.ids, batch.atom_counts, batch.structure_index, batch.energy, batch.forces]
-    for elem in sorted(batch.features):
-        res = batch.features[elem]
-        out += [res.values, res.atom_index]
-        for f in sorted(res.pairs or {}):
-            pd = res.pairs[f]
-            out += [pd.pair_first, pd.pair_second, pd.center, pd.vectors, pd.feature_index,
-                    pd.dG_dr]  # fmt: skip
-    return [np.asarray(x.cpu() if isinstance(x, torch.Tensor) else x) for x in out]
 
 
 def _threads() -> set[str]:
@@ -89,12 +76,9 @@ def test_resident_batches_equal_streamed_batches(reader) -> None:  # noqa: ANN00
             BatchPlan(reader.index, split, 4, shuffle=shuffle, seed=3, epoch=2, shuffle_buffer=5)
             for _ in range(2)
         ]  # one each: a shuffled plan draws its batches once
-        streamed = list(iterate_batches(reader, plans[0]))
-        held = list(resident.batches(plans[1]))
-        assert len(held) == len(streamed) > 1
-        for a, b in zip(streamed, held, strict=True):
-            for x, y in zip(_batch_arrays(a), _batch_arrays(b), strict=True):
-                assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True)
+        assert_same_batches(
+            list(iterate_batches(reader, plans[0])), list(resident.batches(plans[1]))
+        )
 
 
 def test_resident_data_past_its_budget_is_streamed(reader) -> None:  # noqa: ANN001
@@ -192,9 +176,6 @@ def test_an_error_in_the_store_read_surfaces_in_training(
 
     monkeypatch.setattr(data, "load_partition", flaky)
     monkeypatch.setenv("DPARALLEL_TRAIN_CACHE_MB", "0")
-    import dparallel.train.loop as loop
-
-    monkeypatch.setattr(loop, "_CACHE_BYTES", 0)
     spec = SPEC.model_copy(update={"data_on_device": False, "batch_prefetch": batch_prefetch})
     with pytest.raises(OSError, match="chunk unreadable"):
         train_model(store, tmp_path / "m", spec)
@@ -261,5 +242,5 @@ def test_batches_move_to_cuda(reader) -> None:  # noqa: ANN001
     batch = next(iterate_batches(reader, BatchPlan(reader.index, "train", 3, shuffle=False)))
     moved = batch_to(batch, torch.device("cuda"))
     assert moved.energy.device.type == "cuda"
-    assert all(a.shape == b.shape for a, b in zip(_batch_arrays(batch), _batch_arrays(moved),
+    assert all(a.shape == b.shape for a, b in zip(batch_arrays(batch), batch_arrays(moved),
                                                    strict=True))  # fmt: skip
