@@ -181,6 +181,8 @@ def main() -> int:
     parser.add_argument("--cpu-epochs", type=int, default=0, help="epochs of the CPU run (all)")
     parser.add_argument("--streamed-epochs", type=int, default=0, help="epochs streamed (all)")
     parser.add_argument("--batch-sizes", default="", help="with --water: e.g. 8,64,450")
+    sync_help = "with --water and a GPU: one more held epoch under torch's sync debug mode"
+    parser.add_argument("--sync-debug", action="store_true", help=sync_help)
     args = parser.parse_args()
     if args.quick:
         args.structures, args.epochs, args.n2p2 = 200, 15, False
@@ -267,7 +269,7 @@ def main() -> int:
             print(f"{label}: epoch {fig['epoch_speedup_vs_cpu']:.1f}x faster than the CPU")
     project_cpu(figures)
     record(
-        f"train_cuau_{args.structures}",
+        f"train_cuau_{args.structures}_{spec['optimizer']}",
         {
             "target_rmse": {"energy_mev_atom": target[0], "force_mev_a": target[1],
                             "source": source},
@@ -373,7 +375,41 @@ def water_main(args: argparse.Namespace) -> int:
              "spec": {k: spec[k] for k in sorted(spec) if not k.startswith("kalman")},
              "runs": figures},
         )  # fmt: skip
+    if args.sync_debug and torch.cuda.is_available():
+        held = apply_overrides({**base, "device": "cuda", "data_on_device": True, "epochs": 1},
+                               args.dp_set)  # fmt: skip
+        sync_report(store, root / "sync", held)
     return 0
+
+
+def sync_report(store: Path, work: Path, spec: dict) -> None:
+    """Train one epoch with ``torch.cuda.set_sync_debug_mode("warn")``: print and record
+    where the host waited for the device (each distinct place, with its count)."""
+    import traceback
+    import warnings
+
+    import torch
+
+    places: dict[str, int] = {}
+
+    def seen(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        stack = [f for f in traceback.extract_stack()[:-1] if "/dparallel/" in f.filename]
+        where = f"{stack[-1].filename.split('/dparallel/')[-1]}:{stack[-1].lineno}" if stack else (
+            f"{filename}:{lineno}")  # fmt: skip
+        places[where] = places.get(where, 0) + 1
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = seen
+            train_run(store, work, spec, None)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    print(f"\nsynchronisations in one held epoch (with validation): {sum(places.values())}")
+    for where, n in sorted(places.items(), key=lambda kv: -kv[1])[:15]:
+        print(f"  {n:6d}  {where}")
+    record("train_sync_points", {"batch_size": spec["batch_size"], "places": places})
 
 
 if __name__ == "__main__":

@@ -4,9 +4,12 @@
 #
 #   OUT=/tmp/gpu DPARALLEL_WATER=../shared/n2p2/water bash benchmarks/gpu_run.sh [STEP ...]
 #
-# Steps (all by default, in this order): env tests kernels water cuau computed scaling100
-# water64 scaling400 (and, not by default, batches: the water epoch at three batch sizes,
-# and tests2: the Triton tests after the training ones). SMOKE=1 runs each benchmark at a
+# Steps, in this order (those marked * run by default): env* tests kernels* batches* water
+# cuau* cuaukf* computed scaling100 water64 scaling400 tests2*. kernels: ACSF kernel rates
+# (TRITON_BLOCKS="C,J,K,W;..." sweeps the Triton tile sizes); batches: the water ×25 epoch
+# at three batch sizes, then one epoch under torch's sync debug mode; cuau / cuaukf: time
+# to n2p2's test RMSE on the CuAu set with Adam / the Kalman filter; tests2: the Triton
+# tests. SMOKE=1 runs each benchmark at a
 # toy size (to check the script on a CPU machine). TOTAL=seconds bounds the whole run: each
 # step's limit is cut to what is left. On the lent GPU machine, the wheels of
 # ../shared/device/wheels.sh come first.
@@ -20,7 +23,7 @@ export DPARALLEL_WATER=${DPARALLEL_WATER:-$PWD/.devdata/water}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
 py=${PYTHON:-python3}
 log=$OUT/run.log
-steps=${*:-env tests kernels water cuau computed scaling100 water64 scaling400}
+steps=${*:-env kernels batches cuau cuaukf tests2}
 smoke=${SMOKE:-0}
 size() { if [ "$smoke" = 1 ]; then echo "$2"; else echo "$1"; fi; }
 
@@ -46,13 +49,17 @@ step tests 110 "$py" -m pytest -q -p no:cacheprovider -o addopts= --timeout 100 
   "tests/train/test_train_cli.py::test_device_option_of_train_and_run" \
   "tests/train/test_model_dir.py::test_a_run_failing_before_training_leaves_no_folder"
 step kernels 80 "$py" benchmarks/bench_node.py kernels --copies "$(size 25 1)" --rounds 3 \
-  --cpu-atoms "$(size 2000 500)" --engines "${ENGINES:-}"
-step batches 130 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 3 \
-  --cpu-epochs 2 --streamed-epochs 2 --batch-sizes 8,64,450 --workdir "$WORK/wb"
+  --cpu-atoms "$(size 2000 500)" --engines "${ENGINES:-}" --triton-blocks "${TRITON_BLOCKS:-}"
+step batches 150 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
+  --cpu-epochs 2 --streamed-epochs 3 --batch-sizes 8,64,450 --sync-debug --workdir "$WORK/wb"
 step water 90 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
   --cpu-epochs 3 --streamed-epochs 3 --workdir "$WORK/w8"
-step cuau 130 "$py" benchmarks/bench_gpu_train.py --structures "$(size 1000 40)" \
-  --epochs "$(size 100 3)" --cpu-epochs 3 --streamed-epochs 3 --workdir "$WORK/cuau"
+step cuau 120 "$py" benchmarks/bench_gpu_train.py --structures "$(size 1000 40)" \
+  --epochs "$(size 100 3)" --cpu-epochs 3 --streamed-epochs 2 --dp-set batch_size=32 \
+  --workdir "$WORK/cuau"
+step cuaukf 110 "$py" benchmarks/bench_gpu_train.py --structures "$(size 1000 40)" \
+  --epochs "$(size 12 2)" --cpu-epochs "$(size 6 2)" --streamed-epochs 1 \
+  --dp-set optimizer=kalman --workdir "$WORK/cuaukf"
 step computed 60 "$py" benchmarks/bench_train_computed.py --device "$(size cuda cpu)" \
   --structures "$(size 200 16)" --epochs 3 --workdir "$WORK/computed"
 step scaling100 70 "$py" benchmarks/bench_node_scaling.py --copies "$(size 100 2)" \
