@@ -49,13 +49,24 @@ if TYPE_CHECKING:
     from dparallel.train.data import PartitionReader
     from dparallel.train.spec import TrainingSpec
 
-__all__ = ["DEVICE_DATA_FRACTION", "BatchFeed", "HeldData", "Prefetcher", "WaitClock", "timed"]
+__all__ = [
+    "ASSEMBLY_FRACTION",
+    "DEVICE_DATA_FRACTION",
+    "BatchFeed",
+    "HeldData",
+    "Prefetcher",
+    "WaitClock",
+    "timed",
+]
 
 log = logging.getLogger(__name__)
 
 #: ``data_on_device: auto`` on a GPU: the arrays may take this share of its free memory
 #: (the rest is for the model, optimizer state and a step's activations).
 DEVICE_DATA_FRACTION = 0.5
+#: Batches of data held on the device are assembled as many at a time as a copy of their
+#: rows fits in this share of the device's free memory (after loading the data).
+ASSEMBLY_FRACTION = 0.25
 #: Batches a ``batch_prefetch: auto`` thread prepares ahead on a GPU (double buffering).
 _GPU_BATCH_PREFETCH = 2
 
@@ -90,22 +101,20 @@ class HeldData:
 
     The partitions are merged (:func:`~dparallel.train.batch.merge_partitions`), so a batch
     is one gather per column whichever partitions its structures come from, and batches
-    are assembled several at a time (about an eighth of the split, or one batch if
-    larger) and cut into views (:func:`~dparallel.train.batch.split_assembled`): the
-    host launches a few device operations per batch, not a few per partition and column.
-    The batches are those of the streamed path, structure for structure.
+    are assembled many at a time (``per_assembly`` structures: as many as a copy of their
+    rows fits in :data:`ASSEMBLY_FRACTION` of the device's free memory, so the whole epoch
+    on a GPU with room) and cut into views (:func:`~dparallel.train.batch.split_assembled`):
+    the host launches a few device operations per batch, not a few per partition and
+    column. The batches are those of the streamed path, structure for structure.
     """
-
-    #: Batches are assembled in groups of about this share of the held structures.
-    ASSEMBLY_SHARE = 8
 
     def __init__(
         self, reader: PartitionReader, data: PartitionData, first: dict[int, int],
-        ops: DeviceOps, dtype: torch.dtype,
+        ops: DeviceOps, dtype: torch.dtype, per_assembly: int,
     ) -> None:  # fmt: skip
         self.reader, self.data, self.first, self.ops, self.dtype = reader, data, first, ops, dtype
         self.nbytes = data.nbytes
-        self.per_assembly = max(1, data.n_structures // self.ASSEMBLY_SHARE)
+        self.per_assembly = max(1, per_assembly)
 
     def batches(self, plan: BatchPlan) -> Iterator[Batch]:
         """The batches of ``plan``, each assembled on the device."""
@@ -157,7 +166,10 @@ class HeldData:
             parts.append(part)
             first[p] = structures
             structures += part.n_structures
-        return cls(reader, merge_partitions(parts, ops), first, ops, dtype)
+        data = merge_partitions(parts, ops)
+        per_structure = max(1, data.nbytes // max(1, data.n_structures))
+        room = int(ASSEMBLY_FRACTION * device_memory(device)[0]) // per_structure
+        return cls(reader, data, first, ops, dtype, min(data.n_structures, room))
 
 
 # ----------------------------------------------------------------- the feed

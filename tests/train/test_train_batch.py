@@ -130,8 +130,10 @@ def test_no_training_module_tests_the_optimizer_name() -> None:
 
 
 # ----------------------------------------------------------------- held data, merged
-@pytest.mark.parametrize("share", [1, 3, 100])
-def test_held_batches_assembled_together_equal_streamed_ones(tmp_path, monkeypatch, share) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("per_assembly", [1, 3, 1000])
+def test_held_batches_assembled_together_equal_streamed_ones(
+    tmp_path, monkeypatch, per_assembly
+) -> None:  # noqa: ANN001
     """Merged partitions (some without an element), several batches per gather, cut apart:
     the same batches, array for array, as host assembly from the store."""
     from _store_fixture import assert_same_batches, build_store, write_emt_alloy
@@ -157,9 +159,9 @@ def test_held_batches_assembled_together_equal_streamed_ones(tmp_path, monkeypat
     assert len(index.partitions) > 3
     assert any("features/Au" not in reader.load(p).rows for p in index.partitions)
     assert any(reader.load(p).n_structures > 1 for p in index.partitions)
-    monkeypatch.setattr(HeldData, "ASSEMBLY_SHARE", share)
     held = HeldData.load(reader, torch.device("cpu"), torch.float64, None)
-    assert held is not None
+    assert held is not None and held.per_assembly == held.data.n_structures  # host RAM: room
+    held.per_assembly = per_assembly
     for split, shuffle, size in (("train", True, 2), ("train", True, 3), ("validation", False, 2)):
         plans = [BatchPlan(index, split, size, shuffle=shuffle, seed=1, epoch=4, shuffle_buffer=4)
                  for _ in range(2)]  # fmt: skip
