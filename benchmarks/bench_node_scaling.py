@@ -73,11 +73,13 @@ def run_cli(
     derivatives: bool,
     keep: str = "",
     partition_atoms: int | None = None,
-) -> tuple[float, float, float, float]:
-    """One ``dparallel featurize``: wall seconds, its busiest worker's task seconds, and
+) -> tuple[float, float, float, float, dict[str, float]]:
+    """One ``dparallel featurize``: wall seconds, its busiest worker's task seconds,
     seconds from the command's start to its first task's start and from its last task's
-    end to the command's end (the tasks' ``started`` and ``seconds``). The store is
-    removed afterwards unless ``keep`` names it (``store-<keep>.zarr`` beside the data)."""
+    end to the command's end (the tasks' ``started`` and ``seconds``), and the tasks'
+    seconds summed per phase and device (``read``, ``compute``, ``write``, e.g.
+    ``cuda compute``). The store is removed afterwards unless ``keep`` names it
+    (``store-<keep>.zarr`` beside the data)."""
     store = data.parent / (f"store-{keep}.zarr" if keep else "store.zarr")
     shutil.rmtree(store, ignore_errors=True)
     cmd = [sys.executable, "-m", "dparallel", "featurize", str(data), "--format", "n2p2"]
@@ -98,14 +100,18 @@ def run_cli(
         [sys.executable, "-c", code, str(store)], env=_env(), capture_output=True, text=True
     )
     busy: dict[int, float] = {}
+    phases: dict[str, float] = {}
     reports = json.loads(got.stdout.strip().splitlines()[-1])
     for r in reports:
         busy[r["pid"]] = busy.get(r["pid"], 0.0) + r["seconds"]
+        for phase in ("read", "compute", "write"):
+            key = f"{r.get('device', 'cpu')} {phase}"
+            phases[key] = phases.get(key, 0.0) + r.get(f"seconds_{phase}", 0.0)
     if not keep:
         shutil.rmtree(store, ignore_errors=True)
     first = min(r["started"] for r in reports) - e0
     last = max(r["started"] + r["seconds"] for r in reports) - e0
-    return wall, max(busy.values()), first, wall - last
+    return wall, max(busy.values()), first, wall - last, phases
 
 
 def _share(args: tuple[str, str, int, int, bool, object]) -> tuple[float, float]:
@@ -223,25 +229,28 @@ def main() -> int:
             if args.counts
             else worker_counts(args.max_workers)
         )
-        rows: list[tuple[str, int, float, float, float, float]] = []  # name, N, s, fixed, …
+        rows: list[tuple[str, int, float, float, float, float, dict]] = []  # name, N, s, …
         ceilings: dict[int, float] = {}
         for n in counts:
             ceilings[n] = min(ceiling(data, yaml, n, args.derivatives) for _ in range(args.rounds))
             keep = "cpu" if n == counts[-1] else ""
             runs = [run_cli(data, yaml, n, 0, args.derivatives, keep) for _ in range(args.rounds)]
-            wall, busiest, first, tail = min(runs)
-            rows.append((f"--local {n}", n, wall, wall - busiest, first, tail))
+            wall, busiest, first, tail, phases = min(runs, key=lambda r: r[0])
+            rows.append((f"--local {n}", n, wall, wall - busiest, first, tail, phases))
             print(f"  --local {n}: {wall:.2f} s; ceiling {ceilings[n]:.2f} s", flush=True)
         agreement = None
         if gpu_present():
             top = counts[-1]
             size = cpu_partition_atoms(data, top)  # the --local top run's partitions
             for n in sorted({1, top}):
-                wall, busiest, first, tail = min(
-                    run_cli(data, yaml, n, 1, args.derivatives, "gpu", size)
-                    for _ in range(args.rounds)
+                wall, busiest, first, tail, phases = min(
+                    (
+                        run_cli(data, yaml, n, 1, args.derivatives, "gpu", size)
+                        for _ in range(args.rounds)
+                    ),
+                    key=lambda r: r[0],
                 )
-                rows.append((f"--local {n} --gpus 1", n, wall, wall - busiest, first, tail))
+                rows.append((f"--local {n} --gpus 1", n, wall, wall - busiest, first, tail, phases))
             agreement = compare_stores(root / "store-cpu.zarr", root / "store-gpu.zarr")
             print(f"--gpus 1 store against --local {top}'s: {agreement}")
         one, ceil_one = rows[0][2], ceilings[counts[0]]
@@ -250,13 +259,14 @@ def main() -> int:
             f"\n{'run':<24}{'s':>8}{'atoms/s':>11}{'x 1 wkr':>9}{'fixed s':>9}"
             f"{'1st task':>9}{'after':>7}{'ceiling s':>11}{'ceil x1':>9}{'% ceil':>8}"
         )
-        for name, n, wall, fixed, first, tail in rows:
+        for name, n, wall, fixed, first, tail, phases in rows:
             ceil = ceilings.get(n)
             cells = f"{ceil:>11.2f}{ceil_one / ceil:>9.2f}{ceil / wall:>8.0%}" if ceil else ""
             figures.append({
                 "run": name, "workers": n, "seconds": wall, "atoms_per_s": atoms / wall,
                 "fixed_s": fixed, "first_task_s": first, "after_s": tail,
                 "ceiling_s": ceil, "share_of_ceiling": ceil / wall if ceil else None,
+                "task_seconds": phases,
             })  # fmt: skip
             print(
                 f"{name:<24}{wall:>8.2f}{atoms / wall:>11.0f}{one / wall:>9.2f}"
@@ -266,6 +276,9 @@ def main() -> int:
             "fixed s: wall - busiest worker's task seconds; 1st task: command start to the "
             "first task's start; after: last task's end to the command's end"
         )
+        print("task seconds summed over partitions, by device and phase:")
+        for name, *_, phases in rows:
+            print(f"  {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(phases.items())))
         if not gpu_present():
             print("--gpus 1: no GPU")
         key = f"featurize_water_x{args.copies}" + ("_dgdr" if args.derivatives else "")

@@ -7,7 +7,7 @@
 # Steps, in this order (those marked * run by default): env* tests kernels* batches* water
 # cuau* cuaukf* computed scaling100 water64 scaling400 tests2*. kernels: ACSF kernel rates
 # (TRITON_BLOCKS="C,J,K,W;..." sweeps the Triton tile sizes); batches: the water ×25 epoch
-# at three batch sizes, then one epoch under torch's sync debug mode; cuau / cuaukf: time
+# at three batch sizes (BATCHES=8,64 for others), then one epoch under torch's sync debug mode; cuau / cuaukf: time
 # to n2p2's test RMSE on the CuAu set with Adam / the Kalman filter; tests2: the Triton
 # tests. SMOKE=1 runs each benchmark at a
 # toy size (to check the script on a CPU machine). TOTAL=seconds bounds the whole run: each
@@ -51,7 +51,7 @@ step tests 110 "$py" -m pytest -q -p no:cacheprovider -o addopts= --timeout 100 
 step kernels 80 "$py" benchmarks/bench_node.py kernels --copies "$(size 25 1)" --rounds 3 \
   --cpu-atoms "$(size 2000 500)" --engines "${ENGINES:-}" --triton-blocks "${TRITON_BLOCKS:-}"
 step batches 150 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
-  --cpu-epochs 2 --streamed-epochs 3 --batch-sizes 8,64,450 --sync-debug --workdir "$WORK/wb"
+  --cpu-epochs 2 --streamed-epochs 3 --batch-sizes "${BATCHES:-8,64,450}" --sync-debug --workdir "$WORK/wb"
 step water 90 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
   --cpu-epochs 3 --streamed-epochs 3 --workdir "$WORK/w8"
 step cuau 120 "$py" benchmarks/bench_gpu_train.py --structures "$(size 1000 40)" \
