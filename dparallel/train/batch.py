@@ -45,6 +45,7 @@ __all__ = [
     "assemble_groups",
     "batch_nbytes",
     "batch_to",
+    "cast_batch",
     "group_by_partition",
     "make_batch",
     "map_batch",
@@ -137,6 +138,12 @@ def batch_to(batch: Batch, device: torch.device, non_blocking: bool = False) -> 
         batch, lambda t: t.to(device, non_blocking=non_blocking), lambda m: m.to(device)
     )
     return out
+
+
+def cast_batch(batch: Batch, dtype: torch.dtype) -> Batch:
+    """``batch`` with its floating tensors in ``dtype`` (where a streamed batch is cast once
+    on the device, not on the host before its copy)."""
+    return map_batch(batch, lambda t: t.to(dtype) if t.is_floating_point() else t)
 
 
 def pin_batch(batch: Batch) -> Batch:
@@ -454,17 +461,18 @@ def _host(a: Any) -> np.ndarray:
 
 
 def make_batch(
-    got: Assembled, elements: Sequence[str], dtype: torch.dtype, ops: HostOps = HOST
+    got: Assembled, elements: Sequence[str], dtype: torch.dtype | None, ops: HostOps = HOST
 ) -> Batch:
     """The :class:`Batch` of assembled columns: labels and, if read, descriptor features.
 
-    Floating columns (labels, values, vectors, ∂G/∂r) are cast to ``dtype``.
+    Floating columns (labels, values, vectors, ∂G/∂r) are cast to ``dtype`` (``None``:
+    kept as stored, to be cast later with :func:`cast_batch`; atom counts in float64).
     """
     tables = got.tables
 
     def t(table: str, col: str, floating: bool = False) -> torch.Tensor:
         out = ops.tensor(tables[table][col])
-        return out.to(dtype) if floating else out
+        return out.to(dtype) if floating and dtype is not None else out
 
     features: dict[str, DescriptorResult] | None = None
     if any(name.startswith("features/") for name in tables):
@@ -491,7 +499,7 @@ def make_batch(
     n_s = int(got.counts.shape[0])
     return Batch(
         ids=got.ids,
-        atom_counts=counts.to(dtype),
+        atom_counts=counts.to(dtype or torch.float64),
         structure_index=torch.repeat_interleave(
             torch.arange(n_s, device=counts.device), counts, output_size=int(got.counts.sum())
         ),

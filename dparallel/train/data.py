@@ -181,9 +181,10 @@ class PartitionReader:
         )
 
     def batch(
-        self, items: Sequence[tuple[PartitionData, int]], dtype: torch.dtype = torch.float64
+        self, items: Sequence[tuple[PartitionData, int]], dtype: torch.dtype | None = torch.float64
     ) -> Batch:
-        """The :class:`Batch` of ``(partition, local structure)`` items, assembled on the host."""
+        """The :class:`Batch` of ``(partition, local structure)`` items, assembled on the host
+        (floating columns in ``dtype``; ``None``: as stored)."""
         return make_batch(assemble(items), self.elements, dtype)
 
     def stream(self, order: Sequence[int], prefetch: int) -> Generator[PartitionData, None, None]:
@@ -287,7 +288,7 @@ def iterate_batches(
     plan: BatchPlan,
     *,
     prefetch: int = 1,
-    dtype: torch.dtype = torch.float64,
+    dtype: torch.dtype | None = torch.float64,
 ) -> Iterator[Batch]:
     """The mini-batches of ``plan`` (every structure of its split exactly once), streamed
     from the store.

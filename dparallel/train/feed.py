@@ -32,6 +32,7 @@ from dparallel.train.batch import (
     Rows,
     assemble_groups,
     batch_to,
+    cast_batch,
     group_by_partition,
     make_batch,
     map_batch,
@@ -248,12 +249,17 @@ class BatchFeed:
         )  # fmt: skip
         if self.held is not None:
             return timed(self.held.batches(plan), self.wait)
-        host = iterate_batches(reader, plan, prefetch=spec.prefetch, dtype=self.target.dtype)
         depth = self.batch_prefetch
         if depth == "auto":
             depth = _GPU_BATCH_PREFETCH if self.device.type == "cuda" else 0
-        if int(depth) > 0:
-            return timed(Prefetcher(host, self.device, int(depth)), self.wait)
+        dtype = self.target.dtype
+        if int(depth) > 0:  # stored features copied as stored, cast once on the device
+            late = reader.holdable
+            host = iterate_batches(reader, plan, prefetch=spec.prefetch,
+                                   dtype=None if late else dtype)  # fmt: skip
+            prefetched = Prefetcher(host, self.device, int(depth), dtype if late else None)
+            return timed(prefetched, self.wait)
+        host = iterate_batches(reader, plan, prefetch=spec.prefetch, dtype=dtype)
         return timed((batch_to(b, self.device) for b in host), self.wait)
 
 
@@ -289,10 +295,14 @@ def timed(batches: Iterable[Batch], clock: WaitClock) -> Generator[Batch, None, 
 
 
 class Prefetcher:
-    """Iterate ``batches`` in a background thread, ``depth`` ahead, placed on ``device``."""
+    """Iterate ``batches`` in a background thread, ``depth`` ahead, placed on ``device``
+    (floating tensors then cast to ``dtype`` there, if given)."""
 
-    def __init__(self, batches: Iterable[Batch], device: torch.device, depth: int = 2) -> None:
-        self.device = device
+    def __init__(
+        self, batches: Iterable[Batch], device: torch.device, depth: int = 2,
+        dtype: torch.dtype | None = None,
+    ) -> None:  # fmt: skip
+        self.device, self.dtype = device, dtype
         self._source = batches
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
@@ -311,10 +321,13 @@ class Prefetcher:
 
     def _place(self, batch: Batch) -> tuple[Batch, Any]:
         if not self._cuda:
-            return batch_to(batch, self.device), None
+            out = batch_to(batch, self.device)
+            return (cast_batch(out, self.dtype) if self.dtype else out), None
         assert self._stream is not None
         with torch.cuda.stream(self._stream):
             out = batch_to(pin_batch(batch), self.device, non_blocking=True)
+            if self.dtype is not None:
+                out = cast_batch(out, self.dtype)
             event = torch.cuda.Event()
             event.record(self._stream)
         return out, event

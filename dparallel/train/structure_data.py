@@ -181,14 +181,16 @@ class StructureReader(PartitionReader):
         return PartitionData(p, self.index.ids[p], self.index.split[p], rows, nbytes)
 
     def batch(
-        self, items: Sequence[tuple[PartitionData, int]], dtype: torch.dtype = torch.float64
+        self, items: Sequence[tuple[PartitionData, int]], dtype: torch.dtype | None = torch.float64
     ) -> Batch:
         """A mini-batch of ``(partition, local structure)`` items (re-indexed).
 
         With ``engine="graph"`` its :class:`~dparallel.train.batch.Geometry` (descriptors
         are computed when it is predicted); with ``"kernel"`` its ``features``, whose
-        values and dG/dr the descriptor's own ``compute`` gave here, on the host.
+        values and dG/dr the descriptor's own ``compute`` gave here, on the host (in
+        ``dtype``; ``None``: float64).
         """
+        dtype = dtype or torch.float64
         got = assemble(items)
         batch = make_batch(got, self.elements, dtype)
         if self.engine == "kernel":
