@@ -106,7 +106,7 @@ def _compiler(cxx: str | None) -> str:
 def compile_command(cxx: str, out: Path, sources: Path, version: str) -> list[str]:
     """The compiler command line that builds the plugin.
 
-    Portable flags: -O3 and no -march (the kernel carries its own AVX2 clone, picked at load
+    Portable flags: -O3 and no -march (the kernel carries its own AVX2+FMA clone, picked at load
     time); no -ffast-math. ``-fno-math-errno`` and ``-fno-trapping-math`` change no result
     (no errno, no FP traps are read), they only let the compiler vectorise sqrt and selects.
     """

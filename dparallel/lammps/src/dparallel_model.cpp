@@ -11,11 +11,12 @@
 #include <sstream>
 #include <stdexcept>
 
-// The hot loops are compiled twice, for AVX2 and for the baseline x86-64, and the loader
-// picks one per machine (GCC function multi-versioning): the plugin stays portable (-O3,
-// no -march) and results do not change (no FMA contraction in ISO C++ mode).
+// The hot loops are compiled twice, for x86-64-v3 (AVX2 and FMA) and for the baseline
+// x86-64, and the loader picks one per machine (GCC function multi-versioning): the plugin
+// stays portable (-O3, no -march). The v3 clone contracts a * b + c into FMAs (as the numba
+// kernel's "contract"), so its results differ from the baseline clone's in the last bits.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define DP_SIMD __attribute__((target_clones("avx2", "default")))
+#define DP_SIMD __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define DP_SIMD
 #endif
@@ -579,17 +580,19 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
     for (int m = m0; m < m1; ++m) sum += x[m] * fc[m];
     values[Q.f] += sum;
   }
-  // pass 1, triplets j < k, one batch per neighbour-element pair (group): r_jk^2 of every
-  // candidate, those inside the cutoff compacted without branches; then per batch cos,
-  // r_jk, the r_jk terms of type-3 parts, Z and dZ/dcos per function, in vector loops
+  // pass 1, triplets j < k, one batch per neighbour-element pair (group): per j the r_jk^2
+  // of its candidates k in a vector loop, those inside the cutoff compacted without
+  // branches into the batch; then per batch cos, r_jk, the r_jk terms of type-3 parts, Z
+  // and dZ/dcos per function, in vector loops
   size_t used = 0;  // of s.trip: grown, never shrunk or zeroed (no memset per atom)
   s.rec.clear();
   s.kk.clear();
   s.inv.resize(n);
   for (int m = 0; m < n; ++m) s.inv[m] = 1.0 / R[m];
+  const double *inv = s.inv.data();
   const size_t most = static_cast<size_t>(n) * (n + 1) / 2 + 1;
-  if (s.r2.size() < most) {
-    s.r2.resize(most);
+  if (s.r2.size() < most + n) {
+    s.r2.resize(most + n);
     s.cand.resize(2 * most);
   }
   for (int ea = 0; ea < n_el; ++ea) {
@@ -599,24 +602,27 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
       if (G.fns.empty()) continue;
       const double limit = G.wide ? 1e300 : G.rc2;
       int *kc = s.cand.data(), *jc = kc + most;
-      double *r2c = s.r2.data();
+      double *r2c = s.r2.data(), *d2 = r2c + most;
       int M = 0;
       for (int j = s.block[ea]; j < s.block[ea + 1]; ++j) {
-        const int k0 = ea == eb ? j + 1 : s.block[eb], k1 = s.block[eb + 1];
+        const int k0 = ea == eb ? j + 1 : s.block[eb], nk = s.block[eb + 1] - k0;
         const double xj = X[j], yj = Y[j], zj = Z[j];
-        for (int k = k0; k < k1; ++k) {
-          const double dx = X[k] - xj, dy = Y[k] - yj, dz = Z[k] - zj;
-          const double r2 = dx * dx + dy * dy + dz * dz;
-          kc[M] = k;
+        const double *__restrict xs = X + k0, *__restrict ys = Y + k0, *__restrict zs = Z + k0;
+        for (int t = 0; t < nk; ++t) {  // vectorised
+          const double dx = xs[t] - xj, dy = ys[t] - yj, dz = zs[t] - zj;
+          d2[t] = dx * dx + dy * dy + dz * dz;
+        }
+        for (int t = 0; t < nk; ++t) {  // compaction, no branch
+          kc[M] = k0 + t;
           jc[M] = j;
-          r2c[M] = r2;
-          M += r2 < limit;
+          r2c[M] = d2[t];
+          M += d2[t] < limit;
         }
       }
       if (M == 0) continue;
       const int nfg = static_cast<int>(G.fns.size());
       const size_t off = used;
-      used += static_cast<size_t>(M) * (9 + 2 * np3 + 2 * nfg + 4 * np);
+      used += static_cast<size_t>(M) * (4 + 2 * np3 + 2 * nfg + 4 * np);
       if (s.trip.size() < used) s.trip.resize(2 * used);
       s.rec.push_back(gi);
       s.rec.push_back(static_cast<int>(off));
@@ -625,24 +631,19 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
       s.kk.insert(s.kk.end(), kc, kc + M);
       s.kk.insert(s.kk.end(), jc, jc + M);
       // layout: cs, rjk, [ajk, dajk] per type-3 part, [z, dz] per function,
-      // [ak, dak, aj, daj] per part, xk, yk, zk, xj, yj, zj, 1/r_ik, 1/r_ij (rj)
+      // [ak, dak, aj, daj] per part, 1/r_ij, 1/r_ik
       double *cs = s.trip.data() + off, *rjk = cs + M;
       double *gath = rjk + M * (1 + 2 * np3 + 2 * nfg);
-      double *xk = gath + 4 * np * M, *yk = xk + M, *zk = yk + M;
-      double *xj = zk + M, *yj = xj + M, *zj = yj + M, *rj = zj + M;
+      double *ij = gath + 4 * np * M, *ik = ij + M;
       for (int m = 0; m < M; ++m) {
         const int k = kc[m], j = jc[m];
-        xk[m] = X[k];
-        yk[m] = Y[k];
-        zk[m] = Z[k];
-        xj[m] = X[j];
-        yj[m] = Y[j];
-        zj[m] = Z[j];
-        rj[m] = s.inv[j];
+        ij[m] = inv[j];
+        ik[m] = inv[k];
+        cs[m] = X[j] * X[k] + Y[j] * Y[k] + Z[j] * Z[k];
       }
       for (int m = 0; m < M; ++m) {
         rjk[m] = std::sqrt(r2c[m]);
-        cs[m] = (xj[m] * xk[m] + yj[m] * yk[m] + zj[m] * zk[m]) * rj[m] * s.inv[kc[m]];
+        cs[m] *= ij[m] * ik[m];
       }
       for (int p = 0; p < np; ++p) {
         const double *a = &s.a[p * n], *da = &s.da[p * n];
@@ -680,45 +681,37 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
   s.dedg.resize(E.nf);
   const double energy = network(E, values, s.dedg.data(), s);
   const double *w = s.dedg.data();
-  s.gs.assign(3 * static_cast<size_t>(n), 0.0);
-  double *gs = s.gs.data();
-  // pass 2, radial: dE/dr_ij along r_ij
-  s.cc.assign(n, 0.0);
+  // dE/dr_im = P_m r_im + V_m: P (scalar) and V (vector) per neighbour, accumulated below
+  s.gs.assign(4 * static_cast<size_t>(n), 0.0);
+  double *__restrict ps = s.gs.data(), *__restrict vx = ps + n, *__restrict vy = vx + n;
+  double *__restrict vz = vy + n;
+  // pass 2, radial: (dE/dr_ij) / r_ij into P
   for (int q = 0; q < nrad; ++q) {
     const Radial &Q = E.radial[q];
     const double *fc = &s.fc[Q.cut * n], *dfc = &s.dfc[Q.cut * n], *x = &s.rad[q * n];
     const double wf = w[Q.f];
-    double *acc = s.cc.data();
     for (int m = s.block[Q.el]; m < s.block[Q.el + 1]; ++m) {
       const double d = R[m] - Q.rs;
-      acc[m] += wf * x[m] * (dfc[m] - 2.0 * Q.eta * d * fc[m]);
+      ps[m] += wf * x[m] * (dfc[m] - 2.0 * Q.eta * d * fc[m]);
     }
   }
-  for (int m = 0; m < n; ++m) {
-    const double q = s.cc[m] / R[m];
-    gs[3 * m] += q * X[m];
-    gs[3 * m + 1] += q * Y[m];
-    gs[3 * m + 2] += q * Z[m];
-  }
-  // pass 2, triplets: per batch dE/dcos, dE/dr_ij, dE/dr_ik, dE/dr_jk, then vectors
+  for (int m = 0; m < n; ++m) ps[m] *= inv[m];
+  // pass 2, triplets: per batch dE/dcos, dE/dr_ij, dE/dr_ik, dE/dr_jk, then per triplet
+  // dE/dr_ik = Pk r_ik + Q r_ij and dE/dr_ij = Pj r_ij + Q r_ik (r_jk = r_ik - r_ij)
   const size_t nrec = s.rec.size() / 4;
   for (size_t t = 0; t < nrec; ++t) {
     const int gi = s.rec[4 * t], M = s.rec[4 * t + 2];
     const double *cs = s.trip.data() + s.rec[4 * t + 1], *rjk = cs + M;
     const int *kk = s.kk.data() + s.rec[4 * t + 3], *jj = kk + M;
     const Group &G = E.groups[gi];
-    const double *inv = s.inv.data();
     const int nfg = static_cast<int>(G.fns.size()), nco = static_cast<int>(G.combos.size());
     const double *zz = rjk + M * (1 + 2 * np3);
-    const double *gath = zz + 2 * nfg * M, *xk = gath + 4 * np * M, *yk = xk + M;
-    const double *zk = yk + M, *xj = zk + M, *yj = xj + M, *zj = yj + M, *rj = zj + M;
-    s.cc.resize((10 + 2 * static_cast<size_t>(nco)) * M);
+    const double *gath = zz + 2 * nfg * M, *ij = gath + 4 * np * M, *ik = ij + M;
+    s.cc.resize((4 + 2 * static_cast<size_t>(nco)) * M);
     std::fill(s.cc.begin(), s.cc.begin() + 4 * M, 0.0);  // cc, cj, ck, cjk
-    std::fill(s.cc.begin() + 10 * M, s.cc.end(), 0.0);   // the per-combo sums
+    std::fill(s.cc.begin() + 4 * M, s.cc.end(), 0.0);    // the per-combo sums
     double *__restrict cc = s.cc.data(), *__restrict cj = cc + M, *__restrict ck = cj + M;
-    double *__restrict cjk = ck + M, *__restrict gx = cjk + M, *__restrict gy = gx + M;
-    double *__restrict gz = gy + M, *__restrict hx = gz + M, *__restrict hy = hx + M;
-    double *__restrict hz = hy + M, *__restrict sums = hz + M;
+    double *__restrict cjk = ck + M, *__restrict sums = cjk + M;
     for (int g = 0; g < nfg; ++g) {  // sum_f w_f Z_f and sum_f w_f dZ_f per combo
       const double wf = w[G.fns[g].f];
       const double *__restrict z = zz + 2 * g * M, *__restrict dz = z + M;
@@ -750,35 +743,41 @@ DP_SIMD double Model::compute(int e, const Neighbor *nb, int n, Scratch &s, doub
         }
       }
     }
-    // dE/dr_ik and dE/dr_ij per triplet in a vector loop, then scattered; r_jk = r_ik - r_ij
+    // Pj, Pk, Q per triplet in a vector loop (in place of cj, ck, cc)
     for (int m = 0; m < M; ++m) {
-      const double ik = inv[kk[m]], ij = rj[m];  // rj holds 1/r_ij
-      const double c = cs[m], q = cjk[m] / rjk[m], p = cc[m], pj = cj[m], pk = ck[m];
-      const double ukx = xk[m] * ik, uky = yk[m] * ik, ukz = zk[m] * ik;
-      const double ujx = xj[m] * ij, ujy = yj[m] * ij, ujz = zj[m] * ij;
-      const double jx = q * (xk[m] - xj[m]), jy = q * (yk[m] - yj[m]), jz = q * (zk[m] - zj[m]);
-      gx[m] = p * (ujx - c * ukx) * ik + pk * ukx + jx;
-      gy[m] = p * (ujy - c * uky) * ik + pk * uky + jy;
-      gz[m] = p * (ujz - c * ukz) * ik + pk * ukz + jz;
-      hx[m] = p * (ukx - c * ujx) * ij + pj * ujx - jx;
-      hy[m] = p * (uky - c * ujy) * ij + pj * ujy - jy;
-      hz[m] = p * (ukz - c * ujz) * ij + pj * ujz - jz;
+      const double a = ij[m], b = ik[m], p = cc[m], pc = p * cs[m], q = cjk[m] / rjk[m];
+      cj[m] = (cj[m] - pc * a) * a + q;
+      ck[m] = (ck[m] - pc * b) * b + q;
+      cc[m] = p * a * b - q;
     }
-    for (int m = 0; m < M; ++m) {
-      const int k = kk[m], j = jj[m];
-      gs[3 * k] += gx[m];
-      gs[3 * k + 1] += gy[m];
-      gs[3 * k + 2] += gz[m];
-      gs[3 * j] += hx[m];
-      gs[3 * j + 1] += hy[m];
-      gs[3 * j + 2] += hz[m];
+    // scatter: the k side per triplet, the j side summed over its run (batches are j-major)
+    for (int m = 0; m < M;) {
+      const int j = jj[m];
+      const double xj = X[j], yj = Y[j], zj = Z[j];
+      double sp = 0.0, sx = 0.0, sy = 0.0, sz = 0.0;
+      for (; m < M && jj[m] == j; ++m) {
+        const int k = kk[m];
+        const double q = cc[m];
+        sp += cj[m];
+        sx += q * X[k];
+        sy += q * Y[k];
+        sz += q * Z[k];
+        ps[k] += ck[m];
+        vx[k] += q * xj;
+        vy[k] += q * yj;
+        vz[k] += q * zj;
+      }
+      ps[j] += sp;
+      vx[j] += sx;
+      vy[j] += sy;
+      vz[j] += sz;
     }
   }
   for (int m = 0; m < n; ++m) {
     const int o = s.order[m];
-    grad[3 * o] = gs[3 * m];
-    grad[3 * o + 1] = gs[3 * m + 1];
-    grad[3 * o + 2] = gs[3 * m + 2];
+    grad[3 * o] = ps[m] * X[m] + vx[m];
+    grad[3 * o + 1] = ps[m] * Y[m] + vy[m];
+    grad[3 * o + 2] = ps[m] * Z[m] + vz[m];
   }
   return energy;
 }

@@ -13,7 +13,7 @@
 #include <vector>
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define DP_NETWORK __attribute__((target_clones("avx2", "default")))
+#define DP_NETWORK __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define DP_NETWORK
 #endif
