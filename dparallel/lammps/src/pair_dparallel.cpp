@@ -138,24 +138,25 @@ void PairDparallel::compute(int eflag, int vflag)
     const dparallel::Element &E = model_.el[e];
     const double rmax2 = E.rmax * E.rmax;
     const double xi = x[i][0], yi = x[i][1], zi = x[i][2];
-    nb_.clear();
+    // neighbours inside rmax (the list holds the skin too), kept without a branch: about
+    // half of them go, in no predictable order
     const int *jlist = firstneigh[i];
+    if (nb_.size() < static_cast<size_t>(numneigh[i])) nb_.resize(numneigh[i]);
+    int n = 0;
     for (int jj = 0; jj < numneigh[i]; jj++) {
       const int j = jlist[jj] & NEIGHMASK;
       const int ej = map_[type[j]];
-      if (ej < 0) continue;
-      dparallel::Neighbor n;
-      n.d[0] = x[j][0] - xi;
-      n.d[1] = x[j][1] - yi;
-      n.d[2] = x[j][2] - zi;
-      const double r2 = n.d[0] * n.d[0] + n.d[1] * n.d[1] + n.d[2] * n.d[2];
-      if (r2 >= rmax2) continue;
-      n.index = j;
-      n.el = ej;
-      n.r = std::sqrt(r2);
-      nb_.push_back(n);
+      dparallel::Neighbor &nj = nb_[n];
+      nj.d[0] = x[j][0] - xi;
+      nj.d[1] = x[j][1] - yi;
+      nj.d[2] = x[j][2] - zi;
+      const double r2 = nj.d[0] * nj.d[0] + nj.d[1] * nj.d[1] + nj.d[2] * nj.d[2];
+      nj.index = j;
+      nj.el = ej;
+      nj.r = r2;
+      n += (r2 < rmax2) & (ej >= 0);
     }
-    const int n = static_cast<int>(nb_.size());
+    for (int k = 0; k < n; k++) nb_[k].r = std::sqrt(nb_[k].r);
     values_.resize(E.nf);
     grad_.resize(3 * static_cast<size_t>(n));
     const double ei = model_.compute(e, nb_.data(), n, scratch_, values_.data(), grad_.data());
