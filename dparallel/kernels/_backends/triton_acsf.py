@@ -35,15 +35,22 @@ import torch
 import triton
 import triton.language as tl
 
+from dparallel.kernels._backends.triton_acsf_tables import kernel_tables
 from dparallel.kernels._backends.triton_env import interpreting
 
 if TYPE_CHECKING:
     from dparallel.kernels.acsf_layout import KernelPlan
 
-__all__ = ["TritonACSF", "interpreting", "triton_acsf_element"]
+__all__ = ["BLOCKS", "TritonACSF", "interpreting", "triton_acsf_element"]
 
 #: Centres per chunk of the padded neighbour tables (bounds their memory).
 CHUNK_CENTERS = 16384
+
+#: Tile on a GPU: (BLOCK_C centres, BLOCK_J neighbours j, BLOCK_K partners k, warps), the
+#: same for the three kernels; chosen without register spills on sm_90 (docs/kernels.md).
+#: A module attribute read at each call, so a benchmark may set it
+#: (``benchmarks/bench_node.py --triton-blocks``).
+BLOCKS: tuple[int, int, int, int] = (32, 1, 16, 1)
 
 
 class TritonACSF(NamedTuple):
@@ -156,19 +163,18 @@ def _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, cut):
 
 
 @_helper
-def _load_col(
-    COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
-    CUT_RC, CUT_KIND, CUT_ALPHA, col,
-):  # fmt: skip
-    """Angular column ``col``'s parameters: η, rs, narrow, ζ, λ, integer ζ, whether ζ is an
-    integer, and its cutoff's rc, type, α."""
-    cut = tl.load(COL_CUT + col)
-    rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, cut)
-    return (
-        tl.load(COL_ETA + col), tl.load(COL_RS + col), tl.load(COL_NARROW + col),
-        tl.load(COL_ZETA + col), tl.load(COL_LAM + col), tl.load(COL_ZINT + col),
-        tl.load(COL_ISINT + col), rc, kind, alpha,
-    )  # fmt: skip
+def _load_radial(COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA, col):
+    """Angular column ``col``'s radial part: η, rs, narrow, and its cutoff's rc, type, α."""
+    rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(COL_CUT + col))
+    narrow = tl.load(COL_NARROW + col)
+    return tl.load(COL_ETA + col), tl.load(COL_RS + col), narrow, rc, kind, alpha
+
+
+@_helper
+def _load_angular(COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, col):
+    """Angular column ``col``'s ζ, λ, integer ζ and whether ζ is an integer."""
+    zeta, lam = tl.load(COL_ZETA + col), tl.load(COL_LAM + col)
+    return zeta, lam, tl.load(COL_ZINT + col), tl.load(COL_ISINT + col)
 
 
 @_helper
@@ -240,82 +246,105 @@ def _radial_kernel(
 @triton.jit
 def _angular_values_kernel(
     X, Y, Z, R, CNT, n_c, M,
-    COL_A, COL_B, COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT,
-    COL_ISINT, COL_SCALE, n_col,
+    GV_A, GV_B, GV_LO, GV_N, GV_COL, n_grp,
+    COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
+    COL_SCALE, n_col,
     CUT_RC, CUT_KIND, CUT_ALPHA,
     ANG_OUT,
-    BLOCK_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, KINDS: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_Z: tl.constexpr, KINDS: tl.constexpr,
 ):  # fmt: skip  # noqa: ANN001, ANN202
     """Angular sums (n_c, K): per column Σ_{j<k} 2^(1−ζ) Z(cos θ) a(r_ij) a(r_ik) [b(r_jk)].
 
-    Tiles of BLOCK_C centres × BLOCK_J neighbours j × BLOCK_K partners k.
+    Per group (element pair, radial part; ≤ BLOCK_Z columns differing in ζ, λ), tiles of
+    BLOCK_C centres × BLOCK_J neighbours j × BLOCK_K partners k: the radial factors and
+    cos θ once per tile, then each column's angular factor.
     """
     cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = cs < n_c
     c3 = cs[:, None, None]
-    for col in range(n_col):
-        ea = tl.load(COL_A + col)
-        eb = tl.load(COL_B + col)
-        eta, rs, narrow, zeta, lam, zint, isint, rc, kind, alpha = _load_col(
-            COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
-            CUT_RC, CUT_KIND, CUT_ALPHA, col,
+    zi = tl.arange(0, BLOCK_Z)[None, :]
+    for grp in range(n_grp):
+        ea = tl.load(GV_A + grp)
+        eb = tl.load(GV_B + grp)
+        lo = tl.load(GV_LO + grp)
+        nz = tl.load(GV_N + grp)
+        eta, rs, narrow, rc, kind, alpha = _load_radial(
+            COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA,
+            tl.load(GV_COL + lo),
         )  # fmt: skip
         cnt_a, ca3 = _counts(CNT, ea, n_c, cs, cm)
         cnt_b, cb3 = _counts(CNT, eb, n_c, cs, cm)
         same = (ea == eb).to(tl.int32)
-        acc = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
+        acc = tl.zeros([BLOCK_C, BLOCK_Z], tl.float64)  # per member of the group
         for j0 in range(0, tl.max(cnt_a, 0), BLOCK_J):
             js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
             mj = js < ca3
             xj, yj, zj, rj = _load_nbr(X, Y, Z, R, (ea * M + js) * n_c + c3, mj)
             aj = _gauss(rj, eta, rs, rc, kind, alpha, KINDS)[0]
+            ux, uy, uz = xj / rj, yj / rj, zj / rj
             k_first = (j0 + 1) * same  # same element pair: only k > j
             for k0 in range((k_first // BLOCK_K) * BLOCK_K, tl.max(cnt_b, 0), BLOCK_K):
                 ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
                 mk = mj & (ks < cb3) & (ks > js * same - (1 - same))
                 xk, yk, zk, rk = _load_nbr(X, Y, Z, R, (eb * M + ks) * n_c + c3, mk)
                 ak = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)[0]
-                c = (xj * xk + yj * yk + zj * zk) / (rj * rk)
-                zv = _angular(c, zeta, lam, zint, isint)[0]
-                t = zv * aj * ak
+                c = ux * (xk / rk) + uy * (yk / rk) + uz * (zk / rk)
+                w = aj * ak
                 if narrow == 1:
                     dx, dy, dz = xk - xj, yk - yj, zk - zj
                     rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
-                    bjk = _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)[0]
-                    t = t * bjk
-                acc += tl.where(mk, t, 0.0)
-        total = tl.sum(tl.sum(acc, 2), 1)
-        tl.store(ANG_OUT + cs * n_col + col, total * tl.load(COL_SCALE + col), mask=cm)
+                    w = w * _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)[0]
+                w = tl.where(mk, w, 0.0)
+                for i in range(nz):
+                    zeta, lam, zint, isint = _load_angular(
+                        COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, tl.load(GV_COL + lo + i)
+                    )
+                    t = _angular(c, zeta, lam, zint, isint)[0] * w
+                    acc = tl.where(zi == i, acc + tl.sum(tl.sum(t, 2), 1)[:, None], acc)
+        mz = zi < nz
+        cols = tl.load(GV_COL + lo + zi, mask=mz, other=0)
+        scale = tl.load(COL_SCALE + cols, mask=mz, other=0.0)
+        tl.store(ANG_OUT + cs[:, None] * n_col + cols, acc * scale, mask=cm[:, None] & mz)
 
 
 @triton.jit
 def _angular_derivs_kernel(
     X, Y, Z, R, PIDX, CNT, GROW, n_c, M,
-    SL_F, SL_G, SL_COL, SL_K, n_sl,
+    GD_F, GD_G, GD_LO, GD_N, GD_COL, GD_K, n_grp,
     COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, COL_SCALE,
     CUT_RC, CUT_KIND, CUT_ALPHA,
     DBASE, NPAIRS, NRAD, DOUT,
-    BLOCK_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, KINDS: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_Z: tl.constexpr, KINDS: tl.constexpr,
 ):  # fmt: skip  # noqa: ANN001, ANN202
-    """Per slot (f, g, column, k) and neighbour j of element f: Σ_k ∂T_jk/∂r_ij → split block.
+    """Per slot (f, g, column) and neighbour j of element f: Σ_k ∂T_jk/∂r_ij → split block.
 
-    Tiles of BLOCK_C centres × BLOCK_J neighbours j × BLOCK_K partners k, summed over k.
+    Per group (f, g, radial part; ≤ BLOCK_Z slots differing in ζ, λ), tiles of BLOCK_C
+    centres × BLOCK_J neighbours j × BLOCK_K partners k, summed over k: the radial factors,
+    unit vectors and cos θ once per tile, then each slot's angular factor.
     """
     cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = cs < n_c
     c3 = cs[:, None, None]
-    for s in range(n_sl):
-        ef = tl.load(SL_F + s)
-        eg = tl.load(SL_G + s)
-        col = tl.load(SL_COL + s)
-        kc = tl.load(SL_K + s)
-        eta, rs, narrow, zeta, lam, zint, isint, rc, kind, alpha = _load_col(
-            COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
-            CUT_RC, CUT_KIND, CUT_ALPHA, col,
+    z3 = tl.arange(0, BLOCK_Z)[None, None, :]
+    for grp in range(n_grp):
+        ef = tl.load(GD_F + grp)
+        eg = tl.load(GD_G + grp)
+        lo = tl.load(GD_LO + grp)
+        nz = tl.load(GD_N + grp)
+        eta, rs, narrow, rc, kind, alpha = _load_radial(
+            COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA,
+            tl.load(GD_COL + lo),
         )  # fmt: skip
-        scale = tl.load(COL_SCALE + col)
+        mz = z3 < nz
+        cols = tl.load(GD_COL + lo + z3, mask=mz, other=0)
+        scale = tl.load(COL_SCALE + cols, mask=mz, other=0.0)  # (1, 1, Z)
         n_p = tl.load(NPAIRS + ef)
-        base = tl.load(DBASE + ef) + (tl.load(NRAD + ef) + 3 * kc) * n_p
+        rows_at = (
+            tl.load(DBASE + ef)
+            + (tl.load(NRAD + ef) + 3 * tl.load(GD_K + lo + z3, mask=mz, other=0)) * n_p
+        )
         cnt_f, cf3 = _counts(CNT, ef, n_c, cs, cm)
         cnt_g, cg3 = _counts(CNT, eg, n_c, cs, cm)
         for j0 in range(0, tl.max(cnt_f, 0), BLOCK_J):
@@ -328,9 +357,9 @@ def _angular_derivs_kernel(
             aj, daj = _gauss(rj, eta, rs, rc, kind, alpha, KINDS)
             ux, uy, uz = xj / rj, yj / rj, zj / rj
             j_self = tl.where(ef == eg, js, -1)  # k = j is no triplet
-            gx = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
-            gy = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
-            gz = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
+            gx = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)  # per member of the group
+            gy = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)
+            gz = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)
             for k0 in range(0, tl.max(cnt_g, 0), BLOCK_K):
                 ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
                 mk = mj & (ks < cg3) & (ks != j_self)
@@ -338,117 +367,38 @@ def _angular_derivs_kernel(
                 ak = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)[0]
                 vx, vy, vz = xk / rk, yk / rk, zk / rk
                 c = ux * vx + uy * vy + uz * vz
-                zv, dzv = _angular(c, zeta, lam, zint, isint)
-                cu = dzv * aj * ak / rj  # along û_k − c û_j (× b_jk)
-                cj = zv * daj * ak  # along û_j (× b_jk)
                 dx, dy, dz = xj - xk, yj - yk, zj - zk
                 if narrow == 1:
                     rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
                     bjk, dbjk = _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)
-                    cu = cu * bjk
-                    cj = cj * bjk
-                    cb = zv * aj * ak * dbjk / rjk  # along r_ij − r_ik
+                    wb = tl.where(mk, aj * ak * dbjk / rjk, 0.0)  # along r_ij − r_ik
+                    ak = ak * bjk
                 else:
-                    cb = tl.zeros(cu.shape, tl.float64)
-                cj = cj - cu * c
-                gx += tl.where(mk, cj * ux + cu * vx + cb * dx, 0.0)
-                gy += tl.where(mk, cj * uy + cu * vy + cb * dy, 0.0)
-                gz += tl.where(mk, cj * uz + cu * vz + cb * dz, 0.0)
-            at = base + row
-            tl.store(DOUT + at, tl.sum(gx, 2, keep_dims=True) * scale, mask=mj)
-            tl.store(DOUT + at + n_p, tl.sum(gy, 2, keep_dims=True) * scale, mask=mj)
-            tl.store(DOUT + at + 2 * n_p, tl.sum(gz, 2, keep_dims=True) * scale, mask=mj)
+                    wb = tl.zeros(c.shape, tl.float64)
+                wu = tl.where(mk, aj * ak / rj, 0.0)  # along û_k − c û_j
+                wj = tl.where(mk, daj * ak, 0.0)  # along û_j
+                for i in range(nz):
+                    zeta, lam, zint, isint = _load_angular(
+                        COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, tl.load(GD_COL + lo + i)
+                    )
+                    zv, dzv = _angular(c, zeta, lam, zint, isint)
+                    cu = dzv * wu
+                    cj = zv * wj - cu * c
+                    cb = zv * wb
+                    sx = tl.sum(cj * ux + cu * vx + cb * dx, 2, keep_dims=True)
+                    sy = tl.sum(cj * uy + cu * vy + cb * dy, 2, keep_dims=True)
+                    sz = tl.sum(cj * uz + cu * vz + cb * dz, 2, keep_dims=True)
+                    gx = tl.where(z3 == i, gx + sx, gx)
+                    gy = tl.where(z3 == i, gy + sy, gy)
+                    gz = tl.where(z3 == i, gz + sz, gz)
+            at = rows_at + row  # (C, J, Z)
+            m = mj & mz
+            tl.store(DOUT + at, gx * scale, mask=m)
+            tl.store(DOUT + at + n_p, gy * scale, mask=m)
+            tl.store(DOUT + at + 2 * n_p, gz * scale, mask=m)
 
 
 # ----------------------------------------------------------------------------- host code
-class _Tables(NamedTuple):
-    """Device copies of one plan's parameter tables, as the kernels read them."""
-
-    kinds: int  # bitmask of the cutoff types used
-    cut: tuple[torch.Tensor, ...]  # rc, kind, alpha
-    rk: tuple[torch.Tensor, ...]  # element, eta, rs, cutoff id (K_r,)
-    n_rk: int
-    col: dict[str, torch.Tensor]  # per angular column
-    n_col: int
-    rd: tuple[torch.Tensor, ...]  # radial derivative columns: element, key, split column
-    n_rd: int
-    sl: tuple[torch.Tensor, ...]  # angular derivative slots: f, g, column, split column
-    n_sl: int
-    n_radial: np.ndarray  # (n_el,)
-    width: np.ndarray  # (n_el,) derivative columns per neighbour element
-
-
-def _tables(plan: KernelPlan, n_el: int, device: torch.device) -> _Tables:
-    """Flatten ``plan`` into the per-column and per-slot tables of the kernels."""
-
-    def dev(a: np.ndarray | list, dtype: torch.dtype) -> torch.Tensor:
-        t = torch.as_tensor(np.asarray(a), dtype=dtype)
-        if t.numel() == 0:  # a valid pointer even when a table is empty
-            t = torch.zeros(1, dtype=dtype)
-        return t.to(device)
-
-    i64, f64 = torch.int64, torch.float64
-    k_r = int(plan.rk_eta.shape[0])
-    rk_f = np.repeat(np.arange(n_el), np.diff(plan.rk_off))
-    n_col = int(plan.col_e.shape[0])
-    col_pair = np.repeat(np.arange(plan.p_ab.shape[0]), np.diff(plan.p_col_off))
-    e, z = plan.col_e, plan.col_z
-    col = {
-        "a": plan.p_ab[col_pair, 0] if n_col else [],
-        "b": plan.p_ab[col_pair, 1] if n_col else [],
-        "eta": plan.ek_eta[e],
-        "rs": plan.ek_rs[e],
-        "cut": plan.ek_cut[e],
-        "narrow": plan.ek_narrow[e],
-        "zeta": plan.zk_zeta[z],
-        "lam": plan.zk_lam[z],
-        "zint": plan.zk_int[z],
-        "isint": plan.zk_isint[z],
-        "scale": plan.col_scale,
-    }
-    col_t = {
-        k: dev(v, f64 if k in ("eta", "rs", "zeta", "lam", "scale") else i64)
-        for k, v in col.items()
-    }
-    rd: list[list[int]] = [[], [], []]
-    sl: list[list[int]] = [[], [], [], []]
-    n_radial = np.zeros(n_el, dtype=np.int64)
-    width = np.diff(plan.dsrc_off).astype(np.int64)
-    for f in range(n_el):
-        n_rad = n_ang = 0
-        for dc in range(int(plan.dsrc_off[f]), int(plan.dsrc_off[f + 1])):
-            s = int(plan.dsrc[dc])
-            if s < k_r:
-                for lst, v in zip(rd, (f, s, n_rad), strict=True):
-                    lst.append(v)
-                n_rad += 1
-                continue
-            slot = s - k_r
-            g = max(g for g in range(n_el) if plan.s_off[f, g] <= slot)
-            c = int(plan.p_col_off[plan.pt[f, g]]) + slot - int(plan.s_off[f, g])
-            for lst, v in zip(sl, (f, g, c, n_ang), strict=True):
-                lst.append(v)
-            n_ang += 1
-        n_radial[f] = n_rad
-    kinds = 0
-    for kind in plan.cut_kind:
-        kinds |= 1 << int(kind)
-    return _Tables(
-        kinds=kinds,
-        cut=(dev(plan.cut_rc, f64), dev(plan.cut_kind, i64), dev(plan.cut_alpha, f64)),
-        rk=(dev(rk_f, i64), dev(plan.rk_eta, f64), dev(plan.rk_rs, f64), dev(plan.rk_cut, i64)),
-        n_rk=k_r,
-        col=col_t,
-        n_col=n_col,
-        rd=tuple(dev(x, i64) for x in rd),
-        n_rd=len(rd[0]),
-        sl=tuple(dev(x, i64) for x in sl),
-        n_sl=len(sl[0]),
-        n_radial=n_radial,
-        width=width,
-    )
-
-
 _T = torch.Tensor
 
 
@@ -476,13 +426,13 @@ def _padded(
     return x, y, z, r, pidx, counts.view(n_el, n_c).to(torch.int32), m
 
 
-def _blocks(n_c: int, m: int) -> tuple[int, int, int]:
-    """(centres, neighbours j, partners k) per tile: a GPU-sized tile, or when interpreted
-    few large ones (each interpreted operation has a fixed cost)."""
+def _blocks(n_c: int, m: int) -> tuple[int, int, int, int]:
+    """(centres, neighbours j, partners k, warps) per tile: :data:`BLOCKS` on a GPU, or when
+    interpreted few large tiles (each interpreted operation has a fixed cost)."""
     if interpreting():
         mm = triton.next_power_of_2(max(m, 1))
-        return max(16, min(256, triton.next_power_of_2(n_c))), mm, mm
-    return 16, 4, 32
+        return max(16, min(256, triton.next_power_of_2(n_c))), mm, mm, 4
+    return BLOCKS
 
 
 def triton_acsf_element(
@@ -505,7 +455,7 @@ def triton_acsf_element(
     cutoff; tensors on one device (CUDA, or CPU under ``TRITON_INTERPRET=1``).
     """
     dev = vectors.device
-    tb = _tables(plan, n_el, dev)
+    tb = kernel_tables(plan, n_el, dev)
     center = center.to(torch.int64)
     nbr = neighbor_el.to(torch.int64)
     n_pairs_total = int(nbr.shape[0])
@@ -517,14 +467,14 @@ def triton_acsf_element(
     if derivatives:
         onehot = torch.nn.functional.one_hot(nbr, n_el) if n_pairs_total else None
         for f in range(n_el):
-            if tb.width[f] == 0:
+            if tb.n_deriv[f] == 0:
                 continue
             sel = torch.nonzero(nbr == f).squeeze(1)
             sels[f] = sel
             n_pairs[f] = int(sel.shape[0])
         if onehot is not None:  # row of each pair within its neighbour element's block
             grow[:n_pairs_total] = onehot.cumsum(0).gather(1, nbr.unsqueeze(1)).squeeze(1) - 1
-    n_rows = np.where(tb.width > 0, tb.n_radial + 3 * (tb.width - tb.n_radial), 0)
+    n_rows = np.where(tb.n_deriv > 0, tb.n_radial + 3 * (tb.n_deriv - tb.n_radial), 0)
     d_base = np.zeros(n_el, dtype=np.int64)
     d_base[1:] = np.cumsum(n_rows * n_pairs)[:-1]
     total = int((n_rows * n_pairs).sum())
@@ -544,7 +494,7 @@ def triton_acsf_element(
             continue
         n_c = c_hi - c_lo
         x, y, z, r, pidx, cnt, m = _padded(vectors, distances, center, nbr, lo, hi, c_lo, n_c, n_el)
-        block, bj, bk = _blocks(n_c, m)
+        block, bj, bk, warps = _blocks(n_c, m)
         grid = (triton.cdiv(n_c, block),)
         rad = torch.zeros((n_c, max(k_r, 1)), dtype=torch.float64, device=dev)
         ang = torch.zeros((n_c, max(n_col, 1)), dtype=torch.float64, device=dev)
@@ -554,23 +504,20 @@ def triton_acsf_element(
             _radial_kernel[grid](
                 r, pidx, cnt, grow, n_c, m, *tb.rk, k_r, *tb.cut, rad,
                 *tb.rd, tb.n_rd if want else 0, dbase_t, npairs_t, dout,
-                BLOCK_C=block, BLOCK_K=bk, KINDS=tb.kinds, DERIV=want,
+                BLOCK_C=block, BLOCK_K=bk, KINDS=tb.kinds, DERIV=want, num_warps=warps,
             )  # fmt: skip
+        tiles = dict(
+            BLOCK_C=block, BLOCK_J=bj, BLOCK_K=bk, BLOCK_Z=tb.width, KINDS=tb.kinds,
+            num_warps=warps,
+        )  # fmt: skip
         if n_col:
-            cl = tb.col
             _angular_values_kernel[grid](
-                x, y, z, r, cnt, n_c, m,
-                cl["a"], cl["b"], cl["eta"], cl["rs"], cl["cut"], cl["narrow"], cl["zeta"],
-                cl["lam"], cl["zint"], cl["isint"], cl["scale"], n_col, *tb.cut, ang,
-                BLOCK_C=block, BLOCK_J=bj, BLOCK_K=bk, KINDS=tb.kinds,
+                x, y, z, r, cnt, n_c, m, *tb.gv, tb.n_gv, *tb.col, n_col, *tb.cut, ang, **tiles
             )  # fmt: skip
-        if want and tb.n_sl:
-            cl = tb.col
+        if want and tb.n_gd:
             _angular_derivs_kernel[grid](
-                x, y, z, r, pidx, cnt, grow, n_c, m, *tb.sl, tb.n_sl,
-                cl["eta"], cl["rs"], cl["cut"], cl["narrow"], cl["zeta"], cl["lam"],
-                cl["zint"], cl["isint"], cl["scale"], *tb.cut, dbase_t, npairs_t, nrad_t,
-                dout, BLOCK_C=block, BLOCK_J=bj, BLOCK_K=bk, KINDS=tb.kinds,
+                x, y, z, r, pidx, cnt, grow, n_c, m, *tb.gd, tb.n_gd, *tb.col, *tb.cut,
+                dbase_t, npairs_t, nrad_t, dout, **tiles,
             )  # fmt: skip
         src[c_lo:c_hi, :k_r] = rad[:, :k_r]
         src[c_lo:c_hi, k_r:] = ang[:, :n_col]
