@@ -203,6 +203,30 @@ def test_triton_equals_numba_separable_path(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @needs_numba
+def test_triton_groups_of_columns_sharing_a_radial_part() -> None:
+    """Columns of one element pair and radial part (ζ, λ only differ: integer and not, both
+    signs of λ; more than a group holds, so cut into two runs), narrow and wide."""
+    from dparallel.kernels._backends.triton_acsf_tables import GROUP_WIDTH, kernel_tables
+
+    zl = [(1.0, 1.0), (1.0, -1.0), (2.5, 1.0), (4.0, -1.0), (1.5, -1.0), (3.0, 1.0)]
+    acsf = ACSF.uniform(
+        ["H", "O"], r_cut=3.6, cutoff="cos", alpha=0.1, radial=[(0.5, 0.0)],
+        narrow=[(0.2, z, lam, 0.0) for z, lam in zl] + [(0.1, 2.0, -1.0, 0.6)],
+        wide=[(0.05, z, lam, 0.3) for z, lam in zl[:4]],
+    )  # fmt: skip
+    plan = acsf.plans()["O"].kernel
+    assert plan is not None
+    tables = kernel_tables(plan, 2, torch.device("cpu"))
+    assert tables.width == GROUP_WIDTH == 4
+    # per element pair (3): narrow 6 → 4 + 2, narrow 1, wide 4: 4 groups of 11 columns
+    assert (tables.n_col, tables.n_gv) == (33, 12)
+    assert sorted(tables.gv[3].tolist()) == [1] * 3 + [2] * 3 + [4] * 6
+    structs = _structures(9, [1, 8], n=7)
+    _split_per_element(acsf, structs)
+    _against_torch(acsf, structs)
+
+
+@needs_numba
 def test_triton_float32_outputs() -> None:
     """float32 in, float32 out, computed in float64: the numba kernel's numbers to 1e-6."""
     _split_per_element(_three_elements("cos", 0.1), _structures(2, [1, 6, 8]), np.float32)
@@ -269,12 +293,14 @@ from dparallel.kernels._backends import triton_acsf as m
 
 INT_TABLES = {"RK_F", "RK_CUT", "CUT_KIND", "RD_F", "RD_KEY", "RD_COL", "DBASE", "NPAIRS",
               "PIDX", "GROW", "COL_A", "COL_B", "COL_CUT", "COL_NARROW", "COL_ZINT",
-              "COL_ISINT", "SL_F", "SL_G", "SL_COL", "SL_K", "NRAD"}
+              "COL_ISINT", "NRAD", "GV_A", "GV_B", "GV_LO", "GV_N", "GV_COL", "GD_F", "GD_G",
+              "GD_LO", "GD_N", "GD_COL", "GD_K"}
 KINDS = (1 << 9) - 1  # every cutoff type
+C, J, K, W = m.BLOCKS  # the tile the kernels run with on a GPU
 for fn, const in [
-    (m._radial_kernel, dict(BLOCK_C=32, BLOCK_K=32, KINDS=KINDS, DERIV=True)),
-    (m._angular_values_kernel, dict(BLOCK_C=16, BLOCK_J=4, BLOCK_K=32, KINDS=KINDS)),
-    (m._angular_derivs_kernel, dict(BLOCK_C=16, BLOCK_J=4, BLOCK_K=32, KINDS=KINDS)),
+    (m._radial_kernel, dict(BLOCK_C=C, BLOCK_K=K, KINDS=KINDS, DERIV=True)),
+    (m._angular_values_kernel, dict(BLOCK_C=C, BLOCK_J=J, BLOCK_K=K, BLOCK_Z=4, KINDS=KINDS)),
+    (m._angular_derivs_kernel, dict(BLOCK_C=C, BLOCK_J=J, BLOCK_K=K, BLOCK_Z=1, KINDS=KINDS)),
 ]:
     sig = {}
     for name in inspect.signature(fn.fn).parameters:
@@ -287,7 +313,7 @@ for fn, const in [
         else:
             sig[name] = "*i32" if name == "CNT" else "*i64" if name in INT_TABLES else "*fp64"
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const),
-                       target=GPUTarget("cuda", 90, 32))
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=W))
     assert "cubin" in k.asm, fn
 import torch
 torch.cuda.is_available = lambda: True  # the neighbor-sum module refuses to load without

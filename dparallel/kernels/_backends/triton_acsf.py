@@ -263,6 +263,7 @@ def _angular_values_kernel(
     cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = cs < n_c
     c3 = cs[:, None, None]
+    z3 = tl.arange(0, BLOCK_Z)[None, None, :]
     zi = tl.arange(0, BLOCK_Z)[None, :]
     for grp in range(n_grp):
         ea = tl.load(GV_A + grp)
@@ -276,7 +277,7 @@ def _angular_values_kernel(
         cnt_a, ca3 = _counts(CNT, ea, n_c, cs, cm)
         cnt_b, cb3 = _counts(CNT, eb, n_c, cs, cm)
         same = (ea == eb).to(tl.int32)
-        acc = tl.zeros([BLOCK_C, BLOCK_Z], tl.float64)  # per member of the group
+        acc = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)  # per member, summed over k
         for j0 in range(0, tl.max(cnt_a, 0), BLOCK_J):
             js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
             mj = js < ca3
@@ -301,11 +302,12 @@ def _angular_values_kernel(
                         COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, tl.load(GV_COL + lo + i)
                     )
                     t = _angular(c, zeta, lam, zint, isint)[0] * w
-                    acc = tl.where(zi == i, acc + tl.sum(tl.sum(t, 2), 1)[:, None], acc)
+                    acc = tl.where(z3 == i, acc + tl.sum(t, 2, keep_dims=True), acc)
         mz = zi < nz
         cols = tl.load(GV_COL + lo + zi, mask=mz, other=0)
         scale = tl.load(COL_SCALE + cols, mask=mz, other=0.0)
-        tl.store(ANG_OUT + cs[:, None] * n_col + cols, acc * scale, mask=cm[:, None] & mz)
+        total = tl.sum(acc, 1) * scale
+        tl.store(ANG_OUT + cs[:, None] * n_col + cols, total, mask=cm[:, None] & mz)
 
 
 @triton.jit
@@ -429,9 +431,11 @@ def _padded(
 def _blocks(n_c: int, m: int) -> tuple[int, int, int, int]:
     """(centres, neighbours j, partners k, warps) per tile: :data:`BLOCKS` on a GPU, or when
     interpreted few large tiles (each interpreted operation has a fixed cost)."""
-    if interpreting():
+    if interpreting():  # (at most 2^20 elements per tile: the interpreter's limit)
         mm = triton.next_power_of_2(max(m, 1))
-        return max(16, min(256, triton.next_power_of_2(n_c))), mm, mm, 4
+        bk = min(mm, 512)
+        bj = min(mm, 2**16 // bk)
+        return max(16, min(256, triton.next_power_of_2(n_c), 2**20 // (bj * bk))), bj, bk, 4
     return BLOCKS
 
 
