@@ -220,7 +220,7 @@ def test_triton_groups_of_columns_sharing_a_radial_part() -> None:
     assert tables.width == GROUP_WIDTH == 4
     # per element pair (3): narrow 6 → 4 + 2, narrow 1, wide 4: 4 groups of 11 columns
     assert (tables.n_col, tables.n_gv) == (33, 12)
-    assert sorted(tables.gv[3].tolist()) == [1] * 3 + [2] * 3 + [4] * 6
+    assert sorted(tables.gv[4].tolist()) == [1] * 3 + [2] * 3 + [4] * 6  # members per group
     structs = _structures(9, [1, 8], n=7)
     _split_per_element(acsf, structs)
     _against_torch(acsf, structs)
@@ -294,11 +294,12 @@ from dparallel.kernels._backends import triton_acsf as m
 INT_TABLES = {"RK_F", "RK_CUT", "CUT_KIND", "RD_F", "RD_KEY", "RD_COL", "DBASE", "NPAIRS",
               "PIDX", "GROW", "COL_A", "COL_B", "COL_CUT", "COL_NARROW", "COL_ZINT",
               "COL_ISINT", "NRAD", "GV_A", "GV_B", "GV_LO", "GV_N", "GV_COL", "GD_F", "GD_G",
-              "GD_LO", "GD_N", "GD_COL", "GD_K"}
+              "GD_LO", "GD_N", "GD_COL", "GD_K", "GV_E", "GD_E", "EK_CUT"}
 KINDS = (1 << 9) - 1  # every cutoff type
 C, J, K, W = m.BLOCKS  # the tile the kernels run with on a GPU
 for fn, const in [
     (m._radial_kernel, dict(BLOCK_C=C, BLOCK_K=K, KINDS=KINDS, DERIV=True)),
+    (m._factor_kernel, dict(BLOCK_C=C, BLOCK_K=K, KINDS=KINDS, DERIV=True)),
     (m._angular_values_kernel, dict(BLOCK_C=C, BLOCK_J=J, BLOCK_K=K, BLOCK_Z=4, KINDS=KINDS)),
     (m._angular_derivs_kernel, dict(BLOCK_C=C, BLOCK_J=J, BLOCK_K=K, BLOCK_Z=1, KINDS=KINDS)),
 ]:

@@ -185,13 +185,12 @@ def _counts(CNT, e, n_c, cs, cm):
 
 
 @_helper
-def _load_nbr(X, Y, Z, R, off, mask):
-    """Neighbour vector and distance at table offsets ``off`` (padding: (1, 0, 0), 1)."""
+def _load3(X, Y, Z, off, mask):
+    """A 3-vector per neighbour at table offsets ``off`` (padding: (1, 0, 0))."""
     x = tl.load(X + off, mask=mask, other=1.0)
     y = tl.load(Y + off, mask=mask, other=0.0)
     z = tl.load(Z + off, mask=mask, other=0.0)
-    r = tl.load(R + off, mask=mask, other=1.0)
-    return x, y, z, r
+    return x, y, z
 
 
 @triton.jit
@@ -244,9 +243,39 @@ def _radial_kernel(
 
 
 @triton.jit
+def _factor_kernel(
+    R, CNT, n_c, M, n_el,
+    EK_ETA, EK_RS, EK_CUT, n_e,
+    CUT_RC, CUT_KIND, CUT_ALPHA,
+    A, DA,
+    BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, KINDS: tl.constexpr, DERIV: tl.constexpr,
+):  # fmt: skip  # noqa: ANN001, ANN202
+    """Radial factors a(r) and a'(r) of every angular radial part e and neighbour:
+    (E, n_el, M, n_c) tables, so that the triplet kernels only load them."""
+    cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = cs < n_c
+    c2 = cs[:, None]
+    for e in range(n_e):
+        eta = tl.load(EK_ETA + e)
+        rs = tl.load(EK_RS + e)
+        rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(EK_CUT + e))
+        for f in range(n_el):
+            cnt = tl.load(CNT + f * n_c + cs, mask=cm, other=0)
+            for j0 in range(0, tl.max(cnt, 0), BLOCK_K):
+                js = j0 + tl.arange(0, BLOCK_K)[None, :]
+                mj = js < cnt[:, None]
+                r = tl.load(R + (f * M + js) * n_c + c2, mask=mj, other=1.0)
+                a, da = _gauss(r, eta, rs, rc, kind, alpha, KINDS)
+                at = ((e * n_el + f) * M + js) * n_c + c2
+                tl.store(A + at, a, mask=mj)
+                if DERIV:
+                    tl.store(DA + at, da, mask=mj)
+
+
+@triton.jit
 def _angular_values_kernel(
-    X, Y, Z, R, CNT, n_c, M,
-    GV_A, GV_B, GV_LO, GV_N, GV_COL, n_grp,
+    X, Y, Z, UX, UY, UZ, A, CNT, n_c, M, n_el,
+    GV_A, GV_B, GV_E, GV_LO, GV_N, GV_COL, n_grp,
     COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
     COL_SCALE, n_col,
     CUT_RC, CUT_KIND, CUT_ALPHA,
@@ -256,9 +285,9 @@ def _angular_values_kernel(
 ):  # fmt: skip  # noqa: ANN001, ANN202
     """Angular sums (n_c, K): per column Σ_{j<k} 2^(1−ζ) Z(cos θ) a(r_ij) a(r_ik) [b(r_jk)].
 
-    Per group (element pair, radial part; ≤ BLOCK_Z columns differing in ζ, λ), tiles of
-    BLOCK_C centres × BLOCK_J neighbours j × BLOCK_K partners k: the radial factors and
-    cos θ once per tile, then each column's angular factor.
+    Per group (element pair, radial part e; ≤ BLOCK_Z columns differing in ζ, λ), tiles of
+    BLOCK_C centres × BLOCK_J neighbours j × BLOCK_K partners k: a(r) loaded from the
+    factor tables, cos θ and b(r_jk) once per tile, then each column's angular factor.
     """
     cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = cs < n_c
@@ -268,6 +297,7 @@ def _angular_values_kernel(
     for grp in range(n_grp):
         ea = tl.load(GV_A + grp)
         eb = tl.load(GV_B + grp)
+        e = tl.load(GV_E + grp)
         lo = tl.load(GV_LO + grp)
         nz = tl.load(GV_N + grp)
         eta, rs, narrow, rc, kind, alpha = _load_radial(
@@ -281,18 +311,21 @@ def _angular_values_kernel(
         for j0 in range(0, tl.max(cnt_a, 0), BLOCK_J):
             js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
             mj = js < ca3
-            xj, yj, zj, rj = _load_nbr(X, Y, Z, R, (ea * M + js) * n_c + c3, mj)
-            aj = _gauss(rj, eta, rs, rc, kind, alpha, KINDS)[0]
-            ux, uy, uz = xj / rj, yj / rj, zj / rj
+            off_j = (ea * M + js) * n_c + c3
+            xj, yj, zj = _load3(X, Y, Z, off_j, mj)
+            ux, uy, uz = _load3(UX, UY, UZ, off_j, mj)
+            aj = tl.load(A + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
             k_first = (j0 + 1) * same  # same element pair: only k > j
             for k0 in range((k_first // BLOCK_K) * BLOCK_K, tl.max(cnt_b, 0), BLOCK_K):
                 ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
                 mk = mj & (ks < cb3) & (ks > js * same - (1 - same))
-                xk, yk, zk, rk = _load_nbr(X, Y, Z, R, (eb * M + ks) * n_c + c3, mk)
-                ak = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)[0]
-                c = ux * (xk / rk) + uy * (yk / rk) + uz * (zk / rk)
+                off_k = (eb * M + ks) * n_c + c3
+                vx, vy, vz = _load3(UX, UY, UZ, off_k, mk)
+                ak = tl.load(A + (e * n_el * M) * n_c + off_k, mask=mk, other=0.0)
+                c = ux * vx + uy * vy + uz * vz
                 w = aj * ak
                 if narrow == 1:
+                    xk, yk, zk = _load3(X, Y, Z, off_k, mk)
                     dx, dy, dz = xk - xj, yk - yj, zk - zj
                     rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
                     w = w * _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)[0]
@@ -312,8 +345,8 @@ def _angular_values_kernel(
 
 @triton.jit
 def _angular_derivs_kernel(
-    X, Y, Z, R, PIDX, CNT, GROW, n_c, M,
-    GD_F, GD_G, GD_LO, GD_N, GD_COL, GD_K, n_grp,
+    X, Y, Z, UX, UY, UZ, R, A, DA, PIDX, CNT, GROW, n_c, M, n_el,
+    GD_F, GD_G, GD_E, GD_LO, GD_N, GD_COL, GD_K, n_grp,
     COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, COL_SCALE,
     CUT_RC, CUT_KIND, CUT_ALPHA,
     DBASE, NPAIRS, NRAD, DOUT,
@@ -322,9 +355,9 @@ def _angular_derivs_kernel(
 ):  # fmt: skip  # noqa: ANN001, ANN202
     """Per slot (f, g, column) and neighbour j of element f: Σ_k ∂T_jk/∂r_ij → split block.
 
-    Per group (f, g, radial part; ≤ BLOCK_Z slots differing in ζ, λ), tiles of BLOCK_C
-    centres × BLOCK_J neighbours j × BLOCK_K partners k, summed over k: the radial factors,
-    unit vectors and cos θ once per tile, then each slot's angular factor.
+    Per group (f, g, radial part e; ≤ BLOCK_Z slots differing in ζ, λ), tiles of BLOCK_C
+    centres × BLOCK_J neighbours j × BLOCK_K partners k, summed over k: a(r), a'(r) loaded
+    from the factor tables, cos θ and b(r_jk) once per tile, then each slot's angular factor.
     """
     cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = cs < n_c
@@ -333,6 +366,7 @@ def _angular_derivs_kernel(
     for grp in range(n_grp):
         ef = tl.load(GD_F + grp)
         eg = tl.load(GD_G + grp)
+        e = tl.load(GD_E + grp)
         lo = tl.load(GD_LO + grp)
         nz = tl.load(GD_N + grp)
         eta, rs, narrow, rc, kind, alpha = _load_radial(
@@ -343,21 +377,22 @@ def _angular_derivs_kernel(
         cols = tl.load(GD_COL + lo + z3, mask=mz, other=0)
         scale = tl.load(COL_SCALE + cols, mask=mz, other=0.0)  # (1, 1, Z)
         n_p = tl.load(NPAIRS + ef)
-        rows_at = (
-            tl.load(DBASE + ef)
-            + (tl.load(NRAD + ef) + 3 * tl.load(GD_K + lo + z3, mask=mz, other=0)) * n_p
-        )
+        split = tl.load(NRAD + ef) + 3 * tl.load(GD_K + lo + z3, mask=mz, other=0)
+        rows_at = tl.load(DBASE + ef) + split * n_p  # (1, 1, Z) first row of each slot
         cnt_f, cf3 = _counts(CNT, ef, n_c, cs, cm)
         cnt_g, cg3 = _counts(CNT, eg, n_c, cs, cm)
         for j0 in range(0, tl.max(cnt_f, 0), BLOCK_J):
             js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
             mj = js < cf3
             off_j = (ef * M + js) * n_c + c3
-            xj, yj, zj, rj = _load_nbr(X, Y, Z, R, off_j, mj)
+            xj, yj, zj = _load3(X, Y, Z, off_j, mj)
+            ux, uy, uz = _load3(UX, UY, UZ, off_j, mj)
+            rj = tl.load(R + off_j, mask=mj, other=1.0)
+            aj = tl.load(A + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
+            daj = tl.load(DA + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
             p = tl.load(PIDX + off_j, mask=mj, other=0)
             row = tl.load(GROW + p, mask=mj, other=0)
-            aj, daj = _gauss(rj, eta, rs, rc, kind, alpha, KINDS)
-            ux, uy, uz = xj / rj, yj / rj, zj / rj
+            aj_r = aj / rj
             j_self = tl.where(ef == eg, js, -1)  # k = j is no triplet
             gx = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)  # per member of the group
             gy = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)
@@ -365,10 +400,11 @@ def _angular_derivs_kernel(
             for k0 in range(0, tl.max(cnt_g, 0), BLOCK_K):
                 ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
                 mk = mj & (ks < cg3) & (ks != j_self)
-                xk, yk, zk, rk = _load_nbr(X, Y, Z, R, (eg * M + ks) * n_c + c3, mk)
-                ak = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)[0]
-                vx, vy, vz = xk / rk, yk / rk, zk / rk
+                off_k = (eg * M + ks) * n_c + c3
+                vx, vy, vz = _load3(UX, UY, UZ, off_k, mk)
+                ak = tl.load(A + (e * n_el * M) * n_c + off_k, mask=mk, other=0.0)
                 c = ux * vx + uy * vy + uz * vz
+                xk, yk, zk = _load3(X, Y, Z, off_k, mk)
                 dx, dy, dz = xj - xk, yj - yk, zj - zk
                 if narrow == 1:
                     rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
@@ -377,7 +413,7 @@ def _angular_derivs_kernel(
                     ak = ak * bjk
                 else:
                     wb = tl.zeros(c.shape, tl.float64)
-                wu = tl.where(mk, aj * ak / rj, 0.0)  # along û_k − c û_j
+                wu = tl.where(mk, aj_r * ak, 0.0)  # along û_k − c û_j
                 wj = tl.where(mk, daj * ak, 0.0)  # along û_j
                 for i in range(nz):
                     zeta, lam, zint, isint = _load_angular(
@@ -510,17 +546,28 @@ def triton_acsf_element(
                 *tb.rd, tb.n_rd if want else 0, dbase_t, npairs_t, dout,
                 BLOCK_C=block, BLOCK_K=bk, KINDS=tb.kinds, DERIV=want, num_warps=warps,
             )  # fmt: skip
+        ux, uy, uz = x / r, y / r, z / r  # unit vectors (padding: (1, 0, 0))
+        fac = torch.empty(
+            (2 if want else 1, max(tb.n_ek, 1), n_el, m, n_c), dtype=torch.float64, device=dev
+        )
+        if n_col:
+            _factor_kernel[grid](
+                r, cnt, n_c, m, n_el, *tb.ek, tb.n_ek, *tb.cut, fac[0], fac[-1],
+                BLOCK_C=block, BLOCK_K=bk, KINDS=tb.kinds, DERIV=want, num_warps=warps,
+            )  # fmt: skip
         tiles = dict(
             BLOCK_C=block, BLOCK_J=bj, BLOCK_K=bk, BLOCK_Z=tb.width, KINDS=tb.kinds,
             num_warps=warps,
         )  # fmt: skip
         if n_col:
             _angular_values_kernel[grid](
-                x, y, z, r, cnt, n_c, m, *tb.gv, tb.n_gv, *tb.col, n_col, *tb.cut, ang, **tiles
+                x, y, z, ux, uy, uz, fac[0], cnt, n_c, m, n_el, *tb.gv, tb.n_gv, *tb.col, n_col,
+                *tb.cut, ang, **tiles,
             )  # fmt: skip
         if want and tb.n_gd:
             _angular_derivs_kernel[grid](
-                x, y, z, r, pidx, cnt, grow, n_c, m, *tb.gd, tb.n_gd, *tb.col, *tb.cut,
+                x, y, z, ux, uy, uz, r, fac[0], fac[-1], pidx, cnt, grow, n_c, m, n_el, *tb.gd,
+                tb.n_gd, *tb.col, *tb.cut,
                 dbase_t, npairs_t, nrad_t, dout, **tiles,
             )  # fmt: skip
         src[c_lo:c_hi, :k_r] = rad[:, :k_r]

@@ -37,10 +37,13 @@ class Tables(NamedTuple):
     n_col: int
     rd: tuple[torch.Tensor, ...]  # radial derivative columns: element, key, split column
     n_rd: int
-    gv: tuple[torch.Tensor, ...]  # value groups: elements a, b, first member, members, columns
+    ek: tuple[torch.Tensor, ...]  # angular radial parts: eta, rs, cutoff id (E,)
+    n_ek: int
+    gv: tuple[torch.Tensor, ...]  # value groups: elements a, b, radial part, first member,
+    # members; then the members' columns
     n_gv: int
-    gd: tuple[torch.Tensor, ...]  # derivative groups: f, g, first member, members, columns,
-    # split columns
+    gd: tuple[torch.Tensor, ...]  # derivative groups: f, g, radial part, first member,
+    # members; then the members' columns and split columns
     n_gd: int
     width: int  # members per group, padded to a power of 2 (the kernels' BLOCK_Z)
     n_radial: np.ndarray  # (n_el,)
@@ -114,8 +117,9 @@ def kernel_tables(plan: KernelPlan, n_el: int, device: torch.device) -> Tables:
     v_lo, v_n, v_cols = _flatten(vgroups)
     v_pair = col_pair[v_cols[v_lo]] if vgroups else np.zeros(0, dtype=np.int64)
     gv = (
-        dev(plan.p_ab[v_pair, 0], i64), dev(plan.p_ab[v_pair, 1], i64), dev(v_lo, i64),
-        dev(v_n, i64), dev(v_cols, i64),
+        dev(plan.p_ab[v_pair, 0], i64), dev(plan.p_ab[v_pair, 1], i64),
+        dev(e[v_cols[v_lo]] if vgroups else [], i64), dev(v_lo, i64), dev(v_n, i64),
+        dev(v_cols, i64),
     )  # fmt: skip
     # derivative groups: slots (f, g, column) of one (f, g) with one radial part
     rd, sl, n_radial = _slots(plan, n_el)
@@ -124,8 +128,8 @@ def kernel_tables(plan: KernelPlan, n_el: int, device: torch.device) -> Tables:
     d_lo, d_n, d_slots = _flatten(dgroups)
     first = d_slots[d_lo] if dgroups else np.zeros(0, dtype=np.int64)
     gd = (
-        dev(s_f[first], i64), dev(s_g[first], i64), dev(d_lo, i64), dev(d_n, i64),
-        dev(s_col[d_slots], i64), dev(s_k[d_slots], i64),
+        dev(s_f[first], i64), dev(s_g[first], i64), dev(e[s_col[first]], i64), dev(d_lo, i64),
+        dev(d_n, i64), dev(s_col[d_slots], i64), dev(s_k[d_slots], i64),
     )  # fmt: skip
     widest = max([len(g) for g in vgroups + dgroups], default=1)
     kinds = 0
@@ -138,6 +142,8 @@ def kernel_tables(plan: KernelPlan, n_el: int, device: torch.device) -> Tables:
         n_rk=k_r,
         col=col,
         n_col=n_col,
+        ek=(dev(plan.ek_eta, f64), dev(plan.ek_rs, f64), dev(plan.ek_cut, i64)),
+        n_ek=int(plan.ek_eta.shape[0]),
         rd=tuple(dev(x, i64) for x in rd),
         n_rd=len(rd[0]),
         gv=gv,
