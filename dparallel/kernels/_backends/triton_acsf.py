@@ -10,7 +10,8 @@ over atoms) into padded neighbour tables ``(n_el, M, n_c)`` per neighbour elemen
 index last: lane c of a program is centre c, so the loads of neighbour j of
 ``BLOCK_C`` consecutive centres are one contiguous (coalesced) run.
 
-Kernels, each one program per block of ``BLOCK_C`` centres:
+Kernels, each one program per block of ``BLOCK_C`` centres (the angular ones per block
+and group of columns, see below):
 
 - ``_radial_kernel``: type 2 sums per radial key and, with derivatives, s = ∂G/∂r_ij of
   every radial derivative column, written straight into the split block.
@@ -50,7 +51,7 @@ CHUNK_CENTERS = 16384
 #: same for the three kernels; chosen without register spills on sm_90 (docs/kernels.md).
 #: A module attribute read at each call, so a benchmark may set it
 #: (``benchmarks/bench_node.py --triton-blocks``).
-BLOCKS: tuple[int, int, int, int] = (32, 1, 16, 1)
+BLOCKS: tuple[int, int, int, int] = (32, 1, 4, 1)
 
 
 class TritonACSF(NamedTuple):
@@ -275,7 +276,7 @@ def _factor_kernel(
 @triton.jit
 def _angular_values_kernel(
     X, Y, Z, UX, UY, UZ, A, CNT, n_c, M, n_el,
-    GV_A, GV_B, GV_E, GV_LO, GV_N, GV_COL, n_grp,
+    GV_A, GV_B, GV_E, GV_LO, GV_N, GV_COL,
     COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
     COL_SCALE, n_col,
     CUT_RC, CUT_KIND, CUT_ALPHA,
@@ -294,59 +295,59 @@ def _angular_values_kernel(
     c3 = cs[:, None, None]
     z3 = tl.arange(0, BLOCK_Z)[None, None, :]
     zi = tl.arange(0, BLOCK_Z)[None, :]
-    for grp in range(n_grp):
-        ea = tl.load(GV_A + grp)
-        eb = tl.load(GV_B + grp)
-        e = tl.load(GV_E + grp)
-        lo = tl.load(GV_LO + grp)
-        nz = tl.load(GV_N + grp)
-        eta, rs, narrow, rc, kind, alpha = _load_radial(
-            COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA,
-            tl.load(GV_COL + lo),
-        )  # fmt: skip
-        cnt_a, ca3 = _counts(CNT, ea, n_c, cs, cm)
-        cnt_b, cb3 = _counts(CNT, eb, n_c, cs, cm)
-        same = (ea == eb).to(tl.int32)
-        acc = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)  # per member, summed over k
-        for j0 in range(0, tl.max(cnt_a, 0), BLOCK_J):
-            js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
-            mj = js < ca3
-            off_j = (ea * M + js) * n_c + c3
-            xj, yj, zj = _load3(X, Y, Z, off_j, mj)
-            ux, uy, uz = _load3(UX, UY, UZ, off_j, mj)
-            aj = tl.load(A + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
-            k_first = (j0 + 1) * same  # same element pair: only k > j
-            for k0 in range((k_first // BLOCK_K) * BLOCK_K, tl.max(cnt_b, 0), BLOCK_K):
-                ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
-                mk = mj & (ks < cb3) & (ks > js * same - (1 - same))
-                off_k = (eb * M + ks) * n_c + c3
-                vx, vy, vz = _load3(UX, UY, UZ, off_k, mk)
-                ak = tl.load(A + (e * n_el * M) * n_c + off_k, mask=mk, other=0.0)
-                c = ux * vx + uy * vy + uz * vz
-                w = aj * ak
-                if narrow == 1:
-                    xk, yk, zk = _load3(X, Y, Z, off_k, mk)
-                    dx, dy, dz = xk - xj, yk - yj, zk - zj
-                    rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
-                    w = w * _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)[0]
-                w = tl.where(mk, w, 0.0)
-                for i in range(nz):
-                    zeta, lam, zint, isint = _load_angular(
-                        COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, tl.load(GV_COL + lo + i)
-                    )
-                    t = _angular(c, zeta, lam, zint, isint)[0] * w
-                    acc = tl.where(z3 == i, acc + tl.sum(t, 2, keep_dims=True), acc)
-        mz = zi < nz
-        cols = tl.load(GV_COL + lo + zi, mask=mz, other=0)
-        scale = tl.load(COL_SCALE + cols, mask=mz, other=0.0)
-        total = tl.sum(acc, 1) * scale
-        tl.store(ANG_OUT + cs[:, None] * n_col + cols, total, mask=cm[:, None] & mz)
+    grp = tl.program_id(1)  # one group per program along the grid's 2nd axis
+    ea = tl.load(GV_A + grp)
+    eb = tl.load(GV_B + grp)
+    e = tl.load(GV_E + grp)
+    lo = tl.load(GV_LO + grp)
+    nz = tl.load(GV_N + grp)
+    eta, rs, narrow, rc, kind, alpha = _load_radial(
+        COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA,
+        tl.load(GV_COL + lo),
+    )  # fmt: skip
+    cnt_a, ca3 = _counts(CNT, ea, n_c, cs, cm)
+    cnt_b, cb3 = _counts(CNT, eb, n_c, cs, cm)
+    same = (ea == eb).to(tl.int32)
+    acc = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)  # per member, summed over k
+    for j0 in range(0, tl.max(cnt_a, 0), BLOCK_J):
+        js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
+        mj = js < ca3
+        off_j = (ea * M + js) * n_c + c3
+        xj, yj, zj = _load3(X, Y, Z, off_j, mj)
+        ux, uy, uz = _load3(UX, UY, UZ, off_j, mj)
+        aj = tl.load(A + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
+        k_first = (j0 + 1) * same  # same element pair: only k > j
+        for k0 in range((k_first // BLOCK_K) * BLOCK_K, tl.max(cnt_b, 0), BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
+            mk = mj & (ks < cb3) & (ks > js * same - (1 - same))
+            off_k = (eb * M + ks) * n_c + c3
+            vx, vy, vz = _load3(UX, UY, UZ, off_k, mk)
+            ak = tl.load(A + (e * n_el * M) * n_c + off_k, mask=mk, other=0.0)
+            c = ux * vx + uy * vy + uz * vz
+            w = aj * ak
+            if narrow == 1:
+                xk, yk, zk = _load3(X, Y, Z, off_k, mk)
+                dx, dy, dz = xk - xj, yk - yj, zk - zj
+                rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
+                w = w * _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)[0]
+            w = tl.where(mk, w, 0.0)
+            for i in range(nz):
+                zeta, lam, zint, isint = _load_angular(
+                    COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, tl.load(GV_COL + lo + i)
+                )
+                t = _angular(c, zeta, lam, zint, isint)[0] * w
+                acc = tl.where(z3 == i, acc + tl.sum(t, 2, keep_dims=True), acc)
+    mz = zi < nz
+    cols = tl.load(GV_COL + lo + zi, mask=mz, other=0)
+    scale = tl.load(COL_SCALE + cols, mask=mz, other=0.0)
+    total = tl.sum(acc, 1) * scale
+    tl.store(ANG_OUT + cs[:, None] * n_col + cols, total, mask=cm[:, None] & mz)
 
 
 @triton.jit
 def _angular_derivs_kernel(
     X, Y, Z, UX, UY, UZ, R, A, DA, PIDX, CNT, GROW, n_c, M, n_el,
-    GD_F, GD_G, GD_E, GD_LO, GD_N, GD_COL, GD_K, n_grp,
+    GD_F, GD_G, GD_E, GD_LO, GD_N, GD_COL, GD_K,
     COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, COL_SCALE,
     CUT_RC, CUT_KIND, CUT_ALPHA,
     DBASE, NPAIRS, NRAD, DOUT,
@@ -363,77 +364,77 @@ def _angular_derivs_kernel(
     cm = cs < n_c
     c3 = cs[:, None, None]
     z3 = tl.arange(0, BLOCK_Z)[None, None, :]
-    for grp in range(n_grp):
-        ef = tl.load(GD_F + grp)
-        eg = tl.load(GD_G + grp)
-        e = tl.load(GD_E + grp)
-        lo = tl.load(GD_LO + grp)
-        nz = tl.load(GD_N + grp)
-        eta, rs, narrow, rc, kind, alpha = _load_radial(
-            COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA,
-            tl.load(GD_COL + lo),
-        )  # fmt: skip
-        mz = z3 < nz
-        cols = tl.load(GD_COL + lo + z3, mask=mz, other=0)
-        scale = tl.load(COL_SCALE + cols, mask=mz, other=0.0)  # (1, 1, Z)
-        n_p = tl.load(NPAIRS + ef)
-        split = tl.load(NRAD + ef) + 3 * tl.load(GD_K + lo + z3, mask=mz, other=0)
-        rows_at = tl.load(DBASE + ef) + split * n_p  # (1, 1, Z) first row of each slot
-        cnt_f, cf3 = _counts(CNT, ef, n_c, cs, cm)
-        cnt_g, cg3 = _counts(CNT, eg, n_c, cs, cm)
-        for j0 in range(0, tl.max(cnt_f, 0), BLOCK_J):
-            js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
-            mj = js < cf3
-            off_j = (ef * M + js) * n_c + c3
-            xj, yj, zj = _load3(X, Y, Z, off_j, mj)
-            ux, uy, uz = _load3(UX, UY, UZ, off_j, mj)
-            rj = tl.load(R + off_j, mask=mj, other=1.0)
-            aj = tl.load(A + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
-            daj = tl.load(DA + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
-            p = tl.load(PIDX + off_j, mask=mj, other=0)
-            row = tl.load(GROW + p, mask=mj, other=0)
-            aj_r = aj / rj
-            j_self = tl.where(ef == eg, js, -1)  # k = j is no triplet
-            gx = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)  # per member of the group
-            gy = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)
-            gz = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)
-            for k0 in range(0, tl.max(cnt_g, 0), BLOCK_K):
-                ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
-                mk = mj & (ks < cg3) & (ks != j_self)
-                off_k = (eg * M + ks) * n_c + c3
-                vx, vy, vz = _load3(UX, UY, UZ, off_k, mk)
-                ak = tl.load(A + (e * n_el * M) * n_c + off_k, mask=mk, other=0.0)
-                c = ux * vx + uy * vy + uz * vz
-                xk, yk, zk = _load3(X, Y, Z, off_k, mk)
-                dx, dy, dz = xj - xk, yj - yk, zj - zk
-                if narrow == 1:
-                    rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
-                    bjk, dbjk = _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)
-                    wb = tl.where(mk, aj * ak * dbjk / rjk, 0.0)  # along r_ij − r_ik
-                    ak = ak * bjk
-                else:
-                    wb = tl.zeros(c.shape, tl.float64)
-                wu = tl.where(mk, aj_r * ak, 0.0)  # along û_k − c û_j
-                wj = tl.where(mk, daj * ak, 0.0)  # along û_j
-                for i in range(nz):
-                    zeta, lam, zint, isint = _load_angular(
-                        COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, tl.load(GD_COL + lo + i)
-                    )
-                    zv, dzv = _angular(c, zeta, lam, zint, isint)
-                    cu = dzv * wu
-                    cj = zv * wj - cu * c
-                    cb = zv * wb
-                    sx = tl.sum(cj * ux + cu * vx + cb * dx, 2, keep_dims=True)
-                    sy = tl.sum(cj * uy + cu * vy + cb * dy, 2, keep_dims=True)
-                    sz = tl.sum(cj * uz + cu * vz + cb * dz, 2, keep_dims=True)
-                    gx = tl.where(z3 == i, gx + sx, gx)
-                    gy = tl.where(z3 == i, gy + sy, gy)
-                    gz = tl.where(z3 == i, gz + sz, gz)
-            at = rows_at + row  # (C, J, Z)
-            m = mj & mz
-            tl.store(DOUT + at, gx * scale, mask=m)
-            tl.store(DOUT + at + n_p, gy * scale, mask=m)
-            tl.store(DOUT + at + 2 * n_p, gz * scale, mask=m)
+    grp = tl.program_id(1)  # one group per program along the grid's 2nd axis
+    ef = tl.load(GD_F + grp)
+    eg = tl.load(GD_G + grp)
+    e = tl.load(GD_E + grp)
+    lo = tl.load(GD_LO + grp)
+    nz = tl.load(GD_N + grp)
+    eta, rs, narrow, rc, kind, alpha = _load_radial(
+        COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA,
+        tl.load(GD_COL + lo),
+    )  # fmt: skip
+    mz = z3 < nz
+    cols = tl.load(GD_COL + lo + z3, mask=mz, other=0)
+    scale = tl.load(COL_SCALE + cols, mask=mz, other=0.0)  # (1, 1, Z)
+    n_p = tl.load(NPAIRS + ef)
+    split = tl.load(NRAD + ef) + 3 * tl.load(GD_K + lo + z3, mask=mz, other=0)
+    rows_at = tl.load(DBASE + ef) + split * n_p  # (1, 1, Z) first row of each slot
+    cnt_f, cf3 = _counts(CNT, ef, n_c, cs, cm)
+    cnt_g, cg3 = _counts(CNT, eg, n_c, cs, cm)
+    for j0 in range(0, tl.max(cnt_f, 0), BLOCK_J):
+        js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
+        mj = js < cf3
+        off_j = (ef * M + js) * n_c + c3
+        xj, yj, zj = _load3(X, Y, Z, off_j, mj)
+        ux, uy, uz = _load3(UX, UY, UZ, off_j, mj)
+        rj = tl.load(R + off_j, mask=mj, other=1.0)
+        aj = tl.load(A + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
+        daj = tl.load(DA + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
+        p = tl.load(PIDX + off_j, mask=mj, other=0)
+        row = tl.load(GROW + p, mask=mj, other=0)
+        aj_r = aj / rj
+        j_self = tl.where(ef == eg, js, -1)  # k = j is no triplet
+        gx = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)  # per member of the group
+        gy = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)
+        gz = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)
+        for k0 in range(0, tl.max(cnt_g, 0), BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
+            mk = mj & (ks < cg3) & (ks != j_self)
+            off_k = (eg * M + ks) * n_c + c3
+            vx, vy, vz = _load3(UX, UY, UZ, off_k, mk)
+            ak = tl.load(A + (e * n_el * M) * n_c + off_k, mask=mk, other=0.0)
+            c = ux * vx + uy * vy + uz * vz
+            xk, yk, zk = _load3(X, Y, Z, off_k, mk)
+            dx, dy, dz = xj - xk, yj - yk, zj - zk
+            if narrow == 1:
+                rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
+                bjk, dbjk = _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)
+                wb = tl.where(mk, aj * ak * dbjk / rjk, 0.0)  # along r_ij − r_ik
+                ak = ak * bjk
+            else:
+                wb = tl.zeros(c.shape, tl.float64)
+            wu = tl.where(mk, aj_r * ak, 0.0)  # along û_k − c û_j
+            wj = tl.where(mk, daj * ak, 0.0)  # along û_j
+            for i in range(nz):
+                zeta, lam, zint, isint = _load_angular(
+                    COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, tl.load(GD_COL + lo + i)
+                )
+                zv, dzv = _angular(c, zeta, lam, zint, isint)
+                cu = dzv * wu
+                cj = zv * wj - cu * c
+                cb = zv * wb
+                sx = tl.sum(cj * ux + cu * vx + cb * dx, 2, keep_dims=True)
+                sy = tl.sum(cj * uy + cu * vy + cb * dy, 2, keep_dims=True)
+                sz = tl.sum(cj * uz + cu * vz + cb * dz, 2, keep_dims=True)
+                gx = tl.where(z3 == i, gx + sx, gx)
+                gy = tl.where(z3 == i, gy + sy, gy)
+                gz = tl.where(z3 == i, gz + sz, gz)
+        at = rows_at + row  # (C, J, Z)
+        m = mj & mz
+        tl.store(DOUT + at, gx * scale, mask=m)
+        tl.store(DOUT + at + n_p, gy * scale, mask=m)
+        tl.store(DOUT + at + 2 * n_p, gz * scale, mask=m)
 
 
 # ----------------------------------------------------------------------------- host code
@@ -560,14 +561,14 @@ def triton_acsf_element(
             num_warps=warps,
         )  # fmt: skip
         if n_col:
-            _angular_values_kernel[grid](
-                x, y, z, ux, uy, uz, fac[0], cnt, n_c, m, n_el, *tb.gv, tb.n_gv, *tb.col, n_col,
+            _angular_values_kernel[(grid[0], tb.n_gv)](
+                x, y, z, ux, uy, uz, fac[0], cnt, n_c, m, n_el, *tb.gv, *tb.col, n_col,
                 *tb.cut, ang, **tiles,
             )  # fmt: skip
         if want and tb.n_gd:
-            _angular_derivs_kernel[grid](
+            _angular_derivs_kernel[(grid[0], tb.n_gd)](
                 x, y, z, ux, uy, uz, r, fac[0], fac[-1], pidx, cnt, grow, n_c, m, n_el, *tb.gd,
-                tb.n_gd, *tb.col, *tb.cut,
+                *tb.col, *tb.cut,
                 dbase_t, npairs_t, nrad_t, dout, **tiles,
             )  # fmt: skip
         src[c_lo:c_hi, :k_r] = rad[:, :k_r]
