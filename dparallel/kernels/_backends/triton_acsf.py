@@ -10,17 +10,26 @@ over atoms) into padded neighbour tables ``(n_el, M, n_c)`` per neighbour elemen
 index last: lane c of a program is centre c, so the loads of neighbour j of
 ``BLOCK_C`` consecutive centres are one contiguous (coalesced) run.
 
-Kernels, each one program per block of ``BLOCK_C`` centres (the angular ones per block
-and group of columns, see below):
+Kernels, one program per block of ``BLOCK_C`` centres (the angular ones per block and
+group of columns):
 
 - ``_radial_kernel``: type 2 sums per radial key and, with derivatives, s = ∂G/∂r_ij of
   every radial derivative column, written straight into the split block.
-- ``_angular_values_kernel``: per angular column, Σ over unordered neighbour pairs j < k
-  of the column's element pair.
-- ``_angular_derivs_kernel``: per derivative slot (neighbour element f, partner element g,
-  column), for each neighbour j the vector Σ_k ∂T_jk/∂r_ij, written into the split block.
-  Each pair's derivative is summed by the one lane that owns it: no atomics, and results
-  are deterministic (bitwise reproducible for a given input and block size).
+- ``_factor_kernel``: a(r) = exp(−η(r − rs)²) f_c(r) and a'(r) of every angular radial
+  part and neighbour, once, into ``(E, n_el, M, n_c)`` tables (unit vectors likewise, by
+  torch), so that the triplet kernels load them instead of evaluating them per triplet.
+- ``_angular_values_kernel``: per group (element pair, radial part; the columns that
+  differ only in ζ, λ, at most ``GROUP_WIDTH``), Σ over unordered neighbour pairs j < k:
+  cos θ, a(r_ij) a(r_ik) and the narrow factor b(r_jk) once per triplet, then each
+  member's (1 + λ cos θ)^ζ.
+- ``_angular_derivs_kernel``: per group of derivative slots (neighbour element f, partner
+  element g, radial part), for each neighbour j the vector Σ_k ∂T_jk/∂r_ij of each
+  member, written into the split block. Each pair's derivative is summed by the one lane
+  that owns it: no atomics, and results are deterministic (bitwise reproducible for a
+  given input and tile).
+
+Tiles: ``BLOCKS`` on a GPU (centres along the threads, partners k in each thread's
+registers, so the sums over k stay inside a thread).
 
 Everything is computed in float64; outputs are cast to the requested dtype, as the
 compiled kernel does. Runs on a CUDA device, or on CPU tensors under the Triton
