@@ -227,6 +227,24 @@ def test_triton_groups_of_columns_sharing_a_radial_part() -> None:
 
 
 @needs_numba
+@pytest.mark.parametrize("blocks", [None, (16, 2, 8, 4)])
+def test_triton_gpu_tiles_under_the_interpreter(
+    monkeypatch: pytest.MonkeyPatch, blocks: tuple[int, int, int, int] | None
+) -> None:
+    """The tiles a GPU runs (the default ``BLOCKS``: one neighbour j, a few partners k per
+    step), not the interpreter's large ones: same numbers as the numba kernel."""
+    module = importlib.import_module(KERNEL_MODULE)
+    tile = blocks or module.BLOCKS
+    monkeypatch.setattr(module, "_blocks", lambda n_c, m: tile)
+    acsf = ACSF.uniform(
+        ["H", "O"], r_cut=3.2, cutoff="poly2", alpha=0.1, radial=[(0.5, 0.0)],
+        narrow=[(0.2, 1.0, 1.0, 0.0), (0.2, 2.5, -1.0, 0.0)],
+        wide=[(0.05, 1.0, -1.0, 0.3), (0.05, 4.0, 1.0, 0.3)],
+    )  # fmt: skip
+    _split_per_element(acsf, _structures(11, [1, 8], n=5)[:1])
+
+
+@needs_numba
 def test_triton_float32_outputs() -> None:
     """float32 in, float32 out, computed in float64: the numba kernel's numbers to 1e-6."""
     _split_per_element(_three_elements("cos", 0.1), _structures(2, [1, 6, 8]), np.float32)
