@@ -267,13 +267,15 @@ def test_triton_deterministic_and_empty_inputs() -> None:
     assert all(pd.dG_dr.shape[0] == 0 for pd in out["O"].pairs.values())
 
 
-def test_triton_centres_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Centres processed a few at a time (some chunks start at a centre without pairs)."""
+@pytest.mark.parametrize(("limit", "value"), [("CHUNK_CENTERS", 2), ("CHUNK_BYTES", 1)])
+def test_triton_centres_in_chunks(monkeypatch: pytest.MonkeyPatch, limit: str, value: int) -> None:
+    """Centres processed a few at a time (some chunks start at a centre without pairs): at
+    most CHUNK_CENTERS, and fewer where the tables would pass CHUNK_BYTES (here one)."""
     acsf = _three_elements("poly2", 0.2)
     structs = _structures(6, [1, 6, 8])
     structs.append(ase.Atoms("HOCH", positions=[[0, 0, 0], [9, 0, 0], [0, 9, 0], [0.9, 9, 0]]))
     ref = acsf.compute(structs, derivatives=True, backend="torch")
-    monkeypatch.setattr(importlib.import_module(KERNEL_MODULE), "CHUNK_CENTERS", 2)
+    monkeypatch.setattr(importlib.import_module(KERNEL_MODULE), limit, value)
     out = acsf.compute(structs, derivatives=True, backend="triton")
     for e, r in ref.items():
         _close(out[e].values.numpy(), r.values.numpy(), 1e-12)

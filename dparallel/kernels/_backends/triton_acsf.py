@@ -53,8 +53,11 @@ if TYPE_CHECKING:
 
 __all__ = ["BLOCKS", "TritonACSF", "interpreting", "triton_acsf_element"]
 
-#: Centres per chunk of the padded neighbour tables (bounds their memory).
+#: Centres per chunk of the padded neighbour tables (bounds their memory), at most.
 CHUNK_CENTERS = 16384
+#: Bytes of the neighbour and factor tables of one chunk, at most (fewer centres per chunk
+#: where centres have many neighbours or the plan many radial parts).
+CHUNK_BYTES = 2**31
 
 #: Tile on a GPU: (BLOCK_C centres, BLOCK_J neighbours j, BLOCK_K partners k, warps), the
 #: same for the three kernels; chosen without register spills on sm_90 (docs/kernels.md).
@@ -537,8 +540,11 @@ def triton_acsf_element(
         seg[1:] = torch.cumsum(torch.bincount(center, minlength=n_centers), 0)
     seg_h = seg.cpu().numpy()
     dummy = torch.zeros(1, dtype=torch.float64, device=dev)
-    for c_lo in range(0, n_centers, CHUNK_CENTERS):
-        c_hi = min(n_centers, c_lo + CHUNK_CENTERS)
+    m_all = int(torch.bincount(nbr * n_centers + center).max()) if n_pairs_total else 1
+    per_centre = (2 * tb.n_ek + 8) * n_el * m_all * 8  # bytes: factor and neighbour tables
+    chunk = max(1, min(CHUNK_CENTERS, CHUNK_BYTES // per_centre))
+    for c_lo in range(0, n_centers, chunk):
+        c_hi = min(n_centers, c_lo + chunk)
         lo, hi = int(seg_h[c_lo]), int(seg_h[c_hi])
         if hi == lo:
             continue
