@@ -103,7 +103,10 @@ def _split_per_element(acsf: ACSF, structs: list[ase.Atoms], dtype: type = np.fl
         t = ElementPairs(*(torch.from_numpy(a).to(dev) for a in pairs))
         values, groups = triton_element(plan, t, n_c, KernelCall(True, split=True))
         assert values.dtype == tdtype
-        _close(values.cpu().numpy(), v_ref, rtol)
+        _close(values.cpu().numpy(), v_ref, rtol)  # (from the dG/dr kernel)
+        alone, none = triton_element(plan, t, n_c, KernelCall(False))  # the values kernel
+        assert none is None
+        _close(alone.cpu().numpy(), v_ref, rtol)
         assert g_ref is not None and groups is not None
         assert sorted(groups) == sorted(g_ref)
         for f, (sel, dg) in g_ref.items():
@@ -218,6 +221,7 @@ def test_triton_groups_of_columns_sharing_a_radial_part() -> None:
     assert plan is not None
     tables = kernel_tables(plan, 2, torch.device("cpu"))
     assert tables.width == GROUP_WIDTH == 4
+    assert tables.values_in_derivs  # with dG/dr the values come from the dG/dr kernel
     # per element pair (3): narrow 6 → 4 + 2, narrow 1, wide 4: 4 groups of 11 columns
     assert (tables.n_col, tables.n_gv) == (33, 12)
     assert sorted(tables.gv[4].tolist()) == [1] * 3 + [2] * 3 + [4] * 6  # members per group
@@ -321,7 +325,8 @@ for fn, const in [
     (m._radial_kernel, dict(BLOCK_C=C, BLOCK_K=K, KINDS=KINDS, DERIV=True)),
     (m._factor_kernel, dict(BLOCK_C=C, BLOCK_K=K, KINDS=KINDS, DERIV=True)),
     (m._angular_values_kernel, dict(BLOCK_C=C, BLOCK_J=J, BLOCK_K=K, BLOCK_Z=4, KINDS=KINDS)),
-    (m._angular_derivs_kernel, dict(BLOCK_C=C, BLOCK_J=J, BLOCK_K=K, BLOCK_Z=1, KINDS=KINDS)),
+    (m._angular_derivs_kernel,
+     dict(BLOCK_C=C, BLOCK_J=J, BLOCK_K=K, BLOCK_Z=1, KINDS=KINDS, VALUES=True)),
 ]:
     sig = {}
     for name in inspect.signature(fn.fn).parameters:

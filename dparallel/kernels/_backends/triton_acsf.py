@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dparallel.kernels._backends.triton_acsf_tables import kernel_tables
+from dparallel.kernels._backends.triton_acsf_tables import kernel_tables, neighbor_tables
 from dparallel.kernels._backends.triton_env import interpreting
 
 if TYPE_CHECKING:
@@ -362,15 +362,17 @@ def _angular_derivs_kernel(
     GD_F, GD_G, GD_E, GD_LO, GD_N, GD_COL, GD_K,
     COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, COL_SCALE,
     CUT_RC, CUT_KIND, CUT_ALPHA,
-    DBASE, NPAIRS, NRAD, DOUT,
+    DBASE, NPAIRS, NRAD, DOUT, ANG_OUT, n_col,
     BLOCK_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_Z: tl.constexpr, KINDS: tl.constexpr,
+    BLOCK_Z: tl.constexpr, KINDS: tl.constexpr, VALUES: tl.constexpr,
 ):  # fmt: skip  # noqa: ANN001, ANN202
     """Per slot (f, g, column) and neighbour j of element f: Σ_k ∂T_jk/∂r_ij → split block.
 
     Per group (f, g, radial part e; ≤ BLOCK_Z slots differing in ζ, λ), tiles of BLOCK_C
     centres × BLOCK_J neighbours j × BLOCK_K partners k, summed over k: a(r), a'(r) loaded
     from the factor tables, cos θ and b(r_jk) once per tile, then each slot's angular factor.
+    With VALUES, the groups with f ≤ g also write their columns' values (n_c, K): Σ over
+    j ≠ k of T_jk, halved for f = g (the values kernel is not run then).
     """
     cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = cs < n_c
@@ -394,6 +396,7 @@ def _angular_derivs_kernel(
     rows_at = tl.load(DBASE + ef) + split * n_p  # (1, 1, Z) first row of each slot
     cnt_f, cf3 = _counts(CNT, ef, n_c, cs, cm)
     cnt_g, cg3 = _counts(CNT, eg, n_c, cs, cm)
+    vacc = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)  # values per member (VALUES)
     for j0 in range(0, tl.max(cnt_f, 0), BLOCK_J):
         js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
         mj = js < cf3
@@ -442,41 +445,26 @@ def _angular_derivs_kernel(
                 gx = tl.where(z3 == i, gx + sx, gx)
                 gy = tl.where(z3 == i, gy + sy, gy)
                 gz = tl.where(z3 == i, gz + sz, gz)
+                if VALUES:  # Σ_k T_jk = r_ij Σ_k Z(cos θ) w_u
+                    sv = tl.sum(zv * wu, 2, keep_dims=True) * rj
+                    vacc = tl.where(z3 == i, vacc + sv, vacc)
         at = rows_at + row  # (C, J, Z)
         m = mj & mz
         tl.store(DOUT + at, gx * scale, mask=m)
         tl.store(DOUT + at + n_p, gy * scale, mask=m)
         tl.store(DOUT + at + 2 * n_p, gz * scale, mask=m)
+    if VALUES:
+        zi = tl.arange(0, BLOCK_Z)[None, :]
+        mv = zi < nz
+        vcols = tl.load(GD_COL + lo + zi, mask=mv, other=0)
+        vscale = tl.load(COL_SCALE + vcols, mask=mv, other=0.0)
+        half = 1.0 - 0.5 * (ef == eg).to(tl.float64)  # each unordered pair j, k seen twice
+        total = tl.sum(vacc, 1) * (vscale * half)
+        mask = cm[:, None] & (zi < nz * (ef <= eg).to(tl.int64))  # groups with f > g: none
+        tl.store(ANG_OUT + cs[:, None] * n_col + vcols, total, mask=mask)
 
 
 # ----------------------------------------------------------------------------- host code
-_T = torch.Tensor
-
-
-def _padded(
-    vectors: torch.Tensor, distances: torch.Tensor, center: torch.Tensor, nbr: torch.Tensor,
-    lo: int, hi: int, c_lo: int, n_c: int, n_el: int,
-) -> tuple[_T, _T, _T, _T, _T, _T, int]:  # fmt: skip
-    """Neighbour tables (n_el, M, n_c) of pairs [lo, hi) (centres c_lo + [0, n_c)): x, y, z,
-    r, pair index (−1: padding), and counts (n_el, n_c)."""
-    dev = vectors.device
-    cen = center[lo:hi] - c_lo
-    el = nbr[lo:hi]
-    key = el * n_c + cen  # element-major: (f, c) segments
-    order = torch.argsort(key, stable=True)
-    counts = torch.bincount(key, minlength=n_el * n_c)  # (n_el * n_c,)
-    starts = torch.cumsum(counts, 0) - counts
-    ks = key[order]
-    slot = torch.arange(hi - lo, device=dev) - starts[ks]
-    m = int(counts.max()) if hi > lo else 0
-    pidx = torch.full((n_el, max(m, 1), n_c), -1, dtype=torch.int64, device=dev)
-    pidx[el[order], slot, cen[order]] = order + lo
-    table = pidx.clamp_min(0)
-    x, y, z = (vectors[:, a].to(torch.float64)[table] for a in range(3))
-    r = distances.to(torch.float64)[table]
-    return x, y, z, r, pidx, counts.view(n_el, n_c).to(torch.int32), m
-
-
 def _blocks(n_c: int, m: int) -> tuple[int, int, int, int]:
     """(centres, neighbours j, partners k, warps) per tile: :data:`BLOCKS` on a GPU, or when
     interpreted few large tiles (each interpreted operation has a fixed cost)."""
@@ -549,7 +537,9 @@ def triton_acsf_element(
         if hi == lo:
             continue
         n_c = c_hi - c_lo
-        x, y, z, r, pidx, cnt, m = _padded(vectors, distances, center, nbr, lo, hi, c_lo, n_c, n_el)
+        x, y, z, r, pidx, cnt, m = neighbor_tables(
+            vectors, distances, center, nbr, lo, hi, c_lo, n_c, n_el
+        )
         block, bj, bk, warps = _blocks(n_c, m)
         grid = (triton.cdiv(n_c, block),)
         rad = torch.zeros((n_c, max(k_r, 1)), dtype=torch.float64, device=dev)
@@ -575,7 +565,8 @@ def triton_acsf_element(
             BLOCK_C=block, BLOCK_J=bj, BLOCK_K=bk, BLOCK_Z=tb.width, KINDS=tb.kinds,
             num_warps=warps,
         )  # fmt: skip
-        if n_col:
+        fused = want and tb.n_gd > 0 and tb.values_in_derivs  # values from the dG/dr kernel
+        if n_col and not fused:
             _angular_values_kernel[(grid[0], tb.n_gv)](
                 x, y, z, ux, uy, uz, fac[0], cnt, n_c, m, n_el, *tb.gv, *tb.col, n_col,
                 *tb.cut, ang, **tiles,
@@ -584,7 +575,7 @@ def triton_acsf_element(
             _angular_derivs_kernel[(grid[0], tb.n_gd)](
                 x, y, z, ux, uy, uz, r, fac[0], fac[-1], pidx, cnt, grow, n_c, m, n_el, *tb.gd,
                 *tb.col, *tb.cut,
-                dbase_t, npairs_t, nrad_t, dout, **tiles,
+                dbase_t, npairs_t, nrad_t, dout, ang, n_col, VALUES=fused, **tiles,
             )  # fmt: skip
         src[c_lo:c_hi, :k_r] = rad[:, :k_r]
         src[c_lo:c_hi, k_r:] = ang[:, :n_col]

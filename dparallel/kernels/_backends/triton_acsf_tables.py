@@ -1,6 +1,7 @@
 """Host-side tables of the Triton ACSF kernel (:mod:`.triton_acsf`): a
 :class:`~dparallel.kernels.acsf_layout.KernelPlan` flattened into per-column, per-slot and
-per-group device arrays. Loops run over columns only, never over atoms or pairs.
+per-group device arrays (loops over columns only, never over atoms or pairs), and the
+padded neighbour tables of a chunk of centres (torch index ops).
 
 Groups. The angular columns of one element pair that share their radial part (η, rs,
 cutoff, narrow) differ only in (ζ, λ): the kernels evaluate a group's per-triplet radial
@@ -19,7 +20,7 @@ import torch
 if TYPE_CHECKING:
     from dparallel.kernels.acsf_layout import KernelPlan
 
-__all__ = ["GROUP_WIDTH", "Tables", "kernel_tables"]
+__all__ = ["GROUP_WIDTH", "Tables", "kernel_tables", "neighbor_tables"]
 
 #: Most (ζ, λ) columns of one group (a power of 2): accumulators per member in registers.
 GROUP_WIDTH = 4
@@ -45,6 +46,7 @@ class Tables(NamedTuple):
     gd: tuple[torch.Tensor, ...]  # derivative groups: f, g, radial part, first member,
     # members; then the members' columns and split columns
     n_gd: int
+    values_in_derivs: bool  # the derivative groups with f ≤ g hold every column once
     width: int  # members per group, padded to a power of 2 (the kernels' BLOCK_Z)
     n_radial: np.ndarray  # (n_el,)
     n_deriv: np.ndarray  # (n_el,) derivative columns per neighbour element
@@ -131,6 +133,8 @@ def kernel_tables(plan: KernelPlan, n_el: int, device: torch.device) -> Tables:
         dev(s_f[first], i64), dev(s_g[first], i64), dev(e[s_col[first]], i64), dev(d_lo, i64),
         dev(d_n, i64), dev(s_col[d_slots], i64), dev(s_k[d_slots], i64),
     )  # fmt: skip
+    own = s_col[s_f <= s_g]
+    values_in_derivs = bool(np.array_equal(np.sort(own), np.arange(n_col)))
     widest = max([len(g) for g in vgroups + dgroups], default=1)
     kinds = 0
     for kind in plan.cut_kind:
@@ -150,7 +154,35 @@ def kernel_tables(plan: KernelPlan, n_el: int, device: torch.device) -> Tables:
         n_gv=len(vgroups),
         gd=gd,
         n_gd=len(dgroups),
+        values_in_derivs=values_in_derivs,
         width=1 << (widest - 1).bit_length(),
         n_radial=n_radial,
         n_deriv=np.diff(plan.dsrc_off).astype(np.int64),
     )
+
+
+_T = torch.Tensor
+
+
+def neighbor_tables(
+    vectors: torch.Tensor, distances: torch.Tensor, center: torch.Tensor, nbr: torch.Tensor,
+    lo: int, hi: int, c_lo: int, n_c: int, n_el: int,
+) -> tuple[_T, _T, _T, _T, _T, _T, int]:  # fmt: skip
+    """Neighbour tables (n_el, M, n_c) of pairs [lo, hi) (centres c_lo + [0, n_c)): x, y, z,
+    r, pair index (−1: padding), and counts (n_el, n_c)."""
+    dev = vectors.device
+    cen = center[lo:hi] - c_lo
+    el = nbr[lo:hi]
+    key = el * n_c + cen  # element-major: (f, c) segments
+    order = torch.argsort(key, stable=True)
+    counts = torch.bincount(key, minlength=n_el * n_c)  # (n_el * n_c,)
+    starts = torch.cumsum(counts, 0) - counts
+    ks = key[order]
+    slot = torch.arange(hi - lo, device=dev) - starts[ks]
+    m = int(counts.max()) if hi > lo else 0
+    pidx = torch.full((n_el, max(m, 1), n_c), -1, dtype=torch.int64, device=dev)
+    pidx[el[order], slot, cen[order]] = order + lo
+    table = pidx.clamp_min(0)
+    x, y, z = (vectors[:, a].to(torch.float64)[table] for a in range(3))
+    r = distances.to(torch.float64)[table]
+    return x, y, z, r, pidx, counts.view(n_el, n_c).to(torch.int32), m
