@@ -1,6 +1,7 @@
 """Use the whole node (issue 23): ACSF kernel atoms/s per engine on n2p2's water example.
 
     python benchmarks/bench_node.py kernels [--copies 20] [--cpu-atoms 2000] [--rounds 3]
+    python benchmarks/bench_node.py kernels --triton-blocks "128,1,4,4;64,1,2,2" [--copies 20]
 
 Engines, each in-process on the same per-element pair lists (neighbour list built once,
 not timed; one central element after another, as a featurize task runs them):
@@ -14,6 +15,11 @@ CPU engines time the first ``--cpu-atoms`` atoms, GPU engines the whole batch
 (``--copies`` × the 20 water structures, 2,064 atoms per copy). A row without a GPU (or
 without triton) says so instead of a number. Runs on CPU alone; on a lent GPU machine
 unchanged. The water example comes from ``../shared/n2p2/water`` (``--water`` otherwise).
+
+``--triton-blocks`` times the Triton engine alone once per tile configuration
+``BLOCK_C,BLOCK_J,BLOCK_K,num_warps`` (``;``-separated; the kernel's ``BLOCKS`` set for
+each), with its agreement with numba, and records them as ``triton_blocks_water``; it needs
+a CUDA device (without one it says it skipped).
 """
 
 from __future__ import annotations
@@ -242,6 +248,79 @@ def triton_against_numba(inputs: list[tuple]) -> dict[str, float] | None:
     return worst
 
 
+def parse_blocks(text: str) -> list[tuple[int, int, int, int]]:
+    """``"C,J,K,W;C,J,K,W"`` → tile configurations (each entry a power of 2)."""
+    configs = []
+    for item in text.split(";"):
+        if not item.strip():
+            continue
+        parts = item.split(",")
+        try:
+            blocks = tuple(int(x) for x in parts)
+        except ValueError:
+            blocks = ()
+        if len(blocks) != 4 or any(b < 1 or b & (b - 1) for b in blocks):
+            raise argparse.ArgumentTypeError(
+                f"--triton-blocks entry {item!r}: want BLOCK_C,BLOCK_J,BLOCK_K,num_warps, "
+                "four powers of 2, e.g. 128,1,4,4"
+            )
+        configs.append(blocks)
+    return configs  # type: ignore[return-value]
+
+
+def triton_blocks_table(
+    water: Path, copies: int, cpu_atoms: int, rounds: int, configs: list[tuple[int, ...]]
+) -> None:
+    """Triton atoms/s (values, values + dG/dr) and agreement with numba per tile config."""
+    import torch
+
+    if not torch.cuda.is_available() or unavailable("triton", "cuda"):
+        print("SKIPPED: --triton-blocks times the Triton kernel on a CUDA device; none here")
+        return
+    from dparallel.kernels._backends import triton_acsf
+
+    torch.set_num_threads(1)
+    acsf, batch = load_water(water, copies)
+    counts = np.asarray(batch.atom_counts)
+    n_cpu_structures = max(1, int(np.searchsorted(np.cumsum(counts), cpu_atoms)) + 1)
+    cpu_batch = batch.select(0, min(n_cpu_structures, batch.n_structures))
+    cpu_inputs = element_inputs(acsf, cpu_batch)
+    data = on_device(element_inputs(acsf, batch), "cuda")
+    print(f"# python benchmarks/{' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])}")
+    gpu = torch.cuda.get_device_name()
+    print(f"# {gpu}; torch {torch.__version__}; water {batch.n_atoms:,} atoms on the GPU")
+    print(f"{'C,J,K,warps':14s} {'values at/s':>14s} {'+ dG/dr at/s':>14s} {'max rel':>9s}")
+    default = triton_acsf.BLOCKS
+    rows: list[dict] = []
+    try:
+        for blocks in configs:
+            triton_acsf.BLOCKS = blocks
+            row: dict = {"blocks": list(blocks)}
+            try:
+                for derivatives in (False, True):
+                    run = engines(derivatives)["triton cuda"][1]
+                    rate = best_rate(lambda run=run: run(data), batch.n_atoms, rounds,
+                                     torch.cuda.synchronize)  # fmt: skip
+                    row["dgdr" if derivatives else "values"] = rate
+                row["triton_vs_numba_max_rel"] = triton_against_numba(cpu_inputs)
+            except Exception as exc:  # noqa: BLE001 (one failing tile must not end the sweep)
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            rows.append(row)
+            name = ",".join(map(str, blocks))
+            if "error" in row:
+                print(f"{name:14s} failed: {row['error']}")
+                continue
+            rel = row["triton_vs_numba_max_rel"]
+            worst = f"{max(rel.values()):.1e}" if rel else "-"
+            print(f"{name:14s} {row['values']:>14,.0f} {row['dgdr']:>14,.0f} {worst:>9s}")
+    finally:
+        triton_acsf.BLOCKS = default
+    record(
+        "triton_blocks_water",
+        {"gpu_atoms": batch.n_atoms, "default_blocks": list(default), "rows": rows},
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("part", choices=["kernels"], help="what to measure")
@@ -250,10 +329,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--water", type=Path, default=None, help="n2p2 water example folder")
     parser.add_argument("--engines", default="", help="comma-separated engines (default all)")
+    parser.add_argument(
+        "--triton-blocks", type=parse_blocks, default=None,
+        help='time the Triton engine per tile "C,J,K,W;C,J,K,W" instead of the engine table',
+    )  # fmt: skip
     args = parser.parse_args()
     water = args.water or next((d for d in WATER_DIRS if d.is_dir()), None)
     if water is None:
         print(f"SKIPPED: n2p2's water example not found in {[str(d) for d in WATER_DIRS]}")
+        return 0
+    if args.triton_blocks:
+        triton_blocks_table(water, args.copies, args.cpu_atoms, args.rounds, args.triton_blocks)
         return 0
     only = [e.strip() for e in args.engines.split(",") if e.strip()] or None
     kernel_table(water, args.copies, args.cpu_atoms, args.rounds, only)

@@ -103,7 +103,10 @@ def _split_per_element(acsf: ACSF, structs: list[ase.Atoms], dtype: type = np.fl
         t = ElementPairs(*(torch.from_numpy(a).to(dev) for a in pairs))
         values, groups = triton_element(plan, t, n_c, KernelCall(True, split=True))
         assert values.dtype == tdtype
-        _close(values.cpu().numpy(), v_ref, rtol)
+        _close(values.cpu().numpy(), v_ref, rtol)  # (from the dG/dr kernel)
+        alone, none = triton_element(plan, t, n_c, KernelCall(False))  # the values kernel
+        assert none is None
+        _close(alone.cpu().numpy(), v_ref, rtol)
         assert g_ref is not None and groups is not None
         assert sorted(groups) == sorted(g_ref)
         for f, (sel, dg) in g_ref.items():
@@ -203,6 +206,49 @@ def test_triton_equals_numba_separable_path(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @needs_numba
+def test_triton_groups_of_columns_sharing_a_radial_part() -> None:
+    """Columns of one element pair and radial part (ζ, λ only differ: integer and not, both
+    signs of λ; more than a group holds, so cut into two runs), narrow and wide."""
+    from dparallel.kernels._backends.triton_acsf_tables import GROUP_WIDTH, kernel_tables
+
+    zl = [(1.0, 1.0), (1.0, -1.0), (2.5, 1.0), (4.0, -1.0), (1.5, -1.0), (3.0, 1.0)]
+    acsf = ACSF.uniform(
+        ["H", "O"], r_cut=3.6, cutoff="cos", alpha=0.1, radial=[(0.5, 0.0)],
+        narrow=[(0.2, z, lam, 0.0) for z, lam in zl] + [(0.1, 2.0, -1.0, 0.6)],
+        wide=[(0.05, z, lam, 0.3) for z, lam in zl[:4]],
+    )  # fmt: skip
+    plan = acsf.plans()["O"].kernel
+    assert plan is not None
+    tables = kernel_tables(plan, 2, torch.device("cpu"))
+    assert tables.width == GROUP_WIDTH == 4
+    assert tables.values_in_derivs  # with dG/dr the values come from the dG/dr kernel
+    # per element pair (3): narrow 6 → 4 + 2, narrow 1, wide 4: 4 groups of 11 columns
+    assert (tables.n_col, tables.n_gv) == (33, 12)
+    assert sorted(tables.gv[4].tolist()) == [1] * 3 + [2] * 3 + [4] * 6  # members per group
+    structs = _structures(9, [1, 8], n=7)
+    _split_per_element(acsf, structs)
+    _against_torch(acsf, structs)
+
+
+@needs_numba
+@pytest.mark.parametrize("blocks", [None, (16, 2, 8, 4)])
+def test_triton_gpu_tiles_under_the_interpreter(
+    monkeypatch: pytest.MonkeyPatch, blocks: tuple[int, int, int, int] | None
+) -> None:
+    """The tiles a GPU runs (the default ``BLOCKS``: one neighbour j, a few partners k per
+    step), not the interpreter's large ones: same numbers as the numba kernel."""
+    module = importlib.import_module(KERNEL_MODULE)
+    tile = blocks or module.BLOCKS
+    monkeypatch.setattr(module, "_blocks", lambda n_c, m: tile)
+    acsf = ACSF.uniform(
+        ["H", "O"], r_cut=3.2, cutoff="poly2", alpha=0.1, radial=[(0.5, 0.0)],
+        narrow=[(0.2, 1.0, 1.0, 0.0), (0.2, 2.5, -1.0, 0.0)],
+        wide=[(0.05, 1.0, -1.0, 0.3), (0.05, 4.0, 1.0, 0.3)],
+    )  # fmt: skip
+    _split_per_element(acsf, _structures(11, [1, 8], n=5)[:1])
+
+
+@needs_numba
 def test_triton_float32_outputs() -> None:
     """float32 in, float32 out, computed in float64: the numba kernel's numbers to 1e-6."""
     _split_per_element(_three_elements("cos", 0.1), _structures(2, [1, 6, 8]), np.float32)
@@ -225,13 +271,15 @@ def test_triton_deterministic_and_empty_inputs() -> None:
     assert all(pd.dG_dr.shape[0] == 0 for pd in out["O"].pairs.values())
 
 
-def test_triton_centres_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Centres processed a few at a time (some chunks start at a centre without pairs)."""
+@pytest.mark.parametrize(("limit", "value"), [("CHUNK_CENTERS", 2), ("CHUNK_BYTES", 1)])
+def test_triton_centres_in_chunks(monkeypatch: pytest.MonkeyPatch, limit: str, value: int) -> None:
+    """Centres processed a few at a time (some chunks start at a centre without pairs): at
+    most CHUNK_CENTERS, and fewer where the tables would pass CHUNK_BYTES (here one)."""
     acsf = _three_elements("poly2", 0.2)
     structs = _structures(6, [1, 6, 8])
     structs.append(ase.Atoms("HOCH", positions=[[0, 0, 0], [9, 0, 0], [0, 9, 0], [0.9, 9, 0]]))
     ref = acsf.compute(structs, derivatives=True, backend="torch")
-    monkeypatch.setattr(importlib.import_module(KERNEL_MODULE), "CHUNK_CENTERS", 2)
+    monkeypatch.setattr(importlib.import_module(KERNEL_MODULE), limit, value)
     out = acsf.compute(structs, derivatives=True, backend="triton")
     for e, r in ref.items():
         _close(out[e].values.numpy(), r.values.numpy(), 1e-12)
@@ -269,12 +317,16 @@ from dparallel.kernels._backends import triton_acsf as m
 
 INT_TABLES = {"RK_F", "RK_CUT", "CUT_KIND", "RD_F", "RD_KEY", "RD_COL", "DBASE", "NPAIRS",
               "PIDX", "GROW", "COL_A", "COL_B", "COL_CUT", "COL_NARROW", "COL_ZINT",
-              "COL_ISINT", "SL_F", "SL_G", "SL_COL", "SL_K", "NRAD"}
+              "COL_ISINT", "NRAD", "GV_A", "GV_B", "GV_LO", "GV_N", "GV_COL", "GD_F", "GD_G",
+              "GD_LO", "GD_N", "GD_COL", "GD_K", "GV_E", "GD_E", "EK_CUT"}
 KINDS = (1 << 9) - 1  # every cutoff type
+C, J, K, W = m.BLOCKS  # the tile the kernels run with on a GPU
 for fn, const in [
-    (m._radial_kernel, dict(BLOCK_C=32, BLOCK_K=32, KINDS=KINDS, DERIV=True)),
-    (m._angular_values_kernel, dict(BLOCK_C=16, BLOCK_J=4, BLOCK_K=32, KINDS=KINDS)),
-    (m._angular_derivs_kernel, dict(BLOCK_C=16, BLOCK_J=4, BLOCK_K=32, KINDS=KINDS)),
+    (m._radial_kernel, dict(BLOCK_C=C, BLOCK_K=K, KINDS=KINDS, DERIV=True)),
+    (m._factor_kernel, dict(BLOCK_C=C, BLOCK_K=K, KINDS=KINDS, DERIV=True)),
+    (m._angular_values_kernel, dict(BLOCK_C=C, BLOCK_J=J, BLOCK_K=K, BLOCK_Z=4, KINDS=KINDS)),
+    (m._angular_derivs_kernel,
+     dict(BLOCK_C=C, BLOCK_J=J, BLOCK_K=K, BLOCK_Z=1, KINDS=KINDS, VALUES=True)),
 ]:
     sig = {}
     for name in inspect.signature(fn.fn).parameters:
@@ -287,7 +339,7 @@ for fn, const in [
         else:
             sig[name] = "*i32" if name == "CNT" else "*i64" if name in INT_TABLES else "*fp64"
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const),
-                       target=GPUTarget("cuda", 90, 32))
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=W))
     assert "cubin" in k.asm, fn
 import torch
 torch.cuda.is_available = lambda: True  # the neighbor-sum module refuses to load without

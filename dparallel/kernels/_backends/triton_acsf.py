@@ -10,16 +10,26 @@ over atoms) into padded neighbour tables ``(n_el, M, n_c)`` per neighbour elemen
 index last: lane c of a program is centre c, so the loads of neighbour j of
 ``BLOCK_C`` consecutive centres are one contiguous (coalesced) run.
 
-Kernels, each one program per block of ``BLOCK_C`` centres:
+Kernels, one program per block of ``BLOCK_C`` centres (the angular ones per block and
+group of columns):
 
 - ``_radial_kernel``: type 2 sums per radial key and, with derivatives, s = ∂G/∂r_ij of
   every radial derivative column, written straight into the split block.
-- ``_angular_values_kernel``: per angular column, Σ over unordered neighbour pairs j < k
-  of the column's element pair.
-- ``_angular_derivs_kernel``: per derivative slot (neighbour element f, partner element g,
-  column), for each neighbour j the vector Σ_k ∂T_jk/∂r_ij, written into the split block.
-  Each pair's derivative is summed by the one lane that owns it: no atomics, and results
-  are deterministic (bitwise reproducible for a given input and block size).
+- ``_factor_kernel``: a(r) = exp(−η(r − rs)²) f_c(r) and a'(r) of every angular radial
+  part and neighbour, once, into ``(E, n_el, M, n_c)`` tables (unit vectors likewise, by
+  torch), so that the triplet kernels load them instead of evaluating them per triplet.
+- ``_angular_values_kernel``: per group (element pair, radial part; the columns that
+  differ only in ζ, λ, at most ``GROUP_WIDTH``), Σ over unordered neighbour pairs j < k:
+  cos θ, a(r_ij) a(r_ik) and the narrow factor b(r_jk) once per triplet, then each
+  member's (1 + λ cos θ)^ζ.
+- ``_angular_derivs_kernel``: per group of derivative slots (neighbour element f, partner
+  element g, radial part), for each neighbour j the vector Σ_k ∂T_jk/∂r_ij of each
+  member, written into the split block. Each pair's derivative is summed by the one lane
+  that owns it: no atomics, and results are deterministic (bitwise reproducible for a
+  given input and tile).
+
+Tiles: ``BLOCKS`` on a GPU (centres along the threads, partners k in each thread's
+registers, so the sums over k stay inside a thread).
 
 Everything is computed in float64; outputs are cast to the requested dtype, as the
 compiled kernel does. Runs on a CUDA device, or on CPU tensors under the Triton
@@ -35,15 +45,25 @@ import torch
 import triton
 import triton.language as tl
 
+from dparallel.kernels._backends.triton_acsf_tables import kernel_tables, neighbor_tables
 from dparallel.kernels._backends.triton_env import interpreting
 
 if TYPE_CHECKING:
     from dparallel.kernels.acsf_layout import KernelPlan
 
-__all__ = ["TritonACSF", "interpreting", "triton_acsf_element"]
+__all__ = ["BLOCKS", "TritonACSF", "interpreting", "triton_acsf_element"]
 
-#: Centres per chunk of the padded neighbour tables (bounds their memory).
+#: Centres per chunk of the padded neighbour tables (bounds their memory), at most.
 CHUNK_CENTERS = 16384
+#: Bytes of the neighbour and factor tables of one chunk, at most (fewer centres per chunk
+#: where centres have many neighbours or the plan many radial parts).
+CHUNK_BYTES = 2**31
+
+#: Tile on a GPU: (BLOCK_C centres, BLOCK_J neighbours j, BLOCK_K partners k, warps), the
+#: same for the three kernels; chosen without register spills on sm_90 (docs/kernels.md).
+#: A module attribute read at each call, so a benchmark may set it
+#: (``benchmarks/bench_node.py --triton-blocks``).
+BLOCKS: tuple[int, int, int, int] = (32, 1, 4, 1)
 
 
 class TritonACSF(NamedTuple):
@@ -156,19 +176,18 @@ def _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, cut):
 
 
 @_helper
-def _load_col(
-    COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
-    CUT_RC, CUT_KIND, CUT_ALPHA, col,
-):  # fmt: skip
-    """Angular column ``col``'s parameters: η, rs, narrow, ζ, λ, integer ζ, whether ζ is an
-    integer, and its cutoff's rc, type, α."""
-    cut = tl.load(COL_CUT + col)
-    rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, cut)
-    return (
-        tl.load(COL_ETA + col), tl.load(COL_RS + col), tl.load(COL_NARROW + col),
-        tl.load(COL_ZETA + col), tl.load(COL_LAM + col), tl.load(COL_ZINT + col),
-        tl.load(COL_ISINT + col), rc, kind, alpha,
-    )  # fmt: skip
+def _load_radial(COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA, col):
+    """Angular column ``col``'s radial part: η, rs, narrow, and its cutoff's rc, type, α."""
+    rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(COL_CUT + col))
+    narrow = tl.load(COL_NARROW + col)
+    return tl.load(COL_ETA + col), tl.load(COL_RS + col), narrow, rc, kind, alpha
+
+
+@_helper
+def _load_angular(COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, col):
+    """Angular column ``col``'s ζ, λ, integer ζ and whether ζ is an integer."""
+    zeta, lam = tl.load(COL_ZETA + col), tl.load(COL_LAM + col)
+    return zeta, lam, tl.load(COL_ZINT + col), tl.load(COL_ISINT + col)
 
 
 @_helper
@@ -179,13 +198,12 @@ def _counts(CNT, e, n_c, cs, cm):
 
 
 @_helper
-def _load_nbr(X, Y, Z, R, off, mask):
-    """Neighbour vector and distance at table offsets ``off`` (padding: (1, 0, 0), 1)."""
+def _load3(X, Y, Z, off, mask):
+    """A 3-vector per neighbour at table offsets ``off`` (padding: (1, 0, 0))."""
     x = tl.load(X + off, mask=mask, other=1.0)
     y = tl.load(Y + off, mask=mask, other=0.0)
     z = tl.load(Z + off, mask=mask, other=0.0)
-    r = tl.load(R + off, mask=mask, other=1.0)
-    return x, y, z, r
+    return x, y, z
 
 
 @triton.jit
@@ -238,251 +256,224 @@ def _radial_kernel(
 
 
 @triton.jit
+def _factor_kernel(
+    R, CNT, n_c, M, n_el,
+    EK_ETA, EK_RS, EK_CUT, n_e,
+    CUT_RC, CUT_KIND, CUT_ALPHA,
+    A, DA,
+    BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, KINDS: tl.constexpr, DERIV: tl.constexpr,
+):  # fmt: skip  # noqa: ANN001, ANN202
+    """Radial factors a(r) and a'(r) of every angular radial part e and neighbour:
+    (E, n_el, M, n_c) tables, so that the triplet kernels only load them."""
+    cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = cs < n_c
+    c2 = cs[:, None]
+    for e in range(n_e):
+        eta = tl.load(EK_ETA + e)
+        rs = tl.load(EK_RS + e)
+        rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(EK_CUT + e))
+        for f in range(n_el):
+            cnt = tl.load(CNT + f * n_c + cs, mask=cm, other=0)
+            for j0 in range(0, tl.max(cnt, 0), BLOCK_K):
+                js = j0 + tl.arange(0, BLOCK_K)[None, :]
+                mj = js < cnt[:, None]
+                r = tl.load(R + (f * M + js) * n_c + c2, mask=mj, other=1.0)
+                a, da = _gauss(r, eta, rs, rc, kind, alpha, KINDS)
+                at = ((e * n_el + f) * M + js) * n_c + c2
+                tl.store(A + at, a, mask=mj)
+                if DERIV:
+                    tl.store(DA + at, da, mask=mj)
+
+
+@triton.jit
 def _angular_values_kernel(
-    X, Y, Z, R, CNT, n_c, M,
-    COL_A, COL_B, COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT,
-    COL_ISINT, COL_SCALE, n_col,
+    X, Y, Z, UX, UY, UZ, A, CNT, n_c, M, n_el,
+    GV_A, GV_B, GV_E, GV_LO, GV_N, GV_COL,
+    COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
+    COL_SCALE, n_col,
     CUT_RC, CUT_KIND, CUT_ALPHA,
     ANG_OUT,
-    BLOCK_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, KINDS: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_Z: tl.constexpr, KINDS: tl.constexpr,
 ):  # fmt: skip  # noqa: ANN001, ANN202
     """Angular sums (n_c, K): per column Σ_{j<k} 2^(1−ζ) Z(cos θ) a(r_ij) a(r_ik) [b(r_jk)].
 
-    Tiles of BLOCK_C centres × BLOCK_J neighbours j × BLOCK_K partners k.
+    Per group (element pair, radial part e; ≤ BLOCK_Z columns differing in ζ, λ), tiles of
+    BLOCK_C centres × BLOCK_J neighbours j × BLOCK_K partners k: a(r) loaded from the
+    factor tables, cos θ and b(r_jk) once per tile, then each column's angular factor.
     """
     cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = cs < n_c
     c3 = cs[:, None, None]
-    for col in range(n_col):
-        ea = tl.load(COL_A + col)
-        eb = tl.load(COL_B + col)
-        eta, rs, narrow, zeta, lam, zint, isint, rc, kind, alpha = _load_col(
-            COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
-            CUT_RC, CUT_KIND, CUT_ALPHA, col,
-        )  # fmt: skip
-        cnt_a, ca3 = _counts(CNT, ea, n_c, cs, cm)
-        cnt_b, cb3 = _counts(CNT, eb, n_c, cs, cm)
-        same = (ea == eb).to(tl.int32)
-        acc = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
-        for j0 in range(0, tl.max(cnt_a, 0), BLOCK_J):
-            js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
-            mj = js < ca3
-            xj, yj, zj, rj = _load_nbr(X, Y, Z, R, (ea * M + js) * n_c + c3, mj)
-            aj = _gauss(rj, eta, rs, rc, kind, alpha, KINDS)[0]
-            k_first = (j0 + 1) * same  # same element pair: only k > j
-            for k0 in range((k_first // BLOCK_K) * BLOCK_K, tl.max(cnt_b, 0), BLOCK_K):
-                ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
-                mk = mj & (ks < cb3) & (ks > js * same - (1 - same))
-                xk, yk, zk, rk = _load_nbr(X, Y, Z, R, (eb * M + ks) * n_c + c3, mk)
-                ak = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)[0]
-                c = (xj * xk + yj * yk + zj * zk) / (rj * rk)
-                zv = _angular(c, zeta, lam, zint, isint)[0]
-                t = zv * aj * ak
-                if narrow == 1:
-                    dx, dy, dz = xk - xj, yk - yj, zk - zj
-                    rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
-                    bjk = _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)[0]
-                    t = t * bjk
-                acc += tl.where(mk, t, 0.0)
-        total = tl.sum(tl.sum(acc, 2), 1)
-        tl.store(ANG_OUT + cs * n_col + col, total * tl.load(COL_SCALE + col), mask=cm)
+    z3 = tl.arange(0, BLOCK_Z)[None, None, :]
+    zi = tl.arange(0, BLOCK_Z)[None, :]
+    grp = tl.program_id(1)  # one group per program along the grid's 2nd axis
+    ea = tl.load(GV_A + grp)
+    eb = tl.load(GV_B + grp)
+    e = tl.load(GV_E + grp)
+    lo = tl.load(GV_LO + grp)
+    nz = tl.load(GV_N + grp)
+    eta, rs, narrow, rc, kind, alpha = _load_radial(
+        COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA,
+        tl.load(GV_COL + lo),
+    )  # fmt: skip
+    cnt_a, ca3 = _counts(CNT, ea, n_c, cs, cm)
+    cnt_b, cb3 = _counts(CNT, eb, n_c, cs, cm)
+    same = (ea == eb).to(tl.int32)
+    acc = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)  # per member, summed over k
+    for j0 in range(0, tl.max(cnt_a, 0), BLOCK_J):
+        js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
+        mj = js < ca3
+        off_j = (ea * M + js) * n_c + c3
+        xj, yj, zj = _load3(X, Y, Z, off_j, mj)
+        ux, uy, uz = _load3(UX, UY, UZ, off_j, mj)
+        aj = tl.load(A + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
+        k_first = (j0 + 1) * same  # same element pair: only k > j
+        for k0 in range((k_first // BLOCK_K) * BLOCK_K, tl.max(cnt_b, 0), BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
+            mk = mj & (ks < cb3) & (ks > js * same - (1 - same))
+            off_k = (eb * M + ks) * n_c + c3
+            vx, vy, vz = _load3(UX, UY, UZ, off_k, mk)
+            ak = tl.load(A + (e * n_el * M) * n_c + off_k, mask=mk, other=0.0)
+            c = ux * vx + uy * vy + uz * vz
+            w = aj * ak
+            if narrow == 1:
+                xk, yk, zk = _load3(X, Y, Z, off_k, mk)
+                dx, dy, dz = xk - xj, yk - yj, zk - zj
+                rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
+                w = w * _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)[0]
+            w = tl.where(mk, w, 0.0)
+            for i in range(nz):
+                zeta, lam, zint, isint = _load_angular(
+                    COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, tl.load(GV_COL + lo + i)
+                )
+                t = _angular(c, zeta, lam, zint, isint)[0] * w
+                acc = tl.where(z3 == i, acc + tl.sum(t, 2, keep_dims=True), acc)
+    mz = zi < nz
+    cols = tl.load(GV_COL + lo + zi, mask=mz, other=0)
+    scale = tl.load(COL_SCALE + cols, mask=mz, other=0.0)
+    total = tl.sum(acc, 1) * scale
+    tl.store(ANG_OUT + cs[:, None] * n_col + cols, total, mask=cm[:, None] & mz)
 
 
 @triton.jit
 def _angular_derivs_kernel(
-    X, Y, Z, R, PIDX, CNT, GROW, n_c, M,
-    SL_F, SL_G, SL_COL, SL_K, n_sl,
+    X, Y, Z, UX, UY, UZ, R, A, DA, PIDX, CNT, GROW, n_c, M, n_el,
+    GD_F, GD_G, GD_E, GD_LO, GD_N, GD_COL, GD_K,
     COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, COL_SCALE,
     CUT_RC, CUT_KIND, CUT_ALPHA,
-    DBASE, NPAIRS, NRAD, DOUT,
-    BLOCK_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, KINDS: tl.constexpr,
+    DBASE, NPAIRS, NRAD, DOUT, ANG_OUT, n_col,
+    BLOCK_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_Z: tl.constexpr, KINDS: tl.constexpr, VALUES: tl.constexpr,
 ):  # fmt: skip  # noqa: ANN001, ANN202
-    """Per slot (f, g, column, k) and neighbour j of element f: Σ_k ∂T_jk/∂r_ij → split block.
+    """Per slot (f, g, column) and neighbour j of element f: Σ_k ∂T_jk/∂r_ij → split block.
 
-    Tiles of BLOCK_C centres × BLOCK_J neighbours j × BLOCK_K partners k, summed over k.
+    Per group (f, g, radial part e; ≤ BLOCK_Z slots differing in ζ, λ), tiles of BLOCK_C
+    centres × BLOCK_J neighbours j × BLOCK_K partners k, summed over k: a(r), a'(r) loaded
+    from the factor tables, cos θ and b(r_jk) once per tile, then each slot's angular factor.
+    With VALUES, the groups with f ≤ g also write their columns' values (n_c, K): Σ over
+    j ≠ k of T_jk, halved for f = g (the values kernel is not run then).
     """
     cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = cs < n_c
     c3 = cs[:, None, None]
-    for s in range(n_sl):
-        ef = tl.load(SL_F + s)
-        eg = tl.load(SL_G + s)
-        col = tl.load(SL_COL + s)
-        kc = tl.load(SL_K + s)
-        eta, rs, narrow, zeta, lam, zint, isint, rc, kind, alpha = _load_col(
-            COL_ETA, COL_RS, COL_CUT, COL_NARROW, COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT,
-            CUT_RC, CUT_KIND, CUT_ALPHA, col,
-        )  # fmt: skip
-        scale = tl.load(COL_SCALE + col)
-        n_p = tl.load(NPAIRS + ef)
-        base = tl.load(DBASE + ef) + (tl.load(NRAD + ef) + 3 * kc) * n_p
-        cnt_f, cf3 = _counts(CNT, ef, n_c, cs, cm)
-        cnt_g, cg3 = _counts(CNT, eg, n_c, cs, cm)
-        for j0 in range(0, tl.max(cnt_f, 0), BLOCK_J):
-            js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
-            mj = js < cf3
-            off_j = (ef * M + js) * n_c + c3
-            xj, yj, zj, rj = _load_nbr(X, Y, Z, R, off_j, mj)
-            p = tl.load(PIDX + off_j, mask=mj, other=0)
-            row = tl.load(GROW + p, mask=mj, other=0)
-            aj, daj = _gauss(rj, eta, rs, rc, kind, alpha, KINDS)
-            ux, uy, uz = xj / rj, yj / rj, zj / rj
-            j_self = tl.where(ef == eg, js, -1)  # k = j is no triplet
-            gx = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
-            gy = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
-            gz = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_K], tl.float64)
-            for k0 in range(0, tl.max(cnt_g, 0), BLOCK_K):
-                ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
-                mk = mj & (ks < cg3) & (ks != j_self)
-                xk, yk, zk, rk = _load_nbr(X, Y, Z, R, (eg * M + ks) * n_c + c3, mk)
-                ak = _gauss(rk, eta, rs, rc, kind, alpha, KINDS)[0]
-                vx, vy, vz = xk / rk, yk / rk, zk / rk
-                c = ux * vx + uy * vy + uz * vz
+    z3 = tl.arange(0, BLOCK_Z)[None, None, :]
+    grp = tl.program_id(1)  # one group per program along the grid's 2nd axis
+    ef = tl.load(GD_F + grp)
+    eg = tl.load(GD_G + grp)
+    e = tl.load(GD_E + grp)
+    lo = tl.load(GD_LO + grp)
+    nz = tl.load(GD_N + grp)
+    eta, rs, narrow, rc, kind, alpha = _load_radial(
+        COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA,
+        tl.load(GD_COL + lo),
+    )  # fmt: skip
+    mz = z3 < nz
+    cols = tl.load(GD_COL + lo + z3, mask=mz, other=0)
+    scale = tl.load(COL_SCALE + cols, mask=mz, other=0.0)  # (1, 1, Z)
+    n_p = tl.load(NPAIRS + ef)
+    split = tl.load(NRAD + ef) + 3 * tl.load(GD_K + lo + z3, mask=mz, other=0)
+    rows_at = tl.load(DBASE + ef) + split * n_p  # (1, 1, Z) first row of each slot
+    cnt_f, cf3 = _counts(CNT, ef, n_c, cs, cm)
+    cnt_g, cg3 = _counts(CNT, eg, n_c, cs, cm)
+    vacc = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)  # values per member (VALUES)
+    for j0 in range(0, tl.max(cnt_f, 0), BLOCK_J):
+        js = j0 + tl.arange(0, BLOCK_J)[None, :, None]
+        mj = js < cf3
+        off_j = (ef * M + js) * n_c + c3
+        xj, yj, zj = _load3(X, Y, Z, off_j, mj)
+        ux, uy, uz = _load3(UX, UY, UZ, off_j, mj)
+        rj = tl.load(R + off_j, mask=mj, other=1.0)
+        aj = tl.load(A + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
+        daj = tl.load(DA + (e * n_el * M) * n_c + off_j, mask=mj, other=0.0)
+        p = tl.load(PIDX + off_j, mask=mj, other=0)
+        row = tl.load(GROW + p, mask=mj, other=0)
+        aj_r = aj / rj
+        j_self = tl.where(ef == eg, js, -1)  # k = j is no triplet
+        gx = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)  # per member of the group
+        gy = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)
+        gz = tl.zeros([BLOCK_C, BLOCK_J, BLOCK_Z], tl.float64)
+        for k0 in range(0, tl.max(cnt_g, 0), BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)[None, None, :]
+            mk = mj & (ks < cg3) & (ks != j_self)
+            off_k = (eg * M + ks) * n_c + c3
+            vx, vy, vz = _load3(UX, UY, UZ, off_k, mk)
+            ak = tl.load(A + (e * n_el * M) * n_c + off_k, mask=mk, other=0.0)
+            c = ux * vx + uy * vy + uz * vz
+            xk, yk, zk = _load3(X, Y, Z, off_k, mk)
+            dx, dy, dz = xj - xk, yj - yk, zj - zk
+            if narrow == 1:
+                rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
+                bjk, dbjk = _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)
+                wb = tl.where(mk, aj * ak * dbjk / rjk, 0.0)  # along r_ij − r_ik
+                ak = ak * bjk
+            else:
+                wb = tl.zeros(c.shape, tl.float64)
+            wu = tl.where(mk, aj_r * ak, 0.0)  # along û_k − c û_j
+            wj = tl.where(mk, daj * ak, 0.0)  # along û_j
+            for i in range(nz):
+                zeta, lam, zint, isint = _load_angular(
+                    COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, tl.load(GD_COL + lo + i)
+                )
                 zv, dzv = _angular(c, zeta, lam, zint, isint)
-                cu = dzv * aj * ak / rj  # along û_k − c û_j (× b_jk)
-                cj = zv * daj * ak  # along û_j (× b_jk)
-                dx, dy, dz = xj - xk, yj - yk, zj - zk
-                if narrow == 1:
-                    rjk = tl.sqrt(dx * dx + dy * dy + dz * dz)
-                    bjk, dbjk = _gauss(rjk, eta, rs, rc, kind, alpha, KINDS)
-                    cu = cu * bjk
-                    cj = cj * bjk
-                    cb = zv * aj * ak * dbjk / rjk  # along r_ij − r_ik
-                else:
-                    cb = tl.zeros(cu.shape, tl.float64)
-                cj = cj - cu * c
-                gx += tl.where(mk, cj * ux + cu * vx + cb * dx, 0.0)
-                gy += tl.where(mk, cj * uy + cu * vy + cb * dy, 0.0)
-                gz += tl.where(mk, cj * uz + cu * vz + cb * dz, 0.0)
-            at = base + row
-            tl.store(DOUT + at, tl.sum(gx, 2, keep_dims=True) * scale, mask=mj)
-            tl.store(DOUT + at + n_p, tl.sum(gy, 2, keep_dims=True) * scale, mask=mj)
-            tl.store(DOUT + at + 2 * n_p, tl.sum(gz, 2, keep_dims=True) * scale, mask=mj)
+                cu = dzv * wu
+                cj = zv * wj - cu * c
+                cb = zv * wb
+                sx = tl.sum(cj * ux + cu * vx + cb * dx, 2, keep_dims=True)
+                sy = tl.sum(cj * uy + cu * vy + cb * dy, 2, keep_dims=True)
+                sz = tl.sum(cj * uz + cu * vz + cb * dz, 2, keep_dims=True)
+                gx = tl.where(z3 == i, gx + sx, gx)
+                gy = tl.where(z3 == i, gy + sy, gy)
+                gz = tl.where(z3 == i, gz + sz, gz)
+                if VALUES:  # Σ_k T_jk = r_ij Σ_k Z(cos θ) w_u
+                    sv = tl.sum(zv * wu, 2, keep_dims=True) * rj
+                    vacc = tl.where(z3 == i, vacc + sv, vacc)
+        at = rows_at + row  # (C, J, Z)
+        m = mj & mz
+        tl.store(DOUT + at, gx * scale, mask=m)
+        tl.store(DOUT + at + n_p, gy * scale, mask=m)
+        tl.store(DOUT + at + 2 * n_p, gz * scale, mask=m)
+    if VALUES:
+        zi = tl.arange(0, BLOCK_Z)[None, :]
+        mv = zi < nz
+        vcols = tl.load(GD_COL + lo + zi, mask=mv, other=0)
+        vscale = tl.load(COL_SCALE + vcols, mask=mv, other=0.0)
+        half = 1.0 - 0.5 * (ef == eg).to(tl.float64)  # each unordered pair j, k seen twice
+        total = tl.sum(vacc, 1) * (vscale * half)
+        mask = cm[:, None] & (zi < nz * (ef <= eg).to(tl.int64))  # groups with f > g: none
+        tl.store(ANG_OUT + cs[:, None] * n_col + vcols, total, mask=mask)
 
 
 # ----------------------------------------------------------------------------- host code
-class _Tables(NamedTuple):
-    """Device copies of one plan's parameter tables, as the kernels read them."""
-
-    kinds: int  # bitmask of the cutoff types used
-    cut: tuple[torch.Tensor, ...]  # rc, kind, alpha
-    rk: tuple[torch.Tensor, ...]  # element, eta, rs, cutoff id (K_r,)
-    n_rk: int
-    col: dict[str, torch.Tensor]  # per angular column
-    n_col: int
-    rd: tuple[torch.Tensor, ...]  # radial derivative columns: element, key, split column
-    n_rd: int
-    sl: tuple[torch.Tensor, ...]  # angular derivative slots: f, g, column, split column
-    n_sl: int
-    n_radial: np.ndarray  # (n_el,)
-    width: np.ndarray  # (n_el,) derivative columns per neighbour element
-
-
-def _tables(plan: KernelPlan, n_el: int, device: torch.device) -> _Tables:
-    """Flatten ``plan`` into the per-column and per-slot tables of the kernels."""
-
-    def dev(a: np.ndarray | list, dtype: torch.dtype) -> torch.Tensor:
-        t = torch.as_tensor(np.asarray(a), dtype=dtype)
-        if t.numel() == 0:  # a valid pointer even when a table is empty
-            t = torch.zeros(1, dtype=dtype)
-        return t.to(device)
-
-    i64, f64 = torch.int64, torch.float64
-    k_r = int(plan.rk_eta.shape[0])
-    rk_f = np.repeat(np.arange(n_el), np.diff(plan.rk_off))
-    n_col = int(plan.col_e.shape[0])
-    col_pair = np.repeat(np.arange(plan.p_ab.shape[0]), np.diff(plan.p_col_off))
-    e, z = plan.col_e, plan.col_z
-    col = {
-        "a": plan.p_ab[col_pair, 0] if n_col else [],
-        "b": plan.p_ab[col_pair, 1] if n_col else [],
-        "eta": plan.ek_eta[e],
-        "rs": plan.ek_rs[e],
-        "cut": plan.ek_cut[e],
-        "narrow": plan.ek_narrow[e],
-        "zeta": plan.zk_zeta[z],
-        "lam": plan.zk_lam[z],
-        "zint": plan.zk_int[z],
-        "isint": plan.zk_isint[z],
-        "scale": plan.col_scale,
-    }
-    col_t = {
-        k: dev(v, f64 if k in ("eta", "rs", "zeta", "lam", "scale") else i64)
-        for k, v in col.items()
-    }
-    rd: list[list[int]] = [[], [], []]
-    sl: list[list[int]] = [[], [], [], []]
-    n_radial = np.zeros(n_el, dtype=np.int64)
-    width = np.diff(plan.dsrc_off).astype(np.int64)
-    for f in range(n_el):
-        n_rad = n_ang = 0
-        for dc in range(int(plan.dsrc_off[f]), int(plan.dsrc_off[f + 1])):
-            s = int(plan.dsrc[dc])
-            if s < k_r:
-                for lst, v in zip(rd, (f, s, n_rad), strict=True):
-                    lst.append(v)
-                n_rad += 1
-                continue
-            slot = s - k_r
-            g = max(g for g in range(n_el) if plan.s_off[f, g] <= slot)
-            c = int(plan.p_col_off[plan.pt[f, g]]) + slot - int(plan.s_off[f, g])
-            for lst, v in zip(sl, (f, g, c, n_ang), strict=True):
-                lst.append(v)
-            n_ang += 1
-        n_radial[f] = n_rad
-    kinds = 0
-    for kind in plan.cut_kind:
-        kinds |= 1 << int(kind)
-    return _Tables(
-        kinds=kinds,
-        cut=(dev(plan.cut_rc, f64), dev(plan.cut_kind, i64), dev(plan.cut_alpha, f64)),
-        rk=(dev(rk_f, i64), dev(plan.rk_eta, f64), dev(plan.rk_rs, f64), dev(plan.rk_cut, i64)),
-        n_rk=k_r,
-        col=col_t,
-        n_col=n_col,
-        rd=tuple(dev(x, i64) for x in rd),
-        n_rd=len(rd[0]),
-        sl=tuple(dev(x, i64) for x in sl),
-        n_sl=len(sl[0]),
-        n_radial=n_radial,
-        width=width,
-    )
-
-
-_T = torch.Tensor
-
-
-def _padded(
-    vectors: torch.Tensor, distances: torch.Tensor, center: torch.Tensor, nbr: torch.Tensor,
-    lo: int, hi: int, c_lo: int, n_c: int, n_el: int,
-) -> tuple[_T, _T, _T, _T, _T, _T, int]:  # fmt: skip
-    """Neighbour tables (n_el, M, n_c) of pairs [lo, hi) (centres c_lo + [0, n_c)): x, y, z,
-    r, pair index (−1: padding), and counts (n_el, n_c)."""
-    dev = vectors.device
-    cen = center[lo:hi] - c_lo
-    el = nbr[lo:hi]
-    key = el * n_c + cen  # element-major: (f, c) segments
-    order = torch.argsort(key, stable=True)
-    counts = torch.bincount(key, minlength=n_el * n_c)  # (n_el * n_c,)
-    starts = torch.cumsum(counts, 0) - counts
-    ks = key[order]
-    slot = torch.arange(hi - lo, device=dev) - starts[ks]
-    m = int(counts.max()) if hi > lo else 0
-    pidx = torch.full((n_el, max(m, 1), n_c), -1, dtype=torch.int64, device=dev)
-    pidx[el[order], slot, cen[order]] = order + lo
-    table = pidx.clamp_min(0)
-    x, y, z = (vectors[:, a].to(torch.float64)[table] for a in range(3))
-    r = distances.to(torch.float64)[table]
-    return x, y, z, r, pidx, counts.view(n_el, n_c).to(torch.int32), m
-
-
-def _blocks(n_c: int, m: int) -> tuple[int, int, int]:
-    """(centres, neighbours j, partners k) per tile: a GPU-sized tile, or when interpreted
-    few large ones (each interpreted operation has a fixed cost)."""
-    if interpreting():
+def _blocks(n_c: int, m: int) -> tuple[int, int, int, int]:
+    """(centres, neighbours j, partners k, warps) per tile: :data:`BLOCKS` on a GPU, or when
+    interpreted few large tiles (each interpreted operation has a fixed cost)."""
+    if interpreting():  # (at most 2^20 elements per tile: the interpreter's limit)
         mm = triton.next_power_of_2(max(m, 1))
-        return max(16, min(256, triton.next_power_of_2(n_c))), mm, mm
-    return 16, 4, 32
+        bk = min(mm, 512)
+        bj = min(mm, 2**16 // bk)
+        return max(16, min(256, triton.next_power_of_2(n_c), 2**20 // (bj * bk))), bj, bk, 4
+    return BLOCKS
 
 
 def triton_acsf_element(
@@ -505,7 +496,7 @@ def triton_acsf_element(
     cutoff; tensors on one device (CUDA, or CPU under ``TRITON_INTERPRET=1``).
     """
     dev = vectors.device
-    tb = _tables(plan, n_el, dev)
+    tb = kernel_tables(plan, n_el, dev)
     center = center.to(torch.int64)
     nbr = neighbor_el.to(torch.int64)
     n_pairs_total = int(nbr.shape[0])
@@ -517,14 +508,14 @@ def triton_acsf_element(
     if derivatives:
         onehot = torch.nn.functional.one_hot(nbr, n_el) if n_pairs_total else None
         for f in range(n_el):
-            if tb.width[f] == 0:
+            if tb.n_deriv[f] == 0:
                 continue
             sel = torch.nonzero(nbr == f).squeeze(1)
             sels[f] = sel
             n_pairs[f] = int(sel.shape[0])
         if onehot is not None:  # row of each pair within its neighbour element's block
             grow[:n_pairs_total] = onehot.cumsum(0).gather(1, nbr.unsqueeze(1)).squeeze(1) - 1
-    n_rows = np.where(tb.width > 0, tb.n_radial + 3 * (tb.width - tb.n_radial), 0)
+    n_rows = np.where(tb.n_deriv > 0, tb.n_radial + 3 * (tb.n_deriv - tb.n_radial), 0)
     d_base = np.zeros(n_el, dtype=np.int64)
     d_base[1:] = np.cumsum(n_rows * n_pairs)[:-1]
     total = int((n_rows * n_pairs).sum())
@@ -537,14 +528,19 @@ def triton_acsf_element(
         seg[1:] = torch.cumsum(torch.bincount(center, minlength=n_centers), 0)
     seg_h = seg.cpu().numpy()
     dummy = torch.zeros(1, dtype=torch.float64, device=dev)
-    for c_lo in range(0, n_centers, CHUNK_CENTERS):
-        c_hi = min(n_centers, c_lo + CHUNK_CENTERS)
+    m_all = int(torch.bincount(nbr * n_centers + center).max()) if n_pairs_total else 1
+    per_centre = (2 * tb.n_ek + 8) * n_el * m_all * 8  # bytes: factor and neighbour tables
+    chunk = max(1, min(CHUNK_CENTERS, CHUNK_BYTES // per_centre))
+    for c_lo in range(0, n_centers, chunk):
+        c_hi = min(n_centers, c_lo + chunk)
         lo, hi = int(seg_h[c_lo]), int(seg_h[c_hi])
         if hi == lo:
             continue
         n_c = c_hi - c_lo
-        x, y, z, r, pidx, cnt, m = _padded(vectors, distances, center, nbr, lo, hi, c_lo, n_c, n_el)
-        block, bj, bk = _blocks(n_c, m)
+        x, y, z, r, pidx, cnt, m = neighbor_tables(
+            vectors, distances, center, nbr, lo, hi, c_lo, n_c, n_el
+        )
+        block, bj, bk, warps = _blocks(n_c, m)
         grid = (triton.cdiv(n_c, block),)
         rad = torch.zeros((n_c, max(k_r, 1)), dtype=torch.float64, device=dev)
         ang = torch.zeros((n_c, max(n_col, 1)), dtype=torch.float64, device=dev)
@@ -554,23 +550,32 @@ def triton_acsf_element(
             _radial_kernel[grid](
                 r, pidx, cnt, grow, n_c, m, *tb.rk, k_r, *tb.cut, rad,
                 *tb.rd, tb.n_rd if want else 0, dbase_t, npairs_t, dout,
-                BLOCK_C=block, BLOCK_K=bk, KINDS=tb.kinds, DERIV=want,
+                BLOCK_C=block, BLOCK_K=bk, KINDS=tb.kinds, DERIV=want, num_warps=warps,
             )  # fmt: skip
+        ux, uy, uz = x / r, y / r, z / r  # unit vectors (padding: (1, 0, 0))
+        fac = torch.empty(
+            (2 if want else 1, max(tb.n_ek, 1), n_el, m, n_c), dtype=torch.float64, device=dev
+        )
         if n_col:
-            cl = tb.col
-            _angular_values_kernel[grid](
-                x, y, z, r, cnt, n_c, m,
-                cl["a"], cl["b"], cl["eta"], cl["rs"], cl["cut"], cl["narrow"], cl["zeta"],
-                cl["lam"], cl["zint"], cl["isint"], cl["scale"], n_col, *tb.cut, ang,
-                BLOCK_C=block, BLOCK_J=bj, BLOCK_K=bk, KINDS=tb.kinds,
+            _factor_kernel[grid](
+                r, cnt, n_c, m, n_el, *tb.ek, tb.n_ek, *tb.cut, fac[0], fac[-1],
+                BLOCK_C=block, BLOCK_K=bk, KINDS=tb.kinds, DERIV=want, num_warps=warps,
             )  # fmt: skip
-        if want and tb.n_sl:
-            cl = tb.col
-            _angular_derivs_kernel[grid](
-                x, y, z, r, pidx, cnt, grow, n_c, m, *tb.sl, tb.n_sl,
-                cl["eta"], cl["rs"], cl["cut"], cl["narrow"], cl["zeta"], cl["lam"],
-                cl["zint"], cl["isint"], cl["scale"], *tb.cut, dbase_t, npairs_t, nrad_t,
-                dout, BLOCK_C=block, BLOCK_J=bj, BLOCK_K=bk, KINDS=tb.kinds,
+        tiles = dict(
+            BLOCK_C=block, BLOCK_J=bj, BLOCK_K=bk, BLOCK_Z=tb.width, KINDS=tb.kinds,
+            num_warps=warps,
+        )  # fmt: skip
+        fused = want and tb.n_gd > 0 and tb.values_in_derivs  # values from the dG/dr kernel
+        if n_col and not fused:
+            _angular_values_kernel[(grid[0], tb.n_gv)](
+                x, y, z, ux, uy, uz, fac[0], cnt, n_c, m, n_el, *tb.gv, *tb.col, n_col,
+                *tb.cut, ang, **tiles,
+            )  # fmt: skip
+        if want and tb.n_gd:
+            _angular_derivs_kernel[(grid[0], tb.n_gd)](
+                x, y, z, ux, uy, uz, r, fac[0], fac[-1], pidx, cnt, grow, n_c, m, n_el, *tb.gd,
+                *tb.col, *tb.cut,
+                dbase_t, npairs_t, nrad_t, dout, ang, n_col, VALUES=fused, **tiles,
             )  # fmt: skip
         src[c_lo:c_hi, :k_r] = rad[:, :k_r]
         src[c_lo:c_hi, k_r:] = ang[:, :n_col]
