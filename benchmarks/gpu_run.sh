@@ -7,10 +7,11 @@
 # Steps, in this order (those marked * run by default): env* tests kernels* batches* water
 # cuau* cuaukf* computed scaling100 water64 scaling400 tests2*. kernels: ACSF kernel rates
 # (TRITON_BLOCKS="C,J,K,W;..." sweeps the Triton tile sizes); batches: the water ×25 epoch
-# at three batch sizes (BATCHES=8,64 for others), then one epoch under torch's sync debug mode; cuau / cuaukf: time
-# to n2p2's test RMSE on the CuAu set with Adam / the Kalman filter; tests2: the Triton
-# tests. SMOKE=1 runs each benchmark at a
-# toy size (to check the script on a CPU machine). TOTAL=seconds bounds the whole run: each
+# at three batch sizes (BATCHES=8,64 for others), then one epoch under torch's sync debug
+# mode; cuau / cuaukf: time to n2p2's test RMSE on the CuAu set with Adam / the Kalman
+# filter; tests2: the Triton tests, then two CUDA training tests (TESTS2_S bounds it, 150 s).
+# KERNELS_S bounds the kernels step (80 s). SMOKE=1 runs
+# each benchmark at a toy size (to check the script on a CPU machine). TOTAL=seconds bounds the whole run: each
 # step's limit is cut to what is left. On the lent GPU machine, the wheels of
 # ../shared/device/wheels.sh come first.
 set -u
@@ -48,7 +49,7 @@ step tests 110 "$py" -m pytest -q -p no:cacheprovider -o addopts= --timeout 100 
   tests/workflow/test_featurize_triton_engine.py \
   "tests/train/test_train_cli.py::test_device_option_of_train_and_run" \
   "tests/train/test_model_dir.py::test_a_run_failing_before_training_leaves_no_folder"
-step kernels 80 "$py" benchmarks/bench_node.py kernels --copies "$(size 25 1)" --rounds 3 \
+step kernels "${KERNELS_S:-80}" "$py" benchmarks/bench_node.py kernels --copies "$(size 25 1)" --rounds 3 \
   --cpu-atoms "$(size 2000 500)" --engines "${ENGINES:-}" --triton-blocks "${TRITON_BLOCKS:-}"
 step batches 150 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
   --cpu-epochs 2 --streamed-epochs 3 --batch-sizes "${BATCHES:-8,64,450}" --sync-debug --workdir "$WORK/wb"
@@ -68,10 +69,15 @@ step water64 50 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epo
   --cpu-epochs 3 --streamed-epochs 3 --dp-set batch_size=64 --workdir "$WORK/w64"
 step scaling400 80 "$py" benchmarks/bench_node_scaling.py --copies "$(size 400 3)" \
   --counts "$(nproc)"
-step tests2 110 "$py" -m pytest -q -rA -p no:cacheprovider -o addopts= --timeout 100 \
-  "tests/train/test_train_device.py::test_cuda_training_matches_cpu_and_resumes_on_the_cpu" \
-  "tests/train/test_train_device.py::test_batches_move_to_cuda" \
+acsf=tests/kernels/test_triton_acsf.py
+step tests2 "${TESTS2_S:-150}" "$py" -m pytest -q -rA -p no:cacheprovider -o addopts= \
+  --timeout 100 "$acsf::test_triton_equals_numba_split_layout[cos-0.15]" \
+  "$acsf::test_triton_groups_of_columns_sharing_a_radial_part" \
+  "$acsf::test_triton_equals_numba_split_layout[exp-0.2]" "$acsf::test_triton_equals_torch_reference" \
+  "$acsf::test_triton_any_zeta_lambda_eta" "$acsf::test_triton_float32_outputs" \
+  "$acsf::test_triton_deterministic_and_empty_inputs" "$acsf::test_triton_centres_in_chunks" \
   tests/workflow/test_featurize_triton_engine.py tests/kernels/test_triton_neighbor_sums.py \
-  tests/kernels/test_triton_acsf.py -k "not split_layout"
+  "tests/train/test_train_device.py::test_cuda_training_matches_cpu_and_resumes_on_the_cpu" \
+  "tests/train/test_train_device.py::test_batches_move_to_cuda"
 rm -rf "$WORK"
 echo "=== done at $(date -u +%T); figures in $DPARALLEL_GPU_RESULTS"
