@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from dparallel.errors import BackendUnavailableError, KernelInputError
+from dparallel.kernels._backends.triton_env import interpreting
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -152,6 +153,12 @@ def _resolve(name: str | None, device: torch.device) -> str:
             raise BackendUnavailableError(
                 f"kernel backend {choice!r} runs on CPU only but the tensors are on "
                 f"{device}; use set_backend('chunked') or 'auto'"
+            )
+        if choice == "triton" and device.type == "cpu" and not interpreting():
+            raise BackendUnavailableError(
+                "kernel backend 'triton' runs on CUDA tensors (on CPU ones only in Triton's "
+                "interpreter, TRITON_INTERPRET=1) but the tensors are on cpu; move them to the "
+                "GPU or use set_backend('chunked') or 'auto'"
             )
         return choice
     for candidate in _AUTO_ORDER:

@@ -14,7 +14,9 @@ import pytest
 import torch
 import triton_interpreter as ti
 
+from dparallel.errors import BackendUnavailableError
 from dparallel.kernels import neighbor_sums as ns
+from dparallel.kernels._backends.triton_env import interpreting
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -40,8 +42,13 @@ def _kernel_runs_here(request: pytest.FixtureRequest, in_process: bool) -> None:
         pytest.skip(ti.SKIP_REASON)
 
 
+def _device() -> str:
+    """Where the kernels run: the GPU, or the CPU in Triton's interpreter."""
+    return "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
+
+
 def _case(dtype: torch.dtype, n: int = 9, p: int = 40, nu: int = 3, f: int = 5, seed: int = 0):  # noqa: ANN202
-    """Unsorted pairs with duplicates; the last atom has no pairs."""
+    """Unsorted pairs with duplicates; the last atom has no pairs (on :func:`_device`)."""
     rng = np.random.default_rng(seed)
     first = torch.as_tensor(rng.integers(0, n - 1, p))
     second = torch.as_tensor(rng.integers(0, n - 1, p))
@@ -50,7 +57,15 @@ def _case(dtype: torch.dtype, n: int = 9, p: int = 40, nu: int = 3, f: int = 5, 
     sense = torch.randn(p, nu, generator=g, dtype=dtype)
     feat = torch.randn(n, f, generator=g, dtype=dtype)
     env = torch.randn(n, nu, f, generator=g, dtype=dtype)
-    return sense, feat, env, first, second
+    return tuple(t.to(_device()) for t in (sense, feat, env, first, second))
+
+
+def test_cpu_tensors_outside_the_interpreter_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU machine CPU tensors would reach the launcher: refused first, in one line."""
+    monkeypatch.setattr(ns, "interpreting", lambda: False)
+    sense, feat, _, pf, ps = (t.cpu() for t in _case(torch.float64))
+    with pytest.raises(BackendUnavailableError, match="runs on CUDA tensors"):
+        ns.envsum(sense, feat, pf, ps, backend="triton")
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
