@@ -39,6 +39,7 @@ from dparallel.store._layout import (
     CHUNK_KEYS,
     FORMAT_VERSION,
     SOURCE_IDENTITY_KEYS,
+    ZARR3,
     _compressors,
     _jsonable,
 )
@@ -286,7 +287,7 @@ def _build(building: Path | StoreTarget, fingerprint: dict, config: dict, plan: 
     A, K = plan.slots
     P = plan.n_partitions
     where = str(building) if isinstance(building, Path) else building
-    root = zarr.open_group(store=where, mode="w")
+    root = zarr.open_group(store=where, mode="w", **ZARR3)
     for name, (axis, trailing, dtype, fill) in _STRUCTURE_ARRAYS.items():
         cap = A if axis == "atom" else K
         root.create_array(

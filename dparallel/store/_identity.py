@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import zarr
 
+from dparallel.store._layout import ZARR3
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -42,7 +44,9 @@ def current_identity(store: OpenedStore) -> dict[str, Any] | None:
             doc = json.loads((local / "zarr.json").read_bytes())
             meta = doc.get("attributes", {}).get("dparallel", {})
         else:
-            meta = zarr.open_group(store=store._backend.zarr_store, mode="r").attrs["dparallel"]
+            meta = zarr.open_group(store=store._backend.zarr_store, mode="r", **ZARR3).attrs[
+                "dparallel"
+            ]
     except (OSError, ValueError, KeyError, AttributeError):
         return None
     return identity_of(meta) if isinstance(meta, dict) else None

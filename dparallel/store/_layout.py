@@ -24,7 +24,13 @@ __all__ = [
     "FORMAT_VERSION",
     "READABLE_FORMATS",
     "SOURCE_IDENTITY_KEYS",
+    "ZARR3",
 ]
+
+#: How every group of a store is opened: zarr format 3, without consolidated metadata.
+#: Left open, zarr probes ``.zgroup``, ``.zattrs`` and ``.zmetadata`` at each open: on
+#: object storage a listing request each.
+ZARR3: dict[str, Any] = {"zarr_format": 3, "use_consolidated": False}
 
 #: Version of the on-disk layout; bumped on incompatible changes. 2: per-pair derivatives
 #: in float32, radial columns as one number per pair, feature-major (``_derivatives``);

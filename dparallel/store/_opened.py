@@ -16,7 +16,7 @@ import zarr
 from dparallel.errors import StoreError
 from dparallel.io.location import Location, as_location
 from dparallel.store._backend import StoreTarget, open_backend
-from dparallel.store._layout import FORMAT_VERSION, READABLE_FORMATS, _partition_group
+from dparallel.store._layout import FORMAT_VERSION, READABLE_FORMATS, ZARR3, _partition_group
 from dparallel.store._read_cache import CachedReads, cache_budget
 from dparallel.store.plan import Plan
 
@@ -54,7 +54,7 @@ class OpenedStore:
         if backend.local is not None and not (backend.local / "zarr.json").is_file():
             raise StoreError(f"no zarr store at {backend.local}")
         try:
-            self._root = zarr.open_group(store=backend.zarr_store, mode=mode)
+            self._root = zarr.open_group(store=backend.zarr_store, mode=mode, **ZARR3)
         except FileNotFoundError:
             raise StoreError(f"no zarr store at {self.location}") from None
         meta = self._root.attrs.get("dparallel")
@@ -74,7 +74,7 @@ class OpenedStore:
         self._unreadable_done: set[int] = set()  # partitions whose done marker is torn
         if cache is not None and not self.is_complete:  # may still change: read afresh
             self._backend = replace(backend, zarr_store=cache.unwrapped())
-            self._root = zarr.open_group(store=self._backend.zarr_store, mode=mode)
+            self._root = zarr.open_group(store=self._backend.zarr_store, mode=mode, **ZARR3)
 
     def __getstate__(self) -> dict[str, Any]:
         backend = self._backend
@@ -199,7 +199,7 @@ class OpenedStore:
             return self._root[key]  # type: ignore[return-value]
         if not create:
             return None
-        return zarr.open_group(store=self._backend.zarr_store, path=key, mode="a")
+        return zarr.open_group(store=self._backend.zarr_store, path=key, mode="a", **ZARR3)
 
     # ---------------------------------------------------------- completion
     def _done_flags(self) -> np.ndarray:

@@ -40,6 +40,7 @@ from dparallel.store._layout import (
     _N_Z,
     _STRUCTURE_ARRAYS,
     CHUNK_KEYS,
+    ZARR3,
     _compressors,
     _features_group,
     _index_reason_pairs,
@@ -420,7 +421,11 @@ async def _make_groups(
 
     for path in groups:
         await open_group(
-            store=store, path=path, mode="a", attributes=dict(attributes.get(path[skip:], {}))
+            store=store,
+            path=path,
+            mode="a",
+            attributes=dict(attributes.get(path[skip:], {})),
+            **ZARR3,
         )
 
 
@@ -546,7 +551,10 @@ async def _write_through_zarr(store: Any, part: str, rest: list[_Job]) -> None:
 
     wanted = list(dict.fromkeys(group or "" for group, _, _, _ in rest))
     opened = await asyncio.gather(
-        *(open_group(store=store, path=f"{part}/{n}" if n else part, mode="r+") for n in wanted)
+        *(
+            open_group(store=store, path=f"{part}/{n}" if n else part, mode="r+", **ZARR3)
+            for n in wanted
+        )
     )
     groups = dict(zip(wanted, opened, strict=True))
     await asyncio.gather(*(write(groups[g or ""], n, v, d) for g, n, v, d in rest))
