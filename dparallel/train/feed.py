@@ -253,11 +253,13 @@ class BatchFeed:
         if depth == "auto":
             depth = _GPU_BATCH_PREFETCH if self.device.type == "cuda" else 0
         dtype = self.target.dtype
-        if int(depth) > 0:  # stored features copied as stored, cast once on the device
-            late = reader.holdable
+        if int(depth) > 0:
+            # a store's arrays (a holdable reader's) are copied in their stored dtypes and
+            # cast once on the device; computed descriptors come in ``dtype`` already
+            stored = reader.holdable
             host = iterate_batches(reader, plan, prefetch=spec.prefetch,
-                                   dtype=None if late else dtype)  # fmt: skip
-            prefetched = Prefetcher(host, self.device, int(depth), dtype if late else None)
+                                   dtype=None if stored else dtype)  # fmt: skip
+            prefetched = Prefetcher(host, self.device, int(depth), dtype if stored else None)
             return timed(prefetched, self.wait)
         host = iterate_batches(reader, plan, prefetch=spec.prefetch, dtype=dtype)
         return timed((batch_to(b, self.device) for b in host), self.wait)
