@@ -400,7 +400,7 @@ def merge_partitions(parts: Sequence[PartitionData], ops: HostOps = HOST) -> Par
             for t, s, b in zip(present, structures, row_base[name], strict=True)
         ]
         offsets.append(np.array([sum(n_rows)], np.int64))
-        _check_constants(name, parts, present)
+        _check_constants(name, first, parts, present)
         columns = {}
         for col in list(first.columns):
             pieces = []
@@ -441,10 +441,9 @@ def _in_reference_order(parts: Sequence[PartitionData]) -> list[str]:
 
 
 def _check_constants(
-    name: str, parts: Sequence[PartitionData], present: Sequence[Rows | None]
+    name: str, first: Rows, parts: Sequence[PartitionData], present: Sequence[Rows | None]
 ) -> None:
-    """Raise unless every partition having table ``name`` has the same constants."""
-    first = next(t for t in present if t is not None)
+    """Raise unless every partition having table ``name`` has ``first``'s constants."""
     for part, t in zip(parts, present, strict=True):
         if t is None:
             continue

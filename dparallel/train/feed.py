@@ -253,15 +253,14 @@ class BatchFeed:
         if depth == "auto":
             depth = _GPU_BATCH_PREFETCH if self.device.type == "cuda" else 0
         dtype = self.target.dtype
+        # through the prefetch thread a store's arrays (a holdable reader's) are copied in
+        # their stored dtypes and cast once on the device; computed descriptors come in
+        # ``dtype`` already
+        late = int(depth) > 0 and reader.holdable
+        host = iterate_batches(reader, plan, prefetch=spec.prefetch, dtype=None if late else dtype)
         if int(depth) > 0:
-            # a store's arrays (a holdable reader's) are copied in their stored dtypes and
-            # cast once on the device; computed descriptors come in ``dtype`` already
-            stored = reader.holdable
-            host = iterate_batches(reader, plan, prefetch=spec.prefetch,
-                                   dtype=None if stored else dtype)  # fmt: skip
-            prefetched = Prefetcher(host, self.device, int(depth), dtype if stored else None)
+            prefetched = Prefetcher(host, self.device, int(depth), dtype if late else None)
             return timed(prefetched, self.wait)
-        host = iterate_batches(reader, plan, prefetch=spec.prefetch, dtype=dtype)
         return timed((batch_to(b, self.device) for b in host), self.wait)
 
 
