@@ -184,6 +184,24 @@ def _load_radial(COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALP
 
 
 @_helper
+def _load_group(
+    G_A, G_B, G_E, G_LO, G_N, G_COL,
+    COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA,
+):  # fmt: skip
+    """This program's group (the grid's 2nd axis): its two elements, radial part, first
+    column and member count, and that radial part's η, rs, narrow, rc, type, α."""
+    grp = tl.program_id(1)
+    lo = tl.load(G_LO + grp)
+    eta, rs, narrow, rc, kind, alpha = _load_radial(
+        COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(G_COL + lo)
+    )
+    return (
+        tl.load(G_A + grp), tl.load(G_B + grp), tl.load(G_E + grp), lo, tl.load(G_N + grp),
+        eta, rs, narrow, rc, kind, alpha,
+    )  # fmt: skip
+
+
+@_helper
 def _load_angular(COL_ZETA, COL_LAM, COL_ZINT, COL_ISINT, col):
     """Angular column ``col``'s ζ, λ, integer ζ and whether ζ is an integer."""
     zeta, lam = tl.load(COL_ZETA + col), tl.load(COL_LAM + col)
@@ -307,15 +325,9 @@ def _angular_values_kernel(
     c3 = cs[:, None, None]
     z3 = tl.arange(0, BLOCK_Z)[None, None, :]
     zi = tl.arange(0, BLOCK_Z)[None, :]
-    grp = tl.program_id(1)  # one group per program along the grid's 2nd axis
-    ea = tl.load(GV_A + grp)
-    eb = tl.load(GV_B + grp)
-    e = tl.load(GV_E + grp)
-    lo = tl.load(GV_LO + grp)
-    nz = tl.load(GV_N + grp)
-    eta, rs, narrow, rc, kind, alpha = _load_radial(
+    ea, eb, e, lo, nz, eta, rs, narrow, rc, kind, alpha = _load_group(
+        GV_A, GV_B, GV_E, GV_LO, GV_N, GV_COL,
         COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA,
-        tl.load(GV_COL + lo),
     )  # fmt: skip
     cnt_a, ca3 = _counts(CNT, ea, n_c, cs, cm)
     cnt_b, cb3 = _counts(CNT, eb, n_c, cs, cm)
@@ -378,15 +390,9 @@ def _angular_derivs_kernel(
     cm = cs < n_c
     c3 = cs[:, None, None]
     z3 = tl.arange(0, BLOCK_Z)[None, None, :]
-    grp = tl.program_id(1)  # one group per program along the grid's 2nd axis
-    ef = tl.load(GD_F + grp)
-    eg = tl.load(GD_G + grp)
-    e = tl.load(GD_E + grp)
-    lo = tl.load(GD_LO + grp)
-    nz = tl.load(GD_N + grp)
-    eta, rs, narrow, rc, kind, alpha = _load_radial(
+    ef, eg, e, lo, nz, eta, rs, narrow, rc, kind, alpha = _load_group(
+        GD_F, GD_G, GD_E, GD_LO, GD_N, GD_COL,
         COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA,
-        tl.load(GD_COL + lo),
     )  # fmt: skip
     mz = z3 < nz
     cols = tl.load(GD_COL + lo + z3, mask=mz, other=0)
