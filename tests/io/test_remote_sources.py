@@ -122,3 +122,20 @@ def test_ase_formats_need_a_local_file(files, tmp_path):
     url = _upload(cif, f"memory://inputs/{tmp_path.name}/x.cif")
     with pytest.raises((LocationError, InputFormatError), match="local"):
         open_source(url, format="cif")
+
+
+def test_a_broken_file_at_a_url_is_indexed_as_the_local_one(tmp_path):
+    """Counts too small and too large make the indexer seek back: the buffered remote
+    stream lands on the same bytes, lines and errors as the local file."""
+    from dparallel.io._index import load_or_build_index
+
+    frame = "2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 0 1\n"
+    text = frame + frame.replace("H 0 0 1\n", "H 0 0 1\nH 0 0 2\n") + "3" + frame[1:] + frame
+    local = tmp_path / "broken.xyz"
+    local.write_text(text)
+    url = _upload(local, f"memory://inputs/{tmp_path.name}/broken.xyz")
+    a = load_or_build_index(as_location(local), "extxyz", cache=False)
+    b = load_or_build_index(as_location(url), "extxyz", cache=False)
+    for name in ("starts", "ends", "counts", "lines"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert a.errors == b.errors and len(a.errors) == 2
