@@ -12,7 +12,10 @@ local Dask cluster of 2 worker processes (1 thread each), then training from the
 
 Printed: featurize throughput (atoms/s of the whole ``featurize`` call) and its S3/local
 ratio (target ≥ 80 %), the first training epoch (target ≤ 2× local) and the mean of the
-later ones (target within 10 %). Same cluster for both, local first then S3, one run:
+later ones (target within 10 %). Also the CPU seconds each featurize cost the workers, the
+driver and the S3 server, with the bound they set on this machine: all of it spread evenly
+over its cores, no wall time can be shorter than their sum over the cores. Same cluster
+for both, local first then S3, one run:
 quote ratios, not absolute times (the benchmark machine is shared).
 
     PYTHONPATH=. python benchmarks/bench_object_store.py [--copies 25] [--epochs 4]
@@ -72,8 +75,10 @@ def start_moto(log: Path) -> tuple[subprocess.Popen, str]:
 
 @contextlib.contextmanager
 def moto_environment(work: Path, key: str = "bench") -> Iterator[str]:
-    """moto's server (its log in ``work``) with ``AWS_*`` pointing at it; stopped after."""
+    """moto's server (its log in ``work``) with ``AWS_*`` pointing at it; stopped after.
+    ``MOTO_PID`` names the server's process."""
     server, endpoint = start_moto(work / "moto.log")
+    os.environ["MOTO_PID"] = str(server.pid)
     os.environ.update(
         AWS_ACCESS_KEY_ID=key,
         AWS_SECRET_ACCESS_KEY=key,
@@ -105,6 +110,17 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
+    """User + system CPU seconds so far of each group of processes."""
+    import psutil
+
+    def seconds(pid: int) -> float:
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system
+
+    return {name: sum(map(seconds, group)) for name, group in pids.items()}
+
+
 def run(args: argparse.Namespace, water: Path, work: Path) -> int:
     import boto3
     import fsspec
@@ -129,6 +145,11 @@ def run(args: argparse.Namespace, water: Path, work: Path) -> int:
     )
     client = Client(cluster)
     rows = {}
+    pids = {
+        "workers": list(client.run(os.getpid).values()),
+        "driver": [os.getpid()],
+        "server": [int(os.environ["MOTO_PID"])],
+    }
     try:
         # warm-up: the workers compile/load the kernels before either timed run
         small = work / "warm.data"
@@ -140,9 +161,11 @@ def run(args: argparse.Namespace, water: Path, work: Path) -> int:
             ("local", data, work / "water.zarr"),
             ("S3 (moto, loopback)", "s3://bench/water.data", "s3://bench/water.zarr"),
         ):
+            before = _cpu_seconds(pids)
             result = featurize(
                 source, store, descriptors, FeaturizeOptions(format="n2p2", client=client)
             )
+            cpu = {k: v - before[k] for k, v in _cpu_seconds(pids).items()}
             opened = open_store(store)
             trained = train(opened, work / f"model-{len(rows)}", spec)
             seconds = [float(r["seconds"]) for r in trained.history]
@@ -152,6 +175,7 @@ def run(args: argparse.Namespace, water: Path, work: Path) -> int:
                 "first_epoch": seconds[0],
                 "later_epochs": sum(seconds[1:]) / max(1, len(seconds) - 1),
                 "test": trained.test,
+                "cpu": cpu,
             }
     finally:
         client.close()
@@ -169,6 +193,17 @@ def run(args: argparse.Namespace, water: Path, work: Path) -> int:
     later = remote["later_epochs"] / local["later_epochs"]
     print(f"S3 / local: featurize throughput {ratio:.0%} (target ≥ 80 %), first epoch "
           f"{first:.2f}× (≤ 2×), later epochs {later:.2f}× (within 10 %)")  # fmt: skip
+    cores = os.cpu_count() or 1
+    print(f"featurize CPU seconds (workers + driver + server) and the bound on {cores} cores")
+    for name, r in rows.items():
+        c = r["cpu"]
+        total = sum(c.values())
+        print(
+            f"{name:22s} workers {c['workers']:6.2f}  driver {c['driver']:5.2f}  "
+            f"server {c['server']:5.2f}  sum/cores {total / cores:6.2f} s"
+        )
+    bound = sum(local["cpu"].values()) / sum(remote["cpu"].values())
+    print(f"S3 / local throughput this machine's cores allow at most: {bound:.0%}")
     same = local["test"] == remote["test"]
     print(f"test metrics identical: {same}")
     return 0

@@ -83,9 +83,15 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
             parent = type(remote)(parent.url.rstrip("/"), remote.storage_options)
             if read_pointer(parent) is not None:
                 remote = parent
+        options = root.options
+        if root.protocol in ("s3", "s3a"):
+            # s3fs reads a whole object with a HEAD for its size first (to split a large
+            # one into concurrent ranges) unless told not to: a store's objects are read
+            # many at a time already, so one GET each halves the requests
+            options.setdefault("max_concurrency", 1)
         try:
             store = FsspecStore.from_url(
-                root.url, storage_options=root.options or None, read_only=read_only
+                root.url, storage_options=options or None, read_only=read_only
             )
         except (ImportError, ValueError, TypeError) as exc:
             raise StoreError(f"cannot open {remote} as a zarr store: {exc}") from exc

@@ -252,3 +252,16 @@ def test_the_pin_is_the_tested_range():
     (image_zarr,) = re.findall(r"(?<![\w.-])zarr==([\w.+!-]+)", dockerfile)
     assert zarr_req.specifier.contains(image_zarr)  # the image runs a tested zarr
     assert _direct.direct_writes_available()
+
+
+@pytest.mark.parametrize(("given", "expected"), [({}, 1), ({"max_concurrency": 4}, 4)])
+def test_an_s3_store_reads_an_object_in_one_request(given, expected):
+    """s3fs reads a whole object with a HEAD first unless ``max_concurrency`` is 1: a store
+    at an S3 URL sets it (a user's own value stays)."""
+    pytest.importorskip("s3fs")
+    from dparallel.io.location import Location
+    from dparallel.store._backend import open_backend
+
+    where = Location("s3://bucket/feats.zarr", tuple(given.items()))
+    backend = open_backend(where, "r", direct=True)
+    assert backend.zarr_store.fs.max_concurrency == expected
