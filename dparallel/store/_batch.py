@@ -1,14 +1,9 @@
 """A task's writes to a store at a URL: zarr's own keys and bytes, put in one batch.
 
-Through zarr's API every new array in an fsspec store checks each parent level (a HEAD of
-``zarr.json``, and on S3 a listing for every one that is missing) and writes its metadata
-and chunk one after another: a featurize partition with dG/dr made ~1,700 requests
-(docs/store-format.md, "On object storage"). Here the same documents and chunks the local
-store's direct writes make (:mod:`~dparallel.store._direct`'s encoding: zarr's own
-metadata classes, the Blosc zarr calls) are computed in the task's thread and put through
-the zarr store concurrently: one PUT per object, chunks before the metadata that makes an
-array readable, and the done marker still last. What cannot be encoded so goes through
-zarr's API as before.
+The documents and chunks :mod:`~dparallel.store._direct` makes, put concurrently: chunks
+before the metadata that makes an array readable, the done marker still last
+(docs/store-format.md, "How a task writes there"). What cannot be encoded so goes through
+zarr's API.
 """
 
 from __future__ import annotations

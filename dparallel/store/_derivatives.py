@@ -1,34 +1,10 @@
 """On-disk layout of per-pair descriptor derivatives (store format 3; reads format 2).
 
-A featurize task hands the store, per central element E and neighbour element F, the
-arrays ``pair_first, pair_second, center (P,)``, ``vectors (P, 3)``, ``feature_index
-(F_EF,)`` and ``dG_dr (P, F_EF, 3)`` (docs/store-format.md). Stored as they are (float64,
-pair-major) they are ~40 kB per atom on n2p2's water example; three changes, each chosen by
-``benchmarks/bench_store_codecs.py`` on real water derivatives, bring them under 15 kB:
-
-* **float32** derivatives and vectors (the rounding, 6e-8 relative, is far below the
-  training noise; docs/store-format.md gives the force RMSE both ways), int32 pair rows;
-* **radial columns as one number per pair**: a column whose derivative is parallel to
-  r_ij for every pair (radial symmetry functions: ∂G/∂r_ij = s · r̂_ij) is stored as
-  ``s`` (P,) and rebuilt as ``s · r̂_ij`` from the stored vectors on read; the test is
-  within float32 rounding (relative residual ≤ :data:`RADIAL_TOLERANCE` per pair);
-* **feature-major order**: one feature's values over all pairs side by side, which LZ4
-  behind the byte shuffle compresses 1.25× on the water example's own structures
-  (pair-major: 1.02×) and writes faster; on rattled copies (no two identical structures)
-  both orders are ~1.0×;
-* **one array for all columns** (format 3): ``dG_dr_split`` (F_r + 3·F_a, P) holds the
-  radial columns' s, then each other column's x, y, z rows (format 2 kept them as
-  ``dG_dr_radial`` (F_r, P) and ``dG_dr_angular`` (F_a, 3, P)); ``feature_index`` and
-  ``radial`` (a few numbers per block) are attributes of the block's group, not arrays.
-  Every array is a folder, a document and a chunk file: a water partition is 68 files
-  and folders instead of 106, which on a filesystem where creating a file is the dear
-  part (ext4 after a store was deleted, parallel filesystems) is what a task's write
-  costs most (docs/store-format.md).
-
-:func:`encode_pairs` / :func:`decode_pairs` are exact inverses up to the float32
-rounding; :meth:`Store.read_features <dparallel.store.Store.read_features>` always
-returns the logical arrays above (float32 ``dG_dr``/``vectors``), whichever layout the
-store has.
+float32 derivatives and vectors, int32 pair rows, radial columns as one number per pair
+(``s``, rebuilt as ``s · r̂_ij`` on read, within :data:`RADIAL_TOLERANCE`), feature-major,
+all columns of a block in one array ``dG_dr_split``; why each, measured:
+docs/store-format.md ("Why this layout", "Why few files"). :func:`encode_pairs` and
+:func:`decode_pairs` are exact inverses up to the float32 rounding.
 """
 
 from __future__ import annotations

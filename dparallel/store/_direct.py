@@ -1,32 +1,12 @@
 """Zarr arrays, groups and chunks written straight to the files of a local store.
 
-A featurize task writes its partition's groups and one-chunk arrays (a water partition
-with dG/dr: 10 groups and 16 arrays) and one chunk of each shared array (its slots of
-``structures/*``, ``partitions/*``). Through zarr's API each new array costs an existence
-check, a directory listing, a metadata write and a chunk through the async codec pipeline
-(event loop, LZ4 in one worker thread, the file in another), in threads that compete with
-the other worker's task on a fully used machine. Here the same documents are made by
-zarr's own classes (``ArrayV3Metadata``, ``GroupMetadata``, its default serializer, the
-given compressors with the typesize filled in as zarr does) and the chunks encoded by the
-numcodecs Blosc that zarr's ``BloscCodec`` calls, all from the calling thread: about half
-the CPU (docs/store-format.md, "How a task writes"). zarr reads the result like any array it
-wrote (``tests/store/test_direct.py`` compares the documents and the values with zarr's
-own writes).
-
-Only what is certain to match zarr is written here (:func:`writable`, :func:`write_chunk`):
-numbers and booleans in little-endian order, bytes then at most one blosc codec. The
-caller writes anything else through zarr. Paths are the store's folders: only a local
-store (a :class:`zarr.storage.LocalStore`) is written here.
-
-Every file goes through :mod:`dparallel._files`: a new file renamed into place (a link or
-hard link at a chunk's name is replaced, never written through), never through a folder
-below ``root`` (the store) that is a symbolic link, fsynced in one batch
-(:func:`~dparallel._files.sync_pending`) before the partition's done marker.
-
-These functions use zarr internals (``zarr.core.*``), so they are used only with the zarr
-versions they were tested against (:data:`TESTED_ZARR`, the pin in pyproject.toml):
-:func:`direct_writes_available` is False, with one logged warning, for any other, and the
-store then writes everything through zarr's API.
+The documents are made by zarr's own classes and the chunks encoded by the numcodecs Blosc
+that zarr's ``BloscCodec`` calls, from the calling thread (docs/store-format.md, "How a
+task writes"); ``tests/store/test_direct.py`` compares them with zarr's own writes. Only
+what is certain to match zarr is written here (:func:`writable`, :func:`write_chunk`);
+every file goes through :mod:`dparallel._files`. These functions use zarr internals, so
+they run only with the zarr versions they were tested against (:data:`TESTED_ZARR`):
+:func:`direct_writes_available` is False, with one warning, for any other.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Generations of a store on object storage: how an overwrite is atomic without rename.
 
-A store at a URL keeps its zarr group in a *generation*, ``<url>/g-<time>-<token>/``, and
-names the current one in the pointer object ``<url>/dparallel.json``:
-``{"dparallel_pointer": 1, "current": "g-…" | null, "building": "g-…" | null}``.
-Readers resolve the pointer once, when they open the store, and read only that
-generation. A writer (holding the lease) builds a replacement as a new generation,
-records it as ``building`` (so a killed run resumes it) and publishes it by one
-conditional write of the pointer (ETag match) once it is complete; until then every
-reader sees the old store. Generations that are neither current nor being built are
-deleted when the next writing run starts, so a reader that opened the old store keeps
-reading it until then. A plain zarr group at the URL itself (e.g. a local store
-uploaded as it is) has no pointer (or none current yet) and is read as it is; replacing
-it deletes its layout once the new generation is published.
+The zarr group lives in ``<url>/g-<time>-<token>/``; the pointer ``<url>/dparallel.json``
+(``{"dparallel_pointer": 1, "current": …, "building": …}``) names the current one and is
+replaced by one ETag-matched write once a replacement is complete. Readers resolve it once
+(docs/store-format.md, "On object storage").
 """
 
 from __future__ import annotations

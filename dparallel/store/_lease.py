@@ -1,37 +1,10 @@
 """The store lease: one writing run per store, safe on filesystems shared by several hosts.
 
-A run that creates or fills a store holds ``<store>.lock`` beside it: a small JSON file
-created with ``O_CREAT | O_EXCL`` (atomic on local filesystems and NFS v3+) that names its
-holder (host, pid, process start time, pid namespace, boot id, a random token) and carries
-a heartbeat time that a background thread renews every ``timeout / 6`` seconds.
-
-A second run finds the file and is refused (:class:`~dparallel.errors.StoreBusyError`)
-unless the lease is stale:
-
-* its heartbeat is older than ``timeout`` seconds (any host; the holder hung or died), or
-* the holder ran on this very machine (same host name, boot and pid namespace) and that
-  process no longer exists (pid gone, or reused by a process started later).
-
-A stale lease is broken by renaming it to a unique name and checking that the renamed
-file is the stale one (so two runs breaking it at once cannot both win), then taken
-with ``O_EXCL`` as usual. A holder whose heartbeat finds the file gone or someone else's
-token has lost the lease (``lost`` is set; :meth:`StoreLease.check` raises): a run
-stalled for longer than ``timeout`` stops instead of writing beside its successor.
-
-A store on object storage (a URL) has no lock file and no rename; ``StoreLease(url)``
-makes an :class:`ObjectLease`, with the same rules and what object stores offer instead
-of ``O_EXCL`` and ``rename`` (conditional writes, :mod:`~dparallel.store._objects`):
-
-* the lease is the object ``<store>/dparallel.lease`` (JSON: holder's host, pid, process
-  start time, pid namespace, boot id, a random token, a heartbeat time);
-* taking it: create-if-absent; a lease that is released (``"released": true``) or stale
-  (heartbeat older than ``timeout``, or its holder ran on this machine and is gone) is
-  taken over by replacing exactly the version that was read (ETag match), so of two runs
-  taking it over at once one wins and the other is refused;
-* every heartbeat replaces the version this holder wrote last (ETag match): a holder
-  whose heartbeat is refused has lost the lease (another run took it over) and stops;
-* releasing replaces it, again by ETag, with a released record. No object is deleted, so
-  no delete can remove someone else's lease.
+A local store's lease is ``<store>.lock`` beside it (created with ``O_EXCL``, broken by
+rename when stale); a store at a URL has the object ``<store>/dparallel.lease`` instead
+(:class:`ObjectLease`: create-if-absent and ETag-matched replacement). Holder, heartbeat,
+staleness and takeover rules: docs/store-format.md ("The lease: one writer per store",
+"On object storage").
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Reads of a complete store at a URL, kept in memory: training's later epochs read it once.
 
-Training reads every partition once per epoch. From object storage each read is a
-round trip and a transfer; a complete store opened read-only never changes (a
-generation is written once, and a replacement is another generation), so the bytes
-it returned are kept, up to a budget (``DPARALLEL_REMOTE_CACHE_MB``, default 2048; 0
-turns it off). What does not fit is not cached at all rather than evicting older
-entries: an epoch reads the store in the same order every time, and a least-recently-used
-cache smaller than the store would evict each entry just before it is needed again.
-Only reads of whole objects (no byte ranges) and listings are kept. Only a complete store
-is cached (:class:`~dparallel.store._opened.OpenedStore` checks): its done markers are all
-set and stay so, a resume having nothing to redo and a replacement being another
-generation.
+Whole objects and listings, up to ``DPARALLEL_REMOTE_CACHE_MB`` (default 2048; 0: off);
+what does not fit is not cached rather than evicting (docs/store-format.md, "How training
+reads it").
 """
 
 from __future__ import annotations

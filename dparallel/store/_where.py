@@ -73,28 +73,19 @@ def create_store(
             f"plan covers {plan.n_structures} structures / {int(plan.atoms.sum())} atoms, "
             f"the source has {counts[0]} / {counts[1]}"
         )
+    given: dict[str, Any] = {
+        "source_fingerprint": source_fingerprint,
+        "plan": plan,
+        "config": config,
+        "overwrite": overwrite,
+        "protect": protect,
+        "any_plan": any_plan,
+        "aside": aside,
+    }
     remote = remote_location(path)
     if remote is None:
-        return _create.create_store(
-            path,
-            source_fingerprint=source_fingerprint,
-            plan=plan,
-            config=config,
-            overwrite=overwrite,
-            protect=protect,
-            any_plan=any_plan,
-            aside=aside,
-        )
-    return create_remote(
-        remote,
-        source_fingerprint=source_fingerprint,
-        plan=plan,
-        config=config,
-        overwrite=overwrite,
-        protect=protect,
-        any_plan=any_plan,
-        aside=aside,
-    )
+        return _create.create_store(path, **given)
+    return create_remote(remote, **given)
 
 
 def publish_store(store: Store) -> Store:
