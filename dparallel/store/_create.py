@@ -210,15 +210,22 @@ def store_status(
         store = Store(target, mode="r")
     except StoreError:
         return StoreStatus(target, "foreign")
+    return status_of(target, store, source_fingerprint, config, plan)
+
+
+def status_of(
+    where: Any, store: Store, fingerprint: Mapping[str, Any], config: Any, plan: Plan | None
+) -> StoreStatus:
+    """The status of an opened dparallel ``store`` of this format at ``where``."""
     meta = store.attrs
-    diffs = _differences(meta, _jsonable(source_fingerprint), _jsonable(config), plan)
+    diffs = _differences(meta, _jsonable(fingerprint), _jsonable(config), plan)
     return StoreStatus(
-        target,
+        where,
         "store",
         differences=tuple(diffs),
         complete=store.is_complete,
         attrs=meta,
-        format_version=version,
+        format_version=meta.get("format_version"),
     )
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError, UnsafePathError
 from dparallel.store import _objects
 from dparallel.store._backend import open_backend
-from dparallel.store._create import StoreStatus, _build, _differences
+from dparallel.store._create import StoreStatus, _build, _differences, status_of
 from dparallel.store._generations import (
     POINTER_KEY,
     is_generation,
@@ -68,19 +68,10 @@ def remote_status(
         store = Store(root, mode="r", direct=True)
     except StoreError:
         return StoreStatus(where, "foreign")
-    meta = store.attrs
-    version = meta.get("format_version")
+    version = store.attrs.get("format_version")
     if version != FORMAT_VERSION:
         return StoreStatus(where, "other_format", format_version=version)
-    diffs = _differences(meta, _jsonable(fingerprint), _jsonable(config), plan)
-    return StoreStatus(
-        where,
-        "store",
-        differences=tuple(diffs),
-        complete=store.is_complete,
-        attrs=meta,
-        format_version=version,
-    )
+    return status_of(where, store, fingerprint, config, plan)
 
 
 def _foreign(name: str) -> bool:

@@ -205,6 +205,15 @@ class StoreLease:
             return {}
         return data if isinstance(data, dict) else {}
 
+    def _busy(self, holder: dict[str, Any], now: float, what: str) -> StoreBusyError:
+        """The refusal of a second run, naming the holder and when its lease goes stale."""
+        return StoreBusyError(
+            f"{self.store} is being written by {_describe(holder, now)}; wait for it to "
+            f"finish, or stop it. A lease whose holder died is taken over after "
+            f"{self.timeout:.0f} s without heartbeat (at once on the same host); "
+            f"{what} {self.path}"
+        )
+
     def _stale(self, holder: dict[str, Any], now: float) -> bool:
         if not holder:  # being written right now, or garbage: judge it by the file's age
             try:
@@ -275,12 +284,7 @@ class StoreLease:
                 continue  # released between our attempts
             now = time.time()
             if not self._stale(holder, now):
-                raise StoreBusyError(
-                    f"{self.store} is being written by {_describe(holder, now)}; wait for it "
-                    f"to finish, or stop it. A lease whose holder died is taken over after "
-                    f"{self.timeout:.0f} s without heartbeat (at once on the same host); "
-                    f"lock file {self.path}"
-                )
+                raise self._busy(holder, now, "lock file")
             log.warning("taking over the abandoned lease %s: %s", self.path, _describe(holder, now))
             self._break(holder)
         else:
@@ -349,11 +353,10 @@ class StoreLease:
 
     def _give_back(self) -> None:
         """Remove the lock file if it is still ours."""
-        lease = self
-        current = lease._read()
-        if current and current.get("token") == lease.token:
+        current = self._read()
+        if current and current.get("token") == self.token:
             with contextlib.suppress(FileNotFoundError):
-                lease.path.unlink()
+                self.path.unlink()
 
     def __enter__(self) -> StoreLease:
         return self.acquire()
@@ -410,12 +413,7 @@ class ObjectLease(StoreLease):
             holder, version = found
             now = time.time()
             if not holder.get("released") and not self._stale_object(holder, now):
-                raise StoreBusyError(
-                    f"{self._location} is being written by {_describe(holder, now)}; wait for "
-                    f"it to finish, or stop it. A lease whose holder died is taken over after "
-                    f"{self.timeout:.0f} s without heartbeat (at once on the same host); "
-                    f"lease object {self.path}"
-                )
+                raise self._busy(holder, now, "lease object")
             if not holder.get("released"):
                 log.warning(
                     "taking over the abandoned lease %s: %s", self.path, _describe(holder, now)
