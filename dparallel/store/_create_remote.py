@@ -13,9 +13,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from zarr.core.sync import sync
+
 from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError, UnsafePathError
 from dparallel.store import _objects
 from dparallel.store._backend import open_backend
+from dparallel.store._batch import put_all
 from dparallel.store._create import StoreStatus, _build, _differences, status_of
 from dparallel.store._generations import (
     POINTER_KEY,
@@ -95,10 +98,28 @@ def _cleanup(url: Location, keep: set[str]) -> None:
 
 
 def _build_generation(url: Location, fingerprint: dict, config: dict, plan: Plan) -> str:
+    """A new generation holding an empty store: zarr's documents made in memory, then put
+    concurrently (through zarr's API each array is several round trips, one after another)."""
+    from zarr.storage import MemoryStore
+
     gen = new_generation()
-    root = url.child(gen)
-    _build(open_backend(root, "r+", direct=True).zarr_store, fingerprint, config, plan)
+    staged = MemoryStore()
+    _build(staged, fingerprint, config, plan)
+    sync(_put_staged(staged, open_backend(url.child(gen), "r+", direct=True).zarr_store))
     return gen
+
+
+async def _put_staged(staged: Any, target: Any) -> None:
+    """Every object of ``staged`` into ``target``, the root document (the store's
+    attributes) last."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    items = {}
+    async for key in staged.list():
+        found = await staged.get(key, default_buffer_prototype())
+        items[key] = found.to_bytes()
+    root = [("zarr.json", items.pop("zarr.json"))]
+    await put_all(target, (list(items.items()), root))
 
 
 def create_remote(
