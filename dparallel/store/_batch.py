@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dparallel.store._direct import _encoded, _internals, _plain_numbers, _zarr_dtype, writable
+from dparallel.store._generations import is_generation
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -98,12 +99,24 @@ def _parsed(document: bytes) -> ArrayV3Metadata:
     return _internals().ArrayV3Metadata.from_dict(json.loads(document))
 
 
+#: Metadata of the shared arrays of generations, by key: a generation's ``structures/`` and
+#: ``partitions/`` arrays are made once, with it, so a process reads each document once.
+_GENERATION_SLOTS: dict[str, ArrayV3Metadata] = {}
+
+
 async def slot_metadata(store: ZarrStore, path: str) -> ArrayV3Metadata | None:
-    """The metadata of the array at ``path`` (one GET; parsed once per document)."""
+    """The metadata of the shared array at ``path`` (one GET, none again in a generation)."""
+    root = str(getattr(store, "path", ""))
+    key = f"{root}/{path}" if is_generation(root.rstrip("/").rsplit("/", 1)[-1]) else None
+    if key in _GENERATION_SLOTS:
+        return _GENERATION_SLOTS[key]
     buffer = await store.get(f"{path}/{_METADATA}", _internals().default_buffer_prototype())
     if buffer is None:
         return None
-    return _parsed(buffer.to_bytes())
+    meta = _parsed(buffer.to_bytes())
+    if key is not None:
+        _GENERATION_SLOTS[key] = meta
+    return meta
 
 
 async def put_all(store: ZarrStore, phases: Iterable[Sequence[Item]]) -> None:

@@ -236,14 +236,12 @@ class StoreWrites(OpenedStore):
             assert g is not None
             g.attrs["report"] = _jsonable(report)
         folder = self._direct_folder()
-        if folder is None:
-            self._array("partitions/done")[p] = 1
-        else:
+        if folder is not None:
             # what the marker declares is on disk first: the partition's files (those the
             # direct writer wrote, in one batch, and those zarr wrote), then the marker
             sync_pending(_files_below(folder / _partition_group(p)))
-            # the marker needs no sync: lost in a crash, the partition is computed again
-            self._write_rows([("partitions/done", slice(p, p + 1), np.ones(1, np.uint8))])
+        # the marker needs no sync: lost in a crash, the partition is computed again
+        self._write_rows([("partitions/done", slice(p, p + 1), np.ones(1, np.uint8))])
         self._cum = None
 
     def clear_done(self, p: int) -> None:
