@@ -11,22 +11,11 @@ computation raise or return non-finite numbers. It is named by file, index in th
 and line; with ``on_error="skip"`` only that structure is skipped (recorded like every
 other skip), otherwise the partition fails with that message.
 
-Where it computes: on its worker's GPU when it has one, else on the CPU. A worker
-advertising the Dask resource ``GPU`` (:mod:`dparallel.cluster.gpus`) computes on
-``"cuda"`` when torch sees a CUDA device there; without one it says so in the log and
-computes on the CPU, with the same numbers as a CPU worker. The computation on the device
-goes through :data:`DEVICE_ENGINES`: the GPU featurize engines (registered: ACSF on the
-Triton kernel, :func:`triton_descriptors`), which must return :func:`task_descriptors`'s
-arrays (the store's layout: dG/dr split and in the store's precision). While no engine
-takes a set, the task computes it on the CPU and logs why.
-
-:func:`triton_descriptors` computes an ACSF-only descriptor set on the worker's device
-through ``ACSF.compute_arrays(backend=Backend("triton", device=…))``: the same keys,
-dtypes, shapes and pair order as the CPU route. It declines (``None``: the task computes
-on the CPU) a set with another descriptor type (neighbour sums), a set whose CPU route is
-not the compiled kernel (no numba), and a device the kernel cannot run on (no triton, no
-CUDA device); a partition too large for the device's memory is computed on the CPU
-(logged). It imports torch and triton only when it computes.
+Where it computes: a worker advertising the Dask resource ``GPU``
+(:mod:`dparallel.cluster.gpus`) computes on ``"cuda"`` through the first engine of
+:data:`DEVICE_ENGINES` that takes the descriptor set (today ACSF on the Triton kernel,
+:func:`triton_descriptors`), which must return :func:`task_descriptors`'s arrays; without
+a usable CUDA device or an engine it computes on the CPU, logging why once.
 
 This module is what workers import: it loads neither the client driver nor bokeh.
 """
@@ -118,15 +107,14 @@ def _coincident(batch: StructureBatch, nb: Neighbors) -> dict[int, str]:
 
 
 def _finite_rows(a: np.ndarray) -> np.ndarray:
-    """Rows of ``a`` (n, …) whose entries are all finite; also for empty rows or n = 0."""
+    """Rows of ``a`` (n, …) whose entries are all finite."""
     return np.isfinite(a).all(axis=tuple(range(1, a.ndim)))
 
 
 def _all_finite(a: np.ndarray) -> bool:
-    """Whether every entry of ``a`` is finite, by one sum: a NaN or ±inf anywhere makes the
-    sum non-finite (NaN absorbs, inf − inf is NaN); a finite sum proves them all finite.
-    (A sum can overflow for finite entries: False then only sends the caller to the exact
-    per-row test.) Much faster than :func:`_finite_rows` on dG/dr (docs/workflows.md)."""
+    """Whether every entry of ``a`` is finite, by one sum (much faster than
+    :func:`_finite_rows` on dG/dr): NaN or ±inf anywhere makes it non-finite; an overflow of
+    finite entries only sends the caller to the exact per-row test."""
     return bool(np.isfinite(np.add.reduce(a, axis=None)))
 
 
@@ -165,8 +153,10 @@ def unfit_structures(batch: StructureBatch, dset: DescriptorSet, nb: Neighbors) 
 def triton_descriptors(
     batch: StructureBatch, dset: DescriptorSet, neighbors: Neighbors, device: str
 ) -> dict[str, dict[str, dict[str, np.ndarray]]] | None:
-    """``task_descriptors(batch, dset, neighbors)``'s arrays computed by the Triton ACSF
-    kernel on ``device``; ``None`` for a set or a device it cannot take."""
+    """``task_descriptors(batch, dset, neighbors)``'s arrays (same keys, dtypes, shapes and
+    pair order) computed by the Triton ACSF kernel on ``device``; ``None`` (the CPU then
+    computes) for a set other than ACSF alone on the compiled kernel, a device the kernel
+    cannot run on, or a partition too large for the device's memory (logged)."""
     from dparallel.descriptors import ACSF, Backend
     from dparallel.descriptors._acsf_backends import triton_runs_on
 
@@ -189,8 +179,7 @@ def triton_descriptors(
 
 #: ``{name: engine}``; ``engine(batch, dset, neighbors, device)`` returns the set's store
 #: arrays computed on ``device``, or ``None`` when it cannot take this set (the next engine
-#: is asked; none: the CPU). ``"triton"``: ACSF on the Triton kernel
-#: (:func:`triton_descriptors`).
+#: is asked; none: the CPU).
 DEVICE_ENGINES: dict[
     str, Callable[[StructureBatch, DescriptorSet, Neighbors, str], dict[str, Any] | None]
 ] = {"triton": triton_descriptors}
@@ -371,7 +360,7 @@ def featurize_partition(
     store.write_features(p, computed)
     stats = {
         name: {
-            element: FeatureStats.of(arrays["values"].astype(np.float64, copy=False))
+            element: FeatureStats.of(arrays["values"].astype(np.float64, copy=False)).to_json()
             for element, arrays in per_element.items()
         }
         for name, per_element in computed.items()
@@ -390,10 +379,7 @@ def featurize_partition(
         "torch_threads": threads,
         "device": device,
         "pid": os.getpid(),
-        "stats": {
-            name: {elem: s.to_json() for elem, s in per_elem.items()}
-            for name, per_elem in stats.items()
-        },
+        "stats": stats,
     }
     store.mark_done(p, report)  # last write: the partition is complete from here on
     publish_progress(run, p, batch.n_structures, batch.n_atoms, seconds)

@@ -38,22 +38,16 @@ DEFAULT_PARTITION_ATOMS = 20_000
 
 @dataclass(frozen=True)
 class IngestOptions:
-    """How :func:`ingest` reads the source and writes the store.
-
-    ``format``, ``units``, ``on_error``: how the structure file is read
-    (:func:`dparallel.io.open_source`; with ``on_error="skip"`` structures that cannot be
-    read are skipped and recorded). ``partition_atoms``: atoms per partition (``None``:
-    :data:`DEFAULT_PARTITION_ATOMS`). ``overwrite``: replace a dparallel store made from
-    another source or config instead of refusing. ``protect``: files the store path may
-    not be or hold. ``progress(done, total)`` is called after each partition.
-    """
+    """How :func:`ingest` reads the source (:func:`dparallel.io.open_source`; with
+    ``on_error="skip"`` structures that cannot be read are skipped and recorded) and writes
+    the store."""
 
     format: str | None = None
     units: str = "ase"
     on_error: Literal["raise", "skip"] = "raise"
-    partition_atoms: int | None = DEFAULT_PARTITION_ATOMS
-    overwrite: bool = False
-    protect: Iterable[str | os.PathLike[str]] = ()
+    partition_atoms: int | None = DEFAULT_PARTITION_ATOMS  # None: DEFAULT_PARTITION_ATOMS
+    overwrite: bool = False  # replace a store of another source or config, not refuse
+    protect: Iterable[str | os.PathLike[str]] = ()  # files the store path may not be or hold
     progress: Callable[[int, int], None] | None = field(default=None, compare=False)
 
 

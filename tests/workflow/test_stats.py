@@ -5,7 +5,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dparallel.workflow.stats import ExactSum, FeatureStats, format_scaling_data
+from dparallel.n2p2.scaling_data import format_scaling_data, scaling_table
+from dparallel.workflow.stats import ExactSum, FeatureStats
 
 
 def _awkward(rng, n=4000, f=5):
@@ -64,7 +65,7 @@ def test_non_finite_values_are_refused():
 
 def test_scaling_data_columns_follow_n2p2(rng):
     a, b = FeatureStats.of(rng.normal(size=(7, 2))), FeatureStats.of(rng.normal(size=(4, 3)))
-    text = format_scaling_data([a, b])
+    text = format_scaling_data([scaling_table(a), scaling_table(b)])
     rows = [line.split() for line in text.splitlines() if not line.startswith("#")]
     assert len(rows) == 5
     assert [r[:2] for r in rows] == [["1", "1"], ["1", "2"], ["2", "1"], ["2", "2"], ["2", "3"]]
