@@ -59,20 +59,11 @@ DASHBOARD_PRELOAD = "dparallel.dashboard.preload"
 
 
 class ClusterHandle:
-    """A connected client and, when dparallel started it, the cluster it owns.
-
-    Use as a context manager; :meth:`close` closes the client and any cluster that
-    :func:`connect` started, never a cluster or client the caller passed in.
-
-    Attributes
-    ----------
-    client : distributed.Client
-        The connected client.
-    cluster : object or None
-        The cluster started by :func:`connect` (``LocalCluster``, ``SLURMCluster``) or ``None``.
-    source : str
-        How the cluster was found: ``"client"``, ``"scheduler"``, ``"scheduler_file"``,
-        ``"env"``, ``"address"``, ``"slurm"`` or ``"local"``.
+    """A connected ``client`` and, when :func:`connect` started it, the ``cluster`` it owns
+    (``LocalCluster``, ``SLURMCluster``; else ``None``); ``source`` says how the cluster was
+    found (``"client"``, ``"scheduler"``, ``"scheduler_file"``, ``"env"``, ``"address"``,
+    ``"slurm"`` or ``"local"``). A context manager; :meth:`close` never closes a cluster or
+    client the caller passed in.
     """
 
     def __init__(
@@ -112,12 +103,12 @@ class ClusterHandle:
 
     @property
     def dashboard_link(self) -> str | None:
-        """URL of the Dask dashboard's status page, or ``None`` if it has none."""
+        """:func:`dashboard_link` of the client."""
         return dashboard_link(self.client)
 
     @property
     def dashboard_pages(self) -> dict[str, str]:
-        """URLs of the Dask status page and the dparallel pages (see :func:`dashboard_pages`)."""
+        """:func:`dashboard_pages` of the client."""
         return dashboard_pages(self.client)
 
     @property
@@ -216,30 +207,18 @@ def connect(
         The workflow's ``cluster:`` section; ``None`` means ``ClusterSpec()`` (local).
     client : distributed.Client or None
         Use this client as is (it is not closed by the handle).
-    scheduler : str or None
-        Scheduler address such as ``tcp://host:8786``; overrides the spec.
-    scheduler_file : path or None
-        Scheduler file written by ``dask scheduler --scheduler-file``; overrides the spec.
-    worker_preload : sequence of str
+    scheduler, scheduler_file : str or path or None
+        Scheduler address (``tcp://host:8786``) or the file ``dask scheduler
+        --scheduler-file`` wrote; override the spec.
+    worker_preload, forkserver_preload : sequence of str
         Modules the workers of a local cluster started here preload (e.g.
-        :data:`dparallel.cluster.worker_exit.FAST_EXIT_PRELOAD`); workers that already run are
-        left as they are.
-    forkserver_preload : sequence of str
-        Modules the forkserver of local workers imports before it forks them (e.g.
-        :data:`~dparallel.workflow.featurize_worker_preload.FEATURIZE_FORKSERVER_PRELOAD`),
-        when this call starts that server (:mod:`dparallel.cluster.forkserver`).
+        :data:`dparallel.cluster.worker_exit.FAST_EXIT_PRELOAD`), and that the forkserver
+        of local workers imports when this call starts it (:mod:`dparallel.cluster.forkserver`).
     return_early : bool
         A local cluster started here, of no more workers than cores: return once its
-        first worker runs, the others starting in the background (tasks submitted
-        meanwhile wait on the scheduler and go to each worker as it joins;
-        :meth:`ClusterHandle.wait_for_workers`). The run's first task then does not wait
-        for the slowest worker's start. (With more workers than cores their starts would
-        only compete with the first tasks: all start first, as without it.)
-
-    Returns
-    -------
-    ClusterHandle
-        Connected client (and owned cluster); close it or use it as a context manager.
+        first worker runs, the others starting in the background
+        (:meth:`ClusterHandle.wait_for_workers`), so the first task does not wait for the
+        slowest worker's start.
 
     Raises
     ------
@@ -535,7 +514,6 @@ def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
             "install the optional extra: pip install 'dparallel[slurm]'"
         ) from None
     slurm = spec.slurm
-    n = spec.torch_threads or 1
     try:
         cluster = SLURMCluster(
             queue=slurm.queue,
@@ -545,11 +523,7 @@ def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
             memory=slurm.memory,
             walltime=slurm.walltime,
             job_extra_directives=list(slurm.job_extra_directives),
-            job_script_prologue=[
-                f"export OMP_NUM_THREADS={n}",
-                f"export MKL_NUM_THREADS={n}",
-                f"export {ENV_TORCH_THREADS}={n}",
-            ],
+            job_script_prologue=[f"export {k}={v}" for k, v in _worker_env(spec).items()],
             scheduler_options={
                 "dashboard_address": spec.dashboard_address,
                 "preload": [DASHBOARD_PRELOAD],

@@ -1,13 +1,11 @@
 """Send Dask's logs (scheduler, nannies, worker tracebacks) to a file instead of the terminal.
 
-A failing task makes every worker log its traceback ("Compute Failed"), a full disk or an
-interrupted run makes hundreds of such lines: the terminal should show one error line
-that says where they are. :func:`log_to_file` redirects this process's ``distributed``
-(and unclaimed root) log records to a file; :class:`WorkerLogFile` does the same inside
-every worker of a local cluster (each restarted worker included), so the processes write
-one file between them (appending whole lines). A local worker started by the CLI routes
-itself from its first moment, before the plugin reaches it, when :data:`ENV_LOG_FILE`
-names the file (:func:`route_process_to_log_file`, called by the worker preload).
+A failing task makes every worker log its traceback, a full disk hundreds of such lines:
+the terminal should show one error line that says where they are. :func:`log_to_file`
+redirects this process's records, :class:`WorkerLogFile` those of every worker of a
+local cluster (one file, whole lines appended); a local worker the CLI started routes
+itself from its first moment when :data:`ENV_LOG_FILE` names the file
+(:func:`route_process_to_log_file`, called by the worker preload).
 """
 
 from __future__ import annotations
@@ -54,14 +52,9 @@ def _is_console(handler: logging.Handler) -> bool:
 
 
 class _FileHandler(logging.StreamHandler):
-    """Appends records to a dparallel log file, opened on the first record.
-
-    The file is opened by :func:`dparallel._files.open_log`: created by us, or one we
-    created before (never a file of the user's, never through a link). The handler stays
-    silent when it cannot write (e.g. the disk is full): the stock handler prints a
-    traceback to stderr for every record it fails to write, exactly the terminal noise
-    this module exists to avoid.
-    """
+    """Appends records to a dparallel log file (:func:`dparallel._files.open_log`), opened
+    on the first record; silent when it cannot write (the stock handler prints a traceback
+    per record, the very terminal noise this module exists to avoid)."""
 
     def __init__(self, path: str) -> None:
         super().__init__(stream=None)
@@ -136,10 +129,10 @@ def log_to_file(
         for logger in silenced:
             logger.propagate = True
         handler.close()
-        if workers and previous_env is None:
+        if workers:
             os.environ.pop(ENV_LOG_FILE, None)
-        elif workers and previous_env is not None:
-            os.environ[ENV_LOG_FILE] = previous_env
+            if previous_env is not None:
+                os.environ[ENV_LOG_FILE] = previous_env
 
     return restore
 
