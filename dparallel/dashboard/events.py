@@ -17,17 +17,23 @@ Every payload is a flat, msgpack-serialisable ``dict``:
 
 The publish helpers find the target themselves: inside a Dask task the current worker,
 otherwise the default client; with no cluster attached they do nothing and return ``False``.
+Training does not know the dashboard: its callers pass :func:`epoch_publisher` among the
+callbacks of :func:`dparallel.train.train`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "TOPIC_PROGRESS",
     "TOPIC_TRAIN",
+    "epoch_publisher",
     "progress_partition_event",
     "progress_start_event",
     "publish_progress",
@@ -150,19 +156,11 @@ def _publish(topic: str, msg: dict, target: _EventTarget | None) -> bool:
     return True
 
 
-def publish_progress_start(
-    run: str,
-    n_partitions: int,
-    n_structures: int,
-    n_atoms: int = 0,
-    n_done_before: int = 0,
-    *,
-    target: _EventTarget | None = None,
-) -> bool:
-    """Announce a featurization run; returns whether an event was sent."""
+def publish_progress_start(*fields: Any, target: _EventTarget | None = None) -> bool:
+    """Announce a featurization run (:func:`progress_start_event`'s arguments); returns
+    whether an event was sent."""
     resolved, _ = _resolve_target(target)
-    event = progress_start_event(run, n_partitions, n_structures, n_atoms, n_done_before)
-    return _publish(TOPIC_PROGRESS, event, resolved)
+    return _publish(TOPIC_PROGRESS, progress_start_event(*fields), resolved)
 
 
 def publish_progress(
@@ -192,3 +190,25 @@ def publish_train_metrics(*fields: Any, target: _EventTarget | None = None, **na
     event was sent."""
     resolved, _ = _resolve_target(target)
     return _publish(TOPIC_TRAIN, train_event(*fields, **named), resolved)
+
+
+def epoch_publisher(run: str) -> Callable[[Mapping[str, Any]], None]:
+    """An epoch callback sending each metrics row under the name ``run``: one event per
+    split with a finite loss (a no-op without a cluster)."""
+
+    def publish(row: Mapping[str, Any]) -> None:
+        for split in ("train", "validation"):
+            loss = row.get(f"{split}_loss")
+            if loss is None or not math.isfinite(loss):
+                continue
+            publish_train_metrics(
+                run,
+                int(row["epoch"]),
+                split,
+                float(loss),
+                row.get(f"{split}_energy_rmse"),
+                row.get(f"{split}_force_rmse"),
+                data_wait_fraction=row.get("data_wait_fraction") if split == "train" else None,
+            )
+
+    return publish
