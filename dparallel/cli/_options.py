@@ -111,8 +111,8 @@ def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
     means quiet); local workers log to file."""
 
     def connected(handle: Any) -> None:
-        if not getattr(args, "quiet", False):
-            print_dashboard(handle)
+        if not getattr(args, "quiet", False) and handle.dashboard_link:
+            print(f"dashboard: {handle.dashboard_link}", file=sys.stderr, flush=True)
         if handle.source == "local" and getattr(args, "log_file", None) and not args.verbose:
             from dparallel.cluster.logs import WorkerLogFile
 
@@ -125,8 +125,6 @@ def start_local_forkserver(args: argparse.Namespace, preload: tuple[str, ...]) -
     """Start the forkserver of local workers now when this command will start a local
     cluster, so that its imports and warm-up (``preload``) overlap the driver's own
     imports, reading and scheduler start (:mod:`dparallel.cluster.forkserver`)."""
-    import os
-
     from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, start_forkserver
 
     if args.scheduler or args.scheduler_file or os.environ.get(ENV_SCHEDULER_ADDRESS):
@@ -169,13 +167,6 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
     return {"cluster": spec, "scheduler": args.scheduler, "scheduler_file": args.scheduler_file}
 
 
-def print_dashboard(handle: Any) -> None:
-    """Print where the Dask dashboard (and the dparallel page) is."""
-    link = handle.dashboard_link
-    if link:
-        print(f"dashboard: {link}", file=sys.stderr, flush=True)
-
-
 def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -> None:
     """Positional structure file, ``-o STORE`` and how to read the file and partition it."""
     from dparallel.io.units import UNIT_SYSTEMS
@@ -212,10 +203,3 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
         "that is not a dparallel store)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-
-
-def partition_progress(quiet: bool) -> Callable[[dict[str, Any], int, int], None]:
-    """The ``progress(event, done, total)`` callback of featurize: a bar on a terminal."""
-    from dparallel.cli._progress import FeaturizeProgress
-
-    return FeaturizeProgress(quiet=quiet)

@@ -2,7 +2,7 @@
 
 Bars draw only on a terminal (tqdm's ``disable=None``) and never with ``--quiet``; logs are
 written either way. The featurization rate and ETA are
-:func:`~dparallel.dashboard.rate.throughput` — the function the dashboard page uses — fed
+:func:`~dparallel.dashboard.state.throughput` — the function the dashboard page uses — fed
 the start event and each partition's report as they reach this process.
 """
 
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from tqdm import tqdm
 
-from dparallel.dashboard.rate import Finished, Throughput, throughput
+from dparallel.dashboard.state import Finished, Throughput, throughput
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["EpochProgress", "FeaturizeProgress", "clock_text", "milli"]
+__all__ = ["EpochProgress", "FeaturizeProgress", "clock_text", "error_line", "milli"]
 
 
 def clock_text(seconds: float | None) -> str:
@@ -159,3 +159,12 @@ class EpochProgress:
 def milli(x: float | None) -> str:
     """``x`` × 1000 with two decimals (eV → meV); ``nan`` when missing or not finite."""
     return "nan" if x is None or not math.isfinite(x) else f"{1e3 * x:.2f}"
+
+
+def error_line(split: str, m: dict[str, Any]) -> str:
+    """One split's final errors (``m`` in eV/atom, eV/Å) in meV, as run and train print them."""
+    return (
+        f"{split}: energy RMSE {milli(m.get('energy_rmse'))} meV/atom "
+        f"(MAE {milli(m.get('energy_mae'))}), force RMSE {milli(m.get('force_rmse'))} "
+        f"meV/Å (MAE {milli(m.get('force_mae'))})"
+    )

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     import argparse
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> None:
     """Register the ``export`` sub-command."""
     p = subparsers.add_parser(
         "export",
@@ -47,7 +47,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default="ase",
         help="units of the n2p2 files: ase (Å, eV; default) or bohr-hartree",
     )
-    return p
+    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

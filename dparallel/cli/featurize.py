@@ -13,16 +13,16 @@ from dparallel.cli._options import (
     cluster_kwargs,
     connect_early,
     on_connect,
-    partition_progress,
     route_cluster_logs,
     start_local_forkserver,
 )
+from dparallel.cli._progress import FeaturizeProgress
 
 if TYPE_CHECKING:
     import argparse
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> None:
     """Register the ``featurize`` sub-command."""
     p = subparsers.add_parser(
         "featurize",
@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--scaling-data", metavar="PATH", help="also write n2p2 scaling.data")
     add_cluster_arguments(p)
-    return p
+    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,13 +65,11 @@ def run(args: argparse.Namespace) -> int:
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import FeaturizeOptions, featurize, write_scaling_data
 
-    try:
-        if args.descriptors:  # an n2p2 input.nn's lengths follow the data's --units
-            descriptors = load_descriptors(args.descriptors, data_units=args.units)
-        else:
-            descriptors = load_descriptors(
-                args.workflow, section="descriptors", data_units=args.units
-            )
+    try:  # an n2p2 input.nn's lengths follow the data's --units
+        section = None if args.descriptors else "descriptors"
+        descriptors = load_descriptors(
+            args.descriptors or args.workflow, section=section, data_units=args.units
+        )
     except BaseException:
         discard_connection(connecting)
         raise
@@ -85,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         protect=(args.descriptors or args.workflow,),
         torch_threads=args.torch_threads,
-        progress=partition_progress(args.quiet),
+        progress=FeaturizeProgress(quiet=args.quiet),
         on_connect=on_connect(args),
         connecting=connecting,
         **cluster_kwargs(args),

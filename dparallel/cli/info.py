@@ -8,12 +8,12 @@ if TYPE_CHECKING:
     import argparse
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> None:
     """Register the ``info`` sub-command."""
     p = subparsers.add_parser("info", help="summarise a dparallel store")
     p.add_argument("store", help="the store: a directory or a URL (s3://bucket/data.zarr)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    return p
+    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

