@@ -8,6 +8,7 @@ predicate ``dparallel run`` uses to decide whether a store is already current.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import time
 import warnings
@@ -145,11 +146,8 @@ class FeaturizeResult:
 def merged_statistics(
     store: Store, reports: Mapping[int, Mapping[str, Any]] | None = None
 ) -> dict[str, dict[str, FeatureStats]]:
-    """Merge every done partition's statistics exactly (order-independent).
-
-    ``reports``: partition → report already in hand (the tasks' results of this run): only
-    the other done partitions' reports are read from the store.
-    """
+    """Merge every done partition's statistics exactly (order-independent); ``reports``
+    (partition → report in hand) spares reading those partitions' from the store."""
     merged: dict[str, dict[str, FeatureStats]] = {}
     known = reports or {}
     for p in store.done_partitions().tolist():
@@ -189,14 +187,10 @@ def featurize_status(
     descriptors: DescriptorSet,
     options: FeaturizeOptions = _DEFAULTS,
 ) -> StoreStatus:
-    """What :func:`featurize` with these options would find at ``store_path``.
-
-    The same comparison :func:`~dparallel.store.create_store` makes (source content,
-    units, format, on_error, descriptors, partitioning — the latter only when
-    ``options.partition_atoms`` is given: a derived one depends on the workers, so any
-    partitioning matches). ``status.current`` plus the recorded ``statistics`` means a
-    run would have nothing to do.
-    """
+    """What :func:`featurize` with these options would find at ``store_path``: the
+    comparison :func:`~dparallel.store.create_store` makes (the partitioning only when
+    ``options.partition_atoms`` is given). ``status.current`` plus the recorded
+    ``statistics`` means a run would have nothing to do."""
     source, plan, config = _target(source_path, descriptors, options)
     compared = None if options.partition_atoms is None else plan
     return store_status(
@@ -211,12 +205,8 @@ def prepare_featurize(
     options: FeaturizeOptions = _DEFAULTS,
     n_workers: int | None = 1,
 ) -> tuple[StructureSource, Store]:
-    """Index the source, plan partitions and create (or reopen, to resume) the store.
-
-    ``options.protect``: files besides the source that the store path may not be or hold.
-    ``options.partition_atoms=None``: derived from the data and ``n_workers`` (a store of
-    this source and config is reopened whatever its partitioning).
-    """
+    """Index the source, plan partitions and create (or reopen, to resume) the store
+    (``options.partition_atoms=None``: derived from the data and ``n_workers``)."""
     source, plan, config = _target(source_path, descriptors, options, n_workers)
     store = create_store(
         store_path,
@@ -249,12 +239,9 @@ def featurize_in_process(
     options: FeaturizeOptions = _DEFAULTS,
     n_workers: int | None = 1,
 ) -> Store:
-    """Featurize in this process, partition by partition, without Dask (same store).
-
-    For small jobs, tests and benchmarks; ``options`` (those of reading and of the store)
-    and ``n_workers`` as :func:`prepare_featurize`. Raises :class:`PartitionFailedError`
-    like :func:`featurize` (other partitions kept).
-    """
+    """Featurize in this process, partition by partition, without Dask (same store; for
+    small jobs, tests and benchmarks). Raises :class:`PartitionFailedError` like
+    :func:`featurize` (other partitions kept)."""
     with StoreLease(store_path, command="featurize (in process)") as lease:
         source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
         failures: dict[int, BaseException] = {}
@@ -291,34 +278,16 @@ def featurize(
     RunInterruptedError
         Interrupted (Ctrl-C): says how many partitions are done and kept.
     """
-    from dparallel.cluster import expected_workers
+    from dparallel.cluster import discard_connection, expected_workers
 
     t0 = time.perf_counter()
     # needed before the store only to derive the partition size (a given client is asked)
     n_workers = (
         expected_workers(**options.connect_to()) if options.partition_atoms is None else None
     )
-    try:
-        return _featurize(source_path, store_path, descriptors, options, n_workers, t0)
-    finally:
-        if options.connecting is not None:  # closed already if _run_partitions took it
-            from dparallel.cluster import discard_connection
-
-            discard_connection(options.connecting)
-
-
-def _featurize(
-    source_path: Where,
-    store_path: Where,
-    descriptors: DescriptorSet,
-    options: FeaturizeOptions,
-    n_workers: int | None,
-    t0: float,
-) -> FeaturizeResult:
-    """:func:`featurize` once the connection (if any) is on its way."""
-    from dparallel.cluster import expected_workers
-
-    with StoreLease(store_path, command="dparallel featurize") as lease:
+    with contextlib.ExitStack() as stack:
+        stack.callback(discard_connection, options.connecting)  # closed already if it was used
+        lease = stack.enter_context(StoreLease(store_path, command="dparallel featurize"))
         source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
         pending = [int(p) for p in store.pending_partitions()]
         if n_workers is None and pending:
@@ -513,13 +482,9 @@ def write_scaling_data(
     descriptor: str = "acsf",
     statistics: Mapping[str, Mapping[str, FeatureStats]] | None = None,
 ) -> None:
-    """Write n2p2 ``scaling.data`` for ``descriptor`` of ``store``
-    (:func:`dparallel.n2p2.scaling_data.write_scaling_data`: elements ordered by atomic
-    number, each element's rows in n2p2's sorted order whatever the store's column order).
-
-    ``statistics`` (e.g. ``FeaturizeResult.statistics``) saves re-reading every
-    partition's report; by default they are merged from the store.
-    """
+    """Write n2p2 ``scaling.data`` for ``descriptor`` of ``store`` (rows in n2p2's order,
+    :func:`dparallel.n2p2.scaling_data.write_scaling_data`); ``statistics`` (e.g.
+    ``FeaturizeResult.statistics``) saves merging them from the store again."""
     from dparallel.n2p2.scaling_data import write_scaling_data as write_n2p2
 
     if statistics is None:

@@ -1,9 +1,8 @@
 """The featurize task: one partition, inside a Dask worker (or in-process).
 
-:func:`featurize_partition` reads its own structures from the source by path, computes
-one neighbor list and the descriptors (ACSF and/or neighbor sums, optionally per-pair
-derivatives), writes structures and features into its own region of the store, marks
-itself done and returns a small JSON-able report with mergeable statistics.
+:func:`featurize_partition` reads its structures, computes one neighbor list and the
+descriptors, writes them into its own region of the store, marks itself done and returns
+a small JSON-able report with mergeable statistics.
 
 A structure the descriptors cannot take is found here, per structure: an element outside
 the descriptor set, two atoms at the same place, or anything else that makes the
@@ -162,9 +161,7 @@ def triton_descriptors(
 
     (descriptor, *others) = dset.by_name.values()
     # ACSF alone, computed on the CPU by the compiled kernel: the layout reproduced here
-    if others or not isinstance(descriptor, ACSF) or dset.uses_torch:
-        return None
-    if not triton_runs_on(device):
+    if others or not isinstance(descriptor, ACSF) or dset.uses_torch or not triton_runs_on(device):
         return None
     import torch
 
@@ -238,11 +235,8 @@ def device_descriptors(
 def task_descriptors(
     batch: StructureBatch, dset: DescriptorSet, nb: Neighbors | None = None, device: str = "cpu"
 ) -> _Computed:
-    """``dset.compute`` as the store keeps it: dG/dr in float32, ACSF's already split.
-
-    ``device`` other than ``"cpu"``: through a registered device engine when one takes the
-    set (:func:`device_descriptors`), else on the CPU.
-    """
+    """``dset.compute`` as the store keeps it (dG/dr in float32, ACSF's already split), on
+    ``device`` through a registered engine when one takes the set, else on the CPU."""
     if device != "cpu":
         if nb is None:
             nb = neighbor_list(batch, dset.r_cut)

@@ -81,10 +81,7 @@ def prepare_ingest(
     source: StructureSource, store_path: Where, options: IngestOptions = _DEFAULTS
 ) -> Store:
     """Plan partitions for ``source`` and create (or reopen, for resume) the store, as
-    ``options`` say (``partition_atoms``, ``overwrite``, ``protect``).
-
-    ``partition_atoms=None``: :data:`DEFAULT_PARTITION_ATOMS` (ingest runs in one process).
-    """
+    ``options`` say (``partition_atoms=None``: :data:`DEFAULT_PARTITION_ATOMS`)."""
     partition_atoms = options.partition_atoms or DEFAULT_PARTITION_ATOMS
     plan = plan_partitions(source.atom_counts, partition_atoms)
     return create_store(
@@ -99,10 +96,8 @@ def prepare_ingest(
 
 
 def ingest_partition(source: StructureSource, store: Store, p: int) -> dict[str, Any]:
-    """Read partition ``p``'s structures from ``source`` and write them; idempotent.
-
-    Returns a small report (counts, seconds) that is also stored with the done marker.
-    """
+    """Read partition ``p``'s structures from ``source`` and write them (idempotent); the
+    report (counts, seconds) is also stored with the done marker."""
     t0 = time.perf_counter()
     start, stop = store.partition_range(p)
     result = source.read_checked(start, stop)
@@ -123,12 +118,9 @@ def ingest_partition(source: StructureSource, store: Store, p: int) -> dict[str,
 def ingest(
     input_path: Where, store_path: Where, options: IngestOptions = _DEFAULTS
 ) -> IngestResult:
-    """Ingest ``input_path`` into the store at ``store_path`` in this process, as
-    ``options`` (:class:`IngestOptions`) say.
-
-    Only partitions not yet done are written, so an interrupted ingest resumes.
-    Memory is bounded by one partition plus the index (O(structures) integers).
-    """
+    """Ingest ``input_path`` into the store at ``store_path`` in this process, as ``options``
+    say; resumable (only partitions not yet done are written), in the memory of one
+    partition plus the index."""
     t0 = time.perf_counter()
     source = open_source(input_path, options.format, units=options.units, on_error=options.on_error)
     with StoreLease(store_path, command="dparallel ingest") as lease:

@@ -57,9 +57,7 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Location, 
         from dparallel.errors import SourceNotFoundError
 
         why = (
-            "no 'generate' is set"
-            if location.local is not None
-            else "generate writes local files only"
+            "generate writes local files only" if location.local is None else "no 'generate' is set"
         )
         raise SourceNotFoundError(f"dataset.path {location} does not exist ({why})")
     path = location.local
@@ -114,10 +112,9 @@ def run_workflow(
 ) -> WorkflowResult:
     """Run every stage of ``spec`` that is not already complete; returns what was made.
 
-    ``connect_to``: where to run instead of the workflow's ``cluster`` section
-    (:func:`dparallel.cluster.connect`'s ``client``, ``scheduler`` or ``scheduler_file``).
-    ``protect`` lists files the store path may never be or hold (the workflow file).
-    """
+    ``connect_to``: :func:`dparallel.cluster.connect`'s ``client``, ``scheduler`` or
+    ``scheduler_file``, instead of the workflow's ``cluster`` section. ``protect``: files
+    the store path may never be or hold (the workflow file)."""
     from dparallel.cluster import connect
     from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
     from dparallel.workflow.featurize import featurize

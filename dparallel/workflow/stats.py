@@ -97,10 +97,6 @@ class ExactSum:
             out.append(Fraction(total << scale) if scale >= 0 else Fraction(total, 1 << -scale))
         return out
 
-    def to_float(self) -> np.ndarray:
-        """The column sums, correctly rounded to float64."""
-        return np.array([float(f) for f in self.fractions()], dtype=np.float64)
-
     def to_json(self) -> list[dict[str, str]]:
         """JSON-safe form (integers as strings: they can exceed 2**63)."""
         return [{str(e): str(m) for e, m in col.items()} for col in self.buckets]
