@@ -89,15 +89,13 @@ def log_to_file(
     level: int = logging.INFO,
     workers: bool = False,
 ) -> Callable[[], None]:
-    """Route ``distributed``/``tornado``/``asyncio`` records (and root ones) to ``path``.
+    """Route ``distributed``/``tornado``/``asyncio`` records (and root ones) to ``path``;
+    returns a function that undoes all of it.
 
-    Console handlers of those loggers are removed unless ``keep_console``; the root
-    logger's console handler is kept for every logger but those. The file is created on
-    the first record only (an existing file must be a dparallel log or empty, else
+    Their console handlers are removed unless ``keep_console``. The file is created on the
+    first record (an existing file must be a dparallel log or empty, else
     :class:`~dparallel.errors.UnsafePathError`). ``workers``: local workers started from
-    here later route theirs (and their warnings) there too from their start
-    (:data:`ENV_LOG_FILE`).
-    Returns a function that undoes all of it.
+    here later route theirs there too (:data:`ENV_LOG_FILE`).
     """
     check_log_target(path)  # refused before the run (and before anything here is changed)
     previous_env = os.environ.get(ENV_LOG_FILE)
@@ -138,11 +136,8 @@ def log_to_file(
 
 
 class WorkerLogFile(WorkerPlugin):
-    """Worker plugin: this worker process logs to ``path``, not to its terminal.
-
-    Python warnings raised in tasks go there too. Meant for local clusters, whose workers
-    share the client's terminal; a remote worker's logs belong to whoever runs it.
-    """
+    """Worker plugin: this worker process logs (and warns) to ``path``, not to its terminal;
+    for local clusters, whose workers share the client's terminal."""
 
     name = "dparallel-log-file"
 
@@ -164,11 +159,8 @@ def _route(path: str) -> None:
     logging.getLogger("py.warnings").propagate = True
 
 
-def route_process_to_log_file() -> bool:
+def route_process_to_log_file() -> None:
     """In a worker process: log records and Python warnings to the file that
-    :data:`ENV_LOG_FILE` names, from now on; ``False`` (nothing done) where it is unset."""
-    path = os.environ.get(ENV_LOG_FILE)
-    if not path:
-        return False
-    _route(path)
-    return True
+    :data:`ENV_LOG_FILE` names, from now on (nothing where it is unset)."""
+    if path := os.environ.get(ENV_LOG_FILE):
+        _route(path)

@@ -90,11 +90,8 @@ def torch_threads(n: int | None = None) -> Iterator[int]:
 
 
 class TorchThreadsPlugin(WorkerPlugin):
-    """Worker plugin that records the torch thread budget in every worker process.
-
-    Sets ``DPARALLEL_TORCH_THREADS`` (read by :func:`ensure_torch_threads`) and the
-    OMP/MKL variables for libraries initialised later in the process.
-    """
+    """Worker plugin that records the torch thread budget in every worker process: in
+    ``DPARALLEL_TORCH_THREADS`` and, for libraries initialised later, OMP/MKL_NUM_THREADS."""
 
     name = "dparallel-torch-threads"
     idempotent = True
