@@ -53,10 +53,8 @@ STATUS_ROUTE = "dparallel/status.json"
 
 
 def register_pages() -> bool:
-    """Add the pages to distributed's dashboard applications; ``False`` without bokeh.
-
-    Must run before the scheduler builds its dashboard: at preload import time.
-    """
+    """Add the pages to distributed's dashboard applications (``False`` without bokeh),
+    before the scheduler builds its dashboard: at preload import time."""
     try:
         from distributed.dashboard.scheduler import applications
 

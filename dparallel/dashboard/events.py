@@ -59,7 +59,7 @@ def _nonneg_int(name: str, value: Any) -> int:
     return out
 
 
-def _metric(name: str, value: float | None) -> float | None:
+def _metric(value: float | None) -> float | None:
     if value is None:
         return None
     out = float(value)
@@ -117,12 +117,12 @@ def train_event(
         "run": str(run),
         "epoch": _nonneg_int("epoch", epoch),
         "split": split,
-        "loss": _metric("loss", loss),
-        "energy_rmse": _metric("energy_rmse", energy_rmse),
-        "force_rmse": _metric("force_rmse", force_rmse),
+        "loss": _metric(loss),
+        "energy_rmse": _metric(energy_rmse),
+        "force_rmse": _metric(force_rmse),
     }
     if data_wait_fraction is not None:
-        out["data_wait_fraction"] = _metric("data_wait_fraction", data_wait_fraction)
+        out["data_wait_fraction"] = _metric(data_wait_fraction)
     return out
 
 
@@ -173,11 +173,8 @@ def publish_progress(
     worker: str | None = None,
     target: _EventTarget | None = None,
 ) -> bool:
-    """Report one finished partition; call it inside the task or from the client.
-
-    ``worker`` defaults to the address of the worker running the calling task.
-    Returns whether an event was sent (``False`` when no cluster is attached).
-    """
+    """Report one finished partition from its task (``worker``: by default the one running
+    it) or the client; returns whether an event was sent (not without a cluster)."""
     resolved, name = _resolve_target(target)
     msg = progress_partition_event(
         run, partition, n_structures, n_atoms, seconds, worker if worker is not None else name

@@ -154,16 +154,10 @@ class DashboardState:
         }
 
     def progress_summary(self) -> dict[str, Any] | None:
-        """Partitions done/total, structures/s, ETA and per-worker throughput (or ``None``).
-
-        Counts are of this run's partitions, one Dask task each, as the terminal bar counts
-        them: ``partitions_total`` is what the run computes, and the partitions an earlier
-        run finished (``partitions_done_before``) are in neither number.
-
-        Rates and ETA are :func:`throughput` of the run's start
-        event time and the partitions' event times (the terminal bar uses the same function);
-        per-worker throughput is structures over the summed task seconds of that worker.
-        """
+        """Partitions done/total, structures/s, ETA and per-worker throughput (or ``None``):
+        counts of this run's partitions, as the terminal bar counts them (not those of
+        ``partitions_done_before``); rates and ETA by :func:`throughput` of the events'
+        times; per worker, structures over its summed task seconds."""
         run = self.progress
         if run is None:
             return None
@@ -201,10 +195,8 @@ class DashboardState:
         }
 
     def train_summary(self) -> dict[str, Any] | None:
-        """Per split, columns ``epoch`` and each metric sorted by epoch (or ``None``).
-
-        Also ``data_wait_fraction``: per training epoch, the share of it spent waiting for data.
-        """
+        """Per split, columns ``epoch`` and each metric sorted by epoch (or ``None``), and
+        ``data_wait_fraction``: per training epoch, the share of it spent waiting for data."""
         curves = self.train
         if curves is None:
             return None
