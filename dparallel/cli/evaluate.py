@@ -28,16 +28,14 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "data", help="structure file (extxyz, n2p2, each also .gz, any ASE format): a path or a URL"
     )
-    p.add_argument("--format", default=None, help="format of DATA (default: guess)")
+    p.add_argument("--format", help="format of DATA (default: guess)")
     p.add_argument(
         "--units",
-        default=None,
         help="units of DATA (as for ingest; default: those of the data MODEL_DIR was "
         "trained from, as it records them, else ase)",
     )
     p.add_argument(
         "--potential-units",
-        default=None,
         help="units of an n2p2 potential directory (default: those its input.nn declares, "
         "else those of DATA, --units)",
     )
@@ -47,10 +45,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _data_units(model_dir: str, units: str | None) -> str:
-    """DATA's units: as given, else those the model's training data came in, else ase.
-
-    A given unit system other than the recorded one is used, with a warning.
-    """
+    """DATA's units: as given (a warning when not the recorded ones), else those the
+    model's training data came in, else ase."""
     from dparallel.train.data_units import recorded_data_units
 
     recorded = recorded_data_units(model_dir)

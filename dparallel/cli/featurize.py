@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dparallel.cli._next_steps import closing_lines
 from dparallel.cli._options import (
     add_cluster_arguments,
     add_source_arguments,
@@ -16,7 +15,7 @@ from dparallel.cli._options import (
     route_cluster_logs,
     start_local_forkserver,
 )
-from dparallel.cli._progress import FeaturizeProgress
+from dparallel.cli._progress import FeaturizeProgress, closing_lines, store_line
 
 if TYPE_CHECKING:
     import argparse
@@ -48,19 +47,13 @@ def run(args: argparse.Namespace) -> int:
     """Featurize and print a summary."""
     from dataclasses import replace
 
-    from dparallel.workflow.featurize_worker_preload import (
-        FEATURIZE_FORKSERVER_PRELOAD,
-        featurize_preloads,
-    )
-
-    # first: the forkserver warms up while the driver starts up
-    start_local_forkserver(args, (FEATURIZE_FORKSERVER_PRELOAD,))
+    start_local_forkserver(args)  # first: the forkserver warms up while the driver starts up
     route_cluster_logs(args, args.output)  # before the cluster logs anything
 
     from dparallel.cluster import discard_connection
 
     # then the cluster, in the background: it starts while the source is indexed
-    connecting = connect_early(args, featurize_preloads(), (FEATURIZE_FORKSERVER_PRELOAD,))
+    connecting = connect_early(args)
 
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import FeaturizeOptions, featurize, write_scaling_data
@@ -90,12 +83,7 @@ def run(args: argparse.Namespace) -> int:
     )
     result = featurize(args.source, args.output, descriptors, options)
     store = result.store
-    print(
-        f"{store.target}: {store.n_structures} structures, {store.n_atoms} atoms, "
-        f"{store.n_partitions} partitions ({result.partitions_computed} computed, "
-        f"{result.partitions_already_done} already done), {len(store.skipped())} skipped, "
-        f"{result.seconds:.2f} s"
-    )
+    print(store_line(result, f"{result.partitions_computed} computed"))
     if args.scaling_data:
         write_scaling_data(store, Path(args.scaling_data), statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)

@@ -39,9 +39,7 @@ COMMANDS: tuple[str, ...] = (
     "dparallel.cli.featurize",
     "dparallel.cli.train",
     "dparallel.cli.export",
-    "dparallel.cli.lammps",
     "dparallel.cli.evaluate",
-    "dparallel.cli.info",
 )
 
 
@@ -62,11 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _dask_log_level(verbose: int) -> None:
-    """Dask logs INFO from the scheduler, nannies and workers by default: only with ``-v``.
-
-    Set through the environment (unless the user set it) so that worker processes started
-    from here inherit it, and on the logger in case ``distributed`` is already imported.
-    """
+    """Dask's INFO logs only with ``-v``: through the environment (unless the user set it),
+    which worker processes inherit, and on the logger if ``distributed`` is imported."""
     level = os.environ.setdefault(ENV_DASK_LOG_LEVEL, "info" if verbose else "warning")
     if "distributed" in sys.modules:
         logging.getLogger("distributed").setLevel(level.upper())
@@ -99,11 +94,8 @@ def _os_error(exc: OSError) -> str:
 
 
 def _closed_pipe() -> int:
-    """The reader of stdout went away (``dparallel schema | head``): end quietly.
-
-    Further output goes to ``/dev/null`` (so that the final flush cannot fail again);
-    the code is the shell's for a process ended by SIGPIPE.
-    """
+    """The reader of stdout went away (``dparallel schema | head``): end quietly, further
+    output to ``/dev/null`` (the final flush cannot fail again), with SIGPIPE's code."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -114,11 +106,8 @@ def _closed_pipe() -> int:
 
 
 def warning_lines(command: str) -> Callable[[], None]:
-    """Show Python warnings as one clean line each, each message once; returns the undo.
-
-    ``dparallel <command>: warning: <message>`` on stderr: no source path, no code line,
-    no category (they are for developers; ``-v`` logging has the details).
-    """
+    """Show each Python warning once as ``dparallel <command>: warning: <message>`` on
+    stderr (the source line and category are in ``-v`` logging); returns the undo."""
     seen: set[str] = set()
     previous = warnings.showwarning
 

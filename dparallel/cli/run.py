@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from dparallel.cli import _options as cluster_cli
-from dparallel.cli._next_steps import closing_lines
-from dparallel.cli._progress import EpochProgress, FeaturizeProgress, error_line
+from dparallel.cli._progress import EpochProgress, FeaturizeProgress, closing_lines, error_line
 from dparallel.cli.train import device_option
 
 if TYPE_CHECKING:
@@ -33,7 +32,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--device",
         type=device_option,
-        default=None,
         help="where the training stage trains: auto, cpu, cuda or cuda:N "
         "(same as --set training.device=...)",
     )
@@ -98,9 +96,7 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
         cluster = cluster.model_copy(update={"torch_threads": args.torch_threads})
     spec = spec.model_copy(update={"cluster": cluster})
     if spec.cluster.kind == "local":  # its warm-up overlaps the dataset stage and driver start
-        from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
-
-        cluster_cli.start_local_forkserver(args, (FEATURIZE_FORKSERVER_PRELOAD,))
+        cluster_cli.start_local_forkserver(args)
     cluster_cli.route_cluster_logs(args, spec.store.path)
     result = run_workflow(
         spec,

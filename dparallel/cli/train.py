@@ -6,8 +6,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dparallel.cli._next_steps import closing_lines
-from dparallel.cli._progress import EpochProgress, error_line
+from dparallel.cli._progress import EpochProgress, closing_lines, error_line
 from dparallel.errors import RunInterruptedError
 
 if TYPE_CHECKING:
@@ -26,7 +25,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("-o", "--output", required=True, help="model directory (local)")
     p.add_argument(
         "--config",
-        default=None,
         help="YAML file with the training keys, or a workflow file (its 'training:' section)",
     )
     p.add_argument(
@@ -47,14 +45,12 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--scheduler",
-        default=None,
         help="Dask scheduler address: publish per-epoch metrics to its dashboard "
         "(training itself runs in this process)",
     )
     p.add_argument(
         "--device",
         type=device_option,
-        default=None,
         help="where to train: auto (CUDA when present), cpu, cuda or cuda:N; "
         "same as --set device=...",
     )
