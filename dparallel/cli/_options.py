@@ -30,22 +30,17 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpus",
         type=int,
         metavar="N",
-        default=None,
         help="also start N GPU workers in the local cluster, one per GPU (resource GPU=1)",
     )
-    parser.add_argument(
-        "--torch-threads", type=int, default=None, help="torch threads per task (default 1)"
-    )
+    parser.add_argument("--torch-threads", type=int, help="torch threads per task (default 1)")
     parser.add_argument(
         "--dashboard-address",
         metavar="ADDR",
-        default=None,
         help="dashboard of a local cluster (default 127.0.0.1:8787; ':0' picks a free port)",
     )
     parser.add_argument(
         "--log-file",
         metavar="PATH",
-        default=None,
         help="where Dask's logs and worker tracebacks go (default: STORE.log beside a local "
         "store; for a store at a URL, $DPARALLEL_CACHE_DIR/logs/NAME.log)",
     )
@@ -66,11 +61,8 @@ def default_log_file(store: str | Path) -> Path:
 
 
 def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
-    """Send Dask's logs of this run to ``--log-file`` (default ``STORE.log``); returns it.
-
-    With ``-v`` they are shown on the terminal too. ``args.log_file`` is set to the path,
-    so error messages can point at it.
-    """
+    """Send Dask's logs of this run to ``--log-file`` (default ``STORE.log``; with ``-v``
+    also to the terminal); returns it and sets ``args.log_file``, for error messages."""
     from dparallel.cluster.logs import log_to_file
     from dparallel.errors import UnsafePathError
     from dparallel.io.location import as_location
@@ -111,8 +103,8 @@ def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
     means quiet); local workers log to file."""
 
     def connected(handle: Any) -> None:
-        if not getattr(args, "quiet", False):
-            print_dashboard(handle)
+        if not getattr(args, "quiet", False) and handle.dashboard_link:
+            print(f"dashboard: {handle.dashboard_link}", file=sys.stderr, flush=True)
         if handle.source == "local" and getattr(args, "log_file", None) and not args.verbose:
             from dparallel.cluster.logs import WorkerLogFile
 
@@ -121,30 +113,31 @@ def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
     return connected
 
 
-def start_local_forkserver(args: argparse.Namespace, preload: tuple[str, ...]) -> None:
+def start_local_forkserver(args: argparse.Namespace) -> None:
     """Start the forkserver of local workers now when this command will start a local
-    cluster, so that its imports and warm-up (``preload``) overlap the driver's own
-    imports, reading and scheduler start (:mod:`dparallel.cluster.forkserver`)."""
-    import os
-
+    cluster, so that its imports and featurize's warm-up overlap the driver's own imports,
+    reading and scheduler start (:mod:`dparallel.cluster.forkserver`)."""
     from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, start_forkserver
+    from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
 
     if args.scheduler or args.scheduler_file or os.environ.get(ENV_SCHEDULER_ADDRESS):
         return
-    start_forkserver(preload, threads=args.torch_threads or 1)
+    start_forkserver((FEATURIZE_FORKSERVER_PRELOAD,), threads=args.torch_threads or 1)
 
 
-def connect_early(
-    args: argparse.Namespace, worker_preload: tuple[str, ...], forkserver_preload: tuple[str, ...]
-) -> Future[Any]:
-    """Connect in the background now (:func:`dparallel.cluster.connect_in_background`):
-    a local cluster starts while the command reads its input and sets up the store."""
+def connect_early(args: argparse.Namespace) -> Future[Any]:
+    """Connect in the background now, for featurize (:func:`dparallel.cluster.
+    connect_in_background`): a local cluster starts while the command reads its input."""
     from dparallel.cluster import connect_in_background
+    from dparallel.workflow.featurize_worker_preload import (
+        FEATURIZE_FORKSERVER_PRELOAD,
+        featurize_preloads,
+    )
 
     where = cluster_kwargs(args)
     return connect_in_background(
-        spec=where.pop("cluster"), **where, worker_preload=worker_preload,
-        forkserver_preload=forkserver_preload, return_early=True,
+        spec=where.pop("cluster"), **where, worker_preload=featurize_preloads(),
+        forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,), return_early=True,
     )  # fmt: skip
 
 
@@ -169,13 +162,6 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
     return {"cluster": spec, "scheduler": args.scheduler, "scheduler_file": args.scheduler_file}
 
 
-def print_dashboard(handle: Any) -> None:
-    """Print where the Dask dashboard (and the dparallel page) is."""
-    link = handle.dashboard_link
-    if link:
-        print(f"dashboard: {link}", file=sys.stderr, flush=True)
-
-
 def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -> None:
     """Positional structure file, ``-o STORE`` and how to read the file and partition it."""
     from dparallel.io.units import UNIT_SYSTEMS
@@ -191,9 +177,7 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
         required=True,
         help="the store: a directory (e.g. data.zarr) or a URL (s3://bucket/data.zarr)",
     )
-    parser.add_argument(
-        "--format", default=None, help="extxyz, n2p2 or an ASE format (default: guess)"
-    )
+    parser.add_argument("--format", help="extxyz, n2p2 or an ASE format (default: guess)")
     parser.add_argument(
         "--units", default="ase", choices=sorted(UNIT_SYSTEMS), help="units of the file"
     )
@@ -201,7 +185,6 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
     parser.add_argument(
         "--partition-atoms",
         type=int,
-        default=None,
         help="target atoms per partition/task (default: featurize ~4 tasks per worker of "
         "5,000-20,000 atoms, or one per worker for less data; ingest 20,000)",
     )
@@ -212,10 +195,3 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
         "that is not a dparallel store)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-
-
-def partition_progress(quiet: bool) -> Callable[[dict[str, Any], int, int], None]:
-    """The ``progress(event, done, total)`` callback of featurize: a bar on a terminal."""
-    from dparallel.cli._progress import FeaturizeProgress
-
-    return FeaturizeProgress(quiet=quiet)

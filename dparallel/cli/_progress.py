@@ -1,25 +1,35 @@
-"""Terminal progress (tqdm) for featurization and training.
+"""Terminal output of the commands: progress bars (tqdm), error lines and closing lines.
 
 Bars draw only on a terminal (tqdm's ``disable=None``) and never with ``--quiet``; logs are
 written either way. The featurization rate and ETA are
-:func:`~dparallel.dashboard.rate.throughput` — the function the dashboard page uses — fed
+:func:`~dparallel.dashboard.state.throughput` — the function the dashboard page uses — fed
 the start event and each partition's report as they reach this process.
 """
 
 from __future__ import annotations
 
 import math
+import shlex
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tqdm import tqdm
 
-from dparallel.dashboard.rate import Finished, Throughput, throughput
+from dparallel.dashboard.state import Finished, Throughput, throughput
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Callable
 
-__all__ = ["EpochProgress", "FeaturizeProgress", "clock_text", "milli"]
+__all__ = [
+    "EpochProgress",
+    "FeaturizeProgress",
+    "clock_text",
+    "closing_lines",
+    "error_line",
+    "milli",
+    "store_line",
+]
 
 
 def clock_text(seconds: float | None) -> str:
@@ -159,3 +169,54 @@ class EpochProgress:
 def milli(x: float | None) -> str:
     """``x`` × 1000 with two decimals (eV → meV); ``nan`` when missing or not finite."""
     return "nan" if x is None or not math.isfinite(x) else f"{1e3 * x:.2f}"
+
+
+def store_line(result: Any, done_now: str) -> str:
+    """What an ingest or featurize ``result``'s store holds and what the run did."""
+    store = result.store
+    return (
+        f"{store.target}: {store.n_structures} structures, {store.n_atoms} atoms, "
+        f"{store.n_partitions} partitions ({done_now}, {result.partitions_already_done} "
+        f"already done), {len(store.skipped())} skipped, {result.seconds:.2f} s"
+    )
+
+
+def error_line(split: str, m: dict[str, Any]) -> str:
+    """One split's final errors (``m`` in eV/atom, eV/Å) in meV, as run and train print them."""
+    return (
+        f"{split}: energy RMSE {milli(m.get('energy_rmse'))} meV/atom "
+        f"(MAE {milli(m.get('energy_mae'))}), force RMSE {milli(m.get('force_rmse'))} "
+        f"meV/Å (MAE {milli(m.get('force_mae'))})"
+    )
+
+
+def _q(path: str | os.PathLike[str]) -> str:
+    return shlex.quote(str(path))
+
+
+def closing_lines(
+    seconds: float,
+    *,
+    store: str | os.PathLike[str] | None = None,
+    model: str | os.PathLike[str] | None = None,
+    data: str | os.PathLike[str] | None = None,
+    exported: bool = False,
+) -> list[str]:
+    """The closing lines of ``run``, ``featurize`` and ``train``: ``done in …`` and the
+    commands a user would run next, one per line."""
+    lines = [f"done in {seconds:.1f} s; next:"]
+    if model is None and store is not None:
+        lines.append(f"  dparallel info {_q(store)}")
+        lines.append(f"  dparallel train {_q(store)} -o model/ --set epochs=100")
+        return lines
+    if model is not None:
+        if not exported:
+            lines.append(f"  dparallel export {_q(model)}")
+        # a file that exists (the data trained from), else a placeholder that says what
+        lines.append(f"  dparallel evaluate {_q(model)} {_q(data) if data else 'STRUCTURES_FILE'}")
+        lines.append(f"  dparallel export {_q(model)} --format n2p2 -o n2p2-potential/")
+        lines.append(
+            "  in Python (ASE): from dparallel.ase import Calculator; "
+            f"atoms.calc = Calculator({str(model)!r})"
+        )
+    return lines

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> None:
     """Register the ``evaluate`` sub-command."""
     p = subparsers.add_parser(
         "evaluate",
@@ -28,29 +28,25 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "data", help="structure file (extxyz, n2p2, each also .gz, any ASE format): a path or a URL"
     )
-    p.add_argument("--format", default=None, help="format of DATA (default: guess)")
+    p.add_argument("--format", help="format of DATA (default: guess)")
     p.add_argument(
         "--units",
-        default=None,
         help="units of DATA (as for ingest; default: those of the data MODEL_DIR was "
         "trained from, as it records them, else ase)",
     )
     p.add_argument(
         "--potential-units",
-        default=None,
         help="units of an n2p2 potential directory (default: those its input.nn declares, "
         "else those of DATA, --units)",
     )
     p.add_argument("--batch", type=int, default=64, help="structures per prediction batch")
     p.add_argument("--json", action="store_true", help="print JSON")
-    return p
+    p.set_defaults(func=run)
 
 
 def _data_units(model_dir: str, units: str | None) -> str:
-    """DATA's units: as given, else those the model's training data came in, else ase.
-
-    A given unit system other than the recorded one is used, with a warning.
-    """
+    """DATA's units: as given (a warning when not the recorded ones), else those the
+    model's training data came in, else ase."""
     from dparallel.train.data_units import recorded_data_units
 
     recorded = recorded_data_units(model_dir)
@@ -97,31 +93,22 @@ def evaluate_file(
     else:
         model = load_deployed(model_dir)
     source = open_source(data, format, units=units)
-    se_e = ae_e = se_f = ae_f = 0.0
-    n_e = n_f = n_s = 0
+    sums = np.zeros((2, 3))  # energy, force: Σ squared error, Σ absolute error, count
+    n_s = 0
     for a in range(0, len(source), batch):
         b = source.read(a, min(len(source), a + batch))
         out = model.predict(b, forces=True)
         check_finite_predictions(out, b, first=a, where=f"{data}: ")
         de = (out["energy"] - b.energy) / np.maximum(b.atom_counts, 1)
-        ok = np.isfinite(de)  # structures without a reference energy
-        se_e += float((de[ok] ** 2).sum())
-        ae_e += float(np.abs(de[ok]).sum())
-        n_e += int(ok.sum())
-        df = out["forces"] - b.forces
-        okf = np.isfinite(df)  # atoms without reference forces
-        se_f += float((df[okf] ** 2).sum())
-        ae_f += float(np.abs(df[okf]).sum())
-        n_f += int(okf.sum())
+        for k, d in enumerate((de, out["forces"] - b.forces)):
+            d = d[np.isfinite(d)]  # structures without a reference energy, atoms without forces
+            sums[k] += (float((d**2).sum()), float(np.abs(d).sum()), d.size)
         n_s += b.n_structures
-    nan = float("nan")
-    return {
-        "n_structures": n_s,
-        "energy_rmse": math.sqrt(se_e / n_e) if n_e else nan,
-        "energy_mae": ae_e / n_e if n_e else nan,
-        "force_rmse": math.sqrt(se_f / n_f) if n_f else nan,
-        "force_mae": ae_f / n_f if n_f else nan,
-    }
+    res: dict[str, float] = {"n_structures": n_s}
+    for (se, ae, n), what in zip(sums, ("energy", "force"), strict=True):
+        res[f"{what}_rmse"] = math.sqrt(se / n) if n else float("nan")
+        res[f"{what}_mae"] = float(ae / n) if n else float("nan")
+    return res
 
 
 def run(args: argparse.Namespace) -> int:

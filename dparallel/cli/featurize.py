@@ -6,23 +6,22 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dparallel.cli._next_steps import closing_lines
 from dparallel.cli._options import (
     add_cluster_arguments,
     add_source_arguments,
     cluster_kwargs,
     connect_early,
     on_connect,
-    partition_progress,
     route_cluster_logs,
     start_local_forkserver,
 )
+from dparallel.cli._progress import FeaturizeProgress, closing_lines, store_line
 
 if TYPE_CHECKING:
     import argparse
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> None:
     """Register the ``featurize`` sub-command."""
     p = subparsers.add_parser(
         "featurize",
@@ -41,37 +40,29 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--scaling-data", metavar="PATH", help="also write n2p2 scaling.data")
     add_cluster_arguments(p)
-    return p
+    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Featurize and print a summary."""
     from dataclasses import replace
 
-    from dparallel.workflow.featurize_worker_preload import (
-        FEATURIZE_FORKSERVER_PRELOAD,
-        featurize_preloads,
-    )
-
-    # first: the forkserver warms up while the driver starts up
-    start_local_forkserver(args, (FEATURIZE_FORKSERVER_PRELOAD,))
+    start_local_forkserver(args)  # first: the forkserver warms up while the driver starts up
     route_cluster_logs(args, args.output)  # before the cluster logs anything
 
     from dparallel.cluster import discard_connection
 
     # then the cluster, in the background: it starts while the source is indexed
-    connecting = connect_early(args, featurize_preloads(), (FEATURIZE_FORKSERVER_PRELOAD,))
+    connecting = connect_early(args)
 
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import FeaturizeOptions, featurize, write_scaling_data
 
-    try:
-        if args.descriptors:  # an n2p2 input.nn's lengths follow the data's --units
-            descriptors = load_descriptors(args.descriptors, data_units=args.units)
-        else:
-            descriptors = load_descriptors(
-                args.workflow, section="descriptors", data_units=args.units
-            )
+    try:  # an n2p2 input.nn's lengths follow the data's --units
+        section = None if args.descriptors else "descriptors"
+        descriptors = load_descriptors(
+            args.descriptors or args.workflow, section=section, data_units=args.units
+        )
     except BaseException:
         discard_connection(connecting)
         raise
@@ -85,19 +76,14 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         protect=(args.descriptors or args.workflow,),
         torch_threads=args.torch_threads,
-        progress=partition_progress(args.quiet),
+        progress=FeaturizeProgress(quiet=args.quiet),
         on_connect=on_connect(args),
         connecting=connecting,
         **cluster_kwargs(args),
     )
     result = featurize(args.source, args.output, descriptors, options)
     store = result.store
-    print(
-        f"{store.target}: {store.n_structures} structures, {store.n_atoms} atoms, "
-        f"{store.n_partitions} partitions ({result.partitions_computed} computed, "
-        f"{result.partitions_already_done} already done), {len(store.skipped())} skipped, "
-        f"{result.seconds:.2f} s"
-    )
+    print(store_line(result, f"{result.partitions_computed} computed"))
     if args.scaling_data:
         write_scaling_data(store, Path(args.scaling_data), statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)

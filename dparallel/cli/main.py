@@ -1,7 +1,7 @@
-"""``dparallel`` command: one sub-command per module listed in :data:`COMMANDS`.
+"""``dparallel`` command: the sub-commands of the modules listed in :data:`COMMANDS`.
 
-Each listed module defines ``add_parser(subparsers) -> argparse.ArgumentParser`` and
-``run(args) -> int``; the parser gets ``func=run`` set here.
+Each listed module defines ``add_parser(subparsers)``, which adds its sub-commands, each
+with ``func`` (``func(args) -> int`` runs it) as a default.
 """
 
 from __future__ import annotations
@@ -32,19 +32,14 @@ CLOSED_PIPE = 141
 #: resource tracker's note, at exit, that it cleans up the semaphores of workers their
 #: cluster ended ("leaked semaphore objects"), which has no dparallel line to point at.
 CHILD_WARNING_FILTERS = ("ignore::UserWarning:multiprocessing.resource_tracker",)
-#: Sub-command modules, in the order ``--help`` lists them.
+#: Sub-command modules, in the order ``--help`` lists their commands.
 COMMANDS: tuple[str, ...] = (
     "dparallel.cli.run",
-    "dparallel.cli.demo",
     "dparallel.cli.ingest",
     "dparallel.cli.featurize",
     "dparallel.cli.train",
     "dparallel.cli.export",
-    "dparallel.cli.lammps",
     "dparallel.cli.evaluate",
-    "dparallel.cli.info",
-    "dparallel.cli.validate",
-    "dparallel.cli.schema",
 )
 
 
@@ -60,18 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        module = importlib.import_module(name)
-        sub_parser = module.add_parser(sub)
-        sub_parser.set_defaults(func=module.run)
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
 def _dask_log_level(verbose: int) -> None:
-    """Dask logs INFO from the scheduler, nannies and workers by default: only with ``-v``.
-
-    Set through the environment (unless the user set it) so that worker processes started
-    from here inherit it, and on the logger in case ``distributed`` is already imported.
-    """
+    """Dask's INFO logs only with ``-v``: through the environment (unless the user set it),
+    which worker processes inherit, and on the logger if ``distributed`` is imported."""
     level = os.environ.setdefault(ENV_DASK_LOG_LEVEL, "info" if verbose else "warning")
     if "distributed" in sys.modules:
         logging.getLogger("distributed").setLevel(level.upper())
@@ -104,11 +94,8 @@ def _os_error(exc: OSError) -> str:
 
 
 def _closed_pipe() -> int:
-    """The reader of stdout went away (``dparallel schema | head``): end quietly.
-
-    Further output goes to ``/dev/null`` (so that the final flush cannot fail again);
-    the code is the shell's for a process ended by SIGPIPE.
-    """
+    """The reader of stdout went away (``dparallel schema | head``): end quietly, further
+    output to ``/dev/null`` (the final flush cannot fail again), with SIGPIPE's code."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -119,11 +106,8 @@ def _closed_pipe() -> int:
 
 
 def warning_lines(command: str) -> Callable[[], None]:
-    """Show Python warnings as one clean line each, each message once; returns the undo.
-
-    ``dparallel <command>: warning: <message>`` on stderr: no source path, no code line,
-    no category (they are for developers; ``-v`` logging has the details).
-    """
+    """Show each Python warning once as ``dparallel <command>: warning: <message>`` on
+    stderr (the source line and category are in ``-v`` logging); returns the undo."""
     seen: set[str] = set()
     previous = warnings.showwarning
 
@@ -183,16 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _closed_pipe()
-    except RunInterruptedError as exc:
-        print(_error_line(args.command, str(exc), getattr(args, "log_file", None)), file=sys.stderr)
-        return 130
-    except DParallelError as exc:
-        print(_error_line(args.command, str(exc), getattr(args, "log_file", None)), file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(_error_line(args.command, _os_error(exc), getattr(args, "log_file", None)),
-              file=sys.stderr)  # fmt: skip
-        return 2
+    except (DParallelError, OSError) as exc:
+        text = str(exc) if isinstance(exc, DParallelError) else _os_error(exc)
+        print(_error_line(args.command, text, getattr(args, "log_file", None)), file=sys.stderr)
+        return 130 if isinstance(exc, RunInterruptedError) else 2
     except KeyboardInterrupt:
         print(f"dparallel {args.command}: error: interrupted", file=sys.stderr)
         return 130
@@ -206,15 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> NoReturn:
-    """The ``dparallel`` executable: :func:`main`, then exit without interpreter teardown.
-
-    Once a command has returned, everything it wrote is closed and its cluster is shut
-    down; what is left is finalising the interpreter (distributed's and zarr's thread
-    pools and event loops, numba, torch), which took 0.5-3 s after the last output. So
-    the process flushes logging and the standard streams and ends with ``os._exit``.
-    An exception that escapes :func:`main` (a bug) ends the process the usual way, with
-    its traceback.
-    """
+    """The ``dparallel`` executable: :func:`main`, then exit without interpreter teardown
+    (once a command returned, its files are closed and its cluster is down; finalising
+    distributed, zarr, numba and torch took 0.5-3 s). An exception escaping :func:`main`
+    (a bug) ends the process the usual way, with its traceback."""
     exit_now(main())
 
 

@@ -1,7 +1,10 @@
-"""``dparallel run WORKFLOW``: dataset → featurize → train → export, skipping finished stages."""
+"""The workflow commands: ``dparallel run WORKFLOW`` (dataset → featurize → train → export,
+skipping finished stages), ``demo`` (the embedded quickstart workflow), ``validate`` and
+``schema``."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -9,16 +12,15 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from dparallel.cli import _options as cluster_cli
-from dparallel.cli._next_steps import closing_lines
-from dparallel.cli._progress import EpochProgress, milli
+from dparallel.cli._progress import EpochProgress, FeaturizeProgress, closing_lines, error_line
 from dparallel.cli.train import device_option
 
 if TYPE_CHECKING:
     import argparse
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register the ``run`` sub-command."""
+def add_parser(subparsers: Any) -> None:
+    """Register the ``run``, ``demo``, ``validate`` and ``schema`` sub-commands."""
     p = subparsers.add_parser(
         "run",
         help="run a workflow end to end (resumable)",
@@ -30,11 +32,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--device",
         type=device_option,
-        default=None,
         help="where the training stage trains: auto, cpu, cuda or cuda:N "
         "(same as --set training.device=...)",
     )
-    return p
+    p.set_defaults(func=run)
+    p = subparsers.add_parser(
+        "demo",
+        help="run the embedded quickstart workflow (generates its EMT Cu dataset)",
+        description="Same as `dparallel run workflows/quickstart.yaml` with the copy shipped "
+        "inside the package: generates EMT Cu data, featurizes on a local cluster, trains, "
+        "exports and prints where everything is.",
+    )
+    add_run_arguments(p)
+    p.set_defaults(func=demo)
+    p = subparsers.add_parser("validate", help="validate a workflow file (exit 2 if invalid)")
+    p.add_argument("workflow", help="workflow YAML")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
+    p.add_argument("--json", action="store_true", help="print the validated workflow as JSON")
+    p.set_defaults(func=validate)
+    p = subparsers.add_parser("schema", help="print the workflow JSON schema")
+    p.set_defaults(func=schema)
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,24 +91,18 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
         bars[0].update(row)
 
     kwargs = cluster_cli.cluster_kwargs(args, spec.cluster)
-    if kwargs["cluster"] is not spec.cluster:
-        spec = spec.model_copy(update={"cluster": kwargs["cluster"]})
+    cluster = kwargs["cluster"]
     if args.torch_threads is not None:
-        spec = spec.model_copy(
-            update={
-                "cluster": spec.cluster.model_copy(update={"torch_threads": args.torch_threads})
-            }
-        )
+        cluster = cluster.model_copy(update={"torch_threads": args.torch_threads})
+    spec = spec.model_copy(update={"cluster": cluster})
     if spec.cluster.kind == "local":  # its warm-up overlaps the dataset stage and driver start
-        from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
-
-        cluster_cli.start_local_forkserver(args, (FEATURIZE_FORKSERVER_PRELOAD,))
+        cluster_cli.start_local_forkserver(args)
     cluster_cli.route_cluster_logs(args, spec.store.path)
     result = run_workflow(
         spec,
         connect_to={"scheduler": kwargs["scheduler"], "scheduler_file": kwargs["scheduler_file"]},
         say=say,
-        progress=cluster_cli.partition_progress(args.quiet),
+        progress=FeaturizeProgress(quiet=args.quiet),
         on_epoch=on_epoch,
         on_connect=cluster_cli.on_connect(args),
         protect=protect,
@@ -102,13 +113,8 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     for note in result.notes:
         print(f"note: {note}")
     for split in ("validation", "test"):
-        m = result.metrics.get(split)
-        if m:
-            print(
-                f"{split}: energy RMSE {milli(m.get('energy_rmse'))} meV/atom "
-                f"(MAE {milli(m.get('energy_mae'))}), force RMSE {milli(m.get('force_rmse'))} "
-                f"meV/Å (MAE {milli(m.get('force_mae'))})"
-            )
+        if result.metrics.get(split):
+            print(error_line(split, result.metrics[split]))
     for what, path in result.files.items():
         print(f"{what}: {path}")
     trained = result.model_dir is not None and result.stages.get("train") != "off"
@@ -136,3 +142,28 @@ def run(args: argparse.Namespace) -> int:
         training = spec.training.model_copy(update={"device": args.device})
         spec = spec.model_copy(update={"training": training})
     return execute(spec, args, protect=(args.workflow,))
+
+
+def demo(args: argparse.Namespace) -> int:
+    """Run the packaged quickstart workflow."""
+    from dparallel.workflow.spec import load_quickstart
+
+    return execute(load_quickstart(args.overrides), args)
+
+
+def validate(args: argparse.Namespace) -> int:
+    """Validate; print 'ok' or the validated document."""
+    from dparallel.workflow.spec import load_workflow
+
+    spec = load_workflow(args.workflow, args.overrides)
+    spec.check_locations()  # a URL needs its client (and, for the store, conditional writes)
+    print(json.dumps(spec.to_dict(), indent=1) if args.json else f"{args.workflow}: ok")
+    return 0
+
+
+def schema(args: argparse.Namespace) -> int:
+    """Print the JSON schema of workflow files."""
+    from dparallel.workflow.spec import workflow_schema
+
+    print(json.dumps(workflow_schema(), indent=1))
+    return 0

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dparallel.cli._next_steps import closing_lines
-from dparallel.cli._progress import EpochProgress
+from dparallel.cli._progress import EpochProgress, closing_lines, error_line
 from dparallel.errors import RunInterruptedError
 
 if TYPE_CHECKING:
     import argparse
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> None:
     """Register the ``train`` sub-command."""
     p = subparsers.add_parser(
         "train",
@@ -27,7 +25,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="model directory (local)")
     p.add_argument(
         "--config",
-        default=None,
         help="YAML file with the training keys, or a workflow file (its 'training:' section)",
     )
     p.add_argument(
@@ -48,19 +45,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--scheduler",
-        default=None,
         help="Dask scheduler address: publish per-epoch metrics to its dashboard "
         "(training itself runs in this process)",
     )
     p.add_argument(
         "--device",
         type=device_option,
-        default=None,
         help="where to train: auto (CUDA when present), cpu, cuda or cuda:N; "
         "same as --set device=...",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    return p
+    p.set_defaults(func=run)
 
 
 def device_option(text: str) -> str:
@@ -71,10 +66,6 @@ def device_option(text: str) -> str:
     if not re.match(r"^(auto|cpu|cuda|cuda:\d+)$", text):
         raise argparse.ArgumentTypeError(f"{text!r}: expected auto, cpu, cuda or cuda:N")
     return text
-
-
-def _m(x: float | None) -> str:
-    return "   nan" if x is None or not math.isfinite(x) else f"{1e3 * x:6.2f}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,10 +106,7 @@ def run(args: argparse.Namespace) -> int:
     record_data_units(result.model_dir, args.store)
     for split, m in (("validation", result.validation), ("test", result.test)):
         if m:
-            print(
-                f"{split}: energy RMSE {_m(m['energy_rmse'])} MAE {_m(m['energy_mae'])} "
-                f"meV/atom, force RMSE {_m(m['force_rmse'])} MAE {_m(m['force_mae'])} meV/Å"
-            )
+            print(error_line(split, m))
     print(
         f"model: {result.model_dir / 'model.pt'} (best epoch {result.best_epoch}, "
         f"{len(result.history)} epochs run)"

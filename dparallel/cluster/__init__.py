@@ -22,7 +22,6 @@ if TYPE_CHECKING:
         dashboard_pages,
         discard_connection,
         expected_workers,
-        security_from_tls,
     )
     from dparallel.cluster.spec import ClusterSpec, SlurmSpec, TLSSpec
     from dparallel.cluster.threads import (
@@ -42,7 +41,6 @@ _LAZY = {
     "dashboard_link": "connection",
     "dashboard_pages": "connection",
     "expected_workers": "connection",
-    "security_from_tls": "connection",
     "ClusterSpec": "spec",
     "SlurmSpec": "spec",
     "TLSSpec": "spec",
@@ -69,7 +67,6 @@ __all__ = [
     "discard_connection",
     "ensure_torch_threads",
     "expected_workers",
-    "security_from_tls",
     "torch_thread_report",
     "torch_threads",
     "tune_allocator",

@@ -1,18 +1,12 @@
 """Undo the malloc setting that makes array-heavy tasks slower in Dask workers.
 
-The Dask nanny starts every worker with ``MALLOC_TRIM_THRESHOLD_=65536``
-(``distributed.nanny.pre-spawn-environ``). Setting any glibc malloc threshold switches off
-glibc's *dynamic* mmap threshold, so every allocation above 128 KiB — each temporary array
-of a featurization task — becomes a fresh ``mmap``, is returned on ``free`` and page-faults
-again on the next use. ``benchmarks/bench_scaling.py --no-malloc-tune`` shows the cost: one
-worker then runs the same tasks ~15 % slower than a plain process does (~0 % when tuned).
-
-:func:`tune_allocator` puts back what glibc's dynamic rule converges to in a plain
-process (mmap threshold at its 64-bit maximum, 32 MiB; trim threshold twice that), so
-tasks run at in-process speed while memory above 64 MiB of free heap still goes back to
-the system. It acts only on glibc, only when such a variable is set (a plain process keeps
-glibc's own dynamic rule), once per process, and not at all when
-``DPARALLEL_MALLOC_TUNE=0``.
+The Dask nanny starts every worker with ``MALLOC_TRIM_THRESHOLD_=65536``. Any glibc malloc
+threshold switches glibc's *dynamic* mmap threshold off, so every temporary array above
+128 KiB becomes a fresh ``mmap`` that page-faults on each use
+(``benchmarks/bench_scaling.py --no-malloc-tune`` shows the cost). :func:`tune_allocator`
+puts back what the dynamic rule converges to (mmap threshold 32 MiB, trim threshold twice
+that): only on glibc, only when such a variable is set, once per process, and not at all
+when ``DPARALLEL_MALLOC_TUNE=0``.
 """
 
 from __future__ import annotations
@@ -50,15 +44,8 @@ _result: bool | None = None
 
 
 def tune_allocator() -> bool:
-    """Restore glibc's converged malloc thresholds in this process if the environment froze them.
-
-    Safe to call at the start of every task: the work is done once per process.
-
-    Returns
-    -------
-    bool
-        Whether this process now runs with the tuned thresholds.
-    """
+    """Restore glibc's converged malloc thresholds in this process if the environment froze
+    them (once per process: call it at the start of every task); whether they are now set."""
     global _result
     with _lock:
         if _result is None:

@@ -47,7 +47,6 @@ __all__ = [
     "dashboard_pages",
     "discard_connection",
     "expected_workers",
-    "security_from_tls",
 ]
 
 logger = logging.getLogger(__name__)
@@ -59,20 +58,11 @@ DASHBOARD_PRELOAD = "dparallel.dashboard.preload"
 
 
 class ClusterHandle:
-    """A connected client and, when dparallel started it, the cluster it owns.
-
-    Use as a context manager; :meth:`close` closes the client and any cluster that
-    :func:`connect` started, never a cluster or client the caller passed in.
-
-    Attributes
-    ----------
-    client : distributed.Client
-        The connected client.
-    cluster : object or None
-        The cluster started by :func:`connect` (``LocalCluster``, ``SLURMCluster``) or ``None``.
-    source : str
-        How the cluster was found: ``"client"``, ``"scheduler"``, ``"scheduler_file"``,
-        ``"env"``, ``"address"``, ``"slurm"`` or ``"local"``.
+    """A connected ``client`` and, when :func:`connect` started it, the ``cluster`` it owns
+    (``LocalCluster``, ``SLURMCluster``; else ``None``); ``source`` says how the cluster was
+    found (``"client"``, ``"scheduler"``, ``"scheduler_file"``, ``"env"``, ``"address"``,
+    ``"slurm"`` or ``"local"``). A context manager; :meth:`close` never closes a cluster or
+    client the caller passed in.
     """
 
     def __init__(
@@ -112,12 +102,12 @@ class ClusterHandle:
 
     @property
     def dashboard_link(self) -> str | None:
-        """URL of the Dask dashboard's status page, or ``None`` if it has none."""
+        """:func:`dashboard_link` of the client."""
         return dashboard_link(self.client)
 
     @property
     def dashboard_pages(self) -> dict[str, str]:
-        """URLs of the Dask status page and the dparallel pages (see :func:`dashboard_pages`)."""
+        """:func:`dashboard_pages` of the client."""
         return dashboard_pages(self.client)
 
     @property
@@ -177,7 +167,7 @@ def dashboard_pages(client: Client) -> dict[str, str]:
     }
 
 
-def security_from_tls(tls: TLSSpec | None) -> Security | None:
+def _security(tls: TLSSpec | None) -> Security | None:
     """A client-side :class:`distributed.security.Security` for the certificate files."""
     if tls is None:
         return None
@@ -210,42 +200,18 @@ def connect(
 ) -> ClusterHandle:
     """Connect to (or start) the cluster a run uses; see the module docstring for the order.
 
-    Parameters
-    ----------
-    spec : ClusterSpec or None
-        The workflow's ``cluster:`` section; ``None`` means ``ClusterSpec()`` (local).
-    client : distributed.Client or None
-        Use this client as is (it is not closed by the handle).
-    scheduler : str or None
-        Scheduler address such as ``tcp://host:8786``; overrides the spec.
-    scheduler_file : path or None
-        Scheduler file written by ``dask scheduler --scheduler-file``; overrides the spec.
-    worker_preload : sequence of str
-        Modules the workers of a local cluster started here preload (e.g.
-        :data:`dparallel.cluster.worker_exit.FAST_EXIT_PRELOAD`); workers that already run are
-        left as they are.
-    forkserver_preload : sequence of str
-        Modules the forkserver of local workers imports before it forks them (e.g.
-        :data:`~dparallel.workflow.featurize_worker_preload.FEATURIZE_FORKSERVER_PRELOAD`),
-        when this call starts that server (:mod:`dparallel.cluster.forkserver`).
-    return_early : bool
-        A local cluster started here, of no more workers than cores: return once its
-        first worker runs, the others starting in the background (tasks submitted
-        meanwhile wait on the scheduler and go to each worker as it joins;
-        :meth:`ClusterHandle.wait_for_workers`). The run's first task then does not wait
-        for the slowest worker's start. (With more workers than cores their starts would
-        only compete with the first tasks: all start first, as without it.)
+    ``spec``: the workflow's ``cluster:`` section (``None``: local). ``client``: used as is
+    (the handle never closes it). ``scheduler`` (``tcp://host:8786``) or ``scheduler_file``
+    (written by ``dask scheduler --scheduler-file``) override the spec. A local cluster
+    started here preloads ``worker_preload`` in its workers (e.g.
+    :data:`dparallel.cluster.worker_exit.FAST_EXIT_PRELOAD`) and ``forkserver_preload`` in
+    the forkserver it starts (:mod:`dparallel.cluster.forkserver`); with ``return_early``
+    (and no more workers than cores) it returns once its first worker runs, the others
+    starting in the background (:meth:`ClusterHandle.wait_for_workers`).
 
-    Returns
-    -------
-    ClusterHandle
-        Connected client (and owned cluster); close it or use it as a context manager.
-
-    Raises
-    ------
-    ClusterError
-        The scheduler cannot be reached within ``spec.connect_timeout`` seconds, a
-        certificate or scheduler file is missing, or dask-jobqueue is not installed.
+    Raises :class:`ClusterError` when the scheduler cannot be reached within
+    ``spec.connect_timeout`` seconds, a certificate or scheduler file is missing, or
+    dask-jobqueue is not installed.
     """
     spec = spec if spec is not None else ClusterSpec()
     if client is not None:
@@ -258,14 +224,10 @@ def connect(
 
 
 def connect_in_background(**kwargs: Any) -> Future[ClusterHandle]:
-    """:func:`connect` (same arguments) in a daemon thread; returns at once.
-
-    A command that will start a local cluster anyway starts it this way first, so the
-    waits of the start (the forkserver's warm-up, worker processes coming up and
-    registering; docs/deploy.md) overlap its own reading and store set-up. The future's result
-    is the handle, or the exception :func:`connect` raised; whoever takes the result
-    closes the handle (:func:`discard_connection` when it is not needed after all).
-    """
+    """:func:`connect` (same arguments) in a daemon thread; returns at once, so that the
+    start of a local cluster (docs/deploy.md) overlaps the command's own reading and store
+    set-up. Whoever takes the future's result (the handle, or the exception) closes the
+    handle (:func:`discard_connection` when it is not needed after all)."""
     future: Future[ClusterHandle] = Future()
 
     def start() -> None:
@@ -341,11 +303,9 @@ def expected_workers(
     scheduler: str | None = None,
     scheduler_file: str | os.PathLike[str] | None = None,
 ) -> int | None:
-    """Workers :func:`connect` with these arguments will have, when known without starting it.
-
-    A given client: its current workers; a local cluster: ``spec.n_workers`` or one per
-    core; a scheduler or SLURM: ``spec.n_workers`` if set, else ``None`` (unknown).
-    """
+    """Workers :func:`connect` with these arguments will have, when known without starting
+    it: a given client's current ones, a local cluster's (one per core unless
+    ``spec.n_workers``), else ``spec.n_workers`` (``None``: unknown)."""
     spec = spec if spec is not None else ClusterSpec()
     if client is not None:
         return len(client.scheduler_info(n_workers=-1).get("workers", {})) or None
@@ -375,7 +335,7 @@ def _read_scheduler_file(path: str | os.PathLike[str]) -> str:
 
 def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHandle:
     """Client for a running scheduler, with a bounded connection timeout."""
-    security = security_from_tls(spec.tls)
+    security = _security(spec.tls)
     if security is not None and address.startswith("tcp://"):
         raise ClusterError(
             f"scheduler address {address!r} is plain tcp:// but TLS certificates are "
@@ -420,11 +380,6 @@ class _LocalStart(NamedTuple):
     dashboard: str
     kwargs: dict[str, Any]  # more LocalCluster arguments
     forkserver_preload: Sequence[str]
-
-    @property
-    def first(self) -> int:
-        """CPU workers started before returning."""
-        return 1 if self.early else self.n_workers
 
 
 def _start_local(
@@ -487,8 +442,9 @@ def _launch(spec: ClusterSpec, how: _LocalStart) -> tuple[LocalCluster, threadin
     background, the thread that does (it leaves the forkserver setting when done)."""
     with contextlib.ExitStack() as stack:  # leaves the forkserver setting unless handed on
         env = stack.enter_context(forked_workers(how.forkserver_preload, env=_worker_env(spec)))
+        first = 1 if how.early else how.n_workers  # CPU workers started before returning
         cluster = LocalCluster(
-            n_workers=how.first,
+            n_workers=first,
             threads_per_worker=spec.threads_per_worker,
             processes=True,
             host="127.0.0.1",
@@ -500,7 +456,7 @@ def _launch(spec: ClusterSpec, how: _LocalStart) -> tuple[LocalCluster, threadin
         )
         with contextlib.ExitStack() as on_error:
             on_error.callback(cluster.close)
-            for _ in range(how.n_workers - how.first):
+            for _ in range(how.n_workers - first):
                 cluster.worker_spec.update(cluster.new_worker_spec())
             add_gpu_workers(cluster, how.devices, wait=not how.early)
             on_error.pop_all()  # started: the cluster stays open
@@ -535,7 +491,6 @@ def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
             "install the optional extra: pip install 'dparallel[slurm]'"
         ) from None
     slurm = spec.slurm
-    n = spec.torch_threads or 1
     try:
         cluster = SLURMCluster(
             queue=slurm.queue,
@@ -545,16 +500,12 @@ def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
             memory=slurm.memory,
             walltime=slurm.walltime,
             job_extra_directives=list(slurm.job_extra_directives),
-            job_script_prologue=[
-                f"export OMP_NUM_THREADS={n}",
-                f"export MKL_NUM_THREADS={n}",
-                f"export {ENV_TORCH_THREADS}={n}",
-            ],
+            job_script_prologue=[f"export {k}={v}" for k, v in _worker_env(spec).items()],
             scheduler_options={
                 "dashboard_address": spec.dashboard_address,
                 "preload": [DASHBOARD_PRELOAD],
             },
-            security=security_from_tls(spec.tls),
+            security=_security(spec.tls),
         )
         cluster.scale(jobs=slurm.jobs)
     except Exception as exc:

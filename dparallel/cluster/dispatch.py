@@ -20,7 +20,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dparallel.errors import ClusterError
 
@@ -42,24 +42,19 @@ RESULT_WAIT_S = 30.0
 class Dispatch:
     """How :func:`run_partitions` runs each partition ``p``'s task and hands its result on.
 
-    ``args(p)``: the task's positional arguments; ``kwargs``: its keyword arguments (the
-    same for every partition); ``name``: the start of its Dask key; ``retries``: Dask's
-    extra attempts of a task that raised. ``on_result(p, result)`` is called in the
-    caller's thread for each finished task; ``check()`` before each result is taken and
-    while a rerun waits (e.g. a lease's check, which raises to stop the run).
-    ``recover(p)``: ``p``'s result when the finished task's own result is lost with its
-    worker (``None``: not to be had; the partition then runs again). ``resources(p)``: the
-    Dask resources ``p``'s task needs (e.g. ``{"GPU": 1}``: only workers advertising them
-    run it; ``None``: any worker).
+    ``check()`` runs before each result is taken and while a rerun waits (e.g. a lease's
+    check, which raises to stop the run). ``recover(p)``: ``p``'s result when the finished
+    task's own is lost with its worker (``None``: not to be had; ``p`` then runs again).
     """
 
-    args: Callable[[int], tuple[Any, ...]]
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    name: str = "dparallel-task"
-    retries: int = 0
-    on_result: Callable[[int, Any], None] = lambda p, result: None
+    args: Callable[[int], tuple[Any, ...]]  # p → the task's positional arguments
+    kwargs: Mapping[str, Any] = field(default_factory=dict)  # the same for every p
+    name: str = "dparallel-task"  # the start of the Dask key
+    retries: int = 0  # Dask's extra attempts of a task that raised
+    on_result: Callable[[int, Any], None] = lambda p, result: None  # in the caller's thread
     check: Callable[[], None] = lambda: None
     recover: Callable[[int], Any] | None = None
+    # p → the Dask resources its task needs ({"GPU": 1}: only workers advertising them)
     resources: Callable[[int], Mapping[str, float] | None] | None = None
 
     def submit(self, client: Any, task: Callable[..., Any], p: int) -> Any:
@@ -123,11 +118,10 @@ def _collect(future: Any, p: int, how: Dispatch, failures: dict[int, BaseExcepti
     return True
 
 
-class _Failed:
+class _Failed(NamedTuple):
     """A task's exception, as :func:`_outcome` returns it."""
 
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
+    exc: BaseException
 
 
 #: :func:`_outcome` of a finished task whose result went with its worker.

@@ -1,15 +1,11 @@
 """The forkserver local Dask workers are forked from, instead of each spawned cold.
 
-Dask's default starts every local worker with ``spawn``: a fresh interpreter that imports
-distributed, numpy, numba and zarr and loads the compiled kernels from numba's cache
-before its first task (docs/deploy.md gives the cost; the workers of a small machine
-compete with the driver for the cores while they do it). :func:`start_forkserver` starts Python's
-``multiprocessing`` forkserver once per process, with modules to import (and so warm up)
-before any worker exists; :func:`forked_workers` makes the local cluster that
-:func:`dparallel.cluster.connect` starts fork its workers from it, so each worker starts
-with all of that done. Called at the top of a command (``dparallel featurize``,
-``dparallel run``), the warm-up overlaps the driver's own imports, indexing and
-scheduler start.
+Dask spawns every local worker: a fresh interpreter that imports distributed, numpy,
+numba and zarr and loads the compiled kernels before its first task (docs/deploy.md).
+:func:`start_forkserver` starts Python's forkserver once per process, importing (and so
+warming up) modules before any worker exists, at the top of a command so that this
+overlaps the driver's own start; :func:`forked_workers` makes the local cluster of
+:func:`dparallel.cluster.connect` fork its workers from it.
 
 A forked worker has the environment of the server's start, updated in the worker with
 the driver's environment of the moment its cluster starts (as a spawned worker would
@@ -77,13 +73,12 @@ def server_pid() -> int | None:
 
 
 def start_forkserver(preload: Sequence[str] = (), threads: int = 1) -> bool:
-    """Start the forkserver now, importing :data:`BASE_PRELOAD` and ``preload`` in it.
+    """Start the forkserver now (returning at once), importing :data:`BASE_PRELOAD` and
+    ``preload`` in it, with ``threads`` OpenMP/MKL/OpenBLAS threads as Dask sets them.
 
-    Returns True when this call started it; False when it already runs (its preload is
-    kept: a process has one forkserver), when :func:`enabled` says no, or when it cannot
-    start (logged; the cluster then spawns its workers as Dask does). ``threads`` is the
-    OpenMP/MKL/OpenBLAS thread count set in the server's environment, as Dask sets it for
-    spawned workers. Returns at once: the imports run in the server's own process.
+    True when this call started it; False when it already runs (a process has one
+    forkserver: its preload is kept), :func:`enabled` says no, or it cannot start (logged;
+    workers are then spawned).
     """
     if not enabled() or server_pid() is not None:
         return False

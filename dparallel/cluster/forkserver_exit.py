@@ -1,12 +1,10 @@
 """Preloaded by the forkserver of local workers: that process ends without teardown.
 
-The forkserver (:mod:`dparallel.cluster.forkserver`) exits when the process that started
-it does. Having imported distributed, numba and zarr, finalising its interpreter takes
-seconds (docs/deploy.md), and it holds the command's standard streams open meanwhile (a
-pipe reading ``dparallel``'s output waits for it). Importing this module in the server
-registers an exit hook that ends the server with :func:`dparallel._exit.exit_now`; worker
-processes forked from it inherit the hook, which does nothing there (their own exit is
-:mod:`dparallel.cluster.worker_exit`'s business). Never import it elsewhere.
+Having imported distributed, numba and zarr, the forkserver takes seconds to finalise its
+interpreter (docs/deploy.md) while holding the command's standard streams open (a pipe
+reading ``dparallel``'s output waits for it). Importing this module in the server
+registers an exit hook that ends it with :func:`dparallel._exit.exit_now`; in the workers
+forked from it the hook does nothing. Never import it elsewhere.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """GPU workers: one Dask worker per GPU, found and routed to through Dask resources.
 
 dask-cuda's convention without depending on it: each GPU worker sees one device through
-its own ``CUDA_VISIBLE_DEVICES`` and advertises the resource ``GPU=1``
-(:data:`GPU_RESOURCE`), so a task that asks for ``resources={"GPU": 1}`` runs on a GPU
-worker, of a local cluster started with ``gpus=N`` or of any cluster whose workers were
-started with ``dask worker --resources GPU=1`` (docs/workflows.md). Inside a task,
-:func:`worker_gpus` says whether the worker running it has one.
+its own ``CUDA_VISIBLE_DEVICES`` and advertises the resource ``GPU=1`` (:data:`GPU_RESOURCE`):
+a local cluster's with ``gpus=N``, any other's started with ``dask worker --resources
+GPU=1`` (docs/workflows.md). Inside a task, :func:`worker_gpus` says whether it has one.
 """
 
 from __future__ import annotations
@@ -37,11 +35,9 @@ GPU_RESOURCE = "GPU"
 
 
 def visible_gpus() -> list[str]:
-    """The CUDA devices this process may use, as ``CUDA_VISIBLE_DEVICES`` entries.
-
-    ``CUDA_VISIBLE_DEVICES`` when set (an empty value: none), else the GPUs ``nvidia-smi
-    -L`` lists, else none. Does not import torch (the driver stays light).
-    """
+    """The CUDA devices this process may use: ``CUDA_VISIBLE_DEVICES`` when set (empty:
+    none), else those ``nvidia-smi -L`` lists, else none (without torch: the driver stays
+    light)."""
     given = os.environ.get("CUDA_VISIBLE_DEVICES")
     if given is not None:
         return [d.strip() for d in given.split(",") if d.strip() and d.strip() != "-1"]
@@ -91,11 +87,9 @@ def add_gpu_workers(cluster: Any, devices: list[str], *, wait: bool = True) -> N
 
 
 def start_specified_workers(cluster: Any, timeout: float = WORKER_START_TIMEOUT) -> None:
-    """Start the workers of ``cluster``'s spec that do not run yet and wait until all run.
-
-    Through distributed's public API: ``scale`` to the spec's size (it starts what the spec
-    lacks) and ``wait_for_workers``. Raises distributed's ``TimeoutError`` when they do not
-    all run within ``timeout`` s (a worker that failed to start: distributed logs why)."""
+    """Start the workers of ``cluster``'s spec that do not run yet (``scale`` to the spec's
+    size) and wait until all run; distributed's ``TimeoutError`` when not within ``timeout``
+    s (distributed logs why a worker failed to start)."""
     n = len(cluster.worker_spec)
     cluster.scale(n)
     cluster.wait_for_workers(n, timeout=timeout)

@@ -1,13 +1,11 @@
 """Send Dask's logs (scheduler, nannies, worker tracebacks) to a file instead of the terminal.
 
-A failing task makes every worker log its traceback ("Compute Failed"), a full disk or an
-interrupted run makes hundreds of such lines: the terminal should show one error line
-that says where they are. :func:`log_to_file` redirects this process's ``distributed``
-(and unclaimed root) log records to a file; :class:`WorkerLogFile` does the same inside
-every worker of a local cluster (each restarted worker included), so the processes write
-one file between them (appending whole lines). A local worker started by the CLI routes
-itself from its first moment, before the plugin reaches it, when :data:`ENV_LOG_FILE`
-names the file (:func:`route_process_to_log_file`, called by the worker preload).
+A failing task makes every worker log its traceback, a full disk hundreds of such lines:
+the terminal should show one error line that says where they are. :func:`log_to_file`
+redirects this process's records, :class:`WorkerLogFile` those of every worker of a
+local cluster (one file, whole lines appended); a local worker the CLI started routes
+itself from its first moment when :data:`ENV_LOG_FILE` names the file
+(:func:`route_process_to_log_file`, called by the worker preload).
 """
 
 from __future__ import annotations
@@ -54,14 +52,9 @@ def _is_console(handler: logging.Handler) -> bool:
 
 
 class _FileHandler(logging.StreamHandler):
-    """Appends records to a dparallel log file, opened on the first record.
-
-    The file is opened by :func:`dparallel._files.open_log`: created by us, or one we
-    created before (never a file of the user's, never through a link). The handler stays
-    silent when it cannot write (e.g. the disk is full): the stock handler prints a
-    traceback to stderr for every record it fails to write, exactly the terminal noise
-    this module exists to avoid.
-    """
+    """Appends records to a dparallel log file (:func:`dparallel._files.open_log`), opened
+    on the first record; silent when it cannot write (the stock handler prints a traceback
+    per record, the very terminal noise this module exists to avoid)."""
 
     def __init__(self, path: str) -> None:
         super().__init__(stream=None)
@@ -96,15 +89,13 @@ def log_to_file(
     level: int = logging.INFO,
     workers: bool = False,
 ) -> Callable[[], None]:
-    """Route ``distributed``/``tornado``/``asyncio`` records (and root ones) to ``path``.
+    """Route ``distributed``/``tornado``/``asyncio`` records (and root ones) to ``path``;
+    returns a function that undoes all of it.
 
-    Console handlers of those loggers are removed unless ``keep_console``; the root
-    logger's console handler is kept for every logger but those. The file is created on
-    the first record only (an existing file must be a dparallel log or empty, else
+    Their console handlers are removed unless ``keep_console``. The file is created on the
+    first record (an existing file must be a dparallel log or empty, else
     :class:`~dparallel.errors.UnsafePathError`). ``workers``: local workers started from
-    here later route theirs (and their warnings) there too from their start
-    (:data:`ENV_LOG_FILE`).
-    Returns a function that undoes all of it.
+    here later route theirs there too (:data:`ENV_LOG_FILE`).
     """
     check_log_target(path)  # refused before the run (and before anything here is changed)
     previous_env = os.environ.get(ENV_LOG_FILE)
@@ -136,20 +127,17 @@ def log_to_file(
         for logger in silenced:
             logger.propagate = True
         handler.close()
-        if workers and previous_env is None:
+        if workers:
             os.environ.pop(ENV_LOG_FILE, None)
-        elif workers and previous_env is not None:
-            os.environ[ENV_LOG_FILE] = previous_env
+            if previous_env is not None:
+                os.environ[ENV_LOG_FILE] = previous_env
 
     return restore
 
 
 class WorkerLogFile(WorkerPlugin):
-    """Worker plugin: this worker process logs to ``path``, not to its terminal.
-
-    Python warnings raised in tasks go there too. Meant for local clusters, whose workers
-    share the client's terminal; a remote worker's logs belong to whoever runs it.
-    """
+    """Worker plugin: this worker process logs (and warns) to ``path``, not to its terminal;
+    for local clusters, whose workers share the client's terminal."""
 
     name = "dparallel-log-file"
 
@@ -171,11 +159,8 @@ def _route(path: str) -> None:
     logging.getLogger("py.warnings").propagate = True
 
 
-def route_process_to_log_file() -> bool:
+def route_process_to_log_file() -> None:
     """In a worker process: log records and Python warnings to the file that
-    :data:`ENV_LOG_FILE` names, from now on; ``False`` (nothing done) where it is unset."""
-    path = os.environ.get(ENV_LOG_FILE)
-    if not path:
-        return False
-    _route(path)
-    return True
+    :data:`ENV_LOG_FILE` names, from now on (nothing where it is unset)."""
+    if path := os.environ.get(ENV_LOG_FILE):
+        _route(path)

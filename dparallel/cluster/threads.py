@@ -1,11 +1,9 @@
 """Torch thread budget inside Dask tasks.
 
-The nanny starts workers with ``OMP_NUM_THREADS=MKL_NUM_THREADS=1`` and
-``torch.set_num_threads`` only affects the OS thread that calls it, so the budget must be
-applied inside each task: call :func:`ensure_torch_threads` at the start of a task, or wrap
-the task body in ``with torch_threads(n):``. The budget comes from the
-``DPARALLEL_TORCH_THREADS`` environment variable, which :class:`TorchThreadsPlugin`
-(registered by :func:`dparallel.cluster.connect`) or the worker's environment sets.
+``torch.set_num_threads`` affects only the OS thread that calls it, so the budget is
+applied inside each task (:func:`ensure_torch_threads`, or ``with torch_threads(n):``).
+It comes from ``DPARALLEL_TORCH_THREADS``, which :class:`TorchThreadsPlugin` (registered
+by :func:`dparallel.cluster.connect`) or the worker's environment sets.
 """
 
 from __future__ import annotations
@@ -48,13 +46,8 @@ def configured_torch_threads(default: int = 1) -> int:
 
 
 def ensure_torch_threads(n: int | None = None) -> int:
-    """Set ``torch.set_num_threads`` for the calling thread if it differs; return the budget.
-
-    Parameters
-    ----------
-    n : int or None
-        Threads to use; ``None`` reads :func:`configured_torch_threads`.
-    """
+    """Set ``torch.set_num_threads(n)`` for the calling thread if it differs (``None``:
+    :func:`configured_torch_threads`); returns the budget."""
     import torch
 
     n = configured_torch_threads() if n is None else int(n)
@@ -64,12 +57,9 @@ def ensure_torch_threads(n: int | None = None) -> int:
 
 
 def torch_thread_report(_: Any = None) -> dict[str, Any]:
-    """Diagnostic task: torch threads of this OS thread before and after the budget.
-
-    Submit it to a cluster (``client.submit(torch_thread_report, pure=False)``) to see what
-    tasks get. Returns ``before``, ``budget``, ``after`` (ints), ``omp_num_threads`` (env,
-    str or None), ``pid`` and ``thread`` (ids).
-    """
+    """Diagnostic task (``client.submit(torch_thread_report, pure=False)``): torch threads
+    of this OS thread ``before`` and ``after`` the ``budget``, ``omp_num_threads`` (env),
+    ``pid`` and ``thread``."""
     import threading
 
     import torch
@@ -100,11 +90,8 @@ def torch_threads(n: int | None = None) -> Iterator[int]:
 
 
 class TorchThreadsPlugin(WorkerPlugin):
-    """Worker plugin that records the torch thread budget in every worker process.
-
-    Sets ``DPARALLEL_TORCH_THREADS`` (read by :func:`ensure_torch_threads`) and the
-    OMP/MKL variables for libraries initialised later in the process.
-    """
+    """Worker plugin that records the torch thread budget in every worker process: in
+    ``DPARALLEL_TORCH_THREADS`` and, for libraries initialised later, OMP/MKL_NUM_THREADS."""
 
     name = "dparallel-torch-threads"
     idempotent = True

@@ -1,15 +1,10 @@
 """Worker preload: end a worker process without interpreter teardown after a normal close.
 
-A worker process that imported torch, numba and zarr spends about a second at exit
-(docs/deploy.md) finalising the interpreter (module teardown, C++ static destructors),
-and every run that closes the local cluster it started waits for that. With this module
-as a worker preload, once the worker has closed normally (its tasks have returned, so
-their writes are on disk) an exit hook flushes logging and the standard streams and ends
-the process with ``os._exit(0)``. Any other exit (an error, a kill) is left to Python as
-usual.
-
-Used through :func:`dparallel.cluster.connect` (``worker_preload=(FAST_EXIT_PRELOAD,)``)
-by ``dparallel featurize`` and ``dparallel run`` on the local clusters they start.
+A worker that imported torch, numba and zarr spends about a second finalising the
+interpreter (docs/deploy.md), and a run closing its local cluster waits for it. Once the
+worker has closed normally (its tasks returned, their writes on disk) an exit hook
+flushes logging and the streams and ends the process with ``os._exit(0)``; any other exit
+is left to Python.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """The dparallel pages on the Dask dashboard, and the events that feed them.
 
-Scheduler preload: ``dask scheduler --preload dparallel.dashboard.preload`` (the local and
-SLURM clusters of :func:`dparallel.cluster.connect` add it themselves). The shorter
-``--preload dparallel.dashboard`` works too: the pages are registered when distributed's
-preloading imports this package, and only then, because the pages load bokeh (0.4 s).
-:func:`dask_setup` adds the event-collecting scheduler plugin and the JSON route
-``/dparallel/status.json``.
-
-Pages (below the dashboard address, also listed under "More"):
+Scheduler preload: ``dask scheduler --preload dparallel.dashboard.preload`` (the clusters
+:func:`dparallel.cluster.connect` starts add it themselves), or ``--preload
+dparallel.dashboard``: the pages (which load bokeh) are registered only when distributed's
+preloading imports this package. :func:`dask_setup` adds the event-collecting scheduler
+plugin and the JSON route ``/dparallel/status.json``. The pages, also under "More":
 ``/individual-dparallel-progress`` and ``/individual-dparallel-training``.
 
-Tasks and clients publish with :func:`publish_progress_start`, :func:`publish_progress`
-and :func:`publish_train_metrics` from :mod:`dparallel.dashboard.events` (no-ops without a
-cluster); training reports through the callback :func:`epoch_publisher`. Importing them,
-or this package, loads neither bokeh nor ``distributed``.
+Tasks and clients publish through :mod:`dparallel.dashboard.events` (no-ops without a
+cluster); importing it, or this package, loads neither bokeh nor ``distributed``.
 """
 
 from __future__ import annotations
@@ -28,12 +23,12 @@ if TYPE_CHECKING:
 from dparallel.dashboard.events import (
     TOPIC_PROGRESS,
     TOPIC_TRAIN,
+    epoch_publisher,
     publish_progress,
     publish_progress_start,
     publish_train_metrics,
 )
 from dparallel.dashboard.state import DashboardState
-from dparallel.dashboard.train_publisher import epoch_publisher
 
 __all__ = [
     "PAGE_ROUTES",
@@ -58,10 +53,8 @@ STATUS_ROUTE = "dparallel/status.json"
 
 
 def register_pages() -> bool:
-    """Add the pages to distributed's dashboard applications; ``False`` without bokeh.
-
-    Must run before the scheduler builds its dashboard: at preload import time.
-    """
+    """Add the pages to distributed's dashboard applications (``False`` without bokeh),
+    before the scheduler builds its dashboard: at preload import time."""
     try:
         from distributed.dashboard.scheduler import applications
 

@@ -1,16 +1,12 @@
 """The dashboard pages of a local cluster, attached once its workers run.
 
-distributed builds its bokeh dashboard inside ``Scheduler.__init__``: importing bokeh and
-the dashboard's components is costly (docs/deploy.md), and in a local cluster the scheduler
-lives in the driver, so every local featurize paid it before a single worker could register.
-The local clusters of :func:`dparallel.cluster.connect` therefore start their scheduler
-with its HTTP server (``/health``, Dask's JSON routes and ``/dparallel/status.json``, from
-this module as the scheduler preload) but without the bokeh pages, and
-:func:`attach_pages` adds them — Dask's own and dparallel's, as ``Scheduler.__init__``
-would have — once the workers are up: bokeh is imported in a background thread, the pages
-are connected on the scheduler's event loop. Until then the page URLs answer 404.
-Schedulers started by ``dask scheduler --preload dparallel.dashboard`` are not concerned:
-they build their dashboard as usual.
+distributed builds its bokeh dashboard inside ``Scheduler.__init__``, which is costly
+(docs/deploy.md); a local cluster's scheduler lives in the driver, so every local run
+paid it before a worker could register. The local clusters of
+:func:`dparallel.cluster.connect` therefore start their scheduler with its HTTP server
+(``/health``, Dask's JSON routes and ``/dparallel/status.json``; this module is its
+preload) but without the pages, and :func:`attach_pages` adds them, Dask's and
+dparallel's, once the workers are up (the page URLs answer 404 until then).
 """
 
 from __future__ import annotations
@@ -19,19 +15,15 @@ import logging
 import threading
 from typing import Any
 
+# the preload hook: collect dparallel events and serve /dparallel/status.json (no bokeh)
+from dparallel.dashboard.plugin import install as dask_setup
+
 __all__ = ["PRELOAD", "attach_pages", "dask_setup"]
 
 logger = logging.getLogger(__name__)
 
 #: Scheduler preload of local clusters: the event plugin and the JSON route, no bokeh.
 PRELOAD = "dparallel.dashboard.deferred_pages"
-
-
-def dask_setup(scheduler: Any) -> None:
-    """Preload hook: collect dparallel events and serve ``/dparallel/status.json``."""
-    from dparallel.dashboard.plugin import install
-
-    install(scheduler)
 
 
 def attach_pages(scheduler: Any, prefix: str = "/") -> threading.Event:

@@ -17,17 +17,23 @@ Every payload is a flat, msgpack-serialisable ``dict``:
 
 The publish helpers find the target themselves: inside a Dask task the current worker,
 otherwise the default client; with no cluster attached they do nothing and return ``False``.
+Training does not know the dashboard: its callers pass :func:`epoch_publisher` among the
+callbacks of :func:`dparallel.train.train`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "TOPIC_PROGRESS",
     "TOPIC_TRAIN",
+    "epoch_publisher",
     "progress_partition_event",
     "progress_start_event",
     "publish_progress",
@@ -53,7 +59,7 @@ def _nonneg_int(name: str, value: Any) -> int:
     return out
 
 
-def _metric(name: str, value: float | None) -> float | None:
+def _metric(value: float | None) -> float | None:
     if value is None:
         return None
     out = float(value)
@@ -111,12 +117,12 @@ def train_event(
         "run": str(run),
         "epoch": _nonneg_int("epoch", epoch),
         "split": split,
-        "loss": _metric("loss", loss),
-        "energy_rmse": _metric("energy_rmse", energy_rmse),
-        "force_rmse": _metric("force_rmse", force_rmse),
+        "loss": _metric(loss),
+        "energy_rmse": _metric(energy_rmse),
+        "force_rmse": _metric(force_rmse),
     }
     if data_wait_fraction is not None:
-        out["data_wait_fraction"] = _metric("data_wait_fraction", data_wait_fraction)
+        out["data_wait_fraction"] = _metric(data_wait_fraction)
     return out
 
 
@@ -150,19 +156,11 @@ def _publish(topic: str, msg: dict, target: _EventTarget | None) -> bool:
     return True
 
 
-def publish_progress_start(
-    run: str,
-    n_partitions: int,
-    n_structures: int,
-    n_atoms: int = 0,
-    n_done_before: int = 0,
-    *,
-    target: _EventTarget | None = None,
-) -> bool:
-    """Announce a featurization run; returns whether an event was sent."""
+def publish_progress_start(*fields: Any, target: _EventTarget | None = None) -> bool:
+    """Announce a featurization run (:func:`progress_start_event`'s arguments); returns
+    whether an event was sent."""
     resolved, _ = _resolve_target(target)
-    event = progress_start_event(run, n_partitions, n_structures, n_atoms, n_done_before)
-    return _publish(TOPIC_PROGRESS, event, resolved)
+    return _publish(TOPIC_PROGRESS, progress_start_event(*fields), resolved)
 
 
 def publish_progress(
@@ -175,11 +173,8 @@ def publish_progress(
     worker: str | None = None,
     target: _EventTarget | None = None,
 ) -> bool:
-    """Report one finished partition; call it inside the task or from the client.
-
-    ``worker`` defaults to the address of the worker running the calling task.
-    Returns whether an event was sent (``False`` when no cluster is attached).
-    """
+    """Report one finished partition from its task (``worker``: by default the one running
+    it) or the client; returns whether an event was sent (not without a cluster)."""
     resolved, name = _resolve_target(target)
     msg = progress_partition_event(
         run, partition, n_structures, n_atoms, seconds, worker if worker is not None else name
@@ -192,3 +187,25 @@ def publish_train_metrics(*fields: Any, target: _EventTarget | None = None, **na
     event was sent."""
     resolved, _ = _resolve_target(target)
     return _publish(TOPIC_TRAIN, train_event(*fields, **named), resolved)
+
+
+def epoch_publisher(run: str) -> Callable[[Mapping[str, Any]], None]:
+    """An epoch callback sending each metrics row under the name ``run``: one event per
+    split with a finite loss (a no-op without a cluster)."""
+
+    def publish(row: Mapping[str, Any]) -> None:
+        for split in ("train", "validation"):
+            loss = row.get(f"{split}_loss")
+            if loss is None or not math.isfinite(loss):
+                continue
+            publish_train_metrics(
+                run,
+                int(row["epoch"]),
+                split,
+                float(loss),
+                row.get(f"{split}_energy_rmse"),
+                row.get(f"{split}_force_rmse"),
+                data_wait_fraction=row.get("data_wait_fraction") if split == "train" else None,
+            )
+
+    return publish

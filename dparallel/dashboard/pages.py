@@ -1,13 +1,14 @@
 """Bokeh documents for the dparallel pages of the Dask dashboard.
 
-Each ``*_doc(scheduler, extra, doc)`` has the signature distributed's dashboard expects for
-entries of ``distributed.dashboard.scheduler.applications`` and refreshes from the
-scheduler's :class:`~dparallel.dashboard.state.DashboardState` in a periodic callback.
+Each entry of :data:`PAGES` is an application for ``distributed.dashboard.scheduler.
+applications`` that refreshes from the scheduler's
+:class:`~dparallel.dashboard.state.DashboardState` in a periodic callback.
 """
 
 from __future__ import annotations
 
 import html
+from functools import partial
 from typing import Any
 
 from bokeh.layouts import column, row
@@ -17,7 +18,7 @@ from bokeh.plotting import figure
 from dparallel.dashboard.plugin import state_of
 from dparallel.dashboard.state import METRICS, SPLITS
 
-__all__ = ["PAGES", "progress_doc", "training_doc"]
+__all__ = ["PAGES"]
 
 #: Update interval of the pages in milliseconds.
 INTERVAL_MS = 500
@@ -149,21 +150,9 @@ class _TrainingPage:
             )
             items = []
             for split in SPLITS:
-                line = fig.line(
-                    "epoch",
-                    metric,
-                    source=self.sources[split],
-                    color=_SPLIT_COLORS[split],
-                    line_width=2,
-                )
-                dots = fig.scatter(
-                    "epoch",
-                    metric,
-                    source=self.sources[split],
-                    color=_SPLIT_COLORS[split],
-                    size=5,
-                )
-                items.append((split, [line, dots]))
+                how = {"source": self.sources[split], "color": _SPLIT_COLORS[split]}
+                line = fig.line("epoch", metric, line_width=2, **how)
+                items.append((split, [line, fig.scatter("epoch", metric, size=5, **how)]))
             fig.add_layout(Legend(items=items, location="top_right"))
             figs.append(fig)
         self.root = column(
@@ -193,7 +182,9 @@ class _TrainingPage:
         )
 
 
-def _make_doc(page_cls: type, title: str, scheduler: Any, doc: Any) -> None:
+def _make_doc(page_cls: type, title: str, scheduler: Any, extra: dict, doc: Any) -> None:
+    """Fill ``doc`` with a page that refreshes itself (distributed's application signature
+    once ``page_cls`` and ``title`` are bound)."""
     page = page_cls(scheduler)
     page.update()
     doc.title = title
@@ -201,18 +192,9 @@ def _make_doc(page_cls: type, title: str, scheduler: Any, doc: Any) -> None:
     doc.add_periodic_callback(page.update, INTERVAL_MS)
 
 
-def progress_doc(scheduler: Any, extra: dict, doc: Any) -> None:
-    """Featurization progress page (partitions done/total, structures/s, per worker)."""
-    _make_doc(_ProgressPage, PROGRESS_TITLE, scheduler, doc)
-
-
-def training_doc(scheduler: Any, extra: dict, doc: Any) -> None:
-    """Training curves page (loss, energy and force RMSE; train and validation)."""
-    _make_doc(_TrainingPage, TRAINING_TITLE, scheduler, doc)
-
-
-#: Routes added to the Dask dashboard ("individual-" puts them in the "More" menu).
+#: Routes added to the Dask dashboard ("individual-" puts them in the "More" menu): the
+#: featurization progress and the training curves.
 PAGES = {
-    "/individual-dparallel-progress": progress_doc,
-    "/individual-dparallel-training": training_doc,
+    "/individual-dparallel-progress": partial(_make_doc, _ProgressPage, PROGRESS_TITLE),
+    "/individual-dparallel-training": partial(_make_doc, _TrainingPage, TRAINING_TITLE),
 }

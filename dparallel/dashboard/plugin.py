@@ -32,9 +32,7 @@ class DashboardPlugin(SchedulerPlugin):
 
     async def start(self, scheduler: Any) -> None:
         """Replay events logged before the plugin was added."""
-        for topic in (TOPIC_PROGRESS, TOPIC_TRAIN):
-            for t, msg in scheduler.get_events(topic):
-                self.state.add(t, topic, msg)
+        _replay(self.state, scheduler)
 
     def log_event(self, topic: str, msg: Any) -> None:
         """Record an event (called by the scheduler for every logged event)."""
@@ -47,7 +45,11 @@ def state_of(scheduler: Any) -> DashboardState:
     plugin = scheduler.plugins.get(PLUGIN_NAME)
     if isinstance(plugin, DashboardPlugin):
         return plugin.state
-    state = DashboardState()
+    return _replay(DashboardState(), scheduler)
+
+
+def _replay(state: DashboardState, scheduler: Any) -> DashboardState:
+    """``state`` fed every dparallel event in the scheduler's log."""
     for topic in (TOPIC_PROGRESS, TOPIC_TRAIN):
         for t, msg in scheduler.get_events(topic):
             state.add(t, topic, msg)

@@ -2,21 +2,71 @@
 
 No networking: :class:`DashboardState` is fed ``(time, topic, payload)`` and answers the
 questions the pages and the JSON route ask, so it is unit-tested without a cluster.
+:func:`throughput` is the one definition of the featurization rate that the terminal bar
+(``dparallel featurize``) and the dashboard page share, each feeding it from its own clock.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dparallel.dashboard.events import TOPIC_PROGRESS, TOPIC_TRAIN
-from dparallel.dashboard.rate import Finished, throughput
 
-__all__ = ["METRICS", "SPLITS", "DashboardState"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["METRICS", "SPLITS", "DashboardState", "Finished", "Throughput", "throughput"]
 
 METRICS = ("loss", "energy_rmse", "force_rmse")
 SPLITS = ("train", "validation")
+
+
+class Finished(NamedTuple):
+    """One finished partition: when (s, any clock), its task's seconds and its size."""
+
+    time: float
+    seconds: float
+    n_structures: int
+    n_atoms: int
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Rates over the run so far (``None`` before any partition finished)."""
+
+    elapsed_seconds: float  # s, start → last finished partition (≥ the longest task)
+    structures_done: int
+    atoms_done: int
+    structures_per_second: float | None
+    atoms_per_second: float | None
+    eta_seconds: float | None  # s, remaining structures at the current rate
+
+
+def throughput(
+    started: float | None, finished: Iterable[Finished], structures_total: int | None = None
+) -> Throughput:
+    """Structures and atoms done over the time from ``started`` to the last finished one.
+
+    Without ``started`` the run is taken to start when its first partition began
+    (``time - seconds``). The elapsed time is at least the longest task: a partition
+    cannot finish faster than its own task (this guards bursts of late reports).
+    """
+    parts = list(finished)
+    structures = sum(p.n_structures for p in parts)
+    atoms = sum(p.n_atoms for p in parts)
+    if not parts:
+        return Throughput(0.0, 0, 0, None, None, None)
+    t0 = started if started is not None else min(p.time - p.seconds for p in parts)
+    elapsed = max(max(p.time for p in parts) - t0, max(p.seconds for p in parts))
+    if elapsed <= 0:
+        return Throughput(0.0, structures, atoms, None, None, None)
+    rate = structures / elapsed
+    eta = None
+    if rate > 0 and structures_total is not None:
+        eta = max(structures_total - structures, 0) / rate
+    return Throughput(elapsed, structures, atoms, rate, atoms / elapsed, eta)
 
 
 @dataclass
@@ -46,7 +96,6 @@ class _Curves:
     points: dict[str, dict[int, dict[str, float | None]]] = field(
         default_factory=lambda: {s: {} for s in SPLITS}
     )
-    updated: float = 0.0
 
 
 class DashboardState:
@@ -103,19 +152,12 @@ class DashboardState:
             m: (None if msg.get(m) is None else float(msg[m]))
             for m in (*METRICS, "data_wait_fraction")
         }
-        self.train.updated = t
 
-    def progress_summary(self, now: float | None = None) -> dict[str, Any] | None:
-        """Partitions done/total, structures/s, ETA and per-worker throughput (or ``None``).
-
-        Counts are of this run's partitions, one Dask task each, as the terminal bar counts
-        them: ``partitions_total`` is what the run computes, and the partitions an earlier
-        run finished (``partitions_done_before``) are in neither number.
-
-        Rates and ETA are :func:`~dparallel.dashboard.rate.throughput` of the run's start
-        event time and the partitions' event times (the terminal bar uses the same function);
-        per-worker throughput is structures over the summed task seconds of that worker.
-        """
+    def progress_summary(self) -> dict[str, Any] | None:
+        """Partitions done/total, structures/s, ETA and per-worker throughput (or ``None``):
+        counts of this run's partitions, as the terminal bar counts them (not those of
+        ``partitions_done_before``); rates and ETA by :func:`throughput` of the events'
+        times; per worker, structures over its summed task seconds."""
         run = self.progress
         if run is None:
             return None
@@ -125,15 +167,15 @@ class DashboardState:
             (Finished(p.time, p.seconds, p.n_structures, p.n_atoms) for p in parts),
             run.n_structures,
         )
-        workers: dict[str, dict[str, float | int | None]] = {}
+        workers: dict[str, dict[str, Any]] = {}
         for p in parts:
             w = workers.setdefault(p.worker, {"partitions": 0, "structures": 0, "seconds": 0.0})
-            w["partitions"] += 1  # type: ignore[operator]
-            w["structures"] += p.n_structures  # type: ignore[operator]
-            w["seconds"] += p.seconds  # type: ignore[operator]
-        for w in workers.values():
-            sec = float(w["seconds"])  # type: ignore[arg-type]
-            w["structures_per_second"] = float(w["structures"]) / sec if sec > 0 else None  # type: ignore[arg-type]
+            w["partitions"] += 1
+            w["structures"] += p.n_structures
+            w["seconds"] += p.seconds
+            w["structures_per_second"] = (
+                w["structures"] / w["seconds"] if w["seconds"] > 0 else None
+            )
         n_total = run.n_partitions
         return {
             "run": run.run,
@@ -153,10 +195,8 @@ class DashboardState:
         }
 
     def train_summary(self) -> dict[str, Any] | None:
-        """Per split, columns ``epoch`` and each metric sorted by epoch (or ``None``).
-
-        Also ``data_wait_fraction``: per training epoch, the share of it spent waiting for data.
-        """
+        """Per split, columns ``epoch`` and each metric sorted by epoch (or ``None``), and
+        ``data_wait_fraction``: per training epoch, the share of it spent waiting for data."""
         curves = self.train
         if curves is None:
             return None
@@ -172,9 +212,9 @@ class DashboardState:
         out["data_wait_fraction"] = [train[e]["data_wait_fraction"] for e in sorted(train)]
         return out
 
-    def to_json(self, now: float | None = None) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Everything the JSON route serves (NaN-free, JSON-serialisable)."""
-        return _clean({"progress": self.progress_summary(now), "train": self.train_summary()})
+        return _clean({"progress": self.progress_summary(), "train": self.train_summary()})
 
 
 def _clean(value: Any) -> Any:

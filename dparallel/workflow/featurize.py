@@ -1,24 +1,19 @@
 """Featurize a structure source into a store on a Dask cluster: the client driver.
 
-The unit of work is :func:`~dparallel.workflow.featurize_task.featurize_partition` (the
-worker side, its own module). :func:`featurize` takes the store's lease, plans, creates
-(or reopens, to resume) the store, runs every pending partition on the cluster
-(:func:`dparallel.cluster.dispatch.run_partitions`, which also reruns those whose worker
-died), merges the statistics exactly and records them. Its options travel as one
-:class:`FeaturizeOptions` (:mod:`dparallel.workflow.featurize_dispatch`).
-:func:`featurize_status` is the predicate ``dparallel run`` uses to decide whether a store
-is already current; n2p2's ``scaling.data`` is written by
-:func:`dparallel.n2p2.scaling_data.write_scaling_data` (:func:`write_scaling_data` here
-reads the store for it).
+:func:`featurize` takes the store's lease, plans, creates (or reopens, to resume) the
+store, runs every pending partition (:mod:`~dparallel.workflow.featurize_task`) on the
+cluster, merges the statistics exactly and records them. :func:`featurize_status` is the
+predicate ``dparallel run`` uses to decide whether a store is already current.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import (
@@ -42,9 +37,8 @@ from dparallel.store import (
     target_path,
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS
-from dparallel.workflow.featurize_dispatch import FeaturizeOptions, run_featurize_partitions
 from dparallel.workflow.featurize_task import featurize_partition
-from dparallel.workflow.featurize_worker_preload import (  # noqa: F401 - re-exported
+from dparallel.workflow.featurize_worker_preload import (
     FEATURIZE_FORKSERVER_PRELOAD,
     featurize_preloads,
 )
@@ -53,11 +47,13 @@ from dparallel.workflow.stats import FeatureStats
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
+    from concurrent.futures import Future
 
+    from dparallel.cluster import ClusterHandle
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.io import StructureSource
-    from dparallel.io.location import Where
+    from dparallel.io.location import Location, Where
     from dparallel.store import Plan
 
 __all__ = [
@@ -72,6 +68,58 @@ __all__ = [
     "prepare_featurize",
     "write_scaling_data",
 ]
+
+
+@dataclass(frozen=True)
+class FeaturizeOptions:
+    """How :func:`featurize` reads, stores and runs.
+
+    ``format``, ``units``, ``on_error``: how each task reads the structure file
+    (:func:`dparallel.io.open_source`); with ``on_error="skip"`` structures that cannot be
+    read or featurized are skipped and recorded, with ``"raise"`` their partition fails,
+    naming them. ``partition_atoms``: atoms per partition (one task each); ``None``: about
+    four partitions per worker, 5,000-20,000 atoms each, or one per worker (≥ 1,000 atoms)
+    for less data (:func:`~dparallel.store.derived_partition_atoms`; a warning when there
+    are fewer partitions than workers), and a store of this source and config is resumed
+    whatever its partitioning. ``overwrite``: replace a dparallel store made from another
+    source or config instead of refusing (never anything that is not a dparallel store).
+    ``protect``: files besides the source that the store path may not be or hold.
+    ``client``, ``cluster``, ``scheduler``, ``scheduler_file``: where to run
+    (:func:`dparallel.cluster.connect`; default: a local multi-process cluster);
+    ``connecting``: a connection already being made for this run
+    (:func:`dparallel.cluster.connect_in_background`), used instead and closed at the end
+    either way. ``torch_threads``: torch threads inside each task (default: the worker's
+    budget, 1); ``retries``: extra attempts of a partition whose task raised.
+    ``progress(event, done, total)``: once with the dashboard's start event (``done=0``),
+    then with each finished partition's report; ``on_connect(handle)`` once connected.
+    """
+
+    format: str | None = None
+    units: str = "ase"
+    on_error: Literal["raise", "skip"] = "raise"
+    partition_atoms: int | None = None
+    overwrite: bool = False
+    protect: tuple[str | os.PathLike[str], ...] = ()
+    client: Any = None
+    cluster: Any = None
+    scheduler: str | None = None
+    scheduler_file: str | os.PathLike[str] | None = None
+    torch_threads: int | None = None
+    retries: int = 1
+    progress: Callable[[dict[str, Any], int, int], None] | None = field(default=None, compare=False)
+    on_connect: Callable[[Any], None] | None = field(default=None, compare=False)
+    connecting: Future[ClusterHandle] | None = field(default=None, compare=False)
+
+    def connect_to(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`dparallel.cluster.connect` (and
+        :func:`~dparallel.cluster.expected_workers`): where to run."""
+        return {
+            "spec": self.cluster,
+            "client": self.client,
+            "scheduler": self.scheduler,
+            "scheduler_file": self.scheduler_file,
+        }
+
 
 _DEFAULTS = FeaturizeOptions()
 
@@ -95,23 +143,11 @@ class FeaturizeResult:
         return self.n_structures / self.seconds if self.seconds > 0 else float("nan")
 
 
-def featurize_config(
-    source: StructureSource, descriptors: DescriptorSet, partition_atoms: int
-) -> dict[str, Any]:
-    """The config recorded in the store: a store is never mixed across configs."""
-    config = ingest_config(source, partition_atoms)
-    config["features"] = descriptors.to_dict()
-    return config
-
-
 def merged_statistics(
     store: Store, reports: Mapping[int, Mapping[str, Any]] | None = None
 ) -> dict[str, dict[str, FeatureStats]]:
-    """Merge every done partition's statistics exactly (order-independent).
-
-    ``reports``: partition → report already in hand (the tasks' results of this run): only
-    the other done partitions' reports are read from the store.
-    """
+    """Merge every done partition's statistics exactly (order-independent); ``reports``
+    (partition → report in hand) spares reading those partitions' from the store."""
     merged: dict[str, dict[str, FeatureStats]] = {}
     known = reports or {}
     for p in store.done_partitions().tolist():
@@ -130,26 +166,19 @@ def _target(
     options: FeaturizeOptions,
     n_workers: int | None = None,
 ) -> tuple[StructureSource, Plan, dict[str, Any]]:
-    """The source, plan and config a store for these options is made from.
-
-    Without ``partition_atoms`` the size is derived from the data and ``n_workers``
-    (:func:`~dparallel.store.derived_partition_atoms`; unknown workers: the largest size)
-    and recorded in the config like a given one.
-    """
+    """The source, plan and config (recorded in the store) a store for these options is
+    made from; without ``partition_atoms`` the size is derived from the data and
+    ``n_workers`` (unknown workers: the largest size) and recorded like a given one."""
     source = open_source(
         source_path, options.format, units=options.units, on_error=options.on_error
     )
-    partition_atoms = options.partition_atoms
-    if partition_atoms is None:
-        atoms = (
-            derived_partition_atoms(source.atom_counts, n_workers)
-            if n_workers
-            else DEFAULT_PARTITION_ATOMS
-        )
-    else:
-        atoms = partition_atoms
-    plan = plan_partitions(source.atom_counts, atoms)
-    return source, plan, featurize_config(source, descriptors, atoms)
+    atoms = options.partition_atoms
+    if atoms is None:
+        atoms = DEFAULT_PARTITION_ATOMS
+        if n_workers:
+            atoms = derived_partition_atoms(source.atom_counts, n_workers)
+    config = {**ingest_config(source, atoms), "features": descriptors.to_dict()}
+    return source, plan_partitions(source.atom_counts, atoms), config
 
 
 def featurize_status(
@@ -158,14 +187,10 @@ def featurize_status(
     descriptors: DescriptorSet,
     options: FeaturizeOptions = _DEFAULTS,
 ) -> StoreStatus:
-    """What :func:`featurize` with these options would find at ``store_path``.
-
-    The same comparison :func:`~dparallel.store.create_store` makes (source content,
-    units, format, on_error, descriptors, partitioning — the latter only when
-    ``options.partition_atoms`` is given: a derived one depends on the workers, so any
-    partitioning matches). ``status.current`` plus the recorded ``statistics`` means a
-    run would have nothing to do.
-    """
+    """What :func:`featurize` with these options would find at ``store_path``: the
+    comparison :func:`~dparallel.store.create_store` makes (the partitioning only when
+    ``options.partition_atoms`` is given). ``status.current`` plus the recorded
+    ``statistics`` means a run would have nothing to do."""
     source, plan, config = _target(source_path, descriptors, options)
     compared = None if options.partition_atoms is None else plan
     return store_status(
@@ -180,12 +205,8 @@ def prepare_featurize(
     options: FeaturizeOptions = _DEFAULTS,
     n_workers: int | None = 1,
 ) -> tuple[StructureSource, Store]:
-    """Index the source, plan partitions and create (or reopen, to resume) the store.
-
-    ``options.protect``: files besides the source that the store path may not be or hold.
-    ``options.partition_atoms=None``: derived from the data and ``n_workers`` (a store of
-    this source and config is reopened whatever its partitioning).
-    """
+    """Index the source, plan partitions and create (or reopen, to resume) the store
+    (``options.partition_atoms=None``: derived from the data and ``n_workers``)."""
     source, plan, config = _target(source_path, descriptors, options, n_workers)
     store = create_store(
         store_path,
@@ -218,12 +239,9 @@ def featurize_in_process(
     options: FeaturizeOptions = _DEFAULTS,
     n_workers: int | None = 1,
 ) -> Store:
-    """Featurize in this process, partition by partition, without Dask (same store).
-
-    For small jobs, tests and benchmarks; ``options`` (those of reading and of the store)
-    and ``n_workers`` as :func:`prepare_featurize`. Raises :class:`PartitionFailedError`
-    like :func:`featurize` (other partitions kept).
-    """
+    """Featurize in this process, partition by partition, without Dask (same store; for
+    small jobs, tests and benchmarks). Raises :class:`PartitionFailedError` like
+    :func:`featurize` (other partitions kept)."""
     with StoreLease(store_path, command="featurize (in process)") as lease:
         source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
         failures: dict[int, BaseException] = {}
@@ -244,51 +262,9 @@ def featurize(
     descriptors: DescriptorSet,
     options: FeaturizeOptions = _DEFAULTS,
 ) -> FeaturizeResult:
-    """Featurize ``source_path`` into ``store_path`` on a Dask cluster; resumable.
-
-    Parameters
-    ----------
-    source_path
-        The structure file.
-    store_path
-        Zarr store to create, or to resume when it was made with the same source and config.
-    descriptors
-        What to compute (:class:`DescriptorSet`).
-    options
-        How (:class:`FeaturizeOptions`), field by field:
-    format, units, on_error
-        The structure file is read by :func:`dparallel.io.open_source` inside each task.
-        With ``on_error="skip"``, structures that cannot be read or featurized are
-        skipped and recorded; with ``"raise"`` their partition fails, naming them.
-    partition_atoms
-        Atoms per partition (one task each). ``None``: about four partitions per worker,
-        5,000-20,000 atoms each, or one per worker (≥ 1,000 atoms) for less data
-        (:func:`~dparallel.store.derived_partition_atoms`; a warning when there are
-        fewer partitions than workers); a store of this source and
-        config is then resumed whatever its partitioning.
-    overwrite
-        Replace a dparallel store made from another source or config instead of refusing
-        (never anything that is not a dparallel store).
-    protect
-        Files besides the source that the store path may not be or hold (workflow,
-        descriptors files).
-    client, cluster, scheduler, scheduler_file
-        Where to run; see :func:`dparallel.cluster.connect` for the resolution order
-        (default: a local multi-process cluster).
-    torch_threads
-        Torch threads inside each task (default: the worker's budget, 1).
-    retries
-        Extra attempts of a partition whose task raised.
-    progress
-        ``progress(event, done, total)``: once with the dashboard's start event
-        (``done=0``), then with each finished partition's report.
-    on_connect
-        Called with the :class:`~dparallel.cluster.ClusterHandle` once connected
-        (the CLI prints the dashboard link from it).
-    connecting
-        A connection already being made for this run
-        (:func:`dparallel.cluster.connect_in_background`, e.g. by the CLI before it reads
-        anything): used instead of connecting here, and closed at the end either way.
+    """Featurize ``source_path`` (a structure file) into the zarr store ``store_path`` on a
+    Dask cluster, as ``options`` (:class:`FeaturizeOptions`) say of ``descriptors``;
+    resumable: a store made with the same source and config is resumed.
 
     Raises
     ------
@@ -302,34 +278,16 @@ def featurize(
     RunInterruptedError
         Interrupted (Ctrl-C): says how many partitions are done and kept.
     """
-    from dparallel.cluster import expected_workers
+    from dparallel.cluster import discard_connection, expected_workers
 
     t0 = time.perf_counter()
     # needed before the store only to derive the partition size (a given client is asked)
     n_workers = (
         expected_workers(**options.connect_to()) if options.partition_atoms is None else None
     )
-    try:
-        return _featurize(source_path, store_path, descriptors, options, n_workers, t0)
-    finally:
-        if options.connecting is not None:  # closed already if run_featurize_partitions took it
-            from dparallel.cluster import discard_connection
-
-            discard_connection(options.connecting)
-
-
-def _featurize(
-    source_path: Where,
-    store_path: Where,
-    descriptors: DescriptorSet,
-    options: FeaturizeOptions,
-    n_workers: int | None,
-    t0: float,
-) -> FeaturizeResult:
-    """:func:`featurize` once the connection (if any) is on its way."""
-    from dparallel.cluster import expected_workers
-
-    with StoreLease(store_path, command="dparallel featurize") as lease:
+    with contextlib.ExitStack() as stack:
+        stack.callback(discard_connection, options.connecting)  # closed already if it was used
+        lease = stack.enter_context(StoreLease(store_path, command="dparallel featurize"))
         source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
         pending = [int(p) for p in store.pending_partitions()]
         if n_workers is None and pending:
@@ -337,9 +295,7 @@ def _featurize(
         _warn_idle_workers(store, pending, n_workers)
         try:
             reports: dict[int, dict[str, Any]] = {}
-            counts, failures = run_featurize_partitions(
-                source, store, pending, descriptors, lease, options, reports
-            )
+            failures = _run_partitions(source, store, pending, descriptors, lease, options, reports)
         except KeyboardInterrupt:
             done = len(store.done_partitions())
             raise RunInterruptedError(
@@ -354,16 +310,91 @@ def _featurize(
                 raise
             store = open_store(store.ref)  # the failures say more (e.g. a full disk)
     _raise_failures(store, failures)
+    counts = {k: sum(r[k] for r in reports.values()) for k in ("n_structures", "n_atoms")}
     return FeaturizeResult(
         store=store,
         partitions_computed=len(pending),
         partitions_already_done=store.n_partitions - len(pending),
-        n_structures=counts["n_structures"],
-        n_atoms=counts["n_atoms"],
-        n_skipped=counts["n_skipped"],
+        **counts,
+        n_skipped=sum(r["n_skipped"] for r in reports.values()),
         seconds=time.perf_counter() - t0,
         statistics=statistics,
     )
+
+
+def _run_partitions(
+    source: StructureSource,
+    store: Store,
+    pending: list[int],
+    descriptors: DescriptorSet,
+    lease: StoreLease,
+    options: FeaturizeOptions,
+    reports: dict[int, dict[str, Any]],
+) -> dict[int, BaseException]:
+    """Connect, announce the work and run every pending partition; returns the failures;
+    each report is kept in ``reports``."""
+    if not pending:
+        return {}
+    from dparallel.cluster import connect
+    from dparallel.cluster.dispatch import Dispatch, run_partitions
+    from dparallel.cluster.gpus import GPU_RESOURCE, gpu_partitions, gpu_worker_addresses
+    from dparallel.dashboard.events import progress_start_event, publish_progress_start
+
+    store_path = store.ref  # a task reopens this very store (folder, or generation)
+    run = f"featurize:{target_path(store)}"  # the user's path, also while built aside
+    spec = descriptors.to_dict()
+    progress = options.progress
+    with (
+        options.connecting.result()
+        if options.connecting is not None
+        else connect(
+            **options.connect_to(),
+            worker_preload=featurize_preloads(),
+            forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,),
+            return_early=True,
+        )
+    ) as handle:
+        if options.on_connect is not None:
+            options.on_connect(handle)
+        # workers still starting (return_early) count as they will be
+        n_gpu = max(len(gpu_worker_addresses(handle.client)), handle.planned_gpus)
+        n_all = max(handle.n_workers, handle.planned_workers)
+        marked = gpu_partitions(pending, n_gpu, n_all - n_gpu)
+        work = (
+            len(pending),
+            int((store.plan.stops[pending] - store.plan.starts[pending]).sum()),  # structures
+            int(store.plan.atoms[pending].sum()),
+            store.n_partitions - len(pending),  # done by earlier runs: not this run's count
+        )
+        publish_progress_start(run, *work, target=handle.client)
+        if progress is not None:
+            progress(progress_start_event(run, *work), 0, len(pending))
+
+        def add(p: int, report: dict[str, Any]) -> None:
+            reports[p] = report
+            if progress is not None:
+                progress(report, len(reports), len(pending))
+
+        how = Dispatch(
+            args=lambda p: (source, store_path, p, spec),
+            kwargs={"torch_threads": options.torch_threads, "run": run},
+            name="dparallel-featurize",
+            retries=options.retries,
+            on_result=add,
+            check=lease.check,
+            recover=lambda p: _recorded_report(store_path, p),
+            resources=lambda p: {GPU_RESOURCE: 1} if p in marked else None,
+        )
+        return run_partitions(handle.client, featurize_partition, pending, how)
+
+
+def _recorded_report(store_path: str | Location, p: int) -> dict[str, Any] | None:
+    """Partition ``p``'s report as its task recorded it in the store, once it is done
+    (what the driver uses when the task's own result was lost with its worker)."""
+    store = open_store(store_path)
+    if p not in set(store.done_partitions().tolist()):
+        return None
+    return store.report(p)
 
 
 def _warn_idle_workers(store: Store, pending: list[int], n_workers: int | None) -> None:
@@ -433,21 +464,16 @@ def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None
             f"could not be written ({kept} done partitions are kept); free space and rerun "
             "the same command to compute only the rest"
         )
-    raise PartitionFailedError(_failure_message(store, failures))
-
-
-def _failure_message(store: Store, failures: Mapping[int, BaseException]) -> str:
-    lines = []
+    lines = [
+        f"{len(failures)} of {total} partitions failed; {kept} done partitions are kept "
+        "and a rerun computes only the rest."
+    ]
     for p, exc in sorted(failures.items()):
         start, stop = store.partition_range(p)
         lines.append(
             f"partition {p} (structures {start}..{stop - 1}) failed: {type(exc).__name__}: {exc}"
         )
-    kept = len(store.done_partitions())
-    return (
-        f"{len(failures)} of {store.n_partitions} partitions failed; {kept} done partitions are "
-        "kept and a rerun computes only the rest.\n" + "\n".join(lines)
-    )
+    raise PartitionFailedError("\n".join(lines))
 
 
 def write_scaling_data(
@@ -456,13 +482,9 @@ def write_scaling_data(
     descriptor: str = "acsf",
     statistics: Mapping[str, Mapping[str, FeatureStats]] | None = None,
 ) -> None:
-    """Write n2p2 ``scaling.data`` for ``descriptor`` of ``store``
-    (:func:`dparallel.n2p2.scaling_data.write_scaling_data`: elements ordered by atomic
-    number, each element's rows in n2p2's sorted order whatever the store's column order).
-
-    ``statistics`` (e.g. ``FeaturizeResult.statistics``) saves re-reading every
-    partition's report; by default they are merged from the store.
-    """
+    """Write n2p2 ``scaling.data`` for ``descriptor`` of ``store`` (rows in n2p2's order,
+    :func:`dparallel.n2p2.scaling_data.write_scaling_data`); ``statistics`` (e.g.
+    ``FeaturizeResult.statistics``) saves merging them from the store again."""
     from dparallel.n2p2.scaling_data import write_scaling_data as write_n2p2
 
     if statistics is None:

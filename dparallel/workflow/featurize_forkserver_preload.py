@@ -1,13 +1,9 @@
 """What the forkserver of local workers imports for featurize: the warm-up, once, before
-any worker is forked from it.
+any worker is forked from it (:mod:`dparallel.cluster.forkserver`).
 
-Importing this module runs :func:`dparallel.workflow.featurize_worker_preload.warm_up`
-(logged and ignored if it fails: the forkserver must not die of it). Workers forked
-afterwards start with the task module imported and the compiled kernels loaded (see
-:mod:`dparallel.cluster.forkserver`). Its name is
-:data:`~dparallel.workflow.featurize_worker_preload.FEATURIZE_FORKSERVER_PRELOAD`; never
-import it elsewhere: the import is the work. It ends by freezing the garbage collector's
-view of what it loaded (``gc.freeze``), which the workers inherit.
+Importing it runs :func:`~dparallel.workflow.featurize_worker_preload.warm_up_logged`
+(a failure must not kill the forkserver), then freezes the garbage collector's view of
+what it loaded, which the workers inherit. Never import it elsewhere: the import is the work.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The featurize task: one partition, inside a Dask worker (or in-process).
 
-:func:`featurize_partition` reads its own structures from the source by path, computes
-one neighbor list and the descriptors (ACSF and/or neighbor sums, optionally per-pair
-derivatives), writes structures and features into its own region of the store, marks
-itself done and returns a small JSON-able report with mergeable statistics.
+:func:`featurize_partition` reads its structures, computes one neighbor list and the
+descriptors, writes them into its own region of the store, marks itself done and returns
+a small JSON-able report with mergeable statistics.
 
 A structure the descriptors cannot take is found here, per structure: an element outside
 the descriptor set, two atoms at the same place, or anything else that makes the
@@ -11,22 +10,11 @@ computation raise or return non-finite numbers. It is named by file, index in th
 and line; with ``on_error="skip"`` only that structure is skipped (recorded like every
 other skip), otherwise the partition fails with that message.
 
-Where it computes: on its worker's GPU when it has one, else on the CPU. A worker
-advertising the Dask resource ``GPU`` (:mod:`dparallel.cluster.gpus`) computes on
-``"cuda"`` when torch sees a CUDA device there; without one it says so in the log and
-computes on the CPU, with the same numbers as a CPU worker. The computation on the device
-goes through :data:`DEVICE_ENGINES`: the GPU featurize engines (registered: ACSF on the
-Triton kernel, :func:`triton_descriptors`), which must return :func:`task_descriptors`'s
-arrays (the store's layout: dG/dr split and in the store's precision). While no engine
-takes a set, the task computes it on the CPU and logs why.
-
-:func:`triton_descriptors` computes an ACSF-only descriptor set on the worker's device
-through ``ACSF.compute_arrays(backend=Backend("triton", device=…))``: the same keys,
-dtypes, shapes and pair order as the CPU route. It declines (``None``: the task computes
-on the CPU) a set with another descriptor type (neighbour sums), a set whose CPU route is
-not the compiled kernel (no numba), and a device the kernel cannot run on (no triton, no
-CUDA device); a partition too large for the device's memory is computed on the CPU
-(logged). It imports torch and triton only when it computes.
+Where it computes: a worker advertising the Dask resource ``GPU``
+(:mod:`dparallel.cluster.gpus`) computes on ``"cuda"`` through the first engine of
+:data:`DEVICE_ENGINES` that takes the descriptor set (today ACSF on the Triton kernel,
+:func:`triton_descriptors`), which must return :func:`task_descriptors`'s arrays; without
+a usable CUDA device or an engine it computes on the CPU, logging why once.
 
 This module is what workers import: it loads neither the client driver nor bokeh.
 """
@@ -118,15 +106,14 @@ def _coincident(batch: StructureBatch, nb: Neighbors) -> dict[int, str]:
 
 
 def _finite_rows(a: np.ndarray) -> np.ndarray:
-    """Rows of ``a`` (n, …) whose entries are all finite; also for empty rows or n = 0."""
+    """Rows of ``a`` (n, …) whose entries are all finite."""
     return np.isfinite(a).all(axis=tuple(range(1, a.ndim)))
 
 
 def _all_finite(a: np.ndarray) -> bool:
-    """Whether every entry of ``a`` is finite, by one sum: a NaN or ±inf anywhere makes the
-    sum non-finite (NaN absorbs, inf − inf is NaN); a finite sum proves them all finite.
-    (A sum can overflow for finite entries: False then only sends the caller to the exact
-    per-row test.) Much faster than :func:`_finite_rows` on dG/dr (docs/workflows.md)."""
+    """Whether every entry of ``a`` is finite, by one sum (much faster than
+    :func:`_finite_rows` on dG/dr): NaN or ±inf anywhere makes it non-finite; an overflow of
+    finite entries only sends the caller to the exact per-row test."""
     return bool(np.isfinite(np.add.reduce(a, axis=None)))
 
 
@@ -165,16 +152,16 @@ def unfit_structures(batch: StructureBatch, dset: DescriptorSet, nb: Neighbors) 
 def triton_descriptors(
     batch: StructureBatch, dset: DescriptorSet, neighbors: Neighbors, device: str
 ) -> dict[str, dict[str, dict[str, np.ndarray]]] | None:
-    """``task_descriptors(batch, dset, neighbors)``'s arrays computed by the Triton ACSF
-    kernel on ``device``; ``None`` for a set or a device it cannot take."""
+    """``task_descriptors(batch, dset, neighbors)``'s arrays (same keys, dtypes, shapes and
+    pair order) computed by the Triton ACSF kernel on ``device``; ``None`` (the CPU then
+    computes) for a set other than ACSF alone on the compiled kernel, a device the kernel
+    cannot run on, or a partition too large for the device's memory (logged)."""
     from dparallel.descriptors import ACSF, Backend
     from dparallel.descriptors._acsf_backends import triton_runs_on
 
     (descriptor, *others) = dset.by_name.values()
     # ACSF alone, computed on the CPU by the compiled kernel: the layout reproduced here
-    if others or not isinstance(descriptor, ACSF) or dset.uses_torch:
-        return None
-    if not triton_runs_on(device):
+    if others or not isinstance(descriptor, ACSF) or dset.uses_torch or not triton_runs_on(device):
         return None
     import torch
 
@@ -189,8 +176,7 @@ def triton_descriptors(
 
 #: ``{name: engine}``; ``engine(batch, dset, neighbors, device)`` returns the set's store
 #: arrays computed on ``device``, or ``None`` when it cannot take this set (the next engine
-#: is asked; none: the CPU). ``"triton"``: ACSF on the Triton kernel
-#: (:func:`triton_descriptors`).
+#: is asked; none: the CPU).
 DEVICE_ENGINES: dict[
     str, Callable[[StructureBatch, DescriptorSet, Neighbors, str], dict[str, Any] | None]
 ] = {"triton": triton_descriptors}
@@ -249,11 +235,8 @@ def device_descriptors(
 def task_descriptors(
     batch: StructureBatch, dset: DescriptorSet, nb: Neighbors | None = None, device: str = "cpu"
 ) -> _Computed:
-    """``dset.compute`` as the store keeps it: dG/dr in float32, ACSF's already split.
-
-    ``device`` other than ``"cpu"``: through a registered device engine when one takes the
-    set (:func:`device_descriptors`), else on the CPU.
-    """
+    """``dset.compute`` as the store keeps it (dG/dr in float32, ACSF's already split), on
+    ``device`` through a registered engine when one takes the set, else on the CPU."""
     if device != "cpu":
         if nb is None:
             nb = neighbor_list(batch, dset.r_cut)
@@ -371,7 +354,7 @@ def featurize_partition(
     store.write_features(p, computed)
     stats = {
         name: {
-            element: FeatureStats.of(arrays["values"].astype(np.float64, copy=False))
+            element: FeatureStats.of(arrays["values"].astype(np.float64, copy=False)).to_json()
             for element, arrays in per_element.items()
         }
         for name, per_element in computed.items()
@@ -390,10 +373,7 @@ def featurize_partition(
         "torch_threads": threads,
         "device": device,
         "pid": os.getpid(),
-        "stats": {
-            name: {elem: s.to_json() for elem, s in per_elem.items()}
-            for name, per_elem in stats.items()
-        },
+        "stats": stats,
     }
     store.mark_done(p, report)  # last write: the partition is complete from here on
     publish_progress(run, p, batch.n_structures, batch.n_atoms, seconds)

@@ -1,15 +1,11 @@
 """The Dask worker preload of featurize: it warms a worker up while the cluster starts.
 
-A worker's first featurize task pays for its imports (numba, zarr, the task module) and
-for numba loading the compiled ACSF kernel and dG/dr encoder from its cache
-(docs/deploy.md gives the cost). With this module as a worker preload
-(:data:`FEATURIZE_WORKER_PRELOAD`), each worker does that in a background thread from the
-moment its process starts, overlapping the scheduler's and the other workers' start-up
-and the driver's submission; a task that arrives sooner waits on the same import and
-compile locks, so nothing is done twice. A failed warm-up is logged and ignored: the
-task then does the same work and reports any error itself. :func:`warm_up` is also what
-the forkserver runs for featurize
-(:data:`FEATURIZE_FORKSERVER_PRELOAD`, :mod:`dparallel.workflow.featurize_forkserver_preload`).
+A worker's first task pays for its imports (numba, zarr, the task module) and for numba
+loading the compiled kernels from its cache (docs/deploy.md). As a worker preload
+(:data:`FEATURIZE_WORKER_PRELOAD`), each worker does that in a background thread from its
+start; a task that arrives sooner waits on the same import and compile locks, and a failed
+warm-up is logged and ignored (the task redoes the work and reports any error).
+:func:`warm_up` is also what the forkserver runs (:data:`FEATURIZE_FORKSERVER_PRELOAD`).
 
 vesin is imported synchronously, before the worker accepts tasks: its import briefly
 hides torch (:mod:`dparallel.neighbors`), which must not race a task importing torch.

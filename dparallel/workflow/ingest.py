@@ -38,22 +38,16 @@ DEFAULT_PARTITION_ATOMS = 20_000
 
 @dataclass(frozen=True)
 class IngestOptions:
-    """How :func:`ingest` reads the source and writes the store.
-
-    ``format``, ``units``, ``on_error``: how the structure file is read
-    (:func:`dparallel.io.open_source`; with ``on_error="skip"`` structures that cannot be
-    read are skipped and recorded). ``partition_atoms``: atoms per partition (``None``:
-    :data:`DEFAULT_PARTITION_ATOMS`). ``overwrite``: replace a dparallel store made from
-    another source or config instead of refusing. ``protect``: files the store path may
-    not be or hold. ``progress(done, total)`` is called after each partition.
-    """
+    """How :func:`ingest` reads the source (:func:`dparallel.io.open_source`; with
+    ``on_error="skip"`` structures that cannot be read are skipped and recorded) and writes
+    the store."""
 
     format: str | None = None
     units: str = "ase"
     on_error: Literal["raise", "skip"] = "raise"
-    partition_atoms: int | None = DEFAULT_PARTITION_ATOMS
-    overwrite: bool = False
-    protect: Iterable[str | os.PathLike[str]] = ()
+    partition_atoms: int | None = DEFAULT_PARTITION_ATOMS  # None: DEFAULT_PARTITION_ATOMS
+    overwrite: bool = False  # replace a store of another source or config, not refuse
+    protect: Iterable[str | os.PathLike[str]] = ()  # files the store path may not be or hold
     progress: Callable[[int, int], None] | None = field(default=None, compare=False)
 
 
@@ -87,10 +81,7 @@ def prepare_ingest(
     source: StructureSource, store_path: Where, options: IngestOptions = _DEFAULTS
 ) -> Store:
     """Plan partitions for ``source`` and create (or reopen, for resume) the store, as
-    ``options`` say (``partition_atoms``, ``overwrite``, ``protect``).
-
-    ``partition_atoms=None``: :data:`DEFAULT_PARTITION_ATOMS` (ingest runs in one process).
-    """
+    ``options`` say (``partition_atoms=None``: :data:`DEFAULT_PARTITION_ATOMS`)."""
     partition_atoms = options.partition_atoms or DEFAULT_PARTITION_ATOMS
     plan = plan_partitions(source.atom_counts, partition_atoms)
     return create_store(
@@ -105,10 +96,8 @@ def prepare_ingest(
 
 
 def ingest_partition(source: StructureSource, store: Store, p: int) -> dict[str, Any]:
-    """Read partition ``p``'s structures from ``source`` and write them; idempotent.
-
-    Returns a small report (counts, seconds) that is also stored with the done marker.
-    """
+    """Read partition ``p``'s structures from ``source`` and write them (idempotent); the
+    report (counts, seconds) is also stored with the done marker."""
     t0 = time.perf_counter()
     start, stop = store.partition_range(p)
     result = source.read_checked(start, stop)
@@ -129,12 +118,9 @@ def ingest_partition(source: StructureSource, store: Store, p: int) -> dict[str,
 def ingest(
     input_path: Where, store_path: Where, options: IngestOptions = _DEFAULTS
 ) -> IngestResult:
-    """Ingest ``input_path`` into the store at ``store_path`` in this process, as
-    ``options`` (:class:`IngestOptions`) say.
-
-    Only partitions not yet done are written, so an interrupted ingest resumes.
-    Memory is bounded by one partition plus the index (O(structures) integers).
-    """
+    """Ingest ``input_path`` into the store at ``store_path`` in this process, as ``options``
+    say; resumable (only partitions not yet done are written), in the memory of one
+    partition plus the index."""
     t0 = time.perf_counter()
     source = open_source(input_path, options.format, units=options.units, on_error=options.on_error)
     with StoreLease(store_path, command="dparallel ingest") as lease:

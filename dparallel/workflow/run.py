@@ -1,15 +1,11 @@
 """Run a workflow end to end: dataset → featurize → train → export, skipping finished stages.
 
-A stage is skipped when its output is complete and was made from the same inputs:
-the dataset file exists; the store is complete and made from this dataset's content with
-the workflow's units, format, on_error, descriptors and partitioning (the same predicate,
-:func:`~dparallel.workflow.featurize.featurize_status`, by which ``featurize`` resumes or
-refuses a store; it refuses a mismatching one unless ``store.overwrite``); the model
-directory holds ``model.pt`` trained with the same training spec from the same store;
-``deployed.pt`` is newer than ``model.pt``. A finished model of another configuration is
-never trained over: the run trains into a new sibling directory and says so
-(:mod:`~dparallel.workflow.run_dirs`). One cluster serves featurization and stays
-attached during training, so the dashboard shows both.
+A stage is skipped when its output is complete and made from the same inputs: the dataset
+file exists; the store is current (:func:`~dparallel.workflow.featurize.featurize_status`,
+the predicate by which ``featurize`` resumes or refuses a store); the model directory holds
+``model.pt`` trained with the same spec from the same store (else a sibling directory,
+:mod:`~dparallel.workflow.run_dirs`); ``deployed.pt`` is newer than ``model.pt``. One
+cluster serves featurization and stays attached during training (the dashboard shows both).
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
     from dparallel.io.location import Location
-    from dparallel.workflow.featurize_dispatch import FeaturizeOptions
+    from dparallel.workflow.featurize import FeaturizeOptions
     from dparallel.workflow.spec import WorkflowSpec
 
 __all__ = ["WorkflowResult", "run_workflow"]
@@ -61,9 +57,7 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Location, 
         from dparallel.errors import SourceNotFoundError
 
         why = (
-            "no 'generate' is set"
-            if location.local is not None
-            else "generate writes local files only"
+            "generate writes local files only" if location.local is None else "no 'generate' is set"
         )
         raise SourceNotFoundError(f"dataset.path {location} does not exist ({why})")
     path = location.local
@@ -118,14 +112,16 @@ def run_workflow(
 ) -> WorkflowResult:
     """Run every stage of ``spec`` that is not already complete; returns what was made.
 
-    ``connect_to``: where to run instead of the workflow's ``cluster`` section
-    (:func:`dparallel.cluster.connect`'s ``client``, ``scheduler`` or ``scheduler_file``).
-    ``protect`` lists files the store path may never be or hold (the workflow file).
-    """
+    ``connect_to``: :func:`dparallel.cluster.connect`'s ``client``, ``scheduler`` or
+    ``scheduler_file``, instead of the workflow's ``cluster`` section. ``protect``: files
+    the store path may never be or hold (the workflow file)."""
     from dparallel.cluster import connect
     from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
-    from dparallel.workflow.featurize import featurize, featurize_preloads
-    from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
+    from dparallel.workflow.featurize import featurize
+    from dparallel.workflow.featurize_worker_preload import (
+        FEATURIZE_FORKSERVER_PRELOAD,
+        featurize_preloads,
+    )
 
     dataset, dataset_stage = _dataset(spec, say)
     store_path = spec.store_location()
@@ -215,14 +211,12 @@ def _write_scaling(store: Location, statistics: Any) -> Location:
     scaling = store.sibling(name)
     if statistics is None and scaling.exists():
         return scaling
-    if scaling.local is not None:
-        write_scaling_data(open_store(store), scaling.local, statistics=statistics)
-        return scaling
     with tempfile.TemporaryDirectory() as tmp:
-        local = Path(tmp) / name
+        local = scaling.local or Path(tmp) / name
         write_scaling_data(open_store(store), local, statistics=statistics)
-        fs, path = scaling.filesystem()
-        fs.put_file(str(local), path)
+        if scaling.local is None:
+            fs, path = scaling.filesystem()
+            fs.put_file(str(local), path)
     return scaling
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -43,6 +43,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+_StorageOptions = Annotated[
+    dict[str, Any],
+    Field(
+        default_factory=dict,
+        description="fsspec options for a URL (e.g. {endpoint_url: ...}); credentials "
+        "best from the environment (AWS_*) of every process",
+    ),
+]
+
+
 class GenerateSpec(_Strict):
     """Generate the dataset when its file is missing (the embedded default)."""
 
@@ -57,11 +67,7 @@ class DatasetSpec(_Strict):
     """The structure file: a local path or a URL (``s3://bucket/data.extxyz``)."""
 
     path: str
-    storage_options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="fsspec options for a URL (e.g. {endpoint_url: ...}); credentials "
-        "best from the environment (AWS_*) of every process",
-    )
+    storage_options: _StorageOptions
     format: str | None = Field(None, description="extxyz, n2p2 or any ASE format; None: guess")
     units: str = Field("ase", description="ase (Å, eV) or bohr-hartree (n2p2 files)")
     on_error: Literal["raise", "skip"] = "raise"
@@ -84,11 +90,7 @@ class StoreSpec(_Strict):
 
     path: str
     overwrite: bool = False
-    storage_options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="fsspec options for a URL (e.g. {endpoint_url: ...}); credentials "
-        "best from the environment (AWS_*) of every process",
-    )
+    storage_options: _StorageOptions
 
 
 class OutputSpec(_Strict):

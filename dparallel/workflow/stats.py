@@ -19,7 +19,7 @@ import numpy as np
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["ExactSum", "FeatureStats", "format_scaling_data"]
+__all__ = ["ExactSum", "FeatureStats"]
 
 _MAX_ROWS = 1 << 25
 _HALF = 26  # mantissas are split in two halves of ≤ 27 bits so int64 sums cannot overflow
@@ -96,10 +96,6 @@ class ExactSum:
             scale = low - 53  # the sum is total · 2**scale
             out.append(Fraction(total << scale) if scale >= 0 else Fraction(total, 1 << -scale))
         return out
-
-    def to_float(self) -> np.ndarray:
-        """The column sums, correctly rounded to float64."""
-        return np.array([float(f) for f in self.fractions()], dtype=np.float64)
 
     def to_json(self) -> list[dict[str, str]]:
         """JSON-safe form (integers as strings: they can exceed 2**63)."""
@@ -203,23 +199,3 @@ class FeatureStats:
             sum=ExactSum.from_json(data["sum"]),
             sum_squares=ExactSum.from_json(data["sum_squares"]),
         )
-
-
-def format_scaling_data(
-    stats_by_element: Sequence[FeatureStats], orders: Sequence[Sequence[int]] | None = None
-) -> str:
-    """Render n2p2 ``scaling.data``: one row per (element, function), 1-based indices.
-
-    ``stats_by_element`` is ordered like n2p2's elements (by atomic number); ``orders``
-    (one column permutation per element, e.g. :meth:`ACSF.n2p2_order`) puts each
-    element's rows in n2p2's sorted order. Columns: e_index, sf_index, min, max, mean, sigma.
-    """
-    from dparallel.n2p2.scaling_data import format_scaling_data as render
-    from dparallel.n2p2.scaling_data import scaling_table
-
-    return render(
-        [
-            scaling_table(stats, None if orders is None else orders[k])
-            for k, stats in enumerate(stats_by_element)
-        ]
-    )

@@ -26,7 +26,7 @@ def test_data_wait_fraction_reaches_the_training_summary() -> None:
 
 
 def test_the_epoch_publisher_sends_the_row_s_data_wait(monkeypatch) -> None:  # noqa: ANN001
-    import dparallel.dashboard.train_publisher as tp
+    import dparallel.dashboard.events as tp
 
     sent = []
     monkeypatch.setattr(tp, "publish_train_metrics", lambda *a, **k: sent.append((a, k)))
