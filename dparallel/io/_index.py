@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 #: Bump when the index layout or an indexer's behaviour changes.
 INDEX_VERSION = 2
 _SAMPLE_BYTES = 1 << 20
+_ARRAYS = ("starts", "ends", "counts", "lines")  # the per-structure arrays of an index
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,16 +103,9 @@ def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | Non
                 int(f): (int(ln), str(r))
                 for f, ln, r in zip(z["err_frames"], z["err_lines"], z["err_reasons"], strict=True)
             }
+            arrays = {k: z[k] for k in _ARRAYS}
             return FileIndex(
-                format=format,
-                size=size,
-                mtime_ns=mtime_ns,
-                starts=z["starts"],
-                ends=z["ends"],
-                counts=z["counts"],
-                lines=z["lines"],
-                errors=errors,
-                sample_sha256=str(z["sample"]),
+                format, size, mtime_ns, **arrays, errors=errors, sample_sha256=str(z["sample"])
             )
     except (OSError, KeyError, ValueError):
         return None
@@ -123,10 +117,7 @@ def _save(index: FileIndex, candidates: list[Path]) -> None:
         "meta": np.array([INDEX_VERSION, index.size, index.mtime_ns], dtype=np.int64),
         "format": np.array(index.format),
         "sample": np.array(index.sample_sha256),
-        "starts": index.starts,
-        "ends": index.ends,
-        "counts": index.counts,
-        "lines": index.lines,
+        **{k: getattr(index, k) for k in _ARRAYS},
         "err_frames": np.array(frames, dtype=np.int64),
         "err_lines": np.array([index.errors[f][0] for f in frames], dtype=np.int64),
         "err_reasons": np.array([index.errors[f][1] for f in frames], dtype=str),
@@ -151,25 +142,22 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
     if cache:
         for c in candidates:
             if c.exists():
-                found = _load(c, size, mtime_ns, format)
-                if found is not None:
+                cached = _load(c, size, mtime_ns, format)
+                if cached is not None:
                     log.debug("using cached index %s", c)
-                    return found
+                    return cached
     builder = {"extxyz": _index_extxyz, "n2p2": _index_n2p2}.get(format, _index_ase)
-    starts, ends, counts, lines, errors, length = builder(location, format)
-    if not len(counts):
+    found, length = builder(location, format)
+    if not found.counts:
         raise InputFormatError(
             f"empty file: no structures found (format {format})", path=str(location)
         )
     index = FileIndex(
-        format=format,
-        size=size,
-        mtime_ns=mtime_ns,
-        starts=np.asarray(starts, dtype=np.int64),
-        ends=np.asarray(ends, dtype=np.int64),
-        counts=np.asarray(counts, dtype=np.int64),
-        lines=np.asarray(lines, dtype=np.int64),
-        errors=errors,
+        format,
+        size,
+        mtime_ns,
+        **{k: np.asarray(getattr(found, k), np.int64) for k in _ARRAYS},
+        errors=found.errors,
         sample_sha256=_sample_hash(location, length),
     )
     if cache:
@@ -177,8 +165,25 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
     return index
 
 
-#: starts, ends, counts, lines, errors, and the length of the (decompressed) text
-_Built = tuple[list[int], list[int], list[int], list[int], dict[int, tuple[int, str]], int]
+@dataclass
+class _Found:
+    """What an indexer found so far: one entry per structure, and the broken ones."""
+
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    errors: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+    def add(self, start: int, end: int, count: int, line: int) -> None:
+        self.starts.append(start)
+        self.ends.append(end)
+        self.counts.append(count)
+        self.lines.append(line)
+
+
+#: what an indexer returns: the structures found and the length of the (decompressed) text
+_Built = tuple[_Found, int]
 
 
 def _count_line(raw: bytes) -> int | None:
@@ -213,11 +218,8 @@ def _index_extxyz(location: Location, format: str) -> _Built:
     which is marked broken); a count too large swallows the next frame's count line (the
     frame is cut there, marked broken, and indexing goes on from that line).
     """
-    starts: list[int] = []
-    ends: list[int] = []
-    counts: list[int] = []
-    lines: list[int] = []
-    errors: dict[int, tuple[int, str]] = {}
+    found = _Found()
+    errors = found.errors
     pos, line = 0, 1
     path = str(location)
     with open_stream(location) as f:
@@ -229,14 +231,14 @@ def _index_extxyz(location: Location, format: str) -> _Built:
                 pos += len(head)
                 line += 1
                 continue
-            frame = len(counts)
+            frame = len(found.counts)
             try:
                 n = int(head.split()[0])
                 if n < 0:
                     raise ValueError
             except ValueError:
                 if frame and _atom_like(head):
-                    pos, line = _extra_atom_lines(f, head, pos, line, counts, lines, ends, errors)
+                    pos, line = _extra_atom_lines(f, head, pos, line, found)
                     continue
                 raise InputFormatError(
                     f"expected the number of atoms of a new frame, found {head[:60]!r}",
@@ -261,30 +263,21 @@ def _index_extxyz(location: Location, format: str) -> _Built:
                     line,
                     f"truncated frame: expected {n} atom lines, file ends after {got}",
                 )
-            starts.append(pos)
-            ends.append(pos + nbytes)
-            counts.append(n)
-            lines.append(line)
+            found.add(pos, pos + nbytes, n, line)
             pos += nbytes
             line += 1 + len(body)
-    return starts, ends, counts, lines, errors, pos
+    return found, pos
 
 
 def _extra_atom_lines(
-    f: BinaryIO,
-    head: bytes,
-    pos: int,
-    line: int,
-    counts: list[int],
-    lines: list[int],
-    ends: list[int],
-    errors: dict[int, tuple[int, str]],
+    f: BinaryIO, head: bytes, pos: int, line: int, found: _Found
 ) -> tuple[int, int]:
     """Atom lines after a frame whose count was too small: give them to that frame, broken."""
-    frame = len(counts) - 1
-    errors[frame] = (
-        lines[frame],
-        f"atom count {counts[frame]} on line {lines[frame]} is too small: line {line} holds "
+    frame = len(found.counts) - 1
+    first = found.lines[frame]
+    found.errors[frame] = (
+        first,
+        f"atom count {found.counts[frame]} on line {first} is too small: line {line} holds "
         f"another atom line ({head.strip()[:60].decode(errors='replace')!r})",
     )
     nbytes, nlines = len(head), 1
@@ -296,17 +289,13 @@ def _extra_atom_lines(
             break
         nbytes += len(raw)
         nlines += 1
-    ends[frame] += nbytes
+    found.ends[frame] += nbytes
     return pos + nbytes, line + nlines
 
 
 def _index_n2p2(location: Location, format: str) -> _Built:
     """One pass over an n2p2 ``input.data``: structures are ``begin`` … ``end`` blocks."""
-    starts: list[int] = []
-    ends: list[int] = []
-    counts: list[int] = []
-    lines: list[int] = []
-    errors: dict[int, tuple[int, str]] = {}
+    found = _Found()
     pos, line = 0, 0
     open_at: tuple[int, int] | None = None  # (byte, line) of the open ``begin``
     n_atoms = 0
@@ -317,22 +306,14 @@ def _index_n2p2(location: Location, format: str) -> _Built:
             key = raw.split(None, 1)[0] if raw.strip() else b""
             if key == b"begin":
                 if open_at is not None:
-                    errors[len(counts)] = (
-                        open_at[1],
-                        f"'begin' without 'end' (next 'begin' at line {line})",
-                    )
-                    starts.append(open_at[0])
-                    ends.append(pos)
-                    counts.append(n_atoms)
-                    lines.append(open_at[1])
+                    why = f"'begin' without 'end' (next 'begin' at line {line})"
+                    found.errors[len(found.counts)] = (open_at[1], why)
+                    found.add(open_at[0], pos, n_atoms, open_at[1])
                 open_at, n_atoms = (pos, line), 0
             elif key == b"end":
                 if open_at is None:
                     raise InputFormatError("'end' without 'begin'", path=path, line=line)
-                starts.append(open_at[0])
-                ends.append(pos + len(raw))
-                counts.append(n_atoms)
-                lines.append(open_at[1])
+                found.add(open_at[0], pos + len(raw), n_atoms, open_at[1])
                 open_at = None
             elif key and open_at is None:
                 raise InputFormatError(
@@ -344,12 +325,9 @@ def _index_n2p2(location: Location, format: str) -> _Built:
                 n_atoms += 1
             pos += len(raw)
     if open_at is not None:
-        errors[len(counts)] = (open_at[1], "'begin' without 'end' (file ends first)")
-        starts.append(open_at[0])
-        ends.append(pos)
-        counts.append(n_atoms)
-        lines.append(open_at[1])
-    return starts, ends, counts, lines, errors, pos
+        found.errors[len(found.counts)] = (open_at[1], "'begin' without 'end' (file ends first)")
+        found.add(open_at[0], pos, n_atoms, open_at[1])
+    return found, pos
 
 
 def _index_ase(location: Location, format: str) -> _Built:
@@ -358,12 +336,13 @@ def _index_ase(location: Location, format: str) -> _Built:
 
     path = location.require_local(f"reading {format!r} files (through ASE)")
 
-    counts: list[int] = []
+    found = _Found()
     try:
         for atoms in ase.io.iread(str(path), index=":", format=format):
-            counts.append(len(atoms))
+            found.counts.append(len(atoms))
     except Exception as exc:
         raise InputFormatError(
-            f"ASE cannot read it as {format!r}: {exc}", path=path, frame=len(counts)
+            f"ASE cannot read it as {format!r}: {exc}", path=path, frame=len(found.counts)
         ) from exc
-    return [], [], counts, [0] * len(counts), {}, int(location.info()["size"])
+    found.lines = [0] * len(found.counts)
+    return found, int(location.info()["size"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -22,10 +23,11 @@ from dparallel.io._parsers import parse_range
 from dparallel.io._validate import validate_batch
 from dparallel.io.location import Location, as_location
 from dparallel.io.units import UNIT_SYSTEMS
-from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from dparallel.types import StructureBatch
 
 __all__ = ["UNITS", "ReadResult", "StructureSource", "detect_format", "open_source"]
 
@@ -160,6 +162,7 @@ class StructureSource:
         self.cache_index = cache_index
         self._skipped: dict[int, str] = {}
         self._expect_index = _expect_index
+        self._expect_stat: tuple[int, int] | None = None  # (size, mtime_ns) when pickled
         self._index: FileIndex | None = None
 
     @property
@@ -173,8 +176,8 @@ class StructureSource:
         """The file's index (built or loaded on first use)."""
         if self._index is None:
             idx = load_or_build_index(self.location, self.format, cache=self.cache_index)
-            expected_stat = getattr(self, "_expect_stat", None)
-            changed = expected_stat is not None and expected_stat != (idx.size, idx.mtime_ns)
+            stat = self._expect_stat
+            changed = stat is not None and stat != (idx.size, idx.mtime_ns)
             if changed or (self._expect_index is not None and idx.sha256 != self._expect_index):
                 raise InputError(
                     f"{self.path} changed since it was opened (index hash differs); "
@@ -259,11 +262,8 @@ class StructureSource:
             skipped.append((i, f"{where}{reason}"))
             log.warning("skipping structure %d of %s: %s%s", i, self.path, where, reason)
         if bad:
-            keep = np.array([int(i) not in bad for i in kept])
-            batch = StructureBatch.concatenate(
-                [batch.select(int(k), int(k) + 1) for k in np.flatnonzero(keep)]
-            )
-            kept = kept[keep]
+            keep = np.flatnonzero([int(i) not in bad for i in kept])
+            batch, kept = batch.take(keep), kept[keep]
         self._skipped.update(skipped)
         return ReadResult(self._convert(batch), np.asarray(kept, np.int64), skipped)
 
@@ -271,29 +271,25 @@ class StructureSource:
         length, energy = UNITS[self.units]
         if length == 1.0 and energy == 1.0:
             return batch
-        return StructureBatch(
-            numbers=batch.numbers,
+        return dataclasses.replace(
+            batch,
             positions=batch.positions * length,
             cells=batch.cells * length,
-            pbc=batch.pbc,
             energy=batch.energy * energy,
             forces=batch.forces * (energy / length),
-            offsets=batch.offsets,
-            tags=batch.tags,
         )
 
     # -------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
+        idx = self._index
         return {
             "path": self.location,
             "format": self.format,
             "units": self.units,
             "on_error": self.on_error,
             "cache_index": self.cache_index,
-            "expect": self._index.sha256 if self._index is not None else self._expect_index,
-            "stat": (self._index.size, self._index.mtime_ns)
-            if self._index is not None
-            else getattr(self, "_expect_stat", None),
+            "expect": self._expect_index if idx is None else idx.sha256,
+            "stat": self._expect_stat if idx is None else (idx.size, idx.mtime_ns),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
