@@ -1,18 +1,27 @@
-"""Per-file index (byte ranges + atom counts per structure), built in one streaming pass.
+"""Per-file index (byte ranges + atom counts per structure), built in one streaming pass,
+and the bytes of a structure file wherever it is: local, remote (ranged reads), gzipped.
 
 The index is cached beside a local file (``FILE.dpindex.npz``) or, when that directory
 is not writable and for a URL, in ``$DPARALLEL_CACHE_DIR`` (default
 ``~/.cache/dparallel``). A cached index is used only while the file's size and mtime (ns;
-an object's last-modified time) match the ones it was built from. The byte ranges of a
-``.gz`` file are ranges of its decompressed text (:mod:`~dparallel.io._bytes`).
+an object's last-modified time) match the ones it was built from.
+
+An uncompressed file is read by byte range: ``pread``-like for a local file, one ranged
+GET for a URL, so a task reads only its partition's bytes. A ``.gz`` file has no random
+access: it is decompressed whole, once per process (the last one is kept in memory), and
+the index's byte ranges are ranges of the decompressed text. That suits files up to a few
+GB per worker; ship larger data sets uncompressed (docs/io.md).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import itertools
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -21,12 +30,18 @@ import numpy as np
 
 from dparallel._files import new_file
 from dparallel.errors import InputFormatError
-from dparallel.io._bytes import open_stream, read_range
 
 if TYPE_CHECKING:
     from dparallel.io.location import Location
 
-__all__ = ["FileIndex", "cache_path_for", "load_or_build_index"]
+__all__ = [
+    "FileIndex",
+    "cache_path_for",
+    "is_gzip",
+    "load_or_build_index",
+    "open_stream",
+    "read_range",
+]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +49,47 @@ log = logging.getLogger(__name__)
 INDEX_VERSION = 2
 _SAMPLE_BYTES = 1 << 20
 _ARRAYS = ("starts", "ends", "counts", "lines")  # the per-structure arrays of an index
+
+_LOCK = threading.Lock()
+_LAST: dict[tuple[str, int, int], bytes] = {}  # (url, size, mtime_ns) → decompressed
+
+
+def is_gzip(location: Location) -> bool:
+    """Whether the file is gzipped (by its name: ``….gz``)."""
+    return location.name.lower().endswith(".gz")
+
+
+def _decompressed(location: Location) -> bytes:
+    """The whole decompressed text of a ``.gz`` file (kept for the next call)."""
+    info = location.info()
+    key = (location.url, int(info["size"]), int(info["mtime_ns"]))
+    with _LOCK:
+        if key in _LAST:
+            return _LAST[key]
+        with location.open("rb") as raw:
+            try:
+                data = gzip.decompress(raw.read())
+            except (OSError, EOFError) as exc:
+                raise InputFormatError(
+                    f"not a readable gzip file: {exc}", path=str(location)
+                ) from None
+        _LAST.clear()
+        _LAST[key] = data
+        return data
+
+
+def open_stream(location: Location) -> BinaryIO:
+    """The file's (decompressed) bytes from the start, as a binary file object."""
+    if is_gzip(location):
+        return io.BytesIO(_decompressed(location))
+    return location.open("rb")
+
+
+def read_range(location: Location, start: int, stop: int) -> bytes:
+    """Bytes ``[start, stop)`` of the (decompressed) file."""
+    if is_gzip(location):
+        return _decompressed(location)[start:stop]
+    return location.read_range(start, stop)
 
 
 @dataclass(frozen=True, eq=False)

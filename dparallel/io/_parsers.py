@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from dparallel.io._bytes import read_range
+from dparallel.io._index import read_range
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:

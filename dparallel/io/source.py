@@ -17,8 +17,7 @@ from dparallel.errors import (
     InvalidStructureError,
     SourceNotFoundError,
 )
-from dparallel.io._bytes import is_gzip, open_stream
-from dparallel.io._index import FileIndex, load_or_build_index
+from dparallel.io._index import FileIndex, is_gzip, load_or_build_index, open_stream
 from dparallel.io._parsers import parse_range
 from dparallel.io._validate import validate_batch
 from dparallel.io.location import Location, as_location
