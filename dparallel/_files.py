@@ -34,6 +34,7 @@ import errno
 import os
 import re
 import secrets
+import stat
 import threading
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -276,14 +277,6 @@ def remove_file(
         path.unlink()
 
 
-def _one_filesystem(folders: list[str]) -> bool:
-    """Whether every one of ``folders`` lies on one filesystem (one ``syncfs`` covers them)."""
-    try:
-        return len({os.stat(f).st_dev for f in folders}) == 1
-    except OSError:
-        return False
-
-
 def _syncfs(folder: str) -> bool:
     """``syncfs`` of the filesystem holding ``folder`` (Linux); False where unavailable."""
     import ctypes
@@ -306,8 +299,6 @@ def restore_in_place(path: str | os.PathLike[str], data: bytes) -> None:
     document) when a new file does not fit (a full disk: the blocks the library freed are
     the only room). Only a plain file with one name, opened without following a link; the
     one write into an existing file dparallel makes."""
-    import stat
-
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     try:
         info = os.fstat(fd)
@@ -335,8 +326,9 @@ def sync_pending(paths: Iterable[str | os.PathLike[str]] = ()) -> None:
         for folder in folders:
             _fsync_folder(Path(folder))
         return
-    if _one_filesystem(folders) and _syncfs(folders[0]):
-        return  # one flush of that filesystem: the cheapest batch (docs/reliability.md)
+    with contextlib.suppress(OSError):  # one filesystem: one syncfs covers every file
+        if len({os.stat(f).st_dev for f in folders}) == 1 and _syncfs(folders[0]):
+            return  # one flush of that filesystem: the cheapest batch (docs/reliability.md)
     # issued together: the filesystem commits them in fewer journal writes (on ext4 on a
     # virtual disk, 30 files in about a third of the time one after another)
     from concurrent.futures import ThreadPoolExecutor
@@ -393,8 +385,6 @@ def check_log_target(path: str | os.PathLike[str]) -> Path:
 
 
 def _check_log_fd(path: Path, fd: int) -> None:
-    import stat
-
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         raise _refuse_log(path, "it is not a plain file")

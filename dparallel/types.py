@@ -82,7 +82,6 @@ class StructureBatch:
         if problems:
             raise ValueError("inconsistent StructureBatch: " + "; ".join(problems))
 
-    # ------------------------------------------------------------------ sizes
     @property
     def n_structures(self) -> int:
         """Number of structures ``S``."""
@@ -106,7 +105,6 @@ class StructureBatch:
     def __len__(self) -> int:
         return self.n_structures
 
-    # ------------------------------------------------------------- slicing
     def select(self, start: int, stop: int) -> StructureBatch:
         """Structures ``[start, stop)`` as a new batch (views where possible)."""
         start, stop, _ = slice(start, stop).indices(self.n_structures)
@@ -156,7 +154,6 @@ class StructureBatch:
             offsets=np.zeros(1, np.int64),
         )
 
-    # ------------------------------------------------------------------ ASE
     @staticmethod
     def from_ase(structures: Iterable[ase.Atoms]) -> StructureBatch:
         """Build a batch from ASE ``Atoms``; energy/forces from an attached calculator or info."""

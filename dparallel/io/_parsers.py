@@ -63,7 +63,6 @@ def parse_range(path: Location, index: FileIndex, start: int, stop: int) -> _Par
     return parse(texts, index, errors)
 
 
-# ------------------------------------------------------------------ extxyz
 _PROPS = re.compile(r"Properties=([^\s\"]+|\"[^\"]*\")", re.IGNORECASE)
 
 
@@ -218,7 +217,6 @@ def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | N
     return None
 
 
-# -------------------------------------------------------------------- n2p2
 def _parse_n2p2(texts: dict[int, str], index: FileIndex, errors: _Errors) -> _Parsed:
     from ase.data import atomic_numbers
 
@@ -367,7 +365,6 @@ def _num(text: str) -> float:
         raise ValueError(f"non-numeric field {text!r}") from None
 
 
-# --------------------------------------------------------------------- ASE
 def _parse_ase(path: Location, index: FileIndex, start: int, stop: int) -> _Parsed:
     import ase.io
 

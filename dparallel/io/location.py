@@ -58,7 +58,6 @@ class Location:
     def __repr__(self) -> str:
         return f"Location({self.url!r})"
 
-    # ----------------------------------------------------------------- what
     @property
     def is_local(self) -> bool:
         """A local path (no URL scheme)."""
@@ -91,7 +90,6 @@ class Location:
         """The last component (file or folder name)."""
         return self.url.rstrip("/").rsplit("/", 1)[-1]
 
-    # ------------------------------------------------------------ relatives
     def child(self, key: str) -> Location:
         """``key`` (``a/b``) below this location."""
         if self.local is not None:
@@ -105,7 +103,6 @@ class Location:
         head = self.url.rstrip("/").rsplit("/", 1)[0]
         return Location(f"{head}/{name}", self.storage_options)
 
-    # ---------------------------------------------------------- filesystem
     def filesystem(self) -> tuple[AbstractFileSystem, str]:
         """The fsspec filesystem and the path in it (the client's import errors named)."""
         import fsspec

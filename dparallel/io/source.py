@@ -37,7 +37,7 @@ UNITS: dict[str, tuple[float, float]] = {
     name: {"bohr-hartree": (_units.Bohr, _units.Hartree)}.get(name, (1.0, 1.0))  # ASE's CODATA
     for name in UNIT_SYSTEMS
 }
-_ALIASES = {"xyz": "extxyz", "extxyz": "extxyz", "n2p2": "n2p2", "runner": "n2p2"}
+_ALIASES = {"xyz": "extxyz", "runner": "n2p2"}
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,6 @@ class StructureSource:
         """``(index, reason)`` of every structure skipped by reads so far, sorted, no repeats."""
         return sorted(self._skipped.items())
 
-    # ---------------------------------------------------------------- index
     @property
     def index(self) -> FileIndex:
         """The file's index (built or loaded on first use)."""
@@ -226,7 +225,6 @@ class StructureSource:
                 "(a store made from the old version is refused, not mixed)"
             )
 
-    # ------------------------------------------------------------------ read
     def read(self, start: int = 0, stop: int | None = None) -> StructureBatch:
         """Valid structures of ``[start, stop)`` as one batch (cost O(stop − start))."""
         return self.read_checked(start, stop).batch
@@ -278,7 +276,6 @@ class StructureSource:
             forces=batch.forces * (energy / length),
         )
 
-    # -------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
         idx = self._index
         return {

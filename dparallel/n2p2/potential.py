@@ -30,9 +30,9 @@ from dparallel._files import claim_directory, remove_file, write_file
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.registry import descriptor_kind, registered
 from dparallel.errors import ConfigError, InputFormatError
-from dparallel.io.source import UNITS
+from dparallel.n2p2._text import unit_factors
 from dparallel.n2p2.input_nn import ACTIVATION_CODES, InputNN, read_input_nn
-from dparallel.n2p2.scaling_data import format_scaling_data, read_scaling_data
+from dparallel.n2p2.scaling_data import COLUMNS, format_scaling_data, read_scaling_data
 from dparallel.n2p2.weights import read_weights, weights_file_name, write_weights
 from dparallel.nn import HDNNP, N2P2_EXPRESSIBLE
 
@@ -70,13 +70,6 @@ def is_potential_dir(path: str | os.PathLike[str]) -> bool:
     return p.is_dir() and (p / "input.nn").is_file() and (p / "scaling.data").is_file()
 
 
-def _units(units: str) -> tuple[float, float]:
-    if units not in UNITS:
-        raise ConfigError(f"unknown units {units!r}; expected one of {sorted(UNITS)}")
-    return UNITS[units]
-
-
-# ------------------------------------------------------------------------ import
 def load_potential(
     directory: str | os.PathLike[str], units: str = "ase", dtype: torch.dtype = torch.float64
 ) -> tuple[ACSF, HDNNP]:
@@ -99,7 +92,7 @@ def load_potential(
         types other than 2/3/9, scaling or weights files that do not fit the input.nn.
     """
     d = Path(directory)
-    length, energy = _units(units)
+    length, energy = unit_factors(units)
     inp = read_input_nn(d / "input.nn")
     if inp.nnp_type != "2G":
         raise InputFormatError(
@@ -152,8 +145,7 @@ def _model(inp: InputNN, stats: dict[str, np.ndarray]) -> HDNNP:
         "smin": inp.scaling.smin,
         "smax": inp.scaling.smax,
         "statistics": {
-            e: {k: stats[e][:, c].tolist() for c, k in enumerate(("min", "max", "mean", "sigma"))}
-            for e in inp.elements
+            e: {k: stats[e][:, c].tolist() for c, k in enumerate(COLUMNS)} for e in inp.elements
         },
     }
     model = HDNNP(
@@ -167,7 +159,6 @@ def _model(inp: InputNN, stats: dict[str, np.ndarray]) -> HDNNP:
     return model
 
 
-# ------------------------------------------------------------------------ export
 def n2p2_problems(acsf: ACSF, model: HDNNP) -> list[str]:
     """Why n2p2 cannot evaluate (``acsf``, ``model``) exactly; empty when it can."""
     problems = []
@@ -250,7 +241,7 @@ def write_potential(
     if problems:
         raise ConfigError("n2p2 cannot express this model:\n  " + "\n  ".join(problems))
 
-    length, energy = _units(units)
+    length, energy = unit_factors(units)
     out = Path(out_dir)
     claim_directory(out, _MARKER, "n2p2 export", protect=protect, adopt=_earlier_export)
     for old in out.glob("weights.*.data"):  # an earlier model's, other elements too
@@ -272,14 +263,12 @@ def write_potential(
     write_file(out / "scaling.data", format_scaling_data(tables), durable=True)
     text = _input_nn_text(acsf, model, elements, (kind, smin, smax), (units, length, energy))
     write_file(out / "input.nn", text, durable=True)
-    r_max = acsf.r_cut
-    report = {
+    return {
         "directory": str(out),
         "files": ["input.nn", "scaling.data", *files],
         "units": units,
-        "lammps": lammps_lines(out, elements, r_max, length, energy),
+        "lammps": lammps_lines(out, elements, acsf.r_cut, length, energy),
     }
-    return report
 
 
 def _most_common(per_element: dict[str, list], elements: list[str]) -> tuple[list, int]:
@@ -337,8 +326,7 @@ def _scaling_tables(
         perm = acsf.n2p2_order(e)
         n = model.n_features[e]
         if e in stats:
-            table = np.stack([np.asarray(stats[e][k], np.float64) for k in
-                              ("min", "max", "mean", "sigma")], 1)  # fmt: skip
+            table = np.stack([np.asarray(stats[e][k], np.float64) for k in COLUMNS], 1)
         else:
             table = np.tile([-1e300, 1e300, 0.0, 1.0], (n, 1))
         table, changed = _fit_rows(table, shifts[e], factors[e], offset, kind, smin, smax)

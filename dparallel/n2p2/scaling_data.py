@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from dparallel._files import write_file
-from dparallel.errors import InputFormatError, SourceNotFoundError
+from dparallel.errors import InputFormatError
 from dparallel.n2p2._text import finite_number, text_lines
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class ScalingStatistics(Protocol):
 def scaling_table(stats: ScalingStatistics, order: Sequence[int] | None = None) -> np.ndarray:
     """The (F, 4) [min, max, mean, sigma] table of ``stats``, rows permuted by ``order``
     (e.g. :meth:`ACSF.n2p2_order`) when given."""
-    table = np.stack([stats.minimum, stats.maximum, stats.mean, stats.sigma], 1)
+    table = np.stack([stats.minimum, stats.maximum, stats.mean, stats.sigma], 1)  # COLUMNS
     return table if order is None else table[list(order)]
 
 
@@ -112,13 +112,11 @@ def read_scaling_data(path: str | Path, n_features: Mapping[str, int]) -> dict[s
         match, a binary or non-UTF-8 file; names the line.
     """
     p = Path(path)
-    if not p.is_file():
-        raise SourceNotFoundError(f"scaling data not found: {p}")
-    rows: list[tuple[int, list[str]]] = []
-    for lineno, line in enumerate(text_lines(p, "scaling data"), start=1):
-        if line.startswith("#") or not line.strip():
-            continue
-        rows.append((lineno, line.split()))
+    rows = [
+        (lineno, line.split())
+        for lineno, line in enumerate(text_lines(p, "scaling data"), start=1)
+        if line.strip() and not line.startswith("#")
+    ]
     need = sum(n_features.values())
     if len(rows) < need:
         raise InputFormatError(
@@ -137,14 +135,12 @@ def read_scaling_data(path: str | Path, n_features: Mapping[str, int]) -> dict[s
                 idx = (int(words[0]), int(words[1]))
                 values = [float(w) for w in words[2:6]]
                 table[f, : len(values)] = values
+                if len(words) < 5:
+                    raise IndexError
             except (IndexError, ValueError):
                 raise InputFormatError(
                     "expected 'e_index sf_index min max mean [sigma]'", path=p, line=lineno
                 ) from None
-            if len(words) < 5:
-                raise InputFormatError(
-                    "expected 'e_index sf_index min max mean [sigma]'", path=p, line=lineno
-                )
             _check_finite(words, p, lineno)
             if idx != (e_index, f + 1):
                 raise InputFormatError(

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 __all__ = [
     "SUPPORTED_TYPES",
     "acsf_from_input_nn",
+    "acsf_of",
     "cutoff_of",
     "elements_of",
-    "parse_input_nn",
     "symmetry_functions",
 ]
 
@@ -42,16 +42,6 @@ log = logging.getLogger(__name__)
 
 #: n2p2 symmetry-function types dparallel computes.
 SUPPORTED_TYPES = (2, 3, 9)
-
-
-def parse_input_nn(path: str | Path, unit: float = 1.0) -> tuple[list[str], dict[str, list]]:
-    """Elements (by atomic number) and per-central-element feature dicts of an input.nn.
-
-    ``unit`` converts file lengths to Å: rc, rs multiplied, η divided by unit².
-    """
-    settings = read_settings(path)
-    log_unused(settings)  # never dropped silently; the network keywords: dparallel.n2p2
-    return symmetry_functions(settings, unit)
 
 
 def acsf_from_input_nn(path: str | Path, unit: float | str = 1.0, order: str = "n2p2") -> ACSF:
@@ -63,7 +53,14 @@ def acsf_from_input_nn(path: str | Path, unit: float | str = 1.0, order: str = "
     by it, η divided by its square. Elements are ordered by atomic number and, with
     the default ``order="n2p2"``, each element's functions in n2p2's sorted order.
     """
-    elements, feats = parse_input_nn(path, unit=length_unit(unit))
+    settings = read_settings(path)
+    log_unused(settings)  # never dropped silently; the network keywords: dparallel.n2p2
+    return acsf_of(settings, unit, order)
+
+
+def acsf_of(settings: Settings, unit: float | str = 1.0, order: str = "n2p2") -> ACSF:
+    """The symmetry functions of read ``settings`` (see :func:`acsf_from_input_nn`)."""
+    elements, feats = symmetry_functions(settings, length_unit(unit))
     return ACSF(elements, feats, order=order, lenient=True)
 
 
@@ -134,39 +131,18 @@ def _symfunction_type(entry: Entry, settings: Settings) -> int:
         raise settings.fail(entry, "symmetry function type must be an integer") from None
     if type_ not in SUPPORTED_TYPES:
         raise settings.fail(entry, f"symmetry function type {type_} is not supported (2, 3, 9)")
-    need = 6 if type_ == 2 else 8
+    need, most = (6, 6) if type_ == 2 else (8, 9)
     if len(w) < need:
         usage = (
-            "<ec> 2 <e1> <eta> <rs> <rc>"
-            if type_ == 2
-            else f"<ec> {type_} <e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]"
+            "<e1> <eta> <rs> <rc>" if type_ == 2 else "<e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]"
         )
-        raise settings.fail(entry, f"type {type_} expects: {usage}")
-    used = 6 if type_ == 2 else min(len(w), 9)
-    if len(w) > used:
+        raise settings.fail(entry, f"type {type_} expects: <ec> {type_} {usage}")
+    if len(w) > most:
         log.warning(
             "%s line %d: %d extra words ignored (as n2p2 ignores them)",
-            settings.path, entry.line, len(w) - used,
+            settings.path, entry.line, len(w) - most,
         )  # fmt: skip
     return type_
-
-
-def _warn_where_n2p2_differs(
-    entry: Entry, settings: Settings, zeta: float, lam: float, rs: float
-) -> None:
-    """Warn about angular parameters for which n2p2's own results differ from ours."""
-    if zeta == 0 or lam == 0:
-        log.warning(
-            "%s line %d: zeta or lambda is 0: n2p2's own forces for this function are NaN "
-            "(its symmetry-function groups divide by zeta·lambda); dparallel's are finite",
-            settings.path, entry.line,
-        )  # fmt: skip
-    if rs < 0:
-        log.warning(
-            "%s line %d: angular rs %g < 0: n2p2's symmetry-function groups compute it as "
-            "rs = 0, dparallel uses %g (docs/n2p2.md)",
-            settings.path, entry.line, rs, rs,
-        )  # fmt: skip
 
 
 def _parse_symfunction(
@@ -202,8 +178,19 @@ def _parse_symfunction(
         raise fail("parameters must be finite numbers")
     if rc <= 0:
         raise fail(f"cutoff radius must be positive, got {rc}")
-    if type_ != 2:
-        _warn_where_n2p2_differs(entry, settings, zeta, lam, rs)  # type: ignore[arg-type]
+    where = (settings.path, entry.line)
+    if zeta == 0 or lam == 0:  # angular parameters where n2p2's own results differ from ours
+        log.warning(
+            "%s line %d: zeta or lambda is 0: n2p2's own forces for this function are NaN "
+            "(its symmetry-function groups divide by zeta·lambda); dparallel's are finite",
+            *where,
+        )
+    if type_ != 2 and rs < 0:
+        log.warning(
+            "%s line %d: angular rs %g < 0: n2p2's symmetry-function groups compute it as "
+            "rs = 0, dparallel uses %g (docs/n2p2.md)",
+            *where, rs, rs,
+        )  # fmt: skip
     return {
         "type": type_,
         "center": center,
