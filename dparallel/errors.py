@@ -12,30 +12,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from os import PathLike
 
-__all__ = [
-    "BackendUnavailableError",
-    "ClusterError",
-    "ConfigError",
-    "DParallelError",
-    "DescriptorError",
-    "DeviceError",
-    "DiskFullError",
-    "InputError",
-    "InputFormatError",
-    "InvalidStructureError",
-    "KernelInputError",
-    "NonFiniteError",
-    "PartitionFailedError",
-    "RunInterruptedError",
-    "SourceNotFoundError",
-    "StoreBusyError",
-    "StoreError",
-    "StoreIncompleteError",
-    "StoreMismatchError",
-    "TrainingError",
-    "UnsafePathError",
-]
-
 
 class DParallelError(Exception):
     """Base class of every error raised by dparallel."""
@@ -141,9 +117,6 @@ class DiskFullError(DParallelError, OSError):
         self.path = None if path is None else str(path)
         self.needed = needed
 
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
     def __reduce__(self) -> tuple:  # a task's error crosses processes whole
         return (_disk_full, (str(self), self.path, self.needed, self.errno))
 
@@ -167,3 +140,11 @@ class TrainingError(DParallelError, RuntimeError):
 
 class DeviceError(TrainingError):
     """A compute device was asked for but is absent, or ran out of memory; says what to do."""
+
+
+#: Every error class above: the whole hierarchy is public.
+__all__ = sorted(
+    name
+    for name, value in list(globals().items())
+    if isinstance(value, type) and issubclass(value, DParallelError)
+)

@@ -187,10 +187,8 @@ class StructureBatch:
                 cell=self.cells[s],
                 pbc=self.pbc[s],
             )
-            results: dict[str, Any] = {}
-            if np.isfinite(self.energy[s]):
-                results["energy"] = float(self.energy[s])
-            f = self.forces[a:b]
+            energy, f = self.energy[s], self.forces[a:b]
+            results: dict[str, Any] = {"energy": float(energy)} if np.isfinite(energy) else {}
             if b > a and np.all(np.isfinite(f)):
                 results["forces"] = f.copy()
             if results:

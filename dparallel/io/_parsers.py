@@ -154,17 +154,11 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
         forces = real("REF_forces")
     if forces is None:
         forces = np.full((n, 3), np.nan)
-    if "Lattice" in info:
-        cell = np.asarray(info["Lattice"], np.float64).T  # ASE's cell = transposed Lattice
-        pbc = info.get("pbc", [True, True, True])
-    else:
-        cell = np.zeros((3, 3))
-        pbc = info.get("pbc", [False, False, False])
-    energy = float("nan")
-    for key in ("energy", "REF_energy"):
-        if key in info:
-            energy = float(info[key])
-            break
+    periodic = "Lattice" in info
+    pbc = info.get("pbc", [periodic] * 3)
+    # ASE's cell is the transposed Lattice
+    cell = np.asarray(info["Lattice"], np.float64).T if periodic else np.zeros((3, 3))
+    energy = float(next((info[key] for key in ("energy", "REF_energy") if key in info), "nan"))
     tag = str(info.get("set", info.get("tag", "")))
     return numbers, positions, forces, cell, np.asarray(pbc, bool).reshape(3), energy, tag
 

@@ -242,11 +242,8 @@ class StructureSource:
         batch, kept, errors = parse_range(self.location, self.index, start, stop)
         self.check_unchanged()  # what was read is the file the index (and fingerprint) describe
         bad = {int(kept[k]): reason for k, reason in validate_batch(batch).items()}
-        problems: dict[int, tuple[int, str, bool]] = {
-            i: (line, reason, False) for i, (line, reason) in errors.items()
-        }
-        for i, reason in bad.items():
-            problems[i] = (int(self.index.lines[i]), reason, True)
+        problems = {i: (line, reason, False) for i, (line, reason) in errors.items()}
+        problems |= {i: (int(self.index.lines[i]), reason, True) for i, reason in bad.items()}
         if problems and self.on_error == "raise":
             i = min(problems)
             line, reason, invalid = problems[i]
