@@ -209,12 +209,11 @@ def new_file(
     *,
     root: str | os.PathLike[str] | None = None,
     durable: bool = False,
-    encoding: str | None = None,
     newline: str | None = None,
 ) -> Iterator[IO[Any]]:
     """A file object writing a new file that replaces ``path`` when the block ends.
 
-    ``mode``: ``"wb"`` or ``"w"`` (text, ``encoding`` default UTF-8). If the block raises,
+    ``mode``: ``"wb"`` or ``"w"`` (UTF-8 text). If the block raises,
     nothing replaces ``path`` and the temporary file is removed.
     """
     if mode not in ("w", "wb"):
@@ -229,7 +228,7 @@ def new_file(
         if mode == "wb":
             handle: IO[Any] = os.fdopen(fd, "wb")
         else:
-            handle = os.fdopen(fd, "w", encoding=encoding or "utf-8", newline=newline)
+            handle = os.fdopen(fd, "w", encoding="utf-8", newline=newline)
         with handle:
             yield handle
             handle.flush()

@@ -1,22 +1,10 @@
 """A whole n2p2 ``input.nn`` as validated data: :func:`read_input_nn` → :class:`InputNN`.
 
-What is read, and how n2p2 (``libnnp/Mode.cpp``) uses it:
-
-- ``number_of_elements``, ``elements`` (ordered by atomic number, as n2p2's ElementMap),
-  ``atom_energy <e> <E>`` (per-atom offsets added to the network energy),
-  ``cutoff_type <t> [alpha]`` and the symmetry functions
-  (:mod:`dparallel.n2p2.symmetry_functions`);
-- scaling: ``scale_symmetry_functions`` / ``center_symmetry_functions`` /
-  ``scale_symmetry_functions_sigma`` and ``scale_min_short`` / ``scale_max_short``
-  (n2p2's ``setupSymmetryFunctionScaling`` precedence and defaults 0 and 1);
-- normalisation: ``mean_energy``, ``conv_energy``, ``conv_length`` (all or none);
-- the short-range network: ``global_hidden_layers_short``, ``global_nodes_short``,
-  ``global_activation_short``, the ``element_*_short`` overrides (n2p2's exact
-  algorithm, including what it refuses) and ``normalize_nodes``;
-- training keywords with a counterpart in :class:`dparallel.train.TrainingSpec`
-  (:meth:`InputNN.training_options`).
-
-Every other keyword is listed once in a logged warning: nothing is dropped silently.
+Elements, atom energies, cutoff and symmetry functions, scaling (n2p2's precedence),
+normalisation, the short-range networks (n2p2's exact algorithm, including what it
+refuses) and the training keywords with a counterpart in :class:`dparallel.train.TrainingSpec`,
+as ``libnnp/Mode.cpp`` reads them (docs/n2p2.md). Every other keyword is listed once in a
+logged warning: nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -112,17 +100,9 @@ class InputNN:
         return acsf_of(self._settings, unit, order)
 
     def training_options(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`dparallel.train.TrainingSpec` this file implies.
-
-        ``random_seed`` → seed, ``test_fraction``, ``epochs``, no ``use_short_forces`` →
-        ``force_weight: 0``, ``updater_type 0`` with ``gradient_type 1`` → Adam with
-        ``lr = gradient_adam_eta``, ``updater_type 1`` with ``kalman_type 0`` → the Kalman
-        filter with ``kalman_epsilon``, ``kalman_q0``, ``kalman_qtau``, ``kalman_qmin``,
-        ``kalman_eta``, ``kalman_etatau``, ``kalman_etamax`` and ``force_energy_ratio`` →
-        ``kalman_force_components``, one hidden activation and size list for every element
-        → ``hidden``/``activation``, and the scaling type with ``scale_min``/``scale_max``.
-        Always ``n2p2_compatible: true``.
-        """
+        """Keyword arguments of :class:`dparallel.train.TrainingSpec` this file implies (seed,
+        split, epochs, force weight, Adam or n2p2's Kalman filter with its parameters, one
+        network for every element, the scaling; docs/n2p2.md), ``n2p2_compatible: true``."""
         s = self._settings
         assert s is not None
         out: dict[str, Any] = {"n2p2_compatible": True}

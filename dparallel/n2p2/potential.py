@@ -1,18 +1,11 @@
 """n2p2 potentials in and out: a directory with ``input.nn``, ``scaling.data`` and
 ``weights.XXX.data`` ⇄ a dparallel potential, the pair (:class:`ACSF`, :class:`HDNNP`).
 
-n2p2 evaluates (``Mode``; ``nnp-predict``, ``nnp-dataset``, LAMMPS ``pair_style hdnnp``)
-
-    E = Σ_i [ NN_e(s(G_i)) / conv_energy + mean_energy + atom_energy_e ]
-
-with s the symmetry-function scaling of ``scaling.data`` (``SymFnc::scale``), G computed
-with the input.nn parameters (conv_length only changes units inside n2p2), and without
-normalisation conv_energy = 1, mean_energy = 0. The HDNNP expresses exactly that:
-``energy_scale = U / conv_energy``, ``ref_energy_e = U (mean_energy + atom_energy_e)``,
-the scaling as (shift, factor, offset) with n2p2's floating-point operations, the
-network layers with n2p2's activations (:mod:`dparallel.nn.activations`). U and L (the
-file's energy and length units in eV and Å) come from ``units`` (:data:`dparallel.io.UNITS`);
-n2p2 files do not say which units they use.
+n2p2 evaluates E = Σ_i [NN_e(s(G_i)) / conv_energy + mean_energy + atom_energy_e]; the HDNNP
+expresses exactly that (``energy_scale = U / conv_energy``, ``ref_energy_e = U (mean_energy
++ atom_energy_e)``, n2p2's scaling and activations), U and L (the file's energy and length
+units in eV and Å) coming from ``units``: n2p2 files do not say which units they use
+(docs/n2p2.md).
 """
 
 from __future__ import annotations

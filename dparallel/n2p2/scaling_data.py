@@ -11,6 +11,7 @@ arrays, e.g. :class:`dparallel.workflow.stats.FeatureStats`).
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -76,7 +77,7 @@ def write_scaling_data(
     write_file(path, format_scaling_data(tables), durable=True)
 
 
-def format_scaling_data(tables: Sequence[np.ndarray], title: str = "written by dparallel") -> str:
+def format_scaling_data(tables: Sequence[np.ndarray]) -> str:
     """Render ``scaling.data`` from one (F_e, 4) [min, max, mean, sigma] table per element.
 
     ``tables`` are ordered like n2p2's elements (atomic number), rows in n2p2's order.
@@ -84,7 +85,7 @@ def format_scaling_data(tables: Sequence[np.ndarray], title: str = "written by d
     """
     lines = [
         "#" * 79,
-        f"# Symmetry function scaling data ({title}).",
+        "# Symmetry function scaling data (written by dparallel).",
         "#" * 79,
         f"#{'e_index':>9}{'sf_index':>11}{'sf_min':>25}{'sf_max':>25}{'sf_mean':>25}{'sf_sigma':>25}",
         "#" * 121,
@@ -125,12 +126,10 @@ def read_scaling_data(path: str | Path, n_features: Mapping[str, int]) -> dict[s
             path=p,
         )
     out: dict[str, np.ndarray] = {}
-    k = 0
+    rest = iter(rows)
     for e_index, (element, n) in enumerate(n_features.items(), start=1):
         table = np.zeros((n, 4))
-        for f in range(n):
-            lineno, words = rows[k]
-            k += 1
+        for f, (lineno, words) in enumerate(itertools.islice(rest, n)):
             try:
                 idx = (int(words[0]), int(words[1]))
                 values = [float(w) for w in words[2:6]]

@@ -1,12 +1,7 @@
-"""The keyword layer of an n2p2 ``input.nn``, read exactly as n2p2's ``Settings`` reads it.
-
-n2p2 (``libnnp/Settings.cpp``) cuts each line at the first ``#`` and then at the first
-``!``, skips blank lines, takes the first word as the keyword (case-sensitive) and the
-rest, with runs of blanks reduced to one, as its value. It warns about unknown keywords
-and **stops** ("critical problem") when a keyword that may appear once appears again
-(e.g. two ``cutoff_type`` lines) or when two spellings of one keyword are mixed
-(``symfunction`` and ``symfunction_short``). :func:`read_settings` does the same and
-raises :class:`~dparallel.errors.InputFormatError` naming the file and the lines.
+"""The keyword layer of an n2p2 ``input.nn``, read exactly as n2p2's ``Settings`` reads it
+(``libnnp/Settings.cpp``: comments cut at ``#`` then ``!``, case-sensitive keywords, unknown
+ones warned about, a repeated once-only keyword or two spellings of one keyword a
+"critical problem" that stops; docs/n2p2.md). Errors name the file and the lines.
 """
 
 from __future__ import annotations

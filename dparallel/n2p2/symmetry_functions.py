@@ -1,17 +1,12 @@
 """The symmetry-function part of an n2p2 ``input.nn``: elements, cutoff and symfunctions.
 
-Read as n2p2 reads it (keyword layer: :mod:`dparallel.n2p2.settings`): ``number_of_elements``,
-``elements``, ``cutoff_type <0-8> [alpha]`` (all required, as in n2p2) and every
-``symfunction_short`` (alias ``symfunction``) line of types 2, 3 and 9::
+``number_of_elements``, ``elements``, ``cutoff_type <0-8> [alpha]`` (all required, as in
+n2p2) and every ``symfunction_short`` (alias ``symfunction``) line of types 2, 3 and 9::
 
     symfunction_short <ec> 2 <e1> <eta> <rs> <rc>
     symfunction_short <ec> 3|9 <e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]
 
-Any real η, ζ and λ are accepted, as n2p2 accepts them. Elements come back in n2p2's order
-(by atomic number), features per central element in file order; :func:`acsf_from_input_nn`
-makes them an :class:`~dparallel.descriptors.ACSF` (by default in n2p2's sorted order,
-:func:`dparallel.descriptors.acsf_order.n2p2_sort_key`). Errors name file and line.
-The whole file (network, scaling, normalisation) is read by :mod:`dparallel.n2p2.input_nn`.
+read as n2p2 reads them (docs/n2p2.md); errors name file and line.
 """
 
 from __future__ import annotations
