@@ -33,16 +33,11 @@ class InputFormatError(InputError):
         frame: int | None = None,
     ) -> None:
         self.path = None if path is None else str(path)
-        self.line = line
-        self.frame = frame
-        where = []
-        if self.path is not None:
-            where.append(self.path)
-        if line is not None:
-            where.append(f"line {line}")
-        if frame is not None:
-            where.append(f"structure {frame}")
-        self.reason = message
+        self.line, self.frame, self.reason = line, frame, message
+        where = [] if self.path is None else [self.path]
+        where += [
+            f"{name} {at}" for name, at in (("line", line), ("structure", frame)) if at is not None
+        ]
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
 
 

@@ -242,16 +242,10 @@ class _Found:
 _Built = tuple[_Found, int]
 
 
-def _count_line(raw: bytes) -> int | None:
-    """The atom count if ``raw`` is a frame's count line alone (one non-negative integer)."""
+def _is_count_line(raw: bytes) -> bool:
+    """Whether ``raw`` is a frame's count line alone (one non-negative integer)."""
     words = raw.split()
-    if len(words) != 1:
-        return None
-    try:
-        n = int(words[0])
-    except ValueError:
-        return None
-    return n if n >= 0 else None
+    return len(words) == 1 and words[0].isdigit()
 
 
 def _atom_like(raw: bytes) -> bool:
@@ -303,7 +297,7 @@ def _index_extxyz(location: Location, format: str) -> _Built:
                     frame=frame,
                 ) from None
             body = list(itertools.islice(f, n + 1))
-            cut = next((k for k in range(1, len(body)) if _count_line(body[k]) is not None), None)
+            cut = next((k for k in range(1, len(body)) if _is_count_line(body[k])), None)
             if cut is not None:  # an atom line is never a lone integer: the next count line
                 errors[frame] = (
                     line,

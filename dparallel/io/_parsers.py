@@ -283,12 +283,10 @@ def _n2p2_structure(i: int, first_line: int, block: str) -> _N2p2Structure:
                 energy = _num(cols[1])
             else:
                 raise ValueError(f"unknown keyword {key!r}")
-        if len(lattice) not in (0, 3):  # structure-level checks point at its 'begin'
-            raise _LineError(first_line, f"expected 0 or 3 'lattice' lines, found {len(lattice)}")
-    except _LineError:
-        raise
     except ValueError as exc:
         raise _LineError(line, str(exc)) from None
+    if len(lattice) not in (0, 3):  # structure-level checks point at its 'begin'
+        raise _LineError(first_line, f"expected 0 or 3 'lattice' lines, found {len(lattice)}")
     return _N2p2Structure(i, first_line, atom_rows, lattice, energy, tag)
 
 

@@ -21,14 +21,11 @@ MAX_COORDINATE = 1e5
 
 
 def validate_batch(batch: StructureBatch) -> dict[int, str]:
-    """Check each structure of ``batch``; return ``{local index: reason}`` for invalid ones.
-
-    Checks: at least one atom, atomic numbers in 1..118, finite positions, cells and
-    energies (NaN energy means absent), positions and cell entries within
-    ±:data:`MAX_COORDINATE`, forces either finite or all NaN (absent),
-    and linearly independent cell vectors along every periodic direction.
-    Vectorised over atoms; loops only over the (rare) bad structures.
-    """
+    """Check each structure of ``batch``; return ``{local index: reason}`` for invalid ones:
+    no atoms, atomic numbers outside 1..118, non-finite positions, cells or energies (NaN
+    energy: absent), positions or cell entries beyond ±:data:`MAX_COORDINATE`, forces neither
+    finite nor all NaN (absent), a singular cell along the periodic directions. Vectorised
+    over atoms; loops only over the (rare) bad structures."""
     n = batch.n_structures
     if n == 0:
         return {}

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["Location", "LocationError", "Where", "as_location", "is_url"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_FILE = "file://"
 #: Filesystems opened in this process, by protocol and options (fsspec caches too).
 _FS: dict[tuple[str, str], Any] = {}
 
@@ -182,6 +181,4 @@ def as_location(target: Where, storage_options: dict[str, Any] | None = None) ->
     text = os.fspath(target)
     if is_url(text):
         return Location(text, options)
-    if text.startswith(_FILE):
-        text = text[len(_FILE) :]
-    return Location(str(Path(text).expanduser().absolute()), options)
+    return Location(str(Path(text.removeprefix("file://")).expanduser().absolute()), options)

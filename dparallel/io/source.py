@@ -42,11 +42,9 @@ _ALIASES = {"xyz": "extxyz", "runner": "n2p2"}
 
 @dataclass(frozen=True)
 class ReadResult:
-    """What :meth:`StructureSource.read_checked` returns.
-
-    ``batch`` holds the valid structures in file order, ``indices`` (k,) int64 their
-    file indices, ``skipped`` the ``(index, reason)`` of the invalid ones.
-    """
+    """What :meth:`StructureSource.read_checked` returns: ``batch``, the valid structures in
+    file order, ``indices`` (k,) int64 their file indices, ``skipped`` the invalid ones'
+    ``(index, reason)``."""
 
     batch: StructureBatch
     indices: np.ndarray
@@ -116,18 +114,14 @@ def detect_format(path: Path | Location) -> str:
 
 
 class StructureSource:
-    """Random access to the structures of one file.
+    """Random access to the structures of one file (built by :func:`open_source`).
 
-    Built by :func:`open_source`; ``path`` is a local path, a URL (``s3://…``, ranged
-    reads) or a :class:`~dparallel.io.location.Location`, each also ``.gz`` (decompressed
-    whole, once per process). ``len(source)`` counts every structure the index found,
-    including ones that turn out invalid when read; ``read(a, b)`` parses only the bytes
-    of structures ``[a, b)``. Pickles as path + options; the index is reloaded lazily
-    (from its cache) in the receiving process, which refuses a file that changed since.
-
-    Skipped structures (``on_error="skip"``) keep their file index: ``read`` returns
-    the valid structures only, ``read_checked`` also says which indices they have, and
-    every skip is appended to :attr:`skipped` as ``(index, reason)``.
+    ``len(source)`` counts every structure the index found, including ones that turn out
+    invalid when read; ``read(a, b)`` parses only the bytes of structures ``[a, b)``.
+    Pickles as path + options; the index is reloaded lazily (from its cache) in the
+    receiving process, which refuses a file that changed since. Skipped structures
+    (``on_error="skip"``) keep their file index: ``read`` returns the valid ones,
+    ``read_checked`` also their indices, and :attr:`skipped` lists ``(index, reason)``.
     """
 
     def __init__(

@@ -22,15 +22,9 @@ def unit_factors(units: str) -> tuple[float, float]:
 
 
 def text_lines(path: Path, what: str) -> list[str]:
-    """The lines of ``path``, an n2p2 ``what`` file; a binary or non-UTF-8 file is named so.
-
-    Raises
-    ------
-    SourceNotFoundError
-        There is no such file.
-    InputFormatError
-        The file holds NUL bytes (binary) or bytes that are not UTF-8; names the line.
-    """
+    """The lines of ``path``, an n2p2 ``what`` file: :class:`SourceNotFoundError` if there is
+    none, :class:`InputFormatError` naming the line if it holds NUL bytes (binary) or bytes
+    that are not UTF-8."""
     if not path.is_file():
         raise SourceNotFoundError(f"n2p2 {what} file not found: {path}")
     data = path.read_bytes()

@@ -305,15 +305,11 @@ def _networks(s: Settings, elements: list[str], n_sf: dict[str, int]) -> dict[st
 
 def _layer_counts(s: Settings, elements: list[str]) -> tuple[list[int], int]:
     """Layers per element (hidden + input + output) and the global hidden-layer count."""
-    layers = [0] * len(elements)
-    global_hidden = 0
     entry = s.get("global_hidden_layers_short")
-    if entry is not None:
-        global_hidden = _number(s, entry, int)
-        layers = [global_hidden + 2] * len(elements)
+    global_hidden = 0 if entry is None else _number(s, entry, int)
+    layers = [0 if entry is None else global_hidden + 2] * len(elements)
     for entry in s.values("element_hidden_layers_short"):
-        e = _element_word(s, entry, elements)
-        layers[elements.index(e)] = _number(s, entry, int, 1) + 2
+        layers[elements.index(_element_word(s, entry, elements))] = _number(s, entry, int, 1) + 2
     if any(n <= 2 for n in layers):
         raise InputFormatError(
             "number of hidden layers unset (or < 1) for some elements: give "
@@ -326,8 +322,7 @@ def _layer_counts(s: Settings, elements: list[str]) -> tuple[list[int], int]:
 def _checked_networks(
     s: Settings, elements: list[str], nodes: list[list[int]], acts: list[list[str | None]]
 ) -> dict[str, Network]:
-    """The networks of the per-layer neurons and activations, every layer set (else n2p2's
-    error)."""
+    """The networks of the per-layer neurons and activations, every layer set (as n2p2)."""
     out = {}
     for i, e in enumerate(elements):
         for j in range(len(nodes[i])):

@@ -216,14 +216,13 @@ def write_potential(
     protect: Sequence[str | os.PathLike[str]] = (),
 ) -> dict[str, Any]:
     """Write ``input.nn``, ``scaling.data`` and ``weights.XXX.data`` that n2p2 evaluates
-    to this potential's energies and forces (in ``units``, default Å and eV).
+    to this potential's energies and forces (in ``units``, default Å and eV; columns in
+    n2p2's sorted symmetry-function order whatever the ACSF's ``order``); returns a report:
+    the files, the units and LAMMPS ``pair_style hdnnp`` lines.
 
     ``out_dir`` must be new, empty, an earlier export of dparallel's (its marker
     ``.dparallel-n2p2.json``, or only these files) and not be or hold a ``protect`` path;
     an earlier export's files are all replaced (weights of elements no longer there too).
-
-    Columns are permuted into n2p2's sorted symmetry-function order whatever the ACSF's
-    ``order``. Returns a report: the files, the units and LAMMPS ``pair_style hdnnp`` lines.
 
     Raises
     ------
@@ -274,13 +273,10 @@ def _most_common(per_element: dict[str, list], elements: list[str]) -> tuple[lis
 def lammps_lines(
     directory: Path, elements: list[str], r_cut: float, length: float, energy: float
 ) -> list[str]:
-    """``pair_style hdnnp`` / ``pair_coeff`` lines for LAMMPS ``units metal`` (Å, eV).
-
-    ``cflength`` multiplies LAMMPS lengths into the potential's, ``cfenergy`` divides the
-    potential's energies into LAMMPS's (n2p2 ``InterfaceLammps``); both are 1 for a
-    potential written in Å and eV. The cutoff is in LAMMPS units and must be ≥ the
-    largest symmetry-function cutoff.
-    """
+    """``pair_style hdnnp`` / ``pair_coeff`` lines for LAMMPS ``units metal`` (Å, eV):
+    ``cflength`` multiplies LAMMPS lengths into the potential's, ``cfenergy`` divides its
+    energies into LAMMPS's (n2p2 ``InterfaceLammps``; both 1 in Å and eV); the cutoff, in
+    LAMMPS units, must be ≥ the largest symmetry-function cutoff."""
     cut = f"{math.ceil(r_cut * 1e4 - 1e-6) / 1e4:g}"  # rounded up: LAMMPS refuses a smaller one
     opts = "showew no showewsum 100 resetew yes maxew 1000"
     if length != 1.0 or energy != 1.0:

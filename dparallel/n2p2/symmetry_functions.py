@@ -40,14 +40,12 @@ SUPPORTED_TYPES = (2, 3, 9)
 
 
 def acsf_from_input_nn(path: str | Path, unit: float | str = 1.0, order: str = "n2p2") -> ACSF:
-    """The symmetry functions of an n2p2 input.nn (``elements``, ``cutoff_type``,
-    ``symfunction_short``/``symfunction``) as an :class:`ACSF`, read as n2p2 reads them.
+    """The symmetry functions of an n2p2 input.nn as an :class:`ACSF`, read as n2p2 reads them.
 
-    ``unit`` is the file's length unit in Å (a factor, or a unit-system name of
-    :data:`dparallel.io.UNITS` such as ``"bohr-hartree"``): rc and rs are multiplied
-    by it, η divided by its square. Elements are ordered by atomic number and, with
-    the default ``order="n2p2"``, each element's functions in n2p2's sorted order.
-    """
+    ``unit``: the file's length unit in Å (a factor, or a unit-system name of
+    :data:`dparallel.io.UNITS` such as ``"bohr-hartree"``; rc and rs × unit, η / unit²).
+    Elements by atomic number; with ``order="n2p2"`` each element's functions in n2p2's
+    sorted order."""
     settings = read_settings(path)
     log_unused(settings)  # never dropped silently; the network keywords: dparallel.n2p2
     return acsf_of(settings, unit, order)
