@@ -113,11 +113,8 @@ class DiskFullError(DParallelError, OSError):
         self.needed = needed
 
     def __reduce__(self) -> tuple:  # a task's error crosses processes whole
-        return (_disk_full, (str(self), self.path, self.needed, self.errno))
-
-
-def _disk_full(message: str, path: str | None, needed: int | None, code: int) -> DiskFullError:
-    return DiskFullError(message, path=path, needed=needed, code=code)
+        state = {"path": self.path, "needed": self.needed, "errno": self.errno}
+        return (DiskFullError, (str(self),), state)
 
 
 class NonFiniteError(DParallelError, ValueError):

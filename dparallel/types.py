@@ -44,11 +44,8 @@ _ROWS = (*_PER_ATOM, *_PER_STRUCTURE, "tags")  # every field but offsets
 
 @dataclass(frozen=True, eq=False)
 class StructureBatch:
-    """A ragged batch of atomic structures held as flat numpy arrays.
-
-    Attributes follow :data:`FIELDS`. Construct with :meth:`from_ase` or
-    :meth:`concatenate`, convert back with :meth:`to_ase`.
-    """
+    """A ragged batch of atomic structures held as flat numpy arrays (fields: :data:`FIELDS`);
+    built by :meth:`from_ase` or :meth:`concatenate`, converted back by :meth:`to_ase`."""
 
     numbers: np.ndarray  # (N,) int64
     positions: np.ndarray  # (N, 3) float64, Å

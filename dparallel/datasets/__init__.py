@@ -1,13 +1,7 @@
-"""Small generated datasets for demos and tests (no download needed), labelled with ASE's EMT.
-
-- :func:`generate_emt_cu`, the embedded default: copper bulk fcc cells under random strain
-  with thermal-like rattling, bulk cells with vacancies, and (100)/(111) slabs with vacuum;
-- :func:`generate_emt_molecules`: molecules of ASE's G2 set (H, C, N, O), rattled and
-  randomly rotated in a non-periodic box. ASE's EMT has toy parameters for H, C, N and O: a
-  stand-in for DFT labels, enough to run the molecules workflow end to end.
-
-Energies in eV and forces in eV/Å from :class:`ase.calculators.emt.EMT`; deterministic for
-a given seed. ``write_*`` writes a dataset to an extxyz file once.
+"""Small generated datasets for demos and tests (no download needed): energies (eV) and
+forces (eV/Å) from ASE's :class:`~ase.calculators.emt.EMT`, deterministic for a given seed,
+written to an extxyz file once by ``write_*``. ASE's EMT has toy parameters for H, C, N and
+O: a stand-in for DFT labels, enough to run the molecules workflow end to end.
 """
 
 from __future__ import annotations
@@ -52,10 +46,9 @@ def _labelled(atoms: ase.Atoms) -> ase.Atoms:
 
 
 def generate_emt_cu(n_structures: int = 400, seed: int = 0) -> list:
-    """Generate ``n_structures`` labelled Cu structures (list of ``ase.Atoms``).
-
-    The mix is 50 % strained+rattled bulk, 25 % bulk with 1–2 vacancies, 25 % slabs.
-    """
+    """``n_structures`` labelled Cu structures (list of ``ase.Atoms``), the embedded default:
+    50 % bulk fcc cells under random strain with thermal-like rattling, 25 % bulk with 1–2
+    vacancies, 25 % (100)/(111) slabs with vacuum."""
     from ase.build import bulk, fcc100, fcc111
 
     rng = np.random.default_rng(seed)
@@ -83,7 +76,8 @@ def generate_emt_cu(n_structures: int = 400, seed: int = 0) -> list:
 
 
 def generate_emt_molecules(n_structures: int = 200, seed: int = 0) -> list:
-    """``n_structures`` labelled molecules (list of ``ase.Atoms``), cycling :data:`MOLECULES`."""
+    """``n_structures`` labelled molecules (list of ``ase.Atoms``) of ASE's G2 set, cycling
+    :data:`MOLECULES`, rattled and randomly rotated in a non-periodic box."""
     from ase.build import molecule
 
     rng = np.random.default_rng(seed)
