@@ -1,37 +1,30 @@
 """The one way dparallel writes a file of its own: a new file, renamed into place.
 
 Every file dparallel writes itself (store chunks and documents of the direct writer, model
-directory files, checkpoints, exports, n2p2 files, metrics, the run's log) is written here.
-What a storage library writes for us (zarr's API, icechunk, an object-store client) stays
-with it; ``tests/test_write_path.py`` fails on any other module that opens a file for
-writing, and lists the exceptions with their reasons.
+files, checkpoints, exports, n2p2 files, metrics, the run's log) is written here; what a
+storage library writes for us (zarr, icechunk, an object-store client) stays with it.
+``tests/test_write_path.py`` fails on any other module that opens a file for writing.
 
-The rules, for every file:
-
-* **Never write into an existing file.** The bytes go to a new temporary file beside the
-  target, created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (``<name>.<32 hex>.partial``, the
-  name zarr gives its own temporary files, so a store's ownership check knows it), then
-  renamed over the target. A symbolic link or a hard link at the target is replaced, never
-  written through: the file it pointed at keeps its content.
+* **Never write into an existing file.** The bytes go to a new file beside the target,
+  created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (``<name>.<32 hex>.partial``, the name
+  zarr gives its temporary files, so a store's ownership check knows it), then renamed
+  over the target: a link at the target is replaced, never written through.
 * **Never leave our folder through a link.** With ``root=`` (the store, the model
-  directory), every folder between ``root`` and the target must be a real folder, not a
-  symbolic link (:func:`refuse_links`); :class:`~dparallel.errors.UnsafePathError` otherwise.
+  directory), every folder between ``root`` and the target must be a real folder
+  (:func:`refuse_links`); :class:`~dparallel.errors.UnsafePathError` otherwise.
 * **Durable where it counts.** ``durable=True`` fsyncs the file before the rename and the
-  folder after it: a checkpoint or an export is on disk before anything declares it
-  complete. Files written many at a time (a partition's chunks) are written with
-  ``pending=True`` and made durable together by :func:`sync_pending` before the
-  partition's done marker: one ``syncfs`` of their filesystem on Linux (one journal
-  commit, whatever the number of files), else their fsyncs issued at once. The done
-  marker itself needs no sync of its own: lost in a crash, it only makes the partition
-  be computed again.
+  folder after it. Files written many at a time (a partition's chunks) use
+  ``pending=True`` and are made durable together by :func:`sync_pending` before the
+  partition's done marker: one ``syncfs`` on Linux, else their fsyncs issued at once. The
+  marker needs no sync of its own: lost in a crash, the partition is computed again.
 * **A full disk is one error.** ``ENOSPC``/``EDQUOT`` becomes
   :class:`~dparallel.errors.DiskFullError` naming the target and the bytes it needed; the
   temporary file is removed.
 
 A log is appended to, not replaced: :func:`open_log` appends only to a log dparallel
-created (it starts with :data:`LOG_MARKER`) or an empty file, never through a link, never to
-a file with other names (hard links); :func:`check_log_target` refuses anything else before
-a run starts.
+created (it starts with :data:`LOG_MARKER`) or an empty file, never through a link, never
+to a file with other names (hard links); :func:`check_log_target` refuses anything else
+before a run starts.
 """
 
 from __future__ import annotations
@@ -41,6 +34,7 @@ import errno
 import os
 import re
 import secrets
+import stat
 import threading
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -107,16 +101,45 @@ def refuse_links(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> 
             return
 
 
-def _full(path: Path, needed: int | None, exc: OSError) -> DiskFullError:
-    amount = f"{needed:,} bytes" if needed is not None else "more space"
-    what = "over quota" if exc.errno == errno.EDQUOT else "no space left on the device"
-    return DiskFullError(
-        f"{path}: {what} (needed {amount}); free some space and rerun the same command "
-        "(finished work is kept)",
-        path=path,
-        needed=needed,
-        code=exc.errno or errno.ENOSPC,
-    )
+def _full_code(exc: BaseException) -> int:
+    """``ENOSPC``/``EDQUOT`` if ``exc`` is a full disk underneath (torch's C++ writer says so
+    only in text), else 0."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _FULL:
+            return exc.errno
+        text = str(exc).lower()
+        if "no space left" in text or "disk quota" in text or "file write failed" in text:
+            return errno.ENOSPC
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return 0
+
+
+@contextlib.contextmanager
+def _replacing(
+    tmp: Path, path: Path, needed: int | Callable[[], int | None] | None = None
+) -> Iterator[None]:
+    """Remove ``tmp`` if the block fails; a full disk raised as one :class:`DiskFullError`
+    naming ``path`` and the bytes ``needed``."""
+    try:
+        yield
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        code = _full_code(exc)
+        if not code:
+            raise
+        size = needed() if callable(needed) else needed
+        amount = f"{size:,} bytes" if size is not None else "more space"
+        what = "over quota" if code == errno.EDQUOT else "no space left on the device"
+        raise DiskFullError(
+            f"{path}: {what} (needed {amount}); free some space and rerun the same command "
+            "(finished work is kept)",
+            path=path,
+            needed=size,
+            code=code,
+        ) from None
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -166,13 +189,8 @@ def write_file(
         refuse_links(root, path.parent)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     tmp = temporary_name(path)
-    try:
+    with _replacing(tmp, path, len(raw)):
         fd = os.open(tmp, _NEW, 0o644)
-    except OSError as exc:
-        if exc.errno in _FULL:
-            raise _full(path, len(raw), exc) from None
-        raise
-    try:
         try:
             view = memoryview(raw).cast("B")
             while view:
@@ -182,16 +200,6 @@ def write_file(
         finally:
             os.close(fd)
         _finish(tmp, path, durable, pending)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        if exc.errno in _FULL:
-            raise _full(path, len(raw), exc) from None
-        raise
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 @contextlib.contextmanager
@@ -201,12 +209,11 @@ def new_file(
     *,
     root: str | os.PathLike[str] | None = None,
     durable: bool = False,
-    encoding: str | None = None,
     newline: str | None = None,
 ) -> Iterator[IO[Any]]:
     """A file object writing a new file that replaces ``path`` when the block ends.
 
-    ``mode``: ``"wb"`` or ``"w"`` (text, ``encoding`` default UTF-8). If the block raises,
+    ``mode``: ``"wb"`` or ``"w"`` (UTF-8 text). If the block raises,
     nothing replaces ``path`` and the temporary file is removed.
     """
     if mode not in ("w", "wb"):
@@ -216,12 +223,12 @@ def new_file(
         refuse_links(root, path.parent)
     tmp = temporary_name(path)
     written = 0
-    try:
+    with _replacing(tmp, path, lambda: written or None):
         fd = os.open(tmp, _NEW, 0o644)
         if mode == "wb":
             handle: IO[Any] = os.fdopen(fd, "wb")
         else:
-            handle = os.fdopen(fd, "w", encoding=encoding or "utf-8", newline=newline)
+            handle = os.fdopen(fd, "w", encoding="utf-8", newline=newline)
         with handle:
             yield handle
             handle.flush()
@@ -229,16 +236,6 @@ def new_file(
             if durable:
                 os.fsync(handle.fileno())
         _finish(tmp, path, durable, False)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        if exc.errno in _FULL:
-            raise _full(path, written or None, exc) from None
-        raise
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 def write_with(
@@ -256,7 +253,7 @@ def write_with(
     if root is not None:
         refuse_links(root, path.parent)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(16)}.partial{suffix}")
-    try:
+    with _replacing(tmp, path):
         os.close(os.open(tmp, _NEW, 0o644))
         writer(tmp)
         if os.path.islink(tmp) or not tmp.is_file():
@@ -264,32 +261,6 @@ def write_with(
         if durable:
             _fsync_path(os.fspath(tmp))
         _finish(tmp, path, durable, False)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        if exc.errno in _FULL:
-            raise _full(path, None, exc) from None
-        raise
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        if _disk_full_text(exc):
-            raise _full(path, None, OSError(errno.ENOSPC, str(exc))) from None
-        raise
-
-
-def _disk_full_text(exc: BaseException) -> bool:
-    """A library's error that is a full disk underneath (torch's C++ writer says so in text)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in _FULL:
-            return True
-        text = str(exc).lower()
-        if "no space left" in text or "disk quota" in text or "file write failed" in text:
-            return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return False
 
 
 def remove_file(
@@ -303,14 +274,6 @@ def remove_file(
         raise UnsafePathError(f"refusing to remove {path}: it is a folder, not a file")
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
-
-
-def _one_filesystem(folders: list[str]) -> bool:
-    """Whether every one of ``folders`` lies on one filesystem (one ``syncfs`` covers them)."""
-    try:
-        return len({os.stat(f).st_dev for f in folders}) == 1
-    except OSError:
-        return False
 
 
 def _syncfs(folder: str) -> bool:
@@ -335,8 +298,6 @@ def restore_in_place(path: str | os.PathLike[str], data: bytes) -> None:
     document) when a new file does not fit (a full disk: the blocks the library freed are
     the only room). Only a plain file with one name, opened without following a link; the
     one write into an existing file dparallel makes."""
-    import stat
-
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     try:
         info = os.fstat(fd)
@@ -364,8 +325,9 @@ def sync_pending(paths: Iterable[str | os.PathLike[str]] = ()) -> None:
         for folder in folders:
             _fsync_folder(Path(folder))
         return
-    if _one_filesystem(folders) and _syncfs(folders[0]):
-        return  # one flush of that filesystem: the cheapest batch (docs/reliability.md)
+    with contextlib.suppress(OSError):  # one filesystem: one syncfs covers every file
+        if len({os.stat(f).st_dev for f in folders}) == 1 and _syncfs(folders[0]):
+            return  # one flush of that filesystem: the cheapest batch (docs/reliability.md)
     # issued together: the filesystem commits them in fewer journal writes (on ext4 on a
     # virtual disk, 30 files in about a third of the time one after another)
     from concurrent.futures import ThreadPoolExecutor
@@ -388,10 +350,9 @@ def is_dparallel_log(path: str | os.PathLike[str]) -> bool:
     except OSError:
         return False
     try:
-        head = os.pread(fd, 256, 0)
+        return os.fstat(fd).st_size > 0 and _log_is_ours(fd)
     finally:
         os.close(fd)
-    return head.startswith(LOG_MARKER.encode()) or bool(_RECORD.match(head))
 
 
 def _refuse_log(path: Path, why: str) -> UnsafePathError:
@@ -423,8 +384,6 @@ def check_log_target(path: str | os.PathLike[str]) -> Path:
 
 
 def _check_log_fd(path: Path, fd: int) -> None:
-    import stat
-
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         raise _refuse_log(path, "it is not a plain file")
@@ -455,25 +414,6 @@ def open_log(path: str | os.PathLike[str]) -> IO[str]:
     return os.fdopen(fd, "a", encoding="utf-8")
 
 
-def _non_finite_at(obj: Any, where: str = "") -> str | None:
-    """Where in ``obj`` (dicts, lists, numbers) a non-finite number is, or ``None``."""
-    import math
-
-    if isinstance(obj, float):
-        return where or "the value" if not math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            found = _non_finite_at(value, f"{where}.{key}" if where else str(key))
-            if found is not None:
-                return found
-    if isinstance(obj, (list, tuple)):
-        for i, value in enumerate(obj):
-            found = _non_finite_at(value, f"{where}[{i}]")
-            if found is not None:
-                return found
-    return None
-
-
 def _plain(obj: Any) -> Any:
     """numpy scalars and arrays as Python numbers and lists (what ``json`` writes)."""
     if hasattr(obj, "tolist"):
@@ -481,16 +421,27 @@ def _plain(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
-def _nulls(obj: Any) -> Any:
-    """``obj`` with every non-finite number replaced by ``None``."""
+def _finite(obj: Any, what: str, missing: bool, where: str = "") -> Any:
+    """``obj`` (JSON values) with every non-finite number ``None`` where ``missing``, else a
+    :class:`~dparallel.errors.NonFiniteError` naming the first one's key."""
     import math
 
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
+    if isinstance(obj, float) and not math.isfinite(obj):
+        if missing:
+            return None
+        from dparallel.errors import NonFiniteError
+
+        raise NonFiniteError(
+            f"{what}: {where or 'the value'} is not a finite number; JSON cannot hold NaN or "
+            "infinity (the model or data behind it is broken: check the training log)"
+        )
     if isinstance(obj, dict):
-        return {k: _nulls(v) for k, v in obj.items()}
+        return {
+            k: _finite(v, what, missing, f"{where}.{k}" if where else str(k))
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
-        return [_nulls(v) for v in obj]
+        return [_finite(v, what, missing, f"{where}[{i}]") for i, v in enumerate(obj)]
     return obj
 
 
@@ -509,16 +460,7 @@ def strict_json(
     import json
 
     plain = json.loads(json.dumps(obj, default=_plain))  # numpy values as Python numbers
-    if missing:
-        plain = _nulls(plain)
-    where = _non_finite_at(plain)
-    if where is not None:
-        from dparallel.errors import NonFiniteError
-
-        raise NonFiniteError(
-            f"{what}: {where} is not a finite number; JSON cannot hold NaN or infinity "
-            "(the model or data behind it is broken: check the training log)"
-        )
+    plain = _finite(plain, what, missing)
     return json.dumps(plain, indent=indent, allow_nan=False, sort_keys=sort_keys)
 
 

@@ -5,7 +5,6 @@ This module is ``dparallel.ase``; it imports the ``ase`` package absolutely.
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -121,11 +120,9 @@ class Calculator(_calc.Calculator):
                 torch.set_num_threads(previous)
 
     def check_state(self, atoms: ase.Atoms, tol: float = 1e-15) -> list[str]:
-        """Changes since the last calculation among what the model depends on (positions,
-        atomic numbers, cell, pbc), compared exactly: ASE's generic comparison of every
-        per-atom array with a tolerance cost a noticeable part of an MD step
-        (docs/deploy.md). Charges and magnetic moments do not enter the model, so changing
-        them keeps the results."""
+        """Changes since the last calculation of what the model depends on (positions,
+        atomic numbers, cell, pbc), compared exactly: ASE's comparison of every per-atom
+        array with a tolerance is a noticeable part of an MD step (docs/deploy.md)."""
         old = self.atoms
         if old is None or len(old) != len(atoms):
             return list(_calc.all_changes)
@@ -211,10 +208,9 @@ class Calculator(_calc.Calculator):
             )
         check_finite_predictions(out, batch)
         energy = float(out["energy"][0])
-        self.results["energy"] = energy
-        self.results["free_energy"] = energy
-        self.results["energies"] = out["energies"]
-        self.results["forces"] = out["forces"]
+        self.results.update(
+            energy=energy, free_energy=energy, energies=out["energies"], forces=out["forces"]
+        )
         if want_stress:
             self.results["stress"] = full_3x3_to_voigt_6_stress(np.asarray(out["stress"][0]))
 

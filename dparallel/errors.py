@@ -12,30 +12,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from os import PathLike
 
-__all__ = [
-    "BackendUnavailableError",
-    "ClusterError",
-    "ConfigError",
-    "DParallelError",
-    "DescriptorError",
-    "DeviceError",
-    "DiskFullError",
-    "InputError",
-    "InputFormatError",
-    "InvalidStructureError",
-    "KernelInputError",
-    "NonFiniteError",
-    "PartitionFailedError",
-    "RunInterruptedError",
-    "SourceNotFoundError",
-    "StoreBusyError",
-    "StoreError",
-    "StoreIncompleteError",
-    "StoreMismatchError",
-    "TrainingError",
-    "UnsafePathError",
-]
-
 
 class DParallelError(Exception):
     """Base class of every error raised by dparallel."""
@@ -57,16 +33,11 @@ class InputFormatError(InputError):
         frame: int | None = None,
     ) -> None:
         self.path = None if path is None else str(path)
-        self.line = line
-        self.frame = frame
-        where = []
-        if self.path is not None:
-            where.append(self.path)
-        if line is not None:
-            where.append(f"line {line}")
-        if frame is not None:
-            where.append(f"structure {frame}")
-        self.reason = message
+        self.line, self.frame, self.reason = line, frame, message
+        where = [] if self.path is None else [self.path]
+        where += [
+            f"{name} {at}" for name, at in (("line", line), ("structure", frame)) if at is not None
+        ]
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
 
 
@@ -141,15 +112,9 @@ class DiskFullError(DParallelError, OSError):
         self.path = None if path is None else str(path)
         self.needed = needed
 
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
     def __reduce__(self) -> tuple:  # a task's error crosses processes whole
-        return (_disk_full, (str(self), self.path, self.needed, self.errno))
-
-
-def _disk_full(message: str, path: str | None, needed: int | None, code: int) -> DiskFullError:
-    return DiskFullError(message, path=path, needed=needed, code=code)
+        state = {"path": self.path, "needed": self.needed, "errno": self.errno}
+        return (DiskFullError, (str(self),), state)
 
 
 class NonFiniteError(DParallelError, ValueError):
@@ -167,3 +132,11 @@ class TrainingError(DParallelError, RuntimeError):
 
 class DeviceError(TrainingError):
     """A compute device was asked for but is absent, or ran out of memory; says what to do."""
+
+
+#: Every error class above: the whole hierarchy is public.
+__all__ = sorted(
+    name
+    for name, value in list(globals().items())
+    if isinstance(value, type) and issubclass(value, DParallelError)
+)

@@ -32,13 +32,20 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
 }
 
 
+#: The array fields: dtype and shape of one row; per atom (N rows), per structure (S rows).
+_PER_ATOM = {
+    "numbers": (np.int64, ()),
+    "positions": (np.float64, (3,)),
+    "forces": (np.float64, (3,)),
+}
+_PER_STRUCTURE = {"cells": (np.float64, (3, 3)), "pbc": (bool, (3,)), "energy": (np.float64, ())}
+_ROWS = (*_PER_ATOM, *_PER_STRUCTURE, "tags")  # every field but offsets
+
+
 @dataclass(frozen=True, eq=False)
 class StructureBatch:
-    """A ragged batch of atomic structures held as flat numpy arrays.
-
-    Attributes follow :data:`FIELDS`. Construct with :meth:`from_ase` or
-    :meth:`concatenate`, convert back with :meth:`to_ase`.
-    """
+    """A ragged batch of atomic structures held as flat numpy arrays (fields: :data:`FIELDS`);
+    built by :meth:`from_ase` or :meth:`concatenate`, converted back by :meth:`to_ase`."""
 
     numbers: np.ndarray  # (N,) int64
     positions: np.ndarray  # (N, 3) float64, Å
@@ -50,21 +57,13 @@ class StructureBatch:
     tags: np.ndarray = field(default=None)  # type: ignore[arg-type]  # (S,) str
 
     def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "numbers", np.ascontiguousarray(self.numbers, dtype=np.int64).reshape(-1))
-        set_(
-            self, "positions", np.ascontiguousarray(self.positions, dtype=np.float64).reshape(-1, 3)
-        )
-        set_(self, "cells", np.ascontiguousarray(self.cells, dtype=np.float64).reshape(-1, 3, 3))
-        set_(self, "pbc", np.ascontiguousarray(self.pbc, dtype=bool).reshape(-1, 3))
-        set_(self, "energy", np.ascontiguousarray(self.energy, dtype=np.float64).reshape(-1))
-        set_(self, "forces", np.ascontiguousarray(self.forces, dtype=np.float64).reshape(-1, 3))
-        set_(self, "offsets", np.ascontiguousarray(self.offsets, dtype=np.int64).reshape(-1))
+        layout = {**_PER_ATOM, **_PER_STRUCTURE, "offsets": (np.int64, ())}
+        for name, (dtype, row) in layout.items():
+            value = np.ascontiguousarray(getattr(self, name), dtype=dtype).reshape(-1, *row)
+            object.__setattr__(self, name, value)
         n_structures = self.offsets.shape[0] - 1
-        if self.tags is None:
-            set_(self, "tags", np.full(n_structures, "", dtype=object))
-        else:
-            set_(self, "tags", np.asarray(self.tags, dtype=object).reshape(-1))
+        tags = np.full(n_structures, "") if self.tags is None else self.tags
+        object.__setattr__(self, "tags", np.asarray(tags, dtype=object).reshape(-1))
         n_atoms = self.numbers.shape[0]
         problems = []
         if n_structures < 0 or (n_structures >= 0 and self.offsets[0] != 0):
@@ -73,20 +72,13 @@ class StructureBatch:
             problems.append(f"offsets end at {self.offsets[-1]} but there are {n_atoms} atoms")
         if np.any(np.diff(self.offsets) < 0):
             problems.append("offsets must be non-decreasing")
-        for name, arr, n in (
-            ("positions", self.positions, n_atoms),
-            ("forces", self.forces, n_atoms),
-            ("cells", self.cells, n_structures),
-            ("pbc", self.pbc, n_structures),
-            ("energy", self.energy, n_structures),
-            ("tags", self.tags, n_structures),
-        ):
-            if arr.shape[0] != n:
-                problems.append(f"{name} has {arr.shape[0]} rows, expected {n}")
+        for name in _ROWS:
+            n, rows = n_atoms if name in _PER_ATOM else n_structures, getattr(self, name).shape[0]
+            if rows != n:
+                problems.append(f"{name} has {rows} rows, expected {n}")
         if problems:
             raise ValueError("inconsistent StructureBatch: " + "; ".join(problems))
 
-    # ------------------------------------------------------------------ sizes
     @property
     def n_structures(self) -> int:
         """Number of structures ``S``."""
@@ -110,27 +102,22 @@ class StructureBatch:
     def __len__(self) -> int:
         return self.n_structures
 
-    # ------------------------------------------------------------- slicing
     def select(self, start: int, stop: int) -> StructureBatch:
         """Structures ``[start, stop)`` as a new batch (views where possible)."""
         start, stop, _ = slice(start, stop).indices(self.n_structures)
         stop = max(start, stop)
         a, b = int(self.offsets[start]), int(self.offsets[stop])
         return StructureBatch(
-            numbers=self.numbers[a:b],
-            positions=self.positions[a:b],
-            cells=self.cells[start:stop],
-            pbc=self.pbc[start:stop],
-            energy=self.energy[start:stop],
-            forces=self.forces[a:b],
+            **{name: getattr(self, name)[a:b] for name in _PER_ATOM},
+            **{name: getattr(self, name)[start:stop] for name in (*_PER_STRUCTURE, "tags")},
             offsets=self.offsets[start : stop + 1] - a,
-            tags=self.tags[start:stop],
         )
 
     def take(self, indices: Sequence[int] | np.ndarray) -> StructureBatch:
         """The structures at ``indices`` (any order) as a new batch."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        return StructureBatch.concatenate([self.select(int(i), int(i) + 1) for i in idx])
+        return StructureBatch.concatenate(
+            [self.select(i, i + 1) for i in np.ravel(indices).tolist()]
+        )
 
     def with_positions(self, positions: np.ndarray) -> StructureBatch:
         """This batch with ``positions`` (N, 3) Å (copied) instead of its own: same atoms,
@@ -151,64 +138,36 @@ class StructureBatch:
             return StructureBatch.empty()
         counts = np.concatenate([b.atom_counts for b in batches])
         return StructureBatch(
-            numbers=np.concatenate([b.numbers for b in batches]),
-            positions=np.concatenate([b.positions for b in batches]),
-            cells=np.concatenate([b.cells for b in batches]),
-            pbc=np.concatenate([b.pbc for b in batches]),
-            energy=np.concatenate([b.energy for b in batches]),
-            forces=np.concatenate([b.forces for b in batches]),
+            **{name: np.concatenate([getattr(b, name) for b in batches]) for name in _ROWS},
             offsets=np.concatenate([[0], np.cumsum(counts)]),
-            tags=np.concatenate([b.tags for b in batches]),
         )
 
     @staticmethod
     def empty() -> StructureBatch:
         """A batch with no structures."""
+        layout = {**_PER_ATOM, **_PER_STRUCTURE}
         return StructureBatch(
-            numbers=np.zeros(0, np.int64),
-            positions=np.zeros((0, 3)),
-            cells=np.zeros((0, 3, 3)),
-            pbc=np.zeros((0, 3), bool),
-            energy=np.zeros(0),
-            forces=np.zeros((0, 3)),
+            **{name: np.zeros((0, *row), dtype) for name, (dtype, row) in layout.items()},
             offsets=np.zeros(1, np.int64),
         )
 
-    # ------------------------------------------------------------------ ASE
     @staticmethod
     def from_ase(structures: Iterable[ase.Atoms]) -> StructureBatch:
         """Build a batch from ASE ``Atoms``; energy/forces from an attached calculator or info."""
-        numbers, positions, cells, pbcs, energies, forces, counts, tags = (
-            [],
-            [],
-            [],
-            [],
-            [],
-            [],
-            [],
-            [],
-        )
-        for atoms in structures:
-            n = len(atoms)
-            numbers.append(atoms.get_atomic_numbers())
-            positions.append(atoms.get_positions())
-            cells.append(np.asarray(atoms.get_cell()[:], dtype=np.float64))
-            pbcs.append(np.asarray(atoms.get_pbc(), dtype=bool))
-            energies.append(_ase_energy(atoms))
-            forces.append(_ase_forces(atoms, n))
-            counts.append(n)
-            tags.append(str(atoms.info.get("set", atoms.info.get("tag", ""))))
-        if not counts:
+        frames = list(structures)
+        if not frames:
             return StructureBatch.empty()
+        energy = [_ase_label(a, "get_potential_energy", _ENERGY_KEYS, a.info, ()) for a in frames]
+        forces = [_ase_label(a, "get_forces", _FORCE_KEYS, a.arrays, (len(a), 3)) for a in frames]
         return StructureBatch(
-            numbers=np.concatenate(numbers),
-            positions=np.concatenate(positions),
-            cells=np.stack(cells),
-            pbc=np.stack(pbcs),
-            energy=np.asarray(energies, dtype=np.float64),
+            numbers=np.concatenate([a.get_atomic_numbers() for a in frames]),
+            positions=np.concatenate([a.get_positions() for a in frames]),
+            cells=np.stack([a.get_cell()[:] for a in frames]),
+            pbc=np.stack([a.get_pbc() for a in frames]),
+            energy=np.asarray(energy),
             forces=np.concatenate(forces),
-            offsets=np.concatenate([[0], np.cumsum(counts)]),
-            tags=np.asarray(tags, dtype=object),
+            offsets=np.concatenate([[0], np.cumsum([len(a) for a in frames])]),
+            tags=np.asarray([str(a.info.get("set", a.info.get("tag", ""))) for a in frames]),
         )
 
     def to_ase(self) -> list[ase.Atoms]:
@@ -225,10 +184,8 @@ class StructureBatch:
                 cell=self.cells[s],
                 pbc=self.pbc[s],
             )
-            results: dict[str, Any] = {}
-            if np.isfinite(self.energy[s]):
-                results["energy"] = float(self.energy[s])
-            f = self.forces[a:b]
+            energy, f = self.energy[s], self.forces[a:b]
+            results: dict[str, Any] = {"energy": float(energy)} if np.isfinite(energy) else {}
             if b > a and np.all(np.isfinite(f)):
                 results["forces"] = f.copy()
             if results:
@@ -240,39 +197,28 @@ class StructureBatch:
 
     def equals(self, other: StructureBatch) -> bool:
         """Exact equality of every field (NaN equals NaN)."""
-        return (
-            np.array_equal(self.numbers, other.numbers)
-            and np.array_equal(self.positions, other.positions)
-            and np.array_equal(self.cells, other.cells)
-            and np.array_equal(self.pbc, other.pbc)
-            and np.array_equal(self.energy, other.energy, equal_nan=True)
-            and np.array_equal(self.forces, other.forces, equal_nan=True)
-            and np.array_equal(self.offsets, other.offsets)
-            and list(self.tags) == list(other.tags)
-        )
+        return all(
+            np.array_equal(getattr(self, n), getattr(other, n), equal_nan=n in _LABELS)
+            for n in (*_PER_ATOM, *_PER_STRUCTURE, "offsets")
+        ) and list(self.tags) == list(other.tags)
 
 
-def _ase_energy(atoms: ase.Atoms) -> float:
-    calc = atoms.calc
-    if calc is not None:
+_LABELS = ("energy", "forces")  # NaN: absent
+_ENERGY_KEYS = ("energy", "REF_energy", "free_energy")
+_FORCE_KEYS = ("forces", "REF_forces")
+
+
+def _ase_label(
+    atoms: ase.Atoms, method: str, keys: tuple[str, ...], where: Any, shape: tuple[int, ...]
+) -> np.ndarray:
+    """A label of ``shape`` from the attached calculator's ``method``, else from ``where``
+    (``info`` or ``arrays``) under the first of ``keys`` present; NaN when absent."""
+    if atoms.calc is not None:
         try:
-            return float(calc.get_potential_energy(atoms))
-        except Exception:  # noqa: BLE001 - a calculator without energy means "absent"
+            return np.reshape(np.asarray(getattr(atoms.calc, method)(atoms), np.float64), shape)
+        except Exception:  # noqa: BLE001 - a calculator without the label means "absent"
             pass
-    for key in ("energy", "REF_energy", "free_energy"):
-        if key in atoms.info:
-            return float(atoms.info[key])
-    return float("nan")
-
-
-def _ase_forces(atoms: ase.Atoms, n: int) -> np.ndarray:
-    calc = atoms.calc
-    if calc is not None:
-        try:
-            return np.asarray(calc.get_forces(atoms), dtype=np.float64).reshape(n, 3)
-        except Exception:  # noqa: BLE001 - a calculator without forces means "absent"
-            pass
-    for key in ("forces", "REF_forces"):
-        if key in atoms.arrays:
-            return np.asarray(atoms.arrays[key], dtype=np.float64).reshape(n, 3)
-    return np.full((n, 3), np.nan)
+    value = next((where[key] for key in keys if key in where), None)
+    if value is None:
+        return np.full(shape, np.nan)
+    return np.reshape(np.asarray(value, np.float64), shape)

@@ -1,18 +1,27 @@
-"""Per-file index (byte ranges + atom counts per structure), built in one streaming pass.
+"""Per-file index (byte ranges + atom counts per structure), built in one streaming pass,
+and the bytes of a structure file wherever it is: local, remote (ranged reads), gzipped.
 
 The index is cached beside a local file (``FILE.dpindex.npz``) or, when that directory
 is not writable and for a URL, in ``$DPARALLEL_CACHE_DIR`` (default
 ``~/.cache/dparallel``). A cached index is used only while the file's size and mtime (ns;
-an object's last-modified time) match the ones it was built from. The byte ranges of a
-``.gz`` file are ranges of its decompressed text (:mod:`~dparallel.io._bytes`).
+an object's last-modified time) match the ones it was built from.
+
+An uncompressed file is read by byte range: ``pread``-like for a local file, one ranged
+GET for a URL, so a task reads only its partition's bytes. A ``.gz`` file has no random
+access: it is decompressed whole, once per process (the last one is kept in memory), and
+the index's byte ranges are ranges of the decompressed text. That suits files up to a few
+GB per worker; ship larger data sets uncompressed (docs/io.md).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import itertools
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -21,18 +30,69 @@ import numpy as np
 
 from dparallel._files import new_file
 from dparallel.errors import InputFormatError
-from dparallel.io._bytes import open_stream, read_range
 
 if TYPE_CHECKING:
     from dparallel.io.location import Location
 
-__all__ = ["FileIndex", "cache_path_for", "load_or_build_index"]
+__all__ = [
+    "FileIndex",
+    "cache_path_for",
+    "is_gzip",
+    "load_or_build_index",
+    "open_stream",
+    "read_range",
+]
 
 log = logging.getLogger(__name__)
 
 #: Bump when the index layout or an indexer's behaviour changes.
 INDEX_VERSION = 2
 _SAMPLE_BYTES = 1 << 20
+_ARRAYS = ("starts", "ends", "counts", "lines")  # the per-structure arrays of an index
+
+_LOCK = threading.Lock()
+_LAST: dict[tuple[str, int, int], bytes] = {}  # (url, size, mtime_ns) → decompressed
+
+
+def is_gzip(location: Location) -> bool:
+    """Whether the file is gzipped (by its name: ``….gz``)."""
+    return location.name.lower().endswith(".gz")
+
+
+def _decompressed(location: Location) -> bytes:
+    """The whole decompressed text of a ``.gz`` file (kept for the next call)."""
+    info = location.info()
+    key = (location.url, int(info["size"]), int(info["mtime_ns"]))
+    with _LOCK:
+        if key in _LAST:
+            return _LAST[key]
+        with location.open("rb") as raw:
+            try:
+                data = gzip.decompress(raw.read())
+            except (OSError, EOFError) as exc:
+                raise InputFormatError(
+                    f"not a readable gzip file: {exc}", path=str(location)
+                ) from None
+        _LAST.clear()
+        _LAST[key] = data
+        return data
+
+
+def open_stream(location: Location) -> BinaryIO:
+    """The file's (decompressed) bytes from the start, as a binary file object."""
+    if is_gzip(location):
+        return io.BytesIO(_decompressed(location))
+    if location.local is not None:
+        return location.open("rb")
+    # an fsspec file splits lines in Python, a buffered reader over it in C (docs/io.md)
+    return io.BufferedReader(location.open("rb"), buffer_size=1 << 22)
+
+
+def read_range(location: Location, start: int, stop: int) -> bytes:
+    """Bytes ``[start, stop)`` of the (decompressed) file."""
+    if is_gzip(location):
+        return _decompressed(location)[start:stop]
+    return location.read_range(start, stop)
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,16 +162,9 @@ def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | Non
                 int(f): (int(ln), str(r))
                 for f, ln, r in zip(z["err_frames"], z["err_lines"], z["err_reasons"], strict=True)
             }
+            arrays = {k: z[k] for k in _ARRAYS}
             return FileIndex(
-                format=format,
-                size=size,
-                mtime_ns=mtime_ns,
-                starts=z["starts"],
-                ends=z["ends"],
-                counts=z["counts"],
-                lines=z["lines"],
-                errors=errors,
-                sample_sha256=str(z["sample"]),
+                format, size, mtime_ns, **arrays, errors=errors, sample_sha256=str(z["sample"])
             )
     except (OSError, KeyError, ValueError):
         return None
@@ -123,10 +176,7 @@ def _save(index: FileIndex, candidates: list[Path]) -> None:
         "meta": np.array([INDEX_VERSION, index.size, index.mtime_ns], dtype=np.int64),
         "format": np.array(index.format),
         "sample": np.array(index.sample_sha256),
-        "starts": index.starts,
-        "ends": index.ends,
-        "counts": index.counts,
-        "lines": index.lines,
+        **{k: getattr(index, k) for k in _ARRAYS},
         "err_frames": np.array(frames, dtype=np.int64),
         "err_lines": np.array([index.errors[f][0] for f in frames], dtype=np.int64),
         "err_reasons": np.array([index.errors[f][1] for f in frames], dtype=str),
@@ -151,25 +201,22 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
     if cache:
         for c in candidates:
             if c.exists():
-                found = _load(c, size, mtime_ns, format)
-                if found is not None:
+                cached = _load(c, size, mtime_ns, format)
+                if cached is not None:
                     log.debug("using cached index %s", c)
-                    return found
+                    return cached
     builder = {"extxyz": _index_extxyz, "n2p2": _index_n2p2}.get(format, _index_ase)
-    starts, ends, counts, lines, errors, length = builder(location, format)
-    if not len(counts):
+    found, length = builder(location, format)
+    if not found.counts:
         raise InputFormatError(
             f"empty file: no structures found (format {format})", path=str(location)
         )
     index = FileIndex(
-        format=format,
-        size=size,
-        mtime_ns=mtime_ns,
-        starts=np.asarray(starts, dtype=np.int64),
-        ends=np.asarray(ends, dtype=np.int64),
-        counts=np.asarray(counts, dtype=np.int64),
-        lines=np.asarray(lines, dtype=np.int64),
-        errors=errors,
+        format,
+        size,
+        mtime_ns,
+        **{k: np.asarray(getattr(found, k), np.int64) for k in _ARRAYS},
+        errors=found.errors,
         sample_sha256=_sample_hash(location, length),
     )
     if cache:
@@ -177,20 +224,31 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
     return index
 
 
-#: starts, ends, counts, lines, errors, and the length of the (decompressed) text
-_Built = tuple[list[int], list[int], list[int], list[int], dict[int, tuple[int, str]], int]
+@dataclass
+class _Found:
+    """What an indexer found so far: one entry per structure, and the broken ones."""
+
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    errors: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+    def add(self, start: int, end: int, count: int, line: int) -> None:
+        self.starts.append(start)
+        self.ends.append(end)
+        self.counts.append(count)
+        self.lines.append(line)
 
 
-def _count_line(raw: bytes) -> int | None:
-    """The atom count if ``raw`` is a frame's count line alone (one non-negative integer)."""
+#: what an indexer returns: the structures found and the length of the (decompressed) text
+_Built = tuple[_Found, int]
+
+
+def _is_count_line(raw: bytes) -> bool:
+    """Whether ``raw`` is a frame's count line alone (one non-negative integer)."""
     words = raw.split()
-    if len(words) != 1:
-        return None
-    try:
-        n = int(words[0])
-    except ValueError:
-        return None
-    return n if n >= 0 else None
+    return len(words) == 1 and words[0].isdigit()
 
 
 def _atom_like(raw: bytes) -> bool:
@@ -213,11 +271,8 @@ def _index_extxyz(location: Location, format: str) -> _Built:
     which is marked broken); a count too large swallows the next frame's count line (the
     frame is cut there, marked broken, and indexing goes on from that line).
     """
-    starts: list[int] = []
-    ends: list[int] = []
-    counts: list[int] = []
-    lines: list[int] = []
-    errors: dict[int, tuple[int, str]] = {}
+    found = _Found()
+    errors = found.errors
     pos, line = 0, 1
     path = str(location)
     with open_stream(location) as f:
@@ -229,14 +284,14 @@ def _index_extxyz(location: Location, format: str) -> _Built:
                 pos += len(head)
                 line += 1
                 continue
-            frame = len(counts)
+            frame = len(found.counts)
             try:
                 n = int(head.split()[0])
                 if n < 0:
                     raise ValueError
             except ValueError:
                 if frame and _atom_like(head):
-                    pos, line = _extra_atom_lines(f, head, pos, line, counts, lines, ends, errors)
+                    pos, line = _extra_atom_lines(f, head, pos, line, found)
                     continue
                 raise InputFormatError(
                     f"expected the number of atoms of a new frame, found {head[:60]!r}",
@@ -245,7 +300,7 @@ def _index_extxyz(location: Location, format: str) -> _Built:
                     frame=frame,
                 ) from None
             body = list(itertools.islice(f, n + 1))
-            cut = next((k for k in range(1, len(body)) if _count_line(body[k]) is not None), None)
+            cut = next((k for k in range(1, len(body)) if _is_count_line(body[k])), None)
             if cut is not None:  # an atom line is never a lone integer: the next count line
                 errors[frame] = (
                     line,
@@ -261,30 +316,21 @@ def _index_extxyz(location: Location, format: str) -> _Built:
                     line,
                     f"truncated frame: expected {n} atom lines, file ends after {got}",
                 )
-            starts.append(pos)
-            ends.append(pos + nbytes)
-            counts.append(n)
-            lines.append(line)
+            found.add(pos, pos + nbytes, n, line)
             pos += nbytes
             line += 1 + len(body)
-    return starts, ends, counts, lines, errors, pos
+    return found, pos
 
 
 def _extra_atom_lines(
-    f: BinaryIO,
-    head: bytes,
-    pos: int,
-    line: int,
-    counts: list[int],
-    lines: list[int],
-    ends: list[int],
-    errors: dict[int, tuple[int, str]],
+    f: BinaryIO, head: bytes, pos: int, line: int, found: _Found
 ) -> tuple[int, int]:
     """Atom lines after a frame whose count was too small: give them to that frame, broken."""
-    frame = len(counts) - 1
-    errors[frame] = (
-        lines[frame],
-        f"atom count {counts[frame]} on line {lines[frame]} is too small: line {line} holds "
+    frame = len(found.counts) - 1
+    first = found.lines[frame]
+    found.errors[frame] = (
+        first,
+        f"atom count {found.counts[frame]} on line {first} is too small: line {line} holds "
         f"another atom line ({head.strip()[:60].decode(errors='replace')!r})",
     )
     nbytes, nlines = len(head), 1
@@ -296,17 +342,13 @@ def _extra_atom_lines(
             break
         nbytes += len(raw)
         nlines += 1
-    ends[frame] += nbytes
+    found.ends[frame] += nbytes
     return pos + nbytes, line + nlines
 
 
 def _index_n2p2(location: Location, format: str) -> _Built:
     """One pass over an n2p2 ``input.data``: structures are ``begin`` … ``end`` blocks."""
-    starts: list[int] = []
-    ends: list[int] = []
-    counts: list[int] = []
-    lines: list[int] = []
-    errors: dict[int, tuple[int, str]] = {}
+    found = _Found()
     pos, line = 0, 0
     open_at: tuple[int, int] | None = None  # (byte, line) of the open ``begin``
     n_atoms = 0
@@ -317,22 +359,14 @@ def _index_n2p2(location: Location, format: str) -> _Built:
             key = raw.split(None, 1)[0] if raw.strip() else b""
             if key == b"begin":
                 if open_at is not None:
-                    errors[len(counts)] = (
-                        open_at[1],
-                        f"'begin' without 'end' (next 'begin' at line {line})",
-                    )
-                    starts.append(open_at[0])
-                    ends.append(pos)
-                    counts.append(n_atoms)
-                    lines.append(open_at[1])
+                    why = f"'begin' without 'end' (next 'begin' at line {line})"
+                    found.errors[len(found.counts)] = (open_at[1], why)
+                    found.add(open_at[0], pos, n_atoms, open_at[1])
                 open_at, n_atoms = (pos, line), 0
             elif key == b"end":
                 if open_at is None:
                     raise InputFormatError("'end' without 'begin'", path=path, line=line)
-                starts.append(open_at[0])
-                ends.append(pos + len(raw))
-                counts.append(n_atoms)
-                lines.append(open_at[1])
+                found.add(open_at[0], pos + len(raw), n_atoms, open_at[1])
                 open_at = None
             elif key and open_at is None:
                 raise InputFormatError(
@@ -344,12 +378,9 @@ def _index_n2p2(location: Location, format: str) -> _Built:
                 n_atoms += 1
             pos += len(raw)
     if open_at is not None:
-        errors[len(counts)] = (open_at[1], "'begin' without 'end' (file ends first)")
-        starts.append(open_at[0])
-        ends.append(pos)
-        counts.append(n_atoms)
-        lines.append(open_at[1])
-    return starts, ends, counts, lines, errors, pos
+        found.errors[len(found.counts)] = (open_at[1], "'begin' without 'end' (file ends first)")
+        found.add(open_at[0], pos, n_atoms, open_at[1])
+    return found, pos
 
 
 def _index_ase(location: Location, format: str) -> _Built:
@@ -358,12 +389,13 @@ def _index_ase(location: Location, format: str) -> _Built:
 
     path = location.require_local(f"reading {format!r} files (through ASE)")
 
-    counts: list[int] = []
+    found = _Found()
     try:
         for atoms in ase.io.iread(str(path), index=":", format=format):
-            counts.append(len(atoms))
+            found.counts.append(len(atoms))
     except Exception as exc:
         raise InputFormatError(
-            f"ASE cannot read it as {format!r}: {exc}", path=path, frame=len(counts)
+            f"ASE cannot read it as {format!r}: {exc}", path=path, frame=len(found.counts)
         ) from exc
-    return [], [], counts, [0] * len(counts), {}, int(location.info()["size"])
+    found.lines = [0] * len(found.counts)
+    return found, int(location.info()["size"])

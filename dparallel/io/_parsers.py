@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from dparallel.io._bytes import read_range
+from dparallel.io._index import read_range
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["parse_range"]
 
-_Parsed = tuple[StructureBatch, np.ndarray, dict[int, tuple[int, str]]]
+_Errors = dict[int, tuple[int, str]]  # file index → (line, reason)
+_Parsed = tuple[StructureBatch, np.ndarray, _Errors]
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +49,20 @@ def parse_range(path: Location, index: FileIndex, start: int, stop: int) -> _Par
     """Parse structures ``[start, stop)`` of ``path`` using its ``index``."""
     if stop <= start:
         return StructureBatch.empty(), np.zeros(0, np.int64), {}
-    if index.format == "n2p2":
-        return _parse_n2p2(path, index, start, stop)
-    if index.format == "extxyz":
-        return _parse_extxyz(path, index, start, stop)
-    return _parse_ase(path, index, start, stop)
+    if index.format not in ("n2p2", "extxyz"):
+        return _parse_ase(path, index, start, stop)
+    errors = {i: index.errors[i] for i in range(start, stop) if i in index.errors}
+    base = int(index.starts[start])
+    raw = read_range(path, base, int(index.ends[stop - 1]))  # one read (one request remotely)
+    texts = {
+        i: _decode(raw[index.starts[i] - base : index.ends[i] - base], path, int(index.lines[i]))
+        for i in range(start, stop)
+        if i not in errors
+    }
+    parse = _parse_n2p2 if index.format == "n2p2" else _parse_extxyz
+    return parse(texts, index, errors)
 
 
-# ------------------------------------------------------------------ extxyz
 _PROPS = re.compile(r"Properties=([^\s\"]+|\"[^\"]*\")", re.IGNORECASE)
 
 
@@ -67,34 +74,33 @@ def _diagnose_extxyz(text: str, line0: int) -> tuple[int, str] | None:
     if len(rows) < 2:
         return None
     m = _PROPS.search(rows[1])
-    spec = (m.group(1).strip('"') if m else "species:S:1:pos:R:3").split(":")
-    kinds: list[str] = []
-    names: list[str] = []
-    for name, kind, n in zip(spec[0::3], spec[1::3], spec[2::3], strict=False):
-        kinds += [kind.upper()] * int(n)
-        names += [name] * int(n)
+    spec = m.group(1).strip('"') if m else "species:S:1:pos:R:3"
+    try:
+        n_cols, props = _props(spec)
+    except (_Fallback, ValueError):
+        return None
+    columns = [(name, kind) for name, (kind, _, width) in props.items() for _ in range(width)]
     for k, row in enumerate(rows[2:]):
         line = line0 + 2 + k
         cols = row.split()
-        if len(cols) != len(kinds):
-            return line, (
-                f"wrong column count: expected {len(kinds)} columns "
-                f"({':'.join(spec)}), found {len(cols)}"
+        if len(cols) != n_cols:
+            return (
+                line,
+                f"wrong column count: expected {n_cols} columns ({spec}), found {len(cols)}",
             )
-        for c, (kind, name, value) in enumerate(zip(kinds, names, cols, strict=True)):
-            if kind == "R":
+        for c, ((name, kind), value) in enumerate(zip(columns, cols, strict=True)):
+            if kind in _NUMBER_KINDS:
                 try:
-                    float(value)
+                    _NUMBER_KINDS[kind][1](value)
                 except ValueError:
-                    return line, f"non-numeric field {value!r} in column {c + 1} ({name})"
-            elif kind == "I":
-                try:
-                    int(value)
-                except ValueError:
-                    return line, f"non-integer field {value!r} in column {c + 1} ({name})"
+                    what = _NUMBER_KINDS[kind][0]
+                    return line, f"{what} field {value!r} in column {c + 1} ({name})"
             elif name == "species" and value not in atomic_numbers:
                 return line, f"unknown element {value!r}"
     return None
+
+
+_NUMBER_KINDS = {"R": ("non-numeric", float), "I": ("non-integer", int)}
 
 
 class _Fallback(Exception):
@@ -148,122 +154,78 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
         forces = real("REF_forces")
     if forces is None:
         forces = np.full((n, 3), np.nan)
-    if "Lattice" in info:
-        cell = np.asarray(info["Lattice"], np.float64).T  # ASE's cell = transposed Lattice
-        pbc = info.get("pbc", [True, True, True])
-    else:
-        cell = np.zeros((3, 3))
-        pbc = info.get("pbc", [False, False, False])
-    energy = float("nan")
-    for key in ("energy", "REF_energy"):
-        if key in info:
-            energy = float(info[key])
-            break
+    periodic = "Lattice" in info
+    pbc = info.get("pbc", [periodic] * 3)
+    # ASE's cell is the transposed Lattice
+    cell = np.asarray(info["Lattice"], np.float64).T if periodic else np.zeros((3, 3))
+    energy = float(next((info[key] for key in ("energy", "REF_energy") if key in info), "nan"))
     tag = str(info.get("set", info.get("tag", "")))
     return numbers, positions, forces, cell, np.asarray(pbc, bool).reshape(3), energy, tag
 
 
-def _parse_extxyz(path: Location, index: FileIndex, start: int, stop: int) -> _Parsed:
+def _parse_extxyz(texts: dict[int, str], index: FileIndex, errors: _Errors) -> _Parsed:
     """Fast vectorised path per frame; ASE (plus a diagnosis) for frames it cannot take."""
-    import ase.io
     from ase.data import atomic_numbers
 
-    base = int(index.starts[start])
-    raw = read_range(path, base, int(index.ends[stop - 1]))
-    errors = {i: index.errors[i] for i in range(start, stop) if i in index.errors}
     fields: list[tuple] = []
     kept: list[int] = []
-    for i in range(start, stop):
-        if i in errors:
-            continue
-        a, b = int(index.starts[i]) - base, int(index.ends[i]) - base
-        chunk = _decode(raw[a:b], path, int(index.lines[i]))
-        n = int(index.counts[i])
-        rows = chunk.split("\n")
+    for i, text in texts.items():
+        n, line = int(index.counts[i]), int(index.lines[i])
         try:
-            fields.append(_fast_frame(rows[1 : n + 2], n, atomic_numbers))
-            kept.append(i)
-            continue
-        except _Fallback:
-            pass
-        except Exception:  # noqa: BLE001 - any odd comment line: ASE decides below
-            pass
-        where = _diagnose_extxyz(chunk, int(index.lines[i]))
-        if where is not None:  # stricter than ASE, which ignores extra columns
-            errors[i] = where
-            continue
-        try:
-            frames = ase.io.read(io.StringIO(chunk), index=":", format="extxyz")
-            if len(frames) != 1:
-                raise ValueError(f"expected one frame, ASE found {len(frames)}")
-        except Exception as exc:  # noqa: BLE001 - reported with file, line and reason
-            errors[i] = (int(index.lines[i]), f"cannot parse frame: {exc}")
-            continue
-        one = StructureBatch.from_ase(frames)
-        fields.append(
-            (
-                one.numbers,
-                one.positions,
-                one.forces,
-                one.cells[0],
-                one.pbc[0],
-                float(one.energy[0]),
-                str(one.tags[0]),
-            )
-        )
+            fields.append(_fast_frame(text.split("\n")[1 : n + 2], n, atomic_numbers))
+        except Exception:  # noqa: BLE001 - _Fallback or any odd comment line: ASE decides
+            # the diagnosis first: stricter than ASE, which ignores extra columns
+            problem = _diagnose_extxyz(text, line) or _ase_frame(text, line, fields)
+            if problem is not None:
+                errors[i] = problem
+                continue
         kept.append(i)
     if not kept:
         return StructureBatch.empty(), np.zeros(0, np.int64), errors
-    counts = [f[0].shape[0] for f in fields]
+    numbers, positions, forces, cells, pbc, energy, tags = zip(*fields, strict=True)
     batch = StructureBatch(
-        numbers=np.concatenate([f[0] for f in fields]),
-        positions=np.concatenate([f[1] for f in fields]),
-        forces=np.concatenate([f[2] for f in fields]),
-        cells=np.stack([f[3] for f in fields]),
-        pbc=np.stack([f[4] for f in fields]),
-        energy=np.asarray([f[5] for f in fields], np.float64),
-        offsets=np.concatenate([[0], np.cumsum(counts)]),
-        tags=np.asarray([f[6] for f in fields], dtype=object),
+        numbers=np.concatenate(numbers),
+        positions=np.concatenate(positions),
+        forces=np.concatenate(forces),
+        cells=np.stack(cells),
+        pbc=np.stack(pbc),
+        energy=np.asarray(energy, np.float64),
+        offsets=np.concatenate([[0], np.cumsum([len(z) for z in numbers])]),
+        tags=np.asarray(tags, dtype=object),
     )
     return batch, np.asarray(kept, np.int64), errors
 
 
-# -------------------------------------------------------------------- n2p2
-def _parse_n2p2(path: Location, index: FileIndex, start: int, stop: int) -> _Parsed:
+def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | None:
+    """One frame read by ASE, appended to ``fields``; ``(line, reason)`` where ASE cannot."""
+    import ase.io
+
+    try:
+        frames = ase.io.read(io.StringIO(text), index=":", format="extxyz")
+        if len(frames) != 1:
+            raise ValueError(f"expected one frame, ASE found {len(frames)}")
+    except Exception as exc:  # noqa: BLE001 - reported with file, line and reason
+        return line, f"cannot parse frame: {exc}"
+    b = StructureBatch.from_ase(frames)
+    fields.append((b.numbers, b.positions, b.forces, b.cells[0], b.pbc[0], b.energy[0], b.tags[0]))
+    return None
+
+
+def _parse_n2p2(texts: dict[int, str], index: FileIndex, errors: _Errors) -> _Parsed:
     from ase.data import atomic_numbers
 
-    errors = {i: index.errors[i] for i in range(start, stop) if i in index.errors}
     structures: list[_N2p2Structure] = []
-    base = int(index.starts[start])
-    raw = read_range(path, base, int(index.ends[stop - 1]))  # one read (one request remotely)
-    for i in range(start, stop):
-        if i in errors:
-            continue
-        a, b = int(index.starts[i]) - base, int(index.ends[i]) - base
-        block = _decode(raw[a:b], path, int(index.lines[i]))
+    for i, text in texts.items():
         try:
-            structures.append(_n2p2_structure(i, int(index.lines[i]), block))
+            structures.append(_n2p2_structure(i, int(index.lines[i]), text))
         except _LineError as exc:
             errors[i] = (exc.line, str(exc))
-    atoms = _n2p2_atoms_at_once(structures, atomic_numbers)
-    if atoms is None:  # a bad atom line somewhere: parse structure by structure to find it
-        kept_structures, per_structure = [], []
-        for st in structures:
-            try:
-                per_structure.append(_n2p2_atoms(st.atom_rows, atomic_numbers))
-            except _LineError as exc:
-                errors[st.number] = (exc.line, str(exc))
-                continue
-            except ValueError as exc:
-                errors[st.number] = (st.line, str(exc))
-                continue
-            kept_structures.append(st)
-        structures = kept_structures
-        if structures:
-            atoms = (
-                np.concatenate([n for n, _ in per_structure]),
-                np.concatenate([d for _, d in per_structure]),
-            )
+    atoms = _n2p2_atoms(structures, atomic_numbers)
+    if atoms is None:  # a bad atom line somewhere: find it structure by structure
+        bad = {st.number: st for st in structures if _n2p2_atoms([st], atomic_numbers) is None}
+        errors.update({i: _bad_atom_line(st, atomic_numbers) for i, st in bad.items()})
+        structures = [st for st in structures if st.number not in bad]
+        atoms = _n2p2_atoms(structures, atomic_numbers)
     if not structures or atoms is None:
         return StructureBatch.empty(), np.zeros(0, np.int64), errors
     numbers, data = atoms  # (N,), (N, 6): x y z fx fy fz
@@ -293,7 +255,7 @@ class _N2p2Structure(NamedTuple):
 
 
 def _n2p2_structure(i: int, first_line: int, block: str) -> _N2p2Structure:
-    """Keywords of one structure's text; atom lines are kept for :func:`_n2p2_atoms*`."""
+    """Keywords of one structure's text; atom lines are kept for :func:`_n2p2_atoms`."""
     atom_rows: list[tuple[int, str]] = []
     lattice: list[list[float]] = []
     energy = float("nan")
@@ -321,16 +283,14 @@ def _n2p2_structure(i: int, first_line: int, block: str) -> _N2p2Structure:
                 energy = _num(cols[1])
             else:
                 raise ValueError(f"unknown keyword {key!r}")
-        if len(lattice) not in (0, 3):  # structure-level checks point at its 'begin'
-            raise _LineError(first_line, f"expected 0 or 3 'lattice' lines, found {len(lattice)}")
-    except _LineError:
-        raise
     except ValueError as exc:
         raise _LineError(line, str(exc)) from None
+    if len(lattice) not in (0, 3):  # structure-level checks point at its 'begin'
+        raise _LineError(first_line, f"expected 0 or 3 'lattice' lines, found {len(lattice)}")
     return _N2p2Structure(i, first_line, atom_rows, lattice, energy, tag)
 
 
-def _n2p2_atoms_at_once(
+def _n2p2_atoms(
     structures: list[_N2p2Structure], z_of: dict[str, int]
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Numbers (N,) and x y z fx fy fz (N, 6) of every atom line of ``structures``, by one
@@ -338,7 +298,7 @@ def _n2p2_atoms_at_once(
     any line is not ``atom x y z element charge n fx fy fz`` with a known element."""
     lines = [raw for st in structures for _, raw in st.atom_rows]
     if not lines:
-        return None
+        return np.zeros(0, np.int64), np.zeros((0, 6))
 
     def element(text: str) -> float:
         return float(z_of[text])  # KeyError: not an element
@@ -370,26 +330,9 @@ _NUMERIC = np.array([1, 2, 3, 5, 6, 7, 8, 9])  # every number of "atom x y z el 
 _KEEP = np.array([0, 1, 2, 5, 6, 7])  # x y z fx fy fz among _NUMERIC
 
 
-def _n2p2_atoms(
-    atom_rows: list[tuple[int, str]], z_of: dict[str, int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Numbers (n,) and x y z fx fy fz (n, 6) of a structure's atom lines, vectorised.
-
-    On any problem, re-checks line by line to report the first bad line.
-    """
-    n = len(atom_rows)
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros((0, 6))
-    tokens = np.asarray(" ".join(r for _, r in atom_rows).split())
-    if tokens.shape[0] == 10 * n:
-        table = tokens.reshape(n, 10)  # (n, 10) str
-        try:
-            uniq, inverse = np.unique(table[:, 4], return_inverse=True)
-            numbers = np.array([z_of[str(u)] for u in uniq], np.int64)[inverse.reshape(-1)]
-            return numbers, table[:, _NUMERIC].astype(np.float64)[:, _KEEP]
-        except (KeyError, ValueError):
-            pass
-    for line, raw in atom_rows:  # slow path: locate the first bad line
+def _bad_atom_line(st: _N2p2Structure, z_of: dict[str, int]) -> tuple[int, str]:
+    """``(line, reason)`` of the first atom line of ``st`` that does not parse."""
+    for line, raw in st.atom_rows:
         cols = raw.split()
         try:
             _ncols(cols, 10, "atom x y z element charge n fx fy fz")
@@ -398,8 +341,8 @@ def _n2p2_atoms(
             for c in _NUMERIC:
                 _num(cols[c])
         except ValueError as exc:
-            raise _LineError(line, str(exc)) from None
-    raise ValueError("cannot parse the atom lines")  # pragma: no cover - slow path finds it
+            return line, str(exc)
+    return st.line, "cannot parse the atom lines"  # pragma: no cover - a line is found
 
 
 def _ncols(cols: list[str], n: int, what: str) -> None:
@@ -414,7 +357,6 @@ def _num(text: str) -> float:
         raise ValueError(f"non-numeric field {text!r}") from None
 
 
-# --------------------------------------------------------------------- ASE
 def _parse_ase(path: Location, index: FileIndex, start: int, stop: int) -> _Parsed:
     import ase.io
 

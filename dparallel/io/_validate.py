@@ -21,14 +21,11 @@ MAX_COORDINATE = 1e5
 
 
 def validate_batch(batch: StructureBatch) -> dict[int, str]:
-    """Check each structure of ``batch``; return ``{local index: reason}`` for invalid ones.
-
-    Checks: at least one atom, atomic numbers in 1..118, finite positions, cells and
-    energies (NaN energy means absent), positions and cell entries within
-    ±:data:`MAX_COORDINATE`, forces either finite or all NaN (absent),
-    and linearly independent cell vectors along every periodic direction.
-    Vectorised over atoms; loops only over the (rare) bad structures.
-    """
+    """Check each structure of ``batch``; return ``{local index: reason}`` for invalid ones:
+    no atoms, atomic numbers outside 1..118, non-finite positions, cells or energies (NaN
+    energy: absent), positions or cell entries beyond ±:data:`MAX_COORDINATE`, forces neither
+    finite nor all NaN (absent), a singular cell along the periodic directions. Vectorised
+    over atoms; loops only over the (rare) bad structures."""
     n = batch.n_structures
     if n == 0:
         return {}
@@ -36,31 +33,24 @@ def validate_batch(batch: StructureBatch) -> dict[int, str]:
     sidx = batch.structure_index  # (N,)
     bad: dict[int, str] = {}
 
-    def first_bad_atom(flags: np.ndarray) -> dict[int, int]:
-        rows = np.flatnonzero(flags)
-        out: dict[int, int] = {}
-        for r in rows[np.unique(sidx[rows], return_index=True)[1]]:
-            out[int(sidx[r])] = int(r - batch.offsets[sidx[r]])
-        return out
+    def flag(structures: np.ndarray, reason: str) -> None:
+        for s in np.flatnonzero(structures):
+            bad.setdefault(int(s), reason)
 
-    for empty in np.flatnonzero(counts == 0):
-        bad.setdefault(int(empty), "structure has no atoms")
-    for si, a in first_bad_atom((batch.numbers < 1) | (batch.numbers > MAX_Z)).items():
-        bad.setdefault(
-            si, f"atom {a}: unknown element (atomic number {batch.numbers[batch.offsets[si] + a]})"
-        )
-    for si, a in first_bad_atom(~np.isfinite(batch.positions).all(axis=1)).items():
-        bad.setdefault(
-            si,
-            f"atom {a}: non-finite coordinates {batch.positions[batch.offsets[si] + a].tolist()}",
-        )
-    far = np.isfinite(batch.positions) & (np.abs(batch.positions) > MAX_COORDINATE)
-    for si, a in first_bad_atom(far.any(axis=1)).items():
-        bad.setdefault(
-            si,
-            f"atom {a}: implausible coordinates {batch.positions[batch.offsets[si] + a].tolist()}"
-            f" (beyond ±{MAX_COORDINATE:g}; see docs/io.md)",
-        )
+    def flag_atoms(atoms: np.ndarray, reason: str) -> None:
+        """The first flagged atom of each structure: ``reason`` with its ``{z}`` and ``{xyz}``."""
+        rows = np.flatnonzero(atoms)
+        for r in rows[np.unique(sidx[rows], return_index=True)[1]]:
+            s = int(sidx[r])
+            what = reason.format(z=batch.numbers[r], xyz=batch.positions[r].tolist())
+            bad.setdefault(s, f"atom {r - batch.offsets[s]}: {what}")
+
+    far = f" (beyond ±{MAX_COORDINATE:g}; see docs/io.md)"
+    flag(counts == 0, "structure has no atoms")
+    flag_atoms((batch.numbers < 1) | (batch.numbers > MAX_Z), "unknown element (atomic number {z})")
+    flag_atoms(~np.isfinite(batch.positions).all(axis=1), "non-finite coordinates {xyz}")
+    huge = np.isfinite(batch.positions) & (np.abs(batch.positions) > MAX_COORDINATE)
+    flag_atoms(huge.any(axis=1), "implausible coordinates {xyz}" + far)
     finite_f = np.isfinite(batch.forces).all(axis=1)  # (N,)
     nan_f = np.isnan(batch.forces).all(axis=1)  # (N,)
     n_finite = np.bincount(sidx, weights=finite_f, minlength=n)
@@ -68,17 +58,11 @@ def validate_batch(batch: StructureBatch) -> dict[int, str]:
     for s in np.flatnonzero((n_finite != counts) & (n_nan != counts)):
         row = np.flatnonzero(~finite_f[batch.offsets[s] : batch.offsets[s + 1]])[0]
         bad.setdefault(int(s), f"atom {row}: non-finite forces (NaN only allowed for all atoms)")
-    for s in np.flatnonzero(np.isinf(batch.energy)):
-        bad.setdefault(int(s), "energy is infinite")
-    for s in np.flatnonzero(~np.isfinite(batch.cells).reshape(n, 9).all(axis=1)):
-        bad.setdefault(int(s), "cell has non-finite entries")
+    flag(np.isinf(batch.energy), "energy is infinite")
+    flag(~np.isfinite(batch.cells).reshape(n, 9).all(axis=1), "cell has non-finite entries")
     huge = np.abs(np.nan_to_num(batch.cells.reshape(n, 9))) > MAX_COORDINATE
-    for s in np.flatnonzero(huge.any(axis=1)):
-        bad.setdefault(
-            int(s), f"cell has implausible entries (beyond ±{MAX_COORDINATE:g}; see docs/io.md)"
-        )
-    periodic = np.flatnonzero(batch.pbc.any(axis=1))
-    for s in periodic:
+    flag(huge.any(axis=1), "cell has implausible entries" + far)
+    for s in np.flatnonzero(batch.pbc.any(axis=1)):
         if int(s) in bad:
             continue
         vecs = batch.cells[s][batch.pbc[s]]  # (n_periodic, 3)

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["Location", "LocationError", "Where", "as_location", "is_url"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_FILE = "file://"
 #: Filesystems opened in this process, by protocol and options (fsspec caches too).
 _FS: dict[tuple[str, str], Any] = {}
 
@@ -58,7 +57,6 @@ class Location:
     def __repr__(self) -> str:
         return f"Location({self.url!r})"
 
-    # ----------------------------------------------------------------- what
     @property
     def is_local(self) -> bool:
         """A local path (no URL scheme)."""
@@ -91,7 +89,6 @@ class Location:
         """The last component (file or folder name)."""
         return self.url.rstrip("/").rsplit("/", 1)[-1]
 
-    # ------------------------------------------------------------ relatives
     def child(self, key: str) -> Location:
         """``key`` (``a/b``) below this location."""
         if self.local is not None:
@@ -105,7 +102,6 @@ class Location:
         head = self.url.rstrip("/").rsplit("/", 1)[0]
         return Location(f"{head}/{name}", self.storage_options)
 
-    # ---------------------------------------------------------- filesystem
     def filesystem(self) -> tuple[AbstractFileSystem, str]:
         """The fsspec filesystem and the path in it (the client's import errors named)."""
         import fsspec
@@ -185,6 +181,4 @@ def as_location(target: Where, storage_options: dict[str, Any] | None = None) ->
     text = os.fspath(target)
     if is_url(text):
         return Location(text, options)
-    if text.startswith(_FILE):
-        text = text[len(_FILE) :]
-    return Location(str(Path(text).expanduser().absolute()), options)
+    return Location(str(Path(text.removeprefix("file://")).expanduser().absolute()), options)

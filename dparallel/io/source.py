@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -16,16 +17,16 @@ from dparallel.errors import (
     InvalidStructureError,
     SourceNotFoundError,
 )
-from dparallel.io._bytes import is_gzip, open_stream
-from dparallel.io._index import FileIndex, load_or_build_index
+from dparallel.io._index import FileIndex, is_gzip, load_or_build_index, open_stream
 from dparallel.io._parsers import parse_range
 from dparallel.io._validate import validate_batch
 from dparallel.io.location import Location, as_location
 from dparallel.io.units import UNIT_SYSTEMS
-from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from dparallel.types import StructureBatch
 
 __all__ = ["UNITS", "ReadResult", "StructureSource", "detect_format", "open_source"]
 
@@ -36,16 +37,14 @@ UNITS: dict[str, tuple[float, float]] = {
     name: {"bohr-hartree": (_units.Bohr, _units.Hartree)}.get(name, (1.0, 1.0))  # ASE's CODATA
     for name in UNIT_SYSTEMS
 }
-_ALIASES = {"xyz": "extxyz", "extxyz": "extxyz", "n2p2": "n2p2", "runner": "n2p2"}
+_ALIASES = {"xyz": "extxyz", "runner": "n2p2"}
 
 
 @dataclass(frozen=True)
 class ReadResult:
-    """What :meth:`StructureSource.read_checked` returns.
-
-    ``batch`` holds the valid structures in file order, ``indices`` (k,) int64 their
-    file indices, ``skipped`` the ``(index, reason)`` of the invalid ones.
-    """
+    """What :meth:`StructureSource.read_checked` returns: ``batch``, the valid structures in
+    file order, ``indices`` (k,) int64 their file indices, ``skipped`` the invalid ones'
+    ``(index, reason)``."""
 
     batch: StructureBatch
     indices: np.ndarray
@@ -115,18 +114,14 @@ def detect_format(path: Path | Location) -> str:
 
 
 class StructureSource:
-    """Random access to the structures of one file.
+    """Random access to the structures of one file (built by :func:`open_source`).
 
-    Built by :func:`open_source`; ``path`` is a local path, a URL (``s3://…``, ranged
-    reads) or a :class:`~dparallel.io.location.Location`, each also ``.gz`` (decompressed
-    whole, once per process). ``len(source)`` counts every structure the index found,
-    including ones that turn out invalid when read; ``read(a, b)`` parses only the bytes
-    of structures ``[a, b)``. Pickles as path + options; the index is reloaded lazily
-    (from its cache) in the receiving process, which refuses a file that changed since.
-
-    Skipped structures (``on_error="skip"``) keep their file index: ``read`` returns
-    the valid structures only, ``read_checked`` also says which indices they have, and
-    every skip is appended to :attr:`skipped` as ``(index, reason)``.
+    ``len(source)`` counts every structure the index found, including ones that turn out
+    invalid when read; ``read(a, b)`` parses only the bytes of structures ``[a, b)``.
+    Pickles as path + options; the index is reloaded lazily (from its cache) in the
+    receiving process, which refuses a file that changed since. Skipped structures
+    (``on_error="skip"``) keep their file index: ``read`` returns the valid ones,
+    ``read_checked`` also their indices, and :attr:`skipped` lists ``(index, reason)``.
     """
 
     def __init__(
@@ -160,6 +155,7 @@ class StructureSource:
         self.cache_index = cache_index
         self._skipped: dict[int, str] = {}
         self._expect_index = _expect_index
+        self._expect_stat: tuple[int, int] | None = None  # (size, mtime_ns) when pickled
         self._index: FileIndex | None = None
 
     @property
@@ -167,14 +163,13 @@ class StructureSource:
         """``(index, reason)`` of every structure skipped by reads so far, sorted, no repeats."""
         return sorted(self._skipped.items())
 
-    # ---------------------------------------------------------------- index
     @property
     def index(self) -> FileIndex:
         """The file's index (built or loaded on first use)."""
         if self._index is None:
             idx = load_or_build_index(self.location, self.format, cache=self.cache_index)
-            expected_stat = getattr(self, "_expect_stat", None)
-            changed = expected_stat is not None and expected_stat != (idx.size, idx.mtime_ns)
+            stat = self._expect_stat
+            changed = stat is not None and stat != (idx.size, idx.mtime_ns)
             if changed or (self._expect_index is not None and idx.sha256 != self._expect_index):
                 raise InputError(
                     f"{self.path} changed since it was opened (index hash differs); "
@@ -224,7 +219,6 @@ class StructureSource:
                 "(a store made from the old version is refused, not mixed)"
             )
 
-    # ------------------------------------------------------------------ read
     def read(self, start: int = 0, stop: int | None = None) -> StructureBatch:
         """Valid structures of ``[start, stop)`` as one batch (cost O(stop − start))."""
         return self.read_checked(start, stop).batch
@@ -242,11 +236,8 @@ class StructureSource:
         batch, kept, errors = parse_range(self.location, self.index, start, stop)
         self.check_unchanged()  # what was read is the file the index (and fingerprint) describe
         bad = {int(kept[k]): reason for k, reason in validate_batch(batch).items()}
-        problems: dict[int, tuple[int, str, bool]] = {
-            i: (line, reason, False) for i, (line, reason) in errors.items()
-        }
-        for i, reason in bad.items():
-            problems[i] = (int(self.index.lines[i]), reason, True)
+        problems = {i: (line, reason, False) for i, (line, reason) in errors.items()}
+        problems |= {i: (int(self.index.lines[i]), reason, True) for i, reason in bad.items()}
         if problems and self.on_error == "raise":
             i = min(problems)
             line, reason, invalid = problems[i]
@@ -259,11 +250,8 @@ class StructureSource:
             skipped.append((i, f"{where}{reason}"))
             log.warning("skipping structure %d of %s: %s%s", i, self.path, where, reason)
         if bad:
-            keep = np.array([int(i) not in bad for i in kept])
-            batch = StructureBatch.concatenate(
-                [batch.select(int(k), int(k) + 1) for k in np.flatnonzero(keep)]
-            )
-            kept = kept[keep]
+            keep = np.flatnonzero([int(i) not in bad for i in kept])
+            batch, kept = batch.take(keep), kept[keep]
         self._skipped.update(skipped)
         return ReadResult(self._convert(batch), np.asarray(kept, np.int64), skipped)
 
@@ -271,29 +259,24 @@ class StructureSource:
         length, energy = UNITS[self.units]
         if length == 1.0 and energy == 1.0:
             return batch
-        return StructureBatch(
-            numbers=batch.numbers,
+        return dataclasses.replace(
+            batch,
             positions=batch.positions * length,
             cells=batch.cells * length,
-            pbc=batch.pbc,
             energy=batch.energy * energy,
             forces=batch.forces * (energy / length),
-            offsets=batch.offsets,
-            tags=batch.tags,
         )
 
-    # -------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
+        idx = self._index
         return {
             "path": self.location,
             "format": self.format,
             "units": self.units,
             "on_error": self.on_error,
             "cache_index": self.cache_index,
-            "expect": self._index.sha256 if self._index is not None else self._expect_index,
-            "stat": (self._index.size, self._index.mtime_ns)
-            if self._index is not None
-            else getattr(self, "_expect_stat", None),
+            "expect": self._expect_index if idx is None else idx.sha256,
+            "stat": self._expect_stat if idx is None else (idx.size, idx.mtime_ns),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:

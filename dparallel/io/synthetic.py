@@ -15,13 +15,9 @@ def random_structures(
     max_atoms: int = 40,
     elements: tuple[int, ...] = (1, 6, 8, 14, 29),
     periodic_fraction: float = 0.5,
-    with_labels: bool = True,
 ) -> list:
-    """``n`` structures of mixed sizes; a ``periodic_fraction`` of them periodic.
-
-    Periodic ones get a random non-singular cell; labelled ones a
-    ``SinglePointCalculator`` with energy (eV) and forces (eV/Å).
-    """
+    """``n`` structures of mixed sizes; a ``periodic_fraction`` of them periodic (with a random
+    non-singular cell), each labelled (a ``SinglePointCalculator``: energy (eV), forces (eV/Å))."""
     import ase
     from ase.calculators.singlepoint import SinglePointCalculator
 
@@ -38,9 +34,8 @@ def random_structures(
             cell=cell,
             pbc=periodic,
         )
-        if with_labels:
-            atoms.calc = SinglePointCalculator(
-                atoms, energy=float(rng.normal(-3 * k, 1)), forces=rng.normal(0, 1, (k, 3))
-            )
+        atoms.calc = SinglePointCalculator(
+            atoms, energy=float(rng.normal(-3 * k, 1)), forces=rng.normal(0, 1, (k, 3))
+        )
         out.append(atoms)
     return out

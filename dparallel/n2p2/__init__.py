@@ -1,15 +1,8 @@
-"""n2p2 files in and out: ``input.nn``, ``scaling.data``, ``weights.XXX.data``, potentials.
-
-- :func:`read_input_nn` → :class:`InputNN` (the whole file, as n2p2 reads it);
-- :func:`acsf_from_input_nn` (the symmetry functions of an ``input.nn`` → ``ACSF``);
-- :func:`read_scaling_data` / :func:`format_scaling_data` (``scaling.data``);
-- :func:`read_weights` / :func:`write_weights` (``weights.XXX.data``);
-- :func:`write_input_data` (structures → ``input.data``);
-- :func:`load_potential` (n2p2 directory → ``(ACSF, HDNNP)``) and
-  :func:`write_potential` (``(ACSF, HDNNP)`` → n2p2 directory);
-- :mod:`dparallel.n2p2.binaries`: find and run the n2p2 tools (tests, benchmarks).
-
-See docs/n2p2.md. The potential functions (torch) load on first use.
+"""n2p2 files in and out: ``input.nn`` (:func:`read_input_nn`, :func:`acsf_from_input_nn`),
+``scaling.data``, ``weights.XXX.data``, ``input.data`` and whole potentials
+(:func:`load_potential`, :func:`write_potential`); :mod:`dparallel.n2p2.binaries` finds and
+runs the n2p2 tools (tests, benchmarks). See docs/n2p2.md. The potential functions (torch)
+load on first use.
 """
 
 from typing import TYPE_CHECKING

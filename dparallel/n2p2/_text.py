@@ -1,31 +1,39 @@
-"""Reading n2p2's numeric text files: text only, finite numbers, file and line named."""
+"""n2p2's numeric text files: text only, finite numbers, file and line named; units."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
-from dparallel.errors import InputFormatError
+from dparallel.errors import ConfigError, InputFormatError, SourceNotFoundError
+from dparallel.io.source import UNITS
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["finite_number", "text_lines"]
+__all__ = ["finite_number", "text_lines", "unit_factors"]
+
+
+def unit_factors(units: str) -> tuple[float, float]:
+    """Length (Å) and energy (eV) of the unit system ``units`` of :data:`dparallel.io.UNITS`."""
+    if units not in UNITS:
+        raise ConfigError(f"unknown units {units!r}; expected one of {sorted(UNITS)}")
+    return UNITS[units]
 
 
 def text_lines(path: Path, what: str) -> list[str]:
-    """The lines of ``path``, an n2p2 ``what`` file; a binary or non-UTF-8 file is named so.
-
-    Raises
-    ------
-    InputFormatError
-        The file holds NUL bytes (binary) or bytes that are not UTF-8; names the line.
-    """
+    """The lines of ``path``, an n2p2 ``what`` file: :class:`SourceNotFoundError` if there is
+    none, :class:`InputFormatError` naming the line if it holds NUL bytes (binary) or bytes
+    that are not UTF-8."""
+    if not path.is_file():
+        raise SourceNotFoundError(f"n2p2 {what} file not found: {path}")
     data = path.read_bytes()
     nul = data.find(b"\0")
     if nul >= 0:
         raise InputFormatError(
-            f"a binary file, not an n2p2 {what} (text) file", path=path, line=_line_of(data, nul)
+            f"a binary file, not an n2p2 {what} (text) file",
+            path=path,
+            line=data.count(b"\n", 0, nul) + 1,
         )
     try:
         text = data.decode("utf-8")
@@ -33,14 +41,9 @@ def text_lines(path: Path, what: str) -> list[str]:
         raise InputFormatError(
             f"not UTF-8 text (byte 0x{data[exc.start]:02x}): an n2p2 {what} file is plain text",
             path=path,
-            line=_line_of(data, exc.start),
+            line=data.count(b"\n", 0, exc.start) + 1,
         ) from None
     return text.splitlines()
-
-
-def _line_of(data: bytes, offset: int) -> int:
-    """The 1-based line holding byte ``offset``."""
-    return data.count(b"\n", 0, offset) + 1
 
 
 def finite_number(word: str, path: Path, line: int) -> float:

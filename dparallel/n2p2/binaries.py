@@ -39,13 +39,11 @@ class N2p2RunError(DParallelError, RuntimeError):
 
 def find_bin_dir() -> Path | None:
     """Directory holding the n2p2 tools, or None when they are not built."""
-    candidates = []
-    if os.environ.get("N2P2_BIN"):
-        candidates.append(Path(os.environ["N2P2_BIN"]))
-    if os.environ.get("N2P2_HOME"):
-        candidates.append(Path(os.environ["N2P2_HOME"]) / "bin")
-    candidates.append(_DEFAULT_HOME / "bin")
-    for c in candidates:
+    env = os.environ
+    given = [
+        Path(env[k]) / sub for k, sub in (("N2P2_BIN", ""), ("N2P2_HOME", "bin")) if env.get(k)
+    ]
+    for c in [*given, _DEFAULT_HOME / "bin"]:
         if (c / "nnp-dataset").is_file() and os.access(c / "nnp-dataset", os.X_OK):
             return c
     return None

@@ -23,7 +23,7 @@ import numpy as np
 
 from dparallel._files import write_file
 from dparallel.errors import ConfigError
-from dparallel.io.source import UNITS
+from dparallel.n2p2._text import unit_factors
 
 if TYPE_CHECKING:
     import os
@@ -41,9 +41,7 @@ def write_input_data(
 
     n2p2 knows fully periodic and non-periodic structures only; mixed ``pbc`` is refused.
     """
-    if units not in UNITS:
-        raise ConfigError(f"unknown units {units!r}; expected one of {sorted(UNITS)}")
-    length, energy = UNITS[units]
+    length, energy = unit_factors(units)
     lines: list[str] = []
     for k, atoms in enumerate(structures):
         pbc = np.asarray(atoms.pbc, bool)

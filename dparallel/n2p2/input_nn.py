@@ -1,22 +1,10 @@
 """A whole n2p2 ``input.nn`` as validated data: :func:`read_input_nn` → :class:`InputNN`.
 
-What is read, and how n2p2 (``libnnp/Mode.cpp``) uses it:
-
-- ``number_of_elements``, ``elements`` (ordered by atomic number, as n2p2's ElementMap),
-  ``atom_energy <e> <E>`` (per-atom offsets added to the network energy),
-  ``cutoff_type <t> [alpha]`` and the symmetry functions
-  (:mod:`dparallel.n2p2.symmetry_functions`);
-- scaling: ``scale_symmetry_functions`` / ``center_symmetry_functions`` /
-  ``scale_symmetry_functions_sigma`` and ``scale_min_short`` / ``scale_max_short``
-  (n2p2's ``setupSymmetryFunctionScaling`` precedence and defaults 0 and 1);
-- normalisation: ``mean_energy``, ``conv_energy``, ``conv_length`` (all or none);
-- the short-range network: ``global_hidden_layers_short``, ``global_nodes_short``,
-  ``global_activation_short``, the ``element_*_short`` overrides (n2p2's exact
-  algorithm, including what it refuses) and ``normalize_nodes``;
-- training keywords with a counterpart in :class:`dparallel.train.TrainingSpec`
-  (:meth:`InputNN.training_options`).
-
-Every other keyword is listed once in a logged warning: nothing is dropped silently.
+Elements, atom energies, cutoff and symmetry functions, scaling (n2p2's precedence),
+normalisation, the short-range networks (n2p2's exact algorithm, including what it
+refuses) and the training keywords with a counterpart in :class:`dparallel.train.TrainingSpec`,
+as ``libnnp/Mode.cpp`` reads them (docs/n2p2.md). Every other keyword is listed once in a
+logged warning: nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -25,13 +13,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dparallel.descriptors.acsf import ACSF, length_unit
 from dparallel.errors import InputFormatError
 from dparallel.n2p2.settings import Settings, log_unused, read_settings
-from dparallel.n2p2.symmetry_functions import cutoff_of, elements_of, symmetry_functions
+from dparallel.n2p2.symmetry_functions import acsf_of, cutoff_of, elements_of, symmetry_functions
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from dparallel.descriptors.acsf import ACSF
 
 
 log = logging.getLogger(__name__)
@@ -108,21 +97,12 @@ class InputNN:
     def acsf(self, unit: float | str = 1.0, order: str = "n2p2") -> ACSF:
         """The symmetry functions as an :class:`~dparallel.descriptors.ACSF` (lengths × unit)."""
         assert self._settings is not None
-        elements, feats = symmetry_functions(self._settings, length_unit(unit))
-        return ACSF(elements, feats, order=order, lenient=True)
+        return acsf_of(self._settings, unit, order)
 
     def training_options(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`dparallel.train.TrainingSpec` this file implies.
-
-        ``random_seed`` → seed, ``test_fraction``, ``epochs``, no ``use_short_forces`` →
-        ``force_weight: 0``, ``updater_type 0`` with ``gradient_type 1`` → Adam with
-        ``lr = gradient_adam_eta``, ``updater_type 1`` with ``kalman_type 0`` → the Kalman
-        filter with ``kalman_epsilon``, ``kalman_q0``, ``kalman_qtau``, ``kalman_qmin``,
-        ``kalman_eta``, ``kalman_etatau``, ``kalman_etamax`` and ``force_energy_ratio`` →
-        ``kalman_force_components``, one hidden activation and size list for every element
-        → ``hidden``/``activation``, and the scaling type with ``scale_min``/``scale_max``.
-        Always ``n2p2_compatible: true``.
-        """
+        """Keyword arguments of :class:`dparallel.train.TrainingSpec` this file implies (seed,
+        split, epochs, force weight, Adam or n2p2's Kalman filter with its parameters, one
+        network for every element, the scaling; docs/n2p2.md), ``n2p2_compatible: true``."""
         s = self._settings
         assert s is not None
         out: dict[str, Any] = {"n2p2_compatible": True}
@@ -203,7 +183,6 @@ def read_input_nn(path: str | Path) -> InputNN:
     )
 
 
-# ---------------------------------------------------------------------- sections
 def _number(s: Settings, entry: Any, kind: type = float, word: int = 0) -> Any:
     """Word ``word`` of a line as ``kind``; error names the line."""
     try:
@@ -230,27 +209,17 @@ def _atom_energy(s: Settings, elements: list[str]) -> dict[str, float]:
     for entry in s.values("atom_energy"):
         if len(entry.words) < 2:
             raise s.fail(entry, "expected 'atom_energy <element> <energy>'")
-        e = entry.words[0]
-        if e not in out:
-            raise s.fail(entry, f"element {e!r} is not in the elements line {elements}")
-        out[e] = _number(s, entry, float, 1)
+        out[_element_word(s, entry, elements)] = _number(s, entry, float, 1)
     return out
 
 
 def _scaling(s: Settings) -> Scaling:
     """n2p2's scaling type (``Mode::setupSymmetryFunctionScaling``) and Smin/Smax."""
     scale, center = s.has("scale_symmetry_functions"), s.has("center_symmetry_functions")
-    if scale and center:
-        kind = "scalecenter"
-    elif scale:
-        kind = "scale"
-    elif center:
-        kind = "center"
-    elif s.has("scale_symmetry_functions_sigma"):
-        kind = "scalesigma"
-    else:
-        kind = "none"
-    if s.has("scale_symmetry_functions_sigma") and kind != "scalesigma":
+    sigma = s.has("scale_symmetry_functions_sigma")
+    kinds = {(True, True): "scalecenter", (True, False): "scale", (False, True): "center"}
+    kind = kinds.get((scale, center), "scalesigma" if sigma else "none")
+    if sigma and kind != "scalesigma":
         log.warning(
             "%s: scale_symmetry_functions_sigma is ignored next to scale/center keywords "
             "(n2p2's precedence: scaling type %r)",
@@ -291,11 +260,13 @@ def _networks(s: Settings, elements: list[str], n_sf: dict[str, int]) -> dict[st
     nodes = [[0] * n for n in layers]
     acts: list[list[str | None]] = [[None] * n for n in layers]
     g_nodes: list[str] = []
-    entry = s.get("global_nodes_short")
-    if entry is not None:
-        g_nodes = entry.words
+    nodes_entry = s.get("global_nodes_short")
+    if nodes_entry is not None:
+        g_nodes = nodes_entry.words
         if len(g_nodes) != global_hidden:
-            raise s.fail(entry, f"inconsistent with global_hidden_layers_short {global_hidden}")
+            raise s.fail(
+                nodes_entry, f"inconsistent with global_hidden_layers_short {global_hidden}"
+            )
     g_acts: list[str] = []
     entry = s.get("global_activation_short")
     if entry is not None:
@@ -308,25 +279,19 @@ def _networks(s: Settings, elements: list[str], n_sf: dict[str, int]) -> dict[st
             )
         _check_codes(s, entry, g_acts)
     for i, e in enumerate(elements):
-        n = layers[i]
-        nodes[i][0], acts[i][0], nodes[i][n - 1] = n_sf[e], "l", 1
-        if n != global_hidden + 2:
-            continue
-        for j in range(1, n):
-            if j == n - 1 and g_acts:
-                acts[i][j] = g_acts[n - 2]
-            elif j < n - 1:
-                if g_nodes:
-                    nodes[i][j] = _int_word(s, "global_nodes_short", g_nodes[j - 1])
-                if g_acts:
-                    acts[i][j] = g_acts[j - 1]
+        nodes[i][0], acts[i][0], nodes[i][-1] = n_sf[e], "l", 1
+        if layers[i] == global_hidden + 2:  # the global keywords set every layer of it
+            if g_nodes:
+                nodes[i][1:-1] = [_int_word(s, nodes_entry, w) for w in g_nodes]
+            if g_acts:
+                acts[i][1:] = g_acts
     for entry in s.values("element_nodes_short"):
         i = elements.index(_element_word(s, entry, elements))
         args = entry.words
         if layers[i] != len(args) - 1 + 2:
             raise s.fail(entry, "inconsistent per-element topology")
         for j in range(1, layers[i] - 2):  # n2p2 sets all but the last hidden layer here
-            nodes[i][j] = _int_word(s, "element_nodes_short", args[j])
+            nodes[i][j] = _int_word(s, entry, args[j])
     for entry in s.values("element_activation_short"):
         i = elements.index(_element_word(s, entry, elements))
         args = entry.words
@@ -340,15 +305,11 @@ def _networks(s: Settings, elements: list[str], n_sf: dict[str, int]) -> dict[st
 
 def _layer_counts(s: Settings, elements: list[str]) -> tuple[list[int], int]:
     """Layers per element (hidden + input + output) and the global hidden-layer count."""
-    layers = [0] * len(elements)
-    global_hidden = 0
     entry = s.get("global_hidden_layers_short")
-    if entry is not None:
-        global_hidden = _number(s, entry, int)
-        layers = [global_hidden + 2] * len(elements)
+    global_hidden = 0 if entry is None else _number(s, entry, int)
+    layers = [0 if entry is None else global_hidden + 2] * len(elements)
     for entry in s.values("element_hidden_layers_short"):
-        e = _element_word(s, entry, elements)
-        layers[elements.index(e)] = _number(s, entry, int, 1) + 2
+        layers[elements.index(_element_word(s, entry, elements))] = _number(s, entry, int, 1) + 2
     if any(n <= 2 for n in layers):
         raise InputFormatError(
             "number of hidden layers unset (or < 1) for some elements: give "
@@ -361,8 +322,7 @@ def _layer_counts(s: Settings, elements: list[str]) -> tuple[list[int], int]:
 def _checked_networks(
     s: Settings, elements: list[str], nodes: list[list[int]], acts: list[list[str | None]]
 ) -> dict[str, Network]:
-    """The networks of the per-layer neurons and activations, every layer set (else n2p2's
-    error)."""
+    """The networks of the per-layer neurons and activations, every layer set (as n2p2)."""
     out = {}
     for i, e in enumerate(elements):
         for j in range(len(nodes[i])):
@@ -391,13 +351,11 @@ def _element_word(s: Settings, entry: Any, elements: list[str]) -> str:
     return e
 
 
-def _int_word(s: Settings, keyword: str, word: str) -> int:
-    """A layer size; error names the keyword."""
+def _int_word(s: Settings, entry: Any, word: str) -> int:
+    """A layer size; the error names the line."""
     try:
         return int(word)
     except ValueError:
-        entry = s.get(keyword)
-        assert entry is not None
         raise s.fail(entry, f"layer size {word!r} is not an integer") from None
 
 

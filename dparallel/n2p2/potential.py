@@ -1,18 +1,11 @@
 """n2p2 potentials in and out: a directory with ``input.nn``, ``scaling.data`` and
 ``weights.XXX.data`` ⇄ a dparallel potential, the pair (:class:`ACSF`, :class:`HDNNP`).
 
-n2p2 evaluates (``Mode``; ``nnp-predict``, ``nnp-dataset``, LAMMPS ``pair_style hdnnp``)
-
-    E = Σ_i [ NN_e(s(G_i)) / conv_energy + mean_energy + atom_energy_e ]
-
-with s the symmetry-function scaling of ``scaling.data`` (``SymFnc::scale``), G computed
-with the input.nn parameters (conv_length only changes units inside n2p2), and without
-normalisation conv_energy = 1, mean_energy = 0. The HDNNP expresses exactly that:
-``energy_scale = U / conv_energy``, ``ref_energy_e = U (mean_energy + atom_energy_e)``,
-the scaling as (shift, factor, offset) with n2p2's floating-point operations, the
-network layers with n2p2's activations (:mod:`dparallel.nn.activations`). U and L (the
-file's energy and length units in eV and Å) come from ``units`` (:data:`dparallel.io.UNITS`);
-n2p2 files do not say which units they use.
+n2p2 evaluates E = Σ_i [NN_e(s(G_i)) / conv_energy + mean_energy + atom_energy_e]; the HDNNP
+expresses exactly that (``energy_scale = U / conv_energy``, ``ref_energy_e = U (mean_energy
++ atom_energy_e)``, n2p2's scaling and activations), U and L (the file's energy and length
+units in eV and Å) coming from ``units``: n2p2 files do not say which units they use
+(docs/n2p2.md).
 """
 
 from __future__ import annotations
@@ -30,9 +23,9 @@ from dparallel._files import claim_directory, remove_file, write_file
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.registry import descriptor_kind, registered
 from dparallel.errors import ConfigError, InputFormatError
-from dparallel.io.source import UNITS
+from dparallel.n2p2._text import unit_factors
 from dparallel.n2p2.input_nn import ACTIVATION_CODES, InputNN, read_input_nn
-from dparallel.n2p2.scaling_data import format_scaling_data, read_scaling_data
+from dparallel.n2p2.scaling_data import COLUMNS, format_scaling_data, read_scaling_data
 from dparallel.n2p2.weights import read_weights, weights_file_name, write_weights
 from dparallel.nn import HDNNP, N2P2_EXPRESSIBLE
 
@@ -70,13 +63,6 @@ def is_potential_dir(path: str | os.PathLike[str]) -> bool:
     return p.is_dir() and (p / "input.nn").is_file() and (p / "scaling.data").is_file()
 
 
-def _units(units: str) -> tuple[float, float]:
-    if units not in UNITS:
-        raise ConfigError(f"unknown units {units!r}; expected one of {sorted(UNITS)}")
-    return UNITS[units]
-
-
-# ------------------------------------------------------------------------ import
 def load_potential(
     directory: str | os.PathLike[str], units: str = "ase", dtype: torch.dtype = torch.float64
 ) -> tuple[ACSF, HDNNP]:
@@ -99,7 +85,7 @@ def load_potential(
         types other than 2/3/9, scaling or weights files that do not fit the input.nn.
     """
     d = Path(directory)
-    length, energy = _units(units)
+    length, energy = unit_factors(units)
     inp = read_input_nn(d / "input.nn")
     if inp.nnp_type != "2G":
         raise InputFormatError(
@@ -152,8 +138,7 @@ def _model(inp: InputNN, stats: dict[str, np.ndarray]) -> HDNNP:
         "smin": inp.scaling.smin,
         "smax": inp.scaling.smax,
         "statistics": {
-            e: {k: stats[e][:, c].tolist() for c, k in enumerate(("min", "max", "mean", "sigma"))}
-            for e in inp.elements
+            e: {k: stats[e][:, c].tolist() for c, k in enumerate(COLUMNS)} for e in inp.elements
         },
     }
     model = HDNNP(
@@ -167,7 +152,6 @@ def _model(inp: InputNN, stats: dict[str, np.ndarray]) -> HDNNP:
     return model
 
 
-# ------------------------------------------------------------------------ export
 def n2p2_problems(acsf: ACSF, model: HDNNP) -> list[str]:
     """Why n2p2 cannot evaluate (``acsf``, ``model``) exactly; empty when it can."""
     problems = []
@@ -232,14 +216,13 @@ def write_potential(
     protect: Sequence[str | os.PathLike[str]] = (),
 ) -> dict[str, Any]:
     """Write ``input.nn``, ``scaling.data`` and ``weights.XXX.data`` that n2p2 evaluates
-    to this potential's energies and forces (in ``units``, default Å and eV).
+    to this potential's energies and forces (in ``units``, default Å and eV; columns in
+    n2p2's sorted symmetry-function order whatever the ACSF's ``order``); returns a report:
+    the files, the units and LAMMPS ``pair_style hdnnp`` lines.
 
     ``out_dir`` must be new, empty, an earlier export of dparallel's (its marker
     ``.dparallel-n2p2.json``, or only these files) and not be or hold a ``protect`` path;
     an earlier export's files are all replaced (weights of elements no longer there too).
-
-    Columns are permuted into n2p2's sorted symmetry-function order whatever the ACSF's
-    ``order``. Returns a report: the files, the units and LAMMPS ``pair_style hdnnp`` lines.
 
     Raises
     ------
@@ -250,7 +233,7 @@ def write_potential(
     if problems:
         raise ConfigError("n2p2 cannot express this model:\n  " + "\n  ".join(problems))
 
-    length, energy = _units(units)
+    length, energy = unit_factors(units)
     out = Path(out_dir)
     claim_directory(out, _MARKER, "n2p2 export", protect=protect, adopt=_earlier_export)
     for old in out.glob("weights.*.data"):  # an earlier model's, other elements too
@@ -272,14 +255,12 @@ def write_potential(
     write_file(out / "scaling.data", format_scaling_data(tables), durable=True)
     text = _input_nn_text(acsf, model, elements, (kind, smin, smax), (units, length, energy))
     write_file(out / "input.nn", text, durable=True)
-    r_max = acsf.r_cut
-    report = {
+    return {
         "directory": str(out),
         "files": ["input.nn", "scaling.data", *files],
         "units": units,
-        "lammps": lammps_lines(out, elements, r_max, length, energy),
+        "lammps": lammps_lines(out, elements, acsf.r_cut, length, energy),
     }
-    return report
 
 
 def _most_common(per_element: dict[str, list], elements: list[str]) -> tuple[list, int]:
@@ -292,13 +273,10 @@ def _most_common(per_element: dict[str, list], elements: list[str]) -> tuple[lis
 def lammps_lines(
     directory: Path, elements: list[str], r_cut: float, length: float, energy: float
 ) -> list[str]:
-    """``pair_style hdnnp`` / ``pair_coeff`` lines for LAMMPS ``units metal`` (Å, eV).
-
-    ``cflength`` multiplies LAMMPS lengths into the potential's, ``cfenergy`` divides the
-    potential's energies into LAMMPS's (n2p2 ``InterfaceLammps``); both are 1 for a
-    potential written in Å and eV. The cutoff is in LAMMPS units and must be ≥ the
-    largest symmetry-function cutoff.
-    """
+    """``pair_style hdnnp`` / ``pair_coeff`` lines for LAMMPS ``units metal`` (Å, eV):
+    ``cflength`` multiplies LAMMPS lengths into the potential's, ``cfenergy`` divides its
+    energies into LAMMPS's (n2p2 ``InterfaceLammps``; both 1 in Å and eV); the cutoff, in
+    LAMMPS units, must be ≥ the largest symmetry-function cutoff."""
     cut = f"{math.ceil(r_cut * 1e4 - 1e-6) / 1e4:g}"  # rounded up: LAMMPS refuses a smaller one
     opts = "showew no showewsum 100 resetew yes maxew 1000"
     if length != 1.0 or energy != 1.0:
@@ -337,8 +315,7 @@ def _scaling_tables(
         perm = acsf.n2p2_order(e)
         n = model.n_features[e]
         if e in stats:
-            table = np.stack([np.asarray(stats[e][k], np.float64) for k in
-                              ("min", "max", "mean", "sigma")], 1)  # fmt: skip
+            table = np.stack([np.asarray(stats[e][k], np.float64) for k in COLUMNS], 1)
         else:
             table = np.tile([-1e300, 1e300, 0.0, 1.0], (n, 1))
         table, changed = _fit_rows(table, shifts[e], factors[e], offset, kind, smin, smax)

@@ -11,13 +11,14 @@ arrays, e.g. :class:`dparallel.workflow.stats.FeatureStats`).
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from dparallel._files import write_file
-from dparallel.errors import InputFormatError, SourceNotFoundError
+from dparallel.errors import InputFormatError
 from dparallel.n2p2._text import finite_number, text_lines
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class ScalingStatistics(Protocol):
 def scaling_table(stats: ScalingStatistics, order: Sequence[int] | None = None) -> np.ndarray:
     """The (F, 4) [min, max, mean, sigma] table of ``stats``, rows permuted by ``order``
     (e.g. :meth:`ACSF.n2p2_order`) when given."""
-    table = np.stack([stats.minimum, stats.maximum, stats.mean, stats.sigma], 1)
+    table = np.stack([stats.minimum, stats.maximum, stats.mean, stats.sigma], 1)  # COLUMNS
     return table if order is None else table[list(order)]
 
 
@@ -76,7 +77,7 @@ def write_scaling_data(
     write_file(path, format_scaling_data(tables), durable=True)
 
 
-def format_scaling_data(tables: Sequence[np.ndarray], title: str = "written by dparallel") -> str:
+def format_scaling_data(tables: Sequence[np.ndarray]) -> str:
     """Render ``scaling.data`` from one (F_e, 4) [min, max, mean, sigma] table per element.
 
     ``tables`` are ordered like n2p2's elements (atomic number), rows in n2p2's order.
@@ -84,7 +85,7 @@ def format_scaling_data(tables: Sequence[np.ndarray], title: str = "written by d
     """
     lines = [
         "#" * 79,
-        f"# Symmetry function scaling data ({title}).",
+        "# Symmetry function scaling data (written by dparallel).",
         "#" * 79,
         f"#{'e_index':>9}{'sf_index':>11}{'sf_min':>25}{'sf_max':>25}{'sf_mean':>25}{'sf_sigma':>25}",
         "#" * 121,
@@ -112,13 +113,11 @@ def read_scaling_data(path: str | Path, n_features: Mapping[str, int]) -> dict[s
         match, a binary or non-UTF-8 file; names the line.
     """
     p = Path(path)
-    if not p.is_file():
-        raise SourceNotFoundError(f"scaling data not found: {p}")
-    rows: list[tuple[int, list[str]]] = []
-    for lineno, line in enumerate(text_lines(p, "scaling data"), start=1):
-        if line.startswith("#") or not line.strip():
-            continue
-        rows.append((lineno, line.split()))
+    rows = [
+        (lineno, line.split())
+        for lineno, line in enumerate(text_lines(p, "scaling data"), start=1)
+        if line.strip() and not line.startswith("#")
+    ]
     need = sum(n_features.values())
     if len(rows) < need:
         raise InputFormatError(
@@ -127,24 +126,20 @@ def read_scaling_data(path: str | Path, n_features: Mapping[str, int]) -> dict[s
             path=p,
         )
     out: dict[str, np.ndarray] = {}
-    k = 0
+    rest = iter(rows)
     for e_index, (element, n) in enumerate(n_features.items(), start=1):
         table = np.zeros((n, 4))
-        for f in range(n):
-            lineno, words = rows[k]
-            k += 1
+        for f, (lineno, words) in enumerate(itertools.islice(rest, n)):
             try:
                 idx = (int(words[0]), int(words[1]))
                 values = [float(w) for w in words[2:6]]
                 table[f, : len(values)] = values
+                if len(words) < 5:
+                    raise IndexError
             except (IndexError, ValueError):
                 raise InputFormatError(
                     "expected 'e_index sf_index min max mean [sigma]'", path=p, line=lineno
                 ) from None
-            if len(words) < 5:
-                raise InputFormatError(
-                    "expected 'e_index sf_index min max mean [sigma]'", path=p, line=lineno
-                )
             _check_finite(words, p, lineno)
             if idx != (e_index, f + 1):
                 raise InputFormatError(

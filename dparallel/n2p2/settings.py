@@ -1,12 +1,7 @@
-"""The keyword layer of an n2p2 ``input.nn``, read exactly as n2p2's ``Settings`` reads it.
-
-n2p2 (``libnnp/Settings.cpp``) cuts each line at the first ``#`` and then at the first
-``!``, skips blank lines, takes the first word as the keyword (case-sensitive) and the
-rest, with runs of blanks reduced to one, as its value. It warns about unknown keywords
-and **stops** ("critical problem") when a keyword that may appear once appears again
-(e.g. two ``cutoff_type`` lines) or when two spellings of one keyword are mixed
-(``symfunction`` and ``symfunction_short``). :func:`read_settings` does the same and
-raises :class:`~dparallel.errors.InputFormatError` naming the file and the lines.
+"""The keyword layer of an n2p2 ``input.nn``, read exactly as n2p2's ``Settings`` reads it
+(``libnnp/Settings.cpp``: comments cut at ``#`` then ``!``, case-sensitive keywords, unknown
+ones warned about, a repeated once-only keyword or two spellings of one keyword a
+"critical problem" that stops; docs/n2p2.md). Errors name the file and the lines.
 """
 
 from __future__ import annotations
@@ -14,12 +9,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from dparallel.errors import InputFormatError, SourceNotFoundError
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
+from dparallel.errors import InputFormatError
+from dparallel.n2p2._text import text_lines
 
 __all__ = [
     "ALIASES",
@@ -90,14 +82,8 @@ USED_KEYWORDS: frozenset[str] = frozenset(
 
 # keywords that may appear more than once (n2p2's sanityCheck exceptions)
 _REPEATABLE = frozenset(
-    {
-        "symfunction",
-        "symfunction_short",
-        "atom_energy",
-        "element_nodes_short",
-        "fixed_gausswidth",
-        "initial_hardness",
-    }
+    """symfunction symfunction_short atom_energy element_nodes_short fixed_gausswidth
+    initial_hardness""".split()  # noqa: SIM905 - a word list reads best as words
 )
 
 
@@ -147,13 +133,6 @@ class Settings:
             )
         return entry
 
-    def main_keywords(self) -> Iterator[str]:
-        """Main spelling of every known keyword present, in first-appearance order."""
-        seen: dict[str, None] = {}
-        for e in self.entries:
-            seen.setdefault(ALIASES.get(e.keyword, e.keyword), None)
-        return iter(seen)
-
     def fail(self, entry: Entry, message: str) -> InputFormatError:
         """An error naming the file, the line and the line's text."""
         return InputFormatError(
@@ -165,7 +144,8 @@ class Settings:
 
 def log_unused(settings: Settings) -> list[str]:
     """Warn once, listing every keyword of the file no part of dparallel uses; returns them."""
-    unused = [k for k in settings.main_keywords() if k not in USED_KEYWORDS]
+    present = dict.fromkeys(ALIASES.get(e.keyword, e.keyword) for e in settings.entries)
+    unused = [k for k in present if k not in USED_KEYWORDS]
     if unused:
         log.warning(
             "%s: keywords with no counterpart in dparallel, not used: %s",
@@ -192,11 +172,9 @@ def read_settings(path: str | Path) -> Settings:
         (n2p2 stops on both); the message lists every such line.
     """
     p = Path(path)
-    if not p.is_file():
-        raise SourceNotFoundError(f"n2p2 settings file not found: {p}")
     entries: list[Entry] = []
     unknown: list[Entry] = []
-    for lineno, raw in enumerate(p.read_text().splitlines(), start=1):
+    for lineno, raw in enumerate(text_lines(p, "input.nn"), start=1):
         words = _strip(raw).split()
         if not words:
             continue

@@ -1,17 +1,12 @@
 """The symmetry-function part of an n2p2 ``input.nn``: elements, cutoff and symfunctions.
 
-Read as n2p2 reads it (keyword layer: :mod:`dparallel.n2p2.settings`): ``number_of_elements``,
-``elements``, ``cutoff_type <0-8> [alpha]`` (all required, as in n2p2) and every
-``symfunction_short`` (alias ``symfunction``) line of types 2, 3 and 9::
+``number_of_elements``, ``elements``, ``cutoff_type <0-8> [alpha]`` (all required, as in
+n2p2) and every ``symfunction_short`` (alias ``symfunction``) line of types 2, 3 and 9::
 
     symfunction_short <ec> 2 <e1> <eta> <rs> <rc>
     symfunction_short <ec> 3|9 <e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]
 
-Any real η, ζ and λ are accepted, as n2p2 accepts them. Elements come back in n2p2's order
-(by atomic number), features per central element in file order; :func:`acsf_from_input_nn`
-makes them an :class:`~dparallel.descriptors.ACSF` (by default in n2p2's sorted order,
-:func:`dparallel.descriptors.acsf_order.n2p2_sort_key`). Errors name file and line.
-The whole file (network, scaling, normalisation) is read by :mod:`dparallel.n2p2.input_nn`.
+read as n2p2 reads them (docs/n2p2.md); errors name file and line.
 """
 
 from __future__ import annotations
@@ -32,9 +27,9 @@ if TYPE_CHECKING:
 __all__ = [
     "SUPPORTED_TYPES",
     "acsf_from_input_nn",
+    "acsf_of",
     "cutoff_of",
     "elements_of",
-    "parse_input_nn",
     "symmetry_functions",
 ]
 
@@ -44,26 +39,21 @@ log = logging.getLogger(__name__)
 SUPPORTED_TYPES = (2, 3, 9)
 
 
-def parse_input_nn(path: str | Path, unit: float = 1.0) -> tuple[list[str], dict[str, list]]:
-    """Elements (by atomic number) and per-central-element feature dicts of an input.nn.
+def acsf_from_input_nn(path: str | Path, unit: float | str = 1.0, order: str = "n2p2") -> ACSF:
+    """The symmetry functions of an n2p2 input.nn as an :class:`ACSF`, read as n2p2 reads them.
 
-    ``unit`` converts file lengths to Å: rc, rs multiplied, η divided by unit².
-    """
+    ``unit``: the file's length unit in Å (a factor, or a unit-system name of
+    :data:`dparallel.io.UNITS` such as ``"bohr-hartree"``; rc and rs × unit, η / unit²).
+    Elements by atomic number; with ``order="n2p2"`` each element's functions in n2p2's
+    sorted order."""
     settings = read_settings(path)
     log_unused(settings)  # never dropped silently; the network keywords: dparallel.n2p2
-    return symmetry_functions(settings, unit)
+    return acsf_of(settings, unit, order)
 
 
-def acsf_from_input_nn(path: str | Path, unit: float | str = 1.0, order: str = "n2p2") -> ACSF:
-    """The symmetry functions of an n2p2 input.nn (``elements``, ``cutoff_type``,
-    ``symfunction_short``/``symfunction``) as an :class:`ACSF`, read as n2p2 reads them.
-
-    ``unit`` is the file's length unit in Å (a factor, or a unit-system name of
-    :data:`dparallel.io.UNITS` such as ``"bohr-hartree"``): rc and rs are multiplied
-    by it, η divided by its square. Elements are ordered by atomic number and, with
-    the default ``order="n2p2"``, each element's functions in n2p2's sorted order.
-    """
-    elements, feats = parse_input_nn(path, unit=length_unit(unit))
+def acsf_of(settings: Settings, unit: float | str = 1.0, order: str = "n2p2") -> ACSF:
+    """The symmetry functions of read ``settings`` (see :func:`acsf_from_input_nn`)."""
+    elements, feats = symmetry_functions(settings, length_unit(unit))
     return ACSF(elements, feats, order=order, lenient=True)
 
 
@@ -134,39 +124,18 @@ def _symfunction_type(entry: Entry, settings: Settings) -> int:
         raise settings.fail(entry, "symmetry function type must be an integer") from None
     if type_ not in SUPPORTED_TYPES:
         raise settings.fail(entry, f"symmetry function type {type_} is not supported (2, 3, 9)")
-    need = 6 if type_ == 2 else 8
+    need, most = (6, 6) if type_ == 2 else (8, 9)
     if len(w) < need:
         usage = (
-            "<ec> 2 <e1> <eta> <rs> <rc>"
-            if type_ == 2
-            else f"<ec> {type_} <e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]"
+            "<e1> <eta> <rs> <rc>" if type_ == 2 else "<e1> <e2> <eta> <lambda> <zeta> <rc> [<rs>]"
         )
-        raise settings.fail(entry, f"type {type_} expects: {usage}")
-    used = 6 if type_ == 2 else min(len(w), 9)
-    if len(w) > used:
+        raise settings.fail(entry, f"type {type_} expects: <ec> {type_} {usage}")
+    if len(w) > most:
         log.warning(
             "%s line %d: %d extra words ignored (as n2p2 ignores them)",
-            settings.path, entry.line, len(w) - used,
+            settings.path, entry.line, len(w) - most,
         )  # fmt: skip
     return type_
-
-
-def _warn_where_n2p2_differs(
-    entry: Entry, settings: Settings, zeta: float, lam: float, rs: float
-) -> None:
-    """Warn about angular parameters for which n2p2's own results differ from ours."""
-    if zeta == 0 or lam == 0:
-        log.warning(
-            "%s line %d: zeta or lambda is 0: n2p2's own forces for this function are NaN "
-            "(its symmetry-function groups divide by zeta·lambda); dparallel's are finite",
-            settings.path, entry.line,
-        )  # fmt: skip
-    if rs < 0:
-        log.warning(
-            "%s line %d: angular rs %g < 0: n2p2's symmetry-function groups compute it as "
-            "rs = 0, dparallel uses %g (docs/n2p2.md)",
-            settings.path, entry.line, rs, rs,
-        )  # fmt: skip
 
 
 def _parse_symfunction(
@@ -202,8 +171,19 @@ def _parse_symfunction(
         raise fail("parameters must be finite numbers")
     if rc <= 0:
         raise fail(f"cutoff radius must be positive, got {rc}")
-    if type_ != 2:
-        _warn_where_n2p2_differs(entry, settings, zeta, lam, rs)  # type: ignore[arg-type]
+    where = (settings.path, entry.line)
+    if zeta == 0 or lam == 0:  # angular parameters where n2p2's own results differ from ours
+        log.warning(
+            "%s line %d: zeta or lambda is 0: n2p2's own forces for this function are NaN "
+            "(its symmetry-function groups divide by zeta·lambda); dparallel's are finite",
+            *where,
+        )
+    if type_ != 2 and rs < 0:
+        log.warning(
+            "%s line %d: angular rs %g < 0: n2p2's symmetry-function groups compute it as "
+            "rs = 0, dparallel uses %g (docs/n2p2.md)",
+            *where, rs, rs,
+        )  # fmt: skip
     return {
         "type": type_,
         "center": center,

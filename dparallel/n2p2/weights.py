@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dparallel._files import write_file
-from dparallel.errors import InputFormatError, SourceNotFoundError
+from dparallel.errors import InputFormatError
 from dparallel.n2p2._text import finite_number, text_lines
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["join_layers", "read_weights", "split_layers", "weights_file_name", "write_weights"]
+__all__ = ["read_weights", "weights_file_name", "write_weights"]
 
 
 def weights_file_name(atomic_number: int) -> str:
@@ -39,43 +39,23 @@ def read_weights(path: str | Path, sizes: Sequence[int]) -> list[tuple[np.ndarra
     text (a binary or non-UTF-8 file is refused, naming the line).
     """
     p = Path(path)
-    if not p.is_file():
-        raise SourceNotFoundError(f"weights file not found: {p}")
     values: list[float] = []
     for lineno, line in enumerate(text_lines(p, "weights"), start=1):
-        if not line or line.startswith("#"):
-            continue
         words = line.split()
-        if not words:
-            continue
-        values.append(finite_number(words[0], p, lineno))
+        if words and not line.startswith("#"):
+            values.append(finite_number(words[0], p, lineno))
     need = sum(a * b + b for a, b in itertools.pairwise(sizes))
     if len(values) != need:
         raise InputFormatError(
             f"{len(values)} connections, but the network {list(sizes)} of input.nn needs {need}",
             path=p,
         )
-    return split_layers(np.array(values), sizes)
-
-
-def split_layers(flat: np.ndarray, sizes: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """n2p2's flat connection vector → (weight (out, in), bias (out,)) per layer."""
-    out, k = [], 0
+    flat, out, k = np.array(values), [], 0
     for n_in, n_out in itertools.pairwise(sizes):
         w = flat[k : k + n_in * n_out].reshape(n_in, n_out).T  # file order: in-major
-        k += n_in * n_out
-        b = flat[k : k + n_out]
-        k += n_out
-        out.append((np.ascontiguousarray(w), b.copy()))
+        k += n_in * n_out + n_out
+        out.append((np.ascontiguousarray(w), flat[k - n_out : k].copy()))
     return out
-
-
-def join_layers(layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """Inverse of :func:`split_layers`."""
-    parts = []
-    for w, b in layers:
-        parts += [np.asarray(w, np.float64).T.reshape(-1), np.asarray(b, np.float64).reshape(-1)]
-    return np.concatenate(parts)
 
 
 def write_weights(path: str | Path, layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
