@@ -1,11 +1,5 @@
-"""Building blocks of n2p2 symmetry functions as pure, differentiable torch functions.
-
-- :func:`gaussian_cutoff` — per-distance radial factors a(r) = exp(−η(r − rs)²)·f_c(r)
-  for K parameter columns at once, and da/dr.
-- :func:`angular_factor` — Z(c) = 2^(1−ζ)(1 + λc)^ζ (0 where 1 + λc ≤ 0, as n2p2) for K
-  columns, and dZ/dc.
-- :func:`triplet_counts` / :func:`triplets` — unordered neighbour pairs (j < k) of each
-  centre from a pair list sorted by centre, by vectorised index arithmetic, in blocks.
+"""Building blocks of n2p2 symmetry functions as pure, differentiable torch functions:
+radial factors, angular factors, and the triplets (j < k) of a pair list sorted by centre.
 """
 
 from __future__ import annotations
@@ -26,21 +20,9 @@ def gaussian_cutoff(
     cutoffs: list[tuple[float, int, float]],
     derivative: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """a_k(r) = exp(−η_k (r − rs_k)²)·f_c(r; rc_k, type_k, α_k) for every column k.
-
-    Parameters
-    ----------
-    r
-        (M,) distances.
-    eta, rs
-        K values each.
-    cutoffs
-        K tuples (rc, n2p2 cutoff type, α); identical tuples are evaluated once.
-
-    Returns
-    -------
-    (M, K) values and, if ``derivative``, (M, K) da/dr (else None).
-    """
+    """a_k(r) = exp(−η_k (r − rs_k)²)·f_c(r; rc_k, type_k, α_k) (M, K) of distances ``r``
+    (M,) for K columns (``cutoffs``: (rc, n2p2 type, α) each, equal ones evaluated once),
+    and da/dr (M, K) if ``derivative`` (else None)."""
     k = len(eta)
     if k == 0:
         z = r.new_zeros((r.shape[0], 0))

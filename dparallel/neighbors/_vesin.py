@@ -113,20 +113,9 @@ def _vesin_pairs(
 
 
 def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
-    """Full neighbor list of every structure in ``batch`` within ``cutoff`` (Å).
-
-    Parameters
-    ----------
-    batch
-        Structures; a cell of zeros (or ``pbc`` all False) means non-periodic. Mixed
-        ``pbc`` and triclinic cells are supported, also cells smaller than ``cutoff``.
-    cutoff
-        Pairs with ``0 < |r_ij| < cutoff`` are returned.
-
-    Returns
-    -------
-    Neighbors
-        numpy arrays; indices are global rows of ``batch``; sorted by ``pair_first``.
+    """Full neighbor list, pairs with ``0 < |r_ij| < cutoff`` (Å), of every structure in
+    ``batch``: global rows, sorted by ``pair_first``. A cell of zeros (or ``pbc`` all False)
+    is non-periodic; mixed ``pbc``, triclinic cells and cells smaller than ``cutoff`` work.
     """
     if not np.isfinite(cutoff) or cutoff <= 0:
         raise DescriptorError(f"neighbor_list: cutoff must be a positive number, got {cutoff!r}")
