@@ -190,7 +190,11 @@ def element_arrays(
     local = np.full(el_index.shape[0], -1, dtype=np.int64)  # (N,) row within its element
     for atoms in element_atoms:
         local[atoms] = np.arange(atoms.shape[0])
-    as_array = _as_torch if pairs.tensors is not None else _identity
+    as_array: Callable[[np.ndarray], Any] = lambda a: a  # noqa: E731
+    if pairs.tensors is not None:
+        import torch
+
+        as_array = torch.from_numpy
     kernel = element_kernel(call)
     out: dict[str, dict[str, Any]] = {}
     for e_idx, e in enumerate(elements):
@@ -258,16 +262,6 @@ def _no_columns(sel: ElementPairs, f_idx: int, call: KernelCall) -> tuple[Any, A
     if call.split:
         return pick, SplitDerivatives(np.zeros(0, bool), dg[:, :, 0].T)
     return pick, dg
-
-
-def _identity(a: np.ndarray) -> np.ndarray:
-    return a
-
-
-def _as_torch(a: np.ndarray) -> torch.Tensor:
-    import torch
-
-    return torch.from_numpy(a)
 
 
 # ------------------------------------------------------------------ numba

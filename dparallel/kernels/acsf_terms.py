@@ -23,38 +23,20 @@ def gaussian_cutoff(
     """a_k(r) = exp(−η_k (r − rs_k)²)·f_c(r; rc_k, type_k, α_k) (M, K) of distances ``r``
     (M,) for K columns (``cutoffs``: (rc, n2p2 type, α) each, equal ones evaluated once),
     and da/dr (M, K) if ``derivative`` (else None)."""
-    k = len(eta)
-    if k == 0:
+    if not eta:
         z = r.new_zeros((r.shape[0], 0))
         return z, (z if derivative else None)
     uniq = sorted(set(cutoffs))
-    cols = [uniq.index(c) for c in cutoffs]
-    fcs, dfcs = [], []
-    for rc, kind, alpha in uniq:
-        f, df = cutoff_fn_and_derivative(r, rc, kind, alpha)
-        fcs.append(f)
-        dfcs.append(df)
-    fc = torch.stack(fcs, 1)  # (M, n_cut)
-    if len(uniq) > 1 or k > 1:
-        idx = torch.tensor(cols, device=r.device)
-        fc_k = fc.index_select(1, idx)  # (M, K)
-    else:
-        fc_k = fc
+    idx = torch.tensor([uniq.index(c) for c in cutoffs], device=r.device)
+    fcs, dfcs = zip(*(cutoff_fn_and_derivative(r, *c) for c in uniq), strict=True)
+    fc_k = torch.stack(fcs, 1).index_select(1, idx)  # (M, K)
     eta_t = torch.tensor(eta, dtype=r.dtype, device=r.device)
-    rs_t = torch.tensor(rs, dtype=r.dtype, device=r.device)
-    if any(rs):
-        d = r.unsqueeze(1) - rs_t  # (M, K)
-        g = torch.exp(-eta_t * d * d)
-    else:
-        d = r.unsqueeze(1)
-        g = torch.exp(-eta_t * (r * r).unsqueeze(1))
-    a = g * fc_k
+    d = r.unsqueeze(1) - torch.tensor(rs, dtype=r.dtype, device=r.device)  # (M, K)
+    g = torch.exp(-eta_t * d * d)
     if not derivative:
-        return a, None
-    dfc = torch.stack(dfcs, 1)
-    dfc_k = dfc.index_select(1, idx) if (len(uniq) > 1 or k > 1) else dfc
-    da = g * (dfc_k - 2.0 * eta_t * d * fc_k)
-    return a, da
+        return g * fc_k, None
+    dfc_k = torch.stack(dfcs, 1).index_select(1, idx)
+    return g * fc_k, g * (dfc_k - 2.0 * eta_t * d * fc_k)
 
 
 def angular_factor(
