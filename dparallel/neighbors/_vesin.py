@@ -67,13 +67,8 @@ class Neighbors(NamedTuple):
 
 
 def _empty() -> Neighbors:
-    return Neighbors(
-        np.zeros(0, np.int64),
-        np.zeros(0, np.int64),
-        np.zeros((0, 3), np.int64),
-        np.zeros((0, 3)),
-        np.zeros(0),
-    )
+    none = np.zeros(0, np.int64)
+    return Neighbors(none, none.copy(), np.zeros((0, 3), np.int64), np.zeros((0, 3)), np.zeros(0))
 
 
 def _check_cells(batch: StructureBatch) -> None:
@@ -134,14 +129,8 @@ def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
         return _empty()
     if len(parts) == 1:
         return Neighbors(*parts[0])  # sorted by i already
-    first = np.concatenate([p[0] for p in parts])
-    nb = Neighbors(
-        pair_first=first,
-        pair_second=np.concatenate([p[1] for p in parts]),
-        shifts=np.concatenate([p[2] for p in parts]).reshape(-1, 3),
-        vectors=np.concatenate([p[3] for p in parts]).reshape(-1, 3),
-        distances=np.concatenate([p[4] for p in parts]),
-    )
+    nb = Neighbors(*(np.concatenate(field) for field in zip(*parts, strict=True)))
+    first = nb.pair_first
     if first.shape[0] < 2 or bool((first[1:] >= first[:-1]).all()):
         return nb  # each part is sorted, and so is their sequence (small and large in order)
     order = np.argsort(first, kind="stable")

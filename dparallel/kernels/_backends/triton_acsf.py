@@ -38,18 +38,13 @@ BLOCKS: tuple[int, int, int, int] = (32, 1, 4, 1)
 
 
 class TritonACSF(NamedTuple):
-    """Result of :func:`triton_acsf_element` (tensors on the input's device).
-
-    ``dflat`` holds, per neighbour element f with derivative columns, a block at
-    ``d_base[f]`` of shape ``(n_radial[f] + 3 (F_f − n_radial[f]), n_pairs[f])``: the
-    compiled kernel's :class:`~dparallel.kernels.acsf_numba.SplitLayout`.
-    """
+    """Result of :func:`triton_acsf_element` (tensors on the input's device): ``dflat``
+    holds neighbour element f's block (n_rows[f], P_f) at ``d_base[f]``, laid out as the
+    compiled kernel's :class:`~dparallel.kernels.acsf_layout.SplitLayout`."""
 
     values: torch.Tensor  # (n_c, F)
     dflat: torch.Tensor | None
     d_base: np.ndarray  # (n_el,) int64
-    n_pairs: np.ndarray  # (n_el,) int64
-    n_radial: np.ndarray  # (n_el,) int64
     n_rows: np.ndarray  # (n_el,) int64: rows of each block (0: no derivative columns)
     selections: dict[int, torch.Tensor]  # f → (P_f,) pair indices of the block
 
@@ -555,4 +550,4 @@ def triton_acsf_element(
     values = src.index_select(1, vsrc).to(dtype)
     if dflat is not None:
         dflat = dflat[:total].to(derivative_dtype or dtype)
-    return TritonACSF(values, dflat, d_base, n_pairs, tb.n_radial, n_rows, sels)
+    return TritonACSF(values, dflat, d_base, n_rows, sels)
