@@ -31,12 +31,7 @@ def torch_element(
 
     from dparallel.kernels.acsf_terms import gaussian_cutoff
 
-    vectors, r, center, neighbor_el = (
-        pairs.vectors,
-        pairs.distances,
-        pairs.center,
-        pairs.neighbor_el,
-    )
+    _, center, neighbor_el, vectors, r = pairs
     dtype, dev, derivatives, n_el = vectors.dtype, vectors.device, call.derivatives, plan.n_el
     n_pt = n_el * (n_el + 1) // 2
     k_r, k_a = len(plan.rad_keys), len(plan.ang_cols)

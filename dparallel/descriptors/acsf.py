@@ -214,9 +214,7 @@ class ACSF:
 
     @staticmethod
     def _public(f: dict) -> dict[str, Any]:
-        d = {k: (list(f[k]) if k == "neighbors" else f[k]) for k in _FEATURE_KEYS}
-        d["alpha"] = f["alpha"]
-        return d
+        return {k: (list(f[k]) if k == "neighbors" else f[k]) for k in (*_FEATURE_KEYS, "alpha")}
 
     def features(self, element: str) -> list[dict[str, Any]]:
         """Metadata of each feature of central ``element``, in column order."""
