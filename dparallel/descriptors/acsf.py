@@ -197,12 +197,9 @@ class ACSF:
         return self._order
 
     def n2p2_order(self, element: str) -> list[int]:
-        """Column indices of ``element``'s features in the order n2p2 sorts them.
-
-        n2p2 sorts each element's functions by type, cutoff type, α, rc, η, rs, ζ, λ and
-        neighbour elements (by atomic number); ``scaling.data`` rows and the network's
-        inputs follow that order. Identity when ``order == "n2p2"``.
-        """
+        """Column indices of ``element``'s features in n2p2's order (:func:`n2p2_sort_key`),
+        which ``scaling.data`` rows and n2p2's network inputs follow; identity when
+        ``order == "n2p2"``."""
         self._check_element(element)
         feats = self._features[element]
         return sorted(range(len(feats)), key=lambda k: n2p2_sort_key(feats[k], self._z))

@@ -19,8 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DescriptorSet"]
 
-#: Supported ``dtype`` names (torch dtypes of the same name; torch is imported only to
-#: compute, so a driver that only reads specs never loads it).
+#: Supported ``dtype`` names (torch's of the same name, imported only to compute).
 _DTYPES = ("float64", "float32")
 
 #: Keys of :meth:`DescriptorSet.to_dict` that are not descriptor types.

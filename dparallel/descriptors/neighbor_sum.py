@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["NeighborSum", "NeighborSumGraph"]
 
 _KINDS = ("inverse", "gaussian")
+#: The constructor's arguments, as :meth:`NeighborSum.to_dict` stores them.
+_FIELDS = ("elements", "r_cut", "n_sensitivities", "r_min", "r_max", "kind", "cutoff", "sigma")
 _CUTOFFS = ("cos2",)
 
 
@@ -132,17 +134,8 @@ class NeighborSum(torch.nn.Module):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable definition; inverse of :meth:`from_dict`."""
-        return {
-            "type": "neighbor_sum",
-            "elements": list(self.elements),
-            "r_cut": self.r_cut,
-            "n_sensitivities": self.n_sensitivities,
-            "r_min": self.r_min,
-            "r_max": self.r_max,
-            "kind": self.kind,
-            "cutoff": self.cutoff,
-            "sigma": self.sigma,
-        }
+        fields = {k: getattr(self, k) for k in _FIELDS} | {"elements": list(self.elements)}
+        return {"type": "neighbor_sum", **fields}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NeighborSum:
