@@ -59,17 +59,14 @@ def length_unit(unit: float | str) -> float:
 
 
 class ACSF:
-    """A set of n2p2 symmetry functions per central element.
+    """A set of n2p2 symmetry functions per central element, built with :meth:`uniform`,
+    :meth:`from_dict` or :func:`dparallel.n2p2.acsf_from_input_nn`; picklable, ``to_dict()``
+    JSON-able.
 
-    Build with :meth:`uniform`, :meth:`from_dict` or, from an n2p2 input.nn,
-    :func:`dparallel.n2p2.acsf_from_input_nn`. Picklable;
-    ``to_dict()`` is JSON-able.
-
-    ``order`` says how each central element's columns are ordered: ``"given"`` keeps the
-    order of ``features`` (:meth:`uniform`'s order, or a file's), ``"n2p2"`` sorts them as
-    n2p2 does (``Element::sortSymmetryFunctions``, see :meth:`n2p2_order`), so columns,
-    statistics and ``scaling.data`` rows all follow n2p2's order. ``lenient``: η < 0 and
-    λ ≠ ±1 (which n2p2 accepts) are logged, not refused: n2p2 files and rebuilt specs.
+    ``order``: ``"given"`` keeps the order of ``features``, ``"n2p2"`` sorts each element's
+    columns as n2p2 does (:meth:`n2p2_order`), so columns, statistics and ``scaling.data``
+    rows follow n2p2's order. ``lenient``: η < 0 and λ ≠ ±1 (which n2p2 accepts) are logged,
+    not refused (n2p2 files, rebuilt specs).
     """
 
     ORDERS = ("given", "n2p2")

@@ -64,11 +64,8 @@ def virial_from_derivatives(
     structure_index: torch.Tensor | None = None,
     n_structures: int = 1,
 ) -> torch.Tensor:
-    """Virial W = −Σ_ij r_ij ⊗ ∂E/∂r_ij per structure, shape (n_structures, 3, 3), eV.
-
-    ``structure_index`` (N,) maps atom rows to structures (``StructureBatch.structure_index``);
-    without it every pair counts towards structure 0. Stress = −W / volume.
-    """
+    """Virial W = −Σ_ij r_ij ⊗ ∂E/∂r_ij (n_structures, 3, 3), eV (stress = −W / volume), per
+    structure of ``structure_index`` (N,) (without it, every pair counts to structure 0)."""
     out = None
     for first, _, vec, s in _pair_gradients(dE_dG, result):
         w = -vec.to(s.dtype).unsqueeze(2) * s.unsqueeze(1)  # (P, 3, 3)

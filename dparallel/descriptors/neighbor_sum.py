@@ -46,23 +46,11 @@ def _symbol(element: str | int) -> str:
 class NeighborSum(torch.nn.Module):
     """HIP-NN neighbor-sum descriptor G (N, ν·S) built on :func:`dparallel.kernels.envsum`.
 
-    Parameters
-    ----------
-    elements
-        Species (symbols or atomic numbers); their order fixes the one-hot columns.
-    r_cut
-        Hard cutoff r_c in Å (cos² cutoff reaches 0 there).
-    n_sensitivities
-        ν, the number of radial sensitivities.
-    r_min, r_max
-        Soft range of the sensitivity centres μ in Å (``r_max`` defaults to ``r_cut``).
-    kind
-        ``"inverse"`` (HIP-NN) or ``"gaussian"``.
-    cutoff
-        ``"cos2"`` (HIP-NN's cos²(π r / 2 r_c)).
-    sigma
-        Widths σ (scalar). Default: hippynn's 2·r_min·ν for ``"inverse"`` (σ multiplies
-        1/r), the spacing of μ for ``"gaussian"``.
+    ``elements`` (symbols or atomic numbers) fix the one-hot columns; ``r_cut`` (Å) is where
+    the cos² cutoff reaches 0; ``n_sensitivities`` ν radial sensitivities with centres μ
+    between ``r_min`` and ``r_max`` (Å, default ``r_cut``); ``kind`` ``"inverse"`` (HIP-NN)
+    or ``"gaussian"``; ``cutoff`` ``"cos2"``; ``sigma`` the width (default hippynn's
+    2·r_min·ν for ``"inverse"``, the spacing of μ for ``"gaussian"``). docs/descriptors.md.
     """
 
     mu: Tensor  # (ν,) Å, sensitivity centres (buffer)

@@ -42,13 +42,9 @@ def gaussian_cutoff(
 def angular_factor(
     c: torch.Tensor, zeta: list[float], lambda_: list[float], derivative: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Z_k(c) = 2^(1−ζ_k)(1 + λ_k c)^ζ_k for every column k; c = cos θ_jik, shape (T,).
-
-    As n2p2 (``SymFncExpAngn``/``Angw``): any real ζ (also ζ < 1, 0 and negative
-    integers), any real λ, and the term (value and derivative) is 0 wherever
-    1 + λc ≤ 0. Integer ζ in [1, 64] uses repeated multiplication, others ``pow``.
-    Returns (T, K) Z and, if ``derivative``, (T, K) dZ/dc.
-    """
+    """Z_k(c) = 2^(1−ζ_k)(1 + λ_k c)^ζ_k (T, K) of c = cos θ_jik (T,), and dZ/dc (T, K) if
+    ``derivative``: as n2p2, any real ζ and λ, and 0 (value and derivative) where
+    1 + λc ≤ 0; integer ζ in [1, 64] by repeated multiplication, others by ``pow``."""
     cols, dcols = [], []
     for z, lam in zip(zeta, lambda_, strict=True):
         base = 1.0 + lam * c
@@ -93,11 +89,8 @@ def _int_pow(x: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def triplet_counts(center: torch.Tensor, n_centers: int) -> torch.Tensor:
-    """For pairs sorted by ``center`` (P,), how many later pairs share each pair's centre.
-
-    Pair p is the first member j of ``counts[p]`` triplets (j = p, k = p+1 … end of its
-    centre's segment). Returns (P,) int64.
-    """
+    """(P,) int64: how many later pairs share each pair's centre (pairs sorted by
+    ``center``), i.e. the triplets (j = p, k > p) that pair p leads."""
     n_per = torch.bincount(center, minlength=n_centers)  # (n_centers,)
     end = torch.cumsum(n_per, 0)  # exclusive end of each centre's segment
     p = torch.arange(center.shape[0], device=center.device)
@@ -122,10 +115,8 @@ def triplet_blocks(counts: torch.Tensor, max_triplets: int) -> list[tuple[int, i
 
 
 def triplets(counts: torch.Tensor, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pair indices (j, k), j < k, same centre, of the triplets led by pairs [start, stop).
-
-    Returns two (T,) int64 tensors of pair indices (global within the pair list).
-    """
+    """Pair indices (j, k) (T,) each, j < k, same centre, of the triplets led by pairs
+    [start, stop)."""
     c = counts[start:stop]  # (B,)
     first_local = torch.repeat_interleave(torch.arange(stop - start, device=c.device), c)  # (T,)
     offs = torch.cumsum(c, 0) - c  # (B,) first triplet of each leading pair

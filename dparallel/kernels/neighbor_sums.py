@@ -353,11 +353,9 @@ def warm_up(
     backend: str | None = None,
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64),
 ) -> str:
-    """Run all three ops and their derivatives once on a tiny problem.
-
-    Compiles (or loads from numba's disk cache) the kernels of the backend, so that the
-    first real task in a fresh worker does not pay for it. Returns the backend used.
-    """
+    """Run all three ops and their derivatives once on a tiny problem, so that compiling
+    the backend's kernels (or loading them from disk) is not the first real task's cost;
+    returns the backend used."""
     name = _resolve(backend, torch.device("cpu"))
     pf = torch.tensor([0, 0, 1, 2, 2, 2], dtype=torch.int64)
     ps = torch.tensor([1, 2, 0, 0, 1, 1], dtype=torch.int64)
