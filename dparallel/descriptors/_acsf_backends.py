@@ -13,11 +13,12 @@ reference.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from dparallel.descriptors._acsf_engine import Backend, KernelCall
 from dparallel.errors import BackendUnavailableError, DescriptorError
 from dparallel.kernels._backends.triton_env import interpreting
 
@@ -47,40 +48,6 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "torch", "numba", "triton")
-
-
-@dataclass(frozen=True)
-class Backend:
-    """Which kernel computes ACSF, and its options.
-
-    ``name``: ``"torch"`` (vectorised, differentiable reference), ``"numba"`` (compiled
-    triplet loop), ``"triton"`` (the GPU kernel, or on CPU under ``TRITON_INTERPRET=1``) or
-    ``"auto"`` (numba when installed and no gradient is needed, else torch).
-    ``max_triplets``: torch only, triplets per block (memory bound, docs/acsf.md).
-    ``float32_terms``: numba only, per-triplet terms in float32 (twice the vector width;
-    sums stay float64, about 1e-7 relative error). ``device``: triton only, where the
-    kernel runs (default: :func:`triton_device`).
-    """
-
-    name: str = "auto"
-    max_triplets: int = 131072
-    float32_terms: bool = False
-    device: str | None = None
-
-    @staticmethod
-    def of(backend: str | Backend) -> Backend:
-        """``backend`` as a :class:`Backend` (a name takes the default options)."""
-        return backend if isinstance(backend, Backend) else Backend(str(backend))
-
-
-class KernelCall(NamedTuple):
-    """What an element kernel is asked for, besides the plan and the pairs."""
-
-    derivatives: bool
-    dtype: Any = None  # output numpy type (numpy kernels); None: the vectors' dtype
-    derivative_dtype: Any = None  # of dG/dr; None: ``dtype``
-    split: bool = False  # dG/dr as SplitDerivatives (the store's layout)
-    backend: Backend = Backend()
 
 
 class SplitDerivatives(NamedTuple):

@@ -1,17 +1,52 @@
-"""Column bookkeeping of one central element (:class:`ElementPlan`), built once from the
-feature metadata and shared by every ACSF backend (docs/acsf.md)."""
+"""What every ACSF backend shares: the backend choice (:class:`Backend`), what an element
+kernel is asked for (:class:`KernelCall`) and the column bookkeeping of one central element
+(:class:`ElementPlan`), built once from the feature metadata (docs/acsf.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dparallel.kernels.acsf_plan import build_kernel_plan, key_index, pair_table
 
 if TYPE_CHECKING:
     from dparallel.kernels.acsf_numba import KernelPlan
 
-__all__ = ["ElementPlan", "build_plan"]
+__all__ = ["Backend", "ElementPlan", "KernelCall", "build_plan"]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Which kernel computes ACSF, and its options.
+
+    ``name``: ``"torch"`` (vectorised, differentiable reference), ``"numba"`` (compiled
+    triplet loop), ``"triton"`` (the GPU kernel, or on CPU under ``TRITON_INTERPRET=1``) or
+    ``"auto"`` (numba when installed and no gradient is needed, else torch).
+    ``max_triplets``: torch only, triplets per block (memory bound, docs/acsf.md).
+    ``float32_terms``: numba only, per-triplet terms in float32 (twice the vector width;
+    sums stay float64, about 1e-7 relative error). ``device``: triton only, where the
+    kernel runs (default: :func:`triton_device`).
+    """
+
+    name: str = "auto"
+    max_triplets: int = 131072
+    float32_terms: bool = False
+    device: str | None = None
+
+    @staticmethod
+    def of(backend: str | Backend) -> Backend:
+        """``backend`` as a :class:`Backend` (a name takes the default options)."""
+        return backend if isinstance(backend, Backend) else Backend(str(backend))
+
+
+class KernelCall(NamedTuple):
+    """What an element kernel is asked for, besides the plan and the pairs."""
+
+    derivatives: bool
+    dtype: Any = None  # output numpy type (numpy kernels); None: the vectors' dtype
+    derivative_dtype: Any = None  # of dG/dr; None: ``dtype``
+    split: bool = False  # dG/dr as SplitDerivatives (the store's layout)
+    backend: Backend = Backend()
 
 
 @dataclass

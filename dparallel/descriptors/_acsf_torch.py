@@ -14,8 +14,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from dparallel.descriptors._acsf_backends import KernelCall
-    from dparallel.descriptors._acsf_engine import ElementPlan
+    from dparallel.descriptors._acsf_engine import ElementPlan, KernelCall
     from dparallel.kernels.pair_select import ElementPairs
 
 __all__ = ["torch_element"]
