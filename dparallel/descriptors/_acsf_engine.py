@@ -25,7 +25,7 @@ class Backend:
     ``max_triplets``: torch only, triplets per block (memory bound, docs/acsf.md).
     ``float32_terms``: numba only, per-triplet terms in float32 (twice the vector width;
     sums stay float64, about 1e-7 relative error). ``device``: triton only, where the
-    kernel runs (default: :func:`triton_device`).
+    kernel runs (default: ``_acsf_backends.triton_device()``).
     """
 
     name: str = "auto"
