@@ -1,11 +1,8 @@
 """dparallel.descriptors: per-atom descriptors (ACSF, NeighborSum) built from kernels.
 
-Descriptor types are looked up by name in :mod:`dparallel.descriptors.registry`
-(:func:`register` adds one).
-
-The torch-only names (``NeighborSum``, the force helpers) load on first use (PEP 562), so
-reading an ACSF spec does not import torch. ``numba_element`` runs one central element's
-symmetry functions through the compiled kernel on numpy arrays (``KernelCall`` says how).
+Descriptor types are looked up by name in :mod:`dparallel.descriptors.registry`. The
+torch-only names (``NeighborSum``, the force helpers) load on first use (PEP 562), so
+reading an ACSF spec does not import torch.
 """
 
 from __future__ import annotations

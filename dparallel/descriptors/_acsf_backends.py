@@ -1,26 +1,24 @@
 """The ACSF backend switch: one driver, three element kernels (torch, numba, triton).
 
-:class:`Backend` names a backend and its options (as torchani's ``AEVComputer(strategy=…)``);
-:func:`resolve_backend` checks that it can run here. :func:`element_arrays` is the one route
-of :meth:`~dparallel.descriptors.ACSF.compute` and
-:meth:`~dparallel.descriptors.ACSF.compute_arrays`: per central element it selects the pairs
-(:func:`~dparallel.kernels.pair_select.element_pairs`), calls the backend's element kernel
-and assembles the per-pair derivative blocks under ``<F>/<field>`` keys
-(:meth:`DescriptorResult.to_numpy <dparallel.descriptors.results.DescriptorResult.to_numpy>`'s
-layout). Every element kernel takes ``(plan, pairs, n_centers, call)`` and returns values
-(n_centers, F) and, with derivatives, ``{f: (pair selector (P_f,), dG/dr)}``: dG/dr is
-(P_f, F_f, 3) or, with ``call.split``, a :class:`SplitDerivatives`. The torch kernel
-(:func:`~dparallel.descriptors._acsf_torch.torch_element`) is the differentiable reference.
+:class:`Backend` names a backend and its options (as torchani's ``AEVComputer(strategy=…)``),
+:func:`resolve_backend` checks that it can run here, and :func:`element_arrays`, the one
+route of ``ACSF.compute`` and ``ACSF.compute_arrays``, runs its element kernel per central
+element and keys the pair derivative blocks as ``DescriptorResult.to_numpy`` does. An
+element kernel takes ``(plan, pairs, n_centers, call)`` and returns values (n_centers, F)
+and, with derivatives, ``{f: (pair selector (P_f,), dG/dr)}``: dG/dr (P_f, F_f, 3), or a
+:class:`SplitDerivatives` with ``call.split``. The torch kernel is the differentiable
+reference.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from dparallel.descriptors._acsf_engine import Backend, KernelCall
 from dparallel.errors import BackendUnavailableError, DescriptorError
 from dparallel.kernels._backends.triton_env import interpreting
 
@@ -41,6 +39,7 @@ __all__ = [
     "check_triton",
     "derivative_groups",
     "element_arrays",
+    "element_kernel",
     "numba_element",
     "resolve_backend",
     "triton_device",
@@ -49,40 +48,6 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "torch", "numba", "triton")
-
-
-@dataclass(frozen=True)
-class Backend:
-    """Which kernel computes ACSF, and its options.
-
-    ``name``: ``"torch"`` (vectorised, differentiable reference), ``"numba"`` (compiled
-    triplet loop), ``"triton"`` (the GPU kernel, or on CPU under ``TRITON_INTERPRET=1``) or
-    ``"auto"`` (numba when installed and no gradient is needed, else torch).
-    ``max_triplets``: torch only, triplets per block (memory bound, docs/acsf.md).
-    ``float32_terms``: numba only, per-triplet terms in float32 (twice the vector width;
-    sums stay float64, about 1e-7 relative error). ``device``: triton only, where the
-    kernel runs (default: :func:`triton_device`).
-    """
-
-    name: str = "auto"
-    max_triplets: int = 131072
-    float32_terms: bool = False
-    device: str | None = None
-
-    @staticmethod
-    def of(backend: str | Backend) -> Backend:
-        """``backend`` as a :class:`Backend` (a name takes the default options)."""
-        return backend if isinstance(backend, Backend) else Backend(str(backend))
-
-
-class KernelCall(NamedTuple):
-    """What an element kernel is asked for, besides the plan and the pairs."""
-
-    derivatives: bool
-    dtype: Any = None  # output numpy type (numpy kernels); None: the vectors' dtype
-    derivative_dtype: Any = None  # of dG/dr; None: ``dtype``
-    split: bool = False  # dG/dr as SplitDerivatives (the store's layout)
-    backend: Backend = Backend()
 
 
 class SplitDerivatives(NamedTuple):
@@ -102,11 +67,7 @@ def _numba_available() -> bool:
 
 
 def check_triton() -> None:
-    """Raise :class:`BackendUnavailableError` unless the Triton backend can run here.
-
-    It needs the ``triton`` package and either a CUDA device or the Triton CPU
-    interpreter (``TRITON_INTERPRET=1`` in the environment before triton is imported).
-    """
+    """Raise :class:`BackendUnavailableError` unless the Triton backend can run here."""
     if importlib.util.find_spec("triton") is None:
         raise BackendUnavailableError("backend='triton' needs triton (pip install triton)")
     import torch
@@ -119,15 +80,14 @@ def check_triton() -> None:
 
 
 def triton_runs_on(device: str) -> bool:
-    """Whether the Triton kernel can run on ``device`` here: a CUDA ``device`` where
-    :func:`check_triton` passes with CUDA, or ``"cpu"`` under Triton's interpreter."""
+    """Whether the Triton kernel can run on ``device`` here (CUDA, or CPU when interpreted)."""
     try:
         check_triton()
     except BackendUnavailableError:
         return False
     import torch
 
-    return torch.device(device).type == ("cpu" if interpreting() else "cuda")
+    return torch.device(device).type == triton_device().type
 
 
 def triton_device() -> torch.device:
@@ -159,6 +119,15 @@ def resolve_backend(backend: str | Backend, needs_grad: bool = False) -> Backend
     return chosen
 
 
+def element_kernel(call: KernelCall) -> Callable[..., tuple[Any, dict[int, Any] | None]]:
+    """The element kernel of ``call``'s resolved backend."""
+    if call.backend.name == "torch":
+        from dparallel.descriptors._acsf_torch import torch_element
+
+        return torch_element
+    return numba_element if call.backend.name == "numba" else triton_element
+
+
 # ------------------------------------------------------------------ the driver
 class BatchPairs(NamedTuple):
     """A batch's pair list as the driver takes it."""
@@ -175,13 +144,11 @@ def element_arrays(
     elements: list[str],
     plans: dict[str, ElementPlan],
     pairs: BatchPairs,
-    kernel: Callable[..., tuple[Any, dict[int, Any] | None]],
     call: KernelCall,
 ) -> dict[str, dict[str, Any]]:
-    """Per central element, ``values``, ``atom_index`` and, with derivatives, the
-    ``<F>/{pair_first, pair_second, center, vectors, feature_index}`` arrays and dG/dr
-    (``<F>/dG_dr``, or ``<F>/radial`` and ``<F>/dG_dr_split`` when split) of every
-    neighbour element F: numpy, or torch tensors when ``pairs.tensors`` is given."""
+    """Per central element, ``values``, ``atom_index`` and, with derivatives, every neighbour
+    element F's ``<F>/…`` arrays (``to_numpy``'s, or ``<F>/radial`` and ``<F>/dG_dr_split``
+    when split): numpy, or torch tensors when ``pairs.tensors`` is given."""
     from dparallel.kernels.pair_select import ElementPairs, element_pairs
 
     n_el = len(elements)
@@ -190,7 +157,12 @@ def element_arrays(
     local = np.full(el_index.shape[0], -1, dtype=np.int64)  # (N,) row within its element
     for atoms in element_atoms:
         local[atoms] = np.arange(atoms.shape[0])
-    as_array = _as_torch if pairs.tensors is not None else _identity
+    as_array: Callable[[np.ndarray], Any] = lambda a: a  # noqa: E731
+    if pairs.tensors is not None:
+        import torch
+
+        as_array = torch.from_numpy
+    kernel = element_kernel(call)
     out: dict[str, dict[str, Any]] = {}
     for e_idx, e in enumerate(elements):
         plan = plans[e]
@@ -259,26 +231,14 @@ def _no_columns(sel: ElementPairs, f_idx: int, call: KernelCall) -> tuple[Any, A
     return pick, dg
 
 
-def _identity(a: np.ndarray) -> np.ndarray:
-    return a
-
-
-def _as_torch(a: np.ndarray) -> torch.Tensor:
-    import torch
-
-    return torch.from_numpy(a)
-
-
 # ------------------------------------------------------------------ numba
 def numba_element(
     plan: ElementPlan, pairs: ElementPairs, n_centers: int, call: KernelCall
 ) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, Any]] | None]:
     """The compiled kernel on numpy arrays (pairs sorted by centre, in the plan's cutoff).
 
-    Triplet terms in float32 with ``call.backend.float32_terms`` (twice the vector width),
-    every sum and per-pair quantity in float64; outputs in ``call.dtype`` (default the
-    vectors'), dG/dr in ``call.derivative_dtype`` (computed in float64 either way, rounded
-    once when written).
+    Sums in float64 (triplet terms in float32 with ``call.backend.float32_terms``), rounded
+    once to ``call.dtype`` (default the vectors') and dG/dr to ``call.derivative_dtype``.
     """
     from dparallel.kernels.acsf_numba import acsf_element, no_network, no_split, split_layout
 
@@ -335,13 +295,11 @@ def derivative_groups(
     split: bool,
     unsplit: Callable[[Any, Any, np.ndarray], Any],
 ) -> dict[int, tuple[Any, Any]]:
-    """``{f: (sel, dG/dr)}`` from a kernel's flat derivative output (numpy or torch).
+    """``{f: (sel, dG/dr)}`` from a kernel's flat output (numpy or torch).
 
-    ``blocks`` = (d_base, n_rows, dflat): ``dflat`` holds, per neighbour element f with pairs
-    ``selections[f]``, a block at ``d_base[f]`` of ``n_rows[f]`` numbers per pair, viewed
-    (no copy) as (rows, P_f). With ``split`` each group is a :class:`SplitDerivatives` of
-    the block; else ``unsplit(sel, block, radial)``, given the group's radial columns
-    (F_f,) bool, gives its dG/dr.
+    ``blocks`` = (d_base, n_rows, dflat): neighbour element f's block, (n_rows[f], P_f) at
+    ``d_base[f]``, is viewed without a copy: a :class:`SplitDerivatives` with ``split``,
+    else ``unsplit(sel, block, radial columns (F_f,) bool)``.
     """
     from dparallel.kernels.acsf_layout import radial_columns
 
@@ -365,9 +323,8 @@ def triton_element(
 ) -> tuple[Any, dict[int, tuple[Any, Any]] | None]:
     """The Triton kernel on ``call.backend.device`` (default :func:`triton_device`).
 
-    Pairs as numpy arrays (results come back as numpy, outputs in ``call.dtype``, dG/dr in
-    ``call.derivative_dtype``) or torch tensors (results on their device, in their dtype).
-    Computed in float64 and rounded once, as the compiled kernel.
+    Numpy pairs give numpy results (in ``call.dtype``, dG/dr in ``call.derivative_dtype``),
+    tensors give tensors on their device. Computed in float64 and rounded once.
     """
     import torch
 
@@ -389,7 +346,7 @@ def triton_element(
         kplan, vec, dist, cen, nbr, n_centers, plan.n_el, call.derivatives, dtype,
         _torch_dtype(call.derivative_dtype),
     )  # fmt: skip
-    back = _to_numpy if numpy_in else (lambda t: t.to(home))
+    back = (lambda t: t.cpu().numpy()) if numpy_in else (lambda t: t.to(home))
     if not call.derivatives:
         return back(out.values), None
     assert out.dflat is not None
@@ -414,15 +371,7 @@ def _torch_dtype(dtype: Any) -> torch.dtype | None:
     """The torch dtype of a numpy type (None stays None)."""
     import torch
 
-    if dtype is None:
-        return None
-    return {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}[
-        np.dtype(dtype)
-    ]
-
-
-def _to_numpy(t: torch.Tensor) -> np.ndarray:
-    return t.cpu().numpy()
+    return None if dtype is None else getattr(torch, np.dtype(dtype).name)
 
 
 def _pair_major(block: torch.Tensor, radial: np.ndarray, unit: torch.Tensor) -> torch.Tensor:

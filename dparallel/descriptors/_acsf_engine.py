@@ -1,17 +1,52 @@
-"""Column bookkeeping of one central element (:class:`ElementPlan`), built once from the
-feature metadata and shared by every ACSF backend (docs/acsf.md)."""
+"""What every ACSF backend shares: the backend choice (:class:`Backend`), what an element
+kernel is asked for (:class:`KernelCall`) and the column bookkeeping of one central element
+(:class:`ElementPlan`), built once from the feature metadata (docs/acsf.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dparallel.kernels.acsf_plan import build_kernel_plan
+from dparallel.kernels.acsf_plan import build_kernel_plan, key_index, pair_table
 
 if TYPE_CHECKING:
     from dparallel.kernels.acsf_numba import KernelPlan
 
-__all__ = ["ElementPlan", "build_plan", "pair_table"]
+__all__ = ["Backend", "ElementPlan", "KernelCall", "build_plan"]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Which kernel computes ACSF, and its options.
+
+    ``name``: ``"torch"`` (vectorised, differentiable reference), ``"numba"`` (compiled
+    triplet loop), ``"triton"`` (the GPU kernel, or on CPU under ``TRITON_INTERPRET=1``) or
+    ``"auto"`` (numba when installed and no gradient is needed, else torch).
+    ``max_triplets``: torch only, triplets per block (memory bound, docs/acsf.md).
+    ``float32_terms``: numba only, per-triplet terms in float32 (twice the vector width;
+    sums stay float64, about 1e-7 relative error). ``device``: triton only, where the
+    kernel runs (default: ``_acsf_backends.triton_device()``).
+    """
+
+    name: str = "auto"
+    max_triplets: int = 131072
+    float32_terms: bool = False
+    device: str | None = None
+
+    @staticmethod
+    def of(backend: str | Backend) -> Backend:
+        """``backend`` as a :class:`Backend` (a name takes the default options)."""
+        return backend if isinstance(backend, Backend) else Backend(str(backend))
+
+
+class KernelCall(NamedTuple):
+    """What an element kernel is asked for, besides the plan and the pairs."""
+
+    derivatives: bool
+    dtype: Any = None  # output numpy type (numpy kernels); None: the vectors' dtype
+    derivative_dtype: Any = None  # of dG/dr; None: ``dtype``
+    split: bool = False  # dG/dr as SplitDerivatives (the store's layout)
+    backend: Backend = Backend()
 
 
 @dataclass
@@ -52,19 +87,14 @@ def build_plan(features: list[dict], elements: list[str]) -> ElementPlan:
         cut = (float(f["rc"]), int(f["cutoff_id"]), float(f["alpha"]))
         if f["type"] == 2:
             key = (float(f["eta"]), float(f["rs"]), *cut)
-            if key not in rad_keys:
-                rad_keys.append(key)
-            rad_of.append((index[f["neighbors"][0]], rad_keys.index(key)))
+            rad_of.append((index[f["neighbors"][0]], key_index(rad_keys, key)))
             ang_raw.append(None)
         else:
             narrow = f["type"] == 3
             ek = (narrow, float(f["eta"]), float(f["rs"]), *cut)
-            bucket = e_keys_n if narrow else e_keys_w
-            if ek not in bucket:
-                bucket.append(ek)
+            key_index(e_keys_n if narrow else e_keys_w, ek)
             zk = (float(f["zeta"]), float(f["lambda"]))
-            if zk not in z_keys:
-                z_keys.append(zk)
+            key_index(z_keys, zk)
             a, b = index[f["neighbors"][0]], index[f["neighbors"][1]]
             rad_of.append(None)
             ang_raw.append((a, b, ek, zk))
@@ -72,14 +102,13 @@ def build_plan(features: list[dict], elements: list[str]) -> ElementPlan:
     ang_cols: list = []
     for item in ang_raw:
         if item is not None:
-            col = (e_keys.index(item[2]), z_keys.index(item[3]))
-            if col not in ang_cols:
-                ang_cols.append(col)
+            key_index(ang_cols, (e_keys.index(item[2]), z_keys.index(item[3])))
     outer = len(e_keys) * len(z_keys) <= 2 * len(ang_cols)
     if outer:  # every (radial part, angular part) combination, e-major: no column gathers
         ang_cols = [(a, b) for a in range(len(e_keys)) for b in range(len(z_keys))]
     k_r, k_a = len(rad_keys), len(ang_cols)
     value_source: list[int] = []
+    # per neighbour element: (feature positions, source columns), in feature order as built
     groups: dict[int, tuple[list[int], list[int]]] = {g: ([], []) for g in range(n_el)}
     for pos, (rad, ang) in enumerate(zip(rad_of, ang_raw, strict=True)):
         if rad is not None:
@@ -90,14 +119,11 @@ def build_plan(features: list[dict], elements: list[str]) -> ElementPlan:
         else:
             a, b, ek, zk = ang
             column = ang_cols.index((e_keys.index(ek), z_keys.index(zk)))
-            value_source.append(n_el * k_r + int(pt_of[a][b]) * k_a + column)
+            value_source.append(n_el * k_r + int(pt_of[a, b]) * k_a + column)
             # pair with neighbour a sees partner b in slot b, and vice versa
             for me, partner in ((a, b), (b, a)) if a != b else ((a, b),):
                 groups[me][0].append(pos)
                 groups[me][1].append(k_r + partner * k_a + column)
-    for g in groups:  # order each group by feature position
-        pairs = sorted(zip(*groups[g], strict=True)) if groups[g][0] else []
-        groups[g] = ([p for p, _ in pairs], [c for _, c in pairs])
     r_max = max([float(f["rc"]) for f in features], default=0.0)
     return ElementPlan(
         n_features=len(features),
@@ -113,14 +139,3 @@ def build_plan(features: list[dict], elements: list[str]) -> ElementPlan:
         deriv_groups={g: v for g, v in groups.items() if v[0]},
         kernel=build_kernel_plan(features, elements),
     )
-
-
-def pair_table(n_el: int) -> list[list[int]]:
-    """Index of the unordered element pair (a, b), a ≤ b enumerated a-major."""
-    table = [[0] * n_el for _ in range(n_el)]
-    n = 0
-    for a in range(n_el):
-        for b in range(a, n_el):
-            table[a][b] = table[b][a] = n
-            n += 1
-    return table

@@ -1,25 +1,20 @@
-"""The torch ACSF backend: the vectorised, differentiable element kernel.
-
-:func:`torch_element` is what ``ACSF.compute(backend="torch")`` runs per central element
-(:mod:`dparallel.descriptors._acsf_backends` describes the kernels' contract); the other
-backends are tested against it. Triplets (i, j, k), j < k, are built per block of at most
-``max_triplets`` triplets, so peak memory is O(max_triplets · K_a) plus O(P_e · n_el · K_a)
-for derivatives. See docs/acsf.md.
+"""The torch ACSF backend: the vectorised, differentiable element kernel that the others are
+tested against. Triplets (j < k) are built per block of at most ``max_triplets``, so peak
+memory is O(max_triplets · K_a) plus O(P_e · n_el · K_a) for derivatives (docs/acsf.md).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dparallel.descriptors._acsf_engine import pair_table
+from dparallel.kernels.acsf_plan import pair_table
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     import torch
 
-    from dparallel.descriptors._acsf_backends import KernelCall
-    from dparallel.descriptors._acsf_engine import ElementPlan
+    from dparallel.descriptors._acsf_engine import ElementPlan, KernelCall
     from dparallel.kernels.pair_select import ElementPairs
 
 __all__ = ["torch_element"]
@@ -28,25 +23,14 @@ __all__ = ["torch_element"]
 def torch_element(
     plan: ElementPlan, pairs: ElementPairs, n_centers: int, call: KernelCall
 ) -> tuple[torch.Tensor, dict[int, tuple[torch.Tensor, torch.Tensor]] | None]:
-    """Values and per-pair derivatives of one central element's features (torch).
-
-    ``pairs``: tensors, sorted by centre, restricted to r < plan.r_max and to centres of
-    this element; ``center`` (P_e,) local row in [0, n_centers), ``neighbor_el`` (P_e,)
-    element index of j. Returns values (n_centers, F_e) and, with ``call.derivatives``,
-    ``{f: (pair selector (P_ef,) int64 into the P_e pairs, dG_dr (P_ef, F_ef, 3))}``,
-    columns as ``plan.deriv_groups[f][0]``; else None. Triplets are built per block of
-    at most ``call.backend.max_triplets``.
-    """
+    """Values (n_centers, F_e) and, with ``call.derivatives``, ``{f: (pair selector
+    (P_ef,), dG_dr (P_ef, F_ef, 3))}`` (columns ``plan.deriv_groups[f][0]``) of one central
+    element, from tensor ``pairs`` sorted by centre (the element kernels' contract)."""
     import torch  # the torch backend (the compiled one needs none: the featurize workers)
 
     from dparallel.kernels.acsf_terms import gaussian_cutoff
 
-    vectors, r, center, neighbor_el = (
-        pairs.vectors,
-        pairs.distances,
-        pairs.center,
-        pairs.neighbor_el,
-    )
+    _, center, neighbor_el, vectors, r = pairs
     dtype, dev, derivatives, n_el = vectors.dtype, vectors.device, call.derivatives, plan.n_el
     n_pt = n_el * (n_el + 1) // 2
     k_r, k_a = len(plan.rad_keys), len(plan.ang_cols)

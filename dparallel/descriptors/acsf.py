@@ -11,35 +11,38 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dparallel.descriptors._acsf_backends import Backend, BatchPairs, KernelCall, element_arrays
-from dparallel.descriptors.acsf_functions import feature_spec, refuse_duplicates
+from dparallel.descriptors._acsf_backends import (
+    Backend,
+    BatchPairs,
+    KernelCall,
+    element_arrays,
+)
+from dparallel.descriptors.acsf_functions import feature_spec, n2p2_sort_key, refuse_duplicates
 from dparallel.descriptors.results import DescriptorResult, PairDerivatives
-from dparallel.descriptors.species import species_index
+from dparallel.descriptors.species import as_batch, species_index
 from dparallel.errors import DescriptorError
 from dparallel.neighbors import Neighbors, neighbor_list
-from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     import torch
 
     from dparallel.descriptors._acsf_engine import ElementPlan
+    from dparallel.types import StructureBatch
 
 __all__ = ["ACSF", "Backend", "DescriptorResult", "PairDerivatives"]
 
 _FEATURE_KEYS = ("type", "center", "neighbors", "eta", "rs", "zeta", "lambda", "rc", "cutoff")
 
 
-def _element_kernel(backend: Backend) -> Callable[..., tuple[Any, dict[int, Any] | None]]:
-    """The element kernel of a resolved backend (:mod:`~dparallel.descriptors._acsf_backends`)."""
-    from dparallel.descriptors._acsf_backends import numba_element, triton_element
+def _needs_grad(positions: torch.Tensor | None) -> bool:
+    """Whether ``positions`` need gradients through the features."""
+    if positions is None or not positions.requires_grad:
+        return False
+    import torch
 
-    if backend.name == "torch":
-        from dparallel.descriptors._acsf_torch import torch_element
-
-        return torch_element
-    return numba_element if backend.name == "numba" else triton_element
+    return torch.is_grad_enabled()
 
 
 def length_unit(unit: float | str) -> float:
@@ -56,17 +59,14 @@ def length_unit(unit: float | str) -> float:
 
 
 class ACSF:
-    """A set of n2p2 symmetry functions per central element.
+    """A set of n2p2 symmetry functions per central element, built with :meth:`uniform`,
+    :meth:`from_dict` or :func:`dparallel.n2p2.acsf_from_input_nn`; picklable, ``to_dict()``
+    JSON-able.
 
-    Build with :meth:`uniform`, :meth:`from_dict` or, from an n2p2 input.nn,
-    :func:`dparallel.n2p2.acsf_from_input_nn`. Picklable;
-    ``to_dict()`` is JSON-able.
-
-    ``order`` says how each central element's columns are ordered: ``"given"`` keeps the
-    order of ``features`` (:meth:`uniform`'s order, or a file's), ``"n2p2"`` sorts them as
-    n2p2 does (``Element::sortSymmetryFunctions``, see :meth:`n2p2_order`), so columns,
-    statistics and ``scaling.data`` rows all follow n2p2's order. ``lenient``: η < 0 and
-    λ ≠ ±1 (which n2p2 accepts) are logged, not refused: n2p2 files and rebuilt specs.
+    ``order``: ``"given"`` keeps the order of ``features``, ``"n2p2"`` sorts each element's
+    columns as n2p2 does (:meth:`n2p2_order`), so columns, statistics and ``scaling.data``
+    rows follow n2p2's order. ``lenient``: η < 0 and λ ≠ ±1 (which n2p2 accepts) are logged,
+    not refused (n2p2 files, rebuilt specs).
     """
 
     ORDERS = ("given", "n2p2")
@@ -194,14 +194,9 @@ class ACSF:
         return self._order
 
     def n2p2_order(self, element: str) -> list[int]:
-        """Column indices of ``element``'s features in the order n2p2 sorts them.
-
-        n2p2 sorts each element's functions by type, cutoff type, α, rc, η, rs, ζ, λ and
-        neighbour elements (by atomic number); ``scaling.data`` rows and the network's
-        inputs follow that order. Identity when ``order == "n2p2"``.
-        """
-        from dparallel.descriptors.acsf_order import n2p2_sort_key
-
+        """Column indices of ``element``'s features in n2p2's order (:func:`n2p2_sort_key`),
+        which ``scaling.data`` rows and n2p2's network inputs follow; identity when
+        ``order == "n2p2"``."""
         self._check_element(element)
         feats = self._features[element]
         return sorted(range(len(feats)), key=lambda k: n2p2_sort_key(feats[k], self._z))
@@ -213,9 +208,7 @@ class ACSF:
 
     @staticmethod
     def _public(f: dict) -> dict[str, Any]:
-        d = {k: (list(f[k]) if k == "neighbors" else f[k]) for k in _FEATURE_KEYS}
-        d["alpha"] = f["alpha"]
-        return d
+        return {k: (list(f[k]) if k == "neighbors" else f[k]) for k in (*_FEATURE_KEYS, "alpha")}
 
     def features(self, element: str) -> list[dict[str, Any]]:
         """Metadata of each feature of central ``element``, in column order."""
@@ -253,7 +246,7 @@ class ACSF:
         Parameters
         ----------
         structures
-            A :class:`StructureBatch` or a list of ``ase.Atoms``.
+            A :class:`StructureBatch`, an ``ase.Atoms`` or a list of them.
         derivatives
             Also return analytic ∂G_i/∂r_ij per pair (``DescriptorResult.pairs``).
         dtype
@@ -264,12 +257,8 @@ class ACSF:
             Optional (N, 3) tensor replacing the batch positions; values (and
             derivatives) are differentiable with respect to it (autograd, double backward).
         backend
-            ``"torch"`` (vectorised, differentiable reference), ``"numba"`` (compiled
-            triplet loop, not differentiable w.r.t. ``positions``), ``"triton"`` (the
-            GPU kernel, or on CPU under ``TRITON_INTERPRET=1``; not differentiable),
-            ``"auto"`` (numba when it is installed and ``positions`` does not require
-            grad, else torch), or a :class:`Backend` with its options (``max_triplets``,
-            ``float32_terms``).
+            ``"auto"``, ``"torch"``, ``"numba"``, ``"triton"`` or a :class:`Backend` with
+            options (see there); only torch is differentiable with respect to ``positions``.
 
         Returns
         -------
@@ -283,13 +272,8 @@ class ACSF:
         dtype = torch.float64 if dtype is None else dtype
         if dtype not in (torch.float32, torch.float64):
             raise DescriptorError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-        batch = (
-            structures
-            if isinstance(structures, StructureBatch)
-            else StructureBatch.from_ase(structures)
-        )
-        needs_grad = positions is not None and positions.requires_grad and torch.is_grad_enabled()
-        chosen = resolve_backend(backend, needs_grad)
+        batch = as_batch(structures)
+        chosen = resolve_backend(backend, _needs_grad(positions))
         if neighbors is None:
             neighbors = neighbor_list(batch, self.r_cut)
         vec, dist = self._pair_geometry(batch, neighbors, dtype, positions)
@@ -302,9 +286,8 @@ class ACSF:
             None if chosen.name == "numba" else (vec, dist),  # torch in and out
         )
         arrays = element_arrays(
-            self._elements, self.plans(), pairs, _element_kernel(chosen),
-            KernelCall(derivatives, backend=chosen),
-        )  # fmt: skip
+            self._elements, self.plans(), pairs, KernelCall(derivatives, backend=chosen)
+        )
         return {e: DescriptorResult.from_numpy(a) for e, a in arrays.items()}
 
     @staticmethod
@@ -348,18 +331,13 @@ class ACSF:
     ) -> dict[str, dict[str, np.ndarray]]:
         """:meth:`compute` through a numpy kernel, as numpy arrays and without torch.
 
-        What the featurize workers call: the same numbers as ``compute(...,
-        backend="numba")``, as ``{element: DescriptorResult.to_numpy() arrays}``. ``dtype``:
-        ``"float64"`` or ``"float32"`` (of the outputs); ``derivative_dtype``: of ``dG_dr``
-        only (default ``dtype``; e.g. ``"float32"``, the store's, saves half the memory
-        traffic of the derivatives). ``split_derivatives``: each ``<F>/dG_dr`` (P, F_F, 3)
-        comes split as the store keeps it (docs/store-format.md): ``<F>/radial`` (F_F,)
-        bool, which columns are radial (∂G/∂r_ij = s · r̂_ij), and ``<F>/dG_dr_split``
-        (F_r + 3 F_a, P): their s, then the other columns' ∂G/∂r_ij as x, y, z rows per
-        column, as the kernel writes them. ``backend``: ``"numba"`` (needs numba) or
-        ``"triton"`` (a :class:`Backend` names its ``device``; torch and triton needed,
-        the same arrays to float64 rounding), or a :class:`Backend` with ``float32_terms``.
-        Raises :class:`BackendUnavailableError` when the backend cannot run here.
+        What the featurize workers call: ``{element: DescriptorResult.to_numpy() arrays}``.
+        ``dtype`` (``"float64"`` or ``"float32"``) of the outputs, ``derivative_dtype`` of
+        ``dG_dr`` only (default ``dtype``). ``split_derivatives``: each ``<F>/dG_dr`` comes
+        as the store keeps it (docs/store-format.md), ``<F>/radial`` (F_F,) bool (radial
+        columns, ∂G/∂r_ij = s · r̂_ij) and ``<F>/dG_dr_split`` (F_r + 3 F_a, P).
+        ``backend``: ``"numba"`` or ``"triton"`` (the same arrays to float64 rounding), or
+        a :class:`Backend` of either; :class:`BackendUnavailableError` if it cannot run here.
         """
         from dparallel.descriptors._acsf_backends import resolve_backend
 
@@ -372,6 +350,10 @@ class ACSF:
                 raise DescriptorError(f"{name} must be 'float64' or 'float32', got {value!r}")
         if neighbors is None:
             neighbors = neighbor_list(batch, self.r_cut)
+        call = KernelCall(
+            derivatives, np.dtype(dtype).type, np.dtype(derivative_dtype or dtype).type,
+            split_derivatives, chosen,
+        )  # fmt: skip
         pairs = BatchPairs(
             self.element_index(batch),  # (N,)
             neighbors.pair_first,
@@ -379,11 +361,7 @@ class ACSF:
             neighbors.vectors.astype(dtype, copy=False),
             neighbors.distances.astype(dtype, copy=False),
         )
-        call = KernelCall(
-            derivatives, np.dtype(dtype).type, np.dtype(derivative_dtype or dtype).type,
-            split_derivatives, chosen,
-        )  # fmt: skip
-        return element_arrays(self._elements, self.plans(), pairs, _element_kernel(chosen), call)
+        return element_arrays(self._elements, self.plans(), pairs, call)
 
     @staticmethod
     def resolve_backend(backend: str, positions: torch.Tensor | None = None) -> str:
@@ -391,12 +369,7 @@ class ACSF:
         ``positions`` that require grad, only torch); an unavailable one is an error."""
         from dparallel.descriptors._acsf_backends import resolve_backend
 
-        needs_grad = positions is not None and positions.requires_grad
-        if needs_grad:
-            import torch
-
-            needs_grad = torch.is_grad_enabled()
-        return resolve_backend(backend, needs_grad).name
+        return resolve_backend(backend, _needs_grad(positions)).name
 
     def element_index(self, batch: StructureBatch) -> np.ndarray:
         """Index into ``elements`` of each atom (N,); error names the structure."""

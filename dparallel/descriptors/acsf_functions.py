@@ -1,12 +1,9 @@
 """One ACSF symmetry function as validated data: its parameters in their domain.
 
-:func:`feature_spec` builds the metadata dict of one function (type 2, 3 or 9) and refuses,
-before any run, what is outside the domain n2p2's formulas have a meaning in: a
-non-finite parameter, a cutoff beyond :data:`MAX_R_CUT` (a unit mistake), ``eta < 0``
-(a Gaussian that grows with distance), ``rs`` at or beyond the cutoff (a function that is
-zero for every pair), ``lambda`` other than -1 or 1, an inner cutoff outside [0, 1).
-``zeta < 1`` is accepted, as n2p2 accepts it. :func:`refuse_duplicates` refuses the same
-function twice for one central element.
+:func:`feature_spec` refuses, before any run, what n2p2's formulas have no meaning for (a
+non-finite parameter, a cutoff beyond :data:`MAX_R_CUT`, ``eta < 0``, ``rs`` at or beyond
+the cutoff, ``lambda`` other than ±1, α outside [0, 1)); :func:`refuse_duplicates` the same
+function twice for one centre; :func:`n2p2_sort_key` orders them as n2p2 does.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from dparallel.kernels.cutoff_types import CUTOFF_TYPES, cutoff_type_id
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["MAX_R_CUT", "feature_spec", "refuse_duplicates"]
+__all__ = ["MAX_R_CUT", "feature_spec", "n2p2_sort_key", "refuse_duplicates"]
 
 log = logging.getLogger(__name__)
 
@@ -102,3 +99,23 @@ def refuse_duplicates(center: str, features: Sequence[dict[str, Any]]) -> None:
                 f"{f['rs']:g}, rc {f['rc']:g}): a duplicate column; remove one"
             )
         seen[key] = k
+
+
+def n2p2_sort_key(feature: dict[str, Any], z_of: dict[str, int]) -> tuple:
+    """n2p2's ordering of one central element's functions (``Element::sortSymmetryFunctions``).
+
+    Type, cutoff type, α, rc, η, rs, then (angular) ζ, λ, then the neighbour elements by
+    atomic number (the smaller first, as n2p2 swaps e1 > e2).
+    """
+    zs = sorted(z_of[e] for e in feature["neighbors"])
+    head = (
+        int(feature["type"]),
+        cutoff_type_id(feature["cutoff"]),
+        float(feature["alpha"]),
+        float(feature["rc"]),
+        float(feature["eta"]),
+        float(feature["rs"]),
+    )
+    if feature["type"] == 2:
+        return (*head, zs[0])
+    return (*head, float(feature["zeta"]), float(feature["lambda"]), *zs)

@@ -1,16 +1,9 @@
 """ACSF as an exportable torch graph: pair vectors → per-atom features, no numpy.
 
-:class:`ACSFGraph` (like :class:`~dparallel.descriptors.neighbor_sum.NeighborSumGraph`)
-computes the same numbers as
-``ACSF.compute`` / ``NeighborSum.compute`` (tested to 1e-10), but from tensors only, with
-every data-dependent size (pairs inside the cutoff, triplets, atoms per element) produced by
-a tensor op (``nonzero``, ``repeat_interleave``), never by a Python ``int``. So
-``make_fx``/``torch.export`` trace them with unbacked sizes, and autograd gives forces.
-
-Both take the same inputs: ``vectors`` (P, 3) r_ij = r_j − r_i + S·cell in Å,
-``pair_first``/``pair_second`` (P,) int64 (any order; pairs beyond the cutoff are ignored),
-``species`` (N,) int64 index into ``elements``; they return (N, W) "source" columns, and
-``columns[e]`` (F_e,) picks element e's features from them.
+:class:`ACSFGraph` (like ``NeighborSumGraph``) computes the same numbers as ``compute``
+(tested to 1e-10) from tensors only, every data-dependent size made by a tensor op, never a
+Python ``int``, so ``make_fx``/``torch.export`` trace it with unbacked sizes and autograd
+gives forces. Inputs and output: the registry's graph form (``DescriptorKind``).
 """
 
 from __future__ import annotations
@@ -20,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from dparallel.descriptors._acsf_engine import pair_table  # the engine's element-pair order
+from dparallel.kernels.acsf_plan import key_index, pair_table  # the engine's pair order
 from dparallel.kernels.acsf_terms import angular_factor, gaussian_cutoff
 from dparallel.kernels.cutoff_types import cutoff_type_id
 
@@ -30,21 +23,10 @@ if TYPE_CHECKING:
 __all__ = ["ACSFGraph"]
 
 
-def _unique(keys: list, key: object) -> int:
-    """Position of ``key`` in ``keys``, appended when new."""
-    if key not in keys:
-        keys.append(key)
-    return keys.index(key)
-
-
 class ACSFGraph(nn.Module):
-    """n2p2 symmetry functions (types 2, 3, 9) of every atom as one traceable graph.
-
-    Built from the public feature metadata (``ACSF.features(e)``). Radial columns are
-    Σ_j a_k(r_ij) per (neighbour element, distinct radial key); angular columns are
-    Σ_{j<k} Z(cos θ)·a(r_ij)·a(r_ik)[·b(r_jk)] per (unordered element pair, distinct
-    (radial part, (ζ, λ))) over all triplets at once (memory O(T·K_a)).
-    """
+    """n2p2 symmetry functions of every atom as one traceable graph, from ``ACSF.features``:
+    radial columns per (neighbour element, radial key), angular ones per (element pair,
+    (radial part, (ζ, λ))) over all triplets at once (memory O(T·K_a))."""
 
     pair_table: torch.Tensor  # (n_el, n_el) unordered element pair → slot (buffer)
     ang_e: torch.Tensor  # (K_a,) radial-part index of each angular column (buffer)
@@ -67,13 +49,13 @@ class ACSFGraph(nn.Module):
             for f in acsf.features(e):
                 cut = (float(f["rc"]), cutoff_type_id(f["cutoff"]), float(f["alpha"]))
                 if f["type"] == 2:
-                    k = _unique(rad, (float(f["eta"]), float(f["rs"]), cut))
+                    k = key_index(rad, (float(f["eta"]), float(f["rs"]), cut))
                     cols.append(("rad", index[f["neighbors"][0]], k))
                 else:
-                    ek = _unique(ekeys, (f["type"] == 3, float(f["eta"]), float(f["rs"]), cut))
-                    zk = _unique(zkeys, (float(f["zeta"]), float(f["lambda"])))
+                    ek = key_index(ekeys, (f["type"] == 3, float(f["eta"]), float(f["rs"]), cut))
+                    zk = key_index(zkeys, (float(f["zeta"]), float(f["lambda"])))
                     a, b = (index[x] for x in f["neighbors"])
-                    cols.append(("ang", table[a][b], _unique(acols, (ek, zk))))
+                    cols.append(("ang", int(table[a, b]), key_index(acols, (ek, zk))))
             where[e] = cols
         self.rad_keys, self.e_keys, self.z_keys, self.ang_cols = rad, ekeys, zkeys, acols
         k_r, k_a = len(rad), len(acols)

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dparallel.config import resolve_path
 from dparallel.descriptors.acsf import ACSF
-from dparallel.descriptors.build_context import BuildContext
+from dparallel.descriptors.registry import BuildContext
 
 __all__ = ["ACSFSpec"]
 

@@ -19,8 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DescriptorSet"]
 
-#: Supported ``dtype`` names (torch dtypes of the same name; torch is imported only to
-#: compute, so a driver that only reads specs never loads it).
+#: Supported ``dtype`` names (torch's of the same name, imported only to compute).
 _DTYPES = ("float64", "float32")
 
 #: Keys of :meth:`DescriptorSet.to_dict` that are not descriptor types.
@@ -29,14 +28,10 @@ _OPTIONS = ("derivatives", "dtype")
 
 @dataclass(frozen=True, eq=False, init=False)
 class DescriptorSet:
-    """Descriptors by registered type name (e.g. ACSF and/or NeighborSum), whether to
-    compute per-pair derivatives, and the dtype.
-
-    ``DescriptorSet({"acsf": acsf}, derivatives=True)`` or, by keyword,
-    ``DescriptorSet(acsf=acsf, neighbor_sum=ns)``; ``dset.acsf`` is the descriptor of
-    that type, ``None`` when the set has none. Frozen (``dataclasses.replace`` works),
-    picklable.
-    """
+    """Descriptors by registered type name, whether to compute per-pair derivatives, and
+    the dtype: ``DescriptorSet({"acsf": acsf}, derivatives=True)`` or
+    ``DescriptorSet(acsf=acsf, neighbor_sum=ns)``; ``dset.acsf`` is the descriptor of that
+    type (``None`` when absent). Frozen (``dataclasses.replace`` works), picklable."""
 
     by_name: Mapping[str, Any]
     derivatives: bool
@@ -130,18 +125,12 @@ class DescriptorSet:
         split_derivatives: bool = False,
         backend: Any = "numba",
     ) -> dict[str, dict[str, dict[str, np.ndarray]]]:
-        """Flat numpy arrays per descriptor and central element, ready to store.
-
-        Returns ``{name: {element: arrays}}`` where ``arrays`` holds ``values (n_e, F_e)``,
-        ``atom_index (n_e,)`` and, with derivatives, ``d/<F>/{pair_first, pair_second,
-        center, vectors, feature_index, dG_dr}`` for each neighbour element F
-        (docs/store-format.md). One neighbor list (largest cutoff) serves every descriptor.
-        ``derivative_dtype`` (e.g. ``"float32"``, what the store keeps): ACSF's ``dG_dr``
-        through the compiled kernel is written in it directly (default: ``self.dtype``).
-        ``split_derivatives``: ACSF's ``dG_dr`` through the compiled kernel comes in the store's
-        split layout instead (``radial``, ``dG_dr_split``; see
-        :meth:`ACSF.compute_arrays`); other descriptors keep ``dG_dr``. ``backend``: of
-        the torch-free route (``compute_arrays``; e.g. ACSF's ``Backend("triton", device=…)``).
+        """``{name: {element: arrays}}``, flat numpy arrays ready to store: ``values``,
+        ``atom_index`` and, with derivatives, ``d/<F>/…`` per neighbour element F
+        (docs/store-format.md), from one neighbor list (the largest cutoff).
+        ``derivative_dtype`` (default ``self.dtype``), ``split_derivatives`` (the store's
+        split layout) and ``backend`` (e.g. ``Backend("triton", device=…)``) go to the
+        torch-free route (:meth:`ACSF.compute_arrays`); the torch route keeps ``dG_dr``.
         """
         if neighbors is None:
             neighbors = neighbor_list(batch, self.r_cut)

@@ -44,19 +44,9 @@ def _pair_gradients(dE_dG: Mapping[str, torch.Tensor], result: Mapping):  # noqa
 def forces_from_derivatives(
     dE_dG: Mapping[str, torch.Tensor], result: Mapping, n_atoms: int
 ) -> torch.Tensor:
-    """Forces F_k = −Σ_i ∂E/∂G_i · ∂G_i/∂r_k, shape (n_atoms, 3), eV/Å.
-
-    Parameters
-    ----------
-    dE_dG
-        element → (n_e, F_e) gradient of the energy with respect to that element's
-        ``DescriptorResult.values`` (rows aligned with them).
-    result
-        Output of ``ACSF.compute(..., derivatives=True)`` (or the same fields read back
-        from a store).
-    n_atoms
-        Number of atom rows N of the batch.
-    """
+    """Forces F_k = −Σ_i ∂E/∂G_i · ∂G_i/∂r_k (n_atoms, 3), eV/Å, from ``dE_dG`` (element →
+    (n_e, F_e), rows as that element's ``DescriptorResult.values``) and ``result`` (a
+    ``compute(..., derivatives=True)`` or the same fields read back from a store)."""
     dtype = next(iter(dE_dG.values())).dtype if dE_dG else torch.float64
     grad = None
     for first, second, _, s in _pair_gradients(dE_dG, result):
@@ -74,11 +64,8 @@ def virial_from_derivatives(
     structure_index: torch.Tensor | None = None,
     n_structures: int = 1,
 ) -> torch.Tensor:
-    """Virial W = −Σ_ij r_ij ⊗ ∂E/∂r_ij per structure, shape (n_structures, 3, 3), eV.
-
-    ``structure_index`` (N,) maps atom rows to structures (``StructureBatch.structure_index``);
-    without it every pair counts towards structure 0. Stress = −W / volume.
-    """
+    """Virial W = −Σ_ij r_ij ⊗ ∂E/∂r_ij (n_structures, 3, 3), eV (stress = −W / volume), per
+    structure of ``structure_index`` (N,) (without it, every pair counts to structure 0)."""
     out = None
     for first, _, vec, s in _pair_gradients(dE_dG, result):
         w = -vec.to(s.dtype).unsqueeze(2) * s.unsqueeze(1)  # (P, 3, 3)

@@ -1,36 +1,34 @@
 """NeighborSum: HIP-NN's first interaction-layer input as a fixed per-atom descriptor.
 
-For atom i, sensitivity ν and neighbour species f (one-hot features z),
-
-    G_i[ν, f] = envsum(s(r_ij), z)[i, ν, f] = Σ_{j ∈ N(i), species(j) = f} s_ν(|r_ij|)
-
-with HIP-NN's inverse-distance Gaussians (``kind="inverse"``, hippynn's
-``InverseSensitivityModule``)
-
-    s_ν(r) = exp(−½ σ² (1/r − 1/μ_ν)²) · cos²(π r / (2 r_c)),  μ = 1/linspace(1/r_max, 1/r_min, ν)
-
-or plain Gaussians (``kind="gaussian"``): s_ν(r) = exp(−½ (r − μ_ν)² / σ_ν²) · cos²(…), with
-μ = linspace(r_min, r_max, ν). Feature column k = ν·S + f (S = number of elements), the
-same columns for every central element. See docs/kernels.md.
+G_i[ν, f] = envsum(s(r_ij), z)[i, ν, f] = Σ_{j of species f} s_ν(|r_ij|), with HIP-NN's
+inverse-distance Gaussians (``kind="inverse"``) or plain ones (``kind="gaussian"``) times
+cos²(π r / (2 r_c)); column k = ν·S + f (S elements), the same columns for every central
+element. Formulas: docs/kernels.md.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from dparallel.descriptors.results import DescriptorResult, PairDerivatives
+from dparallel.descriptors.species import as_batch, species_index
 from dparallel.errors import DescriptorError
 from dparallel.kernels import envsum
-from dparallel.types import StructureBatch
+from dparallel.neighbors import neighbor_list
+
+if TYPE_CHECKING:
+    from dparallel.types import StructureBatch
 
 __all__ = ["NeighborSum", "NeighborSumGraph"]
 
 _KINDS = ("inverse", "gaussian")
+#: The constructor's arguments, as :meth:`NeighborSum.to_dict` stores them.
+_FIELDS = ("elements", "r_cut", "n_sensitivities", "r_min", "r_max", "kind", "cutoff", "sigma")
 _CUTOFFS = ("cos2",)
 
 
@@ -48,23 +46,11 @@ def _symbol(element: str | int) -> str:
 class NeighborSum(torch.nn.Module):
     """HIP-NN neighbor-sum descriptor G (N, ν·S) built on :func:`dparallel.kernels.envsum`.
 
-    Parameters
-    ----------
-    elements
-        Species (symbols or atomic numbers); their order fixes the one-hot columns.
-    r_cut
-        Hard cutoff r_c in Å (cos² cutoff reaches 0 there).
-    n_sensitivities
-        ν, the number of radial sensitivities.
-    r_min, r_max
-        Soft range of the sensitivity centres μ in Å (``r_max`` defaults to ``r_cut``).
-    kind
-        ``"inverse"`` (HIP-NN) or ``"gaussian"``.
-    cutoff
-        ``"cos2"`` (HIP-NN's cos²(π r / 2 r_c)).
-    sigma
-        Widths σ (scalar). Default: hippynn's 2·r_min·ν for ``"inverse"`` (σ multiplies
-        1/r), the spacing of μ for ``"gaussian"``.
+    ``elements`` (symbols or atomic numbers) fix the one-hot columns; ``r_cut`` (Å) is where
+    the cos² cutoff reaches 0; ``n_sensitivities`` ν radial sensitivities with centres μ
+    between ``r_min`` and ``r_max`` (Å, default ``r_cut``); ``kind`` ``"inverse"`` (HIP-NN)
+    or ``"gaussian"``; ``cutoff`` ``"cos2"``; ``sigma`` the width (default hippynn's
+    2·r_min·ν for ``"inverse"``, the spacing of μ for ``"gaussian"``). docs/descriptors.md.
     """
 
     mu: Tensor  # (ν,) Å, sensitivity centres (buffer)
@@ -136,17 +122,8 @@ class NeighborSum(torch.nn.Module):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable definition; inverse of :meth:`from_dict`."""
-        return {
-            "type": "neighbor_sum",
-            "elements": list(self.elements),
-            "r_cut": self.r_cut,
-            "n_sensitivities": self.n_sensitivities,
-            "r_min": self.r_min,
-            "r_max": self.r_max,
-            "kind": self.kind,
-            "cutoff": self.cutoff,
-            "sigma": self.sigma,
-        }
+        fields = {k: getattr(self, k) for k in _FIELDS} | {"elements": list(self.elements)}
+        return {"type": "neighbor_sum", **fields}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NeighborSum:
@@ -184,17 +161,9 @@ class NeighborSum(torch.nn.Module):
     def forward(
         self, species: Tensor, pair_first: Tensor, pair_second: Tensor, vectors: Tensor
     ) -> Tensor:
-        """G (N, ν·S), differentiable in ``vectors``.
-
-        Parameters
-        ----------
-        species
-            (N,) int64 index into ``self.elements``.
-        pair_first, pair_second
-            (P,) int64 centre i and neighbour j.
-        vectors
-            (P, 3) r_ij = r_j − r_i (+ image shift) in Å.
-        """
+        """G (N, ν·S) of atoms ``species`` (N,) (index into ``elements``) and pairs
+        ``pair_first``/``pair_second`` (P,) with ``vectors`` (P, 3) r_ij (Å), differentiable
+        in ``vectors``."""
         onehot = torch.nn.functional.one_hot(species, len(self.elements)).to(vectors.dtype)
         s, _ = self.sensitivities(torch.linalg.norm(vectors, dim=1))  # (P, ν)
         env = envsum(s, onehot, pair_first, pair_second)  # (N, ν, S)
@@ -208,30 +177,17 @@ class NeighborSum(torch.nn.Module):
         neighbors: Any = None,
         dtype: torch.dtype = torch.float64,
     ) -> dict[str, DescriptorResult]:
-        """Values (and per-pair derivatives) for every central element present.
-
-        Parameters
-        ----------
-        structures
-            A :class:`~dparallel.types.StructureBatch`, an ``ase.Atoms`` or a list of them.
-        derivatives
-            Also return ∂G_i/∂r_ij blocks per (centre, neighbour) element.
-        neighbors
-            Full pair list over the batch rows: ``(pair_first, pair_second, vectors)`` or an
-            object with those attributes (``dparallel.neighbors.Neighbors``). Default:
-            computed with cutoff ``r_cut``.
-        dtype
-            Compute dtype (float64 or float32).
-
-        Returns
-        -------
-        dict
-            Symbol → :class:`~dparallel.descriptors.DescriptorResult` (torch tensors; the same
-            layout as ACSF), for the elements present in the batch.
-        """
-        batch = _as_batch(structures)
-        species = self._species(batch)
-        pf, ps, vec = _unpack(neighbors if neighbors is not None else _neighbors(batch, self.r_cut))
+        """Symbol → :class:`~dparallel.descriptors.DescriptorResult` (torch, ACSF's layout)
+        of every central element present in ``structures`` (a :class:`StructureBatch`, an
+        ``ase.Atoms`` or a list of them), with ∂G_i/∂r_ij blocks if ``derivatives``.
+        ``neighbors``: the batch's full pair list, ``(pair_first, pair_second, vectors)`` or
+        a :class:`~dparallel.neighbors.Neighbors` (default: computed with ``r_cut``);
+        ``dtype``: float64 or float32."""
+        batch = as_batch(structures)
+        species = species_index(batch, self.elements)
+        if neighbors is None:
+            neighbors = neighbor_list(batch, self.r_cut)
+        pf, ps, vec = _unpack(neighbors)
         vec_t = torch.as_tensor(vec, dtype=dtype)  # (P, 3)
         r = torch.linalg.norm(vec_t, dim=1)  # (P,)
         keep = r < self.r_cut
@@ -270,39 +226,8 @@ class NeighborSum(torch.nn.Module):
             out[symbol] = DescriptorResult(values=g[atoms], atom_index=atoms, pairs=blocks)
         return out
 
-    def _species(self, batch: StructureBatch) -> np.ndarray:
-        """(N,) index into self.elements; error names the structure of an unknown element."""
-        from ase.data import atomic_numbers
-
-        table = np.full(max(int(batch.numbers.max(initial=0)), 1) + 1, -1, dtype=np.int64)
-        for k, e in enumerate(self.elements):
-            z = atomic_numbers[e]
-            if z < table.size:
-                table[z] = k
-        species = table[batch.numbers]
-        bad = np.flatnonzero(species < 0)
-        if bad.size:
-            s = int(np.searchsorted(batch.offsets, bad[0], side="right") - 1)
-            raise DescriptorError(
-                f"structure {s}: atom {int(bad[0] - batch.offsets[s])} has atomic number "
-                f"{int(batch.numbers[bad[0]])}, not one of the descriptor's elements "
-                f"{self.elements}"
-            )
-        return species
-
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items() if k != "type")
-
-
-def _as_batch(structures: Any) -> StructureBatch:
-    """StructureBatch from a batch, an ase.Atoms or a list of them."""
-    if isinstance(structures, StructureBatch):
-        return structures
-    import ase
-
-    if isinstance(structures, ase.Atoms):
-        structures = [structures]
-    return StructureBatch.from_ase(structures)
 
 
 def _unpack(neighbors: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -314,30 +239,6 @@ def _unpack(neighbors: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     raise DescriptorError(
         "neighbors must be (pair_first, pair_second, vectors) or an object with those "
         f"attributes, got {type(neighbors).__name__}"
-    )
-
-
-def _neighbors(batch: StructureBatch, cutoff: float) -> Any:
-    """Full pair list of the batch: dparallel.neighbors if present, else ASE per structure."""
-    try:
-        from dparallel.neighbors import neighbor_list
-    except ImportError:
-        pass
-    else:
-        return neighbor_list(batch, cutoff)
-    from ase.neighborlist import neighbor_list as ase_neighbor_list
-
-    firsts, seconds, vectors = [], [], []
-    for k, atoms in enumerate(batch.to_ase()):
-        i, j, d = ase_neighbor_list("ijD", atoms, cutoff)
-        firsts.append(i + batch.offsets[k])
-        seconds.append(j + batch.offsets[k])
-        vectors.append(d)
-    cat = lambda xs, shape: np.concatenate(xs) if xs else np.zeros(shape)  # noqa: E731
-    return (
-        cat(firsts, (0,)).astype(np.int64),
-        cat(seconds, (0,)).astype(np.int64),
-        cat(vectors, (0, 3)).astype(np.float64),
     )
 
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from dparallel.descriptors.build_context import BuildContext
     from dparallel.descriptors.neighbor_sum import NeighborSum
+    from dparallel.descriptors.registry import BuildContext
 
 __all__ = ["NeighborSumSpec"]
 

@@ -1,21 +1,19 @@
 """The descriptor types dparallel knows, by name: one :class:`DescriptorKind` per type.
 
-Everything outside a descriptor's own module asks this registry instead of naming types:
-the descriptors spec (``descriptors: {<name>: …}``), :class:`DescriptorSet`, the store
-(``features/<name>/…``), training (``training.descriptor``), model files
-(``descriptor_kind``), export, n2p2 and the deployed graph. A new type is one module
-(the descriptor class, its config model) plus one :func:`register` call; see
-docs/descriptors.md ("Adding a descriptor type"). The built-in types, ``acsf`` and
-``neighbor_sum``, are registered at the bottom of this module; their classes load on first
-use (NeighborSum needs torch).
+Everything outside a descriptor's own module (the spec, :class:`DescriptorSet`, the store,
+training, model files, export, n2p2, the deployed graph) asks this registry instead of
+naming types; a new type is one module plus one :func:`register` call (docs/descriptors.md,
+"Adding a descriptor type"). The built-in ``acsf`` and ``neighbor_sum`` are registered at
+the bottom; their classes load on first use.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from dparallel.descriptors.build_context import BuildContext
 from dparallel.errors import DescriptorError
 
 if TYPE_CHECKING:
@@ -33,35 +31,42 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class BuildContext:
+    """What a config model's ``build(context)`` may need from the layers above.
+
+    ``data_units``: the dataset's unit system (files a spec points to may follow it);
+    ``readers``: file readers by name, given by the caller (the workflow passes
+    ``{"n2p2_input_nn": dparallel.n2p2.acsf_from_input_nn}``), so a descriptor's spec
+    can name a file format whose parser lives in a higher layer.
+    """
+
+    data_units: str = "ase"
+    readers: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+
+    def reader(self, name: str) -> Callable[..., Any]:
+        """The reader ``name``; a :class:`DescriptorError` if the caller gave none."""
+        if name not in self.readers:
+            raise DescriptorError(f"no {name!r} reader given to build this descriptor spec")
+        return self.readers[name]
+
+
+@dataclass(frozen=True)
 class DescriptorKind:
     """One descriptor type and what the rest of dparallel needs to know about it.
 
-    ``name`` is its key everywhere: the spec section, :class:`DescriptorSet`, the store
-    group ``features/<name>/<element>`` (``values``, ``atom_index`` and, with
-    ``pair_derivatives``, ``d/<F>/…`` per neighbour element; docs/store-format.md) and
-    a model file's ``descriptor_kind``.
-
-    ``load()`` returns the descriptor class. Its public protocol is all that the
-    store, training, export and the deployed model (``dparallel.deploy.DeployedModel``,
-    the ASE calculator, ``dparallel evaluate``) use: ``from_dict(dict)``/``to_dict()``
-    (how it is rebuilt from store attributes and model files), ``elements``, ``r_cut`` and
-    ``compute(batch, derivatives=, neighbors=, dtype=)`` → ``{element: DescriptorResult}``
-    (values, atom rows and, with ``derivatives``, ∂G_i/∂r_ij per pair: forces and virial).
-    ``backends``: the values besides ``"auto"`` that its ``compute`` takes as ``backend=``
-    (empty: it has one and takes no such argument).
-    ``spec()`` returns its config model (pydantic) with ``build(context: BuildContext)``.
-    ``numpy_route()`` (optional) says whether the class's torch-free
-    ``compute_arrays(batch, derivatives=, neighbors=, dtype=, derivative_dtype=,
-    split_derivatives=, backend=)`` can run now; without it the type always computes with torch.
-    ``graph()`` (optional) returns the class of its traceable torch form:
-    ``graph_class(descriptor)`` is an ``nn.Module`` with ``elements``, ``r_cut``,
-    ``forward(vectors (P, 3), pair_first (P,), pair_second (P,), species (N,))`` → (N, W)
-    differentiable in ``vectors`` (pairs at or beyond ``r_cut`` ignored) and
-    ``columns(element)`` → (F_e,) the element's feature columns of W. With it a type
-    trains from computed descriptors, exports to plain torch (``potential.pt2``) and
-    gives the deployed model's autograd route (``DeployedModel.energy``).
-    ``n2p2``: it is n2p2's symmetry functions (``scaling.data``, n2p2 potentials,
-    ``n2p2_compatible`` training); the class then has ``n2p2_order(element)``.
+    ``name`` is its key everywhere (the spec section, the store group
+    ``features/<name>/<element>``, a model file's ``descriptor_kind``). ``load()`` returns
+    the descriptor class, whose public protocol (``from_dict``/``to_dict``, ``elements``,
+    ``r_cut``, ``compute(batch, derivatives=, neighbors=, dtype=)`` →
+    ``{element: DescriptorResult}``) is all the store, training, export and the deployed
+    model use; ``spec()`` its pydantic config model with ``build(context)``.
+    ``pair_derivatives``: it gives ∂G_i/∂r_ij per pair. ``numpy_route()`` (optional): its
+    torch-free ``compute_arrays(...)`` can run now. ``graph()`` (optional): the class of its
+    traceable torch form (``forward(vectors, pair_first, pair_second, species)`` → (N, W),
+    ``columns(element)``), for computed-descriptor training, plain-torch export and
+    ``DeployedModel.energy``. ``n2p2``: it is n2p2's symmetry functions (the class has
+    ``n2p2_order``). ``backends``: ``compute``'s ``backend=`` values besides ``"auto"``.
+    Details: docs/descriptors.md, "Adding a descriptor type".
     """
 
     name: str
@@ -121,16 +126,10 @@ def kind_of(descriptor: object) -> DescriptorKind:
 
 
 # ------------------------------------------------------------------ built-in types
-def _acsf() -> type[Any]:
-    from dparallel.descriptors.acsf import ACSF
-
-    return ACSF
-
-
-def _acsf_spec() -> type[Any]:
-    from dparallel.descriptors.acsf_spec import ACSFSpec
-
-    return ACSFSpec
+def _attr(name: str) -> Any:  # noqa: ANN401
+    """``dparallel.descriptors.<module>.<name>`` from ``"<module>.<name>"``, imported now."""
+    module, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(f"dparallel.descriptors.{module}"), attr)
 
 
 def _acsf_numpy() -> bool:
@@ -139,41 +138,22 @@ def _acsf_numpy() -> bool:
     return numba_available()
 
 
-def _acsf_graph() -> type[Any]:
-    from dparallel.descriptors.acsf_graph import ACSFGraph
-
-    return ACSFGraph
-
-
-def _neighbor_sum() -> type[Any]:
-    from dparallel.descriptors.neighbor_sum import NeighborSum  # a torch module
-
-    return NeighborSum
-
-
-def _neighbor_sum_spec() -> type[Any]:
-    from dparallel.descriptors.neighbor_sum_spec import NeighborSumSpec
-
-    return NeighborSumSpec
-
-
-def _neighbor_sum_graph() -> type[Any]:
-    from dparallel.descriptors.neighbor_sum import NeighborSumGraph
-
-    return NeighborSumGraph
-
-
 register(
     DescriptorKind(
         "acsf",
-        _acsf,
-        _acsf_spec,
+        partial(_attr, "acsf.ACSF"),
+        partial(_attr, "acsf_spec.ACSFSpec"),
         numpy_route=_acsf_numpy,
-        graph=_acsf_graph,
+        graph=partial(_attr, "acsf_graph.ACSFGraph"),
         n2p2=True,
         backends=("torch", "numba", "triton"),
     )
 )
 register(
-    DescriptorKind("neighbor_sum", _neighbor_sum, _neighbor_sum_spec, graph=_neighbor_sum_graph)
+    DescriptorKind(
+        "neighbor_sum",
+        partial(_attr, "neighbor_sum.NeighborSum"),  # a torch module
+        partial(_attr, "neighbor_sum_spec.NeighborSumSpec"),
+        graph=partial(_attr, "neighbor_sum.NeighborSumGraph"),
+    )
 )

@@ -20,11 +20,8 @@ __all__ = ["DescriptorResult", "PairDerivatives", "store_keys"]
 
 @dataclass
 class PairDerivatives:
-    """∂G_i/∂r_ij for pairs (i, j) with centre element e and neighbour element f.
-
-    Only the features of e that an f neighbour can change are stored
-    (``feature_index``). Every field is a flat tensor (store with ``.numpy()``).
-    """
+    """∂G_i/∂r_ij for pairs (i, j) with centre element e and neighbour element f, for the
+    features of e that an f neighbour can change (``feature_index``); flat tensors."""
 
     pair_first: torch.Tensor  # (P_ef,) int64, global row of centre i
     pair_second: torch.Tensor  # (P_ef,) int64, global row of neighbour j

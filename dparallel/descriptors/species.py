@@ -1,31 +1,25 @@
-"""Each atom's index into a descriptor's element list, with an error naming the atom."""
+"""A descriptor's input as a batch, and each atom's index into its element list."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dparallel.errors import DescriptorError
+from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from dparallel.types import StructureBatch
-
-__all__ = ["species_index"]
+__all__ = ["as_batch", "species_index"]
 
 
 def species_index(
     batch: StructureBatch, elements: Sequence[str], what: str = "the descriptor's elements"
 ) -> np.ndarray:
-    """(N,) int64 index into ``elements`` of each atom of ``batch``.
-
-    Raises
-    ------
-    DescriptorError
-        An atomic number not among ``elements``: names the structure, the atom and ``what``.
-    """
+    """(N,) int64 index into ``elements`` of each atom of ``batch``; an atomic number not
+    among them is a :class:`DescriptorError` naming the structure, the atom and ``what``."""
     from ase.data import atomic_numbers
 
     lut = np.full(119, -1, dtype=np.int64)
@@ -42,3 +36,14 @@ def species_index(
             f"{int(nums[row])} is not among {what} {list(elements)}"
         )
     return idx
+
+
+def as_batch(structures: Any) -> StructureBatch:
+    """StructureBatch from a batch, an ase.Atoms or a list of them."""
+    if isinstance(structures, StructureBatch):
+        return structures
+    import ase
+
+    if isinstance(structures, ase.Atoms):
+        structures = [structures]
+    return StructureBatch.from_ase(structures)

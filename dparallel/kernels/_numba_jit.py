@@ -1,6 +1,6 @@
 """How the kernel modules compile with numba (one set of options, one on-disk cache key),
 and the dot product they share. Each module defines plain-Python helpers and compiles them
-at its end when numba is installed (:data:`HAVE_NUMBA`).
+at its end.
 
 numba keys its on-disk cache of a function on the source of the function's own file only,
 not on the numba code it calls in other files (that code is compiled into the caller's
@@ -15,14 +15,9 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-try:  # pragma: no cover - exercised when numba is installed
-    import numba
+import numba
 
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover
-    HAVE_NUMBA = False
-
-__all__ = ["CONTRACT", "HAVE_NUMBA", "REASSOC", "jit", "jit_views", "key_cache_on_directory"]
+__all__ = ["CONTRACT", "REASSOC", "jit", "jit_views", "key_cache_on_directory"]
 
 CONTRACT = {"contract"}  # FMA only: exp/cos range reductions stay exact
 REASSOC = {"contract", "reassoc", "nsz", "arcp"}  # reductions may be reordered
@@ -111,6 +106,5 @@ def _directory_locator(directory: Path, digest: str, others: tuple[type, ...]) -
     return DirectoryLocator
 
 
-if HAVE_NUMBA:  # pragma: no branch - before any kernel of this directory is decorated
-    key_cache_on_directory(Path(__file__).parent)
-    _reduce_dot = jit(REASSOC)(_reduce_dot)
+key_cache_on_directory(Path(__file__).parent)  # before any kernel here is decorated
+_reduce_dot = jit(REASSOC)(_reduce_dot)

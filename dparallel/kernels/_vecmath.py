@@ -1,10 +1,8 @@
 """Branch-free elementary functions that LLVM can vectorise inside numba loops.
 
-numba maps ``math.exp``/``math.cos`` to libm calls, which keep a loop scalar (numba's
-SVML path needs an SVML-patched llvmlite; the pip wheels are not). These replacements
-are plain arithmetic plus integer bit casts, accurate to about 1 ulp in float64, so a
-loop over many distances compiles to AVX2/FMA vector code. Only the argument ranges
-the ACSF kernels use are supported (documented per function).
+numba's ``math.exp``/``math.cos`` are libm calls that keep a loop scalar (docs/acsf.md);
+these are plain arithmetic plus bit casts, about 1 ulp in float64, for the argument ranges
+the ACSF kernels use (documented per function).
 """
 
 from __future__ import annotations

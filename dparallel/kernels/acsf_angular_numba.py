@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 
-from dparallel.kernels._numba_jit import CONTRACT, HAVE_NUMBA, _reduce_dot, jit_views
+from dparallel.kernels._numba_jit import CONTRACT, _reduce_dot, jit_views
+from dparallel.kernels._vecmath import like, vexp_like
 from dparallel.kernels.acsf_radial_numba import _cutoff_fill
 
 __all__: list[str] = []
@@ -386,13 +387,10 @@ def _scatter(pj, pk, qv, jj, kk, nq, vx, vy, vz, out_j, out_k):  # noqa: ANN001,
         out_j[ju, 3] += s3
 
 
-if HAVE_NUMBA:  # pragma: no branch
-    from dparallel.kernels._vecmath import like, vexp_like
-
-    _angular_part = jit_views(CONTRACT)(_angular_part)
-    _radial_part = jit_views(CONTRACT)(_radial_part)
-    _column_derivative = jit_views(CONTRACT)(_column_derivative)
-    _flush = jit_views(CONTRACT)(_flush)
-    _separable = jit_views(CONTRACT)(_separable)
-    _scatter = jit_views(CONTRACT)(_scatter)
-    _partners = jit_views(CONTRACT)(_partners)
+_angular_part = jit_views(CONTRACT)(_angular_part)
+_radial_part = jit_views(CONTRACT)(_radial_part)
+_column_derivative = jit_views(CONTRACT)(_column_derivative)
+_flush = jit_views(CONTRACT)(_flush)
+_separable = jit_views(CONTRACT)(_separable)
+_scatter = jit_views(CONTRACT)(_scatter)
+_partners = jit_views(CONTRACT)(_partners)

@@ -4,7 +4,7 @@ scattered onto its atoms."""
 
 from __future__ import annotations
 
-from dparallel.kernels._numba_jit import CONTRACT, HAVE_NUMBA, jit_views
+from dparallel.kernels._numba_jit import CONTRACT, jit_views
 from dparallel.kernels.acsf_angular_numba import _PJ, _PK, _QV, _scatter
 
 __all__: list[str] = []
@@ -117,6 +117,5 @@ def _contract(plan, net, w, n, el, blk, orig, vx, vy, vz, inv_r, d_rad, acc, fac
                 w3[a, b] -= v[a, b]
 
 
-if HAVE_NUMBA:  # pragma: no branch
-    _contract = jit_views(CONTRACT)(_contract)
-    _triplet_forces = jit_views(CONTRACT)(_triplet_forces)
+_contract = jit_views(CONTRACT)(_contract)
+_triplet_forces = jit_views(CONTRACT)(_triplet_forces)

@@ -1,41 +1,22 @@
 """Compiled (numba) ACSF kernel for one central element: the fast CPU path.
 
-Same mathematics as the torch path in :mod:`dparallel.descriptors._acsf_engine`, which
-stays the differentiable reference. Per centre i the kernel
-
-1. sorts i's neighbours by element (counting sort), so the partners k of a neighbour j
-   come in one contiguous block per element and each block belongs to one element pair;
-2. evaluates per neighbour, once, the cutoff f_c(r_ij) of every distinct cutoff and the
-   radial factor a(r_ij) = exp(-η(r_ij - rs)²) f_c(r_ij) of every distinct (η, rs, cutoff)
-   used by angular functions (n2p2's per-pair caches), plus the radial (type 2) sums;
-3. for each neighbour j and each partner block whose element pair has functions, gathers
-   the partners k (values: only those with r_jk < r_c of the pair's narrow functions,
-   rejected on r_jk² before the square root; derivatives: all, masked) and evaluates
-   loops over k, vectorised by LLVM (AVX2/FMA; exp and cos are the branch-free versions
-   of :mod:`dparallel.kernels._vecmath`): f_c(r_jk) once per distinct cutoff,
-   exp(-η(r_jk - rs)²) once per distinct (η, rs), (1 + λ cos θ)^ζ once per distinct
-   (ζ, λ), then one reduction over k per function of that element pair only;
-4. writes values, and per-pair derivatives ∂G_i/∂r_ij, straight into the output layout
-   (pair-major, or the store's split layout: :class:`SplitLayout`).
-
-Semantics are n2p2's (SymGrpExpAngn/Angw): an angular term is exactly 0 where
-1 + λ cos θ ≤ 0; integer ζ (any sign) by repeated multiplication, other ζ by ``pow``;
-any real λ and η; rs honoured in every exponential.
-
-This module is the driver (one pass over the centres, the outputs); the parts it calls
-are in :mod:`~dparallel.kernels.acsf_radial_numba` (cutoffs, radial sums),
-:mod:`~dparallel.kernels.acsf_angular_numba` (triplets, separable sums, scatter),
-:mod:`~dparallel.kernels.mlp_numba` (the atomic network) and
-:mod:`~dparallel.kernels.acsf_force_numba` (forces, virial); its argument types in
-:mod:`~dparallel.kernels.acsf_layout` (re-exported here).
+Same mathematics and n2p2 semantics as the torch reference
+(:mod:`dparallel.descriptors._acsf_torch`); how it gets there (neighbours sorted by element,
+per-neighbour caches, triplet buffers, the O(n) separable wide functions) is in
+docs/acsf.md, "The compiled kernel". This module is the driver; its parts are in
+:mod:`~dparallel.kernels.acsf_radial_numba`, :mod:`~dparallel.kernels.acsf_angular_numba`,
+:mod:`~dparallel.kernels.mlp_numba`, :mod:`~dparallel.kernels.acsf_force_numba`, and its
+argument types in :mod:`~dparallel.kernels.acsf_layout` (re-exported here).
 """
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 
-from dparallel.errors import BackendUnavailableError
-from dparallel.kernels._numba_jit import CONTRACT, HAVE_NUMBA, jit, jit_views
+from dparallel.kernels._numba_jit import CONTRACT, jit, jit_views
+from dparallel.kernels._vecmath import vexp
 from dparallel.kernels.acsf_angular_numba import (
     _CAP,
     _N_WK,
@@ -70,8 +51,8 @@ __all__ = [  # the argument types and their builders are re-exported from acsf_l
 
 
 def numba_available() -> bool:
-    """Whether the compiled backend can be used."""
-    return HAVE_NUMBA
+    """Whether the compiled backend can be used (numba, a dependency, is installed)."""
+    return importlib.util.find_spec("numba") is not None
 
 
 def _acsf_element(
@@ -224,27 +205,20 @@ def _acsf_element(
                     continue
                 rc2 = plan.p_rc2[p]
                 rmx = plan.p_rmax[p]
-                nq = 0
                 j = blk[a]
-                while True:  # the buffer is flushed whenever the next j might overflow it
+                while True:  # flushed whenever the next j might overflow it, and at the end
                     j, nq = _partners(
                         vx, vy, vz, rr, j, blk[a + 1], blk[b], blk[b + 1], rc2, rmx, cap,
-                        dk2, jj, kk, d2, nq,
+                        dk2, jj, kk, d2, 0,
                     )  # fmt: skip
+                    if nq:
+                        _flush(
+                            plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
+                            g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
+                            tstore, tj, tk, tseg, tcount,
+                        )  # fmt: skip
                     if j == blk[a + 1]:
                         break
-                    _flush(
-                        plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
-                        g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
-                        tstore, tj, tk, tseg, tcount,
-                    )  # fmt: skip
-                    nq = 0
-                if nq:
-                    _flush(
-                        plan, p, a, b, nq, jj, kk, d2, vx, vy, vz, inv_r, a_n, dar_n,
-                        g_col, acc, derivatives, wk, wk_e, wk_z, wk_c, wk_g,
-                        tstore, tj, tk, tseg, tcount,
-                    )  # fmt: skip
         # ------------------------------------- separable wide functions, O(n)
         if mode == 1:
             _separable(plan, n, el, blk, vx, vy, vz, rr, inv_r, a_n, dar_n, mono, tsum, kvec,
@@ -319,15 +293,7 @@ def _write_split(plan, split, n, el, orig, grp_row, d_base, d_rad, acc, vx, vy, 
                 dflat[np.uint64(at + 2 * n_p)] = (pr * vz[m] + acc[m, sl, 3]) * sc
 
 
-if HAVE_NUMBA:  # pragma: no branch
-    from dparallel.kernels._vecmath import vexp
+_write_split = jit_views(CONTRACT)(_write_split)
+_acsf_element_jit = jit(CONTRACT, nogil=True)(_acsf_element)
 
-    _write_split = jit_views(CONTRACT)(_write_split)
-    _acsf_element_jit = jit(CONTRACT, nogil=True)(_acsf_element)
-
-
-def acsf_element(*args) -> None:  # noqa: ANN002
-    """Run the compiled kernel (arguments as :func:`_acsf_element`)."""
-    if not HAVE_NUMBA:
-        raise BackendUnavailableError("backend='numba' needs numba (pip install numba)")
-    _acsf_element_jit(*args)
+acsf_element = _acsf_element_jit  # the compiled kernel (arguments as _acsf_element)

@@ -1,10 +1,6 @@
-"""Numeric tables for the compiled ACSF kernel, built once per central element.
-
-:func:`build_kernel_plan` turns feature dicts (the metadata of
-:meth:`dparallel.descriptors.ACSF.features` plus ``cutoff_id``) into a
-:class:`~dparallel.kernels.acsf_layout.KernelPlan`: distinct cutoffs, distinct radial
-parts (η, rs, cutoff) and angular parts (ζ, λ), the columns of every element pair, and
-where each value and derivative column comes from. Pure numpy, no numba.
+"""Numeric tables for the compiled ACSF kernel, built once per central element (pure numpy):
+:func:`build_kernel_plan` turns feature dicts (``ACSF.features`` plus ``cutoff_id``) into a
+:class:`~dparallel.kernels.acsf_layout.KernelPlan`.
 """
 
 from __future__ import annotations
@@ -23,6 +19,7 @@ __all__ = [
     "SEPARABLE_MAX_ZETA",
     "SEPARABLE_MIN_NEIGHBORS",
     "build_kernel_plan",
+    "key_index",
     "monomials",
     "pair_table",
 ]
@@ -45,17 +42,11 @@ def pair_table(n_el: int) -> np.ndarray:
     return table
 
 
-class _Keys:
-    """Insertion-ordered set of hashable keys → index."""
-
-    def __init__(self) -> None:
-        self.index: dict[Any, int] = {}
-
-    def add(self, key: Any) -> int:  # noqa: ANN401
-        return self.index.setdefault(key, len(self.index))
-
-    def ordered(self) -> list:
-        return list(self.index)
+def key_index(keys: list, key: Any) -> int:  # noqa: ANN401
+    """Position of ``key`` in ``keys`` (insertion-ordered), appended when new."""
+    if key not in keys:
+        keys.append(key)
+    return keys.index(key)
 
 
 def _offsets(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -114,40 +105,35 @@ def _separable(zeta: float, lam: float, max_zeta: int) -> bool:
 
 
 def build_kernel_plan(features: Sequence[dict], elements: Sequence[str]) -> KernelPlan:
-    """Kernel tables of one central element's features (feature order kept).
-
-    Parameters
-    ----------
-    features
-        Dicts with ``type`` (2, 3, 9), ``neighbors`` (1 or 2 symbols), ``eta``, ``rs``,
-        ``zeta``, ``lambda``, ``rc``, ``cutoff_id`` and ``alpha``.
-    elements
-        Element symbols; neighbour elements are indices into this list.
-    """
+    """Kernel tables of one central element's ``features`` (dicts with ``type``,
+    ``neighbors``, ``eta``, ``rs``, ``zeta``, ``lambda``, ``rc``, ``cutoff_id``, ``alpha``;
+    their order kept), neighbour elements as indices into ``elements``."""
     n_el = len(elements)
     index = {e: n for n, e in enumerate(elements)}
     pt = pair_table(n_el)
     n_pt = n_el * (n_el + 1) // 2
-    cuts, eks, zks = _Keys(), _Keys(), _Keys()
-    rad: list[_Keys] = [_Keys() for _ in range(n_el)]
-    cols: list[_Keys] = [_Keys() for _ in range(n_pt)]
+    cut_l: list = []
+    ek_l: list = []
+    zk_l: list = []
+    rad: list[list] = [[] for _ in range(n_el)]
+    col_pairs: list[list] = [[] for _ in range(n_pt)]
     src: list[tuple] = []  # per feature: ("r", f, key) or ("a", a, b, col)
     for ft in features:
-        cut = cuts.add((float(ft["rc"]), int(ft["cutoff_id"]), float(ft["alpha"])))
+        cut = key_index(cut_l, (float(ft["rc"]), int(ft["cutoff_id"]), float(ft["alpha"])))
         nb = [index[x] for x in ft["neighbors"]]
         if ft["type"] == 2:
-            src.append(("r", nb[0], rad[nb[0]].add((float(ft["eta"]), float(ft["rs"]), cut))))
+            src.append(
+                ("r", nb[0], key_index(rad[nb[0]], (float(ft["eta"]), float(ft["rs"]), cut)))
+            )
             continue
         narrow = int(ft["type"] == 3)
-        e = eks.add((float(ft["eta"]), float(ft["rs"]), cut, narrow))
-        z = zks.add((float(ft["zeta"]), float(ft["lambda"])))
+        e = key_index(ek_l, (float(ft["eta"]), float(ft["rs"]), cut, narrow))
+        z = key_index(zk_l, (float(ft["zeta"]), float(ft["lambda"])))
         a, b = min(nb), max(nb)
-        src.append(("a", a, b, cols[pt[a, b]].add((e, z))))
-    cut_l, ek_l, zk_l = cuts.ordered(), eks.ordered(), zks.ordered()
+        src.append(("a", a, b, key_index(col_pairs[pt[a, b]], (e, z))))
     rk_off = np.zeros(n_el + 1, dtype=np.int64)
-    rk_off[1:] = np.cumsum([len(r.index) for r in rad])
-    rk = [k for r in rad for k in r.ordered()]
-    col_pairs = [c.ordered() for c in cols]
+    rk_off[1:] = np.cumsum([len(r) for r in rad])
+    rk = [k for r in rad for k in r]
     p_col_off = np.zeros(n_pt + 1, dtype=np.int64)
     p_col_off[1:] = np.cumsum([len(c) for c in col_pairs])
     col_e = np.array([e for c in col_pairs for e, _ in c], dtype=np.int64)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from dparallel.kernels._numba_jit import CONTRACT, HAVE_NUMBA, _reduce_dot, jit, jit_views
+from dparallel.kernels._numba_jit import CONTRACT, _reduce_dot, jit, jit_views
+from dparallel.kernels._vecmath import vcos_pi, vexp, vsin_pi, vtanh_pos
 
 __all__: list[str] = []
 
@@ -110,10 +111,7 @@ def _radial(plan, blk, rr, fcn, dfcn, g_tmp, d_rad, g_rad, derivatives):  # noqa
             g_rad[kr] = _reduce_dot(gt, fc, nm)
 
 
-if HAVE_NUMBA:  # pragma: no branch
-    from dparallel.kernels._vecmath import vcos_pi, vexp, vsin_pi, vtanh_pos
-
-    _unit = jit(CONTRACT)(_unit)
-    _put = jit(CONTRACT)(_put)
-    _cutoff_fill = jit_views(CONTRACT)(_cutoff_fill)
-    _radial = jit_views(CONTRACT)(_radial)
+_unit = jit(CONTRACT)(_unit)
+_put = jit(CONTRACT)(_put)
+_cutoff_fill = jit_views(CONTRACT)(_cutoff_fill)
+_radial = jit_views(CONTRACT)(_radial)

@@ -1,11 +1,5 @@
-"""Building blocks of n2p2 symmetry functions as pure, differentiable torch functions.
-
-- :func:`gaussian_cutoff` — per-distance radial factors a(r) = exp(−η(r − rs)²)·f_c(r)
-  for K parameter columns at once, and da/dr.
-- :func:`angular_factor` — Z(c) = 2^(1−ζ)(1 + λc)^ζ (0 where 1 + λc ≤ 0, as n2p2) for K
-  columns, and dZ/dc.
-- :func:`triplet_counts` / :func:`triplets` — unordered neighbour pairs (j < k) of each
-  centre from a pair list sorted by centre, by vectorised index arithmetic, in blocks.
+"""Building blocks of n2p2 symmetry functions as pure, differentiable torch functions:
+radial factors, angular factors, and the triplets (j < k) of a pair list sorted by centre.
 """
 
 from __future__ import annotations
@@ -26,65 +20,31 @@ def gaussian_cutoff(
     cutoffs: list[tuple[float, int, float]],
     derivative: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """a_k(r) = exp(−η_k (r − rs_k)²)·f_c(r; rc_k, type_k, α_k) for every column k.
-
-    Parameters
-    ----------
-    r
-        (M,) distances.
-    eta, rs
-        K values each.
-    cutoffs
-        K tuples (rc, n2p2 cutoff type, α); identical tuples are evaluated once.
-
-    Returns
-    -------
-    (M, K) values and, if ``derivative``, (M, K) da/dr (else None).
-    """
-    k = len(eta)
-    if k == 0:
+    """a_k(r) = exp(−η_k (r − rs_k)²)·f_c(r; rc_k, type_k, α_k) (M, K) of distances ``r``
+    (M,) for K columns (``cutoffs``: (rc, n2p2 type, α) each, equal ones evaluated once),
+    and da/dr (M, K) if ``derivative`` (else None)."""
+    if not eta:
         z = r.new_zeros((r.shape[0], 0))
         return z, (z if derivative else None)
     uniq = sorted(set(cutoffs))
-    cols = [uniq.index(c) for c in cutoffs]
-    fcs, dfcs = [], []
-    for rc, kind, alpha in uniq:
-        f, df = cutoff_fn_and_derivative(r, rc, kind, alpha)
-        fcs.append(f)
-        dfcs.append(df)
-    fc = torch.stack(fcs, 1)  # (M, n_cut)
-    if len(uniq) > 1 or k > 1:
-        idx = torch.tensor(cols, device=r.device)
-        fc_k = fc.index_select(1, idx)  # (M, K)
-    else:
-        fc_k = fc
+    idx = torch.tensor([uniq.index(c) for c in cutoffs], device=r.device)
+    fcs, dfcs = zip(*(cutoff_fn_and_derivative(r, *c) for c in uniq), strict=True)
+    fc_k = torch.stack(fcs, 1).index_select(1, idx)  # (M, K)
     eta_t = torch.tensor(eta, dtype=r.dtype, device=r.device)
-    rs_t = torch.tensor(rs, dtype=r.dtype, device=r.device)
-    if any(rs):
-        d = r.unsqueeze(1) - rs_t  # (M, K)
-        g = torch.exp(-eta_t * d * d)
-    else:
-        d = r.unsqueeze(1)
-        g = torch.exp(-eta_t * (r * r).unsqueeze(1))
-    a = g * fc_k
+    d = r.unsqueeze(1) - torch.tensor(rs, dtype=r.dtype, device=r.device)  # (M, K)
+    g = torch.exp(-eta_t * d * d)
     if not derivative:
-        return a, None
-    dfc = torch.stack(dfcs, 1)
-    dfc_k = dfc.index_select(1, idx) if (len(uniq) > 1 or k > 1) else dfc
-    da = g * (dfc_k - 2.0 * eta_t * d * fc_k)
-    return a, da
+        return g * fc_k, None
+    dfc_k = torch.stack(dfcs, 1).index_select(1, idx)
+    return g * fc_k, g * (dfc_k - 2.0 * eta_t * d * fc_k)
 
 
 def angular_factor(
     c: torch.Tensor, zeta: list[float], lambda_: list[float], derivative: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Z_k(c) = 2^(1−ζ_k)(1 + λ_k c)^ζ_k for every column k; c = cos θ_jik, shape (T,).
-
-    As n2p2 (``SymFncExpAngn``/``Angw``): any real ζ (also ζ < 1, 0 and negative
-    integers), any real λ, and the term (value and derivative) is 0 wherever
-    1 + λc ≤ 0. Integer ζ in [1, 64] uses repeated multiplication, others ``pow``.
-    Returns (T, K) Z and, if ``derivative``, (T, K) dZ/dc.
-    """
+    """Z_k(c) = 2^(1−ζ_k)(1 + λ_k c)^ζ_k (T, K) of c = cos θ_jik (T,), and dZ/dc (T, K) if
+    ``derivative``: as n2p2, any real ζ and λ, and 0 (value and derivative) where
+    1 + λc ≤ 0; integer ζ in [1, 64] by repeated multiplication, others by ``pow``."""
     cols, dcols = [], []
     for z, lam in zip(zeta, lambda_, strict=True):
         base = 1.0 + lam * c
@@ -129,11 +89,8 @@ def _int_pow(x: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def triplet_counts(center: torch.Tensor, n_centers: int) -> torch.Tensor:
-    """For pairs sorted by ``center`` (P,), how many later pairs share each pair's centre.
-
-    Pair p is the first member j of ``counts[p]`` triplets (j = p, k = p+1 … end of its
-    centre's segment). Returns (P,) int64.
-    """
+    """(P,) int64: how many later pairs share each pair's centre (pairs sorted by
+    ``center``), i.e. the triplets (j = p, k > p) that pair p leads."""
     n_per = torch.bincount(center, minlength=n_centers)  # (n_centers,)
     end = torch.cumsum(n_per, 0)  # exclusive end of each centre's segment
     p = torch.arange(center.shape[0], device=center.device)
@@ -158,10 +115,8 @@ def triplet_blocks(counts: torch.Tensor, max_triplets: int) -> list[tuple[int, i
 
 
 def triplets(counts: torch.Tensor, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pair indices (j, k), j < k, same centre, of the triplets led by pairs [start, stop).
-
-    Returns two (T,) int64 tensors of pair indices (global within the pair list).
-    """
+    """Pair indices (j, k) (T,) each, j < k, same centre, of the triplets led by pairs
+    [start, stop)."""
     c = counts[start:stop]  # (B,)
     first_local = torch.repeat_interleave(torch.arange(stop - start, device=c.device), c)  # (T,)
     offs = torch.cumsum(c, 0) - c  # (B,) first triplet of each leading pair

@@ -1,8 +1,5 @@
-"""n2p2 cutoff function types by number and name (no torch: the driver reads specs with it).
-
-The functions themselves are in :mod:`dparallel.kernels.cutoffs` (torch) and
-:mod:`dparallel.kernels.acsf_numba` (compiled).
-"""
+"""n2p2 cutoff function types by number and name (no torch: the driver reads specs with it;
+the functions are in :mod:`~dparallel.kernels.cutoffs` and the compiled kernel)."""
 
 from __future__ import annotations
 

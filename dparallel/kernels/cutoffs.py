@@ -1,22 +1,8 @@
 """n2p2 cutoff functions f_c(r) and their derivatives, as pure torch functions.
 
-With inner cutoff r_ci = α·r_c and x = (r − r_ci)/(r_c − r_ci), n2p2 defines
-f_c = 1 for r < r_ci, f(x) for r_ci ≤ r < r_c, 0 for r ≥ r_c. The two tanh types
-ignore α and use r/r_c directly (as n2p2 does).
-
-======  =======  ===========================================
-type    name     f
-======  =======  ===========================================
-0       hard     1
-1       cos      ½[cos(πx) + 1]
-2       tanhu    tanh³(1 − r/r_c)
-3       tanh     tanh³(1 − r/r_c) / tanh³(1)
-4       exp      exp(1 − 1/(1 − x²))
-5       poly1    (2x − 3)x² + 1
-6       poly2    ((15 − 6x)x − 10)x³ + 1
-7       poly3    (x(x(20x − 70) + 84) − 35)x⁴ + 1
-8       poly4    (x(x((315 − 70x)x − 540) + 420) − 126)x⁵ + 1
-======  =======  ===========================================
+With inner cutoff r_ci = α·r_c and x = (r − r_ci)/(r_c − r_ci): f_c = 1 for r < r_ci, f(x)
+for r_ci ≤ r < r_c, 0 for r ≥ r_c; the tanh types (2, 3) ignore α and use r/r_c, as n2p2
+does. The nine f of :data:`CUTOFF_TYPES`: docs/acsf.md, "Formulas".
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from dparallel.kernels._numba_jit import HAVE_NUMBA, REASSOC, _reduce_dot, jit_views
+from dparallel.kernels._numba_jit import REASSOC, _reduce_dot, jit_views
+from dparallel.kernels._vecmath import vtanh_pos
 
 __all__: list[str] = []
 
@@ -112,9 +113,6 @@ def _network(net, g, acts, gcur, gnext, w):  # noqa: ANN001, ANN202
     return acts[n_l][0] * net.consts[1] + net.consts[2]
 
 
-if HAVE_NUMBA:  # pragma: no branch
-    from dparallel.kernels._vecmath import vtanh_pos
-
-    _add_rows = jit_views(REASSOC)(_add_rows)
-    _matvec = jit_views(REASSOC)(_matvec)
-    _network = jit_views(REASSOC)(_network)
+_add_rows = jit_views(REASSOC)(_add_rows)
+_matvec = jit_views(REASSOC)(_matvec)
+_network = jit_views(REASSOC)(_network)

@@ -1,26 +1,11 @@
 """HIP-NN neighbor sums ``envsum`` / ``sensesum`` / ``featsum`` with autograd and backends.
 
-With P pairs (``pair_first`` = centre i, ``pair_second`` = neighbour j), N atoms, ν
-sensitivities and F features, the three ops are the partial derivatives of
-
-    T(E, s, z) = Σ_p Σ_{ν,a} E[first_p, ν, a] · s[p, ν] · z[second_p, a]
-
-- ``envsum(sense (P,ν), feat (N,F), pair_first, pair_second) → env (N,ν,F)`` = ∂T/∂E
-- ``sensesum(env (N,ν,F), feat (N,F), pair_first, pair_second) → (P,ν)`` = ∂T/∂s
-- ``featsum(env (N,ν,F), sense (P,ν), pair_first, pair_second) → (N,F)`` = ∂T/∂z
-
-so each op's backward is made of the other two, and the set is closed under double
-backward in every backend. Argument order, shapes and meaning are hippynn's: float32 or
-float64 tensors of one dtype, pair indices in any order (repeats allowed); each op's
-``backend=`` overrides the global backend for the call and its derivatives.
-
-Backends (one switch: :func:`set_backend`, or ``DPARALLEL_KERNEL_BACKEND``):
-
-- ``"torch"``: dense reference (hippynn's formulas), memory O(P·ν·F);
-- ``"chunked"``: the same formulas on bounded blocks of pairs, O(P·ν + N·ν·F), any device;
-- ``"numba"``: CPU kernels over sorted pair segments, O(P·ν + N·ν·F), fastest on CPU;
-- ``"triton"``: GPU kernels (CUDA, or CPU under ``TRITON_INTERPRET=1``), never chosen by auto;
-- ``"auto"`` (default): ``numba`` for CPU tensors when numba imports, else ``chunked``.
+With P pairs (``pair_first`` = centre i, ``pair_second`` = neighbour j), the three ops are
+∂T/∂E, ∂T/∂s and ∂T/∂z of T(E, s, z) = Σ_p Σ_{ν,a} E[first_p, ν, a] · s[p, ν] · z[second_p, a],
+so each op's backward is made of the other two (double backward in every backend).
+Arguments, shapes and meaning are hippynn's; each op's ``backend=`` overrides the global
+choice (:func:`set_backend`, or ``DPARALLEL_KERNEL_BACKEND``) for the call and its
+derivatives. Backends (:data:`BACKENDS`) and ``"auto"``: docs/kernels.md.
 """
 
 from __future__ import annotations
@@ -90,13 +75,7 @@ def _load(name: str) -> ModuleType | None:
 
 
 def available_backends() -> list[str]:
-    """Names of the backends that can run here (``"auto"`` not included).
-
-    Returns
-    -------
-    list of str
-        Subset of ``["torch", "chunked", "numba"]``, in that order.
-    """
+    """Names of the backends that can run here, in :data:`BACKENDS` order (no ``"auto"``)."""
     return [name for name in BACKENDS if _load(name) is not None]
 
 
@@ -119,18 +98,9 @@ def _check_name(name: str, source: str) -> str:
 
 
 def set_backend(name: str) -> None:
-    """Choose the backend used by :func:`envsum`, :func:`sensesum`, :func:`featsum`.
-
-    Parameters
-    ----------
-    name
-        ``"auto"``, ``"torch"``, ``"chunked"`` or ``"numba"`` (case-insensitive).
-
-    Raises
-    ------
-    BackendUnavailableError
-        If the name is unknown or the backend's dependency does not import.
-    """
+    """Choose the backend of :func:`envsum`, :func:`sensesum`, :func:`featsum`: ``"auto"`` or
+    a :data:`BACKENDS` name (case-insensitive); an unknown or unavailable one is a
+    :class:`BackendUnavailableError`."""
     global _selected
     _selected = _check_name(name, "set_backend")
 
@@ -248,12 +218,6 @@ def _check(
 # ---------------------------------------------------------------- autograd wiring
 
 
-def _impl(name: str) -> Any:
-    module = _load(name)
-    assert module is not None  # _resolve only returns importable backends
-    return module
-
-
 class _PairOp(torch.autograd.Function):
     """One of the three ops on inputs ``(a, b)``; its backward is made of the other two.
 
@@ -275,7 +239,7 @@ class _PairOp(torch.autograd.Function):
         ctx.backend = name
         if pf.shape[0] == 0:
             return cls.empty(a, b)
-        return getattr(_impl(name), cls.op)(a, b, pf, ps)
+        return getattr(_modules[name], cls.op)(a, b, pf, ps)  # loaded by _resolve
 
     @classmethod
     def backward(cls, ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
@@ -389,11 +353,9 @@ def warm_up(
     backend: str | None = None,
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64),
 ) -> str:
-    """Run all three ops and their derivatives once on a tiny problem.
-
-    Compiles (or loads from numba's disk cache) the kernels of the backend, so that the
-    first real task in a fresh worker does not pay for it. Returns the backend used.
-    """
+    """Run all three ops and their derivatives once on a tiny problem, so that compiling
+    the backend's kernels (or loading them from disk) is not the first real task's cost;
+    returns the backend used."""
     name = _resolve(backend, torch.device("cpu"))
     pf = torch.tensor([0, 0, 1, 2, 2, 2], dtype=torch.int64)
     ps = torch.tensor([1, 2, 0, 0, 1, 1], dtype=torch.int64)

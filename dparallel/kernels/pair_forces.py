@@ -1,18 +1,15 @@
 """Compiled contraction of ∂E/∂G with per-pair ∂G/∂r_ij into forces and virial.
 
-Same mathematics as :func:`dparallel.descriptors.forces_from_derivatives` (torch,
-differentiable, used in training): s_ij = Σ_a ∂E/∂G_i,a · ∂G_i,a/∂r_ij, then
-∂E/∂r_j += s_ij, ∂E/∂r_i −= s_ij and W −= r_ij ⊗ s_ij, in one pass over the pairs
-without (P, F) temporaries. For inference (MD, evaluation), where the torch version's
-per-call overhead and temporaries cost more than the sums themselves.
+The mathematics of :func:`dparallel.descriptors.forces_from_derivatives` (torch, used in
+training) in one pass over the pairs without (P, F) temporaries: for inference (MD,
+evaluation), where the torch version's overhead costs more than the sums themselves.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dparallel.errors import BackendUnavailableError
-from dparallel.kernels._optional_jit import njit_or_none
+from dparallel.kernels._numba_jit import jit
 
 __all__ = ["add_pair_forces"]
 
@@ -48,7 +45,7 @@ def _add_pair_forces(de_dg, center, feature_index, dg_dr, first, second, vectors
                 w3[a, 2] -= r * sz
 
 
-_add_pair_forces_jit = njit_or_none(_add_pair_forces)
+_add_pair_forces = jit(set(), nogil=True)(_add_pair_forces)
 
 
 def add_pair_forces(
@@ -65,28 +62,13 @@ def add_pair_forces(
 ) -> None:
     """Add one (centre element, neighbour element) pair block to ``grad`` and ``virial``.
 
-    Parameters
-    ----------
-    de_dg
-        (n_e, F_e) ∂E/∂G of the centre element's atoms.
-    center, first, second
-        (P,) int64: row of i in ``de_dg``, global rows of i and j.
-    feature_index
-        (F_ef,) int64 columns of ``de_dg`` that ``dg_dr`` holds.
-    dg_dr
-        (P, F_ef, 3) ∂G_i/∂r_ij (1/Å).
-    vectors
-        (P, 3) r_ij (Å).
-    structure
-        (N,) int64 structure of each atom row (for the virial).
-    grad
-        (N, 3) float64, ∂E/∂r accumulated in place (forces = −grad).
-    virial
-        (S, 3, 3) float64 accumulated in place (eV), or a (0, 3, 3) array to skip it.
+    ``de_dg`` (n_e, F_e) ∂E/∂G of the centre element's atoms; ``center``, ``first``,
+    ``second`` (P,) int64: row of i in ``de_dg``, global rows of i and j; ``feature_index``
+    (F_ef,) the columns of ``de_dg`` that ``dg_dr`` (P, F_ef, 3) ∂G_i/∂r_ij (1/Å) holds;
+    ``vectors`` (P, 3) r_ij (Å); ``structure`` (N,) int64 structure of each atom. In place:
+    ``grad`` (N, 3) ∂E/∂r (forces = −grad), ``virial`` (S, 3, 3) eV, or (0, 3, 3) to skip.
     """
-    if _add_pair_forces_jit is None:
-        raise BackendUnavailableError("add_pair_forces needs numba (pip install numba)")
-    _add_pair_forces_jit(
+    _add_pair_forces(
         np.ascontiguousarray(de_dg, dtype=np.float64),
         center,
         feature_index,

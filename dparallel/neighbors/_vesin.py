@@ -67,13 +67,8 @@ class Neighbors(NamedTuple):
 
 
 def _empty() -> Neighbors:
-    return Neighbors(
-        np.zeros(0, np.int64),
-        np.zeros(0, np.int64),
-        np.zeros((0, 3), np.int64),
-        np.zeros((0, 3)),
-        np.zeros(0),
-    )
+    none = np.zeros(0, np.int64)
+    return Neighbors(none, none.copy(), np.zeros((0, 3), np.int64), np.zeros((0, 3)), np.zeros(0))
 
 
 def _check_cells(batch: StructureBatch) -> None:
@@ -113,20 +108,9 @@ def _vesin_pairs(
 
 
 def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
-    """Full neighbor list of every structure in ``batch`` within ``cutoff`` (Å).
-
-    Parameters
-    ----------
-    batch
-        Structures; a cell of zeros (or ``pbc`` all False) means non-periodic. Mixed
-        ``pbc`` and triclinic cells are supported, also cells smaller than ``cutoff``.
-    cutoff
-        Pairs with ``0 < |r_ij| < cutoff`` are returned.
-
-    Returns
-    -------
-    Neighbors
-        numpy arrays; indices are global rows of ``batch``; sorted by ``pair_first``.
+    """Full neighbor list, pairs with ``0 < |r_ij| < cutoff`` (Å), of every structure in
+    ``batch``: global rows, sorted by ``pair_first``. A cell of zeros (or ``pbc`` all False)
+    is non-periodic; mixed ``pbc``, triclinic cells and cells smaller than ``cutoff`` work.
     """
     if not np.isfinite(cutoff) or cutoff <= 0:
         raise DescriptorError(f"neighbor_list: cutoff must be a positive number, got {cutoff!r}")
@@ -145,14 +129,8 @@ def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
         return _empty()
     if len(parts) == 1:
         return Neighbors(*parts[0])  # sorted by i already
-    first = np.concatenate([p[0] for p in parts])
-    nb = Neighbors(
-        pair_first=first,
-        pair_second=np.concatenate([p[1] for p in parts]),
-        shifts=np.concatenate([p[2] for p in parts]).reshape(-1, 3),
-        vectors=np.concatenate([p[3] for p in parts]).reshape(-1, 3),
-        distances=np.concatenate([p[4] for p in parts]),
-    )
+    nb = Neighbors(*(np.concatenate(field) for field in zip(*parts, strict=True)))
+    first = nb.pair_first
     if first.shape[0] < 2 or bool((first[1:] >= first[:-1]).all()):
         return nb  # each part is sorted, and so is their sequence (small and large in order)
     order = np.argsort(first, kind="stable")

@@ -173,7 +173,7 @@ def test_metadata_and_round_trip() -> None:
 
 def test_errors_name_the_problem() -> None:
     desc = NeighborSum(["H", "O"], r_cut=4.0)
-    with pytest.raises(DescriptorError, match=r"structure 1: atom 0 has atomic number 6"):
+    with pytest.raises(DescriptorError, match=r"structure 1, atom 0: atomic number 6"):
         desc.compute([WATER, Atoms("CH")])
     with pytest.raises(DescriptorError, match="kind must be one of"):
         NeighborSum(["H"], r_cut=4.0, kind="bessel")

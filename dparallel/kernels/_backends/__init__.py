@@ -1,6 +1,2 @@
-"""Raw (autograd-free) implementations of envsum / sensesum / featsum.
-
-Each backend module exposes ``envsum``, ``sensesum`` and ``featsum`` taking validated,
-contiguous CPU or device tensors with at least one pair, and returning fresh tensors.
-Autograd wiring and backend selection live in :mod:`dparallel.kernels.neighbor_sums`.
-"""
+"""Raw (autograd-free) ``envsum``/``sensesum``/``featsum`` per backend module, on validated
+tensors with at least one pair; :mod:`dparallel.kernels.neighbor_sums` wires and picks them."""

@@ -1,10 +1,5 @@
-"""Memory-lean pure-PyTorch backend: the reference formulas applied to blocks of pairs.
-
-Pairs are processed in blocks of ``B`` so that the largest temporary is one (B, ν, F)
-workspace, allocated once per call and reused by every block (``out=`` variants), bounded
-by :data:`BLOCK_BYTES`; peak memory is O(P·ν + N·ν·F + B·ν·F). Blocks of a few thousand
-pairs also stay in cache, which makes this backend faster than the dense reference.
-Works on any device torch supports.
+"""Memory-lean pure-PyTorch backend: the reference formulas on blocks of pairs, with one
+(B, ν, F) workspace of at most :data:`BLOCK_BYTES` reused by every block (docs/kernels.md).
 """
 
 from __future__ import annotations

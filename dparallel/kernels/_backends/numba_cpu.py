@@ -1,15 +1,9 @@
 """Memory-lean CPU backend: numba kernels over pairs grouped by centre atom.
 
-Every op sorts the pairs by ``pair_first`` (one stable argsort, O(P)) and walks each centre
-atom's segment while its env row (ν, F) stays in L1 cache: envsum accumulates into it,
-sensesum reads it, featsum multiplies it by the pair sensitivities and scatters to the
-neighbours into one private (N, F) accumulator per thread. No (P, ν, F) temporary
-exists: peak memory is O(P·ν + N·ν·F + threads·N·F). Results are deterministic for a
-given thread count.
-
-Threads: each call uses ``min(torch.get_num_threads(), NUMBA_NUM_THREADS)`` threads, so a
-Dask worker that runs torch with one thread also runs these kernels with one thread.
-Kernels are compiled on first use per dtype and cached on disk (``cache=True``).
+Pairs sorted by ``pair_first`` once per call, each centre's env row (ν, F) kept in L1;
+featsum scatters into one private (N, F) accumulator per thread (deterministic for a given
+thread count). Each call runs ``min(torch.get_num_threads(), NUMBA_NUM_THREADS)`` threads.
+See docs/kernels.md, "Backends" and "Threads".
 """
 
 from __future__ import annotations

@@ -1,39 +1,10 @@
 """Triton ACSF kernel for one central element: values and dG/dr in the store's split layout.
 
-Same mathematics and semantics as the compiled kernel (:mod:`dparallel.kernels.acsf_numba`)
-and the torch reference (n2p2 types 2, 3, 9; cutoff types 0-8 with inner cutoff α; any
-real ζ, λ, η; an angular term is 0 where 1 + λ cos θ ≤ 0), driven by the same
-:class:`~dparallel.kernels.acsf_layout.KernelPlan`.
-
-Layout. The pairs of a block of centres are regrouped (torch index ops, no Python loop
-over atoms) into padded neighbour tables ``(n_el, M, n_c)`` per neighbour element, centre
-index last: lane c of a program is centre c, so the loads of neighbour j of
-``BLOCK_C`` consecutive centres are one contiguous (coalesced) run.
-
-Kernels, one program per block of ``BLOCK_C`` centres (the angular ones per block and
-group of columns):
-
-- ``_radial_kernel``: type 2 sums per radial key and, with derivatives, s = ∂G/∂r_ij of
-  every radial derivative column, written straight into the split block.
-- ``_factor_kernel``: a(r) = exp(−η(r − rs)²) f_c(r) and a'(r) of every angular radial
-  part and neighbour, once, into ``(E, n_el, M, n_c)`` tables (unit vectors likewise, by
-  torch), so that the triplet kernels load them instead of evaluating them per triplet.
-- ``_angular_values_kernel``: per group (element pair, radial part; the columns that
-  differ only in ζ, λ, at most ``GROUP_WIDTH``), Σ over unordered neighbour pairs j < k:
-  cos θ, a(r_ij) a(r_ik) and the narrow factor b(r_jk) once per triplet, then each
-  member's (1 + λ cos θ)^ζ.
-- ``_angular_derivs_kernel``: per group of derivative slots (neighbour element f, partner
-  element g, radial part), for each neighbour j the vector Σ_k ∂T_jk/∂r_ij of each
-  member, written into the split block. Each pair's derivative is summed by the one lane
-  that owns it: no atomics, and results are deterministic (bitwise reproducible for a
-  given input and tile).
-
-Tiles: ``BLOCKS`` on a GPU (centres along the threads, partners k in each thread's
-registers, so the sums over k stay inside a thread).
-
-Everything is computed in float64; outputs are cast to the requested dtype, as the
-compiled kernel does. Runs on a CUDA device, or on CPU tensors under the Triton
-interpreter (``TRITON_INTERPRET=1``, set before triton is imported).
+Same semantics as the compiled kernel (:mod:`dparallel.kernels.acsf_numba`), driven by the
+same :class:`~dparallel.kernels.acsf_layout.KernelPlan`; layout, the four kernels, groups
+and tiles: docs/kernels.md, "The Triton ACSF kernel". Computed in float64, outputs cast
+once. Runs on a CUDA device, or on CPU tensors under ``TRITON_INTERPRET=1`` (set before
+triton is imported).
 """
 
 from __future__ import annotations
@@ -67,18 +38,13 @@ BLOCKS: tuple[int, int, int, int] = (32, 1, 4, 1)
 
 
 class TritonACSF(NamedTuple):
-    """Result of :func:`triton_acsf_element` (tensors on the input's device).
-
-    ``dflat`` holds, per neighbour element f with derivative columns, a block at
-    ``d_base[f]`` of shape ``(n_radial[f] + 3 (F_f − n_radial[f]), n_pairs[f])``: the
-    compiled kernel's :class:`~dparallel.kernels.acsf_numba.SplitLayout`.
-    """
+    """Result of :func:`triton_acsf_element` (tensors on the input's device): ``dflat``
+    holds neighbour element f's block (n_rows[f], P_f) at ``d_base[f]``, laid out as the
+    compiled kernel's :class:`~dparallel.kernels.acsf_layout.SplitLayout`."""
 
     values: torch.Tensor  # (n_c, F)
     dflat: torch.Tensor | None
     d_base: np.ndarray  # (n_el,) int64
-    n_pairs: np.ndarray  # (n_el,) int64
-    n_radial: np.ndarray  # (n_el,) int64
     n_rows: np.ndarray  # (n_el,) int64: rows of each block (0: no derivative columns)
     selections: dict[int, torch.Tensor]  # f → (P_f,) pair indices of the block
 
@@ -494,13 +460,8 @@ def triton_acsf_element(
     dtype: torch.dtype = torch.float64,
     derivative_dtype: torch.dtype | None = None,
 ) -> TritonACSF:
-    """Values (n_c, F) and, with ``derivatives``, dG/dr in the split layout (see module doc).
-
-    Arguments as the compiled kernel's driver
-    (:func:`dparallel.descriptors._acsf_engine.numba_element`): pairs (P_e,) sorted by
-    ``center``, restricted to this element's centres and to r < the plan's largest
-    cutoff; tensors on one device (CUDA, or CPU under ``TRITON_INTERPRET=1``).
-    """
+    """Values (n_c, F) and, with ``derivatives``, dG/dr in the split layout, of pairs
+    (P_e,) sorted by ``center``, as ``numba_element`` takes them; tensors on one device."""
     dev = vectors.device
     tb = kernel_tables(plan, n_el, dev)
     center = center.to(torch.int64)
@@ -589,4 +550,4 @@ def triton_acsf_element(
     values = src.index_select(1, vsrc).to(dtype)
     if dflat is not None:
         dflat = dflat[:total].to(derivative_dtype or dtype)
-    return TritonACSF(values, dflat, d_base, n_pairs, tb.n_radial, n_rows, sels)
+    return TritonACSF(values, dflat, d_base, n_rows, sels)

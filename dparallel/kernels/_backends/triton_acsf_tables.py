@@ -1,13 +1,8 @@
 """Host-side tables of the Triton ACSF kernel (:mod:`.triton_acsf`): a
 :class:`~dparallel.kernels.acsf_layout.KernelPlan` flattened into per-column, per-slot and
-per-group device arrays (loops over columns only, never over atoms or pairs), and the
-padded neighbour tables of a chunk of centres (torch index ops).
-
-Groups. The angular columns of one element pair that share their radial part (η, rs,
-cutoff, narrow) differ only in (ζ, λ): the kernels evaluate a group's per-triplet radial
-factors, cos θ and unit vectors once per tile and then each member's angular factor. A
-group holds at most :data:`GROUP_WIDTH` members (larger ones are cut into runs), so its
-per-member accumulators stay in registers.
+per-group device arrays, and the padded neighbour tables of a chunk of centres (torch index
+ops). A group: the angular columns of one element pair (or slot pair) that differ only in
+(ζ, λ), at most :data:`GROUP_WIDTH` of them (docs/kernels.md).
 """
 
 from __future__ import annotations

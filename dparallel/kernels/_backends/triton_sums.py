@@ -1,15 +1,8 @@
-"""Triton backend of envsum / sensesum / featsum (hippynn semantics), for CUDA tensors.
+"""Triton backend of envsum / sensesum / featsum for CUDA tensors (docs/kernels.md).
 
-- envsum: pairs grouped by centre (``pair_first``, stable sort); one program per (atom i,
-  block of features) sums its pairs' s[p, ν]·z[second_p, a] into a (ν, F-block) tile.
-- sensesum: one program per block of pairs: Σ_a env[first_p, ν, a]·z[second_p, a].
-- featsum: pairs grouped by neighbour (``pair_second``); one program per (atom j, block of
-  features) sums Σ_ν s[p, ν]·env[first_p, ν, a] over its pairs.
-
-Each output element is summed by one program in a fixed order: no atomics, deterministic.
-Accumulates in the operands' dtype, as the other backends. Runs on a CUDA device, or on
-CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is
-imported); without either, importing this module raises ImportError, so the backend
+One program per (atom, feature block) over pairs grouped by centre (envsum) or neighbour
+(featsum), one per block of pairs for sensesum: no atomics, deterministic. Without a CUDA
+device or ``TRITON_INTERPRET=1`` importing this module raises ImportError, so the backend
 switch lists it as unavailable (and triton is not imported).
 """
 
