@@ -14,7 +14,7 @@ import os
 import queue
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ from dparallel.train.batch import Batch, PartitionData, Rows, assemble, make_bat
 from dparallel.train.splits import SPLITS
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Iterator, Sequence
+    from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
     from dparallel.store import Store
     from dparallel.train.splits import SplitIndex
@@ -33,12 +33,16 @@ __all__ = [
     "CACHE_SHARE",
     "BatchPlan",
     "PartitionReader",
+    "background",
     "iterate_batches",
     "load_partition",
     "train_cache_bytes",
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_DONE = object()  # the end of a background thread's items
 
 #: Without ``DPARALLEL_TRAIN_CACHE_MB``, decoded partitions may take this share of the
 #: host memory available when training starts.
@@ -189,42 +193,53 @@ class PartitionReader:
 
     def stream(self, order: Sequence[int], prefetch: int) -> Generator[PartitionData, None, None]:
         """Partitions in ``order``; ``prefetch`` > 0 reads ahead in a background thread."""
-        if prefetch <= 0:
-            for p in order:
-                yield self.get(int(p))
-            return
-        q: queue.Queue = queue.Queue(maxsize=prefetch)
-        stop = threading.Event()
+        parts = (self.get(int(p)) for p in order)
+        return background(parts, prefetch, "dparallel-prefetch") if prefetch > 0 else parts
 
-        def work() -> None:
+
+def background(
+    items: Iterable[T], depth: int, name: str, fn: Callable[[T], Any] | None = None
+) -> Generator[Any, None, None]:
+    """``items`` (through ``fn``, if given) iterated in a daemon thread ``depth`` ahead.
+
+    An exception in the thread is raised here; closing the generator (the end, a
+    ``break``, an error in the consumer) stops the thread, closes ``items`` and joins it.
+    The thread starts with the first ``next``.
+    """
+    q: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
             try:
-                for p in order:
-                    item = self.get(int(p))
-                    while not stop.is_set():
-                        try:
-                            q.put(item, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
-                        return
-                q.put(None)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
-                q.put(exc)
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
 
-        thread = threading.Thread(target=work, name="dparallel-prefetch", daemon=True)
-        thread.start()
+    def work() -> None:
+        it = iter(items)
         try:
-            while True:
-                item = q.get()
-                if item is None:
+            for item in it:
+                if not put(item if fn is None else fn(item)):
                     return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+            put(_DONE)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+            put(exc)
         finally:
-            stop.set()
-            thread.join(timeout=10)
+            getattr(it, "close", lambda: None)()
+
+    thread = threading.Thread(target=work, name=name, daemon=True)
+    thread.start()
+    try:
+        while (item := q.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=30)
 
 
 class BatchPlan:

@@ -216,7 +216,7 @@ def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:
     optimizer.begin_epoch()
     model.train()
     m = Metrics()
-    feed.wait.reset()
+    feed.wait.seconds = 0.0
     t0 = time.perf_counter()
     batches = feed.batches(run.reader, "train", run.spec, epoch=epoch)
     batch = None
