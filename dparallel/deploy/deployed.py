@@ -26,8 +26,7 @@ import torch
 from torch import nn
 
 from dparallel._files import write_with
-from dparallel.deploy.graph_descriptors import descriptor_graph
-from dparallel.deploy.potential import graph_energies
+from dparallel.deploy.potential import descriptor_graph, graph_energies
 from dparallel.descriptors import forces_from_derivatives, virial_from_derivatives
 from dparallel.descriptors.registry import descriptor_kind, kind_of
 from dparallel.descriptors.species import species_index

@@ -6,6 +6,15 @@ This is the module that ``dparallel export`` traces into ``potential.pt2`` (torc
 through public seams only: the descriptor's traceable graph form from the descriptor registry
 (``DescriptorKind.graph``) and ``HDNNP.atomic_energies``, so any registered descriptor type
 with a graph form exports.
+
+A graph (registered per type; for the built-in types
+:class:`~dparallel.descriptors.acsf_graph.ACSFGraph` and
+:class:`~dparallel.descriptors.neighbor_sum.NeighborSumGraph`) computes the same numbers as
+the descriptor's ``compute`` (tested to 1e-10), but from tensors only, with every
+data-dependent size produced by a tensor op, so ``make_fx``/``torch.export`` trace it with
+unbacked sizes, and autograd gives forces. Inputs: ``vectors`` (P, 3),
+``pair_first``/``pair_second`` (P,) int64, ``species`` (N,) int64 index into ``elements``;
+output (N, W) "source" columns, ``columns(e)`` picks element e's features.
 """
 
 from __future__ import annotations
@@ -15,18 +24,41 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from dparallel.deploy.graph_descriptors import descriptor_graph
-from dparallel.errors import TrainingError
+from dparallel.descriptors.registry import kind_of
+from dparallel.errors import DescriptorError, TrainingError
 
 if TYPE_CHECKING:
     from dparallel.nn import HDNNP
 
-__all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "PotentialModule", "graph_energies"]
+__all__ = [
+    "INPUT_NAMES",
+    "OUTPUT_NAMES",
+    "PotentialModule",
+    "descriptor_graph",
+    "graph_energies",
+]
 
 #: Positional inputs of the artifact, in order (shapes and units: :meth:`PotentialModule.forward`).
 INPUT_NAMES = ("positions", "numbers", "cell", "pbc", "pair_first", "pair_second", "shifts")
 #: Outputs of the artifact, in order.
 OUTPUT_NAMES = ("energy", "forces", "stress", "energies")
+
+
+def descriptor_graph(descriptor: Any) -> Any:
+    """The graph form of a descriptor of a registered type that has one.
+
+    Raises
+    ------
+    DescriptorError
+        The descriptor's type registered no graph form (``DescriptorKind.graph``).
+    """
+    kind = kind_of(descriptor)
+    if kind.graph is None:
+        raise DescriptorError(
+            f"descriptor type {kind.name!r} has no torch graph form (DescriptorKind.graph): "
+            "register one to export plain-torch files or to differentiate through positions"
+        )
+    return kind.graph()(descriptor)
 
 
 class PotentialModule(nn.Module):

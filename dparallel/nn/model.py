@@ -1,23 +1,98 @@
-"""Behler-Parrinello high-dimensional neural network potential (one MLP per element)."""
+"""The Behler-Parrinello HDNNP (one MLP per element), its descriptor scaling and its file.
+
+Scaling: dparallel's modes and n2p2's scaling types (:func:`scaling_parameters`). The
+trained-model file (``model.pt``) is a plain dict (read with
+:func:`~dparallel.nn.files.load_torch_file`, so weights only): ``format``, ``version``, the
+:class:`HDNNP` constructor arguments (``model_config``), its ``state_dict``, the descriptor
+spec and kind, and the training spec as a dict (:func:`model_file`, :func:`load_model`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from dparallel.errors import TrainingError
 from dparallel.nn.activations import ACTIVATIONS, make_activation
-from dparallel.nn.scaling import scaling_parameters
+from dparallel.nn.files import load_torch_file
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Sequence
 
-    import numpy as np
+__all__ = [
+    "HDNNP",
+    "MODEL",
+    "MODEL_FORMAT",
+    "SCALING_MODES",
+    "DivideBy",
+    "load_model",
+    "model_file",
+    "scaling_from_statistics",
+    "scaling_parameters",
+]
 
-__all__ = ["HDNNP", "DivideBy"]
+
+#: Feature scaling modes: dparallel's (constant features get factor 1) and n2p2's types.
+SCALING_MODES = (
+    "center_sigma",
+    "minmax",
+    "center",
+    "none",
+    "scale",
+    "scalecenter",
+    "scalesigma",
+)
+_N2P2_MODES = ("scale", "scalecenter", "scalesigma")
+
+
+def scaling_parameters(
+    stats: Mapping[str, Any], mode: str, smin: float = 0.0, smax: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(shift, factor, offset) per feature so that scaled G = (G − shift) · factor + offset.
+
+    ``stats`` holds n2p2 scaling.data fields (min, max, mean, sigma lists). dparallel modes
+    (offset 0; constant features — σ or max − min below 1e-12 — get factor 1):
+    ``center_sigma`` (G − mean)/σ; ``minmax`` to [−1, 1]; ``center`` G − mean; ``none``.
+    n2p2 types (``SymFnc::scale``, offset = Smin, the same floating-point operations):
+    ``scale`` Smin + (Smax − Smin)(G − min)/(max − min); ``scalecenter`` the same around
+    the mean; ``scalesigma`` Smin + (Smax − Smin)(G − mean)/σ. Where n2p2 would divide by
+    zero (a constant feature) the factor is Smax − Smin instead of n2p2's inf.
+    """
+    lo = np.asarray(stats["min"], np.float64)
+    hi = np.asarray(stats["max"], np.float64)
+    mean = np.asarray(stats["mean"], np.float64)
+    sigma = np.asarray(stats["sigma"], np.float64)
+    if mode == "center_sigma":
+        return mean, 1.0 / np.where(sigma > 1e-12, sigma, 1.0), 0.0
+    if mode == "minmax":
+        width = hi - lo
+        return 0.5 * (hi + lo), 2.0 / np.where(width > 1e-12, width, 1.0), 0.0
+    if mode == "center":
+        return mean, np.ones_like(mean), 0.0
+    if mode == "none":
+        return np.zeros_like(mean), np.ones_like(mean), 0.0
+    if mode in _N2P2_MODES:
+        denom = sigma if mode == "scalesigma" else hi - lo
+        factor = (smax - smin) / np.where(denom != 0.0, denom, 1.0)
+        return (lo if mode == "scale" else mean), factor, float(smin)
+    raise TrainingError(f"unknown scaling mode {mode!r}; expected one of {SCALING_MODES}")
+
+
+def scaling_from_statistics(stats: Mapping[str, Any], mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """(shift, factor) per feature so that scaled G = (G − shift) · factor (dparallel modes).
+
+    See :func:`scaling_parameters`; the n2p2 types need its offset as well.
+    """
+    shift, factor, offset = scaling_parameters(stats, mode)
+    if offset != 0.0:
+        raise TrainingError(f"scaling mode {mode!r} has an offset; use scaling_parameters")
+    return shift, factor
 
 
 class DivideBy(nn.Module):
@@ -234,3 +309,49 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): list(v) for k, v in value.items()}
     return list(value)
+
+
+#: File name of the trained model in a model directory.
+MODEL = "model.pt"
+#: The ``format`` key of a model file.
+MODEL_FORMAT = "dparallel-hdnnp"
+
+
+def model_file(
+    model: HDNNP,
+    spec: Mapping[str, Any],
+    descriptor: dict | None,
+    descriptor_kind: str,
+) -> dict[str, Any]:
+    """A model file's contents: config, weights, descriptor spec and kind, training spec."""
+    return {
+        "format": MODEL_FORMAT,
+        "version": 1,
+        "model_config": model.config(),
+        "state_dict": model.state_dict(),
+        "descriptor": descriptor,
+        "descriptor_kind": descriptor_kind,
+        "spec": dict(spec),
+    }
+
+
+def load_model(
+    path: str | os.PathLike[str], dtype: torch.dtype | None = None
+) -> tuple[HDNNP, dict]:
+    """Rebuild the :class:`HDNNP` from a ``model.pt`` (or a MODEL_DIR); returns (model, file)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / MODEL
+    if not path.is_file():
+        raise TrainingError(f"no trained model at {path}; run `dparallel train` first")
+    data = load_torch_file(path, "model file")
+    if data.get("format") != MODEL_FORMAT:
+        raise TrainingError(f"{path} is not a dparallel model file")
+    model = HDNNP(**data["model_config"])
+    sd = data["state_dict"]
+    model = model.to(next(iter(sd.values())).dtype)
+    model.load_state_dict(sd)
+    if dtype is not None:
+        model = model.to(dtype)
+    model.eval()
+    return model, data

@@ -1,4 +1,7 @@
-"""Reading training data from a featurized store: partitions, their cache, batch plans.
+"""Reading training data from a featurized store: splits, partitions, their cache, batch plans.
+
+A structure's split (train, validation or test) is a hash of (source index, seed), so it
+does not depend on the partitioning; n2p2 ``set=`` tags override it (docs/training.md).
 
 A partition is read whole (structures + ``features/<descriptor>/<E>`` + per-pair
 derivatives) as row tables (:class:`~dparallel.train.batch.PartitionData`) by a
@@ -14,6 +17,7 @@ import os
 import queue
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
@@ -21,19 +25,22 @@ import torch
 
 from dparallel.errors import TrainingError
 from dparallel.train.batch import Batch, PartitionData, Rows, assemble, make_batch
-from dparallel.train.splits import SPLITS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
     from dparallel.store import Store
-    from dparallel.train.splits import SplitIndex
+    from dparallel.types import StructureBatch
 
 __all__ = [
     "CACHE_SHARE",
+    "SPLITS",
     "BatchPlan",
     "PartitionReader",
+    "SplitIndex",
+    "assign_splits",
     "background",
+    "build_split_index",
     "iterate_batches",
     "load_partition",
     "train_cache_bytes",
@@ -47,6 +54,101 @@ _DONE = object()  # the end of a background thread's items
 #: Without ``DPARALLEL_TRAIN_CACHE_MB``, decoded partitions may take this share of the
 #: host memory available when training starts.
 CACHE_SHARE = 0.25
+
+
+#: Split codes stored per structure.
+SPLITS = {"train": 0, "validation": 1, "test": 2}
+
+
+def _hash_uniform(ids: np.ndarray, seed: int) -> np.ndarray:
+    """Uniform [0, 1) per id from a splitmix64 hash of (id, seed); order-independent."""
+    with np.errstate(over="ignore"):
+        z = ids.astype(np.uint64) + np.uint64(seed % 2**63) * np.uint64(0x9E3779B97F4A7C15)
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def assign_splits(
+    ids: np.ndarray, tags: np.ndarray, validation: float, test: float, seed: int
+) -> np.ndarray:
+    """Split code (0 train, 1 validation, 2 test) per structure, (S,) int8.
+
+    A structure's split depends only on its source index and ``seed`` (not on the
+    partitioning). n2p2 ``set=test`` tags force test, ``set=train`` tags keep the structure
+    out of the test split (it may still become validation).
+    """
+    u = _hash_uniform(ids, seed)
+    split = np.where(u < test, 2, np.where(u < test + validation, 1, 0)).astype(np.int8)
+    tags = np.asarray(tags, dtype=object)
+    is_test = tags == "test"
+    is_train = tags == "train"
+    v = _hash_uniform(ids, seed + 1)
+    split[is_train] = np.where(v[is_train] < validation, 1, 0)
+    split[is_test] = 2
+    return split
+
+
+@dataclass
+class SplitIndex:
+    """Per done partition: source ids and split code of each stored structure (O(S) ints)."""
+
+    partitions: list[int]
+    ids: dict[int, np.ndarray]  # p → (S_p,) int64 source index
+    split: dict[int, np.ndarray]  # p → (S_p,) int8
+
+    def count(self, name: str) -> int:
+        """Number of structures in split ``name``."""
+        code = SPLITS[name]
+        return int(sum(int((s == code).sum()) for s in self.split.values()))
+
+    def partitions_with(self, name: str) -> list[int]:
+        """Partitions holding at least one structure of split ``name``."""
+        code = SPLITS[name]
+        return [p for p in self.partitions if np.any(self.split[p] == code)]
+
+    def ids_of(self, name: str) -> np.ndarray:
+        """Sorted source ids of split ``name``."""
+        code = SPLITS[name]
+        parts = [self.ids[p][self.split[p] == code] for p in self.partitions]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+
+def build_split_index(
+    store: Store,
+    validation: float,
+    test: float,
+    seed: int,
+    visit: Callable[[int, StructureBatch, np.ndarray], None] | None = None,
+) -> SplitIndex:
+    """Read structure tags and source indices of every done partition and assign splits.
+
+    ``visit(p, batch, split)`` is called per partition for callers that need a pass over
+    the structures anyway (reference energies); only one partition is held at a time.
+    """
+    parts = [int(p) for p in store.done_partitions()]
+    if not parts:
+        raise TrainingError(f"{store.target}: no partition is done; featurize the store first")
+    ids: dict[int, np.ndarray] = {}
+    split: dict[int, np.ndarray] = {}
+    start = 0
+    # stored structures are numbered over done partitions in partition order
+    for p in parts:
+        batch = store.read_partition(p)
+        n = batch.n_structures
+        ids[p] = store.source_indices(start, start + n) if store.is_complete else _local_ids(p, n)
+        split[p] = assign_splits(ids[p], batch.tags, validation, test, seed)
+        start += n
+        if visit is not None:
+            visit(p, batch, split[p])
+    return SplitIndex(parts, ids, split)
+
+
+def _local_ids(p: int, n: int) -> np.ndarray:
+    """Ids for an incomplete store (source indices need a complete one): p·2³² + s."""
+    return (np.int64(p) << np.int64(32)) + np.arange(n, dtype=np.int64)
 
 
 def train_cache_bytes() -> int:

@@ -16,8 +16,7 @@ import torch
 
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
-from dparallel.train.data import PartitionReader
-from dparallel.train.splits import SplitIndex, build_split_index
+from dparallel.train.data import PartitionReader, SplitIndex, build_split_index
 
 if TYPE_CHECKING:
     from dparallel.store import Store

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from dparallel.store import Store
-    from dparallel.train.splits import SplitIndex
+    from dparallel.train.data import SplitIndex
 
 __all__ = [
     "StructureReader",
