@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from dparallel.nn import HDNNP
     from dparallel.types import StructureBatch
 
-__all__ = ["ACSFForces", "acsf_engine"]
-
 
 class _Layout(NamedTuple):
     """Element bookkeeping of one (structure batch, neighbour list)."""

@@ -41,16 +41,6 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Iterator, Sequence
 
-__all__ = [
-    "ARTIFACTS",
-    "RouteReport",
-    "export_atomic_energies",
-    "flatten",
-    "load_atomic_energies",
-    "reason",
-    "write_artifacts",
-]
-
 log = logging.getLogger(__name__)
 
 #: Route name → file written in MODEL_DIR.

@@ -39,8 +39,6 @@ from dparallel.types import StructureBatch
 if TYPE_CHECKING:
     import os
 
-__all__ = ["DEPLOYED", "ENGINES", "DeployedModel", "Engine", "load_deployed"]
-
 #: File name of the deployable model inside MODEL_DIR.
 DEPLOYED = "deployed.pt"
 

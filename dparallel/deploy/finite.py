@@ -18,8 +18,6 @@ if TYPE_CHECKING:
 
     from dparallel.types import StructureBatch
 
-__all__ = ["check_finite_predictions"]
-
 
 def _structure_of(batch: StructureBatch, atom: int) -> tuple[int, int]:
     """(structure index in the batch, atom index within it) of the batch's atom ``atom``."""

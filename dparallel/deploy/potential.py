@@ -30,14 +30,6 @@ from dparallel.errors import DescriptorError, TrainingError
 if TYPE_CHECKING:
     from dparallel.nn import HDNNP
 
-__all__ = [
-    "INPUT_NAMES",
-    "OUTPUT_NAMES",
-    "PotentialModule",
-    "descriptor_graph",
-    "graph_energies",
-]
-
 #: Positional inputs of the artifact, in order (shapes and units: :meth:`PotentialModule.forward`).
 INPUT_NAMES = ("positions", "numbers", "cell", "pbc", "pair_first", "pair_second", "shifts")
 #: Outputs of the artifact, in order.

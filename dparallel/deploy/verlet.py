@@ -21,8 +21,6 @@ from dparallel.neighbors import Neighbors, neighbor_list
 if TYPE_CHECKING:
     from dparallel.types import StructureBatch
 
-__all__ = ["VerletList", "VerletStatistics"]
-
 
 class VerletStatistics(NamedTuple):
     """How a :class:`VerletList` has been used: builds against calls of ``neighbors``."""

@@ -26,8 +26,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["ACTIVATIONS", "N2P2_EXPRESSIBLE", "make_activation"]
-
 _EXP_LIMIT = 35.0  # n2p2's EXP_LIMIT
 
 

@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Iterator
 
-__all__ = ["load_exported_program", "load_torch_file", "save_torch_file"]
-
 #: The pickle protocol ``torch.load(weights_only=True)`` expects (torch's default for
 #: ``torch.save``); a file written with another one reads the same but makes torch warn.
 _PICKLE_PROTOCOL = 2

@@ -25,19 +25,6 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Sequence
 
-__all__ = [
-    "HDNNP",
-    "MODEL",
-    "MODEL_FORMAT",
-    "SCALING_MODES",
-    "DivideBy",
-    "load_model",
-    "model_file",
-    "scaling_from_statistics",
-    "scaling_parameters",
-]
-
-
 #: Feature scaling modes: dparallel's (constant features get factor 1) and n2p2's types.
 SCALING_MODES = (
     "center_sigma",

@@ -32,30 +32,6 @@ from dparallel.errors import TrainingError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = [
-    "HOST",
-    "Assembled",
-    "Batch",
-    "DeviceOps",
-    "Geometry",
-    "HostOps",
-    "PartitionData",
-    "Rows",
-    "assemble",
-    "assemble_groups",
-    "batch_nbytes",
-    "batch_to",
-    "cast_batch",
-    "group_by_partition",
-    "make_batch",
-    "map_batch",
-    "map_tensors",
-    "merge_partitions",
-    "pin_batch",
-    "ranges",
-    "split_assembled",
-]
-
 
 # ----------------------------------------------------------------- the batch
 @dataclass

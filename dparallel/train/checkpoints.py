@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dparallel.errors import TrainingError
-from dparallel.nn import MODEL, load_torch_file, save_torch_file
+from dparallel.nn import load_torch_file, save_torch_file
 from dparallel.nn import model_file as _model_file
 from dparallel.train.spec import TrainingSpec
 
@@ -24,18 +24,6 @@ if TYPE_CHECKING:
 
     from dparallel.nn import HDNNP
     from dparallel.train.optimizers import Optimizer
-
-__all__ = [
-    "BEST",
-    "CHECKPOINT",
-    "MODEL",
-    "SPEC_JSON",
-    "Progress",
-    "model_file",
-    "resume_from",
-    "save_checkpoint",
-    "save_model",
-]
 
 log = logging.getLogger(__name__)
 

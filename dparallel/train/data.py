@@ -32,20 +32,6 @@ if TYPE_CHECKING:
     from dparallel.store import Store
     from dparallel.types import StructureBatch
 
-__all__ = [
-    "CACHE_SHARE",
-    "SPLITS",
-    "BatchPlan",
-    "PartitionReader",
-    "SplitIndex",
-    "assign_splits",
-    "background",
-    "build_split_index",
-    "iterate_batches",
-    "load_partition",
-    "train_cache_bytes",
-]
-
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")

@@ -21,8 +21,6 @@ from dparallel._files import write_file
 if TYPE_CHECKING:
     from dparallel.store import Store
 
-__all__ = ["DATA_UNITS_JSON", "record_data_units", "recorded_data_units", "store_data_units"]
-
 DATA_UNITS_JSON = "data_units.json"
 
 

@@ -19,22 +19,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from dparallel.errors import DeviceError
-from dparallel.nn.device import available_devices, resolve_device
+from dparallel.nn.device import resolve_device
 from dparallel.train.batch import batch_nbytes
 
 if TYPE_CHECKING:
     from dparallel.nn import HDNNP
     from dparallel.train.batch import Batch
     from dparallel.train.spec import TrainingSpec
-
-__all__ = [
-    "Target",
-    "available_devices",
-    "device_memory",
-    "out_of_memory",
-    "peak_memory",
-    "resolve_device",
-]
 
 
 def device_memory(device: torch.device) -> tuple[int, int]:

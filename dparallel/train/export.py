@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable
 
-__all__ = ["EXPORT_REPORT", "EXPORT_STEPS", "ExportJob", "describe_report", "export_model"]
-
 log = logging.getLogger(__name__)
 
 EXPORT_REPORT = "export.json"

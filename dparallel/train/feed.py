@@ -44,16 +44,6 @@ if TYPE_CHECKING:
     from dparallel.train.data import PartitionReader
     from dparallel.train.spec import TrainingSpec
 
-__all__ = [
-    "ASSEMBLY_FRACTION",
-    "DEVICE_DATA_FRACTION",
-    "BatchFeed",
-    "HeldData",
-    "WaitClock",
-    "prefetched",
-    "timed",
-]
-
 log = logging.getLogger(__name__)
 
 #: ``data_on_device: auto`` on a GPU: the arrays may take this share of its free memory

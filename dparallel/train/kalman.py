@@ -30,15 +30,6 @@ if TYPE_CHECKING:
     from dparallel.train.batch import Batch
     from dparallel.train.spec import TrainingSpec
 
-__all__ = [
-    "KalmanFilter",
-    "Observations",
-    "force_cotangents",
-    "kalman_step",
-    "make_kalman",
-    "observations",
-]
-
 
 class KalmanFilter(torch.optim.Optimizer):
     """Global extended Kalman filter over all parameters (n2p2's standard Kalman filter).

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dparallel._files import write_file
-from dparallel.nn import HDNNP, load_model
+from dparallel.nn import HDNNP, MODEL, load_model
 from dparallel.store import Store, open_store
 from dparallel.train.checkpoints import (
     BEST,
     CHECKPOINT,
-    MODEL,
     SPEC_JSON,
     Progress,
     resume_from,
@@ -55,8 +54,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import numpy as np
-
-__all__ = ["TrainResult", "train"]
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,6 @@ if TYPE_CHECKING:
 
     from dparallel.store import Store
 
-__all__ = ["MARKER", "MODEL_FILES", "check_store_unchanged", "claim_model_dir"]
-
 #: The file that makes a folder a dparallel model directory (JSON: kind, store identity).
 MARKER = ".dparallel-model.json"
 #: Every file a training run or ``dparallel export`` writes into a model directory.

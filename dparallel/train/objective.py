@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from dparallel.nn import HDNNP
     from dparallel.train.batch import Batch, Geometry
 
-__all__ = ["loss", "predict_batch", "predict_from_geometry"]
-
 
 def predict_batch(
     model: HDNNP, batch: Batch, forces: bool, create_graph: bool = False

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from dparallel.train.batch import Batch
     from dparallel.train.spec import TrainingSpec
 
-__all__ = ["GradientDescent", "KalmanUpdates", "Optimizer", "make_optimizer"]
-
 #: energy (S,), forces (N, 3) or None, loss: what one update returns (before the update).
 StepResult = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]
 

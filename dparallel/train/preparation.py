@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from dparallel.train.spec import TrainingSpec
     from dparallel.types import StructureBatch
 
-__all__ = ["Prepared", "build_model", "check_complete", "prepare"]
-
 log = logging.getLogger(__name__)
 
 

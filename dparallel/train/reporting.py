@@ -34,20 +34,6 @@ if TYPE_CHECKING:
     from dparallel.train.data import PartitionReader
     from dparallel.train.spec import TrainingSpec
 
-__all__ = [
-    "METRICS_CSV",
-    "METRICS_JSON",
-    "EpochCallback",
-    "Metrics",
-    "epoch_row",
-    "evaluate_split",
-    "notify",
-    "plot_learning_curves",
-    "plot_parity",
-    "write_metrics",
-    "write_plots",
-]
-
 log = logging.getLogger(__name__)
 
 METRICS_CSV = "metrics.csv"

@@ -21,8 +21,6 @@ from dparallel.errors import ConfigError
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["DEVICE_PATTERN", "NEEDS_DERIVATIVES", "TrainingSpec", "parse_training_spec"]
-
 #: The optimizers ``optimizer:`` may name, and whether each needs the descriptors' dG/dr in
 #: its updates (:func:`dparallel.train.optimizers.make_optimizer` builds them).
 NEEDS_DERIVATIVES: dict[str, bool] = {"adam": False, "adamw": False, "kalman": True}

@@ -45,13 +45,6 @@ if TYPE_CHECKING:
     from dparallel.store import Store
     from dparallel.train.data import SplitIndex
 
-__all__ = [
-    "StructureReader",
-    "choose_engine",
-    "descriptor_graph_of",
-    "descriptor_of",
-]
-
 
 def choose_engine(
     name: str, requested: str, needs_derivatives: bool, device_type: str = "cpu"
