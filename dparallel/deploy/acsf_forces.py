@@ -1,15 +1,12 @@
 """Energy, forces and virial of an ACSF potential through the compiled kernels (inference).
 
 The engine :meth:`dparallel.deploy.DeployedModel.predict` takes on the CPU when the ACSF
-backend is numba (:func:`acsf_engine`, in ``dparallel.deploy.deployed.ENGINES``): per
-central element one kernel call on numpy arrays (values and per-pair
-∂G/∂r_ij), the atomic networks and ∂E/∂G by torch autograd, then one compiled pass that
-contracts ∂E/∂G with ∂G/∂r_ij into forces and virial (:mod:`dparallel.kernels.pair_forces`).
-Per neighbour list (a Verlet list keeps its pairs for many MD steps) the element
-bookkeeping — which pairs belong to which central element, local rows, neighbour
-elements — is computed once and reused; per call only the pairs inside the cutoff are
-selected. Same numbers as the torch route (tested against autograd and finite
-differences); no (P, F) torch temporaries, no per-call planning.
+backend is numba (:func:`acsf_engine`): float64 tanh networks run inside the kernel (per
+central atom: descriptors, ∂E/∂G, forces and virial at once); otherwise per central element
+the kernel's values and ∂G/∂r_ij, the networks (numpy, or torch autograd), then one compiled
+pass into forces and virial (:mod:`dparallel.kernels.pair_forces`). The element bookkeeping
+is computed once per neighbour list (a Verlet list keeps its pairs for many MD steps). Same
+numbers as the torch route (tested against autograd and finite differences).
 """
 
 from __future__ import annotations

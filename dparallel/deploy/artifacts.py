@@ -12,10 +12,8 @@ Each route is checked after writing: the file is loaded back with plain torch an
 probe structures built from the model's own elements; the report gives the largest
 deviation from the eager :class:`PotentialModule` or the exact reason of a failure.
 
-Each element's network alone is a ``torch.export`` file too: ``atomic_energy_<E>.pt2``
-takes (n, F_e) unscaled descriptors (dynamic n ≥ 0) and returns (n,) atomic energies (eV,
-reference energy included). It is differentiable after ``torch.export.load``, so forces
-follow from dE/dG and the descriptor derivatives.
+Each element's network alone is a ``torch.export`` file too (``atomic_energy_<E>.pt2``:
+(n, F_e) unscaled descriptors → (n,) atomic energies, eV; differentiable after loading).
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ import contextlib
 import io
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,14 +98,17 @@ def reason(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """Silence the tracers (a failed export logs and prints the whole graph)."""
+    """Silence the tracers (a failed export logs and prints the whole graph) and their
+    warnings (TorchScript is deprecated in torch 2.13)."""
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     try:
         with (
             contextlib.redirect_stdout(io.StringIO()),
             contextlib.redirect_stderr(io.StringIO()),
+            warnings.catch_warnings(),
         ):
+            warnings.simplefilter("ignore")
             yield
     finally:
         logging.disable(previous)
@@ -212,15 +214,13 @@ def _check(
 
 
 def _route(
-    name: str,
-    model_dir: Path,
+    path: Path,
     write: Callable[[Path], None],
     load: Callable[[Path], Callable[..., Sequence[Tensor]]],
     probes: Sequence[Structure],
     expected: Sequence[Sequence[Tensor]],
 ) -> RouteReport:
     """Write one artifact, load it back with plain torch, check it; never raises."""
-    path = model_dir / ARTIFACTS[name]
     t0 = time.perf_counter()
     try:
         with _quiet():
@@ -228,7 +228,7 @@ def _route(
             diffs = _check(load(path), probes, expected)
     except Exception as exc:  # noqa: BLE001 - recorded in the report
         remove_file(path)
-        log.warning("%s failed: %s", name, reason(exc))
+        log.warning("%s failed: %s", path.name, reason(exc))
         return RouteReport("failed", reason=reason(exc))
     return RouteReport("ok", path.name, seconds=time.perf_counter() - t0, max_abs_diff=diffs)
 
@@ -267,13 +267,11 @@ def write_artifacts(
         program.append(_export(gm, example))
         torch.export.save(program[0], path)
 
-    reports["torch_export"] = _route(
-        "torch_export",
-        model_dir,
-        write_export,
-        lambda p: load_exported_program(p).module(),
-        probes,
-        expected,
+    def route(name: str, write: Callable[[Path], None], load: Callable) -> RouteReport:
+        return _route(model_dir / ARTIFACTS[name], write, load, probes, expected)
+
+    reports["torch_export"] = route(
+        "torch_export", write_export, lambda p: load_exported_program(p).module()
     )
     if not aoti:
         reports["aot_inductor"] = RouteReport("skipped", reason="not requested (--aoti)")
@@ -281,32 +279,16 @@ def write_artifacts(
         reports["aot_inductor"] = RouteReport("failed", reason="needs the torch.export program")
     else:
         notes: list[str] = []
-        reports["aot_inductor"] = _route(
+        reports["aot_inductor"] = route(
             "aot_inductor",
-            model_dir,
             lambda p: _aoti_compile(program[0], p, notes),
             lambda p: torch._inductor.aoti_load_package(str(p)),
-            probes,
-            expected,
         )
         reports["aot_inductor"].note = notes[0] if notes else None
-
-    def write_script(path: Path) -> None:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TorchScript is deprecated in torch 2.13
-            torch.jit.save(torch.jit.script(_scriptable(gm)), str(path))
-
-    def load_script(path: Path) -> Callable[..., Sequence[Tensor]]:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return torch.jit.load(str(path))
-
-    reports["torchscript"] = _route(
-        "torchscript", model_dir, write_script, load_script, probes, expected
+    reports["torchscript"] = route(
+        "torchscript",
+        lambda p: torch.jit.save(torch.jit.script(_scriptable(gm)), str(p)),
+        lambda p: torch.jit.load(str(p)),
     )
     return reports
 

@@ -25,14 +25,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from dparallel._files import write_with
 from dparallel.deploy.potential import descriptor_graph, graph_energies
 from dparallel.descriptors import forces_from_derivatives, virial_from_derivatives
 from dparallel.descriptors.registry import descriptor_kind, kind_of
 from dparallel.descriptors.species import species_index
 from dparallel.errors import DescriptorError, TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
-from dparallel.nn import HDNNP, load_torch_file
+from dparallel.nn import HDNNP, load_torch_file, save_torch_file
 from dparallel.nn.device import resolve_device
 from dparallel.types import StructureBatch
 
@@ -124,24 +123,15 @@ class DeployedModel(nn.Module):
         )
 
     def energy(
-        self,
-        batch: StructureBatch,
-        positions: torch.Tensor | None = None,
-        neighbors: Neighbors | None = None,
+        self, batch: StructureBatch, positions: torch.Tensor, neighbors: Neighbors | None = None
     ) -> torch.Tensor:
         """Energies (S,) eV; differentiable with respect to ``positions`` (N, 3) Å.
 
-        With ``positions`` the pair vectors are made from them inside the autograd graph
-        and the descriptor's torch graph form (``DescriptorKind.graph``) computes the
-        features; without, the descriptor's ``compute`` does.
+        The pair vectors are made from ``positions`` inside the autograd graph and the
+        descriptor's torch graph form (``DescriptorKind.graph``) computes the features.
         """
         nb = neighbors if neighbors is not None else self.neighbors(batch)
         sidx = torch.from_numpy(batch.structure_index)
-        if positions is None:
-            res = self._compute(batch, nb, False, "auto")
-            values = {e: r.values for e, r in res.items() if r.values.shape[0]}
-            index = {e: r.atom_index for e, r in res.items()}
-            return self.model(values, index, sidx, batch.n_structures)
         graph = self.__dict__.get("_graph")
         if graph is None:
             graph = self.__dict__["_graph"] = descriptor_graph(self.descriptor)
@@ -154,11 +144,7 @@ class DeployedModel(nn.Module):
         energies = graph_energies(graph, self.model, vectors, pf, ps, species)  # (N,)
         return energies.new_zeros(batch.n_structures).index_add(0, sidx, energies)
 
-    def forward(
-        self, batch: StructureBatch, positions: torch.Tensor, neighbors: Neighbors | None = None
-    ) -> torch.Tensor:
-        """Energies (S,) from ``positions`` (N, 3): same as :meth:`energy`."""
-        return self.energy(batch, positions, neighbors)
+    forward = energy  # the module's call: the autograd route
 
     def engine(self, backend: str = "auto") -> Engine | None:
         """The compiled CPU engine of :data:`ENGINES` that takes this descriptor with
@@ -182,10 +168,9 @@ class DeployedModel(nn.Module):
         res = self._compute(batch, nb, need, backend)
         if dev.type != "cpu":
             res = {e: r.to(dev) for e, r in res.items()}
-        values = {}
-        for e, r in res.items():
-            if r.values.shape[0]:
-                values[e] = r.values.detach().requires_grad_(need)
+        values = {
+            e: r.values.detach().requires_grad_(need) for e, r in res.items() if len(r.values)
+        }
         sidx = torch.from_numpy(batch.structure_index).to(dev)
         with torch.enable_grad():
             atomic = self.model.atomic_energies(values)
@@ -250,9 +235,10 @@ class DeployedModel(nn.Module):
             for x in (out["energy"][0], out["forces"], out["stress"][0], out["energies"])
         )
 
-    def to_file(self) -> dict[str, Any]:
-        """Everything :func:`load_deployed` needs (tensors and plain data only)."""
-        return {
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write what :func:`load_deployed` needs (tensors and plain data only) to ``path``
+        atomically (``MODEL_DIR/deployed.pt``)."""
+        doc = {
             "format": "dparallel-deployed",
             "version": 2,
             "descriptor_kind": self.kind.name,
@@ -261,12 +247,8 @@ class DeployedModel(nn.Module):
             "state_dict": self.model.state_dict(),
             "dtype": str(self.dtype).removeprefix("torch."),
         }
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write :meth:`to_file` to ``path`` atomically (``MODEL_DIR/deployed.pt``)."""
-        path = Path(path)
-        write_with(path, lambda tmp: torch.save(self.to_file(), tmp))
-        return path
+        save_torch_file(doc, path)
+        return Path(path)
 
 
 def load_deployed(
@@ -290,9 +272,6 @@ def load_deployed(
         descriptor = descriptor_kind(kind).from_dict(json.loads(data["descriptor"]))
     except DescriptorError as exc:
         raise TrainingError(f"{path}: {exc}") from None
-    model = HDNNP(**json.loads(data["model_config"]))
     dt = dtype or getattr(torch, data.get("dtype", "float64"))
-    model = model.to(dt)
-    model.load_state_dict(data["state_dict"])
-    model.eval()
+    model = HDNNP.from_state(json.loads(data["model_config"]), data["state_dict"], dt)
     return DeployedModel(descriptor, model, dt, device)

@@ -43,22 +43,17 @@ def check_finite_predictions(
         from ase.data import chemical_symbols
 
         bad = ~np.isfinite(values.reshape(values.shape[0], -1)).all(axis=1)  # (N,)
-        if bad.any():
-            atom = int(np.flatnonzero(bad)[0])
-            s, i = _structure_of(batch, atom)
-            element = chemical_symbols[int(batch.numbers[atom])]
-            position = np.round(np.asarray(batch.positions[atom], float), 4).tolist()
-            what = "force" if key == "forces" else "atomic energy"
-            raise NonFiniteError(
-                f"{where}structure {first + s}, atom {i} ({element} at {position} Å): the "
-                f"predicted {what} is {values[atom].tolist()}, not finite; atoms at (nearly) "
-                "one place, or a model outside what it was trained on"
-            )
+        atom = int(np.flatnonzero(bad)[0])
+        s, i = _structure_of(batch, atom)
+        element = chemical_symbols[int(batch.numbers[atom])]
+        position = np.round(np.asarray(batch.positions[atom], float), 4).tolist()
+        what = "force" if key == "forces" else "atomic energy"
+        raise NonFiniteError(
+            f"{where}structure {first + s}, atom {i} ({element} at {position} Å): the "
+            f"predicted {what} is {values[atom].tolist()}, not finite; atoms at (nearly) "
+            "one place, or a model outside what it was trained on"
+        )
     energy = out.get("energy")
     if energy is not None and not np.isfinite(energy).all():
-        bad_e = ~np.isfinite(np.asarray(energy, float).reshape(-1))
-        if bad_e.any():
-            s = int(np.flatnonzero(bad_e)[0])
-            raise NonFiniteError(
-                f"{where}structure {first + s}: the predicted energy is not finite"
-            )
+        s = int(np.flatnonzero(~np.isfinite(np.asarray(energy, float).reshape(-1)))[0])
+        raise NonFiniteError(f"{where}structure {first + s}: the predicted energy is not finite")

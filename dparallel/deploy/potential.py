@@ -7,14 +7,9 @@ through public seams only: the descriptor's traceable graph form from the descri
 (``DescriptorKind.graph``) and ``HDNNP.atomic_energies``, so any registered descriptor type
 with a graph form exports.
 
-A graph (registered per type; for the built-in types
-:class:`~dparallel.descriptors.acsf_graph.ACSFGraph` and
-:class:`~dparallel.descriptors.neighbor_sum.NeighborSumGraph`) computes the same numbers as
-the descriptor's ``compute`` (tested to 1e-10), but from tensors only, with every
-data-dependent size produced by a tensor op, so ``make_fx``/``torch.export`` trace it with
-unbacked sizes, and autograd gives forces. Inputs: ``vectors`` (P, 3),
-``pair_first``/``pair_second`` (P,) int64, ``species`` (N,) int64 index into ``elements``;
-output (N, W) "source" columns, ``columns(e)`` picks element e's features.
+A graph (its contract: :class:`~dparallel.descriptors.registry.DescriptorKind`) computes
+the same numbers as the descriptor's ``compute`` (tested to 1e-10) from tensors only, every
+data-dependent size produced by a tensor op, so ``make_fx``/``torch.export`` trace it.
 """
 
 from __future__ import annotations
@@ -85,7 +80,6 @@ class PotentialModule(nn.Module):
         for e in self.elements:
             species[atomic_numbers[e]] = self.graph.elements.index(e)
         self.register_buffer("species_of", species, False)
-        self.numbers = [atomic_numbers[e] for e in self.elements]
 
     @property
     def cutoff(self) -> float:

@@ -147,15 +147,16 @@ class HDNNP(nn.Module):
             else _per_element(activations, self.elements, "activations", str)
         )
         self.normalize_nodes = bool(normalize_nodes)
-        self._config_extra: dict[str, Any] = {}
+        self._config: dict[str, Any] = {
+            "elements": self.elements,
+            "n_features": self.n_features,
+            "hidden": _jsonable(hidden, int),
+            "activation": activation,
+        }
         if activations is not None:
-            self._config_extra["activations"] = _jsonable(activations)
-        if not isinstance(hidden, Mapping):
-            self._config_hidden: Any = [int(h) for h in hidden]
-        else:
-            self._config_hidden = {e: [int(x) for x in h] for e, h in hidden.items()}
+            self._config["activations"] = _jsonable(activations, str)
         if self.normalize_nodes:
-            self._config_extra["normalize_nodes"] = True
+            self._config["normalize_nodes"] = True
         nets = {}
         for e in self.elements:
             acts = self.activations[e]
@@ -193,16 +194,18 @@ class HDNNP(nn.Module):
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able): rebuild with ``HDNNP(**config)``."""
-        out = {
-            "elements": self.elements,
-            "n_features": self.n_features,
-            "hidden": self._config_hidden,
-            "activation": self.activation,
-            **self._config_extra,
-        }
-        if self.scaling is not None:
-            out["scaling"] = self.scaling
-        return out
+        scaling = {} if self.scaling is None else {"scaling": self.scaling}
+        return {**self._config, **scaling}
+
+    @classmethod
+    def from_state(
+        cls, config: Mapping[str, Any], state: Mapping[str, Any], dtype: torch.dtype | None = None
+    ) -> HDNNP:
+        """``HDNNP(**config)`` with the weights ``state`` in ``dtype`` (default: theirs), in
+        eval mode."""
+        model = cls(**config).to(dtype or next(iter(state.values())).dtype)
+        model.load_state_dict(state)
+        return model.eval()
 
     def set_scaling(self, element: str, shift: np.ndarray, factor: np.ndarray) -> None:
         """Set the descriptor scaling of ``element`` (G' = (G − shift) · factor + offset)."""
@@ -291,11 +294,11 @@ def _per_element(value: Any, elements: list[str], name: str, kind: type) -> dict
     return {e: [kind(x) for x in value] for e in elements}
 
 
-def _jsonable(value: Any) -> Any:
-    """Lists and dicts of lists as plain JSON-able data."""
+def _jsonable(value: Any, kind: type) -> Any:
+    """A list, or element → list, as plain JSON-able data of ``kind``."""
     if isinstance(value, Mapping):
-        return {str(k): list(v) for k, v in value.items()}
-    return list(value)
+        return {str(k): [kind(x) for x in v] for k, v in value.items()}
+    return [kind(x) for x in value]
 
 
 #: File name of the trained model in a model directory.
@@ -334,11 +337,4 @@ def load_model(
     data = load_torch_file(path, "model file")
     if data.get("format") != MODEL_FORMAT:
         raise TrainingError(f"{path} is not a dparallel model file")
-    model = HDNNP(**data["model_config"])
-    sd = data["state_dict"]
-    model = model.to(next(iter(sd.values())).dtype)
-    model.load_state_dict(sd)
-    if dtype is not None:
-        model = model.to(dtype)
-    model.eval()
-    return model, data
+    return HDNNP.from_state(data["model_config"], data["state_dict"], dtype), data
