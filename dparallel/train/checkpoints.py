@@ -140,11 +140,11 @@ def resume_from(
     optimizer.load_state_dict(ck)
     torch.set_rng_state(ck["rng"]["torch"])
     progress = Progress(
-        start_epoch=int(ck["epoch"]) + 1,
-        best_val=ck["best_val"],
-        best_epoch=ck["best_epoch"],
-        bad_epochs=ck["bad_epochs"],
-        history=list(ck["history"]),
+        int(ck["epoch"]) + 1,
+        ck["best_val"],
+        ck["best_epoch"],
+        ck["bad_epochs"],
+        list(ck["history"]),
     )
     log.info("resumed from %s at epoch %d", path, progress.start_epoch)
     return progress

@@ -69,11 +69,9 @@ def assign_splits(
     u = _hash_uniform(ids, seed)
     split = np.where(u < test, 2, np.where(u < test + validation, 1, 0)).astype(np.int8)
     tags = np.asarray(tags, dtype=object)
-    is_test = tags == "test"
     is_train = tags == "train"
-    v = _hash_uniform(ids, seed + 1)
-    split[is_train] = np.where(v[is_train] < validation, 1, 0)
-    split[is_test] = 2
+    split[is_train] = np.where(_hash_uniform(ids, seed + 1)[is_train] < validation, 1, 0)
+    split[tags == "test"] = 2
     return split
 
 
@@ -148,12 +146,6 @@ def train_cache_bytes() -> int:
     return int(CACHE_SHARE * psutil.virtual_memory().available)
 
 
-def _sorted_by(keys: np.ndarray) -> np.ndarray | None:
-    """The stable order sorting ``keys``, or None when they already are."""
-    order = np.argsort(keys, kind="stable")
-    return None if np.all(order == np.arange(order.shape[0])) else order
-
-
 def load_partition(
     store: Store, p: int, descriptor: str, elements: Sequence[str], index: SplitIndex, forces: bool
 ) -> PartitionData:
@@ -177,7 +169,9 @@ def load_partition(
                 )
             continue
         atom_index = arr["atom_index"].astype(np.int64)
-        order = _sorted_by(atom_index)  # keep rows sorted by atom
+        order: np.ndarray | None = np.argsort(atom_index, kind="stable")  # rows sorted by atom
+        if np.all(order == np.arange(atom_index.shape[0])):
+            order = None
         values = arr["values"] if order is None else arr["values"][order]
         atom_index = atom_index if order is None else atom_index[order]
         rows[f"features/{elem}"] = Rows(
@@ -199,9 +193,7 @@ def load_partition(
             po = np.argsort(first, kind="stable")
             center = d["center"].astype(np.int64)
             if order is not None:  # rows of the re-sorted values
-                inverse = np.empty_like(order)
-                inverse[order] = np.arange(order.shape[0])
-                center = inverse[center]
+                center = np.argsort(order)[center]  # the inverse permutation
             pairs = {
                 "first": first[po],
                 "second": d["pair_second"].astype(np.int64)[po],

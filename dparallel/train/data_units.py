@@ -1,12 +1,9 @@
 """Which units the data a model was trained from came in (``data_units.json``).
 
-A model works in Å and eV whatever its data: every source is converted when read. But
-evaluating it on another file of the same data needs that file's units, and a user who
-trained from Bohr/Hartree n2p2 data will not think to repeat them. So a model directory
-records the units of its training data (from the store's ``config.ingest.units``) and
-``dparallel evaluate`` reads data in them unless told otherwise (with a warning).
-:func:`~dparallel.train.train` writes the record when it saves ``model.pt``, so a model
-trained from Python has it too.
+A model works in Å and eV whatever its data, but evaluating it on another file of the same
+data needs that file's units: a model directory records the store's ``config.ingest.units``
+(:func:`~dparallel.train.train` writes it beside ``model.pt``) and ``dparallel evaluate``
+reads data in them unless told otherwise (with a warning).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from dparallel.train.batch import (
     split_assembled,
 )
 from dparallel.train.data import BatchPlan, background, iterate_batches
-from dparallel.train.device import Target, device_memory, out_of_memory, peak_memory
+from dparallel.train.device import Target, device_memory, out_of_memory
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator
@@ -166,11 +166,6 @@ class BatchFeed:
     held: HeldData | None = None
     wait: WaitClock = field(default_factory=lambda: WaitClock())
 
-    @classmethod
-    def of(cls, spec: TrainingSpec, target: Target) -> BatchFeed:
-        """The feed ``spec`` asks for (``data_on_device``, ``batch_prefetch``) to ``target``."""
-        return cls(target, spec.data_on_device, spec.batch_prefetch)
-
     @property
     def device(self) -> torch.device:
         """The device batches are fed to."""
@@ -206,11 +201,14 @@ class BatchFeed:
 
     def describe(self) -> dict[str, Any]:
         """Device, where the data lives and peak device memory (for ``metrics.json``)."""
+        cuda = self.device.type == "cuda"
         return {
             "device": str(self.device),
             "data_on_device": self.held is not None,
             "data_bytes": self.held.nbytes if self.held is not None else None,
-            "peak_memory_bytes": peak_memory(self.device),
+            "peak_memory_bytes": int(torch.cuda.max_memory_allocated(self.device))
+            if cuda
+            else None,
         }
 
     def batches(
@@ -221,13 +219,10 @@ class BatchFeed:
         Evaluation takes batches of at least 64 structures, unshuffled. The time spent
         waiting for each batch is added to :attr:`wait`.
         """
-        if epoch is None:
-            size, shuffle, ep = max(64, spec.batch_size), False, 0
-        else:
-            size, shuffle, ep = spec.batch_size, True, epoch
+        size = spec.batch_size if epoch is not None else max(64, spec.batch_size)
         plan = BatchPlan(
-            reader.index, split, size, shuffle=shuffle, seed=spec.seed, epoch=ep,
-            shuffle_buffer=spec.shuffle_buffer,
+            reader.index, split, size, shuffle=epoch is not None, seed=spec.seed,
+            epoch=epoch or 0, shuffle_buffer=spec.shuffle_buffer,
         )  # fmt: skip
         if self.held is not None:
             return timed(self.held.batches(plan), self.wait)

@@ -104,11 +104,8 @@ class KalmanFilter(torch.optim.Optimizer):
         P.sub_(K @ X.T)
         P.diagonal().add_(st["q"])
         dw = K @ xi  # (n,)
-        offset = 0
-        for p in self.params:
-            k = p.numel()
-            p.add_(dw[offset : offset + k].view_as(p))
-            offset += k
+        for p, d in zip(self.params, dw.split([p.numel() for p in self.params]), strict=True):
+            p.add_(d.view_as(p))
         if st["q"] > g["q_min"]:
             st["q"] *= math.exp(-g["q_tau"])
         st["updates"] += 1
@@ -189,8 +186,14 @@ def observations(
         jac = [_flat(_grads(y_e, params, eye), params, len(y_e))]
         if not forces:
             return Observations(torch.cat(jac, 1), torch.cat(xi), energy.detach(), None)
-        g = _grads(energy.sum()[None], [values[k] for k in keys], None, create_graph=True)
-        g_leaf = {k: gk[0].detach() for k, gk in zip(keys, g, strict=True)}
+        inputs = [values[k] for k in keys]
+        g = torch.autograd.grad(
+            energy.sum(), inputs, retain_graph=True, create_graph=True, allow_unused=True
+        )
+        g_leaf = {
+            k: gk.detach() if gk is not None else torch.zeros_like(values[k])
+            for k, gk in zip(keys, g, strict=True)
+        }  # ∂E/∂G of each element
         predicted = forces_from_derivatives(g_leaf, features, batch.n_atoms)  # (N, 3)
         if pick is None and spec.force_weight > 0:
             finite = torch.isfinite(batch.forces).reshape(-1).nonzero().squeeze(1)
@@ -202,9 +205,9 @@ def observations(
             k = pick.numel()
             w = math.sqrt(spec.force_weight) / s
             d = force_cotangents(features, keys, pick, g_leaf)  # [(k, n_e, F_e)]
-            used = [i for i, gk in enumerate(g) if gk.requires_grad]  # elements present
+            used = [i for i, gk in enumerate(g) if gk is not None and gk.requires_grad]
             jf = torch.autograd.grad(
-                [g[i][0] for i in used], params, grad_outputs=[d[i] for i in used],
+                [g[i] for i in used], params, grad_outputs=[d[i] for i in used],
                 retain_graph=True, is_grads_batched=True, allow_unused=True,
             )  # fmt: skip
             jac.append(_flat(jf, params, k) * w)
@@ -231,26 +234,12 @@ def kalman_step(
 
 
 def _grads(
-    y: torch.Tensor,
-    inputs: list[torch.Tensor],
-    eye: torch.Tensor | None,
-    create_graph: bool = False,
+    y: torch.Tensor, inputs: list[torch.Tensor], eye: torch.Tensor
 ) -> tuple[torch.Tensor, ...]:
-    """Row-wise gradients of ``y`` (m,) with respect to ``inputs``, each (m, *shape).
-
-    ``eye`` None: ``y`` has one row, differentiated without batching (a graph is kept
-    with ``create_graph``).
-    """
-    if eye is None:
-        out = torch.autograd.grad(
-            y[0], inputs, retain_graph=True, create_graph=create_graph, allow_unused=True
-        )
-        out = tuple(None if o is None else o[None] for o in out)
-    else:
-        out = torch.autograd.grad(
-            y, inputs, grad_outputs=eye, retain_graph=True, is_grads_batched=True,
-            allow_unused=True,
-        )  # fmt: skip
+    """Row-wise gradients of ``y`` (m,) with respect to ``inputs``, each (m, *shape)."""
+    out = torch.autograd.grad(
+        y, inputs, grad_outputs=eye, retain_graph=True, is_grads_batched=True, allow_unused=True
+    )
     return tuple(
         o if o is not None else y.new_zeros((len(y), *x.shape))
         for o, x in zip(out, inputs, strict=True)

@@ -119,10 +119,7 @@ class TrainingSpec(BaseModel):
             raise ValueError("validation_fraction + test_fraction must be < 1")
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden layer sizes must be >= 1, got {self.hidden}")
-        if (
-            self.scaling in ("scale", "scalecenter", "scalesigma")
-            and self.scale_max == self.scale_min
-        ):
+        if self.scaling.startswith("scale") and self.scale_max == self.scale_min:  # n2p2's
             raise ValueError("scale_max must differ from scale_min")
         if isinstance(self.batch_prefetch, int) and self.batch_prefetch < 0:
             raise ValueError(f"batch_prefetch must be >= 0 or auto, got {self.batch_prefetch}")
