@@ -161,13 +161,9 @@ class _TanhNetwork:
 class ACSFForces:
     """Energies, forces and virial of (ACSF, HDNNP) with the compiled kernels.
 
-    Parameters
-    ----------
-    descriptor, model
-        The ACSF and the per-element networks of a ``DeployedModel``.
-    dtype
-        Precision of descriptors and networks (``torch.float64`` or ``torch.float32``);
-        forces and virial are accumulated in float64.
+    ``descriptor`` and ``model`` are a ``DeployedModel``'s; ``dtype`` (``torch.float64`` or
+    ``torch.float32``) the precision of descriptors and networks (forces and virial are
+    accumulated in float64).
     """
 
     def __init__(self, descriptor: ACSF, model: HDNNP, dtype: torch.dtype) -> None:
@@ -177,12 +173,11 @@ class ACSFForces:
         self.elements = descriptor.elements
         plans = descriptor.plans()
         self.plans = [plans[e] for e in self.elements]
-        n_el = len(self.elements)
         self.feature_index = [
             {f: np.asarray(p.deriv_groups[f][0], dtype=np.int64) for f in p.deriv_groups}
             for p in self.plans
         ]
-        self.n_el = n_el
+        self.n_el = len(self.elements)
         self._layout: _Layout | None = None
         self.networks = {
             e: _TanhNetwork.of(model, k, e) for k, e in enumerate(model.elements)

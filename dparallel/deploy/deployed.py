@@ -66,17 +66,10 @@ ENGINES: dict[str, Callable[[Any, HDNNP, torch.dtype, str], Engine | None]] = {
 class DeployedModel(nn.Module):
     """Descriptor (of any registered type) + HDNNP: a self-contained potential.
 
-    Parameters
-    ----------
-    descriptor
-        The descriptor the model was trained on (``elements``, ``r_cut``, ``compute``).
-    model
-        The trained :class:`HDNNP`; its elements must be among the descriptor's.
-    dtype
-        Precision of descriptors and networks (float64 default).
-    device
-        Where :meth:`predict` runs the networks and sums forces and virial (``cpu``,
-        ``cuda``, ``cuda:N``, ``auto``); descriptors are computed on the CPU and moved there.
+    ``descriptor`` is the one the trained :class:`HDNNP` ``model`` was trained on (its
+    elements must be among the descriptor's); ``dtype`` the precision of descriptors and
+    networks; ``device`` where :meth:`predict` runs the networks and sums forces and virial
+    (``cpu``, ``cuda``, ``cuda:N``, ``auto``; descriptors are computed on the CPU).
     """
 
     def __init__(
@@ -151,12 +144,8 @@ class DeployedModel(nn.Module):
         ``backend`` (made once per backend; it caches per neighbour list), or None: the
         torch route."""
         if backend not in self._engines:
-            found = None
-            for factory in ENGINES.values():
-                found = factory(self.descriptor, self.model, self.dtype, backend)
-                if found is not None:
-                    break
-            self._engines[backend] = found
+            made = (f(self.descriptor, self.model, self.dtype, backend) for f in ENGINES.values())
+            self._engines[backend] = next((e for e in made if e is not None), None)
         return self._engines[backend]
 
     def _predict_torch(

@@ -19,14 +19,6 @@ if TYPE_CHECKING:
     from dparallel.types import StructureBatch
 
 
-def _structure_of(batch: StructureBatch, atom: int) -> tuple[int, int]:
-    """(structure index in the batch, atom index within it) of the batch's atom ``atom``."""
-    ends = np.cumsum(np.asarray(batch.atom_counts, np.int64))  # (S,)
-    s = int(np.searchsorted(ends, atom, side="right"))
-    start = int(ends[s - 1]) if s else 0
-    return s, atom - start
-
-
 def check_finite_predictions(
     out: Mapping[str, Any], batch: StructureBatch, first: int = 0, where: str = ""
 ) -> None:
@@ -44,7 +36,9 @@ def check_finite_predictions(
 
         bad = ~np.isfinite(values.reshape(values.shape[0], -1)).all(axis=1)  # (N,)
         atom = int(np.flatnonzero(bad)[0])
-        s, i = _structure_of(batch, atom)
+        ends = np.cumsum(np.asarray(batch.atom_counts, np.int64))  # (S,)
+        s = int(np.searchsorted(ends, atom, side="right"))
+        i = atom - (int(ends[s - 1]) if s else 0)  # the atom's index in its structure
         element = chemical_symbols[int(batch.numbers[atom])]
         position = np.round(np.asarray(batch.positions[atom], float), 4).tolist()
         what = "force" if key == "forces" else "atomic energy"

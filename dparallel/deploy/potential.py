@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from ase.data import atomic_numbers
 from torch import Tensor, nn
 
 from dparallel.descriptors.registry import kind_of
@@ -51,22 +52,15 @@ def descriptor_graph(descriptor: Any) -> Any:
 class PotentialModule(nn.Module):
     """E, F = −∂E/∂r and σ = (1/V) ∂E/∂ε of one structure, by autograd inside the graph.
 
-    Parameters
-    ----------
-    descriptor
-        The descriptor the model was trained on, of a registered type with a graph form.
-    model
-        The trained :class:`HDNNP` (its elements must be among the descriptor's).
-    dtype
-        Floating dtype of the inputs and outputs (float64 default).
+    ``descriptor``: the one the trained :class:`HDNNP` ``model`` was trained on (its elements
+    must be among the descriptor's), of a registered type with a graph form; ``dtype``: the
+    floating dtype of the inputs and outputs.
     """
 
     species_of: torch.Tensor  # (119,) atomic number → descriptor element index, -1 (buffer)
 
     def __init__(self, descriptor: Any, model: HDNNP, dtype: torch.dtype = torch.float64) -> None:
         super().__init__()
-        from ase.data import atomic_numbers
-
         self.graph = descriptor_graph(descriptor)
         missing = [e for e in model.elements if e not in self.graph.elements]
         if missing:
@@ -96,26 +90,14 @@ class PotentialModule(nn.Module):
         pair_second: Tensor,
         shifts: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Energy, forces, stress and per-atom energies of one structure.
+        """Energy () eV, forces (N, 3) eV/Å, stress (3, 3) eV/Å³ and per-atom energies (N,)
+        eV of one structure.
 
-        Parameters
-        ----------
-        positions
-            (N, 3) Å.
-        numbers
-            (N,) int64 atomic numbers (each one of the model's elements).
-        cell
-            (3, 3) Å, rows are the cell vectors (zeros when not periodic).
-        pbc
-            (3,) bool periodic directions (stress is NaN unless all are periodic).
-        pair_first, pair_second
-            (P,) int64 full neighbour list (i→j and j→i), any order, cutoff ≥ :attr:`cutoff`.
-        shifts
-            (P, 3) image shifts S (same dtype as ``positions``): r_ij = r_j − r_i + S·cell.
-
-        Returns
-        -------
-        energy () eV, forces (N, 3) eV/Å, stress (3, 3) eV/Å³, energies (N,) eV.
+        ``positions`` (N, 3) Å; ``numbers`` (N,) int64, each one of the model's elements;
+        ``cell`` (3, 3) Å, rows the cell vectors (zeros when not periodic); ``pbc`` (3,) bool
+        (stress is NaN unless all are periodic); ``pair_first``, ``pair_second`` (P,) int64,
+        the full neighbour list (i→j and j→i) in any order, cutoff ≥ :attr:`cutoff`;
+        ``shifts`` (P, 3) image shifts S in ``positions``' dtype: r_ij = r_j − r_i + S·cell.
         """
         species = self.species_of.index_select(0, numbers)  # (N,)
         torch._assert_async((species >= 0).all(), "an atomic number is not among the model's")

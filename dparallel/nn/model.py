@@ -96,28 +96,15 @@ class DivideBy(nn.Module):
 class HDNNP(nn.Module):
     """Sum of per-element atomic energies E_i = ref_e + s · MLP_e((G_i − shift_e) · factor_e + o).
 
-    Parameters
-    ----------
-    elements
-        Chemical symbols, one network each.
-    n_features
-        Number of descriptor columns per element.
-    hidden
-        Hidden layer sizes: one list for every element, or element → list.
-    activation
-        Activation of every hidden layer (when ``activations`` is not given).
-    activations
-        Per-layer activation names (:data:`dparallel.nn.activations.ACTIVATIONS`),
-        one per hidden layer plus the output layer: one list for every element, or
-        element → list. Default: ``activation`` on hidden layers, identity output.
-    normalize_nodes
-        Divide every layer's pre-activation by its number of inputs (n2p2's
-        ``normalize_nodes``).
-    scaling
-        Optional descriptor scaling as data: ``{"mode": one of SCALING_MODES, "smin",
-        "smax", "statistics": {element: {"min", "max", "mean", "sigma"}}}``. It sets the
-        shift/factor buffers and the offset o = Smin (n2p2 types), and is kept in
-        :meth:`config` (n2p2 export writes its statistics to scaling.data).
+    One network per chemical symbol of ``elements``, taking ``n_features[e]`` descriptor
+    columns. ``hidden`` (layer sizes) and ``activations`` (names of
+    :data:`dparallel.nn.activations.ACTIVATIONS`, one per hidden layer plus the output layer;
+    default ``activation`` on hidden layers, identity output) are one list for every element
+    or element → list. ``normalize_nodes`` divides every layer's pre-activation by its number
+    of inputs (n2p2's). ``scaling``, optional descriptor scaling as data (``{"mode": one of
+    SCALING_MODES, "smin", "smax", "statistics": {element: {"min", "max", "mean",
+    "sigma"}}}``), sets the shift/factor buffers and the offset o = Smin (n2p2 types) and is
+    kept in :meth:`config` (n2p2 export writes its statistics to scaling.data).
     """
 
     ref_energy: torch.Tensor  # (n_elements,) eV per atom (buffer)
@@ -259,19 +246,9 @@ class HDNNP(nn.Module):
         structure_index: torch.Tensor,
         n_structures: int,
     ) -> torch.Tensor:
-        """Total energy per structure, (n_structures,) eV.
-
-        Parameters
-        ----------
-        values
-            element → (n_e, F_e) descriptors of that element's atoms.
-        atom_index
-            element → (n_e,) atom row of each descriptor row.
-        structure_index
-            (N,) structure of each atom row.
-        n_structures
-            Number of structures S.
-        """
+        """Total energy per structure, (S,) eV, of ``values`` (element → (n_e, F_e)
+        descriptors of its atoms) whose rows are the atoms ``atom_index`` (element → (n_e,)),
+        in structures ``structure_index`` (N,) of ``n_structures`` S."""
         energies = None
         for e, ei in self.atomic_energies(values).items():
             if energies is None:

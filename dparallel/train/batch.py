@@ -9,12 +9,9 @@ the index columns from 0 — on the host (numpy, :data:`HOST`) for streamed data
 device (:class:`DeviceOps`) for data held there. :func:`make_batch` turns the result into
 a :class:`Batch`.
 
-A :class:`Batch` carries labels and either descriptor values with their ∂G/∂r
-(``features``, stored or computed by the descriptor's kernel) or the geometry the
-descriptors are computed from when it is predicted (``geometry``). Its tensors are the
-fields of these dataclasses (and of :class:`~dparallel.descriptors.DescriptorResult`,
-:class:`~dparallel.descriptors.PairDerivatives`), declared once: :func:`map_batch` walks
-them, and device moves, pinning, stream recording and sizes go through it.
+A batch's tensors are the fields of its dataclasses (and of
+:class:`~dparallel.descriptors.DescriptorResult`, :class:`~dparallel.descriptors.PairDerivatives`),
+declared once: :func:`map_batch` walks them for device moves, pinning, stream recording and sizes.
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
+import psutil
 import torch
+from ase.data import atomic_numbers
 
 from dparallel.errors import TrainingError
 from dparallel.train.batch import Batch, PartitionData, Rows, assemble, make_batch
@@ -141,8 +143,6 @@ def train_cache_bytes() -> int:
     mb = os.environ.get("DPARALLEL_TRAIN_CACHE_MB")
     if mb is not None:
         return int(float(mb) * 2**20)
-    import psutil
-
     return int(CACHE_SHARE * psutil.virtual_memory().available)
 
 
@@ -162,7 +162,7 @@ def load_partition(
         base = f"features/{descriptor}/{elem}"
         arr = stored.get(elem, {})
         if "values" not in arr:
-            if np.any(batch.numbers == _z(elem)):
+            if np.any(batch.numbers == atomic_numbers[elem]):
                 raise TrainingError(
                     f"{store.target}: partition {p} has {elem} atoms but no {base} arrays; "
                     f"featurize the store (descriptor {descriptor!r})"
@@ -183,7 +183,7 @@ def load_partition(
         for neigh in elements if forces else ():
             d = {k.split("/", 2)[2]: v for k, v in arr.items() if k.startswith(f"d/{neigh}/")}
             if not d:
-                if values.shape[0] and np.any(batch.numbers == _z(neigh)):
+                if values.shape[0] and np.any(batch.numbers == atomic_numbers[neigh]):
                     raise TrainingError(
                         f"{store.target}: partition {p} has no derivatives {base}/d/{neigh}; "
                         "featurize with derivatives=True, or train with force_weight=0"
@@ -212,12 +212,6 @@ def load_partition(
             )
             nbytes += sum(v.nbytes for v in pairs.values()) + pairs["first"].nbytes
     return PartitionData(p, index.ids[p], index.split[p], rows, nbytes)
-
-
-def _z(symbol: str) -> int:
-    from ase.data import atomic_numbers
-
-    return int(atomic_numbers[symbol])
 
 
 class PartitionReader:

@@ -21,27 +21,20 @@ if TYPE_CHECKING:
 DATA_UNITS_JSON = "data_units.json"
 
 
-def store_data_units(store: Store | str | os.PathLike[str]) -> str | None:
-    """The units of the file a store (open, or its path) was made from
-    (``config.ingest.units``), if recorded."""
+def record_data_units(
+    model_dir: str | os.PathLike[str], store: Store | str | os.PathLike[str]
+) -> None:
+    """Write ``data_units.json`` in ``model_dir``: the units of the store's (open, or its
+    path) source file (``config.ingest.units``), if recorded."""
     try:
         if isinstance(store, (str, os.PathLike)):
-            doc = json.loads((Path(store) / "zarr.json").read_text())
-            attrs = doc["attributes"]["dparallel"]
+            attrs = json.loads((Path(store) / "zarr.json").read_text())["attributes"]["dparallel"]
         else:
             attrs = store.attrs
         units = attrs["config"]["ingest"]["units"]
     except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return units if isinstance(units, str) else None
-
-
-def record_data_units(
-    model_dir: str | os.PathLike[str], store: Store | str | os.PathLike[str]
-) -> None:
-    """Write ``data_units.json`` in ``model_dir``: the units of the store's source file."""
-    units = store_data_units(store)
-    if units is not None:
+        return
+    if isinstance(units, str):
         where = store if isinstance(store, (str, os.PathLike)) else store.location
         doc = {"data_units": units, "store": str(where)}
         write_file(Path(model_dir) / DATA_UNITS_JSON, json.dumps(doc, indent=1) + "\n")

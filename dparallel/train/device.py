@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import psutil
 import torch
 
 from dparallel.errors import DeviceError
@@ -31,8 +32,6 @@ def device_memory(device: torch.device) -> tuple[int, int]:
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         return int(free), int(total)
-    import psutil
-
     vm = psutil.virtual_memory()
     return int(vm.available), int(vm.total)
 

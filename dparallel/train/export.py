@@ -36,8 +36,7 @@ EXPORT_REPORT = "export.json"
 
 @dataclass
 class ExportJob:
-    """What one :func:`export_model` call works on: the deployed model, where to write,
-    the options, and the report each step adds to (``files``, ``routes``, …)."""
+    """One :func:`export_model` call: its model, folder, options and the report steps add to."""
 
     deployed: DeployedModel
     model_dir: Path

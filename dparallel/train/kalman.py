@@ -34,22 +34,11 @@ if TYPE_CHECKING:
 class KalmanFilter(torch.optim.Optimizer):
     """Global extended Kalman filter over all parameters (n2p2's standard Kalman filter).
 
-    Parameters
-    ----------
-    params
-        The parameters (flattened in order into one state vector of length n).
-    epsilon
-        P starts as I/ε (n2p2 ``kalman_epsilon``).
-    q0, q_tau, q_min
-        Process noise: starts at q0, multiplied by exp(−q_tau) after each update while
-        above q_min (``kalman_q0``, ``kalman_qtau`` per update, ``kalman_qmin``).
-    eta0, eta_tau, eta_max
-        Inverse measurement noise: starts at eta0, multiplied by exp(eta_tau) before each
-        update while below eta_max (``kalman_eta``, ``kalman_etatau`` per update,
-        ``kalman_etamax``).
-
-    The filter state (P, q, η, number of updates) is in :meth:`state_dict`, so
-    checkpoints resume it.
+    ``params`` are flattened in order into one state vector of length n; ``epsilon``, the
+    process noise ``q0``, ``q_tau``, ``q_min`` and the inverse measurement noise ``eta0``,
+    ``eta_tau``, ``eta_max`` are those of the module docstring (the spec's ``kalman_*``,
+    τ's per update). The filter state (P, q, η, number of updates) is in
+    :meth:`state_dict`, so checkpoints resume it.
     """
 
     def __init__(

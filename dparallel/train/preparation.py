@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from ase.data import atomic_numbers
 
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
@@ -66,8 +67,6 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
         )
     # least squares E_s ≈ Σ_e n_{s,e} ref_e over training structures (normal equations),
     # accumulated partition by partition during the split pass
-    from ase.data import atomic_numbers
-
     zs = np.array([atomic_numbers[elem] for elem in elements])
     ata = np.zeros((len(elements), len(elements)))
     atb = np.zeros(len(elements))

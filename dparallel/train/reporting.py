@@ -86,7 +86,7 @@ class Metrics:
         ):
             self.sums[f"{name}_{kind}"] = self.sums.get(f"{name}_{kind}", 0) + value
         for name, x in zip(("ref", "pred"), parity, strict=False):
-            self.parity.setdefault(f"{kind}_{name}", []).append(_host(x, ok))
+            self.parity.setdefault(f"{kind}_{name}", []).append(x[ok].detach().cpu().numpy())
 
     def summary(self) -> dict[str, float]:
         """energy_rmse/mae (eV/atom), force_rmse/mae (eV/Å), loss (NaN when not measured)."""
@@ -102,10 +102,6 @@ class Metrics:
     def parity_arrays(self) -> dict[str, np.ndarray]:
         """Concatenated reference/predicted arrays kept with ``keep=True``."""
         return {k: np.concatenate(v) for k, v in self.parity.items()}
-
-
-def _host(x: torch.Tensor, ok: torch.Tensor) -> np.ndarray:
-    return x[ok].detach().cpu().numpy()
 
 
 def evaluate_split(
@@ -169,10 +165,7 @@ def write_plots(
 
 def notify(callbacks: Iterable[EpochCallback], row: dict[str, Any]) -> bool:
     """Call every callback with ``row`` in order; whether any asked to stop."""
-    stop = False
-    for callback in callbacks:
-        stop = bool(callback(row)) or stop
-    return stop
+    return any([bool(callback(row)) for callback in callbacks])  # a list: every one is called
 
 
 def _pyplot():  # noqa: ANN202

@@ -193,15 +193,11 @@ def parse_training_spec(
     ConfigError
         Unknown keys, bad values or a malformed override; the message names them.
     """
-    where = "config"
-    if isinstance(source, Mapping):
-        data = _training_section(source, where)
-    elif source is not None:
-        where = str(source)
-        data = _training_section(read_yaml(source, "training config"), where)
+    if source is None or isinstance(source, Mapping):
+        where, document = "config", source
     else:
-        data = {}
-    data = apply_overrides(data, overrides, root="training")
+        where, document = str(source), read_yaml(source, "training config")
+    data = apply_overrides(_training_section(document, where), overrides, root="training")
     try:
         return TrainingSpec(**data)
     except ValidationError as exc:

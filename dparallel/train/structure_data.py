@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
+from ase.data import atomic_numbers
 
 from dparallel.deploy.potential import descriptor_graph
 from dparallel.descriptors.registry import descriptor_kind
@@ -102,8 +103,6 @@ class StructureReader(PartitionReader):
         missing = [elem for elem in self.elements if elem not in self.descriptor_elements]
         if missing:
             raise TrainingError(f"descriptor {descriptor!r} does not cover elements {missing}")
-        from ase.data import atomic_numbers
-
         self.cutoff = float(self.descriptor_object.r_cut)
         self._species_of = np.full(119, -1, np.int64)
         for elem in self.elements:
