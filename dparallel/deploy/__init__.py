@@ -6,7 +6,7 @@ export`` traces into ``potential.pt2`` / ``potential.ts`` (:mod:`dparallel.deplo
 Both reach the descriptor only through the descriptor registry's protocol.
 """
 
-from dparallel.deploy.atomic_energies import export_atomic_energies, load_atomic_energies
+from dparallel.deploy.artifacts import export_atomic_energies, load_atomic_energies
 from dparallel.deploy.deployed import DEPLOYED, ENGINES, DeployedModel, load_deployed
 from dparallel.deploy.potential import INPUT_NAMES, OUTPUT_NAMES, PotentialModule
 

@@ -1,15 +1,12 @@
 """Energy, forces and virial of an ACSF potential through the compiled kernels (inference).
 
 The engine :meth:`dparallel.deploy.DeployedModel.predict` takes on the CPU when the ACSF
-backend is numba (:func:`acsf_engine`, in ``dparallel.deploy.deployed.ENGINES``): per
-central element one kernel call on numpy arrays (values and per-pair
-∂G/∂r_ij), the atomic networks and ∂E/∂G by torch autograd, then one compiled pass that
-contracts ∂E/∂G with ∂G/∂r_ij into forces and virial (:mod:`dparallel.kernels.pair_forces`).
-Per neighbour list (a Verlet list keeps its pairs for many MD steps) the element
-bookkeeping — which pairs belong to which central element, local rows, neighbour
-elements — is computed once and reused; per call only the pairs inside the cutoff are
-selected. Same numbers as the torch route (tested against autograd and finite
-differences); no (P, F) torch temporaries, no per-call planning.
+backend is numba (:func:`acsf_engine`): float64 tanh networks run inside the kernel (per
+central atom: descriptors, ∂E/∂G, forces and virial at once); otherwise per central element
+the kernel's values and ∂G/∂r_ij, the networks (numpy, or torch autograd), then one compiled
+pass into forces and virial (:mod:`dparallel.kernels.pair_forces`). The element bookkeeping
+is computed once per neighbour list (a Verlet list keeps its pairs for many MD steps). Same
+numbers as the torch route (tested against autograd and finite differences).
 """
 
 from __future__ import annotations
@@ -29,8 +26,6 @@ if TYPE_CHECKING:
     from dparallel.neighbors import Neighbors
     from dparallel.nn import HDNNP
     from dparallel.types import StructureBatch
-
-__all__ = ["ACSFForces", "acsf_engine"]
 
 
 class _Layout(NamedTuple):
@@ -166,13 +161,9 @@ class _TanhNetwork:
 class ACSFForces:
     """Energies, forces and virial of (ACSF, HDNNP) with the compiled kernels.
 
-    Parameters
-    ----------
-    descriptor, model
-        The ACSF and the per-element networks of a ``DeployedModel``.
-    dtype
-        Precision of descriptors and networks (``torch.float64`` or ``torch.float32``);
-        forces and virial are accumulated in float64.
+    ``descriptor`` and ``model`` are a ``DeployedModel``'s; ``dtype`` (``torch.float64`` or
+    ``torch.float32``) the precision of descriptors and networks (forces and virial are
+    accumulated in float64).
     """
 
     def __init__(self, descriptor: ACSF, model: HDNNP, dtype: torch.dtype) -> None:
@@ -182,12 +173,11 @@ class ACSFForces:
         self.elements = descriptor.elements
         plans = descriptor.plans()
         self.plans = [plans[e] for e in self.elements]
-        n_el = len(self.elements)
         self.feature_index = [
             {f: np.asarray(p.deriv_groups[f][0], dtype=np.int64) for f in p.deriv_groups}
             for p in self.plans
         ]
-        self.n_el = n_el
+        self.n_el = len(self.elements)
         self._layout: _Layout | None = None
         self.networks = {
             e: _TanhNetwork.of(model, k, e) for k, e in enumerate(model.elements)

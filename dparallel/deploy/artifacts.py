@@ -11,6 +11,9 @@ tensor in the exported program constant's list"); ``make_fx`` first is what Nequ
 Each route is checked after writing: the file is loaded back with plain torch and run on
 probe structures built from the model's own elements; the report gives the largest
 deviation from the eager :class:`PotentialModule` or the exact reason of a failure.
+
+Each element's network alone is a ``torch.export`` file too (``atomic_energy_<E>.pt2``:
+(n, F_e) unscaled descriptors → (n,) atomic energies, eV; differentiable after loading).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import contextlib
 import io
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,18 +33,12 @@ from torch import Tensor, nn
 from dparallel._files import remove_file, write_with
 from dparallel.deploy.potential import INPUT_NAMES, OUTPUT_NAMES, PotentialModule
 from dparallel.deploy.probes import Structure, probe_structures
-from dparallel.nn import load_exported_program
+from dparallel.errors import TrainingError
+from dparallel.nn import HDNNP, load_exported_program
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Callable, Iterator, Sequence
-
-__all__ = [
-    "ARTIFACTS",
-    "RouteReport",
-    "flatten",
-    "reason",
-    "write_artifacts",
-]
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +98,17 @@ def reason(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """Silence the tracers (a failed export logs and prints the whole graph)."""
+    """Silence the tracers (a failed export logs and prints the whole graph) and their
+    warnings (TorchScript is deprecated in torch 2.13)."""
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     try:
         with (
             contextlib.redirect_stdout(io.StringIO()),
             contextlib.redirect_stderr(io.StringIO()),
+            warnings.catch_warnings(),
         ):
+            warnings.simplefilter("ignore")
             yield
     finally:
         logging.disable(previous)
@@ -213,15 +214,13 @@ def _check(
 
 
 def _route(
-    name: str,
-    model_dir: Path,
+    path: Path,
     write: Callable[[Path], None],
     load: Callable[[Path], Callable[..., Sequence[Tensor]]],
     probes: Sequence[Structure],
     expected: Sequence[Sequence[Tensor]],
 ) -> RouteReport:
     """Write one artifact, load it back with plain torch, check it; never raises."""
-    path = model_dir / ARTIFACTS[name]
     t0 = time.perf_counter()
     try:
         with _quiet():
@@ -229,7 +228,7 @@ def _route(
             diffs = _check(load(path), probes, expected)
     except Exception as exc:  # noqa: BLE001 - recorded in the report
         remove_file(path)
-        log.warning("%s failed: %s", name, reason(exc))
+        log.warning("%s failed: %s", path.name, reason(exc))
         return RouteReport("failed", reason=reason(exc))
     return RouteReport("ok", path.name, seconds=time.perf_counter() - t0, max_abs_diff=diffs)
 
@@ -268,13 +267,11 @@ def write_artifacts(
         program.append(_export(gm, example))
         torch.export.save(program[0], path)
 
-    reports["torch_export"] = _route(
-        "torch_export",
-        model_dir,
-        write_export,
-        lambda p: load_exported_program(p).module(),
-        probes,
-        expected,
+    def route(name: str, write: Callable[[Path], None], load: Callable) -> RouteReport:
+        return _route(model_dir / ARTIFACTS[name], write, load, probes, expected)
+
+    reports["torch_export"] = route(
+        "torch_export", write_export, lambda p: load_exported_program(p).module()
     )
     if not aoti:
         reports["aot_inductor"] = RouteReport("skipped", reason="not requested (--aoti)")
@@ -282,31 +279,61 @@ def write_artifacts(
         reports["aot_inductor"] = RouteReport("failed", reason="needs the torch.export program")
     else:
         notes: list[str] = []
-        reports["aot_inductor"] = _route(
+        reports["aot_inductor"] = route(
             "aot_inductor",
-            model_dir,
             lambda p: _aoti_compile(program[0], p, notes),
             lambda p: torch._inductor.aoti_load_package(str(p)),
-            probes,
-            expected,
         )
         reports["aot_inductor"].note = notes[0] if notes else None
-
-    def write_script(path: Path) -> None:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TorchScript is deprecated in torch 2.13
-            torch.jit.save(torch.jit.script(_scriptable(gm)), str(path))
-
-    def load_script(path: Path) -> Callable[..., Sequence[Tensor]]:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return torch.jit.load(str(path))
-
-    reports["torchscript"] = _route(
-        "torchscript", model_dir, write_script, load_script, probes, expected
+    reports["torchscript"] = route(
+        "torchscript",
+        lambda p: torch.jit.save(torch.jit.script(_scriptable(gm)), str(p)),
+        lambda p: torch.jit.load(str(p)),
     )
     return reports
+
+
+# ------------------------------------------------------- per-element networks
+class _AtomicEnergy(nn.Module):
+    """One element's descriptor → atomic-energy map (scaling, MLP, scale, reference)."""
+
+    def __init__(self, model: HDNNP, element: str) -> None:
+        super().__init__()
+        self.model = model
+        self.element = element
+
+    def forward(self, values: torch.Tensor) -> torch.Tensor:
+        return self.model.atomic_energies({self.element: values})[self.element]
+
+
+def export_atomic_energies(model: HDNNP, model_dir: str | os.PathLike[str]) -> list[str]:
+    """``torch.export`` each element's network to ``MODEL_DIR/atomic_energy_<E>.pt2``;
+    returns the file names."""
+    from torch.export import Dim
+
+    files = []
+    for e in model.elements:
+        example = torch.zeros(3, model.n_features[e], dtype=model.ref_energy.dtype)
+        program = torch.export.export(
+            _AtomicEnergy(model, e), (example,), dynamic_shapes=({0: Dim(f"n_{e}", min=0)},)
+        )
+        name = f"atomic_energy_{e}.pt2"
+        # called at once, inside this iteration: the late binding B023 warns of cannot bite
+        write_with(
+            Path(model_dir) / name,
+            lambda tmp: torch.export.save(program, tmp),  # noqa: B023
+            suffix=".pt2",
+        )
+        files.append(name)
+    return files
+
+
+def load_atomic_energies(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Element → callable (n, F_e) → (n,) from the ``atomic_energy_<E>.pt2`` files."""
+    out = {}
+    for path in sorted(Path(model_dir).glob("atomic_energy_*.pt2")):
+        element = path.stem.removeprefix("atomic_energy_")
+        out[element] = load_exported_program(path).module()
+    if not out:
+        raise TrainingError(f"no atomic_energy_*.pt2 in {model_dir}; run `dparallel export`")
+    return out

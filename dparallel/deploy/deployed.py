@@ -25,22 +25,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from dparallel._files import write_with
-from dparallel.deploy.graph_descriptors import descriptor_graph
-from dparallel.deploy.potential import graph_energies
+from dparallel.deploy.potential import descriptor_graph, graph_energies
 from dparallel.descriptors import forces_from_derivatives, virial_from_derivatives
 from dparallel.descriptors.registry import descriptor_kind, kind_of
 from dparallel.descriptors.species import species_index
 from dparallel.errors import DescriptorError, TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
-from dparallel.nn import HDNNP, load_torch_file
+from dparallel.nn import HDNNP, load_torch_file, save_torch_file
 from dparallel.nn.device import resolve_device
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     import os
-
-__all__ = ["DEPLOYED", "ENGINES", "DeployedModel", "Engine", "load_deployed"]
 
 #: File name of the deployable model inside MODEL_DIR.
 DEPLOYED = "deployed.pt"
@@ -70,17 +66,10 @@ ENGINES: dict[str, Callable[[Any, HDNNP, torch.dtype, str], Engine | None]] = {
 class DeployedModel(nn.Module):
     """Descriptor (of any registered type) + HDNNP: a self-contained potential.
 
-    Parameters
-    ----------
-    descriptor
-        The descriptor the model was trained on (``elements``, ``r_cut``, ``compute``).
-    model
-        The trained :class:`HDNNP`; its elements must be among the descriptor's.
-    dtype
-        Precision of descriptors and networks (float64 default).
-    device
-        Where :meth:`predict` runs the networks and sums forces and virial (``cpu``,
-        ``cuda``, ``cuda:N``, ``auto``); descriptors are computed on the CPU and moved there.
+    ``descriptor`` is the one the trained :class:`HDNNP` ``model`` was trained on (its
+    elements must be among the descriptor's); ``dtype`` the precision of descriptors and
+    networks; ``device`` where :meth:`predict` runs the networks and sums forces and virial
+    (``cpu``, ``cuda``, ``cuda:N``, ``auto``; descriptors are computed on the CPU).
     """
 
     def __init__(
@@ -127,24 +116,15 @@ class DeployedModel(nn.Module):
         )
 
     def energy(
-        self,
-        batch: StructureBatch,
-        positions: torch.Tensor | None = None,
-        neighbors: Neighbors | None = None,
+        self, batch: StructureBatch, positions: torch.Tensor, neighbors: Neighbors | None = None
     ) -> torch.Tensor:
         """Energies (S,) eV; differentiable with respect to ``positions`` (N, 3) Å.
 
-        With ``positions`` the pair vectors are made from them inside the autograd graph
-        and the descriptor's torch graph form (``DescriptorKind.graph``) computes the
-        features; without, the descriptor's ``compute`` does.
+        The pair vectors are made from ``positions`` inside the autograd graph and the
+        descriptor's torch graph form (``DescriptorKind.graph``) computes the features.
         """
         nb = neighbors if neighbors is not None else self.neighbors(batch)
         sidx = torch.from_numpy(batch.structure_index)
-        if positions is None:
-            res = self._compute(batch, nb, False, "auto")
-            values = {e: r.values for e, r in res.items() if r.values.shape[0]}
-            index = {e: r.atom_index for e, r in res.items()}
-            return self.model(values, index, sidx, batch.n_structures)
         graph = self.__dict__.get("_graph")
         if graph is None:
             graph = self.__dict__["_graph"] = descriptor_graph(self.descriptor)
@@ -157,23 +137,15 @@ class DeployedModel(nn.Module):
         energies = graph_energies(graph, self.model, vectors, pf, ps, species)  # (N,)
         return energies.new_zeros(batch.n_structures).index_add(0, sidx, energies)
 
-    def forward(
-        self, batch: StructureBatch, positions: torch.Tensor, neighbors: Neighbors | None = None
-    ) -> torch.Tensor:
-        """Energies (S,) from ``positions`` (N, 3): same as :meth:`energy`."""
-        return self.energy(batch, positions, neighbors)
+    forward = energy  # the module's call: the autograd route
 
     def engine(self, backend: str = "auto") -> Engine | None:
         """The compiled CPU engine of :data:`ENGINES` that takes this descriptor with
         ``backend`` (made once per backend; it caches per neighbour list), or None: the
         torch route."""
         if backend not in self._engines:
-            found = None
-            for factory in ENGINES.values():
-                found = factory(self.descriptor, self.model, self.dtype, backend)
-                if found is not None:
-                    break
-            self._engines[backend] = found
+            made = (f(self.descriptor, self.model, self.dtype, backend) for f in ENGINES.values())
+            self._engines[backend] = next((e for e in made if e is not None), None)
         return self._engines[backend]
 
     def _predict_torch(
@@ -185,10 +157,9 @@ class DeployedModel(nn.Module):
         res = self._compute(batch, nb, need, backend)
         if dev.type != "cpu":
             res = {e: r.to(dev) for e, r in res.items()}
-        values = {}
-        for e, r in res.items():
-            if r.values.shape[0]:
-                values[e] = r.values.detach().requires_grad_(need)
+        values = {
+            e: r.values.detach().requires_grad_(need) for e, r in res.items() if len(r.values)
+        }
         sidx = torch.from_numpy(batch.structure_index).to(dev)
         with torch.enable_grad():
             atomic = self.model.atomic_energies(values)
@@ -253,9 +224,10 @@ class DeployedModel(nn.Module):
             for x in (out["energy"][0], out["forces"], out["stress"][0], out["energies"])
         )
 
-    def to_file(self) -> dict[str, Any]:
-        """Everything :func:`load_deployed` needs (tensors and plain data only)."""
-        return {
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write what :func:`load_deployed` needs (tensors and plain data only) to ``path``
+        atomically (``MODEL_DIR/deployed.pt``)."""
+        doc = {
             "format": "dparallel-deployed",
             "version": 2,
             "descriptor_kind": self.kind.name,
@@ -264,12 +236,8 @@ class DeployedModel(nn.Module):
             "state_dict": self.model.state_dict(),
             "dtype": str(self.dtype).removeprefix("torch."),
         }
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write :meth:`to_file` to ``path`` atomically (``MODEL_DIR/deployed.pt``)."""
-        path = Path(path)
-        write_with(path, lambda tmp: torch.save(self.to_file(), tmp))
-        return path
+        save_torch_file(doc, path)
+        return Path(path)
 
 
 def load_deployed(
@@ -293,9 +261,6 @@ def load_deployed(
         descriptor = descriptor_kind(kind).from_dict(json.loads(data["descriptor"]))
     except DescriptorError as exc:
         raise TrainingError(f"{path}: {exc}") from None
-    model = HDNNP(**json.loads(data["model_config"]))
     dt = dtype or getattr(torch, data.get("dtype", "float64"))
-    model = model.to(dt)
-    model.load_state_dict(data["state_dict"])
-    model.eval()
+    model = HDNNP.from_state(json.loads(data["model_config"]), data["state_dict"], dt)
     return DeployedModel(descriptor, model, dt, device)

@@ -18,16 +18,6 @@ if TYPE_CHECKING:
 
     from dparallel.types import StructureBatch
 
-__all__ = ["check_finite_predictions"]
-
-
-def _structure_of(batch: StructureBatch, atom: int) -> tuple[int, int]:
-    """(structure index in the batch, atom index within it) of the batch's atom ``atom``."""
-    ends = np.cumsum(np.asarray(batch.atom_counts, np.int64))  # (S,)
-    s = int(np.searchsorted(ends, atom, side="right"))
-    start = int(ends[s - 1]) if s else 0
-    return s, atom - start
-
 
 def check_finite_predictions(
     out: Mapping[str, Any], batch: StructureBatch, first: int = 0, where: str = ""
@@ -45,22 +35,19 @@ def check_finite_predictions(
         from ase.data import chemical_symbols
 
         bad = ~np.isfinite(values.reshape(values.shape[0], -1)).all(axis=1)  # (N,)
-        if bad.any():
-            atom = int(np.flatnonzero(bad)[0])
-            s, i = _structure_of(batch, atom)
-            element = chemical_symbols[int(batch.numbers[atom])]
-            position = np.round(np.asarray(batch.positions[atom], float), 4).tolist()
-            what = "force" if key == "forces" else "atomic energy"
-            raise NonFiniteError(
-                f"{where}structure {first + s}, atom {i} ({element} at {position} Å): the "
-                f"predicted {what} is {values[atom].tolist()}, not finite; atoms at (nearly) "
-                "one place, or a model outside what it was trained on"
-            )
+        atom = int(np.flatnonzero(bad)[0])
+        ends = np.cumsum(np.asarray(batch.atom_counts, np.int64))  # (S,)
+        s = int(np.searchsorted(ends, atom, side="right"))
+        i = atom - (int(ends[s - 1]) if s else 0)  # the atom's index in its structure
+        element = chemical_symbols[int(batch.numbers[atom])]
+        position = np.round(np.asarray(batch.positions[atom], float), 4).tolist()
+        what = "force" if key == "forces" else "atomic energy"
+        raise NonFiniteError(
+            f"{where}structure {first + s}, atom {i} ({element} at {position} Å): the "
+            f"predicted {what} is {values[atom].tolist()}, not finite; atoms at (nearly) "
+            "one place, or a model outside what it was trained on"
+        )
     energy = out.get("energy")
     if energy is not None and not np.isfinite(energy).all():
-        bad_e = ~np.isfinite(np.asarray(energy, float).reshape(-1))
-        if bad_e.any():
-            s = int(np.flatnonzero(bad_e)[0])
-            raise NonFiniteError(
-                f"{where}structure {first + s}: the predicted energy is not finite"
-            )
+        s = int(np.flatnonzero(~np.isfinite(np.asarray(energy, float).reshape(-1)))[0])
+        raise NonFiniteError(f"{where}structure {first + s}: the predicted energy is not finite")

@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["identical"]
-
 
 def identical(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``a`` and ``b`` have the same shape, dtype and bytes.

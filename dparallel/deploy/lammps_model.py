@@ -41,8 +41,6 @@ if TYPE_CHECKING:
 
     from dparallel.nn import HDNNP
 
-__all__ = ["LAMMPS_MODEL", "lammps_model_text", "write_lammps_model"]
-
 #: File name of the model that ``pair_style dparallel`` reads from MODEL_DIR.
 LAMMPS_MODEL = "lammps.model"
 _HEADER = "dparallel-lammps-model 1"

@@ -6,6 +6,10 @@ This is the module that ``dparallel export`` traces into ``potential.pt2`` (torc
 through public seams only: the descriptor's traceable graph form from the descriptor registry
 (``DescriptorKind.graph``) and ``HDNNP.atomic_energies``, so any registered descriptor type
 with a graph form exports.
+
+A graph (its contract: :class:`~dparallel.descriptors.registry.DescriptorKind`) computes
+the same numbers as the descriptor's ``compute`` (tested to 1e-10) from tensors only, every
+data-dependent size produced by a tensor op, so ``make_fx``/``torch.export`` trace it.
 """
 
 from __future__ import annotations
@@ -13,15 +17,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from ase.data import atomic_numbers
 from torch import Tensor, nn
 
-from dparallel.deploy.graph_descriptors import descriptor_graph
-from dparallel.errors import TrainingError
+from dparallel.descriptors.registry import kind_of
+from dparallel.errors import DescriptorError, TrainingError
 
 if TYPE_CHECKING:
     from dparallel.nn import HDNNP
-
-__all__ = ["INPUT_NAMES", "OUTPUT_NAMES", "PotentialModule", "graph_energies"]
 
 #: Positional inputs of the artifact, in order (shapes and units: :meth:`PotentialModule.forward`).
 INPUT_NAMES = ("positions", "numbers", "cell", "pbc", "pair_first", "pair_second", "shifts")
@@ -29,25 +32,35 @@ INPUT_NAMES = ("positions", "numbers", "cell", "pbc", "pair_first", "pair_second
 OUTPUT_NAMES = ("energy", "forces", "stress", "energies")
 
 
+def descriptor_graph(descriptor: Any) -> Any:
+    """The graph form of a descriptor of a registered type that has one.
+
+    Raises
+    ------
+    DescriptorError
+        The descriptor's type registered no graph form (``DescriptorKind.graph``).
+    """
+    kind = kind_of(descriptor)
+    if kind.graph is None:
+        raise DescriptorError(
+            f"descriptor type {kind.name!r} has no torch graph form (DescriptorKind.graph): "
+            "register one to export plain-torch files or to differentiate through positions"
+        )
+    return kind.graph()(descriptor)
+
+
 class PotentialModule(nn.Module):
     """E, F = −∂E/∂r and σ = (1/V) ∂E/∂ε of one structure, by autograd inside the graph.
 
-    Parameters
-    ----------
-    descriptor
-        The descriptor the model was trained on, of a registered type with a graph form.
-    model
-        The trained :class:`HDNNP` (its elements must be among the descriptor's).
-    dtype
-        Floating dtype of the inputs and outputs (float64 default).
+    ``descriptor``: the one the trained :class:`HDNNP` ``model`` was trained on (its elements
+    must be among the descriptor's), of a registered type with a graph form; ``dtype``: the
+    floating dtype of the inputs and outputs.
     """
 
     species_of: torch.Tensor  # (119,) atomic number → descriptor element index, -1 (buffer)
 
     def __init__(self, descriptor: Any, model: HDNNP, dtype: torch.dtype = torch.float64) -> None:
         super().__init__()
-        from ase.data import atomic_numbers
-
         self.graph = descriptor_graph(descriptor)
         missing = [e for e in model.elements if e not in self.graph.elements]
         if missing:
@@ -61,7 +74,6 @@ class PotentialModule(nn.Module):
         for e in self.elements:
             species[atomic_numbers[e]] = self.graph.elements.index(e)
         self.register_buffer("species_of", species, False)
-        self.numbers = [atomic_numbers[e] for e in self.elements]
 
     @property
     def cutoff(self) -> float:
@@ -78,26 +90,14 @@ class PotentialModule(nn.Module):
         pair_second: Tensor,
         shifts: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Energy, forces, stress and per-atom energies of one structure.
+        """Energy () eV, forces (N, 3) eV/Å, stress (3, 3) eV/Å³ and per-atom energies (N,)
+        eV of one structure.
 
-        Parameters
-        ----------
-        positions
-            (N, 3) Å.
-        numbers
-            (N,) int64 atomic numbers (each one of the model's elements).
-        cell
-            (3, 3) Å, rows are the cell vectors (zeros when not periodic).
-        pbc
-            (3,) bool periodic directions (stress is NaN unless all are periodic).
-        pair_first, pair_second
-            (P,) int64 full neighbour list (i→j and j→i), any order, cutoff ≥ :attr:`cutoff`.
-        shifts
-            (P, 3) image shifts S (same dtype as ``positions``): r_ij = r_j − r_i + S·cell.
-
-        Returns
-        -------
-        energy () eV, forces (N, 3) eV/Å, stress (3, 3) eV/Å³, energies (N,) eV.
+        ``positions`` (N, 3) Å; ``numbers`` (N,) int64, each one of the model's elements;
+        ``cell`` (3, 3) Å, rows the cell vectors (zeros when not periodic); ``pbc`` (3,) bool
+        (stress is NaN unless all are periodic); ``pair_first``, ``pair_second`` (P,) int64,
+        the full neighbour list (i→j and j→i) in any order, cutoff ≥ :attr:`cutoff`;
+        ``shifts`` (P, 3) image shifts S in ``positions``' dtype: r_ij = r_j − r_i + S·cell.
         """
         species = self.species_of.index_select(0, numbers)  # (N,)
         torch._assert_async((species >= 0).all(), "an atomic number is not among the model's")

@@ -11,8 +11,6 @@ from torch import Tensor
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["Structure", "inputs_from_atoms", "probe_atoms", "probe_structures"]
-
 
 @dataclass
 class Structure:

@@ -21,8 +21,6 @@ from dparallel.neighbors import Neighbors, neighbor_list
 if TYPE_CHECKING:
     from dparallel.types import StructureBatch
 
-__all__ = ["VerletList", "VerletStatistics"]
-
 
 class VerletStatistics(NamedTuple):
     """How a :class:`VerletList` has been used: builds against calls of ``neighbors``."""
@@ -34,20 +32,15 @@ class VerletStatistics(NamedTuple):
 class VerletList:
     """Full neighbour list of one structure, reused while no atom moved more than skin/2.
 
-    Parameters
-    ----------
-    cutoff
-        Interaction cutoff r_c (Å).
-    skin
-        Extra distance (Å) kept in the list; 0 rebuilds on every call.
+    ``cutoff``: the interaction cutoff r_c (Å); ``skin``: the extra distance (Å) kept in the
+    list (0 rebuilds on every call).
     """
 
     def __init__(self, cutoff: float, skin: float = 0.5) -> None:
         if not cutoff > 0 or not skin >= 0:
             raise DescriptorError(f"need cutoff > 0 and skin >= 0, got {cutoff}, {skin}")
         self.cutoff, self.skin = float(cutoff), float(skin)
-        self._builds = 0
-        self._calls = 0
+        self._builds = self._calls = 0
         self._ref: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._pairs: Neighbors | None = None
         self._shift_vectors = np.zeros((0, 3))  # (P, 3) S·cell, Å

@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from dparallel.nn.activations import ACTIVATIONS, N2P2_EXPRESSIBLE, make_activation
 from dparallel.nn.files import load_exported_program, load_torch_file, save_torch_file
-from dparallel.nn.model import HDNNP, DivideBy
-from dparallel.nn.model_file import MODEL, MODEL_FORMAT, load_model, model_file
-from dparallel.nn.scaling import SCALING_MODES, scaling_from_statistics, scaling_parameters
+from dparallel.nn.model import (
+    HDNNP,
+    MODEL,
+    MODEL_FORMAT,
+    SCALING_MODES,
+    DivideBy,
+    load_model,
+    model_file,
+    scaling_from_statistics,
+    scaling_parameters,
+)
 
 __all__ = [
     "ACTIVATIONS",

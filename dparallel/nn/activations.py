@@ -26,8 +26,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["ACTIVATIONS", "N2P2_EXPRESSIBLE", "make_activation"]
-
 _EXP_LIMIT = 35.0  # n2p2's EXP_LIMIT
 
 
@@ -72,8 +70,8 @@ class _Harmonic(nn.Module):
         return x * x
 
 
-#: Name → module class of every activation an HDNNP layer may use.
-ACTIVATIONS: dict[str, type[nn.Module]] = {
+#: n2p2's activations (which n2p2 evaluates identically): name → module class.
+_N2P2: dict[str, type[nn.Module]] = {
     "identity": nn.Identity,
     "tanh": nn.Tanh,
     "logistic": _Logistic,
@@ -84,16 +82,16 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "revlogistic": _RevLogistic,
     "exp": _Exp,
     "harmonic": _Harmonic,
+}
+#: Name → module class of every activation an HDNNP layer may use.
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    **_N2P2,
     "softplus": nn.Softplus,
     "silu": nn.SiLU,
     "gelu": nn.GELU,
 }
-
-#: Activations n2p2 can evaluate (identically), with the reason for the others.
-N2P2_EXPRESSIBLE = frozenset(
-    ("identity", "tanh", "logistic", "softplus_n2p2", "relu", "gaussian", "cos",
-     "revlogistic", "exp", "harmonic")
-)  # fmt: skip
+#: Activations n2p2 can evaluate (identically).
+N2P2_EXPRESSIBLE = frozenset(_N2P2)
 
 
 def make_activation(name: str) -> nn.Module:

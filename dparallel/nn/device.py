@@ -15,8 +15,6 @@ import torch
 from dparallel.config import DEVICE_PATTERN
 from dparallel.errors import DeviceError
 
-__all__ = ["DEVICE_PATTERN", "available_devices", "resolve_device"]
-
 
 def available_devices() -> str:
     """What this process can use, in words: ``"cpu"`` or ``"cpu, cuda:0 (NVIDIA H200)"``."""

@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Iterator
 
-__all__ = ["load_exported_program", "load_torch_file", "save_torch_file"]
-
 #: The pickle protocol ``torch.load(weights_only=True)`` expects (torch's default for
 #: ``torch.save``); a file written with another one reads the same but makes torch warn.
 _PICKLE_PROTOCOL = 2
@@ -50,6 +48,13 @@ def _refused_global(exc: BaseException) -> str | None:
     if match is not None:
         return f"GLOBAL {match.group(1)}"
     return "a Python object" if "global" in str(exc).lower() else None
+
+
+def _refusal(path: Path, what: str, refused: str) -> TrainingError:
+    return TrainingError(
+        f"{path}: refusing to load this {what}: it holds {refused}, not only tensors and "
+        "plain data; dparallel never unpickles objects from files"
+    )
 
 
 def load_torch_file(
@@ -88,47 +93,32 @@ def load_torch_file(
             raise TrainingError(
                 f"{path}: cannot read this {what} (truncated or corrupt?): not a torch file"
             ) from None
-        raise TrainingError(
-            f"{path}: refusing to load this {what}: it holds {refused}, not only tensors "
-            "and plain data; dparallel never unpickles objects from files"
-        ) from None
+        raise _refusal(path, what, refused) from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError) as exc:
         raise TrainingError(
             f"{path}: cannot read this {what} (truncated or corrupt?): {_first_line(exc)}"
         ) from None
     if not isinstance(data, dict):
         raise TrainingError(f"{path}: not a dparallel {what} (it holds a {type(data).__name__})")
-    where = _non_finite_tensor(data)
-    if where is not None:
-        raise NonFiniteError(
-            f"{path}: this {what} holds a non-finite number (NaN or infinity) in {where}; "
-            "the model it holds is broken (a diverged training?): retrain it, or resume "
-            "from an earlier checkpoint"
-        )
+    for where, t in _tensors(data):
+        bad = ~torch.isfinite(t) if t.is_floating_point() or t.is_complex() else None
+        if bad is not None and bool(bad.any()):
+            index = tuple(int(i) for i in torch.nonzero(bad)[0].tolist())
+            raise NonFiniteError(
+                f"{path}: this {what} holds a non-finite number (NaN or infinity) in "
+                f"{where or 'a tensor'} at index {index}; the model it holds is broken (a "
+                "diverged training?): retrain it, or resume from an earlier checkpoint"
+            )
     return data
 
 
-def _non_finite_tensor(obj: Any, where: str = "") -> str | None:
-    """Where in ``obj`` a floating-point tensor holds NaN or infinity (its key and the
-    first index), or ``None``."""
+def _tensors(obj: Any, where: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """(key path, tensor) of every tensor in ``obj``'s dicts, lists and tuples."""
     if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point() or obj.is_complex():
-            bad = ~torch.isfinite(obj)
-            if bool(bad.any()):
-                index = [int(i) for i in torch.nonzero(bad)[0].tolist()]
-                return f"{where or 'a tensor'} at index {tuple(index)}"
-        return None
-    if isinstance(obj, dict):
-        items: Any = obj.items()
-    elif isinstance(obj, (list, tuple)):
-        items = enumerate(obj)
-    else:
-        return None
-    for key, value in items:
-        found = _non_finite_tensor(value, f"{where}.{key}" if where else str(key))
-        if found is not None:
-            return found
-    return None
+        yield where, obj
+    elif isinstance(obj, (dict, list, tuple)):
+        for key, value in obj.items() if isinstance(obj, dict) else enumerate(obj):
+            yield from _tensors(value, f"{where}.{key}" if where else str(key))
 
 
 def _on_cpu(obj: Any) -> Any:
@@ -215,10 +205,7 @@ def load_exported_program(path: str | os.PathLike[str]) -> Any:
     except Exception as exc:  # noqa: BLE001 - any failure to deserialize is the file's
         refused = _refused_global(exc) if isinstance(exc, pickle.UnpicklingError) else None
         if refused is not None:
-            raise TrainingError(
-                f"{path}: refusing to load this exported program: it holds {refused}, not "
-                "only tensors and plain data; dparallel never unpickles objects from files"
-            ) from None
+            raise _refusal(path, "exported program", refused) from None
         raise TrainingError(
             f"{path}: cannot load this exported program (truncated or corrupt?): {_first_line(exc)}"
         ) from None

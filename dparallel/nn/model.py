@@ -1,23 +1,85 @@
-"""Behler-Parrinello high-dimensional neural network potential (one MLP per element)."""
+"""The Behler-Parrinello HDNNP (one MLP per element), its descriptor scaling and its file.
+
+Scaling: dparallel's modes and n2p2's scaling types (:func:`scaling_parameters`). The
+trained-model file (``model.pt``) is a plain dict (read with
+:func:`~dparallel.nn.files.load_torch_file`, so weights only): ``format``, ``version``, the
+:class:`HDNNP` constructor arguments (``model_config``), its ``state_dict``, the descriptor
+spec and kind, and the training spec as a dict (:func:`model_file`, :func:`load_model`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from dparallel.errors import TrainingError
 from dparallel.nn.activations import ACTIVATIONS, make_activation
-from dparallel.nn.scaling import scaling_parameters
+from dparallel.nn.files import load_torch_file
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Sequence
 
-    import numpy as np
+#: Feature scaling modes: dparallel's (constant features get factor 1) and n2p2's types.
+SCALING_MODES = (
+    "center_sigma",
+    "minmax",
+    "center",
+    "none",
+    "scale",
+    "scalecenter",
+    "scalesigma",
+)
+_N2P2_MODES = ("scale", "scalecenter", "scalesigma")
 
-__all__ = ["HDNNP", "DivideBy"]
+
+def scaling_parameters(
+    stats: Mapping[str, Any], mode: str, smin: float = 0.0, smax: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(shift, factor, offset) per feature so that scaled G = (G − shift) · factor + offset.
+
+    ``stats`` holds n2p2 scaling.data fields (min, max, mean, sigma lists). dparallel modes
+    (offset 0; constant features — σ or max − min below 1e-12 — get factor 1):
+    ``center_sigma`` (G − mean)/σ; ``minmax`` to [−1, 1]; ``center`` G − mean; ``none``.
+    n2p2 types (``SymFnc::scale``, offset = Smin, the same floating-point operations):
+    ``scale`` Smin + (Smax − Smin)(G − min)/(max − min); ``scalecenter`` the same around
+    the mean; ``scalesigma`` Smin + (Smax − Smin)(G − mean)/σ. Where n2p2 would divide by
+    zero (a constant feature) the factor is Smax − Smin instead of n2p2's inf.
+    """
+    lo = np.asarray(stats["min"], np.float64)
+    hi = np.asarray(stats["max"], np.float64)
+    mean = np.asarray(stats["mean"], np.float64)
+    sigma = np.asarray(stats["sigma"], np.float64)
+    if mode == "center_sigma":
+        return mean, 1.0 / np.where(sigma > 1e-12, sigma, 1.0), 0.0
+    if mode == "minmax":
+        width = hi - lo
+        return 0.5 * (hi + lo), 2.0 / np.where(width > 1e-12, width, 1.0), 0.0
+    if mode == "center":
+        return mean, np.ones_like(mean), 0.0
+    if mode == "none":
+        return np.zeros_like(mean), np.ones_like(mean), 0.0
+    if mode in _N2P2_MODES:
+        denom = sigma if mode == "scalesigma" else hi - lo
+        factor = (smax - smin) / np.where(denom != 0.0, denom, 1.0)
+        return (lo if mode == "scale" else mean), factor, float(smin)
+    raise TrainingError(f"unknown scaling mode {mode!r}; expected one of {SCALING_MODES}")
+
+
+def scaling_from_statistics(stats: Mapping[str, Any], mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """(shift, factor) per feature so that scaled G = (G − shift) · factor (dparallel modes).
+
+    See :func:`scaling_parameters`; the n2p2 types need its offset as well.
+    """
+    shift, factor, offset = scaling_parameters(stats, mode)
+    if offset != 0.0:
+        raise TrainingError(f"scaling mode {mode!r} has an offset; use scaling_parameters")
+    return shift, factor
 
 
 class DivideBy(nn.Module):
@@ -34,28 +96,15 @@ class DivideBy(nn.Module):
 class HDNNP(nn.Module):
     """Sum of per-element atomic energies E_i = ref_e + s · MLP_e((G_i − shift_e) · factor_e + o).
 
-    Parameters
-    ----------
-    elements
-        Chemical symbols, one network each.
-    n_features
-        Number of descriptor columns per element.
-    hidden
-        Hidden layer sizes: one list for every element, or element → list.
-    activation
-        Activation of every hidden layer (when ``activations`` is not given).
-    activations
-        Per-layer activation names (:data:`dparallel.nn.activations.ACTIVATIONS`),
-        one per hidden layer plus the output layer: one list for every element, or
-        element → list. Default: ``activation`` on hidden layers, identity output.
-    normalize_nodes
-        Divide every layer's pre-activation by its number of inputs (n2p2's
-        ``normalize_nodes``).
-    scaling
-        Optional descriptor scaling as data: ``{"mode": one of SCALING_MODES, "smin",
-        "smax", "statistics": {element: {"min", "max", "mean", "sigma"}}}``. It sets the
-        shift/factor buffers and the offset o = Smin (n2p2 types), and is kept in
-        :meth:`config` (n2p2 export writes its statistics to scaling.data).
+    One network per chemical symbol of ``elements``, taking ``n_features[e]`` descriptor
+    columns. ``hidden`` (layer sizes) and ``activations`` (names of
+    :data:`dparallel.nn.activations.ACTIVATIONS`, one per hidden layer plus the output layer;
+    default ``activation`` on hidden layers, identity output) are one list for every element
+    or element → list. ``normalize_nodes`` divides every layer's pre-activation by its number
+    of inputs (n2p2's). ``scaling``, optional descriptor scaling as data (``{"mode": one of
+    SCALING_MODES, "smin", "smax", "statistics": {element: {"min", "max", "mean",
+    "sigma"}}}``), sets the shift/factor buffers and the offset o = Smin (n2p2 types) and is
+    kept in :meth:`config` (n2p2 export writes its statistics to scaling.data).
     """
 
     ref_energy: torch.Tensor  # (n_elements,) eV per atom (buffer)
@@ -85,15 +134,16 @@ class HDNNP(nn.Module):
             else _per_element(activations, self.elements, "activations", str)
         )
         self.normalize_nodes = bool(normalize_nodes)
-        self._config_extra: dict[str, Any] = {}
+        self._config: dict[str, Any] = {
+            "elements": self.elements,
+            "n_features": self.n_features,
+            "hidden": _jsonable(hidden, int),
+            "activation": activation,
+        }
         if activations is not None:
-            self._config_extra["activations"] = _jsonable(activations)
-        if not isinstance(hidden, Mapping):
-            self._config_hidden: Any = [int(h) for h in hidden]
-        else:
-            self._config_hidden = {e: [int(x) for x in h] for e, h in hidden.items()}
+            self._config["activations"] = _jsonable(activations, str)
         if self.normalize_nodes:
-            self._config_extra["normalize_nodes"] = True
+            self._config["normalize_nodes"] = True
         nets = {}
         for e in self.elements:
             acts = self.activations[e]
@@ -131,16 +181,18 @@ class HDNNP(nn.Module):
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able): rebuild with ``HDNNP(**config)``."""
-        out = {
-            "elements": self.elements,
-            "n_features": self.n_features,
-            "hidden": self._config_hidden,
-            "activation": self.activation,
-            **self._config_extra,
-        }
-        if self.scaling is not None:
-            out["scaling"] = self.scaling
-        return out
+        scaling = {} if self.scaling is None else {"scaling": self.scaling}
+        return {**self._config, **scaling}
+
+    @classmethod
+    def from_state(
+        cls, config: Mapping[str, Any], state: Mapping[str, Any], dtype: torch.dtype | None = None
+    ) -> HDNNP:
+        """``HDNNP(**config)`` with the weights ``state`` in ``dtype`` (default: theirs), in
+        eval mode."""
+        model = cls(**config).to(dtype or next(iter(state.values())).dtype)
+        model.load_state_dict(state)
+        return model.eval()
 
     def set_scaling(self, element: str, shift: np.ndarray, factor: np.ndarray) -> None:
         """Set the descriptor scaling of ``element`` (G' = (G − shift) · factor + offset)."""
@@ -194,19 +246,9 @@ class HDNNP(nn.Module):
         structure_index: torch.Tensor,
         n_structures: int,
     ) -> torch.Tensor:
-        """Total energy per structure, (n_structures,) eV.
-
-        Parameters
-        ----------
-        values
-            element → (n_e, F_e) descriptors of that element's atoms.
-        atom_index
-            element → (n_e,) atom row of each descriptor row.
-        structure_index
-            (N,) structure of each atom row.
-        n_structures
-            Number of structures S.
-        """
+        """Total energy per structure, (S,) eV, of ``values`` (element → (n_e, F_e)
+        descriptors of its atoms) whose rows are the atoms ``atom_index`` (element → (n_e,)),
+        in structures ``structure_index`` (N,) of ``n_structures`` S."""
         energies = None
         for e, ei in self.atomic_energies(values).items():
             if energies is None:
@@ -229,8 +271,47 @@ def _per_element(value: Any, elements: list[str], name: str, kind: type) -> dict
     return {e: [kind(x) for x in value] for e in elements}
 
 
-def _jsonable(value: Any) -> Any:
-    """Lists and dicts of lists as plain JSON-able data."""
+def _jsonable(value: Any, kind: type) -> Any:
+    """A list, or element → list, as plain JSON-able data of ``kind``."""
     if isinstance(value, Mapping):
-        return {str(k): list(v) for k, v in value.items()}
-    return list(value)
+        return {str(k): [kind(x) for x in v] for k, v in value.items()}
+    return [kind(x) for x in value]
+
+
+#: File name of the trained model in a model directory.
+MODEL = "model.pt"
+#: The ``format`` key of a model file.
+MODEL_FORMAT = "dparallel-hdnnp"
+
+
+def model_file(
+    model: HDNNP,
+    spec: Mapping[str, Any],
+    descriptor: dict | None,
+    descriptor_kind: str,
+) -> dict[str, Any]:
+    """A model file's contents: config, weights, descriptor spec and kind, training spec."""
+    return {
+        "format": MODEL_FORMAT,
+        "version": 1,
+        "model_config": model.config(),
+        "state_dict": model.state_dict(),
+        "descriptor": descriptor,
+        "descriptor_kind": descriptor_kind,
+        "spec": dict(spec),
+    }
+
+
+def load_model(
+    path: str | os.PathLike[str], dtype: torch.dtype | None = None
+) -> tuple[HDNNP, dict]:
+    """Rebuild the :class:`HDNNP` from a ``model.pt`` (or a MODEL_DIR); returns (model, file)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / MODEL
+    if not path.is_file():
+        raise TrainingError(f"no trained model at {path}; run `dparallel train` first")
+    data = load_torch_file(path, "model file")
+    if data.get("format") != MODEL_FORMAT:
+        raise TrainingError(f"{path} is not a dparallel model file")
+    return HDNNP.from_state(data["model_config"], data["state_dict"], dtype), data

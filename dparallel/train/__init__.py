@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from dparallel.nn import HDNNP, load_model, scaling_from_statistics  # re-exported from nn/
 from dparallel.train.batch import Batch, Geometry, assemble, make_batch
-from dparallel.train.data import BatchPlan, PartitionReader, iterate_batches
+from dparallel.train.data import (
+    BatchPlan,
+    PartitionReader,
+    SplitIndex,
+    build_split_index,
+    iterate_batches,
+)
 from dparallel.train.loop import TrainResult, train
 from dparallel.train.objective import predict_batch
 from dparallel.train.optimizers import Optimizer, make_optimizer
 from dparallel.train.reporting import EpochCallback, Metrics, evaluate_split
 from dparallel.train.spec import TrainingSpec, parse_training_spec
-from dparallel.train.splits import SplitIndex, build_split_index
 
 __all__ = [
     "HDNNP",

@@ -9,19 +9,16 @@ the index columns from 0 — on the host (numpy, :data:`HOST`) for streamed data
 device (:class:`DeviceOps`) for data held there. :func:`make_batch` turns the result into
 a :class:`Batch`.
 
-A :class:`Batch` carries labels and either descriptor values with their ∂G/∂r
-(``features``, stored or computed by the descriptor's kernel) or the geometry the
-descriptors are computed from when it is predicted (``geometry``). Its tensors are the
-fields of these dataclasses (and of :class:`~dparallel.descriptors.DescriptorResult`,
-:class:`~dparallel.descriptors.PairDerivatives`), declared once: :func:`map_batch` walks
-them, and device moves, pinning, stream recording and sizes go through it.
+A batch's tensors are the fields of its dataclasses (and of
+:class:`~dparallel.descriptors.DescriptorResult`, :class:`~dparallel.descriptors.PairDerivatives`),
+declared once: :func:`map_batch` walks them for device moves, pinning, stream recording and sizes.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -32,29 +29,8 @@ from dparallel.errors import TrainingError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = [
-    "HOST",
-    "Assembled",
-    "Batch",
-    "DeviceOps",
-    "Geometry",
-    "HostOps",
-    "PartitionData",
-    "Rows",
-    "assemble",
-    "assemble_groups",
-    "batch_nbytes",
-    "batch_to",
-    "cast_batch",
-    "group_by_partition",
-    "make_batch",
-    "map_batch",
-    "map_tensors",
-    "merge_partitions",
-    "pin_batch",
-    "ranges",
-    "split_assembled",
-]
+
+T = TypeVar("T")
 
 
 # ----------------------------------------------------------------- the batch
@@ -103,30 +79,26 @@ class Batch:
         return int(self.structure_index.shape[0])
 
 
-def map_tensors(
-    obj: Any, fn: Callable[[torch.Tensor], torch.Tensor], module: Callable | None = None
-) -> Any:
-    """``obj`` with ``fn`` applied to every tensor of its dataclass fields and dicts.
+def map_batch(
+    obj: T, fn: Callable[[torch.Tensor], torch.Tensor], module: Callable | None = None
+) -> T:
+    """``obj`` (a batch, or any part of one) with ``fn`` applied to every tensor of its
+    dataclass fields and dicts (labels, features, geometry).
 
     Modules (the descriptor graph) go through ``module`` if given, else stay; anything
     else (host arrays, numbers) stays.
     """
+    out: Any = obj
     if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if isinstance(obj, dict):
-        return {k: map_tensors(v, fn, module) for k, v in obj.items()}
-    if isinstance(obj, torch.nn.Module):
-        return module(obj) if module is not None else obj
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return replace(
-            obj, **{f.name: map_tensors(getattr(obj, f.name), fn, module) for f in fields(obj)}
+        out = fn(obj)
+    elif isinstance(obj, dict):
+        out = {k: map_batch(v, fn, module) for k, v in obj.items()}
+    elif isinstance(obj, torch.nn.Module):
+        out = module(obj) if module is not None else obj
+    elif is_dataclass(obj) and not isinstance(obj, type):
+        out = replace(
+            obj, **{f.name: map_batch(getattr(obj, f.name), fn, module) for f in fields(obj)}
         )
-    return obj
-
-
-def map_batch(batch: Batch, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
-    """``batch`` with ``fn`` applied to each of its tensors (labels, features, geometry)."""
-    out: Batch = map_tensors(batch, fn)
     return out
 
 
@@ -134,10 +106,9 @@ def batch_to(batch: Batch, device: torch.device, non_blocking: bool = False) -> 
     """``batch`` with every tensor (and the descriptor graph) on ``device``."""
     if batch.energy.device == device:
         return batch
-    out: Batch = map_tensors(
+    return map_batch(
         batch, lambda t: t.to(device, non_blocking=non_blocking), lambda m: m.to(device)
     )
-    return out
 
 
 def cast_batch(batch: Batch, dtype: torch.dtype) -> Batch:
@@ -194,26 +165,17 @@ class PartitionData:
         return int(self.ids.shape[0])
 
 
-def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(a, b) for each (a, b), vectorised, int64."""
-    lengths = (stops - starts).astype(np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    before = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    return np.repeat(starts - before, lengths) + np.arange(total, dtype=np.int64)
-
-
 class HostOps:
     """Index arithmetic of :func:`assemble` on numpy arrays (streamed partitions)."""
 
-    def ranges(self, starts: np.ndarray, stops: np.ndarray) -> Any:
-        return ranges(starts, stops)
+    def tensor(self, a: Any) -> torch.Tensor:
+        return torch.from_numpy(a) if isinstance(a, np.ndarray) else a
 
-    def renumber(self, n_rows: int, rows: Any, base: int) -> Any:
-        out = np.full(n_rows, -1, np.int64)
-        out[rows] = base + np.arange(rows.shape[0])
-        return out
+    def arange(self, n: int) -> Any:
+        return np.arange(n, dtype=np.int64)
+
+    def full(self, n: int, value: int) -> Any:
+        return np.full(n, value, np.int64)
 
     def cat(self, parts: list) -> Any:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -221,8 +183,17 @@ class HostOps:
     def repeat(self, values: np.ndarray, counts: np.ndarray) -> Any:
         return np.repeat(values, counts)
 
-    def tensor(self, a: Any) -> torch.Tensor:
-        return torch.from_numpy(a) if isinstance(a, np.ndarray) else a
+    def ranges(self, starts: np.ndarray, stops: np.ndarray) -> Any:
+        """Concatenation of arange(a, b) for each (a, b), vectorised, int64."""
+        lengths = (stops - starts).astype(np.int64)
+        before = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        return self.repeat(starts - before, lengths) + self.arange(int(lengths.sum()))
+
+    def renumber(self, n_rows: int, rows: Any, base: int) -> Any:
+        """(n_rows,) batch row of each local row (``rows`` → base, base + 1, …; −1 elsewhere)."""
+        out = self.full(n_rows, -1)
+        out[rows] = base + self.arange(rows.shape[0])
+        return out
 
 
 #: :func:`assemble` on the host.
@@ -249,21 +220,11 @@ class DeviceOps(HostOps):
             return t.pin_memory().to(self.device, non_blocking=True)
         return t.to(self.device)
 
-    def ranges(self, starts: np.ndarray, stops: np.ndarray) -> Any:
-        lengths = (stops - starts).astype(np.int64)
-        total = int(lengths.sum())
-        if total == 0:
-            return torch.zeros(0, dtype=torch.int64, device=self.device)
-        before = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        steps = torch.repeat_interleave(
-            self.tensor(starts - before), self.tensor(lengths), output_size=total
-        )
-        return steps + torch.arange(total, device=self.device)
+    def arange(self, n: int) -> Any:
+        return torch.arange(n, device=self.device)
 
-    def renumber(self, n_rows: int, rows: Any, base: int) -> Any:
-        out = torch.full((n_rows,), -1, dtype=torch.int64, device=self.device)
-        out[rows] = base + torch.arange(rows.shape[0], device=self.device)
-        return out
+    def full(self, n: int, value: int) -> Any:
+        return torch.full((n,), value, dtype=torch.int64, device=self.device)
 
     def cat(self, parts: list) -> Any:
         return parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -386,7 +347,9 @@ def merge_partitions(parts: Sequence[PartitionData], ops: HostOps = HOST) -> Par
         Two partitions disagree on a table's constants (a derivative table's feature
         columns), so their rows cannot share one table.
     """
-    names = _in_reference_order(parts)
+    # each partition's tables come after those they reference, so their union in
+    # first-seen order does too
+    names = list(dict.fromkeys(name for p in parts for name in p.rows))
     structures = [p.n_structures for p in parts]
     row_base: dict[str, np.ndarray] = {}  # table → (n_parts,) first row of each partition
     merged: dict[str, Rows] = {}
@@ -423,21 +386,6 @@ def merge_partitions(parts: Sequence[PartitionData], ops: HostOps = HOST) -> Par
         merged,
         sum(p.nbytes for p in parts),
     )
-
-
-def _in_reference_order(parts: Sequence[PartitionData]) -> list[str]:
-    """Every table name of ``parts``, each after the tables it references."""
-    refs: dict[str, set[str]] = {}
-    for part in parts:
-        for name, table in part.rows.items():
-            refs.setdefault(name, set()).update(table.refs.values())
-    ordered: list[str] = []
-    while len(ordered) < len(refs):
-        ready = [n for n in refs if n not in ordered and refs[n] <= set(ordered)]
-        if not ready:
-            raise TrainingError(f"partition tables reference each other: {sorted(refs)}")
-        ordered += ready
-    return ordered
 
 
 def _check_constants(

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dparallel.errors import TrainingError
-from dparallel.nn import MODEL, load_torch_file, save_torch_file
+from dparallel.nn import load_torch_file, save_torch_file
 from dparallel.nn import model_file as _model_file
 from dparallel.train.spec import TrainingSpec
 
@@ -25,37 +25,11 @@ if TYPE_CHECKING:
     from dparallel.nn import HDNNP
     from dparallel.train.optimizers import Optimizer
 
-__all__ = [
-    "BEST",
-    "CHECKPOINT",
-    "MODEL",
-    "SPEC_JSON",
-    "Progress",
-    "model_file",
-    "resume_from",
-    "save_checkpoint",
-    "save_model",
-]
-
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.pt"
 BEST = "best.pt"
 SPEC_JSON = "spec.json"
-#: What a checkpoint must hold to resume from it.
-_CHECKPOINT_KEYS = frozenset(
-    {
-        "epoch",
-        "model",
-        "optimizer",
-        "rng",
-        "best_val",
-        "best_epoch",
-        "bad_epochs",
-        "history",
-        "spec",
-    }
-)
 #: Training keys a resumed run may change.
 #: (``device`` and ``data_on_device``: a run may resume on another device, bitwise on the same.)
 _RESUMABLE_KEYS = frozenset(
@@ -72,6 +46,12 @@ class Progress:
     best_epoch: int = -1
     bad_epochs: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+
+
+#: The progress a checkpoint keeps (the next epoch is its ``epoch`` + 1).
+_PROGRESS = [f.name for f in fields(Progress) if f.name != "start_epoch"]
+#: What a checkpoint must hold to resume from it: the run's state and its progress.
+_CHECKPOINT_KEYS = {"epoch", "model", "optimizer", "rng", "spec", *_PROGRESS}
 
 
 def model_file(model: HDNNP, spec: TrainingSpec, descriptor: dict | None) -> dict[str, Any]:
@@ -100,10 +80,7 @@ def save_checkpoint(
             **optimizer.state_dict(),  # "optimizer", "scheduler"
             "rng": {"torch": torch.get_rng_state()},
             "loader": {"seed": spec.seed, "next_epoch": epoch + 1},
-            "best_val": progress.best_val,
-            "best_epoch": progress.best_epoch,
-            "bad_epochs": progress.bad_epochs,
-            "history": progress.history,
+            **{name: getattr(progress, name) for name in _PROGRESS},
             "spec": spec.to_dict(),
         },
         path,
@@ -151,12 +128,6 @@ def resume_from(
     model.load_state_dict(ck["model"])
     optimizer.load_state_dict(ck)
     torch.set_rng_state(ck["rng"]["torch"])
-    progress = Progress(
-        start_epoch=int(ck["epoch"]) + 1,
-        best_val=ck["best_val"],
-        best_epoch=ck["best_epoch"],
-        bad_epochs=ck["bad_epochs"],
-        history=list(ck["history"]),
-    )
+    progress = Progress(int(ck["epoch"]) + 1, *(ck[name] for name in _PROGRESS))
     log.info("resumed from %s at epoch %d", path, progress.start_epoch)
     return progress

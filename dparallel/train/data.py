@@ -1,4 +1,7 @@
-"""Reading training data from a featurized store: partitions, their cache, batch plans.
+"""Reading training data from a featurized store: splits, partitions, their cache, batch plans.
+
+A structure's split (train, validation or test) is a hash of (source index, seed), so it
+does not depend on the partitioning; n2p2 ``set=`` tags override it (docs/training.md).
 
 A partition is read whole (structures + ``features/<descriptor>/<E>`` + per-pair
 derivatives) as row tables (:class:`~dparallel.train.batch.PartitionData`) by a
@@ -14,35 +17,124 @@ import os
 import queue
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
+import psutil
 import torch
+from ase.data import atomic_numbers
 
 from dparallel.errors import TrainingError
 from dparallel.train.batch import Batch, PartitionData, Rows, assemble, make_batch
-from dparallel.train.splits import SPLITS
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Iterator, Sequence
+    from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
     from dparallel.store import Store
-    from dparallel.train.splits import SplitIndex
-
-__all__ = [
-    "CACHE_SHARE",
-    "BatchPlan",
-    "PartitionReader",
-    "iterate_batches",
-    "load_partition",
-    "train_cache_bytes",
-]
+    from dparallel.types import StructureBatch
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_DONE = object()  # the end of a background thread's items
 
 #: Without ``DPARALLEL_TRAIN_CACHE_MB``, decoded partitions may take this share of the
 #: host memory available when training starts.
 CACHE_SHARE = 0.25
+
+
+#: Split codes stored per structure.
+SPLITS = {"train": 0, "validation": 1, "test": 2}
+
+
+def _hash_uniform(ids: np.ndarray, seed: int) -> np.ndarray:
+    """Uniform [0, 1) per id from a splitmix64 hash of (id, seed); order-independent."""
+    with np.errstate(over="ignore"):
+        z = ids.astype(np.uint64) + np.uint64(seed % 2**63) * np.uint64(0x9E3779B97F4A7C15)
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def assign_splits(
+    ids: np.ndarray, tags: np.ndarray, validation: float, test: float, seed: int
+) -> np.ndarray:
+    """Split code (0 train, 1 validation, 2 test) per structure, (S,) int8.
+
+    A structure's split depends only on its source index and ``seed`` (not on the
+    partitioning). n2p2 ``set=test`` tags force test, ``set=train`` tags keep the structure
+    out of the test split (it may still become validation).
+    """
+    u = _hash_uniform(ids, seed)
+    split = np.where(u < test, 2, np.where(u < test + validation, 1, 0)).astype(np.int8)
+    tags = np.asarray(tags, dtype=object)
+    is_train = tags == "train"
+    split[is_train] = np.where(_hash_uniform(ids, seed + 1)[is_train] < validation, 1, 0)
+    split[tags == "test"] = 2
+    return split
+
+
+@dataclass
+class SplitIndex:
+    """Per done partition: source ids and split code of each stored structure (O(S) ints)."""
+
+    partitions: list[int]
+    ids: dict[int, np.ndarray]  # p → (S_p,) int64 source index
+    split: dict[int, np.ndarray]  # p → (S_p,) int8
+
+    def count(self, name: str) -> int:
+        """Number of structures in split ``name``."""
+        code = SPLITS[name]
+        return int(sum(int((s == code).sum()) for s in self.split.values()))
+
+    def partitions_with(self, name: str) -> list[int]:
+        """Partitions holding at least one structure of split ``name``."""
+        code = SPLITS[name]
+        return [p for p in self.partitions if np.any(self.split[p] == code)]
+
+    def ids_of(self, name: str) -> np.ndarray:
+        """Sorted source ids of split ``name``."""
+        code = SPLITS[name]
+        parts = [self.ids[p][self.split[p] == code] for p in self.partitions]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+
+def build_split_index(
+    store: Store,
+    validation: float,
+    test: float,
+    seed: int,
+    visit: Callable[[int, StructureBatch, np.ndarray], None] | None = None,
+) -> SplitIndex:
+    """Read structure tags and source indices of every done partition and assign splits.
+
+    ``visit(p, batch, split)`` is called per partition for callers that need a pass over
+    the structures anyway (reference energies); only one partition is held at a time.
+    """
+    parts = [int(p) for p in store.done_partitions()]
+    if not parts:
+        raise TrainingError(f"{store.target}: no partition is done; featurize the store first")
+    ids: dict[int, np.ndarray] = {}
+    split: dict[int, np.ndarray] = {}
+    start = 0
+    # stored structures are numbered over done partitions in partition order
+    for p in parts:
+        batch = store.read_partition(p)
+        n = batch.n_structures
+        ids[p] = store.source_indices(start, start + n) if store.is_complete else _local_ids(p, n)
+        split[p] = assign_splits(ids[p], batch.tags, validation, test, seed)
+        start += n
+        if visit is not None:
+            visit(p, batch, split[p])
+    return SplitIndex(parts, ids, split)
+
+
+def _local_ids(p: int, n: int) -> np.ndarray:
+    """Ids for an incomplete store (source indices need a complete one): p·2³² + s."""
+    return (np.int64(p) << np.int64(32)) + np.arange(n, dtype=np.int64)
 
 
 def train_cache_bytes() -> int:
@@ -51,15 +143,7 @@ def train_cache_bytes() -> int:
     mb = os.environ.get("DPARALLEL_TRAIN_CACHE_MB")
     if mb is not None:
         return int(float(mb) * 2**20)
-    import psutil
-
     return int(CACHE_SHARE * psutil.virtual_memory().available)
-
-
-def _sorted_by(keys: np.ndarray) -> np.ndarray | None:
-    """The stable order sorting ``keys``, or None when they already are."""
-    order = np.argsort(keys, kind="stable")
-    return None if np.all(order == np.arange(order.shape[0])) else order
 
 
 def load_partition(
@@ -78,14 +162,16 @@ def load_partition(
         base = f"features/{descriptor}/{elem}"
         arr = stored.get(elem, {})
         if "values" not in arr:
-            if np.any(batch.numbers == _z(elem)):
+            if np.any(batch.numbers == atomic_numbers[elem]):
                 raise TrainingError(
                     f"{store.target}: partition {p} has {elem} atoms but no {base} arrays; "
                     f"featurize the store (descriptor {descriptor!r})"
                 )
             continue
         atom_index = arr["atom_index"].astype(np.int64)
-        order = _sorted_by(atom_index)  # keep rows sorted by atom
+        order: np.ndarray | None = np.argsort(atom_index, kind="stable")  # rows sorted by atom
+        if np.all(order == np.arange(atom_index.shape[0])):
+            order = None
         values = arr["values"] if order is None else arr["values"][order]
         atom_index = atom_index if order is None else atom_index[order]
         rows[f"features/{elem}"] = Rows(
@@ -97,7 +183,7 @@ def load_partition(
         for neigh in elements if forces else ():
             d = {k.split("/", 2)[2]: v for k, v in arr.items() if k.startswith(f"d/{neigh}/")}
             if not d:
-                if values.shape[0] and np.any(batch.numbers == _z(neigh)):
+                if values.shape[0] and np.any(batch.numbers == atomic_numbers[neigh]):
                     raise TrainingError(
                         f"{store.target}: partition {p} has no derivatives {base}/d/{neigh}; "
                         "featurize with derivatives=True, or train with force_weight=0"
@@ -107,9 +193,7 @@ def load_partition(
             po = np.argsort(first, kind="stable")
             center = d["center"].astype(np.int64)
             if order is not None:  # rows of the re-sorted values
-                inverse = np.empty_like(order)
-                inverse[order] = np.arange(order.shape[0])
-                center = inverse[center]
+                center = np.argsort(order)[center]  # the inverse permutation
             pairs = {
                 "first": first[po],
                 "second": d["pair_second"].astype(np.int64)[po],
@@ -128,12 +212,6 @@ def load_partition(
             )
             nbytes += sum(v.nbytes for v in pairs.values()) + pairs["first"].nbytes
     return PartitionData(p, index.ids[p], index.split[p], rows, nbytes)
-
-
-def _z(symbol: str) -> int:
-    from ase.data import atomic_numbers
-
-    return int(atomic_numbers[symbol])
 
 
 class PartitionReader:
@@ -189,42 +267,53 @@ class PartitionReader:
 
     def stream(self, order: Sequence[int], prefetch: int) -> Generator[PartitionData, None, None]:
         """Partitions in ``order``; ``prefetch`` > 0 reads ahead in a background thread."""
-        if prefetch <= 0:
-            for p in order:
-                yield self.get(int(p))
-            return
-        q: queue.Queue = queue.Queue(maxsize=prefetch)
-        stop = threading.Event()
+        parts = (self.get(int(p)) for p in order)
+        return background(parts, prefetch, "dparallel-prefetch") if prefetch > 0 else parts
 
-        def work() -> None:
+
+def background(
+    items: Iterable[T], depth: int, name: str, fn: Callable[[T], Any] | None = None
+) -> Generator[Any, None, None]:
+    """``items`` (through ``fn``, if given) iterated in a daemon thread ``depth`` ahead.
+
+    An exception in the thread is raised here; closing the generator (the end, a
+    ``break``, an error in the consumer) stops the thread, closes ``items`` and joins it.
+    The thread starts with the first ``next``.
+    """
+    q: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
             try:
-                for p in order:
-                    item = self.get(int(p))
-                    while not stop.is_set():
-                        try:
-                            q.put(item, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
-                        return
-                q.put(None)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
-                q.put(exc)
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
 
-        thread = threading.Thread(target=work, name="dparallel-prefetch", daemon=True)
-        thread.start()
+    def work() -> None:
+        it = iter(items)
         try:
-            while True:
-                item = q.get()
-                if item is None:
+            for item in it:
+                if not put(item if fn is None else fn(item)):
                     return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+            put(_DONE)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+            put(exc)
         finally:
-            stop.set()
-            thread.join(timeout=10)
+            getattr(it, "close", lambda: None)()
+
+    thread = threading.Thread(target=work, name=name, daemon=True)
+    thread.start()
+    try:
+        while (item := q.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=30)
 
 
 class BatchPlan:

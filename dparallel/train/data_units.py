@@ -1,12 +1,9 @@
 """Which units the data a model was trained from came in (``data_units.json``).
 
-A model works in Å and eV whatever its data: every source is converted when read. But
-evaluating it on another file of the same data needs that file's units, and a user who
-trained from Bohr/Hartree n2p2 data will not think to repeat them. So a model directory
-records the units of its training data (from the store's ``config.ingest.units``) and
-``dparallel evaluate`` reads data in them unless told otherwise (with a warning).
-:func:`~dparallel.train.train` writes the record when it saves ``model.pt``, so a model
-trained from Python has it too.
+A model works in Å and eV whatever its data, but evaluating it on another file of the same
+data needs that file's units: a model directory records the store's ``config.ingest.units``
+(:func:`~dparallel.train.train` writes it beside ``model.pt``) and ``dparallel evaluate``
+reads data in them unless told otherwise (with a warning).
 """
 
 from __future__ import annotations
@@ -21,32 +18,23 @@ from dparallel._files import write_file
 if TYPE_CHECKING:
     from dparallel.store import Store
 
-__all__ = ["DATA_UNITS_JSON", "record_data_units", "recorded_data_units", "store_data_units"]
-
 DATA_UNITS_JSON = "data_units.json"
-
-
-def store_data_units(store: Store | str | os.PathLike[str]) -> str | None:
-    """The units of the file a store (open, or its path) was made from
-    (``config.ingest.units``), if recorded."""
-    try:
-        if isinstance(store, (str, os.PathLike)):
-            doc = json.loads((Path(store) / "zarr.json").read_text())
-            attrs = doc["attributes"]["dparallel"]
-        else:
-            attrs = store.attrs
-        units = attrs["config"]["ingest"]["units"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return units if isinstance(units, str) else None
 
 
 def record_data_units(
     model_dir: str | os.PathLike[str], store: Store | str | os.PathLike[str]
 ) -> None:
-    """Write ``data_units.json`` in ``model_dir``: the units of the store's source file."""
-    units = store_data_units(store)
-    if units is not None:
+    """Write ``data_units.json`` in ``model_dir``: the units of the store's (open, or its
+    path) source file (``config.ingest.units``), if recorded."""
+    try:
+        if isinstance(store, (str, os.PathLike)):
+            attrs = json.loads((Path(store) / "zarr.json").read_text())["attributes"]["dparallel"]
+        else:
+            attrs = store.attrs
+        units = attrs["config"]["ingest"]["units"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if isinstance(units, str):
         where = store if isinstance(store, (str, os.PathLike)) else store.location
         doc = {"data_units": units, "store": str(where)}
         write_file(Path(model_dir) / DATA_UNITS_JSON, json.dumps(doc, indent=1) + "\n")

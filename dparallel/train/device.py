@@ -1,13 +1,11 @@
 """The compute device of training and evaluation: resolving it, its memory, its errors.
 
-``device: auto | cpu | cuda | cuda:N`` (``auto`` = CUDA when ``torch.cuda.is_available()``)
-is resolved once, to a :class:`torch.device`, by :func:`resolve_device`
-(:mod:`dparallel.nn.device`, shared with the deployed model), and with the training dtype
-makes the run's :class:`Target` (the model is moved there before an optimizer is built on it, so
-Adam's moments and the Kalman filter's P follow its parameters). A CUDA device that is
-absent is a :class:`~dparallel.errors.DeviceError` naming it and what is available; an
-out-of-memory error at a step becomes one saying how much was needed and free and what to
-lower (:func:`out_of_memory`). Batches move with :func:`dparallel.train.batch.batch_to`.
+``device:`` is resolved once (:func:`~dparallel.nn.device.resolve_device`, shared with the
+deployed model) and with the training dtype makes the run's :class:`Target` (the model is
+moved there before an optimizer is built on it, so Adam's moments and the Kalman filter's
+P follow its parameters). An out-of-memory error at a step becomes a
+:class:`~dparallel.errors.DeviceError` saying how much was needed and free and what to
+lower (:func:`out_of_memory`).
 """
 
 from __future__ import annotations
@@ -16,10 +14,11 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import psutil
 import torch
 
 from dparallel.errors import DeviceError
-from dparallel.nn.device import available_devices, resolve_device
+from dparallel.nn.device import resolve_device
 from dparallel.train.batch import batch_nbytes
 
 if TYPE_CHECKING:
@@ -27,32 +26,14 @@ if TYPE_CHECKING:
     from dparallel.train.batch import Batch
     from dparallel.train.spec import TrainingSpec
 
-__all__ = [
-    "Target",
-    "available_devices",
-    "device_memory",
-    "out_of_memory",
-    "peak_memory",
-    "resolve_device",
-]
-
 
 def device_memory(device: torch.device) -> tuple[int, int]:
     """(free, total) bytes of ``device``'s memory (host RAM for the CPU, via psutil)."""
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         return int(free), int(total)
-    import psutil
-
     vm = psutil.virtual_memory()
     return int(vm.available), int(vm.total)
-
-
-def peak_memory(device: torch.device) -> int | None:
-    """Peak bytes allocated by torch on a CUDA ``device`` (None on the CPU)."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return None
 
 
 @dataclass(frozen=True)

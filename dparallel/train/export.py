@@ -1,20 +1,12 @@
 """``dparallel export``: write the deployable files of a trained model and a report.
 
-After training, :func:`export_model` reads ``MODEL_DIR/model.pt`` and writes, one step
-each (:data:`EXPORT_STEPS`):
-
-* ``deployed.pt``: the :class:`~dparallel.deploy.DeployedModel` that
-  ``dparallel.ase.Calculator`` and ``dparallel evaluate`` load;
-* ``lammps.model``: what ``pair_style dparallel`` reads (docs/lammps.md);
-* ``atomic_energy_<E>.pt2``: each element's network (torch.export);
-* the plain-torch whole-model files (:mod:`dparallel.deploy.artifacts`): ``potential.pt2``
-  (torch.export), ``potential.ts`` (TorchScript) and, on request, ``potential_aoti.pt2``
-  (AOTInductor), loadable without dparallel; docs/training.md ("Deployment").
-
-and ``export.json``, which says for every route whether it worked (and how closely it
-reproduces ``deployed.pt`` on structures made of the model's own elements) or the exact
-reason it did not. The descriptor is rebuilt through the descriptor registry, so every
-registered type exports.
+:func:`export_model` reads ``MODEL_DIR/model.pt`` and runs the steps of
+:data:`EXPORT_STEPS`: ``deployed.pt`` (what ``dparallel.ase.Calculator`` and ``dparallel
+evaluate`` load), ``lammps.model`` (``pair_style dparallel``), ``atomic_energy_<E>.pt2`` and
+the plain-torch files of :mod:`dparallel.deploy.artifacts` (docs/training.md,
+"Deployment"). ``export.json`` says for every route whether it worked (and how closely it
+reproduces ``deployed.pt``) or why not. The descriptor is rebuilt through the descriptor
+registry, so every registered type exports.
 """
 
 from __future__ import annotations
@@ -37,8 +29,6 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable
 
-__all__ = ["EXPORT_REPORT", "EXPORT_STEPS", "ExportJob", "describe_report", "export_model"]
-
 log = logging.getLogger(__name__)
 
 EXPORT_REPORT = "export.json"
@@ -46,8 +36,7 @@ EXPORT_REPORT = "export.json"
 
 @dataclass
 class ExportJob:
-    """What one :func:`export_model` call works on: the deployed model, where to write,
-    the options, and the report each step adds to (``files``, ``routes``, …)."""
+    """One :func:`export_model` call: its model, folder, options and the report steps add to."""
 
     deployed: DeployedModel
     model_dir: Path

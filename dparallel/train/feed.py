@@ -2,23 +2,17 @@
 
 :class:`BatchFeed` decides ``data_on_device``: the store's arrays held on the device
 (:class:`HeldData`, batches assembled there by index) when they fit a budget, else streamed
-from the store with host assembly — in a batch prefetch thread (:class:`Prefetcher`,
-``batch_prefetch``) on a GPU. :meth:`BatchFeed.batches` yields every mini-batch, for
-training and evaluation, on the device and counts the time spent waiting (:class:`WaitClock`,
-for ``data_wait_fraction``).
-
-:class:`Prefetcher` runs a batch iterator in a background thread ``depth`` batches ahead;
-on a CUDA device each batch is pinned and copied with ``non_blocking`` on a side stream, so
-the next batch is on the device while the step runs. An exception in the thread is raised
-in the consumer; closing the prefetcher (the end of the epoch, a ``break``, an error in the
-step) stops and joins the thread.
+from the store with host assembly — in a batch prefetch thread (:func:`prefetched`,
+``batch_prefetch``) on a GPU, where each batch is pinned and copied with ``non_blocking`` on
+a side stream, so the next batch is on the device while the step runs.
+:meth:`BatchFeed.batches` yields every mini-batch, for training and evaluation, on the
+device and counts the time spent waiting (:class:`WaitClock`, for ``data_wait_fraction``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import queue
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,8 +34,8 @@ from dparallel.train.batch import (
     pin_batch,
     split_assembled,
 )
-from dparallel.train.data import BatchPlan, iterate_batches
-from dparallel.train.device import Target, device_memory, out_of_memory, peak_memory
+from dparallel.train.data import BatchPlan, background, iterate_batches
+from dparallel.train.device import Target, device_memory, out_of_memory
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator
@@ -49,16 +43,6 @@ if TYPE_CHECKING:
     from dparallel.train.batch import Batch
     from dparallel.train.data import PartitionReader
     from dparallel.train.spec import TrainingSpec
-
-__all__ = [
-    "ASSEMBLY_FRACTION",
-    "DEVICE_DATA_FRACTION",
-    "BatchFeed",
-    "HeldData",
-    "Prefetcher",
-    "WaitClock",
-    "timed",
-]
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +54,6 @@ DEVICE_DATA_FRACTION = 0.5
 ASSEMBLY_FRACTION = 0.25
 #: Batches a ``batch_prefetch: auto`` thread prepares ahead on a GPU (double buffering).
 _GPU_BATCH_PREFETCH = 2
-
-_DONE = object()
 
 
 # ----------------------------------------------------------------- data held on the device
@@ -184,11 +166,6 @@ class BatchFeed:
     held: HeldData | None = None
     wait: WaitClock = field(default_factory=lambda: WaitClock())
 
-    @classmethod
-    def of(cls, spec: TrainingSpec, target: Target) -> BatchFeed:
-        """The feed ``spec`` asks for (``data_on_device``, ``batch_prefetch``) to ``target``."""
-        return cls(target, spec.data_on_device, spec.batch_prefetch)
-
     @property
     def device(self) -> torch.device:
         """The device batches are fed to."""
@@ -224,11 +201,14 @@ class BatchFeed:
 
     def describe(self) -> dict[str, Any]:
         """Device, where the data lives and peak device memory (for ``metrics.json``)."""
+        cuda = self.device.type == "cuda"
         return {
             "device": str(self.device),
             "data_on_device": self.held is not None,
             "data_bytes": self.held.nbytes if self.held is not None else None,
-            "peak_memory_bytes": peak_memory(self.device),
+            "peak_memory_bytes": int(torch.cuda.max_memory_allocated(self.device))
+            if cuda
+            else None,
         }
 
     def batches(
@@ -239,13 +219,10 @@ class BatchFeed:
         Evaluation takes batches of at least 64 structures, unshuffled. The time spent
         waiting for each batch is added to :attr:`wait`.
         """
-        if epoch is None:
-            size, shuffle, ep = max(64, spec.batch_size), False, 0
-        else:
-            size, shuffle, ep = spec.batch_size, True, epoch
+        size = spec.batch_size if epoch is not None else max(64, spec.batch_size)
         plan = BatchPlan(
-            reader.index, split, size, shuffle=shuffle, seed=spec.seed, epoch=ep,
-            shuffle_buffer=spec.shuffle_buffer,
+            reader.index, split, size, shuffle=epoch is not None, seed=spec.seed,
+            epoch=epoch or 0, shuffle_buffer=spec.shuffle_buffer,
         )  # fmt: skip
         if self.held is not None:
             return timed(self.held.batches(plan), self.wait)
@@ -259,21 +236,17 @@ class BatchFeed:
         late = int(depth) > 0 and reader.holdable
         host = iterate_batches(reader, plan, prefetch=spec.prefetch, dtype=None if late else dtype)
         if int(depth) > 0:
-            prefetched = Prefetcher(host, self.device, int(depth), dtype if late else None)
-            return timed(prefetched, self.wait)
+            ahead = prefetched(host, self.device, int(depth), dtype if late else None)
+            return timed(ahead, self.wait)
         return timed((batch_to(b, self.device) for b in host), self.wait)
 
 
 # ----------------------------------------------------------------- the batch prefetch thread
+@dataclass
 class WaitClock:
     """Seconds the consumer waited for the next batch, summed."""
 
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def reset(self) -> None:
-        """Start a new count."""
-        self.seconds = 0.0
+    seconds: float = 0.0
 
 
 def timed(batches: Iterable[Batch], clock: WaitClock) -> Generator[Batch, None, None]:
@@ -282,96 +255,40 @@ def timed(batches: Iterable[Batch], clock: WaitClock) -> Generator[Batch, None, 
     try:
         while True:
             t0 = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                clock.seconds += time.perf_counter() - t0
-                return
+            batch = next(it, None)
             clock.seconds += time.perf_counter() - t0
+            if batch is None:
+                return
             yield batch
     finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+        getattr(it, "close", lambda: None)()
 
 
-class Prefetcher:
-    """Iterate ``batches`` in a background thread, ``depth`` ahead, placed on ``device``
-    (floating tensors then cast to ``dtype`` there, if given)."""
+def prefetched(
+    batches: Iterable[Batch], device: torch.device, depth: int = 2,
+    dtype: torch.dtype | None = None,
+) -> Generator[Batch, None, None]:  # fmt: skip
+    """``batches`` from a background thread ``depth`` ahead, placed on ``device`` (floating
+    tensors then cast to ``dtype`` there, if given)."""
+    stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def __init__(
-        self, batches: Iterable[Batch], device: torch.device, depth: int = 2,
-        dtype: torch.dtype | None = None,
-    ) -> None:  # fmt: skip
-        self.device, self.dtype = device, dtype
-        self._source = batches
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
-        self._stop = threading.Event()
-        self._cuda = device.type == "cuda"
-        self._stream = torch.cuda.Stream(device) if self._cuda else None
-        self._thread: threading.Thread | None = None  # started by the first iteration
-
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _place(self, batch: Batch) -> tuple[Batch, Any]:
-        if not self._cuda:
-            out = batch_to(batch, self.device)
-            return (cast_batch(out, self.dtype) if self.dtype else out), None
-        assert self._stream is not None
-        with torch.cuda.stream(self._stream):
-            out = batch_to(pin_batch(batch), self.device, non_blocking=True)
-            if self.dtype is not None:
-                out = cast_batch(out, self.dtype)
+    def place(batch: Batch) -> tuple[Batch, Any]:
+        if stream is None:
+            out = batch_to(batch, device)
+            return (cast_batch(out, dtype) if dtype else out), None
+        with torch.cuda.stream(stream):
+            out = batch_to(pin_batch(batch), device, non_blocking=True)
+            if dtype is not None:
+                out = cast_batch(out, dtype)
             event = torch.cuda.Event()
-            event.record(self._stream)
+            event.record(stream)
         return out, event
 
-    def _work(self) -> None:
-        it = iter(self._source)
-        try:
-            for batch in it:
-                if self._stop.is_set() or not self._put(self._place(batch)):
-                    return
-            self._put(_DONE)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
-            self._put(exc)
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
-
-    def __iter__(self) -> Iterator[Batch]:
-        if self._thread is None and not self._stop.is_set():
-            self._thread = threading.Thread(
-                target=self._work, name="dparallel-batches", daemon=True
-            )
-            self._thread.start()
-        try:
-            while True:
-                item = self._queue.get()
-                if item is _DONE:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                batch, event = item
-                if event is not None:
-                    _wait_on(batch, event)
-                yield batch
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        """Stop the thread and wait for it (idempotent)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+    with contextlib.closing(background(batches, depth, "dparallel-batches", place)) as placed:
+        for batch, event in placed:
+            if event is not None:
+                _wait_on(batch, event)
+            yield batch
 
 
 def _wait_on(batch: Batch, event: Any) -> None:

@@ -30,35 +30,15 @@ if TYPE_CHECKING:
     from dparallel.train.batch import Batch
     from dparallel.train.spec import TrainingSpec
 
-__all__ = [
-    "KalmanFilter",
-    "Observations",
-    "force_cotangents",
-    "kalman_step",
-    "make_kalman",
-    "observations",
-]
-
 
 class KalmanFilter(torch.optim.Optimizer):
     """Global extended Kalman filter over all parameters (n2p2's standard Kalman filter).
 
-    Parameters
-    ----------
-    params
-        The parameters (flattened in order into one state vector of length n).
-    epsilon
-        P starts as I/ε (n2p2 ``kalman_epsilon``).
-    q0, q_tau, q_min
-        Process noise: starts at q0, multiplied by exp(−q_tau) after each update while
-        above q_min (``kalman_q0``, ``kalman_qtau`` per update, ``kalman_qmin``).
-    eta0, eta_tau, eta_max
-        Inverse measurement noise: starts at eta0, multiplied by exp(eta_tau) before each
-        update while below eta_max (``kalman_eta``, ``kalman_etatau`` per update,
-        ``kalman_etamax``).
-
-    The filter state (P, q, η, number of updates) is in :meth:`state_dict`, so
-    checkpoints resume it.
+    ``params`` are flattened in order into one state vector of length n; ``epsilon``, the
+    process noise ``q0``, ``q_tau``, ``q_min`` and the inverse measurement noise ``eta0``,
+    ``eta_tau``, ``eta_max`` are those of the module docstring (the spec's ``kalman_*``,
+    τ's per update). The filter state (P, q, η, number of updates) is in
+    :meth:`state_dict`, so checkpoints resume it.
     """
 
     def __init__(
@@ -113,11 +93,8 @@ class KalmanFilter(torch.optim.Optimizer):
         P.sub_(K @ X.T)
         P.diagonal().add_(st["q"])
         dw = K @ xi  # (n,)
-        offset = 0
-        for p in self.params:
-            k = p.numel()
-            p.add_(dw[offset : offset + k].view_as(p))
-            offset += k
+        for p, d in zip(self.params, dw.split([p.numel() for p in self.params]), strict=True):
+            p.add_(d.view_as(p))
         if st["q"] > g["q_min"]:
             st["q"] *= math.exp(-g["q_tau"])
         st["updates"] += 1
@@ -198,8 +175,14 @@ def observations(
         jac = [_flat(_grads(y_e, params, eye), params, len(y_e))]
         if not forces:
             return Observations(torch.cat(jac, 1), torch.cat(xi), energy.detach(), None)
-        g = _grads(energy.sum()[None], [values[k] for k in keys], None, create_graph=True)
-        g_leaf = {k: gk[0].detach() for k, gk in zip(keys, g, strict=True)}
+        inputs = [values[k] for k in keys]
+        g = torch.autograd.grad(
+            energy.sum(), inputs, retain_graph=True, create_graph=True, allow_unused=True
+        )
+        g_leaf = {
+            k: gk.detach() if gk is not None else torch.zeros_like(values[k])
+            for k, gk in zip(keys, g, strict=True)
+        }  # ∂E/∂G of each element
         predicted = forces_from_derivatives(g_leaf, features, batch.n_atoms)  # (N, 3)
         if pick is None and spec.force_weight > 0:
             finite = torch.isfinite(batch.forces).reshape(-1).nonzero().squeeze(1)
@@ -211,9 +194,9 @@ def observations(
             k = pick.numel()
             w = math.sqrt(spec.force_weight) / s
             d = force_cotangents(features, keys, pick, g_leaf)  # [(k, n_e, F_e)]
-            used = [i for i, gk in enumerate(g) if gk.requires_grad]  # elements present
+            used = [i for i, gk in enumerate(g) if gk is not None and gk.requires_grad]
             jf = torch.autograd.grad(
-                [g[i][0] for i in used], params, grad_outputs=[d[i] for i in used],
+                [g[i] for i in used], params, grad_outputs=[d[i] for i in used],
                 retain_graph=True, is_grads_batched=True, allow_unused=True,
             )  # fmt: skip
             jac.append(_flat(jf, params, k) * w)
@@ -240,26 +223,12 @@ def kalman_step(
 
 
 def _grads(
-    y: torch.Tensor,
-    inputs: list[torch.Tensor],
-    eye: torch.Tensor | None,
-    create_graph: bool = False,
+    y: torch.Tensor, inputs: list[torch.Tensor], eye: torch.Tensor
 ) -> tuple[torch.Tensor, ...]:
-    """Row-wise gradients of ``y`` (m,) with respect to ``inputs``, each (m, *shape).
-
-    ``eye`` None: ``y`` has one row, differentiated without batching (a graph is kept
-    with ``create_graph``).
-    """
-    if eye is None:
-        out = torch.autograd.grad(
-            y[0], inputs, retain_graph=True, create_graph=create_graph, allow_unused=True
-        )
-        out = tuple(None if o is None else o[None] for o in out)
-    else:
-        out = torch.autograd.grad(
-            y, inputs, grad_outputs=eye, retain_graph=True, is_grads_batched=True,
-            allow_unused=True,
-        )  # fmt: skip
+    """Row-wise gradients of ``y`` (m,) with respect to ``inputs``, each (m, *shape)."""
+    out = torch.autograd.grad(
+        y, inputs, grad_outputs=eye, retain_graph=True, is_grads_batched=True, allow_unused=True
+    )
     return tuple(
         o if o is not None else y.new_zeros((len(y), *x.shape))
         for o, x in zip(out, inputs, strict=True)

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dparallel._files import write_file
-from dparallel.nn import HDNNP, load_model
+from dparallel.nn import HDNNP, MODEL, load_model
 from dparallel.store import Store, open_store
 from dparallel.train.checkpoints import (
     BEST,
     CHECKPOINT,
-    MODEL,
     SPEC_JSON,
     Progress,
     resume_from,
@@ -55,8 +54,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import numpy as np
-
-__all__ = ["TrainResult", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -153,21 +150,14 @@ def _train(
         if stop:
             break
     last = progress.history[-1]["epoch"] if progress.history else -1
-    finished = stopped_early or last == spec.epochs - 1
-    if not finished:  # stopped by a callback: the checkpoint is the result
-        return TrainResult(
-            run.model, run.model_dir, progress.history, {}, {}, progress.best_epoch,
-            time.perf_counter() - t_start,
-        )  # fmt: skip
-    best, final = _finish(run, progress, coverage)
+    final: dict[str, dict[str, float]] = {}
+    best = run.model  # stopped by a callback: the checkpoint is the result
+    if stopped_early or last == spec.epochs - 1:
+        best, final = _finish(run, progress, coverage)
+    seconds = time.perf_counter() - t_start
+    test, validation = final.get("test", {}), final.get("validation", {})
     return TrainResult(
-        best,
-        run.model_dir,
-        progress.history,
-        final.get("test", {}),
-        final.get("validation", {}),
-        progress.best_epoch,
-        time.perf_counter() - t_start,
+        best, run.model_dir, progress.history, test, validation, progress.best_epoch, seconds
     )
 
 
@@ -179,12 +169,8 @@ def _set_up(
     if spec.threads:
         torch.set_num_threads(spec.threads)
     prep = prepare(store, spec)
-    log.info(
-        "splits: %d train, %d validation, %d test structures",
-        prep.index.count("train"),
-        prep.index.count("validation"),
-        prep.index.count("test"),
-    )
+    counts = [prep.index.count(split) for split in ("train", "validation", "test")]
+    log.info("splits: %d train, %d validation, %d test structures", *counts)
     target = Target.of(spec)
     model = build_model(prep, spec, target)
     optimizer = make_optimizer(model, spec, prep.index.count("train"))
@@ -201,10 +187,9 @@ def _set_up(
                 target.device.type,
             ),
         )  # fmt: skip
-    feed = BatchFeed.of(spec, target)
+    feed = BatchFeed(target, spec.data_on_device, spec.batch_prefetch)
     feed.hold(reader)
-    run = _Run(spec, prep, feed, model, optimizer, reader, model_dir)
-    return run, progress
+    return _Run(spec, prep, feed, model, optimizer, reader, model_dir), progress
 
 
 def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:
@@ -216,14 +201,14 @@ def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:
     optimizer.begin_epoch()
     model.train()
     m = Metrics()
-    feed.wait.reset()
+    feed.wait.seconds = 0.0
     t0 = time.perf_counter()
     batches = feed.batches(run.reader, "train", run.spec, epoch=epoch)
     batch = None
     try:
         for batch in batches:
             energy, predicted, value = optimizer.step(model, batch, forces)
-            m.add_batch(energy, predicted, batch, value)
+            m.add(energy, predicted, batch, value)
         summary = m.summary()  # waits for the device's queued work
     except torch.OutOfMemoryError as exc:
         where = f"a training step of epoch {epoch}"

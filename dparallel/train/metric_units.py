@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["UNIT_SUFFIXES", "with_units", "without_units"]
-
 #: Internal metric name → (written suffix, factor from the internal unit).
 UNIT_SUFFIXES: dict[str, tuple[str, float]] = {
     "energy_rmse": ("meV_per_atom", 1e3),

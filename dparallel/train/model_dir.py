@@ -1,25 +1,12 @@
 """A model directory: ours or refused, one training run at a time, one store per model.
 
-:func:`claim_model_dir` is what :func:`~dparallel.train.train` does first:
-
-* **Ownership.** The folder must be new, empty, or carry :data:`MARKER` (written the first
-  time; a model directory written before markers is adopted when it holds only a model
-  directory's files, ``spec.json`` and a checkpoint or model among them). A folder of the
-  user's (``-o .`` beside their ``metrics.csv``) is refused, as is one that is, holds or
-  lies inside the store it trains from.
-* **One run at a time.** The run holds the folder's lease (``MODEL_DIR.lock`` beside it,
-  the store lease's protocol: :class:`~dparallel.store.StoreLease`); a second run is
-  refused with who holds it.
-* **A new model replaces every file of the old one.** A training that does not resume
-  removes every model file it or ``dparallel export`` wrote before (checkpoints, models,
-  metrics, plots, ``deployed.pt``, ``potential.*``, ``atomic_energy_*.pt2``, the default
-  n2p2 export), so nothing of an older model is read as this one's.
-* **One store per model.** The store's identity (:func:`~dparallel.store.store_identity`)
-  is recorded in the marker; ``--resume`` and every epoch (:func:`check_store_unchanged`)
-  compare it with the store's identity now and stop with what changed.
-
-A run that fails before training starts (``--device cuda`` without CUDA) and made the
-folder leaves no folder behind.
+:func:`claim_model_dir` is what :func:`~dparallel.train.train` does first
+(docs/reliability.md): the folder must be new, empty, or carry :data:`MARKER` (or be an
+older model directory of only :data:`MODEL_FILES`); the run holds its lease
+(:class:`~dparallel.store.StoreLease`); a run that does not resume removes every file of
+the older model; the store's identity is recorded in the marker and compared on
+``--resume`` and every epoch (:func:`check_store_unchanged`). A run that fails before
+training starts and made the folder leaves no folder behind.
 """
 
 from __future__ import annotations
@@ -40,8 +27,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from dparallel.store import Store
-
-__all__ = ["MARKER", "MODEL_FILES", "check_store_unchanged", "claim_model_dir"]
 
 #: The file that makes a folder a dparallel model directory (JSON: kind, store identity).
 MARKER = ".dparallel-model.json"
@@ -76,9 +61,8 @@ def _known(name: str, patterns: tuple[str, ...] = MODEL_FILES) -> bool:
 
 def _legacy(folder: Path, entries: set[str]) -> bool:
     """A model directory written before markers: only its files, spec.json and a model."""
-    n2p2 = folder / _N2P2
     files = entries - {_N2P2}
-    if _N2P2 in entries and not (_n2p2_export(n2p2)):
+    if _N2P2 in entries and not _n2p2_export(folder / _N2P2):
         return False
     has_model = bool({"checkpoint.pt", "model.pt", "best.pt"} & files)
     return all(_known(n) for n in files) and "spec.json" in files and has_model

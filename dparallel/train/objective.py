@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from dparallel.nn import HDNNP
     from dparallel.train.batch import Batch, Geometry
 
-__all__ = ["loss", "predict_batch", "predict_from_geometry"]
-
 
 def predict_batch(
     model: HDNNP, batch: Batch, forces: bool, create_graph: bool = False
@@ -37,10 +35,7 @@ def predict_batch(
     if batch.geometry is not None:
         return predict_from_geometry(model, batch, batch.geometry, forces, create_graph)
     features = batch.features or {}
-    values = {}
-    for elem, res in features.items():
-        v = res.values
-        values[elem] = v.detach().requires_grad_(True) if forces else v
+    values = {e: r.values.detach().requires_grad_(forces) for e, r in features.items()}
     atom_index = {elem: r.atom_index for elem, r in features.items()}
     with torch.enable_grad() if forces or create_graph else torch.no_grad():
         energy = model(values, atom_index, batch.structure_index, batch.n_structures)

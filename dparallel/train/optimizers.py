@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from dparallel.train.batch import Batch
     from dparallel.train.spec import TrainingSpec
 
-__all__ = ["GradientDescent", "KalmanUpdates", "Optimizer", "make_optimizer"]
-
 #: energy (S,), forces (N, 3) or None, loss: what one update returns (before the update).
 StepResult = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]
 
@@ -37,6 +35,8 @@ class Optimizer(ABC):
 
     #: Whether updates need the descriptors' dG/dr (stored, or computed by the kernel).
     needs_derivatives: ClassVar[bool] = False
+    #: The learning-rate schedule (a torch scheduler), if any.
+    scheduler: Any = None
 
     def __init__(self, optimizer: torch.optim.Optimizer, spec: TrainingSpec) -> None:
         self.optimizer = optimizer
@@ -63,11 +63,14 @@ class Optimizer(ABC):
 
     def state_dict(self) -> dict[str, Any]:
         """The state a checkpoint keeps: ``optimizer`` and ``scheduler``."""
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": None}
+        scheduler = self.scheduler.state_dict() if self.scheduler is not None else None
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": scheduler}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (a checkpoint's entries)."""
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
 
 
 class GradientDescent(Optimizer):
@@ -75,7 +78,6 @@ class GradientDescent(Optimizer):
 
     def __init__(self, optimizer: torch.optim.Optimizer, spec: TrainingSpec) -> None:
         super().__init__(optimizer, spec)
-        self.scheduler: Any = None
         if spec.schedule == "cosine":
             self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
                 optimizer, spec.epochs, eta_min=spec.lr_min
@@ -120,17 +122,6 @@ class GradientDescent(Optimizer):
         """``force_weight`` when it is scheduled."""
         return {} if self.spec.force_weight_start is None else {"force_weight": self.force_weight}
 
-    def state_dict(self) -> dict[str, Any]:
-        """Optimizer and schedule state."""
-        scheduler = self.scheduler.state_dict() if self.scheduler is not None else None
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": scheduler}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore optimizer and schedule."""
-        super().load_state_dict(state)
-        if self.scheduler is not None and state.get("scheduler") is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
-
 
 class KalmanUpdates(Optimizer):
     """One combined energy + force Kalman update per mini-batch; it anneals its own noise."""
@@ -143,29 +134,16 @@ class KalmanUpdates(Optimizer):
         return kalman_step(model, self.optimizer, batch, self.spec, forces)
 
 
-def _adam(model: HDNNP, spec: TrainingSpec, n_train: int, cls: Any = torch.optim.Adam) -> Optimizer:
-    opt = cls(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
-    return GradientDescent(opt, spec)
-
-
-def _adamw(model: HDNNP, spec: TrainingSpec, n_train: int) -> Optimizer:
-    return _adam(model, spec, n_train, torch.optim.AdamW)
-
-
-def _kalman(model: HDNNP, spec: TrainingSpec, n_train: int) -> Optimizer:
-    # one update per mini-batch: the per-epoch τ's spread over them
-    return KalmanUpdates(make_kalman(model, spec, math.ceil(n_train / spec.batch_size)), spec)
-
-
-#: ``optimizer:`` → builder; each optimizer's ``needs_derivatives`` is the spec's
-#: :data:`~dparallel.train.spec.NEEDS_DERIVATIVES` (tested).
-_BUILDERS = {"adam": _adam, "adamw": _adamw, "kalman": _kalman}
-
-
 def make_optimizer(model: HDNNP, spec: TrainingSpec, n_train: int) -> Optimizer:
     """The optimizer ``spec.optimizer`` names, over ``model``'s parameters (on its device).
 
     ``n_train``: training structures per epoch (the Kalman filter spreads its per-epoch
-    annealing over the epoch's updates).
+    annealing over the epoch's updates). Each optimizer's ``needs_derivatives`` is the
+    spec's :data:`~dparallel.train.spec.NEEDS_DERIVATIVES` (tested).
     """
-    return _BUILDERS[spec.optimizer](model, spec, n_train)
+    if spec.optimizer == "kalman":  # one update per mini-batch: the per-epoch τ's spread over them
+        return KalmanUpdates(make_kalman(model, spec, math.ceil(n_train / spec.batch_size)), spec)
+    cls = torch.optim.AdamW if spec.optimizer == "adamw" else torch.optim.Adam
+    return GradientDescent(
+        cls(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay), spec
+    )

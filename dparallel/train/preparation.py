@@ -13,19 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from ase.data import atomic_numbers
 
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
-from dparallel.train.data import PartitionReader
-from dparallel.train.splits import SplitIndex, build_split_index
+from dparallel.train.data import PartitionReader, SplitIndex, build_split_index
 
 if TYPE_CHECKING:
     from dparallel.store import Store
     from dparallel.train.device import Target
     from dparallel.train.spec import TrainingSpec
     from dparallel.types import StructureBatch
-
-__all__ = ["Prepared", "build_model", "check_complete", "prepare"]
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +33,7 @@ class Prepared:
     """What one pass over the store gives: splits, elements, reference energies, statistics."""
 
     store: Store
-    descriptor: str
     elements: list[str]
-    n_features: dict[str, int]
     index: SplitIndex
     forces: bool
     ref_energy: np.ndarray
@@ -56,16 +52,12 @@ def _feature_config(store: Store, descriptor: str) -> tuple[dict[str, Any], bool
     return cfg[descriptor], bool(cfg.get("derivatives", False))
 
 
-def _elements_of(desc: Mapping[str, Any], descriptor: str) -> list[str]:
-    if "elements" in desc:
-        return [str(elem) for elem in desc["elements"]]
-    raise TrainingError(f"descriptor spec of {descriptor!r} lists no elements")
-
-
 def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     """Split index, least-squares reference energies and feature scaling (one pass)."""
     desc, has_deriv = _feature_config(store, spec.descriptor)
-    elements = _elements_of(desc, spec.descriptor)
+    if "elements" not in desc:
+        raise TrainingError(f"descriptor spec of {spec.descriptor!r} lists no elements")
+    elements = [str(elem) for elem in desc["elements"]]
     forces = spec.force_weight > 0
     if forces and not has_deriv and spec.descriptor_source == "stored":
         raise TrainingError(
@@ -75,8 +67,6 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
         )
     # least squares E_s ≈ Σ_e n_{s,e} ref_e over training structures (normal equations),
     # accumulated partition by partition during the split pass
-    from ase.data import atomic_numbers
-
     zs = np.array([atomic_numbers[elem] for elem in elements])
     ata = np.zeros((len(elements), len(elements)))
     atb = np.zeros(len(elements))
@@ -103,19 +93,14 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     energy_scale = float(resid.std()) if resid.size > 1 and resid.std() > 1e-8 else 1.0
     per_atom.clear()
     stats = store.attrs.get("statistics", {}).get(spec.descriptor)
-    reader = PartitionReader(store, spec.descriptor, elements, index, False)
-    n_features: dict[str, int] = {}
     if not stats:  # compute scaling statistics over the training split
-        stats = _statistics(reader, elements)
+        stats = _statistics(PartitionReader(store, spec.descriptor, elements, index, False))
     for elem in elements:
         if elem not in stats:
             raise TrainingError(f"{store.target}: no statistics for element {elem}")
-        n_features[elem] = len(stats[elem]["mean"])
     return Prepared(
         store=store,
-        descriptor=spec.descriptor,
         elements=elements,
-        n_features=n_features,
         index=index,
         forces=forces,
         ref_energy=ref,
@@ -128,12 +113,12 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     )
 
 
-def _statistics(reader: PartitionReader, elements: list[str]) -> dict[str, dict[str, list]]:
+def _statistics(reader: PartitionReader) -> dict[str, dict[str, list]]:
     """n2p2 scaling statistics of the training split (store without statistics attrs)."""
-    acc: dict[str, list[np.ndarray]] = {elem: [] for elem in elements}
+    acc: dict[str, list[np.ndarray]] = {elem: [] for elem in reader.elements}
     for p in reader.index.partitions_with("train"):
         part = reader.get(p)
-        for elem in elements:
+        for elem in reader.elements:
             table = part.rows.get(f"features/{elem}")
             if table is not None:  # rows of each structure: a run per structure
                 struct = np.repeat(np.arange(part.n_structures), np.diff(table.offsets))
@@ -154,7 +139,8 @@ def _statistics(reader: PartitionReader, elements: list[str]) -> dict[str, dict[
 def build_model(prep: Prepared, spec: TrainingSpec, target: Target) -> HDNNP:
     """A freshly initialized network (seeded) with the reference energies and scaling set."""
     torch.manual_seed(spec.seed)
-    model = target.model(HDNNP(prep.elements, prep.n_features, spec.hidden, spec.activation))
+    n_features = {elem: len(stats["mean"]) for elem, stats in prep.statistics.items()}
+    model = target.model(HDNNP(prep.elements, n_features, spec.hidden, spec.activation))
     # scaling kept as data (n2p2 export writes its statistics), set in the training dtype
     model.set_scaling_from(
         {

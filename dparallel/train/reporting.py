@@ -8,6 +8,7 @@ stops the run after that epoch, its checkpoint being the result (as an interrupt
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import math
@@ -34,20 +35,6 @@ if TYPE_CHECKING:
     from dparallel.train.data import PartitionReader
     from dparallel.train.spec import TrainingSpec
 
-__all__ = [
-    "METRICS_CSV",
-    "METRICS_JSON",
-    "EpochCallback",
-    "Metrics",
-    "epoch_row",
-    "evaluate_split",
-    "notify",
-    "plot_learning_curves",
-    "plot_parity",
-    "write_metrics",
-    "write_plots",
-]
-
 log = logging.getLogger(__name__)
 
 METRICS_CSV = "metrics.csv"
@@ -65,92 +52,56 @@ class Metrics:
     synchronisation per batch).
     """
 
-    n_e: Any = 0
-    se_e: Any = 0.0
-    ae_e: Any = 0.0
-    n_f: Any = 0
-    se_f: Any = 0.0
-    ae_f: Any = 0.0
+    sums: dict[str, Any] = field(default_factory=dict)  # n_e, se_e, ae_e, n_f, se_f, ae_f
     loss_sum: Any = 0.0
     n_batches: int = 0
     parity: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
     def add(
         self,
-        e_pred: torch.Tensor,
-        e_ref: torch.Tensor,
-        n_atoms: torch.Tensor,
-        f_pred: torch.Tensor | None,
-        f_ref: torch.Tensor | None,
-        loss: float | torch.Tensor | None = None,
-        keep: bool = False,
-    ) -> None:
-        """Accumulate one batch (energies (S,), atom counts (S,), forces (N, 3))."""
-        with torch.no_grad():
-            de = (e_pred - e_ref) / n_atoms
-            ok = torch.isfinite(de)
-            de = torch.where(ok, de, 0.0)
-            self.n_e = self.n_e + ok.sum()
-            self.se_e = self.se_e + (de**2).sum().double()
-            self.ae_e = self.ae_e + de.abs().sum().double()
-            if keep:
-                self.parity.setdefault("e_ref", []).append(_host(e_ref / n_atoms, ok))
-                self.parity.setdefault("e_pred", []).append(_host(e_pred / n_atoms, ok))
-            if f_pred is not None and f_ref is not None:
-                df = f_pred - f_ref
-                okf = torch.isfinite(df)
-                df = torch.where(okf, df, 0.0)
-                self.n_f = self.n_f + okf.sum()
-                self.se_f = self.se_f + (df**2).sum().double()
-                self.ae_f = self.ae_f + df.abs().sum().double()
-                if keep:
-                    self.parity.setdefault("f_ref", []).append(_host(f_ref, okf))
-                    self.parity.setdefault("f_pred", []).append(_host(f_pred, okf))
-            if loss is not None:
-                self.loss_sum = self.loss_sum + (
-                    loss.double() if isinstance(loss, torch.Tensor) else loss
-                )
-                self.n_batches += 1
-
-    def add_batch(
-        self,
-        e_pred: torch.Tensor,
-        f_pred: torch.Tensor | None,
+        energy: torch.Tensor,
+        forces: torch.Tensor | None,
         batch: Batch,
         loss: torch.Tensor,
         keep: bool = False,
     ) -> None:
-        """:meth:`add` for predictions on ``batch`` (detached; forces compared only when
-        predicted)."""
-        self.add(
-            e_pred.detach(),
-            batch.energy,
-            batch.atom_counts,
-            None if f_pred is None else f_pred.detach(),
-            batch.forces if f_pred is not None else None,
-            loss.detach(),
-            keep,
-        )
+        """Accumulate the predictions on one batch (energies (S,), forces (N, 3) or None)."""
+        with torch.no_grad():
+            n_atoms, e_ref = batch.atom_counts, batch.energy
+            de = (energy - e_ref) / n_atoms
+            self._errors("e", de, (e_ref / n_atoms, energy / n_atoms) if keep else ())
+            if forces is not None:
+                self._errors("f", forces - batch.forces, (batch.forces, forces) if keep else ())
+            self.loss_sum = self.loss_sum + loss.double()
+            self.n_batches += 1
+
+    def _errors(self, kind: str, diff: torch.Tensor, parity: tuple) -> None:
+        """Add the finite entries of ``diff`` to the sums of ``kind``; keep ``parity``'s."""
+        ok = torch.isfinite(diff)
+        diff = torch.where(ok, diff, 0.0)
+        for name, value in (
+            ("n", ok.sum()),
+            ("se", (diff**2).sum().double()),
+            ("ae", diff.abs().sum().double()),
+        ):
+            self.sums[f"{name}_{kind}"] = self.sums.get(f"{name}_{kind}", 0) + value
+        for name, x in zip(("ref", "pred"), parity, strict=False):
+            self.parity.setdefault(f"{kind}_{name}", []).append(x[ok].detach().cpu().numpy())
 
     def summary(self) -> dict[str, float]:
         """energy_rmse/mae (eV/atom), force_rmse/mae (eV/Å), loss (NaN when not measured)."""
         nan = float("nan")
-        n_e, n_f = int(self.n_e), int(self.n_f)
-        return {
-            "loss": float(self.loss_sum) / self.n_batches if self.n_batches else nan,
-            "energy_rmse": math.sqrt(float(self.se_e) / n_e) if n_e else nan,
-            "energy_mae": float(self.ae_e) / n_e if n_e else nan,
-            "force_rmse": math.sqrt(float(self.se_f) / n_f) if n_f else nan,
-            "force_mae": float(self.ae_f) / n_f if n_f else nan,
-        }
+        out = {"loss": float(self.loss_sum) / self.n_batches if self.n_batches else nan}
+        for kind, name in (("e", "energy"), ("f", "force")):
+            n = int(self.sums.get(f"n_{kind}", 0))
+            se, ae = (float(self.sums.get(f"{s}_{kind}", 0.0)) for s in ("se", "ae"))
+            out[f"{name}_rmse"] = math.sqrt(se / n) if n else nan
+            out[f"{name}_mae"] = ae / n if n else nan
+        return out
 
     def parity_arrays(self) -> dict[str, np.ndarray]:
         """Concatenated reference/predicted arrays kept with ``keep=True``."""
         return {k: np.concatenate(v) for k, v in self.parity.items()}
-
-
-def _host(x: torch.Tensor, ok: torch.Tensor) -> np.ndarray:
-    return x[ok].detach().cpu().numpy()
 
 
 def evaluate_split(
@@ -167,14 +118,11 @@ def evaluate_split(
         param = next(model.parameters())
         feed = BatchFeed(Target(param.dtype, param.device))
     m = Metrics()
-    batches = feed.batches(reader, split, spec)
-    try:
+    with contextlib.closing(feed.batches(reader, split, spec)) as batches:  # stops the threads
         for batch in batches:
             energy, forces = predict_batch(model, batch, reader.forces)
             value = objective_loss(energy, forces, batch, spec.force_weight)
-            m.add_batch(energy, forces, batch, value, keep)
-    finally:
-        batches.close()  # stops the prefetch threads, also on an error
+            m.add(energy, forces, batch, value, keep)
     return m
 
 
@@ -182,10 +130,8 @@ def epoch_row(epoch: int, lr: float, train: dict, val: dict, seconds: float) -> 
     """One epoch's row: epoch, lr, ``train_*`` and ``validation_*`` metrics, seconds."""
     row: dict[str, Any] = {"epoch": epoch, "lr": lr}
     for split, d in (("train", train), ("validation", val)):
-        for k, v in d.items():
-            row[f"{split}_{k}"] = v
-    row["seconds"] = seconds
-    return row
+        row.update({f"{split}_{k}": v for k, v in d.items()})
+    return {**row, "seconds": seconds}
 
 
 def write_metrics(model_dir: Path, history: list[dict], extra: dict | None = None) -> None:
@@ -219,10 +165,7 @@ def write_plots(
 
 def notify(callbacks: Iterable[EpochCallback], row: dict[str, Any]) -> bool:
     """Call every callback with ``row`` in order; whether any asked to stop."""
-    stop = False
-    for callback in callbacks:
-        stop = bool(callback(row)) or stop
-    return stop
+    return any([bool(callback(row)) for callback in callbacks])  # a list: every one is called
 
 
 def _pyplot():  # noqa: ANN202

@@ -21,8 +21,6 @@ from dparallel.errors import ConfigError
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["DEVICE_PATTERN", "NEEDS_DERIVATIVES", "TrainingSpec", "parse_training_spec"]
-
 #: The optimizers ``optimizer:`` may name, and whether each needs the descriptors' dG/dr in
 #: its updates (:func:`dparallel.train.optimizers.make_optimizer` builds them).
 NEEDS_DERIVATIVES: dict[str, bool] = {"adam": False, "adamw": False, "kalman": True}
@@ -121,10 +119,7 @@ class TrainingSpec(BaseModel):
             raise ValueError("validation_fraction + test_fraction must be < 1")
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden layer sizes must be >= 1, got {self.hidden}")
-        if (
-            self.scaling in ("scale", "scalecenter", "scalesigma")
-            and self.scale_max == self.scale_min
-        ):
+        if self.scaling.startswith("scale") and self.scale_max == self.scale_min:  # n2p2's
             raise ValueError("scale_max must differ from scale_min")
         if isinstance(self.batch_prefetch, int) and self.batch_prefetch < 0:
             raise ValueError(f"batch_prefetch must be >= 0 or auto, got {self.batch_prefetch}")
@@ -198,15 +193,11 @@ def parse_training_spec(
     ConfigError
         Unknown keys, bad values or a malformed override; the message names them.
     """
-    where = "config"
-    if isinstance(source, Mapping):
-        data = _training_section(source, where)
-    elif source is not None:
-        where = str(source)
-        data = _training_section(read_yaml(source, "training config"), where)
+    if source is None or isinstance(source, Mapping):
+        where, document = "config", source
     else:
-        data = {}
-    data = apply_overrides(data, overrides, root="training")
+        where, document = str(source), read_yaml(source, "training config")
+    data = apply_overrides(_training_section(document, where), overrides, root="training")
     try:
         return TrainingSpec(**data)
     except ValidationError as exc:

@@ -1,19 +1,13 @@
 """Training data without stored descriptors: structures, neighbour lists, mini-batches.
 
 With ``descriptor_source: computed`` (docs/training.md) training reads only the store's
-``structures`` group (positions, cells, pbc, numbers, energy, forces). Each partition's
-full neighbour list (:func:`dparallel.neighbors.neighbor_list`, pairs and image shifts) is
-built once on the host when the partition is read and kept with it in the reader's cache:
-it depends on the positions only, which training never changes. A mini-batch
-carries positions, species, pairs and the constant image offsets
-S·cell of each pair (its :class:`~dparallel.train.batch.Geometry`);
-:func:`dparallel.train.objective.predict_batch` turns it into descriptors, energies and
-forces on whatever device the tensors are on.
-
-:class:`StructureReader` is a :class:`~dparallel.train.data.PartitionReader`, so the same
-split index, LRU cache, prefetch thread and shuffle buffer
-(:func:`~dparallel.train.data.iterate_batches`) give the same batches, in the same order,
-as training from stored descriptors.
+``structures`` group. Each partition's full neighbour list is built once on the host when
+the partition is read and kept with it in the reader's cache (it depends on the positions
+only). A mini-batch carries positions, species, pairs and the constant image offsets S·cell
+of each pair (its :class:`~dparallel.train.batch.Geometry`), or the values and dG/dr the
+descriptor's kernel computed. :class:`StructureReader` is a
+:class:`~dparallel.train.data.PartitionReader`, so the same split index, cache, threads and
+shuffle buffer give the same batches, in the same order, as stored descriptors.
 """
 
 from __future__ import annotations
@@ -23,7 +17,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
+from ase.data import atomic_numbers
 
+from dparallel.deploy.potential import descriptor_graph
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
@@ -43,14 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from dparallel.store import Store
-    from dparallel.train.splits import SplitIndex
-
-__all__ = [
-    "StructureReader",
-    "choose_engine",
-    "descriptor_graph_of",
-    "descriptor_of",
-]
+    from dparallel.train.data import SplitIndex
 
 
 def choose_engine(
@@ -71,52 +60,18 @@ def choose_engine(
     return "graph"
 
 
-def descriptor_of(name: str, config: Mapping[str, Any]) -> Any:
-    """The store's descriptor ``name`` built from ``config`` (its ``to_dict()``)."""
-    return descriptor_kind(name).load().from_dict(dict(config))
-
-
-def descriptor_graph_of(name: str, config: Mapping[str, Any]) -> torch.nn.Module:
-    """The traceable torch form of the store's descriptor ``name`` built from ``config``.
-
-    ``config`` is the store's ``config.features.<name>`` (the descriptor's ``to_dict()``);
-    the registry (:mod:`dparallel.descriptors.registry`) gives the class and its graph.
-    """
-    kind = descriptor_kind(name)
-    if kind.graph is None:
-        raise TrainingError(
-            f"descriptor {name!r} has no torch graph form: it cannot be computed during "
-            "training; train with descriptor_source: stored"
-        )
-    graph: torch.nn.Module = kind.graph()(descriptor_of(name, config))
-    return graph
-
-
 class StructureReader(PartitionReader):
     """Reads partitions' structures and builds their neighbour lists (no features).
 
-    Parameters
-    ----------
-    store
-        The store; only its ``structures`` group and attributes are read.
-    descriptor
-        Name of the registered descriptor (``training.descriptor``).
-    config
-        The descriptor's configuration from the store (``config.features.<descriptor>``).
-    elements
-        The model's elements (the descriptor's, in its order).
-    index
-        Split index of the store's done partitions.
-    forces
-        Whether force labels are trained (the reader always keeps them).
-    cache_bytes
-        Bound of the LRU cache of read partitions (with their neighbour lists).
-    engine
-        ``"graph"``: batches of positions and pairs, descriptors and forces computed from
-        them by the descriptor's torch graph and autograd on the batch's device
-        (:func:`~dparallel.train.computed.predict_from_structures`); ``"kernel"``: values
-        and dG/dr computed per batch on the host by the descriptor's ``compute`` (ACSF: the
-        compiled kernel featurize runs), trained as stored ones.
+    Only the store's ``structures`` group and attributes are read; ``descriptor`` is the
+    registered descriptor (``training.descriptor``) with the store's ``config`` of it
+    (``config.features.<descriptor>``); the other parameters are the
+    :class:`~dparallel.train.data.PartitionReader`'s (the cache holds the neighbour lists
+    too). ``engine``: ``"graph"`` gives batches of positions and pairs, whose descriptors and
+    forces the descriptor's torch graph and autograd compute on the batch's device
+    (:func:`~dparallel.train.objective.predict_from_geometry`); ``"kernel"`` gives values and
+    dG/dr computed per batch on the host by the descriptor's ``compute`` (ACSF: the compiled
+    kernel featurize runs), trained as stored ones.
     """
 
     holdable: ClassVar[bool] = False  # the structures stream; their pairs are cached
@@ -136,15 +91,18 @@ class StructureReader(PartitionReader):
         if engine not in ("graph", "kernel"):
             raise ValueError(f"engine must be 'graph' or 'kernel', got {engine!r}")
         self.engine = engine
-        self.descriptor_object = descriptor_of(descriptor, config)
+        if engine == "graph" and descriptor_kind(descriptor).graph is None:
+            raise TrainingError(
+                f"descriptor {descriptor!r} has no torch graph form: it cannot be computed "
+                "during training; train with descriptor_source: stored"
+            )
+        self.descriptor_object = descriptor_kind(descriptor).from_dict(config)
         # the graph's elements and columns are the descriptor's (species index into them)
-        self.graph = descriptor_graph_of(descriptor, config) if engine == "graph" else None
+        self.graph = descriptor_graph(self.descriptor_object) if engine == "graph" else None
         self.descriptor_elements = [str(elem) for elem in self.descriptor_object.elements]
         missing = [elem for elem in self.elements if elem not in self.descriptor_elements]
         if missing:
             raise TrainingError(f"descriptor {descriptor!r} does not cover elements {missing}")
-        from ase.data import atomic_numbers
-
         self.cutoff = float(self.descriptor_object.r_cut)
         self._species_of = np.full(119, -1, np.int64)
         for elem in self.elements:

@@ -14,10 +14,9 @@ from dparallel.errors import ConfigError, DeviceError
 from dparallel.train import TrainingSpec, parse_training_spec
 from dparallel.train import train as train_model
 from dparallel.train.batch import batch_to
-from dparallel.train.data import BatchPlan, PartitionReader, iterate_batches
+from dparallel.train.data import BatchPlan, PartitionReader, build_split_index, iterate_batches
 from dparallel.train.device import resolve_device
-from dparallel.train.feed import HeldData, Prefetcher, WaitClock, timed
-from dparallel.train.splits import build_split_index
+from dparallel.train.feed import HeldData, WaitClock, prefetched, timed
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
@@ -130,18 +129,18 @@ def test_prefetcher_yields_every_batch_and_stops_its_thread(reader) -> None:  # 
         iterate_batches(reader, BatchPlan(reader.index, "train", 3, shuffle=False), prefetch=0)
     )
     clock = WaitClock()
-    got = list(timed(Prefetcher(iter(source), torch.device("cpu")), clock))
+    got = list(timed(prefetched(iter(source), torch.device("cpu")), clock))
     assert [b.ids.tolist() for b in got] == [b.ids.tolist() for b in source]
     assert clock.seconds >= 0.0
     assert not _threads()
     # closed early (a step failed, a break): the thread ends too
     batches = iterate_batches(reader, BatchPlan(reader.index, "train", 2, shuffle=True))
-    gen = timed(Prefetcher(batches, torch.device("cpu")), WaitClock())
+    gen = timed(prefetched(batches, torch.device("cpu")), WaitClock())
     next(gen)
     gen.close()
     assert not _threads()
     # never iterated: no thread was started
-    Prefetcher(iter(source), torch.device("cpu")).close()
+    prefetched(iter(source), torch.device("cpu")).close()
     assert not _threads()
 
 
@@ -153,7 +152,7 @@ def test_an_error_in_the_loader_surfaces_in_the_training_thread(reader) -> None:
 
     got = []
     with pytest.raises(OSError, match="disk went away"):
-        for b in Prefetcher(failing_after_one(), torch.device("cpu")):
+        for b in prefetched(failing_after_one(), torch.device("cpu")):
             got.append(b)
     assert len(got) == 1
     assert not _threads()
