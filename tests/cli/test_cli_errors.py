@@ -155,6 +155,8 @@ def _interrupt_mid_run(argv: list[str], store: Path, sig: int) -> tuple[int, str
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=60)
+    if proc.returncode == 0:  # the signal came as it was exiting, all done: not one either
+        return None
     return proc.returncode, err
 
 
