@@ -136,11 +136,17 @@ def _done_files(store: Path) -> int:
     return sum(1 for p in folder.iterdir() if p.name.startswith("c.")) if folder.is_dir() else 0
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_mid_run(argv: list[str], store: Path, sig: int) -> tuple[int, str] | None:
     """Start ``argv``, signal it once two partitions are done; (rc, stderr), or ``None``
     when the run finished before it could be interrupted (then a larger input is needed)."""
+    # Ctrl-C as in a terminal, also when these tests run in a background job (which
+    # ignores SIGINT, and its children inherit that)
     proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+                            text=True, preexec_fn=_default_sigint)  # fmt: skip
     try:
         deadline = time.monotonic() + 240
         while proc.poll() is None and _done_files(store) < 2:
