@@ -151,7 +151,7 @@ def unavailable(name: str, device: str) -> str | None:
 
     import torch
 
-    from dparallel.kernels.acsf_numba import numba_available
+    from dparallel.descriptors._acsf_backends import numba_available
 
     if device == "cuda" and not torch.cuda.is_available():
         return "no GPU"

@@ -60,10 +60,13 @@ class SplitDerivatives(NamedTuple):
 
 
 # ------------------------------------------------------------------ availability
-def _numba_available() -> bool:
-    from dparallel.kernels.acsf_numba import numba_available
-
-    return numba_available()
+def numba_available() -> bool:
+    """Whether the compiled (numba) kernel imports here; else ``"auto"`` is torch."""
+    try:
+        import dparallel.kernels.acsf_numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def check_triton() -> None:
@@ -105,9 +108,9 @@ def resolve_backend(backend: str | Backend, needs_grad: bool = False) -> Backend
     if name not in BACKENDS:
         raise DescriptorError(f"backend must be 'auto', 'torch', 'numba' or 'triton', got {name!r}")
     if name == "auto":
-        name = "numba" if _numba_available() and not needs_grad else "torch"
+        name = "numba" if numba_available() and not needs_grad else "torch"
         return replace(chosen, name=name)
-    if name == "numba" and not _numba_available():
+    if name == "numba" and not numba_available():
         raise BackendUnavailableError("backend='numba' needs numba (pip install numba)")
     if name == "triton":
         check_triton()

@@ -133,7 +133,7 @@ def _attr(name: str) -> Any:  # noqa: ANN401
 
 
 def _acsf_numpy() -> bool:
-    from dparallel.kernels.acsf_numba import numba_available
+    from dparallel.descriptors._acsf_backends import numba_available
 
     return numba_available()
 

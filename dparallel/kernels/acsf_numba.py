@@ -11,8 +11,6 @@ argument types in :mod:`~dparallel.kernels.acsf_layout` (re-exported here).
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 
 from dparallel.kernels._numba_jit import CONTRACT, jit, jit_views
@@ -44,15 +42,9 @@ __all__ = [  # the argument types and their builders are re-exported from acsf_l
     "acsf_element",
     "no_network",
     "no_split",
-    "numba_available",
     "radial_columns",
     "split_layout",
 ]
-
-
-def numba_available() -> bool:
-    """Whether the compiled backend can be used (numba, a dependency, is installed)."""
-    return importlib.util.find_spec("numba") is not None
 
 
 def _acsf_element(

@@ -9,8 +9,8 @@ import torch
 from acsf_unchecked import allow_any_parameters
 
 from dparallel.descriptors import ACSF, Backend
+from dparallel.descriptors._acsf_backends import numba_available
 from dparallel.errors import DescriptorError
-from dparallel.kernels.acsf_numba import numba_available
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="numba not installed")
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from acsf_unchecked import allow_any_parameters
 
+from dparallel.descriptors._acsf_backends import numba_available
 from dparallel.io import open_source
-from dparallel.kernels.acsf_numba import numba_available
 from dparallel.n2p2 import acsf_from_input_nn
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from acsf_reference import reference
 from acsf_unchecked import allow_any_parameters
 
 from dparallel.descriptors import ACSF
-from dparallel.kernels.acsf_numba import numba_available
+from dparallel.descriptors._acsf_backends import numba_available
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="numba not installed")
 

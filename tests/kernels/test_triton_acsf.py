@@ -24,8 +24,8 @@ import torch
 import triton_interpreter as ti
 
 from dparallel.descriptors import ACSF
+from dparallel.descriptors._acsf_backends import numba_available
 from dparallel.errors import BackendUnavailableError, DescriptorError
-from dparallel.kernels.acsf_numba import numba_available
 from dparallel.kernels.pair_select import ElementPairs, element_pairs
 from dparallel.neighbors import neighbor_list
 from dparallel.types import StructureBatch

@@ -165,7 +165,7 @@ def test_computed_graph_refuses_the_kalman_filter() -> None:
 
 
 def test_auto_engine_is_the_kernel_on_the_cpu_and_the_graph_elsewhere() -> None:
-    from dparallel.kernels.acsf_numba import numba_available
+    from dparallel.descriptors._acsf_backends import numba_available
 
     cpu = "kernel" if numba_available() else "graph"
     assert choose_engine("acsf", "auto", False) == cpu

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from dparallel.descriptors import ACSF
+from dparallel.descriptors._acsf_backends import numba_available
 from dparallel.descriptors.descriptor_set import DescriptorSet
-from dparallel.kernels.acsf_numba import numba_available
 from dparallel.neighbors import neighbor_list
 from dparallel.types import StructureBatch
 
