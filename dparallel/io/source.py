@@ -141,7 +141,9 @@ class StructureSource:
         self.location = location
         #: The local path, or the URL (for messages).
         self.path: Path | str = location.local if location.local is not None else location.url
-        if not location.is_file():
+        # a copy sent to a task (``_expect_index``) of a file at a URL is found by its
+        # index's first request: no request of its own
+        if (location.local is not None or _expect_index is None) and not location.is_file():
             raise SourceNotFoundError(f"input file not found: {location}")
         _refuse_compressed(location)
         if units not in UNITS:
@@ -167,7 +169,10 @@ class StructureSource:
     def index(self) -> FileIndex:
         """The file's index (built or loaded on first use)."""
         if self._index is None:
-            idx = load_or_build_index(self.location, self.format, cache=self.cache_index)
+            try:
+                idx = load_or_build_index(self.location, self.format, cache=self.cache_index)
+            except FileNotFoundError:
+                raise SourceNotFoundError(f"input file not found: {self.location}") from None
             stat = self._expect_stat
             changed = stat is not None and stat != (idx.size, idx.mtime_ns)
             if changed or (self._expect_index is not None and idx.sha256 != self._expect_index):

@@ -23,9 +23,13 @@ from zarr.storage import FsspecStore, LocalStore
 
 from dparallel.errors import StoreError
 from dparallel.io.location import Location, as_location, is_url
-from dparallel.store._generations import is_generation, read_pointer, resolve
+from dparallel.store._generations import is_generation, resolve
 
 __all__ = ["Backend", "StoreTarget", "local_path", "open_backend", "remote_location"]
+
+#: Concurrent connections of a store's S3 client (botocore's default: 10); a user's own
+#: ``config_kwargs={"max_pool_connections": …}`` stays.
+MAX_CONNECTIONS = 64
 
 #: Where a dparallel store lives: a local path, a URL, or a zarr store object.
 StoreTarget = str | os.PathLike[str] | ZarrStore | Location
@@ -77,18 +81,22 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
     read_only = mode == "r"
     remote = remote_location(target)
     if remote is not None:
-        root = remote if direct else (resolve(remote) or remote)
-        if root == remote and is_generation(remote.name):  # a generation named directly
+        if is_generation(remote.name):  # a generation named directly (a task's reference)
+            root = remote  # never holds a pointer: opened as it is, no request to ask
             parent = remote.sibling("")
-            parent = type(remote)(parent.url.rstrip("/"), remote.storage_options)
-            if read_pointer(parent) is not None:
-                remote = parent
+            remote = type(remote)(parent.url.rstrip("/"), remote.storage_options)
+        else:
+            root = remote if direct else (resolve(remote) or remote)
         options = root.options
         if root.protocol in ("s3", "s3a"):
             # s3fs reads a whole object with a HEAD for its size first (to split a large
             # one into concurrent ranges) unless told not to: a store's objects are read
             # many at a time already, so one GET each halves the requests
             options.setdefault("max_concurrency", 1)
+            # botocore keeps 10 connections: a task's ~30 documents would go in 3 waves
+            config = dict(options.get("config_kwargs") or {})
+            config.setdefault("max_pool_connections", MAX_CONNECTIONS)
+            options["config_kwargs"] = config
         try:
             store = FsspecStore.from_url(
                 root.url, storage_options=options or None, read_only=read_only

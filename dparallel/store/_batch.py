@@ -23,7 +23,15 @@ if TYPE_CHECKING:
     from zarr.abc.store import Store as ZarrStore
     from zarr.core.metadata.v3 import ArrayV3Metadata
 
-__all__ = ["array_items", "chunk_item", "group_item", "put_all", "slot_metadata"]
+__all__ = [
+    "array_items",
+    "chunk_item",
+    "fill_chunk_key",
+    "group_item",
+    "keys_below",
+    "put_all",
+    "slot_metadata",
+]
 
 _METADATA = "zarr.json"
 
@@ -67,6 +75,19 @@ def array_items(
     return chunks, (f"{path}/{_METADATA}", document)
 
 
+def _chunk_key(path: str, meta: ArrayV3Metadata, rows: slice, values: np.ndarray) -> str | None:
+    """The key of the one chunk that ``rows`` (``values``) of the array at ``path`` are
+    exactly; ``None`` where they are not one whole chunk."""
+    chunk_shape = getattr(meta.chunk_grid, "chunk_shape", None)
+    start, stop = rows.start or 0, rows.stop
+    if chunk_shape is None or rows.step not in (None, 1) or stop is None or not values.ndim:
+        return None
+    if start % chunk_shape[0] or tuple(chunk_shape) != values.shape:
+        return None
+    coords = (start // chunk_shape[0], *([0] * (values.ndim - 1)))
+    return f"{path}/{meta.encode_chunk_key(coords)}"
+
+
 def chunk_item(path: str, meta: ArrayV3Metadata, rows: slice, values: np.ndarray) -> Item | None:
     """``rows`` of the array at ``path`` as its chunk, if they are exactly one chunk of
     numbers encoded with bytes + at most one blosc; else ``None``."""
@@ -82,14 +103,17 @@ def chunk_item(path: str, meta: ArrayV3Metadata, rows: slice, values: np.ndarray
     endian = codecs[0].endian
     if values.dtype.itemsize > 1 and endian is not None and endian.value != "little":
         return None
-    chunk_shape = getattr(meta.chunk_grid, "chunk_shape", None)
-    start, stop = rows.start or 0, rows.stop
-    if chunk_shape is None or rows.step not in (None, 1) or stop is None or not values.ndim:
+    key = _chunk_key(path, meta, rows, values)
+    return None if key is None else (key, bytes(_encoded(values, codecs)))
+
+
+def fill_chunk_key(path: str, meta: ArrayV3Metadata, rows: slice, values: np.ndarray) -> str | None:
+    """The key of the chunk ``rows`` are, if every value is the fill value (strings
+    included): zarr stores no such chunk, so it is deleted; else ``None``."""
+    key = _chunk_key(path, meta, rows, values)
+    if key is None or not bool(np.all(values == meta.fill_value)):
         return None
-    if start % chunk_shape[0] or tuple(chunk_shape) != values.shape:
-        return None
-    coords = (start // chunk_shape[0], *([0] * (values.ndim - 1)))
-    return f"{path}/{meta.encode_chunk_key(coords)}", bytes(_encoded(values, codecs))
+    return key
 
 
 @functools.lru_cache(maxsize=512)
@@ -117,6 +141,19 @@ async def slot_metadata(store: ZarrStore, path: str) -> ArrayV3Metadata | None:
     if key is not None:
         _GENERATION_SLOTS[key] = meta
     return meta
+
+
+async def keys_below(store: ZarrStore, prefix: str) -> list[str]:
+    """Every key below ``prefix`` (a folder, ``…/``): one listing request on object storage
+    (zarr's ``list_prefix`` asks s3fs, which probes the prefix as an object and lists it
+    again when it holds nothing)."""
+    from zarr.storage import FsspecStore
+
+    if not isinstance(store, FsspecStore):
+        return [key async for key in store.list_prefix(prefix)]
+    parent, _, name = f"{store.path}/{prefix}".rstrip("/").rpartition("/")
+    found = await store.fs._find(parent, prefix=f"{name}/", withdirs=False)
+    return [key.removeprefix(f"{store.path}/") for key in found]
 
 
 async def put_all(store: ZarrStore, phases: Iterable[Sequence[Item]]) -> None:

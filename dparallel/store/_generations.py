@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,8 @@ __all__ = ["POINTER_KEY", "new_generation", "read_pointer", "resolve", "write_po
 
 POINTER_KEY = "dparallel.json"
 _PREFIX = "g-"
+#: What :func:`new_generation` names: ``g-<UTC time>-<8 hex>``, never a user's store name.
+_NAME = re.compile(r"g-\d{8}T\d{6}-[0-9a-f]{8}")
 
 
 def new_generation() -> str:
@@ -33,7 +36,7 @@ def new_generation() -> str:
 
 def is_generation(name: str) -> bool:
     """Whether a top-level name below a store's URL is a generation."""
-    return name.startswith(_PREFIX)
+    return _NAME.fullmatch(name) is not None
 
 
 def read_pointer(url: Location) -> tuple[dict[str, Any], str | None] | None:

@@ -72,6 +72,8 @@ class OpenedStore:
         self._stops = np.asarray(meta["plan"]["stops"], np.int64)  # (P,)
         self._cum: np.ndarray | None = None  # (P + 1,) see _cumulative
         self._unreadable_done: set[int] = set()  # partitions whose done marker is torn
+        #: attributes of the ``parts/<p>`` documents this object made (batched writes)
+        self._part_attributes: dict[int, dict[str, Any]] = {}
         if cache is not None and not self.is_complete:  # may still change: read afresh
             self._backend = replace(backend, zarr_store=cache.unwrapped())
             self._root = zarr.open_group(store=self._backend.zarr_store, mode=mode, **ZARR3)

@@ -14,7 +14,7 @@ from dparallel.errors import StoreError
 from dparallel.store import _create
 from dparallel.store._backend import StoreTarget, remote_location
 from dparallel.store._create_remote import create_remote, publish_remote, remote_status
-from dparallel.store._generations import resolve
+from dparallel.store._generations import is_generation, resolve
 from dparallel.store._store import Store
 
 if TYPE_CHECKING:
@@ -101,8 +101,8 @@ def open_store(path: StoreTarget, mode: Literal["r", "r+"] = "r") -> Store:
     remote = remote_location(path)
     if remote is None:
         return _create.open_store(path, mode)
-    if resolve(remote) is None:
-        raise StoreError(f"store not found: {remote}")
+    if not is_generation(remote.name) and resolve(remote) is None:  # a task's generation
+        raise StoreError(f"store not found: {remote}")  # is opened with no request to ask
     return Store(remote, mode=mode)
 
 

@@ -222,6 +222,7 @@ class StoreWrites(OpenedStore):
         for index, reason in records:
             by_part.setdefault(self.partition_of(int(index)), []).append((int(index), str(reason)))
         for p, recs in by_part.items():
+            self._part_attributes.pop(p, None)
             g = self._partition_group(self._writable_partition(p), create=True)
             assert g is not None
             old = {int(i): str(r) for i, r in _index_reason_pairs(g.attrs.get("skipped"))}
@@ -231,7 +232,14 @@ class StoreWrites(OpenedStore):
     def mark_done(self, p: int, report: Mapping[str, Any] | None = None) -> None:
         """Mark partition ``p`` done (last write of a task); ``report`` kept in ``parts/<p>``."""
         p = self._writable_partition(p)
-        if report is not None:
+        known = self._part_attributes.get(p)
+        if report is not None and known is not None:  # its document, put as it is now
+            from dparallel.store import _batch
+
+            known["report"] = _jsonable(report)
+            document = _batch.group_item(_partition_group(p), known)
+            sync(_batch.put_all(self._backend.zarr_store, ([document],)))
+        elif report is not None:
             g = self._partition_group(p, create=True)
             assert g is not None
             g.attrs["report"] = _jsonable(report)
@@ -276,13 +284,6 @@ class StoreWrites(OpenedStore):
         What an earlier attempt at ``p`` left there (a task killed mid-write: groups whose
         parent has no metadata yet) is removed first, so every level is made anew.
         """
-        left = f"{_partition_group(self._writable_partition(p))}/features"
-        local = self._backend.local
-        if local is None:
-            sync(self._backend.zarr_store.delete_dir(left))
-        elif (local / left).exists():
-            refuse_links(local, local / left)
-            shutil.rmtree(local / left)  # as zarr's LocalStore.delete_dir, without its loop
         entries: list[_GroupEntry] = []
         attributes: dict[str, dict[str, Any]] = {}  # feature_index, radial of each block
         for descriptor, per_element in features.items():
@@ -309,16 +310,18 @@ class StoreWrites(OpenedStore):
                         for n, a in stored.items()
                     }
                     entries.append((group, stored, dims))
-        self._write_groups(p, entries, attributes)
+        self._write_groups(p, entries, attributes, replace="features")
 
     def _write_groups(
         self,
         p: int,
         entries: Sequence[_GroupEntry],
         attributes: Mapping[str, Mapping[str, Any]] | None = None,
+        replace: str | None = None,
     ) -> None:
         """:meth:`write_partition_arrays` for several ``(group, arrays, dims)`` at once;
-        ``attributes`` by group name, for groups made here.
+        ``attributes`` by group name, for groups made here; what the group ``replace``
+        (below ``parts/<p>``) held is removed first.
 
         In a local store, numbers and booleans go straight to the files from this thread
         (:mod:`~dparallel.store._direct`: the documents and chunks zarr would write, made by
@@ -343,8 +346,16 @@ class StoreWrites(OpenedStore):
         ]
         folder = self._direct_folder()
         store = self._backend.zarr_store
+        local = self._backend.local
+        if replace is not None and local is not None and (local / part / replace).exists():
+            refuse_links(local, local / part / replace)
+            shutil.rmtree(local / part / replace)  # as zarr's LocalStore.delete_dir, no loop
+        elif replace is not None and local is None and not self._batch_writes():
+            sync(store.delete_dir(f"{part}/{replace}"))
         if folder is None and self._batch_writes():
-            rest = sync(_put_groups(store, part, levels, jobs, attributes or {}))
+            rest, new_part = sync(_put_groups(store, part, levels, jobs, attributes or {}, replace))
+            if new_part:  # its attributes are known: mark_done writes them with no read
+                self._part_attributes[p] = {}
         elif folder is None:
             groups = [part, *(f"{part}/{level}" for level in levels)]
             sync(_make_groups(store, groups, attributes or {}, len(part) + 1))
@@ -433,12 +444,18 @@ async def _put_groups(
     levels: Sequence[str],
     jobs: Sequence[tuple[str | None, str, np.ndarray, tuple]],
     attributes: Mapping[str, Mapping[str, Any]],
-) -> list[tuple[str | None, str, np.ndarray, tuple]]:
-    """:meth:`StoreWrites._write_groups` into a store at a URL: ``parts/<p>`` (unless there),
-    its groups and arrays as one batch (:mod:`~dparallel.store._batch`); returns the jobs
-    left for zarr's API."""
+    replace: str | None,
+) -> tuple[list[tuple[str | None, str, np.ndarray, tuple]], bool]:
+    """:meth:`StoreWrites._write_groups` into a store at a URL: what ``part/<replace>``
+    held removed, then ``part`` (unless there), its groups and arrays as one batch
+    (:mod:`~dparallel.store._batch`), found with one listing of ``part``. Returns the jobs
+    left for zarr's API, and whether ``part``'s own document was made here."""
     from dparallel.store import _batch
 
+    found = await _batch.keys_below(store, f"{part}/")
+    if replace is not None:
+        stale = f"{part}/{replace}/"
+        await asyncio.gather(*(store.delete(k) for k in found if k.startswith(stale)))
     chunks, documents, rest = [], [], []
     for group, name, values, dims in jobs:
         path = "/".join(filter(None, (part, group, name)))
@@ -451,11 +468,13 @@ async def _put_groups(
         else:
             chunks += made[0]
             documents.append(made[1])
-    groups = [_batch.group_item(f"{part}/{level}", attributes.get(level)) for level in levels]
-    if not await store.exists(f"{part}/zarr.json"):
-        groups.append(_batch.group_item(part))
-    await _batch.put_all(store, (chunks, documents, groups))
-    return rest
+    documents += [_batch.group_item(f"{part}/{level}", attributes.get(level)) for level in levels]
+    new_part = f"{part}/zarr.json" not in found
+    if new_part:
+        documents.append(_batch.group_item(part))
+    # a group's document may land before its arrays': a partition is read only once done
+    await _batch.put_all(store, (chunks, documents))
+    return rest, new_part
 
 
 async def _put_rows(
@@ -466,14 +485,17 @@ async def _put_rows(
     from dparallel.store import _batch
 
     metas = await asyncio.gather(*(_batch.slot_metadata(store, name) for name, _, _ in writes))
-    items, rest = [], []
+    items, empty, rest = [], [], []
     for (name, rows, values), meta in zip(writes, metas, strict=True):
         item = None if meta is None else _batch.chunk_item(name, meta, rows, values)
-        if item is None:
-            rest.append((name, rows, values))
-        else:
+        key = None if meta is None or item else _batch.fill_chunk_key(name, meta, rows, values)
+        if item is not None:
             items.append(item)
-    await _batch.put_all(store, (items,))
+        elif key is not None:
+            empty.append(key)  # all fill values (tags not set): no chunk, as zarr stores it
+        else:
+            rest.append((name, rows, values))
+    await asyncio.gather(_batch.put_all(store, (items,)), *(store.delete(k) for k in empty))
     return rest
 
 

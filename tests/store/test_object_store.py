@@ -285,3 +285,77 @@ def test_a_complete_store_at_a_url_is_read_once_then_from_memory(data):
     with StoreLease(url2):
         prepare_featurize(data, url2, _dset(), FeaturizeOptions(partition_atoms=30))
         assert not isinstance(open_store(url2).zarr_store, CachedReads)
+
+
+def test_a_task_makes_no_request_it_does_not_need(s3, data, monkeypatch):
+    """A featurize task into an S3 store, its arguments pickled as for a worker: the
+    generation opened with one GET (no probe for a pointer inside it), the input with one
+    HEAD (its index) and one ranged GET, what an earlier attempt left found by one
+    listing, the partition's own document put once."""
+    import pickle
+
+    import s3fs
+
+    base = f"s3://dparallel-test/requests-{time.monotonic_ns()}"
+    fs, path = as_location(f"{base}/data.xyz").filesystem()
+    fs.pipe_file(path, data.read_bytes())
+    url = f"{base}/s.zarr"
+    with StoreLease(url):
+        source, store = prepare_featurize(
+            f"{base}/data.xyz", url, _dset(), FeaturizeOptions(partition_atoms=30)
+        )
+        args = pickle.dumps((source, store.ref))
+        calls: list[tuple[str, str]] = []
+        original = s3fs.S3FileSystem._call_s3
+
+        async def counting(self, method, *args, **kwargs):
+            name = method if isinstance(method, str) else method.__name__
+            calls.append((name, kwargs.get("Key", kwargs.get("Prefix", ""))))
+            return await original(self, method, *args, **kwargs)
+
+        monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counting)
+        featurize_partition(*pickle.loads(args), 0, _dset().to_dict())
+    generation = str(store.root).split("/")[-1]
+    keys = [key.split(f"{generation}/")[-1] for _, key in calls]
+    assert [k for k, (name, _) in zip(keys, calls, strict=True) if name == "get_object"][:1] == [
+        "zarr.json"
+    ]
+    assert not any(k.endswith("dparallel.json") for k in keys)  # no pointer probe
+    assert [key for name, key in calls if name == "head_object"] == [path.split("/", 1)[1]]
+    assert [k for k, (name, _) in zip(keys, calls, strict=True) if name == "list_objects_v2"] == [
+        "parts/0/"
+    ]
+    assert keys.count("parts/0/zarr.json") == 2  # made with the groups, then with the report
+    assert keys[-1] == "partitions/done/c.0"  # the done marker last
+    report = open_store(url).report(0)
+    assert report["partition"] == 0 and report["n_atoms"] > 0
+
+
+def test_tags_a_retry_clears_leave_no_chunk(base, data):
+    """Tags written by one attempt and cleared by the next (all fill values): the chunk is
+    gone, as zarr leaves it, and they read back empty."""
+    import dataclasses
+
+    url = f"{base}/s.zarr"
+    with StoreLease(url):
+        source, store = prepare_featurize(data, url, _dset(), FeaturizeOptions(partition_atoms=30))
+        batch = source.read(*store.partition_range(0))
+        tagged = dataclasses.replace(
+            batch, tags=np.asarray(["set=train"] * batch.n_structures, dtype=object)
+        )
+        store.write_structures(0, tagged)
+        keys = [k for k in _keys(store) if k.startswith("structures/tags/c")]
+        assert keys == ["structures/tags/c.0"]
+        store.write_structures(0, batch)
+        assert not [k for k in _keys(store) if k.startswith("structures/tags/c")]
+        store.mark_done(0)
+        assert list(store.read_partition(0).tags) == [""] * batch.n_structures
+
+
+def _keys(store) -> list[str]:
+    from zarr.core.sync import sync
+
+    async def listed():
+        return [k async for k in store.zarr_store.list_prefix("")]
+
+    return sync(listed())
