@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import shutil
 import socket
@@ -51,12 +52,10 @@ def _free_port() -> int:
 
 
 def start_moto(log: Path) -> tuple[subprocess.Popen, str]:
-    """``moto_server`` on 127.0.0.1 (bounded wait until it answers)."""
-    beside = Path(sys.executable).with_name("moto_server")  # this environment's moto first
-    exe = str(beside) if beside.exists() else shutil.which("moto_server") or "moto_server"
+    """moto's standalone server (``moto_server``) on 127.0.0.1, bounded wait until it answers."""
     port = _free_port()
     proc = subprocess.Popen(
-        [exe, "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=open(log, "wb"),  # noqa: SIM115 - lives as long as the server
         stderr=subprocess.STDOUT,
     )
@@ -101,6 +100,10 @@ def main() -> int:
     water = SHARED / "water"
     if not (water / "input.data").is_file():
         print(f"SKIPPED: n2p2's water example is missing ({water})")
+        return 0
+    missing = [m for m in ("boto3", "s3fs", "moto") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"SKIPPED: {', '.join(missing)} missing (pip install 'dparallel[s3,test]')")
         return 0
     work = Path(tempfile.mkdtemp(prefix="bench-objstore-"))
     try:
