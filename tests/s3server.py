@@ -71,8 +71,13 @@ def s3_server(buckets: tuple[str, ...] = ("dparallel-test",), timeout: float = 3
 
 
 def _forget_filesystems() -> None:
-    """Drop cached S3 filesystems (they hold the endpoint they were made with)."""
+    """Drop cached S3 filesystems (they hold the endpoint they were made with), their
+    sessions closed first (dropped open, aiohttp logs each as an error whenever they are
+    collected, e.g. into the log file of a later test's run)."""
     from dparallel.io import location
+    from dparallel.store._backend import close_sessions
+
+    close_sessions()
 
     location._FS.clear()
     with contextlib.suppress(ImportError):

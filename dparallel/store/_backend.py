@@ -13,23 +13,37 @@ then renamed into place (:mod:`~dparallel.store._create`).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from zarr.abc.store import Store as ZarrStore
 from zarr.storage import FsspecStore, LocalStore
 
 from dparallel.errors import StoreError
-from dparallel.io.location import Location, as_location, is_url
+from dparallel.io.location import Location, as_location, is_url, opened_filesystems
 from dparallel.store._generations import is_generation, resolve
 
-__all__ = ["Backend", "StoreTarget", "local_path", "open_backend", "remote_location"]
+__all__ = [
+    "Backend",
+    "StoreTarget",
+    "close_sessions",
+    "local_path",
+    "open_backend",
+    "remote_location",
+]
 
 #: Concurrent connections of a store's S3 client (botocore's default: 10); a user's own
 #: ``config_kwargs={"max_pool_connections": …}`` stays.
 MAX_CONNECTIONS = 64
+
+#: The filesystems of the stores opened at a URL in this process (their clients' HTTP
+#: sessions live on zarr's event loop).
+_STORE_FILESYSTEMS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 #: Where a dparallel store lives: a local path, a URL, or a zarr store object.
 StoreTarget = str | os.PathLike[str] | ZarrStore | Location
@@ -103,6 +117,9 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
             )
         except (ImportError, ValueError, TypeError) as exc:
             raise StoreError(f"cannot open {remote} as a zarr store: {exc}") from exc
+        if not _STORE_FILESYSTEMS:
+            atexit.register(close_sessions)  # runs before zarr's loop stops (registered later)
+        _STORE_FILESYSTEMS.add(store.fs)
         return Backend(store, None, str(remote), remote, root)
     local = (
         local_path(target) if isinstance(target, (str, os.PathLike, ZarrStore, Location)) else None
@@ -117,3 +134,24 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
     raise StoreError(
         f"a store is a path, a URL or a zarr store, got {type(target).__name__}: {target!r}"
     )
+
+
+def close_sessions() -> None:
+    """Close the HTTP sessions of the object-store clients this process opened (the
+    stores' on zarr's event loop, those of :meth:`Location.filesystem` on fsspec's) while
+    those loops still run. s3fs leaves them to the interpreter's exit, where it cannot
+    close them, and aiohttp then reports each one as an "Unclosed client session" error,
+    which lands in a run's log. A client used again opens a new session."""
+    import fsspec.asyn
+    from zarr.core.sync import sync
+
+    for fs in [*_STORE_FILESYSTEMS, *opened_filesystems()]:
+        creator = getattr(fs, "_s3creator", None)
+        if getattr(fs, "_s3", None) is None or creator is None:
+            continue
+        fs._s3 = None
+        with contextlib.suppress(Exception):
+            if getattr(fs, "asynchronous", False):
+                sync(creator.__aexit__(None, None, None), timeout=5)
+            else:
+                fsspec.asyn.sync(fs.loop, creator.__aexit__, None, None, None, timeout=5)

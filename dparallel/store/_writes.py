@@ -253,8 +253,10 @@ class StoreWrites(OpenedStore):
         self._cum = None
 
     def clear_done(self, p: int) -> None:
-        """Mark partition ``p`` not done (before re-running it)."""
-        self._array("partitions/done")[self._writable_partition(p)] = 0
+        """Mark partition ``p`` not done (before re-running it): the marker's own chunk,
+        written as :meth:`mark_done` writes it."""
+        p = self._writable_partition(p)
+        self._write_rows([("partitions/done", slice(p, p + 1), np.zeros(1, np.uint8))])
         self._cum = None
 
     # ------------------------------------------------------------ partition groups
