@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,15 +138,18 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
 
 
 def close_sessions() -> None:
-    """Close the HTTP sessions of the object-store clients this process opened (the
-    stores' on zarr's event loop, those of :meth:`Location.filesystem` on fsspec's) while
+    """Close the HTTP sessions of the S3 clients this process opened (the stores' on
+    zarr's event loop, the others, :meth:`Location.filesystem`'s too, on fsspec's) while
     those loops still run. s3fs leaves them to the interpreter's exit, where it cannot
     close them, and aiohttp then reports each one as an "Unclosed client session" error,
     which lands in a run's log. A client used again opens a new session."""
     import fsspec.asyn
     from zarr.core.sync import sync
 
-    for fs in [*_STORE_FILESYSTEMS, *opened_filesystems()]:
+    s3fs = sys.modules.get("s3fs")  # and any other S3 client fsspec keeps in this process
+    cached = list(s3fs.S3FileSystem._cache.values()) if s3fs is not None else []
+    every = [*_STORE_FILESYSTEMS, *opened_filesystems(), *cached]
+    for fs in {id(fs): fs for fs in every}.values():
         creator = getattr(fs, "_s3creator", None)
         if getattr(fs, "_s3", None) is None or creator is None:
             continue
