@@ -384,3 +384,34 @@ def test_clients_closed_before_exit_leave_no_unclosed_session(s3, data, caplog):
     s3fs.S3FileSystem.clear_instance_cache()
     gc.collect()
     assert "Unclosed client session" not in caplog.text
+
+
+def test_a_retry_replaces_what_a_killed_attempt_left(base, data):
+    """A task killed mid-write at a URL (a level without its document, an object the retry
+    does not write) is retried: its one listing finds both, the retry's write brings back
+    every array and leaves nothing of the attempt."""
+    url = f"{base}/s.zarr"
+    featurize_in_process(data, url, _dset(), FeaturizeOptions(partition_atoms=30))
+    store = open_store(url)
+    want = store.read_features(0, "acsf")
+    element = next(e for e, a in want.items() if any(k.startswith("d/") for k in a))
+    part = f"parts/0/features/acsf/{element}"
+    zarr_store = open_store(url, mode="r+").zarr_store
+    from zarr.core.buffer import cpu
+    from zarr.core.sync import sync
+
+    sync(zarr_store.delete(f"{part}/d/zarr.json"))  # the kill came before this document
+    sync(zarr_store.set(f"{part}/stray/c.0", cpu.Buffer.from_bytes(b"left")))
+    writer = open_store(url, mode="r+")
+    writer.clear_done(0)
+    assert 0 in writer.pending_partitions().tolist()
+    writer.write_features(0, {"acsf": want})
+    writer.mark_done(0, {"retried": True})
+    assert not [k for k in _keys(writer) if "/stray/" in k]
+    reread = open_store(url)
+    got = reread.read_features(0, "acsf")
+    assert {e: set(a) for e, a in got.items()} == {e: set(a) for e, a in want.items()}
+    for e, arrays in want.items():
+        for k, v in arrays.items():  # dG/dr re-encoded from float32: rounding apart
+            np.testing.assert_allclose(got[e][k], v, rtol=1e-6, atol=1e-7, err_msg=f"{e}/{k}")
+    assert reread.report(0) == {"retried": True}
