@@ -23,16 +23,11 @@ from dparallel.errors import DParallelError
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-__all__ = ["Location", "LocationError", "Where", "as_location", "is_url", "opened_filesystems"]
+__all__ = ["Location", "LocationError", "Where", "as_location", "is_url"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: Filesystems opened in this process, by protocol and options (fsspec caches too).
 _FS: dict[tuple[str, str], Any] = {}
-
-
-def opened_filesystems() -> list[Any]:
-    """The filesystems :meth:`Location.filesystem` opened in this process."""
-    return list(_FS.values())
 
 
 class LocationError(DParallelError, ValueError):

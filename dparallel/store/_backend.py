@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import sys
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from zarr.abc.store import Store as ZarrStore
 from zarr.storage import FsspecStore, LocalStore
 
 from dparallel.errors import StoreError
-from dparallel.io.location import Location, as_location, is_url, opened_filesystems
+from dparallel.io.location import Location, as_location, is_url
 from dparallel.store._generations import is_generation, resolve
 
 __all__ = [
@@ -41,10 +41,6 @@ __all__ = [
 #: Concurrent connections of a store's S3 client (botocore's default: 10); a user's own
 #: ``config_kwargs={"max_pool_connections": …}`` stays.
 MAX_CONNECTIONS = 64
-
-#: The filesystems of the stores opened at a URL in this process (their clients' HTTP
-#: sessions live on zarr's event loop).
-_STORE_FILESYSTEMS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 #: Where a dparallel store lives: a local path, a URL, or a zarr store object.
 StoreTarget = str | os.PathLike[str] | ZarrStore | Location
@@ -118,9 +114,7 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
             )
         except (ImportError, ValueError, TypeError) as exc:
             raise StoreError(f"cannot open {remote} as a zarr store: {exc}") from exc
-        if not _STORE_FILESYSTEMS:
-            atexit.register(close_sessions)  # runs before zarr's loop stops (registered later)
-        _STORE_FILESYSTEMS.add(store.fs)
+        _close_sessions_at_exit()
         return Backend(store, None, str(remote), remote, root)
     local = (
         local_path(target) if isinstance(target, (str, os.PathLike, ZarrStore, Location)) else None
@@ -137,19 +131,24 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
     )
 
 
+@functools.cache
+def _close_sessions_at_exit() -> None:
+    """Register :func:`close_sessions` once; it runs before zarr's loop stops (atexit runs
+    the later registered first)."""
+    atexit.register(close_sessions)
+
+
 def close_sessions() -> None:
-    """Close the HTTP sessions of the S3 clients this process opened (the stores' on
-    zarr's event loop, the others, :meth:`Location.filesystem`'s too, on fsspec's) while
+    """Close the HTTP sessions of the S3 clients fsspec keeps in this process (the stores'
+    on zarr's event loop, the others, :meth:`Location.filesystem`'s too, on fsspec's) while
     those loops still run. s3fs leaves them to the interpreter's exit, where it cannot
     close them, and aiohttp then reports each one as an "Unclosed client session" error,
     which lands in a run's log. A client used again opens a new session."""
     import fsspec.asyn
     from zarr.core.sync import sync
 
-    s3fs = sys.modules.get("s3fs")  # and any other S3 client fsspec keeps in this process
-    cached = list(s3fs.S3FileSystem._cache.values()) if s3fs is not None else []
-    every = [*_STORE_FILESYSTEMS, *opened_filesystems(), *cached]
-    for fs in {id(fs): fs for fs in every}.values():
+    s3fs = sys.modules.get("s3fs")
+    for fs in list(s3fs.S3FileSystem._cache.values()) if s3fs is not None else []:
         creator = getattr(fs, "_s3creator", None)
         if getattr(fs, "_s3", None) is None or creator is None:
             continue

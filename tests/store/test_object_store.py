@@ -368,9 +368,8 @@ def test_clients_closed_before_exit_leave_no_unclosed_session(s3, data, caplog):
     import gc
     import logging
 
-    import s3fs
+    from s3server import _forget_filesystems
 
-    from dparallel.io import location
     from dparallel.store._backend import close_sessions
 
     url = f"s3://dparallel-test/sessions-{time.monotonic_ns()}/s.zarr"
@@ -378,10 +377,8 @@ def test_clients_closed_before_exit_leave_no_unclosed_session(s3, data, caplog):
     first = _arrays(open_store(url))
     close_sessions()
     _same(_arrays(open_store(url)), first)  # a new session
-    close_sessions()
     caplog.set_level(logging.ERROR, logger="asyncio")
-    location._FS.clear()
-    s3fs.S3FileSystem.clear_instance_cache()
+    _forget_filesystems()  # closes them, then drops every cached client
     gc.collect()
     assert "Unclosed client session" not in caplog.text
 
