@@ -61,6 +61,7 @@ def featurize_phases(args: argparse.Namespace) -> None:
     from dparallel.workflow.featurize_worker_preload import (
         FEATURIZE_FORKSERVER_PRELOAD,
         FEATURIZE_WORKER_PRELOAD,
+        featurize_preloads,
     )
 
     warm = () if args.no_warm_up else (FEATURIZE_FORKSERVER_PRELOAD,)
@@ -70,7 +71,6 @@ def featurize_phases(args: argparse.Namespace) -> None:
     from dparallel.workflow.featurize import (
         FeaturizeOptions,
         featurize_partition,
-        featurize_preloads,
         finish_featurize,
         prepare_featurize,
     )

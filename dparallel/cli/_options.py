@@ -129,16 +129,10 @@ def connect_early(args: argparse.Namespace) -> Future[Any]:
     """Connect in the background now, for featurize (:func:`dparallel.cluster.
     connect_in_background`): a local cluster starts while the command reads its input."""
     from dparallel.cluster import connect_in_background
-    from dparallel.workflow.featurize_worker_preload import (
-        FEATURIZE_FORKSERVER_PRELOAD,
-        featurize_preloads,
-    )
+    from dparallel.workflow.featurize_worker_preload import featurize_connect_options
 
     where = cluster_kwargs(args)
-    return connect_in_background(
-        spec=where.pop("cluster"), **where, worker_preload=featurize_preloads(),
-        forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,), return_early=True,
-    )  # fmt: skip
+    return connect_in_background(spec=where.pop("cluster"), **where, **featurize_connect_options())
 
 
 def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]:

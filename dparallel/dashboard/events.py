@@ -156,11 +156,11 @@ def _publish(topic: str, msg: dict, target: _EventTarget | None) -> bool:
     return True
 
 
-def publish_progress_start(*fields: Any, target: _EventTarget | None = None) -> bool:
+def publish_progress_start(*fields: Any, target: _EventTarget | None = None, **named: Any) -> bool:
     """Announce a featurization run (:func:`progress_start_event`'s arguments); returns
     whether an event was sent."""
     resolved, _ = _resolve_target(target)
-    return _publish(TOPIC_PROGRESS, progress_start_event(*fields), resolved)
+    return _publish(TOPIC_PROGRESS, progress_start_event(*fields, **named), resolved)
 
 
 def publish_progress(

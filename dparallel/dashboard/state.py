@@ -173,6 +173,7 @@ class DashboardState:
             w["partitions"] += 1
             w["structures"] += p.n_structures
             w["seconds"] += p.seconds
+        for w in workers.values():
             w["structures_per_second"] = (
                 w["structures"] / w["seconds"] if w["seconds"] > 0 else None
             )

@@ -38,10 +38,7 @@ from dparallel.store import (
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS
 from dparallel.workflow.featurize_task import featurize_partition
-from dparallel.workflow.featurize_worker_preload import (
-    FEATURIZE_FORKSERVER_PRELOAD,
-    featurize_preloads,
-)
+from dparallel.workflow.featurize_worker_preload import featurize_connect_options
 from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
 from dparallel.workflow.stats import FeatureStats
 
@@ -310,13 +307,14 @@ def featurize(
                 raise
             store = open_store(store.ref)  # the failures say more (e.g. a full disk)
     _raise_failures(store, failures)
-    counts = {k: sum(r[k] for r in reports.values()) for k in ("n_structures", "n_atoms")}
+    counts = {
+        k: sum(r[k] for r in reports.values()) for k in ("n_structures", "n_atoms", "n_skipped")
+    }
     return FeaturizeResult(
         store=store,
         partitions_computed=len(pending),
         partitions_already_done=store.n_partitions - len(pending),
         **counts,
-        n_skipped=sum(r["n_skipped"] for r in reports.values()),
         seconds=time.perf_counter() - t0,
         statistics=statistics,
     )
@@ -347,12 +345,7 @@ def _run_partitions(
     with (
         options.connecting.result()
         if options.connecting is not None
-        else connect(
-            **options.connect_to(),
-            worker_preload=featurize_preloads(),
-            forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,),
-            return_early=True,
-        )
+        else connect(**options.connect_to(), **featurize_connect_options())
     ) as handle:
         if options.on_connect is not None:
             options.on_connect(handle)

@@ -21,6 +21,7 @@ __all__ = [
     "FEATURIZE_FORKSERVER_PRELOAD",
     "FEATURIZE_WORKER_PRELOAD",
     "dask_setup",
+    "featurize_connect_options",
     "featurize_preloads",
     "warm_up",
     "warm_up_logged",
@@ -40,6 +41,16 @@ def featurize_preloads() -> tuple[str, ...]:
     from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
 
     return (FEATURIZE_WORKER_PRELOAD, FAST_EXIT_PRELOAD)
+
+
+def featurize_connect_options() -> dict[str, Any]:
+    """What featurize asks of :func:`dparallel.cluster.connect`: the preloads of the local
+    clusters it starts, and a handle as soon as the cluster is up."""
+    return {
+        "worker_preload": featurize_preloads(),
+        "forkserver_preload": (FEATURIZE_FORKSERVER_PRELOAD,),
+        "return_early": True,
+    }
 
 
 def warm_up() -> None:

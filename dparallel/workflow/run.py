@@ -211,12 +211,14 @@ def _write_scaling(store: Location, statistics: Any) -> Location:
     scaling = store.sibling(name)
     if statistics is None and scaling.exists():
         return scaling
-    with tempfile.TemporaryDirectory() as tmp:
-        local = scaling.local or Path(tmp) / name
+    if scaling.local is not None:
+        write_scaling_data(open_store(store), scaling.local, statistics=statistics)
+        return scaling
+    with tempfile.TemporaryDirectory() as tmp:  # written here, then uploaded
+        local = Path(tmp) / name
         write_scaling_data(open_store(store), local, statistics=statistics)
-        if scaling.local is None:
-            fs, path = scaling.filesystem()
-            fs.put_file(str(local), path)
+        fs, path = scaling.filesystem()
+        fs.put_file(str(local), path)
     return scaling
 
 
