@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import math
 import os
 import shutil
 import socket
@@ -148,12 +149,12 @@ def run(args: argparse.Namespace, water: Path, work: Path) -> int:
     )
     client = Client(cluster)
     rows = {}
-    pids = {
-        "workers": list(client.run(os.getpid).values()),
-        "driver": [os.getpid()],
-        "server": [int(os.environ["MOTO_PID"])],
-    }
     try:
+        pids = {
+            "workers": list(client.run(os.getpid).values()),
+            "driver": [os.getpid()],
+            "server": [int(os.environ["MOTO_PID"])],
+        }
         # warm-up: the workers compile/load the kernels before either timed run
         small = work / "warm.data"
         small.write_text((water / "input.data").read_text())
@@ -184,6 +185,10 @@ def run(args: argparse.Namespace, water: Path, work: Path) -> int:
         client.close()
         cluster.close()
     local, remote = rows["local"], rows["S3 (moto, loopback)"]
+    for r in rows.values():  # every figure printed below is a ratio or a sum of these
+        measured = [r["featurize_s"], r["atoms_per_s"], r["first_epoch"], r["later_epochs"]]
+        if not all(math.isfinite(v) and v > 0 for v in [*measured, sum(r["cpu"].values())]):
+            raise SystemExit(f"a measurement is not a positive number: {r}")
     print(f"water ×{args.copies} with dG/dr, {args.workers} workers, one run")
     print(f"{'store':22s} {'featurize s':>12s} {'atoms/s':>9s} {'epoch 1 s':>10s} {'later s':>9s}")
     for name, r in rows.items():
