@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from dparallel.deploy.potential import descriptor_graph, graph_energies
+from dparallel.deploy.potential import graph_energies
 from dparallel.descriptors import forces_from_derivatives, virial_from_derivatives
-from dparallel.descriptors.registry import descriptor_kind, kind_of
+from dparallel.descriptors.registry import descriptor_graph, descriptor_kind, kind_of
 from dparallel.descriptors.species import species_index
 from dparallel.errors import DescriptorError, TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list

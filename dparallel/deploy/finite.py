@@ -36,9 +36,8 @@ def check_finite_predictions(
 
         bad = ~np.isfinite(values.reshape(values.shape[0], -1)).all(axis=1)  # (N,)
         atom = int(np.flatnonzero(bad)[0])
-        ends = np.cumsum(np.asarray(batch.atom_counts, np.int64))  # (S,)
-        s = int(np.searchsorted(ends, atom, side="right"))
-        i = atom - (int(ends[s - 1]) if s else 0)  # the atom's index in its structure
+        s = int(np.searchsorted(batch.offsets, atom, side="right")) - 1
+        i = atom - int(batch.offsets[s])  # the atom's index in its structure
         element = chemical_symbols[int(batch.numbers[atom])]
         position = np.round(np.asarray(batch.positions[atom], float), 4).tolist()
         what = "force" if key == "forces" else "atomic energy"

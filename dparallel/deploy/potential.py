@@ -20,8 +20,8 @@ import torch
 from ase.data import atomic_numbers
 from torch import Tensor, nn
 
-from dparallel.descriptors.registry import kind_of
-from dparallel.errors import DescriptorError, TrainingError
+from dparallel.descriptors.registry import descriptor_graph
+from dparallel.errors import TrainingError
 
 if TYPE_CHECKING:
     from dparallel.nn import HDNNP
@@ -30,23 +30,6 @@ if TYPE_CHECKING:
 INPUT_NAMES = ("positions", "numbers", "cell", "pbc", "pair_first", "pair_second", "shifts")
 #: Outputs of the artifact, in order.
 OUTPUT_NAMES = ("energy", "forces", "stress", "energies")
-
-
-def descriptor_graph(descriptor: Any) -> Any:
-    """The graph form of a descriptor of a registered type that has one.
-
-    Raises
-    ------
-    DescriptorError
-        The descriptor's type registered no graph form (``DescriptorKind.graph``).
-    """
-    kind = kind_of(descriptor)
-    if kind.graph is None:
-        raise DescriptorError(
-            f"descriptor type {kind.name!r} has no torch graph form (DescriptorKind.graph): "
-            "register one to export plain-torch files or to differentiate through positions"
-        )
-    return kind.graph()(descriptor)
 
 
 class PotentialModule(nn.Module):

@@ -61,12 +61,9 @@ class SplitDerivatives(NamedTuple):
 
 # ------------------------------------------------------------------ availability
 def numba_available() -> bool:
-    """Whether the compiled (numba) kernel imports here; else ``"auto"`` is torch."""
-    try:
-        import dparallel.kernels.acsf_numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether numba is installed (a dependency: a kernel that fails to import then
+    fails loudly, never falls back); else ``"auto"`` is torch."""
+    return importlib.util.find_spec("numba") is not None
 
 
 def check_triton() -> None:

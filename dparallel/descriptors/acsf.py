@@ -16,6 +16,7 @@ from dparallel.descriptors._acsf_backends import (
     BatchPairs,
     KernelCall,
     element_arrays,
+    resolve_backend,
 )
 from dparallel.descriptors.acsf_functions import feature_spec, n2p2_sort_key, refuse_duplicates
 from dparallel.descriptors.results import DescriptorResult, PairDerivatives
@@ -267,8 +268,6 @@ class ACSF:
         """
         import torch  # here, not at module level: the driver reads specs without torch
 
-        from dparallel.descriptors._acsf_backends import resolve_backend
-
         dtype = torch.float64 if dtype is None else dtype
         if dtype not in (torch.float32, torch.float64):
             raise DescriptorError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -339,8 +338,6 @@ class ACSF:
         ``backend``: ``"numba"`` or ``"triton"`` (the same arrays to float64 rounding), or
         a :class:`Backend` of either; :class:`BackendUnavailableError` if it cannot run here.
         """
-        from dparallel.descriptors._acsf_backends import resolve_backend
-
         chosen = Backend.of(backend)
         if chosen.name not in ("numba", "triton"):
             raise DescriptorError(f"compute_arrays runs numba or triton, not {chosen.name!r}")
@@ -367,8 +364,6 @@ class ACSF:
     def resolve_backend(backend: str, positions: torch.Tensor | None = None) -> str:
         """'torch', 'numba' or 'triton': what :meth:`compute` runs for ``backend`` (with
         ``positions`` that require grad, only torch); an unavailable one is an error."""
-        from dparallel.descriptors._acsf_backends import resolve_backend
-
         return resolve_backend(backend, _needs_grad(positions)).name
 
     def element_index(self, batch: StructureBatch) -> np.ndarray:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BuildContext",
     "DescriptorKind",
+    "descriptor_graph",
     "descriptor_kind",
     "kind_of",
     "register",
@@ -130,6 +131,23 @@ def _attr(name: str) -> Any:  # noqa: ANN401
     """``dparallel.descriptors.<module>.<name>`` from ``"<module>.<name>"``, imported now."""
     module, _, attr = name.rpartition(".")
     return getattr(importlib.import_module(f"dparallel.descriptors.{module}"), attr)
+
+
+def descriptor_graph(descriptor: Any) -> Any:
+    """The graph form of a descriptor of a registered type that has one.
+
+    Raises
+    ------
+    DescriptorError
+        The descriptor's type registered no graph form (``DescriptorKind.graph``).
+    """
+    kind = kind_of(descriptor)
+    if kind.graph is None:
+        raise DescriptorError(
+            f"descriptor type {kind.name!r} has no torch graph form (DescriptorKind.graph): "
+            "register one to export plain-torch files or to differentiate through positions"
+        )
+    return kind.graph()(descriptor)
 
 
 def _acsf_numpy() -> bool:

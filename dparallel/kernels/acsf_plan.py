@@ -44,9 +44,11 @@ def pair_table(n_el: int) -> np.ndarray:
 
 def key_index(keys: list, key: Any) -> int:  # noqa: ANN401
     """Position of ``key`` in ``keys`` (insertion-ordered), appended when new."""
-    if key not in keys:
+    try:
+        return keys.index(key)
+    except ValueError:
         keys.append(key)
-    return keys.index(key)
+        return len(keys) - 1
 
 
 def _offsets(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -128,6 +128,6 @@ def resume_from(
     model.load_state_dict(ck["model"])
     optimizer.load_state_dict(ck)
     torch.set_rng_state(ck["rng"]["torch"])
-    progress = Progress(int(ck["epoch"]) + 1, *(ck[name] for name in _PROGRESS))
+    progress = Progress(start_epoch=int(ck["epoch"]) + 1, **{name: ck[name] for name in _PROGRESS})
     log.info("resumed from %s at epoch %d", path, progress.start_epoch)
     return progress

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
-import psutil
 import torch
 from ase.data import atomic_numbers
 
@@ -143,6 +142,8 @@ def train_cache_bytes() -> int:
     mb = os.environ.get("DPARALLEL_TRAIN_CACHE_MB")
     if mb is not None:
         return int(float(mb) * 2**20)
+    import psutil  # only here: not loaded with dparallel.train
+
     return int(CACHE_SHARE * psutil.virtual_memory().available)
 
 

@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import psutil
 import torch
 
 from dparallel.errors import DeviceError
@@ -32,6 +31,8 @@ def device_memory(device: torch.device) -> tuple[int, int]:
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         return int(free), int(total)
+    import psutil  # only here: not loaded with dparallel.train
+
     vm = psutil.virtual_memory()
     return int(vm.available), int(vm.total)
 

@@ -173,7 +173,7 @@ def _set_up(
     log.info("splits: %d train, %d validation, %d test structures", *counts)
     target = Target.of(spec)
     model = build_model(prep, spec, target)
-    optimizer = make_optimizer(model, spec, prep.index.count("train"))
+    optimizer = make_optimizer(model, spec, counts[0])
     progress = resume_from(model_dir / CHECKPOINT, spec, model, optimizer) if resume else Progress()
     write_file(model_dir / SPEC_JSON, json.dumps(spec.to_dict(), indent=1))
     cache = train_cache_bytes()

@@ -19,8 +19,7 @@ import numpy as np
 import torch
 from ase.data import atomic_numbers
 
-from dparallel.deploy.potential import descriptor_graph
-from dparallel.descriptors.registry import descriptor_kind
+from dparallel.descriptors.registry import descriptor_graph, descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.train.batch import (

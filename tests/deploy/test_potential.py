@@ -9,9 +9,9 @@ import torch
 from _deploy_models import ELEMENTS, hco_acsf, hco_neighbor_sum, structures, write_model_dir
 
 from dparallel.deploy import PotentialModule, load_deployed
-from dparallel.deploy.potential import descriptor_graph
 from dparallel.deploy.probes import inputs_from_atoms
 from dparallel.descriptors import ACSF
+from dparallel.descriptors.registry import descriptor_graph
 from dparallel.errors import TrainingError
 from dparallel.types import StructureBatch
 
