@@ -102,7 +102,9 @@ def main() -> int:
     if not (water / "input.data").is_file():
         print(f"SKIPPED: n2p2's water example is missing ({water})")
         return 0
-    missing = [m for m in ("boto3", "s3fs", "moto") if importlib.util.find_spec(m) is None]
+    missing = [
+        m for m in ("boto3", "s3fs", "obstore", "moto") if importlib.util.find_spec(m) is None
+    ]
     if missing:
         print(f"SKIPPED: {', '.join(missing)} missing (pip install 'dparallel[s3,test]')")
         return 0

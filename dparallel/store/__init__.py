@@ -9,10 +9,10 @@ writes (``_lease``, ``_generations``, ``_create_remote``, ``_objects``);
 ``_where`` sends each call to the right one.
 
 Modules: ``_layout`` (names, formats, chunking, compressors), ``_backend`` (which zarr
-store), ``_opened`` / ``_writes`` / ``_reads`` / ``_store`` (the :class:`Store`),
-``_direct`` (files written as zarr would), ``_create``, ``_identity`` (which store this
-is), ``_lease``, ``_safety`` (what may be replaced) and ``_own_files`` (which files in a
-store are dparallel's).
+store; ``_s3``: the one on S3, over obstore), ``_opened`` / ``_writes`` / ``_reads`` /
+``_store`` (the :class:`Store`), ``_direct`` (files written as zarr would), ``_create``,
+``_identity`` (which store this is), ``_lease``, ``_safety`` (what may be replaced) and
+``_own_files`` (which files in a store are dparallel's).
 """
 
 from __future__ import annotations

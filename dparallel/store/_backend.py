@@ -3,9 +3,10 @@
 A path (``str`` or ``os.PathLike``, or a ``file://`` URL) opens a
 :class:`zarr.storage.LocalStore`; a zarr ``Store`` object (``MemoryStore``,
 ``FsspecStore``, …) is used as given; another URL (``s3://…``, ``memory://…``, or a
-:class:`~dparallel.io.location.Location` with ``storage_options``) opens through fsspec
-(:meth:`zarr.storage.FsspecStore.from_url`) at the store's current generation
-(:mod:`~dparallel.store._generations`). Every read and write goes through that zarr
+:class:`~dparallel.io.location.Location` with ``storage_options``) opens at the store's
+current generation (:mod:`~dparallel.store._generations`): ``s3://`` through obstore
+(:mod:`~dparallel.store._s3`), any other through fsspec
+(:meth:`zarr.storage.FsspecStore.from_url`). Every read and write goes through that zarr
 store; only a local one also gets what needs a filesystem: the direct-file writes
 (:mod:`~dparallel.store._direct`), the lease file beside the store and creation aside
 then renamed into place (:mod:`~dparallel.store._create`).
@@ -28,6 +29,7 @@ from zarr.storage import FsspecStore, LocalStore
 from dparallel.errors import StoreError
 from dparallel.io.location import Location, as_location, is_url
 from dparallel.store._generations import is_generation, resolve
+from dparallel.store._s3 import s3_zarr_store
 
 __all__ = [
     "Backend",
@@ -37,10 +39,6 @@ __all__ = [
     "open_backend",
     "remote_location",
 ]
-
-#: Concurrent connections of a store's S3 client (botocore's default: 10); a user's own
-#: ``config_kwargs={"max_pool_connections": …}`` stays.
-MAX_CONNECTIONS = 64
 
 #: Where a dparallel store lives: a local path, a URL, or a zarr store object.
 StoreTarget = str | os.PathLike[str] | ZarrStore | Location
@@ -98,23 +96,15 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
             remote = type(remote)(parent.url.rstrip("/"), remote.storage_options)
         else:
             root = remote if direct else (resolve(remote) or remote)
-        options = root.options
+        _close_sessions_at_exit()  # the lease's and pointer's clients are fsspec's
         if root.protocol in ("s3", "s3a"):
-            # s3fs reads a whole object with a HEAD for its size first (to split a large
-            # one into concurrent ranges) unless told not to: a store's objects are read
-            # many at a time already, so one GET each halves the requests
-            options.setdefault("max_concurrency", 1)
-            # botocore keeps 10 connections: a task's ~30 documents would go in 3 waves
-            config = dict(options.get("config_kwargs") or {})
-            config.setdefault("max_pool_connections", MAX_CONNECTIONS)
-            options["config_kwargs"] = config
+            return Backend(s3_zarr_store(root, read_only), None, str(remote), remote, root)
         try:
             store = FsspecStore.from_url(
-                root.url, storage_options=options or None, read_only=read_only
+                root.url, storage_options=root.options or None, read_only=read_only
             )
         except (ImportError, ValueError, TypeError) as exc:
             raise StoreError(f"cannot open {remote} as a zarr store: {exc}") from exc
-        _close_sessions_at_exit()
         return Backend(store, None, str(remote), remote, root)
     local = (
         local_path(target) if isinstance(target, (str, os.PathLike, ZarrStore, Location)) else None
@@ -139,11 +129,12 @@ def _close_sessions_at_exit() -> None:
 
 
 def close_sessions() -> None:
-    """Close the HTTP sessions of the S3 clients fsspec keeps in this process (the stores'
-    on zarr's event loop, the others, :meth:`Location.filesystem`'s too, on fsspec's) while
-    those loops still run. s3fs leaves them to the interpreter's exit, where it cannot
-    close them, and aiohttp then reports each one as an "Unclosed client session" error,
-    which lands in a run's log. A client used again opens a new session."""
+    """Close the HTTP sessions of the S3 clients fsspec keeps in this process
+    (:meth:`Location.filesystem`'s, for inputs, leases and pointers, on fsspec's loop;
+    an ``FsspecStore``'s on zarr's) while those loops still run. s3fs leaves them to the
+    interpreter's exit, where it cannot close them, and aiohttp then reports each one as an
+    "Unclosed client session" error, which lands in a run's log. A client used again opens
+    a new session."""
     import fsspec.asyn
     from zarr.core.sync import sync
 

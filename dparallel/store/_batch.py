@@ -130,7 +130,7 @@ _GENERATION_SLOTS: dict[str, ArrayV3Metadata] = {}
 
 async def slot_metadata(store: ZarrStore, path: str) -> ArrayV3Metadata | None:
     """The metadata of the shared array at ``path`` (one GET, none again in a generation)."""
-    root = str(getattr(store, "path", ""))
+    root = _prefix(store)
     key = f"{root}/{path}" if is_generation(root.rstrip("/").rsplit("/", 1)[-1]) else None
     if key in _GENERATION_SLOTS:
         return _GENERATION_SLOTS[key]
@@ -143,10 +143,16 @@ async def slot_metadata(store: ZarrStore, path: str) -> ArrayV3Metadata | None:
     return meta
 
 
+def _prefix(store: ZarrStore) -> str:
+    """Where ``store`` is in its bucket or filesystem: the generation for a store at one."""
+    inner = getattr(store, "store", None)  # zarr's ObjectStore: obstore's store, its prefix
+    return str(getattr(inner, "prefix", None) or getattr(store, "path", ""))
+
+
 async def keys_below(store: ZarrStore, prefix: str) -> list[str]:
     """Every key below ``prefix`` (a folder, ``…/``): one listing request on object storage
-    (zarr's ``list_prefix`` asks s3fs, which probes the prefix as an object and lists it
-    again when it holds nothing)."""
+    (through fsspec, zarr's ``list_prefix`` asks s3fs, which probes the prefix as an object
+    and lists it again when it holds nothing)."""
     from zarr.storage import FsspecStore
 
     if not isinstance(store, FsspecStore):

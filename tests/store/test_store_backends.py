@@ -33,7 +33,6 @@ from dparallel.store import (
     open_store,
     store_status,
 )
-from dparallel.store._backend import MAX_CONNECTIONS
 from dparallel.store._layout import _IDENTITY_ATTRS
 
 
@@ -253,33 +252,3 @@ def test_the_pin_is_the_tested_range():
     (image_zarr,) = re.findall(r"(?<![\w.-])zarr==([\w.+!-]+)", dockerfile)
     assert zarr_req.specifier.contains(image_zarr)  # the image runs a tested zarr
     assert _direct.direct_writes_available()
-
-
-@pytest.mark.parametrize(("given", "expected"), [({}, 1), ({"max_concurrency": 4}, 4)])
-def test_an_s3_store_reads_an_object_in_one_request(given, expected):
-    """s3fs reads a whole object with a HEAD first unless ``max_concurrency`` is 1: a store
-    at an S3 URL sets it (a user's own value stays)."""
-    pytest.importorskip("s3fs")
-    from dparallel.io.location import Location
-    from dparallel.store._backend import open_backend
-
-    where = Location("s3://bucket/feats.zarr", tuple(given.items()))
-    backend = open_backend(where, "r", direct=True)
-    assert backend.zarr_store.fs.max_concurrency == expected
-
-
-@pytest.mark.parametrize(
-    ("given", "expected"), [({}, MAX_CONNECTIONS), ({"max_pool_connections": 4}, 4)]
-)
-def test_an_s3_store_puts_a_tasks_objects_in_one_wave(given, expected):
-    """botocore keeps 10 connections, so a task's ~30 documents would go in three waves of
-    round trips: a store at an S3 URL keeps more (a user's own value stays)."""
-    pytest.importorskip("s3fs")
-    from dparallel.io.location import Location
-    from dparallel.store._backend import open_backend
-
-    options = {"config_kwargs": given} if given else {}
-    where = Location("s3://bucket/feats.zarr", tuple(options.items()))
-    backend = open_backend(where, "r", direct=True)
-    assert backend.zarr_store.fs.config_kwargs["max_pool_connections"] == expected
-    assert MAX_CONNECTIONS > 30
