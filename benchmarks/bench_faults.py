@@ -34,7 +34,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
 import dparallel.workflow.ingest as ingest_module
-from dparallel.cli.main import main
 from dparallel.errors import (
     ConfigError,
     DParallelError,
@@ -54,6 +53,21 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _beside(name: str):  # noqa: ANN202 - a module loaded from a file
+    """The module ``name``.py beside this file (benchmarks/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+#: issue 29's probes, and the helpers both files use (benchmarks/faults_safety.py)
+_SAFETY = _beside("faults_safety")
+raises, run_cli = _SAFETY.raises, _SAFETY.run_cli
 GOOD = '2\nProperties=species:S:1:pos:R:3 energy=-1.5 pbc="F F F"\nH 0 0 0\nH 0 0 0.74\n'
 
 
@@ -80,25 +94,6 @@ def _data(tmp: Path, n: int = 30) -> Path:
     rng = np.random.default_rng(0)
     ase.io.write(path, random_structures(n, rng, max_atoms=8), format="extxyz")
     return path
-
-
-def _raises(fn: Callable[[], object], cls: type[BaseException], must: str) -> tuple[bool, str]:
-    """Run ``fn``; holds when it raises ``cls`` whose message contains ``must``."""
-    try:
-        fn()
-    except cls as exc:
-        text = " ".join(str(exc).split())
-        return must in text, f"{type(exc).__name__}: {text[:110]}"
-    except Exception as exc:  # noqa: BLE001 - reported as the observation
-        return False, f"{type(exc).__name__}: {' '.join(str(exc).split())[:110]}"
-    return False, "no error"
-
-
-def _cli(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = main(argv)
-    return code, err.getvalue().strip()
 
 
 # ---------------------------------------------------------------------------- store
@@ -154,7 +149,7 @@ def _foreign_deep(tmp: Path) -> tuple[bool, str]:
     ingest(data, tmp / "s.zarr", IngestOptions(partition_atoms=40))
     notes = tmp / "s.zarr" / "structures" / "NOTES.txt"
     notes.write_text("mine")
-    ok, seen = _raises(
+    ok, seen = raises(
         lambda: ingest(data, tmp / "s.zarr", IngestOptions(overwrite=True)),
         StoreMismatchError,
         "NOTES.txt",
@@ -204,7 +199,7 @@ def _named_like_ours(tmp: Path) -> tuple[bool, str]:
     ingest(data, tmp / "s.zarr", IngestOptions(partition_atoms=40))
     mine = tmp / "s.zarr" / "structures" / "c.0"  # a chunk key, but in a group
     mine.write_text("mine")
-    ok, seen = _raises(
+    ok, seen = raises(
         lambda: ingest(data, tmp / "s.zarr", IngestOptions(overwrite=True)),
         StoreMismatchError,
         "structures/c.0",
@@ -224,19 +219,19 @@ def _rival_writer(tmp: Path) -> tuple[bool, str]:
     try:
         assert rival.stdout is not None
         rival.stdout.readline()
-        return _raises(lambda: ingest(data, tmp / "s.zarr"), StoreBusyError, "rival")
+        return raises(lambda: ingest(data, tmp / "s.zarr"), StoreBusyError, "rival")
     finally:
         rival.kill()
         rival.wait()
 
 
 def _root_output(tmp: Path) -> tuple[bool, str]:
-    code, err = _cli(["ingest", str(_data(tmp)), "-o", "/", "--overwrite", "-q"])
+    code, err = run_cli(["ingest", str(_data(tmp)), "-o", "/", "--overwrite", "-q"])
     return code == 2 and len(err.splitlines()) == 1 and "filesystem root" in err, err
 
 
 def _home_output(tmp: Path) -> tuple[bool, str]:
-    code, err = _cli(["ingest", str(_data(tmp)), "-o", "~", "--overwrite", "-q"])
+    code, err = run_cli(["ingest", str(_data(tmp)), "-o", "~", "--overwrite", "-q"])
     return code == 2 and len(err.splitlines()) == 1 and "home directory" in err, err
 
 
@@ -249,7 +244,7 @@ def _bad_input(frame: str, cls: type[BaseException], must: str, skip: bool = Fal
             result = open_source(path, on_error="skip").read_checked()
             ok = result.indices.tolist() == [0, 2] and must in result.skipped[0][1]
             return ok, f"kept {result.indices.tolist()}, skipped: {result.skipped[0][1][:90]}"
-        return _raises(lambda: open_source(path).read(), cls, must)
+        return raises(lambda: open_source(path).read(), cls, must)
 
     return probe
 
@@ -264,7 +259,7 @@ def _frame(*atoms: str, head: str = 'pbc="F F F"', n: int | None = None) -> str:
 def _n2p2_unclosed(tmp: Path) -> tuple[bool, str]:
     path = tmp / "input.data"
     path.write_text("begin\natom 0 0 0 H 0 0 0 0 0\nenergy 1\n")
-    return _raises(lambda: open_source(path, "n2p2").read(), InputFormatError, "line")
+    return raises(lambda: open_source(path, "n2p2").read(), InputFormatError, "line")
 
 
 def _latin1_comment(tmp: Path) -> tuple[bool, str]:
@@ -286,14 +281,14 @@ def _latin1_comment(tmp: Path) -> tuple[bool, str]:
 
 def _empty_file(tmp: Path) -> tuple[bool, str]:
     (tmp / "in.extxyz").write_text("")
-    return _raises(lambda: open_source(tmp / "in.extxyz").read(), DParallelError, "")
+    return raises(lambda: open_source(tmp / "in.extxyz").read(), DParallelError, "")
 
 
 # ---------------------------------------------------------------------------- model
 def _weights(text: bytes, must: str):  # noqa: ANN202
     def probe(tmp: Path) -> tuple[bool, str]:
         (tmp / "weights.001.data").write_bytes(text)
-        return _raises(
+        return raises(
             lambda: read_weights(tmp / "weights.001.data", [1, 1, 1]), InputFormatError, must
         )
 
@@ -302,7 +297,7 @@ def _weights(text: bytes, must: str):  # noqa: ANN202
 
 def _scaling_nan(tmp: Path) -> tuple[bool, str]:
     (tmp / "scaling.data").write_text("1 1 0.1 0.9 0.5 nan\n")
-    return _raises(
+    return raises(
         lambda: read_scaling_data(tmp / "scaling.data", {"H": 1}), InputFormatError, "line 1"
     )
 
@@ -321,7 +316,7 @@ def _malicious_pickle(tmp: Path) -> tuple[bool, str]:
     os.chdir(tmp)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ok, seen = _raises(lambda: load_torch_file(tmp / "model.pt"), DParallelError, "system")
+        ok, seen = raises(lambda: load_torch_file(tmp / "model.pt"), DParallelError, "system")
     ran = (tmp / "PWNED").exists()
     return ok and not ran, seen + ("; payload RAN" if ran else "; payload not run")
 
@@ -331,7 +326,7 @@ def _yaml_tag(tmp: Path) -> tuple[bool, str]:
 
     (tmp / "w.yaml").write_text("name: !!python/object/apply:os.system ['touch PWNED']\n")
     os.chdir(tmp)
-    ok, seen = _raises(lambda: load_workflow(tmp / "w.yaml"), ConfigError, "")
+    ok, seen = raises(lambda: load_workflow(tmp / "w.yaml"), ConfigError, "")
     return ok and not (tmp / "PWNED").exists(), seen
 
 
@@ -339,7 +334,7 @@ def _yaml_tag(tmp: Path) -> tuple[bool, str]:
 def _declared_units(tmp: Path) -> tuple[bool, str]:
     (tmp / "input.nn").write_text("# Units: angstrom-ev (lengths × 1 Å)\nnumber_of_elements 1\n")
     default = potential_units(tmp, None, "bohr-hartree")
-    ok, seen = _raises(
+    ok, seen = raises(
         lambda: potential_units(tmp, "bohr-hartree", "ase"), ConfigError, "declares units"
     )
     return ok and default == "angstrom-ev", f"default {default}; given bohr-hartree: {seen}"
@@ -411,7 +406,7 @@ def _quiet_dashboard(tmp: Path) -> tuple[bool, str]:
 
 
 def _missing_store(tmp: Path) -> tuple[bool, str]:
-    code, err = _cli(["info", str(tmp / "nothing.zarr")])
+    code, err = run_cli(["info", str(tmp / "nothing.zarr")])
     return code == 2 and len(err.splitlines()) == 1, err
 
 
@@ -480,14 +475,8 @@ PROBES = [
 
 def _safety_probes() -> list[Probe]:
     """The probes of benchmarks/faults_safety.py (write path, logs, ownership, identity,
-    numbers, configuration, command line), loaded beside this file."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("faults_safety", Path(__file__).with_name(
-        "faults_safety.py"))  # fmt: skip
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return [Probe(*row) for row in module.SAFETY_PROBES]
+    numbers, configuration, command line)."""
+    return [Probe(*row) for row in _SAFETY.SAFETY_PROBES]
 
 
 PROBES += _safety_probes()

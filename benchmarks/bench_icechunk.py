@@ -403,7 +403,7 @@ def main() -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="bench-icechunk-"))
     try:
-        with moto_environment(work, key="testing") as endpoint:
+        with moto_environment(work, key="testing") as (_, endpoint):
             rows, demo, heading = run(args.copies, args.repeat, work, endpoint)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -74,11 +74,10 @@ def start_moto(log: Path) -> tuple[subprocess.Popen, str]:
 
 
 @contextlib.contextmanager
-def moto_environment(work: Path, key: str = "bench") -> Iterator[str]:
-    """moto's server (its log in ``work``) with ``AWS_*`` pointing at it; stopped after.
-    ``MOTO_PID`` names the server's process."""
+def moto_environment(work: Path, key: str = "bench") -> Iterator[tuple[subprocess.Popen, str]]:
+    """moto's server (its log in ``work``) and its endpoint, with ``AWS_*`` pointing at it;
+    stopped after."""
     server, endpoint = start_moto(work / "moto.log")
-    os.environ["MOTO_PID"] = str(server.pid)
     os.environ.update(
         AWS_ACCESS_KEY_ID=key,
         AWS_SECRET_ACCESS_KEY=key,
@@ -86,7 +85,7 @@ def moto_environment(work: Path, key: str = "bench") -> Iterator[str]:
         AWS_ENDPOINT_URL=endpoint,
     )
     try:
-        yield endpoint
+        yield server, endpoint
     finally:
         server.terminate()
         server.wait(10)
@@ -110,8 +109,8 @@ def main() -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="bench-objstore-"))
     try:
-        with moto_environment(work):
-            return run(args, water, work)
+        with moto_environment(work) as (server, _):
+            return run(args, water, work, server.pid)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -127,7 +126,7 @@ def _cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
     return {name: sum(map(seconds, group)) for name, group in pids.items()}
 
 
-def run(args: argparse.Namespace, water: Path, work: Path) -> int:
+def run(args: argparse.Namespace, water: Path, work: Path, server_pid: int) -> int:
     import boto3
     import fsspec
     from distributed import Client, LocalCluster
@@ -155,7 +154,7 @@ def run(args: argparse.Namespace, water: Path, work: Path) -> int:
         pids = {
             "workers": list(client.run(os.getpid).values()),
             "driver": [os.getpid()],
-            "server": [int(os.environ["MOTO_PID"])],
+            "server": [server_pid],
         }
         # warm-up: the workers compile/load the kernels before either timed run
         small = work / "warm.data"

@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 Result = tuple[bool, str]
 
 
-def _raises(fn: Callable[[], object], cls: type[BaseException], must: str) -> Result:
+def raises(fn: Callable[[], object], cls: type[BaseException], must: str) -> Result:
+    """Run ``fn``; holds when it raises ``cls`` whose message contains ``must``."""
     try:
         fn()
     except cls as exc:
@@ -51,7 +52,8 @@ def _raises(fn: Callable[[], object], cls: type[BaseException], must: str) -> Re
     return False, "no error"
 
 
-def _cli(argv: list[str]) -> tuple[int, str]:
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    """``dparallel argv`` in this process: its exit code and what it wrote to stderr."""
     from dparallel.cli.main import main
 
     err = io.StringIO()
@@ -65,14 +67,14 @@ def _cli(argv: list[str]) -> tuple[int, str]:
 
 def _usage_error(argv: list[str], must: str) -> Result:
     """argparse's refusal: its usage, then one error line; no validation dump, no traceback."""
-    code, err = _cli(argv)
+    code, err = run_cli(argv)
     lines = err.splitlines()
     ok = code == 2 and lines and must in lines[-1] and "Traceback" not in err
     return bool(ok) and "validation error" not in err, lines[-1][:160] if lines else ""
 
 
 def _one_line(argv: list[str], must: str) -> Result:
-    code, err = _cli(argv)
+    code, err = run_cli(argv)
     return code == 2 and len(err.splitlines()) == 1 and must in err, err[:160]
 
 
@@ -145,7 +147,7 @@ def _linked_folder(tmp: Path) -> Result:
     (tmp / "root").mkdir()
     (tmp / "theirs").mkdir()
     (tmp / "root" / "sub").symlink_to(tmp / "theirs")
-    held, seen = _raises(
+    held, seen = raises(
         lambda: _files.write_file(tmp / "root" / "sub" / "x", "y", root=tmp / "root"),
         UnsafePathError,
         "symbolic link",
@@ -156,7 +158,7 @@ def _linked_folder(tmp: Path) -> Result:
 def _disk_full(code: int, must: str) -> Callable[[Path], Result]:
     def probe(tmp: Path) -> Result:
         with _full_disk(code):
-            held, seen = _raises(
+            held, seen = raises(
                 lambda: _files.write_file(tmp / "checkpoint.pt", b"x" * 4096, durable=True),
                 DiskFullError,
                 must,
@@ -171,7 +173,7 @@ def _full_json_keeps_old(tmp: Path) -> Result:
 
     (tmp / "metrics.json").write_text("old\n")
     with _full_disk():
-        held, seen = _raises(
+        held, seen = raises(
             lambda: write_metrics(tmp, [{"epoch": 0, "train_loss": 1.0}]),
             DiskFullError,
             "metrics.json",
@@ -192,7 +194,7 @@ def _full_torch_save(tmp: Path) -> Result:
 
     torch.save = full  # type: ignore[assignment]
     try:
-        held, seen = _raises(
+        held, seen = raises(
             lambda: save_torch_file({"w": torch.zeros(1000)}, tmp / "best.pt"),
             DiskFullError,
             "best.pt",
@@ -262,7 +264,7 @@ def _linked_partition(what: str) -> Callable[[Path], Result]:
             "arrays": lambda: s.write_partition_arrays(0, {"x": np.ones(3)}, group="extra"),
             "done": lambda: s.mark_done(0),
         }[what]
-        held, seen = _raises(act, UnsafePathError, "symbolic link")
+        held, seen = raises(act, UnsafePathError, "symbolic link")
         return held and [p.name for p in theirs.iterdir()] == ["thesis.tex"], seen
 
     return probe
@@ -364,7 +366,7 @@ def _log_hardlinked(tmp: Path) -> Result:
     with _files.open_log(tmp / "run.log") as fh:
         fh.write("x\n")
     os.link(tmp / "run.log", tmp / "notes.txt")
-    return _raises(lambda: _files.open_log(tmp / "run.log"), UnsafePathError, "hard links")
+    return raises(lambda: _files.open_log(tmp / "run.log"), UnsafePathError, "hard links")
 
 
 # -------------------------------------------------------------------------- ownership
@@ -379,21 +381,21 @@ def _users_folder(tmp: Path) -> Result:
     here = tmp / "here"
     here.mkdir()
     _user(here, "metrics.csv")
-    held, seen = _raises(_train_into(tmp, here), UnsafePathError, "metrics.csv")
+    held, seen = raises(_train_into(tmp, here), UnsafePathError, "metrics.csv")
     return held and _kept(here / "metrics.csv") and len(list(here.iterdir())) == 1, seen
 
 
 def _model_in_store(tmp: Path) -> Result:
-    return _raises(_train_into(tmp, tmp / "s.zarr" / "m"), UnsafePathError, "lies inside")
+    return raises(_train_into(tmp, tmp / "s.zarr" / "m"), UnsafePathError, "lies inside")
 
 
 def _model_is_store(tmp: Path) -> Result:
-    return _raises(_train_into(tmp, tmp / "s.zarr"), UnsafePathError, "which this run reads")
+    return raises(_train_into(tmp, tmp / "s.zarr"), UnsafePathError, "which this run reads")
 
 
 def _model_is_file(tmp: Path) -> Result:
     _user(tmp, "m")
-    held, seen = _raises(_train_into(tmp, tmp / "m"), UnsafePathError, "is a file")
+    held, seen = raises(_train_into(tmp, tmp / "m"), UnsafePathError, "is a file")
     return held and _kept(tmp / "m"), seen
 
 
@@ -451,7 +453,7 @@ def _legacy_with_user_file(tmp: Path) -> Result:
     for name in ("spec.json", "model.pt"):
         (model / name).write_bytes(b"x")
     _user(model, "notes.txt")
-    return _raises(lambda: _claim(tmp, model), UnsafePathError, "notes.txt")
+    return raises(lambda: _claim(tmp, model), UnsafePathError, "notes.txt")
 
 
 def _lease_rival(tmp: Path) -> Result:
@@ -466,7 +468,7 @@ def _lease_rival(tmp: Path) -> Result:
     try:
         assert rival.stdout is not None
         rival.stdout.readline()  # a condition: the lease is held
-        return _raises(lambda: _claim(tmp, model), StoreBusyError, "the first train")
+        return raises(lambda: _claim(tmp, model), StoreBusyError, "the first train")
     finally:
         rival.kill()
         rival.wait()
@@ -479,7 +481,7 @@ def _n2p2_users_folder(tmp: Path) -> Result:
     out.mkdir()
     _user(out, "input.nn")
     _user(out, "README")
-    held, seen = _raises(
+    held, seen = raises(
         lambda: _files.claim_directory(out, _MARKER, "n2p2 export", adopt=_earlier_export),
         UnsafePathError,
         "README",
@@ -493,7 +495,7 @@ def _n2p2_into_model_dir(tmp: Path) -> Result:
     model = tmp / "m"
     model.mkdir()
     (model / "model.pt").write_bytes(b"x")
-    return _raises(
+    return raises(
         lambda: _files.claim_directory(model, _MARKER, "n2p2", protect=[model / "model.pt"]),
         UnsafePathError,
         "it holds",
@@ -534,7 +536,7 @@ def _resume_changed_store(tmp: Path) -> Result:
         with claim_model_dir(model, open_store(tmp / "s.zarr"), resume=True):
             pass
 
-    return _raises(resume, TrainingError, "another store")
+    return raises(resume, TrainingError, "another store")
 
 
 def _epoch_check(tmp: Path) -> Result:
@@ -545,7 +547,7 @@ def _epoch_check(tmp: Path) -> Result:
     with claim_model_dir(model, store):
         check_store_unchanged(store, model)  # unchanged: passes
         ingest(_data(tmp, 14), tmp / "s.zarr", IngestOptions(partition_atoms=30, overwrite=True))
-        return _raises(lambda: check_store_unchanged(store, model), TrainingError, "changed")
+        return raises(lambda: check_store_unchanged(store, model), TrainingError, "changed")
 
 
 def _input_edited(how: str) -> Callable[[Path], Result]:
@@ -558,13 +560,13 @@ def _input_edited(how: str) -> Callable[[Path], Result]:
         if how == "pickled":
             source = pickle.loads(pickle.dumps(source))
             os.utime(path, ns=(7, 7))
-            return _raises(lambda: source.read(0, 2), InputError, "changed since it was opened")
+            return raises(lambda: source.read(0, 2), InputError, "changed since it was opened")
         if how == "appended":
             with open(path, "a") as fh:  # the user's edit, mid-run
                 fh.write(path.read_text().splitlines()[0] + "\n")
         else:
             os.utime(path, ns=(7, 7))
-        return _raises(lambda: source.read(0, 2), InputError, "changed while it was being read")
+        return raises(lambda: source.read(0, 2), InputError, "changed while it was being read")
 
     return probe
 
@@ -581,7 +583,7 @@ def _nan_tensor(where: str) -> Callable[[Path], Result]:
         doc = {"model": {"nets.H.0.weight": w}} if where == "weight" else {"optimizer": [w]}
         torch.save(doc, tmp / "x.pt")
         key = "nets.H.0.weight" if where == "weight" else "optimizer.0 at index (1, 0)"
-        return _raises(lambda: load_torch_file(tmp / "x.pt"), NonFiniteError, key)
+        return raises(lambda: load_torch_file(tmp / "x.pt"), NonFiniteError, key)
 
     return probe
 
@@ -603,7 +605,7 @@ def _pt2_pickle(tmp: Path) -> Result:
         for name in src.namelist():
             data = src.read(name)
             out.writestr(name, payload.getvalue() if "sample_inputs" in name else data)
-    held, seen = _raises(lambda: load_exported_program(tmp / "evil.pt2"), TrainingError, "GLOBAL")
+    held, seen = raises(lambda: load_exported_program(tmp / "evil.pt2"), TrainingError, "GLOBAL")
     return held and not marker.exists(), seen
 
 
@@ -616,7 +618,7 @@ class _Evil:
 
 
 def _json(obj: Any, must: str) -> Callable[[Path], Result]:
-    return lambda tmp: _raises(lambda: _files.strict_json(obj), NonFiniteError, must)
+    return lambda tmp: raises(lambda: _files.strict_json(obj), NonFiniteError, must)
 
 
 def _prediction(key: str, must: str) -> Callable[[Path], Result]:
@@ -632,7 +634,7 @@ def _prediction(key: str, must: str) -> Callable[[Path], Result]:
         out = {"energy": np.zeros(2), "energies": np.zeros(3), "forces": np.zeros((3, 3))}
         out[key] = out[key].copy()
         out[key].reshape(-1)[1 if key != "energy" else 0] = np.nan
-        return _raises(lambda: check_finite_predictions(out, batch), NonFiniteError, must)
+        return raises(lambda: check_finite_predictions(out, batch), NonFiniteError, must)
 
     return probe
 
@@ -643,7 +645,7 @@ def _spec(field: str, value: float) -> Callable[[Path], Result]:
 
         from dparallel.train import TrainingSpec
 
-        return _raises(lambda: TrainingSpec(**{field: value}), ValidationError, "finite number")
+        return raises(lambda: TrainingSpec(**{field: value}), ValidationError, "finite number")
 
     return probe
 
@@ -654,7 +656,7 @@ def _acsf(must: str, **kwargs: Any) -> Callable[[Path], Result]:
         from dparallel.descriptors import ACSF
 
         args = {"r_cut": 6.0, **kwargs}
-        return _raises(lambda: ACSF.uniform(["H", "O"], **args), DescriptorError, must)
+        return raises(lambda: ACSF.uniform(["H", "O"], **args), DescriptorError, must)
 
     return probe
 
@@ -669,7 +671,7 @@ def _zeta_below_one(tmp: Path) -> Result:
 def _spec_r_cut(tmp: Path) -> Result:
     _d_yaml(tmp).write_text("acsf:\n  elements: [H]\n  r_cut: 1.0e6\n  radial: [[0.05, 0.0]]\n")
     argv = ["featurize", str(_data(tmp)), "--descriptors", "d.yaml", "-o", "s.zarr", "--local", "1"]
-    code, err = _cli(argv)
+    code, err = run_cli(argv)
     ok = code == 2 and "beyond 50" in err and not (tmp / "s.zarr").exists()
     return ok, err[:160]
 
@@ -700,7 +702,7 @@ def _gzip_read(tmp: Path) -> Result:
     plain = _data(tmp)
     packed = tmp / "in.extxyz.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
-    codes = [_cli(["ingest", str(p), "-o", str(tmp / f"{p.name}.zarr"), "-q"])[0]
+    codes = [run_cli(["ingest", str(p), "-o", str(tmp / f"{p.name}.zarr"), "-q"])[0]
              for p in (plain, packed)]  # fmt: skip
     if codes != [0, 0]:
         return False, f"rc {codes}"
