@@ -19,26 +19,35 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["FIELDS", "StructureBatch"]
 
+#: The array fields, per atom (N rows) and per structure (S rows): name → (rows, dtype of
+#: a row's values, trailing shape, unit, meaning).
+_ARRAYS: dict[str, tuple[str, Any, tuple[int, ...], str, str]] = {
+    "numbers": ("N", np.int64, (), "", "atomic numbers"),
+    "positions": ("N", np.float64, (3,), "Å", "Cartesian positions"),
+    "forces": ("N", np.float64, (3,), "eV/Å", "forces; NaN when absent"),
+    "cells": ("S", np.float64, (3, 3), "Å", "cell vectors as rows; zeros when non-periodic"),
+    "pbc": ("S", bool, (3,), "", "periodicity along each cell vector"),
+    "energy": ("S", np.float64, (), "eV", "total energy; NaN when absent"),
+}
+_PER_ATOM = {k: (dtype, shape) for k, (rows, dtype, shape, *_) in _ARRAYS.items() if rows == "N"}
+_PER_STRUCTURE = {
+    k: (dtype, shape) for k, (rows, dtype, shape, *_) in _ARRAYS.items() if rows == "S"
+}
+
 #: Every field of a :class:`StructureBatch`: (shape, dtype, unit, meaning).
 FIELDS: dict[str, tuple[str, str, str, str]] = {
-    "numbers": ("(N,)", "int64", "", "atomic numbers"),
-    "positions": ("(N, 3)", "float64", "Å", "Cartesian positions"),
-    "cells": ("(S, 3, 3)", "float64", "Å", "cell vectors as rows; zeros when non-periodic"),
-    "pbc": ("(S, 3)", "bool", "", "periodicity along each cell vector"),
-    "energy": ("(S,)", "float64", "eV", "total energy; NaN when absent"),
-    "forces": ("(N, 3)", "float64", "eV/Å", "forces; NaN when absent"),
+    **{
+        name: (
+            f"({', '.join(map(str, (rows, *shape)))}{',' if not shape else ''})",
+            np.dtype(dtype).name,
+            unit,
+            meaning,
+        )
+        for name, (rows, dtype, shape, unit, meaning) in _ARRAYS.items()
+    },
     "offsets": ("(S + 1,)", "int64", "", "first atom row of each structure, then N"),
     "tags": ("(S,)", "str", "", "free label per structure, e.g. n2p2 set=train|test; '' if none"),
 }
-
-
-#: The array fields: dtype and shape of one row; per atom (N rows), per structure (S rows).
-_PER_ATOM = {
-    "numbers": (np.int64, ()),
-    "positions": (np.float64, (3,)),
-    "forces": (np.float64, (3,)),
-}
-_PER_STRUCTURE = {"cells": (np.float64, (3, 3)), "pbc": (bool, (3,)), "energy": (np.float64, ())}
 _ROWS = (*_PER_ATOM, *_PER_STRUCTURE, "tags")  # every field but offsets
 
 

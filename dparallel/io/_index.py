@@ -30,6 +30,7 @@ import numpy as np
 
 from dparallel._files import new_file
 from dparallel.errors import InputFormatError
+from dparallel.io.location import READ_BLOCK
 
 if TYPE_CHECKING:
     from dparallel.io.location import Location
@@ -85,7 +86,7 @@ def open_stream(location: Location) -> BinaryIO:
     if location.local is not None:
         return location.open("rb")
     # an fsspec file splits lines in Python, a buffered reader over it in C (docs/io.md)
-    return io.BufferedReader(location.open("rb"), buffer_size=1 << 22)
+    return io.BufferedReader(location.open("rb"), buffer_size=READ_BLOCK)
 
 
 def read_range(location: Location, start: int, stop: int) -> bytes:

@@ -23,7 +23,10 @@ from dparallel.errors import DParallelError
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-__all__ = ["Location", "LocationError", "Where", "as_location", "is_url"]
+__all__ = ["READ_BLOCK", "Location", "LocationError", "Where", "as_location", "is_url"]
+
+#: Bytes a remote file is read in: one ranged request each.
+READ_BLOCK = 1 << 22
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: Filesystems opened in this process, by protocol and options (fsspec caches too).
@@ -153,7 +156,7 @@ class Location:
         if self.local is not None:
             return open(self.local, mode)
         fs, path = self.filesystem()
-        return fs.open(path, mode, block_size=1 << 22)
+        return fs.open(path, mode, block_size=READ_BLOCK)
 
     def read_range(self, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of a file (one ranged request for a URL)."""

@@ -27,16 +27,22 @@ def gaussian_cutoff(
         z = r.new_zeros((r.shape[0], 0))
         return z, (z if derivative else None)
     uniq = sorted(set(cutoffs))
-    idx = torch.tensor([uniq.index(c) for c in cutoffs], device=r.device)
     fcs, dfcs = zip(*(cutoff_fn_and_derivative(r, *c) for c in uniq), strict=True)
-    fc_k = torch.stack(fcs, 1).index_select(1, idx)  # (M, K)
+
+    def columns(per_cutoff: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """(M, K), or (M, 1) broadcast over the K columns where they share one cutoff."""
+        if len(uniq) == 1:
+            return per_cutoff[0].unsqueeze(1)
+        idx = torch.tensor([uniq.index(c) for c in cutoffs], device=r.device)
+        return torch.stack(per_cutoff, 1).index_select(1, idx)
+
+    fc_k = columns(fcs)
     eta_t = torch.tensor(eta, dtype=r.dtype, device=r.device)
     d = r.unsqueeze(1) - torch.tensor(rs, dtype=r.dtype, device=r.device)  # (M, K)
     g = torch.exp(-eta_t * d * d)
     if not derivative:
         return g * fc_k, None
-    dfc_k = torch.stack(dfcs, 1).index_select(1, idx)
-    return g * fc_k, g * (dfc_k - 2.0 * eta_t * d * fc_k)
+    return g * fc_k, g * (columns(dfcs) - 2.0 * eta_t * d * fc_k)
 
 
 def angular_factor(

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dparallel.store._direct import _encoded, _internals, _plain_numbers, _zarr_dtype, writable
+from dparallel.store._direct import (
+    _encoded,
+    _internals,
+    _plain_numbers,
+    _zarr_dtype,
+    is_fill_chunk,
+    writable,
+)
 from dparallel.store._generations import is_generation
 
 if TYPE_CHECKING:
@@ -111,9 +118,7 @@ def fill_chunk_key(path: str, meta: ArrayV3Metadata, rows: slice, values: np.nda
     """The key of the chunk ``rows`` are, if every value is the fill value (strings
     included): zarr stores no such chunk, so it is deleted; else ``None``."""
     key = _chunk_key(path, meta, rows, values)
-    if key is None or not bool(np.all(values == meta.fill_value)):
-        return None
-    return key
+    return key if key is not None and is_fill_chunk(meta, values) else None
 
 
 @functools.lru_cache(maxsize=512)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TESTED_ZARR",
     "direct_writes_available",
+    "is_fill_chunk",
     "read_array_metadata",
     "writable",
     "write_array",
@@ -240,6 +241,15 @@ def write_chunk(
     return True
 
 
+def is_fill_chunk(meta: ArrayV3Metadata, values: np.ndarray) -> bool:
+    """Whether ``values`` are one whole chunk of ``meta``'s array and every one its fill
+    value (strings included): zarr stores no such chunk."""
+    chunk_shape = getattr(meta.chunk_grid, "chunk_shape", None)
+    if chunk_shape is None or tuple(chunk_shape) != values.shape:
+        return False
+    return bool(np.all(values == meta.fill_value))
+
+
 def write_fill_chunk(
     directory: Path,
     meta: ArrayV3Metadata,
@@ -250,10 +260,7 @@ def write_fill_chunk(
 ) -> bool:
     """Chunk ``coords`` of strings (or any dtype) that are all the fill value: removed, as zarr
     does for such a chunk (it reads back as the fill value); False if ``values`` are not."""
-    chunk_shape = getattr(meta.chunk_grid, "chunk_shape", None)
-    if chunk_shape is None or tuple(chunk_shape) != values.shape:
-        return False
-    if not bool(np.all(values == meta.fill_value)):
+    if not is_fill_chunk(meta, values):
         return False
     remove_file(directory / meta.encode_chunk_key(tuple(int(c) for c in coords)), root=root)
     return True

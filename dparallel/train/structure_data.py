@@ -90,12 +90,13 @@ class StructureReader(PartitionReader):
         if engine not in ("graph", "kernel"):
             raise ValueError(f"engine must be 'graph' or 'kernel', got {engine!r}")
         self.engine = engine
-        if engine == "graph" and descriptor_kind(descriptor).graph is None:
+        kind = descriptor_kind(descriptor)
+        if engine == "graph" and kind.graph is None:
             raise TrainingError(
                 f"descriptor {descriptor!r} has no torch graph form: it cannot be computed "
                 "during training; train with descriptor_source: stored"
             )
-        self.descriptor_object = descriptor_kind(descriptor).from_dict(config)
+        self.descriptor_object = kind.from_dict(config)
         # the graph's elements and columns are the descriptor's (species index into them)
         self.graph = descriptor_graph(self.descriptor_object) if engine == "graph" else None
         self.descriptor_elements = [str(elem) for elem in self.descriptor_object.elements]
