@@ -80,6 +80,7 @@ def _forget_filesystems() -> None:
     close_sessions()
 
     location._FS.clear()
+    location._S3.clear()
     with contextlib.suppress(ImportError):
         import s3fs
 

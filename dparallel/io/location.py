@@ -31,6 +31,8 @@ READ_BLOCK = 1 << 22
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: Filesystems opened in this process, by protocol and options (fsspec caches too).
 _FS: dict[tuple[str, str], Any] = {}
+#: obstore's S3 clients opened in this process, by bucket and options.
+_S3: dict[tuple[str, str], Any] = {}
 
 
 class LocationError(DParallelError, ValueError):
@@ -145,6 +147,15 @@ class Location:
         if self.local is not None:
             st = self.local.stat()
             return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        on_s3 = self._on_s3()
+        if on_s3 is not None:
+            import obstore
+
+            meta = obstore.head(*on_s3)
+            return {
+                "size": int(meta["size"]),
+                "mtime_ns": int(meta["last_modified"].timestamp() * 1e9),
+            }
         fs, path = self.filesystem()
         info = fs.info(path)
         when = info.get("LastModified") or info.get("mtime") or info.get("created")
@@ -164,8 +175,27 @@ class Location:
             with open(self.local, "rb") as fh:
                 fh.seek(start)
                 return fh.read(stop - start)
+        on_s3 = self._on_s3()
+        if on_s3 is not None:
+            import obstore
+
+            return bytes(obstore.get_range(*on_s3, start=start, end=stop)) if stop > start else b""
         fs, path = self.filesystem()
         return bytes(fs.cat_file(path, start=start, end=stop))
+
+    def _on_s3(self) -> tuple[Any, str] | None:
+        """obstore's client for the bucket and the key, for a location on S3 (what a task
+        reads goes through it: no botocore in a worker); ``None`` for any other."""
+        from dparallel.io._s3 import S3_PROTOCOLS, s3_store
+
+        if self.protocol not in S3_PROTOCOLS:
+            return None
+        bucket, _, key = self.url.split("://", 1)[1].partition("/")
+        cached = (bucket, repr(self.storage_options))
+        store = _S3.get(cached)
+        if store is None:
+            store = _S3[cached] = s3_store(f"s3://{bucket}", self.options)
+        return store, key
 
 
 #: What names data: a path, a URL, or a :class:`Location`.

@@ -311,6 +311,19 @@ def _requests(records) -> list[tuple[str, str]]:
     return out
 
 
+def _uploaded(data, name: str) -> tuple[str, str]:
+    """``data`` uploaded below a fresh prefix: the store's URL there and the input's path."""
+    base = f"s3://dparallel-test/{name}-{time.monotonic_ns()}"
+    fs, path = as_location(f"{base}/data.xyz").filesystem()
+    fs.pipe_file(path, data.read_bytes())
+    return f"{base}/s.zarr", path
+
+
+def _prepared(url: str, path: str):  # noqa: ANN202 - (source, store) as prepare_featurize
+    """The store at ``url`` prepared for featurizing ``s3://<path>`` (under its lease)."""
+    return prepare_featurize(f"s3://{path}", url, _dset(), FeaturizeOptions(partition_atoms=30))
+
+
 def test_a_task_makes_no_request_it_does_not_need(s3, data, caplog):
     """A featurize task into an S3 store, its arguments pickled as for a worker, counted
     where the server sees them: the generation opened with one GET (no probe for a pointer
@@ -319,14 +332,9 @@ def test_a_task_makes_no_request_it_does_not_need(s3, data, caplog):
     in one PUT (no multipart upload), the done marker last."""
     import pickle
 
-    base = f"s3://dparallel-test/requests-{time.monotonic_ns()}"
-    fs, path = as_location(f"{base}/data.xyz").filesystem()
-    fs.pipe_file(path, data.read_bytes())
-    url = f"{base}/s.zarr"
+    url, path = _uploaded(data, "requests")
     with StoreLease(url):
-        source, store = prepare_featurize(
-            f"{base}/data.xyz", url, _dset(), FeaturizeOptions(partition_atoms=30)
-        )
+        source, store = _prepared(url, path)
         args = pickle.dumps((source, store.ref))
         caplog.set_level(logging.INFO, logger="werkzeug")
         caplog.clear()
@@ -343,6 +351,35 @@ def test_a_task_makes_no_request_it_does_not_need(s3, data, caplog):
     assert keys[-1] == ("PUT", "partitions/done/c.0")  # the done marker last
     report = open_store(url).report(0)
     assert report["partition"] == 0 and report["n_atoms"] > 0
+
+
+_TASK_IN_A_NEW_PROCESS = """
+import pickle, sys
+from dparallel.workflow.featurize_task import featurize_partition
+source, ref, descriptors = pickle.loads(open(sys.argv[1], "rb").read())
+featurize_partition(source, ref, 0, descriptors)
+print(" ".join(m for m in ("s3fs", "aiobotocore", "botocore") if m in sys.modules))
+"""
+
+
+def test_a_task_reads_and_writes_s3_without_botocore(s3, data, tmp_path):
+    """A worker's task reads its input's bytes and writes the store through obstore: a fresh
+    process never loads s3fs or botocore (~0.45 s of CPU on its first request)."""
+    import pickle
+    import subprocess
+    import sys
+
+    url, path = _uploaded(data, "botocore")
+    with StoreLease(url):
+        source, store = _prepared(url, path)
+        (tmp_path / "args").write_bytes(pickle.dumps((source, store.ref, _dset().to_dict())))
+        done = subprocess.run(
+            [sys.executable, "-c", _TASK_IN_A_NEW_PROCESS, str(tmp_path / "args")],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ""
+    assert open_store(url).report(0)["n_atoms"] > 0
 
 
 def test_tags_a_retry_clears_leave_no_chunk(base, data):
