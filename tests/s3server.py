@@ -80,7 +80,10 @@ def _forget_filesystems() -> None:
     close_sessions()
 
     location._FS.clear()
-    location._S3.clear()
+    with contextlib.suppress(ImportError):
+        from dparallel.io._s3 import clear_clients
+
+        clear_clients()
     with contextlib.suppress(ImportError):
         import s3fs
 

@@ -12,11 +12,18 @@ Where its credentials and endpoint come from, in order: the location's
 ``endpoint_url``, ``client_kwargs={"endpoint_url", "region_name"}``,
 ``requester_pays``, ``profile``), then the process's ``AWS_*`` environment (obstore reads
 it), then, when neither names a key, botocore's chain (the shared credentials file and
-profiles, as s3fs would find them).
+profiles, as s3fs would find them), and its region where none is set. Without a profile
+or those files, botocore is never loaded (obstore's own chain covers the environment,
+web identity and instance or container roles). obstore does not follow S3's redirect to a
+bucket's region: outside ``us-east-1`` name the region (``AWS_REGION``, the profile, or
+``client_kwargs={"region_name": …}``). A client made before a ``fork`` hangs in the child:
+dparallel's workers start from Dask's forkserver; open stores after forking.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import os
 from typing import TYPE_CHECKING, Any
@@ -24,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 from dparallel.errors import DParallelError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
     from obstore.store import S3Credential, S3Store
 
-__all__ = ["S3_PROTOCOLS", "S3OptionError", "s3_store"]
+__all__ = ["S3_PROTOCOLS", "S3OptionError", "as_os_errors", "clear_clients", "os_error", "s3_store"]
 
 #: URL schemes that name S3.
 S3_PROTOCOLS = ("s3", "s3a")
@@ -42,9 +49,11 @@ _CONFIG = {
     "requester_pays": "request_payer",
     "anon": "skip_signature",
 }
+_FLAGS = ("request_payer", "skip_signature")
 #: ``client_kwargs`` (botocore's client) that mean something here.
 _CLIENT = {"endpoint_url": "endpoint", "region_name": "region"}
-#: s3fs's tuning of its own client and cache: no meaning for obstore.
+#: s3fs's tuning of its own client and cache: no meaning for obstore (``config_kwargs``
+#: is botocore's; only its ``s3.addressing_style`` is carried over).
 _S3FS_ONLY = frozenset(
     {
         "config_kwargs",
@@ -61,11 +70,16 @@ _S3FS_ONLY = frozenset(
         "loop",
         "fixed_upload_size",
         "version_aware",
-        "s3_additional_kwargs",
     }
 )
 _ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
 _REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
+#: A whole request's limit (obstore's default, 30 s, would fail a tens-of-MB chunk put in
+#: one request over a link slower than a few MB/s).
+_REQUEST_TIMEOUT = "600s"
+#: Clients made in this process, by URL and options: a store reopened for every task
+#: keeps its connections.
+_STORES: dict[tuple[str, str], Any] = {}
 
 
 class S3OptionError(DParallelError, ValueError):
@@ -74,32 +88,46 @@ class S3OptionError(DParallelError, ValueError):
 
 def s3_store(url: str, options: Mapping[str, Any]) -> S3Store:
     """obstore's client for ``url`` (``s3://bucket/prefix``, keys relative to it) with the
-    location's ``storage_options``.
+    location's ``storage_options`` (one per URL and options in a process).
 
     Raises :class:`S3OptionError` for an option it cannot honour, a missing profile, or
     obstore not installed.
     """
+    cached = (url, repr(sorted(options.items())))
+    store = _STORES.get(cached)
+    if store is None:
+        store = _STORES[cached] = _new_store(url, options)
+    return store
+
+
+def clear_clients() -> None:
+    """Forget the clients made so far (the next ones read the environment afresh)."""
+    _STORES.clear()
+    _botocore.cache_clear()
+
+
+def _new_store(url: str, options: Mapping[str, Any]) -> S3Store:
     try:
         from obstore.store import S3Store
     except ImportError:
         raise S3OptionError(f'{url}: S3 needs obstore: pip install "dparallel[s3]"') from None
-    config, profile = _config(url, options)
-    endpoint = config.get("endpoint") or next(
-        (os.environ[name] for name in _ENDPOINT_ENV if os.environ.get(name)), ""
-    )
+    config, client, profile = _config(url, options)
+    endpoint = str(config.get("endpoint") or _first_env(_ENDPOINT_ENV) or "")
+    client.setdefault("allow_http", endpoint.lower().startswith("http://"))
+    client.setdefault("timeout", _REQUEST_TIMEOUT)
     provider = None
-    if not any(k in config for k in ("access_key_id", "skip_signature")) and (
-        profile is not None or not os.environ.get("AWS_ACCESS_KEY_ID")
-    ):
+    profiled = profile is not None or bool(os.environ.get("AWS_PROFILE")) or _aws_files()
+    keyed = bool(config.get("access_key_id")) or bool(config.get("skip_signature"))
+    if not keyed and profiled and (profile or not os.environ.get("AWS_ACCESS_KEY_ID")):
         provider = _botocore(profile)[0]
-    if "region" not in config and not any(map(os.environ.get, _REGION_ENV)):
+    if "region" not in config and not _first_env(_REGION_ENV) and profiled:
         region = _botocore(profile)[1]
         if region:
             config["region"] = region
     try:
         return S3Store.from_url(
             url.replace("s3a://", "s3://", 1),
-            client_options={"allow_http": str(endpoint).startswith("http://")},
+            client_options=client,  # type: ignore[arg-type]
             credential_provider=provider,
             **config,
         )
@@ -107,35 +135,92 @@ def s3_store(url: str, options: Mapping[str, Any]) -> S3Store:
         raise S3OptionError(f"{url}: {exc}") from exc
 
 
-def _config(url: str, given: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """obstore's configuration from s3fs-style options, and the profile."""
+def _first_env(names: tuple[str, ...]) -> str | None:
+    return next((os.environ[name] for name in names if os.environ.get(name)), None)
+
+
+def _aws_files() -> bool:
+    """Whether botocore's shared credentials or config file is there (where keys, profiles,
+    SSO and regions live that obstore does not read)."""
+    home = os.path.expanduser("~/.aws")
+    paths = (
+        os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, "credentials"),
+        os.environ.get("AWS_CONFIG_FILE") or os.path.join(home, "config"),
+    )
+    return any(os.path.isfile(p) for p in paths)
+
+
+def _config(
+    url: str, given: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """obstore's store and client configuration from s3fs-style options, and the profile."""
     config: dict[str, Any] = {}
     options = dict(given)
     profile = options.pop("profile", None)
-    client = dict(options.pop("client_kwargs", None) or {})
+    client_kwargs = dict(options.pop("client_kwargs", None) or {})
+    s3_config = dict((options.get("config_kwargs") or {}).get("s3") or {})
     for name, value in options.items():
         if name in _CONFIG:
             config[_CONFIG[name]] = value
         elif name not in _S3FS_ONLY:
-            understood = sorted([*_CONFIG, "client_kwargs", "profile"])
-            raise S3OptionError(
-                f"{url}: storage option {name!r} is not understood on S3 "
-                f"(understood: {', '.join(understood)})"
-            )
-    for name, value in client.items():
+            _refuse(url, name, [*_CONFIG, "client_kwargs", "profile"])
+    client: dict[str, Any] = {}
+    for name, value in client_kwargs.items():
         if name in _CLIENT:
             config[_CLIENT[name]] = value
-    if "request_payer" in config:
-        config["request_payer"] = bool(config["request_payer"])
-    return config, profile
+        elif name == "verify" and isinstance(value, bool):
+            client["allow_invalid_certificates"] = not value
+        else:
+            _refuse(url, f"client_kwargs.{name}", [*_CLIENT, "verify (True or False)"])
+    if s3_config.get("addressing_style") in ("virtual", "path"):
+        config["virtual_hosted_style_request"] = s3_config["addressing_style"] == "virtual"
+    for flag in _FLAGS:
+        if flag in config:
+            config[flag] = bool(config[flag])
+    return config, client, profile
+
+
+def _refuse(url: str, name: str, understood: list[str]) -> None:
+    raise S3OptionError(
+        f"{url}: storage option {name!r} is not understood on S3 "
+        f"(understood: {', '.join(sorted(understood))})"
+    )
+
+
+def os_error(exc: BaseException, where: object) -> OSError:
+    """obstore's error (not an ``OSError`` but for a missing object) as the one s3fs gave:
+    ``PermissionError`` for a refusal, ``OSError`` otherwise, naming ``where`` and the
+    cause's first line."""
+    import obstore.exceptions as errors
+
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    message = f"{where}: {text}"
+    if isinstance(exc, (errors.PermissionDeniedError, errors.UnauthenticatedError)):
+        return PermissionError(errno.EACCES, message)
+    return OSError(message)
+
+
+@contextlib.contextmanager
+def as_os_errors(where: object) -> Iterator[None]:
+    """obstore's errors inside the block raised as :func:`os_error` makes them."""
+    import obstore.exceptions as errors
+
+    try:
+        yield
+    except errors.BaseError as exc:
+        raise os_error(exc, where) from exc
 
 
 class _BotocoreCredentials:
     """obstore's credential callback over botocore's chain (shared files, profiles, SSO,
-    instance roles), refreshed when botocore says they expire."""
+    instance roles), refreshed when botocore says they expire; pickled as its profile."""
 
-    def __init__(self, credentials: Any) -> None:
+    def __init__(self, credentials: Any, profile: str | None) -> None:
         self._credentials = credentials
+        self._profile = profile
+
+    def __reduce__(self) -> tuple[Any, tuple[str | None]]:
+        return _botocore_provider, (self._profile,)
 
     def __call__(self) -> S3Credential:
         frozen = self._credentials.get_frozen_credentials()
@@ -145,6 +230,10 @@ class _BotocoreCredentials:
             "token": frozen.token,
             "expires_at": getattr(self._credentials, "_expiry_time", None),
         }
+
+
+def _botocore_provider(profile: str | None) -> _BotocoreCredentials | None:
+    return _botocore(profile)[0]
 
 
 @functools.cache
@@ -162,5 +251,5 @@ def _botocore(profile: str | None) -> tuple[_BotocoreCredentials | None, str | N
         region = session.get_config_variable("region")
     except Exception as exc:  # botocore's ProfileNotFound and its kin
         raise S3OptionError(f"S3 credentials (profile {profile!r}): {exc}") from exc
-    provider = None if credentials is None else _BotocoreCredentials(credentials)
+    provider = None if credentials is None else _BotocoreCredentials(credentials, profile)
     return provider, region

@@ -31,8 +31,6 @@ READ_BLOCK = 1 << 22
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: Filesystems opened in this process, by protocol and options (fsspec caches too).
 _FS: dict[tuple[str, str], Any] = {}
-#: obstore's S3 clients opened in this process, by bucket and options.
-_S3: dict[tuple[str, str], Any] = {}
 
 
 class LocationError(DParallelError, ValueError):
@@ -151,7 +149,10 @@ class Location:
         if on_s3 is not None:
             import obstore
 
-            meta = obstore.head(*on_s3)
+            from dparallel.io._s3 import as_os_errors
+
+            with as_os_errors(self.url):
+                meta = obstore.head(*on_s3)
             return {
                 "size": int(meta["size"]),
                 "mtime_ns": int(meta["last_modified"].timestamp() * 1e9),
@@ -179,7 +180,12 @@ class Location:
         if on_s3 is not None:
             import obstore
 
-            return bytes(obstore.get_range(*on_s3, start=start, end=stop)) if stop > start else b""
+            from dparallel.io._s3 import as_os_errors
+
+            if stop <= start:
+                return b""
+            with as_os_errors(self.url):
+                return bytes(obstore.get_range(*on_s3, start=start, end=stop))
         fs, path = self.filesystem()
         return bytes(fs.cat_file(path, start=start, end=stop))
 
@@ -191,11 +197,7 @@ class Location:
         if self.protocol not in S3_PROTOCOLS:
             return None
         bucket, _, key = self.url.split("://", 1)[1].partition("/")
-        cached = (bucket, repr(self.storage_options))
-        store = _S3.get(cached)
-        if store is None:
-            store = _S3[cached] = s3_store(f"s3://{bucket}", self.options)
-        return store, key
+        return s3_store(f"s3://{bucket}", self.options), key
 
 
 #: What names data: a path, a URL, or a :class:`Location`.

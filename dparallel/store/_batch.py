@@ -150,8 +150,10 @@ async def slot_metadata(store: ZarrStore, path: str) -> ArrayV3Metadata | None:
 
 def _prefix(store: ZarrStore) -> str:
     """Where ``store`` is in its bucket or filesystem: the generation for a store at one."""
-    inner = getattr(store, "store", None)  # zarr's ObjectStore: obstore's store, its prefix
-    return str(getattr(inner, "prefix", None) or getattr(store, "path", ""))
+    inner: Any = getattr(store, "store", None)  # zarr's ObjectStore: obstore's, its prefix
+    if getattr(inner, "prefix", None) is not None:
+        return f"{inner.config.get('bucket', '')}/{inner.prefix}"
+    return str(getattr(store, "path", ""))
 
 
 async def keys_below(store: ZarrStore, prefix: str) -> list[str]:

@@ -3,6 +3,11 @@ and region from botocore's chain where obstore would not find them."""
 
 from __future__ import annotations
 
+import pickle
+import socket
+import subprocess
+import sys
+
 import pytest
 
 from dparallel.io import _s3
@@ -18,57 +23,128 @@ def test_s3fs_options_become_obstores_configuration():
             ("key", "AK"),
             ("secret", "SK"),
             ("token", "T"),
-            ("client_kwargs", {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"}),
-            ("config_kwargs", {"max_pool_connections": 4}),  # s3fs's own tuning: no meaning
+            ("anon", 0),
+            ("client_kwargs", {"endpoint_url": "HTTP://127.0.0.1:9", "region_name": "eu-west-1",
+                               "verify": False}),
+            ("config_kwargs", {"max_pool_connections": 4, "s3": {"addressing_style": "virtual"}}),
         ),
-    )
-    config, profile = _s3._config(where.url, where.options)
+    )  # fmt: skip
+    config, client, profile = _s3._config(where.url, where.options)
     assert config == {
         "access_key_id": "AK",
         "secret_access_key": "SK",
         "session_token": "T",
-        "endpoint": "http://127.0.0.1:9",
+        "skip_signature": False,
+        "endpoint": "HTTP://127.0.0.1:9",
         "region": "eu-west-1",
+        "virtual_hosted_style_request": True,
     }
+    assert client == {"allow_invalid_certificates": True}
     assert profile is None
     store = _s3.s3_store(where.url, where.options)
     assert store.prefix == "feats.zarr"
     assert store.client_options["allow_http"] in (True, "true")  # an http:// endpoint
+    assert _s3.s3_store(where.url, where.options) is store  # one client per URL and options
+
+
+@pytest.mark.parametrize(
+    ("options", "name"),
+    [
+        ({"use_ssl": False}, "use_ssl"),
+        ({"s3_additional_kwargs": {"SSECustomerKey": "k"}}, "s3_additional_kwargs"),
+        ({"client_kwargs": {"verify": "/etc/ca.pem"}}, "client_kwargs.verify"),
+    ],
+)
+def test_an_option_obstore_cannot_honour_is_refused_by_name(options, name):
+    with pytest.raises(_s3.S3OptionError, match=rf"s3://b/x: storage option '{name}'"):
+        _s3.s3_store("s3://b/x", options)
+
+
+_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                   "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ROLE_ARN",
+                   "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                   "AWS_CONTAINER_CREDENTIALS_FULL_URI")  # fmt: skip
 
 
 @pytest.fixture
-def credentials_file(tmp_path, monkeypatch):
-    """Keys and a region only in the shared files botocore reads (no ``AWS_*`` keys)."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                 "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):  # fmt: skip
+def no_credentials(tmp_path, monkeypatch):
+    """No ``AWS_*`` keys, region or role, and no shared files."""
+    for name in _CREDENTIAL_ENV:
         monkeypatch.delenv(name, raising=False)
-    (tmp_path / "credentials").write_text(
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "absent-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent-config"))
+    _s3.clear_clients()
+    yield tmp_path
+    _s3.clear_clients()
+
+
+@pytest.fixture
+def credentials_file(no_credentials, monkeypatch):
+    """Keys and a region only in the shared files botocore reads."""
+    (no_credentials / "credentials").write_text(
         "[default]\naws_access_key_id = FILEKEY\naws_secret_access_key = FILESECRET\n"
         "[other]\naws_access_key_id = OTHERKEY\naws_secret_access_key = OTHERSECRET\n"
     )
-    (tmp_path / "config").write_text("[default]\nregion = eu-north-1\n")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    _s3._botocore.cache_clear()
-    yield
-    _s3._botocore.cache_clear()
+    (no_credentials / "config").write_text("[default]\nregion = eu-north-1\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(no_credentials / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(no_credentials / "config"))
 
 
 @pytest.mark.usefixtures("credentials_file")
-def test_keys_in_the_shared_credentials_file_are_found_as_s3fs_finds_them():
-    """obstore reads no credentials file; botocore's chain (what s3fs uses) does."""
-    store = _s3.s3_store("s3://bucket/feats.zarr", {})
+def test_keys_in_the_shared_credentials_file_are_found_as_s3fs_finds_them(monkeypatch):
+    """obstore reads no credentials file; botocore's chain (what s3fs uses) does, for the
+    default profile, one named in the options or in ``AWS_PROFILE``, and with ``anon:
+    false``; the provider pickles as its profile."""
+    store = _s3.s3_store("s3://bucket/feats.zarr", {"anon": False})
     given = store.credential_provider()
     assert (given["access_key_id"], given["secret_access_key"]) == ("FILEKEY", "FILESECRET")
     assert store.config["region"] == "eu-north-1"
+    again = pickle.loads(pickle.dumps(store.credential_provider))()
+    assert again["access_key_id"] == "FILEKEY"
     other = _s3.s3_store("s3://b/x", {"profile": "other"})
     assert other.credential_provider()["access_key_id"] == "OTHERKEY"
     with pytest.raises(_s3.S3OptionError, match="profile 'missing'"):
         _s3.s3_store("s3://b/x", {"profile": "missing"})
+    monkeypatch.setenv("AWS_PROFILE", "other")
+    _s3.clear_clients()
+    assert _s3.s3_store("s3://b/x", {}).credential_provider()["access_key_id"] == "OTHERKEY"
 
 
-def test_keys_given_as_options_or_in_the_environment_need_no_botocore(monkeypatch):
+_CLIENT_ONLY = """
+import sys
+from dparallel.io._s3 import s3_store
+store = s3_store("s3://b/x", {})
+print(store.credential_provider, "botocore" in sys.modules)
+"""
+
+
+@pytest.mark.usefixtures("no_credentials")
+def test_keys_and_region_in_the_environment_need_no_botocore(monkeypatch):
+    """Where the environment names keys and region and no shared file is there, obstore's
+    own chain does all: a fresh process never loads botocore."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "ENVKEY")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "ENVSECRET")
-    assert _s3.s3_store("s3://b/x", {}).credential_provider is None
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    done = subprocess.run([sys.executable, "-c", _CLIENT_ONLY], capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    assert done.stdout.split() == ["None", "False"]
     assert _s3.s3_store("s3://b/x", {"key": "K", "secret": "S"}).credential_provider is None
+
+
+def test_a_failed_request_is_an_os_error_naming_the_location(no_credentials, monkeypatch):
+    """obstore's errors are no ``OSError`` (but for a missing object); they reach the user
+    as the ``OSError`` s3fs raised, naming the URL, in one line."""
+    from dparallel.io.location import as_location
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "K")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "S")
+    where = as_location("s3://bucket/data.xyz")
+    with pytest.raises(OSError, match=r"^s3://bucket/data.xyz: .*HEAD") as info:
+        where.info()
+    assert "\n" not in str(info.value)
+    with pytest.raises(OSError, match=r"^s3://bucket/data.xyz: .*GET"):
+        where.read_range(0, 10)

@@ -44,3 +44,28 @@ def test_a_large_object_goes_in_one_put(caplog):
     assert [m for m, _ in targets] == ["PUT"]
     assert not parse_qs(urlsplit(targets[0][1]).query)  # not a part of an upload
     assert back is not None and back.to_bytes() == data
+
+
+def test_a_failed_request_is_an_os_error_naming_the_store(monkeypatch):
+    """obstore's errors (no ``OSError``) reach zarr's callers as the ``OSError`` s3fs raised,
+    naming the store's URL: the CLI prints them in one line, reads do not call them a
+    corrupt chunk."""
+    import socket
+
+    from zarr.core.buffer import cpu
+    from zarr.core.sync import sync
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "K")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "S")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    where = Location(f"s3://bucket/dead-{port}/s.zarr")
+    store = _s3.s3_zarr_store(where, read_only=False)
+    assert str(store) == str(where) == str(store.with_read_only(True))
+    with pytest.raises(OSError, match=rf"^{where}: .*GET"):
+        sync(store.get("zarr.json", cpu.buffer_prototype))
+    with pytest.raises(OSError, match=rf"^{where}: .*PUT"):
+        sync(store.set("zarr.json", cpu.Buffer.from_bytes(b"{}")))
