@@ -112,3 +112,18 @@ def _hook(event, args):
 
 sys.addaudithook(_hook)
 """
+
+
+def point_at_nothing(monkeypatch) -> int:  # noqa: ANN001 - pytest's monkeypatch
+    """``AWS_*`` naming keys, a region and an endpoint on 127.0.0.1 where nothing listens
+    (a port just freed); returns the port."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "K")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "S")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    return port

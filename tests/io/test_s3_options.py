@@ -4,7 +4,6 @@ and region from botocore's chain where obstore would not find them."""
 from __future__ import annotations
 
 import pickle
-import socket
 import subprocess
 import sys
 
@@ -134,14 +133,11 @@ def test_keys_and_region_in_the_environment_need_no_botocore(monkeypatch):
 def test_a_failed_request_is_an_os_error_naming_the_location(no_credentials, monkeypatch):
     """obstore's errors are no ``OSError`` (but for a missing object); they reach the user
     as the ``OSError`` s3fs raised, naming the URL, in one line."""
+    from s3server import point_at_nothing
+
     from dparallel.io.location import as_location
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens there once closed
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "K")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "S")
+    point_at_nothing(monkeypatch)
     where = as_location("s3://bucket/data.xyz")
     with pytest.raises(OSError, match=r"^s3://bucket/data.xyz: .*HEAD") as info:
         where.info()

@@ -50,18 +50,11 @@ def test_a_failed_request_is_an_os_error_naming_the_store(monkeypatch):
     """obstore's errors (no ``OSError``) reach zarr's callers as the ``OSError`` s3fs raised,
     naming the store's URL: the CLI prints them in one line, reads do not call them a
     corrupt chunk."""
-    import socket
-
+    from s3server import point_at_nothing
     from zarr.core.buffer import cpu
     from zarr.core.sync import sync
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens there once closed
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "K")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "S")
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    port = point_at_nothing(monkeypatch)
     where = Location(f"s3://bucket/dead-{port}/s.zarr")
     store = _s3.s3_zarr_store(where, read_only=False)
     assert str(store) == str(where) == str(store.with_read_only(True))
