@@ -25,7 +25,7 @@ from dparallel.store._direct import (
 from dparallel.store._generations import is_generation
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from zarr.abc.store import Store as ZarrStore
     from zarr.core.metadata.v3 import ArrayV3Metadata
@@ -38,6 +38,7 @@ __all__ = [
     "keys_below",
     "put_all",
     "slot_metadata",
+    "started_put",
 ]
 
 _METADATA = "zarr.json"
@@ -171,7 +172,16 @@ async def keys_below(store: ZarrStore, prefix: str) -> list[str]:
 
 async def put_all(store: ZarrStore, phases: Iterable[Sequence[Item]]) -> None:
     """Put each phase's items concurrently, phase after phase."""
+    for items in phases:
+        await asyncio.gather(*map(started_put(store), items))
+
+
+def started_put(store: ZarrStore) -> Callable[[Item], asyncio.Future[None]]:
+    """A function that starts putting an item into ``store`` now (not when awaited): what is
+    encoded next overlaps what is on its way."""
     from zarr.core.buffer import cpu
 
-    for items in phases:
-        await asyncio.gather(*(store.set(k, cpu.Buffer.from_bytes(v)) for k, v in items))
+    def start(item: Item) -> asyncio.Future[None]:
+        return asyncio.ensure_future(store.set(item[0], cpu.Buffer.from_bytes(item[1])))
+
+    return start

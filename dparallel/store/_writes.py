@@ -458,24 +458,34 @@ async def _put_groups(
     if replace is not None:
         stale = f"{part}/{replace}/"
         await asyncio.gather(*(store.delete(k) for k in found if k.startswith(stale)))
-    chunks, documents, rest = [], [], []
-    for group, name, values, dims in jobs:
-        path = "/".join(filter(None, (part, group, name)))
-        made = _batch.array_items(
-            path, values, _compressors(values.dtype), dims or generic_dims(name, values.ndim),
-            CHUNK_KEYS,
-        )  # fmt: skip
-        if made is None:
-            rest.append((group, name, values, dims))
-        else:
-            chunks += made[0]
-            documents.append(made[1])
+    put = _batch.started_put(store)
+    chunks: list[asyncio.Future[None]] = []
+    documents, rest = [], []
+    try:
+        for group, name, values, dims in jobs:
+            path = "/".join(filter(None, (part, group, name)))
+            made = _batch.array_items(
+                path, values, _compressors(values.dtype), dims or generic_dims(name, values.ndim),
+                CHUNK_KEYS,
+            )  # fmt: skip
+            if made is None:
+                rest.append((group, name, values, dims))
+            else:  # each chunk on its way while the next array is encoded
+                chunks += map(put, made[0])
+                documents.append(made[1])
+                await asyncio.sleep(0)
+    except BaseException:  # what is on its way is not left running unwatched
+        for chunk in chunks:
+            chunk.cancel()
+        await asyncio.gather(*chunks, return_exceptions=True)
+        raise
     documents += [_batch.group_item(f"{part}/{level}", attributes.get(level)) for level in levels]
     new_part = f"{part}/zarr.json" not in found
     if new_part:
         documents.append(_batch.group_item(part))
+    await asyncio.gather(*chunks)  # the chunks before the documents that make them readable
     # a group's document may land before its arrays': a partition is read only once done
-    await _batch.put_all(store, (chunks, documents))
+    await _batch.put_all(store, (documents,))
     return rest, new_part
 
 
