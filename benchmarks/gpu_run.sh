@@ -10,7 +10,7 @@
 # at three batch sizes (BATCHES=8,64 for others), then one epoch under torch's sync debug
 # mode; cuau / cuaukf: time to n2p2's test RMSE on the CuAu set with Adam / the Kalman
 # filter; objstore: issue 28's S3 featurize against local, where moto's server finds cores
-# the two workers leave idle (needs moto, boto3 and s3fs among the wheels); tests2: the Triton tests, then two CUDA training tests (TESTS2_S bounds it, 150 s).
+# the two workers leave idle (needs moto, boto3, s3fs and obstore among the wheels); tests2: the Triton tests, then two CUDA training tests (TESTS2_S bounds it, 150 s).
 # KERNELS_S bounds the kernels step (80 s). SMOKE=1 runs
 # each benchmark at a toy size (to check the script on a CPU machine). TOTAL=seconds bounds the whole run: each
 # step's limit is cut to what is left. On the lent GPU machine, the wheels of
@@ -70,7 +70,7 @@ step water64 50 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epo
   --cpu-epochs 3 --streamed-epochs 3 --dp-set batch_size=64 --workdir "$WORK/w64"
 step scaling400 80 "$py" benchmarks/bench_node_scaling.py --copies "$(size 400 3)" \
   --counts "$(nproc)"
-s3w=${S3_WHEELS:-.whl-s3}  # moto, boto3, s3fs and their wheels (cp312), if the image lacks them
+s3w=${S3_WHEELS:-.whl-s3}  # moto, boto3, s3fs, obstore and their wheels (cp312), if missing
 step objstore 120 bash -c "if [ -d $s3w ]; then $py -m pip install -q --no-index --no-deps \
 --no-compile --no-cache-dir --upgrade --target /tmp/site-s3 $s3w/*.whl && \
 export PYTHONPATH=/tmp/site-s3:\$PYTHONPATH; fi; $py benchmarks/bench_object_store.py \
