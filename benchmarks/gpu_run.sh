@@ -10,7 +10,7 @@
 # at three batch sizes (BATCHES=8,64 for others), then one epoch under torch's sync debug
 # mode; cuau / cuaukf: time to n2p2's test RMSE on the CuAu set with Adam / the Kalman
 # filter; objstore: issue 28's S3 featurize against local, where moto's server finds cores
-# the two workers leave idle (needs moto, boto3, s3fs and obstore among the wheels); tests2: the Triton tests, then two CUDA training tests (TESTS2_S bounds it, 150 s).
+# the two workers leave idle (needs moto, boto3 and obstore among the wheels); tests2: the Triton tests, then two CUDA training tests (TESTS2_S bounds it, 150 s).
 # KERNELS_S bounds the kernels step (80 s). SMOKE=1 runs
 # each benchmark at a toy size (to check the script on a CPU machine). TOTAL=seconds bounds the whole run: each
 # step's limit is cut to what is left. On the lent GPU machine, the wheels of

@@ -14,7 +14,7 @@ import contextlib
 import os
 import time
 import urllib.request
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -70,23 +70,34 @@ def s3_server(buckets: tuple[str, ...] = ("dparallel-test",), timeout: float = 3
         server.stop()
 
 
-def _forget_filesystems() -> None:
-    """Drop cached S3 filesystems (they hold the endpoint they were made with), their
-    sessions closed first (dropped open, aiohttp logs each as an error whenever they are
-    collected, e.g. into the log file of a later test's run)."""
-    from dparallel.io import location
-    from dparallel.store._backend import close_sessions
+def filesystem(url: str) -> tuple[Any, str]:
+    """An fsspec filesystem for ``url`` and the path in it: s3fs on ``s3://``, a client
+    independent of dparallel's (obstore) to put and check what tests need there."""
+    import fsspec
 
-    close_sessions()
+    fs = fsspec.filesystem(url.split("://", 1)[0])
+    return fs, fs._strip_protocol(url)
+
+
+def _forget_filesystems() -> None:
+    """Drop cached S3 clients (they hold the endpoint they were made with); s3fs's (the
+    tests' own) with their sessions closed first: dropped open, aiohttp logs each as an
+    error whenever they are collected, e.g. into the log file of a later test's run."""
+    from dparallel.io import location
+    from dparallel.io._s3 import clear_clients
 
     location._FS.clear()
+    clear_clients()
     with contextlib.suppress(ImportError):
-        from dparallel.io._s3 import clear_clients
-
-        clear_clients()
-    with contextlib.suppress(ImportError):
+        import fsspec.asyn
         import s3fs
 
+        for fs in list(s3fs.S3FileSystem._cache.values()):
+            creator = getattr(fs, "_s3creator", None)
+            if getattr(fs, "_s3", None) is not None and creator is not None:
+                fs._s3 = None
+                with contextlib.suppress(Exception):
+                    fsspec.asyn.sync(fs.loop, creator.__aexit__, None, None, None, timeout=5)
         s3fs.S3FileSystem.clear_instance_cache()
 
 

@@ -67,7 +67,7 @@ def _decompressed(location: Location) -> bytes:
     with _LOCK:
         if key in _LAST:
             return _LAST[key]
-        with location.open("rb") as raw:
+        with location.open() as raw:
             try:
                 data = gzip.decompress(raw.read())
             except (OSError, EOFError) as exc:
@@ -84,9 +84,9 @@ def open_stream(location: Location) -> BinaryIO:
     if is_gzip(location):
         return io.BytesIO(_decompressed(location))
     if location.local is not None:
-        return location.open("rb")
-    # an fsspec file splits lines in Python, a buffered reader over it in C (docs/io.md)
-    return io.BufferedReader(location.open("rb"), buffer_size=READ_BLOCK)
+        return location.open()
+    # a remote file's lines are split by a buffered reader over it, in C (docs/io.md)
+    return io.BufferedReader(location.open(), buffer_size=READ_BLOCK)
 
 
 def read_range(location: Location, start: int, stop: int) -> bytes:

@@ -3,9 +3,9 @@
 obstore (Rust's ``object_store``) sends a request for a tenth of the client CPU that
 s3fs/botocore spends, and a process starts it in milliseconds where s3fs takes ~0.45 s
 (imports and botocore's service model) on its first request (docs/store-format.md, "Which
-S3 client"). A store's objects and a task's reads of its input go through it; the driver's
-index of an input and a store's lease and pointer stay on s3fs
-(:meth:`~dparallel.io.location.Location.filesystem`).
+S3 client"). It is dparallel's one S3 client: a store's objects, its lease and pointer, and
+every read of an input go through it (:mod:`dparallel.io._s3_objects` holds what a
+location does there).
 
 Where its credentials and endpoint come from, in order: the location's
 ``storage_options`` in s3fs's words (``key``, ``secret``, ``token``, ``anon``,
@@ -243,7 +243,13 @@ def _botocore(profile: str | None) -> tuple[_BotocoreCredentials | None, str | N
     the last word)."""
     try:
         import botocore.session
-    except ImportError:
+    except ImportError:  # the s3 extra brings it; an image may leave it out
+        named = profile or os.environ.get("AWS_PROFILE")
+        if named:
+            raise S3OptionError(
+                f"S3 credentials (profile {named!r}): reading AWS profiles needs botocore: "
+                'pip install "dparallel[s3]"'
+            ) from None
         return None, None
     try:
         session = botocore.session.Session(profile=profile)

@@ -1,17 +1,19 @@
 """Where data is: one :class:`Location` for a local path or an fsspec URL.
 
 Every place dparallel names an input file or a store takes a location: a local path
-(``data.xyz``, ``~/x``, ``/abs``, ``file:///abs``) or a URL whose scheme fsspec knows
-(``s3://bucket/key``, ``gs://…``, ``az://…``, ``memory://…``). A URL is never taken for a
-relative path (``s3://b/x`` is not ``./s3:/b/x``). Credentials and endpoints come from
-the standard environment of each process (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, …),
-or from ``storage_options`` (passed to fsspec, e.g. ``{"endpoint_url": …}``), which travel
-with the location to the workers. What needs a local folder asks for
+(``data.xyz``, ``~/x``, ``/abs``, ``file:///abs``) or a URL: ``s3://bucket/key``, read and
+written through obstore (:mod:`dparallel.io._s3`), or any other scheme fsspec knows
+(``gs://…``, ``az://…``, ``memory://…``). A URL is never taken for a relative path
+(``s3://b/x`` is not ``./s3:/b/x``). Credentials and endpoints come from the standard
+environment of each process (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, …), or from
+``storage_options`` (s3fs's names on S3, fsspec's elsewhere, e.g. ``{"endpoint_url": …}``),
+which travel with the location to the workers. What needs a local folder asks for
 :meth:`Location.require_local`, which names what needs it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dparallel.errors import DParallelError
+from dparallel.io import _s3_objects
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -106,9 +109,12 @@ class Location:
         return Location(f"{head}/{name}", self.storage_options)
 
     def filesystem(self) -> tuple[AbstractFileSystem, str]:
-        """The fsspec filesystem and the path in it (the client's import errors named)."""
+        """The fsspec filesystem and the path in it (the client's import errors named);
+        not for ``s3://``, which goes through obstore (:meth:`object_store`)."""
         import fsspec
 
+        if self.object_store() is not None:
+            raise LocationError(f"{self.url}: S3 is read and written through obstore, not fsspec")
         key = (self.protocol, repr(sorted(self.storage_options)))
         fs = _FS.get(key)
         if fs is None:
@@ -116,28 +122,41 @@ class Location:
                 fs = fsspec.filesystem(self.protocol, **self.options)
             except ImportError as exc:
                 raise LocationError(
-                    f"{self.url}: no client for {self.protocol}:// is installed ({exc}); "
-                    'for S3: pip install "dparallel[s3]"'
+                    f"{self.url}: no client for {self.protocol}:// is installed ({exc})"
                 ) from None
             _FS[key] = fs
         path = self.url if self.is_local else fs._strip_protocol(self.url)
         return fs, path
 
+    def check_client(self) -> None:
+        """Raise (:class:`LocationError`, ``S3OptionError``) where this location's client
+        is not installed or its options are not understood; nothing is read."""
+        if self.object_store() is None and not self.is_local:
+            self.filesystem()
+
     def exists(self) -> bool:
         """Whether something is there (a file, a folder, or objects below a prefix)."""
         if self.local is not None:
             return self.local.exists() or self.local.is_symlink()
+        on_s3 = self.object_store()
+        if on_s3 is not None:
+            return _s3_objects.exists(*on_s3, self)
         fs, path = self.filesystem()
         return bool(fs.exists(path))
 
     def is_file(self) -> bool:
-        """Whether a file (an object) is there."""
+        """Whether a file (an object) is there (a service that cannot be asked raises
+        ``OSError``)."""
         if self.local is not None:
             return self.local.is_file()
-        fs, path = self.filesystem()
+        on_s3 = self.object_store()
         try:
+            if on_s3 is not None:
+                _s3_objects.head(*on_s3, self)
+                return True
+            fs, path = self.filesystem()
             return bool(fs.isfile(path))
-        except OSError:
+        except FileNotFoundError:
             return False
 
     def info(self) -> dict[str, Any]:
@@ -145,14 +164,9 @@ class Location:
         if self.local is not None:
             st = self.local.stat()
             return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        on_s3 = self._on_s3()
+        on_s3 = self.object_store()
         if on_s3 is not None:
-            import obstore
-
-            from dparallel.io._s3 import as_os_errors
-
-            with as_os_errors(self.url):
-                meta = obstore.head(*on_s3)
+            meta = _s3_objects.head(*on_s3, self)
             return {
                 "size": int(meta["size"]),
                 "mtime_ns": int(meta["last_modified"].timestamp() * 1e9),
@@ -163,12 +177,15 @@ class Location:
         stamp = when.timestamp() if hasattr(when, "timestamp") else when
         return {"size": int(info["size"]), "mtime_ns": int(float(stamp or 0) * 1e9)}
 
-    def open(self, mode: str = "rb") -> Any:
-        """A file object (binary by default)."""
+    def open(self) -> Any:
+        """The file, to read its bytes (a URL's in blocks of :data:`READ_BLOCK`)."""
         if self.local is not None:
-            return open(self.local, mode)
+            return open(self.local, "rb")
+        on_s3 = self.object_store()
+        if on_s3 is not None:
+            return _s3_objects.S3Reader(*on_s3, self, READ_BLOCK)
         fs, path = self.filesystem()
-        return fs.open(path, mode, block_size=READ_BLOCK)
+        return fs.open(path, "rb", block_size=READ_BLOCK)
 
     def read_range(self, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of a file (one ranged request for a URL)."""
@@ -176,7 +193,7 @@ class Location:
             with open(self.local, "rb") as fh:
                 fh.seek(start)
                 return fh.read(stop - start)
-        on_s3 = self._on_s3()
+        on_s3 = self.object_store()
         if on_s3 is not None:
             import obstore
 
@@ -189,9 +206,44 @@ class Location:
         fs, path = self.filesystem()
         return bytes(fs.cat_file(path, start=start, end=stop))
 
-    def _on_s3(self) -> tuple[Any, str] | None:
-        """obstore's client for the bucket and the key, for a location on S3 (what a task
-        reads goes through it: no botocore in a worker); ``None`` for any other."""
+    def names(self) -> list[str]:
+        """Names directly below this folder or prefix (files and folders), sorted; empty
+        where there is nothing."""
+        if self.local is not None:
+            return sorted(p.name for p in self.local.iterdir()) if self.local.is_dir() else []
+        on_s3 = self.object_store()
+        if on_s3 is not None:
+            return _s3_objects.names(*on_s3, self)
+        fs, path = self.filesystem()
+        try:
+            listed = fs.ls(path, detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        return sorted({str(p).rstrip("/").rsplit("/", 1)[-1] for p in listed})
+
+    def upload(self, source: Path) -> None:
+        """Copy the local file ``source`` here (a URL)."""
+        on_s3 = self.object_store()
+        if on_s3 is not None:
+            _s3_objects.put_file(*on_s3, source, self)
+            return
+        fs, path = self.filesystem()
+        fs.put_file(str(source), path)
+
+    def remove(self, recursive: bool = False) -> None:
+        """Delete the object at a URL (``recursive``: and everything below it); quiet if
+        nothing is there."""
+        on_s3 = self.object_store()
+        if on_s3 is not None:
+            _s3_objects.remove(*on_s3, self, recursive=recursive)
+            return
+        fs, path = self.filesystem()
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(path, recursive=recursive)
+
+    def object_store(self) -> tuple[Any, str] | None:
+        """obstore's client for the bucket and the key, for a location on S3 (everything
+        dparallel reads and writes there goes through it); ``None`` for any other."""
         from dparallel.io._s3 import S3_PROTOCOLS, s3_store
 
         if self.protocol not in S3_PROTOCOLS:

@@ -14,11 +14,7 @@ then renamed into place (:mod:`~dparallel.store._create`).
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import functools
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -34,7 +30,6 @@ from dparallel.store._s3 import s3_zarr_store
 __all__ = [
     "Backend",
     "StoreTarget",
-    "close_sessions",
     "local_path",
     "open_backend",
     "remote_location",
@@ -96,7 +91,6 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
             remote = type(remote)(parent.url.rstrip("/"), remote.storage_options)
         else:
             root = remote if direct else (resolve(remote) or remote)
-        _close_sessions_at_exit()  # the lease's and pointer's clients are fsspec's
         if root.protocol in ("s3", "s3a"):
             return Backend(s3_zarr_store(root, read_only), None, str(remote), remote, root)
         try:
@@ -119,33 +113,3 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
     raise StoreError(
         f"a store is a path, a URL or a zarr store, got {type(target).__name__}: {target!r}"
     )
-
-
-@functools.cache
-def _close_sessions_at_exit() -> None:
-    """Register :func:`close_sessions` once; it runs before zarr's loop stops (atexit runs
-    the later registered first)."""
-    atexit.register(close_sessions)
-
-
-def close_sessions() -> None:
-    """Close the HTTP sessions of the S3 clients fsspec keeps in this process
-    (:meth:`Location.filesystem`'s, for inputs, leases and pointers, on fsspec's loop;
-    an ``FsspecStore``'s on zarr's) while those loops still run. s3fs leaves them to the
-    interpreter's exit, where it cannot close them, and aiohttp then reports each one as an
-    "Unclosed client session" error, which lands in a run's log. A client used again opens
-    a new session."""
-    import fsspec.asyn
-    from zarr.core.sync import sync
-
-    s3fs = sys.modules.get("s3fs")
-    for fs in list(s3fs.S3FileSystem._cache.values()) if s3fs is not None else []:
-        creator = getattr(fs, "_s3creator", None)
-        if getattr(fs, "_s3", None) is None or creator is None:
-            continue
-        fs._s3 = None
-        with contextlib.suppress(Exception):
-            if getattr(fs, "asynchronous", False):
-                sync(creator.__aexit__(None, None, None), timeout=5)
-            else:
-                fsspec.asyn.sync(fs.loop, creator.__aexit__, None, None, None, timeout=5)

@@ -159,8 +159,9 @@ def _prefix(store: ZarrStore) -> str:
 
 async def keys_below(store: ZarrStore, prefix: str) -> list[str]:
     """Every key below ``prefix`` (a folder, ``…/``): one listing request on object storage
-    (through fsspec, zarr's ``list_prefix`` asks s3fs, which probes the prefix as an object
-    and lists it again when it holds nothing)."""
+    (through fsspec, zarr's ``list_prefix`` asks the filesystem's ``find``, which for some,
+    s3fs among them, probes the prefix as an object and lists it again when it holds
+    nothing)."""
     from zarr.storage import FsspecStore
 
     if not isinstance(store, FsspecStore):

@@ -46,18 +46,6 @@ log = logging.getLogger(__name__)
 _LAYOUT = {"zarr.json", "structures", "partitions", "parts", "atoms"}
 
 
-def _entries(url: Location) -> list[str]:
-    """Top-level names below ``url`` (objects and prefixes)."""
-    fs, path = url.filesystem()
-    try:
-        listed = fs.ls(path, detail=False, refresh=True)
-    except FileNotFoundError:
-        return []
-    except TypeError:  # filesystems without ``refresh``
-        listed = fs.ls(path, detail=False)
-    return sorted({str(p).rstrip("/").rsplit("/", 1)[-1] for p in listed})
-
-
 def remote_status(
     url: Location, fingerprint: Mapping[str, Any], config: Any, plan: Plan | None
 ) -> StoreStatus:
@@ -65,7 +53,7 @@ def remote_status(
     where: Any = url
     root = resolve(url)
     if root is None:
-        names = set(_entries(url)) - {LEASE_KEY, POINTER_KEY}
+        names = set(url.names()) - {LEASE_KEY, POINTER_KEY}
         return StoreStatus(where, "foreign" if any(map(_foreign, names)) else "missing")
     try:
         store = Store(root, mode="r", direct=True)
@@ -91,10 +79,10 @@ def _check_protected(url: Location, protect: Iterable[Any]) -> None:
 
 def _cleanup(url: Location, keep: set[str]) -> None:
     """Delete generations not in ``keep`` (call it holding the lease)."""
-    for name in _entries(url):
+    for name in url.names():
         if is_generation(name) and name not in keep:
             log.info("removing %s, a generation no longer current", url.child(name))
-            _objects.remove(url.child(name), recursive=True)
+            url.child(name).remove(recursive=True)
 
 
 def _build_generation(url: Location, fingerprint: dict, config: dict, plan: Plan) -> str:
@@ -144,7 +132,7 @@ def create_remote(
         if status.kind == "foreign":
             raise StoreMismatchError(
                 f"{url} holds objects that are not a dparallel store "
-                f"({', '.join(n for n in _entries(url) if _foreign(n))[:200]}); "
+                f"({', '.join(n for n in url.names() if _foreign(n))[:200]}); "
                 "dparallel writes a store only under an empty prefix or its own store"
             )
         if status.kind != "missing" and not overwrite and not status.matches:
@@ -183,12 +171,11 @@ def create_remote(
 
 def _drop_unversioned(url: Location) -> None:
     """After replacing a store without generations, delete its layout below ``url``."""
-    fs, path = url.child("zarr.json").filesystem()
-    if not fs.exists(path):
+    if not url.child("zarr.json").is_file():
         return
-    for name in _entries(url):
+    for name in url.names():
         if name in _LAYOUT:
-            _objects.remove(url.child(name), recursive=name != "zarr.json")
+            url.child(name).remove(recursive=name != "zarr.json")
 
 
 def publish_remote(store: Store) -> Store:

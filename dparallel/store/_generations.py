@@ -77,5 +77,4 @@ def resolve(url: Location) -> Location | None:
     found = read_pointer(url)
     if found is not None and found[0].get("current"):
         return url.child(found[0]["current"])
-    fs, path = url.child("zarr.json").filesystem()
-    return url if fs.exists(path) else None
+    return url if url.child("zarr.json").is_file() else None

@@ -217,8 +217,7 @@ def _write_scaling(store: Location, statistics: Any) -> Location:
     with tempfile.TemporaryDirectory() as tmp:  # written here, then uploaded
         local = Path(tmp) / name
         write_scaling_data(open_store(store), local, statistics=statistics)
-        fs, path = scaling.filesystem()
-        fs.put_file(str(local), path)
+        scaling.upload(local)
     return scaling
 
 

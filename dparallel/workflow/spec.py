@@ -47,7 +47,8 @@ _StorageOptions = Annotated[
     dict[str, Any],
     Field(
         default_factory=dict,
-        description="fsspec options for a URL (e.g. {endpoint_url: ...}); credentials "
+        description="options for a URL (on s3://, s3fs's names: {endpoint_url: ...}, "
+        "{profile: ...}); credentials "
         "best from the environment (AWS_*) of every process",
     ),
 ]
@@ -137,7 +138,7 @@ class WorkflowSpec(_Strict):
             if location.is_local:
                 continue
             try:
-                location.filesystem()
+                location.check_client()
                 if key == "store.path":
                     check_writable(location)
             except (LocationError, DParallelError) as exc:

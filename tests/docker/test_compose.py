@@ -127,6 +127,25 @@ def _runtime_requirements(dist_name: str) -> list[Requirement]:
     ]
 
 
+#: What the image carries of dparallel's ``s3`` extra: its client, not botocore (profiles in
+#: ~/.aws; containers take credentials from their environment).
+_IMAGE_S3 = {"obstore"}
+
+
+def _image_requirements() -> list[Requirement]:
+    """dparallel's runtime requirements and, from its ``s3`` extra, what the image carries
+    (markers dropped)."""
+    s3 = [
+        Requirement(f"{req.name}{req.specifier}")
+        for line in metadata.requires("dparallel") or []
+        if (req := Requirement(line)).marker is not None
+        and req.marker.evaluate({"extra": "s3"})
+        and canonicalize_name(req.name) in _IMAGE_S3
+    ]
+    assert {canonicalize_name(r.name) for r in s3} == _IMAGE_S3, "the s3 extra changed"
+    return [*_runtime_requirements("dparallel"), *s3]
+
+
 def test_dockerfile_pins_every_runtime_dependency() -> None:
     """Every requirement whose requirer's pinned metadata is known here is pinned and met.
 
@@ -147,7 +166,8 @@ def test_dockerfile_pins_every_runtime_dependency() -> None:
         if requirer in seen:
             continue
         seen.add(requirer)
-        for req in _runtime_requirements(requirer):
+        declared = _image_requirements() if requirer == "dparallel" else None
+        for req in declared or _runtime_requirements(requirer):
             name = canonicalize_name(req.name)
             if name not in pins:
                 problems.append(f"{requirer} requires {req}: not pinned")
@@ -156,7 +176,7 @@ def test_dockerfile_pins_every_runtime_dependency() -> None:
             elif Version(metadata.version(name)).public == Version(pins[name]).public:
                 todo.append(name)  # installed = pinned: its requirements are the pin's own
     assert not problems, problems
-    assert {"torch", "zarr", "distributed"} <= seen  # the walk went past dparallel itself
+    assert {"torch", "zarr", "distributed", "obstore"} <= seen  # went past dparallel itself
 
 
 _NETWORK_ERRORS = (
@@ -184,7 +204,7 @@ def test_dockerfile_pins_resolve_to_exactly_themselves(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
             "--report", str(report), "-c", str(constraints),
-            *(str(req) for req in _runtime_requirements("dparallel"))]  # fmt: skip
+            *(str(req) for req in _image_requirements())]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=280)
     errors = "\n".join(line for line in done.stderr.splitlines() if "Location 'file:" not in line)
     if done.returncode != 0 and any(e in errors for e in _NETWORK_ERRORS):

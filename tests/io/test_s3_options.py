@@ -109,6 +109,18 @@ def test_keys_in_the_shared_credentials_file_are_found_as_s3fs_finds_them(monkey
     assert _s3.s3_store("s3://b/x", {}).credential_provider()["access_key_id"] == "OTHERKEY"
 
 
+@pytest.mark.usefixtures("credentials_file")
+def test_a_named_profile_without_botocore_is_refused_in_one_line(monkeypatch):
+    """Where botocore is not installed (an image may leave it out), a named profile says
+    what reading it needs; without a profile, obstore's own chain is the last word."""
+    monkeypatch.setitem(sys.modules, "botocore", None)  # import botocore fails
+    monkeypatch.setitem(sys.modules, "botocore.session", None)
+    with pytest.raises(_s3.S3OptionError, match=r"profile 'other'.*needs botocore"):
+        _s3.s3_store("s3://b/x", {"profile": "other"})
+    _s3.clear_clients()
+    assert _s3.s3_store("s3://b/x", {}).credential_provider is None
+
+
 _CLIENT_ONLY = """
 import sys
 from dparallel.io._s3 import s3_store

@@ -19,7 +19,7 @@ import time
 import ase.io
 import numpy as np
 import pytest
-from s3server import s3_server
+from s3server import filesystem, s3_server
 
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
@@ -27,6 +27,7 @@ from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError, Uns
 from dparallel.io.location import as_location
 from dparallel.io.synthetic import random_structures
 from dparallel.store import StoreLease, _objects, open_store
+from dparallel.store._generations import is_generation
 from dparallel.store._lease import lease_object
 from dparallel.workflow.featurize import (
     FeaturizeOptions,
@@ -176,7 +177,7 @@ def test_an_overwrite_never_shows_a_half_store(base, data):
     # the next writing run removes the generation no longer current; the old reader then
     # gets the old store's data (kept in memory) or a read error, never the new store's
     featurize_in_process(data, url, _dset(), FeaturizeOptions(partition_atoms=30))
-    fs, path = old.root.filesystem()
+    fs, path = filesystem(old.root.url)
     assert not fs.exists(path)
     try:
         again = _arrays(reader)
@@ -216,7 +217,7 @@ def test_a_killed_replacement_is_resumed_and_another_config_refused(base, data):
 
 def test_foreign_objects_and_inputs_are_never_replaced(base, data):
     url = f"{base}/mine"
-    fs, path = as_location(f"{url}/notes.txt").filesystem()
+    fs, path = filesystem(f"{url}/notes.txt")
     fs.pipe_file(path, b"the user's")
     with pytest.raises(StoreMismatchError, match="not a dparallel store"):
         featurize_in_process(
@@ -224,7 +225,7 @@ def test_foreign_objects_and_inputs_are_never_replaced(base, data):
         )
     assert fs.cat_file(path) == b"the user's"
     source = f"{base}/in/data.xyz"
-    fs.pipe_file(as_location(source).filesystem()[1], data.read_bytes())
+    fs.pipe_file(filesystem(source)[1], data.read_bytes())
     with pytest.raises(UnsafePathError, match="an input"):
         featurize_in_process(source, f"{base}/in", _dset(), FeaturizeOptions(partition_atoms=30))
 
@@ -252,7 +253,7 @@ def test_remote_store_equals_the_local_one_bitwise(base, data, tmp_path):
 def test_ingest_from_and_into_a_url_equals_the_local_ingest(base, data, tmp_path):
     from dparallel.workflow.ingest import IngestOptions, ingest
 
-    fs, path = as_location(f"{base}/in/data.xyz").filesystem()
+    fs, path = filesystem(f"{base}/in/data.xyz")
     fs.pipe_file(path, data.read_bytes())
     local = ingest(data, tmp_path / "i.zarr", IngestOptions(partition_atoms=30)).store
     remote = ingest(
@@ -314,7 +315,7 @@ def _requests(records) -> list[tuple[str, str]]:
 def _uploaded(data, name: str) -> tuple[str, str]:
     """``data`` uploaded below a fresh prefix: the store's URL there and the input's path."""
     base = f"s3://dparallel-test/{name}-{time.monotonic_ns()}"
-    fs, path = as_location(f"{base}/data.xyz").filesystem()
+    fs, path = filesystem(f"{base}/data.xyz")
     fs.pipe_file(path, data.read_bytes())
     return f"{base}/s.zarr", path
 
@@ -365,21 +366,57 @@ print(" ".join(m for m in ("s3fs", "aiobotocore", "botocore") if m in sys.module
 def test_a_task_reads_and_writes_s3_without_botocore(s3, data, tmp_path):
     """A worker's task reads its input's bytes and writes the store through obstore: a fresh
     process never loads s3fs or botocore (~0.45 s of CPU on its first request)."""
+    url, path = _uploaded(data, "botocore")
+    with StoreLease(url):
+        source, store = _prepared(url, path)
+        loaded = _s3_clients_loaded(
+            _TASK_IN_A_NEW_PROCESS, (source, store.ref, _dset().to_dict()), tmp_path
+        )
+    assert loaded == []
+    assert open_store(url).report(0)["n_atoms"] > 0
+
+
+def _s3_clients_loaded(script: str, args: tuple, tmp_path) -> list[str]:
+    """Run ``script`` in a fresh process with ``args`` (pickled, its ``sys.argv[1]``); the
+    S3 client modules it had loaded at the end (it prints them)."""
     import pickle
     import subprocess
     import sys
 
-    url, path = _uploaded(data, "botocore")
-    with StoreLease(url):
-        source, store = _prepared(url, path)
-        (tmp_path / "args").write_bytes(pickle.dumps((source, store.ref, _dset().to_dict())))
-        done = subprocess.run(
-            [sys.executable, "-c", _TASK_IN_A_NEW_PROCESS, str(tmp_path / "args")],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+    (tmp_path / "args").write_bytes(pickle.dumps(args))
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "args")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == ""
-    assert open_store(url).report(0)["n_atoms"] > 0
+    return done.stdout.split()
+
+
+_A_RUN_IN_A_NEW_PROCESS = """
+import pickle, sys
+from dparallel.store import open_store
+from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+source, url, dset = pickle.loads(open(sys.argv[1], "rb").read())
+for overwrite in (False, True, False):  # new, replaced (pointer), reopened (old one removed)
+    featurize_in_process(source, url, dset, FeaturizeOptions(partition_atoms=30,
+                                                             overwrite=overwrite))
+assert open_store(url).is_complete
+print(" ".join(m for m in ("s3fs", "aiobotocore", "botocore") if m in sys.modules))
+"""
+
+
+def test_a_whole_run_on_s3_goes_through_one_client(s3, data, tmp_path):
+    """Indexing an s3:// input, the lease, the pointer, the store's objects, an overwrite
+    and the removal of the old generation all go through obstore: a fresh process that
+    runs them never loads s3fs or botocore."""
+    url, path = _uploaded(data, "one-client")
+    assert (
+        _s3_clients_loaded(_A_RUN_IN_A_NEW_PROCESS, (f"s3://{path}", url, _dset()), tmp_path) == []
+    )
+    fs, prefix = filesystem(url)  # s3fs, independent: one generation left, complete
+    names = [p.rsplit("/", 1)[-1] for p in fs.ls(prefix, refresh=True)]
+    assert len([n for n in names if is_generation(n)]) == 1, names
+    assert open_store(url).is_complete
 
 
 def test_tags_a_retry_clears_leave_no_chunk(base, data):
@@ -410,27 +447,6 @@ def _keys(store) -> list[str]:
         return [k async for k in store.zarr_store.list_prefix("")]
 
     return sync(listed())
-
-
-def test_clients_closed_before_exit_leave_no_unclosed_session(s3, data, caplog):
-    """The HTTP sessions of the S3 clients a process opened are closed while their loops
-    run (as at exit): collected afterwards, none is reported unclosed (an asyncio error
-    that would land in a run's log), and a client used again opens a new one."""
-    import gc
-
-    from s3server import _forget_filesystems
-
-    from dparallel.store._backend import close_sessions
-
-    url = f"s3://dparallel-test/sessions-{time.monotonic_ns()}/s.zarr"
-    featurize_in_process(data, url, _dset(), FeaturizeOptions(partition_atoms=30))
-    first = _arrays(open_store(url))
-    close_sessions()
-    _same(_arrays(open_store(url)), first)  # a new session
-    caplog.set_level(logging.ERROR, logger="asyncio")
-    _forget_filesystems()  # closes them, then drops every cached client
-    gc.collect()
-    assert "Unclosed client session" not in caplog.text
 
 
 def test_a_retry_replaces_what_a_killed_attempt_left(base, data):
