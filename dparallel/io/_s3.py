@@ -23,8 +23,10 @@ dparallel's workers start from Dask's forkserver; open stores after forking.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import errno
 import functools
+import importlib.util
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +37,14 @@ if TYPE_CHECKING:
 
     from obstore.store import S3Credential, S3Store
 
-__all__ = ["S3_PROTOCOLS", "S3OptionError", "as_os_errors", "clear_clients", "os_error", "s3_store"]
+__all__ = [
+    "S3_PROTOCOLS",
+    "S3OptionError",
+    "as_os_errors",
+    "check_options",
+    "clear_clients",
+    "s3_store",
+]
 
 #: URL schemes that name S3.
 S3_PROTOCOLS = ("s3", "s3a")
@@ -77,27 +86,39 @@ _REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
 #: A whole request's limit (obstore's default, 30 s, would fail a tens-of-MB chunk put in
 #: one request over a link slower than a few MB/s).
 _REQUEST_TIMEOUT = "600s"
-#: Clients made in this process, by URL and options: a store reopened for every task
-#: keeps its connections.
-_STORES: dict[tuple[str, str], Any] = {}
+#: Limits of a client for small objects (the lease, the pointer): a stalled connection
+#: gives up within ~30 s, well inside a lease's heartbeat timeout (60 s), rather than
+#: holding a heartbeat for minutes (s3fs gave up after 5 s connecting, 15 s reading).
+_SMALL_REQUESTS = {"timeout": "15s", "connect_timeout": "5s"}
+_SMALL_RETRIES_S = 15.0
+#: Clients made in this process, by URL, options and kind: a store reopened for every
+#: task keeps its connections.
+_STORES: dict[tuple[str, str, bool], Any] = {}
 
 
 class S3OptionError(DParallelError, ValueError):
     """An S3 location whose options or credentials obstore cannot be given."""
 
 
-def s3_store(url: str, options: Mapping[str, Any]) -> S3Store:
+def s3_store(url: str, options: Mapping[str, Any], *, small: bool = False) -> S3Store:
     """obstore's client for ``url`` (``s3://bucket/prefix``, keys relative to it) with the
-    location's ``storage_options`` (one per URL and options in a process).
+    location's ``storage_options`` (one per URL, options and kind in a process); ``small``:
+    one whose requests give up within ~30 s (for the lease and the pointer).
 
     Raises :class:`S3OptionError` for an option it cannot honour, a missing profile, or
     obstore not installed.
     """
-    cached = (url, repr(sorted(options.items())))
+    cached = (url, repr(sorted(options.items())), small)
     store = _STORES.get(cached)
     if store is None:
-        store = _STORES[cached] = _new_store(url, options)
+        store = _STORES[cached] = _new_store(url, options, small)
     return store
+
+
+def check_options(url: str, options: Mapping[str, Any]) -> None:
+    """Raise :class:`S3OptionError` for an option obstore cannot honour; makes no client
+    (no credential lookup, nothing requested)."""
+    _config(url, options)
 
 
 def clear_clients() -> None:
@@ -106,7 +127,7 @@ def clear_clients() -> None:
     _botocore.cache_clear()
 
 
-def _new_store(url: str, options: Mapping[str, Any]) -> S3Store:
+def _new_store(url: str, options: Mapping[str, Any], small: bool) -> S3Store:
     try:
         from obstore.store import S3Store
     except ImportError:
@@ -115,11 +136,21 @@ def _new_store(url: str, options: Mapping[str, Any]) -> S3Store:
     endpoint = str(config.get("endpoint") or _first_env(_ENDPOINT_ENV) or "")
     client.setdefault("allow_http", endpoint.lower().startswith("http://"))
     client.setdefault("timeout", _REQUEST_TIMEOUT)
+    retry: dict[str, Any] | None = None
+    if small:
+        client.update(_SMALL_REQUESTS)
+        retry = {"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=_SMALL_RETRIES_S)}
     provider = None
     profiled = profile is not None or bool(os.environ.get("AWS_PROFILE")) or _aws_files()
     keyed = bool(config.get("access_key_id")) or bool(config.get("skip_signature"))
     if not keyed and profiled and (profile or not os.environ.get("AWS_ACCESS_KEY_ID")):
         provider = _botocore(profile)[0]
+        named = profile or os.environ.get("AWS_PROFILE")
+        if provider is None and named and importlib.util.find_spec("botocore") is None:
+            raise S3OptionError(
+                f"{url}: S3 credentials (profile {named!r}): reading AWS profiles needs "
+                'botocore: pip install "dparallel[s3]"'
+            )
     if "region" not in config and not _first_env(_REGION_ENV) and profiled:
         region = _botocore(profile)[1]
         if region:
@@ -128,6 +159,7 @@ def _new_store(url: str, options: Mapping[str, Any]) -> S3Store:
         return S3Store.from_url(
             url.replace("s3a://", "s3://", 1),
             client_options=client,  # type: ignore[arg-type]
+            retry_config=retry,  # type: ignore[arg-type]
             credential_provider=provider,
             **config,
         )
@@ -187,28 +219,23 @@ def _refuse(url: str, name: str, understood: list[str]) -> None:
     )
 
 
-def os_error(exc: BaseException, where: object) -> OSError:
-    """obstore's error (not an ``OSError`` but for a missing object) as the one s3fs gave:
-    ``PermissionError`` for a refusal, ``OSError`` otherwise, naming ``where`` and the
-    cause's first line."""
-    import obstore.exceptions as errors
-
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    message = f"{where}: {text}"
-    if isinstance(exc, (errors.PermissionDeniedError, errors.UnauthenticatedError)):
-        return PermissionError(errno.EACCES, message)
-    return OSError(message)
-
-
 @contextlib.contextmanager
 def as_os_errors(where: object) -> Iterator[None]:
-    """obstore's errors inside the block raised as :func:`os_error` makes them."""
+    """obstore's errors inside the block raised as the ``OSError`` s3fs gave, naming
+    ``where`` and the cause's first line: ``PermissionError`` for a refusal,
+    ``FileNotFoundError`` for a missing object, ``OSError`` otherwise."""
     import obstore.exceptions as errors
 
     try:
         yield
-    except errors.BaseError as exc:
-        raise os_error(exc, where) from exc
+    except (errors.BaseError, FileNotFoundError) as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        message = f"{where}: {text}"
+        if isinstance(exc, FileNotFoundError):
+            raise FileNotFoundError(message) from exc
+        if isinstance(exc, (errors.PermissionDeniedError, errors.UnauthenticatedError)):
+            raise PermissionError(errno.EACCES, message) from exc
+        raise OSError(message) from exc
 
 
 class _BotocoreCredentials:
@@ -244,12 +271,6 @@ def _botocore(profile: str | None) -> tuple[_BotocoreCredentials | None, str | N
     try:
         import botocore.session
     except ImportError:  # the s3 extra brings it; an image may leave it out
-        named = profile or os.environ.get("AWS_PROFILE")
-        if named:
-            raise S3OptionError(
-                f"S3 credentials (profile {named!r}): reading AWS profiles needs botocore: "
-                'pip install "dparallel[s3]"'
-            ) from None
         return None, None
     try:
         session = botocore.session.Session(profile=profile)

@@ -9,12 +9,15 @@ failure but ``None``.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 from typing import TYPE_CHECKING, Any
 
 from dparallel.io._s3 import as_os_errors
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     from obstore.store import S3Store
@@ -23,6 +26,7 @@ __all__ = [
     "S3Reader",
     "exists",
     "get",
+    "get_range",
     "head",
     "names",
     "put",
@@ -32,43 +36,63 @@ __all__ = [
 
 
 def head(store: S3Store, key: str, where: object) -> dict[str, Any]:
-    """The object's metadata (``size``, ``last_modified``, ``e_tag``)."""
+    """The object's metadata (``size``, ``last_modified``, ``e_tag``); a bucket itself is
+    no object (``IsADirectoryError``)."""
     import obstore
 
+    if not key.strip("/"):
+        raise IsADirectoryError(errno.EISDIR, f"{where}: a bucket, not an object")
     with as_os_errors(where):
         return dict(obstore.head(store, key))
 
 
 def exists(store: S3Store, key: str, where: object) -> bool:
-    """Whether an object is at ``key`` or any object below ``key/``."""
+    """Whether an object is at ``key`` or any object below ``key/`` (``False`` in a bucket
+    that does not exist)."""
     import obstore
 
     with as_os_errors(where):
-        try:
-            obstore.head(store, key)
-            return True
-        except FileNotFoundError:
-            pass
-        listed = obstore.list(store, f"{key.rstrip('/')}/", chunk_size=1)
-        return any(len(batch) for batch in _first(listed))
-
-
-def _first(stream: Any) -> list[Any]:
-    """The first batch of a listing (no more requests than that)."""
-    for batch in stream:
-        return [batch]
-    return []
+        if key.strip("/"):
+            try:
+                obstore.head(store, key)
+                return True
+            except FileNotFoundError:
+                pass
+        with _no_bucket_is_empty():
+            for batch in obstore.list(store, _prefix(key), chunk_size=1):
+                return len(batch) > 0
+        return False
 
 
 def names(store: S3Store, key: str, where: object) -> list[str]:
-    """Names directly below ``key/`` (objects and prefixes, one level), sorted."""
+    """Names directly below ``key/`` (objects and prefixes, one level), sorted; a folder's
+    own marker object (``key/``, as consoles make them) is not among them; none in a
+    bucket that does not exist."""
     import obstore
 
-    prefix = f"{key.rstrip('/')}/" if key else None
-    with as_os_errors(where):
-        listed = obstore.list_with_delimiter(store, prefix)
+    listed: dict[str, Any] = {"objects": [], "common_prefixes": []}
+    with as_os_errors(where), _no_bucket_is_empty():
+        listed = dict(obstore.list_with_delimiter(store, _prefix(key)))
+    own = key.strip("/")
     found = [o["path"] for o in listed["objects"]] + list(listed["common_prefixes"])
-    return sorted({p.rstrip("/").rsplit("/", 1)[-1] for p in found})
+    return sorted({p.rstrip("/").rsplit("/", 1)[-1] for p in found if p.strip("/") != own})
+
+
+def _prefix(key: str) -> str | None:
+    """The listing prefix of everything below ``key`` (``None``: the whole bucket)."""
+    return f"{key.strip('/')}/" if key.strip("/") else None
+
+
+@contextlib.contextmanager
+def _no_bucket_is_empty() -> Iterator[None]:
+    """Inside: S3's NoSuchBucket (obstore's generic error) is no error, only nothing."""
+    import obstore.exceptions as errors
+
+    try:
+        yield
+    except errors.BaseError as exc:
+        if "NoSuchBucket" not in str(exc):
+            raise
 
 
 def get(store: S3Store, key: str, where: object) -> tuple[bytes, str] | None:
@@ -80,7 +104,20 @@ def get(store: S3Store, key: str, where: object) -> tuple[bytes, str] | None:
             found = obstore.get(store, key)
         except FileNotFoundError:
             return None
-        return bytes(found.bytes()), str(found.meta["e_tag"])
+        data, etag = bytes(found.bytes()), found.meta["e_tag"]
+    if not etag:
+        raise OSError(f"{where}: the service gave no ETag for the object")
+    return data, str(etag)
+
+
+def get_range(store: S3Store, key: str, start: int, stop: int, where: object) -> bytes:
+    """Bytes ``[start, stop)`` of the object, in one ranged request."""
+    import obstore
+
+    if stop <= start:
+        return b""
+    with as_os_errors(where):
+        return bytes(obstore.get_range(store, key, start=start, end=stop))
 
 
 def put(
@@ -92,16 +129,18 @@ def put(
     import obstore
     import obstore.exceptions as errors
 
-    mode: Any = "create" if if_absent else {"e_tag": if_match} if if_match else "overwrite"
+    mode: Any = "overwrite"
+    if if_absent:
+        mode = "create"
+    elif if_match is not None:
+        mode = {"e_tag": if_match}
     with as_os_errors(where):
         try:
             done = obstore.put(store, key, data, mode=mode, use_multipart=False)
         except (errors.AlreadyExistsError, errors.PreconditionError):
-            return None
-        except errors.BaseError as exc:  # S3's 409: another conditional write in flight
-            if "ConditionalRequestConflict" in str(exc):
-                return None
-            raise
+            return None  # 412, or 409 (a conditional write in flight): obstore maps both
+    if not done["e_tag"]:
+        raise OSError(f"{where}: the service gave no ETag for the object just written")
     return str(done["e_tag"])
 
 
@@ -114,15 +153,23 @@ def put_file(store: S3Store, key: str, path: Path, where: object) -> None:
 
 
 def remove(store: S3Store, key: str, where: object, *, recursive: bool = False) -> None:
-    """Delete the object (``recursive``: and every object below ``key/``); quiet if absent;
-    a listing and one request per 1,000 objects."""
+    """Delete the object (``recursive``: and every object below ``key/``); quiet if absent
+    (S3 deletes a missing key without complaint); recursive: a listing and one request per
+    1,000 objects. A bucket itself is refused."""
     import obstore
 
+    if not key.strip("/"):
+        raise IsADirectoryError(errno.EISDIR, f"{where}: refusing to delete a whole bucket")
     with as_os_errors(where):
-        obstore.delete(store, key)  # S3 deletes a missing key without complaint
-        if recursive:
-            for batch in obstore.list(store, f"{key.rstrip('/')}/", chunk_size=1000):
-                obstore.delete(store, [o["path"] for o in batch])
+        if not recursive:
+            obstore.delete(store, key)
+            return
+        first = True
+        for batch in obstore.list(store, _prefix(key), chunk_size=1000):
+            obstore.delete(store, [o["path"] for o in batch] + ([key] if first else []))
+            first = False
+        if first:  # nothing below: the key alone, if it is there
+            obstore.delete(store, key)
 
 
 class S3Reader(io.RawIOBase):
@@ -134,8 +181,10 @@ class S3Reader(io.RawIOBase):
 
         super().__init__()
         self._where = where
+        self._reader: Any = None
+        size = int(head(store, key, where)["size"])  # a bucket or a missing object, named
         with as_os_errors(where):
-            self._reader = obstore.open_reader(store, key, buffer_size=block)
+            self._reader = obstore.open_reader(store, key, buffer_size=block, size=size)
 
     def readable(self) -> bool:
         return True
@@ -144,6 +193,7 @@ class S3Reader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
+        self._checkClosed()
         view = memoryview(buffer).cast("B")
         with as_os_errors(self._where):
             data = memoryview(self._reader.read(len(view)))
@@ -151,17 +201,20 @@ class S3Reader(io.RawIOBase):
         return len(data)
 
     def readall(self) -> bytes:
+        self._checkClosed()
         with as_os_errors(self._where):
             return bytes(self._reader.readall())
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._checkClosed()
         with as_os_errors(self._where):
             return int(self._reader.seek(offset, whence))
 
     def tell(self) -> int:
+        self._checkClosed()
         return int(self._reader.tell())
 
     def close(self) -> None:
-        if not self.closed:
+        if self._reader is not None and not self.closed:
             self._reader.close()
         super().close()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from dparallel.errors import DParallelError
 from dparallel.io import _s3_objects
+from dparallel.io._s3 import S3_PROTOCOLS, check_options, s3_store
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -130,8 +131,10 @@ class Location:
 
     def check_client(self) -> None:
         """Raise (:class:`LocationError`, ``S3OptionError``) where this location's client
-        is not installed or its options are not understood; nothing is read."""
-        if self.object_store() is None and not self.is_local:
+        is not installed or its options are not understood; nothing is requested."""
+        if self.protocol in S3_PROTOCOLS:
+            check_options(self.url, self.options)
+        elif not self.is_local:
             self.filesystem()
 
     def exists(self) -> bool:
@@ -156,7 +159,7 @@ class Location:
                 return True
             fs, path = self.filesystem()
             return bool(fs.isfile(path))
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError):
             return False
 
     def info(self) -> dict[str, Any]:
@@ -195,14 +198,7 @@ class Location:
                 return fh.read(stop - start)
         on_s3 = self.object_store()
         if on_s3 is not None:
-            import obstore
-
-            from dparallel.io._s3 import as_os_errors
-
-            if stop <= start:
-                return b""
-            with as_os_errors(self.url):
-                return bytes(obstore.get_range(*on_s3, start=start, end=stop))
+            return _s3_objects.get_range(*on_s3, start, stop, self)
         fs, path = self.filesystem()
         return bytes(fs.cat_file(path, start=start, end=stop))
 
@@ -241,15 +237,14 @@ class Location:
         with contextlib.suppress(FileNotFoundError):
             fs.rm(path, recursive=recursive)
 
-    def object_store(self) -> tuple[Any, str] | None:
+    def object_store(self, small: bool = False) -> tuple[Any, str] | None:
         """obstore's client for the bucket and the key, for a location on S3 (everything
-        dparallel reads and writes there goes through it); ``None`` for any other."""
-        from dparallel.io._s3 import S3_PROTOCOLS, s3_store
-
+        dparallel reads and writes there goes through it); ``None`` for any other.
+        ``small``: a client whose requests give up within ~30 s (the lease, the pointer)."""
         if self.protocol not in S3_PROTOCOLS:
             return None
         bucket, _, key = self.url.split("://", 1)[1].partition("/")
-        return s3_store(f"s3://{bucket}", self.options), key
+        return s3_store(f"s3://{bucket}", self.options, small=small), key
 
 
 #: What names data: a path, a URL, or a :class:`Location`.

@@ -51,7 +51,7 @@ def _memory_etag(data: bytes) -> str:
 def get(location: Location) -> tuple[bytes, str] | None:
     """The object's bytes and ETag, or ``None`` if there is none."""
     require_conditional_writes(location)
-    on_s3 = location.object_store()
+    on_s3 = location.object_store(small=True)
     if on_s3 is not None:
         return s3_objects.get(*on_s3, location)
     fs, path = location.filesystem()
@@ -66,7 +66,7 @@ def get(location: Location) -> tuple[bytes, str] | None:
 def put_if_absent(location: Location, data: bytes) -> str | None:
     """Create the object with ``data``; ``None`` (nothing written) if one is there."""
     require_conditional_writes(location)
-    on_s3 = location.object_store()
+    on_s3 = location.object_store(small=True)
     if on_s3 is not None:
         return s3_objects.put(*on_s3, data, location, if_absent=True)
     fs, path = location.filesystem()
@@ -80,7 +80,7 @@ def put_if_absent(location: Location, data: bytes) -> str | None:
 def put_if_match(location: Location, data: bytes, etag: str) -> str | None:
     """Replace the object with ``data`` if its ETag is still ``etag``; else ``None``."""
     require_conditional_writes(location)
-    on_s3 = location.object_store()
+    on_s3 = location.object_store(small=True)
     if on_s3 is not None:
         return s3_objects.put(*on_s3, data, location, if_match=etag)
     fs, path = location.filesystem()

@@ -106,3 +106,93 @@ def test_an_unreachable_service_is_an_os_error_naming_the_location(monkeypatch):
                 ask()
     finally:
         _s3.clear_clients()
+
+
+def test_a_bucket_is_no_file_and_is_never_deleted(base):
+    _put(f"{base}/a.txt", b"1")
+    bucket = as_location("s3://dparallel-test")
+    assert not bucket.is_file() and bucket.exists()
+    assert base.rsplit("/", 1)[-1] in bucket.names()
+    with pytest.raises(IsADirectoryError, match=r"s3://dparallel-test: refusing"):
+        bucket.remove(recursive=True)
+    assert as_location(f"{base}/a.txt").is_file()
+
+
+def test_a_missing_bucket_holds_nothing(s3):
+    nowhere = as_location("s3://no-such-bucket-here/prefix")
+    assert not nowhere.exists()
+    assert nowhere.names() == []
+    with pytest.raises(FileNotFoundError, match=r"^s3://no-such-bucket-here/prefix: "):
+        nowhere.info()
+
+
+def test_a_folder_marker_is_not_a_name(base):
+    """Consoles make a folder as an empty object ``folder/``: it is the folder, not a name
+    in it."""
+    import boto3
+
+    bucket, key = base.removeprefix("s3://").split("/", 1)
+    boto3.client("s3").put_object(Bucket=bucket, Key=f"{key}/folder/", Body=b"")
+    _put(f"{base}/folder/x.txt", b"1")
+    assert as_location(base).names() == ["folder"]
+    assert as_location(f"{base}/folder").names() == ["x.txt"]
+
+
+@pytest.mark.slow
+def test_a_large_upload_and_a_removal_past_one_batch(base, tmp_path):
+    """An upload in parts (12 MiB) arrives whole; a removal below a prefix of 1,005
+    objects (two delete requests) leaves none."""
+    local = tmp_path / "big.bin"
+    local.write_bytes(bytes(range(256)) * (12 * 4096))
+    as_location(f"{base}/big.bin").upload(local)
+    fs, path = filesystem(f"{base}/big.bin")
+    assert fs.cat_file(path) == local.read_bytes()
+    fs.pipe({filesystem(f"{base}/many/{i:04d}")[1]: b"x" for i in range(1005)})
+    as_location(f"{base}/many").remove(recursive=True)
+    assert not as_location(f"{base}/many").exists()
+    assert as_location(f"{base}/big.bin").is_file()
+
+
+@pytest.mark.slow
+def test_a_stalled_service_gives_up_on_a_lease_write_within_half_a_minute(monkeypatch):
+    """A server that takes the connection and never answers: the lease's and pointer's
+    writes give up (an ``OSError`` naming the object) well inside the lease's 60 s
+    heartbeat timeout, where a data client would wait 10 minutes."""
+    import socket
+    import threading
+
+    from dparallel.io import _s3
+    from dparallel.store import _objects
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def hold() -> None:  # accept, read nothing back, never answer (bounded by the test)
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    point_at_nothing(monkeypatch)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+    _s3.clear_clients()
+    where = as_location("s3://bucket/s.zarr/dparallel.lease")
+    started = time.monotonic()
+    try:
+        with pytest.raises(OSError, match=r"^s3://bucket/s.zarr/dparallel.lease: "):
+            _objects.put_if_absent(where, b"{}")
+        assert time.monotonic() - started < 40
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        server.close()
+        _s3.clear_clients()
