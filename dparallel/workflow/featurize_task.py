@@ -330,6 +330,7 @@ def featurize_partition(
         reads with ``on_error="raise"``; the message names file, structure index and line.
     """
     from dparallel.cluster import configured_torch_threads, ensure_torch_threads, tune_allocator
+    from dparallel.cluster.secede import outside_the_pool
     from dparallel.dashboard.events import publish_progress
 
     tune_allocator()  # Dask workers start with malloc settings that slow array code down
@@ -348,10 +349,6 @@ def featurize_partition(
     batch, indices, computed, unfit = _compute(source, checked.batch, checked.indices, dset, device)
     skipped = sorted([*checked.skipped, *unfit])
     t_compute = time.perf_counter()
-    store.write_structures(p, batch, source_index=indices)
-    if skipped:
-        store.record_skipped(skipped)
-    store.write_features(p, computed)
     stats = {
         name: {
             element: FeatureStats.of(arrays["values"].astype(np.float64, copy=False)).to_json()
@@ -359,22 +356,28 @@ def featurize_partition(
         }
         for name, per_element in computed.items()
     }
-    seconds = time.perf_counter() - t0
-    report = {
-        "partition": int(p),
-        "n_structures": batch.n_structures,
-        "n_atoms": batch.n_atoms,
-        "n_skipped": len(skipped),
-        "seconds": round(seconds, 6),
-        "seconds_read": round(t_read - t0, 6),
-        "seconds_compute": round(t_compute - t_read, 6),
-        "seconds_write": round(time.perf_counter() - t_compute, 6),
-        "started": started,  # wall clock (s since the epoch): the run's timeline
-        "torch_threads": threads,
-        "device": device,
-        "pid": os.getpid(),
-        "stats": stats,
-    }
-    store.mark_done(p, report)  # last write: the partition is complete from here on
+    # at a URL the writes mostly wait for the service: the worker's next task runs meanwhile
+    with outside_the_pool(enabled=not store.is_local):
+        store.write_structures(p, batch, source_index=indices)
+        if skipped:
+            store.record_skipped(skipped)
+        store.write_features(p, computed)
+        seconds = time.perf_counter() - t0
+        report = {
+            "partition": int(p),
+            "n_structures": batch.n_structures,
+            "n_atoms": batch.n_atoms,
+            "n_skipped": len(skipped),
+            "seconds": round(seconds, 6),
+            "seconds_read": round(t_read - t0, 6),
+            "seconds_compute": round(t_compute - t_read, 6),
+            "seconds_write": round(time.perf_counter() - t_compute, 6),
+            "started": started,  # wall clock (s since the epoch): the run's timeline
+            "torch_threads": threads,
+            "device": device,
+            "pid": os.getpid(),
+            "stats": stats,
+        }
+        store.mark_done(p, report)  # last write: the partition is complete from here on
     publish_progress(run, p, batch.n_structures, batch.n_atoms, seconds)
     return report

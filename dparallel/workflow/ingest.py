@@ -98,20 +98,23 @@ def prepare_ingest(
 def ingest_partition(source: StructureSource, store: Store, p: int) -> dict[str, Any]:
     """Read partition ``p``'s structures from ``source`` and write them (idempotent); the
     report (counts, seconds) is also stored with the done marker."""
+    from dparallel.cluster.secede import outside_the_pool
+
     t0 = time.perf_counter()
     start, stop = store.partition_range(p)
     result = source.read_checked(start, stop)
-    store.write_structures(p, result.batch, source_index=result.indices)
-    if result.skipped:
-        store.record_skipped(result.skipped)
-    report = {
-        "partition": int(p),
-        "n_structures": result.batch.n_structures,
-        "n_atoms": result.batch.n_atoms,
-        "n_skipped": len(result.skipped),
-        "seconds": round(time.perf_counter() - t0, 6),
-    }
-    store.mark_done(p, report)
+    with outside_the_pool(enabled=not store.is_local):  # as a featurize task's writes
+        store.write_structures(p, result.batch, source_index=result.indices)
+        if result.skipped:
+            store.record_skipped(result.skipped)
+        report = {
+            "partition": int(p),
+            "n_structures": result.batch.n_structures,
+            "n_atoms": result.batch.n_atoms,
+            "n_skipped": len(result.skipped),
+            "seconds": round(time.perf_counter() - t0, 6),
+        }
+        store.mark_done(p, report)
     return report
 
 

@@ -354,6 +354,44 @@ def test_a_task_makes_no_request_it_does_not_need(s3, data, caplog):
     assert report["partition"] == 0 and report["n_atoms"] > 0
 
 
+def test_a_task_writes_a_url_store_outside_the_pool(s3, data, tmp_path, monkeypatch):
+    """At a URL a task's writes, done marker included, run outside its worker's thread pool
+    (dparallel.cluster.secede, tested there on a cluster); in a folder they stay inside."""
+    import contextlib
+
+    import dparallel.cluster.secede as secede
+    from dparallel.store import Store
+
+    seen: list[tuple[bool, bool]] = []  # (enabled, done marker written inside the block)
+    inside: list[bool] = []
+    marked: list[bool] = []
+    real_mark_done = Store.mark_done
+
+    @contextlib.contextmanager
+    def recording(enabled: bool = True):  # noqa: ANN202
+        inside.append(True)
+        yield
+        inside.pop()
+        seen.append((enabled, marked.pop() if marked else False))
+
+    def mark_done(self, *args, **kwargs):  # noqa: ANN001, ANN202
+        marked.append(bool(inside))
+        return real_mark_done(self, *args, **kwargs)
+
+    monkeypatch.setattr(secede, "outside_the_pool", recording)
+    monkeypatch.setattr(Store, "mark_done", mark_done)
+    url, path = _uploaded(data, "pool")
+    with StoreLease(url):
+        source, store = _prepared(url, path)
+        featurize_partition(source, store.ref, 0, _dset().to_dict())
+    local = tmp_path / "s.zarr"
+    with StoreLease(local):
+        options = FeaturizeOptions(partition_atoms=30)
+        source, store = prepare_featurize(data, local, _dset(), options)
+        featurize_partition(source, store.ref, 0, _dset().to_dict())
+    assert seen == [(True, True), (False, True)]
+
+
 _TASK_IN_A_NEW_PROCESS = """
 import pickle, sys
 from dparallel.workflow.featurize_task import featurize_partition
