@@ -148,6 +148,22 @@ def check_not_dangerous(
     return target
 
 
+def refuse_foreign_target(path: str | os.PathLike[str], overwrite: bool = False) -> None:
+    """Raise what :func:`~dparallel.store.create_store` would raise for a folder target
+    holding something that is neither an empty directory nor a dparallel store (with
+    ``overwrite`` or without, it is never written over), before a run starts anything
+    (a cluster, a log file beside it); anything else is left to ``create_store``."""
+    given = Path(path).expanduser()
+    target = given.resolve()
+    if not (target.exists() or target.is_symlink()):
+        return
+    if target.is_dir() and (not any(os.scandir(target)) or store_format(target) is not None):
+        return
+    if overwrite:
+        check_not_dangerous(given)  # the reason create_store gives first when replacing
+    raise StoreMismatchError(not_ours(target))
+
+
 def check_replaceable(
     path: str | os.PathLike[str], protect: Iterable[str | os.PathLike[str]] = ()
 ) -> Path:

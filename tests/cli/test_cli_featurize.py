@@ -58,3 +58,32 @@ def test_quiet_by_default_dask_logs_with_verbose(tmp_path: Path) -> None:
     assert report["complete"] is True and report["partitions_done"] == report["partitions_total"]
     verbose = _featurize(tmp_path, "-v")
     assert "INFO distributed.scheduler" in verbose.stderr
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_foreign_target_is_refused_before_a_cluster_starts(
+    tmp_path, monkeypatch, capsys, overwrite
+):
+    """A folder holding the user's files is never written over, ``--overwrite`` or not: the
+    command says so in one line before it starts a cluster, whose workers would create
+    the log file beside the folder (the bigger the input, the surer)."""
+    import dparallel.cli.featurize as cli_featurize
+    from dparallel.cli.main import main
+    from dparallel.datasets import write_emt_cu
+
+    def no_cluster(args):  # noqa: ANN001, ANN202
+        raise AssertionError("a cluster was started for a target that is refused")
+
+    monkeypatch.setattr(cli_featurize, "connect_early", no_cluster)
+    data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=4, seed=1)
+    desc = tmp_path / "d.yaml"
+    desc.write_text("acsf: {elements: [Cu], r_cut: 3.0, radial: [[0.5, 0.0]]}\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    argv = ["featurize", str(data), "-o", str(mine), "--descriptors", str(desc), "-q"]
+    assert main([*argv, *(["--overwrite"] if overwrite else [])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a dparallel store" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cu.extxyz", "d.yaml", "mine"]
+    assert (mine / "notes.txt").read_text() == "the user's"
