@@ -12,6 +12,7 @@ from dparallel.cli._options import (
     cluster_kwargs,
     connect_early,
     on_connect,
+    refuse_unwritable_target,
     route_cluster_logs,
     start_local_forkserver,
 )
@@ -47,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     """Featurize and print a summary."""
     from dataclasses import replace
 
+    protect = (args.source, args.descriptors or args.workflow)
+    refuse_unwritable_target(args.output, overwrite=args.overwrite, protect=protect)
     start_local_forkserver(args)  # first: the forkserver warms up while the driver starts up
     route_cluster_logs(args, args.output)  # before the cluster logs anything
 

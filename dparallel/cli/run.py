@@ -95,6 +95,10 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     if args.torch_threads is not None:
         cluster = cluster.model_copy(update={"torch_threads": args.torch_threads})
     spec = spec.model_copy(update={"cluster": cluster})
+    store_protect = (*protect, spec.dataset.path)
+    cluster_cli.refuse_unwritable_target(
+        spec.store.path, overwrite=spec.store.overwrite, protect=store_protect
+    )
     if spec.cluster.kind == "local":  # its warm-up overlaps the dataset stage and driver start
         cluster_cli.start_local_forkserver(args)
     cluster_cli.route_cluster_logs(args, spec.store.path)

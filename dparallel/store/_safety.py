@@ -148,19 +148,23 @@ def check_not_dangerous(
     return target
 
 
-def refuse_foreign_target(path: str | os.PathLike[str], overwrite: bool = False) -> None:
+def refuse_foreign_target(
+    path: str | os.PathLike[str],
+    overwrite: bool = False,
+    protect: Iterable[str | os.PathLike[str]] = (),
+) -> None:
     """Raise what :func:`~dparallel.store.create_store` would raise for a folder target
     holding something that is neither an empty directory nor a dparallel store (with
     ``overwrite`` or without, it is never written over), before a run starts anything
-    (a cluster, a log file beside it); anything else is left to ``create_store``."""
-    given = Path(path).expanduser()
-    target = given.resolve()
+    (a cluster, a log file beside it); anything else is left to ``create_store``.
+    ``protect``: the files the run reads, as ``create_store`` is given them."""
+    target = Path(path).expanduser().resolve()
     if not (target.exists() or target.is_symlink()):
         return
     if target.is_dir() and (not any(os.scandir(target)) or store_format(target) is not None):
         return
     if overwrite:
-        check_not_dangerous(given)  # the reason create_store gives first when replacing
+        check_not_dangerous(target, protect)  # the reason create_store gives when replacing
     raise StoreMismatchError(not_ours(target))
 
 

@@ -357,12 +357,12 @@ def featurize_partition(
         for name, per_element in computed.items()
     }
     # at a URL the writes mostly wait for the service: the worker's next task runs meanwhile
-    with outside_the_pool(enabled=not store.is_local):
+    with outside_the_pool(enabled=not store.is_local) as waited:
         store.write_structures(p, batch, source_index=indices)
         if skipped:
             store.record_skipped(skipped)
         store.write_features(p, computed)
-        seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0 - waited  # the task's own time: no slot wait
         report = {
             "partition": int(p),
             "n_structures": batch.n_structures,
@@ -371,7 +371,8 @@ def featurize_partition(
             "seconds": round(seconds, 6),
             "seconds_read": round(t_read - t0, 6),
             "seconds_compute": round(t_compute - t_read, 6),
-            "seconds_write": round(time.perf_counter() - t_compute, 6),
+            "seconds_write": round(time.perf_counter() - t_compute - waited, 6),
+            "seconds_waiting": round(waited, 6),  # for a slot to write outside the pool
             "started": started,  # wall clock (s since the epoch): the run's timeline
             "torch_threads": threads,
             "device": device,

@@ -370,7 +370,7 @@ def test_a_task_writes_a_url_store_outside_the_pool(s3, data, tmp_path, monkeypa
     @contextlib.contextmanager
     def recording(enabled: bool = True):  # noqa: ANN202
         inside.append(True)
-        yield
+        yield 0.0  # the seconds waited for a slot
         inside.pop()
         seen.append((enabled, marked.pop() if marked else False))
 
