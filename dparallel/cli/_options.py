@@ -62,14 +62,13 @@ def default_log_file(store: str | Path) -> Path:
 
 def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
     """Send Dask's logs of this run to ``--log-file`` (default ``STORE.log``; with ``-v``
-    also to the terminal); returns it and sets ``args.log_file``, for error messages."""
+    also to the terminal); returns it and sets ``args.log_file``, for error messages.
+    The store target is judged first (:func:`refuse_unwritable_target`)."""
     from dparallel.cluster.logs import log_to_file
     from dparallel.errors import UnsafePathError
     from dparallel.io.location import as_location
 
     local = as_location(store).local  # None for a URL: its log goes to the cache directory
-    if local is not None and local.resolve().parent == local.resolve():
-        raise UnsafePathError(f"refusing to write a store at {store}: it is the filesystem root")
     path = Path(args.log_file or default_log_file(store)).absolute()
     if local is not None and (
         path.resolve() == local.resolve() or local.resolve() in path.resolve().parents
@@ -88,15 +87,19 @@ def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
 def refuse_unwritable_target(
     store: str | Path, *, overwrite: bool, protect: tuple[str | Path | None, ...] = ()
 ) -> None:
-    """Refuse a folder target that no store is ever written over (neither empty nor a
-    store), as ``create_store`` would, before the command starts anything: a forkserver,
-    a cluster whose workers would create the log file beside it."""
+    """Refuse a folder target that no store is ever written over (the filesystem root;
+    neither empty nor a store), as ``create_store`` would, before the command starts
+    anything: a forkserver, a cluster whose workers would create the log file beside it."""
+    from dparallel.errors import UnsafePathError
     from dparallel.io.location import as_location
     from dparallel.store import refuse_foreign_target
 
     local = as_location(store).local  # a URL: judged by create_store, under its lease
-    if local is not None:
-        refuse_foreign_target(local, overwrite, [p for p in protect if p is not None])
+    if local is None:
+        return
+    if local.resolve().parent == local.resolve():
+        raise UnsafePathError(f"refusing to write a store at {store}: it is the filesystem root")
+    refuse_foreign_target(local, overwrite, [p for p in protect if p is not None])
 
 
 def _at_least_one(text: str) -> int:

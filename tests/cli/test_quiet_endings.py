@@ -47,6 +47,24 @@ def test_the_root_as_output_is_one_line(tmp_path):
     ]
 
 
+def test_the_root_as_featurize_output_is_one_line_before_a_cluster(tmp_path):
+    """Featurize refuses the root before it starts a forkserver or a cluster (a log file
+    ``/.log`` would be the workers' first write)."""
+    data = tmp_path / "in.xyz"
+    data.write_text('1\nProperties=species:S:1:pos:R:3 pbc="F F F"\nH 0 0 0\n')
+    desc = tmp_path / "d.yaml"
+    desc.write_text("acsf: {elements: [H], r_cut: 3.0, radial: [[0.5, 0.0]]}\n")
+    argv = ["featurize", str(data), "-o", "/", "--descriptors", str(desc), "--local", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "dparallel", *argv],
+        capture_output=True, text=True, env=_env(), timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "dparallel featurize: error: refusing to write a store at /: it is the filesystem root"
+    ]
+
+
 def test_a_python_warning_is_one_clean_line_once(capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("always")
