@@ -23,6 +23,7 @@ from zarr.abc.store import Store as ZarrStore
 from zarr.storage import FsspecStore, LocalStore
 
 from dparallel.errors import StoreError
+from dparallel.io._s3 import S3_PROTOCOLS
 from dparallel.io.location import Location, as_location, is_url
 from dparallel.store._generations import is_generation, resolve
 from dparallel.store._s3 import s3_zarr_store
@@ -91,7 +92,7 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
             remote = type(remote)(parent.url.rstrip("/"), remote.storage_options)
         else:
             root = remote if direct else (resolve(remote) or remote)
-        if root.protocol in ("s3", "s3a"):
+        if root.protocol in S3_PROTOCOLS:
             return Backend(s3_zarr_store(root, read_only), None, str(remote), remote, root)
         try:
             store = FsspecStore.from_url(

@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING
 
 from dparallel.errors import StoreError
 from dparallel.io import _s3_objects as s3_objects
+from dparallel.io._s3 import S3_PROTOCOLS
 
 if TYPE_CHECKING:
     from dparallel.io.location import Location
 
 __all__ = ["get", "put_if_absent", "put_if_match", "require_conditional_writes"]
 
-SUPPORTED = ("s3", "s3a", "memory")
+SUPPORTED = (*S3_PROTOCOLS, "memory")
 _MEMORY_LOCK = threading.Lock()
 
 
