@@ -3,9 +3,13 @@ and region from botocore's chain where obstore would not find them."""
 
 from __future__ import annotations
 
+import hashlib
+import http.server
 import pickle
 import subprocess
 import sys
+import threading
+from typing import ClassVar
 
 import pytest
 
@@ -156,3 +160,46 @@ def test_a_failed_request_is_an_os_error_naming_the_location(no_credentials, mon
     assert "\n" not in str(info.value)
     with pytest.raises(OSError, match=r"^s3://bucket/data.xyz: .*GET"):
         where.read_range(0, 10)
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """A loopback S3 stand-in that answers every PUT and keeps its payload-hash header."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_PUT(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.seen.append(self.headers.get("x-amz-content-sha256", ""))
+        self.send_response(200)
+        self.send_header("ETag", '"e"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.usefixtures("no_credentials")
+def test_the_body_is_hashed_for_the_signature_only_without_tls(monkeypatch):
+    """As botocore: over HTTPS (AWS's endpoints, any https:// one) the signature leaves the
+    body out (TLS guards it; hashing every uploaded byte costs the workers CPU); over plain
+    HTTP the body is signed, as sent on the wire; ``AWS_UNSIGNED_PAYLOAD`` decides where
+    it is set."""
+    import obstore
+
+    assert _s3.s3_store("s3://b/aws", {}).config["unsigned_payload"] in (True, "true")
+    https = {"endpoint_url": "https://minio.example:9000"}
+    assert _s3.s3_store("s3://b/https", https).config["unsigned_payload"] in (True, "true")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    keys = {"key": "K", "secret": "S", "endpoint_url": f"http://127.0.0.1:{server.server_port}"}
+    try:
+        body = b"values " * 1000
+        obstore.put(_s3.s3_store("s3://bucket/plain", keys), "k", body, use_multipart=False)
+        monkeypatch.setenv("AWS_UNSIGNED_PAYLOAD", "true")
+        _s3.clear_clients()
+        obstore.put(_s3.s3_store("s3://bucket/plain", keys), "k", body, use_multipart=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _Recorder.seen == [hashlib.sha256(body).hexdigest(), "UNSIGNED-PAYLOAD"]
