@@ -30,7 +30,7 @@ from dparallel.descriptors import forces_from_derivatives, virial_from_derivativ
 from dparallel.descriptors.registry import descriptor_graph, descriptor_kind, kind_of
 from dparallel.descriptors.species import species_index
 from dparallel.errors import DescriptorError, TrainingError
-from dparallel.neighbors import Neighbors, neighbor_list
+from dparallel.neighbors import Neighbors, in_centre_order, neighbor_list
 from dparallel.nn import HDNNP, load_torch_file, save_torch_file
 from dparallel.nn.device import resolve_device
 from dparallel.types import StructureBatch
@@ -123,7 +123,7 @@ class DeployedModel(nn.Module):
         The pair vectors are made from ``positions`` inside the autograd graph and the
         descriptor's torch graph form (``DescriptorKind.graph``) computes the features.
         """
-        nb = neighbors if neighbors is not None else self.neighbors(batch)
+        nb = in_centre_order(neighbors) if neighbors is not None else self.neighbors(batch)
         sidx = torch.from_numpy(batch.structure_index)
         graph = self.__dict__.get("_graph")
         if graph is None:
@@ -202,7 +202,7 @@ class DeployedModel(nn.Module):
         ``backend``: the descriptor's backend (``"auto"`` or one of the registered type's
         ``backends``; ACSF: ``"numba"``, ``"torch"``, ``"triton"``).
         """
-        nb = neighbors if neighbors is not None else self.neighbors(batch)
+        nb = in_centre_order(neighbors) if neighbors is not None else self.neighbors(batch)
         engine = self.engine(backend) if self.device.type == "cpu" else None
         if engine is not None:
             out, w = engine(batch, nb, forces, stress)

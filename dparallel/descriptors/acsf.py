@@ -22,7 +22,7 @@ from dparallel.descriptors.acsf_functions import feature_spec, n2p2_sort_key, re
 from dparallel.descriptors.results import DescriptorResult, PairDerivatives
 from dparallel.descriptors.species import as_batch, species_index
 from dparallel.errors import DescriptorError
-from dparallel.neighbors import Neighbors, neighbor_list
+from dparallel.neighbors import Neighbors, in_centre_order, neighbor_list
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -253,7 +253,8 @@ class ACSF:
         dtype
             torch.float64 (default) or torch.float32.
         neighbors
-            A precomputed :func:`neighbor_list` of the batch with cutoff ≥ ``r_cut``.
+            A precomputed :func:`neighbor_list` of the batch with cutoff ≥ ``r_cut`` (pairs
+            in any order).
         positions
             Optional (N, 3) tensor replacing the batch positions; values (and
             derivatives) are differentiable with respect to it (autograd, double backward).
@@ -273,8 +274,9 @@ class ACSF:
             raise DescriptorError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         batch = as_batch(structures)
         chosen = resolve_backend(backend, _needs_grad(positions))
-        if neighbors is None:
-            neighbors = neighbor_list(batch, self.r_cut)
+        neighbors = (
+            neighbor_list(batch, self.r_cut) if neighbors is None else in_centre_order(neighbors)
+        )
         vec, dist = self._pair_geometry(batch, neighbors, dtype, positions)
         pairs = BatchPairs(
             self.element_index(batch),  # (N,)
@@ -345,8 +347,9 @@ class ACSF:
         for name, value in (("dtype", dtype), ("derivative_dtype", derivative_dtype or dtype)):
             if value not in ("float64", "float32"):
                 raise DescriptorError(f"{name} must be 'float64' or 'float32', got {value!r}")
-        if neighbors is None:
-            neighbors = neighbor_list(batch, self.r_cut)
+        neighbors = (
+            neighbor_list(batch, self.r_cut) if neighbors is None else in_centre_order(neighbors)
+        )
         call = KernelCall(
             derivatives, np.dtype(dtype).type, np.dtype(derivative_dtype or dtype).type,
             split_derivatives, chosen,

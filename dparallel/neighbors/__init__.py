@@ -1,5 +1,5 @@
 """dparallel.neighbors: full pair lists for structure batches (see docs/acsf.md)."""
 
-from dparallel.neighbors._vesin import Neighbors, neighbor_list
+from dparallel.neighbors._vesin import Neighbors, in_centre_order, neighbor_list
 
-__all__ = ["Neighbors", "neighbor_list"]
+__all__ = ["Neighbors", "in_centre_order", "neighbor_list"]

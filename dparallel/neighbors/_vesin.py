@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from dparallel.types import StructureBatch
 
-__all__ = ["Neighbors", "import_vesin", "neighbor_list"]
+__all__ = ["Neighbors", "import_vesin", "in_centre_order", "neighbor_list"]
 
 
 _IMPORT_LOCK = threading.Lock()
@@ -66,28 +66,55 @@ class Neighbors(NamedTuple):
         return int(self.pair_first.shape[0])
 
 
+def in_centre_order(neighbors: Neighbors) -> Neighbors:
+    """``neighbors`` with its pairs sorted by ``pair_first`` (stable), as every kernel reads
+    them (one contiguous run per centre); a list already in order is returned as it is."""
+    first = np.asarray(neighbors.pair_first)
+    if first.size < 2 or bool(np.all(first[1:] >= first[:-1])):
+        return neighbors
+    order = np.argsort(first, kind="stable")
+    return Neighbors(*(np.asarray(field)[order] for field in neighbors))
+
+
 def _empty() -> Neighbors:
     none = np.zeros(0, np.int64)
     return Neighbors(none, none.copy(), np.zeros((0, 3), np.int64), np.zeros((0, 3)), np.zeros(0))
 
 
-def _check_cells(batch: StructureBatch) -> None:
-    """Raise for a structure that is periodic along some axis but has a singular cell."""
+def _cells_for_lists(batch: StructureBatch) -> np.ndarray:
+    """The batch's cells, each able to serve a cell list: where a structure is periodic
+    along some axes, its periodic vectors must be independent (else a DescriptorError
+    naming it); a vector along a non-periodic axis that leaves the cell singular (a slab's
+    zero ``c``, as ``ase.build.fcc111(vacuum=None)`` makes) is replaced by a unit vector
+    normal to the periodic ones: no image lies along it, so no pair depends on it."""
+    cells = batch.cells
     periodic = np.flatnonzero(batch.pbc.any(axis=1))
     if periodic.size == 0:
-        return
-    volume = np.abs(np.linalg.det(batch.cells[periodic]))
-    bad = np.flatnonzero(~np.isfinite(volume) | (volume < 1e-10))
-    if bad.size:
-        s = int(periodic[bad[0]])
-        raise DescriptorError(
-            f"structure {s}: periodic along {batch.pbc[s].tolist()} but the cell is singular "
-            f"(|det| = {volume[bad[0]]:.3g}); give three independent cell vectors or pbc=False"
-        )
+        return cells
+    volume = np.abs(np.linalg.det(cells[periodic]))
+    singular = periodic[~np.isfinite(volume) | (volume < 1e-10)]
+    if singular.size == 0:
+        return cells
+    cells = cells.copy()
+    for s in singular.tolist():  # only degenerate cells, a handful of structures
+        axes = batch.pbc[s]
+        spanned = cells[s][axes]
+        independent = not axes.all() and bool(np.all(np.isfinite(spanned)))
+        if independent:
+            _, sigma, vt = np.linalg.svd(spanned)
+            independent = float(sigma.min()) > 1e-5
+        if not independent:
+            raise DescriptorError(
+                f"structure {s}: periodic along {axes.tolist()} but the cell is singular "
+                f"(|det| = {np.abs(np.linalg.det(batch.cells[s])):.3g}); give independent "
+                "periodic cell vectors or pbc=False"
+            )
+        cells[s][~axes] = vt[int(axes.sum()) :]  # orthonormal complement of the span
+    return cells
 
 
 def _vesin_pairs(
-    batch: StructureBatch, structures: np.ndarray, cutoff: float
+    batch: StructureBatch, cells: np.ndarray, structures: np.ndarray, cutoff: float
 ) -> list[tuple[np.ndarray, ...]]:
     """vesin's cell lists for the given (large) structures, one call each."""
     vesin = import_vesin()
@@ -98,7 +125,7 @@ def _vesin_pairs(
     for s in structures.tolist():
         a, b = int(batch.offsets[s]), int(batch.offsets[s + 1])
         pbc = batch.pbc[s].copy()
-        box = batch.cells[s] if np.any(pbc) else np.zeros((3, 3))
+        box = cells[s] if np.any(pbc) else np.zeros((3, 3))
         i, j, shifts, vec, dist = nl.compute(
             points=batch.positions[a:b], box=box, periodic=pbc, quantities="ijSDd", copy=True
         )
@@ -114,24 +141,20 @@ def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
     """
     if not np.isfinite(cutoff) or cutoff <= 0:
         raise DescriptorError(f"neighbor_list: cutoff must be a positive number, got {cutoff!r}")
-    _check_cells(batch)
+    cells = _cells_for_lists(batch)
     parts: list[tuple[np.ndarray, ...]] = []
     counts = batch.atom_counts
     small = counts <= SMALL_CELL_ATOMS
     if small.any():
         rows = np.nonzero(small)[0]
         parts.append(
-            small_cell_pairs(batch.positions, batch.offsets, batch.cells, batch.pbc, rows, cutoff)
+            small_cell_pairs(batch.positions, batch.offsets, cells, batch.pbc, rows, cutoff)
         )
     if not small.all():
-        parts += _vesin_pairs(batch, np.nonzero(~small)[0], cutoff)
+        parts += _vesin_pairs(batch, cells, np.nonzero(~small)[0], cutoff)
     if not parts:
         return _empty()
     if len(parts) == 1:
         return Neighbors(*parts[0])  # sorted by i already
-    nb = Neighbors(*(np.concatenate(field) for field in zip(*parts, strict=True)))
-    first = nb.pair_first
-    if first.shape[0] < 2 or bool((first[1:] >= first[:-1]).all()):
-        return nb  # each part is sorted, and so is their sequence (small and large in order)
-    order = np.argsort(first, kind="stable")
-    return Neighbors(*(field[order] for field in nb))
+    # each part is sorted; their sequence too unless small and large structures interleave
+    return in_centre_order(Neighbors(*(np.concatenate(f) for f in zip(*parts, strict=True))))

@@ -174,3 +174,23 @@ def test_fused_route_sees_in_place_parameter_updates(model) -> None:  # noqa: AN
     assert np.abs(after["forces"] - before["forces"]).max() > 1e-6
     np.testing.assert_allclose(after["forces"], slow["forces"], rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(after["energy"], slow["energy"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_a_neighbor_list_in_any_order_predicts_the_same(model, backend) -> None:  # noqa: ANN001
+    """``predict(neighbors=…)`` and ``energy`` with a user's list in another pair order:
+    the energies and forces of the list in order (the kernels read one run per centre)."""
+    from dparallel.neighbors import Neighbors
+
+    batch = StructureBatch.from_ase(list(structures().values()))
+    ordered = model.neighbors(batch)
+    order = np.random.default_rng(3).permutation(ordered.n_pairs)
+    shuffled = Neighbors(*(field[order] for field in ordered))
+    want = model.predict(batch, neighbors=ordered, backend=backend)
+    got = model.predict(batch, neighbors=shuffled, backend=backend)
+    for key in ("energy", "energies", "forces"):
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-12, atol=1e-12, err_msg=key)
+    pos = torch.tensor(batch.positions)
+    np.testing.assert_allclose(
+        model.energy(batch, pos, shuffled).detach().numpy(), want["energy"], rtol=1e-12
+    )

@@ -131,6 +131,51 @@ def test_numpy_reference_rs_and_every_cutoff(cutoff: int, rng: np.random.Generat
             )
 
 
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_a_neighbor_list_in_any_order_gives_the_reference(backend, rng) -> None:
+    """A list given by the user (another library's, or reordered) need not be sorted by
+    centre: the values equal the NumPy loop's, and ∂G/∂r contracted with any weights
+    (what forces do) equal those of the list in order."""
+    from dparallel.neighbors import Neighbors, neighbor_list
+
+    acsf = ACSF.uniform(
+        ["H", "O"], r_cut=4.0, radial=[(0.7, 0.0)], narrow=[(0.2, 1.0, -1.0, 0.0)],
+        wide=[(0.1, 4.0, 1.0, 0.9)],
+    )  # fmt: skip
+    cell = np.diag([3.4, 3.1, 3.6]) + 0.3 * (1 - np.eye(3))
+    atoms = ase.Atoms("H3O2", scaled_positions=rng.random((5, 3)), cell=cell, pbc=True)
+    batch = StructureBatch.from_ase([atoms])
+    ordered = neighbor_list(batch, 4.0)
+    order = rng.permutation(ordered.n_pairs)
+    shuffled = Neighbors(*(f[order] for f in ordered))
+    both = [
+        acsf.compute(batch, derivatives=True, neighbors=nb, backend=backend)
+        for nb in (ordered, shuffled)
+    ]
+    for e, res in both[1].items():
+        for row, atom in enumerate(res.atom_index.tolist()):
+            np.testing.assert_allclose(
+                res.values[row].numpy(), reference(atoms, acsf._features[e], atom),
+                rtol=1e-11, atol=1e-13,
+            )  # fmt: skip
+        weights = torch.from_numpy(rng.normal(size=res.values.shape[1]))
+        np.testing.assert_allclose(
+            _weighted_gradient(res, weights, batch.n_atoms).numpy(),
+            _weighted_gradient(both[0][e], weights, batch.n_atoms).numpy(),
+            rtol=1e-11,
+            atol=1e-12,
+        )
+
+
+def _weighted_gradient(result, weights, n_atoms: int) -> torch.Tensor:  # noqa: ANN001
+    """Σ_i w·∂G_i/∂r_k for every atom k (what forces do with the derivatives)."""
+    g = torch.zeros(n_atoms, 3, dtype=torch.float64)
+    for pd in result.pairs.values():
+        d = torch.einsum("f,pfc->pc", weights[pd.feature_index], pd.dG_dr)
+        g = g.index_add(0, pd.pair_second, d).index_add(0, pd.pair_first, -d)
+    return g
+
+
 def _water() -> ase.Atoms:
     return ase.Atoms("OHH", positions=[[0, 0, 0], [0.9572, 0, 0], [-0.2399872, 0.9266272, 0]])
 

@@ -105,6 +105,25 @@ def test_empty_batch_and_errors() -> None:
         neighbor_list(StructureBatch.empty(), -1.0)
 
 
+@pytest.mark.parametrize("repeat", [(2, 2, 3), (6, 6, 3)])  # small-cell route and vesin's
+def test_a_slab_with_a_zero_vector_along_its_open_axis_equals_ase(repeat) -> None:
+    """``fcc111(vacuum=None)``: pbc T T F with ``c = 0``. Only the periodic vectors need
+    be independent (the reader's rule too): the pairs are ASE's and the same as with any
+    ``c``; a structure whose periodic vectors are not independent is still refused."""
+    import ase.build
+
+    slab = ase.build.fcc111("Cu", repeat, vacuum=None)
+    assert not slab.cell[2].any() and slab.pbc.tolist() == [True, True, False]
+    tall = slab.copy()
+    tall.cell[2] = [0.3, -0.2, 25.0]
+    found = _compare([slab, tall], 5.0)
+    assert found.n_pairs > 0
+    flat = ase.Atoms("H2", positions=[[0, 0, 0], [1, 0, 0]], cell=[[3, 0, 0], [6, 0, 0], [0, 0, 0]])
+    flat.pbc = [True, True, False]
+    with pytest.raises(DescriptorError, match=r"structure 0: periodic along \[True, True, False\]"):
+        neighbor_list(StructureBatch.from_ase([flat]), 3.0)
+
+
 def test_large_structures_take_vesin_and_stay_in_order_between_small_ones(
     rng: np.random.Generator,
 ) -> None:
