@@ -65,6 +65,10 @@ class StoreBusyError(StoreError):
     """Another process (this host or another) holds the store's lease: it is writing it."""
 
 
+class StoreRemovedError(StoreError):
+    """A reader's store at a URL was replaced and its old generation deleted under it."""
+
+
 class UnsafePathError(StoreError, ValueError):
     """A path that must never be replaced (root, home, working directory, the input…)."""
 

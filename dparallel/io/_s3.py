@@ -28,6 +28,7 @@ import errno
 import functools
 import importlib.util
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 from dparallel.errors import DParallelError
@@ -213,7 +214,35 @@ def _config(
     for flag in _FLAGS:
         if flag in config:
             config[flag] = bool(config[flag])
+    named = "endpoint_url" if config.get("endpoint") else None
+    if named is None:
+        named = next((name for name in _ENDPOINT_ENV if os.environ.get(name)), None)
+    if named is not None:
+        _check_endpoint(url, str(config.get("endpoint") or os.environ[named]), named)
     return config, client, profile
+
+
+def _check_endpoint(url: str, endpoint: str, named: str) -> None:
+    """Refuse an endpoint obstore cannot request (its client panics on one): an http(s)
+    URL with a host, nothing else."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(endpoint)
+        parts.port  # noqa: B018 - raises for a port that is no number
+    except ValueError:
+        parts = None
+    if (
+        parts is None
+        or parts.scheme.lower() not in ("http", "https")
+        or not parts.hostname
+        or endpoint != endpoint.strip()
+        or any(c.isspace() for c in endpoint)
+    ):
+        raise S3OptionError(
+            f"{url}: the S3 endpoint {endpoint!r} ({named}) is no http:// or https:// URL "
+            "with a host (e.g. http://127.0.0.1:9000)"
+        )
 
 
 def _refuse(url: str, name: str, understood: list[str]) -> None:
@@ -233,13 +262,35 @@ def as_os_errors(where: object) -> Iterator[None]:
     try:
         yield
     except (errors.BaseError, FileNotFoundError) as exc:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        message = f"{where}: {text}"
+        message = f"{where}: {_first_line(str(exc)) or type(exc).__name__}"
         if isinstance(exc, FileNotFoundError):
             raise FileNotFoundError(message) from exc
         if isinstance(exc, (errors.PermissionDeniedError, errors.UnauthenticatedError)):
             raise PermissionError(errno.EACCES, message) from exc
         raise OSError(message) from exc
+
+
+_XML_ERROR = re.compile(r"<Code>([^<]*)</Code>\s*<Message>([^<]*)</Message>")
+#: Where obstore's credential chain ends when nothing named a key: the instance metadata
+#: service's token (at 169.254.169.254, or ``AWS_METADATA_ENDPOINT``).
+_METADATA_TOKEN = "/latest/api/token"
+
+
+def _first_line(text: str) -> str:
+    """The first line of an obstore error, its S3 error document (XML) read as
+    ``Code: Message``, and a failed credential lookup said as such."""
+    text = text.strip()
+    first = text.splitlines()[0] if text else ""
+    if _METADATA_TOKEN in first:
+        return (
+            "no S3 credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
+            "AWS_PROFILE), or give storage_options key and secret (obstore then asked the "
+            f"instance metadata service: {first})"
+        )
+    found = _XML_ERROR.search(text)
+    if found is not None and "<?xml" in first:
+        first = f"{first.split('<?xml', 1)[0].rstrip(' :')}: {found[1]}: {found[2]}"
+    return first
 
 
 class _BotocoreCredentials:

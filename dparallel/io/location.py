@@ -27,12 +27,22 @@ from dparallel.io._s3 import S3_PROTOCOLS, check_options, s3_store
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-__all__ = ["READ_BLOCK", "Location", "LocationError", "Where", "as_location", "is_url"]
+__all__ = [
+    "READ_BLOCK",
+    "Location",
+    "LocationError",
+    "Where",
+    "as_location",
+    "is_url",
+    "local_path",
+]
 
 #: Bytes a remote file is read in: one ranged request each.
 READ_BLOCK = 1 << 22
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: ``file://`` and ``file://localhost`` (any case) before an absolute path.
+_FILE_URL = re.compile(r"^file://(localhost)?(?=/)", re.IGNORECASE)
 #: Filesystems opened in this process, by protocol and options (fsspec caches too).
 _FS: dict[tuple[str, str], Any] = {}
 
@@ -125,6 +135,8 @@ class Location:
                 raise LocationError(
                     f"{self.url}: no client for {self.protocol}:// is installed ({exc})"
                 ) from None
+            except ValueError as exc:  # fsspec knows no such protocol
+                raise LocationError(f"{self.url}: unknown URL scheme ({exc})") from None
             _FS[key] = fs
         path = self.url if self.is_local else fs._strip_protocol(self.url)
         return fs, path
@@ -262,5 +274,39 @@ def as_location(target: Where, storage_options: dict[str, Any] | None = None) ->
         return Location(target.url, options or target.storage_options)
     text = os.fspath(target)
     if is_url(text):
-        return Location(text, options)
-    return Location(str(Path(text.removeprefix("file://")).expanduser().absolute()), options)
+        return Location(_s3_url(text), options)
+    return Location(str(_local_text(text).expanduser().absolute()), options)
+
+
+def local_path(target: str | os.PathLike[str], what: str) -> Path:
+    """``target`` as the local path it names (``~`` expanded, ``file://`` dropped, relative
+    kept relative), or a :class:`LocationError` saying that ``what`` needs one: a URL is
+    never taken for a relative path (``s3://b/m`` is not ``./s3:/b/m``)."""
+    text = os.fspath(target)
+    if is_url(text):
+        raise LocationError(f"{text}: {what} needs a local path, not a URL")
+    return _local_text(text).expanduser()
+
+
+def _local_text(text: str) -> Path:
+    """A local path's text with a ``file://`` or ``file://localhost`` prefix dropped."""
+    if _SCHEME.match(text):  # file:// (is_url said so) with a host or without a path
+        local = _FILE_URL.sub("", text, count=1)
+        if local == text:
+            raise LocationError(f"{text}: a file:// URL names an absolute path (file:///path)")
+        return Path(local)
+    return Path(text)
+
+
+def _s3_url(url: str) -> str:
+    """An ``s3://`` URL with its key's empty segments dropped (``a//b`` is ``a/b``; S3 keys
+    with them cannot be reached); a URL naming no bucket refused. Others as written."""
+    match = _SCHEME.match(url)
+    if match is None or match.group(1).lower() not in S3_PROTOCOLS:
+        return url
+    bucket, _, key = url[match.end() :].partition("/")
+    if not bucket:
+        raise LocationError(f"{url}: names no bucket (s3://bucket/key)")
+    key = "/".join(part for part in key.split("/") if part)
+    trailing = "/" if url.endswith("/") and key else ""
+    return f"{match.group(0)}{bucket}/{key}{trailing}" if key else f"{match.group(0)}{bucket}"

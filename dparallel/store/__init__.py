@@ -21,12 +21,13 @@ from dparallel.store._create import StoreStatus
 from dparallel.store._identity import current_identity, store_identity
 from dparallel.store._lease import StoreLease, held_lease, lease_path
 from dparallel.store._objects import require_conditional_writes as check_writable
-from dparallel.store._safety import check_replaceable, is_dparallel_store, refuse_foreign_target
+from dparallel.store._safety import check_replaceable, is_dparallel_store
 from dparallel.store._store import FORMAT_VERSION, SOURCE_IDENTITY_KEYS, Store
 from dparallel.store._where import (
     create_store,
     open_store,
     publish_store,
+    refuse_foreign_target,
     store_status,
     target_path,
 )

@@ -21,15 +21,16 @@ from dparallel.store._backend import open_backend
 from dparallel.store._batch import put_all
 from dparallel.store._create import StoreStatus, _build, _differences, status_of
 from dparallel.store._generations import (
-    POINTER_KEY,
+    foreign_names,
     is_generation,
     new_generation,
     read_pointer,
+    refuse_foreign,
     resolve,
     write_pointer,
 )
 from dparallel.store._layout import FORMAT_VERSION, _jsonable
-from dparallel.store._lease import LEASE_KEY, StoreLease
+from dparallel.store._lease import StoreLease
 from dparallel.store._store import Store
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from dparallel.io.location import Location
     from dparallel.store.plan import Plan
 
-__all__ = ["create_remote", "publish_remote", "remote_status"]
+__all__ = ["create_remote", "publish_remote", "refuse_remote_target", "remote_status"]
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,7 @@ def remote_status(
     where: Any = url
     root = resolve(url)
     if root is None:
-        names = set(url.names()) - {LEASE_KEY, POINTER_KEY}
-        return StoreStatus(where, "foreign" if any(map(_foreign, names)) else "missing")
+        return StoreStatus(where, "foreign" if foreign_names(url) else "missing")
     try:
         store = Store(root, mode="r", direct=True)
     except StoreError:
@@ -65,10 +65,6 @@ def remote_status(
     return status_of(where, store, fingerprint, config, plan)
 
 
-def _foreign(name: str) -> bool:
-    return not is_generation(name)
-
-
 def _check_protected(url: Location, protect: Iterable[Any]) -> None:
     """Refuse a store URL that is, or holds, a file the run reads."""
     for item in protect:
@@ -77,11 +73,21 @@ def _check_protected(url: Location, protect: Iterable[Any]) -> None:
             raise UnsafePathError(f"refusing to write the store {url}: it holds {text}, an input")
 
 
+def refuse_remote_target(url: Location, protect: Iterable[Any] = ()) -> None:
+    """Before a run takes the lease (which would leave its object in a user's prefix): raise
+    what :func:`create_remote` raises at once for ``url`` holding an input of the run
+    (``protect``) or objects of a user's; a store, an empty prefix or nothing pass."""
+    _check_protected(url, protect)
+    if read_pointer(url) is None:
+        refuse_foreign(url)
+
+
 def _cleanup(url: Location, keep: set[str]) -> None:
     """Delete generations not in ``keep`` (call it holding the lease)."""
     for name in url.names():
         if is_generation(name) and name not in keep:
             log.info("removing %s, a generation no longer current", url.child(name))
+            url.child(name).child("zarr.json").remove()  # first: its readers fail, not fill
             url.child(name).remove(recursive=True)
 
 
@@ -130,9 +136,9 @@ def create_remote(
     with StoreLease(url, command="create_store"):
         status = remote_status(url, fingerprint, config, compared)
         if status.kind == "foreign":
+            refuse_foreign(url)  # objects of a user's
             raise StoreMismatchError(
-                f"{url} holds objects that are not a dparallel store "
-                f"({', '.join(n for n in url.names() if _foreign(n))[:200]}); "
+                f"{url}: its pointer names a generation that cannot be opened as a store; "
                 "dparallel writes a store only under an empty prefix or its own store"
             )
         if status.kind != "missing" and not overwrite and not status.matches:
@@ -173,9 +179,10 @@ def _drop_unversioned(url: Location) -> None:
     """After replacing a store without generations, delete its layout below ``url``."""
     if not url.child("zarr.json").is_file():
         return
+    url.child("zarr.json").remove()  # first: its readers fail, not read fill values
     for name in url.names():
         if name in _LAYOUT:
-            url.child(name).remove(recursive=name != "zarr.json")
+            url.child(name).remove(recursive=True)
 
 
 def publish_remote(store: Store) -> Store:

@@ -14,15 +14,26 @@ import re
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from dparallel.errors import StoreError
+from dparallel.errors import StoreError, StoreMismatchError
 from dparallel.store import _objects
 
 if TYPE_CHECKING:
     from dparallel.io.location import Location
 
-__all__ = ["POINTER_KEY", "new_generation", "read_pointer", "resolve", "write_pointer"]
+__all__ = [
+    "LEASE_KEY",
+    "POINTER_KEY",
+    "foreign_names",
+    "new_generation",
+    "read_pointer",
+    "refuse_foreign",
+    "resolve",
+    "write_pointer",
+]
 
 POINTER_KEY = "dparallel.json"
+#: The lease object's key below a store's URL.
+LEASE_KEY = "dparallel.lease"
 _PREFIX = "g-"
 #: What :func:`new_generation` names: ``g-<UTC time>-<8 hex>``, never a user's store name.
 _NAME = re.compile(r"g-\d{8}T\d{6}-[0-9a-f]{8}")
@@ -37,6 +48,26 @@ def new_generation() -> str:
 def is_generation(name: str) -> bool:
     """Whether a top-level name below a store's URL is a generation."""
     return _NAME.fullmatch(name) is not None
+
+
+def foreign_names(url: Location) -> list[str]:
+    """The top-level names below ``url`` that are not a store's (neither the pointer, the
+    lease nor a generation); ``[]`` where ``url`` holds a store without generations (a
+    local store uploaded as it is, its ``zarr.json`` at the top)."""
+    names = url.names()
+    if "zarr.json" in names:
+        return []
+    return [n for n in names if n not in (LEASE_KEY, POINTER_KEY) and not is_generation(n)]
+
+
+def refuse_foreign(url: Location) -> None:
+    """Raise :class:`StoreMismatchError` where ``url`` holds objects no store made."""
+    foreign = foreign_names(url)
+    if foreign:
+        raise StoreMismatchError(
+            f"{url} holds objects that are not a dparallel store ({', '.join(foreign)[:200]}); "
+            "dparallel writes a store only under an empty prefix or its own store"
+        )
 
 
 def read_pointer(url: Location) -> tuple[dict[str, Any], str | None] | None:

@@ -24,6 +24,7 @@ from dparallel.errors import StoreBusyError, StoreError, UnsafePathError
 from dparallel.io.location import Location, as_location
 from dparallel.store import _objects
 from dparallel.store._backend import local_path
+from dparallel.store._generations import LEASE_KEY, POINTER_KEY, refuse_foreign
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -365,10 +366,6 @@ class StoreLease:
         self.release()
 
 
-#: The lease object's key below a store's URL.
-LEASE_KEY = "dparallel.lease"
-
-
 def lease_object(store: Location) -> Location:
     """The lease object of the store at ``store`` (a URL)."""
     return store.child(LEASE_KEY)
@@ -401,6 +398,9 @@ class ObjectLease(StoreLease):
         return (holder if isinstance(holder, dict) else {}), etag
 
     def _take(self) -> None:
+        names = self._location.names()
+        if POINTER_KEY not in names and LEASE_KEY not in names:
+            refuse_foreign(self._location)  # no lease object is left in a user's prefix
         for _ in range(5):
             body = json.dumps(self._record()).encode()
             etag = _objects.put_if_absent(self.path, body)

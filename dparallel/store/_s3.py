@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from zarr.storage import ObjectStore
 
-from dparallel.errors import StoreError
+from dparallel.errors import StoreError, StoreRemovedError
 from dparallel.io._s3 import S3OptionError, as_os_errors, s3_store
 
 if TYPE_CHECKING:
@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from dparallel.io.location import Location
 
 __all__ = ["S3ObjectStore", "s3_zarr_store"]
+
+#: The group document at a store's root: deleted first with its generation, so a key
+#: missing where it is missing too means the generation is gone (not a fill-value chunk).
+_ROOT = "zarr.json"
 
 
 class S3ObjectStore(ObjectStore):
@@ -50,7 +54,13 @@ class S3ObjectStore(ObjectStore):
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         with as_os_errors(self):
-            return await super().get(key, prototype, byte_range)
+            found = await super().get(key, prototype, byte_range)
+            if found is None and key != _ROOT and not await super().exists(_ROOT):
+                raise StoreRemovedError(
+                    f"{self}: removed while being read (the store was replaced, and a later "
+                    f"writing run deleted this generation; {key} is gone): open the store again"
+                )
+        return found
 
     async def exists(self, key: str) -> bool:
         with as_os_errors(self):

@@ -29,6 +29,7 @@ __all__ = [
     "foreign_files",
     "is_dparallel_store",
     "not_ours",
+    "refuse_foreign_folder",
     "store_format",
 ]
 
@@ -148,7 +149,7 @@ def check_not_dangerous(
     return target
 
 
-def refuse_foreign_target(
+def refuse_foreign_folder(
     path: str | os.PathLike[str],
     overwrite: bool = False,
     protect: Iterable[str | os.PathLike[str]] = (),

@@ -8,25 +8,38 @@ and everything else to :mod:`~dparallel.store._create`, so callers never ask whi
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.errors import StoreError
+from dparallel.io.location import Location
 from dparallel.store import _create
 from dparallel.store._backend import StoreTarget, remote_location
-from dparallel.store._create_remote import create_remote, publish_remote, remote_status
+from dparallel.store._create_remote import (
+    create_remote,
+    publish_remote,
+    refuse_remote_target,
+    remote_status,
+)
 from dparallel.store._generations import is_generation, resolve
+from dparallel.store._safety import refuse_foreign_folder
 from dparallel.store._store import Store
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import Iterable, Mapping
     from pathlib import Path
 
-    from dparallel.io.location import Location
     from dparallel.store._create import StoreStatus
     from dparallel.store.plan import Plan
 
-__all__ = ["create_store", "open_store", "publish_store", "store_status", "target_path"]
+__all__ = [
+    "create_store",
+    "open_store",
+    "publish_store",
+    "refuse_foreign_target",
+    "store_status",
+    "target_path",
+]
 
 
 def store_status(
@@ -86,6 +99,25 @@ def create_store(
     if remote is None:
         return _create.create_store(path, **given)
     return create_remote(remote, **given)
+
+
+def refuse_foreign_target(
+    path: StoreTarget,
+    overwrite: bool = False,
+    protect: Iterable[str | os.PathLike[str] | Location] = (),
+) -> None:
+    """Raise, before a run starts anything (a cluster, a log file, a lease), what
+    :func:`create_store` would raise at once for a target no store is written over: a
+    folder (:func:`dparallel.store._safety.refuse_foreign_folder`) or a URL holding
+    something not a store's, or an input of the run (``protect``). A zarr store object
+    passes (``create_store`` judges it)."""
+    remote = remote_location(path)
+    if isinstance(path, Location) and path.local is not None:
+        path = path.local
+    if remote is not None:
+        refuse_remote_target(remote, [str(p) for p in protect])
+    elif isinstance(path, (str, os.PathLike)):
+        refuse_foreign_folder(path, overwrite, [p for p in protect if not isinstance(p, Location)])
 
 
 def publish_store(store: Store) -> Store:

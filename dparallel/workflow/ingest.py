@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.io import StructureSource, open_source
-from dparallel.store import Store, StoreLease, create_store, plan_partitions, publish_store
+from dparallel.store import (
+    Store,
+    StoreLease,
+    create_store,
+    plan_partitions,
+    publish_store,
+    refuse_foreign_target,
+)
 
 if TYPE_CHECKING:
     import os
@@ -126,6 +133,7 @@ def ingest(
     partition plus the index."""
     t0 = time.perf_counter()
     source = open_source(input_path, options.format, units=options.units, on_error=options.on_error)
+    refuse_foreign_target(store_path, options.overwrite, (input_path, *options.protect))
     with StoreLease(store_path, command="dparallel ingest") as lease:
         store = prepare_ingest(source, store_path, options)
         pending = store.pending_partitions()

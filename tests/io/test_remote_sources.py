@@ -5,6 +5,7 @@ reference), with the byte-offset index on remote files and ranged reads per part
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import ase.io
 import fsspec
@@ -13,7 +14,7 @@ import pytest
 
 from dparallel.errors import InputFormatError, SourceNotFoundError
 from dparallel.io import open_source
-from dparallel.io.location import Location, LocationError, as_location
+from dparallel.io.location import Location, LocationError, as_location, local_path
 from dparallel.io.synthetic import random_structures
 
 
@@ -114,6 +115,37 @@ def test_a_url_is_never_a_relative_path(tmp_path, monkeypatch):
     assert not (tmp_path / "memory:").exists() and not (tmp_path / "s3:").exists()
     with pytest.raises(LocationError, match="needs a local path, not a URL"):
         as_location("s3://bucket/x").require_local("this")
+
+
+def test_file_urls_in_any_case_and_with_localhost_are_local_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for url in ("file:///abs/x.xyz", "FILE:///abs/x.xyz", "file://localhost/abs/x.xyz"):
+        assert as_location(url).local.as_posix() == "/abs/x.xyz", url
+        assert local_path(url, "this").as_posix() == "/abs/x.xyz", url
+    with pytest.raises(LocationError, match="file:///path"):
+        as_location("file://otherhost/abs/x.xyz")
+    assert local_path("rel/m", "this") == Path("rel/m")  # relative kept relative
+    with pytest.raises(LocationError, match=r"^s3://b/m: the model directory needs a local"):
+        local_path("s3://b/m", "the model directory")
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_s3_url_is_normalised_or_refused_in_one_line():
+    """obstore refuses keys with empty segments (``a//b``) in a Rust traceback; a URL with
+    no bucket would name the bucket root of nothing."""
+    assert as_location("s3://b/a//b.zarr").url == "s3://b/a/b.zarr"
+    assert as_location("s3://b//x.zarr").url == "s3://b/x.zarr"
+    assert as_location("s3://b/x/").url == "s3://b/x/"
+    assert as_location("s3a://b/").url == "s3a://b"
+    assert as_location("memory://a//b").url == "memory://a//b"  # fsspec's own paths kept
+    for url in ("s3:///x.zarr", "s3://"):
+        with pytest.raises(LocationError, match=r"names no bucket"):
+            as_location(url)
+
+
+def test_an_unknown_scheme_is_one_line_naming_it():
+    with pytest.raises(LocationError, match=r"^foo://bar/x: unknown URL scheme"):
+        as_location("foo://bar/x").check_client()
 
 
 def test_ase_formats_need_a_local_file(files, tmp_path):

@@ -124,6 +124,30 @@ def test_a_missing_bucket_holds_nothing(s3):
     assert nowhere.names() == []
     with pytest.raises(FileNotFoundError, match=r"^s3://no-such-bucket-here/prefix: "):
         nowhere.info()
+    from dparallel.store import _objects
+
+    with pytest.raises(OSError, match=r"NoSuchBucket: The specified bucket does not exist$") as e:
+        _objects.put_if_absent(nowhere.child("dparallel.lease"), b"{}")
+    assert "<?xml" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_no_credentials_anywhere_is_said_in_one_line(s3, monkeypatch, tmp_path):
+    """Nothing names a key: obstore's chain ends at the instance metadata service, whose
+    failure reached the user as "PUT http://169.254.169.254/latest/api/token 403"; here
+    the service is a closed port on loopback (``AWS_METADATA_ENDPOINT``), no wait."""
+    from dparallel.io import _s3
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws
+    monkeypatch.setenv("AWS_METADATA_ENDPOINT", "http://127.0.0.1:9")  # refused at once
+    _s3.clear_clients()
+    try:
+        with pytest.raises(OSError, match=r"no S3 credentials found: set AWS_ACCESS_KEY_ID") as e:
+            as_location("s3://dparallel-test/x").child("k").info()
+        assert "\n" not in str(e.value)
+    finally:
+        _s3.clear_clients()
 
 
 def test_a_folder_marker_is_not_a_name(base):

@@ -203,3 +203,22 @@ def test_the_body_is_hashed_for_the_signature_only_without_tls(monkeypatch):
         server.shutdown()
         server.server_close()
     assert _Recorder.seen == [hashlib.sha256(body).hexdigest(), "UNSIGNED-PAYLOAD"]
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["127.0.0.1:9000", "minio:9000", "http://127.0.0.1:9000 ", "not a url", "http://h:x"],
+)
+@pytest.mark.parametrize("given", ["option", "environment"])
+def test_an_endpoint_that_is_no_url_is_refused_in_one_line(endpoint, given, monkeypatch):
+    """obstore's client panics (a Rust panic, past every ``except Exception``) on the first
+    request to an endpoint without a scheme; it is refused by name before any client."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    options = {"endpoint_url": endpoint} if given == "option" else {}
+    if given == "environment":
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    named = "endpoint_url" if given == "option" else "AWS_ENDPOINT_URL"
+    with pytest.raises(_s3.S3OptionError, match=rf"^s3://b/e: the S3 endpoint .*\({named}\)"):
+        _s3.s3_store("s3://b/e", options)
+    with pytest.raises(_s3.S3OptionError):
+        Location("s3://b/e", tuple(options.items())).check_client()

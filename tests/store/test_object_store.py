@@ -23,7 +23,13 @@ from s3server import filesystem, s3_server
 
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
-from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError, UnsafePathError
+from dparallel.errors import (
+    StoreBusyError,
+    StoreError,
+    StoreMismatchError,
+    StoreRemovedError,
+    UnsafePathError,
+)
 from dparallel.io.location import as_location
 from dparallel.io.synthetic import random_structures
 from dparallel.store import StoreLease, _objects, open_store
@@ -187,6 +193,30 @@ def test_an_overwrite_never_shows_a_half_store(base, data):
         _same(again, before)
 
 
+def test_a_reader_of_a_removed_generation_gets_an_error_never_fill_values(s3, data, monkeypatch):
+    """A reader that keeps nothing in memory, of a store replaced and then removed by the
+    next writing run: every read raises StoreRemovedError, naming the store, or returns
+    the old data; zarr never turns the missing chunks into NaN and zeros."""
+    monkeypatch.setenv("DPARALLEL_REMOTE_CACHE_MB", "0")
+    url = f"s3://dparallel-test/removed-{time.monotonic_ns()}/s.zarr"
+    old = featurize_in_process(data, url, _dset(), FeaturizeOptions(partition_atoms=30))
+    reader = open_store(url)
+    positions = reader._array("structures/positions")  # opened: metadata in hand
+    before = positions[:]
+    featurize_in_process(
+        data, url, _dset(derivatives=False), FeaturizeOptions(partition_atoms=30, overwrite=True)
+    )
+    np.testing.assert_array_equal(positions[:], before)  # replaced, not yet removed
+    featurize_in_process(
+        data, url, _dset(derivatives=False), FeaturizeOptions(partition_atoms=30)
+    )  # the next writing run removes the old generation
+    assert not filesystem(old.root.url)[0].exists(filesystem(old.root.url)[1])
+    with pytest.raises(StoreRemovedError, match=re.escape(str(old.root))):
+        positions[:]
+    with pytest.raises(StoreRemovedError):
+        reader.read_structures()
+
+
 def open_source_of(path):
     from dparallel.io import open_source
 
@@ -219,15 +249,20 @@ def test_foreign_objects_and_inputs_are_never_replaced(base, data):
     url = f"{base}/mine"
     fs, path = filesystem(f"{url}/notes.txt")
     fs.pipe_file(path, b"the user's")
-    with pytest.raises(StoreMismatchError, match="not a dparallel store"):
+    with pytest.raises(StoreMismatchError, match=r"not a dparallel store \(notes.txt\);"):
         featurize_in_process(
             data, url, _dset(), FeaturizeOptions(partition_atoms=30, overwrite=True)
         )
     assert fs.cat_file(path) == b"the user's"
+    assert as_location(url).names() == ["notes.txt"]  # no lease object left behind
+    with pytest.raises(StoreMismatchError, match=r"\(notes.txt\)"):
+        StoreLease(url, command="a library user's own").acquire()  # never in a user's prefix
+    assert as_location(url).names() == ["notes.txt"]
     source = f"{base}/in/data.xyz"
     fs.pipe_file(filesystem(source)[1], data.read_bytes())
     with pytest.raises(UnsafePathError, match="an input"):
         featurize_in_process(source, f"{base}/in", _dset(), FeaturizeOptions(partition_atoms=30))
+    assert as_location(f"{base}/in").names() == ["data.xyz"]
 
 
 def test_remote_store_equals_the_local_one_bitwise(base, data, tmp_path):
