@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import re
 import secrets
@@ -58,6 +59,7 @@ __all__ = [
     "sync_pending",
     "temporary_name",
     "write_file",
+    "write_serialized",
     "write_with",
 ]
 
@@ -261,6 +263,22 @@ def write_with(
         if durable:
             _fsync_path(os.fspath(tmp))
         _finish(tmp, path, durable, False)
+
+
+def write_serialized(
+    path: str | os.PathLike[str],
+    serialize: Callable[[IO[bytes]], Any],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    durable: bool = True,
+) -> None:
+    """For a library that writes to a file object (``torch.save``, ``torch.jit.save``,
+    ``torch.export.save``): its bytes made in memory, then written by :func:`write_file`.
+    torch's own C++ file writer aborts the whole process on a full disk; here a full disk is
+    one :class:`DiskFullError` and nothing is left behind."""
+    buffer = io.BytesIO()
+    serialize(buffer)
+    write_file(path, buffer.getbuffer(), root=root, durable=durable)
 
 
 def remove_file(

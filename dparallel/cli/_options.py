@@ -13,6 +13,24 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
 
+def local_argument(what: str) -> Callable[[str], str]:
+    """An argparse ``type`` for an option that names a local file or folder (``what``): a
+    URL is refused in one line, never taken for the relative path ``./s3:/…``;
+    ``file://`` is dropped."""
+
+    def parse(text: str) -> str:
+        import argparse
+
+        from dparallel.io.location import LocationError, local_path
+
+        try:
+            return str(local_path(text, what))
+        except LocationError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options that choose where tasks run."""
     where = parser.add_mutually_exclusive_group()
@@ -41,6 +59,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-file",
         metavar="PATH",
+        type=local_argument("the log file"),
         help="where Dask's logs and worker tracebacks go (default: STORE.log beside a local "
         "store; for a store at a URL, $DPARALLEL_CACHE_DIR/logs/NAME.log)",
     )
@@ -56,7 +75,13 @@ def default_log_file(store: str | Path) -> Path:
         return location.local.with_name(location.name + ".log")
     root = Path(os.environ.get("DPARALLEL_CACHE_DIR", Path.home() / ".cache" / "dparallel"))
     name = f"{location.protocol}-{location.url.split('://', 1)[1]}.log".replace("/", "_")
-    (root / "logs").mkdir(parents=True, exist_ok=True)
+    try:
+        (root / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home (containers): the temporary folder serves
+        import tempfile
+
+        root = Path(tempfile.gettempdir()) / f"dparallel-{os.getuid()}"
+        (root / "logs").mkdir(parents=True, exist_ok=True)
     return root / "logs" / name
 
 
@@ -87,19 +112,24 @@ def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
 def refuse_unwritable_target(
     store: str | Path, *, overwrite: bool, protect: tuple[str | Path | None, ...] = ()
 ) -> None:
-    """Refuse a folder target that no store is ever written over (the filesystem root;
-    neither empty nor a store), as ``create_store`` would, before the command starts
-    anything: a forkserver, a cluster whose workers would create the log file beside it."""
+    """Refuse a target that no store is ever written over (the filesystem root; a folder
+    neither empty nor a store; a URL holding a user's objects or an input), as
+    ``create_store`` would, before the command starts anything: a forkserver, a cluster
+    whose workers would create the log file beside it, a lease object in a user's prefix."""
     from dparallel.errors import UnsafePathError
     from dparallel.io.location import as_location
     from dparallel.store import refuse_foreign_target
 
-    local = as_location(store).local  # a URL: judged by create_store, under its lease
-    if local is None:
-        return
-    if local.resolve().parent == local.resolve():
+    where = as_location(store)
+    local = where.local
+    if local is not None and local.resolve().parent == local.resolve():
         raise UnsafePathError(f"refusing to write a store at {store}: it is the filesystem root")
-    refuse_foreign_target(local, overwrite, [p for p in protect if p is not None])
+    inputs = [as_location(p) for p in protect if p is not None]
+    refuse_foreign_target(
+        local if local is not None else where,
+        overwrite,
+        [p.local if p.local is not None else p for p in inputs],
+    )
 
 
 def _at_least_one(text: str) -> int:

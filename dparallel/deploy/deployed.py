@@ -17,6 +17,7 @@ registered type works:
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 #: File name of the deployable model inside MODEL_DIR.
 DEPLOYED = "deployed.pt"
+
+log = logging.getLogger(__name__)
 
 #: ``energy``/``energies``/``forces`` arrays and the virial (S, 3, 3) or None.
 Outputs = tuple[dict[str, np.ndarray], np.ndarray | None]
@@ -252,6 +255,15 @@ def load_deployed(
     if not path.is_file():
         raise TrainingError(
             f"no deployable model at {path}; run `dparallel export {path.parent}` first"
+        )
+    trained = path.with_name("model.pt")
+    if trained.is_file() and trained.stat().st_mtime_ns > path.stat().st_mtime_ns:
+        log.warning(
+            "%s is older than %s (training went on after the export): it is the earlier "
+            "model; run `dparallel export %s` for the latest",
+            path,
+            trained.name,
+            path.parent,
         )
     data = load_torch_file(path, "deployed model")
     if data.get("format") != "dparallel-deployed":

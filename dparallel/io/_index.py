@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 import threading
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -148,6 +149,10 @@ def cache_path_for(path: Path | Location, format: str) -> list[Path]:
     return [*beside, root / f"{key}.dpindex.npz"]  # its format is checked on load
 
 
+#: An atom count no file holds (islice would refuse one past sys.maxsize).
+_MAX_ATOMS = 1 << 40
+
+
 def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | None:
     try:
         with np.load(cache, allow_pickle=False) as z:
@@ -167,7 +172,7 @@ def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | Non
             return FileIndex(
                 format, size, mtime_ns, **arrays, errors=errors, sample_sha256=str(z["sample"])
             )
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # a damaged cache
         return None
 
 
@@ -300,6 +305,13 @@ def _index_extxyz(location: Location, format: str) -> _Built:
                     line=line,
                     frame=frame,
                 ) from None
+            if n >= _MAX_ATOMS:
+                raise InputFormatError(
+                    f"atom count {n} is beyond any structure (at most {_MAX_ATOMS - 1})",
+                    path=path,
+                    line=line,
+                    frame=frame,
+                )
             body = list(itertools.islice(f, n + 1))
             cut = next((k for k in range(1, len(body)) if _is_count_line(body[k])), None)
             if cut is not None:  # an atom line is never a lone integer: the next count line

@@ -158,7 +158,10 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
     pbc = info.get("pbc", [periodic] * 3)
     # ASE's cell is the transposed Lattice
     cell = np.asarray(info["Lattice"], np.float64).T if periodic else np.zeros((3, 3))
-    energy = float(next((info[key] for key in ("energy", "REF_energy") if key in info), "nan"))
+    energy = next((info[key] for key in _ENERGY_KEYS if key in info), np.nan)
+    if not _is_real(energy):
+        raise _Fallback  # ASE's reading then names the line (_ase_frame)
+    energy = float(energy)
     tag = str(info.get("set", info.get("tag", "")))
     return numbers, positions, forces, cell, np.asarray(pbc, bool).reshape(3), energy, tag
 
@@ -196,6 +199,16 @@ def _parse_extxyz(texts: dict[int, str], index: FileIndex, errors: _Errors) -> _
     return batch, np.asarray(kept, np.int64), errors
 
 
+_ENERGY_KEYS = ("energy", "REF_energy")
+
+
+def _is_real(value: object) -> bool:
+    """A real number (not a bool, which ASE makes of ``energy=T``, nor a string)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
 def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | None:
     """One frame read by ASE, appended to ``fields``; ``(line, reason)`` where ASE cannot."""
     import ase.io
@@ -206,6 +219,13 @@ def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | N
             raise ValueError(f"expected one frame, ASE found {len(frames)}")
     except Exception as exc:  # noqa: BLE001 - reported with file, line and reason
         return line, f"cannot parse frame: {exc}"
+    from ase.io.extxyz import key_val_str_to_dict
+
+    comment = text.split("\n")[1].strip() if text.count("\n") else ""
+    info = key_val_str_to_dict(comment) if comment else {}
+    for key in _ENERGY_KEYS:  # ASE would keep it as a string, a list or a bool (energy=T)
+        if key in info and not _is_real(info[key]):
+            return line + 1, f"{key}={info[key]!r} is not a number"
     b = StructureBatch.from_ase(frames)
     fields.append((b.numbers, b.positions, b.forces, b.cells[0], b.pbc[0], b.energy[0], b.tags[0]))
     return None

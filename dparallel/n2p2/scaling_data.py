@@ -31,6 +31,7 @@ __all__ = [
     "COLUMNS",
     "ScalingStatistics",
     "format_scaling_data",
+    "looks_like_scaling_data",
     "read_scaling_data",
     "scaling_table",
     "write_scaling_data",
@@ -75,6 +76,26 @@ def write_scaling_data(
         scaling_table(statistics[e], None if acsf is None else acsf.n2p2_order(e)) for e in elements
     ]
     write_file(path, format_scaling_data(tables), durable=True)
+
+
+def looks_like_scaling_data(head: bytes) -> bool:
+    """Whether ``head`` (a file's first bytes) reads as a ``scaling.data``: every whole
+    line a comment, blank, or ``e_index sf_index min max mean sigma`` (n2p2's or ours)."""
+    try:
+        lines = head.decode("ascii").split("\n")[:-1] or [head.decode("ascii")]
+    except UnicodeDecodeError:
+        return False
+    for line in lines:
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        try:
+            int(fields[0]), int(fields[1]), *map(float, fields[2:])
+        except (ValueError, IndexError):
+            return False
+        if len(fields) != 6:
+            return False
+    return True
 
 
 def format_scaling_data(tables: Sequence[np.ndarray]) -> str:

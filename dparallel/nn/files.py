@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dparallel._files import write_with
+from dparallel._files import write_serialized
 from dparallel.errors import NonFiniteError, TrainingError
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ def save_torch_file(obj: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """
     data = _on_cpu(obj)
     # a new file renamed into place, on disk before it is (dparallel._files)
-    write_with(path, lambda tmp: torch.save(data, tmp, pickle_protocol=_PICKLE_PROTOCOL))
+    write_serialized(path, lambda f: torch.save(data, f, pickle_protocol=_PICKLE_PROTOCOL))
 
 
 class _Refused(pickle.UnpicklingError):

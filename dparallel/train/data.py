@@ -119,11 +119,13 @@ def build_split_index(
     ids: dict[int, np.ndarray] = {}
     split: dict[int, np.ndarray] = {}
     start = 0
+    # one snapshot: a store still being written may complete during the loop
+    complete = len(parts) == store.n_partitions
     # stored structures are numbered over done partitions in partition order
     for p in parts:
         batch = store.read_partition(p)
         n = batch.n_structures
-        ids[p] = store.source_indices(start, start + n) if store.is_complete else _local_ids(p, n)
+        ids[p] = store.source_indices(start, start + n) if complete else _local_ids(p, n)
         split[p] = assign_splits(ids[p], batch.tags, validation, test, seed)
         start += n
         if visit is not None:

@@ -152,7 +152,7 @@ def _train(
     last = progress.history[-1]["epoch"] if progress.history else -1
     final: dict[str, dict[str, float]] = {}
     best = run.model  # stopped by a callback: the checkpoint is the result
-    if stopped_early or last == spec.epochs - 1:
+    if stopped_early or last >= spec.epochs - 1:  # a checkpoint past ``epochs``: finished
         best, final = _finish(run, progress, coverage)
     seconds = time.perf_counter() - t_start
     test, validation = final.get("test", {}), final.get("validation", {})

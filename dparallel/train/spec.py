@@ -85,7 +85,7 @@ class TrainingSpec(BaseModel):
     early_stopping: int = Field(0, ge=0, description="epochs without improvement; 0 = off")
     validation_fraction: float = Field(0.1, ge=0, lt=1)
     test_fraction: float = Field(0.1, ge=0, lt=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="random seed (0 to 2**63 - 1)")
     shuffle_buffer: int = Field(512, ge=1, description="structures held for shuffling")
     prefetch: int = Field(1, ge=0, description="partitions read ahead in a thread; 0 = off")
     batch_prefetch: int | Literal["auto"] = Field(

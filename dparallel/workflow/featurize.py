@@ -22,6 +22,7 @@ from dparallel.errors import (
     PartitionFailedError,
     RunInterruptedError,
     StoreIncompleteError,
+    UnsafePathError,
 )
 from dparallel.io import open_source
 from dparallel.store import (
@@ -33,6 +34,7 @@ from dparallel.store import (
     open_store,
     plan_partitions,
     publish_store,
+    refuse_foreign_target,
     store_status,
     target_path,
 )
@@ -239,6 +241,7 @@ def featurize_in_process(
     """Featurize in this process, partition by partition, without Dask (same store; for
     small jobs, tests and benchmarks). Raises :class:`PartitionFailedError` like
     :func:`featurize` (other partitions kept)."""
+    refuse_foreign_target(store_path, options.overwrite, (source_path, *options.protect))
     with StoreLease(store_path, command="featurize (in process)") as lease:
         source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
         failures: dict[int, BaseException] = {}
@@ -284,6 +287,7 @@ def featurize(
     )
     with contextlib.ExitStack() as stack:
         stack.callback(discard_connection, options.connecting)  # closed already if it was used
+        refuse_foreign_target(store_path, options.overwrite, (source_path, *options.protect))
         lease = stack.enter_context(StoreLease(store_path, command="dparallel featurize"))
         source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
         pending = [int(p) for p in store.pending_partitions()]
@@ -471,13 +475,18 @@ def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None
 
 def write_scaling_data(
     store: Store,
-    path: str | os.PathLike[str],
+    path: Where,
     descriptor: str = "acsf",
     statistics: Mapping[str, Mapping[str, FeatureStats]] | None = None,
 ) -> None:
     """Write n2p2 ``scaling.data`` for ``descriptor`` of ``store`` (rows in n2p2's order,
-    :func:`dparallel.n2p2.scaling_data.write_scaling_data`); ``statistics`` (e.g.
+    :func:`dparallel.n2p2.scaling_data.write_scaling_data`) at ``path``, a local path or a
+    URL (written locally, then uploaded); ``statistics`` (e.g.
     ``FeaturizeResult.statistics``) saves merging them from the store again."""
+    import tempfile
+    from pathlib import Path
+
+    from dparallel.io.location import as_location
     from dparallel.n2p2.scaling_data import write_scaling_data as write_n2p2
 
     if statistics is None:
@@ -490,4 +499,41 @@ def write_scaling_data(
     kind = descriptor_kind(descriptor)
     if kind.n2p2 and spec:  # n2p2 reads rows in its sorted order
         symfuncs = kind.load().from_dict(spec)
-    write_n2p2(path, merged, symfuncs)
+    where = as_location(path)
+    refuse_scaling_target(where, target_path(store))
+    if where.local is not None:
+        write_n2p2(where.local, merged, symfuncs)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / where.name
+        write_n2p2(local, merged, symfuncs)
+        where.upload(local)
+
+
+def refuse_scaling_target(
+    path: Where, store: Where, protect: tuple[Where | None, ...] = ()
+) -> None:
+    """Raise :class:`UnsafePathError` where ``scaling.data`` may not be written at ``path``:
+    a folder, the store or a file in it, a file the run reads or writes (``protect``: the
+    input, the descriptors, the log), or an existing file that is not a scaling.data (only
+    one is replaced). Nothing is written; call it before a run starts."""
+    from dparallel.io.location import as_location
+    from dparallel.n2p2.scaling_data import looks_like_scaling_data
+
+    where = as_location(path)
+
+    def key(item: Where) -> str:
+        found = as_location(item)
+        return str(found.local.resolve()) if found.local is not None else found.url.rstrip("/")
+
+    target, home = key(where), key(store)
+    said = f"refusing to write scaling data at {path}"
+    if target == home or target.startswith(home + "/"):
+        raise UnsafePathError(f"{said}: it is or lies inside the store {store}")
+    for item in protect:
+        if item is not None and key(item) == target:
+            raise UnsafePathError(f"{said}: the run reads or writes it ({item})")
+    if where.local is not None and where.local.is_dir():
+        raise UnsafePathError(f"{said}: it is a folder")
+    if where.is_file() and not looks_like_scaling_data(where.read_range(0, 4096)):
+        raise UnsafePathError(f"{said}: it holds something else than scaling data")

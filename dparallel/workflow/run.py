@@ -164,8 +164,10 @@ def run_workflow(
             if train_needed:
                 assert model_dir is not None
                 say(f"train: {shown} → {model_dir}")
-                result.metrics = _train(spec, store_path, model_dir, on_epoch)
-                result.stages["train"] = "ran"
+                result.metrics, resumed = _train(
+                    spec, store_path, model_dir, on_epoch, featurize_needed, say
+                )
+                result.stages["train"] = "resumed" if resumed else "ran"
             else:
                 result.stages["train"] = "skipped" if spec.training else "off"
     if spec.descriptors.acsf is not None:
@@ -202,22 +204,13 @@ def _training_needed(
 def _write_scaling(store: Location, statistics: Any) -> Location:
     """n2p2 ``scaling.data`` beside the store (``store.zarr`` → ``store.scaling.data``),
     unless it is there and the store was not featurized now; uploaded for a URL."""
-    import tempfile
-
     from dparallel.store import open_store
     from dparallel.workflow.featurize import write_scaling_data
 
-    name = Path(store.name).with_suffix(".scaling.data").name
-    scaling = store.sibling(name)
+    scaling = store.sibling(Path(store.name).with_suffix(".scaling.data").name)
     if statistics is None and scaling.exists():
         return scaling
-    if scaling.local is not None:
-        write_scaling_data(open_store(store), scaling.local, statistics=statistics)
-        return scaling
-    with tempfile.TemporaryDirectory() as tmp:  # written here, then uploaded
-        local = Path(tmp) / name
-        write_scaling_data(open_store(store), local, statistics=statistics)
-        scaling.upload(local)
+    write_scaling_data(open_store(store), scaling, statistics=statistics)
     return scaling
 
 
@@ -226,9 +219,14 @@ def _train(
     store_path: Location,
     model_dir: Path,
     on_epoch: Callable[[dict[str, Any]], None] | None,
-) -> dict[str, Any]:
-    """Train from the store into ``model_dir``; the validation and test metrics."""
+    refeaturized: bool,
+    say: Callable[[str], None],
+) -> tuple[dict[str, Any], bool]:
+    """Train from the store into ``model_dir``: the validation and test metrics, and
+    whether an interrupted run's checkpoint there was resumed (the store not made again,
+    the same training configuration; else it trains afresh, as before)."""
     from dparallel.dashboard import epoch_publisher
+    from dparallel.errors import TrainingError
     from dparallel.store import open_store
     from dparallel.train import train
     from dparallel.train.data_units import record_data_units
@@ -236,10 +234,18 @@ def _train(
     assert spec.training is not None
     callbacks = [epoch_publisher(spec.name), *([on_epoch] if on_epoch else [])]
     opened = open_store(store_path)
-    trained = train(opened, model_dir, spec.training, callback=callbacks)
+    resume = not refeaturized and (model_dir / "checkpoint.pt").is_file()
+    try:
+        trained = train(opened, model_dir, spec.training, callback=callbacks, resume=resume)
+    except TrainingError as exc:
+        if not resume:
+            raise
+        say(f"train: the checkpoint in {model_dir} is not resumed ({exc}); training afresh")
+        resume = False
+        trained = train(opened, model_dir, spec.training, callback=callbacks)
     record_store(model_dir, store_identity(store_path, spec.store.path))
     record_data_units(model_dir, opened)
-    return {"validation": trained.validation, "test": trained.test}
+    return {"validation": trained.validation, "test": trained.test}, resume
 
 
 def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, say: Any) -> None:

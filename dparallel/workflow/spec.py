@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dparallel.cluster import ClusterSpec
 from dparallel.config import apply_overrides, describe_validation_error, read_yaml
 from dparallel.errors import ConfigError, DParallelError
-from dparallel.io.location import Location, as_location
+from dparallel.io.location import Location, LocationError, as_location, local_path
 from dparallel.train.spec import TrainingSpec
 from dparallel.workflow.descriptors_spec import DescriptorsSpec
 
@@ -61,7 +61,7 @@ class GenerateSpec(_Strict):
         "emt_cu", description="emt_cu: Cu bulk/slabs; emt_molecules: G2 molecules (H, C, N, O)"
     )
     n_structures: int = Field(400, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="random seed (0 to 2**63 - 1)")
 
 
 class DatasetSpec(_Strict):
@@ -99,6 +99,14 @@ class OutputSpec(_Strict):
 
     model_dir: str
     export: bool = True
+
+    @field_validator("model_dir")
+    @classmethod
+    def _a_local_folder(cls, value: str) -> str:
+        try:
+            return str(local_path(value, "the model directory"))
+        except LocationError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class WorkflowSpec(_Strict):

@@ -213,3 +213,32 @@ def test_worker_tracebacks_go_to_the_log_file_not_the_terminal(files) -> None:
     assert "structure 5: atoms 0 and 1 are at the same position" in done.stderr
     text = log.read_text()
     assert "InvalidStructureError" in text and "Traceback" in text
+
+
+_TORCH_WRITES = """
+import sys, torch
+from dparallel._files import write_serialized
+from dparallel.errors import DiskFullError
+from dparallel.nn.files import save_torch_file
+disk = sys.argv[1]
+open(f"{disk}/filler", "wb").write(b"x" * 800_000)
+net = torch.jit.script(torch.nn.Linear(300, 300))
+for name, write in (
+    ("a.pt", lambda p: save_torch_file({"w": torch.zeros(100_000)}, p)),
+    ("b.ts", lambda p: write_serialized(p, lambda f: torch.jit.save(net, f))),
+):
+    try:
+        write(f"{disk}/{name}")
+    except DiskFullError as exc:
+        print("full", name, "space" in str(exc))
+"""
+
+
+def test_torch_files_on_a_full_disk_are_one_error_not_an_abort(tiny_disk) -> None:
+    """torch's C++ writer aborts the process on a full disk (``terminate called …``, rc
+    134: ``export``, a checkpoint); the bytes are made in memory and written by
+    dparallel's writer instead: one DiskFullError, nothing left behind."""
+    done = _run([sys.executable, "-c", _TORCH_WRITES, str(tiny_disk)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["full a.pt True", "full b.ts True"], done.stdout
+    assert sorted(p.name for p in tiny_disk.iterdir()) == ["filler"]

@@ -194,3 +194,21 @@ def test_a_neighbor_list_in_any_order_predicts_the_same(model, backend) -> None:
     np.testing.assert_allclose(
         model.energy(batch, pos, shuffled).detach().numpy(), want["energy"], rtol=1e-12
     )
+
+
+def test_a_deployed_model_older_than_the_trained_one_is_said(tmp_path, caplog) -> None:  # noqa: ANN001
+    """``train --resume`` after an export: deployed.pt is the earlier model; evaluate and
+    the Calculator (both load it) say so instead of using it silently."""
+    import logging
+    import os
+
+    model_dir = write_model_dir(tmp_path, hco_acsf())
+    export_model(model_dir, artifacts=False)
+    with caplog.at_level(logging.WARNING, logger="dparallel.deploy.deployed"):
+        load_deployed(model_dir)
+        assert "older than model.pt" not in caplog.text
+        later = (model_dir / "deployed.pt").stat().st_mtime_ns + 10**9
+        os.utime(model_dir / "model.pt", ns=(later, later))  # trained on after the export
+        load_deployed(model_dir)
+    assert "deployed.pt is older than model.pt" in caplog.text
+    assert f"dparallel export {model_dir}" in caplog.text

@@ -98,6 +98,24 @@ XYZ_CASES = [
         1,
         r"expected the number of atoms of a new frame, found b'two",
     ),
+    *(
+        (
+            f"energy_{name}",
+            _xyz(
+                f'2\nProperties=species:S:1:pos:R:3 energy={value} pbc="F F F"\nH 0 0 0\nH 0 0 1\n'
+            ),
+            InputFormatError,
+            6,
+            1,
+            rf"energy={shown} is not a number",
+        )  # ASE kept these as a string, a list or True (stored as NaN or 1.0, silently)
+        for name, value, shown in (
+            ("word", "abc", "'abc'"),
+            ("comma", "1,5", r"array\(\[1, 5\]\)"),
+            ("bool", "T", "True"),
+            ("unit", '"-3.2 eV"', "'-3.2 eV'"),
+        )
+    ),
 ]
 
 GOOD_N2P2 = """begin

@@ -91,6 +91,21 @@ def test_index_cache_used_and_invalidated(small_xyz, monkeypatch):
     assert changed.fingerprint()["index_sha256"] != src.fingerprint()["index_sha256"]
 
 
+def test_a_damaged_index_cache_is_rebuilt(small_xyz):
+    src = open_source(small_xyz)
+    cache = _index.cache_path_for(small_xyz.resolve(), "extxyz")[0]
+    cache.write_bytes(cache.read_bytes()[:50])  # a cut zip: BadZipFile, not a traceback
+    again = open_source(small_xyz)
+    assert again.fingerprint()["index_sha256"] == src.fingerprint()["index_sha256"]
+
+
+def test_an_atom_count_beyond_any_structure_is_one_line(tmp_path):
+    path = tmp_path / "huge.xyz"
+    path.write_text("1\n\nH 0 0 0\n99999999999999999999\n\nH 0 0 0\n")
+    with pytest.raises(InputFormatError, match=r"line 4.*atom count 99999999999999999999 is"):
+        open_source(path)
+
+
 def test_index_cache_falls_back_to_user_dir(tmp_path, rng, monkeypatch):
     path = tmp_path / "a.xyz"
     ase.io.write(path, random_structures(3, rng), format="extxyz")

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from _store_fixture import build_store, small_acsf
@@ -134,3 +135,37 @@ def test_a_model_trained_from_python_records_its_data_units(trained) -> None:  #
     assert isinstance(units, str)
     assert recorded_data_units(root / "model") == units
     assert recorded_data_units(root / "model" / "model.pt") == units
+
+
+def test_a_store_completed_while_its_split_index_is_built(trained, tmp_path) -> None:  # noqa: ANN001
+    """``--allow-incomplete`` on a store still being written: partitions are done while
+    the reader counts and while the index reads; the index keeps the snapshot it started
+    from (it switched to the complete store's numbering midway: IndexError)."""
+    from dparallel.store import open_store
+    from dparallel.train.data import build_split_index
+
+    store, _ = trained
+    copy = tmp_path / "growing.zarr"
+    shutil.copytree(store.path, copy)
+    writer = open_store(copy, mode="r+")
+    last = writer.n_partitions - 1
+    writer.clear_done(last - 1)
+    writer.clear_done(last)
+    reader = open_store(copy)
+    assert reader.n_structures > 0  # counted (and kept) with two partitions pending
+    writer.mark_done(last - 1)
+    done_now = []
+
+    def finish_the_writer(p, batch, split) -> None:  # noqa: ANN001
+        if not done_now:
+            writer.mark_done(last)  # the featurize run ends meanwhile
+            done_now.append(p)
+
+    index = build_split_index(reader, 0.1, 0.1, 7, visit=finish_the_writer)
+    assert index.partitions == list(range(last)) and done_now
+    every = np.concatenate([index.ids[p] for p in index.partitions])
+    assert (
+        len(np.unique(every))
+        == len(every)
+        == sum(reader.read_partition(p).n_structures for p in range(last))
+    )

@@ -43,6 +43,16 @@ def test_resume_continues_the_same_trajectory(store, tmp_path, schedule) -> None
     assert straight.test == resumed.test
 
 
+def test_resume_with_no_epochs_left_finishes_the_model(store, tmp_path) -> None:  # noqa: ANN001
+    """A checkpoint already at or past ``epochs`` (a killed run, resumed with fewer): the
+    model is finished from it (model.pt, final metrics), not claimed and left unwritten."""
+    part = train_model(store, tmp_path / "m", SPEC, callback=stop_after(3))
+    assert len(part.history) == 3 and not (tmp_path / "m" / "model.pt").exists()
+    done = train_model(store, tmp_path / "m", SPEC.model_copy(update={"epochs": 2}), resume=True)
+    assert (tmp_path / "m" / "model.pt").is_file()
+    assert [r["epoch"] for r in done.history] == [0, 1, 2] and done.test["force_rmse"] > 0
+
+
 def test_outputs_metrics_and_plots(store, tmp_path) -> None:  # noqa: ANN001
     rows = []
     res = train_model(store, tmp_path / "m", SPEC.model_copy(update={"epochs": 2}),

@@ -134,6 +134,11 @@ def test_scaling_data_file(reference, tmp_path):
     assert rows.shape == (len(stats["mean"]), 6)
     np.testing.assert_array_equal(rows[:, 1], np.arange(1, len(stats["mean"]) + 1))
     np.testing.assert_allclose(rows[:, 4], stats["mean"], rtol=1e-15)
+    url = f"memory://scaling/{tmp_path.name}/feats.scaling.data"  # a URL: uploaded
+    write_scaling_data(open_store(reference), url)
+    import fsspec
+
+    assert fsspec.open(url, "rb").open().read() == path.read_bytes()
 
 
 def test_bitwise_independent_of_workers_and_partition_size(dataset, reference, tmp_path):

@@ -71,3 +71,33 @@ def test_invalid_workflow_fails_before_any_work(tmp_path):
     assert bad.returncode == 2
     assert "training.epochz: Extra inputs are not permitted" in bad.stderr
     assert not (tmp_path / "data").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_run_killed_while_training_resumes_its_checkpoint(tmp_path, monkeypatch):
+    """The next ``run`` continues the interrupted training from its checkpoint (the epochs
+    done are kept, row for row) instead of starting again from epoch 0."""
+    from dparallel.workflow.run import run_workflow
+    from dparallel.workflow.spec import load_quickstart
+
+    monkeypatch.chdir(tmp_path)
+    overrides = [s for s in SMALL if s != "--set"]
+    spec = load_quickstart([*overrides, "training.epochs=3"])
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_two(row):  # noqa: ANN001, ANN202
+        if row["epoch"] == 1:
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_workflow(spec, on_epoch=kill_after_two)
+    metrics = tmp_path / "runs" / "quickstart" / "model" / "metrics.csv"
+    before = metrics.read_text().splitlines()
+    assert len(before) == 1 + 2  # header, epochs 0 and 1
+    seen = []
+    result = run_workflow(spec, on_epoch=lambda row: seen.append(row["epoch"]))
+    assert result.stages["train"] == "resumed" and seen == [2]
+    after = metrics.read_text().splitlines()
+    assert after[:3] == before and len(after) == 4  # epochs 0, 1 kept as they were
+    assert (result.model_dir / "model.pt").is_file() and result.metrics["test"]
