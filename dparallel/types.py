@@ -17,7 +17,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import ase
 
-__all__ = ["FIELDS", "StructureBatch"]
+__all__ = ["FIELDS", "MAX_DENSITY", "StructureBatch"]
+
+#: Atoms per cubic length unit above which a periodic cell is no material (diamond holds
+#: 0.18 per Å³): a Lattice in the wrong units, which would need millions of periodic
+#: images per atom. The readers refuse such a structure; a neighbor list too.
+MAX_DENSITY = 5.0
 
 #: The array fields, per atom (N rows) and per structure (S rows): name → (rows, dtype of
 #: a row's values, trailing shape, unit, meaning).

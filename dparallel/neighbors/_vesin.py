@@ -11,6 +11,7 @@ import numpy as np
 
 from dparallel.errors import DescriptorError
 from dparallel.neighbors._small_cells import SMALL_CELL_ATOMS, small_cell_pairs
+from dparallel.types import MAX_DENSITY
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -92,6 +93,15 @@ def _cells_for_lists(batch: StructureBatch) -> np.ndarray:
     if periodic.size == 0:
         return cells
     volume = np.abs(np.linalg.det(cells[periodic]))
+    bulk = batch.pbc[periodic].all(axis=1) & (volume > 1e-10)
+    density = np.where(bulk, batch.atom_counts[periodic] / np.where(bulk, volume, 1.0), 0.0)
+    if np.any(density > MAX_DENSITY):
+        s = int(np.argmax(density))
+        raise DescriptorError(
+            f"structure {int(periodic[s])}: {int(batch.atom_counts[periodic[s]])} atoms in a "
+            f"periodic cell of {volume[s]:.3g} Å³ ({density[s]:.3g} atoms/Å³; no material "
+            f"holds more than ~0.3, the limit is {MAX_DENSITY}): check the Lattice and its units"
+        )
     singular = periodic[~np.isfinite(volume) | (volume < 1e-10)]
     if singular.size == 0:
         return cells

@@ -52,6 +52,17 @@ def test_an_implausible_cell_is_refused(tmp_path):
         open_source(path).read()
 
 
+def test_a_cell_denser_than_any_material_is_refused_and_skippable(tmp_path):
+    """A Lattice in the wrong units (0.05 Å cube): refused by the reader, naming the line;
+    under ``on_error="skip"`` the rest is read (a neighbor list would never finish)."""
+    path = tmp_path / "in.extxyz"
+    tiny = '1\nLattice="0.05 0 0 0 0.05 0 0 0 0.05" Properties=species:S:1:pos:R:3 pbc="T T T"\n'
+    path.write_text(GOOD + tiny + "Cu 0 0 0\n")
+    with pytest.raises(InvalidStructureError, match=r"line 5, structure 1: 1 atoms .* denser"):
+        open_source(path).read()
+    assert open_source(path, on_error="skip").read().n_structures == 1
+
+
 def test_a_comment_that_is_not_utf8_is_read_with_a_warning_naming_the_line(tmp_path, caplog):
     path = tmp_path / "in.extxyz"
     latin1 = '2\nProperties=species:S:1:pos:R:3 energy=-1.0 pbc="F F F" note="caf\xe9"\n'

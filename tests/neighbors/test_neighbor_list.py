@@ -124,6 +124,18 @@ def test_a_slab_with_a_zero_vector_along_its_open_axis_equals_ase(repeat) -> Non
         neighbor_list(StructureBatch.from_ase([flat]), 3.0)
 
 
+def test_a_cell_denser_than_any_material_is_refused_not_listed() -> None:
+    """One Cu atom in a 0.05 Å cube (a Lattice in the wrong units): 8,000 atoms/Å³, ~4e6
+    images within 5 Å; it ran for minutes or out of memory. Dense real cells pass."""
+    import ase.build
+
+    tiny = ase.Atoms("Cu", positions=[[0, 0, 0]], cell=np.eye(3) * 0.05, pbc=True)
+    diamond = ase.build.bulk("C", "diamond", a=3.567)  # 0.18 atoms/Å³, the densest solid
+    with pytest.raises(DescriptorError, match=r"structure 1: 1 atoms in a periodic cell .* units"):
+        neighbor_list(StructureBatch.from_ase([diamond, tiny]), 5.0)
+    assert neighbor_list(StructureBatch.from_ase([diamond]), 5.0).n_pairs > 0
+
+
 def test_large_structures_take_vesin_and_stay_in_order_between_small_ones(
     rng: np.random.Generator,
 ) -> None:
