@@ -6,6 +6,7 @@ The base of :class:`~dparallel.store.Store`: what both its writes
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,6 +22,7 @@ from dparallel.store._read_cache import CachedReads, cache_budget
 from dparallel.store.plan import Plan
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     from zarr.abc.store import Store as ZarrStore
@@ -184,14 +186,22 @@ class OpenedStore:
         truncated by a full disk or a crash, or corrupted otherwise).
         """
         array = self._array(name)
-        try:
+        with self._decoding(name):
             return np.asarray(array[start:stop])
-        except (OSError, MemoryError):
+
+    @contextlib.contextmanager
+    def _decoding(self, name: str) -> Iterator[None]:
+        """Reads of ``name`` inside the block: a chunk or document that cannot be decoded
+        (truncated by a full disk or a crash, or corrupted otherwise) is a
+        :class:`StoreError` naming it, not the codec's or the JSON parser's traceback."""
+        try:
+            yield
+        except (OSError, MemoryError, StoreError):
             raise
         except Exception as exc:  # noqa: BLE001 - codec errors come in many types
             raise StoreError(
-                f"{self.location}: cannot read {name} (a chunk is truncated or corrupt: "
-                f"{type(exc).__name__}: {exc})"
+                f"{self.location}: cannot read {name} (a chunk or its metadata is truncated "
+                f"or corrupt: {type(exc).__name__}: {exc}); featurize the store again"
             ) from None
 
     def _partition_group(self, p: int, create: bool) -> zarr.Group | None:

@@ -45,7 +45,13 @@ class StoreReads(OpenedStore):
         cached = self._backend.zarr_store
         if isinstance(cached, CachedReads):  # a store at a URL: all its objects at once
             sync(cached.prefetch(f"{_partition_group(int(p))}/features/{descriptor}/"))
-        part = self._partition_group(int(p), create=False)
+        with self._decoding(f"{_partition_group(int(p))}/features/{descriptor}"):
+            return self._read_features(int(p), descriptor, derivatives)
+
+    def _read_features(
+        self, p: int, descriptor: str, derivatives: bool
+    ) -> dict[str, dict[str, np.ndarray]]:
+        part = self._partition_group(p, create=False)
         node = None if part is None else part.get(f"features/{descriptor}")
         if not isinstance(node, zarr.Group):
             return {}

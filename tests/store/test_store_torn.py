@@ -120,3 +120,26 @@ def test_features_of_an_attempt_killed_mid_write_are_redone_whole(tmp_path, rng)
     assert set(got) == set(want)
     for e, arrays in want.items():
         assert set(got[e]) == set(arrays)
+
+
+@pytest.mark.parametrize("what", ["chunk", "metadata"])
+def test_a_damaged_feature_array_is_a_store_error_naming_it(tmp_path, rng, what):
+    """A feature chunk cut short (a blosc error) or its zarr.json broken (a JSON error)
+    reached training as the codec's traceback; it is one StoreError naming the array."""
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+    data = tmp_path / "data.xyz"
+    frames = random_structures(6, rng, min_atoms=3, max_atoms=8, elements=(1, 6, 8))
+    ase.io.write(data, frames, format="extxyz")
+    acsf = ACSF.uniform(["H", "C", "O"], r_cut=3.0, radial=[(0.5, 0.0)], narrow=[], wide=[])
+    store = featurize_in_process(
+        data, tmp_path / "f.zarr", DescriptorSet(acsf=acsf), FeaturizeOptions(partition_atoms=40)
+    )
+    element = sorted(store.read_features(0, "acsf"))[0]
+    values = tmp_path / "f.zarr" / "parts" / "0" / "features" / "acsf" / element / "values"
+    target = _chunk_file(values, 0, 0) if what == "chunk" else values / "zarr.json"
+    target.write_bytes(target.read_bytes()[: 20 if what == "chunk" else 5])
+    with pytest.raises(StoreError, match=r"cannot read parts/0/features/acsf .*corrupt"):
+        open_store(tmp_path / "f.zarr").read_features(0, "acsf")
