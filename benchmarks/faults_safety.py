@@ -182,26 +182,28 @@ def _full_json_keeps_old(tmp: Path) -> Result:
 
 
 def _full_torch_save(tmp: Path) -> Result:
+    """torch serializes into memory and dparallel's writer writes (torch's own C++ writer
+    aborted the whole process on a full disk): the disk fills while a checkpoint and an
+    exported program are written."""
     import torch
 
     from dparallel.nn import save_torch_file
 
-    real = torch.save
-
-    def full(obj: Any, path: Any, **kwargs: Any) -> None:  # torch's C++ writer on ENOSPC
-        Path(path).write_bytes(b"PK half an archive")
-        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
-
-    torch.save = full  # type: ignore[assignment]
-    try:
+    program = torch.export.export(torch.nn.Linear(2, 2), (torch.zeros(1, 2),))
+    with _full_disk():
         held, seen = raises(
             lambda: save_torch_file({"w": torch.zeros(1000)}, tmp / "best.pt"),
             DiskFullError,
             "best.pt",
         )
-    finally:
-        torch.save = real
-    return held and not list(tmp.iterdir()), seen
+        again, _ = raises(
+            lambda: _files.write_serialized(
+                tmp / "net.pt2", lambda f: torch.export.save(program, f)
+            ),
+            DiskFullError,
+            "net.pt2",
+        )
+    return held and again and not list(tmp.iterdir()), seen
 
 
 def _torch_file_on_link(tmp: Path) -> Result:

@@ -50,9 +50,30 @@ def read_yaml(path: str | os.PathLike[str], what: str = "config") -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the {what} file: {exc}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_keys_loader())  # a SafeLoader: no tags run code
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {_one_line(exc)}") from None
+
+
+def _unique_keys_loader() -> type:
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the
+    last silently: a second ``training:`` section would replace the first whole)."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        problem=f"the key {key!r} is given twice (lines {seen[key].line + 1} "
+                        f"and {key_node.start_mark.line + 1})"
+                    )
+                seen[key] = key_node.start_mark
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeys
 
 
 def parse_value(text: str, where: str) -> Any:

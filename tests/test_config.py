@@ -94,6 +94,15 @@ def test_read_yaml_errors_name_the_file(tmp_path):
     (tmp_path / "tag.yaml").write_text(f"a: {_EVIL}\n")
     with pytest.raises(ConfigError, match=r"tag.yaml: not valid YAML"):
         read_yaml(tmp_path / "tag.yaml")
+    # PyYAML keeps the last of two equal keys: a second section replaced the first whole
+    (tmp_path / "twice.yaml").write_text("training:\n  epochs: 3\nx: 1\ntraining:\n  lr: 0.1\n")
+    with pytest.raises(
+        ConfigError, match=r"twice.yaml: .*'training' is given twice \(lines 1 and 4\)"
+    ):
+        read_yaml(tmp_path / "twice.yaml")
+    (tmp_path / "nested.yaml").write_text("a:\n  b: 1\n  b: 2\nc: [{d: 1}, {d: 2}]\n")
+    with pytest.raises(ConfigError, match=r"'b' is given twice"):
+        read_yaml(tmp_path / "nested.yaml")
 
 
 def test_relative_paths_are_taken_from_the_working_directory(tmp_path, monkeypatch):

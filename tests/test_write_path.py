@@ -6,7 +6,8 @@ test: ``open(…, "w"/"a"/"x"/"+")``, ``Path.open`` in such a mode, ``os.open`` 
 ``torch.save`` / ``torch.export.save`` / ``torch.jit.save`` / ``np.save*`` /
 ``ase.io.write`` / ``savefig`` to a path, ``shutil.copy*`` / ``copyfile``, ``logging.FileHandler``.
 Calls inside a ``lambda`` handed to :func:`dparallel._files.write_with` are not writes of
-their own: the library writes the new temporary file made there.
+their own: the library writes the new temporary file made there; nor are those handed to
+:func:`dparallel._files.write_serialized`: the library writes into memory.
 The allowed exceptions are listed below with their reasons.
 """
 
@@ -31,11 +32,6 @@ ALLOWED: dict[str, tuple[frozenset[str] | None, str]] = {
     "dparallel/cli/main.py": (
         frozenset({"os.open with write flags"}),
         "os.open(os.devnull, O_WRONLY) to silence a closed stdout pipe",
-    ),
-    "dparallel/deploy/artifacts.py": (
-        frozenset({"torch.export.save", "torch.jit.save"}),
-        "the route writers torch.export.save / torch.jit.save write the new temporary file "
-        "that _route gets from dparallel._files.write_with (they take a path, not a file)",
     ),
 }
 
@@ -93,7 +89,8 @@ def writes_in(source: str, filename: str) -> list[str]:
     handed = {  # calls in a lambda given to write_with: they write its new temporary file
         id(inner)
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and _dotted(node.func)[-1:] == ("write_with",)
+        if isinstance(node, ast.Call)
+        and _dotted(node.func)[-1:] in (("write_with",), ("write_serialized",))
         for arg in [*node.args, *(kw.value for kw in node.keywords)]
         if isinstance(arg, ast.Lambda)
         for inner in ast.walk(arg.body)

@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from dparallel.workflow.spec import load_workflow
 
     spec = load_workflow(args.workflow, args.overrides)
-    spec.check_locations()
+    spec.check()
     if args.device is not None and spec.training is not None:
         training = spec.training.model_copy(update={"device": args.device})
         spec = spec.model_copy(update={"training": training})
@@ -166,7 +166,7 @@ def validate(args: argparse.Namespace) -> int:
     from dparallel.workflow.spec import load_workflow
 
     spec = load_workflow(args.workflow, args.overrides)
-    spec.check_locations()  # a URL needs its client (and, for the store, conditional writes)
+    spec.check()  # what run refuses before any work: locations, descriptors
     print(json.dumps(spec.to_dict(), indent=1) if args.json else f"{args.workflow}: ok")
     return 0
 

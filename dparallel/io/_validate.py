@@ -66,7 +66,7 @@ def validate_batch(batch: StructureBatch) -> dict[int, str]:
     flag(huge.any(axis=1), "cell has implausible entries" + far)
     bulk = batch.pbc.all(axis=1) & np.isfinite(batch.cells).reshape(n, 9).all(axis=1)
     volume = np.abs(np.linalg.det(np.where(bulk[:, None, None], batch.cells, np.eye(3))))
-    dense = bulk & (counts > MAX_DENSITY * volume)
+    dense = bulk & (volume > 1e-10) & (counts > MAX_DENSITY * volume)  # singular: below
     for s in np.flatnonzero(dense):
         bad.setdefault(
             int(s),

@@ -310,6 +310,12 @@ def load_model(
     if path.is_dir():
         path = path / MODEL
     if not path.is_file():
+        if path.with_name("checkpoint.pt").is_file():  # a training stopped before its end
+            raise TrainingError(
+                f"no trained model at {path}: its training stopped before the end; finish "
+                f"it with `dparallel train STORE -o {path.parent} --resume` (a new run without "
+                "--resume would start again)"
+            )
         raise TrainingError(f"no trained model at {path}; run `dparallel train` first")
     data = load_torch_file(path, "model file")
     if data.get("format") != MODEL_FORMAT:

@@ -74,6 +74,24 @@ class DatasetSpec(_Strict):
     on_error: Literal["raise", "skip"] = "raise"
     generate: GenerateSpec | None = None
 
+    @field_validator("units")
+    @classmethod
+    def _known_units(cls, value: str) -> str:
+        from dparallel.io.units import UNIT_SYSTEMS
+
+        if value not in UNIT_SYSTEMS:
+            raise ValueError(f"{value!r} is none of {', '.join(UNIT_SYSTEMS)}")
+        return value
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str | None) -> str | None:
+        from ase.io.formats import ioformats
+
+        if value is not None and value not in ("extxyz", "n2p2", *ioformats):
+            raise ValueError(f"{value!r} is neither extxyz, n2p2 nor a format ASE reads")
+        return value
+
 
 class PartitionSpec(_Strict):
     """How structures are grouped into tasks."""
@@ -132,6 +150,19 @@ class WorkflowSpec(_Strict):
     def store_location(self) -> Location:
         """Where the store is (a path or a URL, with its ``storage_options``)."""
         return as_location(self.store.path, self.store.storage_options)
+
+    def check(self) -> None:
+        """What ``run`` would refuse before any work, beyond the schema (``validate`` says
+        the same): the locations (:meth:`check_locations`) and descriptors that cannot be
+        built (an unknown element or cutoff, a shift beyond the cutoff, …), as
+        :class:`ConfigError` naming the section."""
+        self.check_locations()
+        try:
+            self.descriptors.build(data_units=self.dataset.units)
+        except ConfigError:
+            raise
+        except DParallelError as exc:
+            raise ConfigError(f"descriptors: {exc}") from None
 
     def check_locations(self) -> None:
         """Refuse (:class:`ConfigError`) a URL whose client is not installed, and a store

@@ -62,6 +62,11 @@ def test_broken_and_foreign_files_are_named(tmp_path: Path) -> None:
         load_torch_file(tmp_path / "list.pt")
     with pytest.raises(TrainingError, match="no trained model at"):
         load_model(tmp_path / "missing")
+    stopped = tmp_path / "stopped"  # a training killed before its end: resume, not rerun
+    stopped.mkdir()
+    (stopped / "checkpoint.pt").write_bytes(b"")
+    with pytest.raises(TrainingError, match=rf"-o {stopped} --resume"):
+        load_model(stopped)
 
 
 def test_a_file_of_another_pickle_protocol_is_one_error_without_torchs_warning(

@@ -141,3 +141,22 @@ def test_quickstart_uses_the_tuned_defaults():
             else:
                 assert value == b[key], key
     assert spec.training == TrainingSpec()
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("dataset.units=bohr", "dataset.units: .*'bohr' is none of"),
+        ("dataset.format=xyzz", "dataset.format: .*'xyzz' is neither"),
+        ("descriptors.acsf.cutoff=cosine", "descriptors: unknown cutoff 'cosine'"),
+        ("descriptors.acsf.elements=[Cux]", "descriptors: elements must be"),
+        ("descriptors.acsf.radial=[[0.1, 9.0]]", "descriptors: .*beyond the cutoff"),
+    ],
+)
+def test_validate_refuses_what_run_refuses(override, says):
+    """``validate`` said ok to these and ``run`` then refused them: one check for both."""
+    from dparallel.errors import ConfigError
+    from dparallel.workflow.spec import load_quickstart
+
+    with pytest.raises(ConfigError, match=says):
+        load_quickstart([override]).check()
