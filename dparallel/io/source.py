@@ -144,6 +144,15 @@ class StructureSource:
         # a copy sent to a task (``_expect_index``) of a file at a URL is found by its
         # index's first request: no request of its own
         if (location.local is not None or _expect_index is None) and not location.is_file():
+            local = location.local
+            if local is not None and local.is_dir():
+                store = " (a zarr store? structures are read from the file it was made from)"
+                raise InputError(
+                    f"{location} is a folder, not a structure file"
+                    + (store if (local / "zarr.json").is_file() else "")
+                )
+            if local is not None and local.exists():
+                raise InputError(f"{location} is not a regular file (a device or a pipe)")
             raise SourceNotFoundError(f"input file not found: {location}")
         _refuse_compressed(location)
         if units not in UNITS:

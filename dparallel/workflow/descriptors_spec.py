@@ -37,7 +37,7 @@ from dparallel.descriptors.acsf_spec import ACSFSpec
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.descriptors.neighbor_sum_spec import NeighborSumSpec
 from dparallel.descriptors.registry import BuildContext, descriptor_kind, registered
-from dparallel.errors import ConfigError, DescriptorError
+from dparallel.errors import ConfigError, DescriptorError, DParallelError
 from dparallel.n2p2.symmetry_functions import acsf_from_input_nn
 
 if TYPE_CHECKING:
@@ -155,4 +155,9 @@ def load_descriptors(
         raise ConfigError(
             f"{path}: invalid descriptors:\n{describe_validation_error(exc)}"
         ) from None
-    return spec.build(data_units=data_units)
+    try:
+        return spec.build(data_units=data_units)
+    except ConfigError:
+        raise
+    except DParallelError as exc:  # an unknown element or cutoff, a shift beyond the cutoff
+        raise ConfigError(f"{path}: invalid descriptors: {exc}") from None

@@ -272,3 +272,18 @@ def test_n2p2_non_numeric_charge_column(tmp_path):
     path.write_text(_n2p2("atom 0 0 0 H 0 0 0 0 0\natom 0 0 1 H q 0 0 0 0\n"))
     with pytest.raises(InputFormatError, match=r"line 11, structure 1: non-numeric field 'q'"):
         open_source(path).read()
+
+
+def test_a_folder_or_a_device_is_not_a_missing_file(tmp_path):
+    """``evaluate MODEL store.zarr`` and ``/dev/null`` said "input file not found"."""
+    from dparallel.errors import InputError, SourceNotFoundError
+
+    store = tmp_path / "feats.zarr"
+    store.mkdir()
+    (store / "zarr.json").write_text("{}")
+    with pytest.raises(InputError, match=r"feats.zarr is a folder, not a structure file \(a zarr"):
+        open_source(store)
+    with pytest.raises(InputError, match="/dev/null is not a regular file"):
+        open_source("/dev/null")
+    with pytest.raises(SourceNotFoundError, match="input file not found"):
+        open_source(tmp_path / "missing.xyz")

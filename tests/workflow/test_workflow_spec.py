@@ -160,3 +160,13 @@ def test_validate_refuses_what_run_refuses(override, says):
 
     with pytest.raises(ConfigError, match=says):
         load_quickstart([override]).check()
+
+
+def test_a_descriptors_file_that_cannot_be_built_is_named(tmp_path):
+    from dparallel.errors import ConfigError
+    from dparallel.workflow.descriptors_spec import load_descriptors
+
+    path = tmp_path / "d.yaml"
+    path.write_text("acsf: {elements: [Cux], r_cut: 4.0, radial: [[0.5, 0.0]]}\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: invalid descriptors: elements must be"):
+        load_descriptors(path)
