@@ -64,7 +64,13 @@ def _unique_keys_loader() -> type:
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: dict[Any, Any] = {}
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base``: overridable
+                    continue
                 key = self.construct_object(key_node, deep=deep)
+                try:
+                    hash(key)
+                except TypeError:  # PyYAML's own error for it follows
+                    continue
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         problem=f"the key {key!r} is given twice (lines {seen[key].line + 1} "

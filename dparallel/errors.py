@@ -134,6 +134,11 @@ class TrainingError(DParallelError, RuntimeError):
     """Training cannot start or continue (empty split, missing arrays, bad checkpoint…)."""
 
 
+class CheckpointMismatchError(TrainingError):
+    """A checkpoint that cannot be resumed: none, not dparallel's, or of another training
+    configuration or store."""
+
+
 class DeviceError(TrainingError):
     """A compute device was asked for but is absent, or ran out of memory; says what to do."""
 

@@ -103,6 +103,12 @@ def test_read_yaml_errors_name_the_file(tmp_path):
     (tmp_path / "nested.yaml").write_text("a:\n  b: 1\n  b: 2\nc: [{d: 1}, {d: 2}]\n")
     with pytest.raises(ConfigError, match=r"'b' is given twice"):
         read_yaml(tmp_path / "nested.yaml")
+    # merge keys may be overridden, as YAML means them; an unhashable key stays YAML's error
+    (tmp_path / "merge.yaml").write_text("b: &b {lr: 1, epochs: 3}\nt: {<<: *b, lr: 2}\n")
+    assert read_yaml(tmp_path / "merge.yaml")["t"] == {"lr": 2, "epochs": 3}
+    (tmp_path / "key.yaml").write_text("? [1, 2]\n: 3\n")
+    with pytest.raises(ConfigError, match="unhashable key"):
+        read_yaml(tmp_path / "key.yaml")
 
 
 def test_relative_paths_are_taken_from_the_working_directory(tmp_path, monkeypatch):

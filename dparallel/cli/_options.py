@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from concurrent.futures import Future
 
+    from dparallel.io.location import Location
+
 
 def local_argument(what: str) -> Callable[[str], str]:
     """An argparse ``type`` for an option that names a local file or folder (``what``): a
@@ -110,7 +112,7 @@ def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:
 
 
 def refuse_unwritable_target(
-    store: str | Path, *, overwrite: bool, protect: tuple[str | Path | None, ...] = ()
+    store: str | Path | Location, *, overwrite: bool, protect: tuple[str | Path | None, ...] = ()
 ) -> None:
     """Refuse a target that no store is ever written over (the filesystem root; a folder
     neither empty nor a store; a URL holding a user's objects or an input), as

@@ -102,8 +102,8 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
         cluster = cluster.model_copy(update={"torch_threads": args.torch_threads})
     spec = spec.model_copy(update={"cluster": cluster})
     store_protect = (*protect, spec.dataset.path)
-    cluster_cli.refuse_unwritable_target(
-        spec.store.path, overwrite=spec.store.overwrite, protect=store_protect
+    cluster_cli.refuse_unwritable_target(  # a URL with its storage_options
+        spec.store_location(), overwrite=spec.store.overwrite, protect=store_protect
     )
     if spec.cluster.kind == "local":  # its warm-up overlaps the dataset stage and driver start
         cluster_cli.start_local_forkserver(args)

@@ -289,12 +289,11 @@ def local_path(target: str | os.PathLike[str], what: str) -> Path:
 
 
 def _local_text(text: str) -> Path:
-    """A local path's text with a ``file://`` or ``file://localhost`` prefix dropped."""
-    if _SCHEME.match(text):  # file:// (is_url said so) with a host or without a path
+    """A local path's text with a ``file://`` or ``file://localhost`` prefix (any case)
+    dropped; ``file://~/x`` and ``file://rel/x`` stay ``~/x`` and ``rel/x``, as before."""
+    if _SCHEME.match(text):  # file:// (is_url said so)
         local = _FILE_URL.sub("", text, count=1)
-        if local == text:
-            raise LocationError(f"{text}: a file:// URL names an absolute path (file:///path)")
-        return Path(local)
+        return Path(local if local != text else text[len("file://") :])
     return Path(text)
 
 

@@ -136,10 +136,11 @@ def create_remote(
     with StoreLease(url, command="create_store"):
         status = remote_status(url, fingerprint, config, compared)
         if status.kind == "foreign":
-            refuse_foreign(url)  # objects of a user's
+            refuse_foreign(url)  # objects of a user's (a zarr group of theirs too)
             raise StoreMismatchError(
-                f"{url}: its pointer names a generation that cannot be opened as a store; "
-                "dparallel writes a store only under an empty prefix or its own store"
+                f"{url} holds a store dparallel cannot open (its pointer names a generation "
+                "that is no store, or its zarr.json is not a store's); dparallel writes a "
+                "store only under an empty prefix or its own store"
             )
         if status.kind != "missing" and not overwrite and not status.matches:
             raise StoreMismatchError(status.refusal())

@@ -52,12 +52,24 @@ def is_generation(name: str) -> bool:
 
 def foreign_names(url: Location) -> list[str]:
     """The top-level names below ``url`` that are not a store's (neither the pointer, the
-    lease nor a generation); ``[]`` where ``url`` holds a store without generations (a
-    local store uploaded as it is, its ``zarr.json`` at the top)."""
+    lease nor a generation); ``[]`` where ``url`` holds a dparallel store without
+    generations (a local store uploaded as it is, its ``zarr.json`` at the top)."""
     names = url.names()
-    if "zarr.json" in names:
+    if "zarr.json" in names and _a_store_at_the_top(url):
         return []
     return [n for n in names if n not in (LEASE_KEY, POINTER_KEY) and not is_generation(n)]
+
+
+def _a_store_at_the_top(url: Location) -> bool:
+    """Whether ``url``'s top ``zarr.json`` is a dparallel store's (its ``dparallel``
+    attributes), not any zarr group of a user's."""
+    found = _objects.get(url.child("zarr.json"))
+    try:
+        document = json.loads(found[0]) if found is not None else None
+    except ValueError:
+        return False
+    attributes = document.get("attributes") if isinstance(document, dict) else None
+    return isinstance(attributes, dict) and isinstance(attributes.get("dparallel"), dict)
 
 
 def refuse_foreign(url: Location) -> None:

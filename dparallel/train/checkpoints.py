@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dparallel.errors import TrainingError
+from dparallel.errors import CheckpointMismatchError
 from dparallel.nn import load_torch_file, save_torch_file
 from dparallel.nn import model_file as _model_file
 from dparallel.train.spec import TrainingSpec
@@ -106,11 +106,11 @@ def resume_from(
         live differ).
     """
     if not path.is_file():
-        raise TrainingError(f"--resume: no checkpoint at {path}")
+        raise CheckpointMismatchError(f"--resume: no checkpoint at {path}")
     device = next(model.parameters()).device
     ck = load_torch_file(path, "checkpoint", map_location=device)
     if not set(ck) >= _CHECKPOINT_KEYS:
-        raise TrainingError(
+        raise CheckpointMismatchError(
             f"{path}: not a dparallel checkpoint (missing "
             f"{', '.join(sorted(_CHECKPOINT_KEYS - set(ck)))})"
         )
@@ -121,7 +121,7 @@ def resume_from(
         k for k in new if k not in _RESUMABLE_KEYS and old.get(k, fields[k].default) != new[k]
     )
     if diff:
-        raise TrainingError(
+        raise CheckpointMismatchError(
             f"--resume: {path} was trained with another config ({', '.join(diff)} "
             "differ); use the same config or a new MODEL_DIR"
         )

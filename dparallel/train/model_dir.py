@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dparallel._files import claim_directory, remove_file, write_file
-from dparallel.errors import TrainingError
+from dparallel.errors import CheckpointMismatchError, TrainingError
 from dparallel.store import StoreLease, current_identity, held_lease, store_identity
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def claim_model_dir(
             now = store_identity(store)
             recorded = doc.get("store")
             if resume and isinstance(recorded, dict) and recorded.get("identity") != now:
-                raise TrainingError(
+                raise CheckpointMismatchError(
                     f"--resume: {path} was trained from another store than {store.location} "
                     f"is now (then: {_describe(recorded.get('identity'))}; now: "
                     f"{_describe(now)}): it was featurized again or overwritten. Train anew "

@@ -226,7 +226,7 @@ def _train(
     whether an interrupted run's checkpoint there was resumed (the store not made again,
     the same training configuration; else it trains afresh, as before)."""
     from dparallel.dashboard import epoch_publisher
-    from dparallel.errors import TrainingError
+    from dparallel.errors import CheckpointMismatchError
     from dparallel.store import open_store
     from dparallel.train import train
     from dparallel.train.data_units import record_data_units
@@ -237,7 +237,7 @@ def _train(
     resume = not refeaturized and (model_dir / "checkpoint.pt").is_file()
     try:
         trained = train(opened, model_dir, spec.training, callback=callbacks, resume=resume)
-    except TrainingError as exc:
+    except CheckpointMismatchError as exc:  # anything else is no reason to start again
         if not resume:
             raise
         say(f"train: the checkpoint in {model_dir} is not resumed ({exc}); training afresh")

@@ -88,7 +88,8 @@ class DatasetSpec(_Strict):
     def _known_format(cls, value: str | None) -> str | None:
         from ase.io.formats import ioformats
 
-        if value is not None and value not in ("extxyz", "n2p2", *ioformats):
+        known = ("extxyz", "n2p2", "runner", *ioformats)  # as open_source reads them
+        if value is not None and value.lower() not in known:
             raise ValueError(f"{value!r} is neither extxyz, n2p2 nor a format ASE reads")
         return value
 

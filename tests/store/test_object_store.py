@@ -263,6 +263,11 @@ def test_foreign_objects_and_inputs_are_never_replaced(base, data):
     with pytest.raises(UnsafePathError, match="an input"):
         featurize_in_process(source, f"{base}/in", _dset(), FeaturizeOptions(partition_atoms=30))
     assert as_location(f"{base}/in").names() == ["data.xyz"]
+    group = f"{base}/group"  # a user's own zarr group: zarr.json at the top, not a store's
+    fs.pipe_file(filesystem(f"{group}/zarr.json")[1], b'{"zarr_format": 3, "node_type": "group"}')
+    with pytest.raises(StoreMismatchError, match=r"not a dparallel store \(zarr.json\)"):
+        featurize_in_process(data, group, _dset(), FeaturizeOptions(partition_atoms=30))
+    assert as_location(group).names() == ["zarr.json"]
 
 
 def test_remote_store_equals_the_local_one_bitwise(base, data, tmp_path):
@@ -551,3 +556,19 @@ def test_a_retry_replaces_what_a_killed_attempt_left(base, data):
         for k, v in arrays.items():  # dG/dr re-encoded from float32: rounding apart
             np.testing.assert_allclose(got[e][k], v, rtol=1e-6, atol=1e-7, err_msg=f"{e}/{k}")
     assert reread.report(0) == {"retried": True}
+
+
+def test_a_local_store_uploaded_as_it_is_is_ours_and_resumed(data, tmp_path):
+    """A store without generations (a local store copied to a URL, zarr.json at the top)
+    is a dparallel store, not a user's zarr group: it is reopened, nothing refused."""
+    import fsspec
+
+    local = featurize_in_process(
+        data, tmp_path / "s.zarr", _dset(), FeaturizeOptions(partition_atoms=30)
+    )
+    url = f"memory://dparallel-test/uploaded-{time.monotonic_ns()}/s.zarr"
+    fs = fsspec.filesystem("memory")
+    fs.put(str(local.path), url.removeprefix("memory://"), recursive=True)
+    again = featurize_in_process(data, url, _dset(), FeaturizeOptions(partition_atoms=30))
+    assert again.is_complete
+    _same(_arrays(open_store(url)), _arrays(local))

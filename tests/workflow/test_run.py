@@ -101,3 +101,25 @@ def test_a_run_killed_while_training_resumes_its_checkpoint(tmp_path, monkeypatc
     after = metrics.read_text().splitlines()
     assert after[:3] == before and len(after) == 4  # epochs 0, 1 kept as they were
     assert (result.model_dir / "model.pt").is_file() and result.metrics["test"]
+
+
+def test_a_killed_training_of_another_configuration_trains_afresh(tmp_path, monkeypatch):
+    """Only a checkpoint that cannot be resumed (another training configuration) makes the
+    next run start again; the run says so."""
+    from dparallel.workflow.run import run_workflow
+    from dparallel.workflow.spec import load_quickstart
+
+    monkeypatch.chdir(tmp_path)
+    overrides = [s for s in SMALL if s != "--set"]
+    spec = load_quickstart([*overrides, "training.epochs=3"])
+
+    def kill_after_one(row):  # noqa: ANN001, ANN202
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_workflow(spec, on_epoch=kill_after_one)
+    said, seen = [], []
+    other = load_quickstart([*overrides, "training.epochs=3", "training.lr=0.002"])
+    result = run_workflow(other, say=said.append, on_epoch=lambda row: seen.append(row["epoch"]))
+    assert result.stages["train"] == "ran" and seen == [0, 1, 2]
+    assert any("is not resumed" in line and "another config" in line for line in said), said
