@@ -16,6 +16,7 @@ registered type works:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -227,10 +228,13 @@ class DeployedModel(nn.Module):
             for x in (out["energy"][0], out["forces"], out["stress"][0], out["energies"])
         )
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
+    def save(
+        self, path: str | os.PathLike[str], trained: str | os.PathLike[str] | None = None
+    ) -> Path:
         """Write what :func:`load_deployed` needs (tensors and plain data only) to ``path``
-        atomically (``MODEL_DIR/deployed.pt``)."""
-        doc = {
+        atomically (``MODEL_DIR/deployed.pt``); ``trained``: the ``model.pt`` it is made
+        from, whose digest it keeps (a later training is then noticed on load)."""
+        doc: dict[str, Any] = {
             "format": "dparallel-deployed",
             "version": 2,
             "descriptor_kind": self.kind.name,
@@ -239,8 +243,15 @@ class DeployedModel(nn.Module):
             "state_dict": self.model.state_dict(),
             "dtype": str(self.dtype).removeprefix("torch."),
         }
+        if trained is not None and Path(trained).is_file():
+            doc["model_sha256"] = _digest(Path(trained))
         save_torch_file(doc, path)
         return Path(path)
+
+
+def _digest(path: Path) -> str:
+    """SHA-256 of a file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_deployed(
@@ -256,16 +267,17 @@ def load_deployed(
         raise TrainingError(
             f"no deployable model at {path}; run `dparallel export {path.parent}` first"
         )
+    data = load_torch_file(path, "deployed model")
     trained = path.with_name("model.pt")
-    if trained.is_file() and trained.stat().st_mtime_ns > path.stat().st_mtime_ns:
+    made_from = data.get("model_sha256")
+    if made_from and trained.is_file() and _digest(trained) != made_from:
         log.warning(
-            "%s is older than %s (training went on after the export): it is the earlier "
-            "model; run `dparallel export %s` for the latest",
+            "%s was exported from an earlier %s (training went on after the export): run "
+            "`dparallel export %s` for the latest",
             path,
             trained.name,
             path.parent,
         )
-    data = load_torch_file(path, "deployed model")
     if data.get("format") != "dparallel-deployed":
         raise TrainingError(f"{path} is not a dparallel deployed model")
     kind = data.get("descriptor_kind", "acsf")

@@ -115,9 +115,19 @@ def refuse_foreign_target(
     if isinstance(path, Location) and path.local is not None:
         path = path.local
     if remote is not None:
-        refuse_remote_target(remote, [str(p) for p in protect])
+        refuse_remote_target(remote, [_as_written(p) for p in protect])
     elif isinstance(path, (str, os.PathLike)):
         refuse_foreign_folder(path, overwrite, [p for p in protect if not isinstance(p, Location)])
+
+
+def _as_written(item: str | os.PathLike[str] | Location) -> str:
+    """A protected input as a location's text (a URL normalised as stores' are)."""
+    from dparallel.io.location import LocationError, as_location
+
+    try:
+        return str(as_location(item))
+    except LocationError:
+        return str(item)
 
 
 def publish_store(store: Store) -> Store:

@@ -47,7 +47,7 @@ class ExportJob:
 
 def _write_deployed(job: ExportJob) -> None:
     """``deployed.pt``: what the calculator and ``evaluate`` load."""
-    job.deployed.save(job.model_dir / DEPLOYED)
+    job.deployed.save(job.model_dir / DEPLOYED, trained=job.model_dir / "model.pt")
     job.report["files"].append(DEPLOYED)
 
 
