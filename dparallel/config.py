@@ -140,12 +140,25 @@ def section(data: Any, name: str, source: str) -> dict[str, Any]:
     return dict(value)
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One indented line per problem: the key path and what is wrong."""
+def describe_validation_error(
+    exc: ValidationError, overrides: Iterable[str] = (), root: str | None = None
+) -> str:
+    """One indented line per problem: the key path and what is wrong; a value that came
+    from ``--set`` (``overrides``, keys below ``root`` as :func:`apply_overrides` reads
+    them) is named as the user wrote it."""
+    given: dict[str, str] = {}
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        parts = key.split(".")
+        if root is not None and parts[0] == root and len(parts) > 1:
+            parts = parts[1:]
+        given[".".join(parts)] = item
     lines = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"  {where}: {err['msg']}")
+        said = [k for k in given if where == k or where.startswith(k + ".")]
+        origin = f" (--set {given[said[-1]]})" if said else ""
+        lines.append(f"  {where}: {err['msg']}{origin}")
     return "\n".join(lines)
 
 

@@ -130,3 +130,19 @@ def test_relative_paths_are_taken_from_the_working_directory(tmp_path, monkeypat
     with pytest.raises(Exception, match=r"nets/input.nn"):
         load_descriptors(desc)
     assert resolve_path("x/y") == tmp_path / "conf" / "x" / "y"
+
+
+def test_a_bad_value_from_set_is_named_as_the_user_wrote_it():
+    """``--set training.epochs=abc``: the message named the file, as if it held the value."""
+    from dparallel.train.spec import parse_training_spec
+    from dparallel.workflow.spec import load_quickstart
+
+    with pytest.raises(ConfigError, match=r"training.epochs: .* \(--set training.epochs=abc\)"):
+        load_quickstart(["training.epochs=abc"])
+    with pytest.raises(ConfigError, match=r"\n  epochs: .* \(--set training.epochs=abc\)"):
+        parse_training_spec(None, ["training.epochs=abc"])
+    with pytest.raises(ConfigError) as info:
+        parse_training_spec({"epochs": "no"}, ["lr=x"])
+    lines = str(info.value).splitlines()[1:]
+    assert any(line.startswith("  lr: ") and line.endswith("(--set lr=x)") for line in lines)
+    assert any(line.startswith("  epochs: ") and "--set" not in line for line in lines)

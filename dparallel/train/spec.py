@@ -197,10 +197,12 @@ def parse_training_spec(
         where, document = "config", source
     else:
         where, document = str(source), read_yaml(source, "training config")
+    overrides = tuple(overrides)
     data = apply_overrides(_training_section(document, where), overrides, root="training")
     try:
         return TrainingSpec(**data)
     except ValidationError as exc:
         raise ConfigError(
-            f"{where}: invalid training config:\n{describe_validation_error(exc)}"
+            f"{where}: invalid training config:\n"
+            f"{describe_validation_error(exc, overrides, root='training')}"
         ) from None

@@ -193,12 +193,13 @@ def parse_workflow(
         raise ConfigError(
             f"{source}: a workflow is a mapping of sections, got {type(data).__name__}"
         )
+    overrides = tuple(overrides)
     data = apply_overrides(data, overrides)
     try:
         return WorkflowSpec.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(
-            f"{source}: invalid workflow:\n{describe_validation_error(exc)}"
+            f"{source}: invalid workflow:\n{describe_validation_error(exc, overrides)}"
         ) from None
 
 
