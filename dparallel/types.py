@@ -108,6 +108,16 @@ class StructureBatch:
         """Atoms per structure, shape (S,)."""
         return np.diff(self.offsets)
 
+    def densities(self) -> np.ndarray:
+        """Atoms per cubic length unit of each structure periodic along all three axes with
+        a finite, non-singular cell, shape (S,); 0 for every other structure (compared with
+        :data:`MAX_DENSITY`)."""
+        n = self.n_structures
+        bulk = self.pbc.all(axis=1) & np.isfinite(self.cells).reshape(n, 9).all(axis=1)
+        volume = np.abs(np.linalg.det(np.where(bulk[:, None, None], self.cells, np.eye(3))))
+        bulk &= volume > 1e-10
+        return np.where(bulk, self.atom_counts / np.where(bulk, volume, 1.0), 0.0)
+
     @property
     def structure_index(self) -> np.ndarray:
         """Structure of each atom row, shape (N,)."""

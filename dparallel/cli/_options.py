@@ -126,11 +126,8 @@ def refuse_unwritable_target(
     local = where.local
     if local is not None and local.resolve().parent == local.resolve():
         raise UnsafePathError(f"refusing to write a store at {store}: it is the filesystem root")
-    inputs = [as_location(p) for p in protect if p is not None]
     refuse_foreign_target(
-        local if local is not None else where,
-        overwrite,
-        [p.local if p.local is not None else p for p in inputs],
+        local if local is not None else where, overwrite, [p for p in protect if p is not None]
     )
 
 

@@ -135,12 +135,13 @@ def _new_store(url: str, options: Mapping[str, Any], small: bool) -> S3Store:
         raise S3OptionError(f'{url}: S3 needs obstore: pip install "dparallel[s3]"') from None
     config, client, profile = _config(url, options)
     endpoint = str(config.get("endpoint") or _first_env(_ENDPOINT_ENV) or "")
-    client.setdefault("allow_http", endpoint.lower().startswith("http://"))
+    plain_http = endpoint.lower().startswith("http://")
+    client.setdefault("allow_http", plain_http)
     client.setdefault("timeout", _REQUEST_TIMEOUT)
     if not os.environ.get("AWS_UNSIGNED_PAYLOAD"):
         # as botocore: over HTTPS, whose TLS guards the body, the signature does not
         # hash it (every byte a worker uploads was hashed once more for nothing)
-        config.setdefault("unsigned_payload", not endpoint.lower().startswith("http://"))
+        config.setdefault("unsigned_payload", not plain_http)
     retry: dict[str, Any] | None = None
     if small:
         client.update(_SMALL_REQUESTS)

@@ -92,16 +92,16 @@ def _cells_for_lists(batch: StructureBatch) -> np.ndarray:
     periodic = np.flatnonzero(batch.pbc.any(axis=1))
     if periodic.size == 0:
         return cells
-    volume = np.abs(np.linalg.det(cells[periodic]))
-    bulk = batch.pbc[periodic].all(axis=1) & (volume > 1e-10)
-    density = np.where(bulk, batch.atom_counts[periodic] / np.where(bulk, volume, 1.0), 0.0)
+    density = batch.densities()
     if np.any(density > MAX_DENSITY):
         s = int(np.argmax(density))
+        count = int(batch.atom_counts[s])
         raise DescriptorError(
-            f"structure {int(periodic[s])}: {int(batch.atom_counts[periodic[s]])} atoms in a "
-            f"periodic cell of {volume[s]:.3g} Å³ ({density[s]:.3g} atoms/Å³; no material "
-            f"holds more than ~0.3, the limit is {MAX_DENSITY}): check the Lattice and its units"
+            f"structure {s}: {count} atoms in a periodic cell of {count / density[s]:.3g} Å³ "
+            f"({density[s]:.3g} atoms/Å³; no material holds more than ~0.3, the limit is "
+            f"{MAX_DENSITY}): check the Lattice and its units"
         )
+    volume = np.abs(np.linalg.det(cells[periodic]))
     singular = periodic[~np.isfinite(volume) | (volume < 1e-10)]
     if singular.size == 0:
         return cells

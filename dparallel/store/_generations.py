@@ -50,11 +50,12 @@ def is_generation(name: str) -> bool:
     return _NAME.fullmatch(name) is not None
 
 
-def foreign_names(url: Location) -> list[str]:
-    """The top-level names below ``url`` that are not a store's (neither the pointer, the
-    lease nor a generation); ``[]`` where ``url`` holds a dparallel store without
-    generations (a local store uploaded as it is, its ``zarr.json`` at the top)."""
-    names = url.names()
+def foreign_names(url: Location, names: list[str] | None = None) -> list[str]:
+    """The top-level names below ``url`` (``names``, where listed already) that are not a
+    store's (neither the pointer, the lease nor a generation); ``[]`` where ``url`` holds a
+    dparallel store without generations (a local store uploaded as it is, its
+    ``zarr.json`` at the top)."""
+    names = url.names() if names is None else names
     if "zarr.json" in names and _a_store_at_the_top(url):
         return []
     return [n for n in names if n not in (LEASE_KEY, POINTER_KEY) and not is_generation(n)]
@@ -72,9 +73,10 @@ def _a_store_at_the_top(url: Location) -> bool:
     return isinstance(attributes, dict) and isinstance(attributes.get("dparallel"), dict)
 
 
-def refuse_foreign(url: Location) -> None:
-    """Raise :class:`StoreMismatchError` where ``url`` holds objects no store made."""
-    foreign = foreign_names(url)
+def refuse_foreign(url: Location, names: list[str] | None = None) -> None:
+    """Raise :class:`StoreMismatchError` where ``url`` holds objects no store made
+    (``names``: its top-level names, where listed already)."""
+    foreign = foreign_names(url, names)
     if foreign:
         raise StoreMismatchError(
             f"{url} holds objects that are not a dparallel store ({', '.join(foreign)[:200]}); "

@@ -400,7 +400,7 @@ class ObjectLease(StoreLease):
     def _take(self) -> None:
         names = self._location.names()
         if POINTER_KEY not in names and LEASE_KEY not in names:
-            refuse_foreign(self._location)  # no lease object is left in a user's prefix
+            refuse_foreign(self._location, names)  # no lease object left in a user's prefix
         for _ in range(5):
             body = json.dumps(self._record()).encode()
             etag = _objects.put_if_absent(self.path, body)

@@ -12,7 +12,7 @@ import os
 from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.errors import StoreError
-from dparallel.io.location import Location
+from dparallel.io.location import Location, LocationError, as_location
 from dparallel.store import _create
 from dparallel.store._backend import StoreTarget, remote_location
 from dparallel.store._create_remote import (
@@ -122,8 +122,6 @@ def refuse_foreign_target(
 
 def _as_written(item: str | os.PathLike[str] | Location) -> str:
     """A protected input as a location's text (a URL normalised as stores' are)."""
-    from dparallel.io.location import LocationError, as_location
-
     try:
         return str(as_location(item))
     except LocationError:

@@ -133,6 +133,16 @@ class DescriptorsSpec(BaseModel):
             dtype=self.dtype,
         )
 
+    def build_checked(self, where: str, data_units: str = "ase") -> DescriptorSet:
+        """:meth:`build`, where what cannot be built (an unknown element or cutoff, a shift
+        beyond the cutoff, …) is one :class:`ConfigError` after ``where``."""
+        try:
+            return self.build(data_units=data_units)
+        except ConfigError:
+            raise
+        except DParallelError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
 
 def load_descriptors(
     path: str | Path, section: str | None = None, data_units: str = "ase"
@@ -155,9 +165,4 @@ def load_descriptors(
         raise ConfigError(
             f"{path}: invalid descriptors:\n{describe_validation_error(exc)}"
         ) from None
-    try:
-        return spec.build(data_units=data_units)
-    except ConfigError:
-        raise
-    except DParallelError as exc:  # an unknown element or cutoff, a shift beyond the cutoff
-        raise ConfigError(f"{path}: invalid descriptors: {exc}") from None
+    return spec.build_checked(f"{path}: invalid descriptors", data_units=data_units)

@@ -158,12 +158,7 @@ class WorkflowSpec(_Strict):
         built (an unknown element or cutoff, a shift beyond the cutoff, …), as
         :class:`ConfigError` naming the section."""
         self.check_locations()
-        try:
-            self.descriptors.build(data_units=self.dataset.units)
-        except ConfigError:
-            raise
-        except DParallelError as exc:
-            raise ConfigError(f"descriptors: {exc}") from None
+        self.descriptors.build_checked("descriptors", data_units=self.dataset.units)
 
     def check_locations(self) -> None:
         """Refuse (:class:`ConfigError`) a URL whose client is not installed, and a store

@@ -47,18 +47,22 @@ _CASES = {
 }
 
 
+def _dparallel(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dparallel", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 @pytest.mark.parametrize("case", list(_CASES))
 def test_a_url_where_a_local_path_is_needed_is_refused_in_one_line(case, tmp_path):
     argv, what = _CASES[case]
     workflow = Path(__file__).parents[2] / "workflows" / "quickstart.yaml"
     argv = [str(workflow) if a == "WORKFLOW" else a for a in argv]
-    done = subprocess.run(
-        [sys.executable, "-m", "dparallel", *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _dparallel(argv, tmp_path)
     assert done.returncode == 2, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert f"{what}" in last and "needs a local path, not a URL" in last, done.stderr
@@ -106,10 +110,10 @@ def test_scaling_data_never_replaces_what_is_not_scaling_data(target, reason, tm
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "folder").mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "dparallel", "featurize", "data.extxyz", "-o", "s.zarr",
-         "--descriptors", "d.yaml", "--scaling-data", target, "--local", "1", "-q"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    done = _dparallel(
+        ["featurize", "data.extxyz", "-o", "s.zarr", "--descriptors", "d.yaml",
+         "--scaling-data", target, "--local", "1", "-q"],
+        tmp_path,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert reason in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr
