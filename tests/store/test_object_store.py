@@ -1,5 +1,6 @@
-"""A store on object storage (moto's S3 server on 127.0.0.1, and ``memory://``): the same
-guarantees as a local store, by conditional writes instead of lock files and rename.
+"""A store on object storage (two S3 servers on 127.0.0.1: moto's, and SeaweedFS, a storage
+server of its own implementation, where its ``weed`` is installed; and ``memory://``): the
+same guarantees as a local store, by conditional writes instead of lock files and rename.
 
 * the lease: a second writer is refused in one line; a stale or dead holder is taken over;
   two takers of a stale lease cannot both win; a holder that lost it notices;
@@ -46,18 +47,29 @@ from dparallel.workflow.featurize_task import featurize_partition
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def s3():
-    with s3_server(("dparallel-test",)) as endpoint:
+@pytest.fixture(scope="module", params=["moto", "seaweedfs"])
+def s3(request):
+    """An S3 server (each test runs once per server); its endpoint."""
+    with s3_server(("dparallel-test",), kind=request.param) as endpoint:
         yield endpoint
+
+
+@pytest.fixture
+def moto(request, s3):
+    """moto's server, for the tests that count requests in its log."""
+    if request.node.callspec.params["s3"] != "moto":
+        pytest.skip("counts requests in moto's log")
+    return s3
 
 
 @pytest.fixture(params=["s3", "memory"])
 def base(request, s3):
-    """A fresh prefix on the S3 server or in fsspec's memory filesystem."""
+    """A fresh prefix on the S3 server or in fsspec's memory filesystem (once)."""
     token = f"{request.node.name.split('[')[0]}-{time.monotonic_ns()}"
     if request.param == "s3":
         return f"s3://dparallel-test/{token}"
+    if request.node.callspec.params["s3"] != "moto":
+        pytest.skip("memory:// runs once, beside moto")
     return f"memory://dparallel-test/{token}"
 
 
@@ -365,7 +377,7 @@ def _prepared(url: str, path: str):  # noqa: ANN202 - (source, store) as prepare
     return prepare_featurize(f"s3://{path}", url, _dset(), FeaturizeOptions(partition_atoms=30))
 
 
-def test_a_task_makes_no_request_it_does_not_need(s3, data, caplog):
+def test_a_task_makes_no_request_it_does_not_need(moto, data, caplog):
     """A featurize task into an S3 store, its arguments pickled as for a worker, counted
     where the server sees them: the generation opened with one GET (no probe for a pointer
     inside it), the input with one HEAD (its index), what an earlier attempt left found by

@@ -31,7 +31,7 @@ def test_a_large_object_goes_in_one_put(caplog):
     from zarr.core.buffer import cpu
     from zarr.core.sync import sync
 
-    with s3_server(("dparallel-test",)):
+    with s3_server(("dparallel-test",), kind="moto"):  # its request log
         where = Location(f"s3://dparallel-test/large-{time.monotonic_ns()}")
         store = _s3.s3_zarr_store(where, read_only=False)
         data = bytes(range(256)) * (24 << 10)  # 6 MiB
