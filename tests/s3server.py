@@ -54,7 +54,7 @@ def s3_server(
             client = boto3.client("s3")
             for bucket in buckets:
                 client.create_bucket(Bucket=bucket)
-            _forget_filesystems()
+            forget_clients()
             yield endpoint
         finally:
             for key, value in saved.items():
@@ -62,7 +62,7 @@ def s3_server(
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
-            _forget_filesystems()
+            forget_clients()
 
 
 @contextlib.contextmanager
@@ -102,7 +102,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     return fs, fs._strip_protocol(url)
 
 
-def _forget_filesystems() -> None:
+def forget_clients() -> None:
     """Drop cached S3 clients (they hold the endpoint they were made with); s3fs's (the
     tests' own) with their sessions closed first: dropped open, aiohttp logs each as an
     error whenever they are collected, e.g. into the log file of a later test's run."""

