@@ -81,6 +81,18 @@ class DescriptorError(DParallelError, ValueError):
     """A descriptor definition or its input is invalid."""
 
 
+class UnknownElementError(DescriptorError):
+    """An atom whose element a descriptor or model does not know; ``structure`` is its
+    structure's index in the batch given, ``detail`` the message after it (a caller that
+    knows where the batch starts in a file names the structure there, ``where`` the
+    file)."""
+
+    def __init__(self, structure: int, detail: str, where: str = "") -> None:
+        super().__init__(f"{where}structure {structure}, {detail}")
+        self.structure = structure
+        self.detail = detail
+
+
 class BackendUnavailableError(DParallelError, RuntimeError):
     """A requested kernel backend cannot be used on this machine."""
 

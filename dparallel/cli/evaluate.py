@@ -85,6 +85,7 @@ def evaluate_file(
 
     from dparallel.deploy import DeployedModel, load_deployed
     from dparallel.deploy.finite import check_finite_predictions
+    from dparallel.errors import UnknownElementError
     from dparallel.io import open_source
     from dparallel.n2p2 import is_potential_dir, load_potential
     from dparallel.n2p2.declared_units import potential_units as resolve
@@ -100,7 +101,10 @@ def evaluate_file(
     n_s = 0
     for a in range(0, len(source), batch):
         b = source.read(a, min(len(source), a + batch))
-        out = model.predict(b, forces=True)
+        try:
+            out = model.predict(b, forces=True)
+        except UnknownElementError as exc:  # its structure named in the file, not the batch
+            raise UnknownElementError(a + exc.structure, exc.detail, f"{data}: ") from None
         check_finite_predictions(out, b, first=a, where=f"{data}: ")
         de = (out["energy"] - b.energy) / np.maximum(b.atom_counts, 1)
         for k, d in enumerate((de, out["forces"] - b.forces)):

@@ -290,7 +290,8 @@ class ACSFForces:
             )  # fmt: skip
             per_atom[rows] = energies
         energy = np.bincount(sidx, weights=per_atom, minlength=batch.n_structures)
-        out = {"energy": energy, "energies": per_atom}
+        # (numpy's bincount of no atoms is int64 whatever the weights)
+        out = {"energy": energy.astype(per_atom.dtype, copy=False), "energies": per_atom}
         if forces:
             out["forces"] = -grad
         return out, (virial if stress else None)

@@ -270,4 +270,4 @@ class NeighborSumGraph(nn.Module):
             0, pair_second.index_select(0, keep)
         )
         acc = s.new_zeros(n * n_el, s.shape[1]).index_add(0, slot, s)  # (N·S, ν)
-        return acc.view(n, n_el, -1).transpose(1, 2).reshape(n, -1)
+        return acc.view(n, n_el, s.shape[1]).transpose(1, 2).reshape(n, n_el * s.shape[1])

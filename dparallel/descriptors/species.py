@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dparallel.errors import DescriptorError
+from dparallel.errors import UnknownElementError
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ def species_index(
     batch: StructureBatch, elements: Sequence[str], what: str = "the descriptor's elements"
 ) -> np.ndarray:
     """(N,) int64 index into ``elements`` of each atom of ``batch``; an atomic number not
-    among them is a :class:`DescriptorError` naming the structure, the atom and ``what``."""
+    among them is an :class:`UnknownElementError` naming the structure, the atom and ``what``."""
     from ase.data import atomic_numbers
 
     lut = np.full(119, -1, dtype=np.int64)
@@ -31,9 +31,10 @@ def species_index(
     if np.any(idx < 0):
         row = int(np.nonzero(idx < 0)[0][0])
         s = int(np.searchsorted(batch.offsets, row, side="right") - 1)
-        raise DescriptorError(
-            f"structure {s}, atom {row - int(batch.offsets[s])}: atomic number "
-            f"{int(nums[row])} is not among {what} {list(elements)}"
+        raise UnknownElementError(
+            s,
+            f"atom {row - int(batch.offsets[s])}: atomic number {int(nums[row])} is not "
+            f"among {what} {list(elements)}",
         )
     return idx
 

@@ -71,9 +71,12 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     ata = np.zeros((len(elements), len(elements)))
     atb = np.zeros(len(elements))
     per_atom: list[tuple[np.ndarray, np.ndarray]] = []  # (S_train, n_el) counts, (S_train,) E
+    atoms_in_training = np.zeros(len(elements), dtype=np.int64)
 
     def visit(p: int, batch: StructureBatch, split: np.ndarray) -> None:
         nonlocal ata, atb
+        training_atoms = batch.numbers[(split == 0)[batch.structure_index]]
+        atoms_in_training[:] += (training_atoms[:, None] == zs).sum(0)
         sel = np.flatnonzero((split == 0) & np.isfinite(batch.energy))
         if sel.size == 0:
             return
@@ -88,6 +91,14 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     index = build_split_index(store, spec.validation_fraction, spec.test_fraction, spec.seed, visit)
     if index.count("train") == 0:
         raise TrainingError(f"{store.target}: the training split is empty")
+    absent = [elem for elem, n in zip(elements, atoms_in_training, strict=True) if n == 0]
+    if absent:
+        raise TrainingError(
+            f"{store.target}: no atom of {', '.join(absent)} in the training split "
+            f"({index.count('train')} structures), so its network would stay untrained: "
+            "remove it from the descriptors' elements (an n2p2 input.nn: its `elements` "
+            "line and symmetry functions) or add structures that hold it"
+        )
     ref = np.linalg.lstsq(ata, atb, rcond=None)[0]
     resid = np.concatenate([(energy - c @ ref) / c.sum(1) for c, energy in per_atom])
     energy_scale = float(resid.std()) if resid.size > 1 and resid.std() > 1e-8 else 1.0

@@ -88,6 +88,33 @@ def test_neighbor_sum_autograd_energy_route_equals_analytic_forces(tmp_path) -> 
     np.testing.assert_allclose(-grad.numpy(), ref["forces"], rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("kind", ["acsf", "neighbor_sum"])
+def test_a_structure_without_atoms_has_zero_energy_on_every_route(kind, tmp_path) -> None:  # noqa: ANN001
+    """0 atoms: energy 0.0 (float64, as for any structure), no forces, on predict with
+    and without forces and stress and on the autograd route (``energy``), beside a
+    structure with atoms whose numbers are those it has alone."""
+    from ase import Atoms
+
+    from dparallel.train.export import export_model
+
+    descriptor = hco_acsf() if kind == "acsf" else hco_neighbor_sum()
+    export_model(write_model_dir(tmp_path, descriptor), artifacts=False)
+    model = load_deployed(tmp_path)
+    empty = Atoms(cell=[6.0, 6.0, 6.0], pbc=True)
+    for forces in (False, True):
+        for stress in (False, True):
+            out = model.predict(StructureBatch.from_ase([empty]), forces=forces, stress=stress)
+            assert out["energy"].dtype == np.float64 and out["energy"].tolist() == [0.0]
+    atoms = next(iter(structures().values()))
+    batch = StructureBatch.from_ase([empty, atoms])
+    pos = torch.from_numpy(batch.positions.copy()).requires_grad_(True)
+    energy = model.energy(batch, pos)
+    alone = model.predict(StructureBatch.from_ase([atoms]))["energy"][0]
+    assert float(energy[0]) == 0.0 and abs(float(energy[1]) - alone) < 1e-10
+    none = model.energy(StructureBatch.from_ase([empty]), torch.zeros((0, 3), dtype=torch.float64))
+    assert none.tolist() == [0.0]
+
+
 def test_unknown_element_and_mismatched_model_are_refused(tmp_path) -> None:  # noqa: ANN001
     from dparallel.train.export import export_model
 

@@ -43,6 +43,14 @@ def test_train_export_evaluate(tmp_path, capsys) -> None:  # noqa: ANN001
     assert res["energy_rmse_meV_per_atom"] == pytest.approx(1e3 * rmse, 1e-9)
     assert main(["evaluate", str(out), str(tmp_path / "cu16.xyz")]) == 0
     assert "meV/atom" in capsys.readouterr().out
+    # an element the model does not know, past the first batch: the file and the
+    # structure's index in it are named (not its index in the batch of 4)
+    frames = ase.io.read(tmp_path / "cu16.xyz", ":")
+    frames[9][2].symbol = "Ag"
+    ase.io.write(tmp_path / "foreign.xyz", frames)
+    assert main(["evaluate", str(out), str(tmp_path / "foreign.xyz"), "--batch", "4"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'foreign.xyz'}: structure 9, atom 2: atomic number 47" in err
 
 
 @pytest.mark.integration

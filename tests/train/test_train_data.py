@@ -140,3 +140,24 @@ def test_loader_memory_is_bounded_by_buffer_and_prefetch(tmp_path) -> None:  # n
     assert seen == 24
     # leftover buffer items (< 2) + current partition + one queued + one being read
     assert peak <= 4
+
+
+def test_an_element_with_no_training_atoms_is_refused_before_training(tmp_path) -> None:  # noqa: ANN001
+    """Descriptors that list an element the data lacks (an n2p2 input.nn reused for a
+    subset): refused before the first epoch, naming the element, not trained into a
+    non-finite scaling that fails only when the model is written."""
+    from _store_fixture import build_store
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.descriptors import ACSF
+    from dparallel.errors import TrainingError
+    from dparallel.train import train
+
+    data = write_emt_cu(tmp_path / "cu.xyz", 8, seed=1)
+    acsf = ACSF.uniform(["Cu", "Ag"], r_cut=4.0, radial=[(0.05, 0.0)], narrow=[])
+    store = build_store(data, tmp_path / "s.zarr", acsf, derivatives=False)
+    spec = TrainingSpec(epochs=2, hidden=(4,), force_weight=0.0, batch_size=4)
+    with pytest.raises(TrainingError, match=r"no atom of Ag in the training split") as info:
+        train(store, tmp_path / "model", spec)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "model" / "metrics.csv").exists()  # no epoch ran
