@@ -17,12 +17,22 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import ase
 
-__all__ = ["FIELDS", "MAX_DENSITY", "StructureBatch"]
+__all__ = ["FIELDS", "MAX_DENSITY", "MIN_TRANSLATION", "StructureBatch"]
 
 #: Atoms per cubic length unit above which a periodic cell is no material (diamond holds
 #: 0.18 per Å³): a Lattice in the wrong units, which would need millions of periodic
 #: images per atom. The readers refuse such a structure; a neighbor list too.
 MAX_DENSITY = 5.0
+
+#: The shortest periodic translation, in length units, below which a cell is no material:
+#: each atom would lie that close to its own image (nothing bonds closer than ~0.74 Å),
+#: so the Lattice is in the wrong units; along a slab's or a wire's periodic axes the
+#: density limit cannot see it, and the neighbor list would need millions of images.
+MIN_TRANSLATION = 0.5
+
+#: Small integer combinations of three lattice vectors (their search finds the shortest
+#: translation of any cell that is not pathologically skewed).
+_COMBINATIONS = np.array([c for c in np.ndindex(5, 5, 5) if c != (2, 2, 2)], dtype=np.float64) - 2.0
 
 #: The array fields, per atom (N rows) and per structure (S rows): name → (rows, dtype of
 #: a row's values, trailing shape, unit, meaning).
@@ -117,6 +127,19 @@ class StructureBatch:
         volume = np.abs(np.linalg.det(np.where(bulk[:, None, None], self.cells, np.eye(3))))
         bulk &= volume > 1e-10
         return np.where(bulk, self.atom_counts / np.where(bulk, volume, 1.0), 0.0)
+
+    def shortest_translations(self) -> np.ndarray:
+        """Length of the shortest periodic translation of each structure (a combination of
+        its periodic cell vectors with coefficients up to ±2), shape (S,); ``inf`` where no
+        axis is periodic or the cell is not finite (compared with :data:`MIN_TRANSLATION`)."""
+        n = self.n_structures
+        finite = np.isfinite(self.cells).reshape(n, 9).all(axis=1)
+        cells = np.where(finite[:, None, None], self.cells, 0.0)
+        uses_open_axis = (_COMBINATIONS[None, :, :] != 0) & ~self.pbc[:, None, :]  # (S, C, 3)
+        lengths = np.linalg.norm(np.einsum("ck,skx->scx", _COMBINATIONS, cells), axis=2)
+        lengths[uses_open_axis.any(axis=2)] = np.inf
+        shortest = lengths.min(axis=1, initial=np.inf)
+        return np.where(finite & self.pbc.any(axis=1), shortest, np.inf)
 
     @property
     def structure_index(self) -> np.ndarray:

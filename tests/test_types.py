@@ -1,5 +1,6 @@
 import dataclasses
 
+import ase
 import numpy as np
 import pytest
 from ase.build import bulk, molecule
@@ -58,3 +59,37 @@ def test_inconsistent_batch_is_refused():
             forces=np.zeros((3, 3)),
             offsets=[0, 4],
         )
+
+
+def test_shortest_translations_equal_a_minkowski_reduced_cell() -> None:
+    """Against ASE's Minkowski reduction (an independent algorithm), with every pattern of
+    periodic axes: the shortest periodic translation of reduced cells skewed by one vector
+    (found exactly), and of raw random cells, some nearly flat (never shorter than the
+    true one: a cell is never refused for a translation it does not have)."""
+    import itertools
+
+    from ase.geometry import minkowski_reduce
+
+    rng = np.random.default_rng(4)
+    cells, pbcs, expected, raw = [], [], [], []
+    for pbc in itertools.product([False, True], repeat=3):
+        for k in range(12):
+            cell = rng.normal(size=(3, 3)) * rng.uniform(0.2, 4.0)
+            if k < 6:  # a reduced cell, skewed: its shortest translation is within ±2
+                cell = minkowski_reduce(cell)[0]
+                cell[1] += rng.integers(-1, 2) * cell[0]
+            raw.append(k >= 6)
+            if not any(pbc):
+                expected.append(np.inf)
+            else:
+                reduced, _ = minkowski_reduce(cell, pbc=pbc)
+                expected.append(float(np.linalg.norm(reduced[list(pbc)], axis=1).min()))
+            cells.append(cell)
+            pbcs.append(pbc)
+    batch = StructureBatch.from_ase(
+        [ase.Atoms("H", cell=c, pbc=p) for c, p in zip(cells, pbcs, strict=True)]
+    )
+    got, expected, raw = batch.shortest_translations(), np.array(expected), np.array(raw)
+    np.testing.assert_allclose(got[~raw], expected[~raw], rtol=1e-12)
+    assert np.all(got[raw] >= expected[raw] * (1 - 1e-12))
+    assert np.mean(np.isclose(got[raw], expected[raw], rtol=1e-12)) > 0.5

@@ -252,15 +252,17 @@ _Built = tuple[_Found, int]
 
 
 def _is_count_line(raw: bytes) -> bool:
-    """Whether ``raw`` is a frame's count line alone (one non-negative integer)."""
+    """Whether ``raw`` is a frame's count line: a non-negative integer first, as the
+    indexer reads one (``3``, ``3 atoms``), and not an atom line (``8 0.0 0.0 0.0``)."""
     words = raw.split()
-    return len(words) == 1 and words[0].isdigit()
+    return bool(words) and words[0].isdigit() and not _atom_like(raw)
 
 
 def _atom_like(raw: bytes) -> bool:
-    """Whether ``raw`` looks like an atom line (a name, then at least three numbers)."""
+    """Whether ``raw`` looks like an atom line (a name, then at least three numbers); a
+    comment line's ``Lattice="6 0 0 …`` is not one."""
     words = raw.split()
-    if len(words) < 4:
+    if len(words) < 4 or b"=" in words[0] or b'"' in words[0]:
         return False
     try:
         [float(w) for w in words[1:4]]
@@ -382,8 +384,14 @@ def _index_n2p2(location: Location, format: str) -> _Built:
                 found.add(open_at[0], pos + len(raw), n_atoms, open_at[1])
                 open_at = None
             elif key and open_at is None:
+                hint = (
+                    ""
+                    if found.counts
+                    else " (read as n2p2 input.data, as every *.data file is; another format "
+                    "needs --format, e.g. lammps-data)"
+                )
                 raise InputFormatError(
-                    f"{key.decode(errors='replace')!r} outside a 'begin' … 'end' block",
+                    f"{key.decode(errors='replace')!r} outside a 'begin' … 'end' block{hint}",
                     path=path,
                     line=line,
                 )

@@ -95,12 +95,17 @@ def _diagnose_extxyz(text: str, line0: int) -> tuple[int, str] | None:
                 except ValueError:
                     what = _NUMBER_KINDS[kind][0]
                     return line, f"{what} field {value!r} in column {c + 1} ({name})"
-            elif name == "species" and value not in atomic_numbers:
+            elif name == "species" and value.capitalize() not in atomic_numbers:
                 return line, f"unknown element {value!r}"
     return None
 
 
 _NUMBER_KINDS = {"R": ("non-numeric", float), "I": ("non-integer", int)}
+
+
+def _atomic_number(symbol: str, z_of: dict[str, int]) -> int:
+    """An extxyz species' atomic number, in any case (``NA``, ``o``), as ASE reads it."""
+    return z_of[symbol] if symbol in z_of else z_of[symbol.capitalize()]
 
 
 class _Fallback(Exception):
@@ -145,9 +150,10 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
     species = table[:, cols["species"][1]]
     uniq, inverse = np.unique(species, return_inverse=True)
     try:
-        numbers = np.array([z_of[str(u)] for u in uniq], np.int64)[inverse.reshape(-1)]
+        numbers = np.array([_atomic_number(str(u), z_of) for u in uniq], np.int64)
     except KeyError:
         raise _Fallback from None
+    numbers = numbers[inverse.reshape(-1)]
     positions = real("pos")
     forces = real("forces")
     if forces is None:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dparallel.types import MAX_DENSITY
+from dparallel.types import MAX_DENSITY, MIN_TRANSLATION
 
 if TYPE_CHECKING:
     from dparallel.types import StructureBatch
@@ -71,6 +71,14 @@ def validate_batch(batch: StructureBatch) -> dict[int, str]:
             f"{counts[s]} atoms in a periodic cell of {counts[s] / density[s]:.3g} (length "
             f"unit)³: denser than any material (limit {MAX_DENSITY:g} per unit³); check the "
             "Lattice and its units",
+        )
+    shortest = batch.shortest_translations()  # ~0 for a singular cell: judged below
+    for s in np.flatnonzero((shortest < MIN_TRANSLATION) & (shortest > 1e-8)):
+        bad.setdefault(
+            int(s),
+            f"a periodic translation of {shortest[s]:.3g} (length unit) along pbc="
+            f"{batch.pbc[s].tolist()} puts each atom that close to its own image: no "
+            f"material (limit {MIN_TRANSLATION:g}); check the Lattice and its units",
         )
     for s in np.flatnonzero(batch.pbc.any(axis=1)):
         if int(s) in bad:

@@ -110,7 +110,15 @@ def detect_format(path: Path | Location) -> str:
         raise InputFormatError(
             f"cannot tell the file format ({exc}); pass format= / --format", path=str(location)
         ) from exc
-    return _ALIASES.get(fmt, fmt)
+    fmt = _ALIASES.get(fmt, fmt)
+    if fmt not in ase.io.formats.ioformats and fmt not in ("extxyz", "n2p2"):
+        # ASE's last guess is the bare suffix (``foo``, ``lmp``), which no reader has
+        raise InputFormatError(
+            f"cannot tell the file format (ASE has no format {fmt!r}); pass format= / "
+            "--format (extxyz, n2p2 or an ASE format such as lammps-data, vasp, traj)",
+            path=str(location),
+        )
+    return fmt
 
 
 class StructureSource:

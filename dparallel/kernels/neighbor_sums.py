@@ -206,13 +206,13 @@ def _check(
             f"{op}: pair_first {tuple(pair_first.shape)} and pair_second "
             f"{tuple(pair_second.shape)} differ in shape"
         )
-    if n_pairs is not None and pair_first.shape[0] != n_pairs:
+    first = _index(pair_first, f"{op}: pair_first", n_atoms)
+    second = _index(pair_second, f"{op}: pair_second", n_atoms)
+    if n_pairs is not None and first.shape[0] != n_pairs:
         raise KernelInputError(
-            f"{op}: sense has {n_pairs} rows but there are {pair_first.shape[0]} pairs"
+            f"{op}: sense has {n_pairs} rows but there are {first.shape[0]} pairs"
         )
-    return _index(pair_first, f"{op}: pair_first", n_atoms), _index(
-        pair_second, f"{op}: pair_second", n_atoms
-    )
+    return first, second
 
 
 # ---------------------------------------------------------------- autograd wiring
@@ -230,15 +230,15 @@ class _PairOp(torch.autograd.Function):
     grads: tuple[tuple[str, str, str], tuple[str, str, str]]
 
     @staticmethod
-    def empty(a: Tensor, b: Tensor) -> Tensor:
+    def empty(a: Tensor, b: Tensor, n_pairs: int) -> Tensor:
         raise NotImplementedError
 
     @classmethod
     def forward(cls, ctx: Any, name: str, a: Tensor, b: Tensor, pf: Tensor, ps: Tensor) -> Tensor:
         ctx.save_for_backward(a, b, pf, ps)
         ctx.backend = name
-        if pf.shape[0] == 0:
-            return cls.empty(a, b)
+        if pf.shape[0] == 0 or a.numel() == 0 or b.numel() == 0:  # a sum of nothing
+            return cls.empty(a, b, pf.shape[0])
         return getattr(_modules[name], cls.op)(a, b, pf, ps)  # loaded by _resolve
 
     @classmethod
@@ -256,7 +256,7 @@ class _EnvSum(_PairOp):  # (sense, feat) → (N, ν, F)
     op, grads = "envsum", (("sense", "grad", "b"), ("feat", "grad", "a"))
 
     @staticmethod
-    def empty(a: Tensor, b: Tensor) -> Tensor:
+    def empty(a: Tensor, b: Tensor, n_pairs: int) -> Tensor:
         return b.new_zeros((b.shape[0], a.shape[1], b.shape[1]))
 
 
@@ -264,15 +264,15 @@ class _SenseSum(_PairOp):  # (env, feat) → (P, ν)
     op, grads = "sensesum", (("env", "grad", "b"), ("feat", "a", "grad"))
 
     @staticmethod
-    def empty(a: Tensor, b: Tensor) -> Tensor:
-        return a.new_zeros((0, a.shape[1]))
+    def empty(a: Tensor, b: Tensor, n_pairs: int) -> Tensor:
+        return a.new_zeros((n_pairs, a.shape[1]))
 
 
 class _FeatSum(_PairOp):  # (env, sense) → (N, F)
     op, grads = "featsum", (("env", "b", "grad"), ("sense", "a", "grad"))
 
     @staticmethod
-    def empty(a: Tensor, b: Tensor) -> Tensor:
+    def empty(a: Tensor, b: Tensor, n_pairs: int) -> Tensor:
         return a.new_zeros((a.shape[0], a.shape[2]))
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from dparallel.errors import DescriptorError
 from dparallel.neighbors._small_cells import SMALL_CELL_ATOMS, small_cell_pairs
-from dparallel.types import MAX_DENSITY
+from dparallel.types import MAX_DENSITY, MIN_TRANSLATION
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -100,6 +100,15 @@ def _cells_for_lists(batch: StructureBatch) -> np.ndarray:
             f"structure {s}: {count} atoms in a periodic cell of {count / density[s]:.3g} Å³ "
             f"({density[s]:.3g} atoms/Å³; no material holds more than ~0.3, the limit is "
             f"{MAX_DENSITY}): check the Lattice and its units"
+        )
+    shortest = batch.shortest_translations()
+    short = np.flatnonzero((shortest < MIN_TRANSLATION) & (shortest > 1e-8))
+    if short.size:
+        s = int(short[0])
+        raise DescriptorError(
+            f"structure {s}: a periodic translation of {shortest[s]:.3g} Å along pbc="
+            f"{batch.pbc[s].tolist()} puts each atom that close to its own image (the limit "
+            f"is {MIN_TRANSLATION}): check the Lattice and its units"
         )
     volume = np.abs(np.linalg.det(cells[periodic]))
     singular = periodic[~np.isfinite(volume) | (volume < 1e-10)]

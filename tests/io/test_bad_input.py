@@ -90,6 +90,18 @@ XYZ_CASES = [
         1,
         r"atom count 3 on line 5 is too large: line 9 starts the next frame after 2 atom lines",
     ),
+    (  # the next count line with words after it, its comment with a Lattice of numbers
+        "count_too_large_then_worded_count",
+        GOOD_XYZ
+        + "3\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 0 1\n"
+        + GOOD_XYZ.replace("2\n", "2 atoms\n", 1).replace(
+            "Properties", 'Lattice="6 0 0 0 6 0 0 0 6" Properties', 1
+        ),
+        InputFormatError,
+        5,
+        1,
+        r"atom count 3 on line 5 is too large: line 9 starts the next frame after 2 atom lines",
+    ),
     (
         "bad_count_line",
         GOOD_XYZ + "two\ncomment\n",
@@ -287,3 +299,17 @@ def test_a_folder_or_a_device_is_not_a_missing_file(tmp_path):
         open_source("/dev/null")
     with pytest.raises(SourceNotFoundError, match="input file not found"):
         open_source(tmp_path / "missing.xyz")
+
+
+def test_a_file_of_no_known_format_is_said_with_the_way_out(tmp_path):
+    """ASE's last guess is the bare suffix, which no reader has: the message says to pass
+    --format, not "ASE cannot read it as 'foo'"; a LAMMPS data file named *.data (read as
+    n2p2 by its name) points to --format too."""
+    notes = tmp_path / "notes.foo"
+    notes.write_text("hello\nworld\n")
+    with pytest.raises(InputFormatError, match=r"ASE has no format 'foo'\); pass format= / --"):
+        open_source(notes)
+    lammps = tmp_path / "cu.data"
+    lammps.write_text("(written by ASE)\n\n2 atoms\n1 atom types\n")
+    with pytest.raises(InputFormatError, match=r"line 1: .* --format, e.g. lammps-data\)$"):
+        open_source(lammps)

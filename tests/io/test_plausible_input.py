@@ -63,6 +63,22 @@ def test_a_cell_denser_than_any_material_is_refused_and_skippable(tmp_path):
     assert open_source(path, on_error="skip").read().n_structures == 1
 
 
+def test_a_slab_or_wire_whose_lattice_is_in_the_wrong_units_is_refused(tmp_path):
+    """Partly periodic cells escape the density limit (no volume): a 0.01 Å periodic
+    translation along a slab's or a wire's periodic axes is refused, naming the line; a
+    slab and a wire with real periods pass."""
+    head = 'Lattice="{a} 0 0 0 {a} 0 0 0 20" Properties=species:S:1:pos:R:3 pbc="{pbc}"\n'
+    for pbc in ("T T F", "T F F"):
+        path = tmp_path / f"{pbc.replace(' ', '')}.extxyz"
+        path.write_text(GOOD + "1\n" + head.format(a=0.01, pbc=pbc) + "Cu 0 0 0\n")
+        with pytest.raises(InvalidStructureError, match=r"line 5, structure 1: a periodic "
+                           r"translation of 0.01 .* own image"):  # fmt: skip
+            open_source(path).read()
+        assert open_source(path, on_error="skip").read().n_structures == 1
+        path.write_text(GOOD + "1\n" + head.format(a=2.55, pbc=pbc) + "Cu 0 0 0\n")
+        assert open_source(path).read().n_structures == 2
+
+
 def test_a_comment_that_is_not_utf8_is_read_with_a_warning_naming_the_line(tmp_path, caplog):
     path = tmp_path / "in.extxyz"
     latin1 = '2\nProperties=species:S:1:pos:R:3 energy=-1.0 pbc="F F F" note="caf\xe9"\n'

@@ -152,16 +152,19 @@ def test_extxyz_variants_match_ase(tmp_path):
         "3\nplain xyz comment\nC 0 0 0\nH 0 0 1.09\nH 1.0 0 0\n"
         '1\nLattice="3 0 0 0 3 0 0 0 3" Properties=species:S:1:pos:R:3:tags:I:1\n'
         "Si 0 0 0 7\n"
+        "3\nenergy=-2.0 symbols in any case, as some codes write them and ASE reads them\n"
+        "NA 0 0 0\ncl 0 0 2.4\no 0 2 0\n"
     )
     path = tmp_path / "variants.xyz"
     path.write_text(text)
     got = open_source(path).read()
     ref = StructureBatch.from_ase(ase.io.read(path, ":"))
     assert got.equals(ref)
-    assert list(got.tags) == ["test", "", "", ""]
-    np.testing.assert_array_equal(got.pbc, [[1, 1, 0], [0, 0, 0], [0, 0, 0], [1, 1, 1]])
+    assert list(got.tags) == ["test", "", "", "", ""]
+    np.testing.assert_array_equal(got.pbc[:4], [[1, 1, 0], [0, 0, 0], [0, 0, 0], [1, 1, 1]])
     np.testing.assert_array_equal(got.energy[:2], [-1.25, 7.5])
-    assert np.isnan(got.energy[2:]).all() and np.isnan(got.forces[3:]).all()
+    assert np.isnan(got.energy[2:4]).all() and np.isnan(got.forces[3:]).all()
+    np.testing.assert_array_equal(got.numbers[-3:], [11, 17, 8])
 
 
 def test_extra_column_is_an_error(tmp_path):

@@ -246,6 +246,8 @@ def test_input_errors_name_the_problem() -> None:
         K.envsum(s, z, pf[:2], pf[:2])
     with pytest.raises(KernelInputError, match="feat must be"):
         K.sensesum(torch.randn(4, 2, 5), torch.randn(4, 6), pf, pf)
+    with pytest.raises(KernelInputError, match=r"pair_first must be a 1-D integer tensor"):
+        K.envsum(torch.randn(2, 3), torch.randn(3, 4), pf[None, :2], pf[None, 1:])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -69,7 +69,7 @@ def test_cpu_tensors_outside_the_interpreter_are_refused(monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("shape", [(3, 5), (1, 70)])  # features over one block of 64
+@pytest.mark.parametrize("shape", [(3, 5), (1, 70), (0, 5), (3, 0)])  # 70: over a block of 64
 def test_ops_equal_torch_reference(dtype: torch.dtype, shape: tuple[int, int]) -> None:
     assert "triton" in ns.available_backends()
     sense, feat, env, pf, ps = _case(dtype, nu=shape[0], f=shape[1])

@@ -136,6 +136,18 @@ def test_a_cell_denser_than_any_material_is_refused_not_listed() -> None:
     assert neighbor_list(StructureBatch.from_ase([diamond]), 5.0).n_pairs > 0
 
 
+def test_a_slab_whose_lattice_is_in_the_wrong_units_is_refused_not_listed() -> None:
+    """A slab with a 0.01 Å period in its plane (pbc T T F): the density limit cannot see
+    it, and its list would need ~1e6 images per atom within 5 Å; a real slab passes."""
+    import ase.build
+
+    tiny = ase.Atoms("Cu", cell=[0.01, 0.01, 20.0], pbc=[True, True, False])
+    slab = ase.build.fcc111("Cu", (1, 1, 3), vacuum=None)
+    with pytest.raises(DescriptorError, match=r"structure 1: a periodic translation of 0.01"):
+        neighbor_list(StructureBatch.from_ase([slab, tiny]), 5.0)
+    assert neighbor_list(StructureBatch.from_ase([slab]), 5.0).n_pairs > 0
+
+
 def test_large_structures_take_vesin_and_stay_in_order_between_small_ones(
     rng: np.random.Generator,
 ) -> None:
