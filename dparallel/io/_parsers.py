@@ -224,7 +224,7 @@ def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | N
         if len(frames) != 1:
             raise ValueError(f"expected one frame, ASE found {len(frames)}")
     except Exception as exc:  # noqa: BLE001 - reported with file, line and reason
-        return line, f"cannot parse frame: {exc}"
+        return line + 1, f"cannot parse frame: {exc}"  # its atom lines passed the diagnosis
     from ase.io.extxyz import key_val_str_to_dict
 
     comment = text.split("\n")[1].strip() if text.count("\n") else ""

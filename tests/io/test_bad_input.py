@@ -102,6 +102,14 @@ XYZ_CASES = [
         1,
         r"atom count 3 on line 5 is too large: line 9 starts the next frame after 2 atom lines",
     ),
+    (  # ASE refuses the comment line: named, not the count line above it
+        "bad_lattice",
+        _xyz('2\nLattice="6 0 0 0 6 0 x 0 6" Properties=species:S:1:pos:R:3\nH 0 0 0\nH 0 0 1\n'),
+        InputFormatError,
+        6,
+        1,
+        r"cannot parse frame: .*Lattice",
+    ),
     (
         "bad_count_line",
         GOOD_XYZ + "two\ncomment\n",
