@@ -47,6 +47,7 @@ MODEL_FILES = (
     "potential_aoti.pt2",
     "potential.ts",
     "atomic_energy_*.pt2",
+    "lammps.model",
     "*.partial",
     ".*.partial*",
 )

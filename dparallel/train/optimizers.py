@@ -71,6 +71,25 @@ class Optimizer(ABC):
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
+            self._resize_cosine()
+
+    def _resize_cosine(self) -> None:
+        """A cosine schedule restored for another number of epochs (``--resume --set
+        epochs=…``) follows the cosine of the spec's length from the epoch reached, as a
+        run of that length would have, instead of going past its old end and climbing
+        back; with the same length nothing changes (a resumed run equals one never cut)."""
+        cosine = self.scheduler
+        if not isinstance(cosine, torch.optim.lr_scheduler.CosineAnnealingLR):
+            return
+        if cosine.T_max == self.spec.epochs:
+            return
+        cosine.T_max = self.spec.epochs
+        progress = min(cosine.last_epoch, cosine.T_max) / cosine.T_max
+        for group, base in zip(self.optimizer.param_groups, cosine.base_lrs, strict=True):
+            group["lr"] = (
+                cosine.eta_min + (base - cosine.eta_min) * (1 + math.cos(math.pi * progress)) / 2
+            )
+        cosine._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
 
 class GradientDescent(Optimizer):

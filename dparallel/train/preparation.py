@@ -90,7 +90,12 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
 
     index = build_split_index(store, spec.validation_fraction, spec.test_fraction, spec.seed, visit)
     if index.count("train") == 0:
-        raise TrainingError(f"{store.target}: the training split is empty")
+        raise TrainingError(
+            f"{store.target}: the training split is empty (validation_fraction "
+            f"{spec.validation_fraction:g} and test_fraction {spec.test_fraction:g} of "
+            f"{index.count('validation') + index.count('test')} structures "
+            "leave none): lower them, or add structures"
+        )
     absent = [elem for elem, n in zip(elements, atoms_in_training, strict=True) if n == 0]
     if absent:
         raise TrainingError(

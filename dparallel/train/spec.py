@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 NEEDS_DERIVATIVES: dict[str, bool] = {"adam": False, "adamw": False, "kalman": True}
 
 
+_DEFAULT_LR = 3e-3
+_DEFAULT_LR_MIN = 5e-5
+
+
 class TrainingSpec(BaseModel):
     """Every knob of a training run; defaults reach the EMT Cu target (docs/training.md).
 
@@ -57,7 +61,7 @@ class TrainingSpec(BaseModel):
         False, description="refuse choices n2p2 cannot evaluate (export --format n2p2)"
     )
     optimizer: Literal["adam", "adamw", "kalman"] = "adam"
-    lr: float = Field(3e-3, gt=0)
+    lr: float = Field(_DEFAULT_LR, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     batch_size: int = Field(8, ge=1)
     epochs: int = Field(300, ge=1)
@@ -79,7 +83,7 @@ class TrainingSpec(BaseModel):
         3, ge=0, description="Kalman: force components per structure in each update"
     )
     schedule: Literal["plateau", "cosine", "none"] = "cosine"
-    lr_min: float = Field(5e-5, ge=0)
+    lr_min: float = Field(_DEFAULT_LR_MIN, ge=0)
     plateau_factor: float = Field(0.5, gt=0, lt=1)
     plateau_patience: int = Field(10, ge=1)
     early_stopping: int = Field(0, ge=0, description="epochs without improvement; 0 = off")
@@ -119,6 +123,14 @@ class TrainingSpec(BaseModel):
             raise ValueError("validation_fraction + test_fraction must be < 1")
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden layer sizes must be >= 1, got {self.hidden}")
+        if self.lr_min > self.lr and "lr_min" not in self.model_fields_set:
+            # a small lr with the default floor: keep the default's ratio (lr / 60)
+            object.__setattr__(self, "lr_min", self.lr * _DEFAULT_LR_MIN / _DEFAULT_LR)  # frozen
+        if self.schedule != "none" and self.optimizer != "kalman" and self.lr_min > self.lr:
+            raise ValueError(
+                f"lr_min ({self.lr_min:g}) exceeds lr ({self.lr:g}): the {self.schedule} "
+                "schedule would raise the learning rate, not lower it"
+            )
         if self.scaling.startswith("scale") and self.scale_max == self.scale_min:  # n2p2's
             raise ValueError("scale_max must differ from scale_min")
         if isinstance(self.batch_prefetch, int) and self.batch_prefetch < 0:

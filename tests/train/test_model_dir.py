@@ -88,6 +88,22 @@ def test_retraining_replaces_every_file_of_the_old_model(store, tmp_path: Path) 
     assert doc["store"]["identity"]["identity"] == store.attrs["identity"]
 
 
+def test_retraining_removes_every_file_that_export_wrote(store, tmp_path: Path) -> None:
+    """What ``export`` actually writes (not a list of names): none of it survives training
+    anew, so no exported file (``lammps.model`` for ``pair_style dparallel``) describes
+    the old model beside the new ``model.pt``."""
+    from dparallel.train.export import export_model
+
+    model = tmp_path / "m"
+    train(store, model, SPEC)
+    before = {p.name for p in model.iterdir()}
+    export_model(model, artifacts=False)
+    exported = {p.name for p in model.iterdir()} - before
+    assert {"deployed.pt", "lammps.model"} <= exported
+    train(store, model, SPEC)
+    assert not exported & {p.name for p in model.iterdir()}
+
+
 def test_resume_after_the_store_was_made_again_is_refused(store, tmp_path: Path) -> None:
     model = tmp_path / "m"
     train(store, model, SPEC.model_copy(update={"epochs": 1}))

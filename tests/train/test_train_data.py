@@ -106,6 +106,11 @@ def test_training_spec_rejects_unknown_keys_and_bad_values() -> None:
         parse_training_spec(None, ["validation_fraction=0.6", "test_fraction=0.5"])
     with pytest.raises(ConfigError, match=r"key\.path=value"):
         parse_training_spec(None, ["epochs"])
+    with pytest.raises(ConfigError, match=r"lr_min \(1\) exceeds lr \(0\.003\): the cosine"):
+        parse_training_spec(None, ["lr=3e-3", "lr_min=1"])
+    assert parse_training_spec(None, ["lr=3e-3", "lr_min=1", "schedule=none"]).lr_min == 1
+    small = parse_training_spec(None, ["lr=1e-5"])  # under the default floor: its ratio kept
+    assert small.lr_min == pytest.approx(1e-5 / 60) and TrainingSpec(**small.to_dict()) == small
     spec = parse_training_spec(None, ["hidden=[8, 4]", "lr=1e-3", "scaling=minmax"])
     assert spec.hidden == (8, 4) and spec.lr == 1e-3 and spec.scaling == "minmax"
     assert TrainingSpec(**spec.to_dict()) == spec

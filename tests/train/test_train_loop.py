@@ -43,6 +43,26 @@ def test_resume_continues_the_same_trajectory(store, tmp_path, schedule) -> None
     assert straight.test == resumed.test
 
 
+def test_resume_with_more_epochs_follows_the_longer_cosine(store, tmp_path) -> None:  # noqa: ANN001
+    """Cosine schedule, 2 epochs, then ``--resume`` with 5: from epoch 2 on the learning
+    rate is that of a 5-epoch run (the closed form, and the straight run's own values),
+    falling to the end, not past the 2-epoch cosine's end and back up."""
+    import itertools
+    import math
+
+    spec = SPEC.model_copy(update={"schedule": "cosine", "epochs": 2})
+    longer = spec.model_copy(update={"epochs": 5})
+    straight = train_model(store, tmp_path / "a", longer)
+    train_model(store, tmp_path / "b", spec)
+    resumed = train_model(store, tmp_path / "b", longer, resume=True)
+    lrs = [r["lr"] for r in resumed.history]
+    cosine = [longer.lr_min + (longer.lr - longer.lr_min) * (1 + math.cos(math.pi * e / 5)) / 2
+              for e in range(5)]  # fmt: skip
+    assert lrs[2:] == pytest.approx(cosine[2:], rel=1e-12)
+    assert lrs[2:] == pytest.approx([r["lr"] for r in straight.history][2:], rel=1e-12)
+    assert all(b < a for a, b in itertools.pairwise(lrs[2:]))
+
+
 def test_resume_with_no_epochs_left_finishes_the_model(store, tmp_path) -> None:  # noqa: ANN001
     """A checkpoint already at or past ``epochs`` (a killed run, resumed with fewer): the
     model is finished from it (model.pt, final metrics), not claimed and left unwritten."""
