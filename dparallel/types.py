@@ -141,6 +141,30 @@ class StructureBatch:
         shortest = lengths.min(axis=1, initial=np.inf)
         return np.where(finite & self.pbc.any(axis=1), shortest, np.inf)
 
+    def implausible_cells(self) -> dict[int, str]:
+        """Structures whose periodic cell is no material, by index, with the reason: denser
+        than :data:`MAX_DENSITY`, or a periodic translation under :data:`MIN_TRANSLATION`
+        (a Lattice in the wrong units, whose neighbor list would need millions of images).
+        A singular cell (density 0, a translation of ~0) is left to its own check."""
+        counts = self.atom_counts
+        density = self.densities()
+        shortest = self.shortest_translations()
+        found: dict[int, str] = {}
+        for s in np.flatnonzero(density > MAX_DENSITY).tolist():
+            found[s] = (
+                f"{counts[s]} atoms in a periodic cell of {counts[s] / density[s]:.3g} (length "
+                f"unit)³: denser than any material (limit {MAX_DENSITY:g} per unit³, diamond "
+                "holds 0.18 per Å³); check the Lattice and its units"
+            )
+        for s in np.flatnonzero((shortest < MIN_TRANSLATION) & (shortest > 1e-8)).tolist():
+            found.setdefault(
+                s,
+                f"a periodic translation of {shortest[s]:.3g} (length unit) along pbc="
+                f"{self.pbc[s].tolist()} puts each atom that close to its own image: no "
+                f"material (limit {MIN_TRANSLATION:g}); check the Lattice and its units",
+            )
+        return dict(sorted(found.items()))
+
     @property
     def structure_index(self) -> np.ndarray:
         """Structure of each atom row, shape (N,)."""

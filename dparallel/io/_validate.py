@@ -6,8 +6,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dparallel.types import MAX_DENSITY, MIN_TRANSLATION
-
 if TYPE_CHECKING:
     from dparallel.types import StructureBatch
 
@@ -64,22 +62,8 @@ def validate_batch(batch: StructureBatch) -> dict[int, str]:
     flag(~np.isfinite(batch.cells).reshape(n, 9).all(axis=1), "cell has non-finite entries")
     huge = np.abs(np.nan_to_num(batch.cells.reshape(n, 9))) > MAX_COORDINATE
     flag(huge.any(axis=1), "cell has implausible entries" + far)
-    density = batch.densities()  # 0 for a singular cell: judged below
-    for s in np.flatnonzero(density > MAX_DENSITY):
-        bad.setdefault(
-            int(s),
-            f"{counts[s]} atoms in a periodic cell of {counts[s] / density[s]:.3g} (length "
-            f"unit)³: denser than any material (limit {MAX_DENSITY:g} per unit³); check the "
-            "Lattice and its units",
-        )
-    shortest = batch.shortest_translations()  # ~0 for a singular cell: judged below
-    for s in np.flatnonzero((shortest < MIN_TRANSLATION) & (shortest > 1e-8)):
-        bad.setdefault(
-            int(s),
-            f"a periodic translation of {shortest[s]:.3g} (length unit) along pbc="
-            f"{batch.pbc[s].tolist()} puts each atom that close to its own image: no "
-            f"material (limit {MIN_TRANSLATION:g}); check the Lattice and its units",
-        )
+    for index, why in batch.implausible_cells().items():  # a singular cell: judged below
+        bad.setdefault(index, why)
     for s in np.flatnonzero(batch.pbc.any(axis=1)):
         if int(s) in bad:
             continue

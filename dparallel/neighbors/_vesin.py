@@ -11,7 +11,6 @@ import numpy as np
 
 from dparallel.errors import DescriptorError
 from dparallel.neighbors._small_cells import SMALL_CELL_ATOMS, small_cell_pairs
-from dparallel.types import MAX_DENSITY, MIN_TRANSLATION
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -92,24 +91,10 @@ def _cells_for_lists(batch: StructureBatch) -> np.ndarray:
     periodic = np.flatnonzero(batch.pbc.any(axis=1))
     if periodic.size == 0:
         return cells
-    density = batch.densities()
-    if np.any(density > MAX_DENSITY):
-        s = int(np.argmax(density))
-        count = int(batch.atom_counts[s])
-        raise DescriptorError(
-            f"structure {s}: {count} atoms in a periodic cell of {count / density[s]:.3g} Å³ "
-            f"({density[s]:.3g} atoms/Å³; no material holds more than ~0.3, the limit is "
-            f"{MAX_DENSITY}): check the Lattice and its units"
-        )
-    shortest = batch.shortest_translations()
-    short = np.flatnonzero((shortest < MIN_TRANSLATION) & (shortest > 1e-8))
-    if short.size:
-        s = int(short[0])
-        raise DescriptorError(
-            f"structure {s}: a periodic translation of {shortest[s]:.3g} Å along pbc="
-            f"{batch.pbc[s].tolist()} puts each atom that close to its own image (the limit "
-            f"is {MIN_TRANSLATION}): check the Lattice and its units"
-        )
+    implausible = batch.implausible_cells()
+    if implausible:
+        s, why = next(iter(implausible.items()))
+        raise DescriptorError(f"structure {s}: {why}")
     volume = np.abs(np.linalg.det(cells[periodic]))
     singular = periodic[~np.isfinite(volume) | (volume < 1e-10)]
     if singular.size == 0:
