@@ -97,6 +97,10 @@ def _diagnose_extxyz(text: str, line0: int) -> tuple[int, str] | None:
                     return line, f"{what} field {value!r} in column {c + 1} ({name})"
             elif name == "species" and value.capitalize() not in atomic_numbers:
                 return line, f"unknown element {value!r}"
+        if "species" in props and "Z" in props:
+            symbol, z = cols[props["species"][1]], int(cols[props["Z"][1]])
+            if atomic_numbers[symbol.capitalize()] != z:
+                return line, f"species {symbol!r} and Z {z} name different elements"
     return None
 
 
@@ -154,6 +158,8 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
     except KeyError:
         raise _Fallback from None
     numbers = numbers[inverse.reshape(-1)]
+    if "Z" in cols and not np.array_equal(table[:, cols["Z"][1]].astype(np.int64), numbers):
+        raise _Fallback  # the diagnosis names the line where species and Z disagree
     positions = real("pos")
     forces = real("forces")
     if forces is None:

@@ -154,17 +154,31 @@ def test_extxyz_variants_match_ase(tmp_path):
         "Si 0 0 0 7\n"
         "3\nenergy=-2.0 symbols in any case, as some codes write them and ASE reads them\n"
         "NA 0 0 0\ncl 0 0 2.4\no 0 2 0\n"
+        "2\nProperties=species:S:1:pos:R:3:Z:I:1 energy=-3.0\nO 0 0 0 8\nH 0 0 1 1\n"
     )
     path = tmp_path / "variants.xyz"
     path.write_text(text)
     got = open_source(path).read()
     ref = StructureBatch.from_ase(ase.io.read(path, ":"))
     assert got.equals(ref)
-    assert list(got.tags) == ["test", "", "", "", ""]
+    assert list(got.tags) == ["test", "", "", "", "", ""]
     np.testing.assert_array_equal(got.pbc[:4], [[1, 1, 0], [0, 0, 0], [0, 0, 0], [1, 1, 1]])
     np.testing.assert_array_equal(got.energy[:2], [-1.25, 7.5])
     assert np.isnan(got.energy[2:4]).all() and np.isnan(got.forces[3:]).all()
-    np.testing.assert_array_equal(got.numbers[-3:], [11, 17, 8])
+    np.testing.assert_array_equal(got.numbers[-5:], [11, 17, 8, 8, 1])
+
+
+def test_species_and_z_columns_that_disagree_are_an_error(tmp_path):
+    """ASE takes the Z column and drops the species; which one is wrong cannot be told, so
+    the frame is refused, naming the line."""
+    path = tmp_path / "sz.xyz"
+    path.write_text(
+        "2\nProperties=species:S:1:pos:R:3:Z:I:1\nO 0 0 0 8\nH 0 0 1 1\n"
+        "2\nProperties=species:S:1:pos:R:3:Z:I:1\nO 0 0 0 8\nH 0 0 1 3\n"
+    )
+    with pytest.raises(InputFormatError, match=r"line 8, structure 1: species 'H' and Z 3"):
+        open_source(path).read()
+    assert open_source(path, on_error="skip").read().n_structures == 1
 
 
 def test_extra_column_is_an_error(tmp_path):
