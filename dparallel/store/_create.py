@@ -329,6 +329,9 @@ def _build(building: Path | StoreTarget, fingerprint: dict, config: dict, plan: 
         "config": config,
         "plan": plan.to_dict(),
         "slots": {"atoms": A, "structures": K},
+        # every chunk of numbers a done partition wrote is stored, fill values too (older
+        # stores left all-fill chunks out): a missing one is damage (OpenedStore)
+        "every_chunk_written": True,
     }
 
 

@@ -22,12 +22,23 @@ from dparallel.store._read_cache import CachedReads, cache_budget
 from dparallel.store.plan import Plan
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
     from pathlib import Path
 
     from zarr.abc.store import Store as ZarrStore
 
 __all__ = ["OpenedStore"]
+
+
+def _all_fill(values: np.ndarray, array: zarr.Array) -> bool:
+    """Whether every element of ``values`` equals ``array``'s fill value (NaN as NaN)."""
+    fill: Any = array.metadata.fill_value
+    if values.dtype.kind in "OUT":
+        return False  # strings: an all-empty chunk is removed, as zarr does (not damage)
+    if values.dtype.kind == "f" and np.isnan(fill):
+        return bool(np.isnan(values).all())
+    return bool((values == fill).all())
+
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +199,56 @@ class OpenedStore:
         array = self._array(name)
         with self._decoding(name):
             return np.asarray(array[start:stop])
+
+    def _read_written(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` of ``name`` that a done partition wrote (one chunk or
+        whole chunks): as :meth:`_read`, and a :class:`StoreError` where they read as the
+        fill value because their chunk is gone (zarr reads a missing chunk as fill)."""
+        array = self._array(name)
+        with self._decoding(name):
+            values = np.asarray(array[start:stop])
+        if stop > start and _all_fill(values, array):
+            size = array.chunks[0]
+            self._require_chunks(name, array, range(start // size, (stop - 1) // size + 1))
+        return values
+
+    def _read_done_rows(self, name: str) -> np.ndarray:
+        """A per-partition array (one chunk per partition) read whole, with a
+        :class:`StoreError` where a done partition's row reads as fill because its chunk is
+        gone."""
+        array = self._array(name)
+        with self._decoding(name):
+            values = np.asarray(array[...])
+        done = self._done_flags()
+        self._require_chunks(
+            name, array, [int(p) for p in np.flatnonzero(done) if _all_fill(values[p], array)]
+        )
+        return values
+
+    def _read_whole(self, name: str, array: zarr.Array) -> np.ndarray:
+        """A partition group's array (written whole, its chunk before its metadata), with a
+        :class:`StoreError` where it reads as fill because a chunk is gone."""
+        values = np.asarray(array[...])
+        if values.size and _all_fill(values, array):
+            self._require_chunks(name, array, range(array.cdata_shape[0]))
+        return values
+
+    def _require_chunks(self, name: str, array: zarr.Array, chunks: Iterable[int]) -> None:
+        """Raise :class:`StoreError` naming the first of ``chunks`` (leading chunk indices)
+        whose object is missing."""
+        from zarr.core.sync import sync
+
+        if not self._meta.get("every_chunk_written"):
+            return  # an older store: an all-fill chunk was left out when it was written
+        trailing = (0,) * (array.ndim - 1)
+        for i in chunks:
+            key = array.metadata.encode_chunk_key((int(i), *trailing))
+            if not sync(array.store_path.store.exists(f"{array.store_path.path}/{key}")):
+                raise StoreError(
+                    f"{self.location}: {name}: chunk {key} of a done partition is missing "
+                    "(deleted or lost after it was written; zarr would read fill values): "
+                    "featurize the store again with --overwrite"
+                )
 
     @contextlib.contextmanager
     def _decoding(self, name: str) -> Iterator[None]:

@@ -31,7 +31,8 @@ class StoreReads(OpenedStore):
             g = g.get(group, None)  # type: ignore[assignment]
         if g is None:
             return {}
-        return {name: np.asarray(a[...]) for name, a in g.arrays()}
+        with self._decoding(f"{_partition_group(int(p))}/{group or ''}"):
+            return {name: self._read_whole(f"{g.path}/{name}", a) for name, a in g.arrays()}
 
     def read_features(
         self, p: int, descriptor: str, derivatives: bool = True
@@ -57,11 +58,15 @@ class StoreReads(OpenedStore):
             return {}
         out: dict[str, dict[str, np.ndarray]] = {}
         for element, group in sorted(node.groups()):
-            arrays = {name: np.asarray(a[...]) for name, a in group.arrays()}
+            arrays = {
+                name: self._read_whole(f"{group.path}/{name}", a) for name, a in group.arrays()
+            }
             deriv = group.get("d") if derivatives else None
             if isinstance(deriv, zarr.Group):
                 for neighbor, block in sorted(deriv.groups()):
-                    stored = {n: np.asarray(a[...]) for n, a in block.arrays()}
+                    stored = {
+                        n: self._read_whole(f"{block.path}/{n}", a) for n, a in block.arrays()
+                    }
                     if self._meta.get("format_version") != 1:  # format 1: stored as computed
                         kept = block.attrs.asdict()  # format 3: feature_index, radial
                         stored |= {k: np.asarray(kept[k]) for k in BLOCK_ATTRIBUTES if k in kept}
@@ -88,9 +93,11 @@ class StoreReads(OpenedStore):
     # ---------------------------------------------------------- per-atom arrays
     def read_atom_array(self, name: str, start: int, stop: int) -> np.ndarray:
         """Rows of ``atoms/<name>`` for the atoms of stored structures ``[start, stop)``."""
-        arr = self._array(f"atoms/{name}")
-        parts = [arr[a:b] for a, b in self._atom_row_ranges(start, stop)]
+        parts = [
+            self._read_written(f"atoms/{name}", a, b) for a, b in self._atom_row_ranges(start, stop)
+        ]
         if not parts:
+            arr = self._array(f"atoms/{name}")
             return np.zeros((0, *arr.shape[1:]), dtype=arr.dtype)
         return np.concatenate(parts)
 
@@ -98,7 +105,7 @@ class StoreReads(OpenedStore):
     def _cumulative(self) -> np.ndarray:
         """(P + 1,) first stored-structure index of each partition (done ones only count)."""
         if self._cum is None:
-            n = self._read("partitions/n_structures")
+            n = self._read_done_rows("partitions/n_structures")
             done = self._done_flags()
             self._cum = np.concatenate([[0], np.cumsum(np.where(done, n, 0))]).astype(np.int64)
         return self._cum
@@ -115,13 +122,13 @@ class StoreReads(OpenedStore):
     def n_atoms(self) -> int:
         """Atoms stored by done partitions."""
         done = self._done_flags()
-        return int(self._read("partitions/n_atoms")[done].sum())
+        return int(self._read_done_rows("partitions/n_atoms")[done].sum())
 
     @property
     def elements(self) -> list[int]:
         """Sorted atomic numbers present in done partitions."""
         done = self._done_flags()
-        present = self._read("partitions/elements")[done].any(axis=0)
+        present = self._read_done_rows("partitions/elements")[done].any(axis=0)
         return [int(z) for z in np.flatnonzero(present)]
 
     def _partition_spans(self, start: int, stop: int) -> list[tuple[int, int, int]]:
@@ -150,7 +157,7 @@ class StoreReads(OpenedStore):
         """(upto + 1,) first atom row (within partition ``p``) of its first ``upto``
         structures, and the end."""
         K = self.structure_slots
-        counts = self._array("structures/n_atoms")[p * K : p * K + upto]
+        counts = self._read_written("structures/n_atoms", p * K, p * K + upto)
         return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
     def _atom_row_ranges(self, start: int, stop: int) -> list[tuple[int, int]]:
@@ -169,7 +176,7 @@ class StoreReads(OpenedStore):
         sa, sb = p * K + a, p * K + b
 
         def get(name: str, lo: int, hi: int) -> np.ndarray:
-            return self._read(f"structures/{name}", lo, hi)
+            return self._read_written(f"structures/{name}", lo, hi)
 
         batch = StructureBatch(
             numbers=get("numbers", ra, rb).astype(np.int64),
@@ -197,8 +204,10 @@ class StoreReads(OpenedStore):
         """(stop − start,) int64 index in the source file of each stored structure."""
         stop = self.n_structures if stop is None else stop
         K = self.structure_slots
-        arr = self._array("structures/source_index")
-        parts = [arr[p * K + a : p * K + b] for p, a, b in self._partition_spans(start, stop)]
+        parts = [
+            self._read_written("structures/source_index", p * K + a, p * K + b)
+            for p, a, b in self._partition_spans(start, stop)
+        ]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def read_partition(self, p: int) -> StructureBatch:
@@ -206,7 +215,7 @@ class StoreReads(OpenedStore):
         p = int(p)
         if not self._is_done(p):
             raise StoreIncompleteError(f"{self.location}: partition {p} is not done")
-        n = int(self._read("partitions/n_structures", p, p + 1)[0])
+        n = int(self._read_written("partitions/n_structures", p, p + 1)[0])
         return self._read_partition_rows(p, 0, n)[0]
 
     # ---------------------------------------------------------- summary

@@ -204,6 +204,10 @@ class StoreWrites(OpenedStore):
             array = await root.getitem(name)
             if not isinstance(array, zarr.AsyncArray):
                 raise StoreError(f"{self.location}: {name} is not an array")
+            if values.dtype.kind not in "OUST":
+                # a chunk of numbers is stored even if all fill (as the direct and batched
+                # writes store it): a done partition's missing chunk is then damage
+                array = array.with_config({"write_empty_chunks": True})
             await array.setitem(rows, values)
 
         async def write_all() -> None:

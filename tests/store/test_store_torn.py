@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 
 import ase.io
+import numpy as np
 import pytest
 import zarr
 
@@ -143,3 +144,95 @@ def test_a_damaged_feature_array_is_a_store_error_naming_it(tmp_path, rng, what)
     target.write_bytes(target.read_bytes()[: 20 if what == "chunk" else 5])
     with pytest.raises(StoreError, match=r"cannot read parts/0/features/acsf .*corrupt"):
         open_store(tmp_path / "f.zarr").read_features(0, "acsf")
+
+
+_STRUCTURE_ARRAYS = [
+    "numbers",
+    "positions",
+    "forces",
+    "cells",
+    "pbc",
+    "energy",
+    "n_atoms",
+    "source_index",
+]
+
+
+@pytest.mark.parametrize("name", [f"structures/{n}" for n in _STRUCTURE_ARRAYS])
+def test_a_deleted_structure_chunk_of_a_done_partition_is_an_error(store_path, name):
+    """zarr reads a missing chunk as its fill value: a deleted chunk file read as zero
+    positions, NaN energies or a partition of no atoms. Every read of it is now a
+    StoreError naming the array and the chunk."""
+    store = open_store(store_path)
+    p = 1  # not the first, so that the ones before it still read
+    lo, hi = (int(c) for c in store._cumulative()[p : p + 2])
+    whole = store.read_structures(0, store.n_structures)
+    array = zarr.open_array(str(store_path / name), mode="r")
+    _chunk_file(store_path / name, p, *([0] * (array.ndim - 1))).unlink()
+    damaged = open_store(store_path)
+    with pytest.raises(
+        StoreError, match=rf"{name}: chunk c\.{p}\S* of a done partition is missing"
+    ):
+        damaged.read_partition(p)
+    with pytest.raises(StoreError, match="is missing"):
+        damaged.read_structures(lo, hi)
+    if name == "structures/source_index":
+        with pytest.raises(StoreError, match="is missing"):
+            damaged.source_indices(lo, hi)
+    # the other partitions still read, equal to what they were
+    assert damaged.read_structures(0, lo).equals(whole.select(0, lo))
+
+
+@pytest.mark.parametrize("name", ["n_structures", "n_atoms", "elements"])
+def test_a_deleted_partition_count_of_a_done_partition_is_an_error(store_path, name):
+    _chunk_file(store_path / "partitions" / name, 1, *([0] * (name == "elements"))).unlink()
+    damaged = open_store(store_path)
+    with pytest.raises(StoreError, match=rf"partitions/{name}: chunk c\.1\S* of a done"):
+        _ = damaged.n_structures, damaged.n_atoms, damaged.elements
+
+
+def test_a_deleted_feature_chunk_is_an_error(tmp_path, rng):
+    """Every array of a partition's group is written whole, its chunk before its metadata:
+    a chunk missing under its metadata is damage, not fill values to train on."""
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+    data = tmp_path / "data.xyz"
+    frames = random_structures(6, rng, min_atoms=3, max_atoms=8, elements=(1, 8))
+    ase.io.write(data, frames, format="extxyz")
+    acsf = ACSF.uniform(["H", "O"], r_cut=3.0, radial=[(0.5, 0.0)], narrow=[], wide=[])
+    store = featurize_in_process(
+        data, tmp_path / "f.zarr", DescriptorSet(acsf=acsf), FeaturizeOptions(partition_atoms=40)
+    )
+    group = tmp_path / "f.zarr" / "parts" / "0" / "features" / "acsf"
+    arrays = sorted(
+        p.parent
+        for p in group.rglob("zarr.json")
+        if (p.parent / "c.0").exists() or any(p.parent.glob("c.*"))
+    )
+    arrays = [a for a in arrays if zarr.open_array(str(a), mode="r").size]
+    assert len(arrays) >= 4  # values, atom_index, pairs, vectors_t, dG_dr_split …
+    for array in arrays:
+        chunk = next(array.glob("c.*"))
+        kept = chunk.read_bytes()
+        chunk.unlink()
+        with pytest.raises(StoreError, match=r"of a done partition is missing"):
+            open_store(store.path).read_features(0, "acsf")
+        chunk.write_bytes(kept)
+    open_store(store.path).read_features(0, "acsf")  # whole again
+
+
+def test_a_store_made_before_every_chunk_was_written_reads_its_missing_chunks_as_fill(
+    store_path,
+):
+    """Earlier versions left an all-fill chunk out (e.g. the cells of molecules): without
+    ``every_chunk_written`` a missing chunk still reads as fill values."""
+    store = open_store(store_path, mode="r+")
+    meta = dict(store.attrs)
+    del meta["every_chunk_written"]
+    zarr.open_group(str(store_path), mode="r+").attrs["dparallel"] = meta
+    whole = open_store(store_path).read_partition(1)
+    _chunk_file(store_path / "structures" / "energy", 1).unlink()
+    old = open_store(store_path).read_partition(1)
+    assert np.isnan(old.energy).all() and old.positions.shape == whole.positions.shape
