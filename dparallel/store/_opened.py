@@ -70,6 +70,11 @@ class OpenedStore:
             self._root = zarr.open_group(store=backend.zarr_store, mode=mode, **ZARR3)
         except FileNotFoundError:
             raise StoreError(f"no zarr store at {self.location}") from None
+        except ValueError as exc:  # its zarr.json cut short or not JSON
+            raise StoreError(
+                f"{self.location}: its zarr.json cannot be read ({type(exc).__name__}: {exc}); "
+                "a damaged store: featurize it again with --overwrite"
+            ) from None
         meta = self._root.attrs.get("dparallel")
         if not isinstance(meta, dict):
             raise StoreError(f"{self.location} is a zarr group but not a dparallel store")
@@ -185,7 +190,11 @@ class OpenedStore:
 
     # ------------------------------------------------------------ arrays
     def _array(self, name: str) -> zarr.Array:
-        node = self._root[name]
+        with self._decoding(name):  # its zarr.json cut short: named
+            try:
+                node = self._root[name]
+            except KeyError:
+                raise self._missing_array(name) from None
         if not isinstance(node, zarr.Array):
             raise StoreError(f"{self.location}: {name} is not an array")
         return node
@@ -199,6 +208,13 @@ class OpenedStore:
         array = self._array(name)
         with self._decoding(name):
             return np.asarray(array[start:stop])
+
+    def _missing_array(self, name: str) -> StoreError:
+        """The error for array ``name`` gone from the store (its ``zarr.json`` deleted)."""
+        return StoreError(
+            f"{self.location}: {name} is missing (its zarr.json was deleted?); a damaged "
+            "store: featurize it again with --overwrite"
+        )
 
     def _read_written(self, name: str, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` of ``name`` that a done partition wrote (one chunk or
@@ -262,7 +278,8 @@ class OpenedStore:
         except Exception as exc:  # noqa: BLE001 - codec errors come in many types
             raise StoreError(
                 f"{self.location}: cannot read {name} (a chunk or its metadata is truncated "
-                f"or corrupt: {type(exc).__name__}: {exc}); featurize the store again"
+                f"or corrupt: {type(exc).__name__}: {exc}); featurize the store again with "
+                "--overwrite"
             ) from None
 
     def _partition_group(self, p: int, create: bool) -> zarr.Group | None:

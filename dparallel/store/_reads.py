@@ -237,7 +237,8 @@ class StoreReads(OpenedStore):
                         "chunks": list(node.chunks),
                     }
 
-        walk(self._root, "")
+        with self._decoding("an array's metadata"):
+            walk(self._root, "")
         return dict(sorted(out.items()))
 
     def info(self) -> dict[str, Any]:

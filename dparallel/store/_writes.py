@@ -201,7 +201,10 @@ class StoreWrites(OpenedStore):
         root = self._root._async_group
 
         async def write(name: str, rows: slice, values: np.ndarray) -> None:
-            array = await root.getitem(name)
+            try:
+                array = await root.getitem(name)
+            except KeyError:
+                raise self._missing_array(name) from None
             if not isinstance(array, zarr.AsyncArray):
                 raise StoreError(f"{self.location}: {name} is not an array")
             if values.dtype.kind not in "OUST":

@@ -168,7 +168,8 @@ def load_partition(
             if np.any(batch.numbers == atomic_numbers[elem]):
                 raise TrainingError(
                     f"{store.target}: partition {p} has {elem} atoms but no {base} arrays; "
-                    f"featurize the store (descriptor {descriptor!r})"
+                    f"featurize the store (descriptor {descriptor!r}; a done partition "
+                    "without them was damaged: featurize it again with --overwrite)"
                 )
             continue
         atom_index = arr["atom_index"].astype(np.int64)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dparallel._files import write_file
+from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP, MODEL, load_model
 from dparallel.store import Store, open_store
 from dparallel.train.checkpoints import (
@@ -119,7 +121,8 @@ def train(
     TrainingError
         The store is incomplete and ``spec.allow_incomplete`` is off; a checkpoint or
         model file is unreadable, corrupt or holds more than tensors and plain data;
-        the store lacks the features or derivatives the spec needs.
+        the store lacks the features or derivatives the spec needs; the loss of an epoch
+        is not finite (diverged); the store changed under the run.
     """
     store = store if isinstance(store, Store) else open_store(store)
     with claim_model_dir(model_dir, store, resume=resume) as path:  # ours, leased, one store
@@ -143,6 +146,15 @@ def _train(
     for epoch in range(progress.start_epoch, spec.epochs):
         row = _epoch(run, epoch, progress)
         stop = notify(callbacks, row)
+        if row.get("diverged"):
+            log.warning(
+                "epoch %d: the loss is not finite (the model diverged); stopping with the "
+                "best epoch, %d (a smaller learning rate, lr, may train further)",
+                epoch,
+                progress.best_epoch,
+            )
+            stopped_early = True
+            break
         if spec.early_stopping and progress.bad_epochs >= spec.early_stopping:
             log.info("early stopping at epoch %d (best %d)", epoch, progress.best_epoch)
             stopped_early = True
@@ -224,19 +236,31 @@ def _epoch(run: _Run, epoch: int, progress: Progress) -> dict[str, Any]:
     """Train one epoch, validate, step the schedule, save best/checkpoint/metrics; its row."""
     t0 = time.perf_counter()
     spec, prep = run.spec, run.prep
-    train_sum, wait = _train_epoch(run, epoch)
     has_val = prep.index.count("validation") > 0
-    if has_val:
-        try:
-            val_sum = evaluate_split(
-                run.model, run.reader, "validation", spec, feed=run.feed
-            ).summary()
-        except torch.OutOfMemoryError as exc:
-            where = f"validation after epoch {epoch}"
-            raise out_of_memory(exc, run.feed.device, None, where) from None
-    else:
-        val_sum = dict.fromkeys(train_sum, float("nan"))
+    try:
+        train_sum, wait = _train_epoch(run, epoch)
+        if has_val:
+            try:
+                val_sum = evaluate_split(
+                    run.model, run.reader, "validation", spec, feed=run.feed
+                ).summary()
+            except torch.OutOfMemoryError as exc:
+                where = f"validation after epoch {epoch}"
+                raise out_of_memory(exc, run.feed.device, None, where) from None
+        else:
+            val_sum = dict.fromkeys(train_sum, float("nan"))
+    except Exception:
+        # a store replaced mid-epoch (--overwrite) fails the reads in many ways: say so
+        check_store_unchanged(prep.store, run.model_dir)
+        raise
     monitor = val_sum["loss"] if has_val else train_sum["loss"]
+    finite = math.isfinite(train_sum["loss"]) and math.isfinite(monitor)
+    if not finite and progress.best_epoch < 0:
+        raise TrainingError(
+            f"epoch {epoch}: the loss is not finite (training {train_sum['loss']}, monitored "
+            f"{monitor}) and no epoch before it was: the model diverged; train anew with a "
+            "smaller learning rate (lr), or check the data for values out of range"
+        )
     lr = run.optimizer.lr
     columns = run.optimizer.columns()  # of the epoch just trained
     run.optimizer.end_epoch(monitor)
@@ -250,6 +274,8 @@ def _epoch(run: _Run, epoch: int, progress: Progress) -> dict[str, Any]:
     row["train_structures"] = prep.index.count("train")  # per epoch, for the rate shown
     row["data_wait_fraction"] = wait
     row.update(columns)
+    if not finite:  # diverged: its weights are not finite, nothing of it is kept
+        return {**row, "diverged": True}
     progress.history.append(row)
     save_checkpoint(run.model_dir / CHECKPOINT, epoch, run.model, run.optimizer, progress, spec)
     write_metrics(run.model_dir, progress.history)

@@ -21,6 +21,7 @@ from dparallel.errors import (
     DiskFullError,
     PartitionFailedError,
     RunInterruptedError,
+    StoreError,
     StoreIncompleteError,
     UnsafePathError,
 )
@@ -150,7 +151,12 @@ def merged_statistics(
     merged: dict[str, dict[str, FeatureStats]] = {}
     known = reports or {}
     for p in store.done_partitions().tolist():
-        report = known.get(p) or store.report(p) or {}
+        report = known.get(p) or store.report(p)
+        if report is None:
+            raise StoreError(
+                f"{target_path(store)}: partition {p} is done but its report, which holds its "
+                "statistics, is gone: rerun the featurize command to compute it again"
+            )
         for name, per_elem in report.get("stats", {}).items():
             for elem, data in per_elem.items():
                 part = FeatureStats.from_json(data)
@@ -217,7 +223,22 @@ def prepare_featurize(
         any_plan=options.partition_atoms is None,
         aside=True,
     )
+    _redo_unreported(store)
     return source, store
+
+
+def _redo_unreported(store: Store) -> None:
+    """Mark not done (to compute again) every done partition whose report is gone: its
+    group's document was deleted or damaged after it was written, and its statistics
+    would be missing from the store's (they live in the report)."""
+    for p in store.done_partitions().tolist():
+        if store.report(p) is None:
+            warnings.warn(
+                f"{target_path(store)}: partition {p} is marked done but its report is gone "
+                f"(parts/{p}/zarr.json deleted?); computing it again",
+                stacklevel=2,
+            )
+            store.clear_done(p)
 
 
 def finish_featurize(

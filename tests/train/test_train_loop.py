@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
@@ -184,3 +185,62 @@ def test_early_stopping_keeps_the_best_model(store, tmp_path) -> None:  # noqa: 
     best = min(range(len(losses)), key=lambda k: losses[k] if losses[k] == losses[k] else 1e300)
     assert res.best_epoch == best and len(res.history) == best + 3
     assert res.validation["loss"] == pytest.approx(losses[best], rel=1e-12)
+
+
+def _poison_from(monkeypatch, first: int) -> None:  # noqa: ANN001
+    """From epoch ``first`` on, a weight of the model is NaN before the epoch trains (a
+    diverged model: every loss after it is NaN)."""
+    from dparallel.train import loop
+
+    original = loop._train_epoch
+
+    def poisoned(run, epoch):  # noqa: ANN001, ANN202
+        if epoch >= first:
+            with torch.no_grad():
+                next(run.model.parameters()).fill_(float("nan"))
+        return original(run, epoch)
+
+    monkeypatch.setattr(loop, "_train_epoch", poisoned)
+
+
+def test_a_loss_not_finite_before_any_good_epoch_is_one_error(store, tmp_path, monkeypatch):  # noqa: ANN001
+    """It ran every epoch with NaN, saved no best model, then ended saying "finish it with
+    --resume"; now the first such epoch stops it, saying why."""
+    _poison_from(monkeypatch, 0)
+    with pytest.raises(TrainingError, match=r"epoch 0: the loss is not finite .* diverged"):
+        train_model(store, tmp_path / "m", SPEC)
+    assert not (tmp_path / "m" / "checkpoint.pt").exists()
+
+
+def test_a_run_that_diverges_stops_with_its_best_epoch(store, tmp_path, monkeypatch):  # noqa: ANN001
+    _poison_from(monkeypatch, 2)
+    res = train_model(store, tmp_path / "m", SPEC.model_copy(update={"epochs": 6}))
+    assert [r["epoch"] for r in res.history] == [0, 1] and res.best_epoch in (0, 1)
+    assert math.isfinite(res.test["energy_rmse"])
+    metrics = json.loads((tmp_path / "m" / "metrics.json").read_text())
+    assert [r["epoch"] for r in metrics["epochs"]] == [0, 1]
+    checkpoint = torch.load(tmp_path / "m" / "checkpoint.pt", weights_only=True)
+    assert checkpoint["epoch"] == 1  # the last finite epoch, which --resume continues
+
+
+def test_a_store_replaced_mid_epoch_is_named_not_the_read_that_broke(store, tmp_path, monkeypatch):  # noqa: ANN001
+    """An overwrite while training reads the store broke a read (shapes of another store:
+    an IndexError, a size mismatch) with a traceback; the run now says the store changed."""
+    import shutil
+
+    from dparallel.store import open_store
+    from dparallel.train import loop
+
+    copy = tmp_path / "s.zarr"
+    shutil.copytree(store.path, copy)
+    original = loop._train_epoch
+
+    def replaced_then_read(run, epoch):  # noqa: ANN001, ANN202
+        if epoch == 1:
+            shutil.rmtree(copy)  # featurized again elsewhere, or removed
+            raise IndexError("index 0 is out of bounds for axis 0 with size 0")
+        return original(run, epoch)
+
+    monkeypatch.setattr(loop, "_train_epoch", replaced_then_read)
+    with pytest.raises(TrainingError, match=r"changed under this run"):
+        train_model(open_store(copy), tmp_path / "m", SPEC)

@@ -250,3 +250,20 @@ def test_non_finite_finds_nan_in_split_derivatives_by_their_pair_axis():
     bad_ang[2 + 3 * 2 + 1, 2 * offsets[3] + 3] = np.inf  # an angular row, a pair of structure 3
     assert set(_non_finite(batch, computed(bad_s))) == {1}
     assert set(_non_finite(batch, computed(bad_ang))) == {3}
+
+
+def test_a_done_partition_whose_report_is_gone_is_computed_again(tmp_path):
+    """The statistics (n2p2's scaling) are merged from the partitions' reports: one whose
+    group document was deleted was left out of them silently (fewer atoms counted, other
+    means); a rerun now computes that partition again and the statistics are whole."""
+    path, _, _ = _dataset(tmp_path, {})
+    options = FeaturizeOptions(partition_atoms=60)
+    dset = DescriptorSet(acsf=ACSF_CU)
+    store = featurize_in_process(path, tmp_path / "s.zarr", dset, options)
+    assert store.n_partitions >= 3
+    whole = store.attrs["statistics"]
+    (tmp_path / "s.zarr" / "parts" / "1" / "zarr.json").unlink()
+    with pytest.warns(UserWarning, match=r"partition 1 is marked done but its report is gone"):
+        again = featurize_in_process(path, tmp_path / "s.zarr", dset, options)
+    assert again.report(1) is not None
+    assert again.attrs["statistics"] == whole
