@@ -48,11 +48,15 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--gpus",
-        type=int,
+        type=whole_number(0, "GPU worker"),
         metavar="N",
         help="also start N GPU workers in the local cluster, one per GPU (resource GPU=1)",
     )
-    parser.add_argument("--torch-threads", type=int, help="torch threads per task (default 1)")
+    parser.add_argument(
+        "--torch-threads",
+        type=whole_number(1, "thread"),
+        help="torch threads per task (default 1)",
+    )
     parser.add_argument(
         "--dashboard-address",
         metavar="ADDR",
@@ -131,17 +135,26 @@ def refuse_unwritable_target(
     )
 
 
-def _at_least_one(text: str) -> int:
-    """argparse type: an integer ≥ 1 (one line of error otherwise, not a validation dump)."""
-    import argparse
+def whole_number(minimum: int, what: str) -> Callable[[str], int]:
+    """An argparse ``type``: an integer ≥ ``minimum`` (one line of error otherwise, not a
+    validation dump or a traceback later); ``what`` names the unit (``worker``)."""
 
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"needs at least 1 worker, got {value}")
-    return value
+    def parse(text: str) -> int:
+        import argparse
+
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            unit = what if minimum == 1 else f"{what}s"
+            raise argparse.ArgumentTypeError(f"needs at least {minimum} {unit}, got {value}")
+        return value
+
+    return parse
+
+
+_at_least_one = whole_number(1, "worker")
 
 
 def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
@@ -224,7 +237,7 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
     parser.add_argument("--on-error", default="raise", choices=["raise", "skip"])
     parser.add_argument(
         "--partition-atoms",
-        type=int,
+        type=whole_number(1, "atom"),
         help="target atoms per partition/task (default: featurize ~4 tasks per worker of "
         "5,000-20,000 atoms, or one per worker for less data; ingest 20,000)",
     )

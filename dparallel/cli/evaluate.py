@@ -6,7 +6,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from dparallel.cli._options import local_argument
+from dparallel.cli._options import local_argument, whole_number
 
 if TYPE_CHECKING:
     import argparse
@@ -42,7 +42,12 @@ def add_parser(subparsers: Any) -> None:
         help="units of an n2p2 potential directory (default: those its input.nn declares, "
         "else those of DATA, --units)",
     )
-    p.add_argument("--batch", type=int, default=64, help="structures per prediction batch")
+    p.add_argument(
+        "--batch",
+        type=whole_number(1, "structure"),
+        default=64,
+        help="structures per prediction batch",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 

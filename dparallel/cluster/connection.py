@@ -335,6 +335,15 @@ def _read_scheduler_file(path: str | os.PathLike[str]) -> str:
 
 def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHandle:
     """Client for a running scheduler, with a bounded connection timeout."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        parse_host_port(parse_address(address)[1])
+    except ValueError as exc:
+        raise ClusterError(
+            f"{address!r} is not a Dask scheduler address ({exc}); give one as "
+            "tcp://HOST:PORT (or tls://HOST:PORT)"
+        ) from None
     security = _security(spec.tls)
     if security is not None and address.startswith("tcp://"):
         raise ClusterError(

@@ -254,3 +254,8 @@ def test_garbage_is_collected_before_a_cluster_starts() -> None:
         gc.enable()
     with connect(spec) as handle:
         assert gc.isenabled()
+
+
+def test_a_scheduler_address_without_a_port_is_one_line(tmp_path):
+    with pytest.raises(ClusterError, match=r"'garbage' is not a Dask scheduler address"):
+        connect(scheduler="garbage")
