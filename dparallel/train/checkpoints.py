@@ -30,10 +30,19 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.pt"
 BEST = "best.pt"
 SPEC_JSON = "spec.json"
-#: Training keys a resumed run may change.
-#: (``device`` and ``data_on_device``: a run may resume on another device, bitwise on the same.)
+#: Training keys a resumed run may change: ``epochs``, ``allow_incomplete`` and those
+#: that say how fast, not what (``device`` and ``data_on_device``: a run may resume on
+#: another device, bitwise on the same; the read-ahead and torch's threads).
 _RESUMABLE_KEYS = frozenset(
-    {"epochs", "allow_incomplete", "device", "data_on_device", "batch_prefetch"}
+    {
+        "epochs",
+        "allow_incomplete",
+        "device",
+        "data_on_device",
+        "batch_prefetch",
+        "prefetch",
+        "threads",
+    }
 )
 
 

@@ -56,8 +56,11 @@ def _changed(old: Any, new: Any, prefix: str = "") -> list[str]:
     return out
 
 
-#: Training keys that say where a model trained, not what: a change does not retrain it.
-_WHERE_TRAINED = {"device": None, "data_on_device": None}
+#: Training keys that say where or how fast a model trained, not what: a change does not
+#: retrain it.
+_WHERE_TRAINED = dict.fromkeys(
+    ("device", "data_on_device", "batch_prefetch", "prefetch", "threads")
+)
 
 
 def _what_trained(spec: Any) -> Any:

@@ -244,3 +244,12 @@ def test_a_store_replaced_mid_epoch_is_named_not_the_read_that_broke(store, tmp_
     monkeypatch.setattr(loop, "_train_epoch", replaced_then_read)
     with pytest.raises(TrainingError, match=r"changed under this run"):
         train_model(open_store(copy), tmp_path / "m", SPEC)
+
+
+def test_resume_takes_other_threads_and_read_ahead(store, tmp_path) -> None:  # noqa: ANN001
+    """Keys of how fast it trains, not what: an interrupted run resumes across them (a
+    rerun with `threads` changed trained afresh, deleting the epochs done)."""
+    train_model(store, tmp_path / "m", SPEC, callback=stop_after(2))
+    faster = SPEC.model_copy(update={"threads": 2, "prefetch": 2, "batch_prefetch": 3})
+    resumed = train_model(store, tmp_path / "m", faster, resume=True)
+    assert [r["epoch"] for r in resumed.history] == [0, 1, 2, 3]

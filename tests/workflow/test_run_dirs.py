@@ -93,3 +93,14 @@ def test_run_with_more_epochs_keeps_the_finished_model(tmp_path):
     assert "note: " in second.stdout and "it is kept, this run trains into" in second.stdout
     assert "model_dir: runs/quickstart/model-2" in second.stdout
     assert "dparallel evaluate runs/quickstart/model-2" in second.stdout
+
+
+@pytest.mark.parametrize(
+    "key", ["device", "data_on_device", "batch_prefetch", "prefetch", "threads"]
+)
+def test_keys_of_how_fast_it_trains_reuse_the_finished_model(tmp_path, key):
+    """They change where or how fast a model trains, not what it learns (the checkpoint
+    resumes across them too: dparallel.train.checkpoints._RESUMABLE_KEYS)."""
+    _finished(tmp_path / "model", {**SPEC, key: 1})
+    target = choose_model_dir(tmp_path / "model", {**SPEC, key: 2}, STORE, False)
+    assert target.path == tmp_path / "model" and not target.train
