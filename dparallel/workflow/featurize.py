@@ -19,6 +19,7 @@ from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import (
     ClusterError,
     DiskFullError,
+    InputError,
     PartitionFailedError,
     RunInterruptedError,
     StoreError,
@@ -482,9 +483,18 @@ def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None
             f"could not be written ({kept} done partitions are kept); free space and rerun "
             "the same command to compute only the rest"
         )
+    if all(isinstance(exc, InputError) for exc in failures.values()):
+        # the same input fails the same way: the kept partitions serve a rerun only if
+        # neither the file nor --on-error changes, and either is the fix
+        how = (
+            "the input holds invalid structures (below), so a rerun fails the same way: fix "
+            "them (the changed file is another source: rerun with --overwrite), or leave "
+            "them out with --on-error skip --overwrite"
+        )
+    else:
+        how = "a rerun computes only the rest"
     lines = [
-        f"{len(failures)} of {total} partitions failed; {kept} done partitions are kept "
-        "and a rerun computes only the rest."
+        f"{len(failures)} of {total} partitions failed; {kept} done partitions are kept; {how}."
     ]
     for p, exc in sorted(failures.items()):
         start, stop = store.partition_range(p)

@@ -81,6 +81,8 @@ def test_bad_structure_is_named_by_file_index_and_line_and_others_are_kept(tmp_p
     text = str(info.value)
     assert f"{path}, line {lines[7]}, structure 7: {message}" in text, text
     assert "1 of " in text and "ZeroDivision" not in text and "non-finite" not in text
+    # the same input fails a rerun the same way: the message says what does help
+    assert "a rerun fails the same way" in text and "--on-error skip --overwrite" in text
     from dparallel.store import open_store
 
     store = open_store(store_path)
