@@ -135,8 +135,13 @@ def run_workflow(
     train_needed = _training_needed(spec, featurize_needed, result, say)
     model_dir = result.model_dir
     statistics = None  # merged by featurize when it runs; else read back only if needed
+    # a training section without an output folder trains nothing: "off", not "skipped"
+    # (which says "its model is current")
+    trains = spec.training is not None and model_dir is not None
+    if spec.training is not None and model_dir is None:
+        say("train: off (the workflow has no output.model_dir to train into)")
     if not (featurize_needed or train_needed):
-        result.stages.update(featurize="skipped", train="skipped" if spec.training else "off")
+        result.stages.update(featurize="skipped", train="skipped" if trains else "off")
     else:
         with connect(
             spec.cluster,
@@ -169,7 +174,7 @@ def run_workflow(
                 )
                 result.stages["train"] = "resumed" if resumed else "ran"
             else:
-                result.stages["train"] = "skipped" if spec.training else "off"
+                result.stages["train"] = "skipped" if trains else "off"
     if spec.descriptors.acsf is not None:
         scaling = _write_scaling(store_path, statistics)
         result.files["scaling.data"] = str(

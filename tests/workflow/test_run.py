@@ -52,6 +52,10 @@ def test_run_then_rerun_skips_every_finished_stage(tmp_path):
     assert "stages: dataset skipped, featurize skipped, train skipped, export skipped" in (
         second.stdout
     )
+    # a training section with nowhere to train into: "off", never "skipped" (current)
+    nowhere = _run("run", str(QUICKSTART), *SMALL, "--set", "output=null", cwd=tmp_path)
+    assert nowhere.returncode == 0, nowhere.stdout + nowhere.stderr
+    assert "train off" in nowhere.stdout and "no output.model_dir" in nowhere.stderr
     # a changed training key retrains from the same store
     third = _run("run", str(QUICKSTART), *SMALL, "--set", "training.seed=1", cwd=tmp_path)
     assert third.returncode == 0, third.stdout + third.stderr
