@@ -203,6 +203,9 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
         base = spec.model_dump() if spec is not None else {}
         if args.local is not None:
             base.update(kind="local", n_workers=args.local)
+            # asked for by name: a local cluster, even where the environment names a
+            # scheduler (which connect() otherwise prefers to the default local cluster)
+            os.environ.pop("DASK_SCHEDULER_ADDRESS", None)
         if gpus is not None:
             base.update(gpus=gpus)
             if gpus and not (args.scheduler or args.scheduler_file):

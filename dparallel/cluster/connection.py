@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -37,7 +38,7 @@ from dparallel.dashboard.deferred_pages import attach_pages
 from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
 __all__ = [
     "ClusterHandle",
@@ -315,6 +316,34 @@ def expected_workers(
     return (spec.n_workers or CPU_COUNT) + spec.gpus
 
 
+#: Seconds beyond ``connect_timeout`` that a client's whole start may take: distributed
+#: bounds the TCP connection by it, not the handshake after (a server of another protocol
+#: that accepts the connection and never answers held ``Client()`` for good).
+_HANDSHAKE_GRACE_S = 10.0
+
+
+class _Unanswered(Exception):
+    """The call did not return in time."""
+
+
+def _within(make: Callable[[], Client], seconds: float) -> Client:
+    """``make()`` in a daemon thread, given up after ``seconds`` (:class:`_Unanswered`; the
+    thread is left to end with the process); its exception is raised here."""
+    done: Future[Client] = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(make())
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller
+            done.set_exception(exc)
+
+    threading.Thread(target=run, name="dparallel-client-start", daemon=True).start()
+    try:
+        return done.result(timeout=seconds)
+    except FutureTimeout:
+        raise _Unanswered from None
+
+
 def _read_scheduler_file(path: str | os.PathLike[str]) -> str:
     """Scheduler address from a ``dask scheduler --scheduler-file`` JSON file."""
     try:
@@ -351,7 +380,10 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
             "configured; use the tls:// address of the scheduler"
         )
     try:
-        client = Client(address, security=security, timeout=spec.connect_timeout)
+        client = _within(
+            lambda: Client(address, security=security, timeout=spec.connect_timeout),
+            spec.connect_timeout + _HANDSHAKE_GRACE_S,
+        )
     except TypeError as exc:  # distributed's way of saying "tls:// without certificates"
         raise ClusterError(
             f"cannot connect to the Dask scheduler at {address!r}: it needs TLS but no "
@@ -363,6 +395,18 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
             f"{spec.connect_timeout:g} s ({type(exc).__name__}: {exc}); is it running, "
             "and is the address (and TLS setting) right?"
         ) from exc
+    except _Unanswered:
+        raise ClusterError(
+            f"{address!r} accepted the connection but did not answer as a Dask scheduler "
+            f"within {spec.connect_timeout + _HANDSHAKE_GRACE_S:g} s: is it the scheduler's "
+            "address (tcp://HOST:8786), not its dashboard's (:8787) or another service?"
+        ) from None
+    except (ValueError, MemoryError) as exc:  # a scheme distributed does not know, or
+        # another protocol's reply read as a message length
+        raise ClusterError(
+            f"cannot connect to {address!r} as a Dask scheduler ({type(exc).__name__}: "
+            f"{str(exc)[:200]}): is it the scheduler's tcp:// (or tls://) address?"
+        ) from None
     _register_threads(client, spec)
     logger.info("connected to scheduler %s (%s)", address, source)
     return ClusterHandle(client, None, source, owns=True)

@@ -35,3 +35,20 @@ def test_evaluate_batch_out_of_range_is_one_line(tmp_path, capsys, value):
     with pytest.raises(SystemExit):
         main(["evaluate", str(tmp_path), str(tmp_path / "in.xyz"), "--batch", value])
     assert f"--batch: needs at least 1 structure, got {value}" in capsys.readouterr().err
+
+
+def test_local_wins_over_a_scheduler_in_the_environment(monkeypatch):
+    """The environment's scheduler is the default's replacement, not --local's: with both,
+    --local N started nothing local and failed on the environment's address."""
+    import argparse
+
+    from dparallel.cli._options import add_cluster_arguments, cluster_kwargs
+
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")
+    parser = argparse.ArgumentParser()
+    add_cluster_arguments(parser)
+    kwargs = cluster_kwargs(parser.parse_args(["--local", "2"]))
+    assert kwargs["cluster"].kind == "local" and kwargs["cluster"].n_workers == 2
+    from dparallel.cluster.connection import expected_workers
+
+    assert expected_workers(kwargs["cluster"]) == 2  # a local cluster of 2, not "unknown"

@@ -259,3 +259,37 @@ def test_garbage_is_collected_before_a_cluster_starts() -> None:
 def test_a_scheduler_address_without_a_port_is_one_line(tmp_path):
     with pytest.raises(ClusterError, match=r"'garbage' is not a Dask scheduler address"):
         connect(scheduler="garbage")
+
+
+def test_a_server_that_never_answers_as_a_scheduler_is_a_bounded_error(monkeypatch):
+    """A port that accepts connections and never speaks Dask's protocol (a dashboard, an
+    HTTP proxy) held Client() for good, and Ctrl-C with it; now a ClusterError."""
+    import socket
+    import threading
+
+    from dparallel.cluster import connection
+
+    monkeypatch.setattr(connection, "_HANDSHAKE_GRACE_S", 1.0)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])  # and never a byte back
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ClusterError, match=r"did not answer as a Dask scheduler"):
+            connect(ClusterSpec(connect_timeout=2), scheduler=address)
+    finally:
+        server.close()
+        for s in held:
+            s.close()
+    assert time.monotonic() - t0 < 30
