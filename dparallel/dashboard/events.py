@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import uuid
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -109,8 +110,10 @@ def train_event(
     energy_rmse: float | None = None,
     force_rmse: float | None = None,
     data_wait_fraction: float | None = None,
+    run_id: str | None = None,
 ) -> dict:
-    """Payload with one epoch's metrics for one split (and, for training, its data wait)."""
+    """Payload with one epoch's metrics for one split (and, for training, its data wait);
+    ``run_id``: the training run's own id (runs of one name are told apart by it)."""
     if split not in ("train", "validation"):
         raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
     out = {
@@ -123,6 +126,8 @@ def train_event(
     }
     if data_wait_fraction is not None:
         out["data_wait_fraction"] = _metric(data_wait_fraction)
+    if run_id is not None:
+        out["run_id"] = str(run_id)
     return out
 
 
@@ -191,7 +196,9 @@ def publish_train_metrics(*fields: Any, target: _EventTarget | None = None, **na
 
 def epoch_publisher(run: str) -> Callable[[Mapping[str, Any]], None]:
     """An epoch callback sending each metrics row under the name ``run``: one event per
-    split with a finite loss (a no-op without a cluster)."""
+    split with a finite loss (a no-op without a cluster). Each callback is one training
+    run with an id of its own, so a later run of the same name starts its own curves."""
+    run_id = uuid.uuid4().hex[:12]
 
     def publish(row: Mapping[str, Any]) -> None:
         for split in ("train", "validation"):
@@ -206,6 +213,7 @@ def epoch_publisher(run: str) -> Callable[[Mapping[str, Any]], None]:
                 row.get(f"{split}_energy_rmse"),
                 row.get(f"{split}_force_rmse"),
                 data_wait_fraction=row.get("data_wait_fraction") if split == "train" else None,
+                run_id=run_id,
             )
 
     return publish

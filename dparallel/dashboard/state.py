@@ -92,18 +92,30 @@ class _Run:
 @dataclass
 class _Curves:
     run: str
+    run_id: str = ""
     # split -> epoch -> metric -> value
     points: dict[str, dict[int, dict[str, float | None]]] = field(
         default_factory=lambda: {s: {} for s in SPLITS}
     )
 
 
+#: Runs remembered per kind (the page shows the latest started; older ones are dropped).
+_KEPT_RUNS = 16
+
+
 class DashboardState:
-    """Latest featurization run's progress and latest training run's curves."""
+    """Latest featurization run's progress and latest training run's curves.
+
+    Every run's events go to that run's own record (featurization by its name, which
+    names its store; training by its name and id), so runs at the same time or one after
+    another on one cluster never mix: the page shows the one started last.
+    """
 
     def __init__(self) -> None:
         self.progress: _Run | None = None
         self.train: _Curves | None = None
+        self._runs: dict[str, _Run] = {}
+        self._curves: dict[tuple[str, str], _Curves] = {}
         self.n_events = 0
 
     def add(self, t: float, topic: str, msg: Any) -> None:
@@ -122,18 +134,24 @@ class DashboardState:
         run = str(msg.get("run", ""))
         kind = msg.get("kind")
         if kind == "start":
-            self.progress = _Run(
-                run=run,
-                started=t,
-                n_partitions=int(msg.get("n_partitions", 0)),
-                n_structures=int(msg.get("n_structures", 0)),
-                n_atoms=int(msg.get("n_atoms", 0)),
-                n_done_before=int(msg.get("n_done_before", 0)),
+            self.progress = _remember(
+                self._runs,
+                run,
+                _Run(
+                    run=run,
+                    started=t,
+                    n_partitions=int(msg.get("n_partitions", 0)),
+                    n_structures=int(msg.get("n_structures", 0)),
+                    n_atoms=int(msg.get("n_atoms", 0)),
+                    n_done_before=int(msg.get("n_done_before", 0)),
+                ),
             )
         elif kind == "partition":
-            if self.progress is None or self.progress.run != run:
-                self.progress = _Run(run=run)
-            self.progress.partitions[int(msg["partition"])] = _Partition(
+            record = self._runs.get(run)
+            if record is None:  # its start came before this page did
+                record = _remember(self._runs, run, _Run(run=run))
+                self.progress = self.progress or record
+            record.partitions[int(msg["partition"])] = _Partition(
                 time=t,
                 n_structures=int(msg.get("n_structures", 0)),
                 n_atoms=int(msg.get("n_atoms", 0)),
@@ -146,9 +164,11 @@ class DashboardState:
         split = msg.get("split")
         if split not in SPLITS:
             return
-        if self.train is None or self.train.run != run:
-            self.train = _Curves(run=run)
-        self.train.points[split][int(msg.get("epoch", 0))] = {
+        key = (run, str(msg.get("run_id", "")))
+        curves = self._curves.get(key)
+        if curves is None:  # a new run: its curves, shown from now on
+            curves = self.train = _remember(self._curves, key, _Curves(run=run, run_id=key[1]))
+        curves.points[split][int(msg.get("epoch", 0))] = {
             m: (None if msg.get(m) is None else float(msg[m]))
             for m in (*METRICS, "data_wait_fraction")
         }
@@ -216,6 +236,16 @@ class DashboardState:
     def to_json(self) -> dict[str, Any]:
         """Everything the JSON route serves (NaN-free, JSON-serialisable)."""
         return _clean({"progress": self.progress_summary(), "train": self.train_summary()})
+
+
+def _remember(records: dict, key: Any, record: Any) -> Any:
+    """``records[key] = record`` (the newest last), dropping the oldest beyond
+    :data:`_KEPT_RUNS`; returns ``record``."""
+    records.pop(key, None)
+    records[key] = record
+    while len(records) > _KEPT_RUNS:
+        records.pop(next(iter(records)))
+    return record
 
 
 def _clean(value: Any) -> Any:

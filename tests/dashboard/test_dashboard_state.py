@@ -129,3 +129,39 @@ def test_the_page_counts_this_runs_partitions_and_says_so() -> None:
     fresh.add(100.0, TOPIC_PROGRESS, progress_start_event("run-c", 4, 40, 400))
     summary = fresh.progress_summary()
     assert summary is not None and "before" not in partitions_line(summary)
+
+
+def test_two_featurize_runs_at_once_keep_their_own_counts() -> None:
+    """A partition of another run replaced the shown run by an empty one (no totals): the
+    page ended at '108 / ?' and never complete. Each run now keeps its own record; the
+    page shows the one started last, whole."""
+    s = DashboardState()
+    s.add(100.0, TOPIC_PROGRESS, progress_start_event("featurize:a.zarr", 2, 20, 200))
+    s.add(101.0, TOPIC_PROGRESS, progress_start_event("featurize:b.zarr", 3, 30, 300))
+    for t, run, p in [(102, "a", 0), (103, "b", 0), (104, "a", 1), (105, "b", 1), (106, "b", 2)]:
+        s.add(
+            t,
+            TOPIC_PROGRESS,
+            progress_partition_event(f"featurize:{run}.zarr", p, 10, 100, 1.0, "w"),
+        )
+    shown = s.progress_summary()
+    assert shown is not None and shown["run"] == "featurize:b.zarr"
+    assert (shown["partitions_done"], shown["partitions_total"], shown["complete"]) == (3, 3, True)
+
+
+def test_a_later_training_run_of_the_same_name_starts_its_own_curves(monkeypatch) -> None:
+    """Runs of one workflow share its name: a second run's epochs 0-1 were drawn over the
+    first run's 0-3, leaving its epochs 2-3 on the page."""
+    from dparallel.dashboard import events
+
+    recorder = EventRecorder()
+    monkeypatch.setattr(events, "_resolve_target", lambda target: (recorder, "client"))
+    s = DashboardState()
+    for epochs in (4, 2):
+        publish = events.epoch_publisher("quickstart")
+        for e in range(epochs):
+            publish({"epoch": e, "train_loss": 10.0 - e, "train_energy_rmse": 1.0})
+    for t, (topic, msg) in enumerate(recorder.events):
+        s.add(float(t), topic, msg)
+    curves = s.train_summary()
+    assert curves is not None and curves["train"]["epoch"] == [0, 1]
