@@ -110,6 +110,13 @@ def test_compose_invariants(services: dict[str, dict]) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "DPARALLEL_TORCH_THREADS"):
         assert var in services["worker"]["environment"]
     assert "replicas" in services["worker"]["deploy"]  # scalable: --scale worker=N
+    # numba's kernels compiled once for all containers: its cache on the shared volume
+    volume = next(v.split(":")[1] for v in services["worker"]["volumes"])
+    for name in ("scheduler", "worker", "runner"):
+        cache = services[name]["environment"]["NUMBA_CACHE_DIR"]
+        assert cache.startswith(volume + "/"), (name, cache)
+    # a worker exits when its scheduler goes away: both come back on their own
+    assert services["scheduler"]["restart"] == services["worker"]["restart"] == "unless-stopped"
 
 
 def _pins(text: str) -> dict[str, str]:
@@ -237,8 +244,11 @@ def _image_env(home: Path) -> dict[str, str]:
     return {k: v.replace(IMAGE_HOME, str(home)) for k, v in found}
 
 
-def _env(service: dict, image_env: dict[str, str]) -> dict[str, str]:
-    return child_env({**image_env, **{k: str(v) for k, v in service["environment"].items()}})
+def _env(service: dict, image_env: dict[str, str], data: Path) -> dict[str, str]:
+    """The service's environment over the image's, the shared volume ``/data`` at ``data``."""
+    given = {k: str(v) for k, v in service["environment"].items()}
+    given = {k: f"{data}{v[5:]}" if v.startswith("/data/") else v for k, v in given.items()}
+    return child_env({**image_env, **given})
 
 
 def _healthcheck(service: dict, port: int, default_port: int) -> list[str]:
@@ -278,7 +288,7 @@ def test_compose_commands_run_as_local_processes(services: dict[str, dict], tmp_
     try:
         data = tmp_path / "data"  # stands for the shared volume, the services' working_dir
         data.mkdir()
-        sched_env = _env(sched_svc, image_env)
+        sched_env = _env(sched_svc, image_env, data)
         sched = start(sched_argv, tmp_path / "scheduler.log", sched_env, cwd=data)
         procs.append(sched)
         info = wait_scheduler_file(sfile, sched, tmp_path / "scheduler.log")
@@ -296,7 +306,7 @@ def test_compose_commands_run_as_local_processes(services: dict[str, dict], tmp_
                 "127.0.0.1",
             ]
             log = tmp_path / f"worker{i}.log"
-            procs.append(start(argv, log, _env(worker_svc, image_env), cwd=data))
+            procs.append(start(argv, log, _env(worker_svc, image_env, data), cwd=data))
 
         expected_threads = int(worker_svc["environment"]["DPARALLEL_TORCH_THREADS"])
         with connect(scheduler=address) as handle:
@@ -329,14 +339,16 @@ def test_compose_commands_run_as_local_processes(services: dict[str, dict], tmp_
         argv += ["--set", "dataset.generate.n_structures=12", "--set", "training.epochs=2"]
         argv += ["--set", "partitioning.atoms=120", "--set", "training.hidden=[4]", "-q"]
         done = subprocess.run(
-            argv, cwd=data, env=_env(runner_svc, image_env), capture_output=True, text=True,
+            argv, cwd=data, env=_env(runner_svc, image_env, data), capture_output=True, text=True,
             timeout=200,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         assert "stages: dataset ran, featurize ran, train ran, export ran" in done.stdout
         assert (data / "runs" / "quickstart" / "model" / "deployed.pt").exists()
-        # Compiled numba kernels went to the image user's cache, not into site-packages.
-        assert list(Path(image_env["NUMBA_CACHE_DIR"]).rglob("*.nbi"))
+        # Compiled numba kernels went to the shared volume's cache (compose), not into
+        # site-packages nor each container's home.
+        assert list((data / ".cache" / "numba").rglob("*.nbi"))
+        assert not Path(image_env["NUMBA_CACHE_DIR"]).exists()
     finally:
         t_stop = time.monotonic()
         for p in reversed(procs):
