@@ -86,6 +86,9 @@ class ClusterHandle:
         #: (workers, of which GPU workers) a cluster started here will have once all run;
         #: (0, 0) for a cluster found running
         self.planned_workers, self.planned_gpus = planned
+        #: worker plugins this handle registered on a cluster it does not own: removed
+        #: (their teardown restores the workers) when it closes
+        self.plugins: list[str] = []
 
     def wait_for_workers(self, timeout: float | None = None) -> bool:
         """Wait until every worker a local cluster started with ``return_early`` runs
@@ -122,6 +125,11 @@ class ClusterHandle:
             return
         self._owns = False
         self.wait_for_workers(timeout)  # never close a cluster in the middle of its start
+        for name in self.plugins:
+            try:
+                self.client.unregister_worker_plugin(name)
+            except Exception:  # a scheduler gone: nothing left to restore
+                logger.debug("could not remove worker plugin %s", name, exc_info=True)
         try:
             self.client.close(timeout=timeout)
         finally:
@@ -367,7 +375,9 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
     from distributed.comm.addressing import parse_address, parse_host_port
 
     try:
-        parse_host_port(parse_address(address)[1])
+        scheme, where = parse_address(address)
+        if scheme != "inproc":  # the others are HOST:PORT
+            parse_host_port(where)
     except ValueError as exc:
         raise ClusterError(
             f"{address!r} is not a Dask scheduler address ({exc}); give one as "
@@ -407,9 +417,12 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
             f"cannot connect to {address!r} as a Dask scheduler ({type(exc).__name__}: "
             f"{str(exc)[:200]}): is it the scheduler's tcp:// (or tls://) address?"
         ) from None
-    _register_threads(client, spec)
+    registered = _register_threads(client, spec)
     logger.info("connected to scheduler %s (%s)", address, source)
-    return ClusterHandle(client, None, source, owns=True)
+    handle = ClusterHandle(client, None, source, owns=True)
+    # a cluster others use too: its workers get their own budget back when this run ends
+    handle.plugins = [TorchThreadsPlugin.name] if registered else []
+    return handle
 
 
 def _worker_env(spec: ClusterSpec) -> dict[str, str]:
@@ -418,10 +431,13 @@ def _worker_env(spec: ClusterSpec) -> dict[str, str]:
     return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, ENV_TORCH_THREADS: n}
 
 
-def _register_threads(client: Client, spec: ClusterSpec) -> None:
-    """Register the torch-thread plugin on every worker when the spec sets a budget."""
-    if spec.torch_threads is not None:
-        client.register_plugin(TorchThreadsPlugin(spec.torch_threads))
+def _register_threads(client: Client, spec: ClusterSpec) -> bool:
+    """Register the torch-thread plugin on every worker when the spec sets a budget;
+    whether it did."""
+    if spec.torch_threads is None:
+        return False
+    client.register_plugin(TorchThreadsPlugin(spec.torch_threads))
+    return True
 
 
 class _LocalStart(NamedTuple):

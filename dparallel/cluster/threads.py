@@ -89,6 +89,10 @@ def torch_threads(n: int | None = None) -> Iterator[int]:
             torch.set_num_threads(previous)
 
 
+#: What the plugin sets in a worker's environment.
+_BUDGET_VARIABLES = (ENV_TORCH_THREADS, "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 class TorchThreadsPlugin(WorkerPlugin):
     """Worker plugin that records the torch thread budget in every worker process: in
     ``DPARALLEL_TORCH_THREADS`` and, for libraries initialised later, OMP/MKL_NUM_THREADS."""
@@ -102,6 +106,16 @@ class TorchThreadsPlugin(WorkerPlugin):
         self.n = int(n)
 
     def setup(self, worker: Any) -> None:
-        """Record the budget in the worker's environment."""
-        for var in (ENV_TORCH_THREADS, "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        """Record the budget in the worker's environment (what was there is kept)."""
+        self._before = {var: os.environ.get(var) for var in _BUDGET_VARIABLES}
+        for var in _BUDGET_VARIABLES:
             os.environ[var] = str(self.n)
+
+    def teardown(self, worker: Any) -> None:
+        """Give the worker its own budget back (the plugin removed: the run that set it
+        ended, and others use the cluster)."""
+        for var, value in getattr(self, "_before", {}).items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value

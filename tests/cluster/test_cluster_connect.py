@@ -137,6 +137,12 @@ def test_command_line_scheduler_via_scheduler_file_and_env(tmp_path: Path, monke
             # connect() registered the plugin: the worker's budget is now the spec's.
             r = handle.client.submit(torch_thread_report, 1, pure=False).result(timeout=60)
             assert r["after"] == 1
+        # that run is over: the shared cluster's worker has its own budget (2) back, for
+        # every later client (the plugin stayed registered for good before)
+        monkeypatch.delenv("DASK_SCHEDULER_ADDRESS")
+        with connect(scheduler=address) as handle:
+            r = handle.client.submit(torch_thread_report, 2, pure=False).result(timeout=60)
+            assert r["budget"] == 2 and r["after"] == 2
     finally:
         if worker is not None:
             stop(worker)
