@@ -100,6 +100,13 @@ def evaluate_file(
         chosen = resolve(model_dir, potential_units, units)
         model = DeployedModel(*load_potential(model_dir, units=chosen))
     else:
+        if potential_units is not None:
+            from dparallel.errors import ConfigError
+
+            raise ConfigError(
+                f"--potential-units is for an n2p2 potential directory; {model_dir} is a "
+                "dparallel model, whose units are its own (give DATA's with --units)"
+            )
         model = load_deployed(model_dir)
     source = open_source(data, format, units=units)
     sums = np.zeros((2, 3))  # energy, force: Σ squared error, Σ absolute error, count
