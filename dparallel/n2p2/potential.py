@@ -166,6 +166,7 @@ def n2p2_problems(acsf: ACSF, model: HDNNP) -> list[str]:
         problems.append(
             f"n2p2 uses one cutoff_type for all symmetry functions; these use {sorted(cutoffs)}"
         )
+    problems += _function_problems(acsf)
     for e in acsf.elements:
         if acsf.n_features(e) == 0:
             problems.append(f"element {e} has no symmetry functions")
@@ -205,6 +206,33 @@ def n2p2_problems(acsf: ACSF, model: HDNNP) -> list[str]:
         if t.is_floating_point() and not torch.isfinite(t).all():
             problems.append(f"{name} holds non-finite values")
     return list(dict.fromkeys(problems))
+
+
+def _function_problems(acsf: ACSF) -> list[str]:
+    """The symmetry functions n2p2 computes other than dparallel (docs/n2p2.md): an angular
+    function's rs < 0 (n2p2's symmetry-function groups take it as 0) and zeta or lambda 0
+    (n2p2's forces are NaN: the groups divide by zeta·lambda)."""
+    problems = []
+    for e in acsf.elements:
+        for k, f in enumerate(acsf.features(e)):
+            if f["type"] == 2:
+                continue
+            name = (
+                f"symmetry function {k} of {e} (type {f['type']}, {'-'.join(f['neighbors'])}, "
+                f"eta {f['eta']:g}, rs {f['rs']:g}, zeta {f['zeta']:g}, lambda "
+                f"{f['lambda']:g}, rc {f['rc']:g}; Å)"
+            )
+            if f["rs"] < 0:
+                problems.append(
+                    f"{name}: n2p2 computes an angular function's rs < 0 as rs = 0, dparallel "
+                    "with the rs given; use rs >= 0"
+                )
+            if f["zeta"] == 0 or f["lambda"] == 0:
+                problems.append(
+                    f"{name}: n2p2's forces are NaN with zeta or lambda 0 (its "
+                    "symmetry-function groups divide by zeta·lambda); remove the function"
+                )
+    return problems
 
 
 def write_potential(

@@ -175,13 +175,14 @@ def _parse_symfunction(
     if zeta == 0 or lam == 0:  # angular parameters where n2p2's own results differ from ours
         log.warning(
             "%s line %d: zeta or lambda is 0: n2p2's own forces for this function are NaN "
-            "(its symmetry-function groups divide by zeta·lambda); dparallel's are finite",
+            "(its symmetry-function groups divide by zeta·lambda); dparallel's are finite "
+            "(an export to n2p2 refuses it)",
             *where,
         )
     if type_ != 2 and rs < 0:
         log.warning(
             "%s line %d: angular rs %g < 0: n2p2's symmetry-function groups compute it as "
-            "rs = 0, dparallel uses %g (docs/n2p2.md)",
+            "rs = 0, dparallel uses %g (an export to n2p2 refuses it; docs/n2p2.md)",
             *where, rs, rs,
         )  # fmt: skip
     return {

@@ -214,3 +214,28 @@ def test_lammps_lines_follow_the_pair_style_rules() -> None:
     assert float(opts["cflength"]) * Bohr == pytest.approx(1.0, rel=1e-14)  # Å → bohr
     assert float(opts["cfenergy"]) * Hartree == pytest.approx(1.0, rel=1e-14)  # E_Ha / cf = eV
     assert "cflength" not in lammps_lines(Path("pot"), ["H"], 5.0, 1.0, 1.0)[1]
+
+
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        ({"rs": -0.8}, r"rs -0\.8.*n2p2 computes an angular function's rs < 0 as rs = 0"),
+        ({"zeta": 0.0}, r"zeta 0, lambda -1.*n2p2's forces are NaN with zeta or lambda 0"),
+        ({"lambda": 0.0}, r"zeta 1, lambda 0.*n2p2's forces are NaN with zeta or lambda 0"),
+    ],
+)
+def test_functions_n2p2_computes_otherwise_are_refused(
+    tmp_path: Path, change: dict, reason: str
+) -> None:
+    """An angular rs < 0 (n2p2: rs = 0) and zeta or lambda 0 (n2p2: NaN forces) are named."""
+    acsf, model, _ = _potential(["tanh", "tanh", "identity"])
+    spec = acsf.to_dict()
+    k = next(k for k, f in enumerate(spec["features"]["Ag"]) if f["type"] == 3)
+    spec["features"]["Ag"][k].update(change)
+    bad = ACSF.from_dict(spec)
+    (problem,) = n2p2_problems(bad, model)
+    assert problem.startswith(f"symmetry function {k} of Ag (type 3, ")
+    with pytest.raises(ConfigError, match=reason):
+        write_potential(bad, model, tmp_path)
+    assert not (tmp_path / "input.nn").exists()
+

@@ -66,3 +66,23 @@ def test_n2p2_compatible_training_exports(tmp_path: Path) -> None:
     store2 = build_store(tmp_path / "cu12.xyz", tmp_path / "mixed.zarr", ACSF.from_dict(mixed))
     with pytest.raises(TrainingError, match="n2p2_compatible: n2p2 uses one cutoff_type"):
         train_model(store2, tmp_path / "m2", spec)
+
+
+def test_n2p2_compatible_refuses_functions_n2p2_computes_otherwise(tmp_path: Path) -> None:
+    """An angular rs < 0 (n2p2 computes rs = 0) is refused before the first epoch."""
+    from _store_fixture import build_store
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.descriptors import ACSF
+
+    acsf = ACSF.uniform(["Cu"], r_cut=4.0, radial=[(0.05, 0.0)], narrow=[(0.01, 1.0, -1.0, -0.5)])
+    data = write_emt_cu(tmp_path / "cu.xyz", 4, seed=3)
+    store = build_store(data, tmp_path / "s.zarr", acsf)
+    spec = TrainingSpec(epochs=1, hidden=(4,), batch_size=2, n2p2_compatible=True)
+    with pytest.raises(
+        TrainingError,
+        match=r"n2p2_compatible: symmetry function 1 of Cu \(type 3, Cu-Cu, eta 0.01, rs -0.5, "
+        r"zeta 1, lambda -1, rc 4; Å\): n2p2 computes an angular function's rs < 0 as rs = 0",
+    ):
+        train_model(store, tmp_path / "m", spec)
+    assert not (tmp_path / "m" / "model.pt").exists()
