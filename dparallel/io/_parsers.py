@@ -300,11 +300,16 @@ def _n2p2_structure(i: int, first_line: int, block: str) -> _N2p2Structure:
             key = cols[0] if cols else ""
             if key == "atom":
                 atom_rows.append((line, raw))
-            elif key in ("", "begin", "end", "charge"):
+            elif key == "begin":  # n2p2 (Structure.cpp) reads set=train|test here only
+                for word in raw.split()[1:]:
+                    if word not in ("set=train", "set=test"):
+                        raise ValueError(
+                            f"unknown 'begin' argument {word!r}: n2p2 accepts only set=train "
+                            "or set=test there (and refuses the file otherwise)"
+                        )
+                    tag = word[4:]
+            elif key in ("", "end", "charge", "comment"):  # a comment is free text in n2p2
                 continue
-            elif key == "comment":
-                m = re.search(r"\bset\s*=\s*(\w+)", raw)
-                tag = m.group(1) if m else tag
             elif key == "lattice":
                 cols = raw.split()
                 _ncols(cols, 4, "lattice x y z")

@@ -2,7 +2,7 @@
 
 One block per structure::
 
-    begin
+    begin [set=train|set=test]      (from ``atoms.info["set"]``, n2p2's split marker)
     comment <text>
     lattice <ax> <ay> <az>          (three lines; only for 3-D periodic cells)
     atom <x> <y> <z> <element> <charge> 0.0 <fx> <fy> <fz>
@@ -40,6 +40,9 @@ def write_input_data(
     """Write ``ase.Atoms`` (energy and forces from their calculator, else 0) to ``path``.
 
     n2p2 knows fully periodic and non-periodic structures only; mixed ``pbc`` is refused.
+    ``atoms.info["set"]`` ``"train"`` or ``"test"`` (as :meth:`StructureBatch.to_ase` sets
+    it from a structure's tag) is written as n2p2 reads it, ``begin set=…``; other values
+    are not written (n2p2 refuses any other ``begin`` argument).
     """
     length, energy = unit_factors(units)
     lines: list[str] = []
@@ -51,7 +54,9 @@ def write_input_data(
         if atoms.calc is not None:
             e_value = float(atoms.get_potential_energy())
             forces = np.asarray(atoms.get_forces())
-        lines += ["begin", f"comment structure {k}"]
+        marker = atoms.info.get("set")
+        begin = f"begin set={marker}" if marker in ("train", "test") else "begin"
+        lines += [begin, f"comment structure {k}"]
         if pbc.all():
             for row in np.asarray(atoms.cell) / length:
                 lines.append("lattice " + " ".join(f"{x:.17g}" for x in row))

@@ -64,8 +64,8 @@ def assign_splits(
     """Split code (0 train, 1 validation, 2 test) per structure, (S,) int8.
 
     A structure's split depends only on its source index and ``seed`` (not on the
-    partitioning). n2p2 ``set=test`` tags force test, ``set=train`` tags keep the structure
-    out of the test split (it may still become validation).
+    partitioning). "test" tags (n2p2's ``begin set=test``) force test, "train" tags keep
+    the structure out of the test split (it may still become validation).
     """
     u = _hash_uniform(ids, seed)
     split = np.where(u < test, 2, np.where(u < test + validation, 1, 0)).astype(np.int8)

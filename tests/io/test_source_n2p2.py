@@ -13,16 +13,16 @@ from dparallel.io.synthetic import random_structures
 from dparallel.types import StructureBatch
 
 HAND = """\
-begin
-comment water molecule set=train
+begin set=train
+comment water molecule
 atom 0.0 0.0 0.0 O -0.8 0.0 0.1 -0.2 0.3
 atom 1.5 0.0 0.0 H 0.4 0.0 -0.05 0.1 0.0
 atom -0.5 1.25 0.0 H 0.4 0.0 -0.05 0.1 -0.3
 energy -76.25
 charge 0.0
 end
-begin
-comment bulk set=test
+begin set=test
+comment bulk
 lattice 4.0 0.0 0.0
 lattice 0.0 5.0 0.0
 lattice 0.5 0.0 6.0
@@ -76,7 +76,7 @@ def _write_n2p2(path, frames):
     """Format ASE structures as input.data with plain f-strings (independent of the reader)."""
     lines = []
     for k, at in enumerate(frames):
-        lines += ["begin", f"comment frame {k} set={'test' if k % 3 == 0 else 'train'}"]
+        lines += [f"begin set={'test' if k % 3 == 0 else 'train'}", f"comment frame {k}"]
         if at.pbc.any():
             lines += ["lattice {!r} {!r} {!r}".format(*map(float, v)) for v in at.cell[:]]
         f = at.get_forces()
@@ -115,3 +115,30 @@ def test_format_detected_by_content_and_option(tmp_path, hand_file):
     other.write_text(HAND)
     assert open_source(other).format == "n2p2"
     assert open_source(hand_file, format="runner").format == "n2p2"
+
+
+def test_split_marker_is_read_from_begin_only_as_n2p2_reads_it(tmp_path):
+    """n2p2 (Structure::readFromLines) takes set=train|test from the ``begin`` line, the last
+    one winning, and refuses any other ``begin`` argument; a ``comment`` is free text."""
+    from dparallel.errors import InputFormatError
+
+    block = HAND.split("end\n")[0] + "end\n"  # the water molecule
+    body = block.split("\n", 2)[2]  # after its begin and comment lines
+    heads = [
+        ("begin set=test\ncomment s0\n", "test"),
+        ("begin\ncomment set=test\n", ""),  # n2p2 trains on it: so does dparallel
+        ("begin\ncomment bulk set=train\n", ""),
+        ("begin  set=train \t\ncomment x\n", "train"),
+        ("begin set=train set=test\n", "test"),
+    ]
+    path = tmp_path / "input.data"
+    path.write_text("".join(h + body for h, _ in heads))
+    assert list(open_source(path).read().tags) == [t for _, t in heads]
+    for bad, line in [("begin foo\n", 1), ("begin set=validation\n", 1), ("begin set=TEST\n", 1)]:
+        path.write_text(HAND + bad + body)
+        with pytest.raises(InputFormatError) as err:
+            open_source(path).read()
+        msg = str(err.value)
+        assert f"{path}, line {HAND.count(chr(10)) + line}" in msg
+        assert f"unknown 'begin' argument {bad.split()[1]!r}" in msg
+        assert "n2p2 accepts only set=train or set=test" in msg

@@ -239,3 +239,30 @@ def test_functions_n2p2_computes_otherwise_are_refused(
         write_potential(bad, model, tmp_path)
     assert not (tmp_path / "input.nn").exists()
 
+
+@pytest.mark.integration
+def test_split_markers_written_and_read_as_n2p2_reads_them(n2p2_bin: Path, tmp_path: Path) -> None:
+    """write_input_data puts info["set"] on the begin line, which nnp-dataset reads and
+    dparallel takes as the tag; another begin argument is refused by both."""
+    from dparallel.errors import InputFormatError
+    from dparallel.io import open_source
+    from dparallel.n2p2.binaries import N2p2RunError
+
+    acsf, model, structures = _potential(["tanh", "tanh", "identity"])
+    structures = structures[:4]
+    write_potential(acsf, model, tmp_path)
+    for atoms, tag in zip(structures, ["test", "train", None, "other"], strict=True):
+        if tag:
+            atoms.info["set"] = tag
+    path = write_input_data(tmp_path / "input.data", structures)
+    text = path.read_text()
+    begins = [line for line in text.splitlines() if line.startswith("begin")]
+    assert begins == ["begin set=test", "begin set=train", "begin", "begin"]
+    assert list(open_source(path).read().tags) == ["test", "train", "", ""]
+    assert len(nnp_dataset(tmp_path)[0]) == 4  # n2p2 reads the file
+    path.write_text(text.replace("begin set=train", "begin foo"))
+    with pytest.raises(N2p2RunError):
+        nnp_dataset(tmp_path)
+    line = text.splitlines().index("begin set=train") + 1
+    with pytest.raises(InputFormatError, match=f"line {line}, .*unknown 'begin' argument 'foo'"):
+        open_source(path).read()

@@ -49,7 +49,7 @@ def test_resume_after_interruption(tmp_path, rng, monkeypatch):
 def test_ingest_n2p2_units_into_store(tmp_path):
     path = tmp_path / "input.data"
     path.write_text(
-        "begin\ncomment set=test\nlattice 10 0 0\nlattice 0 10 0\nlattice 0 0 10\n"
+        "begin set=test\ncomment a molecule\nlattice 10 0 0\nlattice 0 10 0\nlattice 0 0 10\n"
         "atom 1 2 3 H 0 0 0.5 0 0\natom 2 2 3 H 0 0 -0.5 0 0\nenergy -1\nend\n"
     )
     ingest(path, tmp_path / "s.zarr", IngestOptions(units="bohr-hartree"))
