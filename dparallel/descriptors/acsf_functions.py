@@ -1,8 +1,9 @@
 """One ACSF symmetry function as validated data: its parameters in their domain.
 
 :func:`feature_spec` refuses, before any run, what n2p2's formulas have no meaning for (a
-non-finite parameter, a cutoff beyond :data:`MAX_R_CUT`, ``eta < 0``, ``rs`` at or beyond
-the cutoff, ``lambda`` other than ±1, α outside [0, 1)); :func:`refuse_duplicates` the same
+non-finite parameter, a cutoff beyond :data:`MAX_R_CUT`, ``rs`` at or beyond the cutoff, α
+outside [0, 1)) and, unless ``lenient`` (an n2p2 input.nn, a stored spec), ``eta < 0`` and
+``lambda`` other than ±1, which n2p2 accepts; :func:`refuse_duplicates` the same
 function twice for one centre; :func:`n2p2_sort_key` orders them as n2p2 does.
 """
 
@@ -58,20 +59,27 @@ def feature_spec(
             "every other as neighbour (check the units: an input.nn in bohr needs "
             "units: bohr-hartree)"
         )
-    outside = []
+    outside = []  # (refusal, lenient warning): n2p2 accepts these, dparallel's own sets not
     if eta < 0:
-        outside.append(f"{where}: eta = {eta:g} < 0 grows with distance; use eta >= 0")
+        fact = f"{where}: eta = {eta:g} < 0 grows with distance"
+        outside.append((f"{fact}; use eta >= 0", fact))
     if rs >= rc:
         raise DescriptorError(
             f"{where}: rs = {rs:g} lies at or beyond the cutoff rc = {rc:g}: the function is "
             "zero for every pair; use rs < rc"
         )
     if type_ != 2 and lambda_ not in (-1.0, 1.0):
-        outside.append(f"{where}: lambda must be -1 or 1, got {lambda_}")
+        outside.append(
+            (
+                f"{where}: lambda must be -1 or 1, got {lambda_:g} (an n2p2 input.nn may "
+                "use others: acsf: {n2p2: input.nn})",
+                f"{where}: lambda is {lambda_:g}, not -1 or 1",
+            )
+        )
     if outside and not lenient:
-        raise DescriptorError(outside[0])
-    for text in outside:
-        log.warning("%s (accepted, as n2p2 accepts it)", text)
+        raise DescriptorError(outside[0][0])
+    for _, text in outside:
+        log.warning("%s: accepted, as n2p2 accepts it", text)
     return {
         "type": int(type_),
         "center": center,

@@ -15,7 +15,7 @@ from dparallel.errors import DescriptorError
         ({"radial": [(-0.1, 0.0)]}, r"eta = -0.1 < 0"),
         ({"narrow": [(-0.1, 1.0, 1.0, 0.0)]}, r"eta = -0.1 < 0"),
         ({"narrow": [(0.1, 1.0, 0.5, 0.0)]}, r"lambda must be -1 or 1, got 0.5"),
-        ({"wide": [(0.1, 1.0, 2.0, 0.0)]}, r"lambda must be -1 or 1, got 2.0"),
+        ({"wide": [(0.1, 1.0, 2.0, 0.0)]}, r"lambda must be -1 or 1, got 2 \(an n2p2 input.nn may"),
         ({"radial": [(0.1, 6.0)]}, r"rs = 6 lies at or beyond the cutoff rc = 6"),
         ({"radial": [(0.1, 9.0)]}, r"rs = 9 lies at or beyond"),
         ({"radial": [(0.1, 0.0), (0.1, 0.0)]}, r"symmetry functions 0 and 1 of H are the same"),
@@ -47,3 +47,18 @@ def test_the_spec_refuses_before_the_run() -> None:
         ACSFSpec(elements=["H"], r_cut=float("inf"), radial=[(0.1, 0.0)])
     with pytest.raises(DescriptorError, match=r"lambda must be -1 or 1"):
         ACSFSpec(elements=["H"], narrow=[(0.1, 1.0, 0.3, 0.0)]).build()
+
+
+def test_n2p2_parameters_are_warned_in_words_that_agree(caplog) -> None:
+    """A stored spec or input.nn (lenient) keeps eta < 0 and lambda other than ±1, saying so."""
+    strict = ACSF.uniform(["H"], 6.0, narrow=[(0.1, 1.0, 1.0, 0.0)])
+    spec = strict.to_dict()
+    spec["features"]["H"][0].update({"eta": -0.1, "lambda": 0.0})
+    with caplog.at_level("WARNING"):
+        ACSF.from_dict(spec)
+    assert [r.getMessage() for r in caplog.records] == [
+        "symmetry function type 3 of H with H-H: eta = -0.1 < 0 grows with distance: "
+        "accepted, as n2p2 accepts it",
+        "symmetry function type 3 of H with H-H: lambda is 0, not -1 or 1: accepted, as "
+        "n2p2 accepts it",
+    ]
