@@ -107,8 +107,18 @@ def symmetry_functions(
     elements = elements_of(settings)
     cutoff = cutoff_of(settings)
     feats: dict[str, list[dict[str, Any]]] = {e: [] for e in elements}
+    seen: dict[tuple, int] = {}  # one function → the line that gave it first
     for entry in settings.values("symfunction_short"):
         f = _parse_symfunction(entry, elements, cutoff, unit, settings)
+        key = (f["center"], f["type"], *sorted(f["neighbors"]), f["eta"], f["rs"], f["zeta"])
+        key = (*key, f["lambda"], f["rc"])
+        if key in seen:
+            raise settings.fail(
+                entry,
+                f"the same symmetry function as line {seen[key]} (type {f['type']} of "
+                f"{f['center']}): it would be a duplicate feature column; remove one",
+            )
+        seen[key] = entry.line
         feats[f["center"]].append(f)
     return elements, feats
 

@@ -127,6 +127,18 @@ def test_angular_parameters_n2p2_accepts(tmp_path: Path) -> None:
             HEAD + "symfunction H 2 H 0.5 0.0 6.0\nsymfunction_short H 2 H 0.4 0.0 6.0\n",
             "'symfunction' and 'symfunction_short' are two spellings",
         ),
+        (
+            HEAD + "symfunction_short H 2 H 0.5 0.0 6.0\nsymfunction_short H 2 H 0.4 0.0 6.0\n"
+            "symfunction_short H 2 H 0.50 0 6\n",
+            r"line 6: the same symmetry function as line 4 \(type 2 of H\).*remove one; got "
+            "'symfunction_short H 2 H 0.50 0 6'",
+        ),
+        (
+            "number_of_elements 2\nelements H O\ncutoff_type 1\n"
+            "symfunction_short H 9 O H 0.05 -1.0 2.0 6.0\n"
+            "symfunction_short H 9 H O 0.05 -1 2 6.0 0.0\n",
+            r"line 5: the same symmetry function as line 4 \(type 9 of H\)",
+        ),
     ],
 )
 def test_errors_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
