@@ -169,8 +169,8 @@ class ACSF:
         return self.to_dict()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(  # type: ignore[misc]
-            state["elements"], state["features"], order=state.get("order", "given")
+        self.__init__(  # type: ignore[misc]  # as accepted once (an input.nn's λ ≠ ±1 too)
+            state["elements"], state["features"], order=state.get("order", "given"), lenient=True
         )
 
     def __eq__(self, other: object) -> bool:

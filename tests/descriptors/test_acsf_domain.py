@@ -62,3 +62,13 @@ def test_n2p2_parameters_are_warned_in_words_that_agree(caplog) -> None:
         "symmetry function type 3 of H with H-H: lambda is 0, not -1 or 1: accepted, as "
         "n2p2 accepts it",
     ]
+
+
+def test_an_accepted_n2p2_function_survives_pickling() -> None:
+    """An ACSF holding n2p2's eta < 0 or lambda other than ±1 unpickles (dask sends it)."""
+    import pickle
+
+    spec = ACSF.uniform(["H"], 6.0, narrow=[(0.1, 1.0, 1.0, 0.0)]).to_dict()
+    spec["features"]["H"][0].update({"eta": -0.1, "lambda": 0.5})
+    acsf = ACSF.from_dict(spec)
+    assert pickle.loads(pickle.dumps(acsf)) == acsf
