@@ -61,7 +61,7 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
         for name, (rows, dtype, shape, unit, meaning) in _ARRAYS.items()
     },
     "offsets": ("(S + 1,)", "int64", "", "first atom row of each structure, then N"),
-    "tags": ("(S,)", "str", "", "free label per structure, e.g. n2p2 set=train|test; '' if none"),
+    "tags": ("(S,)", "str", "", "free label per structure, e.g. n2p2's train|test; '' if none"),
 }
 _ROWS = (*_PER_ATOM, *_PER_STRUCTURE, "tags")  # every field but offsets
 
