@@ -135,13 +135,9 @@ def run_workflow(
     train_needed = _training_needed(spec, featurize_needed, result, say)
     model_dir = result.model_dir
     statistics = None  # merged by featurize when it runs; else read back only if needed
-    # a training section without an output folder trains nothing: "off", not "skipped"
-    # (which says "its model is current")
-    trains = spec.training is not None and model_dir is not None
-    if spec.training is not None and model_dir is None:
-        say("train: off (the workflow has no output.model_dir to train into)")
+    untrained = "skipped" if spec.training is not None and model_dir is not None else "off"
     if not (featurize_needed or train_needed):
-        result.stages.update(featurize="skipped", train="skipped" if trains else "off")
+        result.stages.update(featurize="skipped", train=untrained)
     else:
         with connect(
             spec.cluster,
@@ -174,7 +170,7 @@ def run_workflow(
                 )
                 result.stages["train"] = "resumed" if resumed else "ran"
             else:
-                result.stages["train"] = "skipped" if trains else "off"
+                result.stages["train"] = untrained
     if spec.descriptors.acsf is not None:
         scaling = _write_scaling(store_path, statistics)
         result.files["scaling.data"] = str(
@@ -191,6 +187,9 @@ def _training_needed(
 ) -> bool:
     """Whether the training stage runs; sets ``result.model_dir`` to the folder it writes
     (``choose_model_dir``: the configured one, or a new one beside it)."""
+    if spec.training is not None and result.model_dir is None:
+        # trains nothing: the stage reads "off", not "skipped" (which says "it is current")
+        say("train: off (the workflow has no output.model_dir to train into)")
     if spec.training is None or result.model_dir is None:
         return False
     target = choose_model_dir(
