@@ -9,6 +9,7 @@ taken from the current working directory (:func:`resolve_path`), whichever file 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,8 @@ def read_yaml(path: str | os.PathLike[str], what: str = "config") -> Any:
     """The document of a YAML (or JSON) file; ``None`` for an empty file.
 
     Raises :class:`ConfigError` naming the file for a missing or unreadable file and for
-    YAML errors (``yaml.safe_load``: no tags that build Python objects).
+    YAML errors (a ``yaml.SafeLoader``: no tags that build Python objects), for a key
+    given twice in one mapping; ``1e-3`` is a number, as in YAML 1.2 and JSON.
     """
     import yaml
 
@@ -79,15 +81,22 @@ def _unique_keys_loader() -> type:
                 seen[key] = key_node.start_mark
             return super().construct_mapping(node, deep=deep)
 
+    # YAML 1.1 (PyYAML) reads 1e-3, 1e4 and 1.0e4 as strings; YAML 1.2 and JSON as numbers
+    UniqueKeys.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+        list("-+0123456789."),
+    )
     return UniqueKeys
 
 
 def parse_value(text: str, where: str) -> Any:
-    """A value in YAML syntax (``1e-3``, ``[32, 32]``, ``true``); errors name ``where``."""
+    """A value in YAML syntax (``1e-3``, ``[32, 32]``, ``true``), read as files are (a key
+    given twice refused, ``1e-3`` a number); errors name ``where``."""
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_keys_loader())  # a SafeLoader: no tags run code
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: the value is not valid YAML: {_one_line(exc)}") from None
 
@@ -153,13 +162,27 @@ def describe_validation_error(
         if root is not None and parts[0] == root and len(parts) > 1:
             parts = parts[1:]
         given[".".join(parts)] = item
-    lines = []
+    problems: dict[str, list[str]] = {}  # key path → what is wrong (each member of a union)
+    shown: dict[str, str] = {}  # key path → the scalar given, where its type is wrong
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        key = ".".join(str(p) for p in err["loc"] if not _UNION_MEMBER.match(str(p)))
+        key = key or "(top level)"
+        msg = err["msg"].removeprefix("Input should be " if key in problems else "")
+        problems.setdefault(key, []).append(msg)
+        got = err["input"]
+        if err["type"].endswith("_type") and isinstance(got, bool | int | float | str):
+            shown[key] = f", got {str(got).lower() if isinstance(got, bool) else repr(got)}"
+    lines = []
+    for where, msgs in problems.items():
         said = [k for k in given if where == k or where.startswith(k + ".")]
         origin = f" (--set {given[said[-1]]})" if said else ""
-        lines.append(f"  {where}: {err['msg']}{origin}")
+        lines.append(f"  {where}: {' or '.join(msgs)}{shown.get(where, '')}{origin}")
     return "\n".join(lines)
+
+
+#: What pydantic adds to an error's key path for each member of a union (``int``,
+#: ``literal['auto']``, ``function-after[…]``, a model's name); keys are snake_case.
+_UNION_MEMBER = re.compile(r"^(?:str|int|float|bool|none|[a-z-]+\[.*\]|[A-Z]\w*)$")
 
 
 def resolve_path(path: str | os.PathLike[str]) -> Path:

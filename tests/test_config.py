@@ -146,3 +146,77 @@ def test_a_bad_value_from_set_is_named_as_the_user_wrote_it():
     lines = str(info.value).splitlines()[1:]
     assert any(line.startswith("  lr: ") and line.endswith("(--set lr=x)") for line in lines)
     assert any(line.startswith("  epochs: ") and "--set" not in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("partitioning.atoms", "true", "partitioning.atoms: Input should be a valid integer"),
+        ("training.epochs", "true", "training.epochs: Input should be a valid integer"),
+        ("training.epochs", "'5'", "training.epochs: Input should be a valid integer"),
+        ("training.lr", "true", "training.lr: Input should be a valid number"),
+        ("training.hidden", "[8, true]", "training.hidden.1: Input should be a valid integer"),
+        ("descriptors.acsf.r_cut", "true", "descriptors.acsf.r_cut: Input should be a valid num"),
+        ("descriptors.acsf.cutoff", "true", "descriptors.acsf.cutoff: Input should be a valid"),
+        ("descriptors.acsf.radial", "[[true, 0.0]]", "descriptors.acsf.radial.0.0: Input should"),
+        ("descriptors.derivatives", "1", "descriptors.derivatives: Input should be a valid bool"),
+        ("cluster.n_workers", "true", "cluster.n_workers: Input should be a valid integer"),
+        ("cluster.connect_timeout", ".inf", "cluster.connect_timeout: Input should be a finite"),
+        ("store.overwrite", "1", "store.overwrite: Input should be a valid boolean, got 1"),
+        ("store.overwrite", "'on'", "store.overwrite: Input should be a valid boolean, got 'on'"),
+        ("output.export", "0", "output.export: Input should be a valid boolean, got 0"),
+        ("training.data_on_device", "1", "training.data_on_device: Input should be a valid bool"),
+    ],
+)
+def test_no_spec_turns_a_boolean_or_a_string_into_a_number_or_back(key, value, expected):
+    """pydantic's lax mode read ``r_cut: true`` as a 1 Å cutoff, ``epochs: true`` as 1,
+    ``hidden: [true, true]`` as [1, 1] and ``overwrite: 1`` or ``"on"`` as true."""
+    from dparallel.workflow.spec import load_quickstart
+
+    with pytest.raises(ConfigError) as info:
+        load_quickstart([f"{key}={value}"])
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2, lines  # the file, then one line naming the key and the --set
+    assert lines[1].startswith(f"  {expected}"), lines[1]
+    assert lines[1].endswith(f"(--set {key}={value})")
+
+
+def test_yaml_forms_of_numbers_tuples_and_paths_are_still_read():
+    """Strict types keep what YAML cannot write otherwise: an int for a float, a list for a
+    tuple, a string for a path; ``1e-3`` (a string to PyYAML's YAML 1.1) is a number."""
+    from dparallel.workflow.spec import WorkflowSpec, load_quickstart
+
+    spec = load_quickstart(
+        ["training.lr=1e-3", "training.lr_min=1.0e-5", "descriptors.acsf.r_cut=5",
+         "training.hidden=[8, 4]", "descriptors.acsf.radial=[[1, 0]]",
+         "cluster.scheduler_file=s.json", "training.force_weight=2E+0"]
+    )  # fmt: skip
+    assert spec.training is not None and spec.training.lr == 1e-3
+    assert spec.training.lr_min == 1e-5 and spec.training.force_weight == 2.0
+    assert spec.descriptors.acsf.r_cut == 5.0 and spec.training.hidden == (8, 4)
+    assert spec.descriptors.acsf.radial == [(1.0, 0.0)]
+    assert spec.cluster.scheduler_file == Path("s.json")
+    assert WorkflowSpec.model_validate(spec.to_dict()) == spec  # as stored, read back
+
+
+def test_a_union_is_one_line_with_what_came():
+    with pytest.raises(ConfigError) as info:
+        parse_training_spec(None, ["batch_prefetch=true"])
+    assert str(info.value).splitlines()[1:] == [
+        "  batch_prefetch: Input should be a valid integer or 'auto', got true "
+        "(--set batch_prefetch=true)"
+    ]
+
+
+def test_set_refuses_a_key_given_twice_as_files_do():
+    """``--set 'training={epochs: 1, epochs: 2}'`` took the last, files refuse it."""
+    with pytest.raises(ConfigError, match=r"--set .*: the key 'epochs' is given twice"):
+        parse_training_spec(None, ["training={epochs: 1, epochs: 2}"])
+
+
+def test_exponent_numbers_in_files(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("lr: 3e-3\nlr_min: 1e-5\nweight_decay: 1.0e-4\n")
+    spec = parse_training_spec(path)
+    assert (spec.lr, spec.lr_min, spec.weight_decay) == (3e-3, 1e-5, 1e-4)
+    assert yaml.safe_load("1e-3") == "1e-3"  # PyYAML's own loader is left as it was

@@ -9,24 +9,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from dparallel._spec import FromYaml, SpecModel
 
 __all__ = ["ClusterSpec", "SlurmSpec", "TLSSpec"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TLSSpec(_Frozen):
+class TLSSpec(SpecModel):
     """Certificate files for a TLS connection (PEM)."""
 
-    ca_file: Path  # the authority that signed the scheduler's and workers' certificates
-    cert: Path  # this client's certificate (holding the key too when ``key`` is omitted)
-    key: Path | None = None  # this client's private key
+    ca_file: FromYaml[Path]  # the authority that signed the scheduler's and workers' certificates
+    cert: FromYaml[Path]  # this client's certificate (holding the key too when ``key`` is omitted)
+    key: FromYaml[Path] | None = None  # this client's private key
 
 
-class SlurmSpec(_Frozen):
+class SlurmSpec(SpecModel):
     """Options for a SLURM cluster through dask-jobqueue (``pip install dparallel[slurm]``)."""
 
     queue: str | None = None  # SLURM partition (-p)
@@ -38,7 +36,7 @@ class SlurmSpec(_Frozen):
     job_extra_directives: list[str] = Field(default_factory=list)  # extra #SBATCH lines
 
 
-class ClusterSpec(_Frozen):
+class ClusterSpec(SpecModel):
     """Where the Dask work runs: ``kind`` ``local`` starts a multi-process
     :class:`distributed.LocalCluster`, ``address`` connects to a running scheduler
     (``address`` or ``scheduler_file``), ``slurm`` submits workers through dask-jobqueue.
@@ -60,7 +58,7 @@ class ClusterSpec(_Frozen):
     torch_threads: int | None = Field(None, ge=1)
     memory_limit: str | None = None  # per local worker, e.g. "2GiB"; None: Dask's default
     address: str | None = None  # tcp://host:8786 or tls://host:8786
-    scheduler_file: Path | None = None  # written by dask scheduler --scheduler-file
+    scheduler_file: FromYaml[Path] | None = None  # written by dask scheduler --scheduler-file
     tls: TLSSpec | None = None  # certificates: the connection uses TLS (tls:// addresses)
     dashboard_address: str = "127.0.0.1:8787"
     connect_timeout: float = Field(10.0, gt=0)  # s to wait for a remote scheduler

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from dparallel._spec import FromYaml, SpecModel
 from dparallel.config import resolve_path
 from dparallel.descriptors.acsf import ACSF
 from dparallel.descriptors.registry import BuildContext
@@ -13,10 +14,8 @@ from dparallel.descriptors.registry import BuildContext
 __all__ = ["ACSFSpec"]
 
 
-class ACSFSpec(BaseModel):
+class ACSFSpec(SpecModel):
     """ACSF: either uniform parameters for every element pair, or an n2p2 ``input.nn``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     n2p2: str | None = Field(
         None, description="path of an n2p2 input.nn (relative to the working directory)"
@@ -33,9 +32,9 @@ class ACSFSpec(BaseModel):
     r_cut: float = Field(6.0, gt=0)
     cutoff: str | int = "cos"
     alpha: float = Field(0.0, ge=0, lt=1)
-    radial: list[tuple[float, float]] = []
-    narrow: list[tuple[float, float, float, float]] = []
-    wide: list[tuple[float, float, float, float]] = []
+    radial: list[FromYaml[tuple[float, float]]] = Field(default_factory=list)
+    narrow: list[FromYaml[tuple[float, float, float, float]]] = Field(default_factory=list)
+    wide: list[FromYaml[tuple[float, float, float, float]]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_way(self) -> ACSFSpec:

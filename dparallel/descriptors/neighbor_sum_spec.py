@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from dparallel._spec import SpecModel
 
 if TYPE_CHECKING:
     from dparallel.descriptors.neighbor_sum import NeighborSum
@@ -13,10 +15,8 @@ if TYPE_CHECKING:
 __all__ = ["NeighborSumSpec"]
 
 
-class NeighborSumSpec(BaseModel):
+class NeighborSumSpec(SpecModel):
     """HIP-NN-style neighbor-sum features (see :class:`dparallel.descriptors.NeighborSum`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     elements: list[str]
     r_cut: float = Field(5.0, gt=0)

@@ -6,8 +6,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from dparallel._spec import FromYaml, SpecModel
 from dparallel.config import (
     DEVICE_PATTERN,
     apply_overrides,
@@ -30,13 +31,12 @@ _DEFAULT_LR = 3e-3
 _DEFAULT_LR_MIN = 5e-5
 
 
-class TrainingSpec(BaseModel):
+class TrainingSpec(SpecModel):
     """Every knob of a training run; defaults reach the EMT Cu target (docs/training.md).
 
-    Lengths in Å, energies in eV. Frozen and strict about unknown keys.
+    Lengths in Å, energies in eV. Frozen and strict about unknown keys and types
+    (:class:`dparallel._spec.SpecModel`).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     descriptor: str = Field("acsf", description="a registered descriptor type")
     descriptor_source: Literal["stored", "computed"] = Field(
@@ -47,7 +47,7 @@ class TrainingSpec(BaseModel):
         description="descriptor_source computed: torch graph + autograd forces on the "
         "device, the descriptor's kernel (values and dG/dr) on the host, or auto",
     )
-    hidden: tuple[int, ...] = (48, 48)
+    hidden: FromYaml[tuple[int, ...]] = (48, 48)
     activation: Literal[
         "tanh", "silu", "softplus", "gelu", "identity", "logistic", "softplus_n2p2", "relu",
         "gaussian", "cos", "revlogistic", "exp", "harmonic",

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, GetJsonSchemaHandler, ValidationError, model_validator
+from pydantic import ConfigDict, GetJsonSchemaHandler, ValidationError, model_validator
 from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
+from dparallel._spec import SpecModel
 from dparallel.config import describe_validation_error, read_yaml
 from dparallel.config import section as config_section
 from dparallel.descriptors.acsf_spec import ACSFSpec
@@ -49,11 +50,11 @@ if TYPE_CHECKING:
 __all__ = ["ACSFSpec", "DescriptorsSpec", "NeighborSumSpec", "load_descriptors"]
 
 
-class DescriptorsSpec(BaseModel):
+class DescriptorsSpec(SpecModel):
     """What featurization computes: one section per registered descriptor type, read by
     that type's config model (``spec.acsf``; ``None`` for a registered type not given)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow")  # the sections: checked by _sections
 
     derivatives: bool = False
     dtype: Literal["float64", "float32"] = "float64"

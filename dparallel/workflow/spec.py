@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
+from dparallel._spec import SpecModel
 from dparallel.cluster import ClusterSpec
 from dparallel.config import apply_overrides, describe_validation_error, read_yaml
 from dparallel.errors import ConfigError, DParallelError
@@ -39,10 +40,6 @@ __all__ = [
 ]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
 _StorageOptions = Annotated[
     dict[str, Any],
     Field(
@@ -54,7 +51,7 @@ _StorageOptions = Annotated[
 ]
 
 
-class GenerateSpec(_Strict):
+class GenerateSpec(SpecModel):
     """Generate the dataset when its file is missing (the embedded default)."""
 
     kind: Literal["emt_cu", "emt_molecules"] = Field(
@@ -64,7 +61,7 @@ class GenerateSpec(_Strict):
     seed: int = Field(0, ge=0, le=2**63 - 1, description="random seed (0 to 2**63 - 1)")
 
 
-class DatasetSpec(_Strict):
+class DatasetSpec(SpecModel):
     """The structure file: a local path or a URL (``s3://bucket/data.extxyz``)."""
 
     path: str
@@ -94,7 +91,7 @@ class DatasetSpec(_Strict):
         return value
 
 
-class PartitionSpec(_Strict):
+class PartitionSpec(SpecModel):
     """How structures are grouped into tasks."""
 
     atoms: int | None = Field(
@@ -105,7 +102,7 @@ class PartitionSpec(_Strict):
     )
 
 
-class StoreSpec(_Strict):
+class StoreSpec(SpecModel):
     """The zarr store: a local folder or a URL (``s3://bucket/data.zarr``)."""
 
     path: str
@@ -113,7 +110,7 @@ class StoreSpec(_Strict):
     storage_options: _StorageOptions
 
 
-class OutputSpec(_Strict):
+class OutputSpec(SpecModel):
     """Where the trained model, metrics and plots go (a local directory)."""
 
     model_dir: str
@@ -128,7 +125,7 @@ class OutputSpec(_Strict):
             raise ValueError(str(exc)) from None
 
 
-class WorkflowSpec(_Strict):
+class WorkflowSpec(SpecModel):
     """A whole run: dataset, descriptors, partitioning, store, cluster, training, export."""
 
     name: str = "dparallel"
