@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from dparallel.descriptors.acsf_functions import MAX_R_CUT
 from dparallel.descriptors.results import DescriptorResult, PairDerivatives
 from dparallel.descriptors.species import as_batch, species_index
 from dparallel.errors import DescriptorError
@@ -75,6 +76,14 @@ class NeighborSum(torch.nn.Module):
             raise DescriptorError(f"kind must be one of {_KINDS}, got {kind!r}")
         if cutoff not in _CUTOFFS:
             raise DescriptorError(f"cutoff must be one of {_CUTOFFS}, got {cutoff!r}")
+        if not all(math.isfinite(x) for x in (r_cut, r_min, r_max)):
+            raise DescriptorError(f"need finite r_cut, r_min, r_max, got {r_cut}, {r_min}, {r_max}")
+        if r_cut > MAX_R_CUT:
+            raise DescriptorError(
+                f"r_cut = {r_cut:g} Å is beyond {MAX_R_CUT:g} Å: a unit mistake (lengths in Å)"
+            )
+        if sigma is not None and not (math.isfinite(sigma) and sigma > 0):
+            raise DescriptorError(f"sigma must be a finite width > 0, got {sigma}")
         if not (0 < r_min < r_max <= r_cut) or n_sensitivities < 1:
             raise DescriptorError(
                 f"need 0 < r_min < r_max <= r_cut and n_sensitivities >= 1, got r_min={r_min}, "

@@ -198,3 +198,42 @@ def test_batch_of_structures_equals_one_by_one(rng: np.random.Generator) -> None
     n_water = len(alone[0]["H"].pairs["O"].pair_first)
     np.testing.assert_array_equal(h2.pair_first[n_water:], alone[1]["H"].pairs["O"].pair_first + 3)
     np.testing.assert_allclose(h2.dG_dr[n_water:], alone[1]["H"].pairs["O"].dG_dr, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({"r_cut": float("inf")}, r"neighbor_sum\.r_cut: Input should be a finite number"),
+        ({"r_cut": 1.0e4}, r"neighbor_sum\.r_cut: .*r_cut = 10000 Å is beyond 50 Å.*units"),
+        ({"sigma": 0.0}, r"neighbor_sum\.sigma: Input should be greater than 0"),
+        ({"sigma": -1.0, "kind": "gaussian"}, r"neighbor_sum\.sigma: Input should be greater"),
+        ({"r_max": float("nan")}, r"neighbor_sum\.r_max: Input should be a finite number"),
+    ],
+)
+def test_the_spec_refuses_what_has_no_meaning(given: dict, expected: str, tmp_path) -> None:  # noqa: ANN001
+    """``r_cut: .inf`` and ``sigma: 0`` passed; ``r_cut: 1.0e4`` passed and a worker then
+    failed allocating petabytes (ACSF refuses cutoffs past the same MAX_R_CUT)."""
+    import yaml
+
+    from dparallel.descriptors.acsf_functions import MAX_R_CUT
+    from dparallel.errors import ConfigError
+    from dparallel.workflow.descriptors_spec import load_descriptors
+
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump({"neighbor_sum": {"elements": ["Cu"], **given}}))
+    with pytest.raises(ConfigError, match=expected):
+        load_descriptors(path)
+    assert MAX_R_CUT == 50.0
+    path.write_text(yaml.safe_dump({"neighbor_sum": {"elements": ["Cu"], "r_cut": MAX_R_CUT}}))
+    assert load_descriptors(path).r_cut == MAX_R_CUT
+
+
+def test_the_constructor_refuses_what_has_no_meaning() -> None:
+    for kwargs, expected in [
+        ({"r_cut": float("inf")}, "need finite r_cut"),
+        ({"r_cut": 1e4}, "beyond 50 Å"),
+        ({"r_cut": 4.0, "sigma": 0.0}, "sigma must be a finite width > 0"),
+        ({"r_cut": 4.0, "sigma": float("nan"), "kind": "gaussian"}, "sigma must be"),
+    ]:
+        with pytest.raises(DescriptorError, match=expected):
+            NeighborSum(["H"], **kwargs)
