@@ -220,3 +220,23 @@ def test_exponent_numbers_in_files(tmp_path):
     spec = parse_training_spec(path)
     assert (spec.lr, spec.lr_min, spec.weight_decay) == (3e-3, 1e-5, 1e-4)
     assert yaml.safe_load("1e-3") == "1e-3"  # PyYAML's own loader is left as it was
+
+
+@pytest.mark.parametrize(
+    ("text", "stray"),
+    [
+        ("training:\n  epochs: 1\nlr: 0.5\nbatch_sizee: 3\n", "'lr', 'batch_sizee'"),
+        ("epochs: 1\ntraining:\n", "'epochs'"),
+    ],
+)
+def test_train_config_refuses_keys_beside_its_training_section(tmp_path, text, stray):
+    """Keys beside ``training:`` were dropped silently (``epochs: 1`` trained 300 epochs)."""
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        parse_training_spec(path)
+    assert str(info.value) == (
+        f"{path}: {stray} beside the 'training:' section would not be read: move them into it"
+    )
+    path.write_text("name: x\ntraining:\n  epochs: 2\n")  # a workflow's sections stay allowed
+    assert parse_training_spec(path).epochs == 2

@@ -179,6 +179,12 @@ def _training_section(data: Any, where: str) -> dict[str, Any]:
             f"{where}: expected a mapping of training keys, got {type(data).__name__}"
         )
     if "training" in data:
+        stray = [str(key) for key in data if key != "training" and key not in _WORKFLOW_SECTIONS]
+        if stray:
+            raise ConfigError(
+                f"{where}: {', '.join(repr(k) for k in stray)} beside the 'training:' section "
+                "would not be read: move them into it"
+            )
         return section(data, "training", where)
     if "train" in data:
         raise ConfigError(
