@@ -14,11 +14,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dparallel._spec import SpecModel
 from dparallel.cluster import ClusterSpec
-from dparallel.config import apply_overrides, describe_validation_error, read_yaml
+from dparallel.config import apply_overrides, describe_validation_error, read_yaml, resolve_path
 from dparallel.errors import ConfigError, DParallelError
 from dparallel.io.location import Location, LocationError, as_location, local_path
 from dparallel.train.spec import TrainingSpec
@@ -90,6 +90,26 @@ class DatasetSpec(SpecModel):
             raise ValueError(f"{value!r} is neither extxyz, n2p2 nor a format ASE reads")
         return value
 
+    @model_validator(mode="after")
+    def _generated_as_written(self) -> DatasetSpec:
+        """``generate`` writes extxyz in Å and eV: read the file so (not as Bohr, n2p2, …)."""
+        if self.generate is None:
+            return self
+        name = self.path.lower().removesuffix(".gz")
+        if self.units not in ("ase", "angstrom-ev"):
+            wrong = f"units is {self.units!r}"
+        elif self.format is not None and self.format.lower() not in ("extxyz", "xyz"):
+            wrong = f"format is {self.format!r}"
+        elif self.format is None and (name.endswith(".data") or name == "input.data"):
+            wrong = "the path's .data name is read as n2p2"
+        else:
+            return self
+        raise ValueError(
+            f"generate writes an extxyz file in Å and eV, but {wrong}: the store would hold "
+            "it misread; use units: ase and format: extxyz (or null with an .extxyz path), or "
+            "remove generate"
+        )
+
 
 class PartitionSpec(SpecModel):
     """How structures are grouped into tasks."""
@@ -151,11 +171,49 @@ class WorkflowSpec(SpecModel):
 
     def check(self) -> None:
         """What ``run`` would refuse before any work, beyond the schema (``validate`` says
-        the same): the locations (:meth:`check_locations`) and descriptors that cannot be
-        built (an unknown element or cutoff, a shift beyond the cutoff, …), as
-        :class:`ConfigError` naming the section."""
+        the same): the locations (:meth:`check_locations`), descriptors that cannot be
+        built (an unknown element or cutoff, a shift beyond the cutoff, …) and sections
+        that do not fit together (:meth:`check_sections`), as :class:`ConfigError` naming
+        the keys."""
         self.check_locations()
         self.descriptors.build_checked("descriptors", data_units=self.dataset.units)
+        self.check_sections()
+
+    def check_sections(self) -> None:
+        """Refuse (:class:`ConfigError`) what one section asks of another and that ``run``
+        would meet only after featurizing: a training descriptor the store will not hold,
+        force training from stored descriptors without their derivatives, and a model
+        directory in the store."""
+        training, descriptors = self.training, self.descriptors
+        if training is not None and training.descriptor not in descriptors.sections():
+            given = ", ".join(descriptors.sections()) or "none"
+            raise ConfigError(
+                f"training.descriptor is {training.descriptor!r}, but descriptors has no "
+                f"{training.descriptor!r} section (given: {given}): add descriptors."
+                f"{training.descriptor}, or train on one of those"
+            )
+        if (
+            training is not None
+            and training.force_weight > 0
+            and training.descriptor_source == "stored"
+            and not descriptors.derivatives
+        ):
+            raise ConfigError(
+                f"training.force_weight is {training.force_weight:g} (training on forces) "
+                "from stored descriptors, but "
+                "descriptors.derivatives is false: set descriptors.derivatives: true, or "
+                "training.descriptor_source: computed, or training.force_weight: 0"
+            )
+        store = self.store_location().local
+        if self.output is not None and store is not None:
+            model_dir = resolve_path(self.output.model_dir).resolve()
+            store = resolve_path(store).resolve()
+            if model_dir == store or store in model_dir.parents:
+                raise ConfigError(
+                    f"output.model_dir ({self.output.model_dir}) is "
+                    f"{'' if model_dir == store else 'inside '}store.path ({self.store.path}): "
+                    "choose a folder outside the store"
+                )
 
     def check_locations(self) -> None:
         """Refuse (:class:`ConfigError`) a URL whose client is not installed, and a store

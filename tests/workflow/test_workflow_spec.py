@@ -170,3 +170,49 @@ def test_a_descriptors_file_that_cannot_be_built_is_named(tmp_path):
     path.write_text("acsf: {elements: [Cux], r_cut: 4.0, radial: [[0.5, 0.0]]}\n")
     with pytest.raises(ConfigError, match=rf"^{path}: invalid descriptors: elements must be"):
         load_descriptors(path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["dataset.units=bohr-hartree"], r"dataset: .*generate writes an extxyz file in Å and "
+         r"eV, but units is 'bohr-hartree'"),
+        (["dataset.format=n2p2"], r"dataset: .*generate writes .*but format is 'n2p2'"),
+        (["dataset.format=null", "dataset.path=x/input.data"], r"dataset: .*\.data name"),
+        (["training.descriptor=neighbor_sum"], r"^training.descriptor is 'neighbor_sum', but "
+         r"descriptors has no 'neighbor_sum' section \(given: acsf\): add descriptors"),
+        (["descriptors.derivatives=false"], r"^training.force_weight is 0.03 \(training on "
+         r"forces\) from stored descriptors, but descriptors.derivatives is false"),
+        (["descriptors.derivatives=false", "training.optimizer=kalman"], "derivatives is false"),
+        (["output.model_dir=runs/quickstart/store.zarr"], r"^output.model_dir \(runs/quickstart"
+         r"/store.zarr\) is store.path \(runs/quickstart/store.zarr\): choose a folder outside"),
+        (["output.model_dir=./runs/quickstart/store.zarr/m"], r"is inside store.path"),
+    ],
+)  # fmt: skip
+def test_validate_refuses_sections_that_do_not_fit(overrides, says, tmp_path, monkeypatch):
+    """Each was accepted by ``validate``: a generated Å/eV file read as Bohr/Hartree or n2p2
+    (a store in the wrong units), and what ``run`` hit only after featurizing."""
+    from dparallel.errors import ConfigError
+    from dparallel.workflow.spec import load_quickstart
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=says):
+        load_quickstart(overrides).check()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["dataset.units=bohr-hartree", "dataset.generate=null"],
+        ["training.descriptor=neighbor_sum", "descriptors.neighbor_sum={elements: [Cu]}"],
+        ["descriptors.derivatives=false", "training.force_weight=0"],
+        ["descriptors.derivatives=false", "training.descriptor_source=computed"],
+        ["output.model_dir=runs/quickstart/store.zarr2"],
+        ["store.path=s3://bucket/store.zarr", "output.model_dir=s3:/bucket/store.zarr"],
+    ],
+)
+def test_sections_that_fit_pass(overrides, tmp_path, monkeypatch):
+    from dparallel.workflow.spec import load_quickstart
+
+    monkeypatch.chdir(tmp_path)
+    load_quickstart(overrides).check_sections()
