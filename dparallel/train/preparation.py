@@ -44,10 +44,17 @@ class Prepared:
 
 def _feature_config(store: Store, descriptor: str) -> tuple[dict[str, Any], bool]:
     cfg = store.attrs.get("config", {}).get("features")
-    if not cfg or not cfg.get(descriptor):
+    if not cfg:
         raise TrainingError(
-            f"{store.target} has no {descriptor!r} features (config.features is "
-            f"{'missing' if not cfg else 'without ' + descriptor}); featurize the store first"
+            f"{store.target} has no features (config.features is missing); featurize the "
+            "store first"
+        )
+    if not cfg.get(descriptor):
+        held = [k for k, v in cfg.items() if k not in ("derivatives", "dtype") and v]
+        raise TrainingError(
+            f"{store.target} was featurized without {descriptor!r} (it holds "
+            f"{', '.join(held) or 'none'}): train with descriptor: {held[0] if held else '…'}, "
+            f"or featurize again with a {descriptor} section"
         )
     return cfg[descriptor], bool(cfg.get("derivatives", False))
 

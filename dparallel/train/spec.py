@@ -131,6 +131,17 @@ class TrainingSpec(SpecModel):
                 f"lr_min ({self.lr_min:g}) exceeds lr ({self.lr:g}): the {self.schedule} "
                 "schedule would raise the learning rate, not lower it"
             )
+        if (
+            self.force_weight_start is not None
+            and self.schedule == "none"
+            and self.optimizer != "kalman"
+        ):
+            raise ValueError(
+                "force_weight_start follows the learning rate down to force_weight, but "
+                "schedule: none keeps the learning rate, so the weight would stay at "
+                f"{self.force_weight_start:g}: use a cosine or plateau schedule, or "
+                "force_weight alone"
+            )
         if self.scaling.startswith("scale") and self.scale_max == self.scale_min:  # n2p2's
             raise ValueError("scale_max must differ from scale_min")
         if isinstance(self.batch_prefetch, int) and self.batch_prefetch < 0:

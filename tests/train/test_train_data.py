@@ -166,3 +166,28 @@ def test_an_element_with_no_training_atoms_is_refused_before_training(tmp_path) 
         train(store, tmp_path / "model", spec)
     assert "\n" not in str(info.value)
     assert not (tmp_path / "model" / "metrics.csv").exists()  # no epoch ran
+
+
+def test_a_descriptor_the_store_lacks_names_what_it_holds(store, tmp_path) -> None:  # noqa: ANN001
+    """The message said "featurize the store first" of a featurized store: the wrong fix."""
+    from dparallel.errors import TrainingError
+    from dparallel.train import train
+
+    spec = TrainingSpec(epochs=1, descriptor="neighbor_sum", force_weight=0.0)
+    with pytest.raises(TrainingError) as info:
+        train(store, tmp_path / "model", spec)
+    assert str(info.value) == (
+        f"{store.target} was featurized without 'neighbor_sum' (it holds acsf): train with "
+        "descriptor: acsf, or featurize again with a neighbor_sum section"
+    )
+
+
+def test_force_weight_start_needs_a_schedule_that_lowers_the_learning_rate() -> None:
+    """With ``schedule: none`` the weight stayed at the start value the whole run."""
+    from dparallel.errors import ConfigError
+    from dparallel.train import parse_training_spec
+
+    with pytest.raises(ConfigError, match=r"force_weight_start follows .*schedule: none keeps"):
+        parse_training_spec(None, ["force_weight_start=3", "schedule=none"])
+    for ok in (["schedule=cosine"], ["schedule=plateau"], ["schedule=none", "optimizer=kalman"]):
+        assert parse_training_spec(None, ["force_weight_start=3", *ok]).force_weight_start == 3
