@@ -165,7 +165,8 @@ def describe_validation_error(
     problems: dict[str, list[str]] = {}  # key path → what is wrong (each member of a union)
     shown: dict[str, str] = {}  # key path → the scalar given, where its type is wrong
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"] if not _UNION_MEMBER.match(str(p)))
+        named = err["type"] in ("extra_forbidden", "missing")  # a key, whatever its name
+        key = ".".join(str(p) for p in err["loc"] if named or not _UNION_MEMBER.match(str(p)))
         key = key or "(top level)"
         msg = err["msg"].removeprefix("Input should be " if key in problems else "")
         problems.setdefault(key, []).append(msg)
@@ -181,8 +182,8 @@ def describe_validation_error(
 
 
 #: What pydantic adds to an error's key path for each member of a union (``int``,
-#: ``literal['auto']``, ``function-after[…]``, a model's name); keys are snake_case.
-_UNION_MEMBER = re.compile(r"^(?:str|int|float|bool|none|[a-z-]+\[.*\]|[A-Z]\w*)$")
+#: ``literal['auto']``, ``function-after[…]``); the specs' keys are snake_case words.
+_UNION_MEMBER = re.compile(r"^(?:str|int|float|bool|none|[a-z-]+\[.*\])$")
 
 
 def resolve_path(path: str | os.PathLike[str]) -> Path:

@@ -240,3 +240,13 @@ def test_train_config_refuses_keys_beside_its_training_section(tmp_path, text, s
     )
     path.write_text("name: x\ntraining:\n  epochs: 2\n")  # a workflow's sections stay allowed
     assert parse_training_spec(path).epochs == 2
+
+
+def test_an_unknown_key_is_named_whatever_it_looks_like():
+    with pytest.raises(ConfigError) as info:
+        parse_training_spec({"Epochs": 3, "int": 1, "hidden": "x"})
+    assert sorted(str(info.value).splitlines()[1:]) == [
+        "  Epochs: Extra inputs are not permitted",
+        "  hidden: Input should be a valid tuple, got 'x'",
+        "  int: Extra inputs are not permitted",
+    ]
