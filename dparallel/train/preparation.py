@@ -46,8 +46,8 @@ def _feature_config(store: Store, descriptor: str) -> tuple[dict[str, Any], bool
     cfg = store.attrs.get("config", {}).get("features")
     if not cfg:
         raise TrainingError(
-            f"{store.target} has no features (config.features is missing); featurize the "
-            "store first"
+            f"{store.target} has no {descriptor!r} features (config.features is missing: "
+            "no descriptors were computed); featurize the store first"
         )
     if not cfg.get(descriptor):
         held = [k for k, v in cfg.items() if k not in ("derivatives", "dtype") and v]
