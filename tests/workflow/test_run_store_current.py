@@ -15,7 +15,8 @@ from dparallel.workflow.spec import load_quickstart
 def test_store_is_current_only_for_the_same_source_and_config(tmp_path):
     data = tmp_path / "cu.xyz"
     write_emt_cu(data, n_structures=8, seed=1)
-    sets = [f"dataset.path={data}", f"store.path={tmp_path / 's.zarr'}", "partitioning.atoms=150"]
+    sets = [f"dataset.path={data}", f"store.path={tmp_path / 's.zarr'}", "partitioning.atoms=150",
+            "dataset.generate=null"]  # fmt: skip
     spec = load_quickstart(sets)
     assert not _store_current(spec, data)  # nothing there yet
     featurize_in_process(
