@@ -233,14 +233,13 @@ class OpenedStore:
             self._require_chunks(name, array, range(start // size, (stop - 1) // size + 1))
         return values
 
-    def _read_done_rows(self, name: str) -> np.ndarray:
+    def _read_done_rows(self, name: str, done: np.ndarray) -> np.ndarray:
         """A per-partition array (one chunk per partition) read whole, with a
-        :class:`StoreError` where a done partition's row reads as fill because its chunk is
-        gone."""
+        :class:`StoreError` where a partition marked in ``done`` (the caller's
+        :meth:`_done_flags`) reads as fill because its chunk is gone."""
         array = self._array(name)
         with self._decoding(name):
             values = np.asarray(array[...])
-        done = self._done_flags()
         self._require_chunks(
             name, array, [int(p) for p in np.flatnonzero(done) if _all_fill(values[p], array)]
         )

@@ -105,8 +105,8 @@ class StoreReads(OpenedStore):
     def _cumulative(self) -> np.ndarray:
         """(P + 1,) first stored-structure index of each partition (done ones only count)."""
         if self._cum is None:
-            n = self._read_done_rows("partitions/n_structures")
             done = self._done_flags()
+            n = self._read_done_rows("partitions/n_structures", done)
             self._cum = np.concatenate([[0], np.cumsum(np.where(done, n, 0))]).astype(np.int64)
         return self._cum
 
@@ -122,13 +122,13 @@ class StoreReads(OpenedStore):
     def n_atoms(self) -> int:
         """Atoms stored by done partitions."""
         done = self._done_flags()
-        return int(self._read_done_rows("partitions/n_atoms")[done].sum())
+        return int(self._read_done_rows("partitions/n_atoms", done)[done].sum())
 
     @property
     def elements(self) -> list[int]:
         """Sorted atomic numbers present in done partitions."""
         done = self._done_flags()
-        present = self._read_done_rows("partitions/elements")[done].any(axis=0)
+        present = self._read_done_rows("partitions/elements", done)[done].any(axis=0)
         return [int(z) for z in np.flatnonzero(present)]
 
     def _partition_spans(self, start: int, stop: int) -> list[tuple[int, int, int]]:
