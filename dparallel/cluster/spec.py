@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from dask.utils import parse_bytes
+from pydantic import Field, field_validator, model_validator
 
 from dparallel._spec import FromYaml, SpecModel
 
@@ -56,13 +57,33 @@ class ClusterSpec(SpecModel):
     gpus: int = Field(0, ge=0)
     threads_per_worker: int = Field(1, ge=1)  # 1: tasks run torch code, parallel by process
     torch_threads: int | None = Field(None, ge=1)
-    memory_limit: str | None = None  # per local worker, e.g. "2GiB"; None: Dask's default
+    # per local worker: "2GiB", "auto", bytes (2e9) or a fraction of memory (0.25); None: Dask's
+    memory_limit: str | float | None = None
     address: str | None = None  # tcp://host:8786 or tls://host:8786
     scheduler_file: FromYaml[Path] | None = None  # written by dask scheduler --scheduler-file
     tls: TLSSpec | None = None  # certificates: the connection uses TLS (tls:// addresses)
     dashboard_address: str = "127.0.0.1:8787"
     connect_timeout: float = Field(10.0, gt=0)  # s to wait for a remote scheduler
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)  # for kind="slurm"
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _memory_limit_readable(cls, value: str | float | None) -> str | float | None:
+        """What Dask's ``memory_limit`` takes, checked here rather than in a worker."""
+        if isinstance(value, str) and value != "auto":
+            try:
+                parse_bytes(value)
+            except ValueError:
+                raise ValueError(
+                    f"memory_limit {value!r} is no amount of memory: give e.g. '2GiB', "
+                    "'auto', a number of bytes (2e9) or a fraction of memory (0.25)"
+                ) from None
+        elif isinstance(value, float) and not (0 < value <= 1 or value >= 2**20):
+            raise ValueError(
+                f"memory_limit {value} is neither a fraction of memory (0 < x <= 1) nor "
+                "a number of bytes (at least 2**20); null: Dask's default"
+            )
+        return value
 
     @model_validator(mode="after")
     def _address_given(self) -> ClusterSpec:

@@ -151,3 +151,25 @@ def test_ensure_torch_threads_sets_this_thread() -> None:
 def test_plugin_rejects_zero() -> None:
     with pytest.raises(ValueError, match=">= 1"):
         TorchThreadsPlugin(0)
+
+
+@pytest.mark.parametrize("text", ["2GiB", "'2 GB'", "auto", "2e9", "2000000000", "0.25", "1"])
+def test_memory_limit_takes_what_dask_takes(text: str) -> None:
+    """YAML's ``2e9`` is a number of bytes, as Dask reads it (not refused as no string)."""
+    import logging
+
+    from distributed.worker_memory import parse_memory_limit
+
+    from dparallel.config import parse_value
+
+    value = parse_value(text, "memory_limit")
+    spec = ClusterSpec(memory_limit=value)
+    limit = parse_memory_limit(spec.memory_limit, 1, logger=logging.getLogger(__name__))
+    assert limit is not None and limit > 0
+
+
+@pytest.mark.parametrize("value", ["garbage", "50%", 0, -1, 1.5, 1000])
+def test_memory_limit_refuses_what_dask_misreads(value: object) -> None:
+    """A typo fails in the spec, and 1.5 or 1000 (Dask: 1 and 1000 bytes) is refused."""
+    with pytest.raises(ValidationError, match="memory_limit"):
+        ClusterSpec(memory_limit=value)
