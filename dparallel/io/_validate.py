@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 if TYPE_CHECKING:
     from dparallel.types import StructureBatch
 
-__all__ = ["validate_batch"]
+__all__ = ["Problem", "find_problems", "validate_batch"]
 
 #: Largest atomic number accepted (ASE knows elements up to 118).
 MAX_Z = 118
@@ -20,8 +20,20 @@ MAX_Z = 118
 MAX_COORDINATE = 1e5
 
 
+class Problem(NamedTuple):
+    """Why a structure is invalid, and the atom (its index in the structure) that shows it."""
+
+    reason: str
+    atom: int | None = None
+
+
 def validate_batch(batch: StructureBatch) -> dict[int, str]:
-    """Check each structure of ``batch``; return ``{local index: reason}`` for invalid ones:
+    """``{local index: reason}`` for the invalid structures of ``batch`` (:func:`find_problems`)."""
+    return {s: problem.reason for s, problem in find_problems(batch).items()}
+
+
+def find_problems(batch: StructureBatch) -> dict[int, Problem]:
+    """Check each structure of ``batch``; return ``{local index: problem}`` for invalid ones:
     no atoms, atomic numbers outside 1..118, non-finite positions, cells or energies (NaN
     energy: absent), positions or cell entries beyond ±:data:`MAX_COORDINATE`, forces neither
     finite nor all NaN (absent), a singular cell along the periodic directions. Vectorised
@@ -31,11 +43,11 @@ def validate_batch(batch: StructureBatch) -> dict[int, str]:
         return {}
     counts = batch.atom_counts  # (S,)
     sidx = batch.structure_index  # (N,)
-    bad: dict[int, str] = {}
+    bad: dict[int, Problem] = {}
 
     def flag(structures: np.ndarray, reason: str) -> None:
         for s in np.flatnonzero(structures):
-            bad.setdefault(int(s), reason)
+            bad.setdefault(int(s), Problem(reason))
 
     def flag_atoms(atoms: np.ndarray, reason: str) -> None:
         """The first flagged atom of each structure: ``reason`` with its ``{z}`` and ``{xyz}``."""
@@ -43,7 +55,8 @@ def validate_batch(batch: StructureBatch) -> dict[int, str]:
         for r in rows[np.unique(sidx[rows], return_index=True)[1]]:
             s = int(sidx[r])
             what = reason.format(z=batch.numbers[r], xyz=batch.positions[r].tolist())
-            bad.setdefault(s, f"atom {r - batch.offsets[s]}: {what}")
+            atom = int(r - batch.offsets[s])
+            bad.setdefault(s, Problem(f"atom {atom}: {what}", atom))
 
     far = f" (beyond ±{MAX_COORDINATE:g}; see docs/io.md)"
     flag(counts == 0, "structure has no atoms")
@@ -56,21 +69,22 @@ def validate_batch(batch: StructureBatch) -> dict[int, str]:
     n_finite = np.bincount(sidx, weights=finite_f, minlength=n)
     n_nan = np.bincount(sidx, weights=nan_f, minlength=n)
     for s in np.flatnonzero((n_finite != counts) & (n_nan != counts)):
-        row = np.flatnonzero(~finite_f[batch.offsets[s] : batch.offsets[s + 1]])[0]
-        bad.setdefault(int(s), f"atom {row}: non-finite forces (NaN only allowed for all atoms)")
+        row = int(np.flatnonzero(~finite_f[batch.offsets[s] : batch.offsets[s + 1]])[0])
+        why = f"atom {row}: non-finite forces (NaN only allowed for all atoms)"
+        bad.setdefault(int(s), Problem(why, row))
     flag(np.isinf(batch.energy), "energy is infinite")
     flag(~np.isfinite(batch.cells).reshape(n, 9).all(axis=1), "cell has non-finite entries")
     huge = np.abs(np.nan_to_num(batch.cells.reshape(n, 9))) > MAX_COORDINATE
     flag(huge.any(axis=1), "cell has implausible entries" + far)
     for index, why in batch.implausible_cells().items():  # a singular cell: judged below
-        bad.setdefault(index, why)
+        bad.setdefault(index, Problem(why))
     for s in np.flatnonzero(batch.pbc.any(axis=1)):
         if int(s) in bad:
             continue
         vecs = batch.cells[s][batch.pbc[s]]  # (n_periodic, 3)
         sv = np.linalg.svd(vecs, compute_uv=False)
         if sv[-1] <= 1e-8 * max(1.0, float(sv[0])):
-            bad[int(s)] = (
+            bad[int(s)] = Problem(
                 f"periodic structure (pbc={batch.pbc[s].tolist()}) has a singular cell "
                 f"{batch.cells[s].tolist()}"
             )

@@ -17,9 +17,15 @@ from dparallel.errors import (
     InvalidStructureError,
     SourceNotFoundError,
 )
-from dparallel.io._index import FileIndex, is_gzip, load_or_build_index, open_stream
+from dparallel.io._index import (
+    FileIndex,
+    is_gzip,
+    load_or_build_index,
+    open_stream,
+    read_range,
+)
 from dparallel.io._parsers import parse_range
-from dparallel.io._validate import validate_batch
+from dparallel.io._validate import Problem, find_problems
 from dparallel.io.location import Location, as_location
 from dparallel.io.units import UNIT_SYSTEMS
 
@@ -257,9 +263,9 @@ class StructureSource:
             raise IndexError(f"structure range [{start}, {stop}) outside [0, {n})")
         batch, kept, errors = parse_range(self.location, self.index, start, stop)
         self.check_unchanged()  # what was read is the file the index (and fingerprint) describe
-        bad = {int(kept[k]): reason for k, reason in validate_batch(batch).items()}
+        bad = {int(kept[k]): problem for k, problem in find_problems(batch).items()}
         problems = {i: (line, reason, False) for i, (line, reason) in errors.items()}
-        problems |= {i: (int(self.index.lines[i]), reason, True) for i, reason in bad.items()}
+        problems |= {i: (self._line_of(i, p), p.reason, True) for i, p in bad.items()}
         if problems and self.on_error == "raise":
             i = min(problems)
             line, reason, invalid = problems[i]
@@ -276,6 +282,20 @@ class StructureSource:
             batch, kept = batch.take(keep), kept[keep]
         self._skipped.update(skipped)
         return ReadResult(self._convert(batch), np.asarray(kept, np.int64), skipped)
+
+    def _line_of(self, i: int, problem: Problem) -> int:
+        """The line of the atom ``problem`` names in structure ``i``, else the structure's
+        first line (0: unknown, as for formats ASE reads)."""
+        line = int(self.index.lines[i])
+        if not line or problem.atom is None:
+            return line
+        if self.format == "extxyz":  # the count line, the comment line, then one per atom
+            return line + 2 + problem.atom
+        if self.format != "n2p2":
+            return line
+        text = read_range(self.location, int(self.index.starts[i]), int(self.index.ends[i]))
+        atoms = [k for k, row in enumerate(text.splitlines()) if row.split()[:1] == [b"atom"]]
+        return line + atoms[problem.atom] if problem.atom < len(atoms) else line
 
     def _convert(self, batch: StructureBatch) -> StructureBatch:
         length, energy = UNITS[self.units]

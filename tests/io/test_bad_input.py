@@ -58,7 +58,7 @@ XYZ_CASES = [
         "nan_coordinates",
         _xyz("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 nan 1\n"),
         InvalidStructureError,
-        5,
+        8,  # the atom's line
         1,
         r"atom 1: non-finite coordinates",
     ),
@@ -181,7 +181,7 @@ N2P2_CASES = [
         "nan",
         _n2p2("atom 0 0 inf H 0 0 0 0 0\n"),
         InvalidStructureError,
-        8,
+        10,  # the atom's line
         1,
         r"atom 0: non-finite coordinates \[0.0, 0.0, inf\]",
     ),
@@ -321,3 +321,41 @@ def test_a_file_of_no_known_format_is_said_with_the_way_out(tmp_path):
     lammps.write_text("(written by ASE)\n\n2 atoms\n1 atom types\n")
     with pytest.raises(InputFormatError, match=r"line 1: .* --format, e.g. lammps-data\)$"):
         open_source(lammps)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("fmt", ["extxyz", "n2p2"])
+def test_a_bad_atom_is_named_by_its_own_line(tmp_path, fmt, gz):
+    """A non-finite coordinate or force names the line that holds it (counted here from
+    the text), past a structure's comment and lattice lines, gzipped too."""
+    import gzip
+
+    if fmt == "extxyz":
+        frame = (
+            '3\nLattice="5 0 0 0 5 0 0 0 5" Properties=species:S:1:pos:R:3:forces:R:3 '
+            'energy=-1 pbc="T T T"\n' + "".join(f"H 0 0 {z} 0 0 0\n" for z in (0, 1, 2))
+        )
+    else:
+        frame = (
+            "begin\ncomment c\n"
+            + "".join(
+                f"lattice {' '.join('5' if i == j else '0' for j in range(3))}\n" for i in range(3)
+            )
+            + "".join(f"atom 0 0 {z} H 0 0 0 0 0\n" for z in (0, 1, 2))
+            + "energy -1\ncharge 0\nend\n"
+        )
+    lines = (frame * 3).splitlines(keepends=True)
+    per_frame = len(frame.splitlines())
+    atom_rows = [k for k, row in enumerate(frame.splitlines()) if row.startswith(("H", "atom"))]
+    for target, col, what in ((atom_rows[2], 3, "coordinates"), (atom_rows[1], -2, "forces")):
+        row = per_frame + target  # structure 1's atom
+        fields = lines[row].split()
+        fields[col] = "nan"
+        bad = [*lines[:row], " ".join(fields) + "\n", *lines[row + 1 :]]
+        path = tmp_path / f"{what}.{'xyz' if fmt == 'extxyz' else 'data'}{'.gz' if gz else ''}"
+        data = "".join(bad).encode()
+        path.write_bytes(gzip.compress(data) if gz else data)
+        with pytest.raises(InvalidStructureError, match=f"structure 1: atom .*{what}") as info:
+            open_source(path, fmt).read()
+        assert info.value.line == row + 1, str(info.value)
+        assert "nan" in data.decode().splitlines()[info.value.line - 1]

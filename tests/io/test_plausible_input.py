@@ -36,7 +36,7 @@ def test_a_far_coordinate_is_skipped_and_recorded_under_skip(tmp_path):
     result = open_source(path, on_error="skip").read_checked()
     assert result.indices.tolist() == [0, 2]
     assert [i for i, _ in result.skipped] == [1]
-    assert "implausible" in result.skipped[0][1] and "line 5" in result.skipped[0][1]
+    assert "implausible" in result.skipped[0][1] and "line 8" in result.skipped[0][1]
 
 
 def test_the_threshold_itself_is_accepted(tmp_path):
