@@ -131,11 +131,13 @@ class TrainingSpec(SpecModel):
                 f"lr_min ({self.lr_min:g}) exceeds lr ({self.lr:g}): the {self.schedule} "
                 "schedule would raise the learning rate, not lower it"
             )
-        if (
-            self.force_weight_start is not None
-            and self.schedule == "none"
-            and self.optimizer != "kalman"
-        ):
+        if self.force_weight_start is not None and self.optimizer == "kalman":
+            raise ValueError(
+                "force_weight_start follows a learning rate, which the Kalman optimizer "
+                "has none of: it weighs forces by force_weight throughout; drop "
+                "force_weight_start or use adam/adamw"
+            )
+        if self.force_weight_start is not None and self.schedule == "none":
             raise ValueError(
                 "force_weight_start follows the learning rate down to force_weight, but "
                 "schedule: none keeps the learning rate, so the weight would stay at "

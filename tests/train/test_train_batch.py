@@ -98,7 +98,8 @@ def test_held_and_streamed_batches_carry_the_same_fields(batches) -> None:  # no
 
 @pytest.mark.parametrize("name", sorted(NEEDS_DERIVATIVES))
 def test_each_optimizer_is_built_once_and_declares_what_it_needs(store, name) -> None:  # noqa: ANN001
-    spec = SPEC.model_copy(update={"optimizer": name, "force_weight_start": 1.0})
+    scheduled = {} if name == "kalman" else {"force_weight_start": 1.0}  # Kalman: refused
+    spec = SPEC.model_copy(update={"optimizer": name, **scheduled})
     prep = prepare(store, spec)
     model = build_model(prep, spec, Target.of(spec))
     optimizer = make_optimizer(model, spec, prep.index.count("train"))

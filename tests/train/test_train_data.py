@@ -189,5 +189,17 @@ def test_force_weight_start_needs_a_schedule_that_lowers_the_learning_rate() -> 
 
     with pytest.raises(ConfigError, match=r"force_weight_start follows .*schedule: none keeps"):
         parse_training_spec(None, ["force_weight_start=3", "schedule=none"])
-    for ok in (["schedule=cosine"], ["schedule=plateau"], ["schedule=none", "optimizer=kalman"]):
+    for ok in (["schedule=cosine"], ["schedule=plateau"]):
         assert parse_training_spec(None, ["force_weight_start=3", *ok]).force_weight_start == 3
+
+
+@pytest.mark.parametrize("schedule", ["none", "cosine"])
+def test_force_weight_start_is_refused_with_kalman(schedule: str) -> None:
+    """The Kalman update weighs forces by ``force_weight`` alone: the start was ignored."""
+    from dparallel.errors import ConfigError
+    from dparallel.train import parse_training_spec
+
+    with pytest.raises(ConfigError, match=r"force_weight_start .*Kalman"):
+        parse_training_spec(
+            None, ["force_weight_start=3", "optimizer=kalman", f"schedule={schedule}"]
+        )
