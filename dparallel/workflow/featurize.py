@@ -362,6 +362,7 @@ def _run_partitions(
     from dparallel.cluster import connect
     from dparallel.cluster.dispatch import Dispatch, run_partitions
     from dparallel.cluster.gpus import GPU_RESOURCE, gpu_partitions, gpu_worker_addresses
+    from dparallel.cluster.installs import check_worker_installs
     from dparallel.dashboard.events import progress_start_event, publish_progress_start
 
     store_path = store.ref  # a task reopens this very store (folder, or generation)
@@ -375,6 +376,8 @@ def _run_partitions(
     ) as handle:
         if options.on_connect is not None:
             options.on_connect(handle)
+        if handle.cluster is None:  # workers started elsewhere: the client's install?
+            check_worker_installs(handle.client)
         # workers still starting (return_early) count as they will be
         n_gpu = max(len(gpu_worker_addresses(handle.client)), handle.planned_gpus)
         n_all = max(handle.n_workers, handle.planned_workers)

@@ -1,0 +1,72 @@
+"""Whether a cluster's workers run the client's dparallel and the libraries its numbers
+come from: a worker from another image or environment would compute (or store) something
+else than the client expects, unnoticed."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dparallel.errors import ClusterError
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["LIBRARIES", "check_worker_installs", "installed"]
+
+#: Libraries whose version changes what a featurize task computes or how it writes a store.
+LIBRARIES = ("torch", "numpy", "zarr", "numba")
+
+
+@functools.cache
+def installed() -> dict[str, str]:
+    """This process's dparallel (its version and a hash of its source files, which tells
+    two commits of one version apart) and the versions of :data:`LIBRARIES`."""
+    import dparallel
+
+    root = Path(dparallel.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    found = {"dparallel": f"{dparallel.__version__} (source {digest.hexdigest()[:12]})"}
+    for name in LIBRARIES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def check_worker_installs(client: Client) -> None:
+    """Raise :class:`ClusterError` naming each worker whose dparallel or libraries differ
+    from this process's (or that cannot import dparallel at all); workers that join later
+    are not seen here."""
+    mine = installed()
+    try:
+        theirs: dict[str, Any] = client.run(installed)  # one round trip to every worker
+    except (ImportError, AttributeError) as exc:  # dparallel absent, or too old to have this
+        raise ClusterError(
+            f"a worker of this cluster cannot run this dparallel ({type(exc).__name__}: "
+            f"{exc}): install the client's dparallel ({mine['dparallel']}) in every "
+            "worker's environment (the same image or pip install)"
+        ) from None
+    differ = {
+        address: ", ".join(
+            f"{name} {found.get(name, 'not reported')} (here {want})"
+            for name, want in mine.items()
+            if found.get(name) != want
+        )
+        for address, found in sorted(theirs.items())
+    }
+    differ = {address: what for address, what in differ.items() if what}
+    if differ:
+        first, *rest = differ.items()
+        more = f" and {len(rest)} more worker(s)" if rest else ""
+        raise ClusterError(
+            f"worker {first[0]} runs {first[1]}{more}: its results would differ from this "
+            "client's; give every worker the client's dparallel and libraries (the same "
+            "image or environment) and restart them"
+        )

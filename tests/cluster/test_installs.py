@@ -1,0 +1,100 @@
+"""A worker running another dparallel than the client is refused before any task runs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+from daskprocs import ROOT, child_env, start_scheduler, start_worker, stop
+
+from dparallel.cluster.installs import check_worker_installs, installed
+from dparallel.errors import ClusterError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _copy_of_dparallel(where: Path, change: bool) -> Path:
+    """A copy of this dparallel's source under ``where`` (one comment added: ``change``)."""
+    shutil.copytree(
+        ROOT / "dparallel", where / "dparallel", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    if change:
+        path = where / "dparallel" / "kernels" / "__init__.py"
+        path.write_text(path.read_text() + "# another commit\n")
+    return where
+
+
+def _reported(pythonpath: Path, cwd: Path) -> str:
+    code = "from dparallel.cluster.installs import installed; print(installed()['dparallel'])"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=child_env({"PYTHONPATH": str(pythonpath)}),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def test_two_commits_of_one_version_are_told_apart(tmp_path: Path) -> None:
+    """The same source elsewhere reports the same; one changed line, another."""
+    same = _copy_of_dparallel(tmp_path / "same", change=False)
+    other = _copy_of_dparallel(tmp_path / "other", change=True)
+    here = installed()["dparallel"]
+    assert _reported(same, tmp_path) == here
+    theirs = _reported(other, tmp_path)
+    assert theirs != here and theirs.split()[0] == here.split()[0]  # same version number
+
+
+@pytest.mark.slow
+def test_featurize_refuses_a_worker_of_another_install(tmp_path: Path) -> None:
+    """Two `dask worker`s, one importing a changed copy of dparallel: the featurize on
+    that cluster fails at once naming that worker."""
+    from distributed import Client
+
+    other = _copy_of_dparallel(tmp_path / "other", change=True)
+    scheduler, address = start_scheduler(tmp_path)
+    workers = [
+        start_worker(address, tmp_path / "good.log"),
+        start_worker(address, tmp_path / "other.log", env=child_env({"PYTHONPATH": str(other)})),
+    ]
+    try:
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(2, timeout=90)
+            with pytest.raises(ClusterError) as info:
+                check_worker_installs(client)
+            odd = [a for a, v in client.run(installed).items() if v != installed()]
+            assert len(odd) == 1 and odd[0] in str(info.value), str(info.value)
+            assert "dparallel 0." in str(info.value)
+        data = tmp_path / "cu.extxyz"
+        _write_structures(data)
+        descriptors = tmp_path / "descriptors.yaml"
+        descriptors.write_text("acsf:\n  elements: [Cu]\n  r_cut: 4.0\n  radial: [[0.5, 0.0]]\n")
+        store = tmp_path / "store.zarr"
+        argv = [sys.executable, "-m", "dparallel", "featurize", str(data), "-o", str(store)]
+        argv += ["--descriptors", str(descriptors), "--scheduler", address, "-q"]
+        run = subprocess.run(
+            argv, env=child_env(), cwd=tmp_path, capture_output=True, text=True, timeout=180
+        )
+        assert run.returncode != 0 and "runs dparallel" in run.stderr, run.stderr[-2000:]
+        assert "Traceback" not in run.stderr, run.stderr[-2000:]
+    finally:
+        for proc in (*workers, scheduler):
+            stop(proc)
+
+
+def _write_structures(path: Path) -> None:
+    from ase.build import bulk
+    from ase.io import write
+
+    atoms = bulk("Cu", "fcc", a=3.6, cubic=True)
+    atoms.info["energy"] = -1.0
+    write(path, [atoms, atoms], format="extxyz")
