@@ -32,9 +32,9 @@ def installed() -> dict[str, str]:
     for path in sorted(root.rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     found = {"dparallel": f"{dparallel.__version__} (source {digest.hexdigest()[:12]})"}
-    for name in LIBRARIES:
-        try:
-            found[name] = metadata.version(name)
+    for name in LIBRARIES:  # a build's local label (torch 2.13.0+cu126 on a GPU worker,
+        try:  # +cpu beside it) computes the same numbers: not told apart
+            found[name] = metadata.version(name).split("+")[0]
         except metadata.PackageNotFoundError:
             found[name] = "not installed"
     return found

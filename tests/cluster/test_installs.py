@@ -54,6 +54,36 @@ def test_two_commits_of_one_version_are_told_apart(tmp_path: Path) -> None:
     assert theirs != here and theirs.split()[0] == here.split()[0]  # same version number
 
 
+def test_a_cuda_build_of_the_same_torch_is_the_same_install(monkeypatch) -> None:
+    """A GPU worker's torch 2.13.0+cu126 beside the client's CPU build is no mismatch; a
+    worker with another torch release is."""
+    from importlib import metadata
+
+    real = metadata.version
+    here = installed()
+
+    class Workers:
+        def __init__(self, torch: str) -> None:
+            self.torch = torch
+
+        def run(self, function):  # noqa: ANN001, ANN202 - Client.run's shape
+            monkeypatch.setattr(
+                metadata, "version", lambda name: self.torch if name == "torch" else real(name)
+            )
+            installed.cache_clear()
+            try:
+                return {"tcp://gpu:1": function()}
+            finally:
+                monkeypatch.setattr(metadata, "version", real)
+                installed.cache_clear()
+                assert installed() == here
+
+    release = here["torch"]
+    check_worker_installs(Workers(f"{release}+cu126"))  # type: ignore[arg-type]
+    with pytest.raises(ClusterError, match=r"tcp://gpu:1 runs torch 1\.0\.0 \(here"):
+        check_worker_installs(Workers("1.0.0+cu126"))  # type: ignore[arg-type]
+
+
 @pytest.mark.slow
 def test_featurize_refuses_a_worker_of_another_install(tmp_path: Path) -> None:
     """Two `dask worker`s, one importing a changed copy of dparallel: the featurize on
