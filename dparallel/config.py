@@ -175,10 +175,20 @@ def describe_validation_error(
             shown[key] = f", got {str(got).lower() if isinstance(got, bool) else repr(got)}"
     lines = []
     for where, msgs in problems.items():
+        text = " or ".join(msgs)
         said = [k for k in given if where == k or where.startswith(k + ".")]
-        origin = f" (--set {given[said[-1]]})" if said else ""
-        lines.append(f"  {where}: {' or '.join(msgs)}{shown.get(where, '')}{origin}")
+        # a section's own check names keys below it: the --set that gave one of them
+        said = said[-1:] or [k for k in given if _named_below(k, where, text)]
+        origin = "".join(f" (--set {given[k]})" for k in said)
+        lines.append(f"  {where}: {text}{shown.get(where, '')}{origin}")
     return "\n".join(lines)
+
+
+def _named_below(key: str, where: str, text: str) -> bool:
+    """Whether ``key`` (a dotted path) lies below ``where`` and ``text`` names its last part."""
+    if where != "(top level)" and not key.startswith(where + "."):
+        return False
+    return re.search(rf"\b{re.escape(key.rsplit('.', 1)[-1])}\b", text) is not None
 
 
 #: What pydantic adds to an error's key path for each member of a union (``int``,

@@ -250,3 +250,27 @@ def test_an_unknown_key_is_named_whatever_it_looks_like():
         "  hidden: Input should be a valid tuple, got 'x'",
         "  int: Extra inputs are not permitted",
     ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["training.force_weight_start=3", "training.schedule=none"], "schedule: none"),
+        (["descriptors.derivatives=false"], "descriptors.derivatives is false"),
+        (["output.model_dir=runs/quickstart/store.zarr/m"], "inside store.path"),
+        (["training.descriptor=neighbor_sum"], "no 'neighbor_sum' section"),
+    ],
+)
+def test_a_check_across_sections_names_the_file_and_the_set(tmp_path, capsys, overrides, named):
+    """``validate`` named neither the file nor the ``--set`` behind a check of one section
+    against another (or of a section's own keys together)."""
+    from dparallel.cli.main import main
+    from dparallel.workflow.spec import QUICKSTART
+
+    argv = ["validate", str(QUICKSTART)]
+    for item in overrides:
+        argv += ["--set", item]
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert f"{QUICKSTART}: " in err and named in err, err
+    assert all(f"(--set {item})" in err for item in overrides), err

@@ -17,6 +17,9 @@ from dparallel.cli.train import device_option
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Sequence
+
+    from dparallel.workflow.spec import WorkflowSpec
 
 
 def add_parser(subparsers: Any) -> None:
@@ -142,12 +145,26 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    """Load the workflow and run it."""
+def _checked_workflow(path: str, overrides: Sequence[str]) -> WorkflowSpec:
+    """The workflow at ``path`` with ``overrides``, validated and checked as ``run`` checks
+    it before any work (:meth:`WorkflowSpec.check`); an error names the file and the
+    ``--set`` that gave a key it names."""
+    from dparallel.errors import ConfigError
     from dparallel.workflow.spec import load_workflow
 
-    spec = load_workflow(args.workflow, args.overrides)
-    spec.check()
+    spec = load_workflow(path, overrides)
+    try:
+        spec.check()
+    except ConfigError as exc:
+        said = [item for item in overrides if item.partition("=")[0].strip() in str(exc)]
+        origin = "".join(f" (--set {item})" for item in said)
+        raise ConfigError(f"{path}: {exc}{origin}") from None
+    return spec
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the workflow and run it."""
+    spec = _checked_workflow(args.workflow, args.overrides)
     if args.device is not None and spec.training is not None:
         training = spec.training.model_copy(update={"device": args.device})
         spec = spec.model_copy(update={"training": training})
@@ -163,10 +180,7 @@ def demo(args: argparse.Namespace) -> int:
 
 def validate(args: argparse.Namespace) -> int:
     """Validate; print 'ok' or the validated document."""
-    from dparallel.workflow.spec import load_workflow
-
-    spec = load_workflow(args.workflow, args.overrides)
-    spec.check()  # what run refuses before any work: locations, descriptors
+    spec = _checked_workflow(args.workflow, args.overrides)
     print(json.dumps(spec.to_dict(), indent=1) if args.json else f"{args.workflow}: ok")
     return 0
 
