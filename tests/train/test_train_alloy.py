@@ -20,7 +20,7 @@ from dparallel.train import (
     predict_batch,
 )
 from dparallel.train import train as train_model
-from dparallel.train.data import load_partition
+from dparallel.train.data import SPLITS, load_partition
 from dparallel.train.export import export_model
 
 
@@ -86,3 +86,22 @@ def test_alloy_forces_training_route_exported_route_and_fd(alloy) -> None:  # no
             pos[i, c] += sgn * h
             e.append(float(model.energy(one, torch.from_numpy(pos), nb)[0].detach()))
         assert abs(-(e[0] - e[1]) / (2 * h) - f[i, c]) < 1e-7
+
+
+def test_metrics_name_the_validation_and_test_structures(alloy) -> None:  # noqa: ANN001
+    """``test_ids`` and ``validation_ids`` are disjoint source indices of the store, as many
+    as the splits count, and the validation ones are those the split index holds out."""
+    store, model_dir, spec = alloy
+    doc = json.loads((model_dir / "metrics.json").read_text())
+    test, validation = set(doc["test_ids"]), set(doc["validation_ids"])
+    assert (
+        len(test) == doc["splits"]["test"] > 0
+        and len(validation) == doc["splits"]["validation"] > 0
+    )
+    assert not test & validation
+    stored = {int(i) for i in store.source_indices()}
+    assert test | validation < stored
+    index = build_split_index(store, spec.validation_fraction, spec.test_fraction, spec.seed)
+    code = SPLITS["validation"]
+    held = {int(i) for p in index.partitions for i in index.ids[p][index.split[p] == code]}
+    assert held == validation
