@@ -48,6 +48,11 @@ class InvalidStructureError(InputFormatError):
 class SourceNotFoundError(InputError, FileNotFoundError):
     """The input file does not exist."""
 
+    def __new__(cls, *args: object, **kwargs: object) -> SourceNotFoundError:
+        # named, so that ``cls.__new__(cls, *args)`` (how tblib, and so Dask, rebuilds a
+        # task's exception) finds OSError's and not ValueError's, which refuses the class
+        return FileNotFoundError.__new__(cls, *args)
+
 
 class StoreError(DParallelError):
     """A zarr store cannot be created, opened or written."""

@@ -75,33 +75,42 @@ def run_partitions(
 ) -> dict[int, BaseException]:
     """Run ``task(*how.args(p), **how.kwargs)`` for each of ``partitions`` on ``client``;
     returns partition → exception of those that failed in the end (not those rerun fine)."""
-    from distributed import as_completed
-
     failures: dict[int, BaseException] = {}
     futures = {how.submit(client, task, p): p for p in partitions}
     held = list(futures)  # until the end: Dask's progress then counts done of all, as ours
     lost: list[int] = []
-    for future in as_completed(futures):
-        how.check()
-        p = futures.pop(future)
-        if not _collect(future, p, how, failures):
-            lost.append(p)
+    while futures:
+        done = _wait_with_workers(client, list(futures), how.check)
+        if done is None:  # every worker gone, none back: the rest cannot run
+            for p in futures.values():
+                failures[p] = _no_worker()
+            held.clear()
+            return failures
+        for future in done:
+            how.check()
+            p = futures.pop(future)
+            if not _collect(future, p, how, failures):
+                lost.append(p)
     rerun = sorted({*lost, *(p for p, exc in failures.items() if killed_worker(exc))})
     for p in rerun:  # alone, one at a time
         how.check()
         future = how.submit(client, task, p)
-        if _wait_with_workers(client, future, how.check):
+        if _wait_with_workers(client, [future], how.check):
             if not _collect(future, p, how, failures):
                 failures[p] = ClusterError(
                     f"the result of partition {p} was lost twice with its worker"
                 )
         else:
-            failures[p] = ClusterError(
-                f"no worker alive for {NO_WORKER_GRACE_S:.0f} s to rerun it on "
-                "(the workers' nannies stopped restarting them)"
-            )
+            failures[p] = _no_worker()
     held.clear()  # the scheduler may forget the tasks now
     return failures
+
+
+def _no_worker() -> ClusterError:
+    return ClusterError(
+        f"no worker alive for {NO_WORKER_GRACE_S:.0f} s to run it on (the workers died "
+        "and their nannies stopped restarting them; see the workers' logs)"
+    )
 
 
 def _collect(future: Any, p: int, how: Dispatch, failures: dict[int, BaseException]) -> bool:
@@ -164,24 +173,26 @@ def killed_worker(exc: BaseException | None) -> bool:
     return isinstance(exc, KilledWorker)
 
 
-def _wait_with_workers(client: Any, future: Any, check: Callable[[], None]) -> bool:
-    """Wait for ``future`` (calling ``check``); False (future cancelled) once the cluster
-    has had no worker for :data:`NO_WORKER_GRACE_S` — never an unbounded wait."""
+def _wait_with_workers(client: Any, futures: list[Any], check: Callable[[], None]) -> Any:
+    """Wait until one of ``futures`` is done (calling ``check`` every few seconds); the
+    done ones, or None (all of them cancelled) once the cluster has had no worker for
+    :data:`NO_WORKER_GRACE_S` — never an unbounded wait."""
     from distributed import wait
 
     without_since: float | None = None
     while True:
         try:
-            wait(future, timeout=5)
+            done, _ = wait(futures, timeout=5, return_when="FIRST_COMPLETED")
         except TimeoutError:
             pass
         else:
-            return True
+            return done
         check()
         if client.scheduler_info().get("workers"):
             without_since = None
         elif without_since is None:
             without_since = time.monotonic()
         elif time.monotonic() - without_since > NO_WORKER_GRACE_S:
-            future.cancel()
-            return False
+            for future in futures:
+                future.cancel()
+            return None

@@ -155,9 +155,9 @@ class StructureSource:
         self.location = location
         #: The local path, or the URL (for messages).
         self.path: Path | str = location.local if location.local is not None else location.url
-        # a copy sent to a task (``_expect_index``) of a file at a URL is found by its
-        # index's first request: no request of its own
-        if (location.local is not None or _expect_index is None) and not location.is_file():
+        # a copy sent to a task (``_expect_index``) finds its file on first use, in the
+        # task: raised while Dask unpickles the task, a missing file killed the worker
+        if _expect_index is None and not location.is_file():
             local = location.local
             if local is not None and local.is_dir():
                 store = " (a zarr store? structures are read from the file it was made from)"
@@ -168,7 +168,8 @@ class StructureSource:
             if local is not None and local.exists():
                 raise InputError(f"{location} is not a regular file (a device or a pipe)")
             raise SourceNotFoundError(f"input file not found: {location}")
-        _refuse_compressed(location)
+        if _expect_index is None:  # a task's copy: checked when the source was opened
+            _refuse_compressed(location)
         if units not in UNITS:
             raise InputError(f"unknown units {units!r}; expected one of {sorted(UNITS)}")
         if on_error not in ("raise", "skip"):

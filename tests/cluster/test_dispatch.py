@@ -7,6 +7,7 @@ import time
 import pytest
 
 from dparallel.cluster.dispatch import Dispatch, killed_worker, run_partitions
+from dparallel.errors import ClusterError
 
 
 def _square_or_fail(p: int, offset: int, *, fail: int) -> int:
@@ -102,3 +103,43 @@ def test_a_result_lost_with_its_worker_is_recovered_not_waited_for(tmp_path, mon
     assert failures == {}
     assert results == {7: -7}  # from recover: the task's own result went with its worker
     assert elapsed < 60
+
+
+def test_a_cluster_whose_workers_are_all_gone_ends_the_run_not_hangs(monkeypatch) -> None:
+    """Every worker gone and none back (dead workers whose nannies stopped, a scaled-down
+    cluster): the pending partitions fail with a ClusterError after the grace, where the
+    driver used to wait for ever."""
+    from distributed import Client, LocalCluster
+
+    import dparallel.cluster.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "NO_WORKER_GRACE_S", 2.0)
+
+    def slow(p: int) -> int:
+        import time
+
+        time.sleep(30)
+        return p
+
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.wait_for_workers(1, timeout=30)
+        gone: list[bool] = []
+
+        def scale_to_nothing() -> None:  # the driver's check, every few seconds while it waits
+            if not gone:
+                gone.append(True)
+                cluster.scale(0)
+
+        t0 = time.monotonic()
+        failures = run_partitions(client, slow, [0, 1], Dispatch(args=lambda p: (p,),
+                                  check=scale_to_nothing))  # fmt: skip
+        elapsed = time.monotonic() - t0
+    assert gone and sorted(failures) == [0, 1]
+    assert all(isinstance(exc, ClusterError) for exc in failures.values())
+    assert "no worker alive" in str(failures[0])
+    assert elapsed < 25

@@ -64,3 +64,23 @@ def test_a_compressed_file_is_named_as_such_not_as_a_parse_error(tmp_path: Path,
     named = tmp_path / "in.extxyz.gz"  # named .gz: read as the text it holds
     named.write_bytes(gzip.compress(path.read_bytes()))
     assert open_source(named).read().n_atoms == open_source(path).read().n_atoms
+
+
+@pytest.mark.parametrize("cache_index", [True, False])
+def test_an_input_deleted_after_opening_fails_the_read_not_the_unpickling(
+    tmp_path: Path, rng, cache_index: bool
+) -> None:
+    """A task's copy of the source is unpickled by Dask before the task runs: raised there,
+    a deleted input killed the worker (and the client waited for ever); it must fail the
+    task's read instead."""
+    import pickle
+
+    from dparallel.errors import SourceNotFoundError
+
+    path = tmp_path / "in.extxyz"
+    ase.io.write(path, random_structures(4, rng, max_atoms=5), format="extxyz")
+    sent = pickle.dumps(open_source(path, cache_index=cache_index))
+    path.unlink()
+    task_copy = pickle.loads(sent)  # as the worker does: no error yet
+    with pytest.raises(SourceNotFoundError, match=r"input file not found: .*in\.extxyz"):
+        task_copy.read(0, 2)
