@@ -22,7 +22,7 @@ from dparallel.descriptors.acsf_functions import feature_spec, n2p2_sort_key, re
 from dparallel.descriptors.results import DescriptorResult, PairDerivatives
 from dparallel.descriptors.species import as_batch, species_index
 from dparallel.errors import DescriptorError
-from dparallel.neighbors import Neighbors, in_centre_order, neighbor_list
+from dparallel.neighbors import Neighbors, in_centre_order, neighbor_list, refuse_coincident
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -277,6 +277,8 @@ class ACSF:
         neighbors = (
             neighbor_list(batch, self.r_cut) if neighbors is None else in_centre_order(neighbors)
         )
+        # every engine would divide by zero there (and give NaN, each its own way)
+        refuse_coincident(batch, neighbors.pair_first, neighbors.pair_second, neighbors.distances)
         vec, dist = self._pair_geometry(batch, neighbors, dtype, positions)
         pairs = BatchPairs(
             self.element_index(batch),  # (N,)

@@ -20,7 +20,7 @@ from dparallel.descriptors.results import DescriptorResult, PairDerivatives
 from dparallel.descriptors.species import as_batch, species_index
 from dparallel.errors import DescriptorError
 from dparallel.kernels import envsum
-from dparallel.neighbors import neighbor_list
+from dparallel.neighbors import neighbor_list, refuse_coincident
 
 if TYPE_CHECKING:
     from dparallel.types import StructureBatch
@@ -200,8 +200,7 @@ class NeighborSum(torch.nn.Module):
         vec_t = torch.as_tensor(vec, dtype=dtype)  # (P, 3)
         r = torch.linalg.norm(vec_t, dim=1)  # (P,)
         keep = r < self.r_cut
-        if bool((r[keep] <= 0).any()):
-            raise DescriptorError("pair list contains a zero-length pair (self pair or overlap)")
+        refuse_coincident(batch, np.asarray(pf), np.asarray(ps), r.masked_fill(~keep, np.inf))
         pf_t = torch.as_tensor(pf, dtype=torch.int64)[keep]
         ps_t = torch.as_tensor(ps, dtype=torch.int64)[keep]
         vec_t, r = vec_t[keep], r[keep]

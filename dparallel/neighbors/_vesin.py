@@ -139,10 +139,11 @@ def _vesin_pairs(
 
 
 def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
-    """Full neighbor list, pairs with ``0 < |r_ij| < cutoff`` (Å), of every structure in
-    ``batch``: global rows, sorted by ``pair_first``. A cell of zeros (or ``pbc`` all False)
-    is non-periodic; mixed ``pbc``, triclinic cells and cells smaller than ``cutoff`` work.
-    """
+    """Full neighbor list, pairs with ``|r_ij| < cutoff`` (Å; 0 for two atoms at one
+    place, never an atom with itself), of every structure in ``batch``: global rows, sorted
+    by ``pair_first``. ``pbc`` all False is non-periodic whatever the cell (a zero cell
+    with ``pbc`` True is singular: refused); mixed ``pbc``, triclinic cells and cells
+    smaller than ``cutoff`` work."""
     if not np.isfinite(cutoff) or cutoff <= 0:
         raise DescriptorError(f"neighbor_list: cutoff must be a positive number, got {cutoff!r}")
     cells = _cells_for_lists(batch)

@@ -31,6 +31,7 @@ import numpy as np
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import BackendUnavailableError, DescriptorError, InvalidStructureError
 from dparallel.neighbors import neighbor_list
+from dparallel.neighbors.coincident import coincident_atoms
 from dparallel.store import open_store
 from dparallel.store._derivatives import DERIVATIVE_DTYPE
 from dparallel.workflow.stats import FeatureStats
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from dparallel.types import StructureBatch
 
 __all__ = [
-    "COINCIDENT_DISTANCE",
     "DEVICE_ENGINES",
     "device_descriptors",
     "featurize_partition",
@@ -53,10 +53,6 @@ __all__ = [
     "triton_descriptors",
     "unfit_structures",
 ]
-
-#: Atoms closer than this (Å) count as being at the same position (no potential can use
-#: that, and the descriptor derivatives divide by the distance).
-COINCIDENT_DISTANCE = 1e-4
 
 log = logging.getLogger(__name__)
 #: dG/dr straight from the kernel in the precision the store keeps (half the bytes to
@@ -85,23 +81,6 @@ def _elements_outside(batch: StructureBatch, dset: DescriptorSet) -> dict[int, s
                 f"atom {atom}: element {', '.join(symbols)} is not in the {name} elements "
                 f"({', '.join(descriptor.elements)})",
             )
-    return out
-
-
-def _coincident(batch: StructureBatch, nb: Neighbors) -> dict[int, str]:
-    """Structures with two atoms (or an atom and a periodic image) at the same position."""
-    out: dict[int, str] = {}
-    rows = np.flatnonzero(nb.distances < COINCIDENT_DISTANCE)
-    for r in rows:
-        s = int(batch.structure_index[nb.pair_first[r]])
-        if s in out:
-            continue
-        i, j = (int(nb.pair_first[r] - batch.offsets[s]), int(nb.pair_second[r] - batch.offsets[s]))
-        what = f"atoms {min(i, j)} and {max(i, j)}" if i != j else f"atom {i} and its image"
-        out[s] = (
-            f"{what} are at the same position (distance {float(nb.distances[r]):.3g} Å "
-            f"< {COINCIDENT_DISTANCE:g} Å)"
-        )
     return out
 
 
@@ -144,7 +123,7 @@ def _non_finite(batch: StructureBatch, computed: _Computed) -> dict[int, str]:
 def unfit_structures(batch: StructureBatch, dset: DescriptorSet, nb: Neighbors) -> dict[int, str]:
     """``{structure in batch: reason}`` for structures ``dset`` cannot featurize (cheap checks)."""
     found = _elements_outside(batch, dset)
-    for s, reason in _coincident(batch, nb).items():
+    for s, reason in coincident_atoms(batch, nb.pair_first, nb.pair_second, nb.distances).items():
         found.setdefault(s, reason)
     return dict(sorted(found.items()))
 
