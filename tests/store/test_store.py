@@ -192,7 +192,7 @@ def test_skipped_records_and_info(tmp_path):
     store = open_store(tmp_path / "s.zarr")
     assert store.n_structures == 8 and store.n_atoms == 16
     assert [i for i, _ in store.skipped()] == [3, 8]
-    assert "line 16: atom 0: non-finite coordinates" in store.skipped()[0][1]
+    assert "line 17: atom 0: non-finite coordinates" in store.skipped()[0][1]  # its line
     np.testing.assert_array_equal(store.source_indices(), [0, 1, 2, 4, 5, 6, 7, 9])
     info = store.info()
     assert info["n_skipped"] == 2 and info["skipped"][1]["index"] == 8
