@@ -68,6 +68,11 @@ LOG_MARKER = "# dparallel log: Dask and worker records of dparallel runs\n"
 #: A record line of :data:`dparallel.cluster.logs.FORMAT` (logs written before the marker).
 _RECORD = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \d+ \S+ [A-Z]+: ")
 _FULL = (errno.ENOSPC, errno.EDQUOT)
+
+#: What the error of a full disk tells the user to do. A command whose plain rerun would
+#: not keep the finished work (``dparallel train`` without ``--resume`` trains anew) says
+#: its own with :func:`full_disk_error`.
+FULL_DISK_ADVICE = "free some space and rerun the same command (finished work is kept)"
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 _PENDING: set[str] = set()  # files written with pending=True, not yet fsynced
@@ -118,6 +123,20 @@ def _full_code(exc: BaseException) -> int:
     return 0
 
 
+def full_disk_error(exc: OSError, advice: str) -> DiskFullError | None:
+    """``exc`` as one :class:`DiskFullError` that says ``advice`` instead of
+    :data:`FULL_DISK_ADVICE`; ``None`` if ``exc`` is not a full disk."""
+    if exc.errno not in _FULL:
+        return None
+    if isinstance(exc, DiskFullError):
+        text = str(exc).removesuffix(f"; {FULL_DISK_ADVICE}")
+        path, needed = exc.path, exc.needed
+    else:
+        where = f": {exc.filename}" if exc.filename else ""
+        text, path, needed = f"{exc.strerror or exc}{where}", exc.filename, None
+    return DiskFullError(f"{text}; {advice}", path=path, needed=needed, code=exc.errno)
+
+
 @contextlib.contextmanager
 def _replacing(
     tmp: Path, path: Path, needed: int | Callable[[], int | None] | None = None
@@ -136,8 +155,7 @@ def _replacing(
         amount = f"{size:,} bytes" if size is not None else "more space"
         what = "over quota" if code == errno.EDQUOT else "no space left on the device"
         raise DiskFullError(
-            f"{path}: {what} (needed {amount}); free some space and rerun the same command "
-            "(finished work is kept)",
+            f"{path}: {what} (needed {amount}); {FULL_DISK_ADVICE}",
             path=path,
             needed=size,
             code=code,

@@ -18,7 +18,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from dparallel._exit import exit_now
-from dparallel._files import LOG_MARKER, is_dparallel_log
+from dparallel._files import FULL_DISK_ADVICE, LOG_MARKER, is_dparallel_log
 from dparallel.errors import DParallelError, RunInterruptedError
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def _os_error(exc: OSError) -> str:
     where = f": {exc.filename}" if exc.filename else ""
     text = f"{exc.strerror or exc}{where}"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        text += "; free some space and rerun the same command (finished work is kept)"
+        text += f"; {FULL_DISK_ADVICE}"
     return text
 
 

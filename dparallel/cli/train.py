@@ -6,6 +6,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dparallel._files import full_disk_error
 from dparallel.cli._options import local_argument
 from dparallel.cli._progress import EpochProgress, closing_lines, error_line
 from dparallel.errors import RunInterruptedError
@@ -99,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
             result = train(
                 args.store, args.output, spec, resume=args.resume, callback=[publisher, bar.update]
             )
+        from dparallel.train.data_units import record_data_units
+
+        record_data_units(result.model_dir, args.store)
     except KeyboardInterrupt:
         checkpoint = Path(args.output) / "checkpoint.pt"
         kept = (
@@ -107,11 +111,13 @@ def run(args: argparse.Namespace) -> int:
             else "no epoch had finished"
         )
         raise RunInterruptedError(f"interrupted; {kept}") from None
+    except OSError as exc:  # a rerun without --resume trains anew: say so for a full disk
+        full = full_disk_error(exc, _full_disk_advice(Path(args.output)))
+        if full is None:
+            raise
+        raise full from None
     finally:
         bar.close()
-    from dparallel.train.data_units import record_data_units
-
-    record_data_units(result.model_dir, args.store)
     for split, m in (("validation", result.validation), ("test", result.test)):
         if m:
             print(error_line(split, m))
@@ -122,6 +128,18 @@ def run(args: argparse.Namespace) -> int:
     source = _source_file(args.store)
     print("\n".join(closing_lines(result.seconds, model=result.model_dir, data=source)))
     return 0
+
+
+def _full_disk_advice(model_dir: Path) -> str:
+    """What to do after a full disk: ``--resume`` keeps the finished epochs, a plain rerun
+    would start anew (and remove them)."""
+    checkpoint = model_dir / "checkpoint.pt"
+    if checkpoint.exists():
+        return (
+            f"free some space and rerun with --resume to continue from {checkpoint} (the last "
+            "finished epoch; without --resume training starts anew)"
+        )
+    return "free some space and rerun the same command (no epoch had finished)"
 
 
 def _source_file(store: str) -> str | None:

@@ -101,3 +101,40 @@ def test_run_device_option_reaches_the_training_spec(tmp_path, monkeypatch) -> N
     assert seen["spec"].training.device == "cpu"
     main(["run", str(wf), "--set", "training.epochs=3"])
     assert seen["spec"].training.device == "auto" and seen["spec"].training.epochs == 3
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("failing_epoch", [0, 1])
+def test_full_disk_in_train_says_resume(tmp_path, capsys, monkeypatch, failing_epoch) -> None:  # noqa: ANN001
+    """A plain rerun of ``dparallel train`` trains anew (and removes the finished epochs):
+    a full disk at a checkpoint says ``--resume`` once an epoch is kept, and that rerun
+    continues from it."""
+    import errno
+
+    import dparallel.train.loop as loop
+    from dparallel._files import _replacing
+
+    store = small_store(tmp_path, n=16)
+    out = tmp_path / "model"
+    real = loop.save_checkpoint
+
+    def full_at_one_epoch(path, epoch, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if epoch != failing_epoch:
+            return real(path, epoch, *args, **kwargs)
+        with _replacing(path.with_name("checkpoint.pt.tmp"), path, 1234):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(loop, "save_checkpoint", full_at_one_epoch)
+    argv = ["train", str(store.path), "-o", str(out), "-q",
+            "--set", "hidden=[6]", "--set", "batch_size=4", "--set", "epochs=3"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no space left on the device (needed 1,234 bytes)" in err
+    if failing_epoch == 0:  # nothing to keep: the same command is right
+        assert err.endswith("free some space and rerun the same command (no epoch had finished)")
+        return
+    assert "rerun with --resume to continue from" in err and "rerun the same command" not in err
+    monkeypatch.setattr(loop, "save_checkpoint", real)
+    assert main([*argv, "--resume"]) == 0
+    rows = (out / "metrics.csv").read_text().split()[1:]
+    assert [int(row.split(",")[0]) for row in rows] == [0, 1, 2]
