@@ -238,7 +238,7 @@ class StoreLease:
                 json.dump(self._record(), fh)
                 fh.flush()
                 os.fsync(fh.fileno())
-        except OSError:  # e.g. a full disk: leave no empty lock file behind
+        except BaseException:  # a full disk, Ctrl-C, SIGTERM: leave no empty lock file behind
             with contextlib.suppress(OSError):
                 self.path.unlink()
             raise

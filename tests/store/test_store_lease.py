@@ -130,3 +130,30 @@ def test_a_lock_file_that_cannot_be_written_is_not_left_behind(tmp_path, monkeyp
         StoreLease(tmp_path / "s.zarr").acquire()
     assert not lease_path(tmp_path / "s.zarr").exists()
     assert held_lease(tmp_path / "s.zarr") is None
+
+
+@pytest.mark.parametrize("signal_like", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_while_the_lock_file_is_written_leaves_none(
+    tmp_path, monkeypatch, signal_like
+):
+    """Ctrl-C or SIGTERM (``SystemExit`` here) between the exclusive create and the write:
+    no empty lock file is left, so the next run takes the lease at once (an empty one
+    read as an unknown run's, refused for the heartbeat's timeout)."""
+    import dparallel.store._lease as lease_module
+
+    def interrupted(*args, **kwargs):
+        raise signal_like
+
+    store = tmp_path / "s.zarr"
+    with monkeypatch.context() as patch:
+        patch.setattr(lease_module.json, "dump", interrupted)
+        with pytest.raises(signal_like):
+            StoreLease(store).acquire()
+    assert not lease_path(store).exists()
+    start = time.monotonic()
+    lease = StoreLease(store).acquire()
+    try:
+        assert time.monotonic() - start < 5
+        assert json.loads(lease_path(store).read_text())["pid"] == os.getpid()
+    finally:
+        lease.release()
