@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from dparallel._files import new_file, strict_json, write_file, write_with
+from dparallel._files import FULL_DISK_ADVICE, new_file, strict_json, write_file, write_with
 from dparallel.train.device import Target
 from dparallel.train.feed import BatchFeed
 from dparallel.train.metric_units import with_units
@@ -159,8 +159,16 @@ def write_plots(
         plot_learning_curves(history, model_dir / "learning_curves.png")
         for split, arrays in parity.items():
             plot_parity(arrays, model_dir / f"parity_{split}.png", title=split)
-    except Exception:
-        log.warning("could not write plots", exc_info=True)
+    except Exception as exc:  # one line on the terminal; the traceback at debug level (-v)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = reason.removesuffix(f"; {FULL_DISK_ADVICE}")  # a rerun would train anew
+        log.warning(
+            "could not write the plots in %s (%s); the model and metrics files are written, "
+            "only the PNG plots are missing",
+            model_dir,
+            reason,
+        )
+        log.debug("the plots failed with", exc_info=True)
 
 
 def notify(callbacks: Iterable[EpochCallback], row: dict[str, Any]) -> bool:

@@ -169,3 +169,31 @@ def test_a_store_completed_while_its_split_index_is_built(trained, tmp_path) -> 
         == len(every)
         == sum(reader.read_partition(p).n_structures for p in range(last))
     )
+
+
+def test_plots_on_a_full_disk_are_one_warning_line(tmp_path, monkeypatch, caplog) -> None:  # noqa: ANN001
+    """Plots are last and optional: a failure is one warning without a traceback (that is
+    at debug level, ``-v``) and no advice to rerun (a plain rerun of train trains anew)."""
+    import errno
+    import logging
+
+    import dparallel.train.reporting as reporting
+    from dparallel._files import _replacing
+
+    def full(history, path):  # noqa: ANN001, ANN202
+        with _replacing(path.with_name("tmp.png"), path, 4096):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(reporting, "plot_learning_curves", full)
+    with caplog.at_level(logging.WARNING, logger="dparallel.train.reporting"):
+        reporting.write_plots(tmp_path, [{"epoch": 0}], {})
+    (record,) = caplog.records
+    text = record.getMessage()
+    assert record.levelno == logging.WARNING and record.exc_info is None
+    assert "\n" not in text and f"could not write the plots in {tmp_path}" in text
+    assert "no space left on the device (needed 4,096 bytes)" in text
+    assert "rerun" not in text
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="dparallel.train.reporting"):
+        reporting.write_plots(tmp_path, [{"epoch": 0}], {})
+    assert [r.exc_info is not None for r in caplog.records] == [False, True]
