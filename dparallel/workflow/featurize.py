@@ -460,6 +460,15 @@ def _disk_full(exc: BaseException | None) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
+def _input_changed(exc: BaseException | None) -> bool:
+    """The input file changed under the run (the reader's check, ``dparallel.io.source``:
+    an :class:`InputError` saying so), not an invalid structure in it."""
+    text = str(exc)
+    return isinstance(exc, InputError) and (
+        "changed since it was opened" in text or "changed while it was being read" in text
+    )
+
+
 def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None:
     """Raise one error for the partitions that failed (nothing if none did)."""
     if not failures:
@@ -486,7 +495,15 @@ def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None
             f"could not be written ({kept} done partitions are kept); free space and rerun "
             "the same command to compute only the rest"
         )
-    if all(isinstance(exc, InputError) for exc in failures.values()):
+    if any(_input_changed(exc) for exc in failures.values()):
+        # whatever else failed may be the change too (a truncated structure): that is the fix
+        how = (
+            "the input file changed while this run read it (below), so no structure in it "
+            "need be invalid: leave the input alone while a run reads it, then rerun (a "
+            "store begun from the old version is refused, not mixed: rerun with --overwrite "
+            "for the new version)"
+        )
+    elif all(isinstance(exc, InputError) for exc in failures.values()):
         # the same input fails the same way: the kept partitions serve a rerun only if
         # neither the file nor --on-error changes, and either is the fix
         how = (

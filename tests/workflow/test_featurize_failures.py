@@ -269,3 +269,38 @@ def test_a_done_partition_whose_report_is_gone_is_computed_again(tmp_path):
         again = featurize_in_process(path, tmp_path / "s.zarr", dset, options)
     assert again.report(1) is not None
     assert again.attrs["statistics"] == whole
+
+
+@pytest.mark.parametrize("worker_copy", [False, True])
+def test_an_input_truncated_under_the_run_is_said_as_such(tmp_path, monkeypatch, worker_copy):
+    """A file truncated while featurize reads it: the summary says it changed under the
+    run (leave it alone, rerun), not that it holds invalid structures to fix. A worker's
+    copy of the source (pickled, as Dask sends it) finds it changed since it was opened."""
+    import os
+    import pickle
+
+    import dparallel.workflow.featurize as featurize_module
+
+    path, _frames, _lines = _dataset(tmp_path, {})
+    real = featurize_module.featurize_partition
+    calls = []
+
+    def truncating(source, ref, p, spec):  # noqa: ANN001, ANN202
+        if not calls:  # after the run has opened and indexed the file
+            os.truncate(path, path.stat().st_size // 2)
+        calls.append(p)
+        return real(pickle.loads(pickle.dumps(source)) if worker_copy else source, ref, p, spec)
+
+    monkeypatch.setattr(featurize_module, "featurize_partition", truncating)
+    descriptors = DescriptorSet(acsf=ACSF_CU, derivatives=True)
+    with pytest.raises(PartitionFailedError) as info:
+        featurize_in_process(
+            path, tmp_path / "s.zarr", descriptors, FeaturizeOptions(partition_atoms=120)
+        )
+    summary, *partitions = str(info.value).splitlines()
+    assert f"{len(calls)} of {len(calls)} partitions failed" in summary
+    assert "the input file changed while this run read it" in summary
+    assert "leave the input alone while a run reads it, then rerun" in summary
+    assert "invalid structures" not in summary and "fails the same way" not in summary
+    changed = "changed since it was opened" if worker_copy else "changed while it was being read"
+    assert all(f"{path} {changed}" in line for line in partitions), partitions
