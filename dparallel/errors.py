@@ -54,6 +54,11 @@ class SourceNotFoundError(InputError, FileNotFoundError):
         return FileNotFoundError.__new__(cls, *args)
 
 
+class SourceChangedError(InputError):
+    """The input file changed while a run read it (its size, time or layout differ from
+    what was indexed): what was read may mix two versions."""
+
+
 class StoreError(DParallelError):
     """A zarr store cannot be created, opened or written."""
 

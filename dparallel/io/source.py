@@ -15,6 +15,7 @@ from dparallel.errors import (
     InputError,
     InputFormatError,
     InvalidStructureError,
+    SourceChangedError,
     SourceNotFoundError,
 )
 from dparallel.io._index import (
@@ -200,7 +201,7 @@ class StructureSource:
             stat = self._expect_stat
             changed = stat is not None and stat != (idx.size, idx.mtime_ns)
             if changed or (self._expect_index is not None and idx.sha256 != self._expect_index):
-                raise InputError(
+                raise SourceChangedError(
                     f"{self.path} changed since it was opened (index hash differs); "
                     "re-open the source"
                 )
@@ -241,7 +242,7 @@ class StructureSource:
             return
         idx = self.index
         if (info.st_size, info.st_mtime_ns) != (idx.size, idx.mtime_ns):
-            raise InputError(
+            raise SourceChangedError(
                 f"{self.path} changed while it was being read (size {idx.size:,} → "
                 f"{info.st_size:,} bytes, modified since it was indexed): what was read may "
                 "mix two versions. Leave the input alone while a run reads it, then rerun "

@@ -22,6 +22,7 @@ from dparallel.errors import (
     InputError,
     PartitionFailedError,
     RunInterruptedError,
+    SourceChangedError,
     StoreError,
     StoreIncompleteError,
     UnsafePathError,
@@ -461,12 +462,9 @@ def _disk_full(exc: BaseException | None) -> bool:
 
 
 def _input_changed(exc: BaseException | None) -> bool:
-    """The input file changed under the run (the reader's check, ``dparallel.io.source``:
-    an :class:`InputError` saying so), not an invalid structure in it."""
-    text = str(exc)
-    return isinstance(exc, InputError) and (
-        "changed since it was opened" in text or "changed while it was being read" in text
-    )
+    """The input file changed under the run (the reader's check), not an invalid
+    structure in it."""
+    return isinstance(exc, SourceChangedError)
 
 
 def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None:
