@@ -28,7 +28,7 @@ def _segment_tile(
 ):  # fmt: skip  # noqa: ANN001, ANN202
     """This program's atom, its feature block (F,) and as (1, F), the ν column (ν, 1), their
     masks, and the atom's segment [lo, hi) of the sorted pairs."""
-    atom = tl.program_id(0)
+    atom = tl.program_id(0).to(tl.int64)  # int32 offsets overflow past N·ν·F = 2**31
     fs1 = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     nus = tl.arange(0, BLOCK_NU)[:, None]
     fs = fs1[None, :]
@@ -58,7 +58,7 @@ def _sensesum_kernel(
     ENV, FEAT, FIRST, SECOND, OUT, n_pairs, n_nu, n_feat,
     BLOCK_P: tl.constexpr, BLOCK_F: tl.constexpr,
 ):  # fmt: skip  # noqa: ANN001, ANN202
-    ps = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    ps = tl.program_id(0).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)  # P·ν past 2**31
     mp = ps < n_pairs
     i = tl.load(FIRST + ps, mask=mp, other=0)[:, None]
     j = tl.load(SECOND + ps, mask=mp, other=0)[:, None]
