@@ -7,10 +7,19 @@ the plain-torch files of :mod:`dparallel.deploy.artifacts` (docs/training.md,
 "Deployment"). ``export.json`` says for every route whether it worked (and how closely it
 reproduces ``deployed.pt``) or why not. The descriptor is rebuilt through the descriptor
 registry, so every registered type exports.
+
+``export.json`` is also the export's completion record: it is removed before the first
+step and written last, with the SHA-256 of the ``model.pt`` it was made from, so a killed
+export leaves none and :func:`export_needed` (what ``dparallel run`` asks) says it must
+run again. Files are replaced, never removed first: each is written under a temporary
+name beside its target and renamed over it (:mod:`dparallel._files`); a file of an older
+model that this export does not write again is removed after the new ones are in place.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,13 +72,16 @@ def _write_lammps_model(job: ExportJob) -> None:
 
 def _write_atomic_energies(job: ExportJob) -> None:
     """``atomic_energy_<E>.pt2``; a failure is reported, the other files still work."""
-    for old in job.model_dir.glob("atomic_energy_*.pt2"):  # an older model's, other elements
-        remove_file(old)
+    written: list[str] = []
     try:
-        job.report["files"] += export_atomic_energies(job.deployed.model, job.model_dir)
+        written = export_atomic_energies(job.deployed.model, job.model_dir)
     except Exception as exc:  # noqa: BLE001 - the other files still work
         log.warning("torch.export of the element networks failed: %s", reason(exc))
         job.report["atomic_energy_export"] = reason(exc)
+    job.report["files"] += written
+    for old in job.model_dir.glob("atomic_energy_*.pt2"):  # an older model's, other elements
+        if old.name not in written:
+            remove_file(old)
 
 
 def _write_plain_torch(job: ExportJob) -> None:
@@ -77,8 +89,6 @@ def _write_plain_torch(job: ExportJob) -> None:
     from dparallel.deploy import PotentialModule
     from dparallel.deploy.probes import probe_structures
 
-    for name in ARTIFACTS.values():  # never leave a stale artifact of an older model
-        remove_file(job.model_dir / name)
     if not job.artifacts:
         routes = {n: RouteReport("skipped", reason="not requested") for n in ARTIFACTS}
     else:
@@ -95,6 +105,9 @@ def _write_plain_torch(job: ExportJob) -> None:
             )
     job.report["routes"] = {name: r.to_dict() for name, r in routes.items()}
     job.report["files"] += [r.file for r in routes.values() if r.file]
+    for name, file in ARTIFACTS.items():  # never leave a stale artifact of an older model
+        if not routes[name].file:
+            remove_file(job.model_dir / file)
 
 
 #: The steps of :func:`export_model`, in order; each writes its files into
@@ -123,6 +136,8 @@ def export_model(
     ``failed`` with the reason, or ``skipped``.
     """
     model_dir = Path(model_dir)
+    # the completion record goes first: an export killed from here on leaves none
+    remove_file(model_dir / EXPORT_REPORT)
     model, data = load_model(model_dir)
     kind = str(data.get("descriptor_kind"))
     if not data.get("descriptor"):
@@ -137,13 +152,51 @@ def export_model(
         "elements": list(model.elements),
         "cutoff": deployed.cutoff,
         "dtype": str(dtype).removeprefix("torch."),
+        "model_sha256": _digest(model_dir / "model.pt"),
         "files": [],
     }
     job = ExportJob(deployed, model_dir, artifacts, aoti, report)
     for step in EXPORT_STEPS:
         step(job)
+    # last: every file it lists is in place (and on disk) before it
     write_file(model_dir / EXPORT_REPORT, strict_json(report, indent=1), durable=True)
     return report
+
+
+def _digest(path: Path) -> str:
+    """SHA-256 of a file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def export_needed(model_dir: str | os.PathLike[str]) -> str | None:
+    """Why ``MODEL_DIR`` needs :func:`export_model` (``None``: its export is complete and of
+    its current ``model.pt``).
+
+    Complete means ``export.json`` (written last) is there and readable, every file it lists
+    exists, and it was made from this ``model.pt``: the same SHA-256 (a record without one,
+    of an older dparallel: not older than ``model.pt``).
+    """
+    model_dir = Path(model_dir)
+    record, model = model_dir / EXPORT_REPORT, model_dir / "model.pt"
+    try:
+        report = json.loads(record.read_text())
+        files = [str(f) for f in report["files"]]
+    except FileNotFoundError:
+        return f"no {EXPORT_REPORT}: never exported, or an export did not finish"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{record} is unreadable ({type(exc).__name__}: {exc})"
+    missing = [f for f in files if not (model_dir / f).is_file()]
+    if missing:
+        return f"{EXPORT_REPORT} lists {', '.join(missing)}, not in {model_dir}"
+    made_from = report.get("model_sha256")
+    if not model.is_file():
+        return f"no model.pt in {model_dir}"
+    if made_from is not None:
+        if made_from != _digest(model):
+            return f"model.pt changed since the export ({EXPORT_REPORT} has another SHA-256)"
+    elif record.stat().st_mtime < model.stat().st_mtime:
+        return f"model.pt is newer than {EXPORT_REPORT}"
+    return None
 
 
 def describe_report(report: dict[str, Any]) -> list[str]:

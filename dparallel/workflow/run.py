@@ -255,14 +255,14 @@ def _train(
 def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, say: Any) -> None:
     """Export (unless current) and collect metrics and plot paths."""
     assert spec.output is not None
-    model, deployed = model_dir / "model.pt", model_dir / "deployed.pt"
     if spec.output.export and spec.training is not None:
-        if deployed.exists() and deployed.stat().st_mtime >= model.stat().st_mtime:
+        from dparallel.train.export import describe_report, export_model, export_needed
+
+        why = export_needed(model_dir)  # the completion record export.json, not deployed.pt
+        if why is None:
             result.stages["export"] = "skipped"
         else:
-            from dparallel.train.export import describe_report, export_model
-
-            say(f"export: {model_dir}")
+            say(f"export: {model_dir} ({why})")
             report = export_model(model_dir)
             for line in describe_report(report):
                 say(f"  {line}")
