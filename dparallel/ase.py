@@ -19,6 +19,7 @@ from dparallel.deploy import DEPLOYED, DeployedModel, load_deployed
 from dparallel.deploy.finite import check_finite_predictions
 from dparallel.deploy.identical import identical
 from dparallel.deploy.verlet import VerletList
+from dparallel.errors import InvalidStructureError
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
@@ -216,7 +217,9 @@ class Calculator(_calc.Calculator):
 
     def _batch(self, atoms: ase.Atoms) -> StructureBatch:
         """The batch of ``atoms``: the last one with new positions while atomic numbers,
-        cell and pbc are the same (MD), else built and validated anew."""
+        cell and pbc are the same (MD), else built and validated anew. Non-finite
+        positions or cell entries are refused first (:func:`_check_finite_geometry`)."""
+        _check_finite_geometry(atoms)
         last = self._last_batch
         if (
             last is not None
@@ -229,6 +232,31 @@ class Calculator(_calc.Calculator):
             batch = _batch(atoms)
         self._last_batch = batch
         return batch
+
+
+def _check_finite_geometry(atoms: ase.Atoms) -> None:
+    """Raise :class:`InvalidStructureError` naming the first atom with a NaN or infinite
+    coordinate (or the cell with such an entry): without a position, an atom would drop out
+    of the neighbour list unnoticed (its energy then that of an isolated atom). One
+    ``np.isfinite`` pass over the positions per call."""
+    positions, cell = atoms.arrays["positions"], atoms.cell.array
+    if np.isfinite(positions).all() and np.isfinite(cell).all():
+        return
+    from ase.data import chemical_symbols
+
+    if not np.isfinite(positions).all():
+        atom = int(np.flatnonzero(~np.isfinite(positions).all(axis=1))[0])
+        element = chemical_symbols[int(atoms.arrays["numbers"][atom])]
+        raise InvalidStructureError(
+            f"Calculator: atom {atom} ({element}) is at {positions[atom].tolist()} Å, not a "
+            "finite position; give every atom finite coordinates (a NaN usually comes from "
+            "an MD step that diverged)"
+        )
+    row = int(np.flatnonzero(~np.isfinite(cell).all(axis=1))[0])
+    raise InvalidStructureError(
+        f"Calculator: cell vector {row} is {cell[row].tolist()} Å, not finite; give the "
+        "atoms a finite cell (zeros where no direction is periodic)"
+    )
 
 
 def _batch(atoms: ase.Atoms) -> StructureBatch:

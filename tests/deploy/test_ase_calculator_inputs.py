@@ -1,0 +1,69 @@
+"""dparallel.ase.Calculator refuses what it cannot compute with, naming it: non-finite
+positions or cell entries (an atom with a NaN coordinate would otherwise drop out of the
+neighbour list unnoticed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _deploy_models import hco_neighbor_sum, write_model_dir
+from ase import Atoms
+from ase.build import bulk
+
+from dparallel.ase import Calculator
+from dparallel.errors import InvalidStructureError
+from dparallel.train.export import export_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    path = write_model_dir(tmp_path_factory.mktemp("calculator_inputs"), hco_neighbor_sum())
+    export_model(path, artifacts=False)
+    return path
+
+
+def _periodic() -> Atoms:
+    atoms = bulk("Cu", "fcc", a=3.3, cubic=True)
+    atoms.set_chemical_symbols(["H", "C", "O", "C"])
+    atoms.rattle(0.05, seed=1)
+    return atoms
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_position_of_a_molecule_is_refused_naming_the_atom(model_dir, bad) -> None:  # noqa: ANN001
+    atoms = Atoms("HCO", positions=[[0, 0, 0], [1.1, 0, 0], [0, 1.2, 0]])
+    atoms.positions[2, 1] = bad
+    atoms.calc = Calculator(model_dir)
+    with pytest.raises(InvalidStructureError, match=rf"atom 2 \(O\) is at \[0.0, {bad}, 0.0\] Å"):
+        atoms.get_potential_energy()
+    with pytest.raises(InvalidStructureError, match="not a finite position"):
+        atoms.get_forces()
+
+
+def test_a_nan_position_in_md_is_refused_and_finite_ones_work_again(model_dir) -> None:  # noqa: ANN001
+    """The MD fast path (same numbers, cell, pbc: only new positions) checks them too."""
+    calc = Calculator(model_dir)
+    atoms = _periodic()
+    atoms.calc = calc
+    atoms.get_potential_energy()  # the batch that later steps only refresh
+    good = atoms.positions.copy()
+    atoms.positions[1] = [np.nan, 0.5, np.nan]
+    message = r"Calculator: atom 1 \(C\) is at \[nan, 0.5, nan\] Å, not a finite position"
+    with pytest.raises(InvalidStructureError, match=message):
+        atoms.get_potential_energy()
+    atoms.positions[:] = good
+    atoms.positions[0, 0] += 0.01
+    fresh = atoms.copy()
+    fresh.calc = Calculator(model_dir)
+    assert atoms.get_potential_energy() == pytest.approx(fresh.get_potential_energy(), abs=1e-12)
+    np.testing.assert_allclose(atoms.get_forces(), fresh.get_forces(), rtol=0, atol=1e-12)
+
+
+def test_a_non_finite_cell_is_refused_naming_the_vector(model_dir) -> None:  # noqa: ANN001
+    atoms = _periodic()
+    cell = atoms.cell.array.copy()
+    cell[2, 2] = np.inf
+    atoms.set_cell(cell)
+    atoms.calc = Calculator(model_dir)
+    with pytest.raises(InvalidStructureError, match=r"cell vector 2 is \[0.0, 0.0, inf\] Å"):
+        atoms.get_potential_energy()
