@@ -5,6 +5,7 @@ This module is ``dparallel.ase``; it imports the ``ase`` package absolutely.
 
 from __future__ import annotations
 
+import operator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from dparallel.deploy import DEPLOYED, DeployedModel, load_deployed
 from dparallel.deploy.finite import check_finite_predictions
 from dparallel.deploy.identical import identical
 from dparallel.deploy.verlet import VerletList
-from dparallel.errors import InvalidStructureError
+from dparallel.errors import ConfigError, InvalidStructureError
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
@@ -56,10 +57,11 @@ class Calculator(_calc.Calculator):
     skin
         Neighbour-list skin in Å (0 = a fresh list on every call).
     threads
-        torch intra-op threads during a call (restored afterwards); ``None`` keeps torch's
-        setting. One thread is the default: the per-atom networks are far too small to
-        gain from more, and on a busy machine waiting for an OpenMP team made a call on a
-        small cell many times slower in our measurements (docs/deploy.md).
+        torch intra-op threads during a call (restored afterwards), an integer ≥ 1;
+        ``None`` keeps torch's setting; anything else is a ``ConfigError``. One thread is
+        the default: the per-atom networks are far too small to gain from more, and on a
+        busy machine waiting for an OpenMP team made a call on a small cell many times
+        slower in our measurements (docs/deploy.md).
     units
         Only for an n2p2 potential directory (``input.nn``, ``scaling.data``,
         ``weights.XXX.data``): the units it was made in (``"ase"`` or ``"bohr-hartree"``).
@@ -82,6 +84,7 @@ class Calculator(_calc.Calculator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.threads = _thread_count(threads)
         path = Path(model_dir)
         from dparallel.n2p2 import is_potential_dir, load_potential
 
@@ -95,7 +98,6 @@ class Calculator(_calc.Calculator):
             self.model = load_deployed(model_file, dtype, device)
         self.backend = backend
         self.skin = float(skin)
-        self.threads = threads
         self.neighbor_list = VerletList(self.model.cutoff, self.skin)
         self._last_batch: StructureBatch | None = None
         self._warm_up()
@@ -232,6 +234,22 @@ class Calculator(_calc.Calculator):
             batch = _batch(atoms)
         self._last_batch = batch
         return batch
+
+
+def _thread_count(threads: object) -> int | None:
+    """``threads`` if it is ``None`` or an integer ≥ 1, else a :class:`ConfigError`."""
+    if threads is None:
+        return None
+    try:
+        count = operator.index(threads)  # type: ignore[arg-type]
+    except TypeError:
+        count = 0
+    if isinstance(threads, bool) or count < 1:
+        raise ConfigError(
+            f"Calculator: threads={threads!r}; give the number of torch threads per call, "
+            "an integer >= 1 (1 is the default), or None to keep torch's setting"
+        )
+    return count
 
 
 def _check_finite_geometry(atoms: ase.Atoms) -> None:

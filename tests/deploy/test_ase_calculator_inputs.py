@@ -1,6 +1,6 @@
 """dparallel.ase.Calculator refuses what it cannot compute with, naming it: non-finite
 positions or cell entries (an atom with a NaN coordinate would otherwise drop out of the
-neighbour list unnoticed)."""
+neighbour list unnoticed) and a thread count torch cannot take."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ase import Atoms
 from ase.build import bulk
 
 from dparallel.ase import Calculator
-from dparallel.errors import InvalidStructureError
+from dparallel.errors import ConfigError, InvalidStructureError
 from dparallel.train.export import export_model
 
 
@@ -67,3 +67,15 @@ def test_a_non_finite_cell_is_refused_naming_the_vector(model_dir) -> None:  # n
     atoms.calc = Calculator(model_dir)
     with pytest.raises(InvalidStructureError, match=r"cell vector 2 is \[0.0, 0.0, inf\] Å"):
         atoms.get_potential_energy()
+
+
+@pytest.mark.parametrize("threads", [0, -2, 1.5, True, "2"])
+def test_a_thread_count_below_one_or_not_an_integer_is_refused(model_dir, threads) -> None:  # noqa: ANN001
+    message = rf"Calculator: threads={threads!r}; give the number of torch threads per call"
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        Calculator(model_dir, threads=threads)
+
+
+def test_integer_thread_counts_and_none_are_taken(model_dir) -> None:  # noqa: ANN001
+    assert Calculator(model_dir, threads=np.int64(2)).threads == 2
+    assert Calculator(model_dir, threads=None).threads is None
