@@ -63,10 +63,12 @@ class Calculator(_calc.Calculator):
         busy machine waiting for an OpenMP team made a call on a small cell many times
         slower in our measurements (docs/deploy.md).
     units
-        Only for an n2p2 potential directory (``input.nn``, ``scaling.data``,
+        For an n2p2 potential directory (``input.nn``, ``scaling.data``,
         ``weights.XXX.data``): the units it was made in (``"ase"`` or ``"bohr-hartree"``).
         Default: those its ``input.nn`` declares (dparallel exports do), else ``"ase"``;
-        a value contradicting the declaration is a ``ConfigError``.
+        a value contradicting the declaration is a ``ConfigError``. A dparallel model
+        works in Å and eV whatever units its data came in: ``None``, ``"ase"`` or
+        ``"angstrom-ev"``; any other value is a ``ConfigError``.
     """
 
     # ASE declares it an instance attribute, so it cannot be a ClassVar here.
@@ -94,6 +96,7 @@ class Calculator(_calc.Calculator):
             chosen = potential_units(path, units, "ase")  # its declaration wins over a default
             self.model = DeployedModel(*load_potential(path, units=chosen), dtype, device)
         else:
+            _check_model_units(path, units)
             model_file = path if path.suffix == ".pt" else path / DEPLOYED
             self.model = load_deployed(model_file, dtype, device)
         self.backend = backend
@@ -234,6 +237,29 @@ class Calculator(_calc.Calculator):
             batch = _batch(atoms)
         self._last_batch = batch
         return batch
+
+
+#: The ``units`` a dparallel model takes: it works in Å and eV whatever its data's units.
+_MODEL_UNITS = ("ase", "angstrom-ev")
+
+
+def _check_model_units(path: Path, units: str | None) -> None:
+    """A :class:`ConfigError` unless ``units`` is ``None`` or names Å and eV: a dparallel
+    model (unlike an n2p2 potential directory) has no other units to be loaded in."""
+    if units is None or units in _MODEL_UNITS:
+        return
+    from dparallel.io.units import UNIT_SYSTEMS
+
+    model = f"{path} is a dparallel model, which works in Å and eV whatever units its data came in"
+    if units in UNIT_SYSTEMS:
+        raise ConfigError(
+            f"Calculator: {model}, not in units={units!r} (the units of an n2p2 potential "
+            "directory): drop the units option, or give 'ase'"
+        )
+    raise ConfigError(
+        f"Calculator: units={units!r} is not a unit system dparallel knows "
+        f"({', '.join(UNIT_SYSTEMS)}); {model}: drop the units option, or give 'ase'"
+    )
 
 
 def _thread_count(threads: object) -> int | None:

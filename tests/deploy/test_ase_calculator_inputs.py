@@ -1,6 +1,7 @@
 """dparallel.ase.Calculator refuses what it cannot compute with, naming it: non-finite
 positions or cell entries (an atom with a NaN coordinate would otherwise drop out of the
-neighbour list unnoticed) and a thread count torch cannot take."""
+neighbour list unnoticed), a thread count torch cannot take, and units other than the Å
+and eV a dparallel model works in."""
 
 from __future__ import annotations
 
@@ -79,3 +80,19 @@ def test_a_thread_count_below_one_or_not_an_integer_is_refused(model_dir, thread
 def test_integer_thread_counts_and_none_are_taken(model_dir) -> None:  # noqa: ANN001
     assert Calculator(model_dir, threads=np.int64(2)).threads == 2
     assert Calculator(model_dir, threads=None).threads is None
+
+
+def test_units_other_than_angstrom_ev_are_refused_for_a_dparallel_model(model_dir) -> None:  # noqa: ANN001
+    """``units`` names an n2p2 potential directory's units; a dparallel model has none else."""
+    for path in (model_dir, model_dir / "deployed.pt"):
+        with pytest.raises(ConfigError, match=r"units='kcal' is not a unit system dparallel "):
+            Calculator(path, units="kcal")
+        message = rf"Calculator: {path} is a dparallel model, which works in Å and eV "
+        with pytest.raises(ConfigError, match=message + r".*not in units='bohr-hartree'"):
+            Calculator(path, units="bohr-hartree")
+    atoms = _periodic()
+    atoms.calc = Calculator(model_dir)
+    reference = atoms.get_potential_energy()
+    for units in ("ase", "angstrom-ev"):
+        atoms.calc = Calculator(model_dir, units=units)
+        assert atoms.get_potential_energy() == reference
