@@ -266,3 +266,47 @@ def test_split_markers_written_and_read_as_n2p2_reads_them(n2p2_bin: Path, tmp_p
     line = text.splitlines().index("begin set=train") + 1
     with pytest.raises(InputFormatError, match=f"line {line}, .*unknown 'begin' argument 'foo'"):
         open_source(path).read()
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "n2p2.md"
+
+
+@pytest.mark.integration
+def test_a_cell_narrower_than_the_cutoff_keeps_n2p2s_energies_not_its_forces(
+    n2p2_bin: Path, tmp_path: Path
+) -> None:
+    """The qualification of docs/n2p2.md's "within 1e-8" for exported potentials: on a cell
+    narrower than the cutoff, nnp-dataset's energies equal dparallel's and central finite
+    differences of them equal dparallel's forces, while n2p2's analytic forces differ."""
+    acsf, model, _ = _potential(**EXPORTS["center_sigma-tanh"])
+    atoms = alloy_structures(1, seed=14, small=True)[0]
+    assert atoms.cell.lengths().max() < acsf.r_cut and len(atoms) == 4  # own images near
+    h, moved = 1e-4, []
+    for atom, axis in ((0, 2), (2, 0)):
+        for step in (-2, -1, 1, 2):
+            a = atoms.copy()
+            a.positions[atom, axis] += step * h
+            moved.append(a)
+    write_potential(acsf, model, tmp_path)
+    write_input_data(tmp_path / "input.data", [atoms, *moved])
+    ref_e, ref_f = nnp_dataset(tmp_path)
+    ours = _predict(acsf, model, [atoms, *moved])
+    np.testing.assert_allclose(ours["energy"], ref_e, rtol=1e-12)
+    forces = ours["forces"][:4]
+    for k, (atom, axis) in enumerate(((0, 2), (2, 0))):
+        e = ref_e[1 + 4 * k : 5 + 4 * k]  # steps -2, -1, 1, 2
+        fd = -(e[0] - 8 * e[1] + 8 * e[2] - e[3]) / (12 * h)
+        assert abs(forces[atom, axis] - fd) <= 1e-7 * np.abs(forces).max()
+    # n2p2's own analytic forces for this cell: not the reference (if n2p2 is ever fixed,
+    # this fails and docs/n2p2.md's qualification can go)
+    assert np.abs(ref_f[0] - forces).max() > 1e-4 * np.abs(forces).max()
+
+
+def test_the_docs_qualify_n2p2s_force_agreement_for_narrow_cells() -> None:
+    """docs/n2p2.md states the 1e-8 agreement of exported potentials only with the
+    exception the test above pins: cells narrower than the cutoff, where n2p2's forces are off."""
+    text = " ".join(DOCS.read_text().split())
+    start = text.index("`nnp-dataset` on the exported files gives dparallel's energies")
+    paragraph = text[start : text.index("Refused, with the reason", start)]
+    assert "narrower than the cutoff" in paragraph
+    assert "finite differences" in paragraph and "1.3e-2 eV/Å" in paragraph
