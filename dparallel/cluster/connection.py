@@ -31,6 +31,7 @@ from distributed.security import Security
 
 from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
 from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_workers
+from dparallel.cluster.main_guard import main_script_hint, refuse_while_bootstrapping
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
@@ -459,6 +460,7 @@ def _start_local(
 ) -> ClusterHandle:
     """Start a multi-process LocalCluster on the loopback interface, its workers forked
     from the forkserver where the platform has one (``return_early``: see :func:`connect`)."""
+    refuse_while_bootstrapping()
     n_workers = spec.n_workers or CPU_COUNT
     devices = check_gpus(spec.gpus) if spec.gpus else []
     dashboard = spec.dashboard_address
@@ -483,7 +485,7 @@ def _start_local(
     except Exception as exc:
         raise ClusterError(
             f"cannot start a local Dask cluster with {n_workers} workers "
-            f"(dashboard {dashboard}): {type(exc).__name__}: {exc}"
+            f"(dashboard {dashboard}): {type(exc).__name__}: {exc}{main_script_hint(exc)}"
         ) from exc
     try:
         client = Client(cluster, timeout=spec.connect_timeout)
