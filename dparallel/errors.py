@@ -64,7 +64,27 @@ class StoreError(DParallelError):
 
 
 class StoreMismatchError(StoreError, ValueError):
-    """An existing store was made from another source or config (use --overwrite)."""
+    """An existing store was made from another source or config (use --overwrite).
+
+    ``overwrite_option``: where the message names the option that replaces the store, the
+    option as named there; :meth:`naming` names it as the caller spells it instead
+    (``dparallel run``: its workflow key ``store.overwrite``).
+    """
+
+    def __init__(self, message: str, *, overwrite_option: str | None = None) -> None:
+        super().__init__(message)
+        self.overwrite_option = overwrite_option
+
+    def naming(self, option: str) -> StoreMismatchError:
+        """This error with its option to replace the store named ``option`` (itself where
+        it names none)."""
+        if self.overwrite_option is None or self.overwrite_option == option:
+            return self
+        text = str(self).replace(self.overwrite_option, option)
+        return StoreMismatchError(text, overwrite_option=option)
+
+    def __reduce__(self) -> tuple:  # keeps the option when it crosses processes
+        return (StoreMismatchError, (str(self),), {"overwrite_option": self.overwrite_option})
 
 
 class StoreIncompleteError(StoreError):

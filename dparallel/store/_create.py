@@ -57,6 +57,8 @@ __all__ = ["StoreStatus", "create_store", "open_store", "publish_store", "store_
 log = logging.getLogger(__name__)
 
 _Kind = Literal["missing", "empty", "foreign", "other_format", "store"]
+#: How a refusal names the option that replaces a store (the Python API's and most commands').
+OVERWRITE_OPTION = "overwrite=True (--overwrite)"
 
 
 def _versions() -> dict[str, str]:
@@ -165,18 +167,26 @@ class StoreStatus:
 
     def refusal(self) -> str:
         """Why it cannot be used without replacing it; suggests ``--overwrite`` only for stores."""
+        return str(self.mismatch_error())
+
+    def mismatch_error(self) -> StoreMismatchError:
+        """The error that refuses it; it names :data:`OVERWRITE_OPTION` (only for a store),
+        which a caller that spells the option otherwise rewords
+        (:meth:`StoreMismatchError.naming`)."""
         where = str(self.path)
         if self.kind == "foreign":
-            return not_ours(self.path)
+            return StoreMismatchError(not_ours(self.path))
         if self.kind == "other_format":
-            return (
+            text = (
                 f"{where} is a dparallel store of format {self.format_version}, this dparallel "
-                f"writes format {FORMAT_VERSION}; pass overwrite=True (--overwrite) to replace it"
+                f"writes format {FORMAT_VERSION}; pass {OVERWRITE_OPTION} to replace it"
             )
-        return (
-            f"{where} was made from another source or config: {'; '.join(self.differences)}. "
-            "Pass overwrite=True (--overwrite) to replace it."
-        )
+        else:
+            text = (
+                f"{where} was made from another source or config: "
+                f"{'; '.join(self.differences)}. Pass {OVERWRITE_OPTION} to replace it."
+            )
+        return StoreMismatchError(text, overwrite_option=OVERWRITE_OPTION)
 
 
 def store_status(
@@ -451,7 +461,7 @@ def _decide(
         return status
     if status.matches:
         return None
-    raise StoreMismatchError(status.refusal())
+    raise status.mismatch_error()
 
 
 def _build_beside(

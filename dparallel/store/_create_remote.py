@@ -143,7 +143,7 @@ def create_remote(
                 "store only under an empty prefix or its own store"
             )
         if status.kind != "missing" and not overwrite and not status.matches:
-            raise StoreMismatchError(status.refusal())
+            raise status.mismatch_error()
         found = read_pointer(url)
         pointer, etag = found if found is not None else ({}, None)
         current = pointer.get("current")

@@ -25,6 +25,7 @@ from dparallel.errors import (
     SourceChangedError,
     StoreError,
     StoreIncompleteError,
+    StoreMismatchError,
     UnsafePathError,
 )
 from dparallel.io import open_source
@@ -94,6 +95,8 @@ class FeaturizeOptions:
     budget, 1); ``retries``: extra attempts of a partition whose task raised.
     ``progress(event, done, total)``: once with the dashboard's start event (``done=0``),
     then with each finished partition's report; ``on_connect(handle)`` once connected.
+    ``option_names``: how messages name ``overwrite`` and ``partition_atoms`` where the
+    caller spells them otherwise (``dparallel run``: its workflow keys).
     """
 
     format: str | None = None
@@ -111,6 +114,7 @@ class FeaturizeOptions:
     progress: Callable[[dict[str, Any], int, int], None] | None = field(default=None, compare=False)
     on_connect: Callable[[Any], None] | None = field(default=None, compare=False)
     connecting: Future[ClusterHandle] | None = field(default=None, compare=False)
+    option_names: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def connect_to(self) -> dict[str, Any]:
         """Keyword arguments for :func:`dparallel.cluster.connect` (and
@@ -124,6 +128,7 @@ class FeaturizeOptions:
 
 
 _DEFAULTS = FeaturizeOptions()
+_PARTITION_ATOMS = "partition_atoms (--partition-atoms)"  # as the API and `featurize` name it
 
 
 @dataclass(frozen=True)
@@ -215,16 +220,22 @@ def prepare_featurize(
     """Index the source, plan partitions and create (or reopen, to resume) the store
     (``options.partition_atoms=None``: derived from the data and ``n_workers``)."""
     source, plan, config = _target(source_path, descriptors, options, n_workers)
-    store = create_store(
-        store_path,
-        source_fingerprint=source.fingerprint(),
-        plan=plan,
-        config=config,
-        overwrite=options.overwrite,
-        protect=options.protect,
-        any_plan=options.partition_atoms is None,
-        aside=True,
-    )
+    try:
+        store = create_store(
+            store_path,
+            source_fingerprint=source.fingerprint(),
+            plan=plan,
+            config=config,
+            overwrite=options.overwrite,
+            protect=options.protect,
+            any_plan=options.partition_atoms is None,
+            aside=True,
+        )
+    except StoreMismatchError as exc:  # named as the caller spells it
+        named = exc.naming(options.option_names.get("overwrite", exc.overwrite_option or ""))
+        if named is exc:
+            raise
+        raise named from exc
     _redo_unreported(store)
     return source, store
 
@@ -316,7 +327,7 @@ def featurize(
         pending = [int(p) for p in store.pending_partitions()]
         if n_workers is None and pending:
             n_workers = expected_workers(**options.connect_to())
-        _warn_idle_workers(store, pending, n_workers)
+        _warn_idle_workers(store, pending, n_workers, options)
         try:
             reports: dict[int, dict[str, Any]] = {}
             failures = _run_partitions(source, store, pending, descriptors, lease, options, reports)
@@ -420,18 +431,25 @@ def _recorded_report(store_path: str | Location, p: int) -> dict[str, Any] | Non
     return store.report(p)
 
 
-def _warn_idle_workers(store: Store, pending: list[int], n_workers: int | None) -> None:
+def _warn_idle_workers(
+    store: Store, pending: list[int], n_workers: int | None, options: FeaturizeOptions
+) -> None:
     """Warn when some workers will get no partition (e.g. fewer structures than workers)."""
     if n_workers is None or not 0 < len(pending) < n_workers:
         return
     plan = store.plan
     atoms = int(plan.atoms[pending].sum())
     structures = int((plan.stops[pending] - plan.starts[pending]).sum())
+    name = options.option_names.get("partition_atoms") or _PARTITION_ATOMS
+    size = (
+        f"at least {MIN_SPLIT_ATOMS} atoms unless {name} says otherwise"
+        if options.partition_atoms is None
+        else f"at most {options.partition_atoms} atoms as {name} sets: a smaller one makes more"
+    )
     warnings.warn(
         f"{len(pending)} partitions for {n_workers} workers: {n_workers - len(pending)} "
         f"workers stay idle ({structures} structures, {atoms} atoms to compute in "
-        f"{target_path(store)}; a partition holds whole structures, at least "
-        f"{MIN_SPLIT_ATOMS} atoms unless --partition-atoms says otherwise)",
+        f"{target_path(store)}; a partition holds whole structures, {size})",
         stacklevel=4,
     )
 

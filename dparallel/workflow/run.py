@@ -73,6 +73,13 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Location, 
     return location, "ran"
 
 
+#: How featurize's messages name its options in a workflow (run has no --overwrite flag).
+_OPTION_NAMES = {
+    "overwrite": "--set store.overwrite=true (store.overwrite: true in the workflow)",
+    "partition_atoms": "partitioning.atoms",
+}
+
+
 def _featurize_options(spec: WorkflowSpec) -> FeaturizeOptions:
     """How the workflow's dataset is read and partitioned (what its store is compared on)."""
     from dparallel.workflow.featurize import FeaturizeOptions
@@ -82,6 +89,7 @@ def _featurize_options(spec: WorkflowSpec) -> FeaturizeOptions:
         units=spec.dataset.units,
         on_error=spec.dataset.on_error,
         partition_atoms=spec.partitioning.atoms,
+        option_names=_OPTION_NAMES,
     )
 
 

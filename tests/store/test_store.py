@@ -198,3 +198,18 @@ def test_skipped_records_and_info(tmp_path):
     assert info["n_skipped"] == 2 and info["skipped"][1]["index"] == 8
     assert info["complete"] and info["partitions_done"] == info["partitions_total"]
     assert info["elements"] == ["H"]
+
+
+def test_mismatch_error_names_the_callers_overwrite_option_and_pickles():
+    from dparallel.store._create import OVERWRITE_OPTION
+
+    error = StoreMismatchError(f"s.zarr differs. Pass {OVERWRITE_OPTION} to replace it.",
+                               overwrite_option=OVERWRITE_OPTION)  # fmt: skip
+    named = error.naming("--set store.overwrite=true")
+    assert str(named) == "s.zarr differs. Pass --set store.overwrite=true to replace it."
+    assert named.overwrite_option == "--set store.overwrite=true"
+    assert error.naming(OVERWRITE_OPTION) is error
+    plain = StoreMismatchError("s.zarr is not a dparallel store")
+    assert plain.naming("--set store.overwrite=true") is plain  # names no option: unchanged
+    back = pickle.loads(pickle.dumps(named))
+    assert str(back) == str(named) and back.overwrite_option == named.overwrite_option

@@ -83,4 +83,27 @@ def test_fewer_partitions_than_workers_warns(tmp_path):
     pending = store.pending_partitions().tolist()
     assert len(pending) == 1  # 3 small structures: one partition of ≥ 1,000 atoms or all
     with pytest.warns(UserWarning, match=r"1 partitions for 4 workers: 3 workers stay idle"):
-        _warn_idle_workers(store, pending, 4)
+        _warn_idle_workers(store, pending, 4, FeaturizeOptions())
+
+
+def _idle_warning(tmp_path, options: FeaturizeOptions) -> str:
+    data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=3, seed=4)
+    _, store = prepare_featurize(data, tmp_path / "s.zarr", _dset(), options, n_workers=4)
+    with pytest.warns(UserWarning, match="stay idle") as caught:
+        _warn_idle_workers(store, store.pending_partitions().tolist(), 4, options)
+    return str(caught[0].message)
+
+
+def test_idle_warning_of_a_derived_size_names_the_floor_and_the_option(tmp_path):
+    text = _idle_warning(tmp_path, FeaturizeOptions())
+    assert f"at least {MIN_SPLIT_ATOMS} atoms unless partition_atoms (--partition-atoms)" in text
+
+
+def test_idle_warning_of_a_given_size_says_that_size_in_the_callers_words(tmp_path):
+    """`dparallel run` sets the size as partitioning.atoms: no --partition-atoms, no floor."""
+    options = FeaturizeOptions(
+        partition_atoms=2000, option_names={"partition_atoms": "partitioning.atoms"}
+    )
+    text = _idle_warning(tmp_path, options)
+    assert "at most 2000 atoms as partitioning.atoms sets" in text
+    assert "--partition-atoms" not in text and f"at least {MIN_SPLIT_ATOMS}" not in text

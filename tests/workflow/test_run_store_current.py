@@ -72,3 +72,32 @@ def test_store_written_with_the_old_acsf_key_is_still_current(tmp_path):
     assert _store_current(spec, data)
     meta_file.write_text(text.replace('"type": "acsf"', '"kind": "neighbor_sum"'))
     assert not _store_current(spec, data)  # another kind under the old key is not current
+
+
+def test_run_refuses_another_config_naming_its_own_overwrite_key(tmp_path):
+    """`dparallel run` has no --overwrite: its refusal names store.overwrite (and
+    featurize's own refusal keeps naming overwrite=True / --overwrite)."""
+    import pytest
+
+    from dparallel.errors import StoreMismatchError
+    from dparallel.workflow.featurize import prepare_featurize
+    from dparallel.workflow.run import _featurize_options
+
+    data = tmp_path / "cu.xyz"
+    write_emt_cu(data, n_structures=8, seed=1)
+    sets = [f"dataset.path={data}", f"store.path={tmp_path / 's.zarr'}", "partitioning.atoms=150",
+            "dataset.generate=null"]  # fmt: skip
+    spec = load_quickstart(sets)
+    featurize_in_process(data, spec.store.path, spec.descriptors.build(), _featurize_options(spec))
+    changed = load_quickstart([*sets, "descriptors.acsf.r_cut=4.5"])
+    descriptors = changed.descriptors.build()
+    with pytest.raises(StoreMismatchError) as refused:
+        prepare_featurize(data, changed.store.path, descriptors, _featurize_options(changed))
+    text = str(refused.value)
+    assert "another source or config" in text and "features.acsf" in text
+    assert "Pass --set store.overwrite=true (store.overwrite: true in the workflow)" in text
+    assert "--overwrite)" not in text and "overwrite=True" not in text
+    with pytest.raises(StoreMismatchError, match=r"Pass overwrite=True \(--overwrite\) to"):
+        prepare_featurize(
+            data, changed.store.path, descriptors, FeaturizeOptions(partition_atoms=150)
+        )
