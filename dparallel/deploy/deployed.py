@@ -254,19 +254,30 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _no_deployed(given: Path) -> str:
+    """Why ``given`` (a model directory or its ``deployed.pt``) has no deployed model to
+    load, and what to do."""
+    folder = given if given.is_dir() or given.name != DEPLOYED else given.parent
+    if not folder.is_dir():
+        return f"{folder} does not exist: give a model directory (with {DEPLOYED}) or its file"
+    if (folder / "model.pt").is_file():
+        return f"{folder} holds no {DEPLOYED}: run `dparallel export {folder}` first"
+    return (
+        f"{folder} holds no {DEPLOYED} and no model.pt: is it a model directory (the one "
+        "`dparallel train` or `dparallel run` trained into)?"
+    )
+
+
 def load_deployed(
     path: str | os.PathLike[str],
     dtype: torch.dtype | None = None,
     device: str | torch.device = "cpu",
 ) -> DeployedModel:
     """Load ``deployed.pt`` (or MODEL_DIR containing it), evaluating on ``device``."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / DEPLOYED
+    given = Path(path)
+    path = given / DEPLOYED if given.is_dir() else given
     if not path.is_file():
-        raise TrainingError(
-            f"no deployable model at {path}; run `dparallel export {path.parent}` first"
-        )
+        raise TrainingError(_no_deployed(given))
     data = load_torch_file(path, "deployed model")
     trained = path.with_name("model.pt")
     made_from = data.get("model_sha256")

@@ -1,0 +1,34 @@
+"""load_deployed (evaluate, the ASE calculator) without a deployed model: the message says
+whether the path exists and names the model directory itself in the export hint."""
+
+from __future__ import annotations
+
+import pytest
+
+from dparallel.deploy import load_deployed
+from dparallel.errors import TrainingError
+
+
+@pytest.mark.parametrize("given", ["nope", "nope/deployed.pt", "other.pt"])
+def test_a_missing_path_is_said_to_be_missing(tmp_path, monkeypatch, given):
+    monkeypatch.chdir(tmp_path)
+    missing = given.split("/")[0]
+    with pytest.raises(TrainingError, match=rf"^{missing} does not exist: give a model direct"):
+        load_deployed(given)
+
+
+@pytest.mark.parametrize("given", ["model", "model/deployed.pt"])
+def test_a_trained_folder_without_export_is_named_in_the_hint(tmp_path, monkeypatch, given):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "model.pt").write_bytes(b"")
+    with pytest.raises(TrainingError) as refused:
+        load_deployed(given)
+    assert str(refused.value) == "model holds no deployed.pt: run `dparallel export model` first"
+
+
+def test_a_folder_without_any_model_is_not_told_to_export(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TrainingError, match=r"^empty holds no deployed.pt and no model.pt: is it"):
+        load_deployed("empty")
