@@ -54,10 +54,12 @@ def feature_spec(
         raise DescriptorError(f"inner cutoff alpha must be in [0, 1), got {alpha}")
     where = f"symmetry function type {type_} of {center} with {'-'.join(neighbors)}"
     if rc > MAX_R_CUT:
+        units = (  # lenient: an n2p2 input.nn (or a spec read back); else a set made in Å
+            "an input.nn in bohr needs units: bohr-hartree" if lenient else "rc is in Å"
+        )
         raise DescriptorError(
             f"{where}: cutoff rc = {rc:g} Å is beyond {MAX_R_CUT:g} Å; every atom would have "
-            "every other as neighbour (check the units: an input.nn in bohr needs "
-            "units: bohr-hartree)"
+            f"every other as neighbour (check the units: {units})"
         )
     outside = []  # (refusal, lenient warning): n2p2 accepts these, dparallel's own sets not
     if eta < 0:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from dparallel._spec import FromYaml, SpecModel
 from dparallel.config import resolve_path
 from dparallel.descriptors.acsf import ACSF
+from dparallel.descriptors.acsf_functions import MAX_R_CUT
 from dparallel.descriptors.registry import BuildContext
 
 __all__ = ["ACSFSpec"]
@@ -29,12 +30,22 @@ class ACSFSpec(SpecModel):
         None, description="column order; default n2p2's sorted order for an input.nn, else given"
     )
     elements: list[str] | None = None
-    r_cut: float = Field(6.0, gt=0)
+    r_cut: float = Field(6.0, gt=0, description=f"Å, at most {MAX_R_CUT:g}")
     cutoff: str | int = "cos"
     alpha: float = Field(0.0, ge=0, lt=1)
     radial: list[FromYaml[tuple[float, float]]] = Field(default_factory=list)
     narrow: list[FromYaml[tuple[float, float, float, float]]] = Field(default_factory=list)
     wide: list[FromYaml[tuple[float, float, float, float]]] = Field(default_factory=list)
+
+    @field_validator("r_cut")
+    @classmethod
+    def _a_cutoff_in_angstrom(cls, value: float) -> float:
+        if value > MAX_R_CUT:
+            raise ValueError(
+                f"r_cut = {value:g} Å is beyond {MAX_R_CUT:g} Å; every atom would have every "
+                "other as neighbour (check the units: acsf parameters are in Å)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_way(self) -> ACSFSpec:

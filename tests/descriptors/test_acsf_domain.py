@@ -72,3 +72,23 @@ def test_an_accepted_n2p2_function_survives_pickling() -> None:
     spec["features"]["H"][0].update({"eta": -0.1, "lambda": 0.5})
     acsf = ACSF.from_dict(spec)
     assert pickle.loads(pickle.dumps(acsf)) == acsf
+
+
+def test_a_cutoff_beyond_50_angstrom_gets_the_units_hint_of_its_source(tmp_path) -> None:
+    """Only an n2p2 input.nn is told about bohr; a set made in Å (YAML or Python) is told Å."""
+    from pydantic import ValidationError
+
+    from dparallel.descriptors.acsf_spec import ACSFSpec
+    from dparallel.n2p2 import acsf_from_input_nn
+
+    with pytest.raises(ValidationError, match=r"r_cut = 60 Å is beyond 50 Å") as spec:
+        ACSFSpec(elements=["Cu"], r_cut=60, radial=[(0.5, 0.0)])
+    assert "acsf parameters are in Å" in str(spec.value) and "input.nn" not in str(spec.value)
+    with pytest.raises(DescriptorError, match=r"check the units: rc is in Å\)$"):
+        ACSF.uniform(["Cu"], r_cut=60, radial=[(0.5, 0.0)])
+    nn = tmp_path / "input.nn"
+    nn.write_text(
+        "number_of_elements 1\nelements Cu\ncutoff_type 2\nsymfunction_short Cu 2 Cu 0.01 0 120\n"
+    )
+    with pytest.raises(DescriptorError, match=r"an input.nn in bohr needs units: bohr-hartree"):
+        acsf_from_input_nn(str(nn))
