@@ -717,7 +717,7 @@ def _scheduler_lost(tmp: Path) -> Result:
 
     from dparallel.errors import ClusterError
     from dparallel.store import Store
-    from dparallel.workflow.featurize import _raise_failures
+    from dparallel.workflow.featurize_failures import raise_failures
 
     class _Lost(Store):  # a store of 10 partitions, 3 done, without opening one
         def __init__(self) -> None:
@@ -733,7 +733,7 @@ def _scheduler_lost(tmp: Path) -> Result:
     store = _Lost()
     lost = RuntimeError("1 Future cancelled for reason: scheduler-connection-lost.")
     try:
-        _raise_failures(store, {p: lost for p in range(2, 10)})  # type: ignore[arg-type]
+        raise_failures(store, {p: lost for p in range(2, 10)})  # type: ignore[arg-type]
     except ClusterError as exc:
         text = str(exc)
         held = "3 of 10 partitions" in text and "7 were not computed" in text

@@ -9,7 +9,6 @@ predicate ``dparallel run`` uses to decide whether a store is already current.
 from __future__ import annotations
 
 import contextlib
-import errno
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -17,12 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import (
-    ClusterError,
-    DiskFullError,
-    InputError,
-    PartitionFailedError,
     RunInterruptedError,
-    SourceChangedError,
     StoreError,
     StoreIncompleteError,
     StoreMismatchError,
@@ -43,6 +37,7 @@ from dparallel.store import (
     target_path,
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS
+from dparallel.workflow.featurize_failures import raise_failures
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
 from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
@@ -286,7 +281,7 @@ def featurize_in_process(
             except Exception as exc:  # noqa: BLE001 - reported with every other failure
                 failures[p] = exc
         store, _ = finish_featurize(store.ref)
-    _raise_failures(store, failures)
+    raise_failures(store, failures)
     return store
 
 
@@ -344,7 +339,7 @@ def featurize(
             if not failures:
                 raise
             store = open_store(store.ref)  # the failures say more (e.g. a full disk)
-    _raise_failures(store, failures)
+    raise_failures(store, failures)
     counts = {
         k: sum(r[k] for r in reports.values()) for k in ("n_structures", "n_atoms", "n_skipped")
     }
@@ -467,77 +462,6 @@ def _statistics_json(statistics: dict[str, dict[str, FeatureStats]]) -> dict[str
                 "sigma": s.sigma.tolist(),
             }
     return out
-
-
-def _scheduler_lost(exc: BaseException | None) -> bool:
-    """A task cancelled because the client lost its scheduler (not the partition's fault)."""
-    text = f"{type(exc).__name__}: {exc}"
-    return "scheduler-connection-lost" in text or "lost the connection to the scheduler" in text
-
-
-def _disk_full(exc: BaseException | None) -> bool:
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def _input_changed(exc: BaseException | None) -> bool:
-    """The input file changed under the run (the reader's check), not an invalid
-    structure in it."""
-    return isinstance(exc, SourceChangedError)
-
-
-def _raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None:
-    """Raise one error for the partitions that failed (nothing if none did)."""
-    if not failures:
-        return
-    done = set(store.done_partitions())
-    # a partition whose marker is written counts as done, whatever its future said
-    failures = {p: exc for p, exc in failures.items() if p not in done}
-    if not failures:
-        return
-    kept = len(done)
-    total = store.n_partitions
-    if any(_scheduler_lost(exc) for exc in failures.values()):
-        raise ClusterError(
-            f"lost the connection to the Dask scheduler: {kept} of {total} partitions of "
-            f"{target_path(store)} are done and kept, {len(failures)} were not computed; "
-            "once the scheduler is back (or with --local N), rerun the same command to "
-            "compute only the rest"
-        )
-    full = sorted(p for p, exc in failures.items() if _disk_full(exc))
-    if full:
-        raise DiskFullError(
-            f"no space left on the device of {target_path(store)}: {len(full)} of {total} "
-            "partitions "
-            f"could not be written ({kept} done partitions are kept); free space and rerun "
-            "the same command to compute only the rest"
-        )
-    if any(_input_changed(exc) for exc in failures.values()):
-        # whatever else failed may be the change too (a truncated structure): that is the fix
-        how = (
-            "the input file changed while this run read it (below), so no structure in it "
-            "need be invalid: leave the input alone while a run reads it, then rerun (a "
-            "store begun from the old version is refused, not mixed: rerun with --overwrite "
-            "for the new version)"
-        )
-    elif all(isinstance(exc, InputError) for exc in failures.values()):
-        # the same input fails the same way: the kept partitions serve a rerun only if
-        # neither the file nor --on-error changes, and either is the fix
-        how = (
-            "the input holds invalid structures (below), so a rerun fails the same way: fix "
-            "them (the changed file is another source: rerun with --overwrite), or leave "
-            "them out with --on-error skip --overwrite"
-        )
-    else:
-        how = "a rerun computes only the rest"
-    lines = [
-        f"{len(failures)} of {total} partitions failed; {kept} done partitions are kept; {how}."
-    ]
-    for p, exc in sorted(failures.items()):
-        start, stop = store.partition_range(p)
-        lines.append(
-            f"partition {p} (structures {start}..{stop - 1}) failed: {type(exc).__name__}: {exc}"
-        )
-    raise PartitionFailedError("\n".join(lines))
 
 
 def write_scaling_data(

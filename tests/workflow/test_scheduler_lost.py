@@ -8,7 +8,7 @@ import pytest
 
 from dparallel.errors import ClusterError, PartitionFailedError
 from dparallel.store import Store
-from dparallel.workflow.featurize import _raise_failures
+from dparallel.workflow.featurize_failures import raise_failures
 
 
 def _store(done: list[int], total: int) -> Store:
@@ -41,13 +41,13 @@ def test_lost_scheduler_is_one_message_with_consistent_counts() -> None:
     )
     failures = {p: lost for p in range(2, 10)}  # partition 2 was marked done all the same
     with pytest.raises(ClusterError) as info:
-        _raise_failures(_store([0, 1, 2], 10), failures)
+        raise_failures(_store([0, 1, 2], 10), failures)
     text = str(info.value)
     assert "3 of 10 partitions" in text and "7 were not computed" in text
     assert "\n" not in text and "rerun the same command" in text
 
 
 def test_a_done_partition_is_no_failure() -> None:
-    _raise_failures(_store([0, 1], 2), {1: RuntimeError("future lost, marker written")})
+    raise_failures(_store([0, 1], 2), {1: RuntimeError("future lost, marker written")})
     with pytest.raises(PartitionFailedError, match="partition 1"):
-        _raise_failures(_store([0], 2), {1: RuntimeError("boom")})
+        raise_failures(_store([0], 2), {1: RuntimeError("boom")})

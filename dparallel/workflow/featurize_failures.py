@@ -1,0 +1,95 @@
+"""One error for the partitions of a featurize run that failed, saying what a rerun does:
+the scheduler lost, a full disk, an input that changed under the run, invalid input (a
+rerun fails the same way), or anything else (a rerun computes only the rest)."""
+
+from __future__ import annotations
+
+import errno
+from typing import TYPE_CHECKING
+
+from dparallel.errors import (
+    ClusterError,
+    DiskFullError,
+    InputError,
+    PartitionFailedError,
+    SourceChangedError,
+)
+from dparallel.store import target_path
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from dparallel.store import Store
+
+__all__ = ["raise_failures"]
+
+
+def _scheduler_lost(exc: BaseException | None) -> bool:
+    """A task cancelled because the client lost its scheduler (not the partition's fault)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return "scheduler-connection-lost" in text or "lost the connection to the scheduler" in text
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _input_changed(exc: BaseException | None) -> bool:
+    """The input file changed under the run (the reader's check), not an invalid
+    structure in it."""
+    return isinstance(exc, SourceChangedError)
+
+
+def raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None:
+    """Raise one error for the partitions that failed (nothing if none did)."""
+    if not failures:
+        return
+    done = set(store.done_partitions())
+    # a partition whose marker is written counts as done, whatever its future said
+    failures = {p: exc for p, exc in failures.items() if p not in done}
+    if not failures:
+        return
+    kept = len(done)
+    total = store.n_partitions
+    if any(_scheduler_lost(exc) for exc in failures.values()):
+        raise ClusterError(
+            f"lost the connection to the Dask scheduler: {kept} of {total} partitions of "
+            f"{target_path(store)} are done and kept, {len(failures)} were not computed; "
+            "once the scheduler is back (or with --local N), rerun the same command to "
+            "compute only the rest"
+        )
+    full = sorted(p for p, exc in failures.items() if _disk_full(exc))
+    if full:
+        raise DiskFullError(
+            f"no space left on the device of {target_path(store)}: {len(full)} of {total} "
+            "partitions "
+            f"could not be written ({kept} done partitions are kept); free space and rerun "
+            "the same command to compute only the rest"
+        )
+    if any(_input_changed(exc) for exc in failures.values()):
+        # whatever else failed may be the change too (a truncated structure): that is the fix
+        how = (
+            "the input file changed while this run read it (below), so no structure in it "
+            "need be invalid: leave the input alone while a run reads it, then rerun (a "
+            "store begun from the old version is refused, not mixed: rerun with --overwrite "
+            "for the new version)"
+        )
+    elif all(isinstance(exc, InputError) for exc in failures.values()):
+        # the same input fails the same way: the kept partitions serve a rerun only if
+        # neither the file nor --on-error changes, and either is the fix
+        how = (
+            "the input holds invalid structures (below), so a rerun fails the same way: fix "
+            "them (the changed file is another source: rerun with --overwrite), or leave "
+            "them out with --on-error skip --overwrite"
+        )
+    else:
+        how = "a rerun computes only the rest"
+    lines = [
+        f"{len(failures)} of {total} partitions failed; {kept} done partitions are kept; {how}."
+    ]
+    for p, exc in sorted(failures.items()):
+        start, stop = store.partition_range(p)
+        lines.append(
+            f"partition {p} (structures {start}..{stop - 1}) failed: {type(exc).__name__}: {exc}"
+        )
+    raise PartitionFailedError("\n".join(lines))
