@@ -21,6 +21,7 @@ import io
 import itertools
 import logging
 import os
+import re
 import threading
 import zipfile
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Bump when the index layout or an indexer's behaviour changes.
-INDEX_VERSION = 2
+INDEX_VERSION = 3  # 3: an extxyz frame's Properties tell atom lines from count lines
 _SAMPLE_BYTES = 1 << 20
 _ARRAYS = ("starts", "ends", "counts", "lines")  # the per-structure arrays of an index
 
@@ -251,11 +252,29 @@ class _Found:
 _Built = tuple[_Found, int]
 
 
-def _is_count_line(raw: bytes) -> bool:
+def _is_count_line(raw: bytes, columns: int | None = None) -> bool:
     """Whether ``raw`` is a frame's count line: a non-negative integer first, as the
-    indexer reads one (``3``, ``3 atoms``), and not an atom line (``8 0.0 0.0 0.0``)."""
+    indexer reads one (``3``, ``3 atoms``), and not an atom line: not of the frame's
+    ``columns`` (its ``Properties``; an ``id:I:1`` column first is a number too), or
+    without them, not a name and three numbers (``8 0.0 0.0 0.0``)."""
     words = raw.split()
-    return bool(words) and words[0].isdigit() and not _atom_like(raw)
+    if not words or not words[0].isdigit():
+        return False
+    return len(words) != columns if columns is not None else not _atom_like(raw)
+
+
+#: An extxyz comment line's ``Properties=name:type:count:…`` (quoted or not), as ASE reads it.
+_PROPERTIES = re.compile(rb'(?:^|\s)Properties=("?)((?:[^:\s"]+:[SRILsril]:\d+:?)+)\1(?:\s|$)')
+
+
+def _columns(comment: bytes) -> int | None:
+    """The number of columns an atom line of the frame has, from its comment line's
+    ``Properties`` (None where it has none)."""
+    found = _PROPERTIES.search(comment)
+    if found is None:
+        return None
+    fields = found.group(2).rstrip(b":").split(b":")
+    return sum(int(count) for count in fields[2::3]) if len(fields) % 3 == 0 else None
 
 
 def _atom_like(raw: bytes) -> bool:
@@ -315,7 +334,8 @@ def _index_extxyz(location: Location, format: str) -> _Built:
                     frame=frame,
                 )
             body = list(itertools.islice(f, n + 1))
-            cut = next((k for k in range(1, len(body)) if _is_count_line(body[k])), None)
+            columns = _columns(body[0]) if body else None
+            cut = next((k for k in range(1, len(body)) if _is_count_line(body[k], columns)), None)
             if cut is not None:  # an atom line is never a lone integer: the next count line
                 errors[frame] = (
                     line,

@@ -187,3 +187,33 @@ def test_extra_column_is_an_error(tmp_path):
     path.write_text("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 0 1 9\n")
     with pytest.raises(InputFormatError, match=r"line 4, structure 0: wrong column count"):
         open_source(path).read()
+
+
+@pytest.mark.parametrize(
+    ("properties", "atom"),
+    [
+        ("id:I:1:species:S:1:pos:R:3:forces:R:3", "{k} Cu {x} 0.5 0.0 0.1 0.2 0.3"),
+        ("pos:R:3:species:S:1:forces:R:3", "{x} 1 0 Cu 0.1 0.2 0.3"),  # integer coordinates
+        ('"id:I:1:species:S:1:pos:R:3"', "{k} Cu {x} 0.5 0.0"),
+    ],
+)
+def test_a_number_in_an_atom_lines_first_column_is_no_count_line(tmp_path, properties, atom):
+    """An ``id`` column (OVITO, LAMMPS-made files) or integer positions first: such atom
+    lines were taken for the next frame's count line, and the file refused or, under
+    --on-error skip, cut into bogus frames that were all skipped."""
+    frames = []
+    for n in (3, 2):
+        comment = f'Lattice="6 0 0 0 6 0 0 0 6" Properties={properties} energy=-{n}.5 pbc="T T T"'
+        lines = [atom.format(k=k + 1, x=2 * k) for k in range(n)]
+        frames.append("\n".join([str(n), comment, *lines]))
+    path = tmp_path / "ids.xyz"
+    path.write_text("\n".join(frames) + "\n")
+    batch = open_source(path).read()
+    reference = ase.io.read(path, ":")
+    assert batch.n_structures == len(reference) == 2
+    np.testing.assert_array_equal(batch.energy, [a.get_potential_energy() for a in reference])
+    np.testing.assert_array_equal(batch.positions, np.concatenate([a.positions for a in reference]))
+    np.testing.assert_array_equal(batch.numbers, np.concatenate([a.numbers for a in reference]))
+    if "forces" in properties:
+        forces = np.concatenate([a.get_forces() for a in reference])
+        np.testing.assert_array_equal(batch.forces, forces)
