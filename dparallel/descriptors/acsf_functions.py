@@ -19,12 +19,22 @@ from dparallel.kernels.cutoff_types import CUTOFF_TYPES, cutoff_type_id
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["MAX_R_CUT", "feature_spec", "n2p2_sort_key", "refuse_duplicates"]
+__all__ = ["MAX_R_CUT", "feature_spec", "n2p2_sort_key", "refuse_duplicates", "refuse_far_cutoff"]
 
 log = logging.getLogger(__name__)
 
 #: The largest cutoff radius accepted (Å): beyond it a "cutoff" is a unit mistake.
 MAX_R_CUT = 50.0
+
+
+def refuse_far_cutoff(what: str, value: float, units: str) -> None:
+    """Raise :class:`DescriptorError` (a ValueError, so a spec validator may raise it) for
+    a cutoff ``what`` beyond :data:`MAX_R_CUT`, with ``units``: how to check them."""
+    if value > MAX_R_CUT:
+        raise DescriptorError(
+            f"{what} = {value:g} Å is beyond {MAX_R_CUT:g} Å; every atom would have every "
+            f"other as neighbour (check the units: {units})"
+        )
 
 
 def feature_spec(
@@ -53,14 +63,10 @@ def feature_spec(
     if not 0.0 <= alpha < 1.0:
         raise DescriptorError(f"inner cutoff alpha must be in [0, 1), got {alpha}")
     where = f"symmetry function type {type_} of {center} with {'-'.join(neighbors)}"
-    if rc > MAX_R_CUT:
-        units = (  # lenient: an n2p2 input.nn (or a spec read back); else a set made in Å
-            "an input.nn in bohr needs units: bohr-hartree" if lenient else "rc is in Å"
-        )
-        raise DescriptorError(
-            f"{where}: cutoff rc = {rc:g} Å is beyond {MAX_R_CUT:g} Å; every atom would have "
-            f"every other as neighbour (check the units: {units})"
-        )
+    units = (  # lenient: an n2p2 input.nn (or a spec read back); else a set made in Å
+        "an input.nn in bohr needs units: bohr-hartree" if lenient else "rc is in Å"
+    )
+    refuse_far_cutoff(f"{where}: cutoff rc", rc, units)
     outside = []  # (refusal, lenient warning): n2p2 accepts these, dparallel's own sets not
     if eta < 0:
         fact = f"{where}: eta = {eta:g} < 0 grows with distance"

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from dparallel._spec import FromYaml, SpecModel
 from dparallel.config import resolve_path
 from dparallel.descriptors.acsf import ACSF
-from dparallel.descriptors.acsf_functions import MAX_R_CUT
+from dparallel.descriptors.acsf_functions import MAX_R_CUT, refuse_far_cutoff
 from dparallel.descriptors.registry import BuildContext
 
 __all__ = ["ACSFSpec"]
@@ -40,11 +40,7 @@ class ACSFSpec(SpecModel):
     @field_validator("r_cut")
     @classmethod
     def _a_cutoff_in_angstrom(cls, value: float) -> float:
-        if value > MAX_R_CUT:
-            raise ValueError(
-                f"r_cut = {value:g} Å is beyond {MAX_R_CUT:g} Å; every atom would have every "
-                "other as neighbour (check the units: acsf parameters are in Å)"
-            )
+        refuse_far_cutoff("r_cut", value, "acsf parameters are in Å")
         return value
 
     @model_validator(mode="after")

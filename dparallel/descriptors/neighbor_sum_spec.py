@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, field_validator
 
 from dparallel._spec import SpecModel
-from dparallel.descriptors.acsf_functions import MAX_R_CUT
+from dparallel.descriptors.acsf_functions import MAX_R_CUT, refuse_far_cutoff
 
 if TYPE_CHECKING:
     from dparallel.descriptors.neighbor_sum import NeighborSum
@@ -31,11 +31,7 @@ class NeighborSumSpec(SpecModel):
     @field_validator("r_cut")
     @classmethod
     def _a_cutoff_in_angstrom(cls, value: float) -> float:
-        if value > MAX_R_CUT:
-            raise ValueError(
-                f"r_cut = {value:g} Å is beyond {MAX_R_CUT:g} Å; every atom would have every "
-                "other as neighbour (check the units: neighbor_sum lengths are in Å)"
-            )
+        refuse_far_cutoff("r_cut", value, "neighbor_sum lengths are in Å")
         return value
 
     def build(self, context: BuildContext | None = None) -> NeighborSum:
