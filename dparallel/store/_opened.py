@@ -210,7 +210,12 @@ class OpenedStore:
         Raises :class:`StoreError` naming the array when a chunk cannot be decoded (a file
         truncated by a full disk or a crash, or corrupted otherwise).
         """
-        array = self._array(name)
+        return self._rows(name, self._array(name), start, stop)
+
+    def _rows(
+        self, name: str, array: zarr.Array, start: int | None, stop: int | None
+    ) -> np.ndarray:
+        """Rows ``[start, stop)`` of ``array`` (named ``name`` in errors) as numpy."""
         with self._decoding(name):
             return np.asarray(array[start:stop])
 
@@ -226,8 +231,7 @@ class OpenedStore:
         whole chunks): as :meth:`_read`, and a :class:`StoreError` where they read as the
         fill value because their chunk is gone (zarr reads a missing chunk as fill)."""
         array = self._array(name)
-        with self._decoding(name):
-            values = np.asarray(array[start:stop])
+        values = self._rows(name, array, start, stop)
         if stop > start and _all_fill(values, array):
             size = array.chunks[0]
             self._require_chunks(name, array, range(start // size, (stop - 1) // size + 1))
@@ -238,8 +242,7 @@ class OpenedStore:
         :class:`StoreError` where a partition marked in ``done`` (the caller's
         :meth:`_done_flags`) reads as fill because its chunk is gone."""
         array = self._array(name)
-        with self._decoding(name):
-            values = np.asarray(array[...])
+        values = self._rows(name, array, None, None)
         self._require_chunks(
             name, array, [int(p) for p in np.flatnonzero(done) if _all_fill(values[p], array)]
         )
