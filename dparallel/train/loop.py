@@ -212,15 +212,15 @@ def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:
     model, optimizer, feed, forces = run.model, run.optimizer, run.feed, run.prep.forces
     optimizer.begin_epoch()
     model.train()
-    m = Metrics()
+    m = Metrics(run.spec.force_weight)  # the configured weight: epochs compare
     feed.wait.seconds = 0.0
     t0 = time.perf_counter()
     batches = feed.batches(run.reader, "train", run.spec, epoch=epoch)
     batch = None
     try:
         for batch in batches:
-            energy, predicted, value = optimizer.step(model, batch, forces)
-            m.add(energy, predicted, batch, value)
+            energy, predicted, _ = optimizer.step(model, batch, forces)
+            m.add(energy, predicted, batch)
         summary = m.summary()  # waits for the device's queued work
     except torch.OutOfMemoryError as exc:
         where = f"a training step of epoch {epoch}"

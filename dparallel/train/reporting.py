@@ -24,7 +24,6 @@ from dparallel._files import FULL_DISK_ADVICE, new_file, strict_json, write_file
 from dparallel.train.device import Target
 from dparallel.train.feed import BatchFeed
 from dparallel.train.metric_units import with_units
-from dparallel.train.objective import loss as objective_loss
 from dparallel.train.objective import predict_batch
 
 if TYPE_CHECKING:
@@ -46,38 +45,35 @@ EpochCallback = Callable[[dict[str, Any]], bool | None]
 
 @dataclass
 class Metrics:
-    """Running sums for energy-per-atom and force-component errors (eV, eV/Å).
+    """Running sums for energy-per-atom and force-component errors (eV, eV/Å) over a split.
 
-    The sums stay tensors on the batches' device until :meth:`summary` (no host
+    ``loss`` is the objective over the whole split (MSE of energy per atom + force_weight ·
+    MSE of force components, entries with a NaN label left out), not a mean of per-batch
+    losses, so batches of unequal size (a partition's last) count by what they hold. The
+    sums stay tensors on the batches' device until :meth:`summary` (no host
     synchronisation per batch).
     """
 
+    force_weight: float = 0.0
     sums: dict[str, Any] = field(default_factory=dict)  # n_e, se_e, ae_e, n_f, se_f, ae_f
-    loss_sum: Any = 0.0
-    n_batches: int = 0
     parity: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
     def add(
-        self,
-        energy: torch.Tensor,
-        forces: torch.Tensor | None,
-        batch: Batch,
-        loss: torch.Tensor,
-        keep: bool = False,
+        self, energy: torch.Tensor, forces: torch.Tensor | None, batch: Batch, keep: bool = False
     ) -> None:
         """Accumulate the predictions on one batch (energies (S,), forces (N, 3) or None)."""
         with torch.no_grad():
             n_atoms, e_ref = batch.atom_counts, batch.energy
             de = (energy - e_ref) / n_atoms
-            self._errors("e", de, (e_ref / n_atoms, energy / n_atoms) if keep else ())
+            pair = (e_ref / n_atoms, energy / n_atoms) if keep else ()
+            self._errors("e", de, torch.isfinite(e_ref), pair)
             if forces is not None:
-                self._errors("f", forces - batch.forces, (batch.forces, forces) if keep else ())
-            self.loss_sum = self.loss_sum + loss.double()
-            self.n_batches += 1
+                pair = (batch.forces, forces) if keep else ()
+                self._errors("f", forces - batch.forces, torch.isfinite(batch.forces), pair)
 
-    def _errors(self, kind: str, diff: torch.Tensor, parity: tuple) -> None:
-        """Add the finite entries of ``diff`` to the sums of ``kind``; keep ``parity``'s."""
-        ok = torch.isfinite(diff)
+    def _errors(self, kind: str, diff: torch.Tensor, ok: torch.Tensor, parity: tuple) -> None:
+        """Add ``diff`` where the label is finite (``ok``) to the sums of ``kind``; keep
+        ``parity``'s. A non-finite prediction stays in: a diverged model's errors are NaN."""
         diff = torch.where(ok, diff, 0.0)
         for name, value in (
             ("n", ok.sum()),
@@ -91,13 +87,16 @@ class Metrics:
     def summary(self) -> dict[str, float]:
         """energy_rmse/mae (eV/atom), force_rmse/mae (eV/Å), loss (NaN when not measured)."""
         nan = float("nan")
-        out = {"loss": float(self.loss_sum) / self.n_batches if self.n_batches else nan}
+        out: dict[str, float] = {}
+        mse: dict[str, float] = {}
         for kind, name in (("e", "energy"), ("f", "force")):
             n = int(self.sums.get(f"n_{kind}", 0))
             se, ae = (float(self.sums.get(f"{s}_{kind}", 0.0)) for s in ("se", "ae"))
             out[f"{name}_rmse"] = math.sqrt(se / n) if n else nan
             out[f"{name}_mae"] = ae / n if n else nan
-        return out
+            mse[kind] = se / n if n else 0.0  # as the objective: no label, no term
+        loss = mse["e"] + (self.force_weight * mse["f"] if self.force_weight > 0 else 0.0)
+        return {"loss": loss if "n_e" in self.sums else nan, **out}
 
     def parity_arrays(self) -> dict[str, np.ndarray]:
         """Concatenated reference/predicted arrays kept with ``keep=True``."""
@@ -117,12 +116,11 @@ def evaluate_split(
     if feed is None:
         param = next(model.parameters())
         feed = BatchFeed(Target(param.dtype, param.device))
-    m = Metrics()
+    m = Metrics(spec.force_weight)
     with contextlib.closing(feed.batches(reader, split, spec)) as batches:  # stops the threads
         for batch in batches:
             energy, forces = predict_batch(model, batch, reader.forces)
-            value = objective_loss(energy, forces, batch, spec.force_weight)
-            m.add(energy, forces, batch, value, keep)
+            m.add(energy, forces, batch, keep)
     return m
 
 
