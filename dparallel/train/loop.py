@@ -304,7 +304,7 @@ def _finish(
         "splits": {s: prep.index.count(s) for s in ("train", "validation", "test")},
         "test_ids": prep.index.ids_of("test").tolist(),
         "validation_ids": prep.index.ids_of("validation").tolist(),
-        "reference_energies": dict(zip(prep.elements, prep.ref_energy.tolist(), strict=True)),
+        "reference_energies": dict(zip(best.elements, best.ref_energy.tolist(), strict=True)),
         "data": coverage,
         "device": run.feed.describe(),
     }
