@@ -32,6 +32,7 @@ from dparallel.descriptors import forces_from_derivatives, virial_from_derivativ
 from dparallel.descriptors.registry import descriptor_graph, descriptor_kind, kind_of
 from dparallel.descriptors.species import species_index
 from dparallel.errors import DescriptorError, TrainingError
+from dparallel.kernels._backends.availability import unknown_backend
 from dparallel.neighbors import Neighbors, in_centre_order, neighbor_list
 from dparallel.nn import HDNNP, load_torch_file, save_torch_file
 from dparallel.nn.device import resolve_device
@@ -110,10 +111,8 @@ class DeployedModel(nn.Module):
         options = {}
         if backend != "auto":
             if backend not in self.kind.backends:
-                known = ", ".join(repr(b) for b in ("auto", *self.kind.backends))
-                raise DescriptorError(
-                    f"backend {backend!r}: the {self.kind.name} descriptor takes {known}"
-                )
+                valid = ("auto", *self.kind.backends)
+                raise unknown_backend(self.kind.name, backend, valid, "backend= argument")
             options["backend"] = backend
         return self.descriptor.compute(
             batch, derivatives=derivatives, neighbors=nb, dtype=self.dtype, **options

@@ -20,6 +20,11 @@ import numpy as np
 
 from dparallel.descriptors._acsf_engine import Backend, KernelCall
 from dparallel.errors import BackendUnavailableError, DescriptorError
+from dparallel.kernels._backends.availability import (
+    numba_available,
+    numba_unavailable,
+    unknown_backend,
+)
 from dparallel.kernels._backends.triton_env import interpreting
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ __all__ = [
     "derivative_groups",
     "element_arrays",
     "element_kernel",
+    "numba_available",
     "numba_element",
     "resolve_backend",
     "triton_device",
@@ -60,10 +66,8 @@ class SplitDerivatives(NamedTuple):
 
 
 # ------------------------------------------------------------------ availability
-def numba_available() -> bool:
-    """Whether numba is installed (a dependency: a kernel that fails to import then
-    fails loudly, never falls back); else ``"auto"`` is torch."""
-    return importlib.util.find_spec("numba") is not None
+# numba_available: the one probe every switch asks (kernels/_backends/availability.py);
+# it imports numba, so a numba that is installed but broken makes "auto" torch here too.
 
 
 def check_triton() -> None:
@@ -98,17 +102,19 @@ def triton_device() -> torch.device:
 
 
 def resolve_backend(backend: str | Backend, needs_grad: bool = False) -> Backend:
-    """``backend`` with ``"auto"`` decided; raises if it cannot run here (or if a gradient
-    is needed and it is not torch)."""
+    """``backend`` with ``"auto"`` decided (numba when it imports and no gradient is
+    needed, else torch); raises :class:`BackendUnavailableError` for an unknown name or
+    one that cannot run here, :class:`DescriptorError` if a gradient is needed and it is
+    not torch."""
     chosen = Backend.of(backend)
     name = chosen.name
     if name not in BACKENDS:
-        raise DescriptorError(f"backend must be 'auto', 'torch', 'numba' or 'triton', got {name!r}")
+        raise unknown_backend("ACSF", name, BACKENDS, "backend= argument")
     if name == "auto":
-        name = "numba" if numba_available() and not needs_grad else "torch"
+        name = "numba" if not needs_grad and numba_available() else "torch"
         return replace(chosen, name=name)
     if name == "numba" and not numba_available():
-        raise BackendUnavailableError("backend='numba' needs numba (pip install numba)")
+        raise numba_unavailable("ACSF backend 'numba'", "backend='torch' or 'auto'")
     if name == "triton":
         check_triton()
     if needs_grad and name != "torch":

@@ -21,7 +21,7 @@ class Backend:
 
     ``name``: ``"torch"`` (vectorised, differentiable reference), ``"numba"`` (compiled
     triplet loop), ``"triton"`` (the GPU kernel, or on CPU under ``TRITON_INTERPRET=1``) or
-    ``"auto"`` (numba when installed and no gradient is needed, else torch).
+    ``"auto"`` (numba when it imports and no gradient is needed, else torch).
     ``max_triplets``: torch only, triplets per block (memory bound, docs/acsf.md).
     ``float32_terms``: numba only, per-triplet terms in float32 (twice the vector width;
     sums stay float64, about 1e-7 relative error). ``device``: triton only, where the

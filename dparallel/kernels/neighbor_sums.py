@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from dparallel.errors import BackendUnavailableError, KernelInputError
+from dparallel.kernels._backends.availability import numba_import_error, unknown_backend
 from dparallel.kernels._backends.triton_env import interpreting
 
 if TYPE_CHECKING:
@@ -65,6 +66,9 @@ def _load(name: str) -> ModuleType | None:
         return _modules[name]
     if name in _import_errors:
         return None
+    if name == "numba" and (reason := numba_import_error()) is not None:
+        _import_errors[name] = reason  # the one numba probe every switch asks
+        return None
     try:
         module = importlib.import_module(BACKENDS[name][0])
     except ImportError as exc:  # e.g. numba not installed
@@ -85,10 +89,7 @@ def _check_name(name: str, source: str) -> str:
     if key == "auto":
         return key
     if key not in BACKENDS:
-        raise BackendUnavailableError(
-            f"unknown kernel backend {name!r} (from {source}); "
-            f"expected one of 'auto', {', '.join(repr(b) for b in BACKENDS)}"
-        )
+        raise unknown_backend("kernel", name, ("auto", *BACKENDS), source)
     if _load(key) is None:
         raise BackendUnavailableError(
             f"kernel backend {key!r} (from {source}) is unavailable: {_import_errors[key]}. "

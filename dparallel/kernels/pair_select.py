@@ -1,6 +1,7 @@
 """The pairs of one central element inside its cutoff, gathered in one compiled counting
 pass and one filling pass instead of numpy's mask, index and five gathers over the whole
-list (measured: docs/kernels.md).
+list (measured: docs/kernels.md). When numba does not import, numpy's mask and gathers
+(:func:`_element_pairs_numpy`, the reference the tests compare with) give the same pairs.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dparallel.kernels._numba_jit import jit
+from dparallel.kernels._backends.availability import numba_available
 
 __all__ = ["ElementPairs", "element_pairs"]
 
@@ -49,8 +50,38 @@ def _fill(el_index, local, first, second, vectors, distances, e, r_max, rows, ce
         q += 1
 
 
-_count = jit(set(), nogil=True)(_count)
-_fill = jit(set(), nogil=True)(_fill)
+_JIT: dict[str, Any] = {}
+
+
+def _compiled() -> dict[str, Any]:
+    """``_count`` and ``_fill`` compiled by numba (on first use: numba may not import)."""
+    if not _JIT:
+        from dparallel.kernels._numba_jit import jit
+
+        _JIT["count"] = jit(set(), nogil=True)(_count)
+        _JIT["fill"] = jit(set(), nogil=True)(_fill)
+    return _JIT
+
+
+def _element_pairs_numpy(
+    el_index: np.ndarray,
+    local: np.ndarray,
+    first: np.ndarray,
+    second: np.ndarray,
+    vectors: np.ndarray,
+    distances: np.ndarray,
+    e: int,
+    r_max: float,
+) -> ElementPairs:
+    """:func:`element_pairs` by numpy's mask and gathers (no numba)."""
+    rows = np.flatnonzero((el_index[first] == e) & (distances < r_max)).astype(np.int64)
+    return ElementPairs(
+        rows,
+        local[first[rows]].astype(np.int64),
+        el_index[second[rows]].astype(np.int64),
+        vectors[rows],
+        distances[rows],
+    )
 
 
 def element_pairs(
@@ -66,7 +97,10 @@ def element_pairs(
     """The pairs (first (P,), second (P,) int64 atom rows; vectors (P, 3), distances (P,))
     centred on atoms of element index ``e`` (``el_index`` (N,)) with distance < ``r_max``,
     in list order; ``local`` (N,) int64 is each atom's row among the atoms of its element."""
-    n = int(_count(el_index, first, distances, e, r_max))
+    if not numba_available():
+        return _element_pairs_numpy(el_index, local, first, second, vectors, distances, e, r_max)
+    jitted = _compiled()
+    n = int(jitted["count"](el_index, first, distances, e, r_max))
     out = ElementPairs(
         np.empty(n, np.int64),
         np.empty(n, np.int64),
@@ -74,5 +108,5 @@ def element_pairs(
         np.empty((n, 3), vectors.dtype),
         np.empty(n, distances.dtype),
     )
-    _fill(el_index, local, first, second, vectors, distances, e, r_max, *out)
+    jitted["fill"](el_index, local, first, second, vectors, distances, e, r_max, *out)
     return out

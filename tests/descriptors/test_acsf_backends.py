@@ -10,7 +10,7 @@ from acsf_unchecked import allow_any_parameters
 
 from dparallel.descriptors import ACSF, Backend
 from dparallel.descriptors._acsf_backends import numba_available
-from dparallel.errors import DescriptorError
+from dparallel.errors import BackendUnavailableError, DescriptorError
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="numba not installed")
 
@@ -86,7 +86,7 @@ def test_numba_refuses_grad() -> None:
     pos = torch.tensor(atoms.get_positions(), requires_grad=True)
     with pytest.raises(DescriptorError, match="not differentiable"):
         acsf.compute([atoms], positions=pos, backend="numba")
-    with pytest.raises(DescriptorError, match="backend must be"):
+    with pytest.raises(BackendUnavailableError, match="unknown ACSF backend 'cuda'"):
         acsf.compute([atoms], backend="cuda")
     out = acsf.compute([atoms], positions=pos)  # auto → torch
     assert out["H"].values.requires_grad

@@ -1,15 +1,20 @@
-"""element_pairs: one compiled pass against the numpy selection it replaces."""
+"""element_pairs: one compiled pass, and the numpy route taken when numba does not import,
+against the numpy selection written out here."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from dparallel.kernels._backends import availability
 from dparallel.kernels.pair_select import element_pairs
 
 
+@pytest.mark.parametrize("numba", [True, False], ids=["compiled", "numba-broken"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_element_pairs_match_the_numpy_selection(rng, dtype):
+def test_element_pairs_match_the_numpy_selection(rng, dtype, numba, monkeypatch):
+    if not numba:
+        monkeypatch.setitem(availability.PROBED, "numba", "ImportError: broken for the test")
     n_atoms, n_pairs = 300, 5000
     el_index = rng.integers(0, 3, n_atoms)
     local = np.zeros(n_atoms, np.int64)
