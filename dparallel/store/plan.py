@@ -18,6 +18,7 @@ __all__ = [
     "Plan",
     "Slots",
     "derived_partition_atoms",
+    "given_partition_atoms",
     "plan_partitions",
 ]
 
@@ -27,6 +28,8 @@ __all__ = [
 #: derivatives: ~50 kB per atom while computing) grows too large. Data too small for
 #: ``MIN_PARTITION_ATOMS`` per worker gets one partition per worker instead, but none
 #: smaller than ``MIN_SPLIT_ATOMS`` (below that one task is faster than several).
+#: ``MAX_PARTITION_ATOMS`` is also the size when none is given and none is derived
+#: (ingest, and featurize without a worker count): :func:`given_partition_atoms`.
 MIN_PARTITION_ATOMS = 5_000
 MIN_SPLIT_ATOMS = 1_000
 MAX_PARTITION_ATOMS = 20_000
@@ -152,6 +155,22 @@ def plan_partitions(atom_counts: np.ndarray, target_atoms: int) -> Plan:
     stops = _greedy_cuts(cum, lo)
     starts = np.concatenate([[0], stops[:-1]])
     return Plan(starts, stops, cum[stops] - cum[starts], target_atoms)
+
+
+def given_partition_atoms(
+    value: object, name: str = "partition_atoms (--partition-atoms)"
+) -> int | None:
+    """``value`` (atoms per partition, as the ``name`` option gave it) checked: ``None``
+    (not given: the caller uses :data:`MAX_PARTITION_ATOMS` or derives a size) or a whole
+    number ≥ 1; anything else is a :class:`ConfigError` (ingest and featurize alike)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(
+            f"{name} must be a whole number of atoms ≥ 1, got {value!r}; leave it out for "
+            f"the default ({MAX_PARTITION_ATOMS:,} atoms, or derived from the workers)"
+        )
+    return int(value)
 
 
 def derived_partition_atoms(atom_counts: np.ndarray, n_workers: int) -> int:

@@ -36,11 +36,11 @@ from dparallel.store import (
     store_status,
     target_path,
 )
-from dparallel.store.plan import MIN_SPLIT_ATOMS
+from dparallel.store.plan import MAX_PARTITION_ATOMS, MIN_SPLIT_ATOMS, given_partition_atoms
 from dparallel.workflow.featurize_failures import raise_failures
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
-from dparallel.workflow.ingest import DEFAULT_PARTITION_ATOMS, ingest_config
+from dparallel.workflow.ingest import ingest_config
 from dparallel.workflow.stats import FeatureStats
 
 if TYPE_CHECKING:
@@ -176,12 +176,13 @@ def _target(
     """The source, plan and config (recorded in the store) a store for these options is
     made from; without ``partition_atoms`` the size is derived from the data and
     ``n_workers`` (unknown workers: the largest size) and recorded like a given one."""
+    name = options.option_names.get("partition_atoms") or _PARTITION_ATOMS
+    atoms = given_partition_atoms(options.partition_atoms, name)  # before the source is read
     source = open_source(
         source_path, options.format, units=options.units, on_error=options.on_error
     )
-    atoms = options.partition_atoms
     if atoms is None:
-        atoms = DEFAULT_PARTITION_ATOMS
+        atoms = MAX_PARTITION_ATOMS
         if n_workers:
             atoms = derived_partition_atoms(source.atom_counts, n_workers)
     config = {**ingest_config(source, atoms), "features": descriptors.to_dict()}

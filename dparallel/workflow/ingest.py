@@ -21,6 +21,7 @@ from dparallel.store import (
     publish_store,
     refuse_foreign_target,
 )
+from dparallel.store.plan import MAX_PARTITION_ATOMS, given_partition_atoms
 
 if TYPE_CHECKING:
     import os
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from dparallel.io.location import Where
 
 __all__ = [
-    "DEFAULT_PARTITION_ATOMS",
     "IngestOptions",
     "IngestResult",
     "ingest",
@@ -38,9 +38,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Default atoms per partition (≈ 1 MB of positions per chunk; a few MB of RAM per task).
-DEFAULT_PARTITION_ATOMS = 20_000
 
 
 @dataclass(frozen=True)
@@ -52,7 +49,7 @@ class IngestOptions:
     format: str | None = None
     units: str = "ase"
     on_error: Literal["raise", "skip"] = "raise"
-    partition_atoms: int | None = DEFAULT_PARTITION_ATOMS  # None: DEFAULT_PARTITION_ATOMS
+    partition_atoms: int | None = MAX_PARTITION_ATOMS  # None: MAX_PARTITION_ATOMS too
     overwrite: bool = False  # replace a store of another source or config, not refuse
     protect: Iterable[str | os.PathLike[str]] = ()  # files the store path may not be or hold
     progress: Callable[[int, int], None] | None = field(default=None, compare=False)
@@ -88,8 +85,10 @@ def prepare_ingest(
     source: StructureSource, store_path: Where, options: IngestOptions = _DEFAULTS
 ) -> Store:
     """Plan partitions for ``source`` and create (or reopen, for resume) the store, as
-    ``options`` say (``partition_atoms=None``: :data:`DEFAULT_PARTITION_ATOMS`)."""
-    partition_atoms = options.partition_atoms or DEFAULT_PARTITION_ATOMS
+    ``options`` say (``partition_atoms=None``: :data:`~dparallel.store.plan.MAX_PARTITION_ATOMS`;
+    below 1: a :class:`ConfigError`)."""
+    given = given_partition_atoms(options.partition_atoms)
+    partition_atoms = MAX_PARTITION_ATOMS if given is None else given
     plan = plan_partitions(source.atom_counts, partition_atoms)
     return create_store(
         store_path,

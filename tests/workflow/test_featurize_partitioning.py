@@ -107,3 +107,39 @@ def test_idle_warning_of_a_given_size_says_that_size_in_the_callers_words(tmp_pa
     text = _idle_warning(tmp_path, options)
     assert "at most 2000 atoms as partitioning.atoms sets" in text
     assert "--partition-atoms" not in text and f"at least {MIN_SPLIT_ATOMS}" not in text
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, True])
+def test_ingest_and_featurize_refuse_one_bad_size_alike(tmp_path, bad):
+    """``partition_atoms=0`` through the API was 20,000 atoms in ingest (``or`` took 0 for
+    "not given") but a ConfigError in featurize; both now check it in one place."""
+    from dparallel.errors import ConfigError
+    from dparallel.workflow.ingest import IngestOptions, prepare_ingest
+
+    data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=4, seed=1)
+    message = (
+        rf"^partition_atoms \(--partition-atoms\) must be a whole number of atoms ≥ 1, got "
+        rf"{bad!r}; leave it out for the default \(20,000 atoms, or derived from the workers\)$"
+    )
+    with pytest.raises(ConfigError, match=message):
+        prepare_ingest(open_source(data), tmp_path / "i.zarr", IngestOptions(partition_atoms=bad))
+    with pytest.raises(ConfigError, match=message):
+        prepare_featurize(data, tmp_path / "f.zarr", _dset(), FeaturizeOptions(partition_atoms=bad))
+    assert not (tmp_path / "i.zarr").exists() and not (tmp_path / "f.zarr").exists()
+    named = FeaturizeOptions(partition_atoms=bad, option_names={"partition_atoms": "p.atoms"})
+    with pytest.raises(ConfigError, match=r"^p\.atoms must be a whole number"):
+        featurize_status(data, tmp_path / "f.zarr", _dset(), named)
+
+
+def test_no_size_means_the_one_default_in_ingest_and_featurize(tmp_path):
+    from dparallel.workflow.ingest import IngestOptions, prepare_ingest
+
+    data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=4, seed=1)
+    ingested = prepare_ingest(
+        open_source(data), tmp_path / "i.zarr", IngestOptions(partition_atoms=None)
+    )
+    _, featurized = prepare_featurize(
+        data, tmp_path / "f.zarr", _dset(), FeaturizeOptions(), n_workers=None
+    )
+    for store in (ingested, featurized):
+        assert store.plan.target_atoms == MAX_PARTITION_ATOMS
