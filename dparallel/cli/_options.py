@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from concurrent.futures import Future
 
+    from dparallel.cluster.spec import ClusterSpec
     from dparallel.io.location import Location
 
 
@@ -172,16 +173,34 @@ def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
     return connected
 
 
-def start_local_forkserver(args: argparse.Namespace) -> None:
+def start_local_forkserver(args: argparse.Namespace, spec: ClusterSpec | None = None) -> None:
     """Start the forkserver of local workers now when this command will start a local
-    cluster, so that its imports and featurize's warm-up overlap the driver's own imports,
-    reading and scheduler start (:mod:`dparallel.cluster.forkserver`)."""
-    from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, start_forkserver
+    cluster (``spec``: the workflow's ``cluster:``, ``None``: local; the same decision as
+    :func:`dparallel.cluster.connect`'s, :func:`~dparallel.cluster.where.connection_kind`),
+    so that its imports and featurize's warm-up overlap the driver's own imports, reading
+    and scheduler start (:mod:`dparallel.cluster.forkserver`)."""
+    from dparallel.cluster.forkserver import start_forkserver
+    from dparallel.cluster.where import connection_kind
     from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
 
-    if args.scheduler or args.scheduler_file or os.environ.get(ENV_SCHEDULER_ADDRESS):
+    local = _local_by_name(args)
+    where = {"scheduler": args.scheduler, "scheduler_file": args.scheduler_file}
+    if connection_kind(None if local else spec, **where) != "local":
         return
     start_forkserver((FEATURIZE_FORKSERVER_PRELOAD,), threads=args.torch_threads or 1)
+
+
+def _local_by_name(args: argparse.Namespace) -> bool:
+    """Whether ``--local N`` was given: a local cluster, even where the environment names a
+    scheduler (which :func:`dparallel.cluster.connect` otherwise prefers to the default
+    local cluster), so the variable is dropped from this process's environment here, the
+    one place the CLI does it, before anything asks :func:`connection_kind`."""
+    from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS
+
+    if getattr(args, "local", None) is None:
+        return False
+    os.environ.pop(ENV_SCHEDULER_ADDRESS, None)
+    return True
 
 
 def connect_early(args: argparse.Namespace) -> Future[Any]:
@@ -197,25 +216,24 @@ def connect_early(args: argparse.Namespace) -> Future[Any]:
 def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]:
     """Keyword arguments for :func:`dparallel.cluster.connect` from the parsed options."""
     from dparallel.cluster import ClusterSpec
+    from dparallel.cluster.where import connection_kind
 
     gpus = getattr(args, "gpus", None)
     if args.local is not None or args.dashboard_address is not None or gpus is not None:
         base = spec.model_dump() if spec is not None else {}
-        if args.local is not None:
+        if _local_by_name(args):
             base.update(kind="local", n_workers=args.local)
-            # asked for by name: a local cluster, even where the environment names a
-            # scheduler (which connect() otherwise prefers to the default local cluster)
-            os.environ.pop("DASK_SCHEDULER_ADDRESS", None)
         if gpus is not None:
             base.update(gpus=gpus)
-            if gpus and not (args.scheduler or args.scheduler_file):
-                from dparallel.cluster.gpus import check_gpus
-
-                check_gpus(gpus)  # refused before the command reads or writes anything
         if args.dashboard_address is not None:
             base.update(dashboard_address=args.dashboard_address)
         spec = ClusterSpec(**base)
-    return {"cluster": spec, "scheduler": args.scheduler, "scheduler_file": args.scheduler_file}
+    remote = {"scheduler": args.scheduler, "scheduler_file": args.scheduler_file}
+    if gpus and connection_kind(spec, **remote) == "local":  # this machine's GPUs: checked
+        from dparallel.cluster.gpus import check_gpus
+
+        check_gpus(gpus)  # refused before the command reads or writes anything
+    return {"cluster": spec, **remote}
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -> None:

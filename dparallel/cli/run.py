@@ -108,8 +108,8 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     cluster_cli.refuse_unwritable_target(  # a URL with its storage_options
         spec.store_location(), overwrite=spec.store.overwrite, protect=store_protect
     )
-    if spec.cluster.kind == "local":  # its warm-up overlaps the dataset stage and driver start
-        cluster_cli.start_local_forkserver(args)
+    # a local cluster's forkserver warms up while the dataset stage and the driver start
+    cluster_cli.start_local_forkserver(args, spec.cluster)
     cluster_cli.route_cluster_logs(args, spec.store.path)
     result = run_workflow(
         spec,

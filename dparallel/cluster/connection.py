@@ -1,6 +1,7 @@
 """Resolve where Dask work runs and return a connected :class:`ClusterHandle`.
 
-Resolution order (first match wins):
+Resolution order (first match wins; :func:`dparallel.cluster.where.connection_kind` is
+this order, asked by :func:`connect`, :func:`expected_workers` and the CLI alike):
 
 1. an explicit ``client=``;
 2. ``scheduler=`` address or ``scheduler_file=`` (the CLI's ``--scheduler`` / ``--scheduler-file``);
@@ -34,6 +35,7 @@ from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_
 from dparallel.cluster.main_guard import main_script_hint, refuse_while_bootstrapping
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
+from dparallel.cluster.where import connection_kind
 from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
 from dparallel.dashboard.deferred_pages import attach_pages
 from dparallel.errors import ClusterError
@@ -291,17 +293,18 @@ def _connect_new(
     return_early: bool = False,
 ) -> ClusterHandle:
     """:func:`connect` for every case that makes a new client."""
-    if scheduler is not None:
-        return _connect_remote(scheduler, spec, "scheduler")
-    if scheduler_file is not None:
-        return _connect_remote(_read_scheduler_file(scheduler_file), spec, "scheduler_file")
-    env_address = os.environ.get(ENV_SCHEDULER_ADDRESS)
-    if env_address:
-        return _connect_remote(env_address, spec, "env")
-    if spec.kind == "address":
+    kind = connection_kind(spec, scheduler=scheduler, scheduler_file=scheduler_file)
+    if kind == "scheduler":
+        return _connect_remote(str(scheduler), spec, "scheduler")
+    if kind == "scheduler_file":
+        address = _read_scheduler_file(scheduler_file)  # type: ignore[arg-type]  # not None
+        return _connect_remote(address, spec, "scheduler_file")
+    if kind == "env":
+        return _connect_remote(os.environ[ENV_SCHEDULER_ADDRESS], spec, "env")
+    if kind == "address":
         address = spec.address or _read_scheduler_file(spec.scheduler_file)  # type: ignore[arg-type]
         return _connect_remote(address, spec, "address")
-    if spec.kind == "slurm":
+    if kind == "slurm":
         return _start_slurm(spec)
     return _start_local(spec, worker_preload, forkserver_preload, return_early)
 
@@ -319,10 +322,9 @@ def expected_workers(
     spec = spec if spec is not None else ClusterSpec()
     if client is not None:
         return len(client.scheduler_info(n_workers=-1).get("workers", {})) or None
-    remote = scheduler is not None or scheduler_file is not None
-    if remote or os.environ.get(ENV_SCHEDULER_ADDRESS) or spec.kind != "local":
-        return spec.n_workers
-    return (spec.n_workers or CPU_COUNT) + spec.gpus
+    if connection_kind(spec, scheduler=scheduler, scheduler_file=scheduler_file) == "local":
+        return (spec.n_workers or CPU_COUNT) + spec.gpus
+    return spec.n_workers
 
 
 #: Seconds beyond ``connect_timeout`` that a client's whole start may take: distributed

@@ -52,3 +52,73 @@ def test_local_wins_over_a_scheduler_in_the_environment(monkeypatch):
     from dparallel.cluster.connection import expected_workers
 
     assert expected_workers(kwargs["cluster"]) == 2  # a local cluster of 2, not "unknown"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "cluster", "started"),
+    [
+        (["--local", "2"], True, None, True),  # --local beats the variable (it was skipped)
+        (["--local", "2"], False, None, True),
+        ([], False, None, True),
+        ([], True, None, False),  # the variable's scheduler: no local workers
+        (["--scheduler", "tcp://127.0.0.1:1"], False, None, False),
+        (["--scheduler-file", "s.json"], False, None, False),
+        ([], False, {"kind": "address", "address": "tcp://127.0.0.1:1"}, False),
+        (["--local", "2"], False, {"kind": "address", "address": "tcp://127.0.0.1:1"}, True),
+    ],
+)
+def test_early_forkserver_starts_exactly_when_connect_starts_a_local_cluster(
+    monkeypatch, argv, env, cluster, started
+):
+    """``featurize --local N`` with DASK_SCHEDULER_ADDRESS set skipped the early forkserver:
+    the CLI read the variable before --local dropped it. It now asks connection_kind after
+    the --local rule, as connect() does."""
+    import argparse
+
+    import dparallel.cluster.forkserver as forkserver
+    from dparallel.cli._options import add_cluster_arguments, cluster_kwargs, start_local_forkserver
+    from dparallel.cluster import ClusterSpec
+    from dparallel.cluster.where import connection_kind
+
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    if env:
+        monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")
+    calls: list[tuple] = []
+    monkeypatch.setattr(forkserver, "start_forkserver", lambda *a, **k: calls.append(a))
+    parser = argparse.ArgumentParser()
+    add_cluster_arguments(parser)
+    args = parser.parse_args(argv)
+    spec = None if cluster is None else ClusterSpec(**cluster)
+    start_local_forkserver(args, spec)  # featurize: first, before cluster_kwargs
+    assert bool(calls) is started
+    where = cluster_kwargs(args, spec)  # what connect() is then given
+    kind = connection_kind(where.pop("cluster"), **where)
+    assert (kind == "local") is started
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "checked"),
+    [
+        (["--gpus", "1"], False, True),
+        (["--gpus", "1"], True, False),  # the environment's scheduler: its workers' GPUs
+        (["--gpus", "1", "--local", "2"], True, True),
+        (["--gpus", "1", "--scheduler", "tcp://127.0.0.1:1"], False, False),
+    ],
+)
+def test_gpus_are_checked_on_this_machine_only_for_a_local_cluster(monkeypatch, argv, env, checked):
+    """--gpus N is checked against this machine's GPUs only where connect() starts the
+    cluster here (it was checked with DASK_SCHEDULER_ADDRESS naming a remote scheduler)."""
+    import argparse
+
+    import dparallel.cluster.gpus as gpus
+    from dparallel.cli._options import add_cluster_arguments, cluster_kwargs
+
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    if env:
+        monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")
+    calls: list[int] = []
+    monkeypatch.setattr(gpus, "check_gpus", calls.append)
+    parser = argparse.ArgumentParser()
+    add_cluster_arguments(parser)
+    cluster_kwargs(parser.parse_args(argv))
+    assert bool(calls) is checked

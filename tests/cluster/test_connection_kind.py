@@ -1,0 +1,53 @@
+"""Which cluster a command connects to: one pure decision (``connection_kind``) that
+``connect``, ``expected_workers`` and the CLI's early forkserver start share; tested as a
+precedence table, without starting a cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from dparallel.cluster import ClusterSpec, expected_workers
+from dparallel.cluster.where import connection_kind
+
+ENV = {"DASK_SCHEDULER_ADDRESS": "tcp://10.0.0.1:8786"}
+ADDRESS = ClusterSpec(kind="address", address="tcp://10.0.0.2:8786", n_workers=5)
+
+
+@pytest.mark.parametrize(
+    ("spec", "where", "env", "expected"),
+    [
+        (None, {}, {}, "local"),
+        (ClusterSpec(n_workers=2), {}, {}, "local"),
+        (None, {}, ENV, "env"),  # the variable replaces the default local cluster
+        (None, {}, {"DASK_SCHEDULER_ADDRESS": ""}, "local"),  # empty: not set
+        (ClusterSpec(n_workers=2), {}, ENV, "env"),  # and a spec's local kind
+        (ADDRESS, {}, ENV, "env"),  # and a spec's address
+        (ADDRESS, {}, {}, "address"),
+        (ClusterSpec(kind="slurm"), {}, {}, "slurm"),
+        (None, {"scheduler": "tcp://h:1"}, ENV, "scheduler"),  # --scheduler first
+        (ADDRESS, {"scheduler_file": "s.json"}, ENV, "scheduler_file"),
+        (None, {"scheduler": "tcp://h:1", "scheduler_file": "s.json"}, {}, "scheduler"),
+        (ADDRESS, {"client": object(), "scheduler": "tcp://h:1"}, ENV, "client"),
+    ],
+)
+def test_precedence(spec, where, env, expected) -> None:
+    assert connection_kind(spec, env=env, **where) == expected
+
+
+def test_reads_this_process_environment_by_default(monkeypatch) -> None:
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://10.0.0.1:8786")
+    assert connection_kind() == "env"
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS")
+    assert connection_kind() == "local"
+
+
+@pytest.mark.parametrize("env", [{}, ENV])
+def test_expected_workers_follows_the_same_decision(monkeypatch, env) -> None:
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    local = ClusterSpec(n_workers=3, gpus=1)
+    for spec, where in [(local, {}), (ADDRESS, {}), (local, {"scheduler": "tcp://h:1"})]:
+        kind = connection_kind(spec, **where)
+        expected = 4 if kind == "local" else spec.n_workers  # 3 CPU + 1 GPU worker, else given
+        assert expected_workers(spec, **where) == expected
