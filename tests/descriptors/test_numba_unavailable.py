@@ -130,6 +130,16 @@ def test_unknown_backend_names_one_error_shape() -> None:
         "unknown ACSF backend 'cuda' (from backend= argument); "
         "expected one of 'auto', 'torch', 'numba', 'triton'"
     )
+    from dparallel.deploy import DeployedModel
+    from dparallel.train import HDNNP
+
+    acsf = _acsf()
+    net = HDNNP(acsf.elements, {e: acsf.n_features(e) for e in acsf.elements}, hidden=(4,))
+    with pytest.raises(BackendUnavailableError) as deployed_error:
+        DeployedModel(acsf, net.double(), torch.float64).predict(
+            StructureBatch.from_ase(_structures()), backend="cuda"
+        )
+    assert str(deployed_error.value) == str(acsf_error.value)
     assert str(sums_error.value) == (
         "unknown kernel backend 'cuda' (from backend= argument); "
         "expected one of 'auto', 'torch', 'chunked', 'numba', 'triton'"
