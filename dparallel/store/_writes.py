@@ -414,7 +414,8 @@ class StoreWrites(OpenedStore):
         )
 
     def write_atom_array(self, name: str, p: int, values: np.ndarray) -> None:
-        """Write partition ``p``'s rows (n_atoms of p, *trailing) of ``atoms/<name>``."""
+        """Write partition ``p``'s rows (n_atoms of p, *trailing) of ``atoms/<name>``: one
+        chunk, by :meth:`_write_rows` (stored even if all fill: missing, it is damage)."""
         p = self._writable_partition(p)
         arr = self._array(f"atoms/{name}")
         A = self.atom_slots
@@ -426,7 +427,7 @@ class StoreWrites(OpenedStore):
             )
         full = np.full((A, *arr.shape[1:]), arr.fill_value, dtype=arr.dtype)
         full[: values.shape[0]] = values
-        arr[p * A : (p + 1) * A] = full
+        self._write_rows([(f"atoms/{name}", slice(p * A, (p + 1) * A), full)])
 
 
 async def _make_groups(

@@ -213,3 +213,40 @@ def test_mismatch_error_names_the_callers_overwrite_option_and_pickles():
     assert plain.naming("--set store.overwrite=true") is plain  # names no option: unchanged
     back = pickle.loads(pickle.dumps(named))
     assert str(back) == str(named) and back.overwrite_option == named.overwrite_option
+
+
+@pytest.mark.parametrize("where", ["folder", "url", "memory"])
+def test_fill_valued_atom_and_partition_arrays_are_stored(tmp_path, xyz, where):
+    """All-zero rows (the fill value) are a chunk like any other: a done partition reads
+    them back, where a missing chunk would be damage."""
+    from zarr.storage import MemoryStore
+
+    target = {
+        "folder": tmp_path / "s.zarr",
+        "url": f"memory://fill-valued-{tmp_path.name}/s.zarr",
+        "memory": MemoryStore(),
+    }[where]
+    src = open_source(xyz)
+    store = create_store(
+        target,
+        source_fingerprint=src.fingerprint(),
+        plan=plan_partitions(src.atom_counts, 40),
+        config={"ingest": {"x": 1}},
+    )
+    store.create_atom_array("charge", (), np.float32)
+    store.create_atom_array("dipole", (3,), np.float64)
+    batch = src.read()
+    for p in range(store.n_partitions):
+        a, b = store.partition_range(p)
+        store.write_structures(p, batch.select(a, b), source_index=np.arange(a, b))
+        n = int(batch.offsets[b] - batch.offsets[a])
+        store.write_atom_array("charge", p, np.zeros(n, np.float32))
+        store.write_atom_array("dipole", p, np.zeros((n, 3)))
+        store.write_partition_arrays(p, {"zero": np.zeros((2, 2)), "off": np.zeros(3, bool)})
+        store.mark_done(p)
+    ro = open_store(target if where != "memory" else store.zarr_store)
+    assert ro.is_complete
+    np.testing.assert_array_equal(ro.read_atom_array("charge", 0, 30), np.zeros(batch.n_atoms))
+    assert ro.read_atom_array("dipole", 3, 9).shape == (batch.offsets[9] - batch.offsets[3], 3)
+    got = ro.read_partition_arrays(1)
+    assert got["zero"].tolist() == [[0, 0], [0, 0]] and got["off"].tolist() == [False] * 3
