@@ -212,11 +212,23 @@ class StoreReads(OpenedStore):
 
     def read_partition(self, p: int) -> StructureBatch:
         """The structures partition ``p`` stored (it must be done)."""
+        p, n = self._done_count(p)
+        return self._read_partition_rows(p, 0, n)[0]
+
+    def partition_source_indices(self, p: int) -> np.ndarray:
+        """(S_p,) int64 source index of each structure partition ``p`` stored (it must be
+        done; a store still incomplete has them too, unlike :meth:`source_indices`)."""
+        p, n = self._done_count(p)
+        K = self.structure_slots
+        return self._read_written("structures/source_index", p * K, p * K + n)
+
+    def _done_count(self, p: int) -> tuple[int, int]:
+        """``(p, structures it stored)`` for a done partition ``p``; else a
+        :class:`StoreIncompleteError`."""
         p = int(p)
         if not self._is_done(p):
             raise StoreIncompleteError(f"{self.location}: partition {p} is not done")
-        n = int(self._read_written("partitions/n_structures", p, p + 1)[0])
-        return self._read_partition_rows(p, 0, n)[0]
+        return p, int(self._read_written("partitions/n_structures", p, p + 1)[0])
 
     # ---------------------------------------------------------- summary
     def arrays(self) -> dict[str, dict[str, Any]]:

@@ -118,24 +118,13 @@ def build_split_index(
         raise TrainingError(f"{store.target}: no partition is done; featurize the store first")
     ids: dict[int, np.ndarray] = {}
     split: dict[int, np.ndarray] = {}
-    start = 0
-    # one snapshot: a store still being written may complete during the loop
-    complete = len(parts) == store.n_partitions
-    # stored structures are numbered over done partitions in partition order
-    for p in parts:
+    for p in parts:  # a store still incomplete stores the source index of its structures too
         batch = store.read_partition(p)
-        n = batch.n_structures
-        ids[p] = store.source_indices(start, start + n) if complete else _local_ids(p, n)
+        ids[p] = store.partition_source_indices(p).astype(np.int64)
         split[p] = assign_splits(ids[p], batch.tags, validation, test, seed)
-        start += n
         if visit is not None:
             visit(p, batch, split[p])
     return SplitIndex(parts, ids, split)
-
-
-def _local_ids(p: int, n: int) -> np.ndarray:
-    """Ids for an incomplete store (source indices need a complete one): p·2³² + s."""
-    return (np.int64(p) << np.int64(32)) + np.arange(n, dtype=np.int64)
 
 
 def train_cache_bytes() -> int:

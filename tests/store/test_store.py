@@ -194,6 +194,20 @@ def test_skipped_records_and_info(tmp_path):
     assert [i for i, _ in store.skipped()] == [3, 8]
     assert "line 17: atom 0: non-finite coordinates" in store.skipped()[0][1]  # its line
     np.testing.assert_array_equal(store.source_indices(), [0, 1, 2, 4, 5, 6, 7, 9])
+    by_partition = [store.partition_source_indices(p) for p in range(store.n_partitions)]
+    np.testing.assert_array_equal(np.concatenate(by_partition), store.source_indices())
+    # an incomplete store has no source_indices(), its done partitions still have theirs
+    last = store.n_partitions - 1
+    writable = open_store(tmp_path / "s.zarr", mode="r+")
+    writable.clear_done(last)
+    with pytest.raises(StoreIncompleteError, match="are not done"):
+        open_store(tmp_path / "s.zarr").source_indices()
+    np.testing.assert_array_equal(
+        open_store(tmp_path / "s.zarr").partition_source_indices(0), by_partition[0]
+    )
+    with pytest.raises(StoreIncompleteError, match=f"partition {last} is not done"):
+        open_store(tmp_path / "s.zarr").partition_source_indices(last)
+    writable.mark_done(last)
     info = store.info()
     assert info["n_skipped"] == 2 and info["skipped"][1]["index"] == 8
     assert info["complete"] and info["partitions_done"] == info["partitions_total"]

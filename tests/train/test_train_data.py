@@ -203,3 +203,39 @@ def test_force_weight_start_is_refused_with_kalman(schedule: str) -> None:
         parse_training_spec(
             None, ["force_weight_start=3", "optimizer=kalman", f"schedule={schedule}"]
         )
+
+
+def test_an_incomplete_store_splits_its_structures_as_the_complete_store(tmp_path) -> None:  # noqa: ANN001
+    """Ids are the stored source indices, done partitions only: the split of a structure
+    does not change as more partitions land (metrics.json's test_ids are source indices)."""
+    import ase.io
+
+    from dparallel.io import open_source
+    from dparallel.io.synthetic import random_structures
+    from dparallel.store import open_store
+    from dparallel.workflow.ingest import IngestOptions, ingest_partition, prepare_ingest
+
+    frames = random_structures(40, np.random.default_rng(0), max_atoms=5)
+    ase.io.write(tmp_path / "data.xyz", frames, format="extxyz")
+    src = open_source(tmp_path / "data.xyz")
+    store = prepare_ingest(src, tmp_path / "s.zarr", IngestOptions(partition_atoms=40))
+    assert store.n_partitions >= 3
+    missing = store.n_partitions // 2  # a partition in the middle lands last
+    for p in range(store.n_partitions):
+        if p != missing:
+            ingest_partition(src, store, p)
+    part = build_split_index(open_store(tmp_path / "s.zarr"), 0.2, 0.2, seed=3)
+    ingest_partition(src, store, missing)
+    whole = build_split_index(open_store(tmp_path / "s.zarr"), 0.2, 0.2, seed=3)
+    assert missing not in part.partitions and whole.partitions == list(range(store.n_partitions))
+    for p in part.partitions:
+        a, b = store.partition_range(p)
+        np.testing.assert_array_equal(part.ids[p], np.arange(a, b))  # the source indices
+        np.testing.assert_array_equal(part.split[p], whole.split[p])
+    tags = np.full(40, "", dtype=object)
+    reference = assign_splits(np.arange(40), tags, 0.2, 0.2, seed=3)  # by source index
+    for name, code in (("train", 0), ("validation", 1), ("test", 2)):
+        want = np.flatnonzero(reference == code)
+        np.testing.assert_array_equal(whole.ids_of(name), want)
+        a, b = store.partition_range(missing)
+        np.testing.assert_array_equal(part.ids_of(name), want[(want < a) | (want >= b)])

@@ -197,3 +197,33 @@ def test_plots_on_a_full_disk_are_one_warning_line(tmp_path, monkeypatch, caplog
     with caplog.at_level(logging.DEBUG, logger="dparallel.train.reporting"):
         reporting.write_plots(tmp_path, [{"epoch": 0}], {})
     assert [r.exc_info is not None for r in caplog.records] == [False, True]
+
+
+def test_resume_after_more_partitions_landed_keeps_every_structures_split(
+    trained,  # noqa: ANN001
+    tmp_path,  # noqa: ANN001
+) -> None:
+    """The checkpoint holds no split: a resumed run splits what is done then by source
+    index, so the first run's test and validation structures stay there and the newly
+    done partition's structures join theirs (metrics.json: source indices)."""
+    from dparallel.store import open_store
+    from dparallel.train.data import build_split_index
+
+    store, _ = trained
+    copy = tmp_path / "part.zarr"
+    shutil.copytree(store.path, copy)
+    writer = open_store(copy, mode="r+")
+    writer.clear_done(1)
+    spec = SPEC.model_copy(update={"allow_incomplete": True, "epochs": 1,
+                                   "validation_fraction": 0.25, "test_fraction": 0.25})  # fmt: skip
+    train_model(copy, tmp_path / "m", spec)
+    first = json.loads((tmp_path / "m" / "metrics.json").read_text())
+    writer.mark_done(1)
+    train_model(copy, tmp_path / "m", spec.model_copy(update={"epochs": 2}), resume=True)
+    second = json.loads((tmp_path / "m" / "metrics.json").read_text())
+    whole = build_split_index(open_store(copy), 0.25, 0.25, seed=1)
+    a, b = store.partition_range(1)
+    for key, name in (("test_ids", "test"), ("validation_ids", "validation")):
+        want = whole.ids_of(name).tolist()
+        assert second[key] == want and want  # source indices of the complete store's split
+        assert first[key] == [i for i in want if not a <= i < b]
