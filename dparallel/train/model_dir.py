@@ -39,7 +39,7 @@ MODEL_FILES = (
     "metrics.csv",
     "metrics.json",
     "data_units.json",
-    "store.json",
+    "store.json",  # which store, as `dparallel run` recorded it before the marker did
     "*.png",
     "deployed.pt",
     "export.json",
@@ -82,6 +82,15 @@ def _read_marker(model_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def trained_from(model_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The identity (:func:`~dparallel.store.store_identity`) of the store the model in
+    ``model_dir`` is trained from, as its marker records it; ``None`` where it records none
+    (no marker, or one written before identities were recorded)."""
+    recorded = _read_marker(Path(model_dir)).get("store")
+    identity = recorded.get("identity") if isinstance(recorded, dict) else None
+    return identity if isinstance(identity, dict) else None
 
 
 def _remove_old_model(model_dir: Path) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dparallel.workflow.run_dirs import choose_model_dir, record_store, store_identity
+from dparallel.workflow.run_dirs import choose_model_dir
 
 if TYPE_CHECKING:
     import os
@@ -203,7 +203,7 @@ def _training_needed(
     target = choose_model_dir(
         result.model_dir,
         spec.training.to_dict(),
-        store_identity(spec.store_location(), spec.store.path),
+        None if featurize_needed else _identity(spec.store_location()),
         featurize_needed,
     )
     result.model_dir = target.path
@@ -211,6 +211,13 @@ def _training_needed(
         result.notes.append(target.reason)
         say(f"train: {target.reason}")
     return target.train
+
+
+def _identity(store: Location) -> dict[str, Any]:
+    """The identity of the (current) store at ``store``, as training records it."""
+    from dparallel.store import open_store, store_identity
+
+    return store_identity(open_store(store))
 
 
 def _write_scaling(store: Location, statistics: Any) -> Location:
@@ -255,7 +262,6 @@ def _train(
         say(f"train: the checkpoint in {model_dir} is not resumed ({exc}); training afresh")
         resume = False
         trained = train(opened, model_dir, spec.training, callback=callbacks)
-    record_store(model_dir, store_identity(store_path, spec.store.path))
     record_data_units(model_dir, opened)
     return {"validation": trained.validation, "test": trained.test}, resume
 

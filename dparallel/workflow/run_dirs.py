@@ -3,8 +3,11 @@
 A model directory holding a finished model (``model.pt`` and final metrics) trained with
 another training spec, or from another store, is kept; the run trains into the first
 sibling ``<model_dir>-2``, ``-3``, … that is free, or reuses one that already holds a
-model of this very configuration. ``store.json`` in a model directory records which store
-(its path and creation time) the model was trained from.
+model of this very configuration. Which store a model is trained from is the store
+identity (:func:`dparallel.store.store_identity`: a uuid new with every store made) that
+training records in the model directory's marker
+(:func:`dparallel.train.model_dir.trained_from`); a finished model whose marker records
+none (made by an older dparallel) counts as trained from another store.
 """
 
 from __future__ import annotations
@@ -13,15 +16,10 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dparallel._files import write_file
-from dparallel.io.location import Location, as_location
-
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["ModelTarget", "choose_model_dir", "record_store", "store_identity"]
-
-STORE_JSON = "store.json"
+__all__ = ["ModelTarget", "choose_model_dir"]
 
 
 @dataclass(frozen=True)
@@ -67,26 +65,31 @@ def _what_trained(spec: Any) -> Any:
     return {**spec, **_WHERE_TRAINED} if isinstance(spec, dict) else spec
 
 
-def _mismatch(model_dir: Path, training: dict[str, Any], store: dict[str, Any]) -> str:
+def _mismatch(model_dir: Path, training: dict[str, Any], store: dict[str, Any] | None) -> str:
     """Why the finished model in ``model_dir`` is not of this configuration ("" if it is)."""
     saved = _what_trained(_read(model_dir / "spec.json"))
     training = _what_trained(training)
     if saved != training:
         return "training " + ", ".join(_changed(saved, training)[:4] or ["spec unreadable"])
-    recorded = _read(model_dir / STORE_JSON)
-    if recorded is not None and recorded != store:
-        return "it was trained from an earlier store (featurized again since)"
+    from dparallel.train.model_dir import trained_from  # here: it loads torch
+
+    recorded = trained_from(model_dir)
+    if recorded is None:
+        return "it records no store identity (trained by an older dparallel)"
+    if recorded != store:
+        return "it was trained from another store (featurized again since)"
     return ""
 
 
 def choose_model_dir(
-    model_dir: Path, training: dict[str, Any], store: dict[str, Any], refeaturized: bool
+    model_dir: Path, training: dict[str, Any], store: dict[str, Any] | None, refeaturized: bool
 ) -> ModelTarget:
     """The directory this run trains into (or whose model it reuses), never discarding one.
 
-    ``training``: the training spec (``to_dict()``); ``store``: :func:`store_identity` of
-    the store it trains from; ``refeaturized``: the store is being made again this run
-    (no existing model can be of it).
+    ``training``: the training spec (``to_dict()``); ``store``: the
+    :func:`~dparallel.store.store_identity` of the store it trains from (``None`` where
+    there is none yet); ``refeaturized``: the store is being made again this run (no
+    existing model can be of it).
     """
     if not _finished(model_dir):
         return ModelTarget(model_dir, train=True)
@@ -110,27 +113,3 @@ def _kept(model_dir: Path, why: str, sibling: Path, train: bool) -> str:
     return (
         f"{model_dir} holds a finished model of another configuration ({why}); it is kept, {action}"
     )
-
-
-def store_identity(store: Path | Location, shown: str | None = None) -> dict[str, Any]:
-    """Which store a model is trained from: its path (``shown``: as the user wrote it)
-    and creation time (``None`` while there is no store)."""
-    location = as_location(store)
-    if location.local is not None:
-        doc = _read(location.local / "zarr.json")
-        attrs = doc.get("attributes", {}) if isinstance(doc, dict) else {}
-        block = attrs.get("dparallel", {}) if isinstance(attrs, dict) else {}
-    else:
-        from dparallel.errors import StoreError
-        from dparallel.store import open_store
-
-        try:
-            block = open_store(location).attrs
-        except StoreError:
-            block = {}
-    return {"path": shown if shown is not None else str(store), "created": block.get("created")}
-
-
-def record_store(model_dir: Path, store: dict[str, Any]) -> None:
-    """Write ``store.json`` (which store the model in ``model_dir`` was trained from)."""
-    write_file(model_dir / STORE_JSON, json.dumps(store, indent=1) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dparallel.train.model_dir import MARKER
 from dparallel.workflow.run_dirs import choose_model_dir
 from dparallel.workflow.spec import load_workflow
 
@@ -21,9 +22,11 @@ def test_device_and_data_on_device_do_not_make_a_model_stale(tmp_path) -> None: 
     (model / "spec.json").write_text(json.dumps(saved))
     (model / "metrics.json").write_text(json.dumps({"final": {}}))
     (model / "model.pt").write_bytes(b"")
+    store = {"identity": "0123456789abcdef0123456789abcdef", "created": "2026-01-01T00:00:00"}
+    (model / MARKER).write_text(json.dumps({"store": {"location": "s.zarr", "identity": store}}))
 
     def reused() -> bool:
-        target = choose_model_dir(model, training, {}, refeaturized=False)
+        target = choose_model_dir(model, training, store, refeaturized=False)
         return target.path == model and not target.train
 
     assert reused()

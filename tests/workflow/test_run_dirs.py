@@ -7,23 +7,31 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dparallel.workflow.run_dirs import choose_model_dir, record_store
+from dparallel.train.model_dir import MARKER
+from dparallel.workflow.run_dirs import choose_model_dir
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 SPEC = {"epochs": 300, "seed": 0}
-STORE = {"path": "s.zarr", "created": "2026-01-01T00:00:00+00:00"}
+STORE = {"identity": "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "created": "2026-01-01T00:00:00+00:00"}
 
 
-def _finished(model_dir: Path, spec: dict, store: dict | None = STORE) -> bytes:
-    model_dir.mkdir(parents=True)
+def _model_files(model_dir: Path, spec: dict) -> None:
+    """What a finished training run leaves in ``model_dir`` (its marker aside)."""
+    model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "model.pt").write_bytes(b"weights of a 300-epoch model")
     (model_dir / "metrics.json").write_text(json.dumps({"final": {"test": {}}}))
     (model_dir / "spec.json").write_text(json.dumps(spec))
+
+
+def _finished(model_dir: Path, spec: dict, store: dict | None = STORE) -> None:
+    """A finished model in ``model_dir``; its marker records ``store`` as training does."""
+    _model_files(model_dir, spec)
+    marker: dict = {"kind": "model"}
     if store is not None:
-        record_store(model_dir, store)
-    return (model_dir / "model.pt").read_bytes()
+        marker["store"] = {"location": "s.zarr", "identity": store}
+    (model_dir / MARKER).write_text(json.dumps(marker))
 
 
 def test_no_model_or_an_unfinished_one_is_trained_in_place(tmp_path):
@@ -61,17 +69,55 @@ def test_a_changed_spec_trains_into_a_new_directory_and_says_so(tmp_path):
 def test_a_new_store_never_reuses_a_model_of_the_old_one(tmp_path):
     model = tmp_path / "model"
     _finished(model, SPEC)
-    target = choose_model_dir(model, SPEC, STORE, True)
+    target = choose_model_dir(model, SPEC, None, True)
     assert target.train and target.path == tmp_path / "model-2"
-    _finished(target.path, SPEC, {**STORE, "created": "later"})
-    again = choose_model_dir(model, SPEC, {**STORE, "created": "later"}, False)
+    other = {**STORE, "identity": "a store made again, in the same second"}
+    _finished(target.path, SPEC, other)
+    again = choose_model_dir(model, SPEC, other, False)
     assert again.path == tmp_path / "model-2" and not again.train
-    assert "earlier store" in again.reason
+    assert "another store" in again.reason
 
 
-def test_a_model_without_store_json_counts_as_of_this_store(tmp_path):
-    _finished(tmp_path / "model", SPEC, store=None)  # trained before store.json existed
-    assert not choose_model_dir(tmp_path / "model", SPEC, STORE, False).train
+def test_a_model_that_records_no_store_identity_is_kept_and_trained_beside(tmp_path):
+    """Made by an older dparallel (no identity in its marker; ``store.json`` held the path
+    and the creation time, to the second, which cannot tell two stores apart)."""
+    model = tmp_path / "model"
+    _finished(model, SPEC, store=None)
+    (model / "store.json").write_text(json.dumps({"path": "s.zarr", "created": STORE["created"]}))
+    target = choose_model_dir(model, SPEC, STORE, False)
+    assert target.train and target.path == tmp_path / "model-2"
+    assert "records no store identity" in target.reason and (model / "model.pt").exists()
+
+
+def test_a_store_is_known_by_its_identity_not_its_path_or_creation_second(tmp_path):
+    """Two stores made at one path within a second are two stores; one store named by
+    another spelling of its path is the same (what training records, run compares)."""
+    import ase.io
+    import numpy as np
+
+    from dparallel.io.location import as_location
+    from dparallel.io.synthetic import random_structures
+    from dparallel.store import open_store
+    from dparallel.train.model_dir import claim_model_dir
+    from dparallel.workflow.ingest import IngestOptions, ingest
+    from dparallel.workflow.run import _identity
+
+    for i, n in enumerate((6, 7)):
+        frames = random_structures(n, np.random.default_rng(i), max_atoms=5)
+        ase.io.write(tmp_path / f"d{i}.xyz", frames, format="extxyz")
+    ingest(tmp_path / "d0.xyz", tmp_path / "s.zarr", IngestOptions())
+    model = tmp_path / "model"
+    with claim_model_dir(model, open_store(tmp_path / "s.zarr")):  # records the identity
+        _model_files(model, SPEC)
+    (tmp_path / "sub").mkdir()
+    spelled = as_location(str(tmp_path / "sub" / ".." / "s.zarr"))
+    assert not choose_model_dir(model, SPEC, _identity(spelled), False).train
+    created = open_store(tmp_path / "s.zarr").attrs["created"]
+    ingest(tmp_path / "d1.xyz", tmp_path / "s.zarr", IngestOptions(overwrite=True))
+    remade = _identity(as_location(tmp_path / "s.zarr"))
+    target = choose_model_dir(model, SPEC, remade, False)
+    assert target.train and target.path == tmp_path / "model-2", (created, remade)
+    assert "another store" in target.reason
 
 
 @pytest.mark.integration
