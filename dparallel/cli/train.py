@@ -100,9 +100,6 @@ def run(args: argparse.Namespace) -> int:
             result = train(
                 args.store, args.output, spec, resume=args.resume, callback=[publisher, bar.update]
             )
-        from dparallel.train.data_units import record_data_units
-
-        record_data_units(result.model_dir, args.store)
     except KeyboardInterrupt:
         checkpoint = Path(args.output) / "checkpoint.pt"
         kept = (

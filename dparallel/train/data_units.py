@@ -9,34 +9,29 @@ reads data in them unless told otherwise (with a warning).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dparallel._files import write_file
 
 if TYPE_CHECKING:
+    import os
+
     from dparallel.store import Store
 
 DATA_UNITS_JSON = "data_units.json"
 
 
-def record_data_units(
-    model_dir: str | os.PathLike[str], store: Store | str | os.PathLike[str]
-) -> None:
-    """Write ``data_units.json`` in ``model_dir``: the units of the store's (open, or its
-    path) source file (``config.ingest.units``), if recorded."""
+def record_data_units(model_dir: str | os.PathLike[str], store: Store) -> None:
+    """Write ``data_units.json`` in ``model_dir``: the units of the store's source file
+    (``config.ingest.units``), if recorded, and the store's location. Written once, by
+    :func:`~dparallel.train.train` (a store at a URL as a local one)."""
     try:
-        if isinstance(store, (str, os.PathLike)):
-            attrs = json.loads((Path(store) / "zarr.json").read_text())["attributes"]["dparallel"]
-        else:
-            attrs = store.attrs
-        units = attrs["config"]["ingest"]["units"]
-    except (OSError, ValueError, KeyError, TypeError):
+        units = store.attrs["config"]["ingest"]["units"]
+    except (KeyError, TypeError):
         return
     if isinstance(units, str):
-        where = store if isinstance(store, (str, os.PathLike)) else store.location
-        doc = {"data_units": units, "store": str(where)}
+        doc = {"data_units": units, "store": str(store.location)}
         write_file(Path(model_dir) / DATA_UNITS_JSON, json.dumps(doc, indent=1) + "\n")
 
 

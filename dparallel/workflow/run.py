@@ -248,7 +248,6 @@ def _train(
     from dparallel.errors import CheckpointMismatchError
     from dparallel.store import open_store
     from dparallel.train import train
-    from dparallel.train.data_units import record_data_units
 
     assert spec.training is not None
     callbacks = [epoch_publisher(spec.name), *([on_epoch] if on_epoch else [])]
@@ -262,7 +261,6 @@ def _train(
         say(f"train: the checkpoint in {model_dir} is not resumed ({exc}); training afresh")
         resume = False
         trained = train(opened, model_dir, spec.training, callback=callbacks)
-    record_data_units(model_dir, opened)
     return {"validation": trained.validation, "test": trained.test}, resume
 
 

@@ -227,3 +227,43 @@ def test_resume_after_more_partitions_landed_keeps_every_structures_split(
         want = whole.ids_of(name).tolist()
         assert second[key] == want and want  # source indices of the complete store's split
         assert first[key] == [i for i in want if not a <= i < b]
+
+
+def test_data_units_json_is_written_once_by_training_for_any_store(
+    trained,  # noqa: ANN001
+    tmp_path,  # noqa: ANN001
+    monkeypatch,  # noqa: ANN001
+) -> None:
+    """Training writes it (the CLI wrote it again from the store as typed, a path read by
+    hand: another ``store`` in it, and nothing for a URL); a store at a URL records the
+    same units as a local one."""
+    from dparallel.store import create_store, open_store
+    from dparallel.train import data_units
+
+    store, _ = trained
+    writes = []
+    original = data_units.write_file
+
+    def spy(path, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        writes.append(path)
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(data_units, "write_file", spy)
+    monkeypatch.chdir(store.path.parent)
+    argv = ["train", store.path.name, "-o", str(tmp_path / "m"), "-q",
+            "--set", "epochs=1", "--set", "hidden=[4]"]  # fmt: skip
+    assert main(argv) == 0
+    assert writes == [tmp_path / "m" / "data_units.json"]
+    recorded = json.loads((tmp_path / "m" / "data_units.json").read_text())
+    assert recorded == {"data_units": "ase", "store": str(open_store(store.path).location)}
+    # the same from a store at a URL (only the location differs)
+    config = {"ingest": {"units": store.attrs["config"]["ingest"]["units"]}}
+    url = f"memory://data-units-{tmp_path.name}/s.zarr"
+    args = {"source_fingerprint": store.attrs["source"], "plan": store.plan, "config": config}
+    for target, folder in ((url, "url"), (tmp_path / "s.zarr", "local")):
+        (tmp_path / folder).mkdir()
+        data_units.record_data_units(tmp_path / folder, create_store(target, **args))
+    local = json.loads((tmp_path / "local" / "data_units.json").read_text())
+    remote = json.loads((tmp_path / "url" / "data_units.json").read_text())
+    assert local == {**remote, "store": str(tmp_path / "s.zarr")} and remote["store"] == url
+    assert remote["data_units"] == "ase"
