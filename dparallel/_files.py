@@ -55,6 +55,7 @@ __all__ = [
     "refuse_links",
     "remove_file",
     "restore_in_place",
+    "sample_names",
     "strict_json",
     "sync_pending",
     "temporary_name",
@@ -500,7 +501,8 @@ def strict_json(
     return json.dumps(plain, indent=indent, allow_nan=False, sort_keys=sort_keys)
 
 
-def _sample(names: Iterable[str], most: int = 5) -> str:
+def sample_names(names: Iterable[str], most: int = 5) -> str:
+    """``names`` sorted, the first ``most`` of them joined (``… and N more``): for messages."""
     shown = sorted(names)
     text = ", ".join(shown[:most])
     return text + (f" and {len(shown) - most} more" if len(shown) > most else "")
@@ -563,7 +565,7 @@ def claim_directory(
     if entries and not (adopt is not None and adopt(entries)):
         raise UnsafePathError(
             f"refusing to write a {what} into {given}: it holds files dparallel did not "
-            f"write ({_sample(entries)}); a {what} folder must be new, empty or one "
+            f"write ({sample_names(entries)}); a {what} folder must be new, empty or one "
             "dparallel made: choose another output directory"
         )
     target.mkdir(parents=True, exist_ok=True)

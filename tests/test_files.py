@@ -189,3 +189,15 @@ def test_an_output_folder_is_ours_only_when_new_empty_or_marked(tmp_path: Path) 
         claim_directory(tmp_path / "file", ".mark", "model")
     assert (user / "metrics.csv").read_text() == "the user's"
     assert _files.temporary_name(tmp_path / "c.0").name.startswith("c.0.")
+
+
+def test_sample_names_is_the_one_list_of_names_in_messages():
+    """What the output-folder refusals of ``_files`` and of the store (``store/_safety``)
+    show of a folder's entries: one helper, at layer 0."""
+    from dparallel._files import sample_names
+    from dparallel.store import _safety
+
+    assert sample_names(["b", "a"]) == "a, b"
+    assert sample_names([f"f{i}" for i in range(7)]) == "f0, f1, f2, f3, f4 and 2 more"
+    assert sample_names(["c", "b", "a"], most=1) == "a and 2 more"
+    assert _safety.sample_names is sample_names

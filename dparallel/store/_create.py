@@ -165,10 +165,6 @@ class StoreStatus:
         """A matching store with every partition done."""
         return self.matches and self.complete
 
-    def refusal(self) -> str:
-        """Why it cannot be used without replacing it; suggests ``--overwrite`` only for stores."""
-        return str(self.mismatch_error())
-
     def mismatch_error(self) -> StoreMismatchError:
         """The error that refuses it; it names :data:`OVERWRITE_OPTION` (only for a store),
         which a caller that spells the option otherwise rewords

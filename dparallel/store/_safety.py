@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dparallel._files import sample_names
 from dparallel.errors import StoreMismatchError, UnsafePathError
 from dparallel.store._own_files import STORE_ENTRIES, foreign_files
 
@@ -100,12 +101,6 @@ def _danger(target: Path, protect: Iterable[str | os.PathLike[str]]) -> str | No
     return None
 
 
-def _sample(names: Iterable[str], most: int = 5) -> str:
-    shown = sorted(names)
-    text = ", ".join(shown[:most])
-    return text + (f" and {len(shown) - most} more" if len(shown) > most else "")
-
-
 def not_ours(path: str | os.PathLike[str]) -> str:
     """Why ``path`` (a file, or a folder without a readable dparallel store) is not replaced.
 
@@ -127,7 +122,7 @@ def not_ours(path: str | os.PathLike[str]) -> str:
             f"if it is (rm -r {given}), or {advice}"
         )
     return (
-        f"{given} exists and is not a dparallel store (it holds {_sample(entries)}); "
+        f"{given} exists and is not a dparallel store (it holds {sample_names(entries)}); "
         f"dparallel writes only into a new path, an empty directory or its own stores: "
         f"{advice}"
     )
@@ -202,6 +197,6 @@ def check_replaceable(
     if foreign:
         raise StoreMismatchError(
             f"{given} is a dparallel store but also holds files dparallel did not write "
-            f"({_sample(foreign)}); move them out first"
+            f"({sample_names(foreign)}); move them out first"
         )
     return target
