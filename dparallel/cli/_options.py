@@ -24,10 +24,10 @@ def local_argument(what: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         import argparse
 
-        from dparallel.io.location import LocationError, local_path
+        from dparallel.io.location import LocationError, require_local_path
 
         try:
-            return str(local_path(text, what))
+            return str(require_local_path(text, what))
         except LocationError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -34,7 +34,7 @@ __all__ = [
     "Where",
     "as_location",
     "is_url",
-    "local_path",
+    "require_local_path",
 ]
 
 #: Bytes a remote file is read in: one ranged request each.
@@ -278,7 +278,7 @@ def as_location(target: Where, storage_options: dict[str, Any] | None = None) ->
     return Location(str(_local_text(text).expanduser().absolute()), options)
 
 
-def local_path(target: str | os.PathLike[str], what: str) -> Path:
+def require_local_path(target: str | os.PathLike[str], what: str) -> Path:
     """``target`` as the local path it names (``~`` expanded, ``file://`` dropped, relative
     kept relative), or a :class:`LocationError` saying that ``what`` needs one: a URL is
     never taken for a relative path (``s3://b/m`` is not ``./s3:/b/m``)."""

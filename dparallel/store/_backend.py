@@ -31,9 +31,9 @@ from dparallel.store._s3 import s3_zarr_store
 __all__ = [
     "Backend",
     "StoreTarget",
-    "local_path",
     "open_backend",
     "remote_location",
+    "store_folder",
 ]
 
 #: Where a dparallel store lives: a local path, a URL, or a zarr store object.
@@ -64,8 +64,10 @@ def remote_location(target: object) -> Location | None:
     return None
 
 
-def local_path(target: StoreTarget) -> Path | None:
-    """The (resolved) folder of ``target`` if it is a local store; ``None`` otherwise."""
+def store_folder(target: StoreTarget) -> Path | None:
+    """The (resolved) folder of ``target`` if it is a local store; ``None`` otherwise (a
+    URL, another zarr store): a question, where :func:`~dparallel.io.location.require_local_path`
+    refuses a URL."""
     if isinstance(target, LocalStore):
         return Path(target.root).expanduser().resolve()
     if isinstance(target, ZarrStore):
@@ -101,9 +103,8 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
         except (ImportError, ValueError, TypeError) as exc:
             raise StoreError(f"cannot open {remote} as a zarr store: {exc}") from exc
         return Backend(store, None, str(remote), remote, root)
-    local = (
-        local_path(target) if isinstance(target, (str, os.PathLike, ZarrStore, Location)) else None
-    )
+    named = isinstance(target, (str, os.PathLike, ZarrStore, Location))
+    local = store_folder(target) if named else None
     if local is not None:
         return Backend(LocalStore(local, read_only=read_only), local, str(local))
     if isinstance(target, ZarrStore):

@@ -31,7 +31,7 @@ import zarr
 from zarr.core.sync import sync
 
 from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError
-from dparallel.store._backend import StoreTarget, local_path, open_backend
+from dparallel.store._backend import StoreTarget, open_backend, store_folder
 from dparallel.store._dims import structure_dims
 from dparallel.store._layout import (
     _PARTITION_ARRAYS,
@@ -200,7 +200,7 @@ def store_status(
     run derives its partitioning (from the data and its workers), so a store of any
     partitioning matches; ``ingest.partition_atoms`` is then not compared either.
     """
-    target = local_path(path)
+    target = store_folder(path)
     if target is None:
         raise StoreError(f"store_status compares a folder; {path} is not one (open_store it)")
     if not (target.exists() or target.is_symlink()):
@@ -422,7 +422,7 @@ def create_store(
     StoreBusyError
         Another run holds the store's lease.
     """
-    if (local := local_path(path)) is None:  # not a folder: no lease, no build aside, rename
+    if (local := store_folder(path)) is None:  # not a folder: no lease, no build aside, rename
         return _create_in_place(path, source_fingerprint, plan, config, overwrite, any_plan)
     path = local
     config = _jsonable(config)
@@ -549,7 +549,7 @@ def publish_store(store: Store) -> Store:
 def open_store(path: StoreTarget, mode: Literal["r", "r+"] = "r") -> Store:
     """Open an existing dparallel store (``mode="r"`` read-only, ``"r+"`` to write): a
     folder, a URL or a zarr store."""
-    local = local_path(path)
+    local = store_folder(path)
     if local is None:
         return Store(path, mode=mode)
     if not local.exists():

@@ -23,7 +23,7 @@ from typing import Any
 from dparallel.errors import StoreBusyError, StoreError, UnsafePathError
 from dparallel.io.location import Location, as_location
 from dparallel.store import _objects
-from dparallel.store._backend import local_path
+from dparallel.store._backend import store_folder
 from dparallel.store._generations import LEASE_KEY, POINTER_KEY, refuse_foreign
 
 __all__ = [
@@ -54,7 +54,7 @@ def lease_path(store: str | os.PathLike[str] | Location) -> Path:
     A lease is a file beside a folder: a store that is not one (a URL, a zarr
     ``MemoryStore``) has none, and asking for it raises :class:`StoreError`.
     """
-    if local_path(store) is None:
+    if store_folder(store) is None:
         raise StoreError(
             f"{store} is not a local store: the store lease is a file beside a store's folder "
             "(featurize and ingest with workers need one; use a path)"

@@ -20,7 +20,7 @@ from dparallel._spec import SpecModel
 from dparallel.cluster import ClusterSpec
 from dparallel.config import apply_overrides, describe_validation_error, read_yaml, resolve_path
 from dparallel.errors import ConfigError, DParallelError
-from dparallel.io.location import Location, LocationError, as_location, local_path
+from dparallel.io.location import Location, LocationError, as_location, require_local_path
 from dparallel.train.spec import TrainingSpec
 from dparallel.workflow.descriptors_spec import DescriptorsSpec
 
@@ -140,7 +140,7 @@ class OutputSpec(SpecModel):
     @classmethod
     def _a_local_folder(cls, value: str) -> str:
         try:
-            return str(local_path(value, "the model directory"))
+            return str(require_local_path(value, "the model directory"))
         except LocationError as exc:
             raise ValueError(str(exc)) from None
 

@@ -14,7 +14,7 @@ import pytest
 
 from dparallel.errors import InputFormatError, SourceNotFoundError
 from dparallel.io import open_source
-from dparallel.io.location import Location, LocationError, as_location, local_path
+from dparallel.io.location import Location, LocationError, as_location, require_local_path
 from dparallel.io.synthetic import random_structures
 
 
@@ -121,11 +121,11 @@ def test_file_urls_in_any_case_and_with_localhost_are_local_paths(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     for url in ("file:///abs/x.xyz", "FILE:///abs/x.xyz", "file://localhost/abs/x.xyz"):
         assert as_location(url).local.as_posix() == "/abs/x.xyz", url
-        assert local_path(url, "this").as_posix() == "/abs/x.xyz", url
-    assert local_path("file://~/x.xyz", "this") == Path("~/x.xyz").expanduser()  # as before
-    assert local_path("rel/m", "this") == Path("rel/m")  # relative kept relative
+        assert require_local_path(url, "this").as_posix() == "/abs/x.xyz", url
+    assert require_local_path("file://~/x.xyz", "this") == Path("~/x.xyz").expanduser()  # as before
+    assert require_local_path("rel/m", "this") == Path("rel/m")  # relative kept relative
     with pytest.raises(LocationError, match=r"^s3://b/m: the model directory needs a local"):
-        local_path("s3://b/m", "the model directory")
+        require_local_path("s3://b/m", "the model directory")
     assert not any(tmp_path.iterdir())
 
 

@@ -155,6 +155,21 @@ def test_a_memory_store_holds_and_reads_what_the_direct_files_do(featurized, tmp
     assert memory.read_structures().equals(reference.read_structures())
 
 
+def test_store_folder_is_a_question_require_local_path_a_demand(tmp_path, monkeypatch):
+    """Two names for two contracts: the store's folder or ``None`` (resolved); a local
+    path or a LocationError (kept relative)."""
+    from dparallel.io.location import LocationError, require_local_path
+    from dparallel.store._backend import store_folder
+
+    monkeypatch.chdir(tmp_path)
+    assert store_folder("s.zarr") == tmp_path.resolve() / "s.zarr"
+    assert store_folder("s3://bucket/s.zarr") is None and store_folder(MemoryStore()) is None
+    assert store_folder(LocalStore(str(tmp_path))) == tmp_path.resolve()
+    assert str(require_local_path("s.zarr", "this")) == "s.zarr"
+    with pytest.raises(LocationError, match="this needs a local path, not a URL"):
+        require_local_path("s3://bucket/s.zarr", "this")
+
+
 def test_an_fsspec_url_is_a_store_too(featurized):
     reference, data = featurized
     url = "memory://dparallel-test/s.zarr"
