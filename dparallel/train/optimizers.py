@@ -3,11 +3,12 @@
 An :class:`Optimizer` makes one update per mini-batch (:meth:`~Optimizer.step`), follows
 the epochs (its learning-rate schedule, a scheduled force weight) and saves and restores its
 state for checkpoints (``optimizer`` and ``scheduler`` entries, as checkpoints always held
-them). :func:`make_optimizer` is the one place that reads ``optimizer:``; the loop, the
-objective and the checkpoints only use the interface (as hippynn's ``get_step_function``
-and ``Controller``). Implementations: :class:`GradientDescent` (Adam, AdamW with a cosine
-or plateau schedule) and :class:`KalmanUpdates` (n2p2's Kalman filter,
-:mod:`~dparallel.train.kalman`).
+them). :func:`make_optimizer` builds the class that the one table of optimizers
+(:data:`~dparallel.train.optimizer_kinds.OPTIMIZERS`, which the spec validates against)
+gives for ``optimizer:``; the loop, the objective and the checkpoints only use the
+interface (as hippynn's ``get_step_function`` and ``Controller``). Implementations:
+:class:`GradientDescent` (:class:`Adam`, :class:`AdamW`, with a cosine or plateau schedule)
+and :class:`KalmanUpdates` (n2p2's Kalman filter, :mod:`~dparallel.train.kalman`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ import torch
 
 from dparallel.train.kalman import KalmanFilter, kalman_step, make_kalman
 from dparallel.train.objective import loss, predict_batch
+from dparallel.train.optimizer_kinds import optimizer_kind
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dparallel.nn import HDNNP
     from dparallel.train.batch import Batch
     from dparallel.train.spec import TrainingSpec
@@ -33,14 +37,23 @@ StepResult = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]
 class Optimizer(ABC):
     """One training update per mini-batch, with its state and its epoch schedule."""
 
-    #: Whether updates need the descriptors' dG/dr (stored, or computed by the kernel).
-    needs_derivatives: ClassVar[bool] = False
     #: The learning-rate schedule (a torch scheduler), if any.
     scheduler: Any = None
 
     def __init__(self, optimizer: torch.optim.Optimizer, spec: TrainingSpec) -> None:
         self.optimizer = optimizer
         self.spec = spec
+
+    @classmethod
+    @abstractmethod
+    def build(cls, model: HDNNP, spec: TrainingSpec, n_train: int) -> Optimizer:
+        """The optimizer of ``spec`` over ``model``'s parameters (``n_train`` structures
+        per epoch)."""
+
+    @property
+    def needs_derivatives(self) -> bool:
+        """Whether updates need the descriptors' dG/dr (the table's ``needs_derivatives``)."""
+        return optimizer_kind(self.spec.optimizer).needs_derivatives
 
     @property
     def lr(self) -> float:
@@ -93,7 +106,17 @@ class Optimizer(ABC):
 
 
 class GradientDescent(Optimizer):
-    """Adam or AdamW on the loss, with the spec's learning-rate schedule."""
+    """A torch optimizer (``torch_class``) on the loss, with the spec's learning-rate
+    schedule."""
+
+    torch_class: ClassVar[Callable[..., torch.optim.Optimizer]]
+
+    @classmethod
+    def build(cls, model: HDNNP, spec: TrainingSpec, n_train: int) -> Optimizer:
+        """``torch_class`` with the spec's ``lr`` and ``weight_decay``."""
+        return cls(
+            cls.torch_class(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay), spec
+        )
 
     def __init__(self, optimizer: torch.optim.Optimizer, spec: TrainingSpec) -> None:
         super().__init__(optimizer, spec)
@@ -142,11 +165,27 @@ class GradientDescent(Optimizer):
         return {} if self.spec.force_weight_start is None else {"force_weight": self.force_weight}
 
 
+class Adam(GradientDescent):
+    """Adam (``optimizer: adam``; ``weight_decay`` as an L2 term)."""
+
+    torch_class = torch.optim.Adam
+
+
+class AdamW(GradientDescent):
+    """AdamW (``optimizer: adamw``; decoupled ``weight_decay``)."""
+
+    torch_class = torch.optim.AdamW
+
+
 class KalmanUpdates(Optimizer):
     """One combined energy + force Kalman update per mini-batch; it anneals its own noise."""
 
-    needs_derivatives = True
     optimizer: KalmanFilter
+
+    @classmethod
+    def build(cls, model: HDNNP, spec: TrainingSpec, n_train: int) -> Optimizer:
+        """n2p2's filter; one update per mini-batch, so the per-epoch τ's spread over them."""
+        return cls(make_kalman(model, spec, math.ceil(n_train / spec.batch_size)), spec)
 
     def step(self, model: HDNNP, batch: Batch, forces: bool) -> StepResult:
         """One Kalman update (:func:`~dparallel.train.kalman.kalman_step`)."""
@@ -156,13 +195,9 @@ class KalmanUpdates(Optimizer):
 def make_optimizer(model: HDNNP, spec: TrainingSpec, n_train: int) -> Optimizer:
     """The optimizer ``spec.optimizer`` names, over ``model``'s parameters (on its device).
 
+    The class is the table's (:data:`~dparallel.train.optimizer_kinds.OPTIMIZERS`).
     ``n_train``: training structures per epoch (the Kalman filter spreads its per-epoch
-    annealing over the epoch's updates). Each optimizer's ``needs_derivatives`` is the
-    spec's :data:`~dparallel.train.spec.NEEDS_DERIVATIVES` (tested).
+    annealing over the epoch's updates).
     """
-    if spec.optimizer == "kalman":  # one update per mini-batch: the per-epoch τ's spread over them
-        return KalmanUpdates(make_kalman(model, spec, math.ceil(n_train / spec.batch_size)), spec)
-    cls = torch.optim.AdamW if spec.optimizer == "adamw" else torch.optim.Adam
-    return GradientDescent(
-        cls(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay), spec
-    )
+    optimizer: Optimizer = optimizer_kind(spec.optimizer).load().build(model, spec, n_train)
+    return optimizer

@@ -18,14 +18,15 @@ from dparallel.config import (
 )
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import ConfigError
+from dparallel.train.optimizer_kinds import (
+    DEFAULT_OPTIMIZER,
+    OPTIMIZER_KEYS,
+    OPTIMIZERS,
+    optimizer_kind,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-#: The optimizers ``optimizer:`` may name, and whether each needs the descriptors' dG/dr in
-#: its updates (:func:`dparallel.train.optimizers.make_optimizer` builds them).
-NEEDS_DERIVATIVES: dict[str, bool] = {"adam": False, "adamw": False, "kalman": True}
-
 
 _DEFAULT_LR = 3e-3
 _DEFAULT_LR_MIN = 5e-5
@@ -60,7 +61,11 @@ class TrainingSpec(SpecModel):
     n2p2_compatible: bool = Field(
         False, description="refuse choices n2p2 cannot evaluate (export --format n2p2)"
     )
-    optimizer: Literal["adam", "adamw", "kalman"] = "adam"
+    optimizer: str = Field(
+        DEFAULT_OPTIMIZER,
+        description="an optimizer of dparallel.train.optimizer_kinds.OPTIMIZERS",
+        json_schema_extra={"enum": list(OPTIMIZERS)},
+    )
     lr: float = Field(_DEFAULT_LR, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     batch_size: int = Field(8, ge=1)
@@ -117,8 +122,15 @@ class TrainingSpec(SpecModel):
         descriptor_kind(name)  # a DescriptorError (ValueError) lists the registered ones
         return name
 
+    @field_validator("optimizer")
+    @classmethod
+    def _known_optimizer(cls, name: str) -> str:
+        optimizer_kind(name)  # a ConfigError (ValueError) lists the known ones
+        return name
+
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
+        self._refuse_ignored_optimizer_keys()
         if self.validation_fraction + self.test_fraction >= 1:
             raise ValueError("validation_fraction + test_fraction must be < 1")
         if any(h < 1 for h in self.hidden):
@@ -126,16 +138,11 @@ class TrainingSpec(SpecModel):
         if self.lr_min > self.lr and "lr_min" not in self.model_fields_set:
             # a small lr with the default floor: keep the default's ratio (lr / 60)
             object.__setattr__(self, "lr_min", self.lr * _DEFAULT_LR_MIN / _DEFAULT_LR)  # frozen
-        if self.schedule != "none" and self.optimizer != "kalman" and self.lr_min > self.lr:
+        reads = optimizer_kind(self.optimizer).reads
+        if self.schedule != "none" and "lr_min" in reads and self.lr_min > self.lr:
             raise ValueError(
                 f"lr_min ({self.lr_min:g}) exceeds lr ({self.lr:g}): the {self.schedule} "
                 "schedule would raise the learning rate, not lower it"
-            )
-        if self.force_weight_start is not None and self.optimizer == "kalman":
-            raise ValueError(
-                "force_weight_start follows a learning rate, which the Kalman optimizer "
-                "has none of: it weighs forces by force_weight throughout; drop "
-                "force_weight_start or use adam/adamw"
             )
         if self.force_weight_start is not None and self.schedule == "none":
             raise ValueError(
@@ -151,7 +158,7 @@ class TrainingSpec(SpecModel):
         if (
             self.descriptor_source == "computed"
             and self.compute_with == "graph"
-            and NEEDS_DERIVATIVES[self.optimizer]
+            and optimizer_kind(self.optimizer).needs_derivatives
         ):
             raise ValueError(
                 f"optimizer {self.optimizer} needs dG/dr: use descriptor_source: stored, or "
@@ -171,6 +178,29 @@ class TrainingSpec(SpecModel):
             if not self.hidden:
                 raise ValueError("n2p2_compatible: n2p2 networks need a hidden layer")
         return self
+
+    def _refuse_ignored_optimizer_keys(self) -> None:
+        """Refuse optimizer keys the chosen optimizer does not read, set to anything but
+        their default (a default written out, as in a stored spec, is fine)."""
+        kind = optimizer_kind(self.optimizer)
+        fields = type(self).model_fields
+        keys = [
+            key
+            for key in fields
+            if key in OPTIMIZER_KEYS - kind.reads
+            and key in self.model_fields_set
+            and getattr(self, key) != fields[key].default
+        ]
+        if keys:
+            readers = " or ".join(k.name for k in OPTIMIZERS.values() if set(keys) <= k.reads)
+            one = len(keys) == 1
+            raise ValueError(
+                f"{', '.join(f'{key} ({getattr(self, key)!r})' for key in keys)} "
+                f"{'is' if one else 'are'} not read by the {kind.title} optimizer "
+                f"(optimizer: {kind.name}), which would ignore {'it' if one else 'them'}: "
+                f"drop {'it' if one else 'them'}"
+                + (f" or use optimizer {readers}" if readers else "")
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict (round-trips through :func:`parse_training_spec`)."""

@@ -13,8 +13,8 @@ from dparallel.train.batch import Batch, PartitionData, batch_nbytes, map_batch
 from dparallel.train.data import BatchPlan, PartitionReader, iterate_batches
 from dparallel.train.device import Target
 from dparallel.train.feed import HeldData
+from dparallel.train.optimizer_kinds import OPTIMIZER_KEYS, OPTIMIZERS
 from dparallel.train.preparation import build_model, prepare
-from dparallel.train.spec import NEEDS_DERIVATIVES
 from dparallel.train.structure_data import StructureReader
 
 SPEC = TrainingSpec(epochs=1, hidden=(4,), batch_size=3, seed=7, device="cpu")
@@ -96,14 +96,28 @@ def test_held_and_streamed_batches_carry_the_same_fields(batches) -> None:  # no
     assert len(_tensors(stored, {})) == len(_tensors(held, {}))
 
 
-@pytest.mark.parametrize("name", sorted(NEEDS_DERIVATIVES))
+class _Reads:
+    """A spec that records which of its keys are read."""
+
+    def __init__(self, spec: TrainingSpec) -> None:
+        self.spec, self.read = spec, set[str]()
+
+    def __getattr__(self, key: str) -> object:
+        self.read.add(key)
+        return getattr(self.spec, key)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_each_optimizer_is_built_once_and_declares_what_it_needs(store, name) -> None:  # noqa: ANN001
-    scheduled = {} if name == "kalman" else {"force_weight_start": 1.0}  # Kalman: refused
+    kind = OPTIMIZERS[name]
+    scheduled = {"force_weight_start": 1.0} if "force_weight_start" in kind.reads else {}
     spec = SPEC.model_copy(update={"optimizer": name, **scheduled})
     prep = prepare(store, spec)
     model = build_model(prep, spec, Target.of(spec))
-    optimizer = make_optimizer(model, spec, prep.index.count("train"))
-    assert optimizer.needs_derivatives == NEEDS_DERIVATIVES[name]
+    reads = _Reads(spec)
+    optimizer = make_optimizer(model, reads, prep.index.count("train"))  # type: ignore[arg-type]
+    assert type(optimizer) is kind.load()
+    assert optimizer.needs_derivatives == kind.needs_derivatives
     reader = PartitionReader(store, "acsf", prep.elements, prep.index, True)
     optimizer.begin_epoch()
     before = [p.detach().clone() for p in model.parameters()]
@@ -113,21 +127,31 @@ def test_each_optimizer_is_built_once_and_declares_what_it_needs(store, name) ->
         assert torch.isfinite(value)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     optimizer.end_epoch(float(value.detach()))
+    optimizer.columns()
+    # the table says which optimizer keys it reads: the spec refuses the others
+    assert reads.read & OPTIMIZER_KEYS <= kind.reads, reads.read & OPTIMIZER_KEYS - kind.reads
     # a checkpoint holds "optimizer" and "scheduler", as before the interface: old ones load
     state = optimizer.state_dict()
     assert set(state) == {"optimizer", "scheduler"}
     again = make_optimizer(model, spec, prep.index.count("train"))
     again.load_state_dict(state)
     assert again.lr == optimizer.lr
-    assert ("force_weight" in optimizer.columns()) == (not NEEDS_DERIVATIVES[name])
+    assert ("force_weight" in optimizer.columns()) == bool(scheduled)
+
+
+def test_the_optimizer_table_names_spec_keys_and_the_spec_offers_its_names() -> None:
+    assert TrainingSpec.model_fields.keys() >= OPTIMIZER_KEYS
+    assert TrainingSpec.model_json_schema()["properties"]["optimizer"]["enum"] == list(OPTIMIZERS)
 
 
 def test_no_training_module_tests_the_optimizer_name() -> None:
-    """The optimizer is chosen once (optimizers.py; spec.py declares the names)."""
+    """The optimizers are named once: the table in optimizer_kinds.py."""
     root = Path(__file__).parents[2] / "dparallel" / "train"
     for path in root.glob("*.py"):
-        if path.name not in ("optimizers.py", "spec.py"):
-            assert '"kalman"' not in path.read_text() and "'kalman'" not in path.read_text(), path
+        if path.name != "optimizer_kinds.py":
+            text = path.read_text()
+            for name in OPTIMIZERS:
+                assert f'"{name}"' not in text and f"'{name}'" not in text, (path, name)
 
 
 # ----------------------------------------------------------------- held data, merged

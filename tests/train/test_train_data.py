@@ -239,3 +239,48 @@ def test_an_incomplete_store_splits_its_structures_as_the_complete_store(tmp_pat
         np.testing.assert_array_equal(whole.ids_of(name), want)
         a, b = store.partition_range(missing)
         np.testing.assert_array_equal(part.ids_of(name), want[(want < a) | (want >= b)])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["optimizer=kalman", "weight_decay=0.1"], ["weight_decay (0.1)"]),
+        (["optimizer=kalman", "lr=0.5", "schedule=plateau"], ["lr (0.5)", "schedule ('plateau')"]),
+        (["optimizer=kalman", "plateau_patience=3"], ["plateau_patience (3)"]),
+        (["optimizer=adam", "kalman_q0=0.5"], ["kalman_q0 (0.5)"]),
+        (["optimizer=adamw", "kalman_force_components=1"], ["kalman_force_components (1)"]),
+    ],
+)
+def test_optimizer_keys_the_chosen_optimizer_ignores_are_refused(
+    overrides: list[str], named: list[str]
+) -> None:
+    """A key the chosen optimizer does not read was accepted and silently ignored."""
+    from dparallel.errors import ConfigError
+    from dparallel.train import parse_training_spec
+
+    with pytest.raises(ConfigError) as caught:
+        parse_training_spec(None, overrides)
+    message = str(caught.value)
+    name = overrides[0].partition("=")[2]
+    assert all(key in message for key in named), message
+    assert f"(optimizer: {name}), which would ignore" in message, message
+
+
+def test_optimizer_keys_written_at_their_defaults_are_kept() -> None:
+    """A config that writes every key out (a stored spec.json) still parses."""
+    from dparallel.train import TrainingSpec, parse_training_spec
+
+    for name in ("adam", "adamw", "kalman"):
+        written = TrainingSpec(optimizer=name).to_dict()
+        assert parse_training_spec(written).optimizer == name
+        assert parse_training_spec(None, [f"optimizer={name}", "lr=0.003"]).optimizer == name
+
+
+def test_an_unknown_optimizer_lists_the_known_ones() -> None:
+    from dparallel.errors import ConfigError
+    from dparallel.train import parse_training_spec
+
+    with pytest.raises(
+        ConfigError, match=r"unknown optimizer 'sgd': choose one of adam, adamw, kalman"
+    ):
+        parse_training_spec(None, ["optimizer=sgd"])
