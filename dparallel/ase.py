@@ -239,27 +239,19 @@ class Calculator(_calc.Calculator):
         return batch
 
 
-#: The ``units`` a dparallel model takes: it works in Å and eV whatever its data's units.
-_MODEL_UNITS = ("ase", "angstrom-ev")
-
-
 def _check_model_units(path: Path, units: str | None) -> None:
     """A :class:`ConfigError` unless ``units`` is ``None`` or names Å and eV: a dparallel
     model (unlike an n2p2 potential directory) has no other units to be loaded in."""
-    if units is None or units in _MODEL_UNITS:
+    if units is None:
         return
-    from dparallel.io.units import UNIT_SYSTEMS
+    from dparallel.io.units import check_units, same_units
 
-    model = f"{path} is a dparallel model, which works in Å and eV whatever units its data came in"
-    if units in UNIT_SYSTEMS:
+    if not same_units(check_units(units, "Calculator: units", ConfigError), "ase"):
         raise ConfigError(
-            f"Calculator: {model}, not in units={units!r} (the units of an n2p2 potential "
+            f"Calculator: {path} is a dparallel model, which works in Å and eV whatever "
+            f"units its data came in, not in units={units!r} (the units of an n2p2 potential "
             "directory): drop the units option, or give 'ase'"
         )
-    raise ConfigError(
-        f"Calculator: units={units!r} is not a unit system dparallel knows "
-        f"({', '.join(UNIT_SYSTEMS)}); {model}: drop the units option, or give 'ase'"
-    )
 
 
 def _thread_count(threads: object) -> int | None:

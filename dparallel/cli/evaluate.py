@@ -60,8 +60,9 @@ def _data_units(model_dir: str, units: str | None) -> str:
     recorded = recorded_data_units(model_dir)
     if units is None:
         return recorded or "ase"
-    same = {"ase": "angstrom-ev"}
-    if recorded is not None and same.get(units, units) != same.get(recorded, recorded):
+    from dparallel.io.units import same_units
+
+    if recorded is not None and not same_units(units, recorded):
         log.warning(
             "%s was trained from %s data, DATA is read as %s (--units): if DATA is the same "
             "kind of file, drop --units",

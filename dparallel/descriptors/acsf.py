@@ -47,13 +47,11 @@ def _needs_grad(positions: torch.Tensor | None) -> bool:
 
 
 def length_unit(unit: float | str) -> float:
-    """Å per file length unit: a positive factor or a unit-system name (``dparallel.io.UNITS``)."""
+    """Å per file length unit: a positive factor or a unit-system name (``dparallel.io.units``)."""
     if isinstance(unit, str):
-        from dparallel.io.source import UNITS
+        from dparallel.io.units import unit_factors
 
-        if unit not in UNITS:
-            raise DescriptorError(f"unknown units {unit!r}; expected one of {sorted(UNITS)}")
-        return UNITS[unit][0]
+        return unit_factors(unit, "length unit", DescriptorError)[0]
     if not (math.isfinite(unit) and unit > 0):
         raise DescriptorError(f"length unit must be a positive factor (Å per unit), got {unit}")
     return float(unit)

@@ -50,12 +50,11 @@ class ACSFSpec(SpecModel):
         if self.n2p2 is None and not (self.radial or self.narrow or self.wide):
             raise ValueError("no symmetry functions: give radial, narrow or wide parameters")
         if self.units is not None:
-            from dparallel.io.source import UNITS
+            from dparallel.io.units import check_units
 
             if self.n2p2 is None:
                 raise ValueError("'units' applies to an n2p2 input.nn only (uniform sets are in Å)")
-            if self.units not in UNITS:
-                raise ValueError(f"units must be one of {sorted(UNITS)}, got {self.units!r}")
+            check_units(self.units, "units", ValueError)
         return self
 
     def build(self, context: BuildContext | None = None) -> ACSF:

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from ase import units as _units
 
 from dparallel.errors import (
     InputError,
@@ -28,7 +27,7 @@ from dparallel.io._index import (
 from dparallel.io._parsers import parse_range
 from dparallel.io._validate import Problem, find_problems
 from dparallel.io.location import Location, as_location
-from dparallel.io.units import UNIT_SYSTEMS
+from dparallel.io.units import UNIT_SYSTEMS, check_units, unit_factors
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,10 +39,7 @@ __all__ = ["UNITS", "ReadResult", "StructureSource", "detect_format", "open_sour
 log = logging.getLogger(__name__)
 
 #: Unit systems a file may be in → (length factor to Å, energy factor to eV).
-UNITS: dict[str, tuple[float, float]] = {
-    name: {"bohr-hartree": (_units.Bohr, _units.Hartree)}.get(name, (1.0, 1.0))  # ASE's CODATA
-    for name in UNIT_SYSTEMS
-}
+UNITS: dict[str, tuple[float, float]] = {name: unit_factors(name) for name in UNIT_SYSTEMS}
 _ALIASES = {"xyz": "extxyz", "runner": "n2p2"}
 
 
@@ -171,8 +167,7 @@ class StructureSource:
             raise SourceNotFoundError(f"input file not found: {location}")
         if _expect_index is None:  # a task's copy: checked when the source was opened
             _refuse_compressed(location)
-        if units not in UNITS:
-            raise InputError(f"unknown units {units!r}; expected one of {sorted(UNITS)}")
+        check_units(units, f"{location}: units", InputError)
         if on_error not in ("raise", "skip"):
             raise InputError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         fmt = detect_format(location) if format is None else format.lower()

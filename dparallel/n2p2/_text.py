@@ -1,24 +1,16 @@
-"""n2p2's numeric text files: text only, finite numbers, file and line named; units."""
+"""n2p2's numeric text files: text only, finite numbers, file and line named;"""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
-from dparallel.errors import ConfigError, InputFormatError, SourceNotFoundError
-from dparallel.io.source import UNITS
+from dparallel.errors import InputFormatError, SourceNotFoundError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["finite_number", "text_lines", "unit_factors"]
-
-
-def unit_factors(units: str) -> tuple[float, float]:
-    """Length (Å) and energy (eV) of the unit system ``units`` of :data:`dparallel.io.UNITS`."""
-    if units not in UNITS:
-        raise ConfigError(f"unknown units {units!r}; expected one of {sorted(UNITS)}")
-    return UNITS[units]
+__all__ = ["finite_number", "text_lines"]
 
 
 def text_lines(path: Path, what: str) -> list[str]:

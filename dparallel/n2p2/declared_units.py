@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dparallel.errors import ConfigError
+from dparallel.io.units import UNIT_SYSTEMS, same_units
 
 if TYPE_CHECKING:
     import os
@@ -20,8 +21,6 @@ if TYPE_CHECKING:
 __all__ = ["declared_units", "potential_units"]
 
 _DECLARATION = re.compile(r"#\s*Units:\s*([A-Za-z-]+)")
-#: Names of the same unit system.
-_SAME = {"ase": "angstrom-ev", "angstrom-ev": "angstrom-ev", "bohr-hartree": "bohr-hartree"}
 
 
 def declared_units(directory: str | os.PathLike[str]) -> str | None:
@@ -30,7 +29,7 @@ def declared_units(directory: str | os.PathLike[str]) -> str | None:
         with open(Path(directory) / "input.nn", encoding="utf-8", errors="replace") as f:
             for line in f:
                 match = _DECLARATION.match(line.strip())
-                if match and match.group(1) in _SAME:
+                if match and match.group(1) in UNIT_SYSTEMS:
                     return match.group(1)
                 if line.strip() and not line.startswith("#"):
                     return None  # the declaration is in the header comments
@@ -53,7 +52,7 @@ def potential_units(directory: str | os.PathLike[str], given: str | None, defaul
     declared = declared_units(directory)
     if given is None:
         return declared or default
-    if declared is not None and _SAME.get(given, given) != _SAME[declared]:
+    if declared is not None and not same_units(given, declared):
         raise ConfigError(
             f"{Path(directory) / 'input.nn'} declares units {declared}, but {given} was "
             f"given: drop the units option to use {declared}, or fix the potential"

@@ -23,7 +23,7 @@ import numpy as np
 
 from dparallel._files import write_file
 from dparallel.errors import ConfigError
-from dparallel.n2p2._text import unit_factors
+from dparallel.io.units import unit_factors
 
 if TYPE_CHECKING:
     import os

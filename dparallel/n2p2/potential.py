@@ -23,7 +23,7 @@ from dparallel._files import claim_directory, remove_file, write_file
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.registry import descriptor_kind, registered
 from dparallel.errors import ConfigError, InputFormatError
-from dparallel.n2p2._text import unit_factors
+from dparallel.io.units import unit_factors
 from dparallel.n2p2.input_nn import ACTIVATION_CODES, InputNN, read_input_nn
 from dparallel.n2p2.scaling_data import COLUMNS, format_scaling_data, read_scaling_data
 from dparallel.n2p2.weights import read_weights, weights_file_name, write_weights

@@ -74,11 +74,9 @@ class DatasetSpec(SpecModel):
     @field_validator("units")
     @classmethod
     def _known_units(cls, value: str) -> str:
-        from dparallel.io.units import UNIT_SYSTEMS
+        from dparallel.io.units import check_units
 
-        if value not in UNIT_SYSTEMS:
-            raise ValueError(f"{value!r} is none of {', '.join(UNIT_SYSTEMS)}")
-        return value
+        return check_units(value, "units", ValueError)
 
     @field_validator("format")
     @classmethod
@@ -96,7 +94,9 @@ class DatasetSpec(SpecModel):
         if self.generate is None:
             return self
         name = self.path.lower().removesuffix(".gz")
-        if self.units not in ("ase", "angstrom-ev"):
+        from dparallel.io.units import same_units
+
+        if not same_units(self.units, "ase"):
             wrong = f"units is {self.units!r}"
         elif self.format is not None and self.format.lower() not in ("extxyz", "xyz"):
             wrong = f"format is {self.format!r}"

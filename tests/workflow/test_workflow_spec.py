@@ -146,7 +146,7 @@ def test_quickstart_uses_the_tuned_defaults():
 @pytest.mark.parametrize(
     ("override", "says"),
     [
-        ("dataset.units=bohr", "dataset.units: .*'bohr' is none of"),
+        ("dataset.units=bohr", "dataset.units: .*unknown units 'bohr'; expected one of"),
         ("dataset.format=xyzz", "dataset.format: .*'xyzz' is neither"),
         ("descriptors.acsf.cutoff=cosine", "descriptors: unknown cutoff 'cosine'"),
         ("descriptors.acsf.elements=[Cux]", "descriptors: elements must be"),
