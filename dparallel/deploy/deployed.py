@@ -29,7 +29,7 @@ from torch import nn
 
 from dparallel.deploy.potential import graph_energies
 from dparallel.descriptors import forces_from_derivatives, virial_from_derivatives
-from dparallel.descriptors.registry import descriptor_graph, descriptor_kind, kind_of
+from dparallel.descriptors.registry import descriptor_graph, kind_of, recorded_kind
 from dparallel.descriptors.species import species_index
 from dparallel.errors import DescriptorError, TrainingError
 from dparallel.kernels._backends.availability import unknown_backend
@@ -290,9 +290,8 @@ def load_deployed(
         )
     if data.get("format") != "dparallel-deployed":
         raise TrainingError(f"{path} is not a dparallel deployed model")
-    kind = data.get("descriptor_kind", "acsf")
     try:
-        descriptor = descriptor_kind(kind).from_dict(json.loads(data["descriptor"]))
+        descriptor = recorded_kind(data).from_dict(json.loads(data["descriptor"]))
     except DescriptorError as exc:
         raise TrainingError(f"{path}: {exc}") from None
     dt = dtype or getattr(torch, data.get("dtype", "float64"))

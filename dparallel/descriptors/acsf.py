@@ -148,7 +148,10 @@ class ACSF:
     def from_dict(cls, spec: dict[str, Any]) -> ACSF:
         """Rebuild from :meth:`to_dict` output (specs without ``order`` are ``"given"``;
         stores and model files written before the ``type`` key name it ``kind``)."""
-        if not isinstance(spec, dict) or spec.get("type", spec.get("kind")) != "acsf":
+        from dparallel.descriptors.registry import current_spec_keys
+
+        spec = current_spec_keys(spec)
+        if not isinstance(spec, dict) or spec.get("type") != "acsf":
             raise DescriptorError("ACSF.from_dict: expected a dict with type='acsf'")
         order = spec.get("order", "given")  # as accepted once (n2p2's η < 0, λ ≠ ±1 too)
         return cls(spec["elements"], spec["features"], order=order, lenient=True)

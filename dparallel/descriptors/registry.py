@@ -20,11 +20,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 __all__ = [
+    "LEGACY_KIND",
     "BuildContext",
     "DescriptorKind",
+    "current_spec_keys",
     "descriptor_graph",
     "descriptor_kind",
     "kind_of",
+    "recorded_kind",
     "register",
     "registered",
     "unregister",
@@ -115,6 +118,26 @@ def descriptor_kind(name: str) -> DescriptorKind:
         known = ", ".join(repr(n) for n in _KINDS)
         raise DescriptorError(f"unknown descriptor type {name!r}; registered: {known}")
     return kind
+
+
+#: The type of files written before they named one: a model file without
+#: ``descriptor_kind``, a descriptor spec that named its type ``kind`` (ACSF was the only one).
+LEGACY_KIND = "acsf"
+
+
+def recorded_kind(data: Mapping[str, Any], key: str = "descriptor_kind") -> DescriptorKind:
+    """The registered type a model or deployed file names in ``key``; a file written before
+    it named one is :data:`LEGACY_KIND`. A :class:`DescriptorError` for a type not registered."""
+    name = data.get(key)
+    return descriptor_kind(LEGACY_KIND if name is None else str(name))
+
+
+def current_spec_keys(spec: Any) -> Any:  # noqa: ANN401 - any JSON value
+    """A descriptor spec (``to_dict()``) with the one type key: specs written before it
+    (``{"kind": "acsf", …}``) read as ``{"type": "acsf", …}``; anything else as it is."""
+    if isinstance(spec, dict) and spec.get("kind") == LEGACY_KIND and "type" not in spec:
+        return {("type" if k == "kind" else k): v for k, v in spec.items()}
+    return spec
 
 
 def kind_of(descriptor: object) -> DescriptorKind:

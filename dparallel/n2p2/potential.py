@@ -20,9 +20,8 @@ import torch
 from ase.data import atomic_numbers
 
 from dparallel._files import claim_directory, remove_file, write_file
-from dparallel.descriptors import ACSF
-from dparallel.descriptors.registry import descriptor_kind, registered
-from dparallel.errors import ConfigError, InputFormatError
+from dparallel.descriptors.registry import DescriptorKind, recorded_kind
+from dparallel.errors import ConfigError, DescriptorError, InputFormatError
 from dparallel.io.units import unit_factors
 from dparallel.n2p2.input_nn import ACTIVATION_CODES, InputNN, read_input_nn
 from dparallel.n2p2.scaling_data import COLUMNS, format_scaling_data, read_scaling_data
@@ -32,6 +31,8 @@ from dparallel.nn import HDNNP, N2P2_EXPRESSIBLE
 if TYPE_CHECKING:
     import os
     from collections.abc import Sequence
+
+    from dparallel.descriptors import ACSF
 
 __all__ = ["is_potential_dir", "load_potential", "n2p2_problems", "write_potential"]
 
@@ -476,8 +477,11 @@ def export_model_dir(
     from dparallel.nn import load_model
 
     model, data = load_model(model_dir, dtype=torch.float64)
-    kind = str(data.get("descriptor_kind"))
-    if kind not in registered() or not descriptor_kind(kind).n2p2 or not data.get("descriptor"):
+    try:
+        kind: DescriptorKind | None = recorded_kind(data)
+    except DescriptorError:  # a type not registered here
+        kind = None
+    if kind is None or not kind.n2p2 or not data.get("descriptor"):
         raise ConfigError(
             f"{model_dir}: n2p2 potentials use ACSF descriptors; this model uses "
             f"{data.get('descriptor_kind')!r}"
@@ -485,7 +489,7 @@ def export_model_dir(
     out = Path(out_dir) if out_dir is not None else Path(model_dir) / "n2p2"
     model_file = Path(model_dir) / "model.pt" if Path(model_dir).is_dir() else Path(model_dir)
     return write_potential(
-        ACSF.from_dict(data["descriptor"]), model, out, units=units, protect=[model_file]
+        kind.from_dict(data["descriptor"]), model, out, units=units, protect=[model_file]
     )
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import zarr
 from zarr.core.sync import sync
 
+from dparallel.descriptors.registry import current_spec_keys
 from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError
 from dparallel.store._backend import StoreTarget, open_backend, store_folder
 from dparallel.store._dims import structure_dims
@@ -104,10 +105,7 @@ def _current_keys(config: Any) -> Any:
     """``config`` as this version writes it: ACSF specs written before the one descriptor
     key (``{"kind": "acsf"}``) read as ``{"type": "acsf"}``, so those stores resume."""
     if isinstance(config, dict):
-        out = {k: _current_keys(v) for k, v in config.items()}
-        if out.get("kind") == "acsf" and "type" not in out:
-            out["type"] = out.pop("kind")
-        return out
+        return current_spec_keys({k: _current_keys(v) for k, v in config.items()})
     if isinstance(config, list):
         return [_current_keys(v) for v in config]
     return config

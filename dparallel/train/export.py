@@ -30,7 +30,7 @@ import torch
 from dparallel._files import remove_file, strict_json, write_file
 from dparallel.deploy import DEPLOYED, DeployedModel, export_atomic_energies
 from dparallel.deploy.artifacts import ARTIFACTS, RouteReport, reason, write_artifacts
-from dparallel.descriptors.registry import descriptor_kind
+from dparallel.descriptors.registry import recorded_kind
 from dparallel.errors import DescriptorError, TrainingError
 from dparallel.nn import load_model
 
@@ -139,16 +139,16 @@ def export_model(
     # the completion record goes first: an export killed from here on leaves none
     remove_file(model_dir / EXPORT_REPORT)
     model, data = load_model(model_dir)
-    kind = str(data.get("descriptor_kind"))
     if not data.get("descriptor"):
         raise TrainingError(f"{model_dir}/model.pt holds no descriptor spec; retrain it")
     try:
-        descriptor = descriptor_kind(kind).from_dict(data["descriptor"])
+        kind = recorded_kind(data)
+        descriptor = kind.from_dict(data["descriptor"])
     except DescriptorError as exc:
         raise TrainingError(f"{model_dir}/model.pt: {exc}") from None
     deployed = DeployedModel(descriptor, model, dtype)
     report: dict[str, Any] = {
-        "descriptor": kind,
+        "descriptor": kind.name,
         "elements": list(model.elements),
         "cutoff": deployed.cutoff,
         "dtype": str(dtype).removeprefix("torch."),

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from ase.data import atomic_numbers
 
+from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
 from dparallel.train.data import PartitionReader, SplitIndex, build_split_index
@@ -176,10 +177,10 @@ def build_model(prep: Prepared, spec: TrainingSpec, target: Target) -> HDNNP:
     model.ref_energy.copy_(torch.as_tensor(prep.ref_energy))
     model.energy_scale.fill_(prep.energy_scale)
     if spec.n2p2_compatible:
-        from dparallel.descriptors import ACSF
         from dparallel.n2p2.potential import n2p2_problems
 
-        problems = n2p2_problems(ACSF.from_dict(prep.descriptor_spec or {}), model)
+        descriptor = descriptor_kind(spec.descriptor).from_dict(prep.descriptor_spec or {})
+        problems = n2p2_problems(descriptor, model)
         if problems:
             raise TrainingError("n2p2_compatible: " + "; ".join(problems))
     return model
