@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEVICE_PATTERN",
     "apply_overrides",
+    "check_device",
     "describe_validation_error",
     "parse_value",
     "read_yaml",
@@ -33,6 +34,14 @@ __all__ = [
 
 #: What a ``device`` setting may be (training, the deployed model, the calculator).
 DEVICE_PATTERN = r"^(auto|cpu|cuda|cuda:\d+)$"
+
+
+def check_device(text: object, error: type[Exception] = ConfigError) -> str:
+    """``text`` if it is a ``device`` setting (:data:`DEVICE_PATTERN`), else ``error`` (the
+    caller's class: a spec's, argparse's, the device resolver's) with the one message."""
+    if not isinstance(text, str) or not re.match(DEVICE_PATTERN, text):
+        raise error(f"device {text!r}: expected auto, cpu, cuda or cuda:N")
+    return text
 
 
 def read_yaml(path: str | os.PathLike[str], what: str = "config") -> Any:

@@ -274,3 +274,28 @@ def test_a_check_across_sections_names_the_file_and_the_set(tmp_path, capsys, ov
     err = capsys.readouterr().err
     assert f"{QUICKSTART}: " in err and named in err, err
     assert all(f"(--set {item})" in err for item in overrides), err
+
+
+def test_a_device_setting_is_checked_in_one_place_with_one_message(capsys) -> None:  # noqa: ANN001
+    """The spec, the CLI's --device and the device resolver had a pattern each (two with
+    their own messages)."""
+    import ast
+
+    from dparallel.errors import DeviceError
+    from dparallel.nn.device import resolve_device
+
+    message = "device 'gpu': expected auto, cpu, cuda or cuda:N"
+    with pytest.raises(ConfigError, match=message):
+        parse_training_spec(None, ["device=gpu"])
+    with pytest.raises(DeviceError, match=message):
+        resolve_device("gpu")
+    with pytest.raises(SystemExit):
+        main(["train", "x.zarr", "-o", "m", "--device", "gpu"])
+    assert message in capsys.readouterr().err
+    assert parse_training_spec(None, ["device=cuda:1"]).device == "cuda:1"
+    root = Path(__file__).resolve().parents[1] / "dparallel"
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            spelled = isinstance(node, ast.Constant) and r"cuda:\d" in str(node.value)
+            if spelled and path.name != "config.py":
+                pytest.fail(f"{path}:{node.lineno} spells the device pattern again")

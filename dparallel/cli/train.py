@@ -70,11 +70,10 @@ def add_parser(subparsers: Any) -> None:
 def device_option(text: str) -> str:
     """An argparse type: a ``device`` setting (auto, cpu, cuda, cuda:N)."""
     import argparse
-    import re
 
-    if not re.match(r"^(auto|cpu|cuda|cuda:\d+)$", text):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected auto, cpu, cuda or cuda:N")
-    return text
+    from dparallel.config import check_device
+
+    return check_device(text, argparse.ArgumentTypeError)
 
 
 def run(args: argparse.Namespace) -> int:

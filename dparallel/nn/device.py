@@ -8,11 +8,9 @@ model (:class:`dparallel.deploy.DeployedModel`); a CUDA device that is absent is
 
 from __future__ import annotations
 
-import re
-
 import torch
 
-from dparallel.config import DEVICE_PATTERN
+from dparallel.config import check_device
 from dparallel.errors import DeviceError
 
 
@@ -34,9 +32,7 @@ def resolve_device(name: str | torch.device) -> torch.device:
     DeviceError
         A CUDA device asked for but absent (no CUDA, or fewer devices); names what is.
     """
-    text = str(name)
-    if not re.match(DEVICE_PATTERN, text):
-        raise DeviceError(f"device {text!r}: expected auto, cpu, cuda or cuda:N")
+    text = check_device(str(name), DeviceError)
     if text == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(text)

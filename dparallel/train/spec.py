@@ -12,6 +12,7 @@ from dparallel._spec import FromYaml, SpecModel
 from dparallel.config import (
     DEVICE_PATTERN,
     apply_overrides,
+    check_device,
     describe_validation_error,
     read_yaml,
     section,
@@ -105,7 +106,9 @@ class TrainingSpec(SpecModel):
     dtype: Literal["float64", "float32"] = "float64"
     threads: int = Field(1, ge=0, description="torch threads; 0 = leave the default")
     device: str = Field(
-        "auto", pattern=DEVICE_PATTERN, description="auto (CUDA when present), cpu, cuda, cuda:N"
+        "auto",
+        description="auto (CUDA when present), cpu, cuda, cuda:N",
+        json_schema_extra={"pattern": DEVICE_PATTERN},
     )
     data_on_device: bool | Literal["auto"] = Field(
         "auto",
@@ -121,6 +124,11 @@ class TrainingSpec(SpecModel):
     def _registered(cls, name: str) -> str:
         descriptor_kind(name)  # a DescriptorError (ValueError) lists the registered ones
         return name
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, text: str) -> str:
+        return check_device(text, ValueError)
 
     @field_validator("optimizer")
     @classmethod

@@ -72,10 +72,10 @@ def test_device_option_of_train_and_run(tmp_path, capsys) -> None:  # noqa: ANN0
 
     with pytest.raises(SystemExit):  # argparse refuses a device that is no device
         main(["train", "x.zarr", "-o", "m", "--device", "gpu"])
-    assert "expected auto, cpu, cuda or cuda:N" in capsys.readouterr().err
+    assert "device 'gpu': expected auto, cpu, cuda or cuda:N" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["run", "w.yaml", "--device", "tpu"])
-    assert "expected auto, cpu, cuda or cuda:N" in capsys.readouterr().err
+    assert "device 'tpu': expected auto, cpu, cuda or cuda:N" in capsys.readouterr().err
     if torch.cuda.is_available():
         return
     store = small_store(tmp_path, n=8)
