@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import local_argument, whole_number
@@ -88,6 +87,7 @@ def evaluate_file(
     declares, else ``units``; a contradicting ``potential_units`` is a ``ConfigError``.
     """
     import numpy as np
+    import torch
 
     from dparallel.deploy import DeployedModel, load_deployed
     from dparallel.deploy.finite import check_finite_predictions
@@ -95,6 +95,7 @@ def evaluate_file(
     from dparallel.io import open_source
     from dparallel.n2p2 import is_potential_dir, load_potential
     from dparallel.n2p2.declared_units import potential_units as resolve
+    from dparallel.train.reporting import Metrics
 
     units = _data_units(model_dir, units)
     if is_potential_dir(model_dir):  # an n2p2 potential: its declared units, else DATA's
@@ -110,7 +111,7 @@ def evaluate_file(
             )
         model = load_deployed(model_dir)
     source = open_source(data, format, units=units)
-    sums = np.zeros((2, 3))  # energy, force: Σ squared error, Σ absolute error, count
+    metrics = Metrics()
     n_s = 0
     for a in range(0, len(source), batch):
         b = source.read(a, min(len(source), a + batch))
@@ -120,15 +121,12 @@ def evaluate_file(
             raise UnknownElementError(a + exc.structure, exc.detail, f"{data}: ") from None
         check_finite_predictions(out, b, first=a, where=f"{data}: ")
         de = (out["energy"] - b.energy) / np.maximum(b.atom_counts, 1)
-        for k, d in enumerate((de, out["forces"] - b.forces)):
-            d = d[np.isfinite(d)]  # structures without a reference energy, atoms without forces
-            sums[k] += (float((d**2).sum()), float(np.abs(d).sum()), d.size)
+        # NaN references (structures without an energy, atoms without forces) are left out
+        metrics.add_errors(torch.as_tensor(de), torch.as_tensor(out["forces"] - b.forces))
         n_s += b.n_structures
-    res: dict[str, float] = {"n_structures": n_s}
-    for (se, ae, n), what in zip(sums, ("energy", "force"), strict=True):
-        res[f"{what}_rmse"] = math.sqrt(se / n) if n else float("nan")
-        res[f"{what}_mae"] = float(ae / n) if n else float("nan")
-    return res
+    summary = metrics.summary()
+    del summary["loss"]  # no loss here: errors only
+    return {"n_structures": n_s, **summary}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -243,13 +243,15 @@ class DeployedModel(nn.Module):
             "dtype": str(self.dtype).removeprefix("torch."),
         }
         if trained is not None and Path(trained).is_file():
-            doc["model_sha256"] = _digest(Path(trained))
+            doc["model_sha256"] = model_sha256(Path(trained))
         save_torch_file(doc, path)
         return Path(path)
 
 
-def _digest(path: Path) -> str:
-    """SHA-256 of a file's bytes."""
+def model_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes: a deployed file's ``model_sha256`` (the ``model.pt`` it
+    was exported from), written by :meth:`DeployedModel.save` and by export's report,
+    checked by :func:`load_deployed` and :func:`dparallel.train.export.export_needed`."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -280,7 +282,7 @@ def load_deployed(
     data = load_torch_file(path, "deployed model")
     trained = path.with_name("model.pt")
     made_from = data.get("model_sha256")
-    if made_from and trained.is_file() and _digest(trained) != made_from:
+    if made_from and trained.is_file() and model_sha256(trained) != made_from:
         log.warning(
             "%s was exported from an earlier %s (training went on after the export): run "
             "`dparallel export %s` for the latest",

@@ -18,7 +18,6 @@ model that this export does not write again is removed after the new ones are in
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import torch
 from dparallel._files import remove_file, strict_json, write_file
 from dparallel.deploy import DEPLOYED, DeployedModel, export_atomic_energies
 from dparallel.deploy.artifacts import ARTIFACTS, RouteReport, reason, write_artifacts
+from dparallel.deploy.deployed import model_sha256
 from dparallel.descriptors.registry import recorded_kind
 from dparallel.errors import DescriptorError, TrainingError
 from dparallel.nn import load_model
@@ -152,7 +152,7 @@ def export_model(
         "elements": list(model.elements),
         "cutoff": deployed.cutoff,
         "dtype": str(dtype).removeprefix("torch."),
-        "model_sha256": _digest(model_dir / "model.pt"),
+        "model_sha256": model_sha256(model_dir / "model.pt"),
         "files": [],
     }
     job = ExportJob(deployed, model_dir, artifacts, aoti, report)
@@ -161,11 +161,6 @@ def export_model(
     # last: every file it lists is in place (and on disk) before it
     write_file(model_dir / EXPORT_REPORT, strict_json(report, indent=1), durable=True)
     return report
-
-
-def _digest(path: Path) -> str:
-    """SHA-256 of a file's bytes."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def export_needed(model_dir: str | os.PathLike[str]) -> str | None:
@@ -192,7 +187,7 @@ def export_needed(model_dir: str | os.PathLike[str]) -> str | None:
     if not model.is_file():
         return f"no model.pt in {model_dir}"
     if made_from is not None:
-        if made_from != _digest(model):
+        if made_from != model_sha256(model):
             return f"model.pt changed since the export ({EXPORT_REPORT} has another SHA-256)"
     elif record.stat().st_mtime < model.stat().st_mtime:
         return f"model.pt is newer than {EXPORT_REPORT}"

@@ -71,6 +71,15 @@ class Metrics:
                 pair = (batch.forces, forces) if keep else ()
                 self._errors("f", forces - batch.forces, torch.isfinite(batch.forces), pair)
 
+    def add_errors(self, energy: torch.Tensor, forces: torch.Tensor | None) -> None:
+        """Accumulate errors already computed: energy per atom (S,) in eV/atom, forces
+        (N, 3) in eV/Å; non-finite entries (no reference: the caller has checked that its
+        predictions are finite) are left out."""
+        with torch.no_grad():
+            self._errors("e", energy, torch.isfinite(energy), ())
+            if forces is not None:
+                self._errors("f", forces, torch.isfinite(forces), ())
+
     def _errors(self, kind: str, diff: torch.Tensor, ok: torch.Tensor, parity: tuple) -> None:
         """Add ``diff`` where the label is finite (``ok``) to the sums of ``kind``; keep
         ``parity``'s. A non-finite prediction stays in: a diverged model's errors are NaN."""

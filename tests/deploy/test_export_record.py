@@ -135,3 +135,18 @@ def test_files_of_routes_not_written_again_are_removed_after_the_export(
     export.export_model(model_dir, artifacts=False)
     assert not (model_dir / "potential.pt2").exists() and not (model_dir / "potential.ts").exists()
     assert "potential.pt2" in report["files"]
+
+
+def test_the_model_digest_is_written_and_checked_by_one_function(tmp_path: Path) -> None:
+    """deployed.pt's and export.json's ``model_sha256`` and both checks of it use
+    ``deploy.deployed.model_sha256`` (export had its own copy)."""
+    import torch
+
+    from dparallel.deploy import deployed
+
+    assert export.model_sha256 is deployed.model_sha256
+    model_dir = write_model_dir(tmp_path / "m", hco_neighbor_sum())
+    report = export.export_model(model_dir, artifacts=False)
+    want = hashlib.sha256((model_dir / "model.pt").read_bytes()).hexdigest()
+    assert report["model_sha256"] == want
+    assert torch.load(model_dir / "deployed.pt", weights_only=False)["model_sha256"] == want

@@ -1,0 +1,68 @@
+"""``dparallel evaluate``'s errors come from training's ``Metrics`` (it had a copy of
+their sums) and equal numpy's."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+from ase import Atoms
+from ase.calculators.singlepoint import SinglePointCalculator
+from ase.io import read, write
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+class _Model:
+    """Predictions made from the positions: energy Σ sin(x), forces cos(positions)."""
+
+    def predict(self, batch, forces: bool = True) -> dict[str, np.ndarray]:  # noqa: ANN001
+        per_atom = np.sin(batch.positions).sum(axis=1)
+        energy = np.add.reduceat(per_atom, batch.offsets[:-1]) if len(per_atom) else per_atom
+        return {"energy": energy, "forces": np.cos(batch.positions)}
+
+
+def _reference(path: Path) -> dict[str, float]:
+    """The errors by numpy from ASE's reading of the file."""
+    de, df = [], []
+    for atoms in read(path, ":"):
+        pos = atoms.positions
+        de.append((np.sin(pos).sum() - atoms.get_potential_energy()) / len(atoms))
+        df.append(np.cos(pos) - atoms.get_forces())
+    e, f = np.array(de), np.concatenate(df).ravel()
+    return {
+        "energy_rmse": float(np.sqrt(np.mean(e**2))),
+        "energy_mae": float(np.mean(np.abs(e))),
+        "force_rmse": float(np.sqrt(np.mean(f**2))),
+        "force_mae": float(np.mean(np.abs(f))),
+    }
+
+
+def test_evaluate_errors_equal_numpys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dparallel.cli.evaluate import evaluate_file
+
+    rng = np.random.default_rng(3)
+    frames = []
+    for n in (1, 3, 5, 2, 4, 6, 2):
+        atoms = Atoms(["Cu"] * n, positions=rng.uniform(0, 6, (n, 3)), cell=[8, 8, 8], pbc=True)
+        atoms.calc = SinglePointCalculator(
+            atoms, energy=float(rng.normal(0, 2)), forces=rng.normal(0, 1, (n, 3))
+        )
+        frames.append(atoms)
+    path = tmp_path / "d.extxyz"
+    write(path, frames)
+    from dparallel.train.reporting import Metrics
+
+    summaries = []
+    summary = Metrics.summary
+    monkeypatch.setattr(Metrics, "summary", lambda self: summaries.append(1) or summary(self))
+    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _: _Model())
+    got = evaluate_file(str(tmp_path), str(path), batch=3)
+    assert summaries == [1], "evaluate computed its errors without training's Metrics"
+    assert got.pop("n_structures") == len(frames)
+    want = _reference(path)
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-12, abs=0), key
