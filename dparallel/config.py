@@ -26,6 +26,7 @@ __all__ = [
     "apply_overrides",
     "check_device",
     "describe_validation_error",
+    "differences",
     "parse_value",
     "read_yaml",
     "resolve_path",
@@ -42,6 +43,23 @@ def check_device(text: object, error: type[Exception] = ConfigError) -> str:
     if not isinstance(text, str) or not re.match(DEVICE_PATTERN, text):
         raise error(f"device {text!r}: expected auto, cpu, cuda or cuda:N")
     return text
+
+
+def differences(old: Any, new: Any, depth: int | None = None) -> list[tuple[str, Any, Any]]:  # noqa: ANN401
+    """``(dotted key, old value, new value)`` for each key whose values differ, sorted,
+    descending into mappings down to ``depth`` levels (``None``: all); the key ``""``
+    when the whole values differ (not both mappings). A key missing on one side has the
+    value ``None`` there. The one config comparison (stores, run directories)."""
+    if old == new:
+        return []
+    if depth == 0 or not (isinstance(old, Mapping) and isinstance(new, Mapping)):
+        return [("", old, new)]
+    out = []
+    for key in sorted(set(old) | set(new), key=str):
+        deeper = None if depth is None else depth - 1
+        for sub, a, b in differences(old.get(key), new.get(key), deeper):
+            out.append((f"{key}.{sub}" if sub else str(key), a, b))
+    return out
 
 
 def read_yaml(path: str | os.PathLike[str], what: str = "config") -> Any:

@@ -299,3 +299,22 @@ def test_a_device_setting_is_checked_in_one_place_with_one_message(capsys) -> No
             spelled = isinstance(node, ast.Constant) and r"cuda:\d" in str(node.value)
             if spelled and path.name != "config.py":
                 pytest.fail(f"{path}:{node.lineno} spells the device pattern again")
+
+
+def test_differences_is_the_one_config_comparison() -> None:
+    """The store's and the run directories' config comparisons were two copies."""
+    from dparallel.config import differences
+    from dparallel.store._create import _changed_keys
+    from dparallel.workflow.run_dirs import _changed
+
+    old = {"a": 1, "b": {"c": [1], "d": {"e": {"f": 1}}}, "g": 2}
+    new = {"a": 1, "b": {"c": [2], "d": {"e": {"f": 3}}}, "h": 2}
+    assert differences(old, old) == []
+    assert differences(old, new) == [
+        ("b.c", [1], [2]), ("b.d.e.f", 1, 3), ("g", 2, None), ("h", None, 2)
+    ]  # fmt: skip
+    assert [k for k, _, _ in differences(old, new, depth=3)] == ["b.c", "b.d.e", "g", "h"]
+    assert differences(1, {"a": 1}) == [("", 1, {"a": 1})]
+    assert _changed_keys(old, new) == ["b.c", "b.d.e", "g", "h"]
+    assert _changed_keys(None, new) == ["(whole value)"]
+    assert _changed(old, new)[:2] == ["b.c: [1] → [2]", "b.d.e.f: 1 → 3"]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import zarr
 from zarr.core.sync import sync
 
+from dparallel.config import differences
 from dparallel.descriptors.registry import current_spec_keys
 from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError
 from dparallel.store._backend import StoreTarget, open_backend, store_folder
@@ -81,16 +82,9 @@ def _identity(fp: Mapping[str, Any]) -> dict[str, Any]:
     return {k: fp.get(k) for k in SOURCE_IDENTITY_KEYS}
 
 
-def _changed_keys(old: Any, new: Any, prefix: str = "", depth: int = 3) -> list[str]:
-    """Dotted keys whose values differ (down to ``depth`` levels)."""
-    if old == new:
-        return []
-    if depth == 0 or not (isinstance(old, dict) and isinstance(new, dict)):
-        return [prefix or "(whole value)"]
-    out = []
-    for key in sorted(set(old) | set(new), key=str):
-        out += _changed_keys(old.get(key), new.get(key), f"{prefix}{key}.", depth - 1)
-    return [k.rstrip(".") for k in out]
+def _changed_keys(old: Any, new: Any) -> list[str]:
+    """Dotted keys whose values differ (down to 3 levels; :func:`config.differences`)."""
+    return [key or "(whole value)" for key, _, _ in differences(old, new, depth=3)]
 
 
 def _without_partitioning(config: Any) -> Any:

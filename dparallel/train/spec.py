@@ -215,7 +215,9 @@ class TrainingSpec(SpecModel):
         return json.loads(self.model_dump_json())
 
 
-#: Top-level sections of a workflow file (a training config may be a whole workflow).
+#: Top-level sections of a workflow file (a training config may be a whole workflow). The
+#: workflow is a layer above, so this is a copy of WorkflowSpec's fields but "training";
+#: tests/workflow/test_workflow_spec.py holds it to them.
 _WORKFLOW_SECTIONS = frozenset(
     {"name", "dataset", "descriptors", "partitioning", "store", "cluster", "output"}
 )

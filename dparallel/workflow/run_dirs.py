@@ -43,15 +43,10 @@ def _finished(model_dir: Path) -> bool:
     return (model_dir / "model.pt").exists() and isinstance(metrics, dict) and "final" in metrics
 
 
-def _changed(old: Any, new: Any, prefix: str = "") -> list[str]:
-    if old == new:
-        return []
-    if not (isinstance(old, dict) and isinstance(new, dict)):
-        return [f"{prefix.rstrip('.')}: {old!r} → {new!r}"]
-    out = []
-    for key in sorted(set(old) | set(new), key=str):
-        out += _changed(old.get(key), new.get(key), f"{prefix}{key}.")
-    return out
+def _changed(old: Any, new: Any) -> list[str]:
+    from dparallel.config import differences
+
+    return [f"{key}: {a!r} → {b!r}" for key, a, b in differences(old, new)]
 
 
 #: Training keys that say where or how fast a model trained, not what: a change does not

@@ -216,3 +216,13 @@ def test_sections_that_fit_pass(overrides, tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     load_quickstart(overrides).check_sections()
+
+
+def test_the_training_config_knows_every_workflow_section() -> None:
+    """train/spec.py cannot import the workflow (a layer above): its copy of the section
+    names must follow WorkflowSpec's fields, or a workflow file with a new section would
+    be refused (or read whole) as a training config."""
+    from dparallel.train.spec import _WORKFLOW_SECTIONS
+    from dparallel.workflow.spec import WorkflowSpec
+
+    assert set(WorkflowSpec.model_fields) - {"training"} == _WORKFLOW_SECTIONS
