@@ -227,6 +227,10 @@ def test_resume_after_more_partitions_landed_keeps_every_structures_split(
         want = whole.ids_of(name).tolist()
         assert second[key] == want and want  # source indices of the complete store's split
         assert first[key] == [i for i in want if not a <= i < b]
+    # the resumed model keeps the first run's reference energies; metrics.json says its own
+    kept = torch.load(tmp_path / "m" / "model.pt", weights_only=True)["state_dict"]["ref_energy"]
+    assert list(second["reference_energies"].values()) == kept.tolist()
+    assert second["reference_energies"] == first["reference_energies"]
 
 
 def test_data_units_json_is_written_once_by_training_for_any_store(
