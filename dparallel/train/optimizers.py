@@ -136,8 +136,8 @@ class GradientDescent(Optimizer):
 
         With ``force_weight_start`` the weight follows the learning rate as in DeePMD-kit's
         loss prefactors: ``force_weight + (force_weight_start − force_weight) · lr /
-        spec.lr``. Validation and test losses always use ``force_weight``, so the monitored
-        loss is comparable across epochs.
+        spec.lr``. The update steps use it; every reported loss (training ones too) uses
+        ``force_weight`` (``reporting.Metrics``), so the monitored loss compares across epochs.
         """
         spec = self.spec
         if spec.force_weight_start is not None:
