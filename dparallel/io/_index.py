@@ -15,6 +15,7 @@ GB per worker; ship larger data sets uncompressed (docs/io.md).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
@@ -55,6 +56,14 @@ _ARRAYS = ("starts", "ends", "counts", "lines")  # the per-structure arrays of a
 
 _LOCK = threading.Lock()
 _LAST: dict[tuple[str, int, int], bytes] = {}  # (url, size, mtime_ns) → decompressed
+
+#: Indexes this process loaded or built, newest last, so that the next task on the same
+#: file skips loading its cache and hashing its layout again: keyed on (url, storage
+#: options, format, size, mtime_ns), as valid as the cache file itself. At most
+#: :data:`_KEEP` of them, and older ones go while they hold over :data:`_KEEP_BYTES`.
+_KEPT: dict[tuple[str, str, str, int, int], FileIndex] = {}
+_KEEP = 4
+_KEEP_BYTES = 1 << 30
 
 
 def is_gzip(location: Location) -> bool:
@@ -121,13 +130,24 @@ class FileIndex:
     def __len__(self) -> int:
         return int(self.counts.shape[0])
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
-        """Hash of the byte ranges and atom counts (identity of the file's structure layout)."""
-        h = hashlib.sha256()
-        for arr in (self.starts, self.ends, self.counts):
-            h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
-        return h.hexdigest()
+        """Hash of the byte ranges and atom counts (identity of the file's structure layout;
+        computed once per index)."""
+        return _layout_hash(self)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes its per-structure arrays hold."""
+        return sum(int(getattr(self, k).nbytes) for k in _ARRAYS)
+
+
+def _layout_hash(index: FileIndex) -> str:
+    """sha256 of an index's byte ranges and atom counts."""
+    h = hashlib.sha256()
+    for arr in (index.starts, index.ends, index.counts):
+        h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
+    return h.hexdigest()
 
 
 def _sample_hash(location: Location, size: int) -> str:
@@ -199,11 +219,32 @@ def _save(index: FileIndex, candidates: list[Path]) -> None:
     log.warning("could not cache the index of %s anywhere", candidates[0])
 
 
+def _keep(key: tuple[str, str, str, int, int], index: FileIndex) -> FileIndex:
+    """Remember ``index`` for this process (see :data:`_KEPT`), read-only; returns it."""
+    for k in _ARRAYS:  # shared by every source on the file from now on
+        getattr(index, k).setflags(write=False)
+    with _LOCK:
+        _KEPT.pop(key, None)
+        _KEPT[key] = index
+        while len(_KEPT) > 1 and (
+            len(_KEPT) > _KEEP or sum(i.nbytes for i in _KEPT.values()) > _KEEP_BYTES
+        ):
+            del _KEPT[next(iter(_KEPT))]
+    return index
+
+
 def load_or_build_index(location: Location, format: str, *, cache: bool = True) -> FileIndex:
-    """The index of ``location`` in ``format``, from cache when still valid, else built and
-    cached."""
+    """The index of ``location`` in ``format``: the one this process already holds, else
+    from its cache file, while still valid (same size and mtime), else built and cached.
+    ``cache=False`` builds it anew every time."""
     st = location.info()
     size, mtime_ns = int(st["size"]), int(st["mtime_ns"])
+    key = (location.url, repr(location.storage_options), format, size, mtime_ns)
+    if cache:
+        with _LOCK:
+            kept = _KEPT.get(key)
+        if kept is not None:
+            return kept
     candidates = cache_path_for(location, format)
     if cache:
         for c in candidates:
@@ -211,7 +252,7 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
                 cached = _load(c, size, mtime_ns, format)
                 if cached is not None:
                     log.debug("using cached index %s", c)
-                    return cached
+                    return _keep(key, cached)
     builder = {"extxyz": _index_extxyz, "n2p2": _index_n2p2}.get(format, _index_ase)
     found, length = builder(location, format)
     if not found.counts:
@@ -228,6 +269,7 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
     )
     if cache:
         _save(index, candidates)
+        _keep(key, index)
     return index
 
 

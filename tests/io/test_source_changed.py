@@ -84,3 +84,38 @@ def test_an_input_deleted_after_opening_fails_the_read_not_the_unpickling(
     task_copy = pickle.loads(sent)  # as the worker does: no error yet
     with pytest.raises(SourceNotFoundError, match=r"input file not found: .*in\.extxyz"):
         task_copy.read(0, 2)
+
+
+def test_tasks_in_one_process_load_and_hash_the_index_once(
+    tmp_path: Path, rng, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each task's copy of a source used to load FILE.dpindex.npz and re-hash all S
+    entries (O(S) per task); a worker now keeps the index while the file is unchanged."""
+    import pickle
+
+    from dparallel.errors import SourceChangedError
+    from dparallel.io import _index
+
+    path = tmp_path / "in.extxyz"
+    frames = random_structures(6, rng, max_atoms=5)
+    ase.io.write(path, frames, format="extxyz")
+    sent = pickle.dumps(open_source(path))
+    monkeypatch.setattr(_index, "_KEPT", {})  # a fresh worker process
+    calls = {"load": 0, "hash": 0}
+
+    def counted(name: str, real):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(_index, "_load", counted("load", _index._load))
+    monkeypatch.setattr(_index, "_layout_hash", counted("hash", _index._layout_hash))
+    for _ in range(3):  # three tasks on one worker
+        assert pickle.loads(sent).read(0, 2).n_structures == 2
+    assert calls == {"load": 1, "hash": 1}
+    ase.io.write(path, frames, format="extxyz")  # same structures, written again
+    os.utime(path, ns=(5, 5))
+    with pytest.raises(SourceChangedError, match="changed since it was opened"):
+        pickle.loads(sent).read(0, 2)
