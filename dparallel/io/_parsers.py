@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from dparallel.io._comment import comment_info
 from dparallel.io._index import read_range
 from dparallel.types import StructureBatch
 
@@ -131,9 +132,7 @@ def _props(spec: str) -> tuple[int, dict[str, tuple[str, int, int]]]:
 
 def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
     """Parse one frame's comment + atom rows as ASE would, vectorised over atoms."""
-    from ase.io.extxyz import key_val_str_to_dict
-
-    info = key_val_str_to_dict(rows[0].strip()) if rows[0].strip() else {}
+    info = comment_info(rows[0])
     ncols, cols = _props(str(info.get("Properties", "species:S:1:pos:R:3")))
     if "species" not in cols or cols.get("pos", ("", 0, 0))[::2] != ("R", 3):
         raise _Fallback
@@ -152,12 +151,15 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
             raise _Fallback from None
 
     species = table[:, cols["species"][1]]
-    uniq, inverse = np.unique(species, return_inverse=True)
     try:
-        numbers = np.array([_atomic_number(str(u), z_of) for u in uniq], np.int64)
+        if n <= 64:  # a small frame: one lookup per atom beats sorting
+            numbers = np.array([_atomic_number(u, z_of) for u in species.tolist()], np.int64)
+        else:
+            uniq, inverse = np.unique(species, return_inverse=True)
+            numbers = np.array([_atomic_number(str(u), z_of) for u in uniq], np.int64)
+            numbers = numbers[inverse.reshape(-1)]
     except KeyError:
         raise _Fallback from None
-    numbers = numbers[inverse.reshape(-1)]
     if "Z" in cols and not np.array_equal(table[:, cols["Z"][1]].astype(np.int64), numbers):
         raise _Fallback  # the diagnosis names the line where species and Z disagree
     positions = real("pos")

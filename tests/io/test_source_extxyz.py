@@ -217,3 +217,25 @@ def test_a_number_in_an_atom_lines_first_column_is_no_count_line(tmp_path, prope
     if "forces" in properties:
         forces = np.concatenate([a.get_forces() for a in reference])
         np.testing.assert_array_equal(batch.forces, forces)
+
+
+@pytest.mark.parametrize(
+    "comment",
+    [
+        'Properties=species:S:1:pos:R:3 energy=-7 pbc="F F F"',  # an int energy
+        'Properties=species:S:1:pos:R:3 energy=1e-3 pbc="T, F, T" Lattice="5 0 0 0 5 0 0 0 5"',
+        "Properties=species:S:1:pos:R:3 REF_energy=.5 config_type=bulk tag=x step=3",
+        'Lattice="5.0 0 0 0 6.0 0 0 0 7.0" Properties="species:S:1:pos:R:3" energy=-1.5 pbc=T',
+        "energy=-2.5 set=valid is_relaxed name='two words'",  # ASE's own reader (' quotes)
+        'energy=-2.5 Lattice="5 0 0 0 5 0 0 0 5" pbc="T T T" uid=42',
+        "energy=nan set=7",
+    ],
+)
+def test_comment_line_variants_read_as_ase(tmp_path, comment):
+    """The fast comment-line reader (io/_comment.py) against ASE, through the parser."""
+    path = tmp_path / "v.xyz"
+    path.write_text(f"2\n{comment}\nO 0 0 0\nH 0 0 0.97\n" * 2)
+    got = open_source(path).read()
+    ref = StructureBatch.from_ase(ase.io.read(path, ":"))
+    assert got.equals(ref)
+    assert list(got.tags) == list(ref.tags)
