@@ -193,6 +193,7 @@ def main() -> int:
 
     from dparallel.config import apply_overrides
     from dparallel.n2p2 import read_input_nn
+    from dparallel.train.optimizer_kinds import read_by_optimizer
 
     root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-gpu-train-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -238,7 +239,7 @@ def main() -> int:
     base.update(validation_fraction=0.1, test_fraction=0.0, epochs=args.epochs, **FIRST_ORDER)
     results = {}
     for label, changes in _runs(args.quick, args.epochs, args.cpu_epochs, args.streamed_epochs):
-        spec = apply_overrides({**base, **changes}, args.dp_set)
+        spec = read_by_optimizer(apply_overrides({**base, **changes}, args.dp_set))
         results[label] = train_run(store, root / label.split()[0], spec, scorer)
         r = results[label]
         print(f"{label}: {len(r['epochs'])} epochs in {r['wall']:.1f} s", flush=True)
@@ -335,6 +336,7 @@ def water_main(args: argparse.Namespace) -> int:
 
     from dparallel.config import apply_overrides
     from dparallel.n2p2 import read_input_nn
+    from dparallel.train.optimizer_kinds import read_by_optimizer
 
     water = args.water_dir or WATER
     root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-gpu-train-water-"))
@@ -357,7 +359,7 @@ def water_main(args: argparse.Namespace) -> int:
             base["batch_size"] = size
         results = {}
         for label, changes in _runs(False, args.epochs, args.cpu_epochs, args.streamed_epochs):
-            spec = apply_overrides({**base, **changes}, args.dp_set)
+            spec = read_by_optimizer(apply_overrides({**base, **changes}, args.dp_set))
             results[label] = train_run(store, root / label.split()[0], spec, None)
             print(f"batch {spec['batch_size']}, {label}: {len(results[label]['rows'])} epochs "
                   f"in {results[label]['wall']:.1f} s", flush=True)  # fmt: skip
@@ -376,8 +378,9 @@ def water_main(args: argparse.Namespace) -> int:
              "runs": figures},
         )  # fmt: skip
     if args.sync_debug and torch.cuda.is_available():
-        held = apply_overrides({**base, "device": "cuda", "data_on_device": True, "epochs": 1},
-                               args.dp_set)  # fmt: skip
+        held = read_by_optimizer(apply_overrides(
+            {**base, "device": "cuda", "data_on_device": True, "epochs": 1}, args.dp_set
+        ))  # fmt: skip
         sync_report(store, root / "sync", held)
     return 0
 

@@ -376,6 +376,7 @@ def main() -> int:
 
     from dparallel.config import apply_overrides
     from dparallel.n2p2 import read_input_nn
+    from dparallel.train.optimizer_kinds import read_by_optimizer
 
     n2p2_run = run_n2p2(root, nn, bindir)
     base = read_input_nn(n2p2_run["dir"] / "input.nn").training_options()
@@ -387,7 +388,7 @@ def main() -> int:
     for name, epochs in (("kalman", args.kalman_epochs), ("adam", args.adam_epochs)):
         if epochs:
             spec = {**base, **DP_SETTINGS[name], "optimizer": name, "epochs": epochs}
-            spec = apply_overrides(spec, args.dp_set)
+            spec = read_by_optimizer(apply_overrides(spec, args.dp_set))
             specs[name] = spec
             dp_runs[name] = run_dparallel(store, t_feat, name, spec)
 

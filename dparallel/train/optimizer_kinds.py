@@ -17,7 +17,14 @@ from typing import Any
 
 from dparallel.errors import ConfigError
 
-__all__ = ["DEFAULT_OPTIMIZER", "OPTIMIZERS", "OPTIMIZER_KEYS", "OptimizerKind", "optimizer_kind"]
+__all__ = [
+    "DEFAULT_OPTIMIZER",
+    "OPTIMIZERS",
+    "OPTIMIZER_KEYS",
+    "OptimizerKind",
+    "optimizer_kind",
+    "read_by_optimizer",
+]
 
 
 @dataclass(frozen=True)
@@ -76,3 +83,12 @@ def optimizer_kind(name: str) -> OptimizerKind:
         known = ", ".join(OPTIMIZERS)
         raise ConfigError(f"unknown optimizer {name!r}: choose one of {known}")
     return kind
+
+
+def read_by_optimizer(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` without the optimizer keys its ``optimizer:`` does not read (which the
+    spec refuses): for combining settings made for another optimizer, such as an n2p2
+    ``input.nn``'s Kalman parameters (``InputNN.training_options()``) with ``optimizer:
+    adam``."""
+    reads = optimizer_kind(str(config.get("optimizer", DEFAULT_OPTIMIZER))).reads
+    return {k: v for k, v in config.items() if k not in OPTIMIZER_KEYS or k in reads}

@@ -86,6 +86,19 @@ def test_kalman_training_keywords_become_the_kalman_optimizer(tmp_path: Path) ->
     from dparallel.train import TrainingSpec
 
     TrainingSpec(**opts)
+    # its Kalman keys with another optimizer are refused; read_by_optimizer drops them
+    from dparallel.errors import ConfigError
+    from dparallel.train import parse_training_spec
+    from dparallel.train.optimizer_kinds import read_by_optimizer
+
+    adam = {**opts, "optimizer": "adam", "lr": 0.004}
+    with pytest.raises(ConfigError, match="kalman_q0"):
+        parse_training_spec(adam)
+    kept = read_by_optimizer(adam)
+    assert not any(k.startswith("kalman_") for k in kept)
+    assert kept == {k: v for k, v in adam.items() if not k.startswith("kalman_")}
+    assert parse_training_spec(kept).lr == 0.004
+    assert read_by_optimizer({**opts, "lr": 0.004}) == opts  # kalman: lr is not its key
     # the fading-memory filter (kalman_type 1) has no counterpart: no optimizer implied
     (tmp_path / "input.nn").write_text(text.replace("kalman_type 0", "kalman_type 1"))
     assert "optimizer" not in read_input_nn(tmp_path / "input.nn").training_options()
