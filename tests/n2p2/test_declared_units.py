@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -75,10 +74,11 @@ def test_the_ase_calculator_uses_the_declared_units(tmp_path):
 
 
 def test_a_model_records_its_data_units_and_evaluate_defaults_to_them(tmp_path, caplog):
-    store = tmp_path / "s.zarr"
-    store.mkdir()
-    attrs = {"dparallel": {"config": {"ingest": {"units": "bohr-hartree"}}}}
-    (store / "zarr.json").write_text(json.dumps({"node_type": "group", "attributes": attrs}))
+    from types import SimpleNamespace
+
+    # what record_data_units reads of an open Store: its attributes and location
+    config = {"ingest": {"units": "bohr-hartree"}}
+    store = SimpleNamespace(attrs={"config": config}, location=tmp_path / "s.zarr")
     model = tmp_path / "model"
     model.mkdir()
     assert _data_units(str(model), None) == "ase"  # nothing recorded: as before
