@@ -13,24 +13,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 from typing import Any
 
 import numpy as np
+from bench_neighbors import best
 
 from dparallel.io import open_source
 from dparallel.neighbors import neighbor_list
 from dparallel.workflow.descriptors_spec import load_descriptors
 from dparallel.workflow.featurize_task import task_descriptors
-
-
-def _best(f: Any, k: int = 3) -> float:
-    times = []
-    for _ in range(k):
-        t = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> None:
@@ -44,8 +35,8 @@ def main() -> None:
     n = min(args.structures, len(small))
     big = int(np.argmax(other.atom_counts))
     mols, one = small.read(0, n), other.read(big, big + 1)
-    read_s = _best(lambda: small.read(0, n))
-    read_b = _best(lambda: other.read(big, big + 1))
+    read_s = best(lambda: small.read(0, n), 3)
+    read_b = best(lambda: other.read(big, big + 1), 3)
     per_atom_read = read_b / one.n_atoms
     per_structure = (read_s - mols.n_atoms * per_atom_read) / n
     print(
@@ -60,8 +51,8 @@ def main() -> None:
             task_descriptors(b, dset, neighbor_list(b, dset.r_cut), "cpu")
 
         featurize(mols)
-        dense = _best(lambda: featurize(one)) / one.n_atoms
-        sparse = _best(lambda: featurize(mols)) / mols.n_atoms
+        dense = best(lambda: featurize(one), 3) / one.n_atoms
+        sparse = best(lambda: featurize(mols), 3) / mols.n_atoms
         c = per_structure / (per_atom_read + dense)
         print(
             f"featurize dG/dr={derivatives}: {dense * 1e6:.0f} µs per dense atom, "
