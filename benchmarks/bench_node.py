@@ -20,6 +20,11 @@ unchanged. The water example comes from ``../shared/n2p2/water`` (``--water`` ot
 ``BLOCK_C,BLOCK_J,BLOCK_K,num_warps`` (``;``-separated; the kernel's ``BLOCKS`` set for
 each), with its agreement with numba, and records them as ``triton_blocks_water``; it needs
 a CUDA device (without one it says it skipped).
+
+``--profile ENGINE`` runs one engine's values + dG/dr once under ``torch.profiler`` and
+prints where its time goes (self CPU and device time per operation and kernel), and for
+``triton cuda`` the wall time of the kernel call alone against the whole engine; recorded
+as ``profile_<engine>``.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gpu_results import record
@@ -85,13 +90,7 @@ def best_rate(
     """atoms/s of the fastest of ``rounds`` runs after one warm-up run."""
     run()
     sync()
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        run()
-        sync()
-        best = min(best, time.perf_counter() - t)
-    return n_atoms / best
+    return n_atoms / _best_wall(run, sync, rounds)
 
 
 def engines(derivatives: bool) -> dict[str, tuple[str, Callable[[list[tuple]], None]]]:
@@ -321,6 +320,83 @@ def triton_blocks_table(
     )
 
 
+def _self_device_us(event: Any) -> float:
+    """An averaged profiler event's own device time (torch renamed cuda → device)."""
+    for name in ("self_device_time_total", "self_cuda_time_total"):
+        value = getattr(event, name, None)
+        if value is not None:
+            return float(value)
+    return 0.0
+
+
+def profile_table(water: Path, copies: int, engine: str, top: int = 25) -> None:
+    """Where one values + dG/dr run of ``engine`` spends its time, per operation."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    device, run = engines(True)[engine]
+    why = unavailable(engine, device)
+    if why is not None:
+        print(f"SKIPPED: --profile {engine}: {why}")
+        return
+    torch.set_num_threads(1)
+    acsf, batch = load_water(water, copies)
+    data = on_device(element_inputs(acsf, batch), device)
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    run(data)
+    sync()
+    walls = {"engine_s": _best_wall(lambda: run(data), sync)}
+    if engine.startswith("triton"):
+        from dparallel.kernels._backends.triton_acsf import triton_acsf_element
+
+        def kernel_only() -> None:
+            for plan, vec, dist, center, nbr, n_c in data:
+                triton_acsf_element(plan.kernel, vec, dist, center, nbr, n_c, plan.n_el, True)
+
+        walls["kernel_call_s"] = _best_wall(kernel_only, sync)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        run(data)
+        sync()
+    events = list(prof.key_averages())
+    key = _self_device_us if cuda else (lambda e: float(e.self_cpu_time_total))
+    events.sort(key=key, reverse=True)
+    rows = [
+        {
+            "name": e.key[:120],
+            "count": int(e.count),
+            "self_cpu_ms": e.self_cpu_time_total / 1e3,
+            "self_device_ms": _self_device_us(e) / 1e3,
+        }
+        for e in events[:top]
+    ]
+    device_total = sum(_self_device_us(e) for e in events) / 1e3
+    print(f"# --profile {engine}: water {batch.n_atoms:,} atoms, values + dG/dr")
+    for name, value in walls.items():
+        print(f"# {name} {value:.4f} s ({batch.n_atoms / value:,.0f} atoms/s)")
+    print(f"# device time, all kernels {device_total:.1f} ms")
+    print(f"{'operation':60s} {'count':>7s} {'self CPU ms':>12s} {'self dev ms':>12s}")
+    for r in rows:
+        print(f"{r['name'][:60]:60s} {r['count']:7d} {r['self_cpu_ms']:12.2f} "
+              f"{r['self_device_ms']:12.2f}")  # fmt: skip
+    record(
+        f"profile_{engine.replace(' ', '_')}",
+        {"atoms": batch.n_atoms, **walls, "device_ms_total": device_total, "rows": rows},
+    )
+
+
+def _best_wall(run: Callable[[], None], sync: Callable[[], None], rounds: int = 3) -> float:
+    """Seconds of the fastest of ``rounds`` calls (already warm)."""
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        run()
+        sync()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("part", choices=["kernels"], help="what to measure")
@@ -333,10 +409,17 @@ def main() -> int:
         "--triton-blocks", type=parse_blocks, default=None,
         help='time the Triton engine per tile "C,J,K,W;C,J,K,W" instead of the engine table',
     )  # fmt: skip
+    parser.add_argument(
+        "--profile", default=None, metavar="ENGINE",
+        help="profile one engine's values + dG/dr run (e.g. 'triton cuda') instead",
+    )  # fmt: skip
     args = parser.parse_args()
     water = args.water or next((d for d in WATER_DIRS if d.is_dir()), None)
     if water is None:
         print(f"SKIPPED: n2p2's water example not found in {[str(d) for d in WATER_DIRS]}")
+        return 0
+    if args.profile:
+        profile_table(water, args.copies, args.profile)
         return 0
     if args.triton_blocks:
         triton_blocks_table(water, args.copies, args.cpu_atoms, args.rounds, args.triton_blocks)

@@ -4,14 +4,16 @@
 #
 #   OUT=/tmp/gpu DPARALLEL_WATER=../shared/n2p2/water bash benchmarks/gpu_run.sh [STEP ...]
 #
-# Steps, in this order (those marked * run by default): env* tests kernels* batches* water
+# Steps, in this order (those marked * run by default): env* tests kernels* profile batches* water
 # cuau* cuaukf* computed scaling100 water64 scaling400 objstore tests2*. kernels: ACSF kernel rates
-# (TRITON_BLOCKS="C,J,K,W;..." sweeps the Triton tile sizes); batches: the water ×25 epoch
+# (TRITON_BLOCKS="C,J,K,W;..." sweeps the Triton tile sizes); profile: where the Triton
+# kernel's values + dG/dr time goes (torch.profiler; PROFILE_ENGINE names another); batches: the water ×25 epoch
 # at three batch sizes (BATCHES=8,64 for others), then one epoch under torch's sync debug
 # mode; cuau / cuaukf: time to n2p2's test RMSE on the CuAu set with Adam / the Kalman
 # filter; objstore: issue 28's S3 featurize against local, where moto's server finds cores
 # the two workers leave idle (needs moto, boto3 and obstore among the wheels); tests2: the Triton tests, then two CUDA training tests (TESTS2_S bounds it, 150 s).
-# KERNELS_S bounds the kernels step (80 s). SMOKE=1 runs
+# KERNELS_S, PROFILE_S and SCALING_S bound the kernels (80 s), profile (60 s) and scaling100 (70 s)
+# steps. SMOKE=1 runs
 # each benchmark at a toy size (to check the script on a CPU machine). TOTAL=seconds bounds the whole run: each
 # step's limit is cut to what is left. On the lent GPU machine, the wheels of
 # ../shared/device/wheels.sh come first.
@@ -52,6 +54,8 @@ step tests 110 "$py" -m pytest -q -p no:cacheprovider -o addopts= --timeout 100 
   "tests/train/test_model_dir.py::test_a_run_failing_before_training_leaves_no_folder"
 step kernels "${KERNELS_S:-80}" "$py" benchmarks/bench_node.py kernels --copies "$(size 25 1)" --rounds 3 \
   --cpu-atoms "$(size 2000 500)" --engines "${ENGINES:-}" --triton-blocks "${TRITON_BLOCKS:-}"
+step profile "${PROFILE_S:-60}" "$py" benchmarks/bench_node.py kernels --copies "$(size 25 1)" \
+  --profile "${PROFILE_ENGINE:-triton cuda}"
 step batches 150 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
   --cpu-epochs 2 --streamed-epochs 3 --batch-sizes "${BATCHES:-8,64,450}" --sync-debug --workdir "$WORK/wb"
 step water 90 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
@@ -64,7 +68,7 @@ step cuaukf 110 "$py" benchmarks/bench_gpu_train.py --structures "$(size 1000 40
   --dp-set optimizer=kalman --workdir "$WORK/cuaukf"
 step computed 60 "$py" benchmarks/bench_train_computed.py --device "$(size cuda cpu)" \
   --structures "$(size 200 16)" --epochs 3 --workdir "$WORK/computed"
-step scaling100 70 "$py" benchmarks/bench_node_scaling.py --copies "$(size 100 2)" \
+step scaling100 "${SCALING_S:-70}" "$py" benchmarks/bench_node_scaling.py --copies "$(size 100 2)" \
   --counts "$(nproc)"
 step water64 50 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
   --cpu-epochs 3 --streamed-epochs 3 --dp-set batch_size=64 --workdir "$WORK/w64"

@@ -89,7 +89,8 @@ def _second_order(op, a: torch.Tensor, b: torch.Tensor, pf, ps, backend: str) ->
     """Gradients of a weighted sum of ``op`` and a Hessian-vector product, by autograd."""
     a, b = a.clone().requires_grad_(), b.clone().requires_grad_()
     out = op(a, b, pf, ps, backend=backend)
-    w = torch.linspace(-1.0, 1.0, out.numel(), dtype=out.dtype).view(out.shape)
+    w = torch.linspace(-1.0, 1.0, out.numel(), dtype=out.dtype, device=out.device)
+    w = w.view(out.shape)
     ga, gb = torch.autograd.grad((out * w).sum(), (a, b), create_graph=True)
     hv = torch.autograd.grad((ga * ga).sum() + (gb * a.sum()).sum(), (a, b), allow_unused=True)
     return [out, ga, gb, *hv]

@@ -16,7 +16,11 @@ import torch
 import triton
 import triton.language as tl
 
-from dparallel.kernels._backends.triton_acsf_tables import kernel_tables, neighbor_tables
+from dparallel.kernels._backends.triton_acsf_tables import (
+    kernel_tables,
+    neighbor_tables,
+    rank_within_value,
+)
 from dparallel.kernels._backends.triton_env import interpreting
 
 if TYPE_CHECKING:
@@ -473,15 +477,14 @@ def triton_acsf_element(
     n_pairs = np.zeros(n_el, dtype=np.int64)
     grow = torch.zeros(max(n_pairs_total, 1), dtype=torch.int64, device=dev)
     if derivatives:
-        onehot = torch.nn.functional.one_hot(nbr, n_el) if n_pairs_total else None
         for f in range(n_el):
             if tb.n_deriv[f] == 0:
                 continue
             sel = torch.nonzero(nbr == f).squeeze(1)
             sels[f] = sel
             n_pairs[f] = int(sel.shape[0])
-        if onehot is not None:  # row of each pair within its neighbour element's block
-            grow[:n_pairs_total] = onehot.cumsum(0).gather(1, nbr.unsqueeze(1)).squeeze(1) - 1
+        if n_pairs_total:
+            grow[:n_pairs_total] = rank_within_value(nbr, n_el)
     n_rows = np.where(tb.n_deriv > 0, tb.n_radial + 3 * (tb.n_deriv - tb.n_radial), 0)
     d_base = np.zeros(n_el, dtype=np.int64)
     d_base[1:] = np.cumsum(n_rows * n_pairs)[:-1]

@@ -15,7 +15,7 @@ import torch
 if TYPE_CHECKING:
     from dparallel.kernels.acsf_layout import KernelPlan
 
-__all__ = ["GROUP_WIDTH", "Tables", "kernel_tables", "neighbor_tables"]
+__all__ = ["GROUP_WIDTH", "Tables", "kernel_tables", "neighbor_tables", "rank_within_value"]
 
 #: Most (ζ, λ) columns of one group (a power of 2): accumulators per member in registers.
 GROUP_WIDTH = 4
@@ -181,3 +181,17 @@ def neighbor_tables(
     x, y, z = (vectors[:, a].to(torch.float64)[table] for a in range(3))
     r = distances.to(torch.float64)[table]
     return x, y, z, r, pidx, counts.view(n_el, n_c).to(torch.int32), m
+
+
+def rank_within_value(values: torch.Tensor, n_values: int) -> torch.Tensor:
+    """Each entry's rank among the entries of its value, in order: the row of each pair
+    within its neighbour element's block. One stable sort and 1-D scans: a cumulative sum
+    down a (P, n_el) one-hot table scans its outer dimension, which CUDA does slowly
+    (docs/kernels.md)."""
+    order = torch.sort(values, stable=True).indices
+    counts = torch.bincount(values, minlength=n_values)
+    first = torch.cumsum(counts, 0) - counts  # first sorted position of each value
+    ranks = torch.empty_like(values)
+    position = torch.arange(values.shape[0], device=values.device)
+    ranks[order] = position - first[values[order]]
+    return ranks
