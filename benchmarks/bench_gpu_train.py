@@ -21,6 +21,9 @@ Without a GPU it runs on the CPU alone and says so.
         [--target 6.93,137.0 | --n2p2] [--dp-set key=value ...] [--workdir DIR]
 
 ``--quick`` (200 cells, 15 epochs) finishes in about two minutes on a small CPU machine.
+``--profile RUN`` (e.g. ``--profile "cuda (streamed)"``) trains that run's spec two more
+epochs and prints where the second one's time went (``torch.profiler``: own CPU and
+device time per operation and kernel), recorded as ``profile_train_…``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from bench_train_n2p2 import (
     timed,
     write_data,
 )
+from gpu_profile import print_rows, table
 from gpu_results import record
 
 #: nnp-train's final test RMSE on bench_train_n2p2's 300 cells (meV/atom, meV/Å).
@@ -183,6 +187,11 @@ def main() -> int:
     parser.add_argument("--batch-sizes", default="", help="with --water: e.g. 8,64,450")
     sync_help = "with --water and a GPU: one more held epoch under torch's sync debug mode"
     parser.add_argument("--sync-debug", action="store_true", help=sync_help)
+    parser.add_argument(
+        "--profile", action="append", default=[], metavar="RUN",
+        help="profile the second epoch of this run ('cpu', 'cuda (data held)', "
+        "'cuda (streamed)'; repeatable) under torch.profiler",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.quick:
         args.structures, args.epochs, args.n2p2 = 200, 15, False
@@ -244,6 +253,7 @@ def main() -> int:
         r = results[label]
         print(f"{label}: {len(r['epochs'])} epochs in {r['wall']:.1f} s", flush=True)
 
+    _profiled_runs(args, base, store, root)
     atoms_per_cell = train_atoms / len(train_s)
     goal = f"{target[0]:.2f} meV/atom, {target[1]:.1f} meV/Å"
     print(f"\nspec: {json.dumps({k: spec[k] for k in sorted(spec) if not k.startswith('kalman')})}")
@@ -377,12 +387,64 @@ def water_main(args: argparse.Namespace) -> int:
              "spec": {k: spec[k] for k in sorted(spec) if not k.startswith("kalman")},
              "runs": figures},
         )  # fmt: skip
+    _profiled_runs(args, base, store, root)
     if args.sync_debug and torch.cuda.is_available():
         held = read_by_optimizer(apply_overrides(
             {**base, "device": "cuda", "data_on_device": True, "epochs": 1}, args.dp_set
         ))  # fmt: skip
         sync_report(store, root / "sync", held)
     return 0
+
+
+def profile_epoch(store: Path, work: Path, spec: dict, label: str) -> None:
+    """Train two epochs of ``spec`` and profile the second (its steps, validation and
+    checkpoint; the first carries the set-up): print and record where its time went."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from dparallel.train import TrainingSpec, train
+
+    cuda = str(spec["device"]).startswith("cuda") and torch.cuda.is_available()
+    prof = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+    rows: list[dict] = []
+
+    def at_epoch_end(row: dict) -> None:
+        rows.append(dict(row))
+        if cuda:
+            torch.cuda.synchronize()
+        if len(rows) == 1:
+            prof.start()
+        elif len(rows) == 2:
+            prof.stop()
+
+    shutil.rmtree(work, ignore_errors=True)
+    train(store, work / "model", TrainingSpec(**{**spec, "epochs": 2}), callback=at_epoch_end)
+    top, device_ms = table(prof, cuda)
+    epoch = rows[-1]
+    wait = epoch.get("data_wait_fraction", float("nan"))
+    print(f"\n--profile {label!r}, batch {spec['batch_size']}: second epoch "
+          f"{epoch['seconds']:.3f} s, data wait {wait:.1%}, "
+          f"device time of all kernels {device_ms:.1f} ms")  # fmt: skip
+    print_rows(top)
+    record(
+        f"profile_train_{label.split()[0]}_{label.split('(')[-1].rstrip(')').replace(' ', '_')}"
+        f"_b{spec['batch_size']}",
+        {"epoch": epoch, "device_ms_total": device_ms, "rows": top},
+    )
+
+
+def _profiled_runs(args: argparse.Namespace, base: dict, store: Path, root: Path) -> None:
+    """``--profile LABEL``: one profiled epoch of each named run (labels of :func:`_runs`)."""
+    from dparallel.config import apply_overrides
+    from dparallel.train.optimizer_kinds import read_by_optimizer
+
+    runs = dict(_runs(False, args.epochs, args.cpu_epochs, args.streamed_epochs))
+    for label in args.profile:
+        if label not in runs:
+            print(f"--profile {label!r}: no such run here (runs: {', '.join(runs)})")
+            continue
+        spec = read_by_optimizer(apply_overrides({**base, **runs[label]}, args.dp_set))
+        profile_epoch(store, root / "profile", spec, label)
 
 
 def sync_report(store: Path, work: Path, spec: dict) -> None:

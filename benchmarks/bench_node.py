@@ -34,9 +34,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+from gpu_profile import print_rows, profiled
 from gpu_results import record
 
 if TYPE_CHECKING:
@@ -320,19 +321,9 @@ def triton_blocks_table(
     )
 
 
-def _self_device_us(event: Any) -> float:
-    """An averaged profiler event's own device time (torch renamed cuda → device)."""
-    for name in ("self_device_time_total", "self_cuda_time_total"):
-        value = getattr(event, name, None)
-        if value is not None:
-            return float(value)
-    return 0.0
-
-
 def profile_table(water: Path, copies: int, engine: str, top: int = 25) -> None:
     """Where one values + dG/dr run of ``engine`` spends its time, per operation."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     device, run = engines(True)[engine]
     why = unavailable(engine, device)
@@ -355,31 +346,12 @@ def profile_table(water: Path, copies: int, engine: str, top: int = 25) -> None:
                 triton_acsf_element(plan.kernel, vec, dist, center, nbr, n_c, plan.n_el, True)
 
         walls["kernel_call_s"] = _best_wall(kernel_only, sync)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        run(data)
-        sync()
-    events = list(prof.key_averages())
-    key = _self_device_us if cuda else (lambda e: float(e.self_cpu_time_total))
-    events.sort(key=key, reverse=True)
-    rows = [
-        {
-            "name": e.key[:120],
-            "count": int(e.count),
-            "self_cpu_ms": e.self_cpu_time_total / 1e3,
-            "self_device_ms": _self_device_us(e) / 1e3,
-        }
-        for e in events[:top]
-    ]
-    device_total = sum(_self_device_us(e) for e in events) / 1e3
+    rows, device_total = profiled(lambda: run(data), cuda)
     print(f"# --profile {engine}: water {batch.n_atoms:,} atoms, values + dG/dr")
     for name, value in walls.items():
         print(f"# {name} {value:.4f} s ({batch.n_atoms / value:,.0f} atoms/s)")
     print(f"# device time, all kernels {device_total:.1f} ms")
-    print(f"{'operation':60s} {'count':>7s} {'self CPU ms':>12s} {'self dev ms':>12s}")
-    for r in rows:
-        print(f"{r['name'][:60]:60s} {r['count']:7d} {r['self_cpu_ms']:12.2f} "
-              f"{r['self_device_ms']:12.2f}")  # fmt: skip
+    print_rows(rows)
     record(
         f"profile_{engine.replace(' ', '_')}",
         {"atoms": batch.n_atoms, **walls, "device_ms_total": device_total, "rows": rows},

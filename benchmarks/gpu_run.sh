@@ -4,16 +4,18 @@
 #
 #   OUT=/tmp/gpu DPARALLEL_WATER=../shared/n2p2/water bash benchmarks/gpu_run.sh [STEP ...]
 #
-# Steps, in this order (those marked * run by default): env* tests kernels* profile batches* water
-# cuau* cuaukf* computed scaling100 water64 scaling400 objstore tests2*. kernels: ACSF kernel rates
+# Steps, in this order (those marked * run by default): env* tests kernels* profile* batches* water
+# cuau* cuaukf* trainprof kfprof computed scaling100 water64 scaling400 objstore tests2*. kernels: ACSF kernel rates
 # (TRITON_BLOCKS="C,J,K,W;..." sweeps the Triton tile sizes); profile: where the Triton
 # kernel's values + dG/dr time goes (torch.profiler; PROFILE_ENGINE names another); batches: the water ×25 epoch
 # at three batch sizes (BATCHES=8,64 for others), then one epoch under torch's sync debug
 # mode; cuau / cuaukf: time to n2p2's test RMSE on the CuAu set with Adam / the Kalman
-# filter; objstore: issue 28's S3 featurize against local, where moto's server finds cores
+# filter; trainprof / kfprof: where a second training epoch's time goes (torch.profiler,
+# bench_gpu_train --profile): water ×25 streamed and held at batch 64 (BATCHES_PROFILE), and
+# the Kalman filter on the CuAu set, held; objstore: issue 28's S3 featurize against local, where moto's server finds cores
 # the two workers leave idle (needs moto, boto3 and obstore among the wheels); tests2: the Triton tests, then two CUDA training tests (TESTS2_S bounds it, 150 s).
 # KERNELS_S, PROFILE_S and SCALING_S bound the kernels (80 s), profile (60 s) and scaling100 (70 s)
-# steps. SMOKE=1 runs
+# steps; SCALING_FLAGS=--derivatives makes the scaling steps featurize dG/dr too. SMOKE=1 runs
 # each benchmark at a toy size (to check the script on a CPU machine). TOTAL=seconds bounds the whole run: each
 # step's limit is cut to what is left. On the lent GPU machine, the wheels of
 # ../shared/device/wheels.sh come first.
@@ -27,7 +29,7 @@ export DPARALLEL_WATER=${DPARALLEL_WATER:-$PWD/.devdata/water}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
 py=${PYTHON:-python3}
 log=$OUT/run.log
-steps=${*:-env kernels batches cuau cuaukf tests2}
+steps=${*:-env kernels profile batches cuau cuaukf tests2}
 smoke=${SMOKE:-0}
 size() { if [ "$smoke" = 1 ]; then echo "$2"; else echo "$1"; fi; }
 
@@ -66,14 +68,20 @@ step cuau 120 "$py" benchmarks/bench_gpu_train.py --structures "$(size 1000 40)"
 step cuaukf 110 "$py" benchmarks/bench_gpu_train.py --structures "$(size 1000 40)" \
   --epochs "$(size 12 2)" --cpu-epochs "$(size 6 2)" --streamed-epochs 1 \
   --dp-set optimizer=kalman --workdir "$WORK/cuaukf"
+step trainprof "${TRAINPROF_S:-120}" "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" \
+  --epochs 2 --cpu-epochs 1 --streamed-epochs 2 --batch-sizes "${BATCHES_PROFILE:-64}" \
+  --profile "cuda (streamed)" --profile "cuda (data held)" --workdir "$WORK/wp"
+step kfprof 120 "$py" benchmarks/bench_gpu_train.py --structures "$(size 1000 40)" --epochs 2 \
+  --cpu-epochs 1 --streamed-epochs 1 --dp-set optimizer=kalman --profile "cuda (data held)" \
+  --workdir "$WORK/kfprof"
 step computed 60 "$py" benchmarks/bench_train_computed.py --device "$(size cuda cpu)" \
   --structures "$(size 200 16)" --epochs 3 --workdir "$WORK/computed"
 step scaling100 "${SCALING_S:-70}" "$py" benchmarks/bench_node_scaling.py --copies "$(size 100 2)" \
-  --counts "$(nproc)"
+  --counts "$(nproc)" ${SCALING_FLAGS:-}
 step water64 50 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
   --cpu-epochs 3 --streamed-epochs 3 --dp-set batch_size=64 --workdir "$WORK/w64"
 step scaling400 80 "$py" benchmarks/bench_node_scaling.py --copies "$(size 400 3)" \
-  --counts "$(nproc)"
+  --counts "$(nproc)" ${SCALING_FLAGS:-}
 s3w=${S3_WHEELS:-.whl-s3}  # moto, boto3, s3fs, obstore and their wheels (cp312), if missing
 step objstore 120 bash -c "if [ -d $s3w ]; then $py -m pip install -q --no-index --no-deps \
 --no-compile --no-cache-dir --upgrade --target /tmp/site-s3 $s3w/*.whl && \

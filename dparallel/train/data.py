@@ -247,16 +247,18 @@ class PartitionReader:
 
     def load(self, p: int) -> PartitionData:
         """Read partition ``p`` from the store (no cache)."""
-        return load_partition(
-            self.store, p, self.descriptor, self.elements, self.index, self.forces
-        )
+        with torch.profiler.record_function("dparallel: read a partition"):
+            return load_partition(
+                self.store, p, self.descriptor, self.elements, self.index, self.forces
+            )
 
     def batch(
         self, items: Sequence[tuple[PartitionData, int]], dtype: torch.dtype | None = torch.float64
     ) -> Batch:
         """The :class:`Batch` of ``(partition, local structure)`` items, assembled on the host
         (floating columns in ``dtype``; ``None``: as stored)."""
-        return make_batch(assemble(items), self.elements, dtype)
+        with torch.profiler.record_function("dparallel: assemble a batch on the host"):
+            return make_batch(assemble(items), self.elements, dtype)
 
     def stream(self, order: Sequence[int], prefetch: int) -> Generator[PartitionData, None, None]:
         """Partitions in ``order``; ``prefetch`` > 0 reads ahead in a background thread."""

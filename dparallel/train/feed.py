@@ -117,7 +117,8 @@ class HeldData:
         sel = np.concatenate(
             [self.first[p] + s for items in batches for p, s in group_by_partition(items)]
         )
-        got = assemble_groups([(self.data, sel)], self.ops)
+        with torch.profiler.record_function("dparallel: gather batches on the device"):
+            got = assemble_groups([(self.data, sel)], self.ops)
         for one in split_assembled(got, self.data, sel, [len(b) for b in batches], self.ops):
             yield make_batch(one, self.reader.elements, self.dtype, self.ops)
 
@@ -255,7 +256,8 @@ def timed(batches: Iterable[Batch], clock: WaitClock) -> Generator[Batch, None, 
     try:
         while True:
             t0 = time.perf_counter()
-            batch = next(it, None)
+            with torch.profiler.record_function("dparallel: wait for the next batch"):
+                batch = next(it, None)
             clock.seconds += time.perf_counter() - t0
             if batch is None:
                 return
@@ -273,6 +275,10 @@ def prefetched(
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def place(batch: Batch) -> tuple[Batch, Any]:
+        with torch.profiler.record_function("dparallel: pin and copy a batch to the device"):
+            return _placed(batch)
+
+    def _placed(batch: Batch) -> tuple[Batch, Any]:
         if stream is None:
             out = batch_to(batch, device)
             return (cast_batch(out, dtype) if dtype else out), None
