@@ -9,6 +9,8 @@ warm-up is logged and ignored (the task redoes the work and reports any error).
 
 vesin is imported synchronously, before the worker accepts tasks: its import briefly
 hides torch (:mod:`dparallel.neighbors`), which must not race a task importing torch.
+A GPU worker (Dask resource ``GPU``) also runs the device engine once in that thread
+(torch, the CUDA context, Triton's kernels), which its first task otherwise pays for.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "featurize_connect_options",
     "featurize_preloads",
     "warm_up",
+    "warm_up_device",
     "warm_up_logged",
 ]
 
@@ -53,10 +56,12 @@ def featurize_connect_options() -> dict[str, Any]:
     }
 
 
-def warm_up() -> None:
+def warm_up(device: str = "cpu") -> None:
     """Import what a featurize task uses and run its compiled code once on a water molecule:
     the ACSF kernel (float64, with derivatives: the default featurization, dG/dr in the
-    store's split layout, as tasks compute it) and the store's packing of the blocks."""
+    store's split layout, as tasks compute it) and the store's packing of the blocks; on a
+    GPU worker (``device`` "cuda") then its device engine too, so that torch, the device's
+    context and the engine's kernels are loaded before its first task."""
     import numpy as np
 
     from dparallel.descriptors.acsf import ACSF
@@ -83,15 +88,18 @@ def warm_up() -> None:
         forces=np.zeros((3, 3)),
         offsets=np.array([0, 3]),
     )
-    computed = task_descriptors(water, DescriptorSet(acsf=acsf, derivatives=True))
+    dset = DescriptorSet(acsf=acsf, derivatives=True)
+    computed = task_descriptors(water, dset)
     for arrays in computed[kind_of(acsf).name].values():  # the store's packing of dG/dr blocks
         encode_pairs({k.split("/", 2)[2]: v for k, v in arrays.items() if k.startswith("d/H/")})
+    if device != "cpu":  # never in the forkserver: a forked child cannot use a CUDA context
+        task_descriptors(water, dset, device=device)
 
 
-def warm_up_logged() -> None:
+def warm_up_logged(device: str = "cpu") -> None:
     """:func:`warm_up`; a failure is logged and ignored (the task then does the work)."""
     try:
-        warm_up()
+        warm_up(device)
     except Exception:  # an optimisation only: the task redoes the work and reports errors
         log.warning("featurize warm-up failed; the first task does it instead", exc_info=True)
 
@@ -104,4 +112,16 @@ def dask_setup(worker: Any) -> None:
 
     route_process_to_log_file()
     import_vesin()
-    threading.Thread(target=warm_up_logged, name="dparallel-warm-up", daemon=True).start()
+    threading.Thread(
+        target=warm_up_logged, args=(warm_up_device(worker),), name="dparallel-warm-up",
+        daemon=True,
+    ).start()  # fmt: skip
+
+
+def warm_up_device(worker: Any) -> str:
+    """``"cuda"`` for a worker holding the GPU resource (where featurize computes on the
+    device, :func:`dparallel.workflow.featurize_task.task_device`), else ``"cpu"``."""
+    from dparallel.cluster.gpus import GPU_RESOURCE
+
+    resources = getattr(getattr(worker, "state", None), "total_resources", None) or {}
+    return "cuda" if float(resources.get(GPU_RESOURCE, 0)) > 0 else "cpu"

@@ -92,3 +92,57 @@ def test_a_worker_the_cli_started_sends_warnings_to_the_runs_log_file(
     assert "a worker's log line" not in done.stderr
     text = log.read_text()
     assert "a warning inside a worker" in text and "a worker's log line" in text
+
+
+class _Worker:
+    """What :func:`warm_up_device` reads of a Dask worker: its resources."""
+
+    def __init__(self, resources: dict[str, float] | None) -> None:
+        self.state = type("State", (), {"total_resources": resources})()
+
+
+@pytest.mark.parametrize(
+    ("worker", "device"),
+    [
+        (_Worker({"GPU": 1}), "cuda"),
+        (_Worker({"GPU": 0}), "cpu"),
+        (_Worker({}), "cpu"),
+        (_Worker(None), "cpu"),
+        (None, "cpu"),
+    ],
+)
+def test_a_worker_holding_the_gpu_resource_warms_up_the_device(worker, device) -> None:  # noqa: ANN001
+    from dparallel.workflow.featurize_worker_preload import warm_up_device
+
+    assert warm_up_device(worker) == device
+
+
+def test_a_gpu_warm_up_runs_the_device_engine_after_the_cpu_kernel(monkeypatch) -> None:  # noqa: ANN001
+    """The CPU warm-up first, then the same set once on the device (where a task computes)."""
+    from dparallel.workflow import featurize_task, featurize_worker_preload
+
+    seen: list[str] = []
+    real = featurize_task.task_descriptors
+
+    def recording(batch, dset, nb=None, device="cpu"):  # noqa: ANN001, ANN202
+        seen.append(device)
+        return real(batch, dset, nb, "cpu")  # no CUDA here: the arrays of the CPU kernel
+
+    monkeypatch.setattr(featurize_task, "task_descriptors", recording)
+    featurize_worker_preload.warm_up("cuda")
+    assert seen == ["cpu", "cuda"]
+    seen.clear()
+    featurize_worker_preload.warm_up()
+    assert seen == ["cpu"]
+
+
+def test_a_gpu_warm_up_without_a_usable_device_falls_back_quietly() -> None:
+    """Asked for "cuda" where no CUDA device is usable, the warm-up still completes (the
+    device engine declines and the CPU computes, as in a task)."""
+    import torch
+
+    from dparallel.workflow.featurize_worker_preload import warm_up
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the device path is the one taken")
+    warm_up("cuda")
