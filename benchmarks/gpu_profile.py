@@ -39,7 +39,8 @@ def profiled(run: Callable[[], Any], cuda: bool, top: int = 25) -> tuple[list[di
 
 
 def table(prof: Any, cuda: bool, top: int = 25) -> tuple[list[dict], float]:
-    """A finished profiler's ``top`` rows and its kernels' device milliseconds (above)."""
+    """A finished profiler's ``top`` rows and its kernels' device milliseconds, summed over
+    the kernels' own rows (an operation's row repeats its kernels' time)."""
     events = list(prof.key_averages())
     key = self_device_us if cuda else (lambda e: float(e.self_cpu_time_total))
     events.sort(key=key, reverse=True)
@@ -52,7 +53,12 @@ def table(prof: Any, cuda: bool, top: int = 25) -> tuple[list[dict], float]:
         }
         for e in events[:top]
     ]
-    return rows, sum(self_device_us(e) for e in events) / 1e3
+    return rows, sum(self_device_us(e) for e in events if _is_kernel(e)) / 1e3
+
+
+def _is_kernel(event: Any) -> bool:
+    """A device kernel's row (an operation's row also carries its kernels' device time)."""
+    return str(getattr(event, "device_type", "")).rsplit(".", 1)[-1] not in ("CPU", "")
 
 
 def print_rows(rows: list[dict]) -> None:
