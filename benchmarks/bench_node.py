@@ -32,11 +32,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from bench_neighbors import best
 from gpu_profile import print_rows, profiled
 from gpu_results import record
 
@@ -359,14 +359,8 @@ def profile_table(water: Path, copies: int, engine: str, top: int = 25) -> None:
 
 
 def _best_wall(run: Callable[[], None], sync: Callable[[], None], rounds: int = 3) -> float:
-    """Seconds of the fastest of ``rounds`` calls (already warm)."""
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        run()
-        sync()
-        best = min(best, time.perf_counter() - t)
-    return best
+    """Seconds of the fastest of ``rounds`` calls (already warm), each waited for."""
+    return best(lambda: (run(), sync()), rounds)
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""Per-structure cost against per-atom cost, for ``STRUCTURE_COST_ATOMS`` (store/plan.py).
+"""Per-structure cost against per-atom cost: whether store/plan.py's atom balance is a work balance.
 
 Run: ``PYTHONPATH=. python benchmarks/bench_partition_cost.py MOLECULES.extxyz BIG.extxyz
 DESCRIPTORS.yaml [--structures 3000]``: reads ``--structures`` frames of a small-molecule

@@ -35,8 +35,8 @@ _BOOLS = {
     "TRUE": True,
     "FALSE": False,
 }
+#: one word of a value (ASE splits values at spaces and commas)
 _PARTS = re.compile(r"[^\s,]+")
-_ONE_WORD = re.compile(r"[^\s,]+")
 #: a character neither ``int`` nor ``float`` accepts in any number (a Properties value)
 _TEXT = re.compile(r"[:/@#%&*()!?;<>|~^$]")
 
@@ -72,7 +72,7 @@ def _value(key: str, value: str) -> Any:
     unprocessed, matrices = _ase_keys()
     if key.lower() in unprocessed:
         return value
-    if _ONE_WORD.fullmatch(value) and key not in matrices:  # one word: the usual case
+    if _PARTS.fullmatch(value) and key not in matrices:  # one word: the usual case
         if _INT.fullmatch(value):
             return np.int64(int(value)) if len(value) <= 18 else _ase_value(key, value)
         if _FLOAT.fullmatch(value):

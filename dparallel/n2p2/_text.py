@@ -1,4 +1,4 @@
-"""n2p2's numeric text files: text only, finite numbers, file and line named;"""
+"""n2p2's numeric text files: text only, finite numbers, file and line named."""
 
 from __future__ import annotations
 
