@@ -13,7 +13,7 @@
 # filter; trainprof / kfprof: where a second training epoch's time goes (torch.profiler,
 # bench_gpu_train --profile): water ×25 streamed and held at batch 64 (BATCHES_PROFILE), and
 # the Kalman filter on the CuAu set, held; objstore: issue 28's S3 featurize against local, where moto's server finds cores
-# the two workers leave idle (needs moto, boto3 and obstore among the wheels); tests2: the Triton tests, then two CUDA training tests (TESTS2_S bounds it, 150 s).
+# the two workers leave idle (needs moto, boto3 and obstore among the wheels); tests2: the Triton tests, then three CUDA training tests and the pinned batch assembly (TESTS2_S bounds it, 150 s).
 # KERNELS_S, PROFILE_S and SCALING_S bound the kernels (80 s), profile (60 s) and scaling100 (70 s)
 # steps; SCALING_FLAGS=--derivatives makes the scaling steps featurize dG/dr too. SMOKE=1 runs
 # each benchmark at a toy size (to check the script on a CPU machine). TOTAL=seconds bounds the whole run: each
@@ -96,6 +96,8 @@ step tests2 "${TESTS2_S:-150}" "$py" -m pytest -q -rA -p no:cacheprovider -o add
   "$acsf::test_triton_deterministic_and_empty_inputs" "$acsf::test_triton_centres_in_chunks" \
   tests/workflow/test_featurize_triton_engine.py tests/kernels/test_triton_neighbor_sums.py \
   "tests/train/test_train_device.py::test_cuda_training_matches_cpu_and_resumes_on_the_cpu" \
-  "tests/train/test_train_device.py::test_batches_move_to_cuda"
+  "tests/train/test_train_device.py::test_batches_move_to_cuda" \
+  "tests/train/test_train_device.py::test_cuda_streamed_training_equals_held" \
+  "tests/train/test_train_batch.py::test_pinned_assembly_gives_page_locked_columns_equal_to_the_host_ones"
 rm -rf "$WORK"
 echo "=== done at $(date -u +%T); figures in $DPARALLEL_GPU_RESULTS"

@@ -16,7 +16,10 @@ declared once: :func:`map_batch` walks them for device moves, pinning, stream re
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -165,8 +168,28 @@ class PartitionData:
         return int(self.ids.shape[0])
 
 
+#: A host gather is cut into tasks of about this many bytes of output: the gather threads
+#: share a batch's large columns evenly, and a cast goes through a temporary this small.
+GATHER_TASK_BYTES = 8 << 20
+#: Host gather threads at most (the gathers are bound by memory bandwidth).
+MAX_GATHER_THREADS = 8
+
+
+def gather_threads() -> int:
+    """Threads a host assembly gathers with: the cores this process may use, at most
+    :data:`MAX_GATHER_THREADS`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(MAX_GATHER_THREADS, cores or 1))
+
+
 class HostOps:
-    """Index arithmetic of :func:`assemble` on numpy arrays (streamed partitions)."""
+    """Index arithmetic and gathers of :func:`assemble` on numpy arrays (streamed
+    partitions), with ``threads`` gather threads (numpy's ``take`` releases the GIL),
+    started at the first gather and stopped by :meth:`close`."""
+
+    def __init__(self, threads: int = 1) -> None:
+        self.threads = max(1, int(threads))
+        self._pool: ThreadPoolExecutor | None = None
 
     def tensor(self, a: Any) -> torch.Tensor:
         return torch.from_numpy(a) if isinstance(a, np.ndarray) else a
@@ -195,9 +218,67 @@ class HostOps:
         out[rows] = base + self.arange(rows.shape[0])
         return out
 
+    def empty(self, n: int, like: Any, dtype: torch.dtype | None) -> Any:
+        """An uninitialised (n, …) column shaped as ``like``'s rows (``dtype``: else its own)."""
+        np_dtype = like.dtype if dtype is None else torch.empty(0, dtype=dtype).numpy().dtype
+        return np.empty((n, *like.shape[1:]), np_dtype)
 
-#: :func:`assemble` on the host.
+    def gathers(
+        self, values: Any, rows: Any, out: Any, numbering: Any = None
+    ) -> list[Callable[[], None]]:
+        """Tasks that together set ``out = values[rows]`` (then ``numbering[...]`` of it, for
+        an index column), cast to ``out``'s dtype; each about :data:`GATHER_TASK_BYTES`."""
+        dst = out.numpy() if isinstance(out, torch.Tensor) else out
+        n = int(rows.shape[0])
+        pieces = -(-n * max(1, dst.itemsize * int(np.prod(dst.shape[1:]))) // GATHER_TASK_BYTES)
+        edges = np.linspace(0, n, max(1, pieces) + 1).astype(np.int64)
+
+        def task(a: int, b: int) -> Callable[[], None]:
+            def gather() -> None:
+                # mode="clip": no bounds check, and out is written in place (numpy buffers
+                # an out of mode "raise"); the rows come from the partition's own offsets
+                if numbering is not None:
+                    got = np.take(values, rows[a:b], axis=0, mode="clip")
+                    np.take(numbering, got, axis=0, out=dst[a:b], mode="clip")
+                elif values.dtype == dst.dtype:
+                    np.take(values, rows[a:b], axis=0, out=dst[a:b], mode="clip")
+                else:  # a cast (a float32 column of a float64 batch)
+                    dst[a:b] = np.take(values, rows[a:b], axis=0, mode="clip")
+
+            return gather
+
+        return [task(int(a), int(b)) for a, b in itertools.pairwise(edges) if b > a]
+
+    def run(self, tasks: list[Callable[[], None]]) -> None:
+        """Run ``tasks`` (on the gather threads if there are several)."""
+        if self.threads == 1 or len(tasks) < 2:
+            for task in tasks:
+                task()
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dparallel-gather")
+        for done in self._pool.map(lambda task: task(), tasks):
+            del done
+
+    def close(self) -> None:
+        """Stop the gather threads (if any were started)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+#: :func:`assemble` on the host, in the calling thread.
 HOST = HostOps()
+
+
+class PinnedOps(HostOps):
+    """:class:`HostOps` that gathers a batch's columns straight into page-locked memory
+    (torch's caching host allocator), so its copy to a CUDA device needs no staging copy
+    and does not block."""
+
+    def empty(self, n: int, like: Any, dtype: torch.dtype | None) -> Any:
+        torch_dtype = dtype or torch.from_numpy(np.empty(0, like.dtype)).dtype
+        return torch.empty((n, *like.shape[1:]), dtype=torch_dtype, pin_memory=True)
 
 
 class DeviceOps(HostOps):
@@ -209,6 +290,7 @@ class DeviceOps(HostOps):
     """
 
     def __init__(self, device: torch.device) -> None:
+        super().__init__()
         self.device = device
         self.pinned = device.type == "cuda"
 
@@ -235,6 +317,22 @@ class DeviceOps(HostOps):
             self.tensor(values.astype(np.int64)), self.tensor(counts), output_size=total
         )
 
+    def empty(self, n: int, like: Any, dtype: torch.dtype | None) -> Any:
+        return torch.empty((n, *like.shape[1:]), dtype=dtype or like.dtype, device=self.device)
+
+    def gathers(
+        self, values: Any, rows: Any, out: Any, numbering: Any = None
+    ) -> list[Callable[[], None]]:
+        def gather() -> None:
+            if numbering is not None:
+                torch.index_select(numbering, 0, values.index_select(0, rows), out=out)
+            elif values.dtype == out.dtype:
+                torch.index_select(values, 0, rows, out=out)
+            else:
+                out.copy_(values.index_select(0, rows))
+
+        return [gather]
+
 
 @dataclass
 class Assembled:
@@ -256,44 +354,75 @@ def group_by_partition(items: Sequence[tuple[Any, int]]) -> list[tuple[Any, np.n
     return [(part, np.asarray(sel, np.int64)) for part, sel in groups.values()]
 
 
-def assemble(items: Sequence[tuple[PartitionData, int]], ops: HostOps = HOST) -> Assembled:
-    """Gather ``(partition, local structure)`` items into one set of renumbered columns.
+def assemble(
+    items: Sequence[tuple[PartitionData, int]],
+    ops: HostOps = HOST,
+    dtype: torch.dtype | None = None,
+) -> Assembled:
+    """Gather ``(partition, local structure)`` items into one set of renumbered columns
+    (floating ones in ``dtype``; ``None``: as stored).
 
     Structures are grouped by partition (first-seen order), then in item order.
     """
-    return assemble_groups(group_by_partition(items), ops)
+    return assemble_groups(group_by_partition(items), ops, dtype)
 
 
 def assemble_groups(
-    groups: Sequence[tuple[PartitionData, np.ndarray]], ops: HostOps = HOST
+    groups: Sequence[tuple[PartitionData, np.ndarray]],
+    ops: HostOps = HOST,
+    dtype: torch.dtype | None = None,
 ) -> Assembled:
     """Gather structures ``sel`` of each ``(partition, sel)`` group, in that order, into one
-    set of columns, index columns renumbered from 0."""
-    pieces: dict[str, dict[str, list]] = {}
-    constant: dict[str, dict[str, Any]] = {}
-    base: dict[str, int] = {}
+    set of columns, index columns renumbered from 0, floating columns in ``dtype``.
+
+    Each column is allocated once and every group's rows are gathered straight into their
+    place in it (``ops.gathers``, run together by ``ops.run``): one copy of the data, no
+    concatenation.
+    """
+    placed: list[dict[str, tuple[Any, int]]] = []  # per group: table → (local rows, first)
+    totals: dict[str, int] = {}
+    first_seen: dict[str, Rows] = {}
     ids, counts = [], []
     for part, sel in groups:
         ids.append(part.ids[sel])
         atoms = part.rows["atoms"].offsets
         counts.append(atoms[sel + 1] - atoms[sel])
-        referenced = {t for r in part.rows.values() for t in r.refs.values()}
-        numbering: dict[str, Any] = {}
+        where = {}
         for name, table in part.rows.items():
             rows = ops.ranges(table.offsets[sel], table.offsets[sel + 1])  # (R_b,) local
-            start = base.get(name, 0)
-            if name in referenced:  # local row → batch row
-                numbering[name] = ops.renumber(int(table.offsets[-1]), rows, start)
-            cols = pieces.setdefault(name, {})
+            where[name] = (rows, totals.get(name, 0))
+            totals[name] = where[name][1] + int(rows.shape[0])
+            first_seen.setdefault(name, table)
+        placed.append(where)
+    tables = {
+        name: {
+            col: ops.empty(totals[name], v, dtype if _floating(v) else None)
+            for col, v in first_seen[name].columns.items()
+        }
+        for name in totals
+    }
+    tasks: list[Callable[[], None]] = []
+    for (part, _), where in zip(groups, placed, strict=True):
+        numbering = {  # local row → batch row of each table another one references
+            ref: ops.renumber(int(part.rows[ref].offsets[-1]), *where[ref])
+            for ref in {t for r in part.rows.values() for t in r.refs.values()}
+            if ref in part.rows
+        }
+        for name, table in part.rows.items():
+            rows, start = where[name]
             for col, values in table.columns.items():
-                got = values[rows]
-                if col in table.refs:
-                    got = numbering[table.refs[col]][got]
-                cols.setdefault(col, []).append(got)
-            constant[name] = table.constant
-            base[name] = start + int(rows.shape[0])
-    tables = {t: {c: ops.cat(v) for c, v in cols.items()} for t, cols in pieces.items()}
+                out = tables[name][col][start : start + int(rows.shape[0])]
+                tasks += ops.gathers(values, rows, out, numbering.get(table.refs.get(col, "")))
+    ops.run(tasks)
+    constant = {name: table.constant for name, table in first_seen.items()}
     return Assembled(np.concatenate(ids), np.concatenate(counts), tables, constant)
+
+
+def _floating(values: Any) -> bool:
+    """Whether a column (numpy array or tensor) holds floating-point numbers."""
+    if isinstance(values, torch.Tensor):
+        return values.is_floating_point()
+    return bool(np.issubdtype(values.dtype, np.floating))
 
 
 def split_assembled(

@@ -25,7 +25,7 @@ import torch
 from ase.data import atomic_numbers
 
 from dparallel.errors import TrainingError
-from dparallel.train.batch import Batch, PartitionData, Rows, assemble, make_batch
+from dparallel.train.batch import HOST, Batch, HostOps, PartitionData, Rows, assemble, make_batch
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -253,12 +253,15 @@ class PartitionReader:
             )
 
     def batch(
-        self, items: Sequence[tuple[PartitionData, int]], dtype: torch.dtype | None = torch.float64
+        self,
+        items: Sequence[tuple[PartitionData, int]],
+        dtype: torch.dtype | None = torch.float64,
+        ops: HostOps = HOST,
     ) -> Batch:
         """The :class:`Batch` of ``(partition, local structure)`` items, assembled on the host
-        (floating columns in ``dtype``; ``None``: as stored)."""
+        with ``ops`` (floating columns in ``dtype``; ``None``: as stored)."""
         with torch.profiler.record_function("dparallel: assemble a batch on the host"):
-            return make_batch(assemble(items), self.elements, dtype)
+            return make_batch(assemble(items, ops, dtype), self.elements, dtype)
 
     def stream(self, order: Sequence[int], prefetch: int) -> Generator[PartitionData, None, None]:
         """Partitions in ``order``; ``prefetch`` > 0 reads ahead in a background thread."""
@@ -373,12 +376,14 @@ def iterate_batches(
     *,
     prefetch: int = 1,
     dtype: torch.dtype | None = torch.float64,
+    ops: HostOps = HOST,
 ) -> Iterator[Batch]:
     """The mini-batches of ``plan`` (every structure of its split exactly once), streamed
-    from the store.
+    from the store and assembled with ``ops``.
 
     Partitions are read in the plan's order (``prefetch`` ahead in a thread) and dropped
-    once their last structure is batched.
+    once their last structure is batched. The end of the iteration closes ``ops`` (its
+    gather threads).
     """
     left = {p: int(np.count_nonzero(reader.index.split[p] == plan.code)) for p in plan.partitions}
     stream = reader.stream(plan.partitions, prefetch)
@@ -389,7 +394,7 @@ def iterate_batches(
                 while p not in loaded:
                     part = next(stream)
                     loaded[part.p] = part
-            batch = reader.batch([(loaded[p], s) for p, s in items], dtype)
+            batch = reader.batch([(loaded[p], s) for p, s in items], dtype, ops)
             for p, _ in items:
                 left[p] -= 1
                 if left[p] == 0:
@@ -397,3 +402,4 @@ def iterate_batches(
             yield batch
     finally:
         stream.close()
+        ops.close()

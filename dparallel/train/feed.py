@@ -22,11 +22,14 @@ import torch
 
 from dparallel.train.batch import (
     DeviceOps,
+    HostOps,
     PartitionData,
+    PinnedOps,
     Rows,
     assemble_groups,
     batch_to,
     cast_batch,
+    gather_threads,
     group_by_partition,
     make_batch,
     map_batch,
@@ -235,7 +238,11 @@ class BatchFeed:
         # their stored dtypes and cast once on the device; computed descriptors come in
         # ``dtype`` already
         late = int(depth) > 0 and reader.holdable
-        host = iterate_batches(reader, plan, prefetch=spec.prefetch, dtype=None if late else dtype)
+        # a store's batch for a CUDA copy is gathered straight into page-locked memory
+        ops = (PinnedOps if late and self.device.type == "cuda" else HostOps)(gather_threads())
+        host = iterate_batches(
+            reader, plan, prefetch=spec.prefetch, dtype=None if late else dtype, ops=ops
+        )
         if int(depth) > 0:
             ahead = prefetched(host, self.device, int(depth), dtype if late else None)
             return timed(ahead, self.wait)

@@ -23,9 +23,11 @@ from dparallel.descriptors.registry import descriptor_graph, descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.train.batch import (
+    HOST,
     Assembled,
     Batch,
     Geometry,
+    HostOps,
     PartitionData,
     Rows,
     assemble,
@@ -139,9 +141,13 @@ class StructureReader(PartitionReader):
         return PartitionData(p, self.index.ids[p], self.index.split[p], rows, nbytes)
 
     def batch(
-        self, items: Sequence[tuple[PartitionData, int]], dtype: torch.dtype | None = torch.float64
+        self,
+        items: Sequence[tuple[PartitionData, int]],
+        dtype: torch.dtype | None = torch.float64,
+        ops: HostOps = HOST,
     ) -> Batch:
-        """A mini-batch of ``(partition, local structure)`` items (re-indexed).
+        """A mini-batch of ``(partition, local structure)`` items (re-indexed; gathered on
+        the host with ``ops``, which must give numpy columns).
 
         With ``engine="graph"`` its :class:`~dparallel.train.batch.Geometry` (descriptors
         are computed when it is predicted); with ``"kernel"`` its ``features``, whose
@@ -149,7 +155,7 @@ class StructureReader(PartitionReader):
         ``dtype``; ``None``: float64).
         """
         dtype = dtype or torch.float64
-        got = assemble(items)
+        got = assemble(items, ops)
         batch = make_batch(got, self.elements, dtype)
         if self.engine == "kernel":
             return replace(batch, features=self._kernel_features(got, dtype))

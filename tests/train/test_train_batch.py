@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from _store_fixture import small_store
@@ -191,3 +193,106 @@ def test_held_batches_assembled_together_equal_streamed_ones(
         plans = [BatchPlan(index, split, size, shuffle=shuffle, seed=1, epoch=4, shuffle_buffer=4)
                  for _ in range(2)]  # fmt: skip
         assert_same_batches(list(iterate_batches(reader, plans[0])), list(held.batches(plans[1])))
+
+
+# ----------------------------------------------------------------- gathering into place
+def _random_partition(rng, p: int, n: int) -> PartitionData:  # noqa: ANN001
+    """A partition of ``n`` structures: atoms, a float32 pair table indexing the atoms, a
+    per-structure label, with a random number of rows per structure (some with none)."""
+    from dparallel.train.batch import Rows
+
+    atoms_per = rng.integers(1, 5, n)
+    pairs_per = rng.integers(0, 7, n)
+    atom_off = np.concatenate([[0], np.cumsum(atoms_per)]).astype(np.int64)
+    pair_off = np.concatenate([[0], np.cumsum(pairs_per)]).astype(np.int64)
+    first = np.concatenate(
+        [rng.integers(atom_off[s], atom_off[s + 1], pairs_per[s]) for s in range(n)]
+    ).astype(np.int64)
+    return PartitionData(
+        p,
+        ids=np.arange(n) + 100 * p,
+        split=np.zeros(n, np.int8),
+        rows={
+            "structures": Rows(np.arange(n + 1), {"energy": rng.normal(size=n)}),
+            "atoms": Rows(atom_off, {"forces": rng.normal(size=(int(atom_off[-1]), 3))}),
+            "pairs": Rows(
+                pair_off,
+                {"first": first, "dG_dr": rng.normal(size=(len(first), 5, 3)).astype(np.float32)},
+                refs={"first": "atoms"},
+            ),
+        },
+    )
+
+
+def _assembled_row_by_row(items) -> dict[str, dict[str, np.ndarray]]:  # noqa: ANN001
+    """The reference: each structure's rows copied one by one, partitions in first-seen
+    order, an index column mapped through a dict of local → batch rows."""
+    order: dict[int, list] = {}
+    for part, s in items:
+        order.setdefault(part.p, [part, []])[1].append(s)
+    out: dict[str, dict[str, list]] = {}
+    base: dict[str, int] = {}
+    for part, structures in order.values():
+        where: dict[str, dict[int, int]] = {}
+        for name, table in part.rows.items():
+            where[name] = {}
+            for s in structures:
+                for r in range(int(table.offsets[s]), int(table.offsets[s + 1])):
+                    where[name][r] = base.get(name, 0) + len(where[name])
+            for col, values in table.columns.items():
+                for r in where[name]:
+                    ref = table.refs.get(col)
+                    row = where[ref][int(values[r])] if ref else values[r]
+                    out.setdefault(name, {}).setdefault(col, []).append(row)
+            base[name] = base.get(name, 0) + len(where[name])
+    return {n: {c: np.asarray(v) for c, v in cols.items()} for n, cols in out.items()}
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_columns_gathered_into_place_equal_a_row_by_row_copy(monkeypatch, threads) -> None:  # noqa: ANN001
+    """Gathers split into many small tasks on several threads, a float32 column cast to
+    float64 on the way, on the host and on a device: every column equals the reference."""
+    from dparallel.train import batch as batch_module
+    from dparallel.train.batch import DeviceOps, HostOps, assemble
+    from dparallel.train.feed import _held
+
+    monkeypatch.setattr(batch_module, "GATHER_TASK_BYTES", 100)  # tasks of a row or two
+    rng = np.random.default_rng(11)
+    parts = [_random_partition(rng, p, n) for p, n in enumerate((7, 1, 12))]
+    items = [(parts[p], int(s)) for p, s in ((2, 5), (0, 3), (2, 0), (1, 0), (0, 6), (2, 11),
+                                             (0, 0), (2, 7))]  # fmt: skip
+    expected = _assembled_row_by_row(items)
+    ops = HostOps(threads)
+    for dtype in (None, torch.float64):
+        got = assemble(items, ops, dtype)
+        assert list(got.ids) == [205, 200, 211, 207, 3, 6, 0, 100]  # by partition, in order
+        for name, cols in expected.items():
+            for col, want in cols.items():
+                have = np.asarray(got.tables[name][col])
+                assert have.shape == want.shape, (name, col)
+                floating = np.issubdtype(want.dtype, np.floating)
+                assert have.dtype == (np.float64 if dtype and floating else want.dtype)
+                np.testing.assert_array_equal(have, want.astype(have.dtype), err_msg=col)
+    ops.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("dparallel-gather")]
+    device_ops = DeviceOps(torch.device("cpu"))
+    held = {id(part): _held(part, device_ops, torch.float64) for part in parts}
+    device = assemble([(held[id(part)], s) for part, s in items], device_ops, None)
+    for name, cols in expected.items():
+        for col, want in cols.items():
+            np.testing.assert_array_equal(device.tables[name][col].numpy(), want, err_msg=col)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (pinned memory)")
+def test_pinned_assembly_gives_page_locked_columns_equal_to_the_host_ones() -> None:
+    from dparallel.train.batch import PinnedOps, assemble
+
+    rng = np.random.default_rng(2)
+    parts = [_random_partition(rng, p, 6) for p in range(2)]
+    items = [(parts[p], s) for p in (1, 0) for s in range(6)]
+    expected = _assembled_row_by_row(items)
+    got = assemble(items, PinnedOps(2), None)
+    for name, cols in expected.items():
+        for col, want in cols.items():
+            assert got.tables[name][col].is_pinned()
+            np.testing.assert_array_equal(got.tables[name][col].numpy(), want, err_msg=col)

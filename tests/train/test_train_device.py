@@ -237,6 +237,18 @@ def test_cuda_training_matches_cpu_and_resumes_on_the_cpu(store, tmp_path) -> No
 
 
 @needs_cuda
+def test_cuda_streamed_training_equals_held(store, tmp_path) -> None:  # noqa: ANN001
+    """Streamed to the GPU (batches gathered into pinned memory on the gather threads,
+    copied on a side stream) against the data held there: the same batches, one model."""
+    spec = SPEC.model_copy(update={"device": "cuda", "epochs": 3})
+    held = train_model(store, tmp_path / "h", spec.model_copy(update={"data_on_device": True}))
+    streamed = train_model(store, tmp_path / "s", spec.model_copy(update={"data_on_device": False}))
+    for ra, rb in zip(held.history, streamed.history, strict=True):
+        assert ra["train_loss"] == pytest.approx(rb["train_loss"], rel=1e-9)
+    assert not _threads()
+
+
+@needs_cuda
 def test_batches_move_to_cuda(reader) -> None:  # noqa: ANN001
     batch = next(iterate_batches(reader, BatchPlan(reader.index, "train", 3, shuffle=False)))
     moved = batch_to(batch, torch.device("cuda"))
