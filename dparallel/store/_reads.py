@@ -102,10 +102,11 @@ class StoreReads(OpenedStore):
         return np.concatenate(parts)
 
     # ---------------------------------------------------------- stored structures
-    def _cumulative(self) -> np.ndarray:
-        """(P + 1,) first stored-structure index of each partition (done ones only count)."""
+    def _cumulative(self, done: np.ndarray | None = None) -> np.ndarray:
+        """(P + 1,) first stored-structure index of each partition (done ones only count;
+        ``done``: the caller's :meth:`_done_flags`, else read)."""
         if self._cum is None:
-            done = self._done_flags()
+            done = self._done_flags() if done is None else done
             n = self._read_done_rows("partitions/n_structures", done)
             self._cum = np.concatenate([[0], np.cumsum(np.where(done, n, 0))]).astype(np.int64)
         return self._cum
@@ -121,13 +122,17 @@ class StoreReads(OpenedStore):
     @property
     def n_atoms(self) -> int:
         """Atoms stored by done partitions."""
-        done = self._done_flags()
+        return self._n_atoms(self._done_flags())
+
+    def _n_atoms(self, done: np.ndarray) -> int:
         return int(self._read_done_rows("partitions/n_atoms", done)[done].sum())
 
     @property
     def elements(self) -> list[int]:
         """Sorted atomic numbers present in done partitions."""
-        done = self._done_flags()
+        return self._elements(self._done_flags())
+
+    def _elements(self, done: np.ndarray) -> list[int]:
         present = self._read_done_rows("partitions/elements", done)[done].any(axis=0)
         return [int(z) for z in np.flatnonzero(present)]
 
@@ -238,7 +243,7 @@ class StoreReads(OpenedStore):
         def walk(group: zarr.Group, prefix: str) -> None:
             for name, node in group.members():
                 key = f"{prefix}{name}"
-                if key.startswith("parts/"):
+                if key == "parts":  # a group per partition: its arrays are not listed
                     continue
                 if isinstance(node, zarr.Group):
                     walk(node, key + "/")
@@ -257,16 +262,17 @@ class StoreReads(OpenedStore):
         """Summary: counts, elements, completeness, skipped, arrays, source, config."""
         from ase.data import chemical_symbols
 
-        done = self.done_partitions()
+        flags = self._done_flags()  # read once: each per-partition array is a chunk per partition
+        done = np.flatnonzero(flags)
         skipped = self.skipped()
         return {
             "path": self.location,
             # where zarr/xarray open it: the generation of a store at a URL, else the path
             "zarr_root": str(self.root) if self.root is not None else self.location,
             "format_version": self._meta["format_version"],
-            "n_structures": self.n_structures,
-            "n_atoms": self.n_atoms,
-            "elements": [chemical_symbols[z] for z in self.elements],
+            "n_structures": int(self._cumulative(flags)[-1]),
+            "n_atoms": self._n_atoms(flags),
+            "elements": [chemical_symbols[z] for z in self._elements(flags)],
             "complete": len(done) == self.n_partitions,
             "partitions_done": len(done),
             "partitions_total": self.n_partitions,
