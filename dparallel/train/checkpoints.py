@@ -7,11 +7,13 @@ uninterrupted one.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from dparallel.errors import CheckpointMismatchError
@@ -55,12 +57,21 @@ class Progress:
     best_epoch: int = -1
     bad_epochs: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: which validation structures ``best_val`` was measured on (:func:`split_digest`)
+    validation_digest: str = ""
 
 
 #: The progress a checkpoint keeps (the next epoch is its ``epoch`` + 1).
 _PROGRESS = [f.name for f in fields(Progress) if f.name != "start_epoch"]
+#: Progress that checkpoints written before it was kept lack (its default then).
+_PROGRESS_ADDED = {"validation_digest"}
 #: What a checkpoint must hold to resume from it: the run's state and its progress.
-_CHECKPOINT_KEYS = {"epoch", "model", "optimizer", "rng", "spec", *_PROGRESS}
+_CHECKPOINT_KEYS = {"epoch", "model", "optimizer", "rng", "spec", *_PROGRESS} - _PROGRESS_ADDED
+
+
+def split_digest(ids: np.ndarray) -> str:
+    """A short digest of a split's source indices (which structures it holds)."""
+    return hashlib.sha256(np.sort(np.asarray(ids, np.int64)).tobytes()).hexdigest()[:16]
 
 
 def model_file(model: HDNNP, spec: TrainingSpec, descriptor: dict | None) -> dict[str, Any]:
@@ -137,6 +148,8 @@ def resume_from(
     model.load_state_dict(ck["model"])
     optimizer.load_state_dict(ck)
     torch.set_rng_state(ck["rng"]["torch"])
-    progress = Progress(start_epoch=int(ck["epoch"]) + 1, **{name: ck[name] for name in _PROGRESS})
+    progress = Progress(
+        start_epoch=int(ck["epoch"]) + 1, **{name: ck[name] for name in _PROGRESS if name in ck}
+    )
     log.info("resumed from %s at epoch %d", path, progress.start_epoch)
     return progress

@@ -30,6 +30,7 @@ from dparallel.train.checkpoints import (
     resume_from,
     save_checkpoint,
     save_model,
+    split_digest,
 )
 from dparallel.train.data import PartitionReader, train_cache_bytes
 from dparallel.train.data_units import record_data_units
@@ -201,7 +202,32 @@ def _set_up(
         )  # fmt: skip
     feed = BatchFeed(target, spec.data_on_device, spec.batch_prefetch)
     feed.hold(reader)
-    return _Run(spec, prep, feed, model, optimizer, reader, model_dir), progress
+    run = _Run(spec, prep, feed, model, optimizer, reader, model_dir)
+    has_val = prep.index.count("validation") > 0
+    digest = split_digest(prep.index.ids_of("validation")) if has_val else ""
+    if resume and digest and progress.validation_digest != digest:
+        _measure_best_again(run, progress)
+    progress.validation_digest = digest
+    return run, progress
+
+
+def _measure_best_again(run: _Run, progress: Progress) -> None:
+    """Resumed on another validation set (partitions done since the checkpoint, or a
+    checkpoint that does not say): ``best.pt``'s loss on this one becomes the best so far,
+    so the epochs to come, early stopping and a plateau schedule compare losses over the
+    same structures."""
+    path = run.model_dir / BEST
+    if progress.best_epoch < 0 or not path.is_file():
+        return
+    best = run.feed.target.model(load_model(path)[0])
+    value = evaluate_split(best, run.reader, "validation", run.spec, feed=run.feed).summary()
+    log.info(
+        "the validation set is not the one of the checkpoint's best loss (%.6g): best.pt "
+        "(epoch %d) measured on it again: %.6g",
+        progress.best_val, progress.best_epoch, value["loss"],
+    )  # fmt: skip
+    progress.best_val = value["loss"]
+    run.optimizer.monitor_rebased(value["loss"])
 
 
 def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:

@@ -70,6 +70,12 @@ class Optimizer(ABC):
     def end_epoch(self, monitor: float) -> None:  # noqa: B027 - a hook, empty by default
         """Called after an epoch with its monitored (validation) loss."""
 
+    def monitor_rebased(self, best: float) -> None:
+        """The best monitored loss so far, measured again on another validation set (a
+        resumed run on a store with more structures): a plateau schedule compares with it."""
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.best = best
+
     def columns(self) -> dict[str, float]:
         """Extra columns of the epoch's metrics row."""
         return {}

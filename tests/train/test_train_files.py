@@ -233,6 +233,58 @@ def test_resume_after_more_partitions_landed_keeps_every_structures_split(
     assert second["reference_energies"] == first["reference_energies"]
 
 
+def test_resume_on_a_larger_validation_set_measures_the_best_model_on_it(
+    trained,  # noqa: ANN001
+    tmp_path,  # noqa: ANN001
+    caplog,  # noqa: ANN001
+) -> None:
+    """The best loss of a run on an incomplete store was measured on fewer validation
+    structures: resumed once more partitions are done, best.pt is scored on the new
+    validation set, and the resumed epochs compare with that (not with a loss over other
+    structures). Resumed on the same data, nothing is measured again."""
+    import logging
+
+    from dparallel.store import open_store
+    from dparallel.train.checkpoints import split_digest
+    from dparallel.train.data import PartitionReader, build_split_index
+    from dparallel.train.reporting import evaluate_split
+
+    store, _ = trained
+    copy = tmp_path / "part.zarr"
+    shutil.copytree(store.path, copy)
+    spec = SPEC.model_copy(update={"allow_incomplete": True, "epochs": 1,
+                                   "validation_fraction": 0.4})  # fmt: skip
+    whole = build_split_index(open_store(copy), 0.4, spec.test_fraction, seed=1)
+    late = whole.partitions_with("validation")[-1]  # done after the first run
+    writer = open_store(copy, mode="r+")
+    writer.clear_done(late)
+    first = train_model(copy, tmp_path / "m", spec)
+    writer.mark_done(late)
+    assert set(whole.ids_of("validation")) > {int(i) for i in first_ids(tmp_path / "m")}
+    best_model, _ = load_model(tmp_path / "m" / "best.pt")
+    reader = PartitionReader(open_store(copy), "acsf", best_model.elements, whole, True)
+    rescored = evaluate_split(best_model, reader, "validation", spec).summary()["loss"]
+    assert rescored != pytest.approx(first.history[0]["validation_loss"], rel=1e-6)
+    with caplog.at_level(logging.INFO, logger="dparallel.train.loop"):
+        resumed = train_model(copy, tmp_path / "m", spec.model_copy(update={"epochs": 2}),
+                              resume=True)  # fmt: skip
+    assert "measured on it again" in caplog.text
+    ck = torch.load(tmp_path / "m" / "checkpoint.pt", weights_only=True)
+    new = resumed.history[-1]["validation_loss"]
+    assert ck["best_val"] == pytest.approx(min(rescored, new), rel=1e-9)
+    assert ck["best_epoch"] == (1 if new < rescored else 0)
+    assert ck["validation_digest"] == split_digest(whole.ids_of("validation"))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dparallel.train.loop"):
+        train_model(copy, tmp_path / "m", spec.model_copy(update={"epochs": 3}), resume=True)
+    assert "measured on it again" not in caplog.text
+
+
+def first_ids(model_dir) -> list[int]:  # noqa: ANN001
+    """The validation source indices a model directory's metrics.json lists."""
+    return json.loads((model_dir / "metrics.json").read_text())["validation_ids"]
+
+
 def test_data_units_json_is_written_once_by_training_for_any_store(
     trained,  # noqa: ANN001
     tmp_path,  # noqa: ANN001
