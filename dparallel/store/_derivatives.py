@@ -93,6 +93,25 @@ def _split(dG_dr, vectors, radial, angular, tol2, s_out, angular_out, still):  #
                 angular_out[k, c, p] = dG_dr[p, f, c]
 
 
+def _unsplit(s, angular_in, vectors, radial, angular, out):  # noqa: ANN001, ANN202 - compiled
+    """Fill ``out`` (P, F, 3) float32 from the split layout: radial column ``radial[k]`` is
+    ``s[k, p]`` · r̂ (r̂ rounded to float32 first, as :func:`decode_pairs` did with numpy),
+    angular column ``angular[k]`` is ``angular_in[k, :, p]``. One pass, pair by pair."""
+    for p in range(out.shape[0]):
+        u0, u1, u2 = _unit(vectors, p)
+        f0, f1, f2 = np.float32(u0), np.float32(u1), np.float32(u2)
+        for k in range(radial.shape[0]):
+            f = radial[k]
+            v = np.float32(s[k, p])
+            out[p, f, 0] = v * f0
+            out[p, f, 1] = v * f1
+            out[p, f, 2] = v * f2
+        for k in range(angular.shape[0]):
+            f = angular[k]
+            for c in range(3):
+                out[p, f, c] = angular_in[k, c, p]
+
+
 #: Pairs whose test decides the candidate radial columns before the one splitting pass
 #: (angular columns show themselves at once; a candidate that fails later costs a redo).
 _PROBE = 64
@@ -102,7 +121,8 @@ _JIT: dict[str, Any] = {}
 
 
 def _compiled(name: str) -> Any:
-    """The numba-compiled (cached on disk) version of ``_radial_flags`` or ``_split``."""
+    """The numba-compiled (cached on disk) version of ``_radial_flags``, ``_split`` or
+    ``_unsplit``."""
     if name not in _JIT:
         import numba
 
@@ -217,13 +237,10 @@ def decode_pairs(stored: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         ) from None
     radial, angular = np.flatnonzero(flags), np.flatnonzero(~flags)
     dG_dr = np.empty((n_pairs, flags.shape[0], 3), DERIVATIVE_DTYPE)
-    if radial.size:
-        v64 = vectors.astype(np.float64)
-        dist = np.linalg.norm(v64, axis=1)
-        unit = (v64 / np.where(dist > 0, dist, 1.0)[:, None]).astype(DERIVATIVE_DTYPE)
-        dG_dr[:, radial, :] = s.T[:, :, None] * unit[:, None, :]
-    if angular.size:
-        dG_dr[:, angular, :] = ang.transpose(2, 0, 1)
+    _compiled("_unsplit")(
+        np.asarray(s, DERIVATIVE_DTYPE), np.asarray(ang, DERIVATIVE_DTYPE), vectors,
+        radial, angular, dG_dr,
+    )  # fmt: skip
     out = {name: pairs[k] for k, name in enumerate(_INDEX_ARRAYS)}
     out.update(vectors=vectors, feature_index=feature_index, dG_dr=dG_dr)
     return out
