@@ -239,7 +239,10 @@ class HostOps:
                 # an out of mode "raise"); the rows come from the partition's own offsets
                 if numbering is not None:
                     got = np.take(values, rows[a:b], axis=0, mode="clip")
-                    np.take(numbering, got, axis=0, out=dst[a:b], mode="clip")
+                    if numbering.dtype == dst.dtype:
+                        np.take(numbering, got, axis=0, out=dst[a:b], mode="clip")
+                    else:  # an index column stored narrower than the int64 numbering
+                        dst[a:b] = np.take(numbering, got, axis=0, mode="clip")
                 elif values.dtype == dst.dtype:
                     np.take(values, rows[a:b], axis=0, out=dst[a:b], mode="clip")
                 else:  # a cast (a float32 column of a float64 batch)
@@ -324,8 +327,10 @@ class DeviceOps(HostOps):
         self, values: Any, rows: Any, out: Any, numbering: Any = None
     ) -> list[Callable[[], None]]:
         def gather() -> None:
-            if numbering is not None:
+            if numbering is not None and numbering.dtype == out.dtype:
                 torch.index_select(numbering, 0, values.index_select(0, rows), out=out)
+            elif numbering is not None:
+                out.copy_(numbering.index_select(0, values.index_select(0, rows)))
             elif values.dtype == out.dtype:
                 torch.index_select(values, 0, rows, out=out)
             else:
