@@ -195,10 +195,7 @@ def observations(
             w = math.sqrt(spec.force_weight) / s
             d = force_cotangents(features, keys, pick, g_leaf)  # [(k, n_e, F_e)]
             used = [i for i, gk in enumerate(g) if gk is not None and gk.requires_grad]
-            jf = torch.autograd.grad(
-                [g[i] for i in used], params, grad_outputs=[d[i] for i in used],
-                retain_graph=True, is_grads_batched=True, allow_unused=True,
-            )  # fmt: skip
+            jf = batched_grad([g[i] for i in used], params, [d[i] for i in used])
             jac.append(_flat(jf, params, k) * w)
             xi.append((batch.forces.reshape(-1)[pick] - predicted.reshape(-1)[pick]) * w)
     return Observations(torch.cat(jac, 1), torch.cat(xi), energy.detach(), predicted)
@@ -226,13 +223,31 @@ def _grads(
     y: torch.Tensor, inputs: list[torch.Tensor], eye: torch.Tensor
 ) -> tuple[torch.Tensor, ...]:
     """Row-wise gradients of ``y`` (m,) with respect to ``inputs``, each (m, *shape)."""
-    out = torch.autograd.grad(
-        y, inputs, grad_outputs=eye, retain_graph=True, is_grads_batched=True, allow_unused=True
-    )
-    return tuple(
-        o if o is not None else y.new_zeros((len(y), *x.shape))
-        for o, x in zip(out, inputs, strict=True)
-    )
+    return batched_grad([y], inputs, [eye])
+
+
+def batched_grad(
+    outputs: list[torch.Tensor], inputs: list[torch.Tensor], cotangents: list[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    """Vector–Jacobian products of ``outputs`` for a batch of ``cotangents`` (each
+    (m, *output.shape)): per input an (m, *input.shape) tensor (zeros where unused).
+
+    One backward pass under ``torch.func.vmap``: autograd's own ``is_grads_batched`` uses
+    the legacy vmap, which has no batching rule for ``tanh_backward``, ``index_select`` or
+    ``index_put`` and runs those once per row (a thousand small operations per Kalman
+    update, each a kernel launch on a GPU).
+    """
+    if not outputs:
+        m = cotangents[0].shape[0] if cotangents else 0
+        return tuple(x.new_zeros((m, *x.shape)) for x in inputs)
+
+    def vjp(*rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.autograd.grad(
+            outputs, inputs, grad_outputs=list(rows), retain_graph=True, allow_unused=True,
+            materialize_grads=True,
+        )  # fmt: skip
+
+    return tuple(torch.func.vmap(vjp)(*cotangents))
 
 
 def force_cotangents(

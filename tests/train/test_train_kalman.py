@@ -129,3 +129,34 @@ def test_observation_rows_are_the_gradients_of_energies_and_forces(store) -> Non
     df = (batch.forces.reshape(-1)[pick] - f.detach().reshape(-1)[pick]) * 0.5**0.5 / s
     ref = torch.cat([de, df])
     torch.testing.assert_close(obs.xi, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_an_updates_operations_do_not_grow_with_its_rows(store) -> None:  # noqa: ANN001
+    """The Jacobian rows come from one vmapped backward pass: a batch of 4 structures (4
+    energy and 8 force rows) runs as many torch operations as one of 2 (autograd's
+    legacy ``is_grads_batched`` looped over the rows at tanh_backward, index_select and
+    index_put: a kernel launch each on a GPU)."""
+    from collections import Counter
+
+    from dparallel.train.data import BatchPlan, PartitionReader, iterate_batches
+    from dparallel.train.device import Target
+    from dparallel.train.kalman import observations
+    from dparallel.train.preparation import build_model, prepare
+
+    spec = SPEC.model_copy(update={"force_weight": 0.5})
+    prep = prepare(store, spec)
+    model = build_model(prep, spec, Target.of(spec))
+    reader = PartitionReader(store, "acsf", prep.elements, prep.index, True, 2**26)
+    params = [p for p in model.parameters() if p.requires_grad]
+    counts = {}
+    for size in (2, 4):
+        plan = BatchPlan(reader.index, "train", size, shuffle=False)
+        batch = next(iter(iterate_batches(reader, plan, prefetch=0)))
+        assert batch.n_structures == size
+        observations(model, params, batch, spec, True)  # warm
+        with torch.profiler.profile() as prof:
+            obs = observations(model, params, batch, spec, True)
+        assert obs.H.shape[1] == 3 * size  # an energy and 2 force components per structure
+        ops = Counter(e.name for e in prof.events() if e.name.startswith("aten::"))
+        counts[size] = sum(ops.values())
+    assert counts[4] == counts[2], counts
