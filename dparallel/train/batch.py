@@ -5,9 +5,10 @@ A partition in memory (:class:`PartitionData`) is a set of row tables (:class:`R
 (``features/<E>``) and pair derivatives (``derivatives/<E>/<F>``) or the neighbour list
 (``pairs``). Every table numbers its rows by structure (``offsets``), so one function,
 :func:`assemble`, gathers any selection of structures from any partitions and renumbers
-the index columns from 0 — on the host (numpy, :data:`HOST`) for streamed data, or on the
-device (:class:`DeviceOps`) for data held there. :func:`make_batch` turns the result into
-a :class:`Batch`.
+the index columns from 0, each column gathered once straight into its place — on the host
+(numpy, :class:`HostOps`, on gather threads; :class:`PinnedOps` into page-locked memory
+for a CUDA copy) for streamed data, or on the device (:class:`DeviceOps`) for data held
+there. :func:`make_batch` turns the result into a :class:`Batch`.
 
 A batch's tensors are the fields of its dataclasses (and of
 :class:`~dparallel.descriptors.DescriptorResult`, :class:`~dparallel.descriptors.PairDerivatives`),
