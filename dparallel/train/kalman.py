@@ -172,7 +172,7 @@ def observations(
         y_e = (energy / batch.atom_counts / s)[ok_e]  # (S',)
         xi = [((batch.energy - energy.detach()) / batch.atom_counts / s)[ok_e]]
         eye = torch.eye(len(y_e), dtype=energy.dtype, device=energy.device)
-        jac = [_flat(_grads(y_e, params, eye), params, len(y_e))]
+        jac = [_flat(batched_grad([y_e], params, [eye]), params, len(y_e))]
         if not forces:
             return Observations(torch.cat(jac, 1), torch.cat(xi), energy.detach(), None)
         inputs = [values[k] for k in keys]
@@ -219,13 +219,6 @@ def kalman_step(
     return obs.energy, obs.forces, value
 
 
-def _grads(
-    y: torch.Tensor, inputs: list[torch.Tensor], eye: torch.Tensor
-) -> tuple[torch.Tensor, ...]:
-    """Row-wise gradients of ``y`` (m,) with respect to ``inputs``, each (m, *shape)."""
-    return batched_grad([y], inputs, [eye])
-
-
 def batched_grad(
     outputs: list[torch.Tensor], inputs: list[torch.Tensor], cotangents: list[torch.Tensor]
 ) -> tuple[torch.Tensor, ...]:
@@ -237,9 +230,6 @@ def batched_grad(
     ``index_put`` and runs those once per row (a thousand small operations per Kalman
     update, each a kernel launch on a GPU).
     """
-    if not outputs:
-        m = cotangents[0].shape[0] if cotangents else 0
-        return tuple(x.new_zeros((m, *x.shape)) for x in inputs)
 
     def vjp(*rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return torch.autograd.grad(

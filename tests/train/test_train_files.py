@@ -260,7 +260,8 @@ def test_resume_on_a_larger_validation_set_measures_the_best_model_on_it(
     writer.clear_done(late)
     first = train_model(copy, tmp_path / "m", spec)
     writer.mark_done(late)
-    assert set(whole.ids_of("validation")) > {int(i) for i in first_ids(tmp_path / "m")}
+    first_ids = json.loads((tmp_path / "m" / "metrics.json").read_text())["validation_ids"]
+    assert set(whole.ids_of("validation")) > set(first_ids)
     best_model, _ = load_model(tmp_path / "m" / "best.pt")
     reader = PartitionReader(open_store(copy), "acsf", best_model.elements, whole, True)
     rescored = evaluate_split(best_model, reader, "validation", spec).summary()["loss"]
@@ -278,11 +279,6 @@ def test_resume_on_a_larger_validation_set_measures_the_best_model_on_it(
     with caplog.at_level(logging.INFO, logger="dparallel.train.loop"):
         train_model(copy, tmp_path / "m", spec.model_copy(update={"epochs": 3}), resume=True)
     assert "measured on it again" not in caplog.text
-
-
-def first_ids(model_dir) -> list[int]:  # noqa: ANN001
-    """The validation source indices a model directory's metrics.json lists."""
-    return json.loads((model_dir / "metrics.json").read_text())["validation_ids"]
 
 
 def test_data_units_json_is_written_once_by_training_for_any_store(
