@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from concurrent.futures import Future
 
     from dparallel.cluster.spec import ClusterSpec
@@ -173,21 +174,30 @@ def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
     return connected
 
 
-def start_local_forkserver(args: argparse.Namespace, spec: ClusterSpec | None = None) -> None:
+@contextlib.contextmanager
+def local_forkserver(args: argparse.Namespace, spec: ClusterSpec | None = None) -> Iterator[None]:
     """Start the forkserver of local workers now when this command will start a local
     cluster (``spec``: the workflow's ``cluster:``, ``None``: local; the same decision as
     :func:`dparallel.cluster.connect`'s, :func:`~dparallel.cluster.where.connection_kind`),
-    so that its imports and featurize's warm-up overlap the driver's own imports, reading
-    and scheduler start (:mod:`dparallel.cluster.forkserver`)."""
-    from dparallel.cluster.forkserver import start_forkserver
+    so that its imports and featurize's warm-up overlap the driver's own imports, checks,
+    reading and scheduler start (:mod:`dparallel.cluster.forkserver`). The block holds the
+    command's checks: one that refuses stops the server again, so that a refused command
+    leaves nothing running."""
+    from dparallel.cluster.forkserver import start_forkserver, stop_forkserver
     from dparallel.cluster.where import connection_kind
     from dparallel.workflow.featurize_worker_preload import FEATURIZE_FORKSERVER_PRELOAD
 
     local = _local_by_name(args)
     where = {"scheduler": args.scheduler, "scheduler_file": args.scheduler_file}
-    if connection_kind(None if local else spec, **where) != "local":
-        return
-    start_forkserver((FEATURIZE_FORKSERVER_PRELOAD,), threads=args.torch_threads or 1)
+    started = connection_kind(None if local else spec, **where) == "local" and start_forkserver(
+        (FEATURIZE_FORKSERVER_PRELOAD,), threads=args.torch_threads or 1
+    )
+    try:
+        yield
+    except BaseException:
+        if started:
+            stop_forkserver()
+        raise
 
 
 def _local_by_name(args: argparse.Namespace) -> bool:

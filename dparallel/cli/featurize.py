@@ -12,10 +12,10 @@ from dparallel.cli._options import (
     connect_early,
     default_log_file,
     local_argument,
+    local_forkserver,
     on_connect,
     refuse_unwritable_target,
     route_cluster_logs,
-    start_local_forkserver,
 )
 from dparallel.cli._progress import FeaturizeProgress, closing_lines, store_line
 
@@ -62,14 +62,14 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     protect = (args.source, args.descriptors or args.workflow)
-    refuse_unwritable_target(args.output, overwrite=args.overwrite, protect=protect)
-    if args.scaling_data:
-        from dparallel.workflow.featurize import refuse_scaling_target
+    with local_forkserver(args):  # first: it warms up while the driver starts up
+        refuse_unwritable_target(args.output, overwrite=args.overwrite, protect=protect)
+        if args.scaling_data:
+            from dparallel.workflow.featurize import refuse_scaling_target
 
-        log = args.log_file or default_log_file(args.output)
-        refuse_scaling_target(args.scaling_data, args.output, (*protect, log))
-    start_local_forkserver(args)  # first: the forkserver warms up while the driver starts up
-    route_cluster_logs(args, args.output)  # before the cluster logs anything
+            log = args.log_file or default_log_file(args.output)
+            refuse_scaling_target(args.scaling_data, args.output, (*protect, log))
+        route_cluster_logs(args, args.output)  # before the cluster logs anything
 
     from dparallel.cluster import discard_connection
 

@@ -105,12 +105,12 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
         cluster = cluster.model_copy(update={"torch_threads": args.torch_threads})
     spec = spec.model_copy(update={"cluster": cluster})
     store_protect = (*protect, spec.dataset.path)
-    cluster_cli.refuse_unwritable_target(  # a URL with its storage_options
-        spec.store_location(), overwrite=spec.store.overwrite, protect=store_protect
-    )
     # a local cluster's forkserver warms up while the dataset stage and the driver start
-    cluster_cli.start_local_forkserver(args, spec.cluster)
-    cluster_cli.route_cluster_logs(args, spec.store.path)
+    with cluster_cli.local_forkserver(args, spec.cluster):
+        cluster_cli.refuse_unwritable_target(  # a URL with its storage_options
+            spec.store_location(), overwrite=spec.store.overwrite, protect=store_protect
+        )
+        cluster_cli.route_cluster_logs(args, spec.store.path)
     result = run_workflow(
         spec,
         connect_to={"scheduler": kwargs["scheduler"], "scheduler_file": kwargs["scheduler_file"]},

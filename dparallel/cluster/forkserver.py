@@ -23,7 +23,8 @@ import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
-from typing import TYPE_CHECKING
+import signal
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -36,6 +37,7 @@ __all__ = [
     "forked_workers",
     "server_pid",
     "start_forkserver",
+    "stop_forkserver",
 ]
 
 logger = logging.getLogger(__name__)
@@ -99,6 +101,18 @@ def start_forkserver(preload: Sequence[str] = (), threads: int = 1) -> bool:
                 os.environ[name] = value
     logger.debug("forkserver %s started, preloading %s", server_pid(), modules)
     return True
+
+
+def stop_forkserver() -> None:
+    """Stop this process's forkserver at once, even while it still imports its preload (a
+    command refused after starting it); nothing when none runs."""
+    pid = server_pid()
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)  # it reads its stop signal only once preloaded
+    server: Any = multiprocessing.forkserver._forkserver  # its _stop is private, untyped
+    server._stop()  # reaps it, forgets its address
 
 
 @contextlib.contextmanager

@@ -4,6 +4,8 @@ silently accepted)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from dparallel.cli.main import main
@@ -76,7 +78,7 @@ def test_early_forkserver_starts_exactly_when_connect_starts_a_local_cluster(
     import argparse
 
     import dparallel.cluster.forkserver as forkserver
-    from dparallel.cli._options import add_cluster_arguments, cluster_kwargs, start_local_forkserver
+    from dparallel.cli._options import add_cluster_arguments, cluster_kwargs, local_forkserver
     from dparallel.cluster import ClusterSpec
     from dparallel.cluster.where import connection_kind
 
@@ -89,11 +91,37 @@ def test_early_forkserver_starts_exactly_when_connect_starts_a_local_cluster(
     add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     spec = None if cluster is None else ClusterSpec(**cluster)
-    start_local_forkserver(args, spec)  # featurize: first, before cluster_kwargs
+    with local_forkserver(args, spec):  # featurize: first, before cluster_kwargs
+        pass
     assert bool(calls) is started
     where = cluster_kwargs(args, spec)  # what connect() is then given
     kind = connection_kind(where.pop("cluster"), **where)
     assert (kind == "local") is started
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_refusal_inside_the_early_forkserver_block_stops_the_server(monkeypatch, refused):
+    """The forkserver starts before the command's checks; a check that refuses stops it
+    again (a refused command leaves nothing running), one that passes keeps it."""
+    import argparse
+
+    import dparallel.cluster.forkserver as forkserver
+    from dparallel.cli._options import add_cluster_arguments, local_forkserver
+    from dparallel.errors import UnsafePathError
+
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    events: list[str] = []
+    started = lambda *a, **k: events.append("start") or True  # noqa: E731
+    monkeypatch.setattr(forkserver, "start_forkserver", started)
+    monkeypatch.setattr(forkserver, "stop_forkserver", lambda: events.append("stop"))
+    parser = argparse.ArgumentParser()
+    add_cluster_arguments(parser)
+    args = parser.parse_args(["--local", "2"])
+    with contextlib.suppress(UnsafePathError), local_forkserver(args):
+        events.append("checks")
+        if refused:
+            raise UnsafePathError("refusing")
+    assert events == (["start", "checks", "stop"] if refused else ["start", "checks"])
 
 
 @pytest.mark.parametrize(

@@ -79,3 +79,45 @@ def test_switched_off_workers_are_spawned_as_dask_does(tmp_path):
         assert parent == got["driver"]
         assert not marked
         assert late == "set after the server started"
+
+
+def test_a_server_still_preloading_stops_at_once(tmp_path):
+    """``stop_forkserver`` ends a server in the middle of its preload (here a module that
+    sleeps a minute) within seconds, and a new one can start after it."""
+    (tmp_path / "_slow_marker.py").write_text("import time\ntime.sleep(60)\n")
+    script = textwrap.dedent(
+        """
+        import json, os, time
+        from dparallel.cluster.forkserver import server_pid, start_forkserver, stop_forkserver
+
+        if __name__ == "__main__":
+            started = start_forkserver(["_slow_marker"])
+            pid = server_pid()
+            t0 = time.monotonic()
+            stop_forkserver()
+            took = time.monotonic() - t0
+            try:
+                os.kill(pid, 0)
+                alive = True
+            except ProcessLookupError:
+                alive = False
+            print(json.dumps({"started": started, "pid": pid, "after": server_pid(),
+                              "alive": alive, "took": took,
+                              "again": start_forkserver(), "new": server_pid()}))
+        """
+    )
+    (tmp_path / "stop.py").write_text(script)
+    out = subprocess.run(
+        [sys.executable, "stop.py"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(_ROOT), str(tmp_path)])},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["started"] is True and got["pid"] is not None
+    assert got["after"] is None and not got["alive"]
+    assert got["took"] < 10  # not the preload's minute
+    assert got["again"] is True and got["new"] not in (None, got["pid"])
