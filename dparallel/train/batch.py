@@ -224,17 +224,14 @@ class HostOps:
         np_dtype = like.dtype if dtype is None else torch.empty(0, dtype=dtype).numpy().dtype
         return np.empty((n, *like.shape[1:]), np_dtype)
 
-    def gathers(
-        self, values: Any, rows: Any, out: Any, numbering: Any = None
-    ) -> list[Callable[[], None]]:
+    def gathers(self, values: Any, rows: Any, out: Any, numbering: Any = None) -> list[Gather]:
         """Tasks that together set ``out = values[rows]`` (then ``numbering[...]`` of it, for
         an index column), cast to ``out``'s dtype; each about :data:`GATHER_TASK_BYTES`."""
         dst = out.numpy() if isinstance(out, torch.Tensor) else out
         n = int(rows.shape[0])
-        pieces = -(-n * max(1, dst.itemsize * int(np.prod(dst.shape[1:]))) // GATHER_TASK_BYTES)
-        edges = np.linspace(0, n, max(1, pieces) + 1).astype(np.int64)
+        pieces = max(1, -(-dst.nbytes // GATHER_TASK_BYTES))
 
-        def task(a: int, b: int) -> Callable[[], None]:
+        def task(a: int, b: int) -> Gather:
             def gather() -> None:
                 # mode="clip": no bounds check, and out is written in place (numpy buffers
                 # an out of mode "raise"); the rows come from the partition's own offsets
@@ -249,19 +246,31 @@ class HostOps:
                 else:  # a cast (a float32 column of a float64 batch)
                     dst[a:b] = np.take(values, rows[a:b], axis=0, mode="clip")
 
-            return gather
+            return Gather(gather, dst[a:b].nbytes)
 
-        return [task(int(a), int(b)) for a, b in itertools.pairwise(edges) if b > a]
+        edges = [n * k // pieces for k in range(pieces + 1)]
+        return [task(a, b) for a, b in itertools.pairwise(edges) if b > a]
 
-    def run(self, tasks: list[Callable[[], None]]) -> None:
-        """Run ``tasks`` (on the gather threads if there are several)."""
-        if self.threads == 1 or len(tasks) < 2:
+    def run(self, tasks: list[Gather]) -> None:
+        """Run ``tasks``: in this thread when they write less than a few tasks' bytes
+        together (a thread's hand-off costs more than such a gather), else on the gather
+        threads, in bins of about :data:`GATHER_TASK_BYTES` each."""
+        total = sum(task.nbytes for task in tasks)
+        if self.threads == 1 or total < 2 * GATHER_TASK_BYTES:
             for task in tasks:
-                task()
+                task.run()
             return
+        bins: list[list[Gather]] = [[]]
+        filled = 0
+        for task in tasks:
+            if filled >= GATHER_TASK_BYTES:
+                bins.append([])
+                filled = 0
+            bins[-1].append(task)
+            filled += task.nbytes
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dparallel-gather")
-        for done in self._pool.map(lambda task: task(), tasks):
+        for done in self._pool.map(_run_all, bins):
             del done
 
     def close(self) -> None:
@@ -269,6 +278,20 @@ class HostOps:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+
+@dataclass(frozen=True)
+class Gather:
+    """One gather task of an assembly and the bytes it writes."""
+
+    run: Callable[[], None]
+    nbytes: int
+
+
+def _run_all(tasks: list[Gather]) -> None:
+    """Run a bin of gather tasks in order (on a gather thread)."""
+    for task in tasks:
+        task.run()
 
 
 #: :func:`assemble` on the host, in the calling thread.
@@ -324,9 +347,7 @@ class DeviceOps(HostOps):
     def empty(self, n: int, like: Any, dtype: torch.dtype | None) -> Any:
         return torch.empty((n, *like.shape[1:]), dtype=dtype or like.dtype, device=self.device)
 
-    def gathers(
-        self, values: Any, rows: Any, out: Any, numbering: Any = None
-    ) -> list[Callable[[], None]]:
+    def gathers(self, values: Any, rows: Any, out: Any, numbering: Any = None) -> list[Gather]:
         def gather() -> None:
             if numbering is not None and numbering.dtype == out.dtype:
                 torch.index_select(numbering, 0, values.index_select(0, rows), out=out)
@@ -337,7 +358,7 @@ class DeviceOps(HostOps):
             else:
                 out.copy_(values.index_select(0, rows))
 
-        return [gather]
+        return [Gather(gather, out.numel() * out.element_size())]
 
 
 @dataclass
@@ -407,7 +428,7 @@ def assemble_groups(
         }
         for name in totals
     }
-    tasks: list[Callable[[], None]] = []
+    tasks: list[Gather] = []
     for (part, _), where in zip(groups, placed, strict=True):
         numbering = {  # local row → batch row of each table another one references
             ref: ops.renumber(int(part.rows[ref].offsets[-1]), *where[ref])

@@ -284,6 +284,34 @@ def test_columns_gathered_into_place_equal_a_row_by_row_copy(monkeypatch, thread
             np.testing.assert_array_equal(device.tables[name][col].numpy(), want, err_msg=col)
 
 
+def test_small_gathers_stay_in_the_calling_thread_and_large_ones_go_in_bins() -> None:
+    """Handing a small batch's many tiny gathers to threads cost more than the gathers
+    (Kalman's batches of a few structures): under two tasks' bytes they run here, in order;
+    above, on the gather threads, tasks packed into bins of about GATHER_TASK_BYTES."""
+    from dparallel.train.batch import GATHER_TASK_BYTES, Gather, HostOps
+
+    ran: list[tuple[int, str]] = []
+
+    def tasks(sizes: list[int]) -> list[Gather]:
+        def task(k: int) -> Gather:
+            return Gather(lambda: ran.append((k, threading.current_thread().name)), sizes[k])
+
+        return [task(k) for k in range(len(sizes))]
+
+    ops = HostOps(3)
+    here = threading.current_thread().name
+    ops.run(tasks([100] * 80))  # a small batch's 80 columns
+    assert ran == [(k, here) for k in range(80)]
+    ran.clear()
+    big = GATHER_TASK_BYTES // 2
+    ops.run(tasks([big] * 8))  # 32 MB: four bins of two tasks
+    assert sorted(k for k, _ in ran) == list(range(8))
+    assert all(name.startswith("dparallel-gather") for _, name in ran)
+    names = dict(ran)
+    assert all(names[2 * b] == names[2 * b + 1] for b in range(4))  # a bin is one thread's
+    ops.close()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (pinned memory)")
 def test_pinned_assembly_gives_page_locked_columns_equal_to_the_host_ones() -> None:
     from dparallel.train.batch import PinnedOps, assemble
