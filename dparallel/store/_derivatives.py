@@ -112,6 +112,32 @@ def _unsplit(s, angular_in, vectors, radial, angular, out):  # noqa: ANN001, ANN
                 out[p, f, c] = angular_in[k, c, p]
 
 
+def _unsplit_numpy(
+    s: np.ndarray,
+    angular_in: np.ndarray,
+    vectors: np.ndarray,
+    radial: np.ndarray,
+    angular: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """:func:`_unsplit` with numpy (the same numbers, bit for bit): slower per byte, but
+    it spares a process that decodes little numba's import and first call."""
+    x, y, z = vectors.astype(np.float64).T
+    dist = np.sqrt(x * x + y * y + z * z)  # in _unit's order
+    v64 = np.stack([x, y, z], axis=1)
+    unit = (v64 / np.where(dist > 0.0, dist, 1.0)[:, None]).astype(DERIVATIVE_DTYPE)
+    if radial.size:
+        out[:, radial, :] = s.T[:, :, None] * unit[:, None, :]
+    if angular.size:
+        out[:, angular, :] = angular_in.transpose(2, 0, 1)
+
+
+#: A decoded block at least this large is rebuilt by the compiled :func:`_unsplit` (and so is
+#: every block after it in the process); smaller ones with numpy. Loading numba and its
+#: first call take ~1 s once per process, what numpy's extra time per byte adds up to only
+#: over several hundred MB (docs/store-format.md, "Why this layout").
+COMPILED_DECODE_BYTES = 64 << 20
+
 #: Pairs whose test decides the candidate radial columns before the one splitting pass
 #: (angular columns show themselves at once; a candidate that fails later costs a redo).
 _PROBE = 64
@@ -237,10 +263,11 @@ def decode_pairs(stored: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         ) from None
     radial, angular = np.flatnonzero(flags), np.flatnonzero(~flags)
     dG_dr = np.empty((n_pairs, flags.shape[0], 3), DERIVATIVE_DTYPE)
-    _compiled("_unsplit")(
-        np.asarray(s, DERIVATIVE_DTYPE), np.asarray(ang, DERIVATIVE_DTYPE), vectors,
-        radial, angular, dG_dr,
-    )  # fmt: skip
+    s, ang = np.asarray(s, DERIVATIVE_DTYPE), np.asarray(ang, DERIVATIVE_DTYPE)
+    if "_unsplit" in _JIT or dG_dr.nbytes >= COMPILED_DECODE_BYTES:
+        _compiled("_unsplit")(s, ang, vectors, radial, angular, dG_dr)
+    else:
+        _unsplit_numpy(s, ang, vectors, radial, angular, dG_dr)
     out = {name: pairs[k] for k, name in enumerate(_INDEX_ARRAYS)}
     out.update(vectors=vectors, feature_index=feature_index, dG_dr=dG_dr)
     return out

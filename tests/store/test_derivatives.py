@@ -26,6 +26,19 @@ from dparallel.types import StructureBatch
 F32 = np.finfo(np.float32).eps
 
 
+@pytest.fixture(autouse=True, params=["numpy", "compiled"])
+def decode_path(request, monkeypatch):  # noqa: ANN001, ANN201
+    """Every test runs with both ways :func:`decode_pairs` rebuilds dG/dr: numpy (small
+    blocks) and the compiled pass (large blocks, and every block once it is loaded)."""
+    from dparallel.store import _derivatives
+
+    jit = {k: v for k, v in _derivatives._JIT.items() if k != "_unsplit"}
+    monkeypatch.setattr(_derivatives, "_JIT", jit)
+    big = request.param == "numpy"
+    monkeypatch.setattr(_derivatives, "COMPILED_DECODE_BYTES", 1 << 62 if big else 0)
+    return request.param
+
+
 def _block(rng: np.random.Generator, n_pairs: int, radial: list[int], n_cols: int) -> dict:
     vectors = rng.normal(size=(n_pairs, 3)) * 2.0  # (P, 3) Å
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -224,3 +237,48 @@ def test_kernel_split_layout_decodes_to_the_pair_major_derivatives():
             _assert_float32_close(back["dG_dr"], whole["dG_dr"])
             for name in ("pair_first", "pair_second", "center", "feature_index"):
                 assert np.array_equal(back[name], whole[name])
+
+
+def test_numpy_and_compiled_decodes_are_bitwise_equal(rng):
+    """The two ways of rebuilding dG/dr give the same bits (radial columns interleaved with
+    angular ones, a zero vector, a float32 rounding of r̂ in both)."""
+    from dparallel.store._derivatives import _compiled, _unsplit_numpy
+
+    n_pairs, radial, angular = 257, np.array([0, 3, 4, 7]), np.array([1, 2, 5, 6])
+    s = rng.normal(size=(radial.size, n_pairs)).astype(np.float32)
+    ang = rng.normal(size=(angular.size, 3, n_pairs)).astype(np.float32)
+    vectors = (rng.normal(size=(n_pairs, 3)) * 3.0).astype(np.float32)
+    vectors[5] = 0.0
+    got = {}
+    for name, fn in (("numpy", _unsplit_numpy), ("compiled", _compiled("_unsplit"))):
+        got[name] = np.full((n_pairs, 8, 3), np.nan, np.float32)
+        fn(s, ang, vectors, radial, angular, got[name])
+    assert np.array_equal(got["numpy"], got["compiled"])
+    assert not np.isnan(got["numpy"]).any() and not got["numpy"][5, radial].any()
+
+
+def test_decoding_small_blocks_never_imports_numba(tmp_path, rng):
+    """A process that reads only small blocks (a training run on a small store) is spared
+    numba's import and first call; a block over the threshold loads it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dparallel.store import _derivatives
+
+    np.savez(tmp_path / "b.npz", **encode_pairs(_block(rng, 400, radial=[0, 2], n_cols=5)))
+    script = (
+        "import sys, numpy as np\n"
+        "from dparallel.store import _derivatives as d\n"
+        "d.COMPILED_DECODE_BYTES = int(sys.argv[1])\n"
+        "back = d.decode_pairs(dict(np.load(sys.argv[2])))\n"
+        "print(back['dG_dr'].shape, 'numba' in sys.modules)\n"
+    )
+    root = str(Path(_derivatives.__file__).resolve().parents[2])
+    for threshold, loaded in ((1 << 40, False), (0, True)):
+        out = subprocess.run(
+            [sys.executable, "-c", script, str(threshold), str(tmp_path / "b.npz")],
+            capture_output=True, text=True, timeout=120, env={"PYTHONPATH": root, "PATH": ""},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["(400,", "5,", "3)", str(loaded)]
