@@ -1,4 +1,4 @@
-"""n2p2's global extended Kalman filter as a torch optimizer (``optimizer: kalman``).
+"""n2p2's global extended Kalman filter (``optimizer: kalman``).
 
 The filter (n2p2 ``KalmanFilter.cpp``, standard type) keeps the covariance P (n, n) of all
 n weights. One update with m observations ξ (m,) and their Jacobian H (n, m) = ∂y/∂w:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from dparallel.train.spec import TrainingSpec
 
 
-class KalmanFilter(torch.optim.Optimizer):
+class KalmanFilter:
     """Global extended Kalman filter over all parameters (n2p2's standard Kalman filter).
 
     ``params`` are flattened in order into one state vector of length n; ``epsilon``, the
@@ -39,6 +39,10 @@ class KalmanFilter(torch.optim.Optimizer):
     ``eta_tau``, ``eta_max`` are those of the module docstring (the spec's ``kalman_*``,
     τ's per update). The filter state (P, q, η, number of updates) is in
     :meth:`state_dict`, so checkpoints resume it.
+
+    Not a ``torch.optim.Optimizer``, whose constructor imports ``torch._dynamo`` (~2 s, once
+    per process), which nothing else in a Kalman run needs; it keeps that class's
+    ``param_groups``, ``state`` and state-dict layout, so checkpoints of either load.
     """
 
     def __init__(
@@ -52,20 +56,24 @@ class KalmanFilter(torch.optim.Optimizer):
         eta_tau: float = 0.0,
         eta_max: float = 1.0,
     ) -> None:
-        defaults = dict(
-            lr=1.0, epsilon=epsilon, q0=q0, q_tau=q_tau, q_min=q_min, eta0=eta0,
-            eta_tau=eta_tau, eta_max=eta_max,
-        )  # fmt: skip
-        super().__init__(params, defaults)
-        if len(self.param_groups) != 1:
-            raise ValueError("KalmanFilter takes one parameter group")
-        p0 = self.params[0]
-        n = sum(p.numel() for p in self.params)
-        self.state[p0] = {
-            "P": torch.eye(n, dtype=p0.dtype, device=p0.device) / epsilon,  # (n, n), on w's device
-            "q": q0,
-            "eta": eta0,
-            "updates": 0,
+        tensors = list(params)
+        if not tensors or not all(isinstance(p, torch.Tensor) for p in tensors):
+            raise ValueError("KalmanFilter takes a non-empty list of tensors (one group)")
+        self.param_groups: list[dict[str, Any]] = [
+            dict(
+                params=tensors, lr=1.0, epsilon=epsilon, q0=q0, q_tau=q_tau, q_min=q_min,
+                eta0=eta0, eta_tau=eta_tau, eta_max=eta_max,
+            )
+        ]  # fmt: skip
+        p0 = tensors[0]
+        n = sum(p.numel() for p in tensors)
+        self.state: dict[torch.Tensor, dict[str, Any]] = {
+            p0: {
+                "P": torch.eye(n, dtype=p0.dtype, device=p0.device) / epsilon,  # (n, n), w's device
+                "q": q0,
+                "eta": eta0,
+                "updates": 0,
+            }
         }
 
     @property
@@ -99,9 +107,30 @@ class KalmanFilter(torch.optim.Optimizer):
             st["q"] *= math.exp(-g["q_tau"])
         st["updates"] += 1
 
-    def step(self, closure: Any = None) -> None:  # type: ignore[override]
-        """Not used: the filter needs a Jacobian (:meth:`update`)."""
-        raise NotImplementedError("KalmanFilter is driven by update(H, xi), not step()")
+    def state_dict(self) -> dict[str, Any]:
+        """``{"state": {0: filter state}, "param_groups": [hyperparameters, params as
+        numbers]}``: the layout of ``torch.optim.Optimizer.state_dict``."""
+        group = self.param_groups[0]
+        numbered = {**group, "params": list(range(len(group["params"])))}
+        return {"state": {0: dict(self.filter_state)}, "param_groups": [numbered]}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (hyperparameters included, as torch's optimizers do),
+        P on the parameters' device and dtype (a checkpoint of another device resumes)."""
+        groups = state_dict["param_groups"]
+        if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
+            raise ValueError(
+                "loaded state dict has another number of parameters than the filter's "
+                f"({sum(len(g['params']) for g in groups)} against {len(self.params)})"
+            )
+        saved = dict(state_dict["state"][groups[0]["params"][0]])
+        p0 = self.params[0]
+        n = sum(p.numel() for p in self.params)
+        if tuple(saved["P"].shape) != (n, n):
+            raise ValueError(f"loaded P is {tuple(saved['P'].shape)}, the filter's ({n}, {n})")
+        saved["P"] = saved["P"].to(device=p0.device, dtype=p0.dtype)
+        self.param_groups[0].update({k: v for k, v in groups[0].items() if k != "params"})
+        self.state = {p0: saved}
 
 
 def make_kalman(model: HDNNP, spec: TrainingSpec, updates_per_epoch: int) -> KalmanFilter:

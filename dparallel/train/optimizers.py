@@ -40,7 +40,7 @@ class Optimizer(ABC):
     #: The learning-rate schedule (a torch scheduler), if any.
     scheduler: Any = None
 
-    def __init__(self, optimizer: torch.optim.Optimizer, spec: TrainingSpec) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer | KalmanFilter, spec: TrainingSpec) -> None:
         self.optimizer = optimizer
         self.spec = spec
 
@@ -116,6 +116,7 @@ class GradientDescent(Optimizer):
     schedule."""
 
     torch_class: ClassVar[Callable[..., torch.optim.Optimizer]]
+    optimizer: torch.optim.Optimizer
 
     @classmethod
     def build(cls, model: HDNNP, spec: TrainingSpec, n_train: int) -> Optimizer:

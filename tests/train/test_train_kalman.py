@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -160,3 +162,60 @@ def test_an_updates_operations_do_not_grow_with_its_rows(store) -> None:  # noqa
         ops = Counter(e.name for e in prof.events() if e.name.startswith("aten::"))
         counts[size] = sum(ops.values())
     assert counts[4] == counts[2], counts
+
+
+class _TorchKalman(torch.optim.Optimizer):
+    """The filter's state as a ``torch.optim.Optimizer`` holds it (what KalmanFilter was
+    before it stopped subclassing it): checkpoints of either layout must load in the other."""
+
+    def __init__(self, params, **hyper) -> None:  # noqa: ANN001
+        super().__init__(params, {"lr": 1.0, **hyper})
+        p0 = self.param_groups[0]["params"][0]
+        n = sum(p.numel() for p in self.param_groups[0]["params"])
+        self.state[p0] = {"P": torch.eye(n, dtype=p0.dtype) * 3.0, "q": 0.5, "eta": 0.25,
+                          "updates": 7}  # fmt: skip
+
+
+def test_filter_state_dicts_have_torch_optimizers_layout() -> None:
+    hyper = dict(epsilon=0.1, q0=0.02, q_tau=0.5, q_min=1e-5, eta0=0.03, eta_tau=0.1, eta_max=2.0)
+    params = [torch.zeros(3, 2, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)]
+    reference = _TorchKalman(params, **hyper)
+    kf = KalmanFilter([torch.zeros(3, 2), torch.zeros(4)])  # float32: P is cast on load
+    kf.load_state_dict(reference.state_dict())
+    st = kf.filter_state
+    assert st["P"].dtype == torch.float32 and torch.equal(st["P"], torch.eye(10) * 3.0)
+    assert (st["q"], st["eta"], st["updates"]) == (0.5, 0.25, 7)
+    assert {k: kf.param_groups[0][k] for k in hyper} == hyper  # restored, as torch does
+    back = _TorchKalman([torch.zeros(3, 2), torch.zeros(4)], **hyper)
+    back.load_state_dict(kf.state_dict())
+    mine, theirs = kf.state_dict(), reference.state_dict()
+    assert mine["param_groups"] == theirs["param_groups"]
+    assert mine["state"].keys() == theirs["state"].keys() == {0}
+    assert torch.equal(next(iter(back.state.values()))["P"], torch.eye(10) * 3.0)
+    with pytest.raises(ValueError, match="another number of parameters"):
+        KalmanFilter([torch.zeros(3, 2)]).load_state_dict(reference.state_dict())
+
+
+def test_a_kalman_run_never_imports_dynamo(store, tmp_path) -> None:  # noqa: ANN001
+    """A ``torch.optim.Optimizer`` imports ``torch._dynamo`` when made (~2 s); a Kalman
+    run makes none, so it never pays that import."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from dparallel.train import TrainingSpec, train\n"
+        "spec = TrainingSpec.model_validate_json(sys.argv[3])\n"
+        "train(Path(sys.argv[1]), Path(sys.argv[2]), spec)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    spec = SPEC.model_copy(update={"epochs": 1}).model_dump_json()
+    root = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(store.path), str(tmp_path / "m"), spec],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": root},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-1] == "False"
