@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import uuid
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -135,6 +136,8 @@ def _resolve_target(target: _EventTarget | None) -> tuple[_EventTarget | None, s
     """The worker running this task, else the default client, else ``None``; plus a name."""
     if target is not None:
         return target, str(getattr(target, "address", "client"))
+    if "distributed" not in sys.modules:  # no worker nor client here: spare its import (~1 s)
+        return None, ""
     try:
         from distributed import get_worker
 

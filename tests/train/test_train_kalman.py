@@ -196,26 +196,29 @@ def test_filter_state_dicts_have_torch_optimizers_layout() -> None:
         KalmanFilter([torch.zeros(3, 2)]).load_state_dict(reference.state_dict())
 
 
-def test_a_kalman_run_never_imports_dynamo(store, tmp_path) -> None:  # noqa: ANN001
-    """A ``torch.optim.Optimizer`` imports ``torch._dynamo`` when made (~2 s); a Kalman
-    run makes none, so it never pays that import."""
+def test_a_kalman_train_command_imports_neither_dynamo_nor_distributed(store, tmp_path) -> None:  # noqa: ANN001
+    """``dparallel train`` with the Kalman filter and no cluster: a ``torch.optim.Optimizer``
+    imports ``torch._dynamo`` when made (~2 s) and looking for a cluster to publish the
+    epoch's metrics to imported ``distributed`` (~1 s); it needs neither."""
     import subprocess
     import sys
     from pathlib import Path
 
     script = (
         "import sys\n"
-        "from pathlib import Path\n"
-        "from dparallel.train import TrainingSpec, train\n"
-        "spec = TrainingSpec.model_validate_json(sys.argv[3])\n"
-        "train(Path(sys.argv[1]), Path(sys.argv[2]), spec)\n"
-        "print('torch._dynamo' in sys.modules)\n"
+        "from dparallel.cli.main import main\n"
+        "rc = main(sys.argv[1:])\n"
+        "print(rc, 'torch._dynamo' in sys.modules, 'distributed' in sys.modules)\n"
     )
-    spec = SPEC.model_copy(update={"epochs": 1}).model_dump_json()
+    sets = {k: v for k, v in SPEC.model_dump().items() if k in SPEC.model_fields_set}
+    argv = [str(store.path), "-o", str(tmp_path / "m"), "-q", "--set", "epochs=1"]
+    for key, value in sets.items():
+        if key != "epochs":
+            argv += ["--set", f"{key}={list(value) if isinstance(value, tuple) else value}"]
     root = str(Path(__file__).resolve().parents[2])
     out = subprocess.run(
-        [sys.executable, "-c", script, str(store.path), str(tmp_path / "m"), spec],
+        [sys.executable, "-c", script, "train", *argv],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": root},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[-1] == "False"
+    assert out.stdout.split()[-3:] == ["0", "False", "False"], out.stdout[-2000:]
