@@ -261,8 +261,24 @@ def decode_pairs(stored: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             f"per-pair derivative block {what}: written by another dparallel version or "
             "damaged; re-featurize the store (dparallel featurize --overwrite)"
         ) from None
+    n_features = flags.shape[0]
+    shapes = {  # what the compiled pass reads (it checks no bounds)
+        "pairs": (3, n_pairs), "vectors_t": (3, n_pairs), "feature_index": (n_features,),
+        "radial": (n_r, n_pairs), "angular": (n_a, 3, n_pairs),
+    }  # fmt: skip
+    found = {
+        "pairs": np.shape(pairs), "vectors_t": vectors.T.shape,
+        "feature_index": feature_index.shape, "radial": np.shape(s), "angular": np.shape(ang),
+    }  # fmt: skip
+    if found != shapes:
+        raise StoreError(
+            f"per-pair derivative block of {n_features} columns ({n_r} radial) and "
+            f"{n_pairs} pairs has arrays of shapes {found}, expected {shapes}: written by "
+            "another dparallel version or damaged; re-featurize the store (dparallel "
+            "featurize --overwrite)"
+        )
     radial, angular = np.flatnonzero(flags), np.flatnonzero(~flags)
-    dG_dr = np.empty((n_pairs, flags.shape[0], 3), DERIVATIVE_DTYPE)
+    dG_dr = np.empty((n_pairs, n_features, 3), DERIVATIVE_DTYPE)
     s, ang = np.asarray(s, DERIVATIVE_DTYPE), np.asarray(ang, DERIVATIVE_DTYPE)
     if "_unsplit" in _JIT or dG_dr.nbytes >= COMPILED_DECODE_BYTES:
         _compiled("_unsplit")(s, ang, vectors, radial, angular, dG_dr)

@@ -282,3 +282,69 @@ def test_decoding_small_blocks_never_imports_numba(tmp_path, rng):
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["(400,", "5,", "3)", str(loaded)]
+
+
+def _unsplit_reference(stored: dict) -> np.ndarray:
+    """decode_pairs' dG/dr rebuilt with plain numpy: s · r̂ (r̂ in float64, rounded to
+    float32) for the radial columns, the stored x, y, z rows for the others."""
+    flags = np.asarray(stored["radial"], bool)
+    n_r, n_pairs = int(flags.sum()), stored["vectors_t"].shape[1]
+    cols = np.asarray(stored["dG_dr_split"], np.float32)
+    v = stored["vectors_t"].T.astype(np.float64)
+    dist = np.linalg.norm(v, axis=1)
+    unit = (v / np.where(dist > 0, dist, 1.0)[:, None]).astype(np.float32)  # (P, 3)
+    out = np.zeros((n_pairs, flags.size, 3), np.float32)
+    out[:, np.flatnonzero(flags)] = cols[:n_r].T[:, :, None] * unit[:, None, :]
+    ang = cols[n_r:].reshape(flags.size - n_r, 3, n_pairs)  # (F_a, 3, P)
+    out[:, np.flatnonzero(~flags)] = ang.transpose(2, 0, 1)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("n_pairs", "radial", "n_cols"),
+    [(0, [0], 2), (1, [0], 1), (1, [], 1), (7, [], 3), (7, [0, 1, 2], 3), (50, [1, 3], 5)],
+)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_decode_equals_a_numpy_reimplementation(rng, n_pairs, radial, n_cols, index_dtype):
+    """Edge cases of the compiled decode (no pairs, one column, only radial or only
+    angular columns, a zero vector, non-contiguous inputs, int64 pair rows) against numpy."""
+    block = _block(rng, n_pairs, radial=radial, n_cols=n_cols)
+    if n_pairs:
+        block["vectors"][0] = 0.0  # r̂ = 0: its radial columns decode to 0
+        block["dG_dr"][0][:, :] = 0.0
+    stored = encode_pairs(block)
+    stored["pairs"] = stored["pairs"].astype(index_dtype)
+    wide = np.zeros((stored["dG_dr_split"].shape[0], 2 * n_pairs), np.float32)
+    wide[:, ::2] = stored["dG_dr_split"]
+    stored["dG_dr_split"] = wide[:, ::2]  # a strided view
+    wide_v = np.zeros((3, 2 * n_pairs), np.float32)
+    wide_v[:, 1::2] = stored["vectors_t"]
+    stored["vectors_t"] = wide_v[:, 1::2]
+    back = decode_pairs(stored)
+    assert np.array_equal(back["dG_dr"], _unsplit_reference(stored))
+    assert back["pair_first"].dtype == index_dtype
+    assert np.array_equal(back["center"], block["center"])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["fewer s pairs", "fewer s rows", "fewer index pairs", "one more flag", "short feature index"],
+)
+def test_a_block_whose_arrays_disagree_in_shape_is_refused(rng, damage):
+    """The compiled decode reads without bounds checks: a damaged or foreign block whose
+    arrays do not fit its pair count and radial flags is refused, never read past its end
+    (it decoded to memory beyond the array, silently)."""
+    stored = encode_pairs(_block(rng, 6, radial=[0, 1], n_cols=2))  # only radial columns
+    if damage == "fewer s pairs":
+        stored["dG_dr_split"] = stored["dG_dr_split"][:, :4]
+    elif damage == "fewer s rows":
+        stored["dG_dr_split"] = stored["dG_dr_split"][:1]
+    elif damage == "fewer index pairs":
+        stored["pairs"] = stored["pairs"][:, :5]
+    elif damage == "one more flag":
+        stored["radial"] = np.array([True, True, True])
+    else:
+        stored["feature_index"] = stored["feature_index"][:1]
+    with pytest.raises(StoreError, match="re-featurize") as info:
+        decode_pairs(stored)
+    assert "6 pairs" in str(info.value) or "has a misshapen array" in str(info.value)
