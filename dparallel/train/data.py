@@ -162,6 +162,8 @@ def load_partition(
                 )
             continue
         atom_index = arr["atom_index"].astype(np.int64)
+        _check_rows(store, p, base, {"atom_index": atom_index, "values": arr["values"]},
+                    {"atom_index": batch.n_atoms})  # fmt: skip
         order: np.ndarray | None = np.argsort(atom_index, kind="stable")  # rows sorted by atom
         if np.all(order == np.arange(atom_index.shape[0])):
             order = None
@@ -182,6 +184,12 @@ def load_partition(
                         "featurize with derivatives=True, or train with force_weight=0"
                     )
                 continue
+            block = f"{base}/d/{neigh}"
+            n_atoms, n_rows = batch.n_atoms, values.shape[0]
+            _check_rows(
+                store, p, block, {k: d[k] for k in _PAIR_ARRAYS},
+                {"pair_first": n_atoms, "pair_second": n_atoms, "center": n_rows},
+            )  # fmt: skip
             first = d["pair_first"].astype(np.int64)
             po = np.argsort(first, kind="stable")
             center = d["center"].astype(np.int64)
@@ -197,6 +205,12 @@ def load_partition(
             structure = batch.structure_index
             if np.any(structure[pairs["first"]] != structure[pairs["second"]]):
                 raise TrainingError(f"{store.target}: partition {p}: pair crosses structures")
+            if np.any(atom_index[pairs["center"]] != pairs["first"]):
+                raise TrainingError(
+                    f"{store.target}: partition {p}: {block}: a pair's center row is not its "
+                    "first atom's row of values; the store is damaged: featurize it again "
+                    "with --overwrite"
+                )
             rows[f"derivatives/{elem}/{neigh}"] = Rows(
                 np.searchsorted(pairs["first"], offsets).astype(np.int64),
                 pairs,
@@ -205,6 +219,29 @@ def load_partition(
             )
             nbytes += sum(v.nbytes for v in pairs.values()) + pairs["first"].nbytes
     return PartitionData(p, index.ids[p], index.split[p], rows, nbytes)
+
+
+#: A derivative block's per-pair arrays (one row per pair each).
+_PAIR_ARRAYS = ("pair_first", "pair_second", "center", "vectors", "dG_dr")
+
+
+def _check_rows(
+    store: Store, p: int, name: str, columns: dict[str, np.ndarray], bounds: dict[str, int]
+) -> None:
+    """Raise unless ``columns`` have as many rows each and every index column named in
+    ``bounds`` lies in [0, its bound): batch assembly gathers without bounds checks."""
+    lengths = {col: int(np.shape(v)[0]) for col, v in columns.items()}
+    bad = [
+        f"{col} out of [0, {n})" for col, n in bounds.items()
+        if columns[col].size and (columns[col].min() < 0 or columns[col].max() >= n)
+    ]  # fmt: skip
+    if len(set(lengths.values())) > 1 or bad:
+        raise TrainingError(
+            f"{store.target}: partition {p}: {name}: rows {lengths}"
+            + "".join(f"; {b}" for b in bad)
+            + ": the store is damaged or not one dparallel wrote; featurize it again with "
+            "--overwrite"
+        )
 
 
 class PartitionReader:

@@ -284,3 +284,46 @@ def test_an_unknown_optimizer_lists_the_known_ones() -> None:
         ConfigError, match=r"unknown optimizer 'sgd': choose one of adam, adamw, kalman"
     ):
         parse_training_spec(None, ["optimizer=sgd"])
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("center past the rows", r"center out of \[0, "),
+        ("center of another atom", "center row is not its first atom's"),
+        ("negative neighbour", r"pair_second out of \[0, "),
+        ("values short of atom_index", "rows {'atom_index': "),
+        ("dG_dr short of the pairs", "rows {'pair_first': "),
+    ],
+)
+def test_a_partition_whose_rows_do_not_fit_is_refused(store, monkeypatch, damage, message) -> None:  # noqa: ANN001
+    """Batch assembly gathers with numpy's take(mode="clip"), no bounds checks: an index
+    column of a damaged or foreign store out of range (a centre row past the values) was
+    clamped to the last row, silently; one pointing at another atom's row gave that atom's
+    features. Loading the partition checks every index column and row count."""
+    from dparallel.errors import TrainingError
+
+    index = build_split_index(store, 0.0, 0.0, seed=0)
+    real = store.read_features
+
+    def damaged(p: int, descriptor: str, derivatives: bool = True) -> dict:
+        arr = real(p, descriptor, derivatives)["Cu"]
+        center, second = arr["d/Cu/center"].copy(), arr["d/Cu/pair_second"].copy()
+        if damage == "center past the rows":
+            center[-1] = arr["values"].shape[0]
+        elif damage == "center of another atom":  # the next centre atom's row
+            center[0] = center[np.flatnonzero(center != center[0])[0]]
+        elif damage == "negative neighbour":
+            second[-1] = -1  # numpy would read it as the last atom
+        elif damage == "values short of atom_index":
+            arr["values"] = arr["values"][:-1]
+        else:
+            arr["d/Cu/dG_dr"] = arr["d/Cu/dG_dr"][:-1]
+        arr["d/Cu/center"], arr["d/Cu/pair_second"] = center, second
+        return {"Cu": arr}
+
+    assert load_partition(store, 0, "acsf", ["Cu"], index, True).n_structures  # undamaged
+    monkeypatch.setattr(store, "read_features", damaged)
+    with pytest.raises(TrainingError, match=message) as info:
+        load_partition(store, 0, "acsf", ["Cu"], index, True)
+    assert "partition 0" in str(info.value) and "--overwrite" in str(info.value)
