@@ -215,19 +215,31 @@ def _measure_best_again(run: _Run, progress: Progress) -> None:
     """Resumed on another validation set (partitions done since the checkpoint, or a
     checkpoint that does not say): ``best.pt``'s loss on this one becomes the best so far,
     so the epochs to come, early stopping and a plateau schedule compare losses over the
-    same structures."""
+    same structures.
+
+    A loss that is not finite there (best.pt diverges on a new structure) is no best: as
+    an epoch of such a loss is never one, none is kept (the next finite epoch replaces
+    best.pt, and a run with none fails as a fresh one does).
+    """
     path = run.model_dir / BEST
     if progress.best_epoch < 0 or not path.is_file():
         return
     best = run.feed.target.model(load_model(path)[0])
-    value = evaluate_split(best, run.reader, "validation", run.spec, feed=run.feed).summary()
+    loss = evaluate_split(best, run.reader, "validation", run.spec, feed=run.feed).summary()["loss"]
     log.info(
         "the validation set is not the one of the checkpoint's best loss (%.6g): best.pt "
         "(epoch %d) measured on it again: %.6g",
-        progress.best_val, progress.best_epoch, value["loss"],
+        progress.best_val, progress.best_epoch, loss,
     )  # fmt: skip
-    progress.best_val = value["loss"]
-    run.optimizer.monitor_rebased(value["loss"])
+    if not math.isfinite(loss):
+        log.warning(
+            "best.pt (epoch %d) has a loss that is not finite on the new validation set: it "
+            "is no best there, the next epoch with a finite loss replaces it",
+            progress.best_epoch,
+        )
+        loss, progress.best_epoch, progress.bad_epochs = math.inf, -1, 0
+    progress.best_val = loss
+    run.optimizer.monitor_rebased(loss)
 
 
 def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:

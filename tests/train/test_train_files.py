@@ -281,6 +281,59 @@ def test_resume_on_a_larger_validation_set_measures_the_best_model_on_it(
     assert "measured on it again" not in caplog.text
 
 
+def test_a_best_model_not_finite_on_the_new_validation_set_is_no_best(
+    trained,  # noqa: ANN001
+    tmp_path,  # noqa: ANN001
+    caplog,  # noqa: ANN001
+    monkeypatch,  # noqa: ANN001
+) -> None:
+    """Resumed on a larger validation set where best.pt's loss is NaN (a prediction that
+    is not finite on a new structure; here the re-score's summary made NaN), best.pt is
+    no best: as an epoch of a non-finite loss never is one, the resumed epoch becomes the
+    best and replaces best.pt. The best loss was NaN, which no epoch is below: best.pt
+    was kept for good and every epoch counted towards early stopping."""
+    import logging
+
+    from dparallel.store import open_store
+    from dparallel.train import loop
+    from dparallel.train.data import build_split_index
+
+    store, _ = trained
+    copy = tmp_path / "part.zarr"
+    shutil.copytree(store.path, copy)
+    spec = SPEC.model_copy(update={"allow_incomplete": True, "epochs": 1,
+                                   "validation_fraction": 0.4})  # fmt: skip
+    whole = build_split_index(open_store(copy), 0.4, spec.test_fraction, seed=1)
+    late = whole.partitions_with("validation")[-1]
+    writer = open_store(copy, mode="r+")
+    writer.clear_done(late)
+    train_model(copy, tmp_path / "m", spec)
+    writer.mark_done(late)
+    first_best = (tmp_path / "m" / "best.pt").read_bytes()
+
+    class _NaN:
+        def summary(self) -> dict[str, float]:
+            return {"loss": float("nan")}
+
+    real, calls = loop.evaluate_split, []
+
+    def rescored_nan(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(args[2])
+        return _NaN() if len(calls) == 1 else real(*args, **kwargs)  # the re-score first
+
+    monkeypatch.setattr(loop, "evaluate_split", rescored_nan)
+    with caplog.at_level(logging.INFO, logger="dparallel.train.loop"):
+        resumed = train_model(copy, tmp_path / "m", spec.model_copy(update={"epochs": 2}),
+                              resume=True)  # fmt: skip
+    assert calls[0] == "validation"
+    ck = torch.load(tmp_path / "m" / "checkpoint.pt", weights_only=True)
+    new = resumed.history[-1]["validation_loss"]
+    assert np.isfinite(new) and ck["best_val"] == new and ck["best_epoch"] == 1
+    assert resumed.best_epoch == 1 and ck["bad_epochs"] == 0
+    assert (tmp_path / "m" / "best.pt").read_bytes() != first_best  # the resumed epoch's
+    assert "not finite on the new validation set" in caplog.text
+
+
 def test_data_units_json_is_written_once_by_training_for_any_store(
     trained,  # noqa: ANN001
     tmp_path,  # noqa: ANN001
