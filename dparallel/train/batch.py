@@ -17,6 +17,7 @@ declared once: :func:`map_batch` walks them for device moves, pinning, stream re
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from collections import OrderedDict
@@ -409,6 +410,7 @@ def assemble_groups(
     placed: list[dict[str, tuple[Any, int]]] = []  # per group: table → (local rows, first)
     totals: dict[str, int] = {}
     first_seen: dict[str, Rows] = {}
+    stored: dict[str, dict[str, list[Any]]] = {}  # table → column → each group's values
     ids, counts = [], []
     for part, sel in groups:
         ids.append(part.ids[sel])
@@ -420,11 +422,13 @@ def assemble_groups(
             where[name] = (rows, totals.get(name, 0))
             totals[name] = where[name][1] + int(rows.shape[0])
             first_seen.setdefault(name, table)
+            for col, values in table.columns.items():
+                stored.setdefault(name, {}).setdefault(col, []).append(values)
         placed.append(where)
     tables = {
         name: {
             col: ops.empty(totals[name], v, dtype if _floating(v) else None)
-            for col, v in first_seen[name].columns.items()
+            for col, v in ((c, _widest(stored[name][c])) for c in first_seen[name].columns)
         }
         for name in totals
     }
@@ -443,6 +447,14 @@ def assemble_groups(
     ops.run(tasks)
     constant = {name: table.constant for name, table in first_seen.items()}
     return Assembled(np.concatenate(ids), np.concatenate(counts), tables, constant)
+
+
+def _widest(columns: list[Any]) -> Any:
+    """Of one column's values in several partitions, the one whose dtype holds all the
+    others' (as a concatenation would promote them), else the first."""
+    promote = torch.promote_types if isinstance(columns[0], torch.Tensor) else np.promote_types
+    wide = functools.reduce(promote, [c.dtype for c in columns])
+    return next((c for c in columns if c.dtype == wide), columns[0])
 
 
 def _floating(values: Any) -> bool:

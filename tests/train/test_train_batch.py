@@ -312,6 +312,46 @@ def test_small_gathers_stay_in_the_calling_thread_and_large_ones_go_in_bins() ->
     ops.close()
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_partitions_of_other_dtypes_assemble_as_a_concatenation_promotes(
+    monkeypatch,  # noqa: ANN001
+    threads,  # noqa: ANN001
+) -> None:
+    """A column stored in float32 by one partition and float64 by another (an index column
+    in int32 and int64) is gathered into the wider dtype, as the concatenation did: the
+    first partition's dtype cut the float64 rows to float32 (and would have cut int64
+    rows to int32)."""
+    from dparallel.train import batch as batch_module
+    from dparallel.train.batch import DeviceOps, HostOps, Rows, assemble
+
+    monkeypatch.setattr(batch_module, "GATHER_TASK_BYTES", 100)
+    rng = np.random.default_rng(5)
+    parts = [_random_partition(rng, p, n) for p, n in enumerate((4, 5, 3))]
+    wide = parts[1].rows["pairs"].columns
+    wide["dG_dr"] = wide["dG_dr"].astype(np.float64) + 1e-12  # not a float32 number
+    wide["first"] = wide["first"].astype(np.int64)
+    items = [(parts[p], s) for p, s in ((0, 1), (1, 0), (2, 2), (1, 4), (0, 3), (1, 2))]
+    expected = _assembled_row_by_row(items)  # numpy promotes the rows it stacks
+    assert expected["pairs"]["dG_dr"].dtype == np.float64
+    ops = HostOps(threads)
+    got = assemble(items, ops, None)
+    ops.close()
+    device_ops = DeviceOps(torch.device("cpu"))
+    held = {  # on the device as stored
+        id(p): PartitionData(p.p, p.ids, p.split, {
+            name: Rows(t.offsets, {c: device_ops.tensor(a) for c, a in t.columns.items()}, t.refs)
+            for name, t in p.rows.items()
+        })
+        for p in parts
+    }  # fmt: skip
+    on_device = assemble([(held[id(p)], s) for p, s in items], device_ops, None)
+    for tables in (got.tables, on_device.tables):
+        for col, want in expected["pairs"].items():
+            have = np.asarray(tables["pairs"][col])
+            assert have.dtype == want.dtype, col
+            np.testing.assert_array_equal(have, want, err_msg=col)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (pinned memory)")
 def test_pinned_assembly_gives_page_locked_columns_equal_to_the_host_ones() -> None:
     from dparallel.train.batch import PinnedOps, assemble
