@@ -94,6 +94,7 @@ class OpenedStore:
         self._starts = np.asarray(meta["plan"]["starts"], np.int64)  # (P,)
         self._stops = np.asarray(meta["plan"]["stops"], np.int64)  # (P,)
         self._cum: np.ndarray | None = None  # (P + 1,) see _cumulative
+        self._cum_done: np.ndarray | None = None  # (P,) the done flags _cum counted
         self._unreadable_done: set[int] = set()  # partitions whose done marker is torn
         #: attributes of the ``parts/<p>`` documents this object made (batched writes)
         self._part_attributes: dict[int, dict[str, Any]] = {}

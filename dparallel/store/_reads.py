@@ -103,12 +103,19 @@ class StoreReads(OpenedStore):
 
     # ---------------------------------------------------------- stored structures
     def _cumulative(self, done: np.ndarray | None = None) -> np.ndarray:
-        """(P + 1,) first stored-structure index of each partition (done ones only count;
-        ``done``: the caller's :meth:`_done_flags`, else read)."""
-        if self._cum is None:
+        """(P + 1,) first stored-structure index of each partition (done ones only count),
+        kept; ``done``: the caller's fresh :meth:`_done_flags`, counted again where they
+        are not those the kept one counted (partitions done or cleared by another object)."""
+        kept = self._cum_done
+        if (
+            self._cum is None
+            or kept is None
+            or (done is not None and not np.array_equal(done, kept))
+        ):
             done = self._done_flags() if done is None else done
             n = self._read_done_rows("partitions/n_structures", done)
             self._cum = np.concatenate([[0], np.cumsum(np.where(done, n, 0))]).astype(np.int64)
+            self._cum_done = done
         return self._cum
 
     @property

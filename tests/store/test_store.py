@@ -264,3 +264,46 @@ def test_fill_valued_atom_and_partition_arrays_are_stored(tmp_path, xyz, where):
     assert ro.read_atom_array("dipole", 3, 9).shape == (batch.offsets[9] - batch.offsets[3], 3)
     got = ro.read_partition_arrays(1)
     assert got["zero"].tolist() == [[0, 0], [0, 0]] and got["off"].tolist() == [False] * 3
+
+
+def _info_reference(path) -> dict:
+    """Counts of the done partitions, read partition by partition (a fresh object)."""
+    from ase.data import chemical_symbols
+
+    store = open_store(path)
+    done = [p for p in range(store.n_partitions) if store._is_done(p)]
+    batches = [store.read_partition(p) for p in done]
+    numbers = np.concatenate([b.numbers for b in batches]) if batches else np.zeros(0, int)
+    return {
+        "n_structures": sum(b.n_structures for b in batches),
+        "n_atoms": sum(b.n_atoms for b in batches),
+        "elements": [chemical_symbols[z] for z in np.unique(numbers)],
+        "partitions_done": len(done),
+        "complete": len(done) == store.n_partitions,
+    }
+
+
+def test_info_counts_the_done_partitions_also_after_they_change(tmp_path):
+    """Store.info (each per-partition array read once) against the done partitions read
+    one by one: skipped structures, an incomplete store, none done, and an object that
+    counted its structures before another one cleared or marked a partition."""
+    path = tmp_path / "input.data"
+    h2 = "begin\natom 0 0 0 H 0 0 0 0 0\natom 0 0 0.7 H 0 0 0 0 0\nenergy -1\nend\n"
+    ho = "begin\natom 0 0 0 H 0 0 0 0 0\natom 0 0 0.9 O 0 0 0 0 0\nenergy -2\nend\n"
+    bad = "begin\natom 0 0 nan H 0 0 0 0 0\nend\n"
+    path.write_text(h2 * 3 + bad + h2 * 2 + ho + bad + h2)
+    ingest(path, tmp_path / "s.zarr", IngestOptions(on_error="skip", partition_atoms=4))
+    watching = open_store(tmp_path / "s.zarr")
+    assert watching.n_structures == 7  # counted (and cached) while all are done
+    writable = open_store(tmp_path / "s.zarr", mode="r+")
+    last = writable.n_partitions - 1
+    with_o = next(p for p in range(last + 1) if 8 in writable.read_partition(p).numbers)
+    steps = [[last], [with_o, last], list(range(last + 1)), []]  # cleared at each step
+    for cleared in steps:
+        for p in range(last + 1):
+            (writable.clear_done if p in cleared else writable.mark_done)(p)
+        want = _info_reference(tmp_path / "s.zarr")
+        for store in (open_store(tmp_path / "s.zarr"), watching):
+            info = store.info()
+            assert {k: info[k] for k in want} == want, (cleared, store is watching)
+            assert info["n_skipped"] == 2 and info["partitions_total"] == last + 1
