@@ -222,3 +222,37 @@ def test_a_kalman_train_command_imports_neither_dynamo_nor_distributed(store, tm
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-3:] == ["0", "False", "False"], out.stdout[-2000:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_batched_grad_rows_equal_row_by_row_autograd(dtype) -> None:
+    """batched_grad (one backward pass under torch.func.vmap) against one
+    torch.autograd.grad per cotangent row: two outputs, one with no rows (an element with
+    no atoms in the batch), a parameter no output uses (zeros), index_select and
+    index_put on the way (the ops the legacy vmap looped over)."""
+    from dparallel.train.kalman import batched_grad
+
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(3, 4, generator=gen, dtype=dtype, requires_grad=True)
+    b = torch.randn(4, generator=gen, dtype=dtype, requires_grad=True)
+    unused = torch.randn(2, 2, generator=gen, dtype=dtype, requires_grad=True)
+    x = torch.randn(6, 3, generator=gen, dtype=dtype)
+    pick = torch.tensor([0, 2, 2, 5])
+    h = torch.tanh(x @ w + b)  # (6, 4)
+    y = torch.zeros(3, dtype=dtype).index_put((torch.tensor([0, 1, 1, 2]),), h[pick, 0],
+                                              accumulate=True)  # fmt: skip
+    y = torch.cat([y, h.index_select(0, pick).sum(1)])  # (7,)
+    empty = torch.tanh(x[:0] @ w).sum(1)  # (0,)
+    m = 5
+    cot = [torch.randn(m, 7, generator=gen, dtype=dtype), torch.zeros(m, 0, dtype=dtype)]
+    got = batched_grad([y, empty], [w, b, unused], cot)
+    assert [tuple(g.shape) for g in got] == [(m, 3, 4), (m, 4), (m, 2, 2)]
+    for i in range(m):
+        want = torch.autograd.grad([y, empty], [w, b, unused], [cot[0][i], cot[1][i]],
+                                   retain_graph=True, materialize_grads=True)  # fmt: skip
+        for g, r in zip(got, want, strict=True):
+            assert g.dtype == dtype
+            torch.testing.assert_close(
+                g[i], r, rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-14
+            )
+    assert not got[2].any()
