@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ import pytest
 from s3process import start_seaweedfs, stop, wait_until_it_answers, weed
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -151,8 +152,6 @@ sys.addaudithook(_hook)
 def point_at_nothing(monkeypatch) -> int:  # noqa: ANN001 - pytest's monkeypatch
     """``AWS_*`` naming keys, a region and an endpoint on 127.0.0.1 where nothing listens
     (a port just freed); returns the port."""
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -161,3 +160,73 @@ def point_at_nothing(monkeypatch) -> int:  # noqa: ANN001 - pytest's monkeypatch
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "S")
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     return port
+
+
+@contextlib.contextmanager
+def faulty_proxy(endpoint: str, fault: Callable[[str, str], str | None]) -> Iterator[str]:
+    """An HTTP proxy on 127.0.0.1 in front of the S3 server at ``endpoint``, in a thread;
+    yields its endpoint. ``fault(method, path)`` of each request says what goes wrong:
+    ``None`` (forwarded), ``"reset"`` (the connection reset, nothing forwarded),
+    ``"lost"`` (forwarded, then the connection reset: the server did it, its answer never
+    comes) or an HTTP status (``"503"``: answered so, nothing forwarded)."""
+    import http.client
+    import http.server
+    import struct
+    import threading
+
+    upstream = endpoint.rsplit(":", 1)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+            conn = http.client.HTTPConnection(upstream[0].split("//")[-1], int(upstream[1]))
+            try:
+                conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+                answer = conn.getresponse()
+                return answer.status, answer.getheaders(), answer.read()
+            finally:
+                conn.close()
+
+        def _reset(self) -> None:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+
+        def _handle(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            what = fault(self.command, self.path)
+            if what == "reset":
+                return self._reset()
+            if what is not None and what.isdigit():
+                self.send_response(int(what))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            status, headers, data = self._forward(body)
+            if what == "lost":
+                return self._reset()
+            self.send_response(status)
+            skip = {"transfer-encoding", "connection"}
+            for name, value in headers:
+                if name.lower() not in skip:
+                    self.send_header(name, value)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+            return None
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -14,6 +14,14 @@ Implemented for ``s3://`` (obstore, :mod:`dparallel.io._s3_objects`; AWS S3, Min
 and most S3-compatible services honour both headers) and ``memory://`` (one process: a
 lock makes it atomic). Other URLs can be read but not written as stores
 (:func:`require_conditional_writes`).
+
+A conditional write whose answer never came (a connection reset or closed after the
+request was sent: obstore retries no conditional write, as its outcome is unknown) is
+settled by reading the object back: holding our bytes, it was ours (the lease's and the
+pointer's records are unique to their writer: a token, a heartbeat time, generation
+names); still as the condition wants it, the write is sent again; anything else is the
+condition refusing. Else a heartbeat whose write landed unanswered kept the ETag it had
+replaced, and its next beat, refused, took the run for one another run had taken over.
 """
 
 from __future__ import annotations
@@ -27,12 +35,16 @@ from dparallel.io import _s3_objects as s3_objects
 from dparallel.io._s3 import S3_PROTOCOLS
 
 if TYPE_CHECKING:
+    from obstore.store import S3Store
+
     from dparallel.io.location import Location
 
 __all__ = ["get", "put_if_absent", "put_if_match", "require_conditional_writes"]
 
 SUPPORTED = (*S3_PROTOCOLS, "memory")
 _MEMORY_LOCK = threading.Lock()
+#: Sends of one conditional write whose answers were lost, before its error is raised.
+_UNANSWERED_TRIES = 3
 
 
 def require_conditional_writes(location: Location) -> None:
@@ -69,7 +81,7 @@ def put_if_absent(location: Location, data: bytes) -> str | None:
     require_conditional_writes(location)
     on_s3 = location.object_store(small=True)
     if on_s3 is not None:
-        return s3_objects.put(*on_s3, data, location, if_absent=True)
+        return _put_on_s3(*on_s3, location, data, None)
     fs, path = location.filesystem()
     with _MEMORY_LOCK:
         if fs.exists(path):
@@ -83,7 +95,7 @@ def put_if_match(location: Location, data: bytes, etag: str) -> str | None:
     require_conditional_writes(location)
     on_s3 = location.object_store(small=True)
     if on_s3 is not None:
-        return s3_objects.put(*on_s3, data, location, if_match=etag)
+        return _put_on_s3(*on_s3, location, data, etag)
     fs, path = location.filesystem()
     with _MEMORY_LOCK:
         try:
@@ -94,3 +106,27 @@ def put_if_match(location: Location, data: bytes, etag: str) -> str | None:
             return None
         fs.pipe_file(path, data)
     return _memory_etag(data)
+
+
+def _put_on_s3(
+    store: S3Store, key: str, location: Location, data: bytes, etag: str | None
+) -> str | None:
+    """The conditional write on S3 (``etag`` ``None``: create-if-absent), its outcome
+    settled by reading the object back where the answer was lost (module docstring)."""
+    for attempt in range(_UNANSWERED_TRIES):
+        try:
+            return s3_objects.put(store, key, data, location, if_absent=etag is None, if_match=etag)
+        except (PermissionError, FileNotFoundError):
+            raise
+        except OSError as exc:
+            if attempt == _UNANSWERED_TRIES - 1:
+                raise
+            try:
+                found = s3_objects.get(store, key, location)
+            except OSError:
+                raise exc from None  # the service is unreachable: the write's own error
+            if found is not None and found[0] == data:
+                return found[1]  # ours landed; its answer was lost
+            if (found is not None) if etag is None else (found is None or found[1] != etag):
+                return None  # refused: another writer's object is there
+    raise AssertionError("unreachable")

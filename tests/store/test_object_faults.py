@@ -1,0 +1,73 @@
+"""Faults of the S3 service under a store's conditional writes (moto behind a proxy on
+127.0.0.1 that resets chosen connections): a write the service did but whose answer never
+came is settled by reading the object back, never taken for another writer's."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from s3server import faulty_proxy, forget_clients, s3_server
+
+from dparallel.io.location import as_location
+from dparallel.store import StoreLease, _objects
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def faults(monkeypatch):
+    """moto behind a proxy; yields the list of (method, key part, fault) still to inject,
+    each once, on the first request that matches."""
+    planned: list[tuple[str, str, str]] = []
+
+    def fault(method: str, path: str) -> str | None:
+        for i, (m, part, what) in enumerate(planned):
+            if m == method and part in path:
+                del planned[i]
+                return what
+        return None
+
+    with (
+        s3_server(("dparallel-test",), kind="moto") as endpoint,
+        faulty_proxy(endpoint, fault) as proxy,
+    ):
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy)
+        forget_clients()
+        yield planned
+        forget_clients()
+
+
+@pytest.mark.parametrize("what", ["reset", "lost"])
+def test_a_conditional_write_whose_answer_was_lost_is_settled(faults, what):
+    where = as_location(f"s3://dparallel-test/settled-{what}/obj")
+    faults.append(("PUT", "/obj", what))
+    first = _objects.put_if_absent(where, b"one")
+    assert first is not None and _objects.get(where) == (b"one", first)
+    faults.append(("PUT", "/obj", what))
+    second = _objects.put_if_match(where, b"two", first)
+    assert second is not None and _objects.get(where) == (b"two", second)
+    faults.append(("PUT", "/obj", what))  # refused: another writer's object is there
+    assert _objects.put_if_absent(where, b"three") is None
+    faults.append(("PUT", "/obj", what))
+    assert _objects.put_if_match(where, b"four", first) is None
+    assert _objects.get(where) == (b"two", second)
+
+
+def test_a_heartbeat_whose_answer_was_lost_keeps_the_lease(faults):
+    lease = StoreLease("s3://dparallel-test/beat.zarr", command="test", timeout=1.2)
+    lease.acquire()
+    try:
+        faults.append(("PUT", "dparallel.lease", "lost"))  # the first heartbeat's
+        deadline = time.monotonic() + 10
+        while faults and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.6)  # three more beats, each over the ETag the lost one made
+        assert not faults
+        lease.check()
+        assert not lease.lost.is_set()
+    finally:
+        lease.release()
+    record = json.loads(_objects.get(lease.path)[0])
+    assert record["released"]
