@@ -15,6 +15,7 @@ from zarr.codecs import BloscCodec
 from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
 
 from dparallel.errors import StoreError
+from dparallel.store import _checked_blosc  # noqa: F401 - zarr's blosc, its frames checked
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

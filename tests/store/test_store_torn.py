@@ -236,3 +236,33 @@ def test_a_store_made_before_every_chunk_was_written_reads_its_missing_chunks_as
     _chunk_file(store_path / "structures" / "energy", 1).unlink()
     old = open_store(store_path).read_partition(1)
     assert np.isnan(old.energy).all() and old.positions.shape == whole.positions.shape
+
+
+@pytest.mark.parametrize("cut", ["half", "one byte"])
+def test_a_blosc_chunk_cut_short_is_a_store_error_not_values(store_path, cut):
+    """numcodecs' Blosc trusts a frame's header: a chunk cut short decoded without an
+    error, into values read past its end (a small chunk is stored uncompressed in its
+    frame; a compressed one cut by a byte read as if whole). Each is a StoreError."""
+    chunk = _chunk_file(store_path / "structures" / "source_index", 1)
+    data = chunk.read_bytes()
+    chunk.write_bytes(data[: len(data) // 2 if cut == "half" else len(data) - 1])
+    store = open_store(store_path)
+    with pytest.raises(StoreError, match=r"cannot read structures/source_index .*cut short"):
+        store.read_structures(0, store.n_structures)
+
+
+def test_blosc_frames_are_checked_for_zarr_too(tmp_path):
+    """The check is zarr's blosc codec once dparallel.store is imported: a whole frame
+    reads as it was written, one cut short is refused."""
+    import dparallel.store._checked_blosc  # noqa: F401
+
+    array = zarr.create_array(
+        tmp_path / "a.zarr", shape=(11,), chunks=(11,), dtype="int64",
+        compressors=zarr.codecs.BloscCodec(cname="lz4"),
+    )  # fmt: skip
+    array[:] = np.arange(11)
+    assert zarr.open_array(tmp_path / "a.zarr", mode="r")[:].tolist() == list(range(11))
+    chunk = _chunk_file(tmp_path / "a.zarr", 0)
+    chunk.write_bytes(chunk.read_bytes()[:-1])
+    with pytest.raises(ValueError, match="Blosc frame of"):
+        zarr.open_array(tmp_path / "a.zarr", mode="r")[:]
