@@ -17,6 +17,7 @@ import zarr
 from dparallel.errors import StoreError
 from dparallel.io.location import Location, as_location
 from dparallel.store._backend import StoreTarget, open_backend
+from dparallel.store._generations import POINTER_KEY, is_generation
 from dparallel.store._layout import FORMAT_VERSION, READABLE_FORMATS, ZARR3, _partition_group
 from dparallel.store._read_cache import CachedReads, cache_budget
 from dparallel.store.plan import Plan
@@ -74,6 +75,13 @@ class OpenedStore:
         try:
             self._root = zarr.open_group(store=backend.zarr_store, mode=mode, **ZARR3)
         except FileNotFoundError:
+            root = backend.root
+            if root is not None and root != backend.location and is_generation(root.name):
+                raise StoreError(
+                    f"{self.location}: its pointer ({POINTER_KEY}) names the generation "
+                    f"{root.name}, which holds no store (deleted behind dparallel's back): "
+                    f"the store is lost; remove {self.location} to featurize it again"
+                ) from None
             raise StoreError(f"no zarr store at {self.location}") from None
         except ValueError as exc:  # its zarr.json cut short or not JSON
             raise StoreError(

@@ -71,3 +71,38 @@ def test_a_heartbeat_whose_answer_was_lost_keeps_the_lease(faults):
         lease.release()
     record = json.loads(_objects.get(lease.path)[0])
     assert record["released"]
+
+
+def test_a_pointer_to_a_deleted_generation_is_named(tmp_path):
+    """A store whose current generation was deleted behind dparallel's back was "no zarr
+    store at URL"; the error says which generation the pointer names and that it is gone."""
+    import ase.io
+    import numpy as np
+
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.errors import StoreError
+    from dparallel.io.synthetic import random_structures
+    from dparallel.store import open_store
+    from dparallel.store._generations import POINTER_KEY
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+    frames = random_structures(
+        4, np.random.default_rng(1), min_atoms=3, max_atoms=6, elements=(1, 8)
+    )
+    ase.io.write(tmp_path / "data.xyz", frames, format="extxyz")
+    acsf = ACSF.uniform(["H", "O"], r_cut=3.0, radial=[(0.5, 0.0)], narrow=[], wide=[])
+    url = "s3://dparallel-test/lost.zarr"
+    with s3_server(("dparallel-test",), kind="moto"):
+        featurize_in_process(
+            tmp_path / "data.xyz", url, DescriptorSet(acsf=acsf), FeaturizeOptions()
+        )
+        pointer = as_location(f"{url}/{POINTER_KEY}")
+        data, _ = _objects.get(pointer)
+        current = json.loads(data)["current"]
+        as_location(f"{url}/{current}").remove(recursive=True)
+        with pytest.raises(StoreError) as info:
+            open_store(url)
+    message = str(info.value)
+    assert f"names the generation {current}, which holds no store" in message
+    assert message.startswith(url) and "\n" not in message
