@@ -55,6 +55,18 @@ def test_a_conditional_write_whose_answer_was_lost_is_settled(faults, what):
     assert _objects.get(where) == (b"two", second)
 
 
+def test_a_replacement_of_a_deleted_object_is_refused_as_on_aws(faults):
+    """AWS S3 answers a PUT with If-Match on an object that is gone 404 (moto 412): the
+    object changed, so the write is refused (``None``, as on ``memory://``: obstore takes
+    either answer for a failed condition), and a heartbeat notices its deleted lease."""
+    where = as_location("s3://dparallel-test/deleted/obj")
+    etag = _objects.put_if_absent(where, b"one")
+    assert etag is not None
+    faults.append(("PUT", "/obj", "404"))
+    assert _objects.put_if_match(where, b"two", etag) is None
+    assert _objects.get(where) == (b"one", etag)
+
+
 def test_a_heartbeat_whose_answer_was_lost_keeps_the_lease(faults):
     lease = StoreLease("s3://dparallel-test/beat.zarr", command="test", timeout=1.2)
     lease.acquire()
