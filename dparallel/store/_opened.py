@@ -86,7 +86,8 @@ class OpenedStore:
         except ValueError as exc:  # its zarr.json cut short or not JSON
             raise StoreError(
                 f"{self.location}: its zarr.json cannot be read ({type(exc).__name__}: {exc}); "
-                "a damaged store: featurize it again with --overwrite"
+                "a damaged store, no longer provably one, which --overwrite does not replace: "
+                "remove it to featurize it again"
             ) from None
         meta = self._root.attrs.get("dparallel")
         if not isinstance(meta, dict):

@@ -266,3 +266,16 @@ def test_blosc_frames_are_checked_for_zarr_too(tmp_path):
     chunk.write_bytes(chunk.read_bytes()[:-1])
     with pytest.raises(ValueError, match="Blosc frame of"):
         zarr.open_array(tmp_path / "a.zarr", mode="r")[:]
+
+
+def test_a_store_whose_root_document_is_torn_is_not_sent_to_overwrite(store_path, tmp_path):
+    """Its error said "featurize it again with --overwrite", which refuses it (a folder or
+    prefix that is not provably a store is never replaced): it says to remove it."""
+    root = store_path / "zarr.json"
+    root.write_bytes(root.read_bytes()[:30])
+    with pytest.raises(StoreError) as info:
+        open_store(store_path)
+    assert "zarr.json cannot be read" in str(info.value)
+    assert "remove it to featurize it again" in str(info.value)
+    with pytest.raises(StoreError, match="remove it yourself"):
+        ingest(tmp_path / "data.xyz", store_path, IngestOptions(partition_atoms=40, overwrite=True))
