@@ -25,7 +25,8 @@ import torch
 from ase.data import atomic_numbers
 
 from dparallel.errors import TrainingError
-from dparallel.train.batch import HOST, Batch, HostOps, PartitionData, Rows, assemble, make_batch
+from dparallel.train.batch import Batch, PartitionData, Rows, assemble, make_batch
+from dparallel.train.gather_ops import HOST, HostOps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -202,15 +203,7 @@ def load_partition(
                 "vectors": d["vectors"][po],
                 "dG_dr": d["dG_dr"][po],
             }
-            structure = batch.structure_index
-            if np.any(structure[pairs["first"]] != structure[pairs["second"]]):
-                raise TrainingError(f"{store.target}: partition {p}: pair crosses structures")
-            if np.any(atom_index[pairs["center"]] != pairs["first"]):
-                raise TrainingError(
-                    f"{store.target}: partition {p}: {block}: a pair's center row is not its "
-                    "first atom's row of values; the store is damaged: featurize it again "
-                    "with --overwrite"
-                )
+            _check_pairs(store, p, block, pairs, batch.structure_index, atom_index)
             rows[f"derivatives/{elem}/{neigh}"] = Rows(
                 np.searchsorted(pairs["first"], offsets).astype(np.int64),
                 pairs,
@@ -219,6 +212,26 @@ def load_partition(
             )
             nbytes += sum(v.nbytes for v in pairs.values()) + pairs["first"].nbytes
     return PartitionData(p, index.ids[p], index.split[p], rows, nbytes)
+
+
+def _check_pairs(
+    store: Store,
+    p: int,
+    block: str,
+    pairs: dict[str, np.ndarray],
+    structure: np.ndarray,
+    atom_index: np.ndarray,
+) -> None:
+    """Raise unless every pair joins atoms of one structure and its center row is its
+    first atom's row of values."""
+    if np.any(structure[pairs["first"]] != structure[pairs["second"]]):
+        raise TrainingError(f"{store.target}: partition {p}: pair crosses structures")
+    if np.any(atom_index[pairs["center"]] != pairs["first"]):
+        raise TrainingError(
+            f"{store.target}: partition {p}: {block}: a pair's center row is not its "
+            "first atom's row of values; the store is damaged: featurize it again "
+            "with --overwrite"
+        )
 
 
 #: A derivative block's per-pair arrays (one row per pair each).

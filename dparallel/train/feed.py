@@ -21,15 +21,11 @@ import numpy as np
 import torch
 
 from dparallel.train.batch import (
-    DeviceOps,
-    HostOps,
     PartitionData,
-    PinnedOps,
     Rows,
     assemble_groups,
     batch_to,
     cast_batch,
-    gather_threads,
     group_by_partition,
     make_batch,
     map_batch,
@@ -39,6 +35,7 @@ from dparallel.train.batch import (
 )
 from dparallel.train.data import BatchPlan, background, iterate_batches
 from dparallel.train.device import Target, device_memory, out_of_memory
+from dparallel.train.gather_ops import DeviceOps, HostOps, PinnedOps, gather_threads
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator

@@ -23,17 +23,16 @@ from dparallel.descriptors.registry import descriptor_graph, descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.neighbors import Neighbors, neighbor_list
 from dparallel.train.batch import (
-    HOST,
     Assembled,
     Batch,
     Geometry,
-    HostOps,
     PartitionData,
     Rows,
     assemble,
     make_batch,
 )
 from dparallel.train.data import PartitionReader
+from dparallel.train.gather_ops import HOST, HostOps
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:

@@ -252,11 +252,12 @@ def _assembled_row_by_row(items) -> dict[str, dict[str, np.ndarray]]:  # noqa: A
 def test_columns_gathered_into_place_equal_a_row_by_row_copy(monkeypatch, threads) -> None:  # noqa: ANN001
     """Gathers split into many small tasks on several threads, a float32 column cast to
     float64 on the way, on the host and on a device: every column equals the reference."""
-    from dparallel.train import batch as batch_module
-    from dparallel.train.batch import DeviceOps, HostOps, assemble
+    from dparallel.train import gather_ops
+    from dparallel.train.batch import assemble
     from dparallel.train.feed import _held
+    from dparallel.train.gather_ops import DeviceOps, HostOps
 
-    monkeypatch.setattr(batch_module, "GATHER_TASK_BYTES", 100)  # tasks of a row or two
+    monkeypatch.setattr(gather_ops, "GATHER_TASK_BYTES", 100)  # tasks of a row or two
     rng = np.random.default_rng(11)
     parts = [_random_partition(rng, p, n) for p, n in enumerate((7, 1, 12))]
     items = [(parts[p], int(s)) for p, s in ((2, 5), (0, 3), (2, 0), (1, 0), (0, 6), (2, 11),
@@ -288,7 +289,7 @@ def test_small_gathers_stay_in_the_calling_thread_and_large_ones_go_in_bins() ->
     """Handing a small batch's many tiny gathers to threads cost more than the gathers
     (Kalman's batches of a few structures): under two tasks' bytes they run here, in order;
     above, on the gather threads, tasks packed into bins of about GATHER_TASK_BYTES."""
-    from dparallel.train.batch import GATHER_TASK_BYTES, Gather, HostOps
+    from dparallel.train.gather_ops import GATHER_TASK_BYTES, Gather, HostOps
 
     ran: list[tuple[int, str]] = []
 
@@ -321,10 +322,11 @@ def test_partitions_of_other_dtypes_assemble_as_a_concatenation_promotes(
     in int32 and int64) is gathered into the wider dtype, as the concatenation did: the
     first partition's dtype cut the float64 rows to float32 (and would have cut int64
     rows to int32)."""
-    from dparallel.train import batch as batch_module
-    from dparallel.train.batch import DeviceOps, HostOps, Rows, assemble
+    from dparallel.train import gather_ops
+    from dparallel.train.batch import Rows, assemble
+    from dparallel.train.gather_ops import DeviceOps, HostOps
 
-    monkeypatch.setattr(batch_module, "GATHER_TASK_BYTES", 100)
+    monkeypatch.setattr(gather_ops, "GATHER_TASK_BYTES", 100)
     rng = np.random.default_rng(5)
     parts = [_random_partition(rng, p, n) for p, n in enumerate((4, 5, 3))]
     wide = parts[1].rows["pairs"].columns
@@ -354,7 +356,8 @@ def test_partitions_of_other_dtypes_assemble_as_a_concatenation_promotes(
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (pinned memory)")
 def test_pinned_assembly_gives_page_locked_columns_equal_to_the_host_ones() -> None:
-    from dparallel.train.batch import PinnedOps, assemble
+    from dparallel.train.batch import assemble
+    from dparallel.train.gather_ops import PinnedOps
 
     rng = np.random.default_rng(2)
     parts = [_random_partition(rng, p, 6) for p in range(2)]
