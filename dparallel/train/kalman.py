@@ -98,7 +98,7 @@ class KalmanFilter:
         A = H.T @ X  # (m, m)
         A.diagonal().add_(1.0 / st["eta"])
         K = torch.linalg.solve(A, X.T).T  # (n, m) = X A⁻¹ (A symmetric)
-        P.sub_(K @ X.T)
+        P.addmm_(K, X.T, alpha=-1.0)  # in place: no (n, n) temporary
         P.diagonal().add_(st["q"])
         dw = K @ xi  # (n,)
         for p, d in zip(self.params, dw.split([p.numel() for p in self.params]), strict=True):
