@@ -14,6 +14,7 @@ import contextlib
 import os
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -168,7 +169,9 @@ def faulty_proxy(endpoint: str, fault: Callable[[str, str], str | None]) -> Iter
     yields its endpoint. ``fault(method, path)`` of each request says what goes wrong:
     ``None`` (forwarded), ``"reset"`` (the connection reset, nothing forwarded),
     ``"lost"`` (forwarded, then the connection reset: the server did it, its answer never
-    comes) or an HTTP status (``"503"``: answered so, nothing forwarded)."""
+    comes), ``"late:S"`` (the connection reset at once, the request forwarded S seconds
+    later: it lands after the client gave up on it), ``"delay:S"`` (forwarded after S
+    seconds, answered) or an HTTP status (``"503"``: answered so, nothing forwarded)."""
     import http.client
     import http.server
     import struct
@@ -201,6 +204,13 @@ def faulty_proxy(endpoint: str, fault: Callable[[str, str], str | None]) -> Iter
             what = fault(self.command, self.path)
             if what == "reset":
                 return self._reset()
+            if what is not None and what.startswith("late:"):
+                later = threading.Timer(float(what[5:]), self._forward, (body,))
+                later.start()
+                return self._reset()
+            if what is not None and what.startswith("delay:"):
+                time.sleep(float(what[6:]))
+                what = None
             if what is not None and what.isdigit():
                 self.send_response(int(what))
                 self.send_header("Content-Length", "0")

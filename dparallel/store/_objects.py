@@ -115,7 +115,13 @@ def _put_on_s3(
     settled by reading the object back where the answer was lost (module docstring)."""
     for attempt in range(_UNANSWERED_TRIES):
         try:
-            return s3_objects.put(store, key, data, location, if_absent=etag is None, if_match=etag)
+            written = s3_objects.put(
+                store, key, data, location, if_absent=etag is None, if_match=etag
+            )
+            if written is None and attempt > 0:  # a resend refused: the first send may have
+                found = s3_objects.get(store, key, location)  # landed after its answer was lost
+                return found[1] if found is not None and found[0] == data else None
+            return written
         except (PermissionError, FileNotFoundError):
             raise
         except OSError as exc:

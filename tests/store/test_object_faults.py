@@ -55,6 +55,23 @@ def test_a_conditional_write_whose_answer_was_lost_is_settled(faults, what):
     assert _objects.get(where) == (b"two", second)
 
 
+@pytest.mark.parametrize("create", [True, False])
+def test_a_first_send_landing_after_its_resend_is_still_the_writers(faults, create):
+    """The first send's connection reset, the object read back unchanged, the write sent
+    again; but the first send lands late, before the resend, which is then refused: the
+    object holds the writer's bytes, so the write succeeded (it was told "refused")."""
+    where = as_location(f"s3://dparallel-test/late-{create}/obj")
+    etag = None if create else _objects.put_if_absent(where, b"one")
+    faults.append(("PUT", "/obj", "late:0.3"))
+    faults.append(("PUT", "/obj", "delay:1.0"))  # the resend
+    if create:
+        got = _objects.put_if_absent(where, b"two")
+    else:
+        got = _objects.put_if_match(where, b"two", etag)
+    assert not faults
+    assert got is not None and _objects.get(where) == (b"two", got)
+
+
 def test_a_replacement_of_a_deleted_object_is_refused_as_on_aws(faults):
     """AWS S3 answers a PUT with If-Match on an object that is gone 404 (moto 412): the
     object changed, so the write is refused (``None``, as on ``memory://``: obstore takes
