@@ -115,7 +115,7 @@ class HostOps:
     def run(self, tasks: list[Gather]) -> None:
         """Run ``tasks``: in this thread when they write less than a few tasks' bytes
         together (a thread's hand-off costs more than such a gather), else on the gather
-        threads, in bins of about :data:`GATHER_TASK_BYTES` each."""
+        threads, in bins of at most :data:`GATHER_TASK_BYTES` each (or one larger task)."""
         total = sum(task.nbytes for task in tasks)
         if self.threads == 1 or total < 2 * GATHER_TASK_BYTES:
             for task in tasks:
@@ -124,7 +124,7 @@ class HostOps:
         bins: list[list[Gather]] = [[]]
         filled = 0
         for task in tasks:
-            if filled >= GATHER_TASK_BYTES:
+            if filled and filled + task.nbytes > GATHER_TASK_BYTES:
                 bins.append([])
                 filled = 0
             bins[-1].append(task)

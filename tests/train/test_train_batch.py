@@ -288,7 +288,10 @@ def test_columns_gathered_into_place_equal_a_row_by_row_copy(monkeypatch, thread
 def test_small_gathers_stay_in_the_calling_thread_and_large_ones_go_in_bins() -> None:
     """Handing a small batch's many tiny gathers to threads cost more than the gathers
     (Kalman's batches of a few structures): under two tasks' bytes they run here, in order;
-    above, on the gather threads, tasks packed into bins of about GATHER_TASK_BYTES."""
+    above, on the gather threads, tasks packed into bins of at most GATHER_TASK_BYTES."""
+    from unittest.mock import patch
+
+    from dparallel.train import gather_ops
     from dparallel.train.gather_ops import GATHER_TASK_BYTES, Gather, HostOps
 
     ran: list[tuple[int, str]] = []
@@ -310,6 +313,11 @@ def test_small_gathers_stay_in_the_calling_thread_and_large_ones_go_in_bins() ->
     assert all(name.startswith("dparallel-gather") for _, name in ran)
     names = dict(ran)
     assert all(names[2 * b] == names[2 * b + 1] for b in range(4))  # a bin is one thread's
+    ran.clear()
+    bins: list[list[int]] = []
+    with patch.object(gather_ops, "_run_all", lambda b: bins.append([t.nbytes for t in b])):
+        ops.run(tasks([GATHER_TASK_BYTES - 1] * 3))  # a column cut evenly: a bin each
+    assert sorted(bins) == [[GATHER_TASK_BYTES - 1]] * 3
     ops.close()
 
 
