@@ -115,7 +115,7 @@ class StoreReads(OpenedStore):
             done = self._done_flags() if done is None else done
             n = self._read_done_rows("partitions/n_structures", done)
             self._cum = np.concatenate([[0], np.cumsum(np.where(done, n, 0))]).astype(np.int64)
-            self._cum_done = done
+            self._cum_done = done.copy()  # the caller's array may change
         return self._cum
 
     @property

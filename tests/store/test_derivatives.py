@@ -249,12 +249,14 @@ def test_numpy_and_compiled_decodes_are_bitwise_equal(rng):
     ang = rng.normal(size=(angular.size, 3, n_pairs)).astype(np.float32)
     vectors = (rng.normal(size=(n_pairs, 3)) * 3.0).astype(np.float32)
     vectors[5] = 0.0
+    vectors[6] = [-0.0, 0.0, -0.0]  # signed zeros: r̂ = +0 in both
+    vectors[7] = [np.nan, 1.0, 1.0]  # not r > 0: r̂ = 0 in both, as _unit says
     got = {}
     for name, fn in (("numpy", _unsplit_numpy), ("compiled", _compiled("_unsplit"))):
         got[name] = np.full((n_pairs, 8, 3), np.nan, np.float32)
         fn(s, ang, vectors, radial, angular, got[name])
-    assert np.array_equal(got["numpy"], got["compiled"])
-    assert not np.isnan(got["numpy"]).any() and not got["numpy"][5, radial].any()
+    assert np.array_equal(got["numpy"].view(np.uint32), got["compiled"].view(np.uint32))
+    assert not np.isnan(got["numpy"]).any() and not got["numpy"][[5, 6, 7]][:, radial].any()
 
 
 def test_decoding_small_blocks_never_imports_numba(tmp_path, rng):
