@@ -181,7 +181,9 @@ def derived_partition_atoms(atom_counts: np.ndarray, n_workers: int) -> int:
     than :data:`MIN_PARTITION_ATOMS` atoms per worker gets one partition per worker,
     of at least :data:`MIN_SPLIT_ATOMS` atoms. Shares are padded by the largest
     structure so that whole structures fill exactly that many partitions
-    (:func:`plan_partitions` then balances them).
+    (:func:`plan_partitions` then balances them). Where the minimum makes a count that is
+    not a whole number of rounds of the workers (5 partitions for 2: a last round with one
+    idle), the partitions grow to fill the whole rounds below it (4).
     """
     counts = np.asarray(atom_counts, np.int64).reshape(-1)
     if counts.size == 0:
@@ -191,4 +193,14 @@ def derived_partition_atoms(atom_counts: np.ndarray, n_workers: int) -> int:
     wanted = math.ceil(total / (TASKS_PER_WORKER * workers)) + largest
     one_per_worker = math.ceil(total / workers) + largest
     lower = max(MIN_SPLIT_ATOMS, min(MIN_PARTITION_ATOMS, one_per_worker))
-    return int(min(MAX_PARTITION_ATOMS, max(lower, wanted)))
+    size = int(min(MAX_PARTITION_ATOMS, max(lower, wanted)))
+    cum = np.concatenate([[0], np.cumsum(counts)])
+    parts = len(_greedy_cuts(cum, size))
+    if parts > workers and parts % workers and size < MAX_PARTITION_ATOMS:
+        whole = parts // workers * workers  # the smallest size fitting in whole rounds
+        lo, hi = math.ceil(total / whole), min(MAX_PARTITION_ATOMS, -(-total // whole) + largest)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if len(_greedy_cuts(cum, mid)) <= whole else (mid + 1, hi)
+        size = lo
+    return size

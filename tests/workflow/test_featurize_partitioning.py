@@ -32,25 +32,38 @@ def _dset() -> DescriptorSet:
 
 
 @pytest.mark.parametrize(
-    ("total", "workers", "expected"),
+    ("total", "workers", "expected", "partitions"),
     [
-        (51_600, 2, 6_454),  # water ×25: 8 tasks for 2 workers (share + largest structure)
-        (51_600, 8, MIN_PARTITION_ATOMS),  # never below the minimum when data allows
-        (10_000_000, 2, MAX_PARTITION_ATOMS),  # never above the maximum
-        (4_000, 2, 2_004),  # less than the minimum per worker: one task per worker
-        (51_600, 16, 3_229),
-        (100, 8, MIN_SPLIT_ATOMS),  # tiny data: one task, never split below 1,000 atoms
+        (51_600, 2, 6_454, 8),  # water ×25: 8 tasks for 2 workers (share + largest structure)
+        # the minimum would make 11 tasks for 8 workers (a second round with 5 idle): one
+        # round of 8 larger ones
+        (51_600, 8, 6_452, 8),
+        (10_000_000, 2, MAX_PARTITION_ATOMS, 500),  # never above the maximum
+        (4_000, 2, 2_004, 2),  # less than the minimum per worker: one task per worker
+        (51_600, 16, 3_229, 16),
+        (100, 8, MIN_SPLIT_ATOMS, 1),  # tiny data: one task, never split below 1,000 atoms
+        (26_000, 2, MIN_PARTITION_ATOMS, 6),  # 6 tasks at the minimum: 3 whole rounds
+        (21_600, 2, 5_400, 4),  # 5 tasks at the minimum (one idle worker at the end): 4
     ],
 )
-def test_derived_size_gives_several_tasks_per_worker(total, workers, expected):
+def test_derived_size_gives_several_tasks_per_worker(total, workers, expected, partitions):
     counts = np.full(total // 4, 4)  # 4-atom structures
     atoms = derived_partition_atoms(counts, workers)
     assert atoms == expected
-    plan = plan_partitions(counts, atoms)
-    if MIN_PARTITION_ATOMS < atoms < MAX_PARTITION_ATOMS:
-        assert plan.n_partitions == 4 * workers
-    elif MIN_SPLIT_ATOMS < atoms < MIN_PARTITION_ATOMS:
-        assert plan.n_partitions == workers
+    assert plan_partitions(counts, atoms).n_partitions == partitions
+
+
+@pytest.mark.parametrize("workers", [2, 3, 8, 16])
+def test_derived_partitions_fill_whole_rounds_of_the_workers(workers):
+    """Where the derived size is neither the maximum nor one task per worker, the plan's
+    partition count is a multiple of the workers: no last round with idle workers."""
+    rng = np.random.default_rng(workers)
+    for _ in range(40):
+        counts = rng.integers(1, 200, size=int(rng.integers(50, 3_000)))
+        atoms = derived_partition_atoms(counts, workers)
+        n = plan_partitions(counts, atoms).n_partitions
+        if MIN_PARTITION_ATOMS <= atoms < MAX_PARTITION_ATOMS and n >= workers:
+            assert n % workers == 0, (int(counts.sum()), atoms, n)
 
 
 def test_derived_store_stays_current_for_any_worker_count(tmp_path):
