@@ -233,6 +233,27 @@ def test_resume_after_more_partitions_landed_keeps_every_structures_split(
     assert second["reference_energies"] == first["reference_energies"]
 
 
+def _trained_before_a_validation_partition(trained, tmp_path):  # noqa: ANN001, ANN202
+    """A copy of the trained store, one epoch trained into ``tmp_path/m`` while its last
+    partition with validation structures was not done, then that partition done again:
+    the copy, the spec, the complete store's split and the first run's result."""
+    from dparallel.store import open_store
+    from dparallel.train.data import build_split_index
+
+    store, _ = trained
+    copy = tmp_path / "part.zarr"
+    shutil.copytree(store.path, copy)
+    spec = SPEC.model_copy(update={"allow_incomplete": True, "epochs": 1,
+                                   "validation_fraction": 0.4})  # fmt: skip
+    whole = build_split_index(open_store(copy), 0.4, spec.test_fraction, seed=1)
+    late = whole.partitions_with("validation")[-1]  # done after the first run
+    writer = open_store(copy, mode="r+")
+    writer.clear_done(late)
+    first = train_model(copy, tmp_path / "m", spec)
+    writer.mark_done(late)
+    return copy, spec, whole, first
+
+
 def test_resume_on_a_larger_validation_set_measures_the_best_model_on_it(
     trained,  # noqa: ANN001
     tmp_path,  # noqa: ANN001
@@ -246,20 +267,10 @@ def test_resume_on_a_larger_validation_set_measures_the_best_model_on_it(
 
     from dparallel.store import open_store
     from dparallel.train.checkpoints import split_digest
-    from dparallel.train.data import PartitionReader, build_split_index
+    from dparallel.train.data import PartitionReader
     from dparallel.train.reporting import evaluate_split
 
-    store, _ = trained
-    copy = tmp_path / "part.zarr"
-    shutil.copytree(store.path, copy)
-    spec = SPEC.model_copy(update={"allow_incomplete": True, "epochs": 1,
-                                   "validation_fraction": 0.4})  # fmt: skip
-    whole = build_split_index(open_store(copy), 0.4, spec.test_fraction, seed=1)
-    late = whole.partitions_with("validation")[-1]  # done after the first run
-    writer = open_store(copy, mode="r+")
-    writer.clear_done(late)
-    first = train_model(copy, tmp_path / "m", spec)
-    writer.mark_done(late)
+    copy, spec, whole, first = _trained_before_a_validation_partition(trained, tmp_path)
     first_ids = json.loads((tmp_path / "m" / "metrics.json").read_text())["validation_ids"]
     assert set(whole.ids_of("validation")) > set(first_ids)
     best_model, _ = load_model(tmp_path / "m" / "best.pt")
@@ -294,21 +305,9 @@ def test_a_best_model_not_finite_on_the_new_validation_set_is_no_best(
     was kept for good and every epoch counted towards early stopping."""
     import logging
 
-    from dparallel.store import open_store
     from dparallel.train import loop
-    from dparallel.train.data import build_split_index
 
-    store, _ = trained
-    copy = tmp_path / "part.zarr"
-    shutil.copytree(store.path, copy)
-    spec = SPEC.model_copy(update={"allow_incomplete": True, "epochs": 1,
-                                   "validation_fraction": 0.4})  # fmt: skip
-    whole = build_split_index(open_store(copy), 0.4, spec.test_fraction, seed=1)
-    late = whole.partitions_with("validation")[-1]
-    writer = open_store(copy, mode="r+")
-    writer.clear_done(late)
-    train_model(copy, tmp_path / "m", spec)
-    writer.mark_done(late)
+    copy, spec, _, _ = _trained_before_a_validation_partition(trained, tmp_path)
     first_best = (tmp_path / "m" / "best.pt").read_bytes()
 
     class _NaN:
