@@ -142,17 +142,9 @@ def plan_partitions(atom_counts: np.ndarray, target_atoms: int) -> Plan:
     if counts.size == 0:
         empty = np.zeros(0, np.int64)
         return Plan(empty, empty, empty, target_atoms)
-    stops = _greedy_cuts(cum, target_atoms)
-    n_parts = len(stops)
+    n_parts = len(_greedy_cuts(cum, target_atoms))
     lo = min(target_atoms, max(1, math.ceil(int(cum[-1]) / n_parts)))
-    hi = target_atoms
-    while lo < hi:  # smallest cap giving ≤ n_parts partitions
-        mid = (lo + hi) // 2
-        if len(_greedy_cuts(cum, mid)) <= n_parts:
-            hi = mid
-        else:
-            lo = mid + 1
-    stops = _greedy_cuts(cum, lo)
+    stops = _greedy_cuts(cum, _smallest_cap(cum, n_parts, lo, target_atoms))
     starts = np.concatenate([[0], stops[:-1]])
     return Plan(starts, stops, cum[stops] - cum[starts], target_atoms)
 
@@ -198,9 +190,18 @@ def derived_partition_atoms(atom_counts: np.ndarray, n_workers: int) -> int:
     parts = len(_greedy_cuts(cum, size))
     if parts > workers and parts % workers and size < MAX_PARTITION_ATOMS:
         whole = parts // workers * workers  # the smallest size fitting in whole rounds
-        lo, hi = math.ceil(total / whole), min(MAX_PARTITION_ATOMS, -(-total // whole) + largest)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if len(_greedy_cuts(cum, mid)) <= whole else (mid + 1, hi)
-        size = lo
+        lo = math.ceil(total / whole)
+        size = _smallest_cap(cum, whole, lo, min(MAX_PARTITION_ATOMS, lo + largest))
     return size
+
+
+def _smallest_cap(cum: np.ndarray, n_parts: int, lo: int, hi: int) -> int:
+    """The smallest cap in [lo, hi] whose greedy packing of the structures (``cum``: their
+    atom counts' prefix sums) makes at most ``n_parts`` partitions (``hi`` if none below)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(_greedy_cuts(cum, mid)) <= n_parts:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
