@@ -122,10 +122,11 @@ def _unsplit_numpy(
 ) -> None:
     """:func:`_unsplit` with numpy (the same numbers, bit for bit): slower per byte, but
     it spares a process that decodes little numba's import and first call."""
-    x, y, z = vectors.astype(np.float64).T
+    v64 = vectors.astype(np.float64)
+    x, y, z = v64.T
     dist = np.sqrt(x * x + y * y + z * z)[:, None]  # in _unit's order
     with np.errstate(invalid="ignore", divide="ignore"):  # r̂ = 0 unless r > 0, as _unit
-        unit = np.where(dist > 0.0, np.stack([x, y, z], axis=1) / dist, 0.0)
+        unit = np.where(dist > 0.0, v64 / dist, 0.0)
     unit = unit.astype(DERIVATIVE_DTYPE)
     if radial.size:
         out[:, radial, :] = s.T[:, :, None] * unit[:, None, :]
