@@ -256,11 +256,16 @@ def assemble_groups(
 
 
 def _widest(columns: list[Any]) -> Any:
-    """Of one column's values in several partitions, the one whose dtype holds all the
-    others' (as a concatenation would promote them), else the first."""
+    """Of one column's values in several partitions, one whose dtype holds all the others'
+    (as a concatenation would promote them: int32 and uint32 make int64): a stored one where
+    one has it, else an empty one of that dtype."""
     promote = torch.promote_types if isinstance(columns[0], torch.Tensor) else np.promote_types
     wide = functools.reduce(promote, [c.dtype for c in columns])
-    return next((c for c in columns if c.dtype == wide), columns[0])
+    found = next((c for c in columns if c.dtype == wide), None)
+    if found is not None:
+        return found
+    first = columns[0][:0]
+    return first.to(wide) if isinstance(first, torch.Tensor) else first.astype(wide)
 
 
 def _floating(values: Any) -> bool:

@@ -321,6 +321,18 @@ def test_small_gathers_stay_in_the_calling_thread_and_large_ones_go_in_bins() ->
     ops.close()
 
 
+def test_a_column_promoted_to_a_dtype_no_partition_stores_is_allocated_in_it() -> None:
+    """int32 in one partition and uint32 in another concatenate to int64, which neither
+    stores: the column is allocated in int64 (it fell back to the first's int32, where
+    uint32 values over 2**31 wrap)."""
+    from dparallel.train.batch import _widest
+
+    got = _widest([np.zeros((3, 2), np.int32), np.full((4, 2), 2**31 + 5, np.uint32)])
+    assert got.dtype == np.int64 and got.shape[1:] == (2,)
+    assert _widest([np.zeros(2, np.float32), np.ones(1)]).dtype == np.float64
+    assert _widest([torch.zeros(2), torch.ones(1, dtype=torch.float64)]).dtype == torch.float64
+
+
 @pytest.mark.parametrize("threads", [1, 3])
 def test_partitions_of_other_dtypes_assemble_as_a_concatenation_promotes(
     monkeypatch,  # noqa: ANN001
