@@ -57,7 +57,8 @@ class Progress:
     best_epoch: int = -1
     bad_epochs: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
-    #: which validation structures ``best_val`` was measured on (:func:`split_digest`)
+    #: which structures ``best_val`` was measured on: the monitored split, validation or
+    #: (without one) training (:func:`split_digest`)
     validation_digest: str = ""
 
 

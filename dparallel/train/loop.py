@@ -166,6 +166,12 @@ def _train(
     final: dict[str, dict[str, float]] = {}
     best = run.model  # stopped by a callback: the checkpoint is the result
     if stopped_early or last >= spec.epochs - 1:  # a checkpoint past ``epochs``: finished
+        if progress.best_epoch < 0:  # resumed with no epochs left and its best dropped
+            raise TrainingError(
+                f"{model_dir}: no epoch is the best on this data (best.pt is missing, or "
+                "not finite on the structures done since) and no epochs are left: resume "
+                f"with more epochs than {spec.epochs}"
+            )
         best, final = _finish(run, progress, coverage)
     seconds = time.perf_counter() - t_start
     test, validation = final.get("test", {}), final.get("validation", {})
@@ -203,40 +209,50 @@ def _set_up(
     feed = BatchFeed(target, spec.data_on_device, spec.batch_prefetch)
     feed.hold(reader)
     run = _Run(spec, prep, feed, model, optimizer, reader, model_dir)
-    has_val = prep.index.count("validation") > 0
-    digest = split_digest(prep.index.ids_of("validation")) if has_val else ""
-    if resume and digest and progress.validation_digest != digest:
+    digest = split_digest(prep.index.ids_of(_monitored_split(run)))
+    if resume and progress.best_epoch >= 0 and not (model_dir / BEST).is_file():
+        log.warning(
+            "%s is missing: the checkpoint's best (epoch %d) is no best any more, the next "
+            "epoch replaces it", model_dir / BEST, progress.best_epoch,
+        )  # fmt: skip
+        progress.best_val, progress.best_epoch, progress.bad_epochs = math.inf, -1, 0
+    elif resume and progress.validation_digest != digest:
         _measure_best_again(run, progress)
     progress.validation_digest = digest
     return run, progress
 
 
+def _monitored_split(run: _Run) -> str:
+    """The split whose loss picks the best epoch: validation, or training without one."""
+    return "validation" if run.prep.index.count("validation") > 0 else "train"
+
+
 def _measure_best_again(run: _Run, progress: Progress) -> None:
-    """Resumed on another validation set (partitions done since the checkpoint, or a
+    """Resumed on another monitored split (partitions done since the checkpoint, or a
     checkpoint that does not say): ``best.pt``'s loss on this one becomes the best so far,
     so the epochs to come, early stopping and a plateau schedule compare losses over the
-    same structures.
+    same structures (the validation split's; the training split's where there is none).
 
     A loss that is not finite there (best.pt diverges on a new structure) is no best: as
     an epoch of such a loss is never one, none is kept (the next finite epoch replaces
     best.pt, and a run with none fails as a fresh one does).
     """
-    path = run.model_dir / BEST
-    if progress.best_epoch < 0 or not path.is_file():
+    if progress.best_epoch < 0:
         return
-    best = run.feed.target.model(load_model(path)[0])
-    loss = evaluate_split(best, run.reader, "validation", run.spec, feed=run.feed).summary()["loss"]
+    split = _monitored_split(run)
+    best = run.feed.target.model(load_model(run.model_dir / BEST)[0])
+    loss = evaluate_split(best, run.reader, split, run.spec, feed=run.feed).summary()["loss"]
     log.info(
-        "the validation set is not the one of the checkpoint's best loss (%.6g): best.pt "
-        "(epoch %d) measured on it again: %.6g",
-        progress.best_val, progress.best_epoch, loss,
+        "the %s set is not the one of the checkpoint's best loss (%.6g): best.pt (epoch %d) "
+        "measured on it again: %.6g",
+        split, progress.best_val, progress.best_epoch, loss,
     )  # fmt: skip
     if not math.isfinite(loss):
         log.warning(
-            "best.pt (epoch %d) has a loss that is not finite on the new validation set: it "
-            "is no best there, the next epoch with a finite loss replaces it",
-            progress.best_epoch,
-        )
+            "best.pt (epoch %d) has a loss that is not finite on the new %s set: it is no "
+            "best there, the next epoch with a finite loss replaces it",
+            progress.best_epoch, split,
+        )  # fmt: skip
         loss, progress.best_epoch, progress.bad_epochs = math.inf, -1, 0
     progress.best_val = loss
     run.optimizer.monitor_rebased(loss)

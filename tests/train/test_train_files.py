@@ -371,3 +371,65 @@ def test_data_units_json_is_written_once_by_training_for_any_store(
     remote = json.loads((tmp_path / "url" / "data_units.json").read_text())
     assert local == {**remote, "store": str(tmp_path / "s.zarr")} and remote["store"] == url
     assert remote["data_units"] == "ase"
+
+
+def test_resume_without_validation_on_a_larger_training_set_measures_the_best_model_on_it(
+    trained,  # noqa: ANN001
+    tmp_path,  # noqa: ANN001
+    caplog,  # noqa: ANN001
+) -> None:
+    """With ``validation_fraction: 0`` the training loss picks the best epoch: resumed once
+    another partition's training structures are done, best.pt is scored on the new
+    training set (the digest covered only a validation set, so the resumed epochs
+    compared their loss with one over fewer structures)."""
+    import logging
+
+    from dparallel.store import open_store
+    from dparallel.train.checkpoints import split_digest
+    from dparallel.train.data import build_split_index
+
+    store, _ = trained
+    copy = tmp_path / "part.zarr"
+    shutil.copytree(store.path, copy)
+    spec = SPEC.model_copy(update={"allow_incomplete": True, "epochs": 1,
+                                   "validation_fraction": 0.0})  # fmt: skip
+    whole = build_split_index(open_store(copy), 0.0, spec.test_fraction, seed=1)
+    late = whole.partitions_with("train")[-1]
+    writer = open_store(copy, mode="r+")
+    writer.clear_done(late)
+    train_model(copy, tmp_path / "m", spec)
+    writer.mark_done(late)
+    with caplog.at_level(logging.INFO, logger="dparallel.train.loop"):
+        train_model(copy, tmp_path / "m", spec.model_copy(update={"epochs": 2}), resume=True)
+    assert "the train set is not the one of the checkpoint's best loss" in caplog.text
+    ck = torch.load(tmp_path / "m" / "checkpoint.pt", weights_only=True)
+    assert ck["validation_digest"] == split_digest(whole.ids_of("train"))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dparallel.train.loop"):
+        train_model(copy, tmp_path / "m", spec.model_copy(update={"epochs": 3}), resume=True)
+    assert "measured on it again" not in caplog.text
+
+
+def test_resume_with_best_pt_missing_keeps_no_best_and_with_no_epochs_left_says_so(
+    trained,  # noqa: ANN001
+    tmp_path,  # noqa: ANN001
+    caplog,  # noqa: ANN001
+) -> None:
+    """best.pt deleted before a resume: the checkpoint's best is no best (warned), the next
+    epoch becomes it and writes best.pt. With no epochs left there is no best to finish
+    with: a TrainingError says to resume with more epochs (the finish read the missing
+    file, or wrote model.pt with best_epoch -1)."""
+    import logging
+
+    store, _ = trained
+    train_model(store, tmp_path / "m", SPEC)
+    (tmp_path / "m" / "best.pt").unlink()
+    with pytest.raises(TrainingError, match=r"no epochs are left: resume with more epochs"):
+        train_model(store, tmp_path / "m", SPEC, resume=True)
+    assert not (tmp_path / "m" / "best.pt").exists()
+    with caplog.at_level(logging.WARNING, logger="dparallel.train.loop"):
+        resumed = train_model(store, tmp_path / "m", SPEC.model_copy(update={"epochs": 3}),
+                              resume=True)  # fmt: skip
+    assert "best.pt is missing" in caplog.text
+    assert resumed.best_epoch == 2 and (tmp_path / "m" / "best.pt").is_file()
+    assert json.loads((tmp_path / "m" / "metrics.json").read_text())["best_epoch"] == 2
