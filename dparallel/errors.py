@@ -68,23 +68,37 @@ class StoreMismatchError(StoreError, ValueError):
 
     ``overwrite_option``: where the message names the option that replaces the store, the
     option as named there; :meth:`naming` names it as the caller spells it instead
-    (``dparallel run``: its workflow key ``store.overwrite``).
+    (``dparallel run``: its workflow key ``store.overwrite``). Such an error is made by
+    :meth:`naming_option`, from the text around the option: renaming it rebuilds the
+    message, so nothing else in it (a path, a difference) is ever rewritten.
     """
 
-    def __init__(self, message: str, *, overwrite_option: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        overwrite_option: str | None = None,
+        around: tuple[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.overwrite_option = overwrite_option
+        self.around = around
+
+    @classmethod
+    def naming_option(cls, before: str, option: str, after: str) -> StoreMismatchError:
+        """The error ``before + option + after``, whose ``option`` :meth:`naming` renames."""
+        return cls(before + option + after, overwrite_option=option, around=(before, after))
 
     def naming(self, option: str) -> StoreMismatchError:
         """This error with its option to replace the store named ``option`` (itself where
         it names none)."""
-        if self.overwrite_option is None or self.overwrite_option == option:
+        if self.around is None or self.overwrite_option == option:
             return self
-        text = str(self).replace(self.overwrite_option, option)
-        return StoreMismatchError(text, overwrite_option=option)
+        return StoreMismatchError.naming_option(self.around[0], option, self.around[1])
 
     def __reduce__(self) -> tuple:  # keeps the option when it crosses processes
-        return (StoreMismatchError, (str(self),), {"overwrite_option": self.overwrite_option})
+        state = {"overwrite_option": self.overwrite_option, "around": self.around}
+        return (StoreMismatchError, (str(self),), state)
 
 
 class StoreIncompleteError(StoreError):

@@ -159,22 +159,22 @@ class StoreStatus:
 
     def mismatch_error(self) -> StoreMismatchError:
         """The error that refuses it; it names :data:`OVERWRITE_OPTION` (only for a store),
-        which a caller that spells the option otherwise rewords
+        which a caller that spells the option otherwise renames
         (:meth:`StoreMismatchError.naming`)."""
         where = str(self.path)
         if self.kind == "foreign":
             return StoreMismatchError(not_ours(self.path))
         if self.kind == "other_format":
-            text = (
+            before = (
                 f"{where} is a dparallel store of format {self.format_version}, this dparallel "
-                f"writes format {FORMAT_VERSION}; pass {OVERWRITE_OPTION} to replace it"
+                f"writes format {FORMAT_VERSION}; pass "
             )
+            after = " to replace it"
         else:
-            text = (
-                f"{where} was made from another source or config: "
-                f"{'; '.join(self.differences)}. Pass {OVERWRITE_OPTION} to replace it."
-            )
-        return StoreMismatchError(text, overwrite_option=OVERWRITE_OPTION)
+            before = f"{where} was made from another source or config: "
+            before += f"{'; '.join(self.differences)}. Pass "
+            after = " to replace it."
+        return StoreMismatchError.naming_option(before, OVERWRITE_OPTION, after)
 
 
 def store_status(

@@ -215,18 +215,24 @@ def test_skipped_records_and_info(tmp_path):
 
 
 def test_mismatch_error_names_the_callers_overwrite_option_and_pickles():
+    """Renamed, only the option changes: a path that holds the option's own text stays as
+    it is (the rename replaced the text everywhere)."""
     from dparallel.store._create import OVERWRITE_OPTION
 
-    error = StoreMismatchError(f"s.zarr differs. Pass {OVERWRITE_OPTION} to replace it.",
-                               overwrite_option=OVERWRITE_OPTION)  # fmt: skip
+    where = f"runs/{OVERWRITE_OPTION}/s.zarr"
+    error = StoreMismatchError.naming_option(
+        f"{where} differs. Pass ", OVERWRITE_OPTION, " to replace it."
+    )
+    assert str(error) == f"{where} differs. Pass {OVERWRITE_OPTION} to replace it."
     named = error.naming("--set store.overwrite=true")
-    assert str(named) == "s.zarr differs. Pass --set store.overwrite=true to replace it."
+    assert str(named) == f"{where} differs. Pass --set store.overwrite=true to replace it."
     assert named.overwrite_option == "--set store.overwrite=true"
     assert error.naming(OVERWRITE_OPTION) is error
     plain = StoreMismatchError("s.zarr is not a dparallel store")
     assert plain.naming("--set store.overwrite=true") is plain  # names no option: unchanged
     back = pickle.loads(pickle.dumps(named))
     assert str(back) == str(named) and back.overwrite_option == named.overwrite_option
+    assert str(back.naming("-f")) == f"{where} differs. Pass -f to replace it."
 
 
 @pytest.mark.parametrize("where", ["folder", "url", "memory"])
