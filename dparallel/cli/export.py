@@ -26,7 +26,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "model_dir",
         type=local_argument("the model directory"),
-        help="directory written by `dparallel train`",
+        help="directory written by `dparallel train`, or an n2p2 potential (input.nn, "
+        "scaling.data, weights.XXX.data: writes its lammps.model for pair_style dparallel)",
     )
     p.add_argument("--float32", action="store_true", help="export in float32")
     p.add_argument(
@@ -57,8 +58,8 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--units",
-        default="ase",
-        help="units of the n2p2 files: ase (Å, eV; default) or bohr-hartree",
+        help="units of the n2p2 files: ase (Å, eV; default) or bohr-hartree (written with "
+        "--format n2p2; of the n2p2 potential MODEL_DIR: default what its input.nn declares)",
     )
     p.set_defaults(func=run)
     p = subparsers.add_parser(
@@ -90,8 +91,11 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "n2p2":
         from dparallel.n2p2.potential import export_model_dir
 
-        print(strict_json(export_model_dir(args.model_dir, args.output, args.units), indent=1))
+        units = args.units or "ase"
+        print(strict_json(export_model_dir(args.model_dir, args.output, units), indent=1))
         return 0
+    if _n2p2_potential(args.model_dir):
+        return _export_n2p2_potential(args)
 
     report = export_model(
         args.model_dir,
@@ -106,6 +110,36 @@ def run(args: argparse.Namespace) -> int:
         print(f"report: {Path(args.model_dir) / 'export.json'}")
     failed = [n for n, r in report["routes"].items() if r["status"] == "failed"]
     return 1 if failed else 0
+
+
+def _n2p2_potential(model_dir: str) -> bool:
+    """Whether MODEL_DIR is an n2p2 potential (an input.nn and no trained model.pt)."""
+    from pathlib import Path
+
+    d = Path(model_dir)
+    return (d / "input.nn").is_file() and not (d / "model.pt").exists()
+
+
+def _export_n2p2_potential(args: argparse.Namespace) -> int:
+    """``lammps.model`` of an n2p2 potential directory, and the lines that run it."""
+    from pathlib import Path
+
+    from dparallel._files import strict_json
+    from dparallel.train.export import export_n2p2_potential
+
+    report = export_n2p2_potential(args.model_dir, args.units)
+    if args.json:
+        print(strict_json(report, indent=1))
+        return 0
+    d = Path(args.model_dir)
+    print(f"n2p2 potential in {report['units']} units, elements {' '.join(report['elements'])}, "
+          f"cutoff {report['cutoff']:g} Å")  # fmt: skip
+    if "lammps" in report:
+        print(f"lammps.model: {report['lammps']}")
+        return 1
+    print(f"wrote {d / 'lammps.model'}; in LAMMPS (units metal, after `dparallel lammps build`):")
+    print(f"  pair_style dparallel\n  pair_coeff * * {d} {' '.join(report['elements'])}")
+    return 0
 
 
 def lammps(args: argparse.Namespace) -> int:

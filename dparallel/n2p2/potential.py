@@ -251,7 +251,8 @@ def write_potential(
 
     ``out_dir`` must be new, empty, an earlier export of dparallel's (its marker
     ``.dparallel-n2p2.json``, or only these files) and not be or hold a ``protect`` path;
-    an earlier export's files are all replaced (weights of elements no longer there too).
+    an earlier export's files are all replaced (weights of elements no longer there too;
+    a ``lammps.model`` made from them by ``dparallel export DIR`` is removed).
 
     Raises
     ------
@@ -267,6 +268,7 @@ def write_potential(
     claim_directory(out, _MARKER, "n2p2 export", protect=protect, adopt=_earlier_export)
     for old in out.glob("weights.*.data"):  # an earlier model's, other elements too
         remove_file(old, root=out)
+    remove_file(out / "lammps.model", root=out)  # `dparallel export` of the earlier files
     elements = sorted(acsf.elements, key=lambda s: atomic_numbers[s])
     kind, smin, smax, tables = _scaling_tables(acsf, model, elements)
     files = []

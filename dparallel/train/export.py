@@ -163,6 +163,36 @@ def export_model(
     return report
 
 
+def export_n2p2_potential(
+    directory: str | os.PathLike[str], units: str | None = None
+) -> dict[str, Any]:
+    """``dparallel export`` of an n2p2 potential directory: its ``lammps.model``.
+
+    ``dparallel.ase.Calculator`` and ``dparallel evaluate`` read the n2p2 files themselves;
+    ``pair_style dparallel`` reads ``DIR/lammps.model`` (Å and eV). ``units``: those of the
+    n2p2 files (``None``: what ``input.nn`` declares, else Å and eV; see
+    :func:`dparallel.n2p2.declared_units.potential_units`). Returns the report.
+    """
+    from dparallel.deploy.lammps_model import write_lammps_model
+    from dparallel.n2p2 import load_potential
+    from dparallel.n2p2.declared_units import potential_units
+
+    d = Path(directory)
+    chosen = potential_units(d, units, "ase")
+    acsf, model = load_potential(d, units=chosen)
+    why = write_lammps_model(acsf, model, d)
+    report: dict[str, Any] = {
+        "descriptor": "acsf (n2p2 potential)",
+        "elements": list(acsf.elements),
+        "cutoff": float(acsf.r_cut),
+        "units": chosen,
+        "files": ["lammps.model"],
+    }
+    if why is not None:
+        report["lammps"] = f"unsupported: {why}"
+    return report
+
+
 def export_needed(model_dir: str | os.PathLike[str]) -> str | None:
     """Why ``MODEL_DIR`` needs :func:`export_model` (``None``: its export is complete and of
     its current ``model.pt``).

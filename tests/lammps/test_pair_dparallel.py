@@ -326,3 +326,28 @@ def test_two_ranks_give_the_one_rank_trajectory(plugin, tmp_path) -> None:
         runs[n] = read_dump(work / "dump.txt")
     for key in ("x", "y", "z", "vx", "fx"):
         np.testing.assert_allclose(runs[2][key], runs[1][key], rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("units", ["ase", "bohr-hartree"])
+def test_an_n2p2_potential_runs_after_dparallel_export(plugin, tmp_path, units) -> None:
+    """`dparallel export N2P2_DIR` writes the lammps.model `pair_coeff * * N2P2_DIR` reads;
+    LAMMPS then gives the calculator's (n2p2's, tests/n2p2) results on a triclinic cell."""
+    for folder in ("train", "n2p2"):
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / folder))
+    from n2p2_helpers import alloy_structures
+    from test_export import n2p2_potential
+
+    from dparallel.ase import Calculator
+    from dparallel.cli.main import main
+
+    pot = n2p2_potential(tmp_path / "pot")
+    assert main(["export", str(pot), "--units", units]) == 0
+    atoms = alloy_structures(1, seed=3)[0]
+    cell = atoms.cell.array.copy()
+    cell[1, 0], cell[2, 0], cell[2, 1] = 0.9, -0.6, 0.4
+    atoms.set_cell(cell, scale_atoms=True)
+    got = run_point(atoms, pot, tmp_path / "run", elements=["Cu", "Ag", "Au"])
+    atoms.calc = Calculator(pot, units=units)
+    assert abs(got["energy"] - atoms.get_potential_energy()) < 1e-9
+    np.testing.assert_allclose(got["forces"], atoms.get_forces(), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(got["energies"], atoms.get_potential_energies(), rtol=0, atol=1e-10)

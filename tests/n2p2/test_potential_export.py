@@ -134,6 +134,19 @@ def test_export_import_round_trip(tmp_path: Path) -> None:
         np.testing.assert_allclose(b["forces"], a["forces"], rtol=0, atol=1e-12)
 
 
+def test_a_new_export_removes_the_lammps_model_of_the_files_it_replaces(tmp_path: Path) -> None:
+    """`dparallel export DIR` made DIR/lammps.model from the earlier files: never left stale."""
+    from dparallel.cli.main import main
+
+    acsf, model, _ = _potential(**EXPORTS["none"])
+    write_potential(acsf, model, tmp_path / "pot")
+    assert main(["export", str(tmp_path / "pot")]) == 0
+    assert (tmp_path / "pot" / "lammps.model").is_file()
+    acsf, model, _ = _potential(**EXPORTS["none"], seed=1)
+    write_potential(acsf, model, tmp_path / "pot")
+    assert not (tmp_path / "pot" / "lammps.model").exists()
+
+
 @pytest.mark.parametrize(
     "change,reason",
     [

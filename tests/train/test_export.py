@@ -1,0 +1,70 @@
+"""``dparallel export`` of an n2p2 potential directory: its ``lammps.model``.
+
+(The export of trained models: tests/deploy/test_export_record.py, tests/deploy/test_artifacts.py;
+that ``pair_style dparallel`` runs the written file as n2p2 does: tests/lammps.)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ase.units import Bohr
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "n2p2"))
+from n2p2_helpers import alloy_input_nn, random_weights
+
+from dparallel.cli.main import main
+from dparallel.n2p2 import format_scaling_data, read_input_nn
+
+
+def n2p2_potential(directory: Path) -> Path:
+    """A Cu/Ag/Au n2p2 potential directory without n2p2: made-up scaling.data, random weights."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "input.nn").write_text(
+        alloy_input_nn(extra="mean_energy -0.5\nconv_energy 2.0\nconv_length 1.0")
+    )
+    inp = read_input_nn(directory / "input.nn")
+    rng = np.random.default_rng(1)
+    tables = []
+    for e in inp.elements:
+        lo = rng.uniform(0, 1, inp.n_symmetry_functions[e])
+        tables.append(np.stack([lo, lo + 1, lo + 0.5, lo * 0 + 0.3], 1))
+    (directory / "scaling.data").write_text(format_scaling_data(tables))
+    random_weights(directory, inp, seed=4, scale=0.3)
+    return directory
+
+
+def _cutoff(path: Path) -> float:
+    lines = path.read_text().splitlines()
+    return next(float(ln.split()[1]) for ln in lines if ln.startswith("cutoff"))
+
+
+@pytest.mark.parametrize("units", [None, "bohr-hartree"])
+def test_export_of_an_n2p2_directory_writes_its_lammps_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture, units: str | None
+) -> None:
+    """The lammps.model that `pair_coeff * * DIR` reads, in Å/eV, from the potential's units."""
+    d = n2p2_potential(tmp_path / "pot")
+    args = ["export", str(d)] + ([] if units is None else ["--units", units])
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "lammps.model" in out and "pair_coeff * * " in out
+    text = (d / "lammps.model").read_text()
+    assert text.startswith("dparallel-lammps-model") and "unsupported" not in text
+    assert "elements 3 Cu Ag Au" in text
+    assert _cutoff(d / "lammps.model") == pytest.approx(5.2 * (Bohr if units else 1.0), 1e-12)
+    assert not (d / "model.pt").exists()
+
+
+def test_an_n2p2_directory_without_scaling_data_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Not 'no trained model ... run dparallel train': the n2p2 file that is missing."""
+    d = n2p2_potential(tmp_path / "pot")
+    (d / "scaling.data").unlink()
+    assert main(["export", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert "scaling" in err and str(d / "scaling.data") in err and "dparallel train" not in err
