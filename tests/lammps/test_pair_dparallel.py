@@ -351,3 +351,23 @@ def test_an_n2p2_potential_runs_after_dparallel_export(plugin, tmp_path, units) 
     assert abs(got["energy"] - atoms.get_potential_energy()) < 1e-9
     np.testing.assert_allclose(got["forces"], atoms.get_forces(), rtol=0, atol=1e-10)
     np.testing.assert_allclose(got["energies"], atoms.get_potential_energies(), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ("pair_coeff * *", r"pair_coeff \* \* MODEL_DIR El \.\.\.: no MODEL_DIR given \(3 types"),
+        ("pair_coeff * * {model} H C", "one element \\(or NULL\\) per atom type: 3 types, 2 given"),
+        ("pair_coeff 1 1 {model} H C O", "must start with \\* \\*"),
+        ("pair_coeff * * {model}/nowhere H C O", "nowhere/lammps.model: cannot open the file"),
+    ],
+)
+def test_bad_pair_coeff_lines_stop_with_the_reason(plugin, hco_model, tmp_path, line, message):
+    from dparallel.lammps.run import run_lammps, write_data
+
+    write_data(tmp_path / "data.lmp", structures()["periodic"], ELEMENTS)
+    script = HEADER.replace("pair_coeff * * {model} {elements}", line).format(
+        boundary="p p p", style="", model=hco_model
+    )
+    with pytest.raises(DParallelError, match=message):
+        run_lammps(script + "run 0\n", tmp_path)

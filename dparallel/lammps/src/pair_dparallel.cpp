@@ -71,6 +71,9 @@ void PairDparallel::coeff(int narg, char **arg)
 {
   if (!allocated) allocate();
   int ntypes = atom->ntypes;
+  if (narg < 3)
+    error->all(FLERR, "pair_coeff * * MODEL_DIR El ...: no MODEL_DIR given ({} types: one "
+               "element or NULL each after it)", ntypes);
   if (narg != 3 + ntypes)
     error->all(FLERR, "pair_coeff * * MODEL_DIR needs one element (or NULL) per atom type: "
                "{} types, {} given", ntypes, narg - 3);
