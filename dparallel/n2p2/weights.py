@@ -1,7 +1,8 @@
 """n2p2 ``weights.XXX.data``: one element's network weights and biases, one per line.
 
 XXX is the atomic number (3 digits). n2p2 (``NeuralNetwork::setConnections``) reads the
-first column of every line not starting with ``#`` and fills, layer by layer, first the
+first column of every non-empty line not starting with ``#`` (a line of blanks is a NaN
+there, so it is refused here) and fills, layer by layer, first the
 weights — for each neuron j of the previous layer, for each neuron k of this layer,
 W[k, j] — then the biases of that layer. For a torch ``Linear`` (weight (out, in)) that is
 ``weight.T.flatten()`` followed by ``bias``.
@@ -42,6 +43,13 @@ def read_weights(path: str | Path, sizes: Sequence[int]) -> list[tuple[np.ndarra
     values: list[float] = []
     for lineno, line in enumerate(text_lines(p, "weights"), start=1):
         words = line.split()
+        if line and not words:  # n2p2 skips only empty lines: this is a NaN connection there
+            raise InputFormatError(
+                "a line of blanks only, which n2p2 reads as a connection (NaN), shifting all "
+                "later ones; remove the line",
+                path=p,
+                line=lineno,
+            )
         if words and not line.startswith("#"):
             values.append(finite_number(words[0], p, lineno))
     need = sum(a * b + b for a, b in itertools.pairwise(sizes))

@@ -52,3 +52,15 @@ def test_wrong_count_and_bad_numbers(tmp_path: Path) -> None:
     (tmp_path / "w.data").write_text("0.1\nx\n")
     with pytest.raises(InputFormatError, match="line 2: not a number"):
         read_weights(tmp_path / "w.data", [1, 1, 1])
+
+
+def test_a_line_of_blanks_is_refused_as_n2p2_reads_it_as_a_weight(tmp_path: Path) -> None:
+    """n2p2 (readColumnsFromFile) skips only empty lines: one of blanks is a NaN connection
+    there, shifting every later one (nnp-dataset's energies turn NaN), so it cannot be read
+    as n2p2 reads it and is refused, naming the line; an empty line is skipped as n2p2 does."""
+    values = "0.1\n0.2\n0.3\n0.4\n"
+    (tmp_path / "w.data").write_text("# c\n\n" + values)
+    assert [float(w[0, 0]) for w, _ in read_weights(tmp_path / "w.data", [1, 1, 1])] == [0.1, 0.3]
+    (tmp_path / "w.data").write_text("# c\n0.1\n  \t\n0.2\n0.3\n0.4\n")
+    with pytest.raises(InputFormatError, match=r"w\.data, line 3: .*blanks only.*NaN"):
+        read_weights(tmp_path / "w.data", [1, 1, 1])
