@@ -371,3 +371,22 @@ def test_bad_pair_coeff_lines_stop_with_the_reason(plugin, hco_model, tmp_path, 
     )
     with pytest.raises(DParallelError, match=message):
         run_lammps(script + "run 0\n", tmp_path)
+
+
+def test_null_types_and_model_elements_absent_from_the_data(plugin, hco_model, tmp_path) -> None:
+    """A NULL type is neither centre nor neighbour (its atoms feel no force and add no
+    energy): LAMMPS equals the calculator on the structure without them. A model element
+    absent from the data (H here) changes nothing."""
+    atoms = structures()["periodic"].repeat((2, 1, 1))
+    symbols = np.array(atoms.get_chemical_symbols(), dtype=object)
+    symbols[symbols == "H"] = "C"
+    symbols[[2, 7]] = "He"
+    atoms.set_chemical_symbols(list(symbols))
+    got = run_point(atoms, hco_model, tmp_path, elements=["C", "O", "He"], coeff=["C", "O", "NULL"])
+    kept = symbols != "He"
+    ref = reference(atoms[kept], hco_model)
+    assert abs(got["energy"] - ref["energy"]) < 1e-10
+    np.testing.assert_allclose(got["forces"][kept], ref["forces"], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(got["energies"][kept], ref["energies"], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(got["virial"], ref["virial"], rtol=1e-9, atol=1e-10)
+    assert not got["forces"][~kept].any() and not got["energies"][~kept].any()
