@@ -89,10 +89,12 @@ def load_potential(
     length, energy = unit_factors(units)
     inp = read_input_nn(d / "input.nn")
     if inp.nnp_type != "2G":
+        entry = inp._settings.get("nnp_type") if inp._settings is not None else None
         raise InputFormatError(
             f"nnp_type {inp.nnp_type}-HDNNP (charges, electrostatics) is not supported; "
             "dparallel imports short-range (2G) potentials",
             path=inp.path,
+            line=None if entry is None else entry.line,
         )
     acsf = inp.acsf(unit=length, order="n2p2")
     stats = read_scaling_data(d / "scaling.data", inp.n_symmetry_functions)

@@ -157,7 +157,9 @@ def test_files_that_do_not_fit_are_refused(tmp_path: Path) -> None:
         load_potential(d)
     shutil.copy(d / "input.nn", d / "input.nn.bak")
     (d / "input.nn").write_text("nnp_type 4G-HDNNP\n" + (d / "input.nn.bak").read_text())
-    with pytest.raises(InputFormatError, match=r"4G-HDNNP .* not supported"):
+    with pytest.raises(
+        InputFormatError, match=r"input\.nn, line 1: nnp_type 4G-HDNNP .* not supported"
+    ):
         load_potential(d)
 
 
