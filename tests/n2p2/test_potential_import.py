@@ -77,6 +77,11 @@ CASES = {
     ),
     "center-poly4": dict(cutoff="8 0.2", scaling="center_symmetry_functions", activations="t t l"),
     "none-exp": dict(cutoff="4 0.05", scaling="", activations="s p l"),
+    # the other cutoff types (alpha given also where n2p2 ignores it: 0, 2, 3)
+    "hard": dict(cutoff="0 0.3", scaling="center_symmetry_functions", activations="t t l"),
+    "tanh": dict(cutoff="3 0.2", scaling="scale_symmetry_functions_sigma", activations="t s l"),
+    "exp-alpha": dict(cutoff="5 0.15", scaling="scale_symmetry_functions", activations="p t l"),
+    "poly3": dict(cutoff="7 0.25", scaling="", activations="c g l"),
 }
 
 
