@@ -359,7 +359,11 @@ def test_an_n2p2_potential_runs_after_dparallel_export(plugin, tmp_path, units) 
         ("pair_coeff * *", r"pair_coeff \* \* MODEL_DIR El \.\.\.: no MODEL_DIR given \(3 types"),
         ("pair_coeff * * {model} H C", "one element \\(or NULL\\) per atom type: 3 types, 2 given"),
         ("pair_coeff 1 1 {model} H C O", "must start with \\* \\*"),
-        ("pair_coeff * * {model}/nowhere H C O", "nowhere/lammps.model: cannot open the file"),
+        (
+            "pair_coeff * * {model}/nowhere H C O",
+            "nowhere/lammps.model: cannot open the file .*or an n2p2 potential directory; "
+            "`dparallel export MODEL_DIR` writes lammps.model",
+        ),
     ],
 )
 def test_bad_pair_coeff_lines_stop_with_the_reason(plugin, hco_model, tmp_path, line, message):

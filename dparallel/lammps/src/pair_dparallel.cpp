@@ -86,8 +86,8 @@ void PairDparallel::coeff(int narg, char **arg)
     model_.load(path);
   } catch (std::exception &exc) {
     error->all(FLERR, "pair_style dparallel: {} (MODEL_DIR is a `dparallel train` model "
-               "directory or its export; `dparallel export MODEL_DIR` writes lammps.model)",
-               exc.what());
+               "directory, its export, or an n2p2 potential directory; `dparallel export "
+               "MODEL_DIR` writes lammps.model)", exc.what());
   }
   loaded_ = true;
   for (int t = 1; t <= ntypes; t++) {
