@@ -117,10 +117,19 @@ def load_potential(
 
 
 def _warn_constant(inp: InputNN, stats: dict[str, np.ndarray], path: Path) -> None:
-    """Warn where n2p2's scaling divides by zero (its energies would be NaN there)."""
+    """Warn where n2p2's scaling divides by zero (its energies would be NaN there): constant
+    functions, and Smin = Smax (a zero factor, which its angular groups divide by)."""
     kind = inp.scaling.type
     if kind not in ("scale", "scalecenter", "scalesigma"):
         return
+    if inp.scaling.smin == inp.scaling.smax:
+        log.warning(
+            "%s: scale_min_short = scale_max_short = %g: every scaled symmetry function is "
+            "that constant; n2p2's angular symmetry-function groups divide by the zero "
+            "scaling factor (NaN energies and forces), dparallel's results are finite",
+            inp.path,
+            inp.scaling.smin,
+        )
     for e, table in stats.items():
         denom = table[:, 3] if kind == "scalesigma" else table[:, 1] - table[:, 0]
         zero = np.flatnonzero(denom == 0.0)

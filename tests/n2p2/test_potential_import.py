@@ -201,3 +201,18 @@ def test_cells_narrower_than_the_cutoff_follow_n2p2s_energies(
         fd = -(e[0] - 8 * e[1] + 8 * e[2] - e[3]) / (12 * h)
         assert abs(forces[atom, axis] - fd) <= 1e-7 * np.abs(forces).max()
     assert np.abs(forces.sum(0)).max() < 1e-12 * np.abs(forces).max()
+
+
+def test_equal_scale_min_and_max_are_warned_about(tmp_path: Path, caplog) -> None:
+    """Smin = Smax: every scaled function is constant; n2p2's angular groups divide by the
+    zero factor (nnp-dataset gives NaN energies on such files), dparallel's numbers are
+    finite. Loaded, with a warning naming the file and both values."""
+    import logging
+
+    d = _alloy_dir(tmp_path)
+    text = (d / "input.nn").read_text()
+    (d / "input.nn").write_text(text.replace("scale_max_short 1.0", "scale_max_short -1.0"))
+    with caplog.at_level(logging.WARNING):
+        load_potential(d)
+    assert "scale_min_short = scale_max_short = -1" in caplog.text
+    assert str(d / "input.nn") in caplog.text and "NaN" in caplog.text
