@@ -332,10 +332,8 @@ def test_two_ranks_give_the_one_rank_trajectory(plugin, tmp_path) -> None:
 def test_an_n2p2_potential_runs_after_dparallel_export(plugin, tmp_path, units) -> None:
     """`dparallel export N2P2_DIR` writes the lammps.model `pair_coeff * * N2P2_DIR` reads;
     LAMMPS then gives the calculator's (n2p2's, tests/n2p2) results on a triclinic cell."""
-    for folder in ("train", "n2p2"):
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / folder))
-    from n2p2_helpers import alloy_structures
-    from test_export import n2p2_potential
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "n2p2"))
+    from n2p2_helpers import alloy_structures, n2p2_potential
 
     from dparallel.ase import Calculator
     from dparallel.cli.main import main

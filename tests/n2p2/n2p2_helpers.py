@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from ase.data import atomic_numbers
 
-from dparallel.n2p2 import InputNN, read_input_nn, write_weights
+from dparallel.n2p2 import InputNN, format_scaling_data, read_input_nn, write_weights
 from dparallel.n2p2.binaries import read_output_data, run_tool, stage
 
 if TYPE_CHECKING:
@@ -149,3 +149,21 @@ def alloy_input_nn(
         "use_short_forces\nrandom_seed 12345\n"
         f"{extra}\n{ALLOY_SYMFUNCTIONS}"
     )
+
+
+def n2p2_potential(directory: Path) -> Path:
+    """A Cu/Ag/Au n2p2 potential directory made without n2p2: made-up scaling.data (with
+    normalisation), random weights."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "input.nn").write_text(
+        alloy_input_nn(extra="mean_energy -0.5\nconv_energy 2.0\nconv_length 1.0")
+    )
+    inp = read_input_nn(directory / "input.nn")
+    rng = np.random.default_rng(1)
+    tables = []
+    for e in inp.elements:
+        lo = rng.uniform(0, 1, inp.n_symmetry_functions[e])
+        tables.append(np.stack([lo, lo + 1, lo + 0.5, lo * 0 + 0.3], 1))
+    (directory / "scaling.data").write_text(format_scaling_data(tables))
+    random_weights(directory, inp, seed=4, scale=0.3)
+    return directory

@@ -9,32 +9,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from ase.units import Bohr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "n2p2"))
-from n2p2_helpers import alloy_input_nn, random_weights
+from n2p2_helpers import n2p2_potential
 
 from dparallel.cli.main import main
-from dparallel.n2p2 import format_scaling_data, read_input_nn
-
-
-def n2p2_potential(directory: Path) -> Path:
-    """A Cu/Ag/Au n2p2 potential directory without n2p2: made-up scaling.data, random weights."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "input.nn").write_text(
-        alloy_input_nn(extra="mean_energy -0.5\nconv_energy 2.0\nconv_length 1.0")
-    )
-    inp = read_input_nn(directory / "input.nn")
-    rng = np.random.default_rng(1)
-    tables = []
-    for e in inp.elements:
-        lo = rng.uniform(0, 1, inp.n_symmetry_functions[e])
-        tables.append(np.stack([lo, lo + 1, lo + 0.5, lo * 0 + 0.3], 1))
-    (directory / "scaling.data").write_text(format_scaling_data(tables))
-    random_weights(directory, inp, seed=4, scale=0.3)
-    return directory
 
 
 def _cutoff(path: Path) -> float:
