@@ -463,6 +463,7 @@ def _input_nn_text(
     if model.normalize_nodes:
         lines.append("normalize_nodes")
     lines.append("use_short_forces")
+    lines.append("random_seed 1  # not used in evaluation; nnp-scaling and nnp-train need one")
     for e in elements:
         for k in acsf.n2p2_order(e):
             f = acsf.features(e)[k]

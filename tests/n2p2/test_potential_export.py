@@ -182,6 +182,27 @@ def test_what_n2p2_cannot_express_is_refused(tmp_path: Path, change: dict, reaso
     assert not (tmp_path / "input.nn").exists()
 
 
+@pytest.mark.integration
+def test_n2p2s_own_tools_run_on_the_exported_files(n2p2_bin: Path, tmp_path: Path) -> None:
+    """nnp-scaling (and nnp-train) stop on an input.nn without random_seed ("Keyword
+    random_seed not found"): the export writes one, and nnp-scaling on the exported files
+    finds the training statistics the export wrote."""
+    from dparallel.n2p2 import read_scaling_data
+    from dparallel.n2p2.binaries import run_tool
+
+    acsf, model, structures = _potential(["tanh", "tanh", "identity"], mode="minmax")
+    write_potential(acsf, model, tmp_path / "pot")
+    write_input_data(tmp_path / "pot" / "input.data", structures)
+    n_sf = {e: acsf.n_features(e) for e in ("Cu", "Ag", "Au")}  # n2p2's order
+    ours = read_scaling_data(tmp_path / "pot" / "scaling.data", n_sf)
+    (tmp_path / "pot" / "scaling.data").unlink()
+    run_tool("nnp-scaling", tmp_path / "pot", ["1"])
+    theirs = read_scaling_data(tmp_path / "pot" / "scaling.data", n_sf)
+    for e in ours:  # min, max, mean of the same structures (sigma: n2p2's own estimator;
+        varying = theirs[e][:, 1] > theirs[e][:, 0]  # constant ones: rows made for n2p2)
+        np.testing.assert_allclose(theirs[e][varying, :3], ours[e][varying, :3], 1e-10, 1e-13)
+
+
 def test_mixed_cutoffs_are_refused(tmp_path: Path) -> None:
     acsf, model, _ = _potential(["tanh", "tanh", "identity"])
     spec = acsf.to_dict()
