@@ -449,6 +449,8 @@ def _decide(
         return status
     if status.matches:
         return None
+    if status.kind != "foreign":  # the flag would refuse it too: say why, not the flag
+        check_replaceable(path, protected)
     raise status.mismatch_error()
 
 

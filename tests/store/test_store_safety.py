@@ -121,6 +121,17 @@ def test_a_store_holding_the_input_or_foreign_files_is_not_replaced(world):
     assert wf.exists()
 
 
+def test_another_store_holding_foreign_files_is_refused_without_recommending_the_flag(world):
+    """A store of another config with a file of the user's in it: --overwrite would refuse
+    it too, so the refusal without it says to move the file out, not to pass the flag."""
+    store = _create("s.zarr", world["data"], overwrite=False)
+    (store.path / "structures" / "NOTES.txt").write_text("mine")
+    with pytest.raises(StoreMismatchError, match=r"did not write \(structures/NOTES.txt\)") as info:
+        _create("s.zarr", world["data"], overwrite=False, config={"ingest": {"n": 2}})
+    assert "--overwrite" not in str(info.value) and "overwrite=" not in str(info.value)
+    assert (store.path / "structures" / "NOTES.txt").read_text() == "mine"
+
+
 def test_overwrite_replaces_a_store_only_once_the_new_one_is_built(world, monkeypatch):
     import dparallel.store._create as create_module
 
