@@ -573,7 +573,10 @@ def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
             memory=slurm.memory,
             walltime=slurm.walltime,
             job_extra_directives=list(slurm.job_extra_directives),
-            job_script_prologue=[f"export {k}={v}" for k, v in _worker_env(spec).items()],
+            job_script_prologue=[
+                *(f"export {k}={v}" for k, v in _worker_env(spec).items()),
+                *slurm.job_script_prologue,
+            ],
             scheduler_options={
                 "dashboard_address": spec.dashboard_address,
                 "preload": [DASHBOARD_PRELOAD],

@@ -35,6 +35,8 @@ class SlurmSpec(SpecModel):
     walltime: str = Field("01:00:00", pattern=r"^(\d+-)?\d{1,3}:\d{2}(:\d{2})?$")  # HH:MM:SS
     jobs: int = Field(1, ge=1)  # jobs to submit (cluster.scale(jobs=...))
     job_extra_directives: list[str] = Field(default_factory=list)  # extra #SBATCH lines
+    # shell lines run before each worker starts, after dparallel's thread exports (AWS_*…)
+    job_script_prologue: list[str] = Field(default_factory=list)
 
 
 class ClusterSpec(SpecModel):

@@ -121,6 +121,30 @@ def test_slurm_options_reach_jobqueue(monkeypatch) -> None:
     assert seen["scheduler_options"]["preload"] == ["dparallel.dashboard.preload"]
 
 
+def test_slurm_job_script_prologue_is_added_after_the_thread_exports(monkeypatch) -> None:
+    """docs/deploy.md: without a shared scratch the jobs get AWS_* through
+    ``job_script_prologue``; the workflow's lines follow dparallel's own exports."""
+    seen: dict = {}
+
+    class FakeSLURMCluster:
+        def __init__(self, **kwargs):
+            seen.update(kwargs)
+
+        def scale(self, jobs):
+            raise RuntimeError("no sbatch here")
+
+    monkeypatch.setitem(
+        sys.modules, "dask_jobqueue", types.SimpleNamespace(SLURMCluster=FakeSLURMCluster)
+    )
+    lines = ["export AWS_PROFILE=lab", "module load gcc"]
+    spec = ClusterSpec(kind="slurm", torch_threads=2, slurm={"job_script_prologue": lines})
+    with pytest.raises(ClusterError, match="no sbatch"):
+        connect(spec)
+    prologue = seen["job_script_prologue"]
+    assert prologue[-2:] == lines and "export DPARALLEL_TORCH_THREADS=2" in prologue[:-2]
+    assert ClusterSpec().slurm.job_script_prologue == []
+
+
 def test_configured_torch_threads_reads_env(monkeypatch) -> None:
     monkeypatch.setenv("DPARALLEL_TORCH_THREADS", "3")
     assert configured_torch_threads() == 3
