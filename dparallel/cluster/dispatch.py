@@ -174,9 +174,11 @@ def killed_worker(exc: BaseException | None) -> bool:
 
 
 def _wait_with_workers(client: Any, futures: list[Any], check: Callable[[], None]) -> Any:
-    """Wait until one of ``futures`` is done (calling ``check`` every few seconds); the
-    done ones, or None (all of them cancelled) once the cluster has had no worker for
+    """Wait until one of ``futures`` is done or cancelled (calling ``check`` every few
+    seconds); those, or None (all of them cancelled) once the cluster has had no worker for
     :data:`NO_WORKER_GRACE_S` — never an unbounded wait."""
+    from concurrent.futures import CancelledError
+
     from distributed import wait
 
     without_since: float | None = None
@@ -185,6 +187,8 @@ def _wait_with_workers(client: Any, futures: list[Any], check: Callable[[], None
             done, _ = wait(futures, timeout=5, return_when="FIRST_COMPLETED")
         except TimeoutError:
             pass
+        except CancelledError:  # some cancelled (the scheduler lost): each says why
+            return [future for future in futures if future.status != "pending"]
         else:
             return done
         check()

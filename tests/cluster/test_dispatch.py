@@ -143,3 +143,46 @@ def test_a_cluster_whose_workers_are_all_gone_ends_the_run_not_hangs(monkeypatch
     assert all(isinstance(exc, ClusterError) for exc in failures.values())
     assert "no worker alive" in str(failures[0])
     assert elapsed < 25
+
+
+@pytest.mark.integration
+def test_a_scheduler_killed_mid_run_fails_the_pending_partitions_not_the_driver(tmp_path) -> None:
+    """``dask scheduler`` SIGKILLed mid-run: distributed's ``wait`` raises
+    ``FuturesCancelledError`` for the futures it cancelled; the partitions still pending come
+    back as failures naming the lost connection (one line from ``raise_failures``), where the
+    driver used to die of that traceback."""
+    import os
+    import signal
+
+    from daskprocs import start_scheduler, start_worker, stop
+    from distributed import Client
+
+    def sleep_then(p: int) -> int:  # a closure: pickled by value for the worker process
+        import time
+
+        time.sleep(1.0)
+        return p
+
+    scheduler, address = start_scheduler(tmp_path)
+    worker = start_worker(address, tmp_path / "worker.log")
+    try:
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+            results: dict[int, int] = {}
+
+            def kill_scheduler(p: int, result: int) -> None:  # on the first result
+                results[p] = result
+                os.killpg(scheduler.pid, signal.SIGKILL)
+
+            t0 = time.monotonic()
+            how = Dispatch(args=lambda p: (p,), on_result=kill_scheduler)
+            failures = run_partitions(client, sleep_then, list(range(6)), how)
+            elapsed = time.monotonic() - t0
+    finally:
+        stop(worker)
+        stop(scheduler)
+    assert len(results) == 1, failures
+    assert sorted([*results, *failures]) == list(range(6))
+    # what featurize_failures.raise_failures recognises as the lost scheduler
+    assert all("scheduler-connection-lost" in str(exc) for exc in failures.values()), failures
+    assert elapsed < 60
