@@ -45,14 +45,17 @@ def check_worker_installs(client: Client) -> None:
     from this process's (or that cannot import dparallel at all); workers that join later
     are not seen here."""
     mine = installed()
-    try:
-        theirs: dict[str, Any] = client.run(installed)  # one round trip to every worker
-    except (ImportError, AttributeError) as exc:  # dparallel absent, or too old to have this
+    # one round trip to every worker; a worker's exception comes back as its answer
+    theirs: dict[str, Any] = client.run(installed, on_error="return")
+    failed = {a: exc for a, exc in sorted(theirs.items()) if isinstance(exc, BaseException)}
+    if failed:  # dparallel absent, or too old to have this: the probe cannot even unpickle
+        (address, exc), *others = failed.items()
+        also = f" and {len(others)} more worker(s)" if others else ""
         raise ClusterError(
-            f"a worker of this cluster cannot run this dparallel ({type(exc).__name__}: "
-            f"{exc}): install the client's dparallel ({mine['dparallel']}) in every "
-            "worker's environment (the same image or pip install)"
-        ) from None
+            f"worker {address}{also} cannot run this dparallel ({_said(exc)}): install the "
+            f"client's dparallel ({mine['dparallel']}) in every worker's environment (the "
+            "same image or pip install) and restart them"
+        )
     differ = {
         address: ", ".join(
             f"{name} {found.get(name, 'not reported')} (here {want})"
@@ -70,3 +73,10 @@ def check_worker_installs(client: Client) -> None:
             "client's; give every worker the client's dparallel and libraries (the same "
             "image or environment) and restart them"
         )
+
+
+def _said(exc: BaseException) -> str:
+    """``exc`` in one line; distributed hands an exception it could not unpickle back as a
+    plain ``Exception`` of its repr (``Exception("ImportError('…')")``): that repr alone."""
+    text = " ".join(str(exc).split())
+    return text if type(exc) is Exception else f"{type(exc).__name__}: {text}"

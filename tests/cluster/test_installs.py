@@ -66,7 +66,7 @@ def test_a_cuda_build_of_the_same_torch_is_the_same_install(monkeypatch) -> None
         def __init__(self, torch: str) -> None:
             self.torch = torch
 
-        def run(self, function):  # noqa: ANN001, ANN202 - Client.run's shape
+        def run(self, function, on_error="raise"):  # noqa: ANN001, ANN202 - Client.run's shape
             monkeypatch.setattr(
                 metadata, "version", lambda name: self.torch if name == "torch" else real(name)
             )
@@ -128,3 +128,30 @@ def _write_structures(path: Path) -> None:
     atoms = bulk("Cu", "fcc", a=3.6, cubic=True)
     atoms.info["energy"] = -1.0
     write(path, [atoms, atoms], format="extxyz")
+
+
+@pytest.mark.integration
+def test_a_worker_that_cannot_import_dparallel_is_named_in_one_clusterror(tmp_path: Path) -> None:
+    """A `dask worker` whose environment has no dparallel: the probe cannot even be
+    unpickled there, and distributed 2026.8 re-raises that as a plain ``Exception`` (its
+    text only), which escaped as a traceback; now one ClusterError naming the worker."""
+    from distributed import Client
+
+    blocked = tmp_path / "blocked" / "dparallel"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text('raise ImportError("no dparallel here")\n')
+    scheduler, address = start_scheduler(tmp_path)
+    env = child_env({"PYTHONPATH": str(blocked.parent)})
+    worker = start_worker(address, tmp_path / "worker.log", env=env)
+    try:
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(1, timeout=90)
+            (name,) = client.scheduler_info()["workers"]
+            with pytest.raises(ClusterError) as info:
+                check_worker_installs(client)
+    finally:
+        stop(worker)
+        stop(scheduler)
+    text = str(info.value)
+    assert name in text and "no dparallel here" in text and "\n" not in text, text
+    assert "install the client's dparallel" in text, text
