@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from distributed import Client
 
-__all__ = ["LIBRARIES", "check_worker_installs", "installed"]
+__all__ = ["LIBRARIES", "check_worker_installs", "installed", "refuse_other_install"]
 
 #: Libraries whose version changes what a featurize task computes or how it writes a store.
 LIBRARIES = ("torch", "numpy", "zarr", "numba")
@@ -56,14 +58,7 @@ def check_worker_installs(client: Client) -> None:
             f"client's dparallel ({mine['dparallel']}) in every worker's environment (the "
             "same image or pip install) and restart them"
         )
-    differ = {
-        address: ", ".join(
-            f"{name} {found.get(name, 'not reported')} (here {want})"
-            for name, want in mine.items()
-            if found.get(name) != want
-        )
-        for address, found in sorted(theirs.items())
-    }
+    differ = {address: _differences(found, mine) for address, found in sorted(theirs.items())}
     differ = {address: what for address, what in differ.items() if what}
     if differ:
         first, *rest = differ.items()
@@ -73,6 +68,34 @@ def check_worker_installs(client: Client) -> None:
             "client's; give every worker the client's dparallel and libraries (the same "
             "image or environment) and restart them"
         )
+
+
+def refuse_other_install(client: Mapping[str, str]) -> None:
+    """In a task: raise :class:`ClusterError` when this worker's dparallel or libraries
+    differ from ``client`` (the client's :func:`installed`), before anything is computed;
+    catches a worker that joined after :func:`check_worker_installs`."""
+    what = _differences(installed(), client, here="client")
+    if what:
+        from distributed import get_worker
+
+        try:
+            worker = f"worker {get_worker().address}"
+        except ValueError:  # not in a worker
+            worker = "this process"
+        raise ClusterError(
+            f"{worker} runs {what}: its results would differ from the client's; give every "
+            "worker the client's dparallel and libraries (the same image or environment) and "
+            "restart them"
+        )
+
+
+def _differences(found: Mapping[str, str], want: Mapping[str, str], here: str = "here") -> str:
+    """What of ``found`` differs from ``want`` (``name version (here version)``), or ''."""
+    return ", ".join(
+        f"{name} {found.get(name, 'not reported')} ({here} {version})"
+        for name, version in want.items()
+        if found.get(name) != version
+    )
 
 
 def _said(exc: BaseException) -> str:

@@ -370,7 +370,7 @@ def _run_partitions(
     from dparallel.cluster import connect
     from dparallel.cluster.dispatch import Dispatch, run_partitions
     from dparallel.cluster.gpus import GPU_RESOURCE, gpu_partitions, gpu_worker_addresses
-    from dparallel.cluster.installs import check_worker_installs
+    from dparallel.cluster.installs import check_worker_installs, installed
     from dparallel.dashboard.events import progress_start_event, publish_progress_start
 
     store_path = store.ref  # a task reopens this very store (folder, or generation)
@@ -384,7 +384,8 @@ def _run_partitions(
     ) as handle:
         if options.on_connect is not None:
             options.on_connect(handle)
-        if handle.cluster is None:  # workers started elsewhere: the client's install?
+        install = installed() if handle.cluster is None else None
+        if install is not None:  # workers started elsewhere: the client's install?
             check_worker_installs(handle.client)
         # workers still starting (return_early) count as they will be
         n_gpu = max(len(gpu_worker_addresses(handle.client)), handle.planned_gpus)
@@ -407,7 +408,8 @@ def _run_partitions(
 
         how = Dispatch(
             args=lambda p: (source, store_path, p, spec),
-            kwargs={"torch_threads": options.torch_threads, "run": run},
+            # workers started elsewhere: each task checks its worker too (one may join later)
+            kwargs={"torch_threads": options.torch_threads, "run": run, "install": install},
             name="dparallel-featurize",
             retries=options.retries,
             on_result=add,

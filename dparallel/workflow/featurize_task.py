@@ -296,11 +296,14 @@ def featurize_partition(
     *,
     torch_threads: int | None = None,
     run: str = "",
+    install: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Compute and write partition ``p`` (idempotent; safe to retry); returns its report.
 
     Runs inside a Dask worker (or in-process). ``descriptors`` is
-    :meth:`DescriptorSet.to_dict` so nothing but plain data crosses the wire.
+    :meth:`DescriptorSet.to_dict` so nothing but plain data crosses the wire. ``install``:
+    the client's :func:`~dparallel.cluster.installs.installed`; a worker whose own differs
+    (one that joined the cluster after the client checked it) refuses the task.
 
     Raises
     ------
@@ -312,6 +315,10 @@ def featurize_partition(
     from dparallel.cluster.secede import outside_the_pool
     from dparallel.dashboard.events import publish_progress
 
+    if install is not None:
+        from dparallel.cluster.installs import refuse_other_install
+
+        refuse_other_install(install)  # before anything is computed or written
     tune_allocator()  # Dask workers start with malloc settings that slow array code down
     started = time.time()
     t0 = time.perf_counter()

@@ -155,3 +155,51 @@ def test_a_worker_that_cannot_import_dparallel_is_named_in_one_clusterror(tmp_pa
     text = str(info.value)
     assert name in text and "no dparallel here" in text and "\n" not in text, text
     assert "install the client's dparallel" in text, text
+
+
+def test_a_task_refuses_a_worker_of_another_install() -> None:
+    """The task's own check (for a worker that joined after check_worker_installs): the
+    client's install passes; another dparallel is named with the client's."""
+    from dparallel.cluster.installs import refuse_other_install
+
+    refuse_other_install(installed())
+    other = {**installed(), "dparallel": "0.0.1 (source 000000000000)"}
+    with pytest.raises(ClusterError) as info:
+        refuse_other_install(other)
+    text = str(info.value)
+    assert f"this process runs dparallel {installed()['dparallel']} (client 0.0.1" in text, text
+
+
+@pytest.mark.slow
+def test_a_worker_of_another_install_that_joined_late_computes_nothing(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A worker of a changed dparallel that the up-front check did not see (it joined
+    later: here the check is skipped) used to featurize its partitions with its own code;
+    now each of its tasks refuses, naming it, and writes nothing."""
+    import dparallel.cluster.installs as installs
+    from dparallel.errors import PartitionFailedError
+    from dparallel.store import open_store
+    from dparallel.workflow.descriptors_spec import load_descriptors
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize
+
+    other = _copy_of_dparallel(tmp_path / "other", change=True)
+    scheduler, address = start_scheduler(tmp_path)
+    worker = start_worker(
+        address, tmp_path / "other.log", env=child_env({"PYTHONPATH": str(other)})
+    )
+    monkeypatch.setattr(installs, "check_worker_installs", lambda client: None)  # joined late
+    try:
+        data = tmp_path / "cu.extxyz"
+        _write_structures(data)
+        spec = tmp_path / "descriptors.yaml"
+        spec.write_text("acsf:\n  elements: [Cu]\n  r_cut: 4.0\n  radial: [[0.5, 0.0]]\n")
+        how = FeaturizeOptions(scheduler=address, partition_atoms=4, retries=0)
+        with pytest.raises(PartitionFailedError) as info:
+            featurize(data, tmp_path / "store.zarr", load_descriptors(spec), how)
+    finally:
+        stop(worker)
+        stop(scheduler)
+    text = str(info.value)
+    assert "runs dparallel 0." in text and "(client " in text, text
+    assert len(open_store(tmp_path / "store.zarr").done_partitions()) == 0
