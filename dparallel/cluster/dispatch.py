@@ -5,7 +5,9 @@ partition ``p`` (as its :class:`Dispatch` says), hands each result to ``on_resul
 arrives and returns the exceptions of the partitions that failed. A worker that dies takes
 the tasks queued on it down too, and the scheduler counts them all as suspects
 (``KilledWorker``): each such partition is rerun alone, one at a time, so an innocent one
-finishes and only the one that kills its worker fails again.
+finishes and only the one that kills its worker fails again; after
+:data:`KILLING_IN_A_ROW` reruns in a row that all killed their workers, the rest are not
+rerun (the workers die whatever they run).
 
 Collecting a result never waits without bound: a task can finish and its worker die before
 the driver fetches the (small) result, and Dask then recomputes it, behind whatever else
@@ -27,12 +29,23 @@ from dparallel.errors import ClusterError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["NO_WORKER_GRACE_S", "RESULT_WAIT_S", "Dispatch", "killed_worker", "run_partitions"]
+__all__ = [
+    "KILLING_IN_A_ROW",
+    "NO_WORKER_GRACE_S",
+    "RESULT_WAIT_S",
+    "Dispatch",
+    "killed_worker",
+    "run_partitions",
+]
 
 log = logging.getLogger(__name__)
 
 #: Seconds a rerun waits with no worker in the cluster before it gives the partition up.
 NO_WORKER_GRACE_S = 120.0
+#: Partitions rerun alone that kill their worker again, one after another, after which the
+#: rest are not rerun: the workers die whatever they run (a memory limit below what one
+#: partition needs), and each rerun would only cost the scheduler's allowed worker deaths.
+KILLING_IN_A_ROW = 3
 #: Seconds a finished task's result may take to reach the driver before it is recovered
 #: (``recover``) or the partition submitted again.
 RESULT_WAIT_S = 30.0
@@ -92,7 +105,12 @@ def run_partitions(
             if not _collect(future, p, how, failures):
                 lost.append(p)
     rerun = sorted({*lost, *(p for p, exc in failures.items() if killed_worker(exc))})
-    for p in rerun:  # alone, one at a time
+    in_a_row = 0  # reruns alone that killed their worker again, one after another
+    for i, p in enumerate(rerun):  # alone, one at a time
+        if in_a_row >= KILLING_IN_A_ROW:
+            for q in rerun[i:]:
+                failures[q] = _not_rerun(in_a_row)
+            break
         how.check()
         future = how.submit(client, task, p)
         if _wait_with_workers(client, [future], how.check):
@@ -102,8 +120,17 @@ def run_partitions(
                 )
         else:
             failures[p] = _no_worker()
+        in_a_row = in_a_row + 1 if killed_worker(failures.get(p)) else 0
     held.clear()  # the scheduler may forget the tasks now
     return failures
+
+
+def _not_rerun(in_a_row: int) -> ClusterError:
+    return ClusterError(
+        f"not rerun alone: the {in_a_row} partitions rerun alone before it killed their "
+        "workers too, so the workers die whatever they run (a memory limit too small for one "
+        "partition? see the workers' logs); fix that and rerun the same command"
+    )
 
 
 def _no_worker() -> ClusterError:

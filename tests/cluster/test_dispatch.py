@@ -186,3 +186,41 @@ def test_a_scheduler_killed_mid_run_fails_the_pending_partitions_not_the_driver(
     # what featurize_failures.raise_failures recognises as the lost scheduler
     assert all("scheduler-connection-lost" in str(exc) for exc in failures.values()), failures
     assert elapsed < 60
+
+
+@pytest.mark.slow
+def test_workers_that_die_whatever_they_run_are_not_tried_on_every_partition(tmp_path) -> None:
+    """Every task kills its worker (as with a memory limit below what one partition needs):
+    the driver used to rerun each partition alone, each costing the scheduler's allowed
+    deaths (hours for hundreds of partitions); it now stops after KILLING_IN_A_ROW."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    from dparallel.cluster.dispatch import KILLING_IN_A_ROW
+
+    runs = tmp_path / "runs"
+
+    def die(p: int, runs: str) -> int:  # a closure: pickled by value for the worker process
+        import os
+
+        with open(runs, "a") as fh:
+            fh.write(f"{p}\n")
+        os._exit(1)
+
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        failures = run_partitions(
+            client, die, list(range(7)), Dispatch(args=lambda p: (p, str(runs)))
+        )
+    assert sorted(failures) == list(range(7))
+    killed = [p for p, exc in failures.items() if killed_worker(exc)]
+    skipped = [p for p, exc in failures.items() if isinstance(exc, ClusterError)]
+    assert len(killed) == KILLING_IN_A_ROW and len(skipped) == 7 - KILLING_IN_A_ROW, failures
+    assert "the workers die whatever they run" in str(failures[skipped[0]])
+    reruns = runs.read_text().split()[-KILLING_IN_A_ROW:]  # the last runs: those rerun alone
+    assert sorted(map(int, reruns)) == sorted(killed)
