@@ -45,7 +45,7 @@ def installed() -> dict[str, str]:
 def check_worker_installs(client: Client) -> None:
     """Raise :class:`ClusterError` naming each worker whose dparallel or libraries differ
     from this process's (or that cannot import dparallel at all); workers that join later
-    are not seen here."""
+    are not seen here (each featurize task checks its own: :func:`refuse_other_install`)."""
     mine = installed()
     # one round trip to every worker; a worker's exception comes back as its answer
     theirs: dict[str, Any] = client.run(installed, on_error="return")
