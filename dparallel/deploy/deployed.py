@@ -34,7 +34,14 @@ from dparallel.descriptors.species import species_index
 from dparallel.errors import DescriptorError, TrainingError
 from dparallel.kernels._backends.availability import unknown_backend
 from dparallel.neighbors import Neighbors, in_centre_order, neighbor_list
-from dparallel.nn import HDNNP, load_torch_file, save_torch_file
+from dparallel.nn import (
+    HDNNP,
+    MODEL,
+    file_not_model_dir,
+    load_torch_file,
+    resume_hint,
+    save_torch_file,
+)
 from dparallel.nn.device import resolve_device
 from dparallel.types import StructureBatch
 
@@ -259,10 +266,17 @@ def _no_deployed(given: Path) -> str:
     """Why ``given`` (a model directory or its ``deployed.pt``) has no deployed model to
     load, and what to do."""
     folder = given if given.is_dir() or given.name != DEPLOYED else given.parent
+    if folder.exists() and not folder.is_dir():
+        return file_not_model_dir(folder, DEPLOYED)
     if not folder.is_dir():
         return f"{folder} does not exist: give a model directory (with {DEPLOYED}) or its file"
-    if (folder / "model.pt").is_file():
+    if (folder / MODEL).is_file():
         return f"{folder} holds no {DEPLOYED}: run `dparallel export {folder}` first"
+    if (folder / "checkpoint.pt").is_file():  # a training killed before its end
+        return (
+            f"{folder} holds no {DEPLOYED}: its training stopped before the end; finish it "
+            f"with {resume_hint(folder)}, then `dparallel export {folder}`"
+        )
     return (
         f"{folder} holds no {DEPLOYED} and no model.pt: is it a model directory (the one "
         "`dparallel train` or `dparallel run` trained into)?"
@@ -277,6 +291,8 @@ def load_deployed(
     """Load ``deployed.pt`` (or MODEL_DIR containing it), evaluating on ``device``."""
     given = Path(path)
     path = given / DEPLOYED if given.is_dir() else given
+    if path.is_file() and path.suffix != ".pt":  # a structure file, a log, …
+        raise TrainingError(file_not_model_dir(path, DEPLOYED))
     if not path.is_file():
         raise TrainingError(_no_deployed(given))
     data = load_torch_file(path, "deployed model")

@@ -302,6 +302,25 @@ def model_file(
     }
 
 
+def file_not_model_dir(path: Path, accepts: str | None = None) -> str:
+    """What is wrong with the file ``path`` given where a model directory is wanted;
+    ``accepts``: the file the caller also takes in the directory's place (``model.pt``,
+    ``deployed.pt``), else the hint names the folder of a model file."""
+    if accepts is not None:
+        hint = f" (with {accepts}) or its {accepts}"
+    else:
+        hint = f" ({path.parent})" if path.suffix == ".pt" else ""
+    return (
+        f"{path} is a file, not a model directory: give the folder that `dparallel train` "
+        f"wrote{hint}"
+    )
+
+
+def resume_hint(model_dir: Path) -> str:
+    """The command that finishes the training that stopped in ``model_dir``."""
+    return f"`dparallel train STORE -o {model_dir} --resume`"
+
+
 def load_model(
     path: str | os.PathLike[str], dtype: torch.dtype | None = None
 ) -> tuple[HDNNP, dict]:
@@ -309,12 +328,14 @@ def load_model(
     path = Path(path)
     if path.is_dir():
         path = path / MODEL
+    elif path.is_file() and path.suffix != ".pt":  # a structure file, a log, …
+        raise TrainingError(file_not_model_dir(path, MODEL))
     if not path.is_file():
         if path.with_name("checkpoint.pt").is_file():  # a training stopped before its end
             raise TrainingError(
                 f"no trained model at {path}: its training stopped before the end; finish "
-                f"it with `dparallel train STORE -o {path.parent} --resume` (a new run without "
-                "--resume would start again)"
+                f"it with {resume_hint(path.parent)} (a new run without --resume would start "
+                "again)"
             )
         raise TrainingError(f"no trained model at {path}; run `dparallel train` first")
     data = load_torch_file(path, "model file")

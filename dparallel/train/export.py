@@ -32,7 +32,7 @@ from dparallel.deploy.artifacts import ARTIFACTS, RouteReport, reason, write_art
 from dparallel.deploy.deployed import model_sha256
 from dparallel.descriptors.registry import recorded_kind
 from dparallel.errors import DescriptorError, TrainingError
-from dparallel.nn import load_model
+from dparallel.nn import file_not_model_dir, load_model
 
 if TYPE_CHECKING:
     import os
@@ -136,6 +136,8 @@ def export_model(
     ``failed`` with the reason, or ``skipped``.
     """
     model_dir = Path(model_dir)
+    if model_dir.exists() and not model_dir.is_dir():  # its model.pt, a structure file
+        raise TrainingError(file_not_model_dir(model_dir))
     # the completion record goes first: an export killed from here on leaves none
     remove_file(model_dir / EXPORT_REPORT)
     model, data = load_model(model_dir)

@@ -150,3 +150,17 @@ def test_the_model_digest_is_written_and_checked_by_one_function(tmp_path: Path)
     want = hashlib.sha256((model_dir / "model.pt").read_bytes()).hexdigest()
     assert report["model_sha256"] == want
     assert torch.load(model_dir / "deployed.pt", weights_only=False)["model_sha256"] == want
+
+
+def test_a_model_file_given_for_its_folder_is_refused_naming_the_folder(tmp_path: Path) -> None:
+    # `dparallel export model/model.pt` said "Not a directory: model/model.pt/export.json"
+    model_file = tmp_path / "model" / "model.pt"
+    model_file.parent.mkdir()
+    model_file.write_bytes(b"x")
+    with pytest.raises(export.TrainingError) as refused:
+        export.export_model(model_file)
+    assert str(refused.value) == (
+        f"{model_file} is a file, not a model directory: give the folder that `dparallel "
+        f"train` wrote ({model_file.parent})"
+    )
+    assert model_file.read_bytes() == b"x"

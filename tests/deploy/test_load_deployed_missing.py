@@ -32,3 +32,29 @@ def test_a_folder_without_any_model_is_not_told_to_export(tmp_path, monkeypatch)
     (tmp_path / "empty").mkdir()
     with pytest.raises(TrainingError, match=r"^empty holds no deployed.pt and no model.pt: is it"):
         load_deployed("empty")
+
+
+@pytest.mark.parametrize("given", ["train.xyz", "train.xyz/deployed.pt"])
+def test_a_structure_file_is_said_to_be_a_file_not_missing(tmp_path, monkeypatch, given):
+    # Calculator("train.xyz") looks for train.xyz/deployed.pt: it said "does not exist"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.xyz").write_text("1\n\nH 0 0 0\n")
+    with pytest.raises(TrainingError) as refused:
+        load_deployed(given)
+    assert str(refused.value) == (
+        "train.xyz is a file, not a model directory: give the folder that `dparallel train` "
+        "wrote (with deployed.pt) or its deployed.pt"
+    )
+
+
+def test_a_training_that_stopped_midway_is_told_to_resume(tmp_path, monkeypatch):
+    # evaluate / Calculator on a killed training's folder: resume it, as export says
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "checkpoint.pt").write_bytes(b"")
+    with pytest.raises(TrainingError) as refused:
+        load_deployed("model")
+    assert str(refused.value) == (
+        "model holds no deployed.pt: its training stopped before the end; finish it with "
+        "`dparallel train STORE -o model --resume`, then `dparallel export model`"
+    )

@@ -81,3 +81,16 @@ def test_a_file_of_another_pickle_protocol_is_one_error_without_torchs_warning(
         with pytest.raises(TrainingError, match=r"p4.pt: cannot read .* pickled with a proto"):
             load_torch_file(tmp_path / "p4.pt")
         assert torch.equal(load_torch_file(tmp_path / "ours.pt")["w"], torch.ones(2))
+
+
+def test_a_file_that_is_no_model_is_said_to_be_no_model_directory(tmp_path: Path) -> None:
+    # `dparallel export --format n2p2 train.xyz`: "cannot read this model file (truncated
+    # or corrupt?)" blamed a structure file for being a broken model
+    data = tmp_path / "train.xyz"
+    data.write_text("1\n\nH 0 0 0\n")
+    with pytest.raises(TrainingError) as refused:
+        load_model(data)
+    assert str(refused.value) == (
+        f"{data} is a file, not a model directory: give the folder that `dparallel train` "
+        "wrote (with model.pt) or its model.pt"
+    )
