@@ -87,6 +87,11 @@ class Calculator(_calc.Calculator):
     ) -> None:
         super().__init__(**kwargs)
         self.threads = _thread_count(threads)
+        skin = _skin(skin)
+        if dtype not in (torch.float64, torch.float32):  # "float32" went on as a device
+            raise ConfigError(
+                f"Calculator: dtype={dtype!r}; give torch.float64 (the default) or torch.float32"
+            )
         path = Path(model_dir)
         from dparallel.n2p2 import is_potential_dir, load_potential
 
@@ -100,7 +105,7 @@ class Calculator(_calc.Calculator):
             model_file = path if path.suffix == ".pt" else path / DEPLOYED
             self.model = load_deployed(model_file, dtype, device)
         self.backend = backend
-        self.skin = float(skin)
+        self.skin = skin
         self.neighbor_list = VerletList(self.model.cutoff, self.skin)
         self._last_batch: StructureBatch | None = None
         self._warm_up()
@@ -252,6 +257,20 @@ def _check_model_units(path: Path, units: str | None) -> None:
             f"units its data came in, not in units={units!r} (the units of an n2p2 potential "
             "directory): drop the units option, or give 'ase'"
         )
+
+
+def _skin(skin: object) -> float:
+    """``skin`` as a float if it is a real number ≥ 0, else a :class:`ConfigError`."""
+    try:
+        value = float(skin)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(skin, bool) or not value >= 0:
+        raise ConfigError(
+            f"Calculator: skin={skin!r}; give the neighbour-list skin in Å, a number >= 0 "
+            "(0.5 is the default; 0: a fresh list on every call)"
+        )
+    return value
 
 
 def _thread_count(threads: object) -> int | None:

@@ -1,12 +1,16 @@
 """dparallel.ase.Calculator refuses what it cannot compute with, naming it: non-finite
 positions or cell entries (an atom with a NaN coordinate would otherwise drop out of the
 neighbour list unnoticed), a thread count torch cannot take, and units other than the Å
-and eV a dparallel model works in."""
+and eV a dparallel model works in; a dtype other than torch.float64/float32 and a skin
+that is no length ≥ 0."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
+import torch
 from _deploy_models import hco_neighbor_sum, write_model_dir
 from ase import Atoms
 from ase.build import bulk
@@ -75,6 +79,28 @@ def test_a_thread_count_below_one_or_not_an_integer_is_refused(model_dir, thread
     message = rf"Calculator: threads={threads!r}; give the number of torch threads per call"
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         Calculator(model_dir, threads=threads)
+
+
+@pytest.mark.parametrize("dtype", ["float32", torch.int64, np.float32, None])
+def test_a_dtype_other_than_torch_float64_or_float32_is_refused(model_dir, dtype) -> None:  # noqa: ANN001
+    # dtype="float32" was read as a device: "RuntimeError: Invalid device string: 'float32'"
+    message = f"Calculator: dtype={dtype!r}; give torch.float64 (the default) or torch.float32"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Calculator(model_dir, dtype=dtype)
+
+
+@pytest.mark.parametrize("skin", ["a", -0.5, float("nan"), True])
+def test_a_skin_that_is_no_length_is_refused(model_dir, skin) -> None:  # noqa: ANN001
+    # skin="a" was a bare "ValueError: could not convert string to float: 'a'"
+    with pytest.raises(ConfigError, match=rf"^Calculator: skin={skin!r}; give the neighbour"):
+        Calculator(model_dir, skin=skin)
+
+
+def test_float32_and_a_zero_skin_are_taken(model_dir) -> None:  # noqa: ANN001
+    calc = Calculator(model_dir, dtype=torch.float32, skin=0)
+    atoms = _periodic()
+    atoms.calc = calc
+    assert np.isfinite(atoms.get_potential_energy())
 
 
 def test_integer_thread_counts_and_none_are_taken(model_dir) -> None:  # noqa: ANN001
