@@ -151,8 +151,10 @@ def load_descriptors(
     """Read and validate a descriptors YAML/JSON file; errors name the file and key path.
 
     ``section`` picks one top-level key (``"descriptors"`` of a workflow file); a file
-    whose only key is ``descriptors`` is read as that section. Relative paths inside
-    (``acsf.n2p2``) are taken from the working directory, as in ``dparallel run``.
+    whose only key is ``descriptors`` is read as that section; a workflow file (that key
+    beside others) without ``section`` is one error pointing at ``--workflow``. Relative
+    paths inside (``acsf.n2p2``) are taken from the working directory, as in ``dparallel
+    run``.
     ``data_units`` are the dataset's units (an n2p2 input.nn's lengths follow them).
     """
     data: Any = read_yaml(path, "descriptors")
@@ -160,6 +162,11 @@ def load_descriptors(
         data = config_section(data, section, str(path))
     elif isinstance(data, dict) and set(data) == {"descriptors"}:
         data = data["descriptors"]
+    elif isinstance(data, dict) and "descriptors" in data:  # with dataset, store, …
+        raise ConfigError(
+            f"{path}: a workflow file (its descriptors are its 'descriptors' section), not a "
+            "descriptors file: pass it with --workflow"
+        )
     try:
         spec = DescriptorsSpec.model_validate(data)
     except ValidationError as exc:

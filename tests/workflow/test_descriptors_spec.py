@@ -1,0 +1,31 @@
+"""Reading a descriptors file (``load_descriptors``): a workflow file given in its place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dparallel.errors import ConfigError
+from dparallel.workflow.descriptors_spec import load_descriptors
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_a_workflow_file_given_as_descriptors_is_one_line_naming_workflow() -> None:
+    # `featurize --descriptors workflows/quickstart.yaml` listed eight "unknown descriptor
+    # type 'dataset'", "… 'store'", … lines, one per workflow section
+    workflow = ROOT / "workflows" / "quickstart.yaml"
+    with pytest.raises(ConfigError) as refused:
+        load_descriptors(workflow)
+    assert str(refused.value) == (
+        f"{workflow}: a workflow file (its descriptors are its 'descriptors' section), not "
+        "a descriptors file: pass it with --workflow"
+    )
+    assert load_descriptors(workflow, section="descriptors").acsf is not None
+
+
+def test_a_file_of_only_a_descriptors_section_is_read_as_that_section(tmp_path: Path) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_text("descriptors:\n  acsf: {elements: [H], radial: [[0.1, 0.0]]}\n")
+    assert list(load_descriptors(path).acsf.elements) == ["H"]
