@@ -23,10 +23,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEVICE_PATTERN",
+    "TOP_LEVEL",
     "apply_overrides",
     "check_device",
     "describe_validation_error",
     "differences",
+    "named_overrides",
     "parse_value",
     "read_yaml",
     "resolve_path",
@@ -181,20 +183,13 @@ def describe_validation_error(
 ) -> str:
     """One indented line per problem: the key path and what is wrong; a value that came
     from ``--set`` (``overrides``, keys below ``root`` as :func:`apply_overrides` reads
-    them) is named as the user wrote it."""
-    given: dict[str, str] = {}
-    for item in overrides:
-        key = item.partition("=")[0].strip()
-        parts = key.split(".")
-        if root is not None and parts[0] == root and len(parts) > 1:
-            parts = parts[1:]
-        given[".".join(parts)] = item
+    them) is named as the user wrote it (:func:`named_overrides`)."""
     problems: dict[str, list[str]] = {}  # key path → what is wrong (each member of a union)
     shown: dict[str, str] = {}  # key path → the scalar given, where its type is wrong
     for err in exc.errors():
         named = err["type"] in ("extra_forbidden", "missing")  # a key, whatever its name
         key = ".".join(str(p) for p in err["loc"] if named or not _UNION_MEMBER.match(str(p)))
-        key = key or "(top level)"
+        key = key or TOP_LEVEL
         msg = err["msg"].removeprefix("Input should be " if key in problems else "")
         problems.setdefault(key, []).append(msg)
         got = err["input"]
@@ -203,19 +198,44 @@ def describe_validation_error(
     lines = []
     for where, msgs in problems.items():
         text = " or ".join(msgs)
-        said = [k for k in given if where == k or where.startswith(k + ".")]
-        # a section's own check names keys below it: the --set that gave one of them
-        said = said[-1:] or [k for k in given if _named_below(k, where, text)]
-        origin = "".join(f" (--set {given[k]})" for k in said)
+        origin = "".join(
+            f" (--set {item})" for item in named_overrides(where, text, overrides, root)
+        )
         lines.append(f"  {where}: {text}{shown.get(where, '')}{origin}")
     return "\n".join(lines)
 
 
+#: The key path of a problem with the whole document (a check across sections).
+TOP_LEVEL = "(top level)"
+
+
+def named_overrides(
+    where: str, text: str, overrides: Iterable[str], root: str | None = None
+) -> list[str]:
+    """The ``--set`` items behind a problem at key path ``where`` (:data:`TOP_LEVEL`: the
+    whole document) that ``text`` describes: the last item that gave ``where`` or a key
+    above it; else every item below ``where`` whose key ``text`` names, whole (its dotted
+    path or its last part, not a part of a longer key: ``descriptor`` is not named by
+    ``descriptor_source``, ``dataset.path`` not by ``store.path``). Keys below ``root``
+    may be written without it, as :func:`apply_overrides` reads them. The one rule for
+    schema errors (:func:`describe_validation_error`) and a workflow's checks."""
+    given: dict[str, str] = {}  # dotted key → the item, the last one winning
+    for item in overrides:
+        parts = item.partition("=")[0].strip().split(".")
+        if root is not None and parts[0] == root and len(parts) > 1:
+            parts = parts[1:]
+        given[".".join(parts)] = item
+    said = [k for k in given if where == k or where.startswith(k + ".")]
+    said = said[-1:] or [k for k in given if _named_below(k, where, text)]
+    return [given[k] for k in said]
+
+
 def _named_below(key: str, where: str, text: str) -> bool:
-    """Whether ``key`` (a dotted path) lies below ``where`` and ``text`` names its last part."""
-    if where != "(top level)" and not key.startswith(where + "."):
+    """Whether ``key`` (a dotted path) lies below ``where`` and ``text`` names it whole."""
+    if where != TOP_LEVEL and not key.startswith(where + "."):
         return False
-    return re.search(rf"\b{re.escape(key.rsplit('.', 1)[-1])}\b", text) is not None
+    names = {key, key.rsplit(".", 1)[-1]}
+    return any(re.search(rf"(?<![\w.]){re.escape(n)}(?!\w|\.\w)", text) for n in names)
 
 
 #: What pydantic adds to an error's key path for each member of a union (``int``,

@@ -318,3 +318,56 @@ def test_differences_is_the_one_config_comparison() -> None:
     assert _changed_keys(old, new) == ["b.c", "b.d.e", "g", "h"]
     assert _changed_keys(None, new) == ["(whole value)"]
     assert _changed(old, new)[:2] == ["b.c: [1] → [2]", "b.d.e.f: 1 → 3"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named", "not_named"),
+    [
+        # "training.descriptor" is a prefix of the "training.descriptor_source" the text
+        # names: it was attached as if it caused the check's failure
+        (
+            ["training.descriptor=acsf", "descriptors.derivatives=false"],
+            ["descriptors.derivatives=false"],
+            ["training.descriptor=acsf"],
+        ),
+        # a descriptors check names the key below its section ("elements"): was unnamed
+        (["descriptors.acsf.elements=[Cu, Cu]"], ["descriptors.acsf.elements=[Cu, Cu]"], []),
+        (
+            ["dataset.path=x.xyz", "output.model_dir=runs/quickstart/store.zarr/m"],
+            ["output.model_dir=runs/quickstart/store.zarr/m"],
+            ["dataset.path=x.xyz"],  # "store.path" in the text is another key's "path"
+        ),
+    ],
+)
+def test_a_check_names_the_set_items_of_the_keys_it_names_and_no_other(
+    capsys, overrides, named, not_named
+):
+    """``validate``'s checks after the schema find the ``--set`` behind a problem as the
+    schema's errors do (``config.named_overrides``), not by a substring of the text."""
+    from dparallel.cli.main import main
+    from dparallel.workflow.spec import QUICKSTART
+
+    argv = ["validate", str(QUICKSTART)]
+    for item in overrides:
+        argv += ["--set", item]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert all(f"(--set {item})" in err for item in named), err
+    assert not any(f"(--set {item})" in err for item in not_named), err
+
+
+def test_named_overrides_is_the_one_rule_for_both_kinds_of_error():
+    from dparallel.config import named_overrides
+
+    items = ["training.lr=0.1", "training.descriptor=x", "store.path=s", "name=n"]
+    # the item that gave the key at fault, or a key above it
+    assert named_overrides("training.lr", "anything", items) == ["training.lr=0.1"]
+    assert named_overrides("training.lr.x", "", items) == ["training.lr=0.1"]
+    # else the keys below the place that the text names, whole
+    assert named_overrides("training", "lr (0.1) is not read", items) == ["training.lr=0.1"]
+    assert named_overrides("training", "training.descriptor_source: computed", items) == []
+    top = "output.model_dir (m) is inside store.path (s); the names"
+    assert named_overrides("(top level)", top, items) == ["store.path=s"]
+    # `dparallel train`'s keys without their "training." prefix
+    assert named_overrides("lr", "", ["training.lr=1"], root="training") == ["training.lr=1"]

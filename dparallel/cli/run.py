@@ -149,6 +149,7 @@ def _checked_workflow(path: str, overrides: Sequence[str]) -> WorkflowSpec:
     """The workflow at ``path`` with ``overrides``, validated and checked as ``run`` checks
     it before any work (:meth:`WorkflowSpec.check`); an error names the file and the
     ``--set`` that gave a key it names."""
+    from dparallel.config import TOP_LEVEL, named_overrides
     from dparallel.errors import ConfigError
     from dparallel.workflow.spec import load_workflow
 
@@ -156,7 +157,7 @@ def _checked_workflow(path: str, overrides: Sequence[str]) -> WorkflowSpec:
     try:
         spec.check()
     except ConfigError as exc:
-        said = [item for item in overrides if item.partition("=")[0].strip() in str(exc)]
+        said = named_overrides(TOP_LEVEL, str(exc), overrides)
         origin = "".join(f" (--set {item})" for item in said)
         raise ConfigError(f"{path}: {exc}{origin}") from None
     return spec
