@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import local_argument, whole_number
@@ -126,6 +127,13 @@ def evaluate_file(
         n_s += b.n_structures
     summary = metrics.summary()
     del summary["loss"]  # no loss here: errors only
+    if np.isnan(summary["energy_rmse"]) and np.isnan(summary["force_rmse"]):
+        from dparallel.errors import InputError
+
+        raise InputError(
+            f"{data}: no energies and no forces to compare the model with ({n_s} structures "
+            "read; labels: docs/io.md)"
+        )
     return {"n_structures": n_s, **summary}
 
 
@@ -142,8 +150,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{res['n_structures']} structures")
     print(f"{'':8s} {'RMSE':>10s} {'MAE':>10s}")
-    print(
-        f"{'energy':8s} {1e3 * res['energy_rmse']:10.3f} {1e3 * res['energy_mae']:10.3f} meV/atom"
-    )
-    print(f"{'force':8s} {1e3 * res['force_rmse']:10.3f} {1e3 * res['force_mae']:10.3f} meV/Å")
+    for name, unit, labels in (("energy", "meV/atom", "energies"), ("force", "meV/Å", "forces")):
+        rmse, mae = res[f"{name}_rmse"], res[f"{name}_mae"]
+        if math.isnan(rmse):  # DATA holds none of these labels
+            print(f"{name:8s} {'—':>10s} {'—':>10s} {unit} (no {labels} in {args.data})")
+        else:
+            print(f"{name:8s} {1e3 * rmse:10.3f} {1e3 * mae:10.3f} {unit}")
     return 0

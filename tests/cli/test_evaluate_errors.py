@@ -66,3 +66,49 @@ def test_evaluate_errors_equal_numpys(tmp_path: Path, monkeypatch: pytest.Monkey
     assert got.keys() == want.keys()
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-12, abs=0), key
+
+
+def _frames(energy: bool, forces: bool) -> list[Atoms]:
+    out = []
+    for n in (2, 3):
+        atoms = Atoms(["Cu"] * n, positions=np.arange(3 * n).reshape(n, 3) * 1.1)
+        results = {"energy": -1.0 * n} if energy else {}
+        if forces:
+            results["forces"] = np.zeros((n, 3))
+        if results:
+            atoms.calc = SinglePointCalculator(atoms, **results)
+        out.append(atoms)
+    return out
+
+
+def test_data_without_energies_and_forces_is_one_error_not_a_table_of_nan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # unlabelled structures printed "energy nan nan meV/atom" and exited 0
+    from dparallel.cli.main import main
+
+    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _: _Model())
+    path = tmp_path / "plain.extxyz"
+    write(path, _frames(energy=False, forces=False))
+    assert main(["evaluate", str(tmp_path), str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"dparallel evaluate: error: {path}: no energies and no forces to compare the model "
+        "with (2 structures read; labels: docs/io.md)\n"
+    )
+
+
+def test_data_with_energies_only_says_so_in_the_force_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dparallel.cli.main import main
+
+    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _: _Model())
+    path = tmp_path / "energies.extxyz"
+    write(path, _frames(energy=True, forces=False))
+    assert main(["evaluate", str(tmp_path), str(path)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2].startswith("energy ") and "nan" not in rows[2]
+    assert rows[3] == f"force             —          — meV/Å (no forces in {path})"
+    assert main(["evaluate", str(tmp_path), str(path), "--json"]) == 0
+    assert '"force_rmse_meV_per_A": null' in capsys.readouterr().out
