@@ -181,6 +181,20 @@ def store_line(result: Any, done_now: str) -> str:
     )
 
 
+def refuse_all_skipped(result: Any, source: str) -> None:
+    """An :class:`InputError` when an ingest or featurize ``result``'s store holds no
+    structure because every one of ``source`` was skipped (the store is kept: its skip
+    records say why)."""
+    store = result.store
+    if store.n_structures == 0 and store.skipped():
+        from dparallel.errors import InputError
+
+        raise InputError(
+            f"every structure of {source} was skipped ({len(store.skipped())}): "
+            f"{store.target} holds none; `dparallel info {store.target}` says why"
+        )
+
+
 def error_line(split: str, m: dict[str, Any]) -> str:
     """One split's final errors (``m`` in eV/atom, eV/Å) in meV, as run and train print them."""
     return (

@@ -17,7 +17,12 @@ from dparallel.cli._options import (
     refuse_unwritable_target,
     route_cluster_logs,
 )
-from dparallel.cli._progress import FeaturizeProgress, closing_lines, store_line
+from dparallel.cli._progress import (
+    FeaturizeProgress,
+    closing_lines,
+    refuse_all_skipped,
+    store_line,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -105,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     result = featurize(args.source, args.output, descriptors, options)
     store = result.store
     print(store_line(result, f"{result.partitions_computed} computed"))
+    refuse_all_skipped(result, args.source)
     if args.scaling_data:
         write_scaling_data(store, args.scaling_data, statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)

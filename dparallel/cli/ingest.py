@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import add_source_arguments
-from dparallel.cli._progress import store_line
+from dparallel.cli._progress import refuse_all_skipped, store_line
 
 if TYPE_CHECKING:
     import argparse
@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     for b in bar:
         b.close()
     print(store_line(result, f"{result.partitions_written} written"))
+    refuse_all_skipped(result, args.input)
     return 0
 
 

@@ -60,8 +60,19 @@ def _feature_config(store: Store, descriptor: str) -> tuple[dict[str, Any], bool
     return cfg[descriptor], bool(cfg.get("derivatives", False))
 
 
+def _refuse_empty(store: Store) -> None:
+    """A :class:`TrainingError` for a store without structures (every one skipped when it
+    was made: descriptors for other elements, say, under ``on_error=skip``)."""
+    if store.n_structures == 0:
+        raise TrainingError(
+            f"{store.target}: holds no structures: all {len(store.skipped())} were skipped "
+            f"when it was made (`dparallel info {store.target}` says why)"
+        )
+
+
 def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     """Split index, least-squares reference energies and feature scaling (one pass)."""
+    _refuse_empty(store)
     desc, has_deriv = _feature_config(store, spec.descriptor)
     if "elements" not in desc:
         raise TrainingError(f"descriptor spec of {spec.descriptor!r} lists no elements")

@@ -101,3 +101,17 @@ def test_python_m_dparallel_subprocess(tmp_path, xyz):
     ):
         assert key in info
     assert info["n_structures"] == 25
+
+
+def test_a_run_that_skipped_every_structure_is_an_error_naming_why(tmp_path, capsys):
+    # it ended "0 structures, …, 2 skipped" with exit 0, and `train` then said "the
+    # training split is empty … lower them, or add structures"
+    path = tmp_path / "empty.xyz"
+    path.write_text("0\nenergy=0.0\n0\nenergy=1.0\n")
+    out = tmp_path / "out.zarr"
+    assert main(["ingest", str(path), "-o", str(out), "-q", "--on-error", "skip"]) == 2
+    assert capsys.readouterr().err == (
+        f"dparallel ingest: error: every structure of {path} was skipped (2): {out} holds "
+        f"none; `dparallel info {out}` says why\n"
+    )
+    assert open_store(out).info()["complete"]  # kept: the reasons are in it

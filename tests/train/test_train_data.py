@@ -327,3 +327,26 @@ def test_a_partition_whose_rows_do_not_fit_is_refused(store, monkeypatch, damage
     with pytest.raises(TrainingError, match=message) as info:
         load_partition(store, 0, "acsf", ["Cu"], index, True)
     assert "partition 0" in str(info.value) and "--overwrite" in str(info.value)
+
+
+def test_a_store_whose_structures_were_all_skipped_says_so(tmp_path) -> None:  # noqa: ANN001
+    """It said "the training split is empty (validation_fraction 0.1 and test_fraction 0.1
+    of 0 structures leave none): lower them, or add structures"."""
+    from dparallel.datasets import write_emt_cu
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.errors import TrainingError
+    from dparallel.train import train
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+    data = write_emt_cu(tmp_path / "cu.xyz", 3, seed=1)
+    acsf = ACSF.uniform(["Ag"], r_cut=4.0, radial=[(0.05, 0.0)], narrow=[])  # no Cu
+    options = FeaturizeOptions(partition_atoms=300, on_error="skip")
+    store = featurize_in_process(data, tmp_path / "s.zarr", DescriptorSet(acsf=acsf), options)
+    spec = TrainingSpec(epochs=2, hidden=(4,), force_weight=0.0, batch_size=4)
+    with pytest.raises(TrainingError) as info:
+        train(store, tmp_path / "model", spec)
+    assert str(info.value) == (
+        f"{store.target}: holds no structures: all 3 were skipped when it was made "
+        f"(`dparallel info {store.target}` says why)"
+    )
