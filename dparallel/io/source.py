@@ -124,6 +124,19 @@ def detect_format(path: Path | Location) -> str:
     return fmt
 
 
+def _check_format(fmt: str, given: str, location: Location) -> None:
+    """An :class:`InputFormatError` when no reader has the format ``given`` (``fmt``: its
+    name in lower case, aliases resolved)."""
+    import ase.io.formats
+
+    if fmt not in ("extxyz", "n2p2") and fmt not in ase.io.formats.ioformats:
+        raise InputFormatError(
+            f"unknown format {given!r}: expected extxyz (alias xyz), n2p2 (alias runner) or "
+            "an ASE format such as lammps-data, vasp, traj",
+            path=str(location),
+        )
+
+
 class StructureSource:
     """Random access to the structures of one file (built by :func:`open_source`).
 
@@ -172,6 +185,8 @@ class StructureSource:
             raise InputError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         fmt = detect_format(location) if format is None else format.lower()
         self.format = _ALIASES.get(fmt, fmt)
+        if format is not None:
+            _check_format(self.format, format, location)
         self.units = units
         self.on_error = on_error
         self.cache_index = cache_index

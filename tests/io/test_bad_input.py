@@ -359,3 +359,18 @@ def test_a_bad_atom_is_named_by_its_own_line(tmp_path, fmt, gz):
             open_source(path, fmt).read()
         assert info.value.line == row + 1, str(info.value)
         assert "nan" in data.decode().splitlines()[info.value.line - 1]
+
+
+@pytest.mark.parametrize("given", ["extxzy", "foo"])
+def test_a_format_no_reader_has_is_refused_by_name(tmp_path, given):
+    # --format extxzy: "ASE cannot read it as 'extxzy': extxzy", after an indexing attempt
+    path = tmp_path / "a.xyz"
+    path.write_text("1\n\nH 0 0 0\n")
+    with pytest.raises(InputFormatError) as refused:
+        open_source(path, format=given)
+    assert str(refused.value) == (
+        f"{path}: unknown format {given!r}: expected extxyz (alias xyz), n2p2 (alias runner) "
+        "or an ASE format such as lammps-data, vasp, traj"
+    )
+    assert len(open_source(path, format="XYZ")) == 1  # names in any case, aliases, ASE's
+    assert open_source(path, format="xyz").format == "extxyz"
