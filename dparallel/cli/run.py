@@ -173,10 +173,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    """Run the packaged quickstart workflow."""
-    from dparallel.workflow.spec import load_quickstart
+    """Run the packaged quickstart workflow, checked as ``run`` checks a workflow."""
+    from dparallel.workflow.spec import QUICKSTART
 
-    return execute(load_quickstart(args.overrides), args)
+    return execute(_checked_workflow(str(QUICKSTART), args.overrides), args)
 
 
 def validate(args: argparse.Namespace) -> int:

@@ -242,3 +242,21 @@ def test_torch_files_on_a_full_disk_are_one_error_not_an_abort(tiny_disk) -> Non
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["full a.pt True", "full b.ts True"], done.stdout
     assert sorted(p.name for p in tiny_disk.iterdir()) == ["filler"]
+
+
+def test_demo_refuses_what_run_refuses_before_any_work(tmp_path, monkeypatch, capsys):
+    # `dparallel demo` skipped run's checks: it generated the data and featurized the
+    # whole store before training refused a store without derivatives
+    from dparallel.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    small = ["dataset.generate.n_structures=4", "cluster.n_workers=1",
+             "cluster.dashboard_address=127.0.0.1:0"]  # fmt: skip
+    argv = ["demo", "-q", "--set", "descriptors.derivatives=false"]
+    for item in small:
+        argv += ["--set", item]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "descriptors.derivatives is false" in err, err
+    assert "(--set descriptors.derivatives=false)" in err and len(err.splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []  # no data generated, no store
