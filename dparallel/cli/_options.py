@@ -263,9 +263,15 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
     )
     parser.add_argument("--format", help="extxyz, n2p2 or an ASE format (default: guess)")
     parser.add_argument(
-        "--units", default="ase", choices=sorted(UNIT_SYSTEMS), help="units of the file"
+        "--units",
+        choices=sorted(UNIT_SYSTEMS),
+        help="units of the file (default: ase; featurize --workflow: its dataset.units)",
     )
-    parser.add_argument("--on-error", default="raise", choices=["raise", "skip"])
+    parser.add_argument(
+        "--on-error",
+        choices=["raise", "skip"],
+        help="default: raise (featurize --workflow: its dataset.on_error)",
+    )
     parser.add_argument(
         "--partition-atoms",
         type=whole_number(1, "atom"),

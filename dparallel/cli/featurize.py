@@ -62,10 +62,33 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def source_settings(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with ``--format``, ``--units``, ``--on-error`` and ``--partition-atoms``
+    that the command line leaves out taken from ``--workflow``'s ``dataset`` and
+    ``partitioning`` sections (as ``dparallel run`` reads them), else the defaults
+    (guess, ase, raise, derived)."""
+    import argparse
+
+    keys: dict[str, object] = {
+        "format": None, "units": "ase", "on_error": "raise", "partition_atoms": None
+    }  # fmt: skip
+    settings = dict(keys)
+    if args.workflow:
+        from dparallel.workflow.spec import load_workflow
+
+        spec = load_workflow(args.workflow)
+        dataset, atoms = spec.dataset, spec.partitioning.atoms
+        settings = {"format": dataset.format, "units": dataset.units,
+                    "on_error": dataset.on_error, "partition_atoms": atoms}  # fmt: skip
+    given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    return argparse.Namespace(**{**vars(args), **settings, **given})
+
+
 def run(args: argparse.Namespace) -> int:
     """Featurize and print a summary."""
     from dataclasses import replace
 
+    args = source_settings(args)
     protect = (args.source, args.descriptors or args.workflow)
     with local_forkserver(args):  # first: it warms up while the driver starts up
         refuse_unwritable_target(args.output, overwrite=args.overwrite, protect=protect)

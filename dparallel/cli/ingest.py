@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
     options = IngestOptions(
         format=args.format,
-        units=args.units,
-        on_error=args.on_error,
+        units=args.units or "ase",
+        on_error=args.on_error or "raise",
         partition_atoms=args.partition_atoms,
         overwrite=args.overwrite,
         progress=progress,

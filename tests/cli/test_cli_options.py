@@ -150,3 +150,32 @@ def test_gpus_are_checked_on_this_machine_only_for_a_local_cluster(monkeypatch, 
     add_cluster_arguments(parser)
     cluster_kwargs(parser.parse_args(argv))
     assert bool(calls) is checked
+
+
+def test_featurize_workflow_gives_the_dataset_settings_the_command_line_leaves_out(tmp_path):
+    # `featurize SOURCE --workflow wf.yaml` took only the workflow's descriptors: its
+    # dataset.units: bohr-hartree was ignored and the data read as Å (features, and an
+    # n2p2 input.nn's lengths, silently in the wrong units), unlike `dparallel run wf.yaml`
+    import yaml
+
+    from dparallel.cli.featurize import source_settings
+    from dparallel.cli.main import build_parser
+    from dparallel.workflow.spec import QUICKSTART
+
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["dataset"].update(format="n2p2", units="bohr-hartree", on_error="skip", generate=None)
+    data["partitioning"] = {"atoms": 500}
+    workflow = tmp_path / "wf.yaml"
+    workflow.write_text(yaml.safe_dump(data))
+    (tmp_path / "d.yaml").write_text("acsf: {elements: [Cu], radial: [[0.1, 0.0]]}\n")
+    base = ["featurize", "input.data", "-o", "s.zarr"]
+
+    def settings(*argv: str) -> tuple:
+        got = source_settings(build_parser().parse_args([*base, *argv]))
+        return got.format, got.units, got.on_error, got.partition_atoms
+
+    assert settings("--workflow", str(workflow)) == ("n2p2", "bohr-hartree", "skip", 500)
+    given = ["--format", "extxyz", "--units", "ase", "--on-error", "raise",
+             "--partition-atoms", "7"]  # fmt: skip
+    assert settings("--workflow", str(workflow), *given) == ("extxyz", "ase", "raise", 7)
+    assert settings("--descriptors", str(tmp_path / "d.yaml")) == (None, "ase", "raise", None)
