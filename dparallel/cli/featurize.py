@@ -65,8 +65,8 @@ def add_parser(subparsers: Any) -> None:
 def source_settings(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with ``--format``, ``--units``, ``--on-error`` and ``--partition-atoms``
     that the command line leaves out taken from ``--workflow``'s ``dataset`` and
-    ``partitioning`` sections (as ``dparallel run`` reads them), else the defaults
-    (guess, ase, raise, derived)."""
+    ``partitioning`` sections (as ``dparallel run`` reads them; the format only for SOURCE
+    = ``dataset.path``), else the defaults (guess, ase, raise, derived)."""
     import argparse
 
     keys: dict[str, object] = {
@@ -78,10 +78,21 @@ def source_settings(args: argparse.Namespace) -> argparse.Namespace:
 
         spec = load_workflow(args.workflow)
         dataset, atoms = spec.dataset, spec.partitioning.atoms
-        settings = {"format": dataset.format, "units": dataset.units,
+        # its format is its dataset file's: another SOURCE's is guessed
+        fmt = dataset.format if _same_path(args.source, dataset.path) else None
+        settings = {"format": fmt, "units": dataset.units,
                     "on_error": dataset.on_error, "partition_atoms": atoms}  # fmt: skip
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
     return argparse.Namespace(**{**vars(args), **settings, **given})
+
+
+def _same_path(a: str, b: str) -> bool:
+    """Whether two configured locations name one file (URLs: the same text)."""
+    if "://" in a or "://" in b:
+        return a == b
+    from dparallel.config import resolve_path
+
+    return resolve_path(a).resolve() == resolve_path(b).resolve()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -168,7 +168,9 @@ def test_featurize_workflow_gives_the_dataset_settings_the_command_line_leaves_o
     workflow = tmp_path / "wf.yaml"
     workflow.write_text(yaml.safe_dump(data))
     (tmp_path / "d.yaml").write_text("acsf: {elements: [Cu], radial: [[0.1, 0.0]]}\n")
-    base = ["featurize", "input.data", "-o", "s.zarr"]
+    data["dataset"]["path"] = str(tmp_path / "input.data")
+    workflow.write_text(yaml.safe_dump(data))
+    base = ["featurize", str(tmp_path / "input.data"), "-o", "s.zarr"]
 
     def settings(*argv: str) -> tuple:
         got = source_settings(build_parser().parse_args([*base, *argv]))
@@ -179,3 +181,5 @@ def test_featurize_workflow_gives_the_dataset_settings_the_command_line_leaves_o
              "--partition-atoms", "7"]  # fmt: skip
     assert settings("--workflow", str(workflow), *given) == ("extxyz", "ase", "raise", 7)
     assert settings("--descriptors", str(tmp_path / "d.yaml")) == (None, "ase", "raise", None)
+    base[1] = "other.xyz"  # another file than the workflow's: its format is guessed
+    assert settings("--workflow", str(workflow)) == (None, "bohr-hartree", "skip", 500)
