@@ -223,9 +223,22 @@ class StructureBatch:
         )
 
     @staticmethod
-    def from_ase(structures: Iterable[ase.Atoms]) -> StructureBatch:
-        """Build a batch from ASE ``Atoms``; energy/forces from an attached calculator or info."""
-        frames = list(structures)
+    def from_ase(structures: ase.Atoms | Iterable[ase.Atoms]) -> StructureBatch:
+        """Build a batch from ASE ``Atoms`` (one, or an iterable of them); energy/forces from
+        an attached calculator or info. Anything else is a ``TypeError`` naming its index."""
+        import ase
+
+        frames = [structures] if isinstance(structures, ase.Atoms) else list(structures)
+        for k, a in enumerate(frames):
+            if not isinstance(a, ase.Atoms):
+                hint = (
+                    " (a file: read it with dparallel.io.open_source)"
+                    if k == 0 and isinstance(structures, str)
+                    else ""
+                )
+                raise TypeError(
+                    f"from_ase: structure {k} is a {type(a).__name__}, not an ase.Atoms{hint}"
+                )
         if not frames:
             return StructureBatch.empty()
         energy = [_ase_label(a, "get_potential_energy", _ENERGY_KEYS, a.info, ()) for a in frames]

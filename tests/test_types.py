@@ -93,3 +93,18 @@ def test_shortest_translations_equal_a_minkowski_reduced_cell() -> None:
     np.testing.assert_allclose(got[~raw], expected[~raw], rtol=1e-12)
     assert np.all(got[raw] >= expected[raw] * (1 - 1e-12))
     assert np.mean(np.isclose(got[raw], expected[raw], rtol=1e-12)) > 0.5
+
+
+def test_from_ase_takes_one_atoms_and_names_what_is_not_one():
+    # from_ase(atoms) iterated over its Atom objects: "'Atom' object has no attribute
+    # 'info'"; a path or a list with a number in it failed the same way
+    from ase.build import bulk
+
+    atoms = bulk("Cu", cubic=True)
+    one = StructureBatch.from_ase(atoms)
+    assert one.n_structures == 1 and one.equals(StructureBatch.from_ase([atoms]))
+    with pytest.raises(TypeError) as refused:
+        StructureBatch.from_ase([atoms, 5])
+    assert str(refused.value) == "from_ase: structure 1 is a int, not an ase.Atoms"
+    with pytest.raises(TypeError, match=r"^from_ase: structure 0 is a str, not an ase.Atoms"):
+        StructureBatch.from_ase("train.xyz")
