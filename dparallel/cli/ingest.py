@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import add_source_arguments
 from dparallel.cli._progress import refuse_all_skipped, store_line
+from dparallel.errors import DParallelError, InputError, InputFormatError
 
 if TYPE_CHECKING:
     import argparse
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the ingest; prints a one-line summary."""
     from tqdm import tqdm
 
+    from dparallel.store import open_store
     from dparallel.workflow.ingest import IngestOptions, ingest  # zarr: only when it runs
 
     bar: list[tqdm] = []
@@ -51,12 +53,33 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=progress,
     )
-    result = ingest(args.input, args.output, options)
+    try:
+        result = ingest(args.input, args.output, options)
+    except InputFormatError as exc:  # a structure of the file: what is kept, how to go on
+        if options.on_error == "skip" or not _is_store(args.output):
+            raise
+        kept = open_store(args.output)
+        raise InputError(
+            f"{exc}; {args.output} keeps its {kept.n_partitions - len(kept.pending_partitions())} "
+            f"done partitions of {kept.n_partitions}: fix the file (then rerun with "
+            "--overwrite), or leave such structures out with --on-error skip --overwrite"
+        ) from None
     for b in bar:
         b.close()
     print(store_line(result, f"{result.partitions_written} written"))
     refuse_all_skipped(result, args.input)
     return 0
+
+
+def _is_store(path: str) -> bool:
+    """Whether ``path`` is a dparallel store now (a failed ingest may have made one)."""
+    from dparallel.store import open_store
+
+    try:
+        open_store(path)
+    except DParallelError:
+        return False
+    return True
 
 
 def info(args: argparse.Namespace) -> int:

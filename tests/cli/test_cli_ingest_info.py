@@ -115,3 +115,21 @@ def test_a_run_that_skipped_every_structure_is_an_error_naming_why(tmp_path, cap
         f"none; `dparallel info {out}` says why\n"
     )
     assert open_store(out).info()["complete"]  # kept: the reasons are in it
+
+
+def test_a_bad_structure_says_what_is_kept_and_how_to_go_on(tmp_path, capsys):
+    # ingest stopped with the structure's error alone, leaving a store whose rerun with
+    # --on-error skip was then refused as "made from another source or config"
+    path = tmp_path / "one_empty.xyz"
+    path.write_text("1\nenergy=0.5\nH 0 0 0\n0\nenergy=0.0\n")
+    out = tmp_path / "out.zarr"
+    assert main(["ingest", str(path), "-o", str(out), "-q"]) == 2
+    assert capsys.readouterr().err == (
+        f"dparallel ingest: error: {path}, line 4, structure 1: structure has no atoms; "
+        f"{out} keeps its 0 done partitions of 1: fix the file (then rerun with --overwrite), "
+        "or leave such structures out with --on-error skip --overwrite\n"
+    )
+    assert (
+        main(["ingest", str(path), "-o", str(out), "-q", "--on-error", "skip", "--overwrite"]) == 0
+    )
+    assert open_store(out).n_structures == 1
