@@ -167,6 +167,23 @@ def merged_statistics(
     return merged
 
 
+def _check_arguments(call: str, descriptors: object, options: object) -> None:
+    """A ``TypeError`` naming ``call``'s argument that is not of its type (a descriptors
+    file's path or a mapping given for ``descriptors``, a mapping for ``options``)."""
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+
+    if not isinstance(descriptors, DescriptorSet):
+        raise TypeError(
+            f"{call}: descriptors is a {type(descriptors).__name__}, not a DescriptorSet (a "
+            "descriptors file: dparallel.workflow.descriptors_spec.load_descriptors(path))"
+        )
+    if not isinstance(options, FeaturizeOptions):
+        raise TypeError(
+            f"{call}: options is a {type(options).__name__}, not a FeaturizeOptions "
+            "(FeaturizeOptions(**...))"
+        )
+
+
 def _target(
     source_path: Where,
     descriptors: DescriptorSet,
@@ -199,6 +216,7 @@ def featurize_status(
     comparison :func:`~dparallel.store.create_store` makes (the partitioning only when
     ``options.partition_atoms`` is given). ``status.current`` plus the recorded
     ``statistics`` means a run would have nothing to do."""
+    _check_arguments("featurize_status", descriptors, options)
     source, plan, config = _target(source_path, descriptors, options)
     compared = None if options.partition_atoms is None else plan
     return store_status(
@@ -215,6 +233,7 @@ def prepare_featurize(
 ) -> tuple[StructureSource, Store]:
     """Index the source, plan partitions and create (or reopen, to resume) the store
     (``options.partition_atoms=None``: derived from the data and ``n_workers``)."""
+    _check_arguments("prepare_featurize", descriptors, options)
     source, plan, config = _target(source_path, descriptors, options, n_workers)
     try:
         store = create_store(
@@ -271,6 +290,7 @@ def featurize_in_process(
     """Featurize in this process, partition by partition, without Dask (same store; for
     small jobs, tests and benchmarks). Raises :class:`PartitionFailedError` like
     :func:`featurize` (other partitions kept)."""
+    _check_arguments("featurize_in_process", descriptors, options)
     refuse_foreign_target(store_path, options.overwrite, (source_path, *options.protect))
     with StoreLease(store_path, command="featurize (in process)") as lease:
         source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
@@ -308,6 +328,7 @@ def featurize(
     RunInterruptedError
         Interrupted (Ctrl-C): says how many partitions are done and kept.
     """
+    _check_arguments("featurize", descriptors, options)
     from dparallel.cluster import discard_connection, expected_workers
 
     t0 = time.perf_counter()

@@ -130,6 +130,11 @@ def ingest(
     """Ingest ``input_path`` into the store at ``store_path`` in this process, as ``options``
     say; resumable (only partitions not yet done are written), in the memory of one
     partition plus the index."""
+    if not isinstance(options, IngestOptions):
+        raise TypeError(
+            f"ingest: options is a {type(options).__name__}, not an IngestOptions "
+            "(IngestOptions(**...))"
+        )
     t0 = time.perf_counter()
     source = open_source(input_path, options.format, units=options.units, on_error=options.on_error)
     refuse_foreign_target(store_path, options.overwrite, (input_path, *options.protect))
