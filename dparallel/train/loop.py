@@ -125,6 +125,11 @@ def train(
         the store lacks the features or derivatives the spec needs; the loss of an epoch
         is not finite (diverged); the store changed under the run.
     """
+    if spec is not None and not isinstance(spec, TrainingSpec):
+        raise TypeError(
+            f"train: spec is a {type(spec).__name__}, not a TrainingSpec (a mapping or a file "
+            "of training keys: dparallel.train.parse_training_spec(...))"
+        )
     store = store if isinstance(store, Store) else open_store(store)
     with claim_model_dir(model_dir, store, resume=resume) as path:  # ours, leased, one store
         return _train(store, path, spec, resume, callback)

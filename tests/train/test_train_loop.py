@@ -253,3 +253,17 @@ def test_resume_takes_other_threads_and_read_ahead(store, tmp_path) -> None:  # 
     faster = SPEC.model_copy(update={"threads": 2, "prefetch": 2, "batch_prefetch": 3})
     resumed = train_model(store, tmp_path / "m", faster, resume=True)
     assert [r["epoch"] for r in resumed.history] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("spec", [{"epochs": 1}, "train.yaml"])
+def test_a_spec_that_is_no_training_spec_is_named_before_anything_is_written(tmp_path, spec):  # noqa: ANN001
+    # train(store, "m", {"epochs": 1}) failed inside: "'dict' object has no attribute 'threads'"
+    from dparallel.train import train
+
+    with pytest.raises(TypeError) as refused:
+        train(tmp_path / "s.zarr", tmp_path / "m", spec)
+    assert str(refused.value) == (
+        f"train: spec is a {type(spec).__name__}, not a TrainingSpec (a mapping or a file of "
+        "training keys: dparallel.train.parse_training_spec(...))"
+    )
+    assert list(tmp_path.iterdir()) == []
