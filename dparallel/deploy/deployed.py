@@ -272,6 +272,11 @@ def _no_deployed(given: Path) -> str:
         return f"{folder} does not exist: give a model directory (with {DEPLOYED}) or its file"
     if (folder / MODEL).is_file():
         return f"{folder} holds no {DEPLOYED}: run `dparallel export {folder}` first"
+    if (folder / "input.nn").is_file():  # an n2p2 potential (dparallel.n2p2) but for this
+        return (
+            f"{folder} holds an n2p2 input.nn but no scaling.data: an n2p2 potential needs "
+            "input.nn, scaling.data and weights.XXX.data"
+        )
     if (folder / "checkpoint.pt").is_file():  # a training killed before its end
         return (
             f"{folder} holds no {DEPLOYED}: its training stopped before the end; finish it "

@@ -58,3 +58,17 @@ def test_a_training_that_stopped_midway_is_told_to_resume(tmp_path, monkeypatch)
         "model holds no deployed.pt: its training stopped before the end; finish it with "
         "`dparallel train STORE -o model --resume`, then `dparallel export model`"
     )
+
+
+def test_an_n2p2_potential_without_scaling_data_is_named_as_one(tmp_path, monkeypatch):
+    # Calculator / evaluate on it said "holds no deployed.pt and no model.pt: is it a
+    # model directory (the one `dparallel train` … trained into)?"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pot").mkdir()
+    (tmp_path / "pot" / "input.nn").write_text("number_of_elements 1\n")
+    with pytest.raises(TrainingError) as refused:
+        load_deployed("pot")
+    assert str(refused.value) == (
+        "pot holds an n2p2 input.nn but no scaling.data: an n2p2 potential needs input.nn, "
+        "scaling.data and weights.XXX.data"
+    )
