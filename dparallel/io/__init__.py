@@ -13,13 +13,21 @@ from dparallel._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from dparallel.io._validate import validate_batch
-    from dparallel.io.source import UNITS, ReadResult, StructureSource, detect_format, open_source
+    from dparallel.io.source import (
+        UNITS,
+        ReadResult,
+        StructureSource,
+        detect_format,
+        known_format,
+        open_source,
+    )
 
 __all__ = [
     "UNITS",
     "ReadResult",
     "StructureSource",
     "detect_format",
+    "known_format",
     "open_source",
     "validate_batch",
 ]
@@ -31,6 +39,7 @@ __getattr__ = lazy_getattr(
         "ReadResult": "source",
         "StructureSource": "source",
         "detect_format": "source",
+        "known_format": "source",
         "open_source": "source",
         "validate_batch": "_validate",
     },

@@ -34,7 +34,14 @@ if TYPE_CHECKING:
 
     from dparallel.types import StructureBatch
 
-__all__ = ["UNITS", "ReadResult", "StructureSource", "detect_format", "open_source"]
+__all__ = [
+    "UNITS",
+    "ReadResult",
+    "StructureSource",
+    "detect_format",
+    "known_format",
+    "open_source",
+]
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +131,18 @@ def detect_format(path: Path | Location) -> str:
     return fmt
 
 
-def _check_format(fmt: str, given: str, location: Location) -> None:
-    """An :class:`InputFormatError` when no reader has the format ``given`` (``fmt``: its
-    name in lower case, aliases resolved)."""
+def known_format(name: str) -> bool:
+    """Whether a reader has the format ``name`` (any case): extxyz, n2p2, their aliases
+    (xyz, runner) or one of ASE's. The one rule (``open_source``, ``dataset.format``)."""
     import ase.io.formats
 
-    if fmt not in ("extxyz", "n2p2") and fmt not in ase.io.formats.ioformats:
+    fmt = _ALIASES.get(name.lower(), name.lower())
+    return fmt in ("extxyz", "n2p2") or fmt in ase.io.formats.ioformats
+
+
+def _check_format(given: str, location: Location) -> None:
+    """An :class:`InputFormatError` when no reader has the format ``given``."""
+    if not known_format(given):
         raise InputFormatError(
             f"unknown format {given!r}: expected extxyz (alias xyz), n2p2 (alias runner) or "
             "an ASE format such as lammps-data, vasp, traj",
@@ -186,7 +199,7 @@ class StructureSource:
         fmt = detect_format(location) if format is None else format.lower()
         self.format = _ALIASES.get(fmt, fmt)
         if format is not None:
-            _check_format(self.format, format, location)
+            _check_format(format, location)
         self.units = units
         self.on_error = on_error
         self.cache_index = cache_index

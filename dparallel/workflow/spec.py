@@ -81,10 +81,9 @@ class DatasetSpec(SpecModel):
     @field_validator("format")
     @classmethod
     def _known_format(cls, value: str | None) -> str | None:
-        from ase.io.formats import ioformats
+        from dparallel.io.source import known_format
 
-        known = ("extxyz", "n2p2", "runner", *ioformats)  # as open_source reads them
-        if value is not None and value.lower() not in known:
+        if value is not None and not known_format(value):  # as open_source reads them
             raise ValueError(f"{value!r} is neither extxyz, n2p2 nor a format ASE reads")
         return value
 

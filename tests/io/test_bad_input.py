@@ -374,3 +374,14 @@ def test_a_format_no_reader_has_is_refused_by_name(tmp_path, given):
     )
     assert len(open_source(path, format="XYZ")) == 1  # names in any case, aliases, ASE's
     assert open_source(path, format="xyz").format == "extxyz"
+
+
+def test_known_format_is_the_one_rule_for_sources_and_workflows():
+    from dparallel.io import known_format
+    from dparallel.workflow.spec import DatasetSpec
+
+    for name in ("extxyz", "XYZ", "n2p2", "runner", "lammps-data", "vasp", "traj"):
+        assert known_format(name), name
+        assert DatasetSpec(path="d", format=name).format == name
+    for name in ("extxzy", "foo", "data"):
+        assert not known_format(name), name
