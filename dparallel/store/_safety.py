@@ -152,9 +152,19 @@ def refuse_foreign_folder(
     """Raise what :func:`~dparallel.store.create_store` would raise for a folder target
     holding something that is neither an empty directory nor a dparallel store (with
     ``overwrite`` or without, it is never written over), before a run starts anything
-    (a cluster, a log file beside it); anything else is left to ``create_store``.
+    (a cluster, a log file beside it); anything else is left to ``create_store``. A path
+    below a file, or inside a dparallel store (the new store would be written into the
+    old one's folder), is an :class:`UnsafePathError`.
     ``protect``: the files the run reads, as ``create_store`` is given them."""
     target = Path(path).expanduser().resolve()
+    for above in target.parents:  # a file in the way, or a store it would be written into
+        why = "is a file, not a folder" if above.exists() and not above.is_dir() else None
+        if why is None and store_format(above) is not None:
+            why = "is a dparallel store"
+        if why is not None:
+            raise UnsafePathError(
+                f"refusing to write a store at {path}: {above} {why}; choose a path outside it"
+            )
     if not (target.exists() or target.is_symlink()):
         return
     if target.is_dir() and (not any(os.scandir(target)) or store_format(target) is not None):

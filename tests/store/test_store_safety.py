@@ -184,3 +184,22 @@ def test_cli_refuses_with_one_line_and_deletes_nothing(world, capsys, command):
         assert len(err.splitlines()) == 1 and err.startswith(f"dparallel {command}: error: ")
         assert "--overwrite" not in err
     assert _snapshot(world["tmp"]) == before
+
+
+def test_a_store_below_a_file_or_inside_another_store_is_refused_naming_it(world, capsys):
+    # below a file: "File exists: …/in.extxyz" (an OSError's words); inside a store: the
+    # new store was written into the old one's folder, a member it does not own
+    data = world["data"]
+    assert main(["ingest", str(data), "-o", "s.zarr", "-q"]) == 0
+    before = _snapshot(world["project"])
+    for target, blamed, why in [
+        (f"{data}/x.zarr", data, "is a file, not a folder"),
+        ("s.zarr/inner.zarr", world["project"] / "s.zarr", "is a dparallel store"),
+        ("s.zarr/a/b.zarr", world["project"] / "s.zarr", "is a dparallel store"),
+    ]:
+        assert main(["ingest", str(data), "-o", target, "-q"]) == 2
+        assert capsys.readouterr().err == (
+            f"dparallel ingest: error: refusing to write a store at {target}: {blamed} {why}; "
+            "choose a path outside it\n"
+        )
+    assert _snapshot(world["project"]) == before
