@@ -554,6 +554,12 @@ def claim_directory(
             f"refusing to write a {what} into {given}: it is a file, not a folder; choose "
             "another output directory"
         )
+    in_the_way = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if in_the_way is not None:  # mkdir would say "Not a directory"
+        raise UnsafePathError(
+            f"refusing to write a {what} into {given}: {in_the_way} is a file, not a folder; "
+            "choose another output directory"
+        )
     entries = set() if created else set(os.listdir(target))
     mark = target / marker
     if marker in entries:

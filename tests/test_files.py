@@ -201,3 +201,16 @@ def test_sample_names_is_the_one_list_of_names_in_messages():
     assert sample_names([f"f{i}" for i in range(7)]) == "f0, f1, f2, f3, f4 and 2 more"
     assert sample_names(["c", "b", "a"], most=1) == "a and 2 more"
     assert _safety.sample_names is sample_names
+
+
+def test_a_folder_below_a_file_is_refused_naming_the_file(tmp_path):
+    # `dparallel train STORE -o data.xyz/model` said "Not a directory: …/data.xyz/model"
+    data = tmp_path / "data.xyz"
+    data.write_text("1\n\nH 0 0 0\n")
+    with pytest.raises(UnsafePathError) as refused:
+        claim_directory(data / "model", ".mark", "model")
+    assert str(refused.value) == (
+        f"refusing to write a model into {data / 'model'}: {data} is a file, not a folder; "
+        "choose another output directory"
+    )
+    assert data.read_text() == "1\n\nH 0 0 0\n"
