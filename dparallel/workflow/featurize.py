@@ -9,9 +9,11 @@ predicate ``dparallel run`` uses to decide whether a store is already current.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.descriptors.registry import descriptor_kind
@@ -44,7 +46,6 @@ from dparallel.workflow.ingest import ingest_config
 from dparallel.workflow.stats import FeatureStats
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import Callable, Mapping
     from concurrent.futures import Future
 
@@ -499,7 +500,6 @@ def write_scaling_data(
     URL (written locally, then uploaded); ``statistics`` (e.g.
     ``FeaturizeResult.statistics``) saves merging them from the store again."""
     import tempfile
-    from pathlib import Path
 
     from dparallel.io.location import as_location
     from dparallel.n2p2.scaling_data import write_scaling_data as write_n2p2
@@ -550,5 +550,11 @@ def refuse_scaling_target(
             raise UnsafePathError(f"{said}: the run reads or writes it ({item})")
     if where.local is not None and where.local.is_dir():
         raise UnsafePathError(f"{said}: it is a folder")
+    folder = where.local.parent if where.local is not None else None
+    if folder is not None and not folder.is_dir():  # the run would end without the file
+        shown = Path(path).parent if isinstance(path, (str, os.PathLike)) else folder
+        if folder.exists():
+            raise UnsafePathError(f"{said}: {shown} is a file, not a folder")
+        raise UnsafePathError(f"{said}: its folder {shown} does not exist")
     if where.is_file() and not looks_like_scaling_data(where.read_range(0, 4096)):
         raise UnsafePathError(f"{said}: it holds something else than scaling data")

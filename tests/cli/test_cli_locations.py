@@ -92,6 +92,9 @@ def test_the_log_of_a_url_store_goes_to_the_temporary_folder_under_a_read_only_h
         ("s.zarr/x.data", "inside the store"),
         ("folder", "it is a folder"),
         ("notes.txt", "something else than scaling data"),
+        # both were found after the whole run ("No such file or directory: nodir/s.data.…partial")
+        ("nodir/s.data", "its folder nodir does not exist"),
+        ("notes.txt/s.data", "notes.txt is a file, not a folder"),
     ],
 )
 def test_scaling_data_never_replaces_what_is_not_scaling_data(target, reason, tmp_path):
