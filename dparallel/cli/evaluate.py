@@ -16,6 +16,8 @@ log = logging.getLogger(__name__)
 
 def add_parser(subparsers: Any) -> None:
     """Register the ``evaluate`` sub-command."""
+    from dparallel.io.units import UNIT_SYSTEMS
+
     p = subparsers.add_parser(
         "evaluate",
         help="energy and force RMSE/MAE of a deployed model on a structure file",
@@ -34,11 +36,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--format", help="format of DATA (default: guess)")
     p.add_argument(
         "--units",
+        choices=sorted(UNIT_SYSTEMS),
         help="units of DATA (as for ingest; default: those of the data MODEL_DIR was "
         "trained from, as it records them, else ase)",
     )
     p.add_argument(
         "--potential-units",
+        choices=sorted(UNIT_SYSTEMS),
         help="units of an n2p2 potential directory (default: those its input.nn declares, "
         "else those of DATA, --units)",
     )

@@ -183,3 +183,13 @@ def test_featurize_workflow_gives_the_dataset_settings_the_command_line_leaves_o
     assert settings("--descriptors", str(tmp_path / "d.yaml")) == (None, "ase", "raise", None)
     base[1] = "other.xyz"  # another file than the workflow's: its format is guessed
     assert settings("--workflow", str(workflow)) == (None, "bohr-hartree", "skip", 500)
+
+
+@pytest.mark.parametrize("option", ["--units", "--potential-units"])
+def test_evaluate_units_are_checked_as_ingest_and_featurize_check_them(tmp_path, capsys, option):
+    # --units bohr: first a warning "DATA is read as bohr", then the unknown-units error
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(tmp_path), str(tmp_path / "in.xyz"), option, "bohr"])
+    err = capsys.readouterr().err
+    assert f"argument {option}: invalid choice: 'bohr' (choose from " in err
+    assert "WARNING" not in err

@@ -52,7 +52,7 @@ def test_train_export_evaluate(tmp_path, capsys) -> None:  # noqa: ANN001
     err = capsys.readouterr().err
     assert f"{tmp_path / 'foreign.xyz'}: structure 9, atom 2: atomic number 47" in err
     # units of an n2p2 potential given for a dparallel model: refused, not ignored
-    argv = ["evaluate", str(out), str(tmp_path / "cu16.xyz"), "--potential-units", "bohr"]
+    argv = ["evaluate", str(out), str(tmp_path / "cu16.xyz"), "--potential-units", "bohr-hartree"]
     assert main(argv) == 2
     assert "--potential-units is for an n2p2 potential directory" in capsys.readouterr().err
 
