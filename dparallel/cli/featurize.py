@@ -66,9 +66,8 @@ def source_settings(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with ``--format``, ``--units``, ``--on-error`` and ``--partition-atoms``
     that the command line leaves out taken from ``--workflow``'s ``dataset`` and
     ``partitioning`` sections (as ``dparallel run`` reads them; the format only for SOURCE
-    = ``dataset.path``), else the defaults (guess, ase, raise, derived)."""
-    import argparse
-
+    = ``dataset.path``), else the defaults (guess, ase, raise, derived); ``args`` itself
+    is updated and returned (``main`` reads ``log_file`` from it)."""
     keys: dict[str, object] = {
         "format": None, "units": "ase", "on_error": "raise", "partition_atoms": None
     }  # fmt: skip
@@ -82,8 +81,10 @@ def source_settings(args: argparse.Namespace) -> argparse.Namespace:
         fmt = dataset.format if _same_path(args.source, dataset.path) else None
         settings = {"format": fmt, "units": dataset.units,
                     "on_error": dataset.on_error, "partition_atoms": atoms}  # fmt: skip
-    given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
-    return argparse.Namespace(**{**vars(args), **settings, **given})
+    for key, value in settings.items():  # in place: main() reads log_file etc. from args
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
 
 def _same_path(a: str, b: str) -> bool:

@@ -173,7 +173,9 @@ def test_featurize_workflow_gives_the_dataset_settings_the_command_line_leaves_o
     base = ["featurize", str(tmp_path / "input.data"), "-o", "s.zarr"]
 
     def settings(*argv: str) -> tuple:
-        got = source_settings(build_parser().parse_args([*base, *argv]))
+        args = build_parser().parse_args([*base, *argv])
+        got = source_settings(args)
+        assert got is args  # main() reads log_file and restore_logging from its own args
         return got.format, got.units, got.on_error, got.partition_atoms
 
     assert settings("--workflow", str(workflow)) == ("n2p2", "bohr-hartree", "skip", 500)
