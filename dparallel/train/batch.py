@@ -42,8 +42,9 @@ class Geometry:
     """What descriptors are computed from at prediction: positions, species and pairs.
 
     ``element_rows[E]`` are the (sorted) atom rows of element ``E``, found on the host so
-    the device never waits for a ``nonzero``; ``graph`` is the descriptor's torch graph
-    (shared, not copied; it follows the batch's device).
+    the device never waits for a ``nonzero``, for every model element (empty where the
+    batch has none, so its network gets zero gradients as from a stored batch); ``graph``
+    is the descriptor's torch graph (shared, not copied; it follows the batch's device).
     """
 
     positions: torch.Tensor  # (N, 3) Å

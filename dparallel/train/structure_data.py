@@ -170,7 +170,7 @@ class StructureReader(PartitionReader):
             pair_first=torch.from_numpy(pairs["first"]),
             pair_second=torch.from_numpy(pairs["second"]),
             pair_offsets=torch.from_numpy(pairs["offsets"]).to(dtype),
-            element_rows={elem: r for elem, r in rows.items() if r.shape[0]},
+            element_rows=rows,  # every element, rows or none, as a stored batch's features
             graph=self.graph,
         )
         return replace(batch, geometry=geometry)
