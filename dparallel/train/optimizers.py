@@ -152,11 +152,20 @@ class GradientDescent(Optimizer):
             self.force_weight = end + (start - end) * self.lr / spec.lr
 
     def step(self, model: HDNNP, batch: Batch, forces: bool) -> StepResult:
-        """One gradient step on the loss of ``batch``."""
-        self.optimizer.zero_grad(set_to_none=True)
+        """One gradient step on the loss of ``batch``.
+
+        Gradients are zeroed, not dropped: the network of an element without atoms in the
+        batch gets a zero gradient whether or not the batch carries its (empty) table (a
+        store's partition may lack it, a computed batch has none), so the optimizer steps
+        every parameter alike and the trajectory does not depend on how data are stored.
+        """
+        self.optimizer.zero_grad(set_to_none=False)
         energy, predicted = predict_batch(model, batch, forces, create_graph=True)
         value = loss(energy, predicted, batch, self.force_weight)
         value.backward()
+        for p in model.parameters():  # untouched before any batch had the element's atoms
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         self.optimizer.step()
         return energy, predicted, value
 

@@ -188,25 +188,45 @@ def test_kalman_trains_with_the_kernel_engine_as_from_stored(store, tmp_path) ->
             assert abs(ra[k] - rb[k]) <= 1e-5 * abs(ra[k]), (ra["epoch"], k, ra[k], rb[k])
 
 
-def test_graph_engine_follows_the_stored_trajectory_when_a_batch_lacks_an_element(
+@pytest.mark.parametrize("descriptor", ["acsf", "neighbor_sum"])
+def test_computed_follows_the_stored_trajectory_when_a_batch_lacks_an_element(
     tmp_path,  # noqa: ANN001
+    descriptor,  # noqa: ANN001
 ) -> None:
-    """A batch without Au still gives Au's network zero gradients (not none), so Adam moves
-    it as from stored descriptors (where the batch carries Au's empty table)."""
+    """A batch without Au gives Au's network zero gradients whether a stored partition has
+    Au's empty table (ACSF) or none (neighbor sums) and however descriptors are computed,
+    so Adam steps it alike on every path."""
     from _store_fixture import write_emt_alloy
 
     from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.descriptors.neighbor_sum import NeighborSum
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
-    acsf = ACSF.uniform(["Cu", "Au"], r_cut=4.2, radial=[(0.05, 0.0), (2.0, 2.7)],
-                        narrow=[(0.01, 1.0, 1.0, 0.0)])  # fmt: skip
+    elements = ["Cu", "Au"]
+    desc = {
+        "acsf": ACSF.uniform(elements, r_cut=4.2, radial=[(0.05, 0.0), (2.0, 2.7)],
+                             narrow=[(0.01, 1.0, 1.0, 0.0)]),
+        "neighbor_sum": NeighborSum(elements, r_cut=4.2, n_sensitivities=3, r_min=0.7),
+    }[descriptor]  # fmt: skip
     data = write_emt_alloy(tmp_path / "a.xyz", 12, seed=2, repeat=(1, 1, 1), pure=6)
-    st = build_store(data, tmp_path / "a.zarr", acsf, partition_atoms=8)
+    st = featurize_in_process(data, tmp_path / "a.zarr",
+                              DescriptorSet(**{descriptor: desc}, derivatives=True),
+                              FeaturizeOptions(partition_atoms=8, overwrite=True))  # fmt: skip
     spec = SPEC.model_copy(
-        update={"epochs": 2, "batch_size": 2, "validation_fraction": 0.25, "test_fraction": 0}
-    )
+        update={"descriptor": descriptor, "epochs": 2, "batch_size": 2,
+                "validation_fraction": 0.25, "test_fraction": 0}
+    )  # fmt: skip
     a = train_model(st, tmp_path / "stored", spec)
-    update = {"descriptor_source": "computed", "compute_with": "graph"}
-    b = train_model(st, tmp_path / "graph", spec.model_copy(update=update))
-    for ra, rb in zip(a.history, b.history, strict=True):
-        for k in ("train_loss", "validation_loss", "validation_force_rmse"):
-            assert abs(ra[k] - rb[k]) <= 1e-8 * abs(ra[k]), (ra["epoch"], k, ra[k], rb[k])
+    for engine in ("graph", "kernel"):
+        update = {"descriptor_source": "computed", "compute_with": engine}
+        b = train_model(st, tmp_path / engine, spec.model_copy(update=update))
+        for ra, rb in zip(a.history, b.history, strict=True):
+            for k in ("train_loss", "validation_loss", "validation_force_rmse"):
+                assert abs(ra[k] - rb[k]) <= 1e-8 * abs(ra[k]), (
+                    engine,
+                    ra["epoch"],
+                    k,
+                    ra[k],
+                    rb[k],
+                )
