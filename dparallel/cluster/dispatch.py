@@ -5,9 +5,9 @@ partition ``p`` (as its :class:`Dispatch` says), hands each result to ``on_resul
 arrives and returns the exceptions of the partitions that failed. A worker that dies takes
 the tasks queued on it down too, and the scheduler counts them all as suspects
 (``KilledWorker``): each such partition is rerun alone, one at a time, so an innocent one
-finishes and only the one that kills its worker fails again; after
-:data:`KILLING_IN_A_ROW` reruns in a row that all killed their workers, the rest are not
-rerun (the workers die whatever they run).
+finishes and only the one that kills its worker fails again. Where no partition has run
+fine yet and :data:`KILLING_IN_A_ROW` reruns in a row all killed their workers, the rest
+are not rerun (the workers die whatever they run).
 
 Collecting a result never waits without bound: a task can finish and its worker die before
 the driver fetches the (small) result, and Dask then recomputes it, behind whatever else
@@ -105,9 +105,12 @@ def run_partitions(
             if not _collect(future, p, how, failures):
                 lost.append(p)
     rerun = sorted({*lost, *(p for p, exc in failures.items() if killed_worker(exc))})
+    # a partition that ran fine shows the workers can run one: then every partition that
+    # killed its worker is rerun alone, however many before it killed theirs again
+    ran_fine = any(p not in failures and p not in rerun for p in partitions)
     in_a_row = 0  # reruns alone that killed their worker again, one after another
     for i, p in enumerate(rerun):  # alone, one at a time
-        if in_a_row >= KILLING_IN_A_ROW:
+        if in_a_row >= KILLING_IN_A_ROW and not ran_fine:
             for q in rerun[i:]:
                 failures[q] = _not_rerun(in_a_row)
             break
@@ -121,15 +124,17 @@ def run_partitions(
         else:
             failures[p] = _no_worker()
         in_a_row = in_a_row + 1 if killed_worker(failures.get(p)) else 0
+        ran_fine = ran_fine or p not in failures
     held.clear()  # the scheduler may forget the tasks now
     return failures
 
 
 def _not_rerun(in_a_row: int) -> ClusterError:
     return ClusterError(
-        f"not rerun alone: the {in_a_row} partitions rerun alone before it killed their "
-        "workers too, so the workers die whatever they run (a memory limit too small for one "
-        "partition? see the workers' logs); fix that and rerun the same command"
+        f"not rerun alone: no partition has run without killing its worker, and the "
+        f"{in_a_row} rerun alone before it killed theirs too, so the workers die whatever "
+        "they run (a memory limit too small for one partition? see the workers' logs); fix "
+        "that and rerun the same command"
     )
 
 

@@ -224,3 +224,40 @@ def test_workers_that_die_whatever_they_run_are_not_tried_on_every_partition(tmp
     assert "the workers die whatever they run" in str(failures[skipped[0]])
     reruns = runs.read_text().split()[-KILLING_IN_A_ROW:]  # the last runs: those rerun alone
     assert sorted(map(int, reruns)) == sorted(killed)
+
+
+@pytest.mark.slow
+def test_partitions_rerun_alone_after_killing_ones_in_a_row_once_one_ran_fine(tmp_path) -> None:
+    """Three neighbouring partitions that each kill their worker (too large for a memory
+    limit) while others run fine: the workers can run a partition, so every suspect is
+    still rerun alone and the innocent ones after the three finish (they were failed as
+    'not rerun alone', and rerunning the command repeated the same round)."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    from dparallel.cluster.dispatch import KILLING_IN_A_ROW
+
+    killers = set(range(1, 1 + KILLING_IN_A_ROW))
+
+    def task(p: int, killers: frozenset) -> int:  # a closure: pickled by value
+        import os
+
+        if p in killers:
+            os._exit(1)
+        return p
+
+    done: list[int] = []
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        how = Dispatch(
+            args=lambda p: (p, frozenset(killers)), on_result=lambda p, r: done.append(r)
+        )
+        failures = run_partitions(client, task, list(range(len(killers) + 3)), how)
+    assert sorted(failures) == sorted(killers), failures
+    assert all(killed_worker(exc) for exc in failures.values()), failures
+    assert sorted(done) == sorted(set(range(len(killers) + 3)) - killers)
