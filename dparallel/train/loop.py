@@ -221,8 +221,12 @@ def _set_up(
             "epoch replaces it", model_dir / BEST, progress.best_epoch,
         )  # fmt: skip
         progress.best_val, progress.best_epoch, progress.bad_epochs = math.inf, -1, 0
+        run.optimizer.monitor_rebased(math.inf)
     elif resume and progress.validation_digest != digest:
-        _measure_best_again(run, progress)
+        if _monitored_split(run) == "validation":
+            _measure_best_again(run, progress)
+        else:
+            _compare_afresh(run, progress)
     progress.validation_digest = digest
     return run, progress
 
@@ -233,10 +237,10 @@ def _monitored_split(run: _Run) -> str:
 
 
 def _measure_best_again(run: _Run, progress: Progress) -> None:
-    """Resumed on another monitored split (partitions done since the checkpoint, or a
+    """Resumed on another validation set (partitions done since the checkpoint, or a
     checkpoint that does not say): ``best.pt``'s loss on this one becomes the best so far,
     so the epochs to come, early stopping and a plateau schedule compare losses over the
-    same structures (the validation split's; the training split's where there is none).
+    same structures.
 
     A loss that is not finite there (best.pt diverges on a new structure) is no best: as
     an epoch of such a loss is never one, none is kept (the next finite epoch replaces
@@ -244,23 +248,36 @@ def _measure_best_again(run: _Run, progress: Progress) -> None:
     """
     if progress.best_epoch < 0:
         return
-    split = _monitored_split(run)
     best = run.feed.target.model(load_model(run.model_dir / BEST)[0])
-    loss = evaluate_split(best, run.reader, split, run.spec, feed=run.feed).summary()["loss"]
+    loss = evaluate_split(best, run.reader, "validation", run.spec, feed=run.feed).summary()["loss"]
     log.info(
-        "the %s set is not the one of the checkpoint's best loss (%.6g): best.pt (epoch %d) "
-        "measured on it again: %.6g",
-        split, progress.best_val, progress.best_epoch, loss,
+        "the validation set is not the one of the checkpoint's best loss (%.6g): best.pt "
+        "(epoch %d) measured on it again: %.6g",
+        progress.best_val, progress.best_epoch, loss,
     )  # fmt: skip
     if not math.isfinite(loss):
         log.warning(
-            "best.pt (epoch %d) has a loss that is not finite on the new %s set: it is no "
-            "best there, the next epoch with a finite loss replaces it",
-            progress.best_epoch, split,
-        )  # fmt: skip
+            "best.pt (epoch %d) has a loss that is not finite on the new validation set: it "
+            "is no best there, the next epoch with a finite loss replaces it",
+            progress.best_epoch,
+        )
         loss, progress.best_epoch, progress.bad_epochs = math.inf, -1, 0
     progress.best_val = loss
     run.optimizer.monitor_rebased(loss)
+
+
+def _compare_afresh(run: _Run, progress: Progress) -> None:
+    """Resumed on another training set without a validation set: the monitored loss is an
+    epoch's running training loss, which no measurement of ``best.pt`` matches (measured at
+    fixed weights it is lower), so the best loss is forgotten: best.pt stays until the next
+    epoch replaces it, and early stopping and a plateau schedule count from there."""
+    log.info(
+        "the training set is not the one of the checkpoint's best loss (%.6g, epoch %d): "
+        "the next epoch's loss replaces it",
+        progress.best_val, progress.best_epoch,
+    )  # fmt: skip
+    progress.best_val, progress.bad_epochs = math.inf, 0
+    run.optimizer.monitor_rebased(math.inf)
 
 
 def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:

@@ -373,15 +373,16 @@ def test_data_units_json_is_written_once_by_training_for_any_store(
     assert remote["data_units"] == "ase"
 
 
-def test_resume_without_validation_on_a_larger_training_set_measures_the_best_model_on_it(
+def test_resume_without_validation_on_a_larger_training_set_compares_afresh(
     trained,  # noqa: ANN001
     tmp_path,  # noqa: ANN001
     caplog,  # noqa: ANN001
 ) -> None:
-    """With ``validation_fraction: 0`` the training loss picks the best epoch: resumed once
-    another partition's training structures are done, best.pt is scored on the new
-    training set (the digest covered only a validation set, so the resumed epochs
-    compared their loss with one over fewer structures)."""
+    """With ``validation_fraction: 0`` an epoch's running training loss picks the best
+    epoch: resumed once another partition's training structures are done, the best loss
+    (over fewer structures) is forgotten, so the resumed epoch replaces best.pt and early
+    stopping counts from it (the digest covered only a validation set, so the resumed
+    epochs compared their loss with one over other structures). A plain resume keeps it."""
     import logging
 
     from dparallel.store import open_store
@@ -398,16 +399,20 @@ def test_resume_without_validation_on_a_larger_training_set_measures_the_best_mo
     writer = open_store(copy, mode="r+")
     writer.clear_done(late)
     train_model(copy, tmp_path / "m", spec)
+    first = torch.load(tmp_path / "m" / "checkpoint.pt", weights_only=True)
     writer.mark_done(late)
     with caplog.at_level(logging.INFO, logger="dparallel.train.loop"):
-        train_model(copy, tmp_path / "m", spec.model_copy(update={"epochs": 2}), resume=True)
-    assert "the train set is not the one of the checkpoint's best loss" in caplog.text
+        resumed = train_model(copy, tmp_path / "m", spec.model_copy(update={"epochs": 2}),
+                              resume=True)  # fmt: skip
+    assert "the training set is not the one of the checkpoint's best loss" in caplog.text
     ck = torch.load(tmp_path / "m" / "checkpoint.pt", weights_only=True)
     assert ck["validation_digest"] == split_digest(whole.ids_of("train"))
+    assert ck["best_epoch"] == 1 and ck["bad_epochs"] == 0 and resumed.best_epoch == 1
+    assert ck["best_val"] == resumed.history[-1]["train_loss"] != first["best_val"]
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="dparallel.train.loop"):
         train_model(copy, tmp_path / "m", spec.model_copy(update={"epochs": 3}), resume=True)
-    assert "measured on it again" not in caplog.text
+    assert "is not the one of the checkpoint's best loss" not in caplog.text
 
 
 def test_resume_with_best_pt_missing_keeps_no_best_and_with_no_epochs_left_says_so(
