@@ -22,7 +22,13 @@ class InputError(DParallelError, ValueError):
 
 
 class InputFormatError(InputError):
-    """A structure file is malformed; names the file and the line or frame."""
+    """A structure file is malformed; names the file and the line or frame.
+
+    ``kept_in``: set by a writer that met it while writing a store's partitions (the store,
+    which keeps those done before); ``None`` where it came before any was written.
+    """
+
+    kept_in: str | None = None
 
     def __init__(
         self,

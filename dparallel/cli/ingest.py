@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = ingest(args.input, args.output, options)
     except InputFormatError as exc:  # a structure of the file: what is kept, how to go on
-        if options.on_error == "skip" or not _is_store(args.output):
-            raise
+        if options.on_error == "skip" or exc.kept_in is None or not _is_store(args.output):
+            raise  # or met before this run wrote any partition: the store is not its
         kept = open_store(args.output)
         raise InputError(
             f"{exc}; {args.output} keeps its {kept.n_partitions - len(kept.pending_partitions())} "

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from dparallel.errors import InputFormatError
 from dparallel.io import StructureSource, open_source
 from dparallel.store import (
     Store,
@@ -147,7 +148,11 @@ def ingest(
         n_skipped = 0
         for k, p in enumerate(pending):
             lease.check()
-            n_skipped += ingest_partition(source, store, int(p))["n_skipped"]
+            try:
+                n_skipped += ingest_partition(source, store, int(p))["n_skipped"]
+            except InputFormatError as exc:  # the partitions done before it are kept
+                exc.kept_in = str(store_path)
+                raise
             if options.progress is not None:
                 options.progress(already + k + 1, store.n_partitions)
         store = publish_store(store)

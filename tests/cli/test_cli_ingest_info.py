@@ -133,3 +133,23 @@ def test_a_bad_structure_says_what_is_kept_and_how_to_go_on(tmp_path, capsys):
         main(["ingest", str(path), "-o", str(out), "-q", "--on-error", "skip", "--overwrite"]) == 0
     )
     assert open_store(out).n_structures == 1
+
+
+def test_an_input_error_before_any_partition_says_nothing_of_the_store_there(tmp_path, capsys):
+    """An error met opening the source (an unknown --format, a header that does not
+    parse) comes before this run wrote anything: the store already at -o (another
+    dataset's, say) is not its, so no '--overwrite' hint (it said 'keeps its 1 done
+    partitions … rerun with --overwrite', which would replace that store)."""
+    data = tmp_path / "d.xyz"
+    data.write_text("1\nenergy=0.5\nH 0 0 0\n")
+    out = tmp_path / "s.zarr"
+    assert main(["ingest", str(data), "-o", str(out), "-q"]) == 0
+    capsys.readouterr()
+    bad = tmp_path / "bad.xyz"
+    bad.write_text("not a count\nenergy=0.5\nH 0 0 0\n")
+    for argv in (["ingest", str(data), "-o", str(out), "-q", "--format", "extxzy"],
+                 ["ingest", str(bad), "-o", str(out), "-q", "--format", "extxyz"]):  # fmt: skip
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("dparallel ingest: error: ") and "--overwrite" not in err, err
+    assert open_store(out).n_structures == 1
