@@ -65,9 +65,10 @@ def add_parser(subparsers: Any) -> None:
 def source_settings(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with ``--format``, ``--units``, ``--on-error`` and ``--partition-atoms``
     that the command line leaves out taken from ``--workflow``'s ``dataset`` and
-    ``partitioning`` sections (as ``dparallel run`` reads them; the format only for SOURCE
-    = ``dataset.path``), else the defaults (guess, ase, raise, derived); ``args`` itself
-    is updated and returned (``main`` reads ``log_file`` from it)."""
+    ``partitioning`` sections (as ``dparallel run`` reads them; the format and units,
+    which describe the dataset file, only for SOURCE = ``dataset.path``), else the
+    defaults (guess, ase, raise, derived); ``args`` itself is updated and returned
+    (``main`` reads ``log_file`` from it)."""
     keys: dict[str, object] = {
         "format": None, "units": "ase", "on_error": "raise", "partition_atoms": None
     }  # fmt: skip
@@ -77,10 +78,10 @@ def source_settings(args: argparse.Namespace) -> argparse.Namespace:
 
         spec = load_workflow(args.workflow)
         dataset, atoms = spec.dataset, spec.partitioning.atoms
-        # its format is its dataset file's: another SOURCE's is guessed
-        fmt = dataset.format if _same_path(args.source, dataset.path) else None
-        settings = {"format": fmt, "units": dataset.units,
-                    "on_error": dataset.on_error, "partition_atoms": atoms}  # fmt: skip
+        # its format and units are its dataset file's: another SOURCE's are the defaults
+        if _same_path(args.source, dataset.path):
+            settings.update(format=dataset.format, units=dataset.units)
+        settings.update(on_error=dataset.on_error, partition_atoms=atoms)
     for key, value in settings.items():  # in place: main() reads log_file etc. from args
         if getattr(args, key) is None:
             setattr(args, key, value)

@@ -183,8 +183,11 @@ def test_featurize_workflow_gives_the_dataset_settings_the_command_line_leaves_o
              "--partition-atoms", "7"]  # fmt: skip
     assert settings("--workflow", str(workflow), *given) == ("extxyz", "ase", "raise", 7)
     assert settings("--descriptors", str(tmp_path / "d.yaml")) == (None, "ase", "raise", None)
-    base[1] = "other.xyz"  # another file than the workflow's: its format is guessed
-    assert settings("--workflow", str(workflow)) == (None, "bohr-hartree", "skip", 500)
+    # another file than the workflow's: its format is guessed and its units are Å/eV (a
+    # workflow in bohr-hartree read any SOURCE, an extxyz in Å say, as Bohr)
+    base[1] = "other.xyz"
+    assert settings("--workflow", str(workflow)) == (None, "ase", "skip", 500)
+    assert settings("--workflow", str(workflow), "--units", "bohr-hartree")[1] == "bohr-hartree"
 
 
 @pytest.mark.parametrize("option", ["--units", "--potential-units"])
