@@ -39,6 +39,7 @@ from dparallel.nn import (
     MODEL,
     file_not_model_dir,
     load_torch_file,
+    not_a_torch_file,
     resume_hint,
     save_torch_file,
 )
@@ -296,7 +297,7 @@ def load_deployed(
     """Load ``deployed.pt`` (or MODEL_DIR containing it), evaluating on ``device``."""
     given = Path(path)
     path = given / DEPLOYED if given.is_dir() else given
-    if path.is_file() and path.suffix != ".pt":  # a structure file, a log, …
+    if not_a_torch_file(path):  # a structure file, a log, …
         raise TrainingError(file_not_model_dir(path, DEPLOYED))
     if not path.is_file():
         raise TrainingError(_no_deployed(given))

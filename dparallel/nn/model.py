@@ -9,6 +9,7 @@ spec and kind, and the training spec as a dict (:func:`model_file`, :func:`load_
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -302,6 +303,13 @@ def model_file(
     }
 
 
+def not_a_torch_file(path: Path) -> bool:
+    """Whether ``path`` is a file that no ``torch.save`` wrote (a structure file, a log…):
+    neither named ``*.pt`` (a broken one is then said to be broken) nor a zip archive as
+    torch writes, so a model file renamed ``cu.pth`` or ``model.pt.bak`` still loads."""
+    return path.is_file() and path.suffix != ".pt" and not zipfile.is_zipfile(path)
+
+
 def file_not_model_dir(path: Path, accepts: str | None = None) -> str:
     """What is wrong with the file ``path`` given where a model directory is wanted;
     ``accepts``: the file the caller also takes in the directory's place (``model.pt``,
@@ -328,7 +336,7 @@ def load_model(
     path = Path(path)
     if path.is_dir():
         path = path / MODEL
-    elif path.is_file() and path.suffix != ".pt":  # a structure file, a log, …
+    elif not_a_torch_file(path):  # a structure file, a log, …
         raise TrainingError(file_not_model_dir(path, MODEL))
     if not path.is_file():
         if path.with_name("checkpoint.pt").is_file():  # a training stopped before its end

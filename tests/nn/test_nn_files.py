@@ -94,3 +94,17 @@ def test_a_file_that_is_no_model_is_said_to_be_no_model_directory(tmp_path: Path
         f"{data} is a file, not a model directory: give the folder that `dparallel train` "
         "wrote (with model.pt) or its model.pt"
     )
+
+
+def test_a_model_file_is_told_by_its_content_not_its_name(tmp_path: Path) -> None:
+    """A model file renamed (``cu.pth``, ``model.pt.bak``) still loads, and a structure
+    file of another name is still no model: only a name ending in ``.pt`` was taken (the
+    renamed file was refused as 'a file, not a model directory')."""
+    model = HDNNP(["H"], {"H": 2}, hidden=(3,))
+    for name in ("cu.pth", "model.pt.bak"):
+        save_torch_file(model_file(model, {}, None, "acsf"), tmp_path / name)
+        loaded, _ = load_model(tmp_path / name)
+        assert torch.equal(loaded.state_dict()["ref_energy"], model.state_dict()["ref_energy"])
+    (tmp_path / "train.pth").write_text("1\n\nH 0 0 0\n")
+    with pytest.raises(TrainingError, match=r"train.pth is a file, not a model directory"):
+        load_model(tmp_path / "train.pth")
