@@ -329,16 +329,17 @@ def featurize(
     RunInterruptedError
         Interrupted (Ctrl-C): says how many partitions are done and kept.
     """
-    _check_arguments("featurize", descriptors, options)
     from dparallel.cluster import discard_connection, expected_workers
 
     t0 = time.perf_counter()
-    # needed before the store only to derive the partition size (a given client is asked)
-    n_workers = (
-        expected_workers(**options.connect_to()) if options.partition_atoms is None else None
-    )
     with contextlib.ExitStack() as stack:
-        stack.callback(discard_connection, options.connecting)  # closed already if it was used
+        if isinstance(options, FeaturizeOptions):  # whatever fails, also the checks below
+            stack.callback(discard_connection, options.connecting)  # closed if it was used
+        _check_arguments("featurize", descriptors, options)
+        # needed before the store only to derive the partition size (a given client is asked)
+        n_workers = (
+            expected_workers(**options.connect_to()) if options.partition_atoms is None else None
+        )
         refuse_foreign_target(store_path, options.overwrite, (source_path, *options.protect))
         lease = stack.enter_context(StoreLease(store_path, command="dparallel featurize"))
         source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)

@@ -80,6 +80,8 @@ def test_unreachable_address_is_a_bounded_cluster_error() -> None:
 
 
 def test_connect_in_background_hands_over_the_handle_or_the_error(tmp_path: Path) -> None:
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.errors import SourceNotFoundError
     from dparallel.workflow.featurize import FeaturizeOptions, featurize
 
@@ -95,16 +97,20 @@ def test_connect_in_background_hands_over_the_handle_or_the_error(tmp_path: Path
         assert handle.source == "scheduler" and handle.client.status == "running"
         discard_connection(early)
         assert handle.client.status == "closed"
-        # featurize closes a connection it was handed also when it fails before using it
-        early = connect_in_background(scheduler=cluster.scheduler_address)
-        with pytest.raises(SourceNotFoundError):
-            featurize(
-                tmp_path / "missing.xyz",
-                tmp_path / "f.zarr",
-                None,
-                FeaturizeOptions(connecting=early),
-            )  # type: ignore[arg-type]
-        assert early.result().client.status == "closed"
+        # featurize closes a connection it was handed also when it fails before using it:
+        # on a missing source, and on an argument of the wrong type (a TypeError)
+        acsf = ACSF.uniform(["H"], r_cut=3.0, radial=[(0.5, 0.0)])
+        for descriptors, error in ((DescriptorSet(acsf=acsf), SourceNotFoundError),
+                                   (None, TypeError)):  # fmt: skip
+            early = connect_in_background(scheduler=cluster.scheduler_address)
+            with pytest.raises(error):
+                featurize(
+                    tmp_path / "missing.xyz",
+                    tmp_path / "f.zarr",
+                    descriptors,  # type: ignore[arg-type]
+                    FeaturizeOptions(connecting=early),
+                )
+            assert early.result().client.status == "closed"
 
 
 def test_env_address_beats_spec(monkeypatch) -> None:
