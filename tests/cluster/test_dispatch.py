@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dparallel.cluster.dispatch import Dispatch, killed_worker, run_partitions
 from dparallel.errors import ClusterError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def _square_or_fail(p: int, offset: int, *, fail: int) -> int:
@@ -193,9 +198,6 @@ def test_workers_that_die_whatever_they_run_are_not_tried_on_every_partition(tmp
     """Every task kills its worker (as with a memory limit below what one partition needs):
     the driver used to rerun each partition alone, each costing the scheduler's allowed
     deaths (hours for hundreds of partitions); it now stops after KILLING_IN_A_ROW."""
-    import dask
-    from distributed import Client, LocalCluster
-
     from dparallel.cluster.dispatch import KILLING_IN_A_ROW
 
     runs = tmp_path / "runs"
@@ -207,13 +209,7 @@ def test_workers_that_die_whatever_they_run_are_not_tried_on_every_partition(tmp
             fh.write(f"{p}\n")
         os._exit(1)
 
-    with (
-        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
-        LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with _one_worker_whose_death_is_final() as client:
         failures = run_partitions(
             client, die, list(range(7)), Dispatch(args=lambda p: (p, str(runs)))
         )
@@ -232,9 +228,6 @@ def test_partitions_rerun_alone_after_killing_ones_in_a_row_once_one_ran_fine(tm
     limit) while others run fine: the workers can run a partition, so every suspect is
     still rerun alone and the innocent ones after the three finish (they were failed as
     'not rerun alone', and rerunning the command repeated the same round)."""
-    import dask
-    from distributed import Client, LocalCluster
-
     from dparallel.cluster.dispatch import KILLING_IN_A_ROW
 
     killers = set(range(1, 1 + KILLING_IN_A_ROW))
@@ -247,13 +240,7 @@ def test_partitions_rerun_alone_after_killing_ones_in_a_row_once_one_ran_fine(tm
         return p
 
     done: list[int] = []
-    with (
-        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
-        LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with _one_worker_whose_death_is_final() as client:
         how = Dispatch(
             args=lambda p: (p, frozenset(killers)), on_result=lambda p, r: done.append(r)
         )
@@ -261,3 +248,20 @@ def test_partitions_rerun_alone_after_killing_ones_in_a_row_once_one_ran_fine(tm
     assert sorted(failures) == sorted(killers), failures
     assert all(killed_worker(exc) for exc in failures.values()), failures
     assert sorted(done) == sorted(set(range(len(killers) + 3)) - killers)
+
+
+@contextlib.contextmanager
+def _one_worker_whose_death_is_final() -> Iterator[Any]:
+    """A client of a one-process local cluster where a task that kills its worker is
+    given up at once (``KilledWorker``, no other attempt)."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
