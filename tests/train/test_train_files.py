@@ -233,10 +233,11 @@ def test_resume_after_more_partitions_landed_keeps_every_structures_split(
     assert second["reference_energies"] == first["reference_energies"]
 
 
-def _trained_before_a_validation_partition(trained, tmp_path):  # noqa: ANN001, ANN202
-    """A copy of the trained store, one epoch trained into ``tmp_path/m`` while its last
-    partition with validation structures was not done, then that partition done again:
-    the copy, the spec, the complete store's split and the first run's result."""
+def _trained_before_a_late_partition(trained, tmp_path, fraction=0.4, split="validation"):  # noqa: ANN001, ANN202
+    """A copy of the trained store, one epoch trained into ``tmp_path/m`` (with
+    ``validation_fraction`` ``fraction``) while its last partition with ``split``
+    structures was not done, then that partition done again: the copy, the spec, the
+    complete store's split and the first run's result."""
     from dparallel.store import open_store
     from dparallel.train.data import build_split_index
 
@@ -244,9 +245,9 @@ def _trained_before_a_validation_partition(trained, tmp_path):  # noqa: ANN001, 
     copy = tmp_path / "part.zarr"
     shutil.copytree(store.path, copy)
     spec = SPEC.model_copy(update={"allow_incomplete": True, "epochs": 1,
-                                   "validation_fraction": 0.4})  # fmt: skip
-    whole = build_split_index(open_store(copy), 0.4, spec.test_fraction, seed=1)
-    late = whole.partitions_with("validation")[-1]  # done after the first run
+                                   "validation_fraction": fraction})  # fmt: skip
+    whole = build_split_index(open_store(copy), fraction, spec.test_fraction, seed=1)
+    late = whole.partitions_with(split)[-1]  # done after the first run
     writer = open_store(copy, mode="r+")
     writer.clear_done(late)
     first = train_model(copy, tmp_path / "m", spec)
@@ -270,7 +271,7 @@ def test_resume_on_a_larger_validation_set_measures_the_best_model_on_it(
     from dparallel.train.data import PartitionReader
     from dparallel.train.reporting import evaluate_split
 
-    copy, spec, whole, first = _trained_before_a_validation_partition(trained, tmp_path)
+    copy, spec, whole, first = _trained_before_a_late_partition(trained, tmp_path)
     first_ids = json.loads((tmp_path / "m" / "metrics.json").read_text())["validation_ids"]
     assert set(whole.ids_of("validation")) > set(first_ids)
     best_model, _ = load_model(tmp_path / "m" / "best.pt")
@@ -307,7 +308,7 @@ def test_a_best_model_not_finite_on_the_new_validation_set_is_no_best(
 
     from dparallel.train import loop
 
-    copy, spec, _, _ = _trained_before_a_validation_partition(trained, tmp_path)
+    copy, spec, _, _ = _trained_before_a_late_partition(trained, tmp_path)
     first_best = (tmp_path / "m" / "best.pt").read_bytes()
 
     class _NaN:
@@ -385,22 +386,10 @@ def test_resume_without_validation_on_a_larger_training_set_compares_afresh(
     epochs compared their loss with one over other structures). A plain resume keeps it."""
     import logging
 
-    from dparallel.store import open_store
     from dparallel.train.checkpoints import split_digest
-    from dparallel.train.data import build_split_index
 
-    store, _ = trained
-    copy = tmp_path / "part.zarr"
-    shutil.copytree(store.path, copy)
-    spec = SPEC.model_copy(update={"allow_incomplete": True, "epochs": 1,
-                                   "validation_fraction": 0.0})  # fmt: skip
-    whole = build_split_index(open_store(copy), 0.0, spec.test_fraction, seed=1)
-    late = whole.partitions_with("train")[-1]
-    writer = open_store(copy, mode="r+")
-    writer.clear_done(late)
-    train_model(copy, tmp_path / "m", spec)
+    copy, spec, whole, _ = _trained_before_a_late_partition(trained, tmp_path, 0.0, "train")
     first = torch.load(tmp_path / "m" / "checkpoint.pt", weights_only=True)
-    writer.mark_done(late)
     with caplog.at_level(logging.INFO, logger="dparallel.train.loop"):
         resumed = train_model(copy, tmp_path / "m", spec.model_copy(update={"epochs": 2}),
                               resume=True)  # fmt: skip
