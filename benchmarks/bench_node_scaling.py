@@ -229,6 +229,7 @@ def main() -> int:
             if args.counts
             else worker_counts(args.max_workers)
         )
+        gpu = gpu_present()  # once: it asks nvidia-smi
         rows: list[tuple[str, int, float, float, float, float, dict]] = []  # name, N, s, …
         ceilings: dict[int, float] = {}
         for n in counts:
@@ -239,7 +240,7 @@ def main() -> int:
             rows.append((f"--local {n}", n, wall, wall - busiest, first, tail, phases))
             print(f"  --local {n}: {wall:.2f} s; ceiling {ceilings[n]:.2f} s", flush=True)
         agreement = None
-        if gpu_present():
+        if gpu:
             top = counts[-1]
             size = cpu_partition_atoms(data, top)  # the --local top run's partitions
             for n in sorted({1, top}):
@@ -279,7 +280,7 @@ def main() -> int:
         print("task seconds summed over partitions, by device and phase:")
         for name, *_, phases in rows:
             print(f"  {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(phases.items())))
-        if not gpu_present():
+        if not gpu:
             print("--gpus 1: no GPU")
         key = f"featurize_water_x{args.copies}" + ("_dgdr" if args.derivatives else "")
         record(key, {"atoms": atoms, "rows": figures, "gpu_store_vs_cpu": agreement})

@@ -73,7 +73,11 @@ def machine() -> dict[str, Any]:
 
 
 def record(section: str, figures: dict[str, Any]) -> Path | None:
-    """Merge ``figures`` as ``section`` into the results file; its path, or None."""
+    """Merge ``figures`` as ``section`` into the results file; its path, or None.
+
+    A section already there (an earlier step's run of the same benchmark and size, e.g. a
+    profiled one) is kept: the new one is ``section_run2``, ``section_run3``, …
+    """
     path = results_path()
     if path is None:
         return None
@@ -81,9 +85,19 @@ def record(section: str, figures: dict[str, Any]) -> Path | None:
     data = json.loads(path.read_text()) if path.exists() else {}
     data.setdefault("machine", machine())
     stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    section = _unused(data, section)
     data[section] = {"measured": stamp, **figures}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=float) + "\n")
     tmp.replace(path)
     print(f"figures: {path} [{section}]")
     return path
+
+
+def _unused(data: dict[str, Any], section: str) -> str:
+    """``section``, or ``section_runN`` with the first N ≥ 2 not in ``data``."""
+    name, n = section, 1
+    while name in data:
+        n += 1
+        name = f"{section}_run{n}"
+    return name

@@ -14,7 +14,7 @@
 # bench_gpu_train --profile): water ×25 streamed and held at batch 64 (BATCHES_PROFILE), and
 # the Kalman filter on the CuAu set, held; objstore: issue 28's S3 featurize against local, where moto's server finds cores
 # the two workers leave idle (needs moto, boto3 and obstore among the wheels); tests2: the Triton tests, then three CUDA training tests and the pinned batch assembly (TESTS2_S bounds it, 150 s).
-# KERNELS_S, PROFILE_S and SCALING_S bound the kernels (80 s), profile (60 s) and scaling100 (70 s)
+# KERNELS_S, PROFILE_S, SCALING_S and SCALING400_S bound the kernels (80 s), profile (60 s), scaling100 (70 s) and scaling400 (80 s)
 # steps; SCALING_FLAGS=--derivatives makes the scaling steps featurize dG/dr too. SMOKE=1 runs
 # each benchmark at a toy size (to check the script on a CPU machine). TOTAL=seconds bounds the whole run: each
 # step's limit is cut to what is left. On the lent GPU machine, the wheels of
@@ -80,9 +80,16 @@ step scaling100 "${SCALING_S:-70}" "$py" benchmarks/bench_node_scaling.py --copi
   --counts "$(nproc)" ${SCALING_FLAGS:-}
 step water64 50 "$py" benchmarks/bench_gpu_train.py --water "$(size 25 1)" --epochs 4 \
   --cpu-epochs 3 --streamed-epochs 3 --dp-set batch_size=64 --workdir "$WORK/w64"
-step scaling400 80 "$py" benchmarks/bench_node_scaling.py --copies "$(size 400 3)" \
+step scaling400 "${SCALING400_S:-80}" "$py" benchmarks/bench_node_scaling.py --copies "$(size 400 3)" \
   --counts "$(nproc)" ${SCALING_FLAGS:-}
-s3w=${S3_WHEELS:-.whl-s3}  # moto, boto3, s3fs, obstore and their wheels (cp312), if missing
+# moto's server and the S3 client as cp312 wheels (the GPU machine lacks them; 36 MB, so .whl,
+# .whl-s3 and the tree stay under the 64 MiB that travels): `bash ../shared/device/wheels.sh`'s
+# pip download, run with --python-version 3.12 on "moto[server]" obstore boto3 botocore fsspec and
+# their dependencies, keeping: moto boto3 botocore s3transfer jmespath python_dateutil six urllib3
+# requests idna certifi charset_normalizer responses werkzeug flask flask_cors blinker click
+# itsdangerous jinja2 markupsafe xmltodict cryptography cffi pycparser obstore fsspec
+# py_partiql_parser jsonpath_ng (moto's S3 needs no more; cryptography it does)
+s3w=${S3_WHEELS:-.whl-s3}
 step objstore 120 bash -c "if [ -d $s3w ]; then $py -m pip install -q --no-index --no-deps \
 --no-compile --no-cache-dir --upgrade --target /tmp/site-s3 $s3w/*.whl && \
 export PYTHONPATH=/tmp/site-s3:\$PYTHONPATH; fi; $py benchmarks/bench_object_store.py \
