@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 def add_parser(subparsers: Any) -> None:
     """Register the ``export`` and ``lammps`` sub-commands."""
+    from dparallel.io.units import UNIT_SYSTEMS
+
     p = subparsers.add_parser(
         "export",
         help="write the deployable model: deployed.pt (ASE calculator) and plain-torch files",
@@ -58,6 +60,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--units",
+        choices=sorted(UNIT_SYSTEMS),
         help="units of the n2p2 files: ase (Å, eV; default) or bohr-hartree (written with "
         "--format n2p2; of the n2p2 potential MODEL_DIR: default what its input.nn declares)",
     )

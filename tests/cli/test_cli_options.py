@@ -198,3 +198,30 @@ def test_evaluate_units_are_checked_as_ingest_and_featurize_check_them(tmp_path,
     err = capsys.readouterr().err
     assert f"argument {option}: invalid choice: 'bohr' (choose from " in err
     assert "WARNING" not in err
+
+
+def test_every_units_option_offers_the_one_list_of_unit_systems():
+    # export --units took any text (refused late, or never: `export MODEL --units bohr`)
+    # where evaluate, ingest and featurize offer the unit systems of dparallel.io.units
+    import argparse
+
+    from dparallel.cli.main import build_parser
+    from dparallel.io.units import UNIT_SYSTEMS
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    found = {
+        (name, option): action.choices
+        for name, sub in commands.choices.items()
+        for action in sub._actions
+        for option in action.option_strings
+        if option in ("--units", "--potential-units")
+    }
+    assert {name for name, _ in found} >= {"evaluate", "export", "ingest", "featurize"}
+    assert {key: choices for key, choices in found.items() if choices != sorted(UNIT_SYSTEMS)} == {}
+
+
+def test_export_units_are_checked_before_anything_is_read(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["export", str(tmp_path), "--units", "bohr"])
+    assert "argument --units: invalid choice: 'bohr' (choose from " in capsys.readouterr().err
