@@ -93,9 +93,10 @@ class Calculator(_calc.Calculator):
                 f"Calculator: dtype={dtype!r}; give torch.float64 (the default) or torch.float32"
             )
         path = Path(model_dir)
-        from dparallel.n2p2 import is_potential_dir, load_potential
+        from dparallel.n2p2 import load_potential
+        from dparallel.nn import is_n2p2_potential
 
-        if is_potential_dir(path):  # an n2p2 potential: (ACSF, HDNNP) from its files
+        if is_n2p2_potential(path):  # an n2p2 potential: (ACSF, HDNNP) from its files
             from dparallel.n2p2.declared_units import potential_units
 
             chosen = potential_units(path, units, "ase")  # its declaration wins over a default

@@ -98,12 +98,13 @@ def evaluate_file(
     from dparallel.deploy.finite import check_finite_predictions
     from dparallel.errors import UnknownElementError
     from dparallel.io import open_source
-    from dparallel.n2p2 import is_potential_dir, load_potential
+    from dparallel.n2p2 import load_potential
     from dparallel.n2p2.declared_units import potential_units as resolve
+    from dparallel.nn import is_n2p2_potential
     from dparallel.train.reporting import Metrics
 
     units = _data_units(model_dir, units)
-    if is_potential_dir(model_dir):  # an n2p2 potential: its declared units, else DATA's
+    if is_n2p2_potential(model_dir):  # an n2p2 potential: its declared units, else DATA's
         chosen = resolve(model_dir, potential_units, units)
         model = DeployedModel(*load_potential(model_dir, units=chosen))
     else:

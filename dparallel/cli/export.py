@@ -97,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
         units = args.units or "ase"
         print(strict_json(export_model_dir(args.model_dir, args.output, units), indent=1))
         return 0
-    if _n2p2_potential(args.model_dir):
+    from dparallel.nn import is_n2p2_potential
+
+    if is_n2p2_potential(args.model_dir):
         return _export_n2p2_potential(args)
 
     report = export_model(
@@ -113,14 +115,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"report: {Path(args.model_dir) / 'export.json'}")
     failed = [n for n, r in report["routes"].items() if r["status"] == "failed"]
     return 1 if failed else 0
-
-
-def _n2p2_potential(model_dir: str) -> bool:
-    """Whether MODEL_DIR is an n2p2 potential (an input.nn and no trained model.pt)."""
-    from pathlib import Path
-
-    d = Path(model_dir)
-    return (d / "input.nn").is_file() and not (d / "model.pt").exists()
 
 
 def _export_n2p2_potential(args: argparse.Namespace) -> int:

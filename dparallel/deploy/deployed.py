@@ -38,7 +38,9 @@ from dparallel.nn import (
     HDNNP,
     MODEL,
     file_not_model_dir,
+    is_n2p2_potential,
     load_torch_file,
+    n2p2_files_missing,
     not_a_torch_file,
     resume_hint,
     save_torch_file,
@@ -273,10 +275,11 @@ def _no_deployed(given: Path) -> str:
         return f"{folder} does not exist: give a model directory (with {DEPLOYED}) or its file"
     if (folder / MODEL).is_file():
         return f"{folder} holds no {DEPLOYED}: run `dparallel export {folder}` first"
-    if (folder / "input.nn").is_file():  # an n2p2 potential (dparallel.n2p2) but for this
-        return (
-            f"{folder} holds an n2p2 input.nn but no scaling.data: an n2p2 potential needs "
-            "input.nn, scaling.data and weights.XXX.data"
+    if is_n2p2_potential(folder):  # what the calculator and evaluate load by themselves
+        return n2p2_files_missing(folder) or (
+            f"{folder} is an n2p2 potential, not a deployed dparallel model: load it with "
+            "dparallel.n2p2.load_potential, or give the folder to dparallel.ase.Calculator or "
+            "`dparallel evaluate`"
         )
     if (folder / "checkpoint.pt").is_file():  # a training killed before its end
         return (

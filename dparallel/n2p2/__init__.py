@@ -26,7 +26,6 @@ from dparallel.n2p2.weights import read_weights, write_weights
 if TYPE_CHECKING:
     from dparallel.n2p2.potential import (
         export_model_dir,
-        is_potential_dir,
         load_potential,
         n2p2_problems,
         write_potential,
@@ -42,7 +41,6 @@ __all__ = [
     "acsf_from_input_nn",
     "export_model_dir",
     "format_scaling_data",
-    "is_potential_dir",
     "load_potential",
     "n2p2_problems",
     "read_input_nn",
@@ -60,7 +58,6 @@ __getattr__ = lazy_getattr(
     dict.fromkeys(
         (
             "export_model_dir",
-            "is_potential_dir",
             "load_potential",
             "n2p2_problems",
             "write_potential",

@@ -21,12 +21,12 @@ from ase.data import atomic_numbers
 
 from dparallel._files import claim_directory, remove_file, write_file
 from dparallel.descriptors.registry import DescriptorKind, recorded_kind
-from dparallel.errors import ConfigError, DescriptorError, InputFormatError
+from dparallel.errors import ConfigError, DescriptorError, InputFormatError, SourceNotFoundError
 from dparallel.io.units import unit_factors
 from dparallel.n2p2.input_nn import ACTIVATION_CODES, InputNN, read_input_nn
 from dparallel.n2p2.scaling_data import COLUMNS, format_scaling_data, read_scaling_data
 from dparallel.n2p2.weights import read_weights, weights_file_name, write_weights
-from dparallel.nn import HDNNP, N2P2_EXPRESSIBLE
+from dparallel.nn import HDNNP, N2P2_EXPRESSIBLE, n2p2_files_missing
 
 if TYPE_CHECKING:
     import os
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from dparallel.descriptors import ACSF
 
-__all__ = ["is_potential_dir", "load_potential", "n2p2_problems", "write_potential"]
+__all__ = ["load_potential", "n2p2_problems", "write_potential"]
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,6 @@ _KEYWORDS = {
 }
 
 
-def is_potential_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a directory holding an n2p2 ``input.nn`` and ``scaling.data``."""
-    p = Path(path)
-    return p.is_dir() and (p / "input.nn").is_file() and (p / "scaling.data").is_file()
-
-
 def load_potential(
     directory: str | os.PathLike[str], units: str = "ase", dtype: torch.dtype = torch.float64
 ) -> tuple[ACSF, HDNNP]:
@@ -81,6 +75,9 @@ def load_potential(
 
     Raises
     ------
+    SourceNotFoundError
+        No ``scaling.data`` (:func:`dparallel.nn.n2p2_files_missing`, the message every
+        command gives) or weights file.
     InputFormatError
         Whatever n2p2 would refuse, a 4G/Q potential (electrostatics), symmetry-function
         types other than 2/3/9, scaling or weights files that do not fit the input.nn.
@@ -96,6 +93,9 @@ def load_potential(
             path=inp.path,
             line=None if entry is None else entry.line,
         )
+    missing = n2p2_files_missing(d)
+    if missing is not None:
+        raise SourceNotFoundError(missing)
     acsf = inp.acsf(unit=length, order="n2p2")
     stats = read_scaling_data(d / "scaling.data", inp.n_symmetry_functions)
     model = _model(inp, stats)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dparallel.nn.activations import ACTIVATIONS, N2P2_EXPRESSIBLE, make_activation
 from dparallel.nn.files import load_exported_program, load_torch_file, save_torch_file
+from dparallel.nn.folders import is_n2p2_potential, n2p2_files_missing
 from dparallel.nn.model import (
     HDNNP,
     MODEL,
@@ -34,11 +35,13 @@ __all__ = [
     "SCALING_MODES",
     "DivideBy",
     "file_not_model_dir",
+    "is_n2p2_potential",
     "load_exported_program",
     "load_model",
     "load_torch_file",
     "make_activation",
     "model_file",
+    "n2p2_files_missing",
     "not_a_torch_file",
     "resume_hint",
     "save_torch_file",

@@ -69,6 +69,6 @@ def test_an_n2p2_potential_without_scaling_data_is_named_as_one(tmp_path, monkey
     with pytest.raises(TrainingError) as refused:
         load_deployed("pot")
     assert str(refused.value) == (
-        "pot holds an n2p2 input.nn but no scaling.data: an n2p2 potential needs input.nn, "
-        "scaling.data and weights.XXX.data"
+        "pot/scaling.data is missing: pot holds an n2p2 input.nn, and an n2p2 potential needs "
+        "input.nn, scaling.data and weights.XXX.data"
     )

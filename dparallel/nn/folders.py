@@ -1,0 +1,42 @@
+"""What a folder given as a model is: a dparallel model directory or an n2p2 potential.
+
+One notion for the ASE calculator, ``dparallel evaluate``, ``dparallel export`` and
+:func:`~dparallel.deploy.load_deployed` (docs/n2p2.md): a folder holding an n2p2
+``input.nn`` and no trained ``model.pt`` is an n2p2 potential (n2p2 files beside a
+``model.pt`` belong to that dparallel model); it loads when it also holds
+``scaling.data`` (its ``weights.XXX.data`` are checked as they are read).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dparallel.nn.model import MODEL
+
+if TYPE_CHECKING:
+    import os
+
+__all__ = ["N2P2_INPUT", "N2P2_SCALING", "is_n2p2_potential", "n2p2_files_missing"]
+
+#: The file that makes a folder an n2p2 potential, and the statistics it needs beside.
+N2P2_INPUT = "input.nn"
+N2P2_SCALING = "scaling.data"
+
+
+def is_n2p2_potential(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder meant as an n2p2 potential: an ``input.nn``, no ``model.pt``."""
+    p = Path(path)
+    return p.is_dir() and (p / N2P2_INPUT).is_file() and not (p / MODEL).is_file()
+
+
+def n2p2_files_missing(path: str | os.PathLike[str]) -> str | None:
+    """Why the n2p2 potential folder ``path`` cannot load (the one message for every command),
+    or ``None`` when it holds its ``scaling.data``."""
+    p = Path(path)
+    if (p / N2P2_SCALING).is_file():
+        return None
+    return (
+        f"{p / N2P2_SCALING} is missing: {p} holds an n2p2 {N2P2_INPUT}, and an n2p2 potential "
+        f"needs {N2P2_INPUT}, {N2P2_SCALING} and weights.XXX.data"
+    )
