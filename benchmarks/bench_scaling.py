@@ -89,7 +89,7 @@ def in_process(path: Path, descriptors, partition_atoms: int) -> float:
 
     from dparallel.io import open_source
     from dparallel.store.plan import plan_partitions
-    from dparallel.workflow.stats import FeatureStats
+    from dparallel.store.stats import FeatureStats
 
     torch.set_num_threads(1)
     warm_up(descriptors)

@@ -6,7 +6,7 @@ n2p2's order (atomic number) and, within an element, functions in n2p2's *sorted
 skips lines starting with ``#`` and takes the next ``n_sf`` rows for each element in turn;
 sigma may be missing in old files (then 0). :func:`write_scaling_data` writes the file from
 per-element statistics (anything with ``minimum``, ``maximum``, ``mean`` and ``sigma``
-arrays, e.g. :class:`dparallel.workflow.stats.FeatureStats`).
+arrays, e.g. :class:`dparallel.store.stats.FeatureStats`).
 """
 
 from __future__ import annotations

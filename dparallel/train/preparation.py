@@ -18,6 +18,7 @@ from ase.data import atomic_numbers
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
+from dparallel.store.stats import FeatureStats
 from dparallel.train.data import PartitionReader, SplitIndex, build_split_index
 
 if TYPE_CHECKING:
@@ -149,26 +150,18 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
 
 
 def _statistics(reader: PartitionReader) -> dict[str, dict[str, list]]:
-    """n2p2 scaling statistics of the training split (store without statistics attrs)."""
-    acc: dict[str, list[np.ndarray]] = {elem: [] for elem in reader.elements}
+    """n2p2 scaling statistics of the training split (a store without its ``statistics``
+    record: one still being featurized), as featurize records them (:class:`FeatureStats`)."""
+    acc: dict[str, FeatureStats] = {}
     for p in reader.index.partitions_with("train"):
         part = reader.get(p)
         for elem in reader.elements:
             table = part.rows.get(f"features/{elem}")
             if table is not None:  # rows of each structure: a run per structure
                 struct = np.repeat(np.arange(part.n_structures), np.diff(table.offsets))
-                acc[elem].append(table.columns["values"][part.split[struct] == 0])
-    out = {}
-    for elem, parts in acc.items():
-        if parts:
-            v = np.concatenate(parts)
-            out[elem] = {
-                "min": v.min(0).tolist(),
-                "max": v.max(0).tolist(),
-                "mean": v.mean(0).tolist(),
-                "sigma": v.std(0, ddof=1).tolist() if v.shape[0] > 1 else [0.0] * v.shape[1],
-            }
-    return out
+                rows = FeatureStats.of(table.columns["values"][part.split[struct] == 0])
+                acc[elem] = acc[elem].merge(rows) if elem in acc else rows
+    return {elem: s.summary() for elem, s in acc.items() if s.count}
 
 
 def build_model(prep: Prepared, spec: TrainingSpec, target: Target) -> HDNNP:

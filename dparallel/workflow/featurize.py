@@ -39,11 +39,11 @@ from dparallel.store import (
     target_path,
 )
 from dparallel.store.plan import MAX_PARTITION_ATOMS, MIN_SPLIT_ATOMS, given_partition_atoms
+from dparallel.store.stats import FeatureStats
 from dparallel.workflow.featurize_failures import raise_failures
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
 from dparallel.workflow.ingest import ingest_config
-from dparallel.workflow.stats import FeatureStats
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -476,18 +476,7 @@ def _warn_idle_workers(
 
 
 def _statistics_json(statistics: dict[str, dict[str, FeatureStats]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, per_elem in statistics.items():
-        out[name] = {}
-        for elem, s in per_elem.items():
-            out[name][elem] = {
-                "count": s.count,
-                "min": s.minimum.tolist(),
-                "max": s.maximum.tolist(),
-                "mean": s.mean.tolist(),
-                "sigma": s.sigma.tolist(),
-            }
-    return out
+    return {name: {e: s.summary() for e, s in per.items()} for name, per in statistics.items()}
 
 
 def write_scaling_data(

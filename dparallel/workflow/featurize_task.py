@@ -34,7 +34,7 @@ from dparallel.neighbors import neighbor_list
 from dparallel.neighbors.coincident import coincident_atoms
 from dparallel.store import open_store
 from dparallel.store._derivatives import DERIVATIVE_DTYPE
-from dparallel.workflow.stats import FeatureStats
+from dparallel.store.stats import FeatureStats
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dparallel.n2p2.scaling_data import read_scaling_data, write_scaling_data
-from dparallel.workflow.stats import FeatureStats
+from dparallel.store.stats import FeatureStats
 
 if TYPE_CHECKING:
     from pathlib import Path

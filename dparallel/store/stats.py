@@ -179,8 +179,19 @@ class FeatureStats:
             out.append(float(max(var, Fraction(0))) ** 0.5)
         return np.array(out)
 
+    def summary(self) -> dict[str, Any]:
+        """The store's ``statistics`` record of an element (count, min, max, mean, sigma:
+        n2p2's ``scaling.data`` columns), what training scales its inputs by."""
+        return {
+            "count": self.count,
+            "min": self.minimum.tolist(),
+            "max": self.maximum.tolist(),
+            "mean": self.mean.tolist(),
+            "sigma": self.sigma.tolist(),
+        }
+
     def to_json(self) -> dict[str, Any]:
-        """JSON-safe form for store attributes and task reports."""
+        """JSON-safe form of the partial sums, for task reports (merged by the client)."""
         return {
             "count": self.count,
             "min": self.minimum.tolist(),

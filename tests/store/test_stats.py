@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dparallel.n2p2.scaling_data import format_scaling_data, scaling_table
-from dparallel.workflow.stats import ExactSum, FeatureStats
+from dparallel.store.stats import ExactSum, FeatureStats
 
 
 def _awkward(rng, n=4000, f=5):
@@ -74,3 +74,15 @@ def test_scaling_data_columns_follow_n2p2(rng):
         [b.minimum[0], b.maximum[0], b.mean[0], b.sigma[0]],
         rtol=1e-15,
     )
+
+
+def test_the_summary_is_numpys_min_max_mean_and_sigma() -> None:
+    # the record featurize writes and training scales by, against numpy (float64 sums)
+    rng = np.random.default_rng(5)
+    x = rng.normal(3.0, 0.2, size=(1000, 4)) ** 3
+    got = FeatureStats.of(x).summary()
+    assert got["count"] == 1000
+    np.testing.assert_array_equal(got["min"], x.min(0))
+    np.testing.assert_array_equal(got["max"], x.max(0))
+    np.testing.assert_allclose(got["mean"], x.mean(0), rtol=1e-14, atol=0)
+    np.testing.assert_allclose(got["sigma"], x.std(0, ddof=1), rtol=1e-12, atol=0)
