@@ -101,6 +101,14 @@ def run(args: argparse.Namespace) -> int:
 
     if is_n2p2_potential(args.model_dir):
         return _export_n2p2_potential(args)
+    given = [o for o, v in (("--units", args.units), ("-o", args.output)) if v is not None]
+    if given:  # the n2p2 files' options: deployed.pt is in Å and eV, beside model.pt
+        from dparallel.errors import ConfigError
+
+        raise ConfigError(
+            f"{given[0]} is for --format n2p2 or an n2p2 potential directory; {args.model_dir} "
+            "is a dparallel model, whose deployed files are in Å and eV beside its model.pt"
+        )
 
     report = export_model(
         args.model_dir,

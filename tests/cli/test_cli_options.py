@@ -225,3 +225,13 @@ def test_export_units_are_checked_before_anything_is_read(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["export", str(tmp_path), "--units", "bohr"])
     assert "argument --units: invalid choice: 'bohr' (choose from " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", [["--units", "bohr-hartree"], ["-o", "elsewhere"]])
+def test_export_of_a_dparallel_model_refuses_the_n2p2_file_options(tmp_path, capsys, option):
+    # they were accepted and ignored: deployed.pt is in Å and eV, written beside model.pt
+    (tmp_path / "model.pt").write_bytes(b"")
+    assert main(["export", str(tmp_path), *option]) == 2
+    err = capsys.readouterr().err
+    assert f"{option[0]} is for --format n2p2 or an n2p2 potential directory" in err
+    assert not (tmp_path / "export.json").exists()
