@@ -23,8 +23,9 @@ storage library writes for us (zarr, icechunk, an object-store client) stays wit
 
 A log is appended to, not replaced: :func:`open_log` appends only to a log dparallel
 created (it starts with :data:`LOG_MARKER`) or an empty file, never through a link, never
-to a file with other names (hard links); :func:`check_log_target` refuses anything else
-before a run starts.
+to a file with other names (hard links), and creates its missing folders;
+:func:`check_log_target` refuses anything else (and a path below a file) before a run
+starts.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "LOG_MARKER",
     "check_log_target",
     "claim_directory",
+    "file_in_the_way",
     "is_dparallel_log",
     "new_file",
     "open_log",
@@ -392,6 +394,13 @@ def is_dparallel_log(path: str | os.PathLike[str]) -> bool:
         os.close(fd)
 
 
+def file_in_the_way(path: str | os.PathLike[str]) -> Path | None:
+    """The folder above ``path`` that is a file (where ``mkdir(parents=True)`` says "Not a
+    directory"), or ``None``: the one check of every output path (a store, an output
+    folder, the log) before a run writes anything."""
+    return next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+
+
 def _refuse_log(path: Path, why: str) -> UnsafePathError:
     return UnsafePathError(
         f"refusing to write the log to {path}: {why}; dparallel appends only to its own "
@@ -400,9 +409,14 @@ def _refuse_log(path: Path, why: str) -> UnsafePathError:
 
 
 def check_log_target(path: str | os.PathLike[str]) -> Path:
-    """Raise :class:`UnsafePathError` unless :func:`open_log` may append to ``path``;
-    returns it absolute. Nothing is created."""
+    """Raise :class:`UnsafePathError` unless :func:`open_log` may append to ``path`` (or
+    create it, with its missing folders); returns it absolute. Nothing is created."""
     path = Path(path).absolute()
+    if (in_the_way := file_in_the_way(path)) is not None:  # open_log would write nothing
+        raise UnsafePathError(
+            f"refusing to write the log to {path}: {in_the_way} is a file, not a folder; "
+            "choose another --log-file"
+        )
     if os.path.islink(path):
         raise _refuse_log(path, "it is a symbolic link")
     if not os.path.lexists(path):
@@ -431,9 +445,10 @@ def _check_log_fd(path: Path, fd: int) -> None:
 
 
 def open_log(path: str | os.PathLike[str]) -> IO[str]:
-    """A text stream appending to the log at ``path``: created (with :data:`LOG_MARKER`)
-    if absent, else only if :func:`check_log_target` accepts it."""
+    """A text stream appending to the log at ``path``: created (with :data:`LOG_MARKER`,
+    and its missing folders) if absent, else only if :func:`check_log_target` accepts it."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     flags = os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags | os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -554,8 +569,7 @@ def claim_directory(
             f"refusing to write a {what} into {given}: it is a file, not a folder; choose "
             "another output directory"
         )
-    in_the_way = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
-    if in_the_way is not None:  # mkdir would say "Not a directory"
+    if (in_the_way := file_in_the_way(target)) is not None:
         raise UnsafePathError(
             f"refusing to write a {what} into {given}: {in_the_way} is a file, not a folder; "
             "choose another output directory"

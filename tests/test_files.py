@@ -214,3 +214,30 @@ def test_a_folder_below_a_file_is_refused_naming_the_file(tmp_path):
         "choose another output directory"
     )
     assert data.read_text() == "1\n\nH 0 0 0\n"
+
+
+def test_a_log_below_a_file_is_refused_and_its_missing_folders_are_made(tmp_path):
+    # a log below a file, or in a folder not there yet, was accepted and never written
+    data = tmp_path / "data.xyz"
+    data.write_text("1\n\nH 0 0 0\n")
+    with pytest.raises(UnsafePathError) as refused:
+        check_log_target(data / "logs" / "run.log")
+    assert str(refused.value) == (
+        f"refusing to write the log to {data / 'logs' / 'run.log'}: {data} is a file, not a "
+        "folder; choose another --log-file"
+    )
+    log = tmp_path / "new" / "sub" / "run.log"
+    assert check_log_target(log) == log and not log.parent.exists()  # nothing created
+    with open_log(log) as fh:
+        fh.write("first\n")
+    assert log.read_text() == LOG_MARKER + "first\n"
+    assert data.read_text() == "1\n\nH 0 0 0\n"
+
+
+def test_a_file_in_the_way_is_one_check_for_every_output_path():
+    """A store (``-o``), an output folder and the log are refused below a file by one
+    helper, at layer 0."""
+    from dparallel._files import file_in_the_way
+    from dparallel.store import _safety
+
+    assert _safety.file_in_the_way is file_in_the_way

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dparallel._files import sample_names
+from dparallel._files import file_in_the_way, sample_names
 from dparallel.errors import StoreMismatchError, UnsafePathError
 from dparallel.store._own_files import STORE_ENTRIES, foreign_files
 
@@ -157,8 +157,9 @@ def refuse_foreign_folder(
     old one's folder), is an :class:`UnsafePathError`.
     ``protect``: the files the run reads, as ``create_store`` is given them."""
     target = Path(path).expanduser().resolve()
+    in_the_way = file_in_the_way(target)
     for above in target.parents:  # a file in the way, or a store it would be written into
-        why = "is a file, not a folder" if above.exists() and not above.is_dir() else None
+        why = "is a file, not a folder" if above == in_the_way else None
         if why is None and store_format(above) is not None:
             why = "is a dparallel store"
         if why is not None:

@@ -235,3 +235,56 @@ def test_export_of_a_dparallel_model_refuses_the_n2p2_file_options(tmp_path, cap
     err = capsys.readouterr().err
     assert f"{option[0]} is for --format n2p2 or an n2p2 potential directory" in err
     assert not (tmp_path / "export.json").exists()
+
+
+@pytest.mark.parametrize("command", ["featurize", "demo"])
+def test_a_log_file_below_a_file_is_refused_before_any_work(tmp_path, monkeypatch, capsys, command):
+    # --log-file data.xyz/run.log ran the whole command and wrote no log, silently (the
+    # log file is opened at the first record, and its handler is silent when it cannot)
+    import dparallel.cli.featurize as cli_featurize
+    import dparallel.workflow.run as workflow_run
+    from dparallel.datasets import write_emt_cu
+
+    def no_work(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the command started work with a log it cannot write")
+
+    monkeypatch.setattr(cli_featurize, "connect_early", no_work)
+    monkeypatch.setattr(workflow_run, "run_workflow", no_work)
+    monkeypatch.chdir(tmp_path)
+    data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=4, seed=1)
+    desc = tmp_path / "d.yaml"
+    desc.write_text("acsf: {elements: [Cu], r_cut: 3.0, radial: [[0.5, 0.0]]}\n")
+    log = data / "logs" / "run.log"
+    if command == "featurize":
+        argv = ["featurize", str(data), "-o", str(tmp_path / "s.zarr"), "--descriptors",
+                str(desc)]  # fmt: skip
+    else:
+        argv = ["demo", "--set", "cluster.n_workers=1"]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main([*argv, "-q", "--local", "1", "--log-file", str(log)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"dparallel {command}: error: refusing to write the log to {log}: {data} is a file, "
+        "not a folder; choose another --log-file"
+    ), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+def test_a_log_files_missing_folders_are_created(tmp_path, monkeypatch):
+    # --log-file logs/today/run.log (folders that do not exist yet) wrote no log, silently;
+    # they are created as an output folder is (dparallel.cluster.logs routes the records)
+    import argparse
+    import logging
+
+    from dparallel.cli._options import route_cluster_logs
+
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(log_file="logs/today/run.log", verbose=0)
+    path = route_cluster_logs(args, tmp_path / "s.zarr")
+    try:
+        logging.getLogger("distributed.scheduler").warning("a record of the run")
+    finally:
+        args.restore_logging()
+    assert path == tmp_path / "logs" / "today" / "run.log"
+    assert args.log_file == str(path)
+    assert "distributed.scheduler WARNING: a record of the run" in path.read_text()
