@@ -22,7 +22,6 @@ import logging
 import os
 import threading
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -30,6 +29,7 @@ from dask.system import CPU_COUNT
 from distributed import Client, LocalCluster
 from distributed.security import Security
 
+from dparallel.cluster.client_start import Refused, Unanswered, start_within
 from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
 from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_workers
 from dparallel.cluster.main_guard import main_script_hint, refuse_while_bootstrapping
@@ -41,7 +41,7 @@ from dparallel.dashboard.deferred_pages import attach_pages
 from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Iterator, Sequence
 
 __all__ = [
     "ClusterHandle",
@@ -333,28 +333,6 @@ def expected_workers(
 _HANDSHAKE_GRACE_S = 10.0
 
 
-class _Unanswered(Exception):
-    """The call did not return in time."""
-
-
-def _within(make: Callable[[], Client], seconds: float) -> Client:
-    """``make()`` in a daemon thread, given up after ``seconds`` (:class:`_Unanswered`; the
-    thread is left to end with the process); its exception is raised here."""
-    done: Future[Client] = Future()
-
-    def run() -> None:
-        try:
-            done.set_result(make())
-        except BaseException as exc:  # noqa: BLE001 - raised in the caller
-            done.set_exception(exc)
-
-    threading.Thread(target=run, name="dparallel-client-start", daemon=True).start()
-    try:
-        return done.result(timeout=seconds)
-    except FutureTimeout:
-        raise _Unanswered from None
-
-
 def _read_scheduler_file(path: str | os.PathLike[str]) -> str:
     """Scheduler address from a ``dask scheduler --scheduler-file`` JSON file."""
     try:
@@ -393,9 +371,10 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
             "configured; use the tls:// address of the scheduler"
         )
     try:
-        client = _within(
+        client = start_within(
             lambda: Client(address, security=security, timeout=spec.connect_timeout),
             spec.connect_timeout + _HANDSHAKE_GRACE_S,
+            address,
         )
     except TypeError as exc:  # distributed's way of saying "tls:// without certificates"
         raise ClusterError(
@@ -408,7 +387,13 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
             f"{spec.connect_timeout:g} s ({type(exc).__name__}: {exc}); is it running, "
             "and is the address (and TLS setting) right?"
         ) from exc
-    except _Unanswered:
+    except Refused:  # known at once: not the connect timeout's wait
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at {address!r}: the connection is refused "
+            "(nothing listens there); is it running, and is the address (and TLS setting) "
+            "right?"
+        ) from None
+    except Unanswered:
         raise ClusterError(
             f"{address!r} accepted the connection but did not answer as a Dask scheduler "
             f"within {spec.connect_timeout + _HANDSHAKE_GRACE_S:g} s: is it the scheduler's "

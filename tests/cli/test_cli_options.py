@@ -288,3 +288,27 @@ def test_a_log_files_missing_folders_are_created(tmp_path, monkeypatch):
     assert path == tmp_path / "logs" / "today" / "run.log"
     assert args.log_file == str(path)
     assert "distributed.scheduler WARNING: a record of the run" in path.read_text()
+
+
+def test_a_scheduler_where_nothing_listens_is_one_line_at_once(tmp_path, capsys):
+    # `--scheduler tcp://127.0.0.1:PORT` of a scheduler not running waited out the 10 s
+    # connect timeout before its error line
+    import socket
+    import time
+
+    from dparallel.datasets import write_emt_cu
+
+    data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=2, seed=1)
+    desc = tmp_path / "d.yaml"
+    desc.write_text("acsf: {elements: [Cu], r_cut: 3.0, radial: [[0.5, 0.0]]}\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"  # closed again: nobody listens
+    argv = ["featurize", str(data), "-o", str(tmp_path / "s.zarr"), "--descriptors", str(desc)]
+    t0 = time.monotonic()
+    assert main([*argv, "-q", "--scheduler", address]) == 2
+    assert time.monotonic() - t0 < 5.0
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"dparallel featurize: error: cannot reach the Dask scheduler at "
+                          f"{address!r}: the connection is refused"), err  # fmt: skip
+    assert len(err.splitlines()) == 1
