@@ -18,7 +18,7 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -46,7 +46,7 @@ def start_within(make: Callable[[], T], seconds: float, address: str) -> T:
     """``make()`` (a client of the scheduler at ``address``) in a daemon thread, given up
     after ``seconds`` (:class:`Unanswered`), or as soon as the address refuses connections
     for :data:`REFUSED_FOR_S` (:class:`Refused`); the thread is left to end with the
-    process. Its exception is raised here."""
+    process, and a client it makes after all is closed. Its exception is raised here."""
     done: Future[T] = Future()
 
     def run() -> None:
@@ -63,14 +63,22 @@ def start_within(make: Callable[[], T], seconds: float, address: str) -> T:
     while refuses(address) and time.monotonic() - t0 < seconds:
         if refused_since is None:
             refused_since = time.monotonic()
-        if time.monotonic() - refused_since >= REFUSED_FOR_S:
+        if time.monotonic() - refused_since >= REFUSED_FOR_S and not done.done():
+            done.add_done_callback(_close_late)
             raise Refused
         with contextlib.suppress(FutureTimeout):
             return done.result(timeout=0.1)
     try:
         return done.result(timeout=max(0.0, seconds - (time.monotonic() - t0)))
     except FutureTimeout:
+        done.add_done_callback(_close_late)
         raise Unanswered from None
+
+
+def _close_late(done: Future[Any]) -> None:
+    """Close what ``make()`` returned after :func:`start_within` gave it up."""
+    if done.exception() is None and hasattr(done.result(), "close"):
+        done.result().close()
 
 
 def refuses(address: str) -> bool:

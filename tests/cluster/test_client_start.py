@@ -80,3 +80,22 @@ def test_a_client_that_starts_is_returned_and_other_schemes_are_not_probed():
 
     with pytest.raises(TypeError, match="without certificates"):
         start_within(fails, 5.0, address)
+
+
+def test_a_client_made_after_it_was_given_up_is_closed():
+    address = f"tcp://127.0.0.1:{_closed_port()}"
+    closed = threading.Event()
+    release = threading.Event()
+
+    class Late:
+        def close(self) -> None:
+            closed.set()
+
+    def late() -> Late:
+        release.wait(30)
+        return Late()
+
+    with pytest.raises(Refused):
+        start_within(late, 30.0, address)
+    release.set()
+    assert closed.wait(10)
