@@ -132,6 +132,20 @@ def _export_n2p2_potential(args: argparse.Namespace) -> int:
     from dparallel._files import strict_json
     from dparallel.train.export import export_n2p2_potential
 
+    given = [
+        option
+        for option, value in (("-o", args.output), ("--float32", args.float32),
+                              ("--aoti", args.aoti), ("--no-artifacts", args.no_artifacts))
+        if value
+    ]  # fmt: skip
+    if given:  # a dparallel model's options: an n2p2 potential gets lammps.model, in place
+        from dparallel.errors import ConfigError
+
+        raise ConfigError(
+            f"{given[0]} is for a dparallel model directory; {args.model_dir} is an n2p2 "
+            "potential, whose export writes only its lammps.model, into it (--units chooses "
+            "the units its files are read in)"
+        )
     report = export_n2p2_potential(args.model_dir, args.units)
     if args.json:
         print(strict_json(report, indent=1))

@@ -237,6 +237,19 @@ def test_export_of_a_dparallel_model_refuses_the_n2p2_file_options(tmp_path, cap
     assert not (tmp_path / "export.json").exists()
 
 
+@pytest.mark.parametrize(
+    "option", [["-o", "elsewhere"], ["--float32"], ["--aoti"], ["--no-artifacts"]]
+)
+def test_export_of_an_n2p2_potential_refuses_the_dparallel_model_options(tmp_path, capsys, option):
+    # they were accepted and ignored: an n2p2 potential's export writes lammps.model in place
+    (tmp_path / "input.nn").write_text("number_of_elements 1\nelements H\n")
+    assert main(["export", str(tmp_path), *option]) == 2
+    err = capsys.readouterr().err
+    assert f"{option[0]} is for a dparallel model directory" in err
+    assert str(tmp_path) in err
+    assert not (tmp_path / "lammps.model").exists()
+
+
 @pytest.mark.parametrize("command", ["featurize", "demo"])
 def test_a_log_file_below_a_file_is_refused_before_any_work(tmp_path, monkeypatch, capsys, command):
     # --log-file data.xyz/run.log ran the whole command and wrote no log, silently (the
