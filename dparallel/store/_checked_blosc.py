@@ -20,14 +20,26 @@ from zarr.codecs import BloscCodec
 from zarr.registry import fully_qualified_name, register_codec
 
 if TYPE_CHECKING:
+    import numpy as np
     from zarr.core.array_spec import ArraySpec
     from zarr.core.buffer import Buffer
 
-__all__ = ["CheckedBlosc", "install"]
+__all__ = ["CheckedBlosc", "check_frame", "install"]
 
 #: A Blosc (1.x) frame's header: version, format, flags, type size, then four
 #: little-endian uint32 (uncompressed size, block size, compressed size = frame length).
 _HEADER = 16
+
+
+def check_frame(frame: bytes | np.ndarray) -> None:
+    """A ``ValueError`` unless ``frame`` is as long as its Blosc header says."""
+    size = len(frame)
+    stated = int.from_bytes(bytes(frame[12:_HEADER]), "little") if size >= _HEADER else -1
+    if stated != size:
+        raise ValueError(
+            f"a Blosc frame of {size} bytes whose header says {max(stated, 0)}: cut short "
+            "or not Blosc"
+        )
 
 
 class CheckedBlosc(BloscCodec):
@@ -35,14 +47,7 @@ class CheckedBlosc(BloscCodec):
     its header gives (encoding and metadata unchanged)."""
 
     def _decode_sync(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer:
-        frame = chunk_bytes.as_numpy_array()
-        size = int(frame.nbytes)
-        stated = int.from_bytes(frame[12:_HEADER].tobytes(), "little") if size >= _HEADER else -1
-        if stated != size:
-            raise ValueError(
-                f"a Blosc frame of {size} bytes whose header says {max(stated, 0)}: cut short "
-                "or not Blosc"
-            )
+        check_frame(chunk_bytes.as_numpy_array())  # (n,) uint8
         return super()._decode_sync(chunk_bytes, chunk_spec)
 
 

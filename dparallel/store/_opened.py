@@ -17,6 +17,7 @@ import zarr
 from dparallel.errors import StoreError
 from dparallel.io.location import Location, as_location
 from dparallel.store._backend import StoreTarget, open_backend
+from dparallel.store._chunks import chunk_decoder, read_keys
 from dparallel.store._generations import POINTER_KEY, is_generation
 from dparallel.store._layout import FORMAT_VERSION, READABLE_FORMATS, ZARR3, _partition_group
 from dparallel.store._read_cache import CachedReads, cache_budget
@@ -250,13 +251,56 @@ class OpenedStore:
     def _read_done_rows(self, name: str, done: np.ndarray) -> np.ndarray:
         """A per-partition array (one chunk per partition) read whole, with a
         :class:`StoreError` where a partition marked in ``done`` (the caller's
-        :meth:`_done_flags`) reads as fill because its chunk is gone."""
+        :meth:`_done_flags`) reads as fill because its chunk is gone, or where its chunk
+        cannot be decoded."""
         array = self._array(name)
-        values = self._rows(name, array, None, None)
-        self._require_chunks(
-            name, array, [int(p) for p in np.flatnonzero(done) if _all_fill(values[p], array)]
-        )
+        read = self._partition_chunks(name, array)
+        if read is None:  # an encoding read through zarr, chunk by chunk
+            values = self._rows(name, array, None, None)
+            self._require_chunks(
+                name, array, [int(p) for p in np.flatnonzero(done) if _all_fill(values[p], array)]
+            )
+            return values
+        values, missing, unreadable = read
+        for p, why in unreadable.items():
+            if done[p]:
+                raise StoreError(
+                    f"{self.location}: cannot read {name} (a chunk or its metadata is "
+                    f"truncated or corrupt: {why}); featurize the store again with --overwrite"
+                )
+        if self._meta.get("every_chunk_written"):
+            for p in missing:
+                if done[p]:
+                    raise self._missing_chunk(name, array, p)
         return values
+
+    def _partition_chunks(
+        self, name: str, array: zarr.Array
+    ) -> tuple[np.ndarray, list[int], dict[int, str]] | None:
+        """A per-partition array read whole from all its chunks at once
+        (:mod:`~dparallel.store._chunks`): ``(values, partitions whose chunk is missing,
+        {partition: why its chunk cannot be decoded})``, fill values in both; ``None``
+        where it is not one chunk per partition of numbers zarr stores as bytes + Blosc."""
+        meta = array.metadata
+        decode = chunk_decoder(meta)  # type: ignore[arg-type]
+        if decode is None or array.ndim == 0 or array.chunks != (1, *array.shape[1:]):
+            return None
+        trailing = (0,) * (array.ndim - 1)
+        keys = [meta.encode_chunk_key((p, *trailing)) for p in range(array.shape[0])]
+        where = array.store_path
+        found = read_keys(where.store, [f"{where.path}/{key}" for key in keys])
+        values = np.full(array.shape, meta.fill_value, dtype=meta.data_type.to_native_dtype())  # type: ignore[union-attr]
+        missing: list[int] = []
+        unreadable: dict[int, str] = {}
+        for p, data in enumerate(found):
+            if data is None:
+                missing.append(p)
+                continue
+            try:
+                values[p] = decode(data)[0]
+            except Exception as exc:  # noqa: BLE001 - codec errors come in many types
+                unreadable[p] = f"{keys[p]}: {type(exc).__name__}: {exc}"
+        return values, missing, unreadable
 
     def _read_whole(self, name: str, array: zarr.Array) -> np.ndarray:
         """A partition group's array (written whole, its chunk before its metadata), with a
@@ -277,11 +321,16 @@ class OpenedStore:
         for i in chunks:
             key = array.metadata.encode_chunk_key((int(i), *trailing))
             if not sync(array.store_path.store.exists(f"{array.store_path.path}/{key}")):
-                raise StoreError(
-                    f"{self.location}: {name}: chunk {key} of a done partition is missing "
-                    "(deleted or lost after it was written; zarr would read fill values): "
-                    "featurize the store again with --overwrite"
-                )
+                raise self._missing_chunk(name, array, int(i))
+
+    def _missing_chunk(self, name: str, array: zarr.Array, i: int) -> StoreError:
+        """The error for leading chunk ``i`` of array ``name``, gone from a done partition."""
+        key = array.metadata.encode_chunk_key((i, *(0,) * (array.ndim - 1)))
+        return StoreError(
+            f"{self.location}: {name}: chunk {key} of a done partition is missing "
+            "(deleted or lost after it was written; zarr would read fill values): "
+            "featurize the store again with --overwrite"
+        )
 
     @contextlib.contextmanager
     def _decoding(self, name: str) -> Iterator[None]:
@@ -315,20 +364,34 @@ class OpenedStore:
         Each partition's marker is its own chunk, written last: one torn by a crash or a
         full disk means the partition's task did not finish, and a rerun redoes it.
         """
-        try:
-            return self._read("partitions/done").astype(bool)
-        except StoreError:
-            return np.asarray([self._is_done(p) for p in range(self.n_partitions)], bool)
+        name = "partitions/done"
+        array = self._array(name)
+        read = self._partition_chunks(name, array)
+        if read is None:  # an encoding read through zarr
+            try:
+                return self._rows(name, array, None, None).astype(bool)
+            except StoreError:
+                return np.asarray([self._is_done(p) for p in range(self.n_partitions)], bool)
+        values, _, unreadable = read
+        flags = values.astype(bool)
+        for p in unreadable:
+            flags[p] = False
+            self._warn_unreadable_done(p)
+        return flags
 
     def _is_done(self, p: int) -> bool:
         """Partition ``p``'s done marker (unreadable: not done, see :meth:`_done_flags`)."""
         try:
             return bool(self._read("partitions/done", p, p + 1)[0])
         except StoreError:
-            if p not in self._unreadable_done:
-                self._unreadable_done.add(p)
-                log.warning("%s: the done marker of partition %d is unreadable", self.location, p)
+            self._warn_unreadable_done(p)
             return False
+
+    def _warn_unreadable_done(self, p: int) -> None:
+        """One warning per partition whose done marker cannot be read."""
+        if p not in self._unreadable_done:
+            self._unreadable_done.add(p)
+            log.warning("%s: the done marker of partition %d is unreadable", self.location, p)
 
     def done_partitions(self) -> np.ndarray:
         """Indices (int64, sorted) of the partitions marked done."""

@@ -3,6 +3,7 @@ per-atom arrays, skipped records, reports and a summary."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,6 +12,7 @@ import zarr
 from zarr.core.sync import sync
 
 from dparallel.errors import StoreIncompleteError
+from dparallel.store._chunks import read_keys
 from dparallel.store._derivatives import BLOCK_ATTRIBUTES, decode_pairs
 from dparallel.store._layout import _index_reason_pairs, _partition_group
 from dparallel.store._opened import OpenedStore
@@ -76,12 +78,21 @@ class StoreReads(OpenedStore):
         return out
 
     def skipped(self) -> list[tuple[int, str]]:
-        """Every recorded ``(source index, reason)``, sorted by index."""
+        """Every recorded ``(source index, reason)``, sorted by index.
+
+        Every partition's group document is read at once (:mod:`~dparallel.store._chunks`),
+        not group by group through zarr.
+        """
+        names = [f"{_partition_group(p)}/zarr.json" for p in range(self.n_partitions)]
+        where = self._root.store_path
+        found = read_keys(where.store, [f"{where.path}/{n}".lstrip("/") for n in names])
         out: list[tuple[int, str]] = []
-        if "parts" not in self._root:
-            return out
-        for _, g in self._root["parts"].groups():  # type: ignore[union-attr]
-            out += [(int(i), str(r)) for i, r in _index_reason_pairs(g.attrs.get("skipped"))]
+        for name, document in zip(names, found, strict=True):
+            if document is None:
+                continue
+            with self._decoding(name):
+                kept = json.loads(document).get("attributes", {}).get("skipped")
+            out += [(int(i), str(r)) for i, r in _index_reason_pairs(kept)]
         return sorted(out)
 
     def report(self, p: int) -> dict[str, Any] | None:
