@@ -14,7 +14,7 @@ callers read through zarr.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numcodecs import blosc
@@ -40,14 +40,16 @@ def read_keys(store: ZarrStore, keys: Sequence[str]) -> list[bytes | None]:
     """The bytes under each of ``keys`` (``None`` where there is no such key): a folder's
     files read in this thread, any other store's objects requested concurrently."""
     if isinstance(store, LocalStore):
-        return [_read_file(store.root / key) for key in keys]
+        root = str(store.root)
+        return [_read_file(f"{root}/{key}") for key in keys]
     return sync(_gather(store, keys))
 
 
-def _read_file(path: Any) -> bytes | None:
+def _read_file(path: str) -> bytes | None:
     """A file's bytes, ``None`` where there is none (zarr's reading of a missing key)."""
     try:
-        return bytes(path.read_bytes())
+        with open(path, "rb") as f:
+            return f.read()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
 
