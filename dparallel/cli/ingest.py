@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import add_source_arguments
 from dparallel.cli._progress import refuse_all_skipped, store_line
-from dparallel.errors import DParallelError, InputError, InputFormatError
+from dparallel.errors import DParallelError, InputError, InputFormatError, StoreError
 
 if TYPE_CHECKING:
     import argparse
+
+    from dparallel.store import Verification
 
 
 def add_parser(subparsers: Any) -> None:
@@ -27,6 +29,12 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("info", help="summarise a dparallel store")
     p.add_argument("store", help="the store: a directory or a URL (s3://bucket/data.zarr)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also read and decode every chunk the done partitions should have, listing "
+        "what is missing or unreadable (exit status 1 if anything is); reads the whole store",
+    )
     p.set_defaults(func=info)
 
 
@@ -86,13 +94,22 @@ def info(args: argparse.Namespace) -> int:
     """Print the store summary (text table or JSON)."""
     from dparallel.store import open_store  # zarr: only when the command runs
 
-    info = open_store(args.store).info()
+    store = open_store(args.store)
+    try:
+        info = store.info()
+    except StoreError as exc:  # a count of a done partition gone: --verify says what else
+        if not args.verify:
+            raise
+        return _verify_only(store.verify(), str(exc), args.json)
+    checked = store.verify() if args.verify else None
     if args.json:
         from dparallel._files import strict_json
 
+        if checked is not None:
+            info["verify"] = checked.to_dict()
         # NaN: a statistic that is not defined (the sigma of a constant function)
         print(strict_json(info, indent=2, what="info --json", missing=True, sort_keys=True))
-        return 0
+        return 0 if checked is None or checked.ok else 1
     src = info["source"]
     print(f"store        {info['path']} (format {info['format_version']})")
     print(f"source       {src.get('path')} ({src.get('format')}, {src.get('size')} bytes)")
@@ -111,4 +128,52 @@ def info(args: argparse.Namespace) -> int:
         print(
             f"  {name:28s} {tuple(a['shape'])!s:>18s} {a['dtype']:>10s} chunks {tuple(a['chunks'])}"
         )
-    return 0
+    if checked is None:
+        return 0
+    for line in verify_lines(checked):
+        print(line)
+    return 0 if checked.ok else 1
+
+
+def _verify_only(checked: Verification, error: str, as_json: bool) -> int:
+    """``info --verify`` of a store whose summary cannot be read: the error, then the
+    verification (exit status 1)."""
+    if as_json:
+        from dparallel._files import strict_json
+
+        print(strict_json({"error": error, "verify": checked.to_dict()}, indent=2,
+                          what="info --json", sort_keys=True))  # fmt: skip
+        return 1
+    print(f"info         cannot be summarised: {error}")
+    for line in verify_lines(checked):
+        print(line)
+    return 1
+
+
+#: Problems ``info --verify`` lists on a terminal (all of them with ``--json``).
+SHOWN_PROBLEMS = 50
+
+
+def verify_lines(checked: Verification) -> list[str]:
+    """``info --verify``'s summary: one line, then each problem (up to :data:`SHOWN_PROBLEMS`)."""
+    where = f"{checked.chunks:,} chunks of {checked.partitions} done partitions"
+    caveat = (
+        ""
+        if checked.missing_checked
+        else " (a store made before every chunk was stored: a missing chunk may be fill "
+        "values, so none is reported)"
+    )
+    if checked.ok:
+        return [f"verify       ok: {where} read, all present and readable{caveat}"]
+    missing = sum(p.problem.startswith("missing") for p in checked.problems)
+    unreadable = len(checked.problems) - missing
+    damaged = len({p.partition for p in checked.problems if p.partition is not None})
+    out = [
+        f"verify       FAILED: {missing} missing, {unreadable} unreadable, in {damaged} of "
+        f"{checked.partitions} done partitions ({where} read){caveat}; the store is damaged: "
+        "make it again (the featurize or ingest that made it, with --overwrite)"
+    ]
+    out += [f"  {p.line()}" for p in checked.problems[:SHOWN_PROBLEMS]]
+    if len(checked.problems) > SHOWN_PROBLEMS:
+        out.append(f"  … {len(checked.problems) - SHOWN_PROBLEMS} more (see --json)")
+    return out

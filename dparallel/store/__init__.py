@@ -11,8 +11,10 @@ writes (``_lease``, ``_generations``, ``_create_remote``, ``_objects``);
 Modules: ``_layout`` (names, formats, chunking, compressors), ``_backend`` (which zarr
 store; ``_s3``: the one on S3, over obstore), ``_opened`` / ``_writes`` / ``_reads`` /
 ``_store`` (the :class:`Store`), ``_direct`` (files written as zarr would), ``_create``,
-``_identity`` (which store this is), ``_lease``, ``_safety`` (what may be replaced) and
-``_own_files`` (which files in a store are dparallel's).
+``_identity`` (which store this is), ``_lease``, ``_safety`` (what may be replaced),
+``_own_files`` (which files in a store are dparallel's), ``_chunks`` (many small chunks
+read at once: ``info``'s counts) and ``_verify`` (every chunk of the done partitions
+read: ``info --verify``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dparallel.store._lease import StoreLease, held_lease, lease_path
 from dparallel.store._objects import require_conditional_writes as check_writable
 from dparallel.store._safety import check_replaceable, is_dparallel_store
 from dparallel.store._store import FORMAT_VERSION, SOURCE_IDENTITY_KEYS, Store
+from dparallel.store._verify import Problem, Verification
 from dparallel.store._where import (
     create_store,
     open_store,
@@ -37,10 +40,12 @@ __all__ = [
     "FORMAT_VERSION",
     "SOURCE_IDENTITY_KEYS",
     "Plan",
+    "Problem",
     "Slots",
     "Store",
     "StoreLease",
     "StoreStatus",
+    "Verification",
     "check_replaceable",
     "check_writable",
     "create_store",

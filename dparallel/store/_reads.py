@@ -17,6 +17,7 @@ from dparallel.store._derivatives import BLOCK_ATTRIBUTES, decode_pairs
 from dparallel.store._layout import _index_reason_pairs, _partition_group
 from dparallel.store._opened import OpenedStore
 from dparallel.store._read_cache import CachedReads
+from dparallel.store._verify import Verification, verify_store
 from dparallel.types import StructureBatch
 
 __all__ = ["StoreReads"]
@@ -275,6 +276,12 @@ class StoreReads(OpenedStore):
         with self._decoding("an array's metadata"):
             walk(self._root, "")
         return dict(sorted(out.items()))
+
+    def verify(self) -> Verification:
+        """Read and decode every chunk the done partitions should have: what is missing
+        or unreadable, by partition and array (``dparallel info --verify``; the cost of
+        reading the whole store once)."""
+        return verify_store(self)
 
     def info(self) -> dict[str, Any]:
         """Summary: counts, elements, completeness, skipped, arrays, source, config."""

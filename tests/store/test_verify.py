@@ -1,0 +1,162 @@
+"""``dparallel info --verify``: every chunk a done partition should have is read; a missing
+or unreadable one is named by partition and array, and the command exits 1. Locally and
+on S3 (moto)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import ase.io
+import numpy as np
+import pytest
+import zarr
+
+from dparallel.cli.main import main
+from dparallel.descriptors import ACSF
+from dparallel.descriptors.descriptor_set import DescriptorSet
+from dparallel.io.synthetic import random_structures
+from dparallel.store import open_store
+from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+from dparallel.workflow.ingest import IngestOptions, ingest
+
+
+def _dset() -> DescriptorSet:
+    acsf = ACSF.uniform(["H", "C", "O"], r_cut=3.0, cutoff="cos", radial=[(0.5, 0.0)],
+                        narrow=[(0.1, 1.0, 1.0, 0.0)], wide=[])  # fmt: skip
+    return DescriptorSet(acsf=acsf, derivatives=True)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    rng = np.random.default_rng(7)
+    frames = random_structures(12, rng, min_atoms=3, max_atoms=10, elements=(1, 6, 8))
+    path = tmp_path_factory.mktemp("verify") / "data.xyz"
+    ase.io.write(path, frames, format="extxyz")
+    return path
+
+
+@pytest.fixture(scope="module")
+def pristine(data):
+    store = featurize_in_process(
+        data, data.parent / "f.zarr", _dset(), FeaturizeOptions(partition_atoms=30)
+    )
+    assert store.is_complete and store.n_partitions >= 3
+    return data.parent / "f.zarr"
+
+
+@pytest.fixture
+def featurized(pristine, tmp_path):
+    """A copy of the featurized store, to damage."""
+    return shutil.copytree(pristine, tmp_path / "f.zarr")
+
+
+def _chunk(array_dir, *coords):
+    return array_dir / zarr.open_array(str(array_dir), mode="r").metadata.encode_chunk_key(coords)
+
+
+def _verify(path, capsys, *extra):
+    code = main(["info", str(path), "--verify", *extra])
+    return code, capsys.readouterr().out
+
+
+def test_a_whole_store_verifies(featurized, capsys):
+    code, out = _verify(featurized, capsys)
+    assert code == 0
+    line = out.splitlines()[-1]
+    assert line.startswith("verify       ok: ") and "all present and readable" in line
+    checked = open_store(featurized).verify()
+    # every partition's structure rows, its counts and its feature arrays were read
+    assert checked.partitions == open_store(featurized).n_partitions
+    assert checked.chunks > 13 * checked.partitions
+
+
+def test_a_deleted_feature_chunk_is_named_by_partition_and_array(featurized, capsys):
+    values = featurized / "parts" / "1" / "features" / "acsf" / "H" / "values"
+    _chunk(values, 0, 0).unlink()
+    assert main(["info", str(featurized)]) == 0  # info alone reads only the counts
+    assert "(complete)" in capsys.readouterr().out
+    code, out = _verify(featurized, capsys)
+    assert code == 1
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("verify"))
+    assert lines[start].startswith("verify       FAILED: 1 missing, 0 unreadable, in 1 of ")
+    assert lines[start + 1 :] == [
+        "  partition 1: parts/1/features/acsf/H/values: chunk c.0.0 missing"
+    ]
+    code, out = _verify(featurized, capsys, "--json")
+    assert code == 1
+    report = json.loads(out)["verify"]
+    assert report["ok"] is False and report["problems"] == [
+        {"partition": 1, "array": "parts/1/features/acsf/H/values", "chunk": "c.0.0",
+         "problem": "missing"}
+    ]  # fmt: skip
+
+
+def test_every_kind_of_damage_is_listed_in_one_summary(featurized, capsys):
+    _chunk(featurized / "structures" / "positions", 2, 0).unlink()
+    torn = _chunk(featurized / "parts" / "0" / "features" / "acsf" / "C" / "values", 0, 0)
+    torn.write_bytes(torn.read_bytes()[:20])
+    shutil.rmtree(featurized / "parts" / "2" / "features" / "acsf" / "O")
+    checked = open_store(featurized).verify()
+    found = {(p.partition, p.array, p.chunk): p.problem for p in checked.problems}
+    assert found.pop((2, "structures/positions", "c.2.0")) == "missing"
+    assert found.pop((0, "parts/0/features/acsf/C/values", "c.0.0")).startswith(
+        "unreadable: ValueError: a Blosc frame of 20 bytes"
+    )
+    gone = {a for (p, a, c), what in found.items() if p == 2 and c is None}
+    assert "parts/2/features/acsf/O/values" in gone  # the partition has O atoms
+    assert "parts/2/features/acsf/O/d/H/dG_dr_split" in gone
+    assert set(found.values()) == {"missing (no zarr.json)"}
+    code, out = _verify(featurized, capsys)
+    assert code == 1 and "in 2 of " in out  # partitions 0 and 2
+
+
+def test_a_store_of_an_older_version_reports_no_missing_chunk(featurized):
+    """Before ``every_chunk_written`` an all-fill chunk was left out: a missing one is no
+    proof of damage, so only unreadable ones are reported, and the summary says so."""
+    meta = dict(open_store(featurized).attrs)
+    del meta["every_chunk_written"]
+    zarr.open_group(str(featurized), mode="r+").attrs["dparallel"] = meta
+    _chunk(featurized / "structures" / "energy", 1).unlink()
+    checked = open_store(featurized).verify()
+    assert checked.ok and not checked.missing_checked
+
+
+def test_an_ingested_store_verifies_its_structures(data, tmp_path, capsys):
+    ingest(data, tmp_path / "s.zarr", IngestOptions(partition_atoms=30))
+    assert _verify(tmp_path / "s.zarr", capsys)[0] == 0
+    _chunk(tmp_path / "s.zarr" / "partitions" / "n_atoms", 1).unlink()
+    assert main(["info", str(tmp_path / "s.zarr")]) == 2  # info's counts need that chunk
+    assert "partitions/n_atoms: chunk c.1 of a done partition is missing" in capsys.readouterr().err
+    code, out = _verify(tmp_path / "s.zarr", capsys)  # says so, and what else is gone
+    assert code == 1
+    assert out.splitlines()[0].startswith("info         cannot be summarised: ")
+    assert out.splitlines()[-1] == "  partition 1: partitions/n_atoms: chunk c.1 missing"
+
+
+@pytest.mark.integration
+def test_verify_on_s3_names_a_deleted_object(data, capsys):
+    from s3server import s3_server
+    from zarr.core.sync import sync
+
+    from dparallel.store import _s3
+
+    with s3_server(("dparallel-test",), kind="moto"):
+        url = f"s3://dparallel-test/verify-{time.monotonic_ns()}/f.zarr"
+        featurize_in_process(data, url, _dset(), FeaturizeOptions(partition_atoms=30))
+        assert _verify(url, capsys)[0] == 0
+        generation = open_store(url).root
+        writable = _s3.s3_zarr_store(generation, read_only=False)
+        sync(writable.delete("parts/1/features/acsf/H/values/c.0.0"))
+        sync(writable.delete("structures/forces/c.0.0"))
+        code, out = _verify(url, capsys)
+    assert code == 1
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("verify"))
+    assert lines[start].startswith("verify       FAILED: 2 missing, 0 unreadable, in 2 of ")
+    assert lines[start + 1 :] == [
+        "  partition 0: structures/forces: chunk c.0.0 missing",
+        "  partition 1: parts/1/features/acsf/H/values: chunk c.0.0 missing",
+    ]
