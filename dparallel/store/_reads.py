@@ -284,7 +284,12 @@ class StoreReads(OpenedStore):
         return verify_store(self)
 
     def info(self) -> dict[str, Any]:
-        """Summary: counts, elements, completeness, skipped, arrays, source, config."""
+        """Summary: counts, elements, completeness, skipped, arrays, source, config.
+
+        ``n_structures`` / ``n_atoms`` count what the done partitions store; ``source`` is
+        the input file's fingerprint, whose counts are the file's frames and the atoms they
+        declare, skipped and broken frames included (docs/store-format.md).
+        """
         from ase.data import chemical_symbols
 
         flags = self._done_flags()  # read once: each per-partition array is a chunk per partition

@@ -153,3 +153,21 @@ def test_an_input_error_before_any_partition_says_nothing_of_the_store_there(tmp
         err = capsys.readouterr().err
         assert err.startswith("dparallel ingest: error: ") and "--overwrite" not in err, err
     assert open_store(out).n_structures == 1
+
+
+def test_info_source_counts_describe_the_file_and_the_top_level_what_is_stored(tmp_path, capsys):
+    """``source.n_atoms`` is the atoms the file's frames declare, a broken frame's too (a
+    last frame whose count line says 50 and the file ends after 2 atom lines; a frame whose
+    count 7 runs into the next one); ``n_atoms`` is what the store holds
+    (docs/store-format.md, "Root attributes")."""
+    header = "Properties=species:S:1:pos:R:3"
+    two = f"2\n{header}\nH 0 0 0\nH 0 0 0.74\n"
+    path = tmp_path / "broken.xyz"
+    path.write_text(f"{two}7\n{header}\nH 0 0 0\nH 0 0 1\n{two}50\n{header}\nH 0 0 0\nH 0 0 1\n")
+    out = tmp_path / "s.zarr"
+    assert main(["ingest", str(path), "-o", str(out), "--on-error", "skip", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["source"]["n_structures"], info["source"]["n_atoms"]) == (4, 2 + 7 + 2 + 50)
+    assert (info["n_structures"], info["n_atoms"], info["n_skipped"]) == (2, 4, 2)
