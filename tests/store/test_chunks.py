@@ -110,3 +110,23 @@ def test_a_torn_done_marker_reads_as_not_done_with_one_warning(store_path, caplo
     assert store.pending_partitions().tolist() == [2]
     assert store.pending_partitions().tolist() == [2]
     assert caplog.text.count("the done marker of partition 2 is unreadable") == 1
+
+
+def test_an_older_stores_chunk_keys_read_the_same(store_path):
+    """Formats 1 and 2 kept zarr's default chunk keys (``c/3``, a folder per leading
+    index): the keys come from each array's own metadata, so such a store reads the same."""
+    before = open_store(store_path).info()
+    for name in _PARTITION_ARRAYS:
+        path = store_path / "partitions" / name
+        old = zarr.open_array(str(path), mode="r")
+        values, attributes = old[...], old.attrs.asdict()
+        kwargs = {"dimension_names": old.metadata.dimension_names, "compressors": old.compressors}
+        new = zarr.create_array(
+            str(path), shape=old.shape, chunks=old.chunks, dtype=old.dtype,
+            fill_value=old.fill_value, overwrite=True, **kwargs,
+        )  # fmt: skip
+        new[...] = values
+        new.attrs.update(attributes)
+        assert (path / "c" / "0").exists()  # c/0, not c.0
+    after = open_store(store_path).info()
+    assert {**after, "arrays": None} == {**before, "arrays": None}
