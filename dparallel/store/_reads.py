@@ -4,7 +4,7 @@ per-atom arrays, skipped records, reports and a summary."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -79,22 +79,40 @@ class StoreReads(OpenedStore):
         return out
 
     def skipped(self) -> list[tuple[int, str]]:
-        """Every recorded ``(source index, reason)``, sorted by index.
+        """Every recorded ``(source index, reason)``, sorted by index."""
+        return sorted(r for rs in self._skipped_by_partition(range(self.n_partitions)) for r in rs)
 
-        Every partition's group document is read at once (:mod:`~dparallel.store._chunks`),
-        not group by group through zarr.
-        """
-        names = [f"{_partition_group(p)}/zarr.json" for p in range(self.n_partitions)]
+    def _skipped_by_partition(self, partitions: Iterable[int]) -> list[list[tuple[int, str]]]:
+        """The skipped records of each of ``partitions``: their group documents read at once
+        (:mod:`~dparallel.store._chunks`), not group by group through zarr."""
+        names = [f"{_partition_group(int(p))}/zarr.json" for p in partitions]
         where = self._root.store_path
         found = read_keys(where.store, [f"{where.path}/{n}".lstrip("/") for n in names])
-        out: list[tuple[int, str]] = []
+        out: list[list[tuple[int, str]]] = []
         for name, document in zip(names, found, strict=True):
-            if document is None:
-                continue
-            with self._decoding(name):
-                kept = json.loads(document).get("attributes", {}).get("skipped")
-            out += [(int(i), str(r)) for i, r in _index_reason_pairs(kept)]
-        return sorted(out)
+            kept = None
+            if document is not None:
+                with self._decoding(name):
+                    kept = json.loads(document).get("attributes", {}).get("skipped")
+            out.append([(int(i), str(r)) for i, r in _index_reason_pairs(kept)])
+        return out
+
+    def summary(self) -> dict[str, Any] | None:
+        """What ``info`` sums over the partitions, for the root attribute ``summary`` that
+        :func:`~dparallel.store.publish_store` records once the store is complete:
+        ``partitions``, ``n_structures``, ``n_atoms``, ``elements`` (atomic numbers) and
+        ``skipped_partitions`` (those with skip records); ``None`` while incomplete."""
+        flags = self._done_flags()
+        if not flags.all():
+            return None
+        records = self._skipped_by_partition(range(self.n_partitions))
+        return {
+            "partitions": self.n_partitions,
+            "n_structures": int(self._cumulative(flags)[-1]),
+            "n_atoms": self._n_atoms(flags),
+            "elements": self._elements(flags),
+            "skipped_partitions": [p for p, rs in enumerate(records) if rs],
+        }
 
     def report(self, p: int) -> dict[str, Any] | None:
         """The report stored by :meth:`mark_done`, if any."""
@@ -294,15 +312,25 @@ class StoreReads(OpenedStore):
 
         flags = self._done_flags()  # read once: each per-partition array is a chunk per partition
         done = np.flatnonzero(flags)
-        skipped = self.skipped()
+        kept: dict[str, Any] = self._meta.get("summary") or {}
+        parts: Iterable[int]
+        if len(done) == self.n_partitions and _is_summary(kept, self.n_partitions):
+            # complete: the counts recorded when it was completed, not P chunks each
+            n_structures, n_atoms = int(kept["n_structures"]), int(kept["n_atoms"])
+            elements, parts = kept["elements"], kept["skipped_partitions"]
+        else:
+            n_structures = int(self._cumulative(flags)[-1])
+            n_atoms, elements = self._n_atoms(flags), self._elements(flags)
+            parts = range(self.n_partitions)
+        skipped = sorted(r for rs in self._skipped_by_partition(parts) for r in rs)
         return {
             "path": self.location,
             # where zarr/xarray open it: the generation of a store at a URL, else the path
             "zarr_root": str(self.root) if self.root is not None else self.location,
             "format_version": self._meta["format_version"],
-            "n_structures": int(self._cumulative(flags)[-1]),
-            "n_atoms": self._n_atoms(flags),
-            "elements": [chemical_symbols[z] for z in self._elements(flags)],
+            "n_structures": n_structures,
+            "n_atoms": n_atoms,
+            "elements": [chemical_symbols[z] for z in elements],
             "complete": len(done) == self.n_partitions,
             "partitions_done": len(done),
             "partitions_total": self.n_partitions,
@@ -314,3 +342,12 @@ class StoreReads(OpenedStore):
             "versions": self._meta["versions"],
             "arrays": self.arrays(),
         }
+
+
+def _is_summary(kept: Any, n_partitions: int) -> bool:
+    """Whether ``kept`` is a :meth:`StoreReads.summary` of a store of ``n_partitions``."""
+    if not isinstance(kept, Mapping) or kept.get("partitions") != n_partitions:
+        return False
+    ints = all(isinstance(kept.get(k), int) for k in ("n_structures", "n_atoms"))
+    lists = all(isinstance(kept.get(k), list) for k in ("elements", "skipped_partitions"))
+    return ints and lists

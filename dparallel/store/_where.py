@@ -129,7 +129,15 @@ def _as_written(item: str | os.PathLike[str] | Location) -> str:
 
 
 def publish_store(store: Store) -> Store:
-    """Swap (a folder) or publish (a URL) a complete replacement built aside; else ``store``."""
+    """Swap (a folder) or publish (a URL) a complete replacement built aside; else ``store``.
+
+    A complete store opened for writing first records its :meth:`Store.summary` (what
+    ``info`` would otherwise read from every partition; docs/store-format.md).
+    """
+    if store.mode == "r+":
+        summary = store.summary()
+        if summary is not None and store.attrs.get("summary") != summary:
+            store.update_attrs({"summary": summary})
     if store.root is not None:
         return publish_remote(store)
     return _create.publish_store(store)

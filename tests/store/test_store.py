@@ -313,3 +313,39 @@ def test_info_counts_the_done_partitions_also_after_they_change(tmp_path):
             info = store.info()
             assert {k: info[k] for k in want} == want, (cleared, store is watching)
             assert info["n_skipped"] == 2 and info["partitions_total"] == last + 1
+
+
+def test_a_complete_store_records_what_info_sums_and_info_reads_it(tmp_path, monkeypatch):
+    """``info`` read four chunks and a group document per partition; once a store is
+    complete they are summed once into the root attribute ``summary``, and ``info`` of a
+    complete store reads that, the done markers and the groups that skipped structures."""
+    from dparallel.store import _opened, _reads
+
+    path = tmp_path / "input.data"
+    good = "begin\natom 0 0 0 H 0 0 0 0 0\natom 0 0 0.7 H 0 0 0 0 0\nenergy -1\nend\n"
+    bad = "begin\natom 0 0 nan H 0 0 0 0 0\nend\n"
+    path.write_text(good * 3 + bad + good * 4 + bad + good)
+    ingest(path, tmp_path / "s.zarr", IngestOptions(on_error="skip", partition_atoms=4))
+    store = open_store(tmp_path / "s.zarr")
+    skipping = sorted({store.partition_of(3), store.partition_of(8)})
+    assert store.attrs["summary"] == {
+        "partitions": store.n_partitions, "n_structures": 8, "n_atoms": 16, "elements": [1],
+        "skipped_partitions": skipping,
+    }  # fmt: skip
+    read: list[str] = []
+    for module in (_opened, _reads):
+        original = module.read_keys
+        monkeypatch.setattr(
+            module, "read_keys", lambda s, keys, f=original: read.extend(keys) or f(s, keys)
+        )
+    info = store.info()
+    monkeypatch.undo()
+    groups = [f"parts/{p}/zarr.json" for p in skipping]
+    dones = [f"partitions/done/c.{p}" for p in range(store.n_partitions)]
+    assert sorted(read) == sorted(dones + groups)
+    # a store of an earlier version (no summary) sums its partitions: the same answer
+    meta = dict(store.attrs)
+    del meta["summary"]
+    zarr.open_group(str(tmp_path / "s.zarr"), mode="r+").attrs["dparallel"] = meta
+    assert open_store(tmp_path / "s.zarr").info() == info
+    assert info["n_structures"] == 8 and [r["index"] for r in info["skipped"]] == [3, 8]

@@ -128,7 +128,15 @@ def test_an_ingested_store_verifies_its_structures(data, tmp_path, capsys):
     ingest(data, tmp_path / "s.zarr", IngestOptions(partition_atoms=30))
     assert _verify(tmp_path / "s.zarr", capsys)[0] == 0
     _chunk(tmp_path / "s.zarr" / "partitions" / "n_atoms", 1).unlink()
-    assert main(["info", str(tmp_path / "s.zarr")]) == 2  # info's counts need that chunk
+    assert main(["info", str(tmp_path / "s.zarr")]) == 0  # its counts: the summary
+    code, out = _verify(tmp_path / "s.zarr", capsys)
+    assert code == 1
+    assert out.splitlines()[-1] == "  partition 1: partitions/n_atoms: chunk c.1 missing"
+    # a store without the summary (an earlier version's): info needs that chunk
+    meta = dict(open_store(tmp_path / "s.zarr").attrs)
+    del meta["summary"]
+    zarr.open_group(str(tmp_path / "s.zarr"), mode="r+").attrs["dparallel"] = meta
+    assert main(["info", str(tmp_path / "s.zarr")]) == 2
     assert "partitions/n_atoms: chunk c.1 of a done partition is missing" in capsys.readouterr().err
     code, out = _verify(tmp_path / "s.zarr", capsys)  # says so, and what else is gone
     assert code == 1
