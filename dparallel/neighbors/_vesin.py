@@ -140,14 +140,31 @@ def _vesin_pairs(
     return parts
 
 
+def _refuse_non_finite_positions(batch: StructureBatch) -> None:
+    """Raise :class:`DescriptorError` naming the first atom with a NaN or infinite
+    coordinate: it would have no neighbours (and be none), so its features would be an
+    isolated atom's and its neighbours' would miss it, unnoticed."""
+    finite = np.isfinite(batch.positions).all(axis=1)  # (N,)
+    if finite.all():
+        return
+    row = int(np.flatnonzero(~finite)[0])
+    s = int(batch.structure_index[row])
+    raise DescriptorError(
+        f"structure {s}: atom {row - int(batch.offsets[s])} is at "
+        f"{batch.positions[row].tolist()}, not a finite position; give every atom finite "
+        "coordinates"
+    )
+
+
 def neighbor_list(batch: StructureBatch, cutoff: float) -> Neighbors:
     """Full neighbor list, pairs with ``|r_ij| < cutoff`` (Å; 0 for two atoms at one
     place, never an atom with itself), of every structure in ``batch``: global rows, sorted
     by ``pair_first``. ``pbc`` all False is non-periodic whatever the cell (a zero cell
     with ``pbc`` True is singular: refused); mixed ``pbc``, triclinic cells and cells
-    smaller than ``cutoff`` work."""
+    smaller than ``cutoff`` work. An atom without a finite position is refused, naming it."""
     if not np.isfinite(cutoff) or cutoff <= 0:
         raise DescriptorError(f"neighbor_list: cutoff must be a positive number, got {cutoff!r}")
+    _refuse_non_finite_positions(batch)
     cells = _cells_for_lists(batch)
     parts: list[tuple[np.ndarray, ...]] = []
     counts = batch.atom_counts

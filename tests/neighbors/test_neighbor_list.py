@@ -105,6 +105,31 @@ def test_empty_batch_and_errors() -> None:
         neighbor_list(StructureBatch.empty(), -1.0)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("pbc", [False, True])
+def test_an_atom_without_a_finite_position_is_refused_naming_it(bad: float, pbc: bool) -> None:
+    """A NaN coordinate made the atom drop out of the list: ACSF and NeighborSum then gave
+    it an isolated atom's features, and its neighbours features without it, silently."""
+    from dparallel.descriptors import ACSF, NeighborSum
+
+    good = ase.Atoms("H2O", positions=[[0, 0, 0], [0.96, 0, 0], [-0.24, 0.93, 0]])
+    broken = ase.Atoms("H2O", positions=[[0, 0, 0], [0.96, 0, 0], [-0.24, bad, 0]])
+    if pbc:
+        broken.cell, broken.pbc = np.diag([5.0, 5.0, 5.0]), True
+    message = r"structure 1: atom 2 is at \[-0.24, (nan|inf), 0.0\], not a finite position"
+    with pytest.raises(DescriptorError, match=message):
+        neighbor_list(StructureBatch.from_ase([good, broken]), 3.0)
+    acsf = ACSF.uniform(["H", "O"], 3.0, radial=[(0.1, 0.0)])
+    for compute in (
+        lambda s: acsf.compute(s, backend="numba"),
+        lambda s: acsf.compute(s, backend="torch"),
+        lambda s: acsf.compute_arrays(StructureBatch.from_ase(s)),
+        lambda s: NeighborSum(["H", "O"], 3.0).compute(s),
+    ):
+        with pytest.raises(DescriptorError, match=message):
+            compute([good, broken])
+
+
 @pytest.mark.parametrize("repeat", [(2, 2, 3), (6, 6, 3)])  # small-cell route and vesin's
 def test_a_slab_with_a_zero_vector_along_its_open_axis_equals_ase(repeat) -> None:
     """``fcc111(vacuum=None)``: pbc T T F with ``c = 0``. Only the periodic vectors need
