@@ -494,6 +494,8 @@ from dparallel.workflow.featurize_task import featurize_partition
 source, ref, descriptors = pickle.loads(open(sys.argv[1], "rb").read())
 featurize_partition(source, ref, 0, descriptors)
 print(" ".join(m for m in ("s3fs", "aiobotocore", "botocore") if m in sys.modules))
+from dparallel._exit import exit_now
+exit_now(0)  # as a worker process ends after its close (cluster/worker_exit.py)
 """
 
 
@@ -512,7 +514,13 @@ def test_a_task_reads_and_writes_s3_without_botocore(s3, data, tmp_path):
 
 def _s3_clients_loaded(script: str, args: tuple, tmp_path) -> list[str]:
     """Run ``script`` in a fresh process with ``args`` (pickled, its ``sys.argv[1]``); the
-    S3 client modules it had loaded at the end (it prints them)."""
+    S3 client modules it had loaded at the end (it prints them).
+
+    The scripts end as dparallel's processes do, without interpreter teardown: once in a
+    CI run such a process had printed its result and then aborted in the teardown (SIGABRT,
+    nothing on stderr), as short-lived processes holding a pyo3 library's Tokio runtime
+    (obstore's) can when its threads outlive the interpreter.
+    """
     import pickle
     import subprocess
     import sys
@@ -536,6 +544,8 @@ for overwrite in (False, True, False):  # new, replaced (pointer), reopened (old
                                                              overwrite=overwrite))
 assert open_store(url).is_complete
 print(" ".join(m for m in ("s3fs", "aiobotocore", "botocore") if m in sys.modules))
+from dparallel._exit import exit_now
+exit_now(0)  # as the dparallel command ends (cli/main.py)
 """
 
 
