@@ -15,9 +15,9 @@ def rng() -> np.random.Generator:
 @pytest.fixture(autouse=True)
 def _client_starts_given_up_end_with_their_test():
     """Let a client start that ``start_within`` gave up (a refused address) end before the
-    next test: its thread keeps trying until the connect timeout, and meanwhile holds
-    dask's global ``scheduler`` setting, which a client the next test opens and closes
-    would then restore after it (its xarray reads failed: "no Client active")."""
+    next test: its thread keeps trying until the connect timeout. (Such a start once held
+    dask's global ``scheduler`` setting meanwhile, and a later test's xarray reads failed
+    with "no Client active"; the client is now made the default only once connected.)"""
     import threading
 
     yield

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dask.system import CPU_COUNT
 from distributed import Client, LocalCluster
+from distributed.client import ensure_default_client
 from distributed.security import Security
 
 from dparallel.cluster.client_start import Refused, Unanswered, start_within
@@ -371,8 +372,13 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
             "configured; use the tls:// address of the scheduler"
         )
     try:
+        # made the default client only once connected: a start given up (refused, no
+        # answer) keeps trying in its thread, and a default client's constructor sets
+        # dask's global scheduler, which would then name a client that never comes
         client = start_within(
-            lambda: Client(address, security=security, timeout=spec.connect_timeout),
+            lambda: Client(
+                address, security=security, timeout=spec.connect_timeout, set_as_default=False
+            ),
             spec.connect_timeout + _HANDSHAKE_GRACE_S,
             address,
         )
@@ -405,6 +411,7 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
             f"cannot connect to {address!r} as a Dask scheduler ({type(exc).__name__}: "
             f"{str(exc)[:200]}): is it the scheduler's tcp:// (or tls://) address?"
         ) from None
+    ensure_default_client(client)
     registered = _register_threads(client, spec)
     logger.info("connected to scheduler %s (%s)", address, source)
     handle = ClusterHandle(client, None, source, owns=True)

@@ -96,6 +96,11 @@ def test_a_closed_port_is_refused_at_once_not_after_the_connect_timeout() -> Non
         f"cannot reach the Dask scheduler at {address!r}: the connection is refused (nothing "
         "listens there); is it running, and is the address (and TLS setting) right?"
     )
+    # the client start given up still runs in its thread: it has not made itself dask's
+    # scheduler (a dask computation here would fail with "no Client active")
+    import dask
+
+    assert dask.config.get("scheduler", None) is None
 
 
 def test_connect_in_background_hands_over_the_handle_or_the_error(tmp_path: Path) -> None:
@@ -168,6 +173,12 @@ def test_command_line_scheduler_via_scheduler_file_and_env(tmp_path: Path, monke
         with connect(scheduler=address) as handle:
             r = handle.client.submit(torch_thread_report, 2, pure=False).result(timeout=60)
             assert r["budget"] == 2 and r["after"] == 2
+            # once connected it is the default client: dask collections compute on it
+            import dask.array as da
+            from distributed import default_client
+
+            assert default_client() is handle.client
+            assert int(da.ones(10, chunks=5).sum().compute()) == 10
     finally:
         if worker is not None:
             stop(worker)
