@@ -17,14 +17,12 @@ import re
 import socket
 import time
 
-import ase.io
 import numpy as np
 import pytest
+from hco import hco_descriptors, write_hco_structures
 from s3process import start_seaweedfs, stop, weed
 from s3server import S3_ENV, filesystem, forget_clients, s3_server
 
-from dparallel.descriptors import ACSF
-from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import (
     StoreBusyError,
     StoreError,
@@ -33,7 +31,6 @@ from dparallel.errors import (
     UnsafePathError,
 )
 from dparallel.io.location import as_location
-from dparallel.io.synthetic import random_structures
 from dparallel.store import StoreLease, _objects, open_store
 from dparallel.store._generations import is_generation
 from dparallel.store._lease import lease_object
@@ -74,19 +71,12 @@ def base(request, s3):
     return f"memory://dparallel-test/{token}"
 
 
-def _dset(derivatives: bool = True) -> DescriptorSet:
-    acsf = ACSF.uniform(["H", "C", "O"], r_cut=3.0, cutoff="cos", radial=[(0.5, 0.0)],
-                        narrow=[(0.1, 1.0, 1.0, 0.0)], wide=[])  # fmt: skip
-    return DescriptorSet(acsf=acsf, derivatives=derivatives)
+_dset = hco_descriptors
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    rng = np.random.default_rng(5)
-    frames = random_structures(12, rng, min_atoms=3, max_atoms=10, elements=(1, 6, 8))
-    path = tmp_path_factory.mktemp("objstore") / "data.xyz"
-    ase.io.write(path, frames, format="extxyz")
-    return path
+    return write_hco_structures(tmp_path_factory.mktemp("objstore") / "data.xyz", seed=5)
 
 
 def test_conditional_writes_on_the_server(base):

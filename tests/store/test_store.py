@@ -183,13 +183,20 @@ def test_numeric_arrays_use_lz4_shuffle_strings_the_default(tmp_path, xyz):
     )
 
 
-def test_skipped_records_and_info(tmp_path):
+def _ingested_with_skips(tmp_path, middle: str | None = None):
+    """``input.data`` of two-atom structures with a non-finite one at indices 3 and 8
+    (the structures between them: ``middle``, default four more H2), ingested with
+    ``on_error="skip"`` into ``tmp_path / "s.zarr"``; the store's path."""
     path = tmp_path / "input.data"
-    good = "begin\natom 0 0 0 H 0 0 0 0 0\natom 0 0 0.7 H 0 0 0 0 0\nenergy -1\nend\n"
+    h2 = "begin\natom 0 0 0 H 0 0 0 0 0\natom 0 0 0.7 H 0 0 0 0 0\nenergy -1\nend\n"
     bad = "begin\natom 0 0 nan H 0 0 0 0 0\nend\n"
-    path.write_text(good * 3 + bad + good * 4 + bad + good)
+    path.write_text(h2 * 3 + bad + (h2 * 4 if middle is None else middle) + bad + h2)
     ingest(path, tmp_path / "s.zarr", IngestOptions(on_error="skip", partition_atoms=4))
-    store = open_store(tmp_path / "s.zarr")
+    return tmp_path / "s.zarr"
+
+
+def test_skipped_records_and_info(tmp_path):
+    store = open_store(_ingested_with_skips(tmp_path))
     assert store.n_structures == 8 and store.n_atoms == 16
     assert [i for i, _ in store.skipped()] == [3, 8]
     assert "line 17: atom 0: non-finite coordinates" in store.skipped()[0][1]  # its line
@@ -293,12 +300,9 @@ def test_info_counts_the_done_partitions_also_after_they_change(tmp_path):
     """Store.info (each per-partition array read once) against the done partitions read
     one by one: skipped structures, an incomplete store, none done, and an object that
     counted its structures before another one cleared or marked a partition."""
-    path = tmp_path / "input.data"
     h2 = "begin\natom 0 0 0 H 0 0 0 0 0\natom 0 0 0.7 H 0 0 0 0 0\nenergy -1\nend\n"
     ho = "begin\natom 0 0 0 H 0 0 0 0 0\natom 0 0 0.9 O 0 0 0 0 0\nenergy -2\nend\n"
-    bad = "begin\natom 0 0 nan H 0 0 0 0 0\nend\n"
-    path.write_text(h2 * 3 + bad + h2 * 2 + ho + bad + h2)
-    ingest(path, tmp_path / "s.zarr", IngestOptions(on_error="skip", partition_atoms=4))
+    _ingested_with_skips(tmp_path, middle=h2 * 2 + ho)
     watching = open_store(tmp_path / "s.zarr")
     assert watching.n_structures == 7  # counted (and cached) while all are done
     writable = open_store(tmp_path / "s.zarr", mode="r+")
@@ -321,12 +325,7 @@ def test_a_complete_store_records_what_info_sums_and_info_reads_it(tmp_path, mon
     complete store reads that, the done markers and the groups that skipped structures."""
     from dparallel.store import _opened, _reads
 
-    path = tmp_path / "input.data"
-    good = "begin\natom 0 0 0 H 0 0 0 0 0\natom 0 0 0.7 H 0 0 0 0 0\nenergy -1\nend\n"
-    bad = "begin\natom 0 0 nan H 0 0 0 0 0\nend\n"
-    path.write_text(good * 3 + bad + good * 4 + bad + good)
-    ingest(path, tmp_path / "s.zarr", IngestOptions(on_error="skip", partition_atoms=4))
-    store = open_store(tmp_path / "s.zarr")
+    store = open_store(_ingested_with_skips(tmp_path))
     skipping = sorted({store.partition_of(3), store.partition_of(8)})
     assert store.attrs["summary"] == {
         "partitions": store.n_partitions, "n_structures": 8, "n_atoms": 16, "elements": [1],

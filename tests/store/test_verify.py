@@ -8,33 +8,21 @@ import json
 import shutil
 import time
 
-import ase.io
-import numpy as np
 import pytest
 import zarr
+from hco import hco_descriptors, write_hco_structures
 
 from dparallel.cli.main import main
-from dparallel.descriptors import ACSF
-from dparallel.descriptors.descriptor_set import DescriptorSet
-from dparallel.io.synthetic import random_structures
 from dparallel.store import open_store
 from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 from dparallel.workflow.ingest import IngestOptions, ingest
 
-
-def _dset() -> DescriptorSet:
-    acsf = ACSF.uniform(["H", "C", "O"], r_cut=3.0, cutoff="cos", radial=[(0.5, 0.0)],
-                        narrow=[(0.1, 1.0, 1.0, 0.0)], wide=[])  # fmt: skip
-    return DescriptorSet(acsf=acsf, derivatives=True)
+_dset = hco_descriptors
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    rng = np.random.default_rng(7)
-    frames = random_structures(12, rng, min_atoms=3, max_atoms=10, elements=(1, 6, 8))
-    path = tmp_path_factory.mktemp("verify") / "data.xyz"
-    ase.io.write(path, frames, format="extxyz")
-    return path
+    return write_hco_structures(tmp_path_factory.mktemp("verify") / "data.xyz", seed=7)
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +42,13 @@ def featurized(pristine, tmp_path):
 
 def _chunk(array_dir, *coords):
     return array_dir / zarr.open_array(str(array_dir), mode="r").metadata.encode_chunk_key(coords)
+
+
+def _as_an_older_version(path, attribute):
+    """The store at ``path`` as a version before ``attribute`` was recorded."""
+    meta = dict(open_store(path).attrs)
+    del meta[attribute]
+    zarr.open_group(str(path), mode="r+").attrs["dparallel"] = meta
 
 
 def _verify(path, capsys, *extra):
@@ -116,9 +111,7 @@ def test_every_kind_of_damage_is_listed_in_one_summary(featurized, capsys):
 def test_a_store_of_an_older_version_reports_no_missing_chunk(featurized):
     """Before ``every_chunk_written`` an all-fill chunk was left out: a missing one is no
     proof of damage, so only unreadable ones are reported, and the summary says so."""
-    meta = dict(open_store(featurized).attrs)
-    del meta["every_chunk_written"]
-    zarr.open_group(str(featurized), mode="r+").attrs["dparallel"] = meta
+    _as_an_older_version(featurized, "every_chunk_written")
     _chunk(featurized / "structures" / "energy", 1).unlink()
     checked = open_store(featurized).verify()
     assert checked.ok and not checked.missing_checked
@@ -133,9 +126,7 @@ def test_an_ingested_store_verifies_its_structures(data, tmp_path, capsys):
     assert code == 1
     assert out.splitlines()[-1] == "  partition 1: partitions/n_atoms: chunk c.1 missing"
     # a store without the summary (an earlier version's): info needs that chunk
-    meta = dict(open_store(tmp_path / "s.zarr").attrs)
-    del meta["summary"]
-    zarr.open_group(str(tmp_path / "s.zarr"), mode="r+").attrs["dparallel"] = meta
+    _as_an_older_version(tmp_path / "s.zarr", "summary")
     assert main(["info", str(tmp_path / "s.zarr")]) == 2
     assert "partitions/n_atoms: chunk c.1 of a done partition is missing" in capsys.readouterr().err
     code, out = _verify(tmp_path / "s.zarr", capsys)  # says so, and what else is gone
