@@ -301,9 +301,9 @@ def _radial_part(
     rs = like(rs, t_r[0])
     if not derivatives:
         if narrow:
-            for q in range(nq):
+            for q in range(nq):  # rounded as below, so values are those with derivatives
                 d = t_r[q] - rs
-                w[q] = aj[q] * ak[q] * vexp_like(meta * d * d) * fc[q]
+                w[q] = (aj[q] * ak[q]) * (vexp_like(meta * d * d) * fc[q])
         else:
             for q in range(nq):
                 w[q] = aj[q] * ak[q]
