@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
-__all__ = ["ExactSum", "FeatureStats"]
+__all__ = ["ExactSum", "FeatureStats", "merge_into", "statistics_of"]
 
 _MAX_ROWS = 1 << 25
 _HALF = 26  # mantissas are split in two halves of ≤ 27 bits so int64 sums cannot overflow
@@ -210,3 +210,21 @@ class FeatureStats:
             sum=ExactSum.from_json(data["sum"]),
             sum_squares=ExactSum.from_json(data["sum_squares"]),
         )
+
+
+def merge_into(found: dict[str, FeatureStats], key: str, stats: FeatureStats) -> None:
+    """Merge ``stats`` into ``found[key]`` (set it when absent): how featurize's partitions'
+    statistics and training's add up."""
+    found[key] = found[key].merge(stats) if key in found else stats
+
+
+def statistics_of(
+    computed: Mapping[str, Mapping[str, Mapping[str, np.ndarray]]],
+) -> dict[str, dict[str, FeatureStats]]:
+    """``{name: {element: FeatureStats}}`` of the ``values`` of descriptor arrays as
+    :meth:`DescriptorSet.compute` returns them (``{name: {element: arrays}}``): what a
+    featurize task reports for its partition and training computes without a store's record."""
+    return {
+        name: {element: FeatureStats.of(arrays["values"]) for element, arrays in per.items()}
+        for name, per in computed.items()
+    }

@@ -39,7 +39,7 @@ from dparallel.store import (
     target_path,
 )
 from dparallel.store.plan import MAX_PARTITION_ATOMS, MIN_SPLIT_ATOMS, given_partition_atoms
-from dparallel.store.stats import FeatureStats
+from dparallel.store.stats import FeatureStats, merge_into
 from dparallel.workflow.featurize_failures import raise_failures
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
@@ -162,9 +162,7 @@ def merged_statistics(
             )
         for name, per_elem in report.get("stats", {}).items():
             for elem, data in per_elem.items():
-                part = FeatureStats.from_json(data)
-                slot = merged.setdefault(name, {})
-                slot[elem] = slot[elem].merge(part) if elem in slot else part
+                merge_into(merged.setdefault(name, {}), elem, FeatureStats.from_json(data))
     return merged
 
 

@@ -34,7 +34,7 @@ from dparallel.neighbors import neighbor_list
 from dparallel.neighbors.coincident import coincident_atoms
 from dparallel.store import open_store
 from dparallel.store._derivatives import DERIVATIVE_DTYPE
-from dparallel.store.stats import FeatureStats
+from dparallel.store.stats import statistics_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -336,11 +336,8 @@ def featurize_partition(
     skipped = sorted([*checked.skipped, *unfit])
     t_compute = time.perf_counter()
     stats = {
-        name: {
-            element: FeatureStats.of(arrays["values"].astype(np.float64, copy=False)).to_json()
-            for element, arrays in per_element.items()
-        }
-        for name, per_element in computed.items()
+        name: {element: found.to_json() for element, found in per_element.items()}
+        for name, per_element in statistics_of(computed).items()
     }
     # at a URL the writes mostly wait for the service: the worker's next task runs meanwhile
     with outside_the_pool(enabled=not store.is_local) as waited:
