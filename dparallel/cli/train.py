@@ -1,4 +1,5 @@
-"""``dparallel train STORE -o MODEL_DIR``: train an HDNNP from a featurized store."""
+"""``dparallel train STORE -o MODEL_DIR``: train an HDNNP from a featurized store (or one of
+structures only, with ``--descriptors FILE --descriptor-source computed``)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ def add_parser(subparsers: Any) -> None:
         description="Train a Behler-Parrinello HDNNP on energies and forces streamed from "
         "STORE. Writes checkpoints, metrics.csv/json, plots and model.pt into MODEL_DIR.",
     )
-    p.add_argument("store", help="featurized zarr store: a directory or a URL (s3://…)")
+    p.add_argument(
+        "store",
+        help="featurized zarr store, or one made by dparallel ingest (with --descriptors): "
+        "a directory or a URL (s3://…)",
+    )
     p.add_argument(
         "-o",
         "--output",
@@ -44,6 +49,19 @@ def add_parser(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="override one training key (repeatable; YAML values), e.g. --set epochs=50 "
         "or --set training.epochs=50",
+    )
+    p.add_argument(
+        "--descriptors",
+        metavar="FILE",
+        type=local_argument("a descriptors file"),
+        help="descriptors YAML (as featurize takes) for a store without features (dparallel "
+        "ingest): computed during training, with --descriptor-source computed",
+    )
+    p.add_argument(
+        "--descriptor-source",
+        choices=("stored", "computed"),
+        help="stored: the store's descriptors; computed: from the structures, per "
+        "mini-batch; same as --set descriptor_source=...",
     )
     p.add_argument("--resume", action="store_true", help="continue from MODEL_DIR/checkpoint.pt")
     p.add_argument(
@@ -84,7 +102,10 @@ def run(args: argparse.Namespace) -> int:
     overrides = [*args.overrides, *(["allow_incomplete=true"] if args.allow_incomplete else [])]
     if args.device is not None:
         overrides.append(f"device={args.device}")
+    if args.descriptor_source is not None:
+        overrides.append(f"descriptor_source={args.descriptor_source}")
     spec = parse_training_spec(args.config, overrides)
+    store, descriptors = _store_and_descriptors(args.store, args.descriptors)
 
     bar = EpochProgress(spec.epochs, quiet=args.quiet)
     try:
@@ -97,7 +118,12 @@ def run(args: argparse.Namespace) -> int:
         with cluster:
             publisher = epoch_publisher(Path(args.output).resolve().name)
             result = train(
-                args.store, args.output, spec, resume=args.resume, callback=[publisher, bar.update]
+                store,
+                args.output,
+                spec,
+                resume=args.resume,
+                callback=[publisher, bar.update],
+                descriptors=descriptors,
             )
     except KeyboardInterrupt:
         checkpoint = Path(args.output) / "checkpoint.pt"
@@ -124,6 +150,20 @@ def run(args: argparse.Namespace) -> int:
     source = _source_file(args.store)
     print("\n".join(closing_lines(result.seconds, model=result.model_dir, data=source)))
     return 0
+
+
+def _store_and_descriptors(store: str, path: str | None) -> tuple[Any, Any]:
+    """The store given and the descriptors of ``--descriptors`` (an n2p2 input.nn's lengths
+    in the units of the store's data), or ``None``."""
+    from dparallel.store import open_store
+
+    opened = open_store(store)
+    if path is None:
+        return opened, None
+    from dparallel.workflow.descriptors_spec import load_descriptors
+
+    units = opened.attrs.get("config", {}).get("ingest", {}).get("units", "ase")
+    return opened, load_descriptors(path, data_units=units)
 
 
 def _full_disk_advice(model_dir: Path) -> str:

@@ -92,8 +92,10 @@ def save_checkpoint(
     optimizer: Optimizer,
     progress: Progress,
     spec: TrainingSpec,
+    descriptor: dict | None = None,
 ) -> None:
-    """Write the checkpoint after ``epoch``: weights, optimizer, schedule, RNG, progress."""
+    """Write the checkpoint after ``epoch``: weights, optimizer, schedule, RNG, progress
+    and the descriptor spec the model's inputs are (compared on resume)."""
     save_torch_file(
         {
             "epoch": epoch,
@@ -103,6 +105,7 @@ def save_checkpoint(
             "loader": {"seed": spec.seed, "next_epoch": epoch + 1},
             **{name: getattr(progress, name) for name in _PROGRESS},
             "spec": spec.to_dict(),
+            "descriptor": descriptor,
         },
         path,
     )
@@ -113,6 +116,7 @@ def resume_from(
     spec: TrainingSpec,
     model: HDNNP,
     optimizer: Optimizer,
+    descriptor: dict | None = None,
 ) -> Progress:
     """Load the checkpoint at ``path`` into model, optimizer, schedule and RNG.
 
@@ -124,7 +128,7 @@ def resume_from(
     TrainingError
         No checkpoint, not a dparallel checkpoint, or trained with another config
         (keys other than ``epochs``, ``allow_incomplete`` and where the data and model
-        live differ).
+        live differ), or with another ``descriptor`` spec (a checkpoint that records one).
     """
     if not path.is_file():
         raise CheckpointMismatchError(f"--resume: no checkpoint at {path}")
@@ -145,6 +149,11 @@ def resume_from(
         raise CheckpointMismatchError(
             f"--resume: {path} was trained with another config ({', '.join(diff)} "
             "differ); use the same config or a new MODEL_DIR"
+        )
+    if ck.get("descriptor") is not None and ck["descriptor"] != descriptor:
+        raise CheckpointMismatchError(
+            f"--resume: {path} was trained on other {spec.descriptor} descriptors than these "
+            "(the store's, or those given); use the same descriptors or a new MODEL_DIR"
         )
     model.load_state_dict(ck["model"])
     optimizer.load_state_dict(ck)

@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 
     import numpy as np
 
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+
 log = logging.getLogger(__name__)
 
 
@@ -94,13 +96,15 @@ def train(
     *,
     resume: bool = False,
     callback: EpochCallback | Iterable[EpochCallback] | None = None,
+    descriptors: DescriptorSet | None = None,
 ) -> TrainResult:
     """Train an HDNNP on a featurized store; writes checkpoints, metrics and plots.
 
     Parameters
     ----------
     store
-        Featurized store (or its path) with ``features/<spec.descriptor>``.
+        Featurized store (or its path) with ``features/<spec.descriptor>``, or a store of
+        structures only (``dparallel ingest``) with ``descriptors``.
     model_dir
         Output directory: ``checkpoint.pt`` (every epoch), ``best.pt``, ``model.pt``
         (best model), ``metrics.csv``/``metrics.json``, ``spec.json``, PNG plots.
@@ -112,6 +116,11 @@ def train(
         Called, in order, with each epoch's metrics row (the CLI prints it; the caller
         passes one that publishes to the dashboard). One returning ``True`` stops the run
         after that epoch: the checkpoint is the result, ``--resume`` continues it.
+    descriptors
+        The descriptors to compute during training (``spec.descriptor_source:
+        computed``) from a store without ``features/<spec.descriptor>``; their scaling
+        statistics are computed over the store's structures as featurize records them.
+        Given with a featurized store, they must be the store's.
 
     Returns
     -------
@@ -132,7 +141,7 @@ def train(
         )
     store = store if isinstance(store, Store) else open_store(store)
     with claim_model_dir(model_dir, store, resume=resume) as path:  # ours, leased, one store
-        return _train(store, path, spec, resume, callback)
+        return _train(store, path, spec, resume, callback, descriptors)
 
 
 def _train(
@@ -141,13 +150,14 @@ def _train(
     spec: TrainingSpec | None,
     resume: bool,
     callback: EpochCallback | Iterable[EpochCallback] | None,
+    descriptors: DescriptorSet | None,
 ) -> TrainResult:
     """:func:`train` in the model directory it holds."""
     t_start = time.perf_counter()
     spec = spec or TrainingSpec()
     callbacks = [] if callback is None else [callback] if callable(callback) else list(callback)
     coverage = check_complete(store, spec)
-    run, progress = _set_up(store, model_dir, spec, resume)
+    run, progress = _set_up(store, model_dir, spec, resume, descriptors)
     stopped_early = False
     for epoch in range(progress.start_epoch, spec.epochs):
         row = _epoch(run, epoch, progress)
@@ -186,19 +196,25 @@ def _train(
 
 
 def _set_up(
-    store: Store, model_dir: Path, spec: TrainingSpec, resume: bool
+    store: Store,
+    model_dir: Path,
+    spec: TrainingSpec,
+    resume: bool,
+    descriptors: DescriptorSet | None = None,
 ) -> tuple[_Run, Progress]:
     """Prepare the data, place and build model and optimizer, resume; write spec.json."""
     model_dir.mkdir(parents=True, exist_ok=True)
     if spec.threads:
         torch.set_num_threads(spec.threads)
-    prep = prepare(store, spec)
+    prep = prepare(store, spec, descriptors)
     counts = [prep.index.count(split) for split in ("train", "validation", "test")]
     log.info("splits: %d train, %d validation, %d test structures", *counts)
     target = Target.of(spec)
     model = build_model(prep, spec, target)
     optimizer = make_optimizer(model, spec, counts[0])
-    progress = resume_from(model_dir / CHECKPOINT, spec, model, optimizer) if resume else Progress()
+    progress = Progress()
+    if resume:
+        progress = resume_from(model_dir / CHECKPOINT, spec, model, optimizer, prep.descriptor_spec)
     write_file(model_dir / SPEC_JSON, json.dumps(spec.to_dict(), indent=1))
     cache = train_cache_bytes()
     reader = PartitionReader(store, spec.descriptor, prep.elements, prep.index, prep.forces, cache)
@@ -353,7 +369,10 @@ def _epoch(run: _Run, epoch: int, progress: Progress) -> dict[str, Any]:
     if not finite:  # diverged: its weights are not finite, nothing of it is kept
         return {**row, "diverged": True}
     progress.history.append(row)
-    save_checkpoint(run.model_dir / CHECKPOINT, epoch, run.model, run.optimizer, progress, spec)
+    save_checkpoint(
+        run.model_dir / CHECKPOINT, epoch, run.model, run.optimizer, progress, spec,
+        prep.descriptor_spec,
+    )  # fmt: skip
     write_metrics(run.model_dir, progress.history)
     return row
 

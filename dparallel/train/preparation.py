@@ -6,6 +6,7 @@ into the network the epochs update (its optimizer: :mod:`~dparallel.train.optimi
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,10 +16,11 @@ import numpy as np
 import torch
 from ase.data import atomic_numbers
 
+from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
-from dparallel.store.stats import FeatureStats
+from dparallel.store.stats import FeatureStats, merge_into, statistics_of
 from dparallel.train.data import PartitionReader, SplitIndex, build_split_index
 
 if TYPE_CHECKING:
@@ -44,21 +46,77 @@ class Prepared:
     descriptor_spec: dict[str, Any] | None
 
 
-def _feature_config(store: Store, descriptor: str) -> tuple[dict[str, Any], bool]:
-    cfg = store.attrs.get("config", {}).get("features")
-    if not cfg:
-        raise TrainingError(
-            f"{store.target} has no {descriptor!r} features (config.features is missing: "
-            "no descriptors were computed); featurize the store first"
+def _feature_config(
+    store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None
+) -> tuple[dict[str, Any], bool, DescriptorSet | None]:
+    """The spec of the trained descriptor, whether the store holds its dG/dr, and the set
+    whose statistics training computes (``None``: the store's featurize recorded them).
+
+    A store featurized with the descriptor gives its spec (``descriptors``, if given, must
+    say the same); one without it (made by ``dparallel ingest``) takes it from
+    ``descriptors``, computed during training (``descriptor_source: computed``).
+    """
+    name = spec.descriptor
+    cfg = store.attrs.get("config", {}).get("features") or {}
+    stored = cfg.get(name)
+    given = _given_spec(descriptors, name)
+    if stored:
+        if given is not None and _plain(given) != _plain(stored):
+            raise TrainingError(
+                f"{store.target} was featurized with other {name!r} descriptors than the "
+                "ones given: train without descriptors (the store's are used), or featurize "
+                "again with these"
+            )
+        return stored, bool(cfg.get("derivatives", False)), None
+    if given is not None and spec.descriptor_source == "computed":
+        assert descriptors is not None
+        return (
+            _plain(given),  # as a store holds it: the model file and checkpoint keep it
+            False,
+            DescriptorSet({name: descriptors.by_name[name]}, dtype=descriptors.dtype),
         )
-    if not cfg.get(descriptor):
-        held = [k for k, v in cfg.items() if k not in ("derivatives", "dtype") and v]
+    held = [k for k, v in cfg.items() if k not in ("derivatives", "dtype") and v]
+    if given is not None:
         raise TrainingError(
-            f"{store.target} was featurized without {descriptor!r} (it holds "
-            f"{', '.join(held) or 'none'}): train with descriptor: {held[0] if held else '…'}, "
-            f"or featurize again with a {descriptor} section"
+            f"{store.target} holds no {name!r} features: the descriptors given are computed "
+            "during training, with descriptor_source: computed (--descriptor-source "
+            "computed); or featurize the store with them"
         )
-    return cfg[descriptor], bool(cfg.get("derivatives", False))
+    if held:
+        raise TrainingError(
+            f"{store.target} was featurized without {name!r} (it holds {', '.join(held)}): "
+            f"train with descriptor: {held[0]}, or featurize again with a {name} section"
+        )
+    raise TrainingError(
+        f"{store.target} holds structures but no descriptors (made by dparallel ingest): "
+        f"featurize it (dparallel featurize --descriptors FILE), or give the descriptors to "
+        "compute them during training (dparallel train --descriptors FILE "
+        "--descriptor-source computed; train(..., descriptors=...) with "
+        "descriptor_source: computed)"
+    )
+
+
+def _given_spec(descriptors: DescriptorSet | None, name: str) -> dict[str, Any] | None:
+    """The spec (``to_dict``) of descriptor ``name`` in ``descriptors`` (None: none given)."""
+    if descriptors is None:
+        return None
+    if not isinstance(descriptors, DescriptorSet):
+        raise TypeError(
+            f"descriptors is a {type(descriptors).__name__}, not a DescriptorSet (a "
+            "descriptors file: dparallel.workflow.descriptors_spec.load_descriptors(path))"
+        )
+    if descriptors.by_name.get(name) is None:
+        raise TrainingError(
+            f"the descriptors given have no {name!r} (they hold "
+            f"{', '.join(descriptors.by_name)}): add a {name} section, or train with "
+            f"descriptor: {next(iter(descriptors.by_name))}"
+        )
+    return dict(descriptors.to_dict()[name])
+
+
+def _plain(spec: Mapping[str, Any]) -> Any:
+    """``spec`` as the store's JSON attributes hold it (tuples as lists), for comparing."""
+    return json.loads(json.dumps(spec))
 
 
 def _refuse_empty(store: Store) -> None:
@@ -71,10 +129,16 @@ def _refuse_empty(store: Store) -> None:
         )
 
 
-def prepare(store: Store, spec: TrainingSpec) -> Prepared:
-    """Split index, least-squares reference energies and feature scaling (one pass)."""
+def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None = None) -> Prepared:
+    """Split index, least-squares reference energies and feature scaling (one pass).
+
+    ``descriptors``: for a store without the trained descriptor's features (made by
+    ``dparallel ingest``) and ``descriptor_source: computed``, the descriptors to compute;
+    their scaling statistics are computed in the same pass, over every structure of the
+    store, as featurize records them. For a featurized store they must be the store's.
+    """
     _refuse_empty(store)
-    desc, has_deriv = _feature_config(store, spec.descriptor)
+    desc, has_deriv, computing = _feature_config(store, spec, descriptors)
     if "elements" not in desc:
         raise TrainingError(f"descriptor spec of {spec.descriptor!r} lists no elements")
     elements = [str(elem) for elem in desc["elements"]]
@@ -92,9 +156,14 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     atb = np.zeros(len(elements))
     per_atom: list[tuple[np.ndarray, np.ndarray]] = []  # (S_train, n_el) counts, (S_train,) E
     atoms_in_training = np.zeros(len(elements), dtype=np.int64)
+    computed: dict[str, FeatureStats] = {}  # statistics of ``computing``'s descriptors
 
     def visit(p: int, batch: StructureBatch, split: np.ndarray) -> None:
         nonlocal ata, atb
+        if computing is not None:
+            _refuse_other_elements(store, p, batch, zs, elements)
+            for elem, found in statistics_of(computing.compute(batch))[spec.descriptor].items():
+                merge_into(computed, elem, found)
         training_atoms = batch.numbers[(split == 0)[batch.structure_index]]
         atoms_in_training[:] += (training_atoms[:, None] == zs).sum(0)
         sel = np.flatnonzero((split == 0) & np.isfinite(batch.energy))
@@ -109,27 +178,15 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
         per_atom.append((comp, batch.energy[sel]))
 
     index = build_split_index(store, spec.validation_fraction, spec.test_fraction, spec.seed, visit)
-    if index.count("train") == 0:
-        raise TrainingError(
-            f"{store.target}: the training split is empty (validation_fraction "
-            f"{spec.validation_fraction:g} and test_fraction {spec.test_fraction:g} of "
-            f"{index.count('validation') + index.count('test')} structures "
-            "leave none): lower them, or add structures"
-        )
-    absent = [elem for elem, n in zip(elements, atoms_in_training, strict=True) if n == 0]
-    if absent:
-        raise TrainingError(
-            f"{store.target}: no atom of {', '.join(absent)} in the training split "
-            f"({index.count('train')} structures), so its network would stay untrained: "
-            "remove it from the descriptors' elements (an n2p2 input.nn: its `elements` "
-            "line and symmetry functions) or add structures that hold it"
-        )
+    _refuse_unfit_split(store, spec, index, elements, atoms_in_training)
     ref = np.linalg.lstsq(ata, atb, rcond=None)[0]
     resid = np.concatenate([(energy - c @ ref) / c.sum(1) for c, energy in per_atom])
     energy_scale = float(resid.std()) if resid.size > 1 and resid.std() > 1e-8 else 1.0
     per_atom.clear()
     stats = store.attrs.get("statistics", {}).get(spec.descriptor)
-    if not stats:  # compute scaling statistics over the training split
+    if computing is not None:  # computed in the split pass, over every structure
+        stats = {elem: found.summary() for elem, found in computed.items() if found.count}
+    elif not stats:  # compute scaling statistics over the training split
         stats = _statistics(PartitionReader(store, spec.descriptor, elements, index, False))
     for elem in elements:
         if elem not in stats:
@@ -149,6 +206,32 @@ def prepare(store: Store, spec: TrainingSpec) -> Prepared:
     )
 
 
+def _refuse_unfit_split(
+    store: Store,
+    spec: TrainingSpec,
+    index: SplitIndex,
+    elements: list[str],
+    atoms_in_training: np.ndarray,
+) -> None:
+    """A :class:`TrainingError` for an empty training split, or one without an atom of
+    some element (its network would stay untrained)."""
+    if index.count("train") == 0:
+        raise TrainingError(
+            f"{store.target}: the training split is empty (validation_fraction "
+            f"{spec.validation_fraction:g} and test_fraction {spec.test_fraction:g} of "
+            f"{index.count('validation') + index.count('test')} structures "
+            "leave none): lower them, or add structures"
+        )
+    absent = [elem for elem, n in zip(elements, atoms_in_training, strict=True) if n == 0]
+    if absent:
+        raise TrainingError(
+            f"{store.target}: no atom of {', '.join(absent)} in the training split "
+            f"({index.count('train')} structures), so its network would stay untrained: "
+            "remove it from the descriptors' elements (an n2p2 input.nn: its `elements` "
+            "line and symmetry functions) or add structures that hold it"
+        )
+
+
 def _statistics(reader: PartitionReader) -> dict[str, dict[str, list]]:
     """n2p2 scaling statistics of the training split (a store without its ``statistics``
     record: one still being featurized), as featurize records them (:class:`FeatureStats`)."""
@@ -159,9 +242,27 @@ def _statistics(reader: PartitionReader) -> dict[str, dict[str, list]]:
             table = part.rows.get(f"features/{elem}")
             if table is not None:  # rows of each structure: a run per structure
                 struct = np.repeat(np.arange(part.n_structures), np.diff(table.offsets))
-                rows = FeatureStats.of(table.columns["values"][part.split[struct] == 0])
-                acc[elem] = acc[elem].merge(rows) if elem in acc else rows
+                merge_into(
+                    acc, elem, FeatureStats.of(table.columns["values"][part.split[struct] == 0])
+                )
     return {elem: s.summary() for elem, s in acc.items() if s.count}
+
+
+def _refuse_other_elements(
+    store: Store, p: int, batch: StructureBatch, zs: np.ndarray, elements: list[str]
+) -> None:
+    """A :class:`TrainingError` for an atom of partition ``p`` whose element the
+    descriptors do not define (featurize skips or refuses such structures)."""
+    outside = ~np.isin(batch.numbers, zs)
+    if outside.any():
+        atom = int(np.flatnonzero(outside)[0])
+        s = int(batch.structure_index[atom])
+        index = int(store.partition_source_indices(p)[s])
+        raise TrainingError(
+            f"{store.target}: structure {index} (partition {p}), atom "
+            f"{atom - int(batch.offsets[s])}: atomic number {int(batch.numbers[atom])} is not "
+            f"among the descriptors' elements ({', '.join(elements)}): add it to them"
+        )
 
 
 def build_model(prep: Prepared, spec: TrainingSpec, target: Target) -> HDNNP:

@@ -39,6 +39,14 @@ def build_store(
     )
 
 
+def ingested_store(data: str | Path, store_path: str | Path, partition_atoms: int = 300) -> Store:
+    """Structures of ``data`` only (no descriptors), as ``dparallel ingest`` stores them."""
+    from dparallel.workflow.ingest import IngestOptions, ingest
+
+    options = IngestOptions(partition_atoms=partition_atoms, overwrite=True)
+    return ingest(data, store_path, options).store
+
+
 def small_acsf(r_cut: float = 4.0) -> ACSF:
     """A cheap ACSF set for tests: 4 radial + 2 angular functions."""
     return ACSF.uniform(

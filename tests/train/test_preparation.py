@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pytest
 import zarr
 from _store_fixture import small_store
 
@@ -50,3 +51,42 @@ def test_the_statistics_computed_in_training_are_those_featurize_records(tmp_pat
     unrecorded = open_store(store.target, mode="r+")
     unrecorded.update_attrs({"statistics": {}})
     assert prepare(unrecorded, SPEC).statistics["Cu"] == recorded
+
+
+def test_statistics_of_an_ingested_store_are_those_featurize_records(tmp_path: Path) -> None:
+    """A store of structures only (``dparallel ingest``) with the descriptors given: the
+    statistics computed in the split pass are the ones featurize records for the same data
+    (exactly, whatever the partitioning) and numpy's of the featurized rows."""
+    from _store_fixture import ingested_store, small_acsf
+
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+
+    featurized = small_store(tmp_path)  # partitions of 150 atoms
+    data = tmp_path / "cu24.xyz"
+    spec = SPEC.model_copy(update={"descriptor_source": "computed", "validation_fraction": 0.2})
+    recorded = featurized.attrs["statistics"]["acsf"]["Cu"]
+    reference = _numpy_statistics(featurized)
+    for atoms in (150, 400):
+        ingested = ingested_store(data, tmp_path / f"i{atoms}.zarr", partition_atoms=atoms)
+        assert "features" not in ingested.attrs["config"]
+        prep = prepare(ingested, spec, DescriptorSet(acsf=small_acsf()))
+        got = prep.statistics["Cu"]
+        assert got == {k: recorded[k] for k in ("min", "max", "mean", "sigma")}
+        for key, expected in reference.items():
+            np.testing.assert_allclose(got[key], expected, rtol=1e-13, atol=0, err_msg=key)
+        assert prep.descriptor_spec == featurized.attrs["config"]["features"]["acsf"]
+
+
+def test_an_ingested_structure_outside_the_descriptors_elements_is_named(tmp_path: Path) -> None:
+    from _store_fixture import ingested_store, small_acsf, write_emt_alloy
+
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.errors import TrainingError
+
+    data = write_emt_alloy(tmp_path / "a.xyz", 6, seed=2, repeat=(1, 1, 1), pure=3)
+    store = ingested_store(data, tmp_path / "a.zarr", partition_atoms=8)
+    spec = SPEC.model_copy(update={"descriptor_source": "computed"})
+    with pytest.raises(TrainingError) as info:
+        prepare(store, spec, DescriptorSet(acsf=small_acsf()))  # Cu only
+    assert "structure 3 (partition " in str(info.value)
+    assert "atomic number 79 is not among the descriptors' elements (Cu)" in str(info.value)

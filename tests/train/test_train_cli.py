@@ -138,3 +138,46 @@ def test_full_disk_in_train_says_resume(tmp_path, capsys, monkeypatch, failing_e
     assert main([*argv, "--resume"]) == 0
     rows = (out / "metrics.csv").read_text().split()[1:]
     assert [int(row.split(",")[0]) for row in rows] == [0, 1, 2]
+
+
+@pytest.mark.integration
+def test_train_an_ingested_store_with_descriptors_computed(tmp_path, capsys) -> None:  # noqa: ANN001
+    """dparallel ingest → dparallel train --descriptors FILE --descriptor-source computed:
+    the model of the same descriptors featurized (the store's own statistics), and it
+    exports and evaluates; without the descriptors, one line names both fixes."""
+    from _store_fixture import build_store, small_acsf
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.nn import load_model
+    from dparallel.workflow.descriptors_spec import load_descriptors
+
+    data = write_emt_cu(tmp_path / "cu.xyz", 12, seed=5)
+    store = tmp_path / "s.zarr"
+    assert main(["ingest", str(data), "-o", str(store), "--partition-atoms", "150"]) == 0
+    out = tmp_path / "m"
+    assert main(["train", str(store), "-o", str(out), "--set", "epochs=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "featurize it" in err[0] and "--descriptors FILE" in err[0]
+    desc = tmp_path / "descriptors.yaml"
+    desc.write_text(  # small_acsf() as a descriptors file
+        "acsf:\n  elements: [Cu]\n  r_cut: 4.0\n"
+        "  radial: [[0.05, 0.0], [2.0, 2.5], [2.0, 3.0], [2.0, 3.5]]\n"
+        "  narrow: [[0.01, 1.0, -1.0, 0.0], [0.01, 1.0, 1.0, 0.0]]\n"
+    )
+    assert load_descriptors(desc).acsf.to_dict() == small_acsf().to_dict()
+    argv = ["train", str(store), "-o", str(out), "--descriptors", str(desc),
+            "--set", "epochs=2", "--set", "hidden=[6]", "--quiet"]  # fmt: skip
+    assert main(argv) == 2  # stored descriptors asked for: there are none
+    assert "--descriptor-source computed" in capsys.readouterr().err
+    assert main([*argv, "--descriptor-source", "computed"]) == 0
+    assert json.loads((out / "spec.json").read_text())["descriptor_source"] == "computed"
+    featurized = build_store(data, tmp_path / "f.zarr", small_acsf(), partition_atoms=150)
+    model, _ = load_model(out / "model.pt")
+    assert model.scaling is not None
+    assert model.scaling["statistics"]["Cu"] == {
+        k: featurized.attrs["statistics"]["acsf"]["Cu"][k] for k in ("min", "max", "mean", "sigma")
+    }
+    assert main(["export", str(out), "--no-probe"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(out), str(data), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_structures"] == 12

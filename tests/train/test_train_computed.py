@@ -230,3 +230,34 @@ def test_computed_follows_the_stored_trajectory_when_a_batch_lacks_an_element(
                     ra[k],
                     rb[k],
                 )
+
+
+def test_an_ingested_store_trains_as_the_featurized_one(tmp_path) -> None:  # noqa: ANN001
+    """Structures only (``dparallel ingest``) plus the descriptors: the same model, epoch
+    for epoch, as computed descriptors from a store featurized from the same data (whose
+    scaling statistics featurize recorded), and the same errors."""
+    from _store_fixture import ingested_store
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.nn import load_model
+
+    data = write_emt_cu(tmp_path / "cu.xyz", 16, seed=3)
+    featurized = build_store(data, tmp_path / "f.zarr", small_acsf(), partition_atoms=150)
+    ingested = ingested_store(data, tmp_path / "i.zarr", partition_atoms=150)
+    spec = SPEC.model_copy(
+        update={"epochs": 2, "descriptor_source": "computed", "validation_fraction": 0.25}
+    )
+    a = train_model(featurized, tmp_path / "featurized", spec)
+    b = train_model(ingested, tmp_path / "ingested", spec,
+                    descriptors=DescriptorSet(acsf=small_acsf()))  # fmt: skip
+    assert len(a.history) == len(b.history) == 2
+    for ra, rb in zip(a.history, b.history, strict=True):
+        for k in ("train_loss", "train_force_rmse", "validation_loss", "validation_force_rmse"):
+            assert np.isfinite(ra[k]) and abs(ra[k] - rb[k]) <= 1e-12 * abs(ra[k]), k
+    for k, v in a.test.items():
+        assert abs(v - b.test[k]) <= 1e-12 * abs(v), k
+    (ma, fa), (mb, fb) = (load_model(r.model_dir / "model.pt") for r in (a, b))
+    assert fa["descriptor"] == fb["descriptor"]
+    for (name, x), (_, y) in zip(ma.state_dict().items(), mb.state_dict().items(), strict=True):
+        assert torch.allclose(x, y, rtol=1e-12, atol=1e-14), name

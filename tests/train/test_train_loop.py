@@ -126,8 +126,60 @@ def test_store_without_features_is_rejected(tmp_path) -> None:  # noqa: ANN001
 
     data = write_emt_cu(tmp_path / "cu.xyz", 4)
     st = ingest(data, tmp_path / "s.zarr").store
-    with pytest.raises(TrainingError, match="no 'acsf' features"):
+    with pytest.raises(TrainingError) as info:
         train_model(st, tmp_path / "m", SPEC)
+    assert str(info.value) == (  # one line, both fixes
+        f"{st.target} holds structures but no descriptors (made by dparallel ingest): "
+        "featurize it (dparallel featurize --descriptors FILE), or give the descriptors to "
+        "compute them during training (dparallel train --descriptors FILE "
+        "--descriptor-source computed; train(..., descriptors=...) with "
+        "descriptor_source: computed)"
+    )
+    # descriptors given, but read from the store (stored): names the switch
+    from _store_fixture import small_acsf
+
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+
+    given = DescriptorSet(acsf=small_acsf())
+    with pytest.raises(TrainingError, match=r"holds no 'acsf' features: .*descriptor_source: "):
+        train_model(st, tmp_path / "m", SPEC, descriptors=given)
+    with pytest.raises(TypeError, match="not a DescriptorSet"):
+        train_model(st, tmp_path / "m", SPEC, descriptors=small_acsf())  # type: ignore[arg-type]
+    assert not (tmp_path / "m" / "checkpoint.pt").exists()
+
+
+def test_descriptors_given_for_a_featurized_store_must_be_its_own(store, tmp_path) -> None:  # noqa: ANN001
+    from _store_fixture import small_acsf
+
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+
+    spec = SPEC.model_copy(update={"epochs": 1})
+    other = DescriptorSet(acsf=small_acsf(r_cut=4.5))
+    with pytest.raises(TrainingError, match="featurized with other 'acsf' descriptors"):
+        train_model(store, tmp_path / "other", spec, descriptors=other)
+    same = train_model(store, tmp_path / "same", spec, descriptors=DescriptorSet(acsf=small_acsf()))
+    plain = train_model(store, tmp_path / "plain", spec)
+    assert same.history[0]["train_loss"] == plain.history[0]["train_loss"]
+
+
+def test_resume_refuses_other_descriptors(tmp_path) -> None:  # noqa: ANN001
+    """A store of structures only takes its descriptors from the caller: resuming with
+    others (a model of other inputs, maybe as many) is refused."""
+    from _store_fixture import ingested_store, small_acsf
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+
+    data = write_emt_cu(tmp_path / "cu.xyz", 8, seed=1)
+    st = ingested_store(data, tmp_path / "s.zarr")
+    spec = SPEC.model_copy(update={"descriptor_source": "computed", "epochs": 3})
+    first = DescriptorSet(acsf=small_acsf())
+    train_model(st, tmp_path / "m", spec, descriptors=first, callback=stop_after(1))
+    other = DescriptorSet(acsf=small_acsf(r_cut=4.5))  # as many features
+    with pytest.raises(TrainingError, match="other acsf descriptors"):
+        train_model(st, tmp_path / "m", spec, descriptors=other, resume=True)
+    done = train_model(st, tmp_path / "m", spec, descriptors=first, resume=True)
+    assert len(done.history) == 3
 
 
 @pytest.mark.integration
