@@ -54,8 +54,9 @@ def add_parser(subparsers: Any) -> None:
         "--descriptors",
         metavar="FILE",
         type=local_argument("a descriptors file"),
-        help="descriptors YAML (as featurize takes) for a store without features (dparallel "
-        "ingest): computed during training, with --descriptor-source computed",
+        help="descriptors YAML (as featurize takes; or a workflow file: its descriptors) for "
+        "a store without features (dparallel ingest): computed during training, with "
+        "--descriptor-source computed",
     )
     p.add_argument(
         "--descriptor-source",
@@ -153,8 +154,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _store_and_descriptors(store: str, path: str | None) -> tuple[Any, Any]:
-    """The store given and the descriptors of ``--descriptors`` (an n2p2 input.nn's lengths
-    in the units of the store's data), or ``None``."""
+    """The store given and the descriptors of ``--descriptors`` (a descriptors file or a
+    workflow's section; an n2p2 input.nn's lengths in the units of the store's data), or
+    ``None``."""
     from dparallel.store import open_store
 
     opened = open_store(store)
@@ -163,7 +165,7 @@ def _store_and_descriptors(store: str, path: str | None) -> tuple[Any, Any]:
     from dparallel.workflow.descriptors_spec import load_descriptors
 
     units = opened.attrs.get("config", {}).get("ingest", {}).get("units", "ase")
-    return opened, load_descriptors(path, data_units=units)
+    return opened, load_descriptors(path, data_units=units, workflows=True)
 
 
 def _full_disk_advice(model_dir: Path) -> str:

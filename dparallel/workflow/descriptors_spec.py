@@ -146,7 +146,11 @@ class DescriptorsSpec(SpecModel):
 
 
 def load_descriptors(
-    path: str | Path, section: str | None = None, data_units: str = "ase"
+    path: str | Path,
+    section: str | None = None,
+    data_units: str = "ase",
+    *,
+    workflows: bool = False,
 ) -> DescriptorSet:
     """Read and validate a descriptors YAML/JSON file; errors name the file and key path.
 
@@ -156,12 +160,15 @@ def load_descriptors(
     paths inside (``acsf.n2p2``) are taken from the working directory, as in ``dparallel
     run``.
     ``data_units`` are the dataset's units (an n2p2 input.nn's lengths follow them).
+    ``workflows``: a workflow file is read as its ``descriptors`` section, not refused.
     """
     data: Any = read_yaml(path, "descriptors")
     if section is not None:
         data = config_section(data, section, str(path))
     elif isinstance(data, dict) and set(data) == {"descriptors"}:
         data = data["descriptors"]
+    elif isinstance(data, dict) and "descriptors" in data and workflows:
+        data = config_section(data, "descriptors", str(path))
     elif isinstance(data, dict) and "descriptors" in data:  # with dataset, store, …
         raise ConfigError(
             f"{path}: a workflow file (its descriptors are its 'descriptors' section), not a "

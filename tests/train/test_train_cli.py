@@ -181,3 +181,14 @@ def test_train_an_ingested_store_with_descriptors_computed(tmp_path, capsys) -> 
     capsys.readouterr()
     assert main(["evaluate", str(out), str(data), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n_structures"] == 12
+    # a workflow file's descriptors (and training keys): the quickstart's ACSF
+    from pathlib import Path
+
+    workflow = Path(__file__).parents[2] / "workflows" / "quickstart.yaml"
+    argv = ["train", str(store), "-o", str(tmp_path / "wf"), "--config", str(workflow),
+            "--descriptors", str(workflow), "--descriptor-source", "computed",
+            "--set", "epochs=1", "--set", "hidden=[4]", "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    model, file = load_model(tmp_path / "wf" / "model.pt")
+    assert file["descriptor"] == load_descriptors(workflow, workflows=True).acsf.to_dict()
+    assert model.n_features["Cu"] > 6  # the quickstart's ACSF, not small_acsf()

@@ -23,6 +23,9 @@ def test_a_workflow_file_given_as_descriptors_is_one_line_naming_workflow() -> N
         "a descriptors file: pass it with --workflow"
     )
     assert load_descriptors(workflow, section="descriptors").acsf is not None
+    # where a workflow's descriptors are welcome (dparallel train --descriptors)
+    section = load_descriptors(workflow, section="descriptors")
+    assert load_descriptors(workflow, workflows=True).to_dict() == section.to_dict()
 
 
 def test_a_file_of_only_a_descriptors_section_is_read_as_that_section(tmp_path: Path) -> None:
