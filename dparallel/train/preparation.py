@@ -304,13 +304,15 @@ def check_complete(store: Store, spec: TrainingSpec) -> dict[str, Any]:
     }
     if coverage["complete"]:
         return coverage
+    # the command that made it finishes it: a store of structures only is ingest's
+    made = "featurize" if store.attrs.get("config", {}).get("features") else "ingest"
     amount = (
-        f"{done} of {store.n_partitions} partitions are featurized ({store.n_structures} of "
-        f"{store.plan.n_structures} structures)"
+        f"{done} of {store.n_partitions} partitions are {made.removesuffix('e')}ed "
+        f"({store.n_structures} of {store.plan.n_structures} structures)"
     )
     if not spec.allow_incomplete:
         raise TrainingError(
-            f"{store.target} is incomplete: {amount}. Finish it (rerun the same featurize "
+            f"{store.target} is incomplete: {amount}. Finish it (rerun the same {made} "
             "command), or train on what is there with --allow-incomplete "
             "(allow_incomplete: true)"
         )

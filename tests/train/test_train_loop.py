@@ -319,3 +319,23 @@ def test_a_spec_that_is_no_training_spec_is_named_before_anything_is_written(tmp
         "training keys: dparallel.train.parse_training_spec(...))"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_incomplete_ingested_store_says_rerun_ingest(tmp_path) -> None:  # noqa: ANN001
+    """It said "rerun the same featurize command" of a store that ingest makes."""
+    from _store_fixture import ingested_store, small_acsf
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.store import open_store
+
+    data = write_emt_cu(tmp_path / "cu.xyz", 8, seed=1)
+    st = ingested_store(data, tmp_path / "s.zarr", partition_atoms=100)
+    assert st.n_partitions >= 2
+    open_store(st.target, mode="r+").clear_done(1)  # as an ingest killed part-way leaves it
+    spec = SPEC.model_copy(update={"descriptor_source": "computed"})
+    with pytest.raises(TrainingError) as info:
+        train_model(st.target, tmp_path / "m", spec, descriptors=DescriptorSet(acsf=small_acsf()))
+    total = st.n_partitions
+    assert f"incomplete: {total - 1} of {total} partitions are ingested (" in str(info.value)
+    assert "rerun the same ingest command" in str(info.value)
