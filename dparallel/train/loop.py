@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dparallel._files import write_file
+from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP, MODEL, load_model
 from dparallel.store import Store, open_store
@@ -57,8 +58,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import numpy as np
-
-    from dparallel.descriptors.descriptor_set import DescriptorSet
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +137,11 @@ def train(
         raise TypeError(
             f"train: spec is a {type(spec).__name__}, not a TrainingSpec (a mapping or a file "
             "of training keys: dparallel.train.parse_training_spec(...))"
+        )
+    if descriptors is not None and not isinstance(descriptors, DescriptorSet):
+        raise TypeError(
+            f"train: descriptors is a {type(descriptors).__name__}, not a DescriptorSet (a "
+            "descriptors file: dparallel.workflow.descriptors_spec.load_descriptors(path))"
         )
     store = store if isinstance(store, Store) else open_store(store)
     with claim_model_dir(model_dir, store, resume=resume) as path:  # ours, leased, one store

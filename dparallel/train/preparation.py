@@ -89,9 +89,9 @@ def _feature_config(
         )
     raise TrainingError(
         f"{store.target} holds structures but no descriptors (made by dparallel ingest): "
-        f"featurize it (dparallel featurize --descriptors FILE), or give the descriptors to "
-        "compute them during training (dparallel train --descriptors FILE "
-        "--descriptor-source computed; train(..., descriptors=...) with "
+        "featurize its data (dparallel featurize DATA -o STORE --descriptors FILE), or "
+        "compute the descriptors during training (dparallel train --descriptors FILE "
+        "--descriptor-source computed; in Python train(..., descriptors=...) with "
         "descriptor_source: computed)"
     )
 
@@ -100,11 +100,6 @@ def _given_spec(descriptors: DescriptorSet | None, name: str) -> dict[str, Any] 
     """The spec (``to_dict``) of descriptor ``name`` in ``descriptors`` (None: none given)."""
     if descriptors is None:
         return None
-    if not isinstance(descriptors, DescriptorSet):
-        raise TypeError(
-            f"descriptors is a {type(descriptors).__name__}, not a DescriptorSet (a "
-            "descriptors file: dparallel.workflow.descriptors_spec.load_descriptors(path))"
-        )
     if descriptors.by_name.get(name) is None:
         raise TrainingError(
             f"the descriptors given have no {name!r} (they hold "

@@ -157,7 +157,7 @@ def test_train_an_ingested_store_with_descriptors_computed(tmp_path, capsys) -> 
     out = tmp_path / "m"
     assert main(["train", str(store), "-o", str(out), "--set", "epochs=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "featurize it" in err[0] and "--descriptors FILE" in err[0]
+    assert len(err) == 1 and "featurize its data" in err[0] and "--descriptors FILE" in err[0]
     desc = tmp_path / "descriptors.yaml"
     desc.write_text(  # small_acsf() as a descriptors file
         "acsf:\n  elements: [Cu]\n  r_cut: 4.0\n"

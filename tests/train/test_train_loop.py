@@ -130,9 +130,9 @@ def test_store_without_features_is_rejected(tmp_path) -> None:  # noqa: ANN001
         train_model(st, tmp_path / "m", SPEC)
     assert str(info.value) == (  # one line, both fixes
         f"{st.target} holds structures but no descriptors (made by dparallel ingest): "
-        "featurize it (dparallel featurize --descriptors FILE), or give the descriptors to "
-        "compute them during training (dparallel train --descriptors FILE "
-        "--descriptor-source computed; train(..., descriptors=...) with "
+        "featurize its data (dparallel featurize DATA -o STORE --descriptors FILE), or "
+        "compute the descriptors during training (dparallel train --descriptors FILE "
+        "--descriptor-source computed; in Python train(..., descriptors=...) with "
         "descriptor_source: computed)"
     )
     # descriptors given, but read from the store (stored): names the switch
@@ -143,9 +143,9 @@ def test_store_without_features_is_rejected(tmp_path) -> None:  # noqa: ANN001
     given = DescriptorSet(acsf=small_acsf())
     with pytest.raises(TrainingError, match=r"holds no 'acsf' features: .*descriptor_source: "):
         train_model(st, tmp_path / "m", SPEC, descriptors=given)
-    with pytest.raises(TypeError, match="not a DescriptorSet"):
-        train_model(st, tmp_path / "m", SPEC, descriptors=small_acsf())  # type: ignore[arg-type]
-    assert not (tmp_path / "m" / "checkpoint.pt").exists()
+    with pytest.raises(TypeError, match="descriptors is a ACSF, not a DescriptorSet"):
+        train_model(st, tmp_path / "n", SPEC, descriptors=small_acsf())  # type: ignore[arg-type]
+    assert not (tmp_path / "n").exists()  # refused before anything is written
 
 
 def test_descriptors_given_for_a_featurized_store_must_be_its_own(store, tmp_path) -> None:  # noqa: ANN001
