@@ -232,7 +232,8 @@ def test_computed_follows_the_stored_trajectory_when_a_batch_lacks_an_element(
                 )
 
 
-def test_an_ingested_store_trains_as_the_featurized_one(tmp_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("engine", ["graph", "kernel"])
+def test_an_ingested_store_trains_as_the_featurized_one(tmp_path, engine) -> None:  # noqa: ANN001
     """Structures only (``dparallel ingest``) plus the descriptors: the same model, epoch
     for epoch, as computed descriptors from a store featurized from the same data (whose
     scaling statistics featurize recorded), and the same errors."""
@@ -246,7 +247,12 @@ def test_an_ingested_store_trains_as_the_featurized_one(tmp_path) -> None:  # no
     featurized = build_store(data, tmp_path / "f.zarr", small_acsf(), partition_atoms=150)
     ingested = ingested_store(data, tmp_path / "i.zarr", partition_atoms=150)
     spec = SPEC.model_copy(
-        update={"epochs": 2, "descriptor_source": "computed", "validation_fraction": 0.25}
+        update={
+            "epochs": 2,
+            "descriptor_source": "computed",
+            "validation_fraction": 0.25,
+            "compute_with": engine,
+        }
     )
     a = train_model(featurized, tmp_path / "featurized", spec)
     b = train_model(ingested, tmp_path / "ingested", spec,
