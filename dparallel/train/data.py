@@ -116,7 +116,10 @@ def build_split_index(
     """
     parts = [int(p) for p in store.done_partitions()]
     if not parts:
-        raise TrainingError(f"{store.target}: no partition is done; featurize the store first")
+        made = "featurize" if store.attrs.get("config", {}).get("features") else "ingest"
+        raise TrainingError(
+            f"{store.target}: no partition is done; rerun the {made} command that made it"
+        )
     ids: dict[int, np.ndarray] = {}
     split: dict[int, np.ndarray] = {}
     for p in parts:  # a store still incomplete stores the source index of its structures too

@@ -117,7 +117,8 @@ def _plain(spec: Mapping[str, Any]) -> Any:
 def _refuse_empty(store: Store) -> None:
     """A :class:`TrainingError` for a store without structures (every one skipped when it
     was made: descriptors for other elements, say, under ``on_error=skip``)."""
-    if store.n_structures == 0:
+    if store.n_structures == 0 and (store.is_complete or store.skipped()):
+        # (none done yet is no skipping: the completeness check and the split say that)
         raise TrainingError(
             f"{store.target}: holds no structures: all {len(store.skipped())} were skipped "
             f"when it was made (`dparallel info {store.target}` says why)"

@@ -339,3 +339,32 @@ def test_an_incomplete_ingested_store_says_rerun_ingest(tmp_path) -> None:  # no
     total = st.n_partitions
     assert f"incomplete: {total - 1} of {total} partitions are ingested (" in str(info.value)
     assert "rerun the same ingest command" in str(info.value)
+
+
+@pytest.mark.parametrize("allow_incomplete", [False, True])
+def test_a_store_with_no_partition_done_says_so(tmp_path, allow_incomplete) -> None:  # noqa: ANN001
+    """It said "holds no structures: all 0 were skipped when it was made" of a store whose
+    run had done no partition yet (nothing was skipped), and "featurize the store first"
+    of an ingested one with --allow-incomplete."""
+    from _store_fixture import ingested_store, small_acsf
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.store import open_store
+
+    data = write_emt_cu(tmp_path / "cu.xyz", 8, seed=1)
+    st = ingested_store(data, tmp_path / "s.zarr", partition_atoms=100)
+    writable = open_store(st.target, mode="r+")
+    for p in range(st.n_partitions):  # as an ingest killed before its first partition
+        writable.clear_done(p)
+    spec = SPEC.model_copy(
+        update={"descriptor_source": "computed", "allow_incomplete": allow_incomplete}
+    )
+    with pytest.raises(TrainingError) as info:
+        train_model(st.target, tmp_path / "m", spec, descriptors=DescriptorSet(acsf=small_acsf()))
+    if allow_incomplete:
+        assert str(info.value) == (
+            f"{st.target}: no partition is done; rerun the ingest command that made it"
+        )
+    else:
+        assert f"incomplete: 0 of {st.n_partitions} partitions are ingested (" in str(info.value)
