@@ -96,6 +96,9 @@ def _pairs(  # noqa: ANN202 - compiled
                             r2 = vx * vx + vy * vy + vz * vz
                             if r2 >= rc2:
                                 continue
+                            d = math.sqrt(r2)
+                            if d >= rc:  # r² a rounding below rc², |r| rounded to rc: out
+                                continue
                             if count < capacity:
                                 first[count] = a + i
                                 second[count] = a + j
@@ -105,7 +108,7 @@ def _pairs(  # noqa: ANN202 - compiled
                                 vectors[count, 0] = vx
                                 vectors[count, 1] = vy
                                 vectors[count, 2] = vz
-                                distances[count] = math.sqrt(r2)
+                                distances[count] = d
                             count += 1
     return count
 

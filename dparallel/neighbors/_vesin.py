@@ -135,8 +135,9 @@ def _vesin_pairs(
         i, j, shifts, vec, dist = nl.compute(
             points=batch.positions[a:b], box=box, periodic=pbc, quantities="ijSDd", copy=True
         )
-        parts.append((i.astype(np.int64) + a, j.astype(np.int64) + a,
-                      shifts.astype(np.int64), vec, dist))  # fmt: skip
+        part = (i.astype(np.int64) + a, j.astype(np.int64) + a, shifts.astype(np.int64), vec, dist)
+        within = dist < cutoff  # vesin keeps r² < rc², whose |r| may round to rc
+        parts.append(part if within.all() else tuple(x[within] for x in part))
     return parts
 
 

@@ -229,3 +229,34 @@ def test_more_pairs_than_the_density_estimate(rng: np.random.Generator) -> None:
     )  # fmt: skip
     nl = _compare([atoms], cutoff=5.0)
     assert nl.n_pairs == 120 * 119
+
+
+def _rounds_to_the_cutoff(rng: np.random.Generator, cutoff: float) -> np.ndarray:
+    """A vector whose squared length is below ``cutoff``² but whose length rounds to it."""
+    for _ in range(100_000):
+        u = rng.normal(size=3)
+        v = cutoff * u / np.linalg.norm(u)
+        r2 = float(v @ v)
+        if r2 < cutoff * cutoff and np.sqrt(r2) == cutoff:
+            return v
+    raise AssertionError("no such vector found")
+
+
+@pytest.mark.parametrize("route", ["small cells", "vesin"])
+def test_a_pair_whose_distance_rounds_to_the_cutoff_is_not_listed(
+    route: str, rng: np.random.Generator, monkeypatch
+) -> None:
+    """|r_ij| computed as exactly the cutoff (r² a rounding below rc²) was listed, with
+    distance == cutoff: the list promises d < cutoff, and ASE leaves such a pair out."""
+    import dparallel.neighbors._vesin as vesin_module
+
+    if route == "vesin":
+        monkeypatch.setattr(vesin_module, "SMALL_CELL_ATOMS", -1)
+    cutoff = 5.373446977173887
+    v = _rounds_to_the_cutoff(rng, cutoff)
+    start = np.array([0.1, 0.2, 0.3])
+    molecule = ase.Atoms("HO", positions=[start, start + v])
+    boxed = ase.Atoms("HO", positions=[start, start + v], cell=np.eye(3) * 20.0, pbc=True)
+    for atoms in (molecule, boxed):
+        nl = _compare([atoms], cutoff)
+        assert nl.n_pairs == 0 and np.all(nl.distances < cutoff)
