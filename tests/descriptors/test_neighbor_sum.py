@@ -107,6 +107,56 @@ def _energy_and_forces(desc: NeighborSum, atoms: Atoms, w: dict[str, np.ndarray]
     return energy, forces
 
 
+def _hippynn_energy_and_forces(module, desc: NeighborSum, atoms: Atoms, w: dict):  # noqa: ANN001, ANN202
+    """E = Σ_i w_e · G_i with G from hippynn (its sensitivity module, its envsum, one-hot
+    species, ASE's pairs); forces by autograd through it."""
+    env_pytorch = pytest.importorskip("hippynn.custom_kernels.env_pytorch")
+    i, j, shifts = ase_neighbor_list("ijS", atoms, desc.r_cut)
+    first, second = torch.as_tensor(i, dtype=torch.int64), torch.as_tensor(j, dtype=torch.int64)
+    positions = torch.tensor(atoms.positions, requires_grad=True)
+    cell = torch.as_tensor(np.asarray(atoms.cell[:]))
+    vectors = (
+        positions[second] - positions[first] + torch.as_tensor(shifts, dtype=cell.dtype) @ cell
+    )
+    sense = module(vectors.norm(dim=1), warn_low_distances=False)
+    species = [desc.elements.index(s) for s in atoms.get_chemical_symbols()]
+    onehot = torch.nn.functional.one_hot(torch.as_tensor(species), len(desc.elements)).double()
+    env = env_pytorch.envsum(sense, onehot, first, second)  # (N, ν, S): column ν·S + f
+    weights = torch.as_tensor(np.stack([w[desc.elements[k]] for k in species]))
+    energy = (env.reshape(len(atoms), -1) * weights).sum()
+    if not energy.requires_grad:  # no pair at all
+        return energy.item(), np.zeros((len(atoms), 3))
+    return energy.item(), -torch.autograd.grad(energy, positions)[0].numpy()
+
+
+def test_structures_match_hippynns_interaction_input(rng: np.random.Generator) -> None:
+    """Small triclinic cell (self-images), mixed pbc, zero cells, lone atoms, vacuum,
+    unwrapped positions: energies Σ w·G and forces equal hippynn's, with dparallel's own
+    neighbour list; lone atoms get zero features, nothing NaN."""
+    sens = pytest.importorskip("hippynn.layers.hiplayers.sensitivity")
+    from edge_structures import edge_structures
+
+    desc = NeighborSum(["H", "O", "Cu"], r_cut=4.5, n_sensitivities=6, r_min=0.7, r_max=4.0)
+    module = sens.InverseSensitivityModule(6, 0.7, 4.0, 4.5).double()
+    module.mu.data = desc.mu.unsqueeze(0).clone()
+    module.sigma.data.fill_(desc.sigma)
+    w = {s: rng.normal(size=desc.n_features) for s in desc.elements}
+    periodic = _periodic(rng)
+    periodic.numbers[periodic.numbers == 6] = 29  # C → Cu
+    for atoms in [periodic, *edge_structures(rng)]:
+        energy, forces = 0.0, np.zeros((len(atoms), 3))
+        for s, res in desc.compute(atoms, derivatives=True).items():
+            energy += float((res.values.numpy() @ w[s]).sum())
+            for block in res.pairs.values():
+                de_dr = np.einsum("pfx,f->px", block.dG_dr.numpy(), w[s][block.feature_index])
+                np.add.at(forces, block.pair_second.numpy(), -de_dr)  # r_ij = r_j − r_i
+                np.add.at(forces, block.pair_first.numpy(), de_dr)
+        ref_energy, ref_forces = _hippynn_energy_and_forces(module, desc, atoms, w)
+        assert energy == pytest.approx(ref_energy, rel=1e-12, abs=1e-12)
+        assert np.isfinite(forces).all()
+        np.testing.assert_allclose(forces, ref_forces, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("kind", ["inverse", "gaussian"])
 def test_forces_match_finite_differences(kind: str, rng: np.random.Generator) -> None:
     atoms = _periodic(rng)
