@@ -1,4 +1,5 @@
-"""dparallel.ase.Calculator: a reused neighbour list (skin) gives a fresh list's results."""
+"""dparallel.ase.Calculator: a reused neighbour list (skin) gives a fresh list's results;
+forces and stress are the finite differences of its energies."""
 
 from __future__ import annotations
 
@@ -151,3 +152,74 @@ def test_cuda_calculator_matches_the_cpu(kind, tmp_path) -> None:  # noqa: ANN00
     assert abs(results[0][0] - results[1][0]) < 1e-8
     np.testing.assert_allclose(results[0][1], results[1][1], rtol=0, atol=1e-9)
     np.testing.assert_allclose(results[0][2], results[1][2], rtol=0, atol=1e-9)
+
+
+def _edge_structures() -> dict[str, object]:
+    """A cell narrower than the cutoff, a slab, a wire whose open axes have zero cell
+    vectors, a molecule beside a lone atom (zero cell), atoms several cells outside."""
+    import ase
+
+    rng = np.random.default_rng(2)
+    water = np.array([[0.0, 0.0, 0.0], [0.9572, 0.0, 0.0], [-0.24, 0.93, 0.0]])
+    far = np.vstack([water, [0.5, 0.5, 1.5]]) + np.array([-7.3, 11.0, 25.0])
+    return {
+        "narrow": ase.Atoms("HCO", scaled_positions=rng.random((3, 3)),
+                            cell=[[2.2, 0, 0], [1.9, 1.1, 0], [1.6, 0.6, 1.3]], pbc=True),
+        "slab": ase.Atoms("HCOO", positions=rng.random((4, 3)) * 2.0 + [0, 0, 5],
+                          cell=[[2.5, 0, 0], [0.9, 2.4, 0], [0, 0, 15]], pbc=[True, True, False]),
+        "wire": ase.Atoms("HCO", positions=rng.random((3, 3)) * 1.5,
+                          cell=[[0, 0, 0], [0, 0, 0], [0.3, 0.1, 2.2]], pbc=[False, False, True]),
+        "lone": ase.Atoms("OHHC", positions=[*water, [20.0, 20.0, 20.0]]),
+        "outside": ase.Atoms("OHHC", positions=far,
+                             cell=[[3, 0, 0], [1, 3, 0], [0.5, 0.5, 3]], pbc=True),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["acsf", "neighbor_sum"])
+def test_forces_and_stress_equal_finite_differences_of_the_energy(kind, tmp_path) -> None:  # noqa: ANN001
+    """Forces = −∂E/∂r and stress = ∂E/∂ε / V by central differences (h = 1e-5 Å, 1e-6),
+    ΣF = 0, and E, F invariant under rotation plus translation and permutation."""
+    from scipy.spatial.transform import Rotation
+
+    descriptor = hco_acsf() if kind == "acsf" else hco_neighbor_sum()
+    model_dir = write_model_dir(tmp_path, descriptor)
+    export_model(model_dir, artifacts=False)
+    calc = Calculator(model_dir, skin=0.0)
+
+    def energy(atoms) -> float:  # noqa: ANN001
+        atoms = atoms.copy()
+        atoms.calc = calc
+        return atoms.get_potential_energy()
+
+    rot = Rotation.random(random_state=7).as_matrix()
+    for name, atoms in _edge_structures().items():
+        a = atoms.copy()
+        a.calc = calc
+        e0, forces = a.get_potential_energy(), a.get_forces()
+        h, fd = 1e-5, np.zeros_like(forces)
+        for k, x in np.ndindex(*forces.shape):
+            plus, minus = atoms.copy(), atoms.copy()
+            plus.positions[k, x] += h
+            minus.positions[k, x] -= h
+            fd[k, x] = -(energy(plus) - energy(minus)) / (2 * h)
+        np.testing.assert_allclose(forces, fd, rtol=0, atol=1e-7, err_msg=name)
+        assert np.abs(forces.sum(0)).max() < 1e-14, name
+        if atoms.pbc.all():
+            eps, strain_fd = 1e-6, np.zeros((3, 3))
+            for i, j in np.ndindex(3, 3):
+                de = []
+                for sign in (1, -1):
+                    strained = atoms.copy()
+                    strain = np.eye(3)
+                    strain[i, j] += sign * eps
+                    strained.set_cell(atoms.cell[:] @ strain, scale_atoms=True)
+                    de.append(energy(strained))
+                strain_fd[i, j] = (de[0] - de[1]) / (2 * eps) / atoms.get_volume()
+            stress = a.get_stress(voigt=False)
+            np.testing.assert_allclose(stress, strain_fd, rtol=0, atol=3e-7, err_msg=name)
+        moved = atoms[np.arange(len(atoms))[::-1]]
+        moved.set_cell(moved.cell[:] @ rot.T, scale_atoms=False)
+        moved.positions = moved.positions @ rot.T + [0.7, -1.3, 2.2]
+        moved.calc = calc
+        assert moved.get_potential_energy() == pytest.approx(e0, rel=0, abs=1e-9), name
+        np.testing.assert_allclose(moved.get_forces(), forces[::-1] @ rot.T, rtol=0, atol=1e-12)
