@@ -11,13 +11,14 @@ import numpy as np
 import zarr
 from zarr.core.sync import sync
 
-from dparallel.errors import StoreIncompleteError
+from dparallel.errors import StoreError, StoreIncompleteError
 from dparallel.store._chunks import read_keys
 from dparallel.store._derivatives import BLOCK_ATTRIBUTES, decode_pairs
 from dparallel.store._layout import _index_reason_pairs, _partition_group
 from dparallel.store._opened import OpenedStore
 from dparallel.store._read_cache import CachedReads
 from dparallel.store._verify import Verification, verify_store
+from dparallel.store.stats import FeatureStats, merge_into
 from dparallel.types import StructureBatch
 
 __all__ = ["StoreReads"]
@@ -119,6 +120,27 @@ class StoreReads(OpenedStore):
         g = self._partition_group(int(p), create=False)
         report = None if g is None else g.attrs.get("report")
         return dict(report) if isinstance(report, Mapping) else None
+
+    def merged_statistics(
+        self, reports: Mapping[int, Mapping[str, Any]] | None = None
+    ) -> dict[str, dict[str, FeatureStats]]:
+        """Every done partition's feature statistics (their reports' ``stats``) merged
+        exactly, in any order: ``{descriptor: {element: FeatureStats}}``, what featurize
+        records as ``statistics`` once the store is complete; ``reports`` (partition →
+        report in hand) spares reading those partitions' from the store."""
+        merged: dict[str, dict[str, FeatureStats]] = {}
+        known = reports or {}
+        for p in self.done_partitions().tolist():
+            report = known.get(p) or self.report(p)
+            if report is None:
+                raise StoreError(
+                    f"{self.target}: partition {p} is done but its report, which holds its "
+                    "statistics, is gone: rerun the featurize command to compute it again"
+                )
+            for name, per_elem in report.get("stats", {}).items():
+                for elem, data in per_elem.items():
+                    merge_into(merged.setdefault(name, {}), elem, FeatureStats.from_json(data))
+        return merged
 
     # ---------------------------------------------------------- per-atom arrays
     def read_atom_array(self, name: str, start: int, stop: int) -> np.ndarray:

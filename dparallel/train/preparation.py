@@ -21,7 +21,7 @@ from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
 from dparallel.store.stats import FeatureStats, merge_into, statistics_of
-from dparallel.train.data import PartitionReader, SplitIndex, build_split_index
+from dparallel.train.data import SplitIndex, build_split_index
 
 if TYPE_CHECKING:
     from dparallel.store import Store
@@ -182,8 +182,9 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
     stats = store.attrs.get("statistics", {}).get(spec.descriptor)
     if computing is not None:  # computed in the split pass, over every structure
         stats = {elem: found.summary() for elem, found in computed.items() if found.count}
-    elif not stats:  # compute scaling statistics over the training split
-        stats = _statistics(PartitionReader(store, spec.descriptor, elements, index, False))
+    elif not stats:  # a store still being featurized: its done partitions' statistics
+        merged = store.merged_statistics().get(spec.descriptor, {})
+        stats = {elem: found.summary() for elem, found in merged.items() if found.count}
     for elem in elements:
         if elem not in stats:
             raise TrainingError(f"{store.target}: no statistics for element {elem}")
@@ -226,22 +227,6 @@ def _refuse_unfit_split(
             "remove it from the descriptors' elements (an n2p2 input.nn: its `elements` "
             "line and symmetry functions) or add structures that hold it"
         )
-
-
-def _statistics(reader: PartitionReader) -> dict[str, dict[str, list]]:
-    """n2p2 scaling statistics of the training split (a store without its ``statistics``
-    record: one still being featurized), as featurize records them (:class:`FeatureStats`)."""
-    acc: dict[str, FeatureStats] = {}
-    for p in reader.index.partitions_with("train"):
-        part = reader.get(p)
-        for elem in reader.elements:
-            table = part.rows.get(f"features/{elem}")
-            if table is not None:  # rows of each structure: a run per structure
-                struct = np.repeat(np.arange(part.n_structures), np.diff(table.offsets))
-                merge_into(
-                    acc, elem, FeatureStats.of(table.columns["values"][part.split[struct] == 0])
-                )
-    return {elem: s.summary() for elem, s in acc.items() if s.count}
 
 
 def _refuse_other_elements(

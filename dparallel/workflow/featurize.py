@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import (
     RunInterruptedError,
-    StoreError,
     StoreIncompleteError,
     StoreMismatchError,
     UnsafePathError,
@@ -39,7 +38,6 @@ from dparallel.store import (
     target_path,
 )
 from dparallel.store.plan import MAX_PARTITION_ATOMS, MIN_SPLIT_ATOMS, given_partition_atoms
-from dparallel.store.stats import FeatureStats, merge_into
 from dparallel.workflow.featurize_failures import raise_failures
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
@@ -54,6 +52,7 @@ if TYPE_CHECKING:
     from dparallel.io import StructureSource
     from dparallel.io.location import Location, Where
     from dparallel.store import Plan
+    from dparallel.store.stats import FeatureStats
 
 __all__ = [
     "FeaturizeOptions",
@@ -63,7 +62,6 @@ __all__ = [
     "featurize_partition",
     "featurize_status",
     "finish_featurize",
-    "merged_statistics",
     "prepare_featurize",
     "write_scaling_data",
 ]
@@ -144,26 +142,6 @@ class FeaturizeResult:
     def structures_per_second(self) -> float:
         """Throughput of this run (structures of the partitions computed now)."""
         return self.n_structures / self.seconds if self.seconds > 0 else float("nan")
-
-
-def merged_statistics(
-    store: Store, reports: Mapping[int, Mapping[str, Any]] | None = None
-) -> dict[str, dict[str, FeatureStats]]:
-    """Merge every done partition's statistics exactly (order-independent); ``reports``
-    (partition → report in hand) spares reading those partitions' from the store."""
-    merged: dict[str, dict[str, FeatureStats]] = {}
-    known = reports or {}
-    for p in store.done_partitions().tolist():
-        report = known.get(p) or store.report(p)
-        if report is None:
-            raise StoreError(
-                f"{target_path(store)}: partition {p} is done but its report, which holds its "
-                "statistics, is gone: rerun the featurize command to compute it again"
-            )
-        for name, per_elem in report.get("stats", {}).items():
-            for elem, data in per_elem.items():
-                merge_into(merged.setdefault(name, {}), elem, FeatureStats.from_json(data))
-    return merged
 
 
 def _check_arguments(call: str, descriptors: object, options: object) -> None:
@@ -272,9 +250,9 @@ def finish_featurize(
     store_path: Where, reports: Mapping[int, Mapping[str, Any]] | None = None
 ) -> tuple[Store, dict[str, dict[str, FeatureStats]]]:
     """Merge the done partitions' statistics exactly and record them in the store
-    (``reports``: as :func:`merged_statistics`)."""
+    (``reports``: as :meth:`Store.merged_statistics`)."""
     store = open_store(store_path, mode="r+")
-    statistics = merged_statistics(store, reports)
+    statistics = store.merged_statistics(reports)
     store.update_attrs({"statistics": _statistics_json(statistics)})
     return publish_store(store), statistics
 
@@ -493,7 +471,7 @@ def write_scaling_data(
     from dparallel.n2p2.scaling_data import write_scaling_data as write_n2p2
 
     if statistics is None:
-        statistics = merged_statistics(store)
+        statistics = store.merged_statistics()
     merged = statistics.get(descriptor)
     if not merged:
         raise StoreIncompleteError(f"{store.target} has no '{descriptor}' statistics to write")

@@ -1,6 +1,6 @@
 """Training's scaling statistics (:func:`dparallel.train.preparation.prepare`): from the
-store's record, or over the training split where the store has none (one trained with
-``allow_incomplete`` before featurize finished). Both through one function,
+store's record, or merged from its done partitions where the store has none (one trained
+with ``allow_incomplete`` before featurize finished). Both through one function,
 :class:`dparallel.store.stats.FeatureStats`, and equal to numpy's min, max, mean and
 sigma (n − 1) of the rows read from the store's arrays."""
 
@@ -51,6 +51,25 @@ def test_the_statistics_computed_in_training_are_those_featurize_records(tmp_pat
     unrecorded = open_store(store.target, mode="r+")
     unrecorded.update_attrs({"statistics": {}})
     assert prepare(unrecorded, SPEC).statistics["Cu"] == recorded
+
+
+def test_an_incomplete_store_scales_by_its_done_partitions_not_the_training_split(
+    tmp_path: Path,
+) -> None:
+    # it computed the training split's statistics, read again from every feature: with a
+    # validation split they were not those of the done partitions (nnp-scaling's are over
+    # the whole data set, and featurize records them over every partition)
+    store = small_store(tmp_path)
+    writable = open_store(store.target, mode="r+")
+    writable.update_attrs({"statistics": {}})
+    writable.clear_done(store.n_partitions - 1)  # as featurize still running leaves it
+    incomplete = open_store(store.target)
+    spec = SPEC.model_copy(update={"validation_fraction": 0.3, "allow_incomplete": True})
+    recorded = prepare(incomplete, spec).statistics["Cu"]
+    reference = _numpy_statistics(incomplete)
+    for key, expected in reference.items():
+        np.testing.assert_allclose(recorded[key], expected, rtol=1e-13, atol=0, err_msg=key)
+    np.testing.assert_array_equal(recorded["min"], reference["min"])
 
 
 def test_statistics_of_an_ingested_store_are_those_featurize_records(tmp_path: Path) -> None:
