@@ -142,8 +142,10 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
     table = tokens.reshape(n, ncols)  # (n, ncols) str
 
     def real(name: str) -> np.ndarray | None:
-        if name not in cols or cols[name][0] != "R" or cols[name][2] != 3:
+        if name not in cols:
             return None
+        if cols[name][::2] != ("R", 3):
+            raise _Fallback  # e.g. forces:I:3, which ASE reads as forces
         _, c, w = cols[name]
         try:
             return table[:, c : c + w].astype(np.float64)  # (n, 3)
@@ -240,7 +242,10 @@ def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | N
     for key in _ENERGY_KEYS:  # ASE would keep it as a string, a list or a bool (energy=T)
         if key in info and not _is_real(info[key]):
             return line + 1, f"{key}={info[key]!r} is not a number"
-    b = StructureBatch.from_ase(frames)
+    try:
+        b = StructureBatch.from_ase(frames)
+    except (ValueError, TypeError) as exc:  # e.g. a REF_forces column of text
+        return line + 1, f"cannot read its energy or forces as numbers: {exc}"
     fields.append((b.numbers, b.positions, b.forces, b.cells[0], b.pbc[0], b.energy[0], b.tags[0]))
     return None
 

@@ -110,6 +110,14 @@ XYZ_CASES = [
         1,
         r"cannot parse frame: .*Lattice",
     ),
+    (  # a forces column of text holds no forces (it was stored as absent, silently)
+        "text_forces",
+        _xyz("2\nProperties=species:S:1:pos:R:3:REF_forces:S:3\nH 0 0 0 a b c\nH 0 0 1 a b c\n"),
+        InputFormatError,
+        6,
+        1,
+        r"cannot read its energy or forces as numbers",
+    ),
     (
         "bad_count_line",
         GOOD_XYZ + "two\ncomment\n",

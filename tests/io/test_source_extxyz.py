@@ -239,3 +239,20 @@ def test_comment_line_variants_read_as_ase(tmp_path, comment):
     ref = StructureBatch.from_ase(ase.io.read(path, ":"))
     assert got.equals(ref)
     assert list(got.tags) == list(ref.tags)
+
+
+@pytest.mark.parametrize("column", ["forces:I:3", "REF_forces:I:3"])
+def test_a_forces_column_of_integers_is_read_as_ase_reads_it(tmp_path, column):
+    """A forces column typed I (integer forces, as a hand-made or converted file may have):
+    the fast parser took only R columns, and stored such forces as absent (NaN) where ASE
+    reads them."""
+    path = tmp_path / "intforces.xyz"
+    path.write_text(
+        f"2\nProperties=species:S:1:pos:R:3:{column} energy=-1.5\nO 0 0 0 1 2 3\nH 0 0 1 -1 0 2\n"
+    )
+    got = open_source(path).read()
+    reference = ase.io.read(path)
+    name = column.split(":")[0]
+    expected = reference.get_forces() if name == "forces" else reference.arrays[name]
+    np.testing.assert_array_equal(got.forces, expected)
+    np.testing.assert_array_equal(got.forces, [[1, 2, 3], [-1, 0, 2]])
