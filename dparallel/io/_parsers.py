@@ -16,9 +16,12 @@ import numpy as np
 
 from dparallel.io._comment import comment_info
 from dparallel.io._index import read_range
+from dparallel.io._labels import ENERGY_KEYS, FORCE_COLUMNS, is_real, report_unread, unread_label
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from dparallel.io._index import FileIndex
     from dparallel.io.location import Location
 
@@ -60,8 +63,9 @@ def parse_range(path: Location, index: FileIndex, start: int, stop: int) -> _Par
         for i in range(start, stop)
         if i not in errors
     }
-    parse = _parse_n2p2 if index.format == "n2p2" else _parse_extxyz
-    return parse(texts, index, errors)
+    if index.format == "n2p2":
+        return _parse_n2p2(texts, index, errors)
+    return _parse_extxyz(texts, index, errors, path)
 
 
 _PROPS = re.compile(r"Properties=([^\s\"]+|\"[^\"]*\")", re.IGNORECASE)
@@ -131,7 +135,8 @@ def _props(spec: str) -> tuple[int, dict[str, tuple[str, int, int]]]:
 
 
 def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
-    """Parse one frame's comment + atom rows as ASE would, vectorised over atoms."""
+    """Parse one frame's comment + atom rows as ASE would, vectorised over atoms; the
+    fields of a batch, then what :func:`unread_label` says of its labels."""
     info = comment_info(rows[0])
     ncols, cols = _props(str(info.get("Properties", "species:S:1:pos:R:3")))
     if "species" not in cols or cols.get("pos", ("", 0, 0))[::2] != ("R", 3):
@@ -165,25 +170,26 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
     if "Z" in cols and not np.array_equal(table[:, cols["Z"][1]].astype(np.int64), numbers):
         raise _Fallback  # the diagnosis names the line where species and Z disagree
     positions = real("pos")
-    forces = real("forces")
-    if forces is None:
-        forces = real("REF_forces")
-    if forces is None:
-        forces = np.full((n, 3), np.nan)
+    found = (real(name) for name in FORCE_COLUMNS)
+    forces = next((f for f in found if f is not None), np.full((n, 3), np.nan))
     periodic = "Lattice" in info
     pbc = info.get("pbc", [periodic] * 3)
     # ASE's cell is the transposed Lattice
     cell = np.asarray(info["Lattice"], np.float64).T if periodic else np.zeros((3, 3))
-    energy = next((info[key] for key in _ENERGY_KEYS if key in info), np.nan)
-    if not _is_real(energy):
+    energy = next((info[key] for key in ENERGY_KEYS if key in info), np.nan)
+    if not is_real(energy):
         raise _Fallback  # ASE's reading then names the line (_ase_frame)
     energy = float(energy)
     tag = str(info.get("set", info.get("tag", "")))
-    return numbers, positions, forces, cell, np.asarray(pbc, bool).reshape(3), energy, tag
+    pbc = np.asarray(pbc, bool).reshape(3)
+    return numbers, positions, forces, cell, pbc, energy, tag, unread_label(info, cols)
 
 
-def _parse_extxyz(texts: dict[int, str], index: FileIndex, errors: _Errors) -> _Parsed:
-    """Fast vectorised path per frame; ASE (plus a diagnosis) for frames it cannot take."""
+def _parse_extxyz(
+    texts: dict[int, str], index: FileIndex, errors: _Errors, path: Location
+) -> _Parsed:
+    """Fast vectorised path per frame; ASE (plus a diagnosis) for frames it cannot take.
+    Labels under keys that are not read are logged once per file (io/_labels.py)."""
     from ase.data import atomic_numbers
 
     fields: list[tuple] = []
@@ -201,7 +207,10 @@ def _parse_extxyz(texts: dict[int, str], index: FileIndex, errors: _Errors) -> _
         kept.append(i)
     if not kept:
         return StructureBatch.empty(), np.zeros(0, np.int64), errors
-    numbers, positions, forces, cells, pbc, energy, tags = zip(*fields, strict=True)
+    numbers, positions, forces, cells, pbc, energy, tags, notes = zip(*fields, strict=True)
+    for i, note in zip(kept, notes, strict=True):
+        if note is not None:
+            report_unread(path, int(index.lines[i]) + 1, i, *note)
     batch = StructureBatch(
         numbers=np.concatenate(numbers),
         positions=np.concatenate(positions),
@@ -213,16 +222,6 @@ def _parse_extxyz(texts: dict[int, str], index: FileIndex, errors: _Errors) -> _
         tags=np.asarray(tags, dtype=object),
     )
     return batch, np.asarray(kept, np.int64), errors
-
-
-_ENERGY_KEYS = ("energy", "REF_energy")
-
-
-def _is_real(value: object) -> bool:
-    """A real number (not a bool, which ASE makes of ``energy=T``, nor a string)."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
-    )
 
 
 def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | None:
@@ -239,14 +238,20 @@ def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | N
 
     comment = text.split("\n")[1].strip() if text.count("\n") else ""
     info = key_val_str_to_dict(comment) if comment else {}
-    for key in _ENERGY_KEYS:  # ASE would keep it as a string, a list or a bool (energy=T)
-        if key in info and not _is_real(info[key]):
+    for key in ENERGY_KEYS:  # ASE would keep it as a string, a list or a bool (energy=T)
+        if key in info and not is_real(info[key]):
             return line + 1, f"{key}={info[key]!r} is not a number"
     try:
         b = StructureBatch.from_ase(frames)
     except (ValueError, TypeError) as exc:  # e.g. a REF_forces column of text
         return line + 1, f"cannot read its energy or forces as numbers: {exc}"
-    fields.append((b.numbers, b.positions, b.forces, b.cells[0], b.pbc[0], b.energy[0], b.tags[0]))
+    try:
+        columns: Collection[str] = _props(str(info.get("Properties", "")))[1]
+    except (_Fallback, ValueError):  # ASE read it nonetheless: no label column to name
+        columns = ()
+    note = unread_label(info, columns)
+    energy, tag = b.energy[0], b.tags[0]
+    fields.append((b.numbers, b.positions, b.forces, b.cells[0], b.pbc[0], energy, tag, note))
     return None
 
 
