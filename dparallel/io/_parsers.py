@@ -99,7 +99,8 @@ def _diagnose_extxyz(text: str, line0: int) -> tuple[int, str] | None:
                     _NUMBER_KINDS[kind][1](value)
                 except ValueError:
                     what = _NUMBER_KINDS[kind][0]
-                    return line, f"{what} field {value!r} in column {c + 1} ({name})"
+                    where = f"in column {c + 1} ({name})"
+                    return line, f"{what} field {value!r} {where}{_fortran_hint(value)}"
             elif name == "species" and value.capitalize() not in atomic_numbers:
                 return line, f"unknown element {value!r}"
         if "species" in props and "Z" in props:
@@ -403,7 +404,18 @@ def _num(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise ValueError(f"non-numeric field {text!r}") from None
+        raise ValueError(f"non-numeric field {text!r}{_fortran_hint(text)}") from None
+
+
+#: a number with a Fortran double-precision exponent (``1.0D-03``), which Python refuses
+_FORTRAN = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)[dD][+-]?\d+")
+
+
+def _fortran_hint(text: str) -> str:
+    """`` (a Fortran exponent: write 1.0E-03)`` for ``1.0D-03``, else ``""``."""
+    if _FORTRAN.fullmatch(text) is None:
+        return ""
+    return f" (a Fortran exponent: write {text.replace('D', 'E').replace('d', 'e')})"
 
 
 def _parse_ase(path: Location, index: FileIndex, start: int, stop: int) -> _Parsed:

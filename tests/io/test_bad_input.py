@@ -46,6 +46,14 @@ XYZ_CASES = [
         1,
         r"non-numeric field 'abc' in column 3 \(pos\)",
     ),
+    (  # n2p2 (atof) would read 1.0 here, silently
+        "fortran_exponent",
+        _xyz("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nH 0 0 1.0D-03\n"),
+        InputFormatError,
+        8,
+        1,
+        r"non-numeric field '1.0D-03' in column 4 \(pos\) \(a Fortran exponent: write 1.0E-03\)",
+    ),
     (
         "unknown_element",
         _xyz("2\nProperties=species:S:1:pos:R:3\nH 0 0 0\nXq 0 0 1\n"),
@@ -176,6 +184,14 @@ N2P2_CASES = [
         10,
         1,
         r"non-numeric field '1.2.3'",
+    ),
+    (
+        "fortran_exponent",
+        _n2p2("atom 0 0 7.5d+1 H 0 0 0 0 0\n"),
+        InputFormatError,
+        10,
+        1,
+        r"non-numeric field '7.5d\+1' \(a Fortran exponent: write 7.5e\+1\)",
     ),
     (
         "unknown_element",
