@@ -241,7 +241,8 @@ def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | N
     info = key_val_str_to_dict(comment) if comment else {}
     for key in ENERGY_KEYS:  # ASE would keep it as a string, a list or a bool (energy=T)
         if key in info and not is_real(info[key]):
-            return line + 1, f"{key}={info[key]!r} is not a number"
+            hint = _fortran_hint(info[key]) if isinstance(info[key], str) else ""
+            return line + 1, f"{key}={info[key]!r} is not a number{hint}"
     try:
         b = StructureBatch.from_ase(frames)
     except (ValueError, TypeError) as exc:  # e.g. a REF_forces column of text

@@ -143,13 +143,15 @@ XYZ_CASES = [
             InputFormatError,
             6,
             1,
-            rf"energy={shown} is not a number",
+            rf"energy={shown} is not a number"
+            + (r" \(a Fortran exponent: write -1.5E\+03\)" if name == "fortran" else ""),
         )  # ASE kept these as a string, a list or True (stored as NaN or 1.0, silently)
         for name, value, shown in (
             ("word", "abc", "'abc'"),
             ("comma", "1,5", r"array\(\[1, 5\]\)"),
             ("bool", "T", "True"),
             ("unit", '"-3.2 eV"', "'-3.2 eV'"),
+            ("fortran", "-1.5D+03", r"'-1.5D\+03'"),
         )
     ),
 ]
