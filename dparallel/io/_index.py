@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from dparallel.io.location import Location
 
 __all__ = [
+    "BOM",
     "FileIndex",
     "cache_path_for",
     "is_gzip",
@@ -172,6 +173,10 @@ def cache_path_for(path: Path | Location, format: str) -> list[Path]:
 
 #: An atom count no file holds (islice would refuse one past sys.maxsize).
 _MAX_ATOMS = 1 << 40
+
+#: The UTF-8 byte-order mark some Windows editors put first: not part of the first line
+#: (the index's first structure starts after it).
+BOM = b"\xef\xbb\xbf"
 
 
 def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | None:
@@ -349,6 +354,8 @@ def _index_extxyz(location: Location, format: str) -> _Built:
             head = f.readline()
             if not head:
                 break
+            if pos == 0 and head.startswith(BOM):
+                pos, head = len(BOM), head[len(BOM) :]
             if not head.strip():
                 pos += len(head)
                 line += 1
@@ -433,6 +440,8 @@ def _index_n2p2(location: Location, format: str) -> _Built:
     with open_stream(location) as f:
         for raw in f:
             line += 1
+            if pos == 0 and raw.startswith(BOM):
+                pos, raw = len(BOM), raw[len(BOM) :]
             key = raw.split(None, 1)[0] if raw.strip() else b""
             if key == b"begin":
                 if open_at is not None:

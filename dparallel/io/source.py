@@ -18,6 +18,7 @@ from dparallel.errors import (
     SourceNotFoundError,
 )
 from dparallel.io._index import (
+    BOM,
     FileIndex,
     is_gzip,
     load_or_build_index,
@@ -102,7 +103,7 @@ def detect_format(path: Path | Location) -> str:
     if name.endswith((".xyz", ".extxyz")):
         return "extxyz"
     with open_stream(location) as f:
-        head = f.read(4096)
+        head = f.read(4096).removeprefix(BOM)
     first = next((ln.split()[0] for ln in head.splitlines() if ln.strip()), b"")
     if first in (b"begin", b"comment"):
         return "n2p2"

@@ -411,3 +411,23 @@ def test_known_format_is_the_one_rule_for_sources_and_workflows():
         assert DatasetSpec(path="d", format=name).format == name
     for name in ("extxzy", "foo", "data"):
         assert not known_format(name), name
+
+
+@pytest.mark.parametrize("fmt", ["extxyz", "n2p2"])
+def test_a_byte_order_mark_is_read_past(tmp_path, fmt):
+    """A UTF-8 byte-order mark (Windows editors write one, often with CRLF line ends) before
+    the first count line or ``begin``: the file was refused as having no atom count (or
+    text outside a block); it reads as the file without it."""
+    text = (GOOD_XYZ if fmt == "extxyz" else GOOD_N2P2) * 2
+    plain, marked = tmp_path / "plain", tmp_path / "marked"
+    plain.mkdir(), marked.mkdir()
+    name = "a.xyz" if fmt == "extxyz" else "input.data"
+    (plain / name).write_bytes(text.replace("\n", "\r\n").encode())
+    (marked / name).write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    expected = open_source(plain / name).read()
+    got = open_source(marked / name)
+    assert got.read().equals(expected)
+    assert got.read(1, 2).equals(expected.select(1, 2))
+    assert list(got.index.lines) == list(open_source(plain / name).index.lines)
+    (marked / name).rename(marked / "frames")  # told by its first line, past the mark
+    assert open_source(marked / "frames").format == fmt
