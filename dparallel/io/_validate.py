@@ -83,7 +83,12 @@ def find_problems(batch: StructureBatch) -> dict[int, Problem]:
             continue
         vecs = batch.cells[s][batch.pbc[s]]  # (n_periodic, 3)
         sv = np.linalg.svd(vecs, compute_uv=False)
-        if sv[-1] <= 1e-8 * max(1.0, float(sv[0])):
+        if not vecs.any():
+            bad[int(s)] = Problem(
+                f"periodic structure (pbc={batch.pbc[s].tolist()}) has no cell (all zero: an "
+                'extxyz frame without Lattice?): give its Lattice, or pbc="F F F"'
+            )
+        elif sv[-1] <= 1e-8 * max(1.0, float(sv[0])):
             bad[int(s)] = Problem(
                 f"periodic structure (pbc={batch.pbc[s].tolist()}) has a singular cell "
                 f"{batch.cells[s].tolist()}"

@@ -81,6 +81,15 @@ XYZ_CASES = [
         1,
         r"periodic structure \(pbc=\[True, True, True\]\) has a singular cell",
     ),
+    (  # ASE reads it as periodic with a zero cell, which no neighbor list can take
+        "pbc_without_lattice",
+        _xyz('2\nProperties=species:S:1:pos:R:3 pbc="T T T"\nH 0 0 0\nH 0 0 0.7\n'),
+        InvalidStructureError,
+        5,
+        1,
+        r"periodic structure \(pbc=\[True, True, True\]\) has no cell \(all zero: an extxyz "
+        r"frame without Lattice\?\): give its Lattice, or pbc=\"F F F\"",
+    ),
     ("empty", "", InputFormatError, None, None, r"empty file: no structures found"),
     (
         "count_too_small",
