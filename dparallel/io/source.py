@@ -393,8 +393,12 @@ def open_source(
     Returns
     -------
     StructureSource
-        Indexed eagerly, so an empty or unparseable file fails here.
+        Indexed eagerly, so an empty or unparseable file fails here. The first structure
+        of an extxyz file is parsed too: labels under keys that are not read are logged
+        here (io/_labels.py), in the process that starts a run.
     """
     source = StructureSource(path, format, units=units, on_error=on_error, cache_index=cache_index)
-    _ = source.index
+    index = source.index
+    if source.format == "extxyz":  # its labels' keys said here, not only in a worker's log
+        parse_range(source.location, index, 0, 1)
     return source

@@ -71,3 +71,13 @@ def test_labels_read_as_meant_are_not_reported(tmp_path, caplog, comment):
         batch = open_source(path).read()
     assert _warnings(caplog) == []
     assert np.isfinite(batch.energy).all() == ("energy" in comment)
+
+
+def test_opening_the_file_says_it_in_the_process_that_opens_it(tmp_path, caplog):
+    """``featurize`` reads in Dask workers, whose warnings go to the log file only: opening
+    the source (in the process that starts the run) looks at the first structure."""
+    path = tmp_path / "labels.xyz"
+    path.write_text(_FRAME.format(comment=f"{_P}:forces:R:3 dft_energy=-1.5", f=" 1 2 3"))
+    with caplog.at_level(logging.WARNING, logger="dparallel.io"):
+        open_source(path)
+    assert any("dft_energy=-1.5 is not read" in m for m in _warnings(caplog))
