@@ -17,7 +17,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import ase
 
-__all__ = ["FIELDS", "MAX_DENSITY", "MIN_TRANSLATION", "StructureBatch"]
+__all__ = [
+    "ENERGY_KEYS",
+    "FIELDS",
+    "FORCE_KEYS",
+    "MAX_DENSITY",
+    "MIN_TRANSLATION",
+    "StructureBatch",
+]
 
 #: Atoms per cubic length unit above which a periodic cell is no material (diamond holds
 #: 0.18 per Å³): a Lattice in the wrong units, which would need millions of periodic
@@ -241,8 +248,8 @@ class StructureBatch:
                 )
         if not frames:
             return StructureBatch.empty()
-        energy = [_ase_label(a, "get_potential_energy", _ENERGY_KEYS, a.info, ()) for a in frames]
-        forces = [_ase_label(a, "get_forces", _FORCE_KEYS, a.arrays, (len(a), 3)) for a in frames]
+        energy = [_ase_label(a, "get_potential_energy", ENERGY_KEYS, a.info, ()) for a in frames]
+        forces = [_ase_label(a, "get_forces", FORCE_KEYS, a.arrays, (len(a), 3)) for a in frames]
         return StructureBatch(
             numbers=np.concatenate([a.get_atomic_numbers() for a in frames]),
             positions=np.concatenate([a.get_positions() for a in frames]),
@@ -288,8 +295,11 @@ class StructureBatch:
 
 
 _LABELS = ("energy", "forces")  # NaN: absent
-_ENERGY_KEYS = ("energy", "REF_energy", "free_energy")
-_FORCE_KEYS = ("forces", "REF_forces")
+#: Where a label is read from, first found wins: an extxyz comment line's key or an
+#: ``atoms.info`` key for the energy, a ``Properties`` column or ``atoms.arrays`` key for
+#: the forces (docs/io.md). Any other (``free_energy``, ``dft_energy``) is no label.
+ENERGY_KEYS = ("energy", "REF_energy")
+FORCE_KEYS = ("forces", "REF_forces")
 
 
 def _ase_label(

@@ -108,3 +108,23 @@ def test_from_ase_takes_one_atoms_and_names_what_is_not_one():
     assert str(refused.value) == "from_ase: structure 1 is a int, not an ase.Atoms"
     with pytest.raises(TypeError, match=r"^from_ase: structure 0 is a str, not an ase.Atoms"):
         StructureBatch.from_ase("train.xyz")
+
+
+def test_from_ase_reads_the_labels_extxyz_files_give(tmp_path):
+    """``info`` keys are labels under the names an extxyz comment line's are (docs/io.md:
+    energy, else REF_energy; free_energy is none), so the same structures give one store
+    from a .traj and from an .extxyz; free_energy was read as the energy from ASE formats."""
+    import ase.io
+
+    from dparallel.io import open_source
+
+    frames = [molecule("H2"), molecule("H2"), molecule("H2")]
+    frames[0].info["free_energy"] = -3.0
+    frames[1].info["REF_energy"] = -5.0
+    frames[2].info.update(energy=-7.0, free_energy=-6.0)
+    ase.io.write(tmp_path / "a.traj", frames)
+    ase.io.write(tmp_path / "a.extxyz", frames)
+    from_traj = open_source(tmp_path / "a.traj").read()
+    from_extxyz = open_source(tmp_path / "a.extxyz").read()
+    np.testing.assert_array_equal(from_traj.energy, from_extxyz.energy)
+    np.testing.assert_array_equal(from_traj.energy, [np.nan, -5.0, -7.0])

@@ -16,17 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dparallel.types import ENERGY_KEYS, FORCE_KEYS
+
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
 
-__all__ = ["ENERGY_KEYS", "FORCE_COLUMNS", "is_real", "report_unread", "unread_label"]
+__all__ = ["ENERGY_KEYS", "FORCE_KEYS", "is_real", "report_unread", "unread_label"]
 
 log = logging.getLogger(__name__)
-
-#: Comment-line keys read as the energy, first found wins.
-ENERGY_KEYS = ("energy", "REF_energy")
-#: ``Properties`` columns read as the forces, first found wins.
-FORCE_COLUMNS = ("forces", "REF_forces")
 
 _LOCK = threading.Lock()
 _SAID: set[tuple[str, str]] = set()  # (file, kind) this process has reported
@@ -58,7 +55,7 @@ def unread_label(info: Mapping[str, Any], columns: Collection[str]) -> tuple[str
                 "REF_energy are): structures like this one are stored without energy. If it "
                 f"is the reference energy, rename {other[0]} to energy in the file"
             )
-    if not any(name in columns for name in FORCE_COLUMNS):
+    if not any(name in columns for name in FORCE_KEYS):
         other = [name for name in columns if "force" in name.lower()]
         if other:
             return "forces", (

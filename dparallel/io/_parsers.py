@@ -16,7 +16,7 @@ import numpy as np
 
 from dparallel.io._comment import comment_info
 from dparallel.io._index import read_range
-from dparallel.io._labels import ENERGY_KEYS, FORCE_COLUMNS, is_real, report_unread, unread_label
+from dparallel.io._labels import ENERGY_KEYS, FORCE_KEYS, is_real, report_unread, unread_label
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
     if "Z" in cols and not np.array_equal(table[:, cols["Z"][1]].astype(np.int64), numbers):
         raise _Fallback  # the diagnosis names the line where species and Z disagree
     positions = real("pos")
-    found = (real(name) for name in FORCE_COLUMNS)
+    found = (real(name) for name in FORCE_KEYS)
     forces = next((f for f in found if f is not None), np.full((n, 3), np.nan))
     periodic = "Lattice" in info
     pbc = info.get("pbc", [periodic] * 3)
