@@ -179,6 +179,21 @@ _MAX_ATOMS = 1 << 40
 BOM = b"\xef\xbb\xbf"
 
 
+def _first_line(raw: bytes, path: str) -> tuple[int, bytes]:
+    """The bytes before a file's first line (its byte-order mark, if any) and the line
+    without them; an :class:`InputFormatError` for a file whose lines end in CR only."""
+    skip = len(BOM) if raw.startswith(BOM) else 0
+    if b"\r" in raw.rstrip(b"\r\n"):
+        name = Path(path).name
+        raise InputFormatError(
+            "its lines end in CR only (classic Mac OS text), so it reads as one line; "
+            f"convert them first: tr '\\r' '\\n' < {name} > {name}.new",
+            path=path,
+            line=1,
+        )
+    return skip, raw[skip:]
+
+
 def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | None:
     try:
         with np.load(cache, allow_pickle=False) as z:
@@ -354,8 +369,8 @@ def _index_extxyz(location: Location, format: str) -> _Built:
             head = f.readline()
             if not head:
                 break
-            if pos == 0 and head.startswith(BOM):
-                pos, head = len(BOM), head[len(BOM) :]
+            if pos == 0:
+                pos, head = _first_line(head, path)
             if not head.strip():
                 pos += len(head)
                 line += 1
@@ -440,8 +455,8 @@ def _index_n2p2(location: Location, format: str) -> _Built:
     with open_stream(location) as f:
         for raw in f:
             line += 1
-            if pos == 0 and raw.startswith(BOM):
-                pos, raw = len(BOM), raw[len(BOM) :]
+            if pos == 0:
+                pos, raw = _first_line(raw, path)
             key = raw.split(None, 1)[0] if raw.strip() else b""
             if key == b"begin":
                 if open_at is not None:

@@ -440,3 +440,14 @@ def test_a_byte_order_mark_is_read_past(tmp_path, fmt):
     assert list(got.index.lines) == list(open_source(plain / name).index.lines)
     (marked / name).rename(marked / "frames")  # told by its first line, past the mark
     assert open_source(marked / "frames").format == fmt
+
+
+@pytest.mark.parametrize("fmt", ["extxyz", "n2p2"])
+def test_lines_that_end_in_cr_only_are_said_as_such(tmp_path, fmt):
+    """Classic Mac OS line ends (CR, no LF) made the whole file one line: it was refused as
+    a 'truncated frame' or a 'begin' without 'end'."""
+    text = (GOOD_XYZ if fmt == "extxyz" else GOOD_N2P2) * 2
+    path = tmp_path / ("a.xyz" if fmt == "extxyz" else "input.data")
+    path.write_bytes(text.replace("\n", "\r").encode())
+    with pytest.raises(InputFormatError, match=r"line 1: its lines end in CR only .* tr '\\r'"):
+        open_source(path)
