@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import logging
 import re
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -139,6 +139,8 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
     """Parse one frame's comment + atom rows as ASE would, vectorised over atoms; the
     fields of a batch, then what :func:`unread_label` says of its labels."""
     info = comment_info(rows[0])
+    if _miscased(info) is not None:
+        raise _Fallback  # refused in _ase_frame, naming the line
     ncols, cols = _props(str(info.get("Properties", "species:S:1:pos:R:3")))
     if "species" not in cols or cols.get("pos", ("", 0, 0))[::2] != ("R", 3):
         raise _Fallback
@@ -225,6 +227,16 @@ def _parse_extxyz(
     return batch, np.asarray(kept, np.int64), errors
 
 
+#: Comment-line keys ASE reads in this case only (GPUMD in any case): another case is
+#: refused, as ASE would read no cell (a molecule) or the default columns (no forces).
+_CASED = {"lattice": "Lattice", "properties": "Properties"}
+
+
+def _miscased(info: dict[str, Any]) -> str | None:
+    """The first key of ``info`` that is ``Lattice`` or ``Properties`` in another case."""
+    return next((k for k in info if _CASED.get(k.lower(), k) != k), None)
+
+
 def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | None:
     """One frame read by ASE, appended to ``fields``; ``(line, reason)`` where ASE cannot."""
     import ase.io
@@ -239,6 +251,13 @@ def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | N
 
     comment = text.split("\n")[1].strip() if text.count("\n") else ""
     info = key_val_str_to_dict(comment) if comment else {}
+    key = _miscased(info)
+    if key is not None:
+        right = _CASED[key.lower()]
+        return line + 1, (
+            f"{key}= is not read: ASE and dparallel read {right}= only, in this case; rename "
+            f"it to {right}= in the file (GPUMD takes any case)"
+        )
     for key in ENERGY_KEYS:  # ASE would keep it as a string, a list or a bool (energy=T)
         if key in info and not is_real(info[key]):
             hint = _fortran_hint(info[key]) if isinstance(info[key], str) else ""

@@ -90,6 +90,21 @@ XYZ_CASES = [
         r"periodic structure \(pbc=\[True, True, True\]\) has no cell \(all zero: an extxyz "
         r"frame without Lattice\?\): give its Lattice, or pbc=\"F F F\"",
     ),
+    *(  # GPUMD reads these keys in any case, ASE only as written: a bulk cell read as
+        # no cell (a molecule, silently), a force column dropped
+        (
+            f"miscased_{key}",
+            _xyz(f"2\n{comment} energy=-1\nH 0 0 0 {extra}\nH 0 0 0.7 {extra}\n"),
+            InputFormatError,
+            6,
+            1,
+            rf"{key}= is not read: ASE and dparallel read {right}= only, in this case; rename it",
+        )
+        for key, right, comment, extra in (
+            ("lattice", "Lattice", 'lattice="5 0 0 0 5 0 0 0 5"', ""),
+            ("PROPERTIES", "Properties", "PROPERTIES=species:S:1:pos:R:3:force:R:3", "1 2 3"),
+        )
+    ),
     ("empty", "", InputFormatError, None, None, r"empty file: no structures found"),
     (
         "count_too_small",
