@@ -1,11 +1,11 @@
 """Labels an extxyz frame holds where dparallel does not read them, said once per file.
 
 dparallel reads the energy from ``energy``, else ``REF_energy``, and the forces from the
-``forces``, else ``REF_forces`` column (docs/io.md), as ASE's ``get_potential_energy`` /
-``get_forces`` or MACE's defaults do. A file that keeps its reference labels under another
-key (``free_energy``, ``dft_energy``, a ``force`` column) is stored without them, and one
-with both ``energy`` and a different ``REF_energy`` has its ``energy`` stored: legal, but
-not always what the user meant, so the first such frame of a file is logged with the fix.
+``forces``, else ``REF_forces`` column (docs/io.md; ``types.ENERGY_KEYS``, ``FORCE_KEYS``).
+A file that keeps its reference labels under another key (``free_energy``, ``dft_energy``,
+a ``force`` column) is stored without them, and one with both ``energy`` and a different
+``REF_energy`` has its ``energy`` stored: legal, but not always what the user meant, so
+the first such frame of a file is logged with the fix.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dparallel.types import ENERGY_KEYS, FORCE_KEYS
+from dparallel.types import FORCE_KEYS
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
 
-__all__ = ["ENERGY_KEYS", "FORCE_KEYS", "is_real", "report_unread", "unread_label"]
+__all__ = ["is_real", "report_unread", "unread_label"]
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import numpy as np
 
 from dparallel.io._comment import comment_info
 from dparallel.io._index import read_range
-from dparallel.io._labels import ENERGY_KEYS, FORCE_KEYS, is_real, report_unread, unread_label
-from dparallel.types import StructureBatch
+from dparallel.io._labels import is_real, report_unread, unread_label
+from dparallel.types import ENERGY_KEYS, FORCE_KEYS, StructureBatch
 
 if TYPE_CHECKING:
     from collections.abc import Collection
