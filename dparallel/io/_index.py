@@ -1,5 +1,5 @@
 """Per-file index (byte ranges + atom counts per structure), built in one streaming pass,
-and the bytes of a structure file wherever it is: local, remote (ranged reads), gzipped.
+and the bytes of a structure file wherever it is: local, remote (ranged reads), compressed.
 
 The index is cached beside a local file (``FILE.dpindex.npz``) or, when that directory
 is not writable and for a URL, in ``$DPARALLEL_CACHE_DIR`` (default
@@ -7,20 +7,22 @@ is not writable and for a URL, in ``$DPARALLEL_CACHE_DIR`` (default
 an object's last-modified time) match the ones it was built from.
 
 An uncompressed file is read by byte range: ``pread``-like for a local file, one ranged
-GET for a URL, so a task reads only its partition's bytes. A ``.gz`` file has no random
-access: it is decompressed whole, once per process (the last one is kept in memory), and
-the index's byte ranges are ranges of the decompressed text. That suits files up to a few
-GB per worker; ship larger data sets uncompressed (docs/io.md).
+GET for a URL, so a task reads only its partition's bytes. A ``.gz``, ``.bz2`` or ``.xz``
+file has no random access: it is decompressed whole, once per process (the last one is
+kept in memory), and the index's byte ranges are ranges of the decompressed text. That
+suits files up to a few GB per worker; ship larger data sets uncompressed (docs/io.md).
 """
 
 from __future__ import annotations
 
+import bz2
 import functools
 import gzip
 import hashlib
 import io
 import itertools
 import logging
+import lzma
 import os
 import re
 import threading
@@ -42,7 +44,7 @@ __all__ = [
     "BOM",
     "FileIndex",
     "cache_path_for",
-    "is_gzip",
+    "compression",
     "load_or_build_index",
     "open_stream",
     "read_range",
@@ -67,24 +69,34 @@ _KEEP = 4
 _KEEP_BYTES = 1 << 30
 
 
-def is_gzip(location: Location) -> bool:
-    """Whether the file is gzipped (by its name: ``….gz``)."""
-    return location.name.lower().endswith(".gz")
+#: Name endings of the compressed files dparallel reads (as ASE does) → (kind, decompress).
+COMPRESSIONS = {
+    ".gz": ("gzip", gzip.decompress),
+    ".bz2": ("bzip2", bz2.decompress),
+    ".xz": ("xz", lzma.decompress),
+}
+
+
+def compression(location: Location) -> str | None:
+    """The file's compression suffix (``.gz``, ``.bz2``, ``.xz``) by its name, else None."""
+    name = location.name.lower()
+    return next((suffix for suffix in COMPRESSIONS if name.endswith(suffix)), None)
 
 
 def _decompressed(location: Location) -> bytes:
-    """The whole decompressed text of a ``.gz`` file (kept for the next call)."""
+    """The whole decompressed text of a compressed file (kept for the next call)."""
     info = location.info()
     key = (location.url, int(info["size"]), int(info["mtime_ns"]))
+    kind, decompress = COMPRESSIONS[compression(location) or ".gz"]
     with _LOCK:
         if key in _LAST:
             return _LAST[key]
         with location.open() as raw:
             try:
-                data = gzip.decompress(raw.read())
-            except (OSError, EOFError) as exc:
+                data = decompress(raw.read())
+            except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:
                 raise InputFormatError(
-                    f"not a readable gzip file: {exc}", path=str(location)
+                    f"not a readable {kind} file: {exc}", path=str(location)
                 ) from None
         _LAST.clear()
         _LAST[key] = data
@@ -93,7 +105,7 @@ def _decompressed(location: Location) -> bytes:
 
 def open_stream(location: Location) -> BinaryIO:
     """The file's (decompressed) bytes from the start, as a binary file object."""
-    if is_gzip(location):
+    if compression(location):
         return io.BytesIO(_decompressed(location))
     if location.local is not None:
         return location.open()
@@ -103,7 +115,7 @@ def open_stream(location: Location) -> BinaryIO:
 
 def read_range(location: Location, start: int, stop: int) -> bytes:
     """Bytes ``[start, stop)`` of the (decompressed) file."""
-    if is_gzip(location):
+    if compression(location):
         return _decompressed(location)[start:stop]
     return location.read_range(start, stop)
 

@@ -19,8 +19,9 @@ from dparallel.errors import (
 )
 from dparallel.io._index import (
     BOM,
+    COMPRESSIONS,
     FileIndex,
-    is_gzip,
+    compression,
     load_or_build_index,
     open_stream,
     read_range,
@@ -62,8 +63,8 @@ class ReadResult:
     skipped: list[tuple[int, str]]
 
 
-#: Leading bytes of compressed files → the tool that decompresses them (gzip is read
-#: as such when the file's name ends in ``.gz``).
+#: Leading bytes of compressed files → the tool that decompresses them (gzip, bzip2 and
+#: xz are read as such when the file's name ends in ``.gz``, ``.bz2``, ``.xz``).
 _COMPRESSED = {
     b"\x1f\x8b": ("gzip", "gunzip -k"),
     b"BZh": ("bzip2", "bunzip2 -k"),
@@ -74,30 +75,32 @@ _COMPRESSED = {
 
 def _refuse_compressed(location: Location) -> None:
     """Raise :class:`InputFormatError` for a local compressed file dparallel cannot read
-    (bzip2, xz, zstd; gzip not named ``.gz``), saying what to do."""
-    if location.local is None or is_gzip(location):
+    (zstd; gzip, bzip2, xz not named so), saying what to do."""
+    if location.local is None or compression(location):
         return
     try:
         with open(location.local, "rb") as f:
             head = f.read(6)
     except OSError:
         return
+    suffixes = {kind: suffix for suffix, (kind, _) in COMPRESSIONS.items()}
     for magic, (kind, tool) in _COMPRESSED.items():
         if head.startswith(magic):
-            also = " or name it ….gz" if kind == "gzip" else ""
+            also = f" or name it ….{suffixes[kind][1:]}" if kind in suffixes else ""
             raise InputFormatError(
-                f"the file is {kind}-compressed: dparallel reads plain text and gzip files "
-                f"named ….gz; decompress it first ({tool} {location.name}){also}",
+                f"the file is {kind}-compressed: dparallel reads plain text and gzip, bzip2 "
+                f"and xz files named ….gz, ….bz2, ….xz; decompress it first ({tool} "
+                f"{location.name}){also}",
                 path=location.local,
             )
 
 
 def detect_format(path: Path | Location) -> str:
     """Guess the format: n2p2 for ``input.data``/``*.data`` or files starting with
-    ``begin``/``comment``, extxyz for ``*.xyz``/``*.extxyz`` (each also ``.gz``), else
-    what ASE guesses (local files only)."""
+    ``begin``/``comment``, extxyz for ``*.xyz``/``*.extxyz`` (each also ``.gz``, ``.bz2``,
+    ``.xz``), else what ASE guesses (local files only)."""
     location = as_location(path)
-    name = location.name.lower().removesuffix(".gz")
+    name = location.name.lower().removesuffix(compression(location) or "")
     if name == "input.data" or name.endswith(".data"):
         return "n2p2"
     if name.endswith((".xyz", ".extxyz")):
@@ -111,7 +114,7 @@ def detect_format(path: Path | Location) -> str:
         return "extxyz"
     import ase.io.formats
 
-    if location.local is None or is_gzip(location):
+    if location.local is None or compression(location):
         raise InputFormatError(
             "cannot tell the file format; pass format= / --format", path=str(location)
         )
@@ -377,8 +380,8 @@ def open_source(
     Parameters
     ----------
     path
-        extxyz/xyz, n2p2 ``input.data`` (each also ``.gz``), or any file ASE reads (local
-        only): a path, a URL (``s3://…``, ``memory://…``) or a
+        extxyz/xyz, n2p2 ``input.data`` (each also ``.gz``, ``.bz2``, ``.xz``), or any file
+        ASE reads (local only): a path, a URL (``s3://…``, ``memory://…``) or a
         :class:`~dparallel.io.location.Location` (URL with ``storage_options``).
     format
         ``"extxyz"``, ``"n2p2"`` (alias ``"runner"``) or an ASE format name; guessed if None.

@@ -256,3 +256,27 @@ def test_a_forces_column_of_integers_is_read_as_ase_reads_it(tmp_path, column):
     expected = reference.get_forces() if name == "forces" else reference.arrays[name]
     np.testing.assert_array_equal(got.forces, expected)
     np.testing.assert_array_equal(got.forces, [[1, 2, 3], [-1, 0, 2]])
+
+
+@pytest.mark.parametrize("suffix", ["gz", "bz2", "xz"])
+def test_a_compressed_file_reads_as_ase_reads_it(tmp_path, rng, suffix):
+    """.gz, .bz2 and .xz (which ASE reads too) are decompressed whole; the index's byte
+    ranges are the text's, so reading structure k alone equals reading them all."""
+    import bz2
+    import gzip
+    import lzma
+
+    pack = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}[suffix]
+    plain = tmp_path / "frames.xyz"
+    ase.io.write(plain, random_structures(15, rng, max_atoms=6), format="extxyz")
+    path = tmp_path / f"frames.xyz.{suffix}"
+    path.write_bytes(pack(plain.read_bytes()))
+    source = open_source(path)
+    assert source.format == "extxyz" and len(source) == 15
+    reference = StructureBatch.from_ase(ase.io.read(path, ":"))  # ASE decompresses it itself
+    assert source.read().equals(reference)
+    for k in (0, 7, 14):
+        assert source.read(k, k + 1).equals(reference.select(k, k + 1))
+    path.write_bytes(pack(plain.read_bytes())[:-30])  # cut short
+    with pytest.raises(InputFormatError, match=r"not a readable .* file"):
+        open_source(path, cache_index=False)

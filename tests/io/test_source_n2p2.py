@@ -142,3 +142,16 @@ def test_split_marker_is_read_from_begin_only_as_n2p2_reads_it(tmp_path):
         assert f"{path}, line {HAND.count(chr(10)) + line}" in msg
         assert f"unknown 'begin' argument {bad.split()[1]!r}" in msg
         assert "n2p2 accepts only set=train or set=test" in msg
+
+
+@pytest.mark.parametrize("suffix", ["bz2", "xz"])
+def test_a_compressed_input_data_reads_as_the_plain_one(hand_file, tmp_path, suffix):
+    import bz2
+    import lzma
+
+    pack = bz2.compress if suffix == "bz2" else lzma.compress
+    packed = tmp_path / f"input.data.{suffix}"
+    packed.write_bytes(pack(hand_file.read_bytes()))
+    source = open_source(packed)
+    assert source.format == "n2p2"
+    assert source.read().equals(open_source(hand_file).read())
