@@ -24,6 +24,7 @@ import numpy as np
 from dparallel._files import write_file
 from dparallel.errors import ConfigError
 from dparallel.io.units import unit_factors
+from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     import os
@@ -37,7 +38,9 @@ def write_input_data(
     structures: Sequence,
     units: str = "ase",
 ) -> Path:
-    """Write ``ase.Atoms`` (energy and forces from their calculator, else 0) to ``path``.
+    """Write ``ase.Atoms`` to ``path``, with the energy and forces dparallel reads from
+    them (their calculator's, else ``info``/``arrays`` under ``energy``/``REF_energy``,
+    ``forces``/``REF_forces``: :meth:`StructureBatch.from_ase`); an absent one as 0.
 
     n2p2 knows fully periodic and non-periodic structures only; mixed ``pbc`` is refused.
     ``atoms.info["set"]`` ``"train"`` or ``"test"`` (as :meth:`StructureBatch.to_ase` sets
@@ -50,10 +53,9 @@ def write_input_data(
         pbc = np.asarray(atoms.pbc, bool)
         if pbc.any() and not pbc.all():
             raise ConfigError(f"structure {k}: n2p2 needs pbc all True or all False")
-        e_value, forces = 0.0, np.zeros((len(atoms), 3))
-        if atoms.calc is not None:
-            e_value = float(atoms.get_potential_energy())
-            forces = np.asarray(atoms.get_forces())
+        labels = StructureBatch.from_ase(atoms)
+        e_value = float(np.where(np.isnan(labels.energy[0]), 0.0, labels.energy[0]))
+        forces = np.where(np.isnan(labels.forces), 0.0, labels.forces)  # (n, 3)
         marker = atoms.info.get("set")
         begin = f"begin set={marker}" if marker in ("train", "test") else "begin"
         lines += [begin, f"comment structure {k}"]
