@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from dparallel.io._index import FileIndex
     from dparallel.io.location import Location
 
-__all__ = ["parse_range"]
+__all__ = ["parse_range", "report_labels"]
 
 _Errors = dict[int, tuple[int, str]]  # file index → (line, reason)
 _Parsed = tuple[StructureBatch, np.ndarray, _Errors]
@@ -66,6 +66,24 @@ def parse_range(path: Location, index: FileIndex, start: int, stop: int) -> _Par
     if index.format == "n2p2":
         return _parse_n2p2(texts, index, errors)
     return _parse_extxyz(texts, index, errors, path)
+
+
+def report_labels(path: Location, index: FileIndex, i: int) -> None:
+    """Log what :func:`unread_label` says of extxyz frame ``i``'s labels, from its comment
+    line alone (at most the first 64 KiB of the frame are read)."""
+    start = int(index.starts[i])
+    raw = read_range(path, start, min(int(index.ends[i]), start + (1 << 16)))
+    rows = raw.decode("utf-8", errors="replace").split("\n")
+    if len(rows) < 3:
+        return  # no whole comment line: the read says what is wrong
+    try:
+        info = comment_info(rows[1])
+        columns = _props(str(info.get("Properties", "species:S:1:pos:R:3")))[1]
+    except Exception:  # noqa: BLE001 - an odd comment line: its read names the line
+        return
+    note = unread_label(info, columns)
+    if note is not None:
+        report_unread(path, int(index.lines[i]) + 1, i, *note)
 
 
 _PROPS = re.compile(r"Properties=([^\s\"]+|\"[^\"]*\")", re.IGNORECASE)

@@ -26,7 +26,7 @@ from dparallel.io._index import (
     open_stream,
     read_range,
 )
-from dparallel.io._parsers import parse_range
+from dparallel.io._parsers import parse_range, report_labels
 from dparallel.io._validate import Problem, find_problems
 from dparallel.io.location import Location, as_location
 from dparallel.io.units import UNIT_SYSTEMS, check_units, unit_factors
@@ -396,12 +396,12 @@ def open_source(
     Returns
     -------
     StructureSource
-        Indexed eagerly, so an empty or unparseable file fails here. The first structure
-        of an extxyz file is parsed too: labels under keys that are not read are logged
-        here (io/_labels.py), in the process that starts a run.
+        Indexed eagerly, so an empty or unparseable file fails here. The comment line of
+        an extxyz file's first structure is read too: labels under keys that are not read
+        are logged here (io/_labels.py), in the process that starts a run.
     """
     source = StructureSource(path, format, units=units, on_error=on_error, cache_index=cache_index)
     index = source.index
     if source.format == "extxyz":  # its labels' keys said here, not only in a worker's log
-        parse_range(source.location, index, 0, 1)
+        report_labels(source.location, index, 0)
     return source
