@@ -252,8 +252,9 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
 
     parser.add_argument(
         name,
-        help="structure file (extxyz, n2p2 input.data, each also .gz; any ASE format): a path "
-        "or a URL (s3://bucket/data.extxyz; credentials from AWS_* in the environment)",
+        help="structure file (extxyz, n2p2 input.data, each also .gz, .bz2 or .xz; any ASE "
+        "format): a path or a URL (s3://bucket/data.extxyz; credentials from AWS_* in the "
+        "environment)",
     )
     parser.add_argument(
         "-o",

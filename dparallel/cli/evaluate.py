@@ -31,7 +31,9 @@ def add_parser(subparsers: Any) -> None:
         "(input.nn, scaling.data, weights.XXX.data)",
     )
     p.add_argument(
-        "data", help="structure file (extxyz, n2p2, each also .gz, any ASE format): a path or a URL"
+        "data",
+        help="structure file (extxyz, n2p2, each also .gz, .bz2 or .xz; any ASE format): a path "
+        "or a URL",
     )
     p.add_argument("--format", help="format of DATA (default: guess)")
     p.add_argument(
