@@ -155,6 +155,16 @@ class ClusterError(DParallelError, RuntimeError):
     """A Dask cluster cannot be reached or started."""
 
 
+class WorkerKilledError(ClusterError):
+    """The worker processes running a task kept dying under it (killed by their nanny for
+    memory, by a signal or the system's out-of-memory killer, or crashed); ``memory``:
+    whether a nanny reported killing one of them for memory."""
+
+    def __init__(self, message: str, *, memory: bool = False) -> None:
+        super().__init__(message)
+        self.memory = memory
+
+
 class PartitionFailedError(DParallelError, RuntimeError):
     """A partition kept failing (or killing its worker); names it and its structures."""
 

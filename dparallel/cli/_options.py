@@ -60,6 +60,14 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch threads per task (default 1)",
     )
     parser.add_argument(
+        "--memory-limit",
+        metavar="BYTES",
+        type=_memory_limit,
+        help="memory of each local worker: '2GiB', 'auto', bytes (2e9) or a fraction of "
+        "memory (0.25); its nanny restarts a worker that uses more (default: Dask's, "
+        "memory / workers)",
+    )
+    parser.add_argument(
         "--dashboard-address",
         metavar="ADDR",
         help="dashboard of a local cluster (default 127.0.0.1:8787; ':0' picks a free port)",
@@ -159,6 +167,27 @@ def whole_number(minimum: int, what: str) -> Callable[[str], int]:
 _at_least_one = whole_number(1, "worker")
 
 
+def _memory_limit(text: str) -> str | float:
+    """An argparse ``type`` for ``--memory-limit``: what ``cluster.memory_limit`` takes
+    (a number is bytes or a fraction), checked by :class:`~dparallel.cluster.ClusterSpec`."""
+    import argparse
+
+    from pydantic import ValidationError
+
+    from dparallel.cluster import ClusterSpec
+
+    try:
+        value: str | float = float(text)
+    except ValueError:
+        value = text
+    try:
+        ClusterSpec(memory_limit=value)
+    except ValidationError as exc:
+        cause = exc.errors()[0].get("ctx", {}).get("error")
+        raise argparse.ArgumentTypeError(str(cause or exc)) from None
+    return value
+
+
 def on_connect(args: argparse.Namespace) -> Callable[[Any], None]:
     """What the CLI does once connected: print the dashboard link (not with ``-q``: quiet
     means quiet); local workers log to file."""
@@ -229,7 +258,8 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
     from dparallel.cluster.where import connection_kind
 
     gpus = getattr(args, "gpus", None)
-    if args.local is not None or args.dashboard_address is not None or gpus is not None:
+    memory = getattr(args, "memory_limit", None)
+    if any(x is not None for x in (args.local, args.dashboard_address, gpus, memory)):
         base = spec.model_dump() if spec is not None else {}
         if _local_by_name(args):
             base.update(kind="local", n_workers=args.local)
@@ -237,6 +267,8 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
             base.update(gpus=gpus)
         if args.dashboard_address is not None:
             base.update(dashboard_address=args.dashboard_address)
+        if memory is not None:
+            base.update(memory_limit=memory)
         spec = ClusterSpec(**base)
     remote = {"scheduler": args.scheduler, "scheduler_file": args.scheduler_file}
     if gpus and connection_kind(spec, **remote) == "local":  # this machine's GPUs: checked

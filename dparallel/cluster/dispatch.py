@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dparallel.errors import ClusterError
+from dparallel.errors import ClusterError, WorkerKilledError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -126,7 +126,7 @@ def run_partitions(
         in_a_row = in_a_row + 1 if killed_worker(failures.get(p)) else 0
         ran_fine = ran_fine or p not in failures
     held.clear()  # the scheduler may forget the tasks now
-    return failures
+    return _explain_deaths(client, failures)
 
 
 def _not_rerun(in_a_row: int) -> ClusterError:
@@ -201,10 +201,49 @@ def _outcome(future: Any, p: int, recover: Callable[[int], Any] | None) -> Any:
 
 
 def killed_worker(exc: BaseException | None) -> bool:
-    """Whether the scheduler gave up on a task because its workers kept dying."""
+    """Whether the scheduler gave up on a task because its workers kept dying (Dask's
+    ``KilledWorker``, or the :class:`WorkerKilledError` :func:`run_partitions` makes of it)."""
     from distributed.scheduler import KilledWorker
 
-    return isinstance(exc, KilledWorker)
+    return isinstance(exc, (KilledWorker, WorkerKilledError))
+
+
+#: The event a nanny logs on the scheduler when it kills its worker for memory.
+MEMORY_KILL_TOPIC = "worker-restart-memory"
+
+
+def _explain_deaths(client: Any, failures: dict[int, BaseException]) -> dict[int, BaseException]:
+    """``failures`` with each ``KilledWorker`` replaced by a :class:`WorkerKilledError`
+    saying how often the partition's workers died and whether a nanny killed the last one
+    for memory (its ``worker-restart-memory`` event)."""
+    from dask.utils import format_bytes
+    from distributed.scheduler import KilledWorker
+
+    killed = {p: exc for p, exc in failures.items() if isinstance(exc, KilledWorker)}
+    if not killed:
+        return failures
+    try:  # worker address → memory in use when its nanny killed it
+        rss = {e["worker"]: e["rss"] for _, e in client.get_events(MEMORY_KILL_TOPIC)}
+    except Exception:  # noqa: BLE001 - a scheduler lost meanwhile: the deaths unexplained
+        rss = {}
+    explained = dict(failures)
+    for p, exc in killed.items():
+        last = getattr(exc.last_worker, "address", exc.last_worker)
+        limit = getattr(exc.last_worker, "memory_limit", None)
+        said = f"its worker died on each of {exc.allowed_failures + 1} attempts to run it"
+        if last in rss:
+            why = (
+                f"the last, {last}, killed by its nanny for memory: "
+                f"{format_bytes(rss[last])} in use"
+                + (f" of its {format_bytes(limit)} limit" if limit else "")
+            )
+        else:
+            why = (
+                f"the last, {last}, was not killed for memory by a nanny: a signal, the system's "
+                "out-of-memory killer or a crash; see the workers' logs"
+            )
+        explained[p] = WorkerKilledError(f"{said} ({why})", memory=last in rss)
+    return explained
 
 
 def _wait_with_workers(client: Any, futures: list[Any], check: Callable[[], None]) -> Any:

@@ -339,7 +339,7 @@ def featurize(
             if not failures:
                 raise
             store = open_store(store.ref)  # the failures say more (e.g. a full disk)
-    raise_failures(store, failures)
+    raise_failures(store, failures, options.option_names)
     counts = {
         k: sum(r[k] for r in reports.values()) for k in ("n_structures", "n_atoms", "n_skipped")
     }

@@ -1,6 +1,7 @@
 """One error for the partitions of a featurize run that failed, saying what a rerun does:
 the scheduler lost, a full disk, an input that changed under the run, invalid input (a
-rerun fails the same way), or anything else (a rerun computes only the rest)."""
+rerun fails the same way), workers that died running them (out of memory: what to
+change), or anything else (a rerun computes only the rest)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dparallel.errors import (
     InputError,
     PartitionFailedError,
     SourceChangedError,
+    WorkerKilledError,
 )
 from dparallel.store import target_path
 
@@ -22,6 +24,10 @@ if TYPE_CHECKING:
     from dparallel.store import Store
 
 __all__ = ["raise_failures"]
+
+#: How the messages name the options a worker death asks to change, unless the caller's
+#: ``names`` spell them otherwise (``dparallel run``: its workflow keys).
+OPTION_NAMES = {"memory_limit": "--memory-limit", "partition_atoms": "--partition-atoms"}
 
 
 def _scheduler_lost(exc: BaseException | None) -> bool:
@@ -40,8 +46,29 @@ def _input_changed(exc: BaseException | None) -> bool:
     return isinstance(exc, SourceChangedError)
 
 
-def raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None:
-    """Raise one error for the partitions that failed (nothing if none did)."""
+def _deaths_how(killed: list[WorkerKilledError], names: Mapping[str, str]) -> str:
+    """What to do about partitions whose workers died under them."""
+    names = {**OPTION_NAMES, **names}
+    fix = (
+        f"give each worker more memory with {names['memory_limit']} (workers you start: "
+        f"`dask worker --memory-limit`) or make partitions smaller with "
+        f"{names['partition_atoms']}, then rerun the same command to compute only the rest"
+    )
+    if any(exc.memory for exc in killed):
+        return f"the workers ran out of memory (below): {fix}"
+    return (
+        "their workers died (below; a signal, the system's out-of-memory killer or a crash, "
+        f"the workers' logs say which): if it was memory, {fix}; else rerun the same command "
+        "to compute only the rest"
+    )
+
+
+def raise_failures(
+    store: Store, failures: Mapping[int, BaseException], names: Mapping[str, str] | None = None
+) -> None:
+    """Raise one error for the partitions that failed (nothing if none did); ``names``:
+    how the messages name options (:data:`OPTION_NAMES`' keys) where the caller spells
+    them otherwise."""
     if not failures:
         return
     done = set(store.done_partitions())
@@ -82,6 +109,8 @@ def raise_failures(store: Store, failures: Mapping[int, BaseException]) -> None:
             "them (the changed file is another source: rerun with --overwrite), or leave "
             "them out with --on-error skip --overwrite"
         )
+    elif killed := [exc for exc in failures.values() if isinstance(exc, WorkerKilledError)]:
+        how = _deaths_how(killed, names or {})
     else:
         how = "a rerun computes only the rest"
     lines = [

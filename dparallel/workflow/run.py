@@ -77,6 +77,7 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Location, 
 _OPTION_NAMES = {
     "overwrite": "--set store.overwrite=true (store.overwrite: true in the workflow)",
     "partition_atoms": "partitioning.atoms",
+    "memory_limit": "cluster.memory_limit",
 }
 
 

@@ -20,6 +20,8 @@ from dparallel.cli.main import main
         ("--local", "0", "needs at least 1 worker, got 0"),
         ("--partition-atoms", "0", "needs at least 1 atom, got 0"),
         ("--partition-atoms", "x", "expected a whole number, got 'x'"),
+        ("--memory-limit", "lots", "memory_limit 'lots' is no amount of memory"),
+        ("--memory-limit", "3", "memory_limit 3.0 is neither a fraction of memory"),
     ],
 )
 def test_featurize_numbers_out_of_range_are_one_line(tmp_path, capsys, option, value, says):
@@ -54,6 +56,27 @@ def test_local_wins_over_a_scheduler_in_the_environment(monkeypatch):
     from dparallel.cluster.connection import expected_workers
 
     assert expected_workers(kwargs["cluster"]) == 2  # a local cluster of 2, not "unknown"
+
+
+@pytest.mark.parametrize(
+    ("argv", "limit"),
+    [(["--memory-limit", "2GiB"], "2GiB"), (["--memory-limit", "0.25", "--local", "2"], 0.25)],
+)
+def test_memory_limit_reaches_the_local_workers_of_featurize_and_of_a_workflow(argv, limit):
+    """--memory-limit, the option a worker killed for memory is told to raise, sets the
+    local cluster's memory_limit, also over a workflow's cluster section."""
+    import argparse
+
+    from dparallel.cli._options import add_cluster_arguments, cluster_kwargs
+    from dparallel.cluster import ClusterSpec
+
+    parser = argparse.ArgumentParser()
+    add_cluster_arguments(parser)
+    args = parser.parse_args(argv)
+    assert cluster_kwargs(args)["cluster"].memory_limit == limit
+    workflow = ClusterSpec(n_workers=3, memory_limit="1GiB")
+    merged = cluster_kwargs(args, workflow)["cluster"]
+    assert merged.memory_limit == limit and merged.n_workers == (2 if "--local" in argv else 3)
 
 
 @pytest.mark.parametrize(

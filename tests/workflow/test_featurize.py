@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -234,10 +235,57 @@ def test_partition_that_keeps_killing_workers_is_named_and_others_kept(
     store = open_store(path)
     start, stop = store.partition_range(2)
     message = str(info.value)
-    assert f"partition 2 (structures {start}..{stop - 1})" in message
-    assert "KilledWorker" in message
+    assert f"partition 2 (structures {start}..{stop - 1}) failed: WorkerKilledError" in message
+    assert "was not killed for memory by a nanny" in message  # os._exit: no nanny said so
+    assert "if it was memory, give each worker more memory with --memory-limit" in message
     done = set(store.done_partitions().tolist())
     assert done == set(range(store.n_partitions)) - {2}
+
+
+def test_partition_killed_for_memory_says_so_names_the_options_and_resumes(
+    dataset, reference, client, tmp_path, monkeypatch
+):
+    """A partition whose worker its nanny kills past ``memory_limit`` was reported as
+    Dask's bare KilledWorker text; now one PartitionFailedError names it, says memory and
+    the options to change, keeps the rest, and the same call resumes."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    monkeypatch.setenv("DPARALLEL_TEST_HOG_PARTITION", "2")
+    path = tmp_path / "hog.zarr"
+    options = FeaturizeOptions(partition_atoms=150)
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 1}),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            memory_limit="1GiB",
+            dashboard_address="127.0.0.1:0",
+            preload=[str(HERE / "_memory_hog_preload.py")],
+        ) as cluster,
+        Client(cluster) as hogged,
+        pytest.raises(PartitionFailedError) as info,
+    ):
+        featurize(dataset, path, _descriptor_set(), replace(options, client=hogged))
+    store = open_store(path)
+    start, stop = store.partition_range(2)
+    first, *lines = str(info.value).split("\n")
+    assert "the workers ran out of memory" in first
+    assert "more memory with --memory-limit" in first and "smaller with --partition-atoms" in first
+    assert lines == [
+        f"partition 2 (structures {start}..{stop - 1}) failed: WorkerKilledError: its worker "
+        "died on each of 2 attempts to run it " + lines[0].split("attempts to run it ", 1)[1]
+    ]
+    assert "killed by its nanny for memory" in lines[0] and "of its 1.00 GiB limit" in lines[0]
+    assert set(store.done_partitions().tolist()) == set(range(store.n_partitions)) - {2}
+    result = featurize(dataset, path, _descriptor_set(), replace(options, client=client))
+    assert (result.partitions_computed, result.partitions_already_done) == (
+        1,
+        store.n_partitions - 1,
+    )
+    a, b = _global_features(reference), _global_features(path)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
 
 
 def _cli(*args: str, **kwargs) -> subprocess.Popen:

@@ -1,4 +1,5 @@
-"""A scheduler lost mid-run is one short message whose counts add up to the partitions."""
+"""raise_failures: a scheduler lost mid-run is one short message whose counts add up to the
+partitions; workers that died running partitions say what to change."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dparallel.errors import ClusterError, PartitionFailedError
+from dparallel.errors import ClusterError, PartitionFailedError, WorkerKilledError
 from dparallel.store import Store
 from dparallel.workflow.featurize_failures import raise_failures
 
@@ -51,3 +52,34 @@ def test_a_done_partition_is_no_failure() -> None:
     raise_failures(_store([0, 1], 2), {1: RuntimeError("future lost, marker written")})
     with pytest.raises(PartitionFailedError, match="partition 1"):
         raise_failures(_store([0], 2), {1: RuntimeError("boom")})
+
+
+@pytest.mark.parametrize(
+    ("names", "memory_option", "size_option"),
+    [
+        (None, "--memory-limit", "--partition-atoms"),  # dparallel featurize
+        (
+            {"memory_limit": "cluster.memory_limit", "partition_atoms": "partitioning.atoms"},
+            "cluster.memory_limit",
+            "partitioning.atoms",
+        ),  # dparallel run
+    ],
+)
+def test_workers_killed_for_memory_name_the_partition_and_the_options_to_change(
+    names, memory_option, size_option
+) -> None:
+    """It was Dask's bare KilledWorker text ("Attempted to run task … on 4 different
+    workers …"), with no word of memory or of what to change."""
+    died = WorkerKilledError("its worker died on each of 4 attempts to run it", memory=True)
+    with pytest.raises(PartitionFailedError) as info:
+        raise_failures(_store([0, 1, 3], 4), {2: died}, names)
+    first, line = str(info.value).split("\n")
+    assert first.startswith("1 of 4 partitions failed; 3 done partitions are kept;")
+    assert "ran out of memory" in first and "rerun the same command" in first
+    assert f"more memory with {memory_option}" in first and f"smaller with {size_option}" in first
+    assert line == "partition 2 (structures 2..2) failed: WorkerKilledError: " + str(died)
+    killed = WorkerKilledError("its worker died on each of 4 attempts to run it", memory=False)
+    with pytest.raises(PartitionFailedError) as info:
+        raise_failures(_store([0, 1, 3], 4), {2: killed}, names)
+    assert "ran out of memory" not in str(info.value)
+    assert f"if it was memory, give each worker more memory with {memory_option}" in str(info.value)
