@@ -54,6 +54,7 @@ __all__ = [
     "is_dparallel_log",
     "new_file",
     "open_log",
+    "raise_if_disk_full",
     "refuse_links",
     "remove_file",
     "restore_in_place",
@@ -151,18 +152,22 @@ def _replacing(
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        code = _full_code(exc)
-        if not code:
-            raise
-        size = needed() if callable(needed) else needed
-        amount = f"{size:,} bytes" if size is not None else "more space"
-        what = "over quota" if code == errno.EDQUOT else "no space left on the device"
-        raise DiskFullError(
-            f"{path}: {what} (needed {amount}); {FULL_DISK_ADVICE}",
-            path=path,
-            needed=size,
-            code=code,
-        ) from None
+        raise_if_disk_full(exc, path, needed)
+        raise
+
+
+def raise_if_disk_full(
+    exc: BaseException, path: str | os.PathLike[str], needed: int | Callable[[], int | None] | None
+) -> None:
+    """Raise ``exc`` as one :class:`DiskFullError` naming ``path`` if a full disk is under it."""
+    if not (code := _full_code(exc)):
+        return
+    size = needed() if callable(needed) else needed
+    amount = f"{size:,} bytes" if size is not None else "more space"
+    what = "over quota" if code == errno.EDQUOT else "no space left on the device"
+    raise DiskFullError(
+        f"{path}: {what} (needed {amount}); {FULL_DISK_ADVICE}", path=path, needed=size, code=code
+    ) from None
 
 
 def _fsync_folder(folder: Path) -> None:

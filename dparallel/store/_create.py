@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import zarr
 from zarr.core.sync import sync
 
+from dparallel._files import raise_if_disk_full
 from dparallel.config import differences
 from dparallel.descriptors.registry import current_spec_keys
 from dparallel.errors import StoreBusyError, StoreError, StoreMismatchError
@@ -468,6 +469,9 @@ def _build_beside(
             log.info("building the replacement of %s aside, at %s", path, building)
             return building
         _swap_in(building, path, token, replace)
+    except OSError as exc:  # zarr's own writes: the store named, not a bare errno
+        raise_if_disk_full(exc, path, None)
+        raise
     finally:
         if building.exists() and building not in _ASIDE:
             shutil.rmtree(building, ignore_errors=True)

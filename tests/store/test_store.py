@@ -348,3 +348,34 @@ def test_a_complete_store_records_what_info_sums_and_info_reads_it(tmp_path, mon
     zarr.open_group(str(tmp_path / "s.zarr"), mode="r+").attrs["dparallel"] = meta
     assert open_store(tmp_path / "s.zarr").info() == info
     assert info["n_structures"] == 8 and [r["index"] for r in info["skipped"]] == [3, 8]
+
+
+@pytest.mark.parametrize("aside", [False, True])
+def test_a_full_disk_while_the_layout_is_made_names_the_store(tmp_path, xyz, monkeypatch, aside):
+    """zarr's own writes of the store's layout (its zarr.json documents) on a full disk
+    came out as a bare ``[Errno 28] No space left on device`` naming no file (the CLI
+    line: "No space left on device; free some space …"); now one DiskFullError names the
+    store, and nothing half-made is left beside it."""
+    import errno
+
+    import zarr.storage._local as zarr_local
+
+    from dparallel.errors import DiskFullError
+
+    calls = []
+    put = zarr_local._put
+
+    def full_after_some(path, value, *args, **kwargs):
+        calls.append(path)
+        if len(calls) > 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return put(path, value, *args, **kwargs)
+
+    monkeypatch.setattr(zarr_local, "_put", full_after_some)
+    with pytest.raises(DiskFullError) as info:
+        _new(tmp_path, open_source(xyz), aside=aside)
+    store = tmp_path / "s.zarr"
+    assert str(info.value).startswith(f"{store}: no space left on the device")
+    assert "free some space and rerun the same command" in str(info.value)
+    assert info.value.errno == errno.ENOSPC and info.value.path == str(store)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("s.zarr")]
