@@ -353,11 +353,21 @@ class StoreLease:
         lease._give_back()
 
     def _give_back(self) -> None:
-        """Remove the lock file if it is still ours."""
+        """Remove the lock file if it is still ours; where it cannot be removed (the store's
+        filesystem became read-only), a warning, not an error in place of the run's own:
+        the next run takes over a lease whose holder is gone."""
         current = self._read()
         if current and current.get("token") == self.token:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 self.path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning(
+                    "could not remove the lease %s (%s); the next run takes it over",
+                    self.path,
+                    exc.strerror or exc,
+                )
 
     def __enter__(self) -> StoreLease:
         return self.acquire()

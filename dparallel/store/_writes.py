@@ -113,16 +113,15 @@ class StoreWrites(OpenedStore):
         try:
             self._root.attrs["dparallel"] = meta
         except OSError:
-            # zarr rewrites zarr.json in place: a full disk can leave it truncated, and a
-            # store without its root document is no store at all. Put the old one back
-            # (it fits: its blocks were just freed) and report the failure.
+            # a full disk can leave zarr.json truncated (zarr wrote it in place), and a store
+            # without its root document is no store at all: put the old one back (its freed
+            # blocks are room) unless it is untouched (a read-only store); report the failure
             try:
-                write_file(document, before, root=local, durable=True)
-            except DiskFullError:  # no room for a new file: the freed blocks are the room
-                try:
-                    restore_in_place(document, before)
-                except OSError:
-                    log.error("%s could not be restored; the store needs it", document)
+                if not document.is_file() or document.read_bytes() != before:
+                    try:
+                        write_file(document, before, root=local, durable=True)
+                    except DiskFullError:  # no room for a new one: the freed blocks
+                        restore_in_place(document, before)
             except OSError:
                 log.error("%s could not be restored; the store needs it", document)
             raise

@@ -1,11 +1,12 @@
 """One error for the partitions of a featurize run that failed, saying what a rerun does:
-the scheduler lost, a full disk, an input that changed under the run, invalid input (a
-rerun fails the same way), workers that died running them (out of memory: what to
-change), or anything else (a rerun computes only the rest)."""
+the scheduler lost, a full disk or a store that cannot be written, an input that changed
+under the run, invalid input (a rerun fails the same way), workers that died running them
+(out of memory: what to change), or anything else (a rerun computes only the rest)."""
 
 from __future__ import annotations
 
 import errno
+import os
 from typing import TYPE_CHECKING
 
 from dparallel.errors import (
@@ -14,6 +15,7 @@ from dparallel.errors import (
     InputError,
     PartitionFailedError,
     SourceChangedError,
+    StoreError,
     WorkerKilledError,
 )
 from dparallel.store import target_path
@@ -38,6 +40,13 @@ def _scheduler_lost(exc: BaseException | None) -> bool:
 
 def _disk_full(exc: BaseException | None) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _not_writable(exc: BaseException | None) -> str | None:
+    """Why the store cannot be written (a read-only filesystem, no permission), else None."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return exc.strerror or os.strerror(exc.errno)
+    return None
 
 
 def _input_changed(exc: BaseException | None) -> bool:
@@ -92,6 +101,13 @@ def raise_failures(
             "partitions "
             f"could not be written ({kept} done partitions are kept); free space and rerun "
             "the same command to compute only the rest"
+        )
+    refused = sorted({why for exc in failures.values() if (why := _not_writable(exc))})
+    if refused:
+        raise StoreError(
+            f"cannot write {target_path(store)}: {'; '.join(refused)}: {len(failures)} of "
+            f"{total} partitions could not be written ({kept} done partitions are kept); make "
+            "the store writable and rerun the same command to compute only the rest"
         )
     if any(_input_changed(exc) for exc in failures.values()):
         # whatever else failed may be the change too (a truncated structure): that is the fix

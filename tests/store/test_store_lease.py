@@ -132,6 +132,31 @@ def test_a_lock_file_that_cannot_be_written_is_not_left_behind(tmp_path, monkeyp
     assert held_lease(tmp_path / "s.zarr") is None
 
 
+def test_a_lock_file_that_cannot_be_removed_is_a_warning_not_the_runs_error(
+    tmp_path, monkeypatch, caplog
+):
+    """The store's filesystem became read-only mid-run: releasing the lease raised
+    "Read-only file system: s.zarr.lock" in place of the run's own error (the partitions
+    that could not be written); the next run takes over a lease whose holder is gone."""
+    import errno
+    import pathlib
+
+    store = tmp_path / "s.zarr"
+    unlink = pathlib.Path.unlink
+
+    def read_only(self, *args, **kwargs):
+        if self == lease_path(store):
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return unlink(self, *args, **kwargs)
+
+    with pytest.raises(ValueError, match="the run's own"), StoreLease(store):
+        monkeypatch.setattr(pathlib.Path, "unlink", read_only)
+        raise ValueError("the run's own error")
+    monkeypatch.undo()
+    assert "could not remove the lease" in caplog.text and "Read-only" in caplog.text
+    assert held_lease(store) is None and lease_path(store).exists()  # taken over when gone
+
+
 @pytest.mark.parametrize("signal_like", [KeyboardInterrupt, SystemExit])
 def test_an_interrupt_while_the_lock_file_is_written_leaves_none(
     tmp_path, monkeypatch, signal_like

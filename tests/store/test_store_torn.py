@@ -75,6 +75,28 @@ def test_full_disk_while_updating_the_root_keeps_the_old_document(store_path, mo
     assert "statistics" not in open_store(store_path).attrs
 
 
+def test_a_root_document_zarr_did_not_touch_is_left_alone(store_path, monkeypatch, caplog):
+    """A read-only store (zarr 3.1 writes a new file and renames it: the old document
+    stands): update_attrs logged "zarr.json could not be restored; the store needs it", an
+    ERROR about a store that was whole, beside the run's own error."""
+    import zarr.storage._local as local
+
+    import dparallel.store._writes as _writes
+
+    store = open_store(store_path, mode="r+")
+    before = (store_path / "zarr.json").read_bytes()
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(local, "_put", read_only)
+    monkeypatch.setattr(_writes, "write_file", read_only)  # dparallel's writes too
+    with pytest.raises(OSError, match="Read-only"):
+        store.update_attrs({"statistics": {"x": 1}})
+    assert (store_path / "zarr.json").read_bytes() == before
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
 def test_a_store_whose_root_document_is_gone_is_not_replaced_but_explained(store_path, tmp_path):
     (store_path / "zarr.json").write_bytes(b"")
     argv = ["ingest", str(tmp_path / "data.xyz"), "-o", str(store_path), "--overwrite", "-q"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dparallel.errors import ClusterError, PartitionFailedError, WorkerKilledError
+from dparallel.errors import ClusterError, PartitionFailedError, StoreError, WorkerKilledError
 from dparallel.store import Store
 from dparallel.workflow.featurize_failures import raise_failures
 
@@ -83,3 +83,19 @@ def test_workers_killed_for_memory_name_the_partition_and_the_options_to_change(
         raise_failures(_store([0, 1, 3], 4), {2: killed}, names)
     assert "ran out of memory" not in str(info.value)
     assert f"if it was memory, give each worker more memory with {memory_option}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("code", "why"), [(30, "Read-only file system"), (13, "Permission denied")]
+)
+def test_a_store_that_cannot_be_written_is_one_line_naming_it_and_the_cause(code, why) -> None:
+    """It was one line per partition (131 of them for a store remounted read-only
+    mid-run), each ``OSError: [Errno 30] Read-only file system``, the store named nowhere."""
+    failures = {p: OSError(code, why) for p in range(2, 10)}
+    with pytest.raises(StoreError) as info:
+        raise_failures(_store([0, 1], 10), failures)
+    assert str(info.value) == (
+        f"cannot write /data/s.zarr: {why}: 8 of 10 partitions could not be written (2 done "
+        "partitions are kept); make the store writable and rerun the same command to compute "
+        "only the rest"
+    )
