@@ -46,6 +46,8 @@ from dparallel.errors import DiskFullError, UnsafePathError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
+    _Needed = int | Callable[[], int | None] | None  # bytes a write needed, or how to count them
+
 __all__ = [
     "LOG_MARKER",
     "check_log_target",
@@ -142,23 +144,21 @@ def full_disk_error(exc: OSError, advice: str) -> DiskFullError | None:
 
 
 @contextlib.contextmanager
-def _replacing(
-    tmp: Path, path: Path, needed: int | Callable[[], int | None] | None = None
-) -> Iterator[None]:
-    """Remove ``tmp`` if the block fails; a full disk raised as one :class:`DiskFullError`
-    naming ``path`` and the bytes ``needed``."""
+def _replacing(tmp: Path, path: Path, needed: _Needed = None) -> Iterator[None]:
+    """Remove ``tmp`` if the block fails; its error names ``path`` (a full disk: one
+    :class:`DiskFullError`, with the bytes ``needed``)."""
     try:
         yield
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise_if_disk_full(exc, path, needed)
+        if isinstance(exc, OSError) and exc.filename == str(tmp):  # the file meant, not ours
+            exc.filename = str(path)
         raise
 
 
-def raise_if_disk_full(
-    exc: BaseException, path: str | os.PathLike[str], needed: int | Callable[[], int | None] | None
-) -> None:
+def raise_if_disk_full(exc: BaseException, path: str | os.PathLike[str], needed: _Needed) -> None:
     """Raise ``exc`` as one :class:`DiskFullError` naming ``path`` if a full disk is under it."""
     if not (code := _full_code(exc)):
         return

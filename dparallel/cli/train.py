@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from dparallel._files import full_disk_error
 from dparallel.cli._options import local_argument
 from dparallel.cli._progress import EpochProgress, closing_lines, error_line
-from dparallel.errors import RunInterruptedError
+from dparallel.errors import DParallelError, RunInterruptedError, TrainingError
 
 if TYPE_CHECKING:
     import argparse
@@ -134,11 +134,15 @@ def run(args: argparse.Namespace) -> int:
             else "no epoch had finished"
         )
         raise RunInterruptedError(f"interrupted; {kept}") from None
-    except OSError as exc:  # a rerun without --resume trains anew: say so for a full disk
-        full = full_disk_error(exc, _full_disk_advice(Path(args.output)))
-        if full is None:
+    except OSError as exc:  # a rerun without --resume trains anew: say what is kept
+        full = full_disk_error(exc, _rerun_advice(Path(args.output), "free some space"))
+        if full is not None:
+            raise full from None
+        if isinstance(exc, DParallelError):
             raise
-        raise full from None
+        where = f": {exc.filename}" if exc.filename else ""
+        advice = _rerun_advice(Path(args.output), "fix that")
+        raise TrainingError(f"{exc.strerror or exc}{where}; {advice}") from None
     finally:
         bar.close()
     for split, m in (("validation", result.validation), ("test", result.test)):
@@ -168,16 +172,16 @@ def _store_and_descriptors(store: str, path: str | None) -> tuple[Any, Any]:
     return opened, load_descriptors(path, data_units=units, workflows=True)
 
 
-def _full_disk_advice(model_dir: Path) -> str:
-    """What to do after a full disk: ``--resume`` keeps the finished epochs, a plain rerun
-    would start anew (and remove them)."""
+def _rerun_advice(model_dir: Path, fix: str) -> str:
+    """What to do after ``fix`` (a full disk, a read-only model directory): ``--resume``
+    keeps the finished epochs, a plain rerun would start anew (and remove them)."""
     checkpoint = model_dir / "checkpoint.pt"
     if checkpoint.exists():
         return (
-            f"free some space and rerun with --resume to continue from {checkpoint} (the last "
+            f"{fix} and rerun with --resume to continue from {checkpoint} (the last "
             "finished epoch; without --resume training starts anew)"
         )
-    return "free some space and rerun the same command (no epoch had finished)"
+    return f"{fix} and rerun the same command (no epoch had finished)"
 
 
 def _source_file(store: str) -> str | None:

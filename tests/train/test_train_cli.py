@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 from _store_fixture import small_store
 
 from dparallel.cli.main import main
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 @pytest.mark.integration
@@ -103,6 +107,33 @@ def test_run_device_option_reaches_the_training_spec(tmp_path, monkeypatch) -> N
     assert seen["spec"].training.device == "auto" and seen["spec"].training.epochs == 3
 
 
+def _train_failing_at(
+    tmp_path, monkeypatch, failing_epoch: int, code: int, needed: int | None = None
+) -> tuple[list[str], Path]:  # noqa: ANN001
+    """``dparallel train``'s argv and model directory, where writing the checkpoint of
+    ``failing_epoch`` fails with ``OSError(code)`` raised on its temporary file."""
+    import os
+
+    import dparallel.train.loop as loop
+    from dparallel._files import _replacing, temporary_name
+
+    store = small_store(tmp_path, n=16)
+    out = tmp_path / "model"
+    real = loop.save_checkpoint
+
+    def fail_at_one_epoch(path, epoch, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if epoch != failing_epoch:
+            return real(path, epoch, *args, **kwargs)
+        tmp = temporary_name(path)
+        with _replacing(tmp, path, needed):
+            raise OSError(code, os.strerror(code), str(tmp))
+
+    monkeypatch.setattr(loop, "save_checkpoint", fail_at_one_epoch)
+    argv = ["train", str(store.path), "-o", str(out), "-q",
+            "--set", "hidden=[6]", "--set", "batch_size=4", "--set", "epochs=3"]  # fmt: skip
+    return argv, out
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("failing_epoch", [0, 1])
 def test_full_disk_in_train_says_resume(tmp_path, capsys, monkeypatch, failing_epoch) -> None:  # noqa: ANN001
@@ -111,22 +142,7 @@ def test_full_disk_in_train_says_resume(tmp_path, capsys, monkeypatch, failing_e
     continues from it."""
     import errno
 
-    import dparallel.train.loop as loop
-    from dparallel._files import _replacing
-
-    store = small_store(tmp_path, n=16)
-    out = tmp_path / "model"
-    real = loop.save_checkpoint
-
-    def full_at_one_epoch(path, epoch, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        if epoch != failing_epoch:
-            return real(path, epoch, *args, **kwargs)
-        with _replacing(path.with_name("checkpoint.pt.tmp"), path, 1234):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(loop, "save_checkpoint", full_at_one_epoch)
-    argv = ["train", str(store.path), "-o", str(out), "-q",
-            "--set", "hidden=[6]", "--set", "batch_size=4", "--set", "epochs=3"]  # fmt: skip
+    argv, out = _train_failing_at(tmp_path, monkeypatch, failing_epoch, errno.ENOSPC, 1234)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no space left on the device (needed 1,234 bytes)" in err
@@ -134,7 +150,7 @@ def test_full_disk_in_train_says_resume(tmp_path, capsys, monkeypatch, failing_e
         assert err.endswith("free some space and rerun the same command (no epoch had finished)")
         return
     assert "rerun with --resume to continue from" in err and "rerun the same command" not in err
-    monkeypatch.setattr(loop, "save_checkpoint", real)
+    monkeypatch.undo()
     assert main([*argv, "--resume"]) == 0
     rows = (out / "metrics.csv").read_text().split()[1:]
     assert [int(row.split(",")[0]) for row in rows] == [0, 1, 2]
@@ -192,3 +208,25 @@ def test_train_an_ingested_store_with_descriptors_computed(tmp_path, capsys) -> 
     model, file = load_model(tmp_path / "wf" / "model.pt")
     assert file["descriptor"] == load_descriptors(workflow, workflows=True).acsf.to_dict()
     assert model.n_features["Cu"] > 6  # the quickstart's ACSF, not small_acsf()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("failing_epoch", [0, 1])
+def test_read_only_model_directory_in_train_names_the_file_and_says_resume(
+    tmp_path, capsys, monkeypatch, failing_epoch
+) -> None:  # noqa: ANN001
+    """The model directory's filesystem remounted read-only mid-run: the error was
+    ``Read-only file system: MODEL/checkpoint.pt.<hex>.partial`` (dparallel's temporary
+    name), and said nothing of the checkpoint kept or of --resume, as a full disk's does."""
+    import errno
+
+    argv, out = _train_failing_at(tmp_path, monkeypatch, failing_epoch, errno.EROFS)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and ".partial" not in err, err
+    checkpoint = out / "checkpoint.pt"
+    assert err.startswith(f"dparallel train: error: Read-only file system: {checkpoint}; ")
+    if failing_epoch == 0:
+        assert err.endswith("fix that and rerun the same command (no epoch had finished)")
+    else:
+        assert f"fix that and rerun with --resume to continue from {checkpoint}" in err
