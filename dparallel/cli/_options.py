@@ -271,6 +271,14 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
             base.update(memory_limit=memory)
         spec = ClusterSpec(**base)
     remote = {"scheduler": args.scheduler, "scheduler_file": args.scheduler_file}
+    if memory is not None and (kind := connection_kind(spec, **remote)) != "local":
+        from dparallel.errors import ConfigError
+
+        raise ConfigError(
+            f"--memory-limit sets the memory of a local cluster's workers, but this run's "
+            f"workers are not started here ({kind}): give them theirs where they start "
+            "(`dask worker --memory-limit`; a workflow's cluster.slurm.memory)"
+        )
     if gpus and connection_kind(spec, **remote) == "local":  # this machine's GPUs: checked
         from dparallel.cluster.gpus import check_gpus
 

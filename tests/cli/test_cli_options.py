@@ -62,7 +62,9 @@ def test_local_wins_over_a_scheduler_in_the_environment(monkeypatch):
     ("argv", "limit"),
     [(["--memory-limit", "2GiB"], "2GiB"), (["--memory-limit", "0.25", "--local", "2"], 0.25)],
 )
-def test_memory_limit_reaches_the_local_workers_of_featurize_and_of_a_workflow(argv, limit):
+def test_memory_limit_reaches_the_local_workers_of_featurize_and_of_a_workflow(
+    monkeypatch, argv, limit
+):
     """--memory-limit, the option a worker killed for memory is told to raise, sets the
     local cluster's memory_limit, also over a workflow's cluster section."""
     import argparse
@@ -70,6 +72,7 @@ def test_memory_limit_reaches_the_local_workers_of_featurize_and_of_a_workflow(a
     from dparallel.cli._options import add_cluster_arguments, cluster_kwargs
     from dparallel.cluster import ClusterSpec
 
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     parser = argparse.ArgumentParser()
     add_cluster_arguments(parser)
     args = parser.parse_args(argv)
@@ -77,6 +80,31 @@ def test_memory_limit_reaches_the_local_workers_of_featurize_and_of_a_workflow(a
     workflow = ClusterSpec(n_workers=3, memory_limit="1GiB")
     merged = cluster_kwargs(args, workflow)["cluster"]
     assert merged.memory_limit == limit and merged.n_workers == (2 if "--local" in argv else 3)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["--scheduler", "tcp://127.0.0.1:1"], False),
+        (["--scheduler-file", "s.json"], False),
+        ([], True),  # DASK_SCHEDULER_ADDRESS: that cluster's workers
+    ],
+)
+def test_memory_limit_for_workers_started_elsewhere_is_refused(tmp_path, monkeypatch, argv, env):
+    """--memory-limit only sizes the workers a local cluster starts: with a scheduler of
+    its own the run would ignore it silently."""
+    import argparse
+
+    from dparallel.cli._options import add_cluster_arguments, cluster_kwargs
+    from dparallel.errors import ConfigError
+
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    if env:
+        monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")
+    parser = argparse.ArgumentParser()
+    add_cluster_arguments(parser)
+    with pytest.raises(ConfigError, match=r"`dask worker --memory-limit`"):
+        cluster_kwargs(parser.parse_args([*argv, "--memory-limit", "2GiB"]))
 
 
 @pytest.mark.parametrize(
