@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from dparallel.cluster.memory_kills import KillWatch, explain_deaths
 from dparallel.errors import ClusterError, WorkerKilledError
 
 if TYPE_CHECKING:
@@ -92,18 +93,20 @@ def run_partitions(
     futures = {how.submit(client, task, p): p for p in partitions}
     held = list(futures)  # until the end: Dask's progress then counts done of all, as ours
     lost: list[int] = []
+    watch = KillWatch(client)
     while futures:
-        done = _wait_with_workers(client, list(futures), how.check)
-        if done is None:  # every worker gone, none back: the rest cannot run
+        done = _wait_with_workers(client, list(futures), how.check, watch)
+        if done is None:  # every worker gone (or killed as it starts): the rest cannot run
             for p in futures.values():
-                failures[p] = _no_worker()
+                failures[p] = watch.stopped or _no_worker()
             held.clear()
-            return failures
+            return explain_deaths(client, failures)
         for future in done:
             how.check()
             p = futures.pop(future)
             if not _collect(future, p, how, failures):
                 lost.append(p)
+        watch.progress()
     rerun = sorted({*lost, *(p for p, exc in failures.items() if killed_worker(exc))})
     # a partition that ran fine shows the workers can run one: then every partition that
     # killed its worker is rerun alone, however many before it killed theirs again
@@ -116,17 +119,18 @@ def run_partitions(
             break
         how.check()
         future = how.submit(client, task, p)
-        if _wait_with_workers(client, [future], how.check):
+        if _wait_with_workers(client, [future], how.check, watch):
             if not _collect(future, p, how, failures):
                 failures[p] = ClusterError(
                     f"the result of partition {p} was lost twice with its worker"
                 )
+            watch.progress()
         else:
-            failures[p] = _no_worker()
+            failures[p] = watch.stopped or _no_worker()
         in_a_row = in_a_row + 1 if killed_worker(failures.get(p)) else 0
         ran_fine = ran_fine or p not in failures
     held.clear()  # the scheduler may forget the tasks now
-    return _explain_deaths(client, failures)
+    return explain_deaths(client, failures)
 
 
 def _not_rerun(in_a_row: int) -> ClusterError:
@@ -208,48 +212,13 @@ def killed_worker(exc: BaseException | None) -> bool:
     return isinstance(exc, (KilledWorker, WorkerKilledError))
 
 
-#: The event a nanny logs on the scheduler when it kills its worker for memory.
-MEMORY_KILL_TOPIC = "worker-restart-memory"
-
-
-def _explain_deaths(client: Any, failures: dict[int, BaseException]) -> dict[int, BaseException]:
-    """``failures`` with each ``KilledWorker`` replaced by a :class:`WorkerKilledError`
-    saying how often the partition's workers died and whether a nanny killed the last one
-    for memory (its ``worker-restart-memory`` event)."""
-    from dask.utils import format_bytes
-    from distributed.scheduler import KilledWorker
-
-    killed = {p: exc for p, exc in failures.items() if isinstance(exc, KilledWorker)}
-    if not killed:
-        return failures
-    try:  # worker address → memory in use when its nanny killed it
-        rss = {e["worker"]: e["rss"] for _, e in client.get_events(MEMORY_KILL_TOPIC)}
-    except Exception:  # noqa: BLE001 - a scheduler lost meanwhile: the deaths unexplained
-        rss = {}
-    explained = dict(failures)
-    for p, exc in killed.items():
-        last = getattr(exc.last_worker, "address", exc.last_worker)
-        limit = getattr(exc.last_worker, "memory_limit", None)
-        said = f"its worker died on each of {exc.allowed_failures + 1} attempts to run it"
-        if last in rss:
-            why = (
-                f"the last, {last}, killed by its nanny for memory: "
-                f"{format_bytes(rss[last])} in use"
-                + (f" of its {format_bytes(limit)} limit" if limit else "")
-            )
-        else:
-            why = (
-                f"the last, {last}, was not killed for memory by a nanny: a signal, the system's "
-                "out-of-memory killer or a crash; see the workers' logs"
-            )
-        explained[p] = WorkerKilledError(f"{said} ({why})", memory=last in rss)
-    return explained
-
-
-def _wait_with_workers(client: Any, futures: list[Any], check: Callable[[], None]) -> Any:
+def _wait_with_workers(
+    client: Any, futures: list[Any], check: Callable[[], None], watch: KillWatch
+) -> Any:
     """Wait until one of ``futures`` is done or cancelled (calling ``check`` every few
     seconds); those, or None (all of them cancelled) once the cluster has had no worker for
-    :data:`NO_WORKER_GRACE_S` — never an unbounded wait."""
+    :data:`NO_WORKER_GRACE_S`, or ``watch`` found its workers killed for memory as they
+    start (its ``stopped`` says so) — never an unbounded wait."""
     from concurrent.futures import CancelledError
 
     from distributed import wait
@@ -265,11 +234,14 @@ def _wait_with_workers(client: Any, futures: list[Any], check: Callable[[], None
         else:
             return done
         check()
-        if client.scheduler_info().get("workers"):
+        workers = client.scheduler_info().get("workers") or {}
+        if workers:
             without_since = None
         elif without_since is None:
             without_since = time.monotonic()
-        elif time.monotonic() - without_since > NO_WORKER_GRACE_S:
+        gone = without_since is not None and time.monotonic() - without_since > NO_WORKER_GRACE_S
+        watch.stopped = watch.stalled(workers)
+        if gone or watch.stopped is not None:
             for future in futures:
                 future.cancel()
             return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -266,3 +267,39 @@ def _one_worker_whose_death_is_final() -> Iterator[Any]:
         Client(cluster) as client,
     ):
         yield client
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_workers_killed_for_memory_as_they_start_end_the_run_not_hang_it() -> None:
+    """A memory limit below what a worker needs at rest: its nanny kills each new worker
+    as it starts, before it holds a task long enough for Dask to count a death against
+    it, so no KilledWorker ever came and the driver waited for ever (seen with
+    ``dparallel featurize --memory-limit 60MiB``: killed by ``timeout`` after 5 minutes)."""
+    from distributed import Client, LocalCluster
+
+    from dparallel.errors import WorkerKilledError
+
+    def slow(p: int) -> int:  # a closure: pickled by value for the worker process
+        import time
+
+        time.sleep(1.0)
+        return p
+
+    t0 = time.monotonic()
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            memory_limit="200MiB",
+            dashboard_address=":0",
+            preload=[str(Path(__file__).with_name("_ballast_preload.py"))],
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        failures = run_partitions(client, slow, [0, 1, 2, 3], Dispatch(args=lambda p: (p,)))
+    assert time.monotonic() - t0 < 90
+    assert sorted(failures) == [0, 1, 2, 3], failures
+    for exc in failures.values():
+        assert isinstance(exc, WorkerKilledError) and exc.memory, exc
+        assert "killed for memory" in str(exc) and "of its 200.00 MiB limit" in str(exc), exc
