@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Collection, Iterable, Sequence
 
     import ase
 
@@ -23,6 +23,7 @@ __all__ = [
     "FORCE_KEYS",
     "MAX_DENSITY",
     "MIN_TRANSLATION",
+    "LabelKeys",
     "StructureBatch",
 ]
 
@@ -230,9 +231,17 @@ class StructureBatch:
         )
 
     @staticmethod
-    def from_ase(structures: ase.Atoms | Iterable[ase.Atoms]) -> StructureBatch:
+    def from_ase(
+        structures: ase.Atoms | Iterable[ase.Atoms],
+        *,
+        energy_key: str | None = None,
+        forces_key: str | None = None,
+    ) -> StructureBatch:
         """Build a batch from ASE ``Atoms`` (one, or an iterable of them); energy/forces from
-        an attached calculator or info. Anything else is a ``TypeError`` naming its index."""
+        an attached calculator or info/arrays (:class:`LabelKeys`: ``energy_key`` /
+        ``forces_key`` name the ``info`` / ``arrays`` key or calculator result to take
+        instead, and a structure without it is a ``ValueError``). Anything else is a
+        ``TypeError`` naming its index."""
         import ase
 
         frames = [structures] if isinstance(structures, ase.Atoms) else list(structures)
@@ -248,8 +257,13 @@ class StructureBatch:
                 )
         if not frames:
             return StructureBatch.empty()
-        energy = [_ase_label(a, "get_potential_energy", ENERGY_KEYS, a.info, ()) for a in frames]
-        forces = [_ase_label(a, "get_forces", FORCE_KEYS, a.arrays, (len(a), 3)) for a in frames]
+        keys = LabelKeys(energy_key, forces_key)
+        for k, a in enumerate(frames):
+            reason = keys.absent_from_ase(a)
+            if reason is not None:
+                raise ValueError(f"from_ase: structure {k}: {reason}")
+        energy = [_ase_label(a, "get_potential_energy", keys.energy_keys(), ()) for a in frames]
+        forces = [_ase_label(a, "get_forces", keys.force_keys(), (len(a), 3)) for a in frames]
         return StructureBatch(
             numbers=np.concatenate([a.get_atomic_numbers() for a in frames]),
             positions=np.concatenate([a.get_positions() for a in frames]),
@@ -295,18 +309,78 @@ class StructureBatch:
 
 
 _LABELS = ("energy", "forces")  # NaN: absent
-#: Where a label is read from, first found wins: an extxyz comment line's key or an
-#: ``atoms.info`` key for the energy, a ``Properties`` column or ``atoms.arrays`` key for
-#: the forces (docs/io.md). Any other (``free_energy``, ``dft_energy``) is no label.
+#: Where a label is read from by default, first found wins: an extxyz comment line's key or
+#: an ``atoms.info`` key for the energy, a ``Properties`` column or ``atoms.arrays`` key for
+#: the forces (docs/io.md). Any other (``free_energy``, ``dft_energy``) is read only when
+#: chosen (:class:`LabelKeys`).
 ENERGY_KEYS = ("energy", "REF_energy")
 FORCE_KEYS = ("forces", "REF_forces")
 
 
+class LabelKeys(NamedTuple):
+    """The keys the labels are read from: ``energy`` (an extxyz comment-line key, an
+    ``atoms.info`` key or calculator result) and ``forces`` (a ``Properties`` column, an
+    ``atoms.arrays`` key or calculator result). ``None``: the defaults (:data:`ENERGY_KEYS`,
+    :data:`FORCE_KEYS`, first found; NaN where absent); a key given must be in every
+    structure (docs/io.md)."""
+
+    energy: str | None = None
+    forces: str | None = None
+
+    def energy_keys(self) -> tuple[str, ...]:
+        """The keys the energy is looked up under, in order."""
+        return ENERGY_KEYS if self.energy is None else (self.energy,)
+
+    def force_keys(self) -> tuple[str, ...]:
+        """The keys the forces are looked up under, in order."""
+        return FORCE_KEYS if self.forces is None else (self.forces,)
+
+    def given(self) -> dict[str, str]:
+        """``{"energy_key": …, "forces_key": …}`` of the keys given (none: ``{}``)."""
+        pairs = (("energy_key", self.energy), ("forces_key", self.forces))
+        return {name: key for name, key in pairs if key is not None}
+
+    def absent(
+        self, energy_keys: Collection[str], force_keys: Collection[str], where: tuple[str, str]
+    ) -> str | None:
+        """Why a structure whose energy can come from ``energy_keys`` and forces from
+        ``force_keys`` lacks a key given (``where``: how the two kinds of key are called
+        in it, e.g. ``("comment-line keys", "Properties columns")``); ``None`` if it has
+        them."""
+        for kind, key, present, called in (
+            ("energy", self.energy, energy_keys, where[0]),
+            ("forces", self.forces, force_keys, where[1]),
+        ):
+            if key is not None and key not in present:
+                listed = ", ".join(sorted(present)) or "none"
+                return (
+                    f"no {kind} under {kind}_key {key!r}: its {called} are {listed}; give the "
+                    f"one that holds the {kind} (--{kind}-key, dataset.{kind}_key), or leave "
+                    "such structures out with on_error skip (--on-error skip)"
+                )
+        return None
+
+    def absent_from_ase(self, atoms: ase.Atoms) -> str | None:
+        """:meth:`absent` for an ASE structure: its ``info`` keys and ``arrays`` (beside
+        numbers and positions), each with its calculator's results."""
+        results = list(getattr(atoms.calc, "results", {}) or {})
+        arrays = [k for k in atoms.arrays if k not in ("numbers", "positions")]
+        where = ("info keys and calculator results", "arrays and calculator results")
+        return self.absent([*atoms.info, *results], [*arrays, *results], where)
+
+
 def _ase_label(
-    atoms: ase.Atoms, method: str, keys: tuple[str, ...], where: Any, shape: tuple[int, ...]
+    atoms: ase.Atoms, method: str, keys: tuple[str, ...], shape: tuple[int, ...]
 ) -> np.ndarray:
-    """A label of ``shape`` from the attached calculator's ``method``, else from ``where``
-    (``info`` or ``arrays``) under the first of ``keys`` present; NaN when absent."""
+    """A label of ``shape`` (energy: ``shape == ()``, from ``info``; forces: from ``arrays``):
+    the default ``keys``: the attached calculator's ``method``, else the first key present;
+    a key chosen (:class:`LabelKeys`): under it, or among the calculator's results. NaN
+    when absent."""
+    where = atoms.info if shape == () else atoms.arrays
+    if keys not in (ENERGY_KEYS, FORCE_KEYS):  # a key chosen
+        results = getattr(atoms.calc, "results", None) or {}
+        value = where[keys[0]] if keys[0] in where else results.get(keys[0])
+        return np.reshape(np.asarray(value, np.float64), shape)
     if atoms.calc is not None:
         try:
             return np.reshape(np.asarray(getattr(atoms.calc, method)(atoms), np.float64), shape)

@@ -1,11 +1,13 @@
 """Labels an extxyz frame holds where dparallel does not read them, said once per file.
 
-dparallel reads the energy from ``energy``, else ``REF_energy``, and the forces from the
-``forces``, else ``REF_forces`` column (docs/io.md; ``types.ENERGY_KEYS``, ``FORCE_KEYS``).
-A file that keeps its reference labels under another key (``free_energy``, ``dft_energy``,
-a ``force`` column) is stored without them, and one with both ``energy`` and a different
+By default dparallel reads the energy from ``energy``, else ``REF_energy``, and the forces
+from the ``forces``, else ``REF_forces`` column (docs/io.md; ``types.ENERGY_KEYS``,
+``FORCE_KEYS``). A file that keeps its reference labels under another key
+(``free_energy``, ``dft_energy``, a ``force`` column) is stored without them unless
+``energy_key`` / ``forces_key`` name it, and one with both ``energy`` and a different
 ``REF_energy`` has its ``energy`` stored: legal, but not always what the user meant, so
-the first such frame of a file is logged with the fix.
+the first such frame of a file is logged with the option that fixes it. A key chosen is
+never warned about (a structure without it is an error: ``types.LabelKeys``).
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dparallel.types import FORCE_KEYS
-
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
+
+    from dparallel.types import LabelKeys
 
 __all__ = ["is_real", "report_unread", "unread_label"]
 
@@ -36,34 +38,46 @@ def is_real(value: object) -> bool:
     )
 
 
-def unread_label(info: Mapping[str, Any], columns: Collection[str]) -> tuple[str, str] | None:
+def unread_label(
+    info: Mapping[str, Any], columns: Collection[str], keys: LabelKeys
+) -> tuple[str, str] | None:
     """``(kind, what and the fix)`` when a frame's comment ``info`` or its ``Properties``
-    ``columns`` hold a label dparallel does not read, or two energies that disagree; else
-    ``None``. Cheap where the labels are the usual ones (a few dict lookups)."""
+    ``columns`` hold a label dparallel does not read with the default ``keys``, or two
+    energies that disagree; else ``None``. Cheap where the labels are the usual ones (a
+    few dict lookups)."""
     energy, ref = info.get("energy"), info.get("REF_energy")
-    if is_real(energy) and is_real(ref) and energy != ref:
+    if keys.energy is None and is_real(energy) and is_real(ref) and energy != ref:
         return "both", (
             f"both energy={energy:g} and REF_energy={ref:g}: dparallel reads energy. If "
-            "REF_energy is the reference (e.g. energy is a model's prediction), rename "
-            "energy in the file (e.g. to model_energy)"
+            "REF_energy is the reference (e.g. energy is a model's prediction), choose it "
+            f"with {_OPTION.format(kind='energy', key='REF_energy')}"
         )
-    if energy is None and ref is None:
+    if keys.energy is None and energy is None and ref is None:
         other = [k for k, v in info.items() if "energy" in k.lower() and is_real(v)]
         if other:
             return "energy", (
                 f"{other[0]}={info[other[0]]:g} is not read as the energy (only energy or "
-                "REF_energy are): structures like this one are stored without energy. If it "
-                f"is the reference energy, rename {other[0]} to energy in the file"
+                "REF_energy are by default): structures like this one are stored without "
+                "energy. If it is the reference energy, choose it with "
+                + _OPTION.format(kind="energy", key=other[0])
             )
-    if not any(name in columns for name in FORCE_KEYS):
+    if keys.forces is None and not any(name in columns for name in keys.force_keys()):
         other = [name for name in columns if "force" in name.lower()]
         if other:
             return "forces", (
                 f"column {other[0]!r} is not read as the forces (only forces or REF_forces "
-                "are): structures like this one are stored without forces. If it holds the "
-                f"reference forces, rename {other[0]} to forces in the Properties of the file"
+                "are by default): structures like this one are stored without forces. If it "
+                f"holds the reference forces, choose it with "
+                + _OPTION.format(kind="forces", key=other[0])
             )
     return None
+
+
+#: How a message names the option that chooses a label's key, everywhere it is given.
+_OPTION = (
+    "{kind}_key={key} (--{kind}-key {key} on ingest, featurize and evaluate; "
+    "dataset.{kind}_key in a workflow)"
+)
 
 
 def report_unread(path: object, line: int, frame: int, kind: str, message: str) -> None:

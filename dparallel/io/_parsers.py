@@ -10,14 +10,14 @@ from __future__ import annotations
 import io
 import logging
 import re
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
 from dparallel.io._comment import comment_info
 from dparallel.io._index import read_range
 from dparallel.io._labels import is_real, report_unread, unread_label
-from dparallel.types import ENERGY_KEYS, FORCE_KEYS, StructureBatch
+from dparallel.types import LabelKeys, StructureBatch
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -49,12 +49,15 @@ def _decode(raw: bytes, path: Location, first_line: int) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
-def parse_range(path: Location, index: FileIndex, start: int, stop: int) -> _Parsed:
-    """Parse structures ``[start, stop)`` of ``path`` using its ``index``."""
+def parse_range(
+    path: Location, index: FileIndex, start: int, stop: int, keys: LabelKeys
+) -> _Parsed:
+    """Parse structures ``[start, stop)`` of ``path`` using its ``index``, their labels
+    under ``keys`` (n2p2: its fixed ones; a structure without a key given is an error)."""
     if stop <= start:
         return StructureBatch.empty(), np.zeros(0, np.int64), {}
     if index.format not in ("n2p2", "extxyz"):
-        return _parse_ase(path, index, start, stop)
+        return _parse_ase(path, index, start, stop, keys)
     errors = {i: index.errors[i] for i in range(start, stop) if i in index.errors}
     base = int(index.starts[start])
     raw = read_range(path, base, int(index.ends[stop - 1]))  # one read (one request remotely)
@@ -65,10 +68,10 @@ def parse_range(path: Location, index: FileIndex, start: int, stop: int) -> _Par
     }
     if index.format == "n2p2":
         return _parse_n2p2(texts, index, errors)
-    return _parse_extxyz(texts, index, errors, path)
+    return _parse_extxyz(texts, index, errors, path, keys)
 
 
-def report_labels(path: Location, index: FileIndex, i: int) -> None:
+def report_labels(path: Location, index: FileIndex, i: int, keys: LabelKeys) -> None:
     """Log what :func:`unread_label` says of extxyz frame ``i``'s labels, from its comment
     line alone (at most the first 64 KiB of the frame are read)."""
     start = int(index.starts[i])
@@ -81,7 +84,7 @@ def report_labels(path: Location, index: FileIndex, i: int) -> None:
         columns = _props(str(info.get("Properties", "species:S:1:pos:R:3")))[1]
     except Exception:  # noqa: BLE001 - an odd comment line: its read names the line
         return
-    note = unread_label(info, columns)
+    note = unread_label(info, columns, keys)
     if note is not None:
         report_unread(path, int(index.lines[i]) + 1, i, *note)
 
@@ -140,6 +143,14 @@ class _Fallback(Exception):
     """The fast path does not handle this frame; let ASE (and the diagnosis) do it."""
 
 
+class _Absent(Exception):
+    """The frame lacks a label key given (the message says which, and the keys it has)."""
+
+
+#: How an extxyz frame calls the places of its labels' keys (:meth:`LabelKeys.absent`).
+_EXTXYZ_KEYS = ("comment-line keys", "Properties columns")
+
+
 def _props(spec: str) -> tuple[int, dict[str, tuple[str, int, int]]]:
     """Total columns and ``{name: (kind, first column, width)}`` of a Properties string."""
     parts = spec.split(":")
@@ -153,13 +164,17 @@ def _props(spec: str) -> tuple[int, dict[str, tuple[str, int, int]]]:
     return col, cols
 
 
-def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
-    """Parse one frame's comment + atom rows as ASE would, vectorised over atoms; the
-    fields of a batch, then what :func:`unread_label` says of its labels."""
+def _fast_frame(rows: list[str], n: int, z_of: dict[str, int], keys: LabelKeys) -> tuple:
+    """Parse one frame's comment + atom rows as ASE would, vectorised over atoms, labels
+    under ``keys``; the fields of a batch, then what :func:`unread_label` says of its
+    labels. :class:`_Absent` when it lacks a key given."""
     info = comment_info(rows[0])
     if _miscased(info) is not None:
         raise _Fallback  # refused in _ase_frame, naming the line
     ncols, cols = _props(str(info.get("Properties", "species:S:1:pos:R:3")))
+    absent = keys.absent(info, cols, _EXTXYZ_KEYS)
+    if absent is not None:
+        raise _Absent(absent)
     if "species" not in cols or cols.get("pos", ("", 0, 0))[::2] != ("R", 3):
         raise _Fallback
     tokens = np.asarray(" ".join(rows[1 : n + 1]).split())
@@ -191,23 +206,23 @@ def _fast_frame(rows: list[str], n: int, z_of: dict[str, int]) -> tuple:
     if "Z" in cols and not np.array_equal(table[:, cols["Z"][1]].astype(np.int64), numbers):
         raise _Fallback  # the diagnosis names the line where species and Z disagree
     positions = real("pos")
-    found = (real(name) for name in FORCE_KEYS)
+    found = (real(name) for name in keys.force_keys())
     forces = next((f for f in found if f is not None), np.full((n, 3), np.nan))
     periodic = "Lattice" in info
     pbc = info.get("pbc", [periodic] * 3)
     # ASE's cell is the transposed Lattice
     cell = np.asarray(info["Lattice"], np.float64).T if periodic else np.zeros((3, 3))
-    energy = next((info[key] for key in ENERGY_KEYS if key in info), np.nan)
+    energy = next((info[key] for key in keys.energy_keys() if key in info), np.nan)
     if not is_real(energy):
         raise _Fallback  # ASE's reading then names the line (_ase_frame)
     energy = float(energy)
     tag = str(info.get("set", info.get("tag", "")))
     pbc = np.asarray(pbc, bool).reshape(3)
-    return numbers, positions, forces, cell, pbc, energy, tag, unread_label(info, cols)
+    return numbers, positions, forces, cell, pbc, energy, tag, unread_label(info, cols, keys)
 
 
 def _parse_extxyz(
-    texts: dict[int, str], index: FileIndex, errors: _Errors, path: Location
+    texts: dict[int, str], index: FileIndex, errors: _Errors, path: Location, keys: LabelKeys
 ) -> _Parsed:
     """Fast vectorised path per frame; ASE (plus a diagnosis) for frames it cannot take.
     Labels under keys that are not read are logged once per file (io/_labels.py)."""
@@ -218,10 +233,13 @@ def _parse_extxyz(
     for i, text in texts.items():
         n, line = int(index.counts[i]), int(index.lines[i])
         try:
-            fields.append(_fast_frame(text.split("\n")[1 : n + 2], n, atomic_numbers))
+            fields.append(_fast_frame(text.split("\n")[1 : n + 2], n, atomic_numbers, keys))
+        except _Absent as exc:  # its comment line names (or lacks) the key
+            errors[i] = (line + 1, str(exc))
+            continue
         except Exception:  # noqa: BLE001 - _Fallback or any odd comment line: ASE decides
             # the diagnosis first: stricter than ASE, which ignores extra columns
-            problem = _diagnose_extxyz(text, line) or _ase_frame(text, line, fields)
+            problem = _diagnose_extxyz(text, line) or _ase_frame(text, line, fields, keys)
             if problem is not None:
                 errors[i] = problem
                 continue
@@ -255,8 +273,11 @@ def _miscased(info: dict[str, Any]) -> str | None:
     return next((k for k in info if _CASED.get(k.lower(), k) != k), None)
 
 
-def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | None:
-    """One frame read by ASE, appended to ``fields``; ``(line, reason)`` where ASE cannot."""
+def _ase_frame(
+    text: str, line: int, fields: list[tuple], keys: LabelKeys
+) -> tuple[int, str] | None:
+    """One frame read by ASE (labels under ``keys``), appended to ``fields``; ``(line,
+    reason)`` where ASE cannot, or where it lacks a key given."""
     import ase.io
 
     try:
@@ -276,19 +297,22 @@ def _ase_frame(text: str, line: int, fields: list[tuple]) -> tuple[int, str] | N
             f"{key}= is not read: ASE and dparallel read {right}= only, in this case; rename "
             f"it to {right}= in the file (GPUMD takes any case)"
         )
-    for key in ENERGY_KEYS:  # ASE would keep it as a string, a list or a bool (energy=T)
+    for key in keys.energy_keys():  # ASE would keep a string, a list or a bool (energy=T)
         if key in info and not is_real(info[key]):
             hint = _fortran_hint(info[key]) if isinstance(info[key], str) else ""
             return line + 1, f"{key}={info[key]!r} is not a number{hint}"
+    absent = keys.absent_from_ase(cast("ase.Atoms", frames[0]))
+    if absent is not None:
+        return line + 1, absent
     try:
-        b = StructureBatch.from_ase(frames)
+        b = StructureBatch.from_ase(frames, energy_key=keys.energy, forces_key=keys.forces)
     except (ValueError, TypeError) as exc:  # e.g. a REF_forces column of text
         return line + 1, f"cannot read its energy or forces as numbers: {exc}"
     try:
         columns: Collection[str] = _props(str(info.get("Properties", "")))[1]
     except (_Fallback, ValueError):  # ASE read it nonetheless: no label column to name
         columns = ()
-    note = unread_label(info, columns)
+    note = unread_label(info, columns, keys)
     energy, tag = b.energy[0], b.tags[0]
     fields.append((b.numbers, b.positions, b.forces, b.cells[0], b.pbc[0], energy, tag, note))
     return None
@@ -456,16 +480,25 @@ def _fortran_hint(text: str) -> str:
     return f" (a Fortran exponent: write {text.replace('D', 'E').replace('d', 'e')})"
 
 
-def _parse_ase(path: Location, index: FileIndex, start: int, stop: int) -> _Parsed:
+def _parse_ase(path: Location, index: FileIndex, start: int, stop: int, keys: LabelKeys) -> _Parsed:
     import ase.io
 
     local = path.require_local(f"reading {index.format!r} files (through ASE)")
     try:
-        frames = ase.io.read(str(local), index=f"{start}:{stop}", format=index.format)
+        frames = cast(
+            "list[ase.Atoms]",
+            ase.io.read(str(local), index=f"{start}:{stop}", format=index.format),
+        )  # a slice: a list
     except Exception as exc:  # noqa: BLE001 - reported with file, frame and reason
         return (
             StructureBatch.empty(),
             np.zeros(0, np.int64),
             {i: (0, f"ASE cannot read it: {exc}") for i in range(start, stop)},
         )
-    return StructureBatch.from_ase(frames), np.arange(start, stop), {}
+    absent = {start + k: keys.absent_from_ase(a) for k, a in enumerate(frames)}
+    errors = {i: (0, reason) for i, reason in absent.items() if reason is not None}
+    kept = [k for k in range(len(frames)) if start + k not in errors]
+    batch = StructureBatch.from_ase(
+        [frames[k] for k in kept], energy_key=keys.energy, forces_key=keys.forces
+    )
+    return batch, np.asarray(kept, np.int64) + start, errors

@@ -30,6 +30,7 @@ from dparallel.io._parsers import parse_range, report_labels
 from dparallel.io._validate import Problem, find_problems
 from dparallel.io.location import Location, as_location
 from dparallel.io.units import UNIT_SYSTEMS, check_units, unit_factors
+from dparallel.types import LabelKeys
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -163,6 +164,7 @@ class StructureSource:
     receiving process, which refuses a file that changed since. Skipped structures
     (``on_error="skip"``) keep their file index: ``read`` returns the valid ones,
     ``read_checked`` also their indices, and :attr:`skipped` lists ``(index, reason)``.
+    :attr:`labels` are the keys the energy and forces are read from.
     """
 
     def __init__(
@@ -173,6 +175,8 @@ class StructureSource:
         units: str = "ase",
         on_error: Literal["raise", "skip"] = "raise",
         cache_index: bool = True,
+        energy_key: str | None = None,
+        forces_key: str | None = None,
         _expect_index: str | None = None,
     ) -> None:
         location = as_location(path)
@@ -204,6 +208,8 @@ class StructureSource:
         self.format = _ALIASES.get(fmt, fmt)
         if format is not None:
             _check_format(format, location)
+        #: The keys the labels are read from (:class:`~dparallel.types.LabelKeys`).
+        self.labels = _label_keys(energy_key, forces_key, self.format, location)
         self.units = units
         self.on_error = on_error
         self.cache_index = cache_index
@@ -290,7 +296,7 @@ class StructureSource:
         stop = n if stop is None else stop
         if not 0 <= start <= stop <= n:
             raise IndexError(f"structure range [{start}, {stop}) outside [0, {n})")
-        batch, kept, errors = parse_range(self.location, self.index, start, stop)
+        batch, kept, errors = parse_range(self.location, self.index, start, stop, self.labels)
         self.check_unchanged()  # what was read is the file the index (and fingerprint) describe
         bad = {int(kept[k]): problem for k, problem in find_problems(batch).items()}
         problems = {i: (line, reason, False) for i, (line, reason) in errors.items()}
@@ -346,6 +352,7 @@ class StructureSource:
             "units": self.units,
             "on_error": self.on_error,
             "cache_index": self.cache_index,
+            "labels": tuple(self.labels),
             "expect": self._expect_index if idx is None else idx.sha256,
             "stat": self._expect_stat if idx is None else (idx.size, idx.mtime_ns),
         }
@@ -357,6 +364,8 @@ class StructureSource:
             units=state["units"],
             on_error=state["on_error"],
             cache_index=state["cache_index"],
+            energy_key=state["labels"][0],
+            forces_key=state["labels"][1],
             _expect_index=state["expect"],
         )
         stat = state.get("stat")
@@ -367,6 +376,27 @@ class StructureSource:
         return f"StructureSource({str(self.path)!r}, format={self.format!r}, structures={n})"
 
 
+def _label_keys(
+    energy_key: str | None, forces_key: str | None, format: str, location: Location
+) -> LabelKeys:
+    """The :class:`LabelKeys` given, checked: each ``None`` or a non-empty string without
+    blanks, none for n2p2 (whose labels have fixed places); else an :class:`InputError`."""
+    keys = LabelKeys(energy_key, forces_key)
+    for name, key in keys.given().items():
+        if not isinstance(key, str) or not key or key.split() != [key]:
+            raise InputError(
+                f"{location}: {name} must be a key of the file (a word such as dft_energy), "
+                f"got {key!r}"
+            )
+    if keys.given() and format == "n2p2":
+        raise InputError(
+            f"{location}: {' and '.join(keys.given())} cannot be given for an n2p2 file, whose "
+            "energy and forces have fixed places (its energy line and atom columns); drop "
+            "them (--energy-key, --forces-key, dataset.energy_key, dataset.forces_key)"
+        )
+    return keys
+
+
 def open_source(
     path: str | os.PathLike[str] | Location,
     format: str | None = None,
@@ -374,6 +404,8 @@ def open_source(
     units: str = "ase",
     on_error: Literal["raise", "skip"] = "raise",
     cache_index: bool = True,
+    energy_key: str | None = None,
+    forces_key: str | None = None,
 ) -> StructureSource:
     """Open a structure file for indexed random access.
 
@@ -392,6 +424,13 @@ def open_source(
         ``"raise"`` on the first bad structure, or ``"skip"`` it and record it.
     cache_index
         Cache the index beside a local file (or in ``~/.cache/dparallel``, always for a URL).
+    energy_key, forces_key
+        Where the labels are: the extxyz comment-line key (``atoms.info`` key or calculator
+        result for other ASE formats) of the energy, the ``Properties`` column
+        (``atoms.arrays`` key or calculator result) of the forces. ``None``: ``energy``,
+        else ``REF_energy``; ``forces``, else ``REF_forces`` (NaN where absent). A key given
+        must be in every structure (``on_error`` says what a structure without it does);
+        refused for n2p2 files.
 
     Returns
     -------
@@ -400,8 +439,16 @@ def open_source(
         an extxyz file's first structure is read too: labels under keys that are not read
         are logged here (io/_labels.py), in the process that starts a run.
     """
-    source = StructureSource(path, format, units=units, on_error=on_error, cache_index=cache_index)
+    source = StructureSource(
+        path,
+        format,
+        units=units,
+        on_error=on_error,
+        cache_index=cache_index,
+        energy_key=energy_key,
+        forces_key=forces_key,
+    )
     index = source.index
     if source.format == "extxyz":  # its labels' keys said here, not only in a worker's log
-        report_labels(source.location, index, 0)
+        report_labels(source.location, index, 0, source.labels)
     return source

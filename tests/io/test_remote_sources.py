@@ -104,6 +104,31 @@ def test_pickled_source_reads_remote_bytes(files, tmp_path):
     np.testing.assert_array_equal(again.read(1, 4).positions, source.read(1, 4).positions)
 
 
+def test_label_keys_travel_with_a_remote_source(tmp_path, monkeypatch):
+    """Keys given read a URL as they read the local file, in a pickled copy too (a task's);
+    reference: ASE's reading of the local file under those keys."""
+    import pickle
+
+    monkeypatch.setenv("DPARALLEL_CACHE_DIR", str(tmp_path / "cache"))
+    frames = random_structures(5, np.random.default_rng(4), min_atoms=2, max_atoms=6,
+                               elements=(1, 8))  # fmt: skip
+    for k, atoms in enumerate(frames):
+        atoms.calc = None
+        atoms.info["dft_energy"] = -1.0 - k
+        atoms.arrays["dft_forces"] = np.full((len(atoms), 3), 0.25 * k)
+    local = tmp_path / "dft.xyz.gz"
+    ase.io.write(local, frames, format="extxyz")
+    url = _upload(local, f"memory://inputs/{tmp_path.name}/dft.xyz.gz")
+    source = open_source(url, energy_key="dft_energy", forces_key="dft_forces")
+    again = pickle.loads(pickle.dumps(source))
+    for got in (source.read(), again.read(1, 5)):
+        first = 5 - got.n_structures
+        for k, atoms in enumerate(ase.io.read(local, f"{first}:")):
+            assert got.energy[k] == atoms.info["dft_energy"]
+            a, b = got.offsets[k : k + 2]
+            np.testing.assert_array_equal(got.forces[a:b], atoms.arrays["dft_forces"])
+
+
 def test_a_url_is_never_a_relative_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert not as_location("s3://bucket/x.xyz").is_local
