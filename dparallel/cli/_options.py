@@ -286,6 +286,22 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
     return {"cluster": spec, **remote}
 
 
+def add_label_arguments(parser: argparse.ArgumentParser, workflow: str = "") -> None:
+    """``--energy-key`` and ``--forces-key``: where a structure file keeps its labels
+    (``workflow``: where else the default comes from, e.g. a workflow's dataset)."""
+    for kind, place in (
+        ("energy", "extxyz comment-line key (ASE info key)"),
+        ("forces", "extxyz Properties column (ASE arrays key)"),
+    ):
+        also = f"; {workflow} {kind}_key" if workflow else ""
+        parser.add_argument(
+            f"--{kind}-key",
+            metavar="KEY",
+            help=f"{place} of the reference {kind}, e.g. dft_{kind} (default: {kind}, else "
+            f"REF_{kind}{also})",
+        )
+
+
 def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -> None:
     """Positional structure file, ``-o STORE`` and how to read the file and partition it."""
     from dparallel.io.units import UNIT_SYSTEMS
@@ -313,6 +329,7 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
         choices=["raise", "skip"],
         help="default: raise (featurize --workflow: its dataset.on_error)",
     )
+    add_label_arguments(parser, "featurize --workflow: its dataset's")
     parser.add_argument(
         "--partition-atoms",
         type=whole_number(1, "atom"),

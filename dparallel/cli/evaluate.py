@@ -6,7 +6,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from dparallel.cli._options import local_argument, whole_number
+from dparallel.cli._options import add_label_arguments, local_argument, whole_number
 
 if TYPE_CHECKING:
     import argparse
@@ -48,6 +48,7 @@ def add_parser(subparsers: Any) -> None:
         help="units of an n2p2 potential directory (default: those its input.nn declares, "
         "else those of DATA, --units)",
     )
+    add_label_arguments(p)
     p.add_argument(
         "--batch",
         type=whole_number(1, "structure"),
@@ -86,12 +87,15 @@ def evaluate_file(
     units: str | None = None,
     batch: int = 64,
     potential_units: str | None = None,
+    energy_key: str | None = None,
+    forces_key: str | None = None,
 ) -> dict[str, float]:
     """Errors of the deployed model (or n2p2 potential) on ``data`` (eV/atom, eV/Å).
 
     ``units=None``: the units of the data the model was trained from (``data_units.json``)
     or ``ase``. ``potential_units=None``: the units an n2p2 potential's ``input.nn``
     declares, else ``units``; a contradicting ``potential_units`` is a ``ConfigError``.
+    ``energy_key``, ``forces_key``: where DATA keeps its reference labels (as for ingest).
     """
     import numpy as np
     import torch
@@ -118,7 +122,7 @@ def evaluate_file(
                 "dparallel model, whose units are its own (give DATA's with --units)"
             )
         model = load_deployed(model_dir)
-    source = open_source(data, format, units=units)
+    source = open_source(data, format, units=units, energy_key=energy_key, forces_key=forces_key)
     metrics = Metrics()
     n_s = 0
     for a in range(0, len(source), batch):
@@ -139,7 +143,7 @@ def evaluate_file(
 
         raise InputError(
             f"{data}: no energies and no forces to compare the model with ({n_s} structures "
-            "read; labels: docs/io.md)"
+            "read; keys other than energy/forces: --energy-key, --forces-key; docs/io.md)"
         )
     return {"n_structures": n_s, **summary}
 
@@ -147,7 +151,14 @@ def evaluate_file(
 def run(args: argparse.Namespace) -> int:
     """Evaluate and print a table (or JSON, the unit in each error's name, meV)."""
     res = evaluate_file(
-        args.model_dir, args.data, args.format, args.units, args.batch, args.potential_units
+        args.model_dir,
+        args.data,
+        args.format,
+        args.units,
+        args.batch,
+        args.potential_units,
+        energy_key=args.energy_key,
+        forces_key=args.forces_key,
     )
     if args.json:
         from dparallel._files import strict_json

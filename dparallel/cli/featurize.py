@@ -63,14 +63,15 @@ def add_parser(subparsers: Any) -> None:
 
 
 def source_settings(args: argparse.Namespace) -> argparse.Namespace:
-    """``args`` with ``--format``, ``--units``, ``--on-error`` and ``--partition-atoms``
-    that the command line leaves out taken from ``--workflow``'s ``dataset`` and
-    ``partitioning`` sections (as ``dparallel run`` reads them; the format and units,
-    which describe the dataset file, only for SOURCE = ``dataset.path``), else the
-    defaults (guess, ase, raise, derived); ``args`` itself is updated and returned
-    (``main`` reads ``log_file`` from it)."""
+    """``args`` with ``--format``, ``--units``, ``--on-error``, ``--energy-key``,
+    ``--forces-key`` and ``--partition-atoms`` that the command line leaves out taken from
+    ``--workflow``'s ``dataset`` and ``partitioning`` sections (as ``dparallel run`` reads
+    them; the format, units and label keys, which describe the dataset file, only for
+    SOURCE = ``dataset.path``), else the defaults (guess, ase, raise, derived); ``args``
+    itself is updated and returned (``main`` reads ``log_file`` from it)."""
     keys: dict[str, object] = {
-        "format": None, "units": "ase", "on_error": "raise", "partition_atoms": None
+        "format": None, "units": "ase", "on_error": "raise", "partition_atoms": None,
+        "energy_key": None, "forces_key": None,
     }  # fmt: skip
     settings = dict(keys)
     if args.workflow:
@@ -78,9 +79,11 @@ def source_settings(args: argparse.Namespace) -> argparse.Namespace:
 
         spec = load_workflow(args.workflow)
         dataset, atoms = spec.dataset, spec.partitioning.atoms
-        # its format and units are its dataset file's: another SOURCE's are the defaults
+        # its format, units and label keys are its dataset file's: another SOURCE's are
+        # the defaults
         if _same_path(args.source, dataset.path):
             settings.update(format=dataset.format, units=dataset.units)
+            settings.update(energy_key=dataset.energy_key, forces_key=dataset.forces_key)
         settings.update(on_error=dataset.on_error, partition_atoms=atoms)
     for key, value in settings.items():  # in place: main() reads log_file etc. from args
         if getattr(args, key) is None:
@@ -134,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
         format=args.format,
         units=args.units,
         on_error=args.on_error,
+        energy_key=args.energy_key,
+        forces_key=args.forces_key,
         partition_atoms=args.partition_atoms,
         overwrite=args.overwrite,
         protect=(args.descriptors or args.workflow,),

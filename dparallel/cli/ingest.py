@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         format=args.format,
         units=args.units or "ase",
         on_error=args.on_error or "raise",
+        energy_key=args.energy_key,
+        forces_key=args.forces_key,
         partition_atoms=args.partition_atoms,
         overwrite=args.overwrite,
         progress=progress,

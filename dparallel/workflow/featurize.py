@@ -41,7 +41,7 @@ from dparallel.store.plan import MAX_PARTITION_ATOMS, MIN_SPLIT_ATOMS, given_par
 from dparallel.workflow.featurize_failures import raise_failures
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
-from dparallel.workflow.ingest import ingest_config
+from dparallel.workflow.ingest import ingest_config, open_options
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -71,13 +71,14 @@ __all__ = [
 class FeaturizeOptions:
     """How :func:`featurize` reads, stores and runs.
 
-    ``format``, ``units``, ``on_error``: how each task reads the structure file
-    (:func:`dparallel.io.open_source`); with ``on_error="skip"`` structures that cannot be
-    read or featurized are skipped and recorded, with ``"raise"`` their partition fails,
-    naming them. ``partition_atoms``: atoms per partition (one task each); ``None``: about
-    four partitions per worker, 5,000-20,000 atoms each, or one per worker (≥ 1,000 atoms)
-    for less data (:func:`~dparallel.store.derived_partition_atoms`; a warning when there
-    are fewer partitions than workers), and a store of this source and config is resumed
+    ``format``, ``units``, ``on_error``, ``energy_key``, ``forces_key``: how each task
+    reads the structure file (:func:`dparallel.io.open_source`); with ``on_error="skip"``
+    structures that cannot be read or featurized are skipped and recorded, with
+    ``"raise"`` their partition fails, naming them. ``partition_atoms``: atoms per
+    partition (one task each); ``None``: about four partitions per worker, 5,000-20,000
+    atoms each, or one per worker (≥ 1,000 atoms) for less data
+    (:func:`~dparallel.store.derived_partition_atoms`; a warning when there are fewer
+    partitions than workers), and a store of this source and config is resumed
     whatever its partitioning. ``overwrite``: replace a dparallel store made from another
     source or config instead of refusing (never anything that is not a dparallel store).
     ``protect``: files besides the source that the store path may not be or hold.
@@ -96,6 +97,8 @@ class FeaturizeOptions:
     format: str | None = None
     units: str = "ase"
     on_error: Literal["raise", "skip"] = "raise"
+    energy_key: str | None = None
+    forces_key: str | None = None
     partition_atoms: int | None = None
     overwrite: bool = False
     protect: tuple[str | os.PathLike[str], ...] = ()
@@ -172,9 +175,7 @@ def _target(
     ``n_workers`` (unknown workers: the largest size) and recorded like a given one."""
     name = options.option_names.get("partition_atoms") or _PARTITION_ATOMS
     atoms = given_partition_atoms(options.partition_atoms, name)  # before the source is read
-    source = open_source(
-        source_path, options.format, units=options.units, on_error=options.on_error
-    )
+    source = open_source(source_path, options.format, **open_options(options))
     if atoms is None:
         atoms = MAX_PARTITION_ATOMS
         if n_workers:

@@ -35,6 +35,7 @@ __all__ = [
     "IngestResult",
     "ingest",
     "ingest_partition",
+    "open_options",
     "prepare_ingest",
 ]
 
@@ -44,12 +45,15 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class IngestOptions:
     """How :func:`ingest` reads the source (:func:`dparallel.io.open_source`; with
-    ``on_error="skip"`` structures that cannot be read are skipped and recorded) and writes
-    the store."""
+    ``on_error="skip"`` structures that cannot be read are skipped and recorded;
+    ``energy_key``, ``forces_key``: where the labels are, default ``energy`` else
+    ``REF_energy``, ``forces`` else ``REF_forces``) and writes the store."""
 
     format: str | None = None
     units: str = "ase"
     on_error: Literal["raise", "skip"] = "raise"
+    energy_key: str | None = None
+    forces_key: str | None = None
     partition_atoms: int | None = MAX_PARTITION_ATOMS  # None: MAX_PARTITION_ATOMS too
     overwrite: bool = False  # replace a store of another source or config, not refuse
     protect: Iterable[str | os.PathLike[str]] = ()  # files the store path may not be or hold
@@ -71,15 +75,24 @@ class IngestResult:
 
 
 def ingest_config(source: StructureSource, partition_atoms: int) -> dict[str, Any]:
-    """The config recorded in the store (a store is never mixed across configs)."""
+    """The config recorded in the store (a store is never mixed across configs). The label
+    keys only where given: a store read with the default keys is recorded as before them."""
     return {
         "ingest": {
             "format": source.format,
             "units": source.units,
             "on_error": source.on_error,
+            **source.labels.given(),
             "partition_atoms": int(partition_atoms),
         }
     }
+
+
+def open_options(options: IngestOptions | Any) -> dict[str, Any]:
+    """:func:`~dparallel.io.open_source`'s keyword arguments from ``options`` (an
+    :class:`IngestOptions` or a ``FeaturizeOptions``): how the source is read."""
+    names = ("units", "on_error", "energy_key", "forces_key")
+    return {name: getattr(options, name) for name in names}
 
 
 def prepare_ingest(
@@ -137,7 +150,7 @@ def ingest(
             "(IngestOptions(**...))"
         )
     t0 = time.perf_counter()
-    source = open_source(input_path, options.format, units=options.units, on_error=options.on_error)
+    source = open_source(input_path, options.format, **open_options(options))
     refuse_foreign_target(store_path, options.overwrite, (input_path, *options.protect))
     with StoreLease(store_path, command="dparallel ingest") as lease:
         store = prepare_ingest(source, store_path, options)

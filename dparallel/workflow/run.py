@@ -89,6 +89,8 @@ def _featurize_options(spec: WorkflowSpec) -> FeaturizeOptions:
         format=spec.dataset.format,
         units=spec.dataset.units,
         on_error=spec.dataset.on_error,
+        energy_key=spec.dataset.energy_key,
+        forces_key=spec.dataset.forces_key,
         partition_atoms=spec.partitioning.atoms,
         option_names=_OPTION_NAMES,
     )

@@ -69,6 +69,18 @@ class DatasetSpec(SpecModel):
     format: str | None = Field(None, description="extxyz, n2p2 or any ASE format; None: guess")
     units: str = Field("ase", description="ase (Å, eV) or bohr-hartree (n2p2 files)")
     on_error: Literal["raise", "skip"] = "raise"
+    energy_key: str | None = Field(
+        None,
+        min_length=1,
+        description="extxyz comment-line key (ASE info key) of the energy; null: energy, "
+        "else REF_energy",
+    )
+    forces_key: str | None = Field(
+        None,
+        min_length=1,
+        description="extxyz Properties column (ASE arrays key) of the forces; null: forces, "
+        "else REF_forces",
+    )
     generate: GenerateSpec | None = None
 
     @field_validator("units")
@@ -88,6 +100,17 @@ class DatasetSpec(SpecModel):
         return value
 
     @model_validator(mode="after")
+    def _keys_for_a_format_with_keys(self) -> DatasetSpec:
+        """No label keys for a format named n2p2 (as ``open_source`` refuses them)."""
+        given = [k for k in ("energy_key", "forces_key") if getattr(self, k) is not None]
+        if given and (self.format or "").lower() in ("n2p2", "runner"):
+            raise ValueError(
+                f"{' and '.join(given)} cannot be given for format {self.format!r}, whose "
+                "energy and forces have fixed places; remove them"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _generated_as_written(self) -> DatasetSpec:
         """``generate`` writes extxyz in Å and eV: read the file so (not as Bohr, n2p2, …)."""
         if self.generate is None:
@@ -101,12 +124,14 @@ class DatasetSpec(SpecModel):
             wrong = f"format is {self.format!r}"
         elif self.format is None and (name.endswith(".data") or name == "input.data"):
             wrong = "the path's .data name is read as n2p2"
+        elif self.energy_key not in (None, "energy") or self.forces_key not in (None, "forces"):
+            wrong = "energy_key/forces_key name keys it does not write (energy, forces)"
         else:
             return self
         raise ValueError(
             f"generate writes an extxyz file in Å and eV, but {wrong}: the store would hold "
-            "it misread; use units: ase and format: extxyz (or null with an .extxyz path), or "
-            "remove generate"
+            "it misread; use units: ase and format: extxyz (or null with an .extxyz path) and "
+            "no label keys, or remove generate"
         )
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import ase.io
+import numpy as np
 import pytest
 
 from dparallel.cli.main import main
@@ -171,3 +172,31 @@ def test_info_source_counts_describe_the_file_and_the_top_level_what_is_stored(t
     info = json.loads(capsys.readouterr().out)
     assert (info["source"]["n_structures"], info["source"]["n_atoms"]) == (4, 2 + 7 + 2 + 50)
     assert (info["n_structures"], info["n_atoms"], info["n_skipped"]) == (2, 4, 2)
+
+
+def test_ingest_label_keys_and_their_refusal_for_n2p2(tmp_path, rng, capsys):
+    """``--energy-key``/``--forces-key`` store what ASE reads under those keys; for an n2p2
+    file (fixed places) they are refused in one line before anything is written."""
+    frames = random_structures(6, rng, max_atoms=6)
+    for k, atoms in enumerate(frames):
+        atoms.calc = None
+        atoms.info["dft_energy"] = -1.0 - k
+        atoms.arrays["dft_forces"] = rng.normal(size=(len(atoms), 3))
+    path = tmp_path / "dft.xyz"
+    ase.io.write(path, frames, format="extxyz")
+    out = tmp_path / "s.zarr"
+    keys = ["--energy-key", "dft_energy", "--forces-key", "dft_forces"]
+    assert main(["ingest", str(path), "-o", str(out), "-q", *keys]) == 0
+    got = open_store(out).read_structures()
+    read = ase.io.read(path, ":")
+    assert got.energy.tolist() == [a.info["dft_energy"] for a in read]
+    assert (got.forces == np.concatenate([a.arrays["dft_forces"] for a in read])).all()
+    from dparallel.n2p2 import write_input_data
+
+    data = tmp_path / "input.data"
+    write_input_data(data, frames, "ase")
+    capsys.readouterr()
+    assert main(["ingest", str(data), "-o", str(tmp_path / "n.zarr"), "-q", *keys[:2]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "energy_key cannot be given for an n2p2 file" in err
+    assert not (tmp_path / "n.zarr").exists()

@@ -241,6 +241,29 @@ def test_featurize_workflow_gives_the_dataset_settings_the_command_line_leaves_o
     assert settings("--workflow", str(workflow), "--units", "bohr-hartree")[1] == "bohr-hartree"
 
 
+def test_featurize_workflow_gives_its_dataset_label_keys_for_its_dataset_only(tmp_path):
+    import yaml
+
+    from dparallel.cli.featurize import source_settings
+    from dparallel.cli.main import build_parser
+    from dparallel.workflow.spec import QUICKSTART
+
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["dataset"].update(path=str(tmp_path / "d.xyz"), generate=None, energy_key="dft_e",
+                           forces_key="dft_f")  # fmt: skip
+    workflow = tmp_path / "wf.yaml"
+    workflow.write_text(yaml.safe_dump(data))
+
+    def keys(source: str, *argv: str) -> tuple:
+        argv = ("featurize", source, "-o", "s.zarr", "--workflow", str(workflow), *argv)
+        got = source_settings(build_parser().parse_args(argv))
+        return got.energy_key, got.forces_key
+
+    assert keys(str(tmp_path / "d.xyz")) == ("dft_e", "dft_f")
+    assert keys(str(tmp_path / "d.xyz"), "--energy-key", "e2") == ("e2", "dft_f")
+    assert keys(str(tmp_path / "other.xyz")) == (None, None)  # another file: the defaults
+
+
 @pytest.mark.parametrize("option", ["--units", "--potential-units"])
 def test_evaluate_units_are_checked_as_ingest_and_featurize_check_them(tmp_path, capsys, option):
     # --units bohr: first a warning "DATA is read as bohr", then the unknown-units error

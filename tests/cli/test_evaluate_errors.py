@@ -94,7 +94,8 @@ def test_data_without_energies_and_forces_is_one_error_not_a_table_of_nan(
     err = capsys.readouterr().err
     assert err == (
         f"dparallel evaluate: error: {path}: no energies and no forces to compare the model "
-        "with (2 structures read; labels: docs/io.md)\n"
+        "with (2 structures read; keys other than energy/forces: --energy-key, --forces-key; "
+        "docs/io.md)\n"
     )
 
 
@@ -112,3 +113,31 @@ def test_data_with_energies_only_says_so_in_the_force_row(
     assert rows[3] == f"force             —          — meV/Å (no forces in {path})"
     assert main(["evaluate", str(tmp_path), str(path), "--json"]) == 0
     assert '"force_rmse_meV_per_A": null' in capsys.readouterr().out
+
+
+def test_evaluate_reads_the_labels_under_the_keys_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Reference: numpy's errors against ASE's reading of the keys (info / arrays)."""
+    import json
+
+    from dparallel.cli.main import main
+
+    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _: _Model())
+    rng = np.random.default_rng(8)
+    frames = _frames(energy=False, forces=False)
+    for atoms in frames:
+        atoms.info["dft_energy"] = float(rng.normal())
+        atoms.arrays["dft_forces"] = rng.normal(size=(len(atoms), 3))
+    path = tmp_path / "dft.extxyz"
+    write(path, frames)
+    keys = ["--energy-key", "dft_energy", "--forces-key", "dft_forces"]
+    assert main(["evaluate", str(tmp_path), str(path), "--json", *keys]) == 0
+    got = json.loads(capsys.readouterr().out)
+    de, df = [], []
+    for atoms in read(path, ":"):
+        de.append((np.sin(atoms.positions).sum() - atoms.info["dft_energy"]) / len(atoms))
+        df.append(np.cos(atoms.positions) - atoms.arrays["dft_forces"])
+    e, f = np.array(de), np.concatenate(df).ravel()
+    assert got["energy_rmse_meV_per_atom"] == pytest.approx(1e3 * np.sqrt(np.mean(e**2)))
+    assert got["force_mae_meV_per_A"] == pytest.approx(1e3 * np.mean(np.abs(f)))

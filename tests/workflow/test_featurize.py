@@ -338,6 +338,36 @@ def test_other_config_is_refused_unless_overwrite(dataset, reference):
         featurize(dataset, reference, other, FeaturizeOptions(partition_atoms=150, client=object()))
 
 
+def test_label_keys_give_the_store_of_the_file_with_the_labels_renamed(
+    dataset, reference, client, tmp_path
+):
+    """The reference store is featurized from the file whose labels are under energy /
+    forces; the same file with them under dft_energy / dft_forces, read with those keys by
+    the workers (the keys travel with the pickled source), gives the same structures,
+    labels and features. Resuming that store with other keys is refused (its config
+    records them)."""
+    text = dataset.read_text()
+    renamed = tmp_path / "dft.extxyz"
+    renamed.write_text(
+        text.replace(" energy=", " dft_energy=").replace(":forces:R:3", ":dft_forces:R:3")
+    )
+    assert renamed.read_text() != text
+    keys = {"energy_key": "dft_energy", "forces_key": "dft_forces"}
+    out = tmp_path / "dft.zarr"
+    options = FeaturizeOptions(partition_atoms=150, client=client, **keys)
+    featurize(renamed, out, _descriptor_set(), options)
+    ours, theirs = open_store(out), open_store(reference)
+    batch = ours.read_structures()
+    assert batch.equals(theirs.read_structures())
+    assert np.isfinite(batch.energy).all() and np.isfinite(batch.forces).all()
+    for name, value in _global_features(reference).items():
+        np.testing.assert_array_equal(_global_features(out)[name], value)
+    assert ours.attrs["config"]["features"] == theirs.attrs["config"]["features"]
+    without = FeaturizeOptions(partition_atoms=150, client=object())
+    with pytest.raises(StoreMismatchError, match=r"ingest\.energy_key, ingest\.forces_key"):
+        featurize(renamed, out, _descriptor_set(), without)
+
+
 def test_command_line_scheduler_and_workers(dataset, reference, tmp_path):
     from daskprocs import start_scheduler, start_worker, stop
 

@@ -57,3 +57,44 @@ def test_ingest_n2p2_units_into_store(tmp_path):
     ref = open_source(path, units="bohr-hartree").read()
     assert got.equals(ref) and list(got.tags) == ["test"]
     assert got.forces[0, 0] == pytest.approx(0.5 * ase.units.Hartree / ase.units.Bohr)
+
+
+def _dft_labelled(path, rng) -> list[ase.Atoms]:
+    """Structures with their labels under dft_energy / dft_forces only, written as extxyz."""
+    frames = random_structures(20, rng, max_atoms=8)
+    for k, atoms in enumerate(frames):
+        atoms.calc = None
+        atoms.info["dft_energy"] = -2.0 - 0.5 * k
+        atoms.arrays["dft_forces"] = rng.normal(size=(len(atoms), 3))
+    ase.io.write(path, frames, format="extxyz")
+    return frames
+
+
+def test_ingest_with_label_keys_stores_them_and_resumes_only_with_them(tmp_path, rng):
+    """Reference: ASE's reading of the file under the keys. The keys are part of the store's
+    recorded config, so the store is resumed with the same keys, refused with others (as
+    for other units or format) and replaced with overwrite."""
+    from dparallel.errors import StoreMismatchError
+
+    path = tmp_path / "dft.xyz"
+    _dft_labelled(path, rng)
+    out = tmp_path / "s.zarr"
+    keys = {"energy_key": "dft_energy", "forces_key": "dft_forces"}
+    ingest(path, out, IngestOptions(partition_atoms=30, **keys))
+    got = open_store(out).read_structures()
+    frames = ase.io.read(path, ":")
+    np.testing.assert_array_equal(got.energy, [a.info["dft_energy"] for a in frames])
+    np.testing.assert_array_equal(
+        got.forces, np.concatenate([a.arrays["dft_forces"] for a in frames])
+    )
+    assert (
+        open_store(out).attrs["config"]["ingest"] | keys
+        == open_store(out).attrs["config"]["ingest"]
+    )
+    again = ingest(path, out, IngestOptions(partition_atoms=30, **keys))
+    assert again.partitions_written == 0  # the same keys: resumed, nothing to do
+    for other in ({}, {"energy_key": "dft_energy"}):
+        with pytest.raises(StoreMismatchError, match=r"ingest\.forces_key"):
+            ingest(path, out, IngestOptions(partition_atoms=30, **other))
+    ingest(path, out, IngestOptions(partition_atoms=30, overwrite=True))
+    assert np.isnan(open_store(out).read_structures().energy).all()  # the default keys: none

@@ -31,7 +31,8 @@ def test_store_is_current_only_for_the_same_source_and_config(tmp_path):
     )
     assert _store_current(spec, data)
     for change in ("dataset.units=bohr-hartree", "dataset.on_error=skip", "partitioning.atoms=100",
-                   "descriptors.acsf.r_cut=4.5", "descriptors.derivatives=false"):  # fmt: skip
+                   "descriptors.acsf.r_cut=4.5", "descriptors.derivatives=false",
+                   "dataset.energy_key=energy", "dataset.forces_key=forces"):  # fmt: skip
         assert not _store_current(load_quickstart([*sets, change]), data), change
     # the same file name with other content (another seed, same size class)
     stamp = data.stat().st_mtime_ns

@@ -47,6 +47,11 @@ def test_every_shipped_workflow_validates():
             "define 'acsf', 'neighbor_sum'",
         ),
         (["dataset.on_error=ignore"], "dataset.on_error: Input should be 'raise' or 'skip'"),
+        (["dataset.energy_key=''"], "dataset.energy_key: String should have at least 1"),
+        (
+            ["dataset.format=runner", "dataset.forces_key=f", "dataset.generate=null"],
+            "dataset: Value error, forces_key cannot be given for format 'runner'",
+        ),
     ],
 )
 def test_invalid_workflows_name_the_key_path(change, message):
@@ -179,6 +184,8 @@ def test_a_descriptors_file_that_cannot_be_built_is_named(tmp_path):
          r"eV, but units is 'bohr-hartree'"),
         (["dataset.format=n2p2"], r"dataset: .*generate writes .*but format is 'n2p2'"),
         (["dataset.format=null", "dataset.path=x/input.data"], r"dataset: .*\.data name"),
+        (["dataset.energy_key=dft_energy"], r"dataset: .*generate writes .*but energy_key/"
+         r"forces_key name keys it does not write"),
         (["training.descriptor=neighbor_sum"], r"^training.descriptor is 'neighbor_sum', but "
          r"descriptors has no 'neighbor_sum' section \(given: acsf\): add descriptors"),
         (["descriptors.derivatives=false"], r"^training.force_weight is 0.03 \(training on "
@@ -204,6 +211,8 @@ def test_validate_refuses_sections_that_do_not_fit(overrides, says, tmp_path, mo
     "overrides",
     [
         ["dataset.units=bohr-hartree", "dataset.generate=null"],
+        ["dataset.energy_key=dft_energy", "dataset.forces_key=dft_forces", "dataset.generate=null"],
+        ["dataset.energy_key=energy", "dataset.forces_key=forces"],  # what generate writes
         ["training.descriptor=neighbor_sum", "descriptors.neighbor_sum={elements: [Cu]}"],
         ["descriptors.derivatives=false", "training.force_weight=0"],
         ["descriptors.derivatives=false", "training.descriptor_source=computed"],
