@@ -27,7 +27,7 @@ from dparallel.io._index import (
     read_range,
 )
 from dparallel.io._parsers import parse_range, report_labels
-from dparallel.io._validate import Problem, find_problems
+from dparallel.io._validate import find_problems
 from dparallel.io.location import Location, as_location
 from dparallel.io.units import UNIT_SYSTEMS, check_units, unit_factors
 from dparallel.types import LabelKeys
@@ -300,7 +300,7 @@ class StructureSource:
         self.check_unchanged()  # what was read is the file the index (and fingerprint) describe
         bad = {int(kept[k]): problem for k, problem in find_problems(batch).items()}
         problems = {i: (line, reason, False) for i, (line, reason) in errors.items()}
-        problems |= {i: (self._line_of(i, p), p.reason, True) for i, p in bad.items()}
+        problems |= {i: (self.line_of(i, p.atom), p.reason, True) for i, p in bad.items()}
         if problems and self.on_error == "raise":
             i = min(problems)
             line, reason, invalid = problems[i]
@@ -318,19 +318,20 @@ class StructureSource:
         self._skipped.update(skipped)
         return ReadResult(self._convert(batch), np.asarray(kept, np.int64), skipped)
 
-    def _line_of(self, i: int, problem: Problem) -> int:
-        """The line of the atom ``problem`` names in structure ``i``, else the structure's
-        first line (0: unknown, as for formats ASE reads)."""
+    def line_of(self, i: int, atom: int | None = None) -> int:
+        """The line of atom ``atom`` (its index in the structure) of structure ``i``, else
+        (``atom=None``, or a format whose atoms have no lines of their own) the structure's
+        first line; 0: unknown, as for formats ASE reads."""
         line = int(self.index.lines[i])
-        if not line or problem.atom is None:
+        if not line or atom is None:
             return line
         if self.format == "extxyz":  # the count line, the comment line, then one per atom
-            return line + 2 + problem.atom
+            return line + 2 + atom
         if self.format != "n2p2":
             return line
         text = read_range(self.location, int(self.index.starts[i]), int(self.index.ends[i]))
         atoms = [k for k, row in enumerate(text.splitlines()) if row.split()[:1] == [b"atom"]]
-        return line + atoms[problem.atom] if problem.atom < len(atoms) else line
+        return line + atoms[atom] if atom < len(atoms) else line
 
     def _convert(self, batch: StructureBatch) -> StructureBatch:
         length, energy = UNITS[self.units]

@@ -62,11 +62,16 @@ STORED_DERIVATIVES = str(DERIVATIVE_DTYPE)
 _Computed = dict[str, dict[str, dict[str, np.ndarray]]]
 
 
-def _elements_outside(batch: StructureBatch, dset: DescriptorSet) -> dict[int, str]:
-    """Structures with an element some descriptor of ``dset`` does not define."""
+#: Why a structure cannot be featurized, and the atom (its index in it) that shows it.
+_Unfit = tuple[str, int | None]
+
+
+def _elements_outside(batch: StructureBatch, dset: DescriptorSet) -> dict[int, _Unfit]:
+    """Structures with an element some descriptor of ``dset`` does not define: the reason
+    and the first such atom (its index in the structure)."""
     from ase.data import atomic_numbers, chemical_symbols
 
-    out: dict[int, str] = {}
+    out: dict[int, _Unfit] = {}
     for name, descriptor in dset.descriptors().items():
         known = np.zeros(max(atomic_numbers.values()) + 1, bool)
         known[[atomic_numbers[e] for e in descriptor.elements]] = True
@@ -78,8 +83,11 @@ def _elements_outside(batch: StructureBatch, dset: DescriptorSet) -> dict[int, s
             atom = int(local[0] - batch.offsets[s])
             out.setdefault(
                 int(s),
-                f"atom {atom}: element {', '.join(symbols)} is not in the {name} elements "
-                f"({', '.join(descriptor.elements)})",
+                (
+                    f"atom {atom}: element {', '.join(symbols)} is not in the {name} elements "
+                    f"({', '.join(descriptor.elements)})",
+                    atom,
+                ),
             )
     return out
 
@@ -122,9 +130,14 @@ def _non_finite(batch: StructureBatch, computed: _Computed) -> dict[int, str]:
 
 def unfit_structures(batch: StructureBatch, dset: DescriptorSet, nb: Neighbors) -> dict[int, str]:
     """``{structure in batch: reason}`` for structures ``dset`` cannot featurize (cheap checks)."""
+    return {s: reason for s, (reason, _) in _unfit(batch, dset, nb).items()}
+
+
+def _unfit(batch: StructureBatch, dset: DescriptorSet, nb: Neighbors) -> dict[int, _Unfit]:
+    """:func:`unfit_structures` with the atom each reason names, where one does."""
     found = _elements_outside(batch, dset)
     for s, reason in coincident_atoms(batch, nb.pair_first, nb.pair_second, nb.distances).items():
-        found.setdefault(s, reason)
+        found.setdefault(s, (reason, None))
     return dict(sorted(found.items()))
 
 
@@ -253,12 +266,12 @@ def _compute(
     skipped: list[tuple[int, str]] = []
     while True:
         nb = neighbor_list(batch, dset.r_cut)
-        bad = unfit_structures(batch, dset, nb)
+        bad = _unfit(batch, dset, nb)
         computed: _Computed = {}
         if not bad:
             try:
                 computed = task_descriptors(batch, dset, nb, device)
-                bad = _non_finite(batch, computed)
+                bad = {s: (why, None) for s, why in _non_finite(batch, computed).items()}
                 if len(bad) == batch.n_structures > 1:
                     first = int(indices[0])
                     raise DescriptorError(
@@ -270,14 +283,14 @@ def _compute(
             except DescriptorError:
                 raise
             except Exception:
-                bad = _compute_each(batch, dset)
+                bad = {s: (why, None) for s, why in _compute_each(batch, dset).items()}
                 if not bad or (len(bad) == batch.n_structures > 1):
                     raise  # not one structure's fault (none, or all fail): the partition fails
         if not bad:
             return batch, indices, computed, skipped
-        for s, reason in bad.items():
+        for s, (reason, atom) in bad.items():
             index = int(indices[s])
-            line = int(source.index.lines[index])
+            line = source.line_of(index, atom)  # the atom's own line where the file has one
             if source.on_error == "raise":
                 raise InvalidStructureError(
                     reason, path=source.path, line=line or None, frame=index

@@ -50,6 +50,17 @@ def _dataset(tmp_path: Path, bad: dict[int, str]) -> tuple[Path, list, list[int]
     return path, frames, _write(path, frames)
 
 
+def _oxygen_line(path: Path, first: int) -> int:
+    """The line (1-based) of the first O atom at or after line ``first``, found in the text
+    (extxyz ``O x y z …``, n2p2 ``atom x y z O …``)."""
+    rows = path.read_text().splitlines()
+    for k in range(first - 1, len(rows)):
+        words = rows[k].split()
+        if words[:1] == ["O"] or (words[:1] == ["atom"] and words[4] == "O"):
+            return k + 1
+    raise AssertionError("no O atom")
+
+
 def _features_by_source(store) -> dict[int, np.ndarray]:
     """Stored ACSF rows of each source structure (independent of partitioning)."""
     out = {}
@@ -79,7 +90,8 @@ def test_bad_structure_is_named_by_file_index_and_line_and_others_are_kept(tmp_p
     with pytest.raises(PartitionFailedError) as info:
         featurize_in_process(path, store_path, descriptors, FeaturizeOptions(partition_atoms=120))
     text = str(info.value)
-    assert f"{path}, line {lines[7]}, structure 7: {message}" in text, text
+    line = _oxygen_line(path, lines[7]) if kind == "oxygen" else lines[7]  # the atom's own
+    assert f"{path}, line {line}, structure 7: {message}" in text, text
     assert "1 of " in text and "ZeroDivision" not in text and "non-finite" not in text
     # the same input fails a rerun the same way: the message says what does help
     assert "a rerun fails the same way" in text and "--on-error skip --overwrite" in text
@@ -103,7 +115,8 @@ def test_skip_skips_only_that_structure(tmp_path, kind):
     assert store.is_complete
     skipped = store.skipped()
     assert [i for i, _ in skipped] == [4, 9]
-    assert skipped[0][1].startswith(f"line {lines[4]}: ")
+    line = _oxygen_line(path, lines[4]) if kind == "oxygen" else lines[4]
+    assert skipped[0][1].startswith(f"line {line}: ")
     assert store.n_structures == len(frames) - 2
     assert store.source_indices().tolist() == [i for i in range(len(frames)) if i not in (4, 9)]
     got = _features_by_source(store)
@@ -114,6 +127,24 @@ def test_skip_skips_only_that_structure(tmp_path, kind):
         alone = ACSF_CU.compute([atoms])["Cu"].values.numpy()
         np.testing.assert_allclose(got[i], alone, rtol=1e-12, atol=1e-14)
     assert store.info()["n_skipped"] == 2
+
+
+def test_an_element_outside_the_descriptors_names_its_atom_line_in_n2p2(tmp_path):
+    from dparallel.n2p2 import write_input_data
+
+    frames = generate_emt_cu(6, seed=5)
+    frames[3].numbers[4] = 8
+    path = tmp_path / "input.data"
+    write_input_data(path, frames, "ase")
+    store = featurize_in_process(
+        path,
+        tmp_path / "s.zarr",
+        DescriptorSet(acsf=ACSF_CU, derivatives=True),
+        FeaturizeOptions(partition_atoms=120, on_error="skip"),
+    )
+    [(index, reason)] = store.skipped()
+    assert index == 3
+    assert reason.startswith(f"line {_oxygen_line(path, 1)}: atom 4: element O "), reason
 
 
 def test_any_kernel_failure_or_non_finite_output_is_pinned_to_its_structure(tmp_path, monkeypatch):
