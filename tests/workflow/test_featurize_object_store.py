@@ -185,6 +185,27 @@ def test_featurize_s3_to_s3_on_workers_without_the_files_then_train(
         assert {k: x[k] for k in keep} == {k: y[k] for k in keep}
 
 
+def test_label_keys_reach_workers_reading_from_s3(dataset, reference, isolated_cluster):
+    """The cluster's workers read an ``s3://`` file whose labels are under dft_energy /
+    dft_forces with the keys the client gave (pickled with the source): the store's
+    structures, labels included, equal the local reference's (read from energy/forces)."""
+    import fsspec
+
+    local, _ = dataset
+    text = local.read_text()
+    renamed = text.replace(" energy=", " dft_energy=").replace(":forces:R:3", ":dft_forces:R:3")
+    assert renamed != text
+    url = f"s3://{BUCKET}/data/cu-dft.extxyz"
+    fsspec.filesystem("s3").pipe_file(url, renamed.encode())
+    store_url = f"s3://{BUCKET}/stores/cu-dft.zarr"
+    keys = {"energy_key": "dft_energy", "forces_key": "dft_forces"}
+    options = FeaturizeOptions(partition_atoms=PARTITION_ATOMS, client=isolated_cluster, **keys)
+    featurize(url, store_url, _dset(), options)
+    remote = open_store(store_url)
+    assert remote.read_structures().equals(reference.read_structures())
+    assert remote.attrs["config"]["ingest"]["energy_key"] == "dft_energy"
+
+
 def _cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.Popen:
     full = dict(os.environ, **(env or {}))
     full["PYTHONPATH"] = os.pathsep.join([str(ROOT), full.get("PYTHONPATH", "")])
