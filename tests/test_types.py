@@ -128,3 +128,23 @@ def test_from_ase_reads_the_labels_extxyz_files_give(tmp_path):
     from_extxyz = open_source(tmp_path / "a.extxyz").read()
     np.testing.assert_array_equal(from_traj.energy, from_extxyz.energy)
     np.testing.assert_array_equal(from_traj.energy, [np.nan, -5.0, -7.0])
+
+
+def test_from_ase_with_keys_reads_them_and_refuses_a_structure_without_them():
+    """Keys given: ``info``/``arrays`` or calculator results under them (the defaults
+    beside them are not read); a structure without one is named with what it has."""
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    a, b = molecule("H2"), molecule("H2")
+    a.info.update(free_energy=-2.0, energy=9.0)
+    a.arrays["dft_forces"] = np.ones((2, 3))
+    b.arrays["dft_forces"] = np.full((2, 3), 2.0)
+    b.calc = SinglePointCalculator(b, energy=9.0, free_energy=-4.0, forces=np.zeros((2, 3)))
+    got = StructureBatch.from_ase([a, b], energy_key="free_energy", forces_key="dft_forces")
+    np.testing.assert_array_equal(got.energy, [-2.0, -4.0])
+    np.testing.assert_array_equal(got.forces, [[1.0] * 3] * 2 + [[2.0] * 3] * 2)
+    with pytest.raises(ValueError, match=r"^from_ase: structure 1: no forces under forces_key "
+                       r"'x': its arrays and calculator results are dft_forces, energy, forces, "
+                       r"free_energy;"):  # fmt: skip
+        a.arrays["x"] = np.zeros((2, 3))
+        StructureBatch.from_ase([a, b], forces_key="x")
