@@ -392,3 +392,25 @@ def test_null_types_and_model_elements_absent_from_the_data(plugin, hco_model, t
     np.testing.assert_allclose(got["energies"][kept], ref["energies"], rtol=0, atol=1e-10)
     np.testing.assert_allclose(got["virial"], ref["virial"], rtol=1e-9, atol=1e-10)
     assert not got["forces"][~kept].any() and not got["energies"][~kept].any()
+
+
+def test_a_function_beyond_the_file_cutoff_is_refused(plugin, hco_model, tmp_path) -> None:
+    """The header's cutoff sizes LAMMPS's neighbour lists: one below a function's rc would
+    drop the neighbours between the two silently (a wrong energy), so it stops instead."""
+    text = (hco_model / "lammps.model").read_text()
+    assert "\ncutoff 3.5\n" in text
+    short = tmp_path / "short.model"
+    short.write_text(text.replace("\ncutoff 3.5\n", "\ncutoff 2.0\n", 1))
+    with pytest.raises(
+        DParallelError, match=r"short.model, line \d+: .*rc 3.5 exceeds the file.s cutoff 2;"
+    ):
+        run_point(structures()["periodic"], short, tmp_path / "short")
+    wide = tmp_path / "wide.model"  # a larger one only lengthens the lists: same numbers
+    wide.write_text(text.replace("\ncutoff 3.5\n", "\ncutoff 5.0\n", 1))
+    atoms = structures()["periodic"]
+    assert_same(run_point(atoms, wide, tmp_path / "wide"), reference(atoms, hco_model))
+
+
+def test_negative_maxwarn_is_refused(plugin, hco_model, tmp_path) -> None:
+    with pytest.raises(DParallelError, match="maxwarn N: N must be 0 or more, got -1"):
+        run_point(structures()["periodic"], hco_model, tmp_path, style="maxwarn -1")

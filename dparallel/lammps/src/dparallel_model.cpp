@@ -31,6 +31,12 @@ const char *const ACTIVATIONS[] = {"identity", "tanh", "logistic", "softplus_n2p
 constexpr double EXP_LIMIT = 35.0;  // n2p2's, as dparallel/nn/activations.py
 constexpr double PI = 3.14159265358979323846;
 
+std::string fmt(double x) {  // shortest form that names the value (%g)
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
 class Tokens {
  public:
   Tokens(const std::string &path) : path_(path) {
@@ -433,6 +439,9 @@ void Model::load(const std::string &path) {
       int ctype = t.integer();
       double alpha = t.real();
       if (ctype < 0 || ctype > 8) t.fail("cutoff type must be 0-8");
+      if (!(rc <= cutoff))  // the header sizes LAMMPS's lists: neighbours would go missing
+        t.fail("a symmetry function's rc " + fmt(rc) + " exceeds the file's cutoff " +
+               fmt(cutoff) + "; re-run `dparallel export MODEL_DIR`");
       if (e1 < 0 || e1 >= n_el || e2 < -1 || e2 >= n_el) t.fail("bad neighbour element index");
       int cut = find_or_add_cut(E, Cutoff{rc, alpha, ctype});
       if (rc > E.rmax) E.rmax = rc;

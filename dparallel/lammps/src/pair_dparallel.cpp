@@ -58,6 +58,9 @@ void PairDparallel::settings(int narg, char **arg)
   while (iarg < narg) {
     if (strcmp(arg[iarg], "maxwarn") == 0 && iarg + 1 < narg) {
       maxwarn_ = utils::inumeric(FLERR, arg[iarg + 1], false, lmp);
+      if (maxwarn_ < 0)
+        error->all(FLERR, "pair_style dparallel maxwarn N: N must be 0 or more, got {}",
+                   maxwarn_);
       iarg += 2;
     } else {
       error->all(FLERR, "Illegal pair_style dparallel argument '{}'; usage: pair_style "
