@@ -414,3 +414,41 @@ def test_a_function_beyond_the_file_cutoff_is_refused(plugin, hco_model, tmp_pat
 def test_negative_maxwarn_is_refused(plugin, hco_model, tmp_path) -> None:
     with pytest.raises(DParallelError, match="maxwarn N: N must be 0 or more, got -1"):
         run_point(structures()["periodic"], hco_model, tmp_path, style="maxwarn -1")
+
+
+def test_bonded_pairs_left_out_by_special_bonds_are_refused(plugin, hco_model, tmp_path) -> None:
+    """A molecular atom style with bonds: LAMMPS's default special_bonds (weights 0) takes
+    bonded pairs out of the neighbour list, which gave a wrong energy (LAMMPS only warns);
+    the pair style stops and names the fix, with which it equals the calculator."""
+    from ase.build import molecule
+    from ase.neighborlist import neighbor_list
+
+    from dparallel.lammps.run import read_dump, run_lammps
+
+    atoms = molecule("CH3CH2OH")
+    atoms.rattle(0.05, seed=2)
+    atoms.center(vacuum=5.0)
+    atoms.pbc = True
+    i, j = neighbor_list("ij", atoms, 1.6)
+    bonds = [(a + 1, b + 1) for a, b in zip(i, j, strict=True) if a < b]
+    lines = ["bonded", "", f"{len(atoms)} atoms", f"{len(bonds)} bonds", "3 atom types",
+             "1 bond types", ""]  # fmt: skip
+    lines += [f"0.0 {float(atoms.cell[k, k])!r} {ax}lo {ax}hi" for k, ax in enumerate("xyz")]
+    lines += ["", "Atoms # bond", ""]
+    for n, (s, p) in enumerate(zip(atoms.get_chemical_symbols(), atoms.positions, strict=True)):
+        lines.append(f"{n + 1} 1 {ELEMENTS.index(s) + 1} " + " ".join(repr(float(x)) for x in p))
+    lines += ["", "Bonds", ""] + [f"{k + 1} 1 {a} {b}" for k, (a, b) in enumerate(bonds)]
+    (tmp_path / "data.lmp").write_text("\n".join(lines) + "\n")
+    script = (
+        "units metal\natom_style bond\natom_modify map array\n{special}\nread_data data.lmp\n"
+        f"mass * 1.0\nbond_style zero\nbond_coeff 1\npair_style dparallel\n"
+        f"pair_coeff * * {hco_model} H C O\n"
+        "dump d all custom 1 dump.txt id fx fy fz\ndump_modify d sort id format float %.17g\n"
+        "run 0\n"
+    )
+    with pytest.raises(DParallelError, match=r"special_bonds lj/coul 1\.0 1\.0 1\.0"):
+        run_lammps(script.format(special=""), tmp_path)
+    run_lammps(script.format(special="special_bonds lj/coul 1.0 1.0 1.0"), tmp_path)
+    d = read_dump(tmp_path / "dump.txt")
+    forces = np.stack([d["fx"], d["fy"], d["fz"]], 1)
+    np.testing.assert_allclose(forces, reference(atoms, hco_model)["forces"], rtol=0, atol=1e-10)

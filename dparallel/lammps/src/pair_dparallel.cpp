@@ -117,6 +117,16 @@ void PairDparallel::init_style()
     error->all(FLERR, "pair_style dparallel requires 'units metal' (Angstrom, eV); got '{}'",
                update->unit_style);
   if (!loaded_) error->all(FLERR, "pair_style dparallel: no pair_coeff * * MODEL_DIR ... given");
+  // special_bonds weights of 0 (the default) take bonded pairs out of the neighbour list
+  // (LAMMPS keeps them, flagged, only with a kspace style); E_i needs every neighbour
+  static const char *const kind[4] = {"", "1-2", "1-3", "1-4"};
+  if (atom->molecular != Atom::ATOMIC && atom->nbonds > 0 && force->kspace == nullptr)
+    for (int k = 1; k <= 3; k++)
+      if (force->special_lj[k] == 0.0 && force->special_coul[k] == 0.0)
+        error->all(FLERR, "pair_style dparallel needs every neighbour inside the cutoff, but "
+                   "special_bonds weights of 0 leave {} bonded pairs out of LAMMPS's neighbour "
+                   "lists; add 'special_bonds lj/coul 1.0 1.0 1.0' (the weights are not used)",
+                   kind[k]);
   neighbor->add_request(this, NeighConst::REQ_FULL);
   extrap_run_ = extrap_steps_ = 0;
   warned_ = 0;
