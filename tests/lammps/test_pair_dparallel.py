@@ -452,3 +452,25 @@ def test_bonded_pairs_left_out_by_special_bonds_are_refused(plugin, hco_model, t
     d = read_dump(tmp_path / "dump.txt")
     forces = np.stack([d["fx"], d["fy"], d["fz"]], 1)
     np.testing.assert_allclose(forces, reference(atoms, hco_model)["forces"], rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (("units metal", "units real"), "requires 'units metal' \\(Angstrom, eV\\); got 'real'"),
+        (("units metal", "units metal\nnewton off"), "requires newton pair on"),
+    ],
+)
+def test_units_and_newton_it_cannot_run_stop_with_the_reason(
+    plugin, hco_model, tmp_path, change, message
+):
+    """The model is in Å and eV and puts ghost forces on ghosts: any other units or
+    ``newton off`` would give wrong numbers, so the run stops naming what it needs."""
+    from dparallel.lammps.run import run_lammps, write_data
+
+    write_data(tmp_path / "data.lmp", structures()["periodic"], ELEMENTS)
+    script = HEADER.replace(*change).format(
+        boundary="p p p", style="", model=hco_model, elements="H C O"
+    )
+    with pytest.raises(DParallelError, match=message):
+        run_lammps(script + "run 0\n", tmp_path)
