@@ -474,3 +474,66 @@ def test_units_and_newton_it_cannot_run_stop_with_the_reason(
     )
     with pytest.raises(DParallelError, match=message):
         run_lammps(script + "run 0\n", tmp_path)
+
+
+def _dump_forces(path: Path) -> np.ndarray:
+    from dparallel.lammps.run import read_dump
+
+    d = read_dump(path)
+    return np.stack([d["fx"], d["fy"], d["fz"]], 1)
+
+
+def test_general_triclinic_and_slab_on_two_ranks(plugin, hco_model, tmp_path) -> None:
+    """A strongly skewed cell in a general orientation (LAMMPS rotates it into its restricted
+    form, ``abc origin`` data, and back for the dump) and a ``p p f`` slab split across the
+    open axis: 2 ranks give the calculator's energy and forces on the original structures."""
+    import ase
+
+    from dparallel.lammps.run import run_lammps, write_data
+
+    rng = np.random.default_rng(3)
+    angle = 0.9
+    rot = np.array([[np.cos(angle), -np.sin(angle), 0], [np.sin(angle), np.cos(angle), 0],
+                    [0, 0, 1]]) @ np.array([[1, 0, 0], [0, 0.6, -0.8], [0, 0.8, 0.6]])  # fmt: skip
+    cell = np.array([[4.6, 0.3, -0.2], [3.9, 3.4, 0.4], [-3.1, 2.9, 4.2]]) @ rot.T
+    frac = (np.arange(12)[:, None] + rng.uniform(0, 0.5, (12, 3))) / 12 * [1, 5, 7] % 1
+    skewed = ase.Atoms("HCO" * 4, scaled_positions=frac, cell=cell, pbc=True)
+    slab = structures()["periodic"].repeat((2, 2, 1))
+    box = np.array(slab.cell)
+    box[2, 2] += 9.0
+    slab.set_cell(box)
+    slab.positions += [0, 0, 3.0]
+    slab.pbc = [True, True, False]
+    body = (
+        "mass * 1.0\npair_style dparallel\npair_coeff * * {model} H C O\n"
+        "thermo_style custom step pe\nthermo_modify format float %.17g\n"
+        "dump d all custom 1 dump.txt id fx fy fz\n"
+        "dump_modify d sort id format float %.17g {dump}\nrun 0\n"
+    )
+    lines = ["skewed", "", f"{len(skewed)} atoms", "3 atom types", ""]
+    lines += [
+        " ".join(repr(float(x)) for x in c) + f" {n}vec" for n, c in zip("abc", cell, strict=True)
+    ]
+    lines += ["0.0 0.0 0.0 abc origin", "", "Atoms # atomic", ""]
+    for n, (s, p) in enumerate(zip(skewed.get_chemical_symbols(), skewed.positions, strict=True)):
+        lines.append(f"{n + 1} {ELEMENTS.index(s) + 1} " + " ".join(repr(float(x)) for x in p))
+    (tmp_path / "skewed").mkdir()
+    (tmp_path / "skewed" / "data.lmp").write_text("\n".join(lines) + "\n")
+
+    (tmp_path / "slab").mkdir()
+    boxed = slab.copy()
+    boxed.pbc = True  # write_data takes all-or-none pbc; the run's boundary opens z
+    write_data(tmp_path / "slab" / "data.lmp", boxed, ELEMENTS)
+    for name, atoms, head, dump in [
+        ("skewed", skewed, "", "triclinic/general yes"),
+        ("slab", slab, "boundary p p f\nprocessors 1 1 2\n", ""),
+    ]:
+        script = (
+            f"units metal\natom_style atomic\n{head}atom_modify map array\nread_data data.lmp\n"
+        )
+        log = run_lammps(script + body.format(model=hco_model, dump=dump), tmp_path / name, 2)
+        ref = reference(atoms, hco_model)
+        energy = _thermo(log)[1]
+        assert abs(energy - ref["energy"]) < 1e-10, name
+        forces = _dump_forces(tmp_path / name / "dump.txt")
+        np.testing.assert_allclose(forces, ref["forces"], rtol=0, atol=1e-10, err_msg=name)
