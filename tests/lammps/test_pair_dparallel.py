@@ -537,3 +537,19 @@ def test_general_triclinic_and_slab_on_two_ranks(plugin, hco_model, tmp_path) ->
         assert abs(energy - ref["energy"]) < 1e-10, name
         forces = _dump_forces(tmp_path / name / "dump.txt")
         np.testing.assert_allclose(forces, ref["forces"], rtol=0, atol=1e-10, err_msg=name)
+
+
+def test_a_model_pt_newer_than_its_lammps_model_is_warned(plugin, tmp_path) -> None:
+    """Training that went on after the export (`dparallel train` writes no lammps.model):
+    LAMMPS says so, as the calculator does, instead of running the old weights silently."""
+    from dparallel.train.export import export_model
+
+    path = write_model_dir(tmp_path / "model", hco_acsf())
+    export_model(path, artifacts=False)
+    atoms = structures()["periodic"]
+    assert "newer than" not in run_point(atoms, path, tmp_path / "fresh")["log"]
+    later = (path / "lammps.model").stat().st_mtime + 60
+    os.utime(path / "model.pt", (later, later))
+    log = run_point(atoms, path, tmp_path / "stale")["log"]
+    assert f"WARNING: pair_style dparallel: {path}/model.pt is newer than its lammps.model" in log
+    assert f"dparallel export {path}" in log

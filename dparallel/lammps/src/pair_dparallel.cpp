@@ -20,6 +20,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <sys/stat.h>
 
 using namespace LAMMPS_NS;
 
@@ -83,7 +84,8 @@ void PairDparallel::coeff(int narg, char **arg)
   if (strcmp(arg[0], "*") != 0 || strcmp(arg[1], "*") != 0)
     error->all(FLERR, "pair_style dparallel takes one 'pair_coeff * * MODEL_DIR El ...'");
   std::string path = arg[2];
-  if (path.size() < 6 || path.substr(path.size() - 6) != ".model") path += "/lammps.model";
+  const bool is_dir = path.size() < 6 || path.substr(path.size() - 6) != ".model";
+  if (is_dir) path += "/lammps.model";
   model_ = dparallel::Model();
   try {
     model_.load(path);
@@ -93,6 +95,14 @@ void PairDparallel::coeff(int narg, char **arg)
                "MODEL_DIR` writes lammps.model)", exc.what());
   }
   loaded_ = true;
+  // `dparallel train` writes model.pt, not lammps.model: one older than model.pt is stale
+  struct stat pt, lm;
+  const std::string dir = arg[2];
+  if (is_dir && comm->me == 0 && stat((dir + "/model.pt").c_str(), &pt) == 0 &&
+      stat(path.c_str(), &lm) == 0 && pt.st_mtime > lm.st_mtime)
+    error->warning(FLERR, "pair_style dparallel: {}/model.pt is newer than its lammps.model "
+                   "(training went on after the export?): these are the exported weights; "
+                   "run `dparallel export {}` for the latest", dir, dir);
   for (int t = 1; t <= ntypes; t++) {
     std::string sym = arg[2 + t];
     map_[t] = -1;
