@@ -553,3 +553,31 @@ def test_a_model_pt_newer_than_its_lammps_model_is_warned(plugin, tmp_path) -> N
     log = run_point(atoms, path, tmp_path / "stale")["log"]
     assert f"WARNING: pair_style dparallel: {path}/model.pt is newer than its lammps.model" in log
     assert f"dparallel export {path}" in log
+
+
+def test_more_than_64_type3_radial_parts(plugin, tmp_path) -> None:
+    """70 distinct (η, rs, rc) among type-3 functions: the export calls the model runnable
+    and LAMMPS runs it (a limit of 64, left from fixed-size arrays, stopped pair_coeff)."""
+    import ase
+
+    from dparallel.descriptors import ACSF
+    from dparallel.train import HDNNP, TrainingSpec
+    from dparallel.train.checkpoints import model_file
+    from dparallel.train.export import export_model
+
+    narrow = [(0.01 + 0.003 * k, 1.0, 1.0 if k % 2 else -1.0, 0.0) for k in range(70)]
+    acsf = ACSF.uniform(["H", "O"], r_cut=3.5, cutoff="cos", radial=[(0.5, 0.0)],
+                        narrow=narrow, wide=[])  # fmt: skip
+    n_features = {e: acsf.n_features(e) for e in ("H", "O")}
+    torch.manual_seed(0)
+    model = HDNNP(["H", "O"], n_features, hidden=(4,)).double()
+    for e in ("H", "O"):
+        model.set_scaling(e, np.zeros(n_features[e]), np.full(n_features[e], 0.1))
+    path = tmp_path / "model"
+    path.mkdir()
+    torch.save(model_file(model, TrainingSpec(), acsf.to_dict()), path / "model.pt")
+    assert export_model(path, artifacts=False).get("lammps") is None  # no reason: runnable
+    atoms = structures()["periodic"]
+    atoms = ase.Atoms("HOOHHO", positions=atoms.positions, cell=atoms.cell, pbc=True)
+    got = run_point(atoms, path, tmp_path / "run", elements=["H", "O"])
+    assert_same(got, reference(atoms, path))

@@ -462,7 +462,6 @@ void Model::load(const std::string &path) {
         for (size_t q = 0; q < E.parts3.size(); ++q)
           if (E.parts3[q] == part) q3 = static_cast<int>(q);
         if (q3 < 0) {
-          if (E.parts3.size() == 64) t.fail("more than 64 distinct (eta, rs, cutoff) of type 3");
           E.parts3.push_back(part);
           q3 = static_cast<int>(E.parts3.size()) - 1;
         }
