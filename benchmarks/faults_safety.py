@@ -695,22 +695,28 @@ def _compressed(kind: str, name: str) -> Callable[[Path], Result]:
     return probe
 
 
-def _gzip_read(tmp: Path) -> Result:
-    """A gzip file named ``….gz`` is read as the text it holds: the store equals the plain one."""
+def _compressed_read(tmp: Path) -> Result:
+    """Files named ``….gz``, ``….bz2``, ``….xz`` are read as the text they hold: each store
+    equals the plain file's."""
+    import bz2
     import gzip
+    import lzma
 
     from dparallel.store import open_store
 
     plain = _data(tmp)
-    packed = tmp / "in.extxyz.gz"
-    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    packed = []
+    for suffix, pack in ((".gz", gzip.compress), (".bz2", bz2.compress), (".xz", lzma.compress)):
+        path = tmp / f"in.extxyz{suffix}"
+        path.write_bytes(pack(plain.read_bytes()))
+        packed.append(path)
     codes = [run_cli(["ingest", str(p), "-o", str(tmp / f"{p.name}.zarr"), "-q"])[0]
-             for p in (plain, packed)]  # fmt: skip
-    if codes != [0, 0]:
+             for p in (plain, *packed)]  # fmt: skip
+    if codes != [0] * (1 + len(packed)):
         return False, f"rc {codes}"
-    a, b = (open_store(tmp / f"{p.name}.zarr") for p in (plain, packed))
-    same = (a.n_atoms, a.n_structures) == (b.n_atoms, b.n_structures)
-    return same, f"read; {b.n_atoms} atoms as from the plain file: {same}"
+    a, *others = (open_store(tmp / f"{p.name}.zarr") for p in (plain, *packed))
+    same = all((a.n_atoms, a.n_structures) == (b.n_atoms, b.n_structures) for b in others)
+    return same, f"read; {a.n_atoms} atoms from each as from the plain file: {same}"
 
 
 def _scheduler_lost(tmp: Path) -> Result:
@@ -817,8 +823,8 @@ SAFETY_PROBES: list[tuple[str, str, str, Callable[[Path], Result]]] = [
      lambda tmp: _usage_error(_featurize(tmp, "-o", "s.zarr", "--local", "two"), "whole number")),
     ("cli", "featurize -o /", "one line, rc 2",
      lambda tmp: _one_line(_featurize(tmp, "-o", "/", "--local", "1"), "filesystem root")),
-    ("cli", ".gz input", "read as its text", _gzip_read),
+    ("cli", ".gz, .bz2, .xz input", "read as its text", _compressed_read),
     ("cli", "gzip not named .gz", "one line: compressed", _compressed("gz", "in.extxyz")),
-    ("cli", ".bz2 input", "one line: compressed", _compressed("bz2", "in.extxyz.bz2")),
+    ("cli", "bzip2 not named .bz2", "one line: compressed", _compressed("bz2", "in.extxyz")),
     ("cli", "scheduler lost mid-run", "one line, counts add up", _scheduler_lost),
 ]  # fmt: skip
