@@ -162,8 +162,11 @@ def _train(
     callbacks = [] if callback is None else [callback] if callable(callback) else list(callback)
     coverage = check_complete(store, spec)
     run, progress = _set_up(store, model_dir, spec, resume, descriptors)
-    stopped_early = False
-    for epoch in range(progress.start_epoch, spec.epochs):
+    # a checkpoint of the epoch that stopped early (killed while finishing): finish it
+    stopped_early = _stops_early(spec, progress)
+    if stopped_early:
+        log.info("the checkpoint stopped early (best %d): finishing it", progress.best_epoch)
+    for epoch in range(spec.epochs if stopped_early else progress.start_epoch, spec.epochs):
         row = _epoch(run, epoch, progress)
         stop = notify(callbacks, row)
         if row.get("diverged"):
@@ -175,7 +178,7 @@ def _train(
             )
             stopped_early = True
             break
-        if spec.early_stopping and progress.bad_epochs >= spec.early_stopping:
+        if _stops_early(spec, progress):
             log.info("early stopping at epoch %d (best %d)", epoch, progress.best_epoch)
             stopped_early = True
             break
@@ -197,6 +200,11 @@ def _train(
     return TrainResult(
         best, run.model_dir, progress.history, test, validation, progress.best_epoch, seconds
     )
+
+
+def _stops_early(spec: TrainingSpec, progress: Progress) -> bool:
+    """Early stopping is on and its count of epochs without improvement is reached."""
+    return bool(spec.early_stopping) and progress.bad_epochs >= spec.early_stopping
 
 
 def _set_up(

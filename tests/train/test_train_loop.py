@@ -239,6 +239,23 @@ def test_early_stopping_keeps_the_best_model(store, tmp_path) -> None:  # noqa: 
     assert res.validation["loss"] == pytest.approx(losses[best], rel=1e-12)
 
 
+def test_resuming_a_run_that_stopped_early_trains_no_further(store, tmp_path) -> None:  # noqa: ANN001
+    """Its checkpoint holds the early stop (a run killed while finishing, or resumed again):
+    resumed, it trained another epoch (which could become the best) where the straight run
+    had stopped; now it finishes the model from the checkpoint, as the straight run did."""
+    spec = SPEC.model_copy(update={"epochs": 10, "lr": 50.0, "early_stopping": 2,
+                                   "schedule": "none"})  # fmt: skip
+    straight = train_model(store, tmp_path / "m", spec)
+    assert len(straight.history) < 10
+    model = torch.load(tmp_path / "m" / "model.pt", weights_only=True)
+    (tmp_path / "m" / "model.pt").unlink()  # killed after its last checkpoint
+    resumed = train_model(store, tmp_path / "m", spec, resume=True)
+    assert [r["epoch"] for r in resumed.history] == [r["epoch"] for r in straight.history]
+    assert resumed.best_epoch == straight.best_epoch and resumed.test == straight.test
+    again = torch.load(tmp_path / "m" / "model.pt", weights_only=True)
+    assert all(torch.equal(v, again["state_dict"][k]) for k, v in model["state_dict"].items())
+
+
 def _poison_from(monkeypatch, first: int) -> None:  # noqa: ANN001
     """From epoch ``first`` on, a weight of the model is NaN before the epoch trains (a
     diverged model: every loss after it is NaN)."""
