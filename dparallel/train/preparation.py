@@ -175,8 +175,9 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
 
     index = build_split_index(store, spec.validation_fraction, spec.test_fraction, spec.seed, visit)
     _refuse_unfit_split(store, spec, index, elements, atoms_in_training)
-    ref = np.linalg.lstsq(ata, atb, rcond=None)[0]
-    resid = np.concatenate([(energy - c @ ref) / c.sum(1) for c, energy in per_atom])
+    _refuse_no_labels(store, spec, index, forces, bool(per_atom))
+    ref = np.linalg.lstsq(ata, atb, rcond=None)[0]  # zeros without energies: forces alone
+    resid = np.concatenate([(energy - c @ ref) / c.sum(1) for c, energy in per_atom] or [[]])
     energy_scale = float(resid.std()) if resid.size > 1 and resid.std() > 1e-8 else 1.0
     per_atom.clear()
     stats = store.attrs.get("statistics", {}).get(spec.descriptor)
@@ -227,6 +228,27 @@ def _refuse_unfit_split(
             "remove it from the descriptors' elements (an n2p2 input.nn: its `elements` "
             "line and symmetry functions) or add structures that hold it"
         )
+
+
+def _refuse_no_labels(
+    store: Store, spec: TrainingSpec, index: SplitIndex, forces: bool, energies: bool
+) -> None:
+    """A :class:`TrainingError` for a training split without any energy when forces are not
+    trained (nothing to learn); with forces, the energies are learnt up to a constant per
+    element (reference energies 0, a warning)."""
+    if energies:
+        return
+    n_train = index.count("train")
+    where = f"{store.target}: no structure of the training split ({n_train}) has an energy"
+    if not forces:
+        raise TrainingError(
+            f"{where} and force_weight is 0: nothing to train on; train the forces "
+            "(force_weight > 0) or add energies"
+        )
+    log.warning(
+        "%s: training on forces alone, the energies are learnt up to a constant per element "
+        "(reference energies 0)", where,
+    )  # fmt: skip
 
 
 def _refuse_other_elements(

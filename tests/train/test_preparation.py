@@ -109,3 +109,25 @@ def test_an_ingested_structure_outside_the_descriptors_elements_is_named(tmp_pat
         prepare(store, spec, DescriptorSet(acsf=small_acsf()))  # Cu only
     assert "structure 3 (partition " in str(info.value)
     assert "atomic number 79 is not among the descriptors' elements (Cu)" in str(info.value)
+
+
+def test_a_training_split_without_energies_trains_forces_or_says_why_not(tmp_path: Path) -> None:
+    """No structure with an energy: the reference-energy fit stopped the run with numpy's
+    ``need at least one array to concatenate``; with forces it now trains them (reference
+    energies 0), without them (force_weight 0) it names what is missing."""
+    import ase.io
+    from _store_fixture import build_store, small_acsf
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.errors import TrainingError
+
+    frames = ase.io.read(write_emt_cu(tmp_path / "cu.xyz", 6, seed=3), ":")
+    for atoms in frames:
+        atoms.calc = SinglePointCalculator(atoms, forces=atoms.get_forces())
+    ase.io.write(tmp_path / "forces.xyz", frames, format="extxyz")
+    store = build_store(tmp_path / "forces.xyz", tmp_path / "f.zarr", small_acsf())
+    prep = prepare(store, SPEC)
+    assert prep.ref_energy.tolist() == [0.0] and prep.energy_scale == 1.0
+    with pytest.raises(TrainingError, match=r"no structure of the training split \(6\) has an "):
+        prepare(store, SPEC.model_copy(update={"force_weight": 0.0}))
