@@ -201,7 +201,11 @@ def observations(
         y_e = (energy / batch.atom_counts / s)[ok_e]  # (S',)
         xi = [((batch.energy - energy.detach()) / batch.atom_counts / s)[ok_e]]
         eye = torch.eye(len(y_e), dtype=energy.dtype, device=energy.device)
-        jac = [_flat(batched_grad([y_e], params, [eye]), params, len(y_e))]
+        jac = [
+            _flat(batched_grad([y_e], params, [eye]), params, len(y_e))
+            if len(y_e)  # a batch of structures without energies: force rows only
+            else energy.new_zeros((sum(p.numel() for p in params), 0))
+        ]
         if not forces:
             return Observations(torch.cat(jac, 1), torch.cat(xi), energy.detach(), None)
         inputs = [values[k] for k in keys]
@@ -244,7 +248,8 @@ def kalman_step(
     """
     obs = observations(model, kf.params, batch, spec, forces)
     value = loss(obs.energy, obs.forces, batch, spec.force_weight)
-    kf.update(obs.H, obs.xi)
+    if obs.xi.numel():  # no label in the batch: nothing observed, no update
+        kf.update(obs.H, obs.xi)
     return obs.energy, obs.forces, value
 
 

@@ -256,3 +256,31 @@ def test_batched_grad_rows_equal_row_by_row_autograd(dtype) -> None:
                 g[i], r, rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-14
             )
     assert not got[2].any()
+
+
+def _store_dropping_energies(root, every: int):  # noqa: ANN001, ANN202
+    """EMT Cu structures, every ``every``-th without its energy (1: none has one)."""
+    import ase.io
+    from _store_fixture import build_store, small_acsf
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    from dparallel.datasets import write_emt_cu
+
+    frames = ase.io.read(write_emt_cu(root / "cu.xyz", 8, seed=3), ":")
+    for k, atoms in enumerate(frames):
+        energy = None if k % every == 0 else atoms.get_potential_energy()
+        atoms.calc = SinglePointCalculator(atoms, energy=energy, forces=atoms.get_forces())
+    ase.io.write(root / "some.xyz", frames, format="extxyz")
+    return build_store(root / "some.xyz", root / "some.zarr", small_acsf())
+
+
+def test_a_batch_without_energies_updates_from_its_forces(tmp_path) -> None:  # noqa: ANN001
+    """A batch of structures without energies stopped the run (an empty energy Jacobian);
+    its update now takes its force rows: one update per batch, every batch has forces."""
+    store = _store_dropping_energies(tmp_path, every=2)
+    spec = SPEC.model_copy(update={"epochs": 1, "batch_size": 1, "validation_fraction": 0,
+                                   "test_fraction": 0})  # fmt: skip
+    res = train_model(store, tmp_path / "m", spec)
+    assert np.isfinite(res.history[0]["train_loss"])
+    state = torch.load(tmp_path / "m" / "checkpoint.pt", weights_only=True)["optimizer"]
+    assert state["state"][0]["updates"] == store.n_structures == 8
