@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from dparallel.config import differences
 from dparallel.errors import CheckpointMismatchError
 from dparallel.nn import load_torch_file, save_torch_file
 from dparallel.nn import model_file as _model_file
@@ -139,16 +140,16 @@ def resume_from(
             f"{path}: not a dparallel checkpoint (missing "
             f"{', '.join(sorted(_CHECKPOINT_KEYS - set(ck)))})"
         )
-    old = dict(ck["spec"])
-    new = spec.to_dict()
     fields = TrainingSpec.model_fields  # keys added since the checkpoint: their default
-    diff = sorted(
-        k for k in new if k not in _RESUMABLE_KEYS and old.get(k, fields[k].default) != new[k]
-    )
+    compared = [k for k in fields if k not in _RESUMABLE_KEYS]
+    old = {k: ck["spec"].get(k, fields[k].default) for k in compared}
+    new = {k: v for k, v in spec.to_dict().items() if k in compared}
+    diff = differences(old, new, depth=1)
     if diff:
+        then_now = "; ".join(f"{key}: {a!r} → {b!r}" for key, a, b in diff)
         raise CheckpointMismatchError(
-            f"--resume: {path} was trained with another config ({', '.join(diff)} "
-            "differ); use the same config or a new MODEL_DIR"
+            f"--resume: {path} was trained with another config ({then_now}); use the same "
+            "config or a new MODEL_DIR"
         )
     if ck.get("descriptor") is not None and ck["descriptor"] != descriptor:
         raise CheckpointMismatchError(

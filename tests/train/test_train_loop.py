@@ -114,8 +114,9 @@ def test_outputs_metrics_and_plots(store, tmp_path) -> None:  # noqa: ANN001
 
 def test_resume_refuses_another_config(store, tmp_path) -> None:  # noqa: ANN001
     train_model(store, tmp_path / "m", SPEC, callback=stop_after(1))
-    with pytest.raises(TrainingError, match="lr"):
-        train_model(store, tmp_path / "m", SPEC.model_copy(update={"lr": 1.0}), resume=True)
+    other = SPEC.model_copy(update={"lr": 1.0, "hidden": (6,)})
+    with pytest.raises(TrainingError, match=r"\(hidden: \[8\] → \[6\]; lr: 0.005 → 1.0\)"):
+        train_model(store, tmp_path / "m", other, resume=True)  # what differs, both values
     with pytest.raises(TrainingError, match="no checkpoint"):
         train_model(store, tmp_path / "other", SPEC, resume=True)
 
