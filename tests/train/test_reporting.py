@@ -80,3 +80,50 @@ def test_reported_losses_are_the_objective_at_the_configured_force_weight(store,
         got = final[split]
         e, f = got["energy_rmse_meV_per_atom"] / 1e3, got["force_rmse_meV_per_A"] / 1e3
         assert got["loss"] == pytest.approx(e**2 + 0.05 * f**2, rel=1e-9), split
+
+
+def test_final_errors_equal_numpy_over_the_ase_calculator_on_the_named_structures(
+    tmp_path,  # noqa: ANN001
+) -> None:
+    """metrics.json's final validation and test errors (meV/atom, meV/Å) against numpy over
+    the exported model's ASE predictions on ``validation_ids`` / ``test_ids`` of the source
+    file, some structures without an energy and some without forces (left out)."""
+    import ase.io
+    from _store_fixture import build_store, small_acsf
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    from dparallel.ase import Calculator
+    from dparallel.datasets import write_emt_cu
+    from dparallel.train.export import export_model
+
+    frames = ase.io.read(write_emt_cu(tmp_path / "cu.xyz", 20, seed=4), ":")
+    labels = []
+    for k, atoms in enumerate(frames):
+        energy = None if k % 5 == 1 else atoms.get_potential_energy()
+        forces = None if k % 3 == 2 else atoms.get_forces()
+        atoms.calc = SinglePointCalculator(atoms, energy=energy, forces=forces)
+        labels.append((energy, forces))
+    ase.io.write(tmp_path / "some.xyz", frames, format="extxyz")
+    store = build_store(tmp_path / "some.xyz", tmp_path / "s.zarr", small_acsf())
+    spec = TrainingSpec(epochs=1, hidden=(6,), batch_size=4, seed=2, lr=5e-3,
+                        validation_fraction=0.3, test_fraction=0.3)  # fmt: skip
+    train_model(store, tmp_path / "m", spec)
+    export_model(tmp_path / "m", artifacts=False)
+    doc = json.loads((tmp_path / "m" / "metrics.json").read_text())
+    calc = Calculator(tmp_path / "m")
+    for split in ("validation", "test"):
+        de, df = [], []
+        for i in doc[f"{split}_ids"]:
+            atoms, (energy, forces) = frames[i].copy(), labels[i]
+            atoms.calc = calc
+            if energy is not None:
+                de.append((atoms.get_potential_energy() - energy) / len(atoms))
+            if forces is not None:
+                df.append((atoms.get_forces() - forces).ravel())
+        e, f = 1e3 * np.array(de), 1e3 * np.concatenate(df)
+        assert len(de) < len(doc[f"{split}_ids"]) or len(df) < len(doc[f"{split}_ids"])
+        got = doc["final"][split]
+        assert got["energy_rmse_meV_per_atom"] == pytest.approx(np.sqrt(np.mean(e**2)), 1e-6)
+        assert got["energy_mae_meV_per_atom"] == pytest.approx(np.mean(np.abs(e)), 1e-6)
+        assert got["force_rmse_meV_per_A"] == pytest.approx(np.sqrt(np.mean(f**2)), 1e-6)
+        assert got["force_mae_meV_per_A"] == pytest.approx(np.mean(np.abs(f)), 1e-6)
