@@ -144,8 +144,13 @@ def train(
             "descriptors file: dparallel.workflow.descriptors_spec.load_descriptors(path))"
         )
     store = store if isinstance(store, Store) else open_store(store)
-    with claim_model_dir(model_dir, store, resume=resume) as path:  # ours, leased, one store
-        return _train(store, path, spec, resume, callback, descriptors)
+    previous = torch.get_num_threads()  # spec.threads is this call's, not the process's
+    try:
+        with claim_model_dir(model_dir, store, resume=resume) as path:  # ours, leased, one store
+            return _train(store, path, spec, resume, callback, descriptors)
+    finally:
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)
 
 
 def _train(

@@ -325,6 +325,19 @@ def test_resume_takes_other_threads_and_read_ahead(store, tmp_path) -> None:  # 
     assert [r["epoch"] for r in resumed.history] == [0, 1, 2, 3]
 
 
+def test_the_threads_of_a_run_are_its_own(store, tmp_path) -> None:  # noqa: ANN001
+    """``threads`` (1 by default) was set for the whole process and stayed after train()
+    returned: torch work after it (a notebook's next cell) ran on one thread. Restored now,
+    as the ASE calculator restores its own."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        train_model(store, tmp_path / "m", SPEC.model_copy(update={"epochs": 1, "threads": 1}))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
+
+
 @pytest.mark.parametrize("spec", [{"epochs": 1}, "train.yaml"])
 def test_a_spec_that_is_no_training_spec_is_named_before_anything_is_written(tmp_path, spec):  # noqa: ANN001
     # train(store, "m", {"epochs": 1}) failed inside: "'dict' object has no attribute 'threads'"
