@@ -152,6 +152,7 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
     atb = np.zeros(len(elements))
     per_atom: list[tuple[np.ndarray, np.ndarray]] = []  # (S_train, n_el) counts, (S_train,) E
     atoms_in_training = np.zeros(len(elements), dtype=np.int64)
+    labelled = np.zeros(3, dtype=np.int64)  # per split code: structures with a trained label
     computed: dict[str, FeatureStats] = {}  # statistics of ``computing``'s descriptors
 
     def visit(p: int, batch: StructureBatch, split: np.ndarray) -> None:
@@ -162,6 +163,7 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
                 merge_into(computed, elem, found)
         training_atoms = batch.numbers[(split == 0)[batch.structure_index]]
         atoms_in_training[:] += (training_atoms[:, None] == zs).sum(0)
+        labelled[:] += np.bincount(split[_labelled(batch, forces)], minlength=3)
         sel = np.flatnonzero((split == 0) & np.isfinite(batch.energy))
         if sel.size == 0:
             return
@@ -175,7 +177,7 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
 
     index = build_split_index(store, spec.validation_fraction, spec.test_fraction, spec.seed, visit)
     _refuse_unfit_split(store, spec, index, elements, atoms_in_training)
-    _refuse_no_labels(store, spec, index, forces, bool(per_atom))
+    _refuse_no_labels(store, spec, index, labelled, energies=bool(per_atom))
     ref = np.linalg.lstsq(ata, atb, rcond=None)[0]  # zeros without energies: forces alone
     resid = np.concatenate([(energy - c @ ref) / c.sum(1) for c, energy in per_atom] or [[]])
     energy_scale = float(resid.std()) if resid.size > 1 and resid.std() > 1e-8 else 1.0
@@ -230,25 +232,39 @@ def _refuse_unfit_split(
         )
 
 
+def _labelled(batch: StructureBatch, forces: bool) -> np.ndarray:
+    """(S,) bool: the structure has an energy, or (``forces`` trained) a force component."""
+    with_forces = np.isfinite(batch.forces).any(1)
+    has_force = np.bincount(batch.structure_index, with_forces, batch.n_structures) > 0
+    return np.isfinite(batch.energy) | (forces & has_force)
+
+
 def _refuse_no_labels(
-    store: Store, spec: TrainingSpec, index: SplitIndex, forces: bool, energies: bool
+    store: Store, spec: TrainingSpec, index: SplitIndex, labelled: np.ndarray, energies: bool
 ) -> None:
-    """A :class:`TrainingError` for a training split without any energy when forces are not
-    trained (nothing to learn); with forces, the energies are learnt up to a constant per
-    element (reference energies 0, a warning)."""
-    if energies:
-        return
-    n_train = index.count("train")
-    where = f"{store.target}: no structure of the training split ({n_train}) has an energy"
-    if not forces:
-        raise TrainingError(
-            f"{where} and force_weight is 0: nothing to train on; train the forces "
-            "(force_weight > 0) or add energies"
-        )
-    log.warning(
-        "%s: training on forces alone, the energies are learnt up to a constant per element "
-        "(reference energies 0)", where,
-    )  # fmt: skip
+    """A :class:`TrainingError` for a training or validation split without any label that
+    training uses (energies; forces with ``force_weight`` > 0): nothing to learn, or a
+    validation loss of nothing that would pick the best epoch. A training split with
+    forces but no energy trains them alone (reference energies 0, a warning)."""
+    what = "an energy or forces" if spec.force_weight > 0 else "an energy (force_weight is 0)"
+    for code, split, name in ((0, "train", "training"), (1, "validation", "validation")):
+        n = index.count(split)
+        if n and not labelled[code]:
+            fix = (
+                "label them, or set validation_fraction: 0"
+                if split == "validation"
+                else "add labelled structures" + ("" if spec.force_weight else ", or train forces")
+            )
+            raise TrainingError(
+                f"{store.target}: no structure of the {name} split ({n}) has {what}: "
+                f"nothing to {'validate' if split == 'validation' else 'train'} on; {fix}"
+            )
+    if not energies:
+        log.warning(
+            "%s: no structure of the training split (%d) has an energy: training on forces "
+            "alone, the energies are learnt up to a constant per element (reference "
+            "energies 0)", store.target, index.count("train"),
+        )  # fmt: skip
 
 
 def _refuse_other_elements(

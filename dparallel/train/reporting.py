@@ -94,7 +94,8 @@ class Metrics:
             self.parity.setdefault(f"{kind}_{name}", []).append(x[ok].detach().cpu().numpy())
 
     def summary(self) -> dict[str, float]:
-        """energy_rmse/mae (eV/atom), force_rmse/mae (eV/Å), loss (NaN when not measured)."""
+        """energy_rmse/mae (eV/atom), force_rmse/mae (eV/Å), loss (NaN when not measured:
+        no energy, nor a force with ``force_weight`` > 0, in what was added)."""
         nan = float("nan")
         out: dict[str, float] = {}
         mse: dict[str, float] = {}
@@ -105,7 +106,9 @@ class Metrics:
             out[f"{name}_mae"] = ae / n if n else nan
             mse[kind] = se / n if n else 0.0  # as the objective: no label, no term
         loss = mse["e"] + (self.force_weight * mse["f"] if self.force_weight > 0 else 0.0)
-        return {"loss": loss if "n_e" in self.sums else nan, **out}
+        counts = {kind: int(self.sums.get(f"n_{kind}", 0)) for kind in ("e", "f")}
+        measured = counts["e"] > 0 or (self.force_weight > 0 and counts["f"] > 0)
+        return {"loss": loss if measured else nan, **out}  # no label of the objective: NaN
 
     def parity_arrays(self) -> dict[str, np.ndarray]:
         """Concatenated reference/predicted arrays kept with ``keep=True``."""

@@ -131,3 +131,26 @@ def test_a_training_split_without_energies_trains_forces_or_says_why_not(tmp_pat
     assert prep.ref_energy.tolist() == [0.0] and prep.energy_scale == 1.0
     with pytest.raises(TrainingError, match=r"no structure of the training split \(6\) has an "):
         prepare(store, SPEC.model_copy(update={"force_weight": 0.0}))
+
+
+def test_a_validation_split_without_labels_is_refused(tmp_path: Path) -> None:
+    """Its loss was 0.0 every epoch: epoch 0 stayed the best (model.pt) and early stopping
+    ended the run; now the split is named before training, with the fixes."""
+    import ase.io
+    from _store_fixture import build_store, small_acsf
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.errors import TrainingError
+    from dparallel.train.data import assign_splits
+
+    spec = SPEC.model_copy(update={"validation_fraction": 0.3, "test_fraction": 0.1})
+    frames = ase.io.read(write_emt_cu(tmp_path / "cu.xyz", 12, seed=3), ":")
+    split = assign_splits(np.arange(12), np.full(12, None), 0.3, 0.1, spec.seed)
+    assert 0 < (split == 1).sum() < 12
+    for k, atoms in enumerate(frames):  # the validation structures lose their labels
+        atoms.calc = None if split[k] == 1 else atoms.calc
+    ase.io.write(tmp_path / "some.xyz", frames, format="extxyz")
+    store = build_store(tmp_path / "some.xyz", tmp_path / "s.zarr", small_acsf())
+    with pytest.raises(TrainingError, match=r"no structure of the validation split \(\d+\) has "
+                       r"an energy or forces: .*validation_fraction: 0"):  # fmt: skip
+        prepare(store, spec)

@@ -58,6 +58,19 @@ def test_a_non_finite_prediction_makes_the_errors_nan(rng) -> None:  # noqa: ANN
     assert math.isfinite(out["force_rmse"])
 
 
+@pytest.mark.parametrize("force_weight", [0.0, 1.0])
+def test_a_split_without_a_label_of_the_objective_has_no_loss(rng, force_weight) -> None:  # noqa: ANN001
+    """Structures without energies (and without forces, or forces untrained) measure
+    nothing: the loss is NaN (null in metrics.json), not 0.0, a perfect score."""
+    batch = _batch(rng, 3, 6)
+    batch.energy[:] = float("nan")
+    if force_weight:
+        batch.forces[:] = float("nan")
+    m = Metrics(force_weight=force_weight)
+    m.add(torch.tensor(rng.normal(size=3)), torch.tensor(rng.normal(size=(6, 3))), batch)
+    assert math.isnan(m.summary()["loss"])
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     return small_store(tmp_path_factory.mktemp("reporting"), n=24, partition_atoms=60)
