@@ -9,7 +9,7 @@ import ase.io
 import pytest
 
 from dparallel.cli.main import main
-from dparallel.errors import StoreMismatchError, UnsafePathError
+from dparallel.errors import DiskFullError, StoreMismatchError, UnsafePathError
 from dparallel.io import open_source
 from dparallel.io.synthetic import random_structures
 from dparallel.store import create_store, is_dparallel_store, open_store, plan_partitions
@@ -143,7 +143,7 @@ def test_overwrite_replaces_a_store_only_once_the_new_one_is_built(world, monkey
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(create_module, "_build", disk_full)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DiskFullError, match=r"s\.zarr: no space left on the device"):
         _create("s.zarr", world["data"], overwrite=True, config={"ingest": {"n": 2}})
     assert _snapshot(old.path) == before  # the old store is untouched
     assert sorted(p.name for p in world["project"].iterdir() if "s.zarr" in p.name) == ["s.zarr"]
