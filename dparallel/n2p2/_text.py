@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING
 
 from dparallel.errors import InputFormatError, SourceNotFoundError
@@ -10,7 +11,11 @@ from dparallel.errors import InputFormatError, SourceNotFoundError
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["finite_number", "text_lines"]
+__all__ = ["c_number", "finite_number", "text_lines"]
+
+#: A whole word that C's atof/atoi (n2p2's readers) read to its end: ASCII decimal only.
+_FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_INT = re.compile(r"[+-]?\d+", re.ASCII)
 
 
 def text_lines(path: Path, what: str) -> list[str]:
@@ -38,12 +43,27 @@ def text_lines(path: Path, what: str) -> list[str]:
     return text.splitlines()
 
 
-def finite_number(word: str, path: Path, line: int) -> float:
-    """``word`` as a float; raises :class:`InputFormatError` unless it is a finite number."""
-    try:
-        value = float(word)
-    except ValueError:
-        raise InputFormatError(f"not a number: {word!r}", path=path, line=line) from None
+def c_number(word: str, kind: type[float] | type[int] = float) -> float | int:
+    """``word`` as a finite ``kind``, read as n2p2 reads it; ``ValueError`` (saying why) for
+    a word n2p2 reads otherwise: not finite (nan, inf, 1e999), or one Python's ``float``/``int``
+    would read but C's atof/atoi would stop in or not read (``1_0``: 10 in Python, 1 in C;
+    non-ASCII digits; a fraction for an integer)."""
+    if not (_INT if kind is int else _FLOAT).fullmatch(word):
+        try:
+            infinite = not math.isfinite(float(word))
+        except ValueError:
+            infinite = False
+        raise ValueError(f"not {'a finite' if infinite else 'a'} number: {word!r}")
+    value = kind(word)
     if not math.isfinite(value):
-        raise InputFormatError(f"not a finite number: {word!r}", path=path, line=line)
+        raise ValueError(f"not a finite number: {word!r}")
     return value
+
+
+def finite_number(word: str, path: Path, line: int) -> float:
+    """``word`` as a float (:func:`c_number`); raises :class:`InputFormatError` naming the
+    line unless it is a finite number."""
+    try:
+        return float(c_number(word))
+    except ValueError as exc:
+        raise InputFormatError(str(exc), path=path, line=line) from None

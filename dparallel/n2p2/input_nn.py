@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dparallel.errors import InputFormatError
+from dparallel.n2p2._text import c_number
 from dparallel.n2p2.settings import Settings, log_unused, read_settings
 from dparallel.n2p2.symmetry_functions import acsf_of, cutoff_of, elements_of, symmetry_functions
 
@@ -185,10 +186,12 @@ def read_input_nn(path: str | Path) -> InputNN:
 
 def _number(s: Settings, entry: Any, kind: type = float, word: int = 0) -> Any:
     """Word ``word`` of a line as ``kind``; error names the line."""
+    if len(entry.words) <= word:
+        raise s.fail(entry, f"expected a number as value {word + 1}")
     try:
-        return kind(entry.words[word])
-    except (IndexError, ValueError):
-        raise s.fail(entry, f"expected a number as value {word + 1}") from None
+        return c_number(entry.words[word], kind)
+    except ValueError as exc:
+        raise s.fail(entry, f"value {word + 1}: {exc}") from None
 
 
 def _nnp_type(s: Settings) -> str:
@@ -354,7 +357,7 @@ def _element_word(s: Settings, entry: Any, elements: list[str]) -> str:
 def _int_word(s: Settings, entry: Any, word: str) -> int:
     """A layer size; the error names the line."""
     try:
-        return int(word)
+        return int(c_number(word, int))
     except ValueError:
         raise s.fail(entry, f"layer size {word!r} is not an integer") from None
 

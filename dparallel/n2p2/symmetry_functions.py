@@ -12,10 +12,10 @@ read as n2p2 reads them (docs/n2p2.md); errors name file and line.
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, Any
 
 from dparallel.descriptors.acsf import ACSF, length_unit
+from dparallel.n2p2._text import c_number
 from dparallel.n2p2.settings import log_unused, read_settings
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def elements_of(settings: Settings) -> list[str]:
         raise settings.fail(entry, "an element is listed twice")
     count = settings.require("number_of_elements")
     try:
-        n = int(count.words[0])
+        n = int(c_number(count.words[0], int))
     except (IndexError, ValueError):
         raise settings.fail(count, "expected 'number_of_elements <n>'") from None
     if n != len(symbols):
@@ -85,8 +85,8 @@ def cutoff_of(settings: Settings) -> tuple[int, float]:
     entry = settings.require("cutoff_type")
     w = entry.words
     try:
-        kind = int(w[0])
-        alpha = float(w[1]) if len(w) > 1 else 0.0
+        kind = int(c_number(w[0], int))
+        alpha = float(c_number(w[1])) if len(w) > 1 else 0.0
     except (IndexError, ValueError):
         raise settings.fail(entry, "expected 'cutoff_type <0-8> [alpha]'") from None
     if not 0 <= kind <= 8:
@@ -129,7 +129,7 @@ def _symfunction_type(entry: Entry, settings: Settings) -> int:
     if len(w) < 2:
         raise settings.fail(entry, "expected '<element> <type> ...'")
     try:
-        type_ = int(w[1])
+        type_ = int(c_number(w[1], int))
     except ValueError:
         raise settings.fail(entry, "symmetry function type must be an integer") from None
     if type_ not in SUPPORTED_TYPES:
@@ -165,20 +165,17 @@ def _parse_symfunction(
     try:
         if type_ == 2:
             nbs = [w[2]]
-            eta, rs, rc = float(w[3]), float(w[4]), float(w[5])
+            eta, rs, rc = (float(c_number(x)) for x in w[3:6])
             zeta = lam = None
         else:
             nbs = [w[2], w[3]]
-            eta, lam, zeta, rc = float(w[4]), float(w[5]), float(w[6]), float(w[7])
-            rs = float(w[8]) if len(w) > 8 else 0.0
-    except ValueError:
-        raise fail("could not read a number") from None
+            eta, lam, zeta, rc = (float(c_number(x)) for x in w[4:8])
+            rs = float(c_number(w[8])) if len(w) > 8 else 0.0
+    except ValueError as exc:
+        raise fail(f"could not read a number ({exc})") from None
     for e in [center, *nbs]:
         if e not in elements:
             raise fail(f"element {e!r} is not in the elements line {elements}")
-    numbers = [eta, rs, rc] + ([] if zeta is None else [zeta, lam])
-    if not all(math.isfinite(x) for x in numbers):  # type: ignore[arg-type]
-        raise fail("parameters must be finite numbers")
     if rc <= 0:
         raise fail(f"cutoff radius must be positive, got {rc}")
     where = (settings.path, entry.line)
