@@ -19,9 +19,10 @@ _INT = re.compile(r"[+-]?\d+", re.ASCII)
 
 
 def text_lines(path: Path, what: str) -> list[str]:
-    """The lines of ``path``, an n2p2 ``what`` file: :class:`SourceNotFoundError` if there is
-    none, :class:`InputFormatError` naming the line if it holds NUL bytes (binary) or bytes
-    that are not UTF-8."""
+    """The lines of ``path``, an n2p2 ``what`` file, as n2p2's ``getline`` gives them (split
+    at ``\\n`` only: a Windows line end leaves its ``\\r``): :class:`SourceNotFoundError` if
+    there is none, :class:`InputFormatError` naming the line if it holds NUL bytes (binary)
+    or bytes that are not UTF-8."""
     if not path.is_file():
         raise SourceNotFoundError(f"n2p2 {what} file not found: {path}")
     data = path.read_bytes()
@@ -40,7 +41,8 @@ def text_lines(path: Path, what: str) -> list[str]:
             path=path,
             line=data.count(b"\n", 0, exc.start) + 1,
         ) from None
-    return text.splitlines()
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
 
 
 def c_number(word: str, kind: type[float] | type[int] = float) -> float | int:

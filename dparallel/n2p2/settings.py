@@ -178,6 +178,15 @@ def read_settings(path: str | Path) -> Settings:
         words = _strip(raw).split()
         if not words:
             continue
+        if "\r" in _strip(raw):
+            raise InputFormatError(
+                "a carriage return (Windows line end), which n2p2 reads as part of the line's "
+                "last word ('elements … Ag\\r' names an unknown element there, "
+                "'use_short_forces\\r' is an unknown keyword): convert the file to Unix line "
+                "ends (dos2unix)",
+                path=p,
+                line=lineno,
+            )
         entry = Entry(words[0], " ".join(words[1:]), lineno)
         if entry.keyword in KNOWN_KEYWORDS or entry.keyword in ALIASES:
             entries.append(entry)

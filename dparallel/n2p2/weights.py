@@ -2,8 +2,8 @@
 
 XXX is the atomic number (3 digits). n2p2 (``NeuralNetwork::setConnections``) reads the
 first column of every non-empty line not starting with ``#`` (a line of blanks is a NaN
-there, so it is refused here) and fills, layer by layer, first the
-weights — for each neuron j of the previous layer, for each neuron k of this layer,
+there, the ``\\r`` of a Windows line end a 0: refused here) and fills, layer by layer,
+first the weights — for each neuron j of the previous layer, for each neuron k of this layer,
 W[k, j] — then the biases of that layer. For a torch ``Linear`` (weight (out, in)) that is
 ``weight.T.flatten()`` followed by ``bias``.
 """
@@ -43,10 +43,10 @@ def read_weights(path: str | Path, sizes: Sequence[int]) -> list[tuple[np.ndarra
     values: list[float] = []
     for lineno, line in enumerate(text_lines(p, "weights"), start=1):
         words = line.split()
-        if line and not words:  # n2p2 skips only empty lines: this is a NaN connection there
+        if line and not words:  # n2p2 skips only empty lines: this is a connection there
             raise InputFormatError(
-                "a line of blanks only, which n2p2 reads as a connection (NaN), shifting all "
-                "later ones; remove the line",
+                "a line of blanks only, which n2p2 reads as a connection (NaN; 0 for a '\\r', "
+                "a blank line with a Windows line end), shifting all later ones; remove the line",
                 path=p,
                 line=lineno,
             )

@@ -159,6 +159,8 @@ def _variant(kind: str) -> str:
         "element count": base.replace("number_of_elements 3", "number_of_elements 2"),
         "no hidden layers": base.replace("global_hidden_layers_short 2\n", ""),
         "symfunction element": base + "symfunction_short Cu 2 Ni 0.3 0.0 5.2\n",
+        # n2p2 keeps each line's '\r' (its last word 'Ag\r', 'l\r', 'use_short_forces\r'…)
+        "windows line ends": base.replace("\n", "\r\n"),
     }[kind]
 
 
@@ -173,6 +175,7 @@ VARIANTS = [  # (variant, our message, n2p2's message)
     ("element count", "line 1: says 2 elements", "Inconsistent number of elements"),
     ("no hidden layers", "number of hidden layers unset", "hidden layers unset"),
     ("symfunction element", "element 'Ni' is not in the elements line", 'key "Ni"'),
+    ("windows line ends", "line 1: .*carriage return", 'ERROR: Element "Ag'),
 ]
 
 

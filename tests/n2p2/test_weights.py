@@ -64,3 +64,15 @@ def test_a_line_of_blanks_is_refused_as_n2p2_reads_it_as_a_weight(tmp_path: Path
     (tmp_path / "w.data").write_text("# c\n0.1\n  \t\n0.2\n0.3\n0.4\n")
     with pytest.raises(InputFormatError, match=r"w\.data, line 3: .*blanks only.*NaN"):
         read_weights(tmp_path / "w.data", [1, 1, 1])
+
+
+def test_windows_line_ends_are_read_and_their_blank_lines_refused(tmp_path: Path) -> None:
+    """n2p2 splits at '\\n' only: a '\\r' ends each line's last word, which atof ignores, so
+    a CRLF file reads as an LF one; but its blank lines are '\\r', which n2p2 reads as a
+    connection (atof: 0) shifting every later one (measured: nnp-dataset's energies change
+    on a CRLF weights file with one blank line): refused, naming the line."""
+    (tmp_path / "w.data").write_bytes(b"# c\r\n0.1 a\r\n0.2 a\r\n0.3 a\r\n0.4 b\r\n")
+    assert [float(w[0, 0]) for w, _ in read_weights(tmp_path / "w.data", [1, 1, 1])] == [0.1, 0.3]
+    (tmp_path / "w.data").write_bytes(b"# c\r\n0.1 a\r\n\r\n0.2 a\r\n0.3 a\r\n0.4 b\r\n")
+    with pytest.raises(InputFormatError, match=r"w\.data, line 3: .*blanks only"):
+        read_weights(tmp_path / "w.data", [1, 1, 1])
