@@ -7,6 +7,7 @@ ones warned about, a repeated once-only keyword or two spellings of one keyword 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,8 +98,8 @@ class Entry:
 
     @property
     def words(self) -> list[str]:
-        """The value split into words."""
-        return self.value.split()
+        """The value split into words (at blanks and tabs)."""
+        return split_words(self.value)
 
 
 @dataclass
@@ -155,6 +156,16 @@ def log_unused(settings: Settings) -> list[str]:
     return unused
 
 
+#: A word of an input.nn line: n2p2 (``reduce``, ``split``) separates words at ' ' and '\\t'
+#: only; any other space (no-break, '\\r', …) is part of a word there.
+_WORD = re.compile(r"[^ \t]+")
+
+
+def split_words(text: str) -> list[str]:
+    """``text`` split into words as n2p2 splits an input.nn line."""
+    return _WORD.findall(text)
+
+
 def _strip(line: str) -> str:
     """A line without its ``#`` then ``!`` comment (n2p2's order)."""
     return line.split("#", 1)[0].split("!", 1)[0]
@@ -175,8 +186,8 @@ def read_settings(path: str | Path) -> Settings:
     entries: list[Entry] = []
     unknown: list[Entry] = []
     for lineno, raw in enumerate(text_lines(p, "input.nn"), start=1):
-        words = _strip(raw).split()
-        if not words:
+        words = split_words(_strip(raw))
+        if not words or (len(words) == 1 and words[0] == "\r"):  # n2p2 skips a blank line's '\r'
             continue
         if "\r" in _strip(raw):
             raise InputFormatError(

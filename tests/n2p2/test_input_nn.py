@@ -221,3 +221,31 @@ def test_what_n2p2_accepts_is_read_alike(n2p2_bin: Path, tmp_path: Path) -> None
     assert {e: len(v) for e, v in log_symmetry_function_lines(log).items()} == (
         inp.n_symmetry_functions
     )
+
+
+#: A no-break space (as pasted from a web page) after a keyword that takes no value.
+NBSP_TEXT = alloy_input_nn().replace("scale_symmetry_functions\n", "scale_symmetry_functions\xa0\n")
+
+
+def test_words_are_split_at_blanks_and_tabs_only(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """n2p2 (``reduce``/``split``) separates words at ' ' and '\\t' only: a keyword followed
+    by a no-break space is another, unknown keyword there (so no scaling), as here."""
+    (tmp_path / "input.nn").write_text(NBSP_TEXT)
+    with caplog.at_level(logging.WARNING):
+        inp = read_input_nn(tmp_path / "input.nn")
+    assert inp.scaling.type == "none"
+    assert "'scale_symmetry_functions\\xa0' (line 7)" in caplog.text
+
+
+@pytest.mark.integration
+def test_n2p2_reads_a_keyword_with_a_no_break_space_as_unknown(
+    n2p2_bin: Path, tmp_path: Path
+) -> None:
+    _n2p2_setup_log(tmp_path, NBSP_TEXT)
+    random_weights(tmp_path)
+    run_tool("nnp-dataset", tmp_path, ["0"])
+    log = (tmp_path / "nnp-dataset.log.0000").read_text()
+    assert 'Unknown keyword "scale_symmetry_functions\xa0" at line 7' in log
+    assert "Scaling type::ST_NONE" in log
