@@ -89,22 +89,32 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from dparallel._files import strict_json
+    from dparallel.errors import ConfigError
+    from dparallel.nn import is_n2p2_potential
     from dparallel.train.export import describe_report, export_model
 
     if args.format == "n2p2":
         from dparallel.n2p2.potential import export_model_dir
 
+        if is_n2p2_potential(args.model_dir):
+            raise ConfigError(
+                f"{args.model_dir} is an n2p2 potential already; --format n2p2 writes a "
+                f"dparallel model's n2p2 files (for LAMMPS: `dparallel export {args.model_dir}` "
+                "writes its lammps.model)"
+            )
+        given = _given(args, "--float32", "--aoti", "--no-artifacts")
+        if given:
+            raise ConfigError(
+                f"{given[0]} is for deployed.pt, not --format n2p2: n2p2's files hold float64 "
+                "numbers and no compiled artifacts"
+            )
         units = args.units or "ase"
         print(strict_json(export_model_dir(args.model_dir, args.output, units), indent=1))
         return 0
-    from dparallel.nn import is_n2p2_potential
-
     if is_n2p2_potential(args.model_dir):
         return _export_n2p2_potential(args)
-    given = [o for o, v in (("--units", args.units), ("-o", args.output)) if v is not None]
+    given = _given(args, "--units", "-o")
     if given:  # the n2p2 files' options: deployed.pt is in Å and eV, beside model.pt
-        from dparallel.errors import ConfigError
-
         raise ConfigError(
             f"{given[0]} is for --format n2p2 or an n2p2 potential directory; {args.model_dir} "
             "is a dparallel model, whose deployed files are in Å and eV beside its model.pt"
@@ -125,6 +135,16 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+#: export's options → their argparse attributes.
+_OPTION_DEST = {"-o": "output", "--units": "units", "--float32": "float32", "--aoti": "aoti",
+                "--no-artifacts": "no_artifacts"}  # fmt: skip
+
+
+def _given(args: argparse.Namespace, *options: str) -> list[str]:
+    """Those of ``options`` given on the command line."""
+    return [o for o in options if getattr(args, _OPTION_DEST[o]) not in (None, False)]
+
+
 def _export_n2p2_potential(args: argparse.Namespace) -> int:
     """``lammps.model`` of an n2p2 potential directory, and the lines that run it."""
     from pathlib import Path
@@ -132,12 +152,7 @@ def _export_n2p2_potential(args: argparse.Namespace) -> int:
     from dparallel._files import strict_json
     from dparallel.train.export import export_n2p2_potential
 
-    given = [
-        option
-        for option, value in (("-o", args.output), ("--float32", args.float32),
-                              ("--aoti", args.aoti), ("--no-artifacts", args.no_artifacts))
-        if value
-    ]  # fmt: skip
+    given = _given(args, "-o", "--float32", "--aoti", "--no-artifacts")
     if given:  # a dparallel model's options: an n2p2 potential gets lammps.model, in place
         from dparallel.errors import ConfigError
 

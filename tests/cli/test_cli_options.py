@@ -399,3 +399,22 @@ def test_a_scheduler_where_nothing_listens_is_one_line_at_once(tmp_path, capsys)
     assert err.startswith(f"dparallel featurize: error: cannot reach the Dask scheduler at "
                           f"{address!r}: the connection is refused"), err  # fmt: skip
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("option", ["--float32", "--aoti", "--no-artifacts"])
+def test_export_format_n2p2_refuses_the_deployed_files_options(tmp_path, capsys, option):
+    # they were accepted and ignored: n2p2 files hold float64 numbers, no deployed.pt/artifacts
+    (tmp_path / "model.pt").write_bytes(b"")
+    assert main(["export", str(tmp_path), "--format", "n2p2", option]) == 2
+    err = capsys.readouterr().err
+    assert f"{option} is for deployed.pt" in err and "--format n2p2" in err
+    assert not (tmp_path / "n2p2").exists()
+
+
+def test_export_format_n2p2_of_an_n2p2_potential_says_what_it_is(tmp_path, capsys):
+    # it said "no trained model at DIR/model.pt; run `dparallel train` first"
+    (tmp_path / "input.nn").write_text("number_of_elements 1\nelements H\n")
+    assert main(["export", str(tmp_path), "--format", "n2p2"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path} is an n2p2 potential already" in err
+    assert "dparallel train" not in err and not (tmp_path / "n2p2").exists()
