@@ -102,6 +102,12 @@ class SplitIndex:
         return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
 
+def made_by(store: Store) -> str:
+    """The command that makes (and finishes) ``store``: ``featurize``, or ``ingest`` for a
+    store of structures only."""
+    return "featurize" if store.attrs.get("config", {}).get("features") else "ingest"
+
+
 def build_split_index(
     store: Store,
     validation: float,
@@ -116,9 +122,8 @@ def build_split_index(
     """
     parts = [int(p) for p in store.done_partitions()]
     if not parts:
-        made = "featurize" if store.attrs.get("config", {}).get("features") else "ingest"
         raise TrainingError(
-            f"{store.target}: no partition is done; rerun the {made} command that made it"
+            f"{store.target}: no partition is done; rerun the {made_by(store)} command that made it"
         )
     ids: dict[int, np.ndarray] = {}
     split: dict[int, np.ndarray] = {}

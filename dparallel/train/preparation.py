@@ -21,7 +21,7 @@ from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
 from dparallel.store.stats import FeatureStats, merge_into, statistics_of
-from dparallel.train.data import SplitIndex, build_split_index
+from dparallel.train.data import SplitIndex, build_split_index, made_by
 
 if TYPE_CHECKING:
     from dparallel.store import Store
@@ -323,8 +323,7 @@ def check_complete(store: Store, spec: TrainingSpec) -> dict[str, Any]:
     }
     if coverage["complete"]:
         return coverage
-    # the command that made it finishes it: a store of structures only is ingest's
-    made = "featurize" if store.attrs.get("config", {}).get("features") else "ingest"
+    made = made_by(store)  # the command that made it finishes it
     amount = (
         f"{done} of {store.n_partitions} partitions are {made.removesuffix('e')}ed "
         f"({store.n_structures} of {store.plan.n_structures} structures)"
