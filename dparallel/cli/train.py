@@ -166,9 +166,10 @@ def _store_and_descriptors(store: str, path: str | None) -> tuple[Any, Any]:
     opened = open_store(store)
     if path is None:
         return opened, None
+    from dparallel.train.data_units import store_data_units
     from dparallel.workflow.descriptors_spec import load_descriptors
 
-    units = opened.attrs.get("config", {}).get("ingest", {}).get("units", "ase")
+    units = store_data_units(opened) or "ase"
     return opened, load_descriptors(path, data_units=units, workflows=True)
 
 

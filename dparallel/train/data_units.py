@@ -22,15 +22,21 @@ if TYPE_CHECKING:
 DATA_UNITS_JSON = "data_units.json"
 
 
-def record_data_units(model_dir: str | os.PathLike[str], store: Store) -> None:
-    """Write ``data_units.json`` in ``model_dir``: the units of the store's source file
-    (``config.ingest.units``), if recorded, and the store's location. Written once, by
-    :func:`~dparallel.train.train` (a store at a URL as a local one)."""
+def store_data_units(store: Store) -> str | None:
+    """The units of the store's source file (``config.ingest.units``), if recorded."""
     try:
         units = store.attrs["config"]["ingest"]["units"]
     except (KeyError, TypeError):
-        return
-    if isinstance(units, str):
+        return None
+    return units if isinstance(units, str) else None
+
+
+def record_data_units(model_dir: str | os.PathLike[str], store: Store) -> None:
+    """Write ``data_units.json`` in ``model_dir``: the units of the store's source file
+    (:func:`store_data_units`), if recorded, and the store's location. Written once, by
+    :func:`~dparallel.train.train` (a store at a URL as a local one)."""
+    units = store_data_units(store)
+    if units is not None:
         doc = {"data_units": units, "store": str(store.location)}
         write_file(Path(model_dir) / DATA_UNITS_JSON, json.dumps(doc, indent=1) + "\n")
 
