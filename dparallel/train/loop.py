@@ -146,7 +146,11 @@ def train(
     store = store if isinstance(store, Store) else open_store(store)
     previous = torch.get_num_threads()  # spec.threads is this call's, not the process's
     try:
-        with claim_model_dir(model_dir, store, resume=resume) as path:  # ours, leased, one store
+        # the run seeds and draws torch's CPU generator; the caller's state is restored
+        with (
+            torch.random.fork_rng(devices=[]),
+            claim_model_dir(model_dir, store, resume=resume) as path,
+        ):  # ours, leased, one store
             return _train(store, path, spec, resume, callback, descriptors)
     finally:
         if torch.get_num_threads() != previous:

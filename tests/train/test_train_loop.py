@@ -338,6 +338,25 @@ def test_the_threads_of_a_run_are_its_own(store, tmp_path) -> None:  # noqa: ANN
         torch.set_num_threads(previous)
 
 
+def test_a_run_leaves_the_callers_random_numbers_alone(store, tmp_path) -> None:  # noqa: ANN001
+    """The run seeds torch's global generator (``seed``) and draws from it; train() left
+    it reseeded, so a notebook's later torch.randn repeated the same numbers after every
+    run. The caller's generator state is restored, and the run's own draws still follow
+    its seed (two runs, two different caller states, equal models)."""
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    expected = torch.rand(3)
+    torch.set_rng_state(before)
+    one = train_model(store, tmp_path / "a", SPEC.model_copy(update={"epochs": 1}))
+    assert torch.equal(torch.rand(3), expected)
+    torch.manual_seed(99)
+    two = train_model(store, tmp_path / "b", SPEC.model_copy(update={"epochs": 1}))
+    timings = {"seconds", "data_wait_fraction"}
+    assert [{k: v for k, v in r.items() if k not in timings} for r in one.history] == [
+        {k: v for k, v in r.items() if k not in timings} for r in two.history
+    ]
+
+
 @pytest.mark.parametrize("spec", [{"epochs": 1}, "train.yaml"])
 def test_a_spec_that_is_no_training_spec_is_named_before_anything_is_written(tmp_path, spec):  # noqa: ANN001
     # train(store, "m", {"epochs": 1}) failed inside: "'dict' object has no attribute 'threads'"
