@@ -1,10 +1,10 @@
 """One ACSF symmetry function as validated data: its parameters in their domain.
 
 :func:`feature_spec` refuses, before any run, what n2p2's formulas have no meaning for (a
-non-finite parameter, a cutoff beyond :data:`MAX_R_CUT`, ``rs`` at or beyond the cutoff, α
-outside [0, 1)) and, unless ``lenient`` (an n2p2 input.nn, a stored spec), ``eta < 0`` and
-``lambda`` other than ±1, which n2p2 accepts; :func:`refuse_duplicates` the same
-function twice for one centre; :func:`n2p2_sort_key` orders them as n2p2 does.
+non-finite parameter, a cutoff beyond :data:`MAX_R_CUT`, α outside [0, 1)) and, unless
+``lenient`` (an n2p2 input.nn, a stored spec), ``eta < 0``, ``lambda`` other than ±1 and
+``rs`` at or beyond the cutoff, which n2p2 accepts and computes; :func:`refuse_duplicates`
+the same function twice for one centre; :func:`n2p2_sort_key` orders them as n2p2 does.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ def feature_spec(
     """One validated feature of ``center`` from its parameters ``f``: ``type``, ``eta``,
     ``rc`` and optionally ``rs`` (0), ``cutoff`` ("cos"), ``alpha`` (0), ``zeta``, ``lambda``.
 
-    ``lenient``: ``eta < 0`` and ``lambda`` other than ±1, which n2p2 accepts, are logged as
-    a warning instead of refused (an n2p2 ``input.nn``, a spec a store or model file holds).
+    ``lenient``: ``eta < 0``, ``lambda`` other than ±1 and ``rs >= rc``, which n2p2 accepts,
+    are logged as a warning instead of refused (an n2p2 ``input.nn``, a spec a store or model
+    file holds).
     """
     type_, eta, rc = int(f["type"]), f["eta"], f["rc"]
     rs, alpha = f.get("rs", 0.0) or 0.0, f.get("alpha", 0.0) or 0.0
@@ -71,11 +72,9 @@ def feature_spec(
     if eta < 0:
         fact = f"{where}: eta = {eta:g} < 0 grows with distance"
         outside.append((f"{fact}; use eta >= 0", fact))
-    if rs >= rc:
-        raise DescriptorError(
-            f"{where}: rs = {rs:g} lies at or beyond the cutoff rc = {rc:g}: the function is "
-            "zero for every pair; use rs < rc"
-        )
+    if rs >= rc:  # not zero: exp(-eta (r - rs)^2) f_c(r) for r < rc, its Gaussian's near tail
+        fact = f"{where}: rs = {rs:g} lies at or beyond the cutoff rc = {rc:g}"
+        outside.append((f"{fact}, so only its Gaussian's tail is inside; use rs < rc", fact))
     if type_ != 2 and lambda_ not in (-1.0, 1.0):
         outside.append(
             (

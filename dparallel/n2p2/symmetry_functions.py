@@ -15,6 +15,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from dparallel.descriptors.acsf import ACSF, length_unit
+from dparallel.descriptors.acsf_functions import refuse_far_cutoff
+from dparallel.errors import DescriptorError
 from dparallel.n2p2._text import c_number
 from dparallel.n2p2.settings import log_unused, read_settings
 
@@ -178,6 +180,10 @@ def _parse_symfunction(
             raise fail(f"element {e!r} is not in the elements line {elements}")
     if rc <= 0:
         raise fail(f"cutoff radius must be positive, got {rc}")
+    try:  # the one refusal of ACSF's own check an input.nn can reach: here with its line
+        refuse_far_cutoff("cutoff rc", rc * unit, "an input.nn in bohr needs units: bohr-hartree")
+    except DescriptorError as exc:
+        raise fail(str(exc)) from None
     where = (settings.path, entry.line)
     if zeta == 0 or lam == 0:  # angular parameters where n2p2's own results differ from ours
         log.warning(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dparallel.descriptors.acsf import ACSF
-from dparallel.errors import DescriptorError
+from dparallel.errors import DescriptorError, InputFormatError
 
 
 @pytest.mark.parametrize(
@@ -64,6 +64,19 @@ def test_n2p2_parameters_are_warned_in_words_that_agree(caplog) -> None:
     ]
 
 
+def test_a_shift_at_or_beyond_the_cutoff_is_kept_from_n2p2_files(caplog) -> None:
+    """rs >= rc: refused in a set made here (a likely slip), kept with a warning from a stored
+    spec or input.nn, as n2p2 keeps it (its value is the Gaussian's tail inside rc, not 0:
+    test_acsf_n2p2.py compares it with n2p2)."""
+    spec = ACSF.uniform(["H"], 6.0, radial=[(0.1, 0.0)], wide=[(0.1, 1.0, 1.0, 0.0)]).to_dict()
+    spec["features"]["H"][0]["rs"] = 6.0
+    spec["features"]["H"][1]["rs"] = 7.5
+    with caplog.at_level("WARNING"):
+        acsf = ACSF.from_dict(spec)
+    assert [f["rs"] for f in acsf.features("H")] == [6.0, 7.5]
+    assert "rs = 7.5 lies at or beyond the cutoff rc = 6: accepted, as n2p2" in caplog.text
+
+
 def test_an_accepted_n2p2_function_survives_pickling() -> None:
     """An ACSF holding n2p2's eta < 0 or lambda other than ±1 unpickles (dask sends it)."""
     import pickle
@@ -90,5 +103,5 @@ def test_a_cutoff_beyond_50_angstrom_gets_the_units_hint_of_its_source(tmp_path)
     nn.write_text(
         "number_of_elements 1\nelements Cu\ncutoff_type 2\nsymfunction_short Cu 2 Cu 0.01 0 120\n"
     )
-    with pytest.raises(DescriptorError, match=r"an input.nn in bohr needs units: bohr-hartree"):
+    with pytest.raises(InputFormatError, match=r"line 4: .*an input.nn in bohr needs units"):
         acsf_from_input_nn(str(nn))

@@ -136,6 +136,24 @@ def test_any_zeta_lambda_eta_equal_n2p2(
     assert _compare(acsf, tmp_path, dumper, derivatives=True) > 200
 
 
+SHIFTED = [(3, 0.1, 1.0, 1.0, 5.2), (3, 0.2, -1.0, 2.0, 6.5), (9, 0.1, 1.0, 2.0, 5.2),
+           (9, 0.3, -1.0, 1.0, 7.0)]  # fmt: skip
+
+
+@pytest.mark.parametrize("cutoff,alpha", [(1, 0.0), (8, 0.1)])
+def test_shift_at_or_beyond_the_cutoff_equals_n2p2(
+    dumper: Path, tmp_path: Path, cutoff: int, alpha: float
+) -> None:
+    """rs = rc and rs > rc (n2p2 computes them: the Gaussian's tail inside rc, not 0)."""
+    text = _metal_input_nn(cutoff, alpha, SHIFTED)
+    text += "".join(f"symfunction_short {c} 2 Au 0.3 {rs} 5.2\n" for c in ("Cu", "Au")
+                    for rs in (5.2, 6.0, 9.0))  # fmt: skip
+    (tmp_path / "input.nn").write_text(text)
+    n2p2_dump.write_input_data(tmp_path / "input.data", _cu_au(20 + cutoff))
+    acsf = acsf_from_input_nn(str(tmp_path / "input.nn"))
+    assert _compare(acsf, tmp_path, dumper, derivatives=True) > 200
+
+
 def _edge_structures(seed: int) -> list[ase.Atoms]:
     """Cells narrower than the cutoff (strongly triclinic; one atom; atoms several cells
     outside), a cluster with an atom far from it, a lone atom, a pair out of reach of each
