@@ -63,6 +63,14 @@ class N2p2SymmetryFunctions:
     values: list[np.ndarray] = field(default_factory=list)  # per atom in file order, (F_e,)
     elements: list[str] = field(default_factory=list)  # per atom
     d_self: list[np.ndarray] = field(default_factory=list)  # per atom, (F_e, 3)
+    #: (structure, atom i, atom j, r_ij = r_j − r_i + S·cell rounded to 1e-6) → dG_i/dr_j,
+    #: (F_e, 3) in n2p2's order (only with ``neighbours``)
+    d_pairs: dict[tuple, np.ndarray] = field(default_factory=dict)
+
+
+def pair_key(structure: int, i: int, j: int, vector: np.ndarray) -> tuple:
+    """The key of a pair in :attr:`N2p2SymmetryFunctions.d_pairs`."""
+    return (structure, i, j, *(np.round(vector, 6) + 0.0).tolist())
 
 
 def _function(words: list[str]) -> dict:
@@ -76,14 +84,19 @@ def _function(words: list[str]) -> dict:
     return {"type": t, "neighbors": nb, "eta": eta, "lambda": lam, "zeta": zeta, "rc": rc, "rs": rs}
 
 
-def run(exe: Path, workdir: Path, derivatives: bool) -> N2p2SymmetryFunctions:
-    """Run the dumper in ``workdir`` (holding input.nn and input.data) and parse its output."""
+def run(
+    exe: Path, workdir: Path, derivatives: bool, neighbours: bool = False
+) -> N2p2SymmetryFunctions:
+    """Run the dumper in ``workdir`` (holding input.nn and input.data) and parse its output;
+    ``neighbours``: also every pair's dG_i/dr_j (:attr:`N2p2SymmetryFunctions.d_pairs`)."""
     proc = subprocess.run(
-        [str(exe), "1" if derivatives else "0"],
+        [str(exe), "2" if neighbours else "1" if derivatives else "0"],
         cwd=workdir, capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     out = N2p2SymmetryFunctions()
     current: list[dict] = []
+    atoms: dict[tuple[int, int], str] = {}  # (structure, atom) → element
+    pairs: list[list[str]] = []
     for line in proc.stdout.splitlines():
         w = line.split()
         if w[0] == "F":
@@ -91,10 +104,22 @@ def run(exe: Path, workdir: Path, derivatives: bool) -> N2p2SymmetryFunctions:
         elif w[0] == "symfunction_short":
             current.append(_function(w))
         elif w[0] == "A":
+            atoms[int(w[1]), int(w[2])] = w[3]
             out.elements.append(w[3])
             out.values.append(np.array(w[4:], dtype=np.float64))
         elif w[0] == "D":
             out.d_self.append(np.array(w[3:], dtype=np.float64).reshape(-1, 3))
+        elif w[0] == "N":
+            pairs.append(w)
+    for w in pairs:  # n2p2 keeps, per neighbour, only the functions its element enters
+        s, i, j = int(w[1]), int(w[2]), int(w[3])
+        e, f = atoms[s, i], atoms[s, j]
+        rows = [n for n, fn in enumerate(out.functions[e]) if f in fn["neighbors"]]
+        full = np.zeros((len(out.functions[e]), 3))
+        full[rows] = np.array(w[7:], dtype=np.float64).reshape(-1, 3)
+        key = pair_key(s, i, j, -np.array(w[4:7], dtype=np.float64))  # n2p2's dr: r_i − r_j
+        assert key not in out.d_pairs, f"two pairs {key}"
+        out.d_pairs[key] = full
     return out
 
 

@@ -5,7 +5,9 @@
 // as nnp-scaling does (symmetry-function groups, no scaling, no unit normalisation) and writes
 //   F <element> <n> then per function "<settings line>" (n2p2's internal, sorted order)
 //   A <structure> <atom> <element> G_0 ... G_{n-1}
-//   D <structure> <atom> dG_0/dx dG_0/dy dG_0/dz ...      (dG_i/dr_i, only with argument "1")
+//   D <structure> <atom> dG_0/dx dG_0/dy dG_0/dz ...      (dG_i/dr_i, with argument "1" or "2")
+//   N <structure> <atom> <neighbour> <r_i - r_j> dG/dr_j ... (argument "2": per neighbour, its
+//     element's functions only, as n2p2 stores them)
 #include "Mode.h"
 #include "Structure.h"
 #include <cstdio>
@@ -31,7 +33,8 @@ struct Dumper : public Mode
 
 int main(int argc, char* argv[])
 {
-    bool const derivatives = argc > 1 && std::string(argv[1]) == "1";
+    bool const neighbours = argc > 1 && std::string(argv[1]) == "2";
+    bool const derivatives = neighbours || (argc > 1 && std::string(argv[1]) == "1");
     Dumper mode;
     mode.log.writeToStdout = false;
     mode.initialize();
@@ -69,6 +72,17 @@ int main(int argc, char* argv[])
                 std::printf(" %.17g %.17g %.17g", d[0], d[1], d[2]);
             }
             std::printf("\n");
+            for (auto const& nb : atom.neighbors)
+            {
+                if (!neighbours) break;
+                std::printf("N %zu %zu %zu %.17g %.17g %.17g", s, atom.index, nb.index,
+                            nb.dr[0], nb.dr[1], nb.dr[2]);
+                for (auto const& d : nb.dGdr)
+                {
+                    std::printf(" %.17g %.17g %.17g", d[0], d[1], d[2]);
+                }
+                std::printf("\n");
+            }
         }
         ++s;
         file >> std::ws;

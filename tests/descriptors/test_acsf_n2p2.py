@@ -154,6 +154,51 @@ def test_shift_at_or_beyond_the_cutoff_equals_n2p2(
     assert _compare(acsf, tmp_path, dumper, derivatives=True) > 200
 
 
+def _pair_derivatives(acsf: ACSF, workdir: Path, exe: Path) -> int:
+    """Every pair's ∂G_i/∂r_ij against n2p2's dG_i/dr_j (each neighbour image on its own);
+    returns the pairs compared."""
+    theirs = n2p2_dump.run(exe, workdir, derivatives=True, neighbours=True)
+    source = open_source(workdir / "input.data", "n2p2", cache_index=False)
+    batch = source.read(0, len(source))
+    starts = batch.offsets
+    ours, ref = [], []
+    for e, res in acsf.compute(batch, derivatives=True).items():
+        cols = n2p2_dump.column_map(acsf.features(e), theirs.functions[e])
+        for pd in res.pairs.values():
+            full = np.zeros((pd.dG_dr.shape[0], acsf.n_features(e), 3))
+            full[:, pd.feature_index.numpy()] = pd.dG_dr.numpy()
+            first, second = pd.pair_first.numpy(), pd.pair_second.numpy()
+            s = np.searchsorted(starts, first, side="right") - 1
+            for p, vector in enumerate(pd.vectors.numpy()):
+                key = n2p2_dump.pair_key(s[p], first[p] - starts[s[p]], second[p] - starts[s[p]],
+                                         vector)  # fmt: skip
+                ours.append(full[p, cols])
+                ref.append(theirs.d_pairs.pop(key))  # n2p2 has the same pair
+    assert not theirs.d_pairs, f"pairs only n2p2 lists: {list(theirs.d_pairs)[:3]}"
+    for a, b in zip(ours, ref, strict=True):
+        scale = max(np.abs(b).max(), 1e-3)
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10 * scale)
+    return len(ours)
+
+
+EDGE = [
+    (3, 0.0, 1.0, 0.5, 0.0), (3, 0.05, -1.0, 64.0, 0.0), (3, 0.1, 1.0, 2.0, 6.0),
+    (9, 0.0, -1.0, 1.0, 0.0), (9, 0.02, 1.0, 0.5, 5.2), (9, 0.01, 1.0, 3.0, 0.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("cutoff,alpha", [(3, 0.3), (7, 0.1)])
+def test_every_pair_derivative_equals_n2p2(
+    dumper: Path, tmp_path: Path, cutoff: int, alpha: float
+) -> None:
+    """dG_i/dr_j of every pair, not only their sum: ζ = 0.5 and 64, η = 0, λ = ±1, rs at and
+    beyond rc; poly3 with α, and tanh, whose α n2p2 ignores."""
+    (tmp_path / "input.nn").write_text(_metal_input_nn(cutoff, alpha, EDGE))
+    n2p2_dump.write_input_data(tmp_path / "input.data", _cu_au(30 + cutoff))
+    acsf = acsf_from_input_nn(str(tmp_path / "input.nn"))
+    assert _pair_derivatives(acsf, tmp_path, dumper) > 5000
+
+
 def _edge_structures(seed: int) -> list[ase.Atoms]:
     """Cells narrower than the cutoff (strongly triclinic; one atom; atoms several cells
     outside), a cluster with an atom far from it, a lone atom, a pair out of reach of each
