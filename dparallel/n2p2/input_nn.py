@@ -163,7 +163,7 @@ def read_input_nn(path: str | Path) -> InputNN:
     s = read_settings(path)
     elements = elements_of(s)
     cutoff_type, cutoff_alpha = cutoff_of(s)
-    _, feats = symmetry_functions(s)
+    _, feats = symmetry_functions(s, unit=None)  # the units come with acsf(unit)
     n_sf = {e: len(feats[e]) for e in elements}
     nnp_type = _nnp_type(s)
     unused = log_unused(s)

@@ -103,9 +103,10 @@ def cutoff_of(settings: Settings) -> tuple[int, float]:
 
 
 def symmetry_functions(
-    settings: Settings, unit: float = 1.0
+    settings: Settings, unit: float | None = 1.0
 ) -> tuple[list[str], dict[str, list[dict[str, Any]]]]:
-    """Elements and feature dicts (file order per centre) from read settings."""
+    """Elements and feature dicts (file order per centre) from read settings; ``unit``: Å per
+    file unit, or None where it is not known yet (lengths as written, their size unchecked)."""
     elements = elements_of(settings)
     cutoff = cutoff_of(settings)
     feats: dict[str, list[dict[str, Any]]] = {e: [] for e in elements}
@@ -154,10 +155,11 @@ def _parse_symfunction(
     entry: Entry,
     elements: list[str],
     cutoff: tuple[int, float],
-    unit: float,
+    unit: float | None,
     settings: Settings,
 ) -> dict[str, Any]:
-    """One ``symfunction_short`` line as a feature dict (lengths converted by ``unit``)."""
+    """One ``symfunction_short`` line as a feature dict (lengths converted by ``unit``, as
+    written if None)."""
     w = entry.words
 
     def fail(msg: str) -> InputFormatError:
@@ -181,9 +183,12 @@ def _parse_symfunction(
     if rc <= 0:
         raise fail(f"cutoff radius must be positive, got {rc}")
     try:  # the one refusal of ACSF's own check an input.nn can reach: here with its line
-        refuse_far_cutoff("cutoff rc", rc * unit, "an input.nn in bohr needs units: bohr-hartree")
+        if unit is not None:
+            hint = "an input.nn in bohr needs units: bohr-hartree"
+            refuse_far_cutoff("cutoff rc", rc * unit, hint)
     except DescriptorError as exc:
         raise fail(str(exc)) from None
+    unit = 1.0 if unit is None else unit
     where = (settings.path, entry.line)
     if zeta == 0 or lam == 0:  # angular parameters where n2p2's own results differ from ours
         log.warning(

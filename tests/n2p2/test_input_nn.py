@@ -68,6 +68,19 @@ def test_whole_file_model(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> N
     assert warnings[0].getMessage().endswith(": write_trainpoints weights_min")
 
 
+def test_a_cutoff_is_sized_in_the_units_it_is_read_in(tmp_path: Path) -> None:
+    """rc = 60 bohr is 31.8 Å: the whole file reads (its units are not known there), the
+    functions in bohr build, and read as Å they are refused naming the line."""
+    text = FULL.replace("Cu 2 Cu 0.05 0.0 5.2", "Cu 2 Cu 0.05 0.0 60")
+    assert text != FULL
+    (tmp_path / "input.nn").write_text(text)
+    inp = read_input_nn(tmp_path / "input.nn")
+    assert inp.acsf("bohr-hartree").r_cut == pytest.approx(60 * 0.529177, rel=1e-5)
+    line = text.splitlines().index("symfunction_short Cu 2 Cu 0.05 0.0 60") + 1
+    with pytest.raises(InputFormatError, match=f"line {line}: cutoff rc = 60 Å is beyond 50 Å"):
+        inp.acsf(1.0)
+
+
 def test_kalman_training_keywords_become_the_kalman_optimizer(tmp_path: Path) -> None:
     text = alloy_input_nn(
         cutoff="6 0.1",
