@@ -6,7 +6,6 @@ n2p2 sorts each element's functions internally, so columns are mapped by metadat
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import ase.build
@@ -20,6 +19,8 @@ from dparallel.io import open_source
 from dparallel.n2p2 import acsf_from_input_nn
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from dparallel.descriptors import ACSF
 
 _why = n2p2_dump.unavailable()
@@ -28,7 +29,6 @@ pytestmark = [
     pytest.mark.skipif(not numba_available(), reason="numba not installed"),
     pytest.mark.integration,
 ]
-WATER = Path(__file__).resolve().parents[3] / "shared" / "n2p2" / "water"
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +65,12 @@ def _compare(acsf: ACSF, workdir: Path, exe: Path, derivatives: bool) -> int:
     return batch.n_atoms
 
 
-@pytest.mark.skipif(not WATER.is_dir(), reason=f"n2p2 water example not found at {WATER}")
-def test_water_example_equals_n2p2(dumper: Path, tmp_path: Path) -> None:
+def test_water_example_equals_n2p2(dumper: Path, water: Path, tmp_path: Path) -> None:
     """n2p2's RPBE-D3 water example (types 2 and 3, tanhu cutoff), file units (bohr)."""
-    lines = (WATER / "input.data").read_text().splitlines(keepends=True)
+    lines = (water / "input.data").read_text().splitlines(keepends=True)
     ends = [n for n, line in enumerate(lines) if line.split()[:1] == ["end"]]
     (tmp_path / "input.data").write_text("".join(lines[: ends[1] + 1]))  # two structures
-    (tmp_path / "input.nn").write_text((WATER / "input.nn").read_text())
+    (tmp_path / "input.nn").write_text((water / "input.nn").read_text())
     acsf = acsf_from_input_nn(str(tmp_path / "input.nn"))
     assert _compare(acsf, tmp_path, dumper, derivatives=True) > 100
 
