@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 #: The largest cutoff radius accepted (Å): beyond it a "cutoff" is a unit mistake.
 MAX_R_CUT = 50.0
 
+#: The lenient warnings this process has logged: each once, though a potential's set is
+#: built again on every load (spec, descriptor set, deployed model).
+_warned: set[str] = set()
+
 
 def refuse_far_cutoff(what: str, value: float, units: str) -> None:
     """Raise :class:`DescriptorError` (a ValueError, so a spec validator may raise it) for
@@ -86,7 +90,9 @@ def feature_spec(
     if outside and not lenient:
         raise DescriptorError(outside[0][0])
     for _, text in outside:
-        log.warning("%s: accepted, as n2p2 accepts it", text)
+        if text not in _warned:
+            _warned.add(text)
+            log.warning("%s: accepted, as n2p2 accepts it", text)
     return {
         "type": int(type_),
         "center": center,

@@ -49,6 +49,25 @@ def test_the_spec_refuses_before_the_run() -> None:
         ACSFSpec(elements=["H"], narrow=[(0.1, 1.0, 0.3, 0.0)]).build()
 
 
+@pytest.fixture(autouse=True)
+def _warnings_not_yet_given() -> None:
+    """Each test sees the lenient warnings as a fresh process would (they are logged once)."""
+    from dparallel.descriptors import acsf_functions
+
+    acsf_functions._warned.clear()
+
+
+def test_an_accepted_n2p2_parameter_is_warned_once_per_process(caplog) -> None:
+    """The same set built again (every load of a potential builds it 2-3 times) repeated
+    each warning as often."""
+    spec = ACSF.uniform(["H"], 6.0, narrow=[(0.1, 1.0, 1.0, 0.0)]).to_dict()
+    spec["features"]["H"][0]["eta"] = -0.1
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            ACSF.from_dict(spec)
+    assert len([r for r in caplog.records if "accepted, as n2p2" in r.getMessage()]) == 1
+
+
 def test_n2p2_parameters_are_warned_in_words_that_agree(caplog) -> None:
     """A stored spec or input.nn (lenient) keeps eta < 0 and lambda other than ±1, saying so."""
     strict = ACSF.uniform(["H"], 6.0, narrow=[(0.1, 1.0, 1.0, 0.0)])
