@@ -20,7 +20,7 @@ from dparallel.descriptors._acsf_backends import (
 )
 from dparallel.descriptors.acsf_functions import feature_spec, n2p2_sort_key, refuse_duplicates
 from dparallel.descriptors.results import DescriptorResult, PairDerivatives
-from dparallel.descriptors.species import as_batch, species_index
+from dparallel.descriptors.species import as_batch, compute_dtype, species_index
 from dparallel.errors import DescriptorError
 from dparallel.neighbors import Neighbors, in_centre_order, neighbor_list, refuse_coincident
 
@@ -268,11 +268,7 @@ class ACSF:
         dict
             element → :class:`DescriptorResult`; elements absent from the batch get 0 rows.
         """
-        import torch  # here, not at module level: the driver reads specs without torch
-
-        dtype = torch.float64 if dtype is None else dtype
-        if dtype not in (torch.float32, torch.float64):
-            raise DescriptorError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        dtype = compute_dtype(dtype)
         batch = as_batch(structures)
         chosen = resolve_backend(backend, _needs_grad(positions))
         neighbors = (

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from dparallel.descriptors.acsf_functions import MAX_R_CUT
 from dparallel.descriptors.results import DescriptorResult, PairDerivatives
-from dparallel.descriptors.species import as_batch, species_index
+from dparallel.descriptors.species import as_batch, compute_dtype, species_index
 from dparallel.errors import DescriptorError
 from dparallel.kernels import envsum
 from dparallel.neighbors import neighbor_list, refuse_coincident
@@ -192,6 +192,7 @@ class NeighborSum(torch.nn.Module):
         ``neighbors``: the batch's full pair list, ``(pair_first, pair_second, vectors)`` or
         a :class:`~dparallel.neighbors.Neighbors` (default: computed with ``r_cut``);
         ``dtype``: float64 or float32."""
+        dtype = compute_dtype(dtype)
         batch = as_batch(structures)
         species = species_index(batch, self.elements)
         if neighbors is None:

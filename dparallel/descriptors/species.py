@@ -1,4 +1,5 @@
-"""A descriptor's input as a batch, and each atom's index into its element list."""
+"""A descriptor's input as a batch, each atom's index into its element list, and the
+floating dtype of its results."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dparallel.errors import UnknownElementError
+from dparallel.errors import DescriptorError, UnknownElementError
 from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["as_batch", "species_index"]
+__all__ = ["as_batch", "compute_dtype", "species_index"]
 
 
 def species_index(
@@ -48,3 +49,14 @@ def as_batch(structures: Any) -> StructureBatch:
     if isinstance(structures, ase.Atoms):
         structures = [structures]
     return StructureBatch.from_ase(structures)
+
+
+def compute_dtype(dtype: Any) -> Any:
+    """The torch dtype of a descriptor's ``compute``: ``torch.float32`` or ``torch.float64``
+    (``None``: float64); any other (float16, an integer type, …) is a :class:`DescriptorError`."""
+    import torch  # here: a spec is read without torch
+
+    dtype = torch.float64 if dtype is None else dtype
+    if dtype not in (torch.float32, torch.float64):
+        raise DescriptorError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    return dtype

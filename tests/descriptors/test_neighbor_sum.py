@@ -233,6 +233,51 @@ def test_errors_name_the_problem() -> None:
         NeighborSum.from_dict({"type": "acsf"})
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float16, torch.bfloat16, torch.complex64])
+def test_compute_refuses_a_dtype_other_than_float32_or_float64(dtype: torch.dtype) -> None:
+    """As ACSF.compute: one DescriptorError, not torch's or numpy's error from deep inside
+    (an integer dtype used to truncate the pair vectors first)."""
+    desc = NeighborSum(["H", "O"], r_cut=4.0, n_sensitivities=3)
+    with pytest.raises(DescriptorError, match=r"dtype must be torch\.float32 or torch\.float64"):
+        desc.compute(WATER, derivatives=True, dtype=dtype)
+
+
+def test_float32_stays_float32_and_matches_hippynn(rng: np.random.Generator) -> None:
+    """float32 values and dG/dr (no upcast) equal hippynn's float32 sensitivities summed by
+    its envsum, and autograd through them in float64, to float32 rounding."""
+    sens = pytest.importorskip("hippynn.layers.hiplayers.sensitivity")
+    env_pytorch = pytest.importorskip("hippynn.custom_kernels.env_pytorch")
+    atoms = _periodic(rng)
+    desc = NeighborSum(["H", "C", "O"], r_cut=4.0, n_sensitivities=5, r_min=0.8)
+    module = sens.InverseSensitivityModule(5, 0.8, 4.0, 4.0)  # float32, its own μ and σ
+    pf, ps, vec = _ase_pairs(atoms, 4.0)
+    res = desc.compute(atoms, derivatives=True, neighbors=(pf, ps, vec), dtype=torch.float32)
+    species = torch.as_tensor([desc.elements.index(s) for s in atoms.get_chemical_symbols()])
+    v = torch.as_tensor(vec, dtype=torch.float32)
+    onehot = torch.nn.functional.one_hot(species, 3).float()
+    sense = module(v.norm(dim=1), warn_low_distances=False)
+    env = env_pytorch.envsum(sense, onehot, torch.as_tensor(pf), torch.as_tensor(ps))
+    theirs = env.reshape(len(atoms), -1)
+    v64 = torch.as_tensor(vec).requires_grad_()
+    jac = torch.autograd.functional.jacobian(
+        lambda x: desc(species, torch.as_tensor(pf), torch.as_tensor(ps), x), v64
+    )  # (N, F, P, 3) float64
+    sp = species.numpy()
+    for center, e in res.items():
+        assert e.values.dtype == torch.float32
+        torch.testing.assert_close(e.values, theirs[e.atom_index], rtol=1e-5, atol=1e-6)
+        for neighbor, block in e.pairs.items():
+            assert block.dG_dr.dtype == torch.float32 and block.vectors.dtype == torch.float32
+            rows = np.flatnonzero(  # ASE's pairs are all inside r_cut, kept in their order
+                (sp[pf] == desc.elements.index(center)) & (sp[ps] == desc.elements.index(neighbor))
+            )
+            np.testing.assert_array_equal(block.pair_second, ps[rows])
+            expected = jac[pf[rows], :, rows][:, block.feature_index]  # (P_ef, F_ef, 3)
+            torch.testing.assert_close(
+                block.dG_dr, expected, rtol=1e-4, atol=1e-6, check_dtype=False
+            )
+
+
 def test_batch_of_structures_equals_one_by_one(rng: np.random.Generator) -> None:
     from dparallel.types import StructureBatch
 
