@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from tqdm import tqdm
 
 from dparallel.dashboard.state import Finished, Throughput, throughput
+from dparallel.descriptors.registry import descriptor_kind
 
 if TYPE_CHECKING:
     import os
@@ -215,9 +216,11 @@ def closing_lines(
     model: str | os.PathLike[str] | None = None,
     data: str | os.PathLike[str] | None = None,
     exported: bool = False,
+    descriptor: str | None = None,
 ) -> list[str]:
     """The closing lines of ``run``, ``featurize`` and ``train``: ``done in …`` and the
-    commands a user would run next, one per line."""
+    commands a user would run next, one per line (the n2p2 export only for a model whose
+    ``descriptor`` type n2p2 can express)."""
     lines = [f"done in {seconds:.1f} s; next:"]
     if model is None and store is not None:
         lines.append(f"  dparallel info {_q(store)}")
@@ -228,7 +231,8 @@ def closing_lines(
             lines.append(f"  dparallel export {_q(model)}")
         # a file that exists (the data trained from), else a placeholder that says what
         lines.append(f"  dparallel evaluate {_q(model)} {_q(data) if data else 'STRUCTURES_FILE'}")
-        lines.append(f"  dparallel export {_q(model)} --format n2p2 -o n2p2-potential/")
+        if descriptor is None or descriptor_kind(descriptor).n2p2:
+            lines.append(f"  dparallel export {_q(model)} --format n2p2 -o n2p2-potential/")
         lines.append(
             "  in Python (ASE): from dparallel.ase import Calculator; "
             f"atoms.calc = Calculator({str(model)!r})"

@@ -153,7 +153,10 @@ def run(args: argparse.Namespace) -> int:
         f"{len(result.history)} epochs run)"
     )
     source = _source_file(args.store)
-    print("\n".join(closing_lines(result.seconds, model=result.model_dir, data=source)))
+    closing = closing_lines(
+        result.seconds, model=result.model_dir, data=source, descriptor=spec.descriptor
+    )
+    print("\n".join(closing))
     return 0
 
 

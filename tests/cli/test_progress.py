@@ -119,3 +119,23 @@ def test_real_featurize_run_terminal_matches_dashboard(tmp_path) -> None:
     # they differ only by message latency, small against the run's seconds.
     assert mine.structures_per_second == pytest.approx(board["structures_per_second"], rel=0.2)
     assert mine.atoms_per_second == pytest.approx(board["atoms_per_second"], rel=0.2)
+
+
+@pytest.mark.parametrize("kind", ["acsf", "neighbor_sum"])
+def test_closing_lines_suggest_the_n2p2_export_only_where_it_runs(kind: str, tmp_path) -> None:  # noqa: ANN001
+    """`train`'s next steps name `export --format n2p2` exactly when that export succeeds
+    for a model of this descriptor type (a neighbor-sum model is refused by it)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
+    from _deploy_models import hco_acsf, hco_neighbor_sum, write_model_dir
+
+    from dparallel.cli._progress import closing_lines
+    from dparallel.cli.main import main
+
+    descriptor = hco_acsf() if kind == "acsf" else hco_neighbor_sum()
+    model = write_model_dir(tmp_path / "model", descriptor)
+    exported = main(["export", str(model), "--format", "n2p2", "-o", str(tmp_path / "n2p2")])
+    lines = closing_lines(1.0, model=model, data="data.extxyz", descriptor=kind)
+    assert any("--format n2p2" in line for line in lines) == (exported == 0)
