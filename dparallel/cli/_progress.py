@@ -209,6 +209,17 @@ def _q(path: str | os.PathLike[str]) -> str:
     return shlex.quote(str(path))
 
 
+def _train_flags(descriptors: Any) -> list[str]:
+    """``train`` options a store of ``descriptors`` needs: the type when it holds one only
+    (the default, ACSF, may be absent), and computed descriptors for force training when it
+    has no dG/dr."""
+    if descriptors is None:
+        return []
+    names = list(descriptors.descriptors())
+    flags = [f" --set descriptor={names[0]}"] if len(names) == 1 else []
+    return flags + ([] if descriptors.derivatives else [" --descriptor-source computed"])
+
+
 def closing_lines(
     seconds: float,
     *,
@@ -217,14 +228,17 @@ def closing_lines(
     data: str | os.PathLike[str] | None = None,
     exported: bool = False,
     descriptor: str | None = None,
+    descriptors: Any = None,
 ) -> list[str]:
     """The closing lines of ``run``, ``featurize`` and ``train``: ``done in …`` and the
     commands a user would run next, one per line (the n2p2 export only for a model whose
-    ``descriptor`` type n2p2 can express)."""
+    ``descriptor`` type n2p2 can express; the train command with what the ``store``'s
+    ``descriptors``, a :class:`~dparallel.descriptors.DescriptorSet`, need)."""
     lines = [f"done in {seconds:.1f} s; next:"]
     if model is None and store is not None:
         lines.append(f"  dparallel info {_q(store)}")
-        lines.append(f"  dparallel train {_q(store)} -o model/ --set epochs=100")
+        train = f"  dparallel train {_q(store)} -o model/"
+        lines.append(train + "".join(_train_flags(descriptors)) + " --set epochs=100")
         return lines
     if model is not None:
         if not exported:

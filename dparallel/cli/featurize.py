@@ -155,5 +155,6 @@ def run(args: argparse.Namespace) -> int:
     if args.scaling_data:
         write_scaling_data(store, args.scaling_data, statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)
-    print("\n".join(closing_lines(result.seconds, store=str(store.target))))
+    closing = closing_lines(result.seconds, store=str(store.target), descriptors=descriptors)
+    print("\n".join(closing))
     return 0

@@ -139,3 +139,31 @@ def test_closing_lines_suggest_the_n2p2_export_only_where_it_runs(kind: str, tmp
     exported = main(["export", str(model), "--format", "n2p2", "-o", str(tmp_path / "n2p2")])
     lines = closing_lines(1.0, model=model, data="data.extxyz", descriptor=kind)
     assert any("--format n2p2" in line for line in lines) == (exported == 0)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("derivatives", [True, False])
+def test_the_suggested_train_command_trains_a_neighbor_sum_store(
+    derivatives: bool, tmp_path, monkeypatch
+) -> None:  # noqa: ANN001
+    """`featurize`'s next step for a store of neighbor sums alone (the train default is ACSF),
+    with or without dG/dr, is a `dparallel train` command that trains on it (forces on)."""
+    import shlex
+
+    from dparallel.cli._progress import closing_lines
+    from dparallel.cli.main import main
+    from dparallel.datasets import write_emt_cu
+    from dparallel.descriptors import NeighborSum
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+    monkeypatch.chdir(tmp_path)
+    descriptors = DescriptorSet(
+        neighbor_sum=NeighborSum(["Cu"], r_cut=4.0, n_sensitivities=4), derivatives=derivatives
+    )
+    data = write_emt_cu(tmp_path / "cu.xyz", 6, seed=1)
+    featurize_in_process(data, "s.zarr", descriptors, FeaturizeOptions(overwrite=True))
+    lines = closing_lines(1.0, store="s.zarr", descriptors=descriptors)
+    (train,) = [shlex.split(line) for line in lines if line.split()[:2] == ["dparallel", "train"]]
+    args = [*train[1:], "--set", "epochs=1", "--set", "batch_size=2", "-q"]
+    assert main(args) == 0, args
