@@ -49,16 +49,20 @@ def test_values_by_hand_on_water(kind: str) -> None:
     np.testing.assert_array_equal(res["H"].atom_index, [1, 2])
 
 
-def test_inverse_sensitivities_match_hippynn() -> None:
+@pytest.mark.parametrize("module", ["InverseSensitivityModule", "GaussianSensitivityModule"])
+def test_inverse_sensitivities_match_hippynn(module: str) -> None:
+    """hippynn's (n_dist, min_dist_soft, max_dist_soft, hard_max_dist) are (n_sensitivities,
+    r_min, r_max, r_cut); its GaussianSensitivityModule is the same inverse-distance formula
+    (docs/kernels.md), so both are kind="inverse"; r at the hard cutoff included."""
     sens = pytest.importorskip("hippynn.layers.hiplayers.sensitivity")
     desc = NeighborSum(["H"], r_cut=6.5, n_sensitivities=12, r_min=0.85, r_max=5.0)
-    theirs = sens.InverseSensitivityModule(12, 0.85, 5.0, 6.5).double()
+    theirs = getattr(sens, module)(12, 0.85, 5.0, 6.5).double()
     # same initial centres and widths (hippynn builds them in float32)
     torch.testing.assert_close(theirs.mu[0], desc.mu, rtol=1e-6, atol=0)
     assert theirs.sigma[0, 0].item() == pytest.approx(desc.sigma)
     theirs.mu.data = desc.mu.unsqueeze(0).clone()
     theirs.sigma.data.fill_(desc.sigma)
-    r = torch.linspace(0.9, 7.0, 200, dtype=torch.float64)
+    r = torch.cat([torch.linspace(0.9, 7.0, 200, dtype=torch.float64), torch.tensor([6.5])])
     with torch.no_grad():
         expected = theirs(r, warn_low_distances=False)
     ours, _ = desc.sensitivities(r)
