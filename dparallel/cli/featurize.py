@@ -23,6 +23,7 @@ from dparallel.cli._progress import (
     refuse_all_skipped,
     store_line,
 )
+from dparallel.errors import ConfigError
 
 if TYPE_CHECKING:
     import argparse
@@ -128,6 +129,12 @@ def run(args: argparse.Namespace) -> int:
         descriptors = load_descriptors(
             args.descriptors or args.workflow, section=section, data_units=args.units
         )
+        if args.scaling_data and descriptors.acsf is None:  # before any work, not after it
+            raise ConfigError(
+                f"--scaling-data writes n2p2's scaling.data of the ACSF features, and "
+                f"{args.descriptors or args.workflow} has no acsf section (it has "
+                f"{', '.join(descriptors.descriptors())}): drop --scaling-data or add acsf"
+            )
     except BaseException:
         discard_connection(connecting)
         raise

@@ -87,3 +87,28 @@ def test_a_foreign_target_is_refused_before_a_cluster_starts(
     assert len(err.splitlines()) == 1 and "not a dparallel store" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cu.extxyz", "d.yaml", "mine"]
     assert (mine / "notes.txt").read_text() == "the user's"
+
+
+def test_scaling_data_without_acsf_is_refused_before_featurizing(
+    tmp_path, monkeypatch, capsys
+) -> None:  # noqa: ANN001
+    """``--scaling-data`` (n2p2's scaling.data of the ACSF features) with neighbor sums alone
+    was refused only after the whole store was computed ('has no acsf statistics')."""
+    import dparallel.cli.featurize as cli_featurize
+    import dparallel.workflow.featurize as workflow_featurize
+    from dparallel.cli.main import main
+    from dparallel.datasets import write_emt_cu
+
+    def never(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("featurized before refusing")
+
+    monkeypatch.setattr(cli_featurize, "connect_early", lambda args: None)
+    monkeypatch.setattr(workflow_featurize, "featurize", never)
+    data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=2, seed=1)
+    desc = tmp_path / "ns.yaml"
+    desc.write_text("neighbor_sum: {elements: [Cu], r_cut: 4.0}\n")
+    argv = ["featurize", str(data), "-o", str(tmp_path / "s.zarr"), "--descriptors", str(desc)]
+    assert main([*argv, "--scaling-data", str(tmp_path / "s.data"), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "has no acsf section" in err, err
+    assert not (tmp_path / "s.zarr").exists() and not (tmp_path / "s.data").exists()
