@@ -210,13 +210,17 @@ def _q(path: str | os.PathLike[str]) -> str:
 
 
 def _train_flags(descriptors: Any) -> list[str]:
-    """``train`` options a store of ``descriptors`` needs: the type when it holds one only
-    (the default, ACSF, may be absent), and computed descriptors for force training when it
+    """``train`` options a store of ``descriptors`` needs: the type when it holds one only,
+    not train's default (which is then absent), and computed descriptors for force training when it
     has no dG/dr."""
     if descriptors is None:
         return []
+    from dparallel.train.spec import TrainingSpec
+
     names = list(descriptors.descriptors())
-    flags = [f" --set descriptor={names[0]}"] if len(names) == 1 else []
+    default = TrainingSpec.model_fields["descriptor"].default
+    one = len(names) == 1 and names[0] != default
+    flags = [f" --set descriptor={names[0]}"] if one else []
     return flags + ([] if descriptors.derivatives else [" --descriptor-source computed"])
 
 

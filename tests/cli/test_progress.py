@@ -167,3 +167,16 @@ def test_the_suggested_train_command_trains_a_neighbor_sum_store(
     (train,) = [shlex.split(line) for line in lines if line.split()[:2] == ["dparallel", "train"]]
     args = [*train[1:], "--set", "epochs=1", "--set", "batch_size=2", "-q"]
     assert main(args) == 0, args
+
+
+def test_the_suggested_train_command_names_no_type_train_takes_by_default() -> None:
+    """An ACSF store with dG/dr trains with train's defaults: its line adds no option."""
+    from dparallel.cli._progress import closing_lines
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+
+    acsf = ACSF.uniform(["Cu"], 4.0, radial=[(0.1, 0.0)])
+    lines = closing_lines(
+        1.0, store="s.zarr", descriptors=DescriptorSet(acsf=acsf, derivatives=True)
+    )
+    assert "  dparallel train s.zarr -o model/ --set epochs=100" in lines
