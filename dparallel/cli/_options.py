@@ -286,9 +286,12 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
     return {"cluster": spec, **remote}
 
 
-def add_label_arguments(parser: argparse.ArgumentParser, workflow: str = "") -> None:
+def add_label_arguments(
+    parser: argparse.ArgumentParser, workflow: str = "", first: str = ""
+) -> None:
     """``--energy-key`` and ``--forces-key``: where a structure file keeps its labels
-    (``workflow``: where else the default comes from, e.g. a workflow's dataset)."""
+    (``workflow``: where else the default comes from, e.g. a workflow's dataset; ``first``:
+    where the default comes from before the built-in keys)."""
     for kind, place in (
         ("energy", "extxyz comment-line key (ASE info key)"),
         ("forces", "extxyz Properties column (ASE arrays key)"),
@@ -297,8 +300,8 @@ def add_label_arguments(parser: argparse.ArgumentParser, workflow: str = "") -> 
         parser.add_argument(
             f"--{kind}-key",
             metavar="KEY",
-            help=f"{place} of the reference {kind}, e.g. dft_{kind} (default: {kind}, else "
-            f"REF_{kind}{also})",
+            help=f"{place} of the reference {kind}, e.g. dft_{kind} (default: {first}{kind}, "
+            f"else REF_{kind}{also})",
         )
 
 

@@ -48,7 +48,7 @@ def add_parser(subparsers: Any) -> None:
         help="units of an n2p2 potential directory (default: those its input.nn declares, "
         "else those of DATA, --units)",
     )
-    add_label_arguments(p)
+    add_label_arguments(p, first="the key MODEL_DIR's training data was read with, else ")
     p.add_argument(
         "--batch",
         type=whole_number(1, "structure"),
@@ -80,6 +80,40 @@ def _data_units(model_dir: str, units: str | None) -> str:
     return units
 
 
+def _recorded_keys(
+    model_dir: str, data: str, format: str | None, given: dict[str, str | None]
+) -> dict[str, str]:
+    """The label keys DATA is read under that are not ``given``: those the model's
+    training data was read with (``data_units.json``), except in an n2p2 file (whose
+    labels have fixed places); ``{}``: the defaults."""
+    from dparallel.train.data_units import recorded_label_keys
+
+    recorded = {k: v for k, v in recorded_label_keys(model_dir).items() if given[k] is None}
+    if not recorded:
+        return {}
+    from dparallel.io import StructureSource
+
+    if StructureSource(data, format).format == "n2p2":
+        return {}
+    log.info("%s: labels read under %s, as %s's training data was", data, recorded, model_dir)
+    return recorded
+
+
+def _read(source: Any, a: int, b: int, recorded: dict[str, str], model_dir: str) -> Any:
+    """``source.read(a, b)``; a structure without a key taken from the model's record
+    is refused saying where that key came from."""
+    from dparallel.errors import InputFormatError
+
+    try:
+        return source.read(a, b)
+    except InputFormatError as exc:
+        taken = [f"{k} {v!r}" for k, v in recorded.items() if f"{k} {v!r}" in exc.reason]
+        if not taken:
+            raise
+        why = f"{exc.reason} ({taken[0]}: the key {model_dir}'s training data was read with)"
+        raise InputFormatError(why, path=exc.path, line=exc.line, frame=exc.frame) from None
+
+
 def evaluate_file(
     model_dir: str,
     data: str,
@@ -95,7 +129,8 @@ def evaluate_file(
     ``units=None``: the units of the data the model was trained from (``data_units.json``)
     or ``ase``. ``potential_units=None``: the units an n2p2 potential's ``input.nn``
     declares, else ``units``; a contradicting ``potential_units`` is a ``ConfigError``.
-    ``energy_key``, ``forces_key``: where DATA keeps its reference labels (as for ingest).
+    ``energy_key``, ``forces_key``: where DATA keeps its reference labels (as for ingest);
+    ``None``: the key the model's training data was read with, if one was given then.
     """
     import numpy as np
     import torch
@@ -122,11 +157,14 @@ def evaluate_file(
                 "dparallel model, whose units are its own (give DATA's with --units)"
             )
         model = load_deployed(model_dir)
+    given = {"energy_key": energy_key, "forces_key": forces_key}
+    recorded = _recorded_keys(model_dir, data, format, given)
+    energy_key, forces_key = (recorded.get(k, given[k]) for k in ("energy_key", "forces_key"))
     source = open_source(data, format, units=units, energy_key=energy_key, forces_key=forces_key)
     metrics = Metrics()
     n_s = 0
     for a in range(0, len(source), batch):
-        b = source.read(a, min(len(source), a + batch))
+        b = _read(source, a, min(len(source), a + batch), recorded, model_dir)
         try:
             out = model.predict(b, forces=True)
         except UnknownElementError as exc:  # its structure named in the file, not the batch

@@ -1,9 +1,11 @@
-"""Which units the data a model was trained from came in (``data_units.json``).
+"""Which units (and label keys) the data a model was trained from came in
+(``data_units.json``).
 
 A model works in Å and eV whatever its data, but evaluating it on another file of the same
-data needs that file's units: a model directory records the store's ``config.ingest.units``
-(:func:`~dparallel.train.train` writes it beside ``model.pt``) and ``dparallel evaluate``
-reads data in them unless told otherwise (with a warning).
+data needs that file's units and the keys of its labels: a model directory records the
+store's ``config.ingest.units`` and, where given, its ``energy_key``/``forces_key``
+(:func:`~dparallel.train.train` writes them beside ``model.pt``), and ``dparallel
+evaluate`` reads data with them unless told otherwise.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from dparallel.store import Store
 
 DATA_UNITS_JSON = "data_units.json"
+_LABEL_KEYS = ("energy_key", "forces_key")
 
 
 def store_data_units(store: Store) -> str | None:
@@ -33,21 +36,39 @@ def store_data_units(store: Store) -> str | None:
 
 def record_data_units(model_dir: str | os.PathLike[str], store: Store) -> None:
     """Write ``data_units.json`` in ``model_dir``: the units of the store's source file
-    (:func:`store_data_units`), if recorded, and the store's location. Written once, by
+    (:func:`store_data_units`), if recorded, the label keys it was read with where they
+    were given (``energy_key``, ``forces_key``) and the store's location. Written once, by
     :func:`~dparallel.train.train` (a store at a URL as a local one)."""
     units = store_data_units(store)
     if units is not None:
-        doc = {"data_units": units, "store": str(store.location)}
+        ingest = store.attrs["config"]["ingest"]
+        keys = {k: ingest[k] for k in _LABEL_KEYS if isinstance(ingest.get(k), str)}
+        doc = {"data_units": units, **keys, "store": str(store.location)}
         write_file(Path(model_dir) / DATA_UNITS_JSON, json.dumps(doc, indent=1) + "\n")
 
 
-def recorded_data_units(model_dir: str | os.PathLike[str]) -> str | None:
-    """The units recorded by :func:`record_data_units` (``model_dir`` or a file in it)."""
+def _recorded(model_dir: str | os.PathLike[str]) -> dict[str, object]:
+    """What :func:`record_data_units` wrote (``model_dir`` or a file in it); ``{}`` if
+    nothing readable."""
     path = Path(model_dir)
     if path.suffix == ".pt" or path.is_file():
         path = path.parent
     try:
-        units = json.loads((path / DATA_UNITS_JSON).read_text()).get("data_units")
-    except (OSError, ValueError, AttributeError):
-        return None
+        doc = json.loads((path / DATA_UNITS_JSON).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def recorded_data_units(model_dir: str | os.PathLike[str]) -> str | None:
+    """The units recorded by :func:`record_data_units` (``model_dir`` or a file in it)."""
+    units = _recorded(model_dir).get("data_units")
     return units if isinstance(units, str) else None
+
+
+def recorded_label_keys(model_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """The label keys recorded by :func:`record_data_units` (``{"energy_key": …,
+    "forces_key": …}``, those given when the training data was read; ``{}``: the
+    defaults)."""
+    doc = _recorded(model_dir)
+    return {k: v for k in _LABEL_KEYS if isinstance(v := doc.get(k), str)}
