@@ -238,11 +238,15 @@ class DeployedModel(nn.Module):
         )
 
     def save(
-        self, path: str | os.PathLike[str], trained: str | os.PathLike[str] | None = None
+        self,
+        path: str | os.PathLike[str],
+        trained: str | os.PathLike[str] | None = None,
+        dtype: torch.dtype | None = None,
     ) -> Path:
         """Write what :func:`load_deployed` needs (tensors and plain data only) to ``path``
         atomically (``MODEL_DIR/deployed.pt``); ``trained``: the ``model.pt`` it is made
-        from, whose digest it keeps (a later training is then noticed on load)."""
+        from, whose digest it keeps (a later training is then noticed on load); ``dtype``:
+        the one :func:`load_deployed` uses by default (``None``: this model's)."""
         doc: dict[str, Any] = {
             "format": "dparallel-deployed",
             "version": 2,
@@ -250,7 +254,7 @@ class DeployedModel(nn.Module):
             "descriptor": json.dumps(self.descriptor.to_dict()),
             "model_config": json.dumps(self.model.config()),
             "state_dict": self.model.state_dict(),
-            "dtype": str(self.dtype).removeprefix("torch."),
+            "dtype": str(dtype or self.dtype).removeprefix("torch."),
         }
         if trained is not None and Path(trained).is_file():
             doc["model_sha256"] = model_sha256(Path(trained))

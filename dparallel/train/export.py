@@ -18,6 +18,7 @@ model that this export does not write again is removed after the new ones are in
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from dataclasses import dataclass
@@ -48,6 +49,9 @@ class ExportJob:
     """One :func:`export_model` call: its model, folder, options and the report steps add to."""
 
     deployed: DeployedModel
+    #: the model as trained, in float64 (``deployed`` itself unless ``--float32``): what
+    #: ``deployed.pt`` and ``lammps.model`` keep, so a float32 export rounds no weight there
+    exact: DeployedModel
     model_dir: Path
     artifacts: bool
     aoti: bool
@@ -55,8 +59,11 @@ class ExportJob:
 
 
 def _write_deployed(job: ExportJob) -> None:
-    """``deployed.pt``: what the calculator and ``evaluate`` load."""
-    job.deployed.save(job.model_dir / DEPLOYED, trained=job.model_dir / "model.pt")
+    """``deployed.pt``: what the calculator and ``evaluate`` load (the exact weights; the
+    export's dtype recorded as the default they are loaded in)."""
+    job.exact.save(
+        job.model_dir / DEPLOYED, trained=job.model_dir / "model.pt", dtype=job.deployed.dtype
+    )
     job.report["files"].append(DEPLOYED)
 
 
@@ -64,7 +71,7 @@ def _write_lammps_model(job: ExportJob) -> None:
     """``lammps.model`` for ``pair_style dparallel``; for a model it cannot run, the reason."""
     from dparallel.deploy.lammps_model import write_lammps_model
 
-    why = write_lammps_model(job.deployed.descriptor, job.deployed.model, job.model_dir)
+    why = write_lammps_model(job.exact.descriptor, job.exact.model, job.model_dir)
     job.report["files"].append("lammps.model")
     if why is not None:
         job.report["lammps"] = f"unsupported: {why}"
@@ -148,7 +155,11 @@ def export_model(
         descriptor = kind.from_dict(data["descriptor"])
     except DescriptorError as exc:
         raise TrainingError(f"{model_dir}/model.pt: {exc}") from None
-    deployed = DeployedModel(descriptor, model, dtype)
+    exact = DeployedModel(descriptor, model, torch.float64)
+    if dtype == torch.float64:
+        deployed = exact
+    else:  # its own copy: converting a module changes it in place
+        deployed = DeployedModel(descriptor, copy.deepcopy(model), dtype)
     report: dict[str, Any] = {
         "descriptor": kind.name,
         "elements": list(model.elements),
@@ -157,7 +168,7 @@ def export_model(
         "model_sha256": model_sha256(model_dir / "model.pt"),
         "files": [],
     }
-    job = ExportJob(deployed, model_dir, artifacts, aoti, report)
+    job = ExportJob(deployed, exact, model_dir, artifacts, aoti, report)
     for step in EXPORT_STEPS:
         step(job)
     # last: every file it lists is in place (and on disk) before it

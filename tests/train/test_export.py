@@ -49,3 +49,45 @@ def test_an_n2p2_directory_without_scaling_data_is_named_as_such(
     assert main(["export", str(d)]) == 2
     err = capsys.readouterr().err
     assert "scaling" in err and str(d / "scaling.data") in err and "dparallel train" not in err
+
+
+def test_a_float32_export_keeps_the_trained_weights_in_deployed_pt_and_lammps_model(
+    tmp_path: Path,
+) -> None:
+    """``--float32`` is the precision the files are run in by default, not a rounding of
+    the weights: deployed.pt read in float64 (``Calculator``'s default) and lammps.model
+    (LAMMPS computes in double) give the trained model's numbers, bit for bit."""
+    import shutil
+
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
+    from _deploy_models import hco_acsf, structures, write_model_dir
+
+    from dparallel.deploy import DeployedModel, load_deployed
+    from dparallel.nn import load_model
+    from dparallel.train.export import export_model
+    from dparallel.types import StructureBatch
+
+    write_model_dir(tmp_path / "m32", hco_acsf())
+    shutil.copytree(tmp_path / "m32", tmp_path / "m64")
+    export_model(tmp_path / "m64", artifacts=False)
+    report = export_model(tmp_path / "m32", dtype=torch.float32, artifacts=False)
+    assert report["dtype"] == "float32"
+    lammps = [(tmp_path / m / "lammps.model").read_text() for m in ("m32", "m64")]
+    assert lammps[0] == lammps[1]
+
+    batch = StructureBatch.from_ase(list(structures().values()))
+    trained, _ = load_model(tmp_path / "m32")  # the training-time model, float64
+    want = DeployedModel(hco_acsf(), trained).predict(batch)
+    got = load_deployed(tmp_path / "m32", dtype=torch.float64).predict(batch)
+    for key in ("energy", "forces", "energies"):
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    single = load_deployed(tmp_path / "m32")  # the export's dtype by default
+    assert single.dtype == torch.float32
+    got = single.predict(batch)
+    np.testing.assert_allclose(got["energy"], want["energy"], rtol=1e-6)
+    np.testing.assert_allclose(
+        got["forces"], want["forces"], atol=1e-5 * np.abs(want["forces"]).max()
+    )
