@@ -30,11 +30,14 @@ def species_index(
     bad = (nums < 0) | (nums > 118)
     idx = np.where(bad, -1, lut[np.clip(nums, 0, 118)])
     if np.any(idx < 0):
+        from ase.data import chemical_symbols
+
         row = int(np.nonzero(idx < 0)[0][0])
-        s = int(np.searchsorted(batch.offsets, row, side="right") - 1)
+        s, number = int(np.searchsorted(batch.offsets, row, side="right") - 1), int(nums[row])
+        symbol = f" ({chemical_symbols[number]})" if 0 < number <= 118 else ""
         raise UnknownElementError(
             s,
-            f"atom {row - int(batch.offsets[s])}: atomic number {int(nums[row])} is not "
+            f"atom {row - int(batch.offsets[s])}: atomic number {number}{symbol} is not "
             f"among {what} {list(elements)}",
         )
     return idx

@@ -124,3 +124,16 @@ def test_units_other_than_angstrom_ev_are_refused_for_a_dparallel_model(model_di
     for units in ("ase", "angstrom-ev"):
         atoms.calc = Calculator(model_dir, units=units)
         assert atoms.get_potential_energy() == reference
+
+
+def test_an_element_the_model_does_not_know_is_refused_by_symbol(model_dir) -> None:  # noqa: ANN001
+    from ase.data import chemical_symbols
+
+    from dparallel.errors import UnknownElementError
+
+    atoms = _periodic()
+    atoms.numbers[2] = 29  # the model knows H, C, O
+    atoms.calc = Calculator(model_dir)
+    message = f"atom 2: atomic number 29 ({chemical_symbols[29]}) is not among"
+    with pytest.raises(UnknownElementError, match=re.escape(message)):
+        atoms.get_potential_energy()
