@@ -205,6 +205,7 @@ class Calculator(_calc.Calculator):
             # not the base class's unconditional copy: get_property has just refreshed
             # self.atoms, a second copy is a noticeable cost per MD step (docs/deploy.md)
             self._remember(atoms)
+            self.results = {}  # a direct call on changed atoms: no result of the old ones
         assert self.atoms is not None
         want_stress = "stress" in properties
         if want_stress and not all(self.atoms.pbc):

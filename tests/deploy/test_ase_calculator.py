@@ -223,3 +223,31 @@ def test_forces_and_stress_equal_finite_differences_of_the_energy(kind, tmp_path
         moved.calc = calc
         assert moved.get_potential_energy() == pytest.approx(e0, rel=0, abs=1e-9), name
         np.testing.assert_allclose(moved.get_forces(), forces[::-1] @ rot.T, rtol=0, atol=1e-12)
+
+
+def test_calculate_on_changed_atoms_keeps_no_result_of_the_old_ones(tmp_path) -> None:  # noqa: ANN001
+    """``calc.calculate(atoms, ["energy"])`` called directly (as ASE's own code and users
+    do) after the atoms changed: a stress of the old atoms must not be returned for them."""
+    model_dir = write_model_dir(tmp_path, hco_acsf())
+    export_model(model_dir, artifacts=False)
+    calc = Calculator(model_dir)
+    atoms = next(_trajectory()).copy()
+    calc.calculate(atoms, ["stress"])
+    atoms.positions[2] += [0.1, -0.05, 0.02]
+    atoms.set_cell(atoms.cell.array @ np.diag([1.03, 0.99, 1.01]), scale_atoms=True)
+    calc.calculate(atoms, ["energy"])
+    fresh = Calculator(model_dir, skin=0)
+
+    def energy(strain: np.ndarray) -> float:
+        strained = atoms.copy()
+        strained.set_cell(atoms.cell.array @ strain, scale_atoms=True)
+        return fresh.get_potential_energy(strained)
+
+    eps, strain_fd = 1e-6, np.zeros((3, 3))
+    for i, j in np.ndindex(3, 3):
+        step = np.zeros((3, 3))
+        step[i, j] = eps
+        strain_fd[i, j] = (energy(np.eye(3) + step) - energy(np.eye(3) - step)) / (2 * eps)
+    strain_fd /= atoms.get_volume()
+    atoms.calc = calc
+    np.testing.assert_allclose(atoms.get_stress(voigt=False), strain_fd, rtol=0, atol=3e-7)
