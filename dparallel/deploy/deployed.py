@@ -269,6 +269,20 @@ def model_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def still_training(folder: Path, missing: str) -> str | None:
+    """Why ``folder`` lacks ``missing`` while a run trains into it (it holds the folder's
+    lease), and what to do; ``None`` when no run does."""
+    from dparallel.store import lease_holder
+
+    holder = lease_holder(folder)
+    if holder is None:
+        return None
+    return (
+        f"{folder} holds no {missing} yet: it is being trained by {holder}; run "
+        f"`dparallel export {folder}` when that run has ended"
+    )
+
+
 def _no_deployed(given: Path) -> str:
     """Why ``given`` (a model directory or its ``deployed.pt``) has no deployed model to
     load, and what to do."""
@@ -285,6 +299,9 @@ def _no_deployed(given: Path) -> str:
             "dparallel.n2p2.load_potential, or give the folder to dparallel.ase.Calculator or "
             "`dparallel evaluate`"
         )
+    running = still_training(folder, DEPLOYED)
+    if running is not None:
+        return running
     if (folder / "checkpoint.pt").is_file():  # a training killed before its end
         return (
             f"{folder} holds no {DEPLOYED}: its training stopped before the end; finish it "

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dparallel.store._create import StoreStatus
 from dparallel.store._identity import current_identity, store_identity
-from dparallel.store._lease import StoreLease, held_lease, lease_path
+from dparallel.store._lease import StoreLease, held_lease, lease_holder, lease_path
 from dparallel.store._objects import require_conditional_writes as check_writable
 from dparallel.store._safety import check_replaceable, is_dparallel_store
 from dparallel.store._store import FORMAT_VERSION, SOURCE_IDENTITY_KEYS, Store
@@ -53,6 +53,7 @@ __all__ = [
     "derived_partition_atoms",
     "held_lease",
     "is_dparallel_store",
+    "lease_holder",
     "lease_path",
     "open_store",
     "plan_partitions",

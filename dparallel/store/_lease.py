@@ -73,6 +73,15 @@ def held_lease(store: str | os.PathLike[str] | Location) -> StoreLease | None:
         return _HELD.get(key)
 
 
+def lease_holder(folder: str | os.PathLike[str]) -> str | None:
+    """Who holds the lease of the local ``folder`` now (a store, a model directory), as a
+    refused run names it; ``None`` when no run does (no lock file, or a stale one)."""
+    lease = StoreLease(folder)
+    holder = lease._read()
+    now = time.time()
+    return None if holder is None or lease._stale(holder, now) else _describe(holder, now)
+
+
 def _object_key(store: Location) -> Location:
     return lease_object(store)
 

@@ -30,7 +30,7 @@ import torch
 from dparallel._files import remove_file, strict_json, write_file
 from dparallel.deploy import DEPLOYED, DeployedModel, export_atomic_energies
 from dparallel.deploy.artifacts import ARTIFACTS, RouteReport, reason, write_artifacts
-from dparallel.deploy.deployed import model_sha256
+from dparallel.deploy.deployed import model_sha256, still_training
 from dparallel.descriptors.registry import recorded_kind
 from dparallel.errors import DescriptorError, TrainingError
 from dparallel.nn import file_not_model_dir, load_model
@@ -145,6 +145,8 @@ def export_model(
     model_dir = Path(model_dir)
     if model_dir.exists() and not model_dir.is_dir():  # its model.pt, a structure file
         raise TrainingError(file_not_model_dir(model_dir))
+    if not (model_dir / "model.pt").is_file() and (why := still_training(model_dir, "model.pt")):
+        raise TrainingError(why)
     # the completion record goes first: an export killed from here on leaves none
     remove_file(model_dir / EXPORT_REPORT)
     model, data = load_model(model_dir)

@@ -72,3 +72,26 @@ def test_an_n2p2_potential_without_scaling_data_is_named_as_one(tmp_path, monkey
         "pot/scaling.data is missing: pot holds an n2p2 input.nn, and an n2p2 potential needs "
         "input.nn, scaling.data and weights.XXX.data"
     )
+
+
+def test_a_folder_still_being_trained_is_not_told_to_resume(tmp_path, monkeypatch, capsys):
+    """While a run trains into the folder (it holds its lease, as ``train`` does), neither
+    evaluate / the Calculator nor export says the training stopped: --resume would be
+    refused as the folder is busy."""
+    from dparallel.cli.main import main
+    from dparallel.store import StoreLease
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "checkpoint.pt").write_bytes(b"")
+    with StoreLease(tmp_path / "model", command="dparallel train"):
+        with pytest.raises(TrainingError) as refused:
+            load_deployed("model")
+        assert main(["export", "model"]) == 2
+    said = [str(refused.value), capsys.readouterr().err]
+    for text in said:
+        assert "holds no " in text and "yet: it is being trained by dparallel train (pid" in text
+        assert "when that run has ended" in text and "--resume" not in text
+    assert len(said[1].strip().splitlines()) == 1
+    with pytest.raises(TrainingError, match="stopped before the end"):  # the run has ended
+        load_deployed("model")
