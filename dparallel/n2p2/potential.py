@@ -498,7 +498,8 @@ def export_model_dir(
     if kind is None or not kind.n2p2 or not data.get("descriptor"):
         raise ConfigError(
             f"{model_dir}: n2p2 potentials use ACSF descriptors; this model uses "
-            f"{data.get('descriptor_kind')!r}"
+            f"{data.get('descriptor_kind')!r}: run it through `dparallel export {model_dir}` "
+            "(dparallel.ase.Calculator, the plain-torch files), or train with ACSF for n2p2"
         )
     out = Path(out_dir) if out_dir is not None else Path(model_dir) / "n2p2"
     model_file = Path(model_dir) / "model.pt" if Path(model_dir).is_dir() else Path(model_dir)

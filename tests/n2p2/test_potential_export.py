@@ -233,7 +233,9 @@ def test_cli_export_n2p2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     spec = TrainingSpec(descriptor="neighbor_sum")
     torch.save(model_file(model, spec, None), model_dir / "model.pt")
     assert main(["export", str(model_dir), "--format", "n2p2"]) != 0
-    assert "n2p2 potentials use ACSF descriptors" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "n2p2 potentials use ACSF descriptors" in err and len(err.strip().splitlines()) == 1
+    assert f"run it through `dparallel export {model_dir}`" in err  # the route that takes it
 
 
 def test_lammps_lines_follow_the_pair_style_rules() -> None:
