@@ -76,6 +76,8 @@ def held_lease(store: str | os.PathLike[str] | Location) -> StoreLease | None:
 def lease_holder(folder: str | os.PathLike[str]) -> str | None:
     """Who holds the lease of the local ``folder`` now (a store, a model directory), as a
     refused run names it; ``None`` when no run does (no lock file, or a stale one)."""
+    if Path(folder).resolve().parent == Path(folder).resolve():
+        return None  # the filesystem root: no lease beside it
     lease = StoreLease(folder)
     holder = lease._read()
     now = time.time()

@@ -95,3 +95,8 @@ def test_a_folder_still_being_trained_is_not_told_to_resume(tmp_path, monkeypatc
     assert len(said[1].strip().splitlines()) == 1
     with pytest.raises(TrainingError, match="stopped before the end"):  # the run has ended
         load_deployed("model")
+
+    from dparallel.store import lease_holder
+
+    assert lease_holder(tmp_path / "model") is None
+    assert lease_holder("/") is None  # no lease beside the root (export / is no model)
