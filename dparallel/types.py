@@ -355,8 +355,8 @@ class LabelKeys(NamedTuple):
                 listed = ", ".join(sorted(present)) or "none"
                 return (
                     f"no {kind} under {kind}_key {key!r}: its {called} are {listed}; give the "
-                    f"one that holds the {kind} (--{kind}-key, dataset.{kind}_key), or leave "
-                    "such structures out with on_error skip (--on-error skip)"
+                    f"one that holds the {kind} (--{kind}-key, dataset.{kind}_key), or, in "
+                    "ingest and featurize, leave such structures out (--on-error skip)"
                 )
         return None
 

@@ -42,7 +42,8 @@ def resolve_device(name: str | torch.device) -> torch.device:
             raise DeviceError(
                 f"device {text!r} asked for, but this process sees {build} "
                 f"(torch {torch.__version__}); available: {available_devices()}. "
-                "Use --device cpu (or device: auto)"
+                "Use the device 'cpu' or 'auto' (--device cpu; device: auto in a workflow; "
+                "Calculator(device='cpu'))"
             )
         index = device.index or 0
         if index >= torch.cuda.device_count():
