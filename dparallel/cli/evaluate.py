@@ -59,15 +59,26 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _data_units(model_dir: str, units: str | None) -> str:
+def _data_units(model_dir: str, data: str, format: str | None, units: str | None) -> str:
     """DATA's units: as given (a warning when not the recorded ones), else those the
-    model's training data came in, else ase."""
-    from dparallel.train.data_units import recorded_data_units
+    model's training data came in (a warning when DATA is another format and those are not
+    ASE's), else ase."""
+    from dparallel.io.units import same_units
+    from dparallel.train.data_units import recorded_data_format, recorded_data_units
 
     recorded = recorded_data_units(model_dir)
     if units is None:
+        trained_from = recorded_data_format(model_dir)
+        if recorded is not None and trained_from is not None and not same_units(recorded, "ase"):
+            from dparallel.io import StructureSource
+
+            if (kind := StructureSource(data, format).format) != trained_from:
+                log.warning(
+                    "%s: read in %s, the units of %s's training data (format %s); this file's "
+                    "format is %s: if its numbers are in Å and eV, give --units ase",
+                    data, recorded, model_dir, trained_from, kind,
+                )  # fmt: skip
         return recorded or "ase"
-    from dparallel.io.units import same_units
 
     if recorded is not None and not same_units(units, recorded):
         log.warning(
@@ -144,7 +155,7 @@ def evaluate_file(
     from dparallel.nn import is_n2p2_potential
     from dparallel.train.reporting import Metrics
 
-    units = _data_units(model_dir, units)
+    units = _data_units(model_dir, data, format, units)
     if is_n2p2_potential(model_dir):  # an n2p2 potential: its declared units, else DATA's
         chosen = resolve(model_dir, potential_units, units)
         model = DeployedModel(*load_potential(model_dir, units=chosen))

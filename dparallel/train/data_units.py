@@ -36,14 +36,15 @@ def store_data_units(store: Store) -> str | None:
 
 def record_data_units(model_dir: str | os.PathLike[str], store: Store) -> None:
     """Write ``data_units.json`` in ``model_dir``: the units of the store's source file
-    (:func:`store_data_units`), if recorded, the label keys it was read with where they
+    (:func:`store_data_units`), if recorded, its format, the label keys it was read with where they
     were given (``energy_key``, ``forces_key``) and the store's location. Written once, by
     :func:`~dparallel.train.train` (a store at a URL as a local one)."""
     units = store_data_units(store)
     if units is not None:
         ingest = store.attrs["config"]["ingest"]
         keys = {k: ingest[k] for k in _LABEL_KEYS if isinstance(ingest.get(k), str)}
-        doc = {"data_units": units, **keys, "store": str(store.location)}
+        fmt = {"data_format": ingest["format"]} if isinstance(ingest.get("format"), str) else {}
+        doc = {"data_units": units, **fmt, **keys, "store": str(store.location)}
         write_file(Path(model_dir) / DATA_UNITS_JSON, json.dumps(doc, indent=1) + "\n")
 
 
@@ -64,6 +65,12 @@ def recorded_data_units(model_dir: str | os.PathLike[str]) -> str | None:
     """The units recorded by :func:`record_data_units` (``model_dir`` or a file in it)."""
     units = _recorded(model_dir).get("data_units")
     return units if isinstance(units, str) else None
+
+
+def recorded_data_format(model_dir: str | os.PathLike[str]) -> str | None:
+    """The format of the training data's file recorded by :func:`record_data_units`."""
+    fmt = _recorded(model_dir).get("data_format")
+    return fmt if isinstance(fmt, str) else None
 
 
 def recorded_label_keys(model_dir: str | os.PathLike[str]) -> dict[str, str]:

@@ -141,3 +141,34 @@ def test_evaluate_reads_the_labels_under_the_keys_given(
     e, f = np.array(de), np.concatenate(df).ravel()
     assert got["energy_rmse_meV_per_atom"] == pytest.approx(1e3 * np.sqrt(np.mean(e**2)))
     assert got["force_mae_meV_per_A"] == pytest.approx(1e3 * np.mean(np.abs(f)))
+
+
+def test_data_of_another_format_read_in_the_training_datas_units_is_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A model trained from an n2p2 input.data in Bohr/Hartree read an extxyz given to
+    evaluate as Bohr/Hartree too, silently; now it says so and how to read it in Å and eV
+    (data of the training data's own format is read in its units without a word)."""
+    import json
+
+    from dparallel.cli.evaluate import _data_units
+
+    model = tmp_path / "model"
+    model.mkdir()
+    doc = {"data_units": "bohr-hartree", "data_format": "n2p2", "store": "s.zarr"}
+    (model / "data_units.json").write_text(json.dumps(doc))
+    write(tmp_path / "x.extxyz", Atoms("H", positions=[[0, 0, 0]]), format="extxyz")
+    (tmp_path / "input.data").write_text("begin\natom 0 0 0 H 0 0 0 0 0\nend\n")
+    with caplog.at_level("WARNING"):
+        assert _data_units(str(model), str(tmp_path / "input.data"), None, None) == "bohr-hartree"
+    assert not caplog.records
+    with caplog.at_level("WARNING"):
+        assert _data_units(str(model), str(tmp_path / "x.extxyz"), None, None) == "bohr-hartree"
+    assert (
+        "(format n2p2); this file's format is extxyz: if its numbers are in Å and eV, give "
+        "--units ase" in caplog.text
+    )
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # given: that is DATA's units
+        assert _data_units(str(model), str(tmp_path / "x.extxyz"), None, "ase") == "ase"
+    assert "give --units ase" not in caplog.text

@@ -360,7 +360,9 @@ def test_data_units_json_is_written_once_by_training_for_any_store(
     assert main(argv) == 0
     assert writes == [tmp_path / "m" / "data_units.json"]
     recorded = json.loads((tmp_path / "m" / "data_units.json").read_text())
-    assert recorded == {"data_units": "ase", "store": str(open_store(store.path).location)}
+    location = str(open_store(store.path).location)
+    fmt = store.attrs["config"]["ingest"]["format"]
+    assert recorded == {"data_units": "ase", "data_format": fmt, "store": location}
     # the same from a store at a URL (only the location differs)
     config = {"ingest": {"units": store.attrs["config"]["ingest"]["units"]}}
     url = f"memory://data-units-{tmp_path.name}/s.zarr"
