@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 from tqdm import tqdm
 
 from dparallel.dashboard.state import Finished, Throughput, throughput
-from dparallel.descriptors.registry import descriptor_kind
 
 if TYPE_CHECKING:
     import os
@@ -209,21 +208,6 @@ def _q(path: str | os.PathLike[str]) -> str:
     return shlex.quote(str(path))
 
 
-def _train_flags(descriptors: Any) -> list[str]:
-    """``train`` options a store of ``descriptors`` needs: the type when it holds one only,
-    not train's default (which is then absent), and computed descriptors for force training when it
-    has no dG/dr."""
-    if descriptors is None:
-        return []
-    from dparallel.train.spec import TrainingSpec
-
-    names = list(descriptors.descriptors())
-    default = TrainingSpec.model_fields["descriptor"].default
-    one = len(names) == 1 and names[0] != default
-    flags = [f" --set descriptor={names[0]}"] if one else []
-    return flags + ([] if descriptors.derivatives else [" --descriptor-source computed"])
-
-
 def closing_lines(
     seconds: float,
     *,
@@ -231,26 +215,20 @@ def closing_lines(
     model: str | os.PathLike[str] | None = None,
     data: str | os.PathLike[str] | None = None,
     exported: bool = False,
-    descriptor: str | None = None,
-    descriptors: Any = None,
 ) -> list[str]:
     """The closing lines of ``run``, ``featurize`` and ``train``: ``done in …`` and the
-    commands a user would run next, one per line (the n2p2 export only for a model whose
-    ``descriptor`` type n2p2 can express; the train command with what the ``store``'s
-    ``descriptors``, a :class:`~dparallel.descriptors.DescriptorSet`, need)."""
+    commands a user would run next, one per line."""
     lines = [f"done in {seconds:.1f} s; next:"]
     if model is None and store is not None:
         lines.append(f"  dparallel info {_q(store)}")
-        train = f"  dparallel train {_q(store)} -o model/"
-        lines.append(train + "".join(_train_flags(descriptors)) + " --set epochs=100")
+        lines.append(f"  dparallel train {_q(store)} -o model/ --set epochs=100")
         return lines
     if model is not None:
         if not exported:
             lines.append(f"  dparallel export {_q(model)}")
         # a file that exists (the data trained from), else a placeholder that says what
         lines.append(f"  dparallel evaluate {_q(model)} {_q(data) if data else 'STRUCTURES_FILE'}")
-        if descriptor is None or descriptor_kind(descriptor).n2p2:
-            lines.append(f"  dparallel export {_q(model)} --format n2p2 -o n2p2-potential/")
+        lines.append(f"  dparallel export {_q(model)} --format n2p2 -o n2p2-potential/")
         lines.append(
             "  in Python (ASE): from dparallel.ase import Calculator; "
             f"atoms.calc = Calculator({str(model)!r})"

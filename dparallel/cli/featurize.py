@@ -162,6 +162,5 @@ def run(args: argparse.Namespace) -> int:
     if args.scaling_data:
         write_scaling_data(store, args.scaling_data, statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)
-    closing = closing_lines(result.seconds, store=str(store.target), descriptors=descriptors)
-    print("\n".join(closing))
+    print("\n".join(closing_lines(result.seconds, store=str(store.target))))
     return 0

@@ -139,7 +139,6 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
                 model=result.model_dir if trained else None,
                 data=str(result.dataset),
                 exported=result.stages.get("export") in ("ran", "skipped"),
-                descriptor=spec.training.descriptor if spec.training is not None else None,
             )
         )
     )

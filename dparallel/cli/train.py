@@ -153,10 +153,7 @@ def run(args: argparse.Namespace) -> int:
         f"{len(result.history)} epochs run)"
     )
     source = _source_file(args.store)
-    closing = closing_lines(
-        result.seconds, model=result.model_dir, data=source, descriptor=spec.descriptor
-    )
-    print("\n".join(closing))
+    print("\n".join(closing_lines(result.seconds, model=result.model_dir, data=source)))
     return 0
 
 
