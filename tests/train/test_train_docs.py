@@ -35,3 +35,17 @@ def test_the_first_python_example_trains_and_calculates(
     exec(compile(example, str(DOCS), "exec"), namespace)  # our own docs
     assert np.isfinite(atoms.get_potential_energy())
     assert atoms.get_forces().shape == (4, 3)
+
+
+def test_every_training_key_is_in_the_configuration_table() -> None:
+    # weight_decay, plateau_factor and plateau_patience were keys without a row
+    from dparallel.train import TrainingSpec
+
+    text = DOCS.read_text()
+    table = text[text.index("## Configuration (`TrainingSpec`") : text.index("## EMT Cu accuracy")]
+    rows = {
+        key
+        for cell in re.findall(r"^\| ([^|]+) \|", table, re.M)
+        for key in re.findall(r"`(\w+)`", cell)
+    }
+    assert set(TrainingSpec.model_fields) <= rows, set(TrainingSpec.model_fields) - rows
