@@ -19,7 +19,7 @@ from dparallel.dashboard.state import Finished, Throughput, throughput
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 __all__ = [
     "EpochProgress",
@@ -215,13 +215,16 @@ def closing_lines(
     model: str | os.PathLike[str] | None = None,
     data: str | os.PathLike[str] | None = None,
     exported: bool = False,
+    train_options: Sequence[str] = (),
 ) -> list[str]:
     """The closing lines of ``run``, ``featurize`` and ``train``: ``done in …`` and the
-    commands a user would run next, one per line."""
+    commands a user would run next, one per line (``train_options``: what training the
+    ``store`` needs besides the defaults)."""
     lines = [f"done in {seconds:.1f} s; next:"]
     if model is None and store is not None:
         lines.append(f"  dparallel info {_q(store)}")
-        lines.append(f"  dparallel train {_q(store)} -o model/ --set epochs=100")
+        options = "".join(f" {_q(o)}" for o in train_options)
+        lines.append(f"  dparallel train {_q(store)} -o model/{options} --set epochs=100")
         return lines
     if model is not None:
         if not exported:

@@ -28,6 +28,8 @@ from dparallel.errors import ConfigError
 if TYPE_CHECKING:
     import argparse
 
+    from dparallel.descriptors import DescriptorSet
+
 
 def add_parser(subparsers: Any) -> None:
     """Register the ``featurize`` sub-command."""
@@ -162,5 +164,22 @@ def run(args: argparse.Namespace) -> int:
     if args.scaling_data:
         write_scaling_data(store, args.scaling_data, statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)
-    print("\n".join(closing_lines(result.seconds, store=str(store.target))))
+    next_lines = closing_lines(
+        result.seconds, store=str(store.target), train_options=_train_options(descriptors)
+    )
+    print("\n".join(next_lines))
     return 0
+
+
+def _train_options(descriptors: DescriptorSet) -> list[str]:
+    """What ``dparallel train`` needs besides its defaults on a store of ``descriptors``:
+    a type the store holds, and dG/dr computed per mini-batch where it has none (the
+    default trains forces)."""
+    from dparallel.descriptors.registry import DEFAULT_DESCRIPTOR
+
+    options = []
+    if DEFAULT_DESCRIPTOR not in descriptors.by_name:
+        options += ["--set", f"descriptor={next(iter(descriptors.by_name))}"]
+    if not descriptors.derivatives:
+        options += ["--descriptor-source", "computed"]
+    return options

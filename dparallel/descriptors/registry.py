@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 __all__ = [
+    "DEFAULT_DESCRIPTOR",
     "LEGACY_KIND",
     "BuildContext",
     "DescriptorKind",
@@ -119,6 +120,9 @@ def descriptor_kind(name: str) -> DescriptorKind:
         raise DescriptorError(f"unknown descriptor type {name!r}; registered: {known}")
     return kind
 
+
+#: The type training uses when none is named (``TrainingSpec.descriptor``).
+DEFAULT_DESCRIPTOR = "acsf"
 
 #: The type of files written before they named one: a model file without
 #: ``descriptor_kind``, a descriptor spec that named its type ``kind`` (ACSF was the only one).

@@ -17,7 +17,7 @@ from dparallel.config import (
     read_yaml,
     section,
 )
-from dparallel.descriptors.registry import descriptor_kind
+from dparallel.descriptors.registry import DEFAULT_DESCRIPTOR, descriptor_kind
 from dparallel.errors import ConfigError
 from dparallel.train.optimizer_kinds import (
     DEFAULT_OPTIMIZER,
@@ -40,7 +40,7 @@ class TrainingSpec(SpecModel):
     (:class:`dparallel._spec.SpecModel`).
     """
 
-    descriptor: str = Field("acsf", description="a registered descriptor type")
+    descriptor: str = Field(DEFAULT_DESCRIPTOR, description="a registered descriptor type")
     descriptor_source: Literal["stored", "computed"] = Field(
         "stored", description="read stored values and dG/dr, or compute them per batch"
     )

@@ -112,3 +112,33 @@ def test_scaling_data_without_acsf_is_refused_before_featurizing(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "has no acsf section" in err, err
     assert not (tmp_path / "s.zarr").exists() and not (tmp_path / "s.data").exists()
+
+
+@pytest.mark.parametrize(
+    "descriptors",
+    [
+        {
+            "neighbor_sum": {"elements": ["Cu"], "r_cut": 4.5, "n_sensitivities": 4},
+            "derivatives": True,
+        },
+        {**DESCRIPTORS, "derivatives": False},
+    ],
+    ids=["neighbor_sum only", "no derivatives"],
+)
+def test_the_train_command_it_suggests_trains(tmp_path: Path, descriptors: dict) -> None:
+    # it said `dparallel train STORE -o model/ --set epochs=100` for every store, which
+    # refused one without ACSF (training's default descriptor) or without dG/dr (forces)
+    from dparallel.datasets import write_emt_cu
+
+    write_emt_cu(tmp_path / "cu.extxyz", n_structures=12, seed=5)  # so _featurize keeps d.yaml
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(descriptors))
+    out = _featurize(tmp_path).stdout
+    suggested = next(line.split() for line in out.splitlines() if "dparallel train " in line)
+    assert suggested[:2] == ["dparallel", "train"] and "--set" in suggested, out
+    small = ["--set", "epochs=1", "--set", "hidden=[4]", "-q"]
+    trained = subprocess.run(
+        [sys.executable, "-m", "dparallel", *suggested[1:], *small],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    assert (tmp_path / "model" / "model.pt").is_file()
