@@ -219,7 +219,7 @@ def closing_lines(
 ) -> list[str]:
     """The closing lines of ``run``, ``featurize`` and ``train``: ``done in …`` and the
     commands a user would run next, one per line (``train_options``: what training the
-    ``store`` needs besides the defaults)."""
+    ``store`` needs besides the defaults; the n2p2 export only for a ``model`` it takes)."""
     lines = [f"done in {seconds:.1f} s; next:"]
     if model is None and store is not None:
         lines.append(f"  dparallel info {_q(store)}")
@@ -231,7 +231,10 @@ def closing_lines(
             lines.append(f"  dparallel export {_q(model)}")
         # a file that exists (the data trained from), else a placeholder that says what
         lines.append(f"  dparallel evaluate {_q(model)} {_q(data) if data else 'STRUCTURES_FILE'}")
-        lines.append(f"  dparallel export {_q(model)} --format n2p2 -o n2p2-potential/")
+        from dparallel.n2p2.potential import export_problems  # here: it loads torch
+
+        if not export_problems(model):
+            lines.append(f"  dparallel export {_q(model)} --format n2p2 -o n2p2-potential/")
         lines.append(
             "  in Python (ASE): from dparallel.ase import Calculator; "
             f"atoms.calc = Calculator({str(model)!r})"

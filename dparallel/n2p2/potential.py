@@ -21,7 +21,13 @@ from ase.data import atomic_numbers
 
 from dparallel._files import claim_directory, remove_file, write_file
 from dparallel.descriptors.registry import DescriptorKind, recorded_kind
-from dparallel.errors import ConfigError, DescriptorError, InputFormatError, SourceNotFoundError
+from dparallel.errors import (
+    ConfigError,
+    DescriptorError,
+    DParallelError,
+    InputFormatError,
+    SourceNotFoundError,
+)
 from dparallel.io.units import unit_factors
 from dparallel.n2p2.input_nn import ACTIVATION_CODES, InputNN, read_input_nn
 from dparallel.n2p2.scaling_data import COLUMNS, format_scaling_data, read_scaling_data
@@ -34,7 +40,7 @@ if TYPE_CHECKING:
 
     from dparallel.descriptors import ACSF
 
-__all__ = ["load_potential", "n2p2_problems", "write_potential"]
+__all__ = ["export_problems", "load_potential", "n2p2_problems", "write_potential"]
 
 log = logging.getLogger(__name__)
 
@@ -488,6 +494,24 @@ def export_model_dir(
 
     Writes to ``out_dir`` (default ``MODEL_DIR/n2p2``); see :func:`write_potential`.
     """
+    acsf, model = _trained_acsf(model_dir)
+    out = Path(out_dir) if out_dir is not None else Path(model_dir) / "n2p2"
+    model_file = Path(model_dir) / "model.pt" if Path(model_dir).is_dir() else Path(model_dir)
+    return write_potential(acsf, model, out, units=units, protect=[model_file])
+
+
+def export_problems(model_dir: str | os.PathLike[str]) -> list[str]:
+    """Why ``dparallel export MODEL_DIR --format n2p2`` would refuse ``model_dir``'s model
+    (empty when it can write it)."""
+    try:
+        acsf, model = _trained_acsf(model_dir)
+    except DParallelError as exc:  # another descriptor type, or no readable model
+        return [str(exc)]
+    return n2p2_problems(acsf, model)
+
+
+def _trained_acsf(model_dir: str | os.PathLike[str]) -> tuple[ACSF, HDNNP]:
+    """The ACSF and network of a trained model; a :class:`ConfigError` for another type."""
     from dparallel.nn import load_model
 
     model, data = load_model(model_dir, dtype=torch.float64)
@@ -501,11 +525,7 @@ def export_model_dir(
             f"{data.get('descriptor_kind')!r}: run it through `dparallel export {model_dir}` "
             "(dparallel.ase.Calculator, the plain-torch files), or train with ACSF for n2p2"
         )
-    out = Path(out_dir) if out_dir is not None else Path(model_dir) / "n2p2"
-    model_file = Path(model_dir) / "model.pt" if Path(model_dir).is_dir() else Path(model_dir)
-    return write_potential(
-        kind.from_dict(data["descriptor"]), model, out, units=units, protect=[model_file]
-    )
+    return kind.from_dict(data["descriptor"]), model
 
 
 #: The file that marks a folder as a dparallel n2p2 export.
