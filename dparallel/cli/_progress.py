@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Sequence
 
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+
 __all__ = [
     "EpochProgress",
     "FeaturizeProgress",
@@ -29,6 +31,7 @@ __all__ = [
     "error_line",
     "milli",
     "store_line",
+    "train_options",
 ]
 
 
@@ -206,6 +209,20 @@ def error_line(split: str, m: dict[str, Any]) -> str:
 
 def _q(path: str | os.PathLike[str]) -> str:
     return shlex.quote(str(path))
+
+
+def train_options(descriptors: DescriptorSet) -> list[str]:
+    """What ``dparallel train`` needs besides its defaults on a store of ``descriptors``:
+    a type the store holds, and dG/dr computed per mini-batch where it has none (the
+    default trains forces)."""
+    from dparallel.descriptors.registry import DEFAULT_DESCRIPTOR
+
+    options = []
+    if DEFAULT_DESCRIPTOR not in descriptors.by_name:
+        options += ["--set", f"descriptor={next(iter(descriptors.by_name))}"]
+    if not descriptors.derivatives:
+        options += ["--descriptor-source", "computed"]
+    return options
 
 
 def closing_lines(

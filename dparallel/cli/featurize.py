@@ -22,13 +22,12 @@ from dparallel.cli._progress import (
     closing_lines,
     refuse_all_skipped,
     store_line,
+    train_options,
 )
 from dparallel.errors import ConfigError
 
 if TYPE_CHECKING:
     import argparse
-
-    from dparallel.descriptors import DescriptorSet
 
 
 def add_parser(subparsers: Any) -> None:
@@ -165,21 +164,7 @@ def run(args: argparse.Namespace) -> int:
         write_scaling_data(store, args.scaling_data, statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)
     next_lines = closing_lines(
-        result.seconds, store=str(store.target), train_options=_train_options(descriptors)
+        result.seconds, store=str(store.target), train_options=train_options(descriptors)
     )
     print("\n".join(next_lines))
     return 0
-
-
-def _train_options(descriptors: DescriptorSet) -> list[str]:
-    """What ``dparallel train`` needs besides its defaults on a store of ``descriptors``:
-    a type the store holds, and dG/dr computed per mini-batch where it has none (the
-    default trains forces)."""
-    from dparallel.descriptors.registry import DEFAULT_DESCRIPTOR
-
-    options = []
-    if DEFAULT_DESCRIPTOR not in descriptors.by_name:
-        options += ["--set", f"descriptor={next(iter(descriptors.by_name))}"]
-    if not descriptors.derivatives:
-        options += ["--descriptor-source", "computed"]
-    return options

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from dparallel.cli import _options as cluster_cli
-from dparallel.cli._progress import EpochProgress, FeaturizeProgress, closing_lines, error_line
+from dparallel.cli._progress import (
+    EpochProgress,
+    FeaturizeProgress,
+    closing_lines,
+    error_line,
+    train_options,
+)
 from dparallel.cli.train import device_option
 
 if TYPE_CHECKING:
@@ -131,6 +137,10 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     for what, path in result.files.items():
         print(f"{what}: {path}")
     trained = result.model_dir is not None and result.stages.get("train") != "off"
+    # without a model, what training the store needs (a workflow without a training section)
+    to_train = (
+        [] if trained else train_options(spec.descriptors.build(data_units=spec.dataset.units))
+    )
     print(
         "\n".join(
             closing_lines(
@@ -139,6 +149,7 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
                 model=result.model_dir if trained else None,
                 data=str(result.dataset),
                 exported=result.stages.get("export") in ("ran", "skipped"),
+                train_options=to_train,
             )
         )
     )
