@@ -15,6 +15,10 @@ from dparallel.descriptors.registry import BuildContext
 __all__ = ["ACSFSpec"]
 
 
+#: The keys of a uniform set, which an n2p2 input.nn gives by its own lines.
+_UNIFORM = ("elements", "r_cut", "cutoff", "alpha", "radial", "narrow", "wide")
+
+
 class ACSFSpec(SpecModel):
     """ACSF: either uniform parameters for every element pair, or an n2p2 ``input.nn``."""
 
@@ -49,6 +53,19 @@ class ACSFSpec(SpecModel):
             raise ValueError("give either 'n2p2: input.nn' or 'elements' with parameters")
         if self.n2p2 is None and not (self.radial or self.narrow or self.wide):
             raise ValueError("no symmetry functions: give radial, narrow or wide parameters")
+        unused = [
+            name
+            for name in _UNIFORM
+            if self.n2p2 is not None
+            and name in self.model_fields_set
+            and getattr(self, name)
+            != type(self).model_fields[name].get_default(call_default_factory=True)
+        ]
+        if unused:  # a default (a dumped spec) is no choice; another value would be ignored
+            raise ValueError(
+                f"{', '.join(unused)}: not used with 'n2p2: input.nn' (its lines give the "
+                "elements, cutoffs and functions); remove or use one way only"
+            )
         if self.units is not None:
             from dparallel.io.units import check_units
 

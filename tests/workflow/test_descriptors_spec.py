@@ -32,3 +32,19 @@ def test_a_file_of_only_a_descriptors_section_is_read_as_that_section(tmp_path: 
     path = tmp_path / "d.yaml"
     path.write_text("descriptors:\n  acsf: {elements: [H], radial: [[0.1, 0.0]]}\n")
     assert list(load_descriptors(path).acsf.elements) == ["H"]
+
+
+def test_uniform_keys_beside_an_input_nn_are_refused_not_ignored(tmp_path: Path) -> None:
+    """`acsf: {n2p2: input.nn, r_cut: 4.0}` featurized with the input.nn's cutoffs and said
+    nothing of r_cut; a key at its default (a spec printed by `validate --json`) is no
+    choice and still reads."""
+    from dparallel.n2p2 import acsf_from_input_nn
+
+    input_nn = ROOT / "workflows" / "n2p2" / "input.nn"
+    path = tmp_path / "d.yaml"
+    path.write_text(f"acsf: {{n2p2: {input_nn}, r_cut: 4.0, alpha: 0.1}}\n")
+    with pytest.raises(ConfigError, match=r"r_cut, alpha: not used with 'n2p2: input.nn'"):
+        load_descriptors(path)
+    path.write_text(f"acsf: {{n2p2: {input_nn}, r_cut: 6.0, radial: []}}\n")
+    expected = acsf_from_input_nn(str(input_nn)).to_dict()
+    assert load_descriptors(path).acsf.to_dict() == expected
