@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     """Train (a progress bar on a terminal); print the final errors and what to run next."""
     from dparallel.dashboard import epoch_publisher
     from dparallel.train import parse_training_spec, train  # torch: only when training
+    from dparallel.train.reporting import read_history
 
     overrides = [*args.overrides, *(["allow_incomplete=true"] if args.allow_incomplete else [])]
     if args.device is not None:
@@ -117,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             cluster = contextlib.nullcontext()
         with cluster:
-            publisher = epoch_publisher(Path(args.output).resolve().name)
+            earlier = read_history(args.output) if args.resume else []  # curves go on
+            publisher = epoch_publisher(Path(args.output).resolve().name, earlier)
             result = train(
                 store,
                 args.output,

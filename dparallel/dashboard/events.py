@@ -30,7 +30,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
 __all__ = [
     "TOPIC_PROGRESS",
@@ -197,10 +197,14 @@ def publish_train_metrics(*fields: Any, target: _EventTarget | None = None, **na
     return _publish(TOPIC_TRAIN, train_event(*fields, **named), resolved)
 
 
-def epoch_publisher(run: str) -> Callable[[Mapping[str, Any]], None]:
+def epoch_publisher(
+    run: str, history: Iterable[Mapping[str, Any]] = ()
+) -> Callable[[Mapping[str, Any]], None]:
     """An epoch callback sending each metrics row under the name ``run``: one event per
     split with a finite loss (a no-op without a cluster). Each callback is one training
-    run with an id of its own, so a later run of the same name starts its own curves."""
+    run with an id of its own, so a later run of the same name starts its own curves.
+    ``history``: the rows of the epochs a resumed run trained before, sent at once under
+    the same id, so its curves go on from them rather than start at the resumed epoch."""
     run_id = uuid.uuid4().hex[:12]
 
     def publish(row: Mapping[str, Any]) -> None:
@@ -219,4 +223,6 @@ def epoch_publisher(run: str) -> Callable[[Mapping[str, Any]], None]:
                 run_id=run_id,
             )
 
+    for row in history:
+        publish(row)
     return publish

@@ -23,7 +23,7 @@ import torch
 from dparallel._files import FULL_DISK_ADVICE, new_file, strict_json, write_file, write_with
 from dparallel.train.device import Target
 from dparallel.train.feed import BatchFeed
-from dparallel.train.metric_units import with_units
+from dparallel.train.metric_units import with_units, without_units
 from dparallel.train.objective import predict_batch
 
 if TYPE_CHECKING:
@@ -159,6 +159,19 @@ def write_metrics(model_dir: Path, history: list[dict], extra: dict | None = Non
     doc = {"epochs": rows, **extra}
     text = strict_json(doc, indent=1, what=METRICS_JSON, missing=True)  # NaN: not measured
     write_file(model_dir / METRICS_JSON, text)
+
+
+def read_history(model_dir: str | Path) -> list[dict[str, Any]]:
+    """The epoch rows ``metrics.json`` in ``model_dir`` holds, errors back in eV/atom and
+    eV/Å (as the callbacks get them); ``[]`` without a readable file. A resumed run's
+    callers replay them, so the dashboard's curves go on from the earlier epochs."""
+    import json
+
+    try:
+        rows = json.loads((Path(model_dir) / METRICS_JSON).read_text()).get("epochs", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [without_units(r) for r in rows if isinstance(r, dict) and "epoch" in r]
 
 
 def write_plots(

@@ -251,19 +251,30 @@ def _train(
     from dparallel.errors import CheckpointMismatchError
     from dparallel.store import open_store
     from dparallel.train import train
+    from dparallel.train.reporting import read_history
 
     assert spec.training is not None
-    callbacks = [epoch_publisher(spec.name), *([on_epoch] if on_epoch else [])]
+
+    def callbacks(history: list[dict[str, Any]]) -> list[Callable[[dict[str, Any]], Any]]:
+        # a resumed run's dashboard curves go on from its earlier epochs
+        return [epoch_publisher(spec.name, history), *([on_epoch] if on_epoch else [])]
+
     opened = open_store(store_path)
     resume = not refeaturized and (model_dir / "checkpoint.pt").is_file()
     try:
-        trained = train(opened, model_dir, spec.training, callback=callbacks, resume=resume)
+        trained = train(
+            opened,
+            model_dir,
+            spec.training,
+            callback=callbacks(read_history(model_dir) if resume else []),
+            resume=resume,
+        )
     except CheckpointMismatchError as exc:  # anything else is no reason to start again
         if not resume:
             raise
         say(f"train: the checkpoint in {model_dir} is not resumed ({exc}); training afresh")
         resume = False
-        trained = train(opened, model_dir, spec.training, callback=callbacks)
+        trained = train(opened, model_dir, spec.training, callback=callbacks([]))
     return {"validation": trained.validation, "test": trained.test}, resume
 
 
