@@ -16,7 +16,7 @@ from bokeh.models import ColumnDataSource, Div, FactorRange, Legend, Range1d
 from bokeh.plotting import figure
 
 from dparallel.dashboard.plugin import state_of
-from dparallel.dashboard.state import METRICS, SPLITS
+from dparallel.dashboard.state import METRICS, SPLITS, DashboardState
 
 __all__ = ["PAGES"]
 
@@ -40,11 +40,49 @@ def _fmt(value: float | None, spec: str = ".1f", unit: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{unit}"
 
 
-class _ProgressPage:
-    """Header, a done/total bar and per-worker throughput bars."""
+def _same(a: list, b: list) -> bool:
+    """Equal columns, NaN equal to NaN (a missing metric)."""
+    return len(a) == len(b) and all(
+        x == y or (x != x and y != y) for x, y in zip(a, b, strict=True)
+    )
+
+
+def refresh(source: ColumnDataSource, data: dict[str, list]) -> None:
+    """Give ``source`` the columns ``data``, sending the browser only what changed: nothing
+    when they are the same, the new rows when they extend the shown ones, else all.
+    (Each tick used to send every column again: a long run's whole curves, twice a second,
+    to every open page, even after the run had ended.)"""
+    old = source.data
+    n = len(next(iter(old.values()), []))
+    if old.keys() != data.keys() or not all(_same(list(old[k]), data[k][:n]) for k in data):
+        source.data = data
+    elif any(len(v) > n for v in data.values()):
+        source.stream({k: v[n:] for k, v in data.items()})
+
+
+class _Page:
+    """A page that refreshes from the scheduler's state, only when it took new events."""
 
     def __init__(self, scheduler: Any) -> None:
         self.scheduler = scheduler
+        self._seen: tuple[Any, int] | None = None
+
+    def update(self) -> None:
+        state = state_of(self.scheduler)
+        seen = (state, state.n_events)  # a state rebuilt from the log is a new object
+        if seen != self._seen:
+            self._seen = seen
+            self.show(state)
+
+    def show(self, state: DashboardState) -> None:
+        raise NotImplementedError
+
+
+class _ProgressPage(_Page):
+    """Header, a done/total bar and per-worker throughput bars."""
+
+    def __init__(self, scheduler: Any) -> None:
+        super().__init__(scheduler)
         self.header = Div(text="", sizing_mode="stretch_width")
         self.bar_source = ColumnDataSource({"y": ["partitions"], "done": [0.0], "total": [1.0]})
         self.bar = figure(
@@ -70,8 +108,8 @@ class _ProgressPage:
         self.workers.xaxis.major_label_orientation = 0.4
         self.root = column(self.header, self.bar, self.workers, sizing_mode="stretch_width")
 
-    def update(self) -> None:
-        summary = state_of(self.scheduler).progress_summary()
+    def show(self, state: DashboardState) -> None:
+        summary = state.progress_summary()
         if summary is None:
             self.header.text = "<h2>Featurization</h2><p>No featurization run reported yet.</p>"
             return
@@ -89,14 +127,17 @@ class _ProgressPage:
         )
         n_total = float(total if total else max(done, 1))
         self.bar.x_range.end = n_total
-        self.bar_source.data = {"y": ["partitions"], "done": [float(done)], "total": [n_total]}
+        refresh(self.bar_source, {"y": ["partitions"], "done": [float(done)], "total": [n_total]})
         names = list(summary["workers"])
         self.workers.x_range.factors = names
-        self.worker_source.data = {
-            "worker": names,
-            "rate": [summary["workers"][w]["structures_per_second"] or 0.0 for w in names],
-            "structures": [summary["workers"][w]["structures"] for w in names],
-        }
+        refresh(
+            self.worker_source,
+            {
+                "worker": names,
+                "rate": [summary["workers"][w]["structures_per_second"] or 0.0 for w in names],
+                "structures": [summary["workers"][w]["structures"] for w in names],
+            },
+        )
 
 
 def partitions_line(summary: dict[str, Any]) -> str:
@@ -129,11 +170,11 @@ def training_header(split: str, cols: dict[str, list]) -> str:
     )
 
 
-class _TrainingPage:
+class _TrainingPage(_Page):
     """Loss, energy RMSE and force RMSE per epoch, train and validation."""
 
     def __init__(self, scheduler: Any) -> None:
-        self.scheduler = scheduler
+        super().__init__(scheduler)
         self.header = Div(text="", sizing_mode="stretch_width")
         self.sources = {
             s: ColumnDataSource({"epoch": [], **{m: [] for m in METRICS}}) for s in SPLITS
@@ -159,17 +200,18 @@ class _TrainingPage:
             self.header, row(*figs, sizing_mode="stretch_width"), sizing_mode="stretch_width"
         )
 
-    def update(self) -> None:
-        summary = state_of(self.scheduler).train_summary()
+    def show(self, state: DashboardState) -> None:
+        summary = state.train_summary()
         if summary is None:
             self.header.text = "<h2>Training</h2><p>No training run reported yet.</p>"
             return
         parts = []
         for split in SPLITS:
             cols = shown_columns(summary[split])
-            self.sources[split].data = {
-                k: [float("nan") if v is None else v for v in vals] for k, vals in cols.items()
-            }
+            refresh(
+                self.sources[split],
+                {k: [float("nan") if v is None else v for v in vals] for k, vals in cols.items()},
+            )
             if cols["epoch"]:
                 parts.append(training_header(split, cols))
         waits = [w for w in summary.get("data_wait_fraction", []) if w is not None]
