@@ -95,6 +95,7 @@ class FeaturizeProgress:
                 float(event.get("seconds", 0.0)),
                 int(event.get("n_structures", 0)),
                 int(event.get("n_atoms", 0)),
+                int(event.get("n_skipped", 0)),  # of the total, not done: not left either
             )
         )
         if self.bar is not None:

@@ -7,8 +7,10 @@ Every payload is a flat, msgpack-serialisable ``dict``:
     ``{"kind": "start", "run": str, "n_partitions": int, "n_structures": int, "n_atoms": int}``
         once per featurization run (a new start with the same ``run`` resets its progress);
     ``{"kind": "partition", "run": str, "partition": int, "n_structures": int,
-    "n_atoms": int, "seconds": float, "worker": str}``
-        once per finished partition (a repeat of the same partition replaces the earlier one).
+    "n_atoms": int, "seconds": float, "worker": str, "n_skipped": int}``
+        once per finished partition (a repeat of the same partition replaces the earlier one);
+        ``n_structures`` counts those featurized, ``n_skipped`` those skipped
+        (``on_error="skip"``), both of the start's ``n_structures``.
 
 ``dparallel-train`` (:data:`TOPIC_TRAIN`)
     ``{"run": str, "epoch": int, "split": "train" | "validation", "loss": float,
@@ -90,8 +92,10 @@ def progress_partition_event(
     n_atoms: int,
     seconds: float,
     worker: str,
+    n_skipped: int = 0,
 ) -> dict:
-    """Payload reporting one finished partition (``seconds`` = its task's wall time)."""
+    """Payload reporting one finished partition (``seconds`` = its task's wall time;
+    ``n_skipped``: its structures skipped, not among ``n_structures``)."""
     return {
         "kind": "partition",
         "run": str(run),
@@ -100,6 +104,7 @@ def progress_partition_event(
         "n_atoms": _nonneg_int("n_atoms", n_atoms),
         "seconds": max(float(seconds), 0.0),
         "worker": str(worker),
+        "n_skipped": _nonneg_int("n_skipped", n_skipped),
     }
 
 
@@ -180,13 +185,15 @@ def publish_progress(
     *,
     worker: str | None = None,
     target: _EventTarget | None = None,
+    n_skipped: int = 0,
 ) -> bool:
     """Report one finished partition from its task (``worker``: by default the one running
     it) or the client; returns whether an event was sent (not without a cluster)."""
     resolved, name = _resolve_target(target)
     msg = progress_partition_event(
-        run, partition, n_structures, n_atoms, seconds, worker if worker is not None else name
-    )
+        run, partition, n_structures, n_atoms, seconds, worker if worker is not None else name,
+        n_skipped,
+    )  # fmt: skip
     return _publish(TOPIC_PROGRESS, msg, resolved)
 
 

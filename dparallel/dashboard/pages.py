@@ -119,7 +119,7 @@ class _ProgressPage(_Page):
             f"<p>{partitions_line(summary)} &nbsp;·&nbsp; "
             f"<b>{summary['structures_done']}</b> / "
             f"{summary['structures_total'] if summary['structures_total'] is not None else '?'}"
-            f" structures &nbsp;·&nbsp; "
+            f" structures{_skipped(summary['structures_skipped'])} &nbsp;·&nbsp; "
             f"<b>{_fmt(summary['structures_per_second'])}</b> structures/s, "
             f"<b>{_fmt(summary['atoms_per_second'])}</b> atoms/s &nbsp;·&nbsp; "
             f"ETA {_fmt(summary['eta_seconds'], '.0f', ' s')}"
@@ -138,6 +138,11 @@ class _ProgressPage(_Page):
                 "structures": [summary["workers"][w]["structures"] for w in names],
             },
         )
+
+
+def _skipped(n: int) -> str:
+    """The header's words for the skipped structures (none: nothing)."""
+    return f" (<b>{n}</b> skipped)" if n else ""
 
 
 def partitions_line(summary: dict[str, Any]) -> str:

@@ -24,12 +24,14 @@ SPLITS = ("train", "validation")
 
 
 class Finished(NamedTuple):
-    """One finished partition: when (s, any clock), its task's seconds and its size."""
+    """One finished partition: when (s, any clock), its task's seconds and its size
+    (``n_skipped``: its structures skipped, not among ``n_structures``)."""
 
     time: float
     seconds: float
     n_structures: int
     n_atoms: int
+    n_skipped: int = 0
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Throughput:
     structures_per_second: float | None
     atoms_per_second: float | None
     eta_seconds: float | None  # s, remaining structures at the current rate
+    structures_skipped: int = 0  # skipped (on_error="skip"): not done, not remaining
 
 
 def throughput(
@@ -51,22 +54,25 @@ def throughput(
 
     Without ``started`` the run is taken to start when its first partition began
     (``time - seconds``). The elapsed time is at least the longest task: a partition
-    cannot finish faster than its own task (this guards bursts of late reports).
+    cannot finish faster than its own task (this guards bursts of late reports). Skipped
+    structures are of the total but not done: the ETA is of those neither done nor skipped,
+    at the rate structures are gone through.
     """
     parts = list(finished)
     structures = sum(p.n_structures for p in parts)
     atoms = sum(p.n_atoms for p in parts)
+    skipped = sum(p.n_skipped for p in parts)
     if not parts:
         return Throughput(0.0, 0, 0, None, None, None)
     t0 = started if started is not None else min(p.time - p.seconds for p in parts)
     elapsed = max(max(p.time for p in parts) - t0, max(p.seconds for p in parts))
     if elapsed <= 0:
-        return Throughput(0.0, structures, atoms, None, None, None)
+        return Throughput(0.0, structures, atoms, None, None, None, skipped)
     rate = structures / elapsed
     eta = None
-    if rate > 0 and structures_total is not None:
-        eta = max(structures_total - structures, 0) / rate
-    return Throughput(elapsed, structures, atoms, rate, atoms / elapsed, eta)
+    if structures + skipped > 0 and structures_total is not None:
+        eta = max(structures_total - structures - skipped, 0) * elapsed / (structures + skipped)
+    return Throughput(elapsed, structures, atoms, rate, atoms / elapsed, eta, skipped)
 
 
 @dataclass
@@ -76,6 +82,7 @@ class _Partition:
     n_atoms: int
     seconds: float
     worker: str
+    n_skipped: int = 0
 
 
 @dataclass
@@ -157,6 +164,7 @@ class DashboardState:
                 n_atoms=int(msg.get("n_atoms", 0)),
                 seconds=float(msg.get("seconds", 0.0)),
                 worker=str(msg.get("worker", "")),
+                n_skipped=int(msg.get("n_skipped", 0)),
             )
 
     def _add_train(self, t: float, msg: dict) -> None:
@@ -184,7 +192,7 @@ class DashboardState:
         parts = run.partitions.values()
         rate = throughput(
             run.started,
-            (Finished(p.time, p.seconds, p.n_structures, p.n_atoms) for p in parts),
+            (Finished(p.time, p.seconds, p.n_structures, p.n_atoms, p.n_skipped) for p in parts),
             run.n_structures,
         )
         workers: dict[str, dict[str, Any]] = {}
@@ -205,6 +213,7 @@ class DashboardState:
             "partitions_done_before": run.n_done_before,
             "structures_done": rate.structures_done,
             "structures_total": run.n_structures,
+            "structures_skipped": rate.structures_skipped,
             "atoms_done": rate.atoms_done,
             "atoms_total": run.n_atoms,
             "elapsed_seconds": rate.elapsed_seconds,

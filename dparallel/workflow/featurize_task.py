@@ -376,5 +376,5 @@ def featurize_partition(
             "stats": stats,
         }
         store.mark_done(p, report)  # last write: the partition is complete from here on
-    publish_progress(run, p, batch.n_structures, batch.n_atoms, seconds)
+    publish_progress(run, p, batch.n_structures, batch.n_atoms, seconds, n_skipped=len(skipped))
     return report
