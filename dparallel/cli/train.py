@@ -120,14 +120,15 @@ def run(args: argparse.Namespace) -> int:
         with cluster:
             earlier = read_history(args.output) if args.resume else []  # curves go on
             publisher = epoch_publisher(Path(args.output).resolve().name, earlier)
-            result = train(
-                store,
-                args.output,
-                spec,
-                resume=args.resume,
-                callback=[publisher, bar.update],
-                descriptors=descriptors,
-            )
+            with publisher.ending():  # the page says whether it finished or failed
+                result = train(
+                    store,
+                    args.output,
+                    spec,
+                    resume=args.resume,
+                    callback=[publisher, bar.update],
+                    descriptors=descriptors,
+                )
     except KeyboardInterrupt:
         checkpoint = Path(args.output) / "checkpoint.pt"
         kept = (

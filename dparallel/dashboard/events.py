@@ -10,12 +10,17 @@ Every payload is a flat, msgpack-serialisable ``dict``:
     "n_atoms": int, "seconds": float, "worker": str, "n_skipped": int}``
         once per finished partition (a repeat of the same partition replaces the earlier one);
         ``n_structures`` counts those featurized, ``n_skipped`` those skipped
-        (``on_error="skip"``), both of the start's ``n_structures``.
+        (``on_error="skip"``), both of the start's ``n_structures``;
+    ``{"kind": "end", "run": str, "error": str | None}``
+        once when the run ends: ``error`` is ``None`` when every partition is done, else
+        what stopped it (partitions failed, interrupted).
 
 ``dparallel-train`` (:data:`TOPIC_TRAIN`)
     ``{"run": str, "epoch": int, "split": "train" | "validation", "loss": float,
     "energy_rmse": float | None, "force_rmse": float | None}``
-        once per epoch and split; RMSEs in eV/atom and eV/Å, ``None`` when not computed.
+        once per epoch and split; RMSEs in eV/atom and eV/Å, ``None`` when not computed;
+    ``{"kind": "end", "run": str, "run_id": str, "error": str | None}``
+        once when the training run ends (``error``: ``None``, or what stopped it).
 
 The publish helpers find the target themselves: inside a Dask task the current worker,
 otherwise the default client; with no cluster attached they do nothing and return ``False``.
@@ -25,6 +30,7 @@ callbacks of :func:`dparallel.train.train`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
@@ -32,15 +38,18 @@ import uuid
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
 
 __all__ = [
     "TOPIC_PROGRESS",
     "TOPIC_TRAIN",
+    "EpochPublisher",
+    "end_event",
     "epoch_publisher",
     "progress_partition_event",
     "progress_start_event",
     "publish_progress",
+    "publish_progress_end",
     "publish_progress_start",
     "publish_train_metrics",
     "train_event",
@@ -108,6 +117,26 @@ def progress_partition_event(
     }
 
 
+#: The longest error text an end event carries (the page shows it; the log has the rest).
+_MAX_ERROR = 300
+
+
+def end_event(
+    run: str, error: BaseException | str | None = None, run_id: str | None = None
+) -> dict:
+    """Payload closing a run: ``error`` ``None`` when it finished, else what stopped it
+    (an exception is named by its type and message; ``KeyboardInterrupt``: interrupted).
+    With ``run_id`` it closes a training run (topic ``dparallel-train``)."""
+    if isinstance(error, KeyboardInterrupt):
+        error = "interrupted"
+    elif isinstance(error, BaseException):
+        error = f"{type(error).__name__}: {error}".strip().removesuffix(":")
+    out = {"kind": "end", "run": str(run), "error": None if error is None else error[:_MAX_ERROR]}
+    if run_id is not None:
+        out["run_id"] = str(run_id)
+    return out
+
+
 def train_event(
     run: str,
     epoch: int,
@@ -158,6 +187,12 @@ def _resolve_target(target: _EventTarget | None) -> tuple[_EventTarget | None, s
         return None, ""
 
 
+def _connected(target: _EventTarget | None) -> _EventTarget | None:
+    """``target``, unless it is a client that lost its scheduler (an end event sent then
+    would wait for the reconnection to time out before the run's error is raised)."""
+    return None if getattr(target, "status", "running") != "running" else target
+
+
 def _publish(topic: str, msg: dict, target: _EventTarget | None) -> bool:
     if target is None:
         return False
@@ -197,6 +232,14 @@ def publish_progress(
     return _publish(TOPIC_PROGRESS, msg, resolved)
 
 
+def publish_progress_end(
+    run: str, error: BaseException | str | None = None, *, target: _EventTarget | None = None
+) -> bool:
+    """Close a featurization run (:func:`end_event`); returns whether an event was sent."""
+    resolved, _ = _resolve_target(target)
+    return _publish(TOPIC_PROGRESS, end_event(run, error), _connected(resolved))
+
+
 def publish_train_metrics(*fields: Any, target: _EventTarget | None = None, **named: Any) -> bool:
     """Publish one epoch's metrics (:func:`train_event`'s arguments); returns whether an
     event was sent."""
@@ -204,32 +247,52 @@ def publish_train_metrics(*fields: Any, target: _EventTarget | None = None, **na
     return _publish(TOPIC_TRAIN, train_event(*fields, **named), resolved)
 
 
-def epoch_publisher(
-    run: str, history: Iterable[Mapping[str, Any]] = ()
-) -> Callable[[Mapping[str, Any]], None]:
+class EpochPublisher:
     """An epoch callback sending each metrics row under the name ``run``: one event per
-    split with a finite loss (a no-op without a cluster). Each callback is one training
+    split with a finite loss (a no-op without a cluster). Each publisher is one training
     run with an id of its own, so a later run of the same name starts its own curves.
     ``history``: the rows of the epochs a resumed run trained before, sent at once under
-    the same id, so its curves go on from them rather than start at the resumed epoch."""
-    run_id = uuid.uuid4().hex[:12]
+    the same id, so its curves go on from them rather than start at the resumed epoch.
+    :meth:`ending` wraps the training: the page then says whether it finished or failed."""
 
-    def publish(row: Mapping[str, Any]) -> None:
+    def __init__(self, run: str, history: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.run = run
+        self.run_id = uuid.uuid4().hex[:12]
+        for row in history:
+            self(row)
+
+    def __call__(self, row: Mapping[str, Any]) -> None:
         for split in ("train", "validation"):
             loss = row.get(f"{split}_loss")
             if loss is None or not math.isfinite(loss):
                 continue
             publish_train_metrics(
-                run,
+                self.run,
                 int(row["epoch"]),
                 split,
                 float(loss),
                 row.get(f"{split}_energy_rmse"),
                 row.get(f"{split}_force_rmse"),
                 data_wait_fraction=row.get("data_wait_fraction") if split == "train" else None,
-                run_id=run_id,
+                run_id=self.run_id,
             )
 
-    for row in history:
-        publish(row)
-    return publish
+    def finish(self, error: BaseException | str | None = None) -> bool:
+        """Say the run ended (``error``: what stopped it); whether an event was sent."""
+        resolved, _ = _resolve_target(None)
+        return _publish(TOPIC_TRAIN, end_event(self.run, error, self.run_id), _connected(resolved))
+
+    @contextlib.contextmanager
+    def ending(self) -> Iterator[EpochPublisher]:
+        """Run the training inside: its end is published, with the error that ended it."""
+        try:
+            yield self
+        except BaseException as exc:
+            self.finish(exc)
+            raise
+        self.finish()
+
+
+def epoch_publisher(run: str, history: Iterable[Mapping[str, Any]] = ()) -> EpochPublisher:
+    """:class:`EpochPublisher` for the training run named ``run``."""
+    return EpochPublisher(run, history)

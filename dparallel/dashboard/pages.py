@@ -122,8 +122,7 @@ class _ProgressPage(_Page):
             f" structures{_skipped(summary['structures_skipped'])} &nbsp;·&nbsp; "
             f"<b>{_fmt(summary['structures_per_second'])}</b> structures/s, "
             f"<b>{_fmt(summary['atoms_per_second'])}</b> atoms/s &nbsp;·&nbsp; "
-            f"ETA {_fmt(summary['eta_seconds'], '.0f', ' s')}"
-            f"{' &nbsp;·&nbsp; <b>complete</b>' if summary['complete'] else ''}</p>"
+            f"{_ending(summary)}</p>"
         )
         n_total = float(total if total else max(done, 1))
         self.bar.x_range.end = n_total
@@ -138,6 +137,18 @@ class _ProgressPage(_Page):
                 "structures": [summary["workers"][w]["structures"] for w in names],
             },
         )
+
+
+def _ending(summary: dict[str, Any]) -> str:
+    """The progress header's last words: the ETA (and complete), or that the run failed."""
+    if summary["outcome"] == "failed":  # no ETA: nothing is computed any more
+        return _failed(summary["error"])
+    eta = f"ETA {_fmt(summary['eta_seconds'], '.0f', ' s')}"
+    return eta + (" &nbsp;·&nbsp; <b>complete</b>" if summary["complete"] else "")
+
+
+def _failed(error: str) -> str:
+    return f"<b style='color:#d62728'>failed</b>: {html.escape(error)}"
 
 
 def _skipped(n: int) -> str:
@@ -222,6 +233,10 @@ class _TrainingPage(_Page):
         waits = [w for w in summary.get("data_wait_fraction", []) if w is not None]
         if waits:
             parts.append(f"waiting for data {100 * waits[-1]:.1f}% of the last epoch")
+        if summary["outcome"] == "failed":
+            parts.append(_failed(summary["error"]))
+        elif summary["outcome"] == "finished":
+            parts.append("<b>finished</b>")
         self.header.text = (
             f"<h2>Training: {html.escape(summary['run'])}</h2><p>"
             + " &nbsp;·&nbsp; ".join(parts)

@@ -94,12 +94,14 @@ class _Run:
     n_atoms: int | None = None
     n_done_before: int = 0  # the store's partitions done by earlier runs (not counted)
     partitions: dict[int, _Partition] = field(default_factory=dict)
+    ended: dict[str, Any] | None = None  # its end: {"error": str | None}
 
 
 @dataclass
 class _Curves:
     run: str
     run_id: str = ""
+    ended: dict[str, Any] | None = None  # its end: {"error": str | None}
     # split -> epoch -> metric -> value
     points: dict[str, dict[int, dict[str, float | None]]] = field(
         default_factory=lambda: {s: {} for s in SPLITS}
@@ -166,13 +168,17 @@ class DashboardState:
                 worker=str(msg.get("worker", "")),
                 n_skipped=int(msg.get("n_skipped", 0)),
             )
+        elif kind == "end" and run in self._runs:
+            self._runs[run].ended = _ending(msg)
 
     def _add_train(self, t: float, msg: dict) -> None:
         run = str(msg.get("run", ""))
         split = msg.get("split")
+        key = (run, str(msg.get("run_id", "")))
+        if msg.get("kind") == "end" and key in self._curves:
+            self._curves[key].ended = _ending(msg)
         if split not in SPLITS:
             return
-        key = (run, str(msg.get("run_id", "")))
         curves = self._curves.get(key)
         if curves is None:  # a new run: its curves, shown from now on
             curves = self.train = _remember(self._curves, key, _Curves(run=run, run_id=key[1]))
@@ -185,7 +191,8 @@ class DashboardState:
         """Partitions done/total, structures/s, ETA and per-worker throughput (or ``None``):
         counts of this run's partitions, as the terminal bar counts them (not those of
         ``partitions_done_before``); rates and ETA by :func:`throughput` of the events'
-        times; per worker, structures over its summed task seconds."""
+        times; per worker, structures over its summed task seconds; ``outcome`` and
+        ``error`` once the run ended (:func:`_outcome`)."""
         run = self.progress
         if run is None:
             return None
@@ -221,16 +228,18 @@ class DashboardState:
             "atoms_per_second": rate.atoms_per_second,
             "eta_seconds": rate.eta_seconds,
             "complete": bool(n_total is not None and len(run.partitions) >= n_total),
+            **_outcome(run.ended),
             "workers": dict(sorted(workers.items())),
         }
 
     def train_summary(self) -> dict[str, Any] | None:
         """Per split, columns ``epoch`` and each metric sorted by epoch (or ``None``), and
-        ``data_wait_fraction``: per training epoch, the share of it spent waiting for data."""
+        ``data_wait_fraction``: per training epoch, the share of it spent waiting for data;
+        ``outcome`` and ``error`` once the run ended (:func:`_outcome`)."""
         curves = self.train
         if curves is None:
             return None
-        out: dict[str, Any] = {"run": curves.run}
+        out: dict[str, Any] = {"run": curves.run, **_outcome(curves.ended)}
         for split in SPLITS:
             epochs = sorted(curves.points[split])
             cols: dict[str, list] = {"epoch": epochs}
@@ -245,6 +254,20 @@ class DashboardState:
     def to_json(self) -> dict[str, Any]:
         """Everything the JSON route serves (NaN-free, JSON-serialisable)."""
         return _clean({"progress": self.progress_summary(), "train": self.train_summary()})
+
+
+def _ending(msg: dict) -> dict[str, Any]:
+    error = msg.get("error")
+    return {"error": None if error is None else str(error)}
+
+
+def _outcome(ended: dict[str, Any] | None) -> dict[str, Any]:
+    """``outcome``: ``"running"`` (no end reported), ``"finished"`` or ``"failed"``, and
+    ``error``: what stopped a failed run."""
+    if ended is None:
+        return {"outcome": "running", "error": None}
+    error = ended["error"]
+    return {"outcome": "finished" if error is None else "failed", "error": error}
 
 
 def _remember(records: dict, key: Any, record: Any) -> Any:

@@ -371,7 +371,11 @@ def _run_partitions(
     from dparallel.cluster.dispatch import Dispatch, run_partitions
     from dparallel.cluster.gpus import GPU_RESOURCE, gpu_partitions, gpu_worker_addresses
     from dparallel.cluster.installs import check_worker_installs, installed
-    from dparallel.dashboard.events import progress_start_event, publish_progress_start
+    from dparallel.dashboard.events import (
+        progress_start_event,
+        publish_progress_end,
+        publish_progress_start,
+    )
 
     store_path = store.ref  # a task reopens this very store (folder, or generation)
     run = f"featurize:{target_path(store)}"  # the user's path, also while built aside
@@ -417,7 +421,24 @@ def _run_partitions(
             recover=lambda p: _recorded_report(store_path, p),
             resources=lambda p: {GPU_RESOURCE: 1} if p in marked else None,
         )
-        return run_partitions(handle.client, featurize_partition, pending, how)
+        try:
+            failures = run_partitions(handle.client, featurize_partition, pending, how)
+        except BaseException as exc:  # the page says the run stopped, and why
+            publish_progress_end(run, exc, target=handle.client)
+            raise
+        publish_progress_end(run, _failed_words(failures, len(pending)), target=handle.client)
+        return failures
+
+
+def _failed_words(failures: dict[int, BaseException], n_pending: int) -> str | None:
+    """What the dashboard says of a run's failed partitions (``None``: none failed)."""
+    if not failures:
+        return None
+    p, exc = min(failures.items())
+    return (
+        f"{len(failures)} of {n_pending} partitions failed; partition {p}: "
+        f"{type(exc).__name__}: {exc}"
+    )
 
 
 def _recorded_report(store_path: str | Location, p: int) -> dict[str, Any] | None:

@@ -255,26 +255,24 @@ def _train(
 
     assert spec.training is not None
 
-    def callbacks(history: list[dict[str, Any]]) -> list[Callable[[dict[str, Any]], Any]]:
-        # a resumed run's dashboard curves go on from its earlier epochs
-        return [epoch_publisher(spec.name, history), *([on_epoch] if on_epoch else [])]
+    def trained_with(history: list[dict[str, Any]], resume: bool) -> Any:
+        # a resumed run's dashboard curves go on from its earlier epochs; its end is shown
+        publisher = epoch_publisher(spec.name, history)
+        with publisher.ending():
+            callbacks: list[Callable[[dict[str, Any]], Any]] = [publisher]
+            callbacks += [on_epoch] if on_epoch else []
+            return train(opened, model_dir, spec.training, callback=callbacks, resume=resume)
 
     opened = open_store(store_path)
     resume = not refeaturized and (model_dir / "checkpoint.pt").is_file()
     try:
-        trained = train(
-            opened,
-            model_dir,
-            spec.training,
-            callback=callbacks(read_history(model_dir) if resume else []),
-            resume=resume,
-        )
+        trained = trained_with(read_history(model_dir) if resume else [], resume)
     except CheckpointMismatchError as exc:  # anything else is no reason to start again
         if not resume:
             raise
         say(f"train: the checkpoint in {model_dir} is not resumed ({exc}); training afresh")
         resume = False
-        trained = train(opened, model_dir, spec.training, callback=callbacks([]))
+        trained = trained_with([], resume)
     return {"validation": trained.validation, "test": trained.test}, resume
 
 

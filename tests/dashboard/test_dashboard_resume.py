@@ -6,13 +6,13 @@ showed curves starting at epoch 2 (epochs 0-1, in metrics.csv, were gone from th
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from _event_recorder import cli_train_args
 
 from dparallel.dashboard import DashboardState
 from dparallel.dashboard.events import TOPIC_TRAIN, train_event
@@ -130,11 +130,6 @@ def test_dparallel_train_resume_continues_the_curves(
 
     monkeypatch.setattr(cli_train, "_store_and_descriptors", lambda store, path: (store, None))
     monkeypatch.setattr(dparallel.train, "train", fake_train)
-    args = argparse.Namespace(
-        overrides=[], allow_incomplete=False, device=None, descriptor_source=None,
-        config=None, store="store.zarr", descriptors=None, quiet=True, scheduler=None,
-        output=str(tmp_path), resume=True,
-    )  # fmt: skip
     with pytest.raises(Trained):
-        cli_train.run(args)
+        cli_train.run(cli_train_args(tmp_path, resume=True))
     _check_continuous(state)
