@@ -25,6 +25,7 @@ from dparallel.dashboard.events import (
     TOPIC_TRAIN,
     epoch_publisher,
     publish_progress,
+    publish_progress_end,
     publish_progress_start,
     publish_train_metrics,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "dask_setup",
     "epoch_publisher",
     "publish_progress",
+    "publish_progress_end",
     "publish_progress_start",
     "publish_train_metrics",
     "register_pages",

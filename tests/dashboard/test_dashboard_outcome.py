@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import ase.io
 import pytest
-from _event_recorder import cli_train_args
+from _event_recorder import EventRecorder, cli_train_args
 
-from dparallel.dashboard import DashboardState
+from dparallel.dashboard import DashboardState, publish_progress_end
 from dparallel.dashboard.events import (
     TOPIC_PROGRESS,
     end_event,
@@ -57,7 +57,9 @@ def test_a_failed_featurization_says_so_and_why(monkeypatch) -> None:  # noqa: A
     assert "ETA" not in header
     assert s.to_json()["progress"]["outcome"] == "failed"
 
-    s.add(3.0, TOPIC_PROGRESS, end_event("other-run"))  # another run's end: not this one's
+    rec = EventRecorder()  # the re-exported helper, as docs/deploy.md shows it
+    assert publish_progress_end("other-run", target=rec)
+    s.add(3.0, *rec.events[0])  # another run's end: not this one's
     assert s.progress_summary()["outcome"] == "failed"  # type: ignore[index]
     s.add(4.0, TOPIC_PROGRESS, progress_start_event("r", 4, 40, 400))  # a rerun: running
     assert s.progress_summary()["outcome"] == "running"  # type: ignore[index]
