@@ -15,6 +15,7 @@ suits files up to a few GB per worker; ship larger data sets uncompressed (docs/
 
 from __future__ import annotations
 
+import array
 import bz2
 import functools
 import gzip
@@ -295,7 +296,7 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
         format,
         size,
         mtime_ns,
-        **{k: np.asarray(getattr(found, k), np.int64) for k in _ARRAYS},
+        **{k: np.frombuffer(getattr(found, k), np.int64) for k in _ARRAYS},  # no copy
         errors=found.errors,
         sample_sha256=_sample_hash(location, length),
     )
@@ -305,14 +306,19 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
     return index
 
 
+def _int64s() -> array.array[int]:
+    """A growing column of int64 (8 bytes an entry; a list of Python ints takes ~36)."""
+    return array.array("q")
+
+
 @dataclass
 class _Found:
     """What an indexer found so far: one entry per structure, and the broken ones."""
 
-    starts: list[int] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
-    counts: list[int] = field(default_factory=list)
-    lines: list[int] = field(default_factory=list)
+    starts: array.array[int] = field(default_factory=_int64s)
+    ends: array.array[int] = field(default_factory=_int64s)
+    counts: array.array[int] = field(default_factory=_int64s)
+    lines: array.array[int] = field(default_factory=_int64s)
     errors: dict[int, tuple[int, str]] = field(default_factory=dict)
 
     def add(self, start: int, end: int, count: int, line: int) -> None:
@@ -516,5 +522,5 @@ def _index_ase(location: Location, format: str) -> _Built:
         raise InputFormatError(
             f"ASE cannot read it as {format!r}: {exc}", path=path, frame=len(found.counts)
         ) from exc
-    found.lines = [0] * len(found.counts)
+    found.lines = array.array("q", bytes(8 * len(found.counts)))
     return found, int(location.info()["size"])
