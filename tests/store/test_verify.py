@@ -108,6 +108,30 @@ def test_every_kind_of_damage_is_listed_in_one_summary(featurized, capsys):
     assert code == 1 and "in 2 of " in out  # partitions 0 and 2
 
 
+def test_the_shared_arrays_are_read_a_block_of_chunks_at_a_time(featurized, monkeypatch):
+    # all of an array's chunks were read at once: its whole bytes held (at 10^6 small
+    # structures ~100 MB of positions); a block at a time, damage past the first still found
+    from dparallel.store import _verify
+
+    n_parts = open_store(featurized).n_partitions
+    _chunk(featurized / "structures" / "positions", n_parts - 1, 0).unlink()
+    shared: list[int] = []  # keys per read of a shared array (not below parts/<p>/)
+    real = _verify.read_keys
+
+    def read_keys(base, keys):
+        if keys and "parts/" not in keys[0]:
+            shared.append(len(keys))
+        return real(base, keys)
+
+    monkeypatch.setattr(_verify, "BLOCK", 2, raising=False)
+    monkeypatch.setattr(_verify, "read_keys", read_keys)
+    checked = open_store(featurized).verify()
+    assert [(p.partition, p.array) for p in checked.problems] == [
+        (n_parts - 1, "structures/positions")
+    ]
+    assert n_parts > 2 and shared and max(shared) == 2
+
+
 def test_a_store_of_an_older_version_reports_no_missing_chunk(featurized):
     """Before ``every_chunk_written`` an all-fill chunk was left out: a missing one is no
     proof of damage, so only unreadable ones are reported, and the summary says so."""
