@@ -78,19 +78,35 @@ def find_problems(batch: StructureBatch) -> dict[int, Problem]:
     flag(huge.any(axis=1), "cell has implausible entries" + far)
     for index, why in batch.implausible_cells().items():  # a singular cell: judged below
         bad.setdefault(index, Problem(why))
-    for s in np.flatnonzero(batch.pbc.any(axis=1)):
-        if int(s) in bad:
+    for index, reason in _singular_cells(batch).items():
+        bad.setdefault(index, Problem(reason))
+    return dict(sorted(bad.items()))
+
+
+def _singular_cells(batch: StructureBatch) -> dict[int, str]:
+    """``{structure: reason}`` for periodic structures whose cell vectors along their
+    periodic axes are all zero or not independent; one batched SVD per pbc pattern (at
+    most 7), not one per structure. Structures with non-finite cells are left out (their
+    own check names them)."""
+    found: dict[int, str] = {}
+    finite = np.isfinite(batch.cells).all(axis=(1, 2))
+    patterns, which = np.unique(batch.pbc, axis=0, return_inverse=True)
+    for k, pattern in enumerate(patterns):
+        if not pattern.any():
             continue
-        vecs = batch.cells[s][batch.pbc[s]]  # (n_periodic, 3)
-        sv = np.linalg.svd(vecs, compute_uv=False)
-        if not vecs.any():
-            bad[int(s)] = Problem(
-                f"periodic structure (pbc={batch.pbc[s].tolist()}) has no cell (all zero: an "
+        rows = np.flatnonzero((which.reshape(-1) == k) & finite)
+        vecs = batch.cells[rows][:, pattern]  # (n, n_periodic, 3)
+        sv = np.linalg.svd(vecs, compute_uv=False)  # (n, n_periodic), descending
+        empty = ~vecs.reshape(len(rows), -1).any(axis=1)
+        singular = sv[:, -1] <= 1e-8 * np.maximum(1.0, sv[:, 0])
+        for s in rows[empty].tolist():
+            found[s] = (
+                f"periodic structure (pbc={pattern.tolist()}) has no cell (all zero: an "
                 'extxyz frame without Lattice?): give its Lattice, or pbc="F F F"'
             )
-        elif sv[-1] <= 1e-8 * max(1.0, float(sv[0])):
-            bad[int(s)] = Problem(
-                f"periodic structure (pbc={batch.pbc[s].tolist()}) has a singular cell "
+        for s in rows[singular & ~empty].tolist():
+            found[s] = (
+                f"periodic structure (pbc={pattern.tolist()}) has a singular cell "
                 f"{batch.cells[s].tolist()}"
             )
-    return dict(sorted(bad.items()))
+    return found
