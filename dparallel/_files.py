@@ -323,11 +323,9 @@ def remove_file(
 def _syncfs(folder: str) -> bool:
     """``syncfs`` of the filesystem holding ``folder`` (Linux); False where unavailable."""
     import ctypes
-    import ctypes.util
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        call = libc.syncfs
+    try:  # the process's own symbols, libc's among them (find_library ran `ldconfig -p`)
+        call = ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):
         return False
     fd = os.open(folder, os.O_RDONLY)
