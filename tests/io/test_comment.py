@@ -199,3 +199,25 @@ def test_the_usual_line_does_not_go_through_ase(monkeypatch: pytest.MonkeyPatch)
     assert info["energy"] == -14.94591544 and info["pbc"] == [True, True, True]
     with pytest.raises(AssertionError, match="ASE's reader"):
         comment_info("a='1 2'")  # quoted by ' : ASE's own reader
+
+
+def test_values_every_frame_repeats_are_converted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the Lattice and pbc most frames of a file share were converted anew on every comment
+    # line, 8 of its ~17 us; now once, each line still getting ASE's values, its own copies
+    from dparallel.io import _comment
+
+    converted: list[str] = []
+    real = _comment._value
+    monkeypatch.setattr(
+        _comment, "_value", lambda key, value: converted.append(key) or real(key, value)
+    )
+    lattice = '"7.125 0 0 0 7.25 0 0 0 7.375"'  # no other test's: not converted before
+    lines = [f'Lattice={lattice} energy={-e / 7:.6f} pbc="T T F"' for e in range(300)]
+    for line in lines:
+        info = comment_info(line)
+        expected = key_val_str_to_dict(line)  # ASE's reading, every time
+        assert list(info) == list(expected) and all(_same(info[k], expected[k]) for k in info)
+        info["Lattice"][0, 0] = -1.0  # a caller changing its own dict changes no other
+        info["pbc"][0] = False
+    assert converted.count("Lattice") == 1 and converted.count("pbc") <= 1
+    assert converted.count("energy") == len(lines)
