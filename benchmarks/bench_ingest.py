@@ -6,6 +6,13 @@ process's peak RSS from ``getrusage``. Peak RSS of the ingest must not grow with
 
     python benchmarks/bench_ingest.py                      # 50 MB and 200 MB
     python benchmarks/bench_ingest.py --size-mb 200 1000   # 1 GB
+
+``--structures N …`` measures scaling in the number of structures instead: N periodic
+structures of 1–8 atoms each (10⁶: 368 MB), and for each file the time and peak RSS of
+building its index, ``dparallel ingest`` and ``dparallel info --verify``, with the
+exponent of each against the previous N (1.0: linear):
+
+    python benchmarks/bench_ingest.py --structures 10000 100000 1000000
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,12 +32,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# runs CMD..., prints its peak RSS (KiB on Linux) as the last line
+# runs CMD..., prints its peak RSS (KiB on Linux) and CPU seconds as the last line
 _MEASURE = (
     "import resource, subprocess, sys\n"
     "r = subprocess.run(sys.argv[1:])\n"
-    "print(json.dumps({'rc': r.returncode, "
-    "'maxrss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))"
+    "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print(json.dumps({'rc': r.returncode, 'maxrss_kib': u.ru_maxrss, "
+    "'cpu_s': u.ru_utime + u.ru_stime}))"
 )
 _ASE_PEER = (
     "import sys, ase.io\n"
@@ -57,8 +66,41 @@ def make_extxyz(path: Path, size_mb: float, seed: int = 0) -> None:
             written += len(block)
 
 
+def make_small_structures(path: Path, n: int, seed: int = 0) -> None:
+    """Write ``n`` periodic extxyz structures of 1–8 H/Cu atoms (8 Å cubes, energies and
+    forces); atom lines formatted by numpy, not ASE, so 10⁶ take ~30 s."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, 9, n)
+    total = int(counts.sum())
+    text = io.StringIO()
+    np.savetxt(
+        text,
+        np.column_stack([rng.uniform(0, 8, (total, 3)), rng.normal(0, 0.1, (total, 3))]),
+        fmt="%.6f",
+    )
+    rows = text.getvalue().splitlines()
+    species = np.where(rng.random(total) < 0.5, "Cu", "H")
+    energy = rng.normal(-3, 1, n)
+    comment = (
+        'Lattice="8 0 0 0 8 0 0 0 8" Properties=species:S:1:pos:R:3:forces:R:3 '
+        'energy={:.6f} pbc="T T T"'
+    )
+    out, at = [], 0
+    for i, c in enumerate(counts.tolist()):
+        out += [str(c), comment.format(energy[i])]
+        out += [f"{species[at + k]} {rows[at + k]}" for k in range(c)]
+        at += c
+    path.write_text("\n".join(out) + "\n")
+
+
 def measure(cmd: list[str]) -> tuple[float, float]:
     """(wall seconds, peak RSS MiB) of ``cmd`` run in a fresh process."""
+    wall, rss, _ = measure_cpu(cmd)
+    return wall, rss
+
+
+def measure_cpu(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS MiB, CPU seconds) of ``cmd`` run in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
     res = subprocess.run(
@@ -72,7 +114,59 @@ def measure(cmd: list[str]) -> tuple[float, float]:
     out = json.loads(res.stdout.strip().splitlines()[-1])
     if out["rc"] != 0:
         raise RuntimeError(f"{cmd} failed:\n{res.stderr}")
-    return wall, out["maxrss_kib"] / 1024
+    return wall, out["maxrss_kib"] / 1024, out["cpu_s"]
+
+
+def _dparallel(*args: str) -> list[str]:
+    return [sys.executable, "-m", "dparallel", *args]
+
+
+def _ingest(path: Path, store: Path, partition_atoms: int) -> list[str]:
+    """The ``dparallel ingest`` command line both tables time."""
+    return _dparallel(
+        "ingest", str(path), "-o", str(store), "-q", "--partition-atoms", str(partition_atoms)
+    )
+
+
+_INDEX = "import sys\nfrom dparallel.io import open_source\nopen_source(sys.argv[1])"
+
+
+def scaling(sizes: list[int], partition_atoms: int, workdir: str | None) -> None:
+    """The table of ``--structures``: index, ingest and verify against N (see the top)."""
+    steps = ("index", "ingest", "verify")
+    rows: list[tuple[int, float, dict[str, tuple[float, float, float]]]] = []
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        for n in sizes:
+            path, store = Path(tmp) / f"small_{n}.xyz", Path(tmp) / f"small_{n}.zarr"
+            make_small_structures(path, n)
+            got = {
+                "index": measure_cpu([sys.executable, "-c", _INDEX, str(path)]),
+                "ingest": measure_cpu(_ingest(path, store, partition_atoms)),
+                "verify": measure_cpu(_dparallel("info", "--verify", str(store))),
+            }
+            rows.append((n, path.stat().st_size / 1e6, got))
+            for p in Path(tmp).iterdir():
+                p.unlink() if p.is_file() else shutil.rmtree(p)
+    # a process's start (its imports), taken off below
+    start = measure_cpu([sys.executable, "-c", "import dparallel.workflow.ingest"])[2]
+    head = f"{'structures':>10} {'file MB':>8}" + "".join(
+        f" | {step + ' s':>9} {'CPU s':>6} {'RSS MiB':>8} {'exp':>5}" for step in steps
+    )
+    print(head)
+    print("-" * len(head))
+    for k, (n, mb, got) in enumerate(rows):
+        line = f"{n:10d} {mb:8.1f}"
+        for step in steps:
+            wall, rss, cpu = got[step]
+            exp = ""
+            if k:
+                before, n_before = rows[k - 1][2][step][2], rows[k - 1][0]
+                ratio = max(cpu - start, 1e-3) / max(before - start, 1e-3)
+                exp = f"{np.log(ratio) / np.log(n / n_before):5.2f}"
+            line += f" | {wall:9.2f} {cpu:6.2f} {rss:8.0f} {exp:>5}"
+        print(line)
+    print("exp: log(CPU ratio) / log(N ratio) against the row above (1 = linear), CPU less")
+    print(f"{start:.2f} s, a process's start (import dparallel.workflow.ingest)")
 
 
 def main() -> None:
@@ -81,7 +175,13 @@ def main() -> None:
     parser.add_argument("--partition-atoms", type=int, default=20_000)
     parser.add_argument("--no-peer", action="store_true", help="skip the ASE peer")
     parser.add_argument("--workdir", default=None, help="where to put files (default: tmp)")
+    parser.add_argument(
+        "--structures", type=int, nargs="+", help="scaling in N small structures instead"
+    )
     args = parser.parse_args()
+    if args.structures:
+        scaling(args.structures, args.partition_atoms, args.workdir)
+        return
 
     rows = []
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
@@ -89,19 +189,7 @@ def main() -> None:
             path = Path(tmp) / f"bench_{int(size)}mb.xyz"
             make_extxyz(path, size)
             store = Path(tmp) / f"bench_{int(size)}mb.zarr"
-            cmd = [
-                sys.executable,
-                "-m",
-                "dparallel",
-                "ingest",
-                str(path),
-                "-o",
-                str(store),
-                "-q",
-                "--partition-atoms",
-                str(args.partition_atoms),
-            ]
-            wall, rss = measure(cmd)
+            wall, rss = measure(_ingest(path, store, args.partition_atoms))
             info = subprocess.run(
                 [sys.executable, "-m", "dparallel", "info", str(store), "--json"],
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
