@@ -159,10 +159,9 @@ def scaling(sizes: list[int], partition_atoms: int, workdir: str | None) -> None
         for step in steps:
             wall, rss, cpu = got[step]
             exp = ""
-            if k:
-                before, n_before = rows[k - 1][2][step][2], rows[k - 1][0]
-                ratio = max(cpu - start, 1e-3) / max(before - start, 1e-3)
-                exp = f"{np.log(ratio) / np.log(n / n_before):5.2f}"
+            before, n_before = rows[k - 1][2][step][2], rows[k - 1][0]
+            if k and min(cpu, before) - start > 0.25:  # else mostly the start: no exponent
+                exp = f"{np.log((cpu - start) / (before - start)) / np.log(n / n_before):5.2f}"
             line += f" | {wall:9.2f} {cpu:6.2f} {rss:8.0f} {exp:>5}"
         print(line)
     print("exp: log(CPU ratio) / log(N ratio) against the row above (1 = linear), CPU less")
