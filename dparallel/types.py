@@ -143,10 +143,15 @@ class StructureBatch:
         n = self.n_structures
         finite = np.isfinite(self.cells).reshape(n, 9).all(axis=1)
         cells = np.where(finite[:, None, None], self.cells, 0.0)
-        uses_open_axis = (_COMBINATIONS[None, :, :] != 0) & ~self.pbc[:, None, :]  # (S, C, 3)
+        # once per distinct (cell, pbc): most structures of a file share a few cells, and
+        # the search is ~14 µs a structure (every read and neighbor list makes it)
+        rows = np.concatenate([cells.reshape(n, 9), self.pbc.astype(np.float64)], axis=1)
+        distinct, which = np.unique(rows, axis=0, return_inverse=True)  # (U, 12)
+        cells, pbc = distinct[:, :9].reshape(-1, 3, 3), distinct[:, 9:] != 0
+        uses_open_axis = (_COMBINATIONS[None, :, :] != 0) & ~pbc[:, None, :]  # (U, C, 3)
         lengths = np.linalg.norm(np.einsum("ck,skx->scx", _COMBINATIONS, cells), axis=2)
         lengths[uses_open_axis.any(axis=2)] = np.inf
-        shortest = lengths.min(axis=1, initial=np.inf)
+        shortest = lengths.min(axis=1, initial=np.inf)[which.reshape(-1)]
         return np.where(finite & self.pbc.any(axis=1), shortest, np.inf)
 
     def implausible_cells(self) -> dict[int, str]:

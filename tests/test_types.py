@@ -95,6 +95,30 @@ def test_shortest_translations_equal_a_minkowski_reduced_cell() -> None:
     assert np.mean(np.isclose(got[raw], expected[raw], rtol=1e-12)) > 0.5
 
 
+def test_shortest_translations_search_each_distinct_cell_once(monkeypatch) -> None:
+    # the search (124 combinations of the cell vectors) ran for every structure, ~14 us
+    # each, twice per partition in featurize (the reader's checks, the neighbor list);
+    # structures of a file mostly share a few cells: searched once per (cell, pbc)
+    from ase.geometry import minkowski_reduce
+
+    rng = np.random.default_rng(5)
+    shapes = [minkowski_reduce(rng.normal(size=(3, 3)) * 4)[0] for _ in range(3)]
+    patterns = [(True, True, True), (True, True, False), (False, False, False)]
+    pick = rng.integers(0, 3, (3000, 2))  # a cell and a pbc pattern per structure
+    atoms = [ase.Atoms("H", cell=shapes[c], pbc=patterns[p]) for c, p in pick]
+    searched = []
+    real = np.einsum
+    monkeypatch.setattr(np, "einsum", lambda *a, **k: searched.append(a[2].shape) or real(*a, **k))
+    got = StructureBatch.from_ase(atoms).shortest_translations()
+    assert searched and all(shape[0] <= 9 for shape in searched)  # distinct (cell, pbc) pairs
+    for c in range(3):
+        for p, pbc in enumerate(patterns):
+            rows = (pick[:, 0] == c) & (pick[:, 1] == p)
+            reduced, _ = minkowski_reduce(shapes[c], pbc=pbc)
+            want = float(np.linalg.norm(reduced[list(pbc)], axis=1).min()) if any(pbc) else np.inf
+            np.testing.assert_allclose(got[rows], want, rtol=1e-12)
+
+
 def test_from_ase_takes_one_atoms_and_names_what_is_not_one():
     # from_ase(atoms) iterated over its Atom objects: "'Atom' object has no attribute
     # 'info'"; a path or a list with a number in it failed the same way
