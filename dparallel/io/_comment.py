@@ -6,6 +6,7 @@ Python, ~19 % of ingesting small molecules; both give the same dict, value types
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
@@ -66,7 +67,10 @@ def _several(key: str, value: str) -> Any:
     converted = _several_cached(key, value)
     if isinstance(converted, np.ndarray):
         return converted.copy()
-    return list(converted) if isinstance(converted, list) else converted
+    if isinstance(converted, list):  # flags (pbc), or what a ``_JSON`` value holds
+        flat = all(isinstance(item, (bool, int, float, str)) for item in converted)
+        return list(converted) if flat else copy.deepcopy(converted)
+    return converted
 
 
 @functools.lru_cache(maxsize=256)

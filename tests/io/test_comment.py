@@ -221,3 +221,6 @@ def test_values_every_frame_repeats_are_converted_once(monkeypatch: pytest.Monke
         info["pbc"][0] = False
     assert converted.count("Lattice") == 1 and converted.count("pbc") <= 1
     assert converted.count("energy") == len(lines)
+    nested = 'a="_JSON [[true], [null]]"'  # a value whose list holds lists: copied whole
+    comment_info(nested)["a"][0].append(5)
+    assert comment_info(nested)["a"] == key_val_str_to_dict(nested)["a"] == [[True], [None]]
