@@ -89,10 +89,10 @@ def test_evaluate_takes_the_alias_for_the_recorded_units(monkeypatch, caplog) ->
 
     monkeypatch.setattr("dparallel.train.data_units.recorded_data_units", lambda _: "ase")
     with caplog.at_level(logging.WARNING):
-        assert _data_units("model", "angstrom-ev") == "angstrom-ev"
+        assert _data_units("model", "data.xyz", None, "angstrom-ev") == "angstrom-ev"
     assert "--units" not in caplog.text
     with caplog.at_level(logging.WARNING):
-        assert _data_units("model", "bohr-hartree") == "bohr-hartree"
+        assert _data_units("model", "data.xyz", None, "bohr-hartree") == "bohr-hartree"
     assert "--units" in caplog.text
 
 
