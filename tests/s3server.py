@@ -171,7 +171,9 @@ def faulty_proxy(endpoint: str, fault: Callable[[str, str], str | None]) -> Iter
     ``"lost"`` (forwarded, then the connection reset: the server did it, its answer never
     comes), ``"late:S"`` (the connection reset at once, the request forwarded S seconds
     later: it lands after the client gave up on it), ``"delay:S"`` (forwarded after S
-    seconds, answered) or an HTTP status (``"503"``: answered so, nothing forwarded)."""
+    seconds, answered), an HTTP status (``"503"``: answered so, nothing forwarded) or
+    ``"after:503"`` (forwarded, the server did it, then answered with that status: a
+    gateway's 502/504 or a 500 whose request had landed)."""
     import http.client
     import http.server
     import struct
@@ -219,6 +221,8 @@ def faulty_proxy(endpoint: str, fault: Callable[[str, str], str | None]) -> Iter
             status, headers, data = self._forward(body)
             if what == "lost":
                 return self._reset()
+            if what is not None and what.startswith("after:"):
+                status, headers, data = int(what[6:]), [("Content-Length", "0")], b""
             self.send_response(status)
             skip = {"transfer-encoding", "connection"}
             for name, value in headers:

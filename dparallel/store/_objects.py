@@ -22,6 +22,9 @@ pointer's records are unique to their writer: a token, a heartbeat time, generat
 names); still as the condition wants it, the write is sent again; anything else is the
 condition refusing. Else a heartbeat whose write landed unanswered kept the ETag it had
 replaced, and its next beat, refused, took the run for one another run had taken over.
+A refusal (412) is read back too: obstore retries a 5xx answer itself, also of a
+conditional write, and a 500, or a gateway's 502/504, may come after the service did the
+write, so its retry is refused by our own write (our bytes there: it succeeded).
 """
 
 from __future__ import annotations
@@ -118,8 +121,8 @@ def _put_on_s3(
             written = s3_objects.put(
                 store, key, data, location, if_absent=etag is None, if_match=etag
             )
-            if written is None and attempt > 0:  # a resend refused: the first send may have
-                found = s3_objects.get(store, key, location)  # landed after its answer was lost
+            if written is None:  # refused, maybe by our own send whose answer was lost
+                found = s3_objects.get(store, key, location)
                 return found[1] if found is not None and found[0] == data else None
             return written
         except (PermissionError, FileNotFoundError):

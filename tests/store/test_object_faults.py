@@ -39,8 +39,11 @@ def faults(monkeypatch):
         forget_clients()
 
 
-@pytest.mark.parametrize("what", ["reset", "lost"])
+@pytest.mark.parametrize("what", ["reset", "lost", "after:500", "after:503"])
 def test_a_conditional_write_whose_answer_was_lost_is_settled(faults, what):
+    """``after:5xx``: the service did the write, then a 5xx came (a gateway's, or a 500 of
+    a request that had landed); obstore retries it itself and the retry is refused (412)
+    by our own write: read back, the write is ours, not another writer's."""
     where = as_location(f"s3://dparallel-test/settled-{what}/obj")
     faults.append(("PUT", "/obj", what))
     first = _objects.put_if_absent(where, b"one")
@@ -84,11 +87,14 @@ def test_a_replacement_of_a_deleted_object_is_refused_as_on_aws(faults):
     assert _objects.get(where) == (b"one", etag)
 
 
-def test_a_heartbeat_whose_answer_was_lost_keeps_the_lease(faults):
-    lease = StoreLease("s3://dparallel-test/beat.zarr", command="test", timeout=1.2)
+@pytest.mark.parametrize("what", ["lost", "after:503"])
+def test_a_heartbeat_whose_answer_was_lost_keeps_the_lease(faults, what):
+    lease = StoreLease(f"s3://dparallel-test/beat-{what[:5]}.zarr", command="test", timeout=1.2)
+    faults.append(("PUT", "dparallel.lease", what))  # taking it
     lease.acquire()
     try:
-        faults.append(("PUT", "dparallel.lease", "lost"))  # the first heartbeat's
+        assert not faults
+        faults.append(("PUT", "dparallel.lease", what))  # the first heartbeat's
         deadline = time.monotonic() + 10
         while faults and time.monotonic() < deadline:
             time.sleep(0.05)
