@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from dparallel.errors import StoreBusyError, StoreError, UnsafePathError
 from dparallel.io.location import Location, as_location
@@ -185,7 +185,11 @@ class StoreLease:
         self.timeout = float(timeout)
         self.token = secrets.token_hex(8)
         self.lost = threading.Event()
+        #: Why :attr:`lost` was set, for :meth:`check`'s error.
+        self.lost_why = ""
         self._since = time.time()
+        #: The heartbeat time of the last record written (what others judge staleness by).
+        self._written = self._since
         self._depth = 0
         self._outer: StoreLease | None = None
         self._stop = threading.Event()
@@ -246,13 +250,15 @@ class StoreLease:
             return False
         try:
             with os.fdopen(fd, "w") as fh:
-                json.dump(self._record(), fh)
+                record = self._record()
+                json.dump(record, fh)
                 fh.flush()
                 os.fsync(fh.fileno())
         except BaseException:  # a full disk, Ctrl-C, SIGTERM: leave no empty lock file behind
             with contextlib.suppress(OSError):
                 self.path.unlink()
             raise
+        self._written = record["heartbeat"]
         return True
 
     def _break(self, holder: dict[str, Any]) -> None:
@@ -329,20 +335,46 @@ class StoreLease:
         if current == {}:
             return  # unreadable for a moment: judge it at the next beat
         if current is None or current.get("token") != self.token:
-            self.lost.set()
-            raise StoreError(f"lost the lease {self.path}: another run took the store over")
+            self._lose("another run took the store over")
         tmp = self.path.with_name(f"{self.path.name}.{self.token}.tmp")
         try:
-            tmp.write_text(json.dumps(self._record()))
+            record = self._record()
+            tmp.write_text(json.dumps(record))
             os.replace(tmp, self.path)
         except OSError as exc:  # e.g. a full disk: keep the old heartbeat, try again later
-            log.debug("cannot renew the lease %s: %s", self.path, exc)
             with contextlib.suppress(OSError):
                 tmp.unlink()
+            self._not_renewed(exc)
+            return
+        self._written = record["heartbeat"]
+
+    def _lose(self, why: str) -> NoReturn:
+        """Set :attr:`lost` (``why``: for :meth:`check`) and raise :class:`StoreError`."""
+        self.lost_why = why
+        self.lost.set()
+        raise StoreError(f"lost the lease {self.path}: {why}")
+
+    def _not_renewed(self, exc: OSError) -> None:
+        """A heartbeat that could not be written: tried again at the next beat, unless the
+        last one written is older than :attr:`timeout`; then another run may take the
+        store over, so this one has lost the lease (no two runs write at once)."""
+        age = time.time() - self._written
+        if age <= self.timeout:
+            log.debug("cannot renew the lease %s: %s", self.path, exc)
+            return
+        self._lose(
+            f"no heartbeat could be written for {age:.0f} s (more than the lease's "
+            f"{self.timeout:.0f} s, after which another run may take the store over): {exc}"
+        )
 
     def check(self) -> None:
         """Raise :class:`StoreError` if the lease was lost (see module docstring)."""
         lease = self._outer or self
+        if lease.lost.is_set() and lease.lost_why.startswith("no heartbeat"):
+            raise StoreError(
+                f"lost the lease {lease.path}: {lease.lost_why}; stopping: rerun the same "
+                "command once the store's service answers (done work is kept)"
+            )
         if lease.lost.is_set():
             raise StoreError(
                 f"lost the lease {lease.path}: this run stalled for more than "
@@ -423,10 +455,11 @@ class ObjectLease(StoreLease):
         if POINTER_KEY not in names and LEASE_KEY not in names:
             refuse_foreign(self._location, names)  # no lease object left in a user's prefix
         for _ in range(5):
-            body = json.dumps(self._record()).encode()
+            record = self._record()
+            body = json.dumps(record).encode()
             etag = _objects.put_if_absent(self.path, body)
             if etag is not None:
-                self._etag = etag
+                self._etag, self._written = etag, record["heartbeat"]
                 return
             found = self._get()
             if found is None:
@@ -441,7 +474,7 @@ class ObjectLease(StoreLease):
                 )
             etag = _objects.put_if_match(self.path, body, version)
             if etag is not None:
-                self._etag = etag
+                self._etag, self._written = etag, record["heartbeat"]
                 return
         raise StoreBusyError(f"cannot take the lease {self.path}: it keeps changing hands")
 
@@ -455,16 +488,16 @@ class ObjectLease(StoreLease):
     def renew(self) -> None:
         """Write a fresh heartbeat over our own version; lost if someone replaced it."""
         if self.lost.is_set():
-            raise StoreError(f"lost the lease {self.path}: another run took the store over")
+            raise StoreError(f"lost the lease {self.path}: {self.lost_why}")
+        record = self._record()
         try:
-            etag = _objects.put_if_match(self.path, json.dumps(self._record()).encode(), self._etag)
+            etag = _objects.put_if_match(self.path, json.dumps(record).encode(), self._etag)
         except OSError as exc:  # the service unreachable for a moment: try at the next beat
-            log.debug("cannot renew the lease %s: %s", self.path, exc)
+            self._not_renewed(exc)
             return
         if etag is None:
-            self.lost.set()
-            raise StoreError(f"lost the lease {self.path}: another run took the store over")
-        self._etag = etag
+            self._lose("another run took the store over")
+        self._etag, self._written = etag, record["heartbeat"]
 
     def _give_back(self) -> None:
         if self.lost.is_set():

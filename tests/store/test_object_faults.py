@@ -108,6 +108,35 @@ def test_a_heartbeat_whose_answer_was_lost_keeps_the_lease(faults, what):
     assert record["released"]
 
 
+def test_a_holder_whose_heartbeats_fail_stops_once_it_could_be_taken_over(faults):
+    """Every request for the lease fails (503, after obstore's retries): the holder keeps
+    writing no longer than its lease's timeout, after which another run may take the store
+    over; before, each failed heartbeat was tried again at the next beat, for ever, and
+    the run went on writing beside the run that took the store over."""
+    from dparallel.errors import StoreError
+
+    lease = StoreLease("s3://dparallel-test/unreachable.zarr", command="test", timeout=1.2)
+    lease.acquire()
+    try:
+        faults.extend([("PUT", "dparallel.lease", "503"), ("GET", "dparallel.lease", "503")] * 200)
+        started = time.monotonic()
+        while not lease.lost.is_set() and time.monotonic() - started < 10:
+            time.sleep(0.05)
+        assert lease.lost.is_set()
+        assert time.monotonic() - started < 1.2 + 2.0  # the timeout, a beat, a request
+        faults.clear()
+        with pytest.raises(StoreError) as info:
+            lease.check()
+        message = str(info.value)
+        assert "no heartbeat could be written" in message and "503" in message
+        assert str(lease.path) in message and "rerun the same command" in message
+        holder = json.loads(_objects.get(lease.path)[0])
+        assert holder["token"] == lease.token  # nobody took it: this run stopped itself
+    finally:
+        faults.clear()
+        lease.release()
+
+
 def test_a_pointer_to_a_deleted_generation_is_named(tmp_path):
     """A store whose current generation was deleted behind dparallel's back was "no zarr
     store at URL"; the error says which generation the pointer names and that it is gone."""

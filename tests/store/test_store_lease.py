@@ -132,6 +132,32 @@ def test_a_lock_file_that_cannot_be_written_is_not_left_behind(tmp_path, monkeyp
     assert held_lease(tmp_path / "s.zarr") is None
 
 
+def test_a_holder_whose_heartbeats_cannot_be_written_stops_after_the_timeout(tmp_path, monkeypatch):
+    """A full disk under the lock file (on a filesystem another host shares): a heartbeat
+    that fails is tried again at the next beat, but once the last one written is older
+    than the timeout another run may take the store over, so the lease is lost."""
+    import errno
+    import pathlib
+
+    store = tmp_path / "s.zarr"
+    with StoreLease(store, timeout=0.6) as lease:
+        write_text = pathlib.Path.write_text
+
+        def full(self, *args, **kwargs):
+            if self.name.startswith(lease.path.name):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return write_text(self, *args, **kwargs)
+
+        monkeypatch.setattr(pathlib.Path, "write_text", full)
+        deadline = time.monotonic() + 10
+        while not lease.lost.is_set():
+            assert time.monotonic() < deadline, "a lease not renewed for ever is still held"
+            time.sleep(0.05)
+        with pytest.raises(StoreError, match=r"no heartbeat could be written .* No space left"):
+            lease.check()
+        monkeypatch.undo()
+
+
 def test_a_lock_file_that_cannot_be_removed_is_a_warning_not_the_runs_error(
     tmp_path, monkeypatch, caplog
 ):
