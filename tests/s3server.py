@@ -150,9 +150,20 @@ sys.addaudithook(_hook)
 """
 
 
+def quick_retries(monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+    """Clients made from now on wait obstore's default backoff between retries (they give
+    up within ~2 s; dparallel's wait 6-31 s before a request fails)."""
+    import datetime
+
+    from dparallel.io import _s3
+
+    monkeypatch.setattr(_s3, "BACKOFF", {"init_backoff": datetime.timedelta(seconds=0.1)})
+
+
 def point_at_nothing(monkeypatch) -> int:  # noqa: ANN001 - pytest's monkeypatch
     """``AWS_*`` naming keys, a region and an endpoint on 127.0.0.1 where nothing listens
-    (a port just freed); returns the port."""
+    (a port just freed), with :func:`quick_retries`; returns the port."""
+    quick_retries(monkeypatch)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])

@@ -91,7 +91,20 @@ _REQUEST_TIMEOUT = "600s"
 #: gives up within ~30 s, well inside a lease's heartbeat timeout (60 s), rather than
 #: holding a heartbeat for minutes (s3fs gave up after 5 s connecting, 15 s reading).
 _SMALL_REQUESTS = {"timeout": "15s", "connect_timeout": "5s"}
-_SMALL_RETRIES_S = 15.0
+#: The wait before each retry of a failed request (a 5xx, S3's 503 SlowDown among them, a
+#: connection reset or refused): at random between ``init_backoff`` and ``base`` times the
+#: last wait, at most ``max_backoff``. obstore's default (0.1 s, 2, 15 s) gave up after its
+#: 10 retries within ~1.6 s (measured), so a 3-s burst of 503s failed a partition; these
+#: wait 6-31 s in all (13 s typically) before a request fails (botocore, which s3fs
+#: used, waits up to 15 s over its 4 retries).
+BACKOFF = {
+    "init_backoff": datetime.timedelta(seconds=0.5),
+    "max_backoff": datetime.timedelta(seconds=4),
+    "base": 2,
+}
+_RETRIES = {"max_retries": 10, "retry_timeout": datetime.timedelta(minutes=3)}
+#: The lease's and the pointer's: retried 3 times, given up after ~30 s in all.
+_SMALL_RETRIES = {"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=15)}
 #: Clients made in this process, by URL, options and kind: a store reopened for every
 #: task keeps its connections.
 _STORES: dict[tuple[str, str, bool], Any] = {}
@@ -142,10 +155,9 @@ def _new_store(url: str, options: Mapping[str, Any], small: bool) -> S3Store:
         # as botocore: over HTTPS, whose TLS guards the body, the signature does not
         # hash it (every byte a worker uploads was hashed once more for nothing)
         config.setdefault("unsigned_payload", not plain_http)
-    retry: dict[str, Any] | None = None
+    retry = {**(_SMALL_RETRIES if small else _RETRIES), "backoff": BACKOFF}
     if small:
         client.update(_SMALL_REQUESTS)
-        retry = {"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=_SMALL_RETRIES_S)}
     provider = None
     profiled = profile is not None or bool(os.environ.get("AWS_PROFILE")) or _aws_files()
     keyed = bool(config.get("access_key_id")) or bool(config.get("skip_signature"))

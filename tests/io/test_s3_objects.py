@@ -10,7 +10,7 @@ import re
 import time
 
 import pytest
-from s3server import filesystem, point_at_nothing, s3_server
+from s3server import filesystem, point_at_nothing, quick_retries, s3_server
 
 from dparallel.io._index import open_stream
 from dparallel.io.location import READ_BLOCK, LocationError, as_location
@@ -145,6 +145,7 @@ def test_no_credentials_anywhere_is_said_in_one_line(s3, monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws
     monkeypatch.setenv("AWS_METADATA_ENDPOINT", "http://127.0.0.1:9")  # refused at once
+    quick_retries(monkeypatch)
     _s3.clear_clients()
     try:
         with pytest.raises(OSError, match=r"no S3 credentials found: set AWS_ACCESS_KEY_ID") as e:

@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from s3server import faulty_proxy, forget_clients, s3_server
+from s3server import faulty_proxy, forget_clients, quick_retries, s3_server
 
 from dparallel.io.location import as_location
 from dparallel.store import StoreLease, _objects
@@ -19,12 +19,21 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def faults(monkeypatch):
     """moto behind a proxy; yields the list of (method, key part, fault) still to inject,
-    each once, on the first request that matches."""
+    each once, on the first request that matches; ``"for:S:503"``: every matching request
+    answered 503 for S seconds from the first."""
     planned: list[tuple[str, str, str]] = []
+    bursts: dict[int, float] = {}
 
     def fault(method: str, path: str) -> str | None:
         for i, (m, part, what) in enumerate(planned):
             if m == method and part in path:
+                if what.startswith("for:"):
+                    _, seconds, status = what.split(":")
+                    first = bursts.setdefault(id(planned[i]), time.monotonic())
+                    if time.monotonic() - first < float(seconds):
+                        return status
+                    del planned[i]
+                    return None
                 del planned[i]
                 return what
         return None
@@ -108,13 +117,14 @@ def test_a_heartbeat_whose_answer_was_lost_keeps_the_lease(faults, what):
     assert record["released"]
 
 
-def test_a_holder_whose_heartbeats_fail_stops_once_it_could_be_taken_over(faults):
+def test_a_holder_whose_heartbeats_fail_stops_once_it_could_be_taken_over(faults, monkeypatch):
     """Every request for the lease fails (503, after obstore's retries): the holder keeps
     writing no longer than its lease's timeout, after which another run may take the store
     over; before, each failed heartbeat was tried again at the next beat, for ever, and
     the run went on writing beside the run that took the store over."""
     from dparallel.errors import StoreError
 
+    quick_retries(monkeypatch)  # a heartbeat's request fails within ~0.5 s, not 3-14 s
     lease = StoreLease("s3://dparallel-test/unreachable.zarr", command="test", timeout=1.2)
     lease.acquire()
     try:
@@ -135,6 +145,25 @@ def test_a_holder_whose_heartbeats_fail_stops_once_it_could_be_taken_over(faults
     finally:
         faults.clear()
         lease.release()
+
+
+@pytest.mark.slow
+def test_a_store_outlasts_seconds_of_503_slowdown(faults):
+    """S3 throttling (503 SlowDown) for 4.5 s on a store's object: its write and its read
+    wait it out (obstore's default backoff gave up after 10 retries within ~1.6 s, which
+    failed the partition being written; now at least 5 s pass before a request fails)."""
+    from zarr.core.buffer import cpu
+    from zarr.core.sync import sync
+
+    from dparallel.store._s3 import s3_zarr_store
+
+    store = s3_zarr_store(as_location("s3://dparallel-test/throttled.zarr"), read_only=False)
+    faults.append(("PUT", "/throttled.zarr/c.0", "for:4.5:503"))
+    sync(store.set("c.0", cpu.Buffer.from_bytes(b"chunk")))
+    assert not faults
+    faults.append(("GET", "/throttled.zarr/c.0", "for:4.5:503"))
+    assert sync(store.get("c.0", cpu.buffer_prototype)).to_bytes() == b"chunk"
+    assert not faults
 
 
 def test_a_pointer_to_a_deleted_generation_is_named(tmp_path):
