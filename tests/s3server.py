@@ -152,7 +152,7 @@ sys.addaudithook(_hook)
 
 def quick_retries(monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
     """Clients made from now on wait obstore's default backoff between retries (they give
-    up within ~2 s; dparallel's wait 6-31 s before a request fails)."""
+    up within ~2 s; dparallel's wait 5-32 s before a request fails)."""
     import datetime
 
     from dparallel.io import _s3

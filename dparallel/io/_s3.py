@@ -95,7 +95,7 @@ _SMALL_REQUESTS = {"timeout": "15s", "connect_timeout": "5s"}
 #: connection reset or refused): at random between ``init_backoff`` and ``base`` times the
 #: last wait, at most ``max_backoff``. obstore's default (0.1 s, 2, 15 s) gave up after its
 #: 10 retries within ~1.6 s (measured), so a 3-s burst of 503s failed a partition; these
-#: wait 6-31 s in all (13 s typically) before a request fails (botocore, which s3fs
+#: wait 5-32 s in all (13 s typically) before a request fails (botocore, which s3fs
 #: used, waits up to 15 s over its 4 retries).
 BACKOFF = {
     "init_backoff": datetime.timedelta(seconds=0.5),
