@@ -199,3 +199,47 @@ def test_a_pointer_to_a_deleted_generation_is_named(tmp_path):
     message = str(info.value)
     assert f"names the generation {current}, which holds no store" in message
     assert message.startswith(url) and "\n" not in message
+
+
+@pytest.mark.slow
+def test_a_chunk_that_cannot_be_put_fails_its_partition_and_a_rerun_completes_it(
+    faults, monkeypatch, tmp_path
+):
+    """Every PUT below partition 1's folder answered 500 (after obstore's retries): that
+    partition fails, named with the store, and is not marked done; the others are kept;
+    the same call, once the service takes the writes, computes only it, to a store equal
+    to the local one bit for bit."""
+    import zarr
+    from hco import hco_descriptors, write_hco_structures
+
+    from dparallel.errors import PartitionFailedError
+    from dparallel.store import open_store
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+    quick_retries(monkeypatch)  # a request given up within ~2 s, not 5-32 s
+    data = write_hco_structures(tmp_path / "data.xyz", seed=5)
+    options = FeaturizeOptions(partition_atoms=30)
+    url = "s3://dparallel-test/failing-chunk/s.zarr"
+    faults.extend([("PUT", "/parts/1/", "500")] * 1000)
+    with pytest.raises(PartitionFailedError) as info:
+        featurize_in_process(data, url, hco_descriptors(), options)
+    first, *rest = str(info.value).splitlines()
+    assert first.endswith("a rerun computes only the rest.") and len(rest) == 1
+    assert (
+        rest[0].startswith("partition 1 ")
+        and "OSError: s3://dparallel-test/failing-chunk/s.zarr/g-" in rest[0]
+    )
+    assert "500" in rest[0]
+    partial = open_store(url, mode="r")
+    assert 1 not in partial.done_partitions().tolist()
+    assert len(partial.done_partitions()) == partial.n_partitions - 1
+    faults.clear()
+    remote = featurize_in_process(data, url, hco_descriptors(), options)
+    local = featurize_in_process(data, tmp_path / "s.zarr", hco_descriptors(), options)
+    a = zarr.open_group(store=local.zarr_store, mode="r")
+    b = zarr.open_group(store=remote.zarr_store, mode="r")
+    names = sorted(k for k, v in a.members(max_depth=None) if isinstance(v, zarr.Array))
+    assert names == sorted(k for k, v in b.members(max_depth=None) if isinstance(v, zarr.Array))
+    for name in names:
+        x, y = a[name][...], b[name][...]
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), name
