@@ -190,6 +190,8 @@ class StoreLease:
         self._since = time.time()
         #: The heartbeat time of the last record written (what others judge staleness by).
         self._written = self._since
+        #: Since when a heartbeat is being written and none has been (``None``: none due).
+        self._pending: float | None = None
         self._depth = 0
         self._outer: StoreLease | None = None
         self._stop = threading.Event()
@@ -258,7 +260,7 @@ class StoreLease:
             with contextlib.suppress(OSError):
                 self.path.unlink()
             raise
-        self._written = record["heartbeat"]
+        self._renewed(record)
         return True
 
     def _break(self, holder: dict[str, Any]) -> None:
@@ -323,6 +325,8 @@ class StoreLease:
     def _beat(self) -> None:
         interval = max(self.timeout / 6.0, 0.05)
         while not self._stop.wait(interval):
+            if self._pending is None:
+                self._pending = time.time()
             try:
                 self.renew()
             except StoreError as exc:
@@ -346,13 +350,31 @@ class StoreLease:
                 tmp.unlink()
             self._not_renewed(exc)
             return
-        self._written = record["heartbeat"]
+        self._renewed(record)
+
+    def _renewed(self, record: dict[str, Any]) -> None:
+        """``record`` was written: it is the heartbeat others judge staleness by."""
+        self._written, self._pending = record["heartbeat"], None
 
     def _lose(self, why: str) -> NoReturn:
         """Set :attr:`lost` (``why``: for :meth:`check`) and raise :class:`StoreError`."""
         self.lost_why = why
         self.lost.set()
         raise StoreError(f"lost the lease {self.path}: {why}")
+
+    def _unanswered(self) -> str | None:
+        """Why this run must stop while its heartbeat is still being written (a request
+        the service has not answered, up to ~30 s): none written for :attr:`timeout`, so
+        another run may take the store over now; ``None`` otherwise (also after a pause
+        of this process: no heartbeat was due while it slept)."""
+        age = time.time() - self._written
+        if self._pending is None or age <= self.timeout:
+            return None
+        return (
+            f"no heartbeat could be written for {age:.0f} s (more than the lease's "
+            f"{self.timeout:.0f} s, after which another run may take the store over): the "
+            "store's service has not answered"
+        )
 
     def _not_renewed(self, exc: OSError) -> None:
         """A heartbeat that could not be written: tried again at the next beat, unless the
@@ -370,6 +392,10 @@ class StoreLease:
     def check(self) -> None:
         """Raise :class:`StoreError` if the lease was lost (see module docstring)."""
         lease = self._outer or self
+        unanswered = lease._unanswered()
+        if unanswered is not None and not lease.lost.is_set():
+            lease.lost_why = unanswered
+            lease.lost.set()
         if lease.lost.is_set() and lease.lost_why.startswith("no heartbeat"):
             raise StoreError(
                 f"lost the lease {lease.path}: {lease.lost_why}; stopping: rerun the same "
@@ -459,7 +485,8 @@ class ObjectLease(StoreLease):
             body = json.dumps(record).encode()
             etag = _objects.put_if_absent(self.path, body)
             if etag is not None:
-                self._etag, self._written = etag, record["heartbeat"]
+                self._etag = etag
+                self._renewed(record)
                 return
             found = self._get()
             if found is None:
@@ -474,7 +501,8 @@ class ObjectLease(StoreLease):
                 )
             etag = _objects.put_if_match(self.path, body, version)
             if etag is not None:
-                self._etag, self._written = etag, record["heartbeat"]
+                self._etag = etag
+                self._renewed(record)
                 return
         raise StoreBusyError(f"cannot take the lease {self.path}: it keeps changing hands")
 
@@ -497,7 +525,8 @@ class ObjectLease(StoreLease):
             return
         if etag is None:
             self._lose("another run took the store over")
-        self._etag, self._written = etag, record["heartbeat"]
+        self._etag = etag
+        self._renewed(record)
 
     def _give_back(self) -> None:
         if self.lost.is_set():

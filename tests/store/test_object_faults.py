@@ -148,6 +148,37 @@ def test_a_holder_whose_heartbeats_fail_stops_once_it_could_be_taken_over(faults
 
 
 @pytest.mark.slow
+def test_a_holder_whose_heartbeat_hangs_stops_when_it_could_be_taken_over(faults):
+    """The service takes 20 s to answer the lease's requests (the lease client gives up
+    after 15 s, then reads the object back): the run stops as its lease's timeout passes,
+    the moment another run may take the store over, not once the requests have failed
+    (~30 s later; with the 60-s default, both runs wrote for that long)."""
+    from dparallel.errors import StoreError
+
+    lease = StoreLease("s3://dparallel-test/slow.zarr", command="test", timeout=1.2)
+    lease.acquire()
+    try:
+        faults.extend(
+            [("PUT", "dparallel.lease", "delay:20"), ("GET", "dparallel.lease", "delay:20")] * 5
+        )
+        started = time.monotonic()
+        while time.monotonic() - started < 10:
+            try:
+                lease.check()
+            except StoreError as exc:
+                message = str(exc)
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("a run whose heartbeat hangs kept its lease past the timeout")
+        assert time.monotonic() - started < 1.2 + 1.0
+        assert "no heartbeat could be written" in message and "has not answered" in message
+    finally:
+        faults.clear()
+        lease.release()
+
+
+@pytest.mark.slow
 def test_a_store_outlasts_seconds_of_503_slowdown(faults):
     """S3 throttling (503 SlowDown) for 4.5 s on a store's object: its write and its read
     wait it out (obstore's default backoff gave up after 10 retries within ~1.6 s, which
