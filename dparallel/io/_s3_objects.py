@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import time
 from typing import TYPE_CHECKING, Any
 
 from dparallel.io._s3 import as_os_errors
@@ -169,13 +170,35 @@ def remove(store: S3Store, key: str, where: object, *, recursive: bool = False) 
         for batch in obstore.list(store, _prefix(key), chunk_size=1000):
             paths = [o["path"] for o in batch]
             folders.update(_folders_between(top, paths))
-            obstore.delete(store, paths)
+            _delete_many(store, paths)
         # then the folders, deepest first, and the key itself: S3 has no folders (deleting
         # a missing key is quiet), but a filer-backed service (SeaweedFS) keeps each as an
         # empty folder, which a listing shows as a name, until its own key is deleted
         ordered = [*sorted(folders, key=lambda f: (-f.count("/"), f)), top]
         for start in range(0, len(ordered), 1000):
-            obstore.delete(store, ordered[start : start + 1000])
+            _delete_many(store, ordered[start : start + 1000])
+
+
+#: Sends of a bulk delete whose connection dropped, before its error is raised.
+_DELETE_TRIES = 3
+
+
+def _delete_many(store: S3Store, paths: list[str]) -> None:
+    """Delete ``paths`` (S3's DeleteObjects, one POST), sent again where its connection
+    dropped: obstore retries a 5xx but resends no POST, whose outcome it cannot know;
+    deleting the same keys twice is harmless (before, one reset failed a run's removal
+    of an old generation)."""
+    import obstore
+    import obstore.exceptions as errors
+
+    for attempt in range(_DELETE_TRIES):
+        try:
+            obstore.delete(store, paths)
+            return
+        except errors.GenericError as exc:
+            if attempt == _DELETE_TRIES - 1 or "HTTP error:" not in str(exc).split("\n")[0]:
+                raise
+            time.sleep(0.5 * 2**attempt)
 
 
 def _folders_between(top: str, paths: list[str]) -> set[str]:

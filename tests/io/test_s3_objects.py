@@ -225,3 +225,32 @@ def test_a_stalled_service_gives_up_on_a_lease_write_within_half_a_minute(monkey
             conn.close()
         server.close()
         _s3.clear_clients()
+
+
+@pytest.mark.parametrize("what", ["reset", "lost"])
+def test_a_removal_whose_bulk_delete_connection_dropped_is_sent_again(monkeypatch, what):
+    """S3's bulk delete is a POST, which obstore does not resend when its connection drops
+    (``lost``: after the service deleted): one reset failed the removal of an old
+    generation, and so the run; deleting again is harmless, so it is sent again."""
+    from s3server import faulty_proxy, forget_clients
+
+    planned = [what]
+
+    def fault(method: str, path: str) -> str | None:
+        return planned.pop() if planned and method == "POST" and "delete" in path else None
+
+    with (
+        s3_server(("dparallel-test",), kind="moto") as endpoint,
+        faulty_proxy(endpoint, fault) as proxy,
+    ):
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy)
+        forget_clients()
+        try:
+            where = as_location("s3://dparallel-test/old")
+            for name in ("a/1", "a/2", "b"):
+                _put(f"{where}/{name}", b"x")
+            where.remove(recursive=True)
+            assert not planned
+            assert where.names() == []
+        finally:
+            forget_clients()
