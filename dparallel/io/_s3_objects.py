@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from obstore.store import S3Store
 
 __all__ = [
+    "DELETE_TRIES",
     "S3Reader",
     "exists",
     "get",
@@ -33,6 +34,7 @@ __all__ = [
     "put",
     "put_file",
     "remove",
+    "resend_delete",
 ]
 
 
@@ -179,26 +181,35 @@ def remove(store: S3Store, key: str, where: object, *, recursive: bool = False) 
             _delete_many(store, ordered[start : start + 1000])
 
 
-#: Sends of a bulk delete whose connection dropped, before its error is raised.
-_DELETE_TRIES = 3
+#: Sends of a delete whose connection dropped, before its error is raised.
+DELETE_TRIES = 3
+
+
+def resend_delete(exc: BaseException, attempt: int) -> float | None:
+    """Seconds to wait before sending a failed delete (``attempt``: from 0) again, or
+    ``None`` to raise ``exc``. obstore deletes by S3's DeleteObjects, a POST (one key too),
+    which it resends after a 5xx but not where its connection dropped, whose outcome it
+    cannot know; deleting the same keys twice is harmless, so that is sent again (before,
+    one reset failed a task, or a run's removal of an old generation)."""
+    import obstore.exceptions as errors
+
+    dropped = isinstance(exc, errors.GenericError) and "HTTP error:" in str(exc).split("\n")[0]
+    return 0.5 * 2**attempt if dropped and attempt < DELETE_TRIES - 1 else None
 
 
 def _delete_many(store: S3Store, paths: list[str]) -> None:
-    """Delete ``paths`` (S3's DeleteObjects, one POST), sent again where its connection
-    dropped: obstore retries a 5xx but resends no POST, whose outcome it cannot know;
-    deleting the same keys twice is harmless (before, one reset failed a run's removal
-    of an old generation)."""
+    """Delete ``paths`` in one request, sent again where its connection dropped."""
     import obstore
-    import obstore.exceptions as errors
 
-    for attempt in range(_DELETE_TRIES):
+    for attempt in range(DELETE_TRIES):
         try:
             obstore.delete(store, paths)
             return
-        except errors.GenericError as exc:
-            if attempt == _DELETE_TRIES - 1 or "HTTP error:" not in str(exc).split("\n")[0]:
+        except Exception as exc:
+            pause = resend_delete(exc, attempt)
+            if pause is None:
                 raise
-            time.sleep(0.5 * 2**attempt)
+            time.sleep(pause)
 
 
 def _folders_between(top: str, paths: list[str]) -> set[str]:

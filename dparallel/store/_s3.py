@@ -3,12 +3,14 @@ configured as every S3 location is (:mod:`dparallel.io._s3`)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from zarr.storage import ObjectStore
 
 from dparallel.errors import StoreError, StoreRemovedError
 from dparallel.io._s3 import S3OptionError, as_os_errors, s3_store
+from dparallel.io._s3_objects import DELETE_TRIES, resend_delete
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
@@ -68,7 +70,15 @@ class S3ObjectStore(ObjectStore):
 
     async def delete(self, key: str) -> None:
         with as_os_errors(self):
-            await super().delete(key)
+            for attempt in range(DELETE_TRIES):
+                try:
+                    await super().delete(key)
+                    return
+                except Exception as exc:
+                    pause = resend_delete(exc, attempt)
+                    if pause is None:
+                        raise
+                await asyncio.sleep(pause)
 
     async def delete_dir(self, prefix: str) -> None:
         with as_os_errors(self):

@@ -197,6 +197,27 @@ def test_a_store_outlasts_seconds_of_503_slowdown(faults):
     assert not faults
 
 
+@pytest.mark.parametrize("what", ["reset", "lost"])
+def test_a_delete_whose_connection_dropped_is_sent_again(faults, what):
+    """obstore deletes a store's key by a POST (S3's DeleteObjects), which it does not
+    resend where the connection dropped: a task deleting a chunk (a tag left all fill
+    values, what a killed attempt left) failed its partition on one reset."""
+    from zarr.core.buffer import cpu
+    from zarr.core.sync import sync
+
+    from dparallel.store._s3 import s3_zarr_store
+
+    store = s3_zarr_store(as_location(f"s3://dparallel-test/del-{what}.zarr"), read_only=False)
+    for key in ("c.0", "a/c.0", "a/c.1"):
+        sync(store.set(key, cpu.Buffer.from_bytes(b"chunk")))
+    faults.append(("POST", "delete", what))
+    sync(store.delete("c.0"))
+    faults.append(("POST", "delete", what))
+    sync(store.delete_dir("a"))
+    assert not faults
+    assert not any(sync(store.exists(key)) for key in ("c.0", "a/c.0", "a/c.1"))
+
+
 def test_a_pointer_to_a_deleted_generation_is_named(tmp_path):
     """A store whose current generation was deleted behind dparallel's back was "no zarr
     store at URL"; the error says which generation the pointer names and that it is gone."""
