@@ -261,7 +261,6 @@ def test_a_chunk_that_cannot_be_put_fails_its_partition_and_a_rerun_completes_it
     partition fails, named with the store, and is not marked done; the others are kept;
     the same call, once the service takes the writes, computes only it, to a store equal
     to the local one bit for bit."""
-    import zarr
     from hco import hco_descriptors, write_hco_structures
 
     from dparallel.errors import PartitionFailedError
@@ -287,7 +286,66 @@ def test_a_chunk_that_cannot_be_put_fails_its_partition_and_a_rerun_completes_it
     assert len(partial.done_partitions()) == partial.n_partitions - 1
     faults.clear()
     remote = featurize_in_process(data, url, hco_descriptors(), options)
+    _equal_bitwise(
+        featurize_in_process(data, tmp_path / "s.zarr", hco_descriptors(), options), remote
+    )
+
+
+@pytest.mark.slow
+def test_a_store_written_and_read_through_one_fault_in_five_equals_the_local_one(
+    monkeypatch, tmp_path
+):
+    """Every fifth request of each method fails, in turn: answered 503, reset before it
+    reaches the service, reset after the service did it, answered 503 after it did it;
+    and every other send of a conditional write (lease, pointer) loses its answer or
+    gets a 503 after the service did it (before, the run refused itself: "being written
+    by featurize (in process) (pid <its own>"). featurize finishes, and the store it
+    wrote, read back through the same faults, equals the local one bit for bit."""
+    import collections
+    import itertools
+
+    from hco import hco_descriptors, write_hco_structures
+
+    from dparallel.store import open_store
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+    kinds = itertools.cycle(["503", "reset", "lost", "after:503"])
+    conditional = itertools.cycle(["after:503", None, "lost", None])
+    seen: collections.Counter[str] = collections.Counter()
+    injected: list[str] = []
+
+    def fault(method: str, path: str) -> str | None:
+        if method == "PUT" and path.endswith(("/dparallel.lease", "/dparallel.json")):
+            return next(conditional)
+        seen[method] += 1
+        if seen[method] % 5:
+            return None
+        injected.append(next(kinds))
+        return injected[-1]
+
+    data = write_hco_structures(tmp_path / "data.xyz", seed=5)
+    options = FeaturizeOptions(partition_atoms=30)
     local = featurize_in_process(data, tmp_path / "s.zarr", hco_descriptors(), options)
+    url = "s3://dparallel-test/one-in-five/s.zarr"
+    with (
+        s3_server(("dparallel-test",), kind="moto") as endpoint,
+        faulty_proxy(endpoint, fault) as proxy,
+    ):
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy)
+        quick_retries(monkeypatch)  # the faults, not the waits between retries
+        forget_clients()
+        try:
+            featurize_in_process(data, url, hco_descriptors(), options)
+            _equal_bitwise(local, open_store(url))
+        finally:
+            forget_clients()
+    assert len(injected) > 100 and seen["POST"] > 0
+
+
+def _equal_bitwise(local, remote) -> None:  # noqa: ANN001 - two Stores
+    """Every array of the two stores equal, bit for bit."""
+    import zarr
+
     a = zarr.open_group(store=local.zarr_store, mode="r")
     b = zarr.open_group(store=remote.zarr_store, mode="r")
     names = sorted(k for k, v in a.members(max_depth=None) if isinstance(v, zarr.Array))
