@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import re
 import time
 
@@ -228,7 +229,7 @@ def test_a_stalled_service_gives_up_on_a_lease_write_within_half_a_minute(monkey
 
 
 @pytest.mark.parametrize("what", ["reset", "lost"])
-def test_a_removal_whose_bulk_delete_connection_dropped_is_sent_again(monkeypatch, what):
+def test_a_removal_whose_bulk_delete_connection_dropped_is_sent_again(what):
     """S3's bulk delete is a POST, which obstore does not resend when its connection drops
     (``lost``: after the service deleted): one reset failed the removal of an old
     generation, and so the run; deleting again is harmless, so it is sent again."""
@@ -243,7 +244,7 @@ def test_a_removal_whose_bulk_delete_connection_dropped_is_sent_again(monkeypatc
         s3_server(("dparallel-test",), kind="moto") as endpoint,
         faulty_proxy(endpoint, fault) as proxy,
     ):
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy)
+        os.environ["AWS_ENDPOINT_URL"] = proxy  # s3_server restores it
         forget_clients()
         try:
             where = as_location("s3://dparallel-test/old")

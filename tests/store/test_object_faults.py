@@ -5,6 +5,7 @@ came is settled by reading the object back, never taken for another writer's."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def faults(monkeypatch):
+def faults():
     """moto behind a proxy; yields the list of (method, key part, fault) still to inject,
     each once, on the first request that matches; ``"for:S:503"``: every matching request
     answered 503 for S seconds from the first."""
@@ -42,7 +43,8 @@ def faults(monkeypatch):
         s3_server(("dparallel-test",), kind="moto") as endpoint,
         faulty_proxy(endpoint, fault) as proxy,
     ):
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy)
+        os.environ["AWS_ENDPOINT_URL"] = proxy  # s3_server restores it (monkeypatch would
+        # put the server's own endpoint back after it, into the tests that follow)
         forget_clients()
         yield planned
         forget_clients()
@@ -331,7 +333,7 @@ def test_a_store_written_and_read_through_one_fault_in_five_equals_the_local_one
         s3_server(("dparallel-test",), kind="moto") as endpoint,
         faulty_proxy(endpoint, fault) as proxy,
     ):
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy)
+        os.environ["AWS_ENDPOINT_URL"] = proxy  # s3_server restores it
         quick_retries(monkeypatch)  # the faults, not the waits between retries
         forget_clients()
         try:
