@@ -364,29 +364,32 @@ class StoreLease:
 
     def _unanswered(self) -> str | None:
         """Why this run must stop while its heartbeat is still being written (a request
-        the service has not answered, up to ~30 s): none written for :attr:`timeout`, so
-        another run may take the store over now; ``None`` otherwise (also after a pause
-        of this process: no heartbeat was due while it slept)."""
+        the service has not answered, up to ~30 s), or ``None``: see :meth:`_too_old`
+        (``None`` also after a pause of this process: no heartbeat was due while it
+        slept)."""
+        if self._pending is None:
+            return None
+        return self._too_old("the store's service has not answered")
+
+    def _not_renewed(self, exc: OSError) -> None:
+        """A heartbeat that could not be written: tried again at the next beat, unless
+        :meth:`_too_old` says the lease is lost."""
+        why = self._too_old(str(exc))
+        if why is None:
+            log.debug("cannot renew the lease %s: %s", self.path, exc)
+            return
+        self._lose(why)
+
+    def _too_old(self, cause: str) -> str | None:
+        """Why the lease is lost where the last heartbeat written is older than
+        :attr:`timeout` (another run may take the store over: no two runs write at
+        once), ``cause`` what kept the next one from being written; else ``None``."""
         age = time.time() - self._written
-        if self._pending is None or age <= self.timeout:
+        if age <= self.timeout:
             return None
         return (
             f"no heartbeat could be written for {age:.0f} s (more than the lease's "
-            f"{self.timeout:.0f} s, after which another run may take the store over): the "
-            "store's service has not answered"
-        )
-
-    def _not_renewed(self, exc: OSError) -> None:
-        """A heartbeat that could not be written: tried again at the next beat, unless the
-        last one written is older than :attr:`timeout`; then another run may take the
-        store over, so this one has lost the lease (no two runs write at once)."""
-        age = time.time() - self._written
-        if age <= self.timeout:
-            log.debug("cannot renew the lease %s: %s", self.path, exc)
-            return
-        self._lose(
-            f"no heartbeat could be written for {age:.0f} s (more than the lease's "
-            f"{self.timeout:.0f} s, after which another run may take the store over): {exc}"
+            f"{self.timeout:.0f} s, after which another run may take the store over): {cause}"
         )
 
     def check(self) -> None:
