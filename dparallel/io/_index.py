@@ -54,10 +54,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Bump when the index layout or an indexer's behaviour changes.
-INDEX_VERSION = 3  # 3: an extxyz frame's Properties tell atom lines from count lines
+INDEX_VERSION = 4  # 4: cell volumes and periodic directions (the planner's cost estimate)
 _SAMPLE_BYTES = 1 << 20
-_ARRAYS = ("starts", "ends", "counts", "lines")  # the per-structure arrays of an index
+_ARRAYS = ("starts", "ends", "counts", "lines", "periodic")  # per-structure int64 arrays
+_FLOATS = ("volumes",)  # per-structure float64 arrays
 
+NAN = float("nan")
 _LOCK = threading.Lock()
 _LAST: dict[tuple[str, int, int], bytes] = {}  # (url, size, mtime_ns) → decompressed
 
@@ -127,6 +129,9 @@ class FileIndex:
 
     ``starts``/``ends`` (S,) int64 byte ranges (empty for formats read through ASE),
     ``counts`` (S,) int64 atoms, ``lines`` (S,) int64 1-based first line (0 if unknown),
+    ``volumes`` (S,) float64 cell volume in the file's length unit cubed (NaN: no cell
+    given), ``periodic`` (S,) int64 periodic cell vectors (0–3; −1: not read, as in
+    formats read through ASE): what the planner estimates a structure's work from,
     ``errors`` {structure: (line, reason)} for structures broken beyond parsing
     (e.g. truncated frame, ``begin`` without ``end``).
     """
@@ -138,6 +143,8 @@ class FileIndex:
     ends: np.ndarray
     counts: np.ndarray
     lines: np.ndarray
+    volumes: np.ndarray
+    periodic: np.ndarray
     errors: dict[int, tuple[int, str]] = field(default_factory=dict)
     sample_sha256: str = ""
 
@@ -153,7 +160,7 @@ class FileIndex:
     @property
     def nbytes(self) -> int:
         """Bytes its per-structure arrays hold."""
-        return sum(int(getattr(self, k).nbytes) for k in _ARRAYS)
+        return sum(int(getattr(self, k).nbytes) for k in (*_ARRAYS, *_FLOATS))
 
 
 def _layout_hash(index: FileIndex) -> str:
@@ -222,7 +229,7 @@ def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | Non
                 int(f): (int(ln), str(r))
                 for f, ln, r in zip(z["err_frames"], z["err_lines"], z["err_reasons"], strict=True)
             }
-            arrays = {k: z[k] for k in _ARRAYS}
+            arrays = {k: z[k] for k in (*_ARRAYS, *_FLOATS)}
             return FileIndex(
                 format, size, mtime_ns, **arrays, errors=errors, sample_sha256=str(z["sample"])
             )
@@ -236,7 +243,7 @@ def _save(index: FileIndex, candidates: list[Path]) -> None:
         "meta": np.array([INDEX_VERSION, index.size, index.mtime_ns], dtype=np.int64),
         "format": np.array(index.format),
         "sample": np.array(index.sample_sha256),
-        **{k: getattr(index, k) for k in _ARRAYS},
+        **{k: getattr(index, k) for k in (*_ARRAYS, *_FLOATS)},
         "err_frames": np.array(frames, dtype=np.int64),
         "err_lines": np.array([index.errors[f][0] for f in frames], dtype=np.int64),
         "err_reasons": np.array([index.errors[f][1] for f in frames], dtype=str),
@@ -254,7 +261,7 @@ def _save(index: FileIndex, candidates: list[Path]) -> None:
 
 def _keep(key: tuple[str, str, str, int, int], index: FileIndex) -> FileIndex:
     """Remember ``index`` for this process (see :data:`_KEPT`), read-only; returns it."""
-    for k in _ARRAYS:  # shared by every source on the file from now on
+    for k in (*_ARRAYS, *_FLOATS):  # shared by every source on the file from now on
         getattr(index, k).setflags(write=False)
     with _LOCK:
         _KEPT.pop(key, None)
@@ -297,6 +304,7 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
         size,
         mtime_ns,
         **{k: np.frombuffer(getattr(found, k), np.int64) for k in _ARRAYS},  # no copy
+        **{k: np.frombuffer(getattr(found, k), np.float64) for k in _FLOATS},
         errors=found.errors,
         sample_sha256=_sample_hash(location, length),
     )
@@ -311,6 +319,11 @@ def _int64s() -> array.array[int]:
     return array.array("q")
 
 
+def _float64s() -> array.array[float]:
+    """A growing column of float64 (8 bytes an entry)."""
+    return array.array("d")
+
+
 @dataclass
 class _Found:
     """What an indexer found so far: one entry per structure, and the broken ones."""
@@ -319,13 +332,19 @@ class _Found:
     ends: array.array[int] = field(default_factory=_int64s)
     counts: array.array[int] = field(default_factory=_int64s)
     lines: array.array[int] = field(default_factory=_int64s)
+    volumes: array.array[float] = field(default_factory=_float64s)
+    periodic: array.array[int] = field(default_factory=_int64s)
     errors: dict[int, tuple[int, str]] = field(default_factory=dict)
 
-    def add(self, start: int, end: int, count: int, line: int) -> None:
+    def add(
+        self, start: int, end: int, count: int, line: int, cell: tuple[float, int] = (NAN, -1)
+    ) -> None:
         self.starts.append(start)
         self.ends.append(end)
         self.counts.append(count)
         self.lines.append(line)
+        self.volumes.append(cell[0])
+        self.periodic.append(cell[1])
 
 
 #: what an indexer returns: the structures found and the length of the (decompressed) text
@@ -355,6 +374,31 @@ def _columns(comment: bytes) -> int | None:
         return None
     fields = found.group(2).rstrip(b":").split(b":")
     return sum(int(count) for count in fields[2::3]) if len(fields) % 3 == 0 else None
+
+
+_LATTICE = re.compile(rb'(?:^|\s)lattice="([^"]*)"', re.IGNORECASE)
+_PBC = re.compile(rb'(?:^|\s)pbc="([^"]*)"', re.IGNORECASE)
+
+
+def _volume(vectors: list[bytes]) -> float:
+    """|det| of the 3×3 cell given as nine numbers (NaN where they are not)."""
+    try:
+        cell = np.asarray([float(w) for w in vectors], np.float64).reshape(3, 3)
+    except ValueError:
+        return NAN
+    return abs(float(np.linalg.det(cell)))
+
+
+def _extxyz_cell(comment: bytes) -> tuple[float, int]:
+    """(cell volume, periodic directions) of an extxyz comment line, as ASE reads it: a
+    ``Lattice`` without ``pbc`` is periodic in all three; no ``Lattice``: (NaN, 0)."""
+    lattice = _LATTICE.search(comment)
+    if lattice is None:
+        return NAN, 0
+    pbc = _PBC.search(comment)
+    flags = pbc.group(1).split() if pbc else [b"T"] * 3
+    periodic = sum(f.upper() in (b"T", b"TRUE", b"1") for f in flags)
+    return _volume(lattice.group(1).split()), periodic
 
 
 def _atom_like(raw: bytes) -> bool:
@@ -433,7 +477,7 @@ def _index_extxyz(location: Location, format: str) -> _Built:
                     line,
                     f"truncated frame: expected {n} atom lines, file ends after {got}",
                 )
-            found.add(pos, pos + nbytes, n, line)
+            found.add(pos, pos + nbytes, n, line, _extxyz_cell(body[0]) if body else (NAN, 0))
             pos += nbytes
             line += 1 + len(body)
     return found, pos
@@ -469,6 +513,7 @@ def _index_n2p2(location: Location, format: str) -> _Built:
     pos, line = 0, 0
     open_at: tuple[int, int] | None = None  # (byte, line) of the open ``begin``
     n_atoms = 0
+    lattice: list[bytes] = []  # the open block's lattice vectors' numbers
     path = str(location)
     with open_stream(location) as f:
         for raw in f:
@@ -480,12 +525,12 @@ def _index_n2p2(location: Location, format: str) -> _Built:
                 if open_at is not None:
                     why = f"'begin' without 'end' (next 'begin' at line {line})"
                     found.errors[len(found.counts)] = (open_at[1], why)
-                    found.add(open_at[0], pos, n_atoms, open_at[1])
-                open_at, n_atoms = (pos, line), 0
+                    found.add(open_at[0], pos, n_atoms, open_at[1], _n2p2_cell(lattice))
+                open_at, n_atoms, lattice = (pos, line), 0, []
             elif key == b"end":
                 if open_at is None:
                     raise InputFormatError("'end' without 'begin'", path=path, line=line)
-                found.add(open_at[0], pos + len(raw), n_atoms, open_at[1])
+                found.add(open_at[0], pos + len(raw), n_atoms, open_at[1], _n2p2_cell(lattice))
                 open_at = None
             elif key and open_at is None:
                 hint = (
@@ -501,11 +546,19 @@ def _index_n2p2(location: Location, format: str) -> _Built:
                 )
             elif key == b"atom":
                 n_atoms += 1
+            elif key == b"lattice":
+                lattice.extend(raw.split()[1:4])
             pos += len(raw)
     if open_at is not None:
         found.errors[len(found.counts)] = (open_at[1], "'begin' without 'end' (file ends first)")
-        found.add(open_at[0], pos, n_atoms, open_at[1])
+        found.add(open_at[0], pos, n_atoms, open_at[1], _n2p2_cell(lattice))
     return found, pos
+
+
+def _n2p2_cell(lattice: list[bytes]) -> tuple[float, int]:
+    """(cell volume, periodic directions) of an n2p2 block's ``lattice`` lines' numbers:
+    three lines, periodic in all three; none: (NaN, 0)."""
+    return (_volume(lattice), 3) if len(lattice) == 9 else (NAN, 0)
 
 
 def _index_ase(location: Location, format: str) -> _Built:
@@ -522,5 +575,7 @@ def _index_ase(location: Location, format: str) -> _Built:
         raise InputFormatError(
             f"ASE cannot read it as {format!r}: {exc}", path=path, frame=len(found.counts)
         ) from exc
-    found.lines = array.array("q", bytes(8 * len(found.counts)))
+    n = len(found.counts)
+    found.lines = array.array("q", bytes(8 * n))
+    found.volumes, found.periodic = array.array("d", [NAN]) * n, array.array("q", [-1]) * n
     return found, int(location.info()["size"])

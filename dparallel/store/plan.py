@@ -1,4 +1,5 @@
-"""Pure partition planning: contiguous structure ranges balanced by atom count. No I/O."""
+"""Pure partition planning: contiguous structure ranges balanced by atom count or by an
+estimate of their work. No I/O."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ __all__ = [
     "Plan",
     "Slots",
     "derived_partition_atoms",
+    "estimated_work",
     "given_partition_atoms",
     "plan_partitions",
 ]
@@ -35,6 +37,13 @@ MIN_SPLIT_ATOMS = 1_000
 MAX_PARTITION_ATOMS = 20_000
 #: Tasks each worker gets when the data allows (balances uneven partitions and workers).
 TASKS_PER_WORKER = 4
+#: The work estimate (:func:`estimated_work`, docs/store-format.md "Balanced by work"): a
+#: structure costs ``STRUCTURE_WORK`` dense atoms beside its atoms (reading, writing), an
+#: atom ``ATOM_PAIRS`` neighbour pairs beside its pairs; structures whose atoms' estimated
+#: work differs by less than ``UNEVEN_WORK``× are balanced by atoms, as before.
+STRUCTURE_WORK = 0.5
+ATOM_PAIRS = 24.0
+UNEVEN_WORK = 1.5
 
 
 class Slots(NamedTuple):
@@ -112,8 +121,40 @@ class Plan:
     __hash__ = None  # type: ignore[assignment]
 
 
+def estimated_work(
+    atom_counts: np.ndarray, volumes: np.ndarray, periodic: np.ndarray, r_cut: float
+) -> np.ndarray | None:
+    """Work of each structure in atoms of the densest one, (S,) float64, or ``None`` where
+    its atoms' work is about even (within :data:`UNEVEN_WORK`×): plan by atoms.
+
+    Neighbours per atom within ``r_cut``: ``n / volume · 4/3·π·r_cut³`` in a cell periodic
+    in all three directions (``volumes``, ``periodic``: the index's, same length unit as
+    ``r_cut``); ``min(n − 1, k_ref)`` without periodicity (a molecule, a cluster); ``k_ref``
+    (the densest periodic structure's, else the largest ``n − 1``) where partly periodic
+    (a slab) or unknown (``periodic`` −1).
+    """
+    counts = np.asarray(atom_counts, np.float64).reshape(-1)  # (S,)
+    if counts.size == 0:
+        return None
+    vol = np.asarray(volumes, np.float64).reshape(-1)  # (S,)
+    per = np.asarray(periodic, np.int64).reshape(-1)  # (S,)
+    bulk = (per == 3) & (vol > 0)
+    sphere = 4.0 / 3.0 * math.pi * float(r_cut) ** 3
+    k_bulk = counts[bulk] / vol[bulk] * sphere  # (S_bulk,)
+    k_ref = float(k_bulk.max()) if k_bulk.size else float(max(counts.max() - 1, 0))
+    k = np.full(counts.shape, k_ref)  # partly periodic or unknown: dense
+    k[bulk] = k_bulk
+    alone = per == 0
+    k[alone] = np.minimum(np.maximum(counts[alone] - 1, 0), k_ref)
+    per_atom = (ATOM_PAIRS + k) / (ATOM_PAIRS + k_ref)  # (S,) ≤ 1
+    if per_atom[counts > 0].min(initial=1.0) * UNEVEN_WORK > 1.0:
+        return None
+    return STRUCTURE_WORK + counts * per_atom
+
+
 def _greedy_cuts(cum: np.ndarray, cap: int) -> np.ndarray:
-    """Stops of greedy contiguous partitions with ≤ ``cap`` atoms (a bigger structure alone)."""
+    """Stops of greedy contiguous partitions with ≤ ``cap`` atoms or work (``cum``: its
+    prefix sums; a bigger structure alone)."""
     n = cum.shape[0] - 1
     stops = []
     s = 0
@@ -125,8 +166,11 @@ def _greedy_cuts(cum: np.ndarray, cap: int) -> np.ndarray:
     return np.asarray(stops, dtype=np.int64)
 
 
-def plan_partitions(atom_counts: np.ndarray, target_atoms: int) -> Plan:
-    """Split structures into contiguous partitions of at most ``target_atoms`` atoms.
+def plan_partitions(
+    atom_counts: np.ndarray, target_atoms: int, work: np.ndarray | None = None
+) -> Plan:
+    """Split structures into contiguous partitions of at most ``target_atoms`` atoms, or
+    with ``work`` ((S,), in dense atoms: :func:`estimated_work`) of at most that much work.
 
     Uses the fewest partitions greedy packing allows, then the smallest per-partition
     cap that still fits in that many (binary search), so partitions are balanced.
@@ -138,15 +182,16 @@ def plan_partitions(atom_counts: np.ndarray, target_atoms: int) -> Plan:
         raise ConfigError(f"target_atoms must be ≥ 1, got {target_atoms}")
     if np.any(counts < 0):
         raise ConfigError("atom counts must be non-negative")
-    cum = np.concatenate([[0], np.cumsum(counts)])  # (S + 1,)
+    atoms = np.concatenate([[0], np.cumsum(counts)])  # (S + 1,)
     if counts.size == 0:
         empty = np.zeros(0, np.int64)
         return Plan(empty, empty, empty, target_atoms)
+    cum = atoms if work is None else np.concatenate([[0.0], np.cumsum(work)])  # (S + 1,)
     n_parts = len(_greedy_cuts(cum, target_atoms))
-    lo = min(target_atoms, max(1, math.ceil(int(cum[-1]) / n_parts)))
+    lo = min(target_atoms, max(1, math.ceil(float(cum[-1]) / n_parts)))
     stops = _greedy_cuts(cum, _smallest_cap(cum, n_parts, lo, target_atoms))
     starts = np.concatenate([[0], stops[:-1]])
-    return Plan(starts, stops, cum[stops] - cum[starts], target_atoms)
+    return Plan(starts, stops, atoms[stops] - atoms[starts], target_atoms)
 
 
 def given_partition_atoms(
@@ -165,8 +210,11 @@ def given_partition_atoms(
     return int(value)
 
 
-def derived_partition_atoms(atom_counts: np.ndarray, n_workers: int) -> int:
-    """Target atoms per partition for ``n_workers`` workers when none is given.
+def derived_partition_atoms(
+    atom_counts: np.ndarray, n_workers: int, work: np.ndarray | None = None
+) -> int:
+    """Target atoms (or ``work``: as :func:`plan_partitions`) per partition for
+    ``n_workers`` workers when none is given.
 
     About :data:`TASKS_PER_WORKER` partitions per worker, bounded to
     [:data:`MIN_PARTITION_ATOMS`, :data:`MAX_PARTITION_ATOMS`] atoms; data with fewer
@@ -177,11 +225,11 @@ def derived_partition_atoms(atom_counts: np.ndarray, n_workers: int) -> int:
     not a whole number of rounds of the workers (5 partitions for 2: a last round with one
     idle), the partitions grow to fill the whole rounds below it (4).
     """
-    counts = np.asarray(atom_counts, np.int64).reshape(-1)
+    counts = np.asarray(atom_counts if work is None else work).reshape(-1)
     if counts.size == 0:
         return MIN_SPLIT_ATOMS
     workers = max(1, int(n_workers))
-    total, largest = int(counts.sum()), int(counts.max())
+    total, largest = counts.sum(), math.ceil(counts.max())
     wanted = math.ceil(total / (TASKS_PER_WORKER * workers)) + largest
     one_per_worker = math.ceil(total / workers) + largest
     lower = max(MIN_SPLIT_ATOMS, min(MIN_PARTITION_ATOMS, one_per_worker))

@@ -29,9 +29,7 @@ from dparallel.store import (
     StoreLease,
     StoreStatus,
     create_store,
-    derived_partition_atoms,
     open_store,
-    plan_partitions,
     publish_store,
     refuse_foreign_target,
     store_status,
@@ -39,6 +37,7 @@ from dparallel.store import (
 )
 from dparallel.store.plan import MAX_PARTITION_ATOMS, MIN_SPLIT_ATOMS, given_partition_atoms
 from dparallel.workflow.featurize_failures import raise_failures
+from dparallel.workflow.featurize_plan import featurize_plan, featurize_target_atoms
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
 from dparallel.workflow.ingest import ingest_config, open_options
@@ -169,6 +168,7 @@ def _target(
     descriptors: DescriptorSet,
     options: FeaturizeOptions,
     n_workers: int | None = None,
+    store_path: Where | None = None,
 ) -> tuple[StructureSource, Plan, dict[str, Any]]:
     """The source, plan and config (recorded in the store) a store for these options is
     made from; without ``partition_atoms`` the size is derived from the data and
@@ -176,12 +176,14 @@ def _target(
     name = options.option_names.get("partition_atoms") or _PARTITION_ATOMS
     atoms = given_partition_atoms(options.partition_atoms, name)  # before the source is read
     source = open_source(source_path, options.format, **open_options(options))
+    given = atoms is not None
     if atoms is None:
         atoms = MAX_PARTITION_ATOMS
         if n_workers:
-            atoms = derived_partition_atoms(source.atom_counts, n_workers)
+            atoms = featurize_target_atoms(source, descriptors.r_cut, n_workers)
     config = {**ingest_config(source, atoms), "features": descriptors.to_dict()}
-    return source, plan_partitions(source.atom_counts, atoms), config
+    plan = featurize_plan(source, atoms, descriptors.r_cut, store_path if given else None)
+    return source, plan, config
 
 
 def featurize_status(
@@ -195,7 +197,7 @@ def featurize_status(
     ``options.partition_atoms`` is given). ``status.current`` plus the recorded
     ``statistics`` means a run would have nothing to do."""
     _check_arguments("featurize_status", descriptors, options)
-    source, plan, config = _target(source_path, descriptors, options)
+    source, plan, config = _target(source_path, descriptors, options, None, store_path)
     compared = None if options.partition_atoms is None else plan
     return store_status(
         store_path, source_fingerprint=source.fingerprint(), config=config, plan=compared
@@ -212,7 +214,7 @@ def prepare_featurize(
     """Index the source, plan partitions and create (or reopen, to resume) the store
     (``options.partition_atoms=None``: derived from the data and ``n_workers``)."""
     _check_arguments("prepare_featurize", descriptors, options)
-    source, plan, config = _target(source_path, descriptors, options, n_workers)
+    source, plan, config = _target(source_path, descriptors, options, n_workers, store_path)
     try:
         store = create_store(
             store_path,
