@@ -35,7 +35,7 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "featurize",
         help="compute descriptors into a zarr store on a Dask cluster (resumable)",
-        description="Partition SOURCE by atoms and compute neighbor lists, ACSF and/or "
+        description="Partition SOURCE by estimated work and compute neighbor lists, ACSF and/or "
         "neighbor sums (optionally per-pair derivatives) in Dask worker processes, each "
         "partition written to its own region of STORE. Re-running computes only partitions "
         "not yet done.",
