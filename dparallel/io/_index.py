@@ -60,6 +60,8 @@ _ARRAYS = ("starts", "ends", "counts", "lines", "periodic")  # per-structure int
 _FLOATS = ("volumes",)  # per-structure float64 arrays
 
 NAN = float("nan")
+#: a structure's cell as an indexer reads it: its volume (NaN: none read), periodic directions
+_Cell = tuple[float, int]
 _LOCK = threading.Lock()
 _LAST: dict[tuple[str, int, int], bytes] = {}  # (url, size, mtime_ns) → decompressed
 
@@ -130,8 +132,9 @@ class FileIndex:
     ``starts``/``ends`` (S,) int64 byte ranges (empty for formats read through ASE),
     ``counts`` (S,) int64 atoms, ``lines`` (S,) int64 1-based first line (0 if unknown),
     ``volumes`` (S,) float64 cell volume in the file's length unit cubed (NaN: no cell
-    given), ``periodic`` (S,) int64 periodic cell vectors (0–3; −1: not read, as in
-    formats read through ASE): what the planner estimates a structure's work from,
+    periodic in all three directions given), ``periodic`` (S,) int64 periodic cell
+    vectors (0–3; −1: not read, as in formats read through ASE): what the planner
+    estimates a structure's work from,
     ``errors`` {structure: (line, reason)} for structures broken beyond parsing
     (e.g. truncated frame, ``begin`` without ``end``).
     """
@@ -336,9 +339,7 @@ class _Found:
     periodic: array.array[int] = field(default_factory=_int64s)
     errors: dict[int, tuple[int, str]] = field(default_factory=dict)
 
-    def add(
-        self, start: int, end: int, count: int, line: int, cell: tuple[float, int] = (NAN, -1)
-    ) -> None:
+    def add(self, start: int, end: int, count: int, line: int, cell: _Cell = (NAN, -1)) -> None:
         self.starts.append(start)
         self.ends.append(end)
         self.counts.append(count)
@@ -376,29 +377,41 @@ def _columns(comment: bytes) -> int | None:
     return sum(int(count) for count in fields[2::3]) if len(fields) % 3 == 0 else None
 
 
-_LATTICE = re.compile(rb'(?:^|\s)lattice="([^"]*)"', re.IGNORECASE)
-_PBC = re.compile(rb'(?:^|\s)pbc="([^"]*)"', re.IGNORECASE)
+def _quoted(comment: bytes, key: bytes) -> bytes | None:
+    """The quoted value of ``key="…"`` in an extxyz comment line (None: not there)."""
+    at = comment.find(key)
+    while at > 0 and not comment[at - 1 : at].isspace():  # part of a longer key
+        at = comment.find(key, at + 1)
+    if at < 0:
+        return None
+    start = at + len(key)
+    stop = comment.find(b'"', start)
+    return comment[start:stop] if stop >= 0 else None
 
 
-def _volume(vectors: list[bytes]) -> float:
-    """|det| of the 3×3 cell given as nine numbers (NaN where they are not)."""
+def _volume(words: list[bytes]) -> float:
+    """|det| of a cell given as nine numbers (NaN where they are not nine numbers), in
+    plain floats: a numpy call per structure cost more than the indexing pass."""
     try:
-        cell = np.asarray([float(w) for w in vectors], np.float64).reshape(3, 3)
-    except ValueError:
+        a, b, c, d, e, f, g, h, i = map(float, words)
+    except ValueError:  # not nine words, or not numbers
         return NAN
-    return abs(float(np.linalg.det(cell)))
+    return abs(a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g))
 
 
-def _extxyz_cell(comment: bytes) -> tuple[float, int]:
-    """(cell volume, periodic directions) of an extxyz comment line, as ASE reads it: a
-    ``Lattice`` without ``pbc`` is periodic in all three; no ``Lattice``: (NaN, 0)."""
-    lattice = _LATTICE.search(comment)
+def _extxyz_cell(comment: bytes) -> _Cell:
+    """The cell of an extxyz comment line, as ASE reads it: a ``Lattice`` without ``pbc``
+    is periodic in all three; no ``Lattice``: 0 periodic directions. Its numbers are read
+    only where it is periodic in all three (the planner uses no other volume)."""
+    lattice = _quoted(comment, b'Lattice="')
     if lattice is None:
         return NAN, 0
-    pbc = _PBC.search(comment)
-    flags = pbc.group(1).split() if pbc else [b"T"] * 3
-    periodic = sum(f.upper() in (b"T", b"TRUE", b"1") for f in flags)
-    return _volume(lattice.group(1).split()), periodic
+    pbc = _quoted(comment, b'pbc="')
+    periodic = 3 if pbc is None else sum(f in _TRUE for f in pbc.upper().split())
+    return (_volume(lattice.split()) if periodic == 3 else NAN), periodic
+
+
+_TRUE = {b"T", b"TRUE", b"1"}
 
 
 def _atom_like(raw: bytes) -> bool:
@@ -555,9 +568,9 @@ def _index_n2p2(location: Location, format: str) -> _Built:
     return found, pos
 
 
-def _n2p2_cell(lattice: list[bytes]) -> tuple[float, int]:
-    """(cell volume, periodic directions) of an n2p2 block's ``lattice`` lines' numbers:
-    three lines, periodic in all three; none: (NaN, 0)."""
+def _n2p2_cell(lattice: list[bytes]) -> _Cell:
+    """The cell of an n2p2 block's ``lattice`` lines' numbers: three lines, periodic in all
+    three; none: 0 periodic directions."""
     return (_volume(lattice), 3) if len(lattice) == 9 else (NAN, 0)
 
 
