@@ -111,9 +111,10 @@ def write_pointer(url: Location, pointer: dict[str, Any], etag: str | None) -> b
     """Write the pointer if it is still the version ``etag`` (``None``: if there is none)."""
     where = url.child(POINTER_KEY)
     body = json.dumps({"dparallel_pointer": 1, **pointer}).encode()
-    if etag is None:
-        return _objects.put_if_absent(where, body) is not None
-    return _objects.put_if_match(where, body, etag) is not None
+    with _objects.service_failed(url, "publishing the pointer"):
+        if etag is None:
+            return _objects.put_if_absent(where, body) is not None
+        return _objects.put_if_match(where, body, etag) is not None
 
 
 def resolve(url: Location) -> Location | None:

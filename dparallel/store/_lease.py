@@ -401,8 +401,7 @@ class StoreLease:
             lease.lost.set()
         if lease.lost.is_set() and lease.lost_why.startswith("no heartbeat"):
             raise StoreError(
-                f"lost the lease {lease.path}: {lease.lost_why}; stopping: rerun the same "
-                "command once the store's service answers (done work is kept)"
+                f"lost the lease {lease.path}: {lease.lost_why}; stopping: {_objects.RERUN_ADVICE}"
             )
         if lease.lost.is_set():
             raise StoreError(
@@ -480,6 +479,10 @@ class ObjectLease(StoreLease):
         return (holder if isinstance(holder, dict) else {}), etag
 
     def _take(self) -> None:
+        with _objects.service_failed(self._location, "taking the lease"):
+            self._take_object()
+
+    def _take_object(self) -> None:
         names = self._location.names()
         if POINTER_KEY not in names and LEASE_KEY not in names:
             refuse_foreign(self._location, names)  # no lease object left in a user's prefix

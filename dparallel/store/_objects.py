@@ -29,6 +29,7 @@ write, so its retry is refused by our own write (our bytes there: it succeeded).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from typing import TYPE_CHECKING
@@ -38,16 +39,27 @@ from dparallel.io import _s3_objects as s3_objects
 from dparallel.io._s3 import S3_PROTOCOLS
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from obstore.store import S3Store
 
     from dparallel.io.location import Location
 
-__all__ = ["get", "put_if_absent", "put_if_match", "require_conditional_writes"]
+__all__ = [
+    "RERUN_ADVICE",
+    "get",
+    "put_if_absent",
+    "put_if_match",
+    "require_conditional_writes",
+    "service_failed",
+]
 
 SUPPORTED = (*S3_PROTOCOLS, "memory")
 _MEMORY_LOCK = threading.Lock()
 #: Sends of one conditional write whose answers were lost, before its error is raised.
 _UNANSWERED_TRIES = 3
+#: What to do where the service failed the lease's or the pointer's requests for good.
+RERUN_ADVICE = "rerun the same command once the store's service answers (done work is kept)"
 
 
 def require_conditional_writes(location: Location) -> None:
@@ -58,6 +70,20 @@ def require_conditional_writes(location: Location) -> None:
             f"ETag match), which dparallel implements for s3:// and memory://; "
             f"{location.protocol}:// stores can be read, not written"
         )
+
+
+@contextlib.contextmanager
+def service_failed(store: Location, what: str) -> Iterator[None]:
+    """Inside: a request of the lease or the pointer that failed for good (after the
+    client's retries) raised as one :class:`StoreError` line naming ``store``, ``what``
+    failed, the service's answer and :data:`RERUN_ADVICE` (a refusal for credentials or a
+    missing bucket stays the ``OSError`` that says so)."""
+    try:
+        yield
+    except (PermissionError, FileNotFoundError):
+        raise
+    except OSError as exc:
+        raise StoreError(f"{store}: {what} failed ({exc}); {RERUN_ADVICE}") from exc
 
 
 def _memory_etag(data: bytes) -> str:

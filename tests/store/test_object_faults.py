@@ -355,3 +355,56 @@ def _equal_bitwise(local, remote) -> None:  # noqa: ANN001 - two Stores
     for name in names:
         x, y = a[name][...], b[name][...]
         assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), name
+
+
+def test_a_lease_that_cannot_be_taken_is_one_store_error_line_with_advice(
+    faults, monkeypatch, tmp_path, capsys
+):
+    """Every PUT of the lease answered 503 (after the client's retries): ``dparallel
+    featurize`` ends with one ``StoreError`` line naming the store, that taking the lease
+    failed, the service's answer and what to do, exit code 2 (before: the raw ``OSError``
+    of the lease object, without advice)."""
+    import yaml
+
+    from dparallel.cli.main import main
+    from dparallel.datasets import write_emt_cu
+    from dparallel.errors import StoreError
+
+    quick_retries(monkeypatch)
+    url = "s3://dparallel-test/untaken.zarr"
+    faults.extend([("PUT", "dparallel.lease", "503")] * 100)
+    with pytest.raises(StoreError) as info:
+        StoreLease(url, command="test").acquire()
+    message = str(info.value)
+    assert message.startswith(f"{url}: taking the lease failed (") and "503" in message
+    assert message.endswith(
+        "rerun the same command once the store's service answers (done work is kept)"
+    )
+    source = write_emt_cu(tmp_path / "cu.extxyz", n_structures=4, seed=5)
+    (tmp_path / "d.yaml").write_text(
+        yaml.safe_dump({"acsf": {"elements": ["Cu"], "r_cut": 4.5, "radial": [[0.5, 0.0]]}})
+    )
+    argv = ["featurize", str(source), "-o", url, "--descriptors", str(tmp_path / "d.yaml"),
+            "--local", "1", "--partition-atoms", "60"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err  # and moto's request lines, in this process too
+    lines = [line for line in err.splitlines() if line.startswith("dparallel ")]
+    assert len(lines) == 1 and "Traceback" not in err, lines
+    assert lines[0].startswith(f"dparallel featurize: error: {url}: taking the lease failed (")
+    assert "503" in lines[0] and "rerun the same command" in lines[0]
+
+
+def test_a_pointer_that_cannot_be_written_is_one_store_error_line_with_advice(faults, monkeypatch):
+    """Every PUT of the pointer answered 503: a ``StoreError`` naming the store, that
+    publishing the pointer failed, the answer and the advice (before: a raw ``OSError``)."""
+    from dparallel.errors import StoreError
+    from dparallel.store._generations import write_pointer
+
+    quick_retries(monkeypatch)
+    url = as_location("s3://dparallel-test/unpublished.zarr")
+    faults.extend([("PUT", "dparallel.json", "503")] * 100)
+    with pytest.raises(StoreError) as info:
+        write_pointer(url, {"current": "g-1", "building": None}, None)
+    message = str(info.value)
+    assert message.startswith(f"{url}: publishing the pointer failed (") and "503" in message
+    assert "rerun the same command once the store's service answers" in message
