@@ -43,6 +43,12 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 60.0
 #: Environment variable overriding :data:`DEFAULT_TIMEOUT`.
 ENV_LEASE_TIMEOUT = "DPARALLEL_LEASE_TIMEOUT"
+#: Seconds a release waits for a heartbeat in flight to settle (the lease client gives a
+#: request up within ~30 s); a lease whose heartbeat is still unanswered then goes stale.
+SETTLE_S = 30.0
+#: How :attr:`StoreLease.lost_why` begins where this run stopped itself (no heartbeat
+#: written within the timeout), not because another run took the store over.
+_NO_HEARTBEAT = "no heartbeat could be written"
 
 _HELD: dict[str, StoreLease] = {}  # leases this process holds, by lock file or object
 _HELD_LOCK = threading.Lock()
@@ -388,9 +394,14 @@ class StoreLease:
         if age <= self.timeout:
             return None
         return (
-            f"no heartbeat could be written for {age:.0f} s (more than the lease's "
+            f"{_NO_HEARTBEAT} for {age:.0f} s (more than the lease's "
             f"{self.timeout:.0f} s, after which another run may take the store over): {cause}"
         )
+
+    def _stopped_itself(self) -> bool:
+        """Whether :attr:`lost` is this run stopping itself for want of a heartbeat
+        (:meth:`_too_old`), not another run having taken the store over."""
+        return self.lost.is_set() and self.lost_why.startswith(_NO_HEARTBEAT)
 
     def check(self) -> None:
         """Raise :class:`StoreError` if the lease was lost (see module docstring)."""
@@ -399,7 +410,7 @@ class StoreLease:
         if unanswered is not None and not lease.lost.is_set():
             lease.lost_why = unanswered
             lease.lost.set()
-        if lease.lost.is_set() and lease.lost_why.startswith("no heartbeat"):
+        if lease._stopped_itself():
             raise StoreError(
                 f"lost the lease {lease.path}: {lease.lost_why}; stopping: {_objects.RERUN_ADVICE}"
             )
@@ -420,7 +431,7 @@ class StoreLease:
             _HELD.pop(str(lease.path), None)
         lease._stop.set()
         if lease._thread is not None:
-            lease._thread.join(timeout=10)
+            lease._thread.join(timeout=SETTLE_S)  # a heartbeat in flight settles first
         lease._give_back()
 
     def _give_back(self) -> None:
@@ -535,7 +546,21 @@ class ObjectLease(StoreLease):
         self._renewed(record)
 
     def _give_back(self) -> None:
-        if self.lost.is_set():
+        """Replace our own version (ETag match) with a released record; also where this run
+        stopped itself for want of a heartbeat, once the one in flight settled (a late one
+        that landed is our version too): another run's lease is never replaced (its ETag
+        differs), and before, the next run waited a whole timeout for a lease nobody held.
+        Not where another run took the store over, nor while a heartbeat is still
+        unanswered after :data:`SETTLE_S` (the service is not answering: it goes stale)."""
+        if self.lost.is_set() and not self._stopped_itself():
+            return
+        if self._thread is not None and self._thread.is_alive():
+            log.warning(
+                "cannot release the lease %s: its heartbeat is unanswered after %.0f s "
+                "(it goes stale)",
+                self.path,
+                SETTLE_S,
+            )
             return
         record = {**self._record(), "released": True}
         try:

@@ -4,15 +4,20 @@ came is settled by reading the object back, never taken for another writer's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 from s3server import faulty_proxy, forget_clients, quick_retries, s3_server
 
 from dparallel.io.location import as_location
 from dparallel.store import StoreLease, _objects
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = pytest.mark.integration
 
@@ -408,3 +413,48 @@ def test_a_pointer_that_cannot_be_written_is_one_store_error_line_with_advice(fa
     message = str(info.value)
     assert message.startswith(f"{url}: publishing the pointer failed (") and "503" in message
     assert "rerun the same command once the store's service answers" in message
+
+
+def test_a_run_stopped_by_a_late_heartbeat_releases_its_lease_once_it_lands(faults):
+    """A heartbeat answered only after 3 s: the run stops as its lease's timeout (1.2 s)
+    passes; its release waits for that heartbeat, which lands, and then releases the lease
+    (ETag match: still its own version), so the next run takes the store at once (before:
+    the lease was left holding that fresh heartbeat, and the next run waited a timeout)."""
+    url = "s3://dparallel-test/late-beat.zarr"
+    with _stopped_by_a_late_heartbeat(faults, url) as lease:
+        pass
+    record = json.loads(_objects.get(lease.path)[0])
+    assert record["token"] == lease.token and record["released"]
+    with StoreLease(url, command="next", timeout=60):  # not refused as busy
+        pass
+
+
+def test_a_run_stopped_by_a_late_heartbeat_leaves_a_lease_taken_over_alone(faults):
+    """As above, but another run took the store over before the late heartbeat came (which
+    is then refused): the stopping run's release leaves that run's lease as it is."""
+    with _stopped_by_a_late_heartbeat(faults, "s3://dparallel-test/late-taken.zarr") as lease:
+        _, etag = _objects.get(lease.path)
+        other = json.dumps({"token": "other", "heartbeat": time.time()}).encode()
+        assert _objects.put_if_match(lease.path, other, etag) is not None
+    assert _objects.get(lease.path)[0] == other
+
+
+@contextlib.contextmanager
+def _stopped_by_a_late_heartbeat(faults, url: str) -> Iterator[StoreLease]:  # noqa: ANN001
+    """A lease (1.2-s timeout) whose next heartbeat is answered after 3 s, yielded once
+    ``check()`` stopped its run (within 5 s), as a run calls it; released on leaving."""
+    from dparallel.errors import StoreError
+
+    lease = StoreLease(url, command="test", timeout=1.2)
+    lease.acquire()
+    try:
+        faults.append(("PUT", "dparallel.lease", "delay:3"))
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="no heartbeat could be written"):
+            while time.monotonic() - started < 5:
+                lease.check()
+                time.sleep(0.05)
+        yield lease
+    finally:
+        lease.release()
+    assert not faults  # the slow heartbeat was sent
