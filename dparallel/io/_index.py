@@ -1,29 +1,19 @@
-"""Per-file index (byte ranges + atom counts per structure), built in one streaming pass,
-and the bytes of a structure file wherever it is: local, remote (ranged reads), compressed.
+"""Per-file index (byte ranges + atom counts per structure), built in one streaming pass
+over a structure file's text (:mod:`dparallel.io._text`: local, remote or compressed).
 
 The index is cached beside a local file (``FILE.dpindex.npz``) or, when that directory
 is not writable and for a URL, in ``$DPARALLEL_CACHE_DIR`` (default
 ``~/.cache/dparallel``). A cached index is used only while the file's size and mtime (ns;
 an object's last-modified time) match the ones it was built from.
-
-An uncompressed file is read by byte range: ``pread``-like for a local file, one ranged
-GET for a URL, so a task reads only its partition's bytes. A ``.gz``, ``.bz2`` or ``.xz``
-file has no random access: it is decompressed whole, once per process (the last one is
-kept in memory), and the index's byte ranges are ranges of the decompressed text. That
-suits files up to a few GB per worker; ship larger data sets uncompressed (docs/io.md).
 """
 
 from __future__ import annotations
 
 import array
-import bz2
 import functools
-import gzip
 import hashlib
-import io
 import itertools
 import logging
-import lzma
 import os
 import re
 import threading
@@ -36,26 +26,24 @@ import numpy as np
 
 from dparallel._files import new_file
 from dparallel.errors import InputFormatError
-from dparallel.io.location import READ_BLOCK
+from dparallel.io._text import open_stream, read_range, sample_hash, stream_sample_hash
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from dparallel.io.location import Location
 
 __all__ = [
     "BOM",
     "FileIndex",
     "cache_path_for",
-    "compression",
     "load_or_build_index",
-    "open_stream",
-    "read_range",
 ]
 
 log = logging.getLogger(__name__)
 
 #: Bump when the index layout or an indexer's behaviour changes.
 INDEX_VERSION = 4  # 4: cell volumes and periodic directions (the planner's cost estimate)
-_SAMPLE_BYTES = 1 << 20
 _ARRAYS = ("starts", "ends", "counts", "lines", "periodic")  # per-structure int64 arrays
 _FLOATS = ("volumes",)  # per-structure float64 arrays
 
@@ -63,7 +51,6 @@ NAN = float("nan")
 #: a structure's cell as an indexer reads it: its volume (NaN: none read), periodic directions
 _Cell = tuple[float, int]
 _LOCK = threading.Lock()
-_LAST: dict[tuple[str, int, int], bytes] = {}  # (url, size, mtime_ns) → decompressed
 
 #: Indexes this process loaded or built, newest last, so that the next task on the same
 #: file skips loading its cache and hashing its layout again: keyed on (url, storage
@@ -72,57 +59,6 @@ _LAST: dict[tuple[str, int, int], bytes] = {}  # (url, size, mtime_ns) → decom
 _KEPT: dict[tuple[str, str, str, int, int], FileIndex] = {}
 _KEEP = 4
 _KEEP_BYTES = 1 << 30
-
-
-#: Name endings of the compressed files dparallel reads (as ASE does) → (kind, decompress).
-COMPRESSIONS = {
-    ".gz": ("gzip", gzip.decompress),
-    ".bz2": ("bzip2", bz2.decompress),
-    ".xz": ("xz", lzma.decompress),
-}
-
-
-def compression(location: Location) -> str | None:
-    """The file's compression suffix (``.gz``, ``.bz2``, ``.xz``) by its name, else None."""
-    name = location.name.lower()
-    return next((suffix for suffix in COMPRESSIONS if name.endswith(suffix)), None)
-
-
-def _decompressed(location: Location) -> bytes:
-    """The whole decompressed text of a compressed file (kept for the next call)."""
-    info = location.info()
-    key = (location.url, int(info["size"]), int(info["mtime_ns"]))
-    kind, decompress = COMPRESSIONS[compression(location) or ".gz"]
-    with _LOCK:
-        if key in _LAST:
-            return _LAST[key]
-        with location.open() as raw:
-            try:
-                data = decompress(raw.read())
-            except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:
-                raise InputFormatError(
-                    f"not a readable {kind} file: {exc}", path=str(location)
-                ) from None
-        _LAST.clear()
-        _LAST[key] = data
-        return data
-
-
-def open_stream(location: Location) -> BinaryIO:
-    """The file's (decompressed) bytes from the start, as a binary file object."""
-    if compression(location):
-        return io.BytesIO(_decompressed(location))
-    if location.local is not None:
-        return location.open()
-    # a remote file's lines are split by a buffered reader over it, in C (docs/io.md)
-    return io.BufferedReader(location.open(), buffer_size=READ_BLOCK)
-
-
-def read_range(location: Location, start: int, stop: int) -> bytes:
-    """Bytes ``[start, stop)`` of the (decompressed) file."""
-    if compression(location):
-        return _decompressed(location)[start:stop]
-    return location.read_range(start, stop)
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,16 +107,6 @@ def _layout_hash(index: FileIndex) -> str:
     h = hashlib.sha256()
     for arr in (index.starts, index.ends, index.counts):
         h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
-    return h.hexdigest()
-
-
-def _sample_hash(location: Location, size: int) -> str:
-    """sha256 of the first and last MiB (of ``size`` bytes of text): a cheap content check
-    on top of size and layout."""
-    h = hashlib.sha256()
-    h.update(read_range(location, 0, min(size, _SAMPLE_BYTES)))
-    if size > _SAMPLE_BYTES:
-        h.update(read_range(location, max(_SAMPLE_BYTES, size - _SAMPLE_BYTES), size))
     return h.hexdigest()
 
 
@@ -296,8 +222,7 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
                 if cached is not None:
                     log.debug("using cached index %s", c)
                     return _keep(key, cached)
-    builder = {"extxyz": _index_extxyz, "n2p2": _index_n2p2}.get(format, _index_ase)
-    found, length = builder(location, format)
+    found, sample = _build(location, format)
     if not found.counts:
         raise InputFormatError(
             f"empty file: no structures found (format {format})", path=str(location)
@@ -309,12 +234,24 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
         **{k: np.frombuffer(getattr(found, k), np.int64) for k in _ARRAYS},  # no copy
         **{k: np.frombuffer(getattr(found, k), np.float64) for k in _FLOATS},
         errors=found.errors,
-        sample_sha256=_sample_hash(location, length),
+        sample_sha256=sample,
     )
     if cache:
         _save(index, candidates)
         _keep(key, index)
     return index
+
+
+def _build(location: Location, format: str) -> tuple[_Found, str]:
+    """Index ``location`` in one pass: what was found and the text's sample hash (of a
+    compressed file, from the first and last bytes its stream kept)."""
+    streamed = {"extxyz": _index_extxyz, "n2p2": _index_n2p2}.get(format)
+    if streamed is None:
+        found, length = _index_ase(location, format)
+        return found, sample_hash(functools.partial(read_range, location), length)
+    with open_stream(location) as f:
+        found, length = streamed(f, str(location))
+        return found, stream_sample_hash(f, location, length)
 
 
 def _int64s() -> array.array[int]:
@@ -427,7 +364,23 @@ def _atom_like(raw: bytes) -> bool:
     return True
 
 
-def _index_extxyz(location: Location, format: str) -> _Built:
+class _Lines:
+    """A file's lines, read front to back, with lines given back to be read again (a
+    compressed stream cannot seek back). ``it`` yields them: the file itself until
+    something is given back."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self._back: Iterator[bytes] = iter(())
+        self.it: Iterator[bytes] = f
+
+    def unread(self, lines: list[bytes]) -> None:
+        """Read ``lines`` next, before what was given back earlier and not read yet."""
+        self._back = iter([*lines, *self._back])
+        self.it = itertools.chain(self._back, self._f)
+
+
+def _index_extxyz(f: BinaryIO, path: str) -> _Built:
     """One pass over an (ext)xyz file: header line = atom count, then comment + atom lines.
 
     A count that disagrees with the atom lines is blamed on its own frame: a count too
@@ -438,66 +391,65 @@ def _index_extxyz(location: Location, format: str) -> _Built:
     found = _Found()
     errors = found.errors
     pos, line = 0, 1
-    path = str(location)
-    with open_stream(location) as f:
-        while True:
-            head = f.readline()
-            if not head:
-                break
-            if pos == 0:
-                pos, head = _first_line(head, path)
-            if not head.strip():
-                pos += len(head)
-                line += 1
+    lines = _Lines(f)
+    while True:
+        head = next(lines.it, b"")
+        if not head:
+            break
+        if pos == 0:
+            pos, head = _first_line(head, path)
+        if not head.strip():
+            pos += len(head)
+            line += 1
+            continue
+        frame = len(found.counts)
+        try:
+            n = int(head.split()[0])
+            if n < 0:
+                raise ValueError
+        except ValueError:
+            if frame and _atom_like(head):
+                pos, line = _extra_atom_lines(lines, head, pos, line, found)
                 continue
-            frame = len(found.counts)
-            try:
-                n = int(head.split()[0])
-                if n < 0:
-                    raise ValueError
-            except ValueError:
-                if frame and _atom_like(head):
-                    pos, line = _extra_atom_lines(f, head, pos, line, found)
-                    continue
-                raise InputFormatError(
-                    f"expected the number of atoms of a new frame, found {head[:60]!r}",
-                    path=path,
-                    line=line,
-                    frame=frame,
-                ) from None
-            if n >= _MAX_ATOMS:
-                raise InputFormatError(
-                    f"atom count {n} is beyond any structure (at most {_MAX_ATOMS - 1})",
-                    path=path,
-                    line=line,
-                    frame=frame,
-                )
-            body = list(itertools.islice(f, n + 1))
-            columns = _columns(body[0]) if body else None
-            cut = next((k for k in range(1, len(body)) if _is_count_line(body[k], columns)), None)
-            if cut is not None:  # an atom line is never a lone integer: the next count line
-                errors[frame] = (
-                    line,
-                    f"atom count {n} on line {line} is too large: line {line + 1 + cut} "
-                    f"starts the next frame after {cut - 1} atom lines",
-                )
-                body = body[:cut]
-                f.seek(pos + len(head) + sum(map(len, body)))
-            nbytes = len(head) + sum(map(len, body))
-            if len(body) < n + 1 and frame not in errors:
-                got = max(len(body) - 1, 0)
-                errors[frame] = (
-                    line,
-                    f"truncated frame: expected {n} atom lines, file ends after {got}",
-                )
-            found.add(pos, pos + nbytes, n, line, _extxyz_cell(body[0]) if body else (NAN, 0))
-            pos += nbytes
-            line += 1 + len(body)
+            raise InputFormatError(
+                f"expected the number of atoms of a new frame, found {head[:60]!r}",
+                path=path,
+                line=line,
+                frame=frame,
+            ) from None
+        if n >= _MAX_ATOMS:
+            raise InputFormatError(
+                f"atom count {n} is beyond any structure (at most {_MAX_ATOMS - 1})",
+                path=path,
+                line=line,
+                frame=frame,
+            )
+        body = list(itertools.islice(lines.it, n + 1))
+        columns = _columns(body[0]) if body else None
+        cut = next((k for k in range(1, len(body)) if _is_count_line(body[k], columns)), None)
+        if cut is not None:  # an atom line is never a lone integer: the next count line
+            errors[frame] = (
+                line,
+                f"atom count {n} on line {line} is too large: line {line + 1 + cut} "
+                f"starts the next frame after {cut - 1} atom lines",
+            )
+            lines.unread(body[cut:])
+            body = body[:cut]
+        nbytes = len(head) + sum(map(len, body))
+        if len(body) < n + 1 and frame not in errors:
+            got = max(len(body) - 1, 0)
+            errors[frame] = (
+                line,
+                f"truncated frame: expected {n} atom lines, file ends after {got}",
+            )
+        found.add(pos, pos + nbytes, n, line, _extxyz_cell(body[0]) if body else (NAN, 0))
+        pos += nbytes
+        line += 1 + len(body)
     return found, pos
 
 
 def _extra_atom_lines(
-    f: BinaryIO, head: bytes, pos: int, line: int, found: _Found
+    lines: _Lines, head: bytes, pos: int, line: int, found: _Found
 ) -> tuple[int, int]:
     """Atom lines after a frame whose count was too small: give them to that frame, broken."""
     frame = len(found.counts) - 1
@@ -509,10 +461,9 @@ def _extra_atom_lines(
     )
     nbytes, nlines = len(head), 1
     while True:
-        at = f.tell()
-        raw = f.readline()
+        raw = next(lines.it, b"")
         if not raw or not _atom_like(raw):
-            f.seek(at)
+            lines.unread([raw] if raw else [])
             break
         nbytes += len(raw)
         nlines += 1
@@ -520,48 +471,45 @@ def _extra_atom_lines(
     return pos + nbytes, line + nlines
 
 
-def _index_n2p2(location: Location, format: str) -> _Built:
+def _index_n2p2(f: BinaryIO, path: str) -> _Built:
     """One pass over an n2p2 ``input.data``: structures are ``begin`` … ``end`` blocks."""
     found = _Found()
-    pos, line = 0, 0
+    pos = 0
     open_at: tuple[int, int] | None = None  # (byte, line) of the open ``begin``
     n_atoms = 0
     lattice: list[bytes] = []  # the open block's lattice vectors' numbers
-    path = str(location)
-    with open_stream(location) as f:
-        for raw in f:
-            line += 1
-            if pos == 0:
-                pos, raw = _first_line(raw, path)
-            key = raw.split(None, 1)[0] if raw.strip() else b""
-            if key == b"begin":
-                if open_at is not None:
-                    why = f"'begin' without 'end' (next 'begin' at line {line})"
-                    found.errors[len(found.counts)] = (open_at[1], why)
-                    found.add(open_at[0], pos, n_atoms, open_at[1], _n2p2_cell(lattice))
-                open_at, n_atoms, lattice = (pos, line), 0, []
-            elif key == b"end":
-                if open_at is None:
-                    raise InputFormatError("'end' without 'begin'", path=path, line=line)
-                found.add(open_at[0], pos + len(raw), n_atoms, open_at[1], _n2p2_cell(lattice))
-                open_at = None
-            elif key and open_at is None:
-                hint = (
-                    ""
-                    if found.counts
-                    else " (read as n2p2 input.data, as every *.data file is; another format "
-                    "needs --format, e.g. lammps-data)"
-                )
-                raise InputFormatError(
-                    f"{key.decode(errors='replace')!r} outside a 'begin' … 'end' block{hint}",
-                    path=path,
-                    line=line,
-                )
-            elif key == b"atom":
-                n_atoms += 1
-            elif key == b"lattice":
-                lattice.extend(raw.split()[1:4])
-            pos += len(raw)
+    for line, raw in enumerate(f, start=1):
+        if pos == 0:
+            pos, raw = _first_line(raw, path)
+        key = raw.split(None, 1)[0] if raw.strip() else b""
+        if key == b"begin":
+            if open_at is not None:
+                why = f"'begin' without 'end' (next 'begin' at line {line})"
+                found.errors[len(found.counts)] = (open_at[1], why)
+                found.add(open_at[0], pos, n_atoms, open_at[1], _n2p2_cell(lattice))
+            open_at, n_atoms, lattice = (pos, line), 0, []
+        elif key == b"end":
+            if open_at is None:
+                raise InputFormatError("'end' without 'begin'", path=path, line=line)
+            found.add(open_at[0], pos + len(raw), n_atoms, open_at[1], _n2p2_cell(lattice))
+            open_at = None
+        elif key and open_at is None:
+            hint = (
+                ""
+                if found.counts
+                else " (read as n2p2 input.data, as every *.data file is; another format "
+                "needs --format, e.g. lammps-data)"
+            )
+            raise InputFormatError(
+                f"{key.decode(errors='replace')!r} outside a 'begin' … 'end' block{hint}",
+                path=path,
+                line=line,
+            )
+        elif key == b"atom":
+            n_atoms += 1
+        elif key == b"lattice":
+            lattice.extend(raw.split()[1:4])
+        pos += len(raw)
     if open_at is not None:
         found.errors[len(found.counts)] = (open_at[1], "'begin' without 'end' (file ends first)")
         found.add(open_at[0], pos, n_atoms, open_at[1], _n2p2_cell(lattice))

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 import numpy as np
 
 from dparallel.io._comment import comment_info
-from dparallel.io._index import read_range
 from dparallel.io._labels import is_real, report_unread, unread_label
+from dparallel.io._text import read_range
 from dparallel.types import LabelKeys, StructureBatch
 
 if TYPE_CHECKING:

@@ -17,16 +17,9 @@ from dparallel.errors import (
     SourceChangedError,
     SourceNotFoundError,
 )
-from dparallel.io._index import (
-    BOM,
-    COMPRESSIONS,
-    FileIndex,
-    compression,
-    load_or_build_index,
-    open_stream,
-    read_range,
-)
+from dparallel.io._index import BOM, FileIndex, load_or_build_index
 from dparallel.io._parsers import parse_range, report_labels
+from dparallel.io._text import COMPRESSIONS, compression, open_stream, read_range
 from dparallel.io._validate import find_problems
 from dparallel.io.location import Location, as_location
 from dparallel.io.units import UNIT_SYSTEMS, check_units, unit_factors

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from dparallel.io import _index
+from dparallel.io import _index, _text
 from dparallel.io.location import as_location
 
 if TYPE_CHECKING:
@@ -42,7 +42,8 @@ def test_building_an_index_holds_a_few_int64_per_structure(tmp_path, rng, fmt):
     build = _index._index_extxyz if fmt == "extxyz" else _index._index_n2p2
     tracemalloc.start()
     try:
-        found, length = build(as_location(path), fmt)  # the pass itself (no sample hash)
+        with _text.open_stream(as_location(path)) as f:
+            found, length = build(f, str(path))  # the pass itself (no sample hash)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -13,7 +13,7 @@ import time
 import pytest
 from s3server import filesystem, point_at_nothing, quick_retries, s3_server
 
-from dparallel.io._index import open_stream
+from dparallel.io._text import open_stream
 from dparallel.io.location import READ_BLOCK, LocationError, as_location
 
 pytest.importorskip("obstore")
