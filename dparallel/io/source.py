@@ -77,7 +77,7 @@ def _refuse_compressed(location: Location) -> None:
             head = f.read(6)
     except OSError:
         return
-    suffixes = {kind: suffix for suffix, (kind, _) in COMPRESSIONS.items()}
+    suffixes = {kind: suffix for suffix, kind in COMPRESSIONS.items()}
     for magic, (kind, tool) in _COMPRESSED.items():
         if head.startswith(magic):
             also = f" or name it ….{suffixes[kind][1:]}" if kind in suffixes else ""
