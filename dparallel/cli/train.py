@@ -106,10 +106,8 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"device={args.device}")
     if args.descriptor_source is not None:
         overrides.append(f"descriptor_source={args.descriptor_source}")
-    spec = parse_training_spec(args.config, overrides)
-    store, descriptors = _store_and_descriptors(args.store, args.descriptors)
 
-    bar = EpochProgress(spec.epochs, quiet=args.quiet)
+    bar: EpochProgress | None = None
     try:
         if args.scheduler:
             from dparallel.cluster import connect
@@ -119,8 +117,12 @@ def run(args: argparse.Namespace) -> int:
             cluster = contextlib.nullcontext()
         with cluster:
             earlier = read_history(args.output) if args.resume else []  # curves go on
+            # the run is on the page from here: a bad setting or store is shown failed too
             publisher = epoch_publisher(Path(args.output).resolve().name, earlier)
             with publisher.ending():  # the page says whether it finished or failed
+                spec = parse_training_spec(args.config, overrides)
+                store, descriptors = _store_and_descriptors(args.store, args.descriptors)
+                bar = EpochProgress(spec.epochs, quiet=args.quiet)
                 result = train(
                     store,
                     args.output,
@@ -147,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
         advice = _rerun_advice(Path(args.output), "fix that")
         raise TrainingError(f"{exc.strerror or exc}{where}; {advice}") from None
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
     for split, m in (("validation", result.validation), ("test", result.test)):
         if m:
             print(error_line(split, m))

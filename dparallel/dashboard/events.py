@@ -16,6 +16,10 @@ Every payload is a flat, msgpack-serialisable ``dict``:
         what stopped it (partitions failed, interrupted).
 
 ``dparallel-train`` (:data:`TOPIC_TRAIN`)
+    ``{"kind": "start", "run": str, "run_id": str}``
+        once when a training run starts, before it reads its settings and data: the page
+        shows this run from then on (no epochs yet), so one failing before its first
+        epoch is shown failed;
     ``{"run": str, "epoch": int, "split": "train" | "validation", "loss": float,
     "energy_rmse": float | None, "force_rmse": float | None}``
         once per epoch and split; RMSEs in eV/atom and eV/Å, ``None`` when not computed;
@@ -53,6 +57,7 @@ __all__ = [
     "publish_progress_start",
     "publish_train_metrics",
     "train_event",
+    "train_start_event",
 ]
 
 logger = logging.getLogger(__name__)
@@ -135,6 +140,12 @@ def end_event(
     if run_id is not None:
         out["run_id"] = str(run_id)
     return out
+
+
+def train_start_event(run: str, run_id: str) -> dict:
+    """Payload announcing the training run ``run_id`` named ``run`` (topic
+    ``dparallel-train``)."""
+    return {"kind": "start", "run": str(run), "run_id": str(run_id)}
 
 
 def train_event(
@@ -250,7 +261,9 @@ def publish_train_metrics(*fields: Any, target: _EventTarget | None = None, **na
 class EpochPublisher:
     """An epoch callback sending each metrics row under the name ``run``: one event per
     split with a finite loss (a no-op without a cluster). Each publisher is one training
-    run with an id of its own, so a later run of the same name starts its own curves.
+    run with an id of its own, announced when the publisher is made (before the training
+    reads its settings and data), so a later run of the same name replaces the page's curves
+    from its start, and one failing before its first epoch is shown failed.
     ``history``: the rows of the epochs a resumed run trained before, sent at once under
     the same id, so its curves go on from them rather than start at the resumed epoch.
     :meth:`ending` wraps the training: the page then says whether it finished or failed."""
@@ -258,6 +271,8 @@ class EpochPublisher:
     def __init__(self, run: str, history: Iterable[Mapping[str, Any]] = ()) -> None:
         self.run = run
         self.run_id = uuid.uuid4().hex[:12]
+        resolved, _ = _resolve_target(None)
+        _publish(TOPIC_TRAIN, train_start_event(run, self.run_id), resolved)
         for row in history:
             self(row)
 

@@ -230,6 +230,8 @@ class _TrainingPage(_Page):
             )
             if cols["epoch"]:
                 parts.append(training_header(split, cols))
+        if not parts:  # started: settings and data being read, or refused before epoch 0
+            parts.append("no epoch yet")
         waits = [w for w in summary.get("data_wait_fraction", []) if w is not None]
         if waits:
             parts.append(f"waiting for data {100 * waits[-1]:.1f}% of the last epoch")

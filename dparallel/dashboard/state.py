@@ -175,12 +175,15 @@ class DashboardState:
         run = str(msg.get("run", ""))
         split = msg.get("split")
         key = (run, str(msg.get("run_id", "")))
-        if msg.get("kind") == "end" and key in self._curves:
+        kind = msg.get("kind")
+        if kind == "start":  # a new run, shown from now on (no epochs yet)
+            self.train = _remember(self._curves, key, _Curves(run=run, run_id=key[1]))
+        if kind == "end" and key in self._curves:
             self._curves[key].ended = _ending(msg)
         if split not in SPLITS:
             return
         curves = self._curves.get(key)
-        if curves is None:  # a new run: its curves, shown from now on
+        if curves is None:  # its start came before this page did: shown from now on
             curves = self.train = _remember(self._curves, key, _Curves(run=run, run_id=key[1]))
         curves.points[split][int(msg.get("epoch", 0))] = {
             m: (None if msg.get(m) is None else float(msg[m]))

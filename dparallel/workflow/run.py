@@ -258,12 +258,12 @@ def _train(
     def trained_with(history: list[dict[str, Any]], resume: bool) -> Any:
         # a resumed run's dashboard curves go on from its earlier epochs; its end is shown
         publisher = epoch_publisher(spec.name, history)
-        with publisher.ending():
+        with publisher.ending():  # on the page from here: a store it cannot open is shown
+            opened = open_store(store_path)
             callbacks: list[Callable[[dict[str, Any]], Any]] = [publisher]
             callbacks += [on_epoch] if on_epoch else []
             return train(opened, model_dir, spec.training, callback=callbacks, resume=resume)
 
-    opened = open_store(store_path)
     resume = not refeaturized and (model_dir / "checkpoint.pt").is_file()
     try:
         trained = trained_with(read_history(model_dir) if resume else [], resume)

@@ -4,10 +4,14 @@ the arguments ``dparallel train`` parses (for tests of what it publishes)."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    import pytest
+
+    from dparallel.dashboard import DashboardState
 
 
 class EventRecorder:
@@ -28,3 +32,16 @@ def cli_train_args(output: Path, *, resume: bool) -> argparse.Namespace:
         config=None, store="store.zarr", descriptors=None, quiet=True, scheduler=None,
         output=str(output), resume=resume,
     )  # fmt: skip
+
+
+def shown_page(page_cls_name: str, s: DashboardState, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The page ``dparallel.dashboard.pages.<page_cls_name>`` as it shows ``s``."""
+    import pytest
+
+    pytest.importorskip("bokeh")
+    import dparallel.dashboard.pages as pages
+
+    monkeypatch.setattr(pages, "state_of", lambda scheduler: s)
+    page = getattr(pages, page_cls_name)(None)
+    page.update()
+    return page

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import ase.io
 import pytest
-from _event_recorder import EventRecorder, cli_train_args
+from _event_recorder import EventRecorder, cli_train_args, shown_page
 
 from dparallel.dashboard import DashboardState, publish_progress_end
 from dparallel.dashboard.events import (
@@ -34,13 +34,7 @@ def _featurizing() -> DashboardState:
 
 
 def _header(page_cls_name: str, s: DashboardState, monkeypatch: pytest.MonkeyPatch) -> str:
-    pytest.importorskip("bokeh")
-    import dparallel.dashboard.pages as pages
-
-    monkeypatch.setattr(pages, "state_of", lambda scheduler: s)
-    page = getattr(pages, page_cls_name)(None)
-    page.update()
-    return str(page.header.text)
+    return str(shown_page(page_cls_name, s, monkeypatch).header.text)
 
 
 def test_a_failed_featurization_says_so_and_why(monkeypatch) -> None:  # noqa: ANN001
@@ -63,23 +57,6 @@ def test_a_failed_featurization_says_so_and_why(monkeypatch) -> None:  # noqa: A
     assert s.progress_summary()["outcome"] == "failed"  # type: ignore[index]
     s.add(4.0, TOPIC_PROGRESS, progress_start_event("r", 4, 40, 400))  # a rerun: running
     assert s.progress_summary()["outcome"] == "running"  # type: ignore[index]
-
-
-@pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> DashboardState:
-    """Every event a publisher sends, into a state, as a scheduler would."""
-    import dparallel.dashboard.events as events
-
-    s = DashboardState()
-
-    class Scheduler:
-        status = "running"
-
-        def log_event(self, topic: str, msg: dict) -> None:
-            s.add(float(s.n_events), topic, msg)
-
-    monkeypatch.setattr(events, "_resolve_target", lambda target: (Scheduler(), "client"))
-    return s
 
 
 def test_the_epoch_publisher_says_how_training_ended(recorded, monkeypatch) -> None:  # noqa: ANN001
@@ -146,29 +123,46 @@ def _failing_train(*args: object, callback: list, **kwargs: object) -> None:
     raise TrainingError("epoch 1: the loss is not finite")
 
 
-def test_dparallel_train_says_its_training_failed(recorded, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def _refused(*args: object, callback: list, **kwargs: object) -> None:
+    raise TrainingError("store.zarr is incomplete: 3 of 4 partitions")  # no epoch trained
+
+
+@pytest.fixture(
+    params=[(_failing_train, "loss is not finite", [0]), (_refused, "is incomplete", [])],
+    ids=["after-epoch-0", "before-epoch-0"],
+)
+def failing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list]:
+    """``dparallel.train.train`` failing after its first epoch, or refusing before any (the
+    run is shown from its start, with no epoch yet): the error and the epochs shown."""
     import dparallel.train
+
+    train, error, epochs = request.param
+    monkeypatch.setattr(dparallel.train, "train", train)
+    return error, epochs
+
+
+def test_dparallel_train_says_its_training_failed(recorded, tmp_path, monkeypatch, failing) -> None:  # noqa: ANN001
     from dparallel.cli import train as cli_train
 
+    error, epochs = failing
     monkeypatch.setattr(cli_train, "_store_and_descriptors", lambda store, path: (store, None))
-    monkeypatch.setattr(dparallel.train, "train", _failing_train)
     with pytest.raises(TrainingError):
         cli_train.run(cli_train_args(tmp_path, resume=False))
     summary = recorded.train_summary()
-    assert summary is not None and summary["train"]["epoch"] == [0]
-    assert summary["outcome"] == "failed" and "loss is not finite" in summary["error"]
+    assert summary is not None and summary["train"]["epoch"] == epochs
+    assert summary["outcome"] == "failed" and error in summary["error"]
 
 
-def test_dparallel_run_says_its_training_failed(recorded, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_dparallel_run_says_its_training_failed(recorded, tmp_path, monkeypatch, failing) -> None:  # noqa: ANN001
     import dparallel.store
-    import dparallel.train
     from dparallel.workflow import run
 
+    error, epochs = failing
     monkeypatch.setattr(dparallel.store, "open_store", lambda path: path)
-    monkeypatch.setattr(dparallel.train, "train", _failing_train)
     spec = SimpleNamespace(name="quickstart", training=object())
     with pytest.raises(TrainingError):
         run._train(spec, "store.zarr", tmp_path, None, False, print)  # type: ignore[arg-type]
     summary = recorded.train_summary()
     assert summary is not None and summary["run"] == "quickstart"
-    assert summary["outcome"] == "failed" and "loss is not finite" in summary["error"]
+    assert summary["train"]["epoch"] == epochs
+    assert summary["outcome"] == "failed" and error in summary["error"]
