@@ -198,9 +198,11 @@ def test_epoch_metrics_reach_the_scheduler_events(store, tmp_path) -> None:  # n
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             events = [msg for _, msg in client.get_events(TOPIC_TRAIN)]
-            if len(events) >= 4:
+            if len(events) >= 5:
                 break
             time.sleep(0.1)
+    assert events[0] == {"kind": "start", "run": "r1", "run_id": events[1]["run_id"]}
+    events = events[1:]
     assert len(events) == 4  # train + validation per epoch
     assert {(e["run"], e["epoch"], e["split"]) for e in events} == {
         ("r1", ep, sp) for ep in (0, 1) for sp in ("train", "validation")
