@@ -60,6 +60,8 @@ class RouteReport:
     reason: str | None = None
     seconds: float = 0.0
     max_abs_diff: dict[str, float] = field(default_factory=dict)
+    #: the same against the trained float64 model, for an export in another dtype
+    max_abs_diff_float64: dict[str, float] = field(default_factory=dict)
     note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +74,8 @@ class RouteReport:
         if self.status == "ok":
             out["seconds"] = round(self.seconds, 2)
             out["max_abs_diff"] = self.max_abs_diff
+            if self.max_abs_diff_float64:
+                out["max_abs_diff_float64"] = self.max_abs_diff_float64
         if self.note:
             out["note"] = self.note
         return out
@@ -219,13 +223,17 @@ def _route(
     load: Callable[[Path], Callable[..., Sequence[Tensor]]],
     probes: Sequence[Structure],
     expected: Sequence[Sequence[Tensor]],
+    float64: Sequence[Sequence[Tensor]] = (),
 ) -> RouteReport:
-    """Write one artifact, load it back with plain torch, check it; never raises."""
+    """Write one artifact, load it back with plain torch, check it (and, given ``float64``,
+    its distance from those outputs); never raises."""
     t0 = time.perf_counter()
     try:
         with _quiet():
             write(path)
-            diffs = _check(load(path), probes, expected)
+            run = load(path)
+            diffs = _check(run, probes, expected)
+            from64 = _check(run, probes, float64) if float64 else {}
     except DiskFullError:  # not this route's failure: the export stops, in one line
         remove_file(path)
         raise
@@ -233,7 +241,10 @@ def _route(
         remove_file(path)
         log.warning("%s failed: %s", path.name, reason(exc))
         return RouteReport("failed", reason=reason(exc))
-    return RouteReport("ok", path.name, seconds=time.perf_counter() - t0, max_abs_diff=diffs)
+    seconds = time.perf_counter() - t0
+    return RouteReport(
+        "ok", path.name, seconds=seconds, max_abs_diff=diffs, max_abs_diff_float64=from64
+    )
 
 
 def write_artifacts(
@@ -242,12 +253,15 @@ def write_artifacts(
     probes: Sequence[Structure] | None = None,
     aoti: bool = False,
     reference: Callable[[Structure], Sequence[Tensor]] | None = None,
+    float64: Callable[[Structure], Sequence[Tensor]] | None = None,
 ) -> dict[str, RouteReport]:
     """Write every route's file into ``model_dir``; route name → :class:`RouteReport`.
 
     The graph is traced on the first probe structure (default: :func:`probe_structures` of
     the module's elements) and every file is checked on all of them against ``reference``
-    (default: the eager module; ``export_model`` passes the analytic ``DeployedModel``).
+    (default: the eager module; ``export_model`` passes the analytic ``DeployedModel``);
+    ``float64``: the trained model's outputs, for a module in another dtype (each file's
+    distance from them is reported too).
     AOTInductor (a C++ compile of a minute or more) runs only with ``aoti=True``.
     """
     module.eval()
@@ -256,6 +270,7 @@ def write_artifacts(
     expected = [
         tuple(reference(p)) if reference is not None else tuple(module(*p.inputs)) for p in probes
     ]
+    trained = [tuple(float64(p)) for p in probes] if float64 is not None else []
     example = probes[0].inputs
     try:
         with _quiet():
@@ -271,7 +286,7 @@ def write_artifacts(
         write_serialized(path, lambda f: torch.export.save(program[0], f))
 
     def route(name: str, write: Callable[[Path], None], load: Callable) -> RouteReport:
-        return _route(model_dir / ARTIFACTS[name], write, load, probes, expected)
+        return _route(model_dir / ARTIFACTS[name], write, load, probes, expected, trained)
 
     reports["torch_export"] = route(
         "torch_export", write_export, lambda p: load_exported_program(p).module()

@@ -107,9 +107,11 @@ def _write_plain_torch(job: ExportJob) -> None:
         else:
             probes = probe_structures(potential.elements, potential.cutoff, deployed.dtype)
             job.report["probes"] = [p.name for p in probes]
+            float64 = None if job.exact is deployed else job.exact.outputs  # --float32
             routes = write_artifacts(
-                potential, job.model_dir, probes, aoti=job.aoti, reference=deployed.outputs
-            )
+                potential, job.model_dir, probes,
+                aoti=job.aoti, reference=deployed.outputs, float64=float64,
+            )  # fmt: skip
     job.report["routes"] = {name: r.to_dict() for name, r in routes.items()}
     job.report["files"] += [r.file for r in routes.values() if r.file]
     for name, file in ARTIFACTS.items():  # never leave a stale artifact of an older model
@@ -140,7 +142,8 @@ def export_model(
     ``potential_aoti.pt2``). The report (also ``MODEL_DIR/export.json``) lists the files
     and, per route, ``ok`` with the largest deviation from ``deployed.pt`` (the analytic
     route ``Calculator`` uses) on probe structures made of the model's elements,
-    ``failed`` with the reason, or ``skipped``.
+    ``failed`` with the reason, or ``skipped``; for a dtype other than float64 also the
+    deviation from the trained float64 model (``max_abs_diff_float64``).
     """
     model_dir = Path(model_dir)
     if model_dir.exists() and not model_dir.is_dir():  # its model.pt, a structure file
@@ -254,6 +257,11 @@ def describe_report(report: dict[str, Any]) -> list[str]:
                 f"{name}: ok -> {r['file']} (checked on {probes}: max |dE| {d['energy']:.1e} eV, "
                 f"|dF| {d['forces']:.1e} eV/Å vs deployed.pt)"
             )
+            if d64 := r.get("max_abs_diff_float64"):
+                lines.append(
+                    f"  vs the float64 model.pt: max |dE| {d64['energy']:.1e} eV, "
+                    f"|dF| {d64['forces']:.1e} eV/Å"
+                )
         else:
             lines.append(f"{name}: {r['status']}: {r.get('reason', '')}")
         if r.get("note"):

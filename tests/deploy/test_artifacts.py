@@ -101,6 +101,7 @@ def test_export_reports_every_route_with_the_models_elements(exported) -> None: 
     }
     for route in ("torch_export", "torchscript"):
         assert max(report["routes"][route]["max_abs_diff"].values()) < 1e-10
+        assert "max_abs_diff_float64" not in report["routes"][route]  # it is the float64 one
     assert {"deployed.pt", "potential.pt2", "potential.ts"} <= set(report["files"])
     assert "torch_export: ok -> potential.pt2 (checked on C3H3O2 periodic fcc" in printed
     assert "vs deployed.pt)" in printed

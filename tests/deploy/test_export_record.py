@@ -30,7 +30,7 @@ class _Killed(BaseException):
 def _artifacts_writer(tag: str):  # noqa: ANN202
     """A stand-in for ``write_artifacts``: ``potential.pt2``/``.ts`` holding ``tag``."""
 
-    def write(potential, model_dir: Path, probes, aoti, reference):  # noqa: ANN001, ANN202
+    def write(potential, model_dir: Path, probes, aoti, reference, float64):  # noqa: ANN001, ANN202
         for name in ("potential.pt2", "potential.ts"):
             write_file(model_dir / name, tag)
         diffs = dict.fromkeys(("energy", "forces", "stress", "energies"), 0.0)

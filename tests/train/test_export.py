@@ -91,3 +91,47 @@ def test_a_float32_export_keeps_the_trained_weights_in_deployed_pt_and_lammps_mo
     np.testing.assert_allclose(
         got["forces"], want["forces"], atol=1e-5 * np.abs(want["forces"]).max()
     )
+
+
+def test_a_float32_export_reports_its_distance_from_the_float64_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """export.json and the summary say how far each float32 artifact is from the trained
+    float64 model on the probe structures (not only from the float32 model it was made
+    of): here recomputed with the float64 Calculator and the artifacts loaded by torch."""
+    import json
+
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
+    from _deploy_models import hco_acsf, write_model_dir
+
+    from dparallel.ase import Calculator
+    from dparallel.deploy.probes import inputs_from_atoms, probe_atoms
+
+    model_dir = write_model_dir(tmp_path / "m", hco_acsf())
+    assert main(["export", str(model_dir), "--float32"]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((model_dir / "export.json").read_text())
+    calc = Calculator(model_dir, dtype=torch.float64)  # deployed.pt keeps the trained weights
+    loaded = {
+        "torch_export": torch.export.load(str(model_dir / "potential.pt2")).module(),
+        "torchscript": torch.jit.load(str(model_dir / "potential.ts")),
+    }
+    for route, run in loaded.items():
+        worst = {"energy": 0.0, "forces": 0.0}
+        for atoms in probe_atoms(report["elements"]):
+            atoms.calc = calc
+            want = {"energy": atoms.get_potential_energy(), "forces": atoms.get_forces()}
+            got = run(*inputs_from_atoms(atoms, report["cutoff"], torch.float32))
+            for k, (key, w) in enumerate(want.items()):
+                d = np.abs(got[k].detach().double().numpy() - w).max()
+                worst[key] = max(worst[key], float(d))
+        shown = report["routes"][route]["max_abs_diff_float64"]
+        assert worst["energy"] > 1e-9 and worst["forces"] > 1e-9  # float32 rounding: not 0
+        for key in worst:
+            assert shown[key] == pytest.approx(worst[key], rel=1e-3, abs=1e-12), (route, key)
+    line = next(ln for ln in printed.splitlines() if "vs the float64 model.pt" in ln)
+    e64 = report["routes"]["torch_export"]["max_abs_diff_float64"]["energy"]
+    assert f"max |dE| {e64:.1e} eV" in line
