@@ -21,8 +21,9 @@ Every payload is a flat, msgpack-serialisable ``dict``:
         shows this run from then on (no epochs yet), so one failing before its first
         epoch is shown failed;
     ``{"run": str, "epoch": int, "split": "train" | "validation", "loss": float,
-    "energy_rmse": float | None, "force_rmse": float | None}``
+    "energy_rmse": float | None, "force_rmse": float | None, "best_epoch": int}``
         once per epoch and split; RMSEs in eV/atom and eV/Å, ``None`` when not computed;
+        ``best_epoch`` (the training loop's best so far) only when its row carried one;
     ``{"kind": "end", "run": str, "run_id": str, "error": str | None}``
         once when the training run ends (``error``: ``None``, or what stopped it).
 
@@ -277,11 +278,12 @@ class EpochPublisher:
             self(row)
 
     def __call__(self, row: Mapping[str, Any]) -> None:
+        resolved, _ = _resolve_target(None)
         for split in ("train", "validation"):
             loss = row.get(f"{split}_loss")
             if loss is None or not math.isfinite(loss):
                 continue
-            publish_train_metrics(
+            msg = train_event(
                 self.run,
                 int(row["epoch"]),
                 split,
@@ -291,6 +293,9 @@ class EpochPublisher:
                 data_wait_fraction=row.get("data_wait_fraction") if split == "train" else None,
                 run_id=self.run_id,
             )
+            if row.get("best_epoch") is not None:  # the loop's; metrics.csv rows have none
+                msg["best_epoch"] = int(row["best_epoch"])
+            _publish(TOPIC_TRAIN, msg, resolved)
 
     def finish(self, error: BaseException | str | None = None) -> bool:
         """Say the run ended (``error``: what stopped it); whether an event was sent."""

@@ -232,6 +232,8 @@ class _TrainingPage(_Page):
                 parts.append(training_header(split, cols))
         if not parts:  # started: settings and data being read, or refused before epoch 0
             parts.append("no epoch yet")
+        if summary.get("best_epoch") is not None:
+            parts.append(f"best epoch {summary['best_epoch']}")
         waits = [w for w in summary.get("data_wait_fraction", []) if w is not None]
         if waits:
             parts.append(f"waiting for data {100 * waits[-1]:.1f}% of the last epoch")

@@ -102,6 +102,7 @@ class _Curves:
     run: str
     run_id: str = ""
     ended: dict[str, Any] | None = None  # its end: {"error": str | None}
+    best_epoch: int | None = None  # the training loop's best so far, as its rows said
     # split -> epoch -> metric -> value
     points: dict[str, dict[int, dict[str, float | None]]] = field(
         default_factory=lambda: {s: {} for s in SPLITS}
@@ -185,6 +186,8 @@ class DashboardState:
         curves = self._curves.get(key)
         if curves is None:  # its start came before this page did: shown from now on
             curves = self.train = _remember(self._curves, key, _Curves(run=run, run_id=key[1]))
+        if msg.get("best_epoch") is not None:
+            curves.best_epoch = int(msg["best_epoch"])
         curves.points[split][int(msg.get("epoch", 0))] = {
             m: (None if msg.get(m) is None else float(msg[m]))
             for m in (*METRICS, "data_wait_fraction")
@@ -238,11 +241,16 @@ class DashboardState:
     def train_summary(self) -> dict[str, Any] | None:
         """Per split, columns ``epoch`` and each metric sorted by epoch (or ``None``), and
         ``data_wait_fraction``: per training epoch, the share of it spent waiting for data;
+        ``best_epoch``: the loop's best epoch so far (``None`` before one said it);
         ``outcome`` and ``error`` once the run ended (:func:`_outcome`)."""
         curves = self.train
         if curves is None:
             return None
-        out: dict[str, Any] = {"run": curves.run, **_outcome(curves.ended)}
+        out: dict[str, Any] = {
+            "run": curves.run,
+            "best_epoch": curves.best_epoch,
+            **_outcome(curves.ended),
+        }
         for split in SPLITS:
             epochs = sorted(curves.points[split])
             cols: dict[str, list] = {"epoch": epochs}

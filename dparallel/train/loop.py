@@ -177,7 +177,7 @@ def _train(
         log.info("the checkpoint stopped early (best %d): finishing it", progress.best_epoch)
     for epoch in range(spec.epochs if stopped_early else progress.start_epoch, spec.epochs):
         row = _epoch(run, epoch, progress)
-        stop = notify(callbacks, row)
+        stop = notify(callbacks, {**row, "best_epoch": progress.best_epoch})  # the best so far
         if row.get("diverged"):
             log.warning(
                 "epoch %d: the loss is not finite (the model diverged); stopping with the "

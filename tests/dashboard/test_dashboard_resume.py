@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from _event_recorder import cli_train_args
 
-from dparallel.dashboard import DashboardState
-from dparallel.dashboard.events import TOPIC_TRAIN, train_event
 from dparallel.train.reporting import read_history, write_metrics
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from dparallel.dashboard import DashboardState
 
 # epochs 0-1 as the interrupted run wrote them (errors in eV/atom, eV/Å, as rows carry them)
 EARLIER = [
@@ -36,18 +36,9 @@ RESUMED = {"epoch": 2, "train_loss": 0.5, "train_energy_rmse": 0.1, "train_force
 
 
 @pytest.fixture
-def state(monkeypatch: pytest.MonkeyPatch) -> DashboardState:
+def state(recorded: DashboardState) -> DashboardState:
     """A dashboard state that every published training event goes to, as the scheduler's."""
-    import dparallel.dashboard.events as events
-
-    s = DashboardState()
-
-    def publish(*fields: Any, **named: Any) -> bool:
-        s.add(float(s.n_events), TOPIC_TRAIN, train_event(*fields, **named))
-        return True
-
-    monkeypatch.setattr(events, "publish_train_metrics", publish)
-    return s
+    return recorded
 
 
 def _check_continuous(s: DashboardState) -> None:

@@ -165,3 +165,18 @@ def test_a_later_training_run_of_the_same_name_starts_its_own_curves(monkeypatch
         s.add(float(t), topic, msg)
     curves = s.train_summary()
     assert curves is not None and curves["train"]["epoch"] == [0, 1]
+
+
+def test_the_training_page_shows_the_best_epoch_the_rows_carry(recorded, monkeypatch) -> None:  # noqa: ANN001
+    """The loop's own best epoch, passed through its rows (not recomputed here)."""
+    from _event_recorder import shown_page
+
+    from dparallel.dashboard import epoch_publisher
+
+    resumed = [{"epoch": 0, "train_loss": 2.0}]  # metrics.csv rows: no best epoch
+    publish = epoch_publisher("m", resumed)
+    assert recorded.train_summary()["best_epoch"] is None  # type: ignore[index]
+    for epoch, best in ((1, 1), (2, 1)):
+        publish({"epoch": epoch, "train_loss": 1.0, "validation_loss": 1.5, "best_epoch": best})
+    assert recorded.train_summary()["best_epoch"] == 1  # type: ignore[index]
+    assert "best epoch 1" in str(shown_page("_TrainingPage", recorded, monkeypatch).header.text)

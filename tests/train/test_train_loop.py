@@ -234,12 +234,20 @@ def _data(store):  # noqa: ANN001, ANN202
 def test_early_stopping_keeps_the_best_model(store, tmp_path) -> None:  # noqa: ANN001
     spec = SPEC.model_copy(update={"epochs": 10, "lr": 50.0, "early_stopping": 2,
                                    "schedule": "none"})  # fmt: skip
-    res = train_model(store, tmp_path / "m", spec)
+    rows: list[dict] = []
+    res = train_model(store, tmp_path / "m", spec, callback=rows.append)
     assert len(res.history) < 10  # a diverging run stops early
     losses = [r["validation_loss"] for r in res.history]
     best = min(range(len(losses)), key=lambda k: losses[k] if losses[k] == losses[k] else 1e300)
     assert res.best_epoch == best and len(res.history) == best + 3
     assert res.validation["loss"] == pytest.approx(losses[best], rel=1e-12)
+    # each callback row says the best epoch so far (the dashboard shows it), and only it
+    seen = [r["validation_loss"] if r["validation_loss"] == r["validation_loss"] else 1e300
+            for r in rows]  # fmt: skip
+    assert [r["best_epoch"] for r in rows] == [
+        min(range(k + 1), key=seen.__getitem__) for k in range(len(rows))
+    ]
+    assert all("best_epoch" not in r for r in res.history)  # not a metrics.csv column
 
 
 def test_resuming_a_run_that_stopped_early_trains_no_further(store, tmp_path) -> None:  # noqa: ANN001
