@@ -346,7 +346,7 @@ def _data_units(tmp: Path) -> tuple[bool, str]:
 
     (tmp / "model").mkdir()
     (tmp / "model" / DATA_UNITS_JSON).write_text(json.dumps({"data_units": "bohr-hartree"}))
-    chosen = data_units(str(tmp / "model"), None)
+    chosen = data_units(str(tmp / "model"), str(tmp / "data.xyz"), None, None)
     return chosen == "bohr-hartree", f"DATA read as {chosen}"
 
 

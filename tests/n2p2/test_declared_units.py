@@ -81,15 +81,15 @@ def test_a_model_records_its_data_units_and_evaluate_defaults_to_them(tmp_path, 
     store = SimpleNamespace(attrs={"config": config}, location=tmp_path / "s.zarr")
     model = tmp_path / "model"
     model.mkdir()
-    assert _data_units(str(model), None) == "ase"  # nothing recorded: as before
+    assert _data_units(str(model), "in.data", "n2p2", None) == "ase"  # nothing recorded: as before
     record_data_units(model, store)
     assert recorded_data_units(model) == "bohr-hartree"
     assert recorded_data_units(model / "deployed.pt") == "bohr-hartree"
-    assert _data_units(str(model), None) == "bohr-hartree"
+    assert _data_units(str(model), "in.data", "n2p2", None) == "bohr-hartree"
     with caplog.at_level(logging.WARNING):
-        assert _data_units(str(model), "ase") == "ase"
+        assert _data_units(str(model), "in.data", "n2p2", "ase") == "ase"
     assert "trained from bohr-hartree data, DATA is read as ase" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert _data_units(str(model), "bohr-hartree") == "bohr-hartree"
+        assert _data_units(str(model), "in.data", "n2p2", "bohr-hartree") == "bohr-hartree"
     assert caplog.text == ""
