@@ -130,8 +130,9 @@ def estimated_work(
     Neighbours per atom within ``r_cut``: ``n / volume · 4/3·π·r_cut³`` in a cell periodic
     in all three directions (``volumes``, ``periodic``: the index's, same length unit as
     ``r_cut``); ``min(n − 1, k_ref)`` without periodicity (a molecule, a cluster); ``k_ref``
-    (the densest periodic structure's, else the largest ``n − 1``) where partly periodic
-    (a slab) or unknown (``periodic`` −1).
+    (the densest periodic structure's) where partly periodic (a slab) or unknown
+    (``periodic`` −1). ``None`` too without a structure periodic in all three (no density
+    to measure the others by).
     """
     counts = np.asarray(atom_counts, np.float64).reshape(-1)  # (S,)
     if counts.size == 0:
@@ -140,8 +141,10 @@ def estimated_work(
     per = np.asarray(periodic, np.int64).reshape(-1)  # (S,)
     bulk = (per == 3) & (vol > 0)
     sphere = 4.0 / 3.0 * math.pi * float(r_cut) ** 3
+    if not bulk.any():  # no density to measure others by: n - 1 overrates a big cluster
+        return None  # (a 2,000-atom one as 1,999 neighbours an atom, ~40-80 within 6 Å)
     k_bulk = counts[bulk] / vol[bulk] * sphere  # (S_bulk,)
-    k_ref = float(k_bulk.max()) if k_bulk.size else float(max(counts.max() - 1, 0))
+    k_ref = float(k_bulk.max())
     k = np.full(counts.shape, k_ref)  # partly periodic or unknown: dense
     k[bulk] = k_bulk
     alone = per == 0

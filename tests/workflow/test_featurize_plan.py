@@ -120,3 +120,25 @@ def test_a_store_planned_by_atoms_resumes(tmp_path, monkeypatch):
     assert featurize_plan(source, 300, R_CUT) != old
     featurize_in_process(tmp_path / "mixed.extxyz", tmp_path / "s.zarr", dset, options)
     assert open_store(tmp_path / "s.zarr").plan == old
+
+
+def test_without_a_bulk_cell_the_plan_is_by_atoms(tmp_path):
+    """No structure periodic in all three: no density to measure by. The estimate took a
+    2,000-atom cluster's atoms as 1,999 neighbours each (ASE: ~40-80 within 5 Å), so its
+    partitions packed 5x the target's atoms of cheap molecules beside it."""
+    from ase.cluster import Octahedron
+
+    from dparallel.store.plan import estimated_work
+
+    frames = []
+    for i in range(300):
+        m = molecule(["CH4", "H2O"][i % 2])
+        m.center(vacuum=6.0)
+        m.pbc = False
+        frames.append(m)
+    frames += [Octahedron("Cu", 9), fcc111("Cu", size=(3, 3, 4), vacuum=6.0)]  # cluster, slab
+    ase.io.write(tmp_path / "noperiodic.extxyz", frames, format="extxyz")
+    source = open_source(tmp_path / "noperiodic.extxyz")
+    index = source.index
+    assert estimated_work(index.counts, index.volumes, index.periodic, R_CUT) is None
+    assert featurize_plan(source, 400, R_CUT) == plan_partitions(source.atom_counts, 400)
