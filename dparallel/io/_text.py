@@ -88,6 +88,25 @@ def _decompressing(suffix: str, raw: BinaryIO) -> io.BufferedIOBase:
     return bz2.BZ2File(raw) if suffix == ".bz2" else lzma.LZMAFile(raw)
 
 
+class _Watched:
+    """A compressed file's byte stream whose own read errors are remembered (``failed``):
+    a dropped connection to a remote file is the source's failure, not damaged data."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.failed: OSError | None = None
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            return self.raw.read(n)
+        except OSError as exc:
+            self.failed = exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
 class _Inflating(io.RawIOBase):
     """A compressed file's text, decompressed as it is read front to back (no seeking);
     keeps its first and last :data:`SAMPLE_BYTES` for the sample hash (:meth:`kept`)."""
@@ -95,8 +114,8 @@ class _Inflating(io.RawIOBase):
     def __init__(self, location: Location) -> None:
         suffix = compression(location) or ".gz"
         self._kind, self._location = COMPRESSIONS[suffix], location
-        self._raw = location.open()
-        self._text = _decompressing(suffix, self._raw)
+        self._raw = _Watched(location.open())
+        self._text = _decompressing(suffix, cast("BinaryIO", self._raw))
         self._head, self._tail, self._read = bytearray(), bytearray(), 0
 
     def readable(self) -> bool:
@@ -106,6 +125,8 @@ class _Inflating(io.RawIOBase):
         try:
             n = self._text.readinto(buffer)
         except _UNREADABLE as exc:
+            if self._raw.failed is not None:  # reading the file failed (a network), as is
+                raise self._raw.failed from None
             raise _unreadable(self._kind, exc, self._location) from None
         got = memoryview(buffer)[:n]
         if len(self._head) < SAMPLE_BYTES:

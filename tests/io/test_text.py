@@ -124,3 +124,46 @@ def test_indexing_a_compressed_file_holds_a_block_not_its_text(tmp_path, monkeyp
         tracemalloc.stop()
     assert peak < 1.5 * size, f"{peak / 1e6:.1f} MB for {size / 1e6:.0f} MB"  # was 3.4x
     assert list(_text._LAST) == [_text._key(source.location)]
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+def test_a_read_that_fails_midway_is_the_sources_error_not_a_damaged_file(
+    tmp_path, monkeypatch, suffix
+):
+    """A compressed remote file is streamed for the whole index pass; a connection reset
+    while reading it was reported as "not a readable gzip file" (a damaged file, to be
+    replaced), not as the transient failure it is."""
+    import bz2
+    import gzip
+    import io
+    import lzma
+
+    from dparallel.io.location import Location
+
+    text = "".join(f"1\nframe={i}\nH 0.0 0.0 {i}.0\n" for i in range(2000)).encode()
+    compress = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}[suffix]
+    path = tmp_path / f"frames.xyz{suffix}"
+    path.write_bytes(compress(text))
+    real_open = Location.open
+
+    class Resetting(io.RawIOBase):
+        """The file's bytes until half of it is read, then a dropped connection."""
+
+        def __init__(self, raw) -> None:  # noqa: ANN001
+            self.raw, self.left = raw, path.stat().st_size // 2
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:  # noqa: ANN001
+            if self.left <= 0:
+                raise ConnectionResetError("connection reset by peer")
+            data = self.raw.read(min(len(buffer), self.left))
+            buffer[: len(data)] = data
+            self.left -= len(data)
+            return len(data)
+
+    monkeypatch.setattr(Location, "open", lambda self, *a, **k: Resetting(real_open(self)))
+    monkeypatch.setattr(_text, "READ_BLOCK", 1 << 10)
+    with pytest.raises(ConnectionResetError, match="connection reset by peer"):
+        _index.load_or_build_index(as_location(path), "extxyz", cache=False)
