@@ -46,9 +46,6 @@ ENV_LEASE_TIMEOUT = "DPARALLEL_LEASE_TIMEOUT"
 #: Seconds a release waits for a heartbeat in flight to settle (the lease client gives a
 #: request up within ~30 s); a lease whose heartbeat is still unanswered then goes stale.
 SETTLE_S = 30.0
-#: How :attr:`StoreLease.lost_why` begins where this run stopped itself (no heartbeat
-#: written within the timeout), not because another run took the store over.
-_NO_HEARTBEAT = "no heartbeat could be written"
 
 _HELD: dict[str, StoreLease] = {}  # leases this process holds, by lock file or object
 _HELD_LOCK = threading.Lock()
@@ -193,6 +190,9 @@ class StoreLease:
         self.lost = threading.Event()
         #: Why :attr:`lost` was set, for :meth:`check`'s error.
         self.lost_why = ""
+        #: Whether :attr:`lost` is another run having taken the store over (else this run
+        #: stopped itself for want of a heartbeat written within the timeout).
+        self.taken_over = False
         self._since = time.time()
         #: The heartbeat time of the last record written (what others judge staleness by).
         self._written = self._since
@@ -345,7 +345,7 @@ class StoreLease:
         if current == {}:
             return  # unreadable for a moment: judge it at the next beat
         if current is None or current.get("token") != self.token:
-            self._lose("another run took the store over")
+            self._lose("another run took the store over", taken_over=True)
         tmp = self.path.with_name(f"{self.path.name}.{self.token}.tmp")
         try:
             record = self._record()
@@ -362,9 +362,10 @@ class StoreLease:
         """``record`` was written: it is the heartbeat others judge staleness by."""
         self._written, self._pending = record["heartbeat"], None
 
-    def _lose(self, why: str) -> NoReturn:
-        """Set :attr:`lost` (``why``: for :meth:`check`) and raise :class:`StoreError`."""
-        self.lost_why = why
+    def _lose(self, why: str, taken_over: bool = False) -> NoReturn:
+        """Set :attr:`lost` (``why``: for :meth:`check`; ``taken_over``: by another run,
+        else for want of a heartbeat) and raise :class:`StoreError`."""
+        self.lost_why, self.taken_over = why, taken_over
         self.lost.set()
         raise StoreError(f"lost the lease {self.path}: {why}")
 
@@ -394,14 +395,14 @@ class StoreLease:
         if age <= self.timeout:
             return None
         return (
-            f"{_NO_HEARTBEAT} for {age:.0f} s (more than the lease's "
+            f"no heartbeat could be written for {age:.0f} s (more than the lease's "
             f"{self.timeout:.0f} s, after which another run may take the store over): {cause}"
         )
 
     def _stopped_itself(self) -> bool:
         """Whether :attr:`lost` is this run stopping itself for want of a heartbeat
         (:meth:`_too_old`), not another run having taken the store over."""
-        return self.lost.is_set() and self.lost_why.startswith(_NO_HEARTBEAT)
+        return self.lost.is_set() and not self.taken_over
 
     def check(self) -> None:
         """Raise :class:`StoreError` if the lease was lost (see module docstring)."""
@@ -541,7 +542,7 @@ class ObjectLease(StoreLease):
             self._not_renewed(exc)
             return
         if etag is None:
-            self._lose("another run took the store over")
+            self._lose("another run took the store over", taken_over=True)
         self._etag = etag
         self._renewed(record)
 
