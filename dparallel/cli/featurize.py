@@ -94,12 +94,18 @@ def source_settings(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def _same_path(a: str, b: str) -> bool:
-    """Whether two configured locations name one file (URLs: the same text)."""
-    if "://" in a or "://" in b:
-        return a == b
-    from dparallel.config import resolve_path
+    """Whether two configured locations name one file, as :func:`~dparallel.io.location.
+    as_location` reads them (``file://`` dropped, an ``s3://`` key's empty segments too);
+    local paths compared resolved, URLs as that text."""
+    from dparallel.io.location import LocationError, as_location
 
-    return resolve_path(a).resolve() == resolve_path(b).resolve()
+    try:
+        x, y = as_location(a), as_location(b)
+    except LocationError:  # a URL naming no bucket: reading it fails with that error
+        return a == b
+    if x.local is None or y.local is None:
+        return x.url == y.url
+    return x.local.resolve() == y.local.resolve()
 
 
 def run(args: argparse.Namespace) -> int:

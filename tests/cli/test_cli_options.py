@@ -264,6 +264,33 @@ def test_featurize_workflow_gives_its_dataset_label_keys_for_its_dataset_only(tm
     assert keys(str(tmp_path / "other.xyz")) == (None, None)  # another file: the defaults
 
 
+@pytest.mark.parametrize(
+    ("source", "written"),
+    [("file://{dir}/input.data", "{dir}/input.data"), ("{dir}/input.data", "file://{dir}/input.data"),
+     ("s3://b/d/input.data", "s3://b/d//input.data")],
+)  # fmt: skip
+def test_featurize_workflow_knows_its_dataset_however_the_location_is_written(
+    tmp_path, source, written
+):
+    # SOURCE and dataset.path name one file, written once as file:// (or an s3:// key with
+    # an empty segment, which every reader drops): `featurize` compared the text, took them
+    # for two files and read the bohr-hartree data as Å/eV
+    import yaml
+
+    from dparallel.cli.featurize import source_settings
+    from dparallel.cli.main import build_parser
+    from dparallel.workflow.spec import QUICKSTART
+
+    data = yaml.safe_load(QUICKSTART.read_text())
+    path = written.format(dir=tmp_path)
+    data["dataset"].update(path=path, format="n2p2", units="bohr-hartree", generate=None)
+    workflow = tmp_path / "wf.yaml"
+    workflow.write_text(yaml.safe_dump(data))
+    argv = ["featurize", source.format(dir=tmp_path), "-o", "s.zarr", "--workflow", str(workflow)]
+    got = source_settings(build_parser().parse_args(argv))
+    assert (got.format, got.units) == ("n2p2", "bohr-hartree")
+
+
 @pytest.mark.parametrize("option", ["--units", "--potential-units"])
 def test_evaluate_units_are_checked_as_ingest_and_featurize_check_them(tmp_path, capsys, option):
     # --units bohr: first a warning "DATA is read as bohr", then the unknown-units error
