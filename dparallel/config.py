@@ -9,6 +9,7 @@ taken from the current working directory (:func:`resolve_path`), whichever file 
 from __future__ import annotations
 
 import copy
+import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -17,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 from dparallel.errors import ConfigError
 
 if TYPE_CHECKING:
-    import os
-
     from pydantic import ValidationError
 
 __all__ = [
     "DEVICE_PATTERN",
+    "ENV_CACHE_DIR",
     "TOP_LEVEL",
     "apply_overrides",
+    "cache_dir",
     "check_device",
     "describe_validation_error",
     "differences",
@@ -246,3 +247,14 @@ _UNION_MEMBER = re.compile(r"^(?:str|int|float|bool|none|[a-z-]+\[.*\])$")
 def resolve_path(path: str | os.PathLike[str]) -> Path:
     """A configured path: ``~`` expanded, relative paths taken from the working directory."""
     return Path(path).expanduser().absolute()
+
+
+#: Environment variable: the folder dparallel keeps files of its own in (indexes of inputs
+#: that cannot hold one beside them, logs of runs whose store is a URL).
+ENV_CACHE_DIR = "DPARALLEL_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """dparallel's cache folder: ``$DPARALLEL_CACHE_DIR``, default ``~/.cache/dparallel``
+    (not created here)."""
+    return Path(os.environ.get(ENV_CACHE_DIR, Path.home() / ".cache" / "dparallel"))

@@ -84,12 +84,13 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 def default_log_file(store: str | Path) -> Path:
     """``STORE.log`` beside a local store; for a URL, ``NAME.log`` in dparallel's cache
     directory (``$DPARALLEL_CACHE_DIR``, default ``~/.cache/dparallel``) under ``logs/``."""
+    from dparallel.config import cache_dir
     from dparallel.io.location import as_location
 
     location = as_location(store)
     if location.local is not None:
         return location.local.with_name(location.name + ".log")
-    root = Path(os.environ.get("DPARALLEL_CACHE_DIR", Path.home() / ".cache" / "dparallel"))
+    root = cache_dir()
     name = f"{location.protocol}-{location.url.split('://', 1)[1]}.log".replace("/", "_")
     try:
         (root / "logs").mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,6 @@ import functools
 import hashlib
 import itertools
 import logging
-import os
 import re
 import threading
 import zipfile
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from dparallel._files import new_file
+from dparallel.config import cache_dir
 from dparallel.errors import InputFormatError
 from dparallel.io._text import open_stream, read_range, sample_hash, stream_sample_hash
 
@@ -113,7 +113,7 @@ def _layout_hash(index: FileIndex) -> str:
 def cache_path_for(path: Path | Location, format: str) -> list[Path]:
     """Candidate cache files for ``path``: beside a local file first, then the user cache
     dir (the only one for a URL)."""
-    root = Path(os.environ.get("DPARALLEL_CACHE_DIR", Path.home() / ".cache" / "dparallel"))
+    root = cache_dir()
     key = hashlib.sha256(f"{path}:{format}".encode()).hexdigest()[:24]
     local = path if isinstance(path, Path) else path.local
     beside = [] if local is None else [local.with_name(f"{local.name}.dpindex.npz")]
