@@ -8,10 +8,11 @@ questions the pages and the JSON route ask, so it is unit-tested without a clust
 
 from __future__ import annotations
 
-import math
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from dparallel._files import strict_json
 from dparallel.dashboard.events import TOPIC_PROGRESS, TOPIC_TRAIN
 
 if TYPE_CHECKING:
@@ -263,8 +264,10 @@ class DashboardState:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        """Everything the JSON route serves (NaN-free, JSON-serialisable)."""
-        return _clean({"progress": self.progress_summary(), "train": self.train_summary()})
+        """Everything the JSON route serves, as it serves it (JSON has no NaN: a non-finite
+        number, one not measured, is ``None``)."""
+        summaries = {"progress": self.progress_summary(), "train": self.train_summary()}
+        return json.loads(strict_json(summaries, missing=True))
 
 
 def _ending(msg: dict) -> dict[str, Any]:
@@ -289,14 +292,3 @@ def _remember(records: dict, key: Any, record: Any) -> Any:
     while len(records) > _KEPT_RUNS:
         records.pop(next(iter(records)))
     return record
-
-
-def _clean(value: Any) -> Any:
-    """Replace non-finite floats by ``None`` recursively (JSON has no NaN)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value

@@ -77,6 +77,7 @@ def test_train_summary_sorted_by_epoch_and_json_clean() -> None:
     }
     assert t["validation"]["loss"] == [1.2] and t["validation"]["energy_rmse"] == [None]
     assert s.to_json()["progress"] is None
+    assert s.to_json()["train"]["train"]["force_rmse"] == [None, 0.1]  # what the route serves
     s.add(4.0, TOPIC_TRAIN, train_event("t2", 0, "train", 3.0))
     assert s.train_summary()["run"] == "t2" and s.train_summary()["train"]["loss"] == [3.0]
 
