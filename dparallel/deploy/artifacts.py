@@ -35,6 +35,7 @@ from dparallel.deploy.potential import INPUT_NAMES, OUTPUT_NAMES, PotentialModul
 from dparallel.deploy.probes import Structure, probe_structures
 from dparallel.errors import DiskFullError, TrainingError
 from dparallel.nn import HDNNP, load_exported_program
+from dparallel.nn.files import first_line
 
 if TYPE_CHECKING:
     import os
@@ -86,9 +87,8 @@ def reason(exc: BaseException) -> str:
     all the message says (e.g. a bare ``AssertionError`` inside torch)."""
     import traceback
 
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}"
-    if not lines or lines[0].endswith(":"):  # says nothing but a type name
+    text = first_line(exc)
+    if text.rstrip().endswith(":"):  # says nothing but a type name
         frames = traceback.extract_tb(exc.__traceback__)
         inner = exc.__cause__ or exc.__context__
         if inner is not None and inner.__traceback__ is not None:

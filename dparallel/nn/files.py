@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 _PICKLE_PROTOCOL = 2
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """``exc``'s type and the first non-blank line of its message (≤ 300 characters)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}"
 
@@ -96,7 +97,7 @@ def load_torch_file(
         raise _refusal(path, what, refused) from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError) as exc:
         raise TrainingError(
-            f"{path}: cannot read this {what} (truncated or corrupt?): {_first_line(exc)}"
+            f"{path}: cannot read this {what} (truncated or corrupt?): {first_line(exc)}"
         ) from None
     if not isinstance(data, dict):
         raise TrainingError(f"{path}: not a dparallel {what} (it holds a {type(data).__name__})")
@@ -207,5 +208,5 @@ def load_exported_program(path: str | os.PathLike[str]) -> Any:
         if refused is not None:
             raise _refusal(path, "exported program", refused) from None
         raise TrainingError(
-            f"{path}: cannot load this exported program (truncated or corrupt?): {_first_line(exc)}"
+            f"{path}: cannot load this exported program (truncated or corrupt?): {first_line(exc)}"
         ) from None

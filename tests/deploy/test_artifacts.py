@@ -141,6 +141,23 @@ def test_artifact_refuses_an_element_outside_the_model(exported) -> None:  # noq
         potential(*args)
 
 
+@pytest.mark.parametrize("message", ["", "  \n", "failed at:", "failed at:\nthe rest"])
+def test_a_reason_that_names_only_a_type_says_where_it_was_raised(message: str) -> None:
+    from dparallel.deploy.artifacts import reason
+
+    def bare() -> None:
+        raise AssertionError(message)
+
+    try:
+        bare()
+    except AssertionError as exc:
+        got = reason(exc)
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    assert got.startswith(f"AssertionError: {first}".rstrip())
+    assert got.endswith("in bare)") and "(raised at tests/deploy/test_artifacts.py:" in got
+    assert reason(ValueError(" cannot trace this \nsecond")) == "ValueError: cannot trace this"
+
+
 def test_a_failure_is_reported_with_its_reason(tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """A route that cannot be built leaves no file, says why in export.json; CLI exits 1."""
     import dparallel.deploy.artifacts as artifacts
