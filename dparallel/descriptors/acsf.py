@@ -20,7 +20,12 @@ from dparallel.descriptors._acsf_backends import (
 )
 from dparallel.descriptors.acsf_functions import feature_spec, n2p2_sort_key, refuse_duplicates
 from dparallel.descriptors.results import DescriptorResult, PairDerivatives
-from dparallel.descriptors.species import as_batch, compute_dtype, species_index
+from dparallel.descriptors.species import (
+    as_batch,
+    check_dtype_name,
+    compute_dtype,
+    species_index,
+)
 from dparallel.errors import DescriptorError
 from dparallel.neighbors import Neighbors, in_centre_order, neighbor_list, refuse_coincident
 
@@ -343,9 +348,8 @@ class ACSF:
         if chosen.name not in ("numba", "triton"):
             raise DescriptorError(f"compute_arrays runs numba or triton, not {chosen.name!r}")
         chosen = resolve_backend(chosen)
-        for name, value in (("dtype", dtype), ("derivative_dtype", derivative_dtype or dtype)):
-            if value not in ("float64", "float32"):
-                raise DescriptorError(f"{name} must be 'float64' or 'float32', got {value!r}")
+        check_dtype_name(dtype)
+        check_dtype_name(derivative_dtype or dtype, "derivative_dtype")
         neighbors = (
             neighbor_list(batch, self.r_cut) if neighbors is None else in_centre_order(neighbors)
         )

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.descriptors.registry import descriptor_kind, registered
 from dparallel.descriptors.results import store_keys
+from dparallel.descriptors.species import check_dtype_name
 from dparallel.errors import DescriptorError
 from dparallel.neighbors import Neighbors, neighbor_list
 
@@ -18,9 +19,6 @@ if TYPE_CHECKING:
     from dparallel.types import StructureBatch
 
 __all__ = ["DescriptorSet"]
-
-#: Supported ``dtype`` names (torch's of the same name, imported only to compute).
-_DTYPES = ("float64", "float32")
 
 #: Keys of :meth:`DescriptorSet.to_dict` that are not descriptor types.
 _OPTIONS = ("derivatives", "dtype")
@@ -60,8 +58,7 @@ class DescriptorSet:
                 f"a descriptor set needs ACSF, NeighborSum or both, or another registered "
                 f"type ({names}); got none"
             )
-        if dtype not in _DTYPES:
-            raise DescriptorError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+        check_dtype_name(dtype)
         order = {n: k for k, n in enumerate(registered())}
         found = dict(sorted(found.items(), key=lambda item: order[item[0]]))
         object.__setattr__(self, "by_name", found)

@@ -13,7 +13,10 @@ from dparallel.types import StructureBatch
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["as_batch", "compute_dtype", "species_index"]
+__all__ = ["DTYPE_NAMES", "as_batch", "check_dtype_name", "compute_dtype", "species_index"]
+
+#: The dtypes descriptors compute and store in, by name (numpy's and torch's of that name).
+DTYPE_NAMES = ("float64", "float32")
 
 
 def species_index(
@@ -52,6 +55,13 @@ def as_batch(structures: Any) -> StructureBatch:
     if isinstance(structures, ase.Atoms):
         structures = [structures]
     return StructureBatch.from_ase(structures)
+
+
+def check_dtype_name(value: object, name: str = "dtype") -> None:
+    """A :class:`DescriptorError` unless ``value`` (the argument ``name``) is one of
+    :data:`DTYPE_NAMES`."""
+    if value not in DTYPE_NAMES:
+        raise DescriptorError(f"{name} must be 'float64' or 'float32', got {value!r}")
 
 
 def compute_dtype(dtype: Any) -> Any:

@@ -11,6 +11,7 @@ from acsf_unchecked import allow_any_parameters
 from dparallel.descriptors import ACSF, Backend
 from dparallel.descriptors._acsf_backends import numba_available
 from dparallel.errors import BackendUnavailableError, DescriptorError
+from dparallel.types import StructureBatch
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="numba not installed")
 
@@ -168,3 +169,6 @@ def test_float32_compute_with_float64_sums() -> None:
             np.testing.assert_allclose(f32[e].pairs[f].dG_dr, pd.dG_dr, rtol=0, atol=2e-6 * scale)
     with pytest.raises(DescriptorError, match="dtype must be"):
         acsf.compute([atoms], dtype=torch.float16)
+    batch = StructureBatch.from_ase([atoms])
+    with pytest.raises(DescriptorError, match=r"^derivative_dtype must be 'float64' or 'float32'"):
+        acsf.compute_arrays(batch, derivative_dtype="float16")
