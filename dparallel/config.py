@@ -31,6 +31,7 @@ __all__ = [
     "differences",
     "named_overrides",
     "parse_value",
+    "read_json_object",
     "read_yaml",
     "resolve_path",
     "section",
@@ -63,6 +64,19 @@ def differences(old: Any, new: Any, depth: int | None = None) -> list[tuple[str,
         for sub, a, b in differences(old.get(key), new.get(key), deeper):
             out.append((f"{key}.{sub}" if sub else str(key), a, b))
     return out
+
+
+def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON object in the file ``path``; ``{}`` where there is none (no file, one that
+    cannot be read, not JSON, or JSON that is no object): how dparallel reads back a record
+    it wrote (a marker, ``metrics.json``, a ``zarr.json``) without trusting it is there."""
+    import json
+
+    try:
+        doc = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def read_yaml(path: str | os.PathLike[str], what: str = "config") -> Any:

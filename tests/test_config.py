@@ -371,3 +371,16 @@ def test_named_overrides_is_the_one_rule_for_both_kinds_of_error():
     assert named_overrides("(top level)", top, items) == ["store.path=s"]
     # `dparallel train`'s keys without their "training." prefix
     assert named_overrides("lr", "", ["training.lr=1"], root="training") == ["training.lr=1"]
+
+
+def test_read_json_object_is_empty_for_anything_but_a_readable_json_object(tmp_path) -> None:
+    from dparallel.config import read_json_object
+
+    (tmp_path / "ok.json").write_text('{"format": "dparallel", "n": [1, 2]}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "cut.json").write_text('{"format": "dparal')
+    (tmp_path / "latin1.json").write_bytes(b'{"a": "\xe9"}')
+    (tmp_path / "folder.json").mkdir()
+    assert read_json_object(tmp_path / "ok.json") == {"format": "dparallel", "n": [1, 2]}
+    for name in ("list", "cut", "latin1", "folder", "missing"):
+        assert read_json_object(tmp_path / f"{name}.json") == {}, name

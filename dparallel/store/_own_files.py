@@ -19,12 +19,12 @@ chunk key in a group, ``zarr.json.bak`` in an array), a folder the layout cannot
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Literal
 
+from dparallel.config import read_json_object
 from dparallel.store._layout import _FEATURE_ARRAYS, _PARTITION_ARRAYS, _STRUCTURE_ARRAYS
 
 __all__ = ["STORE_ENTRIES", "foreign_files"]
@@ -63,11 +63,7 @@ _Role = Literal[
 
 def _node_type(folder: Path) -> str | None:
     """``"group"`` or ``"array"`` as the folder's ``zarr.json`` says; ``None`` without one."""
-    try:
-        doc = json.loads((folder / _METADATA).read_bytes())
-    except (OSError, ValueError):
-        return None
-    kind = doc.get("node_type") if isinstance(doc, dict) else None
+    kind = read_json_object(folder / _METADATA).get("node_type")
     return kind if kind in ("group", "array") else None
 
 

@@ -11,12 +11,12 @@ past the checks.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dparallel._files import file_in_the_way, sample_names
+from dparallel.config import read_json_object
 from dparallel.errors import StoreMismatchError, UnsafePathError
 from dparallel.store._own_files import STORE_ENTRIES, foreign_files
 
@@ -42,11 +42,8 @@ def store_format(path: Path) -> int | None:
     ``dparallel`` block with a ``format_version`` (read from ``zarr.json`` directly, so
     any version, old or new, is recognised).
     """
-    try:
-        doc = json.loads((path / "zarr.json").read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(doc, dict) or doc.get("node_type") != "group":
+    doc = read_json_object(path / "zarr.json")
+    if doc.get("node_type") != "group":
         return None
     attrs = doc.get("attributes")
     block = attrs.get("dparallel") if isinstance(attrs, dict) else None

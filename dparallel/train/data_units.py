@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dparallel._files import write_file
+from dparallel.config import read_json_object
 
 if TYPE_CHECKING:
     import os
@@ -54,11 +55,7 @@ def _recorded(model_dir: str | os.PathLike[str]) -> dict[str, object]:
     path = Path(model_dir)
     if path.suffix == ".pt" or path.is_file():
         path = path.parent
-    try:
-        doc = json.loads((path / DATA_UNITS_JSON).read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    return read_json_object(path / DATA_UNITS_JSON)
 
 
 def recorded_data_units(model_dir: str | os.PathLike[str]) -> str | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dparallel._files import claim_directory, remove_file, write_file
+from dparallel.config import read_json_object
 from dparallel.errors import CheckpointMismatchError, TrainingError
 from dparallel.store import StoreLease, current_identity, held_lease, store_identity
 
@@ -77,11 +78,7 @@ def _n2p2_export(folder: Path) -> bool:
 
 
 def _read_marker(model_dir: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads((model_dir / MARKER).read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    return read_json_object(model_dir / MARKER)
 
 
 def trained_from(model_dir: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from dparallel._files import FULL_DISK_ADVICE, new_file, strict_json, write_file, write_with
+from dparallel.config import read_json_object
 from dparallel.train.device import Target
 from dparallel.train.feed import BatchFeed
 from dparallel.train.metric_units import with_units, without_units
@@ -165,12 +166,7 @@ def read_history(model_dir: str | Path) -> list[dict[str, Any]]:
     """The epoch rows ``metrics.json`` in ``model_dir`` holds, errors back in eV/atom and
     eV/Å (as the callbacks get them); ``[]`` without a readable file. A resumed run's
     callers replay them, so the dashboard's curves go on from the earlier epochs."""
-    import json
-
-    try:
-        rows = json.loads((Path(model_dir) / METRICS_JSON).read_text()).get("epochs", [])
-    except (OSError, ValueError, AttributeError):
-        return []
+    rows = read_json_object(Path(model_dir) / METRICS_JSON).get("epochs", [])
     return [without_units(r) for r in rows if isinstance(r, dict) and "epoch" in r]
 
 
