@@ -39,6 +39,7 @@ from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.cluster.where import connection_kind
 from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
 from dparallel.dashboard.deferred_pages import attach_pages
+from dparallel.dashboard.routes import PAGE_ROUTES, STATUS_ROUTE
 from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
@@ -174,9 +175,9 @@ def dashboard_pages(client: Client) -> dict[str, str]:
     base = link.rsplit("/", 1)[0] if link.endswith("/status") else link.rstrip("/")
     return {
         "status": link,
-        "progress": f"{base}/individual-dparallel-progress",
-        "training": f"{base}/individual-dparallel-training",
-        "json": f"{base}/dparallel/status.json",
+        "progress": f"{base}/{PAGE_ROUTES[0]}",
+        "training": f"{base}/{PAGE_ROUTES[1]}",
+        "json": f"{base}/{STATUS_ROUTE}",
     }
 
 

@@ -29,6 +29,7 @@ from dparallel.dashboard.events import (
     publish_progress_start,
     publish_train_metrics,
 )
+from dparallel.dashboard.routes import PAGE_ROUTES, STATUS_ROUTE
 from dparallel.dashboard.state import DashboardState
 
 __all__ = [
@@ -47,11 +48,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Page paths relative to the dashboard root.
-PAGE_ROUTES = ("individual-dparallel-progress", "individual-dparallel-training")
-#: JSON route relative to the dashboard root.
-STATUS_ROUTE = "dparallel/status.json"
 
 
 def register_pages() -> bool:

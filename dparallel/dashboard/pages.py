@@ -16,6 +16,7 @@ from bokeh.models import ColumnDataSource, Div, FactorRange, Legend, Range1d
 from bokeh.plotting import figure
 
 from dparallel.dashboard.plugin import state_of
+from dparallel.dashboard.routes import PAGE_ROUTES
 from dparallel.dashboard.state import METRICS, SPLITS, DashboardState
 
 __all__ = ["PAGES"]
@@ -258,9 +259,9 @@ def _make_doc(page_cls: type, title: str, scheduler: Any, extra: dict, doc: Any)
     doc.add_periodic_callback(page.update, INTERVAL_MS)
 
 
-#: Routes added to the Dask dashboard ("individual-" puts them in the "More" menu): the
-#: featurization progress and the training curves.
+#: The pages added to the Dask dashboard, by route: the featurization progress and the
+#: training curves.
 PAGES = {
-    "/individual-dparallel-progress": partial(_make_doc, _ProgressPage, PROGRESS_TITLE),
-    "/individual-dparallel-training": partial(_make_doc, _TrainingPage, TRAINING_TITLE),
+    f"/{PAGE_ROUTES[0]}": partial(_make_doc, _ProgressPage, PROGRESS_TITLE),
+    f"/{PAGE_ROUTES[1]}": partial(_make_doc, _TrainingPage, TRAINING_TITLE),
 }

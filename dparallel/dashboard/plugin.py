@@ -11,6 +11,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.http.utils import RequestHandler
 
 from dparallel.dashboard.events import TOPIC_PROGRESS, TOPIC_TRAIN
+from dparallel.dashboard.routes import STATUS_ROUTE
 from dparallel.dashboard.state import DashboardState
 
 __all__ = ["PLUGIN_NAME", "STATUS_ROUTE", "DashboardPlugin", "StatusHandler", "state_of"]
@@ -18,8 +19,6 @@ __all__ = ["PLUGIN_NAME", "STATUS_ROUTE", "DashboardPlugin", "StatusHandler", "s
 logger = logging.getLogger(__name__)
 
 PLUGIN_NAME = "dparallel-dashboard"
-#: Path (below the dashboard's prefix) of the JSON route.
-STATUS_ROUTE = "dparallel/status.json"
 
 
 class DashboardPlugin(SchedulerPlugin):
