@@ -94,18 +94,14 @@ def source_settings(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def _same_path(a: str, b: str) -> bool:
-    """Whether two configured locations name one file, as :func:`~dparallel.io.location.
-    as_location` reads them (``file://`` dropped, an ``s3://`` key's empty segments too);
-    local paths compared resolved, URLs as that text."""
-    from dparallel.io.location import LocationError, as_location
+    """Whether two configured locations name one file, however written
+    (:func:`~dparallel.io.location.location_key`)."""
+    from dparallel.io.location import LocationError, location_key
 
     try:
-        x, y = as_location(a), as_location(b)
+        return location_key(a) == location_key(b)
     except LocationError:  # a URL naming no bucket: reading it fails with that error
         return a == b
-    if x.local is None or y.local is None:
-        return x.url == y.url
-    return x.local.resolve() == y.local.resolve()
 
 
 def run(args: argparse.Namespace) -> int:

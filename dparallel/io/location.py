@@ -34,6 +34,7 @@ __all__ = [
     "Where",
     "as_location",
     "is_url",
+    "location_key",
     "require_local_path",
 ]
 
@@ -276,6 +277,14 @@ def as_location(target: Where, storage_options: dict[str, Any] | None = None) ->
     if is_url(text):
         return Location(_s3_url(text), options)
     return Location(str(_local_text(text).expanduser().absolute()), options)
+
+
+def location_key(target: Where) -> str:
+    """What names one file or folder however it is written, to compare two: a local path
+    resolved (``~``, ``file://``, links and ``..`` undone), a URL as :func:`as_location`
+    keeps it; no trailing ``/``."""
+    found = as_location(target)
+    return str(found.local.resolve()) if found.local is not None else found.url.rstrip("/")
 
 
 def require_local_path(target: str | os.PathLike[str], what: str) -> Path:

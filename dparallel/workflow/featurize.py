@@ -518,21 +518,16 @@ def refuse_scaling_target(
     a folder, the store or a file in it, a file the run reads or writes (``protect``: the
     input, the descriptors, the log), or an existing file that is not a scaling.data (only
     one is replaced). Nothing is written; call it before a run starts."""
-    from dparallel.io.location import as_location
+    from dparallel.io.location import as_location, location_key
     from dparallel.n2p2.scaling_data import looks_like_scaling_data
 
     where = as_location(path)
-
-    def key(item: Where) -> str:
-        found = as_location(item)
-        return str(found.local.resolve()) if found.local is not None else found.url.rstrip("/")
-
-    target, home = key(where), key(store)
+    target, home = location_key(where), location_key(store)
     said = f"refusing to write scaling data at {path}"
     if target == home or target.startswith(home + "/"):
         raise UnsafePathError(f"{said}: it is or lies inside the store {store}")
     for item in protect:
-        if item is not None and key(item) == target:
+        if item is not None and location_key(item) == target:
             raise UnsafePathError(f"{said}: the run reads or writes it ({item})")
     if where.local is not None and where.local.is_dir():
         raise UnsafePathError(f"{said}: it is a folder")

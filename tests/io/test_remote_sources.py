@@ -167,6 +167,19 @@ def test_an_s3_url_is_normalised_or_refused_in_one_line():
             as_location(url)
 
 
+def test_location_key_names_one_file_however_it_is_written(tmp_path, monkeypatch):
+    from dparallel.io.location import location_key
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "d")
+    same = ["d/x.xyz", f"file://{tmp_path}/d/x.xyz", "link/x.xyz", "d/../d/x.xyz"]
+    assert {location_key(p) for p in same} == {str((tmp_path / "d" / "x.xyz").resolve())}
+    assert location_key("s3://b/a//x.data") == location_key("s3://b/a/x.data/") == "s3://b/a/x.data"
+    assert location_key("s3://b/a/x.data") != location_key("s3://c/a/x.data")
+    assert location_key("d/x.xyz") != location_key("d/y.xyz")
+
+
 def test_an_unknown_scheme_is_one_line_naming_it():
     with pytest.raises(LocationError, match=r"^foo://bar/x: unknown URL scheme"):
         as_location("foo://bar/x").check_client()
