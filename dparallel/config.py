@@ -29,6 +29,7 @@ __all__ = [
     "check_device",
     "describe_validation_error",
     "differences",
+    "env_number",
     "named_overrides",
     "parse_value",
     "read_json_object",
@@ -272,3 +273,25 @@ def cache_dir() -> Path:
     """dparallel's cache folder: ``$DPARALLEL_CACHE_DIR``, default ``~/.cache/dparallel``
     (not created here)."""
     return Path(os.environ.get(ENV_CACHE_DIR, Path.home() / ".cache" / "dparallel"))
+
+
+def env_number(name: str, default: float, unit: str, *, positive: bool = False) -> float:
+    """The number in environment variable ``name`` (``default`` where unset or empty), in
+    ``unit``; one that is not a finite number ≥ 0 (> 0 with ``positive``) is a
+    :class:`ConfigError` naming the variable (not a bare ``ValueError`` from deep inside)."""
+    import math
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return float(default)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else "≥ 0"
+        raise ConfigError(
+            f"environment variable {name}={raw!r}: not a number {bound} ({unit}); "
+            f"set a number such as {default:g}, or unset it for the default"
+        )
+    return value

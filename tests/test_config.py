@@ -384,3 +384,52 @@ def test_read_json_object_is_empty_for_anything_but_a_readable_json_object(tmp_p
     assert read_json_object(tmp_path / "ok.json") == {"format": "dparallel", "n": [1, 2]}
     for name in ("list", "cut", "latin1", "folder", "missing"):
         assert read_json_object(tmp_path / f"{name}.json") == {}, name
+
+
+def test_env_number_reads_a_number_and_refuses_anything_else_naming_the_variable(
+    monkeypatch,
+) -> None:
+    import pytest
+
+    from dparallel.config import env_number
+    from dparallel.errors import ConfigError
+
+    monkeypatch.delenv("DPARALLEL_X", raising=False)
+    assert env_number("DPARALLEL_X", 60, "seconds") == 60.0
+    for raw, want in (("", 60.0), (" 2.5 ", 2.5), ("0", 0.0), ("1e3", 1000.0)):
+        monkeypatch.setenv("DPARALLEL_X", raw)
+        assert env_number("DPARALLEL_X", 60, "seconds") == want, raw
+    for raw in ("abc", "-1", "nan", "inf", "60s"):
+        monkeypatch.setenv("DPARALLEL_X", raw)
+        want = rf"DPARALLEL_X='{raw}': not a number ≥ 0 \(seconds\)"
+        with pytest.raises(ConfigError, match=want):
+            env_number("DPARALLEL_X", 60, "seconds")
+    monkeypatch.setenv("DPARALLEL_X", "0")
+    with pytest.raises(ConfigError, match="not a number > 0"):
+        env_number("DPARALLEL_X", 60, "seconds", positive=True)
+
+
+def test_size_and_timeout_settings_from_the_environment_are_config_errors_when_bad(
+    monkeypatch, tmp_path
+) -> None:
+    """A bad value was a bare ValueError deep inside training or the lease (or, for the
+    remote cache, silently the default); a lease timeout of 0 let any run take over."""
+    import pytest
+
+    from dparallel.errors import ConfigError
+    from dparallel.store import StoreLease
+    from dparallel.store._read_cache import cache_budget
+    from dparallel.train.data import train_cache_bytes
+
+    monkeypatch.setenv("DPARALLEL_TRAIN_CACHE_MB", "512")
+    assert train_cache_bytes() == 512 << 20
+    monkeypatch.setenv("DPARALLEL_TRAIN_CACHE_MB", "lots")
+    with pytest.raises(ConfigError, match="DPARALLEL_TRAIN_CACHE_MB='lots'"):
+        train_cache_bytes()
+    monkeypatch.setenv("DPARALLEL_REMOTE_CACHE_MB", "-5")
+    with pytest.raises(ConfigError, match="DPARALLEL_REMOTE_CACHE_MB='-5'"):
+        cache_budget()
+    for raw in ("0", "soon"):
+        monkeypatch.setenv("DPARALLEL_LEASE_TIMEOUT", raw)
+        with pytest.raises(ConfigError, match=f"DPARALLEL_LEASE_TIMEOUT='{raw}'"):
+            StoreLease(tmp_path / "s.zarr")

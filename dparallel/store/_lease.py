@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from dparallel.config import env_number
 from dparallel.errors import StoreBusyError, StoreError, UnsafePathError
 from dparallel.io.location import Location, as_location
 from dparallel.store import _objects
@@ -184,7 +185,7 @@ class StoreLease:
         self.store: Any = Path(str(location)).resolve() if location.is_local else location
         self.command = command
         if timeout is None:
-            timeout = float(os.environ.get(ENV_LEASE_TIMEOUT, DEFAULT_TIMEOUT))
+            timeout = env_number(ENV_LEASE_TIMEOUT, DEFAULT_TIMEOUT, "seconds", positive=True)
         self.timeout = float(timeout)
         self.token = secrets.token_hex(8)
         self.lost = threading.Event()

@@ -8,7 +8,6 @@ reads it").
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +27,9 @@ ENV_CACHE_MB = "DPARALLEL_REMOTE_CACHE_MB"
 
 def cache_budget() -> int:
     """The budget in bytes (``DPARALLEL_REMOTE_CACHE_MB``, default 2048 MiB)."""
-    try:
-        return int(float(os.environ.get(ENV_CACHE_MB, "2048")) * (1 << 20))
-    except ValueError:
-        return 2048 << 20
+    from dparallel.config import env_number
+
+    return int(env_number(ENV_CACHE_MB, 2048, "MiB") * (1 << 20))
 
 
 class CachedReads(WrapperStore[Any]):

@@ -139,9 +139,10 @@ def build_split_index(
 def train_cache_bytes() -> int:
     """Bytes of decoded partitions a training run keeps (``DPARALLEL_TRAIN_CACHE_MB``, or
     :data:`CACHE_SHARE` of the available host memory; 0 reads the store every epoch)."""
-    mb = os.environ.get("DPARALLEL_TRAIN_CACHE_MB")
-    if mb is not None:
-        return int(float(mb) * 2**20)
+    if os.environ.get("DPARALLEL_TRAIN_CACHE_MB", "").strip():
+        from dparallel.config import env_number
+
+        return int(env_number("DPARALLEL_TRAIN_CACHE_MB", 0, "MiB") * 2**20)
     import psutil  # only here: not loaded with dparallel.train
 
     return int(CACHE_SHARE * psutil.virtual_memory().available)
