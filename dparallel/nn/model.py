@@ -173,12 +173,27 @@ class HDNNP(nn.Module):
             self.register_buffer(f"shift_{e}", torch.zeros(self.n_features[e]))
             self.register_buffer(f"factor_{e}", torch.ones(self.n_features[e]))
         self.nets = nn.ModuleDict(nets)
-        self.register_buffer("ref_energy", torch.zeros(len(self.elements)))  # eV per atom
+        # eV per atom, float64 in every model dtype (_apply)
+        self.register_buffer("ref_energy", torch.zeros(len(self.elements), dtype=torch.float64))
         self.register_buffer("energy_scale", torch.ones(()))  # eV
         self.feature_offset = 0.0  # added after scaling (n2p2's Smin)
         self.scaling: dict[str, Any] | None = None
         if scaling is not None:
             self.set_scaling_from(scaling)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> HDNNP:
+        """Moves and casts as :class:`~torch.nn.Module`'s, but ``ref_energy`` keeps float64
+        in a model of another dtype (a float32 model): the reference energies are the large
+        part of an absolute energy (1e4–5e5 eV per atom of a heavy element in all-electron
+        codes), and float32 rounds them (and a structure's sum) to eV. The per-atom sum
+        ``s · MLP + ref`` is then float64, so are the energies; forces and weights keep the
+        model's dtype."""
+        ref = self.ref_energy
+        super()._apply(fn, recurse)
+        moved = self._buffers["ref_energy"]
+        if ref.dtype == torch.float64 and moved is not None and moved.dtype != torch.float64:
+            self._buffers["ref_energy"] = ref.to(moved.device)
+        return self
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able): rebuild with ``HDNNP(**config)``."""
@@ -237,7 +252,9 @@ class HDNNP(nn.Module):
             x = (g - getattr(self, f"shift_{e}")) * getattr(self, f"factor_{e}")  # (n_e, F_e)
             if self.feature_offset != 0.0:
                 x = x + self.feature_offset
-            out[e] = self.nets[e](x).squeeze(1) * self.energy_scale + self.ref_energy[k]
+            ei = self.nets[e](x).squeeze(1) * self.energy_scale
+            # ref_energy[k] is 0-d: it would not promote ei, so ei is cast (float64)
+            out[e] = ei.to(self.ref_energy.dtype) + self.ref_energy[k]
         return out
 
     def forward(

@@ -35,6 +35,17 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+#: Columns (table, column) kept in float64 whatever the training dtype: the energy labels,
+#: absolute energies whose large part (1e4–5e5 eV per atom of a heavy element from an
+#: all-electron code) float32 would round to eV; the model's reference energies stay
+#: float64 too, so a float32 run's energy errors are float64 differences (docs/training.md).
+FLOAT64_COLUMNS = frozenset({("structures", "energy")})
+
+
+def column_dtype(table: str, column: str, dtype: torch.dtype | None) -> torch.dtype | None:
+    """The dtype a floating column of ``table`` is cast to in a batch of ``dtype``."""
+    return torch.float64 if dtype is not None and (table, column) in FLOAT64_COLUMNS else dtype
+
 
 # ----------------------------------------------------------------- the batch
 @dataclass
@@ -67,7 +78,7 @@ class Batch:
     ids: np.ndarray  # (S,) source index, host
     atom_counts: torch.Tensor  # (S,) float
     structure_index: torch.Tensor  # (N,) int64
-    energy: torch.Tensor  # (S,) eV, NaN if absent
+    energy: torch.Tensor  # (S,) eV, NaN if absent; float64 in every training dtype
     forces: torch.Tensor  # (N, 3) eV/Å, NaN if absent
     features: dict[str, DescriptorResult] | None = None  # element → values, atom_index, pairs
     geometry: Geometry | None = None
@@ -117,8 +128,9 @@ def batch_to(batch: Batch, device: torch.device, non_blocking: bool = False) -> 
 
 def cast_batch(batch: Batch, dtype: torch.dtype) -> Batch:
     """``batch`` with its floating tensors in ``dtype`` (where a streamed batch is cast once
-    on the device, not on the host before its copy)."""
-    return map_batch(batch, lambda t: t.to(dtype) if t.is_floating_point() else t)
+    on the device, not on the host before its copy), its energies in float64."""
+    cast = map_batch(batch, lambda t: t.to(dtype) if t.is_floating_point() else t)
+    return replace(cast, energy=batch.energy.to(column_dtype("structures", "energy", dtype)))
 
 
 def pin_batch(batch: Batch) -> Batch:
@@ -234,7 +246,9 @@ def assemble_groups(
         placed.append(where)
     tables = {
         name: {
-            col: ops.empty(totals[name], v, dtype if _floating(v) else None)
+            col: ops.empty(
+                totals[name], v, column_dtype(name, col, dtype) if _floating(v) else None
+            )
             for col, v in ((c, _widest(stored[name][c])) for c in first_seen[name].columns)
         }
         for name in totals
@@ -393,13 +407,14 @@ def make_batch(
     """The :class:`Batch` of assembled columns: labels and, if read, descriptor features.
 
     Floating columns (labels, values, vectors, ∂G/∂r) are cast to ``dtype`` (``None``:
-    kept as stored, to be cast later with :func:`cast_batch`; atom counts in float64).
+    kept as stored, to be cast later with :func:`cast_batch`; atom counts in float64),
+    energies to float64 (:data:`FLOAT64_COLUMNS`).
     """
     tables = got.tables
 
     def t(table: str, col: str, floating: bool = False) -> torch.Tensor:
         out = ops.tensor(tables[table][col])
-        return out.to(dtype) if floating and dtype is not None else out
+        return out.to(column_dtype(table, col, dtype)) if floating and dtype is not None else out
 
     features: dict[str, DescriptorResult] | None = None
     if any(name.startswith("features/") for name in tables):

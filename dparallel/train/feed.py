@@ -26,6 +26,7 @@ from dparallel.train.batch import (
     assemble_groups,
     batch_to,
     cast_batch,
+    column_dtype,
     group_by_partition,
     make_batch,
     map_batch,
@@ -60,16 +61,16 @@ _GPU_BATCH_PREFETCH = 2
 def _held(part: PartitionData, ops: DeviceOps, dtype: torch.dtype) -> PartitionData:
     """``part`` with every column on the device (floating ones in ``dtype``)."""
 
-    def put(a: np.ndarray) -> torch.Tensor:
+    def put(a: np.ndarray, cast: torch.dtype | None) -> torch.Tensor:
         t = ops.tensor(a)
-        return t.to(dtype) if t.is_floating_point() else t
+        return t.to(cast) if cast is not None and t.is_floating_point() else t
 
     rows = {
         name: Rows(
             table.offsets,
-            {col: put(a) for col, a in table.columns.items()},
+            {col: put(a, column_dtype(name, col, dtype)) for col, a in table.columns.items()},
             table.refs,
-            {k: put(a) for k, a in table.constant.items()},
+            {k: put(a, dtype) for k, a in table.constant.items()},
         )
         for name, table in part.rows.items()
     }

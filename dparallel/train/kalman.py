@@ -199,7 +199,8 @@ def observations(
         s = float(model.energy_scale)
         ok_e = torch.isfinite(batch.energy)
         y_e = (energy / batch.atom_counts / s)[ok_e]  # (S',)
-        xi = [((batch.energy - energy.detach()) / batch.atom_counts / s)[ok_e]]
+        # float64 energies (a float32 model's too): the difference, small, is then cast
+        xi = [((batch.energy - energy.detach()) / batch.atom_counts / s)[ok_e].to(params[0].dtype)]
         eye = torch.eye(len(y_e), dtype=energy.dtype, device=energy.device)
         jac = [
             _flat(batched_grad([y_e], params, [eye]), params, len(y_e))
