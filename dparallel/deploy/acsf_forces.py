@@ -143,7 +143,7 @@ class _TanhNetwork:
             else:
                 h = np.tanh(h)
                 saved.append(h)
-        energies = h[:, 0] * self.scale + self.ref[0]
+        energies = (h[:, 0] * self.scale).astype(np.float64) + self.ref[0]  # ref: float64
         if not need:
             return energies, None
         grad = np.full((g.shape[0], 1), self.scale, dtype=g.dtype)  # ∂E/∂(last layer)
@@ -163,7 +163,7 @@ class ACSFForces:
 
     ``descriptor`` and ``model`` are a ``DeployedModel``'s; ``dtype`` (``torch.float64`` or
     ``torch.float32``) the precision of descriptors and networks (forces and virial are
-    accumulated in float64).
+    accumulated in float64; energies are float64, as the model's reference energies).
     """
 
     def __init__(self, descriptor: ACSF, model: HDNNP, dtype: torch.dtype) -> None:
@@ -231,11 +231,11 @@ class ACSFForces:
         per_element = self.descriptors(batch, nb, need)
         atomic, de_dg = self._networks(per_element, need)
         sidx = batch.structure_index
-        per_atom = np.zeros(batch.n_atoms, dtype=np_dtype)
+        per_atom = np.zeros(batch.n_atoms)  # float64, as the reference energies
         for k, e, *_ in per_element:
             per_atom[lay.atoms[k]] = atomic[e]
         energy = np.bincount(sidx, weights=per_atom, minlength=batch.n_structures)
-        out = {"energy": energy.astype(np_dtype), "energies": per_atom}
+        out = {"energy": energy.astype(np.float64, copy=False), "energies": per_atom}
         if not need:
             return out, None
         grad = np.zeros((batch.n_atoms, 3))  # ∂E/∂r, eV/Å

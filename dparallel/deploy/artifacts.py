@@ -13,7 +13,8 @@ probe structures built from the model's own elements; the report gives the large
 deviation from the eager :class:`PotentialModule` or the exact reason of a failure.
 
 Each element's network alone is a ``torch.export`` file too (``atomic_energy_<E>.pt2``:
-(n, F_e) unscaled descriptors → (n,) atomic energies, eV; differentiable after loading).
+(n, F_e) unscaled descriptors → (n,) atomic energies, eV, float64 in every dtype as the
+reference energies; differentiable after loading).
 """
 
 from __future__ import annotations
@@ -335,7 +336,8 @@ def export_atomic_energies(model: HDNNP, model_dir: str | os.PathLike[str]) -> l
 
     files = []
     for e in model.elements:
-        example = torch.zeros(3, model.n_features[e], dtype=model.ref_energy.dtype)
+        # the model's dtype (its reference energies, and so the outputs, are float64)
+        example = torch.zeros(3, model.n_features[e], dtype=getattr(model, f"shift_{e}").dtype)
         program = torch.export.export(
             _AtomicEnergy(model, e), (example,), dynamic_shapes=({0: Dim(f"n_{e}", min=0)},)
         )

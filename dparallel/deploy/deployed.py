@@ -174,10 +174,11 @@ class DeployedModel(nn.Module):
             e: r.values.detach().requires_grad_(need) for e, r in res.items() if len(r.values)
         }
         sidx = torch.from_numpy(batch.structure_index).to(dev)
+        out_dtype = torch.promote_types(self.dtype, self.model.ref_energy.dtype)  # float64
         with torch.enable_grad():
             atomic = self.model.atomic_energies(values)
-            energy = torch.zeros(batch.n_structures, dtype=self.dtype, device=dev)
-            per_atom = torch.zeros(batch.n_atoms, dtype=self.dtype, device=dev)
+            energy = torch.zeros(batch.n_structures, dtype=out_dtype, device=dev)
+            per_atom = torch.zeros(batch.n_atoms, dtype=out_dtype, device=dev)
             for e, ei in atomic.items():
                 per_atom = per_atom.index_put((res[e].atom_index,), ei.detach())
                 energy = energy.index_add(0, sidx.index_select(0, res[e].atom_index), ei)

@@ -111,7 +111,9 @@ def graph_energies(
 
     ``graph`` is a registered descriptor type's torch form (``DescriptorKind.graph``);
     ``vectors`` (P, 3) Å r_ij of pairs ``first`` → ``second`` (P,) int64, ``species`` (N,)
-    int64 index into ``graph.elements``. Differentiable with respect to ``vectors``.
+    int64 index into ``graph.elements``. Differentiable with respect to ``vectors``. In
+    float64 whatever ``vectors``' dtype, as the model's reference energies (a float32 model's
+    absolute energies would be rounded to eV for heavy elements of all-electron data).
     """
     source = graph(vectors, first, second, species)  # (N, width)
     rows, values = {}, {}
@@ -120,7 +122,9 @@ def graph_energies(
         rows[e] = torch.nonzero(species == k).squeeze(1)  # (n_e,)
         values[e] = source.index_select(0, rows[e]).index_select(1, graph.columns(e))
     atomic = model.atomic_energies(values)
-    energies = source.new_zeros(species.shape[0])
+    energies = source.new_zeros(
+        species.shape[0], dtype=torch.promote_types(source.dtype, model.ref_energy.dtype)
+    )
     for e, ei in atomic.items():
         energies = energies.index_add(0, rows[e], ei)
     return energies
