@@ -197,7 +197,7 @@ def test_float32_training_evaluate_and_export_on_shifted_energies(
     atoms = ase.io.read(data["shifted"], -1)  # the most Au
     exact = Calculator(model_dir, dtype=torch.float64).get_potential_energy(atoms)
     assert abs(exact) > 2e6
-    single = Calculator(model_dir).get_potential_energy(atoms)  # deployed.pt: float32
+    single = Calculator(model_dir, dtype=torch.float32).get_potential_energy(atoms)
     program = load_exported_program(model_dir / "potential.pt2")
     outputs = program.module()(*inputs_from_atoms(atoms, 4.0, torch.float32))
     for energy in (single, float(outputs[0])):
