@@ -108,7 +108,7 @@ class HDNNP(nn.Module):
     kept in :meth:`config` (n2p2 export writes its statistics to scaling.data).
     """
 
-    ref_energy: torch.Tensor  # (n_elements,) eV per atom (buffer)
+    ref_energy: torch.Tensor  # (n_elements,) eV per atom (buffer), float64 in every dtype
     energy_scale: torch.Tensor  # () eV (buffer)
     nets: nn.ModuleDict
 
