@@ -35,9 +35,9 @@ from dparallel.store import (
     store_status,
     target_path,
 )
-from dparallel.store.plan import MIN_SPLIT_ATOMS, given_partition_atoms
+from dparallel.store.plan import MAX_PARTITION_ATOMS, MIN_SPLIT_ATOMS, given_partition_atoms
 from dparallel.workflow.featurize_failures import raise_failures
-from dparallel.workflow.featurize_plan import featurize_plan
+from dparallel.workflow.featurize_plan import featurize_plan, featurize_target_atoms
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
 from dparallel.workflow.ingest import ingest_config, open_options
@@ -176,9 +176,13 @@ def _target(
     name = options.option_names.get("partition_atoms") or _PARTITION_ATOMS
     atoms = given_partition_atoms(options.partition_atoms, name)  # before the source is read
     source = open_source(source_path, options.format, **open_options(options))
-    resumed = store_path if atoms is not None else None  # a derived size plans afresh
-    plan = featurize_plan(source, atoms, descriptors.r_cut, n_workers, resumed)
-    config = {**ingest_config(source, plan.target_atoms), "features": descriptors.to_dict()}
+    given = atoms is not None
+    if atoms is None:
+        atoms = MAX_PARTITION_ATOMS
+        if n_workers:
+            atoms = featurize_target_atoms(source, descriptors.r_cut, n_workers)
+    config = {**ingest_config(source, atoms), "features": descriptors.to_dict()}
+    plan = featurize_plan(source, atoms, descriptors.r_cut, store_path if given else None)
     return source, plan, config
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from dparallel.errors import DParallelError
 from dparallel.io import UNITS
 from dparallel.store import Plan, derived_partition_atoms, open_store, plan_partitions
-from dparallel.store.plan import MAX_PARTITION_ATOMS, estimated_work
+from dparallel.store.plan import estimated_work
 
 if TYPE_CHECKING:
     import numpy as np
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from dparallel.io import StructureSource
     from dparallel.io.location import Where
 
-__all__ = ["featurize_plan"]
+__all__ = ["featurize_plan", "featurize_target_atoms"]
 
 
 def _work(source: StructureSource, r_cut: float) -> np.ndarray | None:
@@ -26,23 +26,18 @@ def _work(source: StructureSource, r_cut: float) -> np.ndarray | None:
     return estimated_work(index.counts, index.volumes * length**3, index.periodic, r_cut)
 
 
+def featurize_target_atoms(source: StructureSource, r_cut: float, n_workers: int) -> int:
+    """The derived partition size (:func:`derived_partition_atoms`) on the estimated work."""
+    return derived_partition_atoms(source.atom_counts, n_workers, _work(source, r_cut))
+
+
 def featurize_plan(
-    source: StructureSource,
-    atoms: int | None,
-    r_cut: float,
-    n_workers: int | None = None,
-    store_path: Where | None = None,
+    source: StructureSource, atoms: int, r_cut: float, store_path: Where | None = None
 ) -> Plan:
     """Partitions of ``source`` of ``atoms`` dense atoms' work each (neighbours within
-    ``r_cut``; ``None``: the size derived from the work and ``n_workers`` by
-    :func:`derived_partition_atoms`, unknown workers: the largest), in
-    :attr:`Plan.target_atoms`; where a store at ``store_path`` was planned by atoms alone
-    (before the estimate, or where it is even), that plan, so the store resumes."""
+    ``r_cut``); where a store at ``store_path`` was planned by atoms alone (before the
+    estimate, or where it is even), that plan, so the store resumes."""
     work = _work(source, r_cut)
-    if atoms is None:
-        atoms = MAX_PARTITION_ATOMS
-        if n_workers:
-            atoms = derived_partition_atoms(source.atom_counts, n_workers, work)
     plan = plan_partitions(source.atom_counts, atoms, work)
     if work is None or store_path is None:
         return plan
