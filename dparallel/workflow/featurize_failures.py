@@ -29,7 +29,11 @@ __all__ = ["raise_failures"]
 
 #: How the messages name the options a worker death asks to change, unless the caller's
 #: ``names`` spell them otherwise (``dparallel run``: its workflow keys).
-OPTION_NAMES = {"memory_limit": "--memory-limit", "partition_atoms": "--partition-atoms"}
+OPTION_NAMES = {
+    "memory_limit": "--memory-limit",
+    "partition_atoms": "--partition-atoms",
+    "overwrite": "--overwrite",
+}
 
 
 def _scheduler_lost(exc: BaseException | None) -> bool:
@@ -55,13 +59,16 @@ def _input_changed(exc: BaseException | None) -> bool:
     return isinstance(exc, SourceChangedError)
 
 
-def _deaths_how(killed: list[WorkerKilledError], names: Mapping[str, str]) -> str:
-    """What to do about partitions whose workers died under them."""
+def _deaths_how(killed: list[WorkerKilledError], names: Mapping[str, str], kept: int) -> str:
+    """What to do about partitions whose workers died under them (``kept`` partitions
+    done): more memory resumes the store; another partition size replans it."""
     names = {**OPTION_NAMES, **names}
+    again = f"computes its {kept} done partitions again" if kept else "loses nothing"
     fix = (
         f"give each worker more memory with {names['memory_limit']} (workers you start: "
-        f"`dask worker --memory-limit`) or make partitions smaller with "
-        f"{names['partition_atoms']}, then rerun the same command to compute only the rest"
+        f"`dask worker --memory-limit`) and rerun the same command to compute only the "
+        f"rest, or make partitions smaller with {names['partition_atoms']} and "
+        f"{names['overwrite']} (another size replans the store: it {again})"
     )
     if any(exc.memory for exc in killed):
         return f"the workers ran out of memory (below): {fix}"
@@ -126,7 +133,7 @@ def raise_failures(
             "them out with --on-error skip --overwrite"
         )
     elif killed := [exc for exc in failures.values() if isinstance(exc, WorkerKilledError)]:
-        how = _deaths_how(killed, names or {})
+        how = _deaths_how(killed, names or {}, kept)
     else:
         how = "a rerun computes only the rest"
     lines = [

@@ -272,6 +272,13 @@ def test_partition_killed_for_memory_says_so_names_the_options_and_resumes(
     first, *lines = str(info.value).split("\n")
     assert "the workers ran out of memory" in first
     assert "more memory with --memory-limit" in first and "smaller with --partition-atoms" in first
+    done = len(open_store(path).done_partitions())
+    # another size is another plan: the store is refused without --overwrite, which redoes
+    # the done partitions (the message said a rerun of the same command would resume)
+    assert (
+        f"--partition-atoms and --overwrite (another size replans the store: it computes its "
+        f"{done} done partitions again)" in first
+    )
     assert lines == [
         f"partition 2 (structures {start}..{stop - 1}) failed: WorkerKilledError: its worker "
         "died on each of 2 attempts to run it " + lines[0].split("attempts to run it ", 1)[1]
