@@ -16,18 +16,26 @@ __all__ = [
     "MIN_PARTITION_ATOMS",
     "MIN_SPLIT_ATOMS",
     "TASKS_PER_WORKER",
+    "TASK_BYTES",
+    "WORKER_BYTES",
     "Plan",
     "Slots",
     "derived_partition_atoms",
     "estimated_work",
     "given_partition_atoms",
+    "memory_atoms",
+    "neighbours_per_atom",
     "plan_partitions",
+    "task_bytes_per_atom",
 ]
 
 #: Bounds of a derived partition size (atoms): below the minimum, per-task costs (opening
 #: the store, reading, writing structures, statistics and metadata) outweigh the kernels
-#: (docs/store-format.md, "Partition sizes"); above the maximum, a task's memory (float64
-#: derivatives: ~50 kB per atom while computing) grows too large. Data too small for
+#: (docs/store-format.md, "Partition sizes"); above the maximum, a task's memory grows too
+#: large. What an atom holds while computing depends on the descriptors
+#: (:func:`task_bytes_per_atom`: water's ACSF ~15 kB with dG/dr, a 4-element set of 192
+#: functions with 82 neighbours ~75 kB), so a derived size is also bounded by
+#: ``TASK_BYTES`` of them (:func:`memory_atoms`). Data too small for
 #: ``MIN_PARTITION_ATOMS`` per worker gets one partition per worker instead, but none
 #: smaller than ``MIN_SPLIT_ATOMS`` (below that one task is faster than several).
 #: ``MAX_PARTITION_ATOMS`` is also the size when none is given and none is derived
@@ -35,6 +43,20 @@ __all__ = [
 MIN_PARTITION_ATOMS = 5_000
 MIN_SPLIT_ATOMS = 1_000
 MAX_PARTITION_ATOMS = 20_000
+#: A task's estimated arrays (:func:`task_bytes_per_atom` × atoms) a derived partition size
+#: keeps within: 1.5 GB (peaks measured ~0.2–0.3 GB above it: the worker's own modules).
+TASK_BYTES = 1_500_000_000
+#: A featurize worker's memory before its task's arrays (its modules: numba, torch, zarr),
+#: as measured on the 2-core machine (0.2–0.3 GB).
+WORKER_BYTES = 300_000_000
+#: Bytes a pair holds per function with a nonzero ∂G/∂r (float32 x, y, z, as stored).
+DERIVATIVE_BYTES = 12
+#: Bytes a pair of the neighbour list holds (int64 rows i, j and shift, float64 vector and
+#: distance: ``dparallel.neighbors.Neighbors``).
+NEIGHBOR_BYTES = 72
+#: Atoms per Å³ assumed where no structure is periodic in all three directions (no density
+#: to read): about the densest common solids and liquids (Cu 0.085, Ni 0.091, water 0.10).
+DENSE_ATOMS_PER_A3 = 0.1
 #: Tasks each worker gets when the data allows (balances uneven partitions and workers).
 TASKS_PER_WORKER = 4
 #: The work estimate (:func:`estimated_work`, docs/store-format.md "Balanced by work"): a
@@ -121,38 +143,71 @@ class Plan:
     __hash__ = None  # type: ignore[assignment]
 
 
+def neighbours_per_atom(
+    atom_counts: np.ndarray, volumes: np.ndarray, periodic: np.ndarray, r_cut: float
+) -> tuple[np.ndarray, float]:
+    """Estimated neighbours per atom within ``r_cut`` of each structure, (S,) float64, and
+    ``k_ref``, the densest periodic structure's (or, without one, that of
+    :data:`DENSE_ATOMS_PER_A3`).
+
+    ``n / volume · 4/3·π·r_cut³`` in a cell periodic in all three directions (``volumes``,
+    ``periodic``: the index's, same length unit as ``r_cut``); ``min(n − 1, k_ref)`` without
+    periodicity (a molecule, a cluster); ``k_ref`` where partly periodic (a slab) or
+    unknown (``periodic`` −1).
+    """
+    counts = np.asarray(atom_counts, np.float64).reshape(-1)  # (S,)
+    vol = np.asarray(volumes, np.float64).reshape(-1)  # (S,)
+    per = np.asarray(periodic, np.int64).reshape(-1)  # (S,)
+    bulk = (per == 3) & (vol > 0)
+    sphere = 4.0 / 3.0 * math.pi * float(r_cut) ** 3
+    k_bulk = counts[bulk] / vol[bulk] * sphere  # (S_bulk,)
+    k_ref = float(k_bulk.max()) if k_bulk.size else DENSE_ATOMS_PER_A3 * sphere
+    k = np.full(counts.shape, k_ref)  # partly periodic or unknown: dense
+    k[bulk] = k_bulk
+    alone = per == 0
+    k[alone] = np.minimum(np.maximum(counts[alone] - 1, 0), k_ref)
+    return k, k_ref
+
+
 def estimated_work(
     atom_counts: np.ndarray, volumes: np.ndarray, periodic: np.ndarray, r_cut: float
 ) -> np.ndarray | None:
     """Work of each structure in atoms of the densest one, (S,) float64, or ``None`` where
     its atoms' work is about even (within :data:`UNEVEN_WORK`×): plan by atoms.
 
-    Neighbours per atom within ``r_cut``: ``n / volume · 4/3·π·r_cut³`` in a cell periodic
-    in all three directions (``volumes``, ``periodic``: the index's, same length unit as
-    ``r_cut``); ``min(n − 1, k_ref)`` without periodicity (a molecule, a cluster); ``k_ref``
-    (the densest periodic structure's) where partly periodic (a slab) or unknown
-    (``periodic`` −1). ``None`` too without a structure periodic in all three (no density
-    to measure the others by).
+    Neighbours per atom as :func:`neighbours_per_atom` estimates them; ``None`` too without
+    a structure periodic in all three (no density to measure the others by).
     """
     counts = np.asarray(atom_counts, np.float64).reshape(-1)  # (S,)
     if counts.size == 0:
         return None
-    vol = np.asarray(volumes, np.float64).reshape(-1)  # (S,)
-    per = np.asarray(periodic, np.int64).reshape(-1)  # (S,)
-    bulk = (per == 3) & (vol > 0)
-    sphere = 4.0 / 3.0 * math.pi * float(r_cut) ** 3
+    bulk = (np.asarray(periodic).reshape(-1) == 3) & (np.asarray(volumes).reshape(-1) > 0)
     if not bulk.any():  # no density to measure others by: n - 1 overrates a big cluster
         return None  # (a 2,000-atom one as 1,999 neighbours an atom, ~40-80 within 6 Å)
-    k_bulk = counts[bulk] / vol[bulk] * sphere  # (S_bulk,)
-    k_ref = float(k_bulk.max())
-    k = np.full(counts.shape, k_ref)  # partly periodic or unknown: dense
-    k[bulk] = k_bulk
-    alone = per == 0
-    k[alone] = np.minimum(np.maximum(counts[alone] - 1, 0), k_ref)
+    k, k_ref = neighbours_per_atom(counts, volumes, periodic, r_cut)
     per_atom = (ATOM_PAIRS + k) / (ATOM_PAIRS + k_ref)  # (S,) ≤ 1
     if per_atom[counts > 0].min(initial=1.0) * UNEVEN_WORK > 1.0:
         return None
     return STRUCTURE_WORK + counts * per_atom
+
+
+def task_bytes_per_atom(
+    neighbours: Any, values: float, pair_functions: float, derivatives: bool
+) -> Any:
+    """A featurize task's estimated bytes per dense atom: its ``values`` features (float64),
+    its ``neighbours`` pairs in the neighbour list and, with ``derivatives``, each pair's
+    ∂G/∂r of ``pair_functions`` functions (those the neighbour's element changes; float32
+    as stored); ``neighbours`` a number or an array (then so is the result). Measured
+    peaks of tasks lie 0.2–0.3 GB above it (docs/store-format.md)."""
+    per_pair = NEIGHBOR_BYTES + (DERIVATIVE_BYTES * pair_functions if derivatives else 0.0)
+    return 8.0 * values + neighbours * per_pair
+
+
+def memory_atoms(bytes_per_atom: float, budget: float | None = None) -> int:
+    """Dense atoms whose :func:`task_bytes_per_atom` fit in ``budget`` bytes (default
+    :data:`TASK_BYTES`), at least 1."""
+    budget = TASK_BYTES if budget is None else budget
+    return max(1, int(budget // max(float(bytes_per_atom), 1.0)))
 
 
 def _greedy_cuts(cum: np.ndarray, cap: int) -> np.ndarray:
@@ -214,7 +269,10 @@ def given_partition_atoms(
 
 
 def derived_partition_atoms(
-    atom_counts: np.ndarray, n_workers: int, work: np.ndarray | None = None
+    atom_counts: np.ndarray,
+    n_workers: int,
+    work: np.ndarray | None = None,
+    memory: int = MAX_PARTITION_ATOMS,
 ) -> int:
     """Target atoms (or ``work``: as :func:`plan_partitions`) per partition for
     ``n_workers`` workers when none is given.
@@ -226,23 +284,25 @@ def derived_partition_atoms(
     structure so that whole structures fill exactly that many partitions
     (:func:`plan_partitions` then balances them). Where the minimum makes a count that is
     not a whole number of rounds of the workers (5 partitions for 2: a last round with one
-    idle), the partitions grow to fill the whole rounds below it (4).
+    idle), the partitions grow to fill the whole rounds below it (4). ``memory``: the
+    dense atoms a task's memory allows (:func:`memory_atoms`), a bound above all others.
     """
     counts = np.asarray(atom_counts if work is None else work).reshape(-1)
+    upper = max(1, min(MAX_PARTITION_ATOMS, int(memory)))
     if counts.size == 0:
-        return MIN_SPLIT_ATOMS
+        return min(MIN_SPLIT_ATOMS, upper)
     workers = max(1, int(n_workers))
     total, largest = counts.sum(), math.ceil(counts.max())
     wanted = math.ceil(total / (TASKS_PER_WORKER * workers)) + largest
     one_per_worker = math.ceil(total / workers) + largest
     lower = max(MIN_SPLIT_ATOMS, min(MIN_PARTITION_ATOMS, one_per_worker))
-    size = int(min(MAX_PARTITION_ATOMS, max(lower, wanted)))
+    size = int(min(upper, max(lower, wanted)))
     cum = np.concatenate([[0], np.cumsum(counts)])
     parts = len(_greedy_cuts(cum, size))
-    if parts > workers and parts % workers and size < MAX_PARTITION_ATOMS:
+    if parts > workers and parts % workers and size < upper:
         whole = parts // workers * workers  # the smallest size fitting in whole rounds
         lo = math.ceil(total / whole)
-        size = _smallest_cap(cum, whole, lo, min(MAX_PARTITION_ATOMS, lo + largest))
+        size = _smallest_cap(cum, whole, min(lo, upper), min(upper, lo + largest))
     return size
 
 

@@ -35,9 +35,13 @@ from dparallel.store import (
     store_status,
     target_path,
 )
-from dparallel.store.plan import MAX_PARTITION_ATOMS, MIN_SPLIT_ATOMS, given_partition_atoms
+from dparallel.store.plan import MIN_SPLIT_ATOMS, given_partition_atoms
 from dparallel.workflow.featurize_failures import raise_failures
-from dparallel.workflow.featurize_plan import featurize_plan, featurize_target_atoms
+from dparallel.workflow.featurize_plan import (
+    featurize_plan,
+    featurize_target_atoms,
+    memory_warning,
+)
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
 from dparallel.workflow.ingest import ingest_config, open_options
@@ -172,15 +176,14 @@ def _target(
 ) -> tuple[StructureSource, Plan, dict[str, Any]]:
     """The source, plan and config (recorded in the store) a store for these options is
     made from; without ``partition_atoms`` the size is derived from the data and
-    ``n_workers`` (unknown workers: the largest size) and recorded like a given one."""
+    ``n_workers`` (unknown workers: the largest size a task's memory allows) and recorded like
+    a given one."""
     name = options.option_names.get("partition_atoms") or _PARTITION_ATOMS
     atoms = given_partition_atoms(options.partition_atoms, name)  # before the source is read
     source = open_source(source_path, options.format, **open_options(options))
     given = atoms is not None
     if atoms is None:
-        atoms = MAX_PARTITION_ATOMS
-        if n_workers:
-            atoms = featurize_target_atoms(source, descriptors.r_cut, n_workers)
+        atoms = featurize_target_atoms(source, descriptors, n_workers)
     config = {**ingest_config(source, atoms), "features": descriptors.to_dict()}
     plan = featurize_plan(source, atoms, descriptors.r_cut, store_path if given else None)
     return source, plan, config
@@ -403,6 +406,7 @@ def _run_partitions(
             int(store.plan.atoms[pending].sum()),
             store.n_partitions - len(pending),  # done by earlier runs: not this run's count
         )
+        _warn_task_memory(handle.client, source, store, pending, descriptors, options)
         publish_progress_start(run, *work, target=handle.client)
         if progress is not None:
             progress(progress_start_event(run, *work), 0, len(pending))
@@ -430,6 +434,28 @@ def _run_partitions(
             raise
         publish_progress_end(run, _failed_words(failures, len(pending)), target=handle.client)
         return failures
+
+
+def _warn_task_memory(
+    client: Any,
+    source: StructureSource,
+    store: Store,
+    pending: list[int],
+    descriptors: DescriptorSet,
+    options: FeaturizeOptions,
+) -> None:
+    """Warn when the largest pending partition needs more memory than the smallest limit
+    of the workers the scheduler knows now (:func:`memory_warning`)."""
+    workers = client.scheduler_info(n_workers=-1).get("workers") or {}
+    limits = [w.get("memory_limit") for w in workers.values()]
+    known = [float(x) for x in limits if isinstance(x, (int, float)) and x > 0]
+    if not known:
+        return
+    text = memory_warning(
+        source, descriptors, store.plan, pending, min(known), options.option_names
+    )
+    if text:
+        warnings.warn(text, stacklevel=4)
 
 
 def _failed_words(failures: dict[int, BaseException], n_pending: int) -> str | None:

@@ -1,34 +1,107 @@
 """A featurize run's partitions: balanced by the work the index lets us estimate
-(:func:`~dparallel.store.plan.estimated_work`), resuming a store planned by atoms alone."""
+(:func:`~dparallel.store.plan.estimated_work`), resuming a store planned by atoms alone;
+a derived size bounded by what the descriptors hold per atom
+(:func:`~dparallel.store.plan.task_bytes_per_atom`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from dparallel.errors import DParallelError
 from dparallel.io import UNITS
 from dparallel.store import Plan, derived_partition_atoms, open_store, plan_partitions
-from dparallel.store.plan import estimated_work
+from dparallel.store.plan import (
+    MAX_PARTITION_ATOMS,
+    WORKER_BYTES,
+    estimated_work,
+    memory_atoms,
+    neighbours_per_atom,
+    task_bytes_per_atom,
+)
+from dparallel.workflow.featurize_failures import OPTION_NAMES
 
 if TYPE_CHECKING:
-    import numpy as np
+    from collections.abc import Mapping
 
+    from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.io import StructureSource
     from dparallel.io.location import Where
 
-__all__ = ["featurize_plan", "featurize_target_atoms"]
+__all__ = [
+    "featurize_plan",
+    "featurize_target_atoms",
+    "memory_warning",
+    "partition_bytes",
+    "task_bytes",
+]
+
+
+def _index(source: StructureSource) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The source's atom counts, cell volumes in Å³ (the index's are in the file's length
+    unit) and periodic directions, as the estimates take them."""
+    index, length = source.index, UNITS[source.units][0]  # Å per file length unit
+    return index.counts, index.volumes * length**3, index.periodic
 
 
 def _work(source: StructureSource, r_cut: float) -> np.ndarray | None:
-    """The source's structures' estimated work (None: even; plan by atoms); the index's
-    volumes are in the file's length unit, ``r_cut`` in Å."""
-    index, length = source.index, UNITS[source.units][0]  # Å per file length unit
-    return estimated_work(index.counts, index.volumes * length**3, index.periodic, r_cut)
+    """The source's structures' estimated work (None: even; plan by atoms); ``r_cut`` in Å."""
+    return estimated_work(*_index(source), r_cut)
 
 
-def featurize_target_atoms(source: StructureSource, r_cut: float, n_workers: int) -> int:
-    """The derived partition size (:func:`derived_partition_atoms`) on the estimated work."""
-    return derived_partition_atoms(source.atom_counts, n_workers, _work(source, r_cut))
+def _functions(descriptor: Any) -> tuple[int, int]:
+    """Features per atom and functions a neighbour changes per pair, each the largest over
+    ``descriptor``'s centre (and neighbour) elements; (0, 0) for a type without
+    ``features(element)`` metadata. A feature is changed by neighbours of the elements its
+    ``neighbors`` (ACSF) or ``neighbor`` (neighbor sums) names, else by every one."""
+    if not callable(getattr(descriptor, "features", None)):
+        return 0, 0
+    elements = list(descriptor.elements)
+    values = pair = 0
+    for e in elements:
+        features = descriptor.features(e)
+        names = [f.get("neighbors", [f["neighbor"]] if "neighbor" in f else None) for f in features]
+        values = max(values, len(features))
+        pair = max([pair, *(sum(n is None or f in n for n in names) for f in elements)])
+    return values, pair
+
+
+def _widths(descriptors: DescriptorSet) -> tuple[int, int]:
+    """Features per atom and functions a neighbour changes per pair of the whole set."""
+    found = [_functions(d) for d in descriptors.descriptors().values()]
+    return sum(v for v, _ in found), sum(p for _, p in found)
+
+
+def task_bytes(source: StructureSource, descriptors: DescriptorSet) -> float:
+    """A featurize task's estimated bytes per dense atom of ``source`` with ``descriptors``
+    (:func:`~dparallel.store.plan.task_bytes_per_atom`; neighbours of the densest
+    structure)."""
+    _, k_ref = neighbours_per_atom(*_index(source), descriptors.r_cut)
+    return float(task_bytes_per_atom(k_ref, *_widths(descriptors), descriptors.derivatives))
+
+
+def partition_bytes(source: StructureSource, descriptors: DescriptorSet, plan: Plan) -> np.ndarray:
+    """(P,) estimated bytes of each partition's task: its structures' atoms, each with the
+    neighbours its structure's density gives (:func:`task_bytes` per structure)."""
+    counts, volumes, periodic = _index(source)
+    k, _ = neighbours_per_atom(counts, volumes, periodic, descriptors.r_cut)  # (S,)
+    each = counts * task_bytes_per_atom(k, *_widths(descriptors), descriptors.derivatives)
+    cum = np.concatenate([[0.0], np.cumsum(each)])  # (S + 1,)
+    return cum[plan.stops] - cum[plan.starts]
+
+
+def featurize_target_atoms(
+    source: StructureSource, descriptors: DescriptorSet, n_workers: int | None
+) -> int:
+    """The derived partition size (:func:`derived_partition_atoms`) on the estimated work
+    (``n_workers`` unknown: :data:`~dparallel.store.plan.MAX_PARTITION_ATOMS`), no larger
+    than the atoms whose :func:`task_bytes` fit in :data:`~dparallel.store.plan.TASK_BYTES`."""
+    memory = memory_atoms(task_bytes(source, descriptors))
+    if not n_workers:
+        return min(MAX_PARTITION_ATOMS, memory)
+    work = _work(source, descriptors.r_cut)
+    return derived_partition_atoms(source.atom_counts, n_workers, work, memory)
 
 
 def featurize_plan(
@@ -47,3 +120,37 @@ def featurize_plan(
     except (DParallelError, OSError, KeyError, ValueError):  # none there, or not a store
         return plan
     return by_atoms if recorded == by_atoms else plan
+
+
+def memory_warning(
+    source: StructureSource,
+    descriptors: DescriptorSet,
+    plan: Plan,
+    pending: list[int],
+    limit: float,
+    names: Mapping[str, str] | None = None,
+) -> str | None:
+    """What to tell a run whose largest ``pending`` partition's task needs more than a
+    worker's memory ``limit`` (bytes) by :func:`partition_bytes` and
+    :data:`~dparallel.store.plan.WORKER_BYTES` (its workers would be killed for memory on
+    every attempt), else ``None``; ``names``: how the message names
+    the options (featurize_failures' ``OPTION_NAMES`` keys) where the caller spells them
+    otherwise."""
+    if not pending or limit <= 0:
+        return None
+    need = partition_bytes(source, descriptors, plan)[pending]  # (pending,)
+    worst = int(np.argmax(need))
+    if need[worst] + WORKER_BYTES <= limit:
+        return None
+    n = {**OPTION_NAMES, **(names or {})}
+    p, per_atom = pending[worst], task_bytes(source, descriptors)
+    fits = memory_atoms(per_atom, 0.9 * limit - WORKER_BYTES)
+    return (
+        f"partition {p} ({int(plan.atoms[p]):,} atoms) needs an estimated "
+        f"{need[worst] / 1e9:.1f} GB to featurize ({per_atom / 1e3:.0f} kB per dense atom "
+        f"with these descriptors) beside a worker's own ~{WORKER_BYTES / 1e9:.1f} GB, more "
+        f"than a worker's {limit / 1e9:.1f} GB memory limit: its worker will likely be "
+        f"killed for memory; partitions of at most {fits:,} atoms fit "
+        f"({n['partition_atoms']} {fits}, with {n['overwrite']} where the store has "
+        f"another size), or give each worker more memory ({n['memory_limit']})"
+    )

@@ -74,3 +74,20 @@ def test_empty_and_roundtrip():
 def test_bad_target():
     with pytest.raises(ConfigError, match="target_atoms must be ≥ 1, got 0"):
         plan_partitions([1, 2], 0)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 8])
+@pytest.mark.parametrize("memory", [700, 3_000, 12_000])
+def test_derived_size_stays_within_the_memory_bound(workers, memory):
+    """A task's memory bounds the derived size above every other bound, the minimum and
+    the growth to whole rounds of the workers included (a large descriptor: 200 functions
+    × 100 neighbours is ~250 kB per atom, 20,000 atoms 5 GB)."""
+    from dparallel.store.plan import MAX_PARTITION_ATOMS, derived_partition_atoms
+
+    counts = np.full(2_000, 50)  # 100,000 atoms: unbounded 5,000-20,000 per partition
+    unbounded = derived_partition_atoms(counts, workers)
+    bounded = derived_partition_atoms(counts, workers, memory=memory)
+    assert bounded <= memory
+    assert bounded == unbounded if unbounded <= memory else bounded > memory // 2
+    assert max(plan_partitions(counts, bounded).atoms) <= memory
+    assert derived_partition_atoms(counts, workers, memory=MAX_PARTITION_ATOMS) == unbounded

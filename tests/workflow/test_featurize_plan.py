@@ -142,3 +142,112 @@ def test_without_a_bulk_cell_the_plan_is_by_atoms(tmp_path):
     index = source.index
     assert estimated_work(index.counts, index.volumes, index.periodic, R_CUT) is None
     assert featurize_plan(source, 400, R_CUT) == plan_partitions(source.atom_counts, 400)
+
+
+ALLOY = ["Cu", "Ag", "Au", "Ni"]
+
+
+def _alloy(path, n=3, seed=0):
+    """Dense rattled fcc cells of four elements (~80 neighbours within 6.5 Å)."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for k in range(n):
+        atoms = bulk("Cu", "fcc", a=3.7 + 0.2 * k / n, cubic=True) * (3, 3, 3)
+        atoms.symbols = list(rng.choice(ALLOY, len(atoms)))
+        atoms.rattle(0.1, seed=k)
+        frames.append(atoms)
+    ase.io.write(path, frames, format="extxyz")
+    return frames
+
+
+def _alloy_set(derivatives=True):
+    """A descriptor of the size users bring: 96 functions per element, every pair."""
+    acsf = ACSF.uniform(
+        ALLOY, r_cut=6.5, radial=[(0.01 * k, 0.0) for k in range(1, 9)],
+        narrow=[(0.01, z, lam, 0.0) for z in (1.0, 4.0) for lam in (1.0, -1.0)],
+        wide=[(0.01, z, lam, 0.0) for z in (1.0, 4.0) for lam in (1.0, -1.0)],
+    )  # fmt: skip
+    return DescriptorSet(acsf=acsf, derivatives=derivatives)
+
+
+def _task_arrays(source, dset):
+    """Bytes a featurize task computes for all of ``source``: its neighbour list and the
+    descriptor arrays as the store takes them."""
+    from dparallel.neighbors import neighbor_list
+    from dparallel.workflow.featurize_task import task_descriptors
+
+    batch = source.read(0, len(source))
+    nb = neighbor_list(batch, dset.r_cut)
+    computed = task_descriptors(batch, dset, nb)
+    arrays = [a for name in computed.values() for e in name.values() for a in e.values()]
+    return sum(a.nbytes for a in arrays) + sum(a.nbytes for a in nb), batch.n_atoms
+
+
+@pytest.mark.parametrize("derivatives", [True, False])
+def test_task_memory_estimate_bounds_the_computed_arrays(tmp_path, derivatives):
+    """The estimated bytes of a partition (neighbours from the cells' density, functions a
+    neighbour changes from the descriptors) lie at or above what the task's kernel and
+    neighbour list hold, within 1.5×."""
+    from dparallel.workflow.featurize_plan import partition_bytes, task_bytes
+
+    _alloy(tmp_path / "alloy.extxyz")
+    source = open_source(tmp_path / "alloy.extxyz")
+    dset = _alloy_set(derivatives)
+    actual, atoms = _task_arrays(source, dset)
+    estimated = partition_bytes(source, dset, plan_partitions(source.atom_counts, 10_000))
+    assert actual <= estimated[0] <= 1.5 * actual
+    assert estimated[0] <= task_bytes(source, dset) * atoms  # the densest cell's, per atom
+
+
+def test_derived_size_keeps_a_task_within_its_memory(tmp_path, monkeypatch):
+    """A derived partition of a large descriptor holds no more computed bytes than
+    ``TASK_BYTES`` (here 10 MB): without the bound it took all 324 atoms (~30 MB)."""
+    import dparallel.store.plan as plan_module
+    from dparallel.workflow.featurize_plan import featurize_target_atoms
+
+    monkeypatch.setattr(plan_module, "TASK_BYTES", 10_000_000)
+    _alloy(tmp_path / "alloy.extxyz")
+    source = open_source(tmp_path / "alloy.extxyz")
+    dset = _alloy_set()
+    actual, atoms = _task_arrays(source, dset)
+    size = featurize_target_atoms(source, dset, 1)
+    assert 0 < size * actual / atoms <= 10_000_000 < actual
+    plan = featurize_plan(source, size, dset.r_cut)
+    assert plan.n_partitions == 3  # one cell each (108 atoms, ~9 MB)
+
+
+def test_memory_warning_names_a_size_that_fits(tmp_path):
+    """A given size whose task needs more than the workers' memory limit is told, with
+    the size that fits; one within the limit is not (60 cells, 6,480 atoms, ~0.33 GB of
+    arrays beside the worker's own memory; nothing computed)."""
+    from dparallel.store.plan import WORKER_BYTES
+    from dparallel.workflow.featurize_plan import memory_warning, partition_bytes
+
+    _alloy(tmp_path / "alloy.extxyz", n=60)
+    source = open_source(tmp_path / "alloy.extxyz")
+    dset = _alloy_set()
+    plan = plan_partitions(source.atom_counts, 10_000)  # all 6,480 atoms in one
+    need = partition_bytes(source, dset, plan)[0] + WORKER_BYTES
+    assert memory_warning(source, dset, plan, [0], 1.01 * need) is None
+    text = memory_warning(source, dset, plan, [0], 0.9 * need)
+    assert text is not None and "partition 0 (6,480 atoms)" in text
+    fits = int(text.split("--partition-atoms ")[1].split(",")[0])
+    assert 1_000 < fits < 6_480
+    smaller = featurize_plan(source, fits, dset.r_cut)
+    assert memory_warning(source, dset, smaller, list(range(len(smaller))), 0.9 * need) is None
+
+
+def test_without_a_worker_count_the_size_keeps_within_memory_too(tmp_path, monkeypatch):
+    """Workers not known (a scheduler not asked): the largest size, no larger than a task's
+    memory allows (it was MAX_PARTITION_ATOMS whatever the descriptors)."""
+    import dparallel.store.plan as plan_module
+    from dparallel.workflow.featurize_plan import featurize_target_atoms
+
+    _alloy(tmp_path / "alloy.extxyz")
+    source = open_source(tmp_path / "alloy.extxyz")
+    dset = _alloy_set()
+    actual, atoms = _task_arrays(source, dset)
+    assert featurize_target_atoms(source, dset, None) == plan_module.MAX_PARTITION_ATOMS
+    monkeypatch.setattr(plan_module, "TASK_BYTES", 10_000_000)
+    size = featurize_target_atoms(source, dset, None)
+    assert 0 < size * actual / atoms <= 10_000_000
