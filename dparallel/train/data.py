@@ -201,17 +201,19 @@ def load_partition(
                 {"pair_first": n_atoms, "pair_second": n_atoms, "center": n_rows},
             )  # fmt: skip
             first = d["pair_first"].astype(np.int64)
-            po = np.argsort(first, kind="stable")
             center = d["center"].astype(np.int64)
             if order is not None:  # rows of the re-sorted values
                 center = np.argsort(order)[center]  # the inverse permutation
             pairs = {
-                "first": first[po],
-                "second": d["pair_second"].astype(np.int64)[po],
-                "center": center[po],
-                "vectors": d["vectors"][po],
-                "dG_dr": d["dG_dr"][po],
+                "first": first,
+                "second": d["pair_second"].astype(np.int64),
+                "center": center,
+                "vectors": d["vectors"],
+                "dG_dr": d["dG_dr"],
             }
+            if np.any(first[1:] < first[:-1]):  # pairs by centre (as stored: no copy)
+                po = np.argsort(first, kind="stable")
+                pairs = {k: v[po] for k, v in pairs.items()}
             _check_pairs(store, p, block, pairs, batch.structure_index, atom_index)
             rows[f"derivatives/{elem}/{neigh}"] = Rows(
                 np.searchsorted(pairs["first"], offsets).astype(np.int64),
