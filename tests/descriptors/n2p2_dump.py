@@ -73,6 +73,23 @@ def pair_key(structure: int, i: int, j: int, vector: np.ndarray) -> tuple:
     return (structure, i, j, *(np.round(vector, 6) + 0.0).tolist())
 
 
+def pop_pair(
+    d_pairs: dict[tuple, np.ndarray], structure: int, i: int, j: int, vector: np.ndarray
+) -> np.ndarray:
+    """Remove and return the pair of :attr:`N2p2SymmetryFunctions.d_pairs` of atoms ``i``,
+    ``j`` of ``structure`` whose r_ij is ``vector`` within 1e-5: where a component lies at a
+    rounding boundary of :func:`pair_key` (…5e-7), n2p2's and our last bits round apart."""
+    key = pair_key(structure, i, j, vector)
+    if key in d_pairs:
+        return d_pairs.pop(key)
+    near = [
+        k for k in d_pairs
+        if k[:3] == key[:3] and np.abs(np.array(k[3:]) - vector).max() < 1e-5
+    ]  # fmt: skip
+    assert len(near) == 1, f"n2p2 has no pair {key} (or several near it: {near})"
+    return d_pairs.pop(near[0])
+
+
 def _function(words: list[str]) -> dict:
     """Metadata of one n2p2 settings line (n2p2's own units, as in input.nn)."""
     t = int(words[2])

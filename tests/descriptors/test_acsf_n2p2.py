@@ -169,10 +169,9 @@ def _pair_derivatives(acsf: ACSF, workdir: Path, exe: Path) -> int:
             first, second = pd.pair_first.numpy(), pd.pair_second.numpy()
             s = np.searchsorted(starts, first, side="right") - 1
             for p, vector in enumerate(pd.vectors.numpy()):
-                key = n2p2_dump.pair_key(s[p], first[p] - starts[s[p]], second[p] - starts[s[p]],
-                                         vector)  # fmt: skip
+                i, j = first[p] - starts[s[p]], second[p] - starts[s[p]]
                 ours.append(full[p, cols])
-                ref.append(theirs.d_pairs.pop(key))  # n2p2 has the same pair
+                ref.append(n2p2_dump.pop_pair(theirs.d_pairs, s[p], i, j, vector))  # n2p2's
     assert not theirs.d_pairs, f"pairs only n2p2 lists: {list(theirs.d_pairs)[:3]}"
     for a, b in zip(ours, ref, strict=True):
         scale = max(np.abs(b).max(), 1e-3)
@@ -231,3 +230,49 @@ def test_narrow_cells_lone_atoms_and_vacuum_equal_n2p2(
     n2p2_dump.write_input_data(tmp_path / "input.data", _edge_structures(cutoff))
     acsf = acsf_from_input_nn(str(tmp_path / "input.nn"))
     assert _compare(acsf, tmp_path, dumper, derivatives=True) == 15
+
+
+def _alloy_input_nn() -> str:
+    """An input.nn of the size users bring: 4 elements, 192 functions per element (8 G2 per
+    neighbour element, 8 G3 and 8 G9 per element pair, λ = ±1, ζ 1/2/4/8), poly2 cutoff 6.5 Å."""
+    els = ["Cu", "Ag", "Au", "Ni"]
+    lines = ["number_of_elements 4", "elements " + " ".join(els), "cutoff_type 6 0.0"]
+    pairs = [(a, b) for n, a in enumerate(els) for b in els[n:]]
+    radial = [(0.001, 0), (0.01, 0), (0.03, 0), (0.06, 0), (0.15, 2.5), (0.3, 3.0),
+              (0.6, 3.6), (1.5, 4.2)]  # fmt: skip
+    angular = [(eta, lam, zeta) for eta in (0.001, 0.01) for zeta in (1, 4) for lam in (1, -1)]
+    for ec in els:
+        lines += [f"symfunction_short {ec} 2 {e} {eta} {rs} 6.5" for e in els for eta, rs in radial]
+        for e1, e2 in pairs:
+            for eta, lam, zeta in angular:
+                lines.append(f"symfunction_short {ec} 3 {e1} {e2} {eta} {lam} {zeta} 6.5 0.0")
+                lines.append(f"symfunction_short {ec} 9 {e1} {e2} {eta} {lam} {2 * zeta} 6.5 0.0")
+    return "\n".join(lines) + "\n"
+
+
+def _alloy(n: int) -> list[ase.Atoms]:
+    """Dense random 4-element fcc cells (108 atoms, ~82 neighbours within 6.5 Å)."""
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(n):
+        atoms = ase.build.bulk("Cu", "fcc", a=3.6 + 0.4 * rng.random(), cubic=True) * (3, 3, 3)
+        atoms.symbols = list(rng.choice(["Cu", "Ag", "Au", "Ni"], len(atoms)))
+        atoms.rattle(0.1, seed=int(rng.integers(1 << 30)))
+        atoms.positions = np.round(atoms.positions, 8)  # as an extxyz file stores them
+        out.append(atoms)
+    return out
+
+
+def test_four_elements_of_192_functions_equal_n2p2(dumper: Path, tmp_path: Path) -> None:
+    """Values, dG_i/dr_i and every pair's dG_i/dr_j of a 4-element input.nn with types 2,
+    3 and 9 over every element (pair), in n2p2's column order: 216 atoms, 17,248 pairs (a
+    component of one pair lies at pair_key's rounding boundary: pop_pair)."""
+    (tmp_path / "input.nn").write_text(_alloy_input_nn())
+    n2p2_dump.write_input_data(tmp_path / "input.data", _alloy(2))
+    acsf = acsf_from_input_nn(str(tmp_path / "input.nn"))
+    assert {e: acsf.n_features(e) for e in acsf.elements} == dict.fromkeys(acsf.elements, 192)
+    theirs = n2p2_dump.run(dumper, tmp_path, derivatives=False)
+    for e in acsf.elements:  # our columns in n2p2's sorted order (its scaling.data, weights)
+        assert n2p2_dump.column_map(acsf.features(e), theirs.functions[e]) == list(range(192))
+    assert _compare(acsf, tmp_path, dumper, derivatives=True) == 216
+    assert _pair_derivatives(acsf, tmp_path, dumper) > 15_000
