@@ -33,8 +33,9 @@ __all__ = [
 #: the store, reading, writing structures, statistics and metadata) outweigh the kernels
 #: (docs/store-format.md, "Partition sizes"); above the maximum, a task's memory grows too
 #: large. What an atom holds while computing depends on the descriptors
-#: (:func:`task_bytes_per_atom`: water's ACSF ~15 kB with dG/dr, a 4-element set of 192
-#: functions with 82 neighbours ~75 kB), so a derived size is also bounded by
+#: (:func:`task_bytes_per_atom`: 33 kB estimated for n2p2's water example with dG/dr, 81 kB
+#: for a 4-element set of 192 functions with 82 neighbours, ~75 kB measured), so a derived
+#: size is also bounded by
 #: ``TASK_BYTES`` of them (:func:`memory_atoms`). Data too small for
 #: ``MIN_PARTITION_ATOMS`` per worker gets one partition per worker instead, but none
 #: smaller than ``MIN_SPLIT_ATOMS`` (below that one task is faster than several).

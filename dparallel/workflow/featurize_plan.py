@@ -75,10 +75,11 @@ def _widths(descriptors: DescriptorSet) -> tuple[int, int]:
 
 def task_bytes(source: StructureSource, descriptors: DescriptorSet) -> float:
     """A featurize task's estimated bytes per dense atom of ``source`` with ``descriptors``
-    (:func:`~dparallel.store.plan.task_bytes_per_atom`; neighbours of the densest
-    structure)."""
-    _, k_ref = neighbours_per_atom(*_index(source), descriptors.r_cut)
-    return float(task_bytes_per_atom(k_ref, *_widths(descriptors), descriptors.derivatives))
+    (:func:`~dparallel.store.plan.task_bytes_per_atom`; neighbours of the structure with
+    the most: molecules alone count their own atoms, not a dense solid's)."""
+    k, _ = neighbours_per_atom(*_index(source), descriptors.r_cut)
+    most = float(k.max(initial=0.0))
+    return float(task_bytes_per_atom(most, *_widths(descriptors), descriptors.derivatives))
 
 
 def partition_bytes(source: StructureSource, descriptors: DescriptorSet, plan: Plan) -> np.ndarray:

@@ -251,3 +251,17 @@ def test_without_a_worker_count_the_size_keeps_within_memory_too(tmp_path, monke
     monkeypatch.setattr(plan_module, "TASK_BYTES", 10_000_000)
     size = featurize_target_atoms(source, dset, None)
     assert 0 < size * actual / atoms <= 10_000_000
+
+
+def test_molecules_alone_are_not_sized_as_a_dense_solid(tmp_path):
+    """Without a periodic cell the estimate takes each molecule's own atoms as neighbours
+    (ASE: every pair of a 5-atom molecule within 5 Å), not a dense solid's ~50."""
+    from dparallel.workflow.featurize_plan import task_bytes
+
+    frames = [molecule("CH4") for _ in range(20)]
+    ase.io.write(tmp_path / "ch4.extxyz", frames, format="extxyz")
+    source = open_source(tmp_path / "ch4.extxyz")
+    acsf = ACSF.uniform(["H", "C"], r_cut=R_CUT, radial=[(0.5, 0.0)], narrow=[])
+    dset = DescriptorSet(acsf=acsf, derivatives=True)
+    most = max(_pairs(frames) / 5)  # 4 neighbours an atom; 2 features, 1 per pair
+    assert most <= task_bytes(source, dset) / (72 + 12 * 1) <= 1.5 * most
