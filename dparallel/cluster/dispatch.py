@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -151,6 +152,17 @@ def _no_worker() -> ClusterError:
     )
 
 
+def _say_waiting(client: Any) -> None:
+    """Warn that the cluster has no worker and for how long the run waits for one."""
+    address = getattr(getattr(client, "scheduler", None), "address", None) or "the scheduler"
+    warnings.warn(
+        f"{address} has no worker: the run waits up to {NO_WORKER_GRACE_S:.0f} s for one to "
+        "join (an adaptive cluster starts them for the queued tasks; start some with "
+        "`dask worker ADDRESS`), then stops, keeping every partition done",
+        stacklevel=2,
+    )
+
+
 def _collect(future: Any, p: int, how: Dispatch, failures: dict[int, BaseException]) -> bool:
     """Hand ``p``'s result on or record its failure; False when its result is lost."""
     found = _outcome(future, p, how.recover)
@@ -239,6 +251,7 @@ def _wait_with_workers(
             without_since = None
         elif without_since is None:
             without_since = time.monotonic()
+            _say_waiting(client)
         gone = without_since is not None and time.monotonic() - without_since > NO_WORKER_GRACE_S
         watch.stopped = watch.stalled(workers)
         if gone or watch.stopped is not None:

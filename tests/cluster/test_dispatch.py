@@ -151,6 +151,28 @@ def test_a_cluster_whose_workers_are_all_gone_ends_the_run_not_hangs(monkeypatch
     assert elapsed < 25
 
 
+@pytest.mark.slow
+def test_a_cluster_without_workers_says_the_run_waits_and_runs_on_the_first_to_join() -> None:
+    """A run started on a scheduler with no worker (an adaptive cluster scaled to zero, one
+    whose workers are still starting) used to wait in silence, then fail; it says that it
+    waits and for how long, and runs the partitions once a worker joins."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=0, processes=False, dashboard_address=":0")
+    with cluster, Client(cluster) as client:
+        checks: list[int] = []
+
+        def join_late() -> None:  # the driver's check, every few seconds while it waits
+            checks.append(1)
+            if len(checks) == 2:  # after the first check found no worker
+                cluster.scale(1)
+
+        with pytest.warns(UserWarning, match=r"has no worker: the run waits up to 120 s"):
+            failures = run_partitions(client, abs, [-3, -4], Dispatch(args=lambda p: (p,),
+                                      check=join_late))  # fmt: skip
+    assert failures == {} and len(checks) >= 2
+
+
 @pytest.mark.integration
 def test_a_scheduler_killed_mid_run_fails_the_pending_partitions_not_the_driver(tmp_path) -> None:
     """``dask scheduler`` SIGKILLed mid-run: distributed's ``wait`` raises
