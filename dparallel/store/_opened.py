@@ -19,7 +19,13 @@ from dparallel.io.location import Location, as_location
 from dparallel.store._backend import StoreTarget, open_backend
 from dparallel.store._chunks import chunk_decoder, read_keys
 from dparallel.store._generations import POINTER_KEY, is_generation
-from dparallel.store._layout import FORMAT_VERSION, READABLE_FORMATS, ZARR3, _partition_group
+from dparallel.store._layout import (
+    CHUNK_KEYS,
+    FORMAT_VERSION,
+    READABLE_FORMATS,
+    ZARR3,
+    _partition_group,
+)
 from dparallel.store._read_cache import CachedReads, cache_budget
 from dparallel.store.plan import Plan
 
@@ -48,6 +54,8 @@ def _all_fill(values: np.ndarray, array: zarr.Array) -> bool:
 
 
 log = logging.getLogger(__name__)
+#: The per-partition done markers (one chunk each, written last by a task).
+_DONE = "partitions/done"
 
 
 class OpenedStore:
@@ -364,7 +372,7 @@ class OpenedStore:
         Each partition's marker is its own chunk, written last: one torn by a crash or a
         full disk means the partition's task did not finish, and a rerun redoes it.
         """
-        name = "partitions/done"
+        name = _DONE
         array = self._array(name)
         read = self._partition_chunks(name, array)
         if read is None:  # an encoding read through zarr
@@ -379,10 +387,19 @@ class OpenedStore:
             self._warn_unreadable_done(p)
         return flags
 
+    def is_done(self, p: int) -> bool:
+        """Whether partition ``p`` is marked done: where it is not (its marker's object is
+        absent, the common case for a task about to compute it), one request (a HEAD)."""
+        from zarr.core.sync import sync
+
+        where = self._root.store_path
+        key = "/".join(filter(None, (where.path, _DONE, CHUNK_KEYS.encode_chunk_key((int(p),)))))
+        return bool(sync(where.store.exists(key))) and self._is_done(int(p))
+
     def _is_done(self, p: int) -> bool:
         """Partition ``p``'s done marker (unreadable: not done, see :meth:`_done_flags`)."""
         try:
-            return bool(self._read("partitions/done", p, p + 1)[0])
+            return bool(self._read(_DONE, p, p + 1)[0])
         except StoreError:
             self._warn_unreadable_done(p)
             return False

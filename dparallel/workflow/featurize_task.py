@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from dparallel.io import StructureSource
     from dparallel.io.location import Location
     from dparallel.neighbors import Neighbors
+    from dparallel.store import Store
     from dparallel.types import StructureBatch
 
 __all__ = [
@@ -301,6 +302,13 @@ def _compute(
         indices = indices[keep]
 
 
+def _recorded(store: Store, p: int) -> dict[str, Any] | None:
+    """Partition ``p``'s recorded report when it is already done, else ``None``: Dask runs a
+    task again when its held result went with a worker that left (or was retired while
+    running it), and this run already has that result."""
+    return store.report(p) if store.is_done(p) else None
+
+
 def featurize_partition(
     source: StructureSource,
     store_path: str | Location,
@@ -312,6 +320,7 @@ def featurize_partition(
     install: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Compute and write partition ``p`` (idempotent; safe to retry); returns its report.
+    A partition already done returns its recorded report, computing nothing (:func:`_recorded`).
 
     Runs inside a Dask worker (or in-process). ``descriptors`` is
     :meth:`DescriptorSet.to_dict` so nothing but plain data crosses the wire. ``install``:
@@ -342,6 +351,8 @@ def featurize_partition(
         threads = configured_torch_threads() if torch_threads is None else int(torch_threads)
     device = task_device()  # "cuda" on a GPU worker with a CUDA device
     store = open_store(store_path, mode="r+")
+    if (done := _recorded(store, p)) is not None:
+        return done
     start, stop = store.partition_range(p)
     checked = source.read_checked(start, stop)
     t_read = time.perf_counter()

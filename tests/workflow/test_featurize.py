@@ -396,3 +396,75 @@ def test_command_line_scheduler_and_workers(dataset, reference, tmp_path):
     a, b = _global_features(reference), _global_features(tmp_path / "cli.zarr")
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
+
+
+def _counted_worker(address: str, tmp_path: Path, name: str, sleep: float = 1.5):
+    """A ``dask worker`` whose tasks log each computation and then wait ``sleep`` s."""
+    from daskprocs import child_env, start_worker
+
+    env = child_env({
+        "DPARALLEL_TEST_COMPUTED": str(tmp_path / "computed.txt"),
+        "DPARALLEL_TEST_TASK_SLEEP": str(sleep),
+    })  # fmt: skip
+    preload = str(HERE / "_counting_preload.py")
+    return start_worker(address, tmp_path / f"{name}.log", "--preload", preload, env=env)
+
+
+def _computations(tmp_path: Path) -> list[tuple[int, int]]:
+    """(worker pid, first structure) of each partition computed so far."""
+    path = tmp_path / "computed.txt"
+    text = path.read_text() if path.exists() else ""
+    return [(int(a), int(b)) for a, b in (line.split() for line in text.splitlines())]
+
+
+def _wait_for(what, timeout: float = 120) -> None:  # noqa: ANN001 - a predicate
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_a_worker_killed_late_costs_its_task_not_its_done_partitions(dataset, reference, tmp_path):
+    """``dask worker`` SIGKILLed (nanny too: it does not come back) after it completed
+    partitions: the run holds every result until it ends, so Dask recomputed each one the
+    dead worker held, before the partitions still to do; now such a task finds its
+    partition done in the store and returns the recorded report, computing nothing."""
+    from daskprocs import start_scheduler, stop
+
+    scheduler, address = start_scheduler(tmp_path)
+    workers = [_counted_worker(address, tmp_path, f"w{k}") for k in range(3)]
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            options = FeaturizeOptions(partition_atoms=60, scheduler=address)
+            featurize(dataset, tmp_path / "s.zarr", _descriptor_set(), options)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    try:
+        thread.start()
+
+        def victim() -> int | None:  # a worker process that computed two partitions
+            pids = [pid for pid, _ in _computations(tmp_path)]
+            return next((pid for pid in pids if pids.count(pid) >= 2), None)
+
+        _wait_for(lambda: victim() is not None)
+        pid = victim()
+        assert pid is not None
+        os.killpg(os.getpgid(pid), signal.SIGKILL)  # the worker and its nanny
+        thread.join(timeout=300)
+    finally:
+        for proc in workers:
+            stop(proc)
+        stop(scheduler)
+    assert not thread.is_alive() and not errors, errors
+    store = open_store(tmp_path / "s.zarr")
+    assert store.is_complete
+    firsts = [first for _, first in _computations(tmp_path)]
+    twice = {first for first in firsts if firsts.count(first) > 1}
+    assert len(twice) <= 1, twice  # at most the task the kill interrupted
+    a, b = _global_features(reference), _global_features(tmp_path / "s.zarr")
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
