@@ -468,3 +468,55 @@ def test_a_worker_killed_late_costs_its_task_not_its_done_partitions(dataset, re
     a, b = _global_features(reference), _global_features(tmp_path / "s.zarr")
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_workers_that_join_late_and_one_retired_mid_run_give_the_same_store(
+    dataset, reference, tmp_path
+):
+    """``featurize --scheduler`` on a scheduler with no worker says that it waits; workers
+    that join one after another take its partitions with the run's torch threads, and one
+    retired mid-run (``retire_workers``: its results move, a task it runs is rerun) costs
+    at most that task: the store is a fixed cluster's, bitwise."""
+    from daskprocs import start_scheduler, stop
+    from distributed import Client
+
+    scheduler, address = start_scheduler(tmp_path, "--preload", "dparallel.dashboard")
+    workers, lines = [], []
+    descriptors = tmp_path / "descriptors.yaml"
+    descriptors.write_text(yaml.safe_dump(DESCRIPTORS))
+    run = _cli(
+        "featurize", str(dataset), "-o", str(tmp_path / "s.zarr"), "--descriptors",
+        str(descriptors), "--scheduler", address, "--partition-atoms", "60",
+        "--torch-threads", "2",
+    )  # fmt: skip
+    reader = threading.Thread(target=lambda: lines.extend(run.stdout), daemon=True)
+    reader.start()
+    try:
+        _wait_for(lambda: any("has no worker" in line for line in lines), timeout=60)
+        workers.append(_counted_worker(address, tmp_path, "first"))
+        _wait_for(lambda: len(_computations(tmp_path)) >= 1)
+        workers += [_counted_worker(address, tmp_path, f"late{k}") for k in range(2)]
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(3, timeout=120)
+            first = _computations(tmp_path)[0][0]
+            (retired,) = [a for a, pid in client.run(os.getpid).items() if pid == first]
+            client.retire_workers([retired])
+        run.wait(timeout=300)
+        reader.join(timeout=10)
+    finally:
+        stop(run)
+        for proc in workers:
+            stop(proc)
+        stop(scheduler)
+    text = "".join(lines)
+    assert run.returncode == 0 and "0 already done" in text, text
+    assert "waits up to 120 s for one to join" in text, text
+    store = open_store(tmp_path / "s.zarr")
+    reports = [store.report(p) for p in range(store.n_partitions)]
+    assert {r["torch_threads"] for r in reports} == {2}
+    assert len({r["pid"] for r in reports} - {first}) >= 2  # the late workers computed too
+    firsts = [start for _, start in _computations(tmp_path)]
+    assert len({start for start in firsts if firsts.count(start) > 1}) <= 1
+    a, b = _global_features(reference), _global_features(tmp_path / "s.zarr")
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
