@@ -59,6 +59,7 @@ __all__ = [
     "publish_train_metrics",
     "train_event",
     "train_start_event",
+    "worker_name",
 ]
 
 logger = logging.getLogger(__name__)
@@ -197,6 +198,12 @@ def _resolve_target(target: _EventTarget | None) -> tuple[_EventTarget | None, s
         return default_client(), "client"
     except (ImportError, ValueError):
         return None, ""
+
+
+def worker_name() -> str:
+    """The address of the Dask worker running this task ('' outside one)."""
+    target, name = _resolve_target(None)
+    return name if target is not None and name != "client" else ""
 
 
 def _connected(target: _EventTarget | None) -> _EventTarget | None:

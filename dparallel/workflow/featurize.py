@@ -413,13 +413,14 @@ def _run_partitions(
 
         def add(p: int, report: dict[str, Any]) -> None:
             reports[p] = report
+            _publish_report(run, p, report, handle.client)
             if progress is not None:
                 progress(report, len(reports), len(pending))
 
         how = Dispatch(
             args=lambda p: (source, store_path, p, spec),
             # workers started elsewhere: each task checks its worker too (one may join later)
-            kwargs={"torch_threads": options.torch_threads, "run": run, "install": install},
+            kwargs={"torch_threads": options.torch_threads, "install": install},
             name="dparallel-featurize",
             retries=options.retries,
             on_result=add,
@@ -456,6 +457,17 @@ def _warn_task_memory(
     )
     if text:
         warnings.warn(text, stacklevel=4)
+
+
+def _publish_report(run: str, p: int, report: dict[str, Any], client: Any) -> None:
+    """Send partition ``p``'s report to the dashboard, from the driver: a worker's own
+    events are dropped while its connection closes (retired or scaled down mid-run)."""
+    from dparallel.dashboard.events import publish_progress
+
+    publish_progress(
+        run, p, report["n_structures"], report["n_atoms"], report["seconds"],
+        worker=report.get("worker") or "client", target=client, n_skipped=report["n_skipped"],
+    )  # fmt: skip
 
 
 def _failed_words(failures: dict[int, BaseException], n_pending: int) -> str | None:

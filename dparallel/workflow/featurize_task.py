@@ -316,7 +316,6 @@ def featurize_partition(
     descriptors: Mapping[str, Any],
     *,
     torch_threads: int | None = None,
-    run: str = "",
     install: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Compute and write partition ``p`` (idempotent; safe to retry); returns its report.
@@ -335,7 +334,7 @@ def featurize_partition(
     """
     from dparallel.cluster import configured_torch_threads, ensure_torch_threads, tune_allocator
     from dparallel.cluster.secede import outside_the_pool
-    from dparallel.dashboard.events import publish_progress
+    from dparallel.dashboard.events import worker_name
 
     if install is not None:
         from dparallel.cluster.installs import refuse_other_install
@@ -384,8 +383,8 @@ def featurize_partition(
             "torch_threads": threads,
             "device": device,
             "pid": os.getpid(),
+            "worker": worker_name(),  # the driver publishes the report under it
             "stats": stats,
         }
         store.mark_done(p, report)  # last write: the partition is complete from here on
-    publish_progress(run, p, batch.n_structures, batch.n_atoms, seconds, n_skipped=len(skipped))
     return report

@@ -520,3 +520,32 @@ def test_workers_that_join_late_and_one_retired_mid_run_give_the_same_store(
     a, b = _global_features(reference), _global_features(tmp_path / "s.zarr")
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_the_progress_page_counts_every_partition_whose_worker_dropped_its_events(
+    dataset, tmp_path
+):
+    """A worker drops the events its tasks log while its connection closes (retired or
+    scaled down mid-run): the page then read 19 of 20 partitions, not complete, after the
+    run finished; the driver publishes each partition's report as it gets it."""
+    import json
+
+    from daskprocs import http_get, start_scheduler, start_worker, stop
+
+    scheduler, address = start_scheduler(tmp_path, "--preload", "dparallel.dashboard")
+    port = json.loads((tmp_path / "scheduler.json").read_text())["services"]["dashboard"]
+    preload = str(HERE / "_silent_events_preload.py")
+    worker = start_worker(address, tmp_path / "worker.log", "--preload", preload)
+    try:
+        options = FeaturizeOptions(partition_atoms=150, scheduler=address)
+        result = featurize(dataset, tmp_path / "s.zarr", _descriptor_set(), options)
+        progress = json.loads(http_get(f"http://127.0.0.1:{port}/dparallel/status.json")[1])
+    finally:
+        stop(worker)
+        stop(scheduler)
+    progress = progress["progress"]
+    n = result.partitions_computed
+    assert (progress["partitions_done"], progress["partitions_total"]) == (n, n), progress
+    assert progress["complete"] and progress["structures_done"] == result.n_structures == 40
+    (name,) = progress["workers"]  # the task's worker, not the driver that published
+    assert name.startswith("tcp://127.0.0.1:") and progress["workers"][name]["partitions"] == n
