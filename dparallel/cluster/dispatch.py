@@ -145,10 +145,11 @@ def _not_rerun(in_a_row: int) -> ClusterError:
 
 def _no_worker() -> ClusterError:
     return ClusterError(
-        f"no worker alive for {NO_WORKER_GRACE_S:.0f} s to run it on (the workers died "
-        "or left: killed and not restarted by their nannies, or closed on an error of "
-        "their own, such as a worker that cannot import dparallel, which Dask reports "
-        "only in that worker's log; see the workers' logs)"
+        f"no worker alive for {NO_WORKER_GRACE_S:.0f} s to run it on (none joined: an "
+        "adaptive cluster that did not start one in time; or the workers died or left: "
+        "killed and not restarted by their nannies, or closed on an error of their own, "
+        "such as a worker that cannot import dparallel, which Dask reports only in that "
+        "worker's log; see the workers' logs)"
     )
 
 
