@@ -492,7 +492,7 @@ def test_workers_that_join_late_and_one_retired_mid_run_give_the_same_store(
     reader = threading.Thread(target=lambda: lines.extend(run.stdout), daemon=True)
     reader.start()
     try:
-        _wait_for(lambda: any("has no worker" in line for line in lines), timeout=60)
+        _wait_for(lambda: any("has no worker" in line for line in lines), timeout=120)
         workers.append(_counted_worker(address, tmp_path, "first"))
         _wait_for(lambda: len(_computations(tmp_path)) >= 1)
         workers += [_counted_worker(address, tmp_path, f"late{k}") for k in range(2)]
