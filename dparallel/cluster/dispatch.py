@@ -32,18 +32,24 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
 __all__ = [
+    "ENV_WORKER_WAIT",
     "KILLING_IN_A_ROW",
     "NO_WORKER_GRACE_S",
     "RESULT_WAIT_S",
     "Dispatch",
     "killed_worker",
+    "no_worker_grace",
     "run_partitions",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Seconds a rerun waits with no worker in the cluster before it gives the partition up.
+#: Seconds a run waits with no worker in the cluster before it gives its partitions up
+#: (``$DPARALLEL_WORKER_WAIT`` where set: :func:`no_worker_grace`).
 NO_WORKER_GRACE_S = 120.0
+#: Environment variable: seconds to wait for a worker (nodes scaled up from none may take
+#: minutes to start one).
+ENV_WORKER_WAIT = "DPARALLEL_WORKER_WAIT"
 #: Partitions rerun alone that kill their worker again, one after another, after which the
 #: rest are not rerun: the workers die whatever they run (a memory limit below what one
 #: partition needs), and each rerun would only cost the scheduler's allowed worker deaths.
@@ -143,10 +149,19 @@ def _not_rerun(in_a_row: int) -> ClusterError:
     )
 
 
+def no_worker_grace() -> float:
+    """Seconds a run waits with no worker: ``$DPARALLEL_WORKER_WAIT``, else
+    :data:`NO_WORKER_GRACE_S` (a bad value is a ``ConfigError`` naming the variable)."""
+    from dparallel.config import env_number
+
+    return env_number(ENV_WORKER_WAIT, NO_WORKER_GRACE_S, "seconds", positive=True)
+
+
 def _no_worker() -> ClusterError:
     return ClusterError(
-        f"no worker alive for {NO_WORKER_GRACE_S:.0f} s to run it on (none joined: an "
-        "adaptive cluster that did not start one in time; or the workers died or left: "
+        f"no worker alive for {no_worker_grace():.0f} s to run it on (none joined: an "
+        f"adaptive cluster that did not start one in time: {ENV_WORKER_WAIT}=SECONDS waits "
+        "longer; or the workers died or left: "
         "killed and not restarted by their nannies, or closed on an error of their own, "
         "such as a worker that cannot import dparallel, which Dask reports only in that "
         "worker's log; see the workers' logs)"
@@ -157,9 +172,10 @@ def _say_waiting(client: Any) -> None:
     """Warn that the cluster has no worker and for how long the run waits for one."""
     address = getattr(getattr(client, "scheduler", None), "address", None) or "the scheduler"
     warnings.warn(
-        f"{address} has no worker: the run waits up to {NO_WORKER_GRACE_S:.0f} s for one to "
+        f"{address} has no worker: the run waits up to {no_worker_grace():.0f} s for one to "
         "join (an adaptive cluster starts them for the queued tasks; start some with "
-        "`dask worker ADDRESS`), then stops, keeping every partition done",
+        f"`dask worker ADDRESS`; {ENV_WORKER_WAIT}=SECONDS to wait longer), then stops, "
+        "keeping every partition done",
         stacklevel=2,
     )
 
@@ -230,13 +246,14 @@ def _wait_with_workers(
 ) -> Any:
     """Wait until one of ``futures`` is done or cancelled (calling ``check`` every few
     seconds); those, or None (all of them cancelled) once the cluster has had no worker for
-    :data:`NO_WORKER_GRACE_S`, or ``watch`` found its workers killed for memory as they
+    :func:`no_worker_grace`, or ``watch`` found its workers killed for memory as they
     start (its ``stopped`` says so) — never an unbounded wait."""
     from concurrent.futures import CancelledError
 
     from distributed import wait
 
     without_since: float | None = None
+    grace = no_worker_grace()
     while True:
         try:
             done, _ = wait(futures, timeout=5, return_when="FIRST_COMPLETED")
@@ -253,7 +270,7 @@ def _wait_with_workers(
         elif without_since is None:
             without_since = time.monotonic()
             _say_waiting(client)
-        gone = without_since is not None and time.monotonic() - without_since > NO_WORKER_GRACE_S
+        gone = without_since is not None and time.monotonic() - without_since > grace
         watch.stopped = watch.stalled(workers)
         if gone or watch.stopped is not None:
             for future in futures:

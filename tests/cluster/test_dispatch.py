@@ -117,9 +117,7 @@ def test_a_cluster_whose_workers_are_all_gone_ends_the_run_not_hangs(monkeypatch
     driver used to wait for ever."""
     from distributed import Client, LocalCluster
 
-    import dparallel.cluster.dispatch as dispatch
-
-    monkeypatch.setattr(dispatch, "NO_WORKER_GRACE_S", 2.0)
+    monkeypatch.setenv("DPARALLEL_WORKER_WAIT", "2")  # the grace: 120 s unless set
 
     def slow(p: int) -> int:
         import time
@@ -147,8 +145,23 @@ def test_a_cluster_whose_workers_are_all_gone_ends_the_run_not_hangs(monkeypatch
         elapsed = time.monotonic() - t0
     assert gone and sorted(failures) == [0, 1]
     assert all(isinstance(exc, ClusterError) for exc in failures.values())
-    assert "no worker alive" in str(failures[0]) and "none joined" in str(failures[0])
+    assert "no worker alive for 2 s" in str(failures[0]) and "none joined" in str(failures[0])
+    assert "DPARALLEL_WORKER_WAIT=SECONDS waits longer" in str(failures[0])
     assert elapsed < 25
+
+
+def test_the_wait_for_a_worker_is_a_number_of_seconds_or_a_config_error(monkeypatch) -> None:
+    from dparallel.cluster.dispatch import NO_WORKER_GRACE_S, no_worker_grace
+    from dparallel.errors import ConfigError
+
+    monkeypatch.delenv("DPARALLEL_WORKER_WAIT", raising=False)
+    assert no_worker_grace() == NO_WORKER_GRACE_S == 120.0
+    monkeypatch.setenv("DPARALLEL_WORKER_WAIT", "600")
+    assert no_worker_grace() == 600.0
+    for bad in ("0", "ten minutes"):
+        monkeypatch.setenv("DPARALLEL_WORKER_WAIT", bad)
+        with pytest.raises(ConfigError, match=f"DPARALLEL_WORKER_WAIT='{bad}'"):
+            no_worker_grace()
 
 
 @pytest.mark.slow
