@@ -280,11 +280,36 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
             f"workers are not started here ({kind}): give them theirs where they start "
             "(`dask worker --memory-limit`; a workflow's cluster.slurm.memory)"
         )
-    if gpus and connection_kind(spec, **remote) == "local":  # this machine's GPUs: checked
+    kind = connection_kind(spec, **remote)
+    if gpus and kind == "local":  # this machine's GPUs: checked
         from dparallel.cluster.gpus import check_gpus
 
         check_gpus(gpus)  # refused before the command reads or writes anything
+    _warn_local_only(kind, gpus, args.dashboard_address)
     return {"cluster": spec, **remote}
+
+
+def _warn_local_only(kind: str, gpus: int | None, dashboard: str | None) -> None:
+    """Warn that ``--gpus`` / ``--dashboard-address``, which shape a local cluster, do
+    nothing where this run's workers are not started here (they were ignored in silence)."""
+    if kind == "local":
+        return
+    import warnings
+
+    if gpus:
+        warnings.warn(
+            f"--gpus starts GPU workers of a local cluster; this run's cluster is not started "
+            f"here ({kind}): its workers that advertise the resource GPU=1 (`dask worker "
+            "--resources GPU=1`) take partitions on their GPU, whatever --gpus says",
+            stacklevel=3,
+        )
+    if dashboard is not None:
+        warnings.warn(
+            f"--dashboard-address places a local cluster's dashboard; this run's cluster is "
+            f"not started here ({kind}): its scheduler serves its own (`dask scheduler "
+            "--dashboard-address`)",
+            stacklevel=3,
+        )
 
 
 def add_label_arguments(

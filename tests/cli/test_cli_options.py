@@ -203,6 +203,36 @@ def test_gpus_are_checked_on_this_machine_only_for_a_local_cluster(monkeypatch, 
     assert bool(calls) is checked
 
 
+@pytest.mark.parametrize(
+    ("argv", "warned"),
+    [
+        (["--scheduler", "tcp://127.0.0.1:1", "--gpus", "1"], "--gpus starts GPU workers"),
+        (["--scheduler", "tcp://127.0.0.1:1", "--dashboard-address", ":0"], "--dashboard-addr"),
+        (["--scheduler-file", "s.json", "--dashboard-address", ":0"], "--dashboard-address"),
+        (["--local", "2", "--dashboard-address", ":0"], None),
+    ],
+)
+def test_options_of_a_local_cluster_are_warned_where_none_is_started(monkeypatch, argv, warned):
+    """--gpus and --dashboard-address did nothing with --scheduler, in silence (as
+    --memory-limit is refused there)."""
+    import argparse
+    import warnings
+
+    from dparallel.cli._options import add_cluster_arguments, cluster_kwargs
+
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    parser = argparse.ArgumentParser()
+    add_cluster_arguments(parser)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cluster_kwargs(parser.parse_args(argv))
+    said = [str(w.message) for w in caught]
+    if warned is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and said[0].startswith(warned) and "not started here" in said[0]
+
+
 def test_featurize_workflow_gives_the_dataset_settings_the_command_line_leaves_out(tmp_path):
     # `featurize SOURCE --workflow wf.yaml` took only the workflow's descriptors: its
     # dataset.units: bohr-hartree was ignored and the data read as Å (features, and an
