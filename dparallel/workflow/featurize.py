@@ -324,6 +324,9 @@ def featurize(
         )
         refuse_foreign_target(store_path, options.overwrite, (source_path, *options.protect))
         lease = stack.enter_context(StoreLease(store_path, command="dparallel featurize"))
+        if n_workers is None and options.partition_atoms is None and options.connecting is not None:
+            # a cluster this run does not start: its workers once connected (as run's client)
+            n_workers = expected_workers(client=options.connecting.result().client)
         source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
         pending = [int(p) for p in store.pending_partitions()]
         if n_workers is None and pending:

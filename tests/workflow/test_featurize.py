@@ -549,3 +549,25 @@ def test_the_progress_page_counts_every_partition_whose_worker_dropped_its_event
     assert progress["complete"] and progress["structures_done"] == result.n_structures == 40
     (name,) = progress["workers"]  # the task's worker, not the driver that published
     assert name.startswith("tcp://127.0.0.1:") and progress["workers"][name]["partitions"] == n
+
+
+def test_derived_size_on_a_cluster_it_does_not_start_counts_its_workers(
+    dataset, reference, client, tmp_path
+):
+    """`dparallel featurize --scheduler ADDR` (a connection in flight) derives the partition
+    size from the cluster's workers, as `dparallel run` (its client) does: not the maximum,
+    which left all but one of these two workers idle."""
+    from dparallel.cluster import connect_in_background
+
+    address = client.scheduler.address
+    given = featurize(
+        dataset, tmp_path / "client.zarr", _descriptor_set(), FeaturizeOptions(client=client)
+    )
+    connecting = connect_in_background(scheduler=address)
+    options = FeaturizeOptions(scheduler=address, connecting=connecting)
+    result = featurize(dataset, tmp_path / "address.zarr", _descriptor_set(), options)
+    assert given.store.n_partitions == 2  # one per worker: this data has < 5,000 atoms each
+    assert result.store.n_partitions == given.store.n_partitions
+    a, b = _global_features(reference), _global_features(tmp_path / "address.zarr")
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
