@@ -320,12 +320,16 @@ def expected_workers(
 ) -> int | None:
     """Workers :func:`connect` with these arguments will have, when known without starting
     it: a given client's current ones, a local cluster's (one per core unless
-    ``spec.n_workers``), else ``spec.n_workers`` (``None``: unknown)."""
+    ``spec.n_workers``), a SLURM cluster's (``jobs`` × ``cores`` processes), else
+    ``spec.n_workers`` (``None``: unknown)."""
     spec = spec if spec is not None else ClusterSpec()
     if client is not None:
         return len(client.scheduler_info(n_workers=-1).get("workers", {})) or None
-    if connection_kind(spec, scheduler=scheduler, scheduler_file=scheduler_file) == "local":
+    kind = connection_kind(spec, scheduler=scheduler, scheduler_file=scheduler_file)
+    if kind == "local":
         return (spec.n_workers or CPU_COUNT) + spec.gpus
+    if kind == "slurm":
+        return spec.slurm.jobs * spec.slurm.cores
     return spec.n_workers
 
 

@@ -51,3 +51,12 @@ def test_expected_workers_follows_the_same_decision(monkeypatch, env) -> None:
         kind = connection_kind(spec, **where)
         expected = 4 if kind == "local" else spec.n_workers  # 3 CPU + 1 GPU worker, else given
         assert expected_workers(spec, **where) == expected
+
+
+def test_expected_workers_of_a_slurm_cluster_are_its_jobs_processes(monkeypatch) -> None:
+    """`kind: slurm` starts `jobs` jobs of `cores` single-threaded worker processes each
+    (docs/deploy.md): the partition size is derived for those, not for unknown workers."""
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    spec = ClusterSpec(kind="slurm", slurm={"cores": 16, "jobs": 4})
+    assert expected_workers(spec) == 64
+    assert expected_workers(spec, scheduler="tcp://h:1") is None  # the address wins
