@@ -181,7 +181,7 @@ def lammps(args: argparse.Namespace) -> int:
     from dparallel.lammps import build_plugin, plugin_dir, run_environment
 
     if args.action == "env":
-        env = run_environment({})
+        env = run_environment({}, plugins=args.dir)
         for key in ("LD_LIBRARY_PATH", "LAMMPS_PLUGIN_PATH"):
             print(f'export {key}="{env[key]}${{{key}:+:${key}}}"')
         return 0

