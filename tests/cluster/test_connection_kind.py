@@ -60,3 +60,22 @@ def test_expected_workers_of_a_slurm_cluster_are_its_jobs_processes(monkeypatch)
     spec = ClusterSpec(kind="slurm", slurm={"cores": 16, "jobs": 4})
     assert expected_workers(spec) == 64
     assert expected_workers(spec, scheduler="tcp://h:1") is None  # the address wins
+
+
+def test_expected_workers_of_a_client_count_the_workers_its_cluster_asked_for() -> None:
+    """`dparallel run` featurizes through its own client: a SLURM cluster's jobs are still
+    queued then (no worker registered), and the partition size was derived for unknown
+    workers (the largest); its cluster object's plan names them."""
+    from types import SimpleNamespace
+
+    def client(registered: int, plan: set[str] | None) -> SimpleNamespace:
+        workers = {f"tcp://w{i}": {} for i in range(registered)}
+        cluster = None if plan is None else SimpleNamespace(plan=plan)
+        return SimpleNamespace(scheduler_info=lambda **_: {"workers": workers}, cluster=cluster)
+
+    queued = {f"job-{j}-{w}" for j in range(2) for w in range(3)}  # 2 jobs × 3 processes
+    assert expected_workers(client=client(0, queued)) == 6
+    assert expected_workers(client=client(1, queued)) == 6
+    assert expected_workers(client=client(4, set())) == 4  # adaptive, scaled beyond its plan
+    assert expected_workers(client=client(2, None)) == 2  # a client of an address
+    assert expected_workers(client=client(0, None)) is None
