@@ -74,7 +74,10 @@ def test_the_terminal_bar_eta_leaves_skipped_structures_out() -> None:
     assert bar.throughput().eta_seconds == 0.0
 
 
-def test_each_task_reports_its_skipped_structures(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_each_task_reports_its_skipped_structures_which_the_driver_publishes(
+    tmp_path: Path,
+    monkeypatch,  # noqa: ANN001
+) -> None:
     import dparallel.dashboard.events as events
     from dparallel.datasets import generate_emt_cu
     from dparallel.descriptors import ACSF
@@ -100,6 +103,11 @@ def test_each_task_reports_its_skipped_structures(tmp_path: Path, monkeypatch) -
         DescriptorSet(acsf=acsf, derivatives=False),
         FeaturizeOptions(partition_atoms=120, on_error="skip"),
     )
+    # the driver publishes each task's report as it arrives (featurize._publish_report)
+    from dparallel.workflow.featurize import _publish_report
+
+    for p in range(store.n_partitions):
+        _publish_report("featurize:s.zarr", p, store.report(p), client=None)
     assert len(sent) == store.n_partitions > 1
     assert sum(e["n_skipped"] for e in sent) == 3 == len(store.skipped())
     assert sum(e["n_structures"] for e in sent) == 9 == store.n_structures
