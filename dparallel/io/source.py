@@ -131,11 +131,14 @@ def detect_format(path: Path | Location) -> str:
 
 def known_format(name: str) -> bool:
     """Whether a reader has the format ``name`` (any case): extxyz, n2p2, their aliases
-    (xyz, runner) or one of ASE's. The one rule (``open_source``, ``dataset.format``)."""
+    (xyz, runner) or one of ASE's. The one rule (``open_source``, ``dataset.format``).
+    ASE's formats are imported only for another name (``ase.io`` pulls in scipy)."""
+    fmt = _ALIASES.get(name.lower(), name.lower())
+    if fmt in ("extxyz", "n2p2"):
+        return True
     import ase.io.formats
 
-    fmt = _ALIASES.get(name.lower(), name.lower())
-    return fmt in ("extxyz", "n2p2") or fmt in ase.io.formats.ioformats
+    return fmt in ase.io.formats.ioformats
 
 
 def _check_format(given: str, location: Location) -> None:

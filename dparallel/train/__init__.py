@@ -1,25 +1,32 @@
 """dparallel.train: HDNNP training from a featurized store, export and evaluation.
 
 The network itself (:class:`HDNNP`, :func:`load_model`) lives in :mod:`dparallel.nn`
-and is re-exported here. See docs/training.md.
+and is re-exported here. See docs/training.md. Names load on first use, so importing one
+submodule (``dparallel.train.reporting`` for ``dparallel evaluate``) does not import the
+training loop, the store and zarr.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from dparallel._lazy import lazy_getattr
 from dparallel.nn import HDNNP, load_model, scaling_from_statistics  # re-exported from nn/
-from dparallel.train.batch import Batch, Geometry, assemble, make_batch
-from dparallel.train.data import (
-    BatchPlan,
-    PartitionReader,
-    SplitIndex,
-    build_split_index,
-    iterate_batches,
-)
-from dparallel.train.loop import TrainResult, train
-from dparallel.train.objective import predict_batch
-from dparallel.train.optimizers import Optimizer, make_optimizer
-from dparallel.train.reporting import EpochCallback, Metrics, evaluate_split
-from dparallel.train.spec import TrainingSpec, parse_training_spec
+
+if TYPE_CHECKING:
+    from dparallel.train.batch import Batch, Geometry, assemble, make_batch
+    from dparallel.train.data import (
+        BatchPlan,
+        PartitionReader,
+        SplitIndex,
+        build_split_index,
+        iterate_batches,
+    )
+    from dparallel.train.loop import TrainResult, train
+    from dparallel.train.objective import predict_batch
+    from dparallel.train.optimizers import Optimizer, make_optimizer
+    from dparallel.train.reporting import EpochCallback, Metrics, evaluate_split
+    from dparallel.train.spec import TrainingSpec, parse_training_spec
 
 __all__ = [
     "HDNNP",
@@ -45,3 +52,28 @@ __all__ = [
     "scaling_from_statistics",
     "train",
 ]
+
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "Batch": "batch",
+        "Geometry": "batch",
+        "assemble": "batch",
+        "make_batch": "batch",
+        "BatchPlan": "data",
+        "PartitionReader": "data",
+        "SplitIndex": "data",
+        "build_split_index": "data",
+        "iterate_batches": "data",
+        "TrainResult": "loop",
+        "train": "loop",
+        "predict_batch": "objective",
+        "Optimizer": "optimizers",
+        "make_optimizer": "optimizers",
+        "EpochCallback": "reporting",
+        "Metrics": "reporting",
+        "evaluate_split": "reporting",
+        "TrainingSpec": "spec",
+        "parse_training_spec": "spec",
+    },
+)
