@@ -206,11 +206,12 @@ class ACSFForces:
             counts = np.bincount(local[nb.pair_first[pairs[k]]], minlength=rows.shape[0])
             segs.append(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         whole = [p.shape[0] == nb.pair_first.shape[0] for p in pairs]
-        self._layout = _Layout(
+        made = _Layout(
             nb.pair_first, batch.numbers.copy(), atoms, local, pairs, el[nb.pair_second],
             segs, whole, batch.offsets.copy(), batch.structure_index,
         )  # fmt: skip
-        return self._layout
+        self._layout = made  # (not returned from self: another thread may replace it)
+        return made
 
     def __call__(
         self, batch: StructureBatch, nb: Neighbors, forces: bool, stress: bool

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ import torch
 from torch import nn
 
 from dparallel.deploy.potential import graph_energies
+from dparallel.deploy.split import Engine, Outputs, threaded
 from dparallel.descriptors import forces_from_derivatives, virial_from_derivatives
 from dparallel.descriptors.registry import descriptor_graph, kind_of, recorded_kind
 from dparallel.descriptors.species import species_index
@@ -50,16 +50,12 @@ from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     import os
+    from collections.abc import Callable
 
 #: File name of the deployable model inside MODEL_DIR.
 DEPLOYED = "deployed.pt"
 
 log = logging.getLogger(__name__)
-
-#: ``energy``/``energies``/``forces`` arrays and the virial (S, 3, 3) or None.
-Outputs = tuple[dict[str, np.ndarray], np.ndarray | None]
-#: A compiled CPU route of :meth:`DeployedModel.predict`: (batch, neighbors, forces, stress).
-Engine = Callable[[StructureBatch, Neighbors, bool, bool], Outputs]
 
 
 def _acsf_numba(descriptor: Any, model: HDNNP, dtype: torch.dtype, backend: str) -> Engine | None:
@@ -207,6 +203,7 @@ class DeployedModel(nn.Module):
         stress: bool = False,
         neighbors: Neighbors | None = None,
         backend: str = "auto",
+        threads: int | None = None,
     ) -> dict[str, np.ndarray]:
         """Energy (S,) eV, forces (N, 3) eV/Å, stress (S, 3, 3) eV/Å³ (periodic cells).
 
@@ -215,11 +212,15 @@ class DeployedModel(nn.Module):
         ``neighbors`` may hold pairs beyond the cutoff (a list with a skin): they are ignored.
         ``backend``: the descriptor's backend (``"auto"`` or one of the registered type's
         ``backends``; ACSF: ``"numba"``, ``"torch"``, ``"triton"``).
+        ``threads``: on the CPU's compiled engine, the structures are shared among this many
+        threads (same numbers as one thread; ``None``: ``torch.get_num_threads()``, the
+        process's thread budget).
         """
         nb = in_centre_order(neighbors) if neighbors is not None else self.neighbors(batch)
         engine = self.engine(backend) if self.device.type == "cpu" else None
         if engine is not None:
-            out, w = engine(batch, nb, forces, stress)
+            n = torch.get_num_threads() if threads is None else threads
+            out, w = threaded(engine, batch, nb, forces, stress, n)
         else:
             out, w = self._predict_torch(batch, nb, forces, stress, backend)
         if w is not None:

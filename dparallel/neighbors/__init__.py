@@ -1,6 +1,6 @@
 """dparallel.neighbors: full pair lists for structure batches (see docs/acsf.md)."""
 
-from dparallel.neighbors._vesin import Neighbors, in_centre_order, neighbor_list
+from dparallel.neighbors._vesin import Neighbors, in_centre_order, neighbor_list, select_structures
 from dparallel.neighbors.coincident import COINCIDENT_DISTANCE, coincident_atoms, refuse_coincident
 
 __all__ = [
@@ -10,4 +10,5 @@ __all__ = [
     "in_centre_order",
     "neighbor_list",
     "refuse_coincident",
+    "select_structures",
 ]

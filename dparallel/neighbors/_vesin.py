@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from dparallel.types import StructureBatch
 
-__all__ = ["Neighbors", "import_vesin", "in_centre_order", "neighbor_list"]
+__all__ = ["Neighbors", "import_vesin", "in_centre_order", "neighbor_list", "select_structures"]
 
 
 _IMPORT_LOCK = threading.Lock()
@@ -76,6 +76,17 @@ def in_centre_order(neighbors: Neighbors) -> Neighbors:
         return neighbors
     order = np.argsort(first, kind="stable")
     return Neighbors(*(np.asarray(field)[order] for field in neighbors))
+
+
+def select_structures(
+    neighbors: Neighbors, offsets: np.ndarray, start: int, stop: int
+) -> Neighbors:
+    """The pairs of structures ``[start, stop)`` of a list in centre order over a batch with
+    atom ``offsets`` (S + 1,), numbered as in ``batch.select(start, stop)`` (views)."""
+    a, b = int(offsets[start]), int(offsets[stop])
+    p, q = np.searchsorted(neighbors.pair_first, [a, b]).tolist()
+    first, second, shifts, vectors, distances = (field[p:q] for field in neighbors)
+    return Neighbors(first - a, second - a, shifts, vectors, distances)
 
 
 def _empty() -> Neighbors:

@@ -9,7 +9,7 @@ from ase.neighborlist import neighbor_list as ase_nl
 from scipy.spatial.transform import Rotation
 
 from dparallel.errors import DescriptorError
-from dparallel.neighbors import Neighbors, neighbor_list
+from dparallel.neighbors import Neighbors, neighbor_list, select_structures
 from dparallel.neighbors._small_cells import SMALL_CELL_ATOMS
 from dparallel.types import StructureBatch
 
@@ -260,3 +260,26 @@ def test_a_pair_whose_distance_rounds_to_the_cutoff_is_not_listed(
     for atoms in (molecule, boxed):
         nl = _compare([atoms], cutoff)
         assert nl.n_pairs == 0 and np.all(nl.distances < cutoff)
+
+
+@pytest.mark.parametrize(("start", "stop"), [(0, 1), (1, 3), (3, 4), (2, 2)])
+def test_select_structures_equals_ase_on_those_structures(start: int, stop: int) -> None:
+    """The pairs of structures [start, stop) of a batch's list, numbered as in
+    ``batch.select(start, stop)``: ASE's list of each of those structures."""
+    rng = np.random.default_rng(7)
+    atoms_list = [
+        _random_atoms(rng, n, np.diag([6.0, 7.0, 8.0]) * (1 + 0.1 * k), True)
+        for k, n in enumerate((5, 9, 3, 7))
+    ]
+    batch = StructureBatch.from_ase(atoms_list)
+    sub = select_structures(neighbor_list(batch, 3.5), batch.offsets, start, stop)
+    offsets = batch.select(start, stop).offsets
+    assert np.all(np.diff(sub.pair_first) >= 0)
+    assert sub.n_pairs == sum(len(ase_nl("i", a, 3.5)) for a in atoms_list[start:stop])
+    for s, atoms in enumerate(atoms_list[start:stop]):
+        a, b = offsets[s], offsets[s + 1]
+        m = (sub.pair_first >= a) & (sub.pair_first < b)
+        i, j, S, d = ase_nl("ijSd", atoms, 3.5)
+        first, second = sub.pair_first[m] - a, sub.pair_second[m] - a
+        assert _as_set(first, second, sub.shifts[m], sub.distances[m]) == _as_set(i, j, S, d)
+        assert np.allclose(np.linalg.norm(sub.vectors[m], axis=1), sub.distances[m])
