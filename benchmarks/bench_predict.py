@@ -10,10 +10,11 @@ Timed, energies and forces of every structure, wall time of each whole route:
 * n2p2 ``nnp-dataset 0`` (1 process; 2 with ``mpirun -np 2`` when its build has MPI):
   reading, neighbour lists, symmetry functions, networks, forces, writing output.data;
 * ``dparallel evaluate POT DATA --units ase`` (the command: interpreter, imports, reading,
-  ``--batch`` 64, errors);
+  ``--batch`` 64, errors; torch's thread count: the machine's cores);
+* ``DeployedModel.predict`` on batches of ``--batch`` structures (read already), on 1 and
+  on 2 threads;
 * ``dparallel.ase.Calculator(POT)`` per structure (``get_potential_energy`` and
-  ``get_forces`` on each ``ase.Atoms``; calculator already made);
-* ``DeployedModel.predict`` on batches of ``--batch`` structures (read already).
+  ``get_forces`` on each ``ase.Atoms``; calculator already made; one thread).
 
 Ratio = n2p2 (1 process) time / the route's time (> 1: faster than n2p2). The energies and
 forces of the in-process routes are compared with n2p2's ``output.data`` (16 digits): the
@@ -134,15 +135,12 @@ def main() -> int:
     data = work / "input.data"
     data.write_text((WATER / "input.data").read_text() * args.copies)
 
-    import torch
-
     from dparallel.ase import Calculator
     from dparallel.deploy import DeployedModel
     from dparallel.io import open_source
     from dparallel.n2p2 import load_potential
     from dparallel.n2p2.binaries import read_output_data
 
-    torch.set_num_threads(1)
     every = open_source(str(data), "n2p2", units="ase").read(0, args.copies * 20)
     counts = every.atom_counts
     rows: list[tuple[str, float, str]] = []
@@ -167,13 +165,14 @@ def main() -> int:
     model = DeployedModel(*load_potential(pot, units="ase"))
     batches = batched(every, args.batch)
     model.predict(batches[0])  # compile (numba) outside the timing, as the calculator does
-    t0 = time.perf_counter()
-    outs = [model.predict(b) for b in batches]
-    t_pred = time.perf_counter() - t0
-    e = np.concatenate([o["energy"] for o in outs])
-    f = np.concatenate([o["forces"] for o in outs])
-    agree = agreement(e, f, ref, counts)
-    rows.append((f"DeployedModel.predict, batches of {args.batch}", t_pred, agree))
+    for threads in (1, 2):
+        t0 = time.perf_counter()
+        outs = [model.predict(b, threads=threads) for b in batches]
+        t_pred = time.perf_counter() - t0
+        e = np.concatenate([o["energy"] for o in outs])
+        f = np.concatenate([o["forces"] for o in outs])
+        name = f"DeployedModel.predict, {args.batch}/batch, {threads} thr."
+        rows.append((name, t_pred, agreement(e, f, ref, counts)))
 
     frames = every.to_ase()
     calc = Calculator(pot, units="ase")
