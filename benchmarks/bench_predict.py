@@ -1,6 +1,7 @@
 """Prediction speed against n2p2's ``nnp-dataset``: one potential, one dataset, one run.
 
-The potential: n2p2's RPBE-D3 water example (``../shared/n2p2/water``: its ``input.nn``,
+The potential: n2p2's RPBE-D3 water example (``$N2P2_WATER``, else ``../shared/n2p2/water``:
+its ``input.nn``,
 ``scaling.data`` from ``nnp-scaling`` on its ``input.data``) with random weights (seeded),
 read in the file's units (Å/eV for both codes: no conversion on either side). The data:
 its 20 structures concatenated ``--copies`` times, as one n2p2 ``input.data``.
@@ -141,7 +142,7 @@ def main() -> int:
     from dparallel.n2p2 import load_potential
     from dparallel.n2p2.binaries import read_output_data
 
-    every = open_source(str(data), "n2p2", units="ase").read(0, args.copies * 20)
+    every = open_source(str(data), "n2p2", units="ase").read(0, None)
     counts = every.atom_counts
     rows: list[tuple[str, float, str]] = []
     t1, out1 = run_n2p2(pot, data, work, bindir, 1)
