@@ -1,8 +1,8 @@
 """Prediction speed against n2p2's ``nnp-dataset``: one potential, one dataset, one run.
 
 The potential: n2p2's RPBE-D3 water example (``$N2P2_WATER``, else ``../shared/n2p2/water``:
-its ``input.nn``,
-``scaling.data`` from ``nnp-scaling`` on its ``input.data``) with random weights (seeded),
+its ``input.nn``, ``scaling.data`` from ``nnp-scaling`` on its ``input.data``) with random
+weights (seeded),
 read in the file's units (Å/eV for both codes: no conversion on either side). The data:
 its 20 structures concatenated ``--copies`` times, as one n2p2 ``input.data``.
 
