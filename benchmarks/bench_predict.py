@@ -2,9 +2,8 @@
 
 The potential: n2p2's RPBE-D3 water example (``$N2P2_WATER``, else ``../shared/n2p2/water``:
 its ``input.nn``, ``scaling.data`` from ``nnp-scaling`` on its ``input.data``) with random
-weights (seeded),
-read in the file's units (Å/eV for both codes: no conversion on either side). The data:
-its 20 structures concatenated ``--copies`` times, as one n2p2 ``input.data``.
+weights (seeded), read in the file's units (Å/eV for both codes: no conversion on either
+side). The data: its 20 structures concatenated ``--copies`` times, as one n2p2 ``input.data``.
 
 Timed, energies and forces of every structure, wall time of each whole route:
 
