@@ -312,12 +312,14 @@ def featurize(
         Interrupted (Ctrl-C): says how many partitions are done and kept.
     """
     from dparallel.cluster import discard_connection, expected_workers
+    from dparallel.cluster.dispatch import no_worker_grace
 
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if isinstance(options, FeaturizeOptions):  # whatever fails, also the checks below
             stack.callback(discard_connection, options.connecting)  # closed if it was used
         _check_arguments("featurize", descriptors, options)
+        no_worker_grace()  # a bad DPARALLEL_WORKER_WAIT: refused before any work
         # needed before the store only to derive the partition size (a given client is asked)
         n_workers = (
             expected_workers(**options.connect_to()) if options.partition_atoms is None else None
@@ -325,8 +327,7 @@ def featurize(
         refuse_foreign_target(store_path, options.overwrite, (source_path, *options.protect))
         lease = stack.enter_context(StoreLease(store_path, command="dparallel featurize"))
         if n_workers is None and options.partition_atoms is None and options.connecting is not None:
-            # a cluster this run does not start: its workers once connected (as run's client)
-            n_workers = expected_workers(client=options.connecting.result().client)
+            n_workers = _connected_workers(options.connecting)
         source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
         pending = [int(p) for p in store.pending_partitions()]
         if n_workers is None and pending:
@@ -438,6 +439,20 @@ def _run_partitions(
             raise
         publish_progress_end(run, _failed_words(failures, len(pending)), target=handle.client)
         return failures
+
+
+def _connected_workers(connecting: Future[ClusterHandle]) -> int | None:
+    """Workers of a cluster this run does not start, once connected (as ``dparallel run``'s
+    client counts them), to derive the partition size; ``None`` where the connection
+    failed: a store with nothing pending needs no cluster, and one with work raises that
+    failure where its partitions need the cluster (:func:`_run_partitions`)."""
+    from dparallel.cluster import expected_workers
+
+    try:
+        handle = connecting.result()
+    except Exception:  # noqa: BLE001 - raised again by the same future where it matters
+        return None
+    return expected_workers(client=handle.client)
 
 
 def _warn_task_memory(

@@ -571,3 +571,31 @@ def test_derived_size_on_a_cluster_it_does_not_start_counts_its_workers(
     a, b = _global_features(reference), _global_features(tmp_path / "address.zarr")
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_a_complete_store_needs_no_reachable_scheduler_to_say_nothing_is_left(dataset, tmp_path):
+    """Counting the workers of a cluster the run does not start waited for its
+    connection before the store was read: a rerun of a complete store failed on an
+    unreachable scheduler, where it had said there was nothing to do."""
+    from dparallel.cluster import connect_in_background
+    from dparallel.workflow.featurize import featurize_in_process
+
+    featurize_in_process(dataset, tmp_path / "s.zarr", _descriptor_set(), FeaturizeOptions())
+    address = "tcp://127.0.0.1:9"  # nothing listens there
+    options = FeaturizeOptions(
+        scheduler=address, connecting=connect_in_background(scheduler=address)
+    )
+    result = featurize(dataset, tmp_path / "s.zarr", _descriptor_set(), options)
+    assert result.partitions_computed == 0 and result.partitions_already_done >= 1
+
+
+def test_a_bad_worker_wait_is_refused_before_the_store_is_made(dataset, tmp_path, monkeypatch):
+    """DPARALLEL_WORKER_WAIT was first read while the run waited for a worker, after its
+    store was made and its tasks submitted."""
+    from dparallel.errors import ConfigError
+
+    monkeypatch.setenv("DPARALLEL_WORKER_WAIT", "soon")
+    options = FeaturizeOptions(scheduler="tcp://127.0.0.1:9")
+    with pytest.raises(ConfigError, match="DPARALLEL_WORKER_WAIT='soon'"):
+        featurize(dataset, tmp_path / "s.zarr", _descriptor_set(), options)
+    assert not (tmp_path / "s.zarr").exists()
