@@ -291,7 +291,8 @@ def cluster_kwargs(args: argparse.Namespace, spec: Any = None) -> dict[str, Any]
 
 def _warn_local_only(kind: str, gpus: int | None, dashboard: str | None) -> None:
     """Warn that ``--gpus`` / ``--dashboard-address``, which shape a local cluster, do
-    nothing where this run's workers are not started here (they were ignored in silence)."""
+    nothing where this run's workers are not started here (they were ignored in silence);
+    a SLURM cluster's scheduler, started here, takes the dashboard address."""
     if kind == "local":
         return
     import warnings
@@ -303,7 +304,7 @@ def _warn_local_only(kind: str, gpus: int | None, dashboard: str | None) -> None
             "--resources GPU=1`) take partitions on their GPU, whatever --gpus says",
             stacklevel=3,
         )
-    if dashboard is not None:
+    if dashboard is not None and kind != "slurm":  # a SLURM cluster's scheduler runs here
         warnings.warn(
             f"--dashboard-address places a local cluster's dashboard; this run's cluster is "
             f"not started here ({kind}): its scheduler serves its own (`dask scheduler "

@@ -210,6 +210,7 @@ def test_gpus_are_checked_on_this_machine_only_for_a_local_cluster(monkeypatch, 
         (["--scheduler", "tcp://127.0.0.1:1", "--dashboard-address", ":0"], "--dashboard-addr"),
         (["--scheduler-file", "s.json", "--dashboard-address", ":0"], "--dashboard-address"),
         (["--local", "2", "--dashboard-address", ":0"], None),
+        (["--dashboard-address", ":0"], "slurm"),  # its scheduler starts here: no warning
     ],
 )
 def test_options_of_a_local_cluster_are_warned_where_none_is_started(monkeypatch, argv, warned):
@@ -221,13 +222,18 @@ def test_options_of_a_local_cluster_are_warned_where_none_is_started(monkeypatch
     from dparallel.cli._options import add_cluster_arguments, cluster_kwargs
 
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    from dparallel.cluster import ClusterSpec
+
     parser = argparse.ArgumentParser()
     add_cluster_arguments(parser)
+    spec = ClusterSpec(kind="slurm") if warned == "slurm" else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cluster_kwargs(parser.parse_args(argv))
+        kwargs = cluster_kwargs(parser.parse_args(argv), spec)
     said = [str(w.message) for w in caught]
-    if warned is None:
+    if warned == "slurm":
+        assert said == [] and kwargs["cluster"].dashboard_address == ":0"
+    elif warned is None:
         assert said == []
     else:
         assert len(said) == 1 and said[0].startswith(warned) and "not started here" in said[0]
