@@ -479,9 +479,13 @@ def _warn_task_memory(
 
 def _publish_report(run: str, p: int, report: dict[str, Any], client: Any) -> None:
     """Send partition ``p``'s report to the dashboard, from the driver: a worker's own
-    events are dropped while its connection closes (retired or scaled down mid-run)."""
+    events are dropped while its connection closes (retired or scaled down mid-run). Not
+    through a client that lost its scheduler: its events wait for a reconnection that may
+    time out (reports handed on from ``recover`` arrive then too)."""
     from dparallel.dashboard.events import publish_progress
 
+    if getattr(client, "status", "running") != "running":
+        return
     publish_progress(
         run, p, report["n_structures"], report["n_atoms"], report["seconds"],
         worker=report.get("worker") or "client", target=client, n_skipped=report["n_skipped"],

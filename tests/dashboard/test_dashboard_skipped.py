@@ -111,3 +111,16 @@ def test_each_task_reports_its_skipped_structures_which_the_driver_publishes(
     assert len(sent) == store.n_partitions > 1
     assert sum(e["n_skipped"] for e in sent) == 3 == len(store.skipped())
     assert sum(e["n_structures"] for e in sent) == 9 == store.n_structures
+
+
+def test_the_driver_publishes_no_report_through_a_client_that_lost_its_scheduler() -> None:
+    from types import SimpleNamespace
+
+    from dparallel.workflow.featurize import _publish_report
+
+    sent: list[tuple] = []
+    report = {"n_structures": 2, "n_atoms": 8, "seconds": 0.1, "n_skipped": 0, "worker": "w"}
+    for status in ("running", "connecting", "closed"):
+        client = SimpleNamespace(status=status, log_event=lambda *a, s=status: sent.append((s, *a)))
+        _publish_report("featurize:s.zarr", 0, report, client)
+    assert [s[0] for s in sent] == ["running"]
