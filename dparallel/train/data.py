@@ -17,7 +17,7 @@ import os
 import queue
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
@@ -27,6 +27,7 @@ from ase.data import atomic_numbers
 from dparallel.errors import TrainingError
 from dparallel.train.batch import Batch, PartitionData, Rows, assemble, make_batch
 from dparallel.train.gather_ops import HOST, HostOps
+from dparallel.train.heap import trim_heap
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -84,6 +85,7 @@ class SplitIndex:
     partitions: list[int]
     ids: dict[int, np.ndarray]  # p → (S_p,) int64 source index
     split: dict[int, np.ndarray]  # p → (S_p,) int8
+    atoms: dict[int, int] = field(default_factory=dict)  # p → atoms it stores
 
     def count(self, name: str) -> int:
         """Number of structures in split ``name``."""
@@ -127,13 +129,15 @@ def build_split_index(
         )
     ids: dict[int, np.ndarray] = {}
     split: dict[int, np.ndarray] = {}
+    atoms: dict[int, int] = {}
     for p in parts:  # a store still incomplete stores the source index of its structures too
         batch = store.read_partition(p)
         ids[p] = store.partition_source_indices(p).astype(np.int64)
         split[p] = assign_splits(ids[p], batch.tags, validation, test, seed)
+        atoms[p] = batch.n_atoms
         if visit is not None:
             visit(p, batch, split[p])
-    return SplitIndex(parts, ids, split)
+    return SplitIndex(parts, ids, split, atoms)
 
 
 def train_cache_bytes() -> int:
@@ -306,6 +310,11 @@ class PartitionReader:
                     self._cache.popitem(last=False)
         return data
 
+    def caches(self, p: int) -> bool:
+        """Whether partition ``p`` is in the cache."""
+        with self._lock:
+            return p in self._cache
+
     def load(self, p: int) -> PartitionData:
         """Read partition ``p`` from the store (no cache)."""
         with torch.profiler.record_function("dparallel: read a partition"):
@@ -335,31 +344,35 @@ def background(
 ) -> Generator[Any, None, None]:
     """``items`` (through ``fn``, if given) iterated in a daemon thread ``depth`` ahead.
 
+    At most ``depth`` items are made and not yet taken (queued, or being made): the
+    thread starts the next one only once the consumer has taken one, so a partition
+    prefetch of 1 holds one partition ahead, not a second one waiting for room.
     An exception in the thread is raised here; closing the generator (the end, a
     ``break``, an error in the consumer) stops the thread, closes ``items`` and joins it.
     The thread starts with the first ``next``.
     """
-    q: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
+    q: queue.Queue[Any] = queue.Queue()
+    room = threading.Semaphore(max(1, depth))  # one per item made and not yet taken
     stop = threading.Event()
 
-    def put(item: Any) -> bool:
+    def wait_for_room() -> bool:
         while not stop.is_set():
-            try:
-                q.put(item, timeout=0.05)
+            if room.acquire(timeout=0.05):
                 return True
-            except queue.Full:
-                continue
         return False
 
     def work() -> None:
         it = iter(items)
         try:
-            for item in it:
-                if not put(item if fn is None else fn(item)):
+            while wait_for_room():
+                item: Any = next(it, _DONE)
+                if item is _DONE:
+                    q.put(_DONE)
                     return
-            put(_DONE)
+                q.put(item if fn is None else fn(item))
+                del item  # held by the queue only, until taken
         except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
-            put(exc)
+            q.put(exc)
         finally:
             getattr(it, "close", lambda: None)()
 
@@ -367,9 +380,11 @@ def background(
     thread.start()
     try:
         while (item := q.get()) is not _DONE:
+            room.release()
             if isinstance(item, BaseException):
                 raise item
             yield item
+            del item  # not held while the next one is awaited
     finally:
         stop.set()
         thread.join(timeout=30)
@@ -443,8 +458,8 @@ def iterate_batches(
     from the store and assembled with ``ops``.
 
     Partitions are read in the plan's order (``prefetch`` ahead in a thread) and dropped
-    once their last structure is batched. The end of the iteration closes ``ops`` (its
-    gather threads).
+    once their last structure is batched; a batch is not referenced here once yielded.
+    The end of the iteration closes ``ops`` (its gather threads).
     """
     left = {p: int(np.count_nonzero(reader.index.split[p] == plan.code)) for p in plan.partitions}
     stream = reader.stream(plan.partitions, prefetch)
@@ -455,12 +470,16 @@ def iterate_batches(
                 while p not in loaded:
                     part = next(stream)
                     loaded[part.p] = part
+                    del part  # a partition is dropped with its last structure batched
             batch = reader.batch([(loaded[p], s) for p, s in items], dtype, ops)
             for p, _ in items:
                 left[p] -= 1
                 if left[p] == 0:
                     del loaded[p]
+                    if not reader.caches(p):
+                        trim_heap()  # its blocks back to the system, not kept by malloc
             yield batch
+            del batch  # not held while the next one is assembled
     finally:
         stream.close()
         ops.close()

@@ -143,8 +143,96 @@ def test_loader_memory_is_bounded_by_buffer_and_prefetch(tmp_path) -> None:  # n
         gc.collect(0)  # partitions have no reference cycles; young generation suffices
         peak = max(peak, len(alive))
     assert seen == 24
-    # leftover buffer items (< 2) + current partition + one queued + one being read
-    assert peak <= 4
+    # leftover buffer items (< 2: one partition) + current partition + one read ahead
+    assert peak <= 3
+
+
+def test_background_makes_at_most_depth_items_ahead() -> None:
+    """A prefetch of ``depth`` holds ``depth`` items not yet taken, not one more waiting
+    for room in the queue."""
+    import time
+
+    from dparallel.train.data import background
+
+    made: list[int] = []
+
+    def items():  # noqa: ANN202
+        for k in range(8):
+            made.append(k)
+            yield k
+
+    for depth in (1, 2):
+        made.clear()
+        taken = 0
+        for _ in background(items(), depth, "test-background"):
+            taken += 1
+            time.sleep(0.05)  # room for the thread to run ahead as far as it may
+            assert len(made) - taken <= depth
+        assert taken == 8
+
+
+def test_streamed_partitions_in_order_hold_one_ahead(store) -> None:  # noqa: ANN001
+    """Unshuffled, with prefetch 1: the partition batched and the one read ahead (counted
+    from the start of its read), not the one dropped or a second one ahead; and the batch
+    yielded before is not held while the next is assembled."""
+    import gc
+    import threading
+    import time
+    import weakref
+
+    index = build_split_index(store, 0.0, 0.0, seed=0)
+    assert len(index.partitions) >= 4
+    reader = PartitionReader(store, "acsf", ["Cu"], index, forces=True, cache_bytes=0)
+    live, lock = [0, 0], threading.Lock()
+    load, assemble_batch = reader.load, reader.batch
+
+    def gone() -> None:
+        with lock:
+            live[0] -= 1
+
+    def counted(p: int):  # noqa: ANN202
+        with lock:
+            live[0] += 1
+            live[1] = max(live[1], live[0])
+        data = load(p)
+        weakref.finalize(data, gone)
+        time.sleep(0.02)
+        return data
+
+    previous: list[weakref.ref] = []
+
+    def batch(items, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        gc.collect(0)
+        assert all(ref() is None for ref in previous), "the previous batch is still held"
+        out = assemble_batch(items, *args, **kwargs)
+        previous[:] = [weakref.ref(out)]
+        return out
+
+    reader.load = counted  # type: ignore[method-assign]
+    reader.batch = batch  # type: ignore[method-assign]
+    plan = BatchPlan(index, "train", 4, shuffle=False)
+    n = 0
+    for b in iterate_batches(reader, plan, prefetch=1):
+        n += b.n_structures
+        del b
+        gc.collect(0)
+    assert n == index.count("train")
+    assert live[1] <= 2
+
+
+def test_a_dropped_partition_is_trimmed_unless_cached(store, monkeypatch) -> None:  # noqa: ANN001
+    """Streamed without a cache, each partition dropped gives its heap back (malloc_trim);
+    one the cache keeps does not."""
+    import dparallel.train.data as data_module
+
+    index = build_split_index(store, 0.0, 0.0, seed=0)
+    for cache, expected in ((0, len(index.partitions)), (2**40, 0)):
+        calls: list[int] = []
+        monkeypatch.setattr(data_module, "trim_heap", lambda c=calls: c.append(1))
+        reader = PartitionReader(store, "acsf", ["Cu"], index, forces=True, cache_bytes=cache)
+        for _ in iterate_batches(reader, BatchPlan(index, "train", 4, shuffle=True)):
+            pass
+        assert len(calls) == expected
 
 
 def test_an_element_with_no_training_atoms_is_refused_before_training(tmp_path) -> None:  # noqa: ANN001
