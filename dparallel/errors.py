@@ -215,6 +215,10 @@ class DeviceError(TrainingError):
     """A compute device was asked for but is absent, or ran out of memory; says what to do."""
 
 
+class HostMemoryError(TrainingError):
+    """Streamed training clearly cannot fit the host memory available; says what to lower."""
+
+
 #: Every error class above: the whole hierarchy is public.
 __all__ = sorted(
     name

@@ -37,6 +37,7 @@ from dparallel.train.data import PartitionReader, train_cache_bytes
 from dparallel.train.data_units import record_data_units
 from dparallel.train.device import Target, out_of_memory
 from dparallel.train.feed import BatchFeed
+from dparallel.train.host_memory import check_host_memory
 from dparallel.train.model_dir import check_store_unchanged, claim_model_dir
 from dparallel.train.optimizers import Optimizer, make_optimizer
 from dparallel.train.preparation import Prepared, build_model, check_complete, prepare
@@ -250,6 +251,8 @@ def _set_up(
         )  # fmt: skip
     feed = BatchFeed(target, spec.data_on_device, spec.batch_prefetch)
     feed.hold(reader)
+    if feed.held is None and reader.holdable:  # streamed from the store
+        check_host_memory(reader, spec, cache)
     run = _Run(spec, prep, feed, model, optimizer, reader, model_dir)
     digest = split_digest(prep.index.ids_of(_monitored_split(run)))
     if resume and progress.best_epoch >= 0 and not (model_dir / BEST).is_file():
