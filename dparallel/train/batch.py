@@ -328,6 +328,19 @@ def split_assembled(
     ]
 
 
+def take_structures(part: PartitionData, sel: np.ndarray, ops: HostOps = HOST) -> PartitionData:
+    """Structures ``sel`` of ``part`` as a partition of their own (rows copied, in the stored
+    dtypes, index columns renumbered): what is left of a partition, without the rest."""
+    got = assemble_groups([(part, sel)], ops)
+    rows = {}
+    for name, table in part.rows.items():
+        per_structure = table.offsets[sel + 1] - table.offsets[sel]
+        offsets = np.concatenate([[0], np.cumsum(per_structure)]).astype(np.int64)
+        rows[name] = Rows(offsets, got.tables[name], dict(table.refs), table.constant)
+    nbytes = sum(int(v.nbytes) for cols in got.tables.values() for v in cols.values())
+    return PartitionData(part.p, part.ids[sel], part.split[sel], rows, nbytes)
+
+
 def merge_partitions(parts: Sequence[PartitionData], ops: HostOps = HOST) -> PartitionData:
     """``parts`` as one partition (their structures in order), index columns renumbered.
 

@@ -25,7 +25,14 @@ import torch
 from ase.data import atomic_numbers
 
 from dparallel.errors import TrainingError
-from dparallel.train.batch import Batch, PartitionData, Rows, assemble, make_batch
+from dparallel.train.batch import (
+    Batch,
+    PartitionData,
+    Rows,
+    assemble,
+    make_batch,
+    take_structures,
+)
 from dparallel.train.gather_ops import HOST, HostOps
 from dparallel.train.heap import trim_heap
 
@@ -390,6 +397,35 @@ def background(
         thread.join(timeout=30)
 
 
+#: A partition the shuffle buffer still draws from is copied down to its structures left
+#: once they are at most this share of the structures it holds.
+COMPACT_SHARE = 0.5
+
+
+def _compact(
+    reader: PartitionReader,
+    loaded: dict[int, PartitionData],
+    row: dict[int, np.ndarray],
+    pending: dict[int, np.ndarray],
+    left: dict[int, int],
+) -> None:
+    """Copy each loaded partition (but the newest) whose structures left in the shuffle
+    buffer are at most :data:`COMPACT_SHARE` of those it holds down to them
+    (:func:`~dparallel.train.batch.take_structures`), so a few structures drawn late do
+    not keep a whole partition alive; ``row`` maps a partition's structures to the rows of
+    its copy. A partition the cache holds is left whole (the copy would add, not free)."""
+    for q in list(loaded)[:-1]:
+        data = loaded[q]
+        if left[q] > COMPACT_SHARE * data.n_structures or reader.caches(q):
+            continue
+        kept = np.flatnonzero(pending[q])
+        loaded[q] = take_structures(data, kept if q not in row else row[q][kept])
+        row[q] = np.full(pending[q].shape[0], -1, np.int64)
+        row[q][kept] = np.arange(kept.shape[0])
+        del data
+        trim_heap()
+
+
 class BatchPlan:
     """Which structures make each mini-batch of a split, from the split index alone.
 
@@ -461,9 +497,11 @@ def iterate_batches(
     once their last structure is batched; a batch is not referenced here once yielded.
     The end of the iteration closes ``ops`` (its gather threads).
     """
-    left = {p: int(np.count_nonzero(reader.index.split[p] == plan.code)) for p in plan.partitions}
+    pending = {p: reader.index.split[p] == plan.code for p in plan.partitions}  # not batched
+    left = {p: int(np.count_nonzero(pending[p])) for p in plan.partitions}
     stream = reader.stream(plan.partitions, prefetch)
     loaded: dict[int, PartitionData] = {}
+    row: dict[int, np.ndarray] = {}  # p → its structures' rows in a compacted loaded[p]
     try:
         for items in plan:
             for p, _ in items:
@@ -471,11 +509,17 @@ def iterate_batches(
                     part = next(stream)
                     loaded[part.p] = part
                     del part  # a partition is dropped with its last structure batched
-            batch = reader.batch([(loaded[p], s) for p, s in items], dtype, ops)
-            for p, _ in items:
+                    if reader.holdable:
+                        _compact(reader, loaded, row, pending, left)
+            at = [(loaded[p], s if p not in row else int(row[p][s])) for p, s in items]
+            batch = reader.batch(at, dtype, ops)
+            del at
+            for p, s in items:
+                pending[p][s] = False
                 left[p] -= 1
                 if left[p] == 0:
                     del loaded[p]
+                    row.pop(p, None)
                     if not reader.caches(p):
                         trim_heap()  # its blocks back to the system, not kept by malloc
             yield batch

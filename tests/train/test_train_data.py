@@ -477,3 +477,73 @@ def test_a_partition_holds_stored_derivatives_without_a_copy(store, monkeypatch)
         key = np.lexsort((again.columns["second"], again.columns[name]))
         ref = np.lexsort((rows.columns["second"], rows.columns[name]))
         np.testing.assert_array_equal(again.columns[name][key], rows.columns[name][ref])
+
+
+def _tensors(batch) -> list[torch.Tensor]:  # noqa: ANN001
+    """Every tensor of ``batch``, in the order :func:`map_batch` walks them."""
+    from dparallel.train.batch import map_batch
+
+    out: list[torch.Tensor] = []
+    map_batch(batch, lambda t: out.append(t) or t)
+    return out
+
+
+def _live_structures(reader: PartitionReader, monkeypatch) -> list[int]:  # noqa: ANN001
+    """[now, peak] structures held by live partitions, whole or copied down."""
+    import threading
+    import weakref
+
+    import dparallel.train.data as data_module
+
+    held, lock = [0, 0], threading.Lock()
+
+    def track(data):  # noqa: ANN001, ANN202
+        n = data.n_structures
+        with lock:
+            held[0] += n
+            held[1] = max(held[1], held[0])
+
+        def gone() -> None:
+            with lock:
+                held[0] -= n
+
+        weakref.finalize(data, gone)
+        return data
+
+    load, take = reader.load, data_module.take_structures
+    monkeypatch.setattr(reader, "load", lambda p: track(load(p)))
+    monkeypatch.setattr(data_module, "take_structures", lambda *a: track(take(*a)))
+    return held
+
+
+def test_structures_drawn_late_do_not_keep_their_partition(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """A shuffle buffer's stragglers (a few structures of a partition read long before) keep
+    a copy of themselves, not the whole partition: fewer structures are held at once than
+    with whole partitions (by one partition at least), and the batches are those assembled
+    from the whole partitions, bitwise."""
+    import gc
+
+    import dparallel.train.data as data_module
+
+    st = small_store(tmp_path, n=96, partition_atoms=300)
+    index = build_split_index(st, 0.0, 0.0, seed=0)
+    per_partition = max(len(index.ids[p]) for p in index.partitions)
+    assert len(index.partitions) >= 8
+    whole = {p: PartitionReader(st, "acsf", ["Cu"], index, True).load(p) for p in index.partitions}
+    peaks = []
+    for share in (data_module.COMPACT_SHARE, 0.0):  # 0: never copied down
+        monkeypatch.setattr(data_module, "COMPACT_SHARE", share)
+        reader = PartitionReader(st, "acsf", ["Cu"], index, forces=True, cache_bytes=0)
+        held = _live_structures(reader, monkeypatch)
+        plan = BatchPlan(index, "train", 2, shuffle=True, seed=1, shuffle_buffer=per_partition)
+        expected = [reader.batch([(whole[p], s) for p, s in items]) for items in plan]
+        plan = BatchPlan(index, "train", 2, shuffle=True, seed=1, shuffle_buffer=per_partition)
+        for want, got in zip(expected, iterate_batches(reader, plan, prefetch=1), strict=True):
+            assert np.array_equal(want.ids, got.ids)
+            a, b = _tensors(want), _tensors(got)
+            assert len(a) == len(b)
+            assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+            del got
+            gc.collect(0)
+        peaks.append(held[1])
+    assert peaks[0] <= peaks[1] - per_partition
