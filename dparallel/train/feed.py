@@ -244,7 +244,14 @@ class BatchFeed:
         if int(depth) > 0:
             ahead = prefetched(host, self.device, int(depth), dtype if late else None)
             return timed(ahead, self.wait)
-        return timed((batch_to(b, self.device) for b in host), self.wait)
+        return timed(_moved(host, self.device), self.wait)
+
+
+def _moved(batches: Iterable[Batch], device: torch.device) -> Generator[Batch, None, None]:
+    """``batches`` on ``device``; none held here while the next is read."""
+    for batch in batches:
+        yield batch_to(batch, device)
+        del batch
 
 
 # ----------------------------------------------------------------- the batch prefetch thread
@@ -267,6 +274,7 @@ def timed(batches: Iterable[Batch], clock: WaitClock) -> Generator[Batch, None, 
             if batch is None:
                 return
             yield batch
+            del batch  # not held while the next one is read
     finally:
         getattr(it, "close", lambda: None)()
 
@@ -300,6 +308,7 @@ def prefetched(
             if event is not None:
                 _wait_on(batch, event)
             yield batch
+            del batch, event  # not held while the next one is read
 
 
 def _wait_on(batch: Batch, event: Any) -> None:

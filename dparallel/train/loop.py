@@ -337,6 +337,7 @@ def _train_epoch(run: _Run, epoch: int) -> tuple[dict[str, float], float]:
         for batch in batches:
             energy, predicted, _ = optimizer.step(model, batch, forces)
             m.add(energy, predicted, batch)
+            batch = None  # not held while the next one is read
         summary = m.summary()  # waits for the device's queued work
     except torch.OutOfMemoryError as exc:
         where = f"a training step of epoch {epoch}"

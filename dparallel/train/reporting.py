@@ -134,6 +134,7 @@ def evaluate_split(
         for batch in batches:
             energy, forces = predict_batch(model, batch, reader.forces)
             m.add(energy, forces, batch, keep)
+            del batch  # not held while the next one is read
     return m
 
 

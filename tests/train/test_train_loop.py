@@ -12,7 +12,7 @@ from _callbacks import stop_after
 from _store_fixture import small_store
 
 from dparallel.errors import TrainingError
-from dparallel.train import TrainingSpec
+from dparallel.train import TrainingSpec, train
 from dparallel.train import train as train_model
 
 
@@ -428,3 +428,32 @@ def test_a_store_with_no_partition_done_says_so(tmp_path, allow_incomplete) -> N
         )
     else:
         assert f"incomplete: 0 of {st.n_partitions} partitions are ingested (" in str(info.value)
+
+
+def test_a_batch_is_not_held_while_the_next_is_assembled(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """Streamed on the CPU (training and validation), the batch before is freed (its
+    tensors) by the time the next one is assembled: the loop, the feed's generators and
+    the loader each dropped it."""
+    import gc
+    import weakref
+
+    from dparallel.train.data import PartitionReader
+
+    store = small_store(tmp_path, n=24)
+    assemble_batch = PartitionReader.batch
+    previous: list[weakref.ref] = []
+    calls = [0]
+
+    def batch(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        gc.collect(0)
+        assert all(ref() is None for ref in previous), "the batch before is still held"
+        out = assemble_batch(self, *args, **kwargs)
+        previous[:] = [weakref.ref(out.forces)]
+        calls[0] += 1
+        return out
+
+    monkeypatch.setattr(PartitionReader, "batch", batch)
+    spec = TrainingSpec(epochs=2, batch_size=2, validation_fraction=0.25, test_fraction=0.0)
+    monkeypatch.setenv("DPARALLEL_TRAIN_CACHE_MB", "0")
+    train(store, tmp_path / "m", spec)
+    assert calls[0] > 10
