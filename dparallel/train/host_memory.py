@@ -67,7 +67,7 @@ def estimate_host_memory(
     train = len(index.partitions_with("train"))
     # the shuffle buffer's structures, then one partition (+ the one it fills from), and
     # `prefetch` read ahead
-    buffered = math.ceil(max(spec.shuffle_buffer, spec.batch_size) / max(structures)) + 1
+    buffered = math.ceil(max(spec.shuffle_buffer, spec.batch_size) / max(1, *structures)) + 1
     held = min(train, buffered + spec.prefetch)
     total_data = int(per_atom * sum(atoms.values()))
     if cache_bytes > 0:  # the cache keeps what fits it (every split's partitions)
