@@ -322,11 +322,10 @@ def remove_file(
 
 def _syncfs(folder: str) -> bool:
     """``syncfs`` of the filesystem holding ``folder`` (Linux); False where unavailable."""
-    import ctypes
+    from dparallel._libc import c_library
 
-    try:  # the process's own symbols, libc's among them (find_library ran `ldconfig -p`)
-        call = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
+    call = getattr(c_library(), "syncfs", None)
+    if call is None:
         return False
     fd = os.open(folder, os.O_RDONLY)
     try:

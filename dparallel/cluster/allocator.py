@@ -11,12 +11,11 @@ when ``DPARALLEL_MALLOC_TUNE=0``.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import os
-import platform
 import threading
+
+from dparallel._libc import glibc
 
 __all__ = ["ENV_MALLOC_TUNE", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_allocator"]
 
@@ -58,9 +57,9 @@ def _tune_once() -> bool:
     if os.environ.get(ENV_MALLOC_TUNE, "1").strip() == "0":
         return False
     frozen = [var for var in _STATIC_VARS if var in os.environ]
-    if not frozen or platform.libc_ver()[0] != "glibc":
+    libc = glibc() if frozen else None
+    if libc is None:
         return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )

@@ -9,23 +9,12 @@ them), so without :func:`trim_heap` a streamed run's RSS grows by partitions lon
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
-import platform
-from typing import Any
-
-
-@functools.cache
-def _libc() -> Any:
-    """glibc, or None (another C library: nothing to trim)."""
-    if platform.libc_ver()[0] != "glibc":
-        return None
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+from dparallel._libc import glibc
 
 
 def trim_heap() -> None:
-    """Return the free pages of every malloc arena to the system (glibc's ``malloc_trim``)."""
-    libc = _libc()
+    """Return the free pages of every malloc arena to the system (glibc's ``malloc_trim``;
+    nothing to trim with another C library)."""
+    libc = glibc()
     if libc is not None:
         libc.malloc_trim(0)

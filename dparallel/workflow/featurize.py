@@ -40,7 +40,7 @@ from dparallel.workflow.featurize_failures import raise_failures
 from dparallel.workflow.featurize_plan import (
     featurize_plan,
     featurize_target_atoms,
-    memory_warning,
+    warn_task_memory,
 )
 from dparallel.workflow.featurize_task import featurize_partition
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
@@ -410,7 +410,9 @@ def _run_partitions(
             int(store.plan.atoms[pending].sum()),
             store.n_partitions - len(pending),  # done by earlier runs: not this run's count
         )
-        _warn_task_memory(handle.client, source, store, pending, descriptors, options)
+        warn_task_memory(
+            handle.client, source, descriptors, store.plan, pending, options.option_names
+        )
         publish_progress_start(run, *work, target=handle.client)
         if progress is not None:
             progress(progress_start_event(run, *work), 0, len(pending))
@@ -453,28 +455,6 @@ def _connected_workers(connecting: Future[ClusterHandle]) -> int | None:
     except Exception:  # noqa: BLE001 - raised again by the same future where it matters
         return None
     return expected_workers(client=handle.client)
-
-
-def _warn_task_memory(
-    client: Any,
-    source: StructureSource,
-    store: Store,
-    pending: list[int],
-    descriptors: DescriptorSet,
-    options: FeaturizeOptions,
-) -> None:
-    """Warn when the largest pending partition needs more memory than the smallest limit
-    of the workers the scheduler knows now (:func:`memory_warning`)."""
-    workers = client.scheduler_info(n_workers=-1).get("workers") or {}
-    limits = [w.get("memory_limit") for w in workers.values()]
-    known = [float(x) for x in limits if isinstance(x, (int, float)) and x > 0]
-    if not known:
-        return
-    text = memory_warning(
-        source, descriptors, store.plan, pending, min(known), options.option_names
-    )
-    if text:
-        warnings.warn(text, stacklevel=4)
 
 
 def _publish_report(run: str, p: int, report: dict[str, Any], client: Any) -> None:

@@ -5,6 +5,7 @@ a derived size bounded by what the descriptors hold per atom
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +36,7 @@ __all__ = [
     "memory_warning",
     "partition_bytes",
     "task_bytes",
+    "warn_task_memory",
 ]
 
 
@@ -155,3 +157,23 @@ def memory_warning(
         f"({n['partition_atoms']} {fits}, with {n['overwrite']} where the store has "
         f"another size), or give each worker more memory ({n['memory_limit']})"
     )
+
+
+def warn_task_memory(
+    client: Any,
+    source: StructureSource,
+    descriptors: DescriptorSet,
+    plan: Plan,
+    pending: list[int],
+    names: Mapping[str, str] | None = None,
+) -> None:
+    """Warn (:func:`memory_warning`) when the largest pending partition needs more memory
+    than the smallest limit of the workers ``client``'s scheduler knows now."""
+    workers = client.scheduler_info(n_workers=-1).get("workers") or {}
+    limits = [w.get("memory_limit") for w in workers.values()]
+    known = [float(x) for x in limits if isinstance(x, (int, float)) and x > 0]
+    if not known:
+        return
+    text = memory_warning(source, descriptors, plan, pending, min(known), names)
+    if text:
+        warnings.warn(text, stacklevel=4)

@@ -3,6 +3,8 @@ against ASE's neighbour lists; stores planned by atoms alone still resume."""
 
 from __future__ import annotations
 
+import warnings
+
 import ase.io
 import numpy as np
 import pytest
@@ -235,6 +237,33 @@ def test_memory_warning_names_a_size_that_fits(tmp_path):
     assert 1_000 < fits < 6_480
     smaller = featurize_plan(source, fits, dset.r_cut)
     assert memory_warning(source, dset, smaller, list(range(len(smaller))), 0.9 * need) is None
+
+
+def test_the_run_warns_on_the_smallest_memory_limit_its_scheduler_knows(tmp_path):
+    """What featurize asks before its tasks run: the workers' limits from the scheduler
+    (none known, or all large enough: nothing said)."""
+    from types import SimpleNamespace
+
+    from dparallel.store.plan import WORKER_BYTES
+    from dparallel.workflow.featurize_plan import partition_bytes, warn_task_memory
+
+    _alloy(tmp_path / "alloy.extxyz", n=60)
+    source = open_source(tmp_path / "alloy.extxyz")
+    dset = _alloy_set()
+    plan = plan_partitions(source.atom_counts, 10_000)
+    need = partition_bytes(source, dset, plan)[0] + WORKER_BYTES
+
+    def client(*limits: float | None) -> SimpleNamespace:
+        workers = {f"w{i}": {"memory_limit": x} for i, x in enumerate(limits)}
+        return SimpleNamespace(scheduler_info=lambda **_: {"workers": workers})
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_task_memory(client(), source, dset, plan, [0])
+        warn_task_memory(client(None, 0), source, dset, plan, [0])  # no limits set
+        warn_task_memory(client(2 * need, 1.01 * need), source, dset, plan, [0])
+    with pytest.warns(UserWarning, match="partition 0 .* memory limit"):
+        warn_task_memory(client(2 * need, 0.9 * need), source, dset, plan, [0])
 
 
 def test_without_a_worker_count_the_size_keeps_within_memory_too(tmp_path, monkeypatch):
