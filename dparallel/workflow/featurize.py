@@ -42,7 +42,7 @@ from dparallel.workflow.featurize_plan import (
     featurize_target_atoms,
     warn_task_memory,
 )
-from dparallel.workflow.featurize_task import featurize_partition
+from dparallel.workflow.featurize_task import featurize_partition, recorded_report
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
 from dparallel.workflow.ingest import ingest_config, open_options
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from dparallel.cluster import ClusterHandle
     from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.io import StructureSource
-    from dparallel.io.location import Location, Where
+    from dparallel.io.location import Where
     from dparallel.store import Plan
     from dparallel.store.stats import FeatureStats
 
@@ -431,7 +431,7 @@ def _run_partitions(
             retries=options.retries,
             on_result=add,
             check=lease.check,
-            recover=lambda p: _recorded_report(store_path, p),
+            recover=lambda p: recorded_report(open_store(store_path), p),
             resources=lambda p: {GPU_RESOURCE: 1} if p in marked else None,
         )
         try:
@@ -481,15 +481,6 @@ def _failed_words(failures: dict[int, BaseException], n_pending: int) -> str | N
         f"{len(failures)} of {n_pending} partitions failed; partition {p}: "
         f"{type(exc).__name__}: {exc}"
     )
-
-
-def _recorded_report(store_path: str | Location, p: int) -> dict[str, Any] | None:
-    """Partition ``p``'s report as its task recorded it in the store, once it is done
-    (what the driver uses when the task's own result was lost with its worker)."""
-    store = open_store(store_path)
-    if p not in set(store.done_partitions().tolist()):
-        return None
-    return store.report(p)
 
 
 def _warn_idle_workers(

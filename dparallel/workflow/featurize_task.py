@@ -49,6 +49,7 @@ __all__ = [
     "DEVICE_ENGINES",
     "device_descriptors",
     "featurize_partition",
+    "recorded_report",
     "task_descriptors",
     "task_device",
     "triton_descriptors",
@@ -302,10 +303,11 @@ def _compute(
         indices = indices[keep]
 
 
-def _recorded(store: Store, p: int) -> dict[str, Any] | None:
-    """Partition ``p``'s recorded report when it is already done, else ``None``: Dask runs a
-    task again when its held result went with a worker that left (or was retired while
-    running it), and this run already has that result."""
+def recorded_report(store: Store, p: int) -> dict[str, Any] | None:
+    """Partition ``p``'s report as its task recorded it, once the partition is done, else
+    ``None``: what a task rerun by Dask returns (its held result went with a worker that
+    left, or was retired while running it) and what the driver takes when a task's own
+    result was lost with its worker."""
     return store.report(p) if store.is_done(p) else None
 
 
@@ -319,7 +321,8 @@ def featurize_partition(
     install: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Compute and write partition ``p`` (idempotent; safe to retry); returns its report.
-    A partition already done returns its recorded report, computing nothing (:func:`_recorded`).
+    A partition already done returns its recorded report, computing nothing
+    (:func:`recorded_report`).
 
     Runs inside a Dask worker (or in-process). ``descriptors`` is
     :meth:`DescriptorSet.to_dict` so nothing but plain data crosses the wire. ``install``:
@@ -350,7 +353,7 @@ def featurize_partition(
         threads = configured_torch_threads() if torch_threads is None else int(torch_threads)
     device = task_device()  # "cuda" on a GPU worker with a CUDA device
     store = open_store(store_path, mode="r+")
-    if (done := _recorded(store, p)) is not None:
+    if (done := recorded_report(store, p)) is not None:
         return done
     start, stop = store.partition_range(p)
     checked = source.read_checked(start, stop)
