@@ -21,8 +21,8 @@ if TYPE_CHECKING:
         dashboard_link,
         dashboard_pages,
         discard_connection,
-        expected_workers,
     )
+    from dparallel.cluster.expected import expected_worker_memory, expected_workers
     from dparallel.cluster.spec import ClusterSpec, SlurmSpec, TLSSpec
     from dparallel.cluster.threads import (
         ENV_TORCH_THREADS,
@@ -40,7 +40,8 @@ _LAZY = {
     "discard_connection": "connection",
     "dashboard_link": "connection",
     "dashboard_pages": "connection",
-    "expected_workers": "connection",
+    "expected_worker_memory": "expected",
+    "expected_workers": "expected",
     "ClusterSpec": "spec",
     "SlurmSpec": "spec",
     "TLSSpec": "spec",
@@ -66,6 +67,7 @@ __all__ = [
     "dashboard_pages",
     "discard_connection",
     "ensure_torch_threads",
+    "expected_worker_memory",
     "expected_workers",
     "torch_thread_report",
     "torch_threads",

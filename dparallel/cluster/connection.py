@@ -52,7 +52,6 @@ __all__ = [
     "dashboard_link",
     "dashboard_pages",
     "discard_connection",
-    "expected_workers",
 ]
 
 logger = logging.getLogger(__name__)
@@ -309,31 +308,6 @@ def _connect_new(
     if kind == "slurm":
         return _start_slurm(spec)
     return _start_local(spec, worker_preload, forkserver_preload, return_early)
-
-
-def expected_workers(
-    spec: ClusterSpec | None = None,
-    *,
-    client: Client | None = None,
-    scheduler: str | None = None,
-    scheduler_file: str | os.PathLike[str] | None = None,
-) -> int | None:
-    """Workers :func:`connect` with these arguments will have, when known without starting
-    it: a given client's current ones, or those its cluster object plans (a
-    ``SpecCluster``'s ``plan``: a SLURM cluster's jobs still queued), a local cluster's
-    (one per core unless ``spec.n_workers``), a SLURM cluster's (``jobs`` × ``cores``
-    processes), else ``spec.n_workers`` (``None``: unknown)."""
-    spec = spec if spec is not None else ClusterSpec()
-    if client is not None:  # its workers, and those its cluster object has asked for
-        found = len(client.scheduler_info(n_workers=-1).get("workers", {}))
-        planned = getattr(getattr(client, "cluster", None), "plan", None) or ()
-        return max(found, len(planned)) or None
-    kind = connection_kind(spec, scheduler=scheduler, scheduler_file=scheduler_file)
-    if kind == "local":
-        return (spec.n_workers or CPU_COUNT) + spec.gpus
-    if kind == "slurm":
-        return spec.slurm.jobs * spec.slurm.cores
-    return spec.n_workers
 
 
 #: Seconds beyond ``connect_timeout`` that a client's whole start may take: distributed

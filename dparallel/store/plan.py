@@ -26,6 +26,7 @@ __all__ = [
     "memory_atoms",
     "neighbours_per_atom",
     "plan_partitions",
+    "task_budget",
     "task_bytes_per_atom",
 ]
 
@@ -202,6 +203,15 @@ def task_bytes_per_atom(
     peaks of tasks lie 0.2–0.3 GB above it (docs/store-format.md)."""
     per_pair = NEIGHBOR_BYTES + (DERIVATIVE_BYTES * pair_functions if derivatives else 0.0)
     return 8.0 * values + neighbours * per_pair
+
+
+def task_budget(worker_bytes: float | None) -> float:
+    """Bytes a featurize task may take: :data:`TASK_BYTES`, or less where a worker's
+    memory limit ``worker_bytes`` holds less beside the worker's own :data:`WORKER_BYTES`
+    (Dask's nanny kills a worker past 95 % of its limit; 90 % is kept)."""
+    if worker_bytes is None or worker_bytes <= 0:
+        return float(TASK_BYTES)
+    return min(float(TASK_BYTES), 0.9 * worker_bytes - WORKER_BYTES)
 
 
 def memory_atoms(bytes_per_atom: float, budget: float | None = None) -> int:

@@ -173,17 +173,18 @@ def _target(
     options: FeaturizeOptions,
     n_workers: int | None = None,
     store_path: Where | None = None,
+    worker_bytes: float | None = None,
 ) -> tuple[StructureSource, Plan, dict[str, Any]]:
     """The source, plan and config (recorded in the store) a store for these options is
     made from; without ``partition_atoms`` the size is derived from the data and
-    ``n_workers`` (unknown workers: the largest size a task's memory allows) and recorded like
-    a given one."""
+    ``n_workers`` (unknown workers: the largest size a task's memory, within a worker's
+    limit ``worker_bytes`` where known, allows) and recorded like a given one."""
     name = options.option_names.get("partition_atoms") or _PARTITION_ATOMS
     atoms = given_partition_atoms(options.partition_atoms, name)  # before the source is read
     source = open_source(source_path, options.format, **open_options(options))
     given = atoms is not None
     if atoms is None:
-        atoms = featurize_target_atoms(source, descriptors, n_workers)
+        atoms = featurize_target_atoms(source, descriptors, n_workers, worker_bytes)
     config = {**ingest_config(source, atoms), "features": descriptors.to_dict()}
     plan = featurize_plan(source, atoms, descriptors.r_cut, store_path if given else None)
     return source, plan, config
@@ -213,11 +214,15 @@ def prepare_featurize(
     descriptors: DescriptorSet,
     options: FeaturizeOptions = _DEFAULTS,
     n_workers: int | None = 1,
+    worker_bytes: float | None = None,
 ) -> tuple[StructureSource, Store]:
     """Index the source, plan partitions and create (or reopen, to resume) the store
-    (``options.partition_atoms=None``: derived from the data and ``n_workers``)."""
+    (``options.partition_atoms=None``: derived from the data, ``n_workers`` and a worker's
+    memory limit ``worker_bytes``, where known)."""
     _check_arguments("prepare_featurize", descriptors, options)
-    source, plan, config = _target(source_path, descriptors, options, n_workers, store_path)
+    source, plan, config = _target(
+        source_path, descriptors, options, n_workers, store_path, worker_bytes
+    )
     try:
         store = create_store(
             store_path,
@@ -311,7 +316,7 @@ def featurize(
     RunInterruptedError
         Interrupted (Ctrl-C): says how many partitions are done and kept.
     """
-    from dparallel.cluster import discard_connection, expected_workers
+    from dparallel.cluster import discard_connection, expected_worker_memory, expected_workers
     from dparallel.cluster.dispatch import no_worker_grace
 
     t0 = time.perf_counter()
@@ -321,14 +326,16 @@ def featurize(
         _check_arguments("featurize", descriptors, options)
         no_worker_grace()  # a bad DPARALLEL_WORKER_WAIT: refused before any work
         # needed before the store only to derive the partition size (a given client is asked)
-        n_workers = (
-            expected_workers(**options.connect_to()) if options.partition_atoms is None else None
-        )
+        derive = options.partition_atoms is None
+        n_workers = expected_workers(**options.connect_to()) if derive else None
+        memory = expected_worker_memory(**options.connect_to()) if derive else None
         refuse_foreign_target(store_path, options.overwrite, (source_path, *options.protect))
         lease = stack.enter_context(StoreLease(store_path, command="dparallel featurize"))
-        if n_workers is None and options.partition_atoms is None and options.connecting is not None:
-            n_workers = _connected_workers(options.connecting)
-        source, store = prepare_featurize(source_path, store_path, descriptors, options, n_workers)
+        if n_workers is None and derive and options.connecting is not None:
+            n_workers, memory = _connected_workers(options.connecting)
+        source, store = prepare_featurize(
+            source_path, store_path, descriptors, options, n_workers, memory
+        )
         pending = [int(p) for p in store.pending_partitions()]
         if n_workers is None and pending:
             n_workers = expected_workers(**options.connect_to())
@@ -443,18 +450,19 @@ def _run_partitions(
         return failures
 
 
-def _connected_workers(connecting: Future[ClusterHandle]) -> int | None:
+def _connected_workers(connecting: Future[ClusterHandle]) -> tuple[int | None, float | None]:
     """Workers of a cluster this run does not start, once connected (as ``dparallel run``'s
-    client counts them), to derive the partition size; ``None`` where the connection
-    failed: a store with nothing pending needs no cluster, and one with work raises that
-    failure where its partitions need the cluster (:func:`_run_partitions`)."""
-    from dparallel.cluster import expected_workers
+    client counts them), and their smallest memory limit, to derive the partition size;
+    ``None`` where the connection failed: a store with nothing pending needs no cluster,
+    and one with work raises that failure where its partitions need the cluster
+    (:func:`_run_partitions`)."""
+    from dparallel.cluster import expected_worker_memory, expected_workers
 
     try:
         handle = connecting.result()
     except Exception:  # noqa: BLE001 - raised again by the same future where it matters
-        return None
-    return expected_workers(client=handle.client)
+        return None, None
+    return expected_workers(client=handle.client), expected_worker_memory(client=handle.client)
 
 
 def _publish_report(run: str, p: int, report: dict[str, Any], client: Any) -> None:

@@ -19,6 +19,7 @@ from dparallel.store.plan import (
     estimated_work,
     memory_atoms,
     neighbours_per_atom,
+    task_budget,
     task_bytes_per_atom,
 )
 from dparallel.workflow.featurize_failures import OPTION_NAMES
@@ -95,12 +96,16 @@ def partition_bytes(source: StructureSource, descriptors: DescriptorSet, plan: P
 
 
 def featurize_target_atoms(
-    source: StructureSource, descriptors: DescriptorSet, n_workers: int | None
+    source: StructureSource,
+    descriptors: DescriptorSet,
+    n_workers: int | None,
+    worker_bytes: float | None = None,
 ) -> int:
     """The derived partition size (:func:`derived_partition_atoms`) on the estimated work
     (``n_workers`` unknown: :data:`~dparallel.store.plan.MAX_PARTITION_ATOMS`), no larger
-    than the atoms whose :func:`task_bytes` fit in :data:`~dparallel.store.plan.TASK_BYTES`."""
-    memory = memory_atoms(task_bytes(source, descriptors))
+    than the atoms whose :func:`task_bytes` fit in :func:`task_budget` (a worker's memory
+    limit ``worker_bytes``, where known)."""
+    memory = memory_atoms(task_bytes(source, descriptors), task_budget(worker_bytes))
     if not n_workers:
         return min(MAX_PARTITION_ATOMS, memory)
     work = _work(source, descriptors.r_cut)
@@ -147,7 +152,7 @@ def memory_warning(
         return None
     n = {**OPTION_NAMES, **(names or {})}
     p, per_atom = pending[worst], task_bytes(source, descriptors)
-    fits = memory_atoms(per_atom, 0.9 * limit - WORKER_BYTES)
+    fits = memory_atoms(per_atom, task_budget(limit))
     return (
         f"partition {p} ({int(plan.atoms[p]):,} atoms) needs an estimated "
         f"{need[worst] / 1e9:.1f} GB to featurize ({per_atom / 1e3:.0f} kB per dense atom "
@@ -169,11 +174,11 @@ def warn_task_memory(
 ) -> None:
     """Warn (:func:`memory_warning`) when the largest pending partition needs more memory
     than the smallest limit of the workers ``client``'s scheduler knows now."""
-    workers = client.scheduler_info(n_workers=-1).get("workers") or {}
-    limits = [w.get("memory_limit") for w in workers.values()]
-    known = [float(x) for x in limits if isinstance(x, (int, float)) and x > 0]
-    if not known:
+    from dparallel.cluster.expected import smallest_memory_limit
+
+    limit = smallest_memory_limit(client)
+    if limit is None:
         return
-    text = memory_warning(source, descriptors, plan, pending, min(known), names)
+    text = memory_warning(source, descriptors, plan, pending, limit, names)
     if text:
         warnings.warn(text, stacklevel=4)

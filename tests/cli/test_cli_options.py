@@ -53,7 +53,7 @@ def test_local_wins_over_a_scheduler_in_the_environment(monkeypatch):
     add_cluster_arguments(parser)
     kwargs = cluster_kwargs(parser.parse_args(["--local", "2"]))
     assert kwargs["cluster"].kind == "local" and kwargs["cluster"].n_workers == 2
-    from dparallel.cluster.connection import expected_workers
+    from dparallel.cluster.expected import expected_workers
 
     assert expected_workers(kwargs["cluster"]) == 2  # a local cluster of 2, not "unknown"
 

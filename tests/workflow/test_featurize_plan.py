@@ -294,3 +294,32 @@ def test_molecules_alone_are_not_sized_as_a_dense_solid(tmp_path):
     dset = DescriptorSet(acsf=acsf, derivatives=True)
     most = max(_pairs(frames) / 5)  # 4 neighbours an atom; 2 features, 1 per pair
     assert most <= task_bytes(source, dset) / (72 + 12 * 1) <= 1.5 * most
+
+
+def test_a_workers_memory_limit_bounds_the_derived_size(tmp_path):
+    """A worker's known memory limit sizes the derived partitions so that the run's own
+    warning (their estimated bytes beside the worker's own memory past the limit) is not
+    drawn: the size was the 1.5 GB task budget's whatever the limit."""
+    from dparallel.store.plan import WORKER_BYTES, task_budget
+    from dparallel.workflow.featurize_plan import (
+        featurize_target_atoms,
+        memory_warning,
+        partition_bytes,
+        task_bytes,
+    )
+
+    _alloy(tmp_path / "alloy.extxyz", n=60)
+    source = open_source(tmp_path / "alloy.extxyz")
+    dset = _alloy_set()
+    limit = WORKER_BYTES + 0.1e9  # 0.4 GB: ~1,000 atoms' task beside the worker's own
+    unbounded = featurize_target_atoms(source, dset, 1)
+    size = featurize_target_atoms(source, dset, 1, limit)
+    assert size < unbounded  # all 6,480 atoms in one partition without the limit
+    plan = featurize_plan(source, size, dset.r_cut)
+    assert plan.n_partitions > 1
+    assert partition_bytes(source, dset, plan).max() <= task_budget(limit)
+    assert memory_warning(source, dset, plan, list(range(plan.n_partitions)), limit) is None
+    big = featurize_plan(source, unbounded, dset.r_cut)
+    assert memory_warning(source, dset, big, [0], limit) is not None
+    assert featurize_target_atoms(source, dset, 1, 100e9) == unbounded  # ample: unchanged
+    assert size >= task_budget(limit) // task_bytes(source, dset)

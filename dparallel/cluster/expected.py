@@ -1,0 +1,82 @@
+"""What a cluster :func:`~dparallel.cluster.connect` would give will have, known before a
+run plans its work: how many workers (:func:`expected_workers`) and the least memory one
+of them may use (:func:`expected_worker_memory`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from dask.system import CPU_COUNT
+from distributed.worker_memory import parse_memory_limit
+
+from dparallel.cluster.spec import ClusterSpec
+from dparallel.cluster.where import connection_kind
+
+if TYPE_CHECKING:
+    import os
+
+    from distributed import Client
+
+__all__ = ["expected_worker_memory", "expected_workers", "smallest_memory_limit"]
+
+logger = logging.getLogger(__name__)
+
+
+def expected_workers(
+    spec: ClusterSpec | None = None,
+    *,
+    client: Client | None = None,
+    scheduler: str | None = None,
+    scheduler_file: str | os.PathLike[str] | None = None,
+) -> int | None:
+    """Workers :func:`connect` with these arguments will have, when known without starting
+    it: a given client's current ones, or those its cluster object plans (a
+    ``SpecCluster``'s ``plan``: a SLURM cluster's jobs still queued), a local cluster's
+    (one per core unless ``spec.n_workers``), a SLURM cluster's (``jobs`` × ``cores``
+    processes), else ``spec.n_workers`` (``None``: unknown)."""
+    spec = spec if spec is not None else ClusterSpec()
+    if client is not None:  # its workers, and those its cluster object has asked for
+        found = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        planned = getattr(getattr(client, "cluster", None), "plan", None) or ()
+        return max(found, len(planned)) or None
+    kind = connection_kind(spec, scheduler=scheduler, scheduler_file=scheduler_file)
+    if kind == "local":
+        return (spec.n_workers or CPU_COUNT) + spec.gpus
+    if kind == "slurm":
+        return spec.slurm.jobs * spec.slurm.cores
+    return spec.n_workers
+
+
+def smallest_memory_limit(client: Client) -> float | None:
+    """The smallest memory limit (bytes) of the workers ``client``'s scheduler knows now;
+    ``None`` where none has one (no workers, or unlimited)."""
+    workers = client.scheduler_info(n_workers=-1).get("workers") or {}
+    limits = [w.get("memory_limit") for w in workers.values()]
+    known = [float(x) for x in limits if isinstance(x, (int, float)) and x > 0]
+    return min(known) if known else None
+
+
+def expected_worker_memory(
+    spec: ClusterSpec | None = None,
+    *,
+    client: Client | None = None,
+    scheduler: str | None = None,
+    scheduler_file: str | os.PathLike[str] | None = None,
+) -> float | None:
+    """The memory limit (bytes) of a worker of the cluster :func:`connect` with these
+    arguments gives, where known before it starts: a given client's smallest
+    (:func:`smallest_memory_limit`), a local cluster's as Dask parses ``spec.memory_limit``
+    (its default, ``"auto"``: the machine's memory shared by the workers); ``None``
+    otherwise (workers started elsewhere, or unlimited)."""
+    spec = spec if spec is not None else ClusterSpec()
+    if client is not None:
+        return smallest_memory_limit(client)
+    if connection_kind(spec, scheduler=scheduler, scheduler_file=scheduler_file) != "local":
+        return None
+    if spec.memory_limit is None:  # LocalCluster's default
+        workers = (spec.n_workers or CPU_COUNT) + spec.gpus
+        limit = parse_memory_limit("auto", 1, workers, logger=logger)
+    else:  # as each worker parses it
+        limit = parse_memory_limit(spec.memory_limit, spec.threads_per_worker, logger=logger)
+    return float(limit) if limit else None
