@@ -1,7 +1,8 @@
 """Exact, order-independent feature statistics that merge across partitions.
 
 Each partition returns a :class:`FeatureStats` (count, min, max and *exact* sums of values
-and of squared values); the client merges them in any order and gets bit-identical results
+and of squared values, each square split into three float64 terms that hold it exactly, so
+that a constant feature's σ is 0, not the ~1e-8·|x| rounding x·x leaves); the client merges them in any order and gets bit-identical results
 whatever the partitioning or the number of workers. Sums are exact because every float64
 ``x = M · 2**(e - 53)`` (integer mantissa ``M``) is accumulated into integer buckets per
 binary exponent ``e``; only the final conversion to float rounds (correctly, once).
@@ -107,6 +108,23 @@ class ExactSum:
         return ExactSum(tuple({int(e): int(m) for e, m in col.items()} for col in data))
 
 
+_SPLIT = float(2**27 + 1)  # Veltkamp's splitter for float64
+
+
+def _exact_sum_of_squares(x: np.ndarray) -> ExactSum:
+    """Exact column sums of x² for ``x`` (n, F): x·x = p + err exactly, p = fl(x·x) and err
+    its rounding error by Dekker's product (x split into two halves of ≤ 26 bits,
+    Veltkamp's splitter). x·x alone is rounded: Σx² − (Σx)²/n of a constant column would be
+    n times its rounding error, and σ ~1e-8·|x| instead of 0. Squares that underflow
+    (|x| < ~1e-150) are not exact; features that small are zero for training's purposes."""
+    big = _SPLIT * x
+    hi = big - (big - x)
+    lo = x - hi
+    p = x * x
+    err = ((hi * hi - p) + 2.0 * hi * lo) + lo * lo
+    return ExactSum.of(p) + ExactSum.of(err)
+
+
 @dataclass(frozen=True)
 class FeatureStats:
     """Mergeable statistics of F features: count, min, max, exact Σx and Σx²."""
@@ -129,7 +147,7 @@ class FeatureStats:
             minimum=x.min(axis=0),
             maximum=x.max(axis=0),
             sum=ExactSum.of(x),
-            sum_squares=ExactSum.of(x * x),
+            sum_squares=_exact_sum_of_squares(x),
         )
 
     @staticmethod

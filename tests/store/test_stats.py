@@ -86,3 +86,20 @@ def test_the_summary_is_numpys_min_max_mean_and_sigma() -> None:
     np.testing.assert_array_equal(got["max"], x.max(0))
     np.testing.assert_allclose(got["mean"], x.mean(0), rtol=1e-14, atol=0)
     np.testing.assert_allclose(got["sigma"], x.std(0, ddof=1), rtol=1e-12, atol=0)
+
+
+def test_sigma_of_a_constant_feature_is_zero_and_sum_squares_exact(rng) -> None:
+    # x·x rounded left n·(fl(x²) − x²) in Σx² − (Σx)²/n: σ ~1e-8·|x| for a feature equal in
+    # every row (a molecule's C–C radial function over its rotations), and a scaling factor
+    # 1/σ ~1e9 in training (forces of ~1e4 eV/Å, not covariant under rotation)
+    x = np.full((7, 4), [0.1, 2.7, 1 / 3, -5.3e-3])
+    np.testing.assert_array_equal(FeatureStats.of(x).sigma, 0.0)
+    y = _awkward(rng, n=300, f=3)
+    y[:, 0] = 1 / 3 + np.arange(300) % 3 * np.spacing(1 / 3)  # values one ulp apart
+    stats = FeatureStats.of(y)
+    for c, got in enumerate(stats.sum_squares.fractions()):
+        assert got == sum(Fraction(v) ** 2 for v in y[:, c])  # exact, against Fractions
+    exact = [Fraction(v) for v in y[:, 0]]
+    mean = sum(exact) / len(exact)
+    var = sum((v - mean) ** 2 for v in exact) / (len(exact) - 1)
+    assert stats.sigma[0] == pytest.approx(float(var) ** 0.5, rel=1e-12)
