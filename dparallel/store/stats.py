@@ -1,12 +1,12 @@
 """Exact, order-independent feature statistics that merge across partitions.
 
 Each partition returns a :class:`FeatureStats` (count, min, max and *exact* sums of values
-and of squared values, each square split into three float64 terms that hold it exactly, so
-that a constant feature's σ is 0, not the ~1e-8·|x| rounding x·x leaves); the client merges them in any order and gets bit-identical results
-whatever the partitioning or the number of workers. Sums are exact because every float64
-``x = M · 2**(e - 53)`` (integer mantissa ``M``) is accumulated into integer buckets per
-binary exponent ``e``; only the final conversion to float rounds (correctly, once).
-Pure logic: no I/O, no Dask.
+and of squared values, each square as fl(x·x) plus its rounding error, so that a constant
+feature's σ is 0, not the ~1e-8·|x| that fl(x·x) alone leaves); the client merges them in
+any order and gets bit-identical results whatever the partitioning or the number of
+workers. Sums are exact because every float64 ``x = M · 2**(e - 53)`` (integer mantissa
+``M``) is accumulated into integer buckets per binary exponent ``e``; only the final
+conversion to float rounds (correctly, once). Pure logic: no I/O, no Dask.
 """
 
 from __future__ import annotations
