@@ -57,7 +57,7 @@ from gpu_results import record
 #: nnp-train's final test RMSE on bench_train_n2p2's 300 cells (meV/atom, meV/Å).
 N2P2_TARGET = (6.93, 137.0)
 
-#: The first-order settings (docs/training.md, "Reaching n2p2's accuracy with Adam").
+#: The first-order settings (docs/training.md, "First-order training against n2p2's accuracy").
 FIRST_ORDER = {
     "optimizer": "adam",
     "schedule": "cosine",

@@ -4,7 +4,7 @@
 :data:`EXPORT_STEPS`: ``deployed.pt`` (what ``dparallel.ase.Calculator`` and ``dparallel
 evaluate`` load), ``lammps.model`` (``pair_style dparallel``), ``atomic_energy_<E>.pt2`` and
 the plain-torch files of :mod:`dparallel.deploy.artifacts` (docs/training.md,
-"Deployment"). ``export.json`` says for every route whether it worked (and how closely it
+"Export and deployment"). ``export.json`` says for every route whether it worked (and how closely it
 reproduces ``deployed.pt``) or why not. The descriptor is rebuilt through the descriptor
 registry, so every registered type exports.
 

@@ -118,7 +118,7 @@ def _tuned_cu_acsf(r_cut: float = 5.0):  # noqa: ANN202
 
     Radial: one wide Gaussian (η = 0.01 Å⁻², rs = 0) and 7 shifted Gaussians with rs
     evenly from 2.0 Å to r_cut − 0.6 Å and η = 1/(2 Δrs²); angular: η = 0.01 Å⁻², rs = 0,
-    ζ ∈ {1, 4}, λ = ±1, cosine cutoff (docs/training.md, "Default descriptors").
+    ζ ∈ {1, 4}, λ = ±1, cosine cutoff (docs/training.md, "EMT Cu accuracy target").
     """
     import numpy as np
 
