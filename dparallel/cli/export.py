@@ -108,8 +108,13 @@ def run(args: argparse.Namespace) -> int:
                 f"{given[0]} is for deployed.pt, not --format n2p2: n2p2's files hold float64 "
                 "numbers and no compiled artifacts"
             )
-        units = args.units or "ase"
-        print(strict_json(export_model_dir(args.model_dir, args.output, units), indent=1))
+        n2p2 = export_model_dir(args.model_dir, args.output, args.units or "ase")
+        if args.json:
+            print(strict_json(n2p2, indent=1))
+            return 0
+        print(f"wrote {n2p2['directory']}: {', '.join(n2p2['files'])} ({n2p2['units']} units)")
+        print("in LAMMPS (pair_style hdnnp, n2p2's ML-HDNNP: docs/n2p2.md):")
+        print("\n".join(f"  {line}" for line in n2p2["lammps"]))
         return 0
     if is_n2p2_potential(args.model_dir):
         return _export_n2p2_potential(args)

@@ -222,10 +222,17 @@ def test_cli_export_n2p2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     torch.save(model_file(model, TrainingSpec(), acsf.to_dict()), model_dir / "model.pt")
-    assert main(["export", str(model_dir), "--format", "n2p2", "-o", str(tmp_path / "n2p2")]) == 0
+    argv = ["export", str(model_dir), "--format", "n2p2", "-o", str(tmp_path / "n2p2")]
+    assert main([*argv, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["lammps"][1].startswith("pair_style hdnnp 5 dir ")
     assert report["lammps"][2].startswith("pair_coeff * * Cu Ag Au")
+    # without --json, lines to read (JSON was printed either way), as export's other routes
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    weights = ", ".join(f"weights.{z:03d}.data" for z in (29, 47, 79))  # Cu, Ag, Au
+    assert lines[0] == f"wrote {tmp_path / 'n2p2'}: input.nn, scaling.data, {weights} (ase units)"
+    assert [line.strip() for line in lines[2:]] == report["lammps"]
     if find_bin_dir() is not None:
         write_input_data(tmp_path / "n2p2" / "input.data", structures)
         ref_e, _ = nnp_dataset(tmp_path / "n2p2")
