@@ -132,3 +132,16 @@ def test_workflows_md_names_every_section() -> None:
     text = (ROOT / "docs" / "workflows.md").read_text()
     named = set(re.findall(r"`(\w+)`", re.search(r"with the sections (.*?);", text, re.S)[1]))
     assert set(WorkflowSpec.model_fields) - {"name"} <= named
+
+
+def test_every_benchmark_and_option_the_docs_give_exists() -> None:
+    unknown = []
+    for path in PAGES:
+        text = re.sub(r"\\\n\s*", " ", path.read_text())
+        for m in re.finditer(r"benchmarks/(\w+\.py)((?:(?!benchmarks/)[^\n`|;#])*)", text):
+            script = ROOT / "benchmarks" / m.group(1)
+            source = script.read_text() if script.exists() else ""
+            for option in ["", *re.findall(r"(?<![\w-])(--[a-z][\w-]*)", m.group(2))]:
+                if f'"{option}"' not in source:  # "": the script itself is missing
+                    unknown.append(f"{path.name}: benchmarks/{m.group(1)} {option}")
+    assert not unknown, unknown
