@@ -145,3 +145,46 @@ def test_every_benchmark_and_option_the_docs_give_exists() -> None:
                 if f'"{option}"' not in source:  # "": the script itself is missing
                     unknown.append(f"{path.name}: benchmarks/{m.group(1)} {option}")
     assert not unknown, unknown
+
+
+def _resolves(name: str) -> bool:
+    """``dparallel.a.b``: the longest module prefix, then attributes (a module named alone is
+    found, not imported: preload modules act when imported)."""
+    import importlib
+    import importlib.util
+
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            if importlib.util.find_spec(".".join(parts[:i])) is None:
+                continue
+        except ModuleNotFoundError:  # a parent is a module, not a package
+            continue
+        if i == len(parts):
+            return True
+        found = importlib.import_module(".".join(parts[:i]))
+        for part in parts[i:]:
+            if not hasattr(found, part):
+                return False
+            found = getattr(found, part)
+        return True
+    return False
+
+
+#: dotted names in the docs that are not Python: a zarr attribute key
+NOT_PYTHON = {"dparallel.format_version"}
+FILE_ENDINGS = (".md", ".py", ".yaml", ".json", ".log", ".pt", ".ts", ".pt2", ".zarr")
+
+
+def test_every_python_name_the_docs_give_exists() -> None:
+    names = {
+        m.group(1).rstrip("."): path.name
+        for path in PAGES
+        for m in re.finditer(r"(?<![\w/.])(dparallel(?:\.\w+)+)", path.read_text())
+    }
+    missing = [
+        f"{doc}: {name}"
+        for name, doc in sorted(names.items())
+        if name not in NOT_PYTHON and not name.endswith(FILE_ENDINGS) and not _resolves(name)
+    ]
+    assert not missing, missing
