@@ -19,3 +19,11 @@ def test_the_python_example_runs() -> None:
     assert out["C"].values.shape == (1, acsf.n_features("C"))
     assert set(out["C"].pairs) == {"H", "C", "O"}
     assert callable(namespace["Calculator"]) and callable(namespace["envsum"])
+
+
+def test_the_layout_names_every_package() -> None:
+    # datasets/ and lammps/ were missing
+    text = README.read_text()
+    layout = text[text.index("## Layout") :]
+    packages = {p.parent.name for p in (README.parent / "dparallel").glob("*/__init__.py")}
+    assert {p for p in packages if f"{p}/" not in layout} == set()
