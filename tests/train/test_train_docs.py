@@ -49,3 +49,4 @@ def test_every_training_key_is_in_the_configuration_table() -> None:
         for key in re.findall(r"`(\w+)`", cell)
     }
     assert set(TrainingSpec.model_fields) <= rows, set(TrainingSpec.model_fields) - rows
+    assert rows <= set(TrainingSpec.model_fields), rows - set(TrainingSpec.model_fields)
