@@ -53,6 +53,7 @@ from bench_train_n2p2 import (
 )
 from gpu_profile import print_rows, table
 from gpu_results import record
+from water_example import WATER
 
 #: nnp-train's final test RMSE on bench_train_n2p2's 300 cells (meV/atom, meV/Å).
 N2P2_TARGET = (6.93, 137.0)
@@ -67,10 +68,6 @@ FIRST_ORDER = {
     "force_weight_start": 3.0,
     "batch_size": 8,
 }
-
-
-SHARED_WATER = Path(__file__).resolve().parents[2] / "shared" / "n2p2" / "water"
-WATER = Path(os.environ.get("DPARALLEL_WATER", SHARED_WATER))
 
 
 def _runs(quick: bool, epochs: int, cpu_epochs: int, streamed_epochs: int) -> list:

@@ -2,7 +2,7 @@
 
 Payload: n2p2's water example ×N (default 25: 51,600 atoms, 573 MB stored) featurized with
 dG/dr in this process into a local dparallel store once (``/work/shared/n2p2/water`` or
-``$DPARALLEL_WATER``), then read back into memory node by node: the same arrays, shapes,
+``$N2P2_WATER``), then read back into memory node by node: the same arrays, shapes,
 dtypes, chunking (one chunk per array per partition), codecs and attributes dparallel
 writes (each node's own zarr metadata is reused; icechunk gets chunk keys ``c/0/0``, as it
 refuses dparallel's ``c.0.0``). That payload is then written, and read back, as:
@@ -31,7 +31,6 @@ after each), the best times kept. One run on a shared machine: quote ratios.
 from __future__ import annotations
 
 import argparse
-import os
 import pickle
 import shutil
 import sys
@@ -41,12 +40,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench_object_store import moto_environment
+from bench_object_store import s3_environment
+from water_example import WATER
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-WATER = Path(os.environ.get("DPARALLEL_WATER", "/work/shared/n2p2/water"))
 BUCKET = "bench"
 THREADS = 8
 TIMEOUT = 600.0  # seconds for any one batch of concurrent writes or reads
@@ -403,7 +402,7 @@ def main() -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="bench-icechunk-"))
     try:
-        with moto_environment(work, key="testing") as (_, endpoint):
+        with s3_environment(work, "moto", key="testing") as (_, endpoint):
             rows, demo, heading = run(args.copies, args.repeat, work, endpoint)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from water_example import WATER
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "n2p2"
@@ -353,7 +354,7 @@ def main() -> int:
     if args.quick:
         args.copies, args.metal_structures = 2, 20
     bindir = n2p2_bin()
-    water = SHARED / "water"
+    water = WATER
     if bindir is None or not water.is_dir():
         print(
             f"SKIPPED: n2p2 is not built in {N2P2_HOME} or its water example is missing "

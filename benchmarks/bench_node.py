@@ -39,13 +39,14 @@ import numpy as np
 from bench_neighbors import best
 from gpu_profile import print_rows, profiled
 from gpu_results import record
+from water_example import WATER
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 WATER_DIRS = [
-    Path(os.environ.get("DPARALLEL_WATER", REPO.parent / "shared" / "n2p2" / "water")),
+    WATER,
     REPO / "shared" / "n2p2" / "water",
 ]
 

@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 
 from gpu_results import record
+from water_example import WATER
 
 ROOT = Path(__file__).resolve().parents[1]
-WATER = Path(os.environ.get("DPARALLEL_WATER", ROOT.parent / "shared" / "n2p2" / "water"))
 
 
 def stage(root: Path, copies: int) -> tuple[Path, Path, int]:

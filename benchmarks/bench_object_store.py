@@ -1,7 +1,7 @@
 """A store on S3 (an S3 server on loopback) against a local store: one run, one table.
 
 Workload: n2p2's water example ×25 (500 structures, 51,600 atoms; ``../shared/n2p2/water``
-or ``$DPARALLEL_WATER``), ACSF from its ``input.nn`` with dG/dr, on a local Dask cluster of
+or ``$N2P2_WATER``), ACSF from its ``input.nn`` with dG/dr, on a local Dask cluster of
 2 worker processes (1 thread each), then training from the store on the CPU (float64, the
 quickstart's network size, a few epochs, same seed on both: the test metrics are equal
 only where the arithmetic is deterministic, which a GPU's atomic sums are not).
@@ -58,10 +58,7 @@ if TYPE_CHECKING:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from s3process import start_moto, start_seaweedfs, stop, weed  # the tests' servers
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "n2p2"
-if not SHARED.is_dir():
-    SHARED = Path("/work/shared/n2p2")
+from water_example import WATER
 
 
 def _start(server: str, work: Path) -> tuple[subprocess.Popen, str]:
@@ -111,7 +108,7 @@ def main() -> int:
         "(default: moto, then SeaweedFS where its `weed` is installed)",
     )
     args = parser.parse_args()
-    water = Path(os.environ.get("DPARALLEL_WATER", SHARED / "water"))
+    water = WATER
     if not (water / "input.data").is_file():
         print(f"SKIPPED: n2p2's water example is missing ({water})")
         return 0

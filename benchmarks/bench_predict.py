@@ -40,14 +40,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from bench_n2p2 import MPI_ENV, N2P2_HOME, SHARED
+from bench_n2p2 import MPI_ENV, N2P2_HOME
+from water_example import WATER
 
 if TYPE_CHECKING:
     from dparallel.types import StructureBatch
 
 REPO = Path(__file__).resolve().parents[1]
-#: n2p2's water example ($N2P2_WATER, else ../shared/n2p2/water beside the repository)
-WATER = Path(os.environ.get("N2P2_WATER", SHARED / "water"))
 
 
 def make_potential(work: Path, bindir: Path, seed: int = 0) -> Path:

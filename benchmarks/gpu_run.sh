@@ -2,7 +2,7 @@
 # The GPU issue's device run: the CUDA tests and the GPU benchmarks, each step bounded in
 # time, every figure into one JSON (benchmarks/gpu_results.py) and every log into run.log.
 #
-#   OUT=/tmp/gpu DPARALLEL_WATER=../shared/n2p2/water bash benchmarks/gpu_run.sh [STEP ...]
+#   OUT=/tmp/gpu N2P2_WATER=../shared/n2p2/water bash benchmarks/gpu_run.sh [STEP ...]
 #
 # Steps, in this order (those marked * run by default): env* tests kernels* profile* batches* water
 # cuau* cuaukf* trainprof kfprof computed scaling100 water64 scaling400 objstore tests2*. kernels: ACSF kernel rates
@@ -25,7 +25,7 @@ OUT=${OUT:-/tmp/dparallel-gpu-run}
 WORK=${WORK:-/tmp/dparallel-gpu-work}
 mkdir -p "$OUT"
 export DPARALLEL_GPU_RESULTS=${DPARALLEL_GPU_RESULTS:-$OUT/gpu-$(date -u +%F).json}
-export DPARALLEL_WATER=${DPARALLEL_WATER:-$PWD/.devdata/water}
+export N2P2_WATER=${N2P2_WATER:-$PWD/.devdata/water}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
 py=${PYTHON:-python3}
 log=$OUT/run.log

@@ -1,0 +1,49 @@
+"""Every benchmark script starts: ``--help`` runs (its imports of the package and of the
+other benchmark modules resolve); a script needing a package of the ``bench`` extra that
+is not installed says which."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(
+    p for p in (ROOT / "benchmarks").glob("*.py") if '__name__ == "__main__"' in p.read_text()
+)
+
+
+def _bench_only() -> set[str]:
+    """Import names of the packages the ``bench`` extra alone brings."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+
+    def names(specs: list[str]) -> set[str]:
+        return {re.split(r"[\[<>=;! ]", s, maxsplit=1)[0].replace("-", "_") for s in specs}
+
+    return names(extras["bench"]) - names(extras["test"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_a_benchmark_script_starts(script: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, str(script), "--help"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    missing = re.search(r"ModuleNotFoundError: No module named '([\w.]+)'", done.stderr)
+    if missing and missing.group(1).split(".")[0] in _bench_only():
+        pytest.skip(f"{script.name} needs {missing.group(1)} (pip install -e '.[bench]')")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage:" in done.stdout
