@@ -286,7 +286,8 @@ def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, s
         if why is None:
             result.stages["export"] = "skipped"
         else:
-            say(f"export: {model_dir} ({why})")
+            fresh = result.stages.get("train") in ("ran", "resumed")  # exported as usual
+            say(f"export: {model_dir}" if fresh else f"export: {model_dir} ({why})")
             report = export_model(model_dir)
             for line in describe_report(report):
                 say(f"  {line}")

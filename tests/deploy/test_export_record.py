@@ -47,10 +47,13 @@ def _killed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
     raise _Killed
 
 
-def _run_export_stage(model_dir: Path) -> tuple[str, list[str]]:
-    """What ``dparallel run`` does after training: export unless current; stage, lines said."""
+def _run_export_stage(model_dir: Path, train: str | None = None) -> tuple[str, list[str]]:
+    """What ``dparallel run`` does after training: export unless current; stage, lines said
+    (``train``: that stage's outcome in this run, if it had one)."""
     spec = SimpleNamespace(output=SimpleNamespace(export=True), training=object())
     result = WorkflowResult(dataset=Path("d"), store=Path("s"), model_dir=model_dir)
+    if train is not None:
+        result.stages["train"] = train
     said: list[str] = []
     _finish_model(spec, model_dir, result, said.append)  # type: ignore[arg-type]
     return result.stages["export"], said
@@ -164,3 +167,15 @@ def test_a_model_file_given_for_its_folder_is_refused_naming_the_folder(tmp_path
         f"train` wrote ({model_file.parent})"
     )
     assert model_file.read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("train", ["ran", "resumed"])
+def test_a_model_trained_in_the_run_is_exported_without_a_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, train: str
+) -> None:
+    """Just trained, a model has no export yet: the run says it exports, not why (the
+    reason, "never exported, or an export did not finish", read like a fault)."""
+    model_dir = write_model_dir(tmp_path / "m", hco_neighbor_sum())
+    monkeypatch.setattr(export, "write_artifacts", _artifacts_writer("first"))
+    stage, said = _run_export_stage(model_dir, train)
+    assert stage == "ran" and said[0] == f"export: {model_dir}"
