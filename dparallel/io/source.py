@@ -242,8 +242,16 @@ class StructureSource:
 
     @property
     def atom_counts(self) -> np.ndarray:
-        """Atoms per structure, (S,) int64 (from the index, before validation)."""
-        return self.index.counts
+        """Atoms per structure that partitions are planned for, (S,) int64: the index's
+        counts (before validation), 0 for a frame broken beyond parsing (refused or
+        skipped, never stored; its count line may claim atoms the file does not hold,
+        which would size every partition's atom slots)."""
+        idx = self.index
+        if not idx.errors:
+            return idx.counts
+        counts = idx.counts.copy()
+        counts[np.fromiter(idx.errors, np.int64, len(idx.errors))] = 0
+        return counts
 
     def fingerprint(self) -> dict[str, Any]:
         """Identity of the file: path, size, mtime, format, counts and index/content hashes."""

@@ -75,13 +75,15 @@ def create_store(
 ) -> Store:
     """Create a store with every array at final shape, or reopen a matching one.
 
-    ``plan`` must cover the structures and atoms that ``source_fingerprint`` counts
-    (checked here, for both). A folder: :func:`dparallel.store._create.create_store` (the
-    parameters and the guarantees there). A URL: the same guarantees on object storage
+    ``plan`` must cover the structures that ``source_fingerprint`` counts, and at most
+    its atoms (checked here; a frame broken beyond parsing is planned as 0 atoms, whatever
+    its count line declares: ``StructureSource.atom_counts``). A folder:
+    :func:`dparallel.store._create.create_store` (the parameters and the guarantees
+    there). A URL: the same guarantees on object storage
     (:func:`dparallel.store._create_remote.create_remote`).
     """
     counts = (source_fingerprint.get("n_structures"), source_fingerprint.get("n_atoms"))
-    if counts != (plan.n_structures, int(plan.atoms.sum())):
+    if counts[0] != plan.n_structures or not int(plan.atoms.sum()) <= (counts[1] or 0):
         raise StoreError(
             f"plan covers {plan.n_structures} structures / {int(plan.atoms.sum())} atoms, "
             f"the source has {counts[0]} / {counts[1]}"

@@ -200,3 +200,26 @@ def test_ingest_label_keys_and_their_refusal_for_n2p2(tmp_path, rng, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "energy_key cannot be given for an n2p2 file" in err
     assert not (tmp_path / "n.zarr").exists()
+
+
+def test_a_broken_frame_counting_more_atoms_than_any_memory_is_named_not_allocated(
+    tmp_path, capsys
+):
+    """A count line claiming 10^12 atoms in a frame the next count line cuts short sized
+    every partition's atom slots by it: ``ingest`` died allocating 931 GiB (a traceback);
+    it names the frame, and ``--on-error skip`` stores the others."""
+    header = "Properties=species:S:1:pos:R:3"
+    two = f"2\n{header}\nH 0 0 0\nH 0 0 0.74\n"
+    path = tmp_path / "huge_count.xyz"
+    path.write_text(f"{two}1000000000000\n{header}\nH 0 0 0\nH 0 0 1\n{two}")
+    out = tmp_path / "s.zarr"
+    assert main(["ingest", str(path), "-o", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"dparallel ingest: error: {path}, line 5, structure 1: atom count 1000000000000 on "
+        "line 5 is too large: line 9 starts the next frame after 2 atom lines"
+    ), err
+    skip = ["--on-error", "skip", "--overwrite"]
+    assert main(["ingest", str(path), "-o", str(out), "-q", *skip]) == 0
+    stored = open_store(out).info()
+    assert (stored["n_structures"], stored["n_atoms"], stored["n_skipped"]) == (2, 4, 1)
