@@ -103,7 +103,8 @@ def load_potential(
     if missing is not None:
         raise SourceNotFoundError(missing)
     acsf = inp.acsf(unit=length, order="n2p2")
-    stats = read_scaling_data(d / "scaling.data", inp.n_symmetry_functions)
+    sigma = inp.scaling.type == "scalesigma"
+    stats = read_scaling_data(d / "scaling.data", inp.n_symmetry_functions, sigma=sigma)
     model = _model(inp, stats)
     _warn_constant(inp, stats, d / "scaling.data")
     for e in inp.elements:

@@ -120,12 +120,16 @@ def format_scaling_data(tables: Sequence[np.ndarray]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_scaling_data(path: str | Path, n_features: Mapping[str, int]) -> dict[str, np.ndarray]:
+def read_scaling_data(
+    path: str | Path, n_features: Mapping[str, int], *, sigma: bool = False
+) -> dict[str, np.ndarray]:
     """Element → (F_e, 4) [min, max, mean, sigma] rows of ``path``.
 
     ``n_features`` gives each element's number of functions, in n2p2's element order.
     Each row's element and function index must match its position (n2p2 only stops when
-    both are wrong; a file that belongs to another input.nn is refused here).
+    both are wrong; a file that belongs to another input.nn is refused here). ``sigma``:
+    the potential scales by sigma (``scale_symmetry_functions_sigma``), so every row must
+    have one (n2p2 reads a missing one as 0 and divides by it).
 
     Raises
     ------
@@ -155,11 +159,13 @@ def read_scaling_data(path: str | Path, n_features: Mapping[str, int]) -> dict[s
                 idx = (int(words[0]), int(words[1]))
                 values = [float(w) for w in words[2:6]]
                 table[f, : len(values)] = values
-                if len(words) < 5:
+                if len(words) < (6 if sigma else 5):
                     raise IndexError
             except (IndexError, ValueError):
+                form = "sigma" if sigma else "[sigma]"
+                why = " (input.nn's scale_symmetry_functions_sigma scales by it)" if sigma else ""
                 raise InputFormatError(
-                    "expected 'e_index sf_index min max mean [sigma]'", path=p, line=lineno
+                    f"expected 'e_index sf_index min max mean {form}'{why}", path=p, line=lineno
                 ) from None
             _check_finite(words, p, lineno)
             if idx != (e_index, f + 1):

@@ -216,3 +216,26 @@ def test_equal_scale_min_and_max_are_warned_about(tmp_path: Path, caplog) -> Non
         load_potential(d)
     assert "scale_min_short = scale_max_short = -1" in caplog.text
     assert str(d / "input.nn") in caplog.text and "NaN" in caplog.text
+
+
+def test_a_scaling_row_without_the_sigma_it_is_scaled_by_is_refused(tmp_path: Path) -> None:
+    """Under ``scale_symmetry_functions_sigma`` a ``scaling.data`` row of five columns (its
+    sigma lost) was read with sigma 0 and scaled by Smax - Smin instead, a potential other
+    than the file's, with a warning calling the function constant (n2p2: NaN energies).
+    Refused, naming the line; the other scaling types still take five columns (old files)."""
+    d = _alloy_dir(tmp_path)
+    scaling = d / "scaling.data"
+    rows = scaling.read_text().splitlines()
+    k = next(i for i, r in enumerate(rows) if not r.startswith("#"))
+    rows[k] = " ".join(rows[k].split()[:5])
+    scaling.write_text("\n".join(rows) + "\n")
+    load_potential(d)  # scale_symmetry_functions: sigma unused
+    text = (d / "input.nn").read_text()
+    sigma = text.replace("scale_symmetry_functions\n", "scale_symmetry_functions_sigma\n")
+    (d / "input.nn").write_text(sigma)
+    with pytest.raises(InputFormatError) as caught:
+        load_potential(d)
+    assert str(caught.value) == (
+        f"{scaling}, line {k + 1}: expected 'e_index sf_index min max mean sigma' "
+        "(input.nn's scale_symmetry_functions_sigma scales by it)"
+    )
