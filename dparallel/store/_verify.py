@@ -146,9 +146,12 @@ def _shared_arrays(store: OpenedStore, problems: list[Problem]) -> Iterator[tupl
     """The arrays with a chunk per partition: ``structures/``, ``partitions/``, ``atoms/``."""
     names = [f"structures/{n}" for n in _STRUCTURE_ARRAYS]
     names += [f"partitions/{n}" for n in _PARTITION_ARRAYS]
-    atoms = store._root.get("atoms")
-    if isinstance(atoms, zarr.Group):
-        names += [f"atoms/{n}" for n, _ in sorted(atoms.arrays())]
+    try:
+        atoms = store._root.get("atoms")
+        if isinstance(atoms, zarr.Group):
+            names += [f"atoms/{n}" for n, _ in sorted(atoms.arrays())]
+    except Exception as exc:  # noqa: BLE001 - a torn document: any parser's error
+        problems.append(Problem(None, "atoms", None, f"unreadable: {_why(exc)}"))
     for name in names:
         try:
             node = store._root[name]

@@ -183,3 +183,14 @@ def test_verify_on_s3_names_a_deleted_object(data, capsys):
         "  partition 0: structures/forces: chunk c.0.0 missing",
         "  partition 1: parts/1/features/acsf/H/values: chunk c.0.0 missing",
     ]
+
+
+def test_a_torn_group_document_is_listed_not_a_traceback(data, tmp_path, capsys):
+    """The ``atoms`` group's zarr.json torn (not JSON): ``info --verify`` died with zarr's
+    JSONDecodeError traceback while listing the group's arrays; it lists the group as
+    unreadable and exits 1 (found by fuzzing the store's files)."""
+    ingest(data, tmp_path / "s.zarr", IngestOptions(partition_atoms=30))
+    (tmp_path / "s.zarr" / "atoms" / "zarr.json").write_text('{"zarr_format": 3, "node_')
+    code, out = _verify(tmp_path / "s.zarr", capsys)
+    assert code == 1
+    assert out.splitlines()[-1].startswith("  store: atoms: array unreadable: JSONDecodeError")
