@@ -4,7 +4,9 @@ Every ``.pt`` file dparallel reads (``model.pt``, ``best.pt``, ``checkpoint.pt``
 ``deployed.pt``) goes through :func:`load_torch_file`, i.e. ``torch.load(...,
 weights_only=True)``: a file can hold tensors, dicts, lists, numbers and strings, never
 objects whose unpickling runs code. So a crafted checkpoint cannot run a command, and a
-truncated, corrupt or foreign file is a :class:`~dparallel.errors.TrainingError` naming it.
+truncated, corrupt or foreign file is a :class:`~dparallel.errors.TrainingError` naming it:
+one that is no zip archive (``torch.save``'s format) is refused unread, and so is one whose
+entries fail their CRC-32 (a flipped bit, which torch's reader does not check).
 Every floating-point tensor read is finite, or the file is refused
 (:class:`~dparallel.errors.NonFiniteError` naming the tensor and index): a model with a
 NaN weight is never used. ``.pt2`` archives load without unpickling
@@ -58,6 +60,23 @@ def _refusal(path: Path, what: str, refused: str) -> TrainingError:
     )
 
 
+def _check_archive(path: Path, what: str) -> None:
+    """Refuse, unread, a file that is no zip archive, or whose entries fail their CRC-32
+    (torch's reader checks none: a flipped bit loads as another weight or cuts a string)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
+        raise TrainingError(
+            f"{path}: cannot read this {what} (truncated or corrupt?): not a torch file"
+        ) from None
+    if bad is not None:
+        raise TrainingError(
+            f"{path}: cannot read this {what} (corrupt: its entry {bad} fails its CRC-32 "
+            "check); make it again (train, or export for deployed.pt)"
+        )
+
+
 def load_torch_file(
     path: str | os.PathLike[str],
     what: str = "torch file",
@@ -76,6 +95,7 @@ def load_torch_file(
     path = Path(path)
     if not path.is_file():
         raise TrainingError(f"{what} not found: {path}")
+    _check_archive(path, what)
     try:
         with warnings.catch_warnings():
             # torch's notice that a file was pickled with another protocol than its default:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import struct
+import zipfile
 from typing import TYPE_CHECKING
 
 import pytest
@@ -108,3 +110,26 @@ def test_a_model_file_is_told_by_its_content_not_its_name(tmp_path: Path) -> Non
     (tmp_path / "train.pth").write_text("1\n\nH 0 0 0\n")
     with pytest.raises(TrainingError, match=r"train.pth is a file, not a model directory"):
         load_model(tmp_path / "train.pth")
+
+
+def test_a_flipped_bit_or_garbage_is_refused_not_loaded(tmp_path: Path) -> None:
+    """torch's reader checks no CRC: a bit flipped in a weight's bytes loaded as another
+    model (``evaluate`` gave other errors, silently), and a file of bytes torch's legacy
+    reader tried to unpickle died with an IndexError traceback (found by fuzzing model
+    directories). Both are refused, naming the file."""
+    good = tmp_path / "good.pt"
+    save_torch_file({"w": torch.arange(64, dtype=torch.float64)}, good)
+    with zipfile.ZipFile(good) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("/data/0"))
+    raw = bytearray(good.read_bytes())
+    # the entry's data follow its 30-byte local header, file name and extra field
+    name_len, extra_len = struct.unpack(
+        "<HH", raw[info.header_offset + 26 : info.header_offset + 30]
+    )
+    raw[info.header_offset + 30 + name_len + extra_len + 8 * 5] ^= 0x01  # w[5]'s lowest bit
+    (tmp_path / "flipped.pt").write_bytes(bytes(raw))
+    with pytest.raises(TrainingError, match=r"flipped.pt: cannot read .* fails its CRC-32 check"):
+        load_torch_file(tmp_path / "flipped.pt")
+    (tmp_path / "garbage.pt").write_bytes(b"0.")  # pickle's POP on an empty stack
+    with pytest.raises(TrainingError, match=r"garbage.pt: cannot read .* not a torch file"):
+        load_torch_file(tmp_path / "garbage.pt")
