@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from dparallel._files import write_file
 from dparallel.config import read_json_object
+from dparallel.errors import TrainingError
 
 if TYPE_CHECKING:
     import os
@@ -51,11 +52,24 @@ def record_data_units(model_dir: str | os.PathLike[str], store: Store) -> None:
 
 def _recorded(model_dir: str | os.PathLike[str]) -> dict[str, object]:
     """What :func:`record_data_units` wrote (``model_dir`` or a file in it); ``{}`` if
-    nothing readable."""
+    there is no such file (data in ASE's units, read with the default keys).
+
+    Raises :class:`TrainingError` for a file there that is no JSON object (truncated or
+    corrupt): read as none, a model of Bohr/Hartree data or other label keys would be
+    evaluated on its data read in other units or under other keys, silently.
+    """
     path = Path(model_dir)
     if path.suffix == ".pt" or path.is_file():
         path = path.parent
-    return read_json_object(path / DATA_UNITS_JSON)
+    doc = read_json_object(path / DATA_UNITS_JSON)
+    if not doc and (path / DATA_UNITS_JSON).exists():
+        raise TrainingError(
+            f"{path / DATA_UNITS_JSON}: not the JSON object dparallel wrote (truncated or "
+            "corrupt?), so the units and label keys of the model's training data are "
+            'unknown: write it again, e.g. {"data_units": "ase"}, or delete it for Å, eV '
+            "and the default keys"
+        )
+    return doc
 
 
 def recorded_data_units(model_dir: str | os.PathLike[str]) -> str | None:
