@@ -14,7 +14,7 @@ from zarr.core.sync import sync
 from dparallel.errors import StoreError, StoreIncompleteError
 from dparallel.store._chunks import read_keys
 from dparallel.store._derivatives import BLOCK_ATTRIBUTES, decode_pairs
-from dparallel.store._layout import _index_reason_pairs, _partition_group
+from dparallel.store._layout import _FEATURE_ARRAYS, _index_reason_pairs, _partition_group
 from dparallel.store._opened import OpenedStore
 from dparallel.store._read_cache import CachedReads
 from dparallel.store._verify import Verification, verify_store
@@ -65,6 +65,13 @@ class StoreReads(OpenedStore):
             arrays = {
                 name: self._read_whole(f"{group.path}/{name}", a) for name, a in group.arrays()
             }
+            lost = [name for name in _FEATURE_ARRAYS if name not in arrays]
+            if lost:  # its zarr.json deleted or replaced: not an array any more
+                raise StoreError(
+                    f"{self.location}: cannot read {group.path}/{lost[0]} (no array there: "
+                    "its metadata is missing or corrupt); featurize the store again with "
+                    "--overwrite"
+                )
             deriv = group.get("d") if derivatives else None
             if isinstance(deriv, zarr.Group):
                 for neighbor, block in sorted(deriv.groups()):

@@ -168,6 +168,30 @@ def test_a_damaged_feature_array_is_a_store_error_naming_it(tmp_path, rng, what)
         open_store(tmp_path / "f.zarr").read_features(0, "acsf")
 
 
+@pytest.mark.parametrize("how", ["deleted", "a group's"])
+def test_a_feature_array_whose_metadata_is_gone_is_a_store_error_naming_it(tmp_path, rng, how):
+    """``atom_index``'s zarr.json deleted, or replaced by a group's: zarr no longer sees an
+    array there, so the element's arrays lacked it and training died with a KeyError
+    traceback (found by fuzzing the store's files); it is one StoreError naming it."""
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.workflow.featurize import featurize_in_process
+
+    data = tmp_path / "data.xyz"
+    ase.io.write(data, random_structures(4, rng, min_atoms=3, max_atoms=6, elements=(1, 8)))
+    acsf = ACSF.uniform(["H", "O"], r_cut=3.0, radial=[(0.5, 0.0)], narrow=[], wide=[])
+    store = featurize_in_process(data, tmp_path / "f.zarr", DescriptorSet(acsf=acsf))
+    element = sorted(store.read_features(0, "acsf"))[0]
+    group = tmp_path / "f.zarr" / "parts" / "0" / "features" / "acsf" / element
+    document = group / "atom_index" / "zarr.json"
+    if how == "deleted":
+        document.unlink()
+    else:
+        document.write_bytes((group / "zarr.json").read_bytes())
+    with pytest.raises(StoreError, match=rf"cannot read parts/0/features/acsf/{element}/atom_in"):
+        open_store(tmp_path / "f.zarr").read_features(0, "acsf")
+
+
 _STRUCTURE_ARRAYS = [
     "numbers",
     "positions",
