@@ -164,6 +164,7 @@ def load_partition(
 ) -> PartitionData:
     """Read partition ``p`` (structures, features, derivatives if ``forces``) as row tables."""
     batch = store.read_partition(p)
+    check_labels(store, p, batch.energy, batch.forces)
     offsets = batch.offsets
     rows = {
         "structures": Rows(np.arange(batch.n_structures + 1), {"energy": batch.energy}),
@@ -258,6 +259,20 @@ def _check_pairs(
 
 #: A derivative block's per-pair arrays (one row per pair each).
 _PAIR_ARRAYS = ("pair_first", "pair_second", "center", "vectors", "dG_dr")
+
+
+def check_labels(store: Store, p: int, energy: np.ndarray, forces: np.ndarray) -> None:
+    """Raise for an infinite energy or force: the readers refuse them in structure files,
+    so one in a store is damage, and the loss, which leaves out labels that are not finite
+    (NaN: absent), would drop it silently."""
+    for name, values in (("energy", energy), ("forces", forces)):
+        rows = np.flatnonzero(np.isinf(values.reshape(values.shape[0], -1)).any(1))
+        if rows.size:
+            raise TrainingError(
+                f"{store.target}: partition {p}: structures/{name}: infinite in {rows.size} "
+                f"rows (first: row {rows[0]}): the store is damaged or not one dparallel "
+                "wrote; featurize it again with --overwrite"
+            )
 
 
 def _check_rows(

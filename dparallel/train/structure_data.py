@@ -31,7 +31,7 @@ from dparallel.train.batch import (
     assemble,
     make_batch,
 )
-from dparallel.train.data import PartitionReader
+from dparallel.train.data import PartitionReader, check_labels
 from dparallel.train.gather_ops import HOST, HostOps
 from dparallel.types import StructureBatch
 
@@ -112,6 +112,7 @@ class StructureReader(PartitionReader):
     def load(self, p: int) -> PartitionData:
         """Partition ``p``'s structures and their full neighbour list within the cutoff."""
         batch = self.store.read_partition(p)
+        check_labels(self.store, p, batch.energy, batch.forces)
         species = self._species_of[batch.numbers]
         if np.any(species < 0):
             bad = sorted(set(batch.numbers[species < 0].tolist()))

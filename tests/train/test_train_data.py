@@ -547,3 +547,26 @@ def test_structures_drawn_late_do_not_keep_their_partition(tmp_path, monkeypatch
             gc.collect(0)
         peaks.append(held[1])
     assert peaks[0] <= peaks[1] - per_partition
+
+
+@pytest.mark.parametrize("label", ["energy", "forces"])
+def test_an_infinite_label_in_a_store_is_refused_not_left_out(store, monkeypatch, label) -> None:  # noqa: ANN001
+    """The loss leaves out labels that are not finite (NaN: absent), so an infinite
+    energy or force in a damaged store (the readers refuse one in a structure file) was
+    dropped from training silently (found by fuzzing the store's files)."""
+    import dataclasses
+
+    from dparallel.errors import TrainingError
+
+    index = build_split_index(store, 0.0, 0.0, seed=0)
+    real = store.read_partition
+
+    def damaged(p: int):  # noqa: ANN202
+        batch = real(p)
+        values = getattr(batch, label).copy()
+        values.reshape(-1)[1] = -np.inf
+        return dataclasses.replace(batch, **{label: values})
+
+    monkeypatch.setattr(store, "read_partition", damaged)
+    with pytest.raises(TrainingError, match=rf"partition 0: structures/{label}: infinite in 1 "):
+        load_partition(store, 0, "acsf", ["Cu"], index, True)
