@@ -42,10 +42,11 @@ __all__ = [
 
 
 def _index(source: StructureSource) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The source's atom counts, cell volumes in Å³ (the index's are in the file's length
-    unit) and periodic directions, as the estimates take them."""
+    """The source's atom counts (as planned: a broken frame's 0), cell volumes in Å³ (the
+    index's are in the file's length unit) and periodic directions, as the estimates take
+    them."""
     index, length = source.index, UNITS[source.units][0]  # Å per file length unit
-    return index.counts, index.volumes * length**3, index.periodic
+    return source.atom_counts, index.volumes * length**3, index.periodic
 
 
 def _work(source: StructureSource, r_cut: float) -> np.ndarray | None:

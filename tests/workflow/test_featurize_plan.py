@@ -323,3 +323,27 @@ def test_a_workers_memory_limit_bounds_the_derived_size(tmp_path):
     assert memory_warning(source, dset, big, [0], limit) is not None
     assert featurize_target_atoms(source, dset, 1, 100e9) == unbounded  # ample: unchanged
     assert size >= task_budget(limit) // task_bytes(source, dset)
+
+
+def test_a_broken_frame_claiming_atoms_it_lacks_is_planned_as_none(tmp_path):
+    """A frame whose count line claims 10^12 atoms (cut short by the next frame) counted
+    them in the work and memory estimates: featurize put it in a partition of its own and
+    warned that this partition of no atoms needed 3·10^17 GB. It is planned as 0 atoms,
+    like the broken frame it is (refused, or skipped alone)."""
+    from dparallel.workflow.featurize_plan import partition_bytes
+
+    frames = [bulk("Cu", "fcc", a=3.6, cubic=True) * (1, 1, 2) for _ in range(4)]
+    ase.io.write(tmp_path / "good.xyz", frames, format="extxyz")
+    lines = (tmp_path / "good.xyz").read_text().split("\n")
+    assert lines[10] == "8"  # the second frame's count line
+    lines[10] = "1000000000000"
+    (tmp_path / "huge.xyz").write_text("\n".join(lines))
+    source = open_source(tmp_path / "huge.xyz", on_error="skip")
+    good = open_source(tmp_path / "good.xyz")
+    plan = featurize_plan(source, 20_000, R_CUT)
+    assert plan == plan_partitions(np.array([8, 0, 8, 8]), 20_000)
+    assert plan.n_partitions == 1
+    assert (
+        partition_bytes(source, _alloy_set(), plan)[0]
+        <= partition_bytes(good, _alloy_set(), featurize_plan(good, 20_000, R_CUT))[0]
+    )
