@@ -121,3 +121,68 @@ def test_a_server_still_preloading_stops_at_once(tmp_path):
     assert got["after"] is None and not got["alive"]
     assert got["took"] < 10  # not the preload's minute
     assert got["again"] is True and got["new"] not in (None, got["pid"])
+
+
+_INTERRUPTED = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    from pathlib import Path
+    from dparallel.cluster import ClusterSpec, connect
+    from dparallel.cluster.forkserver import server_pid, start_forkserver
+    from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
+
+    def pid():
+        return os.getpid()
+
+    def wait_for(what, seconds=120):
+        deadline = time.monotonic() + seconds
+        while not what():
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.05)
+
+    if __name__ == "__main__":
+        server = None
+        if start_forkserver(["_preloading_marker"]):  # Ctrl-C while the server preloads
+            server = server_pid()
+            wait_for(Path("preloading").exists)
+            os.kill(server, signal.SIGINT)
+        spec = ClusterSpec(n_workers=1, dashboard_address="127.0.0.1:0")
+        with connect(spec, worker_preload=(FAST_EXIT_PRELOAD,)) as handle:
+            before = handle.client.run(pid)
+            for worker in before.values():  # Ctrl-C as a terminal sends it to every process
+                os.kill(worker, signal.SIGINT)
+            time.sleep(3)  # a worker killed by it is restarted by its nanny with another pid
+            after = handle.client.run(pid)
+        print(json.dumps({"server": server, "server_now": server_pid(),
+                          "before": sorted(before.values()), "after": sorted(after.values())}))
+    """
+)
+
+
+@pytest.mark.parametrize("warm", ["1", "0"])
+def test_local_workers_and_their_server_ignore_ctrl_c(tmp_path, warm):
+    """A terminal's Ctrl-C reaches the command's local cluster too: its forkserver (here
+    while it still preloads) and its workers, forked or spawned, ignore it (the command
+    closes them) rather than each printing a KeyboardInterrupt traceback and dying."""
+    (tmp_path / "_preloading_marker.py").write_text(
+        "import pathlib, time\npathlib.Path('preloading').touch()\ntime.sleep(3)\n"
+    )
+    (tmp_path / "interrupted.py").write_text(_INTERRUPTED)
+    out = subprocess.run(
+        [sys.executable, "interrupted.py"],
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(_ROOT), str(tmp_path)]),
+            "DPARALLEL_WARM_WORKERS": warm,
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "KeyboardInterrupt" not in out.stderr, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(got["before"]) == 1 and got["after"] == got["before"]
+    if warm == "1":
+        assert got["server"] is not None and got["server_now"] == got["server"]
