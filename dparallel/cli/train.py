@@ -132,10 +132,12 @@ def run(args: argparse.Namespace) -> int:
                     descriptors=descriptors,
                 )
     except KeyboardInterrupt:
-        checkpoint = Path(args.output) / "checkpoint.pt"
+        from dparallel.train.model_dir import kept_checkpoint
+
+        checkpoint = kept_checkpoint(args.output)
         kept = (
             f"{checkpoint} (the last finished epoch) is kept: rerun with --resume to continue"
-            if checkpoint.exists()
+            if checkpoint is not None
             else "no epoch had finished"
         )
         raise RunInterruptedError(f"interrupted; {kept}") from None
@@ -182,8 +184,10 @@ def _store_and_descriptors(store: str, path: str | None) -> tuple[Any, Any]:
 def _rerun_advice(model_dir: Path, fix: str) -> str:
     """What to do after ``fix`` (a full disk, a read-only model directory): ``--resume``
     keeps the finished epochs, a plain rerun would start anew (and remove them)."""
-    checkpoint = model_dir / "checkpoint.pt"
-    if checkpoint.exists():
+    from dparallel.train.model_dir import kept_checkpoint
+
+    checkpoint = kept_checkpoint(model_dir)
+    if checkpoint is not None:
         return (
             f"{fix} and rerun with --resume to continue from {checkpoint} (the last "
             "finished epoch; without --resume training starts anew)"

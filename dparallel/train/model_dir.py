@@ -90,6 +90,13 @@ def trained_from(model_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     return identity if isinstance(identity, dict) else None
 
 
+def kept_checkpoint(model_dir: str | os.PathLike[str]) -> Path | None:
+    """The checkpoint of the last finished epoch that a stopped run leaves in
+    ``model_dir`` (resumed by ``--resume``, or by rerunning ``dparallel run``), if any."""
+    checkpoint = Path(model_dir) / "checkpoint.pt"
+    return checkpoint if checkpoint.exists() else None
+
+
 def _remove_old_model(model_dir: Path) -> None:
     """Every file of an earlier model in ``model_dir`` (see module docstring)."""
     for entry in os.scandir(model_dir):

@@ -10,6 +10,7 @@ cluster serves featurization and stays attached during training (the dashboard s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass, field, replace
@@ -20,7 +21,7 @@ from dparallel.workflow.run_dirs import choose_model_dir
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from dparallel.io.location import Location
     from dparallel.workflow.featurize import FeaturizeOptions
@@ -49,6 +50,30 @@ def _shown(location: Location, given: str) -> Path | Location:
     return Path(given) if location.local is not None else location
 
 
+@contextlib.contextmanager
+def _interruption(doing: str, kept: str | Callable[[], str]) -> Iterator[None]:
+    """Ctrl-C (or SIGTERM) in this block: one :class:`RunInterruptedError` that says what
+    the run was doing and what is kept (``kept``, or ``kept()`` at that moment) and what a
+    rerun of the same command does (the finished stages are skipped)."""
+    from dparallel.errors import RunInterruptedError
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        said = kept if isinstance(kept, str) else kept()
+        raise RunInterruptedError(f"interrupted while {doing}; {said}") from None
+
+
+def _training_kept(model_dir: Path) -> str:
+    """What an interrupted training stage leaves, for :func:`_interruption`."""
+    from dparallel.train.model_dir import kept_checkpoint
+
+    checkpoint = kept_checkpoint(model_dir)
+    if checkpoint is None:
+        return "no epoch had finished: rerun the same command to train"
+    return f"{checkpoint} (the last finished epoch) is kept: rerun the same command to resume it"
+
+
 def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Location, str]:
     location = spec.dataset_location()
     if location.exists():
@@ -69,7 +94,10 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Location, 
         "emt_molecules": ("EMT-labelled molecules", write_emt_molecules),
     }[gen.kind]
     say(f"dataset: generating {gen.n_structures} {what} → {Path(spec.dataset.path)}")
-    write(path, n_structures=gen.n_structures, seed=gen.seed)
+    with _interruption(
+        f"generating {spec.dataset.path}", "nothing of it is written: rerun the same command"
+    ):
+        write(path, n_structures=gen.n_structures, seed=gen.seed)
     return location, "ran"
 
 
@@ -126,13 +154,7 @@ def run_workflow(
     ``connect_to``: :func:`dparallel.cluster.connect`'s ``client``, ``scheduler`` or
     ``scheduler_file``, instead of the workflow's ``cluster`` section. ``protect``: files
     the store path may never be or hold (the workflow file)."""
-    from dparallel.cluster import connect
-    from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
     from dparallel.workflow.featurize import featurize
-    from dparallel.workflow.featurize_worker_preload import (
-        FEATURIZE_FORKSERVER_PRELOAD,
-        featurize_preloads,
-    )
 
     dataset, dataset_stage = _dataset(spec, say)
     store_path = spec.store_location()
@@ -150,12 +172,7 @@ def run_workflow(
     if not (featurize_needed or train_needed):
         result.stages.update(featurize="skipped", train=untrained)
     else:
-        with connect(
-            spec.cluster,
-            **(connect_to or {}),
-            worker_preload=featurize_preloads() if featurize_needed else (FAST_EXIT_PRELOAD,),
-            forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,) if featurize_needed else (),
-        ) as handle:
+        with _cluster(spec, connect_to, featurize_needed, shown) as handle:
             if on_connect is not None:
                 on_connect(handle)
             if featurize_needed:
@@ -191,6 +208,35 @@ def run_workflow(
         _finish_model(spec, model_dir, result, say)
     result.files["store"] = str(shown)
     return result
+
+
+@contextlib.contextmanager
+def _cluster(
+    spec: WorkflowSpec,
+    connect_to: Mapping[str, Any] | None,
+    featurize_needed: bool,
+    shown: Path | Location,
+) -> Iterator[Any]:
+    """The run's cluster (with featurize's preloads when it featurizes), its handle; a
+    Ctrl-C while it starts or featurizes says the finished stages are kept."""
+    from dparallel.cluster import connect
+    from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
+    from dparallel.workflow.featurize_worker_preload import (
+        FEATURIZE_FORKSERVER_PRELOAD,
+        featurize_preloads,
+    )
+
+    doing = f"featurizing {shown}" if featurize_needed else "starting the cluster"
+    with (
+        _interruption(doing, "the finished stages are kept: rerun the same command to go on"),
+        connect(
+            spec.cluster,
+            **(connect_to or {}),
+            worker_preload=featurize_preloads() if featurize_needed else (FAST_EXIT_PRELOAD,),
+            forkserver_preload=(FEATURIZE_FORKSERVER_PRELOAD,) if featurize_needed else (),
+        ) as handle,
+    ):
+        yield handle
 
 
 def _training_needed(
@@ -265,14 +311,15 @@ def _train(
             return train(opened, model_dir, spec.training, callback=callbacks, resume=resume)
 
     resume = not refeaturized and (model_dir / "checkpoint.pt").is_file()
-    try:
-        trained = trained_with(read_history(model_dir) if resume else [], resume)
-    except CheckpointMismatchError as exc:  # anything else is no reason to start again
-        if not resume:
-            raise
-        say(f"train: the checkpoint in {model_dir} is not resumed ({exc}); training afresh")
-        resume = False
-        trained = trained_with([], resume)
+    with _interruption(f"training {model_dir}", lambda: _training_kept(model_dir)):
+        try:
+            trained = trained_with(read_history(model_dir) if resume else [], resume)
+        except CheckpointMismatchError as exc:  # anything else is no reason to start again
+            if not resume:
+                raise
+            say(f"train: the checkpoint in {model_dir} is not resumed ({exc}); training afresh")
+            resume = False
+            trained = trained_with([], resume)
     return {"validation": trained.validation, "test": trained.test}, resume
 
 
@@ -288,7 +335,11 @@ def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, s
         else:
             fresh = result.stages.get("train") in ("ran", "resumed")  # exported as usual
             say(f"export: {model_dir}" if fresh else f"export: {model_dir} ({why})")
-            report = export_model(model_dir)
+            with _interruption(
+                f"exporting {model_dir}",
+                "the trained model is kept: rerun the same command to export it",
+            ):
+                report = export_model(model_dir)
             for line in describe_report(report):
                 say(f"  {line}")
             result.stages["export"] = "ran"

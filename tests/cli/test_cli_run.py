@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -41,3 +43,53 @@ def test_a_workflow_without_training_suggests_a_train_command_that_trains(
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert trained.returncode == 0, (ran.stdout, trained.stderr)
+
+
+def _default_sigint() -> None:
+    """Ctrl-C as in a terminal, also when the tests run in a background job (which ignores
+    SIGINT, and its children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_while_training_says_what_is_kept_and_the_same_command_resumes(
+    tmp_path: Path,
+) -> None:
+    """A terminal's Ctrl-C goes to the whole process group: the command and its local
+    cluster (forkserver, workers). One line (no worker traceback), exit code 130, and the
+    same command resumes the training from its checkpoint."""
+    from dparallel.workflow.spec import QUICKSTART
+
+    argv = [sys.executable, "-m", "dparallel", "run", str(QUICKSTART)]
+    for key in ("dataset.generate.n_structures=16", "partitioning.atoms=150",
+                "training.epochs=50", "training.hidden=[4]", "cluster.n_workers=1",
+                "cluster.dashboard_address=127.0.0.1:0"):  # fmt: skip
+        argv += ["--set", key]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    checkpoint = tmp_path / "runs" / "quickstart" / "model" / "checkpoint.pt"
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and not checkpoint.exists():
+            assert time.monotonic() < deadline, "no epoch finished in 300 s"
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before its first checkpoint was seen"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert errors == [
+        "dparallel run: error: interrupted while training runs/quickstart/model; "
+        "runs/quickstart/model/checkpoint.pt (the last finished epoch) is kept: rerun the "
+        "same command to resume it"
+    ], err
+    again = subprocess.run([*argv, "-q"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "stages: dataset skipped, featurize skipped, train resumed, export ran" in again.stdout

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from dparallel.errors import RunInterruptedError
 from dparallel.workflow.spec import QUICKSTART
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -120,8 +122,12 @@ def test_a_killed_training_of_another_configuration_trains_afresh(tmp_path, monk
     def kill_after_one(row):  # noqa: ANN001, ANN202
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
+    # Ctrl-C: one error that says what is kept and that the same command resumes it
+    checkpoint = Path("runs", "quickstart", "model", "checkpoint.pt")
+    kept = f"interrupted while training runs/quickstart/model; {checkpoint} (the last finished"
+    with pytest.raises(RunInterruptedError, match=re.escape(kept)) as info:
         run_workflow(spec, on_epoch=kill_after_one)
+    assert str(info.value).endswith("is kept: rerun the same command to resume it")
     said, seen = [], []
     other = load_quickstart([*overrides, "training.epochs=3", "training.lr=0.002"])
     result = run_workflow(other, say=said.append, on_epoch=lambda row: seen.append(row["epoch"]))
