@@ -109,6 +109,36 @@ def test_data_held_and_streamed_train_the_same_model(store, tmp_path, batch_pref
     assert not _threads()
 
 
+def test_the_partition_cache_changes_the_reads_not_the_model(store, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """``DPARALLEL_TRAIN_CACHE_MB=0`` decodes every partition again each epoch; the batches,
+    metrics and weights are those of the default cache, bit for bit."""
+    from dparallel.train import data
+
+    real, reads = data.load_partition, []
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        reads.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(data, "load_partition", counted)
+    spec = SPEC.model_copy(update={"data_on_device": False})
+    runs, counts = [], []
+    for cache_mb in (None, "0"):
+        if cache_mb is not None:
+            monkeypatch.setenv("DPARALLEL_TRAIN_CACHE_MB", cache_mb)
+        reads.clear()
+        runs.append(train_model(store, tmp_path / str(cache_mb), spec))
+        counts.append(len(reads))
+    assert counts[1] > counts[0]  # the cache was on, then off
+    cached, uncached = runs
+    for ra, rb in zip(cached.history, uncached.history, strict=True):
+        for k in ra:
+            if k not in ("seconds", "data_wait_fraction"):
+                assert ra[k] == rb[k], k
+    for k, v in cached.model.state_dict().items():
+        assert torch.equal(v, uncached.model.state_dict()[k]), k
+
+
 def test_resume_across_data_placements_continues_the_same_trajectory(store, tmp_path) -> None:  # noqa: ANN001
     spec = SPEC.model_copy(update={"epochs": 4, "optimizer": "kalman"})
     straight = train_model(store, tmp_path / "a", spec.model_copy(update={"data_on_device": True}))
