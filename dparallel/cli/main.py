@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from dparallel._exit import exit_now
 from dparallel._files import FULL_DISK_ADVICE, LOG_MARKER, is_dparallel_log
+from dparallel.cli._interrupts import interrupts_kept
 from dparallel.errors import DParallelError, RunInterruptedError
 
 if TYPE_CHECKING:
@@ -162,7 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     plain_warnings = warning_lines(args.command)
     try:
-        code = int(args.func(args) or 0)
+        with interrupts_kept():  # a Ctrl-C raised inside a GC callback: raised again
+            code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return code
     except BrokenPipeError:
