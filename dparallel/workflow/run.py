@@ -293,25 +293,26 @@ def _train(
     """Train from the store into ``model_dir``: the validation and test metrics, and
     whether an interrupted run's checkpoint there was resumed (the store not made again,
     the same training configuration; else it trains afresh, as before)."""
-    from dparallel.dashboard import epoch_publisher
-    from dparallel.errors import CheckpointMismatchError
-    from dparallel.store import open_store
-    from dparallel.train import train
-    from dparallel.train.reporting import read_history
-
-    assert spec.training is not None
-
-    def trained_with(history: list[dict[str, Any]], resume: bool) -> Any:
-        # a resumed run's dashboard curves go on from its earlier epochs; its end is shown
-        publisher = epoch_publisher(spec.name, history)
-        with publisher.ending():  # on the page from here: a store it cannot open is shown
-            opened = open_store(store_path)
-            callbacks: list[Callable[[dict[str, Any]], Any]] = [publisher]
-            callbacks += [on_epoch] if on_epoch else []
-            return train(opened, model_dir, spec.training, callback=callbacks, resume=resume)
-
-    resume = not refeaturized and (model_dir / "checkpoint.pt").is_file()
     with _interruption(f"training {model_dir}", lambda: _training_kept(model_dir)):
+        # torch's import (seconds) included
+        from dparallel.dashboard import epoch_publisher
+        from dparallel.errors import CheckpointMismatchError
+        from dparallel.store import open_store
+        from dparallel.train import train
+        from dparallel.train.reporting import read_history
+
+        assert spec.training is not None
+
+        def trained_with(history: list[dict[str, Any]], resume: bool) -> Any:
+            # a resumed run's dashboard curves go on from its earlier epochs; its end is shown
+            publisher = epoch_publisher(spec.name, history)
+            with publisher.ending():  # on the page from here: a store it cannot open is shown
+                opened = open_store(store_path)
+                callbacks: list[Callable[[dict[str, Any]], Any]] = [publisher]
+                callbacks += [on_epoch] if on_epoch else []
+                return train(opened, model_dir, spec.training, callback=callbacks, resume=resume)
+
+        resume = not refeaturized and (model_dir / "checkpoint.pt").is_file()
         try:
             trained = trained_with(read_history(model_dir) if resume else [], resume)
         except CheckpointMismatchError as exc:  # anything else is no reason to start again

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,16 @@ def test_a_killed_training_of_another_configuration_trains_afresh(tmp_path, monk
     with pytest.raises(RunInterruptedError, match=re.escape(kept)) as info:
         run_workflow(spec, on_epoch=kill_after_one)
     assert str(info.value).endswith("is kept: rerun the same command to resume it")
+
+    def interrupted(name: str):  # noqa: ANN202
+        raise KeyboardInterrupt  # Ctrl-C while the stage imports (torch: seconds)
+
+    importing = types.ModuleType("dparallel.train.reporting")
+    importing.__getattr__ = interrupted  # type: ignore[method-assign]
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "dparallel.train.reporting", importing)
+        with pytest.raises(RunInterruptedError, match=re.escape(kept)):
+            run_workflow(spec)
     said, seen = [], []
     other = load_quickstart([*overrides, "training.epochs=3", "training.lr=0.002"])
     result = run_workflow(other, say=said.append, on_epoch=lambda row: seen.append(row["epoch"]))
