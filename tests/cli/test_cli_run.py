@@ -93,3 +93,72 @@ def test_ctrl_c_while_training_says_what_is_kept_and_the_same_command_resumes(
                            text=True, timeout=300)  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert "stages: dataset skipped, featurize skipped, train resumed, export ran" in again.stdout
+
+
+_SMALL_RUN = ("dataset.generate.n_structures=24", "partitioning.atoms=100", "training.epochs=4",
+              "training.hidden=[4]", "cluster.n_workers=1",
+              "cluster.dashboard_address=127.0.0.1:0")  # fmt: skip
+
+
+def _run_argv() -> list[str]:
+    from dparallel.workflow.spec import QUICKSTART
+
+    argv = [sys.executable, "-m", "dparallel", "run", str(QUICKSTART), "-q"]
+    for key in _SMALL_RUN:
+        argv += ["--set", key]
+    return argv
+
+
+def _weights(folder: Path) -> dict:
+    import torch
+
+    return torch.load(folder / "runs" / "quickstart" / "model" / "model.pt", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    subprocess.run(_run_argv(), cwd=folder, env=env, capture_output=True, timeout=300, check=True)
+    return folder
+
+
+def _killed_in(stage: str, folder: Path) -> bool:
+    """Whether the run in ``folder`` is in ``stage`` (a partition done / an epoch done)."""
+    if stage == "featurize":
+        done = folder / "runs" / "quickstart" / "store.zarr" / "partitions" / "done"
+        return done.is_dir() and any(p.name.startswith("c.") for p in done.iterdir())
+    return (folder / "runs" / "quickstart" / "model" / "checkpoint.pt").exists()
+
+
+@pytest.mark.parametrize(("stage", "rerun_says"), [
+    ("featurize", "featurize ran, train ran, export ran"),
+    ("train", "featurize skipped, train resumed, export ran"),
+])  # fmt: skip
+def test_a_run_killed_outright_in_a_stage_resumes_to_the_uninterrupted_model(
+    uninterrupted: Path, tmp_path: Path, stage: str, rerun_says: str
+) -> None:
+    """SIGKILL to the command and its local cluster (no clean-up at all) mid-stage; the
+    same command again: no error, no --overwrite, the stages done are not redone and the
+    model is the uninterrupted run's, bit for bit."""
+    import torch
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    proc = subprocess.Popen(_run_argv(), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and not _killed_in(stage, tmp_path):
+            assert time.monotonic() < deadline, f"no {stage} progress in 300 s"
+            time.sleep(0.02)
+        assert proc.poll() is None, f"the run ended before it was seen in {stage}"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    again = subprocess.run(_run_argv(), cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert f"stages: dataset skipped, {rerun_says}" in again.stdout
+    ours, theirs = _weights(tmp_path), _weights(uninterrupted)
+    for name, value in theirs["state_dict"].items():
+        assert torch.equal(ours["state_dict"][name], value), name
