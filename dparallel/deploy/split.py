@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from dparallel.errors import UnknownElementError
 from dparallel.neighbors import Neighbors, select_structures
 from dparallel.types import StructureBatch
 
@@ -50,8 +51,15 @@ def threaded(
         (batch.select(a, b), select_structures(nb, batch.offsets, a, b))
         for a, b in itertools.pairwise(cuts)
     ]
+
+    def run(first: int, part: tuple[StructureBatch, Neighbors]) -> Outputs:
+        try:
+            return engine(part[0], part[1], forces, stress)
+        except UnknownElementError as exc:  # named by its structure in ``batch``, not ``part``
+            raise UnknownElementError(first + exc.structure, exc.detail) from None
+
     with ThreadPoolExecutor(len(parts), thread_name_prefix="dparallel-predict") as pool:
-        done = list(pool.map(lambda p: engine(p[0], p[1], forces, stress), parts))
+        done = list(pool.map(run, cuts[:-1], parts))
     out = {k: np.concatenate([o[k] for o, _ in done]) for k in done[0][0]}
     virials = [w for _, w in done if w is not None]
     return out, (np.concatenate(virials) if virials else None)

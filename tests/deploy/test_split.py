@@ -61,3 +61,18 @@ def test_split_points_cut_whole_structures_of_about_equal_work(tmp_path: Path) -
     assert split_points(batch, nb, 1) == [0, 7]
     assert split_points(batch, nb, 2) == [0, 3, 7]  # three cells | three and the cluster
     assert split_points(batch, nb, 50) == list(range(8))  # one structure each at most
+
+
+def test_an_unknown_element_is_named_by_its_structure_in_the_batch_not_in_its_part(
+    tmp_path: Path,
+) -> None:
+    from dparallel.errors import UnknownElementError
+    from dparallel.types import StructureBatch
+
+    structures = alloy_structures(6)
+    structures[5][2].symbol = "Pt"  # the potential knows Cu, Ag, Au
+    batch = StructureBatch.from_ase(structures)
+    model = DeployedModel(*load_potential(n2p2_potential(tmp_path), units="ase"))
+    for threads in (1, 3):
+        with pytest.raises(UnknownElementError, match=r"^structure 5, atom 2: atomic number 78"):
+            model.predict(batch, threads=threads)
