@@ -215,11 +215,13 @@ def plot_learning_curves(history: Sequence[Mapping[str, Any]], path: str | Path)
         (axes[1], "energy_rmse", "energy RMSE (meV/atom)", 1e3),
         (axes[2], "force_rmse", "force RMSE (meV/Å)", 1e3),
     ):
+        logarithmic = True  # unless a curve has a zero (forces of lone atoms: exactly 0)
         for split in ("train", "validation"):
             y = np.array([r.get(f"{split}_{key}", np.nan) for r in history], float) * scale
             if np.isfinite(y).any():
                 ax.plot(ep, y, label=split)
-        ax.set_yscale("log")
+                logarithmic &= bool(np.all(y[np.isfinite(y)] > 0))
+        ax.set_yscale("log" if logarithmic else "linear")
         ax.set_xlabel("epoch")
         ax.set_ylabel(label)
         if ax.get_legend_handles_labels()[0]:

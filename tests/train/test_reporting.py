@@ -140,3 +140,20 @@ def test_final_errors_equal_numpy_over_the_ase_calculator_on_the_named_structure
         assert got["energy_mae_meV_per_atom"] == pytest.approx(np.mean(np.abs(e)), 1e-6)
         assert got["force_rmse_meV_per_A"] == pytest.approx(np.sqrt(np.mean(f**2)), 1e-6)
         assert got["force_mae_meV_per_A"] == pytest.approx(np.mean(np.abs(f)), 1e-6)
+
+
+def test_learning_curves_of_a_zero_force_error_plot_without_a_warning(tmp_path) -> None:  # noqa: ANN001
+    """Structures of one atom each: forces are exactly 0 on both sides, a force RMSE of 0
+    has no logarithm (matplotlib warned 'Data has no positive values' on every run)."""
+    import warnings
+
+    from dparallel.train.reporting import plot_learning_curves
+
+    history = [
+        {"epoch": k, "train_loss": 0.1, "train_energy_rmse": 0.01, "train_force_rmse": 0.0}
+        for k in range(3)
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = plot_learning_curves(history, tmp_path / "curves.png")
+    assert path.stat().st_size > 0
