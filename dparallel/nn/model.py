@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dparallel.descriptors.feature_ranges import CONSTANT_WIDTH
 from dparallel.errors import TrainingError
 from dparallel.nn.activations import ACTIVATIONS, make_activation
 from dparallel.nn.files import load_torch_file
@@ -57,10 +58,10 @@ def scaling_parameters(
     mean = np.asarray(stats["mean"], np.float64)
     sigma = np.asarray(stats["sigma"], np.float64)
     if mode == "center_sigma":
-        return mean, 1.0 / np.where(sigma > 1e-12, sigma, 1.0), 0.0
+        return mean, 1.0 / np.where(sigma > CONSTANT_WIDTH, sigma, 1.0), 0.0
     if mode == "minmax":
         width = hi - lo
-        return 0.5 * (hi + lo), 2.0 / np.where(width > 1e-12, width, 1.0), 0.0
+        return 0.5 * (hi + lo), 2.0 / np.where(width > CONSTANT_WIDTH, width, 1.0), 0.0
     if mode == "center":
         return mean, np.ones_like(mean), 0.0
     if mode == "none":

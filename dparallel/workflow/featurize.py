@@ -258,14 +258,33 @@ def _redo_unreported(store: Store) -> None:
 
 
 def finish_featurize(
-    store_path: Where, reports: Mapping[int, Mapping[str, Any]] | None = None
+    store_path: Where,
+    reports: Mapping[int, Mapping[str, Any]] | None = None,
+    descriptors: DescriptorSet | None = None,
 ) -> tuple[Store, dict[str, dict[str, FeatureStats]]]:
     """Merge the done partitions' statistics exactly and record them in the store
-    (``reports``: as :meth:`Store.merged_statistics`)."""
+    (``reports``: as :meth:`Store.merged_statistics`); with ``descriptors``, a complete
+    store's features constant over the whole dataset are warned of."""
     store = open_store(store_path, mode="r+")
     statistics = store.merged_statistics(reports)
     store.update_attrs({"statistics": _statistics_json(statistics)})
+    if descriptors is not None and store.is_complete:
+        _warn_constant(store, statistics, descriptors)
     return publish_store(store), statistics
+
+
+def _warn_constant(
+    store: Store, statistics: dict[str, dict[str, FeatureStats]], descriptors: DescriptorSet
+) -> None:
+    """Warn of each descriptor's features constant over the store (n2p2's nnp-scaling
+    warns 'min equals max' of them)."""
+    from dparallel.descriptors.feature_ranges import constant_features
+
+    for name, per_element in statistics.items():
+        ranges = {e: (s.count, s.minimum, s.maximum) for e, s in per_element.items()}
+        found = constant_features(name, ranges, descriptors.descriptors().get(name))
+        if found is not None:
+            warnings.warn(f"{target_path(store)}: {found}", stacklevel=3)
 
 
 def featurize_in_process(
@@ -289,7 +308,7 @@ def featurize_in_process(
                 featurize_partition(source, store.ref, p, descriptors.to_dict())
             except Exception as exc:  # noqa: BLE001 - reported with every other failure
                 failures[p] = exc
-        store, _ = finish_featurize(store.ref)
+        store, _ = finish_featurize(store.ref, descriptors=descriptors)
     raise_failures(store, failures)
     return store
 
@@ -351,7 +370,7 @@ def featurize(
                 "done and kept: rerun the same command to compute the rest"
             ) from None
         try:
-            store, statistics = finish_featurize(store.ref, reports)
+            store, statistics = finish_featurize(store.ref, reports, descriptors)
         except OSError:
             if not failures:
                 raise

@@ -1,0 +1,62 @@
+"""Features constant over a whole dataset (zero range), named as n2p2's ``nnp-scaling``
+warns of them ("Symmetry function min equals max"): a neighbour element never within the
+cutoff of an element, a function whose Gaussian lies beyond every distance, an element of
+one atom. Training scales such a feature by 1 (:func:`dparallel.nn.scaling_parameters`,
+where n2p2 divides by zero), so its networks learn nothing from it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["CONSTANT_WIDTH", "constant_features"]
+
+#: A feature whose σ (or max − min) is at most this is constant to the scaling.
+CONSTANT_WIDTH = 1e-12
+_SHOWN = 8  # features named per element; the rest are counted
+
+
+def constant_features(
+    name: str, ranges: Mapping[str, tuple[int, np.ndarray, np.ndarray]], descriptor: Any
+) -> str | None:
+    """A message naming, per element, the features of descriptor ``name`` whose
+    max − min is at most :data:`CONSTANT_WIDTH`, and the fix; ``None`` where none is.
+
+    ``ranges``: element → (atoms, min (F,), max (F,)) over the whole dataset;
+    ``descriptor``: its ``features(element)`` metadata (ACSF's), where it has it, labels
+    the features (type, elements, η, rs).
+    """
+    found = []
+    for element, (count, low, high) in ranges.items():
+        columns = np.flatnonzero(np.asarray(high) - np.asarray(low) <= CONSTANT_WIDTH)
+        if count == 0 or columns.size == 0:
+            continue
+        meta = descriptor.features(element) if hasattr(descriptor, "features") else None
+        shown = [_label(int(k), meta) for k in columns[:_SHOWN]]
+        more = f" and {columns.size - _SHOWN} more" if columns.size > _SHOWN else ""
+        found.append(
+            f"element {element} ({count} atom{'' if count == 1 else 's'}): {columns.size} of "
+            f"{len(low)} features ({', '.join(shown)}{more})"
+        )
+    if not found:
+        return None
+    return (
+        f"{name}: features constant over the whole dataset (max - min <= {CONSTANT_WIDTH:g}): "
+        f"{'; '.join(found)}. They tell no atoms apart: training scales them by 1 (n2p2 "
+        "divides by zero) and learns nothing from them. Drop them from the descriptors (a "
+        "neighbour element never within r_cut, a function beyond every distance), or add "
+        "structures where they vary"
+    )
+
+
+def _label(column: int, meta: list[dict[str, Any]] | None) -> str:
+    """``column`` with its type and elements where the metadata gives them."""
+    if meta is None:
+        return str(column)
+    f = meta[column]
+    elements = "-".join([f["center"], *f["neighbors"]])
+    return f"{column}: type {f['type']} {elements} eta {f['eta']:g} rs {f['rs']:g}"
