@@ -54,9 +54,12 @@ def constant_features(
 
 
 def _label(column: int, meta: list[dict[str, Any]] | None) -> str:
-    """``column`` with its type and elements where the metadata gives them."""
+    """``column`` with its type, elements and parameters where the metadata gives them
+    (ACSF: ``neighbors``, η, rs; neighbor sums: ``neighbor``, ν)."""
     if meta is None:
         return str(column)
     f = meta[column]
-    elements = "-".join([f["center"], *f["neighbors"]])
-    return f"{column}: type {f['type']} {elements} eta {f['eta']:g} rs {f['rs']:g}"
+    around = f.get("neighbors", [f["neighbor"]] if "neighbor" in f else [])
+    words = [f"type {f.get('type')}", "-".join([str(f.get("center")), *around])]
+    words += [f"{k} {f[k]:g}" for k in ("eta", "rs", "nu") if isinstance(f.get(k), int | float)]
+    return f"{column}: {' '.join(words)}"

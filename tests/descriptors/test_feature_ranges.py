@@ -15,7 +15,7 @@ from ase.build import bulk
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "n2p2"))
 from n2p2_helpers import alloy_input_nn
 
-from dparallel.descriptors import ACSF
+from dparallel.descriptors import ACSF, NeighborSum
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.n2p2 import acsf_from_input_nn, write_input_data
 from dparallel.n2p2.binaries import find_bin_dir, run_tool, stage
@@ -35,12 +35,14 @@ def _cells(seed: int = 0) -> list:
     return out
 
 
-def _warned(path: Path, descriptors: DescriptorSet, tmp_path: Path) -> dict[str, set[int]]:
+def _warned(
+    path: Path, descriptors: DescriptorSet, tmp_path: Path, kind: str = "acsf"
+) -> dict[str, set[int]]:
     """Element → feature columns the featurize warning names (none: {})."""
     with pytest.warns(UserWarning, match="features constant over the whole dataset") as got:
         featurize_in_process(path, tmp_path / "s.zarr", descriptors)
     (text,) = [str(w.message) for w in got if "constant" in str(w.message)]
-    assert text.startswith(f"{tmp_path / 's.zarr'}: acsf: ")
+    assert text.startswith(f"{tmp_path / 's.zarr'}: {kind}: ")
     found = re.findall(r"element (\w+) \(\d+ atoms?\): \d+ of \d+ features \(([^)]*)\)", text)
     return {e: {int(k) for k in re.findall(r"(\d+): type", listed)} for e, listed in found}
 
@@ -60,7 +62,10 @@ def test_the_functions_named_are_those_n2p2_finds_constant(tmp_path: Path) -> No
     assert theirs and ours == theirs
 
 
-def test_pairs_never_within_the_cutoff_are_named_and_varying_ones_not(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["acsf", "neighbor_sum"])
+def test_pairs_never_within_the_cutoff_are_named_and_varying_ones_not(
+    kind: str, tmp_path: Path
+) -> None:
     import ase.io
     from ase.neighborlist import neighbor_list
 
@@ -71,7 +76,14 @@ def test_pairs_never_within_the_cutoff_are_named_and_varying_ones_not(tmp_path: 
         au = np.array(atoms.get_chemical_symbols()) == "Au"
         assert not (au[i] & au[j]).any() and (au[i] & ~au[j]).any()
     ase.io.write(tmp_path / "cells.extxyz", cells)
-    acsf = ACSF.uniform(["Cu", "Au"], r_cut=r_cut, radial=[(0.05, 0.0)], narrow=[])
-    warned = _warned(tmp_path / "cells.extxyz", DescriptorSet(acsf=acsf), tmp_path)
-    au_au = [k for k, f in enumerate(acsf.features("Au")) if f["neighbors"] == ["Au"]]
-    assert warned == {"Au": set(au_au)}
+    if kind == "acsf":
+        descriptor = ACSF.uniform(["Cu", "Au"], r_cut=r_cut, radial=[(0.05, 0.0)], narrow=[])
+    else:
+        descriptor = NeighborSum(["Cu", "Au"], r_cut=r_cut, n_sensitivities=3)
+    warned = _warned(tmp_path / "cells.extxyz", DescriptorSet({kind: descriptor}), tmp_path, kind)
+    au_au = [
+        k
+        for k, f in enumerate(descriptor.features("Au"))
+        if f.get("neighbors", [f.get("neighbor")]) == ["Au"]
+    ]
+    assert au_au and warned == {"Au": set(au_au)}
