@@ -177,6 +177,7 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
 
     index = build_split_index(store, spec.validation_fraction, spec.test_fraction, spec.seed, visit)
     _refuse_unfit_split(store, spec, index, elements, atoms_in_training)
+    _warn_empty_splits(store, spec, index)
     _refuse_no_labels(store, spec, index, labelled, energies=bool(per_atom))
     ref = np.linalg.lstsq(ata, atb, rcond=None)[0]  # zeros without energies: forces alone
     resid = np.concatenate([(energy - c @ ref) / c.sum(1) for c, energy in per_atom] or [[]])
@@ -230,6 +231,23 @@ def _refuse_unfit_split(
             "remove it from the descriptors' elements (an n2p2 input.nn: its `elements` "
             "line and symmetry functions) or add structures that hold it"
         )
+
+
+def _warn_empty_splits(store: Store, spec: TrainingSpec, index: SplitIndex) -> None:
+    """Warn of a validation or test split that a fraction above 0 left empty (a few
+    structures: each is drawn alone, by a hash of its index and the seed)."""
+    n = index.count("train") + index.count("validation") + index.count("test")
+    for split, fraction, loses in (
+        ("validation", spec.validation_fraction, "best.pt, early stopping and the schedule "
+         "follow the training loss"),
+        ("test", spec.test_fraction, "metrics.json has no test errors"),
+    ):  # fmt: skip
+        if fraction > 0 and index.count(split) == 0:
+            log.warning(
+                "%s: %s_fraction %g drew none of the %d structures into the %s split: %s; "
+                "raise it, add structures, or set it to 0 to say so",
+                store.target, split, fraction, n, split, loses,
+            )  # fmt: skip
 
 
 def _labelled(batch: StructureBatch, forces: bool) -> np.ndarray:

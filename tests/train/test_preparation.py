@@ -154,3 +154,30 @@ def test_a_validation_split_without_labels_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TrainingError, match=r"no structure of the validation split \(\d+\) has "
                        r"an energy or forces: .*validation_fraction: 0"):  # fmt: skip
         prepare(store, spec)
+
+
+def test_a_fraction_that_draws_no_structure_is_warned(tmp_path: Path, caplog) -> None:  # noqa: ANN001
+    """Three structures, fractions 0.1: the validation split (and here the test split) came
+    out empty and training silently picked best.pt by its training loss."""
+    import logging
+
+    from _store_fixture import build_store, small_acsf
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.train.data import assign_splits
+
+    spec = SPEC.model_copy(update={"validation_fraction": 0.1, "test_fraction": 0.1, "seed": 0})
+    assert (assign_splits(np.arange(3), np.full(3, None), 0.1, 0.1, spec.seed) == 0).all()
+    store = build_store(
+        write_emt_cu(tmp_path / "cu.xyz", 3, seed=3), tmp_path / "s.zarr", small_acsf()
+    )
+    with caplog.at_level(logging.WARNING, logger="dparallel"):
+        prepare(store, spec)
+    said = [r.getMessage() for r in caplog.records if "drew none" in r.getMessage()]
+    assert len(said) == 2
+    assert "validation_fraction 0.1 drew none of the 3 structures" in said[0]
+    assert "best.pt, early stopping and the schedule follow the training loss" in said[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dparallel"):
+        prepare(store, SPEC)  # fractions 0: asked for, not warned
+    assert not [r for r in caplog.records if "drew none" in r.getMessage()]
