@@ -1,8 +1,9 @@
-"""Features constant over a whole dataset (zero range), named as n2p2's ``nnp-scaling``
-warns of them ("Symmetry function min equals max"): a neighbour element never within the
-cutoff of an element, a function whose Gaussian lies beyond every distance, an element of
-one atom. Training scales such a feature by 1 (:func:`dparallel.nn.scaling_parameters`,
-where n2p2 divides by zero), so its networks learn nothing from it."""
+"""Elements without atoms and features constant over a whole dataset (zero range), named
+as n2p2's ``nnp-scaling`` warns of them ("No statistics for element", "Symmetry function
+min equals max"): a neighbour element never within the cutoff of an element, a function
+whose Gaussian lies beyond every distance, an element of one atom. Training scales such a
+feature by 1 (:func:`dparallel.nn.scaling_parameters`, where n2p2 divides by zero), so its
+networks learn nothing from it."""
 
 from __future__ import annotations
 
@@ -13,11 +14,26 @@ import numpy as np
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["CONSTANT_WIDTH", "constant_features"]
+__all__ = ["CONSTANT_WIDTH", "constant_features", "range_problems"]
 
 #: A feature whose σ (or max − min) is at most this is constant to the scaling.
 CONSTANT_WIDTH = 1e-12
 _SHOWN = 8  # features named per element; the rest are counted
+
+
+def range_problems(
+    name: str, ranges: Mapping[str, tuple[int, np.ndarray, np.ndarray]], descriptor: Any
+) -> list[str]:
+    """What to warn of descriptor ``name``'s statistics (``ranges`` and ``descriptor`` as
+    :func:`constant_features` takes them): elements without atoms, constant features."""
+    absent = [e for e, (count, _, _) in ranges.items() if count == 0]
+    found = [] if not absent else [
+        f"{name}: no atom of {', '.join(absent)} in the dataset, so no statistics to scale "
+        "by and nothing to train its network on: remove it from the descriptors' elements, "
+        "or add structures that hold it"
+    ]  # fmt: skip
+    constant = constant_features(name, ranges, descriptor)
+    return found if constant is None else [*found, constant]
 
 
 def constant_features(

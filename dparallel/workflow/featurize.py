@@ -276,15 +276,14 @@ def finish_featurize(
 def _warn_constant(
     store: Store, statistics: dict[str, dict[str, FeatureStats]], descriptors: DescriptorSet
 ) -> None:
-    """Warn of each descriptor's features constant over the store (n2p2's nnp-scaling
-    warns 'min equals max' of them)."""
-    from dparallel.descriptors.feature_ranges import constant_features
+    """Warn of each descriptor's elements without atoms and features constant over the
+    store (:func:`dparallel.descriptors.feature_ranges.range_problems`)."""
+    from dparallel.descriptors.feature_ranges import range_problems
 
     for name, per_element in statistics.items():
         ranges = {e: (s.count, s.minimum, s.maximum) for e, s in per_element.items()}
-        found = constant_features(name, ranges, descriptors.descriptors().get(name))
-        if found is not None:
-            warnings.warn(f"{target_path(store)}: {found}", stacklevel=3)
+        for problem in range_problems(name, ranges, descriptors.descriptors().get(name)):
+            warnings.warn(f"{target_path(store)}: {problem}", stacklevel=3)
 
 
 def featurize_in_process(
@@ -534,7 +533,12 @@ def _warn_idle_workers(
 
 
 def _statistics_json(statistics: dict[str, dict[str, FeatureStats]]) -> dict[str, Any]:
-    return {name: {e: s.summary() for e, s in per.items()} for name, per in statistics.items()}
+    """The store's record: an element without atoms has none (not min inf, max -inf and
+    NaN moments), as training's statistics of done partitions leave it out."""
+    return {
+        name: {e: s.summary() for e, s in per.items() if s.count}
+        for name, per in statistics.items()
+    }
 
 
 def write_scaling_data(
@@ -554,8 +558,8 @@ def write_scaling_data(
 
     if statistics is None:
         statistics = store.merged_statistics()
-    merged = statistics.get(descriptor)
-    if not merged:
+    merged = {e: s for e, s in (statistics.get(descriptor) or {}).items() if s.count}
+    if not merged:  # (an element without atoms has no rows: n2p2 writes ±DBL_MAX and NaN)
         raise StoreIncompleteError(f"{store.target} has no '{descriptor}' statistics to write")
     spec = store.attrs.get("config", {}).get("features", {}).get(descriptor)
     symfuncs = None
