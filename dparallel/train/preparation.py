@@ -17,6 +17,7 @@ import torch
 from ase.data import atomic_numbers
 
 from dparallel.descriptors.descriptor_set import DescriptorSet
+from dparallel.descriptors.feature_ranges import constant_features
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
@@ -185,7 +186,7 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
     per_atom.clear()
     stats = store.attrs.get("statistics", {}).get(spec.descriptor)
     if computing is not None:  # computed in the split pass, over every structure
-        stats = {elem: found.summary() for elem, found in computed.items() if found.count}
+        stats = _computed_statistics(store, spec.descriptor, computed, computing)
     elif not stats:  # a store still being featurized: its done partitions' statistics
         merged = store.merged_statistics().get(spec.descriptor, {})
         stats = {elem: found.summary() for elem, found in merged.items() if found.count}
@@ -231,6 +232,19 @@ def _refuse_unfit_split(
             "remove it from the descriptors' elements (an n2p2 input.nn: its `elements` "
             "line and symmetry functions) or add structures that hold it"
         )
+
+
+def _computed_statistics(
+    store: Store, name: str, computed: dict[str, FeatureStats], computing: DescriptorSet
+) -> dict[str, Any]:
+    """The summaries of the elements with atoms; the features constant over the store
+    warned of, as featurize warns of a featurized store's (elements without atoms are
+    refused by name)."""
+    ranges = {e: (f.count, f.minimum, f.maximum) for e, f in computed.items() if f.count}
+    found = constant_features(name, ranges, computing.descriptors().get(name))
+    if found is not None:
+        log.warning("%s: %s", store.target, found)
+    return {elem: f.summary() for elem, f in computed.items() if f.count}
 
 
 def _warn_empty_splits(store: Store, spec: TrainingSpec, index: SplitIndex) -> None:

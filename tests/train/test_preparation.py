@@ -181,3 +181,38 @@ def test_a_fraction_that_draws_no_structure_is_warned(tmp_path: Path, caplog) ->
     with caplog.at_level(logging.WARNING, logger="dparallel"):
         prepare(store, SPEC)  # fractions 0: asked for, not warned
     assert not [r for r in caplog.records if "drew none" in r.getMessage()]
+
+
+def test_computed_features_constant_over_the_store_are_warned(tmp_path: Path, caplog) -> None:  # noqa: ANN001
+    """Descriptors computed in training (an ingested store) warn as featurize does: one Au
+    per 7.2 Å cell never meets another within r_cut = 4 Å, so its Au-Au function is 0."""
+    import logging
+
+    import ase.io
+    from _store_fixture import ingested_store
+    from ase.build import bulk
+    from ase.neighborlist import neighbor_list
+
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+
+    cells = []
+    for k in range(3):
+        atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat((2, 2, 2))
+        atoms[5 * k].symbol = "Au"
+        atoms.rattle(0.05, seed=k)
+        atoms.info["energy"] = -float(k)
+        i, j = neighbor_list("ij", atoms, 4.0)  # the reference: no Au-Au pair
+        au = atoms.numbers == 79
+        assert not (au[i] & au[j]).any()
+        cells.append(atoms)
+    ase.io.write(tmp_path / "cells.extxyz", cells)
+    store = ingested_store(tmp_path / "cells.extxyz", tmp_path / "i.zarr")
+    acsf = ACSF.uniform(["Cu", "Au"], r_cut=4.0, radial=[(0.05, 0.0)], narrow=[])
+    spec = SPEC.model_copy(update={"descriptor_source": "computed", "force_weight": 0.0})
+    with caplog.at_level(logging.WARNING, logger="dparallel"):
+        prepare(store, spec, DescriptorSet(acsf=acsf))
+    (said,) = [r.getMessage() for r in caplog.records if "constant" in r.getMessage()]
+    au_au = [k for k, f in enumerate(acsf.features("Au")) if f["neighbors"] == ["Au"]]
+    assert f"element Au (3 atoms): 1 of 2 features ({au_au[0]}: type 2 Au-Au" in said
+    assert "element Cu" not in said
