@@ -153,7 +153,7 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
     atb = np.zeros(len(elements))
     per_atom: list[tuple[np.ndarray, np.ndarray]] = []  # (S_train, n_el) counts, (S_train,) E
     atoms_in_training = np.zeros(len(elements), dtype=np.int64)
-    labelled = np.zeros(3, dtype=np.int64)  # per split code: structures with a trained label
+    labelled = np.zeros((2, 3), dtype=np.int64)  # per split: structures with a label; forces
     computed: dict[str, FeatureStats] = {}  # statistics of ``computing``'s descriptors
 
     def visit(p: int, batch: StructureBatch, split: np.ndarray) -> None:
@@ -164,7 +164,7 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
                 merge_into(computed, elem, found)
         training_atoms = batch.numbers[(split == 0)[batch.structure_index]]
         atoms_in_training[:] += (training_atoms[:, None] == zs).sum(0)
-        labelled[:] += np.bincount(split[_labelled(batch, forces)], minlength=3)
+        labelled[:] += [np.bincount(split[m], minlength=3) for m in _labelled(batch, forces)]
         sel = np.flatnonzero((split == 0) & np.isfinite(batch.energy))
         if sel.size == 0:
             return
@@ -264,11 +264,12 @@ def _warn_empty_splits(store: Store, spec: TrainingSpec, index: SplitIndex) -> N
             )  # fmt: skip
 
 
-def _labelled(batch: StructureBatch, forces: bool) -> np.ndarray:
-    """(S,) bool: the structure has an energy, or (``forces`` trained) a force component."""
+def _labelled(batch: StructureBatch, forces: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(S,) bool each: the structure has an energy or (``forces`` trained) a force
+    component; it has a force component."""
     with_forces = np.isfinite(batch.forces).any(1)
     has_force = np.bincount(batch.structure_index, with_forces, batch.n_structures) > 0
-    return np.isfinite(batch.energy) | (forces & has_force)
+    return np.isfinite(batch.energy) | (forces & has_force), has_force
 
 
 def _refuse_no_labels(
@@ -277,11 +278,13 @@ def _refuse_no_labels(
     """A :class:`TrainingError` for a training or validation split without any label that
     training uses (energies; forces with ``force_weight`` > 0): nothing to learn, or a
     validation loss of nothing that would pick the best epoch. A training split with
-    forces but no energy trains them alone (reference energies 0, a warning)."""
+    forces but no energy trains them alone (reference energies 0, a warning), one with
+    energies but no forces while forces are trained, energies alone (a warning).
+    ``labelled``: (2, 3) per split code, structures with a trained label; with forces."""
     what = "an energy or forces" if spec.force_weight > 0 else "an energy (force_weight is 0)"
     for code, split, name in ((0, "train", "training"), (1, "validation", "validation")):
         n = index.count(split)
-        if n and not labelled[code]:
+        if n and not labelled[0, code]:
             fix = (
                 "label them, or set validation_fraction: 0"
                 if split == "validation"
@@ -296,6 +299,13 @@ def _refuse_no_labels(
             "%s: no structure of the training split (%d) has an energy: training on forces "
             "alone, the energies are learnt up to a constant per element (reference "
             "energies 0)", store.target, index.count("train"),
+        )  # fmt: skip
+    if spec.force_weight > 0 and not labelled[1, 0]:
+        log.warning(
+            "%s: no structure of the training split (%d) has forces: training on energies "
+            "alone (force_weight %g weighs nothing; set it to 0 to say so, and featurize "
+            "without derivatives to save their space)",
+            store.target, index.count("train"), spec.force_weight,
         )  # fmt: skip
 
 

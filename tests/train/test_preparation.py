@@ -216,3 +216,32 @@ def test_computed_features_constant_over_the_store_are_warned(tmp_path: Path, ca
     au_au = [k for k, f in enumerate(acsf.features("Au")) if f["neighbors"] == ["Au"]]
     assert f"element Au (3 atoms): 1 of 2 features ({au_au[0]}: type 2 Au-Au" in said
     assert "element Cu" not in said
+
+
+def test_a_training_split_without_forces_trains_energies_and_says_so(
+    tmp_path: Path, caplog
+) -> None:  # noqa: ANN001
+    """Energies only, force_weight 0.03 (the default): trained on energies without a word."""
+    import logging
+
+    import ase.io
+    from _store_fixture import build_store, small_acsf
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    from dparallel.datasets import write_emt_cu
+
+    frames = ase.io.read(write_emt_cu(tmp_path / "cu.xyz", 6, seed=3), ":")
+    for atoms in frames:
+        atoms.calc = SinglePointCalculator(atoms, energy=atoms.get_potential_energy())
+    ase.io.write(tmp_path / "energies.xyz", frames, format="extxyz")
+    assert all("forces" not in a.calc.results for a in ase.io.read(tmp_path / "energies.xyz", ":"))
+    store = build_store(tmp_path / "energies.xyz", tmp_path / "e.zarr", small_acsf())
+    said = {}
+    for weight in (0.03, 0.0):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dparallel"):
+            prepare(store, SPEC.model_copy(update={"force_weight": weight}))
+        said[weight] = [r.getMessage() for r in caplog.records if "has forces" in r.getMessage()]
+    assert said[0.0] == []  # forces not trained: nothing to say
+    (text,) = said[0.03]
+    assert "no structure of the training split (6) has forces: training on energies" in text
