@@ -354,6 +354,6 @@ def _finish_model(spec: WorkflowSpec, model_dir: Path, result: WorkflowResult, s
             data = json.loads(metrics_file.read_text())
             result.metrics = {k: without_units(m) for k, m in data.get("final", {}).items()}
     result.files["model_dir"] = str(model_dir)
-    for name in sorted(p.name for p in model_dir.glob("*")):
+    for name in sorted(p.name for p in model_dir.glob("*") if not p.name.startswith(".")):
         if name.endswith((".png", ".csv", ".json", ".pt", ".pt2", ".ts")):
             result.files[name] = str(model_dir / name)

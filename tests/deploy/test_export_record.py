@@ -179,3 +179,17 @@ def test_a_model_trained_in_the_run_is_exported_without_a_reason(
     monkeypatch.setattr(export, "write_artifacts", _artifacts_writer("first"))
     stage, said = _run_export_stage(model_dir, train)
     assert stage == "ran" and said[0] == f"export: {model_dir}"
+
+
+def test_the_runs_file_list_leaves_out_hidden_files(tmp_path: Path) -> None:
+    """The model folder's marker (``.dparallel-model.json``) is no file for the user: the
+    run's list of what it wrote does not show it."""
+    from dparallel.train.model_dir import MARKER
+
+    model_dir = write_model_dir(tmp_path / "m", hco_neighbor_sum())
+    (model_dir / MARKER).write_text("{}")
+    (model_dir / "metrics.json").write_text("{}")
+    spec = SimpleNamespace(output=SimpleNamespace(export=False), training=object())
+    result = WorkflowResult(dataset=Path("d"), store=Path("s"), model_dir=model_dir)
+    _finish_model(spec, model_dir, result, print)  # type: ignore[arg-type]
+    assert "metrics.json" in result.files and MARKER not in result.files
