@@ -64,9 +64,25 @@ def constant_features(
         f"{name}: features constant over the whole dataset (max - min <= {CONSTANT_WIDTH:g}): "
         f"{'; '.join(found)}. They tell no atoms apart: training scales them by 1 (n2p2 "
         "divides by zero) and learns nothing from them. Drop them from the descriptors (a "
-        "neighbour element never within r_cut, a function beyond every distance), or add "
-        "structures where they vary"
+        "neighbour element never within r_cut, a function beyond every distance"
+        f"{_NEIGHBOR_SUM_HINT if _has_nu(ranges, descriptor) else ''}), or add structures "
+        "where they vary"
     )
+
+
+#: Neighbor sums' sensitivities ν are centred from r_max down to r_min (0.8 Å by default):
+#: those closer than any pair the data holds are zero for every atom.
+_NEIGHBOR_SUM_HINT = (
+    "; neighbor sums: sensitivities centred closer than any pair in the data, so a larger "
+    "r_min, about the shortest distance there, or fewer n_sensitivities"
+)
+
+
+def _has_nu(ranges: Mapping[str, Any], descriptor: Any) -> bool:
+    """Whether ``descriptor``'s features are neighbor sums' (their metadata gives ν)."""
+    if not ranges or not hasattr(descriptor, "features"):
+        return False
+    return any("nu" in f for f in descriptor.features(next(iter(ranges))))
 
 
 def _label(column: int, meta: list[dict[str, Any]] | None) -> str:

@@ -87,3 +87,20 @@ def test_pairs_never_within_the_cutoff_are_named_and_varying_ones_not(
         if f.get("neighbors", [f.get("neighbor")]) == ["Au"]
     ]
     assert au_au and warned == {"Au": set(au_au)}
+
+
+def test_constant_neighbor_sums_are_told_to_raise_r_min() -> None:
+    """Neighbor sums' constant features come with their own fix (a larger r_min: the
+    default 0.8 Å centres sensitivities closer than any Cu pair), ACSF's without it."""
+    from dparallel.descriptors.feature_ranges import constant_features
+
+    low, high = np.zeros(4), np.array([0.0, 0.0, 1.0, 2.0])  # two columns constant
+    ranges = {"Cu": (32, low, high)}
+    sums = NeighborSum(["Cu"], r_cut=5.0, n_sensitivities=4)
+    text = constant_features("neighbor_sum", ranges, sums)
+    assert text is not None and "0: type neighbor_sum Cu-Cu nu 0" in text
+    assert "a larger r_min" in text
+    radial = [(eta, 0.0) for eta in (0.01, 0.02, 0.05, 0.1)]
+    acsf = ACSF.uniform(["Cu"], r_cut=5.0, radial=radial, narrow=[])
+    text = constant_features("acsf", ranges, acsf)
+    assert text is not None and "r_min" not in text
