@@ -32,6 +32,7 @@ from distributed.security import Security
 
 from dparallel.cluster.client_start import Refused, Unanswered, start_within
 from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
+from dparallel.cluster.given_client import check_given_client
 from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_workers
 from dparallel.cluster.main_guard import main_script_hint, refuse_while_bootstrapping
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
@@ -124,16 +125,18 @@ class ClusterHandle:
         return len(self.client.scheduler_info(n_workers=-1).get("workers", {}))
 
     def close(self, timeout: float = 30.0) -> None:
-        """Close what :func:`connect` opened (idempotent)."""
-        if not self._owns:
-            return
-        self._owns = False
+        """Remove the worker plugins this handle registered and close what :func:`connect`
+        opened (idempotent); a client passed in stays open."""
         self.wait_for_workers(timeout)  # never close a cluster in the middle of its start
-        for name in self.plugins:
+        plugins, self.plugins = self.plugins, []
+        for name in plugins:
             try:
                 self.client.unregister_worker_plugin(name)
             except Exception:  # a scheduler gone: nothing left to restore
                 logger.debug("could not remove worker plugin %s", name, exc_info=True)
+        if not self._owns:
+            return
+        self._owns = False
         try:
             self.client.close(timeout=timeout)
         finally:
@@ -228,8 +231,11 @@ def connect(
     """
     spec = spec if spec is not None else ClusterSpec()
     if client is not None:
-        _register_threads(client, spec)
-        return ClusterHandle(client, None, "client", owns=False)
+        check_given_client(client)
+        handle = ClusterHandle(client, None, "client", owns=False)
+        # the caller's cluster: its workers get their own budget back when the handle closes
+        handle.plugins = [TorchThreadsPlugin.name] if _register_threads(client, spec) else []
+        return handle
     with _collected_then_paused_gc():
         return _connect_new(
             spec, worker_preload, forkserver_preload, scheduler, scheduler_file, return_early

@@ -1,0 +1,70 @@
+"""connect() with a client the user made (a script's or a notebook's own cluster): used as
+given, never closed, its workers left as they were, an asynchronous one refused."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from distributed import Client, LocalCluster
+
+from dparallel.cluster import ClusterSpec, connect, expected_workers
+from dparallel.errors import ClusterError
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+_BUDGET = ("DPARALLEL_TORCH_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _worker_state(dask_worker) -> tuple[dict[str, str | None], list[str]]:
+    """A worker's thread budget variables and its plugins' names."""
+    return {v: os.environ.get(v) for v in _BUDGET}, sorted(dask_worker.plugins)
+
+
+def test_a_given_clients_workers_get_their_own_budget_back() -> None:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        before = client.run(_worker_state)
+        with connect(ClusterSpec(torch_threads=3), client=client) as handle:
+            during = client.run(_worker_state)
+            assert all(env["DPARALLEL_TORCH_THREADS"] == "3" for env, _ in during.values())
+        assert client.run(_worker_state) == before  # no budget, no plugin left behind
+        assert handle.client is client and client.status == "running"
+        assert client.submit(sum, [1, 2]).result(timeout=30) == 3
+
+
+def test_an_asynchronous_client_is_a_cluster_error_not_a_coroutine() -> None:
+    async def given() -> list[str]:
+        errors = []
+        async with (
+            LocalCluster(
+                n_workers=1, processes=False, asynchronous=True, dashboard_address="127.0.0.1:0"
+            ) as cluster,
+            Client(cluster, asynchronous=True) as client,
+        ):
+            for call in (
+                lambda: connect(client=client),
+                lambda: connect(ClusterSpec(torch_threads=2), client=client),
+                lambda: expected_workers(client=client),
+            ):
+                with pytest.raises(ClusterError, match="asynchronous") as info:
+                    call()
+                errors.append(str(info.value))
+            assert await client.submit(sum, [1, 2]) == 3  # the user's client still works
+        return errors
+
+    errors = asyncio.run(asyncio.wait_for(given(), 60))
+    assert all("asyncio.to_thread" in e for e in errors)
+
+
+def test_a_closed_client_is_a_cluster_error() -> None:
+    with LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0") as cluster:
+        client = Client(cluster)
+        client.close()
+        with pytest.raises(ClusterError, match="closed"):
+            connect(client=client)
