@@ -6,6 +6,7 @@ This module is ``dparallel.ase``; it imports the ``ase`` package absolutely.
 from __future__ import annotations
 
 import operator
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,6 +87,7 @@ class Calculator(_calc.Calculator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self._lock = threading.RLock()  # one call at a time: the atoms, results, list are shared
         self.threads = _thread_count(threads)
         skin = _skin(skin)
         if dtype not in (torch.float64, torch.float32):  # "float32" went on as a device
@@ -146,11 +148,27 @@ class Calculator(_calc.Calculator):
         }
         return [name for name, (a, b) in pairs.items() if not identical(a, b)]
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The calculator's state for pickle and ``copy.deepcopy``, without its lock."""
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     def get_property(
         self, name: str, atoms: ase.Atoms | None = None, allow_calculation: bool = True
     ) -> Any:
         """As ASE's ``get_property``, but the copy of the atoms kept in ``self.atoms`` is
-        refreshed in place (:meth:`_remember`) instead of made anew on every MD step."""
+        refreshed in place (:meth:`_remember`) instead of made anew on every MD step.
+        Thread-safe: threads sharing the calculator take turns (each gets its own atoms'
+        results, as one after the other)."""
+        with self._lock:
+            return self._get_property(name, atoms, allow_calculation)
+
+    def _get_property(self, name: str, atoms: ase.Atoms | None, allow_calculation: bool) -> Any:
         if atoms is None or name not in self.implemented_properties:
             return super().get_property(name, atoms, allow_calculation)
         system_changes = self.check_state(atoms)
@@ -200,7 +218,10 @@ class Calculator(_calc.Calculator):
         system_changes: list[str] = _calc.all_changes,
     ) -> None:
         """Compute the requested properties (energy, per-atom energies and forces at once)."""
-        properties = properties or ["energy"]
+        with self._lock:
+            self._calculate(atoms, properties or ["energy"])
+
+    def _calculate(self, atoms: ase.Atoms | None, properties: list[str]) -> None:
         if atoms is not None and (self.atoms is None or self.check_state(atoms)):
             # not the base class's unconditional copy: get_property has just refreshed
             # self.atoms, a second copy is a noticeable cost per MD step (docs/deploy.md)
