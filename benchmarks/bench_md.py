@@ -117,12 +117,12 @@ def force_call_breakdown(calc, rounds: int = 30) -> dict[str, float]:  # noqa: A
     from ase.calculators.calculator import all_changes
     from ase.calculators.emt import EMT
 
-    from dparallel.ase import _batch
     from dparallel.neighbors import neighbor_list
+    from dparallel.types import StructureBatch
 
     atoms = start_state()
     atoms.calc = calc
-    batch = _batch(atoms)
+    batch = StructureBatch.from_ase(atoms, labels=False)
     neighbors = calc.neighbor_list.neighbors(batch)
     engine = calc.model.engine(calc.backend)  # the compiled route predict takes
     emt_atoms = start_state()

@@ -119,7 +119,7 @@ class Calculator(_calc.Calculator):
 
         with self._threads():
             for atoms in probe_atoms(self.model.model.elements):
-                self.model.predict(_batch(atoms), stress=True, backend=self.backend)
+                self.model.predict(atoms, stress=True, backend=self.backend)
 
     @contextmanager
     def _threads(self) -> Iterator[None]:
@@ -262,7 +262,7 @@ class Calculator(_calc.Calculator):
         ):
             batch = last.with_positions(atoms.arrays["positions"])
         else:
-            batch = _batch(atoms)
+            batch = StructureBatch.from_ase(atoms, labels=False)
         self._last_batch = batch
         return batch
 
@@ -334,18 +334,4 @@ def _check_finite_geometry(atoms: ase.Atoms) -> None:
     raise InvalidStructureError(
         f"Calculator: cell vector {row} is {cell[row].tolist()} Å, not finite; give the "
         "atoms a finite cell (zeros where no direction is periodic)"
-    )
-
-
-def _batch(atoms: ase.Atoms) -> StructureBatch:
-    """A one-structure batch of ``atoms`` without labels (no calculator calls)."""
-    n = len(atoms)
-    return StructureBatch(
-        numbers=atoms.numbers.astype(np.int64),
-        positions=np.array(atoms.positions, dtype=np.float64),
-        cells=np.asarray(atoms.cell.array, dtype=np.float64)[None],
-        pbc=np.asarray(atoms.pbc, dtype=bool)[None],
-        energy=np.full(1, np.nan),
-        forces=np.full((n, 3), np.nan),
-        offsets=np.array([0, n], dtype=np.int64),
     )

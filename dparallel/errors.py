@@ -17,6 +17,11 @@ class DParallelError(Exception):
     """Base class of every error raised by dparallel."""
 
 
+class ArgumentTypeError(DParallelError, TypeError):
+    """An argument of a Python call is not of a type it takes (a list of ``ase.Atoms``
+    where a file's path is needed, a mapping where a spec object is); says what to give."""
+
+
 class InputError(DParallelError, ValueError):
     """A structure source is unreadable or holds invalid data."""
 

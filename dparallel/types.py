@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from dparallel.errors import ArgumentTypeError
+
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Collection, Iterable, Sequence
 
@@ -241,15 +243,25 @@ class StructureBatch:
         *,
         energy_key: str | None = None,
         forces_key: str | None = None,
+        labels: bool = True,
     ) -> StructureBatch:
         """Build a batch from ASE ``Atoms`` (one, or an iterable of them); energy/forces from
         an attached calculator or info/arrays (:class:`LabelKeys`: ``energy_key`` /
         ``forces_key`` name the ``info`` / ``arrays`` key or calculator result to take
-        instead, and a structure without it is a ``ValueError``). Anything else is a
-        ``TypeError`` naming its index."""
+        instead, and a structure without it is a ``ValueError``); ``labels=False``: none
+        read (NaN; no calculator is called). Anything else is an
+        :class:`~dparallel.errors.ArgumentTypeError` naming its index."""
         import ase
 
-        frames = [structures] if isinstance(structures, ase.Atoms) else list(structures)
+        if isinstance(structures, ase.Atoms):
+            frames = [structures]
+        elif not hasattr(structures, "__iter__"):
+            raise ArgumentTypeError(
+                f"from_ase: a {type(structures).__name__} is not an ase.Atoms or an iterable "
+                "of them"
+            )
+        else:
+            frames = list(structures)
         for k, a in enumerate(frames):
             if not isinstance(a, ase.Atoms):
                 hint = (
@@ -257,28 +269,22 @@ class StructureBatch:
                     if k == 0 and isinstance(structures, str)
                     else ""
                 )
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"from_ase: structure {k} is a {type(a).__name__}, not an ase.Atoms{hint}"
                 )
         if not frames:
             return StructureBatch.empty()
+        if not labels:
+            n = sum(len(a) for a in frames)
+            return _ase_batch(frames, np.full(len(frames), np.nan), np.full((n, 3), np.nan))
         keys = LabelKeys(energy_key, forces_key)
         for k, a in enumerate(frames):
             reason = keys.absent_from_ase(a)
             if reason is not None:
                 raise ValueError(f"from_ase: structure {k}: {reason}")
-        energy = [_ase_label(a, "get_potential_energy", keys.energy_keys(), ()) for a in frames]
+        energies = [_ase_label(a, "get_potential_energy", keys.energy_keys(), ()) for a in frames]
         forces = [_ase_label(a, "get_forces", keys.force_keys(), (len(a), 3)) for a in frames]
-        return StructureBatch(
-            numbers=np.concatenate([a.get_atomic_numbers() for a in frames]),
-            positions=np.concatenate([a.get_positions() for a in frames]),
-            cells=np.stack([a.get_cell()[:] for a in frames]),
-            pbc=np.stack([a.get_pbc() for a in frames]),
-            energy=np.asarray(energy),
-            forces=np.concatenate(forces),
-            offsets=np.concatenate([[0], np.cumsum([len(a) for a in frames])]),
-            tags=np.asarray([str(a.info.get("set", a.info.get("tag", ""))) for a in frames]),
-        )
+        return _ase_batch(frames, np.asarray(energies), np.concatenate(forces))
 
     def to_ase(self) -> list[ase.Atoms]:
         """One ``ase.Atoms`` per structure, with energy and forces in a SinglePointCalculator."""
@@ -372,6 +378,20 @@ class LabelKeys(NamedTuple):
         arrays = [k for k in atoms.arrays if k not in ("numbers", "positions")]
         where = ("info keys and calculator results", "arrays and calculator results")
         return self.absent([*atoms.info, *results], [*arrays, *results], where)
+
+
+def _ase_batch(frames: list[ase.Atoms], energy: np.ndarray, forces: np.ndarray) -> StructureBatch:
+    """The batch of ``frames`` with these labels (:meth:`StructureBatch.from_ase`)."""
+    return StructureBatch(
+        numbers=np.concatenate([a.get_atomic_numbers() for a in frames]),
+        positions=np.concatenate([a.get_positions() for a in frames]),
+        cells=np.stack([a.get_cell()[:] for a in frames]),
+        pbc=np.stack([a.get_pbc() for a in frames]),
+        energy=energy,
+        forces=forces,
+        offsets=np.concatenate([[0], np.cumsum([len(a) for a in frames])]),
+        tags=np.asarray([str(a.info.get("set", a.info.get("tag", ""))) for a in frames]),
+    )
 
 
 def _ase_label(

@@ -50,7 +50,9 @@ from dparallel.types import StructureBatch
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
+
+    import ase
 
 #: File name of the deployable model inside MODEL_DIR.
 DEPLOYED = "deployed.pt"
@@ -197,7 +199,7 @@ class DeployedModel(nn.Module):
 
     def predict(
         self,
-        batch: StructureBatch,
+        batch: StructureBatch | ase.Atoms | Iterable[ase.Atoms],
         *,
         forces: bool = True,
         stress: bool = False,
@@ -215,8 +217,11 @@ class DeployedModel(nn.Module):
         ``threads``: on the CPU's compiled engine, the structures are shared among this many
         threads (the numbers of one thread to rounding, as another batch size gives:
         float64 ~1e-16, float32 ~1e-7 relative; ``None``: ``torch.get_num_threads()``, the
-        process's thread budget).
+        process's thread budget). ``batch`` may be ``ase.Atoms`` or an iterable of them
+        (their labels and calculators are not used).
         """
+        if not isinstance(batch, StructureBatch):
+            batch = StructureBatch.from_ase(batch, labels=False)
         nb = in_centre_order(neighbors) if neighbors is not None else self.neighbors(batch)
         engine = self.engine(backend) if self.device.type == "cpu" else None
         if engine is not None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dparallel.errors import DParallelError
+from dparallel.errors import ArgumentTypeError, DParallelError
 from dparallel.io import _s3_objects
 from dparallel.io._s3 import S3_PROTOCOLS, check_options, s3_store
 
@@ -273,7 +273,7 @@ def as_location(target: Where, storage_options: dict[str, Any] | None = None) ->
     options = tuple(sorted((storage_options or {}).items()))
     if isinstance(target, Location):
         return Location(target.url, options or target.storage_options)
-    text = os.fspath(target)
+    text = _path_text(target)
     if is_url(text):
         return Location(_s3_url(text), options)
     return Location(str(_local_text(text).expanduser().absolute()), options)
@@ -291,10 +291,27 @@ def require_local_path(target: str | os.PathLike[str], what: str) -> Path:
     """``target`` as the local path it names (``~`` expanded, ``file://`` dropped, relative
     kept relative), or a :class:`LocationError` saying that ``what`` needs one: a URL is
     never taken for a relative path (``s3://b/m`` is not ``./s3:/b/m``)."""
-    text = os.fspath(target)
+    text = _path_text(target)
     if is_url(text):
         raise LocationError(f"{text}: {what} needs a local path, not a URL")
     return _local_text(text).expanduser()
+
+
+def _path_text(target: object) -> str:
+    """``os.fspath(target)`` as text, or an :class:`ArgumentTypeError` saying what names data
+    (a list of ``ase.Atoms`` given for a structure file: write them to one first)."""
+    try:
+        text = os.fspath(target)  # type: ignore[call-overload]
+    except TypeError:
+        raise ArgumentTypeError(
+            f"a {type(target).__name__} was given where data is named: give a path, a URL or "
+            "a dparallel.io.location.Location (ase.Atoms: write them to a file first, "
+            "ase.io.write('data.extxyz', frames); DeployedModel.predict and the ASE "
+            "Calculator take them as they are)"
+        ) from None
+    if isinstance(text, bytes):
+        raise ArgumentTypeError(f"{text!r}: give a path as str or pathlib.Path, not bytes")
+    return text
 
 
 def _local_text(text: str) -> Path:

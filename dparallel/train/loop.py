@@ -20,7 +20,7 @@ import torch
 
 from dparallel._files import write_file
 from dparallel.descriptors.descriptor_set import DescriptorSet
-from dparallel.errors import TrainingError
+from dparallel.errors import ArgumentTypeError, TrainingError
 from dparallel.nn import HDNNP, MODEL, load_model
 from dparallel.store import Store, open_store
 from dparallel.train.checkpoints import (
@@ -135,12 +135,12 @@ def train(
         is not finite (diverged); the store changed under the run.
     """
     if spec is not None and not isinstance(spec, TrainingSpec):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"train: spec is a {type(spec).__name__}, not a TrainingSpec (a mapping or a file "
             "of training keys: dparallel.train.parse_training_spec(...))"
         )
     if descriptors is not None and not isinstance(descriptors, DescriptorSet):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"train: descriptors is a {type(descriptors).__name__}, not a DescriptorSet (a "
             "descriptors file: dparallel.workflow.descriptors_spec.load_descriptors(path))"
         )

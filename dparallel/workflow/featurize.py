@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import (
+    ArgumentTypeError,
     RunInterruptedError,
     StoreIncompleteError,
     StoreMismatchError,
@@ -156,12 +157,12 @@ def _check_arguments(call: str, descriptors: object, options: object) -> None:
     from dparallel.descriptors.descriptor_set import DescriptorSet
 
     if not isinstance(descriptors, DescriptorSet):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{call}: descriptors is a {type(descriptors).__name__}, not a DescriptorSet (a "
             "descriptors file: dparallel.workflow.descriptors_spec.load_descriptors(path))"
         )
     if not isinstance(options, FeaturizeOptions):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{call}: options is a {type(options).__name__}, not a FeaturizeOptions "
             "(FeaturizeOptions(**...))"
         )

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from dparallel.errors import InputFormatError
+from dparallel.errors import ArgumentTypeError, InputFormatError
 from dparallel.io import StructureSource, open_source
 from dparallel.store import (
     Store,
@@ -145,7 +145,7 @@ def ingest(
     say; resumable (only partitions not yet done are written), in the memory of one
     partition plus the index."""
     if not isinstance(options, IngestOptions):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"ingest: options is a {type(options).__name__}, not an IngestOptions "
             "(IngestOptions(**...))"
         )
