@@ -335,9 +335,8 @@ def featurize_partition(
         A structure of the partition is malformed or cannot be featurized and the source
         reads with ``on_error="raise"``; the message names file, structure index and line.
     """
-    from dparallel.cluster import configured_torch_threads, ensure_torch_threads, tune_allocator
-    from dparallel.cluster.secede import outside_the_pool
-    from dparallel.dashboard.events import worker_name
+    from dparallel.cluster import configured_torch_threads, tune_allocator
+    from dparallel.cluster import torch_threads as thread_budget
 
     if install is not None:
         from dparallel.cluster.installs import refuse_other_install
@@ -347,10 +346,28 @@ def featurize_partition(
     started = time.time()
     t0 = time.perf_counter()
     dset = DescriptorSet.from_dict(descriptors)
-    if dset.uses_torch:
-        threads = ensure_torch_threads(torch_threads)
-    else:  # compiled ACSF on numpy: torch (slow to import, per worker) is not loaded at all
-        threads = configured_torch_threads() if torch_threads is None else int(torch_threads)
+    if dset.uses_torch:  # the task's budget; the thread's own (a caller's, a user's worker's) after
+        with thread_budget(torch_threads) as threads:
+            return _run_partition(source, store_path, p, dset, threads, (started, t0))
+    # compiled ACSF on numpy: torch (slow to import, per worker) is not loaded at all
+    threads = configured_torch_threads() if torch_threads is None else int(torch_threads)
+    return _run_partition(source, store_path, p, dset, threads, (started, t0))
+
+
+def _run_partition(
+    source: StructureSource,
+    store_path: str | Location,
+    p: int,
+    dset: DescriptorSet,
+    threads: int,
+    clock: tuple[float, float],
+) -> dict[str, Any]:
+    """:func:`featurize_partition`'s work once its thread budget is set; ``clock``: when the
+    task started (wall clock, perf counter)."""
+    from dparallel.cluster.secede import outside_the_pool
+    from dparallel.dashboard.events import worker_name
+
+    started, t0 = clock
     device = task_device()  # "cuda" on a GPU worker with a CUDA device
     store = open_store(store_path, mode="r+")
     if (done := recorded_report(store, p)) is not None:

@@ -45,3 +45,38 @@ def test_a_done_partition_run_again_returns_its_report_and_computes_nothing(
         assert not reopened.is_done(0)
         with np.testing.assert_raises_regex(AssertionError, "computed again"):
             featurize_partition(source, store.ref, 0, spec)
+
+
+def test_a_task_runs_with_its_torch_budget_and_gives_the_thread_its_own_back(
+    tmp_path, monkeypatch
+) -> None:
+    """A task on torch (neighbor sums) set the calling thread's torch threads to its budget
+    for good: featurize_in_process left a script's torch at 1 thread, and a task on a user's
+    own Dask worker left that worker's thread so."""
+    import torch
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.descriptors import NeighborSum
+
+    data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=2, seed=3)
+    dset = DescriptorSet(neighbor_sum=NeighborSum(["Cu"], r_cut=4.0, n_sensitivities=2))
+    assert dset.uses_torch
+    seen = []
+    compute = featurize_task._compute
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.append(torch.get_num_threads())
+        return compute(*args, **kwargs)
+
+    monkeypatch.setattr(featurize_task, "_compute", spy)
+    path = tmp_path / "s.zarr"
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        with StoreLease(path):
+            source, store = prepare_featurize(data, path, dset, FeaturizeOptions())
+            report = featurize_partition(source, store.ref, 0, dset.to_dict(), torch_threads=1)
+        assert seen == [1] and report["torch_threads"] == 1
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(previous)
