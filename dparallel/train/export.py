@@ -129,6 +129,8 @@ EXPORT_STEPS: list[Callable[[ExportJob], None]] = [
 ]
 
 
+@torch.inference_mode(False)  # it differentiates: also in a caller's inference_mode block
+@torch.enable_grad()
 def export_model(
     model_dir: str | os.PathLike[str],
     dtype: torch.dtype = torch.float64,

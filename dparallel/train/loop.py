@@ -147,8 +147,11 @@ def train(
     store = store if isinstance(store, Store) else open_store(store)
     previous = torch.get_num_threads()  # spec.threads is this call's, not the process's
     try:
-        # the run seeds and draws torch's CPU generator; the caller's state is restored
+        # the run seeds and draws torch's CPU generator; the caller's state is restored;
+        # gradients on also in a caller's torch.no_grad() or inference_mode() block
         with (
+            torch.inference_mode(False),
+            torch.enable_grad(),
             torch.random.fork_rng(devices=[]),
             claim_model_dir(model_dir, store, resume=resume) as path,
         ):  # ours, leased, one store

@@ -204,3 +204,25 @@ def test_docs_example_runs_with_plain_torch(exported, tmp_path) -> None:  # noqa
     atoms = molecule("CH3CH2OH")
     atoms.calc = Calculator(model_dir)
     assert abs(float(done.stdout.split()[-1]) - atoms.get_potential_energy()) < 1e-10
+
+
+def test_an_export_inside_inference_mode_is_the_export_outside(tmp_path) -> None:  # noqa: ANN001
+    """A notebook cell under ``torch.inference_mode()`` calling export_model failed with
+    torch's "element 0 of tensors does not require grad" (or "Inference tensors do not
+    track version counter") in the plain-torch routes; the export turns it off for
+    itself, and the caller's mode stays."""
+    from dparallel.deploy import load_deployed
+    from dparallel.train.export import export_model
+
+    outside, inside = (write_model_dir(tmp_path / n, hco_neighbor_sum()) for n in "ab")
+    expected_report = export_model(outside)
+    with torch.inference_mode():
+        report = export_model(inside)
+        assert torch.is_inference_mode_enabled()
+    assert {k: r["status"] for k, r in report["routes"].items()} == {
+        k: r["status"] for k, r in expected_report["routes"].items()
+    }
+    frames = list(structures().values())
+    found, expected = (load_deployed(d).predict(frames, stress=True) for d in (inside, outside))
+    for key in expected:
+        np.testing.assert_array_equal(found[key], expected[key])

@@ -367,6 +367,25 @@ def test_a_run_leaves_the_callers_random_numbers_alone(store, tmp_path) -> None:
     ]
 
 
+def test_a_run_inside_no_grad_or_inference_mode_trains_as_outside(store, tmp_path) -> None:  # noqa: ANN001
+    """A notebook cell under ``torch.no_grad()`` (or ``inference_mode()``) calling train()
+    failed with torch's "element 0 of tensors does not require grad and does not have a
+    grad_fn"; the run turns gradients on for itself, and the caller's mode stays."""
+    spec = SPEC.model_copy(update={"epochs": 1})
+    timings = {"seconds", "data_wait_fraction"}
+    histories = [
+        [{k: v for k, v in r.items() if k not in timings} for r in run.history]
+        for run in [train_model(store, tmp_path / "free", spec)]
+    ]
+    for name, mode in (("nograd", torch.no_grad), ("inference", torch.inference_mode)):
+        with mode():
+            run = train_model(store, tmp_path / name, spec)
+            assert not torch.is_grad_enabled()
+        histories.append([{k: v for k, v in r.items() if k not in timings} for r in run.history])
+    assert histories[1] == histories[0] and histories[2] == histories[0]
+    assert torch.is_grad_enabled()
+
+
 @pytest.mark.parametrize("spec", [{"epochs": 1}, "train.yaml"])
 def test_a_spec_that_is_no_training_spec_is_named_before_anything_is_written(tmp_path, spec):  # noqa: ANN001
     # train(store, "m", {"epochs": 1}) failed inside: "'dict' object has no attribute 'threads'"
