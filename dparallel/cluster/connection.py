@@ -32,7 +32,7 @@ from distributed.security import Security
 
 from dparallel.cluster.client_start import Refused, Unanswered, start_within
 from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
-from dparallel.cluster.given_client import check_given_client
+from dparallel.cluster.given_client import check_given_client, note_unused_default_client
 from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_workers
 from dparallel.cluster.main_guard import main_script_hint, refuse_while_bootstrapping
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
@@ -313,6 +313,7 @@ def _connect_new(
         return _connect_remote(address, spec, "address")
     if kind == "slurm":
         return _start_slurm(spec)
+    note_unused_default_client()  # a notebook's Client() is not ours to take
     return _start_local(spec, worker_preload, forkserver_preload, return_early)
 
 

@@ -3,6 +3,7 @@ blocking calls can use."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from dparallel.errors import ClusterError
@@ -10,7 +11,9 @@ from dparallel.errors import ClusterError
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["check_given_client"]
+__all__ = ["check_given_client", "note_unused_default_client"]
+
+logger = logging.getLogger(__name__)
 
 
 def check_given_client(client: Client) -> None:
@@ -29,3 +32,25 @@ def check_given_client(client: Client) -> None:
             f"the Dask client given is {client.status}; give an open client (or none: "
             "dparallel then starts its own local cluster)"
         )
+
+
+def note_unused_default_client() -> bool:
+    """Warn, before a local cluster of dparallel's own starts, that this process already
+    has a default Dask client (a notebook's ``Client()``) that the run will not use;
+    whether there was one."""
+    from distributed import default_client
+
+    try:
+        client = default_client()
+    except ValueError:  # none: nothing to say
+        return False
+    if client.status not in ("running", "connecting", "newly-created"):
+        return False
+    address = getattr(client.scheduler, "address", None)
+    logger.warning(
+        "this process has a Dask client (%s) that dparallel does not use on its own: it "
+        "starts a local cluster; to run on yours, give it: FeaturizeOptions(client=client), "
+        "run_workflow(..., connect_to={'client': client})",
+        address,
+    )
+    return True

@@ -68,3 +68,20 @@ def test_a_closed_client_is_a_cluster_error() -> None:
         client.close()
         with pytest.raises(ClusterError, match="closed"):
             connect(client=client)
+
+
+def test_a_default_client_left_unused_is_said_and_stays_the_default(caplog) -> None:  # noqa: ANN001
+    from distributed import default_client
+
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0") as cluster,
+        Client(cluster) as mine,  # a notebook's Client(): the default client
+    ):
+        with caplog.at_level("WARNING", logger="dparallel.cluster.given_client"):
+            spec = ClusterSpec(n_workers=1, dashboard_address="127.0.0.1:0")
+            with connect(spec) as handle:
+                assert handle.source == "local" and handle.client is not mine
+        said = [r.getMessage() for r in caplog.records if "does not use" in r.getMessage()]
+        assert len(said) == 1 and mine.scheduler.address in said[0]
+        assert "FeaturizeOptions(client=client)" in said[0]
+        assert default_client() is mine and mine.status == "running"
