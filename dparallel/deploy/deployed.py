@@ -104,6 +104,20 @@ class DeployedModel(nn.Module):
                     f"model element {e} not in the descriptor's {descriptor.elements}"
                 )
         self._engines: dict[str, Engine | None] = {}  # backend → engine (None: torch)
+        self._tensors = (*self.model.parameters(), *self.model.buffers())  # what engines read
+        self._engines_at: tuple[int, ...] | None = None  # where those were in memory
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The model for pickle (a multiprocessing pool, Dask) and ``copy.deepcopy``, without
+        its engines: they read the module's tensors' memory, which pickling may move
+        (multiprocessing moves it to shared memory) and which is another process's there."""
+        state = self.__dict__.copy()
+        state["_engines"], state["_engines_at"] = {}, None
+        return state
+
+    def _tensor_places(self) -> tuple[int, ...]:
+        """Where the network's parameters and buffers are in memory."""
+        return tuple(t.data_ptr() for t in self._tensors)
 
     @property
     def cutoff(self) -> float:
@@ -152,8 +166,11 @@ class DeployedModel(nn.Module):
 
     def engine(self, backend: str = "auto") -> Engine | None:
         """The compiled CPU engine of :data:`ENGINES` that takes this descriptor with
-        ``backend`` (made once per backend; it caches per neighbour list), or None: the
-        torch route."""
+        ``backend`` (made once per backend, and again once the module's tensors moved in
+        memory; it caches per neighbour list), or None: the torch route."""
+        places = self._tensor_places()
+        if places != self._engines_at:  # e.g. sent to a pool: moved to shared memory
+            self._engines, self._engines_at = {}, places
         if backend not in self._engines:
             made = (f(self.descriptor, self.model, self.dtype, backend) for f in ENGINES.values())
             self._engines[backend] = next((e for e in made if e is not None), None)
