@@ -32,7 +32,7 @@ from distributed.security import Security
 
 from dparallel.cluster.client_start import Refused, Unanswered, start_within
 from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
-from dparallel.cluster.given_client import check_given_client, note_unused_default_client
+from dparallel.cluster.given_client import check_where, note_unused_default_client
 from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_workers
 from dparallel.cluster.main_guard import main_script_hint, refuse_while_bootstrapping
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
@@ -229,9 +229,9 @@ def connect(
     ``spec.connect_timeout`` seconds, a certificate or scheduler file is missing, or
     dask-jobqueue is not installed.
     """
+    check_where(spec, client)
     spec = spec if spec is not None else ClusterSpec()
     if client is not None:
-        check_given_client(client)
         handle = ClusterHandle(client, None, "client", owns=False)
         # the caller's cluster: its workers get their own budget back when the handle closes
         handle.plugins = [TorchThreadsPlugin.name] if _register_threads(client, spec) else []

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from dask.system import CPU_COUNT
 from distributed.worker_memory import parse_memory_limit
 
-from dparallel.cluster.given_client import check_given_client
+from dparallel.cluster.given_client import check_where
 from dparallel.cluster.spec import ClusterSpec
 from dparallel.cluster.where import connection_kind
 
@@ -36,9 +36,9 @@ def expected_workers(
     ``SpecCluster``'s ``plan``: a SLURM cluster's jobs still queued), a local cluster's
     (one per core unless ``spec.n_workers``), a SLURM cluster's (``jobs`` × ``cores``
     processes), else ``spec.n_workers`` (``None``: unknown)."""
+    check_where(spec, client)
     spec = spec if spec is not None else ClusterSpec()
     if client is not None:  # its workers, and those its cluster object has asked for
-        check_given_client(client)
         found = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         planned = getattr(getattr(client, "cluster", None), "plan", None) or ()
         return max(found, len(planned)) or None
@@ -71,9 +71,9 @@ def expected_worker_memory(
     (:func:`smallest_memory_limit`), a local cluster's as Dask parses ``spec.memory_limit``
     (its default, ``"auto"``: the machine's memory shared by the workers); ``None``
     otherwise (workers started elsewhere, or unlimited)."""
+    check_where(spec, client)
     spec = spec if spec is not None else ClusterSpec()
     if client is not None:
-        check_given_client(client)
         return smallest_memory_limit(client)
     if connection_kind(spec, scheduler=scheduler, scheduler_file=scheduler_file) != "local":
         return None

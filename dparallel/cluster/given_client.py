@@ -6,14 +6,45 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from dparallel.errors import ClusterError
+from dparallel.errors import ArgumentTypeError, ClusterError
 
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["check_given_client", "note_unused_default_client"]
+__all__ = ["check_given_client", "check_where", "note_unused_default_client"]
 
 logger = logging.getLogger(__name__)
+
+
+def check_where(spec: object, client: object) -> None:
+    """An :class:`ArgumentTypeError` for a ``spec`` that is no ``ClusterSpec`` or a
+    ``client`` that is no ``distributed.Client`` (a running cluster object given for
+    either, a mapping, an address), saying what to give instead; a ``ClusterError`` for
+    a client that cannot be used (:func:`check_given_client`)."""
+    from distributed import Client
+
+    from dparallel.cluster.spec import ClusterSpec
+
+    if client is not None and not isinstance(client, Client):
+        raise ArgumentTypeError(
+            f"client is a {type(client).__name__}, not a distributed.Client: " + _instead(client)
+        )
+    if client is not None:
+        check_given_client(client)
+    if spec is not None and not isinstance(spec, ClusterSpec):
+        raise ArgumentTypeError(
+            f"cluster is a {type(spec).__name__}, not a dparallel.cluster.ClusterSpec: "
+            + ("give ClusterSpec(**settings)" if isinstance(spec, dict) else _instead(spec))
+        )
+
+
+def _instead(given: object) -> str:
+    """What to give in place of ``given`` to run on a cluster."""
+    if isinstance(given, str):
+        return f"give client=Client({given!r}), or scheduler={given!r}"
+    if hasattr(given, "scheduler_address"):  # a running cluster object (LocalCluster, …)
+        return "give client=Client(cluster) (or cluster.get_client()) to run on it"
+    return "give client=Client(...) for a running cluster, cluster=ClusterSpec(...) to start one"
 
 
 def check_given_client(client: Client) -> None:

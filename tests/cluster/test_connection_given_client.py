@@ -85,3 +85,26 @@ def test_a_default_client_left_unused_is_said_and_stays_the_default(caplog) -> N
         assert len(said) == 1 and mine.scheduler.address in said[0]
         assert "FeaturizeOptions(client=client)" in said[0]
         assert default_client() is mine and mine.status == "running"
+
+
+def test_a_cluster_object_a_mapping_or_an_address_given_for_client_or_spec_is_named() -> None:
+    # before: "'SchedulerInfo' object is not callable", "'dict' object has no attribute
+    # 'kind'", "'str' object has no attribute 'scheduler_info'"
+    from dparallel.errors import ArgumentTypeError
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0") as cluster:
+        wrong = [
+            ({"client": cluster}, "client is a LocalCluster, not a distributed.Client: give "
+                                  "client=Client(cluster) (or cluster.get_client())"),
+            ({"spec": cluster}, "cluster is a LocalCluster, not a dparallel.cluster.ClusterSpec: "
+                                "give client=Client(cluster)"),
+            ({"spec": {"n_workers": 1}}, "cluster is a dict, not a dparallel.cluster.ClusterSpec: "
+                                         "give ClusterSpec(**settings)"),
+            ({"client": "tcp://h:8786"}, "client is a str, not a distributed.Client: give "
+                                         "client=Client('tcp://h:8786'), or scheduler='tcp://h:8786'"),
+        ]  # fmt: skip
+        for given, said in wrong:
+            for call in (connect, expected_workers):
+                with pytest.raises(ArgumentTypeError) as refused:
+                    call(**given)
+                assert str(refused.value).startswith(said)

@@ -68,10 +68,24 @@ def test_expected_workers_of_a_client_count_the_workers_its_cluster_asked_for() 
     workers (the largest); its cluster object's plan names them."""
     from types import SimpleNamespace
 
-    def client(registered: int, plan: set[str] | None) -> SimpleNamespace:
+    from distributed import Client
+
+    class _Client(Client):  # a client of these workers and plan, connected to nothing
+        asynchronous = False  # type: ignore[assignment]
+        status = "running"
+
+        def __init__(self, workers: dict, cluster: SimpleNamespace | None) -> None:
+            self.workers, self.cluster = workers, cluster
+
+        def scheduler_info(self, **_) -> dict:  # noqa: ANN003
+            return {"workers": self.workers}
+
+        def __del__(self) -> None:
+            pass
+
+    def client(registered: int, plan: set[str] | None) -> Client:
         workers = {f"tcp://w{i}": {} for i in range(registered)}
-        cluster = None if plan is None else SimpleNamespace(plan=plan)
-        return SimpleNamespace(scheduler_info=lambda **_: {"workers": workers}, cluster=cluster)
+        return _Client(workers, None if plan is None else SimpleNamespace(plan=plan))
 
     queued = {f"job-{j}-{w}" for j in range(2) for w in range(3)}  # 2 jobs × 3 processes
     assert expected_workers(client=client(0, queued)) == 6
