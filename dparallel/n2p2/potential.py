@@ -160,13 +160,14 @@ def _model(inp: InputNN, stats: dict[str, np.ndarray]) -> HDNNP:
             e: {k: stats[e][:, c].tolist() for c, k in enumerate(COLUMNS)} for e in inp.elements
         },
     }
-    model = HDNNP(
-        inp.elements,
-        inp.n_symmetry_functions,
-        hidden={e: list(n.nodes) for e, n in inp.networks.items()},
-        activations={e: n.activation_names() for e, n in inp.networks.items()},
-        normalize_nodes=inp.normalize_nodes,
-    ).double()
+    with torch.random.fork_rng(devices=[]):  # random initial weights, replaced by the files'
+        model = HDNNP(
+            inp.elements,
+            inp.n_symmetry_functions,
+            hidden={e: list(n.nodes) for e, n in inp.networks.items()},
+            activations={e: n.activation_names() for e, n in inp.networks.items()},
+            normalize_nodes=inp.normalize_nodes,
+        ).double()
     model.set_scaling_from(scaling)  # after .double(): float32 buffers would round it
     return model
 

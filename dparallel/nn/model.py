@@ -206,8 +206,10 @@ class HDNNP(nn.Module):
         cls, config: Mapping[str, Any], state: Mapping[str, Any], dtype: torch.dtype | None = None
     ) -> HDNNP:
         """``HDNNP(**config)`` with the weights ``state`` in ``dtype`` (default: theirs), in
-        eval mode."""
-        model = cls(**config).to(dtype or next(iter(state.values())).dtype)
+        eval mode. The caller's random numbers stay as they were (the layers' random
+        initial weights, replaced by ``state``, are drawn from a forked generator)."""
+        with torch.random.fork_rng(devices=[]):
+            model = cls(**config).to(dtype or next(iter(state.values())).dtype)
         model.load_state_dict(state)
         return model.eval()
 

@@ -239,3 +239,18 @@ def test_a_scaling_row_without_the_sigma_it_is_scaled_by_is_refused(tmp_path: Pa
         f"{scaling}, line {k + 1}: expected 'e_index sf_index min max mean sigma' "
         "(input.nn's scale_symmetry_functions_sigma scales by it)"
     )
+
+
+def test_loading_a_potential_leaves_the_callers_random_numbers_alone(tmp_path: Path) -> None:
+    """The skeleton's random initial weights (replaced by the weights files) were drawn from
+    torch's global generator: a notebook's torch.rand after loading gave other numbers."""
+    import torch
+    from n2p2_helpers import n2p2_potential
+
+    directory = n2p2_potential(tmp_path / "pot")
+    torch.manual_seed(11)
+    before = torch.get_rng_state()
+    expected = torch.rand(4)
+    torch.set_rng_state(before)
+    load_potential(directory)
+    assert torch.equal(torch.rand(4), expected)

@@ -103,3 +103,18 @@ def test_n2p2_scaling_types_use_n2p2s_operations() -> None:
     }.items():  # fmt: skip
         shift, factor, offset = scaling_parameters(stats, mode, smin, smax)
         np.testing.assert_array_equal((g - shift) * factor + offset, n2p2(g))  # bitwise
+
+
+def test_a_model_built_from_its_state_leaves_the_callers_random_numbers_alone() -> None:
+    """Loading a model (load_model, load_deployed, the ASE calculator, evaluate, export)
+    drew the layers' random initial weights from torch's global generator before replacing
+    them: a notebook's torch.rand after it gave other numbers than without it."""
+    original = HDNNP(["H", "O"], {"H": 3, "O": 4}, hidden=(5, 5))
+    torch.manual_seed(11)
+    before = torch.get_rng_state()
+    expected = torch.rand(4)
+    torch.set_rng_state(before)
+    loaded = HDNNP.from_state(original.config(), original.state_dict())
+    assert torch.equal(torch.rand(4), expected)
+    for k, v in original.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v), k
