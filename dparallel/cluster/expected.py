@@ -16,10 +16,18 @@ from dparallel.cluster.where import connection_kind
 
 if TYPE_CHECKING:
     import os
+    from concurrent.futures import Future
 
     from distributed import Client
 
-__all__ = ["expected_worker_memory", "expected_workers", "smallest_memory_limit"]
+    from dparallel.cluster.connection import ClusterHandle
+
+__all__ = [
+    "connected_size",
+    "expected_worker_memory",
+    "expected_workers",
+    "smallest_memory_limit",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -83,3 +91,15 @@ def expected_worker_memory(
     else:  # as each worker parses it
         limit = parse_memory_limit(spec.memory_limit, spec.threads_per_worker, logger=logger)
     return float(limit) if limit else None
+
+
+def connected_size(connecting: Future[ClusterHandle]) -> tuple[int | None, float | None]:
+    """Workers of a cluster a run does not start, once connected (as ``dparallel run``'s
+    client counts them), and their smallest memory limit, to derive a partition size;
+    ``(None, None)`` where the connection failed: a store with nothing pending needs no
+    cluster, and one with work raises that failure where its partitions need the cluster."""
+    try:
+        handle = connecting.result()
+    except Exception:  # noqa: BLE001 - raised again by the same future where it matters
+        return None, None
+    return expected_workers(client=handle.client), expected_worker_memory(client=handle.client)

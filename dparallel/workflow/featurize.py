@@ -337,6 +337,7 @@ def featurize(
     """
     from dparallel.cluster import discard_connection, expected_worker_memory, expected_workers
     from dparallel.cluster.dispatch import no_worker_grace
+    from dparallel.cluster.expected import connected_size
 
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -351,7 +352,7 @@ def featurize(
         refuse_foreign_target(store_path, options.overwrite, (source_path, *options.protect))
         lease = stack.enter_context(StoreLease(store_path, command="dparallel featurize"))
         if n_workers is None and derive and options.connecting is not None:
-            n_workers, memory = _connected_workers(options.connecting)
+            n_workers, memory = connected_size(options.connecting)
         source, store = prepare_featurize(
             source_path, store_path, descriptors, options, n_workers, memory
         )
@@ -467,21 +468,6 @@ def _run_partitions(
             raise
         publish_progress_end(run, _failed_words(failures, len(pending)), target=handle.client)
         return failures
-
-
-def _connected_workers(connecting: Future[ClusterHandle]) -> tuple[int | None, float | None]:
-    """Workers of a cluster this run does not start, once connected (as ``dparallel run``'s
-    client counts them), and their smallest memory limit, to derive the partition size;
-    ``None`` where the connection failed: a store with nothing pending needs no cluster,
-    and one with work raises that failure where its partitions need the cluster
-    (:func:`_run_partitions`)."""
-    from dparallel.cluster import expected_worker_memory, expected_workers
-
-    try:
-        handle = connecting.result()
-    except Exception:  # noqa: BLE001 - raised again by the same future where it matters
-        return None, None
-    return expected_workers(client=handle.client), expected_worker_memory(client=handle.client)
 
 
 def _publish_report(run: str, p: int, report: dict[str, Any], client: Any) -> None:
