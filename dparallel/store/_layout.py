@@ -112,6 +112,13 @@ _IDENTITY_ATTRS = {
 }
 
 
+def made_by(meta: Mapping[str, Any]) -> str:
+    """The command that makes (and remakes) a store with root attributes ``meta``:
+    ``featurize``, or ``ingest`` for a store of structures only."""
+    config = meta.get("config")
+    return "featurize" if isinstance(config, dict) and config.get("features") else "ingest"
+
+
 def _jsonable(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` as JSON would read it back (tuples as lists, keys sorted)."""
     try:

@@ -25,6 +25,7 @@ from dparallel.store._layout import (
     READABLE_FORMATS,
     ZARR3,
     _partition_group,
+    made_by,
 )
 from dparallel.store._read_cache import CachedReads, cache_budget
 from dparallel.store.plan import Plan
@@ -89,14 +90,15 @@ class OpenedStore:
                 raise StoreError(
                     f"{self.location}: its pointer ({POINTER_KEY}) names the generation "
                     f"{root.name}, which holds no store (deleted behind dparallel's back): "
-                    f"the store is lost; remove {self.location} to featurize it again"
+                    f"the store is lost; remove {self.location} and make it again (the "
+                    "ingest or featurize that made it)"
                 ) from None
             raise StoreError(f"no zarr store at {self.location}") from None
         except ValueError as exc:  # its zarr.json cut short or not JSON
             raise StoreError(
                 f"{self.location}: its zarr.json cannot be read ({type(exc).__name__}: {exc}); "
                 "a damaged store, no longer provably one, which --overwrite does not replace: "
-                "remove it to featurize it again"
+                "remove it and make it again (the ingest or featurize that made it)"
             ) from None
         meta = self._root.attrs.get("dparallel")
         if not isinstance(meta, dict):
@@ -106,7 +108,8 @@ class OpenedStore:
             how = "reads" if version not in READABLE_FORMATS else "writes"
             raise StoreError(
                 f"{self.location} has store format {version}, this dparallel {how} format "
-                f"{FORMAT_VERSION}; re-featurize it (dparallel featurize … --overwrite)"
+                f"{FORMAT_VERSION}; {made_by(meta)} it again (dparallel {made_by(meta)} … "
+                "--overwrite)"
             )
         self._meta = meta
         self._starts = np.asarray(meta["plan"]["starts"], np.int64)  # (P,)
@@ -185,6 +188,17 @@ class OpenedStore:
         return dict(self._meta)
 
     @property
+    def made_by(self) -> str:
+        """The command that makes (and finishes, and remakes) this store: ``featurize``,
+        or ``ingest`` for a store of structures only."""
+        return made_by(self._meta)
+
+    @property
+    def remake(self) -> str:
+        """The fix for a damaged store, to end its errors with: the command that made it."""
+        return f"{self.made_by} the store again with --overwrite"
+
+    @property
     def plan(self) -> Plan:
         """The partition plan the store was created with."""
         return Plan.from_dict(self._meta["plan"])
@@ -242,7 +256,7 @@ class OpenedStore:
         """The error for array ``name`` gone from the store (its ``zarr.json`` deleted)."""
         return StoreError(
             f"{self.location}: {name} is missing (its zarr.json was deleted?); a damaged "
-            "store: featurize it again with --overwrite"
+            f"store: {self.remake}"
         )
 
     def _read_written(self, name: str, start: int, stop: int) -> np.ndarray:
@@ -274,7 +288,7 @@ class OpenedStore:
             if done[p]:
                 raise StoreError(
                     f"{self.location}: cannot read {name} (a chunk or its metadata is "
-                    f"truncated or corrupt: {why}); featurize the store again with --overwrite"
+                    f"truncated or corrupt: {why}); {self.remake}"
                 )
         if self._meta.get("every_chunk_written"):
             for p in missing:
@@ -337,7 +351,7 @@ class OpenedStore:
         return StoreError(
             f"{self.location}: {name}: chunk {key} of a done partition is missing "
             "(deleted or lost after it was written; zarr would read fill values): "
-            "featurize the store again with --overwrite"
+            f"{self.remake}"
         )
 
     @contextlib.contextmanager
@@ -352,8 +366,7 @@ class OpenedStore:
         except Exception as exc:  # noqa: BLE001 - codec errors come in many types
             raise StoreError(
                 f"{self.location}: cannot read {name} (a chunk or its metadata is truncated "
-                f"or corrupt: {type(exc).__name__}: {exc}); featurize the store again with "
-                "--overwrite"
+                f"or corrupt: {type(exc).__name__}: {exc}); {self.remake}"
             ) from None
 
     def _partition_group(self, p: int, create: bool) -> zarr.Group | None:

@@ -111,12 +111,6 @@ class SplitIndex:
         return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
 
-def made_by(store: Store) -> str:
-    """The command that makes (and finishes) ``store``: ``featurize``, or ``ingest`` for a
-    store of structures only."""
-    return "featurize" if store.attrs.get("config", {}).get("features") else "ingest"
-
-
 def build_split_index(
     store: Store,
     validation: float,
@@ -132,7 +126,7 @@ def build_split_index(
     parts = [int(p) for p in store.done_partitions()]
     if not parts:
         raise TrainingError(
-            f"{store.target}: no partition is done; rerun the {made_by(store)} command that made it"
+            f"{store.target}: no partition is done; rerun the {store.made_by} command that made it"
         )
     ids: dict[int, np.ndarray] = {}
     split: dict[int, np.ndarray] = {}
@@ -252,8 +246,7 @@ def _check_pairs(
     if np.any(atom_index[pairs["center"]] != pairs["first"]):
         raise TrainingError(
             f"{store.target}: partition {p}: {block}: a pair's center row is not its "
-            "first atom's row of values; the store is damaged: featurize it again "
-            "with --overwrite"
+            f"first atom's row of values; the store is damaged: {store.remake}"
         )
 
 
@@ -271,7 +264,7 @@ def check_labels(store: Store, p: int, energy: np.ndarray, forces: np.ndarray) -
             raise TrainingError(
                 f"{store.target}: partition {p}: structures/{name}: infinite in {rows.size} "
                 f"rows (first: row {rows[0]}): the store is damaged or not one dparallel "
-                "wrote; featurize it again with --overwrite"
+                f"wrote; {store.remake}"
             )
 
 
@@ -289,8 +282,7 @@ def _check_rows(
         raise TrainingError(
             f"{store.target}: partition {p}: {name}: rows {lengths}"
             + "".join(f"; {b}" for b in bad)
-            + ": the store is damaged or not one dparallel wrote; featurize it again with "
-            "--overwrite"
+            + f": the store is damaged or not one dparallel wrote; {store.remake}"
         )
 
 

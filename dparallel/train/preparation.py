@@ -22,7 +22,7 @@ from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
 from dparallel.store.stats import FeatureStats, merge_into, statistics_of
-from dparallel.train.data import SplitIndex, build_split_index, made_by
+from dparallel.train.data import SplitIndex, build_split_index
 
 if TYPE_CHECKING:
     from dparallel.store import Store
@@ -365,7 +365,7 @@ def check_complete(store: Store, spec: TrainingSpec) -> dict[str, Any]:
     }
     if coverage["complete"]:
         return coverage
-    made = made_by(store)  # the command that made it finishes it
+    made = store.made_by  # the command that made it finishes it
     amount = (
         f"{done} of {store.n_partitions} partitions are {made.removesuffix('e')}ed "
         f"({store.n_structures} of {store.plan.n_structures} structures)"

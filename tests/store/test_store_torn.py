@@ -322,6 +322,41 @@ def test_a_store_whose_root_document_is_torn_is_not_sent_to_overwrite(store_path
     with pytest.raises(StoreError) as info:
         open_store(store_path)
     assert "zarr.json cannot be read" in str(info.value)
-    assert "remove it to featurize it again" in str(info.value)
+    assert "remove it and make it again (the ingest or featurize" in str(info.value)
     with pytest.raises(StoreError, match="remove it yourself"):
         ingest(tmp_path / "data.xyz", store_path, IngestOptions(partition_atoms=40, overwrite=True))
+
+
+@pytest.mark.parametrize("made_by", ["ingest", "featurize"])
+def test_a_damaged_store_names_the_command_that_made_it(tmp_path, rng, made_by):
+    """Every damage message said "featurize the store again", also for a store that
+    ``ingest`` made (structures only), which featurize does not remake."""
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+    data = tmp_path / "data.xyz"
+    ase.io.write(data, random_structures(8, rng, min_atoms=3, max_atoms=8, elements=(1, 8)))
+    path = tmp_path / "s.zarr"
+    if made_by == "ingest":
+        ingest(data, path, IngestOptions(partition_atoms=20))
+    else:
+        acsf = ACSF.uniform(["H", "O"], r_cut=3.0, radial=[(0.5, 0.0)], narrow=[], wide=[])
+        featurize_in_process(
+            data, path, DescriptorSet(acsf=acsf), FeaturizeOptions(partition_atoms=20)
+        )
+    assert open_store(path).made_by == made_by
+    other = {"ingest": "featurize", "featurize": "ingest"}[made_by]
+    fix = rf"{made_by} the store again with --overwrite"
+    positions = _chunk_file(path / "structures" / "positions", 1, 0)
+    kept = positions.read_bytes()
+    positions.unlink()  # a chunk gone
+    with pytest.raises(StoreError, match=fix) as info:
+        open_store(path).read_partition(1)
+    assert other not in str(info.value)
+    positions.write_bytes(kept[:7])  # a chunk torn
+    with pytest.raises(StoreError, match=fix):
+        open_store(path).read_partition(1)
+    _chunk_file(path / "partitions" / "n_atoms", 1).write_bytes(b"xx")  # read whole
+    with pytest.raises(StoreError, match=fix):
+        _ = open_store(path).n_atoms
