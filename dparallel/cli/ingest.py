@@ -33,7 +33,8 @@ def add_parser(subparsers: Any) -> None:
         "--verify",
         action="store_true",
         help="also read and decode every chunk the done partitions should have, listing "
-        "what is missing or unreadable (exit status 1 if anything is); reads the whole store",
+        "what is missing or unreadable, and feature values that are not finite (exit status "
+        "1 if anything is); reads the whole store",
     )
     p.set_defaults(func=info)
 
@@ -167,13 +168,14 @@ def verify_lines(checked: Verification) -> list[str]:
     )
     if checked.ok:
         return [f"verify       ok: {where} read, all present and readable{caveat}"]
-    missing = sum(p.problem.startswith("missing") for p in checked.problems)
-    unreadable = len(checked.problems) - missing
+    kinds = [p.problem.split(":")[0].split(" (")[0] for p in checked.problems]
+    shown = ("missing", "unreadable", "not finite")[: 3 if "not finite" in kinds else 2]
+    counts = ", ".join(f"{kinds.count(kind)} {kind}" for kind in shown)
     damaged = len({p.partition for p in checked.problems if p.partition is not None})
     out = [
-        f"verify       FAILED: {missing} missing, {unreadable} unreadable, in {damaged} of "
+        f"verify       FAILED: {counts}, in {damaged} of "
         f"{checked.partitions} done partitions ({where} read){caveat}; the store is damaged: "
-        "make it again (the featurize or ingest that made it, with --overwrite)"
+        f"{checked.made_by} the store again with --overwrite"
     ]
     out += [f"  {p.line()}" for p in checked.problems[:SHOWN_PROBLEMS]]
     if len(checked.problems) > SHOWN_PROBLEMS:

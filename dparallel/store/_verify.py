@@ -25,6 +25,7 @@ from dparallel.store._batch import _parsed, keys_below
 from dparallel.store._chunks import CONCURRENCY, chunk_decoder, read_keys
 from dparallel.store._layout import _PARTITION_ARRAYS, _STRUCTURE_ARRAYS, _partition_group
 from dparallel.store._read_cache import CachedReads
+from dparallel.store.stats import FEATURE_LIMIT, out_of_range
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -44,7 +45,7 @@ class Problem:
     partition: int | None  # None: an array of the whole store (its zarr.json)
     array: str
     chunk: str | None  # its key in the array, e.g. ``c.3.0``; None: the array itself
-    problem: str  # "missing", or "unreadable: why"
+    problem: str  # "missing", "unreadable: why", or "not finite: how many" (features)
 
     def line(self) -> str:
         """``partition 3: parts/3/…/values: chunk c.0.0 missing``."""
@@ -63,6 +64,8 @@ class Verification:
     #: False for a store made before every chunk of numbers was stored: an all-fill chunk
     #: was left out, so a missing one is not reported (it may be fill values)
     missing_checked: bool
+    #: The command that made the store, which remakes a damaged one: featurize or ingest
+    made_by: str = "featurize"
 
     @property
     def ok(self) -> bool:
@@ -112,7 +115,7 @@ def verify_store(store: OpenedStore) -> Verification:
     problems.sort(
         key=lambda q: (-1 if q.partition is None else q.partition, q.array, q.chunk or "")
     )
-    return Verification(len(parts), chunks, tuple(problems), strict)
+    return Verification(len(parts), chunks, tuple(problems), strict, store.made_by)
 
 
 def _where(store: OpenedStore) -> tuple[Any, str]:
@@ -186,7 +189,7 @@ def _check_shared(
         n += 1
         why = _undecodable(data, decode, lambda p=p: array[p * rows : (p + 1) * rows])
         if why is not None:
-            problems.append(Problem(p, name, key, f"unreadable: {why}"))
+            problems.append(Problem(p, name, key, why))
     return n, problems
 
 
@@ -265,19 +268,24 @@ def _check_partition(
         def through_zarr(name: str = name) -> Any:
             return zarr.open_array(store=base, path=f"{root}{name}", mode="r", zarr_format=3)[...]
 
-        why = _undecodable(data, decode, through_zarr)
+        why = _undecodable(data, decode, through_zarr, features=True)
         if why is not None:
-            problems.append(Problem(p, name, key, f"unreadable: {why}"))
+            problems.append(Problem(p, name, key, why))
     return n, problems
 
 
-def _undecodable(data: bytes, decode: Any, read: Any) -> str | None:
-    """Why a chunk's ``data`` cannot be decoded (``decode``, or else ``read()`` through
-    zarr); ``None`` when it can."""
+def _undecodable(data: bytes, decode: Any, read: Any, *, features: bool = False) -> str | None:
+    """What is wrong with a chunk's ``data``: ``"unreadable: why"`` where it cannot be
+    decoded (``decode``, or else ``read()`` through zarr), ``"not finite: …"`` where a
+    chunk of ``features`` holds a value training refuses (NaN, ±inf, beyond
+    ``FEATURE_LIMIT``); ``None`` when nothing is."""
     try:
-        decode(data) if decode is not None else read()
+        values = decode(data) if decode is not None else read()
     except Exception as exc:  # noqa: BLE001 - codec errors come in many types
-        return _why(exc)
+        return f"unreadable: {_why(exc)}"
+    bad = out_of_range(np.asarray(values)) if features else None
+    if bad is not None:
+        return f"not finite: {int(bad.sum())} values not finite or beyond ±{FEATURE_LIMIT:.3g}"
     return None
 
 

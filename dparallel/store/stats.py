@@ -20,10 +20,37 @@ import numpy as np
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["ExactSum", "FeatureStats", "merge_into", "statistics_of"]
+__all__ = [
+    "FEATURE_LIMIT",
+    "ExactSum",
+    "FeatureStats",
+    "merge_into",
+    "out_of_range",
+    "statistics_of",
+]
+
+#: The largest magnitude a stored feature value or derivative may have: float32's largest
+#: (no descriptor comes near it; beyond it a value overflows a float32 training).
+FEATURE_LIMIT = float(np.finfo(np.float32).max)
 
 _MAX_ROWS = 1 << 25
 _HALF = 26  # mantissas are split in two halves of ≤ 27 bits so int64 sums cannot overflow
+
+
+def out_of_range(values: np.ndarray) -> np.ndarray | None:
+    """Where ``values`` (a stored feature array) hold a value that is not finite or beyond
+    :data:`FEATURE_LIMIT` (a bool mask; ``None`` where none does): damage, which training
+    would meet only as a diverged model. On every read, so one vectorised pass when there
+    is none: a finite Σx² ≤ FEATURE_LIMIT² bounds every |x| (NaN and inf propagate into
+    it); only a sum beyond that (overflow, or damage) is looked at value by value."""
+    if not values.size or values.dtype.kind != "f":
+        return None
+    flat = values.ravel(order="K")  # a view of a contiguous array
+    with np.errstate(over="ignore", invalid="ignore"):  # inf or NaN: looked at below
+        if float(np.dot(flat, flat)) <= FEATURE_LIMIT**2:
+            return None
+    bad = ~(np.abs(values) <= FEATURE_LIMIT)  # NaN too
+    return bad if bad.any() else None
 
 
 @dataclass(frozen=True)

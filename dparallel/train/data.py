@@ -25,6 +25,7 @@ import torch
 from ase.data import atomic_numbers
 
 from dparallel.errors import TrainingError
+from dparallel.store.stats import FEATURE_LIMIT, out_of_range
 from dparallel.train.batch import (
     Batch,
     PartitionData,
@@ -180,6 +181,7 @@ def load_partition(
         atom_index = arr["atom_index"].astype(np.int64)
         _check_rows(store, p, base, {"atom_index": atom_index, "values": arr["values"]},
                     {"atom_index": batch.n_atoms})  # fmt: skip
+        check_features(store, p, f"{base}/values", arr["values"])
         order: np.ndarray | None = np.argsort(atom_index, kind="stable")  # rows sorted by atom
         if np.all(order == np.arange(atom_index.shape[0])):
             order = None
@@ -206,6 +208,8 @@ def load_partition(
                 store, p, block, {k: d[k] for k in _PAIR_ARRAYS},
                 {"pair_first": n_atoms, "pair_second": n_atoms, "center": n_rows},
             )  # fmt: skip
+            for name in ("vectors", "dG_dr"):
+                check_features(store, p, f"{block}/{name}", d[name])
             first = d["pair_first"].astype(np.int64)
             center = d["center"].astype(np.int64)
             if order is not None:  # rows of the re-sorted values
@@ -266,6 +270,22 @@ def check_labels(store: Store, p: int, energy: np.ndarray, forces: np.ndarray) -
                 f"rows (first: row {rows[0]}): the store is damaged or not one dparallel "
                 f"wrote; {store.remake}"
             )
+
+
+def check_features(store: Store, p: int, name: str, values: np.ndarray) -> None:
+    """Raise where ``values`` (a feature array of partition ``p``) hold a value that is not
+    finite or beyond ``FEATURE_LIMIT``: damage that training met only as "the model
+    diverged"."""
+    bad = out_of_range(values)
+    if bad is None:
+        return
+    rows = np.flatnonzero(bad.reshape(values.shape[0], -1).any(1))
+    raise TrainingError(
+        f"{store.target}: partition {p}: {name}: {int(bad.sum())} values not finite or "
+        f"beyond ±{FEATURE_LIMIT:.3g} in {rows.size} rows (first: row {rows[0]}): the store "
+        f"is damaged; `dparallel info {store.target} --verify` lists its damaged chunks; "
+        f"{store.remake}"
+    )
 
 
 def _check_rows(

@@ -103,3 +103,27 @@ def test_sigma_of_a_constant_feature_is_zero_and_sum_squares_exact(rng) -> None:
     mean = sum(exact) / len(exact)
     var = sum((v - mean) ** 2 for v in exact) / (len(exact) - 1)
     assert stats.sigma[0] == pytest.approx(float(var) ** 0.5, rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_out_of_range_finds_exactly_the_values_not_finite_or_beyond_float32(dtype):
+    """Against the value-by-value reference, with values whose Σx² overflows although
+    every one is in range (the one-pass test's fallback) and the damage training refuses."""
+    from dparallel.store.stats import FEATURE_LIMIT, out_of_range
+
+    rng = np.random.default_rng(5)
+    values = rng.normal(size=(50, 7)).astype(dtype)
+    assert out_of_range(values) is None
+    values[3, 1] = 1e30 if dtype == np.float32 else 1e200  # Σx² overflows, yet allowed…
+    if dtype == np.float32:
+        assert out_of_range(values) is None
+    else:  # … but not beyond float32's largest
+        assert out_of_range(values).tolist() == (np.abs(values) > FEATURE_LIMIT).tolist()
+    values[3, 1] = 1.0
+    for bad in (np.nan, np.inf, -np.inf) + ((1e39, -1e300) if dtype == np.float64 else ()):
+        damaged = values.copy()
+        damaged[7, 2] = bad
+        want = ~(np.isfinite(damaged) & (np.abs(damaged) <= float(np.finfo(np.float32).max)))
+        assert out_of_range(damaged).tolist() == want.tolist()
+        assert out_of_range(damaged.T).tolist() == want.T.tolist()  # a transposed view
+    assert out_of_range(np.arange(6)) is None  # integers: nothing to check

@@ -149,6 +149,7 @@ def test_an_ingested_store_verifies_its_structures(data, tmp_path, capsys):
     code, out = _verify(tmp_path / "s.zarr", capsys)
     assert code == 1
     assert out.splitlines()[-1] == "  partition 1: partitions/n_atoms: chunk c.1 missing"
+    assert "damaged: ingest the store again with --overwrite" in out  # what made it
     # a store without the summary (an earlier version's): info needs that chunk
     _as_an_older_version(tmp_path / "s.zarr", "summary")
     assert main(["info", str(tmp_path / "s.zarr")]) == 2
@@ -194,3 +195,26 @@ def test_a_torn_group_document_is_listed_not_a_traceback(data, tmp_path, capsys)
     code, out = _verify(tmp_path / "s.zarr", capsys)
     assert code == 1
     assert out.splitlines()[-1].startswith("  store: atoms: array unreadable: JSONDecodeError")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e308])
+def test_a_feature_value_that_is_not_finite_is_listed(featurized, capsys, value):
+    """NaN, ±inf or 1e308 (beyond float32: it overflows) written into a feature chunk
+    decoded fine, so verify said ok and training stopped later with "the model diverged"
+    (found by fuzzing the store's files): it is listed by partition, array and chunk."""
+    values = zarr.open_array(
+        str(featurized / "parts" / "1" / "features" / "acsf" / "H" / "values"), mode="r+"
+    )
+    damaged = values[...]
+    damaged[0, 1] = value
+    values[...] = damaged
+    code, out = _verify(featurized, capsys)
+    assert code == 1
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("verify"))
+    assert lines[start].startswith("verify       FAILED: 0 missing, 0 unreadable, 1 not finite")
+    assert lines[start].endswith("damaged: featurize the store again with --overwrite")
+    assert lines[start + 1 :] == [
+        "  partition 1: parts/1/features/acsf/H/values: chunk c.0.0 not finite: 1 values not "
+        "finite or beyond ±3.4e+38"
+    ]

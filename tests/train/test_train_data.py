@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -570,3 +572,30 @@ def test_an_infinite_label_in_a_store_is_refused_not_left_out(store, monkeypatch
     monkeypatch.setattr(store, "read_partition", damaged)
     with pytest.raises(TrainingError, match=rf"partition 0: structures/{label}: infinite in 1 "):
         load_partition(store, 0, "acsf", ["Cu"], index, True)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, 1e308])
+@pytest.mark.parametrize("array", ["values", "d/Cu/dG_dr_split"])
+def test_a_feature_value_that_is_not_finite_in_a_store_is_refused(tmp_path, value, array) -> None:  # noqa: ANN001
+    """A NaN, an infinity, or 1e308 (float64, beyond float32: it overflows) written into a
+    feature chunk stopped training with "the model diverged" (found by fuzzing the store's
+    files); it is refused naming the partition and the array, and the fix."""
+    import zarr
+
+    from dparallel.errors import TrainingError
+
+    store = small_store(tmp_path, n=6)
+    index = build_split_index(store, 0.0, 0.0, seed=0)
+    path = store.path / "parts" / "0" / "features" / "acsf" / "Cu" / array
+    written = zarr.open_array(str(path), mode="r+")
+    damaged = written[...]
+    with np.errstate(over="ignore"):  # 1e308 in a float32 array: inf
+        damaged[1, 2] = value
+    written[...] = damaged
+    name = "values" if array == "values" else "d/Cu/dG_dr"
+    with pytest.raises(TrainingError) as info:
+        load_partition(store, 0, "acsf", ["Cu"], index, True)
+    message = str(info.value)  # a dG_dr_split value is up to 3 of dG/dr (x, y, z)
+    assert re.search(rf"partition 0: features/acsf/Cu/{name}: [1-3] values not finite", message)
+    assert f"dparallel info {store.target} --verify" in message
+    assert "featurize the store again with --overwrite" in message
