@@ -13,7 +13,7 @@ concurrently) and decodes each one. Its cost is reading the whole store once.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ from dparallel.store._read_cache import CachedReads
 from dparallel.store.stats import FEATURE_LIMIT, out_of_range
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from dparallel.store._opened import OpenedStore
 
@@ -46,11 +46,12 @@ class Problem:
     array: str
     chunk: str | None  # its key in the array, e.g. ``c.3.0``; None: the array itself
     problem: str  # "missing", "unreadable: why", or "not finite: how many" (features)
+    group: bool = False  # ``array`` names a group (its zarr.json), not an array
 
     def line(self) -> str:
         """``partition 3: parts/3/…/values: chunk c.0.0 missing``."""
         where = "store" if self.partition is None else f"partition {self.partition}"
-        what = "array" if self.chunk is None else f"chunk {self.chunk}"
+        what = ("group" if self.group else "array") if self.chunk is None else f"chunk {self.chunk}"
         return f"{where}: {self.array}: {what} {self.problem}"
 
 
@@ -93,7 +94,7 @@ def verify_store(store: OpenedStore) -> Verification:
     done = store._done_flags()
     parts = [int(p) for p in np.flatnonzero(done)]
     strict = bool(store._meta.get("every_chunk_written"))
-    problems: list[Problem] = []
+    problems = _check_groups(store, _SHARED_GROUPS, None, "")
     chunks = 0
     for name, array in _shared_arrays(store, problems):
         n, found = _check_shared(store, name, array, parts, strict)
@@ -145,6 +146,45 @@ def _is_text(meta: Any) -> bool:
     return meta.data_type.to_native_dtype().kind in "OUST"
 
 
+#: The groups below the root of every store (docs/store-format.md, "Arrays"); the root's
+#: own zarr.json is read when the store is opened.
+_SHARED_GROUPS = ("structures", "partitions", "atoms", "parts")
+
+
+def _check_groups(
+    store: OpenedStore, groups: Iterable[str], p: int | None, below: str
+) -> list[Problem]:
+    """A problem for each of ``groups`` (paths below ``below``, ``""`` itself) whose
+    zarr.json is missing or is no group's: zarr reads through a lost group document,
+    xarray and other zarr readers cannot (``xarray.open_zarr(STORE, group=…)``)."""
+    base, root = _where(store)
+    names = [_below(below, g) for g in sorted(groups)]
+    found = read_keys(base, [f"{root}{name}/zarr.json" for name in names])
+    problems = []
+    for name, text in zip(names, found, strict=True):
+        why = "missing (no zarr.json)" if text is None else _not_a_group(text)
+        if why is not None:
+            problems.append(Problem(p, name, None, why, group=True))
+    return problems
+
+
+def _below(parent: str, path: str) -> str:
+    """``parent/path``; ``parent`` for ``path`` ``""``, ``path`` for ``parent`` ``""``."""
+    return "/".join(part for part in (parent, path) if part)
+
+
+def _not_a_group(text: bytes) -> str | None:
+    """Why ``text`` is no zarr v3 group document (``None`` where it is one)."""
+    try:
+        document = json.loads(text)
+    except Exception as exc:  # noqa: BLE001 - a torn document: any parser's error
+        return f"unreadable: {_why(exc)}"
+    if not isinstance(document, dict) or document.get("node_type") != "group":
+        kind = document.get("node_type") if isinstance(document, dict) else None
+        return f"unreadable: not a group's zarr.json (node_type {kind!r})"
+    return None
+
+
 def _shared_arrays(store: OpenedStore, problems: list[Problem]) -> Iterator[tuple[str, zarr.Array]]:
     """The arrays with a chunk per partition: ``structures/``, ``partitions/``, ``atoms/``."""
     names = [f"structures/{n}" for n in _STRUCTURE_ARRAYS]
@@ -153,8 +193,8 @@ def _shared_arrays(store: OpenedStore, problems: list[Problem]) -> Iterator[tupl
         atoms = store._root.get("atoms")
         if isinstance(atoms, zarr.Group):
             names += [f"atoms/{n}" for n, _ in sorted(atoms.arrays())]
-    except Exception as exc:  # noqa: BLE001 - a torn document: any parser's error
-        problems.append(Problem(None, "atoms", None, f"unreadable: {_why(exc)}"))
+    except Exception:  # noqa: BLE001 - a torn document: listed by _check_groups
+        pass
     for name in names:
         try:
             node = store._root[name]
@@ -245,8 +285,18 @@ def _check_partition(
                 arrays[path] = _parsed(text)
         except Exception as exc:  # noqa: BLE001 - a torn document: any parser's error
             problems.append(Problem(p, f"{group}/{path}", None, f"unreadable: {_why(exc)}"))
+    expected = _expected_arrays(store, p, present)
+    groups = {
+        "/".join(a.split("/")[:i]) for a in [*expected, *arrays] for i in range(a.count("/") + 1)
+    }
+    if keys:
+        groups.add("")  # the partition's own group (its report) above anything stored
+    names = {_below(group, g) for g in groups}
+    problems = [replace(pr, group=pr.array in names) for pr in problems]  # torn documents
+    torn = {pr.array for pr in problems}
+    problems += [pr for pr in _check_groups(store, groups, p, group) if pr.array not in torn]
     unreadable_docs = {pr.array for pr in problems}
-    for path in _expected_arrays(store, p, present):
+    for path in expected:
         if path not in arrays and f"{group}/{path}" not in unreadable_docs:
             problems.append(Problem(p, f"{group}/{path}", None, "missing (no zarr.json)"))
     wanted: list[tuple[str, str, Any]] = []  # (array path, chunk key, metadata)

@@ -119,7 +119,7 @@ def test_the_shared_arrays_are_read_a_block_of_chunks_at_a_time(featurized, monk
     real = _verify.read_keys
 
     def read_keys(base, keys):
-        if keys and "parts/" not in keys[0]:
+        if keys and "parts/" not in keys[0] and not keys[0].endswith("zarr.json"):
             shared.append(len(keys))
         return real(base, keys)
 
@@ -194,7 +194,7 @@ def test_a_torn_group_document_is_listed_not_a_traceback(data, tmp_path, capsys)
     (tmp_path / "s.zarr" / "atoms" / "zarr.json").write_text('{"zarr_format": 3, "node_')
     code, out = _verify(tmp_path / "s.zarr", capsys)
     assert code == 1
-    assert out.splitlines()[-1].startswith("  store: atoms: array unreadable: JSONDecodeError")
+    assert out.splitlines()[-1].startswith("  store: atoms: group unreadable: JSONDecodeError")
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e308])
@@ -218,3 +218,48 @@ def test_a_feature_value_that_is_not_finite_is_listed(featurized, capsys, value)
         "  partition 1: parts/1/features/acsf/H/values: chunk c.0.0 not finite: 1 values not "
         "finite or beyond ±3.4e+38"
     ]
+
+
+_GROUPS = [
+    "structures", "partitions", "atoms", "parts", "parts/1", "parts/1/features",
+    "parts/1/features/acsf", "parts/1/features/acsf/H", "parts/1/features/acsf/H/d",
+    "parts/1/features/acsf/H/d/O",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["deleted", "torn", "an array's"])
+@pytest.mark.parametrize("group", _GROUPS)
+def test_a_lost_group_document_is_listed(featurized, capsys, group, how):
+    """A group's zarr.json deleted, cut short or replaced: dparallel reads through it (zarr
+    finds the arrays below), so verify said ok, yet ``xarray.open_zarr(STORE,
+    group="structures")`` and other zarr readers cannot open the store (found by fuzzing
+    the store's files). Every group document of the layout is checked and listed."""
+    document = featurized / group / "zarr.json"
+    if how == "deleted":
+        document.unlink()
+    elif how == "torn":
+        document.write_bytes(document.read_bytes()[:9])
+    else:
+        document.write_bytes((featurized / "structures" / "energy" / "zarr.json").read_bytes())
+    code, out = _verify(featurized, capsys)
+    assert code == 1
+    where = "store" if group.count("/") < 1 else "partition 1"
+    problem = {
+        "deleted": "missing (no zarr.json)",
+        "torn": "unreadable: JSONDecodeError",
+        "an array's": "unreadable: not a group's zarr.json (node_type 'array')",
+    }[how]
+    assert any(line.startswith(f"  {where}: {group}: group {problem}") for line in out.splitlines())
+
+
+def test_a_store_without_its_structures_group_document_is_not_one_xarray_opens(featurized):
+    """Why a lost group document is damage: dparallel reads the store, xarray does not."""
+    xarray = pytest.importorskip("xarray")
+    xarray.open_zarr(featurized, group="structures", consolidated=False)
+    (featurized / "structures" / "zarr.json").unlink()
+    open_store(featurized).read_partition(0)
+    with pytest.raises(FileNotFoundError, match="No group found"):  # zarr's GroupNotFoundError
+        xarray.open_zarr(featurized, group="structures", consolidated=False)
+    assert any(
+        p.array == "structures" and p.group for p in open_store(featurized).verify().problems
+    )
