@@ -68,14 +68,25 @@ def write_scaling_data(
 ) -> None:
     """Write ``scaling.data`` from element → statistics: elements ordered by atomic number,
     each element's rows in n2p2's sorted order when ``acsf`` (the functions the statistics
-    are of, in their column order) is given, else in column order."""
+    are of, in their column order) is given, else in column order. An element of ``acsf``
+    without statistics (no atoms in the data) gets the rows n2p2's ``nnp-scaling`` writes
+    for it (min +DBL_MAX, max −DBL_MAX, mean and sigma NaN), so every element keeps its
+    index."""
     from ase.data import atomic_numbers
 
-    elements = sorted(statistics, key=lambda symbol: atomic_numbers[symbol])
+    known = set(statistics) | set(acsf.elements if acsf is not None else ())
+    elements = sorted(known, key=lambda symbol: atomic_numbers[symbol])
     tables = [
-        scaling_table(statistics[e], None if acsf is None else acsf.n2p2_order(e)) for e in elements
+        scaling_table(statistics[e], None if acsf is None else acsf.n2p2_order(e))
+        if e in statistics
+        else np.tile(_NO_STATISTICS, (acsf.n_features(e) if acsf is not None else 0, 1))
+        for e in elements
     ]
     write_file(path, format_scaling_data(tables), durable=True)
+
+
+#: nnp-scaling's row of a function no atom gave a value: its statistics' initial values.
+_NO_STATISTICS = np.array([np.finfo(np.float64).max, -np.finfo(np.float64).max, np.nan, np.nan])
 
 
 def looks_like_scaling_data(head: bytes) -> bool:

@@ -546,7 +546,7 @@ def write_scaling_data(
     if statistics is None:
         statistics = store.merged_statistics()
     merged = {e: s for e, s in (statistics.get(descriptor) or {}).items() if s.count}
-    if not merged:  # (an element without atoms has no rows: n2p2 writes ±DBL_MAX and NaN)
+    if not merged:  # (an element without atoms gets n2p2's ±DBL_MAX and NaN rows)
         raise StoreIncompleteError(f"{store.target} has no '{descriptor}' statistics to write")
     spec = store.attrs.get("config", {}).get("features", {}).get(descriptor)
     symfuncs = None

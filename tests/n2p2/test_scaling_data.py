@@ -188,3 +188,40 @@ def test_cli_featurize_units_bohr_hartree(n2p2_bin: Path, water: Path, tmp_path:
     _assert_rows(
         read_scaling_data(tmp_path / "scaling.data", counts), read_scaling_data(ref_path, counts)
     )
+
+
+@pytest.mark.integration
+def test_an_element_without_atoms_keeps_its_rows_as_nnp_scaling_writes_them(
+    n2p2_bin: Path, tmp_path: Path
+) -> None:
+    """Data without Ag, an input.nn of Cu, Ag and Au: nnp-scaling writes Ag's rows (±DBL_MAX,
+    NaN) between Cu's and Au's, and so does featurize; without them Au's rows took Ag's
+    element index, and the file paired with no input.nn."""
+    from ase.calculators.emt import EMT
+    from n2p2_helpers import alloy_input_nn, alloy_structures
+
+    from dparallel.n2p2 import write_input_data
+
+    structures = alloy_structures(4)
+    for atoms in structures:
+        atoms.set_chemical_symbols(["Cu" if s == "Ag" else s for s in atoms.symbols])
+        atoms.calc = EMT()
+    (tmp_path / "input.nn").write_text(alloy_input_nn())
+    write_input_data(tmp_path / "input.data", structures)
+    ref_path = nnp_scaling(tmp_path / "n2p2", tmp_path / "input.nn", tmp_path / "input.data")
+    acsf = acsf_from_input_nn(str(tmp_path / "input.nn"))
+    with pytest.warns(UserWarning, match="no atom of Ag"):
+        store = featurize_in_process(
+            tmp_path / "input.data", tmp_path / "s.zarr", DescriptorSet(acsf=acsf),
+            FeaturizeOptions(format="n2p2"),
+        )  # fmt: skip
+    write_scaling_data(store, tmp_path / "scaling.data")
+
+    def table(path: Path) -> np.ndarray:
+        rows = [line.split() for line in path.read_text().splitlines() if line[:1] != "#"]
+        return np.array([[float(x) for x in row] for row in rows])
+
+    ours, theirs = table(tmp_path / "scaling.data"), table(ref_path)
+    np.testing.assert_array_equal(ours[:, :2], theirs[:, :2])  # element and function indices
+    np.testing.assert_allclose(ours[:, 2:], theirs[:, 2:], rtol=1e-9, equal_nan=True)
+    assert np.isnan(ours[ours[:, 0] == 2, 4:]).all()  # Ag: no mean, no sigma
