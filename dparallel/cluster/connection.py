@@ -31,6 +31,7 @@ from distributed.client import ensure_default_client
 from distributed.security import Security
 
 from dparallel.cluster.client_start import Refused, Unanswered, start_within
+from dparallel.cluster.expected import local_memory_limit
 from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
 from dparallel.cluster.given_client import check_where, note_unused_default_client
 from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_workers
@@ -449,9 +450,9 @@ def _start_local(
     dashboard = spec.dashboard_address
     if dashboard.startswith(":"):  # ":0", ":8787": keep it on the loopback interface
         dashboard = "127.0.0.1" + dashboard
-    kwargs: dict[str, Any] = {}
-    if spec.memory_limit is not None:
-        kwargs["memory_limit"] = spec.memory_limit
+    # every worker gets the limit expected_worker_memory planned by, also those started
+    # after the first (Dask shares "auto" among the workers it starts at once)
+    kwargs: dict[str, Any] = {"memory_limit": local_memory_limit(spec)}
     if worker_preload:
         kwargs["preload"] = list(worker_preload)
     # more workers than cores: their starts would only take the cores from the first tasks

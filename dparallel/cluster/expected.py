@@ -26,6 +26,7 @@ __all__ = [
     "connected_size",
     "expected_worker_memory",
     "expected_workers",
+    "local_memory_limit",
     "smallest_memory_limit",
 ]
 
@@ -85,12 +86,19 @@ def expected_worker_memory(
         return smallest_memory_limit(client)
     if connection_kind(spec, scheduler=scheduler, scheduler_file=scheduler_file) != "local":
         return None
-    if spec.memory_limit is None:  # LocalCluster's default
-        workers = (spec.n_workers or CPU_COUNT) + spec.gpus
-        limit = parse_memory_limit("auto", 1, workers, logger=logger)
-    else:  # as each worker parses it
-        limit = parse_memory_limit(spec.memory_limit, spec.threads_per_worker, logger=logger)
+    limit = local_memory_limit(spec)
     return float(limit) if limit else None
+
+
+def local_memory_limit(spec: ClusterSpec) -> int | None:
+    """Bytes each worker of the local cluster ``spec`` starts may use, as Dask parses
+    ``spec.memory_limit``; ``None`` (Dask's default, ``"auto"``): the machine's memory
+    shared by all its workers, CPU and GPU (what a local start passes explicitly: Dask
+    would share it among the workers of the cluster's first start alone)."""
+    if spec.memory_limit is None:
+        workers = (spec.n_workers or CPU_COUNT) + spec.gpus
+        return parse_memory_limit("auto", 1, workers, logger=logger)
+    return parse_memory_limit(spec.memory_limit, spec.threads_per_worker, logger=logger)
 
 
 def connected_size(connecting: Future[ClusterHandle]) -> tuple[int | None, float | None]:

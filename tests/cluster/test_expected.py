@@ -12,14 +12,18 @@ from dparallel.cluster.expected import smallest_memory_limit
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
+@pytest.mark.parametrize("early", [False, True])
 @pytest.mark.parametrize("limit", ["1GiB", 0.25, None])
-def test_a_local_clusters_worker_memory_is_the_limit_its_workers_get(limit, monkeypatch):
+def test_a_local_clusters_worker_memory_is_the_limit_its_workers_get(limit, early, monkeypatch):
     """The memory limit derived before the start equals the one each started worker
-    reports to its scheduler (a given amount, a fraction of memory, Dask's default)."""
+    reports to its scheduler (a given amount, a fraction of memory, Dask's default), also
+    when the first worker starts alone and the rest after it (``dparallel featurize``'s
+    start: Dask's default gave every worker the whole machine then)."""
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     spec = ClusterSpec(n_workers=2, memory_limit=limit, dashboard_address=":0")
     before = expected_worker_memory(spec)
-    with connect(spec) as handle:
+    with connect(spec, return_early=early) as handle:
+        handle.client.wait_for_workers(2, timeout=120)
         workers = handle.client.scheduler_info(n_workers=-1)["workers"].values()
         started = {w["memory_limit"] for w in workers}
         assert expected_workers(spec) == len(workers) == 2
