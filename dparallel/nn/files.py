@@ -60,12 +60,28 @@ def _refusal(path: Path, what: str, refused: str) -> TrainingError:
     )
 
 
+def _failed_entry(archive: zipfile.ZipFile) -> str | None:
+    """The first entry of ``archive`` whose bytes fail their CRC-32 (zipfile checks it at
+    the end of each read), ``None`` if none; entries recorded with CRC 0 are not checked:
+    torch writes 0 for every entry under ``torch.serialization.set_crc32_options(False)``."""
+    for info in archive.infolist():
+        if info.CRC == 0:
+            continue
+        try:
+            with archive.open(info) as entry:
+                while entry.read(1 << 24):
+                    pass
+        except zipfile.BadZipFile:
+            return info.filename
+    return None
+
+
 def _check_archive(path: Path, what: str) -> None:
     """Refuse, unread, a file that is no zip archive, or whose entries fail their CRC-32
     (torch's reader checks none: a flipped bit loads as another weight or cuts a string)."""
     try:
         with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
+            bad = _failed_entry(archive)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
         raise TrainingError(
             f"{path}: cannot read this {what} (truncated or corrupt?): not a torch file"

@@ -133,3 +133,18 @@ def test_a_flipped_bit_or_garbage_is_refused_not_loaded(tmp_path: Path) -> None:
     (tmp_path / "garbage.pt").write_bytes(b"0.")  # pickle's POP on an empty stack
     with pytest.raises(TrainingError, match=r"garbage.pt: cannot read .* not a torch file"):
         load_torch_file(tmp_path / "garbage.pt")
+
+
+def test_a_file_saved_without_crcs_still_loads(tmp_path: Path) -> None:
+    """``torch.serialization.set_crc32_options(False)`` (torch's speed option) writes 0 as
+    every entry's CRC-32: such a file is no corrupt one, and loads."""
+    path = tmp_path / "nocrc.pt"
+    before = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(False)
+    try:
+        save_torch_file({"w": torch.arange(64, dtype=torch.float64)}, path)
+    finally:
+        torch.serialization.set_crc32_options(before)
+    with zipfile.ZipFile(path) as archive:
+        assert all(i.CRC == 0 for i in archive.infolist() if i.file_size)
+    assert torch.equal(load_torch_file(path)["w"], torch.arange(64, dtype=torch.float64))
