@@ -51,17 +51,19 @@ def _shown(location: Location, given: str) -> Path | Location:
 
 
 @contextlib.contextmanager
-def _interruption(doing: str, kept: str | Callable[[], str]) -> Iterator[None]:
+def _interruption(doing: str | Callable[[], str], kept: str | Callable[[], str]) -> Iterator[None]:
     """Ctrl-C (or SIGTERM) in this block: one :class:`RunInterruptedError` that says what
-    the run was doing and what is kept (``kept``, or ``kept()`` at that moment) and what a
-    rerun of the same command does (the finished stages are skipped)."""
+    the run was doing (``doing``, or ``doing()`` at that moment) and what is kept (the same
+    of ``kept``) and what a rerun of the same command does (the finished stages are
+    skipped)."""
     from dparallel.errors import RunInterruptedError
 
     try:
         yield
     except KeyboardInterrupt:
         said = kept if isinstance(kept, str) else kept()
-        raise RunInterruptedError(f"interrupted while {doing}; {said}") from None
+        now = doing if isinstance(doing, str) else doing()
+        raise RunInterruptedError(f"interrupted while {now}; {said}") from None
 
 
 def _training_kept(model_dir: Path) -> str:
@@ -172,7 +174,9 @@ def run_workflow(
     if not (featurize_needed or train_needed):
         result.stages.update(featurize="skipped", train=untrained)
     else:
-        with _cluster(spec, connect_to, featurize_needed, shown) as handle:
+        stage = ["starting the cluster"]  # what a Ctrl-C outside a stage's own interrupts
+        with _cluster(spec, connect_to, featurize_needed, lambda: stage[0]) as handle:
+            stage[0] = f"featurizing {shown}" if featurize_needed else "starting training"
             if on_connect is not None:
                 on_connect(handle)
             if featurize_needed:
@@ -190,6 +194,7 @@ def run_workflow(
                 result.stages["featurize"] = "ran"
             else:
                 result.stages["featurize"] = "skipped"
+            stage[0] = "closing the cluster"  # training says what it keeps itself
             if train_needed:
                 assert model_dir is not None
                 say(f"train: {shown} → {model_dir}")
@@ -215,10 +220,11 @@ def _cluster(
     spec: WorkflowSpec,
     connect_to: Mapping[str, Any] | None,
     featurize_needed: bool,
-    shown: Path | Location,
+    doing: Callable[[], str],
 ) -> Iterator[Any]:
     """The run's cluster (with featurize's preloads when it featurizes), its handle; a
-    Ctrl-C while it starts or featurizes says the finished stages are kept."""
+    Ctrl-C while it starts, featurizes or closes says what it did (``doing()``) and that
+    the finished stages are kept."""
     from dparallel.cluster import connect
     from dparallel.cluster.worker_exit import FAST_EXIT_PRELOAD
     from dparallel.workflow.featurize_worker_preload import (
@@ -226,7 +232,6 @@ def _cluster(
         featurize_preloads,
     )
 
-    doing = f"featurizing {shown}" if featurize_needed else "starting the cluster"
     with (
         _interruption(doing, "the finished stages are kept: rerun the same command to go on"),
         connect(

@@ -144,3 +144,32 @@ def test_a_killed_training_of_another_configuration_trains_afresh(tmp_path, monk
     result = run_workflow(other, say=said.append, on_epoch=lambda row: seen.append(row["epoch"]))
     assert result.stages["train"] == "ran" and seen == [0, 1, 2]
     assert any("is not resumed" in line and "another config" in line for line in said), said
+
+
+def test_a_ctrl_c_while_the_cluster_closes_names_that_not_featurizing(tmp_path, monkeypatch):
+    """A Ctrl-C after the stages, while the run's cluster closes, said "interrupted while
+    featurizing" (the message of the whole cluster block); it says what the run did then."""
+    import contextlib
+
+    import dparallel.cluster as cluster
+    from dparallel.workflow.run import run_workflow
+    from dparallel.workflow.spec import load_quickstart
+
+    monkeypatch.chdir(tmp_path)
+    spec = load_quickstart([*[s for s in SMALL if s != "--set"], "training.epochs=1"])
+    connect = cluster.connect
+
+    @contextlib.contextmanager
+    def interrupted_on_closing(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        with connect(*args, **kwargs) as handle:
+            yield handle
+        if kwargs.get("client") is None:  # the run's own cluster, not featurize's use of it
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cluster, "connect", interrupted_on_closing)
+    with pytest.raises(RunInterruptedError) as info:
+        run_workflow(spec)
+    assert str(info.value) == (
+        "interrupted while closing the cluster; the finished stages are kept: rerun the "
+        "same command to go on"
+    )
