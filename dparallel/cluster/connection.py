@@ -234,8 +234,11 @@ def connect(
     spec = spec if spec is not None else ClusterSpec()
     if client is not None:
         handle = ClusterHandle(client, None, "client", owns=False)
-        # the caller's cluster: its workers get their own budget back when the handle closes
-        handle.plugins = [TorchThreadsPlugin.name] if _register_threads(client, spec) else []
+        # the caller's cluster: its workers get their own budget back when the handle that
+        # set it closes (not one that found it set: another run on the client still uses it)
+        present = spec.torch_threads is not None and _registered(client, TorchThreadsPlugin.name)
+        added = _register_threads(client, spec) and not present
+        handle.plugins = [TorchThreadsPlugin.name] if added else []
         return handle
     with _collected_then_paused_gc():
         return _connect_new(
@@ -414,6 +417,15 @@ def _worker_env(spec: ClusterSpec) -> dict[str, str]:
     """Environment for worker processes: the torch/OpenMP/MKL thread budget."""
     n = str(spec.torch_threads or 1)
     return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, ENV_TORCH_THREADS: n}
+
+
+def _registered(client: Client, name: str) -> bool:
+    """Whether ``client``'s scheduler holds a worker plugin ``name`` (registered earlier)."""
+    return bool(client.run_on_scheduler(_scheduler_holds_plugin, name=name))
+
+
+def _scheduler_holds_plugin(dask_scheduler: Any, name: str) -> bool:
+    return name in dask_scheduler.worker_plugins
 
 
 def _register_threads(client: Client, spec: ClusterSpec) -> bool:
