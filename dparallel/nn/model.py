@@ -57,8 +57,9 @@ def scaling_parameters(
     hi = np.asarray(stats["max"], np.float64)
     mean = np.asarray(stats["mean"], np.float64)
     sigma = np.asarray(stats["sigma"], np.float64)
-    if mode == "center_sigma":
-        return mean, 1.0 / np.where(sigma > CONSTANT_WIDTH, sigma, 1.0), 0.0
+    if mode == "center_sigma":  # max - min too: stores featurized before their σ was exact
+        varies = (sigma > CONSTANT_WIDTH) & (hi - lo > CONSTANT_WIDTH)  # held ~1e-8·|x| there
+        return mean, 1.0 / np.where(varies, sigma, 1.0), 0.0
     if mode == "minmax":
         width = hi - lo
         return 0.5 * (hi + lo), 2.0 / np.where(width > CONSTANT_WIDTH, width, 1.0), 0.0

@@ -118,3 +118,22 @@ def test_a_model_built_from_its_state_leaves_the_callers_random_numbers_alone() 
     assert torch.equal(torch.rand(4), expected)
     for k, v in original.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v), k
+
+
+def test_a_constant_feature_of_an_old_store_is_not_scaled_by_its_rounding() -> None:
+    """Stores featurized before Σx² was exact recorded a constant feature's σ as ~1e-8·|x|
+    (its min and max were always exact): center_sigma scaled it by ~1e9; now by 1."""
+    import numpy as np
+
+    from dparallel.nn.model import scaling_parameters
+
+    x = np.full(10, 0.1)
+    rounded_sigma = float(np.sqrt((np.sum(x * x) - np.sum(x) ** 2 / 10) / 9))  # the old way
+    stats = {
+        "min": [0.1, 0.0],
+        "max": [0.1, 2.0],
+        "mean": [0.1, 1.0],
+        "sigma": [rounded_sigma, 0.5],
+    }
+    _, factor, _ = scaling_parameters(stats, "center_sigma")
+    assert factor.tolist() == [1.0, 2.0]
