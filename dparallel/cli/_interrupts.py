@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -26,9 +27,15 @@ AGAIN_AFTER_S = 0.05
 
 
 def _interrupt_soon() -> None:
-    """In a thread of its own: interrupt the main thread as SIGINT would, shortly."""
+    """In a thread of its own: interrupt the main thread as SIGINT would, shortly; as
+    SIGTERM would where SIGINT is ignored (a background job) and SIGTERM has a Python
+    handler (the CLI's raises the same KeyboardInterrupt): ``interrupt_main`` of an ignored
+    signal does nothing."""
     time.sleep(AGAIN_AFTER_S)
-    _thread.interrupt_main()
+    number = signal.SIGINT
+    if not callable(signal.getsignal(signal.SIGINT)) and callable(signal.getsignal(signal.SIGTERM)):
+        number = signal.SIGTERM
+    _thread.interrupt_main(number)
 
 
 @contextlib.contextmanager

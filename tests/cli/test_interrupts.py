@@ -72,3 +72,22 @@ def test_other_unraisable_exceptions_go_to_the_previous_hook() -> None:
     finally:
         sys.unraisablehook = previous
     assert [u.exc_type for u in seen] == [ValueError]
+
+
+def test_with_sigint_ignored_the_sigterm_handler_raises_it_again() -> None:
+    """A background job ignores SIGINT; a SIGTERM (the CLI's handler raises KeyboardInterrupt)
+    lost in a callback is raised again through that handler (interrupt_main of an ignored
+    SIGINT did nothing: the run went on)."""
+
+    def terminate(signum, frame):  # noqa: ANN001, ANN202
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, terminate)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt), interrupts_kept():
+            _interrupt_inside_a_gc_callback(10)
+        assert time.monotonic() - t0 < 5
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
