@@ -26,13 +26,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600
 
 
 def _descriptor_set() -> DescriptorSet:
-    from dparallel.descriptors import ACSF
+    """ACSF (numba kernels) and neighbor sums (torch: what a task's torch threads run)."""
+    from dparallel.descriptors import ACSF, NeighborSum
 
     acsf = ACSF.uniform(
         elements=["Cu"], r_cut=4.5, cutoff="cos", radial=[(0.5, 0.0), (1.0, 2.5)],
         narrow=[(0.02, 1.0, 1.0, 0.0)], wide=[(0.02, 2.0, -1.0, 0.0)],
     )  # fmt: skip
-    return DescriptorSet(acsf=acsf, derivatives=True)
+    sums = NeighborSum(["Cu"], r_cut=4.5, n_sensitivities=6, r_min=2.0)
+    dset = DescriptorSet(acsf=acsf, neighbor_sum=sums, derivatives=True)
+    assert dset.uses_torch  # so the "t2" case below runs torch on 2 threads
+    return dset
 
 
 def _arrays(path: Path) -> dict[str, np.ndarray]:
