@@ -61,7 +61,7 @@ def test_ctrl_c_while_training_says_what_is_kept_and_the_same_command_resumes(
 
     argv = [sys.executable, "-m", "dparallel", "run", str(QUICKSTART)]
     for key in ("dataset.generate.n_structures=16", "partitioning.atoms=150",
-                "training.epochs=50", "training.hidden=[4]", "cluster.n_workers=1",
+                "training.epochs=150", "training.hidden=[4]", "cluster.n_workers=1",
                 "cluster.dashboard_address=127.0.0.1:0"):  # fmt: skip
         argv += ["--set", key]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
@@ -95,7 +95,7 @@ def test_ctrl_c_while_training_says_what_is_kept_and_the_same_command_resumes(
     assert "stages: dataset skipped, featurize skipped, train resumed, export ran" in again.stdout
 
 
-_SMALL_RUN = ("dataset.generate.n_structures=24", "partitioning.atoms=100", "training.epochs=4",
+_SMALL_RUN = ("dataset.generate.n_structures=24", "partitioning.atoms=40", "training.epochs=4",
               "training.hidden=[4]", "cluster.n_workers=1",
               "cluster.dashboard_address=127.0.0.1:0")  # fmt: skip
 
