@@ -24,7 +24,8 @@ def _titles(doc: Path) -> list[str]:
     """Headings, bold run-in titles (``**Why few files.**``) and bullet labels (``* Memory:``)."""
     text = doc.read_text()
     found = [line.lstrip("#") for line in text.splitlines() if line.startswith("#")]
-    found += re.findall(r"\*\*(.+?)\*\*", text, re.S)
+    # bold at a paragraph's or a bullet's start (elsewhere a `**kwargs` would pair wrongly)
+    found += re.findall(r"^\s*(?:[*-]\s+)?\*\*(.+?)\*\*", text, re.M | re.S)
     found += re.findall(r"^\s*[*-] ([A-Z][\w ]+):", text, re.M)
     return [_norm(t) for t in found]
 
@@ -147,6 +148,33 @@ def test_every_benchmark_and_option_the_docs_give_exists() -> None:
     assert not unknown, unknown
 
 
+#: modules that act when imported (a worker's or the warm server's preloads: importing
+#: forkserver_exit here would make pytest ignore Ctrl-C and end through os._exit)
+_ACT_ON_IMPORT = {
+    "dparallel.cluster.forkserver_exit",
+    "dparallel.workflow.featurize_forkserver_preload",
+    "dparallel.workflow.featurize_worker_preload",
+}
+
+
+def _top_level_names(module: str) -> set[str]:
+    """Names a module's source defines at its top level (functions, classes, assignments)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
 def _resolves(name: str) -> bool:
     """``dparallel.a.b``: the longest module prefix, then attributes (a module named alone is
     found, not imported: preload modules act when imported)."""
@@ -155,6 +183,8 @@ def _resolves(name: str) -> bool:
 
     parts = name.split(".")
     for i in range(len(parts), 0, -1):
+        if ".".join(parts[: i - 1]) in _ACT_ON_IMPORT:  # find_spec would import it
+            continue
         try:
             if importlib.util.find_spec(".".join(parts[:i])) is None:
                 continue
@@ -162,7 +192,10 @@ def _resolves(name: str) -> bool:
             continue
         if i == len(parts):
             return True
-        found = importlib.import_module(".".join(parts[:i]))
+        module = ".".join(parts[:i])
+        if module in _ACT_ON_IMPORT:  # its top-level names, read, not imported
+            return len(parts) == i + 1 and parts[i] in _top_level_names(module)
+        found = importlib.import_module(module)
         for part in parts[i:]:
             if not hasattr(found, part):
                 return False
