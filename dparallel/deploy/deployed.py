@@ -104,7 +104,6 @@ class DeployedModel(nn.Module):
                     f"model element {e} not in the descriptor's {descriptor.elements}"
                 )
         self._engines: dict[str, Engine | None] = {}  # backend → engine (None: torch)
-        self._tensors = (*self.model.parameters(), *self.model.buffers())  # what engines read
         self._engines_at: tuple[int, ...] | None = None  # where those were in memory
 
     def __getstate__(self) -> dict[str, Any]:
@@ -117,7 +116,8 @@ class DeployedModel(nn.Module):
 
     def _tensor_places(self) -> tuple[int, ...]:
         """Where the network's parameters and buffers are in memory."""
-        return tuple(t.data_ptr() for t in self._tensors)
+        tensors = (*self.model.parameters(), *self.model.buffers())  # what engines read
+        return tuple(t.data_ptr() for t in tensors)
 
     @property
     def cutoff(self) -> float:

@@ -263,7 +263,7 @@ def check_labels(store: Store, p: int, energy: np.ndarray, forces: np.ndarray) -
     so one in a store is damage, and the loss, which leaves out labels that are not finite
     (NaN: absent), would drop it silently."""
     for name, values in (("energy", energy), ("forces", forces)):
-        rows = np.flatnonzero(np.isinf(values.reshape(values.shape[0], -1)).any(1))
+        rows = np.flatnonzero(np.isinf(values).any(axis=tuple(range(1, values.ndim))))
         if rows.size:
             raise TrainingError(
                 f"{store.target}: partition {p}: structures/{name}: infinite in {rows.size} "

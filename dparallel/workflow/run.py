@@ -304,6 +304,7 @@ def _train(
         from dparallel.errors import CheckpointMismatchError
         from dparallel.store import open_store
         from dparallel.train import train
+        from dparallel.train.model_dir import kept_checkpoint
         from dparallel.train.reporting import read_history
 
         assert spec.training is not None
@@ -317,7 +318,7 @@ def _train(
                 callbacks += [on_epoch] if on_epoch else []
                 return train(opened, model_dir, spec.training, callback=callbacks, resume=resume)
 
-        resume = not refeaturized and (model_dir / "checkpoint.pt").is_file()
+        resume = not refeaturized and kept_checkpoint(model_dir) is not None
         try:
             trained = trained_with(read_history(model_dir) if resume else [], resume)
         except CheckpointMismatchError as exc:  # anything else is no reason to start again
