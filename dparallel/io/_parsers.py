@@ -480,6 +480,11 @@ def _fortran_hint(text: str) -> str:
     return f" (a Fortran exponent: write {text.replace('D', 'E').replace('d', 'e')})"
 
 
+#: Formats whose ASE reader gives each frame's forces a calculator with ``energy=0.0``, an
+#: energy the file does not hold (ase/io/lammpsrun.py): read as absent, not as zero.
+_NO_ENERGY = frozenset({"lammps-dump-text", "lammps-dump-binary"})
+
+
 def _parse_ase(path: Location, index: FileIndex, start: int, stop: int, keys: LabelKeys) -> _Parsed:
     import ase.io
 
@@ -495,6 +500,10 @@ def _parse_ase(path: Location, index: FileIndex, start: int, stop: int, keys: La
             np.zeros(0, np.int64),
             {i: (0, f"ASE cannot read it: {exc}") for i in range(start, stop)},
         )
+    if index.format in _NO_ENERGY:
+        for atoms in frames:  # ASE's placeholder, not the file's: absent (NaN)
+            if atoms.calc is not None:
+                atoms.calc.results.pop("energy", None)
     absent = {start + k: keys.absent_from_ase(a) for k, a in enumerate(frames)}
     errors = {i: (0, reason) for i, reason in absent.items() if reason is not None}
     kept = [k for k in range(len(frames)) if start + k not in errors]
