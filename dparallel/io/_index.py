@@ -69,8 +69,8 @@ class FileIndex:
     ``counts`` (S,) int64 atoms, ``lines`` (S,) int64 1-based first line (0 if unknown),
     ``volumes`` (S,) float64 cell volume in the file's length unit cubed (NaN: no cell
     periodic in all three directions given), ``periodic`` (S,) int64 periodic cell
-    vectors (0–3; −1: not read, as in formats read through ASE): what the planner
-    estimates a structure's work from,
+    vectors (0–3; −1: not read, as in ASE formats' indexes cached by dparallel before
+    2026-11-29): what the planner estimates a structure's work from,
     ``errors`` {structure: (line, reason)} for structures broken beyond parsing
     (e.g. truncated frame, ``begin`` without ``end``).
     """
@@ -523,7 +523,9 @@ def _n2p2_cell(lattice: list[bytes]) -> _Cell:
 
 
 def _index_ase(location: Location, format: str) -> _Built:
-    """Fallback for other ASE formats: read every structure once, keep only atom counts."""
+    """Other ASE formats: read every structure once (``ase.io.iread``, one at a time),
+    keep its atom count and cell (as :func:`_extxyz_cell` does: the volume where periodic
+    in all three directions)."""
     import ase.io
 
     path = location.require_local(f"reading {format!r} files (through ASE)")
@@ -531,12 +533,14 @@ def _index_ase(location: Location, format: str) -> _Built:
     found = _Found()
     try:
         for atoms in ase.io.iread(str(path), index=":", format=format):
-            found.counts.append(len(atoms))
+            periodic = int(np.count_nonzero(atoms.pbc))
+            volume = abs(float(np.linalg.det(atoms.cell[:]))) if periodic == 3 else NAN
+            found.counts.append(len(atoms))  # no byte ranges, no lines
+            found.lines.append(0)
+            found.volumes.append(volume)
+            found.periodic.append(periodic)
     except Exception as exc:
         raise InputFormatError(
             f"ASE cannot read it as {format!r}: {exc}", path=path, frame=len(found.counts)
         ) from exc
-    n = len(found.counts)
-    found.lines = array.array("q", bytes(8 * n))
-    found.volumes, found.periodic = array.array("d", [NAN]) * n, array.array("q", [-1]) * n
     return found, int(location.info()["size"])
