@@ -26,6 +26,7 @@ import numpy as np
 from dparallel._files import new_file
 from dparallel.config import cache_dir
 from dparallel.errors import InputFormatError
+from dparallel.io._frames import RANDOM_ACCESS, first_copy, frames_path, recorded_copy
 from dparallel.io._text import open_stream, read_range, sample_hash, stream_sample_hash
 
 if TYPE_CHECKING:
@@ -72,7 +73,8 @@ class FileIndex:
     vectors (0–3; −1: not read, as in ASE formats' indexes cached by dparallel before
     2026-11-29): what the planner estimates a structure's work from,
     ``errors`` {structure: (line, reason)} for structures broken beyond parsing
-    (e.g. truncated frame, ``begin`` without ``end``).
+    (e.g. truncated frame, ``begin`` without ``end``), ``frames`` the structures' copy
+    that tasks read for formats ASE reads only from their start (io/_frames.py).
     """
 
     format: str
@@ -86,6 +88,8 @@ class FileIndex:
     periodic: np.ndarray
     errors: dict[int, tuple[int, str]] = field(default_factory=dict)
     sample_sha256: str = ""
+    #: The random-access copy of a file ASE reads only from its start (io/_frames.py).
+    frames: Path | None = None
 
     def __len__(self) -> int:
         return int(self.counts.shape[0])
@@ -159,14 +163,24 @@ def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | Non
                 for f, ln, r in zip(z["err_frames"], z["err_lines"], z["err_reasons"], strict=True)
             }
             arrays = {k: z[k] for k in (*_ARRAYS, *_FLOATS)}
+            frames = recorded_copy(cache, z.get("frames"))
             return FileIndex(
-                format, size, mtime_ns, **arrays, errors=errors, sample_sha256=str(z["sample"])
+                format,
+                size,
+                mtime_ns,
+                **arrays,
+                errors=errors,
+                sample_sha256=str(z["sample"]),
+                frames=frames,
             )
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # a damaged cache
         return None
 
 
 def _save(index: FileIndex, candidates: list[Path]) -> None:
+    if index.frames is not None:  # beside its copy first
+        candidates = sorted(candidates, key=lambda c: frames_path(c) != index.frames)
+        info = index.frames.stat()
     frames = sorted(index.errors)
     payload: dict[str, Any] = {
         "meta": np.array([INDEX_VERSION, index.size, index.mtime_ns], dtype=np.int64),
@@ -177,6 +191,8 @@ def _save(index: FileIndex, candidates: list[Path]) -> None:
         "err_lines": np.array([index.errors[f][0] for f in frames], dtype=np.int64),
         "err_reasons": np.array([index.errors[f][1] for f in frames], dtype=str),
     }
+    if index.frames is not None:
+        payload["frames"] = np.array([info.st_size, info.st_mtime_ns], dtype=np.int64)
     for cache in candidates:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
@@ -222,7 +238,8 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
                 if cached is not None:
                     log.debug("using cached index %s", c)
                     return _keep(key, cached)
-    found, sample = _build(location, format)
+    copy = cache and format not in RANDOM_ACCESS
+    found, sample, frames = _build(location, format, candidates if copy else [])
     if not found.counts:
         raise InputFormatError(
             f"empty file: no structures found (format {format})", path=str(location)
@@ -235,6 +252,7 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
         **{k: np.frombuffer(getattr(found, k), np.float64) for k in _FLOATS},
         errors=found.errors,
         sample_sha256=sample,
+        frames=frames,
     )
     if cache:
         _save(index, candidates)
@@ -242,16 +260,20 @@ def load_or_build_index(location: Location, format: str, *, cache: bool = True) 
     return index
 
 
-def _build(location: Location, format: str) -> tuple[_Found, str]:
-    """Index ``location`` in one pass: what was found and the text's sample hash (of a
-    compressed file, from the first and last bytes its stream kept)."""
+def _build(
+    location: Location, format: str, candidates: list[Path]
+) -> tuple[_Found, str, Path | None]:
+    """Index ``location`` in one pass: what was found, the text's sample hash (of a
+    compressed file, from the first and last bytes its stream kept) and, for a format
+    ASE reads only from its start, the structures' random-access copy beside the first
+    of the index's ``candidates`` that takes it (io/_frames.py; none without them)."""
     streamed = {"extxyz": _index_extxyz, "n2p2": _index_n2p2}.get(format)
     if streamed is None:
-        found, length = _index_ase(location, format)
-        return found, sample_hash(functools.partial(read_range, location), length)
+        found, length, frames = _index_ase(location, format, candidates)
+        return found, sample_hash(functools.partial(read_range, location), length), frames
     with open_stream(location) as f:
         found, length = streamed(f, str(location))
-        return found, stream_sample_hash(f, location, length)
+        return found, stream_sample_hash(f, location, length), None
 
 
 def _int64s() -> array.array[int]:
@@ -522,17 +544,22 @@ def _n2p2_cell(lattice: list[bytes]) -> _Cell:
     return (_volume(lattice), 3) if len(lattice) == 9 else (NAN, 0)
 
 
-def _index_ase(location: Location, format: str) -> _Built:
+def _index_ase(
+    location: Location, format: str, candidates: list[Path]
+) -> tuple[_Found, int, Path | None]:
     """Other ASE formats: read every structure once (``ase.io.iread``, one at a time),
     keep its atom count and cell (as :func:`_extxyz_cell` does: the volume where periodic
-    in all three directions)."""
+    in all three directions); a format ASE reads only from its start is also copied for
+    random access (:func:`~dparallel.io._frames.first_copy`)."""
     import ase.io
 
     path = location.require_local(f"reading {format!r} files (through ASE)")
 
     found = _Found()
+    copy = first_copy(candidates)
     try:
         for atoms in ase.io.iread(str(path), index=":", format=format):
+            copy.add(atoms)
             periodic = int(np.count_nonzero(atoms.pbc))
             volume = abs(float(np.linalg.det(atoms.cell[:]))) if periodic == 3 else NAN
             found.counts.append(len(atoms))  # no byte ranges, no lines
@@ -540,7 +567,13 @@ def _index_ase(location: Location, format: str) -> _Built:
             found.volumes.append(volume)
             found.periodic.append(periodic)
     except Exception as exc:
+        copy.drop()
         raise InputFormatError(
             f"ASE cannot read it as {format!r}: {exc}", path=path, frame=len(found.counts)
         ) from exc
-    return found, int(location.info()["size"])
+    except BaseException:  # interrupted: no half copy
+        copy.drop()
+        raise
+    if not found.counts:  # an empty file: refused by the caller
+        copy.drop()
+    return found, int(location.info()["size"]), copy.done()

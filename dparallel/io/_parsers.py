@@ -489,10 +489,11 @@ def _parse_ase(path: Location, index: FileIndex, start: int, stop: int, keys: La
     import ase.io
 
     local = path.require_local(f"reading {index.format!r} files (through ASE)")
+    # the random-access copy of a format ASE reads only from its start (io/_frames.py)
+    where, fmt = (local, index.format) if index.frames is None else (index.frames, "traj")
     try:
         frames = cast(
-            "list[ase.Atoms]",
-            ase.io.read(str(local), index=f"{start}:{stop}", format=index.format),
+            "list[ase.Atoms]", ase.io.read(str(where), index=f"{start}:{stop}", format=fmt)
         )  # a slice: a list
     except Exception as exc:  # noqa: BLE001 - reported with file, frame and reason
         return (

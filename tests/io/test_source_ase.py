@@ -3,6 +3,10 @@ what ``ase.io.read`` gives, labels absent where the file holds none, the planner
 
 from __future__ import annotations
 
+import pickle
+import re
+from pathlib import Path
+
 import ase
 import ase.io
 import numpy as np
@@ -78,3 +82,100 @@ def test_the_planner_sees_cells_of_ase_formats(tmp_path, suffix):
     np.testing.assert_array_equal(got.periodic, [3, 2, 0, 0, 3])
     np.testing.assert_allclose(got.volumes, ref.volumes, rtol=1e-12)
     np.testing.assert_array_equal(got.counts, [len(a) for a in frames])
+
+
+def _cu_frames(n: int) -> list[ase.Atoms]:
+    """``n`` rattled Cu cells of one shape (an XDATCAR holds one cell), EMT-labelled."""
+    frames = []
+    for k in range(n):
+        atoms = bulk("Cu", "fcc", a=3.6, cubic=True)
+        atoms.rattle(0.05, seed=k)
+        atoms.calc = EMT()
+        atoms.calc = SinglePointCalculator(
+            atoms, energy=atoms.get_potential_energy(), forces=atoms.get_forces()
+        )
+        frames.append(atoms)
+    return frames
+
+
+def _assert_as_ase_reads(got, ref: list[ase.Atoms]) -> None:
+    """``got`` (a batch) holds ``ref``'s structures, labels as ``get_potential_energy`` /
+    ``get_forces`` give them (NaN where they raise)."""
+
+    def label(atoms: ase.Atoms, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        try:
+            return np.asarray(getattr(atoms, name)(), np.float64)
+        except Exception:  # noqa: BLE001 - no calculator, or none with this label
+            return np.full(shape, np.nan)
+
+    assert got.n_structures == len(ref)
+    np.testing.assert_array_equal(got.numbers, np.concatenate([a.numbers for a in ref]))
+    np.testing.assert_array_equal(got.positions, np.concatenate([a.positions for a in ref]))
+    np.testing.assert_array_equal(got.cells, [a.cell[:] for a in ref])
+    np.testing.assert_array_equal(got.pbc, [a.pbc for a in ref])
+    np.testing.assert_array_equal(got.energy, [label(a, "get_potential_energy", ()) for a in ref])
+    forces = [label(a, "get_forces", (len(a), 3)) for a in ref]
+    np.testing.assert_array_equal(got.forces, np.concatenate(forces))
+
+
+@pytest.mark.parametrize("fmt", ["vasp-xdatcar", "cif"])
+def test_a_partition_of_a_sequential_format_parses_only_its_structures(tmp_path, fmt):
+    """ASE reads an XDATCAR or a cif from its start (every structure of it): a task reading
+    the last structure built all 60 (O(partitions × file) in all); from the index pass's
+    random-access copy it builds its own, and reads what ASE reads."""
+    path = tmp_path / f"data.{fmt}"
+    ase.io.write(path, _cu_frames(60), format=fmt)
+    source = pickle.loads(pickle.dumps(open_source(path, fmt)))  # a task's copy
+    built = []
+    real = ase.Atoms.__init__
+
+    def count(self, *args, **kwargs):
+        built.append(1)
+        real(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ase.Atoms, "__init__", count)
+        last = source.read(59, 60)
+    assert len(built) <= 4  # the structure (and its calculator's copy), not 60
+    ref = ase.io.read(path, ":", format=fmt)
+    _assert_as_ase_reads(last, ref[59:])
+    _assert_as_ase_reads(source.read(0, 60), ref)
+    _assert_as_ase_reads(source.read(17, 31), ref[17:31])
+
+
+VASP_DATA = Path(ase.__file__).parent / "test" / "testdata" / "vasp"
+
+
+def _vasprun(path: Path, frames: int) -> None:
+    """ASE's vasprun_pstress.xml with its one ionic step repeated ``frames`` times, each
+    with its energies shifted by its number (to tell the steps apart)."""
+    text = (VASP_DATA / "vasprun_pstress.xml").read_text()
+    a, b = text.index("<calculation>"), text.index("</calculation>") + len("</calculation>")
+
+    def shifted(k: int) -> str:
+        energy = re.compile(r'(<i name="e_(?:fr|0)_energy">\s*)(\S+)')
+        return energy.sub(lambda m: f"{m.group(1)}{float(m.group(2)) + k:.8f}", text[a:b])
+
+    path.write_text(text[:a] + "\n".join(shifted(k) for k in range(frames)) + text[b:])
+
+
+@pytest.mark.skipif(not VASP_DATA.is_dir(), reason="ASE's test data is not installed")
+@pytest.mark.parametrize("energy_key", [None, "free_energy"])
+def test_vasp_outputs_read_as_ase_reads_them(tmp_path, energy_key):
+    """vasprun.xml (4 ionic steps) and OUTCAR, read in partitions by a task's copy of the
+    source: ASE's energy (sigma → 0) by default, its free energy (TOTEN) when chosen, its
+    forces; stress is not read."""
+    _vasprun(tmp_path / "vasprun.xml", 4)
+    (tmp_path / "OUTCAR").write_bytes((VASP_DATA / "OUTCAR_example_1").read_bytes())
+    for name, fmt in (("vasprun.xml", "vasp-xml"), ("OUTCAR", "vasp-out")):
+        path = tmp_path / name
+        source = pickle.loads(pickle.dumps(open_source(path, energy_key=energy_key)))
+        assert source.format == fmt
+        ref = ase.io.read(path, ":", format=fmt)
+        if energy_key is not None:
+            for atoms in ref:
+                atoms.calc.results["energy"] = atoms.calc.results[energy_key]
+        cut = len(ref) // 2
+        _assert_as_ase_reads(source.read(cut, len(ref)), ref[cut:])
+        _assert_as_ase_reads(source.read(0, len(ref)), ref)
+    assert len(ref) == 1 and len(ase.io.read(tmp_path / "vasprun.xml", ":")) == 4
