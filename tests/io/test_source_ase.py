@@ -3,6 +3,7 @@ what ``ase.io.read`` gives, labels absent where the file holds none, the planner
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import re
 from pathlib import Path
@@ -179,3 +180,34 @@ def test_vasp_outputs_read_as_ase_reads_them(tmp_path, energy_key):
         _assert_as_ase_reads(source.read(cut, len(ref)), ref[cut:])
         _assert_as_ase_reads(source.read(0, len(ref)), ref)
     assert len(ref) == 1 and len(ase.io.read(tmp_path / "vasprun.xml", ":")) == 4
+
+
+def _readable(path: Path) -> int:
+    """How many structures ``ase.io.iread`` gives before it raises."""
+    n = 0
+    with contextlib.suppress(Exception):
+        for _ in ase.io.iread(path, ":"):
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize("suffix", ["traj", "db"])
+@pytest.mark.parametrize("damage", ["truncate", "garble"])
+def test_a_damaged_traj_or_db_names_file_and_structure(tmp_path, suffix, damage):
+    """ASE's own error, as an InputFormatError naming the file and the first structure ASE
+    cannot read (the ones before it read)."""
+    path = tmp_path / f"data.{suffix}"
+    ase.io.write(path, _cu_frames(40))
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 4]
+    else:
+        cut = len(data) // 2 if suffix == "traj" else 4096
+        data[cut : cut + 400] = b"\xff" * 400
+    path.write_bytes(bytes(data))
+    frame = _readable(path)
+    assert frame < 40
+    with pytest.raises(InputFormatError) as err:
+        open_source(path)
+    said = f"{path}, structure {frame}: ASE cannot read it as {suffix!r}: "
+    assert str(err.value).startswith(said)
