@@ -559,6 +559,8 @@ def _index_ase(
     copy = first_copy(candidates)
     try:
         for atoms in ase.io.iread(str(path), index=":", format=format):
+            if not found.counts and format.startswith("lammps-dump"):
+                _warn_types(atoms, path)
             copy.add(atoms)
             periodic = int(np.count_nonzero(atoms.pbc))
             volume = abs(float(np.linalg.det(atoms.cell[:]))) if periodic == 3 else NAN
@@ -577,3 +579,16 @@ def _index_ase(
     if not found.counts:  # an empty file: refused by the caller
         copy.drop()
     return found, int(location.info()["size"]), copy.done()
+
+
+def _warn_types(atoms: Any, path: Path) -> None:
+    """Warn where a LAMMPS dump's elements are its atom types (no ``element`` column):
+    ASE reads type 1 as H, 2 as He, ..."""
+    types = atoms.arrays.get("type")
+    if types is not None and np.array_equal(atoms.numbers, types):
+        log.warning(
+            "%s: no element column, so ASE reads atom type 1 as H, 2 as He, ... (atomic "
+            "numbers); unless that is so, write the dump with an element column "
+            "(dump_modify ID element Cu Ni ...)",
+            path,
+        )

@@ -211,3 +211,27 @@ def test_a_damaged_traj_or_db_names_file_and_structure(tmp_path, suffix, damage)
         open_source(path)
     said = f"{path}, structure {frame}: ASE cannot read it as {suffix!r}: "
     assert str(err.value).startswith(said)
+
+
+@pytest.mark.parametrize("columns", ["id type x y z fx fy fz", "id element x y z fx fy fz"])
+def test_a_lammps_dump_without_elements_is_warned_about(tmp_path, rng, caplog, columns):
+    """ASE reads a dump's atom types as atomic numbers where it has no element column: the
+    index pass says so, naming the file and the fix; a dump with elements is read quietly."""
+    path = tmp_path / "md.lammpstrj"
+    _lammps_dump(path, rng, columns=columns)
+    if columns.startswith("id type"):
+        path.write_text(path.read_text().replace(" Cu ", " 2 "))
+    with caplog.at_level("WARNING", logger="dparallel.io._index"):
+        got = open_source(path, "lammps-dump-text").read()
+    ref = ase.io.read(path, ":", format="lammps-dump-text")
+    np.testing.assert_array_equal(got.numbers, np.concatenate([a.numbers for a in ref]))
+    warned = [r.getMessage() for r in caplog.records if "element column" in r.getMessage()]
+    if columns.startswith("id type"):
+        assert set(got.numbers) == {2}  # He, as ASE reads it
+        assert warned == [
+            f"{path}: no element column, so ASE reads atom type 1 as H, 2 as He, "
+            "... (atomic numbers); unless that is so, write the dump with an "
+            "element column (dump_modify ID element Cu Ni ...)"
+        ]
+    else:
+        assert set(got.numbers) == {29} and not warned
