@@ -5,7 +5,7 @@ parses a VASP ``OUTCAR``/``vasprun.xml``/``XDATCAR``, a cif, a LAMMPS dump, QE o
 output from its beginning up to (often past) the structures asked for: every partition's
 task would parse the whole file (1% of 2,000 cif structures took 11.6 s, the whole index
 pass 1.9 s). So the index pass, which reads every structure once anyway, also writes them
-to an ASE ``.traj`` beside the index cache (``FILE.dpframes.traj``, float64 as ASE read
+to an ASE trajectory beside the index cache (``FILE.dpframes``, float64 as ASE read
 them), and a task reads its structures from that copy (:func:`frames_path`).
 
 A ``.traj`` keeps positions, cell, pbc, numbers, ``info`` and the calculator results ASE
@@ -46,8 +46,8 @@ _KEPT_ARRAYS = frozenset(
 
 
 def frames_path(cache: Path) -> Path:
-    """The copy beside the index cache ``cache`` (``FILE.dpindex.npz`` → ``FILE.dpframes.traj``)."""
-    return cache.with_name(cache.name.removesuffix(".dpindex.npz") + ".dpframes.traj")
+    """The copy beside the index cache ``cache`` (``FILE.dpindex.npz`` → ``FILE.dpframes``)."""
+    return cache.with_name(cache.name.removesuffix(".dpindex.npz") + ".dpframes")
 
 
 def _lost(atoms: ase.Atoms) -> str | None:

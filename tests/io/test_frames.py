@@ -24,7 +24,7 @@ def test_only_formats_ase_reads_from_their_start_are_copied(tmp_path):
     for name, fmt in (("a.traj", "traj"), ("a.db", "db"), ("a.cif", "cif")):
         ase.io.write(tmp_path / name, _frames(3), format=fmt)
         source = open_source(tmp_path / name)
-        copied = tmp_path / f"{name}.dpframes.traj"
+        copied = tmp_path / f"{name}.dpframes"
         assert copied.is_file() == (fmt == "cif")
         assert source.index.frames == (copied if fmt == "cif" else None)
 
@@ -35,8 +35,8 @@ def test_a_copy_changed_since_is_not_read(tmp_path, monkeypatch):
     path = tmp_path / "a.cif"
     ase.io.write(path, _frames(4))
     open_source(path)
-    copied = tmp_path / "a.cif.dpframes.traj"
-    ase.io.write(copied, _frames(4)[::-1])  # another copy, e.g. a stale one
+    copied = tmp_path / "a.cif.dpframes"
+    ase.io.write(copied, _frames(4)[::-1], format="traj")  # another copy, e.g. a stale one
     monkeypatch.setattr(_index, "_KEPT", {})  # another process: from the cache file
     source = open_source(path)
     assert source.index.frames is None
@@ -49,7 +49,7 @@ def test_a_copy_changed_since_is_not_read(tmp_path, monkeypatch):
 def test_no_copy_where_a_label_would_be_lost(tmp_path):
     """A .traj keeps no other per-atom arrays (a ``dft_forces`` that ``forces_key`` may
     name): no copy then, and no file left."""
-    target = tmp_path / "x.dpframes.traj"
+    target = tmp_path / "x.dpframes"
     kept, lost = _frames(2)
     lost.arrays["dft_forces"] = np.ones((len(lost), 3))
     copy = FramesCopy(target)
@@ -60,4 +60,4 @@ def test_no_copy_where_a_label_would_be_lost(tmp_path):
     copy = FramesCopy(target)
     copy.add(kept)
     assert copy.done() == target
-    assert np.array_equal(ase.io.read(target).positions, kept.positions)
+    assert np.array_equal(ase.io.read(target, format="traj").positions, kept.positions)
