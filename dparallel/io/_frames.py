@@ -65,6 +65,14 @@ def _lost(atoms: ase.Atoms) -> str | None:
     return None
 
 
+def _results(atoms: ase.Atoms) -> dict[str, object]:
+    """The results of ``atoms``'s calculator that a .traj keeps (those ASE knows)."""
+    from ase.calculators.calculator import all_properties
+
+    results = getattr(atoms.calc, "results", None) or {}
+    return {key: value for key, value in results.items() if key in all_properties}
+
+
 class FramesCopy:
     """Writes the copy at ``target`` (``None``: none): :meth:`add` each structure in
     order, then :meth:`done` puts it in place, or :meth:`drop` leaves nothing. A directory
@@ -81,7 +89,9 @@ class FramesCopy:
 
         self._tmp = temporary_name(target)
         try:
-            self._writer = TrajectoryWriter(str(self._tmp), "w")
+            # the results given (add): ASE would compare the structure with its calculator's
+            # once per property it knows (13 of them), 3x the time of the whole write
+            self._writer = TrajectoryWriter(str(self._tmp), "w", properties=[])
         except OSError as exc:
             log.debug("cannot write %s: %s", target, exc)
 
@@ -102,7 +112,7 @@ class FramesCopy:
         try:
             with warnings.catch_warnings():  # info ASE cannot encode: not a label
                 warnings.simplefilter("ignore")
-                self._writer.write(atoms)
+                self._writer.write(atoms, **_results(atoms))
         except OSError as exc:
             log.debug("cannot write %s: %s", self.target, exc)
             self.drop()
