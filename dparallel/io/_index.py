@@ -10,6 +10,7 @@ an object's last-modified time) match the ones it was built from.
 from __future__ import annotations
 
 import array
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -178,9 +179,12 @@ def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | Non
 
 
 def _save(index: FileIndex, candidates: list[Path]) -> None:
-    if index.frames is not None:  # beside its copy first
+    copy = None
+    if index.frames is not None:  # beside its copy first, which it records
         candidates = sorted(candidates, key=lambda c: frames_path(c) != index.frames)
-        info = index.frames.stat()
+        with contextlib.suppress(OSError):  # gone already: tasks read the file through ASE
+            info = index.frames.stat()
+            copy = np.array([info.st_size, info.st_mtime_ns], dtype=np.int64)
     frames = sorted(index.errors)
     payload: dict[str, Any] = {
         "meta": np.array([INDEX_VERSION, index.size, index.mtime_ns], dtype=np.int64),
@@ -191,8 +195,8 @@ def _save(index: FileIndex, candidates: list[Path]) -> None:
         "err_lines": np.array([index.errors[f][0] for f in frames], dtype=np.int64),
         "err_reasons": np.array([index.errors[f][1] for f in frames], dtype=str),
     }
-    if index.frames is not None:
-        payload["frames"] = np.array([info.st_size, info.st_mtime_ns], dtype=np.int64)
+    if copy is not None:
+        payload["frames"] = copy
     for cache in candidates:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
