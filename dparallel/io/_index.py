@@ -71,8 +71,7 @@ class FileIndex:
     ``counts`` (S,) int64 atoms, ``lines`` (S,) int64 1-based first line (0 if unknown),
     ``volumes`` (S,) float64 cell volume in the file's length unit cubed (NaN: no cell
     periodic in all three directions given), ``periodic`` (S,) int64 periodic cell
-    vectors (0–3; −1: not read, as in ASE formats' indexes cached by dparallel before
-    2026-11-29): what the planner estimates a structure's work from,
+    vectors (0–3; −1: not read): what the planner estimates a structure's work from,
     ``errors`` {structure: (line, reason)} for structures broken beyond parsing
     (e.g. truncated frame, ``begin`` without ``end``), ``frames`` the structures' copy
     that tasks read for formats ASE reads only from their start (io/_frames.py).
@@ -157,6 +156,7 @@ def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | Non
                 or int(meta[1]) != size
                 or int(meta[2]) != mtime_ns
                 or str(z["format"]) != format
+                or (format not in _STREAMED and "frames" not in z)  # before cells, copies
             ):
                 return None
             errors = {
@@ -164,22 +164,16 @@ def _load(cache: Path, size: int, mtime_ns: int, format: str) -> FileIndex | Non
                 for f, ln, r in zip(z["err_frames"], z["err_lines"], z["err_reasons"], strict=True)
             }
             arrays = {k: z[k] for k in (*_ARRAYS, *_FLOATS)}
-            frames = recorded_copy(cache, z.get("frames"))
+            sample, frames = str(z["sample"]), recorded_copy(cache, z.get("frames"))
             return FileIndex(
-                format,
-                size,
-                mtime_ns,
-                **arrays,
-                errors=errors,
-                sample_sha256=str(z["sample"]),
-                frames=frames,
+                format, size, mtime_ns, **arrays, errors=errors, sample_sha256=sample, frames=frames
             )
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # a damaged cache
         return None
 
 
 def _save(index: FileIndex, candidates: list[Path]) -> None:
-    copy = None
+    copy = np.array([-1, -1], dtype=np.int64)  # none (its size and mtime where there is)
     if index.frames is not None:  # beside its copy first, which it records
         candidates = sorted(candidates, key=lambda c: frames_path(c) != index.frames)
         with contextlib.suppress(OSError):  # gone already: tasks read the file through ASE
@@ -195,7 +189,7 @@ def _save(index: FileIndex, candidates: list[Path]) -> None:
         "err_lines": np.array([index.errors[f][0] for f in frames], dtype=np.int64),
         "err_reasons": np.array([index.errors[f][1] for f in frames], dtype=str),
     }
-    if copy is not None:
+    if index.format not in _STREAMED:
         payload["frames"] = copy
     for cache in candidates:
         try:
@@ -271,7 +265,7 @@ def _build(
     compressed file, from the first and last bytes its stream kept) and, for a format
     ASE reads only from its start, the structures' random-access copy beside the first
     of the index's ``candidates`` that takes it (io/_frames.py; none without them)."""
-    streamed = {"extxyz": _index_extxyz, "n2p2": _index_n2p2}.get(format)
+    streamed = _STREAMED.get(format)
     if streamed is None:
         found, length, frames = _index_ase(location, format, candidates)
         return found, sample_hash(functools.partial(read_range, location), length), frames
@@ -546,6 +540,10 @@ def _n2p2_cell(lattice: list[bytes]) -> _Cell:
     """The cell of an n2p2 block's ``lattice`` lines' numbers: three lines, periodic in all
     three; none: 0 periodic directions."""
     return (_volume(lattice), 3) if len(lattice) == 9 else (NAN, 0)
+
+
+#: The formats indexed by dparallel's own streaming pass (all others: through ASE).
+_STREAMED = {"extxyz": _index_extxyz, "n2p2": _index_n2p2}
 
 
 def _index_ase(

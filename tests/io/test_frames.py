@@ -61,3 +61,21 @@ def test_no_copy_where_a_label_would_be_lost(tmp_path):
     copy.add(kept)
     assert copy.done() == target
     assert np.array_equal(ase.io.read(target, format="traj").positions, kept.positions)
+
+
+def test_an_index_cached_before_copies_is_built_again(tmp_path, monkeypatch):
+    """An ASE format's index cached without a copy's record (and without cells: periodic
+    -1) is built again once: the copy made, the cells read."""
+    path = tmp_path / "a.cif"
+    ase.io.write(path, _frames(3))
+    open_source(path)
+    cache = tmp_path / "a.cif.dpindex.npz"
+    with np.load(cache) as z:
+        old = {k: z[k] for k in z.files if k != "frames"}
+    old["periodic"] = np.full(3, -1)
+    np.savez(cache, **old)
+    (tmp_path / "a.cif.dpframes").unlink()
+    monkeypatch.setattr(_index, "_KEPT", {})  # another process: from the cache file
+    index = open_source(path).index
+    np.testing.assert_array_equal(index.periodic, [3, 3, 3])
+    assert index.frames == tmp_path / "a.cif.dpframes" and index.frames.is_file()
