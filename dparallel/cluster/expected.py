@@ -5,7 +5,7 @@ of them may use (:func:`expected_worker_memory`)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dask.system import CPU_COUNT
 from distributed.worker_memory import parse_memory_limit
@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from distributed import Client
-
-    from dparallel.cluster.connection import ClusterHandle
 
 __all__ = [
     "connected_size",
@@ -101,8 +99,9 @@ def local_memory_limit(spec: ClusterSpec) -> int | None:
     return parse_memory_limit(spec.memory_limit, spec.threads_per_worker, logger=logger)
 
 
-def connected_size(connecting: Future[ClusterHandle]) -> tuple[int | None, float | None]:
-    """Workers of a cluster a run does not start, once connected (as ``dparallel run``'s
+def connected_size(connecting: Future[Any]) -> tuple[int | None, float | None]:
+    """Workers of a cluster a run does not start, once ``connecting`` (a future of a
+    :class:`~dparallel.cluster.ClusterHandle`) has connected (as ``dparallel run``'s
     client counts them), and their smallest memory limit, to derive a partition size;
     ``(None, None)`` where the connection failed: a store with nothing pending needs no
     cluster, and one with work raises that failure where its partitions need the cluster."""
