@@ -57,7 +57,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).add_parser(sub)
+    for command in sub.choices.values():  # also after the command: `dparallel info S -v`
+        command.add_argument(
+            "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="more logging"
+        )
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args``, with an unknown option after a command said by that command's
+    parser (``dparallel info: error: unrecognized arguments: …`` and its usage, exit 2),
+    not by the top-level one, whose usage lists no option of the command."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        command = commands.choices.get(getattr(args, "command", None) or "", parser)
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def _dask_log_level(verbose: int) -> None:
@@ -144,21 +160,22 @@ def _terminate(signum: int, frame: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code.
 
-    0: done; 2: a dparallel error, a full disk or another OS error (one line, no
-    traceback); 130: interrupted (Ctrl-C or SIGTERM), after saying what is kept;
-    141: stdout was closed by its reader (nothing said).
+    0: done; 1: a check found a problem (``info --verify``, an ``export`` route); 2: a
+    usage error (as argparse: no command, an unknown option), a dparallel error, a full
+    disk or another OS error (one line, no traceback); 130: interrupted (Ctrl-C or
+    SIGTERM), after saying what is kept; 141: stdout was closed by its reader (nothing said).
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     logging.basicConfig(
         level=logging.WARNING - 10 * min(args.verbose, 2),
         format="%(levelname)s %(name)s: %(message)s",
     )
     _dask_log_level(args.verbose)
     _child_warning_filters()
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 1
+    if not getattr(args, "func", None):  # a usage error, as argparse's: help on stderr
+        parser.print_help(sys.stderr)
+        return 2
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     plain_warnings = warning_lines(args.command)

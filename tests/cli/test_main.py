@@ -1,0 +1,63 @@
+"""The ``dparallel`` command as one tool: the same kind of outcome has the same exit code
+and the same form of message in every sub-command (main.py's docstring: 2 for a usage
+error, as argparse's, and for a dparallel error; 1 only for a check that found a
+problem)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from dparallel.cli.main import build_parser, main
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def _valid_argv(name: str, command: argparse.ArgumentParser) -> list[str]:
+    """``name`` with a value for each positional and each required option (parsed, not run)."""
+    argv = [name]
+    for action in command._actions:
+        if not action.option_strings:
+            argv.append(next(iter(action.choices)) if action.choices else "x")
+        elif action.required:
+            argv += [action.option_strings[0], "x"]
+    for group in command._mutually_exclusive_groups:
+        if group.required:
+            argv += [group._group_actions[0].option_strings[0], "x"]
+    return argv
+
+
+def test_no_command_is_a_usage_error_with_the_help_on_stderr(capsys) -> None:
+    # it printed the help on stdout and exited 1, the code of `info --verify` finding damage
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "usage: dparallel" in err and "COMMAND" in err
+
+
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_an_unknown_option_is_said_by_its_command(name: str, capsys) -> None:
+    # the top-level parser said it: `usage: dparallel [-h] [--version] [-v] COMMAND ...` and
+    # `dparallel: error: unrecognized arguments`, naming no command and none of its options
+    argv = _valid_argv(name, _commands()[name])
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--no-such-option"])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"usage: dparallel {name} ")
+    assert err.splitlines()[-1] == (
+        f"dparallel {name}: error: unrecognized arguments: --no-such-option"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_verbose_is_taken_after_the_command_too(name: str) -> None:
+    # `dparallel info STORE -v` was "unrecognized arguments: -v"
+    argv = _valid_argv(name, _commands()[name])
+    assert build_parser().parse_args([*argv, "-v"]).verbose == 1
+    assert build_parser().parse_args(["-vv", *argv]).verbose == 2  # before it: as before
