@@ -82,6 +82,12 @@ def add_parser(subparsers: Any) -> None:
         help="where to train: auto (CUDA when present), cpu, cuda or cuda:N; "
         "same as --set device=...",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the outcome as one JSON object (the final errors in meV, as in "
+        "metrics.json) instead of the summary lines",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -153,6 +159,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    if args.json:
+        print(_json_report(result))
+        return 0
     for split, m in (("validation", result.validation), ("test", result.test)):
         if m:
             print(error_line(split, m))
@@ -163,6 +172,24 @@ def run(args: argparse.Namespace) -> int:
     source = _source_file(args.store)
     print("\n".join(closing_lines(result.seconds, model=result.model_dir, data=source)))
     return 0
+
+
+def _json_report(result: Any) -> str:
+    """``train --json``: the model file, its epochs and the final errors of each split
+    (meV, the unit in each name, as ``metrics.json``'s ``final``)."""
+    from dparallel._files import strict_json
+    from dparallel.train.metric_units import with_units
+
+    final = {s: with_units(m) for s, m in (("validation", result.validation),
+                                           ("test", result.test)) if m}  # fmt: skip
+    report = {
+        "model": str(result.model_dir / "model.pt"),
+        "best_epoch": result.best_epoch,
+        "epochs_run": len(result.history),
+        "seconds": result.seconds,
+        "final": final,
+    }
+    return strict_json(report, indent=1, what="train --json", missing=True)
 
 
 def _store_and_descriptors(store: str, path: str | None) -> tuple[Any, Any]:
