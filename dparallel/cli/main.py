@@ -76,6 +76,33 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     return args
 
 
+class CommandFormatter(logging.Formatter):
+    """A log record as ``dparallel <command>: warning: <message>``, as :func:`warning_lines`
+    shows a Python warning and :func:`main` an error (``-v`` shows each record's logger)."""
+
+    def __init__(self, command: str | None) -> None:
+        super().__init__()
+        self.prefix = f"dparallel {command}" if command else "dparallel"
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "warning" if record.levelno < logging.ERROR else "error"
+        return f"{self.prefix}: {level}: {super().format(record)}"
+
+
+def _console_logging(verbose: int, command: str | None) -> None:
+    """Log records on stderr: warnings only, as ``dparallel <command>: warning: …``
+    (:class:`CommandFormatter`); with ``-v`` also INFO (``-vv`` DEBUG), each with its
+    level and logger. A handler the root logger has already (a host program's) is kept."""
+    before = set(logging.getLogger().handlers)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(verbose, 2),
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not verbose:
+        for handler in set(logging.getLogger().handlers) - before:  # its own, if it made one
+            handler.setFormatter(CommandFormatter(command))
+
+
 def _dask_log_level(verbose: int) -> None:
     """Dask's INFO logs only with ``-v``: through the environment (unless the user set it),
     which worker processes inherit, and on the logger if ``distributed`` is imported."""
@@ -167,10 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = _parse(parser, argv)
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2),
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    _console_logging(args.verbose, getattr(args, "command", None))
     _dask_log_level(args.verbose)
     _child_warning_filters()
     if not getattr(args, "func", None):  # a usage error, as argparse's: help on stderr

@@ -61,3 +61,32 @@ def test_verbose_is_taken_after_the_command_too(name: str) -> None:
     argv = _valid_argv(name, _commands()[name])
     assert build_parser().parse_args([*argv, "-v"]).verbose == 1
     assert build_parser().parse_args(["-vv", *argv]).verbose == 2  # before it: as before
+
+
+def test_a_logged_warning_has_the_form_of_the_commands_other_lines(tmp_path) -> None:
+    # it was `WARNING dparallel.cli.evaluate: …` beside `dparallel evaluate: error: …` (and
+    # a Python warning's `dparallel evaluate: warning: …`)
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from ase import Atoms
+    from ase.io import write
+
+    model = tmp_path / "model"  # trained from n2p2 data in Bohr and Hartree, never exported
+    model.mkdir()
+    record = {"data_units": "bohr-hartree", "data_format": "n2p2", "store": "s.zarr"}
+    (model / "data_units.json").write_text(json.dumps(record))
+    write(tmp_path / "x.extxyz", Atoms("H", positions=[[0, 0, 0]]), format="extxyz")
+    argv = [sys.executable, "-m", "dparallel", "evaluate", "model", "x.extxyz"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    ran = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 2 and ran.stdout == ""
+    lines = ran.stderr.splitlines()
+    assert len(lines) == 2, ran.stderr
+    assert lines[0].startswith("dparallel evaluate: warning: x.extxyz: read in bohr-hartree")
+    assert lines[1].startswith("dparallel evaluate: error: ")
+    verbose = subprocess.run([*argv, "-v"], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+    assert "WARNING dparallel.cli.evaluate: x.extxyz: read in" in verbose.stderr  # its logger
