@@ -35,8 +35,19 @@ def local_argument(what: str) -> Callable[[str], str]:
     return parse
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the options that choose where tasks run."""
+#: What a local worker's memory limit is when none is given.
+DASK_MEMORY = "Dask's, memory / workers"
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser, workflow: bool = False) -> None:
+    """Add the options that choose where tasks run (``workflow``: they override a
+    workflow's ``cluster`` section, whose keys are then their defaults)."""
+
+    def default(key: str, own: str) -> str:
+        return (
+            f"default: the workflow's cluster.{key}, else {own}" if workflow else f"default: {own}"
+        )
+
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--scheduler", metavar="ADDR", help="existing Dask scheduler, e.g. tcp://host:8786"
@@ -46,31 +57,35 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         "--local",
         type=_at_least_one,
         metavar="N",
-        help="start a local cluster of N worker processes",
+        help="start a local cluster of N worker processes"
+        + (" (instead of the workflow's cluster)" if workflow else ""),
     )
     parser.add_argument(
         "--gpus",
         type=whole_number(0, "GPU worker"),
         metavar="N",
-        help="also start N GPU workers in the local cluster, one per GPU (resource GPU=1)",
+        help="also start N GPU workers in the local cluster, one per GPU (resource GPU=1; "
+        f"{default('gpus', '0')})",
     )
     parser.add_argument(
         "--torch-threads",
         type=whole_number(1, "thread"),
-        help="torch threads per task (default 1)",
+        metavar="N",
+        help=f"torch threads per task ({default('torch_threads', '1')})",
     )
     parser.add_argument(
         "--memory-limit",
         metavar="BYTES",
         type=_memory_limit,
         help="memory of each local worker: '2GiB', 'auto', bytes (2e9) or a fraction of "
-        "memory (0.25); its nanny restarts a worker that uses more (default: Dask's, "
-        "memory / workers)",
+        "memory (0.25); its nanny restarts a worker that uses more "
+        f"({default('memory_limit', DASK_MEMORY)})",
     )
     parser.add_argument(
         "--dashboard-address",
         metavar="ADDR",
-        help="dashboard of a local cluster (default 127.0.0.1:8787; ':0' picks a free port)",
+        help="dashboard of a local cluster (':0' picks a free port; "
+        f"{default('dashboard_address', '127.0.0.1:8787')})",
     )
     parser.add_argument(
         "--log-file",
@@ -363,6 +378,7 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
     parser.add_argument(
         "--partition-atoms",
         type=whole_number(1, "atom"),
+        metavar="N",
         help="target atoms per partition/task (default: featurize ~4 tasks per worker of "
         "5,000-20,000 atoms, or one per worker for less data; ingest 20,000)",
     )

@@ -62,15 +62,15 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "workflow", type=cluster_cli.local_argument("a workflow file"), help="workflow YAML"
     )
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
+    add_set_argument(p)
     p.add_argument("--json", action="store_true", help="print the validated workflow as JSON")
     p.set_defaults(func=validate)
     p = subparsers.add_parser("schema", help="print the workflow JSON schema")
     p.set_defaults(func=schema)
 
 
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by ``run`` and ``demo``."""
+def add_set_argument(p: argparse.ArgumentParser) -> None:
+    """``--set KEY.PATH=VALUE``, as ``run``, ``demo`` and ``validate`` take it."""
     p.add_argument(
         "--set",
         dest="overrides",
@@ -79,8 +79,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY.PATH=VALUE",
         help="override a workflow key (repeatable), e.g. --set training.epochs=20",
     )
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by ``run`` and ``demo``."""
+    add_set_argument(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress or epoch lines")
-    cluster_cli.add_cluster_arguments(p)
+    cluster_cli.add_cluster_arguments(p, workflow=True)
 
 
 def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) -> int:

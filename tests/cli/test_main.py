@@ -90,3 +90,29 @@ def test_a_logged_warning_has_the_form_of_the_commands_other_lines(tmp_path) -> 
     verbose = subprocess.run([*argv, "-v"], cwd=tmp_path, env=env, capture_output=True,
                              text=True, timeout=120)  # fmt: skip
     assert "WARNING dparallel.cli.evaluate: x.extxyz: read in" in verbose.stderr  # its logger
+
+
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_every_argument_says_what_it_is(name: str) -> None:
+    # validate's --set had no help (run's said what it does) and the metavar K=V
+    for action in _commands()[name]._actions:
+        assert action.help, (name, action.option_strings or action.dest)
+        assert action.metavar is None or action.metavar == action.metavar.upper(), action
+
+
+@pytest.mark.parametrize("name", ["run", "demo"])
+def test_a_workflows_cluster_options_default_to_its_cluster_section(name: str) -> None:
+    # their help said "default 1" / "default 127.0.0.1:8787" / Dask's memory, though a
+    # workflow's cluster section gives them when the command line does not
+    from dparallel.cli._options import cluster_kwargs
+    from dparallel.cluster import ClusterSpec
+
+    command = _commands()[name]
+    helps = {a.option_strings[0]: a.help for a in command._actions if a.option_strings}
+    given = {"gpus": 2, "torch_threads": 3, "memory_limit": "3GiB", "dashboard_address": ":0"}
+    workflow = ClusterSpec(**given)
+    got = cluster_kwargs(command.parse_args([] if name == "demo" else ["w.yaml"]), workflow)
+    for key, value in given.items():
+        assert getattr(got["cluster"], key) == value
+        option = "--" + key.replace("_", "-")
+        assert f"default: the workflow's cluster.{key}, else " in " ".join(helps[option].split())
