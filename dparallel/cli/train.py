@@ -71,10 +71,15 @@ def add_parser(subparsers: Any) -> None:
         help="train on the done partitions of an incomplete store (says how many it uses); "
         "same as --set allow_incomplete=true",
     )
-    p.add_argument(
+    where = p.add_mutually_exclusive_group()  # as featurize and run spell them
+    where.add_argument(
         "--scheduler",
-        help="Dask scheduler address: publish per-epoch metrics to its dashboard "
-        "(training itself runs in this process)",
+        metavar="ADDR",
+        help="Dask scheduler, e.g. tcp://host:8786: publish per-epoch metrics to its "
+        "dashboard (training itself runs in this process)",
+    )
+    where.add_argument(
+        "--scheduler-file", metavar="FILE", help="Dask scheduler file (as --scheduler)"
     )
     p.add_argument(
         "--device",
@@ -115,10 +120,11 @@ def run(args: argparse.Namespace) -> int:
 
     bar: EpochProgress | None = None
     try:
-        if args.scheduler:
+        if args.scheduler or args.scheduler_file:
             from dparallel.cluster import connect
 
-            cluster: Any = connect(scheduler=args.scheduler)  # receives the metric events
+            # the scheduler receives the metric events
+            cluster: Any = connect(scheduler=args.scheduler, scheduler_file=args.scheduler_file)
         else:
             cluster = contextlib.nullcontext()
         with cluster:

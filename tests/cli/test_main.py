@@ -116,3 +116,19 @@ def test_a_workflows_cluster_options_default_to_its_cluster_section(name: str) -
         assert getattr(got["cluster"], key) == value
         option = "--" + key.replace("_", "-")
         assert f"default: the workflow's cluster.{key}, else " in " ".join(helps[option].split())
+
+
+def test_every_command_that_takes_a_scheduler_takes_its_file_too(tmp_path, capsys) -> None:
+    # train took --scheduler only: a SLURM user with a scheduler file had no way to give it
+    options = {
+        name: {o for a in command._actions for o in a.option_strings}
+        for name, command in _commands().items()
+    }
+    takes = {name for name, given in options.items() if "--scheduler" in given}
+    assert takes == {name for name, given in options.items() if "--scheduler-file" in given}
+    assert "train" in takes
+    missing = tmp_path / "scheduler.json"  # train connects before it reads the store
+    argv = ["train", str(tmp_path / "s.zarr"), "-o", str(tmp_path / "m"), "-q"]
+    assert main([*argv, "--scheduler-file", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dparallel train: error: ") and str(missing) in err, err
