@@ -161,6 +161,15 @@ def refuse_unwritable_target(
     )
 
 
+def device_option(text: str) -> str:
+    """An argparse type: a ``device`` setting (auto, cpu, cuda, cuda:N)."""
+    import argparse
+
+    from dparallel.config import check_device
+
+    return check_device(text, argparse.ArgumentTypeError)
+
+
 def whole_number(minimum: int, what: str) -> Callable[[str], int]:
     """An argparse ``type``: an integer ≥ ``minimum`` (one line of error otherwise, not a
     validation dump or a traceback later); ``what`` names the unit (``worker``)."""

@@ -6,7 +6,12 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from dparallel.cli._options import add_label_arguments, local_argument, whole_number
+from dparallel.cli._options import (
+    add_label_arguments,
+    device_option,
+    local_argument,
+    whole_number,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -54,6 +59,12 @@ def add_parser(subparsers: Any) -> None:
         type=whole_number(1, "structure"),
         default=64,
         help="structures per prediction batch",
+    )
+    p.add_argument(
+        "--device",
+        type=device_option,
+        default="cpu",
+        help="where the model predicts: auto (CUDA when present), cpu (default), cuda or cuda:N",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
@@ -132,17 +143,22 @@ def evaluate_file(
     units: str | None = None,
     batch: int = 64,
     potential_units: str | None = None,
-    energy_key: str | None = None,
-    forces_key: str | None = None,
+    device: str = "cpu",
+    **label_keys: str | None,
 ) -> dict[str, float]:
     """Errors of the deployed model (or n2p2 potential) on ``data`` (eV/atom, eV/Å).
 
     ``units=None``: the units of the data the model was trained from (``data_units.json``)
     or ``ase``. ``potential_units=None``: the units an n2p2 potential's ``input.nn``
     declares, else ``units``; a contradicting ``potential_units`` is a ``ConfigError``.
-    ``energy_key``, ``forces_key``: where DATA keeps its reference labels (as for ingest);
-    ``None``: the key the model's training data was read with, if one was given then.
+    ``device``: where the model predicts (auto, cpu, cuda, cuda:N). ``label_keys``:
+    ``energy_key``, ``forces_key``, where DATA keeps its reference labels (as for ingest);
+    ``None`` or not given: the key the model's training data was read with, if one was
+    given then.
     """
+    unknown = set(label_keys) - {"energy_key", "forces_key"}
+    if unknown:
+        raise TypeError(f"evaluate_file() got unexpected keyword arguments {sorted(unknown)}")
     import numpy as np
     import torch
 
@@ -158,7 +174,7 @@ def evaluate_file(
     units = _data_units(model_dir, data, format, units)
     if is_n2p2_potential(model_dir):  # an n2p2 potential: its declared units, else DATA's
         chosen = resolve(model_dir, potential_units, units)
-        model = DeployedModel(*load_potential(model_dir, units=chosen))
+        model = DeployedModel(*load_potential(model_dir, units=chosen), device=device)
     else:
         if potential_units is not None:
             from dparallel.errors import ConfigError
@@ -167,8 +183,8 @@ def evaluate_file(
                 f"--potential-units is for an n2p2 potential directory; {model_dir} is a "
                 "dparallel model, whose units are its own (give DATA's with --units)"
             )
-        model = load_deployed(model_dir)
-    given = {"energy_key": energy_key, "forces_key": forces_key}
+        model = load_deployed(model_dir, device=device)
+    given = {k: label_keys.get(k) for k in ("energy_key", "forces_key")}
     recorded = _recorded_keys(model_dir, data, format, given)
     energy_key, forces_key = (recorded.get(k, given[k]) for k in ("energy_key", "forces_key"))
     source = open_source(data, format, units=units, energy_key=energy_key, forces_key=forces_key)
@@ -206,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
         args.units,
         args.batch,
         args.potential_units,
+        args.device,
         energy_key=args.energy_key,
         forces_key=args.forces_key,
     )

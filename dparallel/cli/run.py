@@ -19,7 +19,6 @@ from dparallel.cli._progress import (
     error_line,
     train_options,
 )
-from dparallel.cli.train import device_option
 
 if TYPE_CHECKING:
     import argparse
@@ -44,7 +43,7 @@ def add_parser(subparsers: Any) -> None:
     add_run_arguments(p)
     p.add_argument(
         "--device",
-        type=device_option,
+        type=cluster_cli.device_option,
         help="where the training stage trains: auto, cpu, cuda or cuda:N "
         "(same as --set training.device=...)",
     )

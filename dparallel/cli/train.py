@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dparallel._files import full_disk_error
-from dparallel.cli._options import local_argument
+from dparallel.cli._options import device_option, local_argument
 from dparallel.cli._progress import EpochProgress, closing_lines, error_line
 from dparallel.errors import DParallelError, RunInterruptedError, TrainingError
 
@@ -95,15 +95,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
-
-
-def device_option(text: str) -> str:
-    """An argparse type: a ``device`` setting (auto, cpu, cuda, cuda:N)."""
-    import argparse
-
-    from dparallel.config import check_device
-
-    return check_device(text, argparse.ArgumentTypeError)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -481,3 +481,53 @@ def test_export_format_n2p2_of_an_n2p2_potential_says_what_it_is(tmp_path, capsy
     err = capsys.readouterr().err
     assert f"{tmp_path} is an n2p2 potential already" in err
     assert "dparallel train" not in err and not (tmp_path / "n2p2").exists()
+
+
+def _commands_with(option: str) -> list[str]:
+    import argparse
+
+    from dparallel.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(
+        name
+        for name, parser in sub.choices.items()
+        if any(option in action.option_strings for action in parser._actions)
+    )
+
+
+def test_every_device_option_takes_the_same_settings(capsys):
+    assert {"train", "run", "evaluate"} <= set(_commands_with("--device"))
+    for name in _commands_with("--device"):
+        with pytest.raises(SystemExit):
+            main([name, "--device", "gpu"])
+        assert "device 'gpu': expected auto, cpu, cuda or cuda:N" in capsys.readouterr().err
+
+
+def test_evaluate_predicts_on_the_device_given(tmp_path, capsys):
+    # evaluate had no --device (train and run have it): it predicted on the CPU only
+    import json
+
+    import numpy as np
+    import torch
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.deploy import DEPLOYED, DeployedModel
+    from dparallel.descriptors import ACSF
+    from dparallel.train import HDNNP
+
+    acsf = ACSF.uniform(["Cu"], r_cut=4.0, radial=[(0.5, 0.0), (1.0, 2.5)], narrow=[])
+    torch.manual_seed(0)
+    net = HDNNP(["Cu"], {"Cu": acsf.n_features("Cu")}, hidden=[4]).double()
+    net.set_scaling("Cu", np.zeros(acsf.n_features("Cu")), 1.0)
+    DeployedModel(acsf, net).save(tmp_path / DEPLOYED)
+    data = write_emt_cu(tmp_path / "cu.xyz", 3, seed=1)
+    argv = ["evaluate", str(tmp_path), str(data), "--json"]
+    assert main([*argv, "--device", "cpu"]) == 0
+    on_cpu = json.loads(capsys.readouterr().out)
+    if not torch.cuda.is_available():
+        assert main([*argv, "--device", "cuda:0"]) == 2
+        assert "'cuda:0' asked for" in capsys.readouterr().err
+        return
+    assert main([*argv, "--device", "cuda"]) == 0
+    assert json.loads(capsys.readouterr().out) == pytest.approx(on_cpu, rel=1e-9)

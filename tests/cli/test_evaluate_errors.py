@@ -58,7 +58,7 @@ def test_evaluate_errors_equal_numpys(tmp_path: Path, monkeypatch: pytest.Monkey
     summaries = []
     summary = Metrics.summary
     monkeypatch.setattr(Metrics, "summary", lambda self: summaries.append(1) or summary(self))
-    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _: _Model())
+    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _, **kw: _Model())
     got = evaluate_file(str(tmp_path), str(path), batch=3)
     assert summaries == [1], "evaluate computed its errors without training's Metrics"
     assert got.pop("n_structures") == len(frames)
@@ -87,7 +87,7 @@ def test_data_without_energies_and_forces_is_one_error_not_a_table_of_nan(
     # unlabelled structures printed "energy nan nan meV/atom" and exited 0
     from dparallel.cli.main import main
 
-    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _: _Model())
+    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _, **kw: _Model())
     path = tmp_path / "plain.extxyz"
     write(path, _frames(energy=False, forces=False))
     assert main(["evaluate", str(tmp_path), str(path)]) == 2
@@ -104,7 +104,7 @@ def test_data_with_energies_only_says_so_in_the_force_row(
 ) -> None:
     from dparallel.cli.main import main
 
-    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _: _Model())
+    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _, **kw: _Model())
     path = tmp_path / "energies.extxyz"
     write(path, _frames(energy=True, forces=False))
     assert main(["evaluate", str(tmp_path), str(path)]) == 0
@@ -123,7 +123,7 @@ def test_evaluate_reads_the_labels_under_the_keys_given(
 
     from dparallel.cli.main import main
 
-    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _: _Model())
+    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _, **kw: _Model())
     rng = np.random.default_rng(8)
     frames = _frames(energy=False, forces=False)
     for atoms in frames:
