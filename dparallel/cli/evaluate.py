@@ -58,7 +58,7 @@ def add_parser(subparsers: Any) -> None:
         "--batch",
         type=whole_number(1, "structure"),
         default=64,
-        help="structures per prediction batch",
+        help="structures per prediction batch (default 64)",
     )
     p.add_argument(
         "--device",

@@ -49,8 +49,9 @@ def add_parser(subparsers: Any) -> None:
         "--format",
         choices=("dparallel", "n2p2"),
         default="dparallel",
-        help="n2p2: input.nn, scaling.data, weights.XXX.data for n2p2 and LAMMPS pair_style "
-        "hdnnp (refused, with the reason, for models n2p2 cannot express)",
+        help="the files written: dparallel (default: deployed.pt and the plain-torch files) or "
+        "n2p2: input.nn, scaling.data, weights.XXX.data for n2p2 and LAMMPS pair_style hdnnp "
+        "(refused, with the reason, for models n2p2 cannot express)",
     )
     p.add_argument(
         "-o",

@@ -132,3 +132,15 @@ def test_every_command_that_takes_a_scheduler_takes_its_file_too(tmp_path, capsy
     assert main([*argv, "--scheduler-file", str(missing)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dparallel train: error: ") and str(missing) in err, err
+
+
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_a_default_the_parser_fills_in_is_said_in_the_help(name: str) -> None:
+    # evaluate --batch (64) and export --format (dparallel) did not say theirs
+    for action in _commands()[name]._actions:
+        if action.default in (None, False, [], argparse.SUPPRESS) or not action.option_strings:
+            continue
+        assert f"default {action.default}" in action.help or (
+            f"{action.default} (default" in action.help
+            or f"{action.default}; default" in action.help
+        ), (name, action.option_strings, action.help)
