@@ -337,6 +337,15 @@ def _warn_local_only(kind: str, gpus: int | None, dashboard: str | None) -> None
         )
 
 
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    """``--json``: the command's summary as one JSON object on stdout, nothing else there."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as one JSON object (progress and warnings: stderr)",
+    )
+
+
 def add_label_arguments(
     parser: argparse.ArgumentParser, workflow: str = "", first: str = ""
 ) -> None:

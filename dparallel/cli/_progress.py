@@ -31,6 +31,7 @@ __all__ = [
     "error_line",
     "milli",
     "store_line",
+    "store_summary",
     "train_options",
 ]
 
@@ -175,13 +176,34 @@ def milli(x: float | None) -> str:
     return "nan" if x is None or not math.isfinite(x) else f"{1e3 * x:.2f}"
 
 
-def store_line(result: Any, done_now: str) -> str:
-    """What an ingest or featurize ``result``'s store holds and what the run did."""
+def store_summary(result: Any, verb: str, done_now: int) -> dict[str, Any]:
+    """What an ingest or featurize ``result``'s store holds and what the run did (``verb``:
+    what it did to ``done_now`` partitions, ``written`` or ``computed``): ``--json``'s
+    object."""
     store = result.store
+    return {
+        "store": str(store.target),
+        "n_structures": store.n_structures,
+        "n_atoms": store.n_atoms,
+        "n_partitions": store.n_partitions,
+        f"partitions_{verb}": done_now,
+        "partitions_already_done": result.partitions_already_done,
+        "n_skipped": len(store.skipped()),
+        "seconds": result.seconds,
+    }
+
+
+def store_line(result: Any, verb: str, done_now: int, as_json: bool = False) -> str:
+    """:func:`store_summary` as one line of text, or as JSON (``as_json``)."""
+    s = store_summary(result, verb, done_now)
+    if as_json:
+        from dparallel._files import strict_json
+
+        return strict_json(s, indent=1)
     return (
-        f"{store.target}: {store.n_structures} structures, {store.n_atoms} atoms, "
-        f"{store.n_partitions} partitions ({done_now}, {result.partitions_already_done} "
-        f"already done), {len(store.skipped())} skipped, {result.seconds:.2f} s"
+        f"{s['store']}: {s['n_structures']} structures, {s['n_atoms']} atoms, "
+        f"{s['n_partitions']} partitions ({done_now} {verb}, {s['partitions_already_done']} "
+        f"already done), {s['n_skipped']} skipped, {s['seconds']:.2f} s"
     )
 
 

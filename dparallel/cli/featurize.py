@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import (
     add_cluster_arguments,
+    add_json_argument,
     add_source_arguments,
     cluster_kwargs,
     connect_early,
@@ -61,6 +62,7 @@ def add_parser(subparsers: Any) -> None:
         "--scaling-data", metavar="PATH", help="also write n2p2 scaling.data (a path or a URL)"
     )
     add_cluster_arguments(p)
+    add_json_argument(p)
     p.set_defaults(func=run)
 
 
@@ -160,13 +162,14 @@ def run(args: argparse.Namespace) -> int:
     )
     result = featurize(args.source, args.output, descriptors, options)
     store = result.store
-    print(store_line(result, f"{result.partitions_computed} computed"))
+    print(store_line(result, "computed", result.partitions_computed, args.json))
     refuse_all_skipped(result, args.source)
     if args.scaling_data:
         write_scaling_data(store, args.scaling_data, statistics=result.statistics)
         print(f"scaling data: {args.scaling_data}", file=sys.stderr)
-    next_lines = closing_lines(
-        result.seconds, store=str(store.target), train_options=train_options(descriptors)
-    )
-    print("\n".join(next_lines))
+    if not args.json:  # the store's summary is all --json prints
+        next_lines = closing_lines(
+            result.seconds, store=str(store.target), train_options=train_options(descriptors)
+        )
+        print("\n".join(next_lines))
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dparallel.cli._options import add_source_arguments
+from dparallel.cli._options import add_json_argument, add_source_arguments
 from dparallel.cli._progress import refuse_all_skipped, store_line
 from dparallel.errors import DParallelError, InputError, InputFormatError, StoreError
 
@@ -25,6 +25,7 @@ def add_parser(subparsers: Any) -> None:
         "partition into a zarr store. Re-running resumes: only partitions not done are written.",
     )
     add_source_arguments(p)
+    add_json_argument(p)
     p.set_defaults(func=run)
     p = subparsers.add_parser("info", help="summarise a dparallel store")
     p.add_argument("store", help="the store: a directory or a URL (s3://bucket/data.zarr)")
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     for b in bar:
         b.close()
-    print(store_line(result, f"{result.partitions_written} written"))
+    print(store_line(result, "written", result.partitions_written, args.json))
     refuse_all_skipped(result, args.input)
     return 0
 

@@ -19,6 +19,18 @@ SMALL_TRAINING = ["--set", "epochs=1", "--set", "hidden=[4]", "--set", "test_fra
 
 #: command → its arguments before ``--json`` (``{d}``: the folder of :func:`made`).
 CASES: dict[str, list[str]] = {
+    "ingest": ["{d}/cu.xyz", "-o", "{d}/i.zarr"],
+    "featurize": [
+        "{d}/cu.xyz",
+        "-o",
+        "{d}/f.zarr",
+        "--descriptors",
+        "{d}/descriptors.yaml",
+        "--local",
+        "1",
+        "--dashboard-address",
+        ":0",
+    ],
     "info": ["{d}/s.zarr", "--verify"],
     "validate": ["{d}/workflow.yaml"],
     "train": ["{d}/s.zarr", "-o", "{d}/m2", *SMALL_TRAINING],
@@ -56,6 +68,9 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
     acsf = ACSF.uniform(["Cu"], r_cut=4.0, radial=[(0.5, 0.0), (1.0, 2.5)], narrow=[])
     descriptors = DescriptorSet(acsf=acsf, derivatives=True)
     featurize_in_process(data, d / "s.zarr", descriptors, FeaturizeOptions())
+    (d / "descriptors.yaml").write_text(
+        "acsf: {elements: [Cu], r_cut: 4.0, radial: [[0.5, 0.0], [1.0, 2.5]], narrow: []}\n"
+    )
     assert main(["train", str(d / "s.zarr"), "-o", str(d / "m"), *SMALL_TRAINING, "-q"]) == 0
     assert main(["export", str(d / "m"), "--no-artifacts"]) == 0
     (d / "workflow.yaml").write_text(yaml.safe_dump(yaml.safe_load(QUICKSTART.read_text())))
@@ -81,3 +96,16 @@ def test_train_json_gives_the_final_errors_metrics_json_records(made: Path, caps
     assert document["final"] == recorded["final"] and document["final"]["test"]
     assert document["best_epoch"] == recorded["best_epoch"]
     assert document["model"] == str(made / "m2" / "model.pt")
+
+
+def test_ingest_json_counts_what_ase_reads(made: Path, capsys) -> None:
+    from ase.io import read
+
+    capsys.readouterr()
+    assert main(["ingest", str(made / "cu.xyz"), "-o", str(made / "i2.zarr"), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    frames = read(made / "cu.xyz", ":")
+    assert document["n_structures"] == len(frames)
+    assert document["n_atoms"] == sum(len(a) for a in frames)
+    assert document["partitions_written"] == document["n_partitions"] >= 1
+    assert document["partitions_already_done"] == 0 and document["n_skipped"] == 0
