@@ -84,6 +84,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by ``run`` and ``demo``."""
     add_set_argument(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress or epoch lines")
+    cluster_cli.add_json_argument(p)
     cluster_cli.add_cluster_arguments(p, workflow=True)
 
 
@@ -132,6 +133,9 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
     )
     for bar in bars:
         bar.close()
+    if args.json:
+        print(_json_report(result, time.perf_counter() - t0))
+        return 0
     print("stages: " + ", ".join(f"{k} {v}" for k, v in result.stages.items()))
     for note in result.notes:
         print(f"note: {note}")
@@ -158,6 +162,25 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
         )
     )
     return 0
+
+
+def _json_report(result: Any, seconds: float) -> str:
+    """``run --json``: the stages, notes, final errors (meV, the unit in each name, as
+    ``train --json``), files and locations of a workflow's run."""
+    from dparallel._files import strict_json
+    from dparallel.train.metric_units import with_units
+
+    report = {
+        "stages": result.stages,
+        "notes": result.notes,
+        "final": {split: with_units(m) for split, m in result.metrics.items() if m},
+        "files": result.files,
+        "dataset": str(result.dataset),
+        "store": str(result.store),
+        "model_dir": None if result.model_dir is None else str(result.model_dir),
+        "seconds": seconds,
+    }
+    return strict_json(report, indent=1, what="run --json", missing=True)
 
 
 def _checked_workflow(path: str, overrides: Sequence[str]) -> WorkflowSpec:

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 SMALL_TRAINING = ["--set", "epochs=1", "--set", "hidden=[4]", "--set", "test_fraction=0.2"]
 
+#: The quickstart workflow of ``demo``, small.
+DEMO_SETTINGS = ("dataset.generate.n_structures=6", "partitioning.atoms=200",
+                 "training.epochs=1", "training.hidden=[4]", "training.test_fraction=0.2",
+                 "cluster.n_workers=1", "cluster.dashboard_address=:0")  # fmt: skip
+
 #: command → its arguments before ``--json`` (``{d}``: the folder of :func:`made`).
 CASES: dict[str, list[str]] = {
     "ingest": ["{d}/cu.xyz", "-o", "{d}/i.zarr"],
@@ -36,7 +41,22 @@ CASES: dict[str, list[str]] = {
     "train": ["{d}/s.zarr", "-o", "{d}/m2", *SMALL_TRAINING],
     "export": ["{d}/m", "--no-artifacts"],
     "evaluate": ["{d}/m", "{d}/cu.xyz"],
+    "run": ["tiny.yaml"],  # in {d}: the workflow's paths are the working directory's
+    "demo": [a for setting in DEMO_SETTINGS for a in ("--set", setting)],
 }
+#: Those that run a workflow (a local cluster, training and export): slow.
+WORKFLOWS = ("run", "demo")
+TINY_WORKFLOW = """
+name: tiny
+dataset: {path: cu.xyz}
+descriptors:
+  acsf: {elements: [Cu], r_cut: 4.0, radial: [[0.5, 0.0], [1.0, 2.5]], narrow: []}
+  derivatives: true
+store: {path: tiny/store.zarr}
+training: {epochs: 1, hidden: [4], test_fraction: 0.2}
+output: {model_dir: tiny/model}
+cluster: {n_workers: 1, dashboard_address: ":0"}
+"""
 
 
 def _json_commands() -> set[str]:
@@ -74,17 +94,26 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert main(["train", str(d / "s.zarr"), "-o", str(d / "m"), *SMALL_TRAINING, "-q"]) == 0
     assert main(["export", str(d / "m"), "--no-artifacts"]) == 0
     (d / "workflow.yaml").write_text(yaml.safe_dump(yaml.safe_load(QUICKSTART.read_text())))
+    (d / "tiny.yaml").write_text(TINY_WORKFLOW)
     return d
 
 
-@pytest.mark.parametrize("command", sorted(CASES))
-def test_json_is_all_that_stdout_holds(command: str, made: Path, capsys) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [pytest.param(c, marks=pytest.mark.slow) if c in WORKFLOWS else c for c in sorted(CASES)],
+)
+def test_json_is_all_that_stdout_holds(command: str, made: Path, capsys, monkeypatch) -> None:
     capsys.readouterr()  # the fixture's own output
+    monkeypatch.chdir(made)
     argv = [a.format(d=made) for a in CASES[command]]
     assert main([command, *argv, "--json"]) == 0
     out = capsys.readouterr().out
     document = json.loads(out)  # the whole of stdout: one document, nothing around it
     assert isinstance(document, dict) and document
+    if command in WORKFLOWS:  # the errors its model directory records, as train --json
+        recorded = json.loads((made / document["model_dir"] / "metrics.json").read_text())
+        assert document["final"] == recorded["final"] and document["final"]["test"]
+        assert document["stages"]["export"] == "ran"
 
 
 def test_train_json_gives_the_final_errors_metrics_json_records(made: Path, capsys) -> None:
