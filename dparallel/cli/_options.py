@@ -67,11 +67,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, workflow: bool = Fals
         help="also start N GPU workers in the local cluster, one per GPU (resource GPU=1; "
         f"{default('gpus', '0')})",
     )
-    parser.add_argument(
-        "--torch-threads",
-        type=whole_number(1, "thread"),
-        metavar="N",
-        help=f"torch threads per task ({default('torch_threads', '1')})",
+    add_torch_threads_argument(
+        parser, 1, f"torch threads per task ({default('torch_threads', '1')})"
     )
     parser.add_argument(
         "--memory-limit",
@@ -93,6 +90,13 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, workflow: bool = Fals
         type=local_argument("the log file"),
         help="where Dask's logs and worker tracebacks go (default: STORE.log beside a local "
         "store; for a store at a URL, $DPARALLEL_CACHE_DIR/logs/NAME.log)",
+    )
+
+
+def add_torch_threads_argument(parser: argparse.ArgumentParser, minimum: int, text: str) -> None:
+    """``--torch-threads N`` (at least ``minimum``), as every command that takes it spells it."""
+    parser.add_argument(
+        "--torch-threads", type=whole_number(minimum, "thread"), metavar="N", help=text
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dparallel._files import full_disk_error
-from dparallel.cli._options import device_option, local_argument
+from dparallel.cli._options import add_torch_threads_argument, device_option, local_argument
 from dparallel.cli._progress import EpochProgress, closing_lines, error_line
 from dparallel.errors import DParallelError, RunInterruptedError, TrainingError
 
@@ -71,6 +71,12 @@ def add_parser(subparsers: Any) -> None:
         help="train on the done partitions of an incomplete store (says how many it uses); "
         "same as --set allow_incomplete=true",
     )
+    _add_where_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _add_where_arguments(p: argparse.ArgumentParser) -> None:
+    """Where ``train`` runs and reports: its dashboard's scheduler, device, threads, output."""
     where = p.add_mutually_exclusive_group()  # as featurize and run spell them
     where.add_argument(
         "--scheduler",
@@ -87,6 +93,10 @@ def add_parser(subparsers: Any) -> None:
         help="where to train: auto (CUDA when present), cpu, cuda or cuda:N; "
         "same as --set device=...",
     )
+    add_torch_threads_argument(
+        p, 0, "torch threads of the training (default: the config's threads, else 1; 0: "
+        "torch's own); same as --set threads=N",
+    )  # fmt: skip
     p.add_argument(
         "--json",
         action="store_true",
@@ -94,7 +104,6 @@ def add_parser(subparsers: Any) -> None:
         "metrics.json) instead of the summary lines",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,12 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from dparallel.train import parse_training_spec, train  # torch: only when training
     from dparallel.train.reporting import read_history
 
-    overrides = [*args.overrides, *(["allow_incomplete=true"] if args.allow_incomplete else [])]
-    if args.device is not None:
-        overrides.append(f"device={args.device}")
-    if args.descriptor_source is not None:
-        overrides.append(f"descriptor_source={args.descriptor_source}")
-
+    overrides = _option_overrides(args)
     bar: EpochProgress | None = None
     try:
         if args.scheduler or args.scheduler_file:
@@ -169,6 +173,17 @@ def run(args: argparse.Namespace) -> int:
     source = _source_file(args.store)
     print("\n".join(closing_lines(result.seconds, model=result.model_dir, data=source)))
     return 0
+
+
+def _option_overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` items, then those of the options that are short for one."""
+    named = {"device": args.device, "descriptor_source": args.descriptor_source,
+             "threads": args.torch_threads}  # fmt: skip
+    return [
+        *args.overrides,
+        *(["allow_incomplete=true"] if args.allow_incomplete else []),
+        *(f"{key}={value}" for key, value in named.items() if value is not None),
+    ]
 
 
 def _json_report(result: Any) -> str:
