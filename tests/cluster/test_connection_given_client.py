@@ -22,38 +22,40 @@ def _worker_state(dask_worker) -> tuple[dict[str, str | None], list[str]]:
     return {v: os.environ.get(v) for v in _BUDGET}, sorted(dask_worker.plugins)
 
 
-def test_a_given_clients_workers_get_their_own_budget_back() -> None:
+@pytest.fixture
+def own_client():
+    """A user's own one-worker cluster and client."""
     with (
         LocalCluster(
             n_workers=1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
         ) as cluster,
         Client(cluster) as client,
     ):
-        before = client.run(_worker_state)
-        with connect(ClusterSpec(torch_threads=3), client=client) as handle:
-            during = client.run(_worker_state)
-            assert all(env["DPARALLEL_TORCH_THREADS"] == "3" for env, _ in during.values())
-        assert client.run(_worker_state) == before  # no budget, no plugin left behind
-        assert handle.client is client and client.status == "running"
-        assert client.submit(sum, [1, 2]).result(timeout=30) == 3
+        yield client
 
 
-def test_a_budget_another_handle_set_stays_until_that_one_closes() -> None:
+def test_a_given_clients_workers_get_their_own_budget_back(own_client) -> None:  # noqa: ANN001
+    client = own_client
+    before = client.run(_worker_state)
+    with connect(ClusterSpec(torch_threads=3), client=client) as handle:
+        during = client.run(_worker_state)
+        assert all(env["DPARALLEL_TORCH_THREADS"] == "3" for env, _ in during.values())
+    assert client.run(_worker_state) == before  # no budget, no plugin left behind
+    assert handle.client is client and client.status == "running"
+    assert client.submit(sum, [1, 2]).result(timeout=30) == 3
+
+
+def test_a_budget_another_handle_set_stays_until_that_one_closes(own_client) -> None:  # noqa: ANN001
     """Two runs on one client (notebook threads, a run's featurize inside it): the one that
     found the budget set leaves it when it closes; the one that set it removes it."""
-    with (
-        LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        before = client.run(_worker_state)
+    client = own_client
+    before = client.run(_worker_state)
+    with connect(ClusterSpec(torch_threads=3), client=client):
         with connect(ClusterSpec(torch_threads=3), client=client):
-            with connect(ClusterSpec(torch_threads=3), client=client):
-                pass
-            still = client.run(_worker_state)
-            assert all(env["DPARALLEL_TORCH_THREADS"] == "3" for env, _ in still.values())
-        assert client.run(_worker_state) == before
+            pass
+        still = client.run(_worker_state)
+        assert all(env["DPARALLEL_TORCH_THREADS"] == "3" for env, _ in still.values())
+    assert client.run(_worker_state) == before
 
 
 def test_an_asynchronous_client_is_a_cluster_error_not_a_coroutine() -> None:
