@@ -25,7 +25,6 @@ import torch
 from ase.data import atomic_numbers
 
 from dparallel.errors import TrainingError
-from dparallel.store.stats import FEATURE_LIMIT, out_of_range
 from dparallel.train.batch import (
     Batch,
     PartitionData,
@@ -276,6 +275,8 @@ def check_features(store: Store, p: int, name: str, values: np.ndarray) -> None:
     """Raise where ``values`` (a feature array of partition ``p``) hold a value that is not
     finite or beyond ``FEATURE_LIMIT``: damage that training met only as "the model
     diverged"."""
+    from dparallel.store.stats import FEATURE_LIMIT, out_of_range  # not at import: zarr
+
     bad = out_of_range(values)
     if bad is None:
         return

@@ -3,10 +3,10 @@ the arguments ``dparallel train`` parses (for tests of what it publishes)."""
 
 from __future__ import annotations
 
-import argparse
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import argparse
     from pathlib import Path
 
     import pytest
@@ -26,12 +26,12 @@ class EventRecorder:
 
 
 def cli_train_args(output: Path, *, resume: bool) -> argparse.Namespace:
-    """``dparallel train store.zarr -o OUTPUT [--resume] -q`` as parsed, without a cluster."""
-    return argparse.Namespace(
-        overrides=[], allow_incomplete=False, device=None, descriptor_source=None,
-        config=None, store="store.zarr", descriptors=None, quiet=True, scheduler=None,
-        output=str(output), resume=resume,
-    )  # fmt: skip
+    """``dparallel train store.zarr -o OUTPUT [--resume] -q`` as the CLI's own parser reads
+    it (a hand-made namespace fell behind each new option), without a cluster."""
+    from dparallel.cli.main import build_parser
+
+    argv = ["train", "store.zarr", "-o", str(output), "-q", *(["--resume"] if resume else [])]
+    return build_parser().parse_args(argv)
 
 
 def shown_page(page_cls_name: str, s: DashboardState, monkeypatch: pytest.MonkeyPatch) -> Any:

@@ -16,8 +16,11 @@ if TYPE_CHECKING:
 class _Reversed:
     """Stands in for an ACSF whose n2p2 order is its column order reversed."""
 
-    def __init__(self, n: int) -> None:
-        self.n = n
+    def __init__(self, n: int, elements: tuple[str, ...] = ("H", "O")) -> None:
+        self.n, self.elements = n, list(elements)
+
+    def n_features(self, element: str) -> int:
+        return self.n
 
     def n2p2_order(self, element: str) -> list[int]:
         return list(range(self.n))[::-1]

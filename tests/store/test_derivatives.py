@@ -158,7 +158,7 @@ def _older_store(tmp_path, version: int, derivatives: dict, n_features: int):
         tmp_path / "s.zarr",
         source_fingerprint=src.fingerprint(),
         plan=plan_partitions(src.atom_counts, 10_000),
-        config={"x": 1},
+        config={"x": 1, "features": {"acsf": {}}},  # a featurized store's config
     )
     store.write_structures(0, src.read(0, 4), source_index=np.arange(4))
     store.write_partition_arrays(0, derivatives, group="features/acsf/Cu/d/Cu")
@@ -175,7 +175,7 @@ def test_format_1_store_reads_as_written_and_refuses_writes(tmp_path, rng):
     path = _older_store(tmp_path, 1, block, 2)
     feats = open_store(path).read_features(0, "acsf")["Cu"]
     assert np.array_equal(feats["d/Cu/dG_dr"], block["dG_dr"])  # float64, untouched
-    with pytest.raises(StoreError, match="re-featurize"):
+    with pytest.raises(StoreError, match="featurize it again"):
         open_store(path, mode="r+")
 
 
@@ -190,7 +190,7 @@ def test_format_2_store_reads_its_separate_arrays_and_refuses_writes(tmp_path, r
     feats = open_store(path).read_features(0, "acsf")["Cu"]
     _assert_float32_close(feats["d/Cu/dG_dr"], block["dG_dr"])
     assert feats["d/Cu/feature_index"].tolist() == block["feature_index"].tolist()
-    with pytest.raises(StoreError, match="re-featurize"):
+    with pytest.raises(StoreError, match="featurize it again"):
         open_store(path, mode="r+")
 
 
