@@ -27,6 +27,7 @@ __all__ = [
     "merge_into",
     "out_of_range",
     "statistics_of",
+    "summaries",
 ]
 
 #: The largest magnitude a stored feature value or derivative may have: float32's largest
@@ -255,6 +256,12 @@ class FeatureStats:
             sum=ExactSum.from_json(data["sum"]),
             sum_squares=ExactSum.from_json(data["sum_squares"]),
         )
+
+
+def summaries(per_element: Mapping[str, FeatureStats]) -> dict[str, dict[str, Any]]:
+    """Each element's :meth:`FeatureStats.summary`, the record training scales by; an
+    element without atoms has none (not min inf, max −inf and NaN moments)."""
+    return {e: s.summary() for e, s in per_element.items() if s.count}
 
 
 def merge_into(found: dict[str, FeatureStats], key: str, stats: FeatureStats) -> None:

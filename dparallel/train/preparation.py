@@ -21,7 +21,7 @@ from dparallel.descriptors.feature_ranges import constant_features
 from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
-from dparallel.store.stats import FeatureStats, merge_into, statistics_of
+from dparallel.store.stats import FeatureStats, merge_into, statistics_of, summaries
 from dparallel.train.data import SplitIndex, build_split_index
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
         stats = _computed_statistics(store, spec.descriptor, computed, computing)
     elif not stats:  # a store still being featurized: its done partitions' statistics
         merged = store.merged_statistics().get(spec.descriptor, {})
-        stats = {elem: found.summary() for elem, found in merged.items() if found.count}
+        stats = summaries(merged)
     for elem in elements:
         if elem not in stats:
             raise TrainingError(f"{store.target}: no statistics for element {elem}")
@@ -244,7 +244,7 @@ def _computed_statistics(
     found = constant_features(name, ranges, computing.descriptors().get(name))
     if found is not None:
         log.warning("%s: %s", store.target, found)
-    return {elem: f.summary() for elem, f in computed.items() if f.count}
+    return summaries(computed)
 
 
 def _warn_empty_splits(store: Store, spec: TrainingSpec, index: SplitIndex) -> None:

@@ -37,6 +37,7 @@ from dparallel.store import (
     target_path,
 )
 from dparallel.store.plan import MIN_SPLIT_ATOMS, given_partition_atoms
+from dparallel.store.stats import summaries
 from dparallel.workflow.featurize_failures import raise_failures
 from dparallel.workflow.featurize_plan import (
     featurize_plan,
@@ -520,12 +521,8 @@ def _warn_idle_workers(
 
 
 def _statistics_json(statistics: dict[str, dict[str, FeatureStats]]) -> dict[str, Any]:
-    """The store's record: an element without atoms has none (not min inf, max -inf and
-    NaN moments), as training's statistics of done partitions leave it out."""
-    return {
-        name: {e: s.summary() for e, s in per.items() if s.count}
-        for name, per in statistics.items()
-    }
+    """The store's record (:func:`~dparallel.store.stats.summaries` of each descriptor)."""
+    return {name: summaries(per) for name, per in statistics.items()}
 
 
 def write_scaling_data(
