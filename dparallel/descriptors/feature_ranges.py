@@ -7,26 +7,36 @@ networks learn nothing from it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["CONSTANT_WIDTH", "constant_features", "range_problems"]
+__all__ = ["CONSTANT_WIDTH", "Ranges", "constant_features", "range_problems"]
 
 #: A feature whose σ (or max − min) is at most this is constant to the scaling.
 CONSTANT_WIDTH = 1e-12
 _SHOWN = 8  # features named per element; the rest are counted
 
 
-def range_problems(
-    name: str, ranges: Mapping[str, tuple[int, np.ndarray, np.ndarray]], descriptor: Any
-) -> list[str]:
+class Ranges(Protocol):
+    """An element's statistics over a dataset, as far as ranges go (a
+    :class:`~dparallel.store.stats.FeatureStats`): atoms, (F,) min and max."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def minimum(self) -> np.ndarray: ...
+    @property
+    def maximum(self) -> np.ndarray: ...
+
+
+def range_problems(name: str, ranges: Mapping[str, Ranges], descriptor: Any) -> list[str]:
     """What to warn of descriptor ``name``'s statistics (``ranges`` and ``descriptor`` as
     :func:`constant_features` takes them): elements without atoms, constant features."""
-    absent = [e for e, (count, _, _) in ranges.items() if count == 0]
+    absent = [e for e, r in ranges.items() if r.count == 0]
     found = [] if not absent else [
         f"{name}: no atom of {', '.join(absent)} in the dataset, so no statistics to scale "
         "by and nothing to train its network on: remove it from the descriptors' elements, "
@@ -36,19 +46,18 @@ def range_problems(
     return found if constant is None else [*found, constant]
 
 
-def constant_features(
-    name: str, ranges: Mapping[str, tuple[int, np.ndarray, np.ndarray]], descriptor: Any
-) -> str | None:
+def constant_features(name: str, ranges: Mapping[str, Ranges], descriptor: Any) -> str | None:
     """A message naming, per element, the features of descriptor ``name`` whose
     max − min is at most :data:`CONSTANT_WIDTH`, and the fix; ``None`` where none is.
 
-    ``ranges``: element → (atoms, min (F,), max (F,)) over the whole dataset;
+    ``ranges``: element → its statistics over the whole dataset (:class:`Ranges`);
     ``descriptor``: its ``features(element)`` metadata (ACSF's), where it has it, labels
     the features (type, elements, η, rs).
     """
     found = []
-    for element, (count, low, high) in ranges.items():
-        columns = np.flatnonzero(np.asarray(high) - np.asarray(low) <= CONSTANT_WIDTH)
+    for element, r in ranges.items():
+        count, low, high = r.count, np.asarray(r.minimum), np.asarray(r.maximum)
+        columns = np.flatnonzero(high - low <= CONSTANT_WIDTH)
         if count == 0 or columns.size == 0:
             continue
         meta = descriptor.features(element) if hasattr(descriptor, "features") else None

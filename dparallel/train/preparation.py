@@ -240,8 +240,8 @@ def _computed_statistics(
     """The summaries of the elements with atoms; the features constant over the store
     warned of, as featurize warns of a featurized store's (elements without atoms are
     refused by name)."""
-    ranges = {e: (f.count, f.minimum, f.maximum) for e, f in computed.items() if f.count}
-    found = constant_features(name, ranges, computing.descriptors().get(name))
+    with_atoms = {e: f for e, f in computed.items() if f.count}
+    found = constant_features(name, with_atoms, computing.descriptors().get(name))
     if found is not None:
         log.warning("%s: %s", store.target, found)
     return summaries(computed)

@@ -283,8 +283,7 @@ def _warn_constant(
     from dparallel.descriptors.feature_ranges import range_problems
 
     for name, per_element in statistics.items():
-        ranges = {e: (s.count, s.minimum, s.maximum) for e, s in per_element.items()}
-        for problem in range_problems(name, ranges, descriptors.descriptors().get(name)):
+        for problem in range_problems(name, per_element, descriptors.descriptors().get(name)):
             warnings.warn(f"{target_path(store)}: {problem}", stacklevel=3)
 
 

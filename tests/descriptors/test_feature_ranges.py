@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -95,7 +96,7 @@ def test_constant_neighbor_sums_are_told_to_raise_r_min() -> None:
     from dparallel.descriptors.feature_ranges import constant_features
 
     low, high = np.zeros(4), np.array([0.0, 0.0, 1.0, 2.0])  # two columns constant
-    ranges = {"Cu": (32, low, high)}
+    ranges = {"Cu": SimpleNamespace(count=32, minimum=low, maximum=high)}
     sums = NeighborSum(["Cu"], r_cut=5.0, n_sensitivities=4)
     text = constant_features("neighbor_sum", ranges, sums)
     assert text is not None and "0: type neighbor_sum Cu-Cu nu 0" in text
