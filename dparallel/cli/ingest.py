@@ -169,7 +169,7 @@ def verify_lines(checked: Verification) -> list[str]:
     )
     if checked.ok:
         return [f"verify       ok: {where} read, all present and readable{caveat}"]
-    kinds = [p.problem.split(":")[0].split(" (")[0] for p in checked.problems]
+    kinds = [p.kind for p in checked.problems]
     shown = ("missing", "unreadable", "not finite")[: 3 if "not finite" in kinds else 2]
     counts = ", ".join(f"{kinds.count(kind)} {kind}" for kind in shown)
     damaged = len({p.partition for p in checked.problems if p.partition is not None})

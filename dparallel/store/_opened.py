@@ -106,10 +106,10 @@ class OpenedStore:
         version = meta.get("format_version")
         if version not in READABLE_FORMATS or (mode != "r" and version != FORMAT_VERSION):
             how = "reads" if version not in READABLE_FORMATS else "writes"
+            command = made_by(meta)
             raise StoreError(
                 f"{self.location} has store format {version}, this dparallel {how} format "
-                f"{FORMAT_VERSION}; {made_by(meta)} it again (dparallel {made_by(meta)} … "
-                "--overwrite)"
+                f"{FORMAT_VERSION}; {command} it again (dparallel {command} … --overwrite)"
             )
         self._meta = meta
         self._starts = np.asarray(meta["plan"]["starts"], np.int64)  # (P,)

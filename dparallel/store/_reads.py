@@ -69,8 +69,7 @@ class StoreReads(OpenedStore):
             if lost:  # its zarr.json deleted or replaced: not an array any more
                 raise StoreError(
                     f"{self.location}: cannot read {group.path}/{lost[0]} (no array there: "
-                    "its metadata is missing or corrupt); featurize the store again with "
-                    "--overwrite"
+                    f"its metadata is missing or corrupt); {self.remake}"
                 )
             deriv = group.get("d") if derivatives else None
             if isinstance(deriv, zarr.Group):

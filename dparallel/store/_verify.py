@@ -48,6 +48,11 @@ class Problem:
     problem: str  # "missing", "unreadable: why", or "not finite: how many" (features)
     group: bool = False  # ``array`` names a group (its zarr.json), not an array
 
+    @property
+    def kind(self) -> str:
+        """``missing``, ``unreadable`` or ``not finite``: ``problem`` up to its detail."""
+        return self.problem.split(":")[0].split(" (")[0]
+
     def line(self) -> str:
         """``partition 3: parts/3/…/values: chunk c.0.0 missing``."""
         where = "store" if self.partition is None else f"partition {self.partition}"
