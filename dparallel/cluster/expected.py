@@ -51,7 +51,7 @@ def expected_workers(
         return max(found, len(planned)) or None
     kind = connection_kind(spec, scheduler=scheduler, scheduler_file=scheduler_file)
     if kind == "local":
-        return (spec.n_workers or CPU_COUNT) + spec.gpus
+        return _local_workers(spec)
     if kind == "slurm":
         return spec.slurm.jobs * spec.slurm.cores
     return spec.n_workers
@@ -94,9 +94,14 @@ def local_memory_limit(spec: ClusterSpec) -> int | None:
     shared by all its workers, CPU and GPU (what a local start passes explicitly: Dask
     would share it among the workers of the cluster's first start alone)."""
     if spec.memory_limit is None:
-        workers = (spec.n_workers or CPU_COUNT) + spec.gpus
-        return parse_memory_limit("auto", 1, workers, logger=logger)
+        return parse_memory_limit("auto", 1, _local_workers(spec), logger=logger)
     return parse_memory_limit(spec.memory_limit, spec.threads_per_worker, logger=logger)
+
+
+def _local_workers(spec: ClusterSpec) -> int:
+    """Workers of the local cluster ``spec`` starts: one per core unless ``n_workers``,
+    and one per GPU."""
+    return (spec.n_workers or CPU_COUNT) + spec.gpus
 
 
 def connected_size(connecting: Future[Any]) -> tuple[int | None, float | None]:
