@@ -48,11 +48,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, workflow: bool = Fals
             f"default: the workflow's cluster.{key}, else {own}" if workflow else f"default: {own}"
         )
 
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument(
-        "--scheduler", metavar="ADDR", help="existing Dask scheduler, e.g. tcp://host:8786"
-    )
-    where.add_argument("--scheduler-file", metavar="FILE", help="Dask scheduler file")
+    where = add_scheduler_arguments(parser)
     where.add_argument(
         "--local",
         type=_at_least_one,
@@ -91,6 +87,18 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, workflow: bool = Fals
         help="where Dask's logs and worker tracebacks go (default: STORE.log beside a local "
         "store; for a store at a URL, $DPARALLEL_CACHE_DIR/logs/NAME.log)",
     )
+
+
+def add_scheduler_arguments(parser: argparse.ArgumentParser, use: str = "") -> Any:
+    """``--scheduler ADDR`` and ``--scheduler-file FILE``, one or the other, as every
+    command that takes them spells them (``use``: what the command does with it); the
+    group, for more options that exclude them."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--scheduler", metavar="ADDR", help=f"existing Dask scheduler, e.g. tcp://host:8786{use}"
+    )
+    where.add_argument("--scheduler-file", metavar="FILE", help=f"Dask scheduler file{use}")
+    return where
 
 
 def add_torch_threads_argument(parser: argparse.ArgumentParser, minimum: int, text: str) -> None:
@@ -341,12 +349,12 @@ def _warn_local_only(kind: str, gpus: int | None, dashboard: str | None) -> None
         )
 
 
-def add_json_argument(parser: argparse.ArgumentParser) -> None:
-    """``--json``: the command's summary as one JSON object on stdout, nothing else there."""
+def add_json_argument(parser: argparse.ArgumentParser, what: str = "the summary") -> None:
+    """``--json``: the command's ``what`` as one JSON object on stdout, nothing else there."""
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print the summary as one JSON object (progress and warnings: stderr)",
+        help=f"print {what} as one JSON object (progress and warnings: stderr)",
     )
 
 

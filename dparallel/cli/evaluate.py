@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from dparallel.cli._options import (
+    add_json_argument,
     add_label_arguments,
     device_option,
     local_argument,
@@ -66,7 +67,7 @@ def add_parser(subparsers: Any) -> None:
         default="cpu",
         help="where the model predicts: auto (CUDA when present), cpu (default), cuda or cuda:N",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(p, "the errors (meV, the unit in each name)")
     p.set_defaults(func=run)
 
 

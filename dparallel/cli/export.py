@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dparallel.cli._options import local_argument
+from dparallel.cli._options import add_json_argument, local_argument
 
 if TYPE_CHECKING:
     import argparse
@@ -44,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="only deployed.pt and the per-element networks (skip the whole-model files)",
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_argument(p, "the report")
     p.add_argument(
         "--format",
         choices=("dparallel", "n2p2"),

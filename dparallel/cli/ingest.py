@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
     p = subparsers.add_parser("info", help="summarise a dparallel store")
     p.add_argument("store", help="the store: a directory or a URL (s3://bucket/data.zarr)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(p)
     p.add_argument(
         "--verify",
         action="store_true",

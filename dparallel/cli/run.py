@@ -62,7 +62,7 @@ def add_parser(subparsers: Any) -> None:
         "workflow", type=cluster_cli.local_argument("a workflow file"), help="workflow YAML"
     )
     add_set_argument(p)
-    p.add_argument("--json", action="store_true", help="print the validated workflow as JSON")
+    cluster_cli.add_json_argument(p, "the validated workflow")
     p.set_defaults(func=validate)
     p = subparsers.add_parser("schema", help="print the workflow JSON schema")
     p.set_defaults(func=schema)

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dparallel._files import full_disk_error
-from dparallel.cli._options import add_torch_threads_argument, device_option, local_argument
+from dparallel.cli._options import (
+    add_json_argument,
+    add_scheduler_arguments,
+    add_torch_threads_argument,
+    device_option,
+    local_argument,
+)
 from dparallel.cli._progress import EpochProgress, closing_lines, error_line
 from dparallel.errors import DParallelError, RunInterruptedError, TrainingError
 
@@ -77,15 +83,8 @@ def add_parser(subparsers: Any) -> None:
 
 def _add_where_arguments(p: argparse.ArgumentParser) -> None:
     """Where ``train`` runs and reports: its dashboard's scheduler, device, threads, output."""
-    where = p.add_mutually_exclusive_group()  # as featurize and run spell them
-    where.add_argument(
-        "--scheduler",
-        metavar="ADDR",
-        help="Dask scheduler, e.g. tcp://host:8786: publish per-epoch metrics to its "
-        "dashboard (training itself runs in this process)",
-    )
-    where.add_argument(
-        "--scheduler-file", metavar="FILE", help="Dask scheduler file (as --scheduler)"
+    add_scheduler_arguments(
+        p, ": publish per-epoch metrics to its dashboard (training itself runs in this process)"
     )
     p.add_argument(
         "--device",
@@ -97,12 +96,7 @@ def _add_where_arguments(p: argparse.ArgumentParser) -> None:
         p, 0, "torch threads of the training (default: the config's threads, else 1; 0: "
         "torch's own); same as --set threads=N",
     )  # fmt: skip
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print the outcome as one JSON object (the final errors in meV, as in "
-        "metrics.json) instead of the summary lines",
-    )
+    add_json_argument(p, "the outcome (the final errors in meV, as in metrics.json)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
