@@ -565,7 +565,7 @@ def _index_ase(
                 _warn_types(atoms, path)
             copy.add(atoms)
             periodic = int(np.count_nonzero(atoms.pbc))
-            volume = abs(float(np.linalg.det(atoms.cell[:]))) if periodic == 3 else NAN
+            volume = float(atoms.cell.volume) if periodic == 3 else NAN  # ASE's |det|
             found.counts.append(len(atoms))  # no byte ranges, no lines
             found.lines.append(0)
             found.volumes.append(volume)
