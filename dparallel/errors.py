@@ -170,6 +170,11 @@ class WorkerKilledError(ClusterError):
         self.memory = memory
 
 
+class SchedulerRestartedError(ClusterError):
+    """The scheduler was restarted (``Client.restart``) more often than a run outlives: each
+    restart cancels every task it holds."""
+
+
 class PartitionFailedError(DParallelError, RuntimeError):
     """A partition kept failing (or killing its worker); names it and its structures."""
 

@@ -14,6 +14,10 @@ the driver fetches the (small) result, and Dask then recomputes it, behind whate
 is queued (or killing workers). After :data:`RESULT_WAIT_S` the result is taken from
 ``recover(p)`` (featurize: the report the task wrote into the store before returning),
 or, without one, the partition is submitted again and waited for like a rerun.
+
+A restart of the scheduler (``Client.restart``, by any client of a shared cluster) cancels
+every task it holds: those partitions are submitted again, up to :data:`RESTARTS_OUTLIVED`
+times each, and a partition cancelled by more fails with :class:`SchedulerRestartedError`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dparallel.cluster.memory_kills import KillWatch, explain_deaths
-from dparallel.errors import ClusterError, WorkerKilledError
+from dparallel.errors import ClusterError, SchedulerRestartedError, WorkerKilledError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +39,7 @@ __all__ = [
     "ENV_WORKER_WAIT",
     "KILLING_IN_A_ROW",
     "NO_WORKER_GRACE_S",
+    "RESTARTS_OUTLIVED",
     "RESULT_WAIT_S",
     "Dispatch",
     "killed_worker",
@@ -57,6 +62,9 @@ KILLING_IN_A_ROW = 3
 #: Seconds a finished task's result may take to reach the driver before it is recovered
 #: (``recover``) or the partition submitted again.
 RESULT_WAIT_S = 30.0
+#: Restarts of the scheduler (``Client.restart``) a partition's task outlives: each cancels
+#: it, and it is submitted again (its workers come back with the restart).
+RESTARTS_OUTLIVED = 3
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,8 @@ def run_partitions(
     held = list(futures)  # until the end: Dask's progress then counts done of all, as ours
     lost: list[int] = []
     watch = KillWatch(client)
+    restarts: dict[int, int] = {}  # partition → restarts of the scheduler that cancelled it
+    resubmitted = 0
     while futures:
         done = _wait_with_workers(client, list(futures), how.check, watch)
         if done is None:  # every worker gone (or killed as it starts): the rest cannot run
@@ -113,6 +123,19 @@ def run_partitions(
             p = futures.pop(future)
             if not _collect(future, p, how, failures):
                 lost.append(p)
+            elif _restarted(failures.get(p)):
+                restarts[p] = restarts.get(p, 0) + 1
+                if restarts[p] > RESTARTS_OUTLIVED:
+                    failures[p] = _restarted_too_often(client, restarts[p])
+                    continue
+                del failures[p]
+                again = how.submit(client, task, p)
+                futures[again] = p
+                held.append(again)
+                resubmitted += 1
+        if resubmitted:
+            _say_restarted(client, resubmitted)
+            resubmitted = 0
         watch.progress()
     rerun = sorted({*lost, *(p for p, exc in failures.items() if killed_worker(exc))})
     # a partition that ran fine shows the workers can run one: then every partition that
@@ -149,6 +172,35 @@ def _not_rerun(in_a_row: int) -> ClusterError:
     )
 
 
+def _restarted(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a task's cancellation by a restart of the scheduler."""
+    groups = getattr(exc, "error_groups", None)  # FuturesCancelledError
+    reasons = [g.reason for g in groups] if groups else [getattr(exc, "reason", None)]
+    return "scheduler-restart" in reasons
+
+
+def _scheduler_address(client: Any) -> str:
+    return getattr(getattr(client, "scheduler", None), "address", None) or "the scheduler"
+
+
+def _say_restarted(client: Any, n: int) -> None:
+    """Warn that the scheduler was restarted and ``n`` cancelled partitions run again."""
+    warnings.warn(
+        f"{_scheduler_address(client)} was restarted (Client.restart, by a client of the "
+        f"cluster) and cancelled {n} partitions of this run: they are submitted again "
+        f"(at most {RESTARTS_OUTLIVED} times each), the done ones kept",
+        stacklevel=3,
+    )
+
+
+def _restarted_too_often(client: Any, n: int) -> SchedulerRestartedError:
+    return SchedulerRestartedError(
+        f"{_scheduler_address(client)} was restarted {n} time{'s' if n > 1 else ''} during "
+        "the run (Client.restart by a client of the cluster: another user's?), each time "
+        "cancelling the task"
+    )
+
+
 def no_worker_grace() -> float:
     """Seconds a run waits with no worker: ``$DPARALLEL_WORKER_WAIT``, else
     :data:`NO_WORKER_GRACE_S` (a bad value is a ``ConfigError`` naming the variable)."""
@@ -170,12 +222,11 @@ def _no_worker() -> ClusterError:
 
 def _say_waiting(client: Any) -> None:
     """Warn that the cluster has no worker and for how long the run waits for one."""
-    address = getattr(getattr(client, "scheduler", None), "address", None) or "the scheduler"
     warnings.warn(
-        f"{address} has no worker: the run waits up to {no_worker_grace():.0f} s for one to "
-        "join (an adaptive cluster starts them for the queued tasks; start some with "
-        f"`dask worker ADDRESS`; {ENV_WORKER_WAIT}=SECONDS to wait longer), then stops, "
-        "keeping every partition done",
+        f"{_scheduler_address(client)} has no worker: the run waits up to "
+        f"{no_worker_grace():.0f} s for one to join (an adaptive cluster starts them for the "
+        "queued tasks; start some with `dask worker ADDRESS`; "
+        f"{ENV_WORKER_WAIT}=SECONDS to wait longer), then stops, keeping every partition done",
         stacklevel=2,
     )
 

@@ -1,7 +1,8 @@
 """One error for the partitions of a featurize run that failed, saying what a rerun does:
-the scheduler lost, a full disk or a store that cannot be written, an input that changed
-under the run, invalid input (a rerun fails the same way), workers that died running them
-(out of memory: what to change), or anything else (a rerun computes only the rest)."""
+the scheduler lost or restarted too often, a full disk or a store that cannot be written,
+an input that changed under the run, invalid input (a rerun fails the same way), workers
+that died running them (out of memory: what to change), or anything else (a rerun
+computes only the rest)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dparallel.errors import (
     DiskFullError,
     InputError,
     PartitionFailedError,
+    SchedulerRestartedError,
     SourceChangedError,
     StoreError,
     WorkerKilledError,
@@ -100,6 +102,13 @@ def raise_failures(
             f"{target_path(store)} are done and kept, {len(failures)} were not computed; "
             "once the scheduler is back (or with --local N), rerun the same command to "
             "compute only the rest"
+        )
+    restarted = [exc for exc in failures.values() if isinstance(exc, SchedulerRestartedError)]
+    if restarted:
+        raise SchedulerRestartedError(
+            f"{restarted[0]}: {kept} of {total} partitions of {target_path(store)} are done "
+            f"and kept, {len(failures)} were not computed; rerun the same command when the "
+            "cluster is left alone to compute only the rest"
         )
     full = sorted(p for p, exc in failures.items() if _disk_full(exc))
     if full:

@@ -338,3 +338,63 @@ def test_workers_killed_for_memory_as_they_start_end_the_run_not_hang_it() -> No
     for exc in failures.values():
         assert isinstance(exc, WorkerKilledError) and exc.memory, exc
         assert "killed for memory" in str(exc) and "of its 200.00 MiB limit" in str(exc), exc
+
+
+def _restart_on_first_result(address: str, outlived: int, monkeypatch) -> tuple[dict, dict]:
+    """Run six sleeping partitions while another client of the cluster (another user's)
+    calls ``Client.restart`` at the first result; (results, failures)."""
+    import warnings
+
+    from distributed import Client
+
+    from dparallel.cluster import dispatch
+
+    monkeypatch.setattr(dispatch, "RESTARTS_OUTLIVED", outlived, raising=False)
+
+    def sleep_then(p: int) -> int:  # a closure: pickled by value for the worker process
+        import time
+
+        time.sleep(0.5)
+        return p
+
+    with Client(address, timeout=30) as ours, Client(address, timeout=30) as theirs:
+        ours.wait_for_workers(1, timeout=60)
+        results: dict[int, int] = {}
+
+        def restart_once(p: int, result: int) -> None:
+            if not results:
+                theirs.restart(timeout=60)
+            results[p] = result
+
+        how = Dispatch(args=lambda p: (p,), on_result=restart_once)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            failures = run_partitions(ours, sleep_then, list(range(6)), how)
+    if outlived:
+        assert any("was restarted (Client.restart" in str(w.message) for w in said), said
+    return results, failures
+
+
+@pytest.mark.integration
+def test_a_restart_by_another_client_reruns_the_cancelled_partitions(tmp_path, monkeypatch):
+    """``Client.restart`` by another client of a shared cluster cancels every task of the
+    run: those partitions are submitted again (the workers come back with the restart), and
+    the run ends with every result, where each used to fail with FuturesCancelledError. A
+    run that outlives no restart fails those partitions with a SchedulerRestartedError,
+    which featurize says in one line."""
+    from daskprocs import start_scheduler, start_worker, stop
+
+    from dparallel.errors import SchedulerRestartedError
+
+    scheduler, address = start_scheduler(tmp_path)
+    worker = start_worker(address, tmp_path / "worker.log")
+    try:
+        results, failures = _restart_on_first_result(address, 3, monkeypatch)
+        assert failures == {} and sorted(results) == list(range(6))
+        results, failures = _restart_on_first_result(address, 0, monkeypatch)
+    finally:
+        stop(worker)
+        stop(scheduler)
+    assert failures and sorted([*results, *failures]) == list(range(6))
+    assert all(isinstance(exc, SchedulerRestartedError) for exc in failures.values()), failures
+    assert all("restarted 1 time during" in str(exc) for exc in failures.values()), failures

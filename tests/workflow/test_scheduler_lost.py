@@ -48,6 +48,20 @@ def test_lost_scheduler_is_one_message_with_consistent_counts() -> None:
     assert "\n" not in text and "rerun the same command" in text
 
 
+def test_a_scheduler_restarted_too_often_is_one_message_with_consistent_counts() -> None:
+    """Partitions cancelled by more restarts of the scheduler than a run outlives were one
+    line each of Dask's FuturesCancelledError text (49 of them in a run)."""
+    from dparallel.errors import SchedulerRestartedError
+
+    why = SchedulerRestartedError("tcp://h:8786 was restarted 4 times during the run (…)")
+    with pytest.raises(SchedulerRestartedError) as info:
+        raise_failures(_store([0, 1, 2], 10), {p: why for p in range(2, 10)})
+    text = str(info.value)
+    assert text.startswith("tcp://h:8786 was restarted 4 times") and "\n" not in text
+    assert "3 of 10 partitions" in text and "7 were not computed" in text
+    assert "rerun the same command" in text
+
+
 def test_a_done_partition_is_no_failure() -> None:
     raise_failures(_store([0, 1], 2), {1: RuntimeError("future lost, marker written")})
     with pytest.raises(PartitionFailedError, match="partition 1"):
