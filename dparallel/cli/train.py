@@ -111,12 +111,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.scheduler or args.scheduler_file:
             from dparallel.cluster import connect
+            from dparallel.cluster.logs import scheduler_loss_said
 
             # the scheduler receives the metric events
             cluster: Any = connect(scheduler=args.scheduler, scheduler_file=args.scheduler_file)
+            lost = scheduler_loss_said(
+                f"lost the Dask scheduler {cluster.client.scheduler.address}: its dashboard "
+                f"shows no more epochs; training goes on here ({args.output}/metrics.csv)"
+            )
         else:
-            cluster = contextlib.nullcontext()
-        with cluster:
+            cluster = lost = contextlib.nullcontext()  # type: ignore[assignment]
+        with cluster, lost:
             earlier = read_history(args.output) if args.resume else []  # curves go on
             # the run is on the page from here: a bad setting or store is shown failed too
             publisher = epoch_publisher(Path(args.output).resolve().name, earlier)

@@ -23,7 +23,7 @@ from dparallel._files import check_log_target, open_log
 from dparallel.errors import DParallelError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 __all__ = [
     "ENV_LOG_FILE",
@@ -31,6 +31,7 @@ __all__ = [
     "WorkerLogFile",
     "log_to_file",
     "route_process_to_log_file",
+    "scheduler_loss_said",
 ]
 
 #: Record format in the log file (time, process, logger, level, message).
@@ -164,3 +165,35 @@ def route_process_to_log_file() -> None:
     :data:`ENV_LOG_FILE` names, from now on (nothing where it is unset)."""
     if path := os.environ.get(ENV_LOG_FILE):
         _route(path)
+
+
+#: The start of the error distributed's client logs when it gives its lost scheduler up.
+_GAVE_UP = "Failed to reconnect to scheduler"
+
+
+class _LossSaid(logging.Filter):
+    """Turns the client's give-up error into a warning saying ``words``."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__()
+        self.words = words
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith(_GAVE_UP):
+            record.msg, record.args = self.words, ()
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+@contextlib.contextmanager
+def scheduler_loss_said(words: str) -> Iterator[None]:
+    """Inside, a client that gives its lost scheduler up (after its 10 s of reconnecting)
+    logs a warning saying ``words`` instead of distributed's error, which reads as the
+    end of a command whose work goes on (``train --scheduler``: its dashboard only)."""
+    logger = logging.getLogger("distributed.client")
+    said = _LossSaid(words)
+    logger.addFilter(said)
+    try:
+        yield
+    finally:
+        logger.removeFilter(said)

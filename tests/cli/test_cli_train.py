@@ -58,3 +58,63 @@ def test_torch_threads_is_the_training_threads_setting(
     with pytest.raises(SystemExit):
         main(["train", "s.zarr", "-o", "m", "--torch-threads", "-1"])
     assert "--torch-threads: needs at least 0 threads, got -1" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_scheduler_killed_mid_training_is_a_warning_and_the_training_goes_on(
+    tmp_path: Path,
+) -> None:
+    """`train --scheduler` only publishes its epochs there: a scheduler SIGKILLed mid-run
+    printed distributed's "dparallel train: error: Failed to reconnect to scheduler …",
+    which reads as the end of the run, while the training went on. It is one warning that
+    names the scheduler and says the training goes on, and the epochs go on."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from daskprocs import child_env, start_scheduler, stop
+
+    from dparallel.datasets import write_emt_cu
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+    data = write_emt_cu(tmp_path / "cu.xyz", 6, seed=1)
+    acsf = ACSF.uniform(["Cu"], r_cut=4.0, radial=[(0.5, 0.0), (1.0, 2.5)], narrow=[])
+    featurize_in_process(data, tmp_path / "s.zarr", DescriptorSet(acsf=acsf, derivatives=True),
+                         FeaturizeOptions())  # fmt: skip
+    scheduler, address = start_scheduler(tmp_path)
+    metrics, log = tmp_path / "m" / "metrics.csv", tmp_path / "train.log"
+
+    def rows() -> int:
+        return len(metrics.read_text().splitlines()) if metrics.exists() else 0
+
+    def wait_for(what, timeout: float) -> None:  # noqa: ANN001 - a predicate
+        deadline = time.monotonic() + timeout
+        while not what() and time.monotonic() < deadline and train.poll() is None:
+            time.sleep(0.1)
+        assert what(), log.read_text()[-3000:]
+
+    argv = [sys.executable, "-m", "dparallel", "train", str(tmp_path / "s.zarr"), "-o",
+            str(tmp_path / "m"), "--scheduler", address, "--set", "epochs=1000000", "--set",
+            "hidden=[4]", "-q"]  # fmt: skip
+    with open(log, "wb") as out:
+        train = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=child_env(),
+                                 start_new_session=True)  # fmt: skip
+    try:
+        wait_for(lambda: rows() >= 3, 120)
+        os.killpg(scheduler.pid, signal.SIGKILL)
+        wait_for(lambda: b"lost the Dask scheduler" in log.read_bytes(), 60)  # ~10 s
+        then = rows()
+        wait_for(lambda: rows() > then + 2, 60)
+    finally:
+        if train.poll() is None:
+            os.killpg(train.pid, signal.SIGTERM)
+        train.wait(60)
+        stop(scheduler)
+    text = log.read_text()
+    assert f"dparallel train: warning: lost the Dask scheduler {address}" in text, text
+    assert "training goes on" in text and "Failed to reconnect" not in text, text
