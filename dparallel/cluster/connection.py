@@ -398,8 +398,13 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
             f"within {spec.connect_timeout + _HANDSHAKE_GRACE_S:g} s: is it the scheduler's "
             "address (tcp://HOST:8786), not its dashboard's (:8787) or another service?"
         ) from None
-    except (ValueError, MemoryError) as exc:  # a scheme distributed does not know, or
-        # another protocol's reply read as a message length
+    except MemoryError:  # another protocol's reply, its first bytes read as a length
+        raise ClusterError(
+            f"{address!r} answered, but not as a Dask scheduler (in another protocol: an "
+            "HTTP server or proxy?): is it the scheduler's address (tcp://HOST:8786), and "
+            "is the host reachable from here?"
+        ) from None
+    except ValueError as exc:  # a scheme distributed does not know
         raise ClusterError(
             f"cannot connect to {address!r} as a Dask scheduler ({type(exc).__name__}: "
             f"{str(exc)[:200]}): is it the scheduler's tcp:// (or tls://) address?"

@@ -335,3 +335,39 @@ def test_a_server_that_never_answers_as_a_scheduler_is_a_bounded_error(monkeypat
         for s in held:
             s.close()
     assert 3.0 <= time.monotonic() - t0 < 30  # its whole timeout: it is no refusal
+
+
+def test_a_server_that_answers_in_another_protocol_is_named_as_such():
+    """An HTTP server or proxy that answers at once (a sandbox's, a firewall's) was "cannot
+    connect … (MemoryError: Unable to allocate 3.07 EiB …)": its reply's first bytes read
+    as Dask's message length."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    reply = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+
+    def answer() -> None:
+        while True:
+            try:
+                conn = server.accept()[0]
+            except OSError:
+                return
+            with conn:
+                conn.sendall(reply)
+                conn.recv(1 << 16)
+
+    threading.Thread(target=answer, daemon=True).start()
+    address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ClusterError) as info:
+            connect(ClusterSpec(connect_timeout=5), scheduler=address)
+    finally:
+        server.close()
+    text = str(info.value)
+    assert text.startswith(f"{address!r} answered, but not as a Dask scheduler"), text
+    assert "MemoryError" not in text and "\n" not in text
+    assert time.monotonic() - t0 < 20
