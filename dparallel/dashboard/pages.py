@@ -123,7 +123,7 @@ class _ProgressPage(_Page):
             f" structures{_skipped(summary['structures_skipped'])} &nbsp;·&nbsp; "
             f"<b>{_fmt(summary['structures_per_second'])}</b> structures/s, "
             f"<b>{_fmt(summary['atoms_per_second'])}</b> atoms/s &nbsp;·&nbsp; "
-            f"{_ending(summary)}</p>"
+            f"{_ending(summary)}</p>{_others(summary['other_runs'])}"
         )
         n_total = float(total if total else max(done, 1))
         self.bar.x_range.end = n_total
@@ -146,6 +146,18 @@ def _ending(summary: dict[str, Any]) -> str:
         return _failed(summary["error"])
     eta = f"ETA {_fmt(summary['eta_seconds'], '.0f', ' s')}"
     return eta + (" &nbsp;·&nbsp; <b>complete</b>" if summary["complete"] else "")
+
+
+def _others(runs: list[dict[str, Any]]) -> str:
+    """The header's line naming the other featurizations running on the cluster (or '')."""
+    if not runs:
+        return ""
+    each = ", ".join(
+        f"{html.escape(r['run'])} ({r['partitions_done']} / "
+        f"{r['partitions_total'] if r['partitions_total'] is not None else '?'} partitions)"
+        for r in runs
+    )
+    return f"<p>Also running on this cluster (not shown): {each}</p>"
 
 
 def _failed(error: str) -> str:

@@ -96,6 +96,7 @@ class _Run:
     n_done_before: int = 0  # the store's partitions done by earlier runs (not counted)
     partitions: dict[int, _Partition] = field(default_factory=dict)
     ended: dict[str, Any] | None = None  # its end: {"error": str | None}
+    last: float = 0.0  # time of its latest event
 
 
 @dataclass
@@ -112,6 +113,9 @@ class _Curves:
 
 #: Runs remembered per kind (the page shows the latest started; older ones are dropped).
 _KEPT_RUNS = 16
+#: Seconds without an event (before the latest of any run) after which a featurization
+#: that never said it ended no longer counts as running beside the shown one (killed).
+_SILENT_S = 300.0
 
 
 class DashboardState:
@@ -126,6 +130,7 @@ class DashboardState:
         self.progress: _Run | None = None
         self.train: _Curves | None = None
         self._runs: dict[str, _Run] = {}
+        self._latest = 0.0  # time of the latest featurization event
         self._curves: dict[tuple[str, str], _Curves] = {}
         self.n_events = 0
 
@@ -144,6 +149,7 @@ class DashboardState:
     def _add_progress(self, t: float, msg: dict) -> None:
         run = str(msg.get("run", ""))
         kind = msg.get("kind")
+        self._latest = max(self._latest, t)
         if kind == "start":
             self.progress = _remember(
                 self._runs,
@@ -155,6 +161,7 @@ class DashboardState:
                     n_structures=int(msg.get("n_structures", 0)),
                     n_atoms=int(msg.get("n_atoms", 0)),
                     n_done_before=int(msg.get("n_done_before", 0)),
+                    last=t,
                 ),
             )
         elif kind == "partition":
@@ -162,6 +169,7 @@ class DashboardState:
             if record is None:  # its start came before this page did
                 record = _remember(self._runs, run, _Run(run=run))
                 self.progress = self.progress or record
+            record.last = max(record.last, t)
             record.partitions[int(msg["partition"])] = _Partition(
                 time=t,
                 n_structures=int(msg.get("n_structures", 0)),
@@ -237,7 +245,17 @@ class DashboardState:
             "complete": bool(n_total is not None and len(run.partitions) >= n_total),
             **_outcome(run.ended),
             "workers": dict(sorted(workers.items())),
+            "other_runs": self._others_running(run),
         }
+
+    def _others_running(self, shown: _Run) -> list[dict[str, Any]]:
+        """The featurizations besides ``shown`` still running (on a shared cluster): not
+        ended, and heard from within :data:`_SILENT_S` of the latest event; their counts."""
+        return [
+            {"run": r.run, "partitions_done": len(r.partitions), "partitions_total": r.n_partitions}
+            for r in self._runs.values()
+            if r is not shown and r.ended is None and self._latest - r.last <= _SILENT_S
+        ]
 
     def train_summary(self) -> dict[str, Any] | None:
         """Per split, columns ``epoch`` and each metric sorted by epoch (or ``None``), and

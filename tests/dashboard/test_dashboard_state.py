@@ -9,6 +9,7 @@ from dparallel.dashboard import DashboardState, publish_progress, publish_train_
 from dparallel.dashboard.events import (
     TOPIC_PROGRESS,
     TOPIC_TRAIN,
+    end_event,
     progress_partition_event,
     progress_start_event,
     train_event,
@@ -148,6 +149,44 @@ def test_two_featurize_runs_at_once_keep_their_own_counts() -> None:
     shown = s.progress_summary()
     assert shown is not None and shown["run"] == "featurize:b.zarr"
     assert (shown["partitions_done"], shown["partitions_total"], shown["complete"]) == (3, 3, True)
+
+
+def test_the_page_names_the_other_featurizations_running_on_the_cluster(monkeypatch) -> None:
+    """Two users' featurizations at once on one cluster: the page showed the one started
+    last and nothing of the other, as if the cluster ran only that one. It names the others
+    still running with their counts; not once one ended, nor one silent for 300 s (killed:
+    it sends no end)."""
+    from _event_recorder import shown_page
+
+    def header() -> str:
+        return shown_page("_ProgressPage", s, monkeypatch).header.text
+
+    s = DashboardState()
+    s.add(100.0, TOPIC_PROGRESS, progress_start_event("featurize:/u/a.zarr", 4, 40, 400))
+    s.add(
+        101.0, TOPIC_PROGRESS, progress_partition_event("featurize:/u/a.zarr", 0, 10, 100, 1, "w")
+    )
+    s.add(102.0, TOPIC_PROGRESS, progress_start_event("featurize:/v/b.zarr", 3, 30, 300))
+    s.add(
+        103.0, TOPIC_PROGRESS, progress_partition_event("featurize:/v/b.zarr", 0, 10, 100, 1, "w")
+    )
+    shown = s.progress_summary()
+    assert shown is not None and shown["run"] == "featurize:/v/b.zarr"
+    a = {"run": "featurize:/u/a.zarr", "partitions_done": 1, "partitions_total": 4}
+    assert shown["other_runs"] == [a]
+    assert s.to_json()["progress"]["other_runs"] == [a]
+    assert "Also running on this cluster (not shown): featurize:/u/a.zarr (1 / 4 partitions)" in (
+        header()
+    )
+    s.add(104.0, TOPIC_PROGRESS, end_event("featurize:/u/a.zarr", None))
+    assert s.progress_summary()["other_runs"] == []
+    assert "Also running" not in header()
+    s.add(105.0, TOPIC_PROGRESS, progress_start_event("featurize:/w/c.zarr", 2, 20, 200))
+    assert [r["run"] for r in s.progress_summary()["other_runs"]] == ["featurize:/v/b.zarr"]
+    s.add(
+        403.5, TOPIC_PROGRESS, progress_partition_event("featurize:/w/c.zarr", 0, 10, 100, 1, "w")
+    )
+    assert s.progress_summary()["other_runs"] == []  # b: silent for over 300 s
 
 
 def test_a_later_training_run_of_the_same_name_starts_its_own_curves(monkeypatch) -> None:
