@@ -36,7 +36,9 @@ def _pair_gradients(dE_dG: Mapping[str, torch.Tensor], result: Mapping):  # noqa
         for pd in res.pairs.values():
             if pd.feature_index.numel() == 0 or pd.pair_first.numel() == 0:
                 continue
-            g = g_all.index_select(0, pd.center).index_select(1, pd.feature_index)  # (P, F)
+            # columns first, on the n_e rows: then one (P, F) gather by centre, not a (P, F_e)
+            # one cut down (the same values; its backward sums into (n_e, F), not (P, F_e))
+            g = g_all.index_select(1, pd.feature_index).index_select(0, pd.center)  # (P, F)
             s = torch.einsum("pf,pfc->pc", g.to(pd.dG_dr.dtype), pd.dG_dr)  # (P, 3)
             yield pd.pair_first, pd.pair_second, pd.vectors, s
 
