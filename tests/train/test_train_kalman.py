@@ -10,7 +10,7 @@ import torch
 from _callbacks import stop_after
 from _store_fixture import small_store
 
-from dparallel.train import TrainingSpec
+from dparallel.train import TrainingSpec, kalman
 from dparallel.train import train as train_model
 from dparallel.train.kalman import KalmanFilter
 
@@ -40,6 +40,36 @@ def test_linear_least_squares_reaches_the_exact_solution(rows_per_update: int) -
     np.testing.assert_allclose(exact, np.linalg.lstsq(x, y, rcond=None)[0], rtol=1e-4)
     p = kf.filter_state["P"].numpy()
     np.testing.assert_allclose(p, np.linalg.inv(eta * x.T @ x + eps * np.eye(7)), rtol=1e-8)
+
+
+def _filter_on(x: np.ndarray, y: np.ndarray, rows_per_update: int) -> KalmanFilter:
+    """A noise-free filter (ε 1e-3, η 2) fed ``x``'s rows, ``rows_per_update`` at a time."""
+    w = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
+    kf = KalmanFilter([w], epsilon=1e-3, q0=0.0, eta0=2.0, eta_max=2.0)
+    for start in range(0, len(y), rows_per_update):
+        xb = torch.from_numpy(x[start : start + rows_per_update])
+        yb = torch.from_numpy(y[start : start + rows_per_update])
+        kf.update(xb.T.clone(), yb - xb @ w.detach())
+    return kf
+
+
+def test_a_filter_of_more_weights_than_a_block_of_rows(monkeypatch) -> None:  # noqa: ANN001
+    """On the CPU P·H runs by blocks of rows of P (:data:`kalman.CPU_ROW_BLOCK`; the last
+    one partial): the filter still ends at the ridge solution (numpy's), and equals the
+    filter that multiplies P whole to rounding (MKL may round a block's row otherwise)."""
+    n = 2 * kalman.CPU_ROW_BLOCK + 37
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(84, n))
+    y = x @ rng.normal(size=n) + 0.1 * rng.normal(size=84)
+    blocked = _filter_on(x, y, 28)
+    w = blocked.params[0].detach().numpy()
+    exact = np.linalg.solve(2.0 * x.T @ x + 1e-3 * np.eye(n), 2.0 * x.T @ y)
+    np.testing.assert_allclose(w, exact, rtol=1e-7, atol=1e-9)
+    monkeypatch.setattr(kalman, "CPU_ROW_BLOCK", n)  # one block: the whole product
+    whole = _filter_on(x, y, 28)
+    np.testing.assert_allclose(w, whole.params[0].detach().numpy(), rtol=1e-12, atol=1e-14)
+    p_blocked, p_whole = blocked.filter_state["P"].numpy(), whole.filter_state["P"].numpy()
+    np.testing.assert_allclose(p_blocked, p_whole, rtol=1e-12, atol=1e-14 * abs(p_whole).max())
 
 
 def test_noise_schedules_follow_n2p2() -> None:
