@@ -250,7 +250,7 @@ def observations(
         if pick is not None and pick.numel():
             k = pick.numel()
             w = math.sqrt(spec.force_weight) / s
-            d = force_cotangents(features, keys, pick, g_leaf)  # [(k, n_e, F_e)]
+            d = force_cotangents(features, keys, pick, g_leaf, batch.n_atoms)  # [(k, n_e, F_e)]
             used = [i for i, gk in enumerate(g) if gk is not None and gk.requires_grad]
             jf = batched_grad([g[i] for i in used], params, [d[i] for i in used])
             jac.append(_flat(jf, params, k) * w)
@@ -303,6 +303,7 @@ def force_cotangents(
     keys: list[str],
     components: torch.Tensor,
     like: Mapping[str, torch.Tensor],
+    n_atoms: int,
 ) -> tuple[torch.Tensor, ...]:
     """D_m = ∂F_m/∂(∂E/∂G) for flat force components ``components`` (k,) = 3·atom + axis.
 
@@ -310,9 +311,14 @@ def force_cotangents(
     F = −Σ_p ([second_p = atom] − [first_p = atom]) s_p (``forces_from_derivatives``),
     D_m[c(p), a] = −([second_p = atom_m] − [first_p = atom_m]) ∂G_{c(p),a}/∂r_p[axis_m].
     Returns one (k, n_e, F_e) tensor per element of ``keys`` (shaped like ``like[e]``).
+    Only the pairs touching a picked atom (of the batch's ``n_atoms``) are compared with
+    each component's atom, not every pair (k × P comparisons: 2.1–3.4 ms against 3.4–6.9 ms
+    for 4 water ×5 structures and 24 components).
     """
     k = components.numel()
     atom, axis = components // 3, components % 3  # (k,)
+    picked = torch.zeros(n_atoms, dtype=torch.bool, device=components.device)
+    picked[atom] = True
     out = []
     for elem in keys:
         res, ref = features[elem], like[elem]
@@ -320,10 +326,14 @@ def force_cotangents(
         for pd in res.pairs.values():
             if pd.feature_index.numel() == 0 or pd.pair_first.numel() == 0:
                 continue
-            coef = (pd.pair_first[None, :] == atom[:, None]).to(ref.dtype) - (
-                pd.pair_second[None, :] == atom[:, None]
-            ).to(ref.dtype)  # (k, P): −([second = atom] − [first = atom])
-            m, p = coef.nonzero(as_tuple=True)  # pairs touching each picked atom
+            # the pairs touching a picked atom, in order (so m, p come as over all pairs)
+            near = (picked[pd.pair_first] | picked[pd.pair_second]).nonzero().squeeze(1)
+            first, second = pd.pair_first[near], pd.pair_second[near]
+            coef = (first[None, :] == atom[:, None]).to(ref.dtype) - (
+                second[None, :] == atom[:, None]
+            ).to(ref.dtype)  # (k, C): −([second = atom] − [first = atom])
+            m, c = coef.nonzero(as_tuple=True)  # pairs touching each picked atom
+            p = near[c]
             rows = (
                 pd.dG_dr[p, :, :]
                 .gather(2, axis[m][:, None, None].expand(-1, pd.dG_dr.shape[1], 1))
@@ -331,7 +341,7 @@ def force_cotangents(
             )  # (nnz, F_ef)
             d.index_put_(
                 (m[:, None], pd.center[p][:, None], pd.feature_index[None, :]),
-                coef[m, p][:, None] * rows.to(ref.dtype),
+                coef[m, c][:, None] * rows.to(ref.dtype),
                 accumulate=True,
             )
         out.append(d)
