@@ -142,9 +142,9 @@ def _times(P: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
 
     Each row of P·H is the same sum either way, to rounding (MKL may round a row of a
     block otherwise: the weights of water ×5 Kalman runs came out the same bit for bit,
-    tested to rounding). Whole, MKL's product of a (2802, 2802) P with the (2802, 28) H of
-    4 structures and 24 force components took 33 ms on one thread, by blocks 17 ms (the
-    rank-28 update of P after it: 8 ms). A GPU takes the whole product.
+    tested to rounding). On the CPU the blocks are cheaper than MKL's whole product for the
+    few columns of H a step has (docs/training.md has the figures); a GPU takes the whole
+    product.
     """
     n = P.shape[0]
     if P.device.type != "cpu" or n <= CPU_ROW_BLOCK:
@@ -312,8 +312,7 @@ def force_cotangents(
     D_m[c(p), a] = −([second_p = atom_m] − [first_p = atom_m]) ∂G_{c(p),a}/∂r_p[axis_m].
     Returns one (k, n_e, F_e) tensor per element of ``keys`` (shaped like ``like[e]``).
     Only the pairs touching a picked atom (of the batch's ``n_atoms``) are compared with
-    each component's atom, not every pair (k × P comparisons: 2.1–3.4 ms against 3.4–6.9 ms
-    for 4 water ×5 structures and 24 components).
+    each component's atom, not every pair (k × P comparisons).
     """
     k = components.numel()
     atom, axis = components // 3, components % 3  # (k,)
