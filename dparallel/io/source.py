@@ -89,16 +89,33 @@ def _refuse_compressed(location: Location) -> None:
             )
 
 
-def detect_format(path: Path | Location) -> str:
-    """Guess the format: n2p2 for ``input.data``/``*.data`` or files starting with
-    ``begin``/``comment``, extxyz for ``*.xyz``/``*.extxyz`` (each also ``.gz``, ``.bz2``,
-    ``.xz``), else what ASE guesses (local files only)."""
+def format_by_name(path: str | Path | Location) -> str | None:
+    """The format a file's name says: n2p2 for ``input.data``/``*.data``, extxyz for
+    ``*.xyz``/``*.extxyz`` (each also ``.gz``, ``.bz2``, ``.xz``); ``None``: the name does
+    not say (:func:`detect_format` then reads the file)."""
     location = as_location(path)
     name = location.name.lower().removesuffix(compression(location) or "")
     if name == "input.data" or name.endswith(".data"):
         return "n2p2"
     if name.endswith((".xyz", ".extxyz")):
         return "extxyz"
+    return None
+
+
+def format_name(name: str) -> str:
+    """A format as the readers name it: lower case, aliases resolved (xyz → extxyz,
+    runner → n2p2)."""
+    return _ALIASES.get(name.lower(), name.lower())
+
+
+def detect_format(path: Path | Location) -> str:
+    """Guess the format: n2p2 for ``input.data``/``*.data`` or files starting with
+    ``begin``/``comment``, extxyz for ``*.xyz``/``*.extxyz`` (each also ``.gz``, ``.bz2``,
+    ``.xz``), else what ASE guesses (local files only)."""
+    location = as_location(path)
+    by_name = format_by_name(location)
+    if by_name is not None:
+        return by_name
     with open_stream(location) as f:
         head = f.read(4096).removeprefix(BOM)
     first = next((ln.split()[0] for ln in head.splitlines() if ln.strip()), b"")
@@ -133,7 +150,7 @@ def known_format(name: str) -> bool:
     """Whether a reader has the format ``name`` (any case): extxyz, n2p2, their aliases
     (xyz, runner) or one of ASE's. The one rule (``open_source``, ``dataset.format``).
     ASE's formats are imported only for another name (``ase.io`` pulls in scipy)."""
-    fmt = _ALIASES.get(name.lower(), name.lower())
+    fmt = format_name(name)
     if fmt in ("extxyz", "n2p2"):
         return True
     import ase.io.formats
@@ -200,8 +217,7 @@ class StructureSource:
         check_units(units, f"{location}: units", InputError)
         if on_error not in ("raise", "skip"):
             raise InputError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        fmt = detect_format(location) if format is None else format.lower()
-        self.format = _ALIASES.get(fmt, fmt)
+        self.format = detect_format(location) if format is None else format_name(format)
         if format is not None:
             _check_format(format, location)
         #: The keys the labels are read from (:class:`~dparallel.types.LabelKeys`).

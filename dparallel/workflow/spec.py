@@ -102,8 +102,10 @@ class DatasetSpec(SpecModel):
     @model_validator(mode="after")
     def _keys_for_a_format_with_keys(self) -> DatasetSpec:
         """No label keys for a format named n2p2 (as ``open_source`` refuses them)."""
+        from dparallel.io.source import format_name
+
         given = [k for k in ("energy_key", "forces_key") if getattr(self, k) is not None]
-        if given and (self.format or "").lower() in ("n2p2", "runner"):
+        if given and self.format is not None and format_name(self.format) == "n2p2":
             raise ValueError(
                 f"{' and '.join(given)} cannot be given for format {self.format!r}, whose "
                 "energy and forces have fixed places; remove them"
@@ -115,14 +117,14 @@ class DatasetSpec(SpecModel):
         """``generate`` writes extxyz in Å and eV: read the file so (not as Bohr, n2p2, …)."""
         if self.generate is None:
             return self
-        name = self.path.lower().removesuffix(".gz")
+        from dparallel.io.source import format_by_name, format_name
         from dparallel.io.units import same_units
 
         if not same_units(self.units, "ase"):
             wrong = f"units is {self.units!r}"
-        elif self.format is not None and self.format.lower() not in ("extxyz", "xyz"):
+        elif self.format is not None and format_name(self.format) != "extxyz":
             wrong = f"format is {self.format!r}"
-        elif self.format is None and (name.endswith(".data") or name == "input.data"):
+        elif self.format is None and format_by_name(self.path) == "n2p2":
             wrong = "the path's .data name is read as n2p2"
         elif self.energy_key not in (None, "energy") or self.forces_key not in (None, "forces"):
             wrong = "energy_key/forces_key name keys it does not write (energy, forces)"

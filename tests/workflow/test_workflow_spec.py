@@ -184,6 +184,7 @@ def test_a_descriptors_file_that_cannot_be_built_is_named(tmp_path):
          r"eV, but units is 'bohr-hartree'"),
         (["dataset.format=n2p2"], r"dataset: .*generate writes .*but format is 'n2p2'"),
         (["dataset.format=null", "dataset.path=x/input.data"], r"dataset: .*\.data name"),
+        (["dataset.format=null", "dataset.path=x/cu.data.xz"], r"dataset: .*\.data name"),
         (["dataset.energy_key=dft_energy"], r"dataset: .*generate writes .*but energy_key/"
          r"forces_key name keys it does not write"),
         (["training.descriptor=neighbor_sum"], r"^training.descriptor is 'neighbor_sum', but "
