@@ -35,6 +35,7 @@ __all__ = [
     "read_json_object",
     "read_yaml",
     "resolve_path",
+    "restore_environ",
     "section",
 ]
 
@@ -273,6 +274,15 @@ def cache_dir() -> Path:
     """dparallel's cache folder: ``$DPARALLEL_CACHE_DIR``, default ``~/.cache/dparallel``
     (not created here)."""
     return Path(os.environ.get(ENV_CACHE_DIR, Path.home() / ".cache" / "dparallel"))
+
+
+def restore_environ(saved: Mapping[str, str | None]) -> None:
+    """Give environment variables back the values ``saved`` took of them (``None``: unset)."""
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def env_number(name: str, default: float, unit: str, *, positive: bool = False) -> float:

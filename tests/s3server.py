@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from s3process import start_seaweedfs, stop, wait_until_it_answers, weed
 
+from dparallel.config import restore_environ
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
@@ -59,11 +61,7 @@ def s3_server(
             forget_clients()
             yield endpoint
         finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+            restore_environ(saved)
             forget_clients()
 
 

@@ -26,6 +26,8 @@ import os
 import signal
 from typing import TYPE_CHECKING, Any
 
+from dparallel.config import restore_environ
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
@@ -94,11 +96,7 @@ def start_forkserver(preload: Sequence[str] = (), threads: int = 1) -> bool:
         logger.warning("cannot start the forkserver for local workers", exc_info=True)
         return False
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        restore_environ(saved)
     logger.debug("forkserver %s started, preloading %s", server_pid(), modules)
     return True
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from dparallel._files import check_log_target, open_log
+from dparallel.config import restore_environ
 from dparallel.errors import DParallelError
 
 if TYPE_CHECKING:
@@ -129,9 +130,7 @@ def log_to_file(
             logger.propagate = True
         handler.close()
         if workers:
-            os.environ.pop(ENV_LOG_FILE, None)
-            if previous_env is not None:
-                os.environ[ENV_LOG_FILE] = previous_env
+            restore_environ({ENV_LOG_FILE: previous_env})
 
     return restore
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from dparallel.config import restore_environ
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -114,8 +116,4 @@ class TorchThreadsPlugin(WorkerPlugin):
     def teardown(self, worker: Any) -> None:
         """Give the worker its own budget back (the plugin removed: the run that set it
         ended, and others use the cluster)."""
-        for var, value in getattr(self, "_before", {}).items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
+        restore_environ(getattr(self, "_before", {}))

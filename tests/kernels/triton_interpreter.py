@@ -20,6 +20,8 @@ import sys
 import pytest
 import torch
 
+from dparallel.config import restore_environ
+
 SKIP_REASON = "triton was imported without TRITON_INTERPRET: runs in a child process"
 _state: dict[str, str | None] = {}
 _interpreted: list[bool] = []  # [True] once triton may have been imported under the variable
@@ -45,11 +47,7 @@ def setup() -> bool:
 
 def restore() -> None:
     """TRITON_INTERPRET as it was before :func:`setup` (triton stays as loaded)."""
-    before = _state.get("before")
-    if before is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = before
+    restore_environ({"TRITON_INTERPRET": _state.get("before")})
 
 
 def run_in_child(path: str) -> None:
