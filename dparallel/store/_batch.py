@@ -17,9 +17,9 @@ import numpy as np
 from dparallel.store._direct import (
     _encoded,
     _internals,
-    _plain_numbers,
     _zarr_dtype,
     is_fill_chunk,
+    own_encoding,
     writable,
 )
 from dparallel.store._generations import is_generation
@@ -99,20 +99,9 @@ def _chunk_key(path: str, meta: ArrayV3Metadata, rows: slice, values: np.ndarray
 def chunk_item(path: str, meta: ArrayV3Metadata, rows: slice, values: np.ndarray) -> Item | None:
     """``rows`` of the array at ``path`` as its chunk, if they are exactly one chunk of
     numbers encoded with bytes + at most one blosc; else ``None``."""
-    from zarr.codecs import BloscCodec, BytesCodec
-
-    codecs = tuple(meta.codecs)
-    if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
-        return None
-    if len(codecs) == 2 and not isinstance(codecs[1], BloscCodec):
-        return None
-    if values.dtype != meta.data_type.to_native_dtype() or not _plain_numbers(values.dtype):
-        return None
-    endian = codecs[0].endian
-    if values.dtype.itemsize > 1 and endian is not None and endian.value != "little":
-        return None
-    key = _chunk_key(path, meta, rows, values)
-    return None if key is None else (key, bytes(_encoded(values, codecs)))
+    codecs = own_encoding(meta, values)
+    key = None if codecs is None else _chunk_key(path, meta, rows, values)
+    return None if codecs is None or key is None else (key, bytes(_encoded(values, codecs)))
 
 
 def fill_chunk_key(path: str, meta: ArrayV3Metadata, rows: slice, values: np.ndarray) -> str | None:

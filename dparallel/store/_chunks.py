@@ -14,7 +14,7 @@ callers read through zarr.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numcodecs import blosc
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from zarr.abc.store import Store as ZarrStore
     from zarr.core.metadata.v3 import ArrayV3Metadata
 
-__all__ = ["CONCURRENCY", "chunk_decoder", "read_keys"]
+__all__ = ["CONCURRENCY", "chunk_decoder", "own_codecs", "read_keys"]
 
 #: Requests in flight at once to a store that is not a folder (zarr's own default is 10).
 CONCURRENCY = 64
@@ -68,14 +68,23 @@ async def _gather(store: ZarrStore, keys: Sequence[str]) -> list[bytes | None]:
     return list(await asyncio.gather(*map(one, keys)))
 
 
-def chunk_decoder(meta: ArrayV3Metadata) -> Callable[[bytes], np.ndarray] | None:
-    """A function decoding one whole chunk of the array ``meta`` describes, as zarr would
-    (a ``ValueError`` for bytes that are not such a chunk); ``None`` for an encoding other
-    than numbers behind zarr's bytes codec and at most one Blosc."""
+def own_codecs(meta: ArrayV3Metadata) -> tuple[Any, ...] | None:
+    """The codecs of the array ``meta`` describes where dparallel decodes and encodes its
+    chunks itself: zarr's bytes codec and at most one Blosc after it; ``None`` for others."""
     codecs = tuple(meta.codecs)
     if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
         return None
     if len(codecs) == 2 and not isinstance(codecs[1], BloscCodec):
+        return None
+    return codecs
+
+
+def chunk_decoder(meta: ArrayV3Metadata) -> Callable[[bytes], np.ndarray] | None:
+    """A function decoding one whole chunk of the array ``meta`` describes, as zarr would
+    (a ``ValueError`` for bytes that are not such a chunk); ``None`` for an encoding other
+    than numbers behind zarr's bytes codec and at most one Blosc."""
+    codecs = own_codecs(meta)
+    if codecs is None:
         return None
     shape = getattr(meta.chunk_grid, "chunk_shape", None)
     dtype = meta.data_type.to_native_dtype()

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 from numcodecs import Blosc
-from zarr.codecs import BloscCodec, BytesCodec
+from zarr.codecs import BloscCodec
 
 from dparallel._files import refuse_links, remove_file, write_file
+from dparallel.store._chunks import own_codecs
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -37,6 +38,7 @@ __all__ = [
     "TESTED_ZARR",
     "direct_writes_available",
     "is_fill_chunk",
+    "own_encoding",
     "read_array_metadata",
     "writable",
     "write_array",
@@ -205,6 +207,21 @@ def _parsed_metadata(path: str, inode: int, size: int, mtime_ns: int) -> ArrayV3
     return _internals().ArrayV3Metadata.from_dict(document)
 
 
+def own_encoding(meta: ArrayV3Metadata, values: np.ndarray) -> tuple[Any, ...] | None:
+    """The codecs (:func:`~dparallel.store._chunks.own_codecs`) under which ``values``
+    encode here as zarr would encode them as a chunk of ``meta``'s array: numbers of its
+    dtype, little-endian where the bytes codec says an order; ``None`` otherwise."""
+    codecs = own_codecs(meta)
+    if codecs is None:
+        return None
+    if values.dtype != meta.data_type.to_native_dtype() or not _plain_numbers(values.dtype):
+        return None
+    endian = codecs[0].endian
+    if values.dtype.itemsize > 1 and endian is not None and endian.value != "little":
+        return None
+    return codecs
+
+
 def write_chunk(
     directory: Path,
     meta: ArrayV3Metadata,
@@ -217,19 +234,9 @@ def write_chunk(
     metadata ``meta``); False, nothing written, where this would not be zarr's encoding:
     a shape other than the chunk's, another dtype, or codecs other than bytes + blosc.
     ``root``: as :func:`write_group`'s."""
-    codecs = tuple(meta.codecs)
-    if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
-        return False
-    if len(codecs) == 2 and not isinstance(codecs[1], BloscCodec):
-        return False
+    codecs = own_encoding(meta, values)
     chunk_shape = getattr(meta.chunk_grid, "chunk_shape", None)
-    native = meta.data_type.to_native_dtype()
-    if chunk_shape is None or tuple(chunk_shape) != values.shape:
-        return False
-    if values.dtype != native or not _plain_numbers(values.dtype):
-        return False
-    endian = codecs[0].endian
-    if values.dtype.itemsize > 1 and endian is not None and endian.value != "little":
+    if codecs is None or chunk_shape is None or tuple(chunk_shape) != values.shape:
         return False
     key = meta.encode_chunk_key(tuple(int(c) for c in coords))
     chunk = directory / key
