@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dparallel.errors import StoreError
 from dparallel.io import _s3_objects as s3_objects
@@ -98,11 +98,16 @@ def get(location: Location) -> tuple[bytes, str] | None:
         return s3_objects.get(*on_s3, location)
     fs, path = location.filesystem()
     with _MEMORY_LOCK:
-        try:
-            data = bytes(fs.cat_file(path))
-        except FileNotFoundError:
-            return None
-    return data, _memory_etag(data)
+        data = _memory_read(fs, path)
+    return None if data is None else (data, _memory_etag(data))
+
+
+def _memory_read(fs: Any, path: str) -> bytes | None:
+    """An in-memory (fsspec) object's bytes, ``None`` if there is none (under the lock)."""
+    try:
+        return bytes(fs.cat_file(path))
+    except FileNotFoundError:
+        return None
 
 
 def put_if_absent(location: Location, data: bytes) -> str | None:
@@ -127,11 +132,8 @@ def put_if_match(location: Location, data: bytes, etag: str) -> str | None:
         return _put_on_s3(*on_s3, location, data, etag)
     fs, path = location.filesystem()
     with _MEMORY_LOCK:
-        try:
-            current = bytes(fs.cat_file(path))
-        except FileNotFoundError:
-            return None
-        if _memory_etag(current) != etag:
+        current = _memory_read(fs, path)
+        if current is None or _memory_etag(current) != etag:
             return None
         fs.pipe_file(path, data)
     return _memory_etag(data)
