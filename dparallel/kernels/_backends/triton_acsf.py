@@ -146,11 +146,19 @@ def _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, cut):
 
 
 @_helper
+def _load_gauss(ETA, RS, CUT, CUT_RC, CUT_KIND, CUT_ALPHA, i):
+    """Entry ``i`` of a table of Gaussians: η, rs, and its cutoff's rc, type, α."""
+    rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(CUT + i))
+    return tl.load(ETA + i), tl.load(RS + i), rc, kind, alpha
+
+
+@_helper
 def _load_radial(COL_ETA, COL_RS, COL_CUT, COL_NARROW, CUT_RC, CUT_KIND, CUT_ALPHA, col):
     """Angular column ``col``'s radial part: η, rs, narrow, and its cutoff's rc, type, α."""
-    rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(COL_CUT + col))
-    narrow = tl.load(COL_NARROW + col)
-    return tl.load(COL_ETA + col), tl.load(COL_RS + col), narrow, rc, kind, alpha
+    eta, rs, rc, kind, alpha = _load_gauss(
+        COL_ETA, COL_RS, COL_CUT, CUT_RC, CUT_KIND, CUT_ALPHA, col
+    )
+    return eta, rs, tl.load(COL_NARROW + col), rc, kind, alpha
 
 
 @_helper
@@ -209,9 +217,9 @@ def _radial_kernel(
     c2 = cs[:, None]
     for kr in range(n_rk):
         f = tl.load(RK_F + kr)
-        eta = tl.load(RK_ETA + kr)
-        rs = tl.load(RK_RS + kr)
-        rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(RK_CUT + kr))
+        eta, rs, rc, kind, alpha = _load_gauss(
+            RK_ETA, RK_RS, RK_CUT, CUT_RC, CUT_KIND, CUT_ALPHA, kr
+        )
         cnt = tl.load(CNT + f * n_c + cs, mask=cm, other=0)
         acc = tl.zeros([BLOCK_C, BLOCK_K], tl.float64)
         for j0 in range(0, tl.max(cnt, 0), BLOCK_K):
@@ -226,9 +234,9 @@ def _radial_kernel(
             f = tl.load(RD_F + d)
             key = tl.load(RD_KEY + d)
             col = tl.load(RD_COL + d)
-            eta = tl.load(RK_ETA + key)
-            rs = tl.load(RK_RS + key)
-            rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(RK_CUT + key))
+            eta, rs, rc, kind, alpha = _load_gauss(
+                RK_ETA, RK_RS, RK_CUT, CUT_RC, CUT_KIND, CUT_ALPHA, key
+            )
             base = tl.load(DBASE + f)
             n_p = tl.load(NPAIRS + f)
             cnt = tl.load(CNT + f * n_c + cs, mask=cm, other=0)
@@ -257,9 +265,9 @@ def _factor_kernel(
     cm = cs < n_c
     c2 = cs[:, None]
     for e in range(n_e):
-        eta = tl.load(EK_ETA + e)
-        rs = tl.load(EK_RS + e)
-        rc, kind, alpha = _load_cut(CUT_RC, CUT_KIND, CUT_ALPHA, tl.load(EK_CUT + e))
+        eta, rs, rc, kind, alpha = _load_gauss(
+            EK_ETA, EK_RS, EK_CUT, CUT_RC, CUT_KIND, CUT_ALPHA, e
+        )
         for f in range(n_el):
             cnt = tl.load(CNT + f * n_c + cs, mask=cm, other=0)
             for j0 in range(0, tl.max(cnt, 0), BLOCK_K):
