@@ -91,22 +91,35 @@ def n2p2_structure(atoms, energy: float, forces: np.ndarray) -> str:  # noqa: AN
     return "\n".join(lines) + "\n"
 
 
-def cuau_data(n_structures: int, seed: int = 0) -> str:
-    """input.data of EMT-labelled, rattled and strained 3×3×3 fcc CuAu cells (108 atoms)."""
+def cuau_cells(
+    n: int, seed: int, *, a: float, repeat: int, au: tuple[float, float], rattle: float
+) -> list:
+    """EMT-labelled, rattled and strained cubic fcc Cu/Au cells (Å, eV; labels kept in a
+    ``SinglePointCalculator``): lattice constant ``a``, ``repeat``³ cubic cells, each atom
+    Au with a chance drawn per structure from ``au``, positions rattled by ``rattle`` Å."""
     from ase.build import bulk
     from ase.calculators.emt import EMT
+    from ase.calculators.singlepoint import SinglePointCalculator
 
     rng = np.random.default_rng(seed)
-    chunks = []
-    for _ in range(n_structures):
-        atoms = bulk("Cu", "fcc", a=3.75, cubic=True) * (3, 3, 3)
-        atoms.numbers[rng.random(len(atoms)) < rng.uniform(0.2, 0.6)] = 79
+    out = []
+    for _ in range(n):
+        atoms = bulk("Cu", "fcc", a=a, cubic=True) * (repeat, repeat, repeat)
+        atoms.numbers[rng.random(len(atoms)) < rng.uniform(*au)] = 79
         strain = np.eye(3) + rng.uniform(-0.02, 0.02, (3, 3))
         atoms.set_cell(atoms.cell[:] @ (0.5 * (strain + strain.T)), scale_atoms=True)
-        atoms.positions += rng.normal(scale=0.08, size=atoms.positions.shape)
+        atoms.positions += rng.normal(scale=rattle, size=atoms.positions.shape)
         atoms.calc = EMT()
-        chunks.append(n2p2_structure(atoms, atoms.get_potential_energy(), atoms.get_forces()))
-    return "".join(chunks)
+        e, f = atoms.get_potential_energy(), atoms.get_forces()
+        atoms.calc = SinglePointCalculator(atoms, energy=e, forces=f)
+        out.append(atoms)
+    return out
+
+
+def cuau_data(n_structures: int, seed: int = 0) -> str:
+    """input.data of EMT-labelled, rattled and strained 3×3×3 fcc CuAu cells (108 atoms)."""
+    cells = cuau_cells(n_structures, seed, a=3.75, repeat=3, au=(0.2, 0.6), rattle=0.08)
+    return "".join(n2p2_structure(c, c.get_potential_energy(), c.get_forces()) for c in cells)
 
 
 def cuau_input_nn() -> str:

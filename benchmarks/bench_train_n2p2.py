@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_n2p2 import MPI_ENV, n2p2_bin, n2p2_structure
+from bench_n2p2 import MPI_ENV, cuau_cells, n2p2_bin, n2p2_structure
 
 ELEMENTS = ("Cu", "Au")
 RC = 6.0
@@ -118,23 +118,7 @@ DP_SETTINGS: dict[str, dict] = {
 # --------------------------------------------------------------------------- data
 def cuau_structures(n: int, seed: int = 0) -> list:
     """EMT-labelled rattled, strained 2×2×2 cubic fcc Cu/Au cells (32 atoms, Å, eV)."""
-    from ase.build import bulk
-    from ase.calculators.emt import EMT
-    from ase.calculators.singlepoint import SinglePointCalculator
-
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        atoms = bulk("Cu", "fcc", a=3.8, cubic=True) * (2, 2, 2)
-        atoms.numbers[rng.random(len(atoms)) < rng.uniform(0.1, 0.9)] = 79
-        strain = np.eye(3) + rng.uniform(-0.02, 0.02, (3, 3))
-        atoms.set_cell(atoms.cell[:] @ (0.5 * (strain + strain.T)), scale_atoms=True)
-        atoms.positions += rng.normal(scale=0.1, size=atoms.positions.shape)
-        atoms.calc = EMT()
-        e, f = atoms.get_potential_energy(), atoms.get_forces()
-        atoms.calc = SinglePointCalculator(atoms, energy=e, forces=f)
-        out.append(atoms)
-    return out
+    return cuau_cells(n, seed, a=3.8, repeat=2, au=(0.1, 0.9), rattle=0.1)
 
 
 def input_nn(nodes: int, epochs: int, seed: int) -> str:
