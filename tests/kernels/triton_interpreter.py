@@ -50,6 +50,25 @@ def restore() -> None:
     restore_environ({"TRITON_INTERPRET": _state.get("before")})
 
 
+#: The test that re-runs its module in a child process where the kernels cannot run here.
+CHILD_TEST = "test_module_in_child_process"
+
+
+def skip_unless_here(request: pytest.FixtureRequest, in_process: bool) -> None:
+    """Skip a test of a module whose kernels cannot run in this process (all but the
+    module's :data:`CHILD_TEST`, which runs them in a child: :func:`module_in_child`)."""
+    if not in_process and request.node.name != CHILD_TEST:
+        pytest.skip(SKIP_REASON)
+
+
+def module_in_child(path: str, in_process: bool) -> None:
+    """The module's :data:`CHILD_TEST`: its tests again in a child process, unless they ran
+    in this one."""
+    if in_process:
+        pytest.skip("the tests above ran in this process")
+    run_in_child(path)
+
+
 def run_in_child(path: str) -> None:
     """Run the test module ``path`` in a child process with TRITON_INTERPRET=1; assert it passes."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}

@@ -45,8 +45,7 @@ def in_process() -> Iterator[bool]:
 
 @pytest.fixture(autouse=True)
 def _kernel_runs_here(request: pytest.FixtureRequest, in_process: bool) -> None:
-    if not in_process and request.node.name != "test_module_in_child_process":
-        pytest.skip(ti.SKIP_REASON)
+    ti.skip_unless_here(request, in_process)
 
 
 def _device() -> str:
@@ -208,6 +207,4 @@ def test_registered_and_taken_by_the_device_hook() -> None:
 
 
 def test_module_in_child_process(in_process: bool) -> None:
-    if in_process:
-        pytest.skip("the tests above ran in this process")
-    ti.run_in_child(__file__)
+    ti.module_in_child(__file__, in_process)
