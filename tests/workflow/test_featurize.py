@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from _cu_descriptors import DESCRIPTORS
 
 from dparallel.descriptors import ACSF
 from dparallel.descriptors.descriptor_set import DescriptorSet
@@ -29,17 +30,6 @@ from dparallel.workflow.featurize import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
-DESCRIPTORS = {
-    "acsf": {
-        "elements": ["Cu"],
-        "r_cut": 4.5,
-        "cutoff": "cos",
-        "radial": [[0.5, 0.0], [1.0, 2.5]],
-        "narrow": [[0.02, 1.0, 1.0, 0.0]],
-        "wide": [[0.02, 2.0, -1.0, 0.0]],
-    },
-    "derivatives": True,
-}
 
 
 def _acsf() -> ACSF:

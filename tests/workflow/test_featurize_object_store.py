@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import yaml
+from _cu_descriptors import DESCRIPTORS
 from s3server import HIDE_PRELOAD, s3_server
 
 from dparallel.errors import StoreError
@@ -40,17 +41,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "dparallel-test"
-DESCRIPTORS = {
-    "acsf": {
-        "elements": ["Cu"],
-        "r_cut": 4.5,
-        "cutoff": "cos",
-        "radial": [[0.5, 0.0], [1.0, 2.5]],
-        "narrow": [[0.02, 1.0, 1.0, 0.0]],
-        "wide": [[0.02, 2.0, -1.0, 0.0]],
-    },
-    "derivatives": True,
-}
 PARTITION_ATOMS = 150
 
 
