@@ -159,11 +159,17 @@ def n2p2_potential(directory: Path) -> Path:
         alloy_input_nn(extra="mean_energy -0.5\nconv_energy 2.0\nconv_length 1.0")
     )
     inp = read_input_nn(directory / "input.nn")
-    rng = np.random.default_rng(1)
+    made_up_scaling(directory, inp, seed=1)
+    random_weights(directory, inp, seed=4, scale=0.3)
+    return directory
+
+
+def made_up_scaling(directory: Path, inp: InputNN, seed: int) -> None:
+    """``directory/scaling.data`` of made-up statistics for ``inp``'s functions (minimum
+    in [0, 1), maximum one above, mean between, sigma 0.3), without running n2p2."""
+    rng = np.random.default_rng(seed)
     tables = []
     for e in inp.elements:
         lo = rng.uniform(0, 1, inp.n_symmetry_functions[e])
         tables.append(np.stack([lo, lo + 1, lo + 0.5, lo * 0 + 0.3], 1))
     (directory / "scaling.data").write_text(format_scaling_data(tables))
-    random_weights(directory, inp, seed=4, scale=0.3)
-    return directory

@@ -14,6 +14,7 @@ from n2p2_helpers import (
     alloy_structures,
     assert_same,
     energy_offsets,
+    made_up_scaling,
     nnp_dataset,
     nnp_scaling,
     random_weights,
@@ -128,16 +129,9 @@ def test_calculator_and_evaluate_accept_an_n2p2_directory(
 
 def _alloy_dir(tmp_path: Path) -> Path:
     """An n2p2 directory without running n2p2: scaling.data from made-up statistics."""
-    from dparallel.n2p2 import format_scaling_data
-
     (tmp_path / "input.nn").write_text(alloy_input_nn())
     inp = read_input_nn(tmp_path / "input.nn")
-    rng = np.random.default_rng(0)
-    tables = []
-    for e in inp.elements:
-        lo = rng.uniform(0, 1, inp.n_symmetry_functions[e])
-        tables.append(np.stack([lo, lo + 1, lo + 0.5, lo * 0 + 0.3], 1))
-    (tmp_path / "scaling.data").write_text(format_scaling_data(tables))
+    made_up_scaling(tmp_path, inp, seed=0)
     random_weights(tmp_path, inp)
     return tmp_path
 
