@@ -7,19 +7,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-from typing import TYPE_CHECKING
 
-import ase.io
 import pytest
 
 from dparallel.errors import StoreMismatchError
-from dparallel.io.synthetic import random_structures
 from dparallel.store import check_replaceable
 from dparallel.store._own_files import foreign_files
-from dparallel.workflow.ingest import IngestOptions, ingest
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 _HEX = "0123456789abcdef" * 2
 
@@ -44,14 +37,6 @@ _KILL_BEFORE_METADATA = textwrap.dedent(
     store.write_features(1, {"acsf": {"H": block}})
     """
 )
-
-
-@pytest.fixture
-def store(tmp_path, rng, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    data = tmp_path / "in.extxyz"
-    ase.io.write(data, random_structures(30, rng, max_atoms=8), format="extxyz")
-    return ingest(data, "s.zarr", IngestOptions(partition_atoms=40)).store.path
 
 
 def test_a_partition_half_written_by_a_killed_task_is_ours(store):

@@ -4,7 +4,6 @@ whose folder became a link is refused, and what a done marker declares is fsynce
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import ase.io
 import numpy as np
@@ -14,17 +13,6 @@ from dparallel.errors import UnsafePathError
 from dparallel.io.synthetic import random_structures
 from dparallel.store import current_identity, open_store, store_identity
 from dparallel.workflow.ingest import IngestOptions, ingest
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-
-@pytest.fixture
-def store(tmp_path, rng, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    data = tmp_path / "in.extxyz"
-    ase.io.write(data, random_structures(30, rng, max_atoms=8), format="extxyz")
-    return ingest(data, "s.zarr", IngestOptions(partition_atoms=40)).store.path
 
 
 def test_a_chunk_hard_linked_to_a_users_file_is_replaced_not_overwritten(store, tmp_path):
