@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import numpy as np
+    import torch
 
     from dparallel.store import Store
     from dparallel.train.batch import Batch
@@ -90,6 +91,26 @@ def write_emt_alloy(
         frames.append(atoms)
     ase.io.write(path, frames, format="extxyz")
     return path
+
+
+def training_route(
+    store: Store, model_dir: Path, p: int, elements: list[str]
+) -> tuple[Batch, torch.Tensor, torch.Tensor]:
+    """Partition ``p`` as training predicts it with the model in ``model_dir`` (features
+    and dG/dr read from the store, float64): its batch, energies (S,) and forces (N, 3)."""
+    import torch
+
+    from dparallel.train import assemble, build_split_index, load_model, make_batch, predict_batch
+    from dparallel.train.data import load_partition
+
+    hdnnp, _ = load_model(model_dir)
+    index = build_split_index(store, 0.0, 0.0, seed=0)
+    part = load_partition(store, p, "acsf", elements, index, True)
+    batch = make_batch(
+        assemble([(part, s) for s in range(part.n_structures)]), elements, torch.float64
+    )
+    energies, forces = predict_batch(hdnnp, batch, forces=True)
+    return batch, energies, forces
 
 
 def batch_arrays(batch: Batch) -> list[np.ndarray]:

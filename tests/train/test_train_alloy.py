@@ -7,20 +7,16 @@ import json
 import numpy as np
 import pytest
 import torch
-from _store_fixture import build_store, write_emt_alloy
+from _store_fixture import build_store, training_route, write_emt_alloy
 
 from dparallel.deploy import load_deployed
 from dparallel.descriptors import ACSF
 from dparallel.train import (
     TrainingSpec,
-    assemble,
     build_split_index,
-    load_model,
-    make_batch,
-    predict_batch,
 )
 from dparallel.train import train as train_model
-from dparallel.train.data import SPLITS, load_partition
+from dparallel.train.data import SPLITS
 from dparallel.train.export import export_model
 
 
@@ -59,14 +55,9 @@ def test_reference_energies_are_least_squares_on_the_training_split(alloy) -> No
 
 def test_alloy_forces_training_route_exported_route_and_fd(alloy) -> None:  # noqa: ANN001
     store, model_dir, _ = alloy
-    hdnnp, _ = load_model(model_dir)
-    index = build_split_index(store, 0.0, 0.0, seed=0)
-    p = index.partitions[-1]
-    part = load_partition(store, p, "acsf", ["Cu", "Au"], index, True)
-    items = [(part, s) for s in range(part.n_structures)]
-    batch = make_batch(assemble(items), ["Cu", "Au"], torch.float64)
+    p = build_split_index(store, 0.0, 0.0, seed=0).partitions[-1]
+    batch, e_train, f_train = training_route(store, model_dir, p, ["Cu", "Au"])
     assert batch.features is not None and set(batch.features) == {"Cu", "Au"}
-    e_train, f_train = predict_batch(hdnnp, batch, forces=True)
     structures = store.read_partition(p)
     model = load_deployed(model_dir)
     out = model.predict(structures)

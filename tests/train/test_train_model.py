@@ -6,19 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _store_fixture import small_store
+from _store_fixture import small_store, training_route
 
 from dparallel.deploy import load_deployed
 from dparallel.train import (
     TrainingSpec,
-    assemble,
-    build_split_index,
-    load_model,
-    make_batch,
-    predict_batch,
 )
 from dparallel.train import train as train_model
-from dparallel.train.data import load_partition
 from dparallel.train.export import export_model
 from dparallel.types import StructureBatch
 
@@ -111,13 +105,7 @@ def test_energy_invariant_under_rotation_translation_permutation(trained) -> Non
 
 def test_exported_model_equals_in_training_model(trained) -> None:  # noqa: ANN001
     store, model_dir = trained
-    hdnnp, _ = load_model(model_dir)
-    index = build_split_index(store, 0.0, 0.0, seed=0)
-    part = load_partition(store, 1, "acsf", ["Cu"], index, True)
-    batch = make_batch(
-        assemble([(part, s) for s in range(part.n_structures)]), ["Cu"], torch.float64
-    )
-    e_train, f_train = predict_batch(hdnnp, batch, forces=True)
+    _, e_train, f_train = training_route(store, model_dir, 1, ["Cu"])
     structures = store.read_partition(1)
     out = load_deployed(model_dir).predict(structures)
     np.testing.assert_allclose(out["energy"], e_train.detach().numpy(), rtol=0, atol=1e-9)
@@ -179,13 +167,7 @@ def test_torch_exported_element_networks_reproduce_energies_and_forces(trained) 
     store, model_dir = trained
     nets = load_atomic_energies(model_dir)
     assert set(nets) == {"Cu"}
-    hdnnp, _ = load_model(model_dir)
-    index = build_split_index(store, 0.0, 0.0, seed=0)
-    part = load_partition(store, 0, "acsf", ["Cu"], index, True)
-    batch = make_batch(
-        assemble([(part, s) for s in range(part.n_structures)]), ["Cu"], torch.float64
-    )
-    e_ref, f_ref = predict_batch(hdnnp, batch, forces=True)
+    batch, e_ref, f_ref = training_route(store, model_dir, 0, ["Cu"])
     assert batch.features is not None
     res = batch.features["Cu"]
     values = res.values.clone().requires_grad_(True)
