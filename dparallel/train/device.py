@@ -61,7 +61,8 @@ class Target:
         return model.to(device=self.device, dtype=self.dtype)
 
 
-def _gib(n: float) -> str:
+def gib(n: float) -> str:
+    """``n`` bytes as messages say them: ``"1.25 GiB"``."""
     return f"{n / 2**30:.2f} GiB"
 
 
@@ -80,13 +81,13 @@ def out_of_memory(
         parts.append(f"it tried to allocate {asked.group(1)}")
     try:
         free, total = device_memory(device)
-        parts.append(f"{_gib(free)} free of {_gib(total)}")
+        parts.append(f"{gib(free)} free of {gib(total)}")
     except Exception:  # noqa: BLE001 - the numbers are a courtesy, the advice is not
         pass
     if batch is not None:
         parts.append(
             f"the batch ({batch.n_structures} structures, {batch.n_atoms} atoms) holds "
-            f"{_gib(batch_nbytes(batch))}"
+            f"{gib(batch_nbytes(batch))}"
         )
     return DeviceError(
         "; ".join(parts) + ". Lower batch_size (--set batch_size=N), keep the data off the "

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from dparallel.errors import HostMemoryError
-from dparallel.train.device import device_memory
+from dparallel.train.device import device_memory, gib
 from dparallel.train.heap import trim_heap
 
 if TYPE_CHECKING:
@@ -88,14 +88,12 @@ def check_host_memory(reader: PartitionReader, spec: TrainingSpec, cache_bytes: 
     est = estimate_host_memory(reader, spec, cache_bytes)
     if est.total <= WARN_SHARE * est.available:
         return
-    gib = 2**30
     what = (
-        f"a streamed run holds at least {est.total / gib:.2f} GiB of data at once "
-        f"({est.partitions} decoded partitions of up to {est.partition / gib:.2f} GiB for "
+        f"a streamed run holds at least {gib(est.total)} of data at once "
+        f"({est.partitions} decoded partitions of up to {gib(est.partition)} for "
         f"the shuffle buffer ({spec.shuffle_buffer} structures), `prefetch` "
         f"({spec.prefetch}) and the partition cache, and a batch of "
-        f"{est.batch / gib:.2f} GiB), and {est.available / gib:.2f} GiB of host memory is "
-        "available"
+        f"{gib(est.batch)}), and {gib(est.available)} of host memory is available"
     )
     fix = (
         "lower `shuffle_buffer`, `prefetch` or `batch_size`, set DPARALLEL_TRAIN_CACHE_MB "
