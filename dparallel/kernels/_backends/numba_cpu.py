@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dparallel.kernels._backends.segments import segments
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -109,11 +111,8 @@ def _thread_budget() -> Iterator[None]:
 
 
 def _segments(key: Tensor, n_atoms: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stable sort order of ``key`` and CSR-style start offsets (N+1,) per atom."""
-    order = torch.argsort(key, stable=True)  # (P,)
-    counts = torch.bincount(key, minlength=n_atoms)  # (N,)
-    starts = torch.zeros(n_atoms + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=starts[1:])
+    """:func:`~dparallel.kernels._backends.segments.segments` as numpy arrays."""
+    order, starts = segments(key, n_atoms)
     return order.numpy(), starts.numpy()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from dparallel.kernels._backends.segments import segments
 from dparallel.kernels._backends.triton_env import interpreting
 
 if not torch.cuda.is_available() and not interpreting():
@@ -89,14 +90,6 @@ def _featsum_kernel(
     tl.store(OUT + j * n_feat + fs1, tl.sum(acc, 0), mask=fs1 < n_feat)
 
 
-def _segments(key: Tensor, n_atoms: int) -> tuple[Tensor, Tensor]:
-    """Stable order of ``key`` and (N + 1,) start offsets per atom."""
-    order = torch.argsort(key, stable=True)
-    starts = torch.zeros(n_atoms + 1, dtype=torch.int64, device=key.device)
-    torch.cumsum(torch.bincount(key, minlength=n_atoms), 0, out=starts[1:])
-    return order, starts
-
-
 def _f_block(n_feat: int) -> int:
     return min(64, triton.next_power_of_2(max(n_feat, 1)))
 
@@ -106,7 +99,7 @@ def envsum(sense: Tensor, feat: Tensor, pair_first: Tensor, pair_second: Tensor)
     n_atoms, n_feat = feat.shape
     n_nu = sense.shape[1]
     out = feat.new_zeros((n_atoms, n_nu, n_feat))
-    order, starts = _segments(pair_first, n_atoms)
+    order, starts = segments(pair_first, n_atoms)
     bf = _f_block(n_feat)
     _envsum_kernel[(n_atoms, triton.cdiv(n_feat, bf))](
         sense.contiguous(), feat.contiguous(), order, starts, pair_second.contiguous(), out,
@@ -132,7 +125,7 @@ def featsum(env: Tensor, sense: Tensor, pair_first: Tensor, pair_second: Tensor)
     """Per-neighbour featsum → (N, F)."""
     n_atoms, n_nu, n_feat = env.shape
     out = env.new_zeros((n_atoms, n_feat))
-    order, starts = _segments(pair_second, n_atoms)
+    order, starts = segments(pair_second, n_atoms)
     bf = _f_block(n_feat)
     _featsum_kernel[(n_atoms, triton.cdiv(n_feat, bf))](
         env.contiguous(), sense.contiguous(), order, starts, pair_first.contiguous(), out,
