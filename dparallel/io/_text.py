@@ -49,9 +49,10 @@ COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}
 _UNREADABLE = (OSError, EOFError, ValueError, lzma.LZMAError)  # what a damaged file raises
 
 
-def compression(location: Location) -> str | None:
-    """The file's compression suffix (``.gz``, ``.bz2``, ``.xz``) by its name, else None."""
-    name = location.name.lower()
+def compression(location: Location | str) -> str | None:
+    """The file's compression suffix (``.gz``, ``.bz2``, ``.xz``) by its name (a
+    location's, or a name given as such), else None."""
+    name = (location if isinstance(location, str) else location.name).lower()
     return next((suffix for suffix in COMPRESSIONS if name.endswith(suffix)), None)
 
 

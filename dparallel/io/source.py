@@ -89,12 +89,11 @@ def _refuse_compressed(location: Location) -> None:
             )
 
 
-def format_by_name(path: str | Path | Location) -> str | None:
-    """The format a file's name says: n2p2 for ``input.data``/``*.data``, extxyz for
-    ``*.xyz``/``*.extxyz`` (each also ``.gz``, ``.bz2``, ``.xz``); ``None``: the name does
-    not say (:func:`detect_format` then reads the file)."""
-    location = as_location(path)
-    name = location.name.lower().removesuffix(compression(location) or "")
+def format_by_name(name: str) -> str | None:
+    """The format a file's name (its last component) says: n2p2 for ``input.data`` or
+    ``*.data``, extxyz for ``*.xyz``/``*.extxyz`` (each also ``.gz``, ``.bz2``, ``.xz``);
+    ``None``: the name does not say (:func:`detect_format` then reads the file)."""
+    name = name.lower().removesuffix(compression(name) or "")
     if name == "input.data" or name.endswith(".data"):
         return "n2p2"
     if name.endswith((".xyz", ".extxyz")):
@@ -113,7 +112,7 @@ def detect_format(path: Path | Location) -> str:
     ``begin``/``comment``, extxyz for ``*.xyz``/``*.extxyz`` (each also ``.gz``, ``.bz2``,
     ``.xz``), else what ASE guesses (local files only)."""
     location = as_location(path)
-    by_name = format_by_name(location)
+    by_name = format_by_name(location.name)
     if by_name is not None:
         return by_name
     with open_stream(location) as f:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -124,7 +124,7 @@ class DatasetSpec(SpecModel):
             wrong = f"units is {self.units!r}"
         elif self.format is not None and format_name(self.format) != "extxyz":
             wrong = f"format is {self.format!r}"
-        elif self.format is None and format_by_name(self.path) == "n2p2":
+        elif self.format is None and format_by_name(PurePosixPath(self.path).name) == "n2p2":
             wrong = "the path's .data name is read as n2p2"
         elif self.energy_key not in (None, "energy") or self.forces_key not in (None, "forces"):
             wrong = "energy_key/forces_key name keys it does not write (energy, forces)"
