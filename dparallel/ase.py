@@ -111,6 +111,7 @@ class Calculator(_calc.Calculator):
         self.skin = skin
         self.neighbor_list = VerletList(self.model.cutoff, self.skin)
         self._last_batch: StructureBatch | None = None
+        self._stress_asked = False  # once True, every call on a periodic cell gives it
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -217,7 +218,10 @@ class Calculator(_calc.Calculator):
         properties: list[str] | None = None,
         system_changes: list[str] = _calc.all_changes,
     ) -> None:
-        """Compute the requested properties (energy, per-atom energies and forces at once)."""
+        """Compute the requested properties: energy, per-atom energies and forces at once;
+        once the stress has been asked for, with every later call on a 3-D periodic cell
+        too (~3 % of a call), so that NPT and cell relaxations, which ask for forces and
+        stress each step, get both from one call rather than two or three."""
         with self._lock:
             self._calculate(atoms, properties or ["energy"])
 
@@ -228,15 +232,18 @@ class Calculator(_calc.Calculator):
             self._remember(atoms)
             self.results = {}  # a direct call on changed atoms: no result of the old ones
         assert self.atoms is not None
-        want_stress = "stress" in properties
-        if want_stress and not all(self.atoms.pbc):
-            raise _calc.PropertyNotImplementedError("stress needs a 3-D periodic cell")
+        periodic = bool(self.atoms.pbc.all())
+        if "stress" in properties:
+            if not periodic:
+                raise _calc.PropertyNotImplementedError("stress needs a 3-D periodic cell")
+            self._stress_asked = True
+        with_stress = periodic and self._stress_asked
         batch = self._batch(self.atoms)
         with self._threads():
             out = self.model.predict(
                 batch,
                 forces=True,
-                stress=want_stress,
+                stress=with_stress,
                 neighbors=self.neighbor_list.neighbors(batch),
                 backend=self.backend,
             )
@@ -245,7 +252,7 @@ class Calculator(_calc.Calculator):
         self.results.update(
             energy=energy, free_energy=energy, energies=out["energies"], forces=out["forces"]
         )
-        if want_stress:
+        if with_stress:
             self.results["stress"] = full_3x3_to_voigt_6_stress(np.asarray(out["stress"][0]))
 
     def _batch(self, atoms: ase.Atoms) -> StructureBatch:

@@ -71,18 +71,24 @@ def test_calls_run_with_the_requested_torch_threads_and_restore_them(tmp_path) -
         torch.set_num_threads(previous)
 
 
-def test_recomputes_when_positions_numbers_cell_or_pbc_change_and_only_then(tmp_path) -> None:  # noqa: ANN001
+def _spied_calculator(tmp_path):  # noqa: ANN001, ANN202
+    """(model dir, its calculator, the ``stress`` argument of each model call it makes)."""
     model_dir = write_model_dir(tmp_path, hco_acsf())
     export_model(model_dir, artifacts=False)
     calc = Calculator(model_dir)
-    calls = []
+    calls: list[bool] = []
     predict = calc.model.predict
 
     def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        calls.append(1)
+        calls.append(kwargs["stress"])
         return predict(*args, **kwargs)
 
     calc.model.predict = spy
+    return model_dir, calc, calls
+
+
+def test_recomputes_when_positions_numbers_cell_or_pbc_change_and_only_then(tmp_path) -> None:  # noqa: ANN001
+    model_dir, calc, calls = _spied_calculator(tmp_path)
     atoms = next(_trajectory()).copy()
     atoms.calc = calc
 
@@ -251,3 +257,34 @@ def test_calculate_on_changed_atoms_keeps_no_result_of_the_old_ones(tmp_path) ->
     strain_fd /= atoms.get_volume()
     atoms.calc = calc
     np.testing.assert_allclose(atoms.get_stress(voigt=False), strain_fd, rtol=0, atol=3e-7)
+
+
+def test_once_asked_for_the_stress_comes_with_the_forces(tmp_path) -> None:  # noqa: ANN001
+    """ASE's NPT asks for forces, then the stress, of every state: after the first stress
+    each step costs one model call, not two; plain MD (forces only) pays for no stress.
+    The stress so given is ASE's numerical one."""
+    from ase import units
+    from ase.calculators.fd import calculate_numerical_stress
+
+    try:
+        from ase.md.melchionna import MelchionnaNPT as NPT
+    except ImportError:  # older ase: the same integrator under its old name
+        from ase.md.npt import NPT
+
+    model_dir, calc, calls = _spied_calculator(tmp_path)
+    atoms = next(_trajectory()).copy()
+    atoms.calc = calc
+    atoms.get_forces()
+    assert calls == [False]
+    atoms.get_stress()
+    assert calls == [False, True]
+    npt = NPT(atoms, 0.5 * units.fs, temperature_K=300, externalstress=0.0,
+              ttime=25 * units.fs, pfactor=(75 * units.fs) ** 2 * 100 * units.GPa)  # fmt: skip
+    npt.run(1)
+    before, steps = len(calls), 4
+    npt.run(steps)
+    assert calls[before:] == [True] * steps
+    strained = atoms.copy()
+    strained.calc = Calculator(model_dir)
+    fd = calculate_numerical_stress(strained, eps=1e-6)
+    np.testing.assert_allclose(atoms.get_stress(), fd, rtol=0, atol=3e-7)
