@@ -40,3 +40,83 @@ def water() -> Path:
     if not (WATER / "input.nn").is_file() or not (WATER / "input.data").is_file():
         pytest.skip(f"n2p2's water example not found at {WATER} (set N2P2_WATER)")
     return WATER
+
+
+def _mount(*argv: str) -> str | None:
+    """Run ``mount``/``umount`` with ``argv``; why it failed, or ``None``."""
+    import subprocess
+
+    done = subprocess.run(argv, capture_output=True, text=True)
+    return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path):
+    """``tmpfs(size)``: a new tmpfs of ``size`` (``"120k"``, ``"1m"``) mounted at a new
+    folder of ``tmp_path``, unmounted after the test; ``tmpfs.resize(folder, size)`` remounts
+    it (room freed or taken away), ``tmpfs.fill(folder)`` takes all its room. Needs root and
+    mount permission; skips otherwise."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        folder = tmp_path / f"tmpfs{len(mounted)}"
+        folder.mkdir()
+        why = _mount("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder))
+        if why is not None:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {why}")
+        mounted.append(folder)
+        return folder
+
+    def resize(folder: Path, size: str) -> None:
+        why = _mount("mount", "-o", f"remount,size={size}", str(folder))
+        assert why is None, why
+
+    def fill(folder: Path) -> None:
+        """Take every free byte of the tmpfs at ``folder`` (a file ``filler`` in it)."""
+        import errno
+
+        fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for block in (1 << 20, 4096, 1):  # the last partial page too
+                while True:
+                    try:
+                        os.write(fd, b"\0" * block)
+                    except OSError as exc:
+                        assert exc.errno == errno.ENOSPC, exc
+                        break
+        finally:
+            os.close(fd)
+
+    mount.resize = resize  # type: ignore[attr-defined]
+    mount.fill = fill  # type: ignore[attr-defined]
+    try:
+        yield mount
+    finally:
+        for folder in reversed(mounted):
+            _mount("umount", "-l", str(folder))
+
+
+@pytest.fixture
+def read_only_view(tmp_path: Path):
+    """``read_only_view(folder)``: ``folder`` seen through a read-only bind mount (writes
+    there fail with EROFS, as on a shared dataset); unmounted after the test. Needs root
+    and mount permission; skips otherwise."""
+    mounted: list[Path] = []
+
+    def view(folder: Path) -> Path:
+        target = tmp_path / f"ro{len(mounted)}" / folder.name
+        target.mkdir(parents=True)
+        why = _mount("mount", "--bind", str(folder), str(target))
+        if why is not None:
+            pytest.skip(f"cannot bind-mount here (needs root): {why}")
+        mounted.append(target)
+        why = _mount("mount", "-o", "remount,ro,bind", str(target))
+        if why is not None:
+            pytest.skip(f"cannot remount a bind mount read-only here: {why}")
+        return target
+
+    try:
+        yield view
+    finally:
+        for target in reversed(mounted):
+            _mount("umount", "-l", str(target))

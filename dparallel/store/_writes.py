@@ -93,10 +93,8 @@ class StoreWrites(OpenedStore):
 
     # ------------------------------------------------------------ metadata
     def update_attrs(self, values: Mapping[str, Any]) -> None:
-        """Add client-written summaries (e.g. ``statistics``) to the root attributes.
-
-        Only the client writes these (one writer); identity keys cannot be changed.
-        """
+        """Add client-written summaries (e.g. ``statistics``) to the root attributes (only
+        the client writes these: one writer); identity keys cannot be changed."""
         if self.mode == "r":
             raise StoreError(f"{self.location} is open read-only")
         clash = sorted(_IDENTITY_ATTRS & set(values))
@@ -112,7 +110,7 @@ class StoreWrites(OpenedStore):
         before = document.read_bytes()
         try:
             self._root.attrs["dparallel"] = meta
-        except OSError:
+        except OSError as exc:
             # a full disk can leave zarr.json truncated (zarr wrote it in place), and a store
             # without its root document is no store at all: put the old one back (its freed
             # blocks are room) unless it is untouched (a read-only store); report the failure
@@ -124,6 +122,9 @@ class StoreWrites(OpenedStore):
                         restore_in_place(document, before)
             except OSError:
                 log.error("%s could not be restored; the store needs it", document)
+            from dparallel._files import raise_if_disk_full  # zarr's error names no file
+
+            raise_if_disk_full(exc, document, None)
             raise
         self._meta = meta
 

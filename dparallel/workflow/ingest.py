@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from dparallel.errors import ArgumentTypeError, InputFormatError
+from dparallel._files import raise_if_disk_full
+from dparallel.errors import ArgumentTypeError, DiskFullError, InputFormatError
 from dparallel.io import StructureSource, open_source
 from dparallel.store import (
     Store,
@@ -165,6 +166,10 @@ def ingest(
                 n_skipped += ingest_partition(source, store, int(p))["n_skipped"]
             except InputFormatError as exc:  # the partitions done before it are kept
                 exc.kept_in = str(store_path)
+                raise
+            except OSError as exc:  # zarr's own writes (a group, its attributes) name no file
+                if not isinstance(exc, DiskFullError):
+                    raise_if_disk_full(exc, str(store_path), None)
                 raise
             if options.progress is not None:
                 options.progress(already + k + 1, store.n_partitions)

@@ -67,21 +67,9 @@ def _error_lines(stderr: str) -> list[str]:
 
 
 @pytest.fixture
-def tiny_disk(tmp_path: Path):
+def tiny_disk(tmpfs):
     """A 1 MiB tmpfs (needs root and mount permission; skipped otherwise)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    return tmpfs("1m")
 
 
 def test_full_disk_is_one_line_and_a_rerun_with_space_finishes(files, tiny_disk) -> None:

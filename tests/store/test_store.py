@@ -350,6 +350,25 @@ def test_a_complete_store_records_what_info_sums_and_info_reads_it(tmp_path, mon
     assert info["n_structures"] == 8 and [r["index"] for r in info["skipped"]] == [3, 8]
 
 
+def test_a_full_disk_under_the_root_attributes_names_the_store_and_keeps_them(xyz, tmpfs):
+    """The client's summaries (featurize's statistics, the summary that ends a run) on a
+    real full disk: zarr's bare "[Errno 28] No space left on device", naming no file, was
+    the whole CLI line; now one DiskFullError names the store's root document, which still
+    holds what it held."""
+    disk = tmpfs("2m")
+    ingest(xyz, disk / "s.zarr", IngestOptions(partition_atoms=40))
+    store = open_store(disk / "s.zarr", mode="r+")
+    before = dict(store.attrs)
+    tmpfs.fill(disk)
+    from dparallel.errors import DiskFullError
+
+    with pytest.raises(DiskFullError) as info:
+        store.update_attrs({"statistics": {"x": list(range(5000))}})
+    assert str(info.value).startswith(f"{disk / 's.zarr' / 'zarr.json'}: no space left")
+    (disk / "filler").unlink()
+    assert dict(open_store(disk / "s.zarr").attrs) == before
+
+
 @pytest.mark.parametrize("aside", [False, True])
 def test_a_full_disk_while_the_layout_is_made_names_the_store(tmp_path, xyz, monkeypatch, aside):
     """zarr's own writes of the store's layout (its zarr.json documents) on a full disk

@@ -6,6 +6,7 @@ import ase.io
 import numpy as np
 import pytest
 
+from dparallel.errors import DiskFullError
 from dparallel.io import open_source
 from dparallel.io.synthetic import random_structures
 from dparallel.store import open_store
@@ -98,3 +99,28 @@ def test_ingest_with_label_keys_stores_them_and_resumes_only_with_them(tmp_path,
             ingest(path, out, IngestOptions(partition_atoms=30, **other))
     ingest(path, out, IngestOptions(partition_atoms=30, overwrite=True))
     assert np.isnan(open_store(out).read_structures().energy).all()  # the default keys: none
+
+
+@pytest.mark.slow
+def test_a_full_disk_anywhere_names_the_store_and_a_rerun_with_room_finishes(tmp_path, rng, tmpfs):
+    """A disk that fills at each point of an ingest (tmpfs sizes one partition's files
+    apart) is one DiskFullError naming the store or its file, never zarr's bare "[Errno 28]
+    No space left on device" (it was so where zarr itself wrote a partition's group); with
+    room again, the same ingest resumes to what ASE reads from the file."""
+    path = tmp_path / "d.xyz"
+    ase.io.write(path, random_structures(4, rng, max_atoms=12), format="extxyz")
+    ref = StructureBatch.from_ase(ase.io.read(path, ":"))
+    for kb in range(64, 240, 8):  # a partition's files take ~100 kB of tmpfs pages
+        disk = tmpfs(f"{kb}k")
+        out = disk / "s.zarr"
+        try:
+            ingest(path, out, IngestOptions(partition_atoms=12))
+        except DiskFullError as exc:
+            assert str(out) in str(exc), (kb, str(exc))
+        else:
+            break  # it all fitted
+        tmpfs.resize(disk, "20m")
+        ingest(path, out, IngestOptions(partition_atoms=12))
+        assert open_store(out).read_structures().equals(ref), kb
+    else:
+        pytest.fail("the store never fitted: the sizes tried are too small")
