@@ -418,4 +418,10 @@ def add_source_arguments(parser: argparse.ArgumentParser, name: str = "input") -
         help="replace a dparallel store made from another source or config (never anything "
         "that is not a dparallel store)",
     )
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="first read every chunk of the store's done partitions (as info --verify) and "
+        "compute again those with a chunk missing, unreadable or not finite",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")

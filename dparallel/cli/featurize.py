@@ -153,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         forces_key=args.forces_key,
         partition_atoms=args.partition_atoms,
         overwrite=args.overwrite,
+        repair=args.repair,
         protect=(args.descriptors or args.workflow,),
         torch_threads=args.torch_threads,
         progress=FeaturizeProgress(quiet=args.quiet),

@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         forces_key=args.forces_key,
         partition_atoms=args.partition_atoms,
         overwrite=args.overwrite,
+        repair=args.repair,
         progress=progress,
     )
     try:
@@ -176,7 +177,12 @@ def verify_lines(checked: Verification) -> list[str]:
     out = [
         f"verify       FAILED: {counts}, in {damaged} of "
         f"{checked.partitions} done partitions ({where} read){caveat}; the store is damaged: "
-        f"{checked.made_by} the store again with --overwrite"
+        + (
+            f"{checked.made_by} the store again with --overwrite"
+            if any(p.partition is None for p in checked.problems)
+            else f"rerun the {checked.made_by} that made it with --repair to compute only the "
+            "damaged partitions again"
+        )
     ]
     out += [f"  {p.line()}" for p in checked.problems[:SHOWN_PROBLEMS]]
     if len(checked.problems) > SHOWN_PROBLEMS:

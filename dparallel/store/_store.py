@@ -6,6 +6,7 @@ See docs/store-format.md for the layout (:mod:`~dparallel.store._layout`), and
 
 from __future__ import annotations
 
+from dparallel.errors import StoreError
 from dparallel.store._layout import FORMAT_VERSION, SOURCE_IDENTITY_KEYS
 from dparallel.store._reads import StoreReads
 from dparallel.store._writes import StoreWrites
@@ -22,3 +23,20 @@ class Store(StoreWrites, StoreReads):
     :mod:`~dparallel.store._direct`). Picklable (path or zarr store, and mode), so a task
     can receive it and write its own partition.
     """
+
+    def redo_damaged(self) -> list[int]:
+        """Verify the store (:meth:`verify`, ``dparallel info --verify``) and mark not done
+        every done partition with a chunk missing, unreadable or not finite, so a resumed
+        ``featurize`` or ``ingest`` computes it again (``--repair``); returns them. A damage
+        no partition owns (a group's ``zarr.json`` of the layout) is a
+        :class:`~dparallel.errors.StoreError`: only making the store again mends it."""
+        checked = self.verify()
+        if whole := [q for q in checked.problems if q.partition is None]:
+            raise StoreError(
+                f"{self.location}: {whole[0].line()}, which no partition owns, so computing "
+                f"partitions again cannot mend it: {self.remake}"
+            )
+        damaged = sorted({int(q.partition) for q in checked.problems if q.partition is not None})
+        for p in damaged:
+            self.clear_done(p)
+        return damaged

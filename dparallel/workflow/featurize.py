@@ -46,7 +46,7 @@ from dparallel.workflow.featurize_plan import (
 )
 from dparallel.workflow.featurize_task import featurize_partition, recorded_report
 from dparallel.workflow.featurize_worker_preload import featurize_connect_options
-from dparallel.workflow.ingest import ingest_config, open_options
+from dparallel.workflow.ingest import ingest_config, open_options, repair
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -86,7 +86,9 @@ class FeaturizeOptions:
     partitions than workers), and a store of this source and config is resumed
     whatever its partitioning. ``overwrite``: replace a dparallel store made from another
     source or config instead of refusing (never anything that is not a dparallel store).
-    ``protect``: files besides the source that the store path may not be or hold.
+    ``repair``: verify a store being resumed (``dparallel info --verify``) and compute its
+    damaged done partitions again. ``protect``: files besides the source that the store
+    path may not be or hold.
     ``client``, ``cluster``, ``scheduler``, ``scheduler_file``: where to run
     (:func:`dparallel.cluster.connect`; default: a local multi-process cluster);
     ``connecting``: a connection already being made for this run
@@ -106,6 +108,7 @@ class FeaturizeOptions:
     forces_key: str | None = None
     partition_atoms: int | None = None
     overwrite: bool = False
+    repair: bool = False
     protect: tuple[str | os.PathLike[str], ...] = ()
     client: Any = None
     cluster: Any = None
@@ -241,6 +244,8 @@ def prepare_featurize(
         if named is exc:
             raise
         raise named from exc
+    if options.repair:
+        repair(store)
     _redo_unreported(store)
     return source, store
 

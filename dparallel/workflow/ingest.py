@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,6 +23,7 @@ from dparallel.store import (
     plan_partitions,
     publish_store,
     refuse_foreign_target,
+    target_path,
 )
 from dparallel.store.plan import MAX_PARTITION_ATOMS, given_partition_atoms
 
@@ -38,6 +40,7 @@ __all__ = [
     "ingest_partition",
     "open_options",
     "prepare_ingest",
+    "repair",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,6 +60,7 @@ class IngestOptions:
     forces_key: str | None = None
     partition_atoms: int | None = MAX_PARTITION_ATOMS  # None: MAX_PARTITION_ATOMS too
     overwrite: bool = False  # replace a store of another source or config, not refuse
+    repair: bool = False  # verify a resumed store first, write its damaged partitions again
     protect: Iterable[str | os.PathLike[str]] = ()  # files the store path may not be or hold
     progress: Callable[[int, int], None] | None = field(default=None, compare=False)
 
@@ -105,7 +109,7 @@ def prepare_ingest(
     given = given_partition_atoms(options.partition_atoms)
     partition_atoms = MAX_PARTITION_ATOMS if given is None else given
     plan = plan_partitions(source.atom_counts, partition_atoms)
-    return create_store(
+    store = create_store(
         store_path,
         source_fingerprint=source.fingerprint(),
         plan=plan,
@@ -114,6 +118,22 @@ def prepare_ingest(
         protect=options.protect,
         aside=True,
     )
+    if options.repair:
+        repair(store)
+    return store
+
+
+def repair(store: Store) -> None:
+    """``--repair``: verify ``store`` (``dparallel info --verify``) and mark its damaged done
+    partitions not done, so this run writes them again (a warning names them)."""
+    damaged = store.redo_damaged()
+    if damaged:
+        shown = ", ".join(map(str, damaged[:10])) + (", …" if len(damaged) > 10 else "")
+        warnings.warn(
+            f"{target_path(store)}: computing again the done partitions with a chunk "
+            f"missing, unreadable or not finite ({len(damaged)}): {shown}",
+            stacklevel=2,
+        )
 
 
 def ingest_partition(source: StructureSource, store: Store, p: int) -> dict[str, Any]:

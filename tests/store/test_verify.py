@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import replace
 
 import pytest
 import zarr
 from hco import hco_descriptors, write_hco_structures
+from same_arrays import assert_same_arrays
 
 from dparallel.cli.main import main
+from dparallel.errors import StoreError
 from dparallel.store import open_store
+from dparallel.workflow import featurize as featurize_mod
 from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 from dparallel.workflow.ingest import IngestOptions, ingest
 
@@ -149,7 +153,10 @@ def test_an_ingested_store_verifies_its_structures(data, tmp_path, capsys):
     code, out = _verify(tmp_path / "s.zarr", capsys)
     assert code == 1
     assert out.splitlines()[-1] == "  partition 1: partitions/n_atoms: chunk c.1 missing"
-    assert "damaged: ingest the store again with --overwrite" in out  # what made it
+    assert out.splitlines()[-2].endswith(  # what made it, and that it mends this
+        "damaged: rerun the ingest that made it with --repair to compute only the damaged "
+        "partitions again"
+    )
     # a store without the summary (an earlier version's): info needs that chunk
     _as_an_older_version(tmp_path / "s.zarr", "summary")
     assert main(["info", str(tmp_path / "s.zarr")]) == 2
@@ -213,7 +220,8 @@ def test_a_feature_value_that_is_not_finite_is_listed(featurized, capsys, value)
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("verify"))
     assert lines[start].startswith("verify       FAILED: 0 missing, 0 unreadable, 1 not finite")
-    assert lines[start].endswith("damaged: featurize the store again with --overwrite")
+    assert lines[start].endswith("rerun the featurize that made it with --repair to compute "
+                                 "only the damaged partitions again")  # fmt: skip
     assert lines[start + 1 :] == [
         "  partition 1: parts/1/features/acsf/H/values: chunk c.0.0 not finite: 1 values not "
         "finite or beyond ±3.4e+38"
@@ -263,3 +271,59 @@ def test_a_store_without_its_structures_group_document_is_not_one_xarray_opens(f
     assert any(
         p.array == "structures" and p.group for p in open_store(featurized).verify().problems
     )
+
+
+def test_repair_computes_the_damaged_partitions_again_and_only_them(
+    featurized, pristine, data, capsys, monkeypatch
+):
+    """A done partition's chunk deleted, cut short (a write killed on a filesystem without
+    atomic renames, a disk) or holding a NaN: ``info --verify`` listed it and said to
+    featurize the whole store again with --overwrite, and a rerun of the same featurize
+    kept it as done. ``--repair`` verifies first and computes those partitions again, to
+    the arrays the undamaged store holds."""
+    _chunk(featurized / "structures" / "positions", 2, 0).unlink()
+    torn = _chunk(featurized / "parts" / "0" / "features" / "acsf" / "C" / "values", 0, 0)
+    torn.write_bytes(torn.read_bytes()[:20])
+    values = zarr.open_array(
+        str(featurized / "parts" / "1" / "features" / "acsf" / "H" / "values"), mode="r+"
+    )
+    values[0, 1] = float("nan")
+    options = FeaturizeOptions(partition_atoms=30)
+    featurize_in_process(data, featurized, _dset(), options)  # a plain rerun: kept as done
+    assert [p.partition for p in open_store(featurized).verify().problems] == [0, 1, 2]
+    assert _verify(featurized, capsys)[1].count("with --repair to compute only the damaged") == 1
+
+    computed: list[int] = []
+    real = featurize_mod.featurize_partition
+    monkeypatch.setattr(
+        featurize_mod,
+        "featurize_partition",
+        lambda source, store, p, d: computed.append(p) or real(source, store, p, d),
+    )
+    with pytest.warns(UserWarning, match=r"not finite \(3\): 0, 1, 2$"):
+        featurize_in_process(data, featurized, _dset(), replace(options, repair=True))
+    assert computed == [0, 1, 2]
+    assert open_store(featurized).verify().ok
+    assert_same_arrays(pristine, featurized)
+
+
+def test_repair_refuses_a_damage_no_partition_owns(featurized, data):
+    """A layout group's document (``structures/zarr.json``) is no partition's to write
+    again: only making the store again mends it, and the error says so."""
+    (featurized / "structures" / "zarr.json").unlink()
+    options = FeaturizeOptions(partition_atoms=30, repair=True)
+    with pytest.raises(StoreError, match=r"store: structures: group missing .*which no partition "
+                       r"owns.*featurize the store again with --overwrite"):  # fmt: skip
+        featurize_in_process(data, featurized, _dset(), options)
+
+
+def test_an_ingest_with_repair_writes_a_lost_chunk_again(data, tmp_path, capsys):
+    ingest(data, tmp_path / "s.zarr", IngestOptions(partition_atoms=30))
+    before = open_store(tmp_path / "s.zarr").read_structures()
+    _chunk(tmp_path / "s.zarr" / "structures" / "forces", 1, 0).write_bytes(b"\0" * 7)
+    argv = ["ingest", str(data), "-o", str(tmp_path / "s.zarr"), "--partition-atoms", "30"]
+    assert main([*argv, "--repair", "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: " in err and "unreadable or not finite (1): 1\n" in err
+    store = open_store(tmp_path / "s.zarr")
+    assert store.verify().ok and store.read_structures().equals(before)

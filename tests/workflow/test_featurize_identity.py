@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import ase.io
 import numpy as np
 import pytest
-import zarr
+from same_arrays import assert_same_arrays
 
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.n2p2.input_data import write_input_data
@@ -37,28 +37,6 @@ def _descriptor_set() -> DescriptorSet:
     dset = DescriptorSet(acsf=acsf, neighbor_sum=sums, derivatives=True)
     assert dset.uses_torch  # so the "t2" case below runs torch on 2 threads
     return dset
-
-
-def _arrays(path: Path) -> dict[str, np.ndarray]:
-    """Every array of the zarr group at ``path`` by its path (no attributes: run metadata)."""
-    out: dict[str, np.ndarray] = {}
-
-    def walk(group: zarr.Group, prefix: str) -> None:
-        for name, array in group.arrays():
-            out[prefix + name] = array[...]
-        for name, sub in group.groups():
-            walk(sub, f"{prefix}{name}/")
-
-    walk(zarr.open_group(path, mode="r"), "")
-    return out
-
-
-def _assert_same_arrays(a: Path, b: Path) -> None:
-    ours, theirs = _arrays(a), _arrays(b)
-    assert sorted(ours) == sorted(theirs)
-    for name, value in ours.items():
-        assert value.dtype == theirs[name].dtype, name
-        assert np.array_equal(value, theirs[name], equal_nan=value.dtype.kind == "f"), name
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +72,7 @@ def test_compressed_n2p2_and_more_threads_give_the_stores_arrays(dataset, client
     assert n2p2.read_text().startswith("begin")
     for name, source, threads in [("gz", packed, 1), ("n2p2", n2p2, 1), ("t2", dataset, 2)]:
         out = _featurize(source, tmp_path / f"{name}.zarr", client, threads)
-        _assert_same_arrays(reference, out)
+        assert_same_arrays(reference, out)
         assert open_store(out).attrs["statistics"] == open_store(reference).attrs["statistics"]
 
 
