@@ -10,6 +10,7 @@ staleness and takeover rules: docs/store-format.md ("The lease: one writer per s
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -300,11 +301,27 @@ class StoreLease:
         self._hold()
         return self
 
+    def _created(self) -> bool:
+        """:meth:`_create`, its folder made first; a folder that cannot be written (a
+        read-only filesystem, a shared dataset) is a :class:`StoreError` saying so."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return self._create()
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            folder = next(p for p in self.path.parents if p.exists())
+            raise StoreError(
+                f"cannot write {self.store}: {exc.strerror or exc} ({exc.filename or self.path}): "
+                f"{self.command or 'a run'} writes it, and its lease {self.path.name} beside it, "
+                f"so it needs write access to {folder}; reading a store (info, info --verify, "
+                "train, evaluate) needs none: choose a writable output path"
+            ) from None
+
     def _take(self) -> None:
         """Create the lock file, breaking a stale one, or raise :class:`StoreBusyError`."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(5):
-            if self._create():
+            if self._created():
                 break
             holder = self._read()
             if holder is None:

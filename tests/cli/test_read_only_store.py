@@ -1,0 +1,59 @@
+"""A store on a read-only filesystem (a shared dataset a user can only read): read and
+trained from without a write; a command that would write it says in one line what needs
+write access. Needs root for the read-only bind mount (skipped otherwise)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from hco import hco_descriptors, write_hco_structures
+
+from dparallel.cli.main import main
+from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """A folder holding a structure file and its featurized store."""
+    folder = tmp_path_factory.mktemp("shared")
+    data = write_hco_structures(folder / "data.xyz", seed=3)
+    featurize_in_process(data, folder / "f.zarr", hco_descriptors(), FeaturizeOptions())
+    for cache in folder.glob("*.dpindex.npz"):
+        cache.unlink()  # as a dataset shared without it: a reader's index goes elsewhere
+    return folder
+
+
+def _listing(folder):
+    return sorted((str(p.relative_to(folder)), p.stat().st_mtime_ns) for p in folder.rglob("*"))
+
+
+def test_a_read_only_store_is_summarised_verified_and_trained_from(
+    dataset, read_only_view, tmp_path, capsys
+):
+    before = _listing(dataset)
+    store = read_only_view(dataset) / "f.zarr"
+    assert main(["info", str(store)]) == 0
+    assert main(["info", str(store), "--verify"]) == 0
+    model = tmp_path / "m"
+    small = ["--set", "epochs=1", "--set", "hidden=[4]", "-q"]
+    assert main(["train", str(store), "-o", str(model), *small]) == 0, capsys.readouterr().err
+    assert (model / "model.pt").is_file() and _listing(dataset) == before
+
+
+def test_writing_a_read_only_store_says_what_needs_write_access(
+    dataset, read_only_view, tmp_path, capsys
+):
+    """It was "Read-only file system: STORE.lock", naming a file the user never asked for;
+    now the store, the folder that must be writable, and that reading needs none."""
+    shared = read_only_view(dataset)
+    data = tmp_path / "data.xyz"
+    shutil.copy(dataset / "data.xyz", data)
+    for target in (shared / "f.zarr", shared / "new" / "s.zarr"):
+        assert main(["ingest", str(data), "-o", str(target), "-q"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"dparallel ingest: error: cannot write {target}: Read-only file")
+        assert f"needs write access to {shared}; reading a store" in err, err
+        assert "\n" not in err
