@@ -29,3 +29,13 @@ def write_hco_structures(path: Path, seed: int, n: int = 12) -> Path:
                                elements=(1, 6, 8))  # fmt: skip
     ase.io.write(path, frames, format="extxyz")
     return path
+
+
+def featurized_hco(folder: Path, seed: int = 3) -> Path:
+    """``folder/data.xyz`` (:func:`write_hco_structures`) featurized in this process into
+    ``folder/f.zarr`` (:func:`hco_descriptors`); returns the store."""
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+    data = write_hco_structures(folder / "data.xyz", seed=seed)
+    featurize_in_process(data, folder / "f.zarr", hco_descriptors(), FeaturizeOptions())
+    return folder / "f.zarr"

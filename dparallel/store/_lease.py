@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from dparallel._files import raise_if_disk_full
 from dparallel.config import env_number
 from dparallel.errors import StoreBusyError, StoreError, UnsafePathError
 from dparallel.io.location import Location, as_location
@@ -303,11 +304,13 @@ class StoreLease:
 
     def _created(self) -> bool:
         """:meth:`_create`, its folder made first; a folder that cannot be written (a
-        read-only filesystem, a shared dataset) is a :class:`StoreError` saying so."""
+        read-only filesystem, a shared dataset) is a :class:`StoreError` saying so, a full
+        disk a :class:`~dparallel.errors.DiskFullError` naming the lock file."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             return self._create()
         except OSError as exc:
+            raise_if_disk_full(exc, self.path, None)  # a bare ENOSPC names no file
             if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise
             folder = next(p for p in self.path.parents if p.exists())

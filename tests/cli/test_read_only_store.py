@@ -7,10 +7,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from hco import hco_descriptors, write_hco_structures
+from hco import featurized_hco
 
 from dparallel.cli.main import main
-from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -18,9 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """A folder holding a structure file and its featurized store."""
-    folder = tmp_path_factory.mktemp("shared")
-    data = write_hco_structures(folder / "data.xyz", seed=3)
-    featurize_in_process(data, folder / "f.zarr", hco_descriptors(), FeaturizeOptions())
+    folder = featurized_hco(tmp_path_factory.mktemp("shared")).parent
     for cache in folder.glob("*.dpindex.npz"):
         cache.unlink()  # as a dataset shared without it: a reader's index goes elsewhere
     return folder

@@ -126,7 +126,10 @@ def test_a_lock_file_that_cannot_be_written_is_not_left_behind(tmp_path, monkeyp
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(lease_module.json, "dump", full)
-    with pytest.raises(OSError, match="No space left"):
+    from dparallel.errors import DiskFullError
+
+    # a bare "[Errno 28] No space left on device" named no file: it names the lock file now
+    with pytest.raises(DiskFullError, match=r"s\.zarr\.lock: no space left on the device"):
         StoreLease(tmp_path / "s.zarr").acquire()
     assert not lease_path(tmp_path / "s.zarr").exists()
     assert held_lease(tmp_path / "s.zarr") is None
