@@ -54,3 +54,29 @@ def test_writing_a_read_only_store_says_what_needs_write_access(
         assert err.startswith(f"dparallel ingest: error: cannot write {target}: Read-only file")
         assert f"needs write access to {shared}; reading a store" in err, err
         assert "\n" not in err
+
+
+def test_a_folder_of_another_user_says_what_needs_write_access(dataset, tmp_path):
+    """The same for permission denied: a folder of mode 0555 (root's), written by a process
+    without root's override of file modes (``setpriv`` drops it; skipped where it cannot)."""
+    import os
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to drop the override of file modes")
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    folder.chmod(0o555)
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+    argv = [sys.executable, "-m", "dparallel", "ingest", str(dataset / "data.xyz"), "-o"]
+    done = subprocess.run(
+        [*drop, *argv, str(folder / "s.zarr"), "-q"], capture_output=True, text=True, timeout=120
+    )
+    if "setpriv:" in done.stderr:
+        pytest.skip(f"setpriv cannot drop capabilities here: {done.stderr.strip()}")
+    err = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in err, err
+    assert err.startswith(f"dparallel ingest: error: cannot write {folder / 's.zarr'}: Permission")
+    assert f"needs write access to {folder}; reading a store" in err
+    assert not list(folder.iterdir())
