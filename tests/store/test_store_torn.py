@@ -68,7 +68,9 @@ def test_full_disk_while_updating_the_root_keeps_the_old_document(store_path, mo
         return original(path, value, *args, **kwargs)
 
     monkeypatch.setattr(local, "_put", full)
-    with pytest.raises(OSError, match="No space left"):
+    from dparallel.errors import DiskFullError
+
+    with pytest.raises(DiskFullError, match=r"s\.zarr/zarr\.json: no space left on the device"):
         store.update_attrs({"statistics": {"x": 1}})
     monkeypatch.undo()
     assert document.read_bytes() == before
