@@ -2,15 +2,17 @@
 
 The engine :meth:`dparallel.deploy.DeployedModel.predict` takes on the CPU when the ACSF
 backend is numba (:func:`acsf_engine`): float64 tanh networks run inside the kernel (per
-central atom: descriptors, ∂E/∂G, forces and virial at once); otherwise per central element
-the kernel's values and ∂G/∂r_ij, the networks (numpy, or torch autograd), then one compiled
-pass into forces and virial (:mod:`dparallel.kernels.pair_forces`). The element bookkeeping
+central atom: descriptors, ∂E/∂G, forces and virial at once); otherwise per central element,
+block by block of its atoms (:data:`BLOCK_BYTES` of ∂G/∂r at once, whatever the cell's
+size), the kernel's values and ∂G/∂r_ij, the networks (numpy, or torch autograd), then one
+compiled pass into forces and virial (:mod:`dparallel.kernels.pair_forces`). The element bookkeeping
 is computed once per neighbour list (a Verlet list keeps its pairs for many MD steps). Same
 numbers as the torch route (tested against autograd and finite differences).
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -23,9 +25,19 @@ from dparallel.kernels.pair_forces import add_pair_forces
 from dparallel.kernels.pair_select import ElementPairs
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from dparallel.neighbors import Neighbors
     from dparallel.nn import HDNNP
     from dparallel.types import StructureBatch
+
+
+#: ∂G/∂r bytes the unfused route (float32, activations other than tanh) holds at once per
+#: element: :meth:`ACSFForces.descriptors` computes a cell's centres block by block. Every
+#: pair's at once took 15 kB more per atom than the fused route on fcc Cu with 12 functions
+#: (2.8 GB against 1.3 GB peak on 10^5 atoms, docs/deploy.md); blocks of this size made
+#: that route's peak the fused one's, at no cost in CPU time.
+BLOCK_BYTES = 16 * 2**20
 
 
 class _Layout(NamedTuple):
@@ -183,6 +195,7 @@ class ACSFForces:
             e: _TanhNetwork.of(model, k, e) for k, e in enumerate(model.elements)
         }  # None: that element's network runs through torch autograd
         self.fuse = True  # float64 numpy networks: energy and forces in one kernel pass
+        self.block_bytes = BLOCK_BYTES  # ∂G/∂r held at once per element (unfused route)
 
     def layout(self, batch: StructureBatch, nb: Neighbors) -> _Layout:
         """The element bookkeeping of ``nb``: reused while the neighbour list is the same."""
@@ -226,31 +239,25 @@ class ACSFForces:
             and all(self.networks[e] is not None for e in self.model.elements)
         ):
             return self._fused(batch, nb, forces, stress)
-        lay = self.layout(batch, nb)
-        np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
-        pf, ps = nb.pair_first, nb.pair_second
-        per_element = self.descriptors(batch, nb, need)
-        atomic, de_dg = self._networks(per_element, need)
-        sidx = batch.structure_index
+        pf, ps, sidx = nb.pair_first, nb.pair_second, batch.structure_index
         per_atom = np.zeros(batch.n_atoms)  # float64, as the reference energies
-        for k, e, *_ in per_element:
-            per_atom[lay.atoms[k]] = atomic[e]
+        grad = np.zeros((batch.n_atoms, 3))  # ∂E/∂r, eV/Å
+        virial = np.zeros((batch.n_structures if stress else 0, 3, 3))
+        for k, e, rows, sel, center, values, groups in self.descriptors(batch, nb, need):
+            atomic, de_dg = self._network(e, values, need)
+            per_atom[rows] = atomic
+            for f, (sub, dg) in (groups or {}).items():
+                pairs = sel[sub]
+                add_pair_forces(
+                    de_dg, center[sub], self.feature_index[k][f], dg, pf[pairs], ps[pairs],
+                    nb.vectors[pairs], sidx, grad, virial,
+                )  # fmt: skip
         energy = np.bincount(sidx, weights=per_atom, minlength=batch.n_structures)
         out = {"energy": energy.astype(np.float64, copy=False), "energies": per_atom}
         if not need:
             return out, None
-        grad = np.zeros((batch.n_atoms, 3))  # ∂E/∂r, eV/Å
-        virial = np.zeros((batch.n_structures if stress else 0, 3, 3))
-        for k, e, sel, center, _, groups in per_element:
-            assert groups is not None
-            g = de_dg[e]
-            for f, (sub, dg) in groups.items():
-                rows = sel[sub]
-                add_pair_forces(
-                    g, center[sub], self.feature_index[k][f], dg, pf[rows], ps[rows],
-                    nb.vectors[rows], sidx, grad, virial,
-                )  # fmt: skip
         if forces:
+            np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
             out["forces"] = (-grad).astype(np_dtype, copy=False)
         return out, (virial if stress else None)
 
@@ -297,53 +304,58 @@ class ACSFForces:
             out["forces"] = -grad
         return out, (virial if stress else None)
 
-    def descriptors(self, batch: StructureBatch, nb: Neighbors, derivatives: bool) -> list[tuple]:
-        """Per element of the model present in ``batch``: (element index, element, pairs
-        (P_e,) in the cutoff, centre rows (P_e,), values (n_e, F_e), derivative groups
-        {f: (rows into the P_e pairs, dG_dr (P_ef, F_ef, 3))} or None)."""
+    def descriptors(
+        self, batch: StructureBatch, nb: Neighbors, derivatives: bool
+    ) -> Iterator[tuple]:
+        """Per element of the model present in ``batch``, block by block of its centres
+        (:func:`centre_blocks`: ∂G/∂r of about ``block_bytes`` at once, not of every pair of a
+        large cell): (element index, element, the block's atom rows (n_b,), its
+        pairs (P_b,) in the cutoff, their centre rows in the block (P_b,), values
+        (n_b, F_e), derivative groups {f: (rows into the P_b pairs, dG_dr (P_bf, F_ef, 3))}
+        or None)."""
         lay = self.layout(batch, nb)
-        np_dtype = np.float64 if self.dtype == torch.float64 else np.float32
-        out = []
+        call = KernelCall(derivatives, np.float64 if self.dtype == torch.float64 else np.float32)
         for k, (e, plan) in enumerate(zip(self.elements, self.plans, strict=True)):
-            rows = lay.atoms[k]
-            if e not in self.model.elements or rows.shape[0] == 0:
+            atoms, seg = lay.atoms[k], lay.segs[k]
+            if e not in self.model.elements or atoms.shape[0] == 0:
                 continue
-            sel = lay.pairs[k]
-            sel = sel[nb.distances[sel] < plan.r_max]  # (P_e,) pairs in the cutoff
-            center = lay.local[nb.pair_first[sel]]
-            pairs = ElementPairs(
-                sel, center, lay.neighbor_el[sel], nb.vectors[sel], nb.distances[sel]
-            )
-            values, groups = numba_element(
-                plan, pairs, rows.shape[0], KernelCall(derivatives, np_dtype)
-            )
-            out.append((k, e, sel, center, values, groups))
-        return out
+            per_pair = 3 * np.dtype(call.dtype).itemsize * plan.n_features  # ∂G/∂r bytes
+            limit = self.block_bytes // per_pair if derivatives else int(seg[-1])
+            for a, b in centre_blocks(seg, limit):
+                sel = lay.pairs[k][seg[a] : seg[b]]
+                sel = sel[nb.distances[sel] < plan.r_max]  # (P_b,) pairs in the cutoff
+                center = lay.local[nb.pair_first[sel]] - a
+                pairs = ElementPairs(
+                    sel, center, lay.neighbor_el[sel], nb.vectors[sel], nb.distances[sel]
+                )
+                values, groups = numba_element(plan, pairs, b - a, call)
+                yield k, e, atoms[a:b], sel, center, values, groups
 
-    def _networks(
-        self, per_element: list, need: bool
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Atomic energies (n_e,) and ∂E/∂G (n_e, F_e) per element (numpy or autograd)."""
-        atomic, de_dg, inputs = {}, {}, {}
-        for _, e, _, _, values, _ in per_element:
-            net = self.networks[e]
-            if net is not None:
-                atomic[e], grad = net(values, need)
-                if grad is not None:
-                    de_dg[e] = grad
-            else:
-                inputs[e] = torch.from_numpy(values).requires_grad_(need)
-        if not inputs:
-            return atomic, de_dg
+    def _network(self, e: str, values: np.ndarray, need: bool) -> tuple[np.ndarray, Any]:
+        """Atomic energies (n,) and, if ``need``, ∂E/∂G (n, F) of element ``e``'s
+        descriptors ``values`` (n, F): numpy, or torch autograd for other activations."""
+        net = self.networks[e]
+        if net is not None:
+            return net(values, need)
+        inputs = torch.from_numpy(values).requires_grad_(need)
         with torch.enable_grad():
-            out = self.model.atomic_energies(inputs)  # element → (n_e,)
-            keys = list(out)
-            if need and keys:
-                total = torch.stack([out[e].sum() for e in keys]).sum()
-                grads = torch.autograd.grad(total, [inputs[e] for e in keys])
-                de_dg.update({e: g.numpy() for e, g in zip(keys, grads, strict=True)})
-        atomic.update({e: v.detach().numpy() for e, v in out.items()})
-        return atomic, de_dg
+            energies = self.model.atomic_energies({e: inputs})[e]
+            if not need:
+                return energies.detach().numpy(), None
+            (de_dg,) = torch.autograd.grad(energies.sum(), [inputs])
+        return energies.detach().numpy(), de_dg.numpy()
+
+
+def centre_blocks(seg: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Consecutive centre ranges ``[a, b)`` covering the n centres of ``seg`` (n + 1,: their
+    pair ranges, as a layout's ``segs``), of about ``limit`` pairs each (at most ``limit``
+    plus one centre's pairs); one block when all fit."""
+    n, total = seg.shape[0] - 1, int(seg[-1])
+    if total <= limit or n <= 1:
+        return [(0, n)]
+    cuts = np.searchsorted(seg, np.arange(max(1, limit), total, max(1, limit)), side="right") - 1
+    bounds = np.unique(np.concatenate([[0], cuts, [n]])).tolist()
+    return list(itertools.pairwise(bounds))
 
 
 def acsf_engine(

@@ -216,3 +216,64 @@ def test_a_deployed_model_older_than_the_trained_one_is_said(tmp_path, caplog) -
         load_deployed(model_dir)
     assert "deployed.pt was exported from an earlier model.pt" in caplog.text
     assert f"dparallel export {model_dir}" in caplog.text
+
+
+@pytest.mark.parametrize("networks", ["numpy", "autograd"])
+def test_unfused_route_in_centre_blocks_equals_torch_and_one_block(networks) -> None:
+    """The unfused route (float32, other activations) computes a large cell's centres block
+    by block: equal to the torch route and to all centres at once, and ∂G/∂r is never held
+    for every pair (tracemalloc's peak, per pair, stays far below all pairs' ∂G/∂r)."""
+    import tracemalloc
+
+    from ase.build import bulk
+
+    from dparallel.deploy import acsf_forces
+
+    model = _dense_cu_model()
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((4, 4, 4))  # 256 atoms
+    atoms.rattle(0.05, seed=7)
+    batch = StructureBatch.from_ase([atoms])
+    nb = model.neighbors(batch)
+    engine = model.engine("numba")
+    engine.fuse = False
+    if networks == "autograd":
+        engine.networks = dict.fromkeys(engine.networks)
+    n_features = model.descriptor.n_features("Cu")
+    all_pairs = nb.n_pairs * n_features * 3 * 8  # ∂G/∂r of every pair at once, bytes
+
+    def predict(block_bytes: int) -> tuple[dict, int]:
+        engine.block_bytes = block_bytes
+        engine._layout = None  # bookkeeping made inside the measured call
+        tracemalloc.start()
+        try:
+            out = model.predict(batch, neighbors=nb, stress=True, backend="numba")
+            return out, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    whole, _ = predict(acsf_forces.BLOCK_BYTES)  # one block: the cell is small
+    block = all_pairs // 16
+    blocked, peak = predict(block)
+    segs = engine.layout(batch, nb).segs[0]
+    assert len(acsf_forces.centre_blocks(segs, block // (3 * 8 * n_features))) >= 12
+    slow = model.predict(batch, neighbors=nb, stress=True, backend="torch")
+    for key in ("energy", "energies", "forces", "stress"):
+        np.testing.assert_allclose(blocked[key], whole[key], rtol=1e-12, atol=1e-12, err_msg=key)
+        np.testing.assert_allclose(blocked[key], slow[key], rtol=1e-10, atol=1e-10, err_msg=key)
+    # what stays whole-cell: the layout's int64 index arrays and their temporaries (~5 per
+    # pair) and per-atom outputs; a block's ∂G/∂r and its gathers come on top
+    assert peak < 48 * nb.n_pairs + 3 * block < all_pairs, (peak, all_pairs)
+
+
+def test_centre_blocks_cover_every_centre_once() -> None:
+    from dparallel.deploy.acsf_forces import centre_blocks
+
+    counts = np.array([3, 0, 7, 2, 2, 9, 1, 0, 4])
+    seg = np.concatenate([[0], np.cumsum(counts)])
+    for limit in (1, 4, 5, 10, 28, 29, 100):
+        blocks = centre_blocks(seg, limit)
+        assert [a for a, _ in blocks] == [0] + [b for _, b in blocks[:-1]]
+        assert blocks[-1][1] == len(counts) and all(a < b for a, b in blocks)
+        for a, b in blocks:
+            assert seg[b] - seg[a] <= limit + counts[a:b].max()  # one centre may overrun
+    assert centre_blocks(seg, 28) == [(0, 9)]
