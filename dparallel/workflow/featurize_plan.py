@@ -5,6 +5,7 @@ a derived size bounded by what the descriptors hold per atom
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "featurize_target_atoms",
     "memory_warning",
     "partition_bytes",
+    "structure_bytes",
     "task_bytes",
     "warn_task_memory",
 ]
@@ -89,11 +91,16 @@ def task_bytes(source: StructureSource, descriptors: DescriptorSet) -> float:
 def partition_bytes(source: StructureSource, descriptors: DescriptorSet, plan: Plan) -> np.ndarray:
     """(P,) estimated bytes of each partition's task: its structures' atoms, each with the
     neighbours its structure's density gives (:func:`task_bytes` per structure)."""
+    cum = np.concatenate([[0.0], np.cumsum(structure_bytes(source, descriptors))])  # (S + 1,)
+    return cum[plan.stops] - cum[plan.starts]
+
+
+def structure_bytes(source: StructureSource, descriptors: DescriptorSet) -> np.ndarray:
+    """(S,) estimated bytes a featurize task takes for each structure: its atoms, each with
+    the neighbours its density gives (:func:`task_bytes_per_atom`)."""
     counts, volumes, periodic = _index(source)
     k, _ = neighbours_per_atom(counts, volumes, periodic, descriptors.r_cut)  # (S,)
-    each = counts * task_bytes_per_atom(k, *_widths(descriptors), descriptors.derivatives)
-    cum = np.concatenate([[0.0], np.cumsum(each)])  # (S + 1,)
-    return cum[plan.stops] - cum[plan.starts]
+    return counts * task_bytes_per_atom(k, *_widths(descriptors), descriptors.derivatives)
 
 
 def featurize_target_atoms(
@@ -153,6 +160,20 @@ def memory_warning(
         return None
     n = {**OPTION_NAMES, **(names or {})}
     p, per_atom = pending[worst], task_bytes(source, descriptors)
+    each = structure_bytes(source, descriptors)[plan.starts[p] : plan.stops[p]]
+    big = int(np.argmax(each))
+    if each[big] + WORKER_BYTES > limit:  # no partition size splits a structure
+        s = int(plan.starts[p]) + big
+        wanted = math.ceil((each[big] + WORKER_BYTES) / 0.9 / 1e8) / 10  # task_budget's 90 %
+        return (
+            f"structure {s} ({int(source.atom_counts[s]):,} atoms, in partition {p}) needs "
+            f"an estimated {each[big] / 1e9:.1f} GB to featurize beside a worker's own "
+            f"~{WORKER_BYTES / 1e9:.1f} GB, more than a worker's {limit / 1e9:.1f} GB memory "
+            f"limit: its worker will likely be killed for memory, and no partition size "
+            f"splits a structure; give each worker at least {wanted:.1f} GB "
+            f"({n['memory_limit']} {wanted:.1f}GB; workers you start: `dask worker "
+            f"--memory-limit`)"
+        )
     fits = memory_atoms(per_atom, task_budget(limit))
     return (
         f"partition {p} ({int(plan.atoms[p]):,} atoms) needs an estimated "

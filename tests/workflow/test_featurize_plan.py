@@ -239,6 +239,30 @@ def test_memory_warning_names_a_size_that_fits(tmp_path):
     assert memory_warning(source, dset, smaller, list(range(len(smaller))), 0.9 * need) is None
 
 
+def test_memory_warning_for_a_structure_alone_too_large_asks_for_memory(tmp_path):
+    """A partition that is one structure needing more than the workers' memory limit: no
+    partition size helps, so the warning names the structure and the memory limit it needs
+    (which then says nothing), never a --partition-atoms that cannot split it."""
+    from dparallel.store.plan import WORKER_BYTES
+    from dparallel.workflow.featurize_plan import memory_warning, partition_bytes
+
+    frames = _alloy(tmp_path / "alloy.extxyz", n=3)
+    big = frames[1] * (3, 3, 3)  # 2,916 atoms between two 108-atom cells
+    ase.io.write(tmp_path / "big.extxyz", [frames[0], big, frames[2]], format="extxyz")
+    source = open_source(tmp_path / "big.extxyz")
+    dset = _alloy_set()
+    plan = featurize_plan(source, 1_000, dset.r_cut)
+    p = int(np.searchsorted(plan.stops, 2))  # the partition holding structure 1
+    assert plan.stops[p] - plan.starts[p] == 1 and plan.atoms[p] == len(big)
+    need = partition_bytes(source, dset, plan)[p] + WORKER_BYTES
+    text = memory_warning(source, dset, plan, list(range(plan.n_partitions)), 0.8 * need)
+    assert text is not None and "structure 1 (2,916 atoms, in partition" in text, text
+    assert "--partition-atoms" not in text and "no partition size splits" in text
+    wanted = float(text.split("--memory-limit ")[1].split("GB")[0]) * 1e9
+    assert need <= wanted < need / 0.9 + 2e8
+    assert memory_warning(source, dset, plan, list(range(plan.n_partitions)), wanted) is None
+
+
 def test_the_run_warns_on_the_smallest_memory_limit_its_scheduler_knows(tmp_path):
     """What featurize asks before its tasks run: the workers' limits from the scheduler
     (none known, or all large enough: nothing said)."""
