@@ -294,6 +294,30 @@ def test_lmp_script_finds_the_plugin_through_the_entry_point(plugin, hco_model, 
     assert mpi_library_dir().is_dir()
 
 
+@pytest.mark.parametrize("cells", [(2, 2, 1), (1, 1, 1)])
+def test_four_ranks_with_subdomains_inside_the_cutoff(plugin, hco_model, tmp_path, cells):
+    """4 ranks (2 × 2 × 1) on cells whose subdomains are narrower than the cutoff: each
+    rank's ghosts span several subdomains and images (the 6-atom cell: ranks with one or
+    no atom of their own); energy, forces and virial equal the calculator's."""
+    from dparallel.lammps.run import run_lammps, write_data
+
+    atoms = structures()["periodic"].repeat(cells)  # sides ~3 Å; cutoff 3.5 Å
+    write_data(tmp_path / "data.lmp", atoms, ELEMENTS)
+    script = HEADER.format(
+        boundary="p p p\nprocessors 2 2 1", style="", model=hco_model, elements="H C O"
+    ) + PROPS  # fmt: skip
+    log = run_lammps(script, tmp_path, nprocs=4)
+    assert "2 by 2 by 1 MPI processor grid" in log
+    t = _thermo(log)
+    forces = _dump_forces(tmp_path / "dump.txt")
+    ref = reference(atoms, hco_model)
+    assert abs(t[1] - ref["energy"]) < 1e-10
+    np.testing.assert_allclose(forces, ref["forces"], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(
+        np.array(t[2:8]) * t[-1] / NKTV2P, ref["virial"], rtol=1e-9, atol=1e-10
+    )
+
+
 def test_two_ranks_give_the_one_rank_trajectory(plugin, tmp_path) -> None:
     """NVE with domain decomposition (ghost forces sent back) follows the serial run."""
     from ase.build import bulk
