@@ -170,9 +170,9 @@ def memory_warning(
             f"an estimated {each[big] / 1e9:.1f} GB to featurize beside a worker's own "
             f"~{WORKER_BYTES / 1e9:.1f} GB, more than a worker's {limit / 1e9:.1f} GB memory "
             f"limit: its worker will likely be killed for memory, and no partition size "
-            f"splits a structure; give each worker at least {wanted:.1f} GB "
-            f"({n['memory_limit']} {wanted:.1f}GB; workers you start: `dask worker "
-            f"--memory-limit`)"
+            f"splits a structure: give each worker more memory ({n['memory_limit']}; "
+            f"workers you start: `dask worker --memory-limit`), at least {wanted:.1f}GB by "
+            "this estimate, which the arrays' temporaries can exceed (docs/store-format.md)"
         )
     fits = memory_atoms(per_atom, task_budget(limit))
     return (

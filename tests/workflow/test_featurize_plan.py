@@ -258,7 +258,7 @@ def test_memory_warning_for_a_structure_alone_too_large_asks_for_memory(tmp_path
     text = memory_warning(source, dset, plan, list(range(plan.n_partitions)), 0.8 * need)
     assert text is not None and "structure 1 (2,916 atoms, in partition" in text, text
     assert "--partition-atoms" not in text and "no partition size splits" in text
-    wanted = float(text.split("--memory-limit ")[1].split("GB")[0]) * 1e9
+    wanted = float(text.split("at least ")[1].split("GB")[0]) * 1e9
     assert need <= wanted < need / 0.9 + 2e8
     assert memory_warning(source, dset, plan, list(range(plan.n_partitions)), wanted) is None
 
