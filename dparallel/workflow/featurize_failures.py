@@ -61,15 +61,22 @@ def _input_changed(exc: BaseException | None) -> bool:
     return isinstance(exc, SourceChangedError)
 
 
-def _deaths_how(killed: list[WorkerKilledError], names: Mapping[str, str], kept: int) -> str:
+def _deaths_how(
+    killed: list[WorkerKilledError], names: Mapping[str, str], kept: int, *, single: bool
+) -> str:
     """What to do about partitions whose workers died under them (``kept`` partitions
-    done): more memory resumes the store; another partition size replans it."""
+    done): more memory resumes the store; another partition size replans it, unless each
+    of them holds one structure (``single``), which no partition size splits."""
     names = {**OPTION_NAMES, **names}
     again = f"computes its {kept} done partitions again" if kept else "loses nothing"
-    fix = (
+    more_memory = (
         f"give each worker more memory with {names['memory_limit']} (workers you start: "
-        f"`dask worker --memory-limit`) and rerun the same command to compute only the "
-        f"rest, or make partitions smaller with {names['partition_atoms']} and "
+        f"`dask worker --memory-limit`) and rerun the same command to compute only the rest"
+    )
+    fix = (
+        f"{more_memory} (each of these partitions is one structure, which no partition size splits)"
+        if single
+        else f"{more_memory}, or make partitions smaller with {names['partition_atoms']} and "
         f"{names['overwrite']} (another size replans the store: it {again})"
     )
     if any(exc.memory for exc in killed):
@@ -141,8 +148,9 @@ def raise_failures(
             "them (the changed file is another source: rerun with --overwrite), or leave "
             "them out with --on-error skip --overwrite"
         )
-    elif killed := [exc for exc in failures.values() if isinstance(exc, WorkerKilledError)]:
-        how = _deaths_how(killed, names or {}, kept)
+    elif killed := {p: exc for p, exc in failures.items() if isinstance(exc, WorkerKilledError)}:
+        single = all(len(range(*store.partition_range(p))) == 1 for p in killed)
+        how = _deaths_how(list(killed.values()), names or {}, kept, single=single)
     else:
         how = "a rerun computes only the rest"
     lines = [

@@ -12,8 +12,9 @@ from dparallel.store import Store
 from dparallel.workflow.featurize_failures import raise_failures
 
 
-def _store(done: list[int], total: int) -> Store:
-    """A local store of ``total`` partitions, ``done`` of them done, without opening one."""
+def _store(done: list[int], total: int, per_partition: int = 1) -> Store:
+    """A local store of ``total`` partitions of ``per_partition`` structures each, ``done``
+    of them done, without opening one."""
 
     class _Fake(Store):
         def __init__(self) -> None:
@@ -23,7 +24,7 @@ def _store(done: list[int], total: int) -> Store:
             return done
 
         def partition_range(self, p: int) -> tuple[int, int]:
-            return p, p + 1
+            return p * per_partition, (p + 1) * per_partition
 
         n_partitions = total  # type: ignore[assignment]
         root = None  # type: ignore[assignment]
@@ -86,17 +87,29 @@ def test_workers_killed_for_memory_name_the_partition_and_the_options_to_change(
     workers …"), with no word of memory or of what to change."""
     died = WorkerKilledError("its worker died on each of 4 attempts to run it", memory=True)
     with pytest.raises(PartitionFailedError) as info:
-        raise_failures(_store([0, 1, 3], 4), {2: died}, names)
+        raise_failures(_store([0, 1, 3], 4, per_partition=3), {2: died}, names)
     first, line = str(info.value).split("\n")
     assert first.startswith("1 of 4 partitions failed; 3 done partitions are kept;")
     assert "ran out of memory" in first and "rerun the same command" in first
     assert f"more memory with {memory_option}" in first and f"smaller with {size_option}" in first
-    assert line == "partition 2 (structures 2..2) failed: WorkerKilledError: " + str(died)
+    assert line == "partition 2 (structures 6..8) failed: WorkerKilledError: " + str(died)
     killed = WorkerKilledError("its worker died on each of 4 attempts to run it", memory=False)
     with pytest.raises(PartitionFailedError) as info:
-        raise_failures(_store([0, 1, 3], 4), {2: killed}, names)
+        raise_failures(_store([0, 1, 3], 4, per_partition=3), {2: killed}, names)
     assert "ran out of memory" not in str(info.value)
     assert f"if it was memory, give each worker more memory with {memory_option}" in str(info.value)
+
+
+def test_a_killed_partition_of_one_structure_asks_for_memory_not_a_partition_size() -> None:
+    """A partition that is one structure (too large alone for a worker) cannot be split by
+    any partition size: the advice was "or make partitions smaller with --partition-atoms
+    and --overwrite", which recomputes everything and fails the same way."""
+    died = WorkerKilledError("its worker died on each of 4 attempts to run it", memory=True)
+    with pytest.raises(PartitionFailedError) as info:
+        raise_failures(_store([0, 1, 3], 4), {2: died})
+    first = str(info.value).split("\n")[0]
+    assert "more memory with --memory-limit" in first and "rerun the same command" in first
+    assert "--partition-atoms" not in first and "one structure" in first
 
 
 @pytest.mark.parametrize(
