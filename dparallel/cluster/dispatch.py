@@ -29,6 +29,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from dparallel.cluster.batch_jobs import jobs_state
 from dparallel.cluster.memory_kills import KillWatch, explain_deaths
 from dparallel.errors import ClusterError, SchedulerRestartedError, WorkerKilledError
 
@@ -114,8 +115,9 @@ def run_partitions(
     while futures:
         done = _wait_with_workers(client, list(futures), how.check, watch)
         if done is None:  # every worker gone (or killed as it starts): the rest cannot run
+            cause = watch.stopped or _no_worker(client)  # one look at the queue for all
             for p in futures.values():
-                failures[p] = watch.stopped or _no_worker()
+                failures[p] = cause
             held.clear()
             return explain_deaths(client, failures)
         for future in done:
@@ -156,7 +158,7 @@ def run_partitions(
                 )
             watch.progress()
         else:
-            failures[p] = watch.stopped or _no_worker()
+            failures[p] = watch.stopped or _no_worker(client)
         in_a_row = in_a_row + 1 if killed_worker(failures.get(p)) else 0
         ran_fine = ran_fine or p not in failures
     held.clear()  # the scheduler may forget the tasks now
@@ -209,24 +211,31 @@ def no_worker_grace() -> float:
     return env_number(ENV_WORKER_WAIT, NO_WORKER_GRACE_S, "seconds", positive=True)
 
 
-def _no_worker() -> ClusterError:
-    return ClusterError(
-        f"no worker alive for {no_worker_grace():.0f} s to run it on (none joined: an "
-        f"adaptive cluster that did not start one in time: {ENV_WORKER_WAIT}=SECONDS waits "
-        "longer; or the workers died or left: "
-        "killed and not restarted by their nannies, or closed on an error of their own, "
-        "such as a worker that cannot import dparallel, which Dask reports only in that "
-        "worker's log; see the workers' logs)"
+def _no_worker(client: Any) -> ClusterError:
+    queued = jobs_state(client)  # a batch system's jobs: why none joined is in its queue
+    why = (
+        f"{queued}; {ENV_WORKER_WAIT}=SECONDS waits longer for jobs the queue starts late"
+        if queued
+        else f"none joined: an adaptive cluster that did not start one in time: "
+        f"{ENV_WORKER_WAIT}=SECONDS waits longer; or the workers died or left: killed and "
+        "not restarted by their nannies, or closed on an error of their own, such as a "
+        "worker that cannot import dparallel, which Dask reports only in that worker's "
+        "log; see the workers' logs"
     )
+    return ClusterError(f"no worker alive for {no_worker_grace():.0f} s to run it on ({why})")
 
 
 def _say_waiting(client: Any) -> None:
     """Warn that the cluster has no worker and for how long the run waits for one."""
+    queued = jobs_state(client)
+    how = queued or (
+        "an adaptive cluster starts them for the queued tasks; start some with "
+        "`dask worker ADDRESS`"
+    )
     warnings.warn(
         f"{_scheduler_address(client)} has no worker: the run waits up to "
-        f"{no_worker_grace():.0f} s for one to join (an adaptive cluster starts them for the "
-        "queued tasks; start some with `dask worker ADDRESS`; "
-        f"{ENV_WORKER_WAIT}=SECONDS to wait longer), then stops, keeping every partition done",
+        f"{no_worker_grace():.0f} s for one to join ({how}; {ENV_WORKER_WAIT}=SECONDS to "
+        "wait longer), then stops, keeping every partition done",
         stacklevel=2,
     )
 
