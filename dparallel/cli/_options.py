@@ -279,13 +279,14 @@ def _local_by_name(args: argparse.Namespace) -> bool:
     return True
 
 
-def connect_early(args: argparse.Namespace) -> Future[Any]:
+def connect_early(args: argparse.Namespace, spec: ClusterSpec | None = None) -> Future[Any]:
     """Connect in the background now, for featurize (:func:`dparallel.cluster.
-    connect_in_background`): a local cluster starts while the command reads its input."""
+    connect_in_background`; ``spec``: a workflow's ``cluster:``, the options override it):
+    a local cluster starts while the command reads its input."""
     from dparallel.cluster import connect_in_background
     from dparallel.workflow.featurize_worker_preload import featurize_connect_options
 
-    where = cluster_kwargs(args)
+    where = cluster_kwargs(args, spec)
     return connect_in_background(spec=where.pop("cluster"), **where, **featurize_connect_options())
 
 

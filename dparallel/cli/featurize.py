@@ -53,7 +53,7 @@ def add_parser(subparsers: Any) -> None:
         "--workflow",
         metavar="FILE",
         type=local_argument("a workflow file"),
-        help="workflow YAML (its descriptors)",
+        help="workflow YAML (its descriptors and cluster)",
     )
     p.add_argument(
         "--derivatives", action="store_true", help="store ∂G_i/∂r_ij (for force training)"
@@ -71,13 +71,16 @@ def source_settings(args: argparse.Namespace) -> argparse.Namespace:
     ``--forces-key`` and ``--partition-atoms`` that the command line leaves out taken from
     ``--workflow``'s ``dataset`` and ``partitioning`` sections (as ``dparallel run`` reads
     them; the format, units and label keys, which describe the dataset file, only for
-    SOURCE = ``dataset.path``), else the defaults (guess, ase, raise, derived); ``args``
-    itself is updated and returned (``main`` reads ``log_file`` from it)."""
+    SOURCE = ``dataset.path``), else the defaults (guess, ase, raise, derived), and its
+    ``cluster`` section as ``args.workflow_cluster`` (``None`` without a workflow: local),
+    which the cluster options override as ``dparallel run``'s do; ``args`` itself is
+    updated and returned (``main`` reads ``log_file`` from it)."""
     keys: dict[str, object] = {
         "format": None, "units": "ase", "on_error": "raise", "partition_atoms": None,
         "energy_key": None, "forces_key": None,
     }  # fmt: skip
     settings = dict(keys)
+    args.workflow_cluster = None
     if args.workflow:
         from dparallel.workflow.spec import load_workflow
 
@@ -89,6 +92,7 @@ def source_settings(args: argparse.Namespace) -> argparse.Namespace:
             settings.update(format=dataset.format, units=dataset.units)
             settings.update(energy_key=dataset.energy_key, forces_key=dataset.forces_key)
         settings.update(on_error=dataset.on_error, partition_atoms=atoms)
+        args.workflow_cluster = spec.cluster
     for key, value in settings.items():  # in place: main() reads log_file etc. from args
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -112,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
 
     args = source_settings(args)
     protect = (args.source, args.descriptors or args.workflow)
-    with local_forkserver(args):  # first: it warms up while the driver starts up
+    with local_forkserver(
+        args, args.workflow_cluster
+    ):  # first: it warms up while the driver starts up
         refuse_unwritable_target(args.output, overwrite=args.overwrite, protect=protect)
         if args.scaling_data:
             from dparallel.workflow.featurize import refuse_scaling_target
@@ -124,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     from dparallel.cluster import discard_connection
 
     # then the cluster, in the background: it starts while the source is indexed
-    connecting = connect_early(args)
+    connecting = connect_early(args, args.workflow_cluster)
 
     from dparallel.workflow.descriptors_spec import load_descriptors
     from dparallel.workflow.featurize import FeaturizeOptions, featurize, write_scaling_data
@@ -159,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         progress=FeaturizeProgress(quiet=args.quiet),
         on_connect=on_connect(args),
         connecting=connecting,
-        **cluster_kwargs(args),
+        **cluster_kwargs(args, args.workflow_cluster),
     )
     result = featurize(args.source, args.output, descriptors, options)
     store = result.store

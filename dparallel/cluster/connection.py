@@ -20,6 +20,7 @@ import gc
 import json
 import logging
 import os
+import signal
 import threading
 from concurrent.futures import Future
 from pathlib import Path
@@ -252,6 +253,10 @@ def connect_in_background(**kwargs: Any) -> Future[ClusterHandle]:
     set-up. Whoever takes the future's result (the handle, or the exception) closes the
     handle (:func:`discard_connection` when it is not needed after all)."""
     future: Future[ClusterHandle] = Future()
+    where = {k: kwargs.get(k) for k in ("client", "scheduler", "scheduler_file")}
+    if connection_kind(kwargs.get("spec"), **where) == "slurm":
+        with contextlib.suppress(ClusterError):  # not installed: the thread says so
+            import_jobqueue()  # here, in the caller's thread: it sets a signal handler
 
     def start() -> None:
         if not future.set_running_or_notify_cancel():
@@ -553,18 +558,91 @@ def _start_the_rest(cluster: LocalCluster, forking: contextlib.ExitStack) -> Non
             logger.warning("some local workers did not start", exc_info=True)
 
 
-def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
-    """Submit workers to SLURM through dask-jobqueue."""
+def import_jobqueue() -> Any:
+    """The ``dask_jobqueue`` module, imported without its import's side effect: it sets
+    SIGINT's handler to ``sys.exit`` (its ``runner.py``), which replaced the command's own
+    Ctrl-C handling and, outside the main thread (featurize connects in the background),
+    failed the import (``ValueError: signal only works in main thread``). Import it in the
+    main thread first (:func:`connect_in_background` does) where a thread will connect."""
+    import sys
+
+    if sys.modules.get("dask_jobqueue") is not None:  # None: its import failed before
+        return sys.modules["dask_jobqueue"]
+    if threading.current_thread() is not threading.main_thread():
+        raise ClusterError(
+            "dask-jobqueue must be imported in the main thread (it sets a signal handler): "
+            "call dparallel.cluster.connection.import_jobqueue() there before connecting "
+            "to kind 'slurm' in another thread"
+        )
+    handler = signal.getsignal(signal.SIGINT)
     try:
-        from dask_jobqueue import SLURMCluster
+        import dask_jobqueue
     except ImportError:
         raise ClusterError(
             "cluster.kind is 'slurm' but dask-jobqueue is not installed; "
             "install the optional extra: pip install 'dparallel[slurm]'"
         ) from None
-    slurm = spec.slurm
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    return dask_jobqueue
+
+
+def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
+    """Submit workers to SLURM through dask-jobqueue."""
+    cluster = _slurm_cluster(spec)
     try:
-        cluster = SLURMCluster(
+        _submit_jobs(cluster, spec.slurm.jobs)
+    except BaseException:
+        _close_unsubmitted(cluster)
+        raise
+    client = Client(cluster, timeout=spec.connect_timeout)
+    _register_threads(client, spec)
+    return ClusterHandle(client, cluster, "slurm", owns=True)
+
+
+def _submit_jobs(cluster: Any, jobs: int) -> None:
+    """Submit ``jobs`` jobs of ``cluster`` now and wait for ``sbatch``'s answers (not for
+    the workers, which join once the queue starts them). A job ``sbatch`` refuses (a
+    partition, account, size or walltime the cluster does not have) is a
+    :class:`ClusterError` with its answer, at once: ``cluster.scale`` submitted them in a
+    background task, whose failure only Dask's log said, and the run waited for a worker
+    that could not come."""
+    for _ in range(jobs):
+        cluster.worker_spec.update(cluster.new_worker_spec())
+    try:
+        cluster.sync(cluster._correct_state)  # what scale() leaves to the event loop
+    except RuntimeError as exc:  # dask-jobqueue's: the command, its exit code and output
+        answer = " ".join(str(exc).rpartition("stderr:")[2].split()) or str(exc)
+        raise ClusterError(
+            f"SLURM refuses the workers' job: {answer}; fix the workflow's cluster.slurm "
+            "(queue, account, cores, memory, walltime, job_extra_directives) and run the "
+            "same command again"
+        ) from None
+    except FileNotFoundError:
+        raise ClusterError(
+            "cluster.kind is 'slurm' but there is no sbatch on PATH: run dparallel where "
+            "SLURM's commands are (a login node), or start the workers yourself and give "
+            "--scheduler"
+        ) from None
+
+
+def _close_unsubmitted(cluster: Any) -> None:
+    """Close a cluster whose jobs were not all submitted: cancel those that were (a job
+    never submitted counts as failed, which ``SpecCluster.close`` requires of it)."""
+    from distributed.core import Status
+
+    for job in cluster.workers.values():
+        if getattr(job, "job_id", None) is None:
+            job.status = Status.failed
+    cluster.close()
+
+
+def _slurm_cluster(spec: ClusterSpec) -> Any:
+    """The dask-jobqueue ``SLURMCluster`` of ``spec`` (its scheduler running here), no job
+    submitted yet (``cluster.job_script()``: what each job runs)."""
+    jobqueue, slurm = import_jobqueue(), spec.slurm
+    try:
+        return jobqueue.SLURMCluster(
             queue=slurm.queue,
             account=slurm.account,
             cores=slurm.cores,
@@ -582,9 +660,5 @@ def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
             },
             security=_security(spec.tls),
         )
-        cluster.scale(jobs=slurm.jobs)
     except Exception as exc:
         raise ClusterError(f"cannot start a SLURM cluster: {type(exc).__name__}: {exc}") from exc
-    client = Client(cluster, timeout=spec.connect_timeout)
-    _register_threads(client, spec)
-    return ClusterHandle(client, cluster, "slurm", owns=True)

@@ -32,7 +32,8 @@ def slurm_daemons(tmp_path_factory: pytest.TempPathFactory):
     reason = slurmprocess.missing()
     if reason is not None:
         pytest.skip(f"no single-node SLURM: {reason}")
-    slurm = slurmprocess.start(tmp_path_factory.mktemp("slurm"))
+    # sized like docs/deploy.md's example node (16 cores, 64 GB; slurmd takes it as given)
+    slurm = slurmprocess.start(tmp_path_factory.mktemp("slurm"), cpus=16, memory_mb=65536)
     before = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = slurm.env["SLURM_CONF"]
     try:

@@ -93,49 +93,56 @@ def test_slurm_without_jobqueue_says_how_to_install(monkeypatch) -> None:
         connect(ClusterSpec(kind="slurm"))
 
 
-def test_slurm_options_reach_jobqueue(monkeypatch) -> None:
-    """A stand-in SLURMCluster records what connect() passes (no SLURM here)."""
+def _fake_jobqueue(monkeypatch) -> dict:
+    """A stand-in dask_jobqueue whose SLURMCluster records what connect() passes and whose
+    sbatch refuses every job as dask-jobqueue reports it (no SLURM here); what it saw."""
     seen: dict = {}
 
     class FakeSLURMCluster:
         def __init__(self, **kwargs):
             seen.update(kwargs)
+            self.worker_spec: dict = {}
+            self.workers: dict = {}
 
-        def scale(self, jobs):
-            seen["jobs"] = jobs
-            raise RuntimeError("no sbatch here")
+        def new_worker_spec(self):
+            return {f"job-{len(self.worker_spec)}": {}}
+
+        def _correct_state(self):
+            pass
+
+        def sync(self, method):
+            seen["jobs"] = len(self.worker_spec)
+            raise RuntimeError("Command exited with non-zero exit code.\nstderr:\nno sbatch here")
+
+        def close(self):
+            seen["closed"] = True
 
     monkeypatch.setitem(
         sys.modules, "dask_jobqueue", types.SimpleNamespace(SLURMCluster=FakeSLURMCluster)
     )
+    return seen
+
+
+def test_slurm_options_reach_jobqueue(monkeypatch) -> None:
+    seen = _fake_jobqueue(monkeypatch)
     spec = ClusterSpec(
         kind="slurm",
         torch_threads=4,
         slurm={"queue": "cpu", "cores": 8, "memory": "32GB", "walltime": "02:00:00", "jobs": 3},
     )
-    with pytest.raises(ClusterError, match="cannot start a SLURM cluster: RuntimeError: no sbatch"):
+    with pytest.raises(ClusterError, match="SLURM refuses the workers' job: no sbatch here;"):
         connect(spec)
     assert seen["queue"] == "cpu" and seen["cores"] == 8 and seen["processes"] == 8
     assert seen["memory"] == "32GB" and seen["walltime"] == "02:00:00" and seen["jobs"] == 3
     assert "export DPARALLEL_TORCH_THREADS=4" in seen["job_script_prologue"]
     assert seen["scheduler_options"]["preload"] == ["dparallel.dashboard.preload"]
+    assert seen["closed"]  # its scheduler does not outlive the error
 
 
 def test_slurm_job_script_prologue_is_added_after_the_thread_exports(monkeypatch) -> None:
     """docs/deploy.md: without a shared scratch the jobs get AWS_* through
     ``job_script_prologue``; the workflow's lines follow dparallel's own exports."""
-    seen: dict = {}
-
-    class FakeSLURMCluster:
-        def __init__(self, **kwargs):
-            seen.update(kwargs)
-
-        def scale(self, jobs):
-            raise RuntimeError("no sbatch here")
-
-    monkeypatch.setitem(
-        sys.modules, "dask_jobqueue", types.SimpleNamespace(SLURMCluster=FakeSLURMCluster)
-    )
+    seen = _fake_jobqueue(monkeypatch)
     lines = ["export AWS_PROFILE=lab", "module load gcc"]
     spec = ClusterSpec(kind="slurm", torch_threads=2, slurm={"job_script_prologue": lines})
     with pytest.raises(ClusterError, match="no sbatch"):
