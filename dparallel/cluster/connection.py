@@ -83,6 +83,7 @@ class ClusterHandle:
         pages: threading.Event | None = None,
         starting: threading.Thread | None = None,
         planned: tuple[int, int] = (0, 0),
+        dashboard_host: str | None = None,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -96,6 +97,9 @@ class ClusterHandle:
         #: worker plugins this handle registered on a cluster it does not own: removed
         #: (their teardown restores the workers) when it closes
         self.plugins: list[str] = []
+        #: the host the dashboard listens on where it is not the scheduler's (a SLURM
+        #: cluster's scheduler listens for its workers, its dashboard on 127.0.0.1)
+        self.dashboard_host = dashboard_host
 
     def wait_for_workers(self, timeout: float | None = None) -> bool:
         """Wait until every worker a local cluster started with ``return_early`` runs
@@ -114,12 +118,12 @@ class ClusterHandle:
     @property
     def dashboard_link(self) -> str | None:
         """:func:`dashboard_link` of the client."""
-        return dashboard_link(self.client)
+        return dashboard_link(self.client, self.dashboard_host)
 
     @property
     def dashboard_pages(self) -> dict[str, str]:
         """:func:`dashboard_pages` of the client."""
-        return dashboard_pages(self.client)
+        return dashboard_pages(self.client, self.dashboard_host)
 
     @property
     def n_workers(self) -> int:
@@ -156,24 +160,29 @@ class ClusterHandle:
         return f"ClusterHandle(source={self.source!r}, scheduler={address!r})"
 
 
-def dashboard_link(client: Client) -> str | None:
-    """The dashboard URL of ``client``'s scheduler (what the CLI prints), or ``None``."""
+def dashboard_link(client: Client, host: str | None = None) -> str | None:
+    """The dashboard URL of ``client``'s scheduler (what the CLI prints), or ``None``;
+    ``host``: where the dashboard listens, when not on the scheduler's host."""
+    from distributed.utils import format_dashboard_link
+
     try:
         info = client.scheduler_info(n_workers=0)
     except Exception:  # noqa: BLE001 - a closed client simply has no link
         return None
     if "dashboard" not in info.get("services", {}):
         return None
+    if host is not None:
+        return str(format_dashboard_link(host, info["services"]["dashboard"]))
     return str(client.dashboard_link)
 
 
-def dashboard_pages(client: Client) -> dict[str, str]:
+def dashboard_pages(client: Client, host: str | None = None) -> dict[str, str]:
     """URLs of the Dask status page and the dparallel pages (empty without a dashboard).
 
     Keys: ``"status"``, ``"progress"``, ``"training"``, ``"json"``. The dparallel pages
     exist only on schedulers started with the ``dparallel.dashboard`` preload.
     """
-    link = dashboard_link(client)
+    link = dashboard_link(client, host)
     if link is None:
         return {}
     base = link.rsplit("/", 1)[0] if link.endswith("/status") else link.rstrip("/")
@@ -447,6 +456,13 @@ def _register_threads(client: Client, spec: ClusterSpec) -> bool:
     return True
 
 
+def _dashboard_address(spec: ClusterSpec) -> str:
+    """Where a scheduler started here serves its dashboard: a bare ``":PORT"`` on the
+    loopback interface (``":0"``: a free port), else as given."""
+    dashboard = spec.dashboard_address
+    return "127.0.0.1" + dashboard if dashboard.startswith(":") else dashboard
+
+
 class _LocalStart(NamedTuple):
     """How :func:`_start_local` starts a local cluster."""
 
@@ -469,9 +485,7 @@ def _start_local(
     refuse_while_bootstrapping()
     n_workers = spec.n_workers or CPU_COUNT
     devices = check_gpus(spec.gpus) if spec.gpus else []
-    dashboard = spec.dashboard_address
-    if dashboard.startswith(":"):  # ":0", ":8787": keep it on the loopback interface
-        dashboard = "127.0.0.1" + dashboard
+    dashboard = _dashboard_address(spec)
     # every worker gets the limit expected_worker_memory planned by, also those started
     # after the first (Dask shares "auto" among the workers it starts at once)
     kwargs: dict[str, Any] = {"memory_limit": local_memory_limit(spec)}
@@ -597,7 +611,10 @@ def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
         raise
     client = Client(cluster, timeout=spec.connect_timeout)
     _register_threads(client, spec)
-    return ClusterHandle(client, cluster, "slurm", owns=True)
+    # its scheduler listens where the workers reach it, its dashboard where it was told
+    host = _dashboard_address(spec).rpartition(":")[0].strip("[]")
+    shown = host if host not in ("", "0.0.0.0", "::") else None
+    return ClusterHandle(client, cluster, "slurm", owns=True, dashboard_host=shown)
 
 
 def _submit_jobs(cluster: Any, jobs: int) -> None:
@@ -655,7 +672,7 @@ def _slurm_cluster(spec: ClusterSpec) -> Any:
                 *slurm.job_script_prologue,
             ],
             scheduler_options={
-                "dashboard_address": spec.dashboard_address,
+                "dashboard_address": _dashboard_address(spec),
                 "preload": [DASHBOARD_PRELOAD],
             },
             security=_security(spec.tls),

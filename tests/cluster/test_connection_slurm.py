@@ -159,3 +159,18 @@ def test_importing_jobqueue_keeps_the_commands_ctrl_c_handler() -> None:
         [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_printed_dashboard_link_of_a_slurm_cluster_answers(slurm):
+    """The scheduler listens on the host's address for its workers, its dashboard on
+    ``dashboard_address``'s 127.0.0.1: the link named the scheduler's host, where nothing
+    answered (connection refused). The dparallel pages are there too (its preload)."""
+    import urllib.request
+
+    from dparallel.cluster import ClusterSpec, connect
+
+    spec = ClusterSpec(kind="slurm", dashboard_address="127.0.0.1:0", slurm={"memory": "1GB"})
+    with connect(spec) as handle:
+        for url in (handle.dashboard_link, handle.dashboard_pages["json"]):
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                assert answer.status == 200, url
