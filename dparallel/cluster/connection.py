@@ -20,7 +20,6 @@ import gc
 import json
 import logging
 import os
-import signal
 import threading
 from concurrent.futures import Future
 from pathlib import Path
@@ -37,6 +36,7 @@ from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
 from dparallel.cluster.given_client import check_where, note_unused_default_client
 from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_workers
 from dparallel.cluster.main_guard import main_script_hint, refuse_while_bootstrapping
+from dparallel.cluster.slurm import import_jobqueue, slurm_cluster, submit_jobs
 from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.cluster.where import connection_kind
@@ -572,43 +572,10 @@ def _start_the_rest(cluster: LocalCluster, forking: contextlib.ExitStack) -> Non
             logger.warning("some local workers did not start", exc_info=True)
 
 
-def import_jobqueue() -> Any:
-    """The ``dask_jobqueue`` module, imported without its import's side effect: it sets
-    SIGINT's handler to ``sys.exit`` (its ``runner.py``), which replaced the command's own
-    Ctrl-C handling and, outside the main thread (featurize connects in the background),
-    failed the import (``ValueError: signal only works in main thread``). Import it in the
-    main thread first (:func:`connect_in_background` does) where a thread will connect."""
-    import sys
-
-    if sys.modules.get("dask_jobqueue") is not None:  # None: its import failed before
-        return sys.modules["dask_jobqueue"]
-    if threading.current_thread() is not threading.main_thread():
-        raise ClusterError(
-            "dask-jobqueue must be imported in the main thread (it sets a signal handler): "
-            "call dparallel.cluster.connection.import_jobqueue() there before connecting "
-            "to kind 'slurm' in another thread"
-        )
-    handler = signal.getsignal(signal.SIGINT)
-    try:
-        import dask_jobqueue
-    except ImportError:
-        raise ClusterError(
-            "cluster.kind is 'slurm' but dask-jobqueue is not installed; "
-            "install the optional extra: pip install 'dparallel[slurm]'"
-        ) from None
-    finally:
-        signal.signal(signal.SIGINT, handler)
-    return dask_jobqueue
-
-
 def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
-    """Submit workers to SLURM through dask-jobqueue."""
+    """Submit workers to SLURM through dask-jobqueue (:mod:`dparallel.cluster.slurm`)."""
     cluster = _slurm_cluster(spec)
-    try:
-        _submit_jobs(cluster, spec.slurm.jobs)
-    except BaseException:
-        _close_unsubmitted(cluster)
-        raise
+    submit_jobs(cluster, spec.slurm.jobs)
     client = Client(cluster, timeout=spec.connect_timeout)
     _register_threads(client, spec)
     # its scheduler listens where the workers reach it, its dashboard where it was told
@@ -617,65 +584,8 @@ def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
     return ClusterHandle(client, cluster, "slurm", owns=True, dashboard_host=shown)
 
 
-def _submit_jobs(cluster: Any, jobs: int) -> None:
-    """Submit ``jobs`` jobs of ``cluster`` now and wait for ``sbatch``'s answers (not for
-    the workers, which join once the queue starts them). A job ``sbatch`` refuses (a
-    partition, account, size or walltime the cluster does not have) is a
-    :class:`ClusterError` with its answer, at once: ``cluster.scale`` submitted them in a
-    background task, whose failure only Dask's log said, and the run waited for a worker
-    that could not come."""
-    for _ in range(jobs):
-        cluster.worker_spec.update(cluster.new_worker_spec())
-    try:
-        cluster.sync(cluster._correct_state)  # what scale() leaves to the event loop
-    except RuntimeError as exc:  # dask-jobqueue's: the command, its exit code and output
-        answer = " ".join(str(exc).rpartition("stderr:")[2].split()) or str(exc)
-        raise ClusterError(
-            f"SLURM refuses the workers' job: {answer}; fix the workflow's cluster.slurm "
-            "(queue, account, cores, memory, walltime, job_extra_directives) and run the "
-            "same command again"
-        ) from None
-    except FileNotFoundError:
-        raise ClusterError(
-            "cluster.kind is 'slurm' but there is no sbatch on PATH: run dparallel where "
-            "SLURM's commands are (a login node), or start the workers yourself and give "
-            "--scheduler"
-        ) from None
-
-
-def _close_unsubmitted(cluster: Any) -> None:
-    """Close a cluster whose jobs were not all submitted: cancel those that were (a job
-    never submitted counts as failed, which ``SpecCluster.close`` requires of it)."""
-    from distributed.core import Status
-
-    for job in cluster.workers.values():
-        if getattr(job, "job_id", None) is None:
-            job.status = Status.failed
-    cluster.close()
-
-
 def _slurm_cluster(spec: ClusterSpec) -> Any:
-    """The dask-jobqueue ``SLURMCluster`` of ``spec`` (its scheduler running here), no job
-    submitted yet (``cluster.job_script()``: what each job runs)."""
-    jobqueue, slurm = import_jobqueue(), spec.slurm
-    try:
-        return jobqueue.SLURMCluster(
-            queue=slurm.queue,
-            account=slurm.account,
-            cores=slurm.cores,
-            processes=slurm.cores,
-            memory=slurm.memory,
-            walltime=slurm.walltime,
-            job_extra_directives=list(slurm.job_extra_directives),
-            job_script_prologue=[
-                *(f"export {k}={v}" for k, v in _worker_env(spec).items()),
-                *slurm.job_script_prologue,
-            ],
-            scheduler_options={
-                "dashboard_address": _dashboard_address(spec),
-                "preload": [DASHBOARD_PRELOAD],
-            },
-            security=_security(spec.tls),
-        )
-    except Exception as exc:
-        raise ClusterError(f"cannot start a SLURM cluster: {type(exc).__name__}: {exc}") from exc
+    """:func:`~dparallel.cluster.slurm.slurm_cluster` with the thread exports, TLS and
+    dashboard (with dparallel's pages) of ``spec``."""
+    scheduler = {"dashboard_address": _dashboard_address(spec), "preload": [DASHBOARD_PRELOAD]}
+    return slurm_cluster(spec, _worker_env(spec), _security(spec.tls), scheduler)

@@ -151,7 +151,7 @@ def test_importing_jobqueue_keeps_the_commands_ctrl_c_handler() -> None:
     from daskprocs import child_env
 
     code = (
-        "import signal; from dparallel.cluster.connection import import_jobqueue; "
+        "import signal; from dparallel.cluster.slurm import import_jobqueue; "
         "before = signal.getsignal(signal.SIGINT); import_jobqueue(); "
         "assert signal.getsignal(signal.SIGINT) is before, signal.getsignal(signal.SIGINT)"
     )
