@@ -156,9 +156,29 @@ def raise_failures(
     lines = [
         f"{len(failures)} of {total} partitions failed; {kept} done partitions are kept; {how}."
     ]
-    for p, exc in sorted(failures.items()):
-        start, stop = store.partition_range(p)
-        lines.append(
-            f"partition {p} (structures {start}..{stop - 1}) failed: {type(exc).__name__}: {exc}"
-        )
+    for said, parts in _alike(failures).items():
+        if len(parts) == 1:
+            start, stop = store.partition_range(parts[0])
+            lines.append(f"partition {parts[0]} (structures {start}..{stop - 1}) failed: {said}")
+        else:  # one cause of many partitions (no worker left, …) is said once
+            lines.append(f"partitions {_spans(parts)} ({len(parts)}) failed: {said}")
     raise PartitionFailedError("\n".join(lines))
+
+
+def _alike(failures: Mapping[int, BaseException]) -> dict[str, list[int]]:
+    """The failures' texts (``Type: message``), each with its partitions in order."""
+    said: dict[str, list[int]] = {}
+    for p, exc in sorted(failures.items()):
+        said.setdefault(f"{type(exc).__name__}: {exc}", []).append(p)
+    return said
+
+
+def _spans(parts: list[int]) -> str:
+    """Sorted partition numbers as spans: ``2–5, 7, 9–10``."""
+    spans: list[list[int]] = []
+    for p in parts:
+        if spans and p == spans[-1][1] + 1:
+            spans[-1][1] = p
+        else:
+            spans.append([p, p])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)

@@ -126,3 +126,20 @@ def test_a_store_that_cannot_be_written_is_one_line_naming_it_and_the_cause(code
         "partitions are kept); make the store writable and rerun the same command to compute "
         "only the rest"
     )
+
+
+def test_one_cause_of_many_partitions_is_said_once() -> None:
+    """Partitions left without a worker (the same ClusterError for each) printed one line
+    each: 18 lines of the same text in a run on a SLURM queue that never started a job."""
+    from dparallel.errors import ClusterError
+
+    none = ClusterError("no worker alive for 120 s to run it on (…)")
+    failures = {p: none for p in [2, 3, 4, 5, 7, 9, 10]} | {6: RuntimeError("boom")}
+    with pytest.raises(PartitionFailedError) as info:
+        raise_failures(_store([0, 1], 11, per_partition=2), failures)
+    first, *lines = str(info.value).split("\n")
+    assert first.startswith("8 of 11 partitions failed; 2 done partitions are kept;")
+    assert lines == [
+        f"partitions 2–5, 7, 9–10 (7) failed: ClusterError: {none}",
+        "partition 6 (structures 12..13) failed: RuntimeError: boom",
+    ]
