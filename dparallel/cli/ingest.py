@@ -177,12 +177,7 @@ def verify_lines(checked: Verification) -> list[str]:
     out = [
         f"verify       FAILED: {counts}, in {damaged} of "
         f"{checked.partitions} done partitions ({where} read){caveat}; the store is damaged: "
-        + (
-            f"{checked.made_by} the store again with --overwrite"
-            if any(p.partition is None for p in checked.problems)
-            else f"rerun the {checked.made_by} that made it with --repair to compute only the "
-            "damaged partitions again"
-        )
+        f"{checked.advice}"
     ]
     out += [f"  {p.line()}" for p in checked.problems[:SHOWN_PROBLEMS]]
     if len(checked.problems) > SHOWN_PROBLEMS:

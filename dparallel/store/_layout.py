@@ -119,6 +119,20 @@ def made_by(meta: Mapping[str, Any]) -> str:
     return "featurize" if isinstance(config, dict) and config.get("features") else "ingest"
 
 
+def remake_advice(made_by: str) -> str:
+    """The fix for damage no partition owns: the command that made the store, again."""
+    return f"{made_by} the store again with --overwrite"
+
+
+def repair_advice(made_by: str) -> str:
+    """The fix for damage inside done partitions: the command that made the store, with
+    ``--repair``, which computes only those again."""
+    return (
+        f"rerun the {made_by} that made it with --repair to compute only the damaged "
+        "partitions again"
+    )
+
+
 def _jsonable(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` as JSON would read it back (tuples as lists, keys sorted)."""
     try:

@@ -26,6 +26,8 @@ from dparallel.store._layout import (
     ZARR3,
     _partition_group,
     made_by,
+    remake_advice,
+    repair_advice,
 )
 from dparallel.store._read_cache import CachedReads, cache_budget
 from dparallel.store.plan import Plan
@@ -196,7 +198,14 @@ class OpenedStore:
     @property
     def remake(self) -> str:
         """The fix for a damaged store, to end its errors with: the command that made it."""
-        return f"{self.made_by} the store again with --overwrite"
+        return remake_advice(self.made_by)
+
+    @property
+    def repair(self) -> str:
+        """The fix for damage ``info --verify`` finds, to end its errors with: the command
+        that made the store, with ``--repair``, computes the damaged partitions again (and
+        says to make the store again where no partition owns the damage)."""
+        return f"{repair_advice(self.made_by)} (`dparallel info {self.target} --verify` lists them)"
 
     @property
     def plan(self) -> Plan:
@@ -256,7 +265,7 @@ class OpenedStore:
         """The error for array ``name`` gone from the store (its ``zarr.json`` deleted)."""
         return StoreError(
             f"{self.location}: {name} is missing (its zarr.json was deleted?); a damaged "
-            f"store: {self.remake}"
+            f"store: {self.repair}"
         )
 
     def _read_written(self, name: str, start: int, stop: int) -> np.ndarray:
@@ -288,7 +297,7 @@ class OpenedStore:
             if done[p]:
                 raise StoreError(
                     f"{self.location}: cannot read {name} (a chunk or its metadata is "
-                    f"truncated or corrupt: {why}); {self.remake}"
+                    f"truncated or corrupt: {why}); {self.repair}"
                 )
         if self._meta.get("every_chunk_written"):
             for p in missing:
@@ -351,7 +360,7 @@ class OpenedStore:
         return StoreError(
             f"{self.location}: {name}: chunk {key} of a done partition is missing "
             "(deleted or lost after it was written; zarr would read fill values): "
-            f"{self.remake}"
+            f"{self.repair}"
         )
 
     @contextlib.contextmanager
@@ -366,7 +375,7 @@ class OpenedStore:
         except Exception as exc:  # noqa: BLE001 - codec errors come in many types
             raise StoreError(
                 f"{self.location}: cannot read {name} (a chunk or its metadata is truncated "
-                f"or corrupt: {type(exc).__name__}: {exc}); {self.remake}"
+                f"or corrupt: {type(exc).__name__}: {exc}); {self.repair}"
             ) from None
 
     def _partition_group(self, p: int, create: bool) -> zarr.Group | None:

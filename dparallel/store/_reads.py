@@ -69,7 +69,7 @@ class StoreReads(OpenedStore):
             if lost:  # its zarr.json deleted or replaced: not an array any more
                 raise StoreError(
                     f"{self.location}: cannot read {group.path}/{lost[0]} (no array there: "
-                    f"its metadata is missing or corrupt); {self.remake}"
+                    f"its metadata is missing or corrupt); {self.repair}"
                 )
             deriv = group.get("d") if derivatives else None
             if isinstance(deriv, zarr.Group):

@@ -23,7 +23,13 @@ from zarr.core.sync import sync
 
 from dparallel.store._batch import _parsed, keys_below
 from dparallel.store._chunks import CONCURRENCY, chunk_decoder, read_keys
-from dparallel.store._layout import _PARTITION_ARRAYS, _STRUCTURE_ARRAYS, _partition_group
+from dparallel.store._layout import (
+    _PARTITION_ARRAYS,
+    _STRUCTURE_ARRAYS,
+    _partition_group,
+    remake_advice,
+    repair_advice,
+)
 from dparallel.store._read_cache import CachedReads
 from dparallel.store.stats import FEATURE_LIMIT, out_of_range
 
@@ -72,6 +78,14 @@ class Verification:
     missing_checked: bool
     #: The command that made the store, which remakes a damaged one: featurize or ingest
     made_by: str = "featurize"
+
+    @property
+    def advice(self) -> str:
+        """What mends what was found: ``--repair`` where every problem is a partition's,
+        else making the store again."""
+        if any(p.partition is None for p in self.problems):
+            return remake_advice(self.made_by)
+        return repair_advice(self.made_by)
 
     @property
     def ok(self) -> bool:

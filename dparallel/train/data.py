@@ -284,8 +284,7 @@ def check_features(store: Store, p: int, name: str, values: np.ndarray) -> None:
     raise TrainingError(
         f"{store.target}: partition {p}: {name}: {int(bad.sum())} values not finite or "
         f"beyond ±{FEATURE_LIMIT:.3g} in {rows.size} rows (first: row {rows[0]}): the store "
-        f"is damaged; `dparallel info {store.target} --verify` lists its damaged chunks; "
-        f"{store.remake}"
+        f"is damaged; {store.repair}"  # info --verify lists them by the same rule
     )
 
 

@@ -349,7 +349,7 @@ def test_a_damaged_store_names_the_command_that_made_it(tmp_path, rng, made_by):
         )
     assert open_store(path).made_by == made_by
     other = {"ingest": "featurize", "featurize": "ingest"}[made_by]
-    fix = rf"{made_by} the store again with --overwrite"
+    fix = rf"rerun the {made_by} that made it with --repair to compute only the damaged"
     positions = _chunk_file(path / "structures" / "positions", 1, 0)
     kept = positions.read_bytes()
     positions.unlink()  # a chunk gone
@@ -362,3 +362,17 @@ def test_a_damaged_store_names_the_command_that_made_it(tmp_path, rng, made_by):
     _chunk_file(path / "partitions" / "n_atoms", 1).write_bytes(b"xx")  # read whole
     with pytest.raises(StoreError, match=fix):
         _ = open_store(path).n_atoms
+    # and the advice mends it: the command that made the store, with --repair
+    if made_by == "ingest":
+        ingest(data, path, IngestOptions(partition_atoms=20, repair=True))
+    else:
+        featurize_in_process(
+            data, path, DescriptorSet(acsf=acsf), FeaturizeOptions(partition_atoms=20, repair=True)
+        )
+    store, frames = open_store(path), ase.io.read(data, ":")
+    start, stop = store.partition_range(1)
+    np.testing.assert_array_equal(
+        store.read_partition(1).positions,
+        np.concatenate([a.positions for a in frames[start:stop]]),
+    )
+    assert int(np.sum(store.n_atoms)) == sum(len(a) for a in frames)

@@ -598,4 +598,4 @@ def test_a_feature_value_that_is_not_finite_in_a_store_is_refused(tmp_path, valu
     message = str(info.value)  # a dG_dr_split value is up to 3 of dG/dr (x, y, z)
     assert re.search(rf"partition 0: features/acsf/Cu/{name}: [1-3] values not finite", message)
     assert f"dparallel info {store.target} --verify" in message
-    assert "featurize the store again with --overwrite" in message
+    assert "rerun the featurize that made it with --repair" in message
