@@ -138,16 +138,17 @@ CPU_ROW_BLOCK = 256
 
 
 def _times(P: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
-    """P·H (n, m); on the CPU by blocks of :data:`CPU_ROW_BLOCK` rows of P.
+    """P·H (n, m); on the CPU with one torch thread by blocks of :data:`CPU_ROW_BLOCK`
+    rows of P.
 
     Each row of P·H is the same sum either way, to rounding (MKL may round a row of a
     block otherwise: the weights of water ×5 Kalman runs came out the same bit for bit,
-    tested to rounding). On the CPU the blocks are cheaper than MKL's whole product for the
-    few columns of H a step has (docs/training.md has the figures); a GPU takes the whole
-    product.
+    tested to rounding). On one thread the blocks are cheaper than MKL's whole product for
+    the few columns of H a step has; with more threads they cost more than they save
+    (docs/training.md has the figures), and a GPU takes the whole product.
     """
     n = P.shape[0]
-    if P.device.type != "cpu" or n <= CPU_ROW_BLOCK:
+    if P.device.type != "cpu" or n <= CPU_ROW_BLOCK or torch.get_num_threads() > 1:
         return P @ H
     X = P.new_empty((n, H.shape[1]))
     for start in range(0, n, CPU_ROW_BLOCK):
