@@ -147,6 +147,10 @@ def _describe(holder: dict[str, Any], now: float) -> str:
     )
 
 
+#: What reads a store without writing it (said where its folder cannot be written).
+STORE_READERS = "reading a store (info, info --verify, train, evaluate)"
+
+
 class StoreLease:
     """Exclusive right to create or fill the store at ``store``; a context manager.
 
@@ -162,6 +166,8 @@ class StoreLease:
     timeout
         Seconds without a heartbeat after which the lease is abandoned (default
         ``$DPARALLEL_LEASE_TIMEOUT`` or 60).
+    readers
+        What reads the folder without writing, said where it cannot be written.
     """
 
     def __new__(
@@ -169,6 +175,7 @@ class StoreLease:
         store: str | os.PathLike[str] | Location,
         command: str = "",
         timeout: float | None = None,
+        readers: str = STORE_READERS,
     ) -> StoreLease:
         if cls is StoreLease and not as_location(store).is_local:
             return super().__new__(ObjectLease)
@@ -179,8 +186,10 @@ class StoreLease:
         store: str | os.PathLike[str] | Location,
         command: str = "",
         timeout: float | None = None,
+        readers: str = STORE_READERS,
     ) -> None:
         location = as_location(store)
+        self.readers = readers
         #: The lock file (a local store) or the lease object (a URL).
         self.path: Any = lease_path(store) if location.is_local else _object_key(location)
         #: The store's folder (resolved) or URL.
@@ -317,8 +326,8 @@ class StoreLease:
             raise StoreError(
                 f"cannot write {self.store}: {exc.strerror or exc} ({exc.filename or self.path}): "
                 f"{self.command or 'a run'} writes it, and its lease {self.path.name} beside it, "
-                f"so it needs write access to {folder}; reading a store (info, info --verify, "
-                "train, evaluate) needs none: choose a writable output path"
+                f"so it needs write access to {folder}; {self.readers} needs none: choose a "
+                "writable output path"
             ) from None
 
     def _take(self) -> None:
@@ -488,11 +497,11 @@ def lease_object(store: Location) -> Location:
 class ObjectLease(StoreLease):
     """:class:`StoreLease` of a store on object storage (what ``StoreLease(url)`` makes)."""
 
-    def __init__(self, store: Any, command: str = "", timeout: float | None = None) -> None:
+    def __init__(self, store: Any, *args: Any, **kwargs: Any) -> None:
         location = as_location(store)
         _objects.require_conditional_writes(location)
         self._location = location
-        super().__init__(location, command, timeout)
+        super().__init__(location, *args, **kwargs)
         self._etag = ""
 
     def _record(self) -> dict[str, Any]:

@@ -133,7 +133,9 @@ def claim_model_dir(
         path, MARKER, "model", protect=protect, adopt=lambda names: _legacy(path, names)
     )
     try:
-        with StoreLease(path, command="dparallel train"):
+        with StoreLease(
+            path, command="dparallel train", readers="evaluating it (evaluate, the ASE calculator)"
+        ):
             doc = _read_marker(path)
             now = store_identity(store)
             recorded = doc.get("store")

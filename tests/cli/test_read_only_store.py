@@ -80,3 +80,18 @@ def test_a_folder_of_another_user_says_what_needs_write_access(dataset, tmp_path
     assert err.startswith(f"dparallel ingest: error: cannot write {folder / 's.zarr'}: Permission")
     assert f"needs write access to {folder}; reading a store" in err
     assert not list(folder.iterdir())
+
+
+def test_a_read_only_model_folder_is_not_called_a_store(dataset, read_only_view, tmp_path, capsys):
+    """``train --resume`` into a model folder on a read-only mount: the lease's line said
+    "reading a store (info, info --verify, train, evaluate) needs none" of the model folder;
+    it says what reads a model folder without writing it."""
+    model = tmp_path / "models" / "m"
+    small = ["--set", "epochs=1", "--set", "hidden=[4]", "-q"]
+    assert main(["train", str(dataset / "f.zarr"), "-o", str(model), *small]) == 0
+    capsys.readouterr()
+    shared = read_only_view(model.parent) / "m"
+    assert main(["train", str(dataset / "f.zarr"), "-o", str(shared), "--resume", *small]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"cannot write {shared}: Read-only file system" in err, err
+    assert "reading a store" not in err and "evaluating it" in err and "\n" not in err
