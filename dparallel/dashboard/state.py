@@ -9,6 +9,7 @@ questions the pages and the JSON route ask, so it is unit-tested without a clust
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -16,7 +17,7 @@ from dparallel._files import strict_json
 from dparallel.dashboard.events import TOPIC_PROGRESS, TOPIC_TRAIN
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
 __all__ = ["METRICS", "SPLITS", "DashboardState", "Finished", "Throughput", "throughput"]
 
@@ -126,7 +127,9 @@ class DashboardState:
     another on one cluster never mix: the page shows the one started last.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        #: Now, in the events' seconds since the epoch (a run silent since counts as gone).
+        self.clock = clock
         self.progress: _Run | None = None
         self.train: _Curves | None = None
         self._runs: dict[str, _Run] = {}
@@ -250,11 +253,13 @@ class DashboardState:
 
     def _others_running(self, shown: _Run) -> list[dict[str, Any]]:
         """The featurizations besides ``shown`` still running (on a shared cluster): not
-        ended, and heard from within :data:`_SILENT_S` of the latest event; their counts."""
+        ended, and heard from within :data:`_SILENT_S` of now (a killed run sends no end,
+        and nothing else may come after it); their counts."""
+        now = max(self._latest, self.clock())
         return [
             {"run": r.run, "partitions_done": len(r.partitions), "partitions_total": r.n_partitions}
             for r in self._runs.values()
-            if r is not shown and r.ended is None and self._latest - r.last <= _SILENT_S
+            if r is not shown and r.ended is None and now - r.last <= _SILENT_S
         ]
 
     def train_summary(self) -> dict[str, Any] | None:

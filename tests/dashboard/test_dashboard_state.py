@@ -161,7 +161,8 @@ def test_the_page_names_the_other_featurizations_running_on_the_cluster(monkeypa
     def header() -> str:
         return shown_page("_ProgressPage", s, monkeypatch).header.text
 
-    s = DashboardState()
+    now = [0.0]  # the clock: no later than the events unless moved on below
+    s = DashboardState(clock=lambda: now[0])
     s.add(100.0, TOPIC_PROGRESS, progress_start_event("featurize:/u/a.zarr", 4, 40, 400))
     s.add(
         101.0, TOPIC_PROGRESS, progress_partition_event("featurize:/u/a.zarr", 0, 10, 100, 1, "w")
@@ -187,6 +188,12 @@ def test_the_page_names_the_other_featurizations_running_on_the_cluster(monkeypa
         403.5, TOPIC_PROGRESS, progress_partition_event("featurize:/w/c.zarr", 0, 10, 100, 1, "w")
     )
     assert s.progress_summary()["other_runs"] == []  # b: silent for over 300 s
+    # a run killed when nothing else runs: no later event, the clock alone moves on
+    s.add(500.0, TOPIC_PROGRESS, progress_start_event("featurize:/x/d.zarr", 2, 20, 200))
+    s.add(501.0, TOPIC_PROGRESS, progress_start_event("featurize:/y/e.zarr", 2, 20, 200))
+    assert [r["run"] for r in s.progress_summary()["other_runs"]][-1] == "featurize:/x/d.zarr"
+    now[0] = 801.0 + 1.0
+    assert s.progress_summary()["other_runs"] == []
 
 
 def test_a_later_training_run_of_the_same_name_starts_its_own_curves(monkeypatch) -> None:
