@@ -198,9 +198,15 @@ def run_workflow(
             if train_needed:
                 assert model_dir is not None
                 say(f"train: {shown} → {model_dir}")
-                result.metrics, resumed = _train(
-                    spec, store_path, model_dir, on_epoch, featurize_needed, say
-                )
+                from dparallel.cluster.logs import scheduler_loss_said
+
+                with scheduler_loss_said(
+                    f"lost the Dask scheduler {handle.client.scheduler.address}: its dashboard "
+                    f"shows no more epochs; training goes on here ({model_dir}/metrics.csv)"
+                ):
+                    result.metrics, resumed = _train(
+                        spec, store_path, model_dir, on_epoch, featurize_needed, say
+                    )
                 result.stages["train"] = "resumed" if resumed else "ran"
             else:
                 result.stages["train"] = untrained
