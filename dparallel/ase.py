@@ -220,7 +220,7 @@ class Calculator(_calc.Calculator):
     ) -> None:
         """Compute the requested properties: energy, per-atom energies and forces at once;
         once the stress has been asked for, with every later call on a 3-D periodic cell
-        too (~3 % of a call), so that NPT and cell relaxations, which ask for forces and
+        too (its cost: docs/training.md), so that NPT and cell relaxations, which ask for forces and
         stress each step, get both from one call rather than two or three."""
         with self._lock:
             self._calculate(atoms, properties or ["energy"])

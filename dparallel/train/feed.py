@@ -35,7 +35,7 @@ from dparallel.train.batch import (
     split_assembled,
 )
 from dparallel.train.data import BatchPlan, background, iterate_batches
-from dparallel.train.device import Target, device_memory, out_of_memory
+from dparallel.train.device import Target, device_memory, gib, out_of_memory
 from dparallel.train.gather_ops import DeviceOps, HostOps, PinnedOps, gather_threads
 
 if TYPE_CHECKING:
@@ -143,9 +143,9 @@ class HeldData:
             total += part.nbytes
             if budget is not None and total > budget:
                 log.info(
-                    "the store's arrays pass the device budget (%.2f GiB after %d of %d "
+                    "the store's arrays pass the device budget (%s after %d of %d "
                     "partitions): streaming them instead",
-                    budget / 2**30, len(parts) + 1, len(reader.index.partitions),
+                    gib(budget), len(parts) + 1, len(reader.index.partitions),
                 )  # fmt: skip
                 return None
             parts.append(part)
@@ -199,7 +199,7 @@ class BatchFeed:
             self.held = None
             raise out_of_memory(exc, self.device, None, "loading the store's arrays") from None
         if self.held is not None:
-            log.info("training data held on %s: %.3f GiB", self.device, self.held.nbytes / 2**30)
+            log.info("training data held on %s: %s", self.device, gib(self.held.nbytes))
 
     def describe(self) -> dict[str, Any]:
         """Device, where the data lives and peak device memory (for ``metrics.json``)."""
