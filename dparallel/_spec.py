@@ -27,4 +27,8 @@ FromYaml = Annotated[T, Strict(False)]
 class SpecModel(BaseModel):
     """Frozen, strict configuration model (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+    # protected_namespaces=(): fields such as ``model_dir`` are ours; pydantic < 2.10 warned
+    # of a conflict with its ``model_`` namespace on every import (pyproject allows 2.6)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, strict=True, protected_namespaces=()
+    )
