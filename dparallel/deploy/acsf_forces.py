@@ -3,21 +3,22 @@
 The engine :meth:`dparallel.deploy.DeployedModel.predict` takes on the CPU when the ACSF
 backend is numba (:func:`acsf_engine`): float64 tanh networks run inside the kernel (per
 central atom: descriptors, ∂E/∂G, forces and virial at once); otherwise per central element,
-block by block of its atoms (:data:`BLOCK_BYTES` of ∂G/∂r at once, whatever the cell's
-size), the kernel's values and ∂G/∂r_ij, the networks (numpy, or torch autograd), then one
-compiled pass into forces and virial (:mod:`dparallel.kernels.pair_forces`). The element bookkeeping
-is computed once per neighbour list (a Verlet list keeps its pairs for many MD steps). Same
-numbers as the torch route (tested against autograd and finite differences).
+block by block of its atoms (:data:`~dparallel.deploy.blocks.BLOCK_BYTES` of ∂G/∂r at once,
+whatever the cell's size), the kernel's values and ∂G/∂r_ij, the networks (numpy, or torch
+autograd), then one compiled pass into forces and virial
+(:mod:`dparallel.kernels.pair_forces`). The element bookkeeping is computed once per
+neighbour list (a Verlet list keeps its pairs for many MD steps). Same numbers as the torch
+route (tested against autograd and finite differences).
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
+from dparallel.deploy.blocks import BLOCK_BYTES, centre_blocks
 from dparallel.deploy.identical import identical
 from dparallel.descriptors import ACSF, KernelCall, numba_element
 from dparallel.kernels.acsf_numba import NetworkForces, acsf_element, no_split
@@ -30,14 +31,6 @@ if TYPE_CHECKING:
     from dparallel.neighbors import Neighbors
     from dparallel.nn import HDNNP
     from dparallel.types import StructureBatch
-
-
-#: ∂G/∂r bytes the unfused route (float32, activations other than tanh) holds at once per
-#: element: :meth:`ACSFForces.descriptors` computes a cell's centres block by block. Every
-#: pair's at once took 15 kB more per atom than the fused route on fcc Cu with 12 functions
-#: (2.8 GB against 1.3 GB peak on 10^5 atoms, docs/deploy.md); blocks of this size made
-#: that route's peak the fused one's, at no cost in CPU time.
-BLOCK_BYTES = 16 * 2**20
 
 
 class _Layout(NamedTuple):
@@ -344,18 +337,6 @@ class ACSFForces:
                 return energies.detach().numpy(), None
             (de_dg,) = torch.autograd.grad(energies.sum(), [inputs])
         return energies.detach().numpy(), de_dg.numpy()
-
-
-def centre_blocks(seg: np.ndarray, limit: int) -> list[tuple[int, int]]:
-    """Consecutive centre ranges ``[a, b)`` covering the n centres of ``seg`` (n + 1,: their
-    pair ranges, as a layout's ``segs``), of about ``limit`` pairs each (at most ``limit``
-    plus one centre's pairs); one block when all fit."""
-    n, total = seg.shape[0] - 1, int(seg[-1])
-    if total <= limit or n <= 1:
-        return [(0, n)]
-    cuts = np.searchsorted(seg, np.arange(max(1, limit), total, max(1, limit)), side="right") - 1
-    bounds = np.unique(np.concatenate([[0], cuts, [n]])).tolist()
-    return list(itertools.pairwise(bounds))
 
 
 def acsf_engine(

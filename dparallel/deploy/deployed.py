@@ -6,7 +6,8 @@ registry's protocol (:class:`~dparallel.descriptors.registry.DescriptorKind`), s
 registered type works:
 
 * :meth:`DeployedModel.predict`: the descriptor's ``compute`` with analytic ∂G/∂r_ij per
-  pair, dE/dG by autograd, F = −Σ (∂E/∂G)(∂G/∂r) and the virial from the same pair terms;
+  pair, dE/dG by autograd, F = −Σ (∂E/∂G)(∂G/∂r) and the virial from the same pair terms,
+  block by block of centre atoms (:attr:`DeployedModel.block_bytes` of ∂G/∂r at once);
   on the CPU a compiled engine of :data:`ENGINES` takes over when one takes the descriptor
   (ACSF through numba: :mod:`dparallel.deploy.acsf_forces`).
 * :meth:`DeployedModel.energy` with ``positions``: the autograd route (F = −∂E/∂positions)
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dparallel.deploy.blocks import BLOCK_BYTES, centre_batches
 from dparallel.deploy.potential import graph_energies
 from dparallel.deploy.split import Engine, Outputs, threaded
 from dparallel.descriptors import forces_from_derivatives, virial_from_derivatives
@@ -105,6 +107,9 @@ class DeployedModel(nn.Module):
                 )
         self._engines: dict[str, Engine | None] = {}  # backend → engine (None: torch)
         self._engines_at: tuple[int, ...] | None = None  # where those were in memory
+        #: ∂G/∂r bytes the torch route holds at once (:meth:`_predict_torch`); larger blocks
+        #: are fewer, smaller ones bound the peak memory of a large cell more tightly
+        self.block_bytes = BLOCK_BYTES
 
     def __getstate__(self) -> dict[str, Any]:
         """The model for pickle (a multiprocessing pool, Dask) and ``copy.deepcopy``, without
@@ -179,40 +184,68 @@ class DeployedModel(nn.Module):
     def _predict_torch(
         self, batch: StructureBatch, nb: Neighbors, forces: bool, stress: bool, backend: str
     ) -> Outputs:
-        """:meth:`predict` through torch ops: outputs and the virial (S, 3, 3) if ``stress``."""
+        """:meth:`predict` through torch ops: outputs and the virial (S, 3, 3) if ``stress``.
+
+        Block by block of centre atoms (:func:`~dparallel.deploy.blocks.centre_batches`,
+        :attr:`block_bytes` of ∂G/∂r each): a block's descriptors and ∂G/∂r, its networks'
+        energies and ∂E/∂G (autograd on the block's rows only, the graph freed with the
+        block), its pair terms added into forces and virial. Index bookkeeping is on the
+        host; on a GPU a block costs its host-to-device copies and no synchronisation."""
         need = forces or stress
         dev = self.device
-        res = self._compute(batch, nb, need, backend)
-        if dev.type != "cpu":
-            res = {e: r.to(dev) for e, r in res.items()}
-        values = {
-            e: r.values.detach().requires_grad_(need) for e, r in res.items() if len(r.values)
-        }
-        sidx = torch.from_numpy(batch.structure_index).to(dev)
+        per_pair = 3 * self.dtype.itemsize * max(self.model.n_features.values(), default=1)
         out_dtype = torch.promote_types(self.dtype, self.model.ref_energy.dtype)  # float64
-        with torch.enable_grad():
-            atomic = self.model.atomic_energies(values)
-            energy = torch.zeros(batch.n_structures, dtype=out_dtype, device=dev)
-            per_atom = torch.zeros(batch.n_atoms, dtype=out_dtype, device=dev)
-            for e, ei in atomic.items():
-                per_atom = per_atom.index_put((res[e].atom_index,), ei.detach())
-                energy = energy.index_add(0, sidx.index_select(0, res[e].atom_index), ei)
-            out: dict[str, np.ndarray] = {
-                "energy": energy.detach().cpu().numpy(),
-                "energies": per_atom.cpu().numpy(),
+        sidx = torch.from_numpy(batch.structure_index).to(dev)
+        energy = torch.zeros(batch.n_structures, dtype=out_dtype, device=dev)
+        per_atom = torch.zeros(batch.n_atoms, dtype=out_dtype, device=dev)
+        force = torch.zeros(batch.n_atoms if forces else 0, 3, dtype=self.dtype, device=dev)
+        virial = torch.zeros(batch.n_structures if stress else 0, 3, 3, dtype=self.dtype,
+                             device=dev)  # fmt: skip
+        for part in centre_batches(batch, nb, max(1, self.block_bytes // per_pair)):
+            res = self._compute(part.batch, part.neighbors, need, backend)
+            keep, at = {}, {}  # per element: rows of the block's centres, their batch rows
+            for e, r in res.items():
+                index = r.atom_index.cpu().numpy()
+                rows = np.flatnonzero(part.centre[index])
+                if len(rows):
+                    keep[e] = torch.from_numpy(rows).to(dev)
+                    at[e] = torch.from_numpy(part.atoms[index[rows]]).to(dev)
+            if dev.type != "cpu":
+                res = {e: r.to(dev) for e, r in res.items()}
+            values = {
+                e: res[e].values.index_select(0, k).detach().requires_grad_(need)
+                for e, k in keep.items()
             }
-            if not need:
-                return out, None
-            keys = list(values)
-            grads = torch.autograd.grad(energy.sum(), [values[k] for k in keys]) if keys else ()
-        dE_dG = dict(zip(keys, grads, strict=True))
-        sub = {e: res[e] for e in keys}
+            with torch.enable_grad():
+                atomic = self.model.atomic_energies(values)
+                total = energy.new_zeros(())
+                for e, ei in atomic.items():
+                    per_atom = per_atom.index_put((at[e],), ei.detach())
+                    energy = energy.index_add(0, sidx.index_select(0, at[e]), ei.detach())
+                    total = total + ei.sum()
+                if not need or not keep:
+                    continue
+                grads = torch.autograd.grad(total, [values[e] for e in keep])
+            dE_dG = {  # rows of every atom of the block's batch (its neighbours': 0)
+                e: g.new_zeros(res[e].values.shape).index_copy(0, keep[e], g)
+                for e, g in zip(keep, grads, strict=True)
+            }
+            sub = {e: res[e] for e in keep}
+            atoms = torch.from_numpy(part.atoms).to(dev)  # the block's rows in the batch
+            if forces:
+                part_forces = forces_from_derivatives(dE_dG, sub, len(part.atoms))
+                force = force.index_add(0, atoms, part_forces.to(force.dtype))
+            if stress:
+                part_sidx = sidx.index_select(0, atoms)
+                w = virial_from_derivatives(dE_dG, sub, part_sidx, batch.n_structures)
+                virial = virial + w.to(virial.dtype)
+        out: dict[str, np.ndarray] = {
+            "energy": energy.cpu().numpy(),
+            "energies": per_atom.cpu().numpy(),
+        }
         if forces:
-            out["forces"] = forces_from_derivatives(dE_dG, sub, batch.n_atoms).cpu().numpy()
-        if not stress:
-            return out, None
-        virial = virial_from_derivatives(dE_dG, sub, sidx, batch.n_structures)
-        return out, virial.cpu().numpy()
+            out["forces"] = force.cpu().numpy()
+        return out, (virial.cpu().numpy() if stress else None)
 
     def predict(
         self,

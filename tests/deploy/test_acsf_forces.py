@@ -263,17 +263,3 @@ def test_unfused_route_in_centre_blocks_equals_torch_and_one_block(networks) -> 
     # what stays whole-cell: the layout's int64 index arrays and their temporaries (~5 per
     # pair) and per-atom outputs; a block's ∂G/∂r and its gathers come on top
     assert peak < 48 * nb.n_pairs + 3 * block < all_pairs, (peak, all_pairs)
-
-
-def test_centre_blocks_cover_every_centre_once() -> None:
-    from dparallel.deploy.acsf_forces import centre_blocks
-
-    counts = np.array([3, 0, 7, 2, 2, 9, 1, 0, 4])
-    seg = np.concatenate([[0], np.cumsum(counts)])
-    for limit in (1, 4, 5, 10, 28, 29, 100):
-        blocks = centre_blocks(seg, limit)
-        assert [a for a, _ in blocks] == [0] + [b for _, b in blocks[:-1]]
-        assert blocks[-1][1] == len(counts) and all(a < b for a, b in blocks)
-        for a, b in blocks:
-            assert seg[b] - seg[a] <= limit + counts[a:b].max()  # one centre may overrun
-    assert centre_blocks(seg, 28) == [(0, 9)]
