@@ -48,8 +48,9 @@ class Calculator(_calc.Calculator):
     device
         Where the networks run: ``"cpu"`` (default; ACSF through the compiled numba
         engine, ``dparallel.deploy.deployed.ENGINES``), ``"cuda"``/``"cuda:N"`` (for large
-        cells: descriptors on the CPU, networks, forces and virial on the GPU) or
-        ``"auto"``. A model trained on any device works.
+        cells: descriptors on the CPU, networks, forces and virial on the GPU, block by
+        block of centre atoms, ``calc.model.block_bytes`` of ∂G/∂r each) or ``"auto"``. A
+        model trained on any device works.
     dtype
         ``torch.float64`` (default) or ``torch.float32``.
     backend
