@@ -64,7 +64,10 @@ class DescriptorKind:
     the descriptor class, whose public protocol (``from_dict``/``to_dict``, ``elements``,
     ``r_cut``, ``compute(batch, derivatives=, neighbors=, dtype=)`` →
     ``{element: DescriptorResult}``) is all the store, training, export and the deployed
-    model use; ``spec()`` its pydantic config model with ``build(context)``.
+    model use (an atom's features depend only on its pairs and its neighbours' elements:
+    the deployed model computes a large cell's centres in blocks, each with its
+    neighbours as a batch of its own); ``spec()`` its pydantic config model with
+    ``build(context)``.
     ``pair_derivatives``: it gives ∂G_i/∂r_ij per pair. ``numpy_route()`` (optional): its
     torch-free ``compute_arrays(...)`` can run now. ``graph()`` (optional): the class of its
     traceable torch form (``forward(vectors, pair_first, pair_second, species)`` → (N, W),
