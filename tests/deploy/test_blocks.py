@@ -57,13 +57,21 @@ def _predict(model, batch: StructureBatch, block_bytes: int, **kw) -> dict:  # n
         model.block_bytes = BLOCK_BYTES
 
 
-def test_torch_route_in_blocks_equals_one_block_compiled_route_and_autograd(model) -> None:  # noqa: ANN001
+def test_torch_route_in_blocks_equals_one_block_compiled_route_and_autograd(
+    model,  # noqa: ANN001
+    monkeypatch,  # noqa: ANN001
+) -> None:
     batch = _batch()
     nb = model.neighbors(batch)
     per_pair = 3 * 8 * max(model.model.n_features.values())
     seg = np.searchsorted(nb.pair_first, np.arange(batch.n_atoms + 1))
-    assert len(centre_blocks(seg, 40)) >= 20  # blocks of ~40 pairs: a few centres each
+    n_blocks = len(centre_blocks(seg, 40))
+    assert n_blocks >= 20  # blocks of ~40 pairs: a few centres each
+    calls, compute = [], model._compute
+    monkeypatch.setattr(model, "_compute", lambda *a: calls.append(a[0]) or compute(*a))
     blocked = _predict(model, batch, 40 * per_pair, neighbors=nb)
+    assert len(calls) == n_blocks and max(c.n_atoms for c in calls) < batch.n_atoms
+    monkeypatch.undo()
     whole = _predict(model, batch, 10**12, neighbors=nb)
     for key in ("energy", "energies", "forces", "stress"):
         np.testing.assert_allclose(blocked[key], whole[key], rtol=1e-12, atol=1e-13, err_msg=key)
