@@ -102,7 +102,7 @@ def test_scaling_data_without_acsf_is_refused_before_featurizing(
     def never(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise AssertionError("featurized before refusing")
 
-    monkeypatch.setattr(cli_featurize, "connect_early", lambda args: None)
+    monkeypatch.setattr(cli_featurize, "connect_early", lambda args, cluster=None: None)
     monkeypatch.setattr(workflow_featurize, "featurize", never)
     data = write_emt_cu(tmp_path / "cu.extxyz", n_structures=2, seed=1)
     desc = tmp_path / "ns.yaml"
