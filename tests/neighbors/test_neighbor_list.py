@@ -283,3 +283,29 @@ def test_select_structures_equals_ase_on_those_structures(start: int, stop: int)
         first, second = sub.pair_first[m] - a, sub.pair_second[m] - a
         assert _as_set(first, second, sub.shifts[m], sub.distances[m]) == _as_set(i, j, S, d)
         assert np.allclose(np.linalg.norm(sub.vectors[m], axis=1), sub.distances[m])
+
+
+def test_a_large_cells_list_takes_little_numpy_memory_beyond_its_own() -> None:
+    """vesin's list of a cell above SMALL_CELL_ATOMS beside a small cell's: vesin's i, j
+    and S read once into our int64 arrays (copy=False), not copied, converted and offset in
+    turn (1.4× the list's own bytes of numpy memory at once, tracemalloc), and the two
+    parts joined field by field (twice the list's bytes at once); pairs equal ASE's."""
+    import tracemalloc
+
+    from ase.build import bulk
+
+    atoms = bulk("Cu", "fcc", a=3.6, cubic=True) * (8, 8, 8)  # 2,048 atoms
+    atoms.rattle(0.05, seed=1)
+    first = bulk("Cu", "fcc", a=3.6, cubic=True)  # a small cell before: a nonzero offset
+    batch = StructureBatch.from_ase([first, atoms])
+    neighbor_list(batch, 5.0)  # imports and compilation outside the measure
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        nl = neighbor_list(batch, 5.0)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    own = sum(a.nbytes for a in nl)
+    assert peak < 1.45 * own, peak / own
+    _compare([first, atoms], 5.0)
