@@ -20,6 +20,7 @@ __all__ = [
     "WORKER_BYTES",
     "Plan",
     "Slots",
+    "compiled_pair_bytes",
     "derived_partition_atoms",
     "estimated_work",
     "given_partition_atoms",
@@ -28,6 +29,7 @@ __all__ = [
     "plan_partitions",
     "task_budget",
     "task_bytes_per_atom",
+    "torch_pair_bytes",
 ]
 
 #: Bounds of a derived partition size (atoms): below the minimum, per-task costs (opening
@@ -51,11 +53,26 @@ TASK_BYTES = 1_500_000_000
 #: A featurize worker's memory before its task's arrays (its modules: numba, torch, zarr),
 #: as measured on the 2-core machine (0.2–0.3 GB).
 WORKER_BYTES = 300_000_000
-#: Bytes a pair holds per function with a nonzero ∂G/∂r (float32 x, y, z, as stored).
-DERIVATIVE_BYTES = 12
 #: Bytes a pair of the neighbour list holds (int64 rows i, j and shift, float64 vector and
 #: distance: ``dparallel.neighbors.Neighbors``).
 NEIGHBOR_BYTES = 72
+#: Bytes a pair takes beside the list while the compiled kernels compute (a centre element's
+#: selection of its pairs: rows, centre, neighbour element, vector, distance, 56; or, while
+#: the list is made, vesin's own buffers, 60), with ~20 bytes of margin.
+PAIR_WORK_BYTES = 80
+#: With dG/dr, bytes each pair of a neighbour element's derivative arrays holds beside
+#: its ∂G/∂r (pair_first, pair_second, centre: int64; vector: float64 x, y, z).
+DERIVATIVE_PAIR_BYTES = 48
+#: Bytes of a pair's ∂G/∂r per stored column (float32): a radial function has one, an
+#: angular one three (x, y, z; docs/store-format.md).
+COLUMN_BYTES = 4
+#: Bytes a pair takes per function it changes on the torch route (neighbor sums: its
+#: (pairs, functions) float64 intermediates), without and with dG/dr (measured 39 and 64
+#: on 19,652 Cu atoms, docs/store-format.md).
+TORCH_FUNCTION_BYTES = (48.0, 72.0)
+#: Bytes an atom takes beside its pairs and twice its float64 features (the values, and
+#: their copies as statistics and writes take them): its structure's arrays as read.
+ATOM_BYTES = 300
 #: Atoms per Å³ assumed where no structure is periodic in all three directions (no density
 #: to read): about the densest common solids and liquids (Cu 0.085, Ni 0.091, water 0.10).
 DENSE_ATOMS_PER_A3 = 0.1
@@ -193,16 +210,28 @@ def estimated_work(
     return STRUCTURE_WORK + counts * per_atom
 
 
-def task_bytes_per_atom(
-    neighbours: Any, values: float, pair_functions: float, derivatives: bool
-) -> Any:
-    """A featurize task's estimated bytes per dense atom: its ``values`` features (float64),
-    its ``neighbours`` pairs in the neighbour list and, with ``derivatives``, each pair's
-    ∂G/∂r of ``pair_functions`` functions (those the neighbour's element changes; float32
-    as stored); ``neighbours`` a number or an array (then so is the result). Measured
-    peaks of tasks lie 0.2–0.3 GB above it (docs/store-format.md)."""
-    per_pair = NEIGHBOR_BYTES + (DERIVATIVE_BYTES * pair_functions if derivatives else 0.0)
-    return 8.0 * values + neighbours * per_pair
+def task_bytes_per_atom(neighbours: Any, values: float, pair_bytes: float) -> Any:
+    """A featurize task's estimated peak bytes per dense atom (beside the worker's own
+    :data:`WORKER_BYTES`): its ``values`` features (float64, twice), :data:`ATOM_BYTES`,
+    and its ``neighbours`` pairs of the neighbour list, each with ``pair_bytes`` more while
+    the descriptors are computed (:func:`compiled_pair_bytes`, :func:`torch_pair_bytes`);
+    ``neighbours`` a number or an array (then so is the result). Measured peaks lie 8–28 %
+    below it (docs/store-format.md)."""
+    return 16.0 * values + ATOM_BYTES + neighbours * (NEIGHBOR_BYTES + pair_bytes)
+
+
+def compiled_pair_bytes(columns: float, derivatives: bool) -> float:
+    """Bytes a pair takes beside the list on the compiled kernels: :data:`PAIR_WORK_BYTES`
+    and, with ``derivatives``, its derivative arrays of ``columns`` ∂G/∂r columns."""
+    if not derivatives:
+        return float(PAIR_WORK_BYTES)
+    return float(PAIR_WORK_BYTES + DERIVATIVE_PAIR_BYTES + COLUMN_BYTES * columns)
+
+
+def torch_pair_bytes(functions: float, derivatives: bool) -> float:
+    """Bytes a pair takes beside the list on the torch route, for the ``functions`` a
+    neighbour changes (:data:`TORCH_FUNCTION_BYTES`)."""
+    return TORCH_FUNCTION_BYTES[bool(derivatives)] * functions
 
 
 def task_budget(worker_bytes: float | None) -> float:

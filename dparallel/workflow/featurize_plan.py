@@ -17,11 +17,13 @@ from dparallel.store import Plan, derived_partition_atoms, open_store, plan_part
 from dparallel.store.plan import (
     MAX_PARTITION_ATOMS,
     WORKER_BYTES,
+    compiled_pair_bytes,
     estimated_work,
     memory_atoms,
     neighbours_per_atom,
     task_budget,
     task_bytes_per_atom,
+    torch_pair_bytes,
 )
 from dparallel.workflow.featurize_failures import OPTION_NAMES
 
@@ -56,26 +58,47 @@ def _work(source: StructureSource, r_cut: float) -> np.ndarray | None:
     return estimated_work(*_index(source), r_cut)
 
 
-def _functions(descriptor: Any) -> tuple[int, int]:
-    """Features per atom and functions a neighbour changes per pair, each the largest over
-    ``descriptor``'s centre (and neighbour) elements; (0, 0) for a type without
-    ``features(element)`` metadata. A feature is changed by neighbours of the elements its
-    ``neighbors`` (ACSF) or ``neighbor`` (neighbor sums) names, else by every one."""
+#: Columns of a pair's ∂G/∂r a function takes in the store, by its ``type`` (ACSF: radial
+#: 2 one, angular 3 and 9 three); a type not named here has three.
+_COLUMNS = {2: 1}
+
+
+def _pair_bytes(name: str, descriptor: Any, derivatives: bool) -> tuple[int, float]:
+    """Features per atom and the bytes a pair takes beside the neighbour list while
+    ``descriptor`` (of the registered type ``name``) computes, each the largest over its
+    centre (and neighbour) elements; (0, 0) for a type without ``features(element)``
+    metadata. A feature is changed by
+    neighbours of the elements its ``neighbors`` (ACSF) or ``neighbor`` (neighbor sums)
+    names, else by every one; types with a numpy route take the compiled kernels' bytes
+    (:func:`~dparallel.store.plan.compiled_pair_bytes`), the others the torch route's."""
+    from dparallel.descriptors.registry import descriptor_kind
+
     if not callable(getattr(descriptor, "features", None)):
-        return 0, 0
+        return 0, 0.0
     elements = list(descriptor.elements)
-    values = pair = 0
+    values, functions, columns = 0, 0, 0
     for e in elements:
         features = descriptor.features(e)
         names = [f.get("neighbors", [f["neighbor"]] if "neighbor" in f else None) for f in features]
+        width = [_COLUMNS.get(f.get("type"), 3) for f in features]
         values = max(values, len(features))
-        pair = max([pair, *(sum(n is None or f in n for n in names) for f in elements)])
-    return values, pair
+        for f in elements:
+            changed = [n is None or f in n for n in names]
+            functions = max(functions, sum(changed))
+            columns = max(columns, sum(w for w, c in zip(width, changed, strict=True) if c))
+    kind = descriptor_kind(name)
+    if kind.numpy_route is not None and kind.numpy_route():
+        return values, compiled_pair_bytes(columns, derivatives)
+    return values, torch_pair_bytes(functions, derivatives)
 
 
-def _widths(descriptors: DescriptorSet) -> tuple[int, int]:
-    """Features per atom and functions a neighbour changes per pair of the whole set."""
-    found = [_functions(d) for d in descriptors.descriptors().values()]
+def _widths(descriptors: DescriptorSet) -> tuple[int, float]:
+    """Features per atom and bytes a pair takes beside the list, of the whole set (its
+    descriptors' arrays add up)."""
+    found = [
+        _pair_bytes(name, d, descriptors.derivatives)
+        for name, d in descriptors.descriptors().items()
+    ]
     return sum(v for v, _ in found), sum(p for _, p in found)
 
 
@@ -85,7 +108,7 @@ def task_bytes(source: StructureSource, descriptors: DescriptorSet) -> float:
     the most: molecules alone count their own atoms, not a dense solid's)."""
     k, _ = neighbours_per_atom(*_index(source), descriptors.r_cut)
     most = float(k.max(initial=0.0))
-    return float(task_bytes_per_atom(most, *_widths(descriptors), descriptors.derivatives))
+    return float(task_bytes_per_atom(most, *_widths(descriptors)))
 
 
 def partition_bytes(source: StructureSource, descriptors: DescriptorSet, plan: Plan) -> np.ndarray:
@@ -100,7 +123,7 @@ def structure_bytes(source: StructureSource, descriptors: DescriptorSet) -> np.n
     the neighbours its density gives (:func:`task_bytes_per_atom`)."""
     counts, volumes, periodic = _index(source)
     k, _ = neighbours_per_atom(counts, volumes, periodic, descriptors.r_cut)  # (S,)
-    return counts * task_bytes_per_atom(k, *_widths(descriptors), descriptors.derivatives)
+    return counts * task_bytes_per_atom(k, *_widths(descriptors))
 
 
 def featurize_target_atoms(

@@ -189,7 +189,9 @@ def _task_arrays(source, dset):
 def test_task_memory_estimate_bounds_the_computed_arrays(tmp_path, derivatives):
     """The estimated bytes of a partition (neighbours from the cells' density, functions a
     neighbour changes from the descriptors) lie at or above what the task's kernel and
-    neighbour list hold, within 1.5×."""
+    neighbour list hold, within 1.5× with dG/dr; values alone, the list's making and the
+    kernels' pair selections (80 bytes a pair beside its 72, not held at the end) take
+    most of the peak (tests below measure it)."""
     from dparallel.workflow.featurize_plan import partition_bytes, task_bytes
 
     _alloy(tmp_path / "alloy.extxyz")
@@ -197,7 +199,7 @@ def test_task_memory_estimate_bounds_the_computed_arrays(tmp_path, derivatives):
     dset = _alloy_set(derivatives)
     actual, atoms = _task_arrays(source, dset)
     estimated = partition_bytes(source, dset, plan_partitions(source.atom_counts, 10_000))
-    assert actual <= estimated[0] <= 1.5 * actual
+    assert actual <= estimated[0] <= (1.5 if derivatives else 2.5) * actual
     assert estimated[0] <= task_bytes(source, dset) * atoms  # the densest cell's, per atom
 
 
@@ -316,8 +318,11 @@ def test_molecules_alone_are_not_sized_as_a_dense_solid(tmp_path):
     source = open_source(tmp_path / "ch4.extxyz")
     acsf = ACSF.uniform(["H", "C"], r_cut=R_CUT, radial=[(0.5, 0.0)], narrow=[])
     dset = DescriptorSet(acsf=acsf, derivatives=True)
-    most = max(_pairs(frames) / 5)  # 4 neighbours an atom; 2 features, 1 per pair
-    assert most <= task_bytes(source, dset) / (72 + 12 * 1) <= 1.5 * most
+    from dparallel.store.plan import ATOM_BYTES, NEIGHBOR_BYTES, compiled_pair_bytes
+
+    most = max(_pairs(frames) / 5)  # 4 neighbours an atom; 2 features, 1 column a pair
+    pair = NEIGHBOR_BYTES + compiled_pair_bytes(1, True)
+    assert most <= (task_bytes(source, dset) - 16 * 2 - ATOM_BYTES) / pair <= 1.5 * most
 
 
 def test_a_workers_memory_limit_bounds_the_derived_size(tmp_path):
@@ -371,3 +376,54 @@ def test_a_broken_frame_claiming_atoms_it_lacks_is_planned_as_none(tmp_path):
         partition_bytes(source, _alloy_set(), plan)[0]
         <= partition_bytes(good, _alloy_set(), featurize_plan(good, 20_000, R_CUT))[0]
     )
+
+
+def _measured_peak(tmp_path, warm, big, units, spec) -> dict:
+    """A featurize task's peak RSS over the process's memory before it, measured in a
+    fresh process (tests/workflow/task_peak_child.py), and its estimate."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    child = Path(__file__).with_name("task_peak_child.py")
+    args = [sys.executable, str(child), str(warm), str(big), units, json.dumps(spec), str(tmp_path)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["grew"], found  # the task's own peak, not the warm-up's
+    return found
+
+
+QUICKSTART_ACSF = {
+    "elements": ["Cu"], "r_cut": 5.0, "cutoff": "cos",
+    "radial": [[0.01, 0.0]] + [[3.125, 2.0 + 0.4 * k] for k in range(7)],
+    "narrow": [[0.01, z, lam, 0.0] for z in (1.0, 4.0) for lam in (-1.0, 1.0)],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["cu", "water"])
+def test_the_estimate_is_at_least_a_tasks_measured_peak(tmp_path, request, case):
+    """A task's peak memory (RSS above the worker's before it, ru_maxrss, a fresh process)
+    lies at or below its estimate (``partition_bytes``), which is not far above it: a
+    13,500-atom Cu cell with the quickstart ACSF and dG/dr (estimate 13.1 kB an atom; it was
+    9.8 for a peak of 12: a worker given the advised memory limit was killed), and n2p2's
+    water example four times over with its input.nn and dG/dr (8,256 atoms)."""
+    if case == "cu":
+        cell = bulk("Cu", "fcc", a=3.6, cubic=True)
+        big = cell * (15, 15, 15)
+        big.rattle(0.05, seed=0)
+        ase.io.write(tmp_path / "warm.extxyz", cell * (3, 3, 3), format="extxyz")
+        ase.io.write(tmp_path / "big.extxyz", big, format="extxyz")
+        warm, path, units = tmp_path / "warm.extxyz", tmp_path / "big.extxyz", "ase"
+        spec = {"acsf": QUICKSTART_ACSF, "derivatives": True}
+    else:
+        water = request.getfixturevalue("water")
+        text = (water / "input.data").read_text()
+        first = text[: text.index("end") + 4]
+        (tmp_path / "warm.data").write_text(first)
+        (tmp_path / "big.data").write_text(text * 4)
+        warm, path, units = tmp_path / "warm.data", tmp_path / "big.data", "bohr-hartree"
+        spec = {"acsf": {"n2p2": str(water / "input.nn")}, "derivatives": True}
+    found = _measured_peak(tmp_path, warm, path, units, spec)
+    assert found["peak"] <= found["estimate"] <= 1.6 * found["peak"], found
