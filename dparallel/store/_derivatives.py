@@ -183,17 +183,23 @@ def encode_pairs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     vectors = np.ascontiguousarray(arrays["vectors"])  # (P, 3) Å
     if vectors.dtype not in (np.float32, np.float64):
         vectors = vectors.astype(np.float64)
-    rows = np.stack([np.asarray(arrays[name]).reshape(-1) for name in _INDEX_ARRAYS])  # (3, P)
-    if rows.size and int(rows.max()) >= 2**31:
+    # (3, P) int32 filled row by row: no (3, P) int64 stack and its conversion at once
+    index = [np.asarray(arrays[name]).reshape(-1) for name in _INDEX_ARRAYS]
+    if any(a.size and int(a.max()) >= 2**31 for a in index):
         raise StoreError("pair rows ≥ 2³¹: partitions that large are not supported")
+    rows = np.empty((len(index), vectors.shape[0]), np.int32)
+    for k, a in enumerate(index):  # three rows
+        rows[k] = a
+    vectors_t = np.empty((3, vectors.shape[0]), DERIVATIVE_DTYPE)  # (3, P), rounded once
+    vectors_t[...] = vectors.T
     feature_index = np.asarray(arrays["feature_index"], np.int64)
     if split:
         flags, columns = _checked_split(arrays, feature_index.shape[0], vectors.shape[0])
     else:
         flags, columns = _split_columns(arrays["dG_dr"], vectors)
     return {
-        "pairs": rows.astype(np.int32),
-        "vectors_t": np.ascontiguousarray(vectors.astype(DERIVATIVE_DTYPE).T),  # (3, P)
+        "pairs": rows,
+        "vectors_t": vectors_t,
         "dG_dr_split": columns,
         "feature_index": feature_index,
         "radial": flags,

@@ -350,3 +350,35 @@ def test_a_block_whose_arrays_disagree_in_shape_is_refused(rng, damage):
     with pytest.raises(StoreError, match="re-featurize") as info:
         decode_pairs(stored)
     assert "6 pairs" in str(info.value) or "has a misshapen array" in str(info.value)
+
+
+def test_encoding_a_split_block_takes_no_more_than_what_it_stores(rng):
+    """A task's write encodes each block's int64 rows and float64 vectors straight into
+    the stored int32 (3, P) and float32 (3, P): no (3, P) int64 stack and float32 copies
+    besides (2.5× the stored bytes at once, tracemalloc); the bytes are numpy's casts."""
+    import tracemalloc
+
+    n = 200_000
+    block = _block(rng, 1, radial=[], n_cols=1)
+    block |= {
+        "pair_first": np.sort(rng.integers(0, 5_000, n)),
+        "pair_second": rng.integers(0, 5_000, n),
+        "center": np.sort(rng.integers(0, 4_000, n)),
+        "vectors": rng.normal(size=(n, 3)) * 2.0,
+        "radial": np.array([True]),
+        "dG_dr_split": rng.normal(size=(1, n)).astype(np.float32),
+    }
+    del block["dG_dr"]
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        stored = encode_pairs(block)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    own = stored["pairs"].nbytes + stored["vectors_t"].nbytes
+    assert peak < 1.2 * own, peak / own
+    names = ("pair_first", "pair_second", "center")
+    assert np.array_equal(stored["pairs"], np.stack([block[k] for k in names]).astype(np.int32))
+    assert stored["pairs"].dtype == np.int32 and stored["vectors_t"].flags.c_contiguous
+    assert np.array_equal(stored["vectors_t"], block["vectors"].T.astype(np.float32))
