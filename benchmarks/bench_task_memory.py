@@ -10,7 +10,8 @@ its RSS every 2 ms per stage (neighbour list, descriptors, statistics, write); p
 JSON line: the peak above the RSS before the task (bytes per atom, per stage and overall),
 ``ru_maxrss``, CPU seconds, and ``structure_bytes``' estimate per atom. ``--tracemalloc``
 adds each stage's traced numpy peak (slower). ``all`` runs every case at ATOMS with and
-without dG/dr, one subprocess each.
+without dG/dr, one subprocess each, with a Dask worker's malloc settings
+(``NANNY_ENVIRON``). n2p2's water example is found as the tests find it (``N2P2_WATER``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ WATER = Path(
     os.environ.get("N2P2_WATER", Path(__file__).resolve().parents[2] / "shared/n2p2/water")
 )
 PAGE = os.sysconf("SC_PAGE_SIZE")
+#: What Dask's nanny starts a worker with that changes its memory (``dparallel.cluster.
+#: allocator``: the task then sets glibc's converged thresholds, fixed).
+NANNY_ENVIRON = {"MALLOC_TRIM_THRESHOLD_": "65536"}
 
 
 def rss() -> int:
@@ -229,7 +233,8 @@ def main() -> None:
     for case in ("cu", "water", "molecules", "nsum"):
         for flag in ([], ["--no-derivatives"]):
             args = [sys.executable, __file__, case, str(a.atoms), *flag]
-            subprocess.run(args + (["--tracemalloc"] if a.tracemalloc else []), check=False)
+            args += ["--tracemalloc"] if a.tracemalloc else []
+            subprocess.run(args, check=False, env={**os.environ, **NANNY_ENVIRON})
 
 
 if __name__ == "__main__":

@@ -36,12 +36,12 @@ __all__ = [
 #: the store, reading, writing structures, statistics and metadata) outweigh the kernels
 #: (docs/store-format.md, "Partition sizes"); above the maximum, a task's memory grows too
 #: large. What an atom holds while computing depends on the descriptors
-#: (:func:`task_bytes_per_atom`: 33 kB estimated for n2p2's water example with dG/dr, 81 kB
-#: for a 4-element set of 192 functions with 82 neighbours, ~75 kB measured), so a derived
-#: size is also bounded by
-#: ``TASK_BYTES`` of them (:func:`memory_atoms`). Data too small for
-#: ``MIN_PARTITION_ATOMS`` per worker gets one partition per worker instead, but none
-#: smaller than ``MIN_SPLIT_ATOMS`` (below that one task is faster than several).
+#: (:func:`task_bytes_per_atom`: 42 kB estimated for n2p2's water example with dG/dr, 33 kB
+#: measured; 87 kB for a 4-element set of 192 functions with 82 neighbours, ~75 measured),
+#: so a derived size is also bounded by ``TASK_BYTES`` of them (:func:`memory_atoms`).
+#: Data too small for ``MIN_PARTITION_ATOMS`` per worker gets one partition per worker
+#: instead, but none smaller than ``MIN_SPLIT_ATOMS`` (below that one task is faster than
+#: several).
 #: ``MAX_PARTITION_ATOMS`` is also the size when none is given and none is derived
 #: (ingest, and featurize without a worker count): :func:`given_partition_atoms`.
 MIN_PARTITION_ATOMS = 5_000
@@ -58,8 +58,8 @@ WORKER_BYTES = 300_000_000
 NEIGHBOR_BYTES = 72
 #: Bytes a pair takes beside the list while the compiled kernels compute (a centre element's
 #: selection of its pairs: rows, centre, neighbour element, vector, distance, 56; or, while
-#: the list is made, vesin's own buffers, 60), with ~20 bytes of margin.
-PAIR_WORK_BYTES = 80
+#: the list is made, vesin's own buffers, 60; and the kernel's 16), with ~20 bytes of margin.
+PAIR_WORK_BYTES = 96
 #: With dG/dr, bytes each pair of a neighbour element's derivative arrays holds beside
 #: its ∂G/∂r (pair_first, pair_second, centre: int64; vector: float64 x, y, z).
 DERIVATIVE_PAIR_BYTES = 48
@@ -215,7 +215,7 @@ def task_bytes_per_atom(neighbours: Any, values: float, pair_bytes: float) -> An
     :data:`WORKER_BYTES`): its ``values`` features (float64, twice), :data:`ATOM_BYTES`,
     and its ``neighbours`` pairs of the neighbour list, each with ``pair_bytes`` more while
     the descriptors are computed (:func:`compiled_pair_bytes`, :func:`torch_pair_bytes`);
-    ``neighbours`` a number or an array (then so is the result). Measured peaks lie 8–28 %
+    ``neighbours`` a number or an array (then so is the result). Measured peaks lie 13–27 %
     below it (docs/store-format.md)."""
     return 16.0 * values + ATOM_BYTES + neighbours * (NEIGHBOR_BYTES + pair_bytes)
 
