@@ -181,9 +181,9 @@ def descriptor_graph(descriptor: Any) -> Any:
 
 
 def _acsf_numpy() -> bool:
-    from dparallel.descriptors._acsf_backends import numba_available
+    from dparallel.kernels._backends.availability import numba_expected
 
-    return numba_available()
+    return numba_expected()
 
 
 register(

@@ -407,7 +407,7 @@ QUICKSTART_ACSF = {
 
 @pytest.mark.parametrize("case", ["cu", "water"])
 def test_the_estimate_is_at_least_a_tasks_measured_peak(tmp_path, request, case):
-    """A task's peak memory (RSS above the worker's before it, ru_maxrss, a fresh process)
+    """A task's peak memory (RSS above the worker's before it, VmHWM, a fresh process)
     lies at or below its estimate (``partition_bytes``), which is not far above it: a
     13,500-atom Cu cell with the quickstart ACSF and dG/dr (estimate 13.8 kB an atom; it was
     9.8 for a peak of 12: a worker given the advised memory limit was killed), and n2p2's

@@ -2,15 +2,18 @@
 tried once per process) and the error for a backend name a switch does not know.
 
 The neighbor-sum switch (:mod:`dparallel.kernels.neighbor_sums`), the ACSF switch
-(``descriptors/_acsf_backends.py``), the descriptor registry's compiled route and the
-neighbour list's all-pairs path all ask :func:`numba_import_error`, so they agree on
-whether numba can run: a numba that is installed but fails to import (say a numpy it was
-not built for) turns every compiled route off at once instead of one switch falling back
-and another raising the ImportError (docs/kernels.md, "When numba does not import").
+(``descriptors/_acsf_backends.py``) and the neighbour list's all-pairs path all ask
+:func:`numba_import_error`, so they agree on whether numba can run: a numba that is
+installed but fails to import (say a numpy it was not built for) turns every compiled
+route off at once instead of one switch falling back and another raising the ImportError
+(docs/kernels.md, "When numba does not import"). The descriptor registry's compiled route
+asks :func:`numba_expected`: that answer once probed, before it whether numba is
+installed, so a driver that only plans a run imports no numba.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from typing import TYPE_CHECKING
 
@@ -51,6 +54,18 @@ def numba_import_error() -> str | None:
 def numba_available() -> bool:
     """Whether numba imports here (:func:`numba_import_error` is ``None``)."""
     return numba_import_error() is None
+
+
+def numba_expected() -> bool:
+    """Whether numba is expected to import: the probe's answer once it was asked, before
+    that whether numba is installed, without importing it (a driver planning a run or
+    choosing a route pays no numba import; a broken install is found by the probe)."""
+    if "numba" in PROBED:
+        return PROBED["numba"] is None
+    try:
+        return importlib.util.find_spec("numba") is not None
+    except (ImportError, ValueError):  # a None in sys.modules, a broken parent
+        return False
 
 
 def numba_unavailable(what: str, instead: str) -> BackendUnavailableError:
