@@ -114,8 +114,8 @@ class _Curves:
 
 #: Runs remembered per kind (the page shows the latest started; older ones are dropped).
 _KEPT_RUNS = 16
-#: Seconds without an event (before the latest of any run) after which a featurization
-#: that never said it ended no longer counts as running beside the shown one (killed).
+#: Seconds without an event (before now) after which a featurization that never said it
+#: ended no longer counts as running beside the shown one (killed).
 _SILENT_S = 300.0
 
 
