@@ -24,6 +24,7 @@ __all__ = [
     "derived_partition_atoms",
     "estimated_work",
     "given_partition_atoms",
+    "limit_for",
     "memory_atoms",
     "neighbours_per_atom",
     "plan_partitions",
@@ -234,13 +235,23 @@ def torch_pair_bytes(functions: float, derivatives: bool) -> float:
     return TORCH_FUNCTION_BYTES[bool(derivatives)] * functions
 
 
+#: The share of a worker's memory limit a plan fills (Dask's nanny kills past 95 %).
+_KEPT = 0.9
+
+
 def task_budget(worker_bytes: float | None) -> float:
     """Bytes a featurize task may take: :data:`TASK_BYTES`, or less where a worker's
     memory limit ``worker_bytes`` holds less beside the worker's own :data:`WORKER_BYTES`
     (Dask's nanny kills a worker past 95 % of its limit; 90 % is kept)."""
     if worker_bytes is None or worker_bytes <= 0:
         return float(TASK_BYTES)
-    return min(float(TASK_BYTES), 0.9 * worker_bytes - WORKER_BYTES)
+    return min(float(TASK_BYTES), _KEPT * worker_bytes - WORKER_BYTES)
+
+
+def limit_for(task_bytes: float) -> float:
+    """The worker memory limit whose :func:`task_budget` holds ``task_bytes`` (its inverse
+    below :data:`TASK_BYTES`)."""
+    return (task_bytes + WORKER_BYTES) / _KEPT
 
 
 def memory_atoms(bytes_per_atom: float, budget: float | None = None) -> int:

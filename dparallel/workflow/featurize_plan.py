@@ -19,6 +19,7 @@ from dparallel.store.plan import (
     WORKER_BYTES,
     compiled_pair_bytes,
     estimated_work,
+    limit_for,
     memory_atoms,
     neighbours_per_atom,
     task_budget,
@@ -187,7 +188,7 @@ def memory_warning(
     big = int(np.argmax(each))
     if each[big] + WORKER_BYTES > limit:  # no partition size splits a structure
         s = int(plan.starts[p]) + big
-        wanted = math.ceil((each[big] + WORKER_BYTES) / 0.9 / 1e8) / 10  # task_budget's 90 %
+        wanted = math.ceil(limit_for(each[big]) / 1e8) / 10
         return (
             f"structure {s} ({int(source.atom_counts[s]):,} atoms, in partition {p}) needs "
             f"an estimated {each[big] / 1e9:.1f} GB to featurize beside a worker's own "
@@ -195,7 +196,7 @@ def memory_warning(
             f"limit: its worker will likely be killed for memory, and no partition size "
             f"splits a structure: give each worker more memory ({n['memory_limit']}; "
             f"workers you start: `dask worker --memory-limit`), at least {wanted:.1f}GB by "
-            "this estimate, which the arrays' temporaries can exceed (docs/store-format.md)"
+            "this estimate (docs/store-format.md)"
         )
     fits = memory_atoms(per_atom, task_budget(limit))
     return (
