@@ -37,8 +37,8 @@ FEATURE_LIMIT = float(np.finfo(np.float32).max)
 _MAX_ROWS = 1 << 25
 #: Values per block of rows :meth:`FeatureStats.of` sums at a time: its exact sums' float64
 #: and int64 temporaries took ~90 bytes a value on a whole partition's features at once
-#: (11× the values' bytes; 6.5 kB an atom of 72 features), ~13 MB a block instead (and
-#: half the CPU time: the blocks stay in cache).
+#: (11× the values' bytes; 6.5 kB an atom of 72 features), ~13 MB a block instead
+#: (docs/store-format.md).
 _BLOCK_VALUES = 1 << 17
 _HALF = 26  # mantissas are split in two halves of ≤ 27 bits so int64 sums cannot overflow
 
