@@ -33,6 +33,7 @@ from dparallel.n2p2.input_nn import ACTIVATION_CODES, InputNN, read_input_nn
 from dparallel.n2p2.scaling_data import COLUMNS, format_scaling_data, read_scaling_data
 from dparallel.n2p2.weights import read_weights, weights_file_name, write_weights
 from dparallel.nn import HDNNP, N2P2_EXPRESSIBLE, n2p2_files_missing
+from dparallel.nn.folders import DATA_UNITS_JSON
 
 if TYPE_CHECKING:
     import os
@@ -494,12 +495,22 @@ def export_model_dir(
 ) -> dict[str, Any]:
     """``dparallel export MODEL_DIR --format n2p2``: the trained model as an n2p2 potential.
 
-    Writes to ``out_dir`` (default ``MODEL_DIR/n2p2``); see :func:`write_potential`.
+    Writes to ``out_dir`` (default ``MODEL_DIR/n2p2``); see :func:`write_potential`. The
+    model's ``data_units.json`` goes beside its files (an earlier one is removed where the
+    model has none), so ``dparallel evaluate`` reads new data of the kind it was trained
+    from in their units, as with the model directory: without it, a Bohr/Hartree file was
+    read as Å/eV, silently.
     """
     acsf, model = _trained_acsf(model_dir)
-    out = Path(out_dir) if out_dir is not None else Path(model_dir) / "n2p2"
+    folder = Path(model_dir) if Path(model_dir).is_dir() else Path(model_dir).parent
+    out = Path(out_dir) if out_dir is not None else folder / "n2p2"
     model_file = Path(model_dir) / "model.pt" if Path(model_dir).is_dir() else Path(model_dir)
-    return write_potential(acsf, model, out, units=units, protect=[model_file])
+    report = write_potential(acsf, model, out, units=units, protect=[model_file])
+    remove_file(out / DATA_UNITS_JSON, root=out)
+    if (folder / DATA_UNITS_JSON).is_file():
+        write_file(out / DATA_UNITS_JSON, (folder / DATA_UNITS_JSON).read_text(), durable=True)
+        report["files"].append(DATA_UNITS_JSON)
+    return report
 
 
 def export_problems(model_dir: str | os.PathLike[str]) -> list[str]:

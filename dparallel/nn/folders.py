@@ -17,11 +17,21 @@ from dparallel.nn.model import MODEL
 if TYPE_CHECKING:
     import os
 
-__all__ = ["N2P2_INPUT", "N2P2_SCALING", "is_n2p2_potential", "n2p2_files_missing"]
+__all__ = [
+    "DATA_UNITS_JSON",
+    "N2P2_INPUT",
+    "N2P2_SCALING",
+    "is_n2p2_potential",
+    "n2p2_files_missing",
+]
 
 #: The file that makes a folder an n2p2 potential, and the statistics it needs beside.
 N2P2_INPUT = "input.nn"
 N2P2_SCALING = "scaling.data"
+#: The units (and label keys) of a model's training data, beside its files: a dparallel
+#: model directory's, and a copy in the n2p2 potential exported from it
+#: (``dparallel.train.data_units``).
+DATA_UNITS_JSON = "data_units.json"
 
 
 def is_n2p2_potential(path: str | os.PathLike[str]) -> bool:

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 from dparallel._files import write_file
 from dparallel.config import read_json_object
 from dparallel.errors import TrainingError
+from dparallel.nn.folders import DATA_UNITS_JSON
 
 if TYPE_CHECKING:
     import os
 
     from dparallel.store import Store
 
-DATA_UNITS_JSON = "data_units.json"
 _LABEL_KEYS = ("energy_key", "forces_key")
 
 

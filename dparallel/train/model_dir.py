@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from dparallel._files import claim_directory, remove_file, write_file
 from dparallel.config import read_json_object
 from dparallel.errors import CheckpointMismatchError, TrainingError
+from dparallel.nn.folders import DATA_UNITS_JSON
 from dparallel.store import StoreLease, current_identity, held_lease, store_identity
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ MODEL_FILES = (
     "spec.json",
     "metrics.csv",
     "metrics.json",
-    "data_units.json",
+    DATA_UNITS_JSON,
     "store.json",  # which store, as `dparallel run` recorded it before the marker did
     "*.png",
     "deployed.pt",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,13 @@ from n2p2_helpers import alloy_structures, assert_same, nnp_dataset
 from dparallel.deploy import DeployedModel
 from dparallel.descriptors import ACSF
 from dparallel.errors import ConfigError
-from dparallel.n2p2 import load_potential, n2p2_problems, write_input_data, write_potential
+from dparallel.n2p2 import (
+    export_model_dir,
+    load_potential,
+    n2p2_problems,
+    write_input_data,
+    write_potential,
+)
 from dparallel.train import HDNNP
 from dparallel.types import StructureBatch
 
@@ -353,3 +360,40 @@ def test_the_docs_qualify_n2p2s_force_agreement_for_narrow_cells() -> None:
     paragraph = text[start : text.index("Refused, with the reason", start)]
     assert "narrower than the cutoff" in paragraph
     assert "finite differences" in paragraph and "1.3e-2 eV/Å" in paragraph
+
+
+def test_the_export_of_a_model_of_bohr_hartree_data_is_evaluated_in_those_units(
+    n2p2_bin: Path, tmp_path: Path
+) -> None:
+    """``export --format n2p2`` of a model trained from Bohr/Hartree n2p2 data: ``evaluate``
+    of the potential on such a file read it as Å/eV (no ``data_units.json`` there), a force
+    RMSE that looked plausible and was not. Against numpy over nnp-dataset's predictions of
+    the same structures written in Å/eV."""
+    from dparallel.cli.evaluate import evaluate_file
+    from dparallel.train import TrainingSpec
+    from dparallel.train.checkpoints import model_file
+
+    acsf, model, structures = _potential(["tanh", "tanh", "identity"])
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    torch.save(model_file(model, TrainingSpec(), acsf.to_dict()), model_dir / "model.pt")
+    record = {"data_units": "bohr-hartree", "data_format": "n2p2", "store": "s.zarr"}
+    (model_dir / "data_units.json").write_text(json.dumps(record))
+    export_model_dir(model_dir, tmp_path / "pot")
+    write_input_data(tmp_path / "bohr.data", structures, units="bohr-hartree")
+    got = evaluate_file(str(tmp_path / "pot"), str(tmp_path / "bohr.data"))
+
+    reference = tmp_path / "reference"  # n2p2 on the potential's own files, in Å and eV
+    shutil.copytree(tmp_path / "pot", reference)
+    write_input_data(reference / "input.data", structures)
+    energy, forces = nnp_dataset(reference)
+    n = np.array([len(a) for a in structures])
+    de = (energy - [a.get_potential_energy() for a in structures]) / n
+    df = np.concatenate(forces) - np.concatenate([a.get_forces() for a in structures])
+    assert got["energy_rmse"] == pytest.approx(np.sqrt(np.mean(de**2)), rel=1e-8)
+    assert got["energy_mae"] == pytest.approx(np.mean(np.abs(de)), rel=1e-8)
+    assert got["force_rmse"] == pytest.approx(np.sqrt(np.mean(df**2)), rel=1e-8)
+    assert got["force_mae"] == pytest.approx(np.mean(np.abs(df)), rel=1e-8)
+    (model_dir / "data_units.json").unlink()  # a model of Å/eV data: no record left behind
+    export_model_dir(model_dir, tmp_path / "pot")
+    assert not (tmp_path / "pot" / "data_units.json").exists()
