@@ -67,6 +67,12 @@ def add_parser(subparsers: Any) -> None:
         default="cpu",
         help="where the model predicts: auto (CUDA when present), cpu (default), cuda or cuda:N",
     )
+    p.add_argument(
+        "--split",
+        choices=("test", "validation"),
+        help="only the structures of DATA (the file MODEL_DIR's store was made from) that "
+        "MODEL_DIR/metrics.json names in this split (test_ids, validation_ids); default: all",
+    )
     add_json_argument(p, "the errors (meV, the unit in each name)")
     p.set_defaults(func=run)
 
@@ -137,6 +143,41 @@ def _read(source: Any, a: int, b: int, recorded: dict[str, str], model_dir: str)
         raise InputFormatError(why, path=exc.path, line=exc.line, frame=exc.frame) from None
 
 
+def _ranges(n: int, size: int, ids: list[int] | None) -> list[tuple[int, int]]:
+    """``[a, b)`` ranges of at most ``size`` structures: all ``n``, or runs of ``ids``."""
+    if ids is None:
+        return [(a, min(n, a + size)) for a in range(0, n, size)]
+    import numpy as np
+
+    unique = np.unique(np.asarray(ids, dtype=np.int64))
+    runs = np.split(unique, np.flatnonzero(np.diff(unique) != 1) + 1) if unique.size else []
+    return [
+        (int(run[k]), int(run[min(k + size, run.size) - 1]) + 1)
+        for run in runs
+        for k in range(0, run.size, size)
+    ]
+
+
+def _split_ids(model_dir: str, split: str, data: str, n: int) -> list[int]:
+    """The structures of DATA in ``split`` (``metrics.json``); DATA must be the file the
+    model's store was made from, as far as its length tells."""
+    from dparallel.train.reporting import split_ids
+
+    if split not in ("test", "validation"):
+        from dparallel.errors import ConfigError
+
+        raise ConfigError(f"split {split!r}: test or validation (metrics.json's test_ids, ...)")
+    ids, held = split_ids(model_dir, split)
+    if (held is not None and held != n) or any(not 0 <= i < n for i in ids):
+        from dparallel.errors import InputError
+
+        raise InputError(
+            f"{data}: {n} structures, but {model_dir}'s {split}_ids are indices of the file its "
+            f"store was made from ({held} structures): give that file as DATA for --split"
+        )
+    return ids
+
+
 def evaluate_file(
     model_dir: str,
     data: str,
@@ -145,19 +186,21 @@ def evaluate_file(
     batch: int = 64,
     potential_units: str | None = None,
     device: str = "cpu",
-    **label_keys: str | None,
+    **options: str | None,
 ) -> dict[str, float]:
     """Errors of the deployed model (or n2p2 potential) on ``data`` (eV/atom, eV/Å).
 
     ``units=None``: the units of the data the model was trained from (``data_units.json``)
     or ``ase``. ``potential_units=None``: the units an n2p2 potential's ``input.nn``
     declares, else ``units``; a contradicting ``potential_units`` is a ``ConfigError``.
-    ``device``: where the model predicts (auto, cpu, cuda, cuda:N). ``label_keys``:
+    ``device``: where the model predicts (auto, cpu, cuda, cuda:N). ``options``: ``split``,
+    ``test`` or ``validation``: only the structures of ``data`` (the file the model's store
+    was made from) that ``metrics.json`` names in that split; ``None``: all. And
     ``energy_key``, ``forces_key``, where DATA keeps its reference labels (as for ingest);
     ``None`` or not given: the key the model's training data was read with, if one was
     given then.
     """
-    unknown = set(label_keys) - {"energy_key", "forces_key"}
+    unknown = set(options) - {"energy_key", "forces_key", "split"}
     if unknown:
         raise TypeError(f"evaluate_file() got unexpected keyword arguments {sorted(unknown)}")
     import numpy as np
@@ -185,14 +228,16 @@ def evaluate_file(
                 "dparallel model, whose units are its own (give DATA's with --units)"
             )
         model = load_deployed(model_dir, device=device)
-    given = {k: label_keys.get(k) for k in ("energy_key", "forces_key")}
+    given = {k: options.get(k) for k in ("energy_key", "forces_key")}
     recorded = _recorded_keys(model_dir, data, format, given)
     energy_key, forces_key = (recorded.get(k, given[k]) for k in ("energy_key", "forces_key"))
     source = open_source(data, format, units=units, energy_key=energy_key, forces_key=forces_key)
     metrics = Metrics()
     n_s = 0
-    for a in range(0, len(source), batch):
-        b = _read(source, a, min(len(source), a + batch), recorded, model_dir)
+    split = options.get("split")
+    ids = None if split is None else _split_ids(model_dir, split, data, len(source))
+    for a, stop in _ranges(len(source), batch, ids):
+        b = _read(source, a, stop, recorded, model_dir)
         try:
             out = model.predict(b, forces=True)
         except UnknownElementError as exc:  # its structure named in the file, not the batch
@@ -226,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
         args.device,
         energy_key=args.energy_key,
         forces_key=args.forces_key,
+        split=args.split,
     )
     if args.json:
         from dparallel._files import strict_json

@@ -22,6 +22,7 @@ import torch
 
 from dparallel._files import FULL_DISK_ADVICE, new_file, strict_json, write_file, write_with
 from dparallel.config import read_json_object
+from dparallel.errors import TrainingError
 from dparallel.train.device import Target
 from dparallel.train.feed import BatchFeed
 from dparallel.train.metric_units import with_units, without_units
@@ -169,6 +170,27 @@ def read_history(model_dir: str | Path) -> list[dict[str, Any]]:
     callers replay them, so the dashboard's curves go on from the earlier epochs."""
     rows = read_json_object(Path(model_dir) / METRICS_JSON).get("epochs", [])
     return [without_units(r) for r in rows if isinstance(r, dict) and "epoch" in r]
+
+
+def split_ids(model_dir: str | Path, split: str) -> tuple[list[int], int | None]:
+    """The source indices of ``split`` (``test`` or ``validation``) that ``metrics.json`` in
+    ``model_dir`` names (``test_ids``, ``validation_ids``: structures of the file the store
+    was made from) and how many structures that file held (``None``: not recorded).
+
+    Raises :class:`TrainingError` where ``metrics.json`` names none (no finished run there).
+    """
+    folder = Path(model_dir)
+    path = (folder.parent if folder.is_file() else folder) / METRICS_JSON  # or deployed.pt
+    doc = read_json_object(path)
+    ids = doc.get(f"{split}_ids")
+    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        raise TrainingError(
+            f"{path}: no {split}_ids (written when `dparallel train` finishes): give the "
+            f"directory a finished training run wrote, or DATA of the {split} structures alone"
+        )
+    data = doc.get("data")
+    held = data.get("structures_in_source") if isinstance(data, dict) else None
+    return ids, held if isinstance(held, int) else None
 
 
 def write_plots(

@@ -98,15 +98,19 @@ def test_reported_losses_are_the_objective_at_the_configured_force_weight(store,
 def test_final_errors_equal_numpy_over_the_ase_calculator_on_the_named_structures(
     tmp_path,  # noqa: ANN001
 ) -> None:
-    """metrics.json's final validation and test errors (meV/atom, meV/Å) against numpy over
-    the exported model's ASE predictions on ``validation_ids`` / ``test_ids`` of the source
-    file, some structures without an energy and some without forces (left out)."""
+    """metrics.json's final validation and test errors (meV/atom, meV/Å), and ``evaluate
+    --split`` on the source file (it had no way to evaluate just a split's structures),
+    against numpy over the exported model's ASE predictions on ``validation_ids`` /
+    ``test_ids`` of the source file, some structures without an energy and some without
+    forces (left out)."""
     import ase.io
     from _store_fixture import build_store, small_acsf
     from ase.calculators.singlepoint import SinglePointCalculator
 
     from dparallel.ase import Calculator
+    from dparallel.cli.evaluate import evaluate_file
     from dparallel.datasets import write_emt_cu
+    from dparallel.errors import InputError
     from dparallel.train.export import export_model
 
     frames = ase.io.read(write_emt_cu(tmp_path / "cu.xyz", 20, seed=4), ":")
@@ -140,6 +144,16 @@ def test_final_errors_equal_numpy_over_the_ase_calculator_on_the_named_structure
         assert got["energy_mae_meV_per_atom"] == pytest.approx(np.mean(np.abs(e)), 1e-6)
         assert got["force_rmse_meV_per_A"] == pytest.approx(np.sqrt(np.mean(f**2)), 1e-6)
         assert got["force_mae_meV_per_A"] == pytest.approx(np.mean(np.abs(f)), 1e-6)
+        some = str(tmp_path / "some.xyz")
+        ran = evaluate_file(str(tmp_path / "m"), some, batch=2, split=split)
+        assert ran["n_structures"] == len(doc[f"{split}_ids"])
+        assert 1e3 * ran["energy_rmse"] == pytest.approx(np.sqrt(np.mean(e**2)), 1e-9)
+        assert 1e3 * ran["energy_mae"] == pytest.approx(np.mean(np.abs(e)), 1e-9)
+        assert 1e3 * ran["force_rmse"] == pytest.approx(np.sqrt(np.mean(f**2)), 1e-9)
+        assert 1e3 * ran["force_mae"] == pytest.approx(np.mean(np.abs(f)), 1e-9)
+    ase.io.write(tmp_path / "fewer.xyz", frames[:-1], format="extxyz")  # not the source file
+    with pytest.raises(InputError, match="indices of the file its store was made from"):
+        evaluate_file(str(tmp_path / "m"), str(tmp_path / "fewer.xyz"), split="test")
 
 
 def test_learning_curves_of_a_zero_force_error_plot_without_a_warning(tmp_path) -> None:  # noqa: ANN001
