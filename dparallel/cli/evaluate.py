@@ -168,6 +168,13 @@ def _split_ids(model_dir: str, split: str, data: str, n: int) -> list[int]:
 
         raise ConfigError(f"split {split!r}: test or validation (metrics.json's test_ids, ...)")
     ids, held = split_ids(model_dir, split)
+    if not ids:
+        from dparallel.errors import InputError
+
+        raise InputError(
+            f"{model_dir}: its {split} split is empty ({split}_fraction 0, or it drew none of "
+            "the structures: metrics.json's splits), so there is nothing to evaluate"
+        )
     if (held is not None and held != n) or any(not 0 <= i < n for i in ids):
         from dparallel.errors import InputError
 

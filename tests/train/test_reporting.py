@@ -154,6 +154,10 @@ def test_final_errors_equal_numpy_over_the_ase_calculator_on_the_named_structure
     ase.io.write(tmp_path / "fewer.xyz", frames[:-1], format="extxyz")  # not the source file
     with pytest.raises(InputError, match="indices of the file its store was made from"):
         evaluate_file(str(tmp_path / "m"), str(tmp_path / "fewer.xyz"), split="test")
+    doc["test_ids"] = []  # as test_fraction 0 leaves it: not "no energies and no forces"
+    (tmp_path / "m" / "metrics.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="its test split is empty"):
+        evaluate_file(str(tmp_path / "m"), some, split="test")
 
 
 def test_learning_curves_of_a_zero_force_error_plot_without_a_warning(tmp_path) -> None:  # noqa: ANN001
