@@ -248,6 +248,17 @@ def train_options(descriptors: DescriptorSet) -> list[str]:
     return options
 
 
+def _has_test_split(model: str | os.PathLike[str]) -> bool:
+    """Whether the model directory's ``metrics.json`` names test structures."""
+    from dparallel.errors import TrainingError
+    from dparallel.train.reporting import split_ids
+
+    try:
+        return bool(split_ids(model, "test")[0])
+    except TrainingError:
+        return False
+
+
 def closing_lines(
     seconds: float,
     *,
@@ -269,8 +280,12 @@ def closing_lines(
     if model is not None:
         if not exported:
             lines.append(f"  dparallel export {_q(model)}")
-        # a file that exists (the data trained from), else a placeholder that says what
-        lines.append(f"  dparallel evaluate {_q(model)} {_q(data) if data else 'STRUCTURES_FILE'}")
+        # a file that exists (the data trained from; its test structures, where the run
+        # held some out: all of it mixes in the training set), else a placeholder
+        test = " --split test" if data and _has_test_split(model) else ""
+        lines.append(
+            f"  dparallel evaluate {_q(model)} {_q(data) if data else 'STRUCTURES_FILE'}{test}"
+        )
         from dparallel.n2p2.potential import export_problems  # here: it loads torch
 
         if not export_problems(model):

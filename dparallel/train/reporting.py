@@ -29,6 +29,7 @@ from dparallel.train.metric_units import with_units, without_units
 from dparallel.train.objective import predict_batch
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Mapping, Sequence
 
     from dparallel.nn import HDNNP
@@ -172,7 +173,7 @@ def read_history(model_dir: str | Path) -> list[dict[str, Any]]:
     return [without_units(r) for r in rows if isinstance(r, dict) and "epoch" in r]
 
 
-def split_ids(model_dir: str | Path, split: str) -> tuple[list[int], int | None]:
+def split_ids(model_dir: str | os.PathLike[str], split: str) -> tuple[list[int], int | None]:
     """The source indices of ``split`` (``test`` or ``validation``) that ``metrics.json`` in
     ``model_dir`` names (``test_ids``, ``validation_ids``: structures of the file the store
     was made from) and how many structures that file held (``None``: not recorded).

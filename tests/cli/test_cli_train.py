@@ -34,6 +34,40 @@ def test_the_commands_it_suggests_run(
         assert main(command[1:]) == 0, command
 
 
+def test_the_evaluate_it_suggests_gives_the_test_errors_it_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it suggested `evaluate MODEL SOURCE`: errors over every structure, the training set's
+    # too, beside the test errors it had just printed
+    import json
+
+    from dparallel.cli.main import main
+    from dparallel.datasets import write_emt_cu
+    from dparallel.descriptors import ACSF
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+    from dparallel.workflow.featurize import FeaturizeOptions, featurize_in_process
+
+    data = write_emt_cu(tmp_path / "cu.xyz", 12, seed=1)
+    acsf = ACSF.uniform(["Cu"], r_cut=4.0, radial=[(0.05, 0.0), (2.0, 3.0)], narrow=[])
+    featurize_in_process(
+        data, tmp_path / "s.zarr", DescriptorSet(acsf=acsf, derivatives=True), FeaturizeOptions()
+    )
+    monkeypatch.chdir(tmp_path)
+    small = ["--set", "epochs=1", "--set", "hidden=[4]", "--set", "test_fraction=0.4", "-q"]
+    assert main(["train", "s.zarr", "-o", "m", *small]) == 0
+    out = capsys.readouterr().out
+    commands = [line.split() for line in out.splitlines() if line.startswith("  dparallel ")]
+    evaluate = next(c for c in commands if c[1] == "evaluate")
+    assert evaluate[-2:] == ["--split", "test"], out
+    assert main(["export", "m"]) == 0
+    capsys.readouterr()
+    assert main([*evaluate[1:], "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    final = json.loads((tmp_path / "m" / "metrics.json").read_text())["final"]["test"]
+    for key in ("energy_rmse_meV_per_atom", "force_rmse_meV_per_A"):
+        assert got[key] == pytest.approx(final[key], rel=1e-9), key
+
+
 def test_torch_threads_is_the_training_threads_setting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
