@@ -1,9 +1,14 @@
-"""S3 servers on 127.0.0.1 as processes of their own, for the tests (``s3server.py``) and
-``benchmarks/bench_object_store.py``: moto's standalone server and SeaweedFS's ``weed
-mini``, each on free ports, with a bounded wait until it answers. No pytest here."""
+"""Object storage servers on 127.0.0.1 as processes of their own, for the tests
+(``s3server.py``) and ``benchmarks/bench_object_store.py``: moto's standalone server,
+SeaweedFS's ``weed mini`` and Azurite (Azure Blob Storage's emulator, from npm), each on
+free ports, with a bounded wait until it answers. No pytest here."""
 
 from __future__ import annotations
 
+import base64
+import datetime
+import hashlib
+import hmac
 import os
 import shutil
 import socket
@@ -69,6 +74,52 @@ def start_seaweedfs(
     with open(log, "ab") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=data)
     return _answering(proc, f"http://127.0.0.1:{ports['s3.port']}", "/", log, timeout)
+
+
+def azurite() -> str | None:
+    """Azurite's blob server (``npm install -g azurite@3.35.0``, as .ci/run does; or
+    ``DPARALLEL_AZURITE`` naming its ``azurite-blob``)."""
+    return os.environ.get("DPARALLEL_AZURITE") or shutil.which("azurite-blob")
+
+
+#: Azurite's one account and its key, the same for every Azurite (Microsoft's docs).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+def start_azurite(data: Path, log: Path, timeout: float = 60) -> tuple[subprocess.Popen, str]:
+    """Azurite's blob server (its objects in ``data``, an existing folder; no telemetry);
+    the process and its endpoint (``AZURITE_BLOB_STORAGE_URL``)."""
+    binary = azurite()
+    if binary is None:
+        raise FileNotFoundError("Azurite is not installed (npm install -g azurite@3.35.0)")
+    port = free_port()
+    command = [
+        binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data),
+        "--skipApiVersionCheck", "--disableTelemetry", "--silent",
+    ]  # fmt: skip
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=data)
+    return _answering(proc, f"http://127.0.0.1:{port}", "/", log, timeout)
+
+
+def create_container(endpoint: str, name: str) -> None:
+    """Create the container ``name`` on Azurite at ``endpoint`` (a request signed with its
+    well-known key: Azure's Shared Key scheme, so no Azure SDK is needed)."""
+    date = datetime.datetime.now(datetime.UTC).strftime("%a, %d %b %Y %H:%M:%S GMT")
+    headers = {"x-ms-date": date, "x-ms-version": "2021-08-06", "Content-Length": "0"}
+    signed = "".join(f"{k}:{v}\n" for k, v in sorted(headers.items()) if k.startswith("x-ms-"))
+    resource = f"/{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{name}\nrestype:container"
+    text = "PUT\n" + "\n" * 11 + signed + resource
+    key = base64.b64decode(AZURITE_KEY)
+    signature = base64.b64encode(hmac.new(key, text.encode(), hashlib.sha256).digest()).decode()
+    headers["Authorization"] = f"SharedKey {AZURITE_ACCOUNT}:{signature}"
+    url = f"{endpoint}/{AZURITE_ACCOUNT}/{name}?restype=container"
+    request = urllib.request.Request(url, method="PUT", headers=headers)
+    with urllib.request.urlopen(request, timeout=10):
+        pass
 
 
 def start_moto(log: Path, timeout: float = 60) -> tuple[subprocess.Popen, str]:

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from s3process import start_seaweedfs, stop, wait_until_it_answers, weed
+from s3process import (
+    azurite,
+    create_container,
+    start_azurite,
+    start_seaweedfs,
+    stop,
+    wait_until_it_answers,
+    weed,
+)
 
 from dparallel.config import restore_environ
 
@@ -40,15 +48,21 @@ def s3_server(
     """An S3 server on 127.0.0.1 with ``buckets``; yields its endpoint URL.
 
     ``kind``: ``"moto"`` (the default; ``DPARALLEL_TEST_S3`` may name another for a whole
-    run) or ``"seaweedfs"`` (SeaweedFS's ``weed mini``, a storage server that keeps objects
-    on disk; skipped where its ``weed`` binary is not installed). The environment
-    variables are set for the block and restored after it.
+    run), ``"seaweedfs"`` (SeaweedFS's ``weed mini``, a storage server that keeps objects
+    on disk; skipped where its ``weed`` binary is not installed) or ``"azurite"`` (Azure
+    Blob Storage's emulator, reached at ``az://``: :data:`SCHEMES`; skipped where it is not
+    installed), with ``buckets`` as containers. The environment variables are set for the
+    block and restored after it.
     """
-    pytest.importorskip("s3fs")
     kind = kind or os.environ.get("DPARALLEL_TEST_S3", "moto")
+    if kind == "azurite":
+        with _azurite(buckets, timeout) as endpoint:
+            yield endpoint
+        return
+    pytest.importorskip("s3fs")
     starts = {"moto": _moto, "seaweedfs": _seaweedfs}
     if kind not in starts:
-        raise ValueError(f"DPARALLEL_TEST_S3={kind!r}: one of {sorted(starts)}")
+        raise ValueError(f"DPARALLEL_TEST_S3={kind!r}: one of {sorted([*starts, 'azurite'])}")
     with starts[kind](timeout) as endpoint:
         saved = {k: os.environ.get(k) for k in (*S3_ENV, "AWS_ENDPOINT_URL")}
         os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
@@ -63,6 +77,34 @@ def s3_server(
         finally:
             restore_environ(saved)
             forget_clients()
+
+
+#: The URL scheme of each kind of server.
+SCHEMES = {"moto": "s3", "seaweedfs": "s3", "azurite": "az"}
+#: What a client needs to reach Azurite at ``AZURITE_BLOB_STORAGE_URL`` (obstore's names).
+AZURE_ENV = {"AZURE_STORAGE_USE_EMULATOR": "true"}
+
+
+@contextlib.contextmanager
+def _azurite(containers: tuple[str, ...], timeout: float) -> Iterator[str]:
+    """Azurite's blob server, its objects in a temporary folder, with ``containers``."""
+    pytest.importorskip("obstore")
+    if azurite() is None:
+        pytest.skip("Azurite is not installed (npm install -g azurite@3.35.0, as .ci/run)")
+    names = (*AZURE_ENV, "AZURITE_BLOB_STORAGE_URL")
+    with tempfile.TemporaryDirectory(prefix="azurite-") as data:
+        proc, endpoint = start_azurite(Path(data), Path(data) / "azurite.log", timeout)
+        saved = {k: os.environ.get(k) for k in names}
+        try:
+            for name in containers:
+                create_container(endpoint, name)
+            os.environ.update(AZURE_ENV, AZURITE_BLOB_STORAGE_URL=endpoint)
+            forget_clients()
+            yield endpoint
+        finally:
+            restore_environ(saved)
+            forget_clients()
+            stop(proc)
 
 
 @contextlib.contextmanager
@@ -95,10 +137,18 @@ def _seaweedfs(timeout: float) -> Iterator[str]:
 
 def filesystem(url: str) -> tuple[Any, str]:
     """An fsspec filesystem for ``url`` and the path in it: s3fs on ``s3://``, a client
-    independent of dparallel's (obstore) to put and check what tests need there."""
+    independent of dparallel's (obstore) to put and check what tests need there; on
+    ``az://`` (no adlfs here) obstore's own fsspec filesystem, configured from the
+    environment alone (none of dparallel's option mapping)."""
     import fsspec
 
-    fs = fsspec.filesystem(url.split("://", 1)[0])
+    protocol = url.split("://", 1)[0]
+    if protocol == "az":
+        from obstore.fsspec import FsspecStore
+
+        fs = FsspecStore("az", client_options={"allow_http": True})
+        return fs, fs._strip_protocol(url)
+    fs = fsspec.filesystem(protocol)
     return fs, fs._strip_protocol(url)
 
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from dparallel.errors import DParallelError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     from obstore.store import S3Credential, S3Store
 
@@ -42,8 +42,10 @@ __all__ = [
     "S3_PROTOCOLS",
     "S3OptionError",
     "as_os_errors",
+    "cached_client",
     "check_options",
     "clear_clients",
+    "client_limits",
     "s3_store",
 ]
 
@@ -122,11 +124,32 @@ def s3_store(url: str, options: Mapping[str, Any], *, small: bool = False) -> S3
     Raises :class:`S3OptionError` for an option it cannot honour, a missing profile, or
     obstore not installed.
     """
+    return cached_client(url, options, small, _new_store)
+
+
+def cached_client(
+    url: str,
+    options: Mapping[str, Any],
+    small: bool,
+    make: Callable[[str, Mapping[str, Any], bool], Any],
+) -> Any:
+    """The client ``make(url, options, small)`` made once per URL, options and kind in a
+    process (:func:`clear_clients` forgets them)."""
     cached = (url, repr(sorted(options.items())), small)
     store = _STORES.get(cached)
     if store is None:
-        store = _STORES[cached] = _new_store(url, options, small)
+        store = _STORES[cached] = make(url, options, small)
     return store
+
+
+def client_limits(small: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """obstore's client options (timeouts) and retry configuration of a client for large
+    objects, or (``small``) for the lease and the pointer: every service's the same."""
+    client: dict[str, Any] = {"timeout": _REQUEST_TIMEOUT}
+    retry = {**(_SMALL_RETRIES if small else _RETRIES), "backoff": BACKOFF}
+    if small:
+        client.update(_SMALL_REQUESTS)
+    return client, retry
 
 
 def check_options(url: str, options: Mapping[str, Any]) -> None:
@@ -146,18 +169,16 @@ def _new_store(url: str, options: Mapping[str, Any], small: bool) -> S3Store:
         from obstore.store import S3Store
     except ImportError:
         raise S3OptionError(f'{url}: S3 needs obstore: pip install "dparallel[s3]"') from None
-    config, client, profile = _config(url, options)
+    config, given, profile = _config(url, options)
+    client, retry = client_limits(small)
+    client.update(given)
     endpoint = str(config.get("endpoint") or _first_env(_ENDPOINT_ENV) or "")
     plain_http = endpoint.lower().startswith("http://")
     client.setdefault("allow_http", plain_http)
-    client.setdefault("timeout", _REQUEST_TIMEOUT)
     if not os.environ.get("AWS_UNSIGNED_PAYLOAD"):
         # as botocore: over HTTPS, whose TLS guards the body, the signature does not
         # hash it (every byte a worker uploads was hashed once more for nothing)
         config.setdefault("unsigned_payload", not plain_http)
-    retry = {**(_SMALL_RETRIES if small else _RETRIES), "backoff": BACKOFF}
-    if small:
-        client.update(_SMALL_REQUESTS)
     provider = None
     profiled = profile is not None or bool(os.environ.get("AWS_PROFILE")) or _aws_files()
     keyed = bool(config.get("access_key_id")) or bool(config.get("skip_signature"))

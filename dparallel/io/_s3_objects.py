@@ -1,4 +1,5 @@
-"""What a location at ``s3://`` does, through obstore's client (:mod:`dparallel.io._s3`).
+"""What a location at ``s3://`` or ``az://`` does, through obstore's client
+(:mod:`dparallel.io._s3`, :mod:`dparallel.io._azure`).
 
 Each function takes the bucket's client and a key (:meth:`Location.object_store
 <dparallel.io.location.Location.object_store>` gives both) and the location to name in
@@ -88,13 +89,14 @@ def _prefix(key: str) -> str | None:
 
 @contextlib.contextmanager
 def _no_bucket_is_empty() -> Iterator[None]:
-    """Inside: S3's NoSuchBucket (obstore's generic error) is no error, only nothing."""
+    """Inside: S3's NoSuchBucket, Azure's ContainerNotFound (obstore's generic error) is no
+    error, only nothing."""
     import obstore.exceptions as errors
 
     try:
         yield
     except errors.BaseError as exc:
-        if "NoSuchBucket" not in str(exc):
+        if "NoSuchBucket" not in str(exc) and "ContainerNotFound" not in str(exc):
             raise
 
 
@@ -157,15 +159,17 @@ def put_file(store: S3Store, key: str, path: Path, where: object) -> None:
 
 def remove(store: S3Store, key: str, where: object, *, recursive: bool = False) -> None:
     """Delete the object (``recursive``: and every object below ``key/``); quiet if absent
-    (S3 deletes a missing key without complaint); recursive: a listing and one request per
-    1,000 objects, then the folders they were in. A bucket itself is refused."""
+    (S3 deletes a missing key without complaint, Azure refuses: ignored); recursive: a
+    listing and one request per 1,000 objects, then the folders they were in. A bucket
+    itself is refused."""
     import obstore
 
     if not key.strip("/"):
         raise IsADirectoryError(errno.EISDIR, f"{where}: refusing to delete a whole bucket")
     with as_os_errors(where):
         if not recursive:
-            obstore.delete(store, key)
+            with contextlib.suppress(FileNotFoundError):
+                obstore.delete(store, key)
             return
         top = key.strip("/")
         folders = {f"{top}/"}
@@ -197,19 +201,43 @@ def resend_delete(exc: BaseException, attempt: int) -> float | None:
     return 0.5 * 2**attempt if dropped and attempt < DELETE_TRIES - 1 else None
 
 
+#: Deletes at a time where each key is deleted on its own (:func:`_delete_each`).
+_DELETES_AT_ONCE = 16
+
+
 def _delete_many(store: S3Store, paths: list[str]) -> None:
-    """Delete ``paths`` in one request, sent again where its connection dropped."""
+    """Delete ``paths`` in one request, sent again where its connection dropped; where the
+    service refuses a missing key (Azure's batch: obstore then sends none of the batches
+    after it), each key on its own, the missing ones ignored."""
     import obstore
 
     for attempt in range(DELETE_TRIES):
         try:
             obstore.delete(store, paths)
             return
+        except FileNotFoundError:
+            _delete_each(store, paths)
+            return
         except Exception as exc:
             pause = resend_delete(exc, attempt)
             if pause is None:
                 raise
             time.sleep(pause)
+
+
+def _delete_each(store: S3Store, paths: list[str]) -> None:
+    """Delete each of ``paths`` in a request of its own (several at a time), a missing one
+    ignored."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import obstore
+
+    def delete(path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            obstore.delete(store, path)
+
+    with ThreadPoolExecutor(_DELETES_AT_ONCE) as pool:
+        list(pool.map(delete, paths))
 
 
 def _folders_between(top: str, paths: list[str]) -> set[str]:

@@ -1,12 +1,13 @@
 """Where data is: one :class:`Location` for a local path or an fsspec URL.
 
 Every place dparallel names an input file or a store takes a location: a local path
-(``data.xyz``, ``~/x``, ``/abs``, ``file:///abs``) or a URL: ``s3://bucket/key``, read and
-written through obstore (:mod:`dparallel.io._s3`), or any other scheme fsspec knows
-(``gs://…``, ``az://…``, ``memory://…``). A URL is never taken for a relative path
+(``data.xyz``, ``~/x``, ``/abs``, ``file:///abs``) or a URL: ``s3://bucket/key`` and
+``az://container/key``, read and written through obstore (:mod:`dparallel.io._s3`,
+:mod:`dparallel.io._azure`), or any other scheme fsspec knows (``gs://…``,
+``memory://…``). A URL is never taken for a relative path
 (``s3://b/x`` is not ``./s3:/b/x``). Credentials and endpoints come from the standard
-environment of each process (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, …), or from
-``storage_options`` (s3fs's names on S3, fsspec's elsewhere, e.g. ``{"endpoint_url": …}``),
+environment of each process (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``AZURE_*``, …),
+or from ``storage_options`` (s3fs's names on S3, adlfs's on Azure, fsspec's elsewhere),
 which travel with the location to the workers. What needs a local folder asks for
 :meth:`Location.require_local`, which names what needs it.
 """
@@ -21,13 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dparallel.errors import ArgumentTypeError, DParallelError
-from dparallel.io import _s3_objects
+from dparallel.io import _azure, _s3_objects
 from dparallel.io._s3 import S3_PROTOCOLS, check_options, s3_store
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
 __all__ = [
+    "OBJECT_PROTOCOLS",
     "READ_BLOCK",
     "Location",
     "LocationError",
@@ -44,6 +46,8 @@ READ_BLOCK = 1 << 22
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: ``file://`` and ``file://localhost`` (any case) before an absolute path.
 _FILE_URL = re.compile(r"^file://(localhost)?(?=/)", re.IGNORECASE)
+#: Schemes read and written through obstore (:meth:`Location.object_store`).
+OBJECT_PROTOCOLS = (*S3_PROTOCOLS, *_azure.AZURE_PROTOCOLS)
 #: Filesystems opened in this process, by protocol and options (fsspec caches too).
 _FS: dict[tuple[str, str], Any] = {}
 
@@ -122,11 +126,11 @@ class Location:
 
     def filesystem(self) -> tuple[AbstractFileSystem, str]:
         """The fsspec filesystem and the path in it (the client's import errors named);
-        not for ``s3://``, which goes through obstore (:meth:`object_store`)."""
+        not for ``s3://`` or ``az://``, which go through obstore (:meth:`object_store`)."""
         import fsspec
 
-        if self.protocol in S3_PROTOCOLS:  # judged by name: no client made to refuse
-            raise LocationError(f"{self.url}: S3 is read and written through obstore, not fsspec")
+        if self.protocol in OBJECT_PROTOCOLS:  # judged by name: no client made to refuse
+            raise LocationError(f"{self.url}: read and written through obstore, not fsspec")
         key = (self.protocol, repr(sorted(self.storage_options)))
         fs = _FS.get(key)
         if fs is None:
@@ -147,6 +151,8 @@ class Location:
         is not installed or its options are not understood; nothing is requested."""
         if self.protocol in S3_PROTOCOLS:
             check_options(self.url, self.options)
+        elif self.protocol in _azure.AZURE_PROTOCOLS:
+            _azure.check_options(self.url, self.options)
         elif not self.is_local:
             self.filesystem()
 
@@ -251,13 +257,17 @@ class Location:
             fs.rm(path, recursive=recursive)
 
     def object_store(self, small: bool = False) -> tuple[Any, str] | None:
-        """obstore's client for the bucket and the key, for a location on S3 (everything
-        dparallel reads and writes there goes through it); ``None`` for any other.
-        ``small``: a client whose requests give up within ~30 s (the lease, the pointer)."""
-        if self.protocol not in S3_PROTOCOLS:
+        """obstore's client for the bucket (container) and the key, for a location on S3 or
+        Azure (everything dparallel reads and writes there goes through it); ``None`` for
+        any other. ``small``: a client whose requests give up within ~30 s (the lease, the
+        pointer)."""
+        if self.protocol not in OBJECT_PROTOCOLS:
             return None
         bucket, _, key = self.url.split("://", 1)[1].partition("/")
-        return s3_store(f"s3://{bucket}", self.options, small=small), key
+        if self.protocol in S3_PROTOCOLS:
+            return s3_store(f"s3://{bucket}", self.options, small=small), key
+        root = f"{self.protocol}://{bucket}"
+        return _azure.azure_store(root, self.options, small=small), key
 
 
 #: What names data: a path, a URL, or a :class:`Location`.

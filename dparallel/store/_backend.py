@@ -4,7 +4,7 @@ A path (``str`` or ``os.PathLike``, or a ``file://`` URL) opens a
 :class:`zarr.storage.LocalStore`; a zarr ``Store`` object (``MemoryStore``,
 ``FsspecStore``, …) is used as given; another URL (``s3://…``, ``memory://…``, or a
 :class:`~dparallel.io.location.Location` with ``storage_options``) opens at the store's
-current generation (:mod:`~dparallel.store._generations`): ``s3://`` through obstore
+current generation (:mod:`~dparallel.store._generations`): ``s3://`` and ``az://`` through obstore
 (:mod:`~dparallel.store._s3`), any other through fsspec
 (:meth:`zarr.storage.FsspecStore.from_url`). Every read and write goes through that zarr
 store; only a local one also gets what needs a filesystem: the direct-file writes
@@ -23,8 +23,7 @@ from zarr.abc.store import Store as ZarrStore
 from zarr.storage import FsspecStore, LocalStore
 
 from dparallel.errors import StoreError
-from dparallel.io._s3 import S3_PROTOCOLS
-from dparallel.io.location import Location, as_location, is_url
+from dparallel.io.location import OBJECT_PROTOCOLS, Location, as_location, is_url
 from dparallel.store._generations import is_generation, resolve
 from dparallel.store._s3 import s3_zarr_store
 
@@ -94,7 +93,7 @@ def open_backend(target: StoreTarget, mode: Literal["r", "r+"], direct: bool = F
             remote = type(remote)(parent.url.rstrip("/"), remote.storage_options)
         else:
             root = remote if direct else (resolve(remote) or remote)
-        if root.protocol in S3_PROTOCOLS:
+        if root.protocol in OBJECT_PROTOCOLS:
             return Backend(s3_zarr_store(root, read_only), None, str(remote), remote, root)
         try:
             store = FsspecStore.from_url(

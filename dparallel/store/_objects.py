@@ -10,10 +10,12 @@ What an object store offers instead of ``O_EXCL`` and ``rename``, and all that t
 * :func:`put_if_match` → the new ETag, or ``None`` if the object changed since ``etag``
   was read (``If-Match``).
 
-Implemented for ``s3://`` (obstore, :mod:`dparallel.io._s3_objects`; AWS S3, MinIO, moto
-and most S3-compatible services honour both headers) and ``memory://`` (one process: a
-lock makes it atomic). Other URLs can be read but not written as stores
-(:func:`require_conditional_writes`).
+Implemented for ``s3://`` and ``az://`` (obstore, :mod:`dparallel.io._s3_objects`; AWS S3,
+MinIO, moto and most S3-compatible services honour both headers, as do Azure Blob Storage
+and Azurite) and ``memory://`` (one process: a lock makes it atomic). Other URLs can be
+read but not written as stores (:func:`require_conditional_writes`): ``gs://`` among them,
+as no emulator of GCS that CI can install honours its preconditions through obstore
+(docs/store-format.md, "On object storage").
 
 A conditional write whose answer never came (a connection reset or closed after the
 request was sent: obstore retries no conditional write, as its outcome is unknown) is
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from dparallel.errors import StoreError
 from dparallel.io import _s3_objects as s3_objects
-from dparallel.io._s3 import S3_PROTOCOLS
+from dparallel.io.location import OBJECT_PROTOCOLS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -54,7 +56,7 @@ __all__ = [
     "service_failed",
 ]
 
-SUPPORTED = (*S3_PROTOCOLS, "memory")
+SUPPORTED = (*OBJECT_PROTOCOLS, "memory")
 _MEMORY_LOCK = threading.Lock()
 #: Sends of one conditional write whose answers were lost, before its error is raised.
 _UNANSWERED_TRIES = 3
@@ -67,8 +69,9 @@ def require_conditional_writes(location: Location) -> None:
     if location.protocol not in SUPPORTED:
         raise StoreError(
             f"{location}: writing a store needs conditional writes (create-if-absent, "
-            f"ETag match), which dparallel implements for s3:// and memory://; "
-            f"{location.protocol}:// stores can be read, not written"
+            f"ETag match), which dparallel implements for s3://, az:// and memory://; "
+            f"{location.protocol}:// stores can be read, not written "
+            '(docs/store-format.md, "On object storage")'
         )
 
 
@@ -93,9 +96,9 @@ def _memory_etag(data: bytes) -> str:
 def get(location: Location) -> tuple[bytes, str] | None:
     """The object's bytes and ETag, or ``None`` if there is none."""
     require_conditional_writes(location)
-    on_s3 = location.object_store(small=True)
-    if on_s3 is not None:
-        return s3_objects.get(*on_s3, location)
+    on_objects = location.object_store(small=True)
+    if on_objects is not None:
+        return s3_objects.get(*on_objects, location)
     fs, path = location.filesystem()
     with _MEMORY_LOCK:
         data = _memory_read(fs, path)
@@ -113,9 +116,9 @@ def _memory_read(fs: Any, path: str) -> bytes | None:
 def put_if_absent(location: Location, data: bytes) -> str | None:
     """Create the object with ``data``; ``None`` (nothing written) if one is there."""
     require_conditional_writes(location)
-    on_s3 = location.object_store(small=True)
-    if on_s3 is not None:
-        return _put_on_s3(*on_s3, location, data, None)
+    on_objects = location.object_store(small=True)
+    if on_objects is not None:
+        return _put_on_objects(*on_objects, location, data, None)
     fs, path = location.filesystem()
     with _MEMORY_LOCK:
         if fs.exists(path):
@@ -127,9 +130,9 @@ def put_if_absent(location: Location, data: bytes) -> str | None:
 def put_if_match(location: Location, data: bytes, etag: str) -> str | None:
     """Replace the object with ``data`` if its ETag is still ``etag``; else ``None``."""
     require_conditional_writes(location)
-    on_s3 = location.object_store(small=True)
-    if on_s3 is not None:
-        return _put_on_s3(*on_s3, location, data, etag)
+    on_objects = location.object_store(small=True)
+    if on_objects is not None:
+        return _put_on_objects(*on_objects, location, data, etag)
     fs, path = location.filesystem()
     with _MEMORY_LOCK:
         current = _memory_read(fs, path)
@@ -139,10 +142,10 @@ def put_if_match(location: Location, data: bytes, etag: str) -> str | None:
     return _memory_etag(data)
 
 
-def _put_on_s3(
+def _put_on_objects(
     store: S3Store, key: str, location: Location, data: bytes, etag: str | None
 ) -> str | None:
-    """The conditional write on S3 (``etag`` ``None``: create-if-absent), its outcome
+    """The conditional write on S3 or Azure (``etag`` ``None``: create-if-absent), its outcome
     settled by reading the object back where the answer was lost (module docstring)."""
     for attempt in range(_UNANSWERED_TRIES):
         try:

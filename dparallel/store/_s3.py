@@ -1,5 +1,6 @@
-"""The zarr store behind a dparallel store on S3: zarr's ``ObjectStore`` over obstore,
-configured as every S3 location is (:mod:`dparallel.io._s3`)."""
+"""The zarr store behind a dparallel store on S3 or Azure: zarr's ``ObjectStore`` over
+obstore, configured as every location there is (:mod:`dparallel.io._s3`,
+:mod:`dparallel.io._azure`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from zarr.storage import ObjectStore
 
 from dparallel.errors import StoreError, StoreRemovedError
+from dparallel.io._azure import AZURE_PROTOCOLS, azure_store
 from dparallel.io._s3 import S3OptionError, as_os_errors, s3_store
 from dparallel.io._s3_objects import DELETE_TRIES, resend_delete
 
@@ -96,8 +98,10 @@ class S3ObjectStore(ObjectStore):
 
 
 def s3_zarr_store(root: Location, read_only: bool) -> S3ObjectStore:
-    """The zarr store at ``root`` (``s3://bucket/prefix``), read-only for ``read_only``."""
+    """The zarr store at ``root`` (``s3://bucket/prefix`` or ``az://container/prefix``),
+    read-only for ``read_only``."""
+    make = azure_store if root.protocol in AZURE_PROTOCOLS else s3_store
     try:
-        return S3ObjectStore(s3_store(root.url, root.options), read_only=read_only, url=root.url)
+        return S3ObjectStore(make(root.url, root.options), read_only=read_only, url=root.url)
     except S3OptionError as exc:
         raise StoreError(f"cannot open {root} as a zarr store: {exc}") from exc

@@ -1,12 +1,13 @@
-"""A store on object storage (two S3 servers on 127.0.0.1: moto's, and SeaweedFS, a storage
-server of its own implementation, where its ``weed`` is installed; and ``memory://``): the
-same guarantees as a local store, by conditional writes instead of lock files and rename.
+"""A store on object storage (servers on 127.0.0.1: moto's S3, SeaweedFS's S3, a storage
+server of its own implementation, where its ``weed`` is installed, and Azurite, Azure Blob
+Storage's emulator, at ``az://``, where it is installed; and ``memory://``): the same
+guarantees as a local store, by conditional writes instead of lock files and rename.
 
 * the lease: a second writer is refused in one line; a stale or dead holder is taken over;
   two takers of a stale lease cannot both win; a holder that lost it notices;
 * an overwrite is published at once, when complete: a reader that opened the old store
   reads it, unchanged, throughout and after the replacement;
-* the conditional writes themselves behave on the S3 server (create-if-absent, ETag match).
+* the conditional writes themselves behave on the server (create-if-absent, ETag match).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 from hco import hco_descriptors, write_hco_structures
 from s3process import start_seaweedfs, stop, weed
-from s3server import S3_ENV, filesystem, forget_clients, s3_server
+from s3server import S3_ENV, SCHEMES, filesystem, forget_clients, s3_server
 
 from dparallel.errors import (
     StoreBusyError,
@@ -45,11 +46,17 @@ from dparallel.workflow.featurize_task import featurize_partition
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module", params=["moto", "seaweedfs"])
+@pytest.fixture(scope="module", params=["moto", "seaweedfs", "azurite"])
 def s3(request):
-    """An S3 server (each test runs once per server); its endpoint."""
+    """An object storage server (each test runs once per server); its endpoint."""
     with s3_server(("dparallel-test",), kind=request.param) as endpoint:
         yield endpoint
+
+
+@pytest.fixture
+def bucket(request, s3):
+    """The test bucket's URL on the server of :func:`s3` (``s3://…`` or ``az://…``)."""
+    return f"{SCHEMES[request.node.callspec.params['s3']]}://dparallel-test"
 
 
 @pytest.fixture
@@ -61,11 +68,11 @@ def moto(request, s3):
 
 
 @pytest.fixture(params=["s3", "memory"])
-def base(request, s3):
-    """A fresh prefix on the S3 server or in fsspec's memory filesystem (once)."""
+def base(request, bucket):
+    """A fresh prefix on the server or in fsspec's memory filesystem (once)."""
     token = f"{request.node.name.split('[')[0]}-{time.monotonic_ns()}"
     if request.param == "s3":
-        return f"s3://dparallel-test/{token}"
+        return f"{bucket}/{token}"
     if request.node.callspec.params["s3"] != "moto":
         pytest.skip("memory:// runs once, beside moto")
     return f"memory://dparallel-test/{token}"
@@ -196,12 +203,14 @@ def test_an_overwrite_never_shows_a_half_store(base, data):
         _same(again, before)
 
 
-def test_a_reader_of_a_removed_generation_gets_an_error_never_fill_values(s3, data, monkeypatch):
+def test_a_reader_of_a_removed_generation_gets_an_error_never_fill_values(
+    bucket, data, monkeypatch
+):
     """A reader that keeps nothing in memory, of a store replaced and then removed by the
     next writing run: every read raises StoreRemovedError, naming the store, or returns
     the old data; zarr never turns the missing chunks into NaN and zeros."""
     monkeypatch.setenv("DPARALLEL_REMOTE_CACHE_MB", "0")
-    url = f"s3://dparallel-test/removed-{time.monotonic_ns()}/s.zarr"
+    url = f"{bucket}/removed-{time.monotonic_ns()}/s.zarr"
     old = featurize_in_process(data, url, _dset(), FeaturizeOptions(partition_atoms=30))
     reader = open_store(url)
     positions = reader._array("structures/positions")  # opened: metadata in hand
@@ -392,17 +401,18 @@ def _requests(records) -> list[tuple[str, str]]:
     return out
 
 
-def _uploaded(data, name: str) -> tuple[str, str]:
-    """``data`` uploaded below a fresh prefix: the store's URL there and the input's path."""
-    base = f"s3://dparallel-test/{name}-{time.monotonic_ns()}"
+def _uploaded(data, name: str, bucket: str = "s3://dparallel-test") -> tuple[str, str]:
+    """``data`` uploaded below a fresh prefix in ``bucket``: the store's URL there and the
+    input's URL."""
+    base = f"{bucket}/{name}-{time.monotonic_ns()}"
     fs, path = filesystem(f"{base}/data.xyz")
     fs.pipe_file(path, data.read_bytes())
-    return f"{base}/s.zarr", path
+    return f"{base}/s.zarr", f"{base}/data.xyz"
 
 
-def _prepared(url: str, path: str):  # noqa: ANN202 - (source, store) as prepare_featurize
-    """The store at ``url`` prepared for featurizing ``s3://<path>`` (under its lease)."""
-    return prepare_featurize(f"s3://{path}", url, _dset(), FeaturizeOptions(partition_atoms=30))
+def _prepared(url: str, source: str):  # noqa: ANN202 - (source, store) as prepare_featurize
+    """The store at ``url`` prepared for featurizing ``source`` (under its lease)."""
+    return prepare_featurize(source, url, _dset(), FeaturizeOptions(partition_atoms=30))
 
 
 def test_a_task_makes_no_request_it_does_not_need(moto, data, caplog):
@@ -425,7 +435,7 @@ def test_a_task_makes_no_request_it_does_not_need(moto, data, caplog):
     keys = [(name, key.split(f"{generation}/")[-1]) for name, key in calls]
     assert [k for name, k in keys if name == "GET"][:1] == ["zarr.json"]
     assert not any(k.endswith("dparallel.json") for _, k in keys)  # no pointer probe
-    assert [k for name, k in keys if name == "HEAD"] == [path.split("/", 1)[1]]
+    assert [k for name, k in keys if name == "HEAD"] == [path.split("/", 3)[3]]
     assert [k for name, k in keys if name == "LIST"] == ["parts/0/"]
     assert not [k for name, k in keys if name == "MULTIPART"]
     assert keys.count(("PUT", "parts/0/zarr.json")) == 2  # with the groups, with the report
@@ -434,7 +444,7 @@ def test_a_task_makes_no_request_it_does_not_need(moto, data, caplog):
     assert report["partition"] == 0 and report["n_atoms"] > 0
 
 
-def test_a_task_writes_a_url_store_outside_the_pool(s3, data, tmp_path, monkeypatch):
+def test_a_task_writes_a_url_store_outside_the_pool(bucket, data, tmp_path, monkeypatch):
     """At a URL a task's writes, done marker included, run outside its worker's thread pool
     (dparallel.cluster.secede, tested there on a cluster); in a folder they stay inside."""
     import contextlib
@@ -460,7 +470,7 @@ def test_a_task_writes_a_url_store_outside_the_pool(s3, data, tmp_path, monkeypa
 
     monkeypatch.setattr(secede, "outside_the_pool", recording)
     monkeypatch.setattr(Store, "mark_done", mark_done)
-    url, path = _uploaded(data, "pool")
+    url, path = _uploaded(data, "pool", bucket)
     with StoreLease(url):
         source, store = _prepared(url, path)
         featurize_partition(source, store.ref, 0, _dset().to_dict())
@@ -477,16 +487,16 @@ import pickle, sys
 from dparallel.workflow.featurize_task import featurize_partition
 source, ref, descriptors = pickle.loads(open(sys.argv[1], "rb").read())
 featurize_partition(source, ref, 0, descriptors)
-print(" ".join(m for m in ("s3fs", "aiobotocore", "botocore") if m in sys.modules))
+print(" ".join(m for m in ("s3fs", "aiobotocore", "botocore", "adlfs") if m in sys.modules))
 from dparallel._exit import exit_now
 exit_now(0)  # as a worker process ends after its close (cluster/worker_exit.py)
 """
 
 
-def test_a_task_reads_and_writes_s3_without_botocore(s3, data, tmp_path):
+def test_a_task_reads_and_writes_s3_without_botocore(bucket, data, tmp_path):
     """A worker's task reads its input's bytes and writes the store through obstore: a fresh
-    process never loads s3fs or botocore (~0.45 s of CPU on its first request)."""
-    url, path = _uploaded(data, "botocore")
+    process never loads s3fs or botocore (~0.45 s of CPU on its first request), nor adlfs."""
+    url, path = _uploaded(data, "botocore", bucket)
     with StoreLease(url):
         source, store = _prepared(url, path)
         loaded = _s3_clients_loaded(
@@ -527,21 +537,19 @@ for overwrite in (False, True, False):  # new, replaced (pointer), reopened (old
     featurize_in_process(source, url, dset, FeaturizeOptions(partition_atoms=30,
                                                              overwrite=overwrite))
 assert open_store(url).is_complete
-print(" ".join(m for m in ("s3fs", "aiobotocore", "botocore") if m in sys.modules))
+print(" ".join(m for m in ("s3fs", "aiobotocore", "botocore", "adlfs") if m in sys.modules))
 from dparallel._exit import exit_now
 exit_now(0)  # as the dparallel command ends (cli/main.py)
 """
 
 
-def test_a_whole_run_on_s3_goes_through_one_client(s3, data, tmp_path):
-    """Indexing an s3:// input, the lease, the pointer, the store's objects, an overwrite
-    and the removal of the old generation all go through obstore: a fresh process that
-    runs them never loads s3fs or botocore."""
-    url, path = _uploaded(data, "one-client")
-    assert (
-        _s3_clients_loaded(_A_RUN_IN_A_NEW_PROCESS, (f"s3://{path}", url, _dset()), tmp_path) == []
-    )
-    fs, prefix = filesystem(url)  # s3fs, independent: one generation left, complete
+def test_a_whole_run_on_s3_goes_through_one_client(bucket, data, tmp_path):
+    """Indexing an s3:// (az://) input, the lease, the pointer, the store's objects, an
+    overwrite and the removal of the old generation all go through obstore: a fresh process
+    that runs them never loads s3fs, botocore or adlfs."""
+    url, path = _uploaded(data, "one-client", bucket)
+    assert _s3_clients_loaded(_A_RUN_IN_A_NEW_PROCESS, (path, url, _dset()), tmp_path) == []
+    fs, prefix = filesystem(url)  # independent: one generation left, complete
     names = [p.rsplit("/", 1)[-1] for p in fs.ls(prefix, refresh=True)]
     assert len([n for n in names if is_generation(n)]) == 1, names
     assert open_store(url).is_complete
