@@ -1,4 +1,5 @@
-"""Every stage on object storage: moto's S3 server on 127.0.0.1, workers that share no files.
+"""Every stage on object storage: moto's S3 server on 127.0.0.1 and Azurite (``az://``,
+where it is installed), workers that share no files.
 
 * featurize from an ``s3://`` input into an ``s3://`` store on a Dask cluster whose
   workers (``dask worker`` processes, their own working directory and TMPDIR) cannot read
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 from _cu_descriptors import DESCRIPTORS
-from s3server import HIDE_PRELOAD, s3_server
+from s3server import HIDE_PRELOAD, SCHEMES, filesystem, s3_server
 
 from dparallel.errors import StoreError
 from dparallel.store import StoreLease, open_store
@@ -50,10 +51,17 @@ def _dset() -> DescriptorSet:
     return DescriptorsSpec.model_validate(DESCRIPTORS).build()
 
 
-@pytest.fixture(scope="module")
-def s3():
-    with s3_server((BUCKET,)) as endpoint:
-        yield endpoint
+@pytest.fixture(scope="module", params=["moto", "azurite"])
+def s3(request):
+    """The server (each test runs once per server); the bucket's URL (``s3://…``, ``az://…``)."""
+    with s3_server((BUCKET,), kind=request.param):
+        yield f"{SCHEMES[request.param]}://{BUCKET}"
+
+
+def _put(url: str, data: bytes) -> None:
+    """``data`` at ``url`` through a client independent of dparallel's."""
+    fs, path = filesystem(url)
+    fs.pipe_file(path, data)
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +72,12 @@ def client_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def dataset(s3, client_dir) -> tuple[Path, str]:
-    """A local EMT Cu file and its copy on S3."""
-    import fsspec
-
+    """A local EMT Cu file and its copy on the server."""
     from dparallel.datasets import write_emt_cu
 
     local = write_emt_cu(client_dir / "cu.extxyz", n_structures=40, seed=7)
-    url = f"s3://{BUCKET}/data/cu.extxyz"
-    fsspec.filesystem("s3").put_file(str(local), url)
+    url = f"{s3}/data/cu.extxyz"
+    _put(url, local.read_bytes())
     return local, url
 
 
@@ -132,7 +138,7 @@ def _assert_bitwise(a, b) -> None:
 
 
 def test_featurize_s3_to_s3_on_workers_without_the_files_then_train(
-    dataset, reference, isolated_cluster, client_dir
+    s3, dataset, reference, isolated_cluster, client_dir
 ):
     local, url = dataset
 
@@ -149,7 +155,7 @@ def test_featurize_s3_to_s3_on_workers_without_the_files_then_train(
     assert all(a.startswith("refused") for a in answers.values()), answers
     cwds = isolated_cluster.run(os.getcwd)
     assert all(not c.startswith(str(client_dir)) for c in cwds.values())
-    store_url = f"s3://{BUCKET}/stores/cu.zarr"
+    store_url = f"{s3}/stores/cu.zarr"
     result = featurize(
         url,
         store_url,
@@ -175,19 +181,17 @@ def test_featurize_s3_to_s3_on_workers_without_the_files_then_train(
         assert {k: x[k] for k in keep} == {k: y[k] for k in keep}
 
 
-def test_label_keys_reach_workers_reading_from_s3(dataset, reference, isolated_cluster):
+def test_label_keys_reach_workers_reading_from_s3(s3, dataset, reference, isolated_cluster):
     """The cluster's workers read an ``s3://`` file whose labels are under dft_energy /
     dft_forces with the keys the client gave (pickled with the source): the store's
     structures, labels included, equal the local reference's (read from energy/forces)."""
-    import fsspec
-
     local, _ = dataset
     text = local.read_text()
     renamed = text.replace(" energy=", " dft_energy=").replace(":forces:R:3", ":dft_forces:R:3")
     assert renamed != text
-    url = f"s3://{BUCKET}/data/cu-dft.extxyz"
-    fsspec.filesystem("s3").pipe_file(url, renamed.encode())
-    store_url = f"s3://{BUCKET}/stores/cu-dft.zarr"
+    url = f"{s3}/data/cu-dft.extxyz"
+    _put(url, renamed.encode())
+    store_url = f"{s3}/stores/cu-dft.zarr"
     keys = {"energy_key": "dft_energy", "forces_key": "dft_forces"}
     options = FeaturizeOptions(partition_atoms=PARTITION_ATOMS, client=isolated_cluster, **keys)
     featurize(url, store_url, _dset(), options)
@@ -216,9 +220,9 @@ def _descriptors_file(folder: Path) -> Path:
     return path
 
 
-def test_a_second_writer_is_refused_in_one_line(dataset, tmp_path):
+def test_a_second_writer_is_refused_in_one_line(s3, dataset, tmp_path):
     _, url = dataset
-    store_url = f"s3://{BUCKET}/stores/busy.zarr"
+    store_url = f"{s3}/stores/busy.zarr"
     with StoreLease(store_url, command="the first writer"):
         out = _cli(
             "featurize", url, "-o", store_url, "--descriptors", str(_descriptors_file(tmp_path)),
@@ -229,9 +233,9 @@ def test_a_second_writer_is_refused_in_one_line(dataset, tmp_path):
     assert "Traceback" not in out
 
 
-def test_client_killed_mid_run_resumes_to_an_equal_store(dataset, reference, tmp_path):
+def test_client_killed_mid_run_resumes_to_an_equal_store(s3, dataset, reference, tmp_path):
     _, url = dataset
-    store_url = f"s3://{BUCKET}/stores/killed.zarr"
+    store_url = f"{s3}/stores/killed.zarr"
     args = ["featurize", url, "-o", store_url, "--descriptors", str(_descriptors_file(tmp_path))]
     args += ["--local", "1", "--partition-atoms", str(PARTITION_ATOMS), "-q"]
     proc = _cli(*args, cwd=tmp_path)
@@ -258,12 +262,12 @@ def test_client_killed_mid_run_resumes_to_an_equal_store(dataset, reference, tmp
     _assert_bitwise(reference, store)
 
 
-def test_run_quickstart_on_s3_creates_nothing_local_but_the_model(dataset, tmp_path):
+def test_run_quickstart_on_s3_creates_nothing_local_but_the_model(s3, dataset, tmp_path):
     _, url = dataset
     work = tmp_path / "work"
     work.mkdir()
     cache = tmp_path / "cache"
-    store_url = f"s3://{BUCKET}/stores/quickstart.zarr"
+    store_url = f"{s3}/stores/quickstart.zarr"
     out = _cli(
         "run", str(ROOT / "workflows" / "quickstart.yaml"),
         "--set", f"dataset.path={url}", "--set", f"store.path={store_url}",
@@ -275,6 +279,5 @@ def test_run_quickstart_on_s3_creates_nothing_local_but_the_model(dataset, tmp_p
     assert sorted(os.listdir(work)) == ["model"], out
     assert (work / "model" / "model.pt").exists()
     assert open_store(store_url).is_complete
-    import fsspec
-
-    assert fsspec.filesystem("s3").exists(f"{BUCKET}/stores/quickstart.scaling.data")
+    fs, path = filesystem(f"{s3}/stores/quickstart.scaling.data")
+    assert fs.exists(path)
