@@ -47,22 +47,22 @@ def s3_server(
 ) -> Iterator[str]:
     """An S3 server on 127.0.0.1 with ``buckets``; yields its endpoint URL.
 
-    ``kind``: ``"moto"`` (the default; ``DPARALLEL_TEST_S3`` may name another for a whole
-    run), ``"seaweedfs"`` (SeaweedFS's ``weed mini``, a storage server that keeps objects
+    ``kind``: ``"moto"`` (the default; ``DPARALLEL_TEST_S3`` may name another S3 server for
+    a whole run), ``"seaweedfs"`` (SeaweedFS's ``weed mini``, a storage server that keeps objects
     on disk; skipped where its ``weed`` binary is not installed) or ``"azurite"`` (Azure
     Blob Storage's emulator, reached at ``az://``: :data:`SCHEMES`; skipped where it is not
     installed), with ``buckets`` as containers. The environment variables are set for the
     block and restored after it.
     """
-    kind = kind or os.environ.get("DPARALLEL_TEST_S3", "moto")
-    if kind == "azurite":
+    if kind == "azurite":  # asked for by name only: DPARALLEL_TEST_S3 picks an S3 server
         with _azurite(buckets, timeout) as endpoint:
             yield endpoint
         return
+    kind = kind or os.environ.get("DPARALLEL_TEST_S3", "moto")
     pytest.importorskip("s3fs")
     starts = {"moto": _moto, "seaweedfs": _seaweedfs}
     if kind not in starts:
-        raise ValueError(f"DPARALLEL_TEST_S3={kind!r}: one of {sorted([*starts, 'azurite'])}")
+        raise ValueError(f"DPARALLEL_TEST_S3={kind!r}: one of {sorted(starts)}")
     with starts[kind](timeout) as endpoint:
         saved = {k: os.environ.get(k) for k in (*S3_ENV, "AWS_ENDPOINT_URL")}
         os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
