@@ -64,13 +64,21 @@ def _volume_targets(service: dict) -> set[str]:
 
 
 def test_compose_invariants(services: dict[str, dict]) -> None:
-    assert set(services) == {"scheduler", "worker", "runner", "s3"}
+    assert set(services) == {"scheduler", "worker", "runner", "s3", "azure"}
     # The S3-compatible service: its own image, only under its profile, on loopback.
     s3 = services["s3"]
-    services = {name: s for name, s in services.items() if name != "s3"}
     assert s3["profiles"] == ["s3"] and s3["image"].startswith("motoserver/moto:")
     assert s3["ports"] == ["127.0.0.1:5000:5000"]
     assert "http://localhost:5000/moto-api/" in " ".join(s3["healthcheck"]["test"])
+    # Azurite: the version CI installs for the az:// tests, its blob service alone, on loopback.
+    azure = services["azure"]
+    services = {name: s for name, s in services.items() if name not in ("s3", "azure")}
+    ci_version = re.search(r"azurite@([\d.]+)", (ROOT / ".ci" / "run").read_text()).group(1)
+    assert azure["profiles"] == ["azure"]
+    assert azure["image"] == f"mcr.microsoft.com/azure-storage/azurite:{ci_version}"
+    assert azure["command"][0] == "azurite-blob" and "--skipApiVersionCheck" in azure["command"]
+    assert azure["ports"] == ["127.0.0.1:10000:10000"]
+    assert "http://localhost:10000/" in " ".join(azure["healthcheck"]["test"])
     # One image for every role.
     assert {s["image"] for s in services.values()} == {"dparallel:latest"}
     assert {s["build"]["dockerfile"] for s in services.values()} == {"docker/Dockerfile"}
