@@ -103,7 +103,8 @@ class InputNN:
     def training_options(self) -> dict[str, Any]:
         """Keyword arguments of :class:`dparallel.train.TrainingSpec` this file implies (seed,
         split, epochs, force weight, Adam or n2p2's Kalman filter with its parameters, one
-        network for every element, the scaling; docs/n2p2.md), ``n2p2_compatible: true``."""
+        network for every element, the scaling, ``init_from`` this file's folder for
+        ``use_old_weights_short``; docs/n2p2.md), ``n2p2_compatible: true``."""
         s = self._settings
         assert s is not None
         out: dict[str, Any] = {"n2p2_compatible": True}
@@ -147,6 +148,8 @@ class InputNN:
                 out["activation"] = ACTIVATION_CODES[hidden_acts.pop()]
         out["scaling"] = self.scaling.type
         out["scale_min"], out["scale_max"] = self.scaling.smin, self.scaling.smax
+        if s.has("use_old_weights_short"):  # n2p2 asks only whether it is there
+            out["init_from"] = str(self.path.parent)  # weights.XXX.data and scaling.data
         return out
 
 

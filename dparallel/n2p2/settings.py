@@ -77,7 +77,7 @@ USED_KEYWORDS: frozenset[str] = frozenset(
     element_activation_short normalize_nodes mean_energy conv_energy conv_length nnp_type
     random_seed test_fraction epochs use_short_forces updater_type gradient_type
     gradient_adam_eta kalman_type kalman_epsilon kalman_q0 kalman_qtau kalman_qmin kalman_eta
-    kalman_etatau kalman_etamax force_energy_ratio
+    kalman_etatau kalman_etamax force_energy_ratio use_old_weights_short
     """.split()  # noqa: SIM905 - a word list reads best as words
 )
 

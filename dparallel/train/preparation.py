@@ -327,8 +327,16 @@ def _refuse_other_elements(
 
 
 def build_model(prep: Prepared, spec: TrainingSpec, target: Target) -> HDNNP:
-    """A freshly initialized network (seeded) with the reference energies and scaling set."""
+    """A freshly initialized network (seeded) with the reference energies and scaling set;
+    with ``spec.init_from``, a copy of that model (:mod:`~dparallel.train.init_from`)."""
     torch.manual_seed(spec.seed)
+    if spec.init_from is not None:
+        from dparallel.train.init_from import initial_model
+
+        start = initial_model(spec, prep.store, prep.elements, prep.descriptor_spec)
+        model = target.model(start)
+        _refuse_n2p2_problems(prep, spec, model)
+        return model
     n_features = {elem: len(stats["mean"]) for elem, stats in prep.statistics.items()}
     model = target.model(HDNNP(prep.elements, n_features, spec.hidden, spec.activation))
     # scaling kept as data (n2p2 export writes its statistics), set in the training dtype
@@ -342,6 +350,12 @@ def build_model(prep: Prepared, spec: TrainingSpec, target: Target) -> HDNNP:
     )
     model.ref_energy.copy_(torch.as_tensor(prep.ref_energy))
     model.energy_scale.fill_(prep.energy_scale)
+    _refuse_n2p2_problems(prep, spec, model)
+    return model
+
+
+def _refuse_n2p2_problems(prep: Prepared, spec: TrainingSpec, model: HDNNP) -> None:
+    """With ``n2p2_compatible``, a :class:`TrainingError` for what n2p2 cannot evaluate."""
     if spec.n2p2_compatible:
         from dparallel.n2p2.potential import n2p2_problems
 
@@ -349,7 +363,6 @@ def build_model(prep: Prepared, spec: TrainingSpec, target: Target) -> HDNNP:
         problems = n2p2_problems(descriptor, model)
         if problems:
             raise TrainingError("n2p2_compatible: " + "; ".join(problems))
-    return model
 
 
 def check_complete(store: Store, spec: TrainingSpec) -> dict[str, Any]:

@@ -118,6 +118,11 @@ class TrainingSpec(SpecModel):
     allow_incomplete: bool = Field(
         False, description="train on the done partitions of an incomplete store"
     )
+    init_from: str | None = Field(
+        None,
+        description="start from this model's weights, feature scaling and energy offsets: "
+        "a dparallel model directory (model.pt) or an n2p2 potential directory",
+    )
 
     @field_validator("descriptor")
     @classmethod

@@ -117,6 +117,17 @@ def test_kalman_training_keywords_become_the_kalman_optimizer(tmp_path: Path) ->
     assert "optimizer" not in read_input_nn(tmp_path / "input.nn").training_options()
 
 
+def test_use_old_weights_short_starts_from_the_folder(tmp_path: Path) -> None:
+    """n2p2 reads weights.XXX.data beside input.nn when the keyword is there (any value):
+    training_options() says init_from that folder, and nothing without it."""
+    (tmp_path / "input.nn").write_text(alloy_input_nn())
+    assert "init_from" not in read_input_nn(tmp_path / "input.nn").training_options()
+    (tmp_path / "input.nn").write_text(alloy_input_nn(extra="use_old_weights_short 1"))
+    inp = read_input_nn(tmp_path / "input.nn")
+    assert inp.training_options()["init_from"] == str(tmp_path)
+    assert "use_old_weights_short" not in inp.unused
+
+
 def test_topology_and_order_equal_n2p2s(n2p2_bin: Path, tmp_path: Path) -> None:
     """Layer sizes, activations (element_* overrides) and symmetry-function order as n2p2."""
     log = _n2p2_setup_log(tmp_path, FULL)

@@ -1,0 +1,188 @@
+"""``init_from``: a new training that starts from a dparallel model's or an n2p2 potential's
+weights. Before the first update the model predicts what the source predicts (through the
+source's own ASE calculator; an n2p2 potential through n2p2's ``nnp-dataset``), fine-tuning
+beats a random start, and what cannot match is refused."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+from _store_fixture import build_store, small_acsf, write_emt_alloy
+
+from dparallel.datasets import write_emt_cu
+from dparallel.errors import TrainingError
+from dparallel.train import TrainingSpec, parse_training_spec
+from dparallel.train import train as train_model
+from dparallel.train.checkpoints import save_model
+from dparallel.train.device import Target
+from dparallel.train.init_from import check_spec, load_source
+from dparallel.train.preparation import build_model, prepare
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "n2p2"))
+from n2p2_helpers import alloy_structures, assert_same, n2p2_potential, nnp_dataset
+
+if TYPE_CHECKING:
+    from dparallel.store import Store
+
+_SOURCE = {"hidden": (8,), "batch_size": 4, "validation_fraction": 0.0, "test_fraction": 0.25}
+
+
+def _store(root: Path, name: str, seed: int, n: int = 16, acsf=None) -> Store:  # noqa: ANN001
+    data = write_emt_cu(root / f"{name}.xyz", n, seed=seed)
+    return build_store(data, root / f"{name}.zarr", acsf or small_acsf())
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small model trained (3 epochs) on EMT Cu structures of seed 3."""
+    root = tmp_path_factory.mktemp("source")
+    train_model(_store(root, "a", 3), root / "model", TrainingSpec(epochs=3, **_SOURCE))
+    return root / "model"
+
+
+def _built(store: Store, spec: TrainingSpec, out: Path) -> Path:
+    """The model training builds before its first update, saved as a model directory."""
+    prep = prepare(store, spec)
+    model = build_model(prep, spec, Target.of(spec))
+    out.mkdir()
+    save_model(model, spec, prep.descriptor_spec, out / "model.pt")
+    return out
+
+
+def _predictions(model_dir: Path, structures: list) -> tuple[np.ndarray, np.ndarray]:
+    from dparallel.ase import Calculator
+    from dparallel.train.export import export_model
+
+    if not (model_dir / "deployed.pt").is_file():
+        export_model(model_dir, artifacts=False)
+    calc = Calculator(model_dir)
+    energies, forces = [], []
+    for atoms in structures:
+        atoms = atoms.copy()
+        atoms.calc = calc
+        energies.append(atoms.get_potential_energy())
+        forces.append(atoms.get_forces())
+    return np.array(energies), np.concatenate(forces)
+
+
+def test_starts_as_the_dparallel_model(tmp_path: Path, source: Path) -> None:
+    """Built on a store of other structures (other statistics and reference energies), the
+    model predicts what the source's calculator does: its scaling and offsets are kept."""
+    import ase.io
+
+    store = _store(tmp_path, "b", 11)
+    spec = TrainingSpec(init_from=str(source), seed=5)
+    built = _built(store, spec, tmp_path / "built")
+    structures = ase.io.read(tmp_path / "b.xyz", ":6")
+    e_new, f_new = _predictions(built, structures)
+    e_src, f_src = _predictions(source, structures)
+    np.testing.assert_allclose(e_new, e_src, rtol=1e-13)
+    np.testing.assert_allclose(f_new, f_src, rtol=0, atol=1e-12 * np.abs(f_src).max())
+
+
+def test_starts_as_the_n2p2_potential(tmp_path: Path) -> None:
+    """From an n2p2 potential folder (its input.nn's ``use_old_weights_short``, through
+    ``InputNN.training_options()``), the model before its first update gives n2p2's
+    nnp-dataset energies and forces (the folder's scaling.data, atom and mean energies)."""
+    import ase.io
+
+    from dparallel.n2p2.binaries import find_bin_dir
+
+    if find_bin_dir() is None:
+        pytest.skip("n2p2 is not built: run ../shared/n2p2/build.sh (or set N2P2_BIN)")
+
+    from dparallel.n2p2 import read_input_nn, write_input_data
+    from dparallel.n2p2.symmetry_functions import acsf_from_input_nn
+
+    pot = n2p2_potential(tmp_path / "pot")
+    structures = alloy_structures(6)
+    for atoms in structures:
+        atoms.get_forces()  # labels written with them
+    ase.io.write(tmp_path / "alloy.xyz", structures, format="extxyz")
+    store = build_store(
+        tmp_path / "alloy.xyz", tmp_path / "alloy.zarr", acsf_from_input_nn(pot / "input.nn")
+    )
+    with (pot / "input.nn").open("a") as f:
+        f.write("use_old_weights_short\n")  # as n2p2 would train on: init_from the folder
+    options = read_input_nn(pot / "input.nn").training_options()
+    assert options["init_from"] == str(pot)
+    spec = TrainingSpec(**options, validation_fraction=0.0, test_fraction=0.0)
+    assert {"scaling", "scale_min", "scale_max"} <= spec.model_fields_set  # n2p2's own: kept
+    built = _built(store, spec, tmp_path / "built")
+    write_input_data(pot / "input.data", structures)
+    ref_e, ref_f = nnp_dataset(pot)
+    energy, forces = _predictions(built, structures)
+    assert_same(energy, forces, ref_e, ref_f, rtol=1e-10)
+
+
+def test_fine_tuning_beats_a_random_start(tmp_path: Path, source: Path) -> None:
+    """One epoch on related data (other EMT Cu structures): from the source model the test
+    error is lower than from a random start with the same seed."""
+    store = _store(tmp_path, "c", 29, n=16)
+    base = {**_SOURCE, "epochs": 1, "seed": 2}
+    fresh = train_model(store, tmp_path / "fresh", TrainingSpec(**base))
+    tuned = train_model(store, tmp_path / "tuned", TrainingSpec(init_from=str(source), **base))
+    assert tuned.test["energy_rmse"] < fresh.test["energy_rmse"]
+    assert tuned.test["force_rmse"] < fresh.test["force_rmse"]
+
+
+def test_refuses_other_descriptors(tmp_path: Path, source: Path) -> None:
+    store = _store(tmp_path, "d", 11, n=8, acsf=small_acsf(r_cut=4.5))
+    spec = TrainingSpec(init_from=str(source))
+    said = r"model\.pt \(features\.Cu\[0\]\.rc: 4\.0 → 4\.5; .* 3 more\)"
+    with pytest.raises(TrainingError, match=r"descriptors are not those of .*" + said):
+        prepare_and_build(store, spec)
+
+
+def test_refuses_elements_the_model_lacks(tmp_path: Path, source: Path) -> None:
+    from dparallel.descriptors import ACSF
+
+    data = write_emt_alloy(tmp_path / "cuau.xyz", 6, seed=1)
+    acsf = ACSF.uniform(["Cu", "Au"], r_cut=4.0, radial=[(0.05, 0.0)], narrow=[])
+    store = build_store(data, tmp_path / "cuau.zarr", acsf)
+    spec = TrainingSpec(init_from=str(source), validation_fraction=0.0, test_fraction=0.0)
+    with pytest.raises(TrainingError, match=r"element\(s\) Au, which the model of .*model\.pt"):
+        prepare_and_build(store, spec)
+
+
+def prepare_and_build(store: Store, spec: TrainingSpec) -> None:
+    build_model(prepare(store, spec), spec, Target.of(spec))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("hidden", (16,)), ("activation", "silu"), ("scaling", "minmax"), ("scale_min", -1.0)],
+)
+def test_refuses_other_architecture_keys(source: Path, key: str, value: object) -> None:
+    """An architecture key set to other than the model's is refused by name; set to the
+    model's own, or left out, it is accepted."""
+    loaded = load_source(source)
+    with pytest.raises(TrainingError, match=rf"model's {key} .* the spec sets .*drop {key}"):
+        check_spec(TrainingSpec(init_from=str(source), **{key: value}), loaded)
+    check_spec(TrainingSpec(init_from=str(source), hidden=(8,), activation="tanh"), loaded)
+    check_spec(TrainingSpec(init_from=str(source)), loaded)
+
+
+def test_refuses_another_descriptor_type(source: Path) -> None:
+    with pytest.raises(TrainingError, match=r"model\.pt was trained on 'acsf'.*neighbor_sum"):
+        check_spec(
+            TrainingSpec(init_from=str(source), descriptor="neighbor_sum"), load_source(source)
+        )
+
+
+def test_refuses_a_missing_source(tmp_path: Path) -> None:
+    with pytest.raises(TrainingError, match=r"init_from: .*nothere does not exist"):
+        load_source(tmp_path / "nothere")
+
+
+def test_init_from_is_a_training_key_everywhere() -> None:
+    """``--set init_from=PATH``, a workflow's training: section and the Python API."""
+    assert parse_training_spec(None, ["init_from=/m/x"]).init_from == "/m/x"
+    assert parse_training_spec(None, ["training.init_from=/m/x"]).init_from == "/m/x"
+    workflow = {"name": "w", "training": {"init_from": "runs/cu"}}
+    assert parse_training_spec(workflow).init_from == "runs/cu"
+    assert TrainingSpec().init_from is None
