@@ -191,7 +191,7 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
         merged = store.merged_statistics().get(spec.descriptor, {})
         stats = summaries(merged)
     for elem in elements:
-        if elem not in stats:
+        if elem not in stats and spec.init_from is None:  # (init_from: the source's scaling)
             raise TrainingError(f"{store.target}: no statistics for element {elem}")
     return Prepared(
         store=store,
@@ -203,6 +203,7 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
         statistics={
             elem: {k: list(stats[elem][k]) for k in ("min", "max", "mean", "sigma")}
             for elem in elements
+            if elem in stats
         },
         descriptor_spec=dict(desc) if isinstance(desc, Mapping) else None,
     )
@@ -216,7 +217,8 @@ def _refuse_unfit_split(
     atoms_in_training: np.ndarray,
 ) -> None:
     """A :class:`TrainingError` for an empty training split, or one without an atom of
-    some element (its network would stay untrained)."""
+    some element (its network would stay untrained; with ``init_from`` it keeps the
+    source's weights: a warning)."""
     if index.count("train") == 0:
         raise TrainingError(
             f"{store.target}: the training split is empty (validation_fraction "
@@ -225,7 +227,13 @@ def _refuse_unfit_split(
             "leave none): lower them, or add structures"
         )
     absent = [elem for elem, n in zip(elements, atoms_in_training, strict=True) if n == 0]
-    if absent:
+    if absent and spec.init_from is not None:  # those networks keep the source's weights
+        log.warning(
+            "%s: no atom of %s in the training split (%d structures): its network keeps "
+            "the weights of %s", store.target, ", ".join(absent), index.count("train"),
+            spec.init_from,
+        )  # fmt: skip
+    elif absent:
         raise TrainingError(
             f"{store.target}: no atom of {', '.join(absent)} in the training split "
             f"({index.count('train')} structures), so its network would stay untrained: "

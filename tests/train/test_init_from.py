@@ -119,6 +119,31 @@ def test_starts_as_the_n2p2_potential(tmp_path: Path) -> None:
     assert_same(energy, forces, ref_e, ref_f, rtol=1e-10)
 
 
+def test_elements_without_atoms_keep_the_source_networks(tmp_path: Path) -> None:
+    """Cu structures only, from a Cu/Ag/Au n2p2 potential: training goes on (a fresh
+    training refuses an element without atoms); the Ag and Au networks stay the weights
+    files' (read by n2p2's format reader), Cu's is trained."""
+    import torch
+
+    from dparallel.n2p2 import load_potential
+    from dparallel.n2p2.symmetry_functions import acsf_from_input_nn
+    from dparallel.train import load_model
+
+    pot = n2p2_potential(tmp_path / "pot")
+    data = write_emt_cu(tmp_path / "cu.xyz", 8, seed=1)
+    store = build_store(data, tmp_path / "cu.zarr", acsf_from_input_nn(pot / "input.nn"))
+    flat = {"validation_fraction": 0.0, "test_fraction": 0.0, "epochs": 1}
+    with pytest.raises(TrainingError, match="no atom of Ag, Au in the training split"):
+        train_model(store, tmp_path / "fresh", TrainingSpec(**flat))
+    train_model(store, tmp_path / "m", TrainingSpec(init_from=str(pot), **flat))
+    trained, _ = load_model(tmp_path / "m", dtype=torch.float64)
+    _, start = load_potential(pot)
+    for e in ("Cu", "Ag", "Au"):
+        now, then = trained.nets[e].state_dict(), start.nets[e].state_dict()
+        same = all(torch.equal(now[k], then[k]) for k in then)
+        assert same == (e != "Cu"), e
+
+
 def test_fine_tuning_beats_a_random_start(tmp_path: Path, source: Path) -> None:
     """One epoch on related data (other EMT Cu structures): from the source model the test
     error is lower than from a random start with the same seed."""
