@@ -190,9 +190,6 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
     elif not stats:  # a store still being featurized: its done partitions' statistics
         merged = store.merged_statistics().get(spec.descriptor, {})
         stats = summaries(merged)
-    for elem in elements:
-        if elem not in stats and spec.init_from is None:  # (init_from: the source's scaling)
-            raise TrainingError(f"{store.target}: no statistics for element {elem}")
     return Prepared(
         store=store,
         elements=elements,
@@ -200,13 +197,24 @@ def prepare(store: Store, spec: TrainingSpec, descriptors: DescriptorSet | None 
         forces=forces,
         ref_energy=ref,
         energy_scale=energy_scale,
-        statistics={
-            elem: {k: list(stats[elem][k]) for k in ("min", "max", "mean", "sigma")}
-            for elem in elements
-            if elem in stats
-        },
+        statistics=_scaling_statistics(store, spec, stats, elements),
         descriptor_spec=dict(desc) if isinstance(desc, Mapping) else None,
     )
+
+
+def _scaling_statistics(
+    store: Store, spec: TrainingSpec, stats: Mapping[str, Any], elements: list[str]
+) -> dict[str, dict[str, list]]:
+    """Each element's min, max, mean and sigma lists; a :class:`TrainingError` for an
+    element without them, unless ``init_from`` (the source's scaling is kept)."""
+    for elem in elements:
+        if elem not in stats and spec.init_from is None:
+            raise TrainingError(f"{store.target}: no statistics for element {elem}")
+    return {
+        elem: {k: list(stats[elem][k]) for k in ("min", "max", "mean", "sigma")}
+        for elem in elements
+        if elem in stats
+    }
 
 
 def _refuse_unfit_split(
