@@ -5,6 +5,7 @@ beats a random start, and what cannot match is refused."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -211,3 +212,24 @@ def test_init_from_is_a_training_key_everywhere() -> None:
     workflow = {"name": "w", "training": {"init_from": "runs/cu"}}
     assert parse_training_spec(workflow).init_from == "runs/cu"
     assert TrainingSpec().init_from is None
+
+
+def test_train_command_starts_from_a_model_and_resumes(
+    tmp_path: Path, source: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``dparallel train --set init_from=PATH``: a conflicting key is one line naming it;
+    a run stopped after its first epoch resumes with --resume (the source read again)."""
+    from dparallel.cli.main import main
+
+    store = _store(tmp_path, "e", 13, n=8)
+    base = ["train", str(store.path), "-o", str(tmp_path / "m"), "-q", "--set"]
+    setting = [f"init_from={source}", "--set", "validation_fraction=0", "--set", "hidden=[4]"]
+    assert main([*base, *setting]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "model.pt: its model's hidden is [8], the spec sets [4]: drop hidden" in err
+    assert len(err.splitlines()) == 1
+    setting = setting[:-2]
+    assert main([*base, *setting, "--set", "epochs=1"]) == 0
+    assert main([*base, *setting, "--set", "epochs=2", "--resume"]) == 0
+    metrics = json.loads((tmp_path / "m" / "metrics.json").read_text())
+    assert [row["epoch"] for row in metrics["epochs"]] == [0, 1]
