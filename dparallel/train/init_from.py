@@ -14,18 +14,20 @@ import copy
 import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dparallel.config import differences
+from dparallel.config import differences, resolve_path
 from dparallel.descriptors.registry import current_spec_keys
 from dparallel.errors import TrainingError
 from dparallel.nn import MODEL, is_n2p2_potential, load_model
 from dparallel.nn.folders import N2P2_INPUT
 
 if TYPE_CHECKING:
+    import os
+    from pathlib import Path
+
     from dparallel.nn import HDNNP
     from dparallel.store import Store
     from dparallel.train.spec import TrainingSpec
@@ -46,10 +48,10 @@ class Source:
     descriptor: dict[str, Any] | None
 
 
-def load_source(path: str | Path, data_units: str | None = None) -> Source:
+def load_source(path: str | os.PathLike[str], data_units: str | None = None) -> Source:
     """The model in ``path``: a dparallel model directory or an n2p2 potential (read in
     the units its ``input.nn`` declares, else ``data_units``, else Å and eV)."""
-    p = Path(path)
+    p = resolve_path(path)
     if is_n2p2_potential(p):
         from dparallel.n2p2 import load_potential
         from dparallel.n2p2.declared_units import potential_units

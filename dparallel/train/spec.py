@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -25,9 +26,6 @@ from dparallel.train.optimizer_kinds import (
     OPTIMIZERS,
     optimizer_kind,
 )
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 _DEFAULT_LR = 3e-3
 _DEFAULT_LR_MIN = 5e-5
@@ -118,7 +116,7 @@ class TrainingSpec(SpecModel):
     allow_incomplete: bool = Field(
         False, description="train on the done partitions of an incomplete store"
     )
-    init_from: str | None = Field(
+    init_from: FromYaml[Path] | None = Field(
         None,
         description="start from this model's weights, feature scaling and energy offsets: "
         "a dparallel model directory (model.pt) or an n2p2 potential directory",

@@ -207,10 +207,11 @@ def test_refuses_a_missing_source(tmp_path: Path) -> None:
 
 def test_init_from_is_a_training_key_everywhere() -> None:
     """``--set init_from=PATH``, a workflow's training: section and the Python API."""
-    assert parse_training_spec(None, ["init_from=/m/x"]).init_from == "/m/x"
-    assert parse_training_spec(None, ["training.init_from=/m/x"]).init_from == "/m/x"
+    assert parse_training_spec(None, ["init_from=/m/x"]).init_from == Path("/m/x")
+    assert parse_training_spec(None, ["training.init_from=/m/x"]).init_from == Path("/m/x")
     workflow = {"name": "w", "training": {"init_from": "runs/cu"}}
-    assert parse_training_spec(workflow).init_from == "runs/cu"
+    assert parse_training_spec(workflow).to_dict()["init_from"] == "runs/cu"
+    assert TrainingSpec(init_from=Path("m")).init_from == Path("m")
     assert TrainingSpec().init_from is None
 
 
