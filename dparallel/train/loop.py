@@ -153,12 +153,18 @@ def train(
             torch.inference_mode(False),
             torch.enable_grad(),
             torch.random.fork_rng(devices=[]),
-            claim_model_dir(model_dir, store, resume=resume) as path,
+            claim_model_dir(model_dir, store, resume=resume, reads=_reads(spec)) as path,
         ):  # ours, leased, one store
             return _train(store, path, spec, resume, callback, descriptors)
     finally:
         if torch.get_num_threads() != previous:
             torch.set_num_threads(previous)
+
+
+def _reads(spec: TrainingSpec | None) -> list[Path]:
+    """The folders besides the store that a run reads (``init_from``'s model): training
+    into one of them, which a new run empties, is refused before anything is removed."""
+    return [] if spec is None or spec.init_from is None else [spec.init_from]
 
 
 def _train(

@@ -26,7 +26,7 @@ from dparallel.nn.folders import DATA_UNITS_JSON
 from dparallel.store import StoreLease, current_identity, held_lease, store_identity
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from dparallel.store import Store
 
@@ -115,21 +115,27 @@ def _describe(identity: dict[str, Any] | None) -> str:
 
 @contextlib.contextmanager
 def claim_model_dir(
-    model_dir: str | os.PathLike[str], store: Store, *, resume: bool = False
+    model_dir: str | os.PathLike[str],
+    store: Store,
+    *,
+    resume: bool = False,
+    reads: Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[Path]:
     """Hold ``model_dir`` for one training run (see module docstring); yields its path.
+    ``reads``: other folders the run reads (``init_from``'s model), protected as the store.
 
     Raises
     ------
     UnsafePathError
-        The folder is not ours, or it is, holds or lies inside the store.
+        The folder is not ours, or it is, holds or lies inside the store or ``reads``.
     StoreBusyError
         Another run trains into it.
     TrainingError
         ``resume`` and the store is not the one the checkpoint was trained from.
     """
     path = Path(model_dir).expanduser()
-    protect = [store.path] if store.is_local else []  # a URL store cannot alias a folder
+    local = [store.path] if store.is_local else []  # a URL store cannot alias a folder
+    protect: list[str | os.PathLike[str]] = [*local, *reads]
     created = claim_directory(
         path, MARKER, "model", protect=protect, adopt=lambda names: _legacy(path, names)
     )

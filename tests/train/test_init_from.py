@@ -234,3 +234,19 @@ def test_train_command_starts_from_a_model_and_resumes(
     assert main([*base, *setting, "--set", "epochs=2", "--resume"]) == 0
     metrics = json.loads((tmp_path / "m" / "metrics.json").read_text())
     assert [row["epoch"] for row in metrics["epochs"]] == [0, 1]
+
+
+def test_training_into_the_source_is_refused_before_removing_it(
+    tmp_path: Path, source: Path
+) -> None:
+    """A new run empties its MODEL_DIR: init_from that folder (or a folder in it) would
+    delete the model it starts from; refused, the source left as it was."""
+    from dparallel.errors import UnsafePathError
+
+    store = _store(tmp_path, "f", 13, n=8)
+    before = sorted(p.name for p in source.iterdir())
+    for given in (source, source / "n2p2"):
+        spec = TrainingSpec(init_from=given, epochs=1)
+        with pytest.raises(UnsafePathError, match=f"{source}.*(is|holds) {given}, which this"):
+            train_model(store, source, spec)
+    assert sorted(p.name for p in source.iterdir()) == before
