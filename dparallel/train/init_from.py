@@ -157,17 +157,29 @@ def _plain(spec: Any) -> Any:
     return json.loads(json.dumps(current_spec_keys(spec)))
 
 
-def initial_model(
-    spec: TrainingSpec, store: Store, elements: list[str], descriptor: dict[str, Any] | None
-) -> HDNNP:
-    """A copy of the model of ``spec.init_from``, checked against the spec and the store
-    (its ``elements`` and ``descriptor`` spec): its weights, feature scaling and energy
-    offsets as they are (float64, on the CPU)."""
+def spec_source(spec: TrainingSpec, store: Store) -> Source:
+    """The model of ``spec.init_from`` (an n2p2 potential in the store's data units unless
+    it declares its own), checked against the spec: before the pass over the store."""
     from dparallel.train.data_units import store_data_units
 
     assert spec.init_from is not None
     source = load_source(spec.init_from, store_data_units(store))
     check_spec(spec, source)
+    return source
+
+
+def initial_model(
+    spec: TrainingSpec,
+    store: Store,
+    elements: list[str],
+    descriptor: dict[str, Any] | None,
+    source: Source | None = None,
+) -> HDNNP:
+    """A copy of the model of ``spec.init_from`` (``source``, if loaded already by
+    :func:`spec_source`), checked against the spec and the store (its ``elements`` and
+    ``descriptor`` spec): its weights, feature scaling and energy offsets as they are
+    (float64, on the CPU)."""
+    source = source or spec_source(spec, store)
     check_data(store, elements, descriptor, source)
     log.info(
         "starting from %s: its weights, feature scaling and energy offsets (the store's "

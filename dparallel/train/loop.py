@@ -38,6 +38,7 @@ from dparallel.train.data_units import record_data_units
 from dparallel.train.device import Target, out_of_memory
 from dparallel.train.feed import BatchFeed
 from dparallel.train.host_memory import check_host_memory
+from dparallel.train.init_from import spec_source
 from dparallel.train.model_dir import check_store_unchanged, claim_model_dir
 from dparallel.train.optimizers import Optimizer, make_optimizer
 from dparallel.train.preparation import Prepared, build_model, check_complete, prepare
@@ -237,11 +238,12 @@ def _set_up(
     model_dir.mkdir(parents=True, exist_ok=True)
     if spec.threads:
         torch.set_num_threads(spec.threads)
+    source = None if spec.init_from is None else spec_source(spec, store)  # before the pass
     prep = prepare(store, spec, descriptors)
     counts = [prep.index.count(split) for split in ("train", "validation", "test")]
     log.info("splits: %d train, %d validation, %d test structures", *counts)
     target = Target.of(spec)
-    model = build_model(prep, spec, target)
+    model = build_model(prep, spec, target, source)
     optimizer = make_optimizer(model, spec, counts[0])
     progress = Progress()
     if resume:

@@ -27,6 +27,7 @@ from dparallel.train.data import SplitIndex, build_split_index
 if TYPE_CHECKING:
     from dparallel.store import Store
     from dparallel.train.device import Target
+    from dparallel.train.init_from import Source
     from dparallel.train.spec import TrainingSpec
     from dparallel.types import StructureBatch
 
@@ -342,14 +343,17 @@ def _refuse_other_elements(
         )
 
 
-def build_model(prep: Prepared, spec: TrainingSpec, target: Target) -> HDNNP:
+def build_model(
+    prep: Prepared, spec: TrainingSpec, target: Target, source: Source | None = None
+) -> HDNNP:
     """A freshly initialized network (seeded) with the reference energies and scaling set;
-    with ``spec.init_from``, a copy of that model (:mod:`~dparallel.train.init_from`)."""
+    with ``spec.init_from``, a copy of that model (:mod:`~dparallel.train.init_from`;
+    ``source``: loaded already)."""
     torch.manual_seed(spec.seed)
     if spec.init_from is not None:
         from dparallel.train.init_from import initial_model
 
-        start = initial_model(spec, prep.store, prep.elements, prep.descriptor_spec)
+        start = initial_model(spec, prep.store, prep.elements, prep.descriptor_spec, source)
         model = target.model(start)
         _refuse_n2p2_problems(prep, spec, model)
         return model

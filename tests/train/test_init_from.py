@@ -250,3 +250,19 @@ def test_training_into_the_source_is_refused_before_removing_it(
         with pytest.raises(UnsafePathError, match=f"{source}.*(is|holds) {given}, which this"):
             train_model(store, source, spec)
     assert sorted(p.name for p in source.iterdir()) == before
+
+
+def test_spec_refused_before_the_pass_over_the_store(
+    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conflicting key is said before the store is read (a pass over a large store)."""
+    import dparallel.train.loop as loop
+
+    store = _store(tmp_path, "g", 13, n=4)
+
+    def no_pass(*args: object) -> None:
+        raise AssertionError("the store was read before the spec was checked")
+
+    monkeypatch.setattr(loop, "prepare", no_pass)
+    with pytest.raises(TrainingError, match="its model's activation is 'tanh'"):
+        train_model(store, tmp_path / "m", TrainingSpec(init_from=source, activation="silu"))
