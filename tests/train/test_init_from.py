@@ -39,9 +39,9 @@ def _store(root: Path, name: str, seed: int, n: int = 16, acsf=None) -> Store:  
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small model trained (3 epochs) on EMT Cu structures of seed 3."""
+    """A small model trained (12 epochs) on EMT Cu structures of seed 3."""
     root = tmp_path_factory.mktemp("source")
-    train_model(_store(root, "a", 3), root / "model", TrainingSpec(epochs=3, **_SOURCE))
+    train_model(_store(root, "a", 3), root / "model", TrainingSpec(epochs=12, **_SOURCE))
     return root / "model"
 
 
