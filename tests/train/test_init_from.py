@@ -205,6 +205,15 @@ def test_refuses_a_missing_source(tmp_path: Path) -> None:
         load_source(tmp_path / "nothere")
 
 
+def test_refuses_an_n2p2_potential_without_its_scaling_data(tmp_path: Path) -> None:
+    from dparallel.errors import SourceNotFoundError
+
+    pot = n2p2_potential(tmp_path / "pot")
+    (pot / "scaling.data").unlink()
+    with pytest.raises(SourceNotFoundError, match=r"pot/scaling\.data is missing"):
+        load_source(pot)
+
+
 def test_init_from_is_a_training_key_everywhere() -> None:
     """``--set init_from=PATH``, a workflow's training: section and the Python API."""
     assert parse_training_spec(None, ["init_from=/m/x"]).init_from == Path("/m/x")
