@@ -9,6 +9,7 @@ One notion for the ASE calculator, ``dparallel evaluate``, ``dparallel export`` 
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ __all__ = [
     "N2P2_INPUT",
     "N2P2_SCALING",
     "is_n2p2_potential",
+    "model_fingerprint",
     "n2p2_files_missing",
 ]
 
@@ -50,3 +52,22 @@ def n2p2_files_missing(path: str | os.PathLike[str]) -> str | None:
         f"{p / N2P2_SCALING} is missing: {p} holds an n2p2 {N2P2_INPUT}, and an n2p2 potential "
         f"needs {N2P2_INPUT}, {N2P2_SCALING} and weights.XXX.data"
     )
+
+
+def model_fingerprint(path: str | os.PathLike[str]) -> str | None:
+    """A SHA-256 over the files that say what the model in folder ``path`` computes (a
+    dparallel model's ``model.pt``, an n2p2 potential's ``input.nn``, ``scaling.data`` and
+    ``weights.XXX.data``; ``data_units.json`` with either), names and bytes; ``None`` where
+    ``path`` holds neither. It changes when the model is trained or exported again."""
+    p = Path(path)
+    if (p / MODEL).is_file():
+        names = [MODEL]
+    elif is_n2p2_potential(p):
+        names = [N2P2_INPUT, N2P2_SCALING, *sorted(f.name for f in p.glob("weights.*.data"))]
+    else:
+        return None
+    digest = hashlib.sha256()
+    for name in [*names, DATA_UNITS_JSON]:
+        if (p / name).is_file():
+            digest.update(name.encode() + b"\0" + (p / name).read_bytes())
+    return digest.hexdigest()

@@ -154,7 +154,7 @@ def train(
             torch.inference_mode(False),
             torch.enable_grad(),
             torch.random.fork_rng(devices=[]),
-            claim_model_dir(model_dir, store, resume=resume, reads=_reads(spec)) as path,
+            claim_model_dir(model_dir, store, resume=resume, init_from=_init_from(spec)) as path,
         ):  # ours, leased, one store
             return _train(store, path, spec, resume, callback, descriptors)
     finally:
@@ -162,10 +162,10 @@ def train(
             torch.set_num_threads(previous)
 
 
-def _reads(spec: TrainingSpec | None) -> list[Path]:
-    """The folders besides the store that a run reads (``init_from``'s model): training
-    into one of them, which a new run empties, is refused before anything is removed."""
-    return [] if spec is None or spec.init_from is None else [spec.init_from]
+def _init_from(spec: TrainingSpec | None) -> Path | None:
+    """The model the run starts from (``init_from``): training into its folder, which a new
+    run empties, is refused before anything is removed; its fingerprint is recorded."""
+    return None if spec is None else spec.init_from
 
 
 def _train(

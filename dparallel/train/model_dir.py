@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 from dparallel._files import claim_directory, remove_file, write_file
 from dparallel.config import read_json_object
 from dparallel.errors import CheckpointMismatchError, TrainingError
-from dparallel.nn.folders import DATA_UNITS_JSON
+from dparallel.nn.folders import DATA_UNITS_JSON, model_fingerprint
 from dparallel.store import StoreLease, current_identity, held_lease, store_identity
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterator
 
     from dparallel.store import Store
 
@@ -91,6 +91,13 @@ def trained_from(model_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     return identity if isinstance(identity, dict) else None
 
 
+def started_from(model_dir: str | os.PathLike[str]) -> str | None:
+    """The :func:`~dparallel.nn.folders.model_fingerprint` of the model (``init_from``) the
+    model in ``model_dir`` started from, as its marker records it; ``None`` where none."""
+    fingerprint = _read_marker(Path(model_dir)).get("init_from")
+    return fingerprint if isinstance(fingerprint, str) else None
+
+
 def kept_checkpoint(model_dir: str | os.PathLike[str]) -> Path | None:
     """The checkpoint of the last finished epoch that a stopped run leaves in
     ``model_dir`` (resumed by ``--resume``, or by rerunning ``dparallel run``), if any."""
@@ -119,10 +126,11 @@ def claim_model_dir(
     store: Store,
     *,
     resume: bool = False,
-    reads: Iterable[str | os.PathLike[str]] = (),
+    init_from: str | os.PathLike[str] | None = None,
 ) -> Iterator[Path]:
     """Hold ``model_dir`` for one training run (see module docstring); yields its path.
-    ``reads``: other folders the run reads (``init_from``'s model), protected as the store.
+    ``init_from``: the model the run starts from, protected as the store; its
+    :func:`~dparallel.nn.folders.model_fingerprint` is recorded (:func:`started_from`).
 
     Raises
     ------
@@ -135,7 +143,7 @@ def claim_model_dir(
     """
     path = Path(model_dir).expanduser()
     local = [store.path] if store.is_local else []  # a URL store cannot alias a folder
-    protect: list[str | os.PathLike[str]] = [*local, *reads]
+    protect: list[str | os.PathLike[str]] = [*local] if init_from is None else [*local, init_from]
     created = claim_directory(
         path, MARKER, "model", protect=protect, adopt=lambda names: _legacy(path, names)
     )
@@ -156,6 +164,9 @@ def claim_model_dir(
             if not resume:
                 _remove_old_model(path)
             doc["store"] = {"location": str(store.location), "identity": now}
+            doc.pop("init_from", None)
+            if init_from is not None:
+                doc["init_from"] = model_fingerprint(init_from)
             write_file(path / MARKER, json.dumps(doc, indent=1) + "\n", root=path, durable=True)
             yield path
     except BaseException:

@@ -7,7 +7,9 @@ model of this very configuration. Which store a model is trained from is the sto
 identity (:func:`dparallel.store.store_identity`: a uuid new with every store made) that
 training records in the model directory's marker
 (:func:`dparallel.train.model_dir.trained_from`); a finished model whose marker records
-none (made by an older dparallel) counts as trained from another store.
+none (made by an older dparallel) counts as trained from another store. A model that
+started from another one (``init_from``) counts as another configuration once that model
+changed (its :func:`~dparallel.nn.folders.model_fingerprint`, recorded in the marker).
 """
 
 from __future__ import annotations
@@ -73,6 +75,20 @@ def _mismatch(model_dir: Path, training: dict[str, Any], store: dict[str, Any] |
         return "it records no store identity (trained by an older dparallel)"
     if recorded != store:
         return "it was trained from another store (featurized again since)"
+    return _source_changed(model_dir, training.get("init_from"))
+
+
+def _source_changed(model_dir: Path, init_from: Any) -> str:
+    """Why the model in ``model_dir`` did not start from the model now at ``init_from``
+    ("" if it did, or the spec names none): that model was trained or exported again."""
+    if init_from is None:
+        return ""
+    from dparallel.config import resolve_path
+    from dparallel.nn.folders import model_fingerprint
+    from dparallel.train.model_dir import started_from
+
+    if started_from(model_dir) != model_fingerprint(resolve_path(init_from)):
+        return f"the model it started from (init_from {init_from}) changed since"
     return ""
 
 

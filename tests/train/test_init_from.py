@@ -16,11 +16,13 @@ from _store_fixture import build_store, small_acsf, write_emt_alloy
 
 from dparallel.datasets import write_emt_cu
 from dparallel.errors import TrainingError
+from dparallel.nn.folders import model_fingerprint
 from dparallel.train import TrainingSpec, parse_training_spec
 from dparallel.train import train as train_model
 from dparallel.train.checkpoints import save_model
 from dparallel.train.device import Target
 from dparallel.train.init_from import check_spec, load_source
+from dparallel.train.model_dir import started_from
 from dparallel.train.preparation import build_model, prepare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "n2p2"))
@@ -154,6 +156,9 @@ def test_fine_tuning_beats_a_random_start(tmp_path: Path, source: Path) -> None:
     tuned = train_model(store, tmp_path / "tuned", TrainingSpec(init_from=str(source), **base))
     assert tuned.test["energy_rmse"] < fresh.test["energy_rmse"]
     assert tuned.test["force_rmse"] < fresh.test["force_rmse"]
+    # the model it started from, recorded (dparallel run retrains once that one changes)
+    assert started_from(tmp_path / "tuned") == model_fingerprint(source) is not None
+    assert started_from(tmp_path / "fresh") is None
 
 
 def test_refuses_other_descriptors(tmp_path: Path, source: Path) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from dparallel.nn.folders import model_fingerprint
 from dparallel.train.model_dir import MARKER
 from dparallel.workflow.run_dirs import choose_model_dir
 
@@ -150,3 +151,20 @@ def test_keys_of_how_fast_it_trains_reuse_the_finished_model(tmp_path, key):
     _finished(tmp_path / "model", {**SPEC, key: 1})
     target = choose_model_dir(tmp_path / "model", {**SPEC, key: 2}, STORE, False)
     assert target.path == tmp_path / "model" and not target.train
+
+
+def test_a_model_started_from_a_changed_model_is_trained_again(tmp_path):
+    """``init_from``: the finished model is reused while the model it started from is the
+    one it recorded; once that one is trained again, the run trains into a new folder."""
+    source = tmp_path / "source"
+    _model_files(source, SPEC)
+    model, spec = tmp_path / "model", {**SPEC, "init_from": str(source)}
+    _finished(model, spec)
+    marker = json.loads((model / MARKER).read_text())
+    (model / MARKER).write_text(json.dumps({**marker, "init_from": model_fingerprint(source)}))
+    assert choose_model_dir(model, spec, STORE, False) == choose_model_dir(model, spec, STORE, 0)
+    assert not choose_model_dir(model, spec, STORE, False).train
+    (source / "model.pt").write_bytes(b"weights of the source, trained again")
+    target = choose_model_dir(model, spec, STORE, False)
+    assert target.train and target.path == tmp_path / "model-2"
+    assert f"the model it started from (init_from {source}) changed since" in target.reason
