@@ -113,7 +113,21 @@ def _new_store(url: str, options: Mapping[str, Any], small: bool) -> AzureStore:
             **config,
         )
     except Exception as exc:  # obstore's configuration errors: one class per cause
-        raise _s3.S3OptionError(f"{url}: {exc}") from exc
+        raise _s3.S3OptionError(f"{url}: {_configuration_error(exc)}") from exc
+
+
+def _configuration_error(exc: Exception) -> str:
+    """obstore's configuration error in one line (its first; it appends a debug dump), a
+    missing account said with where to give one."""
+    text = str(exc).strip()
+    if "MissingAccount" in text:
+        return (
+            "no Azure storage account named: set AZURE_STORAGE_ACCOUNT_NAME (with "
+            "AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN or a service principal) or "
+            "AZURE_STORAGE_CONNECTION_STRING, give storage_options account_name, or name it "
+            "in the URL (abfs://CONTAINER@ACCOUNT.dfs.core.windows.net/…)"
+        )
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _config(url: str, given: Mapping[str, Any]) -> dict[str, Any]:

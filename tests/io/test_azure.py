@@ -14,7 +14,12 @@ pytest.importorskip("obstore")
 
 @pytest.fixture(autouse=True)
 def _no_azure_environment(monkeypatch):
-    for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_USE_EMULATOR"):
+    for name in (
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "AZURE_STORAGE_USE_EMULATOR",
+        "AZURE_STORAGE_ACCOUNT_NAME",
+        "AZURE_STORAGE_ACCOUNT",
+    ):
         monkeypatch.delenv(name, raising=False)
     _s3.clear_clients()
     yield
@@ -88,3 +93,12 @@ def test_a_location_on_azure_goes_through_obstore_with_its_key():
     assert store.config["account_name"] == "acct" and store.config["container_name"] == "c"
     assert Location("az://c/a", (("account_name", "acct"),)).object_store()[1] == "a"
     assert where.object_store(small=True)[0].client_options["timeout"] == "15s"
+
+
+def test_no_account_is_one_line_saying_where_to_give_one():
+    """obstore's own error is several lines with a debug dump; the user gets one."""
+    with pytest.raises(_s3.S3OptionError) as raised:
+        _azure.azure_store("az://cont", {})
+    message = str(raised.value)
+    assert message.startswith("az://cont: no Azure storage account named")
+    assert "AZURE_STORAGE_ACCOUNT_NAME" in message and "\n" not in message
