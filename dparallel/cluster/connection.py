@@ -41,7 +41,7 @@ from dparallel.cluster.spec import ClusterSpec, TLSSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.cluster.where import connection_kind
 from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
-from dparallel.dashboard.deferred_pages import attach_pages
+from dparallel.dashboard.deferred_pages import DeferredPages, defer_pages
 from dparallel.dashboard.routes import PAGE_ROUTES, STATUS_ROUTE
 from dparallel.errors import ClusterError
 
@@ -61,7 +61,7 @@ logger = logging.getLogger(__name__)
 
 #: Scheduler preload that adds the dparallel pages to the Dask dashboard (imported by the
 #: scheduler only: this package never imports bokeh). Local clusters use
-#: :mod:`dparallel.dashboard.deferred_pages` instead: their pages are attached once the workers run.
+#: :mod:`dparallel.dashboard.deferred_pages` instead: their pages are attached when first asked for.
 DASHBOARD_PRELOAD = "dparallel.dashboard.preload"
 
 
@@ -80,7 +80,7 @@ class ClusterHandle:
         source: str,
         *,
         owns: bool,
-        pages: threading.Event | None = None,
+        pages: DeferredPages | None = None,
         starting: threading.Thread | None = None,
         planned: tuple[int, int] = (0, 0),
         dashboard_host: str | None = None,
@@ -89,7 +89,7 @@ class ClusterHandle:
         self.cluster = cluster
         self.source = source
         self._owns = owns
-        self._pages = pages  # set once a local cluster's dashboard pages are served
+        self._pages = pages  # a local cluster's dashboard pages, loaded when first asked for
         self._starting = starting  # starts the workers after the first (return_early)
         #: (workers, of which GPU workers) a cluster started here will have once all run;
         #: (0, 0) for a cluster found running
@@ -110,9 +110,10 @@ class ClusterHandle:
         return True
 
     def wait_for_pages(self, timeout: float | None = None) -> bool:
-        """Wait until the dashboard's pages are served: a local cluster attaches them about a
-        second after its workers start (:mod:`dparallel.dashboard.deferred_pages`); other schedulers
-        serve theirs from the start (True at once). False if not within ``timeout`` s."""
+        """Wait until the dashboard's pages are served: a local cluster loads them when first
+        asked for, by a browser or by this call (:mod:`dparallel.dashboard.deferred_pages`);
+        other schedulers serve theirs from the start (True at once). False if not within
+        ``timeout`` s."""
         return True if self._pages is None else self._pages.wait(timeout)
 
     @property
@@ -515,7 +516,7 @@ def _start_local(
             starting.join()
         cluster.close()
         raise
-    pages = attach_pages(cluster.scheduler)
+    pages = defer_pages(cluster.scheduler)
     logger.info(
         "started local cluster: %d workers%s, dashboard %s",
         n_workers,
@@ -540,7 +541,7 @@ def _launch(spec: ClusterSpec, how: _LocalStart) -> tuple[LocalCluster, threadin
             processes=True,
             host="127.0.0.1",
             dashboard_address=how.dashboard,
-            # HTTP server now, bokeh pages once the workers run (dashboard.deferred_pages)
+            # HTTP server now, bokeh pages when first asked for (dashboard.deferred_pages)
             scheduler_kwargs={"preload": [DEFERRED_DASHBOARD_PRELOAD], "dashboard": False},
             env=env,
             **how.kwargs,

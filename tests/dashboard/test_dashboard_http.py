@@ -208,40 +208,44 @@ def test_headless_chromium_renders_pages(local_dashboard, tmp_path: Path) -> Non
 
 
 _LATER = """
-import json, sys, threading, urllib.error
-import dparallel.cluster.connection as connection
+import json, sys, time, urllib.error
 from dparallel.cluster import ClusterSpec, connect
-from dparallel.dashboard.deferred_pages import attach_pages
 from daskprocs import http_get
 
 def status(url):
     try:
-        return http_get(url)[0]
+        return http_get(url, timeout=90)
     except urllib.error.HTTPError as exc:
-        return exc.code
+        return exc.code, ""
 
-connection.attach_pages = lambda scheduler: threading.Event()  # hold the pages back
 with connect(ClusterSpec(n_workers=1, dashboard_address="127.0.0.1:0")) as handle:
     base = handle.dashboard_link.rsplit("/", 1)[0]
+    assert handle.client.submit(sum, [1, 2], pure=False).result(60) == 3  # a worker ran a task
+    deadline = time.monotonic() + 5  # the pages used to load on their own by now
+    while "bokeh" not in sys.modules and time.monotonic() < deadline:
+        time.sleep(0.1)
     before = {
         "bokeh": "bokeh" in sys.modules,
-        "health": status(base + "/health"),
-        "json": status(base + "/dparallel/status.json"),
-        "status": status(base + "/status"),
+        "health": status(base + "/health")[0],
+        "json": status(base + "/dparallel/status.json")[0],
     }
-    attached = attach_pages(handle.cluster.scheduler).wait(90)
+    code, body = status(base + "/individual-dparallel-progress")  # the first page asked for
     after = {
         "bokeh": "bokeh" in sys.modules,
-        "status": status(base + "/status"),
-        "progress": status(base + "/individual-dparallel-progress"),
+        "progress": code,
+        "title": "<title>dparallel: featurization progress</title>" in body,
+        "status": status(base + "/status")[0],
+        "health": status(base + "/health")[0],
+        "missing": status(base + "/no-such-page")[0],
     }
-print(json.dumps({"before": before, "attached": attached, "after": after}))
+print(json.dumps({"before": before, "after": after}))
 """
 
 
-def test_local_scheduler_starts_without_bokeh_and_attaches_the_pages_later() -> None:
-    """The local cluster serves /health and the JSON route from its start, with bokeh not
-    even imported; attach_pages then adds Dask's and dparallel's pages (fresh interpreter)."""
+def test_local_scheduler_loads_the_pages_when_first_asked_for() -> None:
+    """A local cluster serves /health and the JSON route from its start and runs its tasks
+    with bokeh not even imported; the first page request loads Dask's and dparallel's pages
+    and gets its page (fresh interpreter)."""
     import subprocess
     import sys
 
@@ -254,6 +258,8 @@ def test_local_scheduler_starts_without_bokeh_and_attaches_the_pages_later() -> 
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["before"] == {"bokeh": False, "health": 200, "json": 200, "status": 404}
-    assert result["attached"] is True
-    assert result["after"] == {"bokeh": True, "status": 200, "progress": 200}
+    assert result["before"] == {"bokeh": False, "health": 200, "json": 200}
+    assert result["after"] == {
+        "bokeh": True, "progress": 200, "title": True, "status": 200, "health": 200,
+        "missing": 404,
+    }  # fmt: skip
