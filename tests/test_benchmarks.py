@@ -47,3 +47,26 @@ def test_a_benchmark_script_starts(script: Path) -> None:
         pytest.skip(f"{script.name} needs {missing.group(1)} (pip install -e '.[bench]')")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout
+
+
+def test_n2p2_benchmark_times_the_package_with_its_bytecode(tmp_path: Path) -> None:
+    """bench_n2p2 writes the bytecode of the dparallel package the runs import (a fake one
+    here), even where the environment says not to: without it each run's processes compiled
+    the modules again (not what an install does)."""
+    package = tmp_path / "dparallel"
+    package.mkdir()
+    for name in ("__init__.py", "mod.py"):
+        (package / name).write_text("X = 1\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "benchmarks")]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "import bench_n2p2; print(bench_n2p2.compile_bytecode())"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert Path(done.stdout.strip()) == package
+    compiled = {p.name.split(".")[0] for p in (package / "__pycache__").glob("*.pyc")}
+    assert compiled == {"__init__", "mod"}
