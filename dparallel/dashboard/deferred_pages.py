@@ -93,13 +93,14 @@ class DeferredPages:
 
 
 class _Pending(Matcher):
-    """Matches every request while the pages have not been attached."""
+    """Matches every GET (what a browser asks for a page) while the pages have not been
+    attached; other methods get the scheduler's own answer (404)."""
 
     def __init__(self, pages: DeferredPages) -> None:
         self.pages = pages
 
     def match(self, request: Any) -> dict[str, Any] | None:
-        return None if self.pages.attached.is_set() else {}
+        return None if request.method != "GET" or self.pages.attached.is_set() else {}
 
 
 class _FirstPageRequest(web.RequestHandler):

@@ -208,7 +208,7 @@ def test_headless_chromium_renders_pages(local_dashboard, tmp_path: Path) -> Non
 
 
 _LATER = """
-import json, sys, time, urllib.error
+import json, sys, time, urllib.error, urllib.request
 from dparallel.cluster import ClusterSpec, connect
 from daskprocs import http_get
 
@@ -217,6 +217,12 @@ def status(url):
         return http_get(url, timeout=90)
     except urllib.error.HTTPError as exc:
         return exc.code, ""
+
+def post(url):
+    try:
+        return urllib.request.urlopen(urllib.request.Request(url, data=b"x"), timeout=90).status
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 with connect(ClusterSpec(n_workers=1, dashboard_address="127.0.0.1:0")) as handle:
     base = handle.dashboard_link.rsplit("/", 1)[0]
@@ -228,6 +234,7 @@ with connect(ClusterSpec(n_workers=1, dashboard_address="127.0.0.1:0")) as handl
         "bokeh": "bokeh" in sys.modules,
         "health": status(base + "/health")[0],
         "json": status(base + "/dparallel/status.json")[0],
+        "post": post(base + "/no-such-page"),
     }
     code, body = status(base + "/individual-dparallel-progress")  # the first page asked for
     after = {
@@ -258,7 +265,7 @@ def test_local_scheduler_loads_the_pages_when_first_asked_for() -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["before"] == {"bokeh": False, "health": 200, "json": 200}
+    assert result["before"] == {"bokeh": False, "health": 200, "json": 200, "post": 404}
     assert result["after"] == {
         "bokeh": True, "progress": 200, "title": True, "status": 200, "health": 200,
         "missing": 404,
