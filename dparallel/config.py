@@ -37,6 +37,7 @@ __all__ = [
     "resolve_path",
     "restore_environ",
     "section",
+    "writable_cache_dir",
 ]
 
 #: What a ``device`` setting may be (training, the deployed model, the calculator).
@@ -272,8 +273,32 @@ ENV_CACHE_DIR = "DPARALLEL_CACHE_DIR"
 
 def cache_dir() -> Path:
     """dparallel's cache folder: ``$DPARALLEL_CACHE_DIR``, default ``~/.cache/dparallel``
-    (not created here)."""
-    return Path(os.environ.get(ENV_CACHE_DIR, Path.home() / ".cache" / "dparallel"))
+    (not created here; the home folder is asked only when the variable is unset)."""
+    given = os.environ.get(ENV_CACHE_DIR)
+    return Path(given) if given else Path.home() / ".cache" / "dparallel"
+
+
+def writable_cache_dir(name: str) -> Path:
+    """``cache_dir() / name``, created; where that cannot be written (a read-only or no
+    home folder, as in containers) ``dparallel-UID/name`` in the temporary folder. A
+    :class:`ConfigError` naming :data:`ENV_CACHE_DIR` when neither can."""
+    import tempfile
+
+    tried: list[str] = []
+    for root in (cache_dir, lambda: Path(tempfile.gettempdir()) / f"dparallel-{os.getuid()}"):
+        try:
+            folder = root() / name
+            folder.mkdir(parents=True, exist_ok=True)
+        except (OSError, RuntimeError) as exc:  # RuntimeError: Path.home() without a home
+            tried.append(str(exc))
+            continue
+        if os.access(folder, os.W_OK | os.X_OK):
+            return folder
+        tried.append(f"{folder}: not writable")
+    raise ConfigError(
+        f"no writable folder for dparallel's {name} cache ({'; '.join(tried)}): set "
+        f"{ENV_CACHE_DIR} to a writable folder"
+    )
 
 
 def restore_environ(saved: Mapping[str, str | None]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -433,3 +434,31 @@ def test_size_and_timeout_settings_from_the_environment_are_config_errors_when_b
         monkeypatch.setenv("DPARALLEL_LEASE_TIMEOUT", raw)
         with pytest.raises(ConfigError, match=f"DPARALLEL_LEASE_TIMEOUT='{raw}'"):
             StoreLease(tmp_path / "s.zarr")
+
+
+def _no_home() -> Path:
+    raise RuntimeError("Could not determine home directory.")
+
+
+def test_cache_dir_needs_no_home_folder_where_the_variable_names_one(tmp_path, monkeypatch):
+    """A uid without a passwd entry and HOME unset (containers): Path.home() raises."""
+    from dparallel.config import cache_dir, writable_cache_dir
+
+    monkeypatch.setattr(Path, "home", staticmethod(_no_home))
+    monkeypatch.setenv("DPARALLEL_CACHE_DIR", str(tmp_path / "cache"))
+    assert cache_dir() == tmp_path / "cache"
+    assert writable_cache_dir("logs") == tmp_path / "cache" / "logs"
+    monkeypatch.delenv("DPARALLEL_CACHE_DIR")
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path / "tmp"))
+    assert writable_cache_dir("numba") == tmp_path / "tmp" / f"dparallel-{os.getuid()}" / "numba"
+
+
+def test_no_writable_cache_folder_is_an_error_naming_the_variable(tmp_path, monkeypatch):
+    from dparallel.config import writable_cache_dir
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("DPARALLEL_CACHE_DIR", str(blocked / "cache"))
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(blocked / "tmp"))
+    with pytest.raises(ConfigError, match="set DPARALLEL_CACHE_DIR to a writable folder"):
+        writable_cache_dir("numba")

@@ -111,22 +111,14 @@ def add_torch_threads_argument(parser: argparse.ArgumentParser, minimum: int, te
 def default_log_file(store: str | Path) -> Path:
     """``STORE.log`` beside a local store; for a URL, ``NAME.log`` in dparallel's cache
     directory (``$DPARALLEL_CACHE_DIR``, default ``~/.cache/dparallel``) under ``logs/``."""
-    from dparallel.config import cache_dir
+    from dparallel.config import writable_cache_dir
     from dparallel.io.location import as_location
 
     location = as_location(store)
     if location.local is not None:
         return location.local.with_name(location.name + ".log")
-    root = cache_dir()
     name = f"{location.protocol}-{location.url.split('://', 1)[1]}.log".replace("/", "_")
-    try:
-        (root / "logs").mkdir(parents=True, exist_ok=True)
-    except OSError:  # a read-only home (containers): the temporary folder serves
-        import tempfile
-
-        root = Path(tempfile.gettempdir()) / f"dparallel-{os.getuid()}"
-        (root / "logs").mkdir(parents=True, exist_ok=True)
-    return root / "logs" / name
+    return writable_cache_dir("logs") / name  # a read-only home: the temporary folder
 
 
 def route_cluster_logs(args: argparse.Namespace, store: str | Path) -> Path:

@@ -7,17 +7,30 @@ not on the numba code it calls in other files (that code is compiled into the ca
 cache entry). Importing this module therefore keys the cache of every function defined in
 a module of this directory on a digest of all of them (:func:`key_cache_on_directory`):
 any change to one recompiles them all once, and no stale callee survives.
+
+numba caches beside the sources (``__pycache__``), else in ``~/.cache/numba``; in an
+install whose site-packages and home are both read-only (a container) it finds neither
+and refuses to compile a ``cache=True`` function at all. :func:`cache_anywhere` adds a
+last resort for dparallel's functions: dparallel's own cache folder.
 """
 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numba
 
-__all__ = ["CONTRACT", "REASSOC", "jit", "jit_views", "key_cache_on_directory"]
+__all__ = [
+    "CONTRACT",
+    "REASSOC",
+    "cache_anywhere",
+    "jit",
+    "jit_views",
+    "key_cache_on_directory",
+]
 
 CONTRACT = {"contract"}  # FMA only: exp/cos range reductions stay exact
 REASSOC = {"contract", "reassoc", "nsz", "arcp"}  # reductions may be reordered
@@ -51,6 +64,72 @@ def sources_digest(directory: Path) -> str:
     return h.hexdigest()
 
 
+def _locator_classes() -> list[type]:
+    """numba's list of cache locator classes (tried in order; the first that can cache wins)."""
+    from numba.core import caching
+
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # older numba: _CacheImpl
+    return impl._locator_classes
+
+
+def cache_anywhere() -> None:
+    """Let numba cache dparallel's functions in ``writable_cache_dir("numba")``
+    (``$DPARALLEL_CACHE_DIR/numba``, else the temporary folder's) where it finds no folder
+    of its own to write (idempotent; only the temporary folder is announced, once).
+    Call it before decorating a function with ``cache=True``."""
+    classes = _locator_classes()
+    if not any(getattr(c, "package", None) == _PACKAGE for c in classes):
+        classes.append(_fallback_locator())
+
+
+#: The installed package's folder: the functions :func:`cache_anywhere` answers for.
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _fallback_locator() -> type:
+    """A numba cache locator class for dparallel's functions, in dparallel's cache folder."""
+    from numba.core.caching import _CacheLocator, _SourceFileBackedLocatorMixin
+
+    from dparallel.config import ENV_CACHE_DIR, cache_dir, writable_cache_dir
+
+    class OwnFolderLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
+        root: Path | None = None
+
+        def __init__(self, py_func: Any, py_file: str) -> None:
+            self._py_file = py_file
+            self._lineno = py_func.__code__.co_firstlineno
+            self._cache_path = str(self._root() / self.get_suitable_cache_subpath(py_file))
+
+        def get_cache_path(self) -> str:
+            return self._cache_path
+
+        @classmethod
+        def _root(cls) -> Path:
+            if cls.root is None:
+                cls.root = writable_cache_dir("numba")
+                try:
+                    mine = cls.root.is_relative_to(cache_dir())
+                except RuntimeError:  # no home folder at all
+                    mine = False
+                if not mine:
+                    warnings.warn(
+                        f"numba can write neither beside dparallel nor in the home folder: "
+                        f"its compiled kernels are cached in {cls.root} (set {ENV_CACHE_DIR} "
+                        "to keep them elsewhere)",
+                        stacklevel=2,
+                    )
+            return cls.root
+
+        @classmethod
+        def from_function(cls, py_func: Any, py_file: str) -> Any:
+            if not Path(py_file).resolve().is_relative_to(_PACKAGE):
+                return None
+            return super().from_function(py_func, py_file)
+
+    OwnFolderLocator.package = _PACKAGE  # type: ignore[attr-defined]
+    return OwnFolderLocator
+
+
 def key_cache_on_directory(directory: Path) -> None:
     """Key numba's on-disk cache of the functions defined in ``directory``'s modules on
     :func:`sources_digest` of the directory, besides their own file (idempotent).
@@ -61,11 +140,8 @@ def key_cache_on_directory(directory: Path) -> None:
     ``directory`` and otherwise defers to the locator numba would have chosen, adding the
     digest to its source stamp (a stamp that differs makes numba recompile and overwrite).
     """
-    from numba.core import caching
-
     directory = directory.resolve()
-    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # older numba: _CacheImpl
-    classes = impl._locator_classes
+    classes = _locator_classes()
     if any(getattr(c, "directory", None) == directory for c in classes):
         return
     locator = _directory_locator(directory, sources_digest(directory), tuple(classes))
@@ -106,5 +182,6 @@ def _directory_locator(directory: Path, digest: str, others: tuple[type, ...]) -
     return DirectoryLocator
 
 
+cache_anywhere()  # before key_cache_on_directory: its locator defers to the fallback too
 key_cache_on_directory(Path(__file__).parent)  # before any kernel here is decorated
 _reduce_dot = jit(REASSOC)(_reduce_dot)

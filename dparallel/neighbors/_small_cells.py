@@ -130,6 +130,9 @@ def _compiled() -> Any:
     if "pairs" not in _JIT:
         import numba
 
+        from dparallel.kernels._numba_jit import cache_anywhere
+
+        cache_anywhere()
         jit = numba.njit(cache=True, nogil=True, error_model="numpy")
         far = jit(_far)
         globals()["_far"] = far  # _pairs calls the compiled helper

@@ -154,6 +154,9 @@ def _compiled(name: str) -> Any:
     if name not in _JIT:
         import numba
 
+        from dparallel.kernels._numba_jit import cache_anywhere
+
+        cache_anywhere()
         jit = numba.njit(cache=True, nogil=True, error_model="numpy")
         if not isinstance(globals()["_unit"], numba.core.registry.CPUDispatcher):
             globals()["_unit"] = jit(_unit)  # the helper both passes call, compiled first

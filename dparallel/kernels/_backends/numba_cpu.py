@@ -17,10 +17,12 @@ import torch
 from torch import Tensor
 
 from dparallel.kernels._backends.segments import segments
+from dparallel.kernels._numba_jit import cache_anywhere
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+cache_anywhere()  # before the kernels below are decorated
 # Reassociation lets LLVM vectorise the reductions; NaN/inf semantics are kept.
 _FLAGS: dict[str, Any] = dict(
     parallel=True, cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"}
