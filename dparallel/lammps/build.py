@@ -125,7 +125,14 @@ def build_plugin(target: str | os.PathLike[str] | None = None, cxx: str | None =
     """
     version = lammps_version_string()
     target = Path(target or plugin_dir())
-    target.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a read-only home (containers)
+        raise ConfigError(
+            f"cannot create {target} for the LAMMPS plugin ({exc.strerror or exc}): set "
+            "DPARALLEL_LAMMPS_PLUGIN_DIR (or XDG_DATA_HOME) to a writable folder, in the "
+            "environment `lmp` runs in too (docs/lammps.md)"
+        ) from exc
     sources = Path(__file__).with_name("src")
     with tempfile.TemporaryDirectory(dir=target) as tmp:
         out = Path(tmp) / PLUGIN_FILE
