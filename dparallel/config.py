@@ -34,6 +34,7 @@ __all__ = [
     "parse_value",
     "read_json_object",
     "read_yaml",
+    "require_home",
     "resolve_path",
     "restore_environ",
     "section",
@@ -276,6 +277,19 @@ def cache_dir() -> Path:
     (not created here; the home folder is asked only when the variable is unset)."""
     given = os.environ.get(ENV_CACHE_DIR)
     return Path(given) if given else Path.home() / ".cache" / "dparallel"
+
+
+def require_home() -> None:
+    """A :class:`ConfigError` where the process has no home folder (``HOME`` unset and a uid
+    without a passwd entry, as containers run): ASE reads ``~`` when it is imported."""
+    try:
+        Path.home()
+    except RuntimeError:
+        raise ConfigError(
+            f"no home folder: HOME is unset and uid {os.getuid()} has no passwd entry; set "
+            "HOME to a folder (ASE reads its configuration there; caches go there unless "
+            f"{ENV_CACHE_DIR} names another)"
+        ) from None
 
 
 def writable_cache_dir(name: str) -> Path:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from dparallel._exit import exit_now
 from dparallel._files import FULL_DISK_ADVICE, LOG_MARKER, is_dparallel_log
 from dparallel.cli._interrupts import interrupts_kept
+from dparallel.config import require_home
 from dparallel.errors import DParallelError, RunInterruptedError
 
 if TYPE_CHECKING:
@@ -204,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     plain_warnings = warning_lines(args.command)
     try:
+        require_home()  # before any command imports ASE, which needs one
         with interrupts_kept():  # a Ctrl-C raised inside a GC callback: raised again
             code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at exit

@@ -6,6 +6,7 @@ problem)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +145,17 @@ def test_a_default_the_parser_fills_in_is_said_in_the_help(name: str) -> None:
             f"{action.default} (default" in action.help
             or f"{action.default}; default" in action.help
         ), (name, action.option_strings, action.help)
+
+
+def test_a_process_without_a_home_folder_is_told_to_set_home(tmp_path, monkeypatch, capsys):
+    """HOME unset and a uid without a passwd entry (containers): ASE's import would fail
+    with "Could not determine home directory" and a traceback."""
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert main(["evaluate", str(tmp_path / "model"), str(tmp_path / "a.xyz")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dparallel evaluate: error: no home folder: HOME is unset")
+    assert "set HOME to a folder" in err
