@@ -38,6 +38,7 @@ __all__ = [
     "resolve_path",
     "restore_environ",
     "section",
+    "temporary_cache_dir",
     "writable_cache_dir",
 ]
 
@@ -292,18 +293,34 @@ def require_home() -> None:
         ) from None
 
 
-def writable_cache_dir(name: str) -> Path:
-    """``cache_dir() / name``, created; where that cannot be written (a read-only or no
-    home folder, as in containers) ``dparallel-UID/name`` in the temporary folder. A
-    :class:`ConfigError` naming :data:`ENV_CACHE_DIR` when neither can."""
+def temporary_cache_dir() -> Path:
+    """``dparallel-UID`` in the temporary folder, made private (0700): the caches' last
+    resort. A :class:`ConfigError` where it is there but not this user's alone (another
+    user could have put files in it: numba's cache holds code)."""
+    import stat
     import tempfile
 
+    root = Path(tempfile.gettempdir()) / f"dparallel-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    info = root.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise ConfigError(
+            f"{root} is not a folder of this user's alone (owner uid {info.st_uid}, mode "
+            f"{stat.filemode(info.st_mode)}): remove it, or set {ENV_CACHE_DIR}"
+        )
+    return root
+
+
+def writable_cache_dir(name: str) -> Path:
+    """``cache_dir() / name``, created; where that cannot be written (a read-only or no
+    home folder, as in containers) ``temporary_cache_dir() / name``. A
+    :class:`ConfigError` naming :data:`ENV_CACHE_DIR` when neither can."""
     tried: list[str] = []
-    for root in (cache_dir, lambda: Path(tempfile.gettempdir()) / f"dparallel-{os.getuid()}"):
+    for root in (cache_dir, temporary_cache_dir):
         try:
             folder = root() / name
             folder.mkdir(parents=True, exist_ok=True)
-        except (OSError, RuntimeError) as exc:  # RuntimeError: Path.home() without a home
+        except (OSError, RuntimeError, ConfigError) as exc:  # RuntimeError: no home folder
             tried.append(str(exc))
             continue
         if os.access(folder, os.W_OK | os.X_OK):

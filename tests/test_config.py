@@ -449,8 +449,8 @@ def test_cache_dir_needs_no_home_folder_where_the_variable_names_one(tmp_path, m
     assert cache_dir() == tmp_path / "cache"
     assert writable_cache_dir("logs") == tmp_path / "cache" / "logs"
     monkeypatch.delenv("DPARALLEL_CACHE_DIR")
-    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path / "tmp"))
-    assert writable_cache_dir("numba") == tmp_path / "tmp" / f"dparallel-{os.getuid()}" / "numba"
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path))
+    assert writable_cache_dir("numba") == tmp_path / f"dparallel-{os.getuid()}" / "numba"
 
 
 def test_no_writable_cache_folder_is_an_error_naming_the_variable(tmp_path, monkeypatch):
@@ -462,3 +462,15 @@ def test_no_writable_cache_folder_is_an_error_naming_the_variable(tmp_path, monk
     monkeypatch.setattr("tempfile.gettempdir", lambda: str(blocked / "tmp"))
     with pytest.raises(ConfigError, match="set DPARALLEL_CACHE_DIR to a writable folder"):
         writable_cache_dir("numba")
+
+
+def test_a_temporary_cache_folder_others_can_write_is_refused(tmp_path, monkeypatch):
+    """numba's cache holds code: a dparallel-UID folder another user made or can write into
+    in a shared /tmp is never used."""
+    from dparallel.config import temporary_cache_dir
+
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path))
+    assert temporary_cache_dir() == tmp_path / f"dparallel-{os.getuid()}"
+    (tmp_path / f"dparallel-{os.getuid()}").chmod(0o777)
+    with pytest.raises(ConfigError, match="not a folder of this user's alone"):
+        temporary_cache_dir()

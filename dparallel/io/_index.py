@@ -3,7 +3,8 @@ over a structure file's text (:mod:`dparallel.io._text`: local, remote or compre
 
 The index is cached beside a local file (``FILE.dpindex.npz``) or, when that directory
 is not writable and for a URL, in ``$DPARALLEL_CACHE_DIR`` (default
-``~/.cache/dparallel``). A cached index is used only while the file's size and mtime (ns;
+``~/.cache/dparallel``), else (a read-only home) in the temporary folder's
+``dparallel-UID``. A cached index is used only while the file's size and mtime (ns;
 an object's last-modified time) match the ones it was built from.
 """
 
@@ -25,8 +26,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from dparallel._files import new_file
-from dparallel.config import cache_dir
-from dparallel.errors import InputFormatError
+from dparallel.config import cache_dir, temporary_cache_dir
+from dparallel.errors import ConfigError, InputFormatError
 from dparallel.io._frames import RANDOM_ACCESS, first_copy, frames_path, recorded_copy
 from dparallel.io._text import open_stream, read_range, sample_hash, stream_sample_hash
 
@@ -117,11 +118,13 @@ def _layout_hash(index: FileIndex) -> str:
 def cache_path_for(path: Path | Location, format: str) -> list[Path]:
     """Candidate cache files for ``path``: beside a local file first, then the user cache
     dir (the only one for a URL)."""
-    root = cache_dir()
+    roots = [cache_dir()]
+    with contextlib.suppress(OSError, ConfigError):  # a read-only home: the last resort
+        roots.append(temporary_cache_dir())
     key = hashlib.sha256(f"{path}:{format}".encode()).hexdigest()[:24]
     local = path if isinstance(path, Path) else path.local
     beside = [] if local is None else [local.with_name(f"{local.name}.dpindex.npz")]
-    return [*beside, root / f"{key}.dpindex.npz"]  # its format is checked on load
+    return [*beside, *(r / f"{key}.dpindex.npz" for r in roots)]  # format checked on load
 
 
 #: An atom count no file holds (islice would refuse one past sys.maxsize).

@@ -5,6 +5,7 @@ reference), with the byte-offset index on remote files and ranged reads per part
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import ase.io
@@ -208,3 +209,25 @@ def test_a_broken_file_at_a_url_is_indexed_as_the_local_one(tmp_path):
     for name in ("starts", "ends", "counts", "lines"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
     assert a.errors == b.errors and len(a.errors) == 2
+
+
+def test_a_read_only_home_caches_the_index_in_the_temporary_folder(files, tmp_path, monkeypatch):
+    """No folder beside a URL and no writable cache folder (a read-only home): the index
+    went nowhere ("could not cache the index … anywhere"), built again on every run."""
+    from dparallel.io import _index
+
+    url = _upload(files[0], f"memory://inputs/{tmp_path.name}/ro-home.xyz")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("DPARALLEL_CACHE_DIR", str(blocked / "cache"))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    counts = open_source(url).atom_counts.tolist()
+    assert counts == open_source(files[0]).atom_counts.tolist()
+    assert list((tmp_path / f"dparallel-{os.getuid()}").glob("*.dpindex.npz"))
+    _index._KEPT.clear()  # a new process: only the file can answer
+    monkeypatch.setattr(_index, "_build", None)  # building it again would fail
+    assert (
+        open_source(url).atom_counts.tolist()
+        == counts
+        == open_source(files[0]).atom_counts.tolist()
+    )
