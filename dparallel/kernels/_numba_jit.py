@@ -17,7 +17,7 @@ last resort for dparallel's functions: dparallel's own cache folder.
 from __future__ import annotations
 
 import hashlib
-import warnings
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -111,12 +111,12 @@ def _fallback_locator() -> type:
                     mine = cls.root.is_relative_to(cache_dir())
                 except RuntimeError:  # no home folder at all
                     mine = False
-                if not mine:
-                    warnings.warn(
-                        f"numba can write neither beside dparallel nor in the home folder: "
-                        f"its compiled kernels are cached in {cls.root} (set {ENV_CACHE_DIR} "
-                        "to keep them elsewhere)",
-                        stacklevel=2,
+                if not mine:  # a log record: one line in worker processes too
+                    logging.getLogger(__name__).warning(
+                        "numba can write neither beside dparallel nor in the home folder: "
+                        "its compiled kernels are cached in %s (set %s to keep them elsewhere)",
+                        cls.root,
+                        ENV_CACHE_DIR,
                     )
             return cls.root
 
