@@ -55,7 +55,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "dparallel", src / "dparallel",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))  # fmt: skip
@@ -82,6 +82,9 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel: Path) -> None:
         points = z.read(meta).decode()
     assert "dparallel = dparallel.cli.main:entry" in points
     assert "dparallel = dparallel.lammps.build:plugin_dir" in points
+    with zipfile.ZipFile(wheel) as z:  # the licence pyproject declares, with its text
+        licence = [n for n in z.namelist() if ".dist-info/" in n and n.endswith("/LICENSE")]
+        assert licence and b"MIT License" in z.read(licence[0])
 
 
 def test_the_installed_wheel_runs_the_demo_from_an_empty_folder(wheel: Path, tmp_path: Path):
