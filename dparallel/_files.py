@@ -39,7 +39,7 @@ import secrets
 import stat
 import threading
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypedDict, Unpack
 
 from dparallel.errors import DiskFullError, UnsafePathError
 
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOG_MARKER",
+    "ClaimRules",
+    "check_claimable",
     "check_log_target",
     "claim_directory",
     "file_in_the_way",
@@ -539,58 +541,59 @@ def _aliases(target: Path, protect: Iterable[str | os.PathLike[str]]) -> str | N
     return None
 
 
-def claim_directory(
-    path: str | os.PathLike[str],
-    marker: str,
-    what: str,
-    *,
-    protect: Iterable[str | os.PathLike[str]] = (),
-    adopt: Callable[[set[str]], bool] | None = None,
-) -> bool:
-    """Make ``path`` an output folder of ours, or refuse; returns whether it was created.
+class ClaimRules(TypedDict, total=False):
+    """What :func:`claim_directory` is also told: ``protect``, the inputs of the run;
+    ``adopt(entries)``, whether a folder without the marker is one dparallel wrote."""
 
-    A folder is ours when it is new, empty, or carries our ``marker`` file (a plain file,
-    not a link) written the first time; ``adopt(entries)`` may accept a folder dparallel
-    wrote before markers existed. Anything else, a file at ``path`` and a folder that is,
-    holds or lies inside a ``protect`` path (an input of the run) is refused with
-    :class:`~dparallel.errors.UnsafePathError` naming what is in the way.
-    """
+    protect: Iterable[str | os.PathLike[str]]
+    adopt: Callable[[set[str]], bool] | None
+
+
+def check_claimable(
+    path: str | os.PathLike[str], marker: str, what: str, **rules: Unpack[ClaimRules]
+) -> bool:
+    """Raise :class:`~dparallel.errors.UnsafePathError` where :func:`claim_directory`
+    would refuse ``path`` (same arguments), creating nothing; returns whether it carries
+    ``marker`` already."""
+    given = Path(path).expanduser()
+    target = given.resolve()
+    root = "it is the filesystem root" if target == target.parent else None
+    why = _aliases(target, rules.get("protect", ())) or root
+    if why is None and os.path.lexists(given) and not target.is_dir():
+        why = "it is a file, not a folder; choose another output directory"
+    if why is None and (in_the_way := file_in_the_way(target)) is not None:
+        why = f"{in_the_way} is a file, not a folder; choose another output directory"
+    entries = set(os.listdir(target)) if why is None and target.is_dir() else set()
+    if marker in entries and (os.path.islink(target / marker) or not (target / marker).is_file()):
+        why = f"its {marker} is not a plain file"
+    elif (
+        marker not in entries and entries and not ((adopt := rules.get("adopt")) and adopt(entries))
+    ):
+        why = (
+            f"it holds files dparallel did not write ({sample_names(entries)}); a {what} "
+            "folder must be new, empty or one dparallel made: choose another output directory"
+        )
+    if why is not None:
+        raise UnsafePathError(f"refusing to write a {what} into {given}: {why}")
+    return marker in entries
+
+
+def claim_directory(
+    path: str | os.PathLike[str], marker: str, what: str, **rules: Unpack[ClaimRules]
+) -> bool:
+    """Make ``path`` an output folder of ours, or refuse (:func:`check_claimable`); returns
+    whether it was created. A folder is ours when it is new, empty, or carries our
+    ``marker`` file (a plain file, not a link) written the first time; ``adopt(entries)``
+    may accept a folder dparallel wrote before markers existed. Anything else, a file at
+    ``path`` and a folder that is, holds or lies inside a ``protect`` path (an input of
+    the run) is refused."""
     import json
     import time
 
-    given = Path(path).expanduser()
-    target = given.resolve()
-    why = _aliases(target, protect)
-    if why is None and target.parent == target:
-        why = "it is the filesystem root"
-    if why is not None:
-        raise UnsafePathError(f"refusing to write a {what} into {given}: {why}")
-    created = not os.path.lexists(given)
-    if not created and not target.is_dir():
-        raise UnsafePathError(
-            f"refusing to write a {what} into {given}: it is a file, not a folder; choose "
-            "another output directory"
-        )
-    if (in_the_way := file_in_the_way(target)) is not None:
-        raise UnsafePathError(
-            f"refusing to write a {what} into {given}: {in_the_way} is a file, not a folder; "
-            "choose another output directory"
-        )
-    entries = set() if created else set(os.listdir(target))
-    mark = target / marker
-    if marker in entries:
-        if os.path.islink(mark) or not mark.is_file():
-            raise UnsafePathError(
-                f"refusing to write a {what} into {given}: its {marker} is not a plain file"
-            )
+    created = not os.path.lexists(target := Path(path).expanduser())
+    if check_claimable(path, marker, what, **rules):
         return False
-    if entries and not (adopt is not None and adopt(entries)):
-        raise UnsafePathError(
-            f"refusing to write a {what} into {given}: it holds files dparallel did not "
-            f"write ({sample_names(entries)}); a {what} folder must be new, empty or one "
-            "dparallel made: choose another output directory"
-        )
-    target.mkdir(parents=True, exist_ok=True)
+    (target := target.resolve()).mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    write_file(mark, json.dumps({"kind": what, "created": stamp}) + "\n", durable=True)
+    write_file(target / marker, json.dumps({"kind": what, "created": stamp}) + "\n", durable=True)
     return created

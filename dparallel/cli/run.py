@@ -185,7 +185,8 @@ def _json_report(result: Any, seconds: float) -> str:
 
 def _checked_workflow(path: str, overrides: Sequence[str]) -> WorkflowSpec:
     """The workflow at ``path`` with ``overrides``, validated and checked as ``run`` checks
-    it before any work (:meth:`WorkflowSpec.check`); an error names the file and the
+    it before any work (:meth:`WorkflowSpec.check`, the workflow file protected from
+    being the store); an error names the file and the
     ``--set`` that gave a key it names."""
     from dparallel.config import TOP_LEVEL, named_overrides
     from dparallel.errors import ConfigError
@@ -193,7 +194,7 @@ def _checked_workflow(path: str, overrides: Sequence[str]) -> WorkflowSpec:
 
     spec = load_workflow(path, overrides)
     try:
-        spec.check()
+        spec.check(protect=(path,))
     except ConfigError as exc:
         said = named_overrides(TOP_LEVEL, str(exc), overrides)
         origin = "".join(f" (--set {item})" for item in said)

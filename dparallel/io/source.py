@@ -34,6 +34,7 @@ __all__ = [
     "UNITS",
     "ReadResult",
     "StructureSource",
+    "check_source_file",
     "detect_format",
     "known_format",
     "open_source",
@@ -44,6 +45,24 @@ log = logging.getLogger(__name__)
 #: Unit systems a file may be in → (length factor to Å, energy factor to eV).
 UNITS: dict[str, tuple[float, float]] = {name: unit_factors(name) for name in UNIT_SYSTEMS}
 _ALIASES = {"xyz": "extxyz", "runner": "n2p2"}
+
+
+def check_source_file(location: Location) -> None:
+    """Raise unless ``location`` is a file to read structures from: a folder or a device
+    is an :class:`InputError`, nothing there a :class:`SourceNotFoundError` (a URL is
+    asked whether its object exists)."""
+    if location.is_file():
+        return
+    local = location.local
+    if local is not None and local.is_dir():
+        store = " (a zarr store? structures are read from the file it was made from)"
+        raise InputError(
+            f"{location} is a folder, not a structure file"
+            + (store if (local / "zarr.json").is_file() else "")
+        )
+    if local is not None and local.exists():
+        raise InputError(f"{location} is not a regular file (a device or a pipe)")
+    raise SourceNotFoundError(f"input file not found: {location}")
 
 
 @dataclass(frozen=True)
@@ -200,17 +219,8 @@ class StructureSource:
         self.path: Path | str = location.local if location.local is not None else location.url
         # a copy sent to a task (``_expect_index``) finds its file on first use, in the
         # task: raised while Dask unpickles the task, a missing file killed the worker
-        if _expect_index is None and not location.is_file():
-            local = location.local
-            if local is not None and local.is_dir():
-                store = " (a zarr store? structures are read from the file it was made from)"
-                raise InputError(
-                    f"{location} is a folder, not a structure file"
-                    + (store if (local / "zarr.json").is_file() else "")
-                )
-            if local is not None and local.exists():
-                raise InputError(f"{location} is not a regular file (a device or a pipe)")
-            raise SourceNotFoundError(f"input file not found: {location}")
+        if _expect_index is None:
+            check_source_file(location)
         if _expect_index is None:  # a task's copy: checked when the source was opened
             _refuse_compressed(location)
         check_units(units, f"{location}: units", InputError)

@@ -19,14 +19,14 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dparallel._files import claim_directory, remove_file, write_file
+from dparallel._files import check_claimable, claim_directory, remove_file, write_file
 from dparallel.config import read_json_object
 from dparallel.errors import CheckpointMismatchError, TrainingError
 from dparallel.nn.folders import DATA_UNITS_JSON, model_fingerprint
 from dparallel.store import StoreLease, current_identity, held_lease, store_identity
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from dparallel.store import Store
 
@@ -120,6 +120,28 @@ def _describe(identity: dict[str, Any] | None) -> str:
     return f"identity {identity.get('identity')}, created {identity.get('created')}"
 
 
+def _judge(
+    how: Callable[..., bool], path: Path, protect: list[str | os.PathLike[str]]
+) -> bool:
+    """``how`` (:func:`claim_directory` or :func:`check_claimable`) applied to a model
+    folder: our marker, earlier dparallel's model folders adopted, the run's inputs
+    ``protect`` (the local store folder, ``init_from``'s model) protected."""
+    return how(path, MARKER, "model", protect=protect, adopt=lambda names: _legacy(path, names))
+
+
+def check_model_dir(
+    model_dir: str | os.PathLike[str],
+    store: str | os.PathLike[str] | None,
+    init_from: str | os.PathLike[str] | None = None,
+) -> None:
+    """Raise :class:`~dparallel.errors.UnsafePathError` where :func:`claim_model_dir`
+    would refuse ``model_dir`` (a file, a folder of someone else's, one that is, holds or
+    lies inside the local ``store`` folder or ``init_from``'s model; ``store`` ``None``: a
+    URL store); nothing is written."""
+    protect = [p for p in (store, init_from) if p is not None]
+    _judge(check_claimable, Path(model_dir).expanduser(), protect)
+
+
 @contextlib.contextmanager
 def claim_model_dir(
     model_dir: str | os.PathLike[str],
@@ -143,10 +165,7 @@ def claim_model_dir(
     """
     path = Path(model_dir).expanduser()
     local = [store.path] if store.is_local else []  # a URL store cannot alias a folder
-    protect: list[str | os.PathLike[str]] = [*local] if init_from is None else [*local, init_from]
-    created = claim_directory(
-        path, MARKER, "model", protect=protect, adopt=lambda names: _legacy(path, names)
-    )
+    created = _judge(claim_directory, path, [*local] if init_from is None else [*local, init_from])
     try:
         with StoreLease(
             path, command="dparallel train", readers="evaluating it (evaluate, the ASE calculator)"

@@ -10,9 +10,9 @@ fail before any work starts, with the key path in the message (:func:`load_workf
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -23,6 +23,9 @@ from dparallel.errors import ConfigError, DParallelError
 from dparallel.io.location import Location, LocationError, as_location, require_local_path
 from dparallel.train.spec import TrainingSpec
 from dparallel.workflow.descriptors_spec import DescriptorsSpec
+
+if TYPE_CHECKING:
+    import os
 
 __all__ = [
     "QUICKSTART",
@@ -64,7 +67,7 @@ class GenerateSpec(SpecModel):
 class DatasetSpec(SpecModel):
     """The structure file: a local path or a URL (``s3://bucket/data.extxyz``)."""
 
-    path: str
+    path: str = Field(min_length=1)
     storage_options: _StorageOptions
     format: str | None = Field(None, description="extxyz, n2p2 or any ASE format; None: guess")
     units: str = Field("ase", description="ase (Å, eV) or bohr-hartree (n2p2 files)")
@@ -151,7 +154,7 @@ class PartitionSpec(SpecModel):
 class StoreSpec(SpecModel):
     """The zarr store: a local folder or a URL (``s3://bucket/data.zarr``)."""
 
-    path: str
+    path: str = Field(min_length=1)
     overwrite: bool = False
     storage_options: _StorageOptions
 
@@ -159,7 +162,7 @@ class StoreSpec(SpecModel):
 class OutputSpec(SpecModel):
     """Where the trained model, metrics and plots go (a local directory)."""
 
-    model_dir: str
+    model_dir: str = Field(min_length=1)
     export: bool = True
 
     @field_validator("model_dir")
@@ -195,15 +198,45 @@ class WorkflowSpec(SpecModel):
         """Where the store is (a path or a URL, with its ``storage_options``)."""
         return as_location(self.store.path, self.store.storage_options)
 
-    def check(self) -> None:
+    def check(self, protect: Iterable[str | os.PathLike[str]] = ()) -> None:
         """What ``run`` would refuse before any work, beyond the schema (``validate`` says
         the same): the locations (:meth:`check_locations`), descriptors that cannot be
-        built (an unknown element or cutoff, a shift beyond the cutoff, …) and sections
-        that do not fit together (:meth:`check_sections`), as :class:`ConfigError` naming
-        the keys."""
+        built (an unknown element or cutoff, a shift beyond the cutoff, …), sections
+        that do not fit together (:meth:`check_sections`) and what is at the local paths
+        (:meth:`check_paths`; ``protect``: the workflow file), as :class:`ConfigError`
+        naming the keys."""
         self.check_locations()
         self.descriptors.build_checked("descriptors", data_units=self.dataset.units)
         self.check_sections()
+        self.check_paths(protect)
+
+    def check_paths(self, protect: Iterable[str | os.PathLike[str]] = ()) -> None:
+        """Refuse (:class:`ConfigError` naming the key) what ``run`` would find at the
+        local paths before featurizing or training: a dataset that is a folder, or missing
+        without ``generate``; a store path that is a file, a folder holding other files,
+        below a file, or an input (the dataset, ``protect``); a model directory that is
+        a file, someone else's folder, or the store's or ``init_from``'s. Only read, nothing written; URLs are left to
+        ``run`` (asking them needs their server)."""
+        from dparallel.store import refuse_foreign_target
+        from dparallel.train.model_dir import check_model_dir
+
+        dataset, store = self.dataset_location(), self.store_location().local
+        checks: list[tuple[str, Callable[[], object]]] = []
+        if dataset.local is not None and (self.dataset.generate is None or dataset.exists()):
+            checks.append(("dataset.path", lambda: _source_file(dataset)))
+        if store is not None:
+            inputs = [*protect, *([dataset.local] if dataset.local is not None else [])]
+            checks.append(
+                ("store.path", lambda: refuse_foreign_target(store, self.store.overwrite, inputs))
+            )
+        if self.training is not None and self.output is not None:
+            model_dir, source = self.output.model_dir, self.training.init_from
+            checks.append(("output.model_dir", lambda: check_model_dir(model_dir, store, source)))
+        for key, check in checks:
+            try:
+                check()
+            except DParallelError as exc:
+                raise ConfigError(f"{key}: {exc}") from None
 
     def check_sections(self) -> None:
         """Refuse (:class:`ConfigError`) what one section asks of another and that ``run``
@@ -259,6 +292,20 @@ class WorkflowSpec(SpecModel):
                     check_writable(location)
             except (LocationError, DParallelError) as exc:
                 raise ConfigError(f"{key}: {exc}") from None
+
+
+def _source_file(dataset: Location) -> None:
+    """:func:`~dparallel.io.source.check_source_file`, where a missing file says what
+    makes one."""
+    from dparallel.errors import SourceNotFoundError
+    from dparallel.io.source import check_source_file
+
+    try:
+        check_source_file(dataset)
+    except SourceNotFoundError as exc:
+        raise SourceNotFoundError(
+            f"{exc}: give an existing structure file, or a dataset.generate section to make it"
+        ) from None
 
 
 def parse_workflow(

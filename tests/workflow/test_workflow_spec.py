@@ -236,3 +236,68 @@ def test_the_training_config_knows_every_workflow_section() -> None:
     from dparallel.workflow.spec import WorkflowSpec
 
     assert set(WorkflowSpec.model_fields) - {"training"} == _WORKFLOW_SECTIONS
+
+
+@pytest.mark.parametrize(
+    ("overrides", "setup", "says"),
+    [
+        (["dataset.generate=null"], "", r"^dataset.path: input file not found: .*emt_cu.extxyz"
+         r": give an existing structure file, or a dataset.generate section"),
+        (["dataset.path=data"], "data/", r"^dataset.path: .*data is a folder, not a structure"),
+        (["store.path=data"], "data/x", r"^store.path: .*data exists and is not a dparallel "
+         r"store \(it holds x\)"),
+        (["store.path=data/emt_cu.extxyz"], "data/emt_cu.extxyz", r"^store.path: .*emt_cu"
+         r".extxyz is a file, not a dparallel store"),
+        (["store.path=w.yaml"], "w.yaml", r"^store.path: .*w.yaml is a file, not a dparallel"),
+        (["store.path=f/s.zarr"], "f", r"^store.path: refusing to write a store at .*f/s.zarr: "
+         r".*f is a file, not a folder"),
+        (["output.model_dir=f"], "f", r"^output.model_dir: refusing to write a model into f: "
+         r"it is a file, not a folder"),
+        (["output.model_dir=m"], "m/notes.txt", r"^output.model_dir: .* into m: it holds files "
+         r"dparallel did not write \(notes.txt\)"),
+        (["output.model_dir=runs"], "", r"^output.model_dir: refusing to write a model into "
+         r"runs: it holds .*store.zarr, which this run reads"),
+    ],
+)  # fmt: skip
+def test_validate_refuses_what_run_finds_at_the_paths(overrides, setup, says, tmp_path,
+                                                      monkeypatch):  # fmt: skip
+    """``validate`` said ok to each; ``run`` refused it (the model folder only after
+    featurizing): the one check both make reads the local paths (nothing is written)."""
+    from dparallel.workflow.spec import load_quickstart
+
+    monkeypatch.chdir(tmp_path)
+    _make(tmp_path, setup, "x\n")
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(ConfigError, match=says):
+        load_quickstart(overrides).check(protect=["w.yaml"])
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written
+
+
+def _make(root: Path, setup: str, text: str) -> None:
+    """A file at ``setup`` below ``root`` (a folder where it ends in /; none where empty)."""
+    if not setup:
+        return
+    target = (root / setup).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if setup.endswith("/"):
+        target.mkdir()
+    else:
+        target.write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "setup"),
+    [
+        ([], ""),  # generated on the first run
+        (["dataset.generate=null"], "data/emt_cu.extxyz"),
+        (["store.path=data"], "data/"),  # an empty folder
+        (["output.model_dir=m"], "m/.dparallel-model.json"),  # a folder of ours
+        (["store.path=s3://bucket/s.zarr", "output.model_dir=runs"], ""),  # URL: not a folder
+    ],
+)
+def test_paths_run_accepts_pass(overrides, setup, tmp_path, monkeypatch):
+    from dparallel.workflow.spec import load_quickstart
+
+    monkeypatch.chdir(tmp_path)
+    _make(tmp_path, setup, "{}\n")
+    load_quickstart(overrides).check_paths(protect=["w.yaml"])
