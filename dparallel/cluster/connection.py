@@ -199,15 +199,7 @@ def _security(tls: TLSSpec | None) -> Security | None:
     """A client-side :class:`distributed.security.Security` for the certificate files."""
     if tls is None:
         return None
-    files = [("ca_file", tls.ca_file), ("cert", tls.cert)]
-    if tls.key is not None:
-        files.append(("key", tls.key))
-    for name, path in files:
-        if not Path(path).is_file():
-            raise ClusterError(
-                f"cluster.tls.{name}: certificate file {str(path)!r} does not exist; "
-                "give the PEM files the scheduler's CA signed"
-            )
+    tls.check_files()
     return Security(
         tls_ca_file=str(tls.ca_file),
         tls_client_cert=str(tls.cert),

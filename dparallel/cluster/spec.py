@@ -24,6 +24,19 @@ class TLSSpec(SpecModel):
     cert: FromYaml[Path]  # this client's certificate (holding the key too when ``key`` is omitted)
     key: FromYaml[Path] | None = None  # this client's private key
 
+    def check_files(self) -> None:
+        """Raise :class:`~dparallel.errors.ClusterError` naming the first key whose file is
+        not there (read before a run connects, and by ``validate``)."""
+        from dparallel.errors import ClusterError
+
+        for name in ("ca_file", "cert", "key"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ClusterError(
+                    f"cluster.tls.{name}: certificate file {str(path)!r} does not exist; "
+                    "give the PEM files the scheduler's CA signed"
+                )
+
 
 class SlurmSpec(SpecModel):
     """Options for a SLURM cluster through dask-jobqueue (``pip install dparallel[slurm]``)."""

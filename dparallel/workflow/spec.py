@@ -215,7 +215,8 @@ class WorkflowSpec(SpecModel):
         local paths before featurizing or training: a dataset that is a folder, or missing
         without ``generate``; a store path that is a file, a folder holding other files,
         below a file, or an input (the dataset, ``protect``); a model directory that is
-        a file, someone else's folder, or the store's or ``init_from``'s. Only read, nothing written; URLs are left to
+        a file, someone else's folder, or the store's or ``init_from``'s; TLS files
+        (``cluster.tls``) that are not there. Only read, nothing written; URLs are left to
         ``run`` (asking them needs their server)."""
         from dparallel.store import refuse_foreign_target
         from dparallel.train.model_dir import check_model_dir
@@ -232,11 +233,14 @@ class WorkflowSpec(SpecModel):
         if self.training is not None and self.output is not None:
             model_dir, source = self.output.model_dir, self.training.init_from
             checks.append(("output.model_dir", lambda: check_model_dir(model_dir, store, source)))
+        tls = self.cluster.tls
+        if tls is not None and self.cluster.kind != "local":  # a local cluster has no TLS
+            checks.append(("", tls.check_files))  # its message names the key
         for key, check in checks:
             try:
                 check()
             except DParallelError as exc:
-                raise ConfigError(f"{key}: {exc}") from None
+                raise ConfigError(f"{key}: {exc}" if key else str(exc)) from None
 
     def check_sections(self) -> None:
         """Refuse (:class:`ConfigError`) what one section asks of another and that ``run``

@@ -238,6 +238,14 @@ def test_the_training_config_knows_every_workflow_section() -> None:
     assert set(WorkflowSpec.model_fields) - {"training"} == _WORKFLOW_SECTIONS
 
 
+#: A scheduler reached over TLS (its certificate files relative to the working directory).
+_TLS = [
+    "cluster.kind=address",
+    "cluster.address=tls://127.0.0.1:1",
+    "cluster.tls={ca_file: ca.pem, cert: c.pem}",
+]
+
+
 @pytest.mark.parametrize(
     ("overrides", "setup", "says"),
     [
@@ -257,6 +265,7 @@ def test_the_training_config_knows_every_workflow_section() -> None:
          r"dparallel did not write \(notes.txt\)"),
         (["output.model_dir=runs"], "", r"^output.model_dir: refusing to write a model into "
          r"runs: it holds .*store.zarr, which this run reads"),
+        (_TLS, "ca.pem", r"^cluster.tls.cert: certificate file 'c.pem' does not exist"),
     ],
 )  # fmt: skip
 def test_validate_refuses_what_run_finds_at_the_paths(overrides, setup, says, tmp_path,
@@ -293,6 +302,7 @@ def _make(root: Path, setup: str, text: str) -> None:
         (["store.path=data"], "data/"),  # an empty folder
         (["output.model_dir=m"], "m/.dparallel-model.json"),  # a folder of ours
         (["store.path=s3://bucket/s.zarr", "output.model_dir=runs"], ""),  # URL: not a folder
+        (["cluster.tls={ca_file: ca.pem, cert: c.pem}"], ""),  # a local cluster: no TLS
     ],
 )
 def test_paths_run_accepts_pass(overrides, setup, tmp_path, monkeypatch):
