@@ -22,7 +22,6 @@ import logging
 import os
 import threading
 from concurrent.futures import Future
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dask.system import CPU_COUNT
