@@ -24,6 +24,7 @@ __all__ = [
     "DEVICE_PATTERN",
     "ENV_CACHE_DIR",
     "TOP_LEVEL",
+    "UNKNOWN_KEY",
     "apply_overrides",
     "cache_dir",
     "check_device",
@@ -199,18 +200,27 @@ def section(data: Any, name: str, source: str) -> dict[str, Any]:
 
 
 def describe_validation_error(
-    exc: ValidationError, overrides: Iterable[str] = (), root: str | None = None
+    exc: ValidationError,
+    overrides: Iterable[str] = (),
+    root: str | None = None,
+    schema: Mapping[str, Any] | None = None,
 ) -> str:
     """One indented line per problem: the key path and what is wrong; a value that came
     from ``--set`` (``overrides``, keys below ``root`` as :func:`apply_overrides` reads
-    them) is named as the user wrote it (:func:`named_overrides`)."""
+    them) is named as the user wrote it (:func:`named_overrides`). An unknown key
+    (:data:`UNKNOWN_KEY`) gets the closest known one of its section in the JSON
+    ``schema`` (``did you mean 'training'?``)."""
     problems: dict[str, list[str]] = {}  # key path → what is wrong (each member of a union)
     shown: dict[str, str] = {}  # key path → the scalar given, where its type is wrong
+    unknown: set[str] = set()  # key paths of unknown keys
     for err in exc.errors():
-        named = err["type"] in ("extra_forbidden", "missing")  # a key, whatever its name
+        named = err["type"] in (*UNKNOWN_KEY, "missing")  # a key, whatever its name
         key = ".".join(str(p) for p in err["loc"] if named or not _UNION_MEMBER.match(str(p)))
         key = key or TOP_LEVEL
         msg = err["msg"].removeprefix("Input should be " if key in problems else "")
+        if err["type"] in UNKNOWN_KEY:
+            unknown.add(key)
+            msg += _closest_key(schema, err["loc"]) if schema is not None and err["loc"] else ""
         problems.setdefault(key, []).append(msg)
         got = err["input"]
         if err["type"].endswith("_type") and isinstance(got, bool | int | float | str):
@@ -219,7 +229,8 @@ def describe_validation_error(
     for where, msgs in problems.items():
         text = " or ".join(msgs)
         origin = "".join(
-            f" (--set {item})" for item in named_overrides(where, text, overrides, root)
+            f" (--set {item})"
+            for item in named_overrides(where, text, overrides, root, below=where in unknown)
         )
         lines.append(f"  {where}: {text}{shown.get(where, '')}{origin}")
     return "\n".join(lines)
@@ -228,16 +239,48 @@ def describe_validation_error(
 #: The key path of a problem with the whole document (a check across sections).
 TOP_LEVEL = "(top level)"
 
+#: Validation error types that mean "no such key here" (a misspelling, most often).
+UNKNOWN_KEY = ("extra_forbidden", "unknown_key")
+
+
+def _expand(nodes: list[Mapping[str, Any]], schema: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``nodes`` of a JSON ``schema`` and what each stands for: its ``$ref`` (a ``$defs``
+    entry) and the members of its unions."""
+    defs, out, todo = schema.get("$defs", {}), [], list(nodes)
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        ref = str(node.get("$ref", "")).rpartition("/")[2]
+        todo += [defs[ref]] if ref in defs else []
+        todo += [*node.get("anyOf", []), *node.get("oneOf", []), *node.get("allOf", [])]
+    return out
+
+
+def _closest_key(schema: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
+    """``"; did you mean 'KEY'?"`` for the unknown key at ``loc``: the closest key of its
+    section in the JSON ``schema``, or ``""``."""
+    import difflib
+
+    nodes = [schema]
+    for part in loc[:-1]:
+        nodes = [
+            n["properties"][part] for n in _expand(nodes, schema) if part in n.get("properties", {})
+        ]
+    names = sorted({name for n in _expand(nodes, schema) for name in n.get("properties", {})})
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
 
 def named_overrides(
-    where: str, text: str, overrides: Iterable[str], root: str | None = None
+    where: str, text: str, overrides: Iterable[str], root: str | None = None, below: bool = False
 ) -> list[str]:
     """The ``--set`` items behind a problem at key path ``where`` (:data:`TOP_LEVEL`: the
     whole document) that ``text`` describes: the last item that gave ``where`` or a key
     above it; else every item below ``where`` whose key ``text`` names, whole (its dotted
     path or its last part, not a part of a longer key: ``descriptor`` is not named by
     ``descriptor_source``, ``dataset.path`` not by ``store.path``). Keys below ``root``
-    may be written without it, as :func:`apply_overrides` reads them. The one rule for
+    may be written without it, as :func:`apply_overrides` reads them; ``below``: every
+    item below ``where`` (an unknown key: whatever was set under it). The one rule for
     schema errors (:func:`describe_validation_error`) and a workflow's checks."""
     given: dict[str, str] = {}  # dotted key → the item, the last one winning
     for item in overrides:
@@ -246,7 +289,8 @@ def named_overrides(
             parts = parts[1:]
         given[".".join(parts)] = item
     said = [k for k in given if where == k or where.startswith(k + ".")]
-    said = said[-1:] or [k for k in given if _named_below(k, where, text)]
+    under = [k for k in given if below and k.startswith(where + ".")]
+    said = said[-1:] or under or [k for k in given if _named_below(k, where, text)]
     return [given[k] for k in said]
 
 

@@ -76,6 +76,8 @@ def test_train_config_accepts_a_workflow_file_and_a_plain_file(tmp_path):
         parse_training_spec(no_training)
     with pytest.raises(ConfigError, match=r"epochz: Extra inputs"):
         parse_training_spec(QUICKSTART, ["training.epochz=1"])
+    with pytest.raises(ConfigError, match=r"  epoch: .*; did you mean 'epochs'\? \(--set epoch=1"):
+        parse_training_spec(QUICKSTART, ["epoch=1"])  # the closest key, as a workflow's
 
 
 def test_train_command_reads_the_training_section_of_a_workflow(tmp_path, capsys):
@@ -247,7 +249,7 @@ def test_an_unknown_key_is_named_whatever_it_looks_like():
     with pytest.raises(ConfigError) as info:
         parse_training_spec({"Epochs": 3, "int": 1, "hidden": "x"})
     assert sorted(str(info.value).splitlines()[1:]) == [
-        "  Epochs: Extra inputs are not permitted",
+        "  Epochs: Extra inputs are not permitted; did you mean 'epochs'?",
         "  hidden: Input should be a valid tuple, got 'x'",
         "  int: Extra inputs are not permitted",
     ]

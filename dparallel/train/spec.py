@@ -276,7 +276,6 @@ def parse_training_spec(
     try:
         return TrainingSpec(**data)
     except ValidationError as exc:
-        raise ConfigError(
-            f"{where}: invalid training config:\n"
-            f"{describe_validation_error(exc, overrides, root='training')}"
-        ) from None
+        schema = TrainingSpec.model_json_schema()
+        said = describe_validation_error(exc, overrides, "training", schema)
+        raise ConfigError(f"{where}: invalid training config:\n{said}") from None

@@ -73,7 +73,7 @@ class DescriptorsSpec(SpecModel):
             try:
                 model = descriptor_kind(key).spec()
             except DescriptorError as exc:
-                problem = PydanticCustomError("descriptor_type", "{why}", {"why": str(exc)})
+                problem = PydanticCustomError("unknown_key", "{why}", {"why": str(exc)})
                 errors.append(InitErrorDetails(type=problem, loc=(key,), input=value))
                 continue
             try:

@@ -326,7 +326,8 @@ def parse_workflow(
         return WorkflowSpec.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(
-            f"{source}: invalid workflow:\n{describe_validation_error(exc, overrides)}"
+            f"{source}: invalid workflow:\n"
+            f"{describe_validation_error(exc, overrides, schema=workflow_schema())}"
         ) from None
 
 

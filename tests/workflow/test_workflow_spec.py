@@ -149,6 +149,32 @@ def test_quickstart_uses_the_tuned_defaults():
 
 
 @pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        (["traning.epochs=3"], "  traning: Extra inputs are not permitted; did you mean "
+         "'training'? (--set traning.epochs=3)"),
+        (["training.hiden=[4]"], "; did you mean 'hidden'? (--set training.hiden=[4])"),
+        (["descriptors.acsf.r_cutt=4"], "descriptors.acsf.r_cutt: Extra inputs are not "
+         "permitted; did you mean 'r_cut'?"),
+        (["descriptors.acsf={n2p2: x.nn, unit: ase}"], "acsf.unit: Extra inputs are not "
+         "permitted; did you mean 'units'?"),
+        (["descriptors.derivative=true"], "descriptors.derivative: unknown descriptor type "
+         "'derivative'; registered: 'acsf', 'neighbor_sum'; did you mean 'derivatives'?"),
+        (["cluster.slurm.queu=x"], "cluster.slurm.queu: Extra inputs are not permitted; did "
+         "you mean 'queue'?"),
+        (["dataset.generate.n_structure=3"], "did you mean 'n_structures'?"),
+        (["zzz=1"], "  zzz: Extra inputs are not permitted (--set zzz=1)"),  # nothing close
+    ],
+)  # fmt: skip
+def test_a_misspelt_key_gets_the_closest_known_one(change, line):
+    """Unknown keys said only "Extra inputs are not permitted" (a misspelt descriptors key
+    was an unknown descriptor type), and an unknown section named no --set."""
+    with pytest.raises(ConfigError) as info:
+        parse_workflow(_quickstart(), change, source="quick.yaml")
+    assert line in str(info.value)
+
+
+@pytest.mark.parametrize(
     ("override", "says"),
     [
         ("dataset.units=bohr", "dataset.units: .*unknown units 'bohr'; expected one of"),
