@@ -23,7 +23,9 @@ class ACSFSpec(SpecModel):
     """ACSF: either uniform parameters for every element pair, or an n2p2 ``input.nn``."""
 
     n2p2: str | None = Field(
-        None, description="path of an n2p2 input.nn (relative to the working directory)"
+        None,
+        min_length=1,
+        description="path of an n2p2 input.nn (relative to the working directory)",
     )
     units: str | None = Field(
         None,

@@ -21,8 +21,10 @@ _INT = re.compile(r"[+-]?\d+", re.ASCII)
 def text_lines(path: Path, what: str) -> list[str]:
     """The lines of ``path``, an n2p2 ``what`` file, as n2p2's ``getline`` gives them (split
     at ``\\n`` only: a Windows line end leaves its ``\\r``): :class:`SourceNotFoundError` if
-    there is none, :class:`InputFormatError` naming the line if it holds NUL bytes (binary)
-    or bytes that are not UTF-8."""
+    there is none, :class:`InputFormatError` for a folder, or naming the line if it holds NUL
+    bytes (binary) or bytes that are not UTF-8."""
+    if path.is_dir():
+        raise InputFormatError(f"a folder, not an n2p2 {what} file", path=path)
     if not path.is_file():
         raise SourceNotFoundError(f"n2p2 {what} file not found: {path}")
     data = path.read_bytes()

@@ -127,22 +127,25 @@ class DescriptorsSpec(SpecModel):
     def build(self, data_units: str = "ase") -> DescriptorSet:
         """The :class:`DescriptorSet` (relative paths are taken from the working directory;
         ``data_units``: the dataset's units, which an n2p2 input.nn's lengths follow)."""
-        context = BuildContext(data_units, {"n2p2_input_nn": acsf_from_input_nn})
-        return DescriptorSet(
-            {name: section.build(context) for name, section in self.sections().items()},
-            derivatives=self.derivatives,
-            dtype=self.dtype,
-        )
+        return self.build_checked(None, data_units)
 
-    def build_checked(self, where: str, data_units: str = "ase") -> DescriptorSet:
+    def build_checked(self, where: str | None, data_units: str = "ase") -> DescriptorSet:
         """:meth:`build`, where what cannot be built (an unknown element or cutoff, a shift
-        beyond the cutoff, …) is one :class:`ConfigError` after ``where``."""
-        try:
-            return self.build(data_units=data_units)
-        except ConfigError:
-            raise
-        except DParallelError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
+        beyond the cutoff, an input.nn not there, …) is one :class:`ConfigError` naming
+        the section below the key path ``where`` (``descriptors.acsf: …``); ``None``: the
+        error as raised."""
+        context = BuildContext(data_units, {"n2p2_input_nn": acsf_from_input_nn})
+        built = {}
+        for name, section in self.sections().items():
+            try:
+                built[name] = section.build(context)
+            except ConfigError:
+                raise
+            except DParallelError as exc:
+                if where is None:
+                    raise
+                raise ConfigError(f"{where + '.' if where else ''}{name}: {exc}") from None
+        return DescriptorSet(built, derivatives=self.derivatives, dtype=self.dtype)
 
 
 def load_descriptors(
@@ -180,4 +183,7 @@ def load_descriptors(
         raise ConfigError(
             f"{path}: invalid descriptors:\n{describe_validation_error(exc)}"
         ) from None
-    return spec.build_checked(f"{path}: invalid descriptors", data_units=data_units)
+    try:
+        return spec.build_checked("", data_units=data_units)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: invalid descriptors: {exc}") from None

@@ -48,6 +48,7 @@ def test_every_shipped_workflow_validates():
         ),
         (["dataset.on_error=ignore"], "dataset.on_error: Input should be 'raise' or 'skip'"),
         (["dataset.energy_key=''"], "dataset.energy_key: String should have at least 1"),
+        (["descriptors.acsf={n2p2: ''}"], "descriptors.acsf.n2p2: String should have at least"),
         (
             ["dataset.format=runner", "dataset.forces_key=f", "dataset.generate=null"],
             "dataset: Value error, forces_key cannot be given for format 'runner'",
@@ -179,16 +180,32 @@ def test_a_misspelt_key_gets_the_closest_known_one(change, line):
     [
         ("dataset.units=bohr", "dataset.units: .*unknown units 'bohr'; expected one of"),
         ("dataset.format=xyzz", "dataset.format: .*'xyzz' is neither"),
-        ("descriptors.acsf.cutoff=cosine", "descriptors: unknown cutoff 'cosine'"),
-        ("descriptors.acsf.elements=[Cux]", "descriptors: elements must be"),
-        ("descriptors.acsf.radial=[[0.1, 9.0]]", "descriptors: .*beyond the cutoff"),
+        ("descriptors.acsf.cutoff=cosine", "descriptors.acsf: unknown cutoff 'cosine'"),
+        ("descriptors.acsf.elements=[Cux]", "descriptors.acsf: elements must be"),
+        ("descriptors.acsf.radial=[[0.1, 9.0]]", "descriptors.acsf: .*beyond the cutoff"),
+        (
+            "descriptors.acsf={n2p2: runs}",
+            r"^descriptors.acsf: .*runs: a folder, not an n2p2 "
+            r"input.nn file",
+        ),
+        (
+            "descriptors.acsf={n2p2: missing.nn}",
+            r"^descriptors.acsf: n2p2 input.nn file not "
+            r"found: .*missing.nn",
+        ),
+        (
+            "descriptors.neighbor_sum={elements: [Cu], r_cut: 3.0, r_min: 4.0}",
+            r"^descriptors.neighbor_sum: need 0 < r_min",
+        ),
     ],
 )
-def test_validate_refuses_what_run_refuses(override, says):
+def test_validate_refuses_what_run_refuses(override, says, tmp_path, monkeypatch):
     """``validate`` said ok to these and ``run`` then refused them: one check for both."""
     from dparallel.errors import ConfigError
     from dparallel.workflow.spec import load_quickstart
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
     with pytest.raises(ConfigError, match=says):
         load_quickstart([override]).check()
 
@@ -199,7 +216,7 @@ def test_a_descriptors_file_that_cannot_be_built_is_named(tmp_path):
 
     path = tmp_path / "d.yaml"
     path.write_text("acsf: {elements: [Cux], r_cut: 4.0, radial: [[0.5, 0.0]]}\n")
-    with pytest.raises(ConfigError, match=rf"^{path}: invalid descriptors: elements must be"):
+    with pytest.raises(ConfigError, match=rf"^{path}: invalid descriptors: acsf: elements must be"):
         load_descriptors(path)
 
 
