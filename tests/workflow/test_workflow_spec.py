@@ -354,3 +354,14 @@ def test_paths_run_accepts_pass(overrides, setup, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _make(tmp_path, setup, "{}\n")
     load_quickstart(overrides).check_paths(protect=["w.yaml"])
+
+
+def test_validate_protects_the_workflow_file_as_run_does(tmp_path, monkeypatch, capsys):
+    """``validate`` judges the store path with the workflow file as an input of the run."""
+    monkeypatch.chdir(tmp_path)
+    data = _quickstart()
+    data["store"].update(path="w.yaml", overwrite=True)
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(data))
+    assert main(["validate", "w.yaml"]) == 2
+    said = capsys.readouterr().err.replace(f"{tmp_path}/", "")
+    assert "w.yaml: store.path: refusing to replace w.yaml: it is or holds w.yaml, which" in said
