@@ -211,7 +211,7 @@ def run_workflow(
             else:
                 result.stages["train"] = untrained
     if spec.descriptors.acsf is not None:
-        scaling = _write_scaling(store_path, statistics)
+        scaling = _write_scaling(store_path, spec.scaling_location(), statistics)
         result.files["scaling.data"] = str(
             shown.with_suffix(".scaling.data") if isinstance(shown, Path) else scaling
         )
@@ -280,13 +280,12 @@ def _identity(store: Location) -> dict[str, Any]:
     return store_identity(open_store(store))
 
 
-def _write_scaling(store: Location, statistics: Any) -> Location:
-    """n2p2 ``scaling.data`` beside the store (``store.zarr`` → ``store.scaling.data``),
+def _write_scaling(store: Location, scaling: Location, statistics: Any) -> Location:
+    """n2p2 ``scaling.data`` at ``scaling`` (:meth:`WorkflowSpec.scaling_location`),
     unless it is there and the store was not featurized now; uploaded for a URL."""
     from dparallel.store import open_store
     from dparallel.workflow.featurize import write_scaling_data
 
-    scaling = store.sibling(Path(store.name).with_suffix(".scaling.data").name)
     if statistics is None and scaling.exists():
         return scaling
     write_scaling_data(open_store(store), scaling, statistics=statistics)

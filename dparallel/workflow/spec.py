@@ -198,6 +198,12 @@ class WorkflowSpec(SpecModel):
         """Where the store is (a path or a URL, with its ``storage_options``)."""
         return as_location(self.store.path, self.store.storage_options)
 
+    def scaling_location(self) -> Location:
+        """Where ``run`` writes n2p2's ``scaling.data``: beside the store
+        (``store.zarr`` → ``store.scaling.data``)."""
+        store = self.store_location()
+        return store.sibling(Path(store.name).with_suffix(".scaling.data").name)
+
     def check(self, protect: Iterable[str | os.PathLike[str]] = ()) -> None:
         """What ``run`` would refuse before any work, beyond the schema (``validate`` says
         the same): the locations (:meth:`check_locations`), descriptors that cannot be
@@ -212,24 +218,32 @@ class WorkflowSpec(SpecModel):
 
     def check_paths(self, protect: Iterable[str | os.PathLike[str]] = ()) -> None:
         """Refuse (:class:`ConfigError` naming the key) what ``run`` would find at the
-        local paths before featurizing or training: a dataset that is a folder, or missing
-        without ``generate``; a store path that is a file, a folder holding other files,
-        below a file, or an input (the dataset, ``protect``); a model directory that is
-        a file, someone else's folder, or the store's or ``init_from``'s; TLS files
-        (``cluster.tls``) that are not there. Only read, nothing written; URLs are left to
-        ``run`` (asking them needs their server)."""
+        local paths before featurizing or training: a dataset that is a folder, missing
+        without ``generate``, or below a file; a store path that is a file, a folder
+        holding other files, below a file, or an input (the dataset, ``protect``), and
+        a folder or another file at its ``scaling.data`` (:meth:`scaling_location`); a
+        model directory that is a file, someone else's folder, or the store's or
+        ``init_from``'s; TLS files (``cluster.tls``) that are not there. Only read,
+        nothing written; URLs are left to ``run`` (asking them needs their server)."""
+        from dparallel._files import file_in_the_way
         from dparallel.store import refuse_foreign_target
         from dparallel.train.model_dir import check_model_dir
+        from dparallel.workflow.featurize import refuse_scaling_target
 
         dataset, store = self.dataset_location(), self.store_location().local
         checks: list[tuple[str, Callable[[], object]]] = []
         if dataset.local is not None and (self.dataset.generate is None or dataset.exists()):
             checks.append(("dataset.path", lambda: _source_file(dataset)))
+        elif dataset.local is not None and (above := file_in_the_way(dataset.local)) is not None:
+            checks.append(("dataset.path", lambda: _below_file(above, "generate cannot write")))
         if store is not None:
             inputs = [*protect, *([dataset.local] if dataset.local is not None else [])]
             checks.append(
                 ("store.path", lambda: refuse_foreign_target(store, self.store.overwrite, inputs))
             )
+            scaling = self.scaling_location()
+            if self.descriptors.acsf is not None and store.parent.is_dir():  # else made by run
+                checks.append(("store.path", lambda: refuse_scaling_target(scaling, store)))
         if self.training is not None and self.output is not None:
             model_dir, source = self.output.model_dir, self.training.init_from
             checks.append(("output.model_dir", lambda: check_model_dir(model_dir, store, source)))
@@ -296,6 +310,12 @@ class WorkflowSpec(SpecModel):
                     check_writable(location)
             except (LocationError, DParallelError) as exc:
                 raise ConfigError(f"{key}: {exc}") from None
+
+
+def _below_file(above: Path, who: str) -> None:
+    from dparallel.errors import UnsafePathError
+
+    raise UnsafePathError(f"{above} is a file, not a folder: {who} below it; choose another path")
 
 
 def _source_file(dataset: Location) -> None:

@@ -309,6 +309,12 @@ _TLS = [
         (["output.model_dir=runs"], "", r"^output.model_dir: refusing to write a model into "
          r"runs: it holds .*store.zarr, which this run reads"),
         (_TLS, "ca.pem", r"^cluster.tls.cert: certificate file 'c.pem' does not exist"),
+        (["dataset.path=f/cu.extxyz"], "f", r"^dataset.path: .*f is a file, not a folder: "
+         r"generate cannot write below it"),
+        ([], "runs/quickstart/store.scaling.data/", r"^store.path: refusing to write scaling "
+         r"data at .*store.scaling.data: it is a folder"),
+        ([], "runs/quickstart/store.scaling.data", r"^store.path: refusing to write scaling "
+         r"data at .*store.scaling.data: it holds something else than scaling data"),
     ],
 )  # fmt: skip
 def test_validate_refuses_what_run_finds_at_the_paths(overrides, setup, says, tmp_path,
@@ -346,6 +352,14 @@ def _make(root: Path, setup: str, text: str) -> None:
         (["output.model_dir=m"], "m/.dparallel-model.json"),  # a folder of ours
         (["store.path=s3://bucket/s.zarr", "output.model_dir=runs"], ""),  # URL: not a folder
         (["cluster.tls={ca_file: ca.pem, cert: c.pem}"], ""),  # a local cluster: no TLS
+        (
+            [
+                "descriptors.acsf=null",
+                "descriptors.neighbor_sum={elements: [Cu]}",
+                "training.descriptor=neighbor_sum",
+            ],
+            "runs/quickstart/store.scaling.data/",
+        ),  # unused
     ],
 )
 def test_paths_run_accepts_pass(overrides, setup, tmp_path, monkeypatch):
