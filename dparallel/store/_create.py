@@ -107,19 +107,22 @@ def _current_keys(config: Any) -> Any:
 
 
 def _differences(
-    meta: Mapping[str, Any], fingerprint: Mapping[str, Any], config: Any, plan: Plan | None
+    meta: Mapping[str, Any], fingerprint: Mapping[str, Any] | None, config: Any, plan: Plan | None
 ) -> list[str]:
     """Why a store's attributes do not belong to this source, config and plan (empty: they do).
 
     ``plan=None`` (partitioning derived, not given): any partitioning of this source and
     config matches, so neither the plan nor ``ingest.partition_atoms`` is compared.
+    ``fingerprint=None`` (the source not read): only the sections ``config`` gives are.
     """
     diffs = []
     old_config = _current_keys(meta.get("config"))
-    if plan is None:
+    if fingerprint is None and isinstance(old_config, dict):
+        old_config = {key: old_config.get(key) for key in config}
+    elif plan is None:
         old_config, config = _without_partitioning(old_config), _without_partitioning(config)
     source = meta.get("source", {})
-    if _identity(source) != _identity(fingerprint):
+    if fingerprint is not None and _identity(source) != _identity(fingerprint):
         fields = ", ".join(_changed_keys(_identity(source), _identity(fingerprint)))
         diffs.append(
             f"source {source.get('path')} ≠ {fingerprint.get('path')} (content differs: {fields})"
@@ -181,7 +184,7 @@ class StoreStatus:
 def store_status(
     path: StoreTarget,
     *,
-    source_fingerprint: Mapping[str, Any],
+    source_fingerprint: Mapping[str, Any] | None,
     config: Mapping[str, Any],
     plan: Plan | None,
 ) -> StoreStatus:
@@ -192,6 +195,8 @@ def store_status(
     skips featurization only if it is :attr:`~StoreStatus.current`. ``plan=None``: the
     run derives its partitioning (from the data and its workers), so a store of any
     partitioning matches; ``ingest.partition_atoms`` is then not compared either.
+    ``source_fingerprint=None``: what is known before the source is read (the sections
+    ``config`` gives: ``{"features": …}``, no source, no plan).
     """
     target = store_folder(path)
     if target is None:
@@ -213,11 +218,12 @@ def store_status(
 
 
 def status_of(
-    where: Any, store: Store, fingerprint: Mapping[str, Any], config: Any, plan: Plan | None
+    where: Any, store: Store, fingerprint: Mapping[str, Any] | None, config: Any, plan: Plan | None
 ) -> StoreStatus:
     """The status of an opened dparallel ``store`` of this format at ``where``."""
     meta = store.attrs
-    diffs = _differences(meta, _jsonable(fingerprint), _jsonable(config), plan)
+    given = None if fingerprint is None else _jsonable(fingerprint)
+    diffs = _differences(meta, given, _jsonable(config), plan)
     return StoreStatus(
         where,
         "store",

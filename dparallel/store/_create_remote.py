@@ -48,7 +48,7 @@ _LAYOUT = {"zarr.json", "structures", "partitions", "parts", "atoms"}
 
 
 def remote_status(
-    url: Location, fingerprint: Mapping[str, Any], config: Any, plan: Plan | None
+    url: Location, fingerprint: Mapping[str, Any] | None, config: Any, plan: Plan | None
 ) -> StoreStatus:
     """:func:`~dparallel.store.store_status` for a store at a URL."""
     where: Any = url

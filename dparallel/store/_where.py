@@ -45,7 +45,7 @@ __all__ = [
 def store_status(
     path: StoreTarget,
     *,
-    source_fingerprint: Mapping[str, Any],
+    source_fingerprint: Mapping[str, Any] | None,
     config: Mapping[str, Any],
     plan: Plan | None,
 ) -> StoreStatus:

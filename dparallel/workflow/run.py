@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dparallel.workflow.run_dirs import choose_model_dir
+from dparallel.workflow.spec import OVERWRITE_SETTING
 
 if TYPE_CHECKING:
     import os
@@ -105,7 +106,7 @@ def _dataset(spec: WorkflowSpec, say: Callable[[str], None]) -> tuple[Location, 
 
 #: How featurize's messages name its options in a workflow (run has no --overwrite flag).
 _OPTION_NAMES = {
-    "overwrite": "--set store.overwrite=true (store.overwrite: true in the workflow)",
+    "overwrite": OVERWRITE_SETTING,
     "partition_atoms": "partitioning.atoms",
     "memory_limit": "cluster.memory_limit",
 }

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import os
 
 __all__ = [
+    "OVERWRITE_SETTING",
     "QUICKSTART",
     "DatasetSpec",
     "GenerateSpec",
@@ -52,6 +53,10 @@ _StorageOptions = Annotated[
         "best from the environment (AWS_*) of every process",
     ),
 ]
+
+
+#: How a message asks to replace a store in a workflow (run has no --overwrite flag).
+OVERWRITE_SETTING = "--set store.overwrite=true (store.overwrite: true in the workflow)"
 
 
 class GenerateSpec(SpecModel):
@@ -224,7 +229,9 @@ class WorkflowSpec(SpecModel):
         a folder or another file at its ``scaling.data`` (:meth:`scaling_location`); a
         model directory that is a file, someone else's folder, or the store's or
         ``init_from``'s; TLS files (``cluster.tls``) that are not there. Only read,
-        nothing written; URLs are left to ``run`` (asking them needs their server)."""
+        nothing written; URLs are left to ``run`` (asking them needs their server). A
+        store made with other descriptors is refused unless ``store.overwrite`` (the
+        dataset is not read: ``run`` compares it)."""
         from dparallel._files import file_in_the_way
         from dparallel.store import refuse_foreign_target
         from dparallel.train.model_dir import check_model_dir
@@ -241,6 +248,8 @@ class WorkflowSpec(SpecModel):
             checks.append(
                 ("store.path", lambda: refuse_foreign_target(store, self.store.overwrite, inputs))
             )
+            if not self.store.overwrite:
+                checks.append(("store.path", lambda: self._store_of_these_descriptors(store)))
             scaling = self.scaling_location()
             if self.descriptors.acsf is not None and store.parent.is_dir():  # else made by run
                 checks.append(("store.path", lambda: refuse_scaling_target(scaling, store)))
@@ -291,6 +300,19 @@ class WorkflowSpec(SpecModel):
                     f"{'' if model_dir == store else 'inside '}store.path ({self.store.path}): "
                     "choose a folder outside the store"
                 )
+
+    def _store_of_these_descriptors(self, store: Path) -> None:
+        """Raise what featurize raises for a store at ``store`` made with other descriptors
+        (or of another format) unless ``store.overwrite``: compared without the dataset
+        (:func:`~dparallel.store.store_status` of the ``features`` alone)."""
+        from dparallel.store import store_status
+
+        features = self.descriptors.build(data_units=self.dataset.units).to_dict()
+        status = store_status(
+            store, source_fingerprint=None, config={"features": features}, plan=None
+        )
+        if status.kind in ("store", "other_format") and not status.matches:
+            raise status.mismatch_error().naming(OVERWRITE_SETTING)
 
     def check_locations(self) -> None:
         """Refuse (:class:`ConfigError`) a URL whose client is not installed, and a store

@@ -102,3 +102,35 @@ def test_run_refuses_another_config_naming_its_own_overwrite_key(tmp_path):
         prepare_featurize(
             data, changed.store.path, descriptors, FeaturizeOptions(partition_atoms=150)
         )
+
+
+def test_validate_refuses_a_store_of_other_descriptors_as_run_does(tmp_path):
+    """``validate`` said ok to a workflow whose store was made with other descriptors;
+    ``run`` refused it (after starting its cluster). The check compares the recorded
+    descriptors alone (the dataset unread), and ``store.overwrite`` lifts it."""
+    import json
+
+    import pytest
+
+    from dparallel.errors import ConfigError
+    from dparallel.workflow.run import _featurize_options
+
+    data = tmp_path / "cu.xyz"
+    write_emt_cu(data, n_structures=4, seed=1)
+    sets = [f"dataset.path={data}", f"store.path={tmp_path / 's.zarr'}", "dataset.generate=null",
+            "training=null", "output=null"]  # fmt: skip
+    spec = load_quickstart(sets)
+    featurize_in_process(data, spec.store.path, spec.descriptors.build(), _featurize_options(spec))
+    spec.check()  # the same descriptors
+    # how the dataset is read and partitioned: compared by run, which reads the dataset
+    load_quickstart([*sets, "partitioning.atoms=100", "dataset.on_error=skip"]).check()
+    for change in ("descriptors.acsf.r_cut=4.5", "descriptors.dtype=float32"):
+        with pytest.raises(ConfigError, match=r"^store.path: .*s.zarr was made from another "
+                           r"source or config: config differs in features.* Pass --set "
+                           r"store.overwrite=true"):  # fmt: skip
+            load_quickstart([*sets, change]).check()
+        load_quickstart([*sets, change, "store.overwrite=true"]).check()
+    meta = tmp_path / "s.zarr" / "zarr.json"  # written before ACSF's key was "type"
+    meta.write_text(meta.read_text().replace('"type": "acsf"', '"kind": "acsf"'))
+    assert '"kind": "acsf"' in json.dumps(json.loads(meta.read_text()))
+    spec.check()
