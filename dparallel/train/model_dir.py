@@ -120,9 +120,7 @@ def _describe(identity: dict[str, Any] | None) -> str:
     return f"identity {identity.get('identity')}, created {identity.get('created')}"
 
 
-def _judge(
-    how: Callable[..., bool], path: Path, protect: list[str | os.PathLike[str]]
-) -> bool:
+def _judge(how: Callable[..., bool], path: Path, protect: list[str | os.PathLike[str]]) -> bool:
     """``how`` (:func:`claim_directory` or :func:`check_claimable`) applied to a model
     folder: our marker, earlier dparallel's model folders adopted, the run's inputs
     ``protect`` (the local store folder, ``init_from``'s model) protected."""

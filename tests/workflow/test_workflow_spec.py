@@ -308,6 +308,9 @@ _TLS = [
          r"dparallel did not write \(notes.txt\)"),
         (["output.model_dir=runs"], "", r"^output.model_dir: refusing to write a model into "
          r"runs: it holds .*store.zarr, which this run reads"),
+        (["training.init_from=src", "output.model_dir=src/m"], "src/model.pt",
+         r"^output.model_dir: refusing to write a model into src/m: it lies inside .*src, "
+         r"which this run reads"),  # the model init_from starts from
         (_TLS, "ca.pem", r"^cluster.tls.cert: certificate file 'c.pem' does not exist"),
         (["dataset.path=f/cu.extxyz"], "f", r"^dataset.path: .*f is a file, not a folder: "
          r"generate cannot write below it"),
