@@ -49,8 +49,8 @@ _StorageOptions = Annotated[
     Field(
         default_factory=dict,
         description="options for a URL (on s3://, s3fs's names: {endpoint_url: ...}, "
-        "{profile: ...}); credentials "
-        "best from the environment (AWS_*) of every process",
+        "{profile: ...}; on az://, adlfs's: {account_name: ...}); credentials best from "
+        "the environment (AWS_*, AZURE_*) of every process",
     ),
 ]
 
