@@ -82,6 +82,10 @@ def azurite() -> str | None:
     return os.environ.get("DPARALLEL_AZURITE") or shutil.which("azurite-blob")
 
 
+#: The URL scheme of each kind of server.
+SCHEMES = {"moto": "s3", "seaweedfs": "s3", "azurite": "az"}
+#: What a client needs to reach Azurite at ``AZURITE_BLOB_STORAGE_URL`` (obstore's names).
+AZURE_ENV = {"AZURE_STORAGE_USE_EMULATOR": "true"}
 #: Azurite's one account and its key, the same for every Azurite (Microsoft's docs).
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = (
@@ -89,15 +93,19 @@ AZURITE_KEY = (
 )
 
 
-def start_azurite(data: Path, log: Path, timeout: float = 60) -> tuple[subprocess.Popen, str]:
-    """Azurite's blob server (its objects in ``data``, an existing folder; no telemetry);
-    the process and its endpoint (``AZURITE_BLOB_STORAGE_URL``)."""
+def start_azurite(
+    data: Path, log: Path, timeout: float = 60, *, in_memory: bool = False
+) -> tuple[subprocess.Popen, str]:
+    """Azurite's blob server (its objects in ``data``, an existing folder, or with
+    ``in_memory`` in its memory, ``data`` its working directory only; no telemetry); the
+    process and its endpoint (``AZURITE_BLOB_STORAGE_URL``)."""
     binary = azurite()
     if binary is None:
         raise FileNotFoundError("Azurite is not installed (npm install -g azurite@3.35.0)")
     port = free_port()
+    where = ["--inMemoryPersistence"] if in_memory else ["--location", str(data)]
     command = [
-        binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data),
+        binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), *where,
         "--skipApiVersionCheck", "--disableTelemetry", "--silent",
     ]  # fmt: skip
     with open(log, "ab") as out:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from s3process import (
+    AZURE_ENV,
     azurite,
     create_container,
     start_azurite,
@@ -28,6 +29,7 @@ from s3process import (
     wait_until_it_answers,
     weed,
 )
+from s3process import SCHEMES as SCHEMES  # the tests import it from here
 
 from dparallel.config import restore_environ
 
@@ -77,12 +79,6 @@ def s3_server(
         finally:
             restore_environ(saved)
             forget_clients()
-
-
-#: The URL scheme of each kind of server.
-SCHEMES = {"moto": "s3", "seaweedfs": "s3", "azurite": "az"}
-#: What a client needs to reach Azurite at ``AZURITE_BLOB_STORAGE_URL`` (obstore's names).
-AZURE_ENV = {"AZURE_STORAGE_USE_EMULATOR": "true"}
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from s3process import azurite
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(
@@ -70,3 +71,29 @@ def test_n2p2_benchmark_times_the_package_with_its_bytecode(tmp_path: Path) -> N
     assert Path(done.stdout.strip()) == package
     compiled = {p.name.split(".")[0] for p in (package / "__pycache__").glob("*.pyc")}
     assert compiled == {"__init__", "mod"}
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_object_store_benchmark_measures_a_store_on_azurite(water: Path) -> None:
+    """bench_object_store's Azurite server (a tiny run): an ``az://`` input and store against
+    the local ones, with the same test metrics after training (the local store's training
+    the reference), the CPU each side cost and the server's CPU per request and per MB."""
+    if azurite() is None:
+        pytest.skip("Azurite is not installed (npm install -g azurite@3.35.0, as .ci/run)")
+    pytest.importorskip("obstore")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "N2P2_WATER": str(water)}
+    argv = ["--server", "azurite", "--copies", "1", "--epochs", "2", "--workers", "1"]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_object_store.py"), *argv],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "Azure (azurite) / local: featurize throughput" in out, out
+    assert "test metrics identical: True" in out, out
+    number = r" +([\d.]+)"
+    cpu = re.search(rf"Azure \(azurite\) +workers{number} +driver{number} +server{number}", out)
+    assert cpu and all(float(s) > 0 for s in cpu.groups()), out
+    cost = re.search(r"server CPU: ([\d.]+) ms per request .*, ([\d.]+) ms per MB", out)
+    assert cost and all(float(s) > 0 for s in cost.groups()), out
