@@ -1,6 +1,7 @@
 """Every benchmark script starts: ``--help`` runs (its imports of the package and of the
 other benchmark modules resolve); a script needing a package of the ``bench`` extra that
-is not installed says which."""
+is not installed says which. Where a benchmark's own code path needs checking, a tiny run
+of it (bench_n2p2's bytecode, bench_object_store on Azurite)."""
 
 from __future__ import annotations
 
