@@ -58,8 +58,11 @@ def model_fingerprint(path: str | os.PathLike[str]) -> str | None:
     """A SHA-256 over the files that say what the model in folder ``path`` computes (a
     dparallel model's ``model.pt``, an n2p2 potential's ``input.nn``, ``scaling.data`` and
     ``weights.XXX.data``; ``data_units.json`` with either), names and bytes; ``None`` where
-    ``path`` holds neither. It changes when the model is trained or exported again."""
-    p = Path(path)
+    ``path`` holds neither (a file in the folder, ``model.pt`` or ``input.nn``, stands for
+    its folder). It changes when the model is trained or exported again."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        p = p.parent
     if (p / MODEL).is_file():
         names = [MODEL]
     elif is_n2p2_potential(p):

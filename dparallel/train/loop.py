@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dparallel._files import write_file
+from dparallel.config import resolve_path
 from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import ArgumentTypeError, TrainingError
 from dparallel.nn import HDNNP, MODEL, load_model
@@ -165,7 +166,7 @@ def train(
 def _init_from(spec: TrainingSpec | None) -> Path | None:
     """The model the run starts from (``init_from``): training into its folder, which a new
     run empties, is refused before anything is removed; its fingerprint is recorded."""
-    return None if spec is None else spec.init_from
+    return None if spec is None or spec.init_from is None else resolve_path(spec.init_from)
 
 
 def _train(

@@ -155,11 +155,12 @@ def claim_model_dir(
     Raises
     ------
     UnsafePathError
-        The folder is not ours, or it is, holds or lies inside the store or ``reads``.
+        The folder is not ours, or it is, holds or lies inside the store or ``init_from``.
     StoreBusyError
         Another run trains into it.
     TrainingError
-        ``resume`` and the store is not the one the checkpoint was trained from.
+        ``resume`` and the store, or ``init_from``'s model, is not the one the checkpoint
+        was trained from.
     """
     path = Path(model_dir).expanduser()
     local = [store.path] if store.is_local else []  # a URL store cannot alias a folder
@@ -180,10 +181,17 @@ def claim_model_dir(
                 )
             if not resume:
                 _remove_old_model(path)
+            source = None if init_from is None else model_fingerprint(init_from)
+            if resume and "init_from" in doc and doc["init_from"] != source:
+                raise CheckpointMismatchError(
+                    f"--resume: {path} started from another model than {init_from} is now "
+                    "(it was trained or exported again since, or init_from names another): "
+                    "train anew (without --resume) or into a new MODEL_DIR"
+                )
             doc["store"] = {"location": str(store.location), "identity": now}
             doc.pop("init_from", None)
             if init_from is not None:
-                doc["init_from"] = model_fingerprint(init_from)
+                doc["init_from"] = source
             write_file(path / MARKER, json.dumps(doc, indent=1) + "\n", root=path, durable=True)
             yield path
     except BaseException:

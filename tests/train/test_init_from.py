@@ -6,6 +6,7 @@ beats a random start, and what cannot match is refused."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ import pytest
 from _store_fixture import build_store, small_acsf, write_emt_alloy
 
 from dparallel.datasets import write_emt_cu
-from dparallel.errors import TrainingError
+from dparallel.errors import CheckpointMismatchError, TrainingError
 from dparallel.nn.folders import model_fingerprint
 from dparallel.train import TrainingSpec, parse_training_spec
 from dparallel.train import train as train_model
@@ -280,3 +281,24 @@ def test_spec_refused_before_the_pass_over_the_store(
     monkeypatch.setattr(loop, "prepare", no_pass)
     with pytest.raises(TrainingError, match="its model's activation is 'tanh'"):
         train_model(store, tmp_path / "m", TrainingSpec(init_from=source, activation="silu"))
+
+
+def test_the_source_is_recorded_however_named_and_a_changed_one_is_not_resumed(
+    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``init_from`` as ``~/…`` or as its ``model.pt``: the marker records that model's
+    fingerprint (what ``dparallel run`` compares to reuse a model); once the source is
+    trained again, resuming the run that started from the old one is refused."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    copy = tmp_path / "src"
+    shutil.copytree(source, copy)
+    store = _store(tmp_path, "f", 17, n=8)
+    base = {**_SOURCE, "epochs": 1}
+    train_model(store, tmp_path / "m", TrainingSpec(init_from="~/src", **base))
+    train_model(store, tmp_path / "n", TrainingSpec(init_from="~/src/model.pt", **base))
+    assert started_from(tmp_path / "m") == started_from(tmp_path / "n") == model_fingerprint(copy)
+    assert model_fingerprint(copy) is not None
+    train_model(store, copy, TrainingSpec(**base))  # the source trained again
+    again = TrainingSpec(init_from="~/src", **{**base, "epochs": 2})
+    with pytest.raises(CheckpointMismatchError, match="started from another model"):
+        train_model(store, tmp_path / "m", again, resume=True)
