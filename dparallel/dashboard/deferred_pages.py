@@ -27,7 +27,7 @@ from tornado.routing import Matcher, Rule
 # the preload hook: collect dparallel events and serve /dparallel/status.json (no bokeh)
 from dparallel.dashboard.plugin import install as dask_setup
 
-__all__ = ["PRELOAD", "DeferredPages", "attach_pages", "dask_setup", "defer_pages"]
+__all__ = ["PRELOAD", "DeferredPages", "dask_setup", "defer_pages"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +103,20 @@ class _Pending(Matcher):
         return None if request.method != "GET" or self.pages.attached.is_set() else {}
 
 
+class _PendingPlotList(Matcher):
+    """Matches a GET of Dask's list of pages (``individual-plots.json``, which
+    dask-labextension polls) while the pages have not been attached: distributed's own
+    handler would import bokeh and answer an empty list."""
+
+    def __init__(self, pages: DeferredPages, path: str) -> None:
+        self.pages = pages
+        self.path = path
+
+    def match(self, request: Any) -> dict[str, Any] | None:
+        pending = request.method == "GET" and not self.pages.attached.is_set()
+        return {} if pending and request.path == self.path else None
+
+
 class _FirstPageRequest(web.RequestHandler):
     """A request no other route answers, before the pages are attached: load them, wait,
     then send the browser to the same address (404 there if no page has it)."""
@@ -136,12 +150,7 @@ def defer_pages(scheduler: Any, prefix: str = "/") -> DeferredPages:
     app.add_application(
         web.Application([Rule(_Pending(pages), _FirstPageRequest, {"pages": pages})])
     )
+    # the list of pages is one of the scheduler's routes: asked before them
+    plot_list = _PendingPlotList(pages, prefix.rstrip("/") + "/individual-plots.json")
+    app.default_router.rules.insert(0, Rule(plot_list, _FirstPageRequest, {"pages": pages}))
     return pages
-
-
-def attach_pages(scheduler: Any, prefix: str = "/") -> threading.Event:
-    """Load and attach the pages now (:meth:`DeferredPages.start`); the event is set once
-    they are served."""
-    pages = DeferredPages(scheduler, prefix)
-    pages.start()
-    return pages.attached

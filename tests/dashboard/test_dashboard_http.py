@@ -91,7 +91,7 @@ def local_dashboard() -> Iterator[tuple[Client, str]]:
         assert all(client.gather(futures))  # True: a worker was found and the event sent
         _publish_train(client)
         base = handle.dashboard_link.rsplit("/", 1)[0]
-        assert handle.wait_for_pages(timeout=90)  # attached once the workers run
+        assert handle.wait_for_pages(timeout=90)  # loaded when asked for
         pages = handle.dashboard_pages
         assert pages["progress"] == f"{base}/{PAGE_ROUTES[0]}"
         assert pages["training"] == f"{base}/{PAGE_ROUTES[1]}"
@@ -270,3 +270,36 @@ def test_local_scheduler_loads_the_pages_when_first_asked_for() -> None:
         "bokeh": True, "progress": 200, "title": True, "status": 200, "health": 200,
         "missing": 404,
     }  # fmt: skip
+
+
+_PLOT_LIST_FIRST = """
+import json, sys
+from dparallel.cluster import ClusterSpec, connect
+from daskprocs import http_get
+
+with connect(ClusterSpec(n_workers=1, dashboard_address="127.0.0.1:0")) as handle:
+    base = handle.dashboard_link.rsplit("/", 1)[0]
+    assert handle.client.submit(sum, [1, 2], pure=False).result(60) == 3
+    before = "bokeh" in sys.modules
+    code, body = http_get(base + "/individual-plots.json", timeout=90)
+print(json.dumps({"bokeh_before": before, "code": code, "plots": json.loads(body)}))
+"""
+
+
+def test_the_list_of_pages_asked_first_loads_and_lists_them() -> None:
+    """dask-labextension polls individual-plots.json: asked before any page, it loads the
+    pages and lists dparallel's (distributed's own route answered an empty list)."""
+    import subprocess
+    import sys
+
+    from daskprocs import child_env
+
+    out = subprocess.run(
+        [sys.executable, "-c", _PLOT_LIST_FIRST], capture_output=True, text=True, timeout=150,
+        env=child_env({"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
+                                                      child_env()["PYTHONPATH"]])}),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["bokeh_before"] is False and result["code"] == 200
+    assert "/individual-dparallel-progress" in result["plots"].values()
