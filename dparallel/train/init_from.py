@@ -113,7 +113,7 @@ def check_spec(spec: TrainingSpec, source: Source) -> None:
             raise TrainingError(
                 f"init_from: {source.file}: its model's {key} {have}, the spec sets "
                 f"{list(ours) if key == 'hidden' else ours!r}: drop {key} (the model keeps "
-                "its own), or train without init_from"
+                "its own) or set it to the model's, or train without init_from"
             )
 
 

@@ -182,6 +182,12 @@ def split_ids(model_dir: str | os.PathLike[str], split: str) -> tuple[list[int],
     """
     folder = Path(model_dir)
     path = (folder.parent if folder.is_file() else folder) / METRICS_JSON  # or deployed.pt
+    if not path.is_file():  # an n2p2 potential, exported or not, records no splits
+        raise TrainingError(
+            f"{path.parent}: no {METRICS_JSON}, so no {split} split to evaluate (the "
+            "directory `dparallel train` wrote records it, its n2p2 export does not): give "
+            f"that directory, or DATA of the {split} structures alone"
+        )
     doc = read_json_object(path)
     ids = doc.get(f"{split}_ids")
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):

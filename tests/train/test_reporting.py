@@ -177,3 +177,15 @@ def test_learning_curves_of_a_zero_force_error_plot_without_a_warning(tmp_path) 
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         path = plot_learning_curves(history, tmp_path / "curves.png")
     assert path.stat().st_size > 0
+
+
+def test_a_folder_without_metrics_json_says_it_records_no_split(tmp_path):
+    """An n2p2 potential (exported or not) has no metrics.json: the message says that
+    only the training run's directory records the split (it said 'metrics.json: no
+    test_ids' of a file that is not there)."""
+    from dparallel.errors import TrainingError
+    from dparallel.train.reporting import split_ids
+
+    (tmp_path / "input.nn").write_text("")
+    with pytest.raises(TrainingError, match=r"no metrics.json, so no test split to evaluate"):
+        split_ids(tmp_path, "test")
