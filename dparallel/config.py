@@ -347,6 +347,10 @@ def temporary_cache_dir() -> Path:
     root = Path(tempfile.gettempdir()) / f"dparallel-{os.getuid()}"
     root.mkdir(mode=0o700, exist_ok=True)
     info = root.lstat()
+    ours = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+    if ours and info.st_mode & 0o077 and not info.st_mode & 0o022:  # readable by others:
+        root.chmod(0o700)  # made by an older run, before it was private
+        info = root.lstat()
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
         raise ConfigError(
             f"{root} is not a folder of this user's alone (owner uid {info.st_uid}, mode "

@@ -473,6 +473,9 @@ def test_a_temporary_cache_folder_others_can_write_is_refused(tmp_path, monkeypa
 
     monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path))
     assert temporary_cache_dir() == tmp_path / f"dparallel-{os.getuid()}"
+    assert (tmp_path / f"dparallel-{os.getuid()}").stat().st_mode & 0o777 == 0o700
+    (tmp_path / f"dparallel-{os.getuid()}").chmod(0o755)  # ours, made readable (an older run)
+    assert temporary_cache_dir().stat().st_mode & 0o777 == 0o700  # made private again
     (tmp_path / f"dparallel-{os.getuid()}").chmod(0o777)
     with pytest.raises(ConfigError, match="not a folder of this user's alone"):
         temporary_cache_dir()
