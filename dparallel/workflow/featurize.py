@@ -412,6 +412,7 @@ def _run_partitions(
     from dparallel.cluster.dispatch import Dispatch, run_partitions
     from dparallel.cluster.gpus import GPU_RESOURCE, gpu_partitions, gpu_worker_addresses
     from dparallel.cluster.installs import check_worker_installs, installed
+    from dparallel.cluster.reach import refuse_process_local
     from dparallel.dashboard.events import (
         progress_start_event,
         publish_progress_end,
@@ -429,6 +430,7 @@ def _run_partitions(
     ) as handle:
         if options.on_connect is not None:
             options.on_connect(handle)
+        refuse_process_local(handle.client, source.location, store.location)
         install = installed() if handle.cluster is None else None
         if install is not None:  # workers started elsewhere: the client's install?
             check_worker_installs(handle.client)

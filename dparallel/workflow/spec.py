@@ -238,6 +238,12 @@ class WorkflowSpec(SpecModel):
         from dparallel.workflow.featurize import refuse_scaling_target
 
         dataset, store = self.dataset_location(), self.store_location().local
+        for key, where in (("dataset.path", dataset), ("store.path", self.store_location())):
+            if where.protocol == "memory":  # a workflow's workers are other processes
+                raise ConfigError(
+                    f"{key}: {where} lives in one process alone, and a workflow's workers are "
+                    "other processes: use a folder they share or an object store (s3://, az://)"
+                )
         checks: list[tuple[str, Callable[[], object]]] = []
         if dataset.local is not None and (self.dataset.generate is None or dataset.exists()):
             checks.append(("dataset.path", lambda: _source_file(dataset)))
