@@ -81,6 +81,19 @@ class ClusterSpec(SpecModel):
     connect_timeout: float = Field(10.0, gt=0)  # s to wait for a remote scheduler
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)  # for kind="slurm"
 
+    @field_validator("dashboard_address")
+    @classmethod
+    def _dashboard_address_readable(cls, value: str) -> str:
+        """``HOST:PORT`` or ``:PORT``, checked here rather than when the cluster starts
+        (which took a word for a host name: 'Name or service not known')."""
+        host, colon, port = value.rpartition(":")
+        if not colon or not port.isdigit() or int(port) > 65535 or " " in host:
+            raise ValueError(
+                f"dashboard_address {value!r}: give HOST:PORT or :PORT (127.0.0.1:8787; "
+                "':0' for a free port; 0.0.0.0:8787 to expose it)"
+            )
+        return value
+
     @field_validator("memory_limit")
     @classmethod
     def _memory_limit_readable(cls, value: str | float | None) -> str | float | None:

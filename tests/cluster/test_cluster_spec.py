@@ -204,3 +204,17 @@ def test_memory_limit_refuses_what_dask_misreads(value: object) -> None:
     """A typo fails in the spec, and 1.5 or 1000 (Dask: 1 and 1000 bytes) is refused."""
     with pytest.raises(ValidationError, match="memory_limit"):
         ClusterSpec(memory_limit=value)
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1:8787", ":0", "0.0.0.0:8787", "localhost:0",
+                                   "[::1]:8787"])  # fmt: skip
+def test_dashboard_address_takes_host_and_port(value: str) -> None:
+    assert ClusterSpec(dashboard_address=value).dashboard_address == value
+
+
+@pytest.mark.parametrize("value", ["nonsense", "127.0.0.1", "host:port", ":99999", "a b:1"])
+def test_dashboard_address_refuses_what_is_no_address(value: str) -> None:
+    """A word was taken for a host name when the cluster started ('Name or service not
+    known', the key not named): the spec names it, so validate refuses it too."""
+    with pytest.raises(ValidationError, match=r"dashboard_address .*give HOST:PORT or :PORT"):
+        ClusterSpec(dashboard_address=value)
