@@ -15,18 +15,13 @@ from dparallel.nn import HDNNP, load_model, scaling_from_statistics  # re-export
 
 if TYPE_CHECKING:
     from dparallel.train.batch import Batch, Geometry, assemble, make_batch
-    from dparallel.train.data import (
-        BatchPlan,
-        PartitionReader,
-        SplitIndex,
-        build_split_index,
-        iterate_batches,
-    )
+    from dparallel.train.data import BatchPlan, PartitionReader, iterate_batches
     from dparallel.train.loop import TrainResult, train
     from dparallel.train.objective import predict_batch
     from dparallel.train.optimizers import Optimizer, make_optimizer
     from dparallel.train.reporting import EpochCallback, Metrics, evaluate_split
     from dparallel.train.spec import TrainingSpec, parse_training_spec
+    from dparallel.train.splits import SplitIndex, build_split_index
 
 __all__ = [
     "HDNNP",
@@ -62,9 +57,9 @@ __getattr__ = lazy_getattr(
         "make_batch": "batch",
         "BatchPlan": "data",
         "PartitionReader": "data",
-        "SplitIndex": "data",
-        "build_split_index": "data",
         "iterate_batches": "data",
+        "SplitIndex": "splits",
+        "build_split_index": "splits",
         "TrainResult": "loop",
         "train": "loop",
         "predict_batch": "objective",

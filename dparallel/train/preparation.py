@@ -22,7 +22,7 @@ from dparallel.descriptors.registry import descriptor_kind
 from dparallel.errors import TrainingError
 from dparallel.nn import HDNNP
 from dparallel.store.stats import FeatureStats, merge_into, statistics_of, summaries
-from dparallel.train.data import SplitIndex, build_split_index
+from dparallel.train.splits import SplitIndex, build_split_index
 
 if TYPE_CHECKING:
     from dparallel.store import Store

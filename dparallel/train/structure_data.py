@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from dparallel.store import Store
-    from dparallel.train.data import SplitIndex
+    from dparallel.train.splits import SplitIndex
 
 
 def choose_engine(

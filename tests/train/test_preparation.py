@@ -141,7 +141,7 @@ def test_a_validation_split_without_labels_is_refused(tmp_path: Path) -> None:
 
     from dparallel.datasets import write_emt_cu
     from dparallel.errors import TrainingError
-    from dparallel.train.data import assign_splits
+    from dparallel.train.splits import assign_splits
 
     spec = SPEC.model_copy(update={"validation_fraction": 0.3, "test_fraction": 0.1})
     frames = ase.io.read(write_emt_cu(tmp_path / "cu.xyz", 12, seed=3), ":")
@@ -164,7 +164,7 @@ def test_a_fraction_that_draws_no_structure_is_warned(tmp_path: Path, caplog) ->
     from _store_fixture import build_store, small_acsf
 
     from dparallel.datasets import write_emt_cu
-    from dparallel.train.data import assign_splits
+    from dparallel.train.splits import assign_splits
 
     spec = SPEC.model_copy(update={"validation_fraction": 0.1, "test_fraction": 0.1, "seed": 0})
     assert (assign_splits(np.arange(3), np.full(3, None), 0.1, 0.1, spec.seed) == 0).all()

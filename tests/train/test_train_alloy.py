@@ -16,8 +16,8 @@ from dparallel.train import (
     build_split_index,
 )
 from dparallel.train import train as train_model
-from dparallel.train.data import SPLITS
 from dparallel.train.export import export_model
+from dparallel.train.splits import SPLITS
 
 
 @pytest.fixture(scope="module")

@@ -166,7 +166,7 @@ def test_held_batches_assembled_together_equal_streamed_ones(
     from _store_fixture import assert_same_batches, build_store, write_emt_alloy
 
     from dparallel.descriptors import ACSF
-    from dparallel.train.data import build_split_index
+    from dparallel.train.splits import build_split_index
 
     acsf = ACSF.uniform(
         ["Cu", "Au"], r_cut=4.0, radial=[(0.05, 0.0), (2.0, 2.7)], narrow=[(0.01, 1.0, 1.0, 0.0)]

@@ -17,7 +17,8 @@ from dparallel.train import (
     iterate_batches,
     make_batch,
 )
-from dparallel.train.data import PartitionReader, assign_splits, load_partition
+from dparallel.train.data import PartitionReader, load_partition
+from dparallel.train.splits import assign_splits
 
 
 @pytest.fixture(scope="module")

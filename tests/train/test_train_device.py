@@ -14,9 +14,10 @@ from dparallel.errors import ConfigError, DeviceError
 from dparallel.train import TrainingSpec, parse_training_spec
 from dparallel.train import train as train_model
 from dparallel.train.batch import batch_to
-from dparallel.train.data import BatchPlan, PartitionReader, build_split_index, iterate_batches
+from dparallel.train.data import BatchPlan, PartitionReader, iterate_batches
 from dparallel.train.device import resolve_device
 from dparallel.train.feed import HeldData, WaitClock, prefetched, timed
+from dparallel.train.splits import build_split_index
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")

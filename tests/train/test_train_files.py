@@ -142,7 +142,7 @@ def test_a_store_completed_while_its_split_index_is_built(trained, tmp_path) -> 
     the reader counts and while the index reads; the index keeps the snapshot it started
     from (it switched to the complete store's numbering midway: IndexError)."""
     from dparallel.store import open_store
-    from dparallel.train.data import build_split_index
+    from dparallel.train.splits import build_split_index
 
     store, _ = trained
     copy = tmp_path / "growing.zarr"
@@ -207,7 +207,7 @@ def test_resume_after_more_partitions_landed_keeps_every_structures_split(
     index, so the first run's test and validation structures stay there and the newly
     done partition's structures join theirs (metrics.json: source indices)."""
     from dparallel.store import open_store
-    from dparallel.train.data import build_split_index
+    from dparallel.train.splits import build_split_index
 
     store, _ = trained
     copy = tmp_path / "part.zarr"
@@ -239,7 +239,7 @@ def _trained_before_a_late_partition(trained, tmp_path, fraction=0.4, split="val
     structures was not done, then that partition done again: the copy, the spec, the
     complete store's split and the first run's result."""
     from dparallel.store import open_store
-    from dparallel.train.data import build_split_index
+    from dparallel.train.splits import build_split_index
 
     store, _ = trained
     copy = tmp_path / "part.zarr"
