@@ -17,7 +17,8 @@ from dparallel.errors import (
     SourceChangedError,
     SourceNotFoundError,
 )
-from dparallel.io._index import BOM, FileIndex, load_or_build_index
+from dparallel.io._index import FileIndex, load_or_build_index
+from dparallel.io._indexers import BOM
 from dparallel.io._parsers import parse_range, report_labels
 from dparallel.io._text import COMPRESSIONS, compression, open_stream, read_range
 from dparallel.io._validate import find_problems

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from dparallel.io import _index, _text
+from dparallel.io import _indexers, _text
 from dparallel.io.location import as_location
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def test_building_an_index_holds_a_few_int64_per_structure(tmp_path, rng, fmt):
     # 10^7-structure file took over a GB to index; now about 4 × 8 bytes, plus growth room
     path = tmp_path / ("data.xyz" if fmt == "extxyz" else "input.data")
     counts = _small_structures(path, fmt, rng)
-    build = _index._index_extxyz if fmt == "extxyz" else _index._index_n2p2
+    build = _indexers._index_extxyz if fmt == "extxyz" else _indexers._index_n2p2
     tracemalloc.start()
     try:
         with _text.open_stream(as_location(path)) as f:

@@ -224,7 +224,7 @@ def test_a_lammps_dump_without_elements_is_warned_about(tmp_path, rng, caplog, c
     _lammps_dump(path, rng, columns=columns)
     if columns.startswith("id type"):
         path.write_text(path.read_text().replace(" Cu ", " 2 "))
-    with caplog.at_level("WARNING", logger="dparallel.io._index"):
+    with caplog.at_level("WARNING", logger="dparallel.io._indexers"):
         got = open_source(path, "lammps-dump-text").read()
     ref = ase.io.read(path, ":", format="lammps-dump-text")
     np.testing.assert_array_equal(got.numbers, np.concatenate([a.numbers for a in ref]))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dparallel.errors import InputError, InputFormatError, SourceNotFoundError
-from dparallel.io import _index, open_source
+from dparallel.io import _index, _indexers, open_source
 from dparallel.io.synthetic import random_structures
 from dparallel.types import StructureBatch
 
@@ -75,7 +75,7 @@ def test_index_cache_used_and_invalidated(small_xyz, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("index rebuilt although the cache is valid")
 
-    monkeypatch.setattr(_index, "_index_extxyz", boom)
+    monkeypatch.setitem(_indexers.STREAMED, "extxyz", boom)  # what _build calls
     again = open_source(small_xyz)
     assert len(again) == len(src)
     assert again.fingerprint()["index_sha256"] == src.fingerprint()["index_sha256"]
