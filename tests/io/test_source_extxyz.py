@@ -76,6 +76,7 @@ def test_index_cache_used_and_invalidated(small_xyz, monkeypatch):
         raise AssertionError("index rebuilt although the cache is valid")
 
     monkeypatch.setitem(_indexers.STREAMED, "extxyz", boom)  # what _build calls
+    monkeypatch.setattr(_index, "_KEPT", {})  # another process: from the cache file
     again = open_source(small_xyz)
     assert len(again) == len(src)
     assert again.fingerprint()["index_sha256"] == src.fingerprint()["index_sha256"]
