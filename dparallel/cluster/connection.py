@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import logging
 import os
 import threading
@@ -27,16 +26,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from dask.system import CPU_COUNT
 from distributed import Client, LocalCluster
 from distributed.client import ensure_default_client
-from distributed.security import Security
 
-from dparallel.cluster.client_start import Refused, Unanswered, start_within
 from dparallel.cluster.expected import local_memory_limit
 from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
 from dparallel.cluster.given_client import check_where, note_unused_default_client
 from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_workers
 from dparallel.cluster.main_guard import main_script_hint, refuse_while_bootstrapping
+from dparallel.cluster.scheduler_client import (
+    client_security,
+    read_scheduler_file,
+    scheduler_client,
+)
 from dparallel.cluster.slurm import import_jobqueue, slurm_cluster, submit_jobs
-from dparallel.cluster.spec import ClusterSpec, TLSSpec
+from dparallel.cluster.spec import ClusterSpec
 from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
 from dparallel.cluster.where import connection_kind
 from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
@@ -194,19 +196,6 @@ def dashboard_pages(client: Client, host: str | None = None) -> dict[str, str]:
     }
 
 
-def _security(tls: TLSSpec | None) -> Security | None:
-    """A client-side :class:`distributed.security.Security` for the certificate files."""
-    if tls is None:
-        return None
-    tls.check_files()
-    return Security(
-        tls_ca_file=str(tls.ca_file),
-        tls_client_cert=str(tls.cert),
-        tls_client_key=None if tls.key is None else str(tls.key),
-        require_encryption=True,
-    )
-
-
 def connect(
     spec: ClusterSpec | None = None,
     *,
@@ -314,12 +303,12 @@ def _connect_new(
     if kind == "scheduler":
         return _connect_remote(str(scheduler), spec, "scheduler")
     if kind == "scheduler_file":
-        address = _read_scheduler_file(scheduler_file)  # type: ignore[arg-type]  # not None
+        address = read_scheduler_file(scheduler_file)  # type: ignore[arg-type]  # not None
         return _connect_remote(address, spec, "scheduler_file")
     if kind == "env":
         return _connect_remote(os.environ[ENV_SCHEDULER_ADDRESS], spec, "env")
     if kind == "address":
-        address = spec.address or _read_scheduler_file(spec.scheduler_file)  # type: ignore[arg-type]
+        address = spec.address or read_scheduler_file(spec.scheduler_file)  # type: ignore[arg-type]
         return _connect_remote(address, spec, "address")
     if kind == "slurm":
         return _start_slurm(spec)
@@ -327,94 +316,10 @@ def _connect_new(
     return _start_local(spec, worker_preload, forkserver_preload, return_early)
 
 
-#: Seconds beyond ``connect_timeout`` that a client's whole start may take: distributed
-#: bounds the TCP connection by it, not the handshake after (a server of another protocol
-#: that accepts the connection and never answers held ``Client()`` for good).
-_HANDSHAKE_GRACE_S = 10.0
-
-
-def _read_scheduler_file(path: str | os.PathLike[str]) -> str:
-    """Scheduler address from a ``dask scheduler --scheduler-file`` JSON file."""
-    try:
-        with open(path) as f:
-            info = json.load(f)
-    except FileNotFoundError:
-        raise ClusterError(
-            f"scheduler file {str(path)!r} does not exist; start the scheduler with "
-            f"`dask scheduler --scheduler-file {path}` or give --scheduler ADDRESS"
-        ) from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ClusterError(f"scheduler file {str(path)!r} is not readable JSON: {exc}") from exc
-    address = info.get("address") if isinstance(info, dict) else None
-    if not isinstance(address, str):
-        raise ClusterError(f"scheduler file {str(path)!r} has no 'address' entry")
-    return address
-
-
 def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHandle:
-    """Client for a running scheduler, with a bounded connection timeout."""
-    from distributed.comm.addressing import parse_address, parse_host_port
-
-    try:
-        scheme, where = parse_address(address)
-        if scheme != "inproc":  # the others are HOST:PORT
-            parse_host_port(where)
-    except ValueError as exc:
-        raise ClusterError(
-            f"{address!r} is not a Dask scheduler address ({exc}); give one as "
-            "tcp://HOST:PORT (or tls://HOST:PORT)"
-        ) from None
-    security = _security(spec.tls)
-    if security is not None and address.startswith("tcp://"):
-        raise ClusterError(
-            f"scheduler address {address!r} is plain tcp:// but TLS certificates are "
-            "configured; use the tls:// address of the scheduler"
-        )
-    try:
-        # made the default client only once connected: a start given up (refused, no
-        # answer) keeps trying in its thread, and a default client's constructor sets
-        # dask's global scheduler, which would then name a client that never comes
-        client = start_within(
-            lambda: Client(
-                address, security=security, timeout=spec.connect_timeout, set_as_default=False
-            ),
-            spec.connect_timeout + _HANDSHAKE_GRACE_S,
-            address,
-        )
-    except TypeError as exc:  # distributed's way of saying "tls:// without certificates"
-        raise ClusterError(
-            f"cannot connect to the Dask scheduler at {address!r}: it needs TLS but no "
-            "certificates are configured; set cluster.tls (ca_file, cert, key)"
-        ) from exc
-    except (OSError, TimeoutError) as exc:
-        raise ClusterError(
-            f"cannot reach the Dask scheduler at {address!r} within "
-            f"{spec.connect_timeout:g} s ({type(exc).__name__}: {exc}); is it running, "
-            "and is the address (and TLS setting) right?"
-        ) from exc
-    except Refused:  # known at once: not the connect timeout's wait
-        raise ClusterError(
-            f"cannot reach the Dask scheduler at {address!r}: the connection is refused "
-            "(nothing listens there); is it running, and is the address (and TLS setting) "
-            "right?"
-        ) from None
-    except Unanswered:
-        raise ClusterError(
-            f"{address!r} accepted the connection but did not answer as a Dask scheduler "
-            f"within {spec.connect_timeout + _HANDSHAKE_GRACE_S:g} s: is it the scheduler's "
-            "address (tcp://HOST:8786), not its dashboard's (:8787) or another service?"
-        ) from None
-    except MemoryError:  # another protocol's reply, its first bytes read as a length
-        raise ClusterError(
-            f"{address!r} answered, but not as a Dask scheduler (in another protocol: an "
-            "HTTP server or proxy?): is it the scheduler's address (tcp://HOST:8786), and "
-            "is the host reachable from here?"
-        ) from None
-    except ValueError as exc:  # a scheme distributed does not know
-        raise ClusterError(
-            f"cannot connect to {address!r} as a Dask scheduler ({type(exc).__name__}: "
-            f"{str(exc)[:200]}): is it the scheduler's tcp:// (or tls://) address?"
-        ) from None
+    """A handle of the running scheduler at ``address`` (:func:`scheduler_client`), its
+    client the default one, the torch-thread budget registered."""
+    client = scheduler_client(address, spec)
     ensure_default_client(client)
     registered = _register_threads(client, spec)
     logger.info("connected to scheduler %s (%s)", address, source)
@@ -580,4 +485,4 @@ def _slurm_cluster(spec: ClusterSpec) -> Any:
     """:func:`~dparallel.cluster.slurm.slurm_cluster` with the thread exports, TLS and
     dashboard (with dparallel's pages) of ``spec``."""
     scheduler = {"dashboard_address": _dashboard_address(spec), "preload": [DASHBOARD_PRELOAD]}
-    return slurm_cluster(spec, _worker_env(spec), _security(spec.tls), scheduler)
+    return slurm_cluster(spec, _worker_env(spec), client_security(spec.tls), scheduler)

@@ -309,9 +309,9 @@ def test_a_server_that_never_answers_as_a_scheduler_is_a_bounded_error(monkeypat
     import socket
     import threading
 
-    from dparallel.cluster import connection
+    from dparallel.cluster import scheduler_client
 
-    monkeypatch.setattr(connection, "_HANDSHAKE_GRACE_S", 1.0)
+    monkeypatch.setattr(scheduler_client, "HANDSHAKE_GRACE_S", 1.0)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
