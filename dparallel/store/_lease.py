@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import secrets
-import socket
 import threading
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from dparallel.io.location import Location, as_location
 from dparallel.store import _objects
 from dparallel.store._backend import store_folder
 from dparallel.store._generations import LEASE_KEY, POINTER_KEY, refuse_foreign
+from dparallel.store._holders import describe_holder, holder_gone, holder_identity
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -87,64 +87,11 @@ def lease_holder(folder: str | os.PathLike[str]) -> str | None:
     lease = StoreLease(folder)
     holder = lease._read()
     now = time.time()
-    return None if holder is None or lease._stale(holder, now) else _describe(holder, now)
+    return None if holder is None or lease._stale(holder, now) else describe_holder(holder, now)
 
 
 def _object_key(store: Location) -> Location:
     return lease_object(store)
-
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
-def _identity() -> dict[str, Any]:
-    """Who holds a lease: enough to tell, from this host, whether that process still lives."""
-    import psutil
-
-    pid = os.getpid()
-    try:
-        pidns = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        pidns = ""
-    return {
-        "host": socket.gethostname(),
-        "pid": pid,
-        "started": psutil.Process(pid).create_time(),
-        "pidns": pidns,
-        "boot": _read_text("/proc/sys/kernel/random/boot_id"),
-    }
-
-
-def _process_gone(holder: dict[str, Any]) -> bool:
-    """Whether ``holder`` ran on this machine and its process no longer exists."""
-    import psutil
-
-    mine = _identity()
-    if any(holder.get(k) != mine[k] for k in ("host", "pidns", "boot")):
-        return False  # another machine or container: only the heartbeat can tell
-    try:
-        started = psutil.Process(int(holder["pid"])).create_time()
-    except (psutil.NoSuchProcess, KeyError, TypeError, ValueError):
-        return True
-    except psutil.Error:
-        return False
-    return abs(started - float(holder.get("started", 0.0))) > 1.0  # pid reused since
-
-
-def _describe(holder: dict[str, Any], now: float) -> str:
-    if not holder:
-        return "an unknown run (its lock file cannot be read; it is taken over once it is stale)"
-    age = now - float(holder.get("heartbeat", now))
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.get("since", now))))
-    return (
-        f"{holder.get('command') or 'a dparallel run'} (pid {holder.get('pid')} on "
-        f"{holder.get('host')}, since {since}, last heartbeat {age:.0f} s ago)"
-    )
 
 
 #: What reads a store without writing it (said where its folder cannot be written).
@@ -219,7 +166,7 @@ class StoreLease:
     def _record(self) -> dict[str, Any]:
         now = time.time()
         return {
-            **_identity(),
+            **holder_identity(),
             "token": self.token,
             "command": self.command,
             "store": str(self.store),
@@ -244,7 +191,7 @@ class StoreLease:
     def _busy(self, holder: dict[str, Any], now: float, what: str) -> StoreBusyError:
         """The refusal of a second run, naming the holder and when its lease goes stale."""
         return StoreBusyError(
-            f"{self.store} is being written by {_describe(holder, now)}; wait for it to "
+            f"{self.store} is being written by {describe_holder(holder, now)}; wait for it to "
             f"finish, or stop it. A lease whose holder died is taken over after "
             f"{self.timeout:.0f} s without heartbeat (at once on the same host); "
             f"{what} {self.path}"
@@ -258,7 +205,7 @@ class StoreLease:
                 return False
         if now - float(holder.get("heartbeat", 0.0)) > self.timeout:
             return True
-        return _process_gone(holder)
+        return holder_gone(holder)
 
     # ---------------------------------------------------------------- acquire
     def _create(self) -> bool:
@@ -341,7 +288,9 @@ class StoreLease:
             now = time.time()
             if not self._stale(holder, now):
                 raise self._busy(holder, now, "lock file")
-            log.warning("taking over the abandoned lease %s: %s", self.path, _describe(holder, now))
+            log.warning(
+                "taking over the abandoned lease %s: %s", self.path, describe_holder(holder, now)
+            )
             self._break(holder)
         else:
             raise StoreBusyError(f"cannot take the lease {self.path}: it keeps changing hands")
@@ -545,7 +494,9 @@ class ObjectLease(StoreLease):
                 raise self._busy(holder, now, "lease object")
             if not holder.get("released"):
                 log.warning(
-                    "taking over the abandoned lease %s: %s", self.path, _describe(holder, now)
+                    "taking over the abandoned lease %s: %s",
+                    self.path,
+                    describe_holder(holder, now),
                 )
             etag = _objects.put_if_match(self.path, body, version)
             if etag is not None:
@@ -559,7 +510,7 @@ class ObjectLease(StoreLease):
             return True
         if now - float(holder.get("heartbeat", 0.0)) > self.timeout:
             return True
-        return _process_gone(holder)
+        return holder_gone(holder)
 
     def renew(self) -> None:
         """Write a fresh heartbeat over our own version; lost if someone replaced it."""

@@ -139,9 +139,9 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once(base):
     url = f"{base}/s.zarr"
     record = {"host": socket.gethostname(), "pid": 2**22 + 17, "started": 0.0, "token": "t",
               "pidns": "", "boot": "", "heartbeat": time.time(), "since": time.time()}  # fmt: skip
-    from dparallel.store._lease import _identity
+    from dparallel.store._holders import holder_identity
 
-    record.update({k: _identity()[k] for k in ("pidns", "boot")})
+    record.update({k: holder_identity()[k] for k in ("pidns", "boot")})
     _objects.put_if_absent(lease_object(as_location(url)), json.dumps(record).encode())
     with StoreLease(url, command="resumed", timeout=3600):
         pass

@@ -83,9 +83,9 @@ def test_other_hosts_are_judged_by_heartbeat_only(tmp_path):
 
 
 def test_same_host_pid_reused_by_a_later_process_is_stale(tmp_path):
-    from dparallel.store._lease import _identity
+    from dparallel.store._holders import holder_identity
 
-    me = _identity()
+    me = holder_identity()
     store = tmp_path / "s.zarr"
     _record(store, pidns=me["pidns"], boot=me["boot"], started=me["started"])
     with pytest.raises(StoreBusyError):  # this very process, alive: not stale
