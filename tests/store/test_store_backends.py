@@ -27,7 +27,7 @@ from dparallel.store import (
     Store,
     StoreLease,
     _direct,
-    _writes,
+    _write_routes,
     create_store,
     lease_path,
     open_store,
@@ -132,13 +132,13 @@ def test_a_memory_store_holds_and_reads_what_the_direct_files_do(featurized, tmp
     reference, data = featurized
     direct_writes: list[str] = []
     for name in ("write_array", "write_chunk"):
-        original = getattr(_writes, name)
+        original = getattr(_write_routes, name)
 
         def spy(*args, _original=original, _name=name, **kwargs):
             direct_writes.append(_name)
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(_writes, name, spy)
+        monkeypatch.setattr(_write_routes, name, spy)
     local = _fill(tmp_path / "local.zarr", reference, data)
     assert local.is_local and isinstance(local.zarr_store, LocalStore)
     assert {"write_array", "write_chunk"} <= set(direct_writes)  # the direct-file path
@@ -226,7 +226,7 @@ def test_a_zarr_outside_the_tested_versions_writes_through_its_api(
         raise AssertionError("a direct write with an untested zarr")
 
     for name in ("write_array", "write_chunk", "write_fill_chunk", "write_group"):
-        monkeypatch.setattr(_writes, name, refused)
+        monkeypatch.setattr(_write_routes, name, refused)
     with caplog.at_level(logging.WARNING, logger="dparallel.store._direct"):
         fallback = _fill(tmp_path / "fallback.zarr", reference, data)
         _fill(tmp_path / "again.zarr", reference, data)
