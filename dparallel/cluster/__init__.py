@@ -14,15 +14,9 @@ from dparallel._lazy import lazy_getattr
 from dparallel.cluster.allocator import tune_allocator
 
 if TYPE_CHECKING:
-    from dparallel.cluster.connection import (
-        ClusterHandle,
-        connect,
-        connect_in_background,
-        dashboard_link,
-        dashboard_pages,
-        discard_connection,
-    )
+    from dparallel.cluster.connection import connect, connect_in_background, discard_connection
     from dparallel.cluster.expected import expected_worker_memory, expected_workers
+    from dparallel.cluster.handle import ClusterHandle, dashboard_link, dashboard_pages
     from dparallel.cluster.spec import ClusterSpec, SlurmSpec, TLSSpec
     from dparallel.cluster.threads import (
         ENV_TORCH_THREADS,
@@ -34,12 +28,12 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
-    "ClusterHandle": "connection",
+    "ClusterHandle": "handle",
     "connect": "connection",
     "connect_in_background": "connection",
     "discard_connection": "connection",
-    "dashboard_link": "connection",
-    "dashboard_pages": "connection",
+    "dashboard_link": "handle",
+    "dashboard_pages": "handle",
     "expected_worker_memory": "expected",
     "expected_workers": "expected",
     "ClusterSpec": "spec",

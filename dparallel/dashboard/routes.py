@@ -1,6 +1,6 @@
 """Where dparallel's pages and JSON route are on the Dask dashboard: named once here for
 the pages that register them, the plugin that serves the JSON, and the links the CLI
-prints (:func:`dparallel.cluster.connection.dashboard_pages`)."""
+prints (:func:`dparallel.cluster.handle.dashboard_pages`)."""
 
 from __future__ import annotations
 
