@@ -9,9 +9,11 @@ this order, asked by :func:`connect`, :func:`expected_workers` and the CLI alike
 3. the ``DASK_SCHEDULER_ADDRESS`` environment variable;
 4. the spec's ``kind``: ``address`` (``spec.address`` / ``spec.scheduler_file``) or ``slurm``
    (dask-jobqueue, optional extra ``dparallel[slurm]``);
-5. a local multi-process cluster: processes, ``threads_per_worker`` threads each, one worker
-   per core unless ``n_workers`` says otherwise, dashboard bound to 127.0.0.1, with the
-   dparallel dashboard pages preloaded.
+5. a local multi-process cluster (:mod:`dparallel.cluster.local_cluster`): processes,
+   ``threads_per_worker`` threads each, one worker per core unless ``n_workers`` says
+   otherwise, dashboard bound to 127.0.0.1, with the dparallel dashboard pages preloaded.
+
+A running scheduler is reached through :mod:`dparallel.cluster.scheduler_client`.
 """
 
 from __future__ import annotations
@@ -22,18 +24,15 @@ import logging
 import os
 import threading
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from dask.system import CPU_COUNT
-from distributed import Client, LocalCluster
+from distributed import Client
 from distributed.client import ensure_default_client
 
-from dparallel.cluster.expected import local_memory_limit
-from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS, forked_workers
+from dparallel.cluster.forkserver import ENV_SCHEDULER_ADDRESS
 from dparallel.cluster.given_client import check_where, note_unused_default_client
-from dparallel.cluster.gpus import add_gpu_workers, check_gpus, start_specified_workers
-from dparallel.cluster.handle import ClusterHandle, dashboard_link
-from dparallel.cluster.main_guard import main_script_hint, refuse_while_bootstrapping
+from dparallel.cluster.handle import ClusterHandle, dashboard_address
+from dparallel.cluster.local_cluster import start_local
 from dparallel.cluster.scheduler_client import (
     client_security,
     read_scheduler_file,
@@ -41,10 +40,13 @@ from dparallel.cluster.scheduler_client import (
 )
 from dparallel.cluster.slurm import import_jobqueue, slurm_cluster, submit_jobs
 from dparallel.cluster.spec import ClusterSpec
-from dparallel.cluster.threads import ENV_TORCH_THREADS, TorchThreadsPlugin
+from dparallel.cluster.threads import (
+    TorchThreadsPlugin,
+    plugin_registered,
+    register_threads,
+    worker_env,
+)
 from dparallel.cluster.where import connection_kind
-from dparallel.dashboard.deferred_pages import PRELOAD as DEFERRED_DASHBOARD_PRELOAD
-from dparallel.dashboard.deferred_pages import defer_pages
 from dparallel.errors import ClusterError
 
 if TYPE_CHECKING:
@@ -95,8 +97,10 @@ def connect(
         handle = ClusterHandle(client, None, "client", owns=False)
         # the caller's cluster: its workers get their own budget back when the handle that
         # set it closes (not one that found it set: another run on the client still uses it)
-        present = spec.torch_threads is not None and _registered(client, TorchThreadsPlugin.name)
-        added = _register_threads(client, spec) and not present
+        present = spec.torch_threads is not None and plugin_registered(
+            client, TorchThreadsPlugin.name
+        )
+        added = register_threads(client, spec) and not present
         handle.plugins = [TorchThreadsPlugin.name] if added else []
         return handle
     with _collected_then_paused_gc():
@@ -181,7 +185,7 @@ def _connect_new(
     if kind == "slurm":
         return _start_slurm(spec)
     note_unused_default_client()  # a notebook's Client() is not ours to take
-    return _start_local(spec, worker_preload, forkserver_preload, return_early)
+    return start_local(spec, worker_preload, forkserver_preload, return_early)
 
 
 def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHandle:
@@ -189,7 +193,7 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
     client the default one, the torch-thread budget registered."""
     client = scheduler_client(address, spec)
     ensure_default_client(client)
-    registered = _register_threads(client, spec)
+    registered = register_threads(client, spec)
     logger.info("connected to scheduler %s (%s)", address, source)
     handle = ClusterHandle(client, None, source, owns=True)
     # a cluster others use too: its workers get their own budget back when this run ends
@@ -197,154 +201,14 @@ def _connect_remote(address: str, spec: ClusterSpec, source: str) -> ClusterHand
     return handle
 
 
-def _worker_env(spec: ClusterSpec) -> dict[str, str]:
-    """Environment for worker processes: the torch/OpenMP/MKL thread budget."""
-    n = str(spec.torch_threads or 1)
-    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, ENV_TORCH_THREADS: n}
-
-
-def _registered(client: Client, name: str) -> bool:
-    """Whether ``client``'s scheduler holds a worker plugin ``name`` (registered earlier)."""
-    return bool(client.run_on_scheduler(_scheduler_holds_plugin, name=name))
-
-
-def _scheduler_holds_plugin(dask_scheduler: Any, name: str) -> bool:
-    return name in dask_scheduler.worker_plugins
-
-
-def _register_threads(client: Client, spec: ClusterSpec) -> bool:
-    """Register the torch-thread plugin on every worker when the spec sets a budget;
-    whether it did."""
-    if spec.torch_threads is None:
-        return False
-    client.register_plugin(TorchThreadsPlugin(spec.torch_threads))
-    return True
-
-
-def _dashboard_address(spec: ClusterSpec) -> str:
-    """Where a scheduler started here serves its dashboard: a bare ``":PORT"`` on the
-    loopback interface (``":0"``: a free port), else as given."""
-    dashboard = spec.dashboard_address
-    return "127.0.0.1" + dashboard if dashboard.startswith(":") else dashboard
-
-
-class _LocalStart(NamedTuple):
-    """How :func:`_start_local` starts a local cluster."""
-
-    n_workers: int  # CPU workers in all
-    early: bool  # return once one worker runs; the rest start in the background
-    devices: list[str]  # one GPU worker each
-    dashboard: str
-    kwargs: dict[str, Any]  # more LocalCluster arguments
-    forkserver_preload: Sequence[str]
-
-
-def _start_local(
-    spec: ClusterSpec,
-    worker_preload: Sequence[str] = (),
-    forkserver_preload: Sequence[str] = (),
-    return_early: bool = False,
-) -> ClusterHandle:
-    """Start a multi-process LocalCluster on the loopback interface, its workers forked
-    from the forkserver where the platform has one (``return_early``: see :func:`connect`)."""
-    refuse_while_bootstrapping()
-    n_workers = spec.n_workers or CPU_COUNT
-    devices = check_gpus(spec.gpus) if spec.gpus else []
-    dashboard = _dashboard_address(spec)
-    # every worker gets the limit expected_worker_memory planned by, also those started
-    # after the first (Dask shares "auto" among the workers it starts at once)
-    kwargs: dict[str, Any] = {"memory_limit": local_memory_limit(spec)}
-    if worker_preload:
-        kwargs["preload"] = list(worker_preload)
-    # more workers than cores: their starts would only take the cores from the first tasks
-    early = return_early and n_workers + len(devices) <= CPU_COUNT
-    how = _LocalStart(n_workers, early, devices, dashboard, kwargs, forkserver_preload)
-    try:
-        try:
-            cluster, starting = _launch(spec, how)
-        except AssertionError:
-            # distributed's LoopRunner asserts when its IO-loop thread has not started
-            # within 10 s (seen on a saturated machine); that is transient: try once more.
-            logger.warning("local cluster's event loop did not start in time; retrying once")
-            cluster, starting = _launch(spec, how)
-    except Exception as exc:
-        raise ClusterError(
-            f"cannot start a local Dask cluster with {n_workers} workers "
-            f"(dashboard {dashboard}): {type(exc).__name__}: {exc}{main_script_hint(exc)}"
-        ) from exc
-    try:
-        client = Client(cluster, timeout=spec.connect_timeout)
-        _register_threads(client, spec)
-    except BaseException:
-        if starting is not None:
-            starting.join()
-        cluster.close()
-        raise
-    pages = defer_pages(cluster.scheduler)
-    logger.info(
-        "started local cluster: %d workers%s, dashboard %s",
-        n_workers,
-        f" and {len(devices)} GPU workers (devices {', '.join(devices)})" if devices else "",
-        dashboard_link(client),
-    )
-    return ClusterHandle(
-        client, cluster, "local", owns=True, pages=pages, starting=starting,
-        planned=(n_workers + len(devices), len(devices)),
-    )  # fmt: skip
-
-
-def _launch(spec: ClusterSpec, how: _LocalStart) -> tuple[LocalCluster, threading.Thread | None]:
-    """The cluster with its first workers running and, if it starts the rest in the
-    background, the thread that does (it leaves the forkserver setting when done)."""
-    with contextlib.ExitStack() as stack:  # leaves the forkserver setting unless handed on
-        env = stack.enter_context(forked_workers(how.forkserver_preload, env=_worker_env(spec)))
-        first = 1 if how.early else how.n_workers  # CPU workers started before returning
-        cluster = LocalCluster(
-            n_workers=first,
-            threads_per_worker=spec.threads_per_worker,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=how.dashboard,
-            # HTTP server now, bokeh pages when first asked for (dashboard.deferred_pages)
-            scheduler_kwargs={"preload": [DEFERRED_DASHBOARD_PRELOAD], "dashboard": False},
-            env=env,
-            **how.kwargs,
-        )
-        with contextlib.ExitStack() as on_error:
-            on_error.callback(cluster.close)
-            for _ in range(how.n_workers - first):
-                cluster.worker_spec.update(cluster.new_worker_spec())
-            add_gpu_workers(cluster, how.devices, wait=not how.early)
-            on_error.pop_all()  # started: the cluster stays open
-        if not how.early:
-            return cluster, None
-        # the rest start in the background, still under the forkserver setting
-        thread = threading.Thread(
-            target=_start_the_rest, args=(cluster, stack.pop_all()), name="dparallel-workers",
-            daemon=True,
-        )  # fmt: skip
-        thread.start()
-        return cluster, thread
-
-
-def _start_the_rest(cluster: LocalCluster, forking: contextlib.ExitStack) -> None:
-    """Start the workers of ``cluster``'s spec that do not run yet (in a background thread),
-    then leave the forkserver setting (``forking``) that the first worker started under."""
-    with forking:
-        try:
-            start_specified_workers(cluster)
-        except Exception:  # the run goes on with the workers that started; Dask logs the cause
-            logger.warning("some local workers did not start", exc_info=True)
-
-
 def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
     """Submit workers to SLURM through dask-jobqueue (:mod:`dparallel.cluster.slurm`)."""
     cluster = _slurm_cluster(spec)
     submit_jobs(cluster, spec.slurm.jobs)
     client = Client(cluster, timeout=spec.connect_timeout)
-    _register_threads(client, spec)
+    register_threads(client, spec)
     # its scheduler listens where the workers reach it, its dashboard where it was told
-    host = _dashboard_address(spec).rpartition(":")[0].strip("[]")
+    host = dashboard_address(spec).rpartition(":")[0].strip("[]")
     shown = host if host not in ("", "0.0.0.0", "::") else None
     return ClusterHandle(client, cluster, "slurm", owns=True, dashboard_host=shown)
 
@@ -352,5 +216,5 @@ def _start_slurm(spec: ClusterSpec) -> ClusterHandle:
 def _slurm_cluster(spec: ClusterSpec) -> Any:
     """:func:`~dparallel.cluster.slurm.slurm_cluster` with the thread exports, TLS and
     dashboard (with dparallel's pages) of ``spec``."""
-    scheduler = {"dashboard_address": _dashboard_address(spec), "preload": [DASHBOARD_PRELOAD]}
-    return slurm_cluster(spec, _worker_env(spec), client_security(spec.tls), scheduler)
+    scheduler = {"dashboard_address": dashboard_address(spec), "preload": [DASHBOARD_PRELOAD]}
+    return slurm_cluster(spec, worker_env(spec), client_security(spec.tls), scheduler)

@@ -15,9 +15,10 @@ if TYPE_CHECKING:
 
     from distributed import Client
 
+    from dparallel.cluster.spec import ClusterSpec
     from dparallel.dashboard.deferred_pages import DeferredPages
 
-__all__ = ["ClusterHandle", "dashboard_link", "dashboard_pages"]
+__all__ = ["ClusterHandle", "dashboard_address", "dashboard_link", "dashboard_pages"]
 
 logger = logging.getLogger(__name__)
 
@@ -151,3 +152,10 @@ def dashboard_pages(client: Client, host: str | None = None) -> dict[str, str]:
         "training": f"{base}/{PAGE_ROUTES[1]}",
         "json": f"{base}/{STATUS_ROUTE}",
     }
+
+
+def dashboard_address(spec: ClusterSpec) -> str:
+    """Where a scheduler started here serves its dashboard: a bare ``":PORT"`` on the
+    loopback interface (``":0"``: a free port), else as given."""
+    dashboard = spec.dashboard_address
+    return "127.0.0.1" + dashboard if dashboard.startswith(":") else dashboard

@@ -20,13 +20,20 @@ from dparallel.config import restore_environ
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from distributed import Client
+
+    from dparallel.cluster.spec import ClusterSpec
+
 __all__ = [
     "ENV_TORCH_THREADS",
     "TorchThreadsPlugin",
     "configured_torch_threads",
     "ensure_torch_threads",
+    "plugin_registered",
+    "register_threads",
     "torch_thread_report",
     "torch_threads",
+    "worker_env",
 ]
 
 logger = logging.getLogger(__name__)
@@ -117,3 +124,27 @@ class TorchThreadsPlugin(WorkerPlugin):
         """Give the worker its own budget back (the plugin removed: the run that set it
         ended, and others use the cluster)."""
         restore_environ(getattr(self, "_before", {}))
+
+
+def worker_env(spec: ClusterSpec) -> dict[str, str]:
+    """Environment for worker processes: the torch/OpenMP/MKL thread budget."""
+    n = str(spec.torch_threads or 1)
+    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, ENV_TORCH_THREADS: n}
+
+
+def plugin_registered(client: Client, name: str) -> bool:
+    """Whether ``client``'s scheduler holds a worker plugin ``name`` (registered earlier)."""
+    return bool(client.run_on_scheduler(_scheduler_holds_plugin, name=name))
+
+
+def _scheduler_holds_plugin(dask_scheduler: Any, name: str) -> bool:
+    return name in dask_scheduler.worker_plugins
+
+
+def register_threads(client: Client, spec: ClusterSpec) -> bool:
+    """Register the torch-thread plugin on every worker when the spec sets a budget;
+    whether it did."""
+    if spec.torch_threads is None:
+        return False
+    client.register_plugin(TorchThreadsPlugin(spec.torch_threads))
+    return True

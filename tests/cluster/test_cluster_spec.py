@@ -18,7 +18,7 @@ from dparallel.cluster import (
     ensure_torch_threads,
     torch_threads,
 )
-from dparallel.cluster.connection import _worker_env
+from dparallel.cluster.threads import worker_env
 from dparallel.errors import ClusterError
 
 
@@ -60,7 +60,7 @@ def test_walltime_format_checked() -> None:
 
 
 def test_worker_env_carries_thread_budget() -> None:
-    env = _worker_env(ClusterSpec(torch_threads=3))
+    env = worker_env(ClusterSpec(torch_threads=3))
     assert env == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3", "DPARALLEL_TORCH_THREADS": "3"}
 
 

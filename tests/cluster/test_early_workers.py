@@ -14,9 +14,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_early_handle_runs_tasks_and_gets_every_worker(monkeypatch) -> None:
-    from dparallel.cluster import connection
+    from dparallel.cluster import local_cluster
 
-    monkeypatch.setattr(connection, "CPU_COUNT", 64)  # a node with cores for every worker
+    monkeypatch.setattr(local_cluster, "CPU_COUNT", 64)  # a node with cores for every worker
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     spec = ClusterSpec(n_workers=3, gpus=1, dashboard_address="127.0.0.1:0")
     with connect(spec, return_early=True) as handle:
@@ -38,9 +38,9 @@ def test_early_handle_runs_tasks_and_gets_every_worker(monkeypatch) -> None:
 def test_blocking_connect_or_more_workers_than_cores_has_every_worker_at_once(
     monkeypatch, early
 ) -> None:
-    from dparallel.cluster import connection
+    from dparallel.cluster import local_cluster
 
-    monkeypatch.setattr(connection, "CPU_COUNT", 1)  # return_early: 2 workers > 1 core
+    monkeypatch.setattr(local_cluster, "CPU_COUNT", 1)  # return_early: 2 workers > 1 core
     spec = ClusterSpec(n_workers=2, dashboard_address="127.0.0.1:0")
     with connect(spec, return_early=early) as handle:
         assert handle.n_workers == 2
