@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -32,17 +31,16 @@ from dparallel.train.batch import (
 )
 from dparallel.train.gather_ops import HOST, HostOps
 from dparallel.train.heap import trim_heap
+from dparallel.train.read_ahead import background
 from dparallel.train.splits import SPLITS, SplitIndex
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+    from collections.abc import Generator, Iterator, Sequence
 
     from dparallel.store import Store
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-_DONE = object()  # the end of a background thread's items
 
 #: Without ``DPARALLEL_TRAIN_CACHE_MB``, decoded partitions may take this share of the
 #: host memory available when training starts.
@@ -279,57 +277,6 @@ class PartitionReader:
         """Partitions in ``order``; ``prefetch`` > 0 reads ahead in a background thread."""
         parts = (self.get(int(p)) for p in order)
         return background(parts, prefetch, "dparallel-prefetch") if prefetch > 0 else parts
-
-
-def background(
-    items: Iterable[T], depth: int, name: str, fn: Callable[[T], Any] | None = None
-) -> Generator[Any, None, None]:
-    """``items`` (through ``fn``, if given) iterated in a daemon thread ``depth`` ahead.
-
-    At most ``depth`` items are made and not yet taken (queued, or being made): the
-    thread starts the next one only once the consumer has taken one, so a partition
-    prefetch of 1 holds one partition ahead, not a second one waiting for room.
-    An exception in the thread is raised here; closing the generator (the end, a
-    ``break``, an error in the consumer) stops the thread, closes ``items`` and joins it.
-    The thread starts with the first ``next``.
-    """
-    q: queue.Queue[Any] = queue.Queue()
-    room = threading.Semaphore(max(1, depth))  # one per item made and not yet taken
-    stop = threading.Event()
-
-    def wait_for_room() -> bool:
-        while not stop.is_set():
-            if room.acquire(timeout=0.05):
-                return True
-        return False
-
-    def work() -> None:
-        it = iter(items)
-        try:
-            while wait_for_room():
-                item: Any = next(it, _DONE)
-                if item is _DONE:
-                    q.put(_DONE)
-                    return
-                q.put(item if fn is None else fn(item))
-                del item  # held by the queue only, until taken
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
-            q.put(exc)
-        finally:
-            getattr(it, "close", lambda: None)()
-
-    thread = threading.Thread(target=work, name=name, daemon=True)
-    thread.start()
-    try:
-        while (item := q.get()) is not _DONE:
-            room.release()
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-            del item  # not held while the next one is awaited
-    finally:
-        stop.set()
-        thread.join(timeout=30)
 
 
 #: A partition the shuffle buffer still draws from is copied down to its structures left

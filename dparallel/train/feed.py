@@ -34,9 +34,10 @@ from dparallel.train.batch import (
     pin_batch,
     split_assembled,
 )
-from dparallel.train.data import BatchPlan, background, iterate_batches
+from dparallel.train.data import BatchPlan, iterate_batches
 from dparallel.train.device import Target, device_memory, gib, out_of_memory
 from dparallel.train.gather_ops import DeviceOps, HostOps, PinnedOps, gather_threads
+from dparallel.train.read_ahead import background
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator

@@ -155,7 +155,7 @@ def test_background_makes_at_most_depth_items_ahead() -> None:
     for room in the queue."""
     import time
 
-    from dparallel.train.data import background
+    from dparallel.train.read_ahead import background
 
     made: list[int] = []
 
