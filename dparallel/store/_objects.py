@@ -115,28 +115,29 @@ def _memory_read(fs: Any, path: str) -> bytes | None:
 
 def put_if_absent(location: Location, data: bytes) -> str | None:
     """Create the object with ``data``; ``None`` (nothing written) if one is there."""
-    require_conditional_writes(location)
-    on_objects = location.object_store(small=True)
-    if on_objects is not None:
-        return _put_on_objects(*on_objects, location, data, None)
-    fs, path = location.filesystem()
-    with _MEMORY_LOCK:
-        if fs.exists(path):
-            return None
-        fs.pipe_file(path, data)
-    return _memory_etag(data)
+    return _put(location, data, None)
 
 
 def put_if_match(location: Location, data: bytes, etag: str) -> str | None:
     """Replace the object with ``data`` if its ETag is still ``etag``; else ``None``."""
+    return _put(location, data, etag)
+
+
+def _put(location: Location, data: bytes, etag: str | None) -> str | None:
+    """The conditional write (``etag`` ``None``: create-if-absent, else replace-if-match):
+    the new ETag, or ``None`` where it was refused."""
     require_conditional_writes(location)
     on_objects = location.object_store(small=True)
     if on_objects is not None:
         return _put_on_objects(*on_objects, location, data, etag)
     fs, path = location.filesystem()
     with _MEMORY_LOCK:
-        current = _memory_read(fs, path)
-        if current is None or _memory_etag(current) != etag:
+        if etag is None:
+            refused = fs.exists(path)
+        else:
+            current = _memory_read(fs, path)
+            refused = current is None or _memory_etag(current) != etag
+        if refused:
             return None
         fs.pipe_file(path, data)
     return _memory_etag(data)
