@@ -98,8 +98,9 @@ def torch_threads(n: int | None = None) -> Iterator[int]:
             torch.set_num_threads(previous)
 
 
-#: What the plugin sets in a worker's environment.
-_BUDGET_VARIABLES = (ENV_TORCH_THREADS, "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+#: What the plugin sets in a worker's environment, and a worker process starts with
+#: (:func:`worker_env`).
+_BUDGET_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", ENV_TORCH_THREADS)
 
 
 class TorchThreadsPlugin(WorkerPlugin):
@@ -128,8 +129,7 @@ class TorchThreadsPlugin(WorkerPlugin):
 
 def worker_env(spec: ClusterSpec) -> dict[str, str]:
     """Environment for worker processes: the torch/OpenMP/MKL thread budget."""
-    n = str(spec.torch_threads or 1)
-    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, ENV_TORCH_THREADS: n}
+    return dict.fromkeys(_BUDGET_VARIABLES, str(spec.torch_threads or 1))
 
 
 def plugin_registered(client: Client, name: str) -> bool:
