@@ -26,21 +26,6 @@ def store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     return small_store(tmp_path_factory.mktemp("data"), n=24)
 
 
-def test_assign_splits_fractions_tags_and_determinism() -> None:
-    ids = np.arange(20_000)
-    tags = np.full(ids.shape, "", dtype=object)
-    s = assign_splits(ids, tags, 0.1, 0.2, seed=5)
-    assert abs((s == 1).mean() - 0.1) < 0.01 and abs((s == 2).mean() - 0.2) < 0.01
-    assert np.array_equal(s, assign_splits(ids, tags, 0.1, 0.2, seed=5))
-    assert not np.array_equal(s, assign_splits(ids, tags, 0.1, 0.2, seed=6))
-    # a structure's split does not depend on which other structures are split with it
-    assert np.array_equal(s[5000:6000], assign_splits(ids[5000:6000], tags[:1000], 0.1, 0.2, 5))
-    tags[:100] = "test"
-    tags[100:200] = "train"
-    t = assign_splits(ids, tags, 0.1, 0.2, seed=5)
-    assert np.all(t[:100] == 2) and np.all(t[100:200] != 2)
-
-
 def test_loader_visits_every_training_structure_exactly_once(store) -> None:  # noqa: ANN001
     assert store.n_partitions >= 4
     index = build_split_index(store, 0.2, 0.2, seed=1)
@@ -148,30 +133,6 @@ def test_loader_memory_is_bounded_by_buffer_and_prefetch(tmp_path) -> None:  # n
     assert seen == 24
     # leftover buffer items (< 2: one partition) + current partition + one read ahead
     assert peak <= 3
-
-
-def test_background_makes_at_most_depth_items_ahead() -> None:
-    """A prefetch of ``depth`` holds ``depth`` items not yet taken, not one more waiting
-    for room in the queue."""
-    import time
-
-    from dparallel.train.read_ahead import background
-
-    made: list[int] = []
-
-    def items():  # noqa: ANN202
-        for k in range(8):
-            made.append(k)
-            yield k
-
-    for depth in (1, 2):
-        made.clear()
-        taken = 0
-        for _ in background(items(), depth, "test-background"):
-            taken += 1
-            time.sleep(0.05)  # room for the thread to run ahead as far as it may
-            assert len(made) - taken <= depth
-        assert taken == 8
 
 
 def test_streamed_partitions_in_order_hold_one_ahead(store) -> None:  # noqa: ANN001
