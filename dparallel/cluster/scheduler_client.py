@@ -6,7 +6,6 @@ fails a :class:`~dparallel.errors.ClusterError` that says what to check.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from distributed import Client
