@@ -218,6 +218,29 @@ def point_at_nothing(monkeypatch) -> int:  # noqa: ANN001 - pytest's monkeypatch
     return port
 
 
+#: The variable that points a client at each kind of server.
+ENDPOINT_ENV = {"moto": "AWS_ENDPOINT_URL", "seaweedfs": "AWS_ENDPOINT_URL",
+                "azurite": "AZURITE_BLOB_STORAGE_URL"}  # fmt: skip
+
+
+@contextlib.contextmanager
+def faulty_server(kind: str, fault: Callable[[str, str], str | None]) -> Iterator[str]:
+    """A server of ``kind`` (:func:`s3_server`, bucket ``dparallel-test``) behind
+    :func:`faulty_proxy`, every client made in the block pointed at the proxy; yields
+    the bucket's URL (``s3://dparallel-test`` or ``az://dparallel-test``)."""
+    with (
+        s3_server(("dparallel-test",), kind=kind) as endpoint,
+        faulty_proxy(endpoint, fault) as proxy,
+    ):
+        os.environ[ENDPOINT_ENV[kind]] = proxy  # s3_server restores it (monkeypatch would
+        # put the server's own endpoint back after it, into the tests that follow)
+        forget_clients()
+        try:
+            yield f"{SCHEMES[kind]}://dparallel-test"
+        finally:
+            forget_clients()
+
+
 @contextlib.contextmanager
 def faulty_proxy(endpoint: str, fault: Callable[[str, str], str | None]) -> Iterator[str]:
     """An HTTP proxy on 127.0.0.1 in front of the S3 server at ``endpoint``, in a thread;
@@ -228,7 +251,9 @@ def faulty_proxy(endpoint: str, fault: Callable[[str, str], str | None]) -> Iter
     later: it lands after the client gave up on it), ``"delay:S"`` (forwarded after S
     seconds, answered), an HTTP status (``"503"``: answered so, nothing forwarded) or
     ``"after:503"`` (forwarded, the server did it, then answered with that status: a
-    gateway's 502/504 or a 500 whose request had landed)."""
+    gateway's 502/504 or a 500 whose request had landed). A status is answered as the
+    service would (:func:`_error_answer`): S3's XML error, or Azure's where the request
+    is Azure's (an ``x-ms-version`` header)."""
     import http.client
     import http.server
     import struct
@@ -269,20 +294,23 @@ def faulty_proxy(endpoint: str, fault: Callable[[str, str], str | None]) -> Iter
                 time.sleep(float(what[6:]))
                 what = None
             if what is not None and what.isdigit():
-                self.send_response(int(what))
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return None
+                return self._answer(*_error_answer(int(what), "x-ms-version" in self.headers))
             status, headers, data = self._forward(body)
             if what == "lost":
                 return self._reset()
             if what is not None and what.startswith("after:"):
-                status, headers, data = int(what[6:]), [("Content-Length", "0")], b""
+                azure = "x-ms-version" in self.headers
+                status, headers, data = _error_answer(int(what[6:]), azure)
+            return self._answer(status, headers, data)
+
+        def _answer(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+            """The answer, with its body's length (Azurite sends errors chunked)."""
             self.send_response(status)
-            skip = {"transfer-encoding", "connection"}
+            skip = {"transfer-encoding", "connection", "content-length"}
             for name, value in headers:
                 if name.lower() not in skip:
                     self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
@@ -299,3 +327,28 @@ def faulty_proxy(endpoint: str, fault: Callable[[str, str], str | None]) -> Iter
     finally:
         server.shutdown()
         server.server_close()
+
+
+#: The error code of each status the proxy answers, on S3 and on Azure Blob Storage (503:
+#: throttling, S3's SlowDown, Azure's ServerBusy).
+_ERROR_CODES = {
+    404: ("NoSuchKey", "BlobNotFound"),
+    409: ("ConditionalRequestConflict", "BlobAlreadyExists"),
+    412: ("PreconditionFailed", "ConditionNotMet"),
+    500: ("InternalError", "InternalError"),
+    502: ("BadGateway", "BadGateway"),
+    503: ("SlowDown", "ServerBusy"),
+    504: ("GatewayTimeout", "GatewayTimeout"),
+}
+
+
+def _error_answer(status: int, azure: bool) -> tuple[int, list[tuple[str, str]], bytes]:
+    """An error answer as S3 or Azure gives it: an XML error document with the service's
+    code (Azure's also in ``x-ms-error-code``)."""
+    code = _ERROR_CODES.get(status, ("InternalError", "InternalError"))[azure]
+    data = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{code}</Code><Message>injected by the test proxy</Message></Error>"
+    ).encode()
+    headers = [("Content-Type", "application/xml")]
+    return status, [*headers, ("x-ms-error-code", code)] if azure else headers, data

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,10 @@ def get_range(store: S3Store, key: str, start: int, stop: int, where: object) ->
         return bytes(obstore.get_range(store, key, start=start, end=stop))
 
 
+#: A 404 for a missing bucket or container (not a missing object) in obstore's error.
+_NO_CONTAINER = re.compile(r"NoSuchBucket|ContainerNotFound")
+
+
 def put(
     store: S3Store, key: str, data: bytes, where: object, *, if_absent: bool = False,
     if_match: str | None = None,
@@ -144,6 +149,11 @@ def put(
             done = obstore.put(store, key, data, mode=mode, use_multipart=False)
         except (errors.AlreadyExistsError, errors.PreconditionError):
             return None  # 412, or 409 (a conditional write in flight): obstore maps both
+        except FileNotFoundError as exc:
+            if if_match is None or _NO_CONTAINER.search(str(exc)):
+                raise
+            return None  # the object is gone, so it changed: 404 to If-Match (AWS, or a
+            # service in front of Azure; obstore maps it to a refusal on S3 only)
     if not done["e_tag"]:
         raise OSError(f"{where}: the service gave no ETag for the object just written")
     return str(done["e_tag"])

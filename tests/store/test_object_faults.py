@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from typing import TYPE_CHECKING
 
 import pytest
-from s3server import faulty_proxy, forget_clients, quick_retries, s3_server
+from s3server import SCHEMES, faulty_server, quick_retries, s3_server
 
 from dparallel.io.location import as_location
 from dparallel.store import StoreLease, _objects
@@ -22,11 +21,15 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def faults():
-    """moto behind a proxy; yields the list of (method, key part, fault) still to inject,
-    each once, on the first request that matches; ``"for:S:503"``: every matching request
-    answered 503 for S seconds from the first."""
+#: The servers each fault test runs against: moto's S3 and Azurite (Azure Blob Storage).
+KINDS = ["moto", "azurite"]
+
+
+@pytest.fixture(params=KINDS)
+def served(request):
+    """The server's kind, its bucket's URL behind a proxy, and the list of (method, key
+    part, fault) still to inject, each once, on the first request that matches;
+    ``"for:S:503"``: every matching request answered 503 for S seconds from the first."""
     planned: list[tuple[str, str, str]] = []
     bursts: dict[int, float] = {}
 
@@ -44,23 +47,33 @@ def faults():
                 return what
         return None
 
-    with (
-        s3_server(("dparallel-test",), kind="moto") as endpoint,
-        faulty_proxy(endpoint, fault) as proxy,
-    ):
-        os.environ["AWS_ENDPOINT_URL"] = proxy  # s3_server restores it (monkeypatch would
-        # put the server's own endpoint back after it, into the tests that follow)
-        forget_clients()
-        yield planned
-        forget_clients()
+    with faulty_server(request.param, fault) as bucket:
+        yield request.param, bucket, planned
+
+
+@pytest.fixture
+def faults(served) -> list[tuple[str, str, str]]:
+    """The faults still to inject (:func:`served`)."""
+    return served[2]
+
+
+@pytest.fixture
+def bucket(served) -> str:
+    """The bucket's URL on the server behind the proxy: ``s3://…`` or ``az://…``."""
+    return served[1]
+
+
+#: What a store's delete request has in its path: S3's DeleteObjects (``?delete``),
+#: Azure's blob batch (``comp=batch``); both POSTs, for one key too.
+DELETE_PART = {"moto": "delete", "azurite": "comp=batch"}
 
 
 @pytest.mark.parametrize("what", ["reset", "lost", "after:500", "after:503"])
-def test_a_conditional_write_whose_answer_was_lost_is_settled(faults, what):
+def test_a_conditional_write_whose_answer_was_lost_is_settled(faults, bucket, what):
     """``after:5xx``: the service did the write, then a 5xx came (a gateway's, or a 500 of
     a request that had landed); obstore retries it itself and the retry is refused (412)
     by our own write: read back, the write is ours, not another writer's."""
-    where = as_location(f"s3://dparallel-test/settled-{what}/obj")
+    where = as_location(f"{bucket}/settled-{what}/obj")
     faults.append(("PUT", "/obj", what))
     first = _objects.put_if_absent(where, b"one")
     assert first is not None and _objects.get(where) == (b"one", first)
@@ -75,11 +88,11 @@ def test_a_conditional_write_whose_answer_was_lost_is_settled(faults, what):
 
 
 @pytest.mark.parametrize("create", [True, False])
-def test_a_first_send_landing_after_its_resend_is_still_the_writers(faults, create):
+def test_a_first_send_landing_after_its_resend_is_still_the_writers(faults, bucket, create):
     """The first send's connection reset, the object read back unchanged, the write sent
     again; but the first send lands late, before the resend, which is then refused: the
     object holds the writer's bytes, so the write succeeded (it was told "refused")."""
-    where = as_location(f"s3://dparallel-test/late-{create}/obj")
+    where = as_location(f"{bucket}/late-{create}/obj")
     etag = None if create else _objects.put_if_absent(where, b"one")
     faults.append(("PUT", "/obj", "late:0.3"))
     faults.append(("PUT", "/obj", "delay:1.0"))  # the resend
@@ -91,11 +104,12 @@ def test_a_first_send_landing_after_its_resend_is_still_the_writers(faults, crea
     assert got is not None and _objects.get(where) == (b"two", got)
 
 
-def test_a_replacement_of_a_deleted_object_is_refused_as_on_aws(faults):
-    """AWS S3 answers a PUT with If-Match on an object that is gone 404 (moto 412): the
-    object changed, so the write is refused (``None``, as on ``memory://``: obstore takes
-    either answer for a failed condition), and a heartbeat notices its deleted lease."""
-    where = as_location("s3://dparallel-test/deleted/obj")
+def test_a_replacement_of_a_deleted_object_is_refused_as_on_aws(faults, bucket):
+    """AWS S3 answers a PUT with If-Match on an object that is gone 404 (moto and Azure,
+    Azurite too, 412): the object changed, so the write is refused (``None``, as on
+    ``memory://``), and a heartbeat notices its deleted lease. obstore takes a 404 for a
+    failed condition on S3 only; on Azure it was a ``FileNotFoundError``, raised."""
+    where = as_location(f"{bucket}/deleted/obj")
     etag = _objects.put_if_absent(where, b"one")
     assert etag is not None
     faults.append(("PUT", "/obj", "404"))
@@ -104,8 +118,8 @@ def test_a_replacement_of_a_deleted_object_is_refused_as_on_aws(faults):
 
 
 @pytest.mark.parametrize("what", ["lost", "after:503"])
-def test_a_heartbeat_whose_answer_was_lost_keeps_the_lease(faults, what):
-    lease = StoreLease(f"s3://dparallel-test/beat-{what[:5]}.zarr", command="test", timeout=1.2)
+def test_a_heartbeat_whose_answer_was_lost_keeps_the_lease(faults, bucket, what):
+    lease = StoreLease(f"{bucket}/beat-{what[:5]}.zarr", command="test", timeout=1.2)
     faults.append(("PUT", "dparallel.lease", what))  # taking it
     lease.acquire()
     try:
@@ -124,7 +138,9 @@ def test_a_heartbeat_whose_answer_was_lost_keeps_the_lease(faults, what):
     assert record["released"]
 
 
-def test_a_holder_whose_heartbeats_fail_stops_once_it_could_be_taken_over(faults, monkeypatch):
+def test_a_holder_whose_heartbeats_fail_stops_once_it_could_be_taken_over(
+    faults, bucket, monkeypatch
+):
     """Every request for the lease fails (503, after obstore's retries): the holder keeps
     writing no longer than its lease's timeout, after which another run may take the store
     over; before, each failed heartbeat was tried again at the next beat, for ever, and
@@ -132,7 +148,7 @@ def test_a_holder_whose_heartbeats_fail_stops_once_it_could_be_taken_over(faults
     from dparallel.errors import StoreError
 
     quick_retries(monkeypatch)  # a heartbeat's request fails within ~0.5 s, not 3-14 s
-    lease = StoreLease("s3://dparallel-test/unreachable.zarr", command="test", timeout=1.2)
+    lease = StoreLease(f"{bucket}/unreachable.zarr", command="test", timeout=1.2)
     lease.acquire()
     try:
         faults.extend([("PUT", "dparallel.lease", "503"), ("GET", "dparallel.lease", "503")] * 200)
@@ -155,14 +171,14 @@ def test_a_holder_whose_heartbeats_fail_stops_once_it_could_be_taken_over(faults
 
 
 @pytest.mark.slow
-def test_a_holder_whose_heartbeat_hangs_stops_when_it_could_be_taken_over(faults):
+def test_a_holder_whose_heartbeat_hangs_stops_when_it_could_be_taken_over(faults, bucket):
     """The service takes 20 s to answer the lease's requests (the lease client gives up
     after 15 s, then reads the object back): the run stops as its lease's timeout passes,
     the moment another run may take the store over, not once the requests have failed
     (~30 s later; with the 60-s default, both runs wrote for that long)."""
     from dparallel.errors import StoreError
 
-    lease = StoreLease("s3://dparallel-test/slow.zarr", command="test", timeout=1.2)
+    lease = StoreLease(f"{bucket}/slow.zarr", command="test", timeout=1.2)
     lease.acquire()
     try:
         faults.extend(
@@ -186,7 +202,7 @@ def test_a_holder_whose_heartbeat_hangs_stops_when_it_could_be_taken_over(faults
 
 
 @pytest.mark.slow
-def test_a_store_outlasts_seconds_of_503_slowdown(faults):
+def test_a_store_outlasts_seconds_of_503_slowdown(faults, bucket):
     """S3 throttling (503 SlowDown) for 4.5 s on a store's object: its write and its read
     wait it out (obstore's default backoff gave up after 10 retries within ~1.6 s, which
     failed the partition being written; now at least 5 s pass before a request fails)."""
@@ -195,7 +211,7 @@ def test_a_store_outlasts_seconds_of_503_slowdown(faults):
 
     from dparallel.store._s3 import s3_zarr_store
 
-    store = s3_zarr_store(as_location("s3://dparallel-test/throttled.zarr"), read_only=False)
+    store = s3_zarr_store(as_location(f"{bucket}/throttled.zarr"), read_only=False)
     faults.append(("PUT", "/throttled.zarr/c.0", "for:4.5:503"))
     sync(store.set("c.0", cpu.Buffer.from_bytes(b"chunk")))
     assert not faults
@@ -205,27 +221,30 @@ def test_a_store_outlasts_seconds_of_503_slowdown(faults):
 
 
 @pytest.mark.parametrize("what", ["reset", "lost"])
-def test_a_delete_whose_connection_dropped_is_sent_again(faults, what):
-    """obstore deletes a store's key by a POST (S3's DeleteObjects), which it does not
-    resend where the connection dropped: a task deleting a chunk (a tag left all fill
-    values, what a killed attempt left) failed its partition on one reset."""
+def test_a_delete_whose_connection_dropped_is_sent_again(served, what):
+    """obstore deletes a store's key by a POST (S3's DeleteObjects, Azure's blob batch),
+    which it does not resend where the connection dropped: a task deleting a chunk (a tag
+    left all fill values, what a killed attempt left) failed its partition on one reset.
+    ``lost``: the resend finds the key gone (Azure's batch refuses that: ignored)."""
     from zarr.core.buffer import cpu
     from zarr.core.sync import sync
 
     from dparallel.store._s3 import s3_zarr_store
 
-    store = s3_zarr_store(as_location(f"s3://dparallel-test/del-{what}.zarr"), read_only=False)
+    kind, bucket, faults = served
+    store = s3_zarr_store(as_location(f"{bucket}/del-{what}.zarr"), read_only=False)
     for key in ("c.0", "a/c.0", "a/c.1"):
         sync(store.set(key, cpu.Buffer.from_bytes(b"chunk")))
-    faults.append(("POST", "delete", what))
+    faults.append(("POST", DELETE_PART[kind], what))
     sync(store.delete("c.0"))
-    faults.append(("POST", "delete", what))
+    faults.append(("POST", DELETE_PART[kind], what))
     sync(store.delete_dir("a"))
     assert not faults
     assert not any(sync(store.exists(key)) for key in ("c.0", "a/c.0", "a/c.1"))
 
 
-def test_a_pointer_to_a_deleted_generation_is_named(tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_pointer_to_a_deleted_generation_is_named(tmp_path, kind):
     """A store whose current generation was deleted behind dparallel's back was "no zarr
     store at URL"; the error says which generation the pointer names and that it is gone."""
     import ase.io
@@ -244,8 +263,8 @@ def test_a_pointer_to_a_deleted_generation_is_named(tmp_path):
     )
     ase.io.write(tmp_path / "data.xyz", frames, format="extxyz")
     acsf = ACSF.uniform(["H", "O"], r_cut=3.0, radial=[(0.5, 0.0)], narrow=[], wide=[])
-    url = "s3://dparallel-test/lost.zarr"
-    with s3_server(("dparallel-test",), kind="moto"):
+    url = f"{SCHEMES[kind]}://dparallel-test/lost.zarr"
+    with s3_server(("dparallel-test",), kind=kind):
         featurize_in_process(
             tmp_path / "data.xyz", url, DescriptorSet(acsf=acsf), FeaturizeOptions()
         )
@@ -262,7 +281,7 @@ def test_a_pointer_to_a_deleted_generation_is_named(tmp_path):
 
 @pytest.mark.slow
 def test_a_chunk_that_cannot_be_put_fails_its_partition_and_a_rerun_completes_it(
-    faults, monkeypatch, tmp_path
+    faults, bucket, monkeypatch, tmp_path
 ):
     """Every PUT below partition 1's folder answered 500 (after obstore's retries): that
     partition fails, named with the store, and is not marked done; the others are kept;
@@ -277,16 +296,13 @@ def test_a_chunk_that_cannot_be_put_fails_its_partition_and_a_rerun_completes_it
     quick_retries(monkeypatch)  # a request given up within ~2 s, not 5-32 s
     data = write_hco_structures(tmp_path / "data.xyz", seed=5)
     options = FeaturizeOptions(partition_atoms=30)
-    url = "s3://dparallel-test/failing-chunk/s.zarr"
+    url = f"{bucket}/failing-chunk/s.zarr"
     faults.extend([("PUT", "/parts/1/", "500")] * 1000)
     with pytest.raises(PartitionFailedError) as info:
         featurize_in_process(data, url, hco_descriptors(), options)
     first, *rest = str(info.value).splitlines()
     assert first.endswith("a rerun computes only the rest.") and len(rest) == 1
-    assert (
-        rest[0].startswith("partition 1 ")
-        and "OSError: s3://dparallel-test/failing-chunk/s.zarr/g-" in rest[0]
-    )
+    assert rest[0].startswith("partition 1 ") and f"OSError: {url}/g-" in rest[0]
     assert "500" in rest[0]
     partial = open_store(url, mode="r")
     assert 1 not in partial.done_partitions().tolist()
@@ -299,8 +315,9 @@ def test_a_chunk_that_cannot_be_put_fails_its_partition_and_a_rerun_completes_it
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_store_written_and_read_through_one_fault_in_five_equals_the_local_one(
-    monkeypatch, tmp_path
+    monkeypatch, tmp_path, kind
 ):
     """Every fifth request of each method fails, in turn: answered 503, reset before it
     reaches the service, reset after the service did it, answered 503 after it did it;
@@ -333,19 +350,11 @@ def test_a_store_written_and_read_through_one_fault_in_five_equals_the_local_one
     data = write_hco_structures(tmp_path / "data.xyz", seed=5)
     options = FeaturizeOptions(partition_atoms=30)
     local = featurize_in_process(data, tmp_path / "s.zarr", hco_descriptors(), options)
-    url = "s3://dparallel-test/one-in-five/s.zarr"
-    with (
-        s3_server(("dparallel-test",), kind="moto") as endpoint,
-        faulty_proxy(endpoint, fault) as proxy,
-    ):
-        os.environ["AWS_ENDPOINT_URL"] = proxy  # s3_server restores it
-        quick_retries(monkeypatch)  # the faults, not the waits between retries
-        forget_clients()
-        try:
-            featurize_in_process(data, url, hco_descriptors(), options)
-            _equal_bitwise(local, open_store(url))
-        finally:
-            forget_clients()
+    quick_retries(monkeypatch)  # the faults, not the waits between retries
+    with faulty_server(kind, fault) as bucket:
+        url = f"{bucket}/one-in-five/s.zarr"
+        featurize_in_process(data, url, hco_descriptors(), options)
+        _equal_bitwise(local, open_store(url))
     assert len(injected) > 100 and seen["POST"] > 0
 
 
@@ -363,7 +372,7 @@ def _equal_bitwise(local, remote) -> None:  # noqa: ANN001 - two Stores
 
 
 def test_a_lease_that_cannot_be_taken_is_one_store_error_line_with_advice(
-    faults, monkeypatch, tmp_path, capsys
+    faults, bucket, monkeypatch, tmp_path, capsys
 ):
     """Every PUT of the lease answered 503 (after the client's retries): ``dparallel
     featurize`` ends with one ``StoreError`` line naming the store, that taking the lease
@@ -376,7 +385,7 @@ def test_a_lease_that_cannot_be_taken_is_one_store_error_line_with_advice(
     from dparallel.errors import StoreError
 
     quick_retries(monkeypatch)
-    url = "s3://dparallel-test/untaken.zarr"
+    url = f"{bucket}/untaken.zarr"
     faults.extend([("PUT", "dparallel.lease", "503")] * 100)
     with pytest.raises(StoreError) as info:
         StoreLease(url, command="test").acquire()
@@ -401,14 +410,16 @@ def test_a_lease_that_cannot_be_taken_is_one_store_error_line_with_advice(
     assert "503" in lines[0] and "rerun the same command" in lines[0]
 
 
-def test_a_pointer_that_cannot_be_written_is_one_store_error_line_with_advice(faults, monkeypatch):
+def test_a_pointer_that_cannot_be_written_is_one_store_error_line_with_advice(
+    faults, bucket, monkeypatch
+):
     """Every PUT of the pointer answered 503: a ``StoreError`` naming the store, that
     publishing the pointer failed, the answer and the advice (before: a raw ``OSError``)."""
     from dparallel.errors import StoreError
     from dparallel.store._generations import write_pointer
 
     quick_retries(monkeypatch)
-    url = as_location("s3://dparallel-test/unpublished.zarr")
+    url = as_location(f"{bucket}/unpublished.zarr")
     faults.extend([("PUT", "dparallel.json", "503")] * 100)
     with pytest.raises(StoreError) as info:
         write_pointer(url, {"current": "g-1", "building": None}, None)
@@ -417,12 +428,12 @@ def test_a_pointer_that_cannot_be_written_is_one_store_error_line_with_advice(fa
     assert "rerun the same command once the store's service answers" in message
 
 
-def test_a_run_stopped_by_a_late_heartbeat_releases_its_lease_once_it_lands(faults):
+def test_a_run_stopped_by_a_late_heartbeat_releases_its_lease_once_it_lands(faults, bucket):
     """A heartbeat answered only after 3 s: the run stops as its lease's timeout (1.2 s)
     passes; its release waits for that heartbeat, which lands, and then releases the lease
     (ETag match: still its own version), so the next run takes the store at once (before:
     the lease was left holding that fresh heartbeat, and the next run waited a timeout)."""
-    url = "s3://dparallel-test/late-beat.zarr"
+    url = f"{bucket}/late-beat.zarr"
     with _stopped_by_a_late_heartbeat(faults, url) as lease:
         pass
     record = json.loads(_objects.get(lease.path)[0])
@@ -431,10 +442,10 @@ def test_a_run_stopped_by_a_late_heartbeat_releases_its_lease_once_it_lands(faul
         pass
 
 
-def test_a_run_stopped_by_a_late_heartbeat_leaves_a_lease_taken_over_alone(faults):
+def test_a_run_stopped_by_a_late_heartbeat_leaves_a_lease_taken_over_alone(faults, bucket):
     """As above, but another run took the store over before the late heartbeat came (which
     is then refused): the stopping run's release leaves that run's lease as it is."""
-    with _stopped_by_a_late_heartbeat(faults, "s3://dparallel-test/late-taken.zarr") as lease:
+    with _stopped_by_a_late_heartbeat(faults, f"{bucket}/late-taken.zarr") as lease:
         _, etag = _objects.get(lease.path)
         other = json.dumps({"token": "other", "heartbeat": time.time()}).encode()
         assert _objects.put_if_match(lease.path, other, etag) is not None
