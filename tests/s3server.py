@@ -149,9 +149,10 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 
 def forget_clients() -> None:
-    """Drop cached S3 clients (they hold the endpoint they were made with); s3fs's (the
-    tests' own) with their sessions closed first: dropped open, aiohttp logs each as an
-    error whenever they are collected, e.g. into the log file of a later test's run."""
+    """Drop cached S3 and Azure clients (they hold the endpoint they were made with): the
+    tests' own too, obstore's fsspec filesystem and s3fs's, the latter with its sessions
+    closed first (dropped open, aiohttp logs each as an error whenever they are
+    collected, e.g. into the log file of a later test's run)."""
     from dparallel.io import location
     from dparallel.io._s3 import clear_clients
 
@@ -168,6 +169,10 @@ def forget_clients() -> None:
                 with contextlib.suppress(Exception):
                     fsspec.asyn.sync(fs.loop, creator.__aexit__, None, None, None, timeout=5)
         s3fs.S3FileSystem.clear_instance_cache()
+    with contextlib.suppress(ImportError):  # the tests' own az:// client (filesystem())
+        from obstore.fsspec import FsspecStore
+
+        FsspecStore.clear_instance_cache()
 
 
 #: A worker preload that refuses, in the worker process, every open/list of the paths in

@@ -1,12 +1,12 @@
 """What a location at ``s3://`` does through obstore (dparallel.io._s3_objects), checked
 through s3fs, a client independent of dparallel's, against two S3 servers: moto's, and
-SeaweedFS (a storage server with folders of its own) where its ``weed`` is installed."""
+SeaweedFS (a storage server with folders of its own) where its ``weed`` is installed;
+and what ``az://`` relies on in Azure's answers, against Azurite where it is installed."""
 
 from __future__ import annotations
 
 import gzip
 import io
-import os
 import re
 import time
 
@@ -228,30 +228,112 @@ def test_a_stalled_service_gives_up_on_a_lease_write_within_half_a_minute(monkey
         _s3.clear_clients()
 
 
+@pytest.mark.parametrize("kind", ["moto", "azurite"])
 @pytest.mark.parametrize("what", ["reset", "lost"])
-def test_a_removal_whose_bulk_delete_connection_dropped_is_sent_again(what):
-    """S3's bulk delete is a POST, which obstore does not resend when its connection drops
-    (``lost``: after the service deleted): one reset failed the removal of an old
-    generation, and so the run; deleting again is harmless, so it is sent again."""
-    from s3server import faulty_proxy, forget_clients
+def test_a_removal_whose_bulk_delete_connection_dropped_is_sent_again(what, kind):
+    """S3's bulk delete is a POST, as is Azure's blob batch, which obstore does not resend
+    when its connection drops (``lost``: after the service deleted): one reset failed the
+    removal of an old generation, and so the run; deleting again is harmless, so it is
+    sent again (on Azure, ``lost``: the resend refused for the keys gone, then each key
+    deleted on its own, the missing ones ignored)."""
+    from s3server import faulty_server
 
     planned = [what]
+    part = {"moto": "delete", "azurite": "comp=batch"}[kind]
 
     def fault(method: str, path: str) -> str | None:
-        return planned.pop() if planned and method == "POST" and "delete" in path else None
+        return planned.pop() if planned and method == "POST" and part in path else None
 
-    with (
-        s3_server(("dparallel-test",), kind="moto") as endpoint,
-        faulty_proxy(endpoint, fault) as proxy,
-    ):
-        os.environ["AWS_ENDPOINT_URL"] = proxy  # s3_server restores it
-        forget_clients()
-        try:
-            where = as_location("s3://dparallel-test/old")
-            for name in ("a/1", "a/2", "b"):
-                _put(f"{where}/{name}", b"x")
-            where.remove(recursive=True)
-            assert not planned
-            assert where.names() == []
-        finally:
-            forget_clients()
+    with faulty_server(kind, fault) as bucket:
+        where = as_location(f"{bucket}/old")
+        for name in ("a/1", "a/2", "b"):
+            _put(f"{where}/{name}", b"x")
+        where.remove(recursive=True)
+        assert not planned
+        assert where.names() == []
+
+
+@pytest.fixture(scope="module")
+def azurite():
+    """Azurite's blob server; its container's URL."""
+    with s3_server(("dparallel-test",), kind="azurite"):
+        yield "az://dparallel-test"
+
+
+def test_azures_answers_to_conditional_writes_are_refusals(azurite):
+    """What the lease and the pointer rely on, as Azure (Azurite 3.35) answers it: a Put
+    Blob with If-Match on a missing blob 412 (AWS: 404), with If-None-Match: * on an
+    existing one 409 BlobAlreadyExists (S3: 412): obstore's precondition and
+    already-exists errors, each a refused write (``None``). Its ETag (``"0x…"``, no MD5)
+    is the one a read gives and If-Match takes, and changes with each write."""
+    import obstore
+    import obstore.exceptions as errors
+
+    from dparallel.io import _s3_objects as objects
+
+    where = as_location(f"{azurite}/conditions-{time.monotonic_ns()}")
+    store, key = where.object_store(small=True)
+    with pytest.raises(errors.PreconditionError, match="412"):
+        obstore.put(store, key, b"x", mode={"e_tag": '"0x8DD0000000000"'}, use_multipart=False)
+    assert objects.put(store, key, b"x", where, if_match='"0x8DD0000000000"') is None
+    assert objects.get(store, key, where) is None
+    first = objects.put(store, key, b"one", where, if_absent=True)
+    assert first is not None and re.fullmatch(r'"0x[0-9A-F]+"', first)
+    assert objects.get(store, key, where) == (b"one", first)
+    with pytest.raises(errors.AlreadyExistsError, match="409"):
+        obstore.put(store, key, b"x", mode="create", use_multipart=False)
+    assert objects.put(store, key, b"two", where, if_absent=True) is None
+    second = objects.put(store, key, b"two", where, if_match=first)
+    assert second is not None and second != first
+    assert objects.put(store, key, b"three", where, if_match=first) is None
+    assert objects.get(store, key, where) == (b"two", second)
+
+
+def test_deleting_missing_keys_on_azure_is_quiet(azurite):
+    """Azure refuses to delete a missing blob (404 in its batch answer: obstore's
+    ``FileNotFoundError``, and none of the later batches sent): a missing object, a
+    prefix holding nothing, a store's missing key, and a removal whose listing names a
+    key deleted meanwhile are all quiet, the other keys deleted."""
+    import obstore
+    from zarr.core.sync import sync
+
+    from dparallel.io import _s3_objects as objects
+    from dparallel.store._s3 import s3_zarr_store
+
+    base = as_location(f"{azurite}/missing-{time.monotonic_ns()}")
+    store, key = base.object_store()
+    with pytest.raises(FileNotFoundError):
+        obstore.delete(store, f"{key}/none")
+    as_location(f"{base}/none").remove()
+    as_location(f"{base}/none").remove(recursive=True)
+    sync(s3_zarr_store(base, read_only=False).delete("c.0"))
+    for name in ("a", "b", "c"):
+        _put(f"{base}/{name}", b"x")
+    objects._delete_many(store, [f"{key}/gone", f"{key}/a", f"{key}/b", f"{key}/c"])
+    assert base.names() == []
+
+
+@pytest.mark.slow
+def test_a_listing_and_a_removal_past_azures_5000_keys_a_page(azurite):
+    """Azure lists at most 5,000 blobs a page and batches at most 256 deletes: a prefix
+    of 5,100 objects is listed whole (names, exists) and removed whole."""
+    import asyncio
+
+    import obstore
+
+    base = as_location(f"{azurite}/many-{time.monotonic_ns()}")
+    store, key = base.object_store()
+
+    async def put_all() -> None:
+        at_once = asyncio.Semaphore(64)
+
+        async def one(i: int) -> None:
+            async with at_once:
+                await obstore.put_async(store, f"{key}/k{i:05d}", b"x")
+
+        await asyncio.gather(*(one(i) for i in range(5100)))
+
+    asyncio.run(put_all())
+    assert base.names() == [f"k{i:05d}" for i in range(5100)]
+    base.remove(recursive=True)
+    assert not base.exists() and base.names() == []

@@ -117,8 +117,11 @@ def test_a_replacement_of_a_deleted_object_is_refused_as_on_aws(faults, bucket):
     assert _objects.get(where) == (b"one", etag)
 
 
-@pytest.mark.parametrize("what", ["lost", "after:503"])
+@pytest.mark.parametrize("what", ["lost", "after:503", "503"])
 def test_a_heartbeat_whose_answer_was_lost_keeps_the_lease(faults, bucket, what):
+    """The lease's taking and its first heartbeat each lose their answer, or get a 503
+    after the service did the write (Azure's ServerBusy on az://), or a 503 before it
+    (retried by obstore): the lease is kept, and released at the end."""
     lease = StoreLease(f"{bucket}/beat-{what[:5]}.zarr", command="test", timeout=1.2)
     faults.append(("PUT", "dparallel.lease", what))  # taking it
     lease.acquire()
