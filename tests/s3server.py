@@ -351,9 +351,12 @@ def _error_answer(status: int, azure: bool) -> tuple[int, list[tuple[str, str]],
     """An error answer as S3 or Azure gives it: an XML error document with the service's
     code (Azure's also in ``x-ms-error-code``)."""
     code = _ERROR_CODES.get(status, ("InternalError", "InternalError"))[azure]
+    message = "injected by the test proxy"
+    if azure:  # Azure's message has the request's id and time on lines of their own
+        message += "\nRequestId:00000000-0000-0000-0000-000000000000\nTime:2026-01-01T00:00:00Z"
     data = (
         '<?xml version="1.0" encoding="UTF-8"?>\n'
-        f"<Error><Code>{code}</Code><Message>injected by the test proxy</Message></Error>"
+        f"<Error><Code>{code}</Code><Message>{message}</Message></Error>"
     ).encode()
     headers = [("Content-Type", "application/xml")]
     return status, [*headers, ("x-ms-error-code", code)] if azure else headers, data

@@ -311,8 +311,8 @@ _METADATA_TOKEN = "/latest/api/token"
 
 
 def _first_line(text: str) -> str:
-    """The first line of an obstore error, its S3 error document (XML) read as
-    ``Code: Message``, and a failed credential lookup said as such."""
+    """The first line of an obstore error, its S3 or Azure error document (XML) read as
+    ``Code: Message`` (the message's first line), and a failed credential lookup said as such."""
     text = text.strip()
     first = text.splitlines()[0] if text else ""
     if _METADATA_TOKEN in first:
@@ -323,7 +323,8 @@ def _first_line(text: str) -> str:
         )
     found = _XML_ERROR.search(text)
     if found is not None and "<?xml" in first:
-        first = f"{first.split('<?xml', 1)[0].rstrip(' :')}: {found[1]}: {found[2]}"
+        message = found[2].strip().splitlines()[0]  # Azure's goes on: RequestId, Time
+        first = f"{first.split('<?xml', 1)[0].rstrip(' :')}: {found[1]}: {message}"
     return first
 
 

@@ -102,3 +102,24 @@ def test_no_account_is_one_line_saying_where_to_give_one():
     message = str(raised.value)
     assert message.startswith("az://cont: no Azure storage account named")
     assert "AZURE_STORAGE_ACCOUNT_NAME" in message and "\n" not in message
+
+
+def test_an_azure_error_document_is_said_in_one_line():
+    """Azure's error message goes on with its request's id and time on lines of their own
+    (Azure's and Azurite's): the error names the code and the message's first line only
+    (before: three lines, in a one-line StoreError too)."""
+    import obstore.exceptions as errors
+
+    text = (
+        "Generic MicrosoftAzure error: Error performing PUT http://h/a/c/k in 5ms - Server "
+        'returned non-2xx status code: 503 Service Unavailable: <?xml version="1.0" '
+        'encoding="utf-8"?>\n<Error><Code>ServerBusy</Code><Message>The server is busy.\n'
+        "RequestId:4b3c\nTime:2026-11-29T12:00:00.0000000Z</Message></Error>\n\nDebug source: …"
+    )
+    with pytest.raises(OSError) as info, _s3.as_os_errors("az://c/k"):
+        raise errors.GenericError(text)
+    assert str(info.value) == (
+        "az://c/k: Generic MicrosoftAzure error: Error performing PUT http://h/a/c/k in 5ms - "
+        "Server returned non-2xx status code: 503 Service Unavailable: ServerBusy: "
+        "The server is busy."
+    )
