@@ -160,11 +160,21 @@ def put(
 
 
 def put_file(store: S3Store, key: str, path: Path, where: object) -> None:
-    """Upload the local file ``path`` (in parts where it is large)."""
+    """Upload the local file ``path`` (in parts where it is large); on Azure, sent whole
+    once more where its block list was refused as invalid: obstore resends a Put Block
+    List whose answer was lost (or a 5xx that came after it landed), which names its
+    blocks as uncommitted, and they were committed by the first send (400
+    InvalidBlockList; an upload of the same bytes again is harmless)."""
     import obstore
+    import obstore.exceptions as errors
 
     with as_os_errors(where):
-        obstore.put(store, key, path)
+        try:
+            obstore.put(store, key, path)
+        except errors.GenericError as exc:
+            if "InvalidBlockList" not in str(exc):
+                raise
+            obstore.put(store, key, path)
 
 
 def remove(store: S3Store, key: str, where: object, *, recursive: bool = False) -> None:

@@ -253,6 +253,30 @@ def test_a_removal_whose_bulk_delete_connection_dropped_is_sent_again(what, kind
         assert where.names() == []
 
 
+@pytest.mark.parametrize("kind", ["moto", "azurite"])
+@pytest.mark.parametrize("what", ["lost", "after:503"])
+def test_an_upload_whose_last_answer_was_lost_is_whole(what, kind, tmp_path):
+    """An upload in parts (12 MiB) whose final request (S3's CompleteMultipartUpload,
+    Azure's Put Block List) landed but its answer was lost, or a 503 came after it:
+    obstore resends it, which Azure refuses (400 InvalidBlockList: the resend names as
+    uncommitted the blocks the first send committed), so the file is sent again."""
+    from s3server import faulty_server
+
+    local = tmp_path / "big.bin"
+    local.write_bytes(bytes(range(256)) * (12 * 4096))
+    planned = [what]
+    method, part = {"moto": ("POST", "uploadId="), "azurite": ("PUT", "comp=blocklist")}[kind]
+
+    def fault(m: str, path: str) -> str | None:
+        return planned.pop() if planned and m == method and part in path else None
+
+    with faulty_server(kind, fault) as bucket:
+        as_location(f"{bucket}/big.bin").upload(local)
+        assert not planned
+        fs, path = filesystem(f"{bucket}/big.bin")
+        assert fs.cat_file(path) == local.read_bytes()
+
+
 @pytest.fixture(scope="module")
 def azurite():
     """Azurite's blob server; its container's URL."""
