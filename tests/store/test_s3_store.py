@@ -62,3 +62,28 @@ def test_a_failed_request_is_an_os_error_naming_the_store(monkeypatch):
         sync(store.get("zarr.json", cpu.buffer_prototype))
     with pytest.raises(OSError, match=rf"^{where}: .*PUT"):
         sync(store.set("zarr.json", cpu.Buffer.from_bytes(b"{}")))
+
+
+@pytest.mark.integration
+def test_a_large_object_goes_in_one_put_blob_on_azure():
+    """On Azure obstore's default would put an object over 5 MB in blocks (Put Block each
+    5 MB, then Put Block List); a store's object goes in one Put Blob (Azure takes up to
+    5,000 MiB so; 300 MB measured on Azurite: one request)."""
+    from s3server import faulty_server
+    from zarr.core.buffer import cpu
+    from zarr.core.sync import sync
+
+    seen: list[tuple[str, str]] = []
+
+    def record(method: str, path: str) -> None:
+        seen.append((method, path))
+
+    with faulty_server("azurite", record) as bucket:
+        store = _s3.s3_zarr_store(Location(f"{bucket}/large.zarr"), read_only=False)
+        data = bytes(range(256)) * (48 << 10)  # 12 MiB
+        sync(store.set("a/c.0", cpu.Buffer.from_bytes(data)))
+        puts = list(seen)
+        back = sync(store.get("a/c.0", cpu.buffer_prototype))
+    assert [m for m, _ in puts] == ["PUT"]
+    assert not parse_qs(urlsplit(puts[0][1]).query)  # no block of an upload
+    assert back is not None and back.to_bytes() == data
