@@ -226,6 +226,10 @@ def notify(callbacks: Iterable[EpochCallback], row: dict[str, Any]) -> bool:
 
 
 def _pyplot():  # noqa: ANN202
+    import sys
+
+    if "matplotlib" not in sys.modules:
+        _matplotlib_folder()
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -283,3 +287,26 @@ def plot_parity(arrays: Mapping[str, np.ndarray], path: str | Path, title: str =
     write_with(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
     plt.close(fig)
     return Path(path)
+
+
+def _matplotlib_folder() -> None:
+    """matplotlib's font cache and configuration live under ``~/.cache`` and ``~/.config``
+    (XDG_*); where it cannot make them (a read-only home, as in containers) it warns on
+    every import and rebuilds its font cache: it gets dparallel's writable cache folder
+    (``MPLCONFIGDIR``) instead, unless the user named one."""
+    import os
+
+    from dparallel.config import writable_cache_dir
+    from dparallel.errors import ConfigError
+
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    try:
+        for variable, default in (("XDG_CACHE_HOME", ".cache"), ("XDG_CONFIG_HOME", ".config")):
+            folder = Path(os.environ.get(variable) or Path.home() / default) / "matplotlib"
+            folder.mkdir(parents=True, exist_ok=True)
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise PermissionError(folder)
+    except (OSError, RuntimeError):  # RuntimeError: no home folder
+        with contextlib.suppress(ConfigError):
+            os.environ["MPLCONFIGDIR"] = str(writable_cache_dir("matplotlib"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -189,3 +190,26 @@ def test_a_folder_without_metrics_json_says_it_records_no_split(tmp_path):
     (tmp_path / "input.nn").write_text("")
     with pytest.raises(TrainingError, match=r"no metrics.json, so no test split to evaluate"):
         split_ids(tmp_path, "test")
+
+
+_PLOTS = """
+import os
+from dparallel.train.reporting import _pyplot
+_pyplot()
+print(os.environ.get("MPLCONFIGDIR"))
+"""
+
+
+def test_matplotlib_under_a_home_it_cannot_write_uses_dparallels_cache(tmp_path):
+    """It warned on every training ('Matplotlib created a temporary cache directory ...')
+    and rebuilt its font cache; it gets dparallel's cache folder, silently."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "MPLCONFIGDIR"}
+    env.update(XDG_CACHE_HOME="/proc/dparallel-none", XDG_CONFIG_HOME="/proc/dparallel-none",
+               DPARALLEL_CACHE_DIR=str(tmp_path / "cache"))  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", _PLOTS], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)  # fmt: skip
+    assert "Matplotlib" not in done.stderr and "mkdir" not in done.stderr, done.stderr
+    assert done.stdout.strip() == str(tmp_path / "cache" / "matplotlib")
