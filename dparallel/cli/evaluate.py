@@ -143,19 +143,29 @@ def _read(source: Any, a: int, b: int, recorded: dict[str, str], model_dir: str)
         raise InputFormatError(why, path=exc.path, line=exc.line, frame=exc.frame) from None
 
 
-def _ranges(n: int, size: int, ids: list[int] | None) -> list[tuple[int, int]]:
-    """``[a, b)`` ranges of at most ``size`` structures: all ``n``, or runs of ``ids``."""
+def _groups(n: int, size: int, ids: list[int] | None) -> list[list[tuple[int, int]]]:
+    """Batches of at most ``size`` structures, each a list of ``[a, b)`` ranges read
+    together: all ``n`` in order, or the runs of ``ids`` (a split's, scattered over the
+    file: one prediction per batch, not per run)."""
     if ids is None:
-        return [(a, min(n, a + size)) for a in range(0, n, size)]
+        return [[(a, min(n, a + size))] for a in range(0, n, size)]
     import numpy as np
 
     unique = np.unique(np.asarray(ids, dtype=np.int64))
     runs = np.split(unique, np.flatnonzero(np.diff(unique) != 1) + 1) if unique.size else []
-    return [
-        (int(run[k]), int(run[min(k + size, run.size) - 1]) + 1)
-        for run in runs
-        for k in range(0, run.size, size)
-    ]
+    groups: list[list[tuple[int, int]]] = [[]]
+    room = size
+    for run in runs:
+        a, stop = int(run[0]), int(run[-1]) + 1
+        while a < stop:
+            if room == 0:
+                groups.append([])
+                room = size
+            b = min(stop, a + room)
+            groups[-1].append((a, b))
+            room -= b - a
+            a = b
+    return [g for g in groups if g]
 
 
 def _split_ids(model_dir: str, split: str, data: str, n: int) -> list[int]:
@@ -221,6 +231,7 @@ def evaluate_file(
     from dparallel.n2p2.declared_units import potential_units as resolve
     from dparallel.nn import is_n2p2_potential
     from dparallel.train.reporting import Metrics
+    from dparallel.types import StructureBatch
 
     units = _data_units(model_dir, data, format, units)
     if is_n2p2_potential(model_dir):  # an n2p2 potential: its declared units, else DATA's
@@ -243,13 +254,15 @@ def evaluate_file(
     n_s = 0
     split = options.get("split")
     ids = None if split is None else _split_ids(model_dir, split, data, len(source))
-    for a, stop in _ranges(len(source), batch, ids):
-        b = _read(source, a, stop, recorded, model_dir)
+    for group in _groups(len(source), batch, ids):
+        parts = [_read(source, a, stop, recorded, model_dir) for a, stop in group]
+        b = parts[0] if len(parts) == 1 else StructureBatch.concatenate(parts)
+        index = np.concatenate([np.arange(a, stop) for a, stop in group])  # in the file
         try:
             out = model.predict(b, forces=True)
         except UnknownElementError as exc:  # its structure named in the file, not the batch
-            raise UnknownElementError(a + exc.structure, exc.detail, f"{data}: ") from None
-        check_finite_predictions(out, b, first=a, where=f"{data}: ")
+            raise UnknownElementError(int(index[exc.structure]), exc.detail, f"{data}: ") from None
+        check_finite_predictions(out, b, index=index, where=f"{data}: ")
         de = (out["energy"] - b.energy) / np.maximum(b.atom_counts, 1)
         # NaN references (structures without an energy, atoms without forces) are left out
         metrics.add_errors(torch.as_tensor(de), torch.as_tensor(out["forces"] - b.forces))

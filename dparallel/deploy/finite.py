@@ -20,11 +20,19 @@ if TYPE_CHECKING:
 
 
 def check_finite_predictions(
-    out: Mapping[str, Any], batch: StructureBatch, first: int = 0, where: str = ""
+    out: Mapping[str, Any],
+    batch: StructureBatch,
+    first: int = 0,
+    where: str = "",
+    index: np.ndarray | None = None,
 ) -> None:
     """Raise :class:`NonFiniteError` if a predicted energy, per-atom energy or force is not
-    finite; the message names the structure (``first`` + its index in ``batch``: its index
-    in the file) and the atom, with its element and position."""
+    finite; the message names the structure (``index[s]`` of its index ``s`` in ``batch``,
+    or ``first + s``: its index in the file) and the atom, with its element and position."""
+
+    def named(s: int) -> int:
+        return int(index[s]) if index is not None else first + s
+
     for key in ("forces", "energies"):
         values = out.get(key)
         if values is None:
@@ -42,11 +50,11 @@ def check_finite_predictions(
         position = np.round(np.asarray(batch.positions[atom], float), 4).tolist()
         what = "force" if key == "forces" else "atomic energy"
         raise NonFiniteError(
-            f"{where}structure {first + s}, atom {i} ({element} at {position} Å): the "
+            f"{where}structure {named(s)}, atom {i} ({element} at {position} Å): the "
             f"predicted {what} is {values[atom].tolist()}, not finite; atoms at (nearly) "
             "one place, or a model outside what it was trained on"
         )
     energy = out.get("energy")
     if energy is not None and not np.isfinite(energy).all():
         s = int(np.flatnonzero(~np.isfinite(np.asarray(energy, float).reshape(-1)))[0])
-        raise NonFiniteError(f"{where}structure {first + s}: the predicted energy is not finite")
+        raise NonFiniteError(f"{where}structure {named(s)}: the predicted energy is not finite")

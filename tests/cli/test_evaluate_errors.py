@@ -172,3 +172,59 @@ def test_data_of_another_format_read_in_the_training_datas_units_is_warned(
     with caplog.at_level("WARNING"):  # given: that is DATA's units
         assert _data_units(str(model), str(tmp_path / "x.extxyz"), None, "ase") == "ase"
     assert "give --units ase" not in caplog.text
+
+
+class _Counting(_Model):
+    """:class:`_Model` that records each batch's size; a structure of ``n_bad`` atoms
+    predicts NaN forces (a model outside its training)."""
+
+    def __init__(self, n_bad: int = 0) -> None:
+        self.sizes: list[int] = []
+        self.n_bad = n_bad
+
+    def predict(self, batch, forces: bool = True) -> dict[str, np.ndarray]:  # noqa: ANN001
+        self.sizes.append(batch.n_structures)
+        out = super().predict(batch, forces)
+        for s in np.flatnonzero(batch.atom_counts == self.n_bad):
+            out["forces"][batch.offsets[s] : batch.offsets[s + 1]] = np.nan
+        return out
+
+
+def test_a_split_is_evaluated_in_full_batches_and_names_structures_in_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--split: the split's structures, scattered over the file, are predicted in batches
+    of up to ``batch`` (one per structure before: half the speed), their errors equal
+    numpy's over them alone, and a failure names the structure's index in the file."""
+    import json
+
+    from dparallel.cli.evaluate import evaluate_file
+    from dparallel.errors import NonFiniteError
+
+    rng = np.random.default_rng(5)
+    frames = []
+    for k in range(20):
+        n = 1 + k % 4 if k != 13 else 7  # structure 13 alone has 7 atoms
+        atoms = Atoms(["Cu"] * n, positions=rng.uniform(0, 6, (n, 3)), cell=[8, 8, 8], pbc=True)
+        atoms.calc = SinglePointCalculator(
+            atoms, energy=float(rng.normal(0, 2)), forces=rng.normal(0, 1, (n, 3))
+        )
+        frames.append(atoms)
+    path = tmp_path / "d.extxyz"
+    write(path, frames)
+    ids = [1, 2, 3, 6, 9, 13, 14, 19]
+    model = tmp_path / "model"
+    model.mkdir()
+    doc = {"test_ids": ids, "data": {"structures_in_source": len(frames)}}
+    (model / "metrics.json").write_text(json.dumps(doc))
+    write(tmp_path / "test.extxyz", [frames[i] for i in ids])
+    counting = _Counting()
+    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _, **kw: counting)
+    got = evaluate_file(str(model), str(path), batch=3, split="test")
+    assert counting.sizes == [3, 3, 2]
+    assert got.pop("n_structures") == len(ids)
+    for key, value in _reference(tmp_path / "test.extxyz").items():
+        assert got[key] == pytest.approx(value, rel=1e-12, abs=0), key
+    monkeypatch.setattr("dparallel.deploy.load_deployed", lambda _, **kw: _Counting(n_bad=7))
+    with pytest.raises(NonFiniteError, match=r"d.extxyz: structure 13, atom 0 "):
+        evaluate_file(str(model), str(path), batch=3, split="test")
