@@ -224,8 +224,6 @@ def evaluate_file(
     import torch
 
     from dparallel.deploy import DeployedModel, load_deployed
-    from dparallel.deploy.finite import check_finite_predictions
-    from dparallel.errors import UnknownElementError
     from dparallel.io import open_source
     from dparallel.n2p2 import load_potential
     from dparallel.n2p2.declared_units import potential_units as resolve
@@ -257,12 +255,7 @@ def evaluate_file(
     for group in _groups(len(source), batch, ids):
         parts = [_read(source, a, stop, recorded, model_dir) for a, stop in group]
         b = parts[0] if len(parts) == 1 else StructureBatch.concatenate(parts)
-        index = np.concatenate([np.arange(a, stop) for a, stop in group])  # in the file
-        try:
-            out = model.predict(b, forces=True)
-        except UnknownElementError as exc:  # its structure named in the file, not the batch
-            raise UnknownElementError(int(index[exc.structure]), exc.detail, f"{data}: ") from None
-        check_finite_predictions(out, b, index=index, where=f"{data}: ")
+        out = _predict(model, b, group, data)
         de = (out["energy"] - b.energy) / np.maximum(b.atom_counts, 1)
         # NaN references (structures without an energy, atoms without forces) are left out
         metrics.add_errors(torch.as_tensor(de), torch.as_tensor(out["forces"] - b.forces))
@@ -277,6 +270,24 @@ def evaluate_file(
             "read; keys other than energy/forces: --energy-key, --forces-key; docs/io.md)"
         )
     return {"n_structures": n_s, **summary}
+
+
+def _predict(model: Any, b: Any, group: list[tuple[int, int]], data: str) -> dict[str, Any]:
+    """``model``'s energies and forces for the batch ``b`` of the ranges ``group`` of
+    ``data``; an unknown element or a non-finite prediction names its structure's index
+    in the file."""
+    import numpy as np
+
+    from dparallel.deploy.finite import check_finite_predictions
+    from dparallel.errors import UnknownElementError
+
+    index = np.concatenate([np.arange(a, stop) for a, stop in group])
+    try:
+        out = model.predict(b, forces=True)
+    except UnknownElementError as exc:  # its structure named in the file, not the batch
+        raise UnknownElementError(int(index[exc.structure]), exc.detail, f"{data}: ") from None
+    check_finite_predictions(out, b, index=index, where=f"{data}: ")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
