@@ -323,8 +323,9 @@ def _first_line(text: str) -> str:
         )
     found = _XML_ERROR.search(text)
     if found is not None and "<?xml" in first:
-        message = found[2].strip().splitlines()[0]  # Azure's goes on: RequestId, Time
-        first = f"{first.split('<?xml', 1)[0].rstrip(' :')}: {found[1]}: {message}"
+        message = (found[2].strip().splitlines() or [""])[0]  # Azure's: RequestId, Time
+        said = f"{found[1]}: {message}" if message else found[1]
+        first = f"{first.split('<?xml', 1)[0].rstrip(' :')}: {said}"
     return first
 
 

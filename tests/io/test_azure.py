@@ -123,3 +123,18 @@ def test_an_azure_error_document_is_said_in_one_line():
         "Server returned non-2xx status code: 503 Service Unavailable: ServerBusy: "
         "The server is busy."
     )
+
+
+def test_an_error_document_without_a_message_is_said_by_its_code():
+    """An empty <Message> raised IndexError while the error was being reported, which
+    the callers that catch OSError (retries, heartbeats) missed."""
+    import obstore.exceptions as errors
+
+    text = (
+        "Generic S3 error: Error performing PUT http://h/b/k in 5ms - Server returned non-2xx "
+        'status code: 503 Service Unavailable: <?xml version="1.0"?><Error><Code>SlowDown'
+        "</Code><Message></Message></Error>"
+    )
+    with pytest.raises(OSError) as info, _s3.as_os_errors("s3://b/k"):
+        raise errors.GenericError(text)
+    assert str(info.value).endswith("503 Service Unavailable: SlowDown")
