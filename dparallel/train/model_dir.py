@@ -136,8 +136,31 @@ def check_model_dir(
     would refuse ``model_dir`` (a file, a folder of someone else's, one that is, holds or
     lies inside the local ``store`` folder or ``init_from``'s model; ``store`` ``None``: a
     URL store); nothing is written."""
-    protect = [p for p in (store, init_from) if p is not None]
+    protect = [p for p in (store, _folder(init_from)) if p is not None]
     _judge(check_claimable, Path(model_dir).expanduser(), protect)
+
+
+def _folder(init_from: str | os.PathLike[str] | None) -> Path | None:
+    """The folder of the model ``init_from`` names (its ``model.pt`` or ``input.nn``
+    stands for it)."""
+    if init_from is None:
+        return None
+    path = Path(init_from).expanduser()
+    return path.parent if path.is_file() else path
+
+
+def _other_start(doc: dict[str, Any], init_from: str | os.PathLike[str] | None) -> str:
+    """How the model a resumed run would continue started otherwise than the run says."""
+    if init_from is None:
+        why = "started from a model (init_from), this run from none"
+    elif doc.get("init_from") is None:
+        why = f"started without init_from, this run from {init_from}"
+    else:
+        why = (
+            f"started from another model than {init_from} is now (it was trained or exported "
+            "again since, or init_from names another)"
+        )
+    return f"{why}: train anew (without --resume) or into a new MODEL_DIR"
 
 
 @contextlib.contextmanager
@@ -164,7 +187,11 @@ def claim_model_dir(
     """
     path = Path(model_dir).expanduser()
     local = [store.path] if store.is_local else []  # a URL store cannot alias a folder
-    created = _judge(claim_directory, path, [*local] if init_from is None else [*local, init_from])
+    source_folder = _folder(init_from)
+    protect: list[str | os.PathLike[str]] = [*local]
+    if source_folder is not None:
+        protect.append(source_folder)
+    created = _judge(claim_directory, path, protect)
     try:
         with StoreLease(
             path, command="dparallel train", readers="evaluating it (evaluate, the ASE calculator)"
@@ -182,12 +209,8 @@ def claim_model_dir(
             if not resume:
                 _remove_old_model(path)
             source = None if init_from is None else model_fingerprint(init_from)
-            if resume and "init_from" in doc and doc["init_from"] != source:
-                raise CheckpointMismatchError(
-                    f"--resume: {path} started from another model than {init_from} is now "
-                    "(it was trained or exported again since, or init_from names another): "
-                    "train anew (without --resume) or into a new MODEL_DIR"
-                )
+            if resume and doc.get("init_from") != source:  # before the marker is rewritten
+                raise CheckpointMismatchError(f"--resume: {path} {_other_start(doc, init_from)}")
             doc["store"] = {"location": str(store.location), "identity": now}
             doc.pop("init_from", None)
             if init_from is not None:

@@ -302,3 +302,27 @@ def test_the_source_is_recorded_however_named_and_a_changed_one_is_not_resumed(
     again = TrainingSpec(init_from="~/src", **{**base, "epochs": 2})
     with pytest.raises(CheckpointMismatchError, match="started from another model"):
         train_model(store, tmp_path / "m", again, resume=True)
+
+
+def test_a_source_named_by_its_file_protects_its_folder(tmp_path: Path) -> None:
+    from dparallel.errors import UnsafePathError
+    from dparallel.train.model_dir import check_model_dir
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "model.pt").write_bytes(b"a model")
+    with pytest.raises(UnsafePathError, match="which this run reads"):
+        check_model_dir(tmp_path / "src" / "sub", None, tmp_path / "src" / "model.pt")
+
+
+def test_resuming_with_init_from_added_is_refused_and_records_nothing(
+    tmp_path: Path, source: Path
+) -> None:
+    """The run started without init_from: --resume naming one is refused before the
+    marker is written (it recorded the new source, then the checkpoint's check refused)."""
+    store = _store(tmp_path, "g", 19, n=8)
+    base = {**_SOURCE, "epochs": 1}
+    train_model(store, tmp_path / "m", TrainingSpec(**base))
+    again = TrainingSpec(init_from=str(source), **{**base, "epochs": 2})
+    with pytest.raises(CheckpointMismatchError, match="started without init_from, this run"):
+        train_model(store, tmp_path / "m", again, resume=True)
+    assert started_from(tmp_path / "m") is None
