@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["ModelTarget", "choose_model_dir"]
+__all__ = ["ModelTarget", "choose_model_dir", "finished_model"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ def _read(path: Path) -> Any:
         return None
 
 
-def _finished(model_dir: Path) -> bool:
+def finished_model(model_dir: Path) -> bool:
+    """Whether ``model_dir`` holds a finished model (``model.pt`` and final metrics)."""
     metrics = _read(model_dir / "metrics.json")
     return (model_dir / "model.pt").exists() and isinstance(metrics, dict) and "final" in metrics
 
@@ -102,7 +103,7 @@ def choose_model_dir(
     there is none yet); ``refeaturized``: the store is being made again this run (no
     existing model can be of it).
     """
-    if not _finished(model_dir):
+    if not finished_model(model_dir):
         return ModelTarget(model_dir, train=True)
     why = "it was trained from the store featurized again now" if refeaturized else ""
     why = why or _mismatch(model_dir, training, store)
@@ -111,7 +112,7 @@ def choose_model_dir(
     k = 2
     while True:
         sibling = model_dir.with_name(f"{model_dir.name}-{k}")
-        if not _finished(sibling):
+        if not finished_model(sibling):
             break
         if not refeaturized and not _mismatch(sibling, training, store):
             return ModelTarget(sibling, train=False, reason=_kept(model_dir, why, sibling, False))

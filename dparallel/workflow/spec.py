@@ -236,6 +236,7 @@ class WorkflowSpec(SpecModel):
         from dparallel.store import refuse_foreign_target
         from dparallel.train.model_dir import check_model_dir
         from dparallel.workflow.featurize import refuse_scaling_target
+        from dparallel.workflow.run_dirs import finished_model
 
         dataset, store = self.dataset_location(), self.store_location().local
         for key, where in (("dataset.path", dataset), ("store.path", self.store_location())):
@@ -261,7 +262,10 @@ class WorkflowSpec(SpecModel):
                 checks.append(("store.path", lambda: refuse_scaling_target(scaling, store)))
         if self.training is not None and self.output is not None:
             model_dir, source = self.output.model_dir, self.training.init_from
-            checks.append(("output.model_dir", lambda: check_model_dir(model_dir, store, source)))
+            if not finished_model(Path(model_dir).expanduser()):  # else run reuses or skips it
+                checks.append(
+                    ("output.model_dir", lambda: check_model_dir(model_dir, store, source))
+                )
         tls = self.cluster.tls
         if tls is not None and self.cluster.kind != "local":  # a local cluster has no TLS
             checks.append(("", tls.check_files))  # its message names the key

@@ -382,3 +382,20 @@ def test_validate_protects_the_workflow_file_as_run_does(tmp_path, monkeypatch, 
     assert main(["validate", "w.yaml"]) == 2
     said = capsys.readouterr().err.replace(f"{tmp_path}/", "")
     assert "w.yaml: store.path: refusing to replace w.yaml: it is or holds w.yaml, which" in said
+
+
+def test_a_finished_model_folder_is_left_to_run(tmp_path, monkeypatch):
+    """run keeps a finished model of another configuration and trains beside it
+    (model-2): validate (and run's own check) refused it, e.g. continuing from the last
+    model with training.init_from, which worked before the paths were checked."""
+    import json
+
+    from dparallel.workflow.spec import load_quickstart
+
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "runs" / "quickstart" / "model"
+    model.mkdir(parents=True)
+    (model / "model.pt").write_bytes(b"weights")
+    (model / "metrics.json").write_text(json.dumps({"final": {"test": {}}}))
+    (model / "NOTES.txt").write_text("a user's note")
+    load_quickstart(["training.init_from=runs/quickstart/model"]).check(protect=["w.yaml"])
