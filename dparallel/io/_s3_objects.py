@@ -126,8 +126,11 @@ def get_range(store: S3Store, key: str, start: int, stop: int, where: object) ->
         return bytes(obstore.get_range(store, key, start=start, end=stop))
 
 
-#: A 404 for a missing bucket or container (not a missing object) in obstore's error.
-_NO_CONTAINER = re.compile(r"NoSuchBucket|ContainerNotFound")
+#: What a 404 to an ``If-Match`` write may say for "the object is gone" (a refusal):
+#: S3's and Azure's codes, or no error document; any other (a missing bucket or
+#: container, an unknown account) is raised.
+_OBJECT_GONE = re.compile(r"<Code>(NoSuchKey|BlobNotFound)</Code>")
+_ANY_CODE = re.compile(r"<Code>")
 
 
 def put(
@@ -150,7 +153,8 @@ def put(
         except (errors.AlreadyExistsError, errors.PreconditionError):
             return None  # 412, or 409 (a conditional write in flight): obstore maps both
         except FileNotFoundError as exc:
-            if if_match is None or _NO_CONTAINER.search(str(exc)):
+            said = str(exc)
+            if if_match is None or (_ANY_CODE.search(said) and not _OBJECT_GONE.search(said)):
                 raise
             return None  # the object is gone, so it changed: 404 to If-Match (AWS, or a
             # service in front of Azure; obstore maps it to a refusal on S3 only)

@@ -361,3 +361,32 @@ def test_a_listing_and_a_removal_past_azures_5000_keys_a_page(azurite):
     assert base.names() == [f"k{i:05d}" for i in range(5100)]
     base.remove(recursive=True)
     assert not base.exists() and base.names() == []
+
+
+@pytest.mark.parametrize(
+    ("said", "refused"),
+    [
+        ("<Error><Code>NoSuchKey</Code><Message>gone</Message></Error>", True),
+        ("<Error><Code>BlobNotFound</Code><Message>gone</Message></Error>", True),
+        ("404 Not Found", True),  # no document (a proxy): the object is taken as gone
+        ("<Error><Code>ContainerNotFound</Code><Message>no</Message></Error>", False),
+        ("<Error><Code>NoSuchBucket</Code><Message>no</Message></Error>", False),
+        ("<Error><Code>ResourceNotFound</Code><Message>no</Message></Error>", False),
+    ],
+)
+def test_a_404_to_if_match_is_a_refusal_only_for_a_missing_object(monkeypatch, said, refused):
+    """A 404 to a replace-if-unchanged write means the object is gone (it changed: a
+    refusal); a missing bucket, container or account is an error, not a lost lease."""
+    import obstore
+
+    from dparallel.io import _s3_objects
+
+    def missing(*args, **kwargs):
+        raise FileNotFoundError(f"Generic error: 404: {said}")
+
+    monkeypatch.setattr(obstore, "put", missing)
+    if refused:
+        assert _s3_objects.put(None, "k", b"x", "az://c/k", if_match='"e1"') is None
+    else:
+        with pytest.raises(FileNotFoundError, match="az://c/k"):
+            _s3_objects.put(None, "k", b"x", "az://c/k", if_match='"e1"')
