@@ -63,7 +63,7 @@ class ClusterSpec(SpecModel):
     GPU=1`` themselves). ``torch_threads``: ``torch.get_num_threads()`` inside each task
     (also OMP/MKL_NUM_THREADS of local workers); ``None``: 1 for local workers, those of
     an existing cluster keep their own ``DPARALLEL_TORCH_THREADS`` (default 1).
-    ``dashboard_address``: a bare ``":PORT"`` stays on 127.0.0.1 (``":0"``: a free port);
+    ``dashboard_address``: a bare ``":PORT"`` (or port) stays on 127.0.0.1 (``":0"``: a free port);
     name a host (``"0.0.0.0:8787"``) to expose it.
     """
 
@@ -81,13 +81,18 @@ class ClusterSpec(SpecModel):
     connect_timeout: float = Field(10.0, gt=0)  # s to wait for a remote scheduler
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)  # for kind="slurm"
 
-    @field_validator("dashboard_address")
+    @field_validator("dashboard_address", mode="before")
     @classmethod
-    def _dashboard_address_readable(cls, value: str) -> str:
-        """``HOST:PORT`` or ``:PORT``, checked here rather than when the cluster starts
-        (which took a word for a host name: 'Name or service not known')."""
+    def _dashboard_address_readable(cls, value: object) -> object:
+        """``HOST:PORT``, ``:PORT`` or a bare port (Dask's forms; a port alone is
+        ``:PORT``, on 127.0.0.1), checked here rather than when the cluster starts (which
+        took a word for a host name: 'Name or service not known')."""
+        if isinstance(value, int | str) and not isinstance(value, bool) and str(value).isdigit():
+            value = f":{value}"
+        if not isinstance(value, str):
+            return value  # the type's own error
         host, colon, port = value.rpartition(":")
-        if not colon or not port.isdigit() or int(port) > 65535 or " " in host:
+        if not colon or not port.isdigit() or int(port) > 65535 or any(c in host for c in " ,"):
             raise ValueError(
                 f"dashboard_address {value!r}: give HOST:PORT or :PORT (127.0.0.1:8787; "
                 "':0' for a free port; 0.0.0.0:8787 to expose it)"

@@ -212,7 +212,17 @@ def test_dashboard_address_takes_host_and_port(value: str) -> None:
     assert ClusterSpec(dashboard_address=value).dashboard_address == value
 
 
-@pytest.mark.parametrize("value", ["nonsense", "127.0.0.1", "host:port", ":99999", "a b:1"])
+@pytest.mark.parametrize("value", ["8787", 8787])
+def test_dashboard_address_takes_a_bare_port_on_the_loopback(value: object) -> None:
+    """Dask's bare port: the loopback interface, as ':PORT' (docs/deploy.md)."""
+    from dparallel.cluster.handle import dashboard_address
+
+    assert dashboard_address(ClusterSpec(dashboard_address=value)) == "127.0.0.1:8787"
+
+
+@pytest.mark.parametrize(
+    "value", ["nonsense", "127.0.0.1", "host:port", ":99999", "a b:1", ":8787,:8788"]
+)
 def test_dashboard_address_refuses_what_is_no_address(value: str) -> None:
     """A word was taken for a host name when the cluster started ('Name or service not
     known', the key not named): the spec names it, so validate refuses it too."""
