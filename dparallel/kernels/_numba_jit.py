@@ -23,6 +23,8 @@ from typing import Any
 
 import numba
 
+from dparallel.kernels._numba_blas import defer_blas_check
+
 __all__ = [
     "CONTRACT",
     "REASSOC",
@@ -182,6 +184,7 @@ def _directory_locator(directory: Path, digest: str, others: tuple[type, ...]) -
     return DirectoryLocator
 
 
+defer_blas_check()  # before numba's CPU target is first used (a kernel loaded or compiled)
 cache_anywhere()  # before key_cache_on_directory: its locator defers to the fallback too
 key_cache_on_directory(Path(__file__).parent)  # before any kernel here is decorated
 _reduce_dot = jit(REASSOC)(_reduce_dot)
