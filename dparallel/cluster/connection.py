@@ -84,7 +84,8 @@ def connect(
     started here preloads ``worker_preload`` in its workers (e.g.
     :data:`dparallel.cluster.worker_exit.FAST_EXIT_PRELOAD`) and ``forkserver_preload`` in
     the forkserver it starts (:mod:`dparallel.cluster.forkserver`); with ``return_early``
-    (and no more workers than cores) it returns once its first worker runs, the others
+    (and no more workers than cores) it returns once its first worker runs (its client
+    connected while that worker started), the others
     starting in the background (:meth:`ClusterHandle.wait_for_workers`).
 
     Raises :class:`ClusterError` when the scheduler cannot be reached within

@@ -1,7 +1,8 @@
 """Start a local multi-process Dask cluster: its workers forked from the forkserver where
 the platform has one, with the memory limit the partitions were sized by, GPU workers for
 ``gpus``, the dparallel dashboard pages loaded when first asked for, and (``return_early``)
-the rest of the workers started in the background once the first one runs.
+the workers started in the background, the client connecting meanwhile, and the rest
+started once the first one runs.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dask.system import CPU_COUNT
@@ -68,24 +70,33 @@ def start_local(
     how = _LocalStart(n_workers, early, devices, dashboard, kwargs, forkserver_preload)
     try:
         try:
-            cluster, starting = _launch(spec, how)
+            cluster, starting, first = _launch(spec, how)
         except AssertionError:
             # distributed's LoopRunner asserts when its IO-loop thread has not started
             # within 10 s (seen on a saturated machine); that is transient: try once more.
             logger.warning("local cluster's event loop did not start in time; retrying once")
-            cluster, starting = _launch(spec, how)
+            cluster, starting, first = _launch(spec, how)
     except Exception as exc:
-        raise ClusterError(
-            f"cannot start a local Dask cluster with {n_workers} workers "
-            f"(dashboard {dashboard}): {type(exc).__name__}: {exc}{main_script_hint(exc)}"
-        ) from exc
+        raise _start_error(how, exc) from exc
+    client: Client | None = None
     try:
-        client = Client(cluster, timeout=spec.connect_timeout)
+        client = _client(cluster, spec.connect_timeout, early=first is not None)
         register_threads(client, spec)
-    except BaseException:
+        if first is not None:  # the client connected while the first worker started
+            first.result()
+    except BaseException as exc:
+        if client is not None:
+            client.close()
         if starting is not None:
             starting.join()
         cluster.close()
+        if (
+            isinstance(exc, Exception)
+            and first is not None
+            and first.done()
+            and first.exception() is exc
+        ):
+            raise _start_error(how, exc) from exc  # as when LocalCluster itself raises it
         raise
     pages = defer_pages(cluster.scheduler)
     logger.info(
@@ -100,14 +111,38 @@ def start_local(
     )  # fmt: skip
 
 
-def _launch(spec: ClusterSpec, how: _LocalStart) -> tuple[LocalCluster, threading.Thread | None]:
-    """The cluster with its first workers running and, if it starts the rest in the
-    background, the thread that does (it leaves the forkserver setting when done)."""
+def _start_error(how: _LocalStart, exc: Exception) -> ClusterError:
+    """The error of a local cluster that did not start: its cause and, where it fits, the
+    main script's missing guard."""
+    return ClusterError(
+        f"cannot start a local Dask cluster with {how.n_workers} workers "
+        f"(dashboard {how.dashboard}): {type(exc).__name__}: {exc}{main_script_hint(exc)}"
+    )
+
+
+def _client(cluster: LocalCluster, timeout: float, early: bool) -> Client:
+    """A client of ``cluster``; ``early``: connected to its scheduler without waiting for the
+    workers that start (``Client(cluster)`` awaits the cluster, its starting workers too)."""
+    if not early:
+        return Client(cluster, timeout=timeout)
+    client = Client(
+        cluster.scheduler_address, loop=cluster.loop, security=cluster.security, timeout=timeout
+    )
+    client.cluster = cluster  # as Client(cluster) has it: its dashboard link, wait_for_workers
+    return client
+
+
+def _launch(
+    spec: ClusterSpec, how: _LocalStart
+) -> tuple[LocalCluster, threading.Thread | None, Future[None] | None]:
+    """The cluster with its first workers running, or (``how.early``) with none yet; then
+    also the thread that starts them (the first, then the rest; it leaves the forkserver
+    setting when done) and what the first one's start came to."""
     with contextlib.ExitStack() as stack:  # leaves the forkserver setting unless handed on
         env = stack.enter_context(forked_workers(how.forkserver_preload, env=worker_env(spec)))
-        first = 1 if how.early else how.n_workers  # CPU workers started before returning
         cluster = LocalCluster(
-            n_workers=first,
+            # early: the scheduler alone, so that the client connects while a worker starts
+            n_workers=0 if how.early else how.n_workers,
             threads_per_worker=spec.threads_per_worker,
             processes=True,
             host="127.0.0.1",
@@ -117,28 +152,40 @@ def _launch(spec: ClusterSpec, how: _LocalStart) -> tuple[LocalCluster, threadin
             env=env,
             **how.kwargs,
         )
-        with contextlib.ExitStack() as on_error:
-            on_error.callback(cluster.close)
-            for _ in range(how.n_workers - first):
-                cluster.worker_spec.update(cluster.new_worker_spec())
-            add_gpu_workers(cluster, how.devices, wait=not how.early)
-            on_error.pop_all()  # started: the cluster stays open
         if not how.early:
-            return cluster, None
-        # the rest start in the background, still under the forkserver setting
+            with contextlib.ExitStack() as on_error:
+                on_error.callback(cluster.close)
+                add_gpu_workers(cluster, how.devices)
+                on_error.pop_all()  # started: the cluster stays open
+            return cluster, None, None
+        # the workers start in the background, still under the forkserver setting
+        first: Future[None] = Future()
         thread = threading.Thread(
-            target=_start_the_rest, args=(cluster, stack.pop_all()), name="dparallel-workers",
-            daemon=True,
+            target=_start_workers, args=(cluster, how, first, stack.pop_all()),
+            name="dparallel-workers", daemon=True,
         )  # fmt: skip
         thread.start()
-        return cluster, thread
+        return cluster, thread, first
 
 
-def _start_the_rest(cluster: LocalCluster, forking: contextlib.ExitStack) -> None:
-    """Start the workers of ``cluster``'s spec that do not run yet (in a background thread),
-    then leave the forkserver setting (``forking``) that the first worker started under."""
+def _start_workers(
+    cluster: LocalCluster, how: _LocalStart, first: Future[None], forking: contextlib.ExitStack
+) -> None:
+    """Start ``cluster``'s first worker as its constructor would (``first`` gets the
+    outcome), then the rest (in a background thread); then leave the forkserver setting
+    (``forking``) that they started under."""
     with forking:
         try:
+            cluster.worker_spec.update(cluster.new_worker_spec())
+            cluster.sync(cluster._correct_state)  # what LocalCluster(n_workers=1) waits on
+        except BaseException as exc:  # noqa: BLE001 - raised by start_local
+            first.set_exception(exc)
+            return
+        first.set_result(None)
+        try:
+            for _ in range(how.n_workers - 1):
+                cluster.worker_spec.update(cluster.new_worker_spec())
+            add_gpu_workers(cluster, how.devices, wait=False)
             start_specified_workers(cluster)
         except Exception:  # the run goes on with the workers that started; Dask logs the cause
             logger.warning("some local workers did not start", exc_info=True)

@@ -46,3 +46,18 @@ def test_blocking_connect_or_more_workers_than_cores_has_every_worker_at_once(
         assert handle.n_workers == 2
         assert handle.wait_for_workers(timeout=0)
         assert (handle.planned_workers, handle.planned_gpus) == (2, 0)
+
+
+def test_early_client_connects_while_the_first_worker_starts() -> None:
+    """The client is on the scheduler before any worker registers (not after the first, on
+    the path to the first task); the handle still comes with that worker running."""
+    spec = ClusterSpec(n_workers=1, dashboard_address="127.0.0.1:0")
+    with connect(spec, return_early=True) as handle:
+        assert handle.n_workers == 1
+        events = handle.client.get_events("all")
+        actions = [
+            e["action"] for _, e in events if e.get("action") in ("add-client", "add-worker")
+        ]
+        assert actions[:2] == ["add-client", "add-worker"]
+        assert handle.client.cluster is handle.cluster
+        assert handle.client.submit(lambda x: x + 1, 1, pure=False).result(timeout=120) == 2

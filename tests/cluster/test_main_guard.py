@@ -76,15 +76,18 @@ def test_a_worker_importing_the_main_script_refuses_to_start_a_cluster(monkeypat
 
 
 @pytest.mark.integration
-def test_unguarded_script_fails_with_the_cause_named(tmp_path):
-    """docs/deploy.md's snippet without the guard: one ClusterError that names it."""
+@pytest.mark.parametrize("early", [False, True])
+def test_unguarded_script_fails_with_the_cause_named(tmp_path, early):
+    """docs/deploy.md's snippet without the guard: one ClusterError that names it; also
+    where the client connects before the first worker starts (``return_early``)."""
     script = tmp_path / "unguarded.py"
     script.write_text(
         textwrap.dedent(
-            """
+            f"""
             from dparallel.cluster import ClusterSpec, connect
 
-            with connect(ClusterSpec(n_workers=1, dashboard_address="127.0.0.1:0")) as h:
+            spec = ClusterSpec(n_workers=1, dashboard_address="127.0.0.1:0")
+            with connect(spec, return_early={early}) as h:
                 print(h.client.submit(sum, [1, 2]).result())
             """
         )
