@@ -123,20 +123,22 @@ def writable(values: np.ndarray, compressors: Any) -> bool:
 
 def write_group(
     directory: Path, attributes: Mapping[str, Any] | None = None, *, root: Path | None = None
-) -> None:
-    """A zarr group at ``directory`` with ``attributes`` (JSON), unless a node is there.
+) -> bool:
+    """A zarr group at ``directory`` with ``attributes`` (JSON), unless a node is there;
+    whether it was made here.
 
     ``root``: the store's folder, which no folder on the way may leave through a link."""
     if root is not None:
         refuse_links(root, directory)
     document = directory / _METADATA
     if document.exists():
-        return
+        return False
     directory.mkdir(parents=True, exist_ok=True)
     z = _internals()
     meta = z.GroupMetadata(attributes=dict(attributes or {}), zarr_format=3)
     buffers = meta.to_buffer_dict(z.default_buffer_prototype())
     write_file(document, buffers[_METADATA].to_bytes(), pending=True)
+    return True
 
 
 def write_array(

@@ -165,11 +165,12 @@ def files_below(folder: Path) -> list[str]:
 
 def write_into_folder(
     folder: Path, part: str, levels: list[str], jobs: list[Job], attributes: Mapping[str, Any]
-) -> list[Job]:
+) -> tuple[list[Job], bool]:
     """Write ``part``'s groups and the arrays the direct writer can make into a local
-    store's ``folder``; the jobs it cannot (strings) are returned."""
+    store's ``folder``; returns the jobs it cannot (strings), and whether ``part``'s own
+    document was made here."""
     part_dir = folder.joinpath(*part.split("/"))
-    write_group(part_dir, root=folder)  # parts/<p> itself, unless there
+    new_part = write_group(part_dir, root=folder)  # parts/<p> itself, unless there
     for level in levels:
         write_group(part_dir.joinpath(*level.split("/")), attributes.get(level), root=folder)
     rest = []
@@ -181,7 +182,7 @@ def write_into_folder(
             write_array(directory, values, compressors, dims, CHUNK_KEYS, root=folder)
         else:
             rest.append((group, name, values, dims))
-    return rest
+    return rest, new_part
 
 
 async def write_through_zarr(store: Any, part: str, rest: list[Job]) -> None:

@@ -238,17 +238,20 @@ class StoreWrites(OpenedStore):
         """Mark partition ``p`` done (last write of a task); ``report`` kept in ``parts/<p>``."""
         p = self._writable_partition(p)
         known = self._part_attributes.get(p)
+        folder = self._direct_folder()
         if report is not None and known is not None:  # its document, put as it is now
             from dparallel.store import _batch
 
             known["report"] = _jsonable(report)
-            document = _batch.group_item(_partition_group(p), known)
-            sync(_batch.put_all(self._backend.zarr_store, ([document],)))
+            key, document = _batch.group_item(_partition_group(p), known)
+            if folder is not None:  # from this thread, as the direct writer wrote it
+                write_file(folder.joinpath(*key.split("/")), document, root=folder, pending=True)
+            else:
+                sync(_batch.put_all(self._backend.zarr_store, ([(key, document)],)))
         elif report is not None:
             g = self._partition_group(p, create=True)
             assert g is not None
             g.attrs["report"] = _jsonable(report)
-        folder = self._direct_folder()
         if folder is not None:
             # what the marker declares is on disk first: the partition's files (those the
             # direct writer wrote, in one batch, and those zarr wrote), then the marker
@@ -359,16 +362,17 @@ class StoreWrites(OpenedStore):
             shutil.rmtree(local / part / replace)  # as zarr's LocalStore.delete_dir, no loop
         elif replace is not None and local is None and not self._batch_writes():
             sync(store.delete_dir(f"{part}/{replace}"))
+        new_part = False
         if folder is None and self._batch_writes():
             rest, new_part = sync(put_groups(store, part, levels, jobs, attributes or {}, replace))
-            if new_part:  # its attributes are known: mark_done writes them with no read
-                self._part_attributes[p] = {}
         elif folder is None:
             groups = [part, *(f"{part}/{level}" for level in levels)]
             sync(make_groups(store, groups, attributes or {}, len(part) + 1))
             rest = jobs
         else:
-            rest = write_into_folder(folder, part, levels, jobs, attributes or {})
+            rest, new_part = write_into_folder(folder, part, levels, jobs, attributes or {})
+        if new_part:  # its attributes are known: mark_done writes them with no read
+            self._part_attributes[p] = {}
         if rest:
             sync(write_through_zarr(store, part, rest))
 
