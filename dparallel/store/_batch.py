@@ -18,6 +18,7 @@ from dparallel.store._direct import (
     _encoded,
     _internals,
     _zarr_dtype,
+    group_document,
     is_fill_chunk,
     own_encoding,
     writable,
@@ -49,10 +50,7 @@ Item = tuple[str, bytes]
 
 def group_item(path: str, attributes: Mapping[str, Any] | None = None) -> Item:
     """The ``zarr.json`` of a group at ``path`` with ``attributes``."""
-    z = _internals()
-    meta = z.GroupMetadata(attributes=dict(attributes or {}), zarr_format=3)
-    document = meta.to_buffer_dict(z.default_buffer_prototype())[_METADATA].to_bytes()
-    return f"{path}/{_METADATA}", document
+    return f"{path}/{_METADATA}", group_document(attributes)
 
 
 def array_items(

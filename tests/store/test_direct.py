@@ -15,6 +15,7 @@ import zarr
 from zarr.codecs import BloscCodec
 
 from dparallel.store._direct import (
+    group_document,
     read_array_metadata,
     writable,
     write_array,
@@ -83,6 +84,38 @@ def test_groups_and_arrays_open_in_xarray_with_their_attributes(tmp_path):
     assert ds.attrs == {"feature_index": [3, 1], "radial": [True, False]}
     assert ds["x"].dims == ("p", "f")
     np.testing.assert_array_equal(ds["x"].values, CASES["float64 2-d"])
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        None,
+        {},
+        {"report": {"seconds": 0.25, "stats": {"Cu": {"min": [-1e-300, 2.5e17], "n": 10**20}}}},
+        {"odd": [float("nan"), float("inf"), -float("inf"), -0.0, True, None, "é ✓ \\n"]},
+        {"feature_index": (3, 1), "radial": [[True, False], []], "z": {"b": 1, "a": 2}},
+    ],
+)
+def test_a_group_document_is_what_zarr_writes_without_zarrs_deep_copy(
+    tmp_path, monkeypatch, attributes
+):
+    from zarr.core import group as zarr_group
+
+    from dparallel.store import _batch
+
+    g = zarr.open_group(tmp_path / "ref.zarr", mode="w", zarr_format=3)
+    g.attrs.update(attributes or {})
+    reference = (tmp_path / "ref.zarr" / "zarr.json").read_bytes()
+    assert group_document(attributes) == reference
+    assert _batch.group_item("parts/0", attributes) == ("parts/0/zarr.json", reference)
+
+    def no_deep_copy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("dataclasses.asdict: a deep copy of every attribute")
+
+    monkeypatch.setattr(zarr_group, "asdict", no_deep_copy)
+    assert _batch.group_item("parts/0", attributes)[1] == reference
+    write_group(tmp_path / "g", attributes)
+    assert (tmp_path / "g" / "zarr.json").read_bytes() == reference
 
 
 def test_what_is_not_certain_to_match_zarr_is_refused(tmp_path):
