@@ -35,12 +35,14 @@ def defer_blas_check() -> None:
     full = linalg.ensure_blas
 
     def ensure_blas() -> None:
-        if sys._getframe(1).f_globals.get("__name__") != _ASKER or "scipy.linalg" in sys.modules:
-            full()
+        width_check = getattr(linalg, "_check_lapack_int_width", None)  # numba's internal
+        asker = sys._getframe(1).f_globals.get("__name__")
+        if asker != _ASKER or "scipy.linalg" in sys.modules or width_check is None:
+            full()  # numba's own check (also where its internals moved: the import's cost)
             return
         if not cython_blas_present():
             raise ImportError("scipy 0.16+ is required for linear algebra")  # numba's words
-        linalg._check_lapack_int_width()
+        width_check()
 
     ensure_blas.deferred = True  # type: ignore[attr-defined]
     linalg.ensure_blas = ensure_blas
