@@ -146,9 +146,7 @@ def execute(spec: Any, args: argparse.Namespace, protect: tuple[str, ...] = ()) 
         print(f"{what}: {path}")
     trained = result.model_dir is not None and result.stages.get("train") != "off"
     # without a model, what training the store needs (a workflow without a training section)
-    to_train = (
-        [] if trained else train_options(spec.descriptors.build(data_units=spec.dataset.units))
-    )
+    to_train = [] if trained else train_options(spec.descriptor_set())
     print(
         "\n".join(
             closing_lines(

@@ -129,15 +129,29 @@ def check_data(
             f"model of {source.file} has no network for (it has "
             f"{', '.join(source.model.elements)})"
         )
-    diff = _leaves(_plain(source.descriptor), _plain(descriptor))
-    if diff:
-        more = f"; {len(diff) - 3} more" if len(diff) > 3 else ""
-        said = "; ".join(f"{key or 'spec'}: {a!r} → {b!r}" for key, a, b in diff[:3]) + more
+    said = descriptor_differences(descriptor, source)
+    if said:
         raise TrainingError(
             f"init_from: {store.target}'s {source.descriptor_kind} descriptors are not "
             f"those of {source.file} ({said}): featurize the data with the model's "
-            "descriptors"
+            f"descriptors ({how_to_featurize(source)})"
         )
+
+
+def descriptor_differences(descriptor: dict[str, Any] | None, source: Source) -> str:
+    """The first differing entries of ``descriptor`` and the spec ``source`` was trained
+    on (``features.Cu[0].rc: 4.0 → 4.5; …``), or ``""`` when they are the same."""
+    diff = _leaves(_plain(source.descriptor), _plain(descriptor))
+    more = f"; {len(diff) - 3} more" if len(diff) > 3 else ""
+    return "; ".join(f"{key or 'spec'}: {a!r} → {b!r}" for key, a, b in diff[:3]) + more
+
+
+def how_to_featurize(source: Source) -> str:
+    """Where a user finds the descriptors of ``source``, for a message."""
+    run = "a workflow with training.init_from and no descriptors section featurizes with them"
+    if source.file.name == N2P2_INPUT:
+        return f"descriptors: {{acsf: {{n2p2: {source.file}}}}}; or {run}"
+    return run
 
 
 def _leaves(old: Any, new: Any, where: str = "") -> list[tuple[str, Any, Any]]:  # noqa: ANN401

@@ -134,7 +134,7 @@ def _store_current(spec: WorkflowSpec, dataset: Location) -> bool:
     status = featurize_status(
         dataset,
         spec.store_location(),
-        spec.descriptors.build(data_units=spec.dataset.units),
+        spec.descriptor_set(),
         _featurize_options(spec),
     )
     if status.kind == "store" and status.differences:
@@ -190,7 +190,7 @@ def run_workflow(
                     torch_threads=spec.cluster.torch_threads,
                     progress=progress,
                 )
-                descriptors = spec.descriptors.build(data_units=spec.dataset.units)
+                descriptors = spec.descriptor_set()
                 statistics = featurize(dataset, store_path, descriptors, options).statistics
                 result.stages["featurize"] = "ran"
             else:
@@ -211,7 +211,7 @@ def run_workflow(
                 result.stages["train"] = "resumed" if resumed else "ran"
             else:
                 result.stages["train"] = untrained
-    if spec.descriptors.acsf is not None:
+    if spec.descriptor_set().acsf is not None:
         scaling = _write_scaling(store_path, spec.scaling_location(), statistics)
         result.files["scaling.data"] = str(
             shown.with_suffix(".scaling.data") if isinstance(shown, Path) else scaling

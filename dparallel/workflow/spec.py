@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from dparallel._spec import SpecModel
 from dparallel.cluster import ClusterSpec
 from dparallel.config import apply_overrides, describe_validation_error, read_yaml, resolve_path
+from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.errors import ConfigError, DParallelError
 from dparallel.io.location import Location, LocationError, as_location, require_local_path
 from dparallel.train.spec import TrainingSpec
@@ -184,12 +185,53 @@ class WorkflowSpec(SpecModel):
 
     name: str = "dparallel"
     dataset: DatasetSpec
-    descriptors: DescriptorsSpec
+    descriptors: DescriptorsSpec | None = Field(
+        None,
+        description="what featurize computes; left out with training.init_from: the "
+        "descriptors of that model (with derivatives)",
+    )
     partitioning: PartitionSpec = PartitionSpec()
     store: StoreSpec
     cluster: ClusterSpec = ClusterSpec()
     training: TrainingSpec | None = None
     output: OutputSpec | None = None
+    _built: DescriptorSet | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _descriptors_or_a_model(self) -> WorkflowSpec:
+        """No ``descriptors`` section: only with ``training.init_from`` (its model's)."""
+        if self.descriptors is None and (self.training is None or not self.training.init_from):
+            raise ValueError(
+                "no descriptors section: give one, or training.init_from (a model whose "
+                "descriptors are then used)"
+            )
+        return self
+
+    def descriptor_set(self) -> DescriptorSet:
+        """What featurize computes: the ``descriptors`` section built, or without one the
+        descriptors of the model ``training.init_from`` names (with derivatives, float64;
+        :class:`ConfigError` naming that key when it has none)."""
+        if self._built is None:
+            self._built = self._built_descriptors()
+        return self._built
+
+    def _built_descriptors(self) -> DescriptorSet:
+        if self.descriptors is not None:
+            return self.descriptors.build_checked("descriptors", data_units=self.dataset.units)
+        from dparallel.train.init_from import load_source
+
+        assert self.training is not None and self.training.init_from is not None
+        try:
+            source = load_source(self.training.init_from, self.dataset.units)
+        except DParallelError as exc:
+            raise ConfigError(f"training.init_from: {exc}") from None
+        if source.descriptor is None:
+            raise ConfigError(
+                f"training.init_from: {source.file} does not record its descriptors: "
+                "give a descriptors section (the ones it was trained on)"
+            )
+        spec = {source.descriptor_kind: source.descriptor, "derivatives": True}
+        return DescriptorSet.from_dict(spec)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -213,13 +255,16 @@ class WorkflowSpec(SpecModel):
         """What ``run`` would refuse before any work, beyond the schema (``validate`` says
         the same): the locations (:meth:`check_locations`), descriptors that cannot be
         built (an unknown element or cutoff, a shift beyond the cutoff, …), sections
-        that do not fit together (:meth:`check_sections`) and what is at the local paths
-        (:meth:`check_paths`; ``protect``: the workflow file), as :class:`ConfigError`
-        naming the keys."""
+        that do not fit together (:meth:`check_sections`), what is at the local paths
+        (:meth:`check_paths`; ``protect``: the workflow file) and descriptors other than
+        those of ``training.init_from``'s model, as :class:`ConfigError` naming the keys."""
         self.check_locations()
-        self.descriptors.build_checked("descriptors", data_units=self.dataset.units)
+        self.descriptor_set()
         self.check_sections()
         self.check_paths(protect)
+        training = self.training
+        if training is not None and training.init_from and self.descriptors is not None:
+            self._descriptors_of_the_model(training.init_from, self.descriptor_set())
 
     def check_paths(self, protect: Iterable[str | os.PathLike[str]] = ()) -> None:
         """Refuse (:class:`ConfigError` naming the key) what ``run`` would find at the
@@ -258,7 +303,7 @@ class WorkflowSpec(SpecModel):
             if not self.store.overwrite:
                 checks.append(("store.path", lambda: self._store_of_these_descriptors(store)))
             scaling = self.scaling_location()
-            if self.descriptors.acsf is not None and store.parent.is_dir():  # else made by run
+            if self.descriptor_set().acsf is not None and store.parent.is_dir():  # else made by run
                 checks.append(("store.path", lambda: refuse_scaling_target(scaling, store)))
         if self.training is not None and self.output is not None:
             model_dir, source = self.output.model_dir, self.training.init_from
@@ -280,9 +325,9 @@ class WorkflowSpec(SpecModel):
         would meet only after featurizing: a training descriptor the store will not hold,
         force training from stored descriptors without their derivatives, and a model
         directory in the store."""
-        training, descriptors = self.training, self.descriptors
-        if training is not None and training.descriptor not in descriptors.sections():
-            given = ", ".join(descriptors.sections()) or "none"
+        training, descriptors = self.training, self.descriptor_set()
+        if training is not None and training.descriptor not in descriptors.by_name:
+            given = ", ".join(descriptors.by_name) or "none"
             raise ConfigError(
                 f"training.descriptor is {training.descriptor!r}, but descriptors has no "
                 f"{training.descriptor!r} section (given: {given}): add descriptors."
@@ -311,13 +356,30 @@ class WorkflowSpec(SpecModel):
                     "choose a folder outside the store"
                 )
 
+    def _descriptors_of_the_model(self, init_from: Path, descriptors: DescriptorSet) -> None:
+        """Refuse, before featurizing, descriptors other than those the model at
+        ``init_from`` was trained on (training would refuse the store they make)."""
+        from dparallel.train.init_from import descriptor_differences, load_source
+
+        try:
+            source = load_source(init_from, self.dataset.units)
+        except DParallelError as exc:
+            raise ConfigError(f"training.init_from: {exc}") from None
+        kind = source.descriptor_kind
+        said = descriptor_differences(descriptors.to_dict().get(kind), source)
+        if said:
+            raise ConfigError(
+                f"descriptors.{kind} are not those of {source.file} (training.init_from: "
+                f"{said}): remove the descriptors section (the model's are used then)"
+            )
+
     def _store_of_these_descriptors(self, store: Path) -> None:
         """Raise what featurize raises for a store at ``store`` made with other descriptors
         (or of another format) unless ``store.overwrite``: compared without the dataset
         (:func:`~dparallel.store.store_status` of the ``features`` alone)."""
         from dparallel.store import store_status
 
-        features = self.descriptors.build(data_units=self.dataset.units).to_dict()
+        features = self.descriptor_set().to_dict()
         status = store_status(
             store, source_fingerprint=None, config={"features": features}, plan=None
         )

@@ -166,7 +166,8 @@ def test_refuses_other_descriptors(tmp_path: Path, source: Path) -> None:
     store = _store(tmp_path, "d", 11, n=8, acsf=small_acsf(r_cut=4.5))
     spec = TrainingSpec(init_from=str(source))
     said = r"model\.pt \(features\.Cu\[0\]\.rc: 4\.0 → 4\.5; .* 3 more\)"
-    with pytest.raises(TrainingError, match=r"descriptors are not those of .*" + said):
+    how = r": featurize the data with the model's descriptors \(a workflow with training.init"
+    with pytest.raises(TrainingError, match=r"descriptors are not those of .*" + said + how):
         prepare_and_build(store, spec)
 
 
