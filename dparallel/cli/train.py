@@ -45,7 +45,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--config",
         type=local_argument("a training config file"),
-        help="YAML file with the training keys, or a workflow file (its 'training:' section)",
+        help="YAML file with the training keys, a workflow file (its 'training:' section) "
+        "or an n2p2 input.nn (the keys it implies; docs/n2p2.md)",
     )
     p.add_argument(
         "--set",

@@ -16,6 +16,7 @@ from dparallel.config import (
     check_device,
     describe_validation_error,
     read_yaml,
+    resolve_path,
     section,
 )
 from dparallel.descriptors.registry import DEFAULT_DESCRIPTOR, descriptor_kind
@@ -258,7 +259,9 @@ def parse_training_spec(
     """Build a :class:`TrainingSpec` from a config plus ``--set key=value`` overrides.
 
     ``source`` is a YAML file or a mapping holding either the training keys themselves or
-    a ``training:`` section (so a workflow file serves as a training config). Overrides
+    a ``training:`` section (so a workflow file serves as a training config), or an n2p2
+    ``input.nn`` (a ``.nn`` file: :meth:`~dparallel.n2p2.InputNN.training_options`, with
+    ``use_old_weights_short`` its folder as ``init_from``). Overrides
     use the grammar of every command (:func:`dparallel.config.apply_overrides`); keys may
     carry the ``training.`` prefix.
 
@@ -269,6 +272,10 @@ def parse_training_spec(
     """
     if source is None or isinstance(source, Mapping):
         where, document = "config", source
+    elif Path(source).suffix == ".nn":  # n2p2's input.nn is no YAML
+        from dparallel.n2p2 import read_input_nn
+
+        where, document = str(source), read_input_nn(resolve_path(source)).training_options()
     else:
         where, document = str(source), read_yaml(source, "training config")
     overrides = tuple(overrides)

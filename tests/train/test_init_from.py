@@ -90,8 +90,9 @@ def test_starts_as_the_dparallel_model(tmp_path: Path, source: Path) -> None:
 
 def test_starts_as_the_n2p2_potential(tmp_path: Path) -> None:
     """From an n2p2 potential folder (its input.nn's ``use_old_weights_short``, through
-    ``InputNN.training_options()``), the model before its first update gives n2p2's
-    nnp-dataset energies and forces (the folder's scaling.data, atom and mean energies)."""
+    ``InputNN.training_options()``, as ``--config input.nn`` reads it), the model before its
+    first update gives n2p2's nnp-dataset energies and forces (the folder's scaling.data,
+    atom and mean energies)."""
     import ase.io
 
     from dparallel.n2p2.binaries import find_bin_dir
@@ -99,7 +100,7 @@ def test_starts_as_the_n2p2_potential(tmp_path: Path) -> None:
     if find_bin_dir() is None:
         pytest.skip("n2p2 is not built: run ../shared/n2p2/build.sh (or set N2P2_BIN)")
 
-    from dparallel.n2p2 import read_input_nn, write_input_data
+    from dparallel.n2p2 import write_input_data
     from dparallel.n2p2.symmetry_functions import acsf_from_input_nn
 
     pot = n2p2_potential(tmp_path / "pot")
@@ -112,9 +113,9 @@ def test_starts_as_the_n2p2_potential(tmp_path: Path) -> None:
     )
     with (pot / "input.nn").open("a") as f:
         f.write("use_old_weights_short\n")  # as n2p2 would train on: init_from the folder
-    options = read_input_nn(pot / "input.nn").training_options()
-    assert options["init_from"] == str(pot)
-    spec = TrainingSpec(**options, validation_fraction=0.0, test_fraction=0.0)
+    # as `dparallel train --config input.nn` reads it (InputNN.training_options())
+    spec = parse_training_spec(pot / "input.nn", ["validation_fraction=0", "test_fraction=0"])
+    assert spec.init_from == pot
     assert {"scaling", "scale_min", "scale_max"} <= spec.model_fields_set  # n2p2's own: kept
     built = _built(store, spec, tmp_path / "built")
     write_input_data(pot / "input.data", structures)
