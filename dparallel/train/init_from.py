@@ -143,7 +143,15 @@ def descriptor_differences(descriptor: dict[str, Any] | None, source: Source) ->
     on (``features.Cu[0].rc: 4.0 → 4.5; …``), or ``""`` when they are the same."""
     diff = _leaves(_plain(source.descriptor), _plain(descriptor))
     more = f"; {len(diff) - 3} more" if len(diff) > 3 else ""
-    return "; ".join(f"{key or 'spec'}: {a!r} → {b!r}" for key, a, b in diff[:3]) + more
+    return "; ".join(f"{key or 'spec'}: {_said(a)} → {_said(b)}" for key, a, b in diff[:3]) + more
+
+
+def _said(value: Any) -> str:  # noqa: ANN401
+    """``value`` for a one-line message: its repr, a long list or mapping by its length."""
+    text = repr(value)
+    if len(text) <= 60 or not isinstance(value, list | dict):
+        return text
+    return f"[{len(value)} entries]" if isinstance(value, list) else f"{{{len(value)} keys}}"
 
 
 def how_to_featurize(source: Source) -> str:

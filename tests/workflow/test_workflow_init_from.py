@@ -75,6 +75,18 @@ def test_other_descriptors_are_refused_before_featurizing(
     assert not (tmp_path / "data").exists() and not (tmp_path / "runs").exists()
 
 
+def test_a_whole_list_that_differs_is_said_by_its_length(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other functions (not one parameter of each): a line, not every function's repr."""
+    monkeypatch.chdir(tmp_path)
+    fewer = {**SECTION, "acsf": {**SECTION["acsf"], "narrow": []}}
+    spec = load_quickstart(_tuning(source, fewer))
+    with pytest.raises(ConfigError, match=r"features.Cu: \[3 entries\] → \[2 entries\]\)") as err:
+        spec.check()
+    assert len(str(err.value)) < 300
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_a_fine_tuning_workflow_runs_without_descriptors(source: Path, tmp_path: Path) -> None:
