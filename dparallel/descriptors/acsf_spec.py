@@ -80,17 +80,17 @@ class ACSFSpec(SpecModel):
         """The :class:`ACSF` this spec defines (``n2p2`` relative to the working directory).
 
         An input.nn is read by ``context``'s ``"n2p2_input_nn"`` reader
-        (:func:`dparallel.n2p2.acsf_from_input_nn`); its lengths follow
-        ``context.data_units`` (the dataset's) unless the spec gives ``units``.
+        (:func:`dparallel.n2p2.acsf_from_input_nn`); its lengths follow the units it
+        declares (``# Units:``, as dparallel's exports say them; ``units`` contradicting
+        them is refused), else the spec's ``units``, else ``context.data_units`` (the
+        dataset's).
         """
         context = context or BuildContext()
         if self.n2p2 is not None:
+            path = str(resolve_path(self.n2p2))
+            units = context.reader("n2p2_units")(path, self.units, context.data_units)
             read = context.reader("n2p2_input_nn")
-            acsf: ACSF = read(
-                str(resolve_path(self.n2p2)),
-                unit=self.units or context.data_units,
-                order=self.order or "n2p2",
-            )
+            acsf: ACSF = read(path, unit=units, order=self.order or "n2p2")
             return acsf
         acsf = ACSF.uniform(
             elements=list(self.elements or []),

@@ -41,8 +41,8 @@ class BuildContext:
 
     ``data_units``: the dataset's unit system (files a spec points to may follow it);
     ``readers``: file readers by name, given by the caller (the workflow passes
-    ``{"n2p2_input_nn": dparallel.n2p2.acsf_from_input_nn}``), so a descriptor's spec
-    can name a file format whose parser lives in a higher layer.
+    ``{"n2p2_input_nn": dparallel.n2p2.acsf_from_input_nn, "n2p2_units": …}``), so a
+    descriptor's spec can name a file format whose parser lives in a higher layer.
     """
 
     data_units: str = "ase"

@@ -23,10 +23,16 @@ __all__ = ["declared_units", "potential_units"]
 _DECLARATION = re.compile(r"#\s*Units:\s*([A-Za-z-]+)")
 
 
+def _input_nn(where: str | os.PathLike[str]) -> Path:
+    """``where/input.nn`` for a folder, else ``where`` (an input.nn of any name)."""
+    return Path(where) / "input.nn" if Path(where).is_dir() else Path(where)
+
+
 def declared_units(directory: str | os.PathLike[str]) -> str | None:
-    """The units ``directory/input.nn`` declares (``# Units: …``), or ``None``."""
+    """The units ``directory/input.nn`` (or the input.nn ``directory`` is) declares
+    (``# Units: …``), or ``None``."""
     try:
-        with open(Path(directory) / "input.nn", encoding="utf-8", errors="replace") as f:
+        with open(_input_nn(directory), encoding="utf-8", errors="replace") as f:
             for line in f:
                 match = _DECLARATION.match(line.strip())
                 if match and match.group(1) in UNIT_SYSTEMS:
@@ -39,7 +45,7 @@ def declared_units(directory: str | os.PathLike[str]) -> str | None:
 
 
 def potential_units(directory: str | os.PathLike[str], given: str | None, default: str) -> str:
-    """Units to load the potential in ``directory`` with.
+    """Units to load the potential in ``directory`` (or its input.nn) with.
 
     ``given`` (an explicit choice) must agree with a declaration; without one, the
     declaration is used, else ``default`` (e.g. the units of the data it is used on).
@@ -54,7 +60,7 @@ def potential_units(directory: str | os.PathLike[str], given: str | None, defaul
         return declared or default
     if declared is not None and not same_units(given, declared):
         raise ConfigError(
-            f"{Path(directory) / 'input.nn'} declares units {declared}, but {given} was "
+            f"{_input_nn(directory)} declares units {declared}, but {given} was "
             f"given: drop the units option to use {declared}, or fix the potential"
         )
     return given

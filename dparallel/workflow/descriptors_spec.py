@@ -39,6 +39,7 @@ from dparallel.descriptors.descriptor_set import DescriptorSet
 from dparallel.descriptors.neighbor_sum_spec import NeighborSumSpec
 from dparallel.descriptors.registry import BuildContext, descriptor_kind, registered
 from dparallel.errors import ConfigError, DescriptorError, DParallelError
+from dparallel.n2p2.declared_units import potential_units
 from dparallel.n2p2.symmetry_functions import acsf_from_input_nn
 
 if TYPE_CHECKING:
@@ -134,7 +135,11 @@ class DescriptorsSpec(SpecModel):
         beyond the cutoff, an input.nn not there, …) is one :class:`ConfigError` naming
         the section below the key path ``where`` (``descriptors.acsf: …``); ``None``: the
         error as raised."""
-        context = BuildContext(data_units, {"n2p2_input_nn": acsf_from_input_nn})
+        readers: dict[str, Callable[..., Any]] = {
+            "n2p2_input_nn": acsf_from_input_nn,
+            "n2p2_units": potential_units,
+        }
+        context = BuildContext(data_units, readers)
         built = {}
         for name, section in self.sections().items():
             try:

@@ -48,3 +48,18 @@ def test_uniform_keys_beside_an_input_nn_are_refused_not_ignored(tmp_path: Path)
     path.write_text(f"acsf: {{n2p2: {input_nn}, r_cut: 6.0, radial: []}}\n")
     expected = acsf_from_input_nn(str(input_nn)).to_dict()
     assert load_descriptors(path).acsf.to_dict() == expected
+
+
+def test_an_input_nn_is_read_in_the_units_it_declares(tmp_path: Path) -> None:
+    """An exported potential's input.nn says ``# Units: ase`` (Å): featurizing Bohr data
+    with ``acsf: {n2p2: export/input.nn}`` read its 5.0 as 5 bohr (rc 2.65 Å), which
+    ``init_from`` the export then refused; ``units`` contradicting the file is refused."""
+    lines = (ROOT / "workflows" / "n2p2" / "input.nn").read_text()
+    (tmp_path / "input.nn").write_text("# Units: ase (lengths × 1 Å)\n" + lines)
+    path = tmp_path / "d.yaml"
+    path.write_text(f"acsf: {{n2p2: {tmp_path / 'input.nn'}}}\n")
+    acsf = load_descriptors(path, data_units="bohr-hartree").acsf
+    assert {f["rc"] for f in acsf.to_dict()["features"]["Cu"]} == {5.0}  # the file's number
+    path.write_text(f"acsf: {{n2p2: {tmp_path / 'input.nn'}, units: bohr-hartree}}\n")
+    with pytest.raises(ConfigError, match=r"input.nn declares units ase, but bohr-hartree"):
+        load_descriptors(path)
