@@ -143,11 +143,19 @@ class Settings:
         )
 
 
+#: (file, its unused keywords) already warned of in this process.
+_WARNED: set[tuple[str, tuple[str, ...]]] = set()
+
+
 def log_unused(settings: Settings) -> list[str]:
-    """Warn once, listing every keyword of the file no part of dparallel uses; returns them."""
+    """Warn once, listing every keyword of the file no part of dparallel uses; returns them.
+    A file read again (``train --config input.nn`` with its ``init_from``) is not warned of
+    again while those keywords are the same."""
     present = dict.fromkeys(ALIASES.get(e.keyword, e.keyword) for e in settings.entries)
     unused = [k for k in present if k not in USED_KEYWORDS]
-    if unused:
+    said = (str(settings.path), tuple(unused))
+    if unused and said not in _WARNED:
+        _WARNED.add(said)
         log.warning(
             "%s: keywords with no counterpart in dparallel, not used: %s",
             settings.path,

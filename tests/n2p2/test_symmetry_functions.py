@@ -190,6 +190,7 @@ def test_keywords_dparallel_does_not_use_are_listed_once(
         + "epochs 3\n"
     )
     with caplog.at_level(logging.WARNING):
-        acsf_from_input_nn(_write(tmp_path, text))
+        acsf_from_input_nn(path := _write(tmp_path, text))
+        acsf_from_input_nn(path)  # read again (train --config input.nn, then its init_from)
     found = [r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage()]
     assert len(found) == 1 and found[0].endswith("not used: kalman_lambda_short write_trainlog")
