@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import os
     from pathlib import Path
 
+    from dparallel.descriptors.descriptor_set import DescriptorSet
     from dparallel.nn import HDNNP
     from dparallel.store import Store
     from dparallel.train.spec import TrainingSpec
@@ -72,6 +73,23 @@ def load_source(path: str | os.PathLike[str], data_units: str | None = None) -> 
         str(kind) if kind is not None else "acsf",
         data.get("descriptor"),
     )
+
+
+def source_descriptors(
+    path: str | os.PathLike[str], data_units: str | None = None
+) -> DescriptorSet:
+    """What to featurize data for a training from the model at ``path`` with: the
+    descriptors it was trained on, with derivatives (float64); a :class:`TrainingError`
+    when its file does not record them."""
+    from dparallel.descriptors.descriptor_set import DescriptorSet
+
+    source = load_source(path, data_units)
+    if source.descriptor is None:
+        raise TrainingError(
+            f"{source.file} does not record its descriptors: give a descriptors section "
+            "(the ones it was trained on)"
+        )
+    return DescriptorSet.from_dict({source.descriptor_kind: source.descriptor, "derivatives": True})
 
 
 def _architecture(model: HDNNP) -> dict[str, Any]:

@@ -169,15 +169,25 @@ def load_descriptors(
     run``.
     ``data_units`` are the dataset's units (an n2p2 input.nn's lengths follow them).
     ``workflows``: a workflow file is read as its ``descriptors`` section, not refused.
+    A workflow without that section but with ``training.init_from`` gives that model's
+    descriptors (as ``dparallel run`` featurizes with them).
     """
     data: Any = read_yaml(path, "descriptors")
+    init_from = _model_instead(data)
+    if init_from is not None and (section == "descriptors" or workflows):  # fine-tuning
+        from dparallel.train.init_from import source_descriptors
+
+        try:
+            return source_descriptors(init_from, data_units)
+        except DParallelError as exc:
+            raise ConfigError(f"{path}: training.init_from: {exc}") from None
     if section is not None:
         data = config_section(data, section, str(path))
     elif isinstance(data, dict) and set(data) == {"descriptors"}:
         data = data["descriptors"]
     elif isinstance(data, dict) and "descriptors" in data and workflows:
         data = config_section(data, "descriptors", str(path))
-    elif isinstance(data, dict) and "descriptors" in data:  # with dataset, store, …
+    elif isinstance(data, dict) and ("descriptors" in data or init_from is not None):
         raise ConfigError(
             f"{path}: a workflow file (its descriptors are its 'descriptors' section), not a "
             "descriptors file: pass it with --workflow"
@@ -192,3 +202,12 @@ def load_descriptors(
         return spec.build_checked("", data_units=data_units)
     except ConfigError as exc:
         raise ConfigError(f"{path}: invalid descriptors: {exc}") from None
+
+
+def _model_instead(data: Any) -> Any:  # noqa: ANN401
+    """A workflow's ``training.init_from`` when it has no ``descriptors`` section (the
+    model's are featurized: :meth:`dparallel.workflow.WorkflowSpec.descriptor_set`)."""
+    if not isinstance(data, dict) or data.get("descriptors") is not None:
+        return None
+    training = data.get("training")
+    return training.get("init_from") if isinstance(training, dict) else None

@@ -218,20 +218,13 @@ class WorkflowSpec(SpecModel):
     def _built_descriptors(self) -> DescriptorSet:
         if self.descriptors is not None:
             return self.descriptors.build_checked("descriptors", data_units=self.dataset.units)
-        from dparallel.train.init_from import load_source
+        from dparallel.train.init_from import source_descriptors
 
         assert self.training is not None and self.training.init_from is not None
         try:
-            source = load_source(self.training.init_from, self.dataset.units)
+            return source_descriptors(self.training.init_from, self.dataset.units)
         except DParallelError as exc:
             raise ConfigError(f"training.init_from: {exc}") from None
-        if source.descriptor is None:
-            raise ConfigError(
-                f"training.init_from: {source.file} does not record its descriptors: "
-                "give a descriptors section (the ones it was trained on)"
-            )
-        spec = {source.descriptor_kind: source.descriptor, "derivatives": True}
-        return DescriptorSet.from_dict(spec)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""

@@ -55,6 +55,21 @@ def test_without_descriptors_the_model_s_are_featurized(source: Path) -> None:
     assert ours.derivatives  # forces are trained on
 
 
+def test_featurize_workflow_takes_the_model_s_too(source: Path, tmp_path: Path) -> None:
+    """``featurize --workflow`` and ``train --descriptors`` read such a workflow as ``run``;
+    ``featurize --descriptors`` points at ``--workflow`` (it listed every section)."""
+    from dparallel.workflow.descriptors_spec import load_descriptors
+
+    path = tmp_path / "tune.yaml"
+    workflow = {"dataset": {"path": "x.extxyz"}, "training": {"init_from": str(source)}}
+    path.write_text(json.dumps(workflow))
+    theirs = DescriptorsSpec.model_validate(SECTION).build().to_dict()
+    assert load_descriptors(path, section="descriptors").to_dict() == theirs
+    assert load_descriptors(path, workflows=True).to_dict() == theirs
+    with pytest.raises(ConfigError, match=r"a workflow file .*: pass it with --workflow$"):
+        load_descriptors(path)
+
+
 def test_without_descriptors_or_a_model_is_refused() -> None:
     data = {"dataset": {"path": "x.extxyz"}, "store": {"path": "s.zarr"}}
     with pytest.raises(ConfigError, match=r"no descriptors section: give one, or training"):
