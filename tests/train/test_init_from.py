@@ -124,6 +124,42 @@ def test_starts_as_the_n2p2_potential(tmp_path: Path) -> None:
     assert_same(energy, forces, ref_e, ref_f, rtol=1e-10)
 
 
+def test_tuned_from_an_n2p2_potential_and_exported_back_is_what_nnp_dataset_computes(
+    tmp_path: Path,
+) -> None:
+    """The journey from an n2p2 potential: fine-tune (2 epochs), ``export --format n2p2``,
+    and n2p2's nnp-dataset on the export gives the tuned model's energies and forces
+    (its ``Calculator``), which are no longer the source's."""
+    import ase.io
+
+    from dparallel.n2p2.binaries import find_bin_dir
+
+    if find_bin_dir() is None:
+        pytest.skip("n2p2 is not built: run ../shared/n2p2/build.sh (or set N2P2_BIN)")
+
+    from dparallel.n2p2 import write_input_data
+    from dparallel.n2p2.potential import export_model_dir
+    from dparallel.n2p2.symmetry_functions import acsf_from_input_nn
+
+    pot = n2p2_potential(tmp_path / "pot")
+    structures = alloy_structures(6)
+    for atoms in structures:
+        atoms.get_forces()
+    ase.io.write(tmp_path / "alloy.xyz", structures, format="extxyz")
+    acsf = acsf_from_input_nn(pot / "input.nn")
+    store = build_store(tmp_path / "alloy.xyz", tmp_path / "alloy.zarr", acsf)
+    spec = TrainingSpec(init_from=str(pot), epochs=2, validation_fraction=0.0, test_fraction=0.0)
+    train_model(store, tmp_path / "tuned", spec)
+    export_model_dir(tmp_path / "tuned", tmp_path / "back")
+    for folder in (pot, tmp_path / "back"):
+        write_input_data(folder / "input.data", structures)
+    ref_e, ref_f = nnp_dataset(tmp_path / "back")
+    energy, forces = _predictions(tmp_path / "tuned", structures)
+    assert_same(energy, forces, ref_e, ref_f, rtol=1e-10)
+    source_e, _ = nnp_dataset(pot)
+    assert np.abs(source_e - ref_e).max() > 1e-6  # tuned: other weights than the source's
+
+
 def test_elements_without_atoms_keep_the_source_networks(tmp_path: Path) -> None:
     """Cu structures only, from a Cu/Ag/Au n2p2 potential: training goes on (a fresh
     training refuses an element without atoms); the Ag and Au networks stay the weights
