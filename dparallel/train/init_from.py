@@ -23,6 +23,7 @@ from dparallel.descriptors.registry import current_spec_keys
 from dparallel.errors import TrainingError
 from dparallel.nn import MODEL, is_n2p2_potential, load_model
 from dparallel.nn.folders import N2P2_INPUT
+from dparallel.train.spec import ARCHITECTURE_KEYS
 
 if TYPE_CHECKING:
     import os
@@ -34,9 +35,6 @@ if TYPE_CHECKING:
     from dparallel.train.spec import TrainingSpec
 
 log = logging.getLogger(__name__)
-
-#: Training keys that say what the network is: set in the spec, they must be the source's.
-ARCHITECTURE_KEYS = ("hidden", "activation", "scaling", "scale_min", "scale_max")
 
 
 @dataclass(frozen=True)
@@ -130,8 +128,9 @@ def check_spec(spec: TrainingSpec, source: Source) -> None:
             have = said or f"is {list(theirs[key]) if key == 'hidden' else theirs[key]!r}"
             raise TrainingError(
                 f"init_from: {source.file}: its model's {key} {have}, the spec sets "
-                f"{list(ours) if key == 'hidden' else ours!r}: drop {key} (the model keeps "
-                "its own) or set it to the model's, or train without init_from"
+                f"{list(ours) if key == 'hidden' else ours!r}: drop {key} (or --set "
+                f"{key}=null; the model keeps its own) or set it to the model's, or train "
+                "without init_from"
             )
 
 

@@ -29,6 +29,10 @@ from dparallel.train.optimizer_kinds import (
 )
 
 _DEFAULT_LR = 3e-3
+
+#: Keys that say what the network is (with ``init_from``: set, they must be the model's).
+#: ``null`` is as if left out, so ``--set training.hidden=null`` drops one a workflow sets.
+ARCHITECTURE_KEYS = ("hidden", "activation", "scaling", "scale_min", "scale_max")
 _DEFAULT_LR_MIN = 5e-5
 
 
@@ -139,6 +143,14 @@ class TrainingSpec(SpecModel):
     def _known_optimizer(cls, name: str) -> str:
         optimizer_kind(name)  # a ConfigError (ValueError) lists the known ones
         return name
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_left_out(cls, data: Any) -> Any:  # noqa: ANN401
+        """An architecture key given as ``null`` is left out (:data:`ARCHITECTURE_KEYS`)."""
+        if isinstance(data, Mapping):
+            return {k: v for k, v in data.items() if v is not None or k not in ARCHITECTURE_KEYS}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

@@ -237,6 +237,18 @@ def test_refuses_other_architecture_keys(source: Path, key: str, value: object) 
     check_spec(TrainingSpec(init_from=str(source)), loaded)
 
 
+def test_an_architecture_key_set_to_null_is_left_out(source: Path) -> None:
+    """A workflow (the quickstart) sets hidden and scaling; ``--set`` cannot remove a key,
+    so ``null`` drops it: the source's own are kept, no refusal."""
+    quickstart = {"hidden": [48, 48], "scaling": "center_sigma", "activation": "tanh"}
+    given = ["hidden=null", "scaling=null", f"init_from={source}"]
+    with pytest.raises(TrainingError, match=r"hidden is \[8\], the spec sets \[48, 48\]: drop"):
+        check_spec(parse_training_spec(quickstart, given[2:]), load_source(source))
+    spec = parse_training_spec(quickstart, given)
+    assert not {"hidden", "scaling"} & spec.model_fields_set
+    check_spec(spec, load_source(source))
+
+
 def test_refuses_another_descriptor_type(source: Path) -> None:
     with pytest.raises(TrainingError, match=r"model\.pt was trained on 'acsf'.*neighbor_sum"):
         check_spec(
