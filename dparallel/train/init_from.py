@@ -129,7 +129,7 @@ def check_spec(spec: TrainingSpec, source: Source) -> None:
             raise TrainingError(
                 f"init_from: {source.file}: its model's {key} {have}, the spec sets "
                 f"{list(ours) if key == 'hidden' else ours!r}: drop {key} (or --set "
-                f"{key}=null; the model keeps its own) or set it to the model's, or train "
+                f"training.{key}=null; the model keeps its own) or set it to the model's, or train "
                 "without init_from"
             )
 

@@ -249,15 +249,15 @@ class WorkflowSpec(SpecModel):
         the same): the locations (:meth:`check_locations`), descriptors that cannot be
         built (an unknown element or cutoff, a shift beyond the cutoff, …), sections
         that do not fit together (:meth:`check_sections`), what is at the local paths
-        (:meth:`check_paths`; ``protect``: the workflow file) and descriptors other than
-        those of ``training.init_from``'s model, as :class:`ConfigError` naming the keys."""
+        (:meth:`check_paths`; ``protect``: the workflow file) and training keys or
+        descriptors that ``training.init_from``'s model refuses, as :class:`ConfigError`
+        naming the keys."""
         self.check_locations()
         self.descriptor_set()
         self.check_sections()
         self.check_paths(protect)
-        training = self.training
-        if training is not None and training.init_from and self.descriptors is not None:
-            self._descriptors_of_the_model(training.init_from, self.descriptor_set())
+        if self.training is not None and self.training.init_from:
+            self._fits_the_model(self.training)
 
     def check_paths(self, protect: Iterable[str | os.PathLike[str]] = ()) -> None:
         """Refuse (:class:`ConfigError` naming the key) what ``run`` would find at the
@@ -349,17 +349,27 @@ class WorkflowSpec(SpecModel):
                     "choose a folder outside the store"
                 )
 
-    def _descriptors_of_the_model(self, init_from: Path, descriptors: DescriptorSet) -> None:
-        """Refuse, before featurizing, descriptors other than those the model at
-        ``init_from`` was trained on (training would refuse the store they make)."""
-        from dparallel.train.init_from import descriptor_differences, load_source
+    def _fits_the_model(self, training: TrainingSpec) -> None:
+        """Refuse, before featurizing, what training from ``training.init_from`` would
+        refuse after it: architecture keys other than the model's, and descriptors other
+        than those it was trained on (a store of those)."""
+        from dparallel.train.init_from import check_spec, descriptor_differences, load_source
 
+        assert training.init_from is not None
         try:
-            source = load_source(init_from, self.dataset.units)
-        except DParallelError as exc:
-            raise ConfigError(f"training.init_from: {exc}") from None
+            source = load_source(training.init_from, self.dataset.units)
+            check_spec(training, source)
+        except DParallelError as exc:  # most say "init_from: …" already
+            said = str(exc)
+            raise ConfigError(
+                f"training.{said}"
+                if said.startswith("init_from: ")
+                else f"training.init_from: {said}"
+            ) from None
+        if self.descriptors is None:  # the model's are featurized
+            return
         kind = source.descriptor_kind
-        said = descriptor_differences(descriptors.to_dict().get(kind), source)
+        said = descriptor_differences(self.descriptor_set().to_dict().get(kind), source)
         if said:
             raise ConfigError(
                 f"descriptors.{kind} are not those of {source.file} (training.init_from: "

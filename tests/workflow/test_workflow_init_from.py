@@ -80,14 +80,19 @@ def test_other_descriptors_are_refused_before_featurizing(
     source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    spec = load_quickstart(_tuning(source, {**SECTION, "acsf": {**SECTION["acsf"], "r_cut": 4.5}}))
-    with pytest.raises(
-        ConfigError,
-        match=r"^descriptors.acsf are not those of .*model.pt \(training.init_from: "
+    _refused_before_any_work(
+        _tuning(source, {**SECTION, "acsf": {**SECTION["acsf"], "r_cut": 4.5}}),
+        r"^descriptors.acsf are not those of .*model.pt \(training.init_from: "
         r"features.Cu\[0\].rc: 4.0 → 4.5; .*\): remove the descriptors section",
-    ):
-        spec.check()
-    assert not (tmp_path / "data").exists() and not (tmp_path / "runs").exists()
+    )
+
+
+def _refused_before_any_work(overrides: list[str], match: str) -> None:
+    """The quickstart with ``overrides`` is refused by ``check`` (``validate``, ``run``
+    before its first stage); nothing made in the working directory."""
+    with pytest.raises(ConfigError, match=match):
+        load_quickstart(overrides).check()
+    assert not Path("data").exists() and not Path("runs").exists()
 
 
 def test_a_whole_list_that_differs_is_said_by_its_length(
@@ -100,6 +105,20 @@ def test_a_whole_list_that_differs_is_said_by_its_length(
     with pytest.raises(ConfigError, match=r"features.Cu: \[3 entries\] → \[2 entries\]\)") as err:
         spec.check()
     assert len(str(err.value)) < 300
+
+
+def test_other_architecture_keys_are_refused_before_featurizing(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quickstart's hidden: [48, 48] with a model of [4]: run featurized, then training
+    refused; ``--set training.hidden=null`` (the refusal says it) runs."""
+    monkeypatch.chdir(tmp_path)
+    _refused_before_any_work(
+        [*_tuning(source), "training.hidden=[48, 48]"],
+        r"^training.init_from: .*model.pt: its model's hidden is \[4\], the spec sets "
+        r"\[48, 48\]: drop hidden \(or --set training.hidden=null;",
+    )
+    load_quickstart([*_tuning(source), "training.hidden=null"]).check()
 
 
 @pytest.mark.slow
