@@ -12,6 +12,7 @@ from ase.calculators.singlepoint import SinglePointCalculator
 from ase.io import read, write
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
 
 
@@ -40,17 +41,22 @@ def _reference(path: Path) -> dict[str, float]:
     }
 
 
-def test_evaluate_errors_equal_numpys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dparallel.cli.evaluate import evaluate_file
-
-    rng = np.random.default_rng(3)
+def _labelled(rng: np.random.Generator, sizes: Iterable[int]) -> list[Atoms]:
+    """Cu structures of ``sizes`` atoms at random places, random energies and forces."""
     frames = []
-    for n in (1, 3, 5, 2, 4, 6, 2):
+    for n in sizes:
         atoms = Atoms(["Cu"] * n, positions=rng.uniform(0, 6, (n, 3)), cell=[8, 8, 8], pbc=True)
         atoms.calc = SinglePointCalculator(
             atoms, energy=float(rng.normal(0, 2)), forces=rng.normal(0, 1, (n, 3))
         )
         frames.append(atoms)
+    return frames
+
+
+def test_evaluate_errors_equal_numpys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dparallel.cli.evaluate import evaluate_file
+
+    frames = _labelled(np.random.default_rng(3), (1, 3, 5, 2, 4, 6, 2))
     path = tmp_path / "d.extxyz"
     write(path, frames)
     from dparallel.train.reporting import Metrics
@@ -201,15 +207,8 @@ def test_a_split_is_evaluated_in_full_batches_and_names_structures_in_the_file(
     from dparallel.cli.evaluate import evaluate_file
     from dparallel.errors import NonFiniteError
 
-    rng = np.random.default_rng(5)
-    frames = []
-    for k in range(20):
-        n = 1 + k % 4 if k != 13 else 7  # structure 13 alone has 7 atoms
-        atoms = Atoms(["Cu"] * n, positions=rng.uniform(0, 6, (n, 3)), cell=[8, 8, 8], pbc=True)
-        atoms.calc = SinglePointCalculator(
-            atoms, energy=float(rng.normal(0, 2)), forces=rng.normal(0, 1, (n, 3))
-        )
-        frames.append(atoms)
+    sizes = [1 + k % 4 if k != 13 else 7 for k in range(20)]  # structure 13 alone has 7 atoms
+    frames = _labelled(np.random.default_rng(5), sizes)
     path = tmp_path / "d.extxyz"
     write(path, frames)
     ids = [1, 2, 3, 6, 9, 13, 14, 19]

@@ -253,18 +253,7 @@ def test_local_scheduler_loads_the_pages_when_first_asked_for() -> None:
     """A local cluster serves /health and the JSON route from its start and runs its tasks
     with bokeh not even imported; the first page request loads Dask's and dparallel's pages
     and gets its page (fresh interpreter)."""
-    import subprocess
-    import sys
-
-    from daskprocs import child_env
-
-    out = subprocess.run(
-        [sys.executable, "-c", _LATER], capture_output=True, text=True, timeout=150,
-        env=child_env({"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
-                                                      child_env()["PYTHONPATH"]])}),
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = _probe(_LATER)
     assert result["before"] == {"bokeh": False, "health": 200, "json": 200, "post": 404}
     assert result["after"] == {
         "bokeh": True, "progress": 200, "title": True, "status": 200, "health": 200,
@@ -289,17 +278,22 @@ print(json.dumps({"bokeh_before": before, "code": code, "plots": json.loads(body
 def test_the_list_of_pages_asked_first_loads_and_lists_them() -> None:
     """dask-labextension polls individual-plots.json: asked before any page, it loads the
     pages and lists dparallel's (distributed's own route answered an empty list)."""
+    result = _probe(_PLOT_LIST_FIRST)
+    assert result["bokeh_before"] is False and result["code"] == 200
+    assert "/individual-dparallel-progress" in result["plots"].values()
+
+
+def _probe(script: str) -> dict:
+    """The JSON that ``script`` prints last, run in a fresh interpreter (tests/ importable)."""
     import subprocess
     import sys
 
     from daskprocs import child_env
 
     out = subprocess.run(
-        [sys.executable, "-c", _PLOT_LIST_FIRST], capture_output=True, text=True, timeout=150,
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=150,
         env=child_env({"PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
                                                       child_env()["PYTHONPATH"]])}),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["bokeh_before"] is False and result["code"] == 200
-    assert "/individual-dparallel-progress" in result["plots"].values()
+    return json.loads(out.stdout.strip().splitlines()[-1])
