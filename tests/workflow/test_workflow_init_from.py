@@ -152,3 +152,12 @@ def test_a_fine_tuning_workflow_runs_without_descriptors(source: Path, tmp_path:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "featurize ran, train ran" in done.stdout
     assert (tmp_path / "tuned" / "model.pt").is_file()
+
+
+def test_continuing_from_the_last_model_is_left_to_run(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """output.model_dir is the finished model init_from names: run keeps it and trains
+    beside it (model-2), so validate does not refuse it as a folder the run reads."""
+    monkeypatch.chdir(tmp_path)
+    load_quickstart([*_tuning(source), f"output.model_dir={source}"]).check(protect=[])

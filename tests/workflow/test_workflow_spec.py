@@ -387,8 +387,9 @@ def test_validate_protects_the_workflow_file_as_run_does(tmp_path, monkeypatch, 
 
 def test_a_finished_model_folder_is_left_to_run(tmp_path, monkeypatch):
     """run keeps a finished model of another configuration and trains beside it
-    (model-2): validate (and run's own check) refused it, e.g. continuing from the last
-    model with training.init_from, which worked before the paths were checked."""
+    (model-2): validate (and run's own check) refused it (here an older model folder, no
+    marker, with a user's note; or the last model continued from with init_from), which
+    worked before the paths were checked."""
     import json
 
     from dparallel.workflow.spec import load_quickstart
@@ -399,4 +400,4 @@ def test_a_finished_model_folder_is_left_to_run(tmp_path, monkeypatch):
     (model / "model.pt").write_bytes(b"weights")
     (model / "metrics.json").write_text(json.dumps({"final": {"test": {}}}))
     (model / "NOTES.txt").write_text("a user's note")
-    load_quickstart(["training.init_from=runs/quickstart/model"]).check(protect=["w.yaml"])
+    load_quickstart([]).check(protect=["w.yaml"])
