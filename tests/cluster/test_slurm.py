@@ -85,7 +85,7 @@ def test_featurize_survives_a_job_cancelled_mid_run(slurm, tmp_path):
 
     workflow = _workflow(tmp_path, {"jobs": 2})
     source = tmp_path / "cu.xyz"
-    write(source, generate_emt_cu(30), format="extxyz")
+    write(source, generate_emt_cu(300), format="extxyz")  # long enough to cancel a job in
     store = tmp_path / "s.zarr"
     featurize = _cli(
         "featurize", str(source), "-o", str(store), "--workflow", str(workflow), cwd=tmp_path
