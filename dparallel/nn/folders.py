@@ -24,6 +24,7 @@ __all__ = [
     "N2P2_SCALING",
     "is_n2p2_potential",
     "model_fingerprint",
+    "model_folder",
     "n2p2_files_missing",
 ]
 
@@ -54,15 +55,20 @@ def n2p2_files_missing(path: str | os.PathLike[str]) -> str | None:
     )
 
 
+def model_folder(path: str | os.PathLike[str]) -> Path:
+    """The model folder ``path`` names: a file in it (``model.pt``, ``input.nn``,
+    ``deployed.pt``) stands for its folder."""
+    p = Path(path)
+    return p.parent if p.is_file() else p
+
+
 def model_fingerprint(path: str | os.PathLike[str]) -> str | None:
     """A SHA-256 over the files that say what the model in folder ``path`` computes (a
     dparallel model's ``model.pt``, an n2p2 potential's ``input.nn``, ``scaling.data`` and
     ``weights.XXX.data``; ``data_units.json`` with either), names and bytes; ``None`` where
     ``path`` holds neither (a file in the folder, ``model.pt`` or ``input.nn``, stands for
     its folder). It changes when the model is trained or exported again."""
-    p = Path(path).expanduser()
-    if p.is_file():
-        p = p.parent
+    p = model_folder(Path(path).expanduser())
     if (p / MODEL).is_file():
         names = [MODEL]
     elif is_n2p2_potential(p):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from dparallel._files import check_claimable, claim_directory, remove_file, write_file
 from dparallel.config import read_json_object
 from dparallel.errors import CheckpointMismatchError, TrainingError
-from dparallel.nn.folders import DATA_UNITS_JSON, model_fingerprint
+from dparallel.nn.folders import DATA_UNITS_JSON, model_fingerprint, model_folder
 from dparallel.store import StoreLease, current_identity, held_lease, store_identity
 
 if TYPE_CHECKING:
@@ -145,8 +145,7 @@ def _folder(init_from: str | os.PathLike[str] | None) -> Path | None:
     stands for it)."""
     if init_from is None:
         return None
-    path = Path(init_from).expanduser()
-    return path.parent if path.is_file() else path
+    return model_folder(Path(init_from).expanduser())
 
 
 def _other_start(doc: dict[str, Any], init_from: str | os.PathLike[str] | None) -> str:

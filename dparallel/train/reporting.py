@@ -23,6 +23,7 @@ import torch
 from dparallel._files import FULL_DISK_ADVICE, new_file, strict_json, write_file, write_with
 from dparallel.config import read_json_object
 from dparallel.errors import TrainingError
+from dparallel.nn.folders import model_folder
 from dparallel.train.device import Target
 from dparallel.train.feed import BatchFeed
 from dparallel.train.metric_units import with_units, without_units
@@ -180,8 +181,7 @@ def split_ids(model_dir: str | os.PathLike[str], split: str) -> tuple[list[int],
 
     Raises :class:`TrainingError` where ``metrics.json`` names none (no finished run there).
     """
-    folder = Path(model_dir)
-    path = (folder.parent if folder.is_file() else folder) / METRICS_JSON  # or deployed.pt
+    path = model_folder(model_dir) / METRICS_JSON  # model_dir may name its deployed.pt
     if not path.is_file():  # an n2p2 potential, exported or not, records no splits
         raise TrainingError(
             f"{path.parent}: no {METRICS_JSON}, so no {split} split to evaluate (the "
